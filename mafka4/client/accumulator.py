@@ -1,0 +1,160 @@
+"""The producer's buffer: open batches per partition, closed batches waiting to be sent.
+
+Shared by the caller's thread (``append``) and the sender thread (``pop_ready``), under
+one lock. It enforces ``buffer_bytes_max``: bytes are reserved when a message is
+accepted and released when its batch is answered, so memory stays bounded however long
+the cluster stops acknowledging. Closed batches of a partition are sent in the order
+they were closed, which is the order of their sequence numbers.
+
+As in Kafka, ``linger_ms`` makes an open batch *sendable*, not closed: it keeps taking
+messages until the sender has a free slot and takes it (``pop_ready``). Under load, batches
+therefore grow instead of queueing up small, which keeps latency flat as the rate rises.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from mafka4.client.futures import BatchResult, RecordFuture
+from mafka4.errors import BufferFull
+from mafka4.limits import OnFull, ProducerConfig
+from mafka4.records import HEADER_BYTES
+
+RECORD_OVERHEAD_BYTES = 16  # msgpack framing of one record: array header, ints, nil/bin tags
+
+
+@dataclass(slots=True)
+class ProducerBatch:
+    """A batch on its way: its records until it is answered, and its send history."""
+
+    partition: int
+    created_ms: float
+    result: BatchResult
+    records: list = field(default_factory=list)
+    size_bytes: int = HEADER_BYTES
+    attempts: int = 0
+    encoded: bytes | None = None
+    producer_id: int = -1
+    base_sequence: int = -1
+
+
+class RecordAccumulator:
+    def __init__(self, topic: str, config: ProducerConfig):
+        self._topic = topic
+        self._config = config
+        self._lock = threading.Lock()
+        self._space = threading.Condition(self._lock)
+        self._idle = threading.Condition(self._lock)
+        self._reserved_bytes = 0
+        self._open: dict[int, ProducerBatch] = {}
+        self._ready: dict[int, deque[ProducerBatch]] = {}
+        self._unanswered_batches = 0
+
+    @property
+    def reserved_bytes(self) -> int:
+        return self._reserved_bytes
+
+    def reserve(self, size_bytes: int) -> None:
+        """Take ``size_bytes`` of the buffer, blocking or raising as ``on_full`` says."""
+        limit = self._config.buffer_bytes_max
+        with self._space:
+            if self._reserved_bytes + size_bytes <= limit:
+                self._reserved_bytes += size_bytes
+                return
+            if self._config.on_full is OnFull.ERROR:
+                raise self._buffer_full()
+            deadline = time.monotonic() + self._config.block_ms_max / 1000
+            while self._reserved_bytes + size_bytes > limit:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._space.wait(remaining):
+                    if self._reserved_bytes + size_bytes > limit:
+                        raise self._buffer_full()
+            self._reserved_bytes += size_bytes
+
+    def _buffer_full(self) -> BufferFull:
+        return BufferFull(
+            f"producer buffer for {self._topic!r} holds {self._reserved_bytes} of buffer_bytes_max="
+            f"{self._config.buffer_bytes_max} bytes unacknowledged: the cluster is slower than the "
+            f"producer or not acknowledging; slow down, raise buffer_bytes_max, or use on_full='block'"
+        )
+
+    def append(self, partition: int, record: tuple, size_bytes: int, now_ms: float) -> tuple[RecordFuture, bool, bool]:
+        """Add a record; returns (future, opened a new batch, closed a full batch)."""
+        with self._lock:
+            batch = self._open.get(partition)
+            closed = False
+            if batch is not None and batch.size_bytes + size_bytes > self._config.batch_bytes_max:
+                self._close_locked(partition)
+                batch, closed = None, True
+            opened = batch is None
+            if opened:
+                batch = ProducerBatch(partition, now_ms, BatchResult(self._topic, partition))
+                self._open[partition] = batch
+                self._unanswered_batches += 1
+            future = RecordFuture(batch.result, len(batch.records), record[2])
+            batch.records.append(record)
+            batch.size_bytes += size_bytes
+            if batch.size_bytes >= self._config.batch_bytes_max:
+                self._close_locked(partition)
+                closed = True
+            return future, opened, closed
+
+    def linger_remaining_ms(self, partition: int, now_ms: float) -> float | None:
+        """How long the open batch must still wait to be sendable; None if there is none."""
+        with self._lock:
+            batch = self._open.get(partition)
+            return None if batch is None else max(self._config.linger_ms - (now_ms - batch.created_ms), 0.0)
+
+    def close_all(self) -> list[int]:
+        """Close every open batch (flush); returns the partitions that got a ready batch."""
+        with self._lock:
+            partitions = list(self._open)
+            for partition in partitions:
+                self._close_locked(partition)
+            return partitions
+
+    def _close_locked(self, partition: int) -> None:
+        self._ready.setdefault(partition, deque()).append(self._open.pop(partition))
+
+    def take_all(self) -> list[ProducerBatch]:
+        """Remove every ready and open batch (the producer is closing)."""
+        with self._lock:
+            batches = [batch for queue in self._ready.values() for batch in queue] + list(self._open.values())
+            self._ready.clear()
+            self._open.clear()
+            return batches
+
+    def pop_ready(self, partition: int, now_ms: float) -> ProducerBatch | None:
+        """The next batch to send: a closed one, else the open one once it lingered enough."""
+        with self._lock:
+            queue = self._ready.get(partition)
+            if queue:
+                return queue.popleft()
+            batch = self._open.get(partition)
+            if batch is not None and now_ms - batch.created_ms >= self._config.linger_ms:
+                return self._open.pop(partition)
+            return None
+
+    def answered_bytes_only(self, size_bytes: int) -> None:
+        """Give back bytes reserved for a message that was then refused."""
+        with self._lock:
+            self._reserved_bytes -= size_bytes
+            self._space.notify_all()
+
+    def answered(self, batch: ProducerBatch, reserved_bytes: int) -> None:
+        """A batch was answered (either way): give back its buffer bytes."""
+        with self._lock:
+            self._reserved_bytes -= reserved_bytes
+            self._unanswered_batches -= 1
+            assert self._reserved_bytes >= 0 and self._unanswered_batches >= 0
+            self._space.notify_all()
+            if self._unanswered_batches == 0:
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout_s: float | None) -> bool:
+        """Wait until every batch has been answered; False on timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._unanswered_batches == 0, timeout_s)

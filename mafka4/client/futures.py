@@ -1,0 +1,111 @@
+"""Results of ``Producer.send``: one ``BatchResult`` per batch, one light future per record.
+
+As in Kafka's producer, the records of a batch share one completion object; a
+``RecordFuture`` is only a (batch, index) pair, so sending a message allocates no lock.
+Callbacks run on the producer's sender thread: keep them short and never block in them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+from mafka4.errors import RequestTimedOut
+
+logger = logging.getLogger(__name__)
+
+Callback = Callable[["RecordMetadata | None", "BaseException | None"], None]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where an acknowledged message landed. ``offset`` is -1 with acks=0 (never answered)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+
+
+class BatchResult:
+    """Completion of one batch: its base offset or the error that failed it."""
+
+    __slots__ = ("topic", "partition", "_event", "_base_offset", "_error", "_callbacks", "_lock")
+
+    def __init__(self, topic: str, partition: int):
+        self.topic = topic
+        self.partition = partition
+        self._event = threading.Event()
+        self._base_offset: int | None = None
+        self._error: BaseException | None = None
+        self._callbacks: list[tuple[int, int, Callback]] = []
+        self._lock = threading.Lock()
+
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    def complete(self, base_offset: int | None, error: BaseException | None) -> None:
+        assert (base_offset is None) != (error is None), "a batch either succeeds or fails"
+        with self._lock:
+            assert not self._event.is_set(), "a batch completes once"
+            self._base_offset, self._error = base_offset, error
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for index, timestamp_ms, callback in callbacks:
+            self._run(callback, index, timestamp_ms)
+
+    def add_callback(self, index: int, timestamp_ms: int, callback: Callback) -> None:
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append((index, timestamp_ms, callback))
+                return
+        self._run(callback, index, timestamp_ms)
+
+    def wait(self, timeout_s: float | None) -> None:
+        if not self._event.wait(timeout_s):
+            raise RequestTimedOut(f"no answer for a batch of {self.topic}-{self.partition} within {timeout_s} s")
+
+    def metadata(self, index: int, timestamp_ms: int) -> RecordMetadata:
+        if self._error is not None:
+            raise self._error
+        offset = -1 if self._base_offset < 0 else self._base_offset + index
+        return RecordMetadata(self.topic, self.partition, offset, timestamp_ms)
+
+    @property
+    def error(self) -> BaseException | None:
+        return self._error
+
+    def _run(self, callback: Callback, index: int, timestamp_ms: int) -> None:
+        try:
+            if self._error is None:
+                callback(self.metadata(index, timestamp_ms), None)
+            else:
+                callback(None, self._error)
+        except Exception:  # a user callback must not kill the sender thread
+            logger.exception("producer callback raised")
+
+
+class RecordFuture:
+    """The outcome of one ``send()``: ``result()`` blocks until the batch is answered."""
+
+    __slots__ = ("_batch", "_index", "_timestamp_ms")
+
+    def __init__(self, batch: BatchResult, index: int, timestamp_ms: int):
+        self._batch, self._index, self._timestamp_ms = batch, index, timestamp_ms
+
+    def done(self) -> bool:
+        return self._batch.done()
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        self._batch.wait(timeout)
+        return self._batch.metadata(self._index, self._timestamp_ms)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._batch.wait(timeout)
+        return self._batch.error
+
+    def add_callback(self, callback: Callback) -> "RecordFuture":
+        self._batch.add_callback(self._index, self._timestamp_ms, callback)
+        return self

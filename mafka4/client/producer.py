@@ -1,0 +1,130 @@
+"""``Producer``: the public API for writing messages to a topic.
+
+    producer = Producer("orders", acks="all", linger_ms=5)
+    future = producer.send(b"payload", key=b"customer-7")
+    future.add_callback(lambda metadata, error: ...)
+    producer.send_sync(b"another")        # returns RecordMetadata once acknowledged
+    producer.flush(); producer.close()
+
+``send`` validates and buffers the message and returns at once; a sender thread batches
+messages per partition (``linger_ms``, ``batch_bytes_max``), sends them to the partition
+leaders and retries retriable failures idempotently (see ``sender.py``). The buffer is
+bounded by ``buffer_bytes_max``; ``on_full`` chooses between blocking and ``BufferFull``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Iterable
+
+from mafka4.client.accumulator import RECORD_OVERHEAD_BYTES, RecordAccumulator
+from mafka4.client.futures import RecordFuture, RecordMetadata
+from mafka4.client.partitioner import Partitioner
+from mafka4.client.routing import Routing
+from mafka4.client.sender import Sender
+from mafka4.errors import InvalidRecord, MessageTooLarge, ProducerClosed
+from mafka4.limits import ProducerConfig
+from mafka4.names import validate_topic_name
+from mafka4.runtime.connect import Connection, connect
+
+Serializer = Callable[[Any], bytes]
+
+
+def _as_bytes(what: str, value: Any, serializer: Serializer | None) -> bytes | None:
+    if value is None:
+        return None
+    if serializer is not None:
+        value = serializer(value)
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise InvalidRecord(
+        f"message {what} of type {type(value).__name__} is not bytes: pass bytes, or give the "
+        f"Producer a {what}_serializer (e.g. {what}_serializer=str.encode)"
+    )
+
+
+class Producer:
+    def __init__(self, topic: str, connection: Connection | None = None,
+                 key_serializer: Serializer | None = None, value_serializer: Serializer | None = None,
+                 **settings: Any):
+        """``settings`` are ``ProducerConfig`` fields: acks, linger_ms, batch_bytes_max, buffer_bytes_max, on_full, ..."""
+        self.topic = validate_topic_name(topic)
+        self.config = ProducerConfig(**settings)
+        self._key_serializer, self._value_serializer = key_serializer, value_serializer
+        self._routing = Routing(connection or connect(), topic)
+        self._partitioner = Partitioner(topic, len(self._routing.metadata.partitions))
+        self._accumulator = RecordAccumulator(topic, self.config)
+        self._sender = Sender(topic, self.config, self._accumulator, self._routing)
+        self._lock = threading.Lock()  # keeps the sticky partition and batch closing consistent
+        self._closed = False
+
+    def send(self, value: Any, key: Any = None, partition: int | None = None,
+             headers: Iterable[tuple[str, bytes]] | None = None, timestamp_ms: int | None = None) -> RecordFuture:
+        """Buffer one message; the returned future resolves to its ``RecordMetadata``."""
+        if self._closed:
+            raise ProducerClosed(f"producer for {self.topic!r} is closed: create a new Producer")
+        key_bytes = _as_bytes("key", key, self._key_serializer)
+        value_bytes = _as_bytes("value", value, self._value_serializer)
+        if value_bytes is None:
+            raise InvalidRecord("message value is None: send bytes (an empty value is b'')")
+        header_list = [(str(name), _as_bytes("header", data, None) or b"") for name, data in headers] if headers else None
+        size_bytes = self._size_bytes(key_bytes, value_bytes, header_list)
+        stamp_ms = time.time_ns() // 1_000_000 if timestamp_ms is None else int(timestamp_ms)
+        self._accumulator.reserve(size_bytes)
+        try:
+            with self._lock:
+                target = self._partitioner.partition(key_bytes, partition)
+                future, opened, closed = self._accumulator.append(
+                    target, (key_bytes, value_bytes, stamp_ms, header_list), size_bytes, time.monotonic() * 1000)
+                if key_bytes is None and partition is None and (opened or closed):
+                    self._partitioner.batch_closed(target)
+        except BaseException:
+            self._accumulator.answered_bytes_only(size_bytes)
+            raise
+        if closed:
+            self._sender.batch_ready(target)
+        if opened:
+            self._sender.batch_opened(target)
+        return future
+
+    def _size_bytes(self, key: bytes | None, value: bytes, headers: list | None) -> int:
+        size = RECORD_OVERHEAD_BYTES + len(value) + (len(key) if key else 0)
+        if headers:
+            size += sum(len(name) + len(data) + 4 for name, data in headers)
+        if size > self.config.message_bytes_max:
+            raise MessageTooLarge(
+                f"message of {size} bytes exceeds message_bytes_max={self.config.message_bytes_max}: "
+                f"split it, or raise message_bytes_max (and batch_bytes_max) on the Producer"
+            )
+        return size
+
+    def send_sync(self, value: Any, key: Any = None, partition: int | None = None,
+                  headers: Iterable[tuple[str, bytes]] | None = None, timeout_s: float | None = None) -> RecordMetadata:
+        """Send one message and wait for its acknowledgement (flushes its batch at once)."""
+        future = self.send(value, key=key, partition=partition, headers=headers)
+        self._sender.flush_all()
+        return future.result(timeout_s if timeout_s is not None else self.config.delivery_timeout_ms / 1000 + 5)
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Send every buffered message now and wait until all are answered; False on timeout."""
+        self._sender.flush_all()
+        return self._accumulator.wait_idle(timeout_s)
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Flush, then stop the sender thread. Messages not answered by then fail."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.flush(timeout_s)
+        finally:
+            self._sender.stop()
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()

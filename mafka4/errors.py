@@ -1,0 +1,130 @@
+"""Every error mafka4 raises on purpose, under one base class.
+
+Each error says whether retrying the same request can succeed (``retriable``) and
+carries a message that names the problem and the fix. Errors cross Ray actor
+boundaries by pickling, so every constructor takes exactly one argument: the message.
+
+Broken invariants are not errors: they are ``assert`` statements.
+"""
+
+
+class MafkaError(Exception):
+    """Base of every mafka4 error."""
+
+    retriable = False
+
+    def __init__(self, message: str):
+        super().__init__(message)
+
+    @property
+    def message(self) -> str:
+        return self.args[0]
+
+
+# --- configuration and user input ---------------------------------------------------
+
+
+class InvalidConfig(MafkaError):
+    """A configuration value is out of range or of the wrong type."""
+
+
+class InvalidTopicName(MafkaError):
+    """A topic name breaks the naming rules in ``mafka4.names``."""
+
+
+class InvalidRecord(MafkaError):
+    """A record cannot be sent as given (e.g. a value that is not bytes and no serializer)."""
+
+
+class MessageTooLarge(MafkaError):
+    """A message or batch exceeds ``message_bytes_max`` / ``batch_bytes_max``."""
+
+
+# --- cluster and metadata -------------------------------------------------------------
+
+
+class ClusterNotRunning(MafkaError):
+    """No local cluster is running, or the cluster's etcd/Ray cannot be reached."""
+
+
+class ClusterAlreadyRunning(MafkaError):
+    """``mafka4 up`` was asked for a home whose recorded cluster is alive."""
+
+
+class CoordinatorUnavailable(MafkaError):
+    """etcd did not answer in time; metadata operations can be retried."""
+
+    retriable = True
+
+
+class UnknownTopic(MafkaError):
+    """The topic does not exist."""
+
+
+class TopicExists(MafkaError):
+    """A topic with this name already exists."""
+
+
+class NotEnoughWriteNodes(MafkaError):
+    """The replication factor is larger than the number of live write nodes."""
+
+
+class MetadataConflict(MafkaError):
+    """A compare-and-swap on metadata lost against a concurrent change; re-read and retry."""
+
+    retriable = True
+
+
+# --- write path -----------------------------------------------------------------------
+
+
+class NotLeader(MafkaError):
+    """The replica asked is not (or no longer) the partition leader; refresh metadata."""
+
+    retriable = True
+
+
+class StaleEpoch(MafkaError):
+    """A request carried a leader epoch older than the replica's; the sender is fenced."""
+
+    retriable = True
+
+
+class NotEnoughReplicas(MafkaError):
+    """acks=all refused: the ISR is smaller than ``min_insync_replicas``."""
+
+    retriable = True
+
+
+class OutOfOrderSequence(MafkaError):
+    """An idempotent producer's batch skipped a sequence number.
+
+    Retriable because it is the expected answer for batches that were in flight behind a
+    failed one: the producer resends them in sequence order.
+    """
+
+    retriable = True
+
+
+class CorruptRecord(MafkaError):
+    """A batch failed its CRC or framing check; it is never appended or served."""
+
+
+class OffsetOutOfRange(MafkaError):
+    """A fetch asked for an offset outside [log start offset, log end offset]."""
+
+
+class RequestTimedOut(MafkaError):
+    """A request did not complete within its deadline."""
+
+    retriable = True
+
+
+class BufferFull(MafkaError):
+    """The producer buffer holds ``buffer_bytes_max`` and ``on_full="error"`` was chosen."""
+
+    retriable = True
+
+
+class ProducerClosed(MafkaError):
+    """``send()`` was called after ``close()``."""

@@ -1,0 +1,267 @@
+"""Every bound and default in mafka4, in one place.
+
+Each config is a frozen dataclass validated on construction: a bad value raises
+``InvalidConfig`` naming the field, the value and the allowed range. Units are the last
+part of every name (``linger_ms``, ``batch_bytes_max``). The comment on a field says what
+happens when the bound is hit.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, fields
+
+from mafka4.errors import InvalidConfig
+
+KiB = 1024
+MiB = 1024 * KiB
+SECOND_MS = 1000
+DAY_MS = 24 * 3600 * SECOND_MS
+
+
+class Acks(enum.Enum):
+    """How many replicas must have a batch before the producer is answered."""
+
+    NONE = "0"  # fire and forget: answered before the leader appends
+    LEADER = "1"  # answered once the leader appended
+    ALL = "all"  # answered once every ISR member has it (and the ISR is big enough)
+
+    @classmethod
+    def parse(cls, value: object) -> "Acks":
+        text = str(value).strip().lower()
+        if text == "-1":
+            text = "all"
+        for acks in cls:
+            if acks.value == text:
+                return acks
+        raise InvalidConfig(f"acks={value!r} is not valid: use one of 'all', '1' or '0'")
+
+
+class OnFull(enum.Enum):
+    """What ``Producer.send`` does when the buffer holds ``buffer_bytes_max``."""
+
+    BLOCK = "block"  # wait up to block_ms_max for space, then raise BufferFull
+    ERROR = "error"  # raise BufferFull at once
+
+    @classmethod
+    def parse(cls, value: object) -> "OnFull":
+        for mode in cls:
+            if mode.value == value or mode is value:
+                return mode
+        raise InvalidConfig(f"on_full={value!r} is not valid: use 'block' or 'error'")
+
+
+def _check_range(config: object, name: str, low: int, high: int | None = None) -> None:
+    value = getattr(config, name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidConfig(f"{name}={value!r} must be an integer")
+    if value < low or (high is not None and value > high):
+        upper = "" if high is None else f" and at most {high}"
+        raise InvalidConfig(f"{name}={value} must be at least {low}{upper}")
+
+
+def _check_optional_range(config: object, name: str, low: int) -> None:
+    if getattr(config, name) is not None:
+        _check_range(config, name, low)
+
+
+def replace_config(config, **changes):
+    """``dataclasses.replace`` that names unknown fields in an ``InvalidConfig``."""
+    known = {f.name for f in fields(config)}
+    unknown = sorted(set(changes) - known)
+    if unknown:
+        raise InvalidConfig(
+            f"unknown setting(s) {', '.join(unknown)} for {type(config).__name__}; "
+            f"known: {', '.join(sorted(known))}"
+        )
+    values = {f.name: getattr(config, f.name) for f in fields(config)}
+    values.update(changes)
+    return type(config)(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Bounds of one replica's segmented log."""
+
+    # A segment rolls when its next append would pass this size.
+    segment_bytes_max: int = 64 * MiB
+    # A non-empty segment rolls when its first batch is older than this.
+    segment_age_ms_max: int = 7 * DAY_MS
+    # Whole segments whose newest batch is older than this are deleted (None: keep).
+    retention_ms: int | None = 7 * DAY_MS
+    # Oldest segments are deleted while the log is larger than this (None: no limit).
+    retention_bytes: int | None = None
+    # fsync when this many ms passed since the last fsync (None: not by time).
+    flush_interval_ms: int | None = 1000
+    # fsync when this many messages were appended since the last fsync (1: every batch).
+    flush_interval_messages: int | None = None
+    # One sparse offset-index and time-index entry per this many log bytes.
+    index_interval_bytes: int = 4 * KiB
+
+    def __post_init__(self) -> None:
+        _check_range(self, "segment_bytes_max", 4 * KiB, 1024 * MiB)
+        _check_range(self, "segment_age_ms_max", 1)
+        _check_optional_range(self, "retention_ms", 1)
+        _check_optional_range(self, "retention_bytes", 0)
+        _check_optional_range(self, "flush_interval_ms", 0)
+        _check_optional_range(self, "flush_interval_messages", 1)
+        _check_range(self, "index_interval_bytes", 1, self.segment_bytes_max)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaConfig:
+    """Bounds of the physical-partition replica protocol."""
+
+    # A follower whose log end offset has not reached the leader's for this long leaves the ISR.
+    replica_lag_ms_max: int = 10 * SECOND_MS
+    # acks=all is refused (NotEnoughReplicas) while the ISR is smaller than this.
+    min_insync_replicas: int = 1
+    # A fetch with no new data waits at most this long before answering empty.
+    fetch_wait_ms_max: int = 500
+    # A fetch answers at most this many bytes (but always at least one whole batch).
+    fetch_bytes_max: int = 8 * MiB
+    # Pause of a follower after a failed fetch before it tries again.
+    fetch_backoff_ms: int = 100
+    # Recent batches remembered per producer id to answer retried batches (Kafka keeps 5).
+    producer_batches_remembered: int = 5
+    # Producer ids remembered per partition; the least recently used is forgotten beyond this.
+    producer_ids_max: int = 10_000
+    # A batch whose sequence is ahead of its producer's next one waits this long for the
+    # batches before it (Ray may start an async actor's calls out of submission order);
+    # then it is refused with OutOfOrderSequence.
+    sequence_wait_ms_max: int = 2000
+
+    def __post_init__(self) -> None:
+        _check_range(self, "replica_lag_ms_max", 1)
+        _check_range(self, "min_insync_replicas", 1, 7)
+        _check_range(self, "fetch_wait_ms_max", 0, 60 * SECOND_MS)
+        _check_range(self, "fetch_bytes_max", 1 * KiB, 256 * MiB)
+        _check_range(self, "fetch_backoff_ms", 0, 60 * SECOND_MS)
+        _check_range(self, "producer_batches_remembered", 1, 100)
+        _check_range(self, "producer_ids_max", 1)
+        _check_range(self, "sequence_wait_ms_max", 0, 60 * SECOND_MS)
+
+
+# Topic shape bounds: they bound actors per topic on a small cluster.
+PARTITIONS_MAX = 1024
+REPLICATION_FACTOR_MAX = 7
+TOPIC_NAME_CHARS_MAX = 200
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    """A topic's shape and per-topic overrides, stored in etcd at creation."""
+
+    partitions: int = 1
+    replication_factor: int = 1
+    min_insync_replicas: int = 1
+    retention_ms: int | None = 7 * DAY_MS
+    retention_bytes: int | None = None
+    segment_bytes_max: int = 64 * MiB
+    replica_lag_ms_max: int = 10 * SECOND_MS
+
+    def __post_init__(self) -> None:
+        _check_range(self, "partitions", 1, PARTITIONS_MAX)
+        _check_range(self, "replica_lag_ms_max", 1)
+        _check_range(self, "replication_factor", 1, REPLICATION_FACTOR_MAX)
+        _check_range(self, "min_insync_replicas", 1, REPLICATION_FACTOR_MAX)
+        if self.min_insync_replicas > self.replication_factor:
+            raise InvalidConfig(
+                f"min_insync_replicas={self.min_insync_replicas} is larger than "
+                f"replication_factor={self.replication_factor}: acks=all could never succeed; "
+                f"lower min_insync_replicas or raise the replication factor"
+            )
+        _check_optional_range(self, "retention_ms", 1)
+        _check_optional_range(self, "retention_bytes", 0)
+        _check_range(self, "segment_bytes_max", 4 * KiB, 1024 * MiB)
+
+    def log_config(self, base: LogConfig | None = None) -> LogConfig:
+        return replace_config(
+            base or LogConfig(),
+            retention_ms=self.retention_ms,
+            retention_bytes=self.retention_bytes,
+            segment_bytes_max=self.segment_bytes_max,
+        )
+
+    def replica_config(self, base: ReplicaConfig | None = None) -> ReplicaConfig:
+        return replace_config(base or ReplicaConfig(), min_insync_replicas=self.min_insync_replicas,
+                              replica_lag_ms_max=self.replica_lag_ms_max)
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerConfig:
+    """Bounds of one ``Producer``."""
+
+    acks: Acks = Acks.ALL
+    # A partition's open batch is sent when it is this old, even if not full.
+    linger_ms: int = 5
+    # A batch is sent when adding the next message would pass this size (a larger message
+    # travels alone in its own batch, as in Kafka).
+    batch_bytes_max: int = 1 * MiB
+    # One message (key + value + headers) larger than this is refused with MessageTooLarge.
+    message_bytes_max: int = 1 * MiB
+    # Bytes held by unsent and unacknowledged messages; on_full decides what happens beyond.
+    buffer_bytes_max: int = 64 * MiB
+    on_full: OnFull = OnFull.BLOCK
+    # With on_full="block", send() waits at most this long for buffer space.
+    block_ms_max: int = 60 * SECOND_MS
+    # Unacknowledged batches per partition; more wait in the accumulator. At most the number
+    # of batches a leader remembers per producer (ReplicaConfig.producer_batches_remembered),
+    # so that any retry is recognised as one.
+    in_flight_batches_max: int = 5
+    # First and largest pause before resending a batch that failed retriably.
+    retry_backoff_ms: int = 50
+    retry_backoff_ms_max: int = 1 * SECOND_MS
+    # A message not acknowledged this long after send() fails with RequestTimedOut.
+    delivery_timeout_ms: int = 120 * SECOND_MS
+    # Metadata is re-read at least this often even without errors.
+    metadata_max_age_ms: int = 30 * SECOND_MS
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "acks", Acks.parse(self.acks.value if isinstance(self.acks, Acks) else self.acks))
+        object.__setattr__(self, "on_full", OnFull.parse(self.on_full))
+        _check_range(self, "linger_ms", 0, 60 * SECOND_MS)
+        _check_range(self, "batch_bytes_max", 1 * KiB, 64 * MiB)
+        _check_range(self, "message_bytes_max", 1, 64 * MiB)
+        _check_range(self, "buffer_bytes_max", self.batch_bytes_max)
+        _check_range(self, "block_ms_max", 0)
+        _check_range(self, "in_flight_batches_max", 1, ReplicaConfig().producer_batches_remembered)
+        _check_range(self, "retry_backoff_ms", 0)
+        _check_range(self, "retry_backoff_ms_max", self.retry_backoff_ms)
+        _check_range(self, "delivery_timeout_ms", 1)
+        _check_range(self, "metadata_max_age_ms", 1)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConfig:
+    """Bounds of one ``Consumer``."""
+
+    # One fetch returns at most this many bytes per partition (at least one whole batch).
+    fetch_bytes_max: int = 4 * MiB
+    # A fetch with nothing new waits at most this long.
+    fetch_wait_ms_max: int = 200
+    # poll() returns at most this many messages.
+    poll_messages_max: int = 10_000
+
+    def __post_init__(self) -> None:
+        _check_range(self, "fetch_bytes_max", 1 * KiB, 256 * MiB)
+        _check_range(self, "fetch_wait_ms_max", 0, 60 * SECOND_MS)
+        _check_range(self, "poll_messages_max", 1, 1_000_000)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """Shape of a local cluster started by ``mafka4 up``."""
+
+    write_nodes: int = 3
+    read_nodes: int = 2
+    # A node registration disappears from etcd this long after its process stops refreshing it.
+    node_lease_ttl_s: int = 10
+    # How long ``mafka4 up`` waits for etcd and Ray to answer before giving up.
+    start_timeout_s: int = 120
+
+    def __post_init__(self) -> None:
+        _check_range(self, "write_nodes", 1, 16)
+        _check_range(self, "read_nodes", 0, 16)
+        _check_range(self, "node_lease_ttl_s", 2, 600)
+        _check_range(self, "start_timeout_s", 5, 3600)

@@ -1,0 +1,422 @@
+"""``PhysicalPartition``: the Ray actor of one physical-partition replica.
+
+A thin asynchronous shell around the segmented ``Log`` and the pure ``ReplicaState``:
+it turns requests into core calls, does the disk and network work the core decided on,
+and wakes waiters when the high watermark or the log end offset moves.
+
+* Leader: ``produce`` checks the batch CRC, asks the core for the base offset, stamps the
+  batch, appends it and, for acks=all, waits until the high watermark passes it.
+  ``replica_fetch`` serves followers by long poll and reports their progress to the core.
+* Follower: a background task fetches from the leader, truncates when the leader reports
+  a divergence (leader-epoch truncation), appends and follows the leader's HW.
+* Consumers ``fetch`` whole batches below the high watermark.
+* ISR changes are written to the partition's etcd key by compare-and-swap (only while the
+  key still names this replica as leader of this epoch) before the core may count the new
+  ISR (``ReplicaState.isr_committed``); a leader fenced by a newer epoch acknowledges nothing.
+
+The actor never decodes a record: per-message work belongs to clients and feeders.
+Files in the replica directory besides the log: ``leader-epoch-checkpoint`` and
+``high-watermark`` (see ``checkpoint.py``), both rewritten atomically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import ray
+
+from mafka4.coordinator import keys
+from mafka4.coordinator.store import MetadataStore
+from mafka4.coordinator.topics import PartitionState
+from mafka4.errors import CoordinatorUnavailable, NotLeader, RequestTimedOut
+from mafka4.limits import Acks, LogConfig, ReplicaConfig
+from mafka4.physical.checkpoint import read_checkpoint, write_checkpoint
+from mafka4.physical.epochs import EpochHistory
+from mafka4.physical.log import Log
+from mafka4.physical.producer_state import ProducerStateTable
+from mafka4.physical.replica import ReplicaState, Role
+from mafka4.physical.sequencer import SequenceGate
+from mafka4.records import check_single_batch, stamp
+
+logger = logging.getLogger(__name__)
+
+EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+HIGH_WATERMARK_CHECKPOINT = "high-watermark"
+HIGH_WATERMARK_CHECKPOINT_INTERVAL_S = 1.0
+RETENTION_CHECK_INTERVAL_S = 60.0
+PRODUCE_TIMEOUT_MS_DEFAULT = 30_000
+ISR_WRITE_BACKOFF_S = 0.5
+ISR_WRITE_ATTEMPTS_MAX = 10
+
+
+def replica_actor_name(cluster: str, topic: str, partition: int, replica_id: str) -> str:
+    """The Ray actor name of one replica; unique per cluster, found with ``ray.get_actor``."""
+    return f"{cluster}/{topic}/{partition}/{replica_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSpec:
+    """Everything a replica actor needs to open its log."""
+
+    cluster: str
+    topic: str
+    partition: int
+    replica_id: str
+    directory: str
+    log_config: LogConfig
+    replica_config: ReplicaConfig
+    etcd_endpoint: str
+
+    @property
+    def partition_name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """Whole batches from ``fetch``, with the offsets a reader needs to continue."""
+
+    data: bytes
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFetchResult:
+    data: bytes
+    high_watermark: int
+    diverging: tuple[int, int] | None  # (epoch, end offset): the follower must truncate
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _Waiters:
+    """Producers waiting for the high watermark, in offset order (appends are ordered)."""
+
+    def __init__(self):
+        self._queue: deque[tuple[int, int, asyncio.Future]] = deque()
+
+    def add(self, next_offset: int, leader_epoch: int) -> asyncio.Future:
+        future = asyncio.get_running_loop().create_future()
+        self._queue.append((next_offset, leader_epoch, future))
+        return future
+
+    def release(self, state: ReplicaState) -> None:
+        while self._queue:
+            next_offset, leader_epoch, future = self._queue[0]
+            if future.done():
+                self._queue.popleft()
+                continue
+            try:
+                if not state.ack_ready(next_offset, leader_epoch):
+                    return
+                future.set_result(None)
+            except Exception as error:  # NotEnoughReplicas after append, NotLeader: the producer retries
+                future.set_exception(error)
+            self._queue.popleft()
+
+    def fail_all(self, error: Exception) -> None:
+        while self._queue:
+            _, _, future = self._queue.popleft()
+            if not future.done():
+                future.set_exception(error)
+
+
+@ray.remote(num_cpus=0)
+class PhysicalPartition:
+    def __init__(self, spec: ReplicaSpec):
+        self._spec = spec
+        self._directory = Path(spec.directory)
+        self._log = Log.open(self._directory, spec.log_config, _now_ms())
+        self._state = ReplicaState(
+            spec.replica_id, spec.partition_name, spec.replica_config,
+            self._log.log_end_offset, self._recovered_high_watermark(),
+            self._recovered_epochs(), self._recovered_producers(),
+        )
+        self._waiters = _Waiters()
+        self._sequence_gate = SequenceGate(self._state.producers.next_sequence)
+        self._changed = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._follow_task: asyncio.Task | None = None
+        self._leader_handle = None
+        self._closed = False
+        self._store: MetadataStore | None = None
+        self._isr_task: asyncio.Task | None = None
+        self._isr_dirty = False
+
+    # --- recovery -----------------------------------------------------------------------
+
+    def _recovered_epochs(self) -> EpochHistory:
+        text = read_checkpoint(self._directory / EPOCH_CHECKPOINT)
+        epochs = EpochHistory.from_text(text) if text else EpochHistory()
+        epochs.truncate_from(self._log.log_end_offset)
+        if text is None:  # rebuildable from the batches, which carry their leader epoch
+            for header in self._log.batch_headers(self._log.log_start_offset):
+                if header.leader_epoch > epochs.latest_epoch:
+                    epochs.assign(header.leader_epoch, header.base_offset)
+        return epochs
+
+    def _recovered_high_watermark(self) -> int:
+        text = read_checkpoint(self._directory / HIGH_WATERMARK_CHECKPOINT)
+        saved = int(text) if text and text.strip().isdigit() else 0
+        return max(self._log.log_start_offset, min(saved, self._log.log_end_offset))
+
+    def _recovered_producers(self) -> ProducerStateTable:
+        config = self._spec.replica_config
+        producers = ProducerStateTable(config.producer_batches_remembered, config.producer_ids_max)
+        for header in self._log.batch_headers(self._log.log_start_offset):
+            producers.record(header)
+        return producers
+
+    def _save_epochs(self) -> None:
+        write_checkpoint(self._directory / EPOCH_CHECKPOINT, self._state.epochs.to_text())
+
+    # --- role changes -------------------------------------------------------------------
+
+    async def become_leader(self, leader_epoch: int, replicas: list[str], isr: list[str]) -> dict:
+        self._stop_following()
+        self._state.become_leader(leader_epoch, replicas, isr, _now_ms())
+        self._save_epochs()
+        self._start_background(self._leader_ticks())
+        self._wake()
+        return self._state.describe()
+
+    async def become_follower(self, leader_epoch: int, leader_id: str) -> dict:
+        self._state.become_follower(leader_epoch, leader_id)
+        self._waiters.fail_all(NotLeader(f"{self._spec.partition_name}: {self._spec.replica_id} is now a follower of {leader_id}"))
+        self._stop_following()
+        self._leader_handle = ray.get_actor(
+            replica_actor_name(self._spec.cluster, self._spec.topic, self._spec.partition, leader_id),
+            namespace="mafka4",
+        )
+        self._follow_task = asyncio.get_running_loop().create_task(self._follow())
+        self._start_background(None)
+        return self._state.describe()
+
+    def _start_background(self, role_task) -> None:
+        if not self._tasks:
+            loop = asyncio.get_running_loop()
+            self._tasks = [loop.create_task(self._flush_and_retain()), loop.create_task(self._checkpoint_high_watermark())]
+        if role_task is not None:
+            self._tasks.append(asyncio.get_running_loop().create_task(role_task))
+
+    def _stop_following(self) -> None:
+        if self._follow_task is not None:
+            self._follow_task.cancel()
+            self._follow_task = None
+
+    def _wake(self) -> None:
+        """Wake long-polling fetches and release producers whose batches are committed."""
+        self._waiters.release(self._state)
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    # --- leader: produce ----------------------------------------------------------------
+
+    async def produce(self, batch: bytes, acks: str = "all", timeout_ms: int = PRODUCE_TIMEOUT_MS_DEFAULT) -> int:
+        """Append one batch; return its base offset once ``acks`` is satisfied."""
+        acks = Acks.parse(acks)
+        header = check_single_batch(batch)
+        await self._sequence_gate.wait_turn(header, self._spec.replica_config.sequence_wait_ms_max)
+        now_ms = _now_ms()
+        plan = self._state.plan_append(header, acks, now_ms)
+        if not plan.duplicate:
+            stamped = bytearray(batch)
+            stamp(stamped, plan.base_offset, plan.leader_epoch)
+            header = self._log.append(stamped, now_ms)
+            self._state.appended(header, now_ms)
+            self._sequence_gate.batch_appended()
+            self._wake()
+        if acks is Acks.ALL:
+            await self._committed(plan.next_offset, plan.leader_epoch, timeout_ms)
+        return plan.base_offset
+
+    async def _committed(self, next_offset: int, leader_epoch: int, timeout_ms: int) -> None:
+        if self._state.ack_ready(next_offset, leader_epoch):
+            return
+        try:
+            await asyncio.wait_for(self._waiters.add(next_offset, leader_epoch), timeout_ms / 1000)
+        except asyncio.TimeoutError:
+            raise RequestTimedOut(
+                f"{self._spec.partition_name}: the ISR {sorted(self._state.isr)} did not replicate offset "
+                f"{next_offset - 1} within {timeout_ms} ms; the producer retries (idempotently)"
+            ) from None
+
+    # --- leader: serve followers --------------------------------------------------------
+
+    async def replica_fetch(self, follower_id: str, follower_epoch: int, fetch_offset: int, last_fetched_epoch: int,
+                            bytes_max: int, wait_ms_max: int) -> ReplicaFetchResult:
+        self._state.check_epoch(follower_epoch)  # a follower of another epoch is fenced or must wait
+        decision = self._state.on_follower_fetch(follower_id, fetch_offset, last_fetched_epoch, _now_ms())
+        if decision.isr_changed:
+            self._isr_changed()
+        self._wake()
+        if decision.diverging is not None:
+            return ReplicaFetchResult(b"", self._state.high_watermark, decision.diverging)
+        if fetch_offset >= self._log.log_end_offset and wait_ms_max > 0:
+            await self._wait_for_change(wait_ms_max)
+        data = self._log.read(fetch_offset, bytes_max) if fetch_offset < self._log.log_end_offset else b""
+        return ReplicaFetchResult(data, self._state.high_watermark, None)
+
+    async def _wait_for_change(self, wait_ms_max: int) -> None:
+        try:
+            await asyncio.wait_for(self._changed.wait(), wait_ms_max / 1000)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _leader_ticks(self) -> None:
+        interval_s = min(self._spec.replica_config.replica_lag_ms_max / 2000, 1.0)
+        while self._state.role is Role.LEADER:
+            await asyncio.sleep(interval_s)
+            if self._state.tick(_now_ms()):
+                self._isr_changed()
+            self._wake()
+
+    # --- leader: ISR in the coordinator -------------------------------------------------
+
+    def _isr_changed(self) -> None:
+        logger.warning("%s: ISR is now %s", self._spec.partition_name, sorted(self._state.isr))
+        self._isr_dirty = True
+        if self._isr_task is None or self._isr_task.done():
+            self._isr_task = asyncio.get_running_loop().create_task(self._persist_isr())
+
+    async def _persist_isr(self) -> None:
+        """Write the ISR to etcd until what etcd holds is the current ISR (single flight)."""
+        loop = asyncio.get_running_loop()
+        while self._isr_dirty and self._state.role is Role.LEADER and not self._closed:
+            self._isr_dirty = False
+            isr, epoch = sorted(self._state.isr), self._state.leader_epoch
+            try:
+                written = await loop.run_in_executor(None, self._write_isr, isr, epoch)
+            except CoordinatorUnavailable as error:  # the HW stays bounded by the wider ISR: safe
+                logger.warning("%s: cannot record ISR yet: %s", self._spec.partition_name, error)
+                self._isr_dirty = True
+                await asyncio.sleep(ISR_WRITE_BACKOFF_S)
+                continue
+            if not written:
+                logger.error("%s: etcd names another leader or epoch; %s is fenced", self._spec.partition_name, self._spec.replica_id)
+                return
+            if self._state.role is Role.LEADER and self._state.leader_epoch == epoch:
+                self._state.isr_committed(isr)
+                self._wake()
+
+    def _write_isr(self, isr: list[str], leader_epoch: int) -> bool:
+        """CAS the ISR into the partition key if it still names this leader and epoch."""
+        if self._store is None:
+            self._store = MetadataStore(self._spec.etcd_endpoint)
+        key = keys.physical_partition(self._spec.cluster, self._spec.topic, self._spec.partition)
+        for _ in range(ISR_WRITE_ATTEMPTS_MAX):
+            current = self._store.get(key)
+            if current is None:
+                return False  # the topic was deleted
+            state = PartitionState.from_json(self._spec.partition, current.value)
+            if state.leader != self._spec.replica_id or state.leader_epoch != leader_epoch:
+                return False
+            if list(state.isr) == isr or self._store.compare_and_swap(key, {**state.to_json(), "isr": isr}, current.mod_revision):
+                return True
+        raise CoordinatorUnavailable(f"ISR write for {self._spec.partition_name} kept conflicting; retrying")
+
+    # --- follower -----------------------------------------------------------------------
+
+    async def _follow(self) -> None:
+        config = self._spec.replica_config
+        while self._state.role is Role.FOLLOWER and not self._closed:
+            try:
+                result = await self._leader_handle.replica_fetch.remote(
+                    self._spec.replica_id, self._state.leader_epoch, self._state.log_end_offset, self._state.last_fetched_epoch,
+                    config.fetch_bytes_max, config.fetch_wait_ms_max,
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # leader dead or not leader any more: the controller reassigns
+                logger.info("%s: fetch from leader failed: %s", self._spec.partition_name, error)
+                await asyncio.sleep(config.fetch_backoff_ms / 1000)
+                continue
+            self._apply_fetch(result)
+
+    def _apply_fetch(self, result: ReplicaFetchResult) -> None:
+        if result.diverging is not None:
+            offset = self._state.truncation_offset(*result.diverging)
+            self._log.truncate_to(offset)
+            self._state.truncated(offset)
+            self._save_epochs()
+            return
+        if result.data:
+            epoch_before = self._state.last_fetched_epoch
+            for header in self._log.append_batches(result.data, _now_ms()):
+                self._state.follower_appended(header)
+            if self._state.last_fetched_epoch != epoch_before:
+                self._save_epochs()
+        self._state.follower_high_watermark(result.high_watermark)
+        self._wake()
+
+    # --- consumers ----------------------------------------------------------------------
+
+    async def fetch(self, offset: int, bytes_max: int, wait_ms_max: int = 0) -> FetchResult:
+        """Whole batches from ``offset`` below the high watermark (long poll when none)."""
+        if self._state.role is not Role.LEADER:
+            raise NotLeader(f"{self._spec.partition_name}: {self._spec.replica_id} is not the leader (leader: {self._state.leader_id})")
+        if offset >= self._state.high_watermark and wait_ms_max > 0:
+            await self._wait_for_change(wait_ms_max)
+        data = self._log.read(offset, bytes_max, end_offset=self._state.high_watermark)
+        return FetchResult(data, self._state.high_watermark, self._log.log_start_offset, self._log.log_end_offset)
+
+    async def list_offsets(self) -> tuple[int, int]:
+        """(log start offset, high watermark): the readable range, for consumers positioning."""
+        return self._log.log_start_offset, self._state.high_watermark
+
+    async def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
+        offset = self._log.offset_for_timestamp(timestamp_ms)
+        return None if offset is None or offset >= self._state.high_watermark else offset
+
+    async def describe(self) -> dict:
+        return {**self._state.describe(), "log_start_offset": self._log.log_start_offset,
+                "log_end_offset": self._log.log_end_offset, "size_bytes": self._log.size_bytes,
+                "replica_id": self._spec.replica_id, "pid": os.getpid()}
+
+    # --- housekeeping -------------------------------------------------------------------
+
+    async def _flush_and_retain(self) -> None:
+        flush_interval_ms = self._spec.log_config.flush_interval_ms
+        interval_s = min((flush_interval_ms or 1000) / 1000, 1.0)
+        last_retention = time.monotonic()
+        while not self._closed:
+            await asyncio.sleep(interval_s)
+            self._log.maybe_flush(_now_ms())
+            if time.monotonic() - last_retention >= RETENTION_CHECK_INTERVAL_S:
+                self._log.apply_retention(_now_ms())
+                last_retention = time.monotonic()
+
+    async def _checkpoint_high_watermark(self) -> None:
+        saved = -1
+        while not self._closed:
+            await asyncio.sleep(HIGH_WATERMARK_CHECKPOINT_INTERVAL_S)
+            if self._state.high_watermark != saved:
+                saved = self._state.high_watermark
+                write_checkpoint(self._directory / HIGH_WATERMARK_CHECKPOINT, str(saved))
+
+    async def close(self, delete_data: bool = False) -> None:
+        """Stop background work and close the log; with ``delete_data`` remove the directory."""
+        self._closed = True
+        self._stop_following()
+        for task in self._tasks:
+            task.cancel()
+        self._waiters.fail_all(NotLeader(f"{self._spec.partition_name}: replica {self._spec.replica_id} is shutting down"))
+        self._log.close()
+        if self._store is not None:
+            self._store.close()
+        if delete_data:
+            shutil.rmtree(self._directory, ignore_errors=True)
+
+    async def ping(self) -> str:
+        return self._spec.replica_id

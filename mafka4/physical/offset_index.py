@@ -1,0 +1,168 @@
+"""Index files of a log segment, and the sparse offset index.
+
+An index file is a flat array of fixed-width big-endian entries, with no header. The
+entries are also held in memory (as the raw bytes) because every lookup binary-searches
+them; the file exists only so that opening a large log does not have to re-read every
+segment. An index never holds information that is not in the ``.log`` file: it can always
+be rebuilt by scanning batch headers, and a damaged index is rebuilt, never repaired.
+
+The offset index (``<base offset>.index``) maps a batch to its byte position:
+
+    offset  size  field
+    0       4     relative_offset   uint32, batch base offset - segment base offset
+    4       4     position          uint32, byte position of the batch in the .log file
+
+Entries are strictly increasing in both fields. The first batch of a segment never has an
+entry (a lookup that finds no entry starts at position 0), so a sane entry has both fields
+above zero. Which batches get an entry is decided by ``Segment`` (one per
+``index_interval_bytes`` of log data); because that rule depends only on the log bytes, a
+rebuilt index is byte-identical to the one written while appending.
+
+Not thread-safe: a segment and its indexes are used from one thread.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from mafka4.records import HEADER_BYTES
+
+U32_MAX = 2**32 - 1
+TMP_SUFFIX = ".tmp"
+
+
+class IndexFile:
+    """Fixed-width entries in memory, written through to an append-only file when open."""
+
+    ENTRY: ClassVar[struct.Struct]
+
+    def __init__(self, path: Path, raw: bytes = b""):
+        assert len(raw) % self.ENTRY.size == 0
+        self.path = path
+        self._raw = bytearray(raw)
+        self._fd: int | None = None
+
+    @classmethod
+    def load(cls, path: Path):
+        """The index stored at ``path``, or None when it is missing or not whole entries."""
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        if len(raw) % cls.ENTRY.size:
+            return None
+        return cls(path, raw)
+
+    def __len__(self) -> int:
+        return len(self._raw) // self.ENTRY.size
+
+    @property
+    def raw(self) -> bytes:
+        return bytes(self._raw)
+
+    def _entry(self, index: int) -> tuple:
+        return self.ENTRY.unpack_from(self._raw, index * self.ENTRY.size)
+
+    def _bisect_right(self, field: int, value: int) -> int:
+        """Number of leading entries whose ``field`` is <= ``value`` (fields are sorted)."""
+        return bisect.bisect_right(range(len(self)), value, key=lambda i: self._entry(i)[field])
+
+    def _bisect_left(self, field: int, value: int) -> int:
+        """Number of leading entries whose ``field`` is < ``value`` (fields are sorted)."""
+        return bisect.bisect_left(range(len(self)), value, key=lambda i: self._entry(i)[field])
+
+    def _append(self, *fields: int) -> None:
+        packed = self.ENTRY.pack(*fields)
+        self._raw += packed
+        if self._fd is not None:
+            written = os.write(self._fd, packed)
+            assert written == len(packed), f"short index write to {self.path}"
+
+    def truncate(self, count: int) -> None:
+        """Keep only the first ``count`` entries."""
+        assert 0 <= count <= len(self)
+        del self._raw[count * self.ENTRY.size:]
+        if self._fd is not None:
+            os.ftruncate(self._fd, len(self._raw))
+
+    def open_for_append(self) -> None:
+        """Write later entries through to the file; the file must already equal memory."""
+        assert self._fd is None
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        assert os.fstat(self._fd).st_size == len(self._raw), f"{self.path} differs from memory"
+
+    def save(self) -> None:
+        """Replace the file with the in-memory entries (tmp file + fsync + rename)."""
+        reopen = self._fd is not None
+        self.close()
+        tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            written = os.write(fd, self._raw)
+            assert written == len(self._raw), f"short index write to {tmp}"
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        if reopen:
+            self.open_for_append()
+
+    def flush(self) -> None:
+        if self._fd is not None:
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def delete(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetPosition:
+    relative_offset: int
+    position: int
+
+
+class OffsetIndex(IndexFile):
+    """Sparse map from relative batch base offset to byte position in the segment."""
+
+    ENTRY = struct.Struct(">II")
+
+    def append(self, relative_offset: int, position: int) -> None:
+        assert 0 < relative_offset <= U32_MAX and 0 < position <= U32_MAX
+        last = self.last()
+        assert last is None or (relative_offset > last.relative_offset and position > last.position)
+        self._append(relative_offset, position)
+
+    def entry(self, index: int) -> OffsetPosition:
+        return OffsetPosition(*self._entry(index))
+
+    def last(self) -> OffsetPosition | None:
+        return self.entry(len(self) - 1) if len(self) else None
+
+    def lookup(self, relative_offset: int) -> OffsetPosition:
+        """The last entry at or below ``relative_offset``, or (0, 0): where a scan starts."""
+        count = self._bisect_right(0, relative_offset)
+        return self.entry(count - 1) if count else OffsetPosition(0, 0)
+
+    def count_below(self, relative_offset: int) -> int:
+        """Number of entries for batches that start below ``relative_offset``."""
+        return self._bisect_left(0, relative_offset)
+
+    def is_sane(self, log_bytes: int) -> bool:
+        """Both fields strictly increasing, above zero, and every position inside the log."""
+        previous = (0, 0)
+        for relative_offset, position in self.ENTRY.iter_unpack(self._raw):
+            if relative_offset <= previous[0] or position <= previous[1]:
+                return False
+            previous = (relative_offset, position)
+        return previous[1] + HEADER_BYTES <= log_bytes if len(self) else True

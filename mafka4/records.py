@@ -1,0 +1,213 @@
+"""The record batch: the unit a producer sends, a log stores and a fetch returns.
+
+A batch is a fixed 55-byte header followed by a msgpack payload. All integers are
+big-endian. The broker never decodes the payload: it checks the CRC and stamps the
+base offset and leader epoch into the header, which the CRC deliberately does not cover
+(as in Kafka), so stamping needs no recomputation.
+
+    offset  size  field               notes
+    0       8     base_offset         int64, offset of the first record; set by the leader
+    8       4     length              int32, bytes after this field (whole batch - 12)
+    12      4     leader_epoch        int32, epoch of the leader that appended it; -1 unset
+    16      1     magic               int8, format version, always 1
+    17      4     crc                 uint32, CRC32 (zlib) of bytes [21, end of batch)
+    21      2     attributes          int16, reserved flags, 0
+    23      4     count               int32, number of records, >= 1
+    27      8     first_timestamp_ms  int64
+    35      8     max_timestamp_ms    int64
+    43      8     producer_id         int64, -1 when the producer is not idempotent
+    51      4     base_sequence       int32, sequence of the first record; -1 when not idempotent
+    55      ...   payload             msgpack array of records
+
+Each record in the payload is a msgpack array
+``[timestamp_delta_ms, key (bin or nil), value (bin), headers (array of [str, bin]) or nil]``;
+record ``i`` has offset ``base_offset + i`` and timestamp ``first_timestamp_ms + delta``.
+
+Concatenated batches ("batch bytes") are what logs store and fetches return.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import msgpack
+
+from mafka4.errors import CorruptRecord
+
+MAGIC = 1
+HEADER = struct.Struct(">qiibIhiqqqi")
+HEADER_BYTES = HEADER.size
+assert HEADER_BYTES == 55
+LENGTH_PREFIX_BYTES = 12  # base_offset + length: what precedes the counted bytes
+CRC_START = 21  # the CRC covers everything from the attributes on
+_STAMP = struct.Struct(">q")
+_EPOCH = struct.Struct(">i")
+_LENGTH = struct.Struct(">i")
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+NO_EPOCH = -1
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    base_offset: int
+    length: int
+    leader_epoch: int
+    crc: int
+    attributes: int
+    count: int
+    first_timestamp_ms: int
+    max_timestamp_ms: int
+    producer_id: int
+    base_sequence: int
+
+    @property
+    def size_bytes(self) -> int:
+        return LENGTH_PREFIX_BYTES + self.length
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.count - 1
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.count
+
+    @property
+    def last_sequence(self) -> int:
+        return self.base_sequence + self.count - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+def encode_batch(
+    records: Sequence[tuple[bytes | None, bytes, int, Sequence[tuple[str, bytes]] | None]],
+    producer_id: int = NO_PRODUCER_ID,
+    base_sequence: int = NO_SEQUENCE,
+) -> bytes:
+    """Encode ``(key, value, timestamp_ms, headers)`` tuples into one unstamped batch."""
+    assert records, "a batch holds at least one record"
+    timestamps = [timestamp_ms for _, _, timestamp_ms, _ in records]
+    first_timestamp_ms = timestamps[0]
+    payload = msgpack.packb(
+        [
+            [timestamp_ms - first_timestamp_ms, key, value, [list(h) for h in headers] if headers else None]
+            for key, value, timestamp_ms, headers in records
+        ],
+        use_bin_type=True,
+    )
+    body = struct.pack(
+        ">hiqqqi", 0, len(records), first_timestamp_ms, max(timestamps), producer_id, base_sequence
+    ) + payload
+    length = 4 + 1 + 4 + len(body)
+    return struct.pack(">qiibI", 0, length, NO_EPOCH, MAGIC, zlib.crc32(body)) + body
+
+
+def read_header(buffer: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
+    """Parse the header at ``position`` without checking the CRC."""
+    if len(buffer) - position < HEADER_BYTES:
+        raise CorruptRecord(
+            f"truncated batch header at byte {position}: {len(buffer) - position} bytes "
+            f"left, a header needs {HEADER_BYTES}"
+        )
+    (base_offset, length, leader_epoch, magic, crc, attributes, count,
+     first_timestamp_ms, max_timestamp_ms, producer_id, base_sequence) = HEADER.unpack_from(buffer, position)
+    if magic != MAGIC:
+        raise CorruptRecord(f"batch at byte {position} has magic {magic}, expected {MAGIC}")
+    if length < HEADER_BYTES - LENGTH_PREFIX_BYTES or count < 1:
+        raise CorruptRecord(f"batch at byte {position} has length {length} and count {count}")
+    return BatchHeader(base_offset, length, leader_epoch, crc, attributes, count,
+                       first_timestamp_ms, max_timestamp_ms, producer_id, base_sequence)
+
+
+def check_batch(buffer: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
+    """Parse and CRC-check the batch at ``position``; raise ``CorruptRecord`` if it is bad."""
+    header = read_header(buffer, position)
+    end = position + header.size_bytes
+    if end > len(buffer):
+        raise CorruptRecord(
+            f"batch at byte {position} claims {header.size_bytes} bytes, only "
+            f"{len(buffer) - position} present"
+        )
+    actual = zlib.crc32(memoryview(buffer)[position + CRC_START:end])
+    if actual != header.crc:
+        raise CorruptRecord(f"batch at byte {position} fails its CRC ({actual:#x} != {header.crc:#x})")
+    return header
+
+
+def check_single_batch(buffer: bytes | bytearray) -> BatchHeader:
+    """Check that ``buffer`` is exactly one valid batch (what a producer must send)."""
+    header = check_batch(buffer)
+    if header.size_bytes != len(buffer):
+        raise CorruptRecord(
+            f"request holds {len(buffer)} bytes but its batch is {header.size_bytes}: send one batch per request"
+        )
+    return header
+
+
+def stamp(batch: bytearray, base_offset: int, leader_epoch: int) -> None:
+    """Write the leader-assigned base offset and epoch into a batch in place."""
+    _STAMP.pack_into(batch, 0, base_offset)
+    _EPOCH.pack_into(batch, 12, leader_epoch)
+
+
+def iter_batches(buffer: bytes | bytearray | memoryview, check_crc: bool = True) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield ``(position, header)`` for each whole batch; stop at the first bad or partial one.
+
+    Callers that must know where valid data ends (log recovery) compare the position after
+    the last yielded batch with ``len(buffer)``.
+    """
+    position = 0
+    size = len(buffer)
+    while size - position >= HEADER_BYTES:
+        try:
+            header = check_batch(buffer, position) if check_crc else read_header(buffer, position)
+        except CorruptRecord:
+            return
+        if position + header.size_bytes > size:
+            return
+        yield position, header
+        position += header.size_bytes
+
+
+def decode_batch(buffer: bytes | bytearray | memoryview, position: int = 0) -> list[Record]:
+    """Decode the records of one CRC-checked batch."""
+    header = check_batch(buffer, position)
+    payload = bytes(memoryview(buffer)[position + HEADER_BYTES:position + header.size_bytes])
+    try:
+        items = msgpack.unpackb(payload, raw=False, use_list=True)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as error:
+        raise CorruptRecord(f"batch at offset {header.base_offset} has a bad payload: {error}") from error
+    if not isinstance(items, list) or len(items) != header.count:
+        raise CorruptRecord(f"batch at offset {header.base_offset} holds a payload that is not {header.count} records")
+    records = []
+    for index, item in enumerate(items):
+        if not (isinstance(item, list) and len(item) == 4):
+            raise CorruptRecord(f"record {index} of batch at offset {header.base_offset} is malformed")
+        delta_ms, key, value, headers = item
+        records.append(Record(
+            header.base_offset + index,
+            header.first_timestamp_ms + delta_ms,
+            key,
+            value,
+            tuple((str(k), v) for k, v in headers) if headers else (),
+        ))
+    return records
+
+
+def decode_batches(buffer: bytes | bytearray | memoryview) -> list[Record]:
+    """Decode every whole batch in concatenated batch bytes."""
+    records: list[Record] = []
+    for position, _ in iter_batches(buffer):
+        records.extend(decode_batch(buffer, position))
+    return records

@@ -1,0 +1,250 @@
+"""``mafka4 up`` / ``down`` / ``status`` for a cluster on this machine.
+
+``up`` spawns the daemon (``mafka4.runtime.daemon``) in a session of its own and waits for
+its ready record; ``down`` SIGTERMs it and then SIGKILLs, by PID, whatever it had started
+and is still alive. Those PIDs are listed *before* the signal, as the daemon's descendants
+plus the members of its session: once raylets die their workers are re-parented and can no
+longer be found from the daemon. A record whose daemon is gone is stale: ``up`` and ``down``
+kill what that daemon left running (found by its session, confirmed by the cluster's
+directories on the command lines) and forget the record instead of failing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from mafka4.coordinator import keys
+from mafka4.coordinator.store import MetadataStore
+from mafka4.errors import ClusterAlreadyRunning, ClusterNotRunning, CoordinatorUnavailable
+from mafka4.limits import ClusterConfig
+from mafka4.runtime.daemon import LOG_FILE_NAME
+from mafka4.runtime.environment import ray_environment
+from mafka4.runtime.ports import is_listening
+from mafka4.runtime.state import CLUSTER_NAME_DEFAULT, ClusterState, load_state, remove_state
+
+DAEMON_MODULE = "mafka4.runtime.daemon"
+STOP_TIMEOUT_S = 30.0  # SIGTERM grace for the daemon before everything is SIGKILLed
+KILL_WAIT_S = 10.0
+POLL_INTERVAL_S = 0.2
+STATUS_ETCD_TIMEOUT_S = 2.0
+
+
+def daemon_alive(state: ClusterState) -> bool:
+    """True if the recorded daemon PID is alive and still is this home's daemon (not a reused PID)."""
+    try:
+        process = psutil.Process(state.daemon_pid)
+        command = process.cmdline()
+        return process.status() != psutil.STATUS_ZOMBIE and DAEMON_MODULE in command and state.home in command
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def up(home: Path, config: ClusterConfig = ClusterConfig(), cluster: str = CLUSTER_NAME_DEFAULT) -> ClusterState:
+    """Start a cluster in ``home`` and return its state once etcd, Ray and registrations are up.
+
+    Raises ClusterAlreadyRunning if one runs there, ClusterNotRunning if it cannot start
+    within ``config.start_timeout_s`` (whatever it started is killed).
+    """
+    home = Path(home).expanduser().resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    previous = load_state(home)
+    if previous is not None and daemon_alive(previous):
+        raise ClusterAlreadyRunning(
+            f"a cluster already runs at {home} (daemon pid {previous.daemon_pid}, etcd {previous.etcd_endpoint}); "
+            f"stop it with 'mafka4 down' or choose another MAFKA4_HOME"
+        )
+    if previous is not None:
+        _kill_pids(_stale_leftovers(previous))
+        remove_state(home)
+    command = [
+        sys.executable, "-m", DAEMON_MODULE, "--home", str(home), "--cluster", cluster,
+        "--write-nodes", str(config.write_nodes), "--read-nodes", str(config.read_nodes),
+        "--node-lease-ttl-s", str(config.node_lease_ttl_s), "--start-timeout-s", str(config.start_timeout_s),
+    ]
+    log_path = home / LOG_FILE_NAME
+    with open(log_path, "ab") as log:
+        # Own session: a Ctrl-C in the caller's terminal must not reach the cluster.
+        daemon = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cwd=home, env=ray_environment() | dict(os.environ), start_new_session=True,
+        )
+    return _wait_ready(home, daemon, config.start_timeout_s, log_path)
+
+
+def _wait_ready(home: Path, daemon: subprocess.Popen, timeout_s: float, log_path: Path) -> ClusterState:
+    """Wait for the daemon's ready record; on failure kill all it started and raise."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = load_state(home)
+        if state is not None and state.ready and state.daemon_pid == daemon.pid:
+            return state
+        # Not reaped yet (no poll()): until then the daemon's PID, which is the id of the session
+        # holding everything it started, cannot be reused while we clean up.
+        if not _alive(daemon.pid, reap=False):
+            _kill_pids(_session_members(daemon.pid))
+            daemon.wait()
+            remove_state(home)
+            raise ClusterNotRunning(f"the cluster daemon exited with code {daemon.returncode}; see {log_path}")
+        time.sleep(POLL_INTERVAL_S)
+    _terminate(daemon.pid)
+    _kill_pids(_session_members(daemon.pid) | {daemon.pid})
+    daemon.wait()
+    remove_state(home)
+    raise ClusterNotRunning(f"the cluster did not start within {timeout_s} s and was stopped; see {log_path}")
+
+
+def down(home: Path) -> list[int]:
+    """Stop the cluster recorded in ``home``; return the PIDs that were stopped.
+
+    Raises ClusterNotRunning if nothing is recorded there.
+    """
+    home = Path(home).expanduser().resolve()
+    state = load_state(home)
+    if state is None:
+        raise ClusterNotRunning(f"no local cluster at {home}: nothing to stop")
+    if daemon_alive(state):
+        # Listed before the signal: the daemon is reaped by someone else once it exits.
+        pids = {state.daemon_pid, *_descendants(state.daemon_pid), *_session_members(state.daemon_pid)}
+        _terminate(state.daemon_pid)
+    else:
+        pids = _stale_leftovers(state)
+    _kill_pids(pids)
+    remove_state(home)
+    return sorted(pids)
+
+
+def _terminate(daemon_pid: int) -> None:
+    """SIGTERM the daemon, which then stops its cluster in order; wait up to STOP_TIMEOUT_S."""
+    try:
+        os.kill(daemon_pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    _wait_gone([daemon_pid], STOP_TIMEOUT_S)
+
+
+def _session_members(session_id: int) -> set[int]:
+    """Processes in the session the daemon leads (it starts with ``start_new_session``).
+
+    That is everything the daemon started, including processes re-parented after their
+    parent died, and nothing else: Ray and etcd do not start sessions of their own.
+    """
+    members = set()
+    for process in psutil.process_iter():
+        try:
+            if os.getsid(process.pid) == session_id:
+                members.add(process.pid)
+        except (ProcessLookupError, PermissionError):
+            continue
+    return members
+
+
+def _stale_leftovers(state: ClusterState) -> set[int]:
+    """What a dead daemon left running: its session's members, if they are this cluster's.
+
+    The session id is the dead daemon's PID, which may since have been reused, so the
+    members count as ours only if one of them runs on this cluster's etcd or Ray directory.
+    """
+    members = _session_members(state.daemon_pid)
+    markers = (str(Path(state.home) / "etcd"), state.ray_temp_dir)
+    return members if any(_mentions(pid, markers) for pid in members) else set()
+
+
+def _mentions(pid: int, markers: tuple[str, ...]) -> bool:
+    try:
+        command = " ".join(psutil.Process(pid).cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+    return any(marker in command for marker in markers)
+
+
+def _is_etcd_of(state: ClusterState) -> bool:
+    try:
+        process = psutil.Process(state.etcd_pid)
+        return "etcd" in process.name() and str(Path(state.home) / "etcd") in process.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def _descendants(pid: int) -> list[int]:
+    try:
+        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _alive(pid: int, reap: bool = True) -> bool:
+    """False once ``pid`` exited (a zombie counts as exited, and is reaped if it is our child)."""
+    try:
+        if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            return True
+    except psutil.NoSuchProcess:
+        return False
+    if not reap:
+        return False
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass  # someone else's child: its parent (or init) reaps it
+    return False
+
+
+def _wait_gone(pids: list[int], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not any(_alive(pid) for pid in pids):
+            return True
+        time.sleep(POLL_INTERVAL_S)
+    return False
+
+
+def _kill_pids(pids) -> None:
+    """SIGKILL each PID still alive, then wait (bounded) for them to be gone."""
+    for pid in pids:
+        if _alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    _wait_gone(list(pids), KILL_WAIT_S)
+
+
+def status(home: Path) -> dict:
+    """What runs in ``home``: the record, which PIDs live, and which nodes etcd has registered."""
+    home = Path(home).expanduser().resolve()
+    state = load_state(home)
+    if state is None:
+        return {"home": str(home), "running": False, "message": f"no local cluster at {home}"}
+    report = {
+        "home": str(home), "cluster": state.cluster, "ready": state.ready,
+        "running": daemon_alive(state),
+        "daemon_pid": state.daemon_pid, "etcd_pid": state.etcd_pid, "etcd_alive": _is_etcd_of(state),
+        "etcd_endpoint": state.etcd_endpoint, "ray_address": state.ray_address,
+        "ray_reachable": is_listening(int(state.ray_address.rpartition(":")[2])),
+        "write_nodes": list(state.write_nodes), "read_nodes": list(state.read_nodes),
+    }
+    if is_listening(int(state.etcd_endpoint.rpartition(":")[2])):
+        report.update(_registered_nodes(state))
+    else:
+        report.update(etcd_reachable=False, registered_nodes={})
+    return report
+
+
+def _registered_nodes(state: ClusterState) -> dict:
+    try:
+        store = MetadataStore(state.etcd_endpoint, timeout_s=STATUS_ETCD_TIMEOUT_S)
+    except Exception as error:  # the client constructor may fail before any request
+        return {"etcd_reachable": False, "etcd_error": str(error), "registered_nodes": {}}
+    try:
+        registered = {item.value["node_id"]: item.value for item in store.get_prefix(keys.nodes_prefix(state.cluster))}
+    except CoordinatorUnavailable as error:
+        return {"etcd_reachable": False, "etcd_error": error.message, "registered_nodes": {}}
+    finally:
+        store.close()
+    return {"etcd_reachable": True, "registered_nodes": registered}

@@ -1,0 +1,118 @@
+"""A multi-node Ray cluster on one machine, one Ray node per simulated mafka4 node.
+
+Owns the custom-resource naming that pins actors to a simulated node, and the start/stop of
+the cluster through ``ray.cluster_utils.Cluster``. Layout: a head node (``num_cpus=2``, no
+write/read resources: drivers and controllers run there) plus one Ray node per write node
+("w0", "w1", ...) and read node ("r0", ...), each with ``num_cpus=1`` and
+
+    write node:  {"write_node": 1000, "mafka4_node_<id>": 1000}
+    read node:   {"read_node": 1000,  "mafka4_node_<id>": 1000}
+
+A partition actor is pinned with ``num_cpus=0, resources={node_resource(node_id): 1}``; the
+1000 units bound how many such actors fit on one node. Every process binds 127.0.0.1.
+Processes are stopped only by ``stop_ray_cluster`` (``shutdown_at_exit=False``: the daemon
+owns the cluster's lifetime and its own signal handlers, not Ray's exit hooks).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mafka4.runtime.environment import apply_ray_environment
+from mafka4.runtime.ports import LOOPBACK
+
+NODE_RESOURCE_PREFIX = "mafka4_node_"
+WRITE_NODE_RESOURCE = "write_node"
+READ_NODE_RESOURCE = "read_node"
+# Units of each role/node resource a node offers: the most actors pinned to one node.
+NODE_RESOURCE_UNITS = 1000
+HEAD_CPUS = 2
+NODE_CPUS = 1
+# Plasma store per Ray node; it lives in /dev/shm, so it bounds shared memory per node.
+OBJECT_STORE_BYTES_PER_NODE = 256 * 1024 * 1024
+NODE_START_TIMEOUT_S = 60
+
+
+class NodeRole(enum.Enum):
+    WRITE = "write"
+    READ = "read"
+
+
+def node_resource(node_id: str) -> str:
+    """The custom resource only node ``node_id`` carries (Ray reserves the "node:" prefix)."""
+    assert node_id and not node_id.startswith("node:"), node_id
+    return f"{NODE_RESOURCE_PREFIX}{node_id}"
+
+
+def node_resources(role: NodeRole | str, node_id: str) -> dict[str, float]:
+    role = NodeRole(role)
+    role_resource = WRITE_NODE_RESOURCE if role is NodeRole.WRITE else READ_NODE_RESOURCE
+    return {role_resource: NODE_RESOURCE_UNITS, node_resource(node_id): NODE_RESOURCE_UNITS}
+
+
+def node_ids(role: NodeRole | str, count: int) -> list[str]:
+    """Ids of the ``count`` simulated nodes of one role: w0, w1, ... or r0, r1, ..."""
+    prefix = "w" if NodeRole(role) is NodeRole.WRITE else "r"
+    return [f"{prefix}{index}" for index in range(count)]
+
+
+@dataclass(frozen=True, slots=True)
+class RayCluster:
+    """A started local Ray cluster; ``handle`` is the ``ray.cluster_utils.Cluster``."""
+
+    address: str  # GCS address "127.0.0.1:<port>", what ray.init(address=...) takes
+    temp_dir: str
+    handle: Any
+
+
+def start_ray_cluster(
+    temp_dir: Path,
+    write_nodes: list[str],
+    read_nodes: list[str],
+    object_store_bytes: int = OBJECT_STORE_BYTES_PER_NODE,
+) -> RayCluster:
+    """Start the head and one Ray node per simulated node; return once all are alive.
+
+    On failure the nodes already started are stopped before the error propagates.
+    """
+    apply_ray_environment()
+    from ray.cluster_utils import Cluster  # after the environment: Ray reads it at import
+
+    # Cluster writes the head's address to $RAY_TMPDIR/ray/ray_current_cluster (default
+    # /tmp/ray, shared with every other Ray on the machine); keep it inside our temp dir.
+    os.environ["RAY_TMPDIR"] = str(temp_dir)
+    (Path(temp_dir) / "ray").mkdir(parents=True, exist_ok=True)
+    common = {
+        "node_ip_address": LOOPBACK,
+        "temp_dir": str(temp_dir),
+        "object_store_memory": object_store_bytes,
+    }
+    cluster = Cluster(initialize_head=False, shutdown_at_exit=False)
+    try:
+        cluster.add_node(num_cpus=HEAD_CPUS, include_dashboard=False, **common)
+        for role, ids in ((NodeRole.WRITE, write_nodes), (NodeRole.READ, read_nodes)):
+            for node_id in ids:
+                cluster.add_node(wait=False, num_cpus=NODE_CPUS, resources=node_resources(role, node_id), **common)
+        cluster.wait_for_nodes(timeout=NODE_START_TIMEOUT_S)
+    except BaseException:
+        cluster.shutdown()
+        raise
+    return RayCluster(address=cluster.address, temp_dir=str(temp_dir), handle=cluster)
+
+
+def stop_ray_cluster(cluster: RayCluster) -> None:
+    """Stop every node's processes (raylets first, then the head's GCS) and wait for them."""
+    cluster.handle.shutdown()
+
+
+def ray_process_pids(cluster: RayCluster) -> list[int]:
+    """PIDs of the processes Ray started for the nodes (not the workers raylets spawn)."""
+    pids = []
+    for node in cluster.handle.list_all_nodes():
+        for infos in node.all_processes.values():
+            pids.extend(info.process.pid for info in infos)
+    return sorted(pids)

@@ -1,0 +1,72 @@
+"""Integration fixtures: one real local cluster (etcd + multi-node Ray) per test session.
+
+Every test under tests/integration is marked ``integration`` so that ``-m 'not integration'``
+gives the fast suite.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from mafka4.limits import ClusterConfig
+from mafka4.runtime.connect import connect
+from mafka4.runtime.environment import HOME_ENV, ray_temp_dir
+from mafka4.runtime.local import down, up
+
+INTEGRATION_DIR = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if INTEGRATION_DIR in Path(item.path).parents:
+            item.add_marker(pytest.mark.integration)
+
+
+def short_home() -> Path:
+    """A fresh home under /tmp: short enough that Ray's temp dir (and sockets) live inside it."""
+    return Path(tempfile.mkdtemp(prefix="m4-", dir="/tmp"))
+
+
+def remove_home(home: Path) -> None:
+    shutil.rmtree(ray_temp_dir(home), ignore_errors=True)
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """A running cluster with write nodes w0..w2 and read node r0, and a driver connected to it."""
+    home = short_home()
+    previous_home = os.environ.get(HOME_ENV)
+    os.environ[HOME_ENV] = str(home)
+    try:
+        up(home, ClusterConfig(write_nodes=3, read_nodes=1))
+        connection = None
+        try:
+            connection = connect(home)
+            yield connection
+        finally:
+            import ray
+
+            if connection is not None:
+                connection.store.close()
+            ray.shutdown()
+            down(home)
+    finally:
+        if previous_home is None:
+            os.environ.pop(HOME_ENV, None)
+        else:
+            os.environ[HOME_ENV] = previous_home
+        remove_home(home)
+
+
+@pytest.fixture
+def fresh_home():
+    """An empty short home for a test that starts its own cluster; removed afterwards."""
+    home = short_home()
+    yield home
+    remove_home(home)

@@ -1,0 +1,46 @@
+"""The CLI as a user runs it, against the session's local cluster."""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import sys
+
+
+def mafka4(*args: str, stdin: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mafka4.cli", *args], input=stdin, capture_output=True, timeout=timeout)
+
+
+def test_create_produce_consume_each_line_exactly_once(cluster):
+    topic = f"cli-{secrets.token_hex(3)}"
+    created = mafka4("topic", "create", topic, "--partitions", "2", "--replication-factor", "2")
+    assert created.returncode == 0, created.stderr
+    lines = b"".join(f"{n}\n".encode() for n in range(1, 2001))
+    produced = mafka4("produce", topic, stdin=lines)
+    assert produced.returncode == 0, produced.stderr
+    consumed = mafka4("consume", topic, "--from-beginning", "--max-messages", "2000", "--timeout-ms", "20000")
+    assert consumed.returncode == 0, consumed.stderr
+    assert sorted(int(line) for line in consumed.stdout.split()) == list(range(1, 2001))
+    described = mafka4("topic", "describe", topic)
+    assert described.returncode == 0 and b"high_watermark" in described.stdout
+    assert topic.encode() in mafka4("topic", "list").stdout
+
+
+def test_keyed_lines_keep_their_key(cluster):
+    topic = f"clikey-{secrets.token_hex(3)}"
+    assert mafka4("topic", "create", topic).returncode == 0
+    assert mafka4("produce", topic, "--key-sep", ":", stdin=b"a:1\nb:2\n").returncode == 0
+    consumed = mafka4("consume", topic, "--from-beginning", "--max-messages", "2", "--print-key", "--key-sep", "=")
+    assert sorted(consumed.stdout.split()) == [b"a=1", b"b=2"]
+    missing = mafka4("produce", topic, "--key-sep", ":", stdin=b"no separator here\n")
+    assert missing.returncode == 2 and b"no key separator" in missing.stderr
+
+
+def test_errors_are_one_line_with_the_fix(cluster):
+    unknown = mafka4("produce", "does-not-exist", stdin=b"x\n")
+    assert unknown.returncode == 2
+    assert unknown.stderr.strip().startswith(b"mafka4: error: topic 'does-not-exist' does not exist")
+    bad = mafka4("topic", "create", "bad/name")
+    assert bad.returncode == 2 and b"letters, digits" in bad.stderr
+    too_wide = mafka4("topic", "create", f"w-{secrets.token_hex(2)}", "--replication-factor", "9")
+    assert too_wide.returncode != 0 and b"replication_factor=9 must be at least 1 and at most 7" in too_wide.stderr

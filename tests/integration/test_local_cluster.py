@@ -1,0 +1,186 @@
+"""The local cluster runtime against real etcd and a real multi-node Ray."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import ray
+
+from mafka4.coordinator import keys
+from mafka4.coordinator.store import MetadataStore
+from mafka4.errors import ClusterAlreadyRunning, ClusterNotRunning, CoordinatorUnavailable
+from mafka4.limits import ClusterConfig
+from mafka4.runtime.connect import connect
+from mafka4.runtime.daemon import NodeRegistration, refresh_registrations
+from mafka4.runtime.etcd_server import restart_etcd, start_etcd, stop_etcd
+from mafka4.runtime.local import down, status, up
+from mafka4.runtime.ports import is_listening
+from mafka4.runtime.ray_cluster import NodeRole, node_resource
+from mafka4.runtime.state import state_path
+
+NODES = {"w0": "write", "w1": "write", "w2": "write", "r0": "read"}
+LEASE_TTL_S = 2
+# etcd checks lease expiry about every 500 ms; allow for that and a busy machine.
+EXPIRY_WAIT_S = LEASE_TTL_S + 5
+
+
+def wait_until(predicate, timeout_s: float, interval_s: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return predicate()
+
+
+def test_status_shows_etcd_and_every_node_registered(cluster):
+    report = status(Path(cluster.state.home))
+
+    assert report["running"] and report["ready"] and report["etcd_reachable"] and report["ray_reachable"]
+    assert {node_id: value["role"] for node_id, value in report["registered_nodes"].items()} == NODES
+    assert all(value["resource"] == node_resource(i) for i, value in report["registered_nodes"].items())
+    config = cluster.store.get(keys.cluster_config(cluster.cluster)).value
+    assert config == {"data_root": cluster.state.data_root, "write_nodes": ["w0", "w1", "w2"], "read_nodes": ["r0"]}
+
+
+def test_ray_nodes_carry_role_and_node_resources(cluster):
+    alive = [node for node in ray.nodes() if node["Alive"]]
+
+    assert len(alive) == 1 + len(NODES)
+    for node_id, role in NODES.items():
+        (node,) = [n for n in alive if node_resource(node_id) in n["Resources"]]
+        assert node["Resources"][f"{role}_node"] == 1000
+        assert node["Resources"]["CPU"] == 1
+        assert node["NodeManagerAddress"] == "127.0.0.1"
+    (head,) = [n for n in alive if not any(r.startswith("mafka4_node_") for r in n["Resources"])]
+    assert "write_node" not in head["Resources"] and "read_node" not in head["Resources"]
+
+
+def test_driver_joins_an_existing_cluster_through_the_environment(cluster, monkeypatch):
+    monkeypatch.setenv("MAFKA4_ETCD_ENDPOINT", cluster.state.etcd_endpoint)
+    monkeypatch.setenv("MAFKA4_RAY_ADDRESS", cluster.state.ray_address)
+    monkeypatch.setenv("MAFKA4_HOME", "/nonexistent")  # must not be consulted
+
+    joined = connect()
+    try:
+        assert joined.state is None and joined.cluster == "local"
+        assert {item.value["node_id"] for item in joined.store.get_prefix(keys.nodes_prefix("local"))} == set(NODES)
+    finally:
+        joined.store.close()
+
+
+@ray.remote
+class WhereAmI:
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+
+def test_actor_pinned_by_node_resource_lands_on_that_node(cluster):
+    (w1,) = [n["NodeID"] for n in ray.nodes() if n["Alive"] and node_resource("w1") in n["Resources"]]
+
+    actor = WhereAmI.options(num_cpus=0, resources={node_resource("w1"): 1}).remote()
+    try:
+        assert ray.get(actor.node_id.remote(), timeout=120) == w1
+    finally:
+        ray.kill(actor)
+
+
+def test_registration_disappears_when_refreshing_stops(cluster):
+    registration = NodeRegistration(cluster.store, "lease-test", "w9", NodeRole.WRITE, LEASE_TTL_S)
+    key = keys.node("lease-test", "w9")
+    registration.keep_alive()
+    # Refreshed for longer than the TTL: still registered.
+    deadline = time.monotonic() + LEASE_TTL_S * 2
+    while time.monotonic() < deadline:
+        registration.keep_alive()
+        time.sleep(LEASE_TTL_S / 3)
+    assert cluster.store.get(key).value == {"node_id": "w9", "role": "write", "resource": "mafka4_node_w9"}
+
+    assert wait_until(lambda: cluster.store.get(key) is None, EXPIRY_WAIT_S)
+
+    registration.keep_alive()  # the expired lease is noticed and replaced
+    assert cluster.store.get(key) is not None
+    registration.revoke()
+    assert cluster.store.get(key) is None
+
+
+def test_registration_survives_an_etcd_outage(tmp_path):
+    etcd = start_etcd(tmp_path / "etcd")
+    opened: list[MetadataStore] = []
+
+    def open_store() -> MetadataStore:
+        opened.append(MetadataStore(etcd.endpoint, timeout_s=1.0))
+        return opened[-1]
+
+    key = keys.node("outage-test", "r3")
+    registrations = [NodeRegistration(open_store(), "outage-test", "r3", NodeRole.READ, LEASE_TTL_S)]
+    try:
+        assert refresh_registrations(registrations, open_store)
+        stop_etcd(etcd)
+        assert not refresh_registrations(registrations, open_store)
+        time.sleep(LEASE_TTL_S + 1)  # down for longer than the lease lives
+        etcd = restart_etcd(etcd)
+
+        assert wait_until(lambda: refresh_registrations(registrations, open_store), 15, interval_s=0.5)
+        assert registrations[0].store.get(key).value["role"] == "read"
+        # The new lease is being refreshed: the key outlives the TTL several times over.
+        for _ in range(3 * 3):
+            time.sleep(LEASE_TTL_S / 3)
+            assert registrations[0].store.get(key) is not None
+            assert refresh_registrations(registrations, open_store)
+    finally:
+        for store in opened:
+            store.close()
+        stop_etcd(etcd)
+
+
+def test_down_stops_every_process_and_forgets_the_cluster(fresh_home):
+    home = fresh_home
+    try:
+        state = up(home, ClusterConfig(write_nodes=1, read_nodes=1))
+        with pytest.raises(ClusterAlreadyRunning):
+            up(home, ClusterConfig(write_nodes=1, read_nodes=1))
+        started = {state.daemon_pid} | {p.pid for p in psutil.Process(state.daemon_pid).children(recursive=True)}
+        assert state.etcd_pid in started
+
+        stopped = down(home)
+
+        assert started <= set(stopped)
+        assert not [pid for pid in started if _alive(pid)]
+        assert not state_path(home).exists()
+        assert not is_listening(int(state.etcd_endpoint.rpartition(":")[2]))
+        assert not is_listening(int(state.ray_address.rpartition(":")[2]))
+        assert status(home)["running"] is False
+        with pytest.raises(ClusterNotRunning, match="nothing to stop"):
+            down(home)
+        with pytest.raises(ClusterNotRunning, match="mafka4 up"):
+            connect(home)
+    finally:
+        if state_path(home).exists():
+            down(home)
+
+
+def test_down_cleans_up_after_a_daemon_that_was_killed(fresh_home):
+    state = up(fresh_home, ClusterConfig(write_nodes=1, read_nodes=0))
+    started = {p.pid for p in psutil.Process(state.daemon_pid).children(recursive=True)}
+    os.kill(state.daemon_pid, signal.SIGKILL)  # no cleanup: etcd and Ray are orphaned
+    assert wait_until(lambda: not _alive(state.daemon_pid), 10)
+    assert status(fresh_home)["running"] is False
+
+    stopped = down(fresh_home)
+
+    assert state.etcd_pid in stopped
+    assert not [pid for pid in started if _alive(pid)]
+    assert not state_path(fresh_home).exists()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

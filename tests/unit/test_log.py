@@ -1,0 +1,376 @@
+"""Unit tests of the segmented log: append, read, roll, retention, flush policy, truncation."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mafka4 import records
+from mafka4.errors import CorruptRecord, OffsetOutOfRange
+from mafka4.limits import LogConfig
+from mafka4.physical.log import RECOVERY_POINT_FILE, Log, read_recovery_point
+
+SEGMENT_BYTES = 4096  # the smallest segment LogConfig allows
+
+
+def make_batch(base_offset: int, timestamp_ms: int, value_bytes: int = 100, count: int = 1, epoch: int = 0) -> bytes:
+    batch = bytearray(records.encode_batch(
+        [(b"key-%d" % i, bytes([i % 256]) * value_bytes, timestamp_ms + i, None) for i in range(count)]
+    ))
+    records.stamp(batch, base_offset, epoch)
+    return bytes(batch)
+
+
+def config(**changes) -> LogConfig:
+    values = dict(segment_bytes_max=SEGMENT_BYTES, index_interval_bytes=512,
+                  flush_interval_ms=None, flush_interval_messages=None)
+    values.update(changes)
+    return LogConfig(**values)
+
+
+def fill(log: Log, batches: int, timestamp_ms: int = 1_000, value_bytes: int = 100, count: int = 1,
+         now_ms: int | None = None) -> list[bytes]:
+    """Append ``batches`` batches, timestamps rising by 10 ms per batch; return their bytes."""
+    appended = []
+    for i in range(batches):
+        batch = make_batch(log.log_end_offset, timestamp_ms + 10 * i, value_bytes, count)
+        log.append(batch, timestamp_ms + 10 * i if now_ms is None else now_ms)
+        appended.append(batch)
+    return appended
+
+
+def log_files(directory: Path, suffix: str = ".log") -> list[str]:
+    return sorted(name for name in os.listdir(directory) if name.endswith(suffix))
+
+
+def split_batches(data: bytes) -> list[bytes]:
+    parts = [data[p:p + h.size_bytes] for p, h in records.iter_batches(data)]
+    assert sum(map(len, parts)) == len(data)
+    return parts
+
+
+# --- append and read ------------------------------------------------------------------------
+
+
+def test_round_trip_across_segments_with_20_digit_names(tmp_path):
+    log = Log.open(tmp_path, config(), now_ms=0)
+    appended = fill(log, 60, count=2)
+    assert log.log_start_offset == 0 and log.log_end_offset == 120
+    names = log_files(tmp_path)
+    assert len(names) >= 3
+    assert all(len(name) == 24 and name[:20].isdigit() for name in names)
+    assert all((tmp_path / name).stat().st_size <= SEGMENT_BYTES for name in names)
+    assert log.size_bytes == sum(map(len, appended))
+    assert log.read(0, 10**9) == b"".join(appended)
+    for offset in range(120):
+        # Reading from inside a batch starts with the batch that holds the offset.
+        assert log.read(offset, 1) == appended[offset // 2]
+    log.close()
+
+
+def test_read_honours_bytes_max_but_returns_at_least_one_batch(tmp_path):
+    log = Log.open(tmp_path, config(), now_ms=0)
+    appended = fill(log, 40)
+    size = len(appended[0])
+    assert log.read(0, 0) == appended[0]
+    assert log.read(0, size - 1) == appended[0]
+    assert log.read(3, int(size * 2.5)) == b"".join(appended[3:5])
+    # A read that crosses a segment boundary keeps going.
+    assert log.read(0, size * 40) == b"".join(appended)
+    big = make_batch(40, 5_000, value_bytes=6_000)
+    log.append(bytearray(big), 5_000)  # the actor stamps batches in a bytearray
+    assert log.read(40, 10) == big
+    log.close()
+
+
+def test_read_stops_at_end_offset(tmp_path):
+    log = Log.open(tmp_path, config(), now_ms=0)
+    appended = fill(log, 10, count=3)
+    assert log.read(0, 10**9, end_offset=9) == b"".join(appended[:3])
+    assert log.read(0, 10**9, end_offset=10) == b"".join(appended[:3])  # batch 9..11 passes it
+    assert log.read(9, 10**9, end_offset=9) == b""
+    assert log.read(12, 10**9, end_offset=9) == b""
+    assert log.read(30, 10**9) == b""  # the log end offset
+    log.close()
+
+
+def test_read_outside_the_log_raises_offset_out_of_range(tmp_path):
+    log = Log.open(tmp_path, config(retention_bytes=0), now_ms=0)
+    fill(log, 60)
+    assert log.apply_retention(now_ms=0) > 0
+    start = log.log_start_offset
+    assert start > 0
+    for offset in (start - 1, log.log_end_offset + 1):
+        with pytest.raises(OffsetOutOfRange, match=rf"\[{start}, {log.log_end_offset}\]"):
+            log.read(offset, 1000)
+    assert log.read(start, 1) != b""
+    log.close()
+
+
+def test_append_refuses_bad_batches_and_appends_nothing(tmp_path):
+    log = Log.open(tmp_path, config(), now_ms=0)
+    fill(log, 3)
+    with pytest.raises(CorruptRecord, match="expects 3"):
+        log.append(make_batch(7, 0), 0)
+    corrupt = bytearray(make_batch(3, 0))
+    corrupt[-1] ^= 0xFF
+    with pytest.raises(CorruptRecord):
+        log.append(corrupt, 0)
+    with pytest.raises(CorruptRecord):
+        log.append(make_batch(3, 0) + make_batch(4, 0), 0)  # one batch per append
+    assert log.log_end_offset == 3 and log.size_bytes == 3 * len(make_batch(0, 0))
+    log.close()
+
+
+def test_append_batches_is_all_or_nothing(tmp_path):
+    log = Log.open(tmp_path, config(), now_ms=0)
+    good = [make_batch(2 * i, 1_000 + i, value_bytes=300, count=2) for i in range(20)]
+    headers = log.append_batches(b"".join(good[:15]), now_ms=0)
+    assert [h.base_offset for h in headers] == list(range(0, 30, 2))
+    before = (log.log_end_offset, log.size_bytes)
+    tail = b"".join(good[15:])
+    corrupt_middle = bytearray(tail)
+    corrupt_middle[len(good[15]) + 60] ^= 1
+    for bad in (bytes(corrupt_middle), tail[:-1], tail + b"\x00" * 3, b"".join(good[16:])):
+        with pytest.raises(CorruptRecord):
+            log.append_batches(bad, now_ms=0)
+        assert (log.log_end_offset, log.size_bytes) == before
+    assert log.append_batches(b"", now_ms=0) == []
+    log.append_batches(tail, now_ms=0)
+    assert log.read(0, 10**9) == b"".join(good)
+    assert len(log_files(tmp_path)) > 1  # the follower path rolls segments too
+    log.close()
+
+
+def test_batch_headers_from_an_offset(tmp_path):
+    log = Log.open(tmp_path, config(), now_ms=0)
+    fill(log, 30, count=3)
+    assert [h.base_offset for h in log.batch_headers()] == list(range(0, 90, 3))
+    assert [h.base_offset for h in log.batch_headers(40)] == list(range(39, 90, 3))
+    assert list(log.batch_headers(90)) == []
+    log.close()
+
+
+# --- rolling --------------------------------------------------------------------------------
+
+
+def test_roll_by_size_and_oversized_batch_gets_its_own_segment(tmp_path):
+    log = Log.open(tmp_path, config(), now_ms=0)
+    fill(log, 3)
+    big = make_batch(3, 2_000, value_bytes=5_000)
+    log.append(big, 2_000)
+    fill(log, 1, timestamp_ms=3_000)
+    assert log_files(tmp_path) == [f"{0:020d}.log", f"{3:020d}.log", f"{4:020d}.log"]
+    assert (tmp_path / f"{3:020d}.log").read_bytes() == big
+    log.close()
+
+
+def test_roll_by_age(tmp_path):
+    log = Log.open(tmp_path, config(segment_age_ms_max=1_000), now_ms=0)
+    log.append(make_batch(0, timestamp_ms=0), now_ms=0)
+    log.append(make_batch(1, timestamp_ms=500), now_ms=1_000)
+    assert len(log_files(tmp_path)) == 1  # 1000 ms old is not older than 1000 ms
+    log.append(make_batch(2, timestamp_ms=1_001), now_ms=1_001)
+    assert log_files(tmp_path) == [f"{0:020d}.log", f"{2:020d}.log"]
+    log.close()
+    # The age survives a restart: it comes from the first batch, not from memory.
+    log = Log.open(tmp_path, config(segment_age_ms_max=1_000), now_ms=5_000)
+    log.append(make_batch(3, timestamp_ms=5_000), now_ms=5_000)
+    assert log_files(tmp_path)[-1] == f"{3:020d}.log"
+    log.close()
+
+
+def test_roll_by_age_counts_record_time_so_replayed_old_data_does_not_roll_every_batch(tmp_path):
+    log = Log.open(tmp_path, config(segment_age_ms_max=1_000), now_ms=0)
+    for offset in range(10):
+        log.append(make_batch(offset, timestamp_ms=100 * offset), now_ms=10**9)
+    assert log_files(tmp_path) == [f"{0:020d}.log"]
+    log.append(make_batch(10, timestamp_ms=1_001), now_ms=10**9)
+    assert log_files(tmp_path) == [f"{0:020d}.log", f"{10:020d}.log"]
+    log.close()
+
+
+# --- time lookup and retention --------------------------------------------------------------
+
+
+def test_offset_for_timestamp(tmp_path):
+    log = Log.open(tmp_path, config(index_interval_bytes=200), now_ms=0)
+    # Timestamps not in offset order (producer clocks disagree): 0..59 rise by 10 ms,
+    # except batch 30, which carries a timestamp from far in the future.
+    for offset in range(60):
+        timestamp_ms = 99_000 if offset == 30 else 1_000 + 10 * offset
+        log.append(make_batch(offset, timestamp_ms), now_ms=0)
+    assert log.offset_for_timestamp(0) == 0
+    assert log.offset_for_timestamp(1_000) == 0
+    assert log.offset_for_timestamp(1_001) == 1
+    assert log.offset_for_timestamp(1_250) == 25
+    assert log.offset_for_timestamp(1_305) == 30  # the future batch is the first at or after it
+    assert log.offset_for_timestamp(1_590) == 30
+    assert log.offset_for_timestamp(99_000) == 30
+    assert log.offset_for_timestamp(99_001) is None
+    for offset in range(60):
+        if offset != 30:
+            expected = offset if offset < 30 else 30
+            assert log.offset_for_timestamp(1_000 + 10 * offset) == expected
+    log.close()
+
+
+def test_retention_by_age_never_deletes_the_active_segment(tmp_path):
+    log = Log.open(tmp_path, config(retention_ms=1_000), now_ms=0)
+    fill(log, 100, timestamp_ms=0)  # 10 ms apart: 0 .. 990
+    segments = log_files(tmp_path)
+    assert len(segments) >= 3
+    second_base = int(segments[1][:20])
+    assert log.apply_retention(now_ms=1_000) == 0
+    first_max_ms = 10 * (second_base - 1)
+    assert log.apply_retention(now_ms=first_max_ms + 1_000) == 0
+    assert log.offset_for_timestamp(0) == 0
+    assert log.apply_retention(now_ms=first_max_ms + 1_001) == 1
+    assert log.log_start_offset == second_base
+    assert log_files(tmp_path) == segments[1:]
+    assert not (tmp_path / segments[0].replace(".log", ".index")).exists()
+    assert log.offset_for_timestamp(0) == second_base  # older timestamps now map to the log start
+    assert log.apply_retention(now_ms=10**9) == len(segments) - 2
+    assert log_files(tmp_path) == segments[-1:]
+    assert log.read(log.log_start_offset, 10**9) != b""
+    log.close()
+
+
+def test_retention_by_size(tmp_path):
+    log = Log.open(tmp_path, config(retention_ms=None, retention_bytes=2 * SEGMENT_BYTES), now_ms=0)
+    appended = fill(log, 150)
+    sizes = [(tmp_path / name).stat().st_size for name in log_files(tmp_path)]
+    assert sum(sizes) == log.size_bytes > 3 * SEGMENT_BYTES
+    # The oldest segments go, and only as many as needed to get within retention_bytes.
+    expected = next(k for k in range(len(sizes)) if sum(sizes[k:]) <= 2 * SEGMENT_BYTES)
+    assert log.apply_retention(now_ms=0) == expected
+    assert log.size_bytes == sum(sizes[expected:])
+    assert log.read(log.log_start_offset, 10**9) == b"".join(appended[log.log_start_offset:])
+    assert log.apply_retention(now_ms=0) == 0
+    log.close()
+
+
+# --- flush policy ---------------------------------------------------------------------------
+
+
+def test_flush_every_batch(tmp_path):
+    log = Log.open(tmp_path, config(segment_bytes_max=1 << 20, flush_interval_messages=1), now_ms=0)
+    fill(log, 5, count=3)
+    assert log.flushes_total == 5
+    log.close()
+
+
+def test_flush_every_n_messages(tmp_path):
+    log = Log.open(tmp_path, config(segment_bytes_max=1 << 20, flush_interval_messages=5), now_ms=0)
+    counts = []
+    for _ in range(6):
+        fill(log, 1, count=2)
+        counts.append(log.flushes_total)
+    assert counts == [0, 0, 1, 1, 1, 2]  # after 6 and after 6 more messages
+    log.close()
+
+
+def test_flush_by_time(tmp_path):
+    log = Log.open(tmp_path, config(segment_bytes_max=1 << 20, flush_interval_ms=100), now_ms=0)
+    fill(log, 1, now_ms=10)
+    assert log.flushes_total == 0
+    assert log.maybe_flush(now_ms=99) is False
+    assert log.maybe_flush(now_ms=100) is True
+    assert log.flushes_total == 1
+    assert log.maybe_flush(now_ms=500) is False  # nothing new to flush
+    fill(log, 1, now_ms=150)
+    assert log.flushes_total == 1
+    fill(log, 1, now_ms=200)  # 100 ms since the last flush: the append itself flushes
+    assert log.flushes_total == 2
+    log.close()
+
+
+def test_no_flush_policy_flushes_only_on_close(tmp_path):
+    log = Log.open(tmp_path, config(segment_bytes_max=1 << 20), now_ms=0)
+    fill(log, 20)
+    assert log.maybe_flush(now_ms=10**9) is False
+    assert log.flushes_total == 0
+    log.close()
+    assert read_recovery_point(tmp_path).clean_shutdown
+    assert read_recovery_point(tmp_path).offset == 20
+
+
+# --- truncation and reopening ---------------------------------------------------------------
+
+
+def test_truncate_to_then_append_again(tmp_path):
+    log = Log.open(tmp_path, config(), now_ms=0)
+    appended = fill(log, 60)
+    segments = log_files(tmp_path)
+    cut = int(segments[1][:20]) + 3
+    log.truncate_to(cut)
+    assert log.log_end_offset == cut
+    assert log_files(tmp_path) == segments[:2]
+    assert log.read(0, 10**9) == b"".join(appended[:cut])
+    assert read_recovery_point(tmp_path).offset <= cut
+    with pytest.raises(AssertionError):
+        log.truncate_to(cut + 1)
+    replacement = [make_batch(cut + i, 50_000 + i, epoch=2) for i in range(30)]
+    for batch in replacement:
+        log.append(batch, 50_000)
+    expected = b"".join(appended[:cut] + replacement)
+    assert log.read(0, 10**9) == expected
+    log.close()
+    log = Log.open(tmp_path, config(), now_ms=0)
+    assert log.read(0, 10**9) == expected
+    log.truncate_to(0)
+    assert (log.log_start_offset, log.log_end_offset, log.size_bytes) == (0, 0, 0)
+    log.append(make_batch(0, 1), 1)
+    log.close()
+
+
+def test_close_and_reopen_keeps_everything_without_a_rescan(tmp_path):
+    log = Log.open(tmp_path, config(), now_ms=0)
+    appended = fill(log, 50, count=2)
+    log.close()
+    log.close()  # closing twice is harmless
+    reopened = Log.open(tmp_path, config(), now_ms=0)
+    assert reopened.flushes_total == 0  # a clean close: nothing was scanned and fsynced again
+    assert reopened.read(0, 10**9) == b"".join(appended)
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (0, 100)
+    assert not read_recovery_point(tmp_path).clean_shutdown  # a crash from now on is recovered
+    reopened.append(make_batch(100, 10**6), 0)
+    reopened.close()
+
+
+def test_open_removes_stray_tmp_and_orphan_index_files(tmp_path):
+    log = Log.open(tmp_path, config(), now_ms=0)
+    fill(log, 5)
+    log.close()
+    strays = [f"{7:020d}.index", f"{7:020d}.timeindex", f"{0:020d}.index.tmp", RECOVERY_POINT_FILE + ".tmp"]
+    for name in strays:
+        (tmp_path / name).write_bytes(b"junk")
+    (tmp_path / "leader-epoch-checkpoint").write_text("not ours")
+    log = Log.open(tmp_path, config(), now_ms=0)
+    assert not any((tmp_path / name).exists() for name in strays)
+    assert (tmp_path / "leader-epoch-checkpoint").exists()
+    assert log.log_end_offset == 5
+    log.close()
+
+
+def test_without_a_recovery_point_every_segment_is_scanned_and_cut_at_corruption(tmp_path):
+    log = Log.open(tmp_path, config(), now_ms=0)
+    appended = fill(log, 60)
+    segments = log_files(tmp_path)
+    log.close()
+    crash = tmp_path / "crash"
+    shutil.copytree(tmp_path, crash, ignore=shutil.ignore_patterns("crash"))
+    (crash / RECOVERY_POINT_FILE).unlink()
+    middle = crash / segments[1]
+    data = bytearray(middle.read_bytes())
+    data[len(appended[0]) + 70] ^= 0x40  # inside the second batch of the middle segment
+    middle.write_bytes(bytes(data))
+    recovered = Log.open(crash, config(), now_ms=0)
+    second_base = int(segments[1][:20])
+    assert recovered.log_end_offset == second_base + 1
+    assert log_files(crash) == segments[:2]  # later segments went with the corrupt tail
+    assert recovered.read(0, 10**9) == b"".join(appended[:second_base + 1])
+    recovered.close()

@@ -1,0 +1,114 @@
+"""The producer's pure parts: partitioner, accumulator (batching, buffer bound), futures, stats."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from mafka4.bench.stats import percentiles_ms
+from mafka4.client.accumulator import RecordAccumulator
+from mafka4.client.futures import BatchResult
+from mafka4.client.partitioner import Partitioner
+from mafka4.errors import BufferFull, InvalidRecord, NotEnoughReplicas
+from mafka4.limits import ProducerConfig
+
+
+def test_a_key_always_lands_in_the_same_partition_and_keys_spread():
+    partitioner = Partitioner("t", 8)
+    keys = [f"key-{i}".encode() for i in range(2000)]
+    first = [partitioner.partition(k, None) for k in keys]
+    assert first == [Partitioner("t", 8).partition(k, None) for k in keys]
+    counts = np.bincount(first, minlength=8)
+    assert counts.min() > 150  # 250 expected per partition
+
+
+def test_keyless_messages_stick_to_a_partition_until_its_batch_closes():
+    partitioner = Partitioner("t", 3)
+    assert partitioner.partition(None, None) == 0
+    partitioner.batch_closed(1)
+    assert partitioner.partition(None, None) == 0
+    partitioner.batch_closed(0)
+    assert partitioner.partition(None, None) == 1
+
+
+def test_explicit_partition_must_exist():
+    with pytest.raises(InvalidRecord, match="partitions 0..1"):
+        Partitioner("t", 2).partition(None, 2)
+
+
+def record(size):
+    return (None, b"x" * size, 0, None)
+
+
+def test_batches_close_when_full_and_keep_order():
+    accumulator = RecordAccumulator("t", ProducerConfig(batch_bytes_max=4096, linger_ms=10))
+    closed_count = 0
+    for _ in range(10):
+        accumulator.reserve(1000)
+        _, _, closed = accumulator.append(0, record(984), 1000, now_ms=0)
+        closed_count += closed
+    assert closed_count == 2  # 4096 holds 4 records of 1000 bytes plus the header
+    first, second = accumulator.pop_ready(0, now_ms=0), accumulator.pop_ready(0, now_ms=0)
+    assert len(first.records) == 4 and len(second.records) == 4 and accumulator.pop_ready(0, now_ms=0) is None
+
+
+def test_a_lingered_batch_keeps_growing_until_the_sender_takes_it():
+    accumulator = RecordAccumulator("t", ProducerConfig(linger_ms=10))
+    accumulator.reserve(200)
+    accumulator.append(0, record(84), 100, now_ms=1000)
+    assert accumulator.linger_remaining_ms(0, now_ms=1004) == pytest.approx(6)
+    assert accumulator.pop_ready(0, now_ms=1004) is None, "not sendable before linger_ms"
+    accumulator.append(0, record(84), 100, now_ms=1012)  # lingered, but no free slot took it yet
+    assert len(accumulator.pop_ready(0, now_ms=1012).records) == 2
+    assert accumulator.pop_ready(0, now_ms=1012) is None
+
+
+def test_buffer_full_raises_with_on_full_error_and_frees_on_answer():
+    config = ProducerConfig(buffer_bytes_max=4096, batch_bytes_max=4096, on_full="error")
+    accumulator = RecordAccumulator("t", config)
+    accumulator.reserve(4000)
+    accumulator.append(0, record(3984), 4000, now_ms=0)
+    with pytest.raises(BufferFull, match="buffer_bytes_max=4096"):
+        accumulator.reserve(200)
+    accumulator.close_all()
+    batch = accumulator.pop_ready(0, now_ms=0)
+    accumulator.answered(batch, 4000)
+    accumulator.reserve(200)
+    assert accumulator.reserved_bytes == 200
+
+
+def test_blocking_buffer_times_out_then_waits_for_space():
+    config = ProducerConfig(buffer_bytes_max=4096, batch_bytes_max=4096, block_ms_max=50)
+    accumulator = RecordAccumulator("t", config)
+    accumulator.reserve(4000)
+    accumulator.append(0, record(3984), 4000, now_ms=0)
+    with pytest.raises(BufferFull):
+        accumulator.reserve(200)
+    blocking = RecordAccumulator("t", ProducerConfig(buffer_bytes_max=4096, batch_bytes_max=4096, block_ms_max=5000))
+    blocking.reserve(4000)
+    blocking.append(0, record(3984), 4000, now_ms=0)
+    blocking.close_all()
+    pending = blocking.pop_ready(0, now_ms=0)
+    threading.Timer(0.02, blocking.answered, (pending, 4000)).start()
+    blocking.reserve(200)  # returns once the answered batch gave its bytes back
+    assert blocking.reserved_bytes == 200
+
+
+def test_record_futures_share_their_batch_result_and_run_callbacks_once():
+    result = BatchResult("t", 1)
+    seen = []
+    result.add_callback(0, 11, lambda metadata, error: seen.append(metadata.offset))
+    result.complete(100, None)
+    result.add_callback(2, 12, lambda metadata, error: seen.append(metadata.offset))
+    assert seen == [100, 102]
+    assert result.metadata(3, 5).offset == 103
+    failed = BatchResult("t", 0)
+    failed.complete(None, NotEnoughReplicas("isr too small"))
+    with pytest.raises(NotEnoughReplicas):
+        failed.metadata(0, 0)
+
+
+def test_percentiles_are_exact_nearest_rank():
+    samples_ns = np.arange(1, 1001) * 1_000_000  # 1..1000 ms
+    assert percentiles_ms(samples_ns) == {"p50": 500.0, "p99": 990.0, "p99.9": 999.0}
+    assert percentiles_ms([7_000_000]) == {"p50": 7.0, "p99": 7.0, "p99.9": 7.0}

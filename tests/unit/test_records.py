@@ -1,0 +1,61 @@
+"""The batch format: round trips, stamping outside the CRC, and corruption detection."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mafka4 import records
+from mafka4.errors import CorruptRecord
+
+record_strategy = st.tuples(
+    st.one_of(st.none(), st.binary(max_size=32)),
+    st.binary(max_size=256),
+    st.integers(min_value=0, max_value=2**40),
+    st.one_of(st.none(), st.lists(st.tuples(st.text(max_size=8), st.binary(max_size=8)), max_size=3)),
+)
+
+
+@given(st.lists(record_strategy, min_size=1, max_size=20), st.integers(0, 2**40), st.integers(0, 2**20))
+@settings(max_examples=150, deadline=None)
+def test_encode_stamp_decode_round_trip(items, base_offset, epoch):
+    batch = bytearray(records.encode_batch(items, producer_id=7, base_sequence=3))
+    records.stamp(batch, base_offset, epoch)
+    header = records.check_single_batch(batch)
+    assert (header.base_offset, header.leader_epoch, header.count) == (base_offset, epoch, len(items))
+    assert header.max_timestamp_ms == max(ts for _, _, ts, _ in items)
+    decoded = records.decode_batch(batch)
+    assert [r.offset for r in decoded] == list(range(base_offset, base_offset + len(items)))
+    assert [(r.key, r.value, r.timestamp_ms) for r in decoded] == [(k, v, ts) for k, v, ts, _ in items]
+    assert [r.headers for r in decoded] == [tuple(h) if h else () for _, _, _, h in items]
+
+
+@given(st.data())
+@settings(max_examples=200, deadline=None)
+def test_any_flipped_bit_after_the_stamp_fields_is_detected(data):
+    batch = bytearray(records.encode_batch([(b"k", b"value" * 10, 5, None)] * 3))
+    position = data.draw(st.integers(min_value=records.CRC_START - 4, max_value=len(batch) - 1))
+    batch[position] ^= 1 << data.draw(st.integers(0, 7))
+    with pytest.raises(CorruptRecord):
+        records.check_batch(batch)
+
+
+def test_iter_batches_stops_at_a_partial_or_corrupt_batch():
+    one = records.encode_batch([(None, b"a", 1, None)])
+    two = records.encode_batch([(None, b"b", 2, None)])
+    assert [p for p, _ in records.iter_batches(one + two)] == [0, len(one)]
+    assert [p for p, _ in records.iter_batches(one + two[:-1])] == [0]
+    damaged = bytearray(one + two)
+    damaged[len(one) + 30] ^= 0xFF
+    assert [p for p, _ in records.iter_batches(damaged)] == [0]
+
+
+def test_check_single_batch_refuses_trailing_bytes():
+    with pytest.raises(CorruptRecord, match="one batch per request"):
+        records.check_single_batch(records.encode_batch([(None, b"a", 1, None)]) + b"x")
+
+
+def test_garbage_is_a_clear_corrupt_record():
+    with pytest.raises(CorruptRecord, match="truncated batch header"):
+        records.check_batch(b"short")
+    with pytest.raises(CorruptRecord, match="magic"):
+        records.check_batch(bytes(records.HEADER_BYTES + 10))
