@@ -126,6 +126,8 @@ class ReplicaConfig:
     producer_batches_remembered: int = 5
     # Producer ids remembered per partition; the least recently used is forgotten beyond this.
     producer_ids_max: int = 10_000
+    # A replica's liveness key in etcd expires this long after the replica stops refreshing it.
+    replica_lease_ttl_s: int = 5
     # A batch whose sequence is ahead of its producer's next one waits this long for the
     # batches before it (Ray may start an async actor's calls out of submission order);
     # then it is refused with OutOfOrderSequence.
@@ -140,6 +142,7 @@ class ReplicaConfig:
         _check_range(self, "producer_batches_remembered", 1, 100)
         _check_range(self, "producer_ids_max", 1)
         _check_range(self, "sequence_wait_ms_max", 0, 60 * SECOND_MS)
+        _check_range(self, "replica_lease_ttl_s", 2, 600)
 
 
 # Topic shape bounds: they bound actors per topic on a small cluster.
@@ -159,8 +162,12 @@ class TopicConfig:
     retention_bytes: int | None = None
     segment_bytes_max: int = 64 * MiB
     replica_lag_ms_max: int = 10 * SECOND_MS
+    # Elect a leader outside the ISR when no ISR member is alive (may lose acknowledged data).
+    unclean_leader_election: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.unclean_leader_election, bool):
+            raise InvalidConfig(f"unclean_leader_election={self.unclean_leader_election!r} must be true or false")
         _check_range(self, "partitions", 1, PARTITIONS_MAX)
         _check_range(self, "replica_lag_ms_max", 1)
         _check_range(self, "replication_factor", 1, REPLICATION_FACTOR_MAX)

@@ -5,7 +5,15 @@
     /mafka4/<cluster>/config                            cluster-wide settings (data root, ...)
     /mafka4/<cluster>/topics/<topic>                    topic config (TopicConfig fields as JSON)
     /mafka4/<cluster>/topics/<topic>/physical/<p>       partition state: leader, leader_epoch, replicas, isr
-    /mafka4/<cluster>/groups/<group>/...                consumer groups (coordinator issue)
+    /mafka4/<cluster>/replicas/<topic>/<p>/<replica>    a live replica actor, bound to its own lease
+                                                         value: {"replica_id", "pid"}
+    /mafka4/<cluster>/controller                        the active controller, bound to its lease
+                                                         value: {"controller_id", "controller_epoch"}
+    /mafka4/<cluster>/controller_epoch                  last controller epoch handed out (never decreases)
+    /mafka4/<cluster>/groups/<group>/members/<member>   group membership, bound to the member's lease
+    /mafka4/<cluster>/groups/<group>/generation         current generation: members and assignment
+    /mafka4/<cluster>/groups/<group>/owners/<topic>/<p> which member owns a partition, bound to its lease
+    /mafka4/<cluster>/groups/<group>/offsets/<topic>/<p> committed offset of a partition
 
 Values are UTF-8 JSON. A topic's sub-keys share ``topic_children_prefix`` (which ends in
 "/", so topic "t" never matches topic "t2"); deleting a topic deletes its config key and
@@ -54,6 +62,25 @@ def physical_prefix(cluster: str, name: str) -> str:
     return f"{topic(cluster, name)}/physical/"
 
 
+def replicas_prefix(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/replicas/"
+
+
+def replica_liveness(cluster: str, topic_name: str, partition: int, replica_id: str) -> str:
+    return f"{replicas_prefix(cluster)}{topic_name}/{partition}/{replica_id}"
+
+
+def parse_replica_liveness(cluster: str, key: str) -> tuple[str, int, str] | None:
+    """(topic, partition, replica id) of a replica liveness key, else None."""
+    prefix = replicas_prefix(cluster)
+    if not key.startswith(prefix):
+        return None
+    parts = key[len(prefix):].split("/")
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    return parts[0], int(parts[1]), parts[2]
+
+
 def topic_name_of(cluster: str, key: str) -> str | None:
     """The topic name if ``key`` is a topic's config key, else None."""
     prefix = topics_prefix(cluster)
@@ -61,3 +88,47 @@ def topic_name_of(cluster: str, key: str) -> str | None:
         return None
     rest = key[len(prefix):]
     return None if "/" in rest else rest
+
+
+def controller(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/controller"
+
+
+def controller_epoch(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/controller_epoch"
+
+
+def groups_prefix(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/groups/"
+
+
+def group_prefix(cluster: str, group: str) -> str:
+    return f"{groups_prefix(cluster)}{group}/"
+
+
+def group_members_prefix(cluster: str, group: str) -> str:
+    return f"{group_prefix(cluster, group)}members/"
+
+
+def group_member(cluster: str, group: str, member_id: str) -> str:
+    return f"{group_members_prefix(cluster, group)}{member_id}"
+
+
+def group_generation(cluster: str, group: str) -> str:
+    return f"{group_prefix(cluster, group)}generation"
+
+
+def group_owners_prefix(cluster: str, group: str) -> str:
+    return f"{group_prefix(cluster, group)}owners/"
+
+
+def group_owner(cluster: str, group: str, topic_name: str, partition: int) -> str:
+    return f"{group_owners_prefix(cluster, group)}{topic_name}/{partition}"
+
+
+def group_offsets_prefix(cluster: str, group: str) -> str:
+    return f"{group_prefix(cluster, group)}offsets/"
+
+
+def group_offset(cluster: str, group: str, topic_name: str, partition: int) -> str:
+    return f"{group_offsets_prefix(cluster, group)}{topic_name}/{partition}"

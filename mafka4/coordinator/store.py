@@ -115,8 +115,10 @@ class MetadataStore:
         return self._client.lease(ttl_s)
 
     @_etcd_call
-    def refresh_lease(self, lease: etcd3.Lease) -> None:
-        lease.refresh()
+    def refresh_lease(self, lease: etcd3.Lease) -> int:
+        """Refresh ``lease``; return its remaining TTL in seconds (0: it had already expired)."""
+        responses = lease.refresh()
+        return max((response.TTL for response in responses), default=0)
 
     @_etcd_call
     def revoke_lease(self, lease: etcd3.Lease) -> None:

@@ -10,6 +10,9 @@ and wakes waiters when the high watermark or the log end offset moves.
 * Follower: a background task fetches from the leader, truncates when the leader reports
   a divergence (leader-epoch truncation), appends and follows the leader's HW.
 * Consumers ``fetch`` whole batches below the high watermark.
+* Liveness: the replica keeps a key under its own etcd lease (``keys.replica_liveness``),
+  refreshed every third of ``replica_lease_ttl_s``; when the actor dies the key expires and
+  the controller notices. While etcd is unreachable the data path goes on regardless.
 * ISR changes are written to the partition's etcd key by compare-and-swap (only while the
   key still names this replica as leader of this epoch) before the core may count the new
   ISR (``ReplicaState.isr_committed``); a leader fenced by a newer epoch acknowledges nothing.
@@ -151,6 +154,7 @@ class PhysicalPartition:
         self._leader_handle = None
         self._closed = False
         self._store: MetadataStore | None = None
+        self._lease = None
         self._isr_task: asyncio.Task | None = None
         self._isr_dirty = False
 
@@ -206,7 +210,8 @@ class PhysicalPartition:
     def _start_background(self, role_task) -> None:
         if not self._tasks:
             loop = asyncio.get_running_loop()
-            self._tasks = [loop.create_task(self._flush_and_retain()), loop.create_task(self._checkpoint_high_watermark())]
+            self._tasks = [loop.create_task(self._flush_and_retain()), loop.create_task(self._checkpoint_high_watermark()),
+                           loop.create_task(self._keep_alive())]
         if role_task is not None:
             self._tasks.append(asyncio.get_running_loop().create_task(role_task))
 
@@ -310,10 +315,14 @@ class PhysicalPartition:
                 self._state.isr_committed(isr)
                 self._wake()
 
-    def _write_isr(self, isr: list[str], leader_epoch: int) -> bool:
-        """CAS the ISR into the partition key if it still names this leader and epoch."""
+    def _metadata_store(self) -> MetadataStore:
         if self._store is None:
             self._store = MetadataStore(self._spec.etcd_endpoint)
+        return self._store
+
+    def _write_isr(self, isr: list[str], leader_epoch: int) -> bool:
+        """CAS the ISR into the partition key if it still names this leader and epoch."""
+        self._metadata_store()
         key = keys.physical_partition(self._spec.cluster, self._spec.topic, self._spec.partition)
         for _ in range(ISR_WRITE_ATTEMPTS_MAX):
             current = self._store.get(key)
@@ -386,6 +395,27 @@ class PhysicalPartition:
 
     # --- housekeeping -------------------------------------------------------------------
 
+    async def _keep_alive(self) -> None:
+        """Hold this replica's liveness key under a lease; re-register after etcd outages."""
+        loop = asyncio.get_running_loop()
+        ttl_s = self._spec.replica_config.replica_lease_ttl_s
+        while not self._closed:
+            try:
+                self._lease = await loop.run_in_executor(None, self._register_liveness, self._lease, ttl_s)
+            except CoordinatorUnavailable as error:
+                logger.warning("%s: liveness not refreshed: %s", self._spec.partition_name, error)
+                self._lease = None
+            await asyncio.sleep(ttl_s / 3)
+
+    def _register_liveness(self, lease, ttl_s: int):
+        store = self._metadata_store()
+        if lease is not None and store.refresh_lease(lease) > 0:
+            return lease
+        lease = store.grant_lease(ttl_s)
+        key = keys.replica_liveness(self._spec.cluster, self._spec.topic, self._spec.partition, self._spec.replica_id)
+        store.put(key, {"replica_id": self._spec.replica_id, "pid": os.getpid()}, lease=lease)
+        return lease
+
     async def _flush_and_retain(self) -> None:
         flush_interval_ms = self._spec.log_config.flush_interval_ms
         interval_s = min((flush_interval_ms or 1000) / 1000, 1.0)
@@ -414,6 +444,11 @@ class PhysicalPartition:
         self._waiters.fail_all(NotLeader(f"{self._spec.partition_name}: replica {self._spec.replica_id} is shutting down"))
         self._log.close()
         if self._store is not None:
+            if self._lease is not None:
+                try:
+                    self._store.revoke_lease(self._lease)
+                except CoordinatorUnavailable:
+                    pass  # the lease expires by itself
             self._store.close()
         if delete_data:
             shutil.rmtree(self._directory, ignore_errors=True)
