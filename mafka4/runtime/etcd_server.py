@@ -50,16 +50,23 @@ def start_etcd(data_dir: str | os.PathLike, timeout_s: float = 30.0) -> EtcdServ
     log_path = data_dir.parent / f"{data_dir.name}.log"
     last_error = ""
     for _ in range(START_ATTEMPTS_MAX):
-        client_port, peer_port = free_loopback_port(), free_loopback_port()
-        process = _spawn(data_dir, client_port, peer_port, log_path)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and process.poll() is None:
-            if is_listening(client_port):
-                return EtcdServer(process.pid, client_port, str(data_dir), str(log_path))
-            time.sleep(0.05)
+        client_port = free_loopback_port()
+        process = _spawn(data_dir, client_port, free_loopback_port(), log_path)
+        if _answers(process, client_port, timeout_s):
+            return EtcdServer(process.pid, client_port, str(data_dir), str(log_path))
         last_error = f"etcd exited with {process.poll()}" if process.poll() is not None else "etcd did not answer"
         _terminate(process)
     raise ClusterNotRunning(f"could not start etcd ({last_error}); see {log_path}")
+
+
+def _answers(process: subprocess.Popen, client_port: int, timeout_s: float) -> bool:
+    """Wait until the server listens on its client port; False if it exits or the time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and process.poll() is None:
+        if is_listening(client_port):
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def _spawn(data_dir: Path, client_port: int, peer_port: int, log_path: Path) -> subprocess.Popen:
@@ -94,13 +101,9 @@ def _terminate(process: subprocess.Popen) -> None:
 def restart_etcd(server: EtcdServer, timeout_s: float = 30.0) -> EtcdServer:
     """Start etcd again on the same port and data dir (after stop_etcd), keeping its data."""
     client_port = server.client_port
-    peer_port = free_loopback_port()
-    process = _spawn(Path(server.data_dir), client_port, peer_port, Path(server.log_path))
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and process.poll() is None:
-        if is_listening(client_port):
-            return EtcdServer(process.pid, client_port, server.data_dir, server.log_path)
-        time.sleep(0.05)
+    process = _spawn(Path(server.data_dir), client_port, free_loopback_port(), Path(server.log_path))
+    if _answers(process, client_port, timeout_s):
+        return EtcdServer(process.pid, client_port, server.data_dir, server.log_path)
     _terminate(process)
     raise ClusterNotRunning(f"could not restart etcd on port {client_port}; see {server.log_path}")
 
