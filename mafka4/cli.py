@@ -11,10 +11,11 @@ import json
 import sys
 from typing import Sequence
 
-from mafka4.errors import InvalidConfig, InvalidRecord, InvalidTopicName, MafkaError, MessageTooLarge, UnknownTopic
-from mafka4.limits import Acks, ClusterConfig, ProducerConfig
+from mafka4.errors import (InvalidConfig, InvalidGroupName, InvalidRecord, InvalidTopicName, MafkaError, MessageTooLarge,
+                           UnknownGroup, UnknownTopic)
+from mafka4.limits import ASSIGNOR_NAMES, Acks, ClusterConfig, ProducerConfig
 
-USAGE_ERRORS = (InvalidConfig, InvalidTopicName, InvalidRecord, MessageTooLarge, UnknownTopic)
+USAGE_ERRORS = (InvalidConfig, InvalidTopicName, InvalidRecord, MessageTooLarge, UnknownTopic, InvalidGroupName, UnknownGroup)
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
@@ -119,25 +120,104 @@ def _cmd_consume(args: argparse.Namespace) -> int:
 
     from mafka4.client.consumer import Consumer
 
-    consumer = Consumer(args.topic, from_beginning=args.from_beginning)
+    consumer = Consumer(args.topic, group=args.group, from_beginning=args.from_beginning)
     printed = 0
     idle_deadline = time.monotonic() + args.timeout_ms / 1000
     out = sys.stdout.buffer
-    while args.max_messages is None or printed < args.max_messages:
-        messages = consumer.poll(timeout_ms=min(args.timeout_ms, 500))
-        if not messages:
-            if time.monotonic() >= idle_deadline:
-                break
-            continue
-        idle_deadline = time.monotonic() + args.timeout_ms / 1000
-        for message in messages[: None if args.max_messages is None else args.max_messages - printed]:
-            if args.print_key:
-                out.write((message.key or b"") + args.key_sep.encode())
-            out.write(message.value + b"\n")
-            printed += 1
-        out.flush()
-    consumer.close()
-    print(f"consumed {printed} messages from {args.topic!r}", file=sys.stderr)
+    try:
+        while args.max_messages is None or printed < args.max_messages:
+            messages = consumer.poll(timeout_ms=min(args.timeout_ms, 500))
+            if not messages:
+                if time.monotonic() >= idle_deadline:
+                    break
+                continue
+            idle_deadline = time.monotonic() + args.timeout_ms / 1000
+            shown = messages[: None if args.max_messages is None else args.max_messages - printed]
+            for message in shown:
+                if args.print_key:
+                    out.write((message.key or b"") + args.key_sep.encode())
+                out.write(message.value + b"\n")
+                printed += 1
+            out.flush()
+            _rewind_unprinted(consumer, messages[len(shown):])
+    finally:
+        consumer.close()  # in a group: commits what was printed and leaves
+    group = f" as group {args.group!r}" if args.group else ""
+    print(f"consumed {printed} messages from {args.topic!r}{group}", file=sys.stderr)
+    return 0
+
+
+def _rewind_unprinted(consumer, unprinted: list) -> None:
+    """Move positions back to the first message not printed, so a group does not commit past it."""
+    first: dict[int, int] = {}
+    for message in unprinted:
+        first[message.partition] = min(message.offset, first.get(message.partition, message.offset))
+    for partition, offset in first.items():
+        consumer.seek(partition, offset)
+
+
+def _group_admin():
+    from mafka4.client.group_admin import GroupAdmin
+
+    return GroupAdmin()
+
+
+def _cmd_group_list(args: argparse.Namespace) -> int:
+    with _group_admin() as admin:
+        for name in admin.list_groups():
+            print(name)
+    return 0
+
+
+def _cmd_group_describe(args: argparse.Namespace) -> int:
+    with _group_admin() as admin:
+        description = admin.describe_group(args.group)
+    print(f"group {description.group}  generation={_dash(description.generation)}  assignor={_dash(description.assignor)}  "
+          f"members={len(description.members)}  total_lag={_dash(description.total_lag)}")
+    for member in description.members:
+        print(f"member {member.member_id}  topic={member.topic}")
+    print(f"{'topic':<24}  {'partition':>9}  {'member':<32}  {'committed_offset':>16}  {'high_watermark':>14}  {'lag':>8}")
+    for row in description.partitions:
+        print(f"{row.topic:<24}  {row.partition:>9}  {_dash(row.member_id):<32}  {_dash(row.committed_offset):>16}  "
+              f"{row.high_watermark:>14}  {_dash(row.lag):>8}")
+    return 0
+
+
+def _dash(value: object) -> object:
+    """What a table cell shows for an absent value (no owner, nothing committed)."""
+    return "-" if value is None else value
+
+
+def _timestamp_ms(text: str) -> int:
+    from datetime import datetime, timezone
+
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidConfig(f"--to-time {text!r} is not an ISO 8601 time: write e.g. 2026-11-22T21:30:00+00:00") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)  # the same answer on every machine
+    return int(moment.timestamp() * 1000)
+
+
+def _cmd_group_reset_offsets(args: argparse.Namespace) -> int:
+    target = "earliest" if args.to_earliest else "latest" if args.to_latest else _timestamp_ms(args.to_time)
+    with _group_admin() as admin:
+        changes = admin.reset_offsets(args.group, args.topic, target)
+    for partition, (before, after) in sorted(changes.items()):
+        print(f"{args.topic} {partition}: {'-' if before is None else before} -> {after}")
+    return 0
+
+
+def _cmd_bench_rebalance(args: argparse.Namespace) -> int:
+    from mafka4.bench.rebalance import RebalanceBenchSettings, run_rebalance_bench
+
+    settings = RebalanceBenchSettings(partitions=args.partitions, consumers=args.consumers, rate_msgs_per_s=args.rate_msgs_per_s,
+                                      warmup_s=args.warmup_s, after_join_s=args.after_join_s, trials=args.trials,
+                                      assignor=args.assignor)
+    report = run_rebalance_bench(settings, args.output)
+    print(json.dumps(report["summary"], indent=2))
+    print(f"full report written to {args.output}", file=sys.stderr)
     return 0
 
 
@@ -150,6 +230,17 @@ def _cmd_bench_produce(args: argparse.Namespace) -> int:
         batch_bytes_max=args.batch_bytes_max, paced_msgs_per_s=args.paced_msgs_per_s, stalled_producer=not args.skip_memory,
     )
     report = run_produce_bench(settings, args.output)
+    print(json.dumps(report["summary"], indent=2))
+    print(f"full report written to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _cmd_bench_failover(args: argparse.Namespace) -> int:
+    from mafka4.bench.failover import FailoverBenchSettings, run_failover_bench
+
+    settings = FailoverBenchSettings(repetitions=args.repetitions, replication_factor=args.replication_factor,
+                                     min_insync_replicas=args.min_insync_replicas)
+    report = run_failover_bench(settings, args.output)
     print(json.dumps(report["summary"], indent=2))
     print(f"full report written to {args.output}", file=sys.stderr)
     return 0
@@ -198,12 +289,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     consume = commands.add_parser("consume", help="print committed messages of every partition, one per line")
     consume.add_argument("topic")
-    consume.add_argument("--from-beginning", action="store_true", help="start at the oldest message (default: only new ones)")
+    consume.add_argument("--group", help="consume as a member of this consumer group, committing offsets")
+    consume.add_argument("--from-beginning", action="store_true",
+                         help="start at the oldest message (default: only new ones); with --group: where the group "
+                              "has no committed offset (auto_offset_reset=earliest)")
     consume.add_argument("--max-messages", type=int, help="stop after this many messages")
     consume.add_argument("--timeout-ms", type=int, default=10_000, help="stop after this long without a message (default %(default)s)")
     consume.add_argument("--print-key", action="store_true", help="print KEY<SEP>VALUE")
     consume.add_argument("--key-sep", default="\t", help="separator for --print-key (default tab)")
     consume.set_defaults(run=_cmd_consume)
+    _add_group_parser(commands)
 
     bench = commands.add_parser("bench", help="benchmarks")
     bench_commands = bench.add_subparsers(dest="bench_command", required=True, metavar="WHAT")
@@ -219,9 +314,58 @@ def build_parser() -> argparse.ArgumentParser:
     bench_produce.add_argument("--skip-memory", action="store_true", help="skip the stalled-producer memory measurement")
     bench_produce.add_argument("--output", default="results/bench_produce.json", help="JSON report path (default %(default)s)")
     bench_produce.set_defaults(run=_cmd_bench_produce)
+    bench_failover = bench_commands.add_parser("failover", help="unavailability of a partition when its leader is killed")
+    bench_failover.add_argument("--repetitions", type=int, default=5, help="leader kills (default %(default)s)")
+    bench_failover.add_argument("--replication-factor", type=int, default=3, help="default %(default)s")
+    bench_failover.add_argument("--min-insync-replicas", type=int, default=2, help="default %(default)s")
+    bench_failover.add_argument("--output", default="results/bench_failover.json", help="JSON report path (default %(default)s)")
+    bench_failover.set_defaults(run=_cmd_bench_failover)
+    _add_bench_rebalance_parser(bench_commands)
 
     commands.add_parser("demo", help="start a throwaway cluster, produce and consume 2,000 messages, stop it").set_defaults(run=_cmd_demo)
+    _add_simulation_parsers(commands)
     return parser
+
+
+def _add_simulation_parsers(commands) -> None:
+    """Experiments and analysis live in ``simulations/``; their modules register their own commands."""
+    from simulations.cli import add_experiment_parser
+
+    add_experiment_parser(commands)
+
+
+def _add_group_parser(commands) -> None:
+    group = commands.add_parser("group", help="list consumer groups, describe them with lag, reset their offsets")
+    group_commands = group.add_subparsers(dest="group_command", required=True, metavar="ACTION")
+    group_commands.add_parser("list", help="list group names").set_defaults(run=_cmd_group_list)
+    describe = group_commands.add_parser("describe", help="members and, per partition, owner, committed offset, "
+                                                          "high watermark and lag")
+    describe.add_argument("group")
+    describe.set_defaults(run=_cmd_group_describe)
+    reset = group_commands.add_parser("reset-offsets", help="set a topic's committed offsets (the group must have no members)")
+    reset.add_argument("group")
+    reset.add_argument("--topic", required=True)
+    target = reset.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to-earliest", action="store_true", help="the log start offset of each partition")
+    target.add_argument("--to-latest", action="store_true", help="the high watermark of each partition")
+    target.add_argument("--to-time", metavar="ISO", help="the first message at or after this time (UTC unless it has an offset)")
+    reset.set_defaults(run=_cmd_group_reset_offsets)
+
+
+def _add_bench_rebalance_parser(bench_commands) -> None:
+    from mafka4.bench.rebalance import RebalanceBenchSettings
+
+    defaults = RebalanceBenchSettings()
+    rebalance = bench_commands.add_parser("rebalance", help="consumer stall while a member joins a group (Mafka3 eager rebalance)")
+    rebalance.add_argument("--partitions", type=int, default=defaults.partitions)
+    rebalance.add_argument("--consumers", type=int, default=defaults.consumers, help="members before the join (default %(default)s)")
+    rebalance.add_argument("--rate-msgs-per-s", type=int, default=defaults.rate_msgs_per_s)
+    rebalance.add_argument("--warmup-s", type=float, default=defaults.warmup_s)
+    rebalance.add_argument("--after-join-s", type=float, default=defaults.after_join_s)
+    rebalance.add_argument("--trials", type=int, default=defaults.trials)
+    rebalance.add_argument("--assignor", default=defaults.assignor, choices=list(ASSIGNOR_NAMES))
+    rebalance.add_argument("--output", default="results/bench_rebalance.json", help="JSON report path (default %(default)s)")
+    rebalance.set_defaults(run=_cmd_bench_rebalance)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -45,7 +45,7 @@ def run_demo() -> int:
 
 def _produce_and_consume(connection) -> int:
     admin = Admin(connection)
-    admin.create_topic("demo", partitions=2, replication_factor=2)
+    admin.create_topic("demo", partitions=2, replication_factor=2, read_mode="mafka3")  # no read nodes: read physical partitions
     print("created topic 'demo': 2 partitions x 2 replicas")
     began = time.monotonic()
     with Producer("demo", connection=connection, acks="all") as producer:

@@ -69,6 +69,10 @@ class NotEnoughWriteNodes(MafkaError):
     """The replication factor is larger than the number of live write nodes."""
 
 
+class NotEnoughReadNodes(MafkaError):
+    """``read_replicas`` is larger than the number of live read nodes."""
+
+
 class MetadataConflict(MafkaError):
     """A compare-and-swap on metadata lost against a concurrent change; re-read and retry."""
 
@@ -128,3 +132,71 @@ class BufferFull(MafkaError):
 
 class ProducerClosed(MafkaError):
     """``send()`` was called after ``close()``."""
+
+
+# --- consumer groups ------------------------------------------------------------------
+
+
+class InvalidGroupName(MafkaError):
+    """A consumer group name breaks the naming rules (those of topic names)."""
+
+
+class UnknownGroup(MafkaError):
+    """The group has no members and no committed offsets."""
+
+
+class GroupNotEmpty(MafkaError):
+    """The operation (e.g. resetting offsets) needs a group without active members."""
+
+
+class InconsistentGroupProtocol(MafkaError):
+    """A member asked for another partition assignor than the group's members use."""
+
+
+class CommitFailed(MafkaError):
+    """A commit lost against a rebalance: this member no longer owns the partition, so its
+    position was not committed and the new owner starts from the last committed offset."""
+
+
+class PartitionNotAssigned(MafkaError):
+    """``seek`` named a partition this group member does not currently own."""
+
+
+# --- read path --------------------------------------------------------------------------
+
+
+class WrongReadMode(MafkaError):
+    """The operation needs the other read mode (e.g. virtual partitions of a mafka3-mode topic)."""
+
+
+class ReadReplicaNotInSync(MafkaError):
+    """The read replica asked is not in its virtual partition's RISR, so it serves no reads;
+    fetch from another RISR member (re-read the VP's metadata)."""
+
+    retriable = True
+
+
+# --- experiments and analysis -----------------------------------------------------------
+
+
+class InvalidEventLog(MafkaError):
+    """An event log does not match ``simulations.schema.EVENT_SCHEMA``: a missing, unknown,
+    mistyped or short column (on write), or a Parquet file with another schema (on read)."""
+
+
+class NoEventLogs(MafkaError):
+    """The directory to analyze does not exist or holds no event-log Parquet files; run an
+    experiment or the fleet model first."""
+
+
+# --- fleet model (simulations/fleet) ----------------------------------------------------
+
+
+class PlacementInfeasible(MafkaError):
+    """Replicas cannot be placed rack-aware on the given nodes (fewer racks than the
+    replication factor, or fewer nodes than racks)."""
+
+
+class FleetTargetUnreachable(MafkaError):
+    """No node count lets a design meet the produce tp999 target (its fixed latency already
+    exceeds it); raise the target or lower the latency the calibration measured."""

@@ -51,6 +51,25 @@ class OnFull(enum.Enum):
         raise InvalidConfig(f"on_full={value!r} is not valid: use 'block' or 'error'")
 
 
+class OffsetReset(enum.Enum):
+    """Where a group member starts a partition that has no committed offset, or one below the
+    log start offset (deleted by retention)."""
+
+    EARLIEST = "earliest"  # the log start offset: read everything still kept
+    LATEST = "latest"  # the high watermark: only messages committed from now on
+
+    @classmethod
+    def parse(cls, value: object) -> "OffsetReset":
+        for reset in cls:
+            if reset.value == value or reset is value:
+                return reset
+        raise InvalidConfig(f"auto_offset_reset={value!r} is not valid: use 'earliest' or 'latest'")
+
+
+# Names of the partition assignors of consumer groups (mafka4.coordinator.assignors).
+ASSIGNOR_NAMES = ("range", "sticky")
+
+
 def _check_range(config: object, name: str, low: int, high: int | None = None) -> None:
     value = getattr(config, name)
     if isinstance(value, bool) or not isinstance(value, int):
@@ -149,6 +168,15 @@ class ReplicaConfig:
 PARTITIONS_MAX = 1024
 REPLICATION_FACTOR_MAX = 7
 TOPIC_NAME_CHARS_MAX = 200
+# Read path (DESIGN.md section 6): how consumers read a topic. "mafka4": from virtual
+# partitions fed from the physical ones; "mafka3": from the physical partitions (no VPs).
+READ_MODES = ("mafka4", "mafka3")
+# Virtual partitions of one topic at creation (reshard.VirtualConfig bounds later splits).
+VIRTUAL_PARTITIONS_MAX = 1024
+# Replicas of one virtual partition, each on its own read node.
+READ_REPLICAS_MAX = 7
+# A fault injected into a replica actor (set_fault) delays its loops by at most this.
+FAULT_DELAY_MS_MAX = 60 * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +192,15 @@ class TopicConfig:
     replica_lag_ms_max: int = 10 * SECOND_MS
     # Elect a leader outside the ISR when no ISR member is alive (may lose acknowledged data).
     unclean_leader_election: bool = False
+    # One of READ_MODES; "mafka3" topics have no virtual partitions and no read replicas.
+    read_mode: str = "mafka3"
+    # Virtual partitions at creation (None: one per physical partition; 0 in mafka3 mode).
+    virtual_partitions: int | None = None
+    # Replicas of each virtual partition on distinct live read nodes (creation fails with
+    # NotEnoughReadNodes beyond them; ignored in mafka3 mode).
+    read_replicas: int = 1
+    # A read replica not caught up with its VP leader this long leaves the RISR and stops serving reads.
+    read_replica_lag_ms_max: int = 10 * SECOND_MS
 
     def __post_init__(self) -> None:
         if not isinstance(self.unclean_leader_election, bool):
@@ -181,6 +218,38 @@ class TopicConfig:
         _check_optional_range(self, "retention_ms", 1)
         _check_optional_range(self, "retention_bytes", 0)
         _check_range(self, "segment_bytes_max", 4 * KiB, 1024 * MiB)
+        self._check_read_path()
+
+    def _check_read_path(self) -> None:
+        if self.read_mode not in READ_MODES:
+            raise InvalidConfig(f"read_mode={self.read_mode!r} is not valid: use one of {', '.join(map(repr, READ_MODES))}")
+        _check_range(self, "read_replica_lag_ms_max", 1)
+        _check_range(self, "read_replicas", 0, READ_REPLICAS_MAX)
+        if self.read_mode == "mafka3":
+            if self.virtual_partitions not in (None, 0):
+                raise InvalidConfig(
+                    f"virtual_partitions={self.virtual_partitions}: a read_mode='mafka3' topic has no virtual "
+                    f"partitions (consumers read the physical ones); use read_mode='mafka4' or drop virtual_partitions"
+                )
+            return
+        if self.virtual_partitions is not None:
+            _check_range(self, "virtual_partitions", 1, VIRTUAL_PARTITIONS_MAX)
+        _check_range(self, "read_replicas", 1, READ_REPLICAS_MAX)
+
+    @property
+    def virtual_partition_count(self) -> int:
+        """Virtual partitions at creation: 0 in mafka3 mode, else ``virtual_partitions`` or P."""
+        if self.read_mode == "mafka3":
+            return 0
+        return self.partitions if self.virtual_partitions is None else self.virtual_partitions
+
+    @property
+    def read_replica_count(self) -> int:
+        return 0 if self.read_mode == "mafka3" else self.read_replicas
+
+    def resolved(self) -> "TopicConfig":
+        """This config with the read-path defaults spelled out, as stored at creation."""
+        return replace_config(self, virtual_partitions=self.virtual_partition_count, read_replicas=self.read_replica_count)
 
     def log_config(self, base: LogConfig | None = None) -> LogConfig:
         return replace_config(
@@ -249,11 +318,34 @@ class ConsumerConfig:
     fetch_wait_ms_max: int = 200
     # poll() returns at most this many messages.
     poll_messages_max: int = 10_000
+    # The settings below apply only to a consumer in a group.
+    # Positions are committed by poll() when this long passed since the last commit (None:
+    # only commit() and close() commit, and a rebalance commits what is owned before release).
+    auto_commit_interval_ms: int | None = 5 * SECOND_MS
+    # The member's registration (and every partition it owns) disappears this long after its
+    # process stops refreshing the lease; the group then rebalances without it.
+    member_lease_ttl_s: int = 10
+    # A member that has not called poll() this long after a membership change leaves the group
+    # (its uncommitted positions are lost: the new owners re-read from the committed offsets).
+    rebalance_timeout_ms: int = 60 * SECOND_MS
+    # Where to start a partition without a committed offset (Kafka's default: latest).
+    auto_offset_reset: OffsetReset = OffsetReset.LATEST
+    # Partition assignor of the group: "range" (Kafka's default) or "sticky".
+    assignor: str = "range"
+    # A VirtualConsumer re-reads the leaders and RISRs of its virtual partitions at least this often.
+    metadata_max_age_ms: int = 5 * SECOND_MS
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "auto_offset_reset", OffsetReset.parse(self.auto_offset_reset))
         _check_range(self, "fetch_bytes_max", 1 * KiB, 256 * MiB)
         _check_range(self, "fetch_wait_ms_max", 0, 60 * SECOND_MS)
         _check_range(self, "poll_messages_max", 1, 1_000_000)
+        _check_optional_range(self, "auto_commit_interval_ms", 1)
+        _check_range(self, "member_lease_ttl_s", 2, 600)
+        _check_range(self, "rebalance_timeout_ms", 1, 3600 * SECOND_MS)
+        _check_range(self, "metadata_max_age_ms", 1)
+        if self.assignor not in ASSIGNOR_NAMES:
+            raise InvalidConfig(f"assignor={self.assignor!r} is not valid: use one of {', '.join(map(repr, ASSIGNOR_NAMES))}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,3 +364,73 @@ class ClusterConfig:
         _check_range(self, "read_nodes", 0, 16)
         _check_range(self, "node_lease_ttl_s", 2, 600)
         _check_range(self, "start_timeout_s", 5, 3600)
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    """Bounds of the controller (``mafka4.coordinator.controller``)."""
+
+    # The active controller's key expires this long after its last refresh; a standby then
+    # takes over. An active controller that could not refresh for this long steps down.
+    lease_ttl_s: int = 5
+    # A replica whose liveness key is gone is dead unless its actor answers a ping this fast.
+    ping_timeout_ms: int = 2000
+    # become_leader / become_follower / starting a replica: a call not answered this fast is
+    # abandoned and the partition is examined again after retry_interval_ms.
+    replica_call_timeout_ms: int = 20_000
+    # Partitions whose failover is incomplete (offline, a replica not restarted, no free
+    # node for a replacement) are examined again this often.
+    retry_interval_ms: int = 2000
+    # A full reconcile runs this often as a safety net for missed watch events (besides the
+    # one on becoming active and the one after etcd answers again).
+    reconcile_interval_ms: int = 60_000
+    # A partition CAS that keeps losing against the leader's ISR writes is left for the
+    # next retry after this many attempts.
+    cas_attempts_max: int = 5
+    # Watch events waiting for the controller loop; beyond this, events are dropped and a
+    # full reconcile replaces them.
+    event_queue_max: int = 10_000
+
+    def __post_init__(self) -> None:
+        _check_range(self, "lease_ttl_s", 2, 600)
+        _check_range(self, "ping_timeout_ms", 10, 60 * SECOND_MS)
+        _check_range(self, "replica_call_timeout_ms", 100, 600 * SECOND_MS)
+        _check_range(self, "retry_interval_ms", 10, 600 * SECOND_MS)
+        _check_range(self, "reconcile_interval_ms", 100)
+        _check_range(self, "cas_attempts_max", 1, 100)
+        _check_range(self, "event_queue_max", 1, 1_000_000)
+
+
+# Records a feeder hands to one VP leader in one call; a VP leader refuses more (MessageTooLarge).
+FEED_RECORDS_MAX = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class FeederConfig:
+    """Bounds of one feeder (``mafka4.virtual.feeder``), the reader that splits a physical partition into VPs."""
+
+    # One fetch of committed physical data returns at most this many bytes (at least one batch).
+    fetch_bytes_max: int = 4 * MiB
+    # A fetch with nothing committed past the feeder's offset waits at most this long.
+    fetch_wait_ms_max: int = 500
+    # Records of one VP are handed over in calls of at most this many records.
+    feed_records_max: int = 5000
+    # An idle feeder still reports its progress to every VP this often, so the VP leaders can
+    # tell an idle partition from a stalled feeder (RisrConfig.feed_lag_ms_max).
+    report_interval_ms: int = 1 * SECOND_MS
+    # Physical and VP metadata (leaders, ISR, layout) are re-read from etcd at least this often.
+    metadata_max_age_ms: int = 5 * SECOND_MS
+    # A fetch or VP call not answered this fast counts as failed; the feeder backs off and
+    # resumes from the VPs' recorded progress.
+    call_timeout_ms: int = 30 * SECOND_MS
+    # Pause after a failed round before the feeder resumes.
+    retry_backoff_ms: int = 200
+
+    def __post_init__(self) -> None:
+        _check_range(self, "fetch_bytes_max", 1 * KiB, 256 * MiB)
+        _check_range(self, "fetch_wait_ms_max", 0, 60 * SECOND_MS)
+        _check_range(self, "feed_records_max", 1, FEED_RECORDS_MAX)
+        _check_range(self, "report_interval_ms", 1, 600 * SECOND_MS)
+        _check_range(self, "metadata_max_age_ms", 1)
+        _check_range(self, "call_timeout_ms", self.fetch_wait_ms_max + 1)
+        _check_range(self, "retry_backoff_ms", 0, 60 * SECOND_MS)

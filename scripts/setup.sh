@@ -24,7 +24,7 @@ if [[ ! -x /usr/bin/etcd ]] || ! command -v java >/dev/null; then
   [[ $created_policy == 1 ]] && $sudo rm -f /usr/sbin/policy-rc.d
 fi
 
-python3 -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+python3 -m pip install --quiet --disable-pip-version-check -e '.[dev,analysis]'
 
 if [[ $run_demo == 1 ]]; then
   mafka4 demo

@@ -122,6 +122,7 @@ class Producer:
             self.flush(timeout_s)
         finally:
             self._sender.stop()
+            self._routing.close()
 
     def __enter__(self) -> "Producer":
         return self

@@ -5,15 +5,35 @@
     /mafka4/<cluster>/config                            cluster-wide settings (data root, ...)
     /mafka4/<cluster>/topics/<topic>                    topic config (TopicConfig fields as JSON)
     /mafka4/<cluster>/topics/<topic>/physical/<p>       partition state: leader, leader_epoch, replicas, isr
+    /mafka4/<cluster>/topics/<topic>/virtual/<epoch>    split epoch <epoch> of the VP layout (reshard.SplitEpoch),
+                                                         written once, never changed; epoch 0 with the topic
+                                                         value: {"epoch", "ranges": [[start, end, vp], ...],
+                                                                 "cut": [offset per p], "parents", "children"}
+    /mafka4/<cluster>/topics/<topic>/vp/<v>             virtual partition state (virtual/metadata.py), CAS by
+                                                         mod_revision: the VP leader writes risr, a failover
+                                                         writes leader and leader_epoch
+                                                         value: {"range": [start, end], "leader", "leader_epoch",
+                                                                 "replicas", "risr"}
     /mafka4/<cluster>/replicas/<topic>/<p>/<replica>    a live replica actor, bound to its own lease
                                                          value: {"replica_id", "pid"}
-    /mafka4/<cluster>/controller                        the active controller, bound to its lease
+    /mafka4/<cluster>/read_replicas/<topic>/<v>/<replica>  a live VP replica actor, bound to its own lease
+                                                         value: {"replica_id", "pid"}
+    /mafka4/<cluster>/controller                        the active controller, bound to its lease; created
+                                                         only while absent, in one txn with controller_epoch;
+                                                         its mod_revision fences the controller's writes
                                                          value: {"controller_id", "controller_epoch"}
     /mafka4/<cluster>/controller_epoch                  last controller epoch handed out (never decreases)
     /mafka4/<cluster>/groups/<group>/members/<member>   group membership, bound to the member's lease
+                                                         value: {"member_id", "topic", "assignor"}
     /mafka4/<cluster>/groups/<group>/generation         current generation: members and assignment
+                                                         value: see coordinator/group_protocol.py
     /mafka4/<cluster>/groups/<group>/owners/<topic>/<p> which member owns a partition, bound to its lease
+                                                         value: {"member_id", "generation"}
     /mafka4/<cluster>/groups/<group>/offsets/<topic>/<p> committed offset of a partition
+                                                         value: {"offset", "member_id", "generation"}
+
+A VP's state is not nested under a split epoch (DESIGN.md's sketch): a VP lives through
+many epochs while its leader and RISR change, and the epochs hold only the immutable layout.
 
 Values are UTF-8 JSON. A topic's sub-keys share ``topic_children_prefix`` (which ends in
 "/", so topic "t" never matches topic "t2"); deleting a topic deletes its config key and
@@ -60,6 +80,30 @@ def physical_partition(cluster: str, name: str, partition: int) -> str:
 
 def physical_prefix(cluster: str, name: str) -> str:
     return f"{topic(cluster, name)}/physical/"
+
+
+def split_epochs_prefix(cluster: str, name: str) -> str:
+    return f"{topic(cluster, name)}/virtual/"
+
+
+def split_epoch(cluster: str, name: str, epoch: int) -> str:
+    return f"{split_epochs_prefix(cluster, name)}{epoch}"
+
+
+def virtual_partitions_prefix(cluster: str, name: str) -> str:
+    return f"{topic(cluster, name)}/vp/"
+
+
+def virtual_partition(cluster: str, name: str, vp: int) -> str:
+    return f"{virtual_partitions_prefix(cluster, name)}{vp}"
+
+
+def read_replicas_prefix(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/read_replicas/"
+
+
+def read_replica_liveness(cluster: str, topic_name: str, vp: int, replica_id: str) -> str:
+    return f"{read_replicas_prefix(cluster)}{topic_name}/{vp}/{replica_id}"
 
 
 def replicas_prefix(cluster: str) -> str:
@@ -132,3 +176,22 @@ def group_offsets_prefix(cluster: str, group: str) -> str:
 
 def group_offset(cluster: str, group: str, topic_name: str, partition: int) -> str:
     return f"{group_offsets_prefix(cluster, group)}{topic_name}/{partition}"
+
+
+def group_name_of(cluster: str, key: str) -> str | None:
+    """The group name of any key below ``groups_prefix``, else None."""
+    prefix = groups_prefix(cluster)
+    if not key.startswith(prefix):
+        return None
+    name, separator, _ = key[len(prefix):].partition("/")
+    return name if separator and name else None
+
+
+def parse_group_partition(prefix: str, key: str) -> tuple[str, int] | None:
+    """(topic, partition) of an owner or offset key below ``prefix``, else None."""
+    if not key.startswith(prefix):
+        return None
+    topic_name, separator, partition = key[len(prefix):].rpartition("/")
+    if not separator or not topic_name or not partition.isdigit():
+        return None
+    return topic_name, int(partition)

@@ -2,7 +2,12 @@
 
 Everything that talks to etcd goes through ``MetadataStore``; every etcd failure becomes a
 retriable ``CoordinatorUnavailable`` naming the endpoint, so callers never see gRPC errors.
-Multi-key changes are single transactions; updates are compare-and-swap on ``mod_revision``.
+Multi-key changes are single transactions; updates are compare-and-swap on ``mod_revision``,
+optionally *fenced*: the write also requires another key to be at a given revision (the
+controller fences its writes with its own election key, so a deposed controller writes
+nothing). Watches deliver ``WatchEvent`` lists on the client's watch thread; a watch that
+ends (etcd went away, the client failed over) calls ``on_broken`` once and must be set up
+again by its owner.
 """
 
 from __future__ import annotations
@@ -18,12 +23,27 @@ import grpc
 from mafka4.errors import CoordinatorUnavailable
 
 REQUEST_TIMEOUT_S_DEFAULT = 5.0
+# gRPC waits up to 120 s between reconnection attempts by default, so a client would go on
+# failing long after etcd is back; reconnect within a second instead.
+GRPC_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
+                ("grpc.max_reconnect_backoff_ms", 1000)]
 T = TypeVar("T")
+# (key, mod_revision): a write fenced by it happens only while that key is at that revision.
+Fence = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)
 class Versioned:
     """A JSON value read from etcd together with the revision it was last modified at."""
+
+    key: str
+    value: Any
+    mod_revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """One change seen by a watch; ``value`` is None when the key was deleted."""
 
     key: str
     value: Any
@@ -53,7 +73,7 @@ class MetadataStore:
     def __init__(self, endpoint: str, timeout_s: float = REQUEST_TIMEOUT_S_DEFAULT):
         host, _, port = endpoint.rpartition(":")
         self.endpoint = endpoint
-        self._client = etcd3.client(host=host, port=int(port), timeout=timeout_s)
+        self._client = etcd3.client(host=host, port=int(port), timeout=timeout_s, grpc_options=GRPC_OPTIONS)
         # The client refuses an endpoint for 300 s after one failed call; with a single local
         # etcd that would turn a one-second blip into five minutes of errors. Retry at once.
         for endpoint in self._client.endpoints.values():
@@ -76,6 +96,14 @@ class MetadataStore:
         )
 
     @_etcd_call
+    def get_prefix_at(self, prefix: str) -> tuple[list[Versioned], int]:
+        """Every key under ``prefix`` and the store revision they were read at (to watch from +1)."""
+        response = self._client.get_prefix_response(prefix)
+        items = sorted((Versioned(kv.key.decode(), json.loads(kv.value), kv.mod_revision) for kv in response.kvs),
+                       key=lambda item: item.key)
+        return items, response.header.revision
+
+    @_etcd_call
     def put(self, key: str, value: Any, lease: etcd3.Lease | None = None) -> None:
         self._client.put(key, _encode(value), lease=lease)
 
@@ -90,13 +118,59 @@ class MetadataStore:
         )
         return succeeded
 
-    @_etcd_call
-    def compare_and_swap(self, key: str, value: Any, mod_revision: int) -> bool:
-        """Write ``value`` only if ``key`` is still at ``mod_revision`` (0: only if absent)."""
+    def _at_revision(self, key: str, mod_revision: int):
         txn = self._client.transactions
-        condition = txn.version(key) == 0 if mod_revision == 0 else txn.mod(key) == mod_revision
-        succeeded, _ = self._client.transaction(compare=[condition], success=[txn.put(key, _encode(value))], failure=[])
+        return txn.version(key) == 0 if mod_revision == 0 else txn.mod(key) == mod_revision
+
+    @_etcd_call
+    def compare_and_swap(self, key: str, value: Any, mod_revision: int, fence: Fence | None = None) -> bool:
+        """Write ``value`` only if ``key`` is still at ``mod_revision`` (0: only if absent) and the fence holds."""
+        txn = self._client.transactions
+        conditions = [self._at_revision(key, mod_revision)]
+        if fence is not None:
+            conditions.append(txn.mod(fence[0]) == fence[1])
+        succeeded, _ = self._client.transaction(compare=conditions, success=[txn.put(key, _encode(value))], failure=[])
         return succeeded
+
+    @_etcd_call
+    def create_leased(self, key: str, value: Any, lease: etcd3.Lease, swaps: dict[str, tuple[Any, int]]) -> int | None:
+        """Create ``key`` under ``lease`` and CAS each of ``swaps`` (key: (value, mod_revision)) in one transaction.
+
+        Returns the revision of the write (the new key's mod_revision, usable as a fence), or
+        None if ``key`` exists or a swapped key moved.
+        """
+        txn = self._client.transactions
+        conditions = [txn.version(key) == 0] + [self._at_revision(k, rev) for k, (_, rev) in swaps.items()]
+        puts = [txn.put(key, _encode(value), lease=lease)] + [txn.put(k, _encode(v)) for k, (v, _) in swaps.items()]
+        succeeded, responses = self._client.transaction(compare=conditions, success=puts, failure=[])
+        return responses[0].response_put.header.revision if succeeded else None
+
+    @_etcd_call
+    def watch_prefix(self, prefix: str, on_events: Callable[[list[WatchEvent]], None], on_broken: Callable[[], None],
+                     start_revision: int | None = None) -> int:
+        """Call ``on_events`` for every change under ``prefix`` (from ``start_revision``); returns the watch id.
+
+        Both callbacks run on the client's watch thread and must not block. ``on_broken`` is
+        called once when the watch ends for any reason other than ``cancel_watch``.
+        """
+        def callback(response) -> None:
+            if not isinstance(response, etcd3.watch.WatchResponse):  # an error, or None: the stream closed
+                on_broken()
+                return
+            on_events([
+                WatchEvent(event.key.decode(), json.loads(event.value) if isinstance(event, etcd3.events.PutEvent) else None,
+                           event.mod_revision)
+                for event in response.events
+            ])
+
+        return self._client.add_watch_prefix_callback(prefix, callback, start_revision=start_revision)
+
+    def cancel_watch(self, watch_id: int) -> None:
+        """Stop a watch; quietly does nothing if it already ended (etcd may be away)."""
+        try:
+            self._client.cancel_watch(watch_id)
+        except (grpc.RpcError, etcd3.exceptions.Etcd3Exception, ValueError):
+            pass
 
     @_etcd_call
     def delete_keys_and_prefixes(self, keys: Iterable[str], prefixes: Iterable[str]) -> bool:

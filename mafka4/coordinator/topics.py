@@ -64,10 +64,14 @@ class TopicStore:
         )
         return TopicMetadata(validate_topic_name(name), config, partitions)
 
-    def create(self, metadata: TopicMetadata) -> TopicMetadata:
-        """Record a whole topic in one transaction; ``TopicExists`` if the name is taken."""
+    def create(self, metadata: TopicMetadata, extra_values: dict[str, object] | None = None) -> TopicMetadata:
+        """Record a whole topic in one transaction; ``TopicExists`` if the name is taken.
+
+        ``extra_values`` are more keys of the topic created in the same transaction (the
+        read path's split epoch and virtual partitions, ``virtual.metadata.read_path_values``).
+        """
         name, config, partitions = metadata.name, metadata.config, metadata.partitions
-        values = {keys.topic(self._cluster, name): asdict(config)}
+        values = {keys.topic(self._cluster, name): asdict(config), **(extra_values or {})}
         for state in partitions:
             values[keys.physical_partition(self._cluster, name, state.partition)] = state.to_json()
         if not self._store.create_all(values):

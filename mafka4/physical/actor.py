@@ -9,7 +9,11 @@ and wakes waiters when the high watermark or the log end offset moves.
   ``replica_fetch`` serves followers by long poll and reports their progress to the core.
 * Follower: a background task fetches from the leader, truncates when the leader reports
   a divergence (leader-epoch truncation), appends and follows the leader's HW.
-* Consumers ``fetch`` whole batches below the high watermark.
+* Consumers ``fetch`` whole batches below the high watermark. With ``from_follower`` a
+  follower answers too, below its own high watermark (Kafka's KIP-392): feeders read
+  committed data off a follower so that splitting never loads the leader's write path.
+* Fault injection (``set_fault``, ``mafka4.faults``): delays or pauses the fetch and serve
+  loops, off by default.
 * Liveness: the replica keeps a key under its own etcd lease (``keys.replica_liveness``),
   refreshed every third of ``replica_lease_ttl_s``; when the actor dies the key expires and
   the controller notices. While etcd is unreachable the data path goes on regardless.
@@ -39,6 +43,7 @@ from mafka4.coordinator import keys
 from mafka4.coordinator.store import MetadataStore
 from mafka4.coordinator.topics import PartitionState
 from mafka4.errors import CoordinatorUnavailable, NotLeader, RequestTimedOut
+from mafka4.faults import FaultGate
 from mafka4.limits import Acks, LogConfig, ReplicaConfig
 from mafka4.physical.checkpoint import read_checkpoint, write_checkpoint
 from mafka4.physical.epochs import EpochHistory
@@ -157,6 +162,7 @@ class PhysicalPartition:
         self._lease = None
         self._isr_task: asyncio.Task | None = None
         self._isr_dirty = False
+        self._fault = FaultGate()
 
     # --- recovery -----------------------------------------------------------------------
 
@@ -188,14 +194,20 @@ class PhysicalPartition:
     # --- role changes -------------------------------------------------------------------
 
     async def become_leader(self, leader_epoch: int, replicas: list[str], isr: list[str]) -> dict:
+        if self._state.role is Role.LEADER and self._state.leader_epoch == leader_epoch:
+            return self._state.describe()  # a repeated notice: the controller announces roles again after a failover
+        already_ticking = self._state.role is Role.LEADER  # a new epoch of the same leader keeps its tick task
         self._stop_following()
         self._state.become_leader(leader_epoch, replicas, isr, _now_ms())
         self._save_epochs()
-        self._start_background(self._leader_ticks())
+        self._start_background(None if already_ticking else self._leader_ticks())
         self._wake()
         return self._state.describe()
 
     async def become_follower(self, leader_epoch: int, leader_id: str) -> dict:
+        if (self._state.role is Role.FOLLOWER and self._state.leader_epoch == leader_epoch
+                and self._state.leader_id == leader_id and self._follow_task is not None and not self._follow_task.done()):
+            return self._state.describe()  # a repeated notice: keep the fetch in flight
         self._state.become_follower(leader_epoch, leader_id)
         self._waiters.fail_all(NotLeader(f"{self._spec.partition_name}: {self._spec.replica_id} is now a follower of {leader_id}"))
         self._stop_following()
@@ -261,6 +273,7 @@ class PhysicalPartition:
 
     async def replica_fetch(self, follower_id: str, follower_epoch: int, fetch_offset: int, last_fetched_epoch: int,
                             bytes_max: int, wait_ms_max: int) -> ReplicaFetchResult:
+        await self._fault.replication()
         self._state.check_epoch(follower_epoch)  # a follower of another epoch is fenced or must wait
         decision = self._state.on_follower_fetch(follower_id, fetch_offset, last_fetched_epoch, _now_ms())
         if decision.isr_changed:
@@ -340,6 +353,7 @@ class PhysicalPartition:
     async def _follow(self) -> None:
         config = self._spec.replica_config
         while self._state.role is Role.FOLLOWER and not self._closed:
+            await self._fault.replication()
             try:
                 result = await self._leader_handle.replica_fetch.remote(
                     self._spec.replica_id, self._state.leader_epoch, self._state.log_end_offset, self._state.last_fetched_epoch,
@@ -371,9 +385,14 @@ class PhysicalPartition:
 
     # --- consumers ----------------------------------------------------------------------
 
-    async def fetch(self, offset: int, bytes_max: int, wait_ms_max: int = 0) -> FetchResult:
-        """Whole batches from ``offset`` below the high watermark (long poll when none)."""
-        if self._state.role is not Role.LEADER:
+    async def fetch(self, offset: int, bytes_max: int, wait_ms_max: int = 0, from_follower: bool = False) -> FetchResult:
+        """Whole batches from ``offset`` below the high watermark (long poll when none).
+
+        ``from_follower``: a follower may answer as well, below its own high watermark
+        (committed data, possibly a little behind the leader's).
+        """
+        await self._fault.serving()
+        if self._state.role is not Role.LEADER and not (from_follower and self._state.role is Role.FOLLOWER):
             raise NotLeader(f"{self._spec.partition_name}: {self._spec.replica_id} is not the leader (leader: {self._state.leader_id})")
         if offset >= self._state.high_watermark and wait_ms_max > 0:
             await self._wait_for_change(wait_ms_max)
@@ -455,3 +474,9 @@ class PhysicalPartition:
 
     async def ping(self) -> str:
         return self._spec.replica_id
+
+    async def set_fault(self, delay_ms: int = 0, paused: bool = False) -> dict:
+        """Delay or pause this replica's fetch and serve loops (``mafka4.faults``); (0, False) clears it."""
+        fault = self._fault.set(delay_ms, paused)
+        logger.warning("%s: replica %s fault set to %s", self._spec.partition_name, self._spec.replica_id, fault)
+        return {"delay_ms": fault.delay_ms, "paused": fault.paused}

@@ -14,7 +14,7 @@ import ray
 from mafka4.coordinator.topics import PartitionState, TopicMetadata
 from mafka4.limits import LogConfig, ReplicaConfig
 from mafka4.physical.actor import PhysicalPartition, ReplicaSpec, replica_actor_name
-from mafka4.runtime.ray_cluster import node_resource
+from mafka4.runtime.ray_cluster import WRITE_NODE_RESOURCE, node_resource
 
 NAMESPACE = "mafka4"
 
@@ -40,7 +40,7 @@ def start_replica(cluster: str, etcd_endpoint: str, topic: TopicMetadata, partit
         namespace=NAMESPACE,
         lifetime="detached",
         num_cpus=0,
-        resources={node_resource(replica_id): 1},
+        resources={node_resource(replica_id): 1, WRITE_NODE_RESOURCE: 1},
         max_restarts=0,
     ).remote(spec)
 

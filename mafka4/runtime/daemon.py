@@ -3,10 +3,13 @@
     python -m mafka4.runtime.daemon --home H --write-nodes N --read-nodes M [--cluster NAME]
 
 Start order: etcd (``<home>/etcd``), the Ray cluster, the cluster config key, one lease-bound
-registration per simulated node, then ``<home>/cluster.json`` with ``ready=True``. Until
-SIGTERM/SIGINT it refreshes every registration each ``node_lease_ttl_s / 3`` seconds. Stop
-order is the reverse: revoke the leases, stop Ray, stop etcd, remove cluster.json, exit 0.
-A signal during startup stops whatever was already started. Logs go to ``<home>/daemon.log``.
+registration per simulated node, the controller (a child process,
+``mafka4.coordinator.controller``, logging to ``<home>/controller.log``), then
+``<home>/cluster.json`` with ``ready=True``. Until SIGTERM/SIGINT it refreshes every
+registration each ``node_lease_ttl_s / 3`` seconds and starts the controller again if it
+exited. Stop order is the reverse: stop the controller, revoke the leases, stop Ray, stop
+etcd, remove cluster.json, exit 0. A signal during startup stops whatever was already
+started. Logs go to ``<home>/daemon.log``.
 
 ``NodeRegistration`` keeps one node's key alive; ``refresh_registrations`` is one refresh
 period for all of them and survives etcd outages: after a failed call every registration
@@ -20,6 +23,7 @@ import argparse
 import logging
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,6 +38,9 @@ from mafka4.runtime.ray_cluster import NodeRole, node_ids, node_resource
 from mafka4.runtime.state import CLUSTER_NAME_DEFAULT, ClusterState, remove_state, save_state
 
 LOG_FILE_NAME = "daemon.log"
+CONTROLLER_LOG_FILE_NAME = "controller.log"
+CONTROLLER_ID = "controller-0"
+CONTROLLER_STOP_TIMEOUT_S = 15.0  # SIGTERM grace: the controller revokes its lease and leaves Ray
 # Requests from the daemon must fail well within one refresh period, or one slow call
 # could let every lease expire.
 STORE_TIMEOUT_S_MAX = 5.0
@@ -121,13 +128,49 @@ def _log_repeated_signal(signum: int, _frame) -> None:
     log.info("%s received while stopping; still stopping", signal.Signals(signum).name)
 
 
+class ControllerProcess:
+    """The cluster's controller as a child process: started, restarted if it exits, stopped by PID."""
+
+    def __init__(self, home: Path, etcd_endpoint: str, ray_address: str, cluster: str):
+        self.command = [
+            sys.executable, "-m", "mafka4.coordinator.controller", "--etcd", etcd_endpoint,
+            "--ray-address", ray_address, "--cluster", cluster, "--controller-id", CONTROLLER_ID,
+        ]
+        self.log_path = home / CONTROLLER_LOG_FILE_NAME
+        self.cwd = home
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as log_file:
+            self.process = subprocess.Popen(self.command, stdout=log_file, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, cwd=self.cwd)
+        log.info("controller started, pid %d, log %s", self.process.pid, self.log_path)
+
+    def keep_running(self) -> None:
+        if self.process is not None and self.process.poll() is not None:
+            log.warning("controller exited with code %s; starting it again", self.process.returncode)
+            self.start()
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=CONTROLLER_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
 def keep_registered(
-    registrations: list[NodeRegistration], open_store: Callable[[], MetadataStore], period_s: float
+    registrations: list[NodeRegistration], open_store: Callable[[], MetadataStore], period_s: float,
+    each_period: Callable[[], None] = lambda: None,
 ) -> None:
     """Refresh every registration each period until a signal arrives; log outages once each."""
     etcd_down_since = None
     while True:
         time.sleep(period_s)
+        each_period()
         if not refresh_registrations(registrations, open_store):
             if etcd_down_since is None:
                 etcd_down_since = time.monotonic()
@@ -154,6 +197,7 @@ def run(home: Path, config: ClusterConfig, cluster: str) -> None:
 
     ray = None
     registrations: list[NodeRegistration] = []
+    controller: ControllerProcess | None = None
     try:
         started = time.monotonic()
         ray = start_ray_cluster(ray_temp_dir(home), write_nodes, read_nodes)
@@ -166,15 +210,19 @@ def run(home: Path, config: ClusterConfig, cluster: str) -> None:
             registrations += [NodeRegistration(store, cluster, i, role, config.node_lease_ttl_s) for i in ids]
         for registration in registrations:
             registration.keep_alive()
+        controller = ControllerProcess(home, etcd.endpoint, ray.address, cluster)
+        controller.start()
         save_state(ClusterState(
             cluster=cluster, home=str(home), etcd_endpoint=etcd.endpoint, etcd_pid=etcd.pid,
             ray_address=ray.address, daemon_pid=os.getpid(), ray_temp_dir=ray.temp_dir,
             write_nodes=tuple(write_nodes), read_nodes=tuple(read_nodes), data_root=str(data_root), ready=True,
         ))
         log.info("cluster %r ready: write nodes %s, read nodes %s", cluster, write_nodes, read_nodes)
-        keep_registered(registrations, open_store, config.node_lease_ttl_s / 3)
+        keep_registered(registrations, open_store, config.node_lease_ttl_s / 3, controller.keep_running)
     finally:
         remove_state(home)
+        if controller is not None:
+            _stop_quietly("stop controller", controller.stop)
         _stop_quietly("revoke node leases", lambda: [r.revoke() for r in registrations])
         if registrations:
             _stop_quietly("close etcd client", registrations[0].store.close)

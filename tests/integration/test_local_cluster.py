@@ -27,6 +27,8 @@ NODES = {"w0": "write", "w1": "write", "w2": "write", "r0": "read"}
 LEASE_TTL_S = 2
 # etcd checks lease expiry about every 500 ms; allow for that and a busy machine.
 EXPIRY_WAIT_S = LEASE_TTL_S + 5
+OUTAGE_LEASE_TTL_S = 4
+OUTAGE_REQUEST_TIMEOUT_S = 2.0
 
 
 def wait_until(predicate, timeout_s: float, interval_s: float = 0.1) -> bool:
@@ -114,23 +116,24 @@ def test_registration_survives_an_etcd_outage(tmp_path):
     opened: list[MetadataStore] = []
 
     def open_store() -> MetadataStore:
-        opened.append(MetadataStore(etcd.endpoint, timeout_s=1.0))
+        # Short enough to notice the outage quickly, long enough for a busy 2-core machine.
+        opened.append(MetadataStore(etcd.endpoint, timeout_s=OUTAGE_REQUEST_TIMEOUT_S))
         return opened[-1]
 
     key = keys.node("outage-test", "r3")
-    registrations = [NodeRegistration(open_store(), "outage-test", "r3", NodeRole.READ, LEASE_TTL_S)]
+    registrations = [NodeRegistration(open_store(), "outage-test", "r3", NodeRole.READ, OUTAGE_LEASE_TTL_S)]
     try:
-        assert refresh_registrations(registrations, open_store)
+        assert wait_until(lambda: refresh_registrations(registrations, open_store), 15, interval_s=0.5)
         stop_etcd(etcd)
         assert not refresh_registrations(registrations, open_store)
-        time.sleep(LEASE_TTL_S + 1)  # down for longer than the lease lives
+        time.sleep(OUTAGE_LEASE_TTL_S + 1)  # down for longer than the lease lives
         etcd = restart_etcd(etcd)
 
         assert wait_until(lambda: refresh_registrations(registrations, open_store), 15, interval_s=0.5)
         assert registrations[0].store.get(key).value["role"] == "read"
         # The new lease is being refreshed: the key outlives the TTL several times over.
         for _ in range(3 * 3):
-            time.sleep(LEASE_TTL_S / 3)
+            time.sleep(OUTAGE_LEASE_TTL_S / 3)
             assert registrations[0].store.get(key) is not None
             assert refresh_registrations(registrations, open_store)
     finally:

@@ -1,0 +1,257 @@
+"""``mafka4 bench rebalance``: how long a Mafka3-mode group stops consuming when a member joins.
+
+Per trial, on a running cluster: a fresh topic of ``partitions`` physical partitions gets a
+steady keyed produce stream of ``rate_msgs_per_s``; ``consumers`` group members consume it
+(each in its own thread, polling continuously). After ``warmup_s`` one more member joins,
+which triggers the eager rebalance (every member commits and releases everything, then the
+new assignment starts). Every poll that returns messages is stamped with a monotonic clock.
+
+Figures (ms):
+
+* ``member_stall_ms``: per existing member, the longest gap between two of its non-empty polls
+  from one second before the join until ``after_join_s`` after it: the time it consumed
+  nothing around the rebalance;
+* ``group_stall_ms``: the longest gap in the same window between non-empty polls of *any*
+  member (including the new one): the time the whole group consumed nothing;
+* ``baseline_gap_ms``: the same longest gap per member during the second before the join,
+  for scale (the normal gap between fetches at this rate);
+* ``new_member_first_message_ms``: from the join until the new member's first message;
+* ``protocol_rebalance_ms``: as etcd saw it (through a watch on the group, stamped on arrival):
+  from the new member key until every partition has an owner key of the final generation.
+  It excludes the consumers' own scheduling, so it is the steadier figure on a noisy machine.
+
+All threads share one Python process (and its GIL) on a small machine: the figures include
+that scheduling noise, so compare them within one run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import statistics
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+NS_PER_MS = 1_000_000
+BEFORE_JOIN_WINDOW_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class RebalanceBenchSettings:
+    partitions: int = 12
+    consumers: int = 3
+    rate_msgs_per_s: int = 2000
+    warmup_s: float = 5.0
+    after_join_s: float = 8.0
+    trials: int = 3
+    assignor: str = "range"
+    replication_factor: int = 1
+
+
+@dataclass
+class MemberLog:
+    """Receive times of one member's non-empty polls (written by its thread only)."""
+
+    name: str
+    receive_ns: list[int] = field(default_factory=list)
+    messages: int = 0
+    values: list[bytes] = field(default_factory=list)
+
+
+def _consume(consumer, log: MemberLog, stop: threading.Event) -> None:
+    try:
+        while not stop.is_set():
+            messages = consumer.poll(timeout_ms=100)
+            if messages:
+                log.receive_ns.append(time.monotonic_ns())
+                log.messages += len(messages)
+                log.values.extend(m.value for m in messages)
+    finally:
+        consumer.close()
+
+
+def _produce(producer, rate_msgs_per_s: int, stop: threading.Event, sent: list[int]) -> None:
+    start = time.monotonic()
+    number = 0
+    while not stop.is_set():
+        due = int((time.monotonic() - start) * rate_msgs_per_s)
+        while number < due:
+            producer.send(str(number).encode(), key=str(number).encode())
+            number += 1
+        time.sleep(0.005)
+    producer.flush()
+    sent.append(number)
+
+
+class GroupWatch:
+    """Arrival-stamped etcd events of one group (members, generation and owner keys)."""
+
+    def __init__(self, connection, group: str):
+        from mafka4.coordinator import keys
+        from mafka4.coordinator.store import MetadataStore
+
+        self._keys = keys
+        self._cluster, self._group = connection.cluster, group
+        self._store = MetadataStore(connection.store.endpoint)
+        self.events: list[tuple[int, str, dict | None]] = []
+        self._watch = self._store.watch_prefix(keys.group_prefix(connection.cluster, group), self._record, lambda: None)
+
+    def _record(self, events) -> None:
+        now_ns = time.monotonic_ns()
+        self.events.extend((now_ns, event.key, event.value) for event in events)
+
+    def close(self) -> None:
+        self._store.cancel_watch(self._watch)
+        self._store.close()
+
+    def rebalance_ms(self, join_ns: int, partitions: int) -> float | None:
+        """From the first member-key put after ``join_ns`` until all partitions are owned under
+        the generation current at that moment (the first generation including the new member)."""
+        members_prefix = self._keys.group_members_prefix(self._cluster, self._group)
+        owners_prefix = self._keys.group_owners_prefix(self._cluster, self._group)
+        generation_key = self._keys.group_generation(self._cluster, self._group)
+        owners: dict[str, int] = {}
+        joined_ns, generation = None, None
+        for stamp_ns, key, value in self.events:
+            if key.startswith(owners_prefix):
+                if value is None:
+                    owners.pop(key, None)
+                else:
+                    owners[key] = value["generation"]
+            elif joined_ns is None and stamp_ns >= join_ns and key.startswith(members_prefix) and value is not None:
+                joined_ns = stamp_ns
+            elif joined_ns is not None and key == generation_key and value is not None:
+                generation = value["generation"]
+            if generation is not None and len(owners) == partitions and set(owners.values()) == {generation}:
+                return round((stamp_ns - joined_ns) / NS_PER_MS, 1)
+        return None
+
+
+def longest_gap(times_ns: list[int], start_ns: int, end_ns: int) -> tuple[int, int]:
+    """(length, start) in ns of the longest interval inside [start, end] without a receive time
+    (the window edges count as receive times)."""
+    inside = [t for t in sorted(times_ns) if start_ns <= t <= end_ns]
+    edges = [start_ns, *inside, end_ns]
+    return max((b - a, a) for a, b in zip(edges, edges[1:]))
+
+
+def longest_gap_ms(times_ns: list[int], start_ns: int, end_ns: int) -> float:
+    return round(longest_gap(times_ns, start_ns, end_ns)[0] / NS_PER_MS, 1)
+
+
+def run_trial(connection, settings: RebalanceBenchSettings) -> dict:
+    from mafka4.client.admin import Admin
+    from mafka4.client.consumer import Consumer
+    from mafka4.client.group_admin import GroupAdmin
+    from mafka4.client.producer import Producer
+
+    admin = Admin(connection)
+    topic, group = f"rebal-{secrets.token_hex(3)}", f"rebal-{secrets.token_hex(3)}"
+    admin.create_topic(topic, partitions=settings.partitions, replication_factor=settings.replication_factor)
+    stop_consumers, stop_producer = threading.Event(), threading.Event()
+    threads, logs, sent = [], [], []
+    settings_for_consumers = dict(group=group, connection=connection, from_beginning=True, assignor=settings.assignor)
+
+    def start_member(name: str) -> MemberLog:
+        log = MemberLog(name)
+        consumer = Consumer(topic, **settings_for_consumers)
+        thread = threading.Thread(target=_consume, args=(consumer, log, stop_consumers), name=name, daemon=True)
+        thread.start()
+        threads.append(thread)
+        logs.append(log)
+        return log
+
+    watch = GroupWatch(connection, group)
+    producer = Producer(topic, connection=connection, linger_ms=5)
+    producer_thread = threading.Thread(target=_produce, args=(producer, settings.rate_msgs_per_s, stop_producer, sent), daemon=True)
+    try:
+        producer_thread.start()
+        for index in range(settings.consumers):
+            start_member(f"member-{index}")
+        time.sleep(settings.warmup_s)
+        join_ns = time.monotonic_ns()
+        newcomer = start_member("joiner")
+        time.sleep(settings.after_join_s)
+        end_ns = time.monotonic_ns()
+    finally:
+        stop_producer.set()
+        producer_thread.join()
+        producer.close()
+    _drain(logs, sent[0] if sent else 0)
+    stop_consumers.set()
+    for thread in threads:
+        thread.join()
+    watch.close()
+    with GroupAdmin(connection) as groups:
+        lag = groups.describe_group(group).total_lag
+    admin.delete_topic(topic)
+    figures = _trial_figures(logs, newcomer, join_ns, end_ns, sent[0], lag)
+    return {**figures, "protocol_rebalance_ms": watch.rebalance_ms(join_ns, settings.partitions)}
+
+
+def _drain(logs: list[MemberLog], produced: int, timeout_s: float = 60) -> None:
+    """Let the members consume the tail of the stream, so duplicates and lag can be counted."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and len({v for log in logs for v in log.values}) < produced:
+        time.sleep(0.1)
+
+
+def _trial_figures(logs: list[MemberLog], newcomer: MemberLog, join_ns: int, end_ns: int, produced: int,
+                   lag: int | None) -> dict:
+    before_ns = join_ns - int(BEFORE_JOIN_WINDOW_S * 1e9)
+    existing = [log for log in logs if log is not newcomer]
+    member_stall = {log.name: longest_gap_ms(log.receive_ns, before_ns, end_ns) for log in existing}
+    # Where each member's longest gap began, relative to the join: near 0 if the join caused it.
+    stall_start = {log.name: round((longest_gap(log.receive_ns, before_ns, end_ns)[1] - join_ns) / NS_PER_MS, 1)
+                   for log in existing}
+    baseline = {log.name: longest_gap_ms(log.receive_ns, before_ns, join_ns) for log in existing}
+    everyone = [t for log in logs for t in log.receive_ns]
+    first_new = min((t for t in newcomer.receive_ns if t >= join_ns), default=None)
+    values = [v for log in logs for v in log.values]
+    return {
+        "member_stall_ms": member_stall,
+        "max_member_stall_ms": max(member_stall.values()),
+        "member_stall_start_ms": stall_start,
+        "group_stall_ms": longest_gap_ms(everyone, before_ns, end_ns),
+        "baseline_gap_ms": baseline,
+        "new_member_first_message_ms": None if first_new is None else round((first_new - join_ns) / NS_PER_MS, 1),
+        "messages_produced": produced,
+        "messages_consumed": len(values),
+        "messages_unique": len(set(values)),
+        "lag_after_drain": lag,
+    }
+
+
+def run_rebalance_bench(settings: RebalanceBenchSettings, output_path: str) -> dict:
+    from mafka4.runtime.connect import connect
+
+    connection = connect()
+    load_before = os.getloadavg()[0]
+    trials = [run_trial(connection, settings) for _ in range(settings.trials)]
+
+    def median(name: str):
+        values = [t[name] for t in trials if t[name] is not None]
+        return round(statistics.median(values), 1) if values else None
+
+    summary = {
+        "trials": len(trials),
+        "max_member_stall_ms_median": median("max_member_stall_ms"),
+        "max_member_stall_ms_each": [t["max_member_stall_ms"] for t in trials],
+        "group_stall_ms_median": median("group_stall_ms"),
+        "group_stall_ms_each": [t["group_stall_ms"] for t in trials],
+        "baseline_gap_ms_max_each": [max(t["baseline_gap_ms"].values()) for t in trials],
+        "new_member_first_message_ms_median": median("new_member_first_message_ms"),
+        "protocol_rebalance_ms_median": median("protocol_rebalance_ms"),
+        "protocol_rebalance_ms_each": [t["protocol_rebalance_ms"] for t in trials],
+        "duplicates_each": [t["messages_consumed"] - t["messages_unique"] for t in trials],
+        "missing_each": [t["messages_produced"] - t["messages_unique"] for t in trials],
+    }
+    # The machine is shared: its load says how far the figures can be trusted.
+    report = {"settings": asdict(settings), "trials": trials, "summary": summary, "cpu_count": os.cpu_count(),
+              "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]}}
+    Path(output_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(output_path).write_text(json.dumps(report, indent=2))
+    return report

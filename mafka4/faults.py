@@ -1,0 +1,63 @@
+"""Fault injection for replica actors: make one replica slow or stalled, on purpose.
+
+Both replica actors (``PhysicalPartition``, ``VirtualPartition``) hold a ``FaultGate`` and pass
+through it in their fetch and serve loops; ``set_fault`` on the actor (``Admin.inject_fault``)
+changes it. Off by default, so the loops never wait on it in normal running.
+
+* ``delay_ms``: every fetch the replica makes from its leader, and every fetch it answers
+  (followers' and consumers'), first waits this long: a slow replica.
+* ``paused``: replication through the replica stops until unpaused: a follower stops fetching
+  from its leader, a leader answers no follower fetch. Consumer fetches are only delayed, never
+  held: a paused replica shows replication lag (it leaves the ISR or RISR after the lag bound
+  and returns once unpaused) without hanging the readers routed to it.
+
+Experiments must not use it to slow one design down (DESIGN.md section 9); it exists to
+demonstrate the replica protocols under slowness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from mafka4.errors import InvalidConfig
+from mafka4.limits import FAULT_DELAY_MS_MAX
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    delay_ms: int = 0
+    paused: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.delay_ms, bool) or not isinstance(self.delay_ms, int) or not 0 <= self.delay_ms <= FAULT_DELAY_MS_MAX:
+            raise InvalidConfig(f"delay_ms={self.delay_ms!r} must be an integer from 0 to {FAULT_DELAY_MS_MAX}")
+        if not isinstance(self.paused, bool):
+            raise InvalidConfig(f"paused={self.paused!r} must be true or false")
+
+
+class FaultGate:
+    """The fault of one replica actor; used from the actor's event loop only."""
+
+    def __init__(self):
+        self.fault = Fault()
+        self._resumed = asyncio.Event()
+        self._resumed.set()
+
+    def set(self, delay_ms: int = 0, paused: bool = False) -> Fault:
+        self.fault = Fault(delay_ms, paused)
+        if paused:
+            self._resumed.clear()
+        else:
+            self._resumed.set()
+        return self.fault
+
+    async def replication(self) -> None:
+        """Pass a replication step (a follower's fetch, a leader answering one)."""
+        await self._resumed.wait()
+        await self.serving()
+
+    async def serving(self) -> None:
+        """Pass a consumer fetch: delayed, never paused."""
+        if self.fault.delay_ms:
+            await asyncio.sleep(self.fault.delay_ms / 1000)

@@ -1,0 +1,255 @@
+"""``Feeder``: the Ray actor that splits one physical partition into the topic's virtual partitions.
+
+One feeder per physical partition, on a read node: never in the physical leader's process,
+so splitting (the only per-message work of the read path) costs the write path nothing but
+one more fetch, and that fetch goes to an in-sync follower when there is one (``fetch(...,
+from_follower=True)``, Kafka's KIP-392). The decisions live in ``feeding.py`` (pure):
+
+* a round fetches committed batches (below the replica's high watermark) from
+  ``next_offset``, splits them by the current layout (``feeding.plan_round``, i.e.
+  ``split.split_batch``) and hands each VP leader its records with ``VirtualPartition.feed``
+  (VPs in parallel, each VP's calls in order); the last call of a round, or a report-only
+  call, carries ``fed_through`` (the next offset) and the physical HW to every VP;
+* a round that fails anywhere (a fetch, a VP call) is not retried as such: the feeder backs
+  off, re-reads the metadata and resumes (``feeding.resume_offset``) from the smallest
+  last-applied offset the VP leaders report, so it skips nothing and the VPs' ``FeedProgress``
+  drops what they already hold. The same happens after a restart and whenever a VP's leader
+  epoch changed (a VP failover), because a new leader may lack the old one's last records.
+
+The feeder keeps no state of its own: killing it and starting it again (``launcher``) loses
+and duplicates nothing. Metadata (partition leader and ISR, VP leaders, layout) is re-read
+every ``metadata_max_age_ms``. Two feeders of one partition at once would still be safe
+(both feed every VP in order, and each VP drops what it holds), only wasteful.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass
+
+import ray
+
+from mafka4.client.errors import unwrap
+from mafka4.coordinator import keys
+from mafka4.coordinator.store import MetadataStore
+from mafka4.coordinator.topics import PartitionState
+from mafka4.errors import CoordinatorUnavailable, OffsetOutOfRange, UnknownTopic
+from mafka4.limits import FeederConfig
+from mafka4.physical.actor import replica_actor_name
+from mafka4.virtual.actor import NAMESPACE, vp_actor_name
+from mafka4.virtual.feeding import Chunk, choose_source, plan_round, resume_offset
+from mafka4.virtual.metadata import VirtualPartitionState, VirtualStore
+from mafka4.virtual.reshard import TopicLayout
+
+logger = logging.getLogger(__name__)
+
+
+def feeder_actor_name(cluster: str, topic: str, partition: int) -> str:
+    return f"{cluster}/{topic}/feeder/{partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class FeederSpec:
+    cluster: str
+    topic: str
+    partition: int
+    node_id: str  # the read node it runs on
+    etcd_endpoint: str
+    config: FeederConfig
+
+
+@dataclass(frozen=True, slots=True)
+class _Metadata:
+    partition: PartitionState
+    vps: dict[int, VirtualPartitionState]  # the active VPs of the current layout
+    layout: TopicLayout
+    read_at: float  # time.monotonic()
+
+
+@ray.remote(num_cpus=0)
+class Feeder:
+    def __init__(self, spec: FeederSpec):
+        self._spec = spec
+        self._store: MetadataStore | None = None
+        self._metadata: _Metadata | None = None
+        self._next_offset: int | None = None  # None: resume before the next round
+        self._resumed_epochs: dict[int, int] = {}  # VP -> leader epoch the resume asked
+        self._avoid: set[str] = set()  # physical replicas that failed since the last refresh
+        self._last_report: dict[int, tuple[int, int, float]] = {}  # VP -> (fed_through, HW, when)
+        self._handles: dict[str, object] = {}  # actor name -> handle
+        self._task: asyncio.Task | None = None
+        self._closed = False
+        self._stats = {"rounds": 0, "records_fed": 0, "resumes": 0, "errors": 0, "last_error": None, "source": None}
+
+    async def start(self) -> dict:
+        """Start feeding (idempotent)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        return self._describe()
+
+    def _describe(self) -> dict:
+        return {"partition": self._spec.partition, "node_id": self._spec.node_id, "next_offset": self._next_offset,
+                "resumed_epochs": dict(self._resumed_epochs), **self._stats}
+
+    async def describe(self) -> dict:
+        return self._describe()
+
+    async def ping(self) -> int:
+        return self._spec.partition
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+        if self._store is not None:
+            self._store.close()
+
+    # --- the loop -----------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        backoff_s = self._spec.config.retry_backoff_ms / 1000
+        while not self._closed:
+            try:
+                await self._refresh_if_old()
+                if self._next_offset is None:
+                    await self._resume()
+                await self._round()
+            except asyncio.CancelledError:
+                raise
+            except Exception as raised:  # every failure leads to the same safe place: resume
+                error = unwrap(raised)
+                self._stats["errors"] += 1
+                self._stats["last_error"] = f"{type(error).__name__}: {error}"
+                logger.info("%s-%d feeder: %s; resuming", self._spec.topic, self._spec.partition, self._stats["last_error"])
+                if isinstance(error, OffsetOutOfRange) and self._next_offset is not None:
+                    await self._skip_to_log_start()
+                else:
+                    self._next_offset, self._metadata = None, None
+                self._handles.clear()
+                await asyncio.sleep(backoff_s)
+
+    async def _refresh_if_old(self) -> None:
+        age_s = self._spec.config.metadata_max_age_ms / 1000
+        if self._metadata is not None and time.monotonic() - self._metadata.read_at < age_s:
+            return
+        try:
+            self._metadata = await asyncio.get_running_loop().run_in_executor(None, self._read_metadata)
+        except CoordinatorUnavailable as error:
+            if self._metadata is None:
+                raise
+            # The data path goes on while etcd is away: keep the metadata known, ask again later.
+            logger.warning("%s-%d feeder: metadata not refreshed: %s", self._spec.topic, self._spec.partition, error)
+            self._metadata = dataclasses.replace(self._metadata, read_at=time.monotonic())
+            return
+        self._avoid.clear()
+        changed = {vp for vp, state in self._metadata.vps.items() if self._resumed_epochs.get(vp) != state.leader_epoch}
+        if changed and self._next_offset is not None:
+            logger.info("%s-%d feeder: VP leaders changed %s; resuming", self._spec.topic, self._spec.partition, sorted(changed))
+            self._next_offset = None
+
+    def _read_metadata(self) -> _Metadata:
+        if self._store is None:
+            self._store = MetadataStore(self._spec.etcd_endpoint)
+        spec = self._spec
+        config = self._store.get(keys.topic(spec.cluster, spec.topic))
+        partition = self._store.get(keys.physical_partition(spec.cluster, spec.topic, spec.partition))
+        if config is None or partition is None:
+            raise UnknownTopic(f"topic {spec.topic!r} or its partition {spec.partition} is not recorded (yet)")
+        virtual = VirtualStore(self._store, spec.cluster)
+        layout = virtual.layout(spec.topic, config.value["partitions"])
+        states = virtual.states(spec.topic)
+        active = {vp: states[vp][0] for vp in layout.current.ranges.vp_ids}
+        return _Metadata(PartitionState.from_json(spec.partition, partition.value), active, layout, time.monotonic())
+
+    # --- resume and rounds --------------------------------------------------------------
+
+    async def _resume(self) -> None:
+        metadata = self._metadata
+        vps = sorted(metadata.vps)
+        positions = await self._call_all(
+            [self._vp_handle(metadata.vps[vp]).feed_position.remote(metadata.vps[vp].leader_epoch, self._spec.partition)
+             for vp in vps])
+        self._next_offset = resume_offset(dict(zip(vps, positions)))
+        self._resumed_epochs = {vp: metadata.vps[vp].leader_epoch for vp in vps}
+        self._last_report.clear()
+        self._stats["resumes"] += 1
+        logger.info("%s-%d feeder resumes at %d (VP positions %s)", self._spec.topic, self._spec.partition,
+                    self._next_offset, dict(zip(vps, positions)))
+
+    async def _round(self) -> None:
+        config, metadata = self._spec.config, self._metadata
+        source_id = choose_source(metadata.partition, self._avoid)
+        self._stats["source"] = source_id
+        handle = self._physical_handle(source_id)
+        try:
+            result = await self._call(handle.fetch.remote(
+                self._next_offset, config.fetch_bytes_max, config.fetch_wait_ms_max, True))
+        except Exception as error:
+            if source_id == metadata.partition.leader:
+                raise
+            # A follower that fails (dead, deposed, behind our offset): the next round reads
+            # elsewhere, no resume needed; it is tried again after the next metadata read.
+            self._avoid.add(source_id)
+            logger.info("%s-%d feeder: source %s failed (%s); avoiding it", self._spec.topic, self._spec.partition,
+                        source_id, type(unwrap(error)).__name__)
+            return
+        planned = plan_round(result.data, self._spec.partition, metadata.layout, self._next_offset, config.feed_records_max)
+        # Wait for every VP before failing: a resume must not race this round's calls.
+        outcomes = await asyncio.gather(*(
+            self._feed_vp(state, planned.chunks.get(vp, ()), planned.next_offset, result.high_watermark)
+            for vp, state in metadata.vps.items()
+        ), return_exceptions=True)
+        failed = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+        if failed:
+            raise failed[0]
+        self._next_offset = planned.next_offset
+        self._stats["rounds"] += 1
+        self._stats["records_fed"] += planned.records
+
+    async def _feed_vp(self, state: VirtualPartitionState, chunks: tuple[Chunk, ...], fed_through: int,
+                       high_watermark: int) -> None:
+        """Hand one VP leader its chunks in order; the last call (or a report) carries ``fed_through``."""
+        previous = self._last_report.get(state.vp)
+        interval_s = self._spec.config.report_interval_ms / 1000
+        if not chunks and previous is not None and previous[:2] == (fed_through, high_watermark) \
+                and time.monotonic() - previous[2] < interval_s:
+            return  # nothing new to tell this VP
+        handle = self._vp_handle(state)
+        partition, already_fed = self._spec.partition, self._next_offset
+        for index, chunk in enumerate(chunks or ((),)):
+            last = index == max(len(chunks), 1) - 1
+            await self._call(handle.feed.remote(
+                state.leader_epoch, partition, chunk, fed_through if last else already_fed, high_watermark))
+        self._last_report[state.vp] = (fed_through, high_watermark, time.monotonic())
+
+    async def _skip_to_log_start(self) -> None:
+        """The physical log no longer holds ``next_offset`` (retention): continue at its start."""
+        leader = self._physical_handle(self._metadata.partition.leader)
+        log_start, _ = await self._call(leader.list_offsets.remote())
+        logger.warning("%s-%d feeder: offsets %d..%d were deleted by retention before being fed; skipping",
+                       self._spec.topic, self._spec.partition, self._next_offset, log_start - 1)
+        self._next_offset = max(self._next_offset, log_start)
+
+    # --- calls and handles --------------------------------------------------------------
+
+    async def _call(self, ref):
+        return await asyncio.wait_for(ref, self._spec.config.call_timeout_ms / 1000)
+
+    async def _call_all(self, refs: list) -> list:
+        return list(await asyncio.gather(*(self._call(ref) for ref in refs)))
+
+    def _vp_handle(self, state: VirtualPartitionState):
+        return self._handle(vp_actor_name(self._spec.cluster, self._spec.topic, state.vp, state.leader))
+
+    def _physical_handle(self, replica_id: str):
+        return self._handle(replica_actor_name(self._spec.cluster, self._spec.topic, self._spec.partition, replica_id))
+
+    def _handle(self, name: str):
+        handle = self._handles.get(name)
+        if handle is None:
+            handle = ray.get_actor(name, namespace=NAMESPACE)  # ValueError when not running: the round fails
+            self._handles[name] = handle
+        return handle

@@ -1,0 +1,66 @@
+"""``mafka4 experiment scaling``: the command-line face of ``simulations.scaling``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from simulations.scaling import MODES, ScalingSettings, run_scaling
+
+DEFAULTS = ScalingSettings()
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers, e.g. 1,2,4,8") from None
+
+
+def _mode_list(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(","))
+
+
+def settings_from_args(args: argparse.Namespace) -> ScalingSettings:
+    return ScalingSettings(consumers=args.consumers, modes=args.modes, physical_partitions=args.physical_partitions,
+                           replication_factor=args.replication_factor, read_replicas=args.read_replicas,
+                           nodes=args.nodes, rate_msgs_per_s=args.rate_msgs_per_s, duration_s=args.duration_s,
+                           message_bytes=args.message_bytes, seed=args.seed, pin_cpus=not args.no_pin,
+                           experiment_id=args.experiment_id)
+
+
+def add_scaling_arguments(parser: argparse.ArgumentParser, defaults: ScalingSettings = DEFAULTS) -> None:
+    parser.add_argument("--consumers", type=_int_list, default=",".join(map(str, defaults.consumers)),
+                        help="consumer counts, comma-separated (default %(default)s)")
+    parser.add_argument("--modes", type=_mode_list, default=",".join(defaults.modes), help="comma-separated (default %(default)s)")
+    parser.add_argument("--physical-partitions", type=int, default=defaults.physical_partitions,
+                        help="mafka4's fixed physical partitions (mafka3 uses one per consumer; default %(default)s)")
+    parser.add_argument("--replication-factor", type=int, default=defaults.replication_factor, help="default %(default)s")
+    parser.add_argument("--read-replicas", type=int, default=defaults.read_replicas, help="default %(default)s")
+    parser.add_argument("--nodes", type=int, default=defaults.nodes,
+                        help="simulated machines per mode: mafka4 splits them into write and read nodes, mafka3 uses "
+                             "all as brokers (default %(default)s)")
+    parser.add_argument("--rate-msgs-per-s", type=int, default=defaults.rate_msgs_per_s, help="default %(default)s")
+    parser.add_argument("--duration-s", type=float, default=defaults.duration_s, help="default %(default)s")
+    parser.add_argument("--message-bytes", type=int, default=defaults.message_bytes, help="default %(default)s")
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="default %(default)s")
+    parser.add_argument("--no-pin", action="store_true", help="do not pin write-side and read-side nodes to CPU sets")
+    parser.add_argument("--experiment-id", default="", help="default scaling-seed<SEED>; a rerun with the same id and "
+                                                            "--out skips finished configurations")
+
+
+def _cmd_experiment_scaling(args: argparse.Namespace) -> int:
+    paths = run_scaling(settings_from_args(args), Path(args.out))
+    print(f"event logs of {len(paths)} configurations in {Path(args.out) / paths[0].parent.name}; "
+          f"analyse them with 'mafka4 analyze {args.out}'")
+    return 0
+
+
+def add_experiment_parser(commands) -> None:
+    experiment = commands.add_parser("experiment", help="experiments on a throwaway local cluster")
+    kinds = experiment.add_subparsers(dest="experiment_command", required=True, metavar="EXPERIMENT")
+    scaling = kinds.add_parser("scaling", help="Mafka3 vs Mafka4 as consumers scale: produce and end-to-end latency "
+                                               "of every message, written as Parquet event logs")
+    add_scaling_arguments(scaling)
+    scaling.add_argument("--out", default="results/experiments", help="event-log directory (default %(default)s)")
+    scaling.set_defaults(run=_cmd_experiment_scaling)

@@ -1,0 +1,373 @@
+"""The consumer-scaling experiment on the real runtime: ``mafka4 experiment scaling``.
+
+For every mode and consumer count N, on a local cluster of this machine:
+
+* **mafka3**: a topic of N physical partitions (one per consumer, as Kafka needs);
+* **mafka4**: a topic of ``physical_partitions`` (fixed) physical partitions and N virtual
+  partitions with ``read_replicas`` replicas each.
+
+Then N consumers join one group, and once every partition (or VP) has an owner a producer
+sends keyed messages with acks=all at ``rate_msgs_per_s`` for ``duration_s``. Each message's
+value carries its sequence number; the producer stamps the wall clock at ``send`` and at the
+acknowledgement, each consumer at the ``poll`` that returned it. The rows go to one Parquet
+file per configuration in the event-log schema (``simulations.schema``), and the topic is
+deleted. Both modes run the same producer, consumers, client code and physical partitions:
+only the read topology differs. Nothing is slowed down on purpose in either mode.
+
+**Equal hardware.** Each mode gets its own cluster of ``nodes`` simulated machines on the same
+cores. The usable CPUs are split into a write set (first half) and a read set (second half);
+a node's raylet, and so every actor it runs, is pinned to its set (``simulations.pinning``).
+Mafka4: ``nodes // 2`` write nodes on the write set and as many read nodes on the read set.
+Mafka3 has no read nodes, so all ``nodes`` are brokers, half of them on each set: it gets
+the same machines and cores, used its way. The head (this driver with the producer and the
+consumers, and the controller) is not pinned. ``--no-pin`` turns pinning off.
+
+**Resumable.** A configuration whose Parquet file exists is not run again, so an interrupted
+run continues where it stopped (same ``--out`` and seed).
+
+**Limits on this machine**: every client shares one Python process, and write-side,
+read-side and client work share 2 cores, so latencies include scheduling noise; compare
+modes within one run.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import struct
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mafka4.errors import InvalidConfig, MafkaError
+from mafka4.limits import ClusterConfig, _check_range
+from mafka4.coordinator.group_protocol import validate_group_name
+
+MODES = ("mafka3", "mafka4")
+VALUE_HEADER = struct.Struct(">Q")  # the message's sequence number, then padding
+GROUP_STABLE_S_MAX = 180
+POLL_TIMEOUT_MS = 100
+
+
+class ExperimentFailed(MafkaError):
+    """A configuration did not reach a state it must reach (e.g. a group never settled)."""
+
+    retriable = True
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingSettings:
+    consumers: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    modes: tuple[str, ...] = MODES
+    # Mafka4's physical partitions, the same for every consumer count.
+    physical_partitions: int = 2
+    replication_factor: int = 2
+    read_replicas: int = 1
+    # Simulated machines per mode (see the module docstring for how they split).
+    nodes: int = 4
+    rate_msgs_per_s: int = 1000
+    duration_s: float = 10.0
+    message_bytes: int = 256
+    keys: int = 1000
+    seed: int = 7
+    # After the last send: how long consumers may take to read every acknowledged message.
+    drain_s_max: float = 60.0
+    pin_cpus: bool = True
+    experiment_id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.consumers or any(n < 1 or n > 64 for n in self.consumers):
+            raise InvalidConfig(f"consumers={list(self.consumers)}: give consumer counts between 1 and 64")
+        if not self.modes or any(mode not in MODES for mode in self.modes):
+            raise InvalidConfig(f"modes={list(self.modes)}: choose from {', '.join(MODES)}")
+        _check_range(self, "physical_partitions", 1, 64)
+        _check_range(self, "replication_factor", 1, 3)
+        _check_range(self, "read_replicas", 1, 3)
+        _check_range(self, "nodes", 2, 16)
+        if self.replication_factor > self.nodes // 2 or self.read_replicas > self.nodes // 2:
+            raise InvalidConfig(f"nodes={self.nodes} gives mafka4 {self.nodes // 2} write and {self.nodes // 2} read nodes: "
+                                f"raise nodes or lower replication_factor/read_replicas to at most {self.nodes // 2}")
+        _check_range(self, "rate_msgs_per_s", 1, 100_000)
+        _check_range(self, "message_bytes", VALUE_HEADER.size, 1_000_000)
+        _check_range(self, "keys", 1, 10_000_000)
+        if not 0 < self.duration_s <= 3600:
+            raise InvalidConfig(f"duration_s={self.duration_s} must be in (0, 3600]")
+
+    @property
+    def run_id(self) -> str:
+        return self.experiment_id or f"scaling-seed{self.seed}"
+
+
+@dataclass
+class _ConsumerLog:
+    """What one consumer saw: sequence number -> (wall ms at poll, partition it came from)."""
+
+    seen: dict[int, tuple[float, int]] = field(default_factory=dict)
+    duplicates: int = 0
+    error: BaseException | None = None
+
+
+@dataclass
+class _ProducerLog:
+    produce_ms: list[float] = field(default_factory=list)
+    partition: list[int] = field(default_factory=list)  # keyed: known at send, acknowledged or not
+    ack_ms: dict[int, float] = field(default_factory=dict)
+    failures: int = 0
+
+
+def cluster_config(mode: str, settings: ScalingSettings) -> ClusterConfig:
+    if mode == "mafka3":
+        return ClusterConfig(write_nodes=settings.nodes, read_nodes=0)
+    return ClusterConfig(write_nodes=settings.nodes // 2, read_nodes=settings.nodes // 2)
+
+
+def cpu_plan(mode: str, settings: ScalingSettings, cpus: list[int]) -> dict[str, list[int]]:
+    """Node id -> CPU set: write set = first half of the CPUs, read set = the rest."""
+    half = max(1, len(cpus) // 2)
+    write_set, read_set = cpus[:half], cpus[half:] or cpus[:half]
+    config = cluster_config(mode, settings)
+    if mode == "mafka3":  # brokers only: half of them stand on the read side's machines
+        return {f"w{i}": (write_set if i < config.write_nodes // 2 else read_set) for i in range(config.write_nodes)}
+    return {**{f"w{i}": write_set for i in range(config.write_nodes)},
+            **{f"r{i}": read_set for i in range(config.read_nodes)}}
+
+
+def config_path(out_dir: Path, settings: ScalingSettings, mode: str, consumers: int) -> Path:
+    return out_dir / settings.run_id / f"{mode}-c{consumers:03d}.parquet"
+
+
+def run_scaling(settings: ScalingSettings, out_dir: Path, progress=sys.stderr) -> list[Path]:
+    """Run every configuration not yet on disk; return the Parquet files of all of them."""
+    configurations = [(mode, n) for mode in settings.modes for n in settings.consumers]
+    done = sum(config_path(out_dir, settings, m, n).exists() for m, n in configurations)
+    _progress(progress, done, len(configurations), "resuming" if done else "starting", settings)
+    for mode in settings.modes:
+        todo = [n for n in settings.consumers if not config_path(out_dir, settings, mode, n).exists()]
+        if not todo:
+            continue
+        with _ModeCluster(mode, settings) as cluster:
+            for consumers in todo:
+                started = time.monotonic()
+                path = _run_configuration(cluster, settings, mode, consumers, out_dir)
+                done += 1
+                _progress(progress, done, len(configurations), f"{mode} N={consumers} in {time.monotonic() - started:.0f} s "
+                          f"-> {path.name}", settings)
+    return [config_path(out_dir, settings, m, n) for m, n in configurations]
+
+
+def _progress(stream, done: int, total: int, what: str, settings: ScalingSettings) -> None:
+    width = 30
+    filled = width * done // max(total, 1)
+    print(f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {settings.run_id}: {what}", file=stream, flush=True)
+
+
+class _ModeCluster:
+    """A throwaway local cluster for one mode, pinned to CPU sets, stopped on exit."""
+
+    def __init__(self, mode: str, settings: ScalingSettings):
+        self.mode, self.settings = mode, settings
+        self.home = Path(tempfile.mkdtemp(prefix="m4x-", dir="/tmp"))
+
+    def __enter__(self) -> "_ModeCluster":
+        from mafka4.runtime.connect import connect
+        from mafka4.runtime.environment import HOME_ENV, ray_temp_dir
+        from mafka4.runtime.local import up
+        from simulations.pinning import pin_nodes, usable_cpus
+
+        self._previous_home = os.environ.get(HOME_ENV)
+        os.environ[HOME_ENV] = str(self.home)
+        self.config = cluster_config(self.mode, self.settings)
+        up(self.home, self.config)
+        try:
+            self.pinned = (pin_nodes(ray_temp_dir(self.home), cpu_plan(self.mode, self.settings, usable_cpus()))
+                           if self.settings.pin_cpus else {})
+            self.connection = connect(self.home)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        import ray
+
+        from mafka4.runtime.environment import HOME_ENV, ray_temp_dir
+        from mafka4.runtime.local import down
+
+        ray.shutdown()
+        down(self.home)
+        shutil.rmtree(ray_temp_dir(self.home), ignore_errors=True)
+        shutil.rmtree(self.home, ignore_errors=True)
+        if self._previous_home is None:
+            os.environ.pop(HOME_ENV, None)
+        else:
+            os.environ[HOME_ENV] = self._previous_home
+
+
+def _run_configuration(cluster: _ModeCluster, settings: ScalingSettings, mode: str, consumers: int, out_dir: Path) -> Path:
+    from mafka4.client.admin import Admin
+    from simulations.schema import RunInfo, git_commit, write_events  # pyarrow: only when writing
+
+    admin = Admin(cluster.connection)
+    topic = f"scaling-{mode}-c{consumers}-s{settings.seed}"
+    if topic in admin.list_topics():
+        admin.delete_topic(topic)  # left by an interrupted run of this configuration
+    if mode == "mafka3":
+        admin.create_topic(topic, partitions=consumers, replication_factor=settings.replication_factor,
+                           min_insync_replicas=settings.replication_factor, read_mode="mafka3")
+    else:
+        admin.create_topic(topic, partitions=settings.physical_partitions, replication_factor=settings.replication_factor,
+                           min_insync_replicas=settings.replication_factor, read_mode="mafka4",
+                           virtual_partitions=consumers, read_replicas=settings.read_replicas)
+    try:
+        footprint = topic_footprint(admin, topic, cluster.connection)
+        producer_log, consumer_logs = _measure(cluster.connection, topic, settings, consumers)
+    finally:
+        admin.delete_topic(topic)
+    path = config_path(out_dir, settings, mode, consumers)
+    run = RunInfo(experiment_id=settings.run_id, source="runtime", mode=mode, consumers=consumers, topics=1,
+                  physical_partitions=footprint["physical_partitions"], virtual_partitions=footprint["virtual_partitions"],
+                  write_nodes=footprint["write_nodes"], read_nodes=footprint["read_nodes"], actors=footprint["actors"],
+                  sample_rate=1.0, seed=settings.seed, git_commit=git_commit())
+    write_events(path, run, _columns(mode, producer_log, consumer_logs))
+    return path
+
+
+def topic_footprint(admin, topic: str, connection) -> dict[str, int]:
+    """Partitions, actors and distinct nodes a topic occupies, from its etcd metadata."""
+    from mafka4.virtual.metadata import VirtualStore
+
+    metadata = admin.topic_metadata(topic)
+    write_nodes = {replica for state in metadata.partitions for replica in state.replicas}
+    physical_replicas = sum(len(state.replicas) for state in metadata.partitions)
+    vp_states = [state for state, _ in VirtualStore(connection.store, connection.cluster).states(topic).values()]
+    read_nodes = {replica for state in vp_states for replica in state.replicas}
+    feeders = len(metadata.partitions) if vp_states else 0
+    return {"physical_partitions": len(metadata.partitions), "virtual_partitions": len(vp_states),
+            "write_nodes": len(write_nodes), "read_nodes": len(read_nodes),
+            "actors": physical_replicas + sum(len(state.replicas) for state in vp_states) + feeders}
+
+
+def _measure(connection, topic: str, settings: ScalingSettings, consumers: int):
+    from mafka4.client.consumer import Consumer
+
+    group = validate_group_name(f"{topic}-group")
+    stop = threading.Event()
+    members = [Consumer(topic, group=group, connection=connection, from_beginning=True) for _ in range(consumers)]
+    logs = [_ConsumerLog() for _ in members]
+    threads = [threading.Thread(target=_consume, args=(member, log, stop), daemon=True, name=f"consumer-{i}")
+               for i, (member, log) in enumerate(zip(members, logs))]
+    for thread in threads:
+        thread.start()
+    try:
+        _wait_for_group(members, logs)
+        producer_log = _produce(connection, topic, settings)
+        expected = set(producer_log.ack_ms)
+        deadline = time.monotonic() + settings.drain_s_max
+        while time.monotonic() < deadline and not expected <= _seen(logs):
+            _raise_consumer_error(logs)
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=30)
+        for member in members:
+            try:
+                member.close()
+            except MafkaError:
+                pass  # the measurement is complete; a failed final commit changes nothing in it
+    return producer_log, logs
+
+
+def _consume(consumer, log: _ConsumerLog, stop: threading.Event) -> None:
+    try:
+        while not stop.is_set():
+            messages = consumer.poll(timeout_ms=POLL_TIMEOUT_MS)
+            now_ms = time.time() * 1000
+            for message in messages:
+                (sequence,) = VALUE_HEADER.unpack_from(message.value)
+                if sequence in log.seen:
+                    log.duplicates += 1
+                else:
+                    log.seen[sequence] = (now_ms, message.partition)
+    except BaseException as error:  # reported by the driver, which owns the run
+        log.error = error
+
+
+def _raise_consumer_error(logs: list[_ConsumerLog]) -> None:
+    for log in logs:
+        if log.error is not None:
+            raise ExperimentFailed(f"a consumer failed during the run: {log.error!r}") from log.error
+
+
+def _seen(logs: list[_ConsumerLog]) -> set[int]:
+    return set().union(*(log.seen.keys() for log in logs))
+
+
+def _wait_for_group(members, logs: list[_ConsumerLog]) -> None:
+    """Until every member owns something: production then measures a settled group."""
+    deadline = time.monotonic() + GROUP_STABLE_S_MAX
+    while not all(member.assignment() for member in members):
+        _raise_consumer_error(logs)
+        if time.monotonic() > deadline:
+            sizes = [len(member.assignment()) for member in members]
+            raise ExperimentFailed(f"the group did not settle in {GROUP_STABLE_S_MAX} s (assignment sizes {sizes}): "
+                                   f"see the cluster's logs; rerun with the same --out to resume")
+        time.sleep(0.1)
+
+
+def producer_partitions(connection, topic: str) -> int:
+    from mafka4.coordinator.topics import TopicStore
+
+    return len(TopicStore(connection.store, connection.cluster).get(topic).partitions)
+
+
+def _produce(connection, topic: str, settings: ScalingSettings) -> _ProducerLog:
+    from mafka4.client.partitioner import Partitioner
+    from mafka4.client.producer import Producer
+
+    rng = random.Random(settings.seed)
+    padding = bytes(settings.message_bytes - VALUE_HEADER.size)
+    log = _ProducerLog()
+    total = int(settings.rate_msgs_per_s * settings.duration_s)
+    interval_s = 1.0 / settings.rate_msgs_per_s
+
+    def on_ack(sequence: int):
+        def callback(metadata, error):
+            if error is None:
+                log.ack_ms[sequence] = time.time() * 1000
+            else:
+                log.failures += 1
+        return callback
+
+    with Producer(topic, connection=connection, acks="all", linger_ms=1) as producer:
+        partitions = Partitioner(topic, producer_partitions(connection, topic))
+        began = time.monotonic()
+        for sequence in range(total):
+            wait_s = began + sequence * interval_s - time.monotonic()
+            if wait_s > 0:
+                time.sleep(wait_s)
+            key = f"key-{rng.randrange(settings.keys)}".encode()
+            log.partition.append(partitions.partition(key, None))
+            log.produce_ms.append(time.time() * 1000)
+            producer.send(VALUE_HEADER.pack(sequence) + padding, key=key).add_callback(on_ack(sequence))
+        producer.flush()
+    return log
+
+
+def _columns(mode: str, producer: _ProducerLog, consumers: list[_ConsumerLog]) -> dict[str, list]:
+    seen: dict[int, tuple[float, int]] = {}
+    for log in consumers:
+        for sequence, (at_ms, partition) in log.seen.items():
+            seen.setdefault(sequence, (at_ms, partition))
+    sequences = range(len(producer.produce_ms))
+    return {
+        "partition": producer.partition,
+        "virtual_partition": [seen[s][1] if mode == "mafka4" and s in seen else None for s in sequences],
+        "produce_time_ms": producer.produce_ms,
+        "ack_time_ms": [producer.ack_ms.get(s) for s in sequences],
+        "consume_time_ms": [seen[s][0] if s in seen else None for s in sequences],
+    }

@@ -1,0 +1,185 @@
+"""The controller's pure decisions: partition leader election, replica replacement, campaigns."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from mafka4.coordinator.election import Campaign, Standby, decide_campaign, decide_partition, lease_expired
+from mafka4.coordinator.topics import PartitionState
+from mafka4.limits import TopicConfig
+
+CLEAN = TopicConfig(replication_factor=3)
+UNCLEAN = TopicConfig(replication_factor=3, unclean_leader_election=True)
+NODES = ("w0", "w1", "w2")
+
+
+def state(leader="w0", epoch=4, replicas=("w0", "w1", "w2"), isr=None, partition=0) -> PartitionState:
+    return PartitionState(partition, leader, epoch, tuple(replicas), tuple(replicas if isr is None else isr))
+
+
+def test_a_healthy_partition_is_left_alone():
+    decision = decide_partition(state(), {"w0", "w1", "w2"}, NODES, CLEAN)
+
+    assert not decision.changed and decision.restart == () and not decision.offline
+
+
+def test_a_dead_leader_is_replaced_by_the_first_live_isr_member_in_replica_order_with_a_new_epoch():
+    old = state(leader="w0", replicas=("w0", "w1", "w2"), isr=("w2", "w1", "w0"))
+
+    decision = decide_partition(old, {"w1", "w2"}, NODES, CLEAN)
+
+    assert decision.state == PartitionState(0, "w1", 5, ("w0", "w1", "w2"), ("w1", "w2"))
+    assert decision.restart == ("w0",), "its node is registered: restarted there as a follower"
+    assert decision.add == decision.remove == () and decision.warning is None
+
+
+def test_a_live_replica_outside_the_isr_never_leads_a_clean_election():
+    old = state(leader="w0", isr=("w0", "w2"))
+
+    decision = decide_partition(old, {"w1", "w2"}, NODES, CLEAN)
+
+    assert decision.state.leader == "w2"
+    assert decision.state.isr == ("w2",)
+
+
+def test_a_dead_follower_on_a_registered_node_is_restarted_in_place_without_a_new_epoch():
+    decision = decide_partition(state(), {"w0", "w2"}, NODES, CLEAN)
+
+    assert not decision.changed, "same leader, same replica set: the epoch stays"
+    assert decision.restart == ("w1",)
+
+
+def test_a_dead_follower_whose_node_is_gone_moves_to_a_free_node_and_bumps_the_epoch():
+    decision = decide_partition(state(), {"w0", "w2"}, ("w0", "w2", "w3"), CLEAN)
+
+    assert decision.state == PartitionState(0, "w0", 5, ("w0", "w3", "w2"), ("w0", "w2"))
+    assert (decision.add, decision.remove, decision.restart) == (("w3",), ("w1",), ())
+
+
+def test_a_dead_leader_on_a_gone_node_is_replaced_and_a_new_leader_elected_in_one_step():
+    decision = decide_partition(state(), {"w1", "w2"}, ("w1", "w2", "w5"), CLEAN)
+
+    assert decision.state == PartitionState(0, "w1", 5, ("w5", "w1", "w2"), ("w1", "w2"))
+    assert decision.add == ("w5",) and decision.remove == ("w0",)
+
+
+def test_without_a_free_node_a_dead_replica_stays_listed_and_nothing_changes_while_the_leader_lives():
+    decision = decide_partition(state(), {"w0", "w2"}, ("w0", "w2"), CLEAN)
+
+    assert not decision.changed and decision.restart == () and decision.add == ()
+
+
+def test_replacements_spread_over_free_nodes_by_partition_number():
+    nodes = ("w0", "w2", "w3", "w4", "w5")
+    chosen = {
+        decide_partition(state(partition=p), {"w0", "w2"}, nodes, CLEAN).add[0] for p in range(3)
+    }
+
+    assert chosen == {"w3", "w4", "w5"}
+    again = {decide_partition(state(partition=p), {"w0", "w2"}, nodes, CLEAN).add[0] for p in range(3)}
+    assert again == chosen, "deterministic"
+
+
+def test_no_live_isr_member_means_offline_and_the_dead_isr_members_are_restarted():
+    old = state(leader="w0", isr=("w0", "w1"))
+
+    decision = decide_partition(old, {"w2"}, NODES, CLEAN)
+
+    assert decision.offline and not decision.changed
+    assert decision.restart == ("w0", "w1")
+    assert "offline" in decision.warning and "unclean_leader_election" in decision.warning
+
+
+def test_unclean_election_lets_a_live_out_of_sync_replica_lead_and_says_so():
+    old = state(leader="w0", isr=("w0", "w1"))
+
+    decision = decide_partition(old, {"w2"}, ("w2",), UNCLEAN)
+
+    assert decision.state == PartitionState(0, "w2", 5, ("w0", "w1", "w2"), ("w2",))
+    assert "unclean" in decision.warning and "lost" in decision.warning
+
+
+def test_with_no_live_replica_even_unclean_election_is_offline():
+    decision = decide_partition(state(), set(), (), UNCLEAN)
+
+    assert decision.offline and not decision.changed and decision.restart == ()
+
+
+def test_a_fresh_leader_is_elected_again_in_a_new_epoch_and_fresh_followers_leave_the_isr():
+    # Both were restarted by the controller after every ISR member had died.
+    old = state(leader="w0", isr=("w0", "w1"))
+
+    decision = decide_partition(old, {"w0", "w1"}, NODES, CLEAN, fresh={"w0", "w1"})
+
+    assert decision.state == PartitionState(0, "w0", 5, ("w0", "w1", "w2"), ("w0",))
+    assert decision.restart == ("w2",)
+
+
+def test_a_restarted_leader_leads_again_only_in_a_new_epoch():
+    # A replica refuses to lead an epoch it already knows, so the same leader needs epoch + 1.
+    decision = decide_partition(state(isr=("w0",)), {"w0"}, ("w0",), CLEAN, fresh={"w0"})
+
+    assert decision.state == PartitionState(0, "w0", 5, ("w0", "w1", "w2"), ("w0",))
+
+
+def test_fresh_must_be_live():
+    with pytest.raises(AssertionError):
+        decide_partition(state(), {"w1"}, NODES, CLEAN, fresh={"w0"})
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_random_decisions_keep_the_invariants(seed):
+    rng = random.Random(seed)
+    nodes = [f"w{i}" for i in range(rng.randint(1, 6))]
+    replicas = rng.sample(nodes, rng.randint(1, len(nodes)))
+    isr = [r for r in replicas if rng.random() < 0.7]
+    leader = rng.choice(isr or replicas)
+    isr = isr if leader in isr else [leader] + isr
+    old = PartitionState(rng.randint(0, 9), leader, rng.randint(0, 9), tuple(replicas), tuple(isr))
+    live = {r for r in replicas if rng.random() < 0.6}
+    fresh = {r for r in live if rng.random() < 0.2}
+    registered = [n for n in nodes + ["w8", "w9"] if rng.random() < 0.7]
+    config = UNCLEAN if rng.random() < 0.3 else CLEAN
+
+    decision = decide_partition(old, live, registered, config, fresh)
+
+    assert set(decision.restart) == {r for r in replicas if r not in live and r in registered} or decision.offline
+    if decision.offline:
+        assert not decision.changed
+        assert not any(r in live for r in isr) and not (config.unclean_leader_election and live)
+        return
+    if not decision.changed:
+        assert old.leader in live and old.leader not in fresh
+        return
+    new = decision.state
+    assert new.leader_epoch == old.leader_epoch + 1
+    assert len(set(new.replicas)) == len(new.replicas) == len(old.replicas)
+    assert new.leader in live and new.leader in new.isr and set(new.isr) <= set(new.replicas)
+    if decision.warning is None:
+        assert new.leader in old.isr, "a clean election picks an in-sync replica"
+    assert set(new.isr) - {new.leader} <= (set(old.isr) & live) - fresh
+    assert set(decision.add) <= set(registered) - set(old.replicas)
+    assert set(new.replicas) == (set(old.replicas) - set(decision.remove)) | set(decision.add)
+
+
+def test_campaign_only_while_no_controller_holds_the_key_with_an_epoch_above_every_earlier_one():
+    assert decide_campaign(None, None) == Campaign(0)
+    assert decide_campaign(None, 6) == Campaign(7)
+    assert decide_campaign({"controller_id": "c1", "controller_epoch": 6}, 6) == Standby("c1", 6)
+
+
+def test_the_lease_counts_as_lost_a_whole_ttl_after_the_last_confirmed_refresh_was_sent():
+    assert not lease_expired(last_refresh_sent_ms=10_000, now_ms=14_999, lease_ttl_s=5)
+    assert lease_expired(last_refresh_sent_ms=10_000, now_ms=15_000, lease_ttl_s=5)
+
+
+def test_the_election_core_imports_no_io_clock_or_randomness():
+    import ast
+    import mafka4.coordinator.election as election
+
+    tree = ast.parse(open(election.__file__).read())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert not imported & {"ray", "etcd3", "grpc", "time", "random", "os", "socket", "threading", "asyncio"}, imported

@@ -1,0 +1,164 @@
+"""Read-path metadata: topic read-mode config, the initial layout and VP placement, JSON forms,
+the VP leader failover decision, and leader-epoch truncation of VP followers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from mafka4.errors import InvalidConfig, NotEnoughReadNodes
+from mafka4.faults import FaultGate
+from mafka4.limits import TopicConfig
+from mafka4.physical.epochs import NO_EPOCH, EpochHistory
+from mafka4.virtual.divergence import divergence, truncation_offset
+from mafka4.virtual.failover import decide_failover
+from mafka4.virtual.metadata import (
+    VirtualPartitionState,
+    epoch_from_json,
+    epoch_to_json,
+    plan_read_path,
+    read_path_values,
+)
+from mafka4.virtual.ranges import HASH_SPACE, HashRange
+from mafka4.virtual.reshard import TopicLayout
+
+# --- topic config -----------------------------------------------------------------------------
+
+
+def test_mafka4_mode_defaults_to_one_vp_per_partition_and_one_read_replica():
+    assert TopicConfig(partitions=3).read_mode == "mafka3", "the default until Mafka4 consumer groups exist"
+    config = TopicConfig(partitions=3, read_mode="mafka4").resolved()
+    assert (config.read_mode, config.virtual_partitions, config.read_replicas) == ("mafka4", 3, 1)
+    assert TopicConfig(partitions=3, virtual_partitions=8, read_replicas=2, read_mode="mafka4").resolved().virtual_partitions == 8
+
+
+def test_mafka3_topics_have_no_virtual_partitions_and_no_read_replicas():
+    config = TopicConfig(partitions=3, read_mode="mafka3").resolved()
+    assert (config.virtual_partitions, config.read_replicas) == (0, 0)
+    assert plan_read_path(config, ["r0"]) is None
+    with pytest.raises(InvalidConfig, match="no virtual partitions"):
+        TopicConfig(read_mode="mafka3", virtual_partitions=4)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"read_mode": "kafka"}, "read_mode='kafka' is not valid"),
+    ({"virtual_partitions": 0}, "virtual_partitions=0 must be at least 1"),
+    ({"virtual_partitions": 5000}, "at most 1024"),
+    ({"read_replicas": 0}, "read_replicas=0 must be at least 1"),
+    ({"read_replicas": 8}, "at most 7"),
+    ({"read_replica_lag_ms_max": 0}, "read_replica_lag_ms_max=0"),
+])
+def test_bad_read_path_settings_are_refused_with_the_field_named(changes, message):
+    with pytest.raises(InvalidConfig, match=message):
+        TopicConfig(**{"read_mode": "mafka4", **changes})
+
+
+# --- initial read path ------------------------------------------------------------------------
+
+
+def test_new_topic_gets_even_ranges_and_replicas_on_distinct_read_nodes_in_rotation():
+    plan = plan_read_path(TopicConfig(partitions=2, virtual_partitions=4, read_replicas=2, read_mode="mafka4"), ["r1", "r0", "r2"])
+    assert plan.layout == TopicLayout.initial(2, 4)
+    assert [s.vp for s in plan.states] == [0, 1, 2, 3]
+    assert [s.hash_range for s in plan.states] == list(plan.layout.current.ranges.ranges)
+    assert all(len(set(s.replicas)) == 2 and s.risr == s.replicas and s.leader == s.replicas[0] for s in plan.states)
+    assert [s.leader for s in plan.states] == ["r0", "r1", "r2", "r0"], "leaders spread over the read nodes"
+    assert all(s.leader_epoch == 0 for s in plan.states)
+
+
+def test_more_read_replicas_than_live_read_nodes_is_refused_with_what_to_do():
+    with pytest.raises(NotEnoughReadNodes, match=r"read_replicas=2 needs 2 live read nodes, 1 are live \(r0\).*"
+                                                  r"--read-nodes 2.*read_mode='mafka3'"):
+        plan_read_path(TopicConfig(read_replicas=2, read_mode="mafka4"), ["r0"])
+    with pytest.raises(NotEnoughReadNodes, match="0 are live"):
+        plan_read_path(TopicConfig(read_mode="mafka4"), [])
+
+
+def test_read_path_keys_round_trip_through_json():
+    plan = plan_read_path(TopicConfig(partitions=3, virtual_partitions=3, read_mode="mafka4"), ["r0"])
+    values = json.loads(json.dumps(read_path_values("c", "orders", plan)))
+    assert sorted(values) == ["/mafka4/c/topics/orders/virtual/0"] + [f"/mafka4/c/topics/orders/vp/{v}" for v in range(3)]
+    assert epoch_from_json(values["/mafka4/c/topics/orders/virtual/0"]) == plan.layout.epochs[0]
+    assert [VirtualPartitionState.from_json(v, values[f"/mafka4/c/topics/orders/vp/{v}"]) for v in range(3)] == list(plan.states)
+    assert values["/mafka4/c/topics/orders/vp/2"]["range"][1] == HASH_SPACE, "64-bit bounds survive JSON"
+
+
+def test_a_later_split_epoch_round_trips_too():
+    layout = TopicLayout.initial(2, 2)
+    epoch = layout.plan_split(1, cut=(5, 9), fed_through=(5, 9))
+    assert epoch_from_json(json.loads(json.dumps(epoch_to_json(epoch)))) == epoch
+
+
+# --- VP leader failover -----------------------------------------------------------------------
+
+STATE = VirtualPartitionState(1, HashRange(0, HASH_SPACE), "r0", 3, ("r0", "r1", "r2"), ("r0", "r2"))
+
+
+def test_a_dead_leader_is_replaced_by_a_live_risr_member_at_the_next_epoch():
+    decided = decide_failover(STATE, alive={"r1", "r2"})
+    assert (decided.leader, decided.leader_epoch, decided.risr) == ("r2", 4, ("r2",))
+    assert decided.replicas == STATE.replicas and decided.hash_range == STATE.hash_range
+
+
+def test_a_live_leader_is_kept_and_no_risr_member_means_no_leader():
+    assert decide_failover(STATE, alive={"r0"}) is STATE
+    assert decide_failover(STATE, alive={"r1"}) is None, "r1 is outside the RISR: it may lack what readers saw"
+
+
+# --- VP follower truncation -------------------------------------------------------------------
+
+
+def history(*entries) -> EpochHistory:
+    return EpochHistory(entries)
+
+
+def test_a_follower_holding_the_old_leaders_unreplicated_tail_truncates_to_the_new_leaders_epoch_start():
+    leader = history((0, 0), (1, 120))  # took over at 120, appended to 150
+    answer = divergence(leader, 150, fetch_offset=135, last_fetched_epoch=0)
+    assert answer == (0, 120)
+    follower = history((0, 0))
+    assert truncation_offset(follower, 135, 110, *answer) == 120
+
+
+def test_a_follower_that_is_a_prefix_fetches_on_and_an_empty_one_may_not_claim_more():
+    leader = history((0, 0), (1, 120))
+    assert divergence(leader, 150, fetch_offset=100, last_fetched_epoch=0) is None
+    assert divergence(leader, 150, fetch_offset=150, last_fetched_epoch=1) is None
+    assert divergence(leader, 150, fetch_offset=0, last_fetched_epoch=NO_EPOCH) is None
+    assert divergence(leader, 150, fetch_offset=160, last_fetched_epoch=NO_EPOCH) == (NO_EPOCH, 150)
+    assert truncation_offset(history(), 160, 0, NO_EPOCH, 150) == 150
+
+
+def test_a_follower_whose_epoch_the_leader_never_had_walks_back_to_a_common_epoch():
+    leader = history((0, 0), (2, 80))
+    answer = divergence(leader, 100, fetch_offset=95, last_fetched_epoch=1)
+    assert answer == (0, 80)
+    follower = history((0, 0), (1, 70))  # epoch 1's leader died before anyone copied 70..95
+    assert truncation_offset(follower, 95, 60, *answer) == 70
+
+
+# --- fault gate -------------------------------------------------------------------------------
+
+
+def test_a_paused_gate_holds_replication_until_unpaused_but_never_consumer_reads():
+    async def scenario():
+        gate = FaultGate()
+        gate.set(paused=True)
+        replication = asyncio.ensure_future(gate.replication())
+        await asyncio.wait_for(gate.serving(), 1)
+        await asyncio.sleep(0.01)
+        assert not replication.done()
+        gate.set(paused=False)
+        await asyncio.wait_for(replication, 1)
+
+    asyncio.run(scenario())
+
+
+def test_fault_settings_are_checked():
+    with pytest.raises(InvalidConfig, match="delay_ms=-1"):
+        FaultGate().set(delay_ms=-1)
+    with pytest.raises(InvalidConfig, match="paused='yes'"):
+        FaultGate().set(paused="yes")
+    assert FaultGate().set(delay_ms=5).delay_ms == 5

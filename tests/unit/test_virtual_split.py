@@ -1,0 +1,125 @@
+"""The split of committed physical batches into VP records, the source header, idempotent feeding."""
+
+from __future__ import annotations
+
+import pytest
+
+from mafka4 import records
+from mafka4.hashing import key_hash
+from mafka4.virtual.ranges import HASH_SPACE
+from mafka4.virtual.reshard import TopicLayout
+from mafka4.virtual.split import (
+    NOTHING_APPLIED,
+    SOURCE_HEADER,
+    FeedProgress,
+    SourcedRecord,
+    encode_source,
+    encode_vp_batch,
+    source_of,
+    split_batch,
+    strip_source,
+)
+
+
+def physical_batch(items, base_offset, producer_id=7, base_sequence=0) -> bytes:
+    """A committed physical batch as the feeder reads it: stamped by the leader."""
+    batch = bytearray(records.encode_batch(items, producer_id, base_sequence))
+    records.stamp(batch, base_offset, 3)
+    return bytes(batch)
+
+
+def keyed(count, prefix=b"key"):
+    return [(prefix + b"%d" % i, b"value-%d" % i, 1_000 + i, [("trace", b"t%d" % i)]) for i in range(count)]
+
+
+def stored(vp_batch: bytes, base_offset: int) -> list[records.Record]:
+    """What a VP log returns after its leader stamped the batch at ``base_offset``."""
+    batch = bytearray(vp_batch)
+    records.stamp(batch, base_offset, 0)
+    return records.decode_batch(batch)
+
+
+def test_every_record_goes_to_exactly_one_vp_by_hash_in_offset_order():
+    layout = TopicLayout.initial(partitions=2, virtual_partitions=4)
+    out = split_batch(physical_batch(keyed(50), 100), 1, layout)
+    offsets = sorted(r.offset for vp_records in out.values() for r in vp_records)
+    assert offsets == list(range(100, 150))
+    for vp, vp_records in out.items():
+        assert [r.offset for r in vp_records] == sorted(r.offset for r in vp_records)
+        for r in vp_records:
+            assert r.partition == 1 and r.message_hash == key_hash(r.key)
+            assert layout.current.ranges.vp_for_hash(r.message_hash) == vp
+
+
+def test_keyless_records_of_one_batch_spread_over_the_vps():
+    layout = TopicLayout.initial(partitions=1, virtual_partitions=4)
+    items = [(None, b"v", 5, None)] * 40
+    out = split_batch(physical_batch(items, 0, producer_id=11, base_sequence=200), 0, layout)
+    assert len(out) == 4 and all(9 <= len(v) <= 11 for v in out.values())
+    again = split_batch(physical_batch(items, 0, producer_id=11, base_sequence=200), 0, layout)
+    assert again == out, "the split of a batch must be deterministic"
+
+
+def test_a_batch_straddling_a_cut_feeds_parent_and_children():
+    layout = TopicLayout.initial(partitions=1, virtual_partitions=1)
+    layout = layout.append(layout.plan_split(0, (105,), (100,)))
+    out = split_batch(physical_batch(keyed(10), 100), 0, layout)
+    assert [r.offset for r in out[0]] == list(range(100, 105))
+    assert sorted(r.offset for vp in (1, 2) for r in out.get(vp, [])) == list(range(105, 110))
+
+
+def test_vp_records_carry_their_source_in_a_last_header_and_round_trip():
+    layout = TopicLayout.initial(partitions=3, virtual_partitions=1)
+    (vp_records,) = split_batch(physical_batch(keyed(3), 40), 2, layout).values()
+    back = stored(encode_vp_batch(vp_records), base_offset=7)
+    assert [source_of(r) for r in back] == [(2, 40), (2, 41), (2, 42)]
+    assert [r.offset for r in back] == [7, 8, 9]  # VP offsets are the VP leader's
+    assert back[0].headers == (("trace", b"t0"), (SOURCE_HEADER, encode_source(2, 40)))
+    assert strip_source(back[0]) == records.Record(7, 1_000, b"key0", b"value-0", (("trace", b"t0"),))
+
+
+def test_a_vp_record_without_source_is_a_bug():
+    with pytest.raises(AssertionError, match="without source"):
+        source_of(records.Record(0, 0, None, b"v"))
+
+
+def record(partition, offset) -> SourcedRecord:
+    return SourcedRecord(partition, offset, 0, 0, None, b"v")
+
+
+def test_refeeding_the_same_records_appends_nothing_twice():
+    progress = FeedProgress()
+    first = [record(0, 3), record(1, 8), record(0, 5)]
+    assert progress.unapplied(first) == first
+    progress.applied(first)
+    assert (progress.last_applied(0), progress.last_applied(1), progress.last_applied(2)) == (5, 8, NOTHING_APPLIED)
+    assert progress.unapplied(first) == []
+    assert progress.unapplied([record(0, 4), record(0, 5), record(0, 6), record(1, 9)]) == [record(0, 6), record(1, 9)]
+
+
+def test_feed_progress_is_rebuilt_from_the_vp_log():
+    progress = FeedProgress()
+    batch = [record(0, 3), record(2, 1), record(0, 9)]
+    progress.applied(batch)
+    rebuilt = FeedProgress.rebuild(stored(encode_vp_batch(batch), 0))
+    assert rebuilt == progress and rebuilt.snapshot() == {0: 9, 2: 1}
+
+
+def test_applying_a_source_offset_twice_or_backwards_is_a_bug():
+    progress = FeedProgress({0: 5})
+    with pytest.raises(AssertionError, match="applied after 5"):
+        progress.applied([record(0, 5)])
+    with pytest.raises(AssertionError, match="out of offset order"):
+        progress.unapplied([record(1, 3), record(1, 2)])
+
+
+def test_split_of_a_corrupt_batch_raises_corrupt_record():
+    batch = bytearray(physical_batch(keyed(2), 0))
+    batch[-1] ^= 1
+    with pytest.raises(records.CorruptRecord):
+        split_batch(batch, 0, TopicLayout.initial(1, 1))
+
+
+def test_the_top_hash_belongs_to_the_last_vp():
+    layout = TopicLayout.initial(1, 3)
+    assert layout.vp_for(0, 0, HASH_SPACE - 1) == 2
