@@ -11,11 +11,16 @@ import json
 import sys
 from typing import Sequence
 
-from mafka4.errors import (InvalidConfig, InvalidGroupName, InvalidRecord, InvalidTopicName, MafkaError, MessageTooLarge,
-                           UnknownGroup, UnknownTopic)
-from mafka4.limits import ASSIGNOR_NAMES, Acks, ClusterConfig, ProducerConfig
+from mafka4.errors import (InvalidConfig, InvalidEventLog, InvalidGroupName, InvalidRecord, InvalidReshard, InvalidTopicName,
+                           MafkaError, MessageTooLarge, MissingDependency, NoEventLogs, NotEnoughReadNodes, UnknownGroup,
+                           UnknownTopic, UnknownVirtualPartition, WrongReadMode)
+from mafka4.limits import ASSIGNOR_NAMES, READ_MODES, VIRTUAL_PARTITIONS_MAX, Acks, ClusterConfig, ProducerConfig
 
-USAGE_ERRORS = (InvalidConfig, InvalidTopicName, InvalidRecord, MessageTooLarge, UnknownTopic, InvalidGroupName, UnknownGroup)
+USAGE_ERRORS = (InvalidConfig, InvalidTopicName, InvalidRecord, MessageTooLarge, UnknownTopic, InvalidGroupName, UnknownGroup,
+                InvalidReshard, UnknownVirtualPartition, WrongReadMode, NotEnoughReadNodes, InvalidEventLog, NoEventLogs,
+                MissingDependency)
+# The read mode of `mafka4 topic create` (the library's TopicConfig keeps "mafka3" until every caller moved).
+CLI_READ_MODE_DEFAULT = "mafka4"
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
@@ -58,9 +63,16 @@ def _cmd_topic_create(args: argparse.Namespace) -> int:
         overrides["min_insync_replicas"] = args.min_insync_replicas
     if args.retention_ms is not None:
         overrides["retention_ms"] = args.retention_ms
-    metadata = _admin().create_topic(args.name, args.partitions, args.replication_factor, **overrides)
+    if args.virtual_partitions_max is not None:
+        overrides["virtual_partitions_max"] = args.virtual_partitions_max
+    metadata = _admin().create_topic(args.name, args.partitions, args.replication_factor,
+                                     virtual_partitions=args.virtual_partitions, read_replicas=args.read_replicas,
+                                     read_mode=args.read_mode, **overrides)
+    config = metadata.config
+    read_path = (f", {config.virtual_partitions} virtual partition(s) with {config.read_replicas} read replica(s) each"
+                 if config.read_mode == "mafka4" else "")
     print(f"created topic {metadata.name!r}: {len(metadata.partitions)} partition(s), "
-          f"replication factor {metadata.config.replication_factor}")
+          f"replication factor {config.replication_factor}, read mode {config.read_mode}{read_path}")
     return 0
 
 
@@ -81,6 +93,28 @@ def _cmd_topic_describe(args: argparse.Namespace) -> int:
         isr = ",".join(sorted(live.get("isr", p["isr"])))
         print(f"{p['partition']:>9}  {p['leader']:>6}  {p['leader_epoch']:>5}  {','.join(p['replicas']):<12}  {isr:<12}  "
               f"{live.get('log_end_offset', '?'):>8}  {live.get('high_watermark', '?'):>14}")
+    if description["virtual_partitions"]:
+        print(f"read_mode={config.read_mode}  read_replicas={config.read_replicas}  "
+              f"virtual_partitions_max={config.virtual_partitions_max}")
+        print(f"{'vp':>4}  {'status':<7}  {'hash_range':<42}  {'leader':>6}  {'epoch':>5}  {'risr':<12}  "
+              f"{'log_end':>8}  {'high_watermark':>14}")
+        for v in description["virtual_partitions"]:
+            live = v["live"] or {}
+            status = "active" if v["active"] else "sealed" if "sealed_end_offset" in v else "closed"
+            start, end = v["range"]
+            print(f"{v['virtual_partition']:>4}  {status:<7}  {f'[{start:#x}, {end:#x})':<42}  {v['leader']:>6}  "
+                  f"{v['leader_epoch']:>5}  {','.join(v['risr']):<12}  {live.get('log_end_offset', '?'):>8}  "
+                  f"{live.get('high_watermark', '?'):>14}")
+    return 0
+
+
+def _cmd_scale(args: argparse.Namespace) -> int:
+    epochs = _admin().scale(args.topic, args.virtual_partitions)
+    for epoch in epochs:
+        print(f"split epoch {epoch.epoch}: {'+'.join(map(str, epoch.parents))} -> {'+'.join(map(str, epoch.children))} "
+              f"at cut {list(epoch.cut)}")
+    print(f"topic {args.topic!r} has {args.virtual_partitions} virtual partition(s) "
+          f"({len(epochs)} split(s) and merge(s))")
     return 0
 
 
@@ -180,6 +214,12 @@ def _cmd_group_describe(args: argparse.Namespace) -> int:
     for row in description.partitions:
         print(f"{row.topic:<24}  {row.partition:>9}  {_dash(row.member_id):<32}  {_dash(row.committed_offset):>16}  "
               f"{row.high_watermark:>14}  {_dash(row.lag):>8}")
+    if description.virtual_partitions:
+        print(f"{'topic':<24}  {'vp':>4}  {'status':<7}  {'member':<32}  {'committed_offset':>16}  {'high_watermark':>14}  "
+              f"{'lag':>8}")
+    for row in description.virtual_partitions:
+        print(f"{row.topic:<24}  {row.vp:>4}  {row.status.value:<7}  {_dash(row.member_id):<32}  "
+              f"{_dash(row.committed_offset):>16}  {_dash(row.high_watermark):>14}  {_dash(row.lag):>8}")
     return 0
 
 
@@ -216,6 +256,20 @@ def _cmd_bench_rebalance(args: argparse.Namespace) -> int:
                                       warmup_s=args.warmup_s, after_join_s=args.after_join_s, trials=args.trials,
                                       assignor=args.assignor)
     report = run_rebalance_bench(settings, args.output)
+    print(json.dumps(report["summary"], indent=2))
+    print(f"full report written to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _cmd_bench_vp_join(args: argparse.Namespace) -> int:
+    from mafka4.bench.vp_join import VpJoinBenchSettings, run_vp_join_bench
+
+    settings = VpJoinBenchSettings(partitions=args.partitions, consumers=args.consumers,
+                                   virtual_partitions=args.virtual_partitions,
+                                   rate_msgs_per_s=args.rate_msgs_per_s, warmup_s=args.warmup_s,
+                                   after_join_s=args.after_join_s, trials=args.trials, read_replicas=args.read_replicas,
+                                   compare_mafka3=not args.skip_mafka3)
+    report = run_vp_join_bench(settings, args.output)
     print(json.dumps(report["summary"], indent=2))
     print(f"full report written to {args.output}", file=sys.stderr)
     return 0
@@ -271,6 +325,15 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--replication-factor", type=int, default=1, help="replicas per partition (default %(default)s)")
     create.add_argument("--min-insync-replicas", type=int, help="acks=all needs at least this many in-sync replicas (default 1)")
     create.add_argument("--retention-ms", type=int, help="delete segments older than this (default 7 days)")
+    create.add_argument("--read-mode", choices=READ_MODES, default=CLI_READ_MODE_DEFAULT,
+                        help="mafka4: consumers read virtual partitions on read nodes; mafka3: consumers read the "
+                             "physical partitions (default %(default)s)")
+    create.add_argument("--virtual-partitions", type=int,
+                        help="virtual partitions at creation (mafka4 mode; default one per physical partition)")
+    create.add_argument("--read-replicas", type=int, default=1,
+                        help="replicas of each virtual partition, on distinct read nodes (mafka4 mode; default %(default)s)")
+    create.add_argument("--virtual-partitions-max", type=int,
+                        help=f"splits and scaling stop at this many virtual partitions (default {VIRTUAL_PARTITIONS_MAX})")
     create.set_defaults(run=_cmd_topic_create)
     topic_commands.add_parser("list", help="list topic names").set_defaults(run=_cmd_topic_list)
     describe = topic_commands.add_parser("describe", help="partitions, leaders, ISR and offsets")
@@ -287,7 +350,13 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--linger-ms", type=int, default=ProducerConfig().linger_ms, help="default %(default)s")
     produce.set_defaults(run=_cmd_produce)
 
-    consume = commands.add_parser("consume", help="print committed messages of every partition, one per line")
+    scale = commands.add_parser("scale", help="split or merge a mafka4-mode topic's virtual partitions to a count")
+    scale.add_argument("topic")
+    scale.add_argument("--virtual-partitions", type=int, required=True, help="the active virtual partitions wanted")
+    scale.set_defaults(run=_cmd_scale)
+
+    consume = commands.add_parser("consume", help="print committed messages of every partition (or virtual "
+                                                  "partition), one per line")
     consume.add_argument("topic")
     consume.add_argument("--group", help="consume as a member of this consumer group, committing offsets")
     consume.add_argument("--from-beginning", action="store_true",
@@ -321,6 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_failover.add_argument("--output", default="results/bench_failover.json", help="JSON report path (default %(default)s)")
     bench_failover.set_defaults(run=_cmd_bench_failover)
     _add_bench_rebalance_parser(bench_commands)
+    _add_bench_vp_join_parser(bench_commands)
 
     commands.add_parser("demo", help="start a throwaway cluster, produce and consume 2,000 messages, stop it").set_defaults(run=_cmd_demo)
     _add_simulation_parsers(commands)
@@ -329,9 +399,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_simulation_parsers(commands) -> None:
     """Experiments and analysis live in ``simulations/``; their modules register their own commands."""
+    from simulations.analysis import add_analyze_parser
     from simulations.cli import add_experiment_parser
+    from simulations.compare import add_compare_parser
+    from simulations.fleet.cli import add_fleet_parser
 
     add_experiment_parser(commands)
+    add_fleet_parser(commands)
+    add_analyze_parser(commands)
+    add_compare_parser(commands)
 
 
 def _add_group_parser(commands) -> None:
@@ -366,6 +442,27 @@ def _add_bench_rebalance_parser(bench_commands) -> None:
     rebalance.add_argument("--assignor", default=defaults.assignor, choices=list(ASSIGNOR_NAMES))
     rebalance.add_argument("--output", default="results/bench_rebalance.json", help="JSON report path (default %(default)s)")
     rebalance.set_defaults(run=_cmd_bench_rebalance)
+
+
+def _add_bench_vp_join_parser(bench_commands) -> None:
+    from mafka4.bench.vp_join import VpJoinBenchSettings
+
+    defaults = VpJoinBenchSettings()
+    vp_join = bench_commands.add_parser("vp-join", help="consumer stall while a member joins a mafka4-mode group "
+                                                        "(VP split), next to the Mafka3 eager rebalance")
+    vp_join.add_argument("--partitions", type=int, default=defaults.partitions, help="physical partitions (default %(default)s)")
+    vp_join.add_argument("--consumers", type=int, default=defaults.consumers,
+                         help="members before the join, one VP each (default %(default)s)")
+    vp_join.add_argument("--virtual-partitions", type=int,
+                         help="VPs at creation (default: one per consumer, so the joiner causes a split; more: a handover)")
+    vp_join.add_argument("--rate-msgs-per-s", type=int, default=defaults.rate_msgs_per_s)
+    vp_join.add_argument("--warmup-s", type=float, default=defaults.warmup_s)
+    vp_join.add_argument("--after-join-s", type=float, default=defaults.after_join_s)
+    vp_join.add_argument("--trials", type=int, default=defaults.trials)
+    vp_join.add_argument("--read-replicas", type=int, default=defaults.read_replicas)
+    vp_join.add_argument("--skip-mafka3", action="store_true", help="do not run the Mafka3 eager-rebalance trials")
+    vp_join.add_argument("--output", default="results/bench_vp_join.json", help="JSON report path (default %(default)s)")
+    vp_join.set_defaults(run=_cmd_bench_vp_join)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -169,6 +169,21 @@ class WrongReadMode(MafkaError):
     """The operation needs the other read mode (e.g. virtual partitions of a mafka3-mode topic)."""
 
 
+class UnknownVirtualPartition(MafkaError):
+    """A split, merge or read named a VP that does not exist (or no longer exists)."""
+
+
+class InvalidReshard(MafkaError):
+    """A split, merge or scale cannot be done as asked (ranges not adjacent, too many VPs, ...)."""
+
+
+class ReshardConflict(MafkaError):
+    """Another reshard of the topic runs, or a proposed cut is behind what the feeders already
+    fed; re-read the layout and the feeders' progress and retry."""
+
+    retriable = True
+
+
 class ReadReplicaNotInSync(MafkaError):
     """The read replica asked is not in its virtual partition's RISR, so it serves no reads;
     fetch from another RISR member (re-read the VP's metadata)."""
@@ -200,3 +215,15 @@ class PlacementInfeasible(MafkaError):
 class FleetTargetUnreachable(MafkaError):
     """No node count lets a design meet the produce tp999 target (its fixed latency already
     exceeds it); raise the target or lower the latency the calibration measured."""
+
+
+class MissingDependency(MafkaError):
+    """An optional dependency of the command is not installed; the message names what to install."""
+
+
+# --- node agent (mafka4.runtime.node) ----------------------------------------------------
+
+
+class InvalidNodeId(MafkaError):
+    """A node id breaks the naming rules of ``mafka4.runtime.node.validate_node_id`` (it
+    names the node's Ray resource, its etcd key and its data directory)."""

@@ -171,7 +171,7 @@ TOPIC_NAME_CHARS_MAX = 200
 # Read path (DESIGN.md section 6): how consumers read a topic. "mafka4": from virtual
 # partitions fed from the physical ones; "mafka3": from the physical partitions (no VPs).
 READ_MODES = ("mafka4", "mafka3")
-# Virtual partitions of one topic at creation (reshard.VirtualConfig bounds later splits).
+# Virtual partitions of one topic: the default and the ceiling of TopicConfig.virtual_partitions_max.
 VIRTUAL_PARTITIONS_MAX = 1024
 # Replicas of one virtual partition, each on its own read node.
 READ_REPLICAS_MAX = 7
@@ -201,6 +201,9 @@ class TopicConfig:
     read_replicas: int = 1
     # A read replica not caught up with its VP leader this long leaves the RISR and stops serving reads.
     read_replica_lag_ms_max: int = 10 * SECOND_MS
+    # Active virtual partitions of the topic: creation, a split and a scale beyond it are refused
+    # with InvalidReshard (merge first, or raise it at creation).
+    virtual_partitions_max: int = VIRTUAL_PARTITIONS_MAX
 
     def __post_init__(self) -> None:
         if not isinstance(self.unclean_leader_election, bool):
@@ -232,8 +235,9 @@ class TopicConfig:
                     f"partitions (consumers read the physical ones); use read_mode='mafka4' or drop virtual_partitions"
                 )
             return
+        _check_range(self, "virtual_partitions_max", 1, VIRTUAL_PARTITIONS_MAX)
         if self.virtual_partitions is not None:
-            _check_range(self, "virtual_partitions", 1, VIRTUAL_PARTITIONS_MAX)
+            _check_range(self, "virtual_partitions", 1, self.virtual_partitions_max)
         _check_range(self, "read_replicas", 1, READ_REPLICAS_MAX)
 
     @property
@@ -250,6 +254,9 @@ class TopicConfig:
     def resolved(self) -> "TopicConfig":
         """This config with the read-path defaults spelled out, as stored at creation."""
         return replace_config(self, virtual_partitions=self.virtual_partition_count, read_replicas=self.read_replica_count)
+
+    def virtual_config(self) -> "VirtualConfig":
+        return VirtualConfig(virtual_partitions_max=self.virtual_partitions_max)
 
     def log_config(self, base: LogConfig | None = None) -> LogConfig:
         return replace_config(
@@ -401,6 +408,47 @@ class ControllerConfig:
         _check_range(self, "event_queue_max", 1, 1_000_000)
 
 
+@dataclass(frozen=True, slots=True)
+class VirtualConfig:
+    """Bounds of a topic's virtual-partition layout (``virtual.reshard.TopicLayout``)."""
+
+    # VPs in one layout; a split that would pass this is refused with InvalidReshard.
+    virtual_partitions_max: int = VIRTUAL_PARTITIONS_MAX
+    # Split epochs kept per topic; a split or merge that would pass this is refused.
+    split_epochs_max: int = 10_000
+
+    def __post_init__(self) -> None:
+        _check_range(self, "virtual_partitions_max", 1, 1 << 20)
+        _check_range(self, "split_epochs_max", 1, 1_000_000)
+
+
+@dataclass(frozen=True, slots=True)
+class ReshardConfig:
+    """Bounds of one split or merge (``mafka4.virtual.resharding``)."""
+
+    # The topic's reshard lock expires this long after its holder died; a reshard refused with
+    # ReshardConflict meanwhile can be retried then.
+    lock_ttl_s: int = 30
+    # Every feeder must finish its round and stop within this; otherwise the reshard is abandoned
+    # (ReshardConflict, retriable) and the feeders go on under the old layout.
+    hold_wait_ms_max: int = 20 * SECOND_MS
+    # After the new epoch is stored, the split waits this long for its parents to be sealed (every
+    # feeder fed them up to the cut) to record their sealed end; readers record it otherwise.
+    seal_wait_ms_max: int = 10 * SECOND_MS
+    # Starting the children's VP replica actors and announcing their roles.
+    start_timeout_ms: int = 120 * SECOND_MS
+    # A scale step (one split or merge) that fails retriably is tried this often in a row, then
+    # the error is raised (the steps done so far stay done).
+    step_attempts_max: int = 3
+
+    def __post_init__(self) -> None:
+        _check_range(self, "lock_ttl_s", 2, 600)
+        _check_range(self, "hold_wait_ms_max", 1, 600 * SECOND_MS)
+        _check_range(self, "seal_wait_ms_max", 0, 600 * SECOND_MS)
+        _check_range(self, "start_timeout_ms", 1, 3600 * SECOND_MS)
+        _check_range(self, "step_attempts_max", 1, 100)
+
+
 # Records a feeder hands to one VP leader in one call; a VP leader refuses more (MessageTooLarge).
 FEED_RECORDS_MAX = 100_000
 
@@ -425,6 +473,10 @@ class FeederConfig:
     call_timeout_ms: int = 30 * SECOND_MS
     # Pause after a failed round before the feeder resumes.
     retry_backoff_ms: int = 200
+    # A feeder held for a reshard (it stopped at a round's end so the cut can be taken there) that
+    # is not released within this long cancels the hold itself, fenced in etcd so that the
+    # reshard then fails instead of using a cut the feeder passed; it then goes on feeding.
+    hold_ms_max: int = 30 * SECOND_MS
 
     def __post_init__(self) -> None:
         _check_range(self, "fetch_bytes_max", 1 * KiB, 256 * MiB)
@@ -434,3 +486,4 @@ class FeederConfig:
         _check_range(self, "metadata_max_age_ms", 1)
         _check_range(self, "call_timeout_ms", self.fetch_wait_ms_max + 1)
         _check_range(self, "retry_backoff_ms", 0, 60 * SECOND_MS)
+        _check_range(self, "hold_ms_max", 1, 600 * SECOND_MS)

@@ -59,9 +59,10 @@ class MemberLog:
     receive_ns: list[int] = field(default_factory=list)
     messages: int = 0
     values: list[bytes] = field(default_factory=list)
+    partitions: set[int] = field(default_factory=set)  # partitions (or VPs) it received messages of
 
 
-def _consume(consumer, log: MemberLog, stop: threading.Event) -> None:
+def consume_loop(consumer, log: MemberLog, stop: threading.Event) -> None:
     try:
         while not stop.is_set():
             messages = consumer.poll(timeout_ms=100)
@@ -69,11 +70,12 @@ def _consume(consumer, log: MemberLog, stop: threading.Event) -> None:
                 log.receive_ns.append(time.monotonic_ns())
                 log.messages += len(messages)
                 log.values.extend(m.value for m in messages)
+                log.partitions.update(m.partition for m in messages)
     finally:
         consumer.close()
 
 
-def _produce(producer, rate_msgs_per_s: int, stop: threading.Event, sent: list[int]) -> None:
+def produce_loop(producer, rate_msgs_per_s: int, stop: threading.Event, sent: list[int]) -> None:
     start = time.monotonic()
     number = 0
     while not stop.is_set():
@@ -87,9 +89,9 @@ def _produce(producer, rate_msgs_per_s: int, stop: threading.Event, sent: list[i
 
 
 class GroupWatch:
-    """Arrival-stamped etcd events of one group (members, generation and owner keys)."""
+    """Arrival-stamped etcd events of one group (members, generation and owner keys), or of ``prefix``."""
 
-    def __init__(self, connection, group: str):
+    def __init__(self, connection, group: str, prefix: str | None = None):
         from mafka4.coordinator import keys
         from mafka4.coordinator.store import MetadataStore
 
@@ -97,7 +99,8 @@ class GroupWatch:
         self._cluster, self._group = connection.cluster, group
         self._store = MetadataStore(connection.store.endpoint)
         self.events: list[tuple[int, str, dict | None]] = []
-        self._watch = self._store.watch_prefix(keys.group_prefix(connection.cluster, group), self._record, lambda: None)
+        watched = keys.group_prefix(connection.cluster, group) if prefix is None else prefix
+        self._watch = self._store.watch_prefix(watched, self._record, lambda: None)
 
     def _record(self, events) -> None:
         now_ns = time.monotonic_ns()
@@ -158,7 +161,7 @@ def run_trial(connection, settings: RebalanceBenchSettings) -> dict:
     def start_member(name: str) -> MemberLog:
         log = MemberLog(name)
         consumer = Consumer(topic, **settings_for_consumers)
-        thread = threading.Thread(target=_consume, args=(consumer, log, stop_consumers), name=name, daemon=True)
+        thread = threading.Thread(target=consume_loop, args=(consumer, log, stop_consumers), name=name, daemon=True)
         thread.start()
         threads.append(thread)
         logs.append(log)
@@ -166,7 +169,7 @@ def run_trial(connection, settings: RebalanceBenchSettings) -> dict:
 
     watch = GroupWatch(connection, group)
     producer = Producer(topic, connection=connection, linger_ms=5)
-    producer_thread = threading.Thread(target=_produce, args=(producer, settings.rate_msgs_per_s, stop_producer, sent), daemon=True)
+    producer_thread = threading.Thread(target=produce_loop, args=(producer, settings.rate_msgs_per_s, stop_producer, sent), daemon=True)
     try:
         producer_thread.start()
         for index in range(settings.consumers):
@@ -180,7 +183,7 @@ def run_trial(connection, settings: RebalanceBenchSettings) -> dict:
         stop_producer.set()
         producer_thread.join()
         producer.close()
-    _drain(logs, sent[0] if sent else 0)
+    wait_drained(logs, sent[0] if sent else 0)
     stop_consumers.set()
     for thread in threads:
         thread.join()
@@ -192,7 +195,7 @@ def run_trial(connection, settings: RebalanceBenchSettings) -> dict:
     return {**figures, "protocol_rebalance_ms": watch.rebalance_ms(join_ns, settings.partitions)}
 
 
-def _drain(logs: list[MemberLog], produced: int, timeout_s: float = 60) -> None:
+def wait_drained(logs: list[MemberLog], produced: int, timeout_s: float = 60) -> None:
     """Let the members consume the tail of the stream, so duplicates and lag can be counted."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and len({v for log in logs for v in log.values}) < produced:

@@ -1,11 +1,11 @@
-"""``Admin``: create, list, describe and delete topics.
+"""``Admin``: create, list, describe and delete topics; split, merge and scale virtual partitions.
 
 Until the controller exists, Admin itself starts a new topic's replica actors (pinned to
 live write nodes chosen by ``placement``) and then records the topic in etcd in one
 transaction; if anything fails in between, the actors it started are removed again.
 A mafka4-mode topic also gets its read path (``mafka4.virtual``): VP replicas on live read
 nodes and one feeder per physical partition, with the split epoch and VP keys recorded in
-the same transaction.
+the same transaction. Splits, merges and scaling are carried out by ``virtual.resharding``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from mafka4.physical.placement import assign_replicas
 from mafka4.runtime.connect import Connection, connect
 from mafka4.virtual.launcher import describe_virtual_partitions, start_read_path, stop_read_path, vp_handle
 from mafka4.virtual.metadata import VirtualStore, plan_read_path, read_path_values
+from mafka4.virtual.reshard import SplitEpoch
+from mafka4.virtual.resharding import Resharder
 
 DESCRIBE_TIMEOUT_S = 10
 
@@ -39,10 +41,11 @@ class Admin:
                      read_replicas: int = 1, read_mode: str = "mafka3", **overrides) -> TopicMetadata:
         """Create a topic; ``overrides`` are other ``TopicConfig`` fields (e.g. min_insync_replicas).
 
-        ``read_mode="mafka3"`` (default until Mafka4 consumer groups exist): consumers read
-        the physical partitions; no VPs, no feeders. ``"mafka4"``: consumers read
-        ``virtual_partitions`` VPs (default one per physical partition), each on
-        ``read_replicas`` read nodes.
+        ``read_mode="mafka3"``: consumers read the physical partitions; no VPs, no feeders.
+        ``"mafka4"``: consumers read ``virtual_partitions`` VPs (default one per physical
+        partition), each on ``read_replicas`` read nodes. The library keeps "mafka3" as its
+        default so that Mafka3-mode callers and experiments stay as they are; ``mafka4 topic
+        create`` defaults to "mafka4".
         """
         validate_topic_name(name)
         config = replace_config(TopicConfig(), partitions=partitions, replication_factor=replication_factor,
@@ -72,6 +75,18 @@ class Admin:
                 stop_partition(self.cluster, name, state, delete_data=True)
             raise
 
+    def split_virtual_partition(self, topic: str, vp: int) -> SplitEpoch:
+        """Split active VP ``vp`` of a mafka4-mode topic into two (``virtual.resharding``); returns the new epoch."""
+        return Resharder(self._connection.store, self.cluster).split(topic, vp)
+
+    def merge_virtual_partitions(self, topic: str, first: int, second: int) -> SplitEpoch:
+        """Merge two active VPs with adjacent hash ranges into one; returns the new epoch."""
+        return Resharder(self._connection.store, self.cluster).merge(topic, first, second)
+
+    def scale(self, topic: str, virtual_partitions: int) -> list[SplitEpoch]:
+        """Split or merge until the topic has ``virtual_partitions`` active VPs; returns the epochs opened."""
+        return Resharder(self._connection.store, self.cluster).scale(topic, virtual_partitions)
+
     def list_topics(self) -> list[str]:
         return self._topics.names()
 
@@ -92,6 +107,11 @@ class Admin:
                     live = {"error": type(error).__name__}
             partitions.append({**state.to_json(), "partition": state.partition, "live": live})
         virtual = describe_virtual_partitions(self.cluster, name, self._virtual_states(name))
+        if virtual:
+            config = metadata.config
+            layout = VirtualStore(self._connection.store, self.cluster).layout(
+                name, config.partitions, config.virtual_config())
+            virtual = [{**v, "active": layout.is_active(v["virtual_partition"])} for v in virtual]
         return {"topic": name, "config": metadata.config, "partitions": partitions, "virtual_partitions": virtual}
 
     def _virtual_states(self, name: str) -> list:

@@ -1,10 +1,16 @@
 """``Consumer``: reads committed messages of a topic, alone or as a member of a consumer group.
 
     consumer = Consumer("orders", from_beginning=True)          # every partition, no group
-    consumer = Consumer("orders", group="billing")              # Mafka3-mode group member
+    consumer = Consumer("orders", group="billing")              # a group member
     for message in consumer.poll(timeout_ms=500): ...
     consumer.commit(); consumer.seek(0, 1234); consumer.seek_to_time(1_700_000_000_000)
     consumer.close()                                            # commits and leaves the group
+
+The topic's read mode decides what is read. A mafka4-mode topic is read from its virtual
+partitions: ``Consumer`` hands every call to a ``VirtualConsumer`` (no group) or a
+``VirtualGroupConsumer`` (a group whose members own VPs, without eager rebalances), and
+``partition`` / offsets mean VP ids and VP offsets. The rest of this docstring is about
+mafka3-mode topics, read from their physical partitions.
 
 Each poll keeps one long-poll fetch outstanding per partition leader and decodes the
 whole batches that come back; only messages below the high watermark (committed on the
@@ -26,19 +32,19 @@ are returned again to the next owner after a crash. A commit never moves an offs
 from __future__ import annotations
 
 import logging
-import os
-import secrets
-import socket
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import ray
 
 from mafka4.client.errors import unwrap
+from mafka4.client.message import Message, new_member_id
 from mafka4.client.routing import Routing
+from mafka4.client.virtual_consumer import VirtualConsumer
+from mafka4.client.virtual_group_consumer import VirtualGroupConsumer
 from mafka4.coordinator.group_protocol import CommittedOffset, MemberInfo, TopicPartition, validate_group_name
 from mafka4.coordinator.groups import GroupMember, GroupStore, SyncResult
+from mafka4.coordinator.topics import TopicStore
 from mafka4.errors import CommitFailed, CoordinatorUnavailable, MafkaError, PartitionNotAssigned
 from mafka4.limits import ConsumerConfig, OffsetReset
 from mafka4.names import validate_topic_name
@@ -52,21 +58,6 @@ GROUP_CHECK_INTERVAL_S = 0.05
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
-    topic: str
-    partition: int
-    offset: int
-    timestamp_ms: int
-    key: bytes | None
-    value: bytes
-    headers: tuple[tuple[str, bytes], ...]
-
-
-def new_member_id() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}".replace("/", "_")
-
-
 class Consumer:
     def __init__(self, topic: str, group: str | None = None, connection: Connection | None = None,
                  from_beginning: bool = False, **settings: Any):
@@ -77,6 +68,12 @@ class Consumer:
         self.config = ConsumerConfig(**settings)
         self.group = None if group is None else validate_group_name(group)
         connection = connection or connect()
+        metadata = TopicStore(connection.store, connection.cluster).get(topic)
+        self._virtual: VirtualConsumer | VirtualGroupConsumer | None = None
+        if metadata.config.read_mode == "mafka4":
+            self._virtual = (VirtualConsumer(topic, connection, from_beginning, **settings) if self.group is None
+                             else VirtualGroupConsumer(metadata, self.group, connection, self.config))
+            return
         self._routing = Routing(connection, topic)
         self._positions: dict[int, int] = {}
         self._pending: dict[int, tuple[ray.ObjectRef, int]] = {}
@@ -106,15 +103,23 @@ class Consumer:
 
     @property
     def member_id(self) -> str | None:
+        if isinstance(self._virtual, VirtualGroupConsumer):
+            return self._virtual.member_id
         return None if self._member is None else self._member.member_id
 
     def assignment(self) -> list[int]:
+        if self._virtual is not None:
+            return self._virtual.assignment()
         return sorted(self._positions)
 
     def position(self, partition: int) -> int:
+        if self._virtual is not None:
+            return self._virtual.position(partition)
         return self._positions[partition]
 
     def seek(self, partition: int, offset: int) -> None:
+        if self._virtual is not None:
+            return self._virtual.seek(partition, offset)
         if partition not in self._positions:
             raise PartitionNotAssigned(
                 f"partition {partition} of {self.topic!r} is not assigned to this consumer "
@@ -124,6 +129,8 @@ class Consumer:
 
     def seek_to_time(self, timestamp_ms: int) -> None:
         """Move every assigned partition to its first message at or after ``timestamp_ms`` (or its end)."""
+        if self._virtual is not None:
+            return self._virtual.seek_to_time(timestamp_ms)
         partitions = self.assignment()
         refs = [self._routing.leader(p).offset_for_timestamp.remote(timestamp_ms) for p in partitions]
         offsets = ray.get(refs, timeout=LIST_OFFSETS_TIMEOUT_S)
@@ -138,6 +145,8 @@ class Consumer:
 
     def poll(self, timeout_ms: int = 1000) -> list[Message]:
         """Messages that arrived, up to ``poll_messages_max``; waits at most ``timeout_ms`` for some."""
+        if self._virtual is not None:
+            return self._virtual.poll(timeout_ms)
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             if self._member is not None:
@@ -260,8 +269,10 @@ class Consumer:
         Raises ``CommitFailed`` if a rebalance took a partition away first (its new owner starts
         from the last committed offset). Positions behind the committed offset are not written.
         """
-        if self._member is None:
+        if self.group is None:
             raise CommitFailed(f"consumer of {self.topic!r} has no group: create it with group=NAME to commit offsets")
+        if isinstance(self._virtual, VirtualGroupConsumer):
+            return self._virtual.commit()
         positions = dict(self._positions)
         committed, lost = self._commit_positions()
         if lost:
@@ -272,6 +283,8 @@ class Consumer:
 
     def close(self) -> None:
         """Leave the group (committing and releasing every owned partition) and stop fetching."""
+        if self._virtual is not None:
+            return self._virtual.close()
         self._pending.clear()
         if self._member is not None:
             member, self._member = self._member, None

@@ -6,21 +6,29 @@
 
 Lag of a partition is its high watermark (the end of what consumers may read) minus the
 group's committed offset; a partition without a committed offset has no lag figure. This is
-what ``mafka4 group describe`` prints.
+what ``mafka4 group describe`` prints. A group of a mafka4-mode topic is described per
+virtual partition (``virtual_partitions``): every VP of the topic's layout with its status
+for the group (``VpStatus``), owner, committed offset, VP high watermark and lag.
+``reset_offsets`` resets physical-partition offsets (Mafka3-mode groups) only.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 import ray
 
 from mafka4.client.routing import Routing
-from mafka4.coordinator.group_protocol import GroupSnapshot, MemberInfo, TopicPartition, validate_group_name
+from mafka4.coordinator import keys
+from mafka4.coordinator.group_protocol import VIRTUAL_ASSIGNOR, GroupSnapshot, MemberInfo, TopicPartition, validate_group_name
 from mafka4.coordinator.groups import GroupStore
+from mafka4.coordinator.topics import TopicStore
+from mafka4.coordinator.virtual_groups import VirtualGroupStore
 from mafka4.errors import GroupNotEmpty, InvalidConfig, UnknownGroup, UnknownTopic
 from mafka4.names import validate_topic_name
 from mafka4.runtime.connect import Connection, connect
+from mafka4.virtual.launcher import vp_handle
 
 LIST_OFFSETS_TIMEOUT_S = 30
 
@@ -35,6 +43,26 @@ class PartitionLag:
     lag: int | None
 
 
+class VpStatus(enum.Enum):
+    """Where a group stands with one virtual partition (parent before child)."""
+
+    ACTIVE = "active"  # receives messages; readable by the group
+    CLOSED = "closed"  # closed by a split or merge; the group still reads it to its sealed end
+    READ = "read"  # closed and read to its sealed end: nothing left
+    WAITING = "waiting"  # a child whose parents the group has not read to their end yet
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualPartitionLag:
+    topic: str
+    vp: int
+    status: VpStatus
+    member_id: str | None  # the owner now, None while unowned
+    committed_offset: int | None
+    high_watermark: int | None  # None if its leader did not answer
+    lag: int | None
+
+
 @dataclass(frozen=True, slots=True)
 class GroupDescription:
     group: str
@@ -42,10 +70,12 @@ class GroupDescription:
     assignor: str | None
     members: tuple[MemberInfo, ...]
     partitions: tuple[PartitionLag, ...]
+    virtual_partitions: tuple[VirtualPartitionLag, ...] = ()
 
     @property
     def total_lag(self) -> int | None:
-        lags = [p.lag for p in self.partitions]
+        lags = [p.lag for p in self.partitions] + [
+            v.lag for v in self.virtual_partitions if v.status in (VpStatus.ACTIVE, VpStatus.CLOSED)]
         return None if any(lag is None for lag in lags) else sum(lags)
 
 
@@ -53,6 +83,7 @@ class GroupAdmin:
     def __init__(self, connection: Connection | None = None):
         self._connection = connection or connect()
         self._store = GroupStore(self._connection.store.endpoint, self._connection.cluster)
+        self._virtual_groups = VirtualGroupStore(self._connection.store.endpoint, self._connection.cluster)
 
     def list_groups(self) -> list[str]:
         return self._store.group_names()
@@ -65,9 +96,12 @@ class GroupAdmin:
 
     def describe_group(self, group: str) -> GroupDescription:
         snapshot = self._store.snapshot(validate_group_name(group))
-        if not snapshot.members and not snapshot.offsets and snapshot.generation is None:
+        virtual_topics = self._virtual_topics(group, snapshot.members)
+        if not snapshot.members and not snapshot.offsets and snapshot.generation is None and not virtual_topics:
             raise UnknownGroup(f"group {group!r} has no members and no committed offsets: see 'mafka4 group list'")
-        topics = {m.topic for m in snapshot.members} | {tp.topic for tp in snapshot.offsets} | {tp.topic for tp in snapshot.owners}
+        physical_members = [m for m in snapshot.members if m.assignor != VIRTUAL_ASSIGNOR]
+        topics = {m.topic for m in physical_members} | {tp.topic for tp in snapshot.offsets} | {tp.topic for tp in snapshot.owners}
+        virtual_rows = [row for topic in sorted(virtual_topics) for row in self._virtual_rows(group, topic)]
         rows = []
         for topic in sorted(topics):
             try:
@@ -78,7 +112,56 @@ class GroupAdmin:
                 rows.append(self._row(snapshot, TopicPartition(topic, partition), high_watermark))
         generation = snapshot.generation
         return GroupDescription(group, None if generation is None else generation.generation,
-                                None if generation is None else generation.assignor, snapshot.members, tuple(rows))
+                                None if generation is None else generation.assignor, snapshot.members, tuple(rows),
+                                tuple(virtual_rows))
+
+    def _virtual_topics(self, group: str, members) -> set[str]:
+        """Topics the group reads by virtual partitions: its mafka4-mode members' and those with VP offsets."""
+        topics = {m.topic for m in members if m.assignor == VIRTUAL_ASSIGNOR}
+        for prefix in (keys.group_vp_offsets_prefix(self._store.cluster, group),
+                       keys.group_vp_owners_prefix(self._store.cluster, group)):
+            for item in self._store.get_prefix(prefix):
+                parsed = keys.parse_group_partition(prefix, item.key)
+                if parsed is not None:
+                    topics.add(parsed[0])
+        return topics
+
+    def _virtual_rows(self, group: str, topic: str) -> list[VirtualPartitionLag]:
+        try:
+            config = TopicStore(self._store, self._store.cluster).get(topic).config
+        except UnknownTopic:
+            return []  # deleted since: its offsets are history
+        snapshot = self._virtual_groups.snapshot(group, topic, config)
+        view = snapshot.view()
+        readable = view.layout.readable_vps(view.committed, view.sealed_end_offsets)
+        consumable = set(view.consumable())
+        vps = sorted(snapshot.states)
+        high_watermarks = self._vp_high_watermarks(topic, [snapshot.states[vp] for vp in vps])
+        rows = []
+        for vp, high_watermark in zip(vps, high_watermarks):
+            if vp not in readable:
+                status = VpStatus.WAITING
+            elif view.layout.is_active(vp):
+                status = VpStatus.ACTIVE
+            else:
+                status = VpStatus.CLOSED if vp in consumable else VpStatus.READ
+            committed = view.committed.get(vp)
+            lag = None if committed is None or high_watermark is None else max(high_watermark - committed, 0)
+            rows.append(VirtualPartitionLag(topic, vp, status, snapshot.owners.get(vp), committed, high_watermark, lag))
+        return rows
+
+    def _vp_high_watermarks(self, topic: str, states) -> list[int | None]:
+        refs = []
+        for state in states:
+            leader = vp_handle(self._store.cluster, topic, state.vp, state.leader)
+            refs.append(None if leader is None else leader.list_offsets.remote())
+        found = []
+        for ref in refs:
+            try:
+                found.append(None if ref is None else ray.get(ref, timeout=LIST_OFFSETS_TIMEOUT_S)[1])
+            except (ray.exceptions.RayError, TimeoutError):
+                found.append(None)
+        return found
 
     @staticmethod
     def _row(snapshot: GroupSnapshot, tp: TopicPartition, high_watermark: int) -> PartitionLag:
@@ -118,6 +201,7 @@ class GroupAdmin:
 
     def close(self) -> None:
         self._store.close()
+        self._virtual_groups.close()
 
     def __enter__(self) -> "GroupAdmin":
         return self

@@ -6,15 +6,18 @@
 
 The same interface as the group-less ``Consumer`` (``poll``, ``seek``, ``seek_to_time``,
 ``position``, ``assignment``, ``close``), with VP ids and VP offsets in place of physical
-partitions and offsets. Messages are the producer's records: the source header the feeder
-added (``split.SOURCE_HEADER``) is stripped.
+partitions and offsets; ``Consumer(topic)`` of a mafka4-mode topic is one of these. Messages
+are the producer's records: the source header the feeder added (``split.SOURCE_HEADER``) is
+stripped. Fetching is ``VpFetcher``'s.
 
-Each poll keeps one long-poll fetch outstanding per VP, sent to the RISR member
-``risr.state.route_fetch`` picks for this reader's position (the leader's half for real-time
-readers, the other half for readers far behind), from the VP leaders and RISRs in etcd,
-re-read every ``metadata_max_age_ms`` and after any failed fetch. A replica that failed is
-avoided (its VP's leader is asked instead) until the next metadata read. Only records below
-the VP high watermark are ever returned, so what a reader saw survives a VP failover.
+Parent before child, for this reader's own positions: it fetches only the VPs
+``TopicLayout.consumable_vps`` gives for them, i.e. a child of a split or merge only once the
+reader read each parent to its sealed end, so each key's messages arrive in produce order
+across any reshard. A VP that appears after the reader started (a child) is read from its
+start; at construction every VP known is positioned at its start (``from_beginning``) or at
+its high watermark. The reader re-reads the metadata every ``metadata_max_age_ms``, and more
+often while it waits for a closed VP's sealed end, which it records itself if nobody has yet
+(``resharding.seal_closed_vps``).
 """
 
 from __future__ import annotations
@@ -22,22 +25,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import ray
-
-from mafka4.client.consumer import Message, new_member_id
-from mafka4.client.errors import unwrap
+from mafka4.client.message import Message, new_member_id
+from mafka4.client.vp_fetcher import VpFetcher
 from mafka4.coordinator.topics import TopicStore
-from mafka4.errors import CoordinatorUnavailable, MafkaError, NotLeader, PartitionNotAssigned, WrongReadMode
+from mafka4.errors import PartitionNotAssigned, WrongReadMode
 from mafka4.limits import ConsumerConfig
 from mafka4.names import validate_topic_name
-from mafka4.records import decode_batches
-from mafka4.risr.state import RisrConfig, route_fetch
 from mafka4.runtime.connect import Connection, connect
-from mafka4.virtual.launcher import vp_handle
-from mafka4.virtual.metadata import VirtualPartitionState, VirtualStore
-from mafka4.virtual.split import strip_source
+from mafka4.virtual.resharding import seal_closed_vps
 
-LIST_OFFSETS_TIMEOUT_S = 30
+# While a parent it read to its end waits to be sealed, the reader looks at etcd this often.
+RESHARD_CHECK_INTERVAL_S = 0.5
 
 
 class VirtualConsumer:
@@ -52,75 +50,67 @@ class VirtualConsumer:
                 f"topic {topic!r} is in read_mode={metadata.config.read_mode!r}: it has no virtual partitions; "
                 f"read it with Consumer (physical partitions)"
             )
-        self._risr_config = RisrConfig(read_replica_lag_ms_max=metadata.config.read_replica_lag_ms_max)
-        self._virtual = VirtualStore(self._connection.store, self._connection.cluster)
         self.reader_id = new_member_id()
-        self._states: dict[int, VirtualPartitionState] = {}
-        self._metadata_read_at = 0.0
-        self._avoid: dict[int, str] = {}  # VP -> replica whose fetch failed since the last metadata read
-        self._high_watermarks: dict[int, int] = {}
-        self._pending: dict[int, tuple[ray.ObjectRef, int, str]] = {}  # VP -> (fetch, offset, replica)
-        self._refresh()
-        self._positions: dict[int, int] = {}
-        vps = sorted(self._states)
-        for vp, (start, high_watermark) in zip(vps, self._list_offsets_many(vps)):
-            self._positions[vp] = start if from_beginning else high_watermark
-            self._high_watermarks[vp] = high_watermark
+        self._fetcher = VpFetcher(self._connection, metadata, self.config, self.reader_id)
+        vps = sorted(self._fetcher.states)
+        for vp, (start, high_watermark) in zip(vps, self._fetcher.list_offsets_many(vps)):
+            self._fetcher.seek(vp, start if from_beginning else high_watermark)
+            self._fetcher.high_watermarks[vp] = high_watermark
+        self._update_fetching()
 
     # --- positions ------------------------------------------------------------------------
 
     def assignment(self) -> list[int]:
-        return sorted(self._positions)
+        """The VPs read now (readable and not read to their sealed end)."""
+        return sorted(self._fetcher.fetching)
 
     def position(self, vp: int) -> int:
-        return self._positions[vp]
+        return self._fetcher.positions[vp]
 
     def seek(self, vp: int, offset: int) -> None:
-        if vp not in self._positions:
+        if vp not in self._fetcher.positions:
             raise PartitionNotAssigned(
-                f"virtual partition {vp} of {self.topic!r} does not exist (virtual partitions: {self.assignment()})")
-        self._positions[vp] = offset
-        self._pending.pop(vp, None)
+                f"virtual partition {vp} of {self.topic!r} does not exist (virtual partitions: "
+                f"{sorted(self._fetcher.positions)})")
+        self._fetcher.seek(vp, offset)
+        self._update_fetching()
 
     def seek_to_time(self, timestamp_ms: int) -> None:
-        """Move every VP to its first message at or after ``timestamp_ms`` (or its end)."""
+        """Move every VP read now to its first message at or after ``timestamp_ms`` (or its end)."""
         vps = self.assignment()
-        refs = [self._leader(vp).offset_for_timestamp.remote(timestamp_ms) for vp in vps]
-        offsets = ray.get(refs, timeout=LIST_OFFSETS_TIMEOUT_S)
-        ends = self._list_offsets_many([vp for vp, offset in zip(vps, offsets) if offset is None])
-        for vp, offset in zip(vps, offsets):
-            self.seek(vp, offset if offset is not None else ends.pop(0)[1])
+        for vp, offset in zip(vps, self._fetcher.offsets_for_time(vps, timestamp_ms)):
+            self._fetcher.seek(vp, offset)
 
-    def _list_offsets_many(self, vps: list[int]) -> list[tuple[int, int]]:
-        """(log start offset, VP high watermark) of each VP, asked of the leaders in parallel."""
-        refs = [self._leader(vp).list_offsets.remote() for vp in vps]
-        return ray.get(refs, timeout=LIST_OFFSETS_TIMEOUT_S) if refs else []
+    # --- parent before child ----------------------------------------------------------------
 
-    # --- routing ----------------------------------------------------------------------------
+    def _update_fetching(self) -> None:
+        fetcher = self._fetcher
+        for vp in fetcher.states:
+            fetcher.positions.setdefault(vp, 0)  # a VP born after this reader started: all of it is new
+        consumable = set(fetcher.layout.consumable_vps(fetcher.positions, fetcher.sealed_end_offsets))
+        for vp in fetcher.fetching - consumable:
+            fetcher.stop(vp)
+        fetcher.fetching |= consumable
 
-    def _refresh(self) -> None:
-        try:
-            self._states = {vp: state for vp, (state, _) in self._virtual.states(self.topic).items()}
-        except CoordinatorUnavailable:
-            if not self._states:
-                raise
-            # Reads go on while etcd is away, from the replicas known; ask again later.
-        else:
-            self._avoid.clear()
-        self._metadata_read_at = time.monotonic()
+    def _waiting_for_a_seal(self) -> bool:
+        """True if a closed VP read to its current end has no sealed end yet (its children wait on it)."""
+        fetcher = self._fetcher
+        return any(not fetcher.layout.is_active(vp) and vp not in fetcher.sealed_end_offsets
+                   and fetcher.positions[vp] >= fetcher.high_watermarks.get(vp, 0) for vp in fetcher.fetching)
 
-    def _leader(self, vp: int):
-        state = self._states[vp]
-        handle = vp_handle(self._connection.cluster, self.topic, vp, state.leader)
-        if handle is None:
-            raise NotLeader(f"leader {state.leader} of {self.topic}/v{vp} is not running; retry after a VP failover")
-        return handle
-
-    def _route(self, vp: int) -> str:
-        state = self._states[vp]
-        route = route_fetch(self.reader_id, self._positions[vp], self._high_watermarks.get(vp, 0),
-                            state.risr, state.leader, self._risr_config, state.name)
-        return state.leader if route.replica_id == self._avoid.get(vp) else route.replica_id
+    def _refresh_if_due(self) -> None:
+        fetcher = self._fetcher
+        waiting = self._waiting_for_a_seal()
+        age_s = fetcher.metadata_age_s
+        if age_s < self.config.metadata_max_age_ms / 1000 and not (waiting and age_s >= RESHARD_CHECK_INTERVAL_S):
+            return
+        fetcher.refresh()
+        if waiting:
+            sealed = seal_closed_vps(self._connection.store, self._connection.cluster, self.topic, fetcher.layout,
+                                     fetcher.states)
+            if sealed != fetcher.sealed_end_offsets:
+                fetcher.refresh()
+        self._update_fetching()
 
     # --- polling ----------------------------------------------------------------------------
 
@@ -128,61 +118,18 @@ class VirtualConsumer:
         """Messages that arrived, up to ``poll_messages_max``; waits at most ``timeout_ms`` for some."""
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
-            if time.monotonic() - self._metadata_read_at > self.config.metadata_max_age_ms / 1000:
-                self._refresh()
-            self._issue_fetches()
-            refs = [ref for ref, _, _ in self._pending.values()]
+            self._refresh_if_due()
             remaining = max(deadline - time.monotonic(), 0)
-            ready, _ = ray.wait(refs, num_returns=1, timeout=remaining) if refs else ([], [])
-            if ready:
-                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-                messages = self._collect(set(ready))
-                if messages or time.monotonic() >= deadline:
-                    return messages
-            elif time.monotonic() >= deadline:
+            messages = self._fetcher.fetch(min(remaining, RESHARD_CHECK_INTERVAL_S))
+            if messages:
+                self._update_fetching()  # a parent read to its sealed end lets its children in
+                return messages
+            if time.monotonic() >= deadline:
                 return []
-            elif not refs:
-                time.sleep(min(remaining, self.config.fetch_wait_ms_max / 1000))
-
-    def _issue_fetches(self) -> None:
-        for vp, offset in self._positions.items():
-            if vp in self._pending:
-                continue
-            replica = self._route(vp)
-            handle = vp_handle(self._connection.cluster, self.topic, vp, replica)
-            if handle is None:
-                self._avoid[vp] = replica
-                continue
-            ref = handle.fetch.remote(offset, self.config.fetch_bytes_max, self.config.fetch_wait_ms_max)
-            self._pending[vp] = (ref, offset, replica)
-
-    def _collect(self, ready: set) -> list[Message]:
-        messages: list[Message] = []
-        for vp, (ref, offset, replica) in list(self._pending.items()):
-            if ref not in ready:
-                continue
-            del self._pending[vp]
-            try:
-                result = ray.get(ref)
-            except (MafkaError, ray.exceptions.RayActorError) as raised:
-                error = unwrap(raised)
-                if isinstance(error, MafkaError) and not error.retriable:
-                    raise error from None
-                self._refresh()  # a failover or a RISR change: read where to go now
-                self._avoid[vp] = replica
-                continue
-            self._high_watermarks[vp] = result.high_watermark
-            for record in decode_batches(result.data):
-                if record.offset >= offset and len(messages) < self.config.poll_messages_max:
-                    plain = strip_source(record)
-                    messages.append(Message(self.topic, vp, plain.offset, plain.timestamp_ms,
-                                            plain.key, plain.value, plain.headers))
-                    self._positions[vp] = record.offset + 1
-        return messages
 
     def close(self) -> None:
         """Stop fetching (there is no group to leave)."""
-        self._pending.clear()
+        self._fetcher.clear()
 
     def __enter__(self) -> "VirtualConsumer":
         return self

@@ -37,6 +37,9 @@ from mafka4.errors import InvalidGroupName
 from mafka4.limits import TOPIC_NAME_CHARS_MAX
 
 _GROUP_NAME = re.compile(r"[A-Za-z0-9._-]+")
+# The "assignor" members of mafka4-mode groups register with (``coordinator.virtual_groups``):
+# Mafka3-mode members and they never share a group.
+VIRTUAL_ASSIGNOR = "virtual"
 
 
 def validate_group_name(name: object) -> str:

@@ -47,8 +47,8 @@ import etcd3.utils
 
 from mafka4.coordinator import keys
 from mafka4.coordinator.group_protocol import (
-    Claim, CommittedOffset, GroupSnapshot, MemberInfo, Propose, Rejoin, Revoke, Stable, TopicPartition, Wait,
-    decide, next_generation, offsets_to_commit,
+    VIRTUAL_ASSIGNOR, Claim, CommittedOffset, GroupSnapshot, MemberInfo, Propose, Rejoin, Revoke, Stable, TopicPartition,
+    Wait, decide, next_generation, offsets_to_commit,
 )
 from mafka4.coordinator.store import MetadataStore, WatchEvent, _etcd_call
 from mafka4.coordinator.topics import TopicStore
@@ -207,6 +207,10 @@ class GroupMember:
         """Register (refusing a member whose assignor differs from the group's) and start watching."""
         snapshot = self._store.snapshot(self.group)
         others = sorted({m.assignor for m in snapshot.members} - {self.member.assignor})
+        if VIRTUAL_ASSIGNOR in others:
+            raise InconsistentGroupProtocol(
+                f"group {self.group!r} has members reading a mafka4-mode topic by virtual partitions; a consumer of "
+                f"the physical partitions of {self.member.topic!r} needs a group of its own: choose another group name")
         if others:
             raise InconsistentGroupProtocol(
                 f"group {self.group!r} uses assignor {others[0]!r}, this consumer asked for "

@@ -14,6 +14,14 @@
                                                          writes leader and leader_epoch
                                                          value: {"range": [start, end], "leader", "leader_epoch",
                                                                  "replicas", "risr"}
+                                                         sealed_end_offset is added once a closed VP is
+                                                         complete (virtual/resharding.py)
+    /mafka4/<cluster>/topics/<topic>/reshard_lock       the one reshard (split or merge) running on the topic,
+                                                         bound to its runner's lease; value: {"owner"}
+    /mafka4/<cluster>/topics/<topic>/holds/<p>          feeder of <p> stopped for a reshard at fed_through;
+                                                         written by the feeder, deleted by the epoch's txn
+                                                         or by the feeder when the hold times out
+                                                         value: {"token", "fed_through"}
     /mafka4/<cluster>/replicas/<topic>/<p>/<replica>    a live replica actor, bound to its own lease
                                                          value: {"replica_id", "pid"}
     /mafka4/<cluster>/read_replicas/<topic>/<v>/<replica>  a live VP replica actor, bound to its own lease
@@ -31,6 +39,10 @@
                                                          value: {"member_id", "generation"}
     /mafka4/<cluster>/groups/<group>/offsets/<topic>/<p> committed offset of a partition
                                                          value: {"offset", "member_id", "generation"}
+    /mafka4/<cluster>/groups/<group>/vp_owners/<topic>/<v>   which member owns a VP (mafka4-mode groups),
+                                                         bound to its lease; value: {"member_id"}
+    /mafka4/<cluster>/groups/<group>/vp_offsets/<topic>/<v>  committed VP offset (mafka4-mode groups)
+                                                         value: {"offset", "member_id", "high_watermark"}
 
 A VP's state is not nested under a split epoch (DESIGN.md's sketch): a VP lives through
 many epochs while its leader and RISR change, and the epochs hold only the immutable layout.
@@ -96,6 +108,14 @@ def virtual_partitions_prefix(cluster: str, name: str) -> str:
 
 def virtual_partition(cluster: str, name: str, vp: int) -> str:
     return f"{virtual_partitions_prefix(cluster, name)}{vp}"
+
+
+def reshard_lock(cluster: str, name: str) -> str:
+    return f"{topic(cluster, name)}/reshard_lock"
+
+
+def feeder_hold(cluster: str, name: str, partition: int) -> str:
+    return f"{topic(cluster, name)}/holds/{partition}"
 
 
 def read_replicas_prefix(cluster: str) -> str:
@@ -176,6 +196,22 @@ def group_offsets_prefix(cluster: str, group: str) -> str:
 
 def group_offset(cluster: str, group: str, topic_name: str, partition: int) -> str:
     return f"{group_offsets_prefix(cluster, group)}{topic_name}/{partition}"
+
+
+def group_vp_owners_prefix(cluster: str, group: str) -> str:
+    return f"{group_prefix(cluster, group)}vp_owners/"
+
+
+def group_vp_owner(cluster: str, group: str, topic_name: str, vp: int) -> str:
+    return f"{group_vp_owners_prefix(cluster, group)}{topic_name}/{vp}"
+
+
+def group_vp_offsets_prefix(cluster: str, group: str) -> str:
+    return f"{group_prefix(cluster, group)}vp_offsets/"
+
+
+def group_vp_offset(cluster: str, group: str, topic_name: str, vp: int) -> str:
+    return f"{group_vp_offsets_prefix(cluster, group)}{topic_name}/{vp}"
 
 
 def group_name_of(cluster: str, key: str) -> str | None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, TypeVar
 
 import etcd3
+import etcd3.utils
 import grpc
 
 from mafka4.errors import CoordinatorUnavailable
@@ -104,8 +105,46 @@ class MetadataStore:
         return items, response.header.revision
 
     @_etcd_call
-    def put(self, key: str, value: Any, lease: etcd3.Lease | None = None) -> None:
-        self._client.put(key, _encode(value), lease=lease)
+    def get_prefixes(self, prefixes: Iterable[str]) -> dict[str, list[Versioned]]:
+        """Every key under each of ``prefixes``, all read in one transaction (at one revision)."""
+        prefixes = list(prefixes)
+        txn = self._client.transactions
+        reads = [txn.get(prefix, range_end=etcd3.utils.prefix_range_end(etcd3.utils.to_bytes(prefix)))
+                 for prefix in prefixes]
+        _, responses = self._client.transaction(compare=[], success=reads, failure=[])
+        return {
+            prefix: sorted((Versioned(meta.key.decode(), json.loads(raw), meta.mod_revision) for raw, meta in kvs),
+                           key=lambda item: item.key)
+            for prefix, kvs in zip(prefixes, responses)
+        }
+
+    @_etcd_call
+    def put(self, key: str, value: Any, lease: etcd3.Lease | None = None) -> int:
+        """Write ``value``; returns the revision of the write (the key's new mod_revision)."""
+        return self._client.put(key, _encode(value), lease=lease).header.revision
+
+    @_etcd_call
+    def delete(self, key: str) -> bool:
+        """Delete ``key``; False if it did not exist."""
+        return self._client.delete(key)
+
+    @_etcd_call
+    def delete_if(self, key: str, mod_revision: int) -> bool:
+        """Delete ``key`` only if it is still at ``mod_revision``."""
+        txn = self._client.transactions
+        succeeded, _ = self._client.transaction(compare=[txn.mod(key) == mod_revision], success=[txn.delete(key)],
+                                                failure=[])
+        return succeeded
+
+    @_etcd_call
+    def transact(self, creates: dict[str, Any], requires: dict[str, int], deletes: Iterable[str] = ()) -> bool:
+        """In one transaction: create every key of ``creates`` (each only if absent) and delete
+        ``deletes``, only if every key of ``requires`` is at its mod_revision. False: nothing done."""
+        txn = self._client.transactions
+        compare = [txn.version(key) == 0 for key in creates] + [self._at_revision(k, r) for k, r in requires.items()]
+        success = [txn.put(key, _encode(value)) for key, value in creates.items()] + [txn.delete(k) for k in deletes]
+        succeeded, _ = self._client.transaction(compare=compare, success=success, failure=[])
+        return succeeded
 
     @_etcd_call
     def create_all(self, values: dict[str, Any]) -> bool:

@@ -42,7 +42,7 @@ class TopicMetadata:
     partitions: tuple[PartitionState, ...]
 
 
-def _config_from_json(value: dict) -> TopicConfig:
+def config_from_json(value: dict) -> TopicConfig:
     known = {f.name for f in fields(TopicConfig)}
     return TopicConfig(**{k: v for k, v in value.items() if k in known})
 
@@ -91,7 +91,7 @@ class TopicStore:
             (PartitionState.from_json(int(item.key[len(prefix):]), item.value) for item in self._store.get_prefix(prefix)),
             key=lambda state: state.partition,
         )
-        return TopicMetadata(name, _config_from_json(config.value), tuple(partitions))
+        return TopicMetadata(name, config_from_json(config.value), tuple(partitions))
 
     def names(self) -> list[str]:
         found = (keys.topic_name_of(self._cluster, item.key) for item in self._store.get_prefix(keys.topics_prefix(self._cluster)))

@@ -275,10 +275,14 @@ class PhysicalPartition:
                             bytes_max: int, wait_ms_max: int) -> ReplicaFetchResult:
         await self._fault.replication()
         self._state.check_epoch(follower_epoch)  # a follower of another epoch is fenced or must wait
+        high_watermark_before = self._state.high_watermark
         decision = self._state.on_follower_fetch(follower_id, fetch_offset, last_fetched_epoch, _now_ms())
         if decision.isr_changed:
             self._isr_changed()
-        self._wake()
+        # Only a moved HW releases anyone (producers, HW-bound readers). Waking on every fetch
+        # would make two idle followers end each other's long polls in a busy loop.
+        if decision.isr_changed or decision.high_watermark != high_watermark_before:
+            self._wake()
         if decision.diverging is not None:
             return ReplicaFetchResult(b"", self._state.high_watermark, decision.diverging)
         if fetch_offset >= self._log.log_end_offset and wait_ms_max > 0:

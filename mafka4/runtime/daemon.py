@@ -9,12 +9,8 @@ registration per simulated node, the controller (a child process,
 registration each ``node_lease_ttl_s / 3`` seconds and starts the controller again if it
 exited. Stop order is the reverse: stop the controller, revoke the leases, stop Ray, stop
 etcd, remove cluster.json, exit 0. A signal during startup stops whatever was already
-started. Logs go to ``<home>/daemon.log``.
-
-``NodeRegistration`` keeps one node's key alive; ``refresh_registrations`` is one refresh
-period for all of them and survives etcd outages: after a failed call every registration
-moves to a fresh etcd client and is written again under a new lease once etcd answers
-(a registration whose lease expired meanwhile reappears then too).
+started. Logs go to ``<home>/daemon.log``. The registrations and their refresh loop are
+``mafka4.runtime.registration``'s, shared with the node agent of a Ray cluster.
 """
 
 from __future__ import annotations
@@ -22,110 +18,30 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
 
 from mafka4.coordinator import keys
 from mafka4.coordinator.store import MetadataStore
-from mafka4.errors import CoordinatorUnavailable
 from mafka4.limits import ClusterConfig
 from mafka4.runtime.environment import apply_ray_environment, ray_temp_dir
-from mafka4.runtime.ray_cluster import NodeRole, node_ids, node_resource
+from mafka4.runtime.ray_cluster import NodeRole, node_ids
+# refresh_registrations is not used here: tests/integration/test_local_cluster.py imports it
+# (and NodeRegistration) from this module.
+from mafka4.runtime.registration import (  # noqa: F401
+    NodeRegistration, StopRequested, install_stop_handlers, keep_registered, open_registration_store,
+    refresh_registrations,
+)
 from mafka4.runtime.state import CLUSTER_NAME_DEFAULT, ClusterState, remove_state, save_state
 
 LOG_FILE_NAME = "daemon.log"
 CONTROLLER_LOG_FILE_NAME = "controller.log"
 CONTROLLER_ID = "controller-0"
 CONTROLLER_STOP_TIMEOUT_S = 15.0  # SIGTERM grace: the controller revokes its lease and leaves Ray
-# Requests from the daemon must fail well within one refresh period, or one slow call
-# could let every lease expire.
-STORE_TIMEOUT_S_MAX = 5.0
 
 log = logging.getLogger("mafka4.daemon")
-
-
-class NodeRegistration:
-    """One simulated node's key ``keys.node(cluster, node_id)``, bound to its own lease."""
-
-    def __init__(self, store: MetadataStore, cluster: str, node_id: str, role: NodeRole, lease_ttl_s: int):
-        self.store = store
-        self.key = keys.node(cluster, node_id)
-        self.value = {"node_id": node_id, "role": NodeRole(role).value, "resource": node_resource(node_id)}
-        self.lease_ttl_s = lease_ttl_s
-        self.lease = None
-
-    def keep_alive(self) -> bool:
-        """Refresh the lease, or register anew if there is none or it expired. True if registered.
-
-        Raises CoordinatorUnavailable if etcd does not answer; the caller retries next period.
-        """
-        if self.lease is not None:
-            self.store.refresh_lease(self.lease)
-            # An expired lease refreshes without error but its key is gone: detect it by reading.
-            if self.store.get(self.key) is not None:
-                return True
-            log.warning("registration %s expired; registering again with a new lease", self.key)
-        self.lease = self.store.grant_lease(self.lease_ttl_s)
-        self.store.put(self.key, self.value, lease=self.lease)
-        return True
-
-    def rebind(self, store: MetadataStore) -> None:
-        """Use another client; the next ``keep_alive`` registers under a new lease.
-
-        A lease object refreshes only through the client that granted it, so it is dropped
-        (left to expire; the new put detaches the key from it).
-        """
-        self.store = store
-        self.lease = None
-
-    def revoke(self) -> None:
-        """Remove the registration now instead of waiting for the lease to expire."""
-        if self.lease is not None:
-            self.store.revoke_lease(self.lease)
-            self.lease = None
-
-
-def refresh_registrations(registrations: list[NodeRegistration], open_store: Callable[[], MetadataStore]) -> bool:
-    """One refresh period: keep every registration alive; False if etcd did not answer.
-
-    After a failure every registration moves to a fresh client from ``open_store``: the etcd3
-    client refuses an endpoint for 300 s after one failed call, far longer than a lease lives.
-    """
-    try:
-        for registration in registrations:
-            registration.keep_alive()
-        return True
-    except CoordinatorUnavailable:
-        old_stores = {id(r.store): r.store for r in registrations}.values()
-        fresh = open_store()
-        for registration in registrations:
-            registration.rebind(fresh)
-        for store in old_stores:
-            store.close()
-        return False
-
-
-class _StopRequested(Exception):
-    """Raised in the main thread by the first SIGTERM/SIGINT, to unwind through cleanup."""
-
-
-def _install_signal_handlers() -> None:
-    def on_signal(signum: int, _frame) -> None:
-        # Later signals only log, so they cannot interrupt the cleanup the first one started.
-        signal.signal(signal.SIGTERM, _log_repeated_signal)
-        signal.signal(signal.SIGINT, _log_repeated_signal)
-        raise _StopRequested(signal.Signals(signum).name)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-
-
-def _log_repeated_signal(signum: int, _frame) -> None:
-    log.info("%s received while stopping; still stopping", signal.Signals(signum).name)
 
 
 class ControllerProcess:
@@ -162,24 +78,6 @@ class ControllerProcess:
             self.process.wait()
 
 
-def keep_registered(
-    registrations: list[NodeRegistration], open_store: Callable[[], MetadataStore], period_s: float,
-    each_period: Callable[[], None] = lambda: None,
-) -> None:
-    """Refresh every registration each period until a signal arrives; log outages once each."""
-    etcd_down_since = None
-    while True:
-        time.sleep(period_s)
-        each_period()
-        if not refresh_registrations(registrations, open_store):
-            if etcd_down_since is None:
-                etcd_down_since = time.monotonic()
-                log.warning("etcd does not answer; node registrations will be refreshed when it does")
-        elif etcd_down_since is not None:
-            log.info("etcd answers again after %.1f s", time.monotonic() - etcd_down_since)
-            etcd_down_since = None
-
-
 def run(home: Path, config: ClusterConfig, cluster: str) -> None:
     """Start everything, keep it running until a signal, and stop it in reverse order."""
     from mafka4.runtime.etcd_server import start_etcd, stop_etcd
@@ -193,7 +91,7 @@ def run(home: Path, config: ClusterConfig, cluster: str) -> None:
     log.info("etcd %s started, pid %d", etcd.endpoint, etcd.pid)
 
     def open_store() -> MetadataStore:
-        return MetadataStore(etcd.endpoint, timeout_s=min(STORE_TIMEOUT_S_MAX, config.node_lease_ttl_s / 3))
+        return open_registration_store(etcd.endpoint, config.node_lease_ttl_s)
 
     ray = None
     registrations: list[NodeRegistration] = []
@@ -261,14 +159,14 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s",
     )
     apply_ray_environment()
-    _install_signal_handlers()
+    install_stop_handlers()
     config = ClusterConfig(
         write_nodes=args.write_nodes, read_nodes=args.read_nodes,
         node_lease_ttl_s=args.node_lease_ttl_s, start_timeout_s=args.start_timeout_s,
     )
     try:
         run(home, config, args.cluster)
-    except _StopRequested as stop:
+    except StopRequested as stop:
         log.info("stopped by %s", stop)
         return 0
     except Exception:

@@ -309,10 +309,14 @@ class VirtualPartition:
         diverging = divergence(self._epochs, self._log.log_end_offset, fetch_offset, last_fetched_epoch)
         if diverging is not None:
             return VpReplicaFetchResult(b"", risr.high_watermark, False, diverging)
+        high_watermark_before = risr.high_watermark
         decision = risr.on_replica_fetch(follower_id, fetch_offset, _now_ms())
         if decision.risr_changed:
             self._risr_changed()
-        self._wake()
+        # As on the write path: wake waiters only when the VP HW or the RISR moved, or idle
+        # followers would end each other's long polls in a busy loop.
+        if decision.risr_changed or risr.high_watermark != high_watermark_before:
+            self._wake()
         if fetch_offset >= self._log.log_end_offset and wait_ms_max > 0:
             await self._wait_for_change(wait_ms_max)
         data = self._log.read(fetch_offset, bytes_max) if fetch_offset < self._log.log_end_offset else b""
@@ -404,6 +408,9 @@ class VirtualPartition:
     # --- consumers ----------------------------------------------------------------------
 
     def _check_serving(self) -> None:
+        if self._closed:
+            raise ReadReplicaNotInSync(f"{self._spec.vp_name}: replica {self._spec.replica_id} is closed; "
+                                       f"re-read the VP's metadata")
         if self._role is VpRole.LEADER:
             return
         if self._role is VpRole.FOLLOWER and self._follower_serving(_now_ms()):
@@ -419,6 +426,8 @@ class VirtualPartition:
         self._check_serving()
         if offset >= self._current_high_watermark() and wait_ms_max > 0:
             await self._wait_for_change(wait_ms_max)
+            if self._closed:  # closed during the long poll: nothing new; the reader's next fetch is refused
+                return FetchResult(b"", self._current_high_watermark(), self._log.log_start_offset, offset)
             self._check_serving()
         high_watermark = self._current_high_watermark()
         data = self._log.read(offset, bytes_max, end_offset=high_watermark)

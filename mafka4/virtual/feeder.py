@@ -11,7 +11,7 @@ from_follower=True)``, Kafka's KIP-392). The decisions live in ``feeding.py`` (p
   (VPs in parallel, each VP's calls in order); the last call of a round, or a report-only
   call, carries ``fed_through`` (the next offset) and the physical HW to every VP;
 * a round that fails anywhere (a fetch, a VP call) is not retried as such: the feeder backs
-  off, re-reads the metadata and resumes (``feeding.resume_offset``) from the smallest
+  off, re-reads the metadata and resumes (``feeding.resume_point``) from the smallest
   last-applied offset the VP leaders report, so it skips nothing and the VPs' ``FeedProgress``
   drops what they already hold. The same happens after a restart and whenever a VP's leader
   epoch changed (a VP failover), because a new leader may lack the old one's last records.
@@ -20,6 +20,19 @@ The feeder keeps no state of its own: killing it and starting it again (``launch
 and duplicates nothing. Metadata (partition leader and ISR, VP leaders, layout) is re-read
 every ``metadata_max_age_ms``. Two feeders of one partition at once would still be safe
 (both feed every VP in order, and each VP drops what it holds), only wasteful.
+
+Splits and merges (``virtual.resharding``). A feeder serves the active VPs and the closed
+ones not yet sealed (``feeding.served_vps``). A reshard asks every feeder of the topic to
+``hold``: finish the current round, stop at a point where no VP holds a record at or past
+``next_offset`` (``feeding.ResumePoint.fed_high``), write the hold key
+``topics/<t>/holds/<p>`` and answer ``next_offset``, which the reshard uses as the cut. The
+new epoch is stored only if every hold key is still at the revision its feeder wrote (the
+same transaction deletes them). Leaving a hold -- on ``release`` or after ``hold_ms_max`` --
+the feeder deletes its hold key if still at that revision and then re-reads the layout before
+feeding on: either the epoch was stored first (and the feeder sees it) or it can never be
+stored, so no record at or past a stored cut is ever handed to a parent. A feeder that
+resumes while not held deletes its partition's hold key, which fences out a reshard that
+held a previous feeder of the partition.
 """
 
 from __future__ import annotations
@@ -36,13 +49,14 @@ from mafka4.client.errors import unwrap
 from mafka4.coordinator import keys
 from mafka4.coordinator.store import MetadataStore
 from mafka4.coordinator.topics import PartitionState
-from mafka4.errors import CoordinatorUnavailable, OffsetOutOfRange, UnknownTopic
+from mafka4.coordinator.topics import config_from_json
+from mafka4.errors import CoordinatorUnavailable, OffsetOutOfRange, RequestTimedOut, ReshardConflict, UnknownTopic
 from mafka4.limits import FeederConfig
 from mafka4.physical.actor import replica_actor_name
 from mafka4.virtual.actor import NAMESPACE, vp_actor_name
-from mafka4.virtual.feeding import Chunk, choose_source, plan_round, resume_offset
+from mafka4.virtual.feeding import Chunk, choose_source, plan_round, resume_point, served_vps
 from mafka4.virtual.metadata import VirtualPartitionState, VirtualStore
-from mafka4.virtual.reshard import TopicLayout
+from mafka4.virtual.reshard import SplitEpoch, TopicLayout
 
 logger = logging.getLogger(__name__)
 
@@ -64,9 +78,23 @@ class FeederSpec:
 @dataclass(frozen=True, slots=True)
 class _Metadata:
     partition: PartitionState
-    vps: dict[int, VirtualPartitionState]  # the active VPs of the current layout
+    vps: dict[int, VirtualPartitionState]  # the VPs served: active, and closed but not yet sealed
     layout: TopicLayout
     read_at: float  # time.monotonic()
+
+
+@dataclass(slots=True)
+class _Hold:
+    """One reshard's request that the feeder stop at a round's end (see the module docstring)."""
+
+    token: str
+    reached: asyncio.Event
+    released: asyncio.Event
+    fed_through: int = -1  # the feeder's next_offset once stopped
+    mod_revision: int = 0  # of the hold key the feeder wrote
+    deadline: float = 0.0  # time.monotonic() after which the feeder leaves the hold by itself
+    # The epoch the reshard stored (and the states of the VPs it opened), given with the release.
+    stored: tuple[SplitEpoch, tuple[VirtualPartitionState, ...]] | None = None
 
 
 @ray.remote(num_cpus=0)
@@ -76,13 +104,17 @@ class Feeder:
         self._store: MetadataStore | None = None
         self._metadata: _Metadata | None = None
         self._next_offset: int | None = None  # None: resume before the next round
+        self._fed_high = 0  # one past the highest record any served VP held at the last resume
+        self._hold: _Hold | None = None
+        self._round_ended_at = time.monotonic()
         self._resumed_epochs: dict[int, int] = {}  # VP -> leader epoch the resume asked
         self._avoid: set[str] = set()  # physical replicas that failed since the last refresh
         self._last_report: dict[int, tuple[int, int, float]] = {}  # VP -> (fed_through, HW, when)
         self._handles: dict[str, object] = {}  # actor name -> handle
         self._task: asyncio.Task | None = None
         self._closed = False
-        self._stats = {"rounds": 0, "records_fed": 0, "resumes": 0, "errors": 0, "last_error": None, "source": None}
+        self._stats = {"rounds": 0, "records_fed": 0, "resumes": 0, "resumed_at": None, "errors": 0,
+                       "last_error": None, "source": None}
 
     async def start(self) -> dict:
         """Start feeding (idempotent)."""
@@ -92,6 +124,7 @@ class Feeder:
 
     def _describe(self) -> dict:
         return {"partition": self._spec.partition, "node_id": self._spec.node_id, "next_offset": self._next_offset,
+                "fed_high": self._fed_high, "held": self._hold is not None and self._hold.reached.is_set(),
                 "resumed_epochs": dict(self._resumed_epochs), **self._stats}
 
     async def describe(self) -> dict:
@@ -99,6 +132,49 @@ class Feeder:
 
     async def ping(self) -> int:
         return self._spec.partition
+
+    async def hold(self, token: str, wait_ms_max: int) -> tuple[int, int]:
+        """Stop feeding at the end of the current round; ``(fed_through, hold key mod_revision)``.
+
+        Every record of the partition below ``fed_through`` is in its VP and none at or past
+        it is in any VP, so a new split epoch may cut there. ``RequestTimedOut`` if the feeder
+        did not get there within ``wait_ms_max`` (e.g. a VP leader is unreachable).
+        """
+        if self._hold is not None and self._hold.token != token:
+            raise ReshardConflict(
+                f"the feeder of {self._spec.topic}-{self._spec.partition} is held by another reshard; "
+                f"retry once it finished (at most hold_ms_max={self._spec.config.hold_ms_max})"
+            )
+        if self._hold is None:
+            self._hold = _Hold(token, asyncio.Event(), asyncio.Event())
+        hold = self._hold
+        try:
+            await asyncio.wait_for(hold.reached.wait(), wait_ms_max / 1000)
+        except asyncio.TimeoutError:
+            if not hold.reached.is_set():
+                if self._hold is hold:
+                    self._hold = None
+                since_ms = round((time.monotonic() - self._round_ended_at) * 1000)
+                raise RequestTimedOut(
+                    f"the feeder of {self._spec.topic}-{self._spec.partition} did not reach a round's end within "
+                    f"{wait_ms_max} ms (its last round ended {since_ms} ms ago, {self._stats['rounds']} rounds, last "
+                    f"error: {self._stats['last_error']}); retry the reshard"
+                ) from None
+        return hold.fed_through, hold.mod_revision
+
+    async def release(self, token: str, epoch: SplitEpoch | None = None,
+                      children: tuple[VirtualPartitionState, ...] = ()) -> None:
+        """End the hold of reshard ``token`` (if this feeder has it); feeding goes on under the layout then stored.
+
+        ``epoch`` and ``children``: what the reshard stored, so the feeder goes on at once
+        without reading etcd; without them it fences its hold key and re-reads the layout.
+        """
+        hold = self._hold
+        if hold is not None and hold.token == token:
+            hold.stored = None if epoch is None else (epoch, tuple(children))
+            hold.released.set()
+            if not hold.reached.is_set():
+                self._hold = None
 
     async def close(self) -> None:
         self._closed = True
@@ -116,6 +192,10 @@ class Feeder:
                 await self._refresh_if_old()
                 if self._next_offset is None:
                     await self._resume()
+                hold = self._hold
+                if hold is not None and (hold.reached.is_set() or self._next_offset >= self._fed_high):
+                    await self._stay_held(hold)
+                    continue
                 await self._round()
             except asyncio.CancelledError:
                 raise
@@ -145,8 +225,15 @@ class Feeder:
             self._metadata = dataclasses.replace(self._metadata, read_at=time.monotonic())
             return
         self._avoid.clear()
+        if self._next_offset is None:
+            return
+        for vp, state in self._metadata.vps.items():
+            # A VP opened at or past where the feeder stands (a child of a reshard) holds nothing yet.
+            if vp not in self._resumed_epochs and self._metadata.layout.source_bounds(vp, self._spec.partition)[0] \
+                    >= self._next_offset:
+                self._resumed_epochs[vp] = state.leader_epoch
         changed = {vp for vp, state in self._metadata.vps.items() if self._resumed_epochs.get(vp) != state.leader_epoch}
-        if changed and self._next_offset is not None:
+        if changed:
             logger.info("%s-%d feeder: VP leaders changed %s; resuming", self._spec.topic, self._spec.partition, sorted(changed))
             self._next_offset = None
 
@@ -158,24 +245,64 @@ class Feeder:
         partition = self._store.get(keys.physical_partition(spec.cluster, spec.topic, spec.partition))
         if config is None or partition is None:
             raise UnknownTopic(f"topic {spec.topic!r} or its partition {spec.partition} is not recorded (yet)")
+        topic_config = config_from_json(config.value)
         virtual = VirtualStore(self._store, spec.cluster)
-        layout = virtual.layout(spec.topic, config.value["partitions"])
-        states = virtual.states(spec.topic)
-        active = {vp: states[vp][0] for vp in layout.current.ranges.vp_ids}
-        return _Metadata(PartitionState.from_json(spec.partition, partition.value), active, layout, time.monotonic())
+        layout, states = virtual.layout_and_states(spec.topic, topic_config.partitions, topic_config.virtual_config())
+        sealed = {vp for vp, (state, _) in states.items() if state.sealed_end_offset is not None}
+        served = {vp: states[vp][0] for vp in served_vps(layout, sealed)}
+        return _Metadata(PartitionState.from_json(spec.partition, partition.value), served, layout, time.monotonic())
+
+    def _hold_key(self) -> str:
+        return keys.feeder_hold(self._spec.cluster, self._spec.topic, self._spec.partition)
+
+    async def _stay_held(self, hold: _Hold) -> None:
+        """Stop here (``next_offset``) until the reshard releases the hold or ``hold_ms_max`` passed."""
+        loop = asyncio.get_running_loop()
+        if not hold.reached.is_set():
+            value = {"token": hold.token, "fed_through": self._next_offset}
+            hold.mod_revision = await loop.run_in_executor(None, self._store.put, self._hold_key(), value)
+            hold.fed_through = self._next_offset
+            hold.deadline = time.monotonic() + self._spec.config.hold_ms_max / 1000
+            hold.reached.set()
+            logger.info("%s-%d feeder held at %d for reshard %s", self._spec.topic, self._spec.partition,
+                        hold.fed_through, hold.token)
+        try:
+            await asyncio.wait_for(hold.released.wait(), max(hold.deadline - time.monotonic(), 0))
+        except asyncio.TimeoutError:
+            logger.warning("%s-%d feeder: reshard %s did not release it within hold_ms_max; going on",
+                           self._spec.topic, self._spec.partition, hold.token)
+        metadata = self._metadata
+        if hold.stored is not None and metadata is not None and hold.stored[0].epoch == len(metadata.layout.epochs):
+            # The epoch is stored (its transaction also deleted the hold key): take it as given.
+            epoch, children = hold.stored
+            self._metadata = dataclasses.replace(metadata, layout=metadata.layout.append(epoch),
+                                                 vps={**metadata.vps, **{state.vp: state for state in children}})
+            self._resumed_epochs.update({state.vp: state.leader_epoch for state in children})
+            self._hold = None
+            return
+        # Fenced: once this delete is through, the reshard's transaction either already stored its
+        # epoch (read below) or can no longer store it. Raises while etcd is away: the hold stays.
+        await loop.run_in_executor(None, self._store.delete_if, self._hold_key(), hold.mod_revision)
+        self._hold, self._metadata = None, None
+        await self._refresh_if_old()
 
     # --- resume and rounds --------------------------------------------------------------
 
     async def _resume(self) -> None:
         metadata = self._metadata
+        if self._hold is None:
+            # A reshard may still hold a previous feeder of this partition: fence it out.
+            await asyncio.get_running_loop().run_in_executor(None, self._store.delete, self._hold_key())
         vps = sorted(metadata.vps)
         positions = await self._call_all(
             [self._vp_handle(metadata.vps[vp]).feed_position.remote(metadata.vps[vp].leader_epoch, self._spec.partition)
              for vp in vps])
-        self._next_offset = resume_offset(dict(zip(vps, positions)))
+        resumed = resume_point(metadata.layout, self._spec.partition, dict(zip(vps, positions)))
+        self._next_offset, self._fed_high = resumed.next_offset, resumed.fed_high
         self._resumed_epochs = {vp: metadata.vps[vp].leader_epoch for vp in vps}
         self._last_report.clear()
         self._stats["resumes"] += 1
+        self._stats["resumed_at"] = self._next_offset
         logger.info("%s-%d feeder resumes at %d (VP positions %s)", self._spec.topic, self._spec.partition,
                     self._next_offset, dict(zip(vps, positions)))
 
@@ -197,6 +324,7 @@ class Feeder:
                         source_id, type(unwrap(error)).__name__)
             return
         planned = plan_round(result.data, self._spec.partition, metadata.layout, self._next_offset, config.feed_records_max)
+        # Chunks of a VP not served are skipped: it is sealed, so it holds all of its records.
         # Wait for every VP before failing: a resume must not race this round's calls.
         outcomes = await asyncio.gather(*(
             self._feed_vp(state, planned.chunks.get(vp, ()), planned.next_offset, result.high_watermark)
@@ -206,6 +334,7 @@ class Feeder:
         if failed:
             raise failed[0]
         self._next_offset = planned.next_offset
+        self._round_ended_at = time.monotonic()
         self._stats["rounds"] += 1
         self._stats["records_fed"] += planned.records
 
@@ -214,9 +343,14 @@ class Feeder:
         """Hand one VP leader its chunks in order; the last call (or a report) carries ``fed_through``."""
         previous = self._last_report.get(state.vp)
         interval_s = self._spec.config.report_interval_ms / 1000
-        if not chunks and previous is not None and previous[:2] == (fed_through, high_watermark) \
-                and time.monotonic() - previous[2] < interval_s:
-            return  # nothing new to tell this VP
+        # A VP that gets no records this round hears of the feeder's progress only every
+        # report_interval_ms (enough for the RISR's feed-lag check), so the cost of a round
+        # grows with the VPs it feeds, not with all of them. A closed parent still being
+        # sealed hears of every change at once: its children wait for it.
+        quiet = previous is not None and time.monotonic() - previous[2] < interval_s
+        unchanged = previous is not None and previous[:2] == (fed_through, high_watermark)
+        if not chunks and quiet and (unchanged or self._metadata.layout.is_active(state.vp)):
+            return
         handle = self._vp_handle(state)
         partition, already_fed = self._spec.partition, self._next_offset
         for index, chunk in enumerate(chunks or ((),)):

@@ -6,13 +6,27 @@ its records, and advance ``next_offset``. A round's records go to each VP in phy
 order, and a round is repeated until every VP took its part, so each VP's log holds, for
 ``p``, exactly the records of its ranges below some offset: a prefix of the feed.
 
-Restart rule (``resume_offset``). Every VP durably records the last source offset of ``p``
+Which VPs a feeder serves (``served_vps``): the active VPs of the current layout, and the
+closed ones not yet sealed (their sealed end not recorded in etcd): those may still lack
+records below their closing cut (e.g. after a VP failover), and they must hear the feeder's
+``fed_through`` to be sealed. A sealed VP holds all of its records and gets nothing more.
+
+Restart rule (``resume_point``). Every VP durably records the last source offset of ``p``
 it applied (``split.FeedProgress``, rebuilt from its log). By the prefix property, a VP
-whose last applied offset is ``a`` holds every one of its records of ``p`` up to ``a``; so
-every record below ``min over VPs of (a + 1)`` is in its VP, and a feeder resuming there
-skips nothing. It re-sends what some VPs already hold; their ``FeedProgress`` drops it, so
-nothing is applied twice. The same rule applies after any failed round and after a VP
-leader failover (the new leader may lack the old leader's last records).
+whose last applied offset is ``a`` holds every one of its records of ``p`` up to ``a``; a VP
+receives records of ``p`` only from ``[first, end)`` (``TopicLayout.source_bounds``: its
+opening cut, its closing cut or open), so it holds all of its records below
+``max(a + 1, first)``, and a closed VP with ``max(a + 1, first) >= end`` holds all of them.
+The feeder resumes at the minimum of ``max(a + 1, first)`` over the served VPs not known to
+be complete: every record below it is in its VP, so it skips nothing -- a child of a split
+does not pull the feeder back to offset 0, and a closed parent is refed only what it may
+lack. It re-sends what some VPs already hold; their ``FeedProgress`` drops it, so nothing
+is applied twice. The same rule applies after any failed round and after a VP leader
+failover (the new leader may lack the old leader's last records).
+
+The feeder also learns ``fed_high``: one past the highest record of ``p`` any served VP
+holds. A feeder stopped for a reshard offers its ``next_offset`` as the cut only once it is
+at or past ``fed_high``, so no VP already holds a record at or after the cut.
 
 Where to read (``choose_source``): a follower in the ISR when there is one (Kafka's KIP-392),
 so splitting adds no load to the leader's write path; the leader only when no in-sync
@@ -46,11 +60,33 @@ class FeedRound:
     records: int
 
 
-def resume_offset(last_applied: Mapping[int, int]) -> int:
-    """Where a feeder of one partition resumes, from each active VP's last applied offset of it."""
-    assert last_applied, "a mafka4-mode topic has at least one virtual partition"
+@dataclass(frozen=True, slots=True)
+class ResumePoint:
+    """Where a feeder resumes (``next_offset``) and one past the highest record any VP holds (``fed_high``)."""
+
+    next_offset: int
+    fed_high: int
+
+
+def served_vps(layout: TopicLayout, sealed: Iterable[int]) -> tuple[int, ...]:
+    """The VPs a feeder hands records and progress to: active ones and closed ones not in ``sealed``."""
+    sealed = set(sealed)
+    closed = {vp for epoch in layout.epochs for vp in epoch.parents}
+    return tuple(sorted(set(layout.current.ranges.vp_ids) | (closed - sealed)))
+
+
+def resume_point(layout: TopicLayout, partition: int, last_applied: Mapping[int, int]) -> ResumePoint:
+    """Where the feeder of ``partition`` resumes, from each served VP's last applied offset of it."""
+    assert set(layout.current.ranges.vp_ids) <= set(last_applied), "every active VP reports its progress"
     assert all(offset >= NOTHING_APPLIED for offset in last_applied.values()), last_applied
-    return min(offset + 1 for offset in last_applied.values())
+    starts = []
+    for vp, offset in last_applied.items():
+        first, end = layout.source_bounds(vp, partition)
+        start = max(offset + 1, first)
+        if end is None or start < end:  # a VP not known to hold all its records of the partition
+            starts.append(start)
+    next_offset = min(starts)  # an active VP is never complete, so there is one
+    return ResumePoint(next_offset, max([next_offset] + [offset + 1 for offset in last_applied.values()]))
 
 
 def plan_round(

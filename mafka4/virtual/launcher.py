@@ -82,14 +82,18 @@ def feeder_node(read_nodes: Sequence[str], partition: int, start: int = 0) -> st
 
 
 def start_feeder(cluster: str, etcd_endpoint: str, topic: str, partition: int, node_id: str,
-                 config: FeederConfig | None = None):
-    """Start the feeder of one physical partition on read node ``node_id``; it begins feeding at once."""
+                 config: FeederConfig | None = None, timeout_s: float | None = ROLE_TIMEOUT_S):
+    """Start the feeder of one physical partition on read node ``node_id``; returns once it feeds.
+
+    Waits for ``start`` to be answered: a driver that exits right after (the CLI) must not
+    take the unsent call with it and leave a feeder that never feeds.
+    """
     spec = FeederSpec(cluster, topic, partition, node_id, etcd_endpoint, config or FeederConfig())
     handle = Feeder.options(
         name=feeder_actor_name(cluster, topic, partition), namespace=NAMESPACE, lifetime="detached",
         num_cpus=0, resources={node_resource(node_id): 1}, max_restarts=0,
     ).remote(spec)
-    handle.start.remote()
+    ray.get(handle.start.remote(), timeout=timeout_s)
     return handle
 
 
@@ -126,7 +130,8 @@ def start_read_path(cluster: str, etcd_endpoint: str, topic: TopicMetadata, stat
             start_vp_replica(cluster, etcd_endpoint, topic, state.vp, replica, data_root)
     announce_roles(cluster, topic.name, states, timeout_s=None)  # new actors start slowly on a busy node
     for partition in range(topic.config.partitions):
-        start_feeder(cluster, etcd_endpoint, topic.name, partition, feeder_node(read_nodes, partition, start))
+        start_feeder(cluster, etcd_endpoint, topic.name, partition, feeder_node(read_nodes, partition, start),
+                     timeout_s=None)
 
 
 def stop_read_path(cluster: str, topic: str, partitions: int, states: Sequence[VirtualPartitionState],
@@ -136,6 +141,19 @@ def stop_read_path(cluster: str, topic: str, partitions: int, states: Sequence[V
     replicas = [h for h in (vp_handle(cluster, topic, s.vp, r) for s in states for r in s.replicas) if h is not None]
     _close_and_kill(feeders, [h.close.remote() for h in feeders])
     _close_and_kill(replicas, [h.close.remote(delete_data) for h in replicas])
+
+
+def stop_vp_replicas(cluster: str, topic: str, states: Sequence[VirtualPartitionState], delete_data: bool,
+                     timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """Close and kill every live replica of ``states`` and wait until their names are free."""
+    named = [(s.vp, r) for s in states for r in s.replicas]
+    handles = [h for h in (vp_handle(cluster, topic, vp, r) for vp, r in named) if h is not None]
+    _close_and_kill(handles, [h.close.remote(delete_data) for h in handles])
+    deadline = time.monotonic() + timeout_s
+    while any(vp_handle(cluster, topic, vp, r) is not None for vp, r in named):  # Ray frees a name once it saw the death
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"VP replicas {named} of {topic} did not stop within {timeout_s} s")
+        time.sleep(0.05)
 
 
 def _close_and_kill(handles: list, closing: list) -> None:

@@ -4,10 +4,13 @@ Key layout (``coordinator/keys.py``)::
 
     topics/<topic>/virtual/<epoch>   one ``reshard.SplitEpoch``, written once, never changed
     topics/<topic>/vp/<v>            one ``VirtualPartitionState``: hash range, leader,
-                                     leader_epoch, replicas, risr; CAS on its mod_revision
+                                     leader_epoch, replicas, risr, and once the VP is closed
+                                     and complete its sealed_end_offset; CAS on its mod_revision
 
 Both are created with the topic, in the topic's own transaction (``read_path_values``), so a
-reader sees a mafka4-mode topic with its whole read path or not at all. Afterwards the VP
+reader sees a mafka4-mode topic with its whole read path or not at all; a later split epoch
+and the states of the VPs it opens are created together in one transaction as well
+(``virtual.resharding``; their placement is ``plan_children``). Afterwards the VP
 leader writes the RISR and a VP failover writes the leader and epoch, each by
 compare-and-swap; a topic deletion removes them with the topic's prefix.
 
@@ -21,13 +24,14 @@ Pure apart from ``VirtualStore``, which is the only part that talks to etcd.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from mafka4.coordinator import keys
 from mafka4.coordinator.store import MetadataStore
 from mafka4.errors import CoordinatorUnavailable, NotEnoughReadNodes, UnknownTopic
-from mafka4.limits import TopicConfig
+from mafka4.limits import TopicConfig, VirtualConfig
 from mafka4.physical.placement import assign_replicas
 from mafka4.virtual.ranges import HashRange, RangeMap
 from mafka4.virtual.reshard import SplitEpoch, TopicLayout
@@ -46,25 +50,32 @@ class VirtualPartitionState:
     leader_epoch: int
     replicas: tuple[str, ...]
     risr: tuple[str, ...]
+    # Set once the VP is closed and complete: its log end offset, which never changes again
+    # (reshard.TopicLayout.is_sealed; recorded by virtual.resharding.seal_closed_vps).
+    sealed_end_offset: int | None = None
 
     def __post_init__(self) -> None:
         assert self.leader in self.replicas and self.leader in self.risr, (self.leader, self.replicas, self.risr)
         assert set(self.risr) <= set(self.replicas) and len(set(self.replicas)) == len(self.replicas), self
         assert self.leader_epoch >= 0, self.leader_epoch
+        assert self.sealed_end_offset is None or self.sealed_end_offset >= 0, self.sealed_end_offset
 
     @property
     def name(self) -> str:
         return f"v{self.vp}"
 
     def to_json(self) -> dict:
-        return {"range": [self.hash_range.start, self.hash_range.end], "leader": self.leader,
-                "leader_epoch": self.leader_epoch, "replicas": list(self.replicas), "risr": list(self.risr)}
+        value = {"range": [self.hash_range.start, self.hash_range.end], "leader": self.leader,
+                 "leader_epoch": self.leader_epoch, "replicas": list(self.replicas), "risr": list(self.risr)}
+        if self.sealed_end_offset is not None:
+            value["sealed_end_offset"] = self.sealed_end_offset
+        return value
 
     @classmethod
     def from_json(cls, vp: int, value: dict) -> "VirtualPartitionState":
         start, end = value["range"]
         return cls(vp, HashRange(start, end), value["leader"], value["leader_epoch"],
-                   tuple(value["replicas"]), tuple(value["risr"]))
+                   tuple(value["replicas"]), tuple(value["risr"]), value.get("sealed_end_offset"))
 
 
 def epoch_to_json(epoch: SplitEpoch) -> dict:
@@ -106,13 +117,29 @@ def plan_read_path(config: TopicConfig, read_nodes: Sequence[str], start: int = 
             f"live ({live}): lower read_replicas, start more read nodes ('mafka4 up --read-nodes "
             f"{replicas_per_vp}'), or create the topic with read_mode='mafka3' (consumers read physical partitions)"
         )
-    layout = TopicLayout.initial(config.partitions, config.virtual_partition_count)
+    layout = TopicLayout.initial(config.partitions, config.virtual_partition_count, config.virtual_config())
     assignment = assign_replicas(len(layout.current.ranges), replicas_per_vp, read_nodes, start=start)
     states = tuple(
         VirtualPartitionState(vp, hash_range, replicas[0], 0, tuple(replicas), tuple(replicas))
         for (hash_range, vp), replicas in zip(layout.current.ranges.items(), assignment)
     )
     return ReadPathPlan(layout, states)
+
+
+def plan_children(epoch: SplitEpoch, read_replicas: int, read_nodes: Sequence[str]) -> tuple[VirtualPartitionState, ...]:
+    """The initial state of the VPs ``epoch`` opens: placed like a new topic's (``plan_read_path``),
+    starting at the first child's id so that consecutive splits spread over the read nodes."""
+    if read_replicas > len(read_nodes):
+        live = ", ".join(sorted(read_nodes)) or "none"
+        raise NotEnoughReadNodes(
+            f"read_replicas={read_replicas} needs {read_replicas} live read nodes for the new virtual partitions, "
+            f"{len(read_nodes)} are live ({live}): start more read nodes ('mafka4 up --read-nodes {read_replicas}')"
+        )
+    assignment = assign_replicas(len(epoch.children), read_replicas, read_nodes, start=epoch.children[0])
+    return tuple(
+        VirtualPartitionState(vp, epoch.ranges.range_of(vp), replicas[0], 0, tuple(replicas), tuple(replicas))
+        for vp, replicas in zip(epoch.children, assignment)
+    )
 
 
 def read_path_values(cluster: str, topic: str, plan: ReadPathPlan) -> dict[str, Any]:
@@ -132,21 +159,40 @@ class VirtualStore:
         self._store = store
         self._cluster = cluster
 
-    def layout(self, topic: str, partitions: int) -> TopicLayout:
+    def layout(self, topic: str, partitions: int, config: VirtualConfig = VirtualConfig()) -> TopicLayout:
         """The topic's split epochs, oldest first; ``UnknownTopic`` if it has none."""
-        prefix = keys.split_epochs_prefix(self._cluster, topic)
-        epochs = sorted((epoch_from_json(item.value) for item in self._store.get_prefix(prefix)), key=lambda e: e.epoch)
+        items = self._store.get_prefix(keys.split_epochs_prefix(self._cluster, topic))
+        return self.layout_from(topic, partitions, config, items)
+
+    def layout_and_states(self, topic: str, partitions: int, config: VirtualConfig = VirtualConfig()
+                          ) -> tuple[TopicLayout, dict[int, tuple[VirtualPartitionState, int]]]:
+        """The layout and every VP state, read at one revision (so every VP of the layout has a state)."""
+        epochs_prefix = keys.split_epochs_prefix(self._cluster, topic)
+        states_prefix = keys.virtual_partitions_prefix(self._cluster, topic)
+        found = self._store.get_prefixes([epochs_prefix, states_prefix])
+        return (self.layout_from(topic, partitions, config, found[epochs_prefix]),
+                self.states_from(states_prefix, found[states_prefix]))
+
+    @staticmethod
+    def layout_from(topic: str, partitions: int, config: VirtualConfig, items) -> TopicLayout:
+        """The layout from the items read below ``keys.split_epochs_prefix``."""
+        epochs = sorted((epoch_from_json(item.value) for item in items), key=lambda e: e.epoch)
         if not epochs:
             raise UnknownTopic(
                 f"topic {topic!r} has no virtual-partition layout: it does not exist or is in mafka3 mode"
             )
-        return TopicLayout(partitions, epochs)
+        return TopicLayout(partitions, epochs, config)
 
     def states(self, topic: str) -> dict[int, tuple[VirtualPartitionState, int]]:
         """Every VP of the topic: ``vp -> (state, mod_revision)``."""
         prefix = keys.virtual_partitions_prefix(self._cluster, topic)
+        return self.states_from(prefix, self._store.get_prefix(prefix))
+
+    @staticmethod
+    def states_from(prefix: str, items) -> dict[int, tuple[VirtualPartitionState, int]]:
+        """``vp -> (state, mod_revision)`` from the items read below ``prefix`` (``keys.virtual_partitions_prefix``)."""
         found = {}
-        for item in self._store.get_prefix(prefix):
+        for item in items:
             vp = int(item.key[len(prefix):])
             found[vp] = (VirtualPartitionState.from_json(vp, item.value), item.mod_revision)
         return found
@@ -160,6 +206,23 @@ class VirtualStore:
         return self._store.compare_and_swap(
             keys.virtual_partition(self._cluster, topic, state.vp), state.to_json(), mod_revision
         )
+
+    def record_sealed_end(self, topic: str, vp: int, sealed_end_offset: int) -> bool:
+        """Add ``sealed_end_offset`` to the VP key (CAS, retried against RISR writes); False if the VP is gone.
+
+        A sealed end never changes, so a second writer finds it recorded and agrees with it.
+        """
+        for _ in range(RISR_WRITE_ATTEMPTS_MAX):
+            found = self.state(topic, vp)
+            if found is None:
+                return False
+            state, mod_revision = found
+            if state.sealed_end_offset is not None:
+                assert state.sealed_end_offset == sealed_end_offset, (vp, state.sealed_end_offset, sealed_end_offset)
+                return True
+            if self.swap(topic, dataclasses.replace(state, sealed_end_offset=sealed_end_offset), mod_revision):
+                return True
+        raise CoordinatorUnavailable(f"recording the sealed end of {topic}/v{vp} kept conflicting; retrying")
 
     def record_risr(self, topic: str, vp: int, leader: str, leader_epoch: int, risr: Sequence[str]) -> bool:
         """CAS ``risr`` into the VP key if it still names ``leader`` at ``leader_epoch``.

@@ -27,8 +27,8 @@ so a new epoch's ``cut[p]`` must not be below what that feeder has fed (``fed_th
 the next physical offset it would feed), nor below the previous epoch's cut. ``plan_split``
 and ``plan_merge`` refuse such a cut (``ReshardConflict``, retriable: re-read the feeders'
 progress and plan again). The shell must also stop the feeder of ``p`` from passing the
-proposed ``cut[p]`` under the old epoch until the new epoch is stored (e.g. each feeder
-proposes its own ``fed_through`` as the cut and uses the epoch once stored).
+proposed ``cut[p]`` under the old epoch until the new epoch is stored: ``virtual.resharding``
+holds every feeder, cuts where each stopped, and releases them once the epoch is stored.
 
 Invariants (asserted): epochs are numbered 0, 1, 2, ...; each layout covers the hash space
 once; cuts never decrease along the history; the change of epoch ``k`` is exactly
@@ -43,40 +43,9 @@ import bisect
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from mafka4.errors import MafkaError
-from mafka4.limits import _check_range
+from mafka4.errors import InvalidReshard, ReshardConflict, UnknownVirtualPartition
+from mafka4.limits import VirtualConfig
 from mafka4.virtual.ranges import HashRange, RangeMap
-
-# --- errors and bounds (to move to mafka4/errors.py and mafka4/limits.py) ------------------
-
-
-class UnknownVirtualPartition(MafkaError):
-    """A split, merge or read named a VP that does not exist (or no longer exists)."""
-
-
-class InvalidReshard(MafkaError):
-    """A split or merge cannot be done as asked (ranges not adjacent, too many VPs, ...)."""
-
-
-class ReshardConflict(MafkaError):
-    """A proposed cut is behind what the feeders already fed; re-read their progress and retry."""
-
-    retriable = True
-
-
-@dataclass(frozen=True, slots=True)
-class VirtualConfig:
-    """Bounds of a topic's virtual-partition layout."""
-
-    # VPs in one layout; a split that would pass this is refused with InvalidReshard.
-    virtual_partitions_max: int = 1024
-    # Split epochs kept per topic; a split or merge that would pass this is refused.
-    split_epochs_max: int = 10_000
-
-    def __post_init__(self) -> None:
-        _check_range(self, "virtual_partitions_max", 1, 1 << 20)
-        _check_range(self, "split_epochs_max", 1, 1_000_000)
-
 
 # --- layout history ---------------------------------------------------------------------------
 
@@ -348,6 +317,44 @@ class TopicLayout:
                 f"virtual partition {vp} was closed by split epoch {self._closed[vp]}: the active "
                 f"VPs are {sorted(self.current.ranges.vp_ids)}"
             )
+
+
+# --- scaling -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SplitStep:
+    vp: int
+
+
+@dataclass(frozen=True, slots=True)
+class MergeStep:
+    first: int
+    second: int
+
+
+def next_scale_step(layout: TopicLayout, virtual_partitions: int) -> SplitStep | MergeStep | None:
+    """The next split or merge that moves the active VP count toward ``virtual_partitions``.
+
+    It splits the widest range and merges the adjacent pair with the narrowest union (lowest
+    hash first on ties), so ranges stay as even as they can: 4 -> 8 -> 4 ends with the ranges
+    it started with (under new VP ids). None once the count is reached.
+    """
+    maximum = layout.config.virtual_partitions_max
+    if not 1 <= virtual_partitions <= maximum:
+        raise InvalidReshard(
+            f"virtual_partitions={virtual_partitions} is out of range: a topic keeps 1 to "
+            f"virtual_partitions_max={maximum} virtual partitions; choose a count in that range"
+        )
+    items = layout.current.ranges.items()
+    if len(items) < virtual_partitions:
+        _, widest = max(items, key=lambda item: (item[0].width, -item[0].start))
+        return SplitStep(widest)
+    if len(items) > virtual_partitions:
+        (_, first), (_, second) = min(
+            zip(items, items[1:]), key=lambda pair: (pair[0][0].width + pair[1][0].width, pair[0][0].start))
+        return MergeStep(first, second)
+    return None
 
 
 def _check_change(previous: SplitEpoch, epoch: SplitEpoch) -> None:

@@ -81,6 +81,40 @@ def delete_topics_afterwards(request):
         admin.delete_topic(name)
 
 
+@pytest.fixture(scope="module")
+def read_cluster():
+    """A cluster of its own for one test module: write nodes w0, w1 and read nodes r0, r1 (RR=2).
+
+    If the session cluster is running, the driver leaves its Ray meanwhile and rejoins it afterwards.
+    """
+    import ray
+
+    previous_ray = ray.get_runtime_context().gcs_address if ray.is_initialized() else None
+    previous_home = os.environ.get(HOME_ENV)
+    ray.shutdown()
+    home = short_home()
+    os.environ[HOME_ENV] = str(home)
+    connection, started = None, False
+    try:
+        up(home, ClusterConfig(write_nodes=2, read_nodes=2))  # kills what it started if it fails
+        started = True
+        connection = connect(home)
+        yield connection
+    finally:
+        if connection is not None:
+            connection.store.close()
+        ray.shutdown()
+        if started:
+            down(home)
+        if previous_home is None:
+            os.environ.pop(HOME_ENV, None)
+        else:
+            os.environ[HOME_ENV] = previous_home
+        remove_home(home)
+        if previous_ray is not None:
+            ray.init(address=previous_ray, namespace="mafka4", log_to_driver=False)
+
+
 @pytest.fixture
 def fresh_home():
     """An empty short home for a test that starts its own cluster; removed afterwards."""

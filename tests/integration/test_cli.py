@@ -44,3 +44,21 @@ def test_errors_are_one_line_with_the_fix(cluster):
     assert bad.returncode == 2 and b"letters, digits" in bad.stderr
     too_wide = mafka4("topic", "create", f"w-{secrets.token_hex(2)}", "--replication-factor", "9")
     assert too_wide.returncode != 0 and b"replication_factor=9 must be at least 1 and at most 7" in too_wide.stderr
+
+
+def test_a_mafka4_topic_is_consumed_by_a_group_and_described_with_lag_per_virtual_partition(cluster):
+    topic, group = f"clivp-{secrets.token_hex(3)}", f"g-{secrets.token_hex(3)}"
+    created = mafka4("topic", "create", topic, "--partitions", "2", "--virtual-partitions", "3")
+    assert created.returncode == 0 and b"read mode mafka4, 3 virtual partition(s)" in created.stdout, created.stderr
+    lines = b"".join(b"k%d:%d\n" % (n % 7, n) for n in range(300))
+    assert mafka4("produce", topic, "--key-sep", ":", stdin=lines).returncode == 0
+    consumed = mafka4("consume", topic, "--group", group, "--from-beginning", "--max-messages", "300", "--timeout-ms", "20000")
+    assert consumed.returncode == 0, consumed.stderr
+    assert sorted(int(v) for v in consumed.stdout.split()) == list(range(300))
+    described = mafka4("group", "describe", group)
+    assert described.returncode == 0, described.stderr
+    rows = [line.split() for line in described.stdout.splitlines() if line.startswith(topic.encode())]
+    assert [(row[1], row[2], row[-1]) for row in rows] == [(b"0", b"active", b"0"), (b"1", b"active", b"0"),
+                                                           (b"2", b"active", b"0")], described.stdout
+    again = mafka4("consume", topic, "--group", group, "--timeout-ms", "2000")
+    assert again.returncode == 0 and again.stdout == b"", "the group's committed offsets were kept"

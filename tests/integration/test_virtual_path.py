@@ -10,11 +10,7 @@ with two.
 
 from __future__ import annotations
 
-import collections
 import os
-import secrets
-import threading
-import time
 
 import pytest
 import ray
@@ -25,11 +21,8 @@ from mafka4.client.consumer import Consumer
 from mafka4.client.producer import Producer
 from mafka4.client.virtual_consumer import VirtualConsumer
 from mafka4.coordinator import keys
-from mafka4.coordinator.topics import TopicStore
-from mafka4.hashing import key_hash
 from mafka4.limits import ClusterConfig
 from mafka4.physical.launcher import replica_handle
-from mafka4.records import decode_batches
 from mafka4.runtime.connect import connect
 from mafka4.runtime.environment import HOME_ENV
 from mafka4.runtime.local import down, up
@@ -37,118 +30,8 @@ from mafka4.virtual.failover import fail_over_virtual_partition
 from mafka4.virtual.feeder import feeder_actor_name
 from mafka4.virtual.launcher import feeder_handle, restart_feeder, start_vp_replica, vp_handle
 from mafka4.virtual.metadata import VirtualStore
-from mafka4.virtual.split import source_of
 
-KEYS = [f"key-{i}".encode() for i in range(24)]
-WAIT_S = 60
-
-
-def topic_name(prefix: str) -> str:
-    return f"{prefix}-{secrets.token_hex(3)}"
-
-
-def wait_until(predicate, timeout_s: float = WAIT_S, interval_s: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return predicate()
-
-
-class ProduceLoop:
-    """Keyed messages "<key>:<n>" (n counts per key) in a thread; remembers what was acknowledged."""
-
-    def __init__(self, connection, topic: str):
-        self.acknowledged: list[tuple[int, int, bytes, bytes]] = []  # (partition, offset, key, value)
-        self.failures: list[BaseException] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(connection, topic), daemon=True)
-        self._thread.start()
-
-    def _run(self, connection, topic: str) -> None:
-        counts = collections.Counter()
-        with Producer(topic, connection=connection, acks="all", linger_ms=2) as producer:
-            number = 0
-            while not self._stop.is_set():
-                key = KEYS[number % len(KEYS)]
-                value = b"%s:%d" % (key, counts[key])
-                counts[key] += 1
-                producer.send(value, key=key).add_callback(
-                    lambda md, err, key=key, value=value: self.acknowledged.append((md.partition, md.offset, key, value))
-                    if err is None else self.failures.append(err))
-                number += 1
-                if number % 100 == 0:
-                    producer.flush()
-                    time.sleep(0.01)  # a steady stream, not a flood, on a shared machine
-            producer.flush()
-
-    def wait_for(self, count: int) -> None:
-        assert wait_until(lambda: len(self.acknowledged) >= count), f"only {len(self.acknowledged)} acknowledged"
-
-    def stop(self) -> list[tuple[int, int, bytes, bytes]]:
-        self._stop.set()
-        self._thread.join(timeout=WAIT_S)
-        assert not self._thread.is_alive() and not self.failures, self.failures[:3]
-        return list(self.acknowledged)
-
-
-def vp_log(connection, topic: str, vp: int, replica: str) -> list:
-    """Every record of one VP replica below its HW (with source headers)."""
-    handle = vp_handle(connection.cluster, topic, vp, replica)
-    records, offset = [], 0
-    while True:
-        result = ray.get(handle.fetch.remote(offset, 1 << 20), timeout=WAIT_S)
-        batch = decode_batches(result.data)
-        if not batch:
-            return records
-        records.extend(batch)
-        offset = batch[-1].offset + 1
-
-
-def leaders_fed(connection, topic: str, acknowledged) -> bool:
-    """True once every VP leader heard that its feeders passed every acknowledged record, and exposes all it holds."""
-    ends = collections.defaultdict(int)
-    for partition, offset, _, _ in acknowledged:
-        ends[partition] = max(ends[partition], offset + 1)
-    states = VirtualStore(connection.store, connection.cluster).states(topic)
-    for vp, (state, _) in states.items():
-        described = ray.get(vp_handle(connection.cluster, topic, vp, state.leader).describe.remote(), timeout=WAIT_S)
-        fed_through = described["fed_through"]
-        if any(fed_through.get(p, 0) < end for p, end in ends.items()):
-            return False
-        if described["high_watermark"] != described["log_end_offset"]:
-            return False
-    return True
-
-
-def check_exactly_once(connection, topic: str, acknowledged) -> dict[int, list]:
-    """Assert the VP leaders' logs hold every acknowledged message once, placed and ordered right."""
-    assert wait_until(lambda: leaders_fed(connection, topic, acknowledged)), "the feeders did not catch up"
-    virtual = VirtualStore(connection.store, connection.cluster)
-    layout = virtual.layout(topic, TopicStore(connection.store, connection.cluster).get(topic).config.partitions)
-    logs = {vp: vp_log(connection, topic, vp, state.leader) for vp, (state, _) in virtual.states(topic).items()}
-    sources = collections.Counter(source_of(r) for records in logs.values() for r in records)
-    assert not [s for s, n in sources.items() if n > 1], "a physical record was fed twice"
-    assert set(sources) == {(p, o) for p, o, _, _ in acknowledged}, "fed records differ from the acknowledged ones"
-    for vp, records in logs.items():
-        assert [r.offset for r in records] == list(range(len(records))), "VP offsets are dense"
-        per_key = collections.defaultdict(list)
-        for record in records:
-            assert layout.vp_for(source_of(record)[0], source_of(record)[1], key_hash(record.key)) == vp
-            per_key[record.key].append(int(record.value.rsplit(b":", 1)[1]))
-        assert all(values == sorted(values) for values in per_key.values()), f"per-key order broken in VP {vp}"
-    return logs
-
-
-def read_everything(connection, topic: str, expected: int) -> list:
-    messages = []
-    with VirtualConsumer(topic, connection=connection, from_beginning=True) as consumer:
-        deadline = time.monotonic() + WAIT_S
-        while len(messages) < expected and time.monotonic() < deadline:
-            messages.extend(consumer.poll(timeout_ms=500))
-        messages.extend(consumer.poll(timeout_ms=300))  # anything beyond `expected` would be a duplicate
-    return messages
+from virtual_helpers import WAIT_S, ProduceLoop, check_exactly_once, read_everything, topic_name, vp_log, wait_until
 
 
 # --- on the session cluster (one read node) -------------------------------------------------

@@ -18,6 +18,7 @@ from mafka4.virtual.metadata import (
     VirtualPartitionState,
     epoch_from_json,
     epoch_to_json,
+    plan_children,
     plan_read_path,
     read_path_values,
 )
@@ -49,6 +50,8 @@ def test_mafka3_topics_have_no_virtual_partitions_and_no_read_replicas():
     ({"read_replicas": 0}, "read_replicas=0 must be at least 1"),
     ({"read_replicas": 8}, "at most 7"),
     ({"read_replica_lag_ms_max": 0}, "read_replica_lag_ms_max=0"),
+    ({"virtual_partitions": 9, "virtual_partitions_max": 8}, "virtual_partitions=9 must be at least 1 and at most 8"),
+    ({"virtual_partitions_max": 0}, "virtual_partitions_max=0 must be at least 1"),
 ])
 def test_bad_read_path_settings_are_refused_with_the_field_named(changes, message):
     with pytest.raises(InvalidConfig, match=message):
@@ -89,6 +92,22 @@ def test_a_later_split_epoch_round_trips_too():
     layout = TopicLayout.initial(2, 2)
     epoch = layout.plan_split(1, cut=(5, 9), fed_through=(5, 9))
     assert epoch_from_json(json.loads(json.dumps(epoch_to_json(epoch)))) == epoch
+
+
+def test_the_children_of_a_split_get_new_states_on_distinct_read_nodes_and_a_sealed_end_round_trips():
+    layout = TopicLayout.initial(2, 2)
+    epoch = layout.plan_split(1, cut=(5, 9), fed_through=(5, 9))
+    children = plan_children(epoch, 2, ["r0", "r1", "r2"])
+    assert [s.vp for s in children] == [2, 3] and [s.hash_range for s in children] == [
+        epoch.ranges.range_of(2), epoch.ranges.range_of(3)]
+    assert all(len(set(s.replicas)) == 2 and s.risr == s.replicas and s.leader_epoch == 0 for s in children)
+    assert children[0].leader != children[1].leader, "the children's leaders spread over the read nodes"
+    with pytest.raises(NotEnoughReadNodes, match="read_replicas=3 needs 3 live read nodes for the new virtual "
+                                                 "partitions, 2 are live"):
+        plan_children(epoch, 3, ["r0", "r1"])
+    sealed = VirtualPartitionState(1, HashRange(0, 8), "r0", 2, ("r0",), ("r0",), sealed_end_offset=42)
+    assert VirtualPartitionState.from_json(1, json.loads(json.dumps(sealed.to_json()))) == sealed
+    assert "sealed_end_offset" not in children[0].to_json(), "an open VP has no sealed end"
 
 
 # --- VP leader failover -----------------------------------------------------------------------

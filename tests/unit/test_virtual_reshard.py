@@ -8,11 +8,14 @@ from mafka4.errors import InvalidConfig
 from mafka4.virtual.ranges import HASH_SPACE, RangeMap
 from mafka4.virtual.reshard import (
     InvalidReshard,
+    MergeStep,
     ReshardConflict,
     SplitEpoch,
+    SplitStep,
     TopicLayout,
     UnknownVirtualPartition,
     VirtualConfig,
+    next_scale_step,
 )
 
 QUARTER = HASH_SPACE // 4
@@ -141,3 +144,37 @@ def test_a_merged_child_waits_for_both_parents():
     assert not layout.is_readable(2, {0: 3, 1: 4}, sealed)
     assert not layout.is_readable(2, {0: 3, 1: 5}, {0: 3})
     assert layout.is_readable(2, {0: 3, 1: 5}, sealed)
+
+
+def scale(layout: TopicLayout, count: int) -> TopicLayout:
+    """Apply ``next_scale_step`` until ``count`` VPs are active, cutting at offset 0 each time."""
+    cut = (0,) * layout.partitions
+    while (step := next_scale_step(layout, count)) is not None:
+        if isinstance(step, SplitStep):
+            layout = layout.append(layout.plan_split(step.vp, cut, cut))
+        else:
+            layout = layout.append(layout.plan_merge(step.first, step.second, cut, cut))
+    return layout
+
+
+def test_scaling_splits_the_widest_and_merges_the_narrowest_pair_so_4_to_8_to_4_ends_where_it_started():
+    layout = TopicLayout.initial(partitions=2, virtual_partitions=4)
+    assert next_scale_step(layout, 5) == SplitStep(0) and next_scale_step(layout, 3) == MergeStep(0, 1)
+    assert next_scale_step(layout, 4) is None
+    eight = scale(layout, 8)
+    assert len(eight.epochs) == 5 and eight.current.ranges.ranges == TopicLayout.initial(2, 8).current.ranges.ranges
+    four = scale(eight, 4)
+    assert len(four.epochs) == 9 and four.current.ranges.ranges == layout.current.ranges.ranges
+    assert set(four.current.ranges.vp_ids).isdisjoint(range(12)), "merged VPs get new ids"
+    three = scale(TopicLayout.initial(partitions=1, virtual_partitions=1), 3)
+    widths = sorted(r.width for r in three.current.ranges.ranges)
+    assert widths[-1] == 2 * widths[0], "uneven counts leave ranges within a factor of two"
+
+
+def test_scaling_to_zero_or_past_the_maximum_is_refused_with_the_range():
+    layout = TopicLayout.initial(1, 2, VirtualConfig(virtual_partitions_max=4))
+    with pytest.raises(InvalidReshard, match="virtual_partitions=0 is out of range: a topic keeps 1 to "
+                                             "virtual_partitions_max=4"):
+        next_scale_step(layout, 0)
+    with pytest.raises(InvalidReshard, match="virtual_partitions=5 is out of range"):
+        next_scale_step(layout, 5)

@@ -1,0 +1,233 @@
+"""``mafka4 bench vp-join``: how long the members of a mafka4-mode group stop when a member joins.
+
+Per trial, on a running cluster with read nodes (``mafka4 up`` starts two): a fresh
+mafka4-mode topic of ``partitions`` physical partitions and ``consumers`` virtual partitions
+gets a steady keyed produce stream of ``rate_msgs_per_s``; ``consumers`` group members read
+it, one VP each. After ``warmup_s`` one more member joins. The group now has more members
+than VPs, so its smallest member splits the busiest VP; the member owning that VP reads it to
+the cut, the two children become readable, and the joiner takes one. Every poll that returns
+messages is stamped with a monotonic clock (``bench.rebalance``'s helpers, reused here).
+
+Figures (ms):
+
+* ``member_stall_ms``: per existing member, the longest gap between two of its non-empty polls
+  from one second before the join until ``after_join_s`` after it, reported apart for the
+  member whose VP was split (``split_member_stall_ms``) and the others
+  (``other_member_stall_ms``; the design's target: no stall beyond the normal gap);
+* ``member_stall_start_ms``: where each of those gaps began, relative to the join;
+* ``baseline_gap_ms``: the same longest gap per member in the second before the join;
+* ``new_member_first_message_ms``: from the join until the joiner's first message;
+* ``split_stored_ms`` / ``child_claimed_ms``: from the join until the split epoch, and the
+  joiner's owner key of a child, arrived through etcd watches (stamped on arrival).
+
+With ``compare_mafka3``, each trial is followed by the Mafka3 eager-rebalance trial of
+``bench.rebalance`` (``consumers + 1`` physical partitions, so the joiner gets one) on the
+same machine, and the summary puts both side by side. All threads share one Python process
+on a small, shared machine: compare figures within one run, next to ``baseline_gap_ms`` and
+the load average the report records.
+
+``virtual_partitions`` above ``consumers`` gives the joiner a VP handed over from a member
+owning two (``handed_over_vps``) instead of a split: the group protocol alone, without new
+VP actors starting on the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import statistics
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from mafka4.bench.rebalance import (BEFORE_JOIN_WINDOW_S, NS_PER_MS, GroupWatch, MemberLog, RebalanceBenchSettings,
+                                    consume_loop, longest_gap, longest_gap_ms, produce_loop, run_trial, wait_drained)
+
+
+@dataclass(frozen=True, slots=True)
+class VpJoinBenchSettings:
+    partitions: int = 2
+    consumers: int = 3
+    # VPs at creation; None: one per consumer, so the joiner gets capacity by a split. More VPs than
+    # consumers: the joiner gets a VP handed over instead (no split), which isolates the group protocol.
+    virtual_partitions: int | None = None
+    rate_msgs_per_s: int = 2000
+    warmup_s: float = 5.0
+    after_join_s: float = 10.0
+    trials: int = 3
+    read_replicas: int = 1
+    replication_factor: int = 1
+    compare_mafka3: bool = True
+
+
+def _owners(connection, group: str, topic: str) -> dict[int, str]:
+    from mafka4.coordinator import keys
+
+    prefix = keys.group_vp_owners_prefix(connection.cluster, group)
+    owners = {}
+    for item in connection.store.get_prefix(prefix):
+        parsed = keys.parse_group_partition(prefix, item.key)
+        if parsed is not None and parsed[0] == topic:
+            owners[parsed[1]] = item.value["member_id"]
+    return owners
+
+
+def run_vp_join_trial(connection, settings: VpJoinBenchSettings) -> dict:
+    from mafka4.client.admin import Admin
+    from mafka4.client.consumer import Consumer
+    from mafka4.client.producer import Producer
+    from mafka4.coordinator import keys
+
+    admin = Admin(connection)
+    topic, group = f"vpjoin-{secrets.token_hex(3)}", f"vpjoin-{secrets.token_hex(3)}"
+    admin.create_topic(topic, partitions=settings.partitions, replication_factor=settings.replication_factor,
+                       virtual_partitions=settings.virtual_partitions or settings.consumers,
+                       read_replicas=settings.read_replicas, read_mode="mafka4")
+    stop_consumers, stop_producer = threading.Event(), threading.Event()
+    threads, logs, sent, member_ids = [], [], [], {}
+
+    def start_member(name: str) -> MemberLog:
+        log = MemberLog(name)
+        consumer = Consumer(topic, group=group, connection=connection, from_beginning=True)
+        member_ids[name] = consumer.member_id
+        thread = threading.Thread(target=consume_loop, args=(consumer, log, stop_consumers), name=name, daemon=True)
+        thread.start()
+        threads.append(thread)
+        logs.append(log)
+        return log
+
+    group_watch = GroupWatch(connection, group)
+    layout_watch = GroupWatch(connection, group, prefix=keys.split_epochs_prefix(connection.cluster, topic))
+    producer = Producer(topic, connection=connection, linger_ms=5)
+    producer_thread = threading.Thread(target=produce_loop, args=(producer, settings.rate_msgs_per_s, stop_producer, sent),
+                                       daemon=True)
+    try:
+        producer_thread.start()
+        for index in range(settings.consumers):
+            start_member(f"member-{index}")
+        time.sleep(settings.warmup_s)
+        owners_at_join = _owners(connection, group, topic)
+        join_ns = time.monotonic_ns()
+        newcomer = start_member("joiner")
+        time.sleep(settings.after_join_s)
+        end_ns = time.monotonic_ns()
+    finally:
+        stop_producer.set()
+        producer_thread.join()
+        producer.close()
+    wait_drained(logs, sent[0] if sent else 0)
+    stop_consumers.set()
+    for thread in threads:
+        thread.join()
+    group_watch.close()
+    layout_watch.close()
+    layout = admin.describe_topic(topic)["virtual_partitions"]
+    admin.delete_topic(topic)
+    parents = sorted({vp for epoch in _epochs_after(layout_watch, join_ns) for vp in epoch["parents"]})
+    split_members = {name for name, member_id in member_ids.items()
+                     if any(owners_at_join.get(vp) == member_id for vp in parents)}
+    figures = _figures(logs, newcomer, join_ns, end_ns, split_members)
+    handed_over = sorted(vp for vp, member_id in owners_at_join.items()
+                         if _owners_after(group_watch, join_ns, vp) == member_ids["joiner"])
+    figures.update({
+        "handed_over_vps": handed_over,
+        "split_vps": parents,
+        "split_members": sorted(split_members),
+        "virtual_partitions_after": sum(1 for v in layout if v["active"]),
+        "split_stored_ms": _first_after_ms(layout_watch.events, join_ns, lambda key, value: value is not None),
+        "child_claimed_ms": _first_after_ms(
+            group_watch.events, join_ns,
+            lambda key, value: value is not None and "/vp_owners/" in key and value["member_id"] == member_ids["joiner"]),
+        "messages_produced": sent[0] if sent else 0,
+        "messages_unique": len({v for log in logs for v in log.values}),
+        "messages_consumed": sum(len(log.values) for log in logs),
+    })
+    return figures
+
+
+def _owners_after(watch: GroupWatch, join_ns: int, vp: int) -> str | None:
+    """The member whose owner key of ``vp`` was created first after the join, if any."""
+    suffix = f"/{vp}"
+    return next((value["member_id"] for stamp_ns, key, value in watch.events
+                 if stamp_ns >= join_ns and value is not None and "/vp_owners/" in key and key.endswith(suffix)), None)
+
+
+def _epochs_after(watch: GroupWatch, join_ns: int) -> list[dict]:
+    return [value for stamp_ns, _, value in watch.events if stamp_ns >= join_ns and value is not None]
+
+
+def _first_after_ms(events, join_ns: int, matches) -> float | None:
+    found = [stamp_ns for stamp_ns, key, value in events if stamp_ns >= join_ns and matches(key, value)]
+    return round((min(found) - join_ns) / NS_PER_MS, 1) if found else None
+
+
+def _figures(logs: list[MemberLog], newcomer: MemberLog, join_ns: int, end_ns: int, split_members: set[str]) -> dict:
+    before_ns = join_ns - int(BEFORE_JOIN_WINDOW_S * 1e9)
+    existing = [log for log in logs if log is not newcomer]
+    stall = {log.name: longest_gap_ms(log.receive_ns, before_ns, end_ns) for log in existing}
+    # Where each member's longest gap began, relative to the join (compare with split_stored_ms).
+    stall_start = {log.name: round((longest_gap(log.receive_ns, before_ns, end_ns)[1] - join_ns) / NS_PER_MS, 1)
+                   for log in existing}
+    others = [stall[name] for name in stall if name not in split_members]
+    first_new = min((t for t in newcomer.receive_ns if t >= join_ns), default=None)
+    return {
+        "member_stall_ms": stall,
+        "member_stall_start_ms": stall_start,
+        "split_member_stall_ms": max((stall[name] for name in split_members), default=None),
+        "other_member_stall_ms": max(others, default=None),
+        "baseline_gap_ms": {log.name: longest_gap_ms(log.receive_ns, before_ns, join_ns) for log in existing},
+        "new_member_first_message_ms": None if first_new is None else round((first_new - join_ns) / NS_PER_MS, 1),
+    }
+
+
+def _median(trials: list[dict], name: str) -> float | None:
+    values = [t[name] for t in trials if t.get(name) is not None]
+    return round(statistics.median(values), 1) if values else None
+
+
+def run_vp_join_bench(settings: VpJoinBenchSettings, output_path: str) -> dict:
+    from mafka4.runtime.connect import connect
+
+    connection = connect()
+    load_before = os.getloadavg()[0]
+    mafka4_trials, mafka3_trials = [], []
+    mafka3_settings = RebalanceBenchSettings(
+        partitions=settings.consumers + 1, consumers=settings.consumers, rate_msgs_per_s=settings.rate_msgs_per_s,
+        warmup_s=settings.warmup_s, after_join_s=settings.after_join_s, trials=1,
+        replication_factor=settings.replication_factor)
+    for _ in range(settings.trials):
+        mafka4_trials.append(run_vp_join_trial(connection, settings))
+        if settings.compare_mafka3:
+            mafka3_trials.append(run_trial(connection, mafka3_settings))
+    summary = {
+        "trials": len(mafka4_trials),
+        "mafka4": {
+            "other_member_stall_ms_median": _median(mafka4_trials, "other_member_stall_ms"),
+            "other_member_stall_ms_each": [t["other_member_stall_ms"] for t in mafka4_trials],
+            "split_member_stall_ms_median": _median(mafka4_trials, "split_member_stall_ms"),
+            "split_member_stall_ms_each": [t["split_member_stall_ms"] for t in mafka4_trials],
+            "baseline_gap_ms_max_each": [max(t["baseline_gap_ms"].values()) for t in mafka4_trials],
+            "new_member_first_message_ms_median": _median(mafka4_trials, "new_member_first_message_ms"),
+            "new_member_first_message_ms_each": [t["new_member_first_message_ms"] for t in mafka4_trials],
+            "split_stored_ms_median": _median(mafka4_trials, "split_stored_ms"),
+            "child_claimed_ms_median": _median(mafka4_trials, "child_claimed_ms"),
+            "missing_each": [t["messages_produced"] - t["messages_unique"] for t in mafka4_trials],
+        },
+    }
+    if mafka3_trials:
+        summary["mafka3"] = {
+            "max_member_stall_ms_median": _median(mafka3_trials, "max_member_stall_ms"),
+            "max_member_stall_ms_each": [t["max_member_stall_ms"] for t in mafka3_trials],
+            "baseline_gap_ms_max_each": [max(t["baseline_gap_ms"].values()) for t in mafka3_trials],
+            "new_member_first_message_ms_median": _median(mafka3_trials, "new_member_first_message_ms"),
+            "protocol_rebalance_ms_median": _median(mafka3_trials, "protocol_rebalance_ms"),
+            "missing_each": [t["messages_produced"] - t["messages_unique"] for t in mafka3_trials],
+        }
+    report = {"settings": asdict(settings), "mafka4_trials": mafka4_trials, "mafka3_trials": mafka3_trials,
+              "summary": summary, "cpu_count": os.cpu_count(),
+              "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]}}
+    Path(output_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(output_path).write_text(json.dumps(report, indent=2))
+    return report

@@ -1,0 +1,284 @@
+"""``VirtualGroupConsumer``: a member of a consumer group of a mafka4-mode topic.
+
+    consumer = Consumer("orders", group="billing", from_beginning=True)   # one of these
+    for message in consumer.poll(timeout_ms=500): ...                      # message.partition: the VP id
+    consumer.commit(); consumer.seek(vp, 1234); consumer.seek_to_time(ts); consumer.close()
+
+The member owns virtual partitions (``coordinator.virtual_groups``; the rules are
+``virtual.ownership``) and reads only those, through ``VpFetcher``. Group duties run inside
+``poll()`` in the caller's thread, so a position never moves while it is committed. Unlike
+the Mafka3 eager rebalance, a change in the group never stops the VPs a member keeps: a
+member releases only what the target moves away from it, and claims only free VPs.
+
+Where a claimed VP starts: at its committed offset; else, for a VP opened by a split or
+merge, at its start (the group read its parents to their sealed end, and the child continues
+them); else by ``auto_offset_reset`` (earliest: the log start; latest: the high watermark).
+A group that starts at the latest offsets is seeded on its first join with the ends of the
+closed VPs and of the children (``VirtualGroupStore.seed_offsets``), so it skips the history
+instead of reading every child from its start.
+
+Commits: every ``auto_commit_interval_ms``, on ``commit()``, on release and on ``close()``;
+and at once when an owned closed VP has been read to its sealed end, so its children become
+readable (and claimable) without waiting. If nobody recorded that sealed end yet, the owner
+records it (``resharding.seal_closed_vps``).
+
+Splits: when the plan says this member splits a VP (it has the smallest id and the group
+has more members than active VPs), it runs ``Resharder.split`` on a background thread, so
+its own reading does not pause.
+
+Delivery is at-least-once: messages returned but not committed are returned again to the next
+owner after a crash or a lapsed lease. A commit never moves an offset backwards unless ``seek``
+moved the position back.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import ray
+
+from mafka4.client.message import Message, new_member_id
+from mafka4.client.vp_fetcher import VpFetcher
+from mafka4.coordinator.store import MetadataStore
+from mafka4.coordinator.topics import TopicMetadata
+from mafka4.coordinator.virtual_groups import VirtualGroupMember, VirtualGroupSnapshot, VirtualGroupStore, VpOffset
+from mafka4.errors import CommitFailed, CoordinatorUnavailable, MafkaError, PartitionNotAssigned
+from mafka4.limits import ConsumerConfig, OffsetReset
+from mafka4.runtime.connect import Connection
+from mafka4.virtual.resharding import Resharder, seal_closed_vps
+
+logger = logging.getLogger(__name__)
+
+# poll() looks for group changes at least this often while it waits for data.
+GROUP_CHECK_INTERVAL_S = 0.05
+# An owner waiting for a drained parent's sealed end tries to record it this often.
+SEAL_ATTEMPT_INTERVAL_S = 0.5
+# After a failed split, this member waits this long before trying one again.
+SPLIT_RETRY_INTERVAL_S = 5.0
+
+
+class VirtualGroupConsumer:
+    def __init__(self, metadata: TopicMetadata, group: str, connection: Connection, config: ConsumerConfig):
+        self.topic, self.group, self.config = metadata.name, group, config
+        self._connection = connection
+        member_id = new_member_id()
+        self._fetcher = VpFetcher(connection, metadata, config, member_id)
+        self._store = VirtualGroupStore(connection.store.endpoint, connection.cluster)
+        self._member = VirtualGroupMember(self._store, group, metadata.name, metadata.config, member_id, config)
+        self._snapshot: VirtualGroupSnapshot | None = None
+        self._unstarted: dict[int, VpOffset | None] = {}  # claimed VPs whose start position is not known yet
+        self._last_commit_s = time.monotonic()
+        self._last_seal_attempt_s = 0.0
+        self._splitter: threading.Thread | None = None
+        self._split_failed_at = 0.0
+        try:
+            before = self._member.join()
+            if config.auto_offset_reset is OffsetReset.LATEST and not before.offsets:
+                self._seed_latest(before)
+            self._sync()
+        except BaseException:
+            self._member.leave({})
+            self._store.close()
+            raise
+
+    @property
+    def member_id(self) -> str:
+        return self._member.member_id
+
+    # --- positions ------------------------------------------------------------------------
+
+    def assignment(self) -> list[int]:
+        """The VPs this member reads now."""
+        return sorted(self._fetcher.fetching)
+
+    def position(self, vp: int) -> int:
+        return self._fetcher.positions[vp]
+
+    def seek(self, vp: int, offset: int) -> None:
+        if vp not in self._fetcher.fetching:
+            raise PartitionNotAssigned(
+                f"virtual partition {vp} of {self.topic!r} is not owned by this member (owned: {self.assignment()}); "
+                f"poll() until assignment() lists it")
+        self._fetcher.seek(vp, offset)
+
+    def seek_to_time(self, timestamp_ms: int) -> None:
+        """Move every owned VP to its first message at or after ``timestamp_ms`` (or its end)."""
+        vps = self.assignment()
+        for vp, offset in zip(vps, self._fetcher.offsets_for_time(vps, timestamp_ms)):
+            self._fetcher.seek(vp, offset)
+
+    def _offsets(self) -> dict[int, VpOffset]:
+        fetcher = self._fetcher
+        return {vp: VpOffset(fetcher.positions[vp], max(fetcher.high_watermarks.get(vp, 0), fetcher.positions[vp]))
+                for vp in fetcher.fetching}
+
+    # --- polling ----------------------------------------------------------------------------
+
+    def poll(self, timeout_ms: int = 1000) -> list[Message]:
+        """Messages that arrived, up to ``poll_messages_max``; waits at most ``timeout_ms`` for some."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            self._group_duties()
+            remaining = max(deadline - time.monotonic(), 0)
+            if not self._fetcher.fetching:
+                if remaining <= 0:
+                    return []
+                self._member.changed.wait(min(remaining, GROUP_CHECK_INTERVAL_S if self._unstarted else 0.5))
+                continue
+            messages = self._fetcher.fetch(min(remaining, GROUP_CHECK_INTERVAL_S))
+            if messages:
+                return messages
+            if time.monotonic() >= deadline:
+                return []
+
+    # --- group duties ---------------------------------------------------------------------
+
+    def _group_duties(self) -> None:
+        if self._member.changed.is_set():
+            self._sync()
+        if self._unstarted:
+            self._start_claimed()
+        self._commit_drained_parents()
+        self._seal_drained_parents()
+        interval_ms = self.config.auto_commit_interval_ms
+        if interval_ms is not None and (time.monotonic() - self._last_commit_s) * 1000 >= interval_ms:
+            try:
+                _, lost = self._commit_positions()
+            except CoordinatorUnavailable as error:
+                logger.warning("group %s: auto-commit skipped, retried in %d ms: %s", self.group, interval_ms, error)
+                return
+            if lost:
+                logger.warning("group %s: lost VPs %s before committing; their next owner re-reads from the last "
+                               "committed offsets", self.group, sorted(lost))
+
+    def _sync(self) -> None:
+        result = self._member.sync(self._offsets())
+        for vp in result.revoked:
+            self._fetcher.stop(vp)
+            self._unstarted.pop(vp, None)
+        self._unstarted.update(result.claimed)
+        if result.snapshot is not None:
+            self._snapshot = result.snapshot
+        if result.plan is not None and result.plan.split is not None:
+            self._start_split(result.plan.split)
+        if self._unstarted:
+            self._start_claimed()
+
+    def _start_claimed(self) -> None:
+        """Position claimed VPs (see the module docstring) and start fetching them."""
+        fetcher = self._fetcher
+        vps = sorted(self._unstarted)
+        if any(vp not in fetcher.states for vp in vps):
+            fetcher.refresh()  # a child born after the last metadata read
+        without = [vp for vp in vps if self._unstarted[vp] is None]
+        try:
+            ranges = dict(zip(without, fetcher.list_offsets_many(without)))
+        except (MafkaError, ray.exceptions.RayError) as error:  # a leader not started yet, a failover: retry later
+            logger.warning("group %s: cannot position %s yet (%s); retrying", self.group, without, error)
+            fetcher.refresh()
+            return
+        layout = fetcher.layout
+        for vp in vps:
+            committed = self._unstarted.pop(vp)
+            if committed is not None:
+                fetcher.seek(vp, committed.offset)
+            else:
+                log_start, high_watermark = ranges[vp]
+                child = layout.opening_epoch(vp).epoch > 0
+                earliest = child or self.config.auto_offset_reset is OffsetReset.EARLIEST
+                fetcher.seek(vp, log_start if earliest else high_watermark)
+                fetcher.high_watermarks[vp] = high_watermark
+            fetcher.fetching.add(vp)
+
+    def _sealed_end_offsets(self) -> dict[int, int]:
+        return {} if self._snapshot is None else self._snapshot.view().sealed_end_offsets
+
+    def _commit_drained_parents(self) -> None:
+        """Commit at once when an owned closed VP was read to its sealed end: its children wait for that."""
+        sealed = self._sealed_end_offsets()
+        committed = {} if self._snapshot is None else self._snapshot.offsets
+        if any(vp in sealed and self._fetcher.positions[vp] >= sealed[vp]
+               and (vp not in committed or committed[vp].offset < sealed[vp]) for vp in self._fetcher.fetching):
+            try:
+                self._commit_positions()
+            except CoordinatorUnavailable:
+                return  # auto-commit and the next sync retry
+            self._member.changed.set()
+
+    def _seal_drained_parents(self) -> None:
+        """Record the sealed end of an owned closed VP read to its current end, if nobody did yet."""
+        if self._snapshot is None or time.monotonic() - self._last_seal_attempt_s < SEAL_ATTEMPT_INTERVAL_S:
+            return
+        fetcher, layout, sealed = self._fetcher, self._snapshot.layout, self._sealed_end_offsets()
+        waiting = [vp for vp in fetcher.fetching if not layout.is_active(vp) and vp not in sealed
+                   and fetcher.positions[vp] >= fetcher.high_watermarks.get(vp, 0)]
+        if not waiting:
+            return
+        self._last_seal_attempt_s = time.monotonic()
+        fetcher.refresh()
+        seal_closed_vps(self._connection.store, self._connection.cluster, self.topic, fetcher.layout, fetcher.states)
+
+    def _start_split(self, vp: int) -> None:
+        if self._splitter is not None and self._splitter.is_alive():
+            return
+        if time.monotonic() - self._split_failed_at < SPLIT_RETRY_INTERVAL_S:
+            return
+        self._splitter = threading.Thread(target=self._split, args=(vp,), name=f"split-{self.topic}-v{vp}", daemon=True)
+        self._splitter.start()
+
+    def _split(self, vp: int) -> None:
+        """Split ``vp`` on this thread, with an etcd client of its own; the group sees the new epoch by its watch."""
+        store = MetadataStore(self._connection.store.endpoint)
+        try:
+            Resharder(store, self._connection.cluster).split(self.topic, vp)
+            logger.info("group %s: member %s split %s/v%d", self.group, self.member_id, self.topic, vp)
+        except MafkaError as error:
+            self._split_failed_at = time.monotonic()
+            logger.warning("group %s: split of %s/v%d not done (%s); the group tries again", self.group, self.topic,
+                           vp, error)
+        finally:
+            store.close()
+            self._member.changed.set()
+
+    def _seed_latest(self, snapshot: VirtualGroupSnapshot) -> None:
+        """A new group at the latest offsets: closed VPs count as read to their end, children from their end now."""
+        layout = snapshot.layout
+        offsets = {vp: s.sealed_end_offset for vp, s in snapshot.states.items() if s.sealed_end_offset is not None}
+        children = [vp for vp in layout.current.ranges.vp_ids if layout.opening_epoch(vp).epoch > 0]
+        for vp, (_, high_watermark) in zip(children, self._fetcher.list_offsets_many(children)):
+            offsets[vp] = high_watermark
+        self._store.seed_offsets(self.group, self.topic, offsets)
+
+    # --- commits and leaving ----------------------------------------------------------------
+
+    def _commit_positions(self) -> tuple[set[int], set[int]]:
+        self._last_commit_s = time.monotonic()
+        return self._member.commit(self._offsets())
+
+    def commit(self) -> dict[int, int]:
+        """Commit the positions of every owned VP now; returns the offsets written.
+
+        Raises ``CommitFailed`` if a VP was taken away first (its new owner starts from the
+        last committed offset).
+        """
+        positions = self._offsets()
+        committed, lost = self._commit_positions()
+        if lost:
+            raise CommitFailed(
+                f"group {self.group!r}: virtual partitions {sorted(lost)} of {self.topic!r} changed owner before the "
+                f"commit; poll() again to read the VPs owned now")
+        return {vp: positions[vp].offset for vp in committed}
+
+    def close(self) -> None:
+        """Commit and release every owned VP, leave the group, and stop fetching."""
+        positions = self._offsets()
+        self._fetcher.clear()
+        try:
+            self._member.leave(positions)
+        finally:
+            if self._splitter is not None:
+                self._splitter.join()
+            self._fetcher.fetching.clear()
+            self._store.close()

@@ -1,0 +1,138 @@
+"""Node registrations: the lease-bound etcd key that makes a node eligible for replicas.
+
+Shared by the two processes that register nodes: the local daemon (``mafka4 up``, one
+registration per simulated node) and the node agent (``mafka4.runtime.node``, one per
+machine of a Ray cluster). Placement reads the keys (``TopicStore.live_nodes``); a key
+lives as long as its lease is refreshed, so a node whose process stops refreshing drops
+out after ``node_lease_ttl_s``.
+
+``NodeRegistration`` keeps one node's key alive; ``refresh_registrations`` is one refresh
+period for all of them and survives etcd outages: after a failed call every registration
+moves to a fresh etcd client and is written again under a new lease once etcd answers
+(a registration whose lease expired meanwhile reappears then too). ``keep_registered``
+repeats that every period until SIGTERM/SIGINT, which ``install_stop_handlers`` turns into
+``StopRequested`` so that the caller unwinds through its cleanup (revoking the leases).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from typing import Callable
+
+from mafka4.coordinator import keys
+from mafka4.coordinator.store import MetadataStore
+from mafka4.errors import CoordinatorUnavailable
+from mafka4.runtime.ray_cluster import NodeRole, node_resource
+
+# Requests from a registering process must fail well within one refresh period, or one
+# slow call could let every lease expire.
+STORE_TIMEOUT_S_MAX = 5.0
+
+log = logging.getLogger("mafka4.registration")
+
+
+def open_registration_store(etcd_endpoint: str, lease_ttl_s: int) -> MetadataStore:
+    """A client whose requests time out within one refresh period (``lease_ttl_s / 3``)."""
+    return MetadataStore(etcd_endpoint, timeout_s=min(STORE_TIMEOUT_S_MAX, lease_ttl_s / 3))
+
+
+class NodeRegistration:
+    """One node's key ``keys.node(cluster, node_id)``, bound to its own lease."""
+
+    def __init__(self, store: MetadataStore, cluster: str, node_id: str, role: NodeRole, lease_ttl_s: int):
+        self.store = store
+        self.key = keys.node(cluster, node_id)
+        self.value = {"node_id": node_id, "role": NodeRole(role).value, "resource": node_resource(node_id)}
+        self.lease_ttl_s = lease_ttl_s
+        self.lease = None
+
+    def keep_alive(self) -> bool:
+        """Refresh the lease, or register anew if there is none or it expired. True if registered.
+
+        Raises CoordinatorUnavailable if etcd does not answer; the caller retries next period.
+        """
+        if self.lease is not None:
+            self.store.refresh_lease(self.lease)
+            # An expired lease refreshes without error but its key is gone: detect it by reading.
+            if self.store.get(self.key) is not None:
+                return True
+            log.warning("registration %s expired; registering again with a new lease", self.key)
+        self.lease = self.store.grant_lease(self.lease_ttl_s)
+        self.store.put(self.key, self.value, lease=self.lease)
+        return True
+
+    def rebind(self, store: MetadataStore) -> None:
+        """Use another client; the next ``keep_alive`` registers under a new lease.
+
+        A lease object refreshes only through the client that granted it, so it is dropped
+        (left to expire; the new put detaches the key from it).
+        """
+        self.store = store
+        self.lease = None
+
+    def revoke(self) -> None:
+        """Remove the registration now instead of waiting for the lease to expire."""
+        if self.lease is not None:
+            self.store.revoke_lease(self.lease)
+            self.lease = None
+
+
+def refresh_registrations(registrations: list[NodeRegistration], open_store: Callable[[], MetadataStore]) -> bool:
+    """One refresh period: keep every registration alive; False if etcd did not answer.
+
+    After a failure every registration moves to a fresh client from ``open_store``: the etcd3
+    client refuses an endpoint for 300 s after one failed call, far longer than a lease lives.
+    """
+    try:
+        for registration in registrations:
+            registration.keep_alive()
+        return True
+    except CoordinatorUnavailable:
+        old_stores = {id(r.store): r.store for r in registrations}.values()
+        fresh = open_store()
+        for registration in registrations:
+            registration.rebind(fresh)
+        for store in old_stores:
+            store.close()
+        return False
+
+
+def keep_registered(
+    registrations: list[NodeRegistration], open_store: Callable[[], MetadataStore], period_s: float,
+    each_period: Callable[[], None] = lambda: None,
+) -> None:
+    """Refresh every registration each period until a signal arrives; log outages once each."""
+    etcd_down_since = None
+    while True:
+        time.sleep(period_s)
+        each_period()
+        if not refresh_registrations(registrations, open_store):
+            if etcd_down_since is None:
+                etcd_down_since = time.monotonic()
+                log.warning("etcd does not answer; node registrations will be refreshed when it does")
+        elif etcd_down_since is not None:
+            log.info("etcd answers again after %.1f s", time.monotonic() - etcd_down_since)
+            etcd_down_since = None
+
+
+class StopRequested(Exception):
+    """Raised in the main thread by the first SIGTERM/SIGINT, to unwind through cleanup."""
+
+
+def install_stop_handlers() -> None:
+    """Make the first SIGTERM/SIGINT raise ``StopRequested`` in the main thread."""
+
+    def on_signal(signum: int, _frame) -> None:
+        # Later signals only log, so they cannot interrupt the cleanup the first one started.
+        signal.signal(signal.SIGTERM, _log_repeated_signal)
+        signal.signal(signal.SIGINT, _log_repeated_signal)
+        raise StopRequested(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+
+def _log_repeated_signal(signum: int, _frame) -> None:
+    log.info("%s received while stopping; still stopping", signal.Signals(signum).name)

@@ -1,0 +1,355 @@
+"""Checkers over histories: what a run of mafka4 did, judged against what it promises.
+
+Pure functions of plain values, shared by the deterministic simulator (``simulations.dst``)
+and by chaos runs against a real cluster: whoever drives the system records what clients
+saw as history records (frozen dataclasses below) and hands them here together with what
+the logs hold at the end. Nothing here knows how the history was produced.
+
+History records (one list, in the order the recorder observed them):
+
+* ``Send``: a producer handed a message to its idempotent pipeline (send order per producer);
+* ``Ack``: a message was acknowledged with ``acks=all`` at ``(partition, offset)``;
+* ``Consumed``: a consumer read a message from a *stream*: a physical partition (Mafka3
+  mode, e.g. ``"p0"``) or a virtual partition (e.g. ``"vp3"``); ``partition`` and
+  ``partition_offset`` name the physical source when known (a VP record carries it);
+* ``Commit``: a group committed ``offset`` (the next offset to read) on a stream.
+
+Values are unique per produced message: they identify a message across Ack and Consumed.
+
+Anomalies follow Jepsen's Kafka checker where the words overlap:
+
+* ``LOST``: acknowledged, but missing where it must be: not in the final log at its acked
+  offset, or never read although readers went past it (or the run ended drained);
+* ``UNSEEN``: acknowledged, never read, and no reader of its partition went past it yet (it
+  may still show up: only a drained run turns it into ``LOST``);
+* ``DUPLICATE``: one message twice where it must be once (a log, a VP, a group's reads after
+  a commit had covered it);
+* ``REORDERED``: per-key or per-producer order broken;
+* ``DIVERGED``: two replicas hold different bytes below the high watermark;
+* ``COMMIT_REGRESSED``: a group's committed offset moved backwards;
+* ``MISPLACED``: a record in a VP that the layout does not name, or one whose content is
+  not the committed physical record it claims to be.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping, Sequence
+
+
+class Kind(enum.Enum):
+    LOST = "lost"
+    UNSEEN = "unseen"
+    DUPLICATE = "duplicate"
+    REORDERED = "reordered"
+    DIVERGED = "diverged"
+    COMMIT_REGRESSED = "commit-regressed"
+    MISPLACED = "misplaced"
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    producer: str
+    key: bytes | None
+    value: bytes
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    key: bytes | None
+    value: bytes
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Consumed:
+    consumer: str
+    stream: str
+    offset: int
+    key: bytes | None
+    value: bytes
+    partition: int | None = None
+    partition_offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    group: str
+    stream: str
+    offset: int  # the next offset the group reads
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """One record as a log holds it at the end of a run."""
+
+    offset: int
+    key: bytes | None
+    value: bytes
+    # For a VP record: its physical source.
+    partition: int | None = None
+    partition_offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    kind: Kind
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.kind.value}: {self.detail}"
+
+
+HistoryRecord = Send | Ack | Consumed | Commit
+# Bound on anomalies reported per checker: one broken invariant tends to break thousands of
+# records, and the first few say everything.
+ANOMALIES_MAX = 20
+
+
+def _bounded(anomalies: Iterable[Anomaly]) -> list[Anomaly]:
+    out = []
+    for anomaly in anomalies:
+        out.append(anomaly)
+        if len(out) >= ANOMALIES_MAX:
+            break
+    return out
+
+
+def of_type(history: Iterable[HistoryRecord], kind: type) -> list:
+    return [record for record in history if isinstance(record, kind)]
+
+
+# --- write path -------------------------------------------------------------------------------
+
+
+def check_acks_in_log(acks: Sequence[Ack], final_logs: Mapping[int, Sequence[StoredRecord]]) -> list[Anomaly]:
+    """No acknowledged write lost: each ``Ack`` is in its partition's final committed log, at its
+    offset, with its key and value; and no value sits at two offsets of the final logs.
+
+    Partitions missing from ``final_logs`` (their final log could not be read) are not judged.
+    """
+
+    def anomalies():
+        by_offset = {p: {r.offset: r for r in records} for p, records in final_logs.items()}
+        for ack in acks:
+            if ack.partition not in by_offset:
+                continue
+            stored = by_offset[ack.partition].get(ack.offset)
+            if stored is None or (stored.key, stored.value) != (ack.key, ack.value):
+                found = "nothing" if stored is None else f"{stored.value!r}"
+                yield Anomaly(Kind.LOST, f"{ack.value!r} acknowledged at p{ack.partition}@{ack.offset}, the final log holds {found}")
+        for p, records in final_logs.items():
+            first_at: dict[bytes, int] = {}
+            for record in records:
+                if record.value in first_at:
+                    yield Anomaly(Kind.DUPLICATE, f"{record.value!r} at p{p}@{first_at[record.value]} and again at @{record.offset}")
+                first_at.setdefault(record.value, record.offset)
+
+    return _bounded(anomalies())
+
+
+def check_replicas_identical(replicas: Mapping[str, tuple[int, bytes]]) -> list[Anomaly]:
+    """Replicas byte-identical below the high watermark.
+
+    ``replicas`` maps a replica id to ``(high watermark, the log's bytes below it)``. Logs
+    are compared pairwise on the bytes below the lower of the two high watermarks; since a
+    high watermark is a batch boundary, the shorter byte string must be a prefix of the
+    longer one.
+    """
+
+    def anomalies():
+        ordered = sorted(replicas.items(), key=lambda item: (item[1][0], item[0]))
+        for (id_a, (hw_a, bytes_a)), (id_b, (hw_b, bytes_b)) in zip(ordered, ordered[1:]):
+            if not bytes_b.startswith(bytes_a):
+                at = next((i for i, (x, y) in enumerate(zip(bytes_a, bytes_b)) if x != y), min(len(bytes_a), len(bytes_b)))
+                yield Anomaly(Kind.DIVERGED, f"{id_a} (HW {hw_a}) and {id_b} (HW {hw_b}) differ at byte {at} below the HW")
+
+    return _bounded(anomalies())
+
+
+def check_producer_order(history: Sequence[HistoryRecord]) -> list[Anomaly]:
+    """Per producer, partition and key, messages acknowledged in the order they were sent
+    land at ascending offsets (the idempotent producer's ordering promise)."""
+    sent_order: dict[bytes, tuple[str, int]] = {}
+    counters: dict[str, int] = defaultdict(int)
+    for record in history:
+        if isinstance(record, Send):
+            sent_order[record.value] = (record.producer, counters[record.producer])
+            counters[record.producer] += 1
+
+    def anomalies():
+        streams: dict[tuple[str, int, bytes | None], list[tuple[int, int, bytes]]] = defaultdict(list)
+        for ack in of_type(history, Ack):
+            if ack.value in sent_order:
+                producer, position = sent_order[ack.value]
+                streams[(producer, ack.partition, ack.key)].append((position, ack.offset, ack.value))
+        for (producer, partition, key), acked in sorted(streams.items(), key=repr):
+            acked.sort()
+            for (_, offset_a, value_a), (_, offset_b, value_b) in zip(acked, acked[1:]):
+                if offset_b <= offset_a:
+                    yield Anomaly(Kind.REORDERED, f"{producer} sent {value_a!r} before {value_b!r} (key {key!r}) but "
+                                                  f"p{partition} holds them at {offset_a} and {offset_b}")
+
+    return _bounded(anomalies())
+
+
+# --- read path ------------------------------------------------------------------------------
+
+
+def check_exactly_once_in_vps(
+    committed: Mapping[int, Sequence[StoredRecord]],
+    vp_logs: Mapping[int, Sequence[StoredRecord]],
+    expected_vp: Callable[[StoredRecord, int], int] | None = None,
+) -> list[Anomaly]:
+    """Every committed physical record is in exactly one VP, exactly once, as it was committed.
+
+    ``committed``: per physical partition, the records below its final high watermark.
+    ``vp_logs``: per VP id, its final records (each with its physical source).
+    ``expected_vp(record, partition)``: the VP the layout names for a committed record.
+    """
+
+    def anomalies():
+        physical = {(p, r.offset): r for p, records in committed.items() for r in records}
+        seen: dict[tuple[int, int], tuple[int, int]] = {}
+        for vp, records in sorted(vp_logs.items()):
+            for record in records:
+                source = (record.partition, record.partition_offset)
+                if source in seen:
+                    yield Anomaly(Kind.DUPLICATE, f"p{source[0]}@{source[1]} is in vp{seen[source][0]}@{seen[source][1]} "
+                                                  f"and again in vp{vp}@{record.offset}")
+                    continue
+                seen[source] = (vp, record.offset)
+                original = physical.get(source)
+                if original is None or (original.key, original.value) != (record.key, record.value):
+                    yield Anomaly(Kind.MISPLACED, f"vp{vp}@{record.offset} claims p{source[0]}@{source[1]} "
+                                                  f"({record.value!r}), which is not that committed record")
+                elif expected_vp is not None and expected_vp(original, source[0]) != vp:
+                    yield Anomaly(Kind.MISPLACED, f"p{source[0]}@{source[1]} is in vp{vp}, the layout names "
+                                                  f"vp{expected_vp(original, source[0])}")
+        for source in sorted(set(physical) - set(seen)):
+            yield Anomaly(Kind.LOST, f"committed p{source[0]}@{source[1]} ({physical[source].value!r}) is in no VP")
+
+    return _bounded(anomalies())
+
+
+def check_reads_match_logs(consumed: Sequence[Consumed], logs: Mapping[str, Sequence[StoredRecord]]) -> list[Anomaly]:
+    """What a consumer read at ``stream@offset`` is what the final log of that stream holds
+    there: readers never saw records a later leader replaced (the RISR / HW promise)."""
+
+    def anomalies():
+        by_offset = {stream: {r.offset: r for r in records} for stream, records in logs.items()}
+        for record in consumed:
+            if record.stream not in by_offset:
+                continue
+            stored = by_offset[record.stream].get(record.offset)
+            if stored is None or stored.value != record.value:
+                found = "nothing" if stored is None else repr(stored.value)
+                yield Anomaly(Kind.MISPLACED, f"{record.consumer} read {record.value!r} at {record.stream}@{record.offset}, "
+                                              f"the final log holds {found} there")
+
+    return _bounded(anomalies())
+
+
+def check_per_key_order(consumed: Sequence[Consumed]) -> list[Anomaly]:
+    """Each key's messages are first read in their physical order.
+
+    Re-reads (a message read again, e.g. after a consumer crashed before committing) are
+    skipped: they are at-least-once delivery, judged by ``check_no_duplicates_after_commit``.
+    Records without a physical source are ordered by ``(stream, offset)`` instead.
+    """
+
+    def anomalies():
+        seen: set[bytes] = set()
+        last: dict[bytes | None, tuple[tuple, bytes]] = {}
+        for record in consumed:
+            if record.key is None or record.value in seen:
+                continue
+            seen.add(record.value)
+            if record.partition is not None and record.partition_offset is not None:
+                position: tuple = (0, record.partition, record.partition_offset)
+            else:
+                position = (1, record.stream, record.offset)
+            previous = last.get(record.key)
+            if previous is not None and position <= previous[0]:
+                yield Anomaly(Kind.REORDERED, f"key {record.key!r}: {record.value!r} at {position[1:]} read after "
+                                              f"{previous[1]!r} at {previous[0][1:]}")
+            last[record.key] = (position, record.value)
+
+    return _bounded(anomalies())
+
+
+def check_commits_monotonic(commits: Sequence[Commit]) -> list[Anomaly]:
+    """A group's committed offset on a stream never moves backwards."""
+
+    def anomalies():
+        last: dict[tuple[str, str], int] = {}
+        for commit in commits:
+            stream = (commit.group, commit.stream)
+            if stream in last and commit.offset < last[stream]:
+                yield Anomaly(Kind.COMMIT_REGRESSED, f"group {commit.group} committed {commit.stream}@{commit.offset} "
+                                                     f"after @{last[stream]}")
+            last[stream] = max(commit.offset, last.get(stream, commit.offset))
+
+    return _bounded(anomalies())
+
+
+def check_no_duplicates_after_commit(history: Sequence[HistoryRecord], group: str) -> list[Anomaly]:
+    """A group reads a stream offset again only while no commit of the group covered it.
+
+    Re-reading uncommitted messages after a member crash is at-least-once delivery; reading
+    a message the group had already committed is a duplicate.
+    """
+
+    def anomalies():
+        committed: dict[str, int] = {}
+        read: set[tuple[str, int]] = set()
+        for record in history:
+            if isinstance(record, Commit) and record.group == group:
+                committed[record.stream] = max(committed.get(record.stream, 0), record.offset)
+            elif isinstance(record, Consumed):
+                at = (record.stream, record.offset)
+                if at in read and record.offset < committed.get(record.stream, 0):
+                    yield Anomaly(Kind.DUPLICATE, f"{record.consumer} read {record.stream}@{record.offset} "
+                                                  f"({record.value!r}) again after the group committed "
+                                                  f"@{committed[record.stream]}")
+                read.add(at)
+
+    return _bounded(anomalies())
+
+
+def classify_reads(acks: Sequence[Ack], consumed: Sequence[Consumed], drained: bool) -> list[Anomaly]:
+    """Jepsen's lost/unseen split of acknowledged messages that were never read.
+
+    An unread acknowledged message is ``LOST`` when readers went past it or the run was
+    ``drained`` (every reader read everything there was); otherwise ``UNSEEN``. "Went past"
+    is judged per partition and key: a message of the same key acknowledged at a higher
+    offset of the same partition was read. Per key, not per partition, because a partition
+    is read through several VPs at independent paces; only a key's order is promised.
+    """
+    read_values = {record.value for record in consumed}
+    acked_at = {ack.value: ack for ack in acks}
+    highest_read: dict[tuple[int, bytes], int] = {}
+    for record in consumed:
+        ack = acked_at.get(record.value)
+        if ack is not None and ack.key is not None:
+            stream = (ack.partition, ack.key)
+            highest_read[stream] = max(highest_read.get(stream, -1), ack.offset)
+
+    def anomalies():
+        for ack in sorted(acks, key=lambda a: (a.partition, a.offset)):
+            if ack.value in read_values:
+                continue
+            passed = ack.key is not None and highest_read.get((ack.partition, ack.key), -1) > ack.offset
+            if passed:
+                kind, reason = Kind.LOST, f"a later message of key {ack.key!r} was read"
+            elif drained:
+                kind, reason = Kind.LOST, "the run was drained"
+            else:
+                kind, reason = Kind.UNSEEN, "no reader went past it yet"
+            yield Anomaly(kind, f"{ack.value!r} acknowledged at p{ack.partition}@{ack.offset} was never read: {reason}")
+
+    return _bounded(anomalies())

@@ -1,0 +1,27 @@
+"""Deterministic simulation of a mafka4 cluster around the real pure cores, from one seed.
+
+The simulator drives the real code (``ReplicaState``, ``Log`` on a simulated disk,
+``election.decide_partition``, ``failover.decide_failover``, ``feeding``/``split``,
+``TopicLayout``, ``RisrState``, ``StickyAssignor``, ``offsets_to_commit``) through thin shells
+that mirror the Ray actors, with a simulated clock (``scheduler``), network (``network``:
+delay, drop, duplicate, reorder, partitions) and disk (``disk``: torn writes, loss of
+unflushed data), all drawn from one ``random.Random(seed)``. The checkers that judge a run
+are in ``simulations/checkers.py``.
+
+    python3 -m simulations.dst --seed 1234 --trace     replay one seed
+    python3 -m simulations.dst --seeds 1000            many seeds, a summary
+
+Tests: ``tests/sim`` runs 200 seeds by default; ``MAFKA4_SIM_SEEDS=5000`` runs more.
+
+Modules: ``run`` (entry), ``cluster`` (phases, final checks), ``options`` (the seed's
+shape, and ``KNOWN_BUGS``: bugs of the code under test that the shells work around, each
+pinned by a strict xfail in ``tests/sim/test_known_bugs.py``), ``physical`` (replica shell),
+``write_node``, ``virtual`` (read nodes, VP shell), ``feeder``, ``producer``, ``group``
+(consumer group), ``coordinator`` (etcd + controller), ``resharding``, ``nemesis`` (faults),
+``messages``, ``env``, ``scheduler``, ``network``, ``disk``.
+
+What is simulated and what is not: see ``cluster`` (phases), ``disk`` (what a crash
+loses), ``nemesis`` (which faults, with which limits), ``coordinator`` (etcd never fails;
+controller failover is not simulated), ``feeder`` and ``virtual`` (deliberate deviations
+from the actors).
+"""

@@ -1,0 +1,272 @@
+"""The simulated coordinator: etcd's state and the controller, at one endpoint ("ctl").
+
+It holds what etcd holds (partition states, the split epochs, VP states, sealed end
+offsets, liveness) and never fails: etcd outages are out of scope, a node cut from "ctl"
+is what the simulator uses instead. On top, the controller's loop runs every
+``controller_interval_ms`` and takes its decisions from the real cores:
+
+* physical partitions: ``election.decide_partition`` with the live replicas (a heartbeat
+  listing the partition within ``lease_ttl_ms``), the registered write nodes and the
+  *fresh* replicas (started by the controller and not yet confirmed in a role, or leaders
+  that refused an epoch they already knew, as ``Controller._handle_partition`` does);
+  restarts and replacements are ``StartReplica``/``StopReplica`` messages; roles are
+  announced until each live replica confirmed the current epoch;
+* VPs: ``failover.decide_failover`` (``risr.pick_leader``) when a VP leader is not live.
+  A restarted VP leader (new node incarnation) is handled as the physical side handles a
+  fresh leader: another RISR member takes over if there is one, else the same replica
+  leads a new epoch (``decide_failover`` has no rule for this case; see the report);
+* ISR and RISR compare-and-swaps (``IsrWrite``): written only while the state names the
+  writer as leader of that epoch;
+* metadata reads for clients (``MetadataRequest``).
+
+Resharding and sealing live in ``resharding.py``, the consumer group in ``group.py``; both
+are driven from this loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from mafka4.coordinator.election import PartitionDecision, decide_partition
+from mafka4.coordinator.topics import PartitionState
+from mafka4.errors import StaleEpoch
+from mafka4.limits import TopicConfig
+from mafka4.physical.placement import assign_replicas
+from mafka4.virtual.failover import decide_failover
+from mafka4.virtual.metadata import VirtualPartitionState
+from mafka4.virtual.reshard import TopicLayout
+from simulations.dst import messages as m
+from simulations.dst.env import Env
+
+NAME = "ctl"
+
+
+class Coordinator:
+    def __init__(self, env: Env, write_nodes: list[str], read_nodes: list[str]):
+        self.env = env
+        options = env.options
+        self.write_nodes = write_nodes
+        self.read_nodes = read_nodes
+        self._node_names = frozenset(write_nodes) | frozenset(read_nodes)
+        self.topic_config = TopicConfig(
+            partitions=options.partitions, replication_factor=options.replication_factor,
+            min_insync_replicas=options.replica_config.min_insync_replicas,
+        )
+        assignment = assign_replicas(options.partitions, options.replication_factor, write_nodes)
+        self.partitions = {
+            p: PartitionState(p, replicas[0], 0, tuple(replicas), tuple(replicas))
+            for p, replicas in enumerate(assignment)
+        }
+        self.layout = TopicLayout.initial(options.partitions, options.virtual_partitions)
+        self.vps: dict[int, VirtualPartitionState] = {}
+        self._vp_fresh: dict[int, set[str]] = {}
+        self._vp_confirmed: dict[int, set[str]] = {}
+        for hash_range, vp in self.layout.current.ranges.items():
+            self.open_vp(vp, hash_range)
+        self.sealed_end_offsets: dict[int, int] = {}
+        self.reshard_pending: int | None = None
+        self._seen: dict[str, tuple[int, int, tuple[int, ...]]] = {}  # node -> (last heartbeat, incarnation, running)
+        self._fresh: dict[int, set[str]] = {p: set() for p in self.partitions}
+        self._refused: dict[int, set[str]] = {p: set() for p in self.partitions}
+        self._confirmed: dict[int, set[str]] = {p: set() for p in self.partitions}
+        # (virtual, partition or VP, replica) -> the role notices sent since that replica's process
+        # last (re)started: only their answers count, so an answer of a process that died since
+        # (still in flight) cannot confirm its successor.
+        self._notices: dict[tuple[bool, int, str], set[int]] = {}
+        self._offline_noted: set[int] = set()
+        self.elections_total = 0
+        self.vp_failovers_total = 0
+        self.resharding = None  # set by the run: a resharding.ReshardAdmin
+        self.group = None  # set by the run: a group.GroupCoordinator
+
+    # --- etcd-like state -----------------------------------------------------------------
+
+    def open_vp(self, vp: int, hash_range) -> None:
+        """Record a new VP (at creation or by a split epoch) with its read replicas."""
+        options = self.env.options
+        nodes = assign_replicas(1, options.read_replicas, self.read_nodes, start=vp)[0]
+        self.vps[vp] = VirtualPartitionState(vp, hash_range, nodes[0], 0, tuple(nodes), tuple(nodes))
+        self._vp_fresh[vp] = set()
+        self._vp_confirmed[vp] = set()
+
+    def metadata(self, request_id: int) -> m.Metadata:
+        return m.Metadata(
+            request_id, tuple(self.partitions[p] for p in sorted(self.partitions)), self.layout,
+            tuple(self.vps[vp] for vp in sorted(self.vps)), tuple(sorted(self.sealed_end_offsets.items())),
+            self.reshard_pending,
+        )
+
+    def is_live(self, node: str) -> bool:
+        seen = self._seen.get(node)
+        return seen is not None and self.env.now_ms - seen[0] <= self.env.options.lease_ttl_ms
+
+    def running(self, node: str) -> tuple[int, ...]:
+        return self._seen[node][2] if self.is_live(node) else ()
+
+    def _live_replicas(self, partition: int) -> set[str]:
+        return {r for r in self.partitions[partition].replicas if partition in self.running(r)}
+
+    def _live_vp_replicas(self, vp: int) -> set[str]:
+        # A read node starts a VP replica on its first role notice: a live node is a live replica.
+        return {r for r in self.vps[vp].replicas if self.is_live(r)}
+
+    # --- messages ------------------------------------------------------------------------
+
+    def handle(self, source: str, message: object) -> None:
+        if isinstance(message, m.Heartbeat) and message.node in self._node_names:
+            self._on_heartbeat(message)
+        elif isinstance(message, m.IsrWrite):
+            written = self._vp_risr_write(message) if message.virtual else self._isr_write(message)
+            self.env.network.send(NAME, source, m.IsrWriteResult(message.request_id, written))
+        elif isinstance(message, m.MetadataRequest):
+            self.env.network.send(NAME, source, self.metadata(message.request_id))
+        elif isinstance(message, m.RoleResult):
+            self._on_role_result(message)
+        elif isinstance(message, (m.PauseAck, m.VpSealAnswer)):
+            self.resharding.handle(source, message)
+        else:
+            self.group.handle(source, message)
+
+    def _on_heartbeat(self, message: m.Heartbeat) -> None:
+        previous = self._seen.get(message.node)
+        self._seen[message.node] = (self.env.now_ms, message.incarnation, message.running)
+        if message.node in self.read_nodes and (previous is None or previous[1] != message.incarnation):
+            for vp, state in self.vps.items():  # its VP replicas restarted: tell them their roles again
+                if message.node in state.replicas:
+                    self._vp_fresh[vp].add(message.node)
+                    self._vp_confirmed[vp].discard(message.node)
+                    self._notices.pop((True, vp, message.node), None)
+
+    def _isr_write(self, message: m.IsrWrite) -> bool:
+        state = self.partitions[message.partition]
+        if state.leader != message.replica_id or state.leader_epoch != message.leader_epoch:
+            return False
+        self.partitions[message.partition] = dataclasses.replace(state, isr=tuple(message.isr))
+        return True
+
+    def _vp_risr_write(self, message: m.IsrWrite) -> bool:
+        state = self.vps[message.partition]
+        if state.leader != message.replica_id or state.leader_epoch != message.leader_epoch:
+            return False
+        self.vps[message.partition] = dataclasses.replace(state, risr=tuple(message.isr))
+        return True
+
+    def _notice(self, partition: int, replica_id: str, virtual: bool) -> int:
+        request_id = self.env.request_id()
+        self._notices.setdefault((virtual, partition, replica_id), set()).add(request_id)
+        return request_id
+
+    def _on_role_result(self, message: m.RoleResult) -> None:
+        if message.request_id not in self._notices.get((message.virtual, message.partition, message.replica_id), ()):
+            return  # an answer to a notice sent to a process that died since
+        if message.virtual:
+            vp = message.partition
+            if message.failure is None and message.leader_epoch == self.vps[vp].leader_epoch:
+                self._vp_confirmed[vp].add(message.replica_id)
+                self._vp_fresh[vp].discard(message.replica_id)
+            return
+        state = self.partitions[message.partition]
+        if message.leader_epoch != state.leader_epoch:
+            return
+        if message.failure is None:
+            self._confirmed[message.partition].add(message.replica_id)
+            self._fresh[message.partition].discard(message.replica_id)
+        elif message.failure.error == StaleEpoch.__name__ and message.replica_id == state.leader:
+            self._refused[message.partition].add(message.replica_id)
+
+    # --- the controller's loop -----------------------------------------------------------
+
+    def control(self) -> None:
+        for partition in sorted(self.partitions):
+            self._control_partition(partition)
+        for vp in sorted(self.vps):
+            self._control_vp(vp)
+        self.resharding.step()
+        self.group.step()
+
+    def _start(self, partition: int, replica_id: str) -> None:
+        self._fresh[partition].add(replica_id)
+        self._confirmed[partition].discard(replica_id)
+        self._notices.pop((False, partition, replica_id), None)
+        self.env.network.send(NAME, replica_id, m.StartReplica(partition))
+
+    def _control_partition(self, partition: int) -> None:
+        state = self.partitions[partition]
+        live = self._live_replicas(partition)
+        registered = sorted(node for node in self.write_nodes if self.is_live(node))
+        fresh = frozenset((self._fresh[partition] | self._refused[partition]) & live)
+        decision = decide_partition(state, live, registered, self.topic_config, fresh)
+        if decision.restart and not decision.offline:
+            decision = self._restart_outside_the_isr(state, decision)
+        for replica_id in decision.restart:
+            if replica_id not in live:
+                self._start(partition, replica_id)
+        if decision.offline:
+            if partition not in self._offline_noted:
+                self._offline_noted.add(partition)
+                self.env.note(f"ctl: p{partition} offline: {decision.warning}")
+            return
+        self._offline_noted.discard(partition)
+        if decision.changed:
+            self.partitions[partition] = state = decision.state
+            self.elections_total += 1
+            self._refused[partition].clear()
+            self._fresh[partition].discard(state.leader)  # its new epoch is what it is told now
+            self._confirmed[partition].clear()
+            self.env.note(f"ctl: p{partition} leader {state.leader} epoch {state.leader_epoch} "
+                          f"replicas {list(state.replicas)} isr {list(state.isr)} (live {sorted(live)}, fresh {sorted(fresh)})")
+            for replica_id in decision.remove:
+                self.env.network.send(NAME, replica_id, m.StopReplica(partition))
+            for replica_id in decision.add:
+                self._start(partition, replica_id)
+        self._announce(partition, live)
+
+    def _restart_outside_the_isr(self, state: PartitionState, decision: PartitionDecision) -> PartitionDecision:
+        """Workaround "restarted-isr-member-electable" (``options.KNOWN_BUGS``): a replica restarted
+        while the partition has a live leader leaves the ISR first, in a new epoch."""
+        if "restarted-isr-member-electable" not in self.env.options.workarounds:
+            return decision
+        base = decision.state or state
+        isr = tuple(r for r in base.isr if r not in decision.restart)
+        if isr == base.isr or base.leader not in isr:
+            return decision
+        changed = dataclasses.replace(base, leader_epoch=state.leader_epoch + 1, isr=isr)
+        return dataclasses.replace(decision, state=changed)
+
+    def _announce(self, partition: int, live: set[str]) -> None:
+        state = self.partitions[partition]
+        for replica_id in sorted(live - self._confirmed[partition]):
+            if replica_id == state.leader:
+                message = m.BecomeLeader(self._notice(partition, replica_id, False), partition, state.leader_epoch,
+                                         state.replicas, state.isr)
+            else:
+                message = m.BecomeFollower(self._notice(partition, replica_id, False), partition, state.leader_epoch,
+                                           state.leader)
+            self.env.network.send(NAME, replica_id, message)
+
+    def _control_vp(self, vp: int) -> None:
+        state = self.vps[vp]
+        alive = self._live_vp_replicas(vp)
+        fresh = self._vp_fresh[vp] & alive
+        if state.leader in fresh:
+            decided = decide_failover(state, alive - {state.leader})
+            if decided is None:
+                decided = dataclasses.replace(state, leader_epoch=state.leader_epoch + 1)
+        else:
+            decided = decide_failover(state, alive)
+        if decided is None:
+            return  # leaderless: no live RISR member; consumers of this VP wait
+        if decided is not state:
+            self._vp_fresh[vp].discard(state.leader)  # the restart is accounted for by the new epoch
+            self.vps[vp] = state = decided
+            self.vp_failovers_total += 1
+            self._vp_confirmed[vp].clear()
+            self.env.note(f"ctl: vp{vp} leader {state.leader} epoch {state.leader_epoch} risr {list(state.risr)} "
+                          f"(alive {sorted(alive)}, restarted {sorted(fresh)})")
+        for replica_id in sorted(alive - self._vp_confirmed[vp]):
+            if replica_id == state.leader:
+                message = m.VpBecomeLeader(self._notice(vp, replica_id, True), vp, state.leader_epoch, state.replicas,
+                                           state.risr)
+            else:
+                message = m.VpBecomeFollower(self._notice(vp, replica_id, True), vp, state.leader_epoch, state.leader)
+            self.env.network.send(NAME, replica_id, message)

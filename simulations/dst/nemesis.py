@@ -1,0 +1,160 @@
+"""The fault injector: crashes, restarts and partitions during the chaos phase of a run.
+
+Every ``fault_interval_ms`` on average it picks one fault, which undoes itself after a random
+duration:
+
+* a write node crashes (power loss: it loses unflushed data, ``SimDisk.crash``, only while
+  every partition is fully in sync, see ``_fully_replicated``; or a process crash) or stops
+  cleanly, and boots again later; its replicas come back only when the coordinator restarts
+  them;
+* a write node is cut off from every other endpoint, from the coordinator only, or from one
+  other write node (an asymmetric view of the cluster), then healed;
+* a read node crashes (VP replicas) or is cut off; a feeder or a consumer crashes and
+  restarts with empty memory.
+
+At most ``faulty_write_nodes_max`` write nodes are down or cut off at once. ``heal_all``
+ends the chaos: every cut link is restored, every process boots, the network stops dropping
+and duplicating, and the run drains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from simulations.dst.env import Env
+
+FEEDER_DOWNTIME_MS_MIN = 100  # above any message delay: no call of a dead feeder is still in flight
+
+
+class Nemesis:
+    def __init__(self, env: Env, cluster):
+        self.env = env
+        self.cluster = cluster
+        self._faulty: set[str] = set()
+        self._cuts: dict[int, list[tuple[str, str]]] = {}
+        self._down: dict[str, object] = {}  # endpoint name -> the process to boot
+        self._faults = 0
+        self.counts: dict[str, int] = {}
+
+    def start(self) -> None:
+        self.env.scheduler.after(self._interval(), self._fault)
+
+    def _interval(self) -> int:
+        mean = self.env.options.fault_interval_ms
+        return self.env.rng.randint(mean // 2, mean * 3 // 2)
+
+    def _fault(self) -> None:
+        if self.env.now_ms >= self.env.options.chaos_ms:
+            return
+        rng = self.env.rng
+        cluster = self.cluster
+        kind = rng.choices(
+            ("crash-write", "stop-write", "isolate-write", "cut-coordinator", "cut-pair",
+             "crash-read", "isolate-read", "crash-feeder", "crash-consumer"),
+            weights=(4, 1, 2, 2, 1, 2, 1, 1, 1),
+        )[0]
+        healthy_writers = [n for n in cluster.write_nodes if n.up and n.name not in self._faulty]
+        may_fault_writer = len(self._faulty) < self.env.options.faulty_write_nodes_max and healthy_writers
+        duration_ms = rng.randint(30, 600)
+        if kind in ("crash-write", "stop-write") and may_fault_writer:
+            node = rng.choice(healthy_writers)
+            power_loss = kind == "crash-write" and self.env.options.power_loss and self._fully_replicated() \
+                and rng.random() < 0.8
+            self._faulty.add(node.name)
+            if kind == "stop-write":
+                node.stop()
+            else:
+                node.crash(power_loss)
+            self._count(f"{kind}{'-power-loss' if power_loss else ''}", f"{node.name} down for {duration_ms} ms")
+            self._down_for(node, duration_ms, writer=True)
+        elif kind in ("isolate-write", "cut-coordinator", "cut-pair") and may_fault_writer:
+            node = rng.choice(healthy_writers)
+            if kind == "isolate-write":
+                others = cluster.endpoints()
+            elif kind == "cut-coordinator":
+                others = ["ctl"]
+            else:
+                others = [rng.choice([n.name for n in cluster.write_nodes if n is not node])]
+            self._faulty.add(node.name)
+            self._cut(node.name, others, duration_ms, writer=True)
+            self._count(kind, f"{node.name} cut from {others if len(others) < 3 else 'everyone'} for {duration_ms} ms")
+        elif kind == "crash-read":
+            up = [n for n in cluster.read_nodes if n.up]
+            if up:
+                node = rng.choice(up)
+                node.crash(power_loss=self.env.options.power_loss)
+                self._count(kind, f"{node.name} down for {duration_ms} ms")
+                self._down_for(node, duration_ms, writer=False)
+        elif kind == "isolate-read":
+            node = rng.choice(cluster.read_nodes)
+            self._cut(node.name, cluster.endpoints(), duration_ms, writer=False)
+            self._count(kind, f"{node.name} cut from everyone for {duration_ms} ms")
+        elif kind == "crash-feeder":
+            up = [f for f in cluster.feeders if f.up]
+            if up:
+                feeder = rng.choice(up)
+                feeder.crash()
+                self._count(kind, f"{feeder.name} restarts")
+                self._down_for(feeder, max(duration_ms, FEEDER_DOWNTIME_MS_MIN), writer=False)
+        elif kind == "crash-consumer":
+            up = [c for c in cluster.consumers if c.up]
+            if up:
+                consumer = rng.choice(up)
+                consumer.crash()
+                self._count(kind, f"{consumer.name} restarts")
+                self._down_for(consumer, duration_ms, writer=False)
+        self.env.scheduler.after(self._interval(), self._fault)
+
+    def _fully_replicated(self) -> bool:
+        """Every partition's ISR (as the coordinator holds it) is its whole replica set.
+
+        A power loss is injected only then: every acknowledged batch is on every replica, so
+        losing one machine's unflushed tail must lose nothing acknowledged. Losing the tail
+        of the only in-sync replica is data loss by configuration (acks=all with an ISR of
+        one, no fsync), not a bug, and is left out.
+        """
+        return all(set(state.isr) == set(state.replicas) for state in self.cluster.coordinator.partitions.values())
+
+    def _count(self, kind: str, text: str) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        self.env.note(f"nemesis: {kind}: {text}")
+
+    def _down_for(self, process, duration_ms: int, writer: bool) -> None:
+        self._down[process.name] = process
+
+        def boot() -> None:
+            if self._down.pop(process.name, None) is not None:
+                process.boot()
+                self.env.note(f"nemesis: {process.name} boots")
+            if writer:
+                self._faulty.discard(process.name)
+
+        self.env.scheduler.after(duration_ms, boot)
+
+    def _cut(self, name: str, others, duration_ms: int, writer: bool) -> None:
+        self._faults += 1
+        fault = self._faults
+        links = [(name, other) for other in others if other != name]
+        self._cuts[fault] = links
+        for a, b in links:
+            self.env.network.cut(a, b)
+
+        def heal() -> None:
+            for a, b in self._cuts.pop(fault, ()):
+                self.env.network.uncut(a, b)
+            if writer:
+                self._faulty.discard(name)
+
+        self.env.scheduler.after(duration_ms, heal)
+
+    def heal_all(self) -> None:
+        for fault in sorted(self._cuts):
+            for a, b in self._cuts.pop(fault):
+                self.env.network.uncut(a, b)
+        assert self.env.network.cut_links == 0
+        for name in sorted(self._down):
+            self._down.pop(name).boot()
+        self._faulty.clear()
+        config = self.env.network.config
+        self.env.network.config = dataclasses.replace(config, drop_probability=0.0, duplicate_probability=0.0)
+        self.env.note("nemesis: heal everything; the run drains")

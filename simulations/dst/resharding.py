@@ -1,0 +1,108 @@
+"""Resharding and sealing, run by the coordinator: the shell around ``virtual/reshard.py``.
+
+The real cores decide (``TopicLayout.plan_split`` / ``plan_merge``, ``is_sealed``); this
+module is the protocol around them that the production shells do not have yet, built as
+``reshard.py``'s docstring asks: "the shell must stop the feeder of p from passing the
+proposed cut[p] under the old epoch until the new epoch is stored".
+
+1. Start: record a pending reshard id (metadata shows it to the feeders); each feeder stops
+   after its current round and answers ``PauseAck`` with its ``fed_through``.
+2. Once every partition answered: cut[p] = fed_through[p] plus a random slack (0 to 3
+   offsets: a cut above what was fed is legal, the parents then get the records below it),
+   plan a split of a random active VP or a merge of two neighbours, append the epoch, open
+   the children (``Coordinator.open_vp``) and clear the pending id in the same step, so the
+   metadata the feeders read next holds the new layout. A reshard whose acks do not all come
+   within ``PAUSE_TIMEOUT_MS`` is abandoned (the pending id is cleared, nothing changes).
+3. Sealing: for each closed, unsealed VP, its leader is asked (``VpSealQuery``) what every
+   feeder reported as fed to it; when ``is_sealed`` holds and its high watermark reached its
+   log end, that log end is its sealed end offset (children become readable by the group
+   once the parent is consumed to it).
+"""
+
+from __future__ import annotations
+
+from simulations.dst import messages as m
+from simulations.dst.coordinator import NAME
+from simulations.dst.env import Env
+
+PAUSE_TIMEOUT_MS = 400
+VIRTUAL_PARTITIONS_MAX = 6
+
+
+class ReshardAdmin:
+    def __init__(self, env: Env, coordinator):
+        self.env = env
+        self.coordinator = coordinator
+        self._pending_since_ms = 0
+        self._acks: dict[int, int] = {}
+        self._reshard_ids = 0
+        self.reshards_total = 0
+        self.abandoned_total = 0
+        self._next_reshard_ms = self._draw_next()
+        self._seal_queries: dict[int, int] = {}  # request id -> vp
+
+    def _draw_next(self) -> int:
+        return self.env.now_ms + self.env.rng.randint(100, max(200, self.env.options.chaos_ms // 2))
+
+    def step(self) -> None:
+        coordinator = self.coordinator
+        now_ms = self.env.now_ms
+        if coordinator.reshard_pending is not None:
+            if len(self._acks) == self.env.options.partitions:
+                self._reshard()
+            elif now_ms - self._pending_since_ms >= PAUSE_TIMEOUT_MS:
+                self.env.note(f"reshard {coordinator.reshard_pending} abandoned: feeders {sorted(self._acks)} paused")
+                coordinator.reshard_pending = None
+                self.abandoned_total += 1
+        elif (self.reshards_total < self.env.options.reshards_max and now_ms >= self._next_reshard_ms
+              and now_ms < self.env.options.chaos_ms):
+            self._reshard_ids += 1
+            coordinator.reshard_pending = self._reshard_ids
+            self._pending_since_ms = now_ms
+            self._acks = {}
+        self._query_seals()
+
+    def _reshard(self) -> None:
+        coordinator, rng = self.coordinator, self.env.rng
+        layout = coordinator.layout
+        fed_through = [self._acks[p] for p in range(self.env.options.partitions)]
+        cut = [max(fed, old) + rng.choice((0, 0, 1, 3)) for fed, old in zip(fed_through, layout.current.cut)]
+        active = list(layout.current.ranges.vp_ids)  # in hash order: neighbours are adjacent
+        if len(active) > 1 and (len(active) >= VIRTUAL_PARTITIONS_MAX or rng.random() < 0.4):
+            index = rng.randrange(len(active) - 1)
+            epoch = layout.plan_merge(active[index], active[index + 1], cut, fed_through)
+        else:
+            epoch = layout.plan_split(rng.choice(active), cut, fed_through)
+        coordinator.layout = layout.append(epoch)
+        for vp in epoch.children:
+            coordinator.open_vp(vp, epoch.ranges.range_of(vp))
+        coordinator.reshard_pending = None
+        self.reshards_total += 1
+        self._next_reshard_ms = self._draw_next()
+        self.env.note(f"reshard: split epoch {epoch.epoch}: {list(epoch.parents)} -> {list(epoch.children)} "
+                      f"cut {list(epoch.cut)} (fed through {fed_through})")
+
+    def _query_seals(self) -> None:
+        coordinator = self.coordinator
+        for vp, state in sorted(coordinator.vps.items()):
+            if vp in coordinator.sealed_end_offsets or coordinator.layout.closing_epoch(vp) is None:
+                continue
+            request_id = self.env.request_id()
+            self._seal_queries[request_id] = vp
+            self.env.network.send(NAME, state.leader, m.VpSealQuery(request_id, vp, state.leader_epoch))
+
+    def handle(self, source: str, message: object) -> None:
+        coordinator = self.coordinator
+        if isinstance(message, m.PauseAck):
+            if message.reshard_id == coordinator.reshard_pending:
+                self._acks[message.partition] = message.fed_through
+            return
+        assert isinstance(message, m.VpSealAnswer), message
+        vp = self._seal_queries.pop(message.request_id, None)
+        if vp is None or message.failure is not None or vp in coordinator.sealed_end_offsets:
+            return
+        fed = dict(message.fed_through)
+        fed_through = [fed.get(p, 0) for p in range(self.env.options.partitions)]
+        if coordinator.layout.is_sealed(vp, fed_through) and message.high_watermark == message.log_end_offset:
+            coordinator.sealed_end_offsets[vp] = message.log_end_offset
+            self.env.note(f"vp{vp} sealed at {message.log_end_offset}")

@@ -1,0 +1,121 @@
+"""``fleet model`` and ``fleet calibrate``: the fleet-scale model's commands.
+
+``add_fleet_parser(subparsers)`` registers them under a ``fleet`` command of an argparse
+parser (``mafka4.cli`` wires it in); each handler returns an exit code and lets ``MafkaError``
+propagate, so the caller prints it as a one-line error. ``python -m simulations.fleet.cli``
+runs them standalone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from typing import Sequence
+
+from simulations.fleet.config import CONSUMER_SCALES_DEFAULT, ROWS_DEFAULT, TOPICS_DEFAULT, ModelConfig
+
+CALIBRATION_OUT_DEFAULT = "results/fleet/calibration.json"
+MODEL_OUT_DEFAULT = "results/fleet"
+
+
+def _calibration_overrides(pairs: list[str]) -> dict[str, float]:
+    from mafka4.errors import InvalidConfig
+
+    overrides = {}
+    for pair in pairs:
+        name, _, value = pair.partition("=")
+        try:
+            overrides[name.strip()] = float(value)
+        except ValueError:
+            raise InvalidConfig(f"--set {pair!r} is not NAME=NUMBER, e.g. --set idle_wakeup_cpu_cores_per_partition=0") from None
+    return overrides
+
+
+def _cmd_fleet_model(args: argparse.Namespace) -> int:
+    from simulations.fleet.params import DEFAULT_CALIBRATION, CalibrationParams, load_calibration
+    from simulations.fleet.sweep import SweepSettings, run_sweep
+    from simulations.fleet.workload import WorkloadConfig
+
+    params = load_calibration(args.calibration) if args.calibration else DEFAULT_CALIBRATION
+    overrides = _calibration_overrides(args.set or [])
+    if overrides:
+        params = CalibrationParams.from_json({**params.to_json(), **overrides})
+    model = replace(ModelConfig(), feeder_calls_every_vp=not args.feeder_touched_vps_only)
+    if args.produce_tp999_ms_target is not None:
+        model = replace(model, produce_tp999_ms_target=args.produce_tp999_ms_target)
+    workload = WorkloadConfig() if args.read_replicas is None else replace(WorkloadConfig(), read_replicas=args.read_replicas)
+    settings = SweepSettings(seed=args.seed, topics=tuple(args.topics), consumer_scales=tuple(args.consumer_scales),
+                             rows=args.rows, workload=workload, model=model, experiment_id=args.experiment_id or "")
+    print(f"fleet model: seed {settings.seed}, topics {list(settings.topics)}, consumer scales "
+          f"{list(settings.consumer_scales)}, calibration {args.calibration or 'default'}"
+          f"{', overrides ' + str(overrides) if overrides else ''}", file=sys.stderr)
+    summary = run_sweep(args.out, settings, params, args.calibration, use_ray=args.ray)
+    print(f"{'topics':>7} {'x':>4} {'design':<7} {'P':>8} {'VPs':>8} {'write':>6} {'read':>6} {'nodes':>6} "
+          f"{'bound':<9} {'produce tp999':>13} {'e2e tp999':>10}")
+    for run in summary:
+        print(f"{run['topics']:>7} {run['consumers_scale']:>4g} {run['design']:<7} {run['physical_partitions']:>8} "
+              f"{run['virtual_partitions']:>8} {run['write_nodes']:>6} {run['read_nodes']:>6} {run['nodes']:>6} "
+              f"{run['write_constraint']:<9} {run['produce_latency_ms']['tp999']:>13.1f} "
+              f"{run['end_to_end_latency_ms']['tp999']:>10.1f}")
+    print(f"event logs, calibration.json and fleet_summary.json written to {args.out}", file=sys.stderr)
+    return 0
+
+
+def _cmd_fleet_calibrate(args: argparse.Namespace) -> int:
+    import json
+
+    from simulations.fleet.calibrate import run_calibration
+
+    document = run_calibration(args.out, command=" ".join(["fleet calibrate", "--out", args.out]))
+    print(json.dumps(document["derived"], indent=2))
+    for note in document["notes"]:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"calibration written to {args.out} ({document['elapsed_s']} s)", file=sys.stderr)
+    return 0
+
+
+
+def add_fleet_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``fleet model`` and ``fleet calibrate`` on ``subparsers``; returns the ``fleet`` parser."""
+    fleet = subparsers.add_parser("fleet", help="fleet-scale model: nodes and tail latency of Mafka3 vs Mafka4")
+    commands = fleet.add_subparsers(dest="fleet_command", required=True, metavar="ACTION")
+    model = commands.add_parser("model", help="size both designs over fleet sizes; write event logs")
+    model.add_argument("--out", default=MODEL_OUT_DEFAULT, help="output directory (default %(default)s)")
+    model.add_argument("--seed", type=int, default=7, help="workload seed (default %(default)s)")
+    model.add_argument("--topics", type=int, nargs="+", default=list(TOPICS_DEFAULT),
+                       help="fleet sizes in topics (default %(default)s)")
+    model.add_argument("--consumer-scales", type=float, nargs="+", default=list(CONSUMER_SCALES_DEFAULT),
+                       help="multipliers of every group's consumers (default %(default)s)")
+    model.add_argument("--calibration", help="calibration.json from 'fleet calibrate' (default: the shipped one)")
+    model.add_argument("--rows", type=int, default=ROWS_DEFAULT, help="sampled messages per event log (default %(default)s)")
+    model.add_argument("--produce-tp999-ms-target", type=float, help="produce tp999 each design must meet (default %s)" % ModelConfig().produce_tp999_ms_target)
+    model.add_argument("--read-replicas", type=int, help="replicas per virtual partition (default 2)")
+    model.add_argument("--set", action="append", metavar="NAME=VALUE",
+                       help="override one calibration figure (what-if), e.g. idle_wakeup_cpu_cores_per_partition=0")
+    model.add_argument("--feeder-touched-vps-only", action="store_true",
+                       help="what-if: a feeder round calls only the VPs its messages hash to (the runtime calls every VP)")
+    model.add_argument("--experiment-id", help="experiment_id of the event logs (default fleet-model-seed<seed>)")
+    model.add_argument("--ray", action="store_true", help="run the configurations as tasks on a local Ray")
+    model.set_defaults(run=_cmd_fleet_model)
+    calibrate = commands.add_parser("calibrate", help="measure the runtime's costs on a throwaway local cluster (~3 min)")
+    calibrate.add_argument("--out", default=CALIBRATION_OUT_DEFAULT, help="calibration.json path (default %(default)s)")
+    calibrate.set_defaults(run=_cmd_fleet_calibrate)
+    return fleet
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from mafka4.errors import MafkaError
+
+    parser = argparse.ArgumentParser(prog="python -m simulations.fleet.cli")
+    add_fleet_parser(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    args = parser.parse_args(["fleet", *(argv if argv is not None else sys.argv[1:])])
+    try:
+        return args.run(args)
+    except MafkaError as error:
+        print(f"fleet: error: {error.message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""Fuzzing log recovery (``mafka4.physical.log``): damaged files never make the log serve a bad batch.
+
+A log is written, stopped (uncleanly: the descriptors are just closed, as when the process
+dies; or cleanly with ``close``), its files damaged (truncated, bits flipped), and opened
+again. What recovery promises (log.py's docstring) is checked: ``open`` does not raise, the
+log it recovers is a prefix of what was written, and every batch a read returns is whole,
+CRC-valid, contiguous, and holds the records that were written at those offsets.
+
+Damage confined to what recovery scans (the segments after the recovery point, any file
+when the checkpoint is gone, indexes anywhere) is always survived. Bit rot inside a segment
+that recovery trusts (fsynced before a clean shutdown) is only caught if the read path
+checks CRCs, which it does not: the last test pins that finding (strict xfail).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mafka4.limits import LogConfig
+from mafka4.physical.log import RECOVERY_POINT_FILE, Log
+from mafka4.records import check_batch, decode_batches, encode_batch, iter_batches, stamp
+
+EXAMPLES = int(os.environ.get("MAFKA4_FUZZ_EXAMPLES", "40"))
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def write_log(directory: Path, batches: int, config: LogConfig) -> tuple[list[bytes], Log]:
+    """Append ``batches`` one- or two-record batches; return every value in offset order and the log."""
+    log = Log.open(directory, config, 0)
+    values: list[bytes] = []
+    for index in range(batches):
+        records = [(b"k%d" % (index % 3), b"value-%d-%d" % (index, i), 1000 + index, None) for i in range(1 + index % 2)]
+        batch = bytearray(encode_batch(records))
+        stamp(batch, log.log_end_offset, 0)
+        log.append(batch, 1000 + index)
+        values += [value for _, value, _, _ in records]
+    return values, log
+
+
+def die(log: Log, directory: Path) -> None:
+    """The process dies: its descriptors close, nothing is flushed or marked clean."""
+    prefix = str(directory) + os.sep
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if target.startswith(prefix):
+            os.close(int(name))
+
+
+def read_everything(log: Log) -> bytes:
+    chunks, offset = [], log.log_start_offset
+    while offset < log.log_end_offset:
+        data = log.read(offset, 1 << 20)
+        assert data, f"no batch readable at {offset} below the log end {log.log_end_offset}"
+        chunks.append(data)
+        *_, (_, last) = iter_batches(data, check_crc=False)
+        offset = last.next_offset
+    return b"".join(chunks)
+
+
+def assert_serves_a_prefix(log: Log, values: list[bytes]) -> None:
+    data = read_everything(log)
+    position, expected_offset = 0, log.log_start_offset
+    while position < len(data):
+        header = check_batch(data, position)  # raises CorruptRecord: a corrupt batch was served
+        assert header.base_offset == expected_offset, (header.base_offset, expected_offset)
+        expected_offset = header.next_offset
+        position += header.size_bytes
+    assert expected_offset == log.log_end_offset
+    assert [record.value for record in decode_batches(data)] == values[:log.log_end_offset]
+
+
+def damage(path: Path, data: st.DataObject) -> None:
+    size = path.stat().st_size
+    if data.draw(st.booleans(), label="truncate") or size == 0:
+        os.truncate(path, data.draw(st.integers(0, size), label="kept bytes"))
+        return
+    with open(path, "r+b") as handle:
+        for _ in range(data.draw(st.integers(1, 3), label="flips")):
+            position = data.draw(st.integers(0, size - 1), label="byte")
+            handle.seek(position)
+            byte = handle.read(1)[0] ^ (1 << data.draw(st.integers(0, 7), label="bit"))
+            handle.seek(position)
+            handle.write(bytes([byte]))
+
+
+log_configs = st.builds(
+    LogConfig, segment_bytes_max=st.just(4096), retention_ms=st.none(),
+    flush_interval_ms=st.none(), flush_interval_messages=st.sampled_from([None, 1, 7]),
+    index_interval_bytes=st.sampled_from([32, 256, 1024]),
+)
+
+
+@FUZZ
+@given(st.integers(1, 120), log_configs, st.data())
+def test_damage_that_recovery_scans_never_makes_the_log_serve_a_bad_batch(batches, config, data):
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        values, log = write_log(directory, batches, config)
+        segments = sorted(directory.glob("*.log"))
+        die(log, directory)
+        lose_checkpoint = data.draw(st.booleans(), label="lose the recovery point")
+        if lose_checkpoint:
+            (directory / RECOVERY_POINT_FILE).unlink(missing_ok=True)
+        # Without a checkpoint every segment is scanned; with one, the last one surely is.
+        candidates = segments if lose_checkpoint else segments[-1:]
+        victims = data.draw(st.lists(st.sampled_from(candidates), min_size=1, max_size=2), label="segments")
+        for segment in victims:
+            suffix = data.draw(st.sampled_from([".log", ".log", ".index", ".timeindex"]), label="file")
+            path = segment.with_suffix(suffix)
+            if path.exists():
+                damage(path, data)
+        recovered = Log.open(directory, config, 5000)
+        try:
+            assert_serves_a_prefix(recovered, values)
+        finally:
+            recovered.close()
+
+
+@FUZZ
+@given(st.integers(1, 120), log_configs, st.booleans(), st.data())
+def test_damaged_indexes_or_checkpoint_never_change_what_is_read(batches, config, clean, data):
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        values, log = write_log(directory, batches, config)
+        if clean:
+            log.close()
+        else:
+            log.flush()
+            die(log, directory)
+        files = sorted(directory.glob("*.index")) + sorted(directory.glob("*.timeindex"))
+        files.append(directory / RECOVERY_POINT_FILE)
+        for path in data.draw(st.lists(st.sampled_from(files), min_size=1, max_size=3), label="files"):
+            damage(path, data)
+        recovered = Log.open(directory, config, 5000)
+        try:
+            assert recovered.log_end_offset == len(values)
+            assert_serves_a_prefix(recovered, values)
+            for offset in range(0, len(values), 7):  # lookups through the damaged indexes
+                assert decode_batches(recovered.read(offset, 1))[0].offset <= offset
+        finally:
+            recovered.close()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "finding: Log.read/Segment.read do not verify CRCs; a bit flipped inside a segment that recovery "
+    "trusts (fsynced, clean shutdown) is served to followers, feeders and consumers"))
+def test_a_bit_flipped_in_a_trusted_segment_is_never_served():
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        config = LogConfig(segment_bytes_max=4096, retention_ms=None, index_interval_bytes=256)
+        values, log = write_log(directory, 100, config)
+        log.close()
+        first = sorted(directory.glob("*.log"))[0]
+        data = first.read_bytes()
+        position, second = list(iter_batches(data))[1]
+        last_byte = position + second.size_bytes - 1  # a payload byte: the framing stays intact
+        with open(first, "r+b") as handle:
+            handle.seek(last_byte)
+            handle.write(bytes([data[last_byte] ^ 0x01]))
+        recovered = Log.open(directory, config, 5000)
+        try:
+            assert_serves_a_prefix(recovered, values)  # raises CorruptRecord today: the bad batch is served
+        finally:
+            recovered.close()

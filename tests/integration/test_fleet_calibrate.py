@@ -1,0 +1,34 @@
+"""``fleet calibrate`` against a live local cluster (etcd + Ray): slow, excluded by default.
+
+Run with ``pytest -m slow tests/integration/test_fleet_calibrate.py``. The calibration starts
+and stops its own cluster in a temp home, so no other cluster may run in this test session.
+"""
+
+import json
+
+import pytest
+
+from simulations.fleet.calibrate import CalibrationSettings, run_calibration
+from simulations.fleet.params import load_calibration
+
+SMALL = CalibrationSettings(small_messages=300, large_messages=5000, big_messages=300, feed_small_messages=200,
+                            feed_large_messages=3000, idle_window_s=2.0, extra_partitions_per_node=2, paced_seconds=2,
+                            pass_trials=2, wake_trials=4)
+
+
+@pytest.mark.slow
+def test_calibration_measures_a_live_cluster_and_writes_usable_parameters(tmp_path):
+    path = tmp_path / "calibration.json"
+    document = run_calibration(path, SMALL, command="pytest test_fleet_calibrate")
+    params = load_calibration(path)
+    assert json.loads(path.read_text())["derived"] == params.to_json() == document["derived"]
+    assert document["command"] == "pytest test_fleet_calibrate" and document["git_commit"] and document["date"]
+    assert params.produce_msg_cpu_us > 0 and params.produce_request_cpu_us > 0
+    assert params.feeder_msg_cpu_us > 0 and params.vp_feed_msg_cpu_us > 0
+    assert 1.0 < params.replica_memory_mb < 4096 and 1.0 < params.vp_replica_memory_mb < 4096
+    assert 0.0 <= params.idle_replica_cpu_cores < 1.0
+    assert params.produce_base_latency_ms > 0
+    raw = document["raw"]
+    assert [run["messages"] for run in raw["produce"]["rf1"]] == [300, 5000, 300]
+    assert all(run["rounds"] >= 1 for run in raw["feed"]["runs"])
+    assert len(raw["latency"]["base_p50_ms"]) == 2

@@ -1,0 +1,76 @@
+"""Mafka4-mode consumer groups on a real cluster with two read nodes (RR=2).
+
+Members own virtual partitions; a joiner takes a free VP, a handed-over VP or a child of a
+split of the busiest VP; a leaver's VPs move to the others after its last commit. Checked
+against what the producer had acknowledged: every acknowledged message is consumed at least
+once, each key's messages are first seen in produce order (across handovers and splits), and
+no physical record is in two VPs. The full-size run (50,000 messages) is marked slow.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from mafka4.client.admin import Admin
+from mafka4.client.group_admin import GroupAdmin
+from mafka4.coordinator.topics import TopicStore
+from mafka4.virtual.metadata import VirtualStore
+
+from virtual_helpers import Deliveries, Member, ProduceLoop, check_exactly_once, topic_name, wait_until
+
+
+def active_vps(connection, topic: str) -> tuple[int, ...]:
+    config = TopicStore(connection.store, connection.cluster).get(topic).config
+    layout = VirtualStore(connection.store, connection.cluster).layout(topic, config.partitions, config.virtual_config())
+    return layout.current.ranges.vp_ids
+
+
+def run_joins_and_leaves(connection, messages: int, members_max: int, leavers: int, join_interval_s: float) -> None:
+    admin = Admin(connection)
+    topic, group = topic_name("vgroup"), topic_name("g")
+    admin.create_topic(topic, partitions=2, replication_factor=2, virtual_partitions=4, read_replicas=2, read_mode="mafka4")
+    deliveries = Deliveries()
+    settings = dict(auto_commit_interval_ms=1000, member_lease_ttl_s=6)
+    # Paced so that the joins happen while the producer runs.
+    duration_s = join_interval_s * (members_max + leavers + 2)
+    loop = ProduceLoop(connection, topic, messages_max=messages, pause_s=max(100 * duration_s / messages, 0.001))
+    members: list[Member] = []
+    try:
+        for index in range(members_max):
+            member = Member(connection, topic, group, f"m{index}", deliveries, **settings)
+            members.append(member)
+            # Each joiner gets capacity (a free VP, a handover or a split) and reads, while the others go on.
+            assert wait_until(lambda: deliveries.by_member(member.name) > 0 or loop.done, 120), \
+                f"{member.name} never received a message"
+            time.sleep(join_interval_s)
+        assert len(active_vps(connection, topic)) >= members_max, "the VPs were split up to one per member"
+        for member in members[:leavers]:
+            member.leave()
+            time.sleep(join_interval_s)
+        assert wait_until(lambda: loop.done, 600), "the producer did not finish"
+        acknowledged = loop.stop()
+        expected = {value for _, _, _, value in acknowledged}
+        assert wait_until(lambda: expected <= deliveries.values(), 300), \
+            f"{len(expected - deliveries.values())} acknowledged messages never consumed"
+        with GroupAdmin(connection) as groups:
+            described = groups.describe_group(group)
+        assert {row.vp for row in described.virtual_partitions} >= set(active_vps(connection, topic))
+        assert len(described.members) == members_max - leavers
+    finally:
+        loop.stop()
+        for member in members[leavers:]:
+            member.leave()
+    assert len(acknowledged) == messages
+    deliveries.check_per_key_order()
+    check_exactly_once(connection, topic, acknowledged)
+
+
+def test_members_joining_one_by_one_split_vps_and_leavers_hand_theirs_over(read_cluster):
+    run_joins_and_leaves(read_cluster, messages=12_000, members_max=8, leavers=2, join_interval_s=2)
+
+
+@pytest.mark.slow
+def test_fifty_thousand_messages_while_eight_members_join_and_two_leave(read_cluster):
+    run_joins_and_leaves(read_cluster, messages=50_000, members_max=8, leavers=2, join_interval_s=4)

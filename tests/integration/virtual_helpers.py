@@ -1,0 +1,208 @@
+"""Helpers of the read-path integration tests: a keyed produce loop and checks of the VP logs."""
+
+from __future__ import annotations
+
+import collections
+import secrets
+import threading
+import time
+
+import ray
+
+from mafka4.client.consumer import Consumer
+from mafka4.client.producer import Producer
+from mafka4.client.virtual_consumer import VirtualConsumer
+from mafka4.coordinator.topics import TopicStore
+from mafka4.hashing import key_hash
+from mafka4.records import decode_batches
+from mafka4.virtual.launcher import vp_handle
+from mafka4.virtual.metadata import VirtualStore
+from mafka4.virtual.split import source_of
+
+KEYS = [f"key-{i}".encode() for i in range(24)]
+WAIT_S = 60
+
+
+def topic_name(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(3)}"
+
+
+def wait_until(predicate, timeout_s: float = WAIT_S, interval_s: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return predicate()
+
+
+class ProduceLoop:
+    """Keyed messages "<key>:<n>" (n counts per key) in a thread; remembers what was acknowledged.
+
+    ``after``: the acknowledged messages of an earlier loop on the topic, whose numbering this one
+    continues. ``messages_max``: stop sending after that many. ``pause_s``: pause after each 100.
+    """
+
+    def __init__(self, connection, topic: str, after=(), messages_max: int | None = None, pause_s: float = 0.01):
+        self.acknowledged: list[tuple[int, int, bytes, bytes]] = []  # (partition, offset, key, value)
+        self.failures: list[BaseException] = []
+        self.sent = 0
+        self._counts = collections.Counter()
+        for _, _, key, value in after:
+            self._counts[key] = max(self._counts[key], int(value.rsplit(b":", 1)[1]) + 1)
+        self._messages_max, self._pause_s = messages_max, pause_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(connection, topic), daemon=True)
+        self._thread.start()
+
+    def _run(self, connection, topic: str) -> None:
+        counts = self._counts
+        with Producer(topic, connection=connection, acks="all", linger_ms=2) as producer:
+            while not self._stop.is_set() and (self._messages_max is None or self.sent < self._messages_max):
+                key = KEYS[self.sent % len(KEYS)]
+                value = b"%s:%d" % (key, counts[key])
+                counts[key] += 1
+                producer.send(value, key=key).add_callback(
+                    lambda md, err, key=key, value=value: self.acknowledged.append((md.partition, md.offset, key, value))
+                    if err is None else self.failures.append(err))
+                self.sent += 1
+                if self.sent % 100 == 0:
+                    producer.flush()
+                    time.sleep(self._pause_s)  # a steady stream, not a flood, on a shared machine
+            producer.flush()
+
+    @property
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def wait_for(self, count: int) -> None:
+        assert wait_until(lambda: len(self.acknowledged) >= count), f"only {len(self.acknowledged)} acknowledged"
+
+    def stop(self) -> list[tuple[int, int, bytes, bytes]]:
+        self._stop.set()
+        self._thread.join(timeout=WAIT_S)
+        assert not self._thread.is_alive() and not self.failures, self.failures[:3]
+        return list(self.acknowledged)
+
+
+def vp_log(connection, topic: str, vp: int, replica: str) -> list:
+    """Every record of one VP replica below its HW (with source headers)."""
+    handle = vp_handle(connection.cluster, topic, vp, replica)
+    records, offset = [], 0
+    while True:
+        result = ray.get(handle.fetch.remote(offset, 1 << 20), timeout=WAIT_S)
+        batch = decode_batches(result.data)
+        if not batch:
+            return records
+        records.extend(batch)
+        offset = batch[-1].offset + 1
+
+
+def leaders_fed(connection, topic: str, acknowledged) -> bool:
+    """True once every VP leader heard that its feeders passed every acknowledged record it can
+    receive (a closed VP: every record below its closing cut), and exposes all it holds."""
+    ends = collections.defaultdict(int)
+    for partition, offset, _, _ in acknowledged:
+        ends[partition] = max(ends[partition], offset + 1)
+    virtual = VirtualStore(connection.store, connection.cluster)
+    config = TopicStore(connection.store, connection.cluster).get(topic).config
+    layout, states = virtual.layout_and_states(topic, config.partitions, config.virtual_config())
+    for vp, (state, _) in states.items():
+        described = ray.get(vp_handle(connection.cluster, topic, vp, state.leader).describe.remote(), timeout=WAIT_S)
+        fed_through = described["fed_through"]
+        for p, end in ends.items():
+            bound = layout.source_bounds(vp, p)[1]
+            if fed_through.get(p, 0) < (end if bound is None else min(end, bound)):
+                return False
+        if described["high_watermark"] != described["log_end_offset"]:
+            return False
+    return True
+
+
+def check_exactly_once(connection, topic: str, acknowledged) -> dict[int, list]:
+    """Assert the VP leaders' logs hold every acknowledged message once, placed and ordered right."""
+    assert wait_until(lambda: leaders_fed(connection, topic, acknowledged)), "the feeders did not catch up"
+    virtual = VirtualStore(connection.store, connection.cluster)
+    config = TopicStore(connection.store, connection.cluster).get(topic).config
+    layout = virtual.layout(topic, config.partitions, config.virtual_config())
+    logs = {vp: vp_log(connection, topic, vp, state.leader) for vp, (state, _) in virtual.states(topic).items()}
+    sources = collections.Counter(source_of(r) for records in logs.values() for r in records)
+    assert not [s for s, n in sources.items() if n > 1], "a physical record was fed twice"
+    assert set(sources) == {(p, o) for p, o, _, _ in acknowledged}, "fed records differ from the acknowledged ones"
+    for vp, records in logs.items():
+        assert [r.offset for r in records] == list(range(len(records))), "VP offsets are dense"
+        per_key = collections.defaultdict(list)
+        for record in records:
+            assert layout.vp_for(source_of(record)[0], source_of(record)[1], key_hash(record.key)) == vp
+            per_key[record.key].append(int(record.value.rsplit(b":", 1)[1]))
+        assert all(values == sorted(values) for values in per_key.values()), f"per-key order broken in VP {vp}"
+    return logs
+
+
+def read_everything(connection, topic: str, expected: int) -> list:
+    messages = []
+    with VirtualConsumer(topic, connection=connection, from_beginning=True) as consumer:
+        deadline = time.monotonic() + WAIT_S
+        while len(messages) < expected and time.monotonic() < deadline:
+            messages.extend(consumer.poll(timeout_ms=500))
+        messages.extend(consumer.poll(timeout_ms=300))  # anything beyond `expected` would be a duplicate
+    return messages
+
+
+class Deliveries:
+    """Every message any member received, stamped with one sequence number across members."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.records: list[tuple[int, str, int, bytes, int]] = []  # (sequence, member, vp, key, n)
+
+    def add(self, member: str, messages) -> None:
+        with self._lock:
+            for message in messages:
+                self.records.append((len(self.records), member, message.partition, message.key,
+                                     int(message.value.rsplit(b":", 1)[1])))
+
+    def values(self) -> set[bytes]:
+        with self._lock:
+            return {b"%s:%d" % (key, n) for _, _, _, key, n in self.records}
+
+    def by_member(self, member: str) -> int:
+        with self._lock:
+            return sum(1 for record in self.records if record[1] == member)
+
+    def check_per_key_order(self) -> None:
+        """Each key's messages are first seen in produce order (a repeat after a handover is allowed)."""
+        highest: dict[bytes, int] = {}
+        with self._lock:
+            for sequence, member, vp, key, n in self.records:
+                if n > highest.get(key, -1):
+                    assert n == highest.get(key, -1) + 1, f"key {key!r}: {n} first seen after {highest.get(key)} " \
+                                                          f"(member {member}, VP {vp}, delivery {sequence})"
+                    highest[key] = n
+
+
+class Member:
+    """One group member polling in a thread of its own until told to leave."""
+
+    def __init__(self, connection, topic: str, group: str, name: str, deliveries: Deliveries, **settings):
+        self.name = name
+        self.consumer = Consumer(topic, group=group, connection=connection, from_beginning=True, **settings)
+        self._deliveries = deliveries
+        self._stop = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._deliveries.add(self.name, self.consumer.poll(timeout_ms=200))
+        except BaseException as error:  # the test thread re-raises it
+            self.error = error
+        finally:
+            self.consumer.close()
+
+    def leave(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=WAIT_S)
+        assert not self._thread.is_alive() and self.error is None, self.error

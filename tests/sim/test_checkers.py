@@ -1,0 +1,150 @@
+"""The checkers of ``simulations/checkers.py`` on tiny hand-made histories.
+
+Each checker gets a history that is fine (no anomaly) and one that holds exactly the anomaly
+it exists to find, so that no checker can silently pass everything.
+"""
+
+from __future__ import annotations
+
+from simulations.checkers import (Ack, Anomaly, Commit, Consumed, Kind, Send, StoredRecord, check_acks_in_log,
+                                  check_commits_monotonic, check_exactly_once_in_vps, check_no_duplicates_after_commit,
+                                  check_per_key_order, check_producer_order, check_reads_match_logs,
+                                  check_replicas_identical, classify_reads)
+
+
+def kinds(anomalies: list[Anomaly]) -> list[Kind]:
+    return [anomaly.kind for anomaly in anomalies]
+
+
+def stored(offset: int, value: bytes, key: bytes | None = b"k", source: tuple[int, int] | None = None) -> StoredRecord:
+    partition, partition_offset = source if source else (None, None)
+    return StoredRecord(offset, key, value, partition, partition_offset)
+
+
+# --- write path -------------------------------------------------------------------------------
+
+
+def test_an_acknowledged_write_in_the_final_log_is_fine():
+    acks = [Ack(b"k", b"a", 0, 0), Ack(b"k", b"b", 0, 1)]
+    assert check_acks_in_log(acks, {0: [stored(0, b"a"), stored(1, b"b")]}) == []
+
+
+def test_an_acknowledged_write_missing_from_the_final_log_is_lost():
+    acks = [Ack(b"k", b"a", 0, 0), Ack(b"k", b"b", 0, 1)]
+    assert kinds(check_acks_in_log(acks, {0: [stored(0, b"a")]})) == [Kind.LOST]
+
+
+def test_an_acknowledged_write_replaced_at_its_offset_is_lost():
+    acks = [Ack(b"k", b"a", 0, 0)]
+    assert kinds(check_acks_in_log(acks, {0: [stored(0, b"other")]})) == [Kind.LOST]
+
+
+def test_a_value_twice_in_a_final_log_is_a_duplicate():
+    acks = [Ack(b"k", b"a", 0, 0)]
+    assert kinds(check_acks_in_log(acks, {0: [stored(0, b"a"), stored(1, b"a")]})) == [Kind.DUPLICATE]
+
+
+def test_replicas_with_the_same_bytes_below_their_high_watermarks_agree():
+    replicas = {"r0": (2, b"AABB"), "r1": (1, b"AA"), "r2": (2, b"AABB")}
+    assert check_replicas_identical(replicas) == []
+
+
+def test_replicas_that_differ_below_the_high_watermark_diverged():
+    replicas = {"r0": (2, b"AABB"), "r1": (2, b"AACC")}
+    [anomaly] = check_replicas_identical(replicas)
+    assert anomaly.kind is Kind.DIVERGED and "byte 2" in anomaly.detail
+
+
+def test_a_producer_s_messages_land_in_the_order_it_sent_them():
+    history = [Send("p", b"k", b"a", 0), Send("p", b"k", b"b", 0), Ack(b"k", b"b", 0, 8), Ack(b"k", b"a", 0, 7)]
+    assert check_producer_order(history) == []
+
+
+def test_a_later_message_of_a_producer_at_a_lower_offset_is_reordered():
+    history = [Send("p", b"k", b"a", 0), Send("p", b"k", b"b", 0), Ack(b"k", b"a", 0, 8), Ack(b"k", b"b", 0, 7)]
+    assert kinds(check_producer_order(history)) == [Kind.REORDERED]
+
+
+def test_producer_order_is_per_producer_and_key():
+    history = [Send("p", b"k", b"a", 0), Send("q", b"k", b"b", 0), Send("p", b"j", b"c", 0),
+               Ack(b"k", b"a", 0, 8), Ack(b"k", b"b", 0, 7), Ack(b"j", b"c", 0, 1)]
+    assert check_producer_order(history) == []
+
+
+# --- read path --------------------------------------------------------------------------------
+
+
+def test_every_committed_record_once_in_its_vp_is_fine():
+    committed = {0: [stored(0, b"a"), stored(1, b"b")]}
+    vps = {1: [stored(0, b"a", source=(0, 0))], 2: [stored(0, b"b", source=(0, 1))]}
+    expected = {0: 1, 1: 2}
+    assert check_exactly_once_in_vps(committed, vps, lambda record, p: expected[record.offset]) == []
+
+
+def test_a_committed_record_in_no_vp_is_lost():
+    committed = {0: [stored(0, b"a"), stored(1, b"b")]}
+    assert kinds(check_exactly_once_in_vps(committed, {1: [stored(0, b"a", source=(0, 0))]})) == [Kind.LOST]
+
+
+def test_a_record_in_two_vps_or_twice_in_one_is_a_duplicate():
+    committed = {0: [stored(0, b"a")]}
+    twice = {1: [stored(0, b"a", source=(0, 0)), stored(1, b"a", source=(0, 0))]}
+    two_vps = {1: [stored(0, b"a", source=(0, 0))], 2: [stored(0, b"a", source=(0, 0))]}
+    assert kinds(check_exactly_once_in_vps(committed, twice)) == [Kind.DUPLICATE]
+    assert kinds(check_exactly_once_in_vps(committed, two_vps)) == [Kind.DUPLICATE]
+
+
+def test_a_vp_record_that_is_not_the_committed_record_or_not_in_its_vp_is_misplaced():
+    committed = {0: [stored(0, b"a")]}
+    assert kinds(check_exactly_once_in_vps(committed, {1: [stored(0, b"zz", source=(0, 0))]})) == [Kind.MISPLACED]
+    assert kinds(check_exactly_once_in_vps(committed, {1: [stored(0, b"a", source=(0, 0))]},
+                                           lambda record, p: 2)) == [Kind.MISPLACED]
+
+
+def test_reads_that_match_the_final_log_are_fine_and_others_misplaced():
+    logs = {"vp1": [stored(0, b"a"), stored(1, b"b")]}
+    good = [Consumed("c", "vp1", 0, b"k", b"a"), Consumed("c", "vp1", 1, b"k", b"b")]
+    bad = [Consumed("c", "vp1", 1, b"k", b"x"), Consumed("c", "vp1", 5, b"k", b"y")]
+    assert check_reads_match_logs(good, logs) == []
+    assert kinds(check_reads_match_logs(bad, logs)) == [Kind.MISPLACED, Kind.MISPLACED]
+
+
+def test_a_key_read_in_physical_order_across_vps_is_fine():
+    consumed = [Consumed("c", "vp0", 0, b"k", b"a", 0, 3), Consumed("c", "vp1", 0, b"k", b"b", 0, 9),
+                Consumed("d", "vp0", 0, b"k", b"a", 0, 3)]  # a re-read is not a reordering
+    assert check_per_key_order(consumed) == []
+
+
+def test_a_key_read_out_of_physical_order_is_reordered():
+    consumed = [Consumed("c", "vp1", 0, b"k", b"b", 0, 9), Consumed("c", "vp0", 0, b"k", b"a", 0, 3)]
+    assert kinds(check_per_key_order(consumed)) == [Kind.REORDERED]
+
+
+def test_keys_are_independent_and_keyless_messages_have_no_order():
+    consumed = [Consumed("c", "vp1", 0, b"k", b"b", 0, 9), Consumed("c", "vp0", 0, b"j", b"a", 0, 3),
+                Consumed("c", "vp0", 1, None, b"x", 0, 5), Consumed("c", "vp0", 2, None, b"y", 0, 1)]
+    assert check_per_key_order(consumed) == []
+
+
+def test_committed_offsets_that_only_grow_are_fine_and_a_step_back_regressed():
+    fine = [Commit("g", "vp0", 3), Commit("g", "vp0", 3), Commit("g", "vp1", 1), Commit("g", "vp0", 5)]
+    back = [Commit("g", "vp0", 5), Commit("g", "vp1", 9), Commit("g", "vp0", 4)]
+    assert check_commits_monotonic(fine) == []
+    assert kinds(check_commits_monotonic(back)) == [Kind.COMMIT_REGRESSED]
+
+
+def test_rereading_uncommitted_messages_is_at_least_once_but_rereading_committed_ones_is_a_duplicate():
+    at_least_once = [Consumed("c", "vp0", 0, b"k", b"a"), Commit("g", "vp0", 0), Consumed("d", "vp0", 0, b"k", b"a")]
+    duplicate = [Consumed("c", "vp0", 0, b"k", b"a"), Commit("g", "vp0", 1), Consumed("d", "vp0", 0, b"k", b"a")]
+    assert check_no_duplicates_after_commit(at_least_once, "g") == []
+    assert kinds(check_no_duplicates_after_commit(duplicate, "g")) == [Kind.DUPLICATE]
+
+
+def test_unread_acknowledged_messages_are_unseen_until_readers_pass_them_or_the_run_drains():
+    acks = [Ack(b"k", b"a", 0, 0), Ack(b"k", b"b", 0, 1), Ack(b"j", b"c", 0, 2)]
+    read_b = [Consumed("c", "vp0", 0, b"k", b"b", 0, 1)]
+    # "a" was passed by a later message of its key: lost. "c" has no later read: unseen.
+    assert kinds(classify_reads(acks, read_b, drained=False)) == [Kind.LOST, Kind.UNSEEN]
+    assert kinds(classify_reads(acks, read_b, drained=True)) == [Kind.LOST, Kind.LOST]
+    everything = read_b + [Consumed("c", "vp0", 1, b"k", b"a", 0, 0), Consumed("c", "vp1", 0, b"j", b"c", 0, 2)]
+    assert classify_reads(acks, everything, drained=True) == []

@@ -1,0 +1,111 @@
+"""Known bugs the simulator found in code it does not own, each pinned by a strict xfail.
+
+The simulator works around each of them in its shells (``simulations.dst.options.KNOWN_BUGS``,
+``SimOptions.workarounds``) so that the seeded runs test everything else. Each test below
+states the behaviour a fix must give; it fails today (xfail, strict). When a fix lands the
+test passes, strict xfail turns that into a failure: remove the marker here and the
+workaround from ``KNOWN_BUGS``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mafka4.coordinator.election import decide_partition
+from mafka4.coordinator.topics import PartitionState
+from mafka4.errors import OutOfOrderSequence
+from mafka4.limits import Acks, ReplicaConfig, TopicConfig
+from mafka4.physical.epochs import EpochHistory
+from mafka4.physical.producer_state import ProducerStateTable
+from mafka4.physical.replica import ReplicaState
+from mafka4.records import BatchHeader
+from mafka4.risr.state import RisrConfig, RisrState
+from simulations.dst.options import KNOWN_BUGS
+
+
+def header(base_offset: int, count: int, producer_id: int, base_sequence: int, epoch: int = 0) -> BatchHeader:
+    return BatchHeader(base_offset, 100, epoch, 0, 0, count, 0, 0, producer_id, base_sequence)
+
+
+def test_every_known_bug_has_a_test_here():
+    names = {"unknown-producer-gap", "truncation-forgets-producers", "risr-hw-stuck-after-election",
+             "new-batches-overtake-resend", "unconfirmed-isr-write-ignored", "restarted-isr-member-electable",
+             "unconfirmed-risr-write-ignored"}
+    assert set(KNOWN_BUGS) == names
+
+
+@pytest.mark.xfail(strict=True, reason="known bug unknown-producer-gap: an unknown producer's batch is "
+                                       "appended whatever its sequence")
+def test_a_leader_refuses_a_first_batch_of_an_unknown_producer_that_does_not_start_at_sequence_0():
+    # The actor's SequenceGate holds batch 1 of producer 7 while batch 0 failed (e.g. NotLeader
+    # just before the election); once the wait runs out it hands batch 1 to the core.
+    config = ReplicaConfig(min_insync_replicas=1)
+    state = ReplicaState("r0", "t-0", config, 0, 0, EpochHistory(), ProducerStateTable(5, 100))
+    state.become_leader(1, ["r0"], ["r0"], 0)
+    with pytest.raises(OutOfOrderSequence):
+        state.plan_append(header(0, 1, producer_id=7, base_sequence=1), Acks.ALL, 0)
+
+
+@pytest.mark.xfail(strict=True, reason="known bug truncation-forgets-producers")
+def test_truncation_keeps_a_producer_whose_older_batches_are_still_in_the_log():
+    table = ProducerStateTable(batches_remembered=5, producer_ids_max=100)
+    for offset in range(7):  # seven one-record batches at offsets 0..6; the table keeps the last five
+        table.record(header(offset, 1, producer_id=7, base_sequence=offset))
+    table.truncate_from(2)  # offsets 0 and 1 stay in the log
+    assert table.next_sequence(7) == 2
+
+
+@pytest.mark.xfail(strict=True, reason="known bug risr-hw-stuck-after-election")
+def test_a_new_vp_leader_alone_in_its_risr_serves_its_whole_log():
+    risr = RisrState("v0", RisrConfig(), "r0", ["r0"], ["r0"], log_end_offset=10, high_watermark=4, now_ms=0)
+    assert risr.high_watermark == 10
+
+
+@pytest.mark.xfail(strict=True, reason="known bug unconfirmed-isr-write-ignored (KIP-497 maximal ISR)")
+def test_a_member_of_an_unconfirmed_isr_write_keeps_bounding_the_high_watermark():
+    config = ReplicaConfig(replica_lag_ms_max=100, min_insync_replicas=1)
+    leader = ReplicaState("r0", "t-0", config, 0, 0, EpochHistory(), ProducerStateTable(5, 100))
+    leader.become_leader(1, ["r0", "r1"], ["r0"], 0)
+    leader.appended(header(0, 1, producer_id=-1, base_sequence=-1, epoch=1), 0)
+    decision = leader.on_follower_fetch("r1", 1, 1, 10)  # r1 caught up: the ISR grows to {r0, r1}
+    assert decision.isr_changed and leader.isr == {"r0", "r1"}
+    # The actor writes {r0, r1} to etcd; the answer is lost (the write may have been applied).
+    assert leader.tick(200) and leader.isr == {"r0"}  # r1 went quiet: shrunk, not confirmed either
+    leader.appended(header(1, 1, producer_id=-1, base_sequence=-1, epoch=1), 200)
+    # etcd may hold {r0, r1}: the controller could elect r1, which lacks offset 1.
+    assert leader.high_watermark <= 1
+
+
+@pytest.mark.xfail(strict=True, reason="known bug unconfirmed-risr-write-ignored")
+def test_a_member_of_an_unconfirmed_risr_write_keeps_bounding_the_vp_high_watermark():
+    risr = RisrState("v0", RisrConfig(read_replica_lag_ms_max=100), "r1", ["r0", "r1"], ["r1"], 0, 0, now_ms=0)
+    decision = risr.on_replica_fetch("r0", 0, 10)  # r0 caught up: the RISR grows to {r0, r1}
+    assert decision.risr_changed and risr.risr == {"r0", "r1"}
+    # The leader writes {r0, r1} to etcd; the answer is lost (the write was applied).
+    assert risr.tick(200) and risr.risr == {"r1"}  # r0 went quiet: it lags, not confirmed either
+    risr.leader_appended(8)
+    # etcd holds {r0, r1}: decide_failover may elect r0, which lacks offsets 0..7 readers were served.
+    assert risr.high_watermark == 0
+
+
+@pytest.mark.xfail(strict=True, reason="known bug restarted-isr-member-electable (Kafka's KIP-966)")
+def test_a_replica_restarted_in_place_leaves_the_isr_it_could_be_elected_from():
+    state = PartitionState(0, "w0", 3, ("w0", "w1", "w2"), ("w0", "w1", "w2"))
+    # w2's machine lost power (and its unflushed tail) and is back; the leader w0 is alive.
+    decision = decide_partition(state, {"w0", "w1"}, ["w0", "w1", "w2"], TopicConfig(replication_factor=3))
+    assert decision.restart == ("w2",)
+    assert "w2" not in (decision.state or state).isr
+
+
+def test_new_batches_overtaking_a_resend_push_it_out_of_the_deduplication_window():
+    """Not an xfail: the bug is in ``client.sender`` (Ray-bound), this shows the mechanism.
+
+    Batch 0 is in the log but its answer failed; batches 1..4 were acknowledged. The sender
+    resends 0 and at once sends 5; if 5 is appended first, the resent 0 is no longer among
+    the five batches the leader remembers and is refused for ever, though it is in the log.
+    """
+    table = ProducerStateTable(batches_remembered=5, producer_ids_max=100)
+    for sequence in range(6):
+        table.record(header(sequence, 1, producer_id=7, base_sequence=sequence))
+    with pytest.raises(OutOfOrderSequence):
+        table.check(header(0, 1, producer_id=7, base_sequence=0))

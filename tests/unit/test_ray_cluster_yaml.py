@@ -1,0 +1,75 @@
+"""ray_cluster.yaml passes Ray's own config checks, offline, and gives write/read nodes their resources."""
+
+from __future__ import annotations
+
+import copy
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mafka4.runtime.environment import apply_ray_environment
+from mafka4.runtime.ray_cluster import NODE_RESOURCE_PREFIX, NODE_RESOURCE_UNITS, READ_NODE_RESOURCE, WRITE_NODE_RESOURCE
+
+apply_ray_environment()  # before Ray's first import, as for every process of this suite
+from ray.autoscaler._private.util import prepare_config, validate_config  # noqa: E402
+
+CONFIG_PATH = Path(__file__).resolve().parents[2] / "ray_cluster.yaml"
+
+
+@pytest.fixture
+def config() -> dict:
+    return yaml.safe_load(CONFIG_PATH.read_text())
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any connection attempt fails the test: the checks must not reach a cloud."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"network access during config checks: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+
+
+def test_config_validates_as_written_and_after_prepare_config(config, no_network):
+    validate_config(copy.deepcopy(config))
+    prepared = prepare_config(copy.deepcopy(config))
+    validate_config(prepared)
+    assert prepared["head_node_type"] == "head"
+    assert set(prepared["available_node_types"]) == {"head", "write_node", "read_node"}
+
+
+def test_write_and_read_node_types_carry_mafka4_resources_and_the_head_none(config):
+    node_types = config["available_node_types"]
+    assert node_types["write_node"]["resources"] == {WRITE_NODE_RESOURCE: NODE_RESOURCE_UNITS}
+    assert node_types["read_node"]["resources"] == {READ_NODE_RESOURCE: NODE_RESOURCE_UNITS}
+    assert not {WRITE_NODE_RESOURCE, READ_NODE_RESOURCE} & set(node_types["head"]["resources"])
+    assert node_types["write_node"]["min_workers"] >= 1 and node_types["read_node"]["min_workers"] >= 1
+    worker_start = " ".join(config["worker_start_ray_commands"])
+    assert f'\\"{NODE_RESOURCE_PREFIX}$(hostname -s)\\": {NODE_RESOURCE_UNITS}' in worker_start
+
+
+def test_head_starts_etcd_ray_and_the_controller_and_every_node_installs_mafka4(config):
+    head_start = config["head_start_ray_commands"]
+    assert any(command.startswith("HEAD_IP=") and "nohup etcd " in command for command in head_start)
+    assert any("ray start --head" in command for command in head_start)
+    controller = next(command for command in head_start if "mafka4.coordinator.controller" in command)
+    # mafka4 defaults Ray to loopback-only; on a multi-host cluster the controller must opt out.
+    assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 nohup python -m mafka4.coordinator.controller" in controller
+    assert "etcd-server" in " ".join(config["head_setup_commands"])
+    assert "pip install ~/mafka4" in " ".join(config["setup_commands"])
+    assert config["file_mounts"] == {"~/mafka4": "."}
+
+
+def test_every_command_is_valid_shell(config):
+    sections = ("initialization_commands", "setup_commands", "head_setup_commands", "worker_setup_commands",
+                "head_start_ray_commands", "worker_start_ray_commands")
+    for section in sections:
+        for command in config[section]:
+            checked = subprocess.run(["bash", "-n", "-c", command], capture_output=True, text=True)
+            assert checked.returncode == 0, (section, command, checked.stderr)

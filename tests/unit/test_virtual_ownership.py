@@ -1,0 +1,200 @@
+"""Mafka4-mode group ownership: sticky target, join and leave, split of the busiest VP, parent before child.
+
+The last test plays seeded random histories of joins, leaves, commits and splits through
+every member's ``plan_ownership`` (performing releases and claims as the etcd shell does,
+conditionally) and checks: no VP ever has two owners, the group converges to a balanced
+target covering every consumable VP, and a child is never owned before its parent was
+consumed to its sealed end.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from mafka4.limits import VirtualConfig
+from mafka4.virtual.ownership import GroupView, plan_ownership, split_candidate, target_assignment
+from mafka4.virtual.reshard import TopicLayout
+
+
+def view(members, owners=None, committed=None, lag=None, layout=None, sealed=None) -> GroupView:
+    return GroupView(tuple(sorted(members)), layout or TopicLayout.initial(2, 4), sealed or {}, owners or {},
+                     committed or {}, lag or {})
+
+
+def test_a_joiner_takes_an_unowned_vp_and_nobody_else_moves():
+    before = view(["a", "b", "c"], owners={0: "a", 1: "b", 2: "c"})
+    target = target_assignment(before)
+    assert target == {0: "a", 1: "b", 2: "c", 3: "a"}
+    joined = view(["a", "b", "c", "d"], owners={0: "a", 1: "b", 2: "c", 3: "a"})
+    assert target_assignment(joined) == {0: "a", 1: "b", 2: "c", 3: "d"}, "d gets a's second VP"
+    plan = plan_ownership(joined, "a")
+    assert (plan.keep, plan.release, plan.claim) == ((0,), (3,), ())
+    assert plan_ownership(joined, "d").waiting == (3,), "d claims only after a released it"
+    assert plan_ownership(joined, "b").keep == (1,) and not plan_ownership(joined, "b").release
+
+
+def test_a_vp_is_handed_over_from_the_member_owning_the_most():
+    two = view(["a", "b"], owners={0: "a", 1: "a", 2: "b", 3: "b"})
+    assert target_assignment(two) == {0: "a", 1: "a", 2: "b", 3: "b"}
+    three = view(["a", "b", "c"], owners={0: "a", 1: "a", 2: "b", 3: "b"})
+    target = target_assignment(three)
+    assert sorted(target.values()).count("c") == 1 and sum(1 for vp in (0, 1, 2, 3) if target[vp] != three.owners[vp]) == 1
+
+
+def test_a_leavers_vps_go_to_the_others_once_its_owner_keys_are_gone():
+    stale = view(["a", "b"], owners={0: "a", 1: "b", 2: "gone", 3: "gone"})
+    target = target_assignment(stale)
+    assert target[0] == "a" and target[1] == "b" and {target[2], target[3]} == {"a", "b"}
+    assert plan_ownership(stale, "a").waiting, "the dead member's keys still exist: wait for its lease"
+    freed = view(["a", "b"], owners={0: "a", 1: "b"})
+    assert sorted(plan_ownership(freed, "a").claim + plan_ownership(freed, "b").claim) == [2, 3]
+
+
+def test_more_members_than_vps_makes_the_smallest_member_split_the_busiest_vp():
+    members = ["a", "b", "c", "d", "e"]
+    owners = {0: "a", 1: "b", 2: "c", 3: "d"}
+    busy = view(members, owners=owners, lag={0: 10, 1: 500, 2: 30, 3: 500})
+    assert split_candidate(busy) == 1, "largest lag, then widest range, then smallest id"
+    assert plan_ownership(busy, "a").split == 1
+    assert all(plan_ownership(busy, m).split is None for m in members[1:]), "only one member splits"
+    assert split_candidate(view(members[:4], owners=owners)) is None, "enough VPs"
+    capped = view(members, owners=owners, layout=TopicLayout.initial(2, 4, VirtualConfig(virtual_partitions_max=4)))
+    assert split_candidate(capped) is None, "virtual_partitions_max reached"
+
+
+def split_layout(layout: TopicLayout, vp: int, cut=(100, 100)) -> TopicLayout:
+    return layout.append(layout.plan_split(vp, cut, cut))
+
+
+def test_children_are_owned_only_after_the_group_consumed_the_parent_to_its_sealed_end():
+    layout = split_layout(TopicLayout.initial(2, 4), 1)  # VP 1 -> 4, 5
+    members = ["a", "b", "c", "d", "e"]
+    owners = {0: "a", 1: "b", 2: "c", 3: "d"}
+    draining = view(members, owners=owners, layout=layout, committed={1: 40})
+    assert set(target_assignment(draining)) == {0, 1, 2, 3}, "the parent is not sealed yet: children wait"
+    assert plan_ownership(draining, "b").keep == (1,)
+    assert split_candidate(draining) is None, "the split already happened: 5 active VPs for 5 members"
+    sealed = view(members, owners=owners, layout=layout, committed={1: 40}, sealed={1: 60})
+    assert set(target_assignment(sealed)) == {0, 1, 2, 3}, "sealed but not consumed to its end"
+    consumed = view(members, owners=owners, layout=layout, committed={1: 60}, sealed={1: 60})
+    target = target_assignment(consumed)
+    assert set(target) == {0, 2, 3, 4, 5} and plan_ownership(consumed, "b").release == (1,)
+    assert {target[4], target[5]} == {"b", "e"}, "the parent's owner and the idle member take the children"
+
+
+def test_a_drained_parent_stays_with_its_owner_before_its_active_vps_move():
+    layout = split_layout(TopicLayout.initial(2, 2), 0)  # VP 0 -> 2, 3; active: 1, 2, 3
+    busy = view(["a", "b"], owners={0: "a", 1: "a"}, layout=layout)
+    target = target_assignment(busy)
+    assert target[0] == "a" and target[1] == "b", "a keeps draining parent 0 and hands over active VP 1"
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(3))))
+def test_every_member_computes_the_same_target_whatever_the_order_it_read_things_in(order):
+    members = ["m1", "m2", "m3"]
+    owners = {0: "m1", 1: "m1", 2: "m1", 3: "m3"}
+    shuffled = dict(sorted(owners.items(), key=lambda item: order[item[0] % 3]))
+    assert target_assignment(view(members, owners=shuffled)) == target_assignment(view(members, owners=owners))
+
+
+class GroupModel:
+    """Members acting on fresh views one at a time, owner keys created only if absent, and splits."""
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+        self.layout = TopicLayout.initial(2, rng.randint(1, 4), VirtualConfig(virtual_partitions_max=12))
+        self.members: list[str] = []
+        self.owners: dict[int, str] = {}
+        self.committed: dict[int, int] = {}
+        self.ends: dict[int, int] = {vp: 0 for vp in self.layout.current.ranges.vp_ids}  # VP log end offsets
+        self.sealed: dict[int, int] = {}
+        self.next_member = 0
+        self.cut = 0
+
+    def view(self) -> GroupView:
+        return GroupView(tuple(sorted(self.members)), self.layout, dict(self.sealed), dict(self.owners),
+                         dict(self.committed), {vp: end - self.committed.get(vp, 0) for vp, end in self.ends.items()})
+
+    def step(self) -> None:
+        action = self.rng.choices([self.join, self.leave, self.produce, self.act, self.consume],
+                                  weights=[2, 1, 4, 10, 6])[0]
+        action()
+
+    def join(self) -> None:
+        if len(self.members) < 10:
+            self.members.append(f"m{self.next_member:02d}")
+            self.next_member += 1
+
+    def leave(self) -> None:
+        if self.members:
+            member = self.rng.choice(self.members)
+            self.members.remove(member)
+            self.owners = {vp: m for vp, m in self.owners.items() if m != member}  # lease expiry or release
+
+    def produce(self) -> None:
+        for vp in self.layout.current.ranges.vp_ids:
+            self.ends[vp] += self.rng.randint(0, 3)
+
+    def consume(self) -> None:
+        owned = sorted(self.owners)
+        if owned:
+            vp = self.rng.choice(owned)
+            self.committed[vp] = self.ends[vp]
+
+    def act(self, me: str | None = None) -> None:
+        if not self.members:
+            return
+        me = me or self.rng.choice(self.members)
+        current = self.view()
+        plan = plan_ownership(current, me)
+        for vp in plan.release:
+            assert self.owners.get(vp) == me
+            del self.owners[vp]
+        for vp in plan.claim:
+            if vp not in self.owners:  # create only if absent
+                assert vp in current.consumable(), "a claim is always of a consumable VP"
+                for epoch in self.layout.epochs:
+                    if vp in epoch.children:
+                        assert all(self.committed.get(p, 0) >= self.sealed[p] for p in epoch.parents), \
+                            "a child was claimed before its parent was consumed to its sealed end"
+                self.owners[vp] = me
+        if plan.split is not None:
+            self.cut += 10
+            epoch = self.layout.plan_split(plan.split, (self.cut, self.cut), (self.cut, self.cut))
+            self.layout = self.layout.append(epoch)
+            self.sealed[plan.split] = self.ends[plan.split]  # the feeders pass the cut at once here
+            for vp in epoch.children:
+                self.ends[vp] = 0
+
+    def settle(self) -> GroupView:
+        for _ in range(500):
+            before = (dict(self.owners), self.layout.current.epoch, dict(self.committed))
+            for member in list(self.members):
+                for vp in [vp for vp, m in self.owners.items() if m == member]:
+                    self.committed[vp] = self.ends[vp]
+            order = list(self.members)
+            self.rng.shuffle(order)
+            for member in order:
+                self.act(member)
+            if before == (dict(self.owners), self.layout.current.epoch, dict(self.committed)):
+                return self.view()
+        raise AssertionError("the group never settled")
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_joins_and_leaves_converge_to_one_balanced_owner_per_consumable_vp(seed):
+    model = GroupModel(random.Random(seed))
+    for _ in range(300):
+        model.step()
+    for _ in range(3):
+        model.join()
+    settled = model.settle()
+    target = target_assignment(settled)
+    assert dict(settled.owners) == target, f"seed {seed}: owners are the target once settled"
+    counts = [sum(1 for m in target.values() if m == member) for member in settled.members]
+    assert max(counts) - min(counts) <= 1, f"seed {seed}: unbalanced {counts}"
+    active = len(model.layout.current.ranges.vp_ids)
+    assert active >= min(len(settled.members), 12), f"seed {seed}: {active} VPs for {len(settled.members)} members"
