@@ -104,6 +104,8 @@ class Cluster:
                     return [f"p{p}: replica {replica_id} has not caught up with {end}"]
             if self.feeders[p].next_offset != end:
                 return [f"p{p}: feeder at {self.feeders[p].next_offset}, HW {end}"]
+            if not self.feeders[p].resumed_under(coordinator.vps):
+                return [f"p{p}: feeder has not resumed since the last VP leader change"]
         group = coordinator.group
         for vp, state in sorted(coordinator.vps.items()):
             leader = self.vp_replica(state.leader, vp)

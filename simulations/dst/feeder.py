@@ -83,6 +83,12 @@ class SimFeeder:
         """The next physical offset to feed (None: down, or about to resume)."""
         return self._next_offset if self.up else None
 
+    def resumed_under(self, vps) -> bool:
+        """True if this feeder last resumed with the leader epochs of ``vps`` (VP states):
+        a VP failover since then means it still has to resume (and maybe refeed)."""
+        targets = self._targets() if self.up and self._metadata is not None else {}
+        return bool(targets) and all(self._resumed_epochs.get(vp) == vps[vp].leader_epoch for vp in targets)
+
     def crash(self) -> None:
         self.up = False
         self.restarts += 1

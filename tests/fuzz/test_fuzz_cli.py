@@ -7,6 +7,8 @@ argument validation, with ``MAFKA4_HOME`` pointing at an empty directory: they m
 cleanly ("no local cluster ...", exit 1 or 2), not crash. Commands that would start a cluster
 or a long run (``up``, ``demo``, ``bench``, ``experiment``, ...) are only ever fuzzed with
 arguments that fail to parse.
+
+``MAFKA4_FUZZ_EXAMPLES`` (default 40) scales the number of examples of every fuzz test here.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 A user may type anything: a name or a setting is either accepted or refused with the error
 type documented for it (``InvalidTopicName``, ``InvalidGroupName``, ``InvalidConfig``),
 never another exception.
+
+``MAFKA4_FUZZ_EXAMPLES`` (default 40) scales the number of examples of every fuzz test here.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ Damage confined to what recovery scans (the segments after the recovery point, a
 when the checkpoint is gone, indexes anywhere) is always survived. Bit rot inside a segment
 that recovery trusts (fsynced before a clean shutdown) is only caught if the read path
 checks CRCs, which it does not: the last test pins that finding (strict xfail).
+
+``MAFKA4_FUZZ_EXAMPLES`` (default 40) scales the number of examples of every fuzz test here.
 """
 
 from __future__ import annotations

@@ -1,0 +1,324 @@
+"""``mafka4 chaos``: a Jepsen-style run against a real local cluster, judged by ``simulations.checkers``.
+
+    mafka4 chaos [--seed N] [--duration-s 60] [--rate-msgs-per-s 500] [--faults kill-replica,...] [--out FILE]
+
+On a throwaway cluster (3 write nodes, 2 read nodes; or on a cluster the caller passes in),
+``run_chaos`` creates a mafka4-mode topic (P=2, RF=3, min_insync_replicas=2, V=4, RR=2 by
+default) and runs, in order:
+
+1. **workload**: one idempotent ``acks=all`` producer sending keyed messages at a fixed rate
+   (``chaos_workload.PacedProducer``), a consumer group of ``members`` processes reading from
+   the beginning (``simulations.chaos_member``), and an observer of the group's commits;
+2. **faults** for ``duration_s``: seeded random faults, one at a time (``chaos_faults``);
+3. **heal**: faults stop, the operator's repairs finish, and the cluster must get its full
+   ISRs and RISRs back; production goes on meanwhile, then stops (every send answered);
+4. **drain**: the group reads until it has seen every acknowledged message (bounded), then
+   its members close (commit and leave);
+5. **judge**: the final logs are read from the cluster and every checker runs
+   (``chaos_judge``); the report goes to ``--out`` as JSON.
+
+Verdict: the run passes if no checker found anything: no acknowledged message lost or left
+unread, no per-key or per-producer reordering, no duplicate beyond at-least-once re-delivery
+(re-reads of what the group had not committed, counted as ``redelivered``), no diverged
+replicas, no misplaced VP record, no committed offset moving back. ``mafka4 chaos`` exits 0
+only then.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import ray
+
+from mafka4.client.admin import Admin
+from mafka4.errors import InvalidConfig, MafkaError
+from mafka4.limits import ClusterConfig
+from mafka4.runtime.connect import Connection
+from mafka4.runtime.etcd_server import EtcdServer, stop_etcd
+from simulations.checkers import Ack
+from simulations.chaos_faults import FAULT_KINDS, EtcdControl, FaultRecord, FaultTiming, Nemesis
+from simulations.chaos_judge import FinalLogs, judge, read_final_logs, with_sources
+from simulations.chaos_workload import CommitObserver, History, Members, PacedProducer
+
+GROUP = "chaos"
+DRAIN_CHECK_INTERVAL_S = 1.0
+CLUSTER_START_TIMEOUT_S = 300  # Ray heads start slowly next to other clusters on a shared 2-core machine
+
+
+@dataclass(frozen=True, slots=True)
+class ChaosSettings:
+    seed: int = 1
+    duration_s: float = 60.0  # of the fault phase
+    rate_msgs_per_s: int = 500
+    faults: tuple[str, ...] = FAULT_KINDS
+    members: int = 3
+    partitions: int = 2
+    replication_factor: int = 3
+    min_insync_replicas: int = 2
+    virtual_partitions: int = 4
+    read_replicas: int = 2
+    keys: int = 16
+    # Replicas leave the ISR / RISR after this much lag, so a paused replica of a few seconds does.
+    replica_lag_ms_max: int = 3000
+    member_lease_ttl_s: int = 6
+    auto_commit_interval_ms: int = 1000
+    warmup_s: float = 3.0
+    settle_s: float = 5.0  # production after the cluster healed, before it stops
+    heal_timeout_s: float = 120.0
+    drain_timeout_s: float = 120.0
+    delivery_timeout_ms: int = 120_000
+    timing: FaultTiming = FaultTiming()
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.faults) - set(FAULT_KINDS))
+        if unknown or not self.faults:
+            raise InvalidConfig(f"faults {','.join(unknown) or '(none)'} unknown: choose from {','.join(FAULT_KINDS)}")
+        if not 1 <= self.members <= self.virtual_partitions:
+            # More members than VPs would make the group split VPs: a reshard is not a fault under test here.
+            raise InvalidConfig(f"members={self.members} must be from 1 to virtual_partitions={self.virtual_partitions}")
+        if self.duration_s <= 0 or self.rate_msgs_per_s <= 0:
+            raise InvalidConfig(f"duration_s={self.duration_s} and rate_msgs_per_s={self.rate_msgs_per_s} must be positive")
+
+
+def run_chaos(settings: ChaosSettings, connection: Connection | None = None,
+              etcd_started: list[EtcdServer] | None = None) -> dict:
+    """Run one chaos run and return its report.
+
+    Without ``connection`` the run starts a throwaway local cluster and stops it (and any etcd
+    it restarted) at the end. With one, it uses that cluster, deletes its topic at the end,
+    and appends every etcd server it starts to ``etcd_started``: the caller stops them after
+    the cluster (``mafka4 down`` knows only the etcd its daemon started).
+    """
+    if connection is None:
+        with ThrowawayCluster(settings) as cluster:
+            return _ChaosRun(settings, cluster.connection, cluster.etcd_started, delete_topic=False).execute()
+    if etcd_started is None and "restart-etcd" in settings.faults:
+        raise InvalidConfig("the restart-etcd fault starts an etcd the caller must stop: pass etcd_started=[]")
+    return _ChaosRun(settings, connection, etcd_started if etcd_started is not None else [], delete_topic=True).execute()
+
+
+class _ChaosRun:
+    """One run's topic, workload, recorders and nemesis; ``execute`` goes through the phases once."""
+
+    def __init__(self, settings: ChaosSettings, connection: Connection, etcd_started: list[EtcdServer], delete_topic: bool):
+        self.settings, self.connection, self.delete_topic = settings, connection, delete_topic
+        self.began = time.monotonic()
+        self.phases: dict[str, float] = {}
+        self.topic = f"chaos-s{settings.seed}-{secrets.token_hex(3)}"
+        self.admin = Admin(connection)
+        self.admin.create_topic(
+            self.topic, partitions=settings.partitions, replication_factor=settings.replication_factor,
+            min_insync_replicas=settings.min_insync_replicas, virtual_partitions=settings.virtual_partitions,
+            read_replicas=settings.read_replicas, read_mode="mafka4",
+            replica_lag_ms_max=settings.replica_lag_ms_max, read_replica_lag_ms_max=settings.replica_lag_ms_max)
+        self.workdir = Path(tempfile.mkdtemp(prefix="m4chaos-w-"))
+        self.history = History()
+        self.members = Members(connection, self.topic, GROUP, self.workdir, settings.member_lease_ttl_s,
+                               settings.auto_commit_interval_ms)
+        self.observer = CommitObserver(connection, GROUP, self.topic, self.history)
+        self.producer = PacedProducer(connection, self.topic, settings.partitions, settings.keys,
+                                      settings.rate_msgs_per_s, self.history, settings.delivery_timeout_ms)
+        etcd = EtcdControl.of(connection, etcd_started) if connection.state is not None else None
+        self.nemesis = Nemesis(connection, self.topic, random.Random(settings.seed), self.members, etcd,
+                               settings.timing, self.began)
+
+    def _phase_done(self, name: str, since: float) -> float:
+        now = time.monotonic()
+        self.phases[name] = now - since
+        return now
+
+    def execute(self) -> dict:
+        settings = self.settings
+        try:
+            for _ in range(settings.members):
+                self.members.start()
+            self.members.wait_ready()
+            self.observer.start()
+            self.producer.start()
+            mark = self._phase_done("setup_s", self.began)
+            time.sleep(settings.warmup_s)
+            faults = self.nemesis.run(settings.duration_s, settings.faults)
+            mark = self._phase_done("faults_s", mark)
+            heal = self.nemesis.heal(settings.heal_timeout_s)
+            time.sleep(settings.settle_s)
+            self.producer.stop()
+            mark = self._phase_done("heal_s", mark)
+            acks = [record for _, record in self.history.records() if isinstance(record, Ack)]
+            drained = _drain(self.members, {ack.value for ack in acks}, settings.drain_timeout_s)
+            self.members.stop_all()
+            self.observer.stop()
+            mark = self._phase_done("drain_s", mark)
+            logs = read_final_logs(self.connection, self.topic)
+            merged = self.history.merged(with_sources(self.members.consumed(), acks, logs.vp_logs))
+            judged = judge(merged, logs, GROUP, drained)
+            self._phase_done("judge_s", mark)
+            report = self._report(faults, heal, drained, logs, judged)
+        finally:
+            self.producer.stop()
+            self.members.stop_all()
+            self.observer.stop()
+            if self.delete_topic:
+                _delete_topic(self.admin, self.topic)
+        if report["ok"] and not report["members_exited_abnormally"]:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        else:
+            report["member_logs"] = str(self.workdir)  # kept to find out what happened
+        return report
+
+    def _report(self, faults: list[FaultRecord], heal: dict, drained: bool, logs: FinalLogs, judged: dict) -> dict:
+        failing = {kind: count for kind, count in judged["anomalies"].items() if count}
+        by_kind: dict[str, int] = {}
+        for fault in faults:
+            by_kind[fault.kind] = by_kind.get(fault.kind, 0) + 1
+        producer, members = self.producer, self.members
+        return {
+            "seed": self.settings.seed,
+            "topic": self.topic,
+            "settings": {**asdict(self.settings), "faults": list(self.settings.faults)},
+            "duration_s": round(time.monotonic() - self.began, 3),
+            "phases_s": {name: round(value, 3) for name, value in self.phases.items()},
+            "messages": {"sent": producer.sent, "acknowledged": producer.acknowledged, "failed": len(producer.failures),
+                         "consumed_records": judged["consumed_records"], "consumed_unique": judged["consumed_unique"],
+                         "redelivered": judged["redelivered"], "unread_acknowledged": judged["unread_acknowledged"]},
+            "faults_injected": len(faults),
+            "faults_by_kind": by_kind,
+            "faults": [fault.to_json() for fault in faults],
+            "heal": heal,
+            "drained": drained,
+            "anomalies": judged["anomalies"],
+            "capped_checkers": judged["capped_checkers"],
+            "anomaly_samples": judged["anomaly_samples"],
+            "unread_explained": judged["unread_explained"],
+            "producer_failures": producer.failures[:20],
+            "members": [{"name": m.name, "killed": m.killed, "exit_code": m.process.returncode,
+                         "records": sum(1 for line in m.lines() if "vp" in line)} for m in members.all],
+            "members_exited_abnormally": [m.name for m in members.all if not m.killed and m.process.returncode != 0],
+            "member_errors": members.errors()[:20],
+            "commit_reads_failed": self.observer.reads_failed,
+            "logs_unreadable": logs.unreadable,
+            "ok": not failing,
+            "verdict": "pass: no anomaly" if not failing else "FAIL: " + ", ".join(f"{n} {k}" for k, n in sorted(failing.items())),
+        }
+
+
+def _drain(members: Members, acked: set[bytes], timeout_s: float) -> bool:
+    """Wait until the group read every acknowledged message; False if ``timeout_s`` passed first."""
+    deadline = time.monotonic() + timeout_s
+    while not acked <= members.consumed_values():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(DRAIN_CHECK_INTERVAL_S)
+    return True
+
+
+def _delete_topic(admin: Admin, topic: str) -> None:
+    try:
+        admin.delete_topic(topic)
+    except (MafkaError, ray.exceptions.RayError) as error:
+        print(f"chaos: could not delete topic {topic} ({error}); it stays on the cluster", file=sys.stderr)
+
+
+class ThrowawayCluster:
+    """A local cluster in a temporary home for one run; stopped, with any etcd the run restarted, on exit."""
+
+    def __init__(self, settings: ChaosSettings):
+        self.config = ClusterConfig(write_nodes=settings.replication_factor, read_nodes=settings.read_replicas,
+                                    start_timeout_s=CLUSTER_START_TIMEOUT_S)
+        self.home = Path(tempfile.mkdtemp(prefix="m4chaos-", dir="/tmp"))  # short: Ray's socket paths live inside
+        self.etcd_started: list[EtcdServer] = []
+
+    def __enter__(self) -> "ThrowawayCluster":
+        from mafka4.runtime.connect import connect
+        from mafka4.runtime.environment import HOME_ENV
+        from mafka4.runtime.local import up
+
+        self._previous_home = os.environ.get(HOME_ENV)
+        os.environ[HOME_ENV] = str(self.home)
+        self._started = False
+        try:
+            up(self.home, self.config)  # stops what it started if it fails
+            self._started = True
+            self.connection = connect(self.home)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        from mafka4.runtime.environment import HOME_ENV, ray_temp_dir
+        from mafka4.runtime.local import down
+
+        ray.shutdown()
+        try:
+            if self._started:
+                down(self.home)
+        finally:
+            for server in self.etcd_started:
+                stop_etcd(server)
+            shutil.rmtree(ray_temp_dir(self.home), ignore_errors=True)
+            shutil.rmtree(self.home, ignore_errors=True)
+            if self._previous_home is None:
+                os.environ.pop(HOME_ENV, None)
+            else:
+                os.environ[HOME_ENV] = self._previous_home
+
+
+# --- command line ---------------------------------------------------------------------------
+
+
+def _fault_list(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def add_chaos_parser(commands) -> None:
+    defaults = ChaosSettings()
+    chaos = commands.add_parser("chaos", help="seeded random faults on a throwaway cluster under a keyed workload, "
+                                              "judged by history checkers (lost, reordered, duplicated messages)")
+    chaos.add_argument("--seed", type=int, help="seed of the fault sequence (default: a random one, printed)")
+    chaos.add_argument("--duration-s", type=float, default=defaults.duration_s, help="fault phase (default %(default)s)")
+    chaos.add_argument("--rate-msgs-per-s", type=int, default=defaults.rate_msgs_per_s, help="default %(default)s")
+    chaos.add_argument("--faults", type=_fault_list, default=",".join(FAULT_KINDS),
+                       help="comma-separated fault kinds (default all: %(default)s)")
+    chaos.add_argument("--members", type=int, default=defaults.members, help="consumer-group members (default %(default)s)")
+    chaos.add_argument("--out", default="results/chaos.json", help="JSON report path (default %(default)s)")
+    chaos.set_defaults(run=_cmd_chaos)
+
+
+def _cmd_chaos(args: argparse.Namespace) -> int:
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+    settings = ChaosSettings(seed=seed, duration_s=args.duration_s, rate_msgs_per_s=args.rate_msgs_per_s,
+                             faults=args.faults, members=args.members)
+    print(f"chaos: seed {seed}, {settings.duration_s:g} s of faults ({','.join(settings.faults)}), "
+          f"{settings.rate_msgs_per_s} msgs/s, {settings.members} members", flush=True)
+    report = run_chaos(settings)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(summary(report))
+    print(f"full report written to {out}", file=sys.stderr)
+    return 0 if report["ok"] else 1
+
+
+def summary(report: dict) -> str:
+    messages = report["messages"]
+    lines = [
+        f"seed {report['seed']}: {report['duration_s']:.0f} s ({', '.join(f'{k} {v:.0f}' for k, v in report['phases_s'].items())})",
+        f"messages: {messages['sent']} sent, {messages['acknowledged']} acknowledged, {messages['failed']} failed, "
+        f"{messages['consumed_records']} consumed ({messages['consumed_unique']} distinct, "
+        f"{messages['redelivered']} re-delivered), {messages['unread_acknowledged']} acknowledged never read",
+        f"faults: {report['faults_injected']} ({', '.join(f'{k} {n}' for k, n in sorted(report['faults_by_kind'].items()))})",
+        f"healed: {report['heal']['healed']} in {report['heal']['took_s']:.0f} s; drained: {report['drained']}",
+        "anomalies: " + ", ".join(f"{kind} {count}" for kind, count in report["anomalies"].items()),
+        report["verdict"],
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,312 @@
+"""The nemesis of a chaos run: seeded random faults on a real cluster, and the operator's repairs.
+
+Faults run one after another, each drawn from one ``random.Random(seed)`` (kind, target,
+how long it lasts, the pause before the next), so a seed names a sequence of faults; what
+the cluster does in between is not deterministic. Kinds (``FAULT_KINDS``):
+
+* ``kill-replica``: ``ray.kill`` of a physical replica (leader or follower). The controller
+  fails the partition over and restarts the replica; nothing here helps it.
+* ``kill-vp-replica``: ``ray.kill`` of a VP replica. Nothing in the cluster fails VPs over
+  yet (``virtual.failover``: "until the controller does, callers call it directly"), so the
+  nemesis acts as the operator: ``fail_over_virtual_partition`` if it was the leader, then
+  starts the replica again on its node as a follower. A leader is killed only while its
+  RISR has another member: with none, the design leaves the VP leaderless on purpose.
+* ``restart-feeder``: ``launcher.restart_feeder`` of one physical partition's feeder.
+* ``restart-etcd``: SIGTERM etcd, keep it down for a while, start it again on its port and
+  data directory (the restarted server is a child of this process; see ``EtcdControl``).
+* ``kill-member``: SIGKILL a consumer-group member process and start a replacement.
+* ``pause-replica``: ``Admin.inject_fault(paused=True)`` on a physical or VP replica for a
+  while, then clear it.
+
+``heal`` ends the fault phase: clear pauses, make sure etcd runs, restart any VP replica
+that is not running (failing over first if it led), and wait until every partition has its
+full ISR and every VP its full RISR with a live leader.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from dataclasses import dataclass
+
+import psutil
+import ray
+
+from mafka4.client.admin import Admin, hash_start
+from mafka4.coordinator.topics import TopicStore
+from mafka4.coordinator import keys
+from mafka4.errors import CoordinatorUnavailable, MafkaError
+from mafka4.physical.launcher import replica_handle
+from mafka4.runtime.connect import Connection
+from mafka4.runtime.etcd_server import EtcdServer, restart_etcd
+from mafka4.virtual.failover import fail_over_virtual_partition
+from mafka4.virtual.launcher import feeder_handle, feeder_node, restart_feeder, start_vp_replica, vp_handle
+from mafka4.virtual.metadata import VirtualStore
+from simulations.chaos_workload import Members
+
+FAULT_KINDS = ("kill-replica", "kill-vp-replica", "restart-feeder", "restart-etcd", "kill-member", "pause-replica")
+ACTOR_GONE_TIMEOUT_S = 30  # Ray frees a killed actor's name once it saw the death
+CALL_TIMEOUT_S = 30
+ETCD_STOP_TIMEOUT_S = 30
+ETCD_ANSWER_TIMEOUT_S = 60
+HEAL_CHECK_INTERVAL_S = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class FaultTiming:
+    """How long faults last and the pauses between them, in seconds (drawn uniformly)."""
+
+    gap_s: tuple[float, float] = (1.0, 3.0)
+    pause_s: tuple[float, float] = (1.0, 5.0)
+    etcd_down_s: tuple[float, float] = (2.0, 6.0)
+
+
+@dataclass(frozen=True, slots=True)
+class FaultRecord:
+    kind: str
+    target: str
+    at_s: float  # since the start of the run
+    took_s: float  # injecting it and the operator's repair, if any
+    outcome: str
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "target": self.target, "at_s": round(self.at_s, 3), "took_s": round(self.took_s, 3),
+                "outcome": self.outcome}
+
+
+class EtcdControl:
+    """Stops and restarts the cluster's etcd; ``started`` lists the servers it started, which the
+    caller stops after the cluster (the daemon only knows the etcd it started itself)."""
+
+    def __init__(self, server: EtcdServer, started: list[EtcdServer]):
+        self.server = server
+        self.started = started
+        self.running = True
+
+    @classmethod
+    def of(cls, connection: Connection, started: list[EtcdServer]) -> "EtcdControl":
+        state = connection.state
+        assert state is not None, "the etcd fault needs a local cluster's record (connect(home))"
+        return cls(EtcdServer(state.etcd_pid, int(state.etcd_endpoint.rpartition(":")[2]),
+                              os.path.join(state.home, "etcd"), os.path.join(state.home, "etcd.log")), started)
+
+    def stop(self) -> None:
+        pid = self.server.pid
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + ETCD_STOP_TIMEOUT_S
+        while _running(pid):
+            assert time.monotonic() < deadline, f"etcd (pid {pid}) did not stop within {ETCD_STOP_TIMEOUT_S} s"
+            time.sleep(0.05)
+        self.running = False
+
+    def start(self) -> None:
+        self.server = restart_etcd(self.server)
+        self.started.append(self.server)
+        self.running = True
+
+
+def _running(pid: int) -> bool:
+    """False once ``pid`` exited; a zombie counts as exited (and is reaped if it is our child)."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    except ChildProcessError:
+        pass  # the daemon's child, not ours: the daemon reaps it
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+class Nemesis:
+    def __init__(self, connection: Connection, topic: str, rng: random.Random, members: Members,
+                 etcd: EtcdControl | None, timing: FaultTiming, run_started: float):
+        self._connection, self._topic, self._rng = connection, topic, rng
+        self._members, self._etcd, self._timing = members, etcd, timing
+        self._run_started = run_started
+        self._admin = Admin(connection)
+        self._topics = TopicStore(connection.store, connection.cluster)
+        self._virtual = VirtualStore(connection.store, connection.cluster)
+        self._paused: set[tuple[str, int, str]] = set()
+        self.faults: list[FaultRecord] = []
+
+    @property
+    def _cluster(self) -> str:
+        return self._connection.cluster
+
+    def run(self, duration_s: float, kinds: tuple[str, ...]) -> list[FaultRecord]:
+        """Inject faults of ``kinds`` one after another for ``duration_s``."""
+        actions = {"kill-replica": self._kill_replica, "kill-vp-replica": self._kill_vp_replica,
+                   "restart-feeder": self._restart_feeder, "restart-etcd": self._restart_etcd,
+                   "kill-member": self._kill_member, "pause-replica": self._pause_replica}
+        ends = time.monotonic() + duration_s
+        while time.monotonic() + self._timing.gap_s[0] < ends:
+            time.sleep(self._rng.uniform(*self._timing.gap_s))
+            kind = self._rng.choice(kinds)
+            began = time.monotonic()
+            try:
+                target, outcome = actions[kind]()
+            except (MafkaError, ray.exceptions.RayError, TimeoutError) as error:
+                # A fault that could not be carried out (etcd slow after a restart, a replica
+                # the controller is restarting) is recorded and the run goes on.
+                target, outcome = "?", f"not injected: {type(error).__name__}: {error}"
+            self.faults.append(FaultRecord(kind, target, began - self._run_started, time.monotonic() - began, outcome))
+        return self.faults
+
+    # --- faults ---------------------------------------------------------------------------
+
+    def _kill_replica(self) -> tuple[str, str]:
+        state = self._rng.choice(self._topics.get(self._topic).partitions)
+        replica = self._rng.choice(state.replicas)
+        target = f"p{state.partition}/{replica}"
+        handle = replica_handle(self._cluster, self._topic, state.partition, replica)
+        if handle is None:
+            return target, "not running (the controller is restarting it)"
+        ray.kill(handle)
+        return target, "killed the leader" if replica == state.leader else "killed a follower"
+
+    def _kill_vp_replica(self) -> tuple[str, str]:
+        vp = self._rng.choice(sorted(self._virtual.states(self._topic)))
+        state, _ = self._virtual.state(self._topic, vp)
+        replica = self._rng.choice(state.replicas)
+        note = ""
+        if replica == state.leader and len(state.risr) < 2:
+            replica = next(r for r in state.replicas if r != state.leader)
+            note = " (the leader was drawn but is the only RISR member)"
+        handle = vp_handle(self._cluster, self._topic, vp, replica)
+        if handle is not None:
+            ray.kill(handle)
+            _wait(lambda: vp_handle(self._cluster, self._topic, vp, replica) is None, ACTOR_GONE_TIMEOUT_S,
+                  f"VP replica v{vp}/{replica} to stop")
+        return f"v{vp}/{replica}", self._restore_vp_replica(vp, replica) + note
+
+    def _restore_vp_replica(self, vp: int, replica: str) -> str:
+        """The operator: fail the VP over if ``replica`` led it, then start ``replica`` as a follower."""
+        state, _ = self._virtual.state(self._topic, vp)
+        outcome = "killed a follower"
+        if state.leader == replica:
+            after = fail_over_virtual_partition(self._connection.store, self._cluster, self._topic, vp)
+            if after is None:
+                return "killed the leader; failover found no RISR member to lead"
+            state, outcome = after, f"killed the leader; failed over to {after.leader} (epoch {after.leader_epoch})"
+        metadata = self._topics.get(self._topic)
+        start_vp_replica(self._cluster, self._connection.store.endpoint, metadata, vp, replica, self._topics.data_root())
+        handle = vp_handle(self._cluster, self._topic, vp, replica)
+        ray.get(handle.become_follower.remote(state.leader_epoch, state.leader), timeout=CALL_TIMEOUT_S)
+        return outcome + "; restarted it as a follower"
+
+    def _restart_feeder(self) -> tuple[str, str]:
+        partition = self._rng.randrange(len(self._topics.get(self._topic).partitions))
+        handle = feeder_handle(self._cluster, self._topic, partition)
+        if handle is not None:
+            node = ray.get(handle.describe.remote(), timeout=CALL_TIMEOUT_S)["node_id"]
+        else:
+            node = feeder_node(self._topics.live_nodes("read"), partition, hash_start(self._topic))
+        restart_feeder(self._cluster, self._connection.store.endpoint, self._topic, partition, node)
+        return f"feeder p{partition} on {node}", "restarted"
+
+    def _restart_etcd(self) -> tuple[str, str]:
+        if self._etcd is None:
+            return "etcd", "skipped: the driver joined through environment variables and cannot restart etcd"
+        down_s = self._rng.uniform(*self._timing.etcd_down_s)
+        self._etcd.stop()
+        time.sleep(down_s)
+        self._etcd.start()
+        restarted = time.monotonic()
+        # As an operator would: the next fault waits until this cluster's clients reach etcd again.
+        _wait(self._etcd_answers, ETCD_ANSWER_TIMEOUT_S, "etcd to answer after its restart")
+        return (f"etcd :{self._etcd.server.client_port}", f"down {down_s:.1f} s, restarted (pid {self._etcd.server.pid}), "
+                f"answering {time.monotonic() - restarted:.1f} s later")
+
+    def _etcd_answers(self) -> bool:
+        try:
+            self._connection.store.get(keys.cluster_config(self._cluster))
+        except CoordinatorUnavailable:
+            return False
+        return True
+
+    def _kill_member(self) -> tuple[str, str]:
+        running = self._members.running
+        if not running:
+            return "member", "none running"
+        victim = self._rng.choice(running)
+        victim.kill()
+        replacement = self._members.start()
+        return victim.name, f"SIGKILLed; {replacement.name} started in its place"
+
+    def _pause_replica(self) -> tuple[str, str]:
+        if self._rng.random() < 0.5:
+            kind, state = "physical", self._rng.choice(self._topics.get(self._topic).partitions)
+            partition, role = state.partition, "p"
+        else:
+            kind, role = "virtual", "v"
+            partition = self._rng.choice(sorted(self._virtual.states(self._topic)))
+            state, _ = self._virtual.state(self._topic, partition)
+        replica = self._rng.choice(state.replicas)
+        hold_s = self._rng.uniform(*self._timing.pause_s)
+        target = (kind, partition, replica)
+        self._admin.inject_fault(self._topic, kind=kind, partition=partition, replica=replica, paused=True)
+        self._paused.add(target)
+        time.sleep(hold_s)
+        self._admin.inject_fault(self._topic, kind=kind, partition=partition, replica=replica, paused=False)
+        self._paused.discard(target)
+        what = "leader" if replica == state.leader else "follower"
+        return f"{role}{partition}/{replica}", f"paused the {what} for {hold_s:.1f} s"
+
+    # --- healing --------------------------------------------------------------------------
+
+    def heal(self, timeout_s: float) -> dict:
+        """Undo what faults left behind and wait until the cluster is whole again; see the module doc."""
+        began = time.monotonic()
+        deadline = began + timeout_s
+        if self._etcd is not None and not self._etcd.running:
+            self._etcd.start()
+        problems: list[str] = ["not checked"]
+        while time.monotonic() < deadline:
+            try:
+                self._clear_pauses()
+                self._restore_missing_vp_replicas()
+                problems = self._unhealthy()
+            except (MafkaError, ray.exceptions.RayError, TimeoutError) as error:
+                problems = [f"{type(error).__name__}: {error}"]
+            if not problems:
+                break
+            time.sleep(HEAL_CHECK_INTERVAL_S)
+        return {"healed": not problems, "took_s": round(time.monotonic() - began, 3), "unhealthy": problems}
+
+    def _clear_pauses(self) -> None:
+        for kind, partition, replica in sorted(self._paused):
+            self._admin.inject_fault(self._topic, kind=kind, partition=partition, replica=replica, paused=False)
+            self._paused.discard((kind, partition, replica))
+
+    def _restore_missing_vp_replicas(self) -> None:
+        for vp, (state, _) in sorted(self._virtual.states(self._topic).items()):
+            for replica in state.replicas:
+                if vp_handle(self._cluster, self._topic, vp, replica) is None:
+                    self._restore_vp_replica(vp, replica)
+
+    def _unhealthy(self) -> list[str]:
+        problems = []
+        for state in self._topics.get(self._topic).partitions:
+            if set(state.isr) != set(state.replicas):
+                problems.append(f"p{state.partition}: ISR {sorted(state.isr)} of {sorted(state.replicas)}")
+            if replica_handle(self._cluster, self._topic, state.partition, state.leader) is None:
+                problems.append(f"p{state.partition}: leader {state.leader} not running")
+        for vp, (state, _) in sorted(self._virtual.states(self._topic).items()):
+            if set(state.risr) != set(state.replicas):
+                problems.append(f"v{vp}: RISR {sorted(state.risr)} of {sorted(state.replicas)}")
+        return problems
+
+
+def _wait(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout_s} s for {what}")
+        time.sleep(0.05)
+

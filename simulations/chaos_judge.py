@@ -1,0 +1,205 @@
+"""Judging a chaos run: read the final logs from the live cluster and run every checker.
+
+``read_final_logs`` reads, once production stopped and the cluster healed: every physical
+replica's bytes below its high watermark (the leader's decoded into the committed records),
+then, once every VP leader was fed through those high watermarks, every VP replica's bytes
+below the VP high watermark (the leader's decoded, with their physical sources). ``judge``
+runs the checkers of ``simulations.checkers`` over the merged history and those logs, and
+explains each acknowledged message the group never read: where it is, and how far the group
+committed past it.
+
+Counts per anomaly kind are of what the checkers report, and each checker reports at most
+``checkers.ANOMALIES_MAX``; the exact number of unread acknowledged messages and of
+re-deliveries (at-least-once repeats, not anomalies) is counted here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+import ray
+
+from mafka4.coordinator.topics import TopicStore
+from mafka4.errors import MafkaError
+from mafka4.physical.launcher import replica_handle
+from mafka4.records import decode_batch, iter_batches
+from mafka4.runtime.connect import Connection
+from mafka4.virtual.launcher import vp_handle
+from mafka4.virtual.metadata import VirtualStore
+from mafka4.virtual.ranges import message_hash
+from mafka4.virtual.split import source_of, strip_source
+from simulations import checkers
+from simulations.checkers import Ack, Anomaly, Commit, Consumed, HistoryRecord, StoredRecord
+
+FETCH_BYTES_MAX = 1 << 20
+FETCHES_MAX = 100_000  # per replica: bounds the read of a log that keeps growing (it must not)
+CALL_TIMEOUT_S = 30
+FED_TIMEOUT_S = 60
+UNREAD_EXPLAINED_MAX = 20
+
+
+@dataclass(frozen=True, slots=True)
+class FinalLogs:
+    committed: dict[int, list[StoredRecord]]  # physical partition -> records below the leader's HW
+    expected_vp: dict[tuple[int, int], int]  # (partition, offset) -> the VP the layout names
+    physical_replicas: dict[int, dict[str, tuple[int, bytes]]]  # partition -> replica -> (HW, bytes below it)
+    vp_logs: dict[int, list[StoredRecord]]
+    vp_replicas: dict[int, dict[str, tuple[int, bytes]]]
+    unreadable: list[str]  # replicas whose log could not be read (judged without them)
+
+
+def _read_replica(fetch) -> tuple[int, bytes]:
+    """(high watermark, every batch below it) through ``fetch(offset)`` of a replica actor."""
+    chunks, offset, high_watermark = [], 0, 0
+    for _ in range(FETCHES_MAX):
+        result = ray.get(fetch(offset), timeout=CALL_TIMEOUT_S)
+        high_watermark = result.high_watermark
+        if not result.data:
+            break
+        chunks.append(result.data)
+        for _, header in iter_batches(result.data, check_crc=False):
+            offset = header.next_offset
+    return high_watermark, b"".join(chunks)
+
+
+def read_final_logs(connection: Connection, topic: str) -> FinalLogs:
+    cluster = connection.cluster
+    metadata = TopicStore(connection.store, cluster).get(topic)
+    virtual = VirtualStore(connection.store, cluster)
+    layout, states = virtual.layout_and_states(topic, metadata.config.partitions, metadata.config.virtual_config())
+    committed, expected_vp, physical_replicas, unreadable = {}, {}, {}, []
+    for state in metadata.partitions:
+        physical_replicas[state.partition] = {}
+        for replica in state.replicas:
+            handle = replica_handle(cluster, topic, state.partition, replica)
+            try:
+                read = _read_replica(lambda offset, h=handle, r=replica: h.fetch.remote(
+                    offset, FETCH_BYTES_MAX, 0, r != state.leader))
+            except (AttributeError, MafkaError, ray.exceptions.RayError, TimeoutError) as error:
+                unreadable.append(f"p{state.partition}/{replica}: {type(error).__name__}")
+                continue
+            physical_replicas[state.partition][f"p{state.partition}/{replica}"] = read
+            if replica == state.leader:
+                committed[state.partition] = _committed_records(read[1], state.partition, layout, expected_vp)
+    _wait_fed(connection, topic, states, {p: max((r.offset + 1 for r in records), default=0)
+                                          for p, records in committed.items()})
+    vp_logs, vp_replicas = {}, {}
+    for vp, (state, _) in sorted(states.items()):
+        vp_replicas[vp] = {}
+        for replica in state.replicas:
+            handle = vp_handle(cluster, topic, vp, replica)
+            try:
+                read = _read_replica(lambda offset, h=handle: h.fetch.remote(offset, FETCH_BYTES_MAX, 0))
+            except (AttributeError, MafkaError, ray.exceptions.RayError, TimeoutError) as error:
+                unreadable.append(f"v{vp}/{replica}: {type(error).__name__}")
+                continue
+            vp_replicas[vp][f"v{vp}/{replica}"] = read
+            if replica == state.leader:
+                vp_logs[vp] = [_vp_record(record) for position, _ in iter_batches(read[1])
+                               for record in decode_batch(read[1], position)]
+    return FinalLogs(committed, expected_vp, physical_replicas, vp_logs, vp_replicas, unreadable)
+
+
+def _committed_records(data: bytes, partition: int, layout, expected_vp: dict) -> list[StoredRecord]:
+    records = []
+    for position, header in iter_batches(data):
+        for index, record in enumerate(decode_batch(data, position)):
+            records.append(StoredRecord(record.offset, record.key, record.value))
+            hash_value = message_hash(record.key, partition, header.producer_id, header.base_sequence + index, record.offset)
+            expected_vp[(partition, record.offset)] = layout.vp_for(partition, record.offset, hash_value)
+    return records
+
+
+def _vp_record(record) -> StoredRecord:
+    partition, offset = source_of(record)
+    plain = strip_source(record)
+    return StoredRecord(record.offset, plain.key, plain.value, partition, offset)
+
+
+def _wait_fed(connection: Connection, topic: str, states: dict, ends: dict[int, int]) -> None:
+    """Wait (bounded) until every VP leader was fed through ``ends`` and exposes all it holds."""
+    deadline = time.monotonic() + FED_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            described = [ray.get(vp_handle(connection.cluster, topic, vp, state.leader).describe.remote(),
+                                 timeout=CALL_TIMEOUT_S) for vp, (state, _) in states.items()]
+        except (AttributeError, MafkaError, ray.exceptions.RayError):
+            described = []
+        if described and all(d["high_watermark"] == d["log_end_offset"]
+                             and all(d["fed_through"].get(p, 0) >= end for p, end in ends.items()) for d in described):
+            return
+        time.sleep(0.5)
+
+
+def with_sources(consumed: list[tuple[float, Consumed]], acks: list[Ack],
+                 vp_logs: dict[int, list[StoredRecord]]) -> list[tuple[float, Consumed]]:
+    """Each consumed record with its physical source: where its Ack put it, else the VP log's header."""
+    acked = {ack.value: (ack.partition, ack.offset) for ack in acks}
+    stored = {record.value: (record.partition, record.partition_offset) for log in vp_logs.values() for record in log}
+    out = []
+    for t, record in consumed:
+        source = acked.get(record.value) or stored.get(record.value)
+        if source is not None:
+            record = dataclasses.replace(record, partition=source[0], partition_offset=source[1])
+        out.append((t, record))
+    return out
+
+
+def judge(history: list[HistoryRecord], logs: FinalLogs, group: str, drained: bool) -> dict:
+    """Every checker's anomalies, counts per kind, and the delivery counts."""
+    acks = checkers.of_type(history, Ack)
+    consumed = checkers.of_type(history, Consumed)
+    found: dict[str, list[Anomaly]] = {}
+    for partition, replicas in sorted(logs.physical_replicas.items()):
+        found[f"replicas_identical p{partition}"] = checkers.check_replicas_identical(replicas)
+    for vp, replicas in sorted(logs.vp_replicas.items()):
+        found[f"replicas_identical v{vp}"] = checkers.check_replicas_identical(replicas)
+    found["acks_in_log"] = checkers.check_acks_in_log(acks, logs.committed)
+    found["producer_order"] = checkers.check_producer_order(history)
+    found["exactly_once_in_vps"] = checkers.check_exactly_once_in_vps(
+        logs.committed, logs.vp_logs, lambda record, partition: logs.expected_vp[(partition, record.offset)])
+    found["reads_match_logs"] = checkers.check_reads_match_logs(
+        consumed, {f"vp{vp}": log for vp, log in logs.vp_logs.items()})
+    found["per_key_order"] = checkers.check_per_key_order(consumed)
+    found["no_duplicates_after_commit"] = checkers.check_no_duplicates_after_commit(history, group)
+    found["commits_monotonic"] = checkers.check_commits_monotonic(checkers.of_type(history, Commit))
+    found["classify_reads"] = checkers.classify_reads(acks, consumed, drained)
+    kinds = Counter(anomaly.kind.value for anomalies in found.values() for anomaly in anomalies)
+    read_values = Counter(record.value for record in consumed)
+    unread = [ack for ack in acks if ack.value not in read_values]
+    return {
+        "anomalies": {kind.value: kinds.get(kind.value, 0) for kind in checkers.Kind},
+        "capped_checkers": sorted(name for name, anomalies in found.items() if len(anomalies) >= checkers.ANOMALIES_MAX),
+        "anomaly_samples": {name: [str(a) for a in anomalies] for name, anomalies in found.items() if anomalies},
+        "consumed_records": len(consumed),
+        "consumed_unique": len(read_values),
+        "redelivered": sum(count - 1 for count in read_values.values()),
+        "unread_acknowledged": len(unread),
+        "unread_explained": _explain_unread(unread, logs, history),
+    }
+
+
+def _explain_unread(unread: list[Ack], logs: FinalLogs, history: list[HistoryRecord]) -> list[str]:
+    """Where the first unread acknowledged messages are, and what the group committed there."""
+    in_vp = {record.value: (vp, record.offset) for vp, log in logs.vp_logs.items() for record in log}
+    committed: dict[str, int] = {}
+    for record in checkers.of_type(history, Commit):
+        committed[record.stream] = max(committed.get(record.stream, 0), record.offset)
+    in_physical = {(p, r.offset): r.value for p, records in logs.committed.items() for r in records}
+    explained = []
+    for ack in unread[:UNREAD_EXPLAINED_MAX]:
+        where = f"{ack.value!r} acked at p{ack.partition}@{ack.offset}"
+        if in_physical.get((ack.partition, ack.offset)) != ack.value:
+            explained.append(f"{where}: not in the final physical log there")
+        elif ack.value not in in_vp:
+            explained.append(f"{where}: in the physical log, in no VP")
+        else:
+            vp, offset = in_vp[ack.value]
+            group_at = committed.get(f"vp{vp}")
+            verdict = "the group committed past it without reading it" if group_at is not None and group_at > offset \
+                else "the group has not read that far"
+            explained.append(f"{where}: in vp{vp}@{offset}; group committed vp{vp}@{group_at}: {verdict}")
+    return explained

@@ -1,0 +1,101 @@
+"""One consumer-group member of a chaos run, in a process of its own so that killing it is a crash.
+
+    python -m simulations.chaos_member --topic T --group G --out FILE [--member-lease-ttl-s S] [--auto-commit-interval-ms M]
+
+Joins the cluster named by ``$MAFKA4_ETCD_ENDPOINT``, ``$MAFKA4_RAY_ADDRESS`` and
+``$MAFKA4_CLUSTER`` (the chaos driver sets them) and polls as a member of group G, from the
+beginning, until SIGTERM, which closes the consumer (commit, release, leave) and exits 0.
+SIGKILL (the chaos ``kill-member`` fault) gives it no chance to commit or leave: its VPs move
+on only when its lease lapses, and their next owner re-reads from the last commit.
+
+Output, one JSON object per line, flushed after every poll (a crash loses only what poll()
+had not returned yet, which the next owner reads again anyway)::
+
+    {"t": T, "ready": MEMBER_ID}                                   joined the group
+    {"t": T, "vp": V, "offset": O, "key": HEX, "value": HEX}       a message poll() returned
+    {"t": T, "error": TEXT}                                        a join or poll that raised
+    {"t": T, "closed": MEMBER_ID}                                  left the group after SIGTERM
+
+``t`` is ``time.monotonic()``: one clock for every process on a Linux machine, so the driver
+orders these lines among its own history records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import threading
+import time
+
+import ray
+
+from mafka4.client.consumer import Consumer
+from mafka4.errors import MafkaError
+from mafka4.runtime.connect import connect
+
+POLL_TIMEOUT_MS = 200
+# A member that cannot join (etcd restarting, a VP leader failing over) tries again this often.
+JOIN_RETRY_S = 1.0
+JOIN_ATTEMPTS_MAX = 120
+
+
+def _line(out, **fields) -> None:
+    out.write(json.dumps({"t": time.monotonic(), **fields}) + "\n")
+
+
+def _join(args: argparse.Namespace, connection, out, stopping: threading.Event) -> Consumer | None:
+    for _ in range(JOIN_ATTEMPTS_MAX):
+        if stopping.is_set():
+            return None
+        try:
+            return Consumer(args.topic, group=args.group, connection=connection, from_beginning=True,
+                            member_lease_ttl_s=args.member_lease_ttl_s,
+                            auto_commit_interval_ms=args.auto_commit_interval_ms)
+        except (MafkaError, ray.exceptions.RayError) as error:
+            _line(out, error=f"join: {type(error).__name__}: {error}")
+            out.flush()
+            stopping.wait(JOIN_RETRY_S)
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    stopping = threading.Event()
+    connection = connect()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())  # after connect: joining Ray installs its own handler
+    with open(args.out, "a", encoding="utf-8") as out:
+        consumer = _join(args, connection, out, stopping)
+        if consumer is None:
+            return 1
+        _line(out, ready=consumer.member_id)
+        out.flush()
+        while not stopping.is_set():
+            try:
+                messages = consumer.poll(timeout_ms=POLL_TIMEOUT_MS)
+            except (MafkaError, ray.exceptions.RayError) as error:
+                # A real application logs and polls on; the driver counts these.
+                _line(out, error=f"poll: {type(error).__name__}: {error}")
+                out.flush()
+                stopping.wait(POLL_TIMEOUT_MS / 1000)
+                continue
+            for message in messages:
+                _line(out, vp=message.partition, offset=message.offset,
+                      key=None if message.key is None else message.key.hex(), value=message.value.hex())
+            out.flush()
+        consumer.close()
+        _line(out, closed=consumer.member_id)
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--group", required=True)
+    parser.add_argument("--out", required=True, help="JSON-lines file this member appends to")
+    parser.add_argument("--member-lease-ttl-s", type=int, required=True)
+    parser.add_argument("--auto-commit-interval-ms", type=int, required=True)
+    return run(parser.parse_args())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,267 @@
+"""The workload of a chaos run and the recorders of its history.
+
+* ``History``: the driver's history records (``simulations.checkers``), each stamped with
+  ``time.monotonic()``; ``merged`` orders them together with the members' records by that
+  stamp (one clock for every process on Linux), which is the order the checkers judge.
+* ``PacedProducer``: one idempotent ``acks=all`` producer on a thread, sending keyed messages
+  at a fixed rate; records ``Send`` before each ``send()`` and ``Ack`` in the callback.
+  Values are unique (``<key>:<sequence>``): they name a message across Ack and Consumed.
+* ``CommitObserver``: reads the group's committed VP offsets from etcd every
+  ``COMMIT_POLL_S`` and records each change as a ``Commit`` (a sample of the commits: one
+  between two reads is not seen, which can hide an anomaly but never invent one).
+* ``Members``: the consumer-group members, one process each (``simulations.chaos_member``),
+  so that killing one is a real crash; their output files give the ``Consumed`` records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Iterable
+
+import ray
+
+from mafka4.client.partitioner import Partitioner
+from mafka4.client.producer import Producer
+from mafka4.coordinator import keys
+from mafka4.coordinator.store import MetadataStore
+from mafka4.errors import CoordinatorUnavailable
+from mafka4.runtime.connect import CLUSTER_ENV, ETCD_ENDPOINT_ENV, RAY_ADDRESS_ENV, Connection
+from simulations.checkers import Ack, Commit, Consumed, HistoryRecord, Send
+
+PRODUCER_ID = "producer-0"
+SEND_TICK_S = 0.01  # the producer sends what is due this often
+COMMIT_POLL_S = 0.1
+PRODUCER_STOP_TIMEOUT_S = 180  # flushing waits for every outstanding batch (delivery_timeout_ms bounds each)
+MEMBER_STOP_TIMEOUT_S = 60  # a SIGTERMed member commits, releases and leaves within this, or is killed
+MEMBER_READY_TIMEOUT_S = 120  # joining Ray and the group on a loaded 2-core machine
+
+
+class History:
+    """Timestamped history records of the driver's recorders (thread-safe)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._records: list[tuple[float, HistoryRecord]] = []
+
+    def add(self, record: HistoryRecord, t: float | None = None) -> None:
+        stamp = time.monotonic() if t is None else t
+        with self._lock:
+            self._records.append((stamp, record))
+
+    def records(self) -> list[tuple[float, HistoryRecord]]:
+        with self._lock:
+            return list(self._records)
+
+    def merged(self, others: Iterable[tuple[float, HistoryRecord]]) -> list[HistoryRecord]:
+        """Every record, the driver's and ``others``, by time (ties keep the driver's first)."""
+        stamped = self.records() + list(others)
+        return [record for _, record in sorted(stamped, key=lambda item: item[0])]
+
+
+class PacedProducer:
+    """Keyed ``acks=all`` messages at ``rate_msgs_per_s`` on a thread until ``stop``."""
+
+    def __init__(self, connection: Connection, topic: str, partitions: int, key_count: int, rate_msgs_per_s: int,
+                 history: History, delivery_timeout_ms: int):
+        self.sent = self.acknowledged = 0
+        self.failures: list[str] = []
+        self._keys = [b"k%02d" % i for i in range(key_count)]
+        self._partitioner = Partitioner(topic, partitions)
+        self._rate = rate_msgs_per_s
+        self._history = history
+        self._stop = threading.Event()
+        self._producer = Producer(topic, connection=connection, acks="all", delivery_timeout_ms=delivery_timeout_ms)
+        self._thread = threading.Thread(target=self._run, name="chaos-producer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        began = time.monotonic()
+        while not self._stop.wait(SEND_TICK_S):
+            due = int((time.monotonic() - began) * self._rate)
+            while self.sent < due and not self._stop.is_set():
+                self._send_one()
+        self._producer.flush()
+
+    def _send_one(self) -> None:
+        key = self._keys[self.sent % len(self._keys)]
+        value = b"%s:%07d" % (key, self.sent)
+        self._history.add(Send(PRODUCER_ID, key, value, self._partitioner.partition(key, None)))
+        self._producer.send(value, key=key).add_callback(
+            lambda metadata, error, key=key, value=value: self._answered(key, value, metadata, error))
+        self.sent += 1
+
+    def _answered(self, key: bytes, value: bytes, metadata, error) -> None:
+        if error is None:
+            self._history.add(Ack(key, value, metadata.partition, metadata.offset))
+            self.acknowledged += 1
+        else:
+            self.failures.append(f"{value.decode()}: {type(error).__name__}: {error}")
+
+    def stop(self) -> None:
+        """Stop sending and wait until every message sent is acknowledged or failed."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(PRODUCER_STOP_TIMEOUT_S)
+        assert not self._thread.is_alive(), f"the producer did not flush within {PRODUCER_STOP_TIMEOUT_S} s"
+        self._producer.close()
+
+
+class CommitObserver:
+    """Records every change of the group's committed VP offsets it sees, on a thread."""
+
+    def __init__(self, connection: Connection, group: str, topic: str, history: History):
+        self.group, self.topic = group, topic
+        self.reads_failed = 0
+        self._prefix = keys.group_vp_offsets_prefix(connection.cluster, group)
+        self._store = MetadataStore(connection.store.endpoint)
+        self._history = history
+        self._last: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chaos-commits", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(COMMIT_POLL_S):
+            self.read_once()
+
+    def read_once(self) -> None:
+        try:
+            items = self._store.get_prefix(self._prefix)
+        except CoordinatorUnavailable:
+            self.reads_failed += 1  # etcd restarting: commits wait for it too
+            return
+        for item in items:
+            parsed = keys.parse_group_partition(self._prefix, item.key)
+            if parsed is None or parsed[0] != self.topic:
+                continue
+            vp, offset = parsed[1], item.value["offset"]
+            if self._last.get(vp) != offset:
+                self._last[vp] = offset
+                self._history.add(Commit(self.group, f"vp{vp}", offset))
+
+    @property
+    def committed(self) -> dict[int, int]:
+        return dict(self._last)
+
+    def stop(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self.read_once()  # the commits of members that closed last
+        self._store.close()
+
+
+class MemberProcess:
+    """One member process and the JSON-lines file it writes."""
+
+    def __init__(self, name: str, command: list[str], env: dict[str, str], out: Path):
+        self.name, self.out = name, out
+        self.killed = self.terminated = False
+        with open(out.with_suffix(".log"), "ab") as log:
+            # Own session: a Ctrl-C meant for the driver must not reach it before the driver stops it.
+            self.process = subprocess.Popen(command + ["--out", str(out)], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, start_new_session=True)
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def lines(self) -> list[dict]:
+        """The complete lines written so far (a line cut by a kill is dropped)."""
+        if not self.out.exists():
+            return []
+        found = []
+        for text in self.out.read_text(encoding="utf-8").splitlines():
+            try:
+                found.append(json.loads(text))
+            except json.JSONDecodeError:
+                continue
+        return found
+
+    def kill(self) -> None:
+        self.killed = True
+        if self.alive:
+            self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def terminate(self) -> None:
+        """Ask the member to close and exit (once: a second SIGTERM could find Ray's exit path without our handler)."""
+        if self.alive and not self.terminated:
+            self.terminated = True
+            self.process.send_signal(signal.SIGTERM)
+
+    def wait_stopped(self) -> None:
+        try:
+            self.process.wait(MEMBER_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+class Members:
+    """The group's member processes: start, crash and replace them, read what they consumed."""
+
+    def __init__(self, connection: Connection, topic: str, group: str, workdir: Path, member_lease_ttl_s: int,
+                 auto_commit_interval_ms: int):
+        self.group = group
+        self._workdir = workdir
+        self._command = [sys.executable, "-m", "simulations.chaos_member", "--topic", topic, "--group", group,
+                         "--member-lease-ttl-s", str(member_lease_ttl_s),
+                         "--auto-commit-interval-ms", str(auto_commit_interval_ms)]
+        root = str(Path(__file__).resolve().parent.parent)  # the checkout this driver runs from
+        self._env = {**os.environ, ETCD_ENDPOINT_ENV: connection.store.endpoint,
+                     RAY_ADDRESS_ENV: ray.get_runtime_context().gcs_address, CLUSTER_ENV: connection.cluster,
+                     "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+        self.all: list[MemberProcess] = []
+
+    def start(self) -> MemberProcess:
+        name = f"member-{len(self.all)}"
+        member = MemberProcess(name, self._command, self._env, self._workdir / f"{name}.jsonl")
+        self.all.append(member)
+        return member
+
+    @property
+    def running(self) -> list[MemberProcess]:
+        return [m for m in self.all if m.alive and not m.killed]
+
+    def wait_ready(self, timeout_s: float = MEMBER_READY_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        for member in self.all:
+            while not any("ready" in line for line in member.lines()):
+                assert member.alive, f"{member.name} exited with {member.process.returncode}; see {member.out.with_suffix('.log')}"
+                assert time.monotonic() < deadline, f"{member.name} did not join within {timeout_s} s"
+                time.sleep(0.2)
+
+    def stop_all(self) -> None:
+        for member in self.all:
+            member.terminate()  # all at once: they leave in parallel
+        for member in self.all:
+            member.wait_stopped()
+
+    def consumed(self) -> list[tuple[float, Consumed]]:
+        records = []
+        for member in self.all:
+            for line in member.lines():
+                if "vp" in line:
+                    key = None if line["key"] is None else bytes.fromhex(line["key"])
+                    records.append((line["t"], Consumed(member.name, f"vp{line['vp']}", line["offset"], key,
+                                                        bytes.fromhex(line["value"]))))
+        return records
+
+    def consumed_values(self) -> set[bytes]:
+        return {record.value for _, record in self.consumed()}
+
+    def errors(self) -> list[str]:
+        return [f"{member.name}: {line['error']}" for member in self.all for line in member.lines() if "error" in line]
