@@ -23,16 +23,23 @@ every ``metadata_max_age_ms``. Two feeders of one partition at once would still 
 
 Splits and merges (``virtual.resharding``). A feeder serves the active VPs and the closed
 ones not yet sealed (``feeding.served_vps``). A reshard asks every feeder of the topic to
-``hold``: finish the current round, stop at a point where no VP holds a record at or past
-``next_offset`` (``feeding.ResumePoint.fed_high``), write the hold key
-``topics/<t>/holds/<p>`` and answer ``next_offset``, which the reshard uses as the cut. The
-new epoch is stored only if every hold key is still at the revision its feeder wrote (the
-same transaction deletes them). Leaving a hold -- on ``release`` or after ``hold_ms_max`` --
-the feeder deletes its hold key if still at that revision and then re-reads the layout before
-feeding on: either the epoch was stored first (and the feeder sees it) or it can never be
-stored, so no record at or past a stored cut is ever handed to a parent. A feeder that
-resumes while not held deletes its partition's hold key, which fences out a reshard that
-held a previous feeder of the partition.
+``hold`` the VPs it splits or merges (the parents): at a round's end where no VP holds a
+record at or past ``next_offset`` (``feeding.ResumePoint.fed_high``), the feeder writes the
+hold key ``topics/<t>/holds/<p>`` and answers ``next_offset``, which the reshard uses as the
+cut. From then on it withholds from the parents every record at or past that offset
+(``feeding.withhold``) and feeds every other VP as before: a split pauses only the consumers
+of the VPs it splits. The new epoch is stored only if every hold key is still at the
+revision its feeder wrote (the same transaction deletes them).
+
+Leaving a hold. On ``release`` with the stored epoch, the feeder takes the epoch and goes
+back to the cut: the children get their records from there, and the other VPs drop the
+ones they already hold. Otherwise (a release without it, or ``hold_ms_max`` passed) it
+deletes its hold key if still at that revision and resumes from the VPs' positions under
+the layout it then reads: either the epoch was stored first (and the children are fed from
+the cut) or it can never be stored (and the parents get what was withheld). So no record at
+or past a stored cut is ever handed to a parent. A feeder that resumes while not held
+deletes its partition's hold key, which fences out a reshard that held a previous feeder of
+the partition.
 """
 
 from __future__ import annotations
@@ -54,7 +61,7 @@ from mafka4.errors import CoordinatorUnavailable, OffsetOutOfRange, RequestTimed
 from mafka4.limits import FeederConfig
 from mafka4.physical.actor import replica_actor_name
 from mafka4.virtual.actor import NAMESPACE, vp_actor_name
-from mafka4.virtual.feeding import Chunk, choose_source, plan_round, resume_point, served_vps
+from mafka4.virtual.feeding import Chunk, choose_source, plan_round, resume_point, served_vps, withhold
 from mafka4.virtual.metadata import VirtualPartitionState, VirtualStore
 from mafka4.virtual.reshard import SplitEpoch, TopicLayout
 
@@ -85,12 +92,13 @@ class _Metadata:
 
 @dataclass(slots=True)
 class _Hold:
-    """One reshard's request that the feeder stop at a round's end (see the module docstring)."""
+    """One reshard's request that the feeder hold back the parents' records (see the module docstring)."""
 
     token: str
+    vps: frozenset[int]  # the parents: the VPs the reshard closes
     reached: asyncio.Event
     released: asyncio.Event
-    fed_through: int = -1  # the feeder's next_offset once stopped
+    fed_through: int = -1  # the offset offered as the cut: nothing at or past it goes to the parents
     mod_revision: int = 0  # of the hold key the feeder wrote
     deadline: float = 0.0  # time.monotonic() after which the feeder leaves the hold by itself
     # The epoch the reshard stored (and the states of the VPs it opened), given with the release.
@@ -133,12 +141,13 @@ class Feeder:
     async def ping(self) -> int:
         return self._spec.partition
 
-    async def hold(self, token: str, wait_ms_max: int) -> tuple[int, int]:
-        """Stop feeding at the end of the current round; ``(fed_through, hold key mod_revision)``.
+    async def hold(self, token: str, vps: tuple[int, ...], wait_ms_max: int) -> tuple[int, int]:
+        """Hold back the records of ``vps`` from the end of the current round; ``(fed_through, hold key mod_revision)``.
 
         Every record of the partition below ``fed_through`` is in its VP and none at or past
-        it is in any VP, so a new split epoch may cut there. ``RequestTimedOut`` if the feeder
-        did not get there within ``wait_ms_max`` (e.g. a VP leader is unreachable).
+        it is in ``vps``, so a new split epoch closing them may cut there. The other VPs are
+        fed on. ``RequestTimedOut`` if the feeder did not get there within ``wait_ms_max``
+        (e.g. a VP leader is unreachable).
         """
         if self._hold is not None and self._hold.token != token:
             raise ReshardConflict(
@@ -146,7 +155,7 @@ class Feeder:
                 f"retry once it finished (at most hold_ms_max={self._spec.config.hold_ms_max})"
             )
         if self._hold is None:
-            self._hold = _Hold(token, asyncio.Event(), asyncio.Event())
+            self._hold = _Hold(token, frozenset(vps), asyncio.Event(), asyncio.Event())
         hold = self._hold
         try:
             await asyncio.wait_for(hold.reached.wait(), wait_ms_max / 1000)
@@ -193,8 +202,11 @@ class Feeder:
                 if self._next_offset is None:
                     await self._resume()
                 hold = self._hold
-                if hold is not None and (hold.reached.is_set() or self._next_offset >= self._fed_high):
-                    await self._stay_held(hold)
+                if hold is not None and not hold.reached.is_set() and self._next_offset >= self._fed_high:
+                    await self._reach_hold(hold)
+                if hold is not None and hold.reached.is_set() and (
+                        hold.released.is_set() or time.monotonic() >= hold.deadline):
+                    await self._leave_hold(hold)
                     continue
                 await self._round()
             except asyncio.CancelledError:
@@ -255,44 +267,55 @@ class Feeder:
     def _hold_key(self) -> str:
         return keys.feeder_hold(self._spec.cluster, self._spec.topic, self._spec.partition)
 
-    async def _stay_held(self, hold: _Hold) -> None:
-        """Stop here (``next_offset``) until the reshard releases the hold or ``hold_ms_max`` passed."""
-        loop = asyncio.get_running_loop()
-        if not hold.reached.is_set():
-            value = {"token": hold.token, "fed_through": self._next_offset}
-            hold.mod_revision = await loop.run_in_executor(None, self._store.put, self._hold_key(), value)
-            hold.fed_through = self._next_offset
-            hold.deadline = time.monotonic() + self._spec.config.hold_ms_max / 1000
-            hold.reached.set()
-            logger.info("%s-%d feeder held at %d for reshard %s", self._spec.topic, self._spec.partition,
-                        hold.fed_through, hold.token)
-        try:
-            await asyncio.wait_for(hold.released.wait(), max(hold.deadline - time.monotonic(), 0))
-        except asyncio.TimeoutError:
+    async def _reach_hold(self, hold: _Hold) -> None:
+        """Offer ``next_offset`` as the cut: record it in the hold key; the parents get nothing from it on."""
+        value = {"token": hold.token, "fed_through": self._next_offset}
+        hold.mod_revision = await asyncio.get_running_loop().run_in_executor(
+            None, self._store.put, self._hold_key(), value)
+        hold.fed_through = self._next_offset
+        hold.deadline = time.monotonic() + self._spec.config.hold_ms_max / 1000
+        hold.reached.set()
+        logger.info("%s-%d feeder holds back VPs %s from %d for reshard %s", self._spec.topic, self._spec.partition,
+                    sorted(hold.vps), hold.fed_through, hold.token)
+
+    async def _leave_hold(self, hold: _Hold) -> None:
+        """The reshard released the hold or ``hold_ms_max`` passed: feed on under the layout then stored."""
+        if not hold.released.is_set():
             logger.warning("%s-%d feeder: reshard %s did not release it within hold_ms_max; going on",
                            self._spec.topic, self._spec.partition, hold.token)
         metadata = self._metadata
         if hold.stored is not None and metadata is not None and hold.stored[0].epoch == len(metadata.layout.epochs):
-            # The epoch is stored (its transaction also deleted the hold key): take it as given.
+            # The epoch is stored (its transaction also deleted the hold key): take it as given and
+            # go back to its cut for the children; the other VPs drop what they already hold.
             epoch, children = hold.stored
             self._metadata = dataclasses.replace(metadata, layout=metadata.layout.append(epoch),
                                                  vps={**metadata.vps, **{state.vp: state for state in children}})
             self._resumed_epochs.update({state.vp: state.leader_epoch for state in children})
+            # From the offered cut, not the epoch's: records between the two (a cut above it is
+            # legal) belong to the parents, which were held back from the offered one.
+            self._fed_high = max(self._fed_high, self._next_offset)
+            self._next_offset = min(self._next_offset, hold.fed_through)
             self._hold = None
             return
         # Fenced: once this delete is through, the reshard's transaction either already stored its
-        # epoch (read below) or can no longer store it. Raises while etcd is away: the hold stays.
-        await loop.run_in_executor(None, self._store.delete_if, self._hold_key(), hold.mod_revision)
-        self._hold, self._metadata = None, None
+        # epoch (the resume reads it) or can no longer store it (the resume gives the parents
+        # what was withheld). Raises while etcd is away: the hold stays.
+        await asyncio.get_running_loop().run_in_executor(None, self._store.delete_if, self._hold_key(),
+                                                         hold.mod_revision)
+        self._hold, self._metadata, self._next_offset = None, None, None
         await self._refresh_if_old()
 
     # --- resume and rounds --------------------------------------------------------------
 
     async def _resume(self) -> None:
-        metadata = self._metadata
         if self._hold is None:
-            # A reshard may still hold a previous feeder of this partition: fence it out.
-            await asyncio.get_running_loop().run_in_executor(None, self._store.delete, self._hold_key())
+            # A reshard may still hold a previous feeder of this partition, which fed the other
+            # VPs past the cut it offered: fence it out, then read the layout again, so that an
+            # epoch stored before the fence is in it.
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, self._store.delete, self._hold_key())
+            self._metadata = await loop.run_in_executor(None, self._read_metadata)
+        metadata = self._metadata
         vps = sorted(metadata.vps)
         positions = await self._call_all(
             [self._vp_handle(metadata.vps[vp]).feed_position.remote(metadata.vps[vp].leader_epoch, self._spec.partition)
@@ -324,11 +347,21 @@ class Feeder:
                         source_id, type(unwrap(error)).__name__)
             return
         planned = plan_round(result.data, self._spec.partition, metadata.layout, self._next_offset, config.feed_records_max)
+        chunks, held_from = planned.chunks, None
+        hold = self._hold
+        if hold is not None and hold.reached.is_set():
+            chunks, held_from = withhold(chunks, hold.vps, hold.fed_through), hold.fed_through
+
+        def progress(vp: int) -> tuple[int, int]:
+            """``(fed_through, physical HW)`` for ``vp``: a held parent hears of nothing past the offered cut."""
+            if held_from is not None and vp in hold.vps:
+                return min(planned.next_offset, held_from), min(result.high_watermark, held_from)
+            return planned.next_offset, result.high_watermark
+
         # Chunks of a VP not served are skipped: it is sealed, so it holds all of its records.
         # Wait for every VP before failing: a resume must not race this round's calls.
         outcomes = await asyncio.gather(*(
-            self._feed_vp(state, planned.chunks.get(vp, ()), planned.next_offset, result.high_watermark)
-            for vp, state in metadata.vps.items()
+            self._feed_vp(state, chunks.get(vp, ()), *progress(vp)) for vp, state in metadata.vps.items()
         ), return_exceptions=True)
         failed = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
         if failed:

@@ -122,6 +122,25 @@ def plan_round(
     return FeedRound(chunks, end, sum(len(records) for records in by_vp.values()))
 
 
+def withhold(chunks: Mapping[int, tuple[Chunk, ...]], held_vps: Iterable[int], from_offset: int
+             ) -> dict[int, tuple[Chunk, ...]]:
+    """``chunks`` without the records of ``held_vps`` at or past ``from_offset``.
+
+    A feeder held for a reshard (see ``feeder.py``) keeps feeding every VP but the ones being
+    split or merged; those get nothing at or past the offset offered as the cut until the new
+    epoch is stored (then their children get it) or abandoned (then they get it themselves).
+    """
+    held = set(held_vps)
+    kept: dict[int, tuple[Chunk, ...]] = {}
+    for vp, vp_chunks in chunks.items():
+        if vp in held:
+            vp_chunks = tuple(chunk for chunk in (tuple(r for r in c if r.offset < from_offset) for c in vp_chunks)
+                              if chunk)
+        if vp_chunks:
+            kept[vp] = vp_chunks
+    return kept
+
+
 def choose_source(state: PartitionState, avoid: Iterable[str] = ()) -> str:
     """The replica of ``state``'s partition a feeder reads from; see the module docstring.
 

@@ -10,19 +10,22 @@ The rules are pure (``reshard.TopicLayout.plan_split`` / ``plan_merge``, ``next_
    ``virtual_partitions_max`` before anything stops. Start the children's VP replica actors
    on live read nodes (``metadata.plan_children``) and announce their roles -- before any
    feeder stops, so that the pause is one feeder round, not an actor start.
-3. Hold every feeder of the topic (``Feeder.hold``): each finishes its round, stops where no
-   VP holds a record at or past its ``next_offset``, writes its hold key and reports
-   ``fed_through``.
+3. Hold every feeder of the topic (``Feeder.hold``): each finishes its round and, where no
+   VP holds a record at or past its ``next_offset``, writes its hold key, reports
+   ``fed_through`` and from then on holds back the parents' records at or past it. It feeds
+   the other VPs on.
 4. Plan the epoch with ``cut[p] = max(fed_through[p], current cut[p])`` and store it in ONE
    transaction: create ``virtual/<k>`` and the children's VP keys only if absent, only while
    the lock key and every hold key are at the revisions read; it also deletes the hold keys.
 5. Release the feeders, handing them the stored epoch: they feed the children from the cut
-   on at once (a feeder released without it re-reads the layout first).
+   on at once (a feeder released without it re-reads the layout first, and gives the
+   parents what it held back if the epoch was not stored).
 6. Wait (at most ``seal_wait_ms_max``) until the parents are sealed and record it
    (``seal_closed_vps``); readers and group members record it otherwise.
 
-No other VP is touched: its range, replicas, offsets and readers stay as they are; its
-feeder pauses for one round. A failure before the transaction releases the feeders, stops
+No other VP is touched: its range, replicas, offsets and readers stay as they are, and its
+feeder does not stop feeding it (it re-sends the records fed during the hold once, which
+the VP drops). A failure before the transaction releases the feeders, stops
 the children and raises (``ReshardConflict`` when a race was lost: retriable). If the
 transaction's outcome is unknown (etcd went away) the children are left running, since the
 epoch may have been stored; an unstored epoch's children are orphans with VP ids past the
@@ -156,7 +159,7 @@ class Resharder:
             raise ReshardConflict(f"the reshard lock of topic {topic!r} expired while its children started; retry")
         may_have_landed = False
         try:
-            held = self._hold(feeders, token)
+            held = self._hold(feeders, token, draft.parents)
             held_at = time.monotonic()
             fed_through = [offset for offset, _ in held]
             epoch = plan(layout, [max(fed, cut) for fed, cut in zip(fed_through, current_cut)], fed_through)
@@ -175,9 +178,9 @@ class Resharder:
                 stop_vp_replicas(self._cluster, topic, children, delete_data=True)
             raise
         self._release(feeders, token, epoch, children)
-        logger.warning("%s: split epoch %d stored: %s -> %s at cut %s; the feeders were held %.0f ms after the last "
-                       "stopped", topic, epoch.epoch, epoch.parents, epoch.children, epoch.cut,
-                       (time.monotonic() - held_at) * 1000)
+        logger.warning("%s: split epoch %d stored: %s -> %s at cut %s; the parents' records were held back %.0f ms "
+                       "after the last feeder reached the cut", topic, epoch.epoch, epoch.parents, epoch.children,
+                       epoch.cut, (time.monotonic() - held_at) * 1000)
         return epoch
 
     def _start_children(self, metadata: TopicMetadata, layout: TopicLayout,
@@ -195,10 +198,10 @@ class Resharder:
             stop_vp_replicas(self._cluster, metadata.name, children, delete_data=True)
             raise
 
-    def _hold(self, feeders: list, token: str) -> list[tuple[int, int]]:
-        """Hold every feeder; ``(fed_through, hold key mod_revision)`` per partition."""
+    def _hold(self, feeders: list, token: str, parents: Sequence[int]) -> list[tuple[int, int]]:
+        """Hold back the parents' records at every feeder; ``(fed_through, hold key mod_revision)`` per partition."""
         wait_ms = self._config.hold_wait_ms_max
-        refs = [feeder.hold.remote(token, wait_ms) for feeder in feeders]
+        refs = [feeder.hold.remote(token, tuple(parents), wait_ms) for feeder in feeders]
         try:
             return ray.get(refs, timeout=wait_ms / 1000 + DESCRIBE_TIMEOUT_S)
         except (MafkaError, ray.exceptions.RayError) as raised:

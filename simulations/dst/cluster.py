@@ -102,6 +102,8 @@ class Cluster:
                 replica = self.physical_replica(replica_id, p)
                 if replica is None or replica.log.log_end_offset != end or replica.state.high_watermark != end:
                     return [f"p{p}: replica {replica_id} has not caught up with {end}"]
+            if self.feeders[p].holding_back:
+                return [f"p{p}: feeder holds back the parents of a reshard it has not seen settle"]
             if self.feeders[p].next_offset != end:
                 return [f"p{p}: feeder at {self.feeders[p].next_offset}, HW {end}"]
             if not self.feeders[p].resumed_under(coordinator.vps):

@@ -65,6 +65,7 @@ class Coordinator:
             self.open_vp(vp, hash_range)
         self.sealed_end_offsets: dict[int, int] = {}
         self.reshard_pending: int | None = None
+        self.reshard_parents: tuple[int, ...] = ()
         self._seen: dict[str, tuple[int, int, tuple[int, ...]]] = {}  # node -> (last heartbeat, incarnation, running)
         self._fresh: dict[int, set[str]] = {p: set() for p in self.partitions}
         self._refused: dict[int, set[str]] = {p: set() for p in self.partitions}
@@ -93,7 +94,7 @@ class Coordinator:
         return m.Metadata(
             request_id, tuple(self.partitions[p] for p in sorted(self.partitions)), self.layout,
             tuple(self.vps[vp] for vp in sorted(self.vps)), tuple(sorted(self.sealed_end_offsets.items())),
-            self.reshard_pending,
+            self.reshard_pending, self.reshard_parents,
         )
 
     def is_live(self, node: str) -> bool:
@@ -119,6 +120,8 @@ class Coordinator:
             written = self._vp_risr_write(message) if message.virtual else self._isr_write(message)
             self.env.network.send(NAME, source, m.IsrWriteResult(message.request_id, written))
         elif isinstance(message, m.MetadataRequest):
+            if message.fence_partition is not None:
+                self.resharding.fence(message.fence_partition, message.incarnation)
             self.env.network.send(NAME, source, self.metadata(message.request_id))
         elif isinstance(message, m.RoleResult):
             self._on_role_result(message)

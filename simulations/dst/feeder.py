@@ -9,11 +9,13 @@ in-sync follower (``from_follower``), split them, hand each served VP its chunks
 advance. Any failure resets to "resume". A feeder keeps nothing durable; it restarts empty.
 
 Resharding (``Feeder.hold``): while the coordinator's metadata names a pending reshard, the
-feeder finishes its round and goes on with rounds until its ``next_offset`` reaches
-``fed_high`` (no VP holds a record at or past it), then stops and answers ``PauseAck`` with
-``fed_through = next_offset``. It feeds again once the metadata shows the reshard settled
-(the new layout is then in it). Metadata answers older than the newest one applied are
-ignored (a real shell compares etcd revisions).
+feeder goes on with rounds until its ``next_offset`` reaches ``fed_high`` (no VP holds a
+record at or past it), then answers ``PauseAck`` with ``fed_through = next_offset`` and from
+then on holds back the reshard's parents' records at or past it (``feeding.withhold``),
+feeding every other VP on. Once the metadata shows the reshard settled (the new layout is
+then in it, or it was abandoned) it resumes, so the children, or the parents, get what was
+held back. Metadata answers older than the newest one applied are ignored (a real shell
+compares etcd revisions).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from mafka4.virtual.feeding import choose_source, plan_round, resume_point, served_vps
+from mafka4.virtual.feeding import choose_source, plan_round, resume_point, served_vps, withhold
 from mafka4.virtual.split import NOTHING_APPLIED
 from simulations.dst import messages as m
 from simulations.dst.coordinator import NAME as COORDINATOR
@@ -74,7 +76,8 @@ class SimFeeder:
         self._last_report: dict[int, tuple[int, int, int]] = {}
         self._calls: _Calls | None = None
         self._backoff_until_ms = 0
-        self._paused: tuple[int, int] | None = None  # (reshard id, fed through) acknowledged
+        # (reshard id, fed through, parents) acknowledged: the parents get nothing at or past it
+        self._paused: tuple[int, int, tuple[int, ...]] | None = None
         self.env.network.register(self.name, self.handle)
         self._loop(self.incarnation)
 
@@ -82,6 +85,11 @@ class SimFeeder:
     def next_offset(self) -> int | None:
         """The next physical offset to feed (None: down, or about to resume)."""
         return self._next_offset if self.up else None
+
+    @property
+    def holding_back(self) -> bool:
+        """True while it holds back a pending reshard's parents: it goes back for them (or their children) later."""
+        return self.up and self._paused is not None
 
     def resumed_under(self, vps) -> bool:
         """True if this feeder last resumed with the leader epochs of ``vps`` (VP states):
@@ -138,27 +146,44 @@ class SimFeeder:
         if metadata is None or self.env.now_ms < self._backoff_until_ms:
             return
         pending = metadata.reshard_pending
-        if pending is not None and self._paused is not None and self._paused[0] == pending:
-            self.env.network.send(self.name, COORDINATOR, m.PauseAck(pending, self.partition, self._paused[1]))
-            return
-        if pending is None:
-            self._paused = None
+        if self._paused is not None and self._paused[0] != pending:
+            # The reshard settled (stored or abandoned): resume, so that the children (or the
+            # parents) get the records held back.
+            self._paused, self._next_offset = None, None
         if self._next_offset is not None and any(
                 self._resumed_epochs.get(vp) != state.leader_epoch for vp, state in self._targets().items()):
             self._next_offset = None  # a VP leader changed (or a VP was opened): resume first
         if self._next_offset is None:
-            self._ask_positions()
-        elif pending is not None and self._next_offset >= self._fed_high:
-            self._paused = (pending, self._next_offset)  # no VP holds a record at or past it: a valid cut
-            self.env.network.send(self.name, COORDINATOR, m.PauseAck(pending, self.partition, self._next_offset))
-        else:
-            self._fetch()
+            self._resume()
+            return
+        if pending is not None and self._paused is None and self._next_offset >= self._fed_high:
+            # No VP holds a record at or past next_offset: a valid cut.
+            self._paused = (pending, self._next_offset, metadata.reshard_parents)
+        if self._paused is not None:  # (again each step: an answer may be lost)
+            self.env.network.send(self.name, COORDINATOR,
+                                  m.PauseAck(pending, self.partition, self.incarnation, self._paused[1]))
+        self._fetch()
 
     def _fail(self, reason: str) -> None:
         self._calls = None
         self._next_offset = None
         self._metadata_at_ms = -METADATA_MAX_AGE_MS
         self._backoff_until_ms = self.env.now_ms + BACKOFF_MS
+
+    def _resume(self) -> None:
+        """Resume; unless holding back for a reshard, first fence out one a previous incarnation acknowledged.
+
+        As the real feeder deletes its hold key and then reads the layout: the resume is
+        planned with metadata read after the fence, so an epoch stored before it is in there.
+        """
+        if self._paused is not None:
+            self._ask_positions()
+            return
+        request_id = self.env.request_id()
+        self._calls = _Calls("fence", started_ms=self.env.now_ms)
+        self._calls.pending[request_id] = -1
+        self.env.network.send(self.name, COORDINATOR,
+                              m.MetadataRequest(request_id, fence_partition=self.partition, incarnation=self.incarnation))
 
     def _ask_positions(self) -> None:
         calls = _Calls("resume", metadata=self._metadata, started_ms=self.env.now_ms)
@@ -203,9 +228,16 @@ class SimFeeder:
         planned = plan_round(message.data, self.partition, metadata.layout, self._next_offset, FEED_RECORDS_MAX)
         calls = _Calls("feed", metadata=metadata, started_ms=self.env.now_ms, next_offset=planned.next_offset,
                        records=planned.records)
+        all_chunks, held, cut = planned.chunks, (), planned.next_offset
+        if self._paused is not None:
+            _, cut, held = self._paused
+            all_chunks = withhold(all_chunks, held, cut)
         for vp, state in sorted(self._targets(metadata).items()):
-            chunks = planned.chunks.get(vp, ())
-            report = (planned.next_offset, message.high_watermark)
+            chunks = all_chunks.get(vp, ())
+            if vp in held:  # a held parent hears of nothing past the offered cut
+                report = (min(planned.next_offset, cut), min(message.high_watermark, cut))
+            else:
+                report = (planned.next_offset, message.high_watermark)
             previous = self._last_report.get(vp)
             if not chunks and previous is not None and previous[:2] == report \
                     and self.env.now_ms - previous[2] < REPORT_INTERVAL_MS:
@@ -214,7 +246,7 @@ class SimFeeder:
             for index, chunk in enumerate(chunks or ((),)):
                 last = index == max(len(chunks), 1) - 1
                 queue.append(m.Feed(0, vp, state.leader_epoch, self.partition, chunk,
-                                    planned.next_offset if last else self._next_offset, message.high_watermark))
+                                    report[0] if last else self._next_offset, report[1]))
             calls.queues[vp] = queue
             self._last_report[vp] = (*report, self.env.now_ms)
         self._calls = calls
@@ -245,7 +277,14 @@ class SimFeeder:
 
     def handle(self, source: str, message: object) -> None:
         if isinstance(message, m.Metadata):
-            self._on_metadata(message)
+            calls = self._calls
+            if calls is not None and calls.kind == "fence" and message.request_id in calls.pending:
+                self._calls = None
+                self._metadata_request = max(self._metadata_request, message.request_id)
+                self._metadata = message  # read after the fence, whatever answers came before it
+                self._ask_positions()
+            else:
+                self._on_metadata(message)
             return
         calls = self._calls
         if calls is None or message.request_id not in calls.pending:

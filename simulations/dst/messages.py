@@ -167,6 +167,11 @@ class IsrWriteResult:
 @dataclass(frozen=True, slots=True)
 class MetadataRequest:
     request_id: int
+    # A feeder about to resume while not holding back for a reshard: the coordinator first
+    # drops that partition's acknowledgement of a pending reshard and ignores any later one
+    # of an older incarnation (the real feeder deletes its hold key, which fences the reshard).
+    fence_partition: int | None = None
+    incarnation: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,8 +181,10 @@ class Metadata:
     layout: TopicLayout
     vps: tuple[VirtualPartitionState, ...]
     sealed_end_offsets: tuple[tuple[int, int], ...]
-    # A reshard waiting for the feeders to pause (its id), or None.
+    # A reshard waiting for the feeders to offer a cut (its id), or None, and the VPs it closes:
+    # the feeders hold back their records from the offered cut on.
     reshard_pending: int | None
+    reshard_parents: tuple[int, ...] = ()
 
 
 # --- virtual partitions (VirtualPartition actor) ----------------------------------------------
@@ -304,6 +311,7 @@ class Pause:
 class PauseAck:
     reshard_id: int
     partition: int
+    incarnation: int  # of the feeder: see MetadataRequest.fence_partition
     # Every record of the partition below this was handed to its VP (or never will be again).
     fed_through: int
 

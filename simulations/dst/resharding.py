@@ -5,14 +5,16 @@ module is the protocol around them that the production shells do not have yet, b
 ``reshard.py``'s docstring asks: "the shell must stop the feeder of p from passing the
 proposed cut[p] under the old epoch until the new epoch is stored".
 
-1. Start: record a pending reshard id (metadata shows it to the feeders); each feeder stops
-   after its current round and answers ``PauseAck`` with its ``fed_through``.
+1. Start: choose a split of a random active VP or a merge of two neighbours, and record a
+   pending reshard id with its parents (metadata shows both to the feeders); each feeder
+   answers ``PauseAck`` with its ``fed_through`` after a round and from then on holds back
+   the parents' records at or past it, feeding the other VPs on (``Feeder.hold``).
 2. Once every partition answered: cut[p] = fed_through[p] plus a random slack (0 to 3
    offsets: a cut above what was fed is legal, the parents then get the records below it),
-   plan a split of a random active VP or a merge of two neighbours, append the epoch, open
-   the children (``Coordinator.open_vp``) and clear the pending id in the same step, so the
-   metadata the feeders read next holds the new layout. A reshard whose acks do not all come
-   within ``PAUSE_TIMEOUT_MS`` is abandoned (the pending id is cleared, nothing changes).
+   plan the chosen split or merge, append the epoch, open the children
+   (``Coordinator.open_vp``) and clear the pending id in the same step, so the metadata the
+   feeders read next holds the new layout. A reshard whose acks do not all come within
+   ``PAUSE_TIMEOUT_MS`` is abandoned (the pending id is cleared, nothing changes).
 3. Sealing: for each closed, unsealed VP, its leader is asked (``VpSealQuery``) what every
    feeder reported as fed to it; when ``is_sealed`` holds and its high watermark reached its
    log end, that log end is its sealed end offset (children become readable by the group
@@ -35,7 +37,9 @@ class ReshardAdmin:
         self.coordinator = coordinator
         self._pending_since_ms = 0
         self._acks: dict[int, int] = {}
+        self._fenced: dict[int, int] = {}  # partition -> the feeder incarnation acks must come from, at least
         self._reshard_ids = 0
+        self._chosen: tuple[int, ...] = ()  # the pending reshard's parents: one VP to split, or two to merge
         self.reshards_total = 0
         self.abandoned_total = 0
         self._next_reshard_ms = self._draw_next()
@@ -52,31 +56,39 @@ class ReshardAdmin:
                 self._reshard()
             elif now_ms - self._pending_since_ms >= PAUSE_TIMEOUT_MS:
                 self.env.note(f"reshard {coordinator.reshard_pending} abandoned: feeders {sorted(self._acks)} paused")
-                coordinator.reshard_pending = None
+                coordinator.reshard_pending, coordinator.reshard_parents = None, ()
                 self.abandoned_total += 1
         elif (self.reshards_total < self.env.options.reshards_max and now_ms >= self._next_reshard_ms
               and now_ms < self.env.options.chaos_ms):
             self._reshard_ids += 1
-            coordinator.reshard_pending = self._reshard_ids
+            self._chosen = self._choose(coordinator.layout)
+            coordinator.reshard_pending, coordinator.reshard_parents = self._reshard_ids, self._chosen
             self._pending_since_ms = now_ms
             self._acks = {}
         self._query_seals()
+
+    def _choose(self, layout) -> tuple[int, ...]:
+        """The parents of the next reshard: two neighbours to merge, or one VP to split."""
+        rng = self.env.rng
+        active = list(layout.current.ranges.vp_ids)  # in hash order: neighbours are adjacent
+        if len(active) > 1 and (len(active) >= VIRTUAL_PARTITIONS_MAX or rng.random() < 0.4):
+            index = rng.randrange(len(active) - 1)
+            return active[index], active[index + 1]
+        return (rng.choice(active),)
 
     def _reshard(self) -> None:
         coordinator, rng = self.coordinator, self.env.rng
         layout = coordinator.layout
         fed_through = [self._acks[p] for p in range(self.env.options.partitions)]
         cut = [max(fed, old) + rng.choice((0, 0, 1, 3)) for fed, old in zip(fed_through, layout.current.cut)]
-        active = list(layout.current.ranges.vp_ids)  # in hash order: neighbours are adjacent
-        if len(active) > 1 and (len(active) >= VIRTUAL_PARTITIONS_MAX or rng.random() < 0.4):
-            index = rng.randrange(len(active) - 1)
-            epoch = layout.plan_merge(active[index], active[index + 1], cut, fed_through)
+        if len(self._chosen) == 2:
+            epoch = layout.plan_merge(*self._chosen, cut, fed_through)
         else:
-            epoch = layout.plan_split(rng.choice(active), cut, fed_through)
+            epoch = layout.plan_split(self._chosen[0], cut, fed_through)
         coordinator.layout = layout.append(epoch)
         for vp in epoch.children:
             coordinator.open_vp(vp, epoch.ranges.range_of(vp))
-        coordinator.reshard_pending = None
+        coordinator.reshard_pending, coordinator.reshard_parents = None, ()
         self.reshards_total += 1
         self._next_reshard_ms = self._draw_next()
         self.env.note(f"reshard: split epoch {epoch.epoch}: {list(epoch.parents)} -> {list(epoch.children)} "
@@ -91,10 +103,16 @@ class ReshardAdmin:
             self._seal_queries[request_id] = vp
             self.env.network.send(NAME, state.leader, m.VpSealQuery(request_id, vp, state.leader_epoch))
 
+    def fence(self, partition: int, incarnation: int) -> None:
+        """A feeder of ``partition`` resumes without holding back: its earlier acknowledgement no longer holds."""
+        self._acks.pop(partition, None)
+        self._fenced[partition] = max(self._fenced.get(partition, 0), incarnation)
+
     def handle(self, source: str, message: object) -> None:
         coordinator = self.coordinator
         if isinstance(message, m.PauseAck):
-            if message.reshard_id == coordinator.reshard_pending:
+            if (message.reshard_id == coordinator.reshard_pending
+                    and message.incarnation >= self._fenced.get(message.partition, 0)):
                 self._acks[message.partition] = message.fed_through
             return
         assert isinstance(message, m.VpSealAnswer), message

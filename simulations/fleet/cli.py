@@ -41,7 +41,7 @@ def _cmd_fleet_model(args: argparse.Namespace) -> int:
     overrides = _calibration_overrides(args.set or [])
     if overrides:
         params = CalibrationParams.from_json({**params.to_json(), **overrides})
-    model = replace(ModelConfig(), feeder_calls_every_vp=not args.feeder_touched_vps_only)
+    model = replace(ModelConfig(), feeder_calls_every_vp=args.feeder_calls_every_vp)
     if args.produce_tp999_ms_target is not None:
         model = replace(model, produce_tp999_ms_target=args.produce_tp999_ms_target)
     workload = WorkloadConfig() if args.read_replicas is None else replace(WorkloadConfig(), read_replicas=args.read_replicas)
@@ -93,8 +93,9 @@ def add_fleet_parser(subparsers) -> argparse.ArgumentParser:
     model.add_argument("--read-replicas", type=int, help="replicas per virtual partition (default 2)")
     model.add_argument("--set", action="append", metavar="NAME=VALUE",
                        help="override one calibration figure (what-if), e.g. idle_wakeup_cpu_cores_per_partition=0")
-    model.add_argument("--feeder-touched-vps-only", action="store_true",
-                       help="what-if: a feeder round calls only the VPs its messages hash to (the runtime calls every VP)")
+    model.add_argument("--feeder-calls-every-vp", action="store_true",
+                       help="what-if: a feeder round calls every VP of the topic (the runtime calls only the VPs "
+                            "its messages hash to)")
     model.add_argument("--experiment-id", help="experiment_id of the event logs (default fleet-model-seed<seed>)")
     model.add_argument("--ray", action="store_true", help="run the configurations as tasks on a local Ray")
     model.set_defaults(run=_cmd_fleet_model)

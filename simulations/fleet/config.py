@@ -47,10 +47,10 @@ class ModelConfig:
     nodes_max: int = 1_000_000
     placement_growth: float = 1.05
     placement_rounds_max: int = 20
-    # True: a feeder round calls every VP of the topic, as the runtime does today (each call
-    # carries the advanced fed_through); False: only the VPs the round's messages hash to
-    # (a what-if for a feeder that reports progress to idle VPs only every report interval).
-    feeder_calls_every_vp: bool = True
+    # False: a feeder round calls only the VPs its messages hash to, as the runtime does (idle
+    # VPs hear of its progress once per report interval, a negligible cost); True: every VP of
+    # the topic, as the runtime did before that (a what-if, ``--feeder-calls-every-vp``).
+    feeder_calls_every_vp: bool = False
 
     def __post_init__(self) -> None:
         _check(self, "produce_tp999_ms_target", 0.001, 1e7)

@@ -18,8 +18,8 @@ the fewest partitions (and VPs) a topic's rate allows.
 long poll once, so fetches per reader = produce requests. A feeder round (one per produce
 request, fewer when the feeder or a VP leader would pass ``partition_utilisation_max``: then a
 round takes what piled up, ``feed_rounds``) calls every VP of the topic
-(``feeder_calls_every_vp``, the runtime today) or only the VPs its messages hash to
-(``touched_vps``); only calls with data wake the VP's followers and readers. Message costs
+(``feeder_calls_every_vp``, a what-if: the runtime before its report interval) or only the
+VPs its messages hash to (``touched_vps``, the runtime); only calls with data wake the VP's followers and readers. Message costs
 alone may use half of an actor's budget (that sets partitions and VPs); per-call costs are
 then bounded by batching, not by more actors.
 

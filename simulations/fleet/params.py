@@ -44,7 +44,7 @@ class CalibrationParams:
     read_msg_cpu_us: float
     read_byte_cpu_ns: float
     # Feeding VPs, per VP call and per message: the feeder (fetch, split, call) and the VP
-    # leader (append, track progress). A feeder round calls every VP of the topic.
+    # leader (append, track progress). Which VPs a round calls: ``ModelConfig.feeder_calls_every_vp``.
     feeder_call_cpu_us: float
     feeder_msg_cpu_us: float
     vp_feed_call_cpu_us: float
@@ -53,9 +53,10 @@ class CalibrationParams:
     idle_replica_cpu_cores: float
     idle_vp_replica_cpu_cores: float
     idle_feeder_cpu_cores: float
-    # Extra idle CPU of a whole partition with two or more followers: each follower's fetch
-    # wakes every parked long poll (``PhysicalPartition.replica_fetch`` calls ``_wake``), so two
-    # followers wake each other in a loop. Measured at RF=3; 0 once that is fixed.
+    # Extra idle CPU of a whole partition with two or more followers, measured at RF=3. It was
+    # 0.79 core while each follower's fetch woke every parked long poll (two followers woke
+    # each other in a loop); since leaders wake long polls only when the HW or ISR moved it is
+    # within the noise of the idle figures.
     idle_wakeup_cpu_cores_per_partition: float
     # Unique memory (USS) of one actor process.
     replica_memory_mb: float
@@ -131,34 +132,34 @@ def load_calibration(path: str | Path) -> CalibrationParams:
 # calibration run (raw figures, command, date, commit), which ``sweep`` copies next to event logs.
 DEFAULT_CALIBRATION_PATH = Path(__file__).with_name("calibration_default.json")
 DEFAULT_CALIBRATION_SOURCE = (
-    "one 'fleet calibrate' run on 2026-11-23 01:16 UTC at commit 335cc4ff4e5e plus uncommitted changes: a 3 write + "
-    "1 read node local cluster on a shared 2-core machine (load average 15 to 21), 161 s; CPU and memory figures "
-    "are firm, latencies noisy (see calibration_default.json)"
+    "one 'fleet calibrate' run on 2026-11-23 03:44 UTC at commit 13012ecc91f6: a 3 write + 1 read node local "
+    "cluster on a quiet 2-core machine (load average 2 to 4 during the run), 102 s; CPU and memory figures are "
+    "firm, latencies noisy (see calibration_default.json)"
 )
 
 DEFAULT_CALIBRATION = CalibrationParams(
-    produce_request_cpu_us=815.0861,
-    produce_msg_cpu_us=2.3639,
-    produce_byte_cpu_ns=2.2084,
-    replication_request_cpu_us=1240.1221,
-    replication_msg_cpu_us=4.9879,
-    replication_byte_cpu_ns=5.4542,
-    read_request_cpu_us=1004.3296,
-    read_msg_cpu_us=1.6204,
-    read_byte_cpu_ns=0.3995,
-    feeder_call_cpu_us=1525.3799,
-    feeder_msg_cpu_us=16.6328,
-    vp_feed_call_cpu_us=2475.9392,
-    vp_feed_msg_cpu_us=14.1067,
-    idle_replica_cpu_cores=0.015,
-    idle_vp_replica_cpu_cores=0.01375,
-    idle_feeder_cpu_cores=0.0225,
-    idle_wakeup_cpu_cores_per_partition=0.79,
-    replica_memory_mb=65.4,
-    vp_replica_memory_mb=65.9,
-    feeder_memory_mb=67.3,
-    produce_base_latency_ms=11.892,
-    physical_read_base_latency_ms=0.594,
-    virtual_read_base_latency_ms=12.428,
+    produce_request_cpu_us=1030.7873,
+    produce_msg_cpu_us=8.4527,
+    produce_byte_cpu_ns=6.2132,
+    replication_request_cpu_us=1147.7703,
+    replication_msg_cpu_us=11.6697,
+    replication_byte_cpu_ns=4.0559,
+    read_request_cpu_us=1122.1195,
+    read_msg_cpu_us=4.0305,
+    read_byte_cpu_ns=4.0322,
+    feeder_call_cpu_us=1287.8348,
+    feeder_msg_cpu_us=20.9809,
+    vp_feed_call_cpu_us=1834.4661,
+    vp_feed_msg_cpu_us=18.818,
+    idle_replica_cpu_cores=0.01875,
+    idle_vp_replica_cpu_cores=0.015,
+    idle_feeder_cpu_cores=0.02,
+    idle_wakeup_cpu_cores_per_partition=0.00875,
+    replica_memory_mb=65.5,
+    vp_replica_memory_mb=66.0,
+    feeder_memory_mb=67.6,
+    produce_base_latency_ms=11.148,
+    physical_read_base_latency_ms=0.309,
+    virtual_read_base_latency_ms=6.759,
     pass_ms_per_replica=0.0,
 )

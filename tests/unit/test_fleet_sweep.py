@@ -68,12 +68,12 @@ def test_the_parser_registers_model_and_calibrate():
 
 def test_the_command_writes_logs_and_returns_zero(tmp_path, capsys):
     code = main(["model", "--out", str(tmp_path), "--topics", "120", "--consumer-scales", "1", "--rows", "200",
-                 "--set", "idle_wakeup_cpu_cores_per_partition=0", "--feeder-touched-vps-only"])
+                 "--set", "idle_wakeup_cpu_cores_per_partition=0", "--feeder-calls-every-vp"])
     assert code == 0
     assert len(list(tmp_path.glob("*.parquet"))) == 2
     used = json.loads((tmp_path / "calibration.json").read_text())["fleet_model"]
     assert used["calibration_used"]["idle_wakeup_cpu_cores_per_partition"] == 0
-    assert used["model"]["feeder_calls_every_vp"] is False
+    assert used["model"]["feeder_calls_every_vp"] is True
     assert "mafka4" in capsys.readouterr().out
 
 

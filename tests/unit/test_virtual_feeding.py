@@ -16,7 +16,7 @@ import pytest
 from mafka4 import records
 from mafka4.coordinator.topics import PartitionState
 from mafka4.errors import CorruptRecord
-from mafka4.virtual.feeding import choose_source, plan_round, resume_point, served_vps
+from mafka4.virtual.feeding import choose_source, plan_round, resume_point, served_vps, withhold
 from mafka4.virtual.reshard import TopicLayout
 from mafka4.virtual.feeding import ResumePoint
 from mafka4.virtual.split import NOTHING_APPLIED, FeedProgress, source_of
@@ -102,10 +102,14 @@ class FeedModel:
     """One physical partition's committed batches, VP leader logs with progress, and a crashing feeder.
 
     Between rounds, at a point where the feeder could be held (``next_offset >= fed_high``), a
-    split or merge may open an epoch cut there; a VP not yet sealed may lose the tail of its log
-    (a VP leader failover to a follower that lacked it, which also forgets the feeder's reports).
-    A closed VP is sealed once it heard ``fed_through`` at or past its closing cut, as the shell
-    records it; sealed VPs are no longer served.
+    split or merge may be asked: the feeder offers ``next_offset`` as the cut and holds back the
+    parents' records from it (``withhold``) while it feeds the others on for some rounds; then
+    the epoch is stored at that cut or a little above it (the feeder goes back to the offered
+    cut) or abandoned (the feeder resumes), as in ``Feeder``. A crash while held abandons it
+    (a restarted feeder fences the reshard out). A VP not yet sealed may lose the tail of its
+    log (a VP leader failover to a follower that lacked it, which also forgets the feeder's
+    reports). A closed VP is sealed once it heard ``fed_through`` at or past its closing cut, as
+    the shell records it; sealed VPs are no longer served.
     """
 
     def __init__(self, rng: random.Random, reshards: bool):
@@ -118,6 +122,7 @@ class FeedModel:
         self.progress = {vp: FeedProgress() for vp in self.vp_logs}
         self.fed_through = {vp: 0 for vp in self.vp_logs}  # what each VP leader heard (lost on failover)
         self.sealed: set[int] = set()
+        self.held: tuple[tuple[int, ...], int] | None = None  # (parents, offered cut) of a pending reshard
 
     def fetch(self, offset: int, bytes_max: int) -> bytes:
         """Whole batches from the one holding ``offset``, at least one, about ``bytes_max`` bytes."""
@@ -136,30 +141,45 @@ class FeedModel:
         self.vp_logs[vp].extend(fresh)
         self.progress[vp].applied(fresh)
 
-    def between_rounds(self, next_offset: int, fed_high: int) -> bool:
-        """Maybe a failover or a reshard; True after a failover (the feeder sees the new VP leader epoch and resumes)."""
+    def between_rounds(self, next_offset: int, fed_high: int, at_end: bool) -> int | None:
+        """Maybe a failover or a reshard step; where the feeder goes on (-1: resume), None: where it stands."""
         self.seal()
         if not self.reshards:
-            return False
+            return None
         unsealed = [vp for vp in self.vp_logs if vp not in self.sealed and self.vp_logs[vp]]
         if unsealed and self.rng.random() < 0.05:
             vp = self.rng.choice(unsealed)
             del self.vp_logs[vp][-self.rng.randint(1, len(self.vp_logs[vp])):]
             self.progress[vp] = _progress_of(self.vp_logs[vp])
             self.fed_through[vp] = 0
-            return True
-        if next_offset >= fed_high and self.rng.random() < 0.1:
-            cut = (max(next_offset, self.layout.current.cut[0]),)
+            return -1  # the feeder sees the new VP leader epoch
+        if self.held is not None and (at_end or self.rng.random() < 0.3):
+            return self.settle(stored=self.rng.random() < 0.8)
+        if self.held is None and next_offset >= fed_high and self.rng.random() < 0.1:
             active = self.layout.current.ranges.vp_ids
             if len(active) > 1 and self.rng.random() < 0.4:
                 index = self.rng.randrange(len(active) - 1)
-                epoch = self.layout.plan_merge(active[index], active[index + 1], cut, (next_offset,))
+                parents = (active[index], active[index + 1])
             else:
-                epoch = self.layout.plan_split(self.rng.choice(active), cut, (next_offset,))
-            self.layout = self.layout.append(epoch)
-            for vp in epoch.children:
-                self.vp_logs[vp], self.progress[vp], self.fed_through[vp] = [], FeedProgress(), 0
-        return False
+                parents = (self.rng.choice(active),)
+            self.held = (parents, next_offset)
+        return None
+
+    def settle(self, stored: bool) -> int:
+        """End the pending reshard: store its epoch (go back to the offered cut) or abandon it (resume)."""
+        parents, offered = self.held
+        self.held = None
+        if not stored:
+            return -1
+        cut = (max(offered, self.layout.current.cut[0]) + self.rng.choice((0, 0, 2)),)
+        if len(parents) == 2:
+            epoch = self.layout.plan_merge(*parents, cut, (offered,))
+        else:
+            epoch = self.layout.plan_split(parents[0], cut, (offered,))
+        self.layout = self.layout.append(epoch)
+        for vp in epoch.children:
+            self.vp_logs[vp], self.progress[vp], self.fed_through[vp] = [], FeedProgress(), 0
+        return offered
 
     def seal(self) -> None:
         for vp in self.vp_logs:
@@ -171,24 +191,31 @@ class FeedModel:
         served = served_vps(self.layout, self.sealed)
         resume = resume_point(self.layout, 0, {vp: self.progress[vp].last_applied(0) for vp in served})
         next_offset, fed_high = resume.next_offset, resume.fed_high
-        while next_offset < self.end:
+        while next_offset < self.end or self.held is not None:
             planned = plan_round(self.fetch(next_offset, self.rng.randint(50, 400)), 0, self.layout, next_offset,
                                  self.rng.randint(1, 5))
-            for vp in set(planned.chunks) - set(served):  # only a sealed VP is skipped: it holds them all
-                assert all(self.progress[vp].last_applied(0) >= r.offset for chunk in planned.chunks[vp] for r in chunk)
-            calls = [(vp, chunk) for vp, chunks in planned.chunks.items() if vp in served for chunk in chunks]
+            chunks, held = planned.chunks, ()
+            if self.held is not None:
+                held, offered = self.held
+                chunks = withhold(chunks, held, offered)
+            for vp in set(chunks) - set(served):  # only a sealed VP is skipped: it holds them all
+                assert all(self.progress[vp].last_applied(0) >= r.offset for chunk in chunks[vp] for r in chunk)
+            calls = [(vp, chunk) for vp, vp_chunks in chunks.items() if vp in served for chunk in vp_chunks]
             for vp, chunk in calls:  # in order per VP; a crash may hit between any two calls
                 if self.rng.random() < crash_probability:
+                    self.held = None  # the restarted feeder fences the reshard out
                     return False
                 self.feed(vp, chunk)
             next_offset = planned.next_offset
             for vp in served:
-                self.fed_through[vp] = max(self.fed_through[vp], next_offset)
-            if self.between_rounds(next_offset, fed_high):
+                told = min(next_offset, offered) if vp in held else next_offset
+                self.fed_through[vp] = max(self.fed_through[vp], told)
+            goes_on = self.between_rounds(next_offset, fed_high, at_end=next_offset >= self.end)
+            if goes_on == -1:
                 return False
-            if set(served) != set(served_vps(self.layout, self.sealed)):
-                # A new epoch's children start empty at the cut: no resume needed, as in the feeder.
-                served = served_vps(self.layout, self.sealed)
+            if goes_on is not None:  # an epoch stored: back to the offered cut (if past it), for the children
+                next_offset, fed_high = min(next_offset, goes_on), max(fed_high, next_offset)
+            served = served_vps(self.layout, self.sealed)
         return True
 
 
@@ -233,3 +260,15 @@ def test_source_of_a_fed_record_survives_the_vp_batch_format():
     planned = plan_round(batches([5]), 0, LAYOUT, 0, 10)
     chunk = next(iter(planned.chunks.values()))[0]
     assert [source_of(r) for r in records.decode_batch(_stamped(chunk))] == [r.source for r in chunk]
+
+
+def test_a_held_vp_gets_nothing_at_or_past_the_offered_cut_and_the_others_get_everything():
+    planned = plan_round(batches([10, 10, 10]), 0, LAYOUT, next_offset=0, records_max=4)
+    held_vp = max(planned.chunks, key=lambda vp: sum(map(len, planned.chunks[vp])))
+    kept = withhold(planned.chunks, [held_vp], from_offset=12)
+    offsets = {vp: [r.offset for chunk in chunks for r in chunk] for vp, chunks in kept.items()}
+    assert offsets[held_vp] == [r.offset for chunk in planned.chunks[held_vp] for r in chunk if r.offset < 12]
+    assert all(len(chunk) <= 4 and chunk for chunk in kept[held_vp])
+    assert {vp: chunks for vp, chunks in kept.items() if vp != held_vp} == \
+        {vp: chunks for vp, chunks in planned.chunks.items() if vp != held_vp}
+    assert held_vp not in withhold(planned.chunks, [held_vp], from_offset=0), "a VP left with nothing gets no call"
