@@ -145,53 +145,84 @@ def longest_gap_ms(times_ns: list[int], start_ns: int, end_ns: int) -> float:
     return round(longest_gap(times_ns, start_ns, end_ns)[0] / NS_PER_MS, 1)
 
 
+class JoinTrial:
+    """One join trial's moving parts: a paced producer and consumer threads, each recording what it got.
+
+    ``run`` produces, starts the members, waits, lets one more member join, waits again, then
+    stops the producer, lets the members drain the stream and stops them; the callers measure
+    the logs against the join time it returns.
+    """
+
+    def __init__(self, topic: str, connection, rate_msgs_per_s: int):
+        from mafka4.client.producer import Producer
+
+        self.logs: list[MemberLog] = []
+        self._threads: list[threading.Thread] = []
+        self._stop_consumers, self._stop_producer = threading.Event(), threading.Event()
+        self._sent: list[int] = []
+        self._rate = rate_msgs_per_s
+        self._producer = Producer(topic, connection=connection, linger_ms=5)
+
+    @property
+    def produced(self) -> int:
+        return self._sent[0] if self._sent else 0
+
+    def add_member(self, name: str, consumer) -> MemberLog:
+        """Consume with ``consumer`` on a thread of its own, into a new log."""
+        log = MemberLog(name)
+        thread = threading.Thread(target=consume_loop, args=(consumer, log, self._stop_consumers), name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+        self.logs.append(log)
+        return log
+
+    def run(self, start_member, members: int, warmup_s: float, after_join_s: float,
+            before_join=lambda: None) -> tuple[int, int, MemberLog]:
+        """``(join_ns, end_ns, the joiner's log)``; ``start_member(name)`` adds one member."""
+        producer_thread = threading.Thread(target=produce_loop, daemon=True,
+                                           args=(self._producer, self._rate, self._stop_producer, self._sent))
+        try:
+            producer_thread.start()
+            for index in range(members):
+                start_member(f"member-{index}")
+            time.sleep(warmup_s)
+            before_join()
+            join_ns = time.monotonic_ns()
+            newcomer = start_member("joiner")
+            time.sleep(after_join_s)
+            end_ns = time.monotonic_ns()
+        finally:
+            self._stop_producer.set()
+            producer_thread.join()
+            self._producer.close()
+        wait_drained(self.logs, self.produced)
+        self._stop_consumers.set()
+        for thread in self._threads:
+            thread.join()
+        return join_ns, end_ns, newcomer
+
+
 def run_trial(connection, settings: RebalanceBenchSettings) -> dict:
     from mafka4.client.admin import Admin
     from mafka4.client.consumer import Consumer
     from mafka4.client.group_admin import GroupAdmin
-    from mafka4.client.producer import Producer
 
     admin = Admin(connection)
     topic, group = f"rebal-{secrets.token_hex(3)}", f"rebal-{secrets.token_hex(3)}"
     admin.create_topic(topic, partitions=settings.partitions, replication_factor=settings.replication_factor)
-    stop_consumers, stop_producer = threading.Event(), threading.Event()
-    threads, logs, sent = [], [], []
-    settings_for_consumers = dict(group=group, connection=connection, from_beginning=True, assignor=settings.assignor)
+    trial = JoinTrial(topic, connection, settings.rate_msgs_per_s)
 
     def start_member(name: str) -> MemberLog:
-        log = MemberLog(name)
-        consumer = Consumer(topic, **settings_for_consumers)
-        thread = threading.Thread(target=consume_loop, args=(consumer, log, stop_consumers), name=name, daemon=True)
-        thread.start()
-        threads.append(thread)
-        logs.append(log)
-        return log
+        consumer = Consumer(topic, group=group, connection=connection, from_beginning=True, assignor=settings.assignor)
+        return trial.add_member(name, consumer)
 
     watch = GroupWatch(connection, group)
-    producer = Producer(topic, connection=connection, linger_ms=5)
-    producer_thread = threading.Thread(target=produce_loop, args=(producer, settings.rate_msgs_per_s, stop_producer, sent), daemon=True)
-    try:
-        producer_thread.start()
-        for index in range(settings.consumers):
-            start_member(f"member-{index}")
-        time.sleep(settings.warmup_s)
-        join_ns = time.monotonic_ns()
-        newcomer = start_member("joiner")
-        time.sleep(settings.after_join_s)
-        end_ns = time.monotonic_ns()
-    finally:
-        stop_producer.set()
-        producer_thread.join()
-        producer.close()
-    wait_drained(logs, sent[0] if sent else 0)
-    stop_consumers.set()
-    for thread in threads:
-        thread.join()
+    join_ns, end_ns, newcomer = trial.run(start_member, settings.consumers, settings.warmup_s, settings.after_join_s)
     watch.close()
     with GroupAdmin(connection) as groups:
         lag = groups.describe_group(group).total_lag
     admin.delete_topic(topic)
-    figures = _trial_figures(logs, newcomer, join_ns, end_ns, sent[0], lag)
+    figures = _trial_figures(trial.logs, newcomer, join_ns, end_ns, trial.produced, lag)
     return {**figures, "protocol_rebalance_ms": watch.rebalance_ms(join_ns, settings.partitions)}
 
 

@@ -37,13 +37,11 @@ import json
 import os
 import secrets
 import statistics
-import threading
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from mafka4.bench.rebalance import (BEFORE_JOIN_WINDOW_S, NS_PER_MS, GroupWatch, MemberLog, RebalanceBenchSettings,
-                                    consume_loop, longest_gap, longest_gap_ms, produce_loop, run_trial, wait_drained)
+from mafka4.bench.rebalance import (BEFORE_JOIN_WINDOW_S, NS_PER_MS, GroupWatch, JoinTrial, MemberLog,
+                                    RebalanceBenchSettings, longest_gap, longest_gap_ms, run_trial)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +75,6 @@ def _owners(connection, group: str, topic: str) -> dict[int, str]:
 def run_vp_join_trial(connection, settings: VpJoinBenchSettings) -> dict:
     from mafka4.client.admin import Admin
     from mafka4.client.consumer import Consumer
-    from mafka4.client.producer import Producer
     from mafka4.coordinator import keys
 
     admin = Admin(connection)
@@ -85,46 +82,24 @@ def run_vp_join_trial(connection, settings: VpJoinBenchSettings) -> dict:
     admin.create_topic(topic, partitions=settings.partitions, replication_factor=settings.replication_factor,
                        virtual_partitions=settings.virtual_partitions or settings.consumers,
                        read_replicas=settings.read_replicas, read_mode="mafka4")
-    stop_consumers, stop_producer = threading.Event(), threading.Event()
-    threads, logs, sent, member_ids = [], [], [], {}
+    trial = JoinTrial(topic, connection, settings.rate_msgs_per_s)
+    member_ids: dict[str, str] = {}
+    owners_at_join: dict[int, str] = {}
 
     def start_member(name: str) -> MemberLog:
-        log = MemberLog(name)
         consumer = Consumer(topic, group=group, connection=connection, from_beginning=True)
         member_ids[name] = consumer.member_id
-        thread = threading.Thread(target=consume_loop, args=(consumer, log, stop_consumers), name=name, daemon=True)
-        thread.start()
-        threads.append(thread)
-        logs.append(log)
-        return log
+        return trial.add_member(name, consumer)
 
     group_watch = GroupWatch(connection, group)
     layout_watch = GroupWatch(connection, group, prefix=keys.split_epochs_prefix(connection.cluster, topic))
-    producer = Producer(topic, connection=connection, linger_ms=5)
-    producer_thread = threading.Thread(target=produce_loop, args=(producer, settings.rate_msgs_per_s, stop_producer, sent),
-                                       daemon=True)
-    try:
-        producer_thread.start()
-        for index in range(settings.consumers):
-            start_member(f"member-{index}")
-        time.sleep(settings.warmup_s)
-        owners_at_join = _owners(connection, group, topic)
-        join_ns = time.monotonic_ns()
-        newcomer = start_member("joiner")
-        time.sleep(settings.after_join_s)
-        end_ns = time.monotonic_ns()
-    finally:
-        stop_producer.set()
-        producer_thread.join()
-        producer.close()
-    wait_drained(logs, sent[0] if sent else 0)
-    stop_consumers.set()
-    for thread in threads:
-        thread.join()
+    join_ns, end_ns, newcomer = trial.run(start_member, settings.consumers, settings.warmup_s, settings.after_join_s,
+                                          before_join=lambda: owners_at_join.update(_owners(connection, group, topic)))
     group_watch.close()
     layout_watch.close()
     layout = admin.describe_topic(topic)["virtual_partitions"]
     admin.delete_topic(topic)
+    logs = trial.logs
     parents = sorted({vp for epoch in _epochs_after(layout_watch, join_ns) for vp in epoch["parents"]})
     split_members = {name for name, member_id in member_ids.items()
                      if any(owners_at_join.get(vp) == member_id for vp in parents)}
@@ -140,7 +115,7 @@ def run_vp_join_trial(connection, settings: VpJoinBenchSettings) -> dict:
         "child_claimed_ms": _first_after_ms(
             group_watch.events, join_ns,
             lambda key, value: value is not None and "/vp_owners/" in key and value["member_id"] == member_ids["joiner"]),
-        "messages_produced": sent[0] if sent else 0,
+        "messages_produced": trial.produced,
         "messages_unique": len({v for log in logs for v in log.values}),
         "messages_consumed": sum(len(log.values) for log in logs),
     })

@@ -400,6 +400,8 @@ class PhysicalPartition:
             raise NotLeader(f"{self._spec.partition_name}: {self._spec.replica_id} is not the leader (leader: {self._state.leader_id})")
         if offset >= self._state.high_watermark and wait_ms_max > 0:
             await self._wait_for_change(wait_ms_max)
+            if self._closed:  # stopped during the long poll (topic deleted, replica moved): nothing new
+                return FetchResult(b"", self._state.high_watermark, self._log.log_start_offset, offset)
         data = self._log.read(offset, bytes_max, end_offset=self._state.high_watermark)
         return FetchResult(data, self._state.high_watermark, self._log.log_start_offset, self._log.log_end_offset)
 
