@@ -244,8 +244,9 @@ def _cmd_group_reset_offsets(args: argparse.Namespace) -> int:
     target = "earliest" if args.to_earliest else "latest" if args.to_latest else _timestamp_ms(args.to_time)
     with _group_admin() as admin:
         changes = admin.reset_offsets(args.group, args.topic, target)
+        label = "vp " if admin.is_virtual(args.topic) else ""
     for partition, (before, after) in sorted(changes.items()):
-        print(f"{args.topic} {partition}: {'-' if before is None else before} -> {after}")
+        print(f"{args.topic} {label}{partition}: {'-' if before is None else before} -> {after}")
     return 0
 
 

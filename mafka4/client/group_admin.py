@@ -9,7 +9,9 @@ group's committed offset; a partition without a committed offset has no lag figu
 what ``mafka4 group describe`` prints. A group of a mafka4-mode topic is described per
 virtual partition (``virtual_partitions``): every VP of the topic's layout with its status
 for the group (``VpStatus``), owner, committed offset, VP high watermark and lag.
-``reset_offsets`` resets physical-partition offsets (Mafka3-mode groups) only.
+``reset_offsets`` resets a Mafka3-mode topic's offsets per physical partition and a
+mafka4-mode topic's per virtual partition (every VP of its layout, closed ones included, so
+that "earliest" reads parents again before their children).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from mafka4.coordinator.group_protocol import VIRTUAL_ASSIGNOR, GroupSnapshot, M
 from mafka4.coordinator.groups import GroupStore
 from mafka4.coordinator.topics import TopicStore
 from mafka4.coordinator.virtual_groups import VirtualGroupStore
-from mafka4.errors import GroupNotEmpty, InvalidConfig, UnknownGroup, UnknownTopic
+from mafka4.errors import GroupNotEmpty, InvalidConfig, RequestTimedOut, UnknownGroup, UnknownTopic
 from mafka4.names import validate_topic_name
 from mafka4.runtime.connect import Connection, connect
 from mafka4.virtual.launcher import vp_handle
@@ -175,29 +177,65 @@ class GroupAdmin:
         """Set the committed offset of every partition of ``topic`` to ``to``: "earliest" (log start),
         "latest" (high watermark) or a timestamp in ms (first message at or after it, else the high
         watermark). Refused with ``GroupNotEmpty`` while the group has members. Returns, per
-        partition, (committed offset before, after)."""
+        partition (per virtual partition for a mafka4-mode topic), (committed offset before, after)."""
         validate_group_name(group)
         validate_topic_name(topic)
+        _check_reset_target(to)
+        config = TopicStore(self._store, self._store.cluster).get(topic).config
+        if config.read_mode == "mafka4":
+            return self._reset_vp_offsets(group, topic, config, to)
         ranges = self._offsets_of(topic)
         if to == "earliest":
             targets = [start for start, _ in ranges]
         elif to == "latest":
             targets = [high_watermark for _, high_watermark in ranges]
-        elif isinstance(to, int) and not isinstance(to, bool):
+        else:
             routing = Routing(self._connection, topic)
             found = ray.get([routing.leader(p).offset_for_timestamp.remote(to) for p in range(len(ranges))],
                             timeout=LIST_OFFSETS_TIMEOUT_S)
             targets = [hw if offset is None else offset for offset, (_, hw) in zip(found, ranges)]
-        else:
-            raise InvalidConfig(f"reset target {to!r} is not valid: use 'earliest', 'latest' or a timestamp in ms")
         before = self._store.snapshot(group)
         if not self._store.reset_offsets(group, {TopicPartition(topic, p): o for p, o in enumerate(targets)}):
-            members = self._store.snapshot(group).members
-            raise GroupNotEmpty(
-                f"group {group!r} has {len(members)} active member(s) ({', '.join(m.member_id for m in members)}): "
-                f"close those consumers first (a crashed one leaves when its lease expires), then retry")
+            self._refuse_reset(group)
         return {p: (None if (c := before.offsets.get(TopicPartition(topic, p))) is None else c.offset, o)
                 for p, o in enumerate(targets)}
+
+    def _reset_vp_offsets(self, group: str, topic: str, config, to: str | int) -> dict[int, tuple[int | None, int]]:
+        """``reset_offsets`` of a mafka4-mode topic: every VP's log start, end or first offset at a time.
+
+        A closed VP's end is its sealed end once recorded (its high watermark until then).
+        """
+        before = self._virtual_groups.snapshot(group, topic, config)
+        vps = sorted(before.states)
+        leaders = [vp_handle(self._store.cluster, topic, vp, before.states[vp].leader) for vp in vps]
+        if None in leaders:
+            vp = vps[leaders.index(None)]
+            raise RequestTimedOut(f"{topic}/v{vp}: its leader {before.states[vp].leader} is not running; retry once "
+                                  f"it failed over ('mafka4 topic describe {topic}' shows its leader)")
+        ranges = ray.get([leader.list_offsets.remote() for leader in leaders], timeout=LIST_OFFSETS_TIMEOUT_S)
+        ends = [before.states[vp].sealed_end_offset if before.states[vp].sealed_end_offset is not None else end
+                for vp, (_, end) in zip(vps, ranges)]
+        if to == "earliest":
+            targets = [start for start, _ in ranges]
+        elif to == "latest":
+            targets = ends
+        else:
+            found = ray.get([leader.offset_for_timestamp.remote(to) for leader in leaders], timeout=LIST_OFFSETS_TIMEOUT_S)
+            targets = [end if offset is None else offset for offset, end in zip(found, ends)]
+        if not self._virtual_groups.reset_offsets(group, topic, dict(zip(vps, targets))):
+            self._refuse_reset(group)
+        return {vp: (None if (c := before.offsets.get(vp)) is None else c.offset, target)
+                for vp, target in zip(vps, targets)}
+
+    def _refuse_reset(self, group: str) -> None:
+        members = self._store.snapshot(group).members
+        raise GroupNotEmpty(
+            f"group {group!r} has {len(members)} active member(s) ({', '.join(m.member_id for m in members)}): "
+            f"close those consumers first (a crashed one leaves when its lease expires), then retry")
+
+    def is_virtual(self, topic: str) -> bool:
+        """True if ``topic`` is read by virtual partitions (mafka4 mode): its offsets are per VP."""
+        return TopicStore(self._store, self._store.cluster).get(validate_topic_name(topic)).config.read_mode == "mafka4"
 
     def close(self) -> None:
         self._store.close()
@@ -208,3 +246,9 @@ class GroupAdmin:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+def _check_reset_target(to) -> None:
+    if to in ("earliest", "latest") or (isinstance(to, int) and not isinstance(to, bool)):
+        return
+    raise InvalidConfig(f"reset target {to!r} is not valid: use 'earliest', 'latest' or a timestamp in ms")

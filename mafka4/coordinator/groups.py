@@ -43,14 +43,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 import etcd3
-import etcd3.utils
 
 from mafka4.coordinator import keys
 from mafka4.coordinator.group_protocol import (
     VIRTUAL_ASSIGNOR, Claim, CommittedOffset, GroupSnapshot, MemberInfo, Propose, Rejoin, Revoke, Stable, TopicPartition,
     Wait, decide, next_generation, offsets_to_commit,
 )
-from mafka4.coordinator.store import MetadataStore, WatchEvent, _etcd_call
+from mafka4.coordinator.store import MetadataStore, WatchEvent, _etcd_call, prefix_range_end
 from mafka4.coordinator.topics import TopicStore
 from mafka4.errors import CoordinatorUnavailable, InconsistentGroupProtocol, UnknownTopic
 from mafka4.limits import ConsumerConfig
@@ -64,10 +63,6 @@ SYNC_STEPS_MAX = 16
 
 def _json(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
-
-
-def _range_end(prefix: str) -> bytes:
-    return etcd3.utils.prefix_range_end(etcd3.utils.to_bytes(prefix))
 
 
 class GroupStore(MetadataStore):
@@ -154,7 +149,7 @@ class GroupStore(MetadataStore):
         txn = self._client.transactions
         members_prefix = keys.group_members_prefix(self.cluster, group)
         # A compare over a range holds for every key in it, and for an empty range as version 0.
-        compare = [txn.version(members_prefix, range_end=_range_end(members_prefix)) == 0]
+        compare = [txn.version(members_prefix, range_end=prefix_range_end(members_prefix)) == 0]
         success = [txn.put(keys.group_offset(self.cluster, group, tp.topic, tp.partition),
                            _json({"offset": offset, "member_id": "reset-offsets", "generation": 0}))
                    for tp, offset in sorted(offsets.items())]

@@ -70,6 +70,11 @@ def _encode(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
+
+def prefix_range_end(prefix: str) -> bytes:
+    """The end of the key range holding every key that starts with ``prefix`` (etcd's range_end)."""
+    return etcd3.utils.prefix_range_end(etcd3.utils.to_bytes(prefix))
+
 class MetadataStore:
     def __init__(self, endpoint: str, timeout_s: float = REQUEST_TIMEOUT_S_DEFAULT):
         host, _, port = endpoint.rpartition(":")
@@ -109,7 +114,7 @@ class MetadataStore:
         """Every key under each of ``prefixes``, all read in one transaction (at one revision)."""
         prefixes = list(prefixes)
         txn = self._client.transactions
-        reads = [txn.get(prefix, range_end=etcd3.utils.prefix_range_end(etcd3.utils.to_bytes(prefix)))
+        reads = [txn.get(prefix, range_end=prefix_range_end(prefix))
                  for prefix in prefixes]
         _, responses = self._client.transaction(compare=[], success=reads, failure=[])
         return {
@@ -217,7 +222,7 @@ class MetadataStore:
         keys = list(keys)
         txn = self._client.transactions
         deletes = [txn.delete(key) for key in keys] + [
-            txn.delete(prefix, range_end=etcd3.utils.prefix_range_end(etcd3.utils.to_bytes(prefix)))
+            txn.delete(prefix, range_end=prefix_range_end(prefix))
             for prefix in prefixes
         ]
         succeeded, _ = self._client.transaction(compare=[txn.version(keys[0]) > 0], success=deletes, failure=[])

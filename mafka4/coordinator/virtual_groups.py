@@ -27,6 +27,8 @@ transaction:
 * **Seed** (a new group starting at the latest offsets): the first member records the sealed
   ends of closed VPs and the current ends of children as committed, so the group does not
   read the history below them; created only if absent.
+* **Reset** (``reset_offsets``, an operator's): overwrite VP offsets in any direction, only
+  while the group has no member key.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import etcd3
 
 from mafka4.coordinator import keys
 from mafka4.coordinator.group_protocol import VIRTUAL_ASSIGNOR, MemberInfo
-from mafka4.coordinator.store import MetadataStore, WatchEvent, _etcd_call
+from mafka4.coordinator.store import MetadataStore, WatchEvent, _etcd_call, prefix_range_end
 from mafka4.errors import CoordinatorUnavailable, InconsistentGroupProtocol
 from mafka4.limits import ConsumerConfig, TopicConfig
 from mafka4.virtual.metadata import VirtualPartitionState, VirtualStore
@@ -153,6 +155,18 @@ class VirtualGroupStore(MetadataStore):
         _, responses = self._client.transaction(compare=[], success=operations, failure=[])
         succeeded = {vp for vp, response in zip(order, responses) if response.response_txn.succeeded}
         return succeeded, set(order) - succeeded
+
+    def reset_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> bool:
+        """Write ``offsets`` per VP (in any direction) only if the group has no member; False otherwise."""
+        txn = self._client.transactions
+        members_prefix = keys.group_members_prefix(self.cluster, group)
+        # A compare over a range holds for every key in it, and for an empty range as version 0.
+        compare = [txn.version(members_prefix, range_end=prefix_range_end(members_prefix)) == 0]
+        success = [txn.put(keys.group_vp_offset(self.cluster, group, topic, vp),
+                           _json({"offset": offset, "member_id": "reset-offsets", "high_watermark": offset}))
+                   for vp, offset in sorted(offsets.items())]
+        succeeded, _ = self._client.transaction(compare=compare, success=success, failure=[])
+        return succeeded
 
     def seed_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> bool:
         """Create the offset keys of ``offsets`` if none of them exists yet (a new group's starting point)."""

@@ -9,12 +9,16 @@ no physical record is in two VPs. The full-size run (50,000 messages) is marked 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import pytest
 
 from mafka4.client.admin import Admin
+from mafka4.client.consumer import Consumer
 from mafka4.client.group_admin import GroupAdmin
+from mafka4.errors import GroupNotEmpty
 from mafka4.coordinator.topics import TopicStore
 from mafka4.virtual.metadata import VirtualStore
 
@@ -74,3 +78,46 @@ def test_members_joining_one_by_one_split_vps_and_leavers_hand_theirs_over(read_
 @pytest.mark.slow
 def test_fifty_thousand_messages_while_eight_members_join_and_two_leave(read_cluster):
     run_joins_and_leaves(read_cluster, messages=50_000, members_max=8, leavers=2, join_interval_s=4)
+
+
+def consume_all(connection, topic: str, group: str, expected: int) -> list:
+    """What one member of ``group`` reads until it has ``expected`` messages (and a little more); it commits on close."""
+    messages = []
+    with Consumer(topic, group=group, connection=connection, from_beginning=True) as consumer:
+        deadline = time.monotonic() + 120
+        while len(messages) < expected and time.monotonic() < deadline:
+            messages.extend(consumer.poll(timeout_ms=500))
+        messages.extend(consumer.poll(timeout_ms=300))
+    return messages
+
+
+def test_reset_offsets_of_a_mafka4_group_moves_every_vp_either_way_and_needs_an_empty_group(read_cluster):
+    admin = Admin(read_cluster)
+    topic, group = topic_name("vreset"), topic_name("g")
+    admin.create_topic(topic, partitions=2, replication_factor=2, virtual_partitions=2, read_replicas=1,
+                       read_mode="mafka4")
+    loop = ProduceLoop(read_cluster, topic, messages_max=60, pause_s=0)
+    assert wait_until(lambda: loop.done, 120)
+    acknowledged = loop.stop()
+    assert len(acknowledged) == 60
+    assert len(consume_all(read_cluster, topic, group, 60)) == 60
+    with GroupAdmin(read_cluster) as groups:
+        ends = {row.vp: row.high_watermark for row in groups.describe_group(group).virtual_partitions}
+        assert sum(ends.values()) == 60
+        with Consumer(topic, group=group, connection=read_cluster) as member:
+            member.poll(timeout_ms=500)  # joined: the group is not empty
+            with pytest.raises(GroupNotEmpty, match="close those consumers first"):
+                groups.reset_offsets(group, topic, "earliest")
+        assert groups.reset_offsets(group, topic, "earliest") == {vp: (end, 0) for vp, end in ends.items()}
+        assert {row.vp: row.committed_offset for row in groups.describe_group(group).virtual_partitions} == dict.fromkeys(ends, 0)
+    again = consume_all(read_cluster, topic, group, 60)
+    assert sorted(m.value for m in again) == sorted(value for _, _, _, value in acknowledged)
+    with GroupAdmin(read_cluster) as groups:
+        groups.reset_offsets(group, topic, 0)  # a time before every message: the log start, as "earliest"
+        assert groups.describe_group(group).total_lag == 60
+    cli = subprocess.run([sys.executable, "-m", "mafka4.cli", "group", "reset-offsets", group, "--topic", topic,
+                          "--to-latest"], capture_output=True, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    assert sorted(cli.stdout.decode().splitlines()) == [f"{topic} vp {vp}: 0 -> {end}" for vp, end in sorted(ends.items())]
+    with GroupAdmin(read_cluster) as groups:
+        assert groups.describe_group(group).total_lag == 0
