@@ -240,8 +240,6 @@ class SimReplica:
             return
         self._isr_dirty = False
         isr, epoch = tuple(sorted(self.state.isr)), self.state.leader_epoch
-        if "unconfirmed-isr-write-ignored" in self.env.options.workarounds:
-            self.state.isr_committed(self.state.committed_isr | frozenset(isr))  # it may be in etcd from now on
         request_id = self.env.request_id()
         self._isr_write = (request_id, isr, epoch, self.env.now_ms)
         self._send(COORDINATOR, m.IsrWrite(request_id, self.partition, self.replica_id, epoch, isr))
