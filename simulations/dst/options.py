@@ -32,13 +32,6 @@ KNOWN_BUGS = {
     # the log: OutOfOrderSequence on every retry until delivery_timeout_ms, then an error for
     # a message that was written. The workaround sends no new batch while resends are open.
     "new-batches-overtake-resend": "new batches pipelined behind a resend push it out of the dedup window",
-    # RisrState.__init__ does not advance the VP high watermark (ReplicaState.become_leader
-    # does): a VP leader that takes office with a log end above its recovered high watermark
-    # keeps the records between them unreadable until the next feed. A closed parent VP is
-    # never fed again, so its children never become readable; with read_replicas=1 (no
-    # follower fetch to advance it) any quiet VP hides its last records. The workaround calls
-    # ``leader_appended(log end)`` right after taking office.
-    "risr-hw-stuck-after-election": "a new VP leader's HW is not advanced until the next feed",
     # ProducerStateTable remembers the last 5 batches per producer; truncate_from drops those
     # at or past the truncation offset and deletes a producer whose remembered batches all
     # went, although older batches of it are still in the log. The replica then treats the
@@ -46,15 +39,6 @@ KNOWN_BUGS = {
     # still in the log is appended a second time. The workaround rebuilds the table from the
     # log's batch headers after every truncation (what recovery does at startup).
     "truncation-forgets-producers": "truncation deletes producers whose older batches are still in the log",
-    # ReplicaState bounds the HW by the current ISR and the last ISR the coordinator confirmed.
-    # A member added by an ISR write whose answer never came (timeout, lost reply: the write
-    # may well be in etcd) and then shrunk again bounds neither: the leader acknowledges
-    # batches that member lacks, the coordinator (holding the wider ISR) elects it, and the
-    # acknowledged batches are truncated away. KIP-497's "maximal ISR" rule: until a later
-    # write is confirmed, every member of an ISR written since the last confirmation must
-    # bound the HW. The workaround, in the shell, counts a written ISR as committed from the
-    # moment it is sent (``isr_committed(committed | written)``), until its answer arrives.
-    "unconfirmed-isr-write-ignored": "an ISR write whose answer is lost stops bounding the HW after a shrink",
     # decide_partition restarts a dead replica "in place" without touching the ISR when the
     # leader is alive, so a replica whose machine lost its unflushed tail (power loss) comes
     # back still listed in the coordinator's ISR. If the leader cannot shrink it (the leader
@@ -63,13 +47,6 @@ KNOWN_BUGS = {
     # in the simulated controller: restarting an ISR member first writes a new epoch whose
     # ISR leaves it out; it rejoins through the leader's ISR expansion once caught up.
     "restarted-isr-member-electable": "a replica restarted after losing its unflushed tail stays in the ISR",
-    # The RISR twin of "unconfirmed-isr-write-ignored": RisrState bounds the VP HW by the
-    # current and the last confirmed RISR. A follower added by a RISR write whose answer was
-    # lost (the write is in etcd) and then moved to LAGGING bounds neither: the leader serves
-    # records that follower lacks, the coordinator (holding the wider RISR) elects it
-    # (failover.decide_failover), and records consumers already read are replaced at their
-    # VP offsets. The workaround counts a written RISR as committed from the moment it is sent.
-    "unconfirmed-risr-write-ignored": "a RISR write whose answer is lost stops bounding the VP HW",
 }
 
 

@@ -28,9 +28,8 @@ def header(base_offset: int, count: int, producer_id: int, base_sequence: int, e
 
 
 def test_every_known_bug_has_a_test_here():
-    names = {"unknown-producer-gap", "truncation-forgets-producers", "risr-hw-stuck-after-election",
-             "new-batches-overtake-resend", "unconfirmed-isr-write-ignored", "restarted-isr-member-electable",
-             "unconfirmed-risr-write-ignored"}
+    names = {"unknown-producer-gap", "truncation-forgets-producers", "new-batches-overtake-resend",
+             "restarted-isr-member-electable"}
     assert set(KNOWN_BUGS) == names
 
 
@@ -55,13 +54,11 @@ def test_truncation_keeps_a_producer_whose_older_batches_are_still_in_the_log():
     assert table.next_sequence(7) == 2
 
 
-@pytest.mark.xfail(strict=True, reason="known bug risr-hw-stuck-after-election")
 def test_a_new_vp_leader_alone_in_its_risr_serves_its_whole_log():
     risr = RisrState("v0", RisrConfig(), "r0", ["r0"], ["r0"], log_end_offset=10, high_watermark=4, now_ms=0)
     assert risr.high_watermark == 10
 
 
-@pytest.mark.xfail(strict=True, reason="known bug unconfirmed-isr-write-ignored (KIP-497 maximal ISR)")
 def test_a_member_of_an_unconfirmed_isr_write_keeps_bounding_the_high_watermark():
     config = ReplicaConfig(replica_lag_ms_max=100, min_insync_replicas=1)
     leader = ReplicaState("r0", "t-0", config, 0, 0, EpochHistory(), ProducerStateTable(5, 100))
@@ -76,7 +73,6 @@ def test_a_member_of_an_unconfirmed_isr_write_keeps_bounding_the_high_watermark(
     assert leader.high_watermark <= 1
 
 
-@pytest.mark.xfail(strict=True, reason="known bug unconfirmed-risr-write-ignored")
 def test_a_member_of_an_unconfirmed_risr_write_keeps_bounding_the_vp_high_watermark():
     risr = RisrState("v0", RisrConfig(read_replica_lag_ms_max=100), "r1", ["r0", "r1"], ["r1"], 0, 0, now_ms=0)
     decision = risr.on_replica_fetch("r0", 0, 10)  # r0 caught up: the RISR grows to {r0, r1}
