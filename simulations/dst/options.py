@@ -39,14 +39,6 @@ KNOWN_BUGS = {
     # still in the log is appended a second time. The workaround rebuilds the table from the
     # log's batch headers after every truncation (what recovery does at startup).
     "truncation-forgets-producers": "truncation deletes producers whose older batches are still in the log",
-    # decide_partition restarts a dead replica "in place" without touching the ISR when the
-    # leader is alive, so a replica whose machine lost its unflushed tail (power loss) comes
-    # back still listed in the coordinator's ISR. If the leader cannot shrink it (the leader
-    # is cut off, or dies first), the controller may later elect it and acknowledged batches
-    # it lost are truncated everywhere (the gap Kafka closed with KIP-966). The workaround,
-    # in the simulated controller: restarting an ISR member first writes a new epoch whose
-    # ISR leaves it out; it rejoins through the leader's ISR expansion once caught up.
-    "restarted-isr-member-electable": "a replica restarted after losing its unflushed tail stays in the ISR",
 }
 
 

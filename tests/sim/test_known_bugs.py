@@ -28,8 +28,7 @@ def header(base_offset: int, count: int, producer_id: int, base_sequence: int, e
 
 
 def test_every_known_bug_has_a_test_here():
-    names = {"unknown-producer-gap", "truncation-forgets-producers", "new-batches-overtake-resend",
-             "restarted-isr-member-electable"}
+    names = {"unknown-producer-gap", "truncation-forgets-producers", "new-batches-overtake-resend"}
     assert set(KNOWN_BUGS) == names
 
 
@@ -84,7 +83,6 @@ def test_a_member_of_an_unconfirmed_risr_write_keeps_bounding_the_vp_high_waterm
     assert risr.high_watermark == 0
 
 
-@pytest.mark.xfail(strict=True, reason="known bug restarted-isr-member-electable (Kafka's KIP-966)")
 def test_a_replica_restarted_in_place_leaves_the_isr_it_could_be_elected_from():
     state = PartitionState(0, "w0", 3, ("w0", "w1", "w2"), ("w0", "w1", "w2"))
     # w2's machine lost power (and its unflushed tail) and is back; the leader w0 is alive.
