@@ -19,12 +19,6 @@ from simulations.dst.network import NetworkConfig
 
 # Known bugs (reported, not fixed here: the code is not the simulator's to change).
 KNOWN_BUGS = {
-    # ProducerStateTable.check appends a batch of an unknown producer whatever its sequence,
-    # and SequenceGate lets an early batch through to it once its wait runs out: a producer
-    # whose first batches failed (e.g. NotLeader at startup) while a later one waited gets
-    # the later one appended and acknowledged, and its first ones refused forever
-    # (OutOfOrderSequence). The workaround refuses the early batch in the gate instead.
-    "unknown-producer-gap": "an early batch of an unknown producer is appended after the gate's wait",
     # client.sender._PartitionPipeline._recover resends the failed batches and at once sends
     # new ones behind them. If a new batch is appended before a resent one arrives (calls can
     # start out of order, or the resend fails again), the resent batch falls out of the
@@ -32,13 +26,6 @@ KNOWN_BUGS = {
     # the log: OutOfOrderSequence on every retry until delivery_timeout_ms, then an error for
     # a message that was written. The workaround sends no new batch while resends are open.
     "new-batches-overtake-resend": "new batches pipelined behind a resend push it out of the dedup window",
-    # ProducerStateTable remembers the last 5 batches per producer; truncate_from drops those
-    # at or past the truncation offset and deletes a producer whose remembered batches all
-    # went, although older batches of it are still in the log. The replica then treats the
-    # producer as unknown: its next batches wait in the sequence gate, and a retry of a batch
-    # still in the log is appended a second time. The workaround rebuilds the table from the
-    # log's batch headers after every truncation (what recovery does at startup).
-    "truncation-forgets-producers": "truncation deletes producers whose older batches are still in the log",
 }
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mafka4.errors import CorruptRecord, MafkaError, NotLeader, OutOfOrderSequence
+from mafka4.errors import CorruptRecord, MafkaError, NotLeader
 from mafka4.limits import Acks
 from mafka4.physical.checkpoint import read_checkpoint, write_checkpoint
 from mafka4.physical.epochs import EpochHistory
@@ -142,13 +142,6 @@ class SimReplica:
         expected = self.state.producers.next_sequence(header.producer_id)
         return header.base_sequence > (0 if expected is None else expected)
 
-    def _refuse_gap(self, header) -> bool:
-        """Known bug "unknown-producer-gap" (see ``options.KNOWN_BUGS``): when its wait runs out, the
-        real gate hands an early batch of an unknown producer to the core, which appends it
-        whatever its sequence; with the workaround on, the shell refuses it instead."""
-        return ("unknown-producer-gap" in self.env.options.workarounds
-                and self.state.producers.next_sequence(header.producer_id) is None)
-
     def _produce(self, source: str, message: m.Produce, header) -> None:
         acks = Acks.parse(message.acks)
         now_ms = self.env.now_ms
@@ -180,12 +173,7 @@ class SimReplica:
                 header = check_single_batch(message.batch)
                 if self.env.now_ms >= deadline or (not expired_only and not self._is_early(header)):
                     del self._parked[index]
-                    if self._is_early(header) and self._refuse_gap(header):
-                        error = OutOfOrderSequence(f"producer {header.producer_id} is unknown here and its batch "
-                                                   f"starts at sequence {header.base_sequence}, not 0")
-                        self._send(source, m.ProduceResult(message.request_id, None, m.Failure.of(error)))
-                    else:
-                        self._produce(source, message, header)
+                    self._produce(source, message, header)
                     progressed = True
                     break
 
@@ -302,10 +290,6 @@ class SimReplica:
             self.log.truncate_to(offset)
             self.state.truncated(offset)
             self._save_epochs()
-            if "truncation-forgets-producers" in self.env.options.workarounds:
-                self.state.producers.clear()
-                for header in self.log.batch_headers(self.log.log_start_offset):
-                    self.state.producers.record(header)
         else:
             if message.data:
                 epoch_before = self.state.last_fetched_epoch

@@ -28,12 +28,10 @@ def header(base_offset: int, count: int, producer_id: int, base_sequence: int, e
 
 
 def test_every_known_bug_has_a_test_here():
-    names = {"unknown-producer-gap", "truncation-forgets-producers", "new-batches-overtake-resend"}
+    names = {"new-batches-overtake-resend"}
     assert set(KNOWN_BUGS) == names
 
 
-@pytest.mark.xfail(strict=True, reason="known bug unknown-producer-gap: an unknown producer's batch is "
-                                       "appended whatever its sequence")
 def test_a_leader_refuses_a_first_batch_of_an_unknown_producer_that_does_not_start_at_sequence_0():
     # The actor's SequenceGate holds batch 1 of producer 7 while batch 0 failed (e.g. NotLeader
     # just before the election); once the wait runs out it hands batch 1 to the core.
@@ -44,7 +42,6 @@ def test_a_leader_refuses_a_first_batch_of_an_unknown_producer_that_does_not_sta
         state.plan_append(header(0, 1, producer_id=7, base_sequence=1), Acks.ALL, 0)
 
 
-@pytest.mark.xfail(strict=True, reason="known bug truncation-forgets-producers")
 def test_truncation_keeps_a_producer_whose_older_batches_are_still_in_the_log():
     table = ProducerStateTable(batches_remembered=5, producer_ids_max=100)
     for offset in range(7):  # seven one-record batches at offsets 0..6; the table keeps the last five
