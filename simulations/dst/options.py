@@ -17,18 +17,6 @@ from mafka4.risr.state import RisrConfig
 from simulations.dst.network import NetworkConfig
 
 
-# Known bugs (reported, not fixed here: the code is not the simulator's to change).
-KNOWN_BUGS = {
-    # client.sender._PartitionPipeline._recover resends the failed batches and at once sends
-    # new ones behind them. If a new batch is appended before a resent one arrives (calls can
-    # start out of order, or the resend fails again), the resent batch falls out of the
-    # leader's 5-batch deduplication window (producer_batches_remembered) although it is in
-    # the log: OutOfOrderSequence on every retry until delivery_timeout_ms, then an error for
-    # a message that was written. The workaround sends no new batch while resends are open.
-    "new-batches-overtake-resend": "new batches pipelined behind a resend push it out of the dedup window",
-}
-
-
 @dataclass(frozen=True, slots=True)
 class SimOptions:
     partitions: int
@@ -64,9 +52,6 @@ class SimOptions:
     drain_ms_max: int = 15_000
     events_max: int = 400_000
     replica_state_class: type = ReplicaState
-    # Known bugs of the code under test that the shells work around, so that the default
-    # seeds test everything else; each has a test that turns its workaround off.
-    workarounds: frozenset[str] = frozenset(KNOWN_BUGS)
 
     def replace(self, **changes) -> "SimOptions":
         return dataclasses.replace(self, **changes)
