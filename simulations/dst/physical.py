@@ -213,7 +213,11 @@ class SimReplica:
                                                     decision.diverging, None))
             return
         offset, bytes_max = message.fetch_offset, self.env.options.replica_config.fetch_bytes_max
-        data = self.log.read(offset, bytes_max) if offset < self.log.log_end_offset else b""
+        try:
+            data = self.log.read(offset, bytes_max) if offset < self.log.log_end_offset else b""
+        except CorruptRecord as error:  # damage on disk is never served (the actor's _read_own_log)
+            self._send(source, m.ReplicaFetchResult(message.request_id, b"", 0, None, m.Failure.of(error)))
+            return
         self._send(source, m.ReplicaFetchResult(message.request_id, data, self.state.high_watermark, None, None))
 
     def _isr_changed(self) -> None:
@@ -283,6 +287,15 @@ class SimReplica:
         self._fetch = None
         if message.failure is not None or self.state.role is not Role.FOLLOWER:
             return
+        try:
+            self._apply_fetch(message)
+        except CorruptRecord as error:  # this replica's own log is damaged: fetch again later (the actor's _follow)
+            self.env.note(f"{self.replica_id} p{self.partition}: fetch not applied: {error}")
+            return
+        if message.data or message.diverging is not None:
+            self._maybe_fetch()  # more to read: fetch at once, as the actor's loop does
+
+    def _apply_fetch(self, message: m.ReplicaFetchResult) -> None:
         if message.diverging is not None:
             offset = self.state.truncation_offset(*message.diverging)
             if offset < self.log.log_end_offset:
@@ -298,8 +311,6 @@ class SimReplica:
                 if self.state.last_fetched_epoch != epoch_before:
                     self._save_epochs()
             self.state.follower_high_watermark(message.high_watermark)
-        if message.data or message.diverging is not None:
-            self._maybe_fetch()  # more to read: fetch at once, as the actor's loop does
 
     def on_result(self, message: object) -> None:
         """An answer to one of this replica's calls (matched by request id, else ignored)."""
