@@ -58,6 +58,8 @@ def _admin():
 
 
 def _cmd_topic_create(args: argparse.Namespace) -> int:
+    from mafka4.client.admin import new_topic_config
+
     overrides = {}
     if args.min_insync_replicas is not None:
         overrides["min_insync_replicas"] = args.min_insync_replicas
@@ -65,6 +67,10 @@ def _cmd_topic_create(args: argparse.Namespace) -> int:
         overrides["retention_ms"] = args.retention_ms
     if args.virtual_partitions_max is not None:
         overrides["virtual_partitions_max"] = args.virtual_partitions_max
+    # Refuse a bad name or value before connecting: without a cluster the user would hear
+    # "no local cluster" and not what is wrong with the request.
+    new_topic_config(args.name, args.partitions, args.replication_factor, args.virtual_partitions, args.read_replicas,
+                     args.read_mode, **overrides)
     metadata = _admin().create_topic(args.name, args.partitions, args.replication_factor,
                                      virtual_partitions=args.virtual_partitions, read_replicas=args.read_replicas,
                                      read_mode=args.read_mode, **overrides)

@@ -110,6 +110,20 @@ class OutOfOrderSequence(MafkaError):
     retriable = True
 
 
+class UnknownProducer(OutOfOrderSequence):
+    """The partition holds no state of the batch's producer id and the batch does not start at
+    sequence 0 (Kafka's UNKNOWN_PRODUCER_ID).
+
+    Usually an earlier batch is still on its way (the producer resends in sequence order and
+    it is appended). If the producer's *oldest* unacknowledged batch gets this answer, the
+    partition lost or expired the producer's state (retention, a new leader that never had
+    its batches, more producers than ``producer_ids_max``): the producer continues under a
+    new producer id from sequence 0.
+    """
+
+    retriable = True
+
+
 class CorruptRecord(MafkaError):
     """A batch failed its CRC or framing check; it is never appended or served."""
 

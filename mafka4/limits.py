@@ -84,8 +84,12 @@ def _check_optional_range(config: object, name: str, low: int) -> None:
         _check_range(config, name, low)
 
 
-def replace_config(config, **changes):
-    """``dataclasses.replace`` that names unknown fields in an ``InvalidConfig``."""
+def replace_config(config, /, **changes):
+    """``dataclasses.replace`` that names unknown fields in an ``InvalidConfig``.
+
+    ``config`` is positional-only so that a setting named ``config`` lands in ``changes``
+    and is refused like any other unknown setting, instead of raising ``TypeError``.
+    """
     known = {f.name for f in fields(config)}
     unknown = sorted(set(changes) - known)
     if unknown:

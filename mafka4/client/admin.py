@@ -28,6 +28,18 @@ from mafka4.virtual.resharding import Resharder
 DESCRIBE_TIMEOUT_S = 10
 
 
+def new_topic_config(name: str, partitions: int = 1, replication_factor: int = 1, virtual_partitions: int | None = None,
+                     read_replicas: int = 1, read_mode: str = "mafka3", **overrides) -> TopicConfig:
+    """The resolved config of a topic to create, or ``InvalidTopicName``/``InvalidConfig``.
+
+    Needs no cluster, so callers (the CLI) can refuse a bad request before connecting.
+    """
+    validate_topic_name(name)
+    return replace_config(TopicConfig(), partitions=partitions, replication_factor=replication_factor,
+                          virtual_partitions=virtual_partitions, read_replicas=read_replicas, read_mode=read_mode,
+                          **overrides).resolved()
+
+
 class Admin:
     def __init__(self, connection: Connection | None = None):
         self._connection = connection or connect()
@@ -47,10 +59,8 @@ class Admin:
         default so that Mafka3-mode callers and experiments stay as they are; ``mafka4 topic
         create`` defaults to "mafka4".
         """
-        validate_topic_name(name)
-        config = replace_config(TopicConfig(), partitions=partitions, replication_factor=replication_factor,
-                                virtual_partitions=virtual_partitions, read_replicas=read_replicas, read_mode=read_mode,
-                                **overrides).resolved()
+        config = new_topic_config(name, partitions, replication_factor, virtual_partitions, read_replicas, read_mode,
+                                  **overrides)
         if self._topics.exists(name):
             raise TopicExists(f"topic {name!r} already exists: delete it first or choose another name")
         read_nodes = self._topics.live_nodes("read")

@@ -6,9 +6,18 @@ refuses gaps and answers retries with the original offset: a retried batch is ne
 appended twice, and order holds because the leader only accepts the next sequence.
 
 When the oldest batch in flight fails, the pipeline lets the rest settle, then resends
-all unanswered batches in sequence order after a backoff and a metadata refresh. A batch
-that fails for good (non-retriable error, or ``delivery_timeout_ms`` passed) leaves a
-gap in the sequence, so the partition continues under a fresh producer id.
+all unanswered batches in sequence order after a backoff and a metadata refresh. No new
+batch is sent until every resent one is acknowledged: a new batch appended before a resent
+one arrives (Ray may start calls out of order, or the resend fails again) would push the
+resent batch out of the leader's deduplication window (``producer_batches_remembered``)
+although it may be in the log, and every retry of it would then be refused as out of order.
+
+A batch that fails for good (non-retriable error, or ``delivery_timeout_ms`` passed) leaves
+a gap in the sequence, so the partition continues under a fresh producer id. So does a
+pipeline whose oldest unacknowledged batch is answered ``UnknownProducer``: the leader has
+no state of this producer id (expired, or a leader that never had its batches), so its
+sequence cannot continue there; the unanswered batches are resent from sequence 0 under a
+fresh id, as Kafka's producer does on UNKNOWN_PRODUCER_ID.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ import ray
 from mafka4.client.accumulator import ProducerBatch, RecordAccumulator
 from mafka4.client.errors import unwrap
 from mafka4.client.routing import Routing
-from mafka4.errors import MafkaError, ProducerClosed, RequestTimedOut
+from mafka4.errors import MafkaError, ProducerClosed, RequestTimedOut, UnknownProducer
 from mafka4.limits import Acks, ProducerConfig
 from mafka4.records import HEADER_BYTES, encode_batch
 
@@ -88,7 +97,8 @@ class _PartitionPipeline:
     async def run(self) -> None:
         accumulator, limit = self._sender.accumulator, self._sender.config.in_flight_batches_max
         while True:
-            while len(self._in_flight) < limit and (batch := accumulator.pop_ready(self._partition, _monotonic_ms())) is not None:
+            while (len(self._in_flight) < limit and not self._resend_in_flight()
+                   and (batch := accumulator.pop_ready(self._partition, _monotonic_ms())) is not None):
                 self._assign_sequence(batch)
                 self._in_flight.append((batch, self._send(batch)))
             if not self._in_flight:
@@ -104,6 +114,10 @@ class _PartitionPipeline:
             self._in_flight.popleft()
             self._sender.answer(batch, base_offset, None)
 
+    def _resend_in_flight(self) -> bool:
+        """A resent batch is not acknowledged yet: new batches wait (see the module docstring)."""
+        return any(batch.attempts > 1 for batch, _ in self._in_flight)
+
     async def _recover(self, error: BaseException) -> None:
         """Settle every batch in flight, then resend the unanswered ones in order."""
         settled = await asyncio.gather(*(future for _, future in self._in_flight), return_exceptions=True)
@@ -115,6 +129,9 @@ class _PartitionPipeline:
                 self._sender.answer(batch, outcome, None)
         self._in_flight.clear()
         now_ms = _monotonic_ms()
+        # The oldest unanswered batch is next in sequence: refused as unknown, the leader
+        # has no state of this producer id and never will (see the module docstring).
+        state_lost = bool(unanswered) and isinstance(unanswered[0][1], UnknownProducer)
         gap = False
         resend = []
         for batch, outcome in unanswered:
@@ -129,12 +146,13 @@ class _PartitionPipeline:
             )
             self._sender.answer(batch, None, final)
             gap = True
-        if gap:
+        renumber = gap or state_lost
+        if renumber:
             self._producer_id, self._next_sequence = new_producer_id(), 0
         if resend:
             await self._backoff(resend[0].attempts, error)
         for batch in resend:
-            if gap:
+            if renumber:
                 self._assign_sequence(batch)
             self._in_flight.append((batch, self._send(batch)))
 

@@ -12,14 +12,20 @@ nodes, and the topic's ``TopicConfig``. Rules:
   offline unless ``unclean_leader_election`` is set, in which case the first live replica
   leads (it may lack acknowledged batches: the decision carries a warning).
 * A dead replica whose node is registered is restarted in place (same id, its log is on
-  that node), which is not a change of the replica set. A dead replica whose node is gone
+  that node), which is not a change of the replica set. If it is in the ISR, the decision
+  also writes a new epoch whose ISR leaves it out (Kafka's KIP-966): a machine that lost
+  power lost its unflushed tail, so a restarted replica may lack acknowledged batches, and
+  while it is listed in the ISR the controller could elect it, e.g. when the leader is cut
+  off before it shrinks the ISR itself. It rejoins through the leader's ISR expansion once
+  caught up. A dead replica whose node is gone
   is replaced by a registered write node that holds no replica of the partition, chosen
   round robin from the partition number so replacements spread like ``placement`` does;
   with no such node it stays in the list, dead, until one registers.
-* Any change of leader or of the replica set bumps ``leader_epoch`` by one (a leader
-  learns its followers only through ``become_leader``, which needs a new epoch). The ISR
-  of a changed state is the live, non-fresh ISR members plus the new leader; fresh and
-  replacement replicas join later through the leader's ISR expansion.
+* Any change of leader, of the replica set or of the ISR bumps ``leader_epoch`` by one (a
+  leader learns its followers and ISR only through ``become_leader``, which needs a new
+  epoch). The ISR of a changed state is the live, non-fresh ISR members plus the new
+  leader; fresh, restarted and replacement replicas join later through the leader's ISR
+  expansion.
 
 Invariants of every new state (asserted): the leader is a replica and in the ISR, the ISR
 is a subset of the replicas, replicas are distinct, the epoch grew by exactly one.
@@ -77,7 +83,8 @@ def decide_partition(
     leader, warning = _choose_leader(state, live, fresh, config)
     if leader is None:
         return PartitionDecision(None, restart=restart, offline=True, warning=_offline_text(state, live))
-    if leader == state.leader and leader not in fresh and replicas == state.replicas:
+    restarted_in_isr = any(r in state.isr for r in restart)
+    if leader == state.leader and leader not in fresh and replicas == state.replicas and not restarted_in_isr:
         return PartitionDecision(None, restart=restart)
     isr = tuple(r for r in replicas if r == leader or (r in state.isr and r in live and r not in fresh))
     new_state = PartitionState(state.partition, leader, state.leader_epoch + 1, replicas, isr)

@@ -21,6 +21,18 @@ and wakes waiters when the high watermark or the log end offset moves.
   key still names this replica as leader of this epoch) before the core may count the new
   ISR (``ReplicaState.isr_committed``); a leader fenced by a newer epoch acknowledges nothing.
 
+Damaged data on disk (bit rot in a segment that recovery trusted) is caught by the read
+path, which checks every batch's CRC (``Segment.read``). A damaged batch is never served,
+to followers or to readers: the fetch fails with ``CorruptRecord`` naming the file and
+byte position, and the actor logs it as an error. A reader (the feeder) then reads from
+another in-sync replica. Followers cannot help a leader whose own copy is damaged below
+its HW: it keeps refusing until an operator moves leadership away (stop the replica, and
+the controller elects another ISR member) and removes the damaged replica's directory so
+that it refetches everything as a follower. Repairing that automatically (truncate and
+refetch from a replica) is not implemented. The follower loop survives damage in its own
+log (a truncation or append that raises ``CorruptRecord``): it logs, backs off and fetches
+again rather than stop following.
+
 The actor never decodes a record: per-message work belongs to clients and feeders.
 Files in the replica directory besides the log: ``leader-epoch-checkpoint`` and
 ``high-watermark`` (see ``checkpoint.py``), both rewritten atomically.
@@ -39,10 +51,11 @@ from pathlib import Path
 
 import ray
 
+from mafka4.client.errors import unwrap
 from mafka4.coordinator import keys
 from mafka4.coordinator.store import MetadataStore
 from mafka4.coordinator.topics import PartitionState
-from mafka4.errors import CoordinatorUnavailable, NotLeader, RequestTimedOut
+from mafka4.errors import CoordinatorUnavailable, CorruptRecord, NotLeader, RequestTimedOut
 from mafka4.faults import FaultGate
 from mafka4.limits import Acks, LogConfig, ReplicaConfig
 from mafka4.physical.checkpoint import read_checkpoint, write_checkpoint
@@ -287,8 +300,19 @@ class PhysicalPartition:
             return ReplicaFetchResult(b"", self._state.high_watermark, decision.diverging)
         if fetch_offset >= self._log.log_end_offset and wait_ms_max > 0:
             await self._wait_for_change(wait_ms_max)
-        data = self._log.read(fetch_offset, bytes_max) if fetch_offset < self._log.log_end_offset else b""
+        data = self._read_own_log(fetch_offset, bytes_max) if fetch_offset < self._log.log_end_offset else b""
         return ReplicaFetchResult(data, self._state.high_watermark, None)
+
+    def _read_own_log(self, offset: int, bytes_max: int, end_offset: int | None = None) -> bytes:
+        """``Log.read``, with damage on disk logged as an error before the caller hears of it."""
+        try:
+            return self._log.read(offset, bytes_max, end_offset)
+        except CorruptRecord as error:
+            logger.error("%s: replica %s (%s) refuses to serve offset %d: %s", self._spec.partition_name,
+                         self._spec.replica_id, self._state.role.value, offset, error)
+            raise CorruptRecord(
+                f"replica {self._spec.replica_id} of partition {self._spec.partition_name} cannot serve offset "
+                f"{offset}: {error.message}") from None
 
     async def _wait_for_change(self, wait_ms_max: int) -> None:
         try:
@@ -365,11 +389,19 @@ class PhysicalPartition:
                 )
             except asyncio.CancelledError:
                 raise
-            except Exception as error:  # leader dead or not leader any more: the controller reassigns
-                logger.info("%s: fetch from leader failed: %s", self._spec.partition_name, error)
+            except Exception as raised:  # leader dead or not leader any more: the controller reassigns
+                error = unwrap(raised)
+                # A leader refusing its own damaged data does not heal by retrying: say so loudly.
+                log = logger.error if isinstance(error, CorruptRecord) else logger.info
+                log("%s: fetch from leader failed: %s", self._spec.partition_name, error)
                 await asyncio.sleep(config.fetch_backoff_ms / 1000)
                 continue
-            self._apply_fetch(result)
+            try:
+                self._apply_fetch(result)
+            except CorruptRecord as error:  # this replica's own log is damaged (or the data was)
+                logger.error("%s: replica %s could not apply a fetch from the leader: %s",
+                             self._spec.partition_name, self._spec.replica_id, error)
+                await asyncio.sleep(config.fetch_backoff_ms / 1000)
 
     def _apply_fetch(self, result: ReplicaFetchResult) -> None:
         if result.diverging is not None:
@@ -402,7 +434,7 @@ class PhysicalPartition:
             await self._wait_for_change(wait_ms_max)
             if self._closed:  # stopped during the long poll (topic deleted, replica moved): nothing new
                 return FetchResult(b"", self._state.high_watermark, self._log.log_start_offset, offset)
-        data = self._log.read(offset, bytes_max, end_offset=self._state.high_watermark)
+        data = self._read_own_log(offset, bytes_max, end_offset=self._state.high_watermark)
         return FetchResult(data, self._state.high_watermark, self._log.log_start_offset, self._log.log_end_offset)
 
     async def list_offsets(self) -> tuple[int, int]:

@@ -317,7 +317,11 @@ class Log:
 
     def read(self, offset: int, bytes_max: int, end_offset: int | None = None) -> bytes:
         """Whole batches from the one holding ``offset``, none ending past ``end_offset``
-        (default: the log end), at most ``bytes_max`` bytes but at least one batch if any."""
+        (default: the log end), at most ``bytes_max`` bytes but at least one batch if any.
+
+        Every batch returned passed its CRC check. A damaged batch is never returned: the read
+        stops before it, and a read of the batch itself raises ``CorruptRecord`` naming the
+        file and byte position (``Segment.read``)."""
         self._check_open()
         if not self.log_start_offset <= offset <= self.log_end_offset:
             raise OffsetOutOfRange(
@@ -332,7 +336,12 @@ class Log:
         chunks: list[bytes] = []
         bytes_left = bytes_max
         for segment in self._segments[index:]:
-            data, reached_end = segment.read(position, bytes_left, end, at_least_one=not chunks)
+            try:
+                data, reached_end = segment.read(position, bytes_left, end, at_least_one=not chunks)
+            except CorruptRecord:
+                if not chunks:
+                    raise
+                break  # serve what precedes the damage; a read starting there raises
             if data:
                 chunks.append(data)
                 bytes_left -= len(data)

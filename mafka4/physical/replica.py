@@ -17,11 +17,14 @@ expands the ISR and advances the HW. ``tick`` shrinks the ISR.
 
 ISR changes and the coordinator (Kafka KIP-497's "maximal ISR"). A change reported by
 ``tick`` / ``FetchDecision.isr_changed`` must be written to the coordinator, which elects the
-next leader from its copy of the ISR. Until the actor confirms the write with
-``isr_committed``, a removed follower still bounds the HW: otherwise this leader could
-acknowledge a batch that a follower the coordinator still counts as in sync lacks, and the
-coordinator could elect that follower. A stale leader whose write is refused therefore
-acknowledges nothing more. A follower added to the ISR bounds the HW at once (conservative).
+next leader from its copy of the ISR. The HW is bounded by every member of any ISR the
+coordinator may hold: the current ISR, the last confirmed one (``isr_committed``) and every
+follower removed since that confirmation. The last set matters when a write's answer is
+lost: a follower added by that write (which may well be in etcd) and removed again before
+any later write is confirmed is in neither of the other two, yet the coordinator could
+elect it. Otherwise this leader could acknowledge a batch that follower lacks. A stale
+leader whose write is refused therefore acknowledges nothing more. A follower added to the
+ISR bounds the HW at once (conservative).
 
 Invariants (asserted): 0 <= HW <= LEO; the leader's HW never decreases during its epoch;
 HW <= LEO of every ISR member whose LEO is known; the leader is in its ISR; the latest epoch
@@ -125,6 +128,8 @@ class ReplicaState:
         self._replicas: tuple[str, ...] = ()
         self._isr: frozenset[str] = frozenset()
         self._committed_isr: frozenset[str] = frozenset()
+        # Followers removed from the ISR since the last confirmed write (see the module docstring).
+        self._removed_unconfirmed: frozenset[str] = frozenset()
         self._followers: dict[str, _FollowerProgress] = {}
         self._epoch_start_offset = log_end_offset
         self._check_invariants()
@@ -182,6 +187,7 @@ class ReplicaState:
             "replicas": list(self._replicas),
             "isr": sorted(self._isr),
             "isr_uncommitted": sorted(self._isr ^ self._committed_isr) if self._role is Role.LEADER else [],
+            "isr_removed_unconfirmed": sorted(self._removed_unconfirmed),
             "followers": {
                 follower_id: {
                     "log_end_offset": progress.log_end_offset,
@@ -218,6 +224,7 @@ class ReplicaState:
         self._replicas = replicas
         self._isr = isr_set
         self._committed_isr = isr_set
+        self._removed_unconfirmed = frozenset()
         self._followers = {
             replica: _FollowerProgress(None, now_ms if replica in isr_set else None)
             for replica in replicas
@@ -245,6 +252,7 @@ class ReplicaState:
         self._leader_id = leader_id
         self._isr = frozenset()
         self._committed_isr = frozenset()
+        self._removed_unconfirmed = frozenset()
         self._followers = {}
         self._check_invariants()
 
@@ -355,7 +363,7 @@ class ReplicaState:
         )
         if not lagging:
             return False
-        self._isr -= lagging
+        self._remove_from_isr(lagging)
         self._advance_high_watermark()
         self._check_invariants()
         return True
@@ -366,6 +374,9 @@ class ReplicaState:
         isr_set = frozenset(isr)
         assert isr_set <= set(self._replicas), (isr_set, self._replicas)
         self._committed_isr = isr_set
+        # The coordinator holds exactly ``isr_set`` now: followers removed before this write
+        # can no longer be elected. One removed after it was sent is in ``isr_set`` itself.
+        self._removed_unconfirmed = frozenset()
         self._advance_high_watermark()
         self._check_invariants()
 
@@ -479,7 +490,7 @@ class ReplicaState:
             if leo >= self._high_watermark:
                 return False
             # It lost committed data (e.g. crashed before fsync): no longer in sync.
-            self._isr -= {follower_id}
+            self._remove_from_isr(frozenset({follower_id}))
             return True
         # Kafka's three conditions. Reaching this epoch's start offset guards against a HW
         # that lags the previous leader's (KAFKA-7128); being caught up within this term
@@ -493,17 +504,21 @@ class ReplicaState:
             return True
         return False
 
+    def _remove_from_isr(self, followers: frozenset[str]) -> None:
+        self._isr -= followers
+        self._removed_unconfirmed |= followers
+
     def _is_lagging(self, progress: _FollowerProgress, now_ms: int) -> bool:
         if progress.last_caught_up_ms is None:
             return True
         return now_ms - progress.last_caught_up_ms > self.config.replica_lag_ms_max
 
     def _advance_high_watermark(self) -> bool:
-        """HW = min LEO over the ISR and the committed ISR; only ever moves forward."""
+        """HW = min LEO over every ISR the coordinator may hold; only ever moves forward."""
         if self._role is not Role.LEADER:
             return False
         lowest = self._log_end_offset
-        for member in self._isr | self._committed_isr:
+        for member in self._isr | self._committed_isr | self._removed_unconfirmed:
             if member == self.replica_id:
                 continue
             leo = self._followers[member].log_end_offset

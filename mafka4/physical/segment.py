@@ -20,6 +20,13 @@ missing entry. Any other segment, or a trusted one failing those checks, is scan
 by batch with CRC checks; the file is cut at the first invalid, torn or non-contiguous
 batch, fsynced, and both indexes are rebuilt from the scan.
 
+Reads (``read``) check the CRC and framing of every batch they return, because recovery
+scans only what the recovery point does not vouch for: bit rot in a trusted segment must
+be caught when it is read. A damaged batch is never returned: a read returns the whole
+batches before it, and a read starting at it raises ``CorruptRecord`` naming the file and
+byte position. As in Kafka, the CRC does not cover the base offset and leader epoch, which
+the leader stamps; a damaged base offset shows only when batches stop being contiguous.
+
 Only the active (last) segment of a log holds open write descriptors. Not thread-safe.
 """
 
@@ -34,7 +41,7 @@ from mafka4.errors import CorruptRecord
 from mafka4.limits import KiB, MiB, LogConfig
 from mafka4.physical.offset_index import U32_MAX, OffsetIndex, OffsetPosition
 from mafka4.physical.time_index import TimeIndex
-from mafka4.records import HEADER_BYTES, BatchHeader, check_batch, iter_batches, read_header
+from mafka4.records import HEADER_BYTES, BatchHeader, check_batch, crc_matches, iter_batches, read_header
 
 NAME_DIGITS = 20
 LOG_SUFFIX = ".log"
@@ -154,15 +161,17 @@ class Segment:
             return False
         self.offset_index, self.time_index = offset_index, time_index
         try:
-            return self._restore_tail()
+            return self._restore_tail(check_crc=True)
         except CorruptRecord:
             return False
 
-    def _restore_tail(self) -> bool:
+    def _restore_tail(self, check_crc: bool = False) -> bool:
         """Walk the batches after the last index entry to restore the append state.
 
         Returns False if the indexes miss an entry the indexing rule would have written, or
-        the last entry does not point at the batch it names.
+        the last entry does not point at the batch it names, or (``check_crc``) a batch
+        fails its CRC: the tail decides the log end offset, so a damaged count there must
+        not go unnoticed, and it is short (about ``index_interval_bytes``), so checking is cheap.
         """
         last = self.offset_index.last()
         start = last.position if last else 0
@@ -171,6 +180,8 @@ class Segment:
         bytes_since = 0
         for position, header in iter_headers(self._read_fd, start, self.size_bytes, self._walk_chunk_bytes):
             if header.base_offset != expected:
+                return False
+            if check_crc and not self._crc_matches_at(position, header):
                 return False
             if position == start:
                 if last is not None and header.max_timestamp_ms > max_timestamp_ms:
@@ -206,6 +217,9 @@ class Segment:
         self.size_bytes = valid_end
         self.offset_index.save()
         self.time_index.save()
+
+    def _crc_matches_at(self, position: int, header: BatchHeader) -> bool:
+        return crc_matches(os.pread(self._read_fd, header.size_bytes, position), 0, header)
 
     def _rebuild_indexes(self) -> None:
         """Rebuild both indexes from the (already validated) .log, e.g. after an entry was found wrong."""
@@ -293,31 +307,64 @@ class Segment:
         if not self._entry_is_valid(entry):
             self._rebuild_indexes()
             entry = self.offset_index.lookup(offset - self.base_offset)
-        for position, header in iter_headers(self._read_fd, entry.position, self.size_bytes, self._walk_chunk_bytes):
-            if header.next_offset > offset:
-                return position, header
+        try:
+            for position, header in iter_headers(self._read_fd, entry.position, self.size_bytes, self._walk_chunk_bytes):
+                if header.next_offset > offset:
+                    return position, header
+        except CorruptRecord as error:
+            raise CorruptRecord(f"{self.log_path}: offset {offset} cannot be located: {error.message}") from None
         raise AssertionError(f"offset {offset} not found in {self.log_path}")
 
     def read(self, position: int, bytes_max: int, end_offset: int, at_least_one: bool) -> tuple[bytes, bool]:
-        """Whole batches from ``position``: at most ``bytes_max`` bytes (unless
+        """Whole, CRC-checked batches from ``position``: at most ``bytes_max`` bytes (unless
         ``at_least_one`` and the first batch is larger), none reaching past ``end_offset``.
 
-        Returns the bytes and whether they reach the end of the segment.
+        Returns the bytes and whether they reach the end of the segment. A damaged batch ends
+        the read before it; if it is the first one, ``CorruptRecord`` (see the module docstring).
         """
         buffer = os.pread(self._read_fd, min(self.size_bytes - position, max(bytes_max, HEADER_BYTES)), position)
         taken = 0
+        expected_offset = self.base_offset if position == 0 else None
         while taken + HEADER_BYTES <= len(buffer):
-            header = read_header(buffer, taken)
+            try:
+                header = read_header(buffer, taken)
+            except CorruptRecord as error:
+                return self._served_before_damage(buffer, taken, position, error.message)
             size = header.size_bytes
+            problem = self._framing_problem(header, position + taken, expected_offset)
+            if problem is None and taken + size > len(buffer):
+                if taken:
+                    break  # the next batch does not fit in bytes_max
+                buffer = os.pread(self._read_fd, size, position)  # a first batch larger than bytes_max
+            # Checked before anything is decided from the header: a damaged count must not
+            # pass for a batch beyond end_offset, which would end the read silently.
+            if problem is None and not crc_matches(buffer, taken, header):
+                problem = f"fails its CRC check (stored {header.crc:#010x})"
+            if problem is not None:
+                return self._served_before_damage(buffer, taken, position, problem)
             if header.next_offset > end_offset:
                 return buffer[:taken], False
             if taken + size > bytes_max and not (taken == 0 and at_least_one):
                 break
-            if taken + size > len(buffer):
-                assert taken == 0 and size <= self.size_bytes - position
-                return os.pread(self._read_fd, size, position), position + size == self.size_bytes
             taken += size
+            expected_offset = header.next_offset
         return buffer[:taken], position + taken == self.size_bytes
+
+    def _framing_problem(self, header: BatchHeader, position: int, expected_offset: int | None) -> str | None:
+        if position + header.size_bytes > self.size_bytes:
+            return f"length {header.size_bytes} runs past the end of the file"
+        if expected_offset is not None and header.base_offset != expected_offset:
+            return f"base offset {header.base_offset} where {expected_offset} follows"
+        return None
+
+    def _served_before_damage(self, buffer: bytes, taken: int, position: int, problem: str) -> tuple[bytes, bool]:
+        """The batches before a damaged one; ``CorruptRecord`` when there are none."""
+        if taken:
+            return buffer[:taken], False
+        raise CorruptRecord(
+            f"{self.log_path}: the batch at byte {position} is damaged ({problem}) and is not served: "
+            f"this replica's copy is corrupt on disk; read from another in-sync replica"
+        )
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         """Base offset of the first batch whose max timestamp is >= ``timestamp_ms``."""

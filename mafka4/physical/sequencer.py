@@ -5,7 +5,8 @@ submission order: a call whose (large) argument arrives later can start after th
 one. A producer pipelines several batches per partition, so the leader can see sequence
 ``s + 1`` before ``s``. Refusing it would force a resend of the whole pipeline; instead the
 batch waits here, bounded by ``sequence_wait_ms_max``, until its producer's next expected
-sequence is its own. A producer the leader does not know yet is expected to start at 0.
+sequence is its own. A producer the leader does not know yet is expected to start at 0;
+whatever still waits when ``sequence_wait_ms_max`` runs out goes to the core, which refuses it.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class SequenceGate:
         while self._is_early(header):
             remaining = deadline - loop.time()
             if remaining <= 0:
-                return  # the core refuses it with OutOfOrderSequence, or accepts a forgotten producer
+                return  # the core refuses it: OutOfOrderSequence, or UnknownProducer for an unknown producer
             appended = self._appended
             try:
                 await asyncio.wait_for(appended.wait(), remaining)

@@ -32,10 +32,16 @@ controller can move leadership to another RISR member. The leader stays in the R
 meanwhile: every follower copies the leader, so removing it would stop reads without making
 any read fresher (a deliberate refinement of DESIGN.md section 6, which says it leaves).
 
-RISR changes and the coordinator: as for the physical ISR (KIP-497), a change returned by
-``tick`` / ``RisrDecision.risr_changed`` must be written to the coordinator, and until
-``risr_committed`` confirms it a removed replica still bounds the HW, because the coordinator
-could elect it and consumers must never have read VP offsets a new leader lacks.
+RISR changes and the coordinator: as for the physical ISR (KIP-497's "maximal RISR"), a
+change returned by ``tick`` / ``RisrDecision.risr_changed`` must be written to the
+coordinator, and the HW is bounded by every member of any RISR the coordinator may hold: the
+current RISR, the last confirmed one (``risr_committed``) and every replica that left the RISR
+since that confirmation (a replica added by a write whose answer was lost, then moved to
+``LAGGING``, is in neither of the other two but may be in etcd). The coordinator could elect
+any of them, and consumers must never have read VP offsets a new leader lacks.
+
+A new leader computes its HW at once: alone in its RISR it serves its whole log (a closed
+parent VP is never fed again, so waiting for the next feed could hide its tail for ever).
 
 Invariants (asserted): 0 <= HW <= leader LEO; the HW never decreases; HW <= LEO of every RISR
 member whose LEO is known; the leader is ``IN_SYNC``; RISR members are replicas.
@@ -191,7 +197,10 @@ class RisrState:
             for replica in replicas if replica != leader_id
         }
         self._committed_risr = risr_set
+        # Replicas that left the RISR since the last confirmed write (see the module docstring).
+        self._removed_unconfirmed: frozenset[str] = frozenset()
         self._sources: dict[int, _CatchUpClock] = {}
+        self._advance_high_watermark()
         self._check_invariants()
 
     # --- read-only view ------------------------------------------------------------------
@@ -236,6 +245,7 @@ class RisrState:
             "high_watermark": self._high_watermark,
             "risr": sorted(self.risr),
             "risr_uncommitted": sorted(self.risr ^ self._committed_risr),
+            "risr_removed_unconfirmed": sorted(self._removed_unconfirmed),
             "feed_lagging_partitions": list(self.feed_lagging_partitions(now_ms)),
             "replicas": {
                 replica: {"status": self.status(replica).value, "log_end_offset": self.log_end_offset_of(replica)}
@@ -302,6 +312,9 @@ class RisrState:
         risr_set = frozenset(risr)
         assert self.leader_id in risr_set and risr_set <= set(self.replicas), (risr_set, self.replicas)
         self._committed_risr = risr_set
+        # The coordinator holds exactly ``risr_set`` now: replicas that left before this write
+        # can no longer be elected. One that left after it was sent is in ``risr_set`` itself.
+        self._removed_unconfirmed = frozenset()
         self._advance_high_watermark()
         self._check_invariants()
 
@@ -336,12 +349,14 @@ class RisrState:
         assert status in _TRANSITIONS[progress.status], (
             f"illegal RISR transition of {replica_id} in {self.vp_name}: {progress.status.value} -> {status.value}"
         )
+        if progress.status is ReplicaStatus.IN_SYNC:
+            self._removed_unconfirmed |= {replica_id}
         progress.status = status
 
     def _advance_high_watermark(self) -> None:
-        """HW = min LEO over the RISR and the committed RISR; only ever moves forward."""
+        """HW = min LEO over every RISR the coordinator may hold; only ever moves forward."""
         lowest = self._log_end_offset
-        for member in (self.risr | self._committed_risr) - {self.leader_id}:
+        for member in (self.risr | self._committed_risr | self._removed_unconfirmed) - {self.leader_id}:
             leo = self._followers[member].log_end_offset
             if leo is None:
                 return

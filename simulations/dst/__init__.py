@@ -13,9 +13,12 @@ are in ``simulations/checkers.py``.
 
 Tests: ``tests/sim`` runs 200 seeds by default; ``MAFKA4_SIM_SEEDS=5000`` runs more.
 
+The shells work around nothing in the code under test: a bug a seed finds is fixed in the
+code and pinned by a test (``tests/sim/test_found_bugs.py`` lists those found so far, with
+the seed that found each).
+
 Modules: ``run`` (entry), ``cluster`` (phases, final checks), ``options`` (the seed's
-shape, and ``KNOWN_BUGS``: bugs of the code under test that the shells work around, each
-pinned by a strict xfail in ``tests/sim/test_known_bugs.py``), ``physical`` (replica shell),
+shape), ``physical`` (replica shell),
 ``write_node``, ``virtual`` (read nodes, VP shell), ``feeder``, ``producer``, ``group``
 (consumer group), ``coordinator`` (etcd + controller), ``resharding``, ``nemesis`` (faults),
 ``messages``, ``env``, ``scheduler``, ``network``, ``disk``.

@@ -2,7 +2,6 @@
 
     python3 -m simulations.dst --seed 1234 [--trace]    one run, its result (and its trace)
     python3 -m simulations.dst --seeds 500 [--start 0]  seeds start..start+N-1, a summary
-    ... --without unconfirmed-isr-write-ignored        a known bug's workaround off (repeatable)
 
 Exit status 0 when every run passed, 1 otherwise. Each failure prints its seed and the exact
 replay command.
@@ -14,7 +13,6 @@ import argparse
 import sys
 import time
 
-from simulations.dst.options import KNOWN_BUGS
 from simulations.dst.run import run_seed
 
 
@@ -25,12 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--seeds", type=int, help="run this many seeds, from --start")
     parser.add_argument("--start", type=int, default=0, help="first seed of --seeds (default 0)")
     parser.add_argument("--trace", action="store_true", help="print the run's trace of faults and elections")
-    parser.add_argument("--without", action="append", default=[], choices=sorted(KNOWN_BUGS), metavar="BUG",
-                        help="turn off the workaround of this known bug (options.KNOWN_BUGS) to watch it happen")
     args = parser.parse_args(argv)
-    overrides = {"workarounds": frozenset(KNOWN_BUGS) - set(args.without)} if args.without else {}
     if args.seed is not None:
-        result = run_seed(args.seed, **overrides)
+        result = run_seed(args.seed)
         if args.trace or not result.ok:
             print("\n".join(result.trace))
         print(result.summary())
@@ -42,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     failed = []
     for seed in range(args.start, args.start + args.seeds):
-        result = run_seed(seed, **overrides)
+        result = run_seed(seed)
         if not result.ok:
             failed.append(seed)
             print(result.summary(), flush=True)

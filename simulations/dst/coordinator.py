@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from mafka4.coordinator.election import PartitionDecision, decide_partition
+from mafka4.coordinator.election import decide_partition
 from mafka4.coordinator.topics import PartitionState
 from mafka4.errors import StaleEpoch
 from mafka4.limits import TopicConfig
@@ -199,8 +199,6 @@ class Coordinator:
         registered = sorted(node for node in self.write_nodes if self.is_live(node))
         fresh = frozenset((self._fresh[partition] | self._refused[partition]) & live)
         decision = decide_partition(state, live, registered, self.topic_config, fresh)
-        if decision.restart and not decision.offline:
-            decision = self._restart_outside_the_isr(state, decision)
         for replica_id in decision.restart:
             if replica_id not in live:
                 self._start(partition, replica_id)
@@ -223,18 +221,6 @@ class Coordinator:
             for replica_id in decision.add:
                 self._start(partition, replica_id)
         self._announce(partition, live)
-
-    def _restart_outside_the_isr(self, state: PartitionState, decision: PartitionDecision) -> PartitionDecision:
-        """Workaround "restarted-isr-member-electable" (``options.KNOWN_BUGS``): a replica restarted
-        while the partition has a live leader leaves the ISR first, in a new epoch."""
-        if "restarted-isr-member-electable" not in self.env.options.workarounds:
-            return decision
-        base = decision.state or state
-        isr = tuple(r for r in base.isr if r not in decision.restart)
-        if isr == base.isr or base.leader not in isr:
-            return decision
-        changed = dataclasses.replace(base, leader_epoch=state.leader_epoch + 1, isr=isr)
-        return dataclasses.replace(decision, state=changed)
 
     def _announce(self, partition: int, live: set[str]) -> None:
         state = self.partitions[partition]

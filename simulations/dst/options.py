@@ -17,62 +17,6 @@ from mafka4.risr.state import RisrConfig
 from simulations.dst.network import NetworkConfig
 
 
-# Known bugs (reported, not fixed here: the code is not the simulator's to change).
-KNOWN_BUGS = {
-    # ProducerStateTable.check appends a batch of an unknown producer whatever its sequence,
-    # and SequenceGate lets an early batch through to it once its wait runs out: a producer
-    # whose first batches failed (e.g. NotLeader at startup) while a later one waited gets
-    # the later one appended and acknowledged, and its first ones refused forever
-    # (OutOfOrderSequence). The workaround refuses the early batch in the gate instead.
-    "unknown-producer-gap": "an early batch of an unknown producer is appended after the gate's wait",
-    # client.sender._PartitionPipeline._recover resends the failed batches and at once sends
-    # new ones behind them. If a new batch is appended before a resent one arrives (calls can
-    # start out of order, or the resend fails again), the resent batch falls out of the
-    # leader's 5-batch deduplication window (producer_batches_remembered) although it is in
-    # the log: OutOfOrderSequence on every retry until delivery_timeout_ms, then an error for
-    # a message that was written. The workaround sends no new batch while resends are open.
-    "new-batches-overtake-resend": "new batches pipelined behind a resend push it out of the dedup window",
-    # RisrState.__init__ does not advance the VP high watermark (ReplicaState.become_leader
-    # does): a VP leader that takes office with a log end above its recovered high watermark
-    # keeps the records between them unreadable until the next feed. A closed parent VP is
-    # never fed again, so its children never become readable; with read_replicas=1 (no
-    # follower fetch to advance it) any quiet VP hides its last records. The workaround calls
-    # ``leader_appended(log end)`` right after taking office.
-    "risr-hw-stuck-after-election": "a new VP leader's HW is not advanced until the next feed",
-    # ProducerStateTable remembers the last 5 batches per producer; truncate_from drops those
-    # at or past the truncation offset and deletes a producer whose remembered batches all
-    # went, although older batches of it are still in the log. The replica then treats the
-    # producer as unknown: its next batches wait in the sequence gate, and a retry of a batch
-    # still in the log is appended a second time. The workaround rebuilds the table from the
-    # log's batch headers after every truncation (what recovery does at startup).
-    "truncation-forgets-producers": "truncation deletes producers whose older batches are still in the log",
-    # ReplicaState bounds the HW by the current ISR and the last ISR the coordinator confirmed.
-    # A member added by an ISR write whose answer never came (timeout, lost reply: the write
-    # may well be in etcd) and then shrunk again bounds neither: the leader acknowledges
-    # batches that member lacks, the coordinator (holding the wider ISR) elects it, and the
-    # acknowledged batches are truncated away. KIP-497's "maximal ISR" rule: until a later
-    # write is confirmed, every member of an ISR written since the last confirmation must
-    # bound the HW. The workaround, in the shell, counts a written ISR as committed from the
-    # moment it is sent (``isr_committed(committed | written)``), until its answer arrives.
-    "unconfirmed-isr-write-ignored": "an ISR write whose answer is lost stops bounding the HW after a shrink",
-    # decide_partition restarts a dead replica "in place" without touching the ISR when the
-    # leader is alive, so a replica whose machine lost its unflushed tail (power loss) comes
-    # back still listed in the coordinator's ISR. If the leader cannot shrink it (the leader
-    # is cut off, or dies first), the controller may later elect it and acknowledged batches
-    # it lost are truncated everywhere (the gap Kafka closed with KIP-966). The workaround,
-    # in the simulated controller: restarting an ISR member first writes a new epoch whose
-    # ISR leaves it out; it rejoins through the leader's ISR expansion once caught up.
-    "restarted-isr-member-electable": "a replica restarted after losing its unflushed tail stays in the ISR",
-    # The RISR twin of "unconfirmed-isr-write-ignored": RisrState bounds the VP HW by the
-    # current and the last confirmed RISR. A follower added by a RISR write whose answer was
-    # lost (the write is in etcd) and then moved to LAGGING bounds neither: the leader serves
-    # records that follower lacks, the coordinator (holding the wider RISR) elects it
-    # (failover.decide_failover), and records consumers already read are replaced at their
-    # VP offsets. The workaround counts a written RISR as committed from the moment it is sent.
-    "unconfirmed-risr-write-ignored": "a RISR write whose answer is lost stops bounding the VP HW",
-}
-
-
 @dataclass(frozen=True, slots=True)
 class SimOptions:
     partitions: int
@@ -108,9 +52,6 @@ class SimOptions:
     drain_ms_max: int = 15_000
     events_max: int = 400_000
     replica_state_class: type = ReplicaState
-    # Known bugs of the code under test that the shells work around, so that the default
-    # seeds test everything else; each has a test that turns its workaround off.
-    workarounds: frozenset[str] = frozenset(KNOWN_BUGS)
 
     def replace(self, **changes) -> "SimOptions":
         return dataclasses.replace(self, **changes)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mafka4.errors import CorruptRecord, MafkaError, NotLeader, OutOfOrderSequence
+from mafka4.errors import CorruptRecord, MafkaError, NotLeader
 from mafka4.limits import Acks
 from mafka4.physical.checkpoint import read_checkpoint, write_checkpoint
 from mafka4.physical.epochs import EpochHistory
@@ -142,13 +142,6 @@ class SimReplica:
         expected = self.state.producers.next_sequence(header.producer_id)
         return header.base_sequence > (0 if expected is None else expected)
 
-    def _refuse_gap(self, header) -> bool:
-        """Known bug "unknown-producer-gap" (see ``options.KNOWN_BUGS``): when its wait runs out, the
-        real gate hands an early batch of an unknown producer to the core, which appends it
-        whatever its sequence; with the workaround on, the shell refuses it instead."""
-        return ("unknown-producer-gap" in self.env.options.workarounds
-                and self.state.producers.next_sequence(header.producer_id) is None)
-
     def _produce(self, source: str, message: m.Produce, header) -> None:
         acks = Acks.parse(message.acks)
         now_ms = self.env.now_ms
@@ -180,12 +173,7 @@ class SimReplica:
                 header = check_single_batch(message.batch)
                 if self.env.now_ms >= deadline or (not expired_only and not self._is_early(header)):
                     del self._parked[index]
-                    if self._is_early(header) and self._refuse_gap(header):
-                        error = OutOfOrderSequence(f"producer {header.producer_id} is unknown here and its batch "
-                                                   f"starts at sequence {header.base_sequence}, not 0")
-                        self._send(source, m.ProduceResult(message.request_id, None, m.Failure.of(error)))
-                    else:
-                        self._produce(source, message, header)
+                    self._produce(source, message, header)
                     progressed = True
                     break
 
@@ -225,7 +213,11 @@ class SimReplica:
                                                     decision.diverging, None))
             return
         offset, bytes_max = message.fetch_offset, self.env.options.replica_config.fetch_bytes_max
-        data = self.log.read(offset, bytes_max) if offset < self.log.log_end_offset else b""
+        try:
+            data = self.log.read(offset, bytes_max) if offset < self.log.log_end_offset else b""
+        except CorruptRecord as error:  # damage on disk is never served (the actor's _read_own_log)
+            self._send(source, m.ReplicaFetchResult(message.request_id, b"", 0, None, m.Failure.of(error)))
+            return
         self._send(source, m.ReplicaFetchResult(message.request_id, data, self.state.high_watermark, None, None))
 
     def _isr_changed(self) -> None:
@@ -240,8 +232,6 @@ class SimReplica:
             return
         self._isr_dirty = False
         isr, epoch = tuple(sorted(self.state.isr)), self.state.leader_epoch
-        if "unconfirmed-isr-write-ignored" in self.env.options.workarounds:
-            self.state.isr_committed(self.state.committed_isr | frozenset(isr))  # it may be in etcd from now on
         request_id = self.env.request_id()
         self._isr_write = (request_id, isr, epoch, self.env.now_ms)
         self._send(COORDINATOR, m.IsrWrite(request_id, self.partition, self.replica_id, epoch, isr))
@@ -297,6 +287,15 @@ class SimReplica:
         self._fetch = None
         if message.failure is not None or self.state.role is not Role.FOLLOWER:
             return
+        try:
+            self._apply_fetch(message)
+        except CorruptRecord as error:  # this replica's own log is damaged: fetch again later (the actor's _follow)
+            self.env.note(f"{self.replica_id} p{self.partition}: fetch not applied: {error}")
+            return
+        if message.data or message.diverging is not None:
+            self._maybe_fetch()  # more to read: fetch at once, as the actor's loop does
+
+    def _apply_fetch(self, message: m.ReplicaFetchResult) -> None:
         if message.diverging is not None:
             offset = self.state.truncation_offset(*message.diverging)
             if offset < self.log.log_end_offset:
@@ -304,10 +303,6 @@ class SimReplica:
             self.log.truncate_to(offset)
             self.state.truncated(offset)
             self._save_epochs()
-            if "truncation-forgets-producers" in self.env.options.workarounds:
-                self.state.producers.clear()
-                for header in self.log.batch_headers(self.log.log_start_offset):
-                    self.state.producers.record(header)
         else:
             if message.data:
                 epoch_before = self.state.last_fetched_epoch
@@ -316,8 +311,6 @@ class SimReplica:
                 if self.state.last_fetched_epoch != epoch_before:
                     self._save_epochs()
             self.state.follower_high_watermark(message.high_watermark)
-        if message.data or message.diverging is not None:
-            self._maybe_fetch()  # more to read: fetch at once, as the actor's loop does
 
     def on_result(self, message: object) -> None:
         """An answer to one of this replica's calls (matched by request id, else ignored)."""

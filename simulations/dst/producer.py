@@ -5,8 +5,11 @@ One pipeline per partition, as ``sender._PartitionPipeline``: up to
 sequence) and answered in order. When the oldest batch fails (an error answer or a request
 timeout), the pipeline lets every batch in flight settle, answers those that succeeded, and
 resends the rest in sequence order with the same producer id and sequences, after a backoff
-and a metadata refresh. Batches never expire here (``delivery_timeout_ms`` is infinite), so
-a drained run must acknowledge every batch: a stuck pipeline is a finding.
+and a metadata refresh; no new batch is sent until the resent ones are acknowledged. If the
+oldest is refused as ``UnknownProducer`` (the leader has no state of the producer id), the
+rest are resent under a new producer id from sequence 0. Batches never expire here
+(``delivery_timeout_ms`` is infinite), so a drained run must acknowledge every batch: a
+stuck pipeline is a finding.
 
 The workload: every ``produce_interval_ms`` a producer makes one batch of 1 to 3 records for
 a random partition, keyed (keys routed by ``client.partitioner.Partitioner``) or keyless.
@@ -30,6 +33,7 @@ IN_FLIGHT_BATCHES_MAX = 5
 KEYS = tuple(b"key-%d" % i for i in range(12))
 RETRY_BACKOFF_MS = 20
 METADATA_MAX_AGE_MS = 200
+PRODUCER_ID_STRIDE = 10_000  # above every first producer id: renewed ids never collide
 
 
 @dataclass(slots=True)
@@ -62,8 +66,10 @@ class _Pipeline:
     in_flight: list[_InFlight] = field(default_factory=list)
     resend: list[_Batch] = field(default_factory=list)
     backoff_until_ms: int = 0
-    # Sequences resent and not yet answered (for the "new-batches-overtake-resend" workaround).
+    # Sequences resent and not yet answered: new batches wait until it is empty.
     resent: set[int] = field(default_factory=set)
+    # How many times the pipeline took a new producer id (after UnknownProducer).
+    incarnation: int = 0
 
 
 class SimProducer:
@@ -73,7 +79,8 @@ class SimProducer:
         options = env.options
         self._partitioner = Partitioner("t", options.partitions)
         self._keys = {p: [k for k in KEYS if self._partitioner.partition(k, None) == p] for p in range(options.partitions)}
-        self._pipelines = [_Pipeline(p, 1000 + 100 * index + p) for p in range(options.partitions)]
+        self.index = index
+        self._pipelines = [_Pipeline(p, self._first_producer_id(p)) for p in range(options.partitions)]
         self._leaders: dict[int, str] = {}
         self._metadata_request = 0
         self._metadata_at_ms = -METADATA_MAX_AGE_MS
@@ -163,6 +170,7 @@ class SimProducer:
             return
         if not all(sent.settled for sent in pipeline.in_flight):
             return  # let every batch in flight settle first (sender._recover)
+        state_lost = pipeline.in_flight[0].failure.error == "UnknownProducer"
         for sent in pipeline.in_flight:
             if sent.base_offset is not None:
                 self._acknowledged(pipeline, sent)
@@ -170,9 +178,29 @@ class SimProducer:
                 pipeline.resend.append(sent.batch)
         pipeline.in_flight.clear()
         pipeline.resend.sort(key=lambda batch: batch.base_sequence)
+        if state_lost:
+            self._renumber(pipeline)
         attempts = min(batch.attempts for batch in pipeline.resend)
         pipeline.backoff_until_ms = self.env.now_ms + RETRY_BACKOFF_MS * min(attempts, 5)
         self._refresh(force=True)
+
+    def _renumber(self, pipeline: _Pipeline) -> None:
+        """A new producer id, and the batches to resend stamped from sequence 0 under it."""
+        pipeline.incarnation += 1
+        pipeline.producer_id = self._first_producer_id(pipeline.partition) + PRODUCER_ID_STRIDE * pipeline.incarnation
+        pipeline.next_sequence = 0
+        pipeline.resent.clear()
+        for batch in pipeline.resend:
+            self._stamp(pipeline, batch)
+        self.env.count("producer_ids_renewed")
+
+    def _first_producer_id(self, partition: int) -> int:
+        return 1000 + 100 * self.index + partition
+
+    def _stamp(self, pipeline: _Pipeline, batch: _Batch) -> None:
+        batch.base_sequence = pipeline.next_sequence
+        batch.encoded = encode_batch(batch.records, pipeline.producer_id, batch.base_sequence)
+        pipeline.next_sequence += len(batch.records)
 
     def _acknowledged(self, pipeline: _Pipeline, sent: _InFlight) -> None:
         pipeline.resent.discard(sent.batch.base_sequence)
@@ -186,16 +214,13 @@ class SimProducer:
             return
         if pipeline.in_flight and pipeline.in_flight[0].failure is not None:
             return  # recovering
-        hold_new = "new-batches-overtake-resend" in self.env.options.workarounds and pipeline.resent
         while len(pipeline.in_flight) < IN_FLIGHT_BATCHES_MAX:
             if pipeline.resend:
                 batch = pipeline.resend.pop(0)
                 pipeline.resent.add(batch.base_sequence)
-            elif pipeline.queue and not hold_new and not any(s.failure is not None for s in pipeline.in_flight):
+            elif pipeline.queue and not pipeline.resent and not any(s.failure is not None for s in pipeline.in_flight):
                 batch = pipeline.queue.popleft()
-                batch.base_sequence = pipeline.next_sequence
-                batch.encoded = encode_batch(batch.records, pipeline.producer_id, batch.base_sequence)
-                pipeline.next_sequence += len(batch.records)
+                self._stamp(pipeline, batch)
             else:
                 return
             batch.attempts += 1

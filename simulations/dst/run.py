@@ -19,7 +19,7 @@ from simulations.dst.cluster import Cluster
 from simulations.dst.disk import SimDisk
 from simulations.dst.env import Env
 from simulations.dst.network import Network
-from simulations.dst.options import KNOWN_BUGS, SimOptions, options_for_seed
+from simulations.dst.options import SimOptions, options_for_seed
 from simulations.dst.scheduler import Scheduler
 
 
@@ -34,8 +34,6 @@ class RunResult:
     trace: tuple[str, ...] = ()
     # sha256 of the whole history: equal digests mean the same run (replays are exact).
     digest: str = ""
-    # Known bugs whose workaround was off in this run (to replay it the same way).
-    without: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -50,12 +48,12 @@ class RunResult:
         if not self.drained:
             lines.append(f"not drained: {'; '.join(self.not_drained)}")
         lines += [f"  {anomaly}" for anomaly in self.anomalies]
-        lines.append(f"replay: {replay_command(self.seed, self.without)}")
+        lines.append(f"replay: {replay_command(self.seed)}")
         return "\n".join(lines)
 
 
-def replay_command(seed: int, without: tuple[str, ...] = ()) -> str:
-    return f"python3 -m simulations.dst --seed {seed} --trace" + "".join(f" --without {bug}" for bug in without)
+def replay_command(seed: int) -> str:
+    return f"python3 -m simulations.dst --seed {seed} --trace"
 
 
 def _stats_text(stats: dict) -> str:
@@ -91,6 +89,5 @@ def run_seed(seed: int, **overrides) -> RunResult:
             "faults": dict(sorted(cluster.nemesis.counts.items())),
         }
         digest = hashlib.sha256(repr(env.history).encode()).hexdigest()
-        without = tuple(sorted(set(KNOWN_BUGS) - set(options.workarounds)))
         return RunResult(seed, tuple(anomalies), error, cluster.drained and error is None,
-                         tuple(cluster.not_drained), stats, tuple(env.trace), digest, without)
+                         tuple(cluster.not_drained), stats, tuple(env.trace), digest)

@@ -117,8 +117,6 @@ class VpReplica:
                 self._fed_through.clear()
                 self.risr = RisrState(f"v{self.vp}", self.env.options.risr_config, self.replica_id, message.replicas,
                                       message.risr, self.log.log_end_offset, high_watermark, self.env.now_ms)
-                if "risr-hw-stuck-after-election" in self.env.options.workarounds:
-                    self.risr.leader_appended(self.log.log_end_offset)
         self._send(source, m.RoleResult(message.request_id, self.vp, self.replica_id, message.leader_epoch, failure, virtual=True))
 
     def on_become_follower(self, source: str, message: m.VpBecomeFollower) -> None:
@@ -213,8 +211,6 @@ class VpReplica:
             return
         self._risr_dirty = False
         risr, epoch = tuple(sorted(self.risr.risr)), self.leader_epoch
-        if "unconfirmed-risr-write-ignored" in self.env.options.workarounds:
-            self.risr.risr_committed(self.risr.committed_risr | frozenset(risr))  # it may be in etcd from now on
         request_id = self.env.request_id()
         self._risr_write = (request_id, risr, epoch, self.env.now_ms)
         self._send(COORDINATOR, m.IsrWrite(request_id, self.vp, self.replica_id, epoch, risr, virtual=True))

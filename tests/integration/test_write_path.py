@@ -117,6 +117,8 @@ def test_a_retried_batch_is_appended_once(cluster):
     assert [r.value for r in decode_batches(data)] == [b"once", b"twice?", b"next"]
     with pytest.raises(errors.OutOfOrderSequence):
         ray.get(leader.produce.remote(encode_batch([(None, b"gap", 4, None)], 42, 9), "all"))
+    with pytest.raises(errors.UnknownProducer):  # a producer the partition does not know starts at 0
+        ray.get(leader.produce.remote(encode_batch([(None, b"stranger", 5, None)], 43, 5), "all"))
 
 
 @pytest.mark.parametrize("acks", ["0", "1"])

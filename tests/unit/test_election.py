@@ -44,11 +44,21 @@ def test_a_live_replica_outside_the_isr_never_leads_a_clean_election():
     assert decision.state.isr == ("w2",)
 
 
-def test_a_dead_follower_on_a_registered_node_is_restarted_in_place_without_a_new_epoch():
+def test_a_dead_follower_outside_the_isr_is_restarted_in_place_without_a_new_epoch():
+    decision = decide_partition(state(isr=("w0", "w2")), {"w0", "w2"}, NODES, CLEAN)
+
+    assert not decision.changed, "same leader, same replica set, same ISR: the epoch stays"
+    assert decision.restart == ("w1",)
+
+
+def test_a_dead_isr_member_restarted_in_place_leaves_the_isr_in_a_new_epoch():
+    # KIP-966: it may have lost its unflushed tail; listed in the ISR it could be elected.
     decision = decide_partition(state(), {"w0", "w2"}, NODES, CLEAN)
 
-    assert not decision.changed, "same leader, same replica set: the epoch stays"
-    assert decision.restart == ("w1",)
+    assert decision.state == PartitionState(0, "w0", 5, ("w0", "w1", "w2"), ("w0", "w2"))
+    assert decision.restart == ("w1",) and decision.add == decision.remove == ()
+    again = decide_partition(decision.state, {"w0", "w2"}, NODES, CLEAN)
+    assert not again.changed and again.restart == ("w1",), "restarting it again needs no further epoch"
 
 
 def test_a_dead_follower_whose_node_is_gone_moves_to_a_free_node_and_bumps_the_epoch():

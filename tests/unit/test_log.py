@@ -97,6 +97,24 @@ def test_read_stops_at_end_offset(tmp_path):
     log.close()
 
 
+def test_a_damaged_batch_is_never_read_and_the_batches_before_it_are(tmp_path):
+    log = Log.open(tmp_path, config(), now_ms=0)
+    appended = fill(log, 5)
+    log.close()  # a clean shutdown: recovery trusts the segment and scans nothing
+    path = tmp_path / log_files(tmp_path)[0]
+    damaged_at = sum(len(batch) for batch in appended[:3])
+    data = bytearray(path.read_bytes())
+    data[damaged_at + len(appended[3]) - 1] ^= 0x10  # a value byte of the batch at offset 3
+    path.write_bytes(bytes(data))
+    log = Log.open(tmp_path, config(), now_ms=0)
+
+    assert log.read(0, 1 << 20) == b"".join(appended[:3]), "the read stops before the damage"
+    with pytest.raises(CorruptRecord, match=rf"{path.name}: the batch at byte {damaged_at} is damaged \(fails its CRC"):
+        log.read(3, 1 << 20)
+    assert log.read(4, 1 << 20) == appended[4], "what follows the damage is still readable"
+    log.close()
+
+
 def test_read_outside_the_log_raises_offset_out_of_range(tmp_path):
     log = Log.open(tmp_path, config(retention_bytes=0), now_ms=0)
     fill(log, 60)

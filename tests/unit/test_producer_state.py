@@ -2,7 +2,7 @@
 
 import pytest
 
-from mafka4.errors import OutOfOrderSequence
+from mafka4.errors import OutOfOrderSequence, UnknownProducer
 from mafka4.physical.producer_state import ProducerStateTable
 from mafka4.records import BatchHeader
 
@@ -24,9 +24,12 @@ def test_a_batch_without_producer_id_is_always_appended():
     assert len(table) == 0
 
 
-def test_an_unknown_producer_is_accepted_at_any_sequence():
+def test_an_unknown_producer_is_accepted_at_sequence_0_only():
     table = table_with(header(0, 7, 0))
-    assert table.check(header(0, 8, 41)) is None
+    assert table.check(header(0, 8, 0)) is None
+    with pytest.raises(UnknownProducer, match="unknown to this partition") as error:
+        table.check(header(0, 8, 41))
+    assert isinstance(error.value, OutOfOrderSequence) and error.value.retriable
 
 
 def test_the_next_sequence_is_appended():
@@ -81,7 +84,13 @@ def test_truncate_from_forgets_batches_past_the_offset():
     assert len(table) == 0
 
 
-def test_clear_forgets_everything():
-    table = table_with(header(0, 7, 0))
-    table.clear()
-    assert table.check(header(0, 7, 0)) is None
+def test_truncation_moves_the_next_sequence_back_to_the_first_one_dropped():
+    table = table_with(*(header(offset, 7, 2 * offset, count=2) for offset in range(8)), batches=3)
+    table.truncate_from(6)
+    assert table.next_sequence(7) == 12
+    assert table.check(header(0, 7, 10, count=2)) == 5, "the remaining remembered batch is still deduplicated"
+    table.truncate_from(5)  # every remembered batch went; older ones (sequences 0..9) are in the log
+    assert table.next_sequence(7) == 10
+    with pytest.raises(OutOfOrderSequence, match="too old"):
+        table.check(header(0, 7, 8, count=2))  # in the log: never appended twice
+    assert table.check(header(0, 7, 10, count=2)) is None

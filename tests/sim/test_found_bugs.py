@@ -1,10 +1,10 @@
-"""Known bugs the simulator found in code it does not own, each pinned by a strict xfail.
+"""Bugs the deterministic simulator found in the code under test, now fixed; one test pins each.
 
-The simulator works around each of them in its shells (``simulations.dst.options.KNOWN_BUGS``,
-``SimOptions.workarounds``) so that the seeded runs test everything else. Each test below
-states the behaviour a fix must give; it fails today (xfail, strict). When a fix lands the
-test passes, strict xfail turns that into a failure: remove the marker here and the
-workaround from ``KNOWN_BUGS``.
+The simulator's shells work around nothing: a seed that fails is replayed
+(``python3 -m simulations.dst --seed S --trace``), the cause is fixed in the code, and the
+behaviour the fix gives is pinned here with the smallest reproduction, named after the bug
+and the seed that first found it. The seeded runs (``test_simulation.py``) keep covering
+the whole protocol around them.
 """
 
 from __future__ import annotations
@@ -20,23 +20,15 @@ from mafka4.physical.producer_state import ProducerStateTable
 from mafka4.physical.replica import ReplicaState
 from mafka4.records import BatchHeader
 from mafka4.risr.state import RisrConfig, RisrState
-from simulations.dst.options import KNOWN_BUGS
 
 
 def header(base_offset: int, count: int, producer_id: int, base_sequence: int, epoch: int = 0) -> BatchHeader:
     return BatchHeader(base_offset, 100, epoch, 0, 0, count, 0, 0, producer_id, base_sequence)
 
 
-def test_every_known_bug_has_a_test_here():
-    names = {"unknown-producer-gap", "truncation-forgets-producers", "risr-hw-stuck-after-election",
-             "new-batches-overtake-resend", "unconfirmed-isr-write-ignored", "restarted-isr-member-electable",
-             "unconfirmed-risr-write-ignored"}
-    assert set(KNOWN_BUGS) == names
-
-
-@pytest.mark.xfail(strict=True, reason="known bug unknown-producer-gap: an unknown producer's batch is "
-                                       "appended whatever its sequence")
 def test_a_leader_refuses_a_first_batch_of_an_unknown_producer_that_does_not_start_at_sequence_0():
+    """unknown-producer-gap (seed 0): the table appended an unknown producer's batch whatever its
+    sequence, so batch 1 was acknowledged and batch 0 refused for ever (fix: ``UnknownProducer``)."""
     # The actor's SequenceGate holds batch 1 of producer 7 while batch 0 failed (e.g. NotLeader
     # just before the election); once the wait runs out it hands batch 1 to the core.
     config = ReplicaConfig(min_insync_replicas=1)
@@ -46,8 +38,9 @@ def test_a_leader_refuses_a_first_batch_of_an_unknown_producer_that_does_not_sta
         state.plan_append(header(0, 1, producer_id=7, base_sequence=1), Acks.ALL, 0)
 
 
-@pytest.mark.xfail(strict=True, reason="known bug truncation-forgets-producers")
 def test_truncation_keeps_a_producer_whose_older_batches_are_still_in_the_log():
+    """truncation-forgets-producers (seed 837): truncation deleted a producer whose older batches
+    were still in the log, and a retry of one of them was appended a second time."""
     table = ProducerStateTable(batches_remembered=5, producer_ids_max=100)
     for offset in range(7):  # seven one-record batches at offsets 0..6; the table keeps the last five
         table.record(header(offset, 1, producer_id=7, base_sequence=offset))
@@ -55,14 +48,16 @@ def test_truncation_keeps_a_producer_whose_older_batches_are_still_in_the_log():
     assert table.next_sequence(7) == 2
 
 
-@pytest.mark.xfail(strict=True, reason="known bug risr-hw-stuck-after-election")
 def test_a_new_vp_leader_alone_in_its_risr_serves_its_whole_log():
+    """risr-hw-stuck-after-election: a new VP leader did not compute its HW until the next feed,
+    and a closed parent VP is never fed again, so its children never became readable."""
     risr = RisrState("v0", RisrConfig(), "r0", ["r0"], ["r0"], log_end_offset=10, high_watermark=4, now_ms=0)
     assert risr.high_watermark == 10
 
 
-@pytest.mark.xfail(strict=True, reason="known bug unconfirmed-isr-write-ignored (KIP-497 maximal ISR)")
 def test_a_member_of_an_unconfirmed_isr_write_keeps_bounding_the_high_watermark():
+    """unconfirmed-isr-write-ignored (seed 1142): a follower added by an ISR write whose answer was
+    lost, then shrunk, stopped bounding the HW (fix: KIP-497's maximal ISR)."""
     config = ReplicaConfig(replica_lag_ms_max=100, min_insync_replicas=1)
     leader = ReplicaState("r0", "t-0", config, 0, 0, EpochHistory(), ProducerStateTable(5, 100))
     leader.become_leader(1, ["r0", "r1"], ["r0"], 0)
@@ -76,8 +71,8 @@ def test_a_member_of_an_unconfirmed_isr_write_keeps_bounding_the_high_watermark(
     assert leader.high_watermark <= 1
 
 
-@pytest.mark.xfail(strict=True, reason="known bug unconfirmed-risr-write-ignored")
 def test_a_member_of_an_unconfirmed_risr_write_keeps_bounding_the_vp_high_watermark():
+    """unconfirmed-risr-write-ignored: the RISR twin of unconfirmed-isr-write-ignored."""
     risr = RisrState("v0", RisrConfig(read_replica_lag_ms_max=100), "r1", ["r0", "r1"], ["r1"], 0, 0, now_ms=0)
     decision = risr.on_replica_fetch("r0", 0, 10)  # r0 caught up: the RISR grows to {r0, r1}
     assert decision.risr_changed and risr.risr == {"r0", "r1"}
@@ -88,8 +83,9 @@ def test_a_member_of_an_unconfirmed_risr_write_keeps_bounding_the_vp_high_waterm
     assert risr.high_watermark == 0
 
 
-@pytest.mark.xfail(strict=True, reason="known bug restarted-isr-member-electable (Kafka's KIP-966)")
 def test_a_replica_restarted_in_place_leaves_the_isr_it_could_be_elected_from():
+    """restarted-isr-member-electable (seed 1466): a replica that lost its unflushed tail came back
+    still listed in the ISR and could be elected (fix: Kafka's KIP-966, a new epoch without it)."""
     state = PartitionState(0, "w0", 3, ("w0", "w1", "w2"), ("w0", "w1", "w2"))
     # w2's machine lost power (and its unflushed tail) and is back; the leader w0 is alive.
     decision = decide_partition(state, {"w0", "w1"}, ["w0", "w1", "w2"], TopicConfig(replication_factor=3))
@@ -98,11 +94,13 @@ def test_a_replica_restarted_in_place_leaves_the_isr_it_could_be_elected_from():
 
 
 def test_new_batches_overtaking_a_resend_push_it_out_of_the_deduplication_window():
-    """Not an xfail: the bug is in ``client.sender`` (Ray-bound), this shows the mechanism.
+    """new-batches-overtake-resend (seed 2): why ``client.sender`` holds new batches while a resend
+    is open (pinned with the real pipeline in ``tests/unit/test_sender.py``).
 
-    Batch 0 is in the log but its answer failed; batches 1..4 were acknowledged. The sender
-    resends 0 and at once sends 5; if 5 is appended first, the resent 0 is no longer among
-    the five batches the leader remembers and is refused for ever, though it is in the log.
+    Batch 0 is in the log but its answer failed; batches 1..4 were acknowledged. Had the sender
+    resent 0 and at once sent 5, and 5 been appended first, the resent 0 would no longer be
+    among the five batches the leader remembers and would be refused for ever, though it is in
+    the log.
     """
     table = ProducerStateTable(batches_remembered=5, producer_ids_max=100)
     for sequence in range(6):
