@@ -16,7 +16,9 @@ is what the simulator uses instead. On top, the controller's loop runs every
   fresh leader: another RISR member takes over if there is one, else the same replica
   leads a new epoch (``decide_failover`` has no rule for this case; see the report);
 * ISR and RISR compare-and-swaps (``IsrWrite``): written only while the state names the
-  writer as leader of that epoch;
+  writer as leader of that epoch, and only if no later write of the partition was applied
+  (the real leader's CAS on the key's revision refuses a request that was overtaken; this
+  network may deliver a request late or twice);
 * metadata reads for clients (``MetadataRequest``).
 
 Resharding and sealing live in ``resharding.py``, the consumer group in ``group.py``; both
@@ -66,6 +68,7 @@ class Coordinator:
         self.sealed_end_offsets: dict[int, int] = {}
         self.reshard_pending: int | None = None
         self.reshard_parents: tuple[int, ...] = ()
+        self._isr_writes_applied: dict[tuple[bool, int], int] = {}  # (virtual, partition) -> request id
         self._seen: dict[str, tuple[int, int, tuple[int, ...]]] = {}  # node -> (last heartbeat, incarnation, running)
         self._fresh: dict[int, set[str]] = {p: set() for p in self.partitions}
         self._refused: dict[int, set[str]] = {p: set() for p in self.partitions}
@@ -117,8 +120,7 @@ class Coordinator:
         if isinstance(message, m.Heartbeat) and message.node in self._node_names:
             self._on_heartbeat(message)
         elif isinstance(message, m.IsrWrite):
-            written = self._vp_risr_write(message) if message.virtual else self._isr_write(message)
-            self.env.network.send(NAME, source, m.IsrWriteResult(message.request_id, written))
+            self.env.network.send(NAME, source, m.IsrWriteResult(message.request_id, self._on_isr_write(message)))
         elif isinstance(message, m.MetadataRequest):
             if message.fence_partition is not None:
                 self.resharding.fence(message.fence_partition, message.incarnation)
@@ -139,6 +141,16 @@ class Coordinator:
                     self._vp_fresh[vp].add(message.node)
                     self._vp_confirmed[vp].discard(message.node)
                     self._notices.pop((True, vp, message.node), None)
+
+    def _on_isr_write(self, message: m.IsrWrite) -> bool:
+        """Apply a leader's ISR (RISR) write once, in request order; a copy of an applied one succeeds again."""
+        last = self._isr_writes_applied.get((message.virtual, message.partition), 0)
+        if message.request_id <= last:
+            return message.request_id == last
+        written = self._vp_risr_write(message) if message.virtual else self._isr_write(message)
+        if written:
+            self._isr_writes_applied[(message.virtual, message.partition)] = message.request_id
+        return written
 
     def _isr_write(self, message: m.IsrWrite) -> bool:
         state = self.partitions[message.partition]
