@@ -477,6 +477,10 @@ class FeederConfig:
     # is not released within this long cancels the hold itself, fenced in etcd so that the
     # reshard then fails instead of using a cut the feeder passed; it then goes on feeding.
     hold_ms_max: int = 30 * SECOND_MS
+    # A feeder holds its liveness key (keys.feeder_liveness) under a lease of this TTL,
+    # refreshed every third of it: the controller learns of a dead feeder at most this
+    # long after it died, and then restarts it.
+    lease_ttl_s: int = 5
 
     def __post_init__(self) -> None:
         _check_range(self, "fetch_bytes_max", 1 * KiB, 256 * MiB)
@@ -487,3 +491,4 @@ class FeederConfig:
         _check_range(self, "call_timeout_ms", self.fetch_wait_ms_max + 1)
         _check_range(self, "retry_backoff_ms", 0, 60 * SECOND_MS)
         _check_range(self, "hold_ms_max", 1, 600 * SECOND_MS)
+        _check_range(self, "lease_ttl_s", 2, 600)
