@@ -380,13 +380,14 @@ class ControllerConfig:
     # The active controller's key expires this long after its last refresh; a standby then
     # takes over. An active controller that could not refresh for this long steps down.
     lease_ttl_s: int = 5
-    # A replica whose liveness key is gone is dead unless its actor answers a ping this fast.
+    # A replica (physical or VP) or feeder whose liveness key is gone is dead unless its
+    # actor answers a ping this fast.
     ping_timeout_ms: int = 2000
-    # become_leader / become_follower / starting a replica: a call not answered this fast is
-    # abandoned and the partition is examined again after retry_interval_ms.
+    # become_leader / become_follower / starting a replica or feeder: a call not answered this
+    # fast is abandoned and the partition (or VP, or feeder) is examined again after retry_interval_ms.
     replica_call_timeout_ms: int = 20_000
     # Partitions whose failover is incomplete (offline, a replica not restarted, no free
-    # node for a replacement) are examined again this often.
+    # node for a replacement), and VPs and feeders not yet repaired, are examined again this often.
     retry_interval_ms: int = 2000
     # A full reconcile runs this often as a safety net for missed watch events (besides the
     # one on becoming active and the one after etcd answers again).
