@@ -11,6 +11,7 @@ cluster of their own with two (``read_cluster``).
 
 from __future__ import annotations
 
+import datetime
 import re
 import time
 from pathlib import Path
@@ -177,6 +178,7 @@ def test_a_paused_vp_follower_leaves_the_risr_and_the_controller_fails_a_dead_vp
         reader = TimedReader(connection, topic)
         assert wait_until(lambda: any(vp == 1 for _, vp, _ in reader.consumed)), "the reader reads nothing of VP 1"
         acknowledged_at_kill, killed_at = len(loop.acknowledged), time.monotonic()
+        killed_at_text = datetime.datetime.now().isoformat(sep=" ", timespec="milliseconds")
         ray.kill(vp_handle(connection.cluster, topic, 1, before.leader))
         assert wait_until(lambda: vp_state(connection, topic, 1).leader_epoch > before.leader_epoch, REPAIR_WAIT_S), \
             "the controller did not fail VP 1 over"
@@ -189,14 +191,16 @@ def test_a_paused_vp_follower_leaves_the_risr_and_the_controller_fails_a_dead_vp
         loop.wait_for(len(loop.acknowledged) + 500)
         later = {value for _, _, _, value in loop.acknowledged[acknowledged_at_kill:]}
         assert wait_until(lambda: reader.first_of(1, later) is not None), "nothing new read from VP 1"
-        print(f"\nVP 1 leader {before.leader} killed: etcd named {after.leader} leader after {failed_over_after_s:.1f} s "
-              f"(polled); the first message acknowledged after the kill was read from VP 1 after "
-              f"{reader.first_of(1, later) - killed_at:.1f} s")
+        print(f"\nVP 1 leader {before.leader} killed at {killed_at_text}: etcd named {after.leader} leader after "
+              f"{failed_over_after_s:.1f} s (polled); the first message acknowledged after the kill was read from "
+              f"VP 1 after {reader.first_of(1, later) - killed_at:.1f} s")
     finally:
         acknowledged = loop.stop()
         if reader is not None:
             reader.stop()
-    assert f"{topic}/v1: leader {before.leader} is dead" in controller_log(connection)
+    handled = [line for line in controller_log(connection).splitlines() if f"{topic}/v1" in line]
+    print("controller, on VP 1:\n" + "\n".join(handled))
+    assert any(f"{topic}/v1: leader {before.leader} is dead" in line for line in handled)
     check_replicas_hold_the_leaders_log(connection, topic, check_exactly_once(connection, topic, acknowledged))
     messages = read_everything(connection, topic, len(acknowledged))
     assert sorted(m.value for m in messages) == sorted(v for _, _, _, v in acknowledged)
