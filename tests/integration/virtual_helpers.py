@@ -47,6 +47,7 @@ class ProduceLoop:
         self.acknowledged: list[tuple[int, int, bytes, bytes]] = []  # (partition, offset, key, value)
         self.failures: list[BaseException] = []
         self.sent = 0
+        self.sent_values: list[bytes] = []  # in send order
         self._counts = collections.Counter()
         for _, _, key, value in after:
             self._counts[key] = max(self._counts[key], int(value.rsplit(b":", 1)[1]) + 1)
@@ -62,6 +63,7 @@ class ProduceLoop:
                 key = KEYS[self.sent % len(KEYS)]
                 value = b"%s:%d" % (key, counts[key])
                 counts[key] += 1
+                self.sent_values.append(value)
                 producer.send(value, key=key).add_callback(
                     lambda md, err, key=key, value=value: self.acknowledged.append((md.partition, md.offset, key, value))
                     if err is None else self.failures.append(err))
