@@ -384,13 +384,14 @@ class ControllerConfig:
     # The active controller's key expires this long after its last refresh; a standby then
     # takes over. An active controller that could not refresh for this long steps down.
     lease_ttl_s: int = 5
-    # A replica whose liveness key is gone is dead unless its actor answers a ping this fast.
+    # A replica (physical or VP) or feeder whose liveness key is gone is dead unless its
+    # actor answers a ping this fast.
     ping_timeout_ms: int = 2000
-    # become_leader / become_follower / starting a replica: a call not answered this fast is
-    # abandoned and the partition is examined again after retry_interval_ms.
+    # become_leader / become_follower / starting a replica or feeder: a call not answered this
+    # fast is abandoned and the partition (or VP, or feeder) is examined again after retry_interval_ms.
     replica_call_timeout_ms: int = 20_000
     # Partitions whose failover is incomplete (offline, a replica not restarted, no free
-    # node for a replacement) are examined again this often.
+    # node for a replacement), and VPs and feeders not yet repaired, are examined again this often.
     retry_interval_ms: int = 2000
     # A full reconcile runs this often as a safety net for missed watch events (besides the
     # one on becoming active and the one after etcd answers again).
@@ -481,6 +482,10 @@ class FeederConfig:
     # is not released within this long cancels the hold itself, fenced in etcd so that the
     # reshard then fails instead of using a cut the feeder passed; it then goes on feeding.
     hold_ms_max: int = 30 * SECOND_MS
+    # A feeder holds its liveness key (keys.feeder_liveness) under a lease of this TTL,
+    # refreshed every third of it: the controller learns of a dead feeder at most this
+    # long after it died, and then restarts it.
+    lease_ttl_s: int = 5
 
     def __post_init__(self) -> None:
         _check_range(self, "fetch_bytes_max", 1 * KiB, 256 * MiB)
@@ -491,3 +496,4 @@ class FeederConfig:
         _check_range(self, "call_timeout_ms", self.fetch_wait_ms_max + 1)
         _check_range(self, "retry_backoff_ms", 0, 60 * SECOND_MS)
         _check_range(self, "hold_ms_max", 1, 600 * SECOND_MS)
+        _check_range(self, "lease_ttl_s", 2, 600)

@@ -10,8 +10,9 @@ default) and runs, in order:
    (``chaos_workload.PacedProducer``), a consumer group of ``members`` processes reading from
    the beginning (``simulations.chaos_member``), and an observer of the group's commits;
 2. **faults** for ``duration_s``: seeded random faults, one at a time (``chaos_faults``);
-3. **heal**: faults stop, the operator's repairs finish, and the cluster must get its full
-   ISRs and RISRs back; production goes on meanwhile, then stops (every send answered);
+3. **heal**: faults stop, and the cluster (its controller) must get its full ISRs and RISRs,
+   every VP replica and every feeder back by itself; production goes on meanwhile, then
+   stops (every send answered);
 4. **drain**: the group reads until it has seen every acknowledged message (bounded), then
    its members close (commit and leave);
 5. **judge**: the final logs are read from the cluster and every checker runs

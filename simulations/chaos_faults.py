@@ -1,4 +1,4 @@
-"""The nemesis of a chaos run: seeded random faults on a real cluster, and the operator's repairs.
+"""The nemesis of a chaos run: seeded random faults on a real cluster; the cluster repairs itself.
 
 Faults run one after another, each drawn from one ``random.Random(seed)`` (kind, target,
 how long it lasts, the pause before the next), so a seed names a sequence of faults; what
@@ -6,21 +6,20 @@ the cluster does in between is not deterministic. Kinds (``FAULT_KINDS``):
 
 * ``kill-replica``: ``ray.kill`` of a physical replica (leader or follower). The controller
   fails the partition over and restarts the replica; nothing here helps it.
-* ``kill-vp-replica``: ``ray.kill`` of a VP replica. Nothing in the cluster fails VPs over
-  yet (``virtual.failover``: "until the controller does, callers call it directly"), so the
-  nemesis acts as the operator: ``fail_over_virtual_partition`` if it was the leader, then
-  starts the replica again on its node as a follower. A leader is killed only while its
-  RISR has another member: with none, the design leaves the VP leaderless on purpose.
-* ``restart-feeder``: ``launcher.restart_feeder`` of one physical partition's feeder.
+* ``kill-vp-replica``: ``ray.kill`` of a VP replica (leader or follower). The controller
+  fails the VP over if it led (or, if it was the only RISR member, restarts it and lets it
+  lead the next epoch) and starts it again on its node as a follower; nothing here helps it.
+* ``kill-feeder``: ``ray.kill`` of one physical partition's feeder; the controller starts
+  it again and it resumes from what the VPs hold.
 * ``restart-etcd``: SIGTERM etcd, keep it down for a while, start it again on its port and
   data directory (the restarted server is a child of this process; see ``EtcdControl``).
 * ``kill-member``: SIGKILL a consumer-group member process and start a replacement.
 * ``pause-replica``: ``Admin.inject_fault(paused=True)`` on a physical or VP replica for a
   while, then clear it.
 
-``heal`` ends the fault phase: clear pauses, make sure etcd runs, restart any VP replica
-that is not running (failing over first if it led), and wait until every partition has its
-full ISR and every VP its full RISR with a live leader.
+``heal`` ends the fault phase: clear pauses, make sure etcd runs, and wait until every
+partition has its full ISR, every VP its full RISR with all replicas running, and every
+feeder runs -- all of which the controller must bring about by itself.
 """
 
 from __future__ import annotations
@@ -34,20 +33,18 @@ from dataclasses import dataclass
 import psutil
 import ray
 
-from mafka4.client.admin import Admin, hash_start
+from mafka4.client.admin import Admin
 from mafka4.coordinator.topics import TopicStore
 from mafka4.coordinator import keys
 from mafka4.errors import CoordinatorUnavailable, MafkaError
 from mafka4.physical.launcher import replica_handle
 from mafka4.runtime.connect import Connection
 from mafka4.runtime.etcd_server import EtcdServer, restart_etcd
-from mafka4.virtual.failover import fail_over_virtual_partition
-from mafka4.virtual.launcher import feeder_handle, feeder_node, restart_feeder, start_vp_replica, vp_handle
+from mafka4.virtual.launcher import feeder_handle, vp_handle
 from mafka4.virtual.metadata import VirtualStore
 from simulations.chaos_workload import Members
 
-FAULT_KINDS = ("kill-replica", "kill-vp-replica", "restart-feeder", "restart-etcd", "kill-member", "pause-replica")
-ACTOR_GONE_TIMEOUT_S = 30  # Ray frees a killed actor's name once it saw the death
+FAULT_KINDS = ("kill-replica", "kill-vp-replica", "kill-feeder", "restart-etcd", "kill-member", "pause-replica")
 CALL_TIMEOUT_S = 30
 ETCD_STOP_TIMEOUT_S = 30
 ETCD_ANSWER_TIMEOUT_S = 60
@@ -68,7 +65,7 @@ class FaultRecord:
     kind: str
     target: str
     at_s: float  # since the start of the run
-    took_s: float  # injecting it and the operator's repair, if any
+    took_s: float  # injecting it (repairs are the cluster's, concurrent with the next faults)
     outcome: str
 
     def to_json(self) -> dict:
@@ -142,7 +139,7 @@ class Nemesis:
     def run(self, duration_s: float, kinds: tuple[str, ...]) -> list[FaultRecord]:
         """Inject faults of ``kinds`` one after another for ``duration_s``."""
         actions = {"kill-replica": self._kill_replica, "kill-vp-replica": self._kill_vp_replica,
-                   "restart-feeder": self._restart_feeder, "restart-etcd": self._restart_etcd,
+                   "kill-feeder": self._kill_feeder, "restart-etcd": self._restart_etcd,
                    "kill-member": self._kill_member, "pause-replica": self._pause_replica}
         ends = time.monotonic() + duration_s
         while time.monotonic() + self._timing.gap_s[0] < ends:
@@ -174,41 +171,25 @@ class Nemesis:
         vp = self._rng.choice(sorted(self._virtual.states(self._topic)))
         state, _ = self._virtual.state(self._topic, vp)
         replica = self._rng.choice(state.replicas)
-        note = ""
-        if replica == state.leader and len(state.risr) < 2:
-            replica = next(r for r in state.replicas if r != state.leader)
-            note = " (the leader was drawn but is the only RISR member)"
+        target = f"v{vp}/{replica}"
         handle = vp_handle(self._cluster, self._topic, vp, replica)
-        if handle is not None:
-            ray.kill(handle)
-            _wait(lambda: vp_handle(self._cluster, self._topic, vp, replica) is None, ACTOR_GONE_TIMEOUT_S,
-                  f"VP replica v{vp}/{replica} to stop")
-        return f"v{vp}/{replica}", self._restore_vp_replica(vp, replica) + note
+        if handle is None:
+            return target, "not running (the controller is restarting it)"
+        ray.kill(handle)
+        if replica != state.leader:
+            return target, "killed a follower"
+        alone = " (the only RISR member: restarted in place)" if len(state.risr) < 2 else ""
+        return target, f"killed the leader of epoch {state.leader_epoch}{alone}"
 
-    def _restore_vp_replica(self, vp: int, replica: str) -> str:
-        """The operator: fail the VP over if ``replica`` led it, then start ``replica`` as a follower."""
-        state, _ = self._virtual.state(self._topic, vp)
-        outcome = "killed a follower"
-        if state.leader == replica:
-            after = fail_over_virtual_partition(self._connection.store, self._cluster, self._topic, vp)
-            if after is None:
-                return "killed the leader; failover found no RISR member to lead"
-            state, outcome = after, f"killed the leader; failed over to {after.leader} (epoch {after.leader_epoch})"
-        metadata = self._topics.get(self._topic)
-        start_vp_replica(self._cluster, self._connection.store.endpoint, metadata, vp, replica, self._topics.data_root())
-        handle = vp_handle(self._cluster, self._topic, vp, replica)
-        ray.get(handle.become_follower.remote(state.leader_epoch, state.leader), timeout=CALL_TIMEOUT_S)
-        return outcome + "; restarted it as a follower"
-
-    def _restart_feeder(self) -> tuple[str, str]:
+    def _kill_feeder(self) -> tuple[str, str]:
         partition = self._rng.randrange(len(self._topics.get(self._topic).partitions))
+        target = f"feeder p{partition}"
         handle = feeder_handle(self._cluster, self._topic, partition)
-        if handle is not None:
-            node = ray.get(handle.describe.remote(), timeout=CALL_TIMEOUT_S)["node_id"]
-        else:
-            node = feeder_node(self._topics.live_nodes("read"), partition, hash_start(self._topic))
-        restart_feeder(self._cluster, self._connection.store.endpoint, self._topic, partition, node)
-        return f"feeder p{partition} on {node}", "restarted"
+        if handle is None:
+            return target, "not running (the controller is restarting it)"
+        node = ray.get(handle.describe.remote(), timeout=CALL_TIMEOUT_S)["node_id"]
+        ray.kill(handle)
+        return f"{target} on {node}", "killed"
 
     def _restart_etcd(self) -> tuple[str, str]:
         if self._etcd is None:
@@ -270,7 +251,6 @@ class Nemesis:
         while time.monotonic() < deadline:
             try:
                 self._clear_pauses()
-                self._restore_missing_vp_replicas()
                 problems = self._unhealthy()
             except (MafkaError, ray.exceptions.RayError, TimeoutError) as error:
                 problems = [f"{type(error).__name__}: {error}"]
@@ -284,12 +264,6 @@ class Nemesis:
             self._admin.inject_fault(self._topic, kind=kind, partition=partition, replica=replica, paused=False)
             self._paused.discard((kind, partition, replica))
 
-    def _restore_missing_vp_replicas(self) -> None:
-        for vp, (state, _) in sorted(self._virtual.states(self._topic).items()):
-            for replica in state.replicas:
-                if vp_handle(self._cluster, self._topic, vp, replica) is None:
-                    self._restore_vp_replica(vp, replica)
-
     def _unhealthy(self) -> list[str]:
         problems = []
         for state in self._topics.get(self._topic).partitions:
@@ -300,6 +274,12 @@ class Nemesis:
         for vp, (state, _) in sorted(self._virtual.states(self._topic).items()):
             if set(state.risr) != set(state.replicas):
                 problems.append(f"v{vp}: RISR {sorted(state.risr)} of {sorted(state.replicas)}")
+            stopped = [r for r in state.replicas if vp_handle(self._cluster, self._topic, vp, r) is None]
+            if stopped:
+                problems.append(f"v{vp}: replicas {stopped} not running (leader {state.leader})")
+        for partition in range(len(self._topics.get(self._topic).partitions)):
+            if feeder_handle(self._cluster, self._topic, partition) is None:
+                problems.append(f"feeder p{partition} not running")
         return problems
 
 

@@ -14,11 +14,10 @@ import ray
 
 from mafka4.coordinator.topics import TopicMetadata, TopicStore
 from mafka4.errors import InvalidConfig, TopicExists
-from mafka4.hashing import key_hash
 from mafka4.limits import TopicConfig, replace_config
 from mafka4.names import validate_topic_name
 from mafka4.physical.launcher import replica_handle, start_partition, stop_partition
-from mafka4.physical.placement import assign_replicas
+from mafka4.physical.placement import assign_replicas, topic_start
 from mafka4.runtime.connect import Connection, connect
 from mafka4.virtual.launcher import describe_virtual_partitions, start_read_path, stop_read_path, vp_handle
 from mafka4.virtual.metadata import VirtualStore, plan_read_path, read_path_values
@@ -64,8 +63,8 @@ class Admin:
         if self._topics.exists(name):
             raise TopicExists(f"topic {name!r} already exists: delete it first or choose another name")
         read_nodes = self._topics.live_nodes("read")
-        read_plan = plan_read_path(config, read_nodes, start=hash_start(name))
-        assignment = assign_replicas(partitions, replication_factor, self._topics.live_nodes("write"), start=hash_start(name))
+        read_plan = plan_read_path(config, read_nodes, start=topic_start(name))
+        assignment = assign_replicas(partitions, replication_factor, self._topics.live_nodes("write"), start=topic_start(name))
         metadata = TopicStore.initial_metadata(name, config, assignment)
         data_root = self._topics.data_root()
         endpoint = self._connection.store.endpoint
@@ -76,7 +75,7 @@ class Admin:
                 start_partition(self.cluster, endpoint, metadata, state, data_root)
             if read_plan is None:
                 return self._topics.create(metadata)
-            start_read_path(self.cluster, endpoint, metadata, read_plan.states, data_root, read_nodes, hash_start(name))
+            start_read_path(self.cluster, endpoint, metadata, read_plan.states, data_root, read_nodes, topic_start(name))
             return self._topics.create(metadata, read_path_values(self.cluster, name, read_plan))
         except BaseException:
             if read_plan is not None:
@@ -156,8 +155,3 @@ class Admin:
         stop_read_path(self.cluster, name, len(metadata.partitions), virtual_states, delete_data=True)
         for state in metadata.partitions:
             stop_partition(self.cluster, name, state, delete_data=True)
-
-
-def hash_start(name: str) -> int:
-    """A stable per-topic start node, so the leaders of many small topics spread out."""
-    return key_hash(name.encode()) % 1024

@@ -29,6 +29,14 @@ up from the leader; its ISR expansion records them in etcd), and stop replaced r
 On becoming active every partition is handled once, which also repeats the role notices a
 previous controller may not have finished (repeated notices are no-ops in the actor). A
 partition whose handling is incomplete is retried every ``retry_interval_ms``.
+
+**The read path** of mafka4-mode topics is kept alive the same way, by ``ReadPathControl``
+(``read_path_control.py``, decisions in ``read_path_repair.py``): watches on the VP replicas'
+and the feeders' liveness keys (``keys.read_replicas_prefix``, ``keys.feeders_prefix``) mark
+``ReadPathItem``s dirty; a VP whose leader is dead (key gone, no answer to a ping) fails over
+to a RISR member, dead VP replicas and feeders are started again on read nodes. They share
+the queue, the reconciles and the retries of the physical partitions; on activation every
+VP is handled once, otherwise only items with a missing liveness key.
 """
 
 from __future__ import annotations
@@ -43,15 +51,18 @@ import time
 
 from mafka4.coordinator import keys
 from mafka4.coordinator.election import Campaign, PartitionDecision, decide_campaign, decide_partition, lease_expired
+from mafka4.coordinator.read_path_control import ReadPathControl
+from mafka4.coordinator.read_path_repair import FEEDER_EVENTS, READ_REPLICA_EVENTS, ReadPathItem, item_for_event
 from mafka4.coordinator.replica_control import ReplicaControl
 from mafka4.coordinator.store import REQUEST_TIMEOUT_S_DEFAULT, Fence, MetadataStore, WatchEvent
 from mafka4.coordinator.topics import PartitionState, TopicMetadata, TopicStore
-from mafka4.errors import CoordinatorUnavailable, UnknownTopic
+from mafka4.errors import CoordinatorUnavailable, MetadataConflict, UnknownTopic
 from mafka4.limits import ControllerConfig
 
 log = logging.getLogger("mafka4.controller")
 
 PartitionId = tuple[str, int]
+Work = PartitionId | ReadPathItem  # what the controller's queue holds: a physical partition or a read-path item
 ETCD_BACKOFF_S = 0.5
 WAIT_SLICE_S = 0.5  # the loop looks at its lease, timers and the stop flag at least this often
 
@@ -153,13 +164,15 @@ class Controller:
         self._events: queue.Queue = queue.Queue(maxsize=config.event_queue_max)
         self._watches = _Watches(MetadataStore(etcd_endpoint), self._events)
         self._control = ReplicaControl(cluster, etcd_endpoint, config)
+        self._read_path = ReadPathControl(self._store, cluster, etcd_endpoint, config)
         self._lease: _Lease | None = None
         self._fence: Fence | None = None
         self._controller_epoch: int | None = None
         self._unrevoked: list[_Lease] = []  # leases of past terms that etcd was not there to revoke
         self._write_nodes: set[str] = set()
-        self._dirty: set[PartitionId] = set()
-        self._pending: set[PartitionId] = set()
+        self._read_nodes: set[str] = set()
+        self._dirty: set[Work] = set()
+        self._pending: set[Work] = set()
         self._next_reconcile_ms = self._next_retry_ms = 0
         self._etcd_down_since: float | None = None
 
@@ -289,53 +302,81 @@ class Controller:
                 # A replica gone: maybe a failover. A replica back: an incomplete failover may finish now.
                 if event.value is None or partition_id in self._pending:
                     self._dirty.add(partition_id)
+            elif kind in (READ_REPLICA_EVENTS, FEEDER_EVENTS):
+                item = item_for_event(self.cluster, kind, event.key)
+                if item is not None and (event.value is None or item in self._pending):
+                    self._dirty.add(item)
             elif kind == "nodes":
                 node_id = event.key[len(keys.nodes_prefix(self.cluster)):]
                 if event.value is not None and event.value.get("role") == "write":
                     self._write_nodes.add(node_id)
                     self._dirty |= self._pending  # a replacement may have a node now
+                elif event.value is not None and event.value.get("role") == "read":
+                    self._read_nodes.add(node_id)
+                    self._dirty |= self._pending  # a dead VP replica or feeder may have a node now
                 elif event.value is None:
                     self._write_nodes.discard(node_id)
+                    self._read_nodes.discard(node_id)
 
     def _reconcile(self, activation: bool) -> None:
         """Re-read everything, watch from there, and mark partitions to handle.
 
         On activation every partition is handled (its roles are announced again); otherwise
-        only partitions with a replica whose liveness key is missing.
+        only partitions with a replica whose liveness key is missing. The same for the read
+        path (``ReadPathControl.items_to_examine``).
         """
         self._watches.cancel_all()
-        liveness, liveness_revision = self._store.get_prefix_at(keys.replicas_prefix(self.cluster))
-        nodes, nodes_revision = self._store.get_prefix_at(keys.nodes_prefix(self.cluster))
-        self._watches.start(keys.replicas_prefix(self.cluster), liveness_revision + 1, "liveness")
-        self._watches.start(keys.nodes_prefix(self.cluster), nodes_revision + 1, "nodes")
+        cluster = self.cluster
+        liveness, liveness_revision = self._store.get_prefix_at(keys.replicas_prefix(cluster))
+        read_liveness, read_liveness_revision = self._store.get_prefix_at(keys.read_replicas_prefix(cluster))
+        feeders, feeders_revision = self._store.get_prefix_at(keys.feeders_prefix(cluster))
+        nodes, nodes_revision = self._store.get_prefix_at(keys.nodes_prefix(cluster))
+        self._watches.start(keys.replicas_prefix(cluster), liveness_revision + 1, "liveness")
+        self._watches.start(keys.read_replicas_prefix(cluster), read_liveness_revision + 1, READ_REPLICA_EVENTS)
+        self._watches.start(keys.feeders_prefix(cluster), feeders_revision + 1, FEEDER_EVENTS)
+        self._watches.start(keys.nodes_prefix(cluster), nodes_revision + 1, "nodes")
         self._write_nodes = {item.value["node_id"] for item in nodes if item.value.get("role") == "write"}
-        registered = {keys.parse_replica_liveness(self.cluster, item.key) for item in liveness}
-        for name in self._topics.names():
-            prefix = keys.physical_prefix(self.cluster, name)
+        self._read_nodes = {item.value["node_id"] for item in nodes if item.value.get("role") == "read"}
+        registered = {keys.parse_replica_liveness(cluster, item.key) for item in liveness}
+        names = self._topics.names()
+        for name in names:
+            prefix = keys.physical_prefix(cluster, name)
             for item in self._store.get_prefix(prefix):
                 state = PartitionState.from_json(int(item.key[len(prefix):]), item.value)
                 if activation or any((name, state.partition, r) not in registered for r in state.replicas):
                     self._dirty.add((name, state.partition))
+        read_path = self._read_path.items_to_examine(names, read_liveness, feeders, activation)
+        self._dirty |= read_path
         self._next_reconcile_ms = _now_ms() + self.config.reconcile_interval_ms
-        log.info("reconciled: %d partition(s) to examine, write nodes %s", len(self._dirty), sorted(self._write_nodes))
+        log.info("reconciled: %d partition(s) and read-path item(s) to examine (%d of the read path), "
+                 "write nodes %s, read nodes %s", len(self._dirty), len(read_path), sorted(self._write_nodes),
+                 sorted(self._read_nodes))
 
     # --- one partition --------------------------------------------------------------------
 
-    def _handle(self, partition_id: PartitionId) -> None:
+    def _handle(self, work: Work) -> None:
         try:
-            complete = self._handle_partition(*partition_id)
+            if isinstance(work, ReadPathItem):
+                complete = self._read_path.handle(work, sorted(self._read_nodes), self._fence)
+            else:
+                complete = self._handle_partition(*work)
         except UnknownTopic:
             complete = True  # deleted meanwhile
         except (CoordinatorUnavailable, _SteppedDown):
-            self._pending.add(partition_id)
+            self._pending.add(work)
             raise
+        except MetadataConflict as conflict:  # a fenced read-path CAS kept failing: are we still active?
+            self._pending.add(work)
+            self._check_still_active()
+            log.warning("%s: %s; retrying in %d ms", _describe(work), conflict, self.config.retry_interval_ms)
+            return
         except Exception:  # a defect must not stop failovers of every other partition
-            log.exception("%s-%d: failover failed; retrying in %d ms", *partition_id, self.config.retry_interval_ms)
+            log.exception("%s: handling failed; retrying in %d ms", _describe(work), self.config.retry_interval_ms)
             complete = False
         if complete:
-            self._pending.discard(partition_id)
+            self._pending.discard(work)
         else:
-            self._pending.add(partition_id)
+            self._pending.add(work)
 
     def _handle_partition(self, topic: str, partition: int) -> bool:
         """Bring one partition to a live leader and live replicas; True if nothing is left to do."""
@@ -408,6 +449,10 @@ class Controller:
 
     def _data_root(self) -> str:
         return self._topics.data_root()
+
+
+def _describe(work: Work) -> str:
+    return str(work) if isinstance(work, ReadPathItem) else "%s-%d" % work
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:

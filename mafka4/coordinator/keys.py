@@ -26,6 +26,8 @@
                                                          value: {"replica_id", "pid"}
     /mafka4/<cluster>/read_replicas/<topic>/<v>/<replica>  a live VP replica actor, bound to its own lease
                                                          value: {"replica_id", "pid"}
+    /mafka4/<cluster>/feeders/<topic>/<p>               a live feeder of physical partition <p>, bound to its
+                                                         own lease; value: {"node_id", "pid"}
     /mafka4/<cluster>/controller                        the active controller, bound to its lease; created
                                                          only while absent, in one txn with controller_epoch;
                                                          its mod_revision fences the controller's writes
@@ -124,6 +126,34 @@ def read_replicas_prefix(cluster: str) -> str:
 
 def read_replica_liveness(cluster: str, topic_name: str, vp: int, replica_id: str) -> str:
     return f"{read_replicas_prefix(cluster)}{topic_name}/{vp}/{replica_id}"
+
+
+def parse_read_replica_liveness(cluster: str, key: str) -> tuple[str, int, str] | None:
+    """(topic, vp, replica id) of a VP replica liveness key, else None."""
+    return _parse_indexed(read_replicas_prefix(cluster), key, parts_expected=3)
+
+
+def feeders_prefix(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/feeders/"
+
+
+def feeder_liveness(cluster: str, topic_name: str, partition: int) -> str:
+    return f"{feeders_prefix(cluster)}{topic_name}/{partition}"
+
+
+def parse_feeder_liveness(cluster: str, key: str) -> tuple[str, int] | None:
+    """(topic, partition) of a feeder liveness key, else None."""
+    return _parse_indexed(feeders_prefix(cluster), key, parts_expected=2)
+
+
+def _parse_indexed(prefix: str, key: str, parts_expected: int) -> tuple | None:
+    """``<topic>/<number>[/<id>]`` below ``prefix`` as (topic, number[, id]), else None."""
+    if not key.startswith(prefix):
+        return None
+    parts = key[len(prefix):].split("/")
+    if len(parts) != parts_expected or not parts[1].isdigit() or not all(parts):
+        return None
+    return (parts[0], int(parts[1]), *parts[2:])
 
 
 def replicas_prefix(cluster: str) -> str:

@@ -2,7 +2,8 @@
 
 Kafka's round-robin assignment: partition ``p`` starts at node ``(start + p) % n`` and its
 followers follow at a per-round shift, so leaders (the first replica) are spread evenly
-and no node holds two replicas of one partition.
+and no node holds two replicas of one partition. ``topic_start`` is the ``start`` of a
+topic's placements (write and read path), so the leaders of many small topics spread out.
 """
 
 from __future__ import annotations
@@ -10,6 +11,14 @@ from __future__ import annotations
 from typing import Sequence
 
 from mafka4.errors import NotEnoughWriteNodes
+from mafka4.hashing import key_hash
+
+TOPIC_STARTS = 1024  # distinct start nodes a topic name can map to
+
+
+def topic_start(name: str) -> int:
+    """A stable per-topic start node for the placements of topic ``name``."""
+    return key_hash(name.encode()) % TOPIC_STARTS
 
 
 def assign_replicas(partitions: int, replication_factor: int, nodes: Sequence[str], start: int = 0) -> list[list[str]]:

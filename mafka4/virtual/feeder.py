@@ -17,7 +17,9 @@ from_follower=True)``, Kafka's KIP-392). The decisions live in ``feeding.py`` (p
   epoch changed (a VP failover), because a new leader may lack the old one's last records.
 
 The feeder keeps no state of its own: killing it and starting it again (``launcher``) loses
-and duplicates nothing. Metadata (partition leader and ISR, VP leaders, layout) is re-read
+and duplicates nothing. While it runs it holds ``keys.feeder_liveness`` under a lease of its
+own (``FeederConfig.lease_ttl_s``); the controller restarts a feeder whose key is gone and
+whose actor does not answer a ping. Metadata (partition leader and ISR, VP leaders, layout) is re-read
 every ``metadata_max_age_ms``. Two feeders of one partition at once would still be safe
 (both feed every VP in order, and each VP drops what it holds), only wasteful.
 
@@ -47,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import time
 from dataclasses import dataclass
 
@@ -120,14 +123,21 @@ class Feeder:
         self._last_report: dict[int, tuple[int, int, float]] = {}  # VP -> (fed_through, HW, when)
         self._handles: dict[str, object] = {}  # actor name -> handle
         self._task: asyncio.Task | None = None
+        self._liveness_task: asyncio.Task | None = None
+        self._lease = None
         self._closed = False
         self._stats = {"rounds": 0, "records_fed": 0, "resumes": 0, "resumed_at": None, "errors": 0,
                        "last_error": None, "source": None}
 
     async def start(self) -> dict:
-        """Start feeding (idempotent)."""
+        """Start feeding and holding the liveness key (idempotent)."""
+        loop = asyncio.get_running_loop()
+        if self._liveness_task is None:
+            # Registered before the answer, so whoever started the feeder finds its key.
+            await self._refresh_liveness()
+            self._liveness_task = loop.create_task(self._keep_alive())
         if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run())
+            self._task = loop.create_task(self._run())
         return self._describe()
 
     def _describe(self) -> dict:
@@ -187,10 +197,45 @@ class Feeder:
 
     async def close(self) -> None:
         self._closed = True
-        if self._task is not None:
-            self._task.cancel()
+        for task in (self._task, self._liveness_task):
+            if task is not None:
+                task.cancel()
         if self._store is not None:
+            if self._lease is not None:
+                try:
+                    self._store.revoke_lease(self._lease)
+                except CoordinatorUnavailable:
+                    pass  # the lease expires by itself
             self._store.close()
+
+    # --- liveness -----------------------------------------------------------------------
+
+    async def _keep_alive(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(self._spec.config.lease_ttl_s / 3)
+            await self._refresh_liveness()
+
+    async def _refresh_liveness(self) -> None:
+        """Refresh the lease of the liveness key; register anew after an etcd outage expired it."""
+        try:
+            self._lease = await asyncio.get_running_loop().run_in_executor(None, self._register_liveness, self._lease)
+        except CoordinatorUnavailable as error:
+            logger.warning("%s-%d feeder: liveness not refreshed: %s", self._spec.topic, self._spec.partition, error)
+            self._lease = None
+
+    def _register_liveness(self, lease):
+        store = self._metadata_store()
+        if lease is not None and store.refresh_lease(lease) > 0:
+            return lease
+        lease = store.grant_lease(self._spec.config.lease_ttl_s)
+        key = keys.feeder_liveness(self._spec.cluster, self._spec.topic, self._spec.partition)
+        store.put(key, {"node_id": self._spec.node_id, "pid": os.getpid()}, lease=lease)
+        return lease
+
+    def _metadata_store(self) -> MetadataStore:
+        if self._store is None:
+            self._store = MetadataStore(self._spec.etcd_endpoint)
+        return self._store
 
     # --- the loop -----------------------------------------------------------------------
 
@@ -250,8 +295,7 @@ class Feeder:
             self._next_offset = None
 
     def _read_metadata(self) -> _Metadata:
-        if self._store is None:
-            self._store = MetadataStore(self._spec.etcd_endpoint)
+        self._metadata_store()
         spec = self._spec
         config = self._store.get(keys.topic(spec.cluster, spec.topic))
         partition = self._store.get(keys.physical_partition(spec.cluster, spec.topic, spec.partition))

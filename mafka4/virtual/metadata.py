@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from mafka4.coordinator import keys
-from mafka4.coordinator.store import MetadataStore
+from mafka4.coordinator.store import Fence, MetadataStore
 from mafka4.errors import CoordinatorUnavailable, NotEnoughReadNodes, UnknownTopic
 from mafka4.limits import TopicConfig, VirtualConfig
 from mafka4.physical.placement import assign_replicas
@@ -201,10 +201,10 @@ class VirtualStore:
         item = self._store.get(keys.virtual_partition(self._cluster, topic, vp))
         return None if item is None else (VirtualPartitionState.from_json(vp, item.value), item.mod_revision)
 
-    def swap(self, topic: str, state: VirtualPartitionState, mod_revision: int) -> bool:
-        """Write ``state`` only if the VP key is still at ``mod_revision``."""
+    def swap(self, topic: str, state: VirtualPartitionState, mod_revision: int, fence: Fence | None = None) -> bool:
+        """Write ``state`` only if the VP key is still at ``mod_revision`` (and ``fence`` holds, if given)."""
         return self._store.compare_and_swap(
-            keys.virtual_partition(self._cluster, topic, state.vp), state.to_json(), mod_revision
+            keys.virtual_partition(self._cluster, topic, state.vp), state.to_json(), mod_revision, fence
         )
 
     def record_sealed_end(self, topic: str, vp: int, sealed_end_offset: int) -> bool:

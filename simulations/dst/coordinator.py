@@ -14,7 +14,9 @@ is what the simulator uses instead. On top, the controller's loop runs every
 * VPs: ``failover.decide_failover`` (``risr.pick_leader``) when a VP leader is not live.
   A restarted VP leader (new node incarnation) is handled as the physical side handles a
   fresh leader: another RISR member takes over if there is one, else the same replica
-  leads a new epoch (``decide_failover`` has no rule for this case; see the report);
+  leads a new epoch. (The real controller passes ``decide_failover(restarted=...)``, which
+  prefers RISR members that kept running over other restarted ones; this simulator keeps
+  its own rule so that recorded seeds replay as before);
 * ISR and RISR compare-and-swaps (``IsrWrite``): written only while the state names the
   writer as leader of that epoch, and only if no later write of the partition was applied
   (the real leader's CAS on the key's revision refuses a request that was overtaken; this

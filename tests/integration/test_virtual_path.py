@@ -3,15 +3,21 @@
 Checked against what producers had acknowledged: every acknowledged message is in exactly
 one VP exactly once (its source ``(partition, offset)`` appears once over all VP logs), in
 the VP the layout names for its key, with each key's messages in produce order; this holds
-across a feeder restart, a paused physical follower, a paused VP follower and a VP leader
-failover. The session cluster has one read node; the RISR tests start their own cluster
-with two.
+across a feeder restart, a paused physical follower, a paused VP follower, and the deaths
+of a VP leader, a VP follower and a feeder, which the cluster's controller repairs by
+itself (failover, restarts). The session cluster has one read node; the RISR tests share a
+cluster of their own with two (``read_cluster``).
 """
 
 from __future__ import annotations
 
-import os
+import datetime
+import re
+import time
+from pathlib import Path
 
+import etcd3
+import grpc
 import pytest
 import ray
 
@@ -21,17 +27,18 @@ from mafka4.client.consumer import Consumer
 from mafka4.client.producer import Producer
 from mafka4.client.virtual_consumer import VirtualConsumer
 from mafka4.coordinator import keys
-from mafka4.limits import ClusterConfig
 from mafka4.physical.launcher import replica_handle
-from mafka4.runtime.connect import connect
-from mafka4.runtime.environment import HOME_ENV
-from mafka4.runtime.local import down, up
-from mafka4.virtual.failover import fail_over_virtual_partition
 from mafka4.virtual.feeder import feeder_actor_name
-from mafka4.virtual.launcher import feeder_handle, restart_feeder, start_vp_replica, vp_handle
+from mafka4.virtual.launcher import feeder_handle, restart_feeder, vp_handle
 from mafka4.virtual.metadata import VirtualStore
 
-from virtual_helpers import WAIT_S, ProduceLoop, check_exactly_once, read_everything, topic_name, vp_log, wait_until
+from virtual_helpers import (
+    WAIT_S, ProduceLoop, TimedReader, check_exactly_once, read_everything, topic_name, vp_log, wait_until,
+)
+
+# The controller learns of a death when the actor's liveness lease expires (5 s) and then
+# restarts actors; on this shared machine that may take much longer.
+REPAIR_WAIT_S = 180
 
 
 # --- on the session cluster (one read node) -------------------------------------------------
@@ -106,45 +113,48 @@ def test_read_mode_and_read_replicas_are_checked_at_creation(cluster):
     assert not cluster.store.get_prefix(keys.topic_children_prefix(cluster.cluster, default))
 
 
-# --- on a cluster of its own (two read nodes: RR=2) -------------------------------------------
-
-
-@pytest.fixture
-def two_read_nodes(fresh_home):
-    """A cluster with write nodes w0, w1 and read nodes r0, r1; the driver rejoins the session's Ray afterwards."""
-    previous_ray = ray.get_runtime_context().gcs_address if ray.is_initialized() else None
-    previous_home = os.environ.get(HOME_ENV)
-    ray.shutdown()
-    os.environ[HOME_ENV] = str(fresh_home)
-    connection = None
-    try:
-        up(fresh_home, ClusterConfig(write_nodes=2, read_nodes=2))
-        connection = connect(fresh_home)
-        yield connection
-    finally:
-        if connection is not None:
-            connection.store.close()
-        ray.shutdown()
-        down(fresh_home)
-        if previous_home is None:
-            os.environ.pop(HOME_ENV, None)
-        else:
-            os.environ[HOME_ENV] = previous_home
-        if previous_ray is not None:
-            ray.init(address=previous_ray, namespace="mafka4", log_to_driver=False)
+# --- on a cluster of its own (two read nodes: RR=2), with the controller `mafka4 up` starts -----
 
 
 def vp_state(connection, topic: str, vp: int):
     return VirtualStore(connection.store, connection.cluster).state(topic, vp)[0]
 
 
-def test_a_paused_vp_follower_leaves_the_risr_and_a_vp_leader_failover_loses_nothing(two_read_nodes):
-    connection = two_read_nodes
+def actor_id(handle) -> str | None:
+    return None if handle is None else handle._actor_id.hex()
+
+
+def controller_log(connection) -> str:
+    return (Path(connection.state.home) / "controller.log").read_text()
+
+
+def check_replicas_hold_the_leaders_log(connection, topic: str, logs: dict) -> None:
+    for vp, records in logs.items():
+        for replica in vp_state(connection, topic, vp).replicas:
+            assert wait_until(lambda: len(vp_log(connection, topic, vp, replica)) == len(records)), "replica behind"
+            assert vp_log(connection, topic, vp, replica) == records, f"replica {replica} of VP {vp} differs"
+
+
+def read_path_actors(connection, topic: str, states: dict) -> dict[str, str | None]:
+    """The Ray actor id of every VP replica of ``states`` and of the topic's two feeders."""
+    handles = {f"v{vp}/{r}": vp_handle(connection.cluster, topic, vp, r) for vp, s in states.items() for r in s.replicas}
+    handles |= {f"feeder {p}": feeder_handle(connection.cluster, topic, p) for p in (0, 1)}
+    return {name: actor_id(handle) for name, handle in handles.items()}
+
+
+def create_risr_topic(connection, prefix: str) -> str:
+    topic = topic_name(prefix)
+    Admin(connection).create_topic(topic, partitions=2, replication_factor=1, virtual_partitions=2, read_replicas=2,
+                                   read_mode="mafka4", read_replica_lag_ms_max=3000)
+    return topic
+
+
+def test_a_paused_vp_follower_leaves_the_risr_and_the_controller_fails_a_dead_vp_leader_over(read_cluster):
+    connection = read_cluster
     admin = Admin(connection)
-    topic = topic_name("risr")
-    admin.create_topic(topic, partitions=2, replication_factor=1, virtual_partitions=2, read_replicas=2, read_mode="mafka4",
-                       read_replica_lag_ms_max=3000)
+    topic = create_risr_topic(connection, "risr")
     loop = ProduceLoop(connection, topic)
+    reader = None
     try:
         loop.wait_for(1000)
         # A paused follower leaves the RISR (recorded in etcd) and stops serving reads; it returns once unpaused.
@@ -160,31 +170,117 @@ def test_a_paused_vp_follower_leaves_the_risr_and_a_vp_leader_failover_loses_not
         admin.inject_fault(topic, kind="virtual", partition=0, replica=follower, paused=False)
         assert wait_until(lambda: set(vp_state(connection, topic, 0).risr) == set(state.replicas)), "did not rejoin"
 
-        # The leader of VP 1 dies mid-stream: a RISR follower takes over at the next epoch.
+        # The leader of VP 1 dies mid-stream. Nothing but the controller acts: its liveness key
+        # expires, it answers no ping, so a RISR follower takes over at the next epoch; the old
+        # leader is started again on its node as a follower, truncates what the new leader
+        # lacks and rejoins the RISR.
         assert wait_until(lambda: len(vp_state(connection, topic, 1).risr) == 2), "VP 1 has no in-sync follower"
         before = vp_state(connection, topic, 1)
+        reader = TimedReader(connection, topic)
+        assert wait_until(lambda: any(vp == 1 for _, vp, _ in reader.consumed)), "the reader reads nothing of VP 1"
+        killed_at = time.monotonic()
+        killed_at_text = datetime.datetime.now().isoformat(sep=" ", timespec="milliseconds")
         ray.kill(vp_handle(connection.cluster, topic, 1, before.leader))
         assert wait_until(lambda: vp_handle(connection.cluster, topic, 1, before.leader) is None, 30)
-        after = fail_over_virtual_partition(connection.store, connection.cluster, topic, 1)
+        sent_after_death = len(loop.sent_values)  # these can only reach readers through a new leader
+        assert wait_until(lambda: vp_state(connection, topic, 1).leader_epoch > before.leader_epoch, REPAIR_WAIT_S), \
+            "the controller did not fail VP 1 over"
+        failed_over_after_s = time.monotonic() - killed_at
+        after = vp_state(connection, topic, 1)
         assert after.leader != before.leader and after.leader_epoch == before.leader_epoch + 1
-        assert vp_state(connection, topic, 1) == after
-        loop.wait_for(len(loop.acknowledged) + 1000)
-        # The old leader comes back as a follower: it truncates what the new leader lacks and rejoins.
-        metadata = admin.topic_metadata(topic)
-        start_vp_replica(connection.cluster, connection.store.endpoint, metadata, 1, before.leader,
-                         connection.state.data_root)
-        ray.get(vp_handle(connection.cluster, topic, 1, before.leader).become_follower.remote(
-            after.leader_epoch, after.leader), timeout=WAIT_S)
-        assert wait_until(lambda: set(vp_state(connection, topic, 1).risr) == set(before.replicas)), "did not rejoin"
+        assert wait_until(lambda: set(vp_state(connection, topic, 1).risr) == set(before.replicas), REPAIR_WAIT_S), \
+            "the old leader was not restarted as a follower, or did not rejoin the RISR"
+        assert vp_state(connection, topic, 1).leader == after.leader
         loop.wait_for(len(loop.acknowledged) + 500)
+        later = set(loop.sent_values[sent_after_death:])
+        assert wait_until(lambda: reader.first_of(1, later) is not None), "nothing new read from VP 1"
+        print(f"\nVP 1 leader {before.leader} killed at {killed_at_text}: etcd named {after.leader} leader after "
+              f"{failed_over_after_s:.1f} s (polled); the first message sent after the old leader was gone was "
+              f"read from VP 1 {reader.first_of(1, later) - killed_at:.1f} s after the kill")
     finally:
         acknowledged = loop.stop()
-    logs = check_exactly_once(connection, topic, acknowledged)
-    for vp, records in logs.items():
-        for replica in vp_state(connection, topic, vp).replicas:
-            assert wait_until(lambda: len(vp_log(connection, topic, vp, replica)) == len(records)), "replica behind"
-            assert vp_log(connection, topic, vp, replica) == records, f"replica {replica} of VP {vp} differs"
+        if reader is not None:
+            reader.stop()
+    handled = [line for line in controller_log(connection).splitlines() if f"{topic}/v1" in line]
+    print("controller, on VP 1:\n" + "\n".join(handled))
+    assert any(f"{topic}/v1: leader {before.leader} is dead" in line for line in handled)
+    check_replicas_hold_the_leaders_log(connection, topic, check_exactly_once(connection, topic, acknowledged))
     messages = read_everything(connection, topic, len(acknowledged))
     assert sorted(m.value for m in messages) == sorted(v for _, _, _, v in acknowledged)
     assert feeder_actor_name(connection.cluster, topic, 0) in {
         a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}
+    admin.delete_topic(topic)
+
+
+def test_the_controller_restarts_a_dead_vp_follower_and_a_dead_feeder(read_cluster):
+    connection = read_cluster
+    topic = create_risr_topic(connection, "restart")
+    loop = ProduceLoop(connection, topic)
+    try:
+        loop.wait_for(1000)
+        assert wait_until(lambda: len(vp_state(connection, topic, 0).risr) == 2), "VP 0 has no in-sync follower"
+        state = vp_state(connection, topic, 0)
+        follower = next(r for r in state.replicas if r != state.leader)
+        dead_follower = actor_id(vp_handle(connection.cluster, topic, 0, follower))
+        dead_feeder = actor_id(feeder_handle(connection.cluster, topic, 1))
+        ray.kill(vp_handle(connection.cluster, topic, 0, follower))
+        ray.kill(feeder_handle(connection.cluster, topic, 1))
+        acknowledged_at_kill = len(loop.acknowledged)
+
+        assert wait_until(lambda: actor_id(vp_handle(connection.cluster, topic, 0, follower)) not in (None, dead_follower),
+                          REPAIR_WAIT_S), "the follower was not restarted"
+        assert wait_until(lambda: actor_id(feeder_handle(connection.cluster, topic, 1)) not in (None, dead_feeder),
+                          REPAIR_WAIT_S), "the feeder was not restarted"
+        restarted = vp_handle(connection.cluster, topic, 0, follower)
+        assert wait_until(lambda: ray.get(restarted.describe.remote(), timeout=WAIT_S)["role"] == "follower")
+        assert wait_until(lambda: set(vp_state(connection, topic, 0).risr) == set(state.replicas), REPAIR_WAIT_S), \
+            "the restarted follower did not rejoin the RISR"
+        assert wait_until(lambda: ray.get(restarted.describe.remote(), timeout=WAIT_S)["serving"])
+        feeder = feeder_handle(connection.cluster, topic, 1)
+        assert wait_until(lambda: ray.get(feeder.describe.remote(), timeout=WAIT_S)["rounds"] > 0), "not feeding"
+        loop.wait_for(acknowledged_at_kill + 1500)
+    finally:
+        acknowledged = loop.stop()
+    after = vp_state(connection, topic, 0)
+    assert (after.leader, after.leader_epoch) == (state.leader, state.leader_epoch), "a follower's death moves no leader"
+    log = controller_log(connection)
+    assert f"{topic}/v0: restarted ['{follower}'] to follow {state.leader}" in log
+    assert f"{topic}-1: the feeder was dead; restarted it on" in log
+    check_replicas_hold_the_leaders_log(connection, topic, check_exactly_once(connection, topic, acknowledged))
+    messages = read_everything(connection, topic, len(acknowledged))
+    assert sorted(m.value for m in messages) == sorted(v for _, _, _, v in acknowledged)
+    Admin(connection).delete_topic(topic)
+
+
+def test_lost_liveness_leases_of_live_vp_replicas_and_feeders_cause_no_failover_or_restart(read_cluster):
+    """As after an etcd outage: every read-path lease of a topic expires while the actors run."""
+    connection = read_cluster
+    topic = create_risr_topic(connection, "vpleases")
+    before = {vp: vp_state(connection, topic, vp) for vp in (0, 1)}
+    actors = read_path_actors(connection, topic, before)
+    prefixes = [f"{keys.read_replicas_prefix(connection.cluster)}{topic}/", f"{keys.feeders_prefix(connection.cluster)}{topic}/"]
+    assert wait_until(lambda: [len(connection.store.get_prefix(p)) for p in prefixes] == [4, 2])
+    host, _, port = connection.state.etcd_endpoint.rpartition(":")
+    client = etcd3.client(host=host, port=int(port), timeout=5)
+    try:
+        # Revoked again and again for longer than a lease, so the controller surely examines
+        # the items while the keys are gone (an actor registers anew within a third of its TTL).
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            for prefix in prefixes:
+                for lease_id in {meta.lease_id for _, meta in client.get_prefix(prefix)}:
+                    try:
+                        client.revoke_lease(lease_id)
+                    except grpc.RpcError:  # the actor replaced that lease since the read
+                        pass
+            time.sleep(0.2)
+    finally:
+        client.close()
+    assert wait_until(lambda: [len(connection.store.get_prefix(p)) for p in prefixes] == [4, 2]), "not registered again"
+    assert re.search(rf"{topic}/v\d: .* answer a ping: alive", controller_log(connection)), "keys gone, yet not examined"
+    for vp, state in before.items():
+        now = vp_state(connection, topic, vp)
+        assert (now.leader, now.leader_epoch) == (state.leader, state.leader_epoch), "no failover of a live VP leader"
+    running = read_path_actors(connection, topic, before)
+    assert running == actors, "no live actor was restarted"
+    Admin(connection).delete_topic(topic)

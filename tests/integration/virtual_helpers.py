@@ -47,6 +47,7 @@ class ProduceLoop:
         self.acknowledged: list[tuple[int, int, bytes, bytes]] = []  # (partition, offset, key, value)
         self.failures: list[BaseException] = []
         self.sent = 0
+        self.sent_values: list[bytes] = []  # in send order
         self._counts = collections.Counter()
         for _, _, key, value in after:
             self._counts[key] = max(self._counts[key], int(value.rsplit(b":", 1)[1]) + 1)
@@ -62,6 +63,7 @@ class ProduceLoop:
                 key = KEYS[self.sent % len(KEYS)]
                 value = b"%s:%d" % (key, counts[key])
                 counts[key] += 1
+                self.sent_values.append(value)
                 producer.send(value, key=key).add_callback(
                     lambda md, err, key=key, value=value: self.acknowledged.append((md.partition, md.offset, key, value))
                     if err is None else self.failures.append(err))
@@ -147,6 +149,40 @@ def read_everything(connection, topic: str, expected: int) -> list:
             messages.extend(consumer.poll(timeout_ms=500))
         messages.extend(consumer.poll(timeout_ms=300))  # anything beyond `expected` would be a duplicate
     return messages
+
+
+class TimedReader:
+    """A ``VirtualConsumer`` from the VPs' high watermarks, polling in a thread; remembers when it got what.
+
+    ``consumed``: (time.monotonic(), vp, value) of every message, in the order received.
+    """
+
+    def __init__(self, connection, topic: str):
+        self.consumed: list[tuple[float, int, bytes]] = []
+        self.error: BaseException | None = None
+        self._consumer = VirtualConsumer(topic, connection=connection)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="timed-reader", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                for message in self._consumer.poll(timeout_ms=200):
+                    self.consumed.append((time.monotonic(), message.partition, message.value))
+        except BaseException as error:  # the test thread re-raises it
+            self.error = error
+        finally:
+            self._consumer.close()
+
+    def first_of(self, vp: int, values: set[bytes]) -> float | None:
+        """When the first message of ``vp`` among ``values`` was received; None if none was."""
+        return next((t for t, v, value in list(self.consumed) if v == vp and value in values), None)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=WAIT_S)
+        assert not self._thread.is_alive() and self.error is None, self.error
 
 
 class Deliveries:

@@ -126,6 +126,25 @@ def test_a_live_leader_is_kept_and_no_risr_member_means_no_leader():
     assert decide_failover(STATE, alive={"r1"}) is None, "r1 is outside the RISR: it may lack what readers saw"
 
 
+def test_a_restarted_leader_gives_way_to_a_risr_member_that_kept_running():
+    decided = decide_failover(STATE, alive={"r0", "r2"}, restarted={"r0"})
+    assert (decided.leader, decided.leader_epoch, decided.risr) == ("r2", 4, ("r2",))
+
+
+def test_a_restarted_only_risr_member_leads_the_next_epoch_from_its_own_log():
+    alone = VirtualPartitionState(1, HashRange(0, HASH_SPACE), "r0", 3, ("r0", "r1"), ("r0",))
+    decided = decide_failover(alone, alive={"r0", "r1"}, restarted={"r0"})
+    assert (decided.leader, decided.leader_epoch, decided.risr) == ("r0", 4, ("r0",))
+    assert decide_failover(alone, alive={"r1"}, restarted={"r1"}) is None, "r1 is outside the RISR"
+
+
+def test_restarted_risr_members_lead_in_preferred_order_when_none_kept_running():
+    decided = decide_failover(STATE, alive={"r0", "r2"}, restarted={"r0", "r2"})
+    assert (decided.leader, decided.leader_epoch, decided.risr) == ("r0", 4, ("r0", "r2"))
+    decided = decide_failover(STATE, alive={"r2"}, restarted={"r2"})
+    assert (decided.leader, decided.risr) == ("r2", ("r2",)), "the dead old leader leaves the RISR"
+
+
 # --- VP follower truncation -------------------------------------------------------------------
 
 
