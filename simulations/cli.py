@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from simulations.scaling import MODES, ScalingSettings, run_scaling
+from simulations.scaling import ScalingSettings, run_scaling
 
 DEFAULTS = ScalingSettings()
 

@@ -28,11 +28,8 @@ from mafka4.coordinator.store import MetadataStore
 from mafka4.limits import ClusterConfig
 from mafka4.runtime.environment import apply_ray_environment, ray_temp_dir
 from mafka4.runtime.ray_cluster import NodeRole, node_ids
-# refresh_registrations is not used here: tests/integration/test_local_cluster.py imports it
-# (and NodeRegistration) from this module.
-from mafka4.runtime.registration import (  # noqa: F401
+from mafka4.runtime.registration import (
     NodeRegistration, StopRequested, install_stop_handlers, keep_registered, open_registration_store,
-    refresh_registrations,
 )
 from mafka4.runtime.state import CLUSTER_NAME_DEFAULT, ClusterState, remove_state, save_state
 

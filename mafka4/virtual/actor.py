@@ -281,7 +281,7 @@ class VirtualPartition:
             raise MessageTooLarge(
                 f"{self._spec.vp_name}: a feed call of {len(records)} records, more than FEED_RECORDS_MAX={FEED_RECORDS_MAX}"
             )
-        assert all(record.partition == partition for record in records), f"records of several partitions in one feed call"
+        assert all(record.partition == partition for record in records), "records of several partitions in one feed call"
         fresh = self._progress.unapplied(records)
         if fresh:
             batch = bytearray(encode_vp_batch(fresh))

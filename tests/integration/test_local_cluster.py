@@ -13,10 +13,10 @@ import ray
 
 from mafka4.coordinator import keys
 from mafka4.coordinator.store import MetadataStore
-from mafka4.errors import ClusterAlreadyRunning, ClusterNotRunning, CoordinatorUnavailable
+from mafka4.errors import ClusterAlreadyRunning, ClusterNotRunning
 from mafka4.limits import ClusterConfig
 from mafka4.runtime.connect import connect
-from mafka4.runtime.daemon import NodeRegistration, refresh_registrations
+from mafka4.runtime.registration import NodeRegistration, refresh_registrations
 from mafka4.runtime.etcd_server import restart_etcd, start_etcd, stop_etcd
 from mafka4.runtime.local import down, status, up
 from mafka4.runtime.ports import is_listening
