@@ -391,6 +391,9 @@ class Controller:
             live = self._live_replicas(topic, state) | fresh
             decision = decide_partition(state, live, sorted(self._write_nodes), metadata.config, fresh)
             if decision.offline:
+                # The state drops restarted replicas from the ELR: written before they run again.
+                if decision.changed and not self._write_state(key, current.mod_revision, state, decision):
+                    continue
                 restarted = self._control.start(metadata, partition, decision.restart, self._data_root())
                 if not restarted:
                     log.error("%s-%d: %s", topic, partition, decision.warning)

@@ -8,16 +8,24 @@ from etcd, which of its replicas are *live* (their actor answers), which of thos
 nodes, and the topic's ``TopicConfig``. Rules:
 
 * The leader stays if it is live and not fresh. Otherwise the new leader is the first
-  replica, in replica order, that is a live ISR member; with none, the partition is
-  offline unless ``unclean_leader_election`` is set, in which case the first live replica
-  leads (it may lack acknowledged batches: the decision carries a warning).
+  replica, in replica order, that is a live ISR member; with none, the first live, non-fresh
+  eligible leader replica (ELR, Kafka's KIP-966, see ``topics``): a replica the leader
+  removed while the ISR fell below ``min_insync_replicas``, which holds every committed
+  batch because the high watermark stands still below that size. E.g. the leader shrinks
+  the ISR to itself and then loses power: its restarted log lacks its unflushed tail, the
+  ELR members do not. With neither, the partition is offline unless
+  ``unclean_leader_election`` is set, in which case the first live replica leads (it may
+  lack acknowledged batches: the decision carries a warning).
 * A dead replica whose node is registered is restarted in place (same id, its log is on
   that node), which is not a change of the replica set. If it is in the ISR, the decision
   also writes a new epoch whose ISR leaves it out (Kafka's KIP-966): a machine that lost
   power lost its unflushed tail, so a restarted replica may lack acknowledged batches, and
   while it is listed in the ISR the controller could elect it, e.g. when the leader is cut
   off before it shrinks the ISR itself. It rejoins through the leader's ISR expansion once
-  caught up. A dead replica whose node is gone
+  caught up. A restarted replica leaves the ELR for the same reason, even while the
+  partition is offline (the decision then writes a new epoch of the old, dead leader with the
+  smaller ELR; a restarted replica still in the ISR stays there, as the last way back
+  without an unclean election). A dead replica whose node is gone
   is replaced by a registered write node that holds no replica of the partition, chosen
   round robin from the partition number so replacements spread like ``placement`` does;
   with no such node it stays in the list, dead, until one registers.
@@ -25,10 +33,12 @@ nodes, and the topic's ``TopicConfig``. Rules:
   leader learns its followers and ISR only through ``become_leader``, which needs a new
   epoch). The ISR of a changed state is the live, non-fresh ISR members plus the new
   leader; fresh, restarted and replacement replicas join later through the leader's ISR
-  expansion.
+  expansion. Its ELR is the old ELR without the new ISR, restarted, fresh and replaced
+  replicas, and empty once the ISR has ``min_insync_replicas`` members.
 
 Invariants of every new state (asserted): the leader is a replica and in the ISR, the ISR
-is a subset of the replicas, replicas are distinct, the epoch grew by exactly one.
+is a subset of the replicas, replicas are distinct, the ELR is a subset of the replicas
+disjoint from the ISR, the epoch grew by exactly one.
 
 **Controller election** (``decide_campaign``, ``lease_expired``). One controller is active:
 the one whose lease-bound key ``keys.controller`` exists. A candidate campaigns only while
@@ -38,10 +48,10 @@ whose lease was not refreshed for a whole TTL must assume etcd expired it and st
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import AbstractSet, Sequence
 
-from mafka4.coordinator.topics import PartitionState
+from mafka4.coordinator.topics import PartitionState, eligible_leader_replicas
 from mafka4.limits import TopicConfig
 
 
@@ -57,7 +67,8 @@ class PartitionDecision:
     add: tuple[str, ...] = ()
     # Replicas dropped from the replica set: stop them if they still run.
     remove: tuple[str, ...] = ()
-    # No replica may lead: etcd keeps the old state, producers wait.
+    # No replica may lead: producers wait. etcd keeps the old state unless ``state`` is set
+    # (restarted replicas leaving the ELR).
     offline: bool = False
     # Set when the decision may lose acknowledged data (unclean election).
     warning: str | None = None
@@ -81,13 +92,21 @@ def decide_partition(
     restart = tuple(r for r in dead if r in registered)
     replicas, add, remove = _replace_dead(state, dead, restart, sorted(registered))
     leader, warning = _choose_leader(state, live, fresh, config)
+    # A restarted replica may have lost its unflushed tail: it must not stay electable.
+    unsafe = frozenset(restart) | fresh
     if leader is None:
-        return PartitionDecision(None, restart=restart, offline=True, warning=_offline_text(state, live))
-    restarted_in_isr = any(r in state.isr for r in restart)
-    if leader == state.leader and leader not in fresh and replicas == state.replicas and not restarted_in_isr:
+        offline_state = None
+        if unsafe & set(state.elr):
+            elr = tuple(r for r in state.elr if r not in unsafe)
+            offline_state = replace(state, leader_epoch=state.leader_epoch + 1, elr=elr)
+            _check_new_state(state, offline_state)
+        return PartitionDecision(offline_state, restart=restart, offline=True, warning=_offline_text(state, live))
+    restarted_electable = any(r in state.isr or r in state.elr for r in restart)
+    if leader == state.leader and leader not in fresh and replicas == state.replicas and not restarted_electable:
         return PartitionDecision(None, restart=restart)
     isr = tuple(r for r in replicas if r == leader or (r in state.isr and r in live and r not in fresh))
-    new_state = PartitionState(state.partition, leader, state.leader_epoch + 1, replicas, isr)
+    elr = eligible_leader_replicas(replicas, [r for r in state.elr if r not in unsafe], isr, config.min_insync_replicas)
+    new_state = PartitionState(state.partition, leader, state.leader_epoch + 1, replicas, isr, elr)
     _check_new_state(state, new_state)
     return PartitionDecision(new_state, restart=restart, add=add, remove=remove, warning=warning)
 
@@ -99,6 +118,9 @@ def _choose_leader(state: PartitionState, live: AbstractSet[str], fresh: Abstrac
         return state.leader, None
     for replica in state.replicas:
         if replica in state.isr and replica in live:
+            return replica, None
+    for replica in state.replicas:
+        if replica in state.elr and replica in live and replica not in fresh:
             return replica, None
     if config.unclean_leader_election:
         for replica in state.replicas:
@@ -130,7 +152,8 @@ def _replace_dead(state: PartitionState, dead: list[str], restart: tuple[str, ..
 
 def _offline_text(state: PartitionState, live: AbstractSet[str]) -> str:
     return (
-        f"partition {state.partition} is offline: no in-sync replica of {list(state.isr)} is live "
+        f"partition {state.partition} is offline: no in-sync replica of {list(state.isr)} and no "
+        f"eligible leader replica of {list(state.elr)} is live and unrestarted "
         f"(live replicas: {sorted(live) or 'none'}); it leads again when one returns, or set "
         f"unclean_leader_election on the topic to accept losing acknowledged batches"
     )
@@ -140,6 +163,7 @@ def _check_new_state(old: PartitionState, new: PartitionState) -> None:
     assert len(set(new.replicas)) == len(new.replicas), new.replicas
     assert new.leader in new.replicas and new.leader in new.isr, new
     assert set(new.isr) <= set(new.replicas), new
+    assert set(new.elr) <= set(new.replicas) and not set(new.elr) & set(new.isr), new
     assert new.leader_epoch == old.leader_epoch + 1, (old, new)
 
 

@@ -18,7 +18,8 @@ and wakes waiters when the high watermark or the log end offset moves.
   refreshed every third of ``replica_lease_ttl_s``; when the actor dies the key expires and
   the controller notices. While etcd is unreachable the data path goes on regardless.
 * ISR changes are written to the partition's etcd key by compare-and-swap (only while the
-  key still names this replica as leader of this epoch) before the core may count the new
+  key still names this replica as leader of this epoch), with the eligible leader replicas
+  they imply (``PartitionState.with_isr``), before the core may count the new
   ISR (``ReplicaState.isr_committed``); a leader fenced by a newer epoch acknowledges nothing.
 
 Damaged data on disk (bit rot in a segment that recovery trusted) is caught by the read
@@ -362,7 +363,7 @@ class PhysicalPartition:
         return self._store
 
     def _write_isr(self, isr: list[str], leader_epoch: int) -> bool:
-        """CAS the ISR into the partition key if it still names this leader and epoch."""
+        """CAS the ISR (and the ELR it implies) into the partition key if it still names this leader and epoch."""
         self._metadata_store()
         key = keys.physical_partition(self._spec.cluster, self._spec.topic, self._spec.partition)
         for _ in range(ISR_WRITE_ATTEMPTS_MAX):
@@ -372,7 +373,8 @@ class PhysicalPartition:
             state = PartitionState.from_json(self._spec.partition, current.value)
             if state.leader != self._spec.replica_id or state.leader_epoch != leader_epoch:
                 return False
-            if list(state.isr) == isr or self._store.compare_and_swap(key, {**state.to_json(), "isr": isr}, current.mod_revision):
+            new_state = state.with_isr(isr, self._spec.replica_config.min_insync_replicas)
+            if new_state == state or self._store.compare_and_swap(key, {**current.value, **new_state.to_json()}, current.mod_revision):
                 return True
         raise CoordinatorUnavailable(f"ISR write for {self._spec.partition_name} kept conflicting; retrying")
 

@@ -26,6 +26,14 @@ elect it. Otherwise this leader could acknowledge a batch that follower lacks. A
 leader whose write is refused therefore acknowledges nothing more. A follower added to the
 ISR bounds the HW at once (conservative).
 
+The HW advances only while both the current ISR and the last confirmed one have at least
+``min_insync_replicas`` members (Kafka's KIP-966). The coordinator turns followers removed
+below that size into eligible leader replicas (``PartitionState.with_isr``) and may elect
+one when no ISR member can lead; a HW moved by a lone leader would make visible batches
+that such an election removes. The confirmed ISR counts too: until an expansion is
+confirmed the coordinator may still hold the small ISR and its ELR, whose members do not
+bound the HW.
+
 Invariants (asserted): 0 <= HW <= LEO; the leader's HW never decreases during its epoch;
 HW <= LEO of every ISR member whose LEO is known; the leader is in its ISR; the latest epoch
 in the history is at most ``leader_epoch`` (equal on the leader).
@@ -514,8 +522,11 @@ class ReplicaState:
         return now_ms - progress.last_caught_up_ms > self.config.replica_lag_ms_max
 
     def _advance_high_watermark(self) -> bool:
-        """HW = min LEO over every ISR the coordinator may hold; only ever moves forward."""
+        """HW = min LEO over every ISR the coordinator may hold; only ever moves forward,
+        and only while the ISR has ``min_insync_replicas`` members (module docstring)."""
         if self._role is not Role.LEADER:
+            return False
+        if min(len(self._isr), len(self._committed_isr)) < self.config.min_insync_replicas:
             return False
         lowest = self._log_end_offset
         for member in self._isr | self._committed_isr | self._removed_unconfirmed:

@@ -17,7 +17,8 @@ is what the simulator uses instead. On top, the controller's loop runs every
   leads a new epoch. (The real controller passes ``decide_failover(restarted=...)``, which
   prefers RISR members that kept running over other restarted ones; this simulator keeps
   its own rule so that recorded seeds replay as before);
-* ISR and RISR compare-and-swaps (``IsrWrite``): written only while the state names the
+* ISR and RISR compare-and-swaps (``IsrWrite``; an ISR write also sets the ELR it implies,
+  ``PartitionState.with_isr``, as the actor's CAS does): written only while the state names the
   writer as leader of that epoch, and only if no later write of the partition was applied
   (the real leader's CAS on the key's revision refuses a request that was overtaken; this
   network may deliver a request late or twice);
@@ -158,7 +159,7 @@ class Coordinator:
         state = self.partitions[message.partition]
         if state.leader != message.replica_id or state.leader_epoch != message.leader_epoch:
             return False
-        self.partitions[message.partition] = dataclasses.replace(state, isr=tuple(message.isr))
+        self.partitions[message.partition] = state.with_isr(message.isr, self.topic_config.min_insync_replicas)
         return True
 
     def _vp_risr_write(self, message: m.IsrWrite) -> bool:
@@ -213,6 +214,10 @@ class Coordinator:
         registered = sorted(node for node in self.write_nodes if self.is_live(node))
         fresh = frozenset((self._fresh[partition] | self._refused[partition]) & live)
         decision = decide_partition(state, live, registered, self.topic_config, fresh)
+        if decision.offline and decision.changed:  # restarted replicas leave the ELR before they run again
+            self.partitions[partition] = decision.state
+            self._confirmed[partition].clear()
+            self.env.note(f"ctl: p{partition} offline, epoch {decision.state.leader_epoch} elr {list(decision.state.elr)}")
         for replica_id in decision.restart:
             if replica_id not in live:
                 self._start(partition, replica_id)
@@ -229,7 +234,7 @@ class Coordinator:
             self._fresh[partition].discard(state.leader)  # its new epoch is what it is told now
             self._confirmed[partition].clear()
             self.env.note(f"ctl: p{partition} leader {state.leader} epoch {state.leader_epoch} "
-                          f"replicas {list(state.replicas)} isr {list(state.isr)} (live {sorted(live)}, fresh {sorted(fresh)})")
+                          f"replicas {list(state.replicas)} isr {list(state.isr)} elr {list(state.elr)} (live {sorted(live)}, fresh {sorted(fresh)})")
             for replica_id in decision.remove:
                 self.env.network.send(NAME, replica_id, m.StopReplica(partition))
             for replica_id in decision.add:

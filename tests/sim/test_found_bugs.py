@@ -93,6 +93,30 @@ def test_a_replica_restarted_in_place_leaves_the_isr_it_could_be_elected_from():
     assert "w2" not in (decision.state or state).isr
 
 
+def test_replicas_shrunk_out_below_min_isr_stay_electable_when_the_lone_leader_loses_power():
+    """lone-isr-leader-power-loss (seed 4226): the leader shrank the ISR to itself and lost power;
+    restarted with a shorter log, it was elected as the sole ISR member and the followers, which
+    held acknowledged batches, truncated to it (fix: Kafka's KIP-966, eligible leader replicas)."""
+    config = ReplicaConfig(replica_lag_ms_max=100, min_insync_replicas=2)
+    leader = ReplicaState("w0", "t-0", config, 0, 0, EpochHistory(), ProducerStateTable(5, 100))
+    leader.become_leader(1, ["w0", "w1", "w2"], ["w0", "w1", "w2"], 0)
+    leader.appended(header(0, 2, producer_id=-1, base_sequence=-1, epoch=1), 0)
+    leader.on_follower_fetch("w1", 2, 1, 0)
+    leader.on_follower_fetch("w2", 2, 1, 0)
+    assert leader.ack_ready(2), "acknowledged: on w0, w1 and w2"
+    assert leader.tick(200) and leader.isr == {"w0"}  # w1 and w2 went quiet
+    state = PartitionState(0, "w0", 1, ("w0", "w1", "w2"), ("w0", "w1", "w2"))
+    state = state.with_isr(sorted(leader.isr), config.min_insync_replicas)  # the ISR write lands
+    leader.isr_committed(leader.isr)
+    leader.appended(header(2, 1, producer_id=-1, base_sequence=-1, epoch=1), 200)  # acks=1
+    assert leader.high_watermark == 2, "a lone leader makes nothing visible that w1 or w2 lacks"
+    # w0 loses power and its unflushed tail; w1 and w2 are live.
+    decision = decide_partition(state, {"w1", "w2"}, ["w0", "w1", "w2"],
+                                TopicConfig(replication_factor=3, min_insync_replicas=2))
+    assert decision.restart == ("w0",)
+    assert (decision.state.leader, decision.state.isr, decision.state.elr) == ("w1", ("w1",), ("w2",))
+
+
 def test_new_batches_overtaking_a_resend_push_it_out_of_the_deduplication_window():
     """new-batches-overtake-resend (seed 2): why ``client.sender`` holds new batches while a resend
     is open (pinned with the real pipeline in ``tests/unit/test_sender.py``).

@@ -113,11 +113,37 @@ def test_acks_all_is_refused_while_the_isr_is_below_min_insync_replicas():
 def test_a_committed_batch_is_not_acknowledged_once_the_isr_fell_below_the_minimum():
     state = leader(isr=("r0", "r1"))
     plan = produce(state)
+    fetch(state, "r1", 1)
     assert state.tick(LAG_MS + 1)
     state.isr_committed(state.isr)
     assert state.high_watermark == 1
     with pytest.raises(NotEnoughReplicas, match="appended but not acknowledged"):
         state.ack_ready(plan.next_offset)
+
+
+def test_the_high_watermark_stands_still_while_the_isr_is_below_min_insync_replicas():
+    # KIP-966: the coordinator may elect an eligible leader replica that lacks these batches.
+    state = leader(isr=("r0",))
+    produce(state, count=3, acks=Acks.LEADER)
+    assert state.high_watermark == 0
+    assert fetch(state, "r1", 3).isr_changed and state.isr == {"r0", "r1"}
+    assert state.high_watermark == 0, "until confirmed, etcd may still hold the ISR {r0} and its ELR"
+    state.isr_committed(state.isr)
+    assert state.high_watermark == 3
+
+
+def test_a_shrink_below_min_insync_replicas_stops_the_high_watermark_before_it_is_confirmed():
+    state = leader()
+    fetch(state, "r1", 0)
+    fetch(state, "r2", 0)
+    produce(state, count=2)
+    fetch(state, "r1", 2, now_ms=LAG_MS + 1)
+    fetch(state, "r2", 2, now_ms=LAG_MS + 1)
+    assert state.high_watermark == 2
+    produce(state, count=2, now_ms=3 * LAG_MS)
+    assert state.tick(3 * LAG_MS) and state.isr == {"r0"}
+    state.isr_committed(state.isr)
+    assert state.high_watermark == 2, "r1 and r2 are eligible leader replicas holding offsets below 2 only"
 
 
 def test_ack_ready_raises_not_leader_once_leadership_is_lost():
