@@ -407,7 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_simulation_parsers(commands) -> None:
     """Experiments and analysis live in ``simulations/``; their modules register their own commands."""
     from simulations.analysis import add_analyze_parser
-    from simulations.chaos import add_chaos_parser
+    from simulations.chaos_settings import add_chaos_parser
     from simulations.cli import add_experiment_parser
     from simulations.compare import add_compare_parser
     from simulations.fleet.cli import add_fleet_parser

@@ -27,8 +27,6 @@ only then.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import random
 import secrets
@@ -36,7 +34,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import ray
@@ -47,48 +45,14 @@ from mafka4.limits import ClusterConfig
 from mafka4.runtime.connect import Connection
 from mafka4.runtime.etcd_server import EtcdServer, stop_etcd
 from simulations.checkers import Ack
-from simulations.chaos_faults import FAULT_KINDS, EtcdControl, FaultRecord, FaultTiming, Nemesis
+from simulations.chaos_faults import EtcdControl, FaultRecord, Nemesis
+from simulations.chaos_settings import ChaosSettings
 from simulations.chaos_judge import FinalLogs, judge, read_final_logs, with_sources
 from simulations.chaos_workload import CommitObserver, History, Members, PacedProducer
 
 GROUP = "chaos"
 DRAIN_CHECK_INTERVAL_S = 1.0
 CLUSTER_START_TIMEOUT_S = 300  # Ray heads start slowly next to other clusters on a shared 2-core machine
-
-
-@dataclass(frozen=True, slots=True)
-class ChaosSettings:
-    seed: int = 1
-    duration_s: float = 60.0  # of the fault phase
-    rate_msgs_per_s: int = 500
-    faults: tuple[str, ...] = FAULT_KINDS
-    members: int = 3
-    partitions: int = 2
-    replication_factor: int = 3
-    min_insync_replicas: int = 2
-    virtual_partitions: int = 4
-    read_replicas: int = 2
-    keys: int = 16
-    # Replicas leave the ISR / RISR after this much lag, so a paused replica of a few seconds does.
-    replica_lag_ms_max: int = 3000
-    member_lease_ttl_s: int = 6
-    auto_commit_interval_ms: int = 1000
-    warmup_s: float = 3.0
-    settle_s: float = 5.0  # production after the cluster healed, before it stops
-    heal_timeout_s: float = 120.0
-    drain_timeout_s: float = 120.0
-    delivery_timeout_ms: int = 120_000
-    timing: FaultTiming = FaultTiming()
-
-    def __post_init__(self) -> None:
-        unknown = sorted(set(self.faults) - set(FAULT_KINDS))
-        if unknown or not self.faults:
-            raise InvalidConfig(f"faults {','.join(unknown) or '(none)'} unknown: choose from {','.join(FAULT_KINDS)}")
-        if not 1 <= self.members <= self.virtual_partitions:
-            # More members than VPs would make the group split VPs: a reshard is not a fault under test here.
-            raise InvalidConfig(f"members={self.members} must be from 1 to virtual_partitions={self.virtual_partitions}")
-        if self.duration_s <= 0 or self.rate_msgs_per_s <= 0:
-            raise InvalidConfig(f"duration_s={self.duration_s} and rate_msgs_per_s={self.rate_msgs_per_s} must be positive")
 
 
 def run_chaos(settings: ChaosSettings, connection: Connection | None = None,
@@ -272,42 +236,6 @@ class ThrowawayCluster:
                 os.environ.pop(HOME_ENV, None)
             else:
                 os.environ[HOME_ENV] = self._previous_home
-
-
-# --- command line ---------------------------------------------------------------------------
-
-
-def _fault_list(text: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
-
-
-def add_chaos_parser(commands) -> None:
-    defaults = ChaosSettings()
-    chaos = commands.add_parser("chaos", help="seeded random faults on a throwaway cluster under a keyed workload, "
-                                              "judged by history checkers (lost, reordered, duplicated messages)")
-    chaos.add_argument("--seed", type=int, help="seed of the fault sequence (default: a random one, printed)")
-    chaos.add_argument("--duration-s", type=float, default=defaults.duration_s, help="fault phase (default %(default)s)")
-    chaos.add_argument("--rate-msgs-per-s", type=int, default=defaults.rate_msgs_per_s, help="default %(default)s")
-    chaos.add_argument("--faults", type=_fault_list, default=",".join(FAULT_KINDS),
-                       help="comma-separated fault kinds (default all: %(default)s)")
-    chaos.add_argument("--members", type=int, default=defaults.members, help="consumer-group members (default %(default)s)")
-    chaos.add_argument("--out", default="results/chaos.json", help="JSON report path (default %(default)s)")
-    chaos.set_defaults(run=_cmd_chaos)
-
-
-def _cmd_chaos(args: argparse.Namespace) -> int:
-    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
-    settings = ChaosSettings(seed=seed, duration_s=args.duration_s, rate_msgs_per_s=args.rate_msgs_per_s,
-                             faults=args.faults, members=args.members)
-    print(f"chaos: seed {seed}, {settings.duration_s:g} s of faults ({','.join(settings.faults)}), "
-          f"{settings.rate_msgs_per_s} msgs/s, {settings.members} members", flush=True)
-    report = run_chaos(settings)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(summary(report))
-    print(f"full report written to {out}", file=sys.stderr)
-    return 0 if report["ok"] else 1
 
 
 def summary(report: dict) -> str:

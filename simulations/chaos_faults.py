@@ -42,22 +42,13 @@ from mafka4.runtime.connect import Connection
 from mafka4.runtime.etcd_server import EtcdServer, restart_etcd
 from mafka4.virtual.launcher import feeder_handle, vp_handle
 from mafka4.virtual.metadata import VirtualStore
+from simulations.chaos_settings import FaultTiming
 from simulations.chaos_workload import Members
 
-FAULT_KINDS = ("kill-replica", "kill-vp-replica", "kill-feeder", "restart-etcd", "kill-member", "pause-replica")
 CALL_TIMEOUT_S = 30
 ETCD_STOP_TIMEOUT_S = 30
 ETCD_ANSWER_TIMEOUT_S = 60
 HEAL_CHECK_INTERVAL_S = 0.5
-
-
-@dataclass(frozen=True, slots=True)
-class FaultTiming:
-    """How long faults last and the pauses between them, in seconds (drawn uniformly)."""
-
-    gap_s: tuple[float, float] = (1.0, 3.0)
-    pause_s: tuple[float, float] = (1.0, 5.0)
-    etcd_down_s: tuple[float, float] = (2.0, 6.0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,97 @@
+"""What a chaos run is asked to do (``ChaosSettings``) and its command line (``mafka4 chaos``).
+
+Kept apart from ``simulations.chaos`` (the driver, which needs Ray and the client) so that
+every ``mafka4`` command can register ``chaos`` without importing them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from mafka4.errors import InvalidConfig
+
+FAULT_KINDS = ("kill-replica", "kill-vp-replica", "kill-feeder", "restart-etcd", "kill-member", "pause-replica")
+
+
+@dataclass(frozen=True, slots=True)
+class FaultTiming:
+    """How long faults last and the pauses between them, in seconds (drawn uniformly)."""
+
+    gap_s: tuple[float, float] = (1.0, 3.0)
+    pause_s: tuple[float, float] = (1.0, 5.0)
+    etcd_down_s: tuple[float, float] = (2.0, 6.0)
+
+
+@dataclass(frozen=True, slots=True)
+class ChaosSettings:
+    seed: int = 1
+    duration_s: float = 60.0  # of the fault phase
+    rate_msgs_per_s: int = 500
+    faults: tuple[str, ...] = FAULT_KINDS
+    members: int = 3
+    partitions: int = 2
+    replication_factor: int = 3
+    min_insync_replicas: int = 2
+    virtual_partitions: int = 4
+    read_replicas: int = 2
+    keys: int = 16
+    # Replicas leave the ISR / RISR after this much lag, so a paused replica of a few seconds does.
+    replica_lag_ms_max: int = 3000
+    member_lease_ttl_s: int = 6
+    auto_commit_interval_ms: int = 1000
+    warmup_s: float = 3.0
+    settle_s: float = 5.0  # production after the cluster healed, before it stops
+    heal_timeout_s: float = 120.0
+    drain_timeout_s: float = 120.0
+    delivery_timeout_ms: int = 120_000
+    timing: FaultTiming = FaultTiming()
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.faults) - set(FAULT_KINDS))
+        if unknown or not self.faults:
+            raise InvalidConfig(f"faults {','.join(unknown) or '(none)'} unknown: choose from {','.join(FAULT_KINDS)}")
+        if not 1 <= self.members <= self.virtual_partitions:
+            # More members than VPs would make the group split VPs: a reshard is not a fault under test here.
+            raise InvalidConfig(f"members={self.members} must be from 1 to virtual_partitions={self.virtual_partitions}")
+        if self.duration_s <= 0 or self.rate_msgs_per_s <= 0:
+            raise InvalidConfig(f"duration_s={self.duration_s} and rate_msgs_per_s={self.rate_msgs_per_s} must be positive")
+
+
+def _fault_list(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def add_chaos_parser(commands) -> None:
+    defaults = ChaosSettings()
+    chaos = commands.add_parser("chaos", help="seeded random faults on a throwaway cluster under a keyed workload, "
+                                              "judged by history checkers (lost, reordered, duplicated messages)")
+    chaos.add_argument("--seed", type=int, help="seed of the fault sequence (default: a random one, printed)")
+    chaos.add_argument("--duration-s", type=float, default=defaults.duration_s, help="fault phase (default %(default)s)")
+    chaos.add_argument("--rate-msgs-per-s", type=int, default=defaults.rate_msgs_per_s, help="default %(default)s")
+    chaos.add_argument("--faults", type=_fault_list, default=",".join(FAULT_KINDS),
+                       help="comma-separated fault kinds (default all: %(default)s)")
+    chaos.add_argument("--members", type=int, default=defaults.members, help="consumer-group members (default %(default)s)")
+    chaos.add_argument("--out", default="results/chaos.json", help="JSON report path (default %(default)s)")
+    chaos.set_defaults(run=_cmd_chaos)
+
+
+def _cmd_chaos(args: argparse.Namespace) -> int:
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+    settings = ChaosSettings(seed=seed, duration_s=args.duration_s, rate_msgs_per_s=args.rate_msgs_per_s,
+                             faults=args.faults, members=args.members)
+    print(f"chaos: seed {seed}, {settings.duration_s:g} s of faults ({','.join(settings.faults)}), "
+          f"{settings.rate_msgs_per_s} msgs/s, {settings.members} members", flush=True)
+    from simulations.chaos import run_chaos, summary  # starts clusters: imported only to run
+
+    report = run_chaos(settings)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(summary(report))
+    print(f"full report written to {out}", file=sys.stderr)
+    return 0 if report["ok"] else 1
