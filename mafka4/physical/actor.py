@@ -59,18 +59,17 @@ from mafka4.coordinator.topics import PartitionState
 from mafka4.errors import CoordinatorUnavailable, CorruptRecord, NotLeader, RequestTimedOut
 from mafka4.faults import FaultGate
 from mafka4.limits import Acks, LogConfig, ReplicaConfig
-from mafka4.physical.checkpoint import read_checkpoint, write_checkpoint
-from mafka4.physical.epochs import EpochHistory
+from mafka4.physical.checkpoint import write_checkpoint
 from mafka4.physical.log import Log
-from mafka4.physical.producer_state import ProducerStateTable
+from mafka4.physical.recovery import (
+    EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT, recovered_epochs, recovered_high_watermark, recovered_producers,
+)
 from mafka4.physical.replica import ReplicaState, Role
 from mafka4.physical.sequencer import SequenceGate
 from mafka4.records import check_single_batch, stamp
 
 logger = logging.getLogger(__name__)
 
-EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
-HIGH_WATERMARK_CHECKPOINT = "high-watermark"
 HIGH_WATERMARK_CHECKPOINT_INTERVAL_S = 1.0
 RETENTION_CHECK_INTERVAL_S = 60.0
 PRODUCE_TIMEOUT_MS_DEFAULT = 30_000
@@ -162,8 +161,8 @@ class PhysicalPartition:
         self._log = Log.open(self._directory, spec.log_config, _now_ms())
         self._state = ReplicaState(
             spec.replica_id, spec.partition_name, spec.replica_config,
-            self._log.log_end_offset, self._recovered_high_watermark(),
-            self._recovered_epochs(), self._recovered_producers(),
+            self._log.log_end_offset, recovered_high_watermark(self._directory, self._log),
+            recovered_epochs(self._directory, self._log), recovered_producers(self._log, spec.replica_config),
         )
         self._waiters = _Waiters()
         self._sequence_gate = SequenceGate(self._state.producers.next_sequence)
@@ -178,29 +177,7 @@ class PhysicalPartition:
         self._isr_dirty = False
         self._fault = FaultGate()
 
-    # --- recovery -----------------------------------------------------------------------
-
-    def _recovered_epochs(self) -> EpochHistory:
-        text = read_checkpoint(self._directory / EPOCH_CHECKPOINT)
-        epochs = EpochHistory.from_text(text) if text else EpochHistory()
-        epochs.truncate_from(self._log.log_end_offset)
-        if text is None:  # rebuildable from the batches, which carry their leader epoch
-            for header in self._log.batch_headers(self._log.log_start_offset):
-                if header.leader_epoch > epochs.latest_epoch:
-                    epochs.assign(header.leader_epoch, header.base_offset)
-        return epochs
-
-    def _recovered_high_watermark(self) -> int:
-        text = read_checkpoint(self._directory / HIGH_WATERMARK_CHECKPOINT)
-        saved = int(text) if text and text.strip().isdigit() else 0
-        return max(self._log.log_start_offset, min(saved, self._log.log_end_offset))
-
-    def _recovered_producers(self) -> ProducerStateTable:
-        config = self._spec.replica_config
-        producers = ProducerStateTable(config.producer_batches_remembered, config.producer_ids_max)
-        for header in self._log.batch_headers(self._log.log_start_offset):
-            producers.record(header)
-        return producers
+    # --- checkpoints (restarts read them: physical.recovery) ---------------------------
 
     def _save_epochs(self) -> None:
         write_checkpoint(self._directory / EPOCH_CHECKPOINT, self._state.epochs.to_text())

@@ -52,9 +52,11 @@ from mafka4.errors import CoordinatorUnavailable, MessageTooLarge, NotLeader, Re
 from mafka4.faults import FaultGate
 from mafka4.limits import FEED_RECORDS_MAX, LogConfig, ReplicaConfig
 from mafka4.physical.actor import FetchResult
-from mafka4.physical.checkpoint import read_checkpoint, write_checkpoint
-from mafka4.physical.epochs import EpochHistory
+from mafka4.physical.checkpoint import write_checkpoint
 from mafka4.physical.log import Log
+from mafka4.physical.recovery import (
+    EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT, recovered_epochs, recovered_high_watermark,
+)
 from mafka4.records import Record, decode_batches, stamp
 from mafka4.risr.state import RisrConfig, RisrState
 from mafka4.virtual.divergence import divergence, truncation_offset
@@ -64,8 +66,6 @@ from mafka4.virtual.split import FeedProgress, SourcedRecord, encode_vp_batch
 logger = logging.getLogger(__name__)
 
 NAMESPACE = "mafka4"
-EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
-HIGH_WATERMARK_CHECKPOINT = "high-watermark"
 CHECKPOINT_INTERVAL_S = 1.0
 RETENTION_CHECK_INTERVAL_S = 60.0
 RISR_WRITE_BACKOFF_S = 0.5
@@ -128,8 +128,8 @@ class VirtualPartition:
         self._spec = spec
         self._directory = Path(spec.directory)
         self._log = Log.open(self._directory, spec.log_config, _now_ms())
-        self._epochs = self._recovered_epochs()
-        self._high_watermark = self._recovered_high_watermark()  # a follower's; the leader's is in _risr
+        self._epochs = recovered_epochs(self._directory, self._log)
+        self._high_watermark = recovered_high_watermark(self._directory, self._log)  # a follower's; the leader's is in _risr
         self._role = VpRole.NONE
         self._leader_epoch = -1
         self._leader_id: str | None = None
@@ -151,22 +151,7 @@ class VirtualPartition:
         self._risr_dirty = False
         self._closed = False
 
-    # --- recovery -----------------------------------------------------------------------
-
-    def _recovered_epochs(self) -> EpochHistory:
-        text = read_checkpoint(self._directory / EPOCH_CHECKPOINT)
-        epochs = EpochHistory.from_text(text) if text else EpochHistory()
-        epochs.truncate_from(self._log.log_end_offset)
-        if text is None:  # rebuildable from the batches, which carry their leader epoch
-            for header in self._log.batch_headers(self._log.log_start_offset):
-                if header.leader_epoch > epochs.latest_epoch:
-                    epochs.assign(header.leader_epoch, header.base_offset)
-        return epochs
-
-    def _recovered_high_watermark(self) -> int:
-        text = read_checkpoint(self._directory / HIGH_WATERMARK_CHECKPOINT)
-        saved = int(text) if text and text.strip().isdigit() else 0
-        return max(self._log.log_start_offset, min(saved, self._log.log_end_offset))
+    # --- checkpoints (restarts read them: physical.recovery) ---------------------------
 
     def _save_epochs(self) -> None:
         write_checkpoint(self._directory / EPOCH_CHECKPOINT, self._epochs.to_text())

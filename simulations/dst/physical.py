@@ -20,18 +20,17 @@ from pathlib import Path
 
 from mafka4.errors import CorruptRecord, MafkaError, NotLeader
 from mafka4.limits import Acks
-from mafka4.physical.checkpoint import read_checkpoint, write_checkpoint
-from mafka4.physical.epochs import EpochHistory
+from mafka4.physical.checkpoint import write_checkpoint
 from mafka4.physical.log import Log
-from mafka4.physical.producer_state import ProducerStateTable
+from mafka4.physical.recovery import (
+    EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT, recovered_epochs, recovered_high_watermark, recovered_producers,
+)
 from mafka4.physical.replica import ReplicaState, Role
 from mafka4.records import NO_PRODUCER_ID, check_single_batch, stamp
 from simulations.dst import messages as m
 from simulations.dst.coordinator import NAME as COORDINATOR
 from simulations.dst.env import Env
 
-EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
-HIGH_WATERMARK_CHECKPOINT = "high-watermark"
 HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS = 100
 
 
@@ -48,8 +47,8 @@ class SimReplica:
         self.log = Log.open(directory, options.log_config, env.now_ms)
         self.state: ReplicaState = options.replica_state_class(
             self.replica_id, f"t-{partition}", options.replica_config,
-            self.log.log_end_offset, self._recovered_high_watermark(),
-            self._recovered_epochs(), self._recovered_producers(),
+            self.log.log_end_offset, recovered_high_watermark(directory, self.log),
+            recovered_epochs(directory, self.log), recovered_producers(self.log, options.replica_config),
         )
         self._waiters: list[tuple[int, int, int, str, int]] = []  # (next offset, epoch, base offset, client, request)
         self._parked: list[tuple[int, str, m.Produce]] = []  # (deadline, client, request): the sequence gate
@@ -59,29 +58,7 @@ class SimReplica:
         self._saved_high_watermark = -1
         self._next_checkpoint_ms = env.now_ms
 
-    # --- recovery (actor.py's _recovered_*) --------------------------------------------
-
-    def _recovered_epochs(self) -> EpochHistory:
-        text = read_checkpoint(self.directory / EPOCH_CHECKPOINT)
-        epochs = EpochHistory.from_text(text) if text else EpochHistory()
-        epochs.truncate_from(self.log.log_end_offset)
-        if text is None:
-            for header in self.log.batch_headers(self.log.log_start_offset):
-                if header.leader_epoch > epochs.latest_epoch:
-                    epochs.assign(header.leader_epoch, header.base_offset)
-        return epochs
-
-    def _recovered_high_watermark(self) -> int:
-        text = read_checkpoint(self.directory / HIGH_WATERMARK_CHECKPOINT)
-        saved = int(text) if text and text.strip().isdigit() else 0
-        return max(self.log.log_start_offset, min(saved, self.log.log_end_offset))
-
-    def _recovered_producers(self) -> ProducerStateTable:
-        config = self.env.options.replica_config
-        producers = ProducerStateTable(config.producer_batches_remembered, config.producer_ids_max)
-        for header in self.log.batch_headers(self.log.log_start_offset):
-            producers.record(header)
-        return producers
+    # --- checkpoints (restarts read them: physical.recovery) ----------------------------
 
     def _save_epochs(self) -> None:
         write_checkpoint(self.directory / EPOCH_CHECKPOINT, self.state.epochs.to_text())

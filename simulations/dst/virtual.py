@@ -24,9 +24,11 @@ from pathlib import Path
 
 from mafka4.errors import MafkaError, NotLeader, ReadReplicaNotInSync, StaleEpoch
 from mafka4.limits import LogConfig
-from mafka4.physical.checkpoint import read_checkpoint, write_checkpoint
-from mafka4.physical.epochs import EpochHistory
+from mafka4.physical.checkpoint import write_checkpoint
 from mafka4.physical.log import Log
+from mafka4.physical.recovery import (
+    EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT, recovered_epochs, recovered_high_watermark,
+)
 from mafka4.records import decode_batches, stamp
 from mafka4.risr.state import RisrState
 from mafka4.virtual.divergence import divergence, truncation_offset
@@ -35,8 +37,6 @@ from simulations.dst import messages as m
 from simulations.dst.coordinator import NAME as COORDINATOR
 from simulations.dst.env import Env
 
-EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
-HIGH_WATERMARK_CHECKPOINT = "high-watermark"
 VP_FETCH_BYTES_MAX = 4096
 VP_LOG_CONFIG = LogConfig(segment_bytes_max=4096, retention_ms=None, flush_interval_ms=None,
                           flush_interval_messages=1, index_interval_bytes=256)
@@ -50,8 +50,8 @@ class VpReplica:
         self.replica_id = node.name
         self.directory = directory
         self.log = Log.open(directory, VP_LOG_CONFIG, env.now_ms)
-        self.epochs = self._recovered_epochs()
-        self.high_watermark = self._recovered_high_watermark()  # a follower's; the leader's is in risr
+        self.epochs = recovered_epochs(self.directory, self.log)
+        self.high_watermark = recovered_high_watermark(self.directory, self.log)  # a follower's; the leader's is in risr
         self.role = "none"
         self.leader_epoch = -1
         self.leader_id: str | None = None
@@ -66,22 +66,7 @@ class VpReplica:
         self._risr_dirty = False
         self._saved_high_watermark = -1
 
-    # --- recovery (the actor's _recovered_*) ---------------------------------------------
-
-    def _recovered_epochs(self) -> EpochHistory:
-        text = read_checkpoint(self.directory / EPOCH_CHECKPOINT)
-        epochs = EpochHistory.from_text(text) if text else EpochHistory()
-        epochs.truncate_from(self.log.log_end_offset)
-        if text is None:
-            for header in self.log.batch_headers(self.log.log_start_offset):
-                if header.leader_epoch > epochs.latest_epoch:
-                    epochs.assign(header.leader_epoch, header.base_offset)
-        return epochs
-
-    def _recovered_high_watermark(self) -> int:
-        text = read_checkpoint(self.directory / HIGH_WATERMARK_CHECKPOINT)
-        saved = int(text) if text and text.strip().isdigit() else 0
-        return max(self.log.log_start_offset, min(saved, self.log.log_end_offset))
+    # --- checkpoints (restarts read them: physical.recovery) ------------------------------
 
     def _save_epochs(self) -> None:
         write_checkpoint(self.directory / EPOCH_CHECKPOINT, self.epochs.to_text())
