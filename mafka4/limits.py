@@ -460,32 +460,29 @@ FEED_RECORDS_MAX = 100_000
 
 @dataclass(frozen=True, slots=True)
 class FeederConfig:
-    """Bounds of one feeder (``mafka4.virtual.feeder``), the reader that splits a physical partition into VPs."""
+    """Bounds of one feed stream (``mafka4.virtual.partition_feed``): a read node's reader of one
+    physical partition, which splits it into the VPs the node leads."""
 
     # One fetch of committed physical data returns at most this many bytes (at least one batch).
     fetch_bytes_max: int = 4 * MiB
-    # A fetch with nothing committed past the feeder's offset waits at most this long.
+    # A fetch with nothing committed past the stream's offset waits at most this long.
     fetch_wait_ms_max: int = 500
-    # Records of one VP are handed over in calls of at most this many records.
+    # Records of one VP are appended in batches of at most this many records.
     feed_records_max: int = 5000
-    # An idle feeder still reports its progress to every VP this often, so the VP leaders can
-    # tell an idle partition from a stalled feeder (RisrConfig.feed_lag_ms_max).
+    # An idle stream still reports its progress to every VP it feeds this often, so the VP
+    # leaders can tell an idle partition from a stalled stream (RisrConfig.feed_lag_ms_max).
     report_interval_ms: int = 1 * SECOND_MS
     # Physical and VP metadata (leaders, ISR, layout) are re-read from etcd at least this often.
     metadata_max_age_ms: int = 5 * SECOND_MS
-    # A fetch or VP call not answered this fast counts as failed; the feeder backs off and
-    # resumes from the VPs' recorded progress.
+    # A fetch not answered this fast counts as failed; the stream backs off and resumes from the
+    # VPs' recorded progress.
     call_timeout_ms: int = 30 * SECOND_MS
-    # Pause after a failed round before the feeder resumes.
+    # Pause after a failed round before the stream resumes.
     retry_backoff_ms: int = 200
-    # A feeder held for a reshard (it stopped at a round's end so the cut can be taken there) that
-    # is not released within this long cancels the hold itself, fenced in etcd so that the
-    # reshard then fails instead of using a cut the feeder passed; it then goes on feeding.
+    # A stream held for a reshard that is not released within this long cancels the hold itself,
+    # fenced in etcd so that the reshard then fails instead of using a cut the stream passed; it
+    # then goes on feeding.
     hold_ms_max: int = 30 * SECOND_MS
-    # A feeder holds its liveness key (keys.feeder_liveness) under a lease of this TTL,
-    # refreshed every third of it: the controller learns of a dead feeder at most this
-    # long after it died, and then restarts it.
-    lease_ttl_s: int = 5
 
     def __post_init__(self) -> None:
         _check_range(self, "fetch_bytes_max", 1 * KiB, 256 * MiB)
@@ -496,4 +493,43 @@ class FeederConfig:
         _check_range(self, "call_timeout_ms", self.fetch_wait_ms_max + 1)
         _check_range(self, "retry_backoff_ms", 0, 60 * SECOND_MS)
         _check_range(self, "hold_ms_max", 1, 600 * SECOND_MS)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadNodeConfig:
+    """Bounds of one read node (``mafka4.virtual.read_node``): the actor that hosts VP replicas."""
+
+    # One replication fetch between two read nodes (every VP the pair shares) returns at most
+    # this many bytes, and at most replica_vp_fetch_bytes_max of them for one VP.
+    replica_fetch_bytes_max: int = 8 * MiB
+    replica_vp_fetch_bytes_max: int = 1 * MiB
+    # A replication fetch with nothing new for any of its VPs waits at most this long.
+    replica_fetch_wait_ms_max: int = 500
+    # After a failed replication fetch (the leader's node dead or restarting) the follower
+    # node waits this long before it asks again.
+    replica_fetch_backoff_ms: int = 100
+    # A call to another read node not answered this fast counts as failed.
+    call_timeout_ms: int = 30 * SECOND_MS
+    # Every VP replica flushes by its log's policy and checkpoints its HW this often.
+    housekeeping_interval_ms: int = 1 * SECOND_MS
+    # Log retention of the VP replicas runs this often.
+    retention_check_interval_ms: int = 60 * SECOND_MS
+    # Where each feed stream stands is written to etcd (keys.feed_position) this often, for
+    # physical retention, which keeps what no read node has fed yet.
+    feed_position_interval_ms: int = 5 * SECOND_MS
+    # The node holds its liveness key (keys.read_node_liveness) under a lease of this TTL,
+    # refreshed every third of it: the controller learns of a dead read node at most this long
+    # after it died, then restarts it and fails its VPs over.
+    lease_ttl_s: int = 5
+    feeder: FeederConfig = FeederConfig()
+
+    def __post_init__(self) -> None:
+        _check_range(self, "replica_fetch_bytes_max", 1 * KiB, 256 * MiB)
+        _check_range(self, "replica_vp_fetch_bytes_max", 1 * KiB, self.replica_fetch_bytes_max)
+        _check_range(self, "replica_fetch_wait_ms_max", 0, 60 * SECOND_MS)
+        _check_range(self, "replica_fetch_backoff_ms", 0, 60 * SECOND_MS)
+        _check_range(self, "call_timeout_ms", self.replica_fetch_wait_ms_max + 1)
+        _check_range(self, "housekeeping_interval_ms", 10, 60 * SECOND_MS)
+        _check_range(self, "retention_check_interval_ms", 1 * SECOND_MS)
+        _check_range(self, "feed_position_interval_ms", 100, 600 * SECOND_MS)
         _check_range(self, "lease_ttl_s", 2, 600)

@@ -116,8 +116,48 @@ def reshard_lock(cluster: str, name: str) -> str:
     return f"{topic(cluster, name)}/reshard_lock"
 
 
-def feeder_hold(cluster: str, name: str, partition: int) -> str:
-    return f"{topic(cluster, name)}/holds/{partition}"
+def feeder_holds_prefix(cluster: str, name: str, partition: int) -> str:
+    return f"{topic(cluster, name)}/holds/{partition}/"
+
+
+def feeder_hold(cluster: str, name: str, partition: int, node_id: str) -> str:
+    return f"{feeder_holds_prefix(cluster, name, partition)}{node_id}"
+
+
+def feeder_holds_of_topic(cluster: str, name: str) -> str:
+    return f"{topic(cluster, name)}/holds/"
+
+
+def read_nodes_prefix(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/read_nodes/"
+
+
+def read_node_liveness(cluster: str, node_id: str) -> str:
+    return f"{read_nodes_prefix(cluster)}{node_id}"
+
+
+def parse_read_node_liveness(cluster: str, key: str) -> str | None:
+    """The node id of a read node's liveness key, else None."""
+    prefix = read_nodes_prefix(cluster)
+    if not key.startswith(prefix) or "/" in key[len(prefix):] or len(key) == len(prefix):
+        return None
+    return key[len(prefix):]
+
+
+def intents_prefix(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/intents/"
+
+
+def intent(cluster: str, intent_id: str) -> str:
+    return f"{intents_prefix(cluster)}{intent_id}"
+
+
+def intent_results_prefix(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/intent_results/"
+
+
+def intent_result(cluster: str, intent_id: str) -> str:
+    return f"{intent_results_prefix(cluster)}{intent_id}"
 
 
 def read_replicas_prefix(cluster: str) -> str:

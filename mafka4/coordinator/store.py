@@ -217,6 +217,11 @@ class MetadataStore:
             pass
 
     @_etcd_call
+    def delete_prefix(self, prefix: str) -> None:
+        """Delete every key under ``prefix``."""
+        self._client.delete_prefix(prefix)
+
+    @_etcd_call
     def delete_keys_and_prefixes(self, keys: Iterable[str], prefixes: Iterable[str]) -> bool:
         """Delete keys and whole prefixes in one transaction; False if the first key was absent."""
         keys = list(keys)

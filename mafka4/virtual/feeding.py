@@ -17,8 +17,9 @@ whose last applied offset is ``a`` holds every one of its records of ``p`` up to
 receives records of ``p`` only from ``[first, end)`` (``TopicLayout.source_bounds``: its
 opening cut, its closing cut or open), so it holds all of its records below
 ``max(a + 1, first)``, and a closed VP with ``max(a + 1, first) >= end`` holds all of them.
-The feeder resumes at the minimum of ``max(a + 1, first)`` over the served VPs not known to
-be complete: every record below it is in its VP, so it skips nothing -- a child of a split
+The feeder resumes at the minimum of ``max(a + 1, first)`` over the VPs it serves that are not
+known to be complete (a read node's stream serves the VPs that node leads; with none left to
+feed there is no resume point): every record below it is in its VP, so it skips nothing -- a child of a split
 does not pull the feeder back to offset 0, and a closed parent is refed only what it may
 lack. It re-sends what some VPs already hold; their ``FeedProgress`` drops it, so nothing
 is applied twice. The same rule applies after any failed round and after a VP leader
@@ -75,9 +76,12 @@ def served_vps(layout: TopicLayout, sealed: Iterable[int]) -> tuple[int, ...]:
     return tuple(sorted(set(layout.current.ranges.vp_ids) | (closed - sealed)))
 
 
-def resume_point(layout: TopicLayout, partition: int, last_applied: Mapping[int, int]) -> ResumePoint:
-    """Where the feeder of ``partition`` resumes, from each served VP's last applied offset of it."""
-    assert set(layout.current.ranges.vp_ids) <= set(last_applied), "every active VP reports its progress"
+def resume_point(layout: TopicLayout, partition: int, last_applied: Mapping[int, int]) -> ResumePoint | None:
+    """Where a stream of ``partition`` resumes, from each VP it serves and that VP's last applied offset of it.
+
+    The VPs may be any of ``served_vps`` (a read node serves the ones it leads). None when
+    every one of them is closed and holds all its records of the partition: nothing to feed.
+    """
     assert all(offset >= NOTHING_APPLIED for offset in last_applied.values()), last_applied
     starts = []
     for vp, offset in last_applied.items():
@@ -85,7 +89,9 @@ def resume_point(layout: TopicLayout, partition: int, last_applied: Mapping[int,
         start = max(offset + 1, first)
         if end is None or start < end:  # a VP not known to hold all its records of the partition
             starts.append(start)
-    next_offset = min(starts)  # an active VP is never complete, so there is one
+    if not starts:
+        return None
+    next_offset = min(starts)
     return ResumePoint(next_offset, max([next_offset] + [offset + 1 for offset in last_applied.values()]))
 
 

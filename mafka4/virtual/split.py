@@ -14,6 +14,15 @@ one more header appended last::
 so a VP log uses the physical batch format unchanged, and its source survives any crash.
 ``source_of`` reads it; ``strip_source`` gives the consumer the producer's record.
 
+Loss markers. When physical retention deleted records before a read node fed them (past the
+bound ``unfed_hold_ms_max``), the feed stream appends a *loss marker* to each VP that lacked
+records there: a record with no key and no value whose first header is::
+
+    ("mafka4.lost", 20 bytes)  int32 physical partition, int64 first lost offset, int64 end (exclusive)
+
+and whose source is the last lost offset, so ``FeedProgress`` moves past the gap. Consumers
+raise ``RecordsLost`` when they reach it (``lost_range_of``), in order with the records around it.
+
 Idempotent feeding. ``FeedProgress`` is one VP's "last source offset applied per physical
 partition". The feeder gives each VP the records of one partition in ascending offset order,
 so a record at or below the last applied offset of its partition is already in the VP log:
@@ -39,6 +48,8 @@ from mafka4.virtual.reshard import TopicLayout
 
 SOURCE_HEADER = "mafka4.src"
 _SOURCE = struct.Struct(">iq")
+LOST_HEADER = "mafka4.lost"
+_LOST = struct.Struct(">iqq")
 NOTHING_APPLIED = -1
 
 
@@ -75,6 +86,21 @@ def strip_source(record: Record) -> Record:
     """The producer's record as a consumer sees it (VP offset, no source header)."""
     source_of(record)
     return Record(record.offset, record.timestamp_ms, record.key, record.value, record.headers[:-1])
+
+
+def lost_marker(partition: int, first_offset: int, end_offset: int, timestamp_ms: int) -> SourcedRecord:
+    """The loss marker for physical offsets ``[first_offset, end_offset)`` of ``partition`` (see the module doc)."""
+    assert 0 <= first_offset < end_offset, (first_offset, end_offset)
+    return SourcedRecord(partition, end_offset - 1, 0, timestamp_ms, None, b"",
+                         ((LOST_HEADER, _LOST.pack(partition, first_offset, end_offset)),))
+
+
+def lost_range_of(record: Record) -> tuple[int, int, int] | None:
+    """``(partition, first lost offset, end)`` if ``record`` (read from a VP log) is a loss marker."""
+    if record.headers and record.headers[0][0] == LOST_HEADER:
+        partition, first_offset, end_offset = _LOST.unpack(record.headers[0][1])
+        return partition, first_offset, end_offset
+    return None
 
 
 def split_records(

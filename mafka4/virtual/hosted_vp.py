@@ -1,0 +1,224 @@
+"""``HostedVp``: one virtual-partition (VP) replica inside a read node -- a log, not a process.
+
+The shell around ``VpReplicaCore``: it owns the VP's segmented ``Log`` (the write path's format,
+one directory per VP replica), its checkpoints and its fault gate, feeds the core what happens
+to the log and carries out the core's ``Ready``: the log-local parts itself (truncation, the
+leader-epoch checkpoint) and the rest through the ``notify`` callback its ``ReadNode`` gives it
+(record a RISR change in etcd, wake long-polling fetches). Every method is synchronous and
+runs on the read node's event loop; none does network I/O, so a feed stream can hand records
+to hundreds of VPs in one pass without a single remote call.
+
+Files in the VP's directory besides the log: ``leader-epoch-checkpoint`` and ``high-watermark``
+(``physical.recovery``), both rewritten atomically; the HW checkpoint is written by
+``housekeep`` at most once a second, so a restarted replica may recover an older HW (never a
+newer one than its log).
+
+Recovery. The log recovers as on the write path; the leader-epoch history comes from its
+checkpoint (or the batch headers), the HW from its checkpoint, and the feed progress is
+rebuilt from the log's records (``FeedProgress.rebuild``) whenever the replica takes
+leadership, so it is exactly what the log holds. Caveat: the rebuild reads the whole log, and
+a partition whose last records of this VP were all deleted by retention would be re-fed from
+that partition's oldest undeleted offset; VP retention must not be shorter than the physical
+partitions'.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from mafka4.errors import MessageTooLarge
+from mafka4.faults import FaultGate
+from mafka4.limits import FEED_RECORDS_MAX, LogConfig
+from mafka4.physical.checkpoint import write_checkpoint
+from mafka4.physical.log import Log
+from mafka4.physical.recovery import (
+    EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT, recovered_epochs, recovered_high_watermark,
+)
+from mafka4.records import Record, decode_batches, stamp
+from mafka4.risr.state import RisrConfig
+from mafka4.virtual.replica_core import FetchPosition, Ready, ReplicaAnswer, VpReplicaCore
+from mafka4.virtual.split import FeedProgress, SourcedRecord, encode_vp_batch
+
+logger = logging.getLogger(__name__)
+
+# Reading the log back (progress rebuild) in chunks of this many bytes.
+REBUILD_READ_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class VpId:
+    """A VP of one topic: the key under which a read node hosts it."""
+
+    topic: str
+    vp: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}/v{self.vp}"
+
+
+@dataclass(frozen=True, slots=True)
+class VpRead:
+    """Whole batches for a consumer, with the offsets it needs to go on."""
+
+    data: bytes
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+def vp_directory(data_root: str | Path, node_id: str, vp_id: VpId) -> Path:
+    return Path(data_root) / node_id / f"{vp_id.topic}-v{vp_id.vp}"
+
+
+class HostedVp:
+    """One VP replica of a read node; see the module docstring."""
+
+    def __init__(self, vp_id: VpId, node_id: str, directory: Path, log_config: LogConfig, risr_config: RisrConfig,
+                 now_ms: int, notify: Callable[["HostedVp", Ready], None]):
+        self.vp_id = vp_id
+        self.directory = directory
+        self.fault = FaultGate()
+        self._notify = notify
+        self._log = Log.open(directory, log_config, now_ms)
+        epochs = recovered_epochs(directory, self._log)
+        self.core = VpReplicaCore(str(vp_id), node_id, risr_config, epochs, self._log.log_start_offset,
+                                  self._log.log_end_offset, recovered_high_watermark(directory, self._log))
+        self._saved_high_watermark = -1
+        self.closed = False
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log.log_end_offset
+
+    def _execute(self, ready: Ready) -> None:
+        if ready.truncate_to is not None:
+            logger.warning("%s: %s truncates from %d to %d", self.vp_id, self.core.replica_id,
+                           self._log.log_end_offset, ready.truncate_to)
+            self._log.truncate_to(ready.truncate_to)
+        if ready.save_epochs:
+            write_checkpoint(self.directory / EPOCH_CHECKPOINT, self.core.epochs.to_text())
+        if ready.write_risr is not None or ready.wake:
+            self._notify(self, ready)
+
+    # --- roles ---------------------------------------------------------------------------
+
+    def become_leader(self, leader_epoch: int, replicas: Sequence[str], risr: Sequence[str], now_ms: int) -> None:
+        core = self.core
+        if core.is_leader and core.leader_epoch == leader_epoch:
+            return  # a repeated notice: do not read the log again
+        progress = FeedProgress.rebuild(self._records())
+        self._execute(core.become_leader(leader_epoch, replicas, risr, progress, now_ms))
+        logger.warning("%s: %s leads at epoch %d, RISR %s", self.vp_id, core.replica_id, leader_epoch, sorted(core.risr))
+
+    def become_follower(self, leader_epoch: int, leader_id: str) -> None:
+        self._execute(self.core.become_follower(leader_epoch, leader_id))
+
+    def _records(self) -> Iterator[Record]:
+        """Every record of the log, in offset order, read in bounded chunks."""
+        offset, end = self._log.log_start_offset, self._log.log_end_offset
+        while offset < end:
+            records = decode_batches(self._log.read(offset, REBUILD_READ_BYTES))
+            assert records, f"{self.vp_id}: no whole batch readable at {offset}"
+            yield from records
+            offset = records[-1].offset + 1
+
+    # --- leader: feeding ----------------------------------------------------------------
+
+    def feed(self, leader_epoch: int, records: Sequence[SourcedRecord], now_ms: int) -> int:
+        """Append the records of one partition (ascending offsets) this log lacks; how many it appended."""
+        if len(records) > FEED_RECORDS_MAX:
+            raise MessageTooLarge(f"{self.vp_id}: a feed call of {len(records)} records, more than "
+                                  f"FEED_RECORDS_MAX={FEED_RECORDS_MAX}")
+        fresh = self.core.plan_feed(leader_epoch, records)
+        if fresh:
+            batch = bytearray(encode_vp_batch(fresh))
+            stamp(batch, self._log.log_end_offset, leader_epoch)
+            self._log.append(batch, now_ms)
+            self._execute(self.core.leader_appended(fresh, self._log.log_end_offset))
+        return len(fresh)
+
+    # --- leader: followers --------------------------------------------------------------
+
+    def answer_follower(self, follower_id: str, position: FetchPosition, now_ms: int) -> ReplicaAnswer:
+        """Report one follower's fetch to the core; the answer (the data comes from ``read_for_follower``)."""
+        answer, ready = self.core.replica_fetch(follower_id, position.leader_epoch, position.fetch_offset,
+                                                position.last_fetched_epoch, now_ms)
+        self._execute(ready)
+        return answer
+
+    def read_for_follower(self, offset: int | None, bytes_max: int) -> bytes:
+        if offset is None or offset >= self._log.log_end_offset:
+            return b""
+        return self._log.read(offset, bytes_max)
+
+    def tick(self, now_ms: int) -> None:
+        self._execute(self.core.tick(now_ms))
+
+    def risr_written(self, risr: Sequence[str], leader_epoch: int) -> None:
+        self._execute(self.core.risr_written(risr, leader_epoch))
+
+    # --- follower -----------------------------------------------------------------------
+
+    def apply_answer(self, answer: ReplicaAnswer, data: bytes, now_ms: int) -> None:
+        """The leader's answer to this follower's fetch: truncate, or append and take its HW."""
+        core = self.core
+        if answer.diverging is not None:
+            self._execute(core.truncate(answer.diverging))
+            return
+        ready = Ready()
+        if data:
+            ready = core.follower_appended(self._log.append_batches(data, now_ms))
+        self._execute(ready | core.leader_progress(answer.high_watermark, answer.serving, now_ms))
+
+    # --- consumers ----------------------------------------------------------------------
+
+    def read(self, offset: int, bytes_max: int, now_ms: int) -> VpRead:
+        """Whole batches from ``offset`` below the HW, from a replica that may serve reads."""
+        self.core.check_serving(now_ms)
+        high_watermark = self.core.high_watermark
+        data = self._log.read(offset, bytes_max, end_offset=high_watermark) if offset < high_watermark else b""
+        return VpRead(data, high_watermark, self._log.log_start_offset, self._log.log_end_offset)
+
+    def readable(self, offset: int, now_ms: int) -> bool:
+        """True if a read from ``offset`` would return data now (or fail at once)."""
+        return offset < self.core.high_watermark or not self.core.serving(now_ms)
+
+    def list_offsets(self, now_ms: int) -> tuple[int, int]:
+        """(log start offset, HW): the readable range."""
+        self.core.check_serving(now_ms)
+        return self._log.log_start_offset, self.core.high_watermark
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
+        offset = self._log.offset_for_timestamp(timestamp_ms)
+        return None if offset is None or offset >= self.core.high_watermark else offset
+
+    # --- housekeeping -------------------------------------------------------------------
+
+    def housekeep(self, now_ms: int, retention_due: bool) -> None:
+        """Flush by the log's policy, checkpoint a changed HW, apply retention when due."""
+        self._log.maybe_flush(now_ms)
+        high_watermark = self.core.high_watermark
+        if high_watermark != self._saved_high_watermark:
+            write_checkpoint(self.directory / HIGH_WATERMARK_CHECKPOINT, str(high_watermark))
+            self._saved_high_watermark = high_watermark
+        if retention_due and self._log.apply_retention(now_ms):
+            self.core.log_start_moved(self._log.log_start_offset)
+
+    def describe(self, now_ms: int) -> dict:
+        return {**self.core.describe(now_ms), "log_start_offset": self._log.log_start_offset,
+                "fault": {"delay_ms": self.fault.fault.delay_ms, "paused": self.fault.fault.paused}}
+
+    def close(self, delete_data: bool = False) -> None:
+        if not self.closed:
+            self.closed = True
+            self._log.close()
+        if delete_data:
+            shutil.rmtree(self.directory, ignore_errors=True)

@@ -1,0 +1,623 @@
+"""``ReadNode``: the one Ray actor of a read node; it hosts any number of VP replicas as logs.
+
+A virtual partition costs a log, not a process (DESIGN.md section 6): the controller starts one
+``ReadNode`` per registered read node (``virtual.launcher``) and tells it which VP replicas to
+host and in which role (``host``); creating, splitting or merging VPs opens logs inside running
+nodes. Everything of one node runs on its event loop:
+
+* **VP replicas** (``HostedVp``: a segmented log, checkpoints and the pure ``VpReplicaCore``),
+  keyed by ``VpId``. A role notice for an older epoch is refused per VP (``StaleEpoch``); a
+  repeated notice is a no-op, so the controller may announce roles as often as it likes.
+* **Feeding** (``PartitionFeed``): per (topic, physical partition) one stream for the VP leaders
+  this node hosts, created with the topic's first local leader and stopped when the node
+  leads none. The streams of one topic share a ``TopicView`` of its metadata.
+* **Replication** (``ReplicaFetcher``): per node this node follows, one stream for every VP the
+  pair shares; the other direction is ``replica_fetch``.
+* **Consumers** call ``fetch`` once per read node for every VP they read there (long poll until
+  any has data), and ``list_offsets`` / ``offsets_for_time`` the same way.
+* **Reshards** hold and release the topic's streams on the nodes leading a parent (``hold``,
+  ``release``; the protocol is ``partition_feed``'s and ``virtual.resharding``'s).
+* **Sealing.** A closed VP led here is sealed once every partition's stream fed it past its
+  closing cut and its RISR holds all of it (``TopicLayout.is_sealed``, HW == log end): the node
+  records its sealed end offset in etcd itself, so its children become readable at once.
+* **Housekeeping**: flush by policy and checkpoint HWs every ``housekeeping_interval_ms``,
+  retention every ``retention_check_interval_ms``, RISR ticks, feed positions
+  (``keys.feed_position``) every ``feed_position_interval_ms``, and RISR changes written to
+  etcd by compare-and-swap (one write in flight per VP), only while the VP key names this node as
+  leader of that epoch, before the core may count them.
+* **Liveness**: ``keys.read_node_liveness`` under the node's own lease. The controller restarts a
+  node whose key is gone and whose actor does not answer a ping; its VPs come back with no role
+  and are announced again (a restarted leader leads only a new epoch: ``virtual.failover``).
+
+No per-VP task or timer exists: an idle VP costs its open files and a few objects, and every
+periodic pass walks the hosted VPs once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import ray
+
+from mafka4.coordinator import keys
+from mafka4.coordinator.store import MetadataStore
+from mafka4.errors import (
+    CoordinatorUnavailable, InvalidConfig, MafkaError, StaleEpoch, UnknownTopic, UnknownVirtualPartition,
+)
+from mafka4.limits import ReadNodeConfig, TopicConfig
+from mafka4.physical.actor import replica_actor_name
+from mafka4.risr.state import RisrConfig
+from mafka4.virtual.hosted_vp import HostedVp, VpId, VpRead, vp_directory
+from mafka4.virtual.metadata import VirtualPartitionState, VirtualStore
+from mafka4.virtual.partition_feed import PartitionFeed
+from mafka4.virtual.read_loss import LostRange, ReadLoss
+from mafka4.virtual.replica_core import Ready, VpRole
+from mafka4.virtual.replication import FollowerAnswer, FollowerFetch, ReplicaFetcher, answer_followers
+from mafka4.virtual.reshard import SplitEpoch
+from mafka4.virtual.topic_view import TopicView
+
+logger = logging.getLogger(__name__)
+
+NAMESPACE = "mafka4"
+# Leaders tick their RISR (followers that stopped catching up) and check closed VPs for sealing this often.
+LEADER_TICK_INTERVAL_S = 0.25
+RISR_WRITE_BACKOFF_S = 0.5
+
+
+def read_node_actor_name(cluster: str, node_id: str) -> str:
+    return f"{cluster}/read_node/{node_id}"
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class ReadNodeSpec:
+    cluster: str
+    node_id: str
+    data_root: str
+    etcd_endpoint: str
+    config: ReadNodeConfig = ReadNodeConfig()
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRead:
+    """One VP of a consumer's fetch: where it reads from."""
+
+    vp_id: VpId
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerAnswer:
+    read: VpRead | None
+    error: MafkaError | None = None
+
+
+@dataclass(slots=True)
+class _Topic:
+    """What the node holds of one topic."""
+
+    config: TopicConfig
+    view: TopicView
+    feeds: dict[int, PartitionFeed]
+
+
+@ray.remote(num_cpus=0)
+class ReadNode:
+    def __init__(self, spec: ReadNodeSpec):
+        self._spec = spec
+        self._config = spec.config
+        self._hosted: dict[VpId, HostedVp] = {}
+        self._topics: dict[str, _Topic] = {}
+        self._fetchers: dict[str, ReplicaFetcher] = {}  # leader node id -> stream
+        self._handles: dict[str, object] = {}  # actor name -> handle
+        self._changed = asyncio.Event()
+        self._risr_dirty: set[VpId] = set()
+        self._risr_tasks: dict[VpId, asyncio.Task] = {}
+        self._sealing: dict[VpId, asyncio.Task] = {}
+        self._positions_written: dict[tuple[str, int], int] = {}
+        self._losses: dict[tuple[str, int], asyncio.Task] = {}
+        self._store: MetadataStore | None = None
+        self._lease = None
+        self._tasks: list[asyncio.Task] = []
+        self._closed = False
+        self._started_ms = _now_ms()
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> dict:
+        """Register the liveness key and start the periodic work (idempotent)."""
+        if not self._tasks:
+            await self._refresh_liveness()
+            loop = asyncio.get_running_loop()
+            self._tasks = [loop.create_task(self._keep_alive()), loop.create_task(self._housekeeping()),
+                           loop.create_task(self._leader_ticks()), loop.create_task(self._report_positions())]
+        return {"node_id": self._spec.node_id, "pid": os.getpid()}
+
+    async def ping(self) -> str:
+        return self._spec.node_id
+
+    async def close(self, delete_data: bool = False) -> None:
+        """Stop every stream, close every log (deleting them if asked) and revoke the liveness lease."""
+        self._closed = True
+        for task in self._tasks + list(self._risr_tasks.values()) + list(self._sealing.values()):
+            task.cancel()
+        for topic in list(self._topics.values()):
+            for feed in topic.feeds.values():
+                feed.close()
+        for fetcher in self._fetchers.values():
+            fetcher.close()
+        for hosted in self._hosted.values():
+            hosted.close(delete_data)
+        if self._store is not None:
+            if self._lease is not None:
+                try:
+                    self._store.revoke_lease(self._lease)
+                except CoordinatorUnavailable:
+                    pass  # the lease expires by itself
+            self._store.close()
+
+    # --- hosting (the controller's calls) ----------------------------------------------
+
+    async def host(self, topic: str, config: TopicConfig, states: Sequence[VirtualPartitionState]) -> dict[int, str]:
+        """Host the VP replicas of ``states`` on this node, each in the role its state gives.
+
+        Opens the log of a VP not hosted yet (from what this node's disk holds), then makes it
+        leader or follower of its epoch. Returns the VPs refused and why (e.g. a notice of an
+        older epoch than the replica knows); raises ``UnknownTopic`` for a topic etcd does not
+        hold and ``UnknownVirtualPartition`` for a VP its layout does not have.
+        """
+        node_id = self._spec.node_id
+        if any(node_id not in state.replicas for state in states):
+            raise InvalidConfig(f"read node {node_id} was asked to host {topic} VPs "
+                                f"{[s.vp for s in states if node_id not in s.replicas]} it is no replica of")
+        entry = await self._topic(topic, config)
+        layout = entry.view.layout
+        unknown = [state.vp for state in states if not layout.exists(state.vp) and state.vp not in entry.view.states]
+        if unknown:
+            await entry.view.refresh()  # a child stored after the view's last read
+            unknown = [vp for vp in unknown if not entry.view.layout.exists(vp)]
+        if unknown:
+            raise UnknownVirtualPartition(f"topic {topic!r} has no virtual partitions {unknown} in etcd")
+        refused: dict[int, str] = {}
+        now_ms = _now_ms()
+        for index, state in enumerate(states):
+            vp_id = VpId(topic, state.vp)
+            try:
+                hosted = self._open(vp_id, config, now_ms)
+                if state.leader == node_id:
+                    hosted.become_leader(state.leader_epoch, state.replicas, state.risr, now_ms)
+                else:
+                    hosted.become_follower(state.leader_epoch, state.leader)
+            except StaleEpoch as error:
+                refused[state.vp] = str(error)
+            if index % 64 == 63:
+                await asyncio.sleep(0)  # hosting many VPs: let fetches in between
+        self._roles_changed(topic)
+        return refused
+
+    def _open(self, vp_id: VpId, config: TopicConfig, now_ms: int) -> HostedVp:
+        hosted = self._hosted.get(vp_id)
+        if hosted is None:
+            directory = vp_directory(self._spec.data_root, self._spec.node_id, vp_id)
+            risr_config = RisrConfig(read_replica_lag_ms_max=config.read_replica_lag_ms_max)
+            hosted = HostedVp(vp_id, self._spec.node_id, directory, config.log_config(), risr_config, now_ms,
+                              self._on_ready)
+            self._hosted[vp_id] = hosted
+        return hosted
+
+    async def _topic(self, topic: str, config: TopicConfig) -> _Topic:
+        entry = self._topics.get(topic)
+        if entry is None:
+            view = TopicView(self._spec.cluster, topic, config, self._metadata_store,
+                             self._config.feeder.metadata_max_age_ms)
+            await view.refresh()  # UnknownTopic for a deleted topic: nothing is opened
+            entry = self._topics.setdefault(topic, _Topic(config, view, {}))
+        return entry
+
+    async def roles(self, topic: str) -> dict[int, tuple[str, int]]:
+        """Per hosted VP of ``topic``: (role, leader epoch)."""
+        return {vp_id.vp: (hosted.core.role.value, hosted.core.leader_epoch)
+                for vp_id, hosted in self._hosted.items() if vp_id.topic == topic}
+
+    async def drop(self, topic: str, vps: Sequence[int] | None = None, delete_data: bool = False) -> list[int]:
+        """Stop hosting VPs of ``topic`` (all of them if ``vps`` is None); the VPs dropped."""
+        dropped = [vp_id for vp_id in self._hosted if vp_id.topic == topic and (vps is None or vp_id.vp in vps)]
+        for vp_id in dropped:
+            self._hosted.pop(vp_id).close(delete_data)
+            self._risr_dirty.discard(vp_id)
+        if vps is None and topic in self._topics:
+            for feed in self._topics.pop(topic).feeds.values():
+                feed.close()
+        self._roles_changed(topic)
+        return [vp_id.vp for vp_id in dropped]
+
+    def _roles_changed(self, topic: str) -> None:
+        """Start or stop the topic's feeds and the replication streams to match the roles now."""
+        entry = self._topics.get(topic)
+        if entry is not None:
+            leads = any(vp_id.topic == topic and hosted.core.is_leader for vp_id, hosted in self._hosted.items())
+            if leads and not entry.feeds:
+                entry.feeds = {p: self._new_feed(entry, p) for p in range(entry.config.partitions)}
+                for feed in entry.feeds.values():
+                    feed.start()
+            elif not leads and entry.feeds:
+                for feed in entry.feeds.values():
+                    feed.close()
+                entry.feeds = {}
+            for feed in entry.feeds.values():
+                feed.wake()
+        leaders = {hosted.core.leader_id for hosted in self._hosted.values() if hosted.core.role is VpRole.FOLLOWER}
+        for leader in leaders - set(self._fetchers):
+            fetcher = ReplicaFetcher(self._spec.node_id, leader, lambda leader=leader: self._followers_of(leader),
+                                     lambda leader=leader: self._node_handle(leader),
+                                     lambda leader=leader: self._forget(read_node_actor_name(self._spec.cluster, leader)),
+                                     self._config)
+            self._fetchers[leader] = fetcher
+            fetcher.start()
+        for leader in set(self._fetchers) - leaders:
+            self._fetchers.pop(leader).close()
+        for fetcher in self._fetchers.values():
+            fetcher.wake()
+        self._wake()
+
+    def _new_feed(self, entry: _Topic, partition: int) -> PartitionFeed:
+        topic = entry.view.topic
+        return PartitionFeed(
+            entry.view, partition, self._spec.node_id, self._config.feeder,
+            leaders=lambda: self._leaders_of(topic),
+            physical=lambda replica_id: self._physical_handle(topic, partition, replica_id),
+            open_store=self._metadata_store,
+            record_loss=lambda lost: self._record_loss(topic, lost),
+            on_fed=self._check_seal,
+        )
+
+    def _leaders_of(self, topic: str) -> dict[int, HostedVp]:
+        return {vp_id.vp: hosted for vp_id, hosted in self._hosted.items()
+                if vp_id.topic == topic and hosted.core.is_leader}
+
+    def _followers_of(self, leader: str) -> list[HostedVp]:
+        return [hosted for hosted in self._hosted.values()
+                if hosted.core.role is VpRole.FOLLOWER and hosted.core.leader_id == leader]
+
+    # --- reshards -----------------------------------------------------------------------
+
+    async def hold(self, topic: str, token: str, parents: Sequence[int], wait_ms_max: int) -> dict[int, tuple[int, int]]:
+        """Hold back the records of ``parents`` in every stream of ``topic``; per partition (cut offered, hold key revision)."""
+        entry = self._topics.get(topic)
+        leaders = self._leaders_of(topic)
+        if entry is None or not entry.feeds or not set(parents) & set(leaders):
+            raise UnknownVirtualPartition(
+                f"read node {self._spec.node_id} leads none of {topic} VPs {list(parents)}: re-read the VP states and retry")
+        held = await asyncio.gather(*(feed.hold(token, frozenset(parents), wait_ms_max)
+                                      for feed in entry.feeds.values()))
+        return dict(zip(entry.feeds, held))
+
+    async def release(self, topic: str, token: str, epoch: SplitEpoch | None = None,
+                      children: Sequence[VirtualPartitionState] = ()) -> None:
+        """End reshard ``token``'s hold; with the stored ``epoch`` the streams adopt it at once."""
+        entry = self._topics.get(topic)
+        if entry is None:
+            return
+        stored = None if epoch is None else (epoch, tuple(children))
+        for feed in entry.feeds.values():
+            feed.release(token, stored)
+
+    # --- replication (other read nodes' calls) -------------------------------------------
+
+    async def replica_fetch(self, follower_id: str, fetches: Sequence[FollowerFetch],
+                            wait_ms_max: int) -> list[FollowerAnswer]:
+        """Answer one node-pair fetch; long poll while none of its VPs has news (see ``replication``)."""
+        deadline = time.monotonic() + wait_ms_max / 1000
+        answers = answer_followers(follower_id, fetches, self._hosted.get, self._config, _now_ms(), report=True)
+        while not any(answer.news_for(fetch) for answer, fetch in zip(answers, fetches)):
+            if not await self._wait_for_change(deadline):
+                break
+            answers = answer_followers(follower_id, fetches, self._hosted.get, self._config, _now_ms(), report=False)
+        return answers
+
+    # --- consumers ----------------------------------------------------------------------
+
+    async def fetch(self, reads: Sequence[ConsumerRead], bytes_max: int, wait_ms_max: int = 0) -> list[ConsumerAnswer]:
+        """Whole batches below the HW for every VP of ``reads``; long poll until one has data.
+
+        ``bytes_max`` bounds the whole answer (at least one batch of the first VP with data).
+        A VP this node does not host, or whose replica may not serve reads, answers an error.
+        """
+        delay_ms = max((h.fault.fault.delay_ms for h in (self._hosted.get(r.vp_id) for r in reads) if h), default=0)
+        if delay_ms:
+            await asyncio.sleep(delay_ms / 1000)
+        deadline = time.monotonic() + wait_ms_max / 1000
+        while True:
+            now_ms = _now_ms()
+            if any(self._readable(read, now_ms) for read in reads) or not await self._wait_for_change(deadline):
+                return self._read_all(reads, bytes_max, _now_ms())
+
+    def _readable(self, read: ConsumerRead, now_ms: int) -> bool:
+        hosted = self._hosted.get(read.vp_id)
+        return hosted is None or hosted.readable(read.offset, now_ms)
+
+    def _read_all(self, reads: Sequence[ConsumerRead], bytes_max: int, now_ms: int) -> list[ConsumerAnswer]:
+        answers, budget = [], bytes_max
+        for read in reads:
+            hosted = self._hosted.get(read.vp_id)
+            if hosted is None:
+                answers.append(ConsumerAnswer(None, self._not_hosted(read.vp_id)))
+                continue
+            try:
+                result = hosted.read(read.offset, budget, now_ms) if budget > 0 else hosted.read(read.offset, 0, now_ms)
+            except MafkaError as error:
+                answers.append(ConsumerAnswer(None, error))
+                continue
+            budget -= len(result.data)
+            answers.append(ConsumerAnswer(result))
+        return answers
+
+    async def list_offsets(self, vp_ids: Sequence[VpId]) -> list[tuple[int, int] | MafkaError]:
+        """Per VP: (log start offset, HW), or the error that keeps this replica from answering."""
+        now_ms = _now_ms()
+        answers: list[tuple[int, int] | MafkaError] = []
+        for vp_id in vp_ids:
+            hosted = self._hosted.get(vp_id)
+            try:
+                if hosted is None:
+                    raise self._not_hosted(vp_id)
+                answers.append(hosted.list_offsets(now_ms))
+            except MafkaError as error:
+                answers.append(error)
+        return answers
+
+    async def offsets_for_time(self, vp_ids: Sequence[VpId], timestamp_ms: int) -> list[int | None | MafkaError]:
+        """Per VP: its first offset at or after ``timestamp_ms`` below the HW (None: none)."""
+        answers: list[int | None | MafkaError] = []
+        for vp_id in vp_ids:
+            hosted = self._hosted.get(vp_id)
+            answers.append(self._not_hosted(vp_id) if hosted is None else hosted.offset_for_timestamp(timestamp_ms))
+        return answers
+
+    def _not_hosted(self, vp_id: VpId) -> MafkaError:
+        from mafka4.errors import ReadReplicaNotInSync
+
+        return ReadReplicaNotInSync(f"{vp_id} is not hosted on read node {self._spec.node_id}: re-read the VP's "
+                                    f"metadata and fetch from a RISR member")
+
+    # --- description and faults -----------------------------------------------------------
+
+    async def describe(self, topic: str | None = None) -> dict:
+        now_ms = _now_ms()
+        vps = {str(vp_id): hosted.describe(now_ms) for vp_id, hosted in sorted(
+            self._hosted.items(), key=lambda item: (item[0].topic, item[0].vp)) if topic is None or vp_id.topic == topic}
+        feeds = {name: {p: feed.describe() for p, feed in sorted(entry.feeds.items())}
+                 for name, entry in self._topics.items() if topic is None or name == topic}
+        return {"node_id": self._spec.node_id, "pid": os.getpid(), "vps": vps, "feeds": feeds,
+                "replication": {leader: dict(fetcher.stats) for leader, fetcher in self._fetchers.items()},
+                "hosted_vps": len(self._hosted)}
+
+    async def describe_vps(self, vp_ids: Sequence[VpId]) -> list[dict | None]:
+        now_ms = _now_ms()
+        return [None if (hosted := self._hosted.get(vp_id)) is None else hosted.describe(now_ms) for vp_id in vp_ids]
+
+    async def set_fault(self, vp_id: VpId, delay_ms: int = 0, paused: bool = False) -> dict:
+        """Delay or pause one hosted VP replica's replication and serving (``mafka4.faults``); (0, False) clears it."""
+        hosted = self._hosted.get(vp_id)
+        if hosted is None:
+            raise self._not_hosted(vp_id)
+        fault = hosted.fault.set(delay_ms, paused)
+        logger.warning("%s: replica on %s fault set to %s", vp_id, self._spec.node_id, fault)
+        for fetcher in self._fetchers.values():
+            fetcher.wake()
+        return {"delay_ms": fault.delay_ms, "paused": fault.paused}
+
+    # --- the cores' follow-ups ----------------------------------------------------------
+
+    def _on_ready(self, hosted: HostedVp, ready: Ready) -> None:
+        if ready.write_risr is not None:
+            self._risr_dirty.add(hosted.vp_id)
+            task = self._risr_tasks.get(hosted.vp_id)
+            if task is None or task.done():
+                self._risr_tasks[hosted.vp_id] = asyncio.get_running_loop().create_task(self._persist_risr(hosted))
+        if ready.wake:
+            self._wake()
+
+    def _wake(self) -> None:
+        """Wake every long-polling fetch (followers' and consumers'): something changed on this node."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _wait_for_change(self, deadline: float) -> bool:
+        """Wait for the next change, at most until ``deadline``; False once it passed."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        try:
+            await asyncio.wait_for(self._changed.wait(), remaining)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    async def _persist_risr(self, hosted: HostedVp) -> None:
+        """Write the VP's RISR to etcd until etcd holds the current one (single flight per VP)."""
+        vp_id, loop = hosted.vp_id, asyncio.get_running_loop()
+        while vp_id in self._risr_dirty and hosted.core.is_leader and not hosted.closed and not self._closed:
+            self._risr_dirty.discard(vp_id)
+            risr, epoch = tuple(sorted(hosted.core.risr)), hosted.core.leader_epoch
+            logger.warning("%s: RISR is now %s", vp_id, list(risr))
+            try:
+                written = await loop.run_in_executor(None, self._write_risr, vp_id, risr, epoch)
+            except CoordinatorUnavailable as error:  # the HW stays bounded by the wider RISR: safe
+                logger.warning("%s: cannot record RISR yet: %s", vp_id, error)
+                self._risr_dirty.add(vp_id)
+                await asyncio.sleep(RISR_WRITE_BACKOFF_S)
+                continue
+            if not written:
+                logger.error("%s: etcd names another leader or epoch; %s is fenced", vp_id, self._spec.node_id)
+                return
+            hosted.risr_written(risr, epoch)
+
+    def _write_risr(self, vp_id: VpId, risr: tuple[str, ...], leader_epoch: int) -> bool:
+        virtual = VirtualStore(self._metadata_store(), self._spec.cluster)
+        return virtual.record_risr(vp_id.topic, vp_id.vp, self._spec.node_id, leader_epoch, list(risr))
+
+    def _check_seal(self, topic: str, vp: int) -> None:
+        """Record the sealed end of a closed VP led here once it is complete (see the module docstring)."""
+        vp_id = VpId(topic, vp)
+        entry, hosted = self._topics.get(topic), self._hosted.get(vp_id)
+        if entry is None or hosted is None or not hosted.core.is_leader or vp in entry.view.sealed:
+            return
+        layout, core = entry.view.layout, hosted.core
+        if vp_id in self._sealing and not self._sealing[vp_id].done():
+            return
+        if (layout.exists(vp) and not layout.is_active(vp) and layout.is_sealed(vp, core.fed_through(layout.partitions))
+                and core.high_watermark == core.log_end_offset):
+            self._sealing[vp_id] = asyncio.get_running_loop().create_task(
+                self._seal(entry, vp_id, core.log_end_offset))
+
+    async def _seal(self, entry: _Topic, vp_id: VpId, end_offset: int) -> None:
+        virtual = VirtualStore(self._metadata_store(), self._spec.cluster)
+        try:
+            sealed = await asyncio.get_running_loop().run_in_executor(
+                None, virtual.record_sealed_end, vp_id.topic, vp_id.vp, end_offset)
+        except CoordinatorUnavailable as error:
+            logger.warning("%s: sealed end not recorded yet: %s", vp_id, error)
+            return
+        if sealed:
+            logger.info("%s sealed at VP offset %d", vp_id, end_offset)
+            await entry.view.refresh()
+
+    # --- periodic work ------------------------------------------------------------------
+
+    async def _housekeeping(self) -> None:
+        interval_s = self._config.housekeeping_interval_ms / 1000
+        retention_s = self._config.retention_check_interval_ms / 1000
+        last_retention = time.monotonic()
+        while not self._closed:
+            await asyncio.sleep(interval_s)
+            retention_due = time.monotonic() - last_retention >= retention_s
+            if retention_due:
+                last_retention = time.monotonic()
+            now_ms = _now_ms()
+            for hosted in list(self._hosted.values()):
+                if not hosted.closed:
+                    try:
+                        hosted.housekeep(now_ms, retention_due)
+                    except Exception:  # one VP's disk trouble must not stop the others' flushing
+                        logger.exception("%s: housekeeping failed", hosted.vp_id)
+
+    async def _leader_ticks(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(LEADER_TICK_INTERVAL_S)
+            now_ms = _now_ms()
+            for vp_id, hosted in list(self._hosted.items()):
+                if hosted.core.has_followers:
+                    hosted.tick(now_ms)
+                entry = self._topics.get(vp_id.topic)
+                if hosted.core.is_leader and entry is not None and not entry.view.layout.is_active(vp_id.vp):
+                    self._check_seal(vp_id.topic, vp_id.vp)
+            self._wake()  # followers' serving windows and consumers' deadlines are time based
+
+    async def _report_positions(self) -> None:
+        """Write where each feed stream stands (for physical retention); delete the key of a stopped one."""
+        interval_s = self._config.feed_position_interval_ms / 1000
+        loop = asyncio.get_running_loop()
+        while not self._closed:
+            await asyncio.sleep(interval_s)
+            positions = {(name, p): feed.position_needed() for name, entry in self._topics.items()
+                         for p, feed in entry.feeds.items() if feed.position_needed() is not None}
+            changed = {key: offset for key, offset in positions.items() if self._positions_written.get(key) != offset}
+            stopped = [key for key in self._positions_written if key not in positions]
+            if not changed and not stopped:
+                continue
+            try:
+                await loop.run_in_executor(None, self._write_positions, changed, stopped)
+            except CoordinatorUnavailable as error:
+                logger.warning("feed positions not recorded yet: %s", error)
+                continue
+            self._positions_written.update(changed)
+            for key in stopped:
+                del self._positions_written[key]
+
+    def _write_positions(self, changed: dict[tuple[str, int], int], stopped: list[tuple[str, int]]) -> None:
+        store, cluster, node_id = self._metadata_store(), self._spec.cluster, self._spec.node_id
+        for (topic, partition), offset in changed.items():
+            store.put(keys.feed_position(cluster, topic, partition, node_id), {"next_offset": offset})
+        for topic, partition in stopped:
+            store.delete(keys.feed_position(cluster, topic, partition, node_id))
+
+    def _record_loss(self, topic: str, lost: LostRange) -> None:
+        """Add ``lost`` to the partition's read-loss key (retried in the background while etcd is away)."""
+        key = (topic, lost.partition)
+        previous = self._losses.get(key)
+        self._losses[key] = asyncio.get_running_loop().create_task(self._write_loss(topic, lost, previous))
+
+    async def _write_loss(self, topic: str, lost: LostRange, previous: asyncio.Task | None) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])
+        loop = asyncio.get_running_loop()
+        while not self._closed:
+            try:
+                await loop.run_in_executor(None, self._add_loss, topic, lost)
+                return
+            except CoordinatorUnavailable as error:
+                logger.warning("%s: read loss %s not recorded yet: %s", topic, lost, error)
+                await asyncio.sleep(RISR_WRITE_BACKOFF_S)
+
+    def _add_loss(self, topic: str, lost: LostRange) -> None:
+        store = self._metadata_store()
+        key = keys.read_loss(self._spec.cluster, topic, lost.partition)
+        while True:
+            found = store.get(key)
+            loss = ReadLoss.from_json(lost.partition, found.value) if found is not None else ReadLoss(lost.partition)
+            if store.compare_and_swap(key, loss.add(lost).to_json(), found.mod_revision if found else 0):
+                return
+
+    # --- liveness and handles -----------------------------------------------------------
+
+    def _metadata_store(self) -> MetadataStore:
+        if self._store is None:
+            self._store = MetadataStore(self._spec.etcd_endpoint)
+        return self._store
+
+    async def _keep_alive(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(self._config.lease_ttl_s / 3)
+            await self._refresh_liveness()
+
+    async def _refresh_liveness(self) -> None:
+        """Refresh the liveness lease; register anew after an etcd outage expired it."""
+        try:
+            self._lease = await asyncio.get_running_loop().run_in_executor(None, self._register_liveness, self._lease)
+        except CoordinatorUnavailable as error:
+            logger.warning("read node %s: liveness not refreshed: %s", self._spec.node_id, error)
+            self._lease = None
+
+    def _register_liveness(self, lease):
+        store = self._metadata_store()
+        if lease is not None and store.refresh_lease(lease) > 0:
+            return lease
+        lease = store.grant_lease(self._config.lease_ttl_s)
+        value = {"node_id": self._spec.node_id, "pid": os.getpid(), "started_ms": self._started_ms}
+        store.put(keys.read_node_liveness(self._spec.cluster, self._spec.node_id), value, lease=lease)
+        return lease
+
+    def _handle(self, name: str):
+        handle = self._handles.get(name)
+        if handle is None:
+            handle = ray.get_actor(name, namespace=NAMESPACE)  # ValueError when not running: the caller fails
+            self._handles[name] = handle
+        return handle
+
+    def _forget(self, name: str) -> None:
+        self._handles.pop(name, None)
+
+    def _node_handle(self, node_id: str):
+        return self._handle(read_node_actor_name(self._spec.cluster, node_id))
+
+    def _physical_handle(self, topic: str, partition: int, replica_id: str):
+        return self._handle(replica_actor_name(self._spec.cluster, topic, partition, replica_id))

@@ -1,0 +1,380 @@
+"""The protocol state of one virtual-partition (VP) replica, pure: the VP twin of ``ReplicaState``.
+
+``VpReplicaCore`` owns everything a VP replica decides; the shells own the log and the clock.
+Two shells execute it: ``virtual.hosted_vp.HostedVp`` inside a ``ReadNode`` actor, and the
+simulator's ``simulations.dst.virtual.VpReplica``. Inputs are plain values and ``now_ms``; every
+call that changes something the shell must act on returns a ``Ready`` (etcd/raft's name): what to
+cut from the log, what to persist, what to tell the coordinator, whom to wake. The shell
+carries it out in field order and the two shells cannot drift.
+
+What it owns:
+
+* the role (``VpRole``), the leader epoch and the leader's id, fenced as on the write path:
+  a role notice or a request of an older epoch is refused (``StaleEpoch``), one of another
+  epoch or for another role is refused (``NotLeader``);
+* the leader-epoch history (``EpochHistory``) and the log's end offset as the shell reports it;
+* the high watermark (HW): a follower keeps the leader's HW capped at its own log end; the
+  leader's is its ``RisrState`` (the RISR's smallest log end, KIP-497's maximal RISR);
+* on the leader, feeding: ``FeedProgress`` (the last source offset applied per physical
+  partition, so re-feeding appends nothing twice) and what the feed streams reported
+  (``fed_through`` and the physical HW per partition, for the RISR's feed-lag check and for
+  sealing a closed VP);
+* on a follower, whether the leader called it a RISR member (``serving``) and when it last
+  heard from the leader: a follower cut off for longer than ``read_replica_lag_ms_max``
+  stops serving reads by itself.
+
+Leader protocol. ``plan_feed`` picks the records the log lacks; ``leader_appended`` is called
+once they are in the log. A follower fetch (``replica_fetch``) either answers "diverging" (the
+follower truncates by ``divergence``'s answer and asks again) or reports the follower's log end
+to the RISR, which may change the RISR (``Ready.write_risr``: record it in etcd, then
+``risr_written``) and the HW (``Ready.wake``). ``tick`` moves followers that stopped catching
+up out of the RISR.
+
+Follower protocol. ``fetch_position`` is what the follower asks for; the leader's answer comes
+back through ``truncate`` (diverging: ``Ready.truncate_to``), ``follower_appended`` (the
+batches the shell appended, whose leader epochs extend the history) and ``leader_progress``
+(the leader's HW and whether this follower serves reads).
+
+A replica leads an epoch at most once, as on the write path: a repeated notice for the epoch
+it leads is a no-op, and a leader that restarted learns a new epoch from the controller
+(``virtual.failover``). A new leader rebuilds its ``FeedProgress`` from its log (the shell
+reads it: I/O), so the progress is exactly what the log holds.
+
+Invariants (asserted): 0 <= log start <= HW <= log end; the latest epoch in the history is at
+most ``leader_epoch`` (equal on the leader once it appended); a follower's HW never passes its
+log end.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from mafka4.errors import NotLeader, ReadReplicaNotInSync, StaleEpoch
+from mafka4.physical.epochs import EpochHistory
+from mafka4.records import BatchHeader
+from mafka4.risr.state import RisrConfig, RisrState
+from mafka4.virtual.divergence import divergence, truncation_offset
+from mafka4.virtual.split import FeedProgress, SourcedRecord
+
+
+class VpRole(enum.Enum):
+    NONE = "none"  # opened, no role announced yet (a fresh or restarted replica)
+    LEADER = "leader"
+    FOLLOWER = "follower"
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """What a shell does after a core call, in field order; ``Ready()`` is "nothing"."""
+
+    # Cut the log to this offset (a follower whose log diverged from its leader's).
+    truncate_to: int | None = None
+    # Rewrite the leader-epoch checkpoint (``physical.recovery.EPOCH_CHECKPOINT``).
+    save_epochs: bool = False
+    # Record this RISR in the coordinator (compare-and-swap on the VP key, only while it
+    # names this replica as leader of ``leader_epoch``), then call ``risr_written``.
+    write_risr: tuple[str, ...] | None = None
+    # Long-polling fetches (followers', consumers') may have an answer now.
+    wake: bool = False
+
+    def __or__(self, other: "Ready") -> "Ready":
+        truncations = [offset for offset in (self.truncate_to, other.truncate_to) if offset is not None]
+        return Ready(
+            min(truncations) if truncations else None,
+            self.save_epochs or other.save_epochs,
+            other.write_risr if other.write_risr is not None else self.write_risr,
+            self.wake or other.wake,
+        )
+
+
+NOTHING = Ready()
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaAnswer:
+    """The leader's answer to one follower fetch (the shell adds the data from ``read_from``)."""
+
+    high_watermark: int
+    serving: bool  # the follower is a RISR member and may serve reads below the HW
+    diverging: tuple[int, int] | None = None  # (epoch, end offset): the follower truncates; no data
+    read_from: int | None = None  # send the batches from this offset (None: nothing to send)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPosition:
+    """What a follower asks its leader for."""
+
+    leader_id: str
+    leader_epoch: int
+    fetch_offset: int  # the follower's log end offset
+    last_fetched_epoch: int  # the epoch of its last batch (``EpochHistory.latest_epoch``)
+
+
+@dataclass(slots=True)
+class _LeaderState:
+    risr: RisrState
+    progress: FeedProgress
+    fed_through: dict[int, int] = field(default_factory=dict)  # partition -> next offset the stream hands over
+    physical_high_watermarks: dict[int, int] = field(default_factory=dict)
+
+
+class VpReplicaCore:
+    """The state of one VP replica; see the module docstring."""
+
+    def __init__(self, vp_name: str, replica_id: str, config: RisrConfig, epochs: EpochHistory,
+                 log_start_offset: int, log_end_offset: int, high_watermark: int):
+        """A replica opened from its recovered log, with no role yet."""
+        self.vp_name = vp_name
+        self.replica_id = replica_id
+        self.config = config
+        self.epochs = epochs
+        self.role = VpRole.NONE
+        self.leader_epoch = -1
+        self.leader_id: str | None = None
+        self._log_start_offset = log_start_offset
+        self._log_end_offset = log_end_offset
+        self._high_watermark = high_watermark  # a follower's (or a replica with no role); the leader's is its RISR's
+        self._leader: _LeaderState | None = None
+        self._serving = False
+        self._last_leader_contact_ms: int | None = None
+        self._check_invariants()
+
+    # --- read-only view ----------------------------------------------------------------
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._leader.risr.high_watermark if self._leader is not None else self._high_watermark
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role is VpRole.LEADER
+
+    @property
+    def risr(self) -> frozenset[str]:
+        """The leader's RISR (empty on a follower: the coordinator holds the truth)."""
+        return self._leader.risr.risr if self._leader is not None else frozenset()
+
+    @property
+    def has_followers(self) -> bool:
+        return self._leader is not None and len(self._leader.risr.replicas) > 1
+
+    def fed_through(self, partitions: int) -> tuple[int, ...]:
+        """Per physical partition, the next offset the feed streams reported handing this leader."""
+        reported = self._leader.fed_through if self._leader is not None else {}
+        return tuple(reported.get(partition, 0) for partition in range(partitions))
+
+    def last_applied(self, leader_epoch: int, partition: int) -> int:
+        """The last source offset of ``partition`` in the log (``NOTHING_APPLIED``: none)."""
+        return self._require_leader(leader_epoch).progress.last_applied(partition)
+
+    def fetch_position(self) -> FetchPosition:
+        assert self.role is VpRole.FOLLOWER and self.leader_id is not None, f"{self.vp_name}: not a follower"
+        return FetchPosition(self.leader_id, self.leader_epoch, self._log_end_offset, self.epochs.latest_epoch)
+
+    def serving(self, now_ms: int) -> bool:
+        """True if this replica may serve consumer reads now (see ``check_serving``)."""
+        if self.role is VpRole.LEADER:
+            return True
+        return (self.role is VpRole.FOLLOWER and self._serving and self._last_leader_contact_ms is not None
+                and now_ms - self._last_leader_contact_ms <= self.config.read_replica_lag_ms_max)
+
+    def check_serving(self, now_ms: int) -> None:
+        """Raise ``ReadReplicaNotInSync`` unless this replica may serve reads: the leader, or a
+        follower its leader called a RISR member within ``read_replica_lag_ms_max``."""
+        if not self.serving(now_ms):
+            raise ReadReplicaNotInSync(
+                f"{self.vp_name}: replica {self.replica_id} ({self.role.value}) is not in the RISR and serves "
+                f"no reads; fetch from the leader {self.leader_id} or another RISR member"
+            )
+
+    def describe(self, now_ms: int) -> dict:
+        if self._leader is not None:
+            described = self._leader.risr.describe(now_ms)
+            described["fed_through"] = dict(self._leader.fed_through)
+        else:
+            described = {"virtual_partition": self.vp_name, "leader": self.leader_id,
+                         "high_watermark": self._high_watermark, "serving": self.serving(now_ms)}
+        return {**described, "role": self.role.value, "replica_id": self.replica_id,
+                "leader_epoch": self.leader_epoch, "log_end_offset": self._log_end_offset}
+
+    # --- role changes ------------------------------------------------------------------
+
+    def become_leader(self, leader_epoch: int, replicas: Sequence[str], risr: Sequence[str],
+                      progress: FeedProgress, now_ms: int) -> Ready:
+        """Lead ``leader_epoch`` with the coordinator's replicas and RISR; ``progress`` is rebuilt
+        from this replica's log by the shell. A repeated notice changes nothing."""
+        if self.role is VpRole.LEADER and self.leader_epoch == leader_epoch:
+            return NOTHING
+        self._check_new_epoch(leader_epoch)
+        high_watermark = self.high_watermark
+        self.role, self.leader_epoch, self.leader_id = VpRole.LEADER, leader_epoch, self.replica_id
+        self.epochs.assign(leader_epoch, self._log_end_offset)
+        state = RisrState(self.vp_name, self.config, self.replica_id, replicas, risr, self._log_end_offset,
+                          high_watermark, now_ms)
+        self._leader = _LeaderState(state, progress)
+        self._serving, self._last_leader_contact_ms = False, None
+        self._check_invariants()
+        return Ready(save_epochs=True, wake=True)
+
+    def become_follower(self, leader_epoch: int, leader_id: str) -> Ready:
+        """Follow ``leader_id`` in ``leader_epoch``. A repeated notice changes nothing."""
+        assert leader_id != self.replica_id, f"{self.vp_name}: {leader_id} told to follow itself"
+        if self.role is VpRole.FOLLOWER and self.leader_epoch == leader_epoch and self.leader_id == leader_id:
+            return NOTHING
+        self._check_new_epoch(leader_epoch)
+        self._high_watermark = self.high_watermark
+        self.role, self.leader_epoch, self.leader_id = VpRole.FOLLOWER, leader_epoch, leader_id
+        self._leader = None
+        self._serving, self._last_leader_contact_ms = False, None
+        self._check_invariants()
+        return Ready(wake=True)
+
+    def _check_new_epoch(self, leader_epoch: int) -> None:
+        if leader_epoch < self.leader_epoch:
+            raise StaleEpoch(
+                f"{self.vp_name}: role notice for leader epoch {leader_epoch} but replica {self.replica_id} "
+                f"is at epoch {self.leader_epoch}; the sender is fenced"
+            )
+
+    def _require_leader(self, leader_epoch: int) -> _LeaderState:
+        if leader_epoch < self.leader_epoch:
+            raise StaleEpoch(
+                f"{self.vp_name}: request for leader epoch {leader_epoch}, replica {self.replica_id} is at "
+                f"epoch {self.leader_epoch}: refresh the VP metadata and retry"
+            )
+        if self._leader is None or leader_epoch != self.leader_epoch:
+            raise NotLeader(
+                f"{self.vp_name}: replica {self.replica_id} is not the leader of epoch {leader_epoch} (role "
+                f"{self.role.value}, epoch {self.leader_epoch}, leader {self.leader_id}); retry after a metadata refresh"
+            )
+        return self._leader
+
+    # --- leader: feeding ---------------------------------------------------------------
+
+    def plan_feed(self, leader_epoch: int, records: Sequence[SourcedRecord]) -> list[SourcedRecord]:
+        """The records of one feed call (one partition, ascending offsets) the log lacks."""
+        return self._require_leader(leader_epoch).progress.unapplied(records)
+
+    def leader_appended(self, records: Sequence[SourcedRecord], log_end_offset: int) -> Ready:
+        """``records`` (from ``plan_feed``) are in the log, which now ends at ``log_end_offset``."""
+        leader = self._leader
+        assert leader is not None and records and log_end_offset == self._log_end_offset + len(records), (
+            self.vp_name, len(records), log_end_offset, self._log_end_offset)
+        leader.progress.applied(records)
+        self._log_end_offset = log_end_offset
+        leader.risr.leader_appended(log_end_offset)
+        self._check_invariants()
+        return Ready(wake=True)
+
+    def fed(self, leader_epoch: int, partition: int, fed_through: int, physical_high_watermark: int,
+            now_ms: int) -> None:
+        """A feed stream handed this leader every record of ``partition`` below ``fed_through``;
+        the partition's HW is ``physical_high_watermark`` (capped at the closing cut for a closed VP)."""
+        leader = self._require_leader(leader_epoch)
+        leader.fed_through[partition] = max(leader.fed_through.get(partition, 0), fed_through)
+        leader.physical_high_watermarks[partition] = physical_high_watermark
+        leader.risr.on_feed(leader.fed_through, leader.physical_high_watermarks, now_ms)
+
+    # --- leader: followers and the RISR ------------------------------------------------
+
+    def replica_fetch(self, follower_id: str, follower_epoch: int, fetch_offset: int, last_fetched_epoch: int,
+                      now_ms: int) -> tuple[ReplicaAnswer, Ready]:
+        """A follower fetched from ``fetch_offset``; the answer and what the shell must do."""
+        leader = self._require_leader(follower_epoch)
+        risr = leader.risr
+        diverging = divergence(self.epochs, self._log_end_offset, fetch_offset, last_fetched_epoch)
+        if diverging is not None:
+            return ReplicaAnswer(risr.high_watermark, False, diverging), NOTHING
+        high_watermark_before = risr.high_watermark
+        decision = risr.on_replica_fetch(follower_id, fetch_offset, now_ms)
+        # As on the write path: wake waiters only when the HW or the RISR moved, or idle
+        # followers would end each other's long polls in a busy loop.
+        ready = Ready(write_risr=tuple(sorted(risr.risr)) if decision.risr_changed else None,
+                      wake=decision.risr_changed or risr.high_watermark != high_watermark_before)
+        read_from = fetch_offset if fetch_offset < self._log_end_offset else None
+        return ReplicaAnswer(risr.high_watermark, decision.serving, None, read_from), ready
+
+    def current_answer(self, follower_id: str, position: FetchPosition) -> ReplicaAnswer:
+        """The answer to a fetch already reported (``replica_fetch``), from the state now: a long
+        poll that waited for a change sends the current HW and data without reporting again."""
+        leader = self._require_leader(position.leader_epoch)
+        risr = leader.risr
+        diverging = divergence(self.epochs, self._log_end_offset, position.fetch_offset, position.last_fetched_epoch)
+        if diverging is not None:
+            return ReplicaAnswer(risr.high_watermark, False, diverging)
+        read_from = position.fetch_offset if position.fetch_offset < self._log_end_offset else None
+        return ReplicaAnswer(risr.high_watermark, risr.can_serve_reads(follower_id), None, read_from)
+
+    def tick(self, now_ms: int) -> Ready:
+        """Move RISR followers that stopped catching up to lagging (leader only)."""
+        if self._leader is None or not self._leader.risr.tick(now_ms):
+            return NOTHING
+        return Ready(write_risr=tuple(sorted(self._leader.risr.risr)), wake=True)
+
+    def risr_written(self, risr: Sequence[str], leader_epoch: int) -> Ready:
+        """The coordinator now holds ``risr`` for this leader and ``leader_epoch``."""
+        if self._leader is None or leader_epoch != self.leader_epoch:
+            return NOTHING  # deposed meanwhile: the write was fenced or is moot
+        self._leader.risr.risr_committed(risr)
+        return Ready(wake=True)
+
+    # --- follower ----------------------------------------------------------------------
+
+    def truncate(self, diverging: tuple[int, int]) -> Ready:
+        """The leader answered "diverging": where this log must be cut (Kafka's KIP-279 search)."""
+        assert self.role is VpRole.FOLLOWER, self.vp_name
+        offset = truncation_offset(self.epochs, self._log_end_offset, self._high_watermark, *diverging)
+        self.epochs.truncate_from(offset)
+        self._log_end_offset = offset
+        self._log_start_offset = min(self._log_start_offset, offset)  # a log cut below its start is empty
+        self._high_watermark = max(min(self._high_watermark, offset), self._log_start_offset)
+        self._check_invariants()
+        return Ready(truncate_to=offset, save_epochs=True)
+
+    def follower_appended(self, headers: Sequence[BatchHeader]) -> Ready:
+        """The shell appended the leader's batches ``headers`` (in order) to the log."""
+        assert self.role is VpRole.FOLLOWER, self.vp_name
+        if not headers:
+            return NOTHING
+        assert headers[0].base_offset == self._log_end_offset, (self.vp_name, headers[0].base_offset,
+                                                               self._log_end_offset)
+        saved = False
+        for header in headers:
+            if header.leader_epoch > self.epochs.latest_epoch:
+                saved |= self.epochs.assign(header.leader_epoch, header.base_offset)
+        self._log_end_offset = headers[-1].next_offset
+        self._check_invariants()
+        return Ready(save_epochs=saved)
+
+    def leader_progress(self, high_watermark: int, serving: bool, now_ms: int) -> Ready:
+        """The leader's answer (after any data was appended): its HW and whether this follower serves."""
+        assert self.role is VpRole.FOLLOWER, self.vp_name
+        before = (self._high_watermark, self.serving(now_ms))
+        self._high_watermark = max(self._high_watermark, min(high_watermark, self._log_end_offset))
+        self._serving, self._last_leader_contact_ms = serving, now_ms
+        self._check_invariants()
+        return Ready(wake=(self._high_watermark, self.serving(now_ms)) != before)
+
+    # --- the log's start (retention) ---------------------------------------------------
+
+    def log_start_moved(self, log_start_offset: int) -> None:
+        """Retention deleted segments: the log now starts at ``log_start_offset``."""
+        assert self._log_start_offset <= log_start_offset <= self.high_watermark, (
+            self.vp_name, self._log_start_offset, log_start_offset, self.high_watermark)
+        self._log_start_offset = log_start_offset
+
+    # --- internals ---------------------------------------------------------------------
+
+    def _check_invariants(self) -> None:
+        assert 0 <= self._log_start_offset <= self.high_watermark <= self._log_end_offset, (
+            self.vp_name, self._log_start_offset, self.high_watermark, self._log_end_offset)
+        assert self.role is VpRole.NONE or self.epochs.latest_epoch <= self.leader_epoch, (
+            self.vp_name, self.epochs.latest_epoch, self.leader_epoch)
