@@ -205,6 +205,24 @@ class ReadReplicaNotInSync(MafkaError):
     retriable = True
 
 
+class RecordsLost(MafkaError):
+    """Physical retention deleted records before every read node had fed them into the topic's
+    virtual partitions (they were held for the topic's ``unfed_hold_ms_max`` first). The
+    consumer raises it and then continues after the lost offsets; retrying cannot bring them back."""
+
+    @classmethod
+    def of(cls, topic: str, partition: int, first_offset: int, end_offset: int, vp: int | None = None) -> "RecordsLost":
+        """The error for physical offsets ``[first_offset, end_offset)`` of ``partition``, as
+        seen by the consumer of ``vp`` (None: by the whole topic)."""
+        reader = f"virtual partition {vp} of topic {topic!r}" if vp is not None else f"topic {topic!r}"
+        return cls(
+            f"{reader} lost the messages at physical offsets [{first_offset}, {end_offset}) of partition "
+            f"{partition}: retention deleted them before every read node had fed them. Nothing can bring them "
+            f"back; the consumer continues after them. To prevent it, keep the read nodes running, or raise the "
+            f"topic's unfed_hold_ms_max (None holds unfed data for ever, at the risk of filling the disk)"
+        )
+
+
 # --- experiments and analysis -----------------------------------------------------------
 
 

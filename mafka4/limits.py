@@ -114,6 +114,13 @@ class LogConfig:
     retention_ms: int | None = 7 * DAY_MS
     # Oldest segments are deleted while the log is larger than this (None: no limit).
     retention_bytes: int | None = None
+    # Used only when retention is given a fed floor (physical replicas of mafka4-mode topics):
+    # a segment that retention would delete but that some read node has not fed yet is kept
+    # until its newest batch is this much older than retention_ms (than this alone when only
+    # retention_bytes applies). Then it is deleted anyway, the replica logs the offsets as an
+    # error and read nodes report them (RecordsLost). 0: no hold. None: hold for ever -- a
+    # read node that never returns then keeps the partition growing until its disk is full.
+    unfed_hold_ms_max: int | None = DAY_MS
     # fsync when this many ms passed since the last fsync (None: not by time).
     flush_interval_ms: int | None = 1000
     # fsync when this many messages were appended since the last fsync (1: every batch).
@@ -126,6 +133,7 @@ class LogConfig:
         _check_range(self, "segment_age_ms_max", 1)
         _check_optional_range(self, "retention_ms", 1)
         _check_optional_range(self, "retention_bytes", 0)
+        _check_optional_range(self, "unfed_hold_ms_max", 0)
         _check_optional_range(self, "flush_interval_ms", 0)
         _check_optional_range(self, "flush_interval_messages", 1)
         _check_range(self, "index_interval_bytes", 1, self.segment_bytes_max)
@@ -208,6 +216,10 @@ class TopicConfig:
     # Active virtual partitions of the topic: creation, a split and a scale beyond it are refused
     # with InvalidReshard (merge first, or raise it at creation).
     virtual_partitions_max: int = VIRTUAL_PARTITIONS_MAX
+    # Segments a read node has not fed yet outlive retention by up to this (LogConfig.unfed_hold_ms_max:
+    # past it they are deleted and consumers get RecordsLost; None holds for ever and risks a
+    # full disk while a read node is gone; ignored in mafka3 mode).
+    unfed_hold_ms_max: int | None = DAY_MS
 
     def __post_init__(self) -> None:
         if not isinstance(self.unclean_leader_election, bool):
@@ -224,6 +236,7 @@ class TopicConfig:
             )
         _check_optional_range(self, "retention_ms", 1)
         _check_optional_range(self, "retention_bytes", 0)
+        _check_optional_range(self, "unfed_hold_ms_max", 0)
         _check_range(self, "segment_bytes_max", 4 * KiB, 1024 * MiB)
         self._check_read_path()
 
@@ -267,6 +280,7 @@ class TopicConfig:
             base or LogConfig(),
             retention_ms=self.retention_ms,
             retention_bytes=self.retention_bytes,
+            unfed_hold_ms_max=self.unfed_hold_ms_max,
             segment_bytes_max=self.segment_bytes_max,
         )
 

@@ -22,6 +22,17 @@
                                                          written by the feeder, deleted by the epoch's txn
                                                          or by the feeder when the hold times out
                                                          value: {"token", "fed_through"}
+    /mafka4/<cluster>/topics/<topic>/feed_positions/<p>/<node_id>
+                                                         the next physical offset of <p> that read node
+                                                         <node_id> still has to feed; written by its feed
+                                                         stream, deleted when it stops feeding <p>. Not
+                                                         lease-bound: a read node that is down keeps
+                                                         holding physical retention (up to the topic's
+                                                         unfed_hold_ms_max); value: {"next_offset"}
+    /mafka4/<cluster>/topics/<topic>/read_loss/<p>      physical offsets of <p> that retention deleted
+                                                         before every read node fed them
+                                                         value: {"ranges": [[first, end], ...]} (end excluded;
+                                                         virtual/read_loss.py)
     /mafka4/<cluster>/replicas/<topic>/<p>/<replica>    a live replica actor, bound to its own lease
                                                          value: {"replica_id", "pid"}
     /mafka4/<cluster>/read_replicas/<topic>/<v>/<replica>  a live VP replica actor, bound to its own lease
@@ -158,6 +169,28 @@ def intent_results_prefix(cluster: str) -> str:
 
 def intent_result(cluster: str, intent_id: str) -> str:
     return f"{intent_results_prefix(cluster)}{intent_id}"
+
+
+def topic_feed_positions_prefix(cluster: str, name: str) -> str:
+    """Prefix of the feed positions of every partition of one topic."""
+    return f"{topic(cluster, name)}/feed_positions/"
+
+
+def feed_positions_prefix(cluster: str, name: str, partition: int) -> str:
+    """Prefix of the feed positions of one physical partition, one key per read node feeding it."""
+    return f"{topic_feed_positions_prefix(cluster, name)}{partition}/"
+
+
+def feed_position(cluster: str, name: str, partition: int, node_id: str) -> str:
+    return f"{feed_positions_prefix(cluster, name, partition)}{node_id}"
+
+
+def read_losses_prefix(cluster: str, name: str) -> str:
+    return f"{topic(cluster, name)}/read_loss/"
+
+
+def read_loss(cluster: str, name: str, partition: int) -> str:
+    return f"{read_losses_prefix(cluster, name)}{partition}"
 
 
 def read_replicas_prefix(cluster: str) -> str:

@@ -338,9 +338,12 @@ class VirtualGroupMember:
         self.changed.set()
 
     def _on_events(self, events: list[WatchEvent]) -> None:
-        offsets_prefix = keys.group_vp_offsets_prefix(self._store.cluster, self.group)
-        if all(event.key.startswith(offsets_prefix) for event in events):
-            return  # commits alone change nobody's target (lags are read at the next sync)
+        # Commits and read nodes' feed positions change nobody's target (lags are read at the
+        # next sync); positions are rewritten all the time, and would keep every member syncing.
+        quiet = (keys.group_vp_offsets_prefix(self._store.cluster, self.group),
+                 keys.topic_feed_positions_prefix(self._store.cluster, self.topic))
+        if all(event.key.startswith(quiet) for event in events):
+            return
         self.changed.set()
 
     def _keep_alive(self) -> None:

@@ -14,6 +14,13 @@ and wakes waiters when the high watermark or the log end offset moves.
   committed data off a follower so that splitting never loads the leader's write path.
 * Fault injection (``set_fault``, ``mafka4.faults``): delays or pauses the fetch and serve
   loops, off by default.
+* Retention (``retention_pass``, every ``RETENTION_CHECK_INTERVAL_S``): for a topic in read
+  mode "mafka4" it never deletes what a read node has not fed. Before each pass the replica
+  reads the partition's feed positions (``keys.feed_positions_prefix``) and passes their
+  minimum to ``Log.apply_retention`` as the fed floor (0 while none is recorded: a new topic
+  holds everything); when etcd does not answer, the pass is skipped, since an unknown floor
+  must not delete unfed data. Past ``unfed_hold_ms_max`` unfed segments go anyway and the
+  offsets are logged as an error (read nodes report them to consumers).
 * Liveness: the replica keeps a key under its own etcd lease (``keys.replica_liveness``),
   refreshed every third of ``replica_lease_ttl_s``; when the actor dies the key expires and
   the controller notices. While etcd is unreachable the data path goes on regardless.
@@ -49,6 +56,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import ray
 
@@ -60,13 +68,14 @@ from mafka4.errors import CoordinatorUnavailable, CorruptRecord, NotLeader, Requ
 from mafka4.faults import FaultGate
 from mafka4.limits import Acks, LogConfig, ReplicaConfig
 from mafka4.physical.checkpoint import write_checkpoint
-from mafka4.physical.log import Log
+from mafka4.physical.log import Log, RetentionResult
 from mafka4.physical.recovery import (
     EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT, recovered_epochs, recovered_high_watermark, recovered_producers,
 )
 from mafka4.physical.replica import ReplicaState, Role
 from mafka4.physical.sequencer import SequenceGate
 from mafka4.records import check_single_batch, stamp
+from mafka4.virtual.read_loss import feed_position_from_json, retention_floor
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +103,8 @@ class ReplicaSpec:
     log_config: LogConfig
     replica_config: ReplicaConfig
     etcd_endpoint: str
+    # The topic's read mode (limits.READ_MODES): "mafka4" holds retention for read nodes.
+    read_mode: str
 
     @property
     def partition_name(self) -> str:
@@ -119,6 +130,31 @@ class ReplicaFetchResult:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+async def retention_pass(log: Log, spec: ReplicaSpec, read_feed_positions: Callable[[], list[int]],
+                         now_ms: int) -> RetentionResult | None:
+    """Apply retention to ``log``, in a "mafka4"-mode topic never below the fed floor read by
+    ``read_feed_positions`` (in an executor thread: it calls etcd); None when etcd did not answer
+    and the pass was skipped."""
+    fed_floor = None
+    if spec.read_mode == "mafka4":
+        try:
+            positions = await asyncio.get_running_loop().run_in_executor(None, read_feed_positions)
+        except CoordinatorUnavailable as error:
+            logger.warning("%s: retention skipped, the read nodes' feed positions are unknown: %s",
+                           spec.partition_name, error)
+            return None
+        floor = retention_floor(positions)
+        fed_floor = 0 if floor is None else floor  # no read node recorded one yet: keep everything
+    result = log.apply_retention(now_ms, fed_floor)
+    if result.unfed_deleted is not None:
+        first, end = result.unfed_deleted
+        logger.error(
+            "%s: retention deleted offsets [%d, %d) that a read node had not fed (fed floor %s), held "
+            "unfed_hold_ms_max=%s ms past retention; their messages are lost for every consumer group of %r",
+            spec.partition_name, first, end, fed_floor, spec.log_config.unfed_hold_ms_max, spec.topic)
+    return result
 
 
 class _Waiters:
@@ -213,8 +249,8 @@ class PhysicalPartition:
     def _start_background(self, role_task) -> None:
         if not self._tasks:
             loop = asyncio.get_running_loop()
-            self._tasks = [loop.create_task(self._flush_and_retain()), loop.create_task(self._checkpoint_high_watermark()),
-                           loop.create_task(self._keep_alive())]
+            self._tasks = [loop.create_task(self._flush_periodically()), loop.create_task(self._retain_periodically()),
+                           loop.create_task(self._checkpoint_high_watermark()), loop.create_task(self._keep_alive())]
         if role_task is not None:
             self._tasks.append(asyncio.get_running_loop().create_task(role_task))
 
@@ -452,16 +488,22 @@ class PhysicalPartition:
         store.put(key, {"replica_id": self._spec.replica_id, "pid": os.getpid()}, lease=lease)
         return lease
 
-    async def _flush_and_retain(self) -> None:
+    async def _flush_periodically(self) -> None:
         flush_interval_ms = self._spec.log_config.flush_interval_ms
         interval_s = min((flush_interval_ms or 1000) / 1000, 1.0)
-        last_retention = time.monotonic()
         while not self._closed:
             await asyncio.sleep(interval_s)
             self._log.maybe_flush(_now_ms())
-            if time.monotonic() - last_retention >= RETENTION_CHECK_INTERVAL_S:
-                self._log.apply_retention(_now_ms())
-                last_retention = time.monotonic()
+
+    async def _retain_periodically(self) -> None:
+        # A loop of its own: reading feed positions waits for etcd, and the flush timer must not.
+        while not self._closed:
+            await asyncio.sleep(RETENTION_CHECK_INTERVAL_S)
+            await retention_pass(self._log, self._spec, self._read_feed_positions, _now_ms())
+
+    def _read_feed_positions(self) -> list[int]:
+        prefix = keys.feed_positions_prefix(self._spec.cluster, self._spec.topic, self._spec.partition)
+        return [feed_position_from_json(item.value) for item in self._metadata_store().get_prefix(prefix)]
 
     async def _checkpoint_high_watermark(self) -> None:
         saved = -1

@@ -34,6 +34,7 @@ def start_replica(cluster: str, etcd_endpoint: str, topic: TopicMetadata, partit
         directory=replica_directory(data_root, replica_id, topic.name, partition),
         log_config=topic.config.log_config(log_config),
         replica_config=topic.config.replica_config(replica_config),
+        read_mode=topic.config.read_mode,
     )
     return PhysicalPartition.options(
         name=replica_actor_name(cluster, topic.name, partition, replica_id),

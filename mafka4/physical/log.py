@@ -101,6 +101,17 @@ def clean_directory(directory: Path) -> list[int]:
     return sorted(bases)
 
 
+@dataclass(frozen=True, slots=True)
+class RetentionResult:
+    """What one ``Log.apply_retention`` pass deleted."""
+
+    segments_deleted: int
+    # Offsets [first, end) deleted at or above the fed floor, once held past unfed_hold_ms_max;
+    # None if none. One range: deleted segments are the oldest and contiguous, and each one
+    # after the first unfed one lies wholly above the floor.
+    unfed_deleted: tuple[int, int] | None = None
+
+
 class Log:
     """Ordered segments of one replica directory; see the module docstring."""
 
@@ -396,14 +407,20 @@ class Log:
         self._recovery_point = offset
         self._unflushed_messages = 0
 
-    def apply_retention(self, now_ms: int) -> int:
+    def apply_retention(self, now_ms: int, fed_floor: int | None = None) -> RetentionResult:
         """Delete the oldest segments (never the active one) that passed ``retention_ms``, or
-        while the log is larger than ``retention_bytes``; return how many were deleted."""
+        while the log is larger than ``retention_bytes``.
+
+        With ``fed_floor`` (the smallest offset a reader still needs) a segment holding an
+        offset at or above it is kept until ``_past_unfed_hold``; being oldest, it keeps every
+        segment after it too, so the log always starts at a segment boundary and no offset is
+        deleted before an older one."""
         self._check_open()
         self._now_ms = now_ms
         retention_ms, retention_bytes = self._config.retention_ms, self._config.retention_bytes
         size_bytes = self.size_bytes
         deleted = 0
+        unfed_first: int | None = None
         while len(self._segments) > 1:
             oldest = self._segments[0]
             expired = (retention_ms is not None and oldest.max_timestamp_ms is not None
@@ -411,10 +428,23 @@ class Log:
             oversized = retention_bytes is not None and size_bytes > retention_bytes
             if not (expired or oversized):
                 break
+            unfed = fed_floor is not None and max(oldest.base_offset, fed_floor) < oldest.next_offset
+            if unfed and not self._past_unfed_hold(oldest, now_ms):
+                break
+            if unfed and unfed_first is None:
+                unfed_first = max(oldest.base_offset, fed_floor)
             size_bytes -= oldest.size_bytes
             oldest.delete()
             del self._segments[0]
             deleted += 1
         if deleted:
             fsync_directory(self._directory)
-        return deleted
+        unfed_deleted = None if unfed_first is None else (unfed_first, self.log_start_offset)
+        return RetentionResult(deleted, unfed_deleted)
+
+    def _past_unfed_hold(self, segment: Segment, now_ms: int) -> bool:
+        """Whether an unfed ``segment`` has been held ``unfed_hold_ms_max`` past its retention."""
+        hold_ms = self._config.unfed_hold_ms_max
+        if hold_ms is None or segment.max_timestamp_ms is None:
+            return False
+        return now_ms - segment.max_timestamp_ms > (self._config.retention_ms or 0) + hold_ms

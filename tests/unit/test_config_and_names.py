@@ -75,3 +75,23 @@ def test_every_error_survives_pickling_with_its_message_and_flag():
             copy = pickle.loads(pickle.dumps(cls("why and how to fix")))
             assert type(copy) is cls and copy.message == "why and how to fix" and copy.retriable == cls.retriable
     assert errors.NotEnoughReplicas.retriable and not errors.InvalidTopicName.retriable
+
+
+def test_the_unfed_hold_is_validated_and_reaches_the_log():
+    with pytest.raises(errors.InvalidConfig, match="unfed_hold_ms_max=-1"):
+        LogConfig(unfed_hold_ms_max=-1)
+    with pytest.raises(errors.InvalidConfig, match="unfed_hold_ms_max=-1"):
+        TopicConfig(unfed_hold_ms_max=-1)
+    assert TopicConfig().log_config().unfed_hold_ms_max == 24 * 3600 * 1000
+    assert TopicConfig(unfed_hold_ms_max=None).log_config().unfed_hold_ms_max is None
+
+
+def test_records_lost_names_what_was_lost_and_what_to_do():
+    error = errors.RecordsLost.of("orders", 2, 100, 250, vp=7)
+    assert not error.retriable
+    for part in ("virtual partition 7 of topic 'orders'", "[100, 250) of partition 2", "Nothing can bring them back",
+                 "continues after them", "keep the read nodes running", "unfed_hold_ms_max"):
+        assert part in error.message
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is errors.RecordsLost and copy.message == error.message
+    assert "topic 'orders' lost" in errors.RecordsLost.of("orders", 0, 1, 2).message

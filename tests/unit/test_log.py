@@ -118,7 +118,7 @@ def test_a_damaged_batch_is_never_read_and_the_batches_before_it_are(tmp_path):
 def test_read_outside_the_log_raises_offset_out_of_range(tmp_path):
     log = Log.open(tmp_path, config(retention_bytes=0), now_ms=0)
     fill(log, 60)
-    assert log.apply_retention(now_ms=0) > 0
+    assert log.apply_retention(now_ms=0).segments_deleted > 0
     start = log.log_start_offset
     assert start > 0
     for offset in (start - 1, log.log_end_offset + 1):
@@ -242,16 +242,16 @@ def test_retention_by_age_never_deletes_the_active_segment(tmp_path):
     segments = log_files(tmp_path)
     assert len(segments) >= 3
     second_base = int(segments[1][:20])
-    assert log.apply_retention(now_ms=1_000) == 0
+    assert log.apply_retention(now_ms=1_000).segments_deleted == 0
     first_max_ms = 10 * (second_base - 1)
-    assert log.apply_retention(now_ms=first_max_ms + 1_000) == 0
+    assert log.apply_retention(now_ms=first_max_ms + 1_000).segments_deleted == 0
     assert log.offset_for_timestamp(0) == 0
-    assert log.apply_retention(now_ms=first_max_ms + 1_001) == 1
+    assert log.apply_retention(now_ms=first_max_ms + 1_001).segments_deleted == 1
     assert log.log_start_offset == second_base
     assert log_files(tmp_path) == segments[1:]
     assert not (tmp_path / segments[0].replace(".log", ".index")).exists()
     assert log.offset_for_timestamp(0) == second_base  # older timestamps now map to the log start
-    assert log.apply_retention(now_ms=10**9) == len(segments) - 2
+    assert log.apply_retention(now_ms=10**9).segments_deleted == len(segments) - 2
     assert log_files(tmp_path) == segments[-1:]
     assert log.read(log.log_start_offset, 10**9) != b""
     log.close()
@@ -264,10 +264,111 @@ def test_retention_by_size(tmp_path):
     assert sum(sizes) == log.size_bytes > 3 * SEGMENT_BYTES
     # The oldest segments go, and only as many as needed to get within retention_bytes.
     expected = next(k for k in range(len(sizes)) if sum(sizes[k:]) <= 2 * SEGMENT_BYTES)
-    assert log.apply_retention(now_ms=0) == expected
+    assert log.apply_retention(now_ms=0).segments_deleted == expected
     assert log.size_bytes == sum(sizes[expected:])
     assert log.read(log.log_start_offset, 10**9) == b"".join(appended[log.log_start_offset:])
-    assert log.apply_retention(now_ms=0) == 0
+    assert log.apply_retention(now_ms=0).segments_deleted == 0
+    log.close()
+
+
+# --- retention held for readers (fed_floor) --------------------------------------------------
+
+HOLD_MS = 5_000
+
+
+def segment_bases(directory: Path) -> list[int]:
+    return [int(name[:20]) for name in log_files(directory)]
+
+
+def held_log(directory: Path, **changes) -> tuple[Log, list[int]]:
+    """A log of 100 batches, 10 ms apart from 0 ms, in at least 4 segments; and their bases."""
+    log = Log.open(directory, config(**{"retention_ms": 1_000, "unfed_hold_ms_max": HOLD_MS, **changes}), now_ms=0)
+    fill(log, 100, timestamp_ms=0)
+    bases = segment_bases(directory)
+    assert len(bases) >= 4
+    return log, bases
+
+
+def newest_ms(bases: list[int], index: int) -> int:
+    """Newest timestamp of segment ``index`` of ``held_log``."""
+    return 10 * (bases[index + 1] - 1)
+
+
+def test_retention_keeps_every_segment_holding_an_offset_a_reader_still_needs(tmp_path):
+    log, bases = held_log(tmp_path)
+    now_ms = 990 + 1_001  # every segment expired, none held past the bound
+    result = log.apply_retention(now_ms, fed_floor=0)
+    assert (result.segments_deleted, result.unfed_deleted) == (0, None)
+    result = log.apply_retention(now_ms, fed_floor=bases[1] + 1)  # inside the second segment
+    assert (result.segments_deleted, result.unfed_deleted) == (1, None)
+    assert log.log_start_offset == bases[1]
+    assert log.read(bases[1], 10**9) != b""
+    log.close()
+
+
+def test_retention_deletes_held_segments_once_the_reader_fed_them(tmp_path):
+    log, bases = held_log(tmp_path)
+    now_ms = 990 + 1_001
+    assert log.apply_retention(now_ms, fed_floor=bases[2]).segments_deleted == 2
+    assert log.log_start_offset == bases[2]
+    result = log.apply_retention(now_ms, fed_floor=log.log_end_offset)
+    assert (result.segments_deleted, result.unfed_deleted) == (len(bases) - 3, None)
+    assert segment_bases(tmp_path) == bases[-1:], "the active segment stays"
+    log.close()
+
+
+def test_unfed_segments_are_deleted_past_the_hold_and_reported(tmp_path):
+    log, bases = held_log(tmp_path)
+    past_first_ms = newest_ms(bases, 0) + 1_000 + HOLD_MS + 1  # only the oldest is held past the bound
+    assert log.apply_retention(past_first_ms - 1, fed_floor=5).segments_deleted == 0
+    result = log.apply_retention(past_first_ms, fed_floor=5)
+    assert (result.segments_deleted, result.unfed_deleted) == (1, (5, bases[1]))
+    result = log.apply_retention(10**9, fed_floor=5)
+    assert (result.segments_deleted, result.unfed_deleted) == (len(bases) - 2, (bases[1], bases[-1]))
+    log.close()
+
+
+def test_a_hold_of_none_keeps_unfed_segments_for_ever(tmp_path):
+    log, bases = held_log(tmp_path, unfed_hold_ms_max=None)
+    result = log.apply_retention(10**12, fed_floor=bases[1])
+    assert (result.segments_deleted, result.unfed_deleted) == (1, None)
+    assert log.apply_retention(10**12, fed_floor=bases[1]).segments_deleted == 0
+    log.close()
+
+
+def test_without_a_floor_retention_ignores_the_hold(tmp_path):
+    log, bases = held_log(tmp_path, unfed_hold_ms_max=None)
+    result = log.apply_retention(990 + 1_001, fed_floor=None)
+    assert (result.segments_deleted, result.unfed_deleted) == (len(bases) - 1, None)
+    log.close()
+
+
+def test_a_held_segment_keeps_every_newer_one_even_past_the_hold(tmp_path):
+    # The oldest segment carries newer timestamps than the next one (producer clocks differ):
+    # the next one is past the bound, but deleting it first would leave a hole in the log.
+    log = Log.open(tmp_path, config(retention_ms=1_000, unfed_hold_ms_max=HOLD_MS), now_ms=0)
+    while len(log_files(tmp_path)) < 2:
+        log.append(make_batch(log.log_end_offset, 4_000), now_ms=0)
+    while len(log_files(tmp_path)) < 3:
+        log.append(make_batch(log.log_end_offset, 500), now_ms=0)
+    now_ms = 500 + 1_000 + HOLD_MS + 1  # oldest: expired, still held; second: past the bound
+    assert log.apply_retention(now_ms, fed_floor=0).segments_deleted == 0
+    assert log.log_start_offset == 0
+    log.close()
+
+
+def test_retention_by_size_respects_the_floor_and_holds_by_the_hold_alone(tmp_path):
+    log = Log.open(tmp_path, config(retention_ms=None, retention_bytes=2 * SEGMENT_BYTES,
+                                    unfed_hold_ms_max=HOLD_MS), now_ms=0)
+    fill(log, 150, timestamp_ms=0)
+    bases = segment_bases(tmp_path)
+    assert log.size_bytes > 3 * SEGMENT_BYTES
+    result = log.apply_retention(0, fed_floor=bases[1])
+    assert (result.segments_deleted, result.unfed_deleted) == (1, None), "oversized, but the reader needs the rest"
+    past_second_ms = newest_ms(bases, 1) + HOLD_MS + 1
+    assert log.apply_retention(past_second_ms - 1, fed_floor=bases[1]).segments_deleted == 0
+    result = log.apply_retention(past_second_ms, fed_floor=bases[1])
+    assert (result.segments_deleted, result.unfed_deleted) == (1, (bases[1], bases[2]))
     log.close()
 
 
