@@ -209,7 +209,7 @@ class HostedVp:
         if high_watermark != self._saved_high_watermark:
             write_checkpoint(self.directory / HIGH_WATERMARK_CHECKPOINT, str(high_watermark))
             self._saved_high_watermark = high_watermark
-        if retention_due and self._log.apply_retention(now_ms):
+        if retention_due and self._log.apply_retention(now_ms).segments_deleted:
             self.core.log_start_moved(self._log.log_start_offset)
 
     def describe(self, now_ms: int) -> dict:

@@ -101,6 +101,9 @@ class PartitionFeed:
         self._leaders, self._physical, self._open_store = leaders, physical, open_store
         self._record_loss, self._on_fed = record_loss, on_fed
         self.next_offset: int | None = None  # None: resume before the next round
+        # The smallest physical offset this stream may still need (for physical retention); None
+        # while it serves no VP.
+        self._needed: int | None = None
         self._fed_high = 0  # one past the highest record any served VP held at the last resume
         self._resumed_epochs: dict[int, int] = {}  # served VP -> the leader epoch it was resumed with
         self._hold: _Hold | None = None
@@ -131,6 +134,10 @@ class PartitionFeed:
             self._task.cancel()
         if self._hold is not None:
             self._hold.released.set()
+
+    def position_needed(self) -> int | None:
+        """The physical offset from which this stream may still need the partition's data."""
+        return self._needed
 
     def describe(self) -> dict:
         return {"partition": self.partition, "next_offset": self.next_offset, "fed_high": self._fed_high,
@@ -227,7 +234,7 @@ class PartitionFeed:
                 await self.view.refresh_if_old()
                 served = self._served()
                 if not served:
-                    self.next_offset, self._resumed_epochs = None, {}
+                    self.next_offset, self._resumed_epochs, self._needed = None, {}, None
                     await self._idle()
                     continue
                 self._notice_changes(served)
@@ -318,6 +325,7 @@ class PartitionFeed:
             await self._idle()
             return
         self.next_offset, self._fed_high = resumed.next_offset, resumed.fed_high
+        self._needed = self.next_offset
         logger.info("%s-%d on %s resumes at %d (VP positions %s)", self.topic, self.partition, self.node_id,
                     self.next_offset, positions)
 
@@ -355,6 +363,7 @@ class PartitionFeed:
                 fed_through, high_watermark = min(fed_through, held_from), min(high_watermark, held_from)
             self._report(vp, hosted, bool(vp_chunks), fed_through, high_watermark, now_ms, now_s)
         self.next_offset = planned.next_offset
+        self._needed = self.next_offset if self._hold is None else min(self.next_offset, self._needed or 0)
         self._round_ended_at = now_s
         self.stats["rounds"] += 1
         self.stats["records_fed"] += planned.records
