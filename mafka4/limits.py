@@ -416,6 +416,15 @@ class ControllerConfig:
     # Watch events waiting for the controller loop; beyond this, events are dropped and a
     # full reconcile replaces them.
     event_queue_max: int = 10_000
+    # A read node whose registration has been missing this long is gone for good: every VP
+    # follower replica on it is moved to a live read node (virtual.upkeep.plan_replica_moves).
+    # Shorter absences (a restart, a brief partition) keep the replicas and their logs.
+    read_node_gone_ms: int = 10 * 60 * SECOND_MS
+    # A topic with more active VPs than its groups need (its creation count, or the largest
+    # group's member count) for this long, continuously, merges one pair of VPs; the next merge
+    # waits as long again (virtual.upkeep.ShrinkWatch), so a group that shrinks and grows back
+    # within it keeps its VPs.
+    vp_merge_delay_ms: int = 60 * SECOND_MS
 
     def __post_init__(self) -> None:
         _check_range(self, "lease_ttl_s", 2, 600)
@@ -425,6 +434,8 @@ class ControllerConfig:
         _check_range(self, "reconcile_interval_ms", 100)
         _check_range(self, "cas_attempts_max", 1, 100)
         _check_range(self, "event_queue_max", 1, 1_000_000)
+        _check_range(self, "read_node_gone_ms", 1)
+        _check_range(self, "vp_merge_delay_ms", 1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,7 +50,7 @@ class VpStatus(enum.Enum):
 
     ACTIVE = "active"  # receives messages; readable by the group
     CLOSED = "closed"  # closed by a split or merge; the group still reads it to its sealed end
-    READ = "read"  # closed and read to its sealed end: nothing left
+    READ = "read"  # closed and read to its sealed end, or retired by retention: nothing left
     WAITING = "waiting"  # a child whose parents the group has not read to their end yet
 
 
@@ -135,7 +135,7 @@ class GroupAdmin:
             return []  # deleted since: its offsets are history
         snapshot = self._virtual_groups.snapshot(group, topic, config)
         view = snapshot.view()
-        readable = view.layout.readable_vps(view.committed, view.sealed_end_offsets)
+        readable = view.readable()
         consumable = set(view.consumable())
         vps = sorted(snapshot.states)
         high_watermarks = self._vp_high_watermarks(topic, [snapshot.states[vp] for vp in vps])

@@ -12,10 +12,10 @@ stripped. Fetching is ``VpFetcher``'s.
 
 Parent before child, for this reader's own positions: it fetches only the VPs
 ``TopicLayout.consumable_vps`` gives for them, i.e. a child of a split or merge only once the
-reader read each parent to its sealed end, so each key's messages arrive in produce order
-across any reshard. A VP that appears after the reader started (a child) is read from its
-start; at construction every VP known is positioned at its start (``from_beginning``) or at
-its high watermark. The reader re-reads the metadata every ``metadata_max_age_ms``, and more
+reader read each parent to its sealed end (or retention retired the parent), so each key's
+messages arrive in produce order across any reshard. A VP that appears after the reader
+started (a child) is read from its start; at construction every VP known and not retired is
+positioned at its start (``from_beginning``) or at its high watermark. The reader re-reads the metadata every ``metadata_max_age_ms``, and more
 often while it waits for a closed VP's sealed end, which it records itself if nobody has yet
 (``resharding.seal_closed_vps``).
 """
@@ -52,7 +52,7 @@ class VirtualConsumer:
             )
         self.reader_id = new_member_id()
         self._fetcher = VpFetcher(self._connection, metadata, self.config, self.reader_id)
-        vps = sorted(self._fetcher.states)
+        vps = sorted(set(self._fetcher.states) - self._fetcher.retired)  # a retired VP's logs are gone
         for vp, (start, high_watermark) in zip(vps, self._fetcher.list_offsets_many(vps)):
             self._fetcher.seek(vp, start if from_beginning else high_watermark)
             self._fetcher.high_watermarks[vp] = high_watermark
@@ -87,7 +87,7 @@ class VirtualConsumer:
         fetcher = self._fetcher
         for vp in fetcher.states:
             fetcher.positions.setdefault(vp, 0)  # a VP born after this reader started: all of it is new
-        consumable = set(fetcher.layout.consumable_vps(fetcher.positions, fetcher.sealed_end_offsets))
+        consumable = set(fetcher.layout.consumable_vps(fetcher.positions, fetcher.sealed_end_offsets, fetcher.retired))
         for vp in fetcher.fetching - consumable:
             fetcher.stop(vp)
         fetcher.fetching |= consumable

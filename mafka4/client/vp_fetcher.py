@@ -77,6 +77,10 @@ class VpFetcher:
     def sealed_end_offsets(self) -> dict[int, int]:
         return {vp: s.sealed_end_offset for vp, s in self.states.items() if s.sealed_end_offset is not None}
 
+    @property
+    def retired(self) -> frozenset[int]:
+        return frozenset(vp for vp, s in self.states.items() if s.retired)
+
     def leader(self, vp: int):
         state = self.states[vp]
         handle = vp_handle(self._connection.cluster, self.topic, vp, state.leader)

@@ -28,12 +28,12 @@ ones were *restarted* by this controller and have no role yet, and the registere
   with ``read_replicas=1`` whose only replica died). Until one is restarted, consumers of
   the VP wait: a replica outside the RISR may lack records readers have seen.
 
-Closed VPs (parents of a split or merge) are handled like active ones. Nothing stops a
-closed VP's actors or deletes its key yet, and a group that has not consumed a parent to its
-sealed end, or a new group starting from the earliest offset, reads it before its children
-(parent before child); an unsealed parent also still receives records below the cut. So
-every VP with a key is still needed for reading; once closed VPs are retired (their keys
-deleted) the controller stops caring for them without a change here.
+Closed VPs (parents of a split or merge) are handled like active ones: a group that has not
+consumed a parent to its sealed end, or a new group starting from the earliest offset, reads
+it before its children (parent before child); an unsealed parent also still receives records
+below the cut. Only a *retired* VP (``virtual.upkeep.retirable``: its logs deleted by
+retention, its key kept) needs nothing: it is never examined and never repaired, since a
+restarted replica would have no log to serve and no reader asks for one.
 
 **Repairing a feeder** needs no decision beyond ``launcher.feeder_node``: a feeder keeps no
 state, so a dead one is started on a live read node, round robin from its partition.
@@ -107,7 +107,8 @@ def items_to_examine(
     """
     items = {
         virtual_partition_item(topic, state.vp) for state in states
-        if activation or any((topic, state.vp, replica) not in registered_replicas for replica in state.replicas)
+        if not state.retired and (
+            activation or any((topic, state.vp, replica) not in registered_replicas for replica in state.replicas))
     }
     items |= {feeder_item(topic, p) for p in range(partitions) if (topic, p) not in registered_feeders}
     return items
@@ -140,6 +141,8 @@ def decide_virtual_partition(
 ) -> VirtualPartitionRepair:
     """The controller's decision for one VP; see the module docstring."""
     assert restarted <= live, (restarted, live)
+    if state.retired:
+        return VirtualPartitionRepair()
     registered = set(read_nodes)
     dead = [r for r in state.replicas if r not in live]
     restart = tuple(r for r in dead if r in registered)

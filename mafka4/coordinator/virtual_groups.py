@@ -77,8 +77,9 @@ class VirtualGroupSnapshot:
     def view(self) -> GroupView:
         sealed = {vp: s.sealed_end_offset for vp, s in self.states.items() if s.sealed_end_offset is not None}
         lag = {vp: max(o.high_watermark - o.offset, 0) for vp, o in self.offsets.items()}
+        retired = frozenset(vp for vp, s in self.states.items() if s.retired)
         return GroupView(tuple(m.member_id for m in self.members), self.layout, sealed, dict(self.owners),
-                         {vp: o.offset for vp, o in self.offsets.items()}, lag)
+                         {vp: o.offset for vp, o in self.offsets.items()}, lag, retired)
 
 
 class VirtualGroupStore(MetadataStore):

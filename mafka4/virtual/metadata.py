@@ -4,8 +4,9 @@ Key layout (``coordinator/keys.py``)::
 
     topics/<topic>/virtual/<epoch>   one ``reshard.SplitEpoch``, written once, never changed
     topics/<topic>/vp/<v>            one ``VirtualPartitionState``: hash range, leader,
-                                     leader_epoch, replicas, risr, and once the VP is closed
-                                     and complete its sealed_end_offset; CAS on its mod_revision
+                                     leader_epoch, replicas, risr, once the VP is closed and
+                                     complete its sealed_end_offset, and once its logs are
+                                     deleted by retention ``retired``; CAS on its mod_revision
 
 Both are created with the topic, in the topic's own transaction (``read_path_values``), so a
 reader sees a mafka4-mode topic with its whole read path or not at all; a later split epoch
@@ -53,12 +54,18 @@ class VirtualPartitionState:
     # Set once the VP is closed and complete: its log end offset, which never changes again
     # (reshard.TopicLayout.is_sealed; recorded by virtual.resharding.seal_closed_vps).
     sealed_end_offset: int | None = None
+    # Set once a closed VP's records are past the topic's retention and its logs were deleted on
+    # every read node (virtual.upkeep.retirable). The key stays so that readers know the VP was
+    # there and count it as consumed to its end (TopicLayout.readable_vps).
+    retired: bool = False
 
     def __post_init__(self) -> None:
         assert self.leader in self.replicas and self.leader in self.risr, (self.leader, self.replicas, self.risr)
         assert set(self.risr) <= set(self.replicas) and len(set(self.replicas)) == len(self.replicas), self
         assert self.leader_epoch >= 0, self.leader_epoch
         assert self.sealed_end_offset is None or self.sealed_end_offset >= 0, self.sealed_end_offset
+        assert isinstance(self.retired, bool), self.retired
+        assert not self.retired or self.sealed_end_offset is not None, f"v{self.vp} is retired before it was sealed"
 
     @property
     def name(self) -> str:
@@ -69,13 +76,16 @@ class VirtualPartitionState:
                  "leader_epoch": self.leader_epoch, "replicas": list(self.replicas), "risr": list(self.risr)}
         if self.sealed_end_offset is not None:
             value["sealed_end_offset"] = self.sealed_end_offset
+        if self.retired:
+            value["retired"] = True
         return value
 
     @classmethod
     def from_json(cls, vp: int, value: dict) -> "VirtualPartitionState":
         start, end = value["range"]
         return cls(vp, HashRange(start, end), value["leader"], value["leader_epoch"],
-                   tuple(value["replicas"]), tuple(value["risr"]), value.get("sealed_end_offset"))
+                   tuple(value["replicas"]), tuple(value["risr"]), value.get("sealed_end_offset"),
+                   value.get("retired", False))
 
 
 def epoch_to_json(epoch: SplitEpoch) -> dict:

@@ -7,8 +7,8 @@ is conditional in etcd (``coordinator.virtual_groups``), so members acting on sl
 different views may delay each other but never both own a VP.
 
 The target (``target_assignment``) maps every *consumable* VP -- readable under
-parent-before-child and not yet consumed to its sealed end (``TopicLayout.consumable_vps``)
--- to one live member:
+parent-before-child, not retired and not yet consumed to its sealed end
+(``TopicLayout.consumable_vps``) -- to one live member:
 
 * sticky: a VP stays with its live owner while that owner is within its quota;
 * quotas: ``n`` VPs over ``m`` members give each ``n // m``, and one more to the ``n % m``
@@ -21,7 +21,7 @@ parent-before-child and not yet consumed to its sealed end (``TopicLayout.consum
 The steps of member ``me`` (``OwnershipPlan``):
 
 * **release** what it owns that the target gives to another, or that is no longer
-  consumable (a closed VP read to its sealed end): commit, then delete the owner key;
+  consumable (a closed VP read to its sealed end, or retired): commit, then delete the owner key;
 * **claim** what the target gives it that has no owner: create the owner key, only if
   absent, under its lease (so a dead member's VPs free themselves when the lease lapses);
 * **split** when the group has more members than the topic has active VPs (and the layout
@@ -43,7 +43,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import AbstractSet, Mapping
 
 from mafka4.virtual.reshard import TopicLayout
 
@@ -58,12 +58,16 @@ class GroupView:
     owners: Mapping[int, str]  # VP -> member id of its owner key
     committed: Mapping[int, int]  # VP -> the group's committed offset
     lag: Mapping[int, int]  # VP -> records behind its high watermark at its last commit
+    retired: AbstractSet[int] = frozenset()  # closed VPs whose logs retention deleted: consumed by every group
 
     def __post_init__(self) -> None:
         assert list(self.members) == sorted(set(self.members)), "members are unique and sorted"
 
+    def readable(self) -> frozenset[int]:
+        return self.layout.readable_vps(self.committed, self.sealed_end_offsets, self.retired)
+
     def consumable(self) -> tuple[int, ...]:
-        return self.layout.consumable_vps(self.committed, self.sealed_end_offsets)
+        return self.layout.consumable_vps(self.committed, self.sealed_end_offsets, self.retired)
 
 
 @dataclass(frozen=True, slots=True)

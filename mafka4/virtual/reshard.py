@@ -22,6 +22,12 @@ first keeps per-key order across any chain of splits and merges. Readability is 
 (``readable_vps`` walks the epochs forward), so an empty parent cannot let a grandchild
 overtake its grandparent.
 
+Retired VPs. A closed VP whose records all passed the topic's retention has its logs deleted
+(``virtual.upkeep.retirable``). It counts as consumed to its end by every group, as a Kafka
+partition's records deleted by retention do: a group that never read it reads its children,
+and it is never consumable itself. It is still readable only once its own parents are, so
+retiring an empty or short-lived child never lets a grandchild overtake its grandparent.
+
 Safety of a cut. A record the feeder of ``p`` already gave to a parent must stay the parent's,
 so a new epoch's ``cut[p]`` must not be below what that feeder has fed (``fed_through[p]``,
 the next physical offset it would feed), nor below the previous epoch's cut. ``plan_split``
@@ -41,7 +47,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import AbstractSet, Mapping, Sequence
 
 from mafka4.errors import InvalidReshard, ReshardConflict, UnknownVirtualPartition
 from mafka4.limits import VirtualConfig
@@ -272,35 +278,43 @@ class TopicLayout:
         assert len(fed_through) == self.partitions, (fed_through, self.partitions)
         return closing is not None and all(fed >= cut for fed, cut in zip(fed_through, closing.cut))
 
-    def readable_vps(self, committed: Mapping[int, int], sealed_end_offsets: Mapping[int, int]) -> frozenset[int]:
-        """VPs a group may read, given its committed offsets and the sealed parents' end offsets.
+    def readable_vps(self, committed: Mapping[int, int], sealed_end_offsets: Mapping[int, int],
+                     retired: AbstractSet[int] = frozenset()) -> frozenset[int]:
+        """VPs a group may read, given its committed offsets, the sealed parents' end offsets and the retired VPs.
 
-        A VP of epoch 0 is readable; a child is readable once each parent is readable, sealed
-        and consumed by the group (committed offset >= sealed end offset).
+        A VP of epoch 0 is readable; a child is readable once each parent is readable and
+        either retired or sealed and consumed by the group (committed offset >= sealed end offset).
         """
         readable: set[int] = set()
         for epoch in self.epochs:
-            if all(
-                parent in readable
-                and parent in sealed_end_offsets
-                and committed.get(parent, 0) >= sealed_end_offsets[parent]
-                for parent in epoch.parents
-            ):
+            if all(parent in readable and self._consumed(parent, committed, sealed_end_offsets, retired)
+                   for parent in epoch.parents):
                 readable.update(epoch.children)
         return frozenset(readable)
 
-    def is_readable(self, vp: int, committed: Mapping[int, int], sealed_end_offsets: Mapping[int, int]) -> bool:
+    def is_readable(self, vp: int, committed: Mapping[int, int], sealed_end_offsets: Mapping[int, int],
+                    retired: AbstractSet[int] = frozenset()) -> bool:
         self._require(vp)
-        return vp in self.readable_vps(committed, sealed_end_offsets)
+        return vp in self.readable_vps(committed, sealed_end_offsets, retired)
 
     def consumable_vps(
-        self, committed: Mapping[int, int], sealed_end_offsets: Mapping[int, int]
+        self, committed: Mapping[int, int], sealed_end_offsets: Mapping[int, int],
+        retired: AbstractSet[int] = frozenset(),
     ) -> tuple[int, ...]:
-        """Readable VPs a group still has to read: all but closed VPs it consumed to the sealed end."""
+        """Readable VPs a group still has to read: all but retired VPs and closed VPs it consumed to the sealed end."""
         return tuple(sorted(
-            vp for vp in self.readable_vps(committed, sealed_end_offsets)
-            if vp not in sealed_end_offsets or committed.get(vp, 0) < sealed_end_offsets[vp]
+            vp for vp in self.readable_vps(committed, sealed_end_offsets, retired)
+            if not self._consumed(vp, committed, sealed_end_offsets, retired)
         ))
+
+    @staticmethod
+    def _consumed(vp: int, committed: Mapping[int, int], sealed_end_offsets: Mapping[int, int],
+                  retired: AbstractSet[int]) -> bool:
+        """True if the group has nothing left to read in ``vp``: retired, or sealed and read to its sealed end."""
+        if vp in retired:
+            assert vp in sealed_end_offsets, f"VP {vp} is retired but has no sealed end"
+            return True
+        return vp in sealed_end_offsets and committed.get(vp, 0) >= sealed_end_offsets[vp]
 
     # --- internals ----------------------------------------------------------------------
 

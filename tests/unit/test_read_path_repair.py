@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from mafka4.coordinator import keys
 from mafka4.coordinator.read_path_repair import (
     FEEDER_EVENTS,
@@ -66,12 +68,24 @@ def test_keys_of_another_topic_do_not_count_for_this_one():
         virtual_partition_item("t", 0), feeder_item("t", 0)}
 
 
+def test_a_retired_vp_is_never_examined_even_with_every_liveness_key_gone():
+    retired = dataclasses.replace(vp_state(0), sealed_end_offset=40, retired=True)
+    for activation in (False, True):
+        assert items_to_examine("t", [retired, vp_state(1)], 0, set(), set(), activation) == {
+            virtual_partition_item("t", 1)}
+
+
 # --- one VP ------------------------------------------------------------------------------------
 
 
 def test_a_healthy_vp_needs_nothing():
     repair = decide_virtual_partition(vp_state(), {"r0", "r1", "r2"}, READ_NODES)
     assert repair == VirtualPartitionRepair() and repair.complete
+
+
+def test_a_retired_vp_needs_nothing_when_its_replicas_are_dead_or_their_nodes_gone():
+    retired = dataclasses.replace(vp_state(), sealed_end_offset=40, retired=True)
+    assert decide_virtual_partition(retired, set(), ("r0",)).complete, "its logs are deleted: nothing to restart"
 
 
 def test_a_dead_follower_is_restarted_on_its_node_and_the_leader_stays():

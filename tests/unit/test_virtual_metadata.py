@@ -4,6 +4,7 @@ the VP leader failover decision, and leader-epoch truncation of VP followers."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 import pytest
@@ -108,6 +109,16 @@ def test_the_children_of_a_split_get_new_states_on_distinct_read_nodes_and_a_sea
     sealed = VirtualPartitionState(1, HashRange(0, 8), "r0", 2, ("r0",), ("r0",), sealed_end_offset=42)
     assert VirtualPartitionState.from_json(1, json.loads(json.dumps(sealed.to_json()))) == sealed
     assert "sealed_end_offset" not in children[0].to_json(), "an open VP has no sealed end"
+
+
+def test_a_retired_vp_round_trips_and_must_be_sealed():
+    retired = VirtualPartitionState(0, HashRange(0, 8), "r0", 1, ("r0", "r1"), ("r0",), sealed_end_offset=12, retired=True)
+    assert retired.to_json()["retired"] is True
+    assert VirtualPartitionState.from_json(0, json.loads(json.dumps(retired.to_json()))) == retired
+    kept = dataclasses.replace(retired, retired=False)
+    assert "retired" not in kept.to_json() and VirtualPartitionState.from_json(0, kept.to_json()) == kept
+    with pytest.raises(AssertionError, match="retired before it was sealed"):
+        VirtualPartitionState(0, HashRange(0, 8), "r0", 1, ("r0",), ("r0",), retired=True)
 
 
 # --- VP leader failover -----------------------------------------------------------------------

@@ -14,14 +14,18 @@ import random
 
 import pytest
 
+from mafka4.coordinator.group_protocol import VIRTUAL_ASSIGNOR, MemberInfo
+from mafka4.coordinator.virtual_groups import VirtualGroupSnapshot
 from mafka4.limits import VirtualConfig
+from mafka4.virtual.metadata import VirtualPartitionState
 from mafka4.virtual.ownership import GroupView, plan_ownership, split_candidate, target_assignment
+from mafka4.virtual.ranges import HASH_SPACE, HashRange
 from mafka4.virtual.reshard import TopicLayout
 
 
-def view(members, owners=None, committed=None, lag=None, layout=None, sealed=None) -> GroupView:
+def view(members, owners=None, committed=None, lag=None, layout=None, sealed=None, retired=frozenset()) -> GroupView:
     return GroupView(tuple(sorted(members)), layout or TopicLayout.initial(2, 4), sealed or {}, owners or {},
-                     committed or {}, lag or {})
+                     committed or {}, lag or {}, frozenset(retired))
 
 
 def test_a_joiner_takes_an_unowned_vp_and_nobody_else_moves():
@@ -85,11 +89,33 @@ def test_children_are_owned_only_after_the_group_consumed_the_parent_to_its_seal
     assert {target[4], target[5]} == {"b", "e"}, "the parent's owner and the idle member take the children"
 
 
+def test_a_retired_parent_is_released_unread_and_its_children_are_owned_at_once():
+    layout = split_layout(TopicLayout.initial(2, 4), 1)  # VP 1 -> 4, 5
+    owners = {0: "a", 1: "b", 2: "c", 3: "d"}
+    retired = view(["a", "b", "c", "d", "e"], owners=owners, layout=layout, committed={1: 10}, sealed={1: 60},
+                   retired={1})
+    target = target_assignment(retired)
+    assert set(target) == {0, 2, 3, 4, 5}, "retention deleted the parent: nothing of it is left to read"
+    assert plan_ownership(retired, "b").release == (1,)
+    assert {target[4], target[5]} == {"b", "e"}
+
+
 def test_a_drained_parent_stays_with_its_owner_before_its_active_vps_move():
     layout = split_layout(TopicLayout.initial(2, 2), 0)  # VP 0 -> 2, 3; active: 1, 2, 3
     busy = view(["a", "b"], owners={0: "a", 1: "a"}, layout=layout)
     target = target_assignment(busy)
     assert target[0] == "a" and target[1] == "b", "a keeps draining parent 0 and hands over active VP 1"
+
+
+def test_a_groups_snapshot_carries_the_retired_vps_so_its_members_read_the_children():
+    layout = split_layout(split_layout(TopicLayout.initial(2, 2), 0), 1)  # 0 -> 2, 3 and 1 -> 4, 5
+    sealed = {0: 7, 1: 9}
+    states = {vp: VirtualPartitionState(vp, HashRange(0, HASH_SPACE), "r0", 0, ("r0",), ("r0",),
+                                        sealed_end_offset=sealed.get(vp), retired=vp == 0) for vp in range(6)}
+    members = (MemberInfo("m1", "t", VIRTUAL_ASSIGNOR),)
+    group_view = VirtualGroupSnapshot(members, {}, {}, layout, states).view()
+    assert group_view.retired == {0}
+    assert group_view.consumable() == (1, 2, 3), "retired VP 0 lets its children in; VP 1 is still to read"
 
 
 @pytest.mark.parametrize("order", list(itertools.permutations(range(3))))

@@ -146,6 +146,40 @@ def test_a_merged_child_waits_for_both_parents():
     assert layout.is_readable(2, {0: 3, 1: 5}, sealed)
 
 
+def test_a_retired_parent_counts_as_consumed_so_a_group_that_never_read_it_reads_its_children():
+    layout = split_vp0(TopicLayout.initial(partitions=2, virtual_partitions=2))
+    assert layout.consumable_vps({}, {0: 7}) == (0, 1)
+    assert layout.readable_vps({}, {0: 7}, retired={0}) == {0, 1, 2, 3}
+    assert layout.consumable_vps({}, {0: 7}, retired={0}) == (1, 2, 3), "a retired VP is never read"
+    assert layout.consumable_vps({0: 3}, {0: 7}, retired={0}) == (1, 2, 3), "nor finished by a group halfway"
+
+
+def test_retired_grandparents_let_a_new_group_start_at_the_oldest_vps_still_kept():
+    layout = split_vp0(TopicLayout.initial(partitions=1, virtual_partitions=1), cut=(10,))  # 0 -> 1, 2
+    layout = layout.append(layout.plan_split(1, (20,), (20,)))  # 1 -> 3, 4
+    sealed = {0: 5, 1: 9}
+    assert layout.consumable_vps({}, sealed, retired={0, 1}) == (2, 3, 4)
+    assert layout.consumable_vps({}, sealed, retired={0}) == (1, 2), "the kept parent is read before its children"
+    assert layout.consumable_vps({1: 9}, sealed, retired={0}) == (2, 3, 4)
+
+
+def test_a_retired_empty_parent_never_lets_a_grandchild_overtake_its_unread_grandparent():
+    layout = split_vp0(TopicLayout.initial(partitions=1, virtual_partitions=1), cut=(10,))
+    layout = layout.append(layout.plan_split(1, (10,), (10,)))  # VP 1 is empty, sealed at 0, and retired
+    sealed = {0: 4, 1: 0}
+    assert not layout.is_readable(3, {}, sealed, retired={1}), "a grandchild overtook its grandparent"
+    assert layout.consumable_vps({}, sealed, retired={1}) == (0,)
+    assert layout.consumable_vps({0: 4}, sealed, retired={1}) == (2, 3, 4)
+
+
+def test_a_merged_child_with_one_retired_parent_waits_for_the_other():
+    layout = TopicLayout.initial(partitions=1, virtual_partitions=2)
+    layout = layout.append(layout.plan_merge(0, 1, (8,), (8,)))
+    sealed = {0: 3, 1: 5}
+    assert layout.consumable_vps({}, sealed, retired={0}) == (1,)
+    assert layout.consumable_vps({1: 5}, sealed, retired={0}) == (2,)
+
+
 def scale(layout: TopicLayout, count: int) -> TopicLayout:
     """Apply ``next_scale_step`` until ``count`` VPs are active, cutting at offset 0 each time."""
     cut = (0,) * layout.partitions
