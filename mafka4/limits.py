@@ -425,6 +425,9 @@ class ControllerConfig:
     # waits as long again (virtual.upkeep.ShrinkWatch), so a group that shrinks and grows back
     # within it keeps its VPs.
     vp_merge_delay_ms: int = 60 * SECOND_MS
+    # The result of an executed intent (coordinator.intents) is kept this long for its client to
+    # read; one nobody collected disappears with its lease.
+    intent_result_ttl_s: int = 300
 
     def __post_init__(self) -> None:
         _check_range(self, "lease_ttl_s", 2, 600)
@@ -436,6 +439,7 @@ class ControllerConfig:
         _check_range(self, "event_queue_max", 1, 1_000_000)
         _check_range(self, "read_node_gone_ms", 1)
         _check_range(self, "vp_merge_delay_ms", 1)
+        _check_range(self, "intent_result_ttl_s", 1, 86_400)
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,14 +463,12 @@ class ReshardConfig:
     # The topic's reshard lock expires this long after its holder died; a reshard refused with
     # ReshardConflict meanwhile can be retried then.
     lock_ttl_s: int = 30
-    # Every feeder must finish its round and stop within this; otherwise the reshard is abandoned
-    # (ReshardConflict, retriable) and the feeders go on under the old layout.
+    # The feed streams of the nodes leading a parent must reach a cut within this; otherwise the
+    # reshard is abandoned (ReshardConflict, retriable) and they go on under the old layout.
     hold_wait_ms_max: int = 20 * SECOND_MS
-    # After the new epoch is stored, the split waits this long for its parents to be sealed (every
-    # feeder fed them up to the cut) to record their sealed end; readers record it otherwise.
-    seal_wait_ms_max: int = 10 * SECOND_MS
-    # Starting the children's VP replica actors and announcing their roles.
-    start_timeout_ms: int = 120 * SECOND_MS
+    # Hosting the children's replicas on their read nodes (opening logs, no process starts) and
+    # releasing the held streams: calls to read nodes not answered within this fail the step.
+    call_timeout_ms: int = 30 * SECOND_MS
     # A scale step (one split or merge) that fails retriably is tried this often in a row, then
     # the error is raised (the steps done so far stay done).
     step_attempts_max: int = 3
@@ -474,8 +476,7 @@ class ReshardConfig:
     def __post_init__(self) -> None:
         _check_range(self, "lock_ttl_s", 2, 600)
         _check_range(self, "hold_wait_ms_max", 1, 600 * SECOND_MS)
-        _check_range(self, "seal_wait_ms_max", 0, 600 * SECOND_MS)
-        _check_range(self, "start_timeout_ms", 1, 3600 * SECOND_MS)
+        _check_range(self, "call_timeout_ms", 1, 3600 * SECOND_MS)
         _check_range(self, "step_attempts_max", 1, 100)
 
 

@@ -1,30 +1,39 @@
 """``Admin``: create, list, describe and delete topics; split, merge and scale virtual partitions.
 
-Until the controller exists, Admin itself starts a new topic's replica actors (pinned to
-live write nodes chosen by ``placement``) and then records the topic in etcd in one
-transaction; if anything fails in between, the actors it started are removed again.
-A mafka4-mode topic also gets its read path (``mafka4.virtual``): VP replicas on live read
-nodes and one feeder per physical partition, with the split epoch and VP keys recorded in
-the same transaction. Splits, merges and scaling are carried out by ``virtual.resharding``.
+Admin changes nothing itself: it writes an *intent* into etcd and waits for the controller to
+carry it out (``coordinator.intents``; instructions flow client -> etcd -> controller -> actors).
+The controller starts a new topic's physical replica actors on live write nodes, records the
+topic in etcd in one transaction and has the read nodes host its VPs (no process per VP); splits,
+merges and scaling are ``virtual.resharding``'s, run by the controller. Requests a cluster would
+refuse for their shape (a bad name, a config out of range) are refused here before anything is
+written. Reading (``list_topics``, ``describe_topic``) goes to etcd and to the live actors.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import ray
 
+from mafka4.coordinator import intents, keys
+from mafka4.coordinator.intents import IntentKind
 from mafka4.coordinator.topics import TopicMetadata, TopicStore
 from mafka4.errors import InvalidConfig, TopicExists
 from mafka4.limits import TopicConfig, replace_config
 from mafka4.names import validate_topic_name
-from mafka4.physical.launcher import replica_handle, start_partition, stop_partition
-from mafka4.physical.placement import assign_replicas, topic_start
+from mafka4.physical.launcher import replica_handle
 from mafka4.runtime.connect import Connection, connect
-from mafka4.virtual.launcher import describe_virtual_partitions, start_read_path, stop_read_path, vp_handle
-from mafka4.virtual.metadata import VirtualStore, plan_read_path, read_path_values
+from mafka4.virtual.hosted_vp import VpId
+from mafka4.virtual.launcher import read_node_handle
+from mafka4.virtual.metadata import VirtualPartitionState, VirtualStore, epoch_from_json
+from mafka4.virtual.read_loss import ReadLoss
 from mafka4.virtual.reshard import SplitEpoch
-from mafka4.virtual.resharding import Resharder
 
 DESCRIBE_TIMEOUT_S = 10
+# How long a client waits for the controller to carry out an intent. Creating a topic starts
+# its physical replica actors, a few seconds each on a busy machine.
+CREATE_WAIT_S = 300
+RESHAPE_WAIT_S = 120
 
 
 def new_topic_config(name: str, partitions: int = 1, replication_factor: int = 1, virtual_partitions: int | None = None,
@@ -48,53 +57,47 @@ class Admin:
     def cluster(self) -> str:
         return self._connection.cluster
 
+    def _request(self, kind: IntentKind, topic: str, args: dict, wait_s: float):
+        return intents.request(self._connection.store, self.cluster, kind, topic, args, wait_s)
+
     def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1, virtual_partitions: int | None = None,
-                     read_replicas: int = 1, read_mode: str = "mafka3", **overrides) -> TopicMetadata:
+                     read_replicas: int = 1, read_mode: str = "mafka3", wait_s: float = CREATE_WAIT_S,
+                     **overrides) -> TopicMetadata:
         """Create a topic; ``overrides`` are other ``TopicConfig`` fields (e.g. min_insync_replicas).
 
-        ``read_mode="mafka3"``: consumers read the physical partitions; no VPs, no feeders.
-        ``"mafka4"``: consumers read ``virtual_partitions`` VPs (default one per physical
-        partition), each on ``read_replicas`` read nodes. The library keeps "mafka3" as its
-        default so that Mafka3-mode callers and experiments stay as they are; ``mafka4 topic
-        create`` defaults to "mafka4".
+        ``read_mode="mafka3"``: consumers read the physical partitions; no VPs. ``"mafka4"``:
+        consumers read ``virtual_partitions`` VPs (default one per physical partition), each on
+        ``read_replicas`` read nodes. The library keeps "mafka3" as its default so that
+        Mafka3-mode callers and experiments stay as they are; ``mafka4 topic create`` defaults to
+        "mafka4". Waits at most ``wait_s`` for the controller.
         """
         config = new_topic_config(name, partitions, replication_factor, virtual_partitions, read_replicas, read_mode,
                                   **overrides)
         if self._topics.exists(name):
             raise TopicExists(f"topic {name!r} already exists: delete it first or choose another name")
-        read_nodes = self._topics.live_nodes("read")
-        read_plan = plan_read_path(config, read_nodes, start=topic_start(name))
-        assignment = assign_replicas(partitions, replication_factor, self._topics.live_nodes("write"), start=topic_start(name))
-        metadata = TopicStore.initial_metadata(name, config, assignment)
-        data_root = self._topics.data_root()
-        endpoint = self._connection.store.endpoint
-        started = []
-        try:
-            for state in metadata.partitions:
-                started.append(state)
-                start_partition(self.cluster, endpoint, metadata, state, data_root)
-            if read_plan is None:
-                return self._topics.create(metadata)
-            start_read_path(self.cluster, endpoint, metadata, read_plan.states, data_root, read_nodes, topic_start(name))
-            return self._topics.create(metadata, read_path_values(self.cluster, name, read_plan))
-        except BaseException:
-            if read_plan is not None:
-                stop_read_path(self.cluster, name, partitions, read_plan.states, delete_data=True)
-            for state in started:
-                stop_partition(self.cluster, name, state, delete_data=True)
-            raise
+        self._request(IntentKind.CREATE_TOPIC, name, {"config": asdict(config)}, wait_s)
+        return self._topics.get(name)
 
-    def split_virtual_partition(self, topic: str, vp: int) -> SplitEpoch:
+    def delete_topic(self, name: str, wait_s: float = CREATE_WAIT_S) -> None:
+        """Delete a topic with its data on every node."""
+        self._topics.get(name)  # UnknownTopic before an intent is written
+        self._request(IntentKind.DELETE_TOPIC, name, {}, wait_s)
+
+    def split_virtual_partition(self, topic: str, vp: int, wait_s: float = RESHAPE_WAIT_S) -> SplitEpoch:
         """Split active VP ``vp`` of a mafka4-mode topic into two (``virtual.resharding``); returns the new epoch."""
-        return Resharder(self._connection.store, self.cluster).split(topic, vp)
+        return self._epochs(self._request(IntentKind.SPLIT, topic, {"vp": vp}, wait_s))[0]
 
-    def merge_virtual_partitions(self, topic: str, first: int, second: int) -> SplitEpoch:
+    def merge_virtual_partitions(self, topic: str, first: int, second: int, wait_s: float = RESHAPE_WAIT_S) -> SplitEpoch:
         """Merge two active VPs with adjacent hash ranges into one; returns the new epoch."""
-        return Resharder(self._connection.store, self.cluster).merge(topic, first, second)
+        return self._epochs(self._request(IntentKind.MERGE, topic, {"first": first, "second": second}, wait_s))[0]
 
-    def scale(self, topic: str, virtual_partitions: int) -> list[SplitEpoch]:
+    def scale(self, topic: str, virtual_partitions: int, wait_s: float = RESHAPE_WAIT_S) -> list[SplitEpoch]:
         """Split or merge until the topic has ``virtual_partitions`` active VPs; returns the epochs opened."""
-        return Resharder(self._connection.store, self.cluster).scale(topic, virtual_partitions)
+        return self._epochs(self._request(IntentKind.SCALE, topic, {"virtual_partitions": virtual_partitions}, wait_s))
+
+    @staticmethod
+    def _epochs(value: dict) -> list[SplitEpoch]:
+        return [epoch_from_json(epoch) for epoch in value["epochs"]]
 
     def list_topics(self) -> list[str]:
         return self._topics.names()
@@ -103,7 +106,8 @@ class Admin:
         return self._topics.get(name)
 
     def describe_topic(self, name: str) -> dict:
-        """Config and, per partition, the etcd state plus what the live leader reports."""
+        """Config and, per partition, the etcd state plus what the live leader reports; per VP the same
+        from its leader's read node; and the physical offsets lost before a read node fed them."""
         metadata = self._topics.get(name)
         partitions = []
         for state in metadata.partitions:
@@ -115,15 +119,45 @@ class Admin:
                 except (ray.exceptions.RayError, TimeoutError) as error:
                     live = {"error": type(error).__name__}
             partitions.append({**state.to_json(), "partition": state.partition, "live": live})
-        virtual = describe_virtual_partitions(self.cluster, name, self._virtual_states(name))
-        if virtual:
+        virtual = []
+        states = self._virtual_states(name)
+        if states:
             config = metadata.config
             layout = VirtualStore(self._connection.store, self.cluster).layout(
                 name, config.partitions, config.virtual_config())
-            virtual = [{**v, "active": layout.is_active(v["virtual_partition"])} for v in virtual]
-        return {"topic": name, "config": metadata.config, "partitions": partitions, "virtual_partitions": virtual}
+            lives = self._describe_leaders(name, states)
+            virtual = [{**state.to_json(), "virtual_partition": state.vp, "active": layout.is_active(state.vp),
+                        "live": lives.get(state.vp)} for state in states]
+        return {"topic": name, "config": metadata.config, "partitions": partitions, "virtual_partitions": virtual,
+                "read_loss": self.read_loss(name)}
 
-    def _virtual_states(self, name: str) -> list:
+    def read_loss(self, name: str) -> dict[int, list[list[int]]]:
+        """Per physical partition, the ``[first, end)`` offset ranges deleted before every read node fed them."""
+        prefix = keys.read_losses_prefix(self.cluster, name)
+        found = self._connection.store.get_prefix(prefix)
+        losses = (ReadLoss.from_json(int(item.key[len(prefix):]), item.value) for item in found)
+        return {loss.partition: [[r.first_offset, r.end_offset] for r in loss.ranges] for loss in losses if loss.ranges}
+
+    def _describe_leaders(self, name: str, states: list[VirtualPartitionState]) -> dict[int, dict]:
+        """Per VP, what its leader's read node reports (or the error reaching it); one call per node."""
+        by_node: dict[str, list[int]] = {}
+        for state in states:
+            by_node.setdefault(state.leader, []).append(state.vp)
+        described: dict[int, dict] = {}
+        for node, vps in by_node.items():
+            handle = read_node_handle(self.cluster, node)
+            if handle is None:
+                described.update({vp: {"error": f"read node {node} is not running"} for vp in vps})
+                continue
+            try:
+                answers = ray.get(handle.describe_vps.remote([VpId(name, vp) for vp in vps]), timeout=DESCRIBE_TIMEOUT_S)
+            except (ray.exceptions.RayError, TimeoutError) as error:
+                described.update({vp: {"error": type(error).__name__} for vp in vps})
+                continue
+            described.update({vp: answer for vp, answer in zip(vps, answers) if answer is not None})
+        return described
+
+    def _virtual_states(self, name: str) -> list[VirtualPartitionState]:
         found = VirtualStore(self._connection.store, self.cluster).states(name)
         return [state for _, (state, _) in sorted(found.items())]
 
@@ -137,21 +171,15 @@ class Admin:
         if kind == "physical":
             state = self._topics.get(topic).partitions[partition]
             handle = replica_handle(self.cluster, topic, partition, replica or state.leader)
+            call = None if handle is None else handle.set_fault.remote(delay_ms, paused)
         elif kind == "virtual":
             state = next((s for s in self._virtual_states(topic) if s.vp == partition), None)
             if state is None:
                 raise InvalidConfig(f"topic {topic!r} has no virtual partition {partition}")
-            handle = vp_handle(self.cluster, topic, partition, replica or state.leader)
+            handle = read_node_handle(self.cluster, replica or state.leader)
+            call = None if handle is None else handle.set_fault.remote(VpId(topic, partition), delay_ms, paused)
         else:
             raise InvalidConfig(f"kind={kind!r} is not valid: use 'physical' or 'virtual'")
-        if handle is None:
+        if call is None:
             raise InvalidConfig(f"replica {replica or state.leader} of {topic} {kind} partition {partition} is not running")
-        return ray.get(handle.set_fault.remote(delay_ms, paused), timeout=DESCRIBE_TIMEOUT_S)
-
-    def delete_topic(self, name: str) -> None:
-        metadata = self._topics.get(name)
-        virtual_states = self._virtual_states(name)
-        self._topics.delete(name)
-        stop_read_path(self.cluster, name, len(metadata.partitions), virtual_states, delete_data=True)
-        for state in metadata.partitions:
-            stop_partition(self.cluster, name, state, delete_data=True)
+        return ray.get(call, timeout=DESCRIBE_TIMEOUT_S)

@@ -30,7 +30,7 @@ from mafka4.coordinator.virtual_groups import VirtualGroupStore
 from mafka4.errors import GroupNotEmpty, InvalidConfig, RequestTimedOut, UnknownGroup, UnknownTopic
 from mafka4.names import validate_topic_name
 from mafka4.runtime.connect import Connection, connect
-from mafka4.virtual.launcher import vp_handle
+from mafka4.virtual.launcher import ask_leader_nodes
 
 LIST_OFFSETS_TIMEOUT_S = 30
 
@@ -153,17 +153,11 @@ class GroupAdmin:
         return rows
 
     def _vp_high_watermarks(self, topic: str, states) -> list[int | None]:
-        refs = []
-        for state in states:
-            leader = vp_handle(self._store.cluster, topic, state.vp, state.leader)
-            refs.append(None if leader is None else leader.list_offsets.remote())
-        found = []
-        for ref in refs:
-            try:
-                found.append(None if ref is None else ray.get(ref, timeout=LIST_OFFSETS_TIMEOUT_S)[1])
-            except (ray.exceptions.RayError, TimeoutError):
-                found.append(None)
-        return found
+        """Each VP's high watermark from its leader's node (None: not answering, or retired)."""
+        found = ask_leader_nodes(self._store.cluster, topic, [s for s in states if not s.retired], "list_offsets",
+                                 timeout_s=LIST_OFFSETS_TIMEOUT_S)
+        return [None if isinstance(answer := found.get(state.vp), BaseException) or answer is None else answer[1]
+                for state in states]
 
     @staticmethod
     def _row(snapshot: GroupSnapshot, tp: TopicPartition, high_watermark: int) -> PartitionLag:
@@ -206,13 +200,9 @@ class GroupAdmin:
         A closed VP's end is its sealed end once recorded (its high watermark until then).
         """
         before = self._virtual_groups.snapshot(group, topic, config)
-        vps = sorted(before.states)
-        leaders = [vp_handle(self._store.cluster, topic, vp, before.states[vp].leader) for vp in vps]
-        if None in leaders:
-            vp = vps[leaders.index(None)]
-            raise RequestTimedOut(f"{topic}/v{vp}: its leader {before.states[vp].leader} is not running; retry once "
-                                  f"it failed over ('mafka4 topic describe {topic}' shows its leader)")
-        ranges = ray.get([leader.list_offsets.remote() for leader in leaders], timeout=LIST_OFFSETS_TIMEOUT_S)
+        vps = sorted(vp for vp, state in before.states.items() if not state.retired)
+        states = [before.states[vp] for vp in vps]
+        ranges = self._leader_answers(topic, states, "list_offsets")
         ends = [before.states[vp].sealed_end_offset if before.states[vp].sealed_end_offset is not None else end
                 for vp, (_, end) in zip(vps, ranges)]
         if to == "earliest":
@@ -220,12 +210,21 @@ class GroupAdmin:
         elif to == "latest":
             targets = ends
         else:
-            found = ray.get([leader.offset_for_timestamp.remote(to) for leader in leaders], timeout=LIST_OFFSETS_TIMEOUT_S)
+            found = self._leader_answers(topic, states, "offsets_for_time", to)
             targets = [end if offset is None else offset for offset, end in zip(found, ends)]
         if not self._virtual_groups.reset_offsets(group, topic, dict(zip(vps, targets))):
             self._refuse_reset(group)
         return {vp: (None if (c := before.offsets.get(vp)) is None else c.offset, target)
                 for vp, target in zip(vps, targets)}
+
+    def _leader_answers(self, topic: str, states, method: str, *args) -> list:
+        """``ReadNode.<method>`` for each VP of ``states`` on its leader's node, in order; raises if one cannot answer."""
+        found = ask_leader_nodes(self._store.cluster, topic, states, method, *args, timeout_s=LIST_OFFSETS_TIMEOUT_S)
+        for state in states:
+            if isinstance(found[state.vp], BaseException):
+                raise RequestTimedOut(f"{topic}/v{state.vp}: its leader {state.leader} did not answer ({found[state.vp]}); "
+                                      f"retry once it failed over ('mafka4 topic describe {topic}' shows its leader)")
+        return [found[state.vp] for state in states]
 
     def _refuse_reset(self, group: str) -> None:
         members = self._store.snapshot(group).members

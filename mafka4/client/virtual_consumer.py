@@ -15,9 +15,9 @@ Parent before child, for this reader's own positions: it fetches only the VPs
 reader read each parent to its sealed end (or retention retired the parent), so each key's
 messages arrive in produce order across any reshard. A VP that appears after the reader
 started (a child) is read from its start; at construction every VP known and not retired is
-positioned at its start (``from_beginning``) or at its high watermark. The reader re-reads the metadata every ``metadata_max_age_ms``, and more
-often while it waits for a closed VP's sealed end, which it records itself if nobody has yet
-(``resharding.seal_closed_vps``).
+positioned at its start (``from_beginning``) or at its high watermark. The reader re-reads the
+metadata every ``metadata_max_age_ms``, and every ``RESHARD_CHECK_INTERVAL_S`` while it waits for
+a closed VP's sealed end, which the parent's leader node records once the parent is complete.
 """
 
 from __future__ import annotations
@@ -32,10 +32,9 @@ from mafka4.errors import PartitionNotAssigned, WrongReadMode
 from mafka4.limits import ConsumerConfig
 from mafka4.names import validate_topic_name
 from mafka4.runtime.connect import Connection, connect
-from mafka4.virtual.resharding import seal_closed_vps
 
 # While a parent it read to its end waits to be sealed, the reader looks at etcd this often.
-RESHARD_CHECK_INTERVAL_S = 0.5
+RESHARD_CHECK_INTERVAL_S = 0.1
 
 
 class VirtualConsumer:
@@ -105,11 +104,6 @@ class VirtualConsumer:
         if age_s < self.config.metadata_max_age_ms / 1000 and not (waiting and age_s >= RESHARD_CHECK_INTERVAL_S):
             return
         fetcher.refresh()
-        if waiting:
-            sealed = seal_closed_vps(self._connection.store, self._connection.cluster, self.topic, fetcher.layout,
-                                     fetcher.states)
-            if sealed != fetcher.sealed_end_offsets:
-                fetcher.refresh()
         self._update_fetching()
 
     # --- polling ----------------------------------------------------------------------------

@@ -18,13 +18,13 @@ closed VPs and of the children (``VirtualGroupStore.seed_offsets``), so it skips
 instead of reading every child from its start.
 
 Commits: every ``auto_commit_interval_ms``, on ``commit()``, on release and on ``close()``;
-and at once when an owned closed VP has been read to its sealed end, so its children become
-readable (and claimable) without waiting. If nobody recorded that sealed end yet, the owner
-records it (``resharding.seal_closed_vps``).
+and at once when an owned closed VP has been read to its sealed end (which the parent's leader
+node records once the parent is complete), so its children become readable (and claimable)
+without waiting.
 
 Splits: when the plan says this member splits a VP (it has the smallest id and the group
-has more members than active VPs), it runs ``Resharder.split`` on a background thread, so
-its own reading does not pause.
+has more members than active VPs), it asks the controller for it (a split intent,
+``coordinator.intents``) from a background thread, so its own reading does not pause.
 
 Delivery is at-least-once: messages returned but not committed are returned again to the next
 owner after a crash or a lapsed lease. A commit never moves an offset backwards unless ``seek``
@@ -47,16 +47,17 @@ from mafka4.coordinator.virtual_groups import VirtualGroupMember, VirtualGroupSn
 from mafka4.errors import CommitFailed, CoordinatorUnavailable, MafkaError, PartitionNotAssigned
 from mafka4.limits import ConsumerConfig, OffsetReset
 from mafka4.runtime.connect import Connection
-from mafka4.virtual.resharding import Resharder, seal_closed_vps
+from mafka4.coordinator import intents
+from mafka4.coordinator.intents import IntentKind
 
 logger = logging.getLogger(__name__)
 
 # poll() looks for group changes at least this often while it waits for data.
 GROUP_CHECK_INTERVAL_S = 0.05
-# An owner waiting for a drained parent's sealed end tries to record it this often.
-SEAL_ATTEMPT_INTERVAL_S = 0.5
 # After a failed split, this member waits this long before trying one again.
 SPLIT_RETRY_INTERVAL_S = 5.0
+# How long a split request waits for the controller.
+SPLIT_WAIT_S = 120
 
 
 class VirtualGroupConsumer:
@@ -70,7 +71,6 @@ class VirtualGroupConsumer:
         self._snapshot: VirtualGroupSnapshot | None = None
         self._unstarted: dict[int, VpOffset | None] = {}  # claimed VPs whose start position is not known yet
         self._last_commit_s = time.monotonic()
-        self._last_seal_attempt_s = 0.0
         self._splitter: threading.Thread | None = None
         self._split_failed_at = 0.0
         try:
@@ -141,7 +141,6 @@ class VirtualGroupConsumer:
         if self._unstarted:
             self._start_claimed()
         self._commit_drained_parents()
-        self._seal_drained_parents()
         interval_ms = self.config.auto_commit_interval_ms
         if interval_ms is not None and (time.monotonic() - self._last_commit_s) * 1000 >= interval_ms:
             try:
@@ -207,19 +206,6 @@ class VirtualGroupConsumer:
                 return  # auto-commit and the next sync retry
             self._member.changed.set()
 
-    def _seal_drained_parents(self) -> None:
-        """Record the sealed end of an owned closed VP read to its current end, if nobody did yet."""
-        if self._snapshot is None or time.monotonic() - self._last_seal_attempt_s < SEAL_ATTEMPT_INTERVAL_S:
-            return
-        fetcher, layout, sealed = self._fetcher, self._snapshot.layout, self._sealed_end_offsets()
-        waiting = [vp for vp in fetcher.fetching if not layout.is_active(vp) and vp not in sealed
-                   and fetcher.positions[vp] >= fetcher.high_watermarks.get(vp, 0)]
-        if not waiting:
-            return
-        self._last_seal_attempt_s = time.monotonic()
-        fetcher.refresh()
-        seal_closed_vps(self._connection.store, self._connection.cluster, self.topic, fetcher.layout, fetcher.states)
-
     def _start_split(self, vp: int) -> None:
         if self._splitter is not None and self._splitter.is_alive():
             return
@@ -229,10 +215,11 @@ class VirtualGroupConsumer:
         self._splitter.start()
 
     def _split(self, vp: int) -> None:
-        """Split ``vp`` on this thread, with an etcd client of its own; the group sees the new epoch by its watch."""
+        """Ask for a split of ``vp`` on this thread, with an etcd client of its own; the group sees the new
+        epoch by its watch."""
         store = MetadataStore(self._connection.store.endpoint)
         try:
-            Resharder(store, self._connection.cluster).split(self.topic, vp)
+            intents.request(store, self._connection.cluster, IntentKind.SPLIT, self.topic, {"vp": vp}, SPLIT_WAIT_S)
             logger.info("group %s: member %s split %s/v%d", self.group, self.member_id, self.topic, vp)
         except MafkaError as error:
             self._split_failed_at = time.monotonic()

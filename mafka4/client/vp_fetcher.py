@@ -1,12 +1,17 @@
-"""``VpFetcher``: long-poll fetches of a set of virtual partitions, shared by the VP readers.
+"""``VpFetcher``: long-poll fetches of a set of virtual partitions, one call per read node.
 
 ``VirtualConsumer`` (no group) and ``VirtualGroupConsumer`` (a member of a mafka4-mode group)
-differ only in *which* VPs they read; both read them through this class. It keeps one
-long-poll fetch outstanding per VP in ``fetching``, sent to the RISR member
-``risr.state.route_fetch`` picks for the reader's position (the leader's half for real-time
-readers, the other half for readers far behind), and decodes whole batches, of which only
-records below the VP high watermark are ever returned, so what a reader saw survives a VP
+differ only in *which* VPs they read; both read them through this class. For every VP in
+``fetching`` it picks the RISR member ``risr.state.route_fetch`` gives for the reader's position
+(the leader's half for real-time readers, the other half for readers far behind); the VP
+replicas of one read node are then fetched together, with one long-polling
+``ReadNode.fetch`` outstanding per node, which answers as soon as any of them has data. Only
+records below each VP's high watermark are ever returned, so what a reader saw survives a VP
 failover. Positions are per VP: the VP offset of the next message.
+
+A loss marker in a VP (physical retention deleted records before a read node fed them,
+``split.lost_range_of``) ends the messages returned for that VP; the next ``fetch`` raises
+``RecordsLost`` naming the offsets, and reading goes on after the marker.
 
 Metadata (the layout and every VP's leader, RISR and sealed end) is read from etcd in one
 transaction by ``refresh``; a replica whose fetch failed is avoided (its VP's leader is asked
@@ -19,18 +24,21 @@ import time
 
 import ray
 
-from mafka4.client.errors import unwrap
+from collections import defaultdict
+
 from mafka4.client.message import Message
 from mafka4.coordinator.topics import TopicMetadata
-from mafka4.errors import CoordinatorUnavailable, MafkaError, NotLeader
+from mafka4.errors import CoordinatorUnavailable, RecordsLost
 from mafka4.limits import ConsumerConfig
 from mafka4.records import decode_batches
 from mafka4.risr.state import RisrConfig, route_fetch
 from mafka4.runtime.connect import Connection
-from mafka4.virtual.launcher import vp_handle
+from mafka4.virtual.hosted_vp import VpId
+from mafka4.virtual.launcher import ask_leader_nodes, read_node_handle
 from mafka4.virtual.metadata import VirtualPartitionState, VirtualStore
+from mafka4.virtual.read_node import ConsumerRead
 from mafka4.virtual.reshard import TopicLayout
-from mafka4.virtual.split import strip_source
+from mafka4.virtual.split import lost_range_of, strip_source
 
 LIST_OFFSETS_TIMEOUT_S = 30
 
@@ -51,7 +59,9 @@ class VpFetcher:
         self.fetching: set[int] = set()
         self.high_watermarks: dict[int, int] = {}
         self._avoid: dict[int, str] = {}  # VP -> replica whose fetch failed since the last metadata read
-        self._pending: dict[int, tuple[ray.ObjectRef, int, str]] = {}  # VP -> (fetch, offset, replica)
+        # node -> (its fetch in flight, the (VP, offset) it asked for, in order)
+        self._pending: dict[str, tuple[ray.ObjectRef, list[tuple[int, int]]]] = {}
+        self._lost: RecordsLost | None = None  # raised by the next fetch
         self.refresh()
 
     # --- metadata -------------------------------------------------------------------------
@@ -81,35 +91,35 @@ class VpFetcher:
     def retired(self) -> frozenset[int]:
         return frozenset(vp for vp, s in self.states.items() if s.retired)
 
-    def leader(self, vp: int):
-        state = self.states[vp]
-        handle = vp_handle(self._connection.cluster, self.topic, vp, state.leader)
-        if handle is None:
-            raise NotLeader(f"leader {state.leader} of {self.topic}/v{vp} is not running; retry after a VP failover")
-        return handle
+    def _ask_leaders(self, vps: list[int], method: str, *args) -> dict[int, object]:
+        """``ReadNode.<method>`` on each VP's leader node, one call per node; raises the first error."""
+        found = ask_leader_nodes(self._connection.cluster, self.topic, [self.states[vp] for vp in vps], method, *args,
+                                 timeout_s=LIST_OFFSETS_TIMEOUT_S)
+        for answer in found.values():
+            if isinstance(answer, BaseException):
+                raise answer
+        return found
 
     def list_offsets_many(self, vps: list[int]) -> list[tuple[int, int]]:
-        """(log start offset, VP high watermark) of each VP, asked of the leaders in parallel."""
-        refs = [self.leader(vp).list_offsets.remote() for vp in vps]
-        return ray.get(refs, timeout=LIST_OFFSETS_TIMEOUT_S) if refs else []
+        """(log start offset, VP high watermark) of each VP, asked of the leaders' nodes."""
+        found = self._ask_leaders(vps, "list_offsets")
+        return [found[vp] for vp in vps]
 
     def offsets_for_time(self, vps: list[int], timestamp_ms: int) -> list[int]:
         """Per VP, its first offset at or after ``timestamp_ms``, else its high watermark."""
-        offsets = ray.get([self.leader(vp).offset_for_timestamp.remote(timestamp_ms) for vp in vps],
-                          timeout=LIST_OFFSETS_TIMEOUT_S)
-        ends = self.list_offsets_many([vp for vp, offset in zip(vps, offsets) if offset is None])
-        return [offset if offset is not None else ends.pop(0)[1] for offset in offsets]
+        found = self._ask_leaders(vps, "offsets_for_time", timestamp_ms)
+        ends = dict(zip(missing := [vp for vp in vps if found[vp] is None], self.list_offsets_many(missing)))
+        return [found[vp] if found[vp] is not None else ends[vp][1] for vp in vps]
 
     # --- positions ------------------------------------------------------------------------
 
     def seek(self, vp: int, offset: int) -> None:
+        """Read ``vp`` from ``offset`` on (an answer for its old position still in flight is ignored)."""
         self.positions[vp] = offset
-        self._pending.pop(vp, None)
 
     def stop(self, vp: int) -> None:
         """Stop fetching ``vp`` (its position is kept)."""
         self.fetching.discard(vp)
-        self._pending.pop(vp, None)
 
     def clear(self) -> None:
         self._pending.clear()
@@ -118,8 +128,11 @@ class VpFetcher:
 
     def fetch(self, timeout_s: float) -> list[Message]:
         """Messages of the VPs in ``fetching``, waiting at most ``timeout_s`` for the first."""
+        if self._lost is not None:
+            lost, self._lost = self._lost, None
+            raise lost
         self._issue_fetches()
-        refs = [ref for ref, _, _ in self._pending.values()]
+        refs = [ref for ref, _ in self._pending.values()]
         if not refs:
             time.sleep(min(timeout_s, self.config.fetch_wait_ms_max / 1000))
             return []
@@ -127,7 +140,11 @@ class VpFetcher:
         if not ready:
             return []
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        return self._collect(set(ready))
+        messages = self._collect(set(ready))
+        if not messages and self._lost is not None:
+            lost, self._lost = self._lost, None
+            raise lost
+        return messages
 
     def _route(self, vp: int) -> str:
         state = self.states[vp]
@@ -136,37 +153,60 @@ class VpFetcher:
         return state.leader if route.replica_id == self._avoid.get(vp) else route.replica_id
 
     def _issue_fetches(self) -> None:
-        for vp in sorted(self.fetching):
-            if vp in self._pending:
-                continue
-            replica = self._route(vp)
-            handle = vp_handle(self._connection.cluster, self.topic, vp, replica)
+        in_flight = {vp for _, sent in self._pending.values() for vp, _ in sent}
+        by_node: dict[str, list[int]] = defaultdict(list)
+        for vp in sorted(self.fetching - in_flight):
+            by_node[self._route(vp)].append(vp)
+        for node, vps in by_node.items():
+            if node in self._pending:
+                continue  # this node's fetch is out: these VPs join the next one
+            handle = read_node_handle(self._connection.cluster, node)
             if handle is None:
-                self._avoid[vp] = replica
+                self._avoid.update({vp: node for vp in vps})
                 continue
-            ref = handle.fetch.remote(self.positions[vp], self.config.fetch_bytes_max, self.config.fetch_wait_ms_max)
-            self._pending[vp] = (ref, self.positions[vp], replica)
+            sent = [(vp, self.positions[vp]) for vp in vps]
+            reads = [ConsumerRead(VpId(self.topic, vp), offset) for vp, offset in sent]
+            ref = handle.fetch.remote(reads, self.config.fetch_bytes_max, self.config.fetch_wait_ms_max)
+            self._pending[node] = (ref, sent)
 
     def _collect(self, ready: set) -> list[Message]:
         messages: list[Message] = []
-        for vp, (ref, offset, replica) in list(self._pending.items()):
+        for node, (ref, sent) in list(self._pending.items()):
             if ref not in ready:
                 continue
-            del self._pending[vp]
+            del self._pending[node]
             try:
-                result = ray.get(ref)
-            except (MafkaError, ray.exceptions.RayActorError) as raised:
-                error = unwrap(raised)
-                if isinstance(error, MafkaError) and not error.retriable:
-                    raise error from None
-                self.refresh()  # a failover or a RISR change: read where to go now
-                self._avoid[vp] = replica
+                answers = ray.get(ref)
+            except ray.exceptions.RayActorError:  # the node died: a failover moves its VPs
+                self.refresh()
+                self._avoid.update({vp: node for vp, _ in sent})
                 continue
-            self.high_watermarks[vp] = result.high_watermark
-            for record in decode_batches(result.data):
-                if record.offset >= offset and len(messages) < self.config.poll_messages_max:
-                    plain = strip_source(record)
-                    messages.append(Message(self.topic, vp, plain.offset, plain.timestamp_ms,
-                                                  plain.key, plain.value, plain.headers))
-                    self.positions[vp] = record.offset + 1
+            for (vp, offset), answer in zip(sent, answers):
+                if vp not in self.fetching or self.positions.get(vp) != offset:
+                    continue  # stopped or moved while the fetch was out
+                if answer.error is not None:
+                    if not answer.error.retriable:
+                        raise answer.error
+                    self.refresh()  # a failover or a RISR change: read where to go now
+                    self._avoid[vp] = node
+                    continue
+                self.high_watermarks[vp] = answer.read.high_watermark
+                self._take(vp, offset, answer.read.data, messages)
         return messages
+
+    def _take(self, vp: int, offset: int, data: bytes, messages: list[Message]) -> None:
+        """Decode one VP's batches into ``messages`` from ``offset``, up to ``poll_messages_max``."""
+        for record in decode_batches(data):
+            if record.offset < offset:
+                continue
+            if len(messages) >= self.config.poll_messages_max:
+                return
+            lost = lost_range_of(record)
+            if lost is not None:
+                self.positions[vp] = record.offset + 1
+                self._lost = RecordsLost.of(self.topic, lost[0], lost[1], lost[2], vp=vp)
+                return
+            plain = strip_source(record)
+            messages.append(Message(self.topic, vp, plain.offset, plain.timestamp_ms, plain.key, plain.value,
+                                    plain.headers))
+            self.positions[vp] = record.offset + 1

@@ -31,12 +31,18 @@ previous controller may not have finished (repeated notices are no-ops in the ac
 partition whose handling is incomplete is retried every ``retry_interval_ms``.
 
 **The read path** of mafka4-mode topics is kept alive the same way, by ``ReadPathControl``
-(``read_path_control.py``, decisions in ``read_path_repair.py``): watches on the VP replicas'
-and the feeders' liveness keys (``keys.read_replicas_prefix``, ``keys.feeders_prefix``) mark
-``ReadPathItem``s dirty; a VP whose leader is dead (key gone, no answer to a ping) fails over
-to a RISR member, dead VP replicas and feeders are started again on read nodes. They share
-the queue, the reconciles and the retries of the physical partitions; on activation every
-VP is handled once, otherwise only items with a missing liveness key.
+(``read_path_control.py``, decisions in ``read_path_repair.py``): a watch on the read nodes'
+liveness keys (``keys.read_nodes_prefix``) and the node registrations mark read nodes dirty; a
+read node whose actor is dead (key gone, no answer to a ping) is started again and every VP with
+a replica there is examined: a VP whose leader is gone or restarted fails over to a RISR member,
+and every live replica is told its role. Dirty VPs of one topic are handled together. They
+share the queue, the reconciles and the retries of the physical partitions; on activation every
+VP is handled once, otherwise only those with a replica on a node without its liveness key.
+
+**Intents.** While active, the controller runs an ``IntentWorker`` thread that executes the
+clients' intents (create or delete a topic, split, merge, scale: ``coordinator.intents``),
+fenced by the controller's key; VPs that a read node did not take come back to this loop's
+queue for repair.
 """
 
 from __future__ import annotations
@@ -51,10 +57,11 @@ import time
 
 from mafka4.coordinator import keys
 from mafka4.coordinator.election import Campaign, PartitionDecision, decide_campaign, decide_partition, lease_expired
+from mafka4.coordinator.intent_worker import IntentWorker
 from mafka4.coordinator.read_path_control import ReadPathControl
-from mafka4.coordinator.read_path_repair import FEEDER_EVENTS, READ_REPLICA_EVENTS, ReadPathItem, item_for_event
+from mafka4.coordinator.read_path_repair import READ_NODE_EVENTS, ReadNodeItem, VirtualPartitionItem, item_for_event
 from mafka4.coordinator.replica_control import ReplicaControl
-from mafka4.coordinator.store import REQUEST_TIMEOUT_S_DEFAULT, Fence, MetadataStore, WatchEvent
+from mafka4.coordinator.store import REQUEST_TIMEOUT_S_DEFAULT, Fence, MetadataStore
 from mafka4.coordinator.topics import PartitionState, TopicMetadata, TopicStore
 from mafka4.errors import CoordinatorUnavailable, MetadataConflict, UnknownTopic
 from mafka4.limits import ControllerConfig
@@ -62,7 +69,8 @@ from mafka4.limits import ControllerConfig
 log = logging.getLogger("mafka4.controller")
 
 PartitionId = tuple[str, int]
-Work = PartitionId | ReadPathItem  # what the controller's queue holds: a physical partition or a read-path item
+# What the controller's queue holds: a physical partition, a read node or a VP.
+Work = PartitionId | ReadNodeItem | VirtualPartitionItem
 ETCD_BACKOFF_S = 0.5
 WAIT_SLICE_S = 0.5  # the loop looks at its lease, timers and the stop flag at least this often
 
@@ -165,6 +173,8 @@ class Controller:
         self._watches = _Watches(MetadataStore(etcd_endpoint), self._events)
         self._control = ReplicaControl(cluster, etcd_endpoint, config)
         self._read_path = ReadPathControl(self._store, cluster, etcd_endpoint, config)
+        self._etcd_endpoint = etcd_endpoint
+        self._intents: IntentWorker | None = None
         self._lease: _Lease | None = None
         self._fence: Fence | None = None
         self._controller_epoch: int | None = None
@@ -213,6 +223,9 @@ class Controller:
             log.warning("controller %s steps down (epoch %s): %s", self.controller_id, self._controller_epoch, reason)
             if not self._lease.release():
                 self._unrevoked.append(self._lease)
+        if self._intents is not None:
+            self._intents.stop()
+            self._intents = None
         self._lease = self._fence = None
         self._watches.cancel_all()
         self._dirty.clear()  # a later term starts with a full reconcile
@@ -242,6 +255,16 @@ class Controller:
         self._lease, self._fence, self._controller_epoch = lease, (key, revision), decision.controller_epoch
         log.info("controller %s is active with controller epoch %d", self.controller_id, decision.controller_epoch)
         self._reconcile(activation=True)
+        self._intents = IntentWorker(self._etcd_endpoint, self.cluster, self.config, self._fence,
+                                     lambda items: self._push_repairs(items))
+        self._intents.start()
+
+    def _push_repairs(self, items: set[VirtualPartitionItem]) -> None:
+        """VPs the intent worker left unhosted: examine them on this loop (called from its thread)."""
+        try:
+            self._events.put_nowait(("repairs", list(items)))
+        except queue.Full:
+            self._watches.overflowed = True  # a full reconcile examines them
 
     def _wait_for_vacancy(self, read_revision: int) -> None:
         """Sleep until the controller key is deleted, or a TTL passed (then look again)."""
@@ -292,7 +315,10 @@ class Controller:
             except queue.Empty:
                 return
 
-    def _on_events(self, kind: str, events: list[WatchEvent]) -> None:
+    def _on_events(self, kind: str, events: list) -> None:
+        if kind == "repairs":
+            self._dirty |= set(events)
+            return
         for event in events:
             if kind == "liveness":
                 parsed = keys.parse_replica_liveness(self.cluster, event.key)
@@ -302,7 +328,7 @@ class Controller:
                 # A replica gone: maybe a failover. A replica back: an incomplete failover may finish now.
                 if event.value is None or partition_id in self._pending:
                     self._dirty.add(partition_id)
-            elif kind in (READ_REPLICA_EVENTS, FEEDER_EVENTS):
+            elif kind == READ_NODE_EVENTS:
                 item = item_for_event(self.cluster, kind, event.key)
                 if item is not None and (event.value is None or item in self._pending):
                     self._dirty.add(item)
@@ -313,7 +339,8 @@ class Controller:
                     self._dirty |= self._pending  # a replacement may have a node now
                 elif event.value is not None and event.value.get("role") == "read":
                     self._read_nodes.add(node_id)
-                    self._dirty |= self._pending  # a dead VP replica or feeder may have a node now
+                    self._dirty.add(ReadNodeItem(node_id))  # start its actor if it does not run
+                    self._dirty |= self._pending  # a VP waiting for its node may go on now
                 elif event.value is None:
                     self._write_nodes.discard(node_id)
                     self._read_nodes.discard(node_id)
@@ -328,12 +355,10 @@ class Controller:
         self._watches.cancel_all()
         cluster = self.cluster
         liveness, liveness_revision = self._store.get_prefix_at(keys.replicas_prefix(cluster))
-        read_liveness, read_liveness_revision = self._store.get_prefix_at(keys.read_replicas_prefix(cluster))
-        feeders, feeders_revision = self._store.get_prefix_at(keys.feeders_prefix(cluster))
+        read_liveness, read_liveness_revision = self._store.get_prefix_at(keys.read_nodes_prefix(cluster))
         nodes, nodes_revision = self._store.get_prefix_at(keys.nodes_prefix(cluster))
         self._watches.start(keys.replicas_prefix(cluster), liveness_revision + 1, "liveness")
-        self._watches.start(keys.read_replicas_prefix(cluster), read_liveness_revision + 1, READ_REPLICA_EVENTS)
-        self._watches.start(keys.feeders_prefix(cluster), feeders_revision + 1, FEEDER_EVENTS)
+        self._watches.start(keys.read_nodes_prefix(cluster), read_liveness_revision + 1, READ_NODE_EVENTS)
         self._watches.start(keys.nodes_prefix(cluster), nodes_revision + 1, "nodes")
         self._write_nodes = {item.value["node_id"] for item in nodes if item.value.get("role") == "write"}
         self._read_nodes = {item.value["node_id"] for item in nodes if item.value.get("role") == "read"}
@@ -345,7 +370,7 @@ class Controller:
                 state = PartitionState.from_json(int(item.key[len(prefix):]), item.value)
                 if activation or any((name, state.partition, r) not in registered for r in state.replicas):
                     self._dirty.add((name, state.partition))
-        read_path = self._read_path.items_to_examine(names, read_liveness, feeders, activation)
+        read_path = self._read_path.items_to_examine(names, sorted(self._read_nodes), read_liveness, activation)
         self._dirty |= read_path
         self._next_reconcile_ms = _now_ms() + self.config.reconcile_interval_ms
         log.info("reconciled: %d partition(s) and read-path item(s) to examine (%d of the read path), "
@@ -355,9 +380,14 @@ class Controller:
     # --- one partition --------------------------------------------------------------------
 
     def _handle(self, work: Work) -> None:
+        if isinstance(work, VirtualPartitionItem):
+            self._handle_vps(work)
+            return
         try:
-            if isinstance(work, ReadPathItem):
-                complete = self._read_path.handle(work, sorted(self._read_nodes), self._fence)
+            if isinstance(work, ReadNodeItem):
+                complete, restarted = self._read_path.handle_node(work, sorted(self._read_nodes))
+                if restarted:
+                    self._dirty |= self._read_path.vp_items_on(work.node_id)
             else:
                 complete = self._handle_partition(*work)
         except UnknownTopic:
@@ -377,6 +407,35 @@ class Controller:
             self._pending.discard(work)
         else:
             self._pending.add(work)
+
+    def _handle_vps(self, first: VirtualPartitionItem) -> None:
+        """Handle ``first`` and every other dirty VP of its topic together (``ReadPathControl.handle_vps``)."""
+        batch = {first} | {item for item in self._dirty
+                           if isinstance(item, VirtualPartitionItem) and item.topic == first.topic}
+        self._dirty -= batch
+        try:
+            outcome = self._read_path.handle_vps(first.topic, {item.vp for item in batch}, sorted(self._read_nodes),
+                                                 self._fence)
+        except UnknownTopic:
+            self._pending -= batch  # deleted meanwhile
+            return
+        except (CoordinatorUnavailable, _SteppedDown):
+            self._pending |= batch
+            raise
+        except MetadataConflict as conflict:
+            self._pending |= batch
+            self._check_still_active()
+            log.warning("%s: %s; retrying in %d ms", first.topic, conflict, self.config.retry_interval_ms)
+            return
+        except Exception:  # a defect must not stop failovers of every other partition
+            log.exception("%s: handling VPs %s failed; retrying in %d ms", first.topic, sorted(i.vp for i in batch),
+                          self.config.retry_interval_ms)
+            self._pending |= batch
+            return
+        incomplete = {VirtualPartitionItem(first.topic, vp) for vp in outcome.incomplete}
+        self._pending -= batch - incomplete
+        self._pending |= incomplete
+        self._dirty |= outcome.nodes
 
     def _handle_partition(self, topic: str, partition: int) -> bool:
         """Bring one partition to a live leader and live replicas; True if nothing is left to do."""
@@ -455,7 +514,7 @@ class Controller:
 
 
 def _describe(work: Work) -> str:
-    return str(work) if isinstance(work, ReadPathItem) else "%s-%d" % work
+    return str(work) if isinstance(work, (ReadNodeItem, VirtualPartitionItem)) else "%s-%d" % work
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -177,6 +177,17 @@ class MetadataStore:
         return succeeded
 
     @_etcd_call
+    def put_and_delete(self, key: str, value: Any, delete: str, fence: Fence, lease: etcd3.Lease | None = None) -> bool:
+        """Write ``key`` (under ``lease``) and delete ``delete`` in one transaction, only while the fence holds."""
+        txn = self._client.transactions
+        succeeded, _ = self._client.transaction(
+            compare=[txn.mod(fence[0]) == fence[1]],
+            success=[txn.put(key, _encode(value), lease=lease), txn.delete(delete)],
+            failure=[],
+        )
+        return succeeded
+
+    @_etcd_call
     def create_leased(self, key: str, value: Any, lease: etcd3.Lease, swaps: dict[str, tuple[Any, int]]) -> int | None:
         """Create ``key`` under ``lease`` and CAS each of ``swaps`` (key: (value, mod_revision)) in one transaction.
 

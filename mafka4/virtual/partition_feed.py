@@ -85,6 +85,7 @@ class _Hold:
     # The offset offered as the cut; from the moment it is set no record at or past it goes to a parent.
     withhold_from: int | None = None
     mod_revision: int = 0  # of the hold key the stream wrote
+    reaching: asyncio.Task | None = None  # writing the hold key
     deadline: float = 0.0  # time.monotonic() after which the stream leaves the hold by itself
     # The epoch the reshard stored (and the states of the VPs it opened), given with the release.
     stored: tuple[SplitEpoch, tuple[VirtualPartitionState, ...]] | None = None
@@ -161,6 +162,8 @@ class PartitionFeed:
         self._offer_cut(hold)  # at once if the stream stands where it may cut: no round to wait for
         self._kick.set()
         try:
+            if hold.withhold_from is not None:
+                await asyncio.wait_for(self._reach_hold(hold), wait_ms_max / 1000)
             await asyncio.wait_for(hold.reached.wait(), wait_ms_max / 1000)
         except asyncio.TimeoutError:
             if not hold.reached.is_set():
@@ -194,6 +197,12 @@ class PartitionFeed:
             hold.withhold_from = self.next_offset
 
     async def _reach_hold(self, hold: _Hold) -> None:
+        """Record the offered cut in the hold key (once, whoever asks first: the loop or ``hold``)."""
+        if hold.reaching is None:
+            hold.reaching = asyncio.get_running_loop().create_task(self._write_hold_key(hold))
+        await asyncio.shield(hold.reaching)
+
+    async def _write_hold_key(self, hold: _Hold) -> None:
         value = {"token": hold.token, "fed_through": hold.withhold_from}
         key = keys.feeder_hold(self.view.cluster, self.topic, self.partition, self.node_id)
         hold.mod_revision = await self._etcd(lambda store: store.put(key, value))
@@ -230,6 +239,7 @@ class PartitionFeed:
         backoff_s = self.config.retry_backoff_ms / 1000
         while not self._closed:
             served: Mapping[int, HostedVp] = {}
+            self._kick.clear()  # from here on, a hold, a release or a role change ends the round's wait
             try:
                 await self.view.refresh_if_old()
                 served = self._served()
@@ -272,7 +282,6 @@ class PartitionFeed:
 
     async def _idle(self) -> None:
         """Nothing to feed here: wait for a role change, a hold, or the next metadata read."""
-        self._kick.clear()
         try:
             await asyncio.wait_for(self._kick.wait(), self.config.metadata_max_age_ms / 1000)
         except asyncio.TimeoutError:
@@ -334,10 +343,20 @@ class PartitionFeed:
         source_id = choose_source(view.partitions[self.partition], self._avoid)
         self.stats["source"] = source_id
         handle = self._physical(source_id)
+        fetch_from = self.next_offset
+        fetch = asyncio.ensure_future(asyncio.wait_for(
+            handle.fetch.remote(fetch_from, config.fetch_bytes_max, config.fetch_wait_ms_max, True),
+            config.call_timeout_ms / 1000))
+        kicked = asyncio.ensure_future(self._kick.wait())
         try:
-            result = await asyncio.wait_for(
-                handle.fetch.remote(self.next_offset, config.fetch_bytes_max, config.fetch_wait_ms_max, True),
-                config.call_timeout_ms / 1000)
+            await asyncio.wait({fetch, kicked}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            kicked.cancel()
+        if not fetch.done():
+            fetch.cancel()  # a hold, a release or a role change: look at it now, fetch again after
+            return
+        try:
+            result = fetch.result()
         except Exception as error:
             if source_id == view.partitions[self.partition].leader or isinstance(unwrap(error), OffsetOutOfRange):
                 raise
@@ -347,8 +366,8 @@ class PartitionFeed:
             logger.info("%s-%d on %s: source %s failed (%s); avoiding it", self.topic, self.partition, self.node_id,
                         source_id, type(unwrap(error)).__name__)
             return
-        if self.next_offset is None or self._served_changed(served):
-            return  # roles changed while the fetch was in flight: look again before handing anything over
+        if self.next_offset != fetch_from or self._served_changed(served):
+            return  # roles or the position changed while the fetch was out: look again before handing anything over
         planned = plan_round(result.data, self.partition, view.layout, self.next_offset, config.feed_records_max)
         chunks, hold = planned.chunks, self._hold
         held_from = hold.withhold_from if hold is not None else None

@@ -47,7 +47,7 @@ import ray
 from mafka4.coordinator import keys
 from mafka4.coordinator.store import MetadataStore
 from mafka4.errors import (
-    CoordinatorUnavailable, InvalidConfig, MafkaError, StaleEpoch, UnknownTopic, UnknownVirtualPartition,
+    CoordinatorUnavailable, InvalidConfig, MafkaError, ReadReplicaNotInSync, StaleEpoch, UnknownVirtualPartition,
 )
 from mafka4.limits import ReadNodeConfig, TopicConfig
 from mafka4.physical.actor import replica_actor_name
@@ -383,8 +383,6 @@ class ReadNode:
         return answers
 
     def _not_hosted(self, vp_id: VpId) -> MafkaError:
-        from mafka4.errors import ReadReplicaNotInSync
-
         return ReadReplicaNotInSync(f"{vp_id} is not hosted on read node {self._spec.node_id}: re-read the VP's "
                                     f"metadata and fetch from a RISR member")
 
