@@ -6,11 +6,10 @@ the cluster does in between is not deterministic. Kinds (``FAULT_KINDS``):
 
 * ``kill-replica``: ``ray.kill`` of a physical replica (leader or follower). The controller
   fails the partition over and restarts the replica; nothing here helps it.
-* ``kill-vp-replica``: ``ray.kill`` of a VP replica (leader or follower). The controller
-  fails the VP over if it led (or, if it was the only RISR member, restarts it and lets it
-  lead the next epoch) and starts it again on its node as a follower; nothing here helps it.
-* ``kill-feeder``: ``ray.kill`` of one physical partition's feeder; the controller starts
-  it again and it resumes from what the VPs hold.
+* ``kill-read-node``: ``ray.kill`` of a read node's actor, with every VP replica it hosts and
+  its feed streams. The controller starts it again, fails over the VPs it led (a VP whose only
+  RISR member was there leads the next epoch from that node's log once it is back) and
+  announces the roles; the restarted node's followers catch up and rejoin the RISR.
 * ``restart-etcd``: SIGTERM etcd, keep it down for a while, start it again on its port and
   data directory (the restarted server is a child of this process; see ``EtcdControl``).
 * ``kill-member``: SIGKILL a consumer-group member process and start a replacement.
@@ -19,7 +18,7 @@ the cluster does in between is not deterministic. Kinds (``FAULT_KINDS``):
 
 ``heal`` ends the fault phase: clear pauses, make sure etcd runs, and wait until every
 partition has its full ISR, every VP its full RISR with all replicas running, and every
-feeder runs -- all of which the controller must bring about by itself.
+read node runs -- all of which the controller must bring about by itself.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ from mafka4.errors import CoordinatorUnavailable, MafkaError
 from mafka4.physical.launcher import replica_handle
 from mafka4.runtime.connect import Connection
 from mafka4.runtime.etcd_server import EtcdServer, restart_etcd
-from mafka4.virtual.launcher import feeder_handle, vp_handle
+from mafka4.virtual.launcher import read_node_handle
 from mafka4.virtual.metadata import VirtualStore
 from simulations.chaos_settings import FaultTiming
 from simulations.chaos_workload import Members
@@ -129,8 +128,8 @@ class Nemesis:
 
     def run(self, duration_s: float, kinds: tuple[str, ...]) -> list[FaultRecord]:
         """Inject faults of ``kinds`` one after another for ``duration_s``."""
-        actions = {"kill-replica": self._kill_replica, "kill-vp-replica": self._kill_vp_replica,
-                   "kill-feeder": self._kill_feeder, "restart-etcd": self._restart_etcd,
+        actions = {"kill-replica": self._kill_replica, "kill-read-node": self._kill_read_node,
+                   "restart-etcd": self._restart_etcd,
                    "kill-member": self._kill_member, "pause-replica": self._pause_replica}
         ends = time.monotonic() + duration_s
         while time.monotonic() + self._timing.gap_s[0] < ends:
@@ -158,29 +157,17 @@ class Nemesis:
         ray.kill(handle)
         return target, "killed the leader" if replica == state.leader else "killed a follower"
 
-    def _kill_vp_replica(self) -> tuple[str, str]:
-        vp = self._rng.choice(sorted(self._virtual.states(self._topic)))
-        state, _ = self._virtual.state(self._topic, vp)
-        replica = self._rng.choice(state.replicas)
-        target = f"v{vp}/{replica}"
-        handle = vp_handle(self._cluster, self._topic, vp, replica)
+    def _kill_read_node(self) -> tuple[str, str]:
+        states = [state for state, _ in self._virtual.states(self._topic).values() if not state.retired]
+        node = self._rng.choice(sorted({replica for state in states for replica in state.replicas}))
+        handle = read_node_handle(self._cluster, node)
         if handle is None:
-            return target, "not running (the controller is restarting it)"
+            return node, "not running (the controller is restarting it)"
         ray.kill(handle)
-        if replica != state.leader:
-            return target, "killed a follower"
-        alone = " (the only RISR member: restarted in place)" if len(state.risr) < 2 else ""
-        return target, f"killed the leader of epoch {state.leader_epoch}{alone}"
-
-    def _kill_feeder(self) -> tuple[str, str]:
-        partition = self._rng.randrange(len(self._topics.get(self._topic).partitions))
-        target = f"feeder p{partition}"
-        handle = feeder_handle(self._cluster, self._topic, partition)
-        if handle is None:
-            return target, "not running (the controller is restarting it)"
-        node = ray.get(handle.describe.remote(), timeout=CALL_TIMEOUT_S)["node_id"]
-        ray.kill(handle)
-        return f"{target} on {node}", "killed"
+        led = sorted(state.vp for state in states if state.leader == node)
+        alone = sorted(state.vp for state in states if state.leader == node and len(state.risr) < 2)
+        return node, (f"killed, leading VPs {led}" + (f" (the only RISR member of {alone}: they lead again from its log "
+                                                      f"once it is back)" if alone else ""))
 
     def _restart_etcd(self) -> tuple[str, str]:
         if self._etcd is None:
@@ -262,15 +249,16 @@ class Nemesis:
                 problems.append(f"p{state.partition}: ISR {sorted(state.isr)} of {sorted(state.replicas)}")
             if replica_handle(self._cluster, self._topic, state.partition, state.leader) is None:
                 problems.append(f"p{state.partition}: leader {state.leader} not running")
+        nodes = set()
         for vp, (state, _) in sorted(self._virtual.states(self._topic).items()):
+            if state.retired:
+                continue
             if set(state.risr) != set(state.replicas):
                 problems.append(f"v{vp}: RISR {sorted(state.risr)} of {sorted(state.replicas)}")
-            stopped = [r for r in state.replicas if vp_handle(self._cluster, self._topic, vp, r) is None]
-            if stopped:
-                problems.append(f"v{vp}: replicas {stopped} not running (leader {state.leader})")
-        for partition in range(len(self._topics.get(self._topic).partitions)):
-            if feeder_handle(self._cluster, self._topic, partition) is None:
-                problems.append(f"feeder p{partition} not running")
+            nodes |= set(state.replicas)
+        for node in sorted(nodes):
+            if read_node_handle(self._cluster, node) is None:
+                problems.append(f"read node {node} not running")
         return problems
 
 

@@ -27,7 +27,9 @@ from mafka4.errors import MafkaError
 from mafka4.physical.launcher import replica_handle
 from mafka4.records import decode_batch, iter_batches
 from mafka4.runtime.connect import Connection
-from mafka4.virtual.launcher import vp_handle
+from mafka4.virtual.hosted_vp import VpId
+from mafka4.virtual.launcher import ask_leader_nodes, read_node_handle
+from mafka4.virtual.read_node import ConsumerRead
 from mafka4.virtual.metadata import VirtualStore
 from mafka4.virtual.ranges import message_hash
 from mafka4.virtual.split import source_of, strip_source
@@ -65,6 +67,15 @@ def _read_replica(fetch) -> tuple[int, bytes]:
     return high_watermark, b"".join(chunks)
 
 
+def _vp_read(handle, topic: str, vp: int, offset: int):
+    """A fetch of one VP replica through its read node, answered like a replica actor's ``fetch``."""
+    answer = ray.get(handle.fetch.remote([ConsumerRead(VpId(topic, vp), offset)], FETCH_BYTES_MAX, 0),
+                     timeout=CALL_TIMEOUT_S)[0]
+    if answer.error is not None:
+        raise answer.error
+    return ray.put(answer.read)
+
+
 def read_final_logs(connection: Connection, topic: str) -> FinalLogs:
     cluster = connection.cluster
     metadata = TopicStore(connection.store, cluster).get(topic)
@@ -89,10 +100,12 @@ def read_final_logs(connection: Connection, topic: str) -> FinalLogs:
     vp_logs, vp_replicas = {}, {}
     for vp, (state, _) in sorted(states.items()):
         vp_replicas[vp] = {}
+        if state.retired:
+            continue
         for replica in state.replicas:
-            handle = vp_handle(cluster, topic, vp, replica)
+            handle = read_node_handle(cluster, replica)
             try:
-                read = _read_replica(lambda offset, h=handle: h.fetch.remote(offset, FETCH_BYTES_MAX, 0))
+                read = _read_replica(lambda offset, h=handle, vp=vp: _vp_read(h, topic, vp, offset))
             except (AttributeError, MafkaError, ray.exceptions.RayError, TimeoutError) as error:
                 unreadable.append(f"v{vp}/{replica}: {type(error).__name__}")
                 continue
@@ -123,10 +136,10 @@ def _wait_fed(connection: Connection, topic: str, states: dict, ends: dict[int, 
     """Wait (bounded) until every VP leader was fed through ``ends`` and exposes all it holds."""
     deadline = time.monotonic() + FED_TIMEOUT_S
     while time.monotonic() < deadline:
-        try:
-            described = [ray.get(vp_handle(connection.cluster, topic, vp, state.leader).describe.remote(),
-                                 timeout=CALL_TIMEOUT_S) for vp, (state, _) in states.items()]
-        except (AttributeError, MafkaError, ray.exceptions.RayError):
+        live = [state for state, _ in states.values() if not state.retired]
+        answers = ask_leader_nodes(connection.cluster, topic, live, "describe_vps", timeout_s=CALL_TIMEOUT_S)
+        described = [answers[state.vp] for state in live]
+        if any(d is None or isinstance(d, BaseException) for d in described):
             described = []
         if described and all(d["high_watermark"] == d["log_end_offset"]
                              and all(d["fed_through"].get(p, 0) >= end for p, end in ends.items()) for d in described):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from mafka4.errors import InvalidConfig
 
-FAULT_KINDS = ("kill-replica", "kill-vp-replica", "kill-feeder", "restart-etcd", "kill-member", "pause-replica")
+FAULT_KINDS = ("kill-replica", "kill-read-node", "restart-etcd", "kill-member", "pause-replica")
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,16 +6,15 @@ import dataclasses
 
 from mafka4.coordinator import keys
 from mafka4.coordinator.read_path_repair import (
-    FEEDER_EVENTS,
-    READ_REPLICA_EVENTS,
-    ReadPathPart,
+    READ_NODE_EVENTS,
+    ReadNodeItem,
+    VirtualPartitionItem,
     VirtualPartitionRepair,
     decide_virtual_partition,
-    feeder_item,
     item_for_event,
     items_to_examine,
     leaderless_text,
-    virtual_partition_item,
+    node_items,
 )
 from mafka4.virtual.metadata import VirtualPartitionState
 from mafka4.virtual.ranges import HASH_SPACE, HashRange
@@ -31,48 +30,36 @@ def vp_state(vp=0, leader="r0", replicas=("r0", "r1", "r2"), risr=None, epoch=2)
 # --- which items -------------------------------------------------------------------------------
 
 
-def test_liveness_keys_name_their_items_and_other_keys_none():
-    replica_key = keys.read_replica_liveness("c", "orders", 3, "r1")
-    feeder_key = keys.feeder_liveness("c", "orders", 1)
-    assert item_for_event("c", READ_REPLICA_EVENTS, replica_key) == virtual_partition_item("orders", 3)
-    assert item_for_event("c", FEEDER_EVENTS, feeder_key) == feeder_item("orders", 1)
-    assert item_for_event("c", READ_REPLICA_EVENTS, feeder_key) is None
-    assert item_for_event("c", FEEDER_EVENTS, replica_key) is None
-    assert item_for_event("other", READ_REPLICA_EVENTS, replica_key) is None, "another cluster's key"
-    assert item_for_event("c", READ_REPLICA_EVENTS, keys.read_replicas_prefix("c") + "orders/x/r1") is None
-    assert str(virtual_partition_item("orders", 3)) == "orders/v3" and str(feeder_item("orders", 1)) == "orders-1 feeder"
-    assert virtual_partition_item("orders", 1) != feeder_item("orders", 1)
-    assert virtual_partition_item("orders", 1).part is ReadPathPart.VIRTUAL_PARTITION
+def test_a_read_node_liveness_key_names_its_node_and_other_keys_none():
+    key = keys.read_node_liveness("c", "r1")
+    assert item_for_event("c", READ_NODE_EVENTS, key) == ReadNodeItem("r1")
+    assert item_for_event("other", READ_NODE_EVENTS, key) is None, "another cluster's key"
+    assert item_for_event("c", READ_NODE_EVENTS, keys.read_nodes_prefix("c") + "r1/x") is None
+    assert item_for_event("c", "nodes", key) is None
+    assert str(ReadNodeItem("r1")) == "read node r1" and str(VirtualPartitionItem("orders", 3)) == "orders/v3"
 
 
-def test_a_reconcile_examines_only_items_with_a_missing_liveness_key():
+def test_registered_read_nodes_without_a_liveness_key_are_examined():
+    assert node_items(["r0", "r1", "r2"], {"r0", "r2"}) == {ReadNodeItem("r1")}
+    assert node_items(["r0"], {"r0", "r9"}) == set(), "a key without a registration starts nothing"
+
+
+def test_a_reconcile_examines_only_vps_with_a_replica_on_a_node_without_its_key():
     states = [vp_state(0, replicas=("r0", "r1"), risr=("r0", "r1")), vp_state(1, leader="r1", replicas=("r1", "r2"))]
-    replicas = {("t", 0, "r0"), ("t", 0, "r1"), ("t", 1, "r1")}  # v1's r2 is missing
-    feeders = {("t", 0)}  # the feeder of partition 1 is missing
-    assert items_to_examine("t", states, 2, replicas, feeders, activation=False) == {
-        virtual_partition_item("t", 1), feeder_item("t", 1)}
-    everything_registered = replicas | {("t", 1, "r2")}
-    assert items_to_examine("t", states, 1, everything_registered, feeders, activation=False) == set(), "no ping"
+    assert items_to_examine("t", states, {"r0", "r1"}, activation=False) == {VirtualPartitionItem("t", 1)}
+    assert items_to_examine("t", states, {"r0", "r1", "r2"}, activation=False) == set(), "no ping"
 
 
-def test_on_activation_every_vp_is_examined_and_feeders_only_if_missing():
+def test_on_activation_every_vp_is_examined():
     states = [vp_state(0), vp_state(1)]
-    replicas = {("t", vp, r) for vp in (0, 1) for r in READ_NODES}
-    assert items_to_examine("t", states, 2, replicas, {("t", 0), ("t", 1)}, activation=True) == {
-        virtual_partition_item("t", 0), virtual_partition_item("t", 1)}
-
-
-def test_keys_of_another_topic_do_not_count_for_this_one():
-    states = [vp_state(0, replicas=("r0",))]
-    assert items_to_examine("t", states, 1, {("t2", 0, "r0")}, {("t2", 0)}, activation=False) == {
-        virtual_partition_item("t", 0), feeder_item("t", 0)}
+    assert items_to_examine("t", states, set(READ_NODES), activation=True) == {
+        VirtualPartitionItem("t", 0), VirtualPartitionItem("t", 1)}
 
 
 def test_a_retired_vp_is_never_examined_even_with_every_liveness_key_gone():
     retired = dataclasses.replace(vp_state(0), sealed_end_offset=40, retired=True)
     for activation in (False, True):
-        assert items_to_examine("t", [retired, vp_state(1)], 0, set(), set(), activation) == {
-            virtual_partition_item("t", 1)}
+        assert items_to_examine("t", [retired, vp_state(1)], set(), activation) == {VirtualPartitionItem("t", 1)}
 
 
 # --- one VP ------------------------------------------------------------------------------------
