@@ -199,6 +199,7 @@ class VpReplicaCore:
         if self._leader is not None:
             described = self._leader.risr.describe(now_ms)
             described["fed_through"] = dict(self._leader.fed_through)
+            described["last_applied"] = self._leader.progress.snapshot()
         else:
             described = {"virtual_partition": self.vp_name, "leader": self.leader_id,
                          "high_watermark": self._high_watermark, "serving": self.serving(now_ms)}

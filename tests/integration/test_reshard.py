@@ -6,8 +6,8 @@ member run, keeps the counts and each key's order.
 Checked against what producers had acknowledged: every acknowledged message is in exactly one
 VP (over every VP, closed ones included) once, in the VP the layout names for its record, in
 produce order per key within each VP; a reader that follows parent-before-child sees each
-key's messages in produce order across the splits and merges; a feeder restarted after a
-split resumes by the rule (not from offset 0) and loses or duplicates nothing.
+key's messages in produce order across the splits and merges; a read node restarted after a
+split resumes its streams by the rule (not from offset 0) and loses or duplicates nothing.
 """
 
 from __future__ import annotations
@@ -26,10 +26,13 @@ from mafka4.client.virtual_consumer import VirtualConsumer
 from mafka4.coordinator import keys
 from mafka4.coordinator.topics import TopicStore
 from mafka4.virtual.feeding import resume_point, served_vps
-from mafka4.virtual.launcher import feeder_handle, restart_feeder, vp_handle
+from mafka4.virtual.launcher import read_node_handle
 from mafka4.virtual.metadata import VirtualStore
+from mafka4.virtual.split import NOTHING_APPLIED
 
-from virtual_helpers import WAIT_S, Deliveries, Member, ProduceLoop, check_exactly_once, topic_name, wait_until
+from virtual_helpers import (
+    WAIT_S, Deliveries, Member, ProduceLoop, check_exactly_once, describe_vp, feed_of, topic_name, wait_until,
+)
 
 
 def layout_of(connection, topic: str):
@@ -93,11 +96,11 @@ def cluster_holds(connection, topic: str) -> list:
     return [item.key for item in connection.store.get_prefix(prefix) if "/holds/" in item.key or "reshard_lock" in item.key]
 
 
-def test_a_feeder_restarted_after_a_split_resumes_by_the_rule_and_loses_nothing(read_cluster):
+def test_a_read_node_restarted_after_a_split_resumes_by_the_rule_and_loses_nothing(read_cluster):
     connection = read_cluster
     admin = Admin(connection)
     topic = topic_name("resume")
-    admin.create_topic(topic, partitions=2, replication_factor=1, virtual_partitions=2, read_replicas=2, read_mode="mafka4")
+    admin.create_topic(topic, partitions=2, replication_factor=1, virtual_partitions=2, read_replicas=1, read_mode="mafka4")
     loop = ProduceLoop(connection, topic)
     try:
         loop.wait_for(1000)
@@ -105,18 +108,26 @@ def test_a_feeder_restarted_after_a_split_resumes_by_the_rule_and_loses_nothing(
         first = loop.stop()
     epoch = admin.split_virtual_partition(topic, 1)
     assert wait_until(lambda: 1 in sealed_ends(connection, topic))
-    # Nothing produced since the cut: the children hold nothing. The feeder must not go back to 0.
-    layout = layout_of(connection, topic)
+    # Nothing produced since the cut: the children hold nothing. The node leading child 2 dies
+    # and comes back; its stream of partition 0 must resume by the rule, not from offset 0.
     states = VirtualStore(connection.store, connection.cluster).states(topic)
-    served = served_vps(layout, sealed_ends(connection, topic))
-    positions = {vp: ray.get(vp_handle(connection.cluster, topic, vp, states[vp][0].leader).feed_position.remote(
-        states[vp][0].leader_epoch, 0), timeout=WAIT_S) for vp in served}
+    node = states[epoch.children[0]][0].leader
+    dead = read_node_handle(connection.cluster, node)
+    dead_id = dead._actor_id.hex()
+    ray.kill(dead)
+    assert wait_until(lambda: (h := read_node_handle(connection.cluster, node)) is not None
+                      and h._actor_id.hex() != dead_id, 180), "the read node was not restarted"
+    assert wait_until(lambda: all(describe_vp(connection, topic, vp, node) is not None
+                                  and describe_vp(connection, topic, vp, node)["role"] == "leader"
+                                  for vp, (s, _) in VirtualStore(connection.store, connection.cluster).states(topic).items()
+                                  if s.leader == node), 180), "its VPs do not lead again"
+    layout = layout_of(connection, topic)
+    led = {vp for vp, (s, _) in VirtualStore(connection.store, connection.cluster).states(topic).items() if s.leader == node}
+    served = set(served_vps(layout, sealed_ends(connection, topic))) & led
+    positions = {vp: describe_vp(connection, topic, vp, node)["last_applied"].get(0, NOTHING_APPLIED) for vp in served}
     expected = resume_point(layout, 0, positions).next_offset
-    assert expected >= min(epoch.cut[0], positions[0] + 1) > 0
-    node = ray.get(feeder_handle(connection.cluster, topic, 0).describe.remote(), timeout=WAIT_S)["node_id"]
-    restarted = restart_feeder(connection.cluster, connection.store.endpoint, topic, 0, node)
-    assert wait_until(lambda: ray.get(restarted.describe.remote(), timeout=WAIT_S)["resumed_at"] is not None)
-    assert ray.get(restarted.describe.remote(), timeout=WAIT_S)["resumed_at"] == expected
+    assert expected >= epoch.cut[0] > 0, "a child of the split does not pull the stream back to offset 0"
+    assert wait_until(lambda: (feed_of(connection, topic, 0, node) or {}).get("next_offset") == expected)
     loop = ProduceLoop(connection, topic, after=first)
     try:
         loop.wait_for(1000)
@@ -150,18 +161,19 @@ def test_bad_reshard_input_is_refused_with_the_fix(read_cluster):
     with pytest.raises(errors.WrongReadMode, match="read_mode='mafka3'.*no virtual partitions"):
         admin.split_virtual_partition(classic, 0)
     assert layout_of(connection, topic).current.epoch == 0, "a refused reshard changes nothing"
-    assert not cluster_holds(connection, topic)
-    assert sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if f"/{topic}/vp/" in a["name"]) \
-        == sorted(f"{connection.cluster}/{topic}/vp/{vp}/{r}" for vp in (0, 1) for r in ("r0", "r1"))
+    assert not connection.store.get_prefix(keys.feeder_holds_of_topic(connection.cluster, topic)), "no hold left"
+    assert not [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if topic in a["name"]], \
+        "a VP is a log in a read node, never an actor"
+    for node in ("r0", "r1"):
+        roles = ray.get(read_node_handle(connection.cluster, node).roles.remote(topic), timeout=WAIT_S)
+        assert set(roles) == {0, 1}, f"{node} hosts both VPs and nothing else"
 
 
 def test_mafka4_scale_from_4_to_8_and_back_while_producing_keeps_counts_and_per_key_order(read_cluster):
     connection = read_cluster
     topic, group = topic_name("scale"), topic_name("g")
-    # One read replica per VP: each of the eight reshards starts its children's actors, which is
-    # most of this test's time; reshards with RR=2 are tested above.
     created = mafka4_cli("topic", "create", topic, "--partitions", "2", "--replication-factor", "2",
-                         "--virtual-partitions", "4", "--read-replicas", "1")
+                         "--virtual-partitions", "4", "--read-replicas", "2")
     assert created.returncode == 0 and b"read mode mafka4, 4 virtual partition(s)" in created.stdout, created.stderr
     deliveries = Deliveries()
     loop = ProduceLoop(connection, topic)

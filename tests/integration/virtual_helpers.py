@@ -15,7 +15,9 @@ from mafka4.client.virtual_consumer import VirtualConsumer
 from mafka4.coordinator.topics import TopicStore
 from mafka4.hashing import key_hash
 from mafka4.records import decode_batches
-from mafka4.virtual.launcher import vp_handle
+from mafka4.virtual.hosted_vp import VpId
+from mafka4.virtual.launcher import ask_leader_nodes, read_node_handle
+from mafka4.virtual.read_node import ConsumerRead
 from mafka4.virtual.metadata import VirtualStore
 from mafka4.virtual.split import source_of
 
@@ -88,20 +90,34 @@ class ProduceLoop:
 
 
 def vp_log(connection, topic: str, vp: int, replica: str) -> list:
-    """Every record of one VP replica below its HW (with source headers)."""
-    handle = vp_handle(connection.cluster, topic, vp, replica)
+    """Every record of one VP replica below its HW (with source headers), read through its read node."""
+    handle = read_node_handle(connection.cluster, replica)
     records, offset = [], 0
     while True:
-        result = ray.get(handle.fetch.remote(offset, 1 << 20), timeout=WAIT_S)
-        batch = decode_batches(result.data)
+        answer = ray.get(handle.fetch.remote([ConsumerRead(VpId(topic, vp), offset)], 1 << 20, 0), timeout=WAIT_S)[0]
+        if answer.error is not None:
+            raise answer.error
+        batch = decode_batches(answer.read.data)
         if not batch:
             return records
         records.extend(batch)
         offset = batch[-1].offset + 1
 
 
+def describe_vp(connection, topic: str, vp: int, replica: str) -> dict | None:
+    """What the read node ``replica`` reports of its replica of ``vp`` (None: it does not host it)."""
+    handle = read_node_handle(connection.cluster, replica)
+    return ray.get(handle.describe_vps.remote([VpId(topic, vp)]), timeout=WAIT_S)[0]
+
+
+def feed_of(connection, topic: str, partition: int, node: str) -> dict | None:
+    """What read node ``node``'s feed stream of ``topic``-``partition`` reports (None: it runs none)."""
+    described = ray.get(read_node_handle(connection.cluster, node).describe.remote(topic), timeout=WAIT_S)
+    return described["feeds"].get(topic, {}).get(partition)
+
+
 def leaders_fed(connection, topic: str, acknowledged) -> bool:
-    """True once every VP leader heard that its feeders passed every acknowledged record it can
+    """True once every VP leader heard that its feed streams passed every acknowledged record it can
     receive (a closed VP: every record below its closing cut), and exposes all it holds."""
     ends = collections.defaultdict(int)
     for partition, offset, _, _ in acknowledged:
@@ -109,21 +125,25 @@ def leaders_fed(connection, topic: str, acknowledged) -> bool:
     virtual = VirtualStore(connection.store, connection.cluster)
     config = TopicStore(connection.store, connection.cluster).get(topic).config
     layout, states = virtual.layout_and_states(topic, config.partitions, config.virtual_config())
-    for vp, (state, _) in states.items():
-        described = ray.get(vp_handle(connection.cluster, topic, vp, state.leader).describe.remote(), timeout=WAIT_S)
-        fed_through = described["fed_through"]
+    described = ask_leader_nodes(connection.cluster, topic, [state for state, _ in states.values()], "describe_vps",
+                                 timeout_s=WAIT_S)
+    for vp in states:
+        answer = described[vp]
+        if answer is None or isinstance(answer, BaseException) or answer["role"] != "leader":
+            return False
+        fed_through = answer["fed_through"]
         for p, end in ends.items():
             bound = layout.source_bounds(vp, p)[1]
             if fed_through.get(p, 0) < (end if bound is None else min(end, bound)):
                 return False
-        if described["high_watermark"] != described["log_end_offset"]:
+        if answer["high_watermark"] != answer["log_end_offset"]:
             return False
     return True
 
 
 def check_exactly_once(connection, topic: str, acknowledged) -> dict[int, list]:
     """Assert the VP leaders' logs hold every acknowledged message once, placed and ordered right."""
-    assert wait_until(lambda: leaders_fed(connection, topic, acknowledged)), "the feeders did not catch up"
+    assert wait_until(lambda: leaders_fed(connection, topic, acknowledged)), "the feed streams did not catch up"
     virtual = VirtualStore(connection.store, connection.cluster)
     config = TopicStore(connection.store, connection.cluster).get(topic).config
     layout = virtual.layout(topic, config.partitions, config.virtual_config())
