@@ -1,9 +1,9 @@
 """Deterministic simulation of a mafka4 cluster around the real pure cores, from one seed.
 
 The simulator drives the real code (``ReplicaState``, ``Log`` on a simulated disk,
-``election.decide_partition``, ``failover.decide_failover``, ``feeding``/``split``,
-``TopicLayout``, ``RisrState``, ``StickyAssignor``, ``offsets_to_commit``) through thin shells
-that mirror the Ray actors, with a simulated clock (``scheduler``), network (``network``:
+``election.decide_partition``, ``read_path_repair.decide_virtual_partition`` with
+``failover.decide_failover``, ``feeding``/``split``, ``TopicLayout``, ``RisrState``,
+``StickyAssignor``, ``offsets_to_commit``) through thin shells that mirror the Ray actors, with a simulated clock (``scheduler``), network (``network``:
 delay, drop, duplicate, reorder, partitions) and disk (``disk``: torn writes, loss of
 unflushed data), all drawn from one ``random.Random(seed)``. The checkers that judge a run
 are in ``simulations/checkers.py``.

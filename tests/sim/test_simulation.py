@@ -58,8 +58,9 @@ def test_the_seeds_exercise_what_they_claim_to():
                 totals[key] = totals.get(key, 0) + value
         for kind, count in stats["faults"].items():
             faults[kind] = faults.get(kind, 0) + count
-    for key in ("acked", "consumed", "elections", "vp_failovers", "reshards", "torn_files", "truncations",
-                "vp_truncations", "duplicates_refused", "refeeds_dropped"):
+    for key in ("acked", "consumed", "elections", "vp_failovers", "vp_restarted_leader_failovers",
+                "vp_leaders_from_restarted", "reshards", "torn_files", "truncations", "vp_truncations",
+                "duplicates_refused", "refeeds_dropped"):
         assert totals.get(key, 0) > 0, (key, totals)
     for kind in ("crash-write", "crash-write-power-loss", "stop-write", "isolate-write", "cut-coordinator",
                  "crash-read", "crash-feeder", "crash-consumer"):
