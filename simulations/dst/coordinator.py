@@ -29,8 +29,8 @@ is what the simulator uses instead. On top, the controller's loop runs every
   network may deliver a request late or twice);
 * metadata reads for clients (``MetadataRequest``).
 
-Resharding and sealing live in ``resharding.py``, the consumer group in ``group.py``; both
-are driven from this loop.
+Resharding and sealing live in ``resharding.py``, the consumer group's keys in ``group.py``;
+both are driven from this loop and answer their own messages.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from mafka4.coordinator.election import decide_partition
 from mafka4.coordinator.read_path_repair import decide_virtual_partition
 from mafka4.coordinator.topics import PartitionState
 from mafka4.errors import StaleEpoch
-from mafka4.limits import TopicConfig
+from mafka4.limits import TopicConfig, VirtualConfig
 from mafka4.physical.placement import assign_replicas
 from mafka4.virtual.failover import decide_failover
 from mafka4.virtual.metadata import VirtualPartitionState
@@ -68,7 +68,8 @@ class Coordinator:
             p: PartitionState(p, replicas[0], 0, tuple(replicas), tuple(replicas))
             for p, replicas in enumerate(assignment)
         }
-        self.layout = TopicLayout.initial(options.partitions, options.virtual_partitions)
+        self.layout = TopicLayout.initial(options.partitions, options.virtual_partitions,
+                                          VirtualConfig(virtual_partitions_max=options.virtual_partitions_max))
         self.vps: dict[int, VirtualPartitionState] = {}
         self._vp_fresh: dict[int, set[str]] = {}
         self._vp_confirmed: dict[int, set[str]] = {}
@@ -90,7 +91,7 @@ class Coordinator:
         self.elections_total = 0
         self.vp_failovers_total = 0
         self.resharding = None  # set by the run: a resharding.ReshardAdmin
-        self.group = None  # set by the run: a group.GroupCoordinator
+        self.group = None  # set by the run: a group.GroupStore
 
     # --- etcd-like state -----------------------------------------------------------------
 
@@ -136,7 +137,7 @@ class Coordinator:
             self.env.network.send(NAME, source, self.metadata(message.request_id))
         elif isinstance(message, m.RoleResult):
             self._on_role_result(message)
-        elif isinstance(message, (m.PauseAck, m.VpSealAnswer)):
+        elif isinstance(message, (m.PauseAck, m.VpSealAnswer, m.SplitRequest)):
             self.resharding.handle(source, message)
         else:
             self.group.handle(source, message)
