@@ -1,9 +1,10 @@
 """Deterministic simulation of a mafka4 cluster around the real pure cores, from one seed.
 
 The simulator drives the real code (``ReplicaState``, ``Log`` on a simulated disk,
-``election.decide_partition``, ``failover.decide_failover``, ``feeding``/``split``,
-``TopicLayout``, ``RisrState``, ``StickyAssignor``, ``offsets_to_commit``) through thin shells
-that mirror the Ray actors, with a simulated clock (``scheduler``), network (``network``:
+``election.decide_partition``, ``read_path_repair.decide_virtual_partition`` with
+``failover.decide_failover``, ``feeding``/``split``, ``TopicLayout``, ``RisrState``,
+``ownership.plan_ownership``) through thin shells that mirror the Ray actors, etcd and the
+group members, with a simulated clock (``scheduler``), network (``network``:
 delay, drop, duplicate, reorder, partitions) and disk (``disk``: torn writes, loss of
 unflushed data), all drawn from one ``random.Random(seed)``. The checkers that judge a run
 are in ``simulations/checkers.py``.
@@ -20,11 +21,12 @@ the seed that found each).
 Modules: ``run`` (entry), ``cluster`` (phases, final checks), ``options`` (the seed's
 shape), ``physical`` (replica shell),
 ``write_node``, ``virtual`` (read nodes, VP shell), ``feeder``, ``producer``, ``group``
-(consumer group), ``coordinator`` (etcd + controller), ``resharding``, ``nemesis`` (faults),
-``messages``, ``env``, ``scheduler``, ``network``, ``disk``.
+(the group's etcd keys), ``consumer`` (group members and their churn), ``coordinator`` (etcd +
+controller), ``resharding``, ``nemesis`` (faults), ``messages``, ``env``, ``scheduler``,
+``network``, ``disk``.
 
 What is simulated and what is not: see ``cluster`` (phases), ``disk`` (what a crash
 loses), ``nemesis`` (which faults, with which limits), ``coordinator`` (etcd never fails;
-controller failover is not simulated), ``feeder`` and ``virtual`` (deliberate deviations
-from the actors).
+controller failover is not simulated), ``feeder``, ``virtual`` and ``consumer`` (deliberate
+deviations from the production shells).
 """

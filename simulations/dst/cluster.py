@@ -1,7 +1,8 @@
 """One simulated cluster from one seed: build it, run chaos, heal, drain, then judge it.
 
-Phases: (1) chaos for ``chaos_ms``: producers write, feeders split, the group reads, the
-nemesis injects faults, the coordinator reshards; (2) heal: every fault is undone; (3)
+Phases: (1) chaos for ``chaos_ms``: producers write, feeders split, the group reads while
+members join and leave, the nemesis injects faults, the coordinator reshards (at random and
+when the group asks); (2) heal: every fault is undone; (3)
 drain: the run goes on until every batch is acknowledged, every replica holds its leader's
 log, every committed record is fed, every closed VP is sealed and the group has read every
 VP to its end (or ``drain_ms_max`` passes: the run is then reported as stuck, with what
@@ -21,7 +22,8 @@ from simulations.checkers import Ack, Anomaly, Consumed, Commit, StoredRecord
 from simulations.dst.coordinator import NAME as COORDINATOR, Coordinator
 from simulations.dst.env import Env
 from simulations.dst.feeder import SimFeeder
-from simulations.dst.group import GroupCoordinator, SimConsumer
+from simulations.dst.consumer import MemberChurn, SimConsumer
+from simulations.dst.group import GroupStore
 from simulations.dst.nemesis import Nemesis
 from simulations.dst.physical import SimReplica
 from simulations.dst.write_node import WriteNode
@@ -41,11 +43,12 @@ class Cluster:
         self.read_nodes = [ReadNode(env, f"r{i}") for i in range(options.read_nodes)]
         self.coordinator = Coordinator(env, [n.name for n in self.write_nodes], [n.name for n in self.read_nodes])
         self.coordinator.resharding = ReshardAdmin(env, self.coordinator)
-        self.coordinator.group = GroupCoordinator(env, self.coordinator)
+        self.coordinator.group = GroupStore(env, self.coordinator)
         self.producers = [SimProducer(env, i) for i in range(options.producers)]
         self.feeders = [SimFeeder(env, p) for p in range(options.partitions)]
-        self.consumers = [SimConsumer(env, i) for i in range(options.consumers)]
+        self.consumers = [SimConsumer(env, i) for i in range(options.consumers_max)]
         self.nemesis = Nemesis(env, self)
+        self.churn = MemberChurn(env, self.consumers)
         self.drained = False
         self.not_drained: list[str] = []
         env.network.register(COORDINATOR, self.coordinator.handle)
@@ -59,12 +62,13 @@ class Cluster:
 
     def run(self) -> None:
         env, options = self.env, self.env.options
-        for process in self.write_nodes + self.read_nodes + self.feeders + self.consumers:
+        for process in self.write_nodes + self.read_nodes + self.feeders + self.consumers[:options.consumers]:
             process.boot()
         for producer in self.producers:
             producer.start()
         self._control()
         self.nemesis.start()
+        self.churn.start()
         env.scheduler.run_until(lambda: False, options.chaos_ms, options.events_max)
         self.nemesis.heal_all()
         self._check_drained()

@@ -11,12 +11,17 @@ is what the simulator uses instead. On top, the controller's loop runs every
   that refused an epoch they already knew, as ``Controller._handle_partition`` does);
   restarts and replacements are ``StartReplica``/``StopReplica`` messages; roles are
   announced until each live replica confirmed the current epoch;
-* VPs: ``failover.decide_failover`` (``risr.pick_leader``) when a VP leader is not live.
-  A restarted VP leader (new node incarnation) is handled as the physical side handles a
-  fresh leader: another RISR member takes over if there is one, else the same replica
-  leads a new epoch. (The real controller passes ``decide_failover(restarted=...)``, which
-  prefers RISR members that kept running over other restarted ones; this simulator keeps
-  its own rule so that recorded seeds replay as before);
+* VPs: the production controller's rule, ``read_path_repair.decide_virtual_partition`` and then
+  ``failover.decide_failover(state, alive, restarted)``. A VP replica is *alive* while its
+  read node is (a read node starts its replicas on the first role notice, from its disk), and
+  *restarted* while its node came back with a new incarnation and the replica has not yet
+  confirmed a role of the current epoch (the controller restarted it and has not told it its
+  role, in production terms). The leader stays while alive and not restarted; otherwise a
+  live, not-restarted RISR member leads the next epoch, else a restarted RISR member (the old
+  leader included) leads it from its own log; with no live RISR member the VP is leaderless
+  until a RISR member's node is back (the production controller would restart the replica on
+  its registered node first; here the node's return is that restart). The replica picked to
+  lead is told its new epoch at once, so it is no longer restarted;
 * ISR and RISR compare-and-swaps (``IsrWrite``; an ISR write also sets the ELR it implies,
   ``PartitionState.with_isr``, as the actor's CAS does): written only while the state names the
   writer as leader of that epoch, and only if no later write of the partition was applied
@@ -24,8 +29,8 @@ is what the simulator uses instead. On top, the controller's loop runs every
   network may deliver a request late or twice);
 * metadata reads for clients (``MetadataRequest``).
 
-Resharding and sealing live in ``resharding.py``, the consumer group in ``group.py``; both
-are driven from this loop.
+Resharding and sealing live in ``resharding.py``, the consumer group's keys in ``group.py``;
+both are driven from this loop and answer their own messages.
 """
 
 from __future__ import annotations
@@ -33,9 +38,10 @@ from __future__ import annotations
 import dataclasses
 
 from mafka4.coordinator.election import decide_partition
+from mafka4.coordinator.read_path_repair import decide_virtual_partition
 from mafka4.coordinator.topics import PartitionState
 from mafka4.errors import StaleEpoch
-from mafka4.limits import TopicConfig
+from mafka4.limits import TopicConfig, VirtualConfig
 from mafka4.physical.placement import assign_replicas
 from mafka4.virtual.failover import decide_failover
 from mafka4.virtual.metadata import VirtualPartitionState
@@ -62,7 +68,8 @@ class Coordinator:
             p: PartitionState(p, replicas[0], 0, tuple(replicas), tuple(replicas))
             for p, replicas in enumerate(assignment)
         }
-        self.layout = TopicLayout.initial(options.partitions, options.virtual_partitions)
+        self.layout = TopicLayout.initial(options.partitions, options.virtual_partitions,
+                                          VirtualConfig(virtual_partitions_max=options.virtual_partitions_max))
         self.vps: dict[int, VirtualPartitionState] = {}
         self._vp_fresh: dict[int, set[str]] = {}
         self._vp_confirmed: dict[int, set[str]] = {}
@@ -84,7 +91,7 @@ class Coordinator:
         self.elections_total = 0
         self.vp_failovers_total = 0
         self.resharding = None  # set by the run: a resharding.ReshardAdmin
-        self.group = None  # set by the run: a group.GroupCoordinator
+        self.group = None  # set by the run: a group.GroupStore
 
     # --- etcd-like state -----------------------------------------------------------------
 
@@ -130,7 +137,7 @@ class Coordinator:
             self.env.network.send(NAME, source, self.metadata(message.request_id))
         elif isinstance(message, m.RoleResult):
             self._on_role_result(message)
-        elif isinstance(message, (m.PauseAck, m.VpSealAnswer)):
+        elif isinstance(message, (m.PauseAck, m.VpSealAnswer, m.SplitRequest)):
             self.resharding.handle(source, message)
         else:
             self.group.handle(source, message)
@@ -255,22 +262,24 @@ class Coordinator:
     def _control_vp(self, vp: int) -> None:
         state = self.vps[vp]
         alive = self._live_vp_replicas(vp)
-        fresh = self._vp_fresh[vp] & alive
-        if state.leader in fresh:
-            decided = decide_failover(state, alive - {state.leader})
-            if decided is None:
-                decided = dataclasses.replace(state, leader_epoch=state.leader_epoch + 1)
-        else:
-            decided = decide_failover(state, alive)
-        if decided is None:
-            return  # leaderless: no live RISR member; consumers of this VP wait
-        if decided is not state:
-            self._vp_fresh[vp].discard(state.leader)  # the restart is accounted for by the new epoch
+        restarted = frozenset(self._vp_fresh[vp] & alive)
+        live_nodes = [node for node in self.read_nodes if self.is_live(node)]
+        repair = decide_virtual_partition(state, alive, live_nodes, restarted)
+        if repair.leaderless:
+            return  # no live RISR member: consumers of this VP wait for one's node to come back
+        if repair.failover:
+            decided = decide_failover(state, alive, restarted)
+            assert decided is not None and decided.leader_epoch == state.leader_epoch + 1, (state, decided)
+            if state.leader in restarted:
+                self.env.count("vp_restarted_leader_failovers")
+            if decided.leader in restarted:
+                self.env.count("vp_leaders_from_restarted")
+            self._vp_fresh[vp].discard(decided.leader)  # its new epoch is what it is told now
             self.vps[vp] = state = decided
             self.vp_failovers_total += 1
             self._vp_confirmed[vp].clear()
             self.env.note(f"ctl: vp{vp} leader {state.leader} epoch {state.leader_epoch} risr {list(state.risr)} "
-                          f"(alive {sorted(alive)}, restarted {sorted(fresh)})")
+                          f"(alive {sorted(alive)}, restarted {sorted(restarted)})")
         for replica_id in sorted(alive - self._vp_confirmed[vp]):
             if replica_id == state.leader:
                 message = m.VpBecomeLeader(self._notice(vp, replica_id, True), vp, state.leader_epoch, state.replicas,

@@ -130,20 +130,11 @@ class StopReplica:
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
     """A node's lease refresh: it is alive (since boot ``incarnation``) and runs these replicas
-    (physical partitions on a write node, VPs on a read node, VPs owned by a group member)."""
+    (physical partitions on a write node, VPs on a read node)."""
 
     node: str
     incarnation: int
     running: tuple[int, ...]
-    sent_ms: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class HeartbeatAck:
-    """The coordinator renewed the lease of a heartbeat sent at ``sent_ms`` (group members)."""
-
-    incarnation: int
-    sent_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,46 +307,114 @@ class PauseAck:
     fed_through: int
 
 
-# --- consumer group ---------------------------------------------------------------------------
+# --- consumer group (etcd operations of ``coordinator.virtual_groups``) -------------------------
+#
+# A member's requests travel over this lossy network but etcd's client sends them in order over
+# one connection: the group store applies a member's requests once and in request order (a late
+# or duplicated one is dropped unanswered, which the member sees as etcd not answering).
 
 
 @dataclass(frozen=True, slots=True)
-class Assign:
-    """The group coordinator hands ``vp`` to one incarnation of a member (``assignment`` names
-    this hand-over); another incarnation of the member ignores it."""
+class Register:
+    """Grant a lease and put the member key under it (``VirtualGroupMember._register``)."""
 
-    assignment: int
-    vp: int
-    offset: int
-    incarnation: int
-
-
-@dataclass(frozen=True, slots=True)
-class Revoke:
-    assignment: int
-    vp: int
-
-
-@dataclass(frozen=True, slots=True)
-class Released:
-    """A member stopped reading ``vp``; ``offset`` is its position to commit (-1: none)."""
-
-    member: str
-    assignment: int
-    vp: int
-    offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetCommit:
     request_id: int
-    member: str
-    assignment: int
-    vp: int
-    offset: int
+    member_id: str
 
 
 @dataclass(frozen=True, slots=True)
-class OffsetCommitResult:
+class Registered:
     request_id: int
-    accepted: bool
+    lease_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseKeepAlive:
+    """Refresh a member's lease (the lease thread, every third of the TTL in production)."""
+
+    member_id: str
+    lease_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseKeepAliveResult:
+    lease_id: int
+    alive: bool  # False: the lease had lapsed (etcd answers TTL 0); the member registers again
+
+
+@dataclass(frozen=True, slots=True)
+class RevokeLease:
+    """Revoke a member's lease, deleting the keys under it: its member key and owner keys."""
+
+    request_id: int
+    member_id: str
+    lease_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSnapshotRequest:
+    """Read the group and the topic's layout in one transaction (``VirtualGroupStore.snapshot``)."""
+
+    request_id: int
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSnapshot:
+    request_id: int
+    members: tuple[str, ...]  # member ids with a member key, sorted
+    layout: TopicLayout
+    sealed_end_offsets: tuple[tuple[int, int], ...]
+    owners: tuple[tuple[int, str], ...]  # VP -> member id of its owner key
+    offsets: tuple[tuple[int, int, int], ...]  # (VP, committed offset, VP high watermark the committer saw)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Create the owner keys of ``vps`` under the member's lease, only if all are absent and the
+    member key exists, reading their committed offsets in the same transaction."""
+
+    request_id: int
+    member_id: str
+    lease_id: int
+    vps: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    request_id: int
+    # (VP, committed offset or None) per claimed VP; None: the transaction failed (an owner key
+    # existed or the member key was gone), nothing was claimed.
+    committed: tuple[tuple[int, int | None], ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class CommitOffsets:
+    """Write offsets of VPs whose owner key is the member's, then delete the owner keys of
+    ``release`` that are the member's, in one transaction (``VirtualGroupStore.commit``)."""
+
+    request_id: int
+    member_id: str
+    offsets: tuple[tuple[int, int, int], ...]  # (VP, offset, VP high watermark seen)
+    release: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    request_id: int
+    committed: tuple[int, ...]
+    lost: tuple[int, ...]  # offsets not written: the owner key was not the member's
+
+
+@dataclass(frozen=True, slots=True)
+class SplitRequest:
+    """A member asks for ``vp`` to be split (``Resharder.split``, which the plan named)."""
+
+    request_id: int
+    vp: int
+
+
+@dataclass(frozen=True, slots=True)
+class SplitResult:
+    request_id: int
+    done: bool  # False: refused (another reshard runs, the VP is not splittable) or abandoned

@@ -2,7 +2,8 @@
 
 ``options_for_seed`` draws every knob from the run's random generator before anything else
 happens, so the seed alone fixes the cluster too. Tests override fields (``replace``) to
-run a variant, e.g. a broken replica core (``replica_state_class``).
+run a variant, e.g. a broken replica core (``replica_state_class``) or a broken group
+rule (``ownership_rule``).
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ from __future__ import annotations
 import dataclasses
 import random
 from dataclasses import dataclass
+from typing import Callable
 
 from mafka4.limits import KiB, LogConfig, ReplicaConfig
 from mafka4.physical.replica import ReplicaState
 from mafka4.risr.state import RisrConfig
+from mafka4.virtual.ownership import GroupView, OwnershipPlan, plan_ownership
 from simulations.dst.network import NetworkConfig
 
 
@@ -32,7 +35,11 @@ class SimOptions:
     producers: int
     batches_per_producer: int
     produce_interval_ms: int
+    # Group members at the start, and the most that ever run at once (members join and leave).
     consumers: int
+    consumers_max: int
+    # Mean time between two members joining or leaving during the chaos phase (None: never).
+    member_churn_interval_ms: int | None
     # Phase 1 (faults and workload) lasts this long; phase 2 heals and drains.
     chaos_ms: int
     # Mean time between two faults.
@@ -41,9 +48,10 @@ class SimOptions:
     power_loss: bool
     # Faulty (down or isolated) write nodes at once, at most.
     faulty_write_nodes_max: int
+    # Random reshards stored at most (the group's splits come on top).
     reshards_max: int
-    # The consumer group's assignor (``coordinator.assignors``): "sticky" or "range".
-    assignor: str = "sticky"
+    # The layout's ``VirtualConfig.virtual_partitions_max``: splits beyond it are refused.
+    virtual_partitions_max: int = 6
     heartbeat_interval_ms: int = 50
     lease_ttl_ms: int = 200
     controller_interval_ms: int = 40
@@ -52,6 +60,8 @@ class SimOptions:
     drain_ms_max: int = 15_000
     events_max: int = 400_000
     replica_state_class: type = ReplicaState
+    # What every group member decides with; tests swap in a broken rule.
+    ownership_rule: Callable[[GroupView, str], OwnershipPlan] = plan_ownership
 
     def replace(self, **changes) -> "SimOptions":
         return dataclasses.replace(self, **changes)
@@ -95,11 +105,12 @@ def options_for_seed(rng: random.Random) -> SimOptions:
         producers=rng.randint(1, 3),
         batches_per_producer=rng.randint(10, 40),
         produce_interval_ms=rng.choice((5, 20, 50)),
-        consumers=rng.randint(1, 3),
+        consumers=(consumers := rng.randint(1, 3)),
+        consumers_max=consumers + rng.randint(0, 3),
+        member_churn_interval_ms=rng.choice((150, 400, None)),
         chaos_ms=rng.choice((600, 1200, 2000)),
         fault_interval_ms=rng.choice((80, 200, 500)),
         power_loss=rng.random() < 0.7,
         faulty_write_nodes_max=rng.choice((1, 1, 2)),
         reshards_max=rng.choice((0, 1, 3)),
-        assignor=rng.choice(("sticky", "range")),
     )

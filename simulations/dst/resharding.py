@@ -5,10 +5,23 @@ module is the protocol around them that the production shells do not have yet, b
 ``reshard.py``'s docstring asks: "the shell must stop the feeder of p from passing the
 proposed cut[p] under the old epoch until the new epoch is stored".
 
-1. Start: choose a split of a random active VP or a merge of two neighbours, and record a
-   pending reshard id with its parents (metadata shows both to the feeders); each feeder
-   answers ``PauseAck`` with its ``fed_through`` after a round and from then on holds back
-   the parents' records at or past it, feeding the other VPs on (``Feeder.hold``).
+Two sources of reshards, one at a time (a request while one is pending is refused, as the
+reshard lock refuses it in production):
+
+* the group: a member whose ``plan_ownership`` names a split sends a ``SplitRequest``
+  (``Resharder.split`` in production), answered ``SplitResult`` once the epoch is stored or
+  the reshard abandoned, at once when refused (another reshard pending, or ``plan_split``
+  refuses the VP: closed, or the layout at ``virtual_partitions_max``);
+* random ones, at most ``reshards_max`` per run during the chaos phase: a split of any
+  active VP or a merge of two neighbours. They stay because the group never merges and
+  splits only readable VPs of a group larger than the layout: random ones also merge, split
+  children whose parents are still being read (chains of closed parents) and reshard while
+  nobody reads the VP.
+
+1. Start: record a pending reshard id with its parents (metadata shows both to the
+   feeders); each feeder answers ``PauseAck`` with its ``fed_through`` after a round and
+   from then on holds back the parents' records at or past it, feeding the other VPs on
+   (``Feeder.hold``).
 2. Once every partition answered: cut[p] = fed_through[p] plus a random slack (0 to 3
    offsets: a cut above what was fed is legal, the parents then get the records below it),
    plan the chosen split or merge, append the epoch, open the children
@@ -23,12 +36,12 @@ proposed cut[p] under the old epoch until the new epoch is stored".
 
 from __future__ import annotations
 
+from mafka4.errors import MafkaError
 from simulations.dst import messages as m
 from simulations.dst.coordinator import NAME
 from simulations.dst.env import Env
 
 PAUSE_TIMEOUT_MS = 400
-VIRTUAL_PARTITIONS_MAX = 6
 
 
 class ReshardAdmin:
@@ -40,6 +53,9 @@ class ReshardAdmin:
         self._fenced: dict[int, int] = {}  # partition -> the feeder incarnation acks must come from, at least
         self._reshard_ids = 0
         self._chosen: tuple[int, ...] = ()  # the pending reshard's parents: one VP to split, or two to merge
+        self._requester: tuple[str, int] | None = None  # the member that asked for the pending split, its request
+        self._random_reshards = 0  # stored ones
+        self._split_requests: set[int] = set()  # request ids handled: a copy the network duplicated is ignored
         self.reshards_total = 0
         self.abandoned_total = 0
         self._next_reshard_ms = self._draw_next()
@@ -58,20 +74,52 @@ class ReshardAdmin:
                 self.env.note(f"reshard {coordinator.reshard_pending} abandoned: feeders {sorted(self._acks)} paused")
                 coordinator.reshard_pending, coordinator.reshard_parents = None, ()
                 self.abandoned_total += 1
-        elif (self.reshards_total < self.env.options.reshards_max and now_ms >= self._next_reshard_ms
+                self._answer_requester(False)
+        elif (self._random_reshards < self.env.options.reshards_max and now_ms >= self._next_reshard_ms
               and now_ms < self.env.options.chaos_ms):
-            self._reshard_ids += 1
-            self._chosen = self._choose(coordinator.layout)
-            coordinator.reshard_pending, coordinator.reshard_parents = self._reshard_ids, self._chosen
-            self._pending_since_ms = now_ms
-            self._acks = {}
+            self._begin(self._choose(coordinator.layout), None)
         self._query_seals()
+
+    def _begin(self, parents: tuple[int, ...], requester: tuple[str, int] | None) -> None:
+        coordinator = self.coordinator
+        self._reshard_ids += 1
+        self._chosen, self._requester = parents, requester
+        coordinator.reshard_pending, coordinator.reshard_parents = self._reshard_ids, parents
+        self._pending_since_ms = self.env.now_ms
+        self._acks = {}
+
+    def _on_split_request(self, source: str, message: m.SplitRequest) -> None:
+        if message.request_id in self._split_requests:
+            return
+        self._split_requests.add(message.request_id)
+        layout = self.coordinator.layout
+        refused = None
+        if self.coordinator.reshard_pending is not None:
+            refused = "another reshard is pending"
+        else:
+            try:  # refuse what the plan would refuse before any feeder holds back, as the Resharder does
+                layout.plan_split(message.vp, layout.current.cut, layout.current.cut)
+            except MafkaError as error:
+                refused = str(error)
+        if refused is not None:
+            self.env.network.send(NAME, source, m.SplitResult(message.request_id, False))
+            return
+        self.env.note(f"reshard: {source} asks for a split of vp{message.vp}")
+        self._begin((message.vp,), (source, message.request_id))
+
+    def _answer_requester(self, done: bool) -> None:
+        if self._requester is not None:
+            source, request_id = self._requester
+            self.env.network.send(NAME, source, m.SplitResult(request_id, done))
+            if done:
+                self.env.count("ownership_splits")
+            self._requester = None
 
     def _choose(self, layout) -> tuple[int, ...]:
         """The parents of the next reshard: two neighbours to merge, or one VP to split."""
         rng = self.env.rng
         active = list(layout.current.ranges.vp_ids)  # in hash order: neighbours are adjacent
-        if len(active) > 1 and (len(active) >= VIRTUAL_PARTITIONS_MAX or rng.random() < 0.4):
+        if len(active) > 1 and (len(active) >= layout.config.virtual_partitions_max or rng.random() < 0.4):
             index = rng.randrange(len(active) - 1)
             return active[index], active[index + 1]
         return (rng.choice(active),)
@@ -90,7 +138,10 @@ class ReshardAdmin:
             coordinator.open_vp(vp, epoch.ranges.range_of(vp))
         coordinator.reshard_pending, coordinator.reshard_parents = None, ()
         self.reshards_total += 1
-        self._next_reshard_ms = self._draw_next()
+        if self._requester is None:
+            self._random_reshards += 1
+            self._next_reshard_ms = self._draw_next()
+        self._answer_requester(True)
         self.env.note(f"reshard: split epoch {epoch.epoch}: {list(epoch.parents)} -> {list(epoch.children)} "
                       f"cut {list(epoch.cut)} (fed through {fed_through})")
 
@@ -110,6 +161,9 @@ class ReshardAdmin:
 
     def handle(self, source: str, message: object) -> None:
         coordinator = self.coordinator
+        if isinstance(message, m.SplitRequest):
+            self._on_split_request(source, message)
+            return
         if isinstance(message, m.PauseAck):
             if (message.reshard_id == coordinator.reshard_pending
                     and message.incarnation >= self._fenced.get(message.partition, 0)):

@@ -5,6 +5,11 @@ The simulator's shells work around nothing: a seed that fails is replayed
 behaviour the fix gives is pinned here with the smallest reproduction, named after the bug
 and the seed that first found it. The seeded runs (``test_simulation.py``) keep covering
 the whole protocol around them.
+
+The seeds are history, not replay commands: each test reproduces its bug without the
+simulator. The random stream has moved since (for one, when the simulated controller and
+group took production's VP failover and ownership rules), so a seed named here runs
+another history today.
 """
 
 from __future__ import annotations

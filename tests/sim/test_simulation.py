@@ -1,7 +1,8 @@
 """Seeded simulations of a whole cluster (``simulations.dst``) judged by ``simulations/checkers.py``.
 
 Every seed builds a cluster (RF=3 physical partitions on the real replica core and the real
-log on a simulated disk, VPs with RISR, feeders, resharding, a consumer group), runs it
+log on a simulated disk, VPs with RISR, feeders, resharding, a consumer group whose members
+join and leave), runs it
 through crashes, power losses, partitions, message drops and duplicates, heals it, drains
 it, and checks the history: nothing acknowledged lost, replicas identical below the high
 watermark, every committed record once in its VP, per-key order, monotonic commits.
@@ -26,6 +27,7 @@ import sys
 import pytest
 
 from mafka4.physical.replica import ReplicaState, Role
+from mafka4.virtual.ownership import GroupView, OwnershipPlan, plan_ownership
 from simulations.checkers import Kind
 from simulations.dst.run import RunResult, run_seed
 
@@ -58,8 +60,10 @@ def test_the_seeds_exercise_what_they_claim_to():
                 totals[key] = totals.get(key, 0) + value
         for kind, count in stats["faults"].items():
             faults[kind] = faults.get(kind, 0) + count
-    for key in ("acked", "consumed", "elections", "vp_failovers", "reshards", "torn_files", "truncations",
-                "vp_truncations", "duplicates_refused", "refeeds_dropped"):
+    for key in ("acked", "consumed", "elections", "vp_failovers", "vp_restarted_leader_failovers",
+                "vp_leaders_from_restarted", "reshards", "torn_files", "truncations", "vp_truncations",
+                "duplicates_refused", "refeeds_dropped", "members_joined", "members_left", "member_leases_lapsed",
+                "ownership_claims", "ownership_releases", "ownership_splits"):
         assert totals.get(key, 0) > 0, (key, totals)
     for kind in ("crash-write", "crash-write-power-loss", "stop-write", "isolate-write", "cut-coordinator",
                  "crash-read", "crash-feeder", "crash-consumer"):
@@ -109,3 +113,32 @@ def test_a_high_watermark_passing_an_isr_member_is_caught_by_the_checkers():
         pytest.fail(f"no seed of {START}..{START + SEEDS - 1} caught a high watermark passing an ISR member")
     print(f"\nbroken high watermark first caught by seed {seed}:\n{outcome.summary()}")
     assert result(seed).ok, f"seed {seed} fails with the real core too: {result(seed).summary()}"
+
+
+class EveryUnreadVpConsumable(GroupView):
+    """A broken group view, for the test below only: every VP not yet read to its sealed end is
+    consumable, children as soon as they exist, while their parents are still being read (the
+    parent-before-child rule of ``TopicLayout.consumable_vps`` left out)."""
+
+    __slots__ = ()
+
+    def consumable(self) -> tuple[int, ...]:
+        opened = sorted({vp for epoch in self.layout.epochs for vp in epoch.children})
+        sealed, committed = self.sealed_end_offsets, self.committed
+        return tuple(vp for vp in opened if not (vp in sealed and committed.get(vp, 0) >= sealed[vp]))
+
+
+def children_with_their_parents(view: GroupView, me: str) -> OwnershipPlan:
+    return plan_ownership(EveryUnreadVpConsumable(view.members, view.layout, view.sealed_end_offsets, view.owners,
+                                                  view.committed, view.lag), me)
+
+
+def test_a_group_reading_children_before_their_parents_is_caught_by_the_checkers():
+    for seed in range(START, START + SEEDS):
+        outcome = run_seed(seed, ownership_rule=children_with_their_parents)
+        if Kind.REORDERED in {anomaly.kind for anomaly in outcome.anomalies}:
+            break
+    else:
+        pytest.fail(f"no seed of {START}..{START + SEEDS - 1} caught a group reading children before their parents")
+    print(f"\nchildren read before their parents first caught by seed {seed}:\n{outcome.summary()}")
+    assert result(seed).ok, f"seed {seed} fails with the real rule too: {result(seed).summary()}"

@@ -1,0 +1,436 @@
+"""Group members: the simulator's ``VirtualGroupConsumer`` with its ``VirtualGroupMember``, and their churn.
+
+Every member takes its own decisions with the real rule, ``ownership.plan_ownership``, over a
+``GroupView`` built from what the group store (``group.py``, etcd) answers; nothing else
+assigns VPs. The steps follow production's:
+
+* **Join.** A member id of its own per process start (``new_member_id``), then a lease with
+  the member key under it (``Register``). The lease is refreshed every
+  ``heartbeat_interval_ms`` and every refresh asks for a sync, as production's lease thread
+  does ("a missed watch event must not stall the group"); the simulator has no watches, the
+  refresh is what wakes a member.
+* **Sync.** Read a ``GroupSnapshot``. If the member key is gone (the lease lapsed): stop every
+  VP, register again and read again. VPs owned in etcd but not here are claims whose answer
+  was lost (they start from the committed offset); VPs owned here but not in etcd were lost
+  (they stop). Then ``plan_ownership(view, me)``: release (commit the positions and delete
+  the owner keys, one transaction), claim (create the owner keys if absent, reading the
+  committed offsets), and sync again while a release or a wait is pending.
+* **Where a claimed VP starts**: its committed offset; else a child at its log start, and,
+  since this group reads from the earliest offset, any other VP at its log start too.
+* **Commits**: every ``COMMIT_INTERVAL_MS``, on release, on leaving, and at once when an
+  owned closed parent was read to its sealed end (its children wait for that commit).
+* **Splits**: when the plan names one (the member with the smallest id, more members than
+  active VPs), a ``SplitRequest`` to the resharding (``Resharder.split``); one at a time, and
+  not again for ``SPLIT_RETRY_INTERVAL_MS`` after one failed.
+* **Leave**: stop reading, commit and release everything, then revoke the lease.
+
+As production's consumer thread, a member makes one etcd call at a time (the lease refresh
+runs beside it, as the lease thread does). A call not answered within ``request_timeout_ms``
+failed (``CoordinatorUnavailable``): a sync stops where it was and runs again later, and the
+VPs stay as they were -- a VP whose release has an unknown outcome stays owned and read
+here, as in production, until a sync tells otherwise. Production keeps reading while its
+lease may have lapsed, until a sync finds the member key gone; so does this member.
+
+Deviation: production's poll thread reads nothing while it syncs; here a member reads the
+VPs a sync does not touch meanwhile, and stops reading a VP from the moment its release is
+sent (it reads it again if the release fails), which is what production's blocked thread
+amounts to for that VP.
+
+Reading (``VpFetcher``): from the RISR member ``risr.route_fetch`` picks (the leader after a
+refused fetch), every record read recorded as ``Consumed`` with its physical source.
+
+``MemberChurn`` makes members join and leave during the chaos phase (never the last running
+one), so that the group grows past its active VPs and the plan's splits happen.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Callable
+
+from mafka4.records import decode_batches
+from mafka4.risr.state import route_fetch
+from mafka4.virtual.ownership import GroupView, OwnershipPlan
+from mafka4.virtual.split import source_of, strip_source
+from simulations.checkers import Consumed
+from simulations.dst import messages as m
+from simulations.dst.coordinator import NAME as COORDINATOR
+from simulations.dst.env import Env
+
+COMMIT_INTERVAL_MS = 60
+METADATA_MAX_AGE_MS = 100
+FETCH_BYTES_MAX = 1024
+SPLIT_RETRY_INTERVAL_MS = 300
+# A split not answered within this is taken as failed (a reshard is abandoned well before).
+SPLIT_WAIT_MS_MAX = 1500
+# Simulated VP logs delete nothing (``virtual.VP_LOG_CONFIG``): every VP log starts at offset 0.
+VP_LOG_START_OFFSET = 0
+
+
+class MemberState(enum.Enum):
+    IDLE = "idle"  # not started yet, or left the group
+    RUNNING = "running"
+    LEAVING = "leaving"  # committing and releasing before it revokes its lease
+    CRASHED = "crashed"  # the nemesis boots it again
+
+
+@dataclass(slots=True)
+class _Fetching:
+    """A VP this member reads: its position and the fetch in flight."""
+
+    position: int
+    high_watermark: int = 0
+    fetch: tuple[int, int] | None = None  # (request, sent at)
+    ask_leader: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """The member's one etcd call in flight, and what to do with its answer or its timeout."""
+
+    request_id: int
+    sent_ms: int
+    on_answer: Callable[[object], None]
+    on_timeout: Callable[[], None]
+
+
+def view_of(snapshot: m.GroupSnapshot) -> GroupView:
+    """The ``GroupView`` of a snapshot, as ``VirtualGroupSnapshot.view`` builds it."""
+    lag = {vp: max(high_watermark - offset, 0) for vp, offset, high_watermark in snapshot.offsets}
+    return GroupView(snapshot.members, snapshot.layout, dict(snapshot.sealed_end_offsets), dict(snapshot.owners),
+                     {vp: offset for vp, offset, _ in snapshot.offsets}, lag)
+
+
+def start_offset(committed: int | None) -> int:
+    """Where a claimed VP starts: its committed offset, else its log start (a child continues its
+    parents from there; any other VP starts there because this group reads from the earliest)."""
+    return committed if committed is not None else VP_LOG_START_OFFSET
+
+
+class SimConsumer:
+    def __init__(self, env: Env, index: int):
+        self.env = env
+        self.name = f"cons{index}"
+        self.state = MemberState.IDLE
+        self.incarnation = 0
+        self.leave_requested = False
+
+    @property
+    def up(self) -> bool:
+        return self.state in (MemberState.RUNNING, MemberState.LEAVING)
+
+    @property
+    def member_id(self) -> str:
+        return f"{self.name}.{self.incarnation}"
+
+    def boot(self) -> None:
+        self.state = MemberState.RUNNING
+        self.incarnation += 1
+        self.leave_requested = False
+        self._lease_id: int | None = None
+        self._owned: set[int] = set()  # VPs whose owner key is this member's, as far as it knows
+        self._fetching: dict[int, _Fetching] = {}
+        self._releasing: set[int] = set()  # owned VPs whose release is in flight: not read meanwhile
+        self._snapshot: m.GroupSnapshot | None = None
+        self._changed = True  # a sync is due
+        self._call: _Call | None = None
+        self._metadata: m.Metadata | None = None
+        self._metadata_request = 0
+        self._metadata_at_ms = -METADATA_MAX_AGE_MS
+        self._last_commit_ms = self.env.now_ms
+        self._last_keepalive_ms = -10**9
+        self._split: tuple[int, int] | None = None  # (request, sent at)
+        self._split_failed_ms = -10**9
+        self.env.network.register(self.name, self.handle)
+        self._loop(self.incarnation)
+
+    def crash(self) -> None:
+        self.state = MemberState.CRASHED
+        self.env.network.unregister(self.name)
+
+    def leave(self) -> None:
+        """Close the consumer: it leaves once no etcd call is in flight (its thread is free)."""
+        self.leave_requested = True
+
+    def _stopped(self) -> None:
+        self.state = MemberState.IDLE
+        self.env.network.unregister(self.name)
+
+    # --- the loop ------------------------------------------------------------------------
+
+    def _loop(self, incarnation: int) -> None:
+        if not self.up or incarnation != self.incarnation:
+            return
+        now_ms = self.env.now_ms
+        call = self._call
+        if call is not None and now_ms - call.sent_ms >= self.env.options.request_timeout_ms:
+            self._call = None
+            call.on_timeout()
+        if self.state is MemberState.RUNNING:
+            self._keep_alive()
+            if now_ms - self._metadata_at_ms >= METADATA_MAX_AGE_MS:
+                self._metadata_at_ms = now_ms
+                self._send(COORDINATOR, m.MetadataRequest(self.env.request_id()))
+            if self._call is None:
+                if self.leave_requested:
+                    self._start_leave()
+                else:
+                    self._group_duties()
+            for vp in sorted(self._fetching):
+                self._maybe_fetch(vp)
+        self.env.scheduler.after(self.env.jitter(self.env.options.tick_interval_ms), lambda: self._loop(incarnation))
+
+    def _send(self, destination: str, message: object) -> None:
+        self.env.network.send(self.name, destination, message)
+
+    def _etcd(self, message, on_answer: Callable[[object], None], on_timeout: Callable[[], None]) -> None:
+        assert self._call is None, (self.member_id, self._call, message)
+        self._call = _Call(message.request_id, self.env.now_ms, on_answer, on_timeout)
+        self._send(COORDINATOR, message)
+
+    def _keep_alive(self) -> None:
+        if self._lease_id is None or self.env.now_ms - self._last_keepalive_ms < self.env.options.heartbeat_interval_ms:
+            return
+        self._last_keepalive_ms = self.env.now_ms
+        self._send(COORDINATOR, m.LeaseKeepAlive(self.member_id, self._lease_id))
+        self._changed = True
+
+    def _group_duties(self) -> None:
+        if self._changed:
+            self._sync()
+        elif not self._commit_drained_parents() and self.env.now_ms - self._last_commit_ms >= COMMIT_INTERVAL_MS:
+            self._commit_positions()
+
+    # --- sync ----------------------------------------------------------------------------
+
+    def _sync(self) -> None:
+        self._changed = False  # before reading: a change during the steps sets it again
+        self._etcd(m.GroupSnapshotRequest(self.env.request_id(), self.member_id), self._on_snapshot, self._sync_failed)
+
+    def _sync_failed(self) -> None:
+        self._changed = True
+        self._releasing.clear()  # their release may not have happened: still owned, read on
+
+    def _on_snapshot(self, snapshot: m.GroupSnapshot) -> None:
+        if self.member_id in snapshot.members:
+            self._steps(snapshot)
+            return
+        lapsed = self._lease_id is not None
+        self.env.note(f"group: {self.member_id} {'lost its registration; joins again' if lapsed else 'joins'}")
+        self._stop(sorted(self._owned))
+        self._owned.clear()
+        self._etcd(m.Register(self.env.request_id(), self.member_id), self._on_registered, self._sync_failed)
+
+    def _on_registered(self, answer: m.Registered) -> None:
+        self._lease_id = answer.lease_id
+        self._changed = True
+        self._etcd(m.GroupSnapshotRequest(self.env.request_id(), self.member_id), self._steps, self._sync_failed)
+
+    def _steps(self, snapshot: m.GroupSnapshot) -> None:
+        self._snapshot = snapshot
+        owners = dict(snapshot.owners)
+        mine = {vp for vp, owner in owners.items() if owner == self.member_id}
+        self._stop(sorted(self._owned - mine))  # lost (the lease lapsed): the next owner re-reads from the commit
+        committed = {vp: offset for vp, offset, _ in snapshot.offsets}
+        for vp in sorted(mine - self._owned):  # a claim that succeeded although its answer was lost
+            self._start(vp, committed.get(vp))
+        self._owned = mine
+        plan = self.env.options.ownership_rule(view_of(snapshot), self.member_id)
+        if plan.release:
+            release = tuple(plan.release)
+            self._releasing |= set(release)
+            offsets = tuple(self._offset(vp) for vp in release if vp in self._fetching)
+            self._etcd(m.CommitOffsets(self.env.request_id(), self.member_id, offsets, release),
+                       lambda answer: self._released(plan, release), self._sync_failed)
+        else:
+            self._claim(plan)
+
+    def _released(self, plan: OwnershipPlan, release: tuple[int, ...]) -> None:
+        self._owned -= set(release)
+        self._releasing -= set(release)
+        self._stop(release)
+        self._claim(plan)
+
+    def _claim(self, plan: OwnershipPlan) -> None:
+        if plan.claim and self._lease_id is not None:
+            self._etcd(m.Claim(self.env.request_id(), self.member_id, self._lease_id, tuple(plan.claim)),
+                       lambda answer: self._claimed(plan, answer), self._sync_failed)
+        else:
+            self._synced(plan)
+
+    def _claimed(self, plan: OwnershipPlan, answer: m.ClaimResult) -> None:
+        if answer.committed is None:
+            self._changed = True  # a race lost (another claim, or a release still to come): read again
+        else:
+            for vp, committed in answer.committed:
+                self._owned.add(vp)
+                self._start(vp, committed)
+        self._synced(plan)
+
+    def _synced(self, plan: OwnershipPlan) -> None:
+        if plan.release or plan.waiting:
+            self._changed = True  # the target moves on once these settle
+        if plan.split is not None:
+            self._start_split(plan.split)
+
+    def _start(self, vp: int, committed: int | None) -> None:
+        self._fetching[vp] = _Fetching(start_offset(committed))
+
+    def _stop(self, vps) -> None:
+        for vp in vps:
+            self._fetching.pop(vp, None)
+
+    # --- commits, splits, leaving ---------------------------------------------------------
+
+    def _offset(self, vp: int) -> tuple[int, int, int]:
+        fetching = self._fetching[vp]
+        return vp, fetching.position, max(fetching.high_watermark, fetching.position)
+
+    def _commit_positions(self) -> None:
+        self._last_commit_ms = self.env.now_ms
+        offsets = tuple(self._offset(vp) for vp in sorted(self._fetching) if vp in self._owned)
+        if offsets:
+            self._etcd(m.CommitOffsets(self.env.request_id(), self.member_id, offsets), self._on_committed, lambda: None)
+
+    def _on_committed(self, answer: m.CommitResult) -> None:
+        if answer.lost:
+            self._changed = True
+
+    def _commit_drained_parents(self) -> bool:
+        """Commit at once when an owned closed VP was read to its sealed end: its children wait for that."""
+        if self._snapshot is None:
+            return False
+        sealed = dict(self._snapshot.sealed_end_offsets)
+        committed = {vp: offset for vp, offset, _ in self._snapshot.offsets}
+        if not any(vp in sealed and fetching.position >= sealed[vp] and committed.get(vp, -1) < sealed[vp]
+                   for vp, fetching in self._fetching.items()):
+            return False
+        self._commit_positions()
+        self._changed = True
+        return True
+
+    def _start_split(self, vp: int) -> None:
+        now_ms = self.env.now_ms
+        if self._split is not None and now_ms - self._split[1] < SPLIT_WAIT_MS_MAX:
+            return
+        if now_ms - self._split_failed_ms < SPLIT_RETRY_INTERVAL_MS:
+            return
+        request_id = self.env.request_id()
+        self._split = (request_id, now_ms)
+        self.env.note(f"group: {self.member_id} asks for a split of vp{vp}")
+        self._send(COORDINATOR, m.SplitRequest(request_id, vp))
+
+    def _on_split_result(self, message: m.SplitResult) -> None:
+        if self._split is None or self._split[0] != message.request_id:
+            return
+        self._split = None
+        if not message.done:
+            self._split_failed_ms = self.env.now_ms
+        self._changed = True
+
+    def _start_leave(self) -> None:
+        self.state = MemberState.LEAVING
+        offsets = tuple(self._offset(vp) for vp in sorted(self._fetching) if vp in self._owned)
+        owned = tuple(sorted(self._owned))
+        self._fetching.clear()
+        self.env.note(f"group: {self.member_id} leaves, releasing {['vp%d' % vp for vp in owned]}")
+        self._etcd(m.CommitOffsets(self.env.request_id(), self.member_id, offsets, owned), self._left, self._stopped)
+
+    def _left(self, answer: m.CommitResult) -> None:
+        if self._lease_id is not None:
+            self._send(COORDINATOR, m.RevokeLease(self.env.request_id(), self.member_id, self._lease_id))
+        self._stopped()
+
+    # --- reading -------------------------------------------------------------------------
+
+    def _maybe_fetch(self, vp: int) -> None:
+        fetching = self._fetching[vp]
+        if vp in self._releasing:
+            return
+        if fetching.fetch is not None and self.env.now_ms - fetching.fetch[1] < self.env.options.request_timeout_ms:
+            return
+        state = next((s for s in self._metadata.vps if s.vp == vp), None) if self._metadata else None
+        if state is None:
+            return
+        if fetching.ask_leader:
+            replica = state.leader
+        else:
+            replica = route_fetch(self.member_id, fetching.position, fetching.high_watermark, state.risr, state.leader,
+                                  self.env.options.risr_config, f"v{vp}").replica_id
+        request_id = self.env.request_id()
+        fetching.fetch = (request_id, self.env.now_ms)
+        self._send(replica, m.VpFetch(request_id, vp, fetching.position, FETCH_BYTES_MAX))
+
+    def _on_fetch_result(self, message: m.VpFetchResult) -> None:
+        for vp, fetching in self._fetching.items():
+            if fetching.fetch is not None and fetching.fetch[0] == message.request_id:
+                break
+        else:
+            return
+        fetching.fetch = None
+        if vp in self._releasing:
+            return  # its release is in flight: production's thread would not be reading it
+        if message.failure is not None:
+            fetching.ask_leader = True
+            return
+        fetching.ask_leader = False
+        fetching.high_watermark = max(fetching.high_watermark, message.high_watermark)
+        for record in decode_batches(message.data):
+            if record.offset < fetching.position:
+                continue
+            assert record.offset == fetching.position, (vp, record.offset, fetching.position)
+            partition, partition_offset = source_of(record)
+            plain = strip_source(record)
+            self.env.history.append(Consumed(self.member_id, f"vp{vp}", record.offset, plain.key, plain.value,
+                                             partition, partition_offset))
+            fetching.position = record.offset + 1
+
+    def handle(self, source: str, message: object) -> None:
+        if isinstance(message, m.Metadata):
+            if message.request_id > self._metadata_request:
+                self._metadata_request, self._metadata = message.request_id, message
+        elif isinstance(message, m.VpFetchResult):
+            self._on_fetch_result(message)
+        elif isinstance(message, m.SplitResult):
+            self._on_split_result(message)
+        elif isinstance(message, (m.Registered, m.GroupSnapshot, m.ClaimResult, m.CommitResult)):
+            call = self._call
+            if call is not None and call.request_id == message.request_id:
+                self._call = None
+                call.on_answer(message)
+
+
+class MemberChurn:
+    """Members join and leave the group during the chaos phase, at ``options.member_churn_interval_ms``
+    on average (None: never), keeping at least one running member."""
+
+    def __init__(self, env: Env, consumers: list[SimConsumer]):
+        self.env = env
+        self.consumers = consumers
+
+    def start(self) -> None:
+        if self.env.options.member_churn_interval_ms is not None:
+            self.env.scheduler.after(self._interval(), self._step)
+
+    def _interval(self) -> int:
+        mean = self.env.options.member_churn_interval_ms
+        return self.env.rng.randint(mean // 2, mean * 3 // 2)
+
+    def _step(self) -> None:
+        if self.env.now_ms >= self.env.options.chaos_ms:
+            return
+        rng = self.env.rng
+        idle = [c for c in self.consumers if c.state is MemberState.IDLE]
+        running = [c for c in self.consumers if c.state is MemberState.RUNNING and not c.leave_requested]
+        if idle and (len(running) < 2 or rng.random() < 0.5):
+            consumer = rng.choice(idle)
+            consumer.boot()
+            self.env.count("members_joined")
+            self.env.note(f"churn: {consumer.member_id} joins")
+        elif len(running) >= 2:
+            consumer = rng.choice(running)
+            consumer.leave()
+            self.env.count("members_left")
+            self.env.note(f"churn: {consumer.member_id} leaves")
+        self.env.scheduler.after(self._interval(), self._step)
