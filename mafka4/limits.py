@@ -185,6 +185,10 @@ TOPIC_NAME_CHARS_MAX = 200
 READ_MODES = ("mafka4", "mafka3")
 # Virtual partitions of one topic: the default and the ceiling of TopicConfig.virtual_partitions_max.
 VIRTUAL_PARTITIONS_MAX = 1024
+# A topic is created in one etcd transaction (its config, every partition key, its split epoch and
+# every VP key): etcd must accept that many operations in one transaction (its --max-txn-ops,
+# which mafka4's etcd gets; etcd's own default of 128 would refuse topics of more than ~120 VPs).
+ETCD_TXN_OPS_MAX = 2 + PARTITIONS_MAX + VIRTUAL_PARTITIONS_MAX
 # Replicas of one virtual partition, each on its own read node.
 READ_REPLICAS_MAX = 7
 # A fault injected into a replica actor (set_fault) delays its loops by at most this.

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mafka4.errors import ClusterNotRunning
+from mafka4.limits import ETCD_TXN_OPS_MAX
 from mafka4.runtime.ports import LOOPBACK, free_loopback_port, is_listening
 
 ETCD_BINARY_DEFAULT = "/usr/bin/etcd"
@@ -82,6 +83,7 @@ def _spawn(data_dir: Path, client_port: int, peer_port: int, log_path: Path) -> 
         "--initial-advertise-peer-urls", peer_url,
         "--initial-cluster", f"mafka4={peer_url}",
         "--initial-cluster-state", "new",
+        "--max-txn-ops", str(ETCD_TXN_OPS_MAX),
         "--log-level", "warn",
     ]
     with open(log_path, "ab") as log:

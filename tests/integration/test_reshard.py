@@ -144,8 +144,8 @@ def test_bad_reshard_input_is_refused_with_the_fix(read_cluster):
     connection = read_cluster
     admin = Admin(connection)
     topic = topic_name("bad")
-    admin.create_topic(topic, partitions=1, virtual_partitions=2, read_replicas=2, read_mode="mafka4",
-                       virtual_partitions_max=4)
+    metadata = admin.create_topic(topic, partitions=1, virtual_partitions=2, read_replicas=2, read_mode="mafka4",
+                                  virtual_partitions_max=4)
     with pytest.raises(errors.InvalidReshard, match="virtual_partitions=0 is out of range"):
         admin.scale(topic, 0)
     with pytest.raises(errors.InvalidReshard, match="virtual_partitions=5 is out of range.*virtual_partitions_max=4"):
@@ -162,8 +162,8 @@ def test_bad_reshard_input_is_refused_with_the_fix(read_cluster):
         admin.split_virtual_partition(classic, 0)
     assert layout_of(connection, topic).current.epoch == 0, "a refused reshard changes nothing"
     assert not connection.store.get_prefix(keys.feeder_holds_of_topic(connection.cluster, topic)), "no hold left"
-    assert not [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if topic in a["name"]], \
-        "a VP is a log in a read node, never an actor"
+    assert [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if topic in a["name"]] == \
+        [f"{connection.cluster}/{topic}/0/{metadata.partitions[0].leader}"], "a VP is a log in a read node, not an actor"
     for node in ("r0", "r1"):
         roles = ray.get(read_node_handle(connection.cluster, node).roles.remote(topic), timeout=WAIT_S)
         assert set(roles) == {0, 1}, f"{node} hosts both VPs and nothing else"

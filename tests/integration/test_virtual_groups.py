@@ -31,10 +31,12 @@ def active_vps(connection, topic: str) -> tuple[int, ...]:
     return layout.current.ranges.vp_ids
 
 
-def run_joins_and_leaves(connection, messages: int, members_max: int, leavers: int, join_interval_s: float) -> None:
+def run_joins_and_leaves(connection, messages: int, members_max: int, leavers: int, join_interval_s: float,
+                         virtual_partitions: int = 4) -> None:
     admin = Admin(connection)
     topic, group = topic_name("vgroup"), topic_name("g")
-    admin.create_topic(topic, partitions=2, replication_factor=2, virtual_partitions=4, read_replicas=2, read_mode="mafka4")
+    admin.create_topic(topic, partitions=2, replication_factor=2, virtual_partitions=virtual_partitions, read_replicas=2,
+                       read_mode="mafka4")
     deliveries = Deliveries()
     settings = dict(auto_commit_interval_ms=1000, member_lease_ttl_s=6)
     # Paced so that the joins happen while the producer runs.
@@ -78,6 +80,13 @@ def test_members_joining_one_by_one_split_vps_and_leavers_hand_theirs_over(read_
 @pytest.mark.slow
 def test_fifty_thousand_messages_while_eight_members_join_and_two_leave(read_cluster):
     run_joins_and_leaves(read_cluster, messages=50_000, members_max=8, leavers=2, join_interval_s=4)
+
+
+def test_256_vps_on_two_read_nodes_while_members_join_to_16_and_leave_to_4(read_cluster):
+    """256 VPs with two replicas each are 512 logs in two read node processes; members join one by
+    one to 16 (each takes VPs handed over) and leave down to 4 while 50,000 keyed messages flow."""
+    run_joins_and_leaves(read_cluster, messages=50_000, members_max=16, leavers=12, join_interval_s=2,
+                         virtual_partitions=256)
 
 
 def consume_all(connection, topic: str, group: str, expected: int) -> list:

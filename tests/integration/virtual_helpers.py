@@ -119,6 +119,11 @@ def feed_of(connection, topic: str, partition: int, node: str) -> dict | None:
 def leaders_fed(connection, topic: str, acknowledged) -> bool:
     """True once every VP leader heard that its feed streams passed every acknowledged record it can
     receive (a closed VP: every record below its closing cut), and exposes all it holds."""
+    return not feed_shortfalls(connection, topic, acknowledged)
+
+
+def feed_shortfalls(connection, topic: str, acknowledged) -> list[str]:
+    """Why ``leaders_fed`` is not true yet, one line per VP that falls short."""
     ends = collections.defaultdict(int)
     for partition, offset, _, _ in acknowledged:
         ends[partition] = max(ends[partition], offset + 1)
@@ -127,23 +132,32 @@ def leaders_fed(connection, topic: str, acknowledged) -> bool:
     layout, states = virtual.layout_and_states(topic, config.partitions, config.virtual_config())
     described = ask_leader_nodes(connection.cluster, topic, [state for state, _ in states.values()], "describe_vps",
                                  timeout_s=WAIT_S)
+    shortfalls = []
     for vp in states:
         answer = described[vp]
         if answer is None or isinstance(answer, BaseException) or answer["role"] != "leader":
-            return False
+            shortfalls.append(f"v{vp}: leader not answering as leader ({answer})")
+            continue
+        sealed_end = states[vp][0].sealed_end_offset
+        if sealed_end is not None:  # complete when sealed; a restarted leader hears no feed report again
+            if answer["log_end_offset"] != sealed_end or answer["high_watermark"] != sealed_end:
+                shortfalls.append(f"v{vp}: sealed at {sealed_end} but holds {answer['log_end_offset']}")
+            continue
         fed_through = answer["fed_through"]
         for p, end in ends.items():
             bound = layout.source_bounds(vp, p)[1]
             if fed_through.get(p, 0) < (end if bound is None else min(end, bound)):
-                return False
+                shortfalls.append(f"v{vp}: fed through {fed_through} short of {dict(ends)} (bound {bound}) {answer}")
+                break
         if answer["high_watermark"] != answer["log_end_offset"]:
-            return False
-    return True
+            shortfalls.append(f"v{vp}: HW {answer['high_watermark']} below LEO {answer['log_end_offset']}")
+    return shortfalls
 
 
 def check_exactly_once(connection, topic: str, acknowledged) -> dict[int, list]:
     """Assert the VP leaders' logs hold every acknowledged message once, placed and ordered right."""
-    assert wait_until(lambda: leaders_fed(connection, topic, acknowledged)), "the feed streams did not catch up"
+    assert wait_until(lambda: leaders_fed(connection, topic, acknowledged)), \
+        "the feed streams did not catch up: " + "; ".join(feed_shortfalls(connection, topic, acknowledged))
     virtual = VirtualStore(connection.store, connection.cluster)
     config = TopicStore(connection.store, connection.cluster).get(topic).config
     layout = virtual.layout(topic, config.partitions, config.virtual_config())

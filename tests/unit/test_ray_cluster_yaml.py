@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mafka4.limits import ETCD_TXN_OPS_MAX
 from mafka4.runtime.environment import apply_ray_environment
 from mafka4.runtime.ray_cluster import NODE_RESOURCE_PREFIX, NODE_RESOURCE_UNITS, READ_NODE_RESOURCE, WRITE_NODE_RESOURCE
 
@@ -73,3 +74,8 @@ def test_every_command_is_valid_shell(config):
         for command in config[section]:
             checked = subprocess.run(["bash", "-n", "-c", command], capture_output=True, text=True)
             assert checked.returncode == 0, (section, command, checked.stderr)
+
+
+def test_the_head_s_etcd_accepts_a_whole_topic_in_one_transaction(config):
+    etcd_command = next(c for c in config["head_start_ray_commands"] if "etcd --name" in c)
+    assert f"--max-txn-ops {ETCD_TXN_OPS_MAX}" in etcd_command, "a topic of 1,024 VPs is created in one transaction"
