@@ -91,11 +91,12 @@ def answer_followers(follower_id: str, fetches: Sequence[FollowerFetch], hosted:
                 answer = replica.answer_follower(follower_id, fetch.position, now_ms)
             else:
                 answer = replica.core.current_answer(follower_id, fetch.position)
+            bytes_max = min(config.replica_vp_fetch_bytes_max, budget)
+            # A read can fail for one VP (its follower asks below the log start): only that entry fails.
+            data = replica.read_for_follower(answer.read_from, bytes_max) if bytes_max > 0 else b""
         except MafkaError as error:
             answers.append(FollowerAnswer(None, error=error))
             continue
-        bytes_max = min(config.replica_vp_fetch_bytes_max, budget)
-        data = replica.read_for_follower(answer.read_from, bytes_max) if bytes_max > 0 else b""
         budget -= len(data)
         answers.append(FollowerAnswer(answer, data))
     return answers
