@@ -16,7 +16,7 @@ from mafka4 import records
 from mafka4.coordinator import keys
 from mafka4.coordinator.store import Versioned
 from mafka4.coordinator.topics import PartitionState
-from mafka4.errors import OffsetOutOfRange
+from mafka4.errors import OffsetOutOfRange, RequestTimedOut
 from mafka4.limits import FeederConfig, LogConfig, TopicConfig
 from mafka4.physical.actor import FetchResult
 from mafka4.risr.state import RisrConfig
@@ -274,6 +274,38 @@ def test_a_hold_cuts_at_once_withholds_only_the_parent_and_a_release_feeds_the_c
         assert sources(other) == offsets_of(layout, 1, 0, 50), "the other VP dropped the repeats"
         assert split.is_sealed(0, parent.core.fed_through(1)), "the parent heard it was fed past its cut"
         assert 0 in topic.fed_closed, "the node hears that the closed parent may be sealed"
+        await topic.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_hold_waits_until_no_vp_holds_a_record_at_or_past_the_cut(tmp_path):
+    async def scenario():
+        layout = TopicLayout.initial(partitions=1, virtual_partitions=2)
+        topic = Topic(tmp_path, layout)
+        everything = physical_batches(0, 50)
+        parent, other = topic.lead(0), topic.lead(1)
+        # VP 1 already holds records up to 35 (it was fed by the node that led it before).
+        other.feed(0, [r for batch in everything for r in split_batch(batch, 0, layout).get(1, []) if r.offset < 36],
+                   now_ms=0)
+        fed_high = other.core.last_applied(0, 0) + 1
+        assert fed_high > 30
+        topic.physical.append(everything[:6])  # committed up to 30 only
+        await topic.start()
+        await until(lambda: topic.feed.next_offset == 30, "the stream to reach the physical HW")
+
+        try:
+            await topic.feed.hold("split-1", frozenset({0}), wait_ms_max=50)
+            raise AssertionError("a cut below what VP 1 holds was offered")
+        except RequestTimedOut:
+            pass
+        assert not topic.store.under(keys.feeder_holds_prefix(CLUSTER, TOPIC, 0)), "no hold key is left behind"
+
+        topic.physical.append(everything[6:])
+        await until(lambda: topic.feed.next_offset == 50, "the stream to pass what VP 1 holds")
+        assert sources(parent) == offsets_of(layout, 0, 0, 50), "a hold that timed out withholds nothing"
+        cut, _ = await topic.feed.hold("split-1", frozenset({0}), wait_ms_max=5_000)
+        assert cut == 50 >= fed_high
         await topic.stop()
 
     asyncio.run(scenario())
