@@ -164,7 +164,8 @@ class Topic:
         self.losses: list[LostRange] = []
         self.fed_closed: list[int] = []
         self.layout = layout
-        self.store.put(keys.physical_partition(CLUSTER, TOPIC, 0), PartitionState(0, "w0", 0, replicas, replicas).to_json())
+        partition = PartitionState(0, "w0", 0, replicas, replicas)
+        self.store.put(keys.physical_partition(CLUSTER, TOPIC, 0), partition.to_json())
         self.store.put(keys.split_epoch(CLUSTER, TOPIC, 0), epoch_to_json(layout.epochs[0]))
         for vp in layout.current.ranges.vp_ids:
             leader = "n2" if vp in led_elsewhere else NODE
@@ -262,8 +263,8 @@ def test_a_hold_cuts_at_once_withholds_only_the_parent_and_a_release_feeds_the_c
         topic.store.delete_prefix(keys.feeder_holds_prefix(CLUSTER, TOPIC, 0))
         left, right = (topic.lead(vp) for vp in epoch.children)
         topic.feed.release("split-1", (epoch, children))
-        expected_left, expected_right = offsets_of(split, epoch.children[0], 20, 40), offsets_of(split, epoch.children[1], 20, 40)
-        await until(lambda: len(sources(left)) + len(sources(right)) == len(expected_left) + len(expected_right),
+        expected = len(offsets_of(layout, 0, 20, 40))  # the parent's range, now the children's
+        await until(lambda: len(sources(left)) + len(sources(right)) == expected,
                     "the children to get the parent's records from the cut")
         topic.physical.append(physical_batches(40, 50))
         await until(lambda: topic.feed.next_offset == 50, "the stream to go on under the new epoch")
