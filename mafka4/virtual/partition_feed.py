@@ -109,6 +109,7 @@ class PartitionFeed:
         self._resumed_epochs: dict[int, int] = {}  # served VP -> the leader epoch it was resumed with
         self._hold: _Hold | None = None
         self._avoid: set[str] = set()  # physical replicas that failed since the last metadata read
+        self._avoid_since = float("-inf")  # the view's read_at when ``_avoid`` was last cleared
         self._last_report: dict[int, tuple[int, int, float]] = {}  # VP -> (fed_through, HW, when)
         self._kick = asyncio.Event()
         self._round_ended_at = time.monotonic()
@@ -340,6 +341,9 @@ class PartitionFeed:
 
     async def _round(self, served: Mapping[int, HostedVp]) -> None:
         config, view = self.config, self.view
+        if view.read_at != self._avoid_since:  # a metadata read: try the failed replicas again
+            self._avoid.clear()
+            self._avoid_since = view.read_at
         source_id = choose_source(view.partitions[self.partition], self._avoid)
         self.stats["source"] = source_id
         handle = self._physical(source_id)
