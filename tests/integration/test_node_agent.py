@@ -3,8 +3,8 @@
 Registration, the cluster config and etcd outages use an etcd of their own. The topic test
 runs the agents against the session cluster's etcd and Ray under another mafka4 cluster
 name: there the only registered nodes are the agents', on Ray nodes that carry
-``mafka4_node_<id>`` as a worker of ``ray_cluster.yaml`` does, and no controller runs for
-that name. That avoids a second Ray cluster on the machine.
+``mafka4_node_<id>`` as a worker of ``ray_cluster.yaml`` does, and a controller of its own runs
+for that name, as on a ``ray_cluster.yaml`` head. That avoids a second Ray cluster on the machine.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from mafka4.runtime.etcd_server import restart_etcd, start_etcd, stop_etcd
 from mafka4.runtime.node import validate_node_id
 from mafka4.runtime.ports import free_loopback_port
 from mafka4.runtime.ray_cluster import node_resource
-from mafka4.virtual.launcher import vp_directory
+from mafka4.virtual.hosted_vp import VpId, vp_directory
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Long enough that a registration which disappears was revoked, not expired.
@@ -209,6 +209,27 @@ def _mod_revision(store: MetadataStore, key: str) -> int:
     return 0 if found is None else found.mod_revision
 
 
+class ControllerProcess:
+    """A controller of one mafka4 cluster name, as the head of ``ray_cluster.yaml`` runs it."""
+
+    def __init__(self, endpoint: str, ray_address: str, cluster: str, log_path: Path):
+        with open(log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "mafka4.coordinator.controller", "--etcd", endpoint, "--ray-address",
+                 ray_address, "--cluster", cluster, "--controller-id", "controller-agents"],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO_ROOT, env=agent_environment(),
+            )
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
 def test_topic_round_trips_on_nodes_registered_by_agents(cluster, tmp_path):
     """The session cluster's Ray nodes w1 and r0, registered by agents under a fresh cluster name."""
     name = f"agents-{secrets.token_hex(3)}"
@@ -216,19 +237,21 @@ def test_topic_round_trips_on_nodes_registered_by_agents(cluster, tmp_path):
     admin = Admin(connection)
     topic = f"agent-{secrets.token_hex(3)}"
     data_dir = tmp_path / "data"
-    with pytest.raises(errors.NotEnoughReadNodes, match="0 are live"):
-        admin.create_topic(topic, read_mode="mafka4")
-    writer = Agent(cluster.store.endpoint, name, "write", "w1", data_dir, tmp_path / "w1.log")
-    reader = Agent(cluster.store.endpoint, name, "read", "r0", data_dir, tmp_path / "r0.log")
+    controller = ControllerProcess(cluster.store.endpoint, cluster.state.ray_address, name, tmp_path / "controller.log")
+    writer = reader = None
     created = False
     try:
+        with pytest.raises(errors.NotEnoughReadNodes, match="0 are live"):
+            admin.create_topic(topic, read_mode="mafka4")
+        writer = Agent(cluster.store.endpoint, name, "write", "w1", data_dir, tmp_path / "w1.log")
+        reader = Agent(cluster.store.endpoint, name, "read", "r0", data_dir, tmp_path / "r0.log")
         assert wait_until(lambda: set(registered(cluster.store, name)) == {"w1", "r0"}), writer.log_text()
         metadata = admin.create_topic(topic, read_mode="mafka4")
         created = True
         assert metadata.partitions[0].replicas == ("w1",)
         # Each replica where its agent registered it, under the data root the agent recorded.
         assert os.path.isdir(replica_directory(str(data_dir), "w1", topic, 0))
-        assert os.path.isdir(vp_directory(str(data_dir), "r0", topic, 0))
+        assert os.path.isdir(vp_directory(str(data_dir), "r0", VpId(topic, 0)))
         with Producer(topic, connection=connection, acks="all") as producer:
             sent = [producer.send(f"m{i}".encode(), key=f"k{i % 3}".encode()) for i in range(20)]
             producer.flush()
@@ -243,5 +266,7 @@ def test_topic_round_trips_on_nodes_registered_by_agents(cluster, tmp_path):
     finally:
         if created:
             admin.delete_topic(topic)
-        writer.close()
-        reader.close()
+        for agent in (writer, reader):
+            if agent is not None:
+                agent.close()
+        controller.close()
