@@ -84,6 +84,14 @@ def _check_optional_range(config: object, name: str, low: int) -> None:
         _check_range(config, name, low)
 
 
+def parse_setting(text: str) -> tuple[str, int]:
+    """``NAME=VALUE`` (an integer setting, as ``--controller-setting`` takes it) as ``(name, value)``."""
+    name, separator, value = text.partition("=")
+    if not separator or not name or not value.lstrip("-").isdigit():
+        raise InvalidConfig(f"setting {text!r} is not NAME=INTEGER (e.g. vp_merge_delay_ms=5000)")
+    return name, int(value)
+
+
 def replace_config(config, /, **changes):
     """``dataclasses.replace`` that names unknown fields in an ``InvalidConfig``.
 
@@ -387,12 +395,19 @@ class ClusterConfig:
     node_lease_ttl_s: int = 10
     # How long ``mafka4 up`` waits for etcd and Ray to answer before giving up.
     start_timeout_s: int = 120
+    # ControllerConfig fields the cluster's controller runs with instead of the defaults, as
+    # (name, value) pairs (``mafka4 up --controller-setting vp_merge_delay_ms=5000``).
+    controller_settings: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         _check_range(self, "write_nodes", 1, 16)
         _check_range(self, "read_nodes", 0, 16)
         _check_range(self, "node_lease_ttl_s", 2, 600)
         _check_range(self, "start_timeout_s", 5, 3600)
+        self.controller_config()  # InvalidConfig names a bad setting before anything starts
+
+    def controller_config(self) -> "ControllerConfig":
+        return replace_config(ControllerConfig(), **dict(self.controller_settings))
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,6 +446,9 @@ class ControllerConfig:
     vp_merge_delay_ms: int = 60 * SECOND_MS
     # The result of an executed intent (coordinator.intents) is kept this long for its client to
     # read; one nobody collected disappears with its lease.
+    # The read path's upkeep (replicas moved off read nodes gone for good, merges after groups
+    # shrank, closed VPs retired after their retention) looks at every mafka4-mode topic this often.
+    upkeep_interval_ms: int = 10 * SECOND_MS
     intent_result_ttl_s: int = 300
 
     def __post_init__(self) -> None:
@@ -443,6 +461,7 @@ class ControllerConfig:
         _check_range(self, "event_queue_max", 1, 1_000_000)
         _check_range(self, "read_node_gone_ms", 1)
         _check_range(self, "vp_merge_delay_ms", 1)
+        _check_range(self, "upkeep_interval_ms", 100, 3600 * SECOND_MS)
         _check_range(self, "intent_result_ttl_s", 1, 86_400)
 
 
