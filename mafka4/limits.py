@@ -129,6 +129,8 @@ class LogConfig:
     # error and read nodes report them (RecordsLost). 0: no hold. None: hold for ever -- a
     # read node that never returns then keeps the partition growing until its disk is full.
     unfed_hold_ms_max: int | None = DAY_MS
+    # Retention (above) runs this often on a physical replica (Kafka's log.retention.check.interval.ms).
+    retention_check_interval_ms: int = 60 * SECOND_MS
     # fsync when this many ms passed since the last fsync (None: not by time).
     flush_interval_ms: int | None = 1000
     # fsync when this many messages were appended since the last fsync (1: every batch).
@@ -142,6 +144,7 @@ class LogConfig:
         _check_optional_range(self, "retention_ms", 1)
         _check_optional_range(self, "retention_bytes", 0)
         _check_optional_range(self, "unfed_hold_ms_max", 0)
+        _check_range(self, "retention_check_interval_ms", 100, DAY_MS)
         _check_optional_range(self, "flush_interval_ms", 0)
         _check_optional_range(self, "flush_interval_messages", 1)
         _check_range(self, "index_interval_bytes", 1, self.segment_bytes_max)
@@ -232,6 +235,8 @@ class TopicConfig:
     # past it they are deleted and consumers get RecordsLost; None holds for ever and risks a
     # full disk while a read node is gone; ignored in mafka3 mode).
     unfed_hold_ms_max: int | None = DAY_MS
+    # How often the physical replicas apply retention (LogConfig.retention_check_interval_ms).
+    retention_check_interval_ms: int = 60 * SECOND_MS
 
     def __post_init__(self) -> None:
         if not isinstance(self.unclean_leader_election, bool):
@@ -249,6 +254,7 @@ class TopicConfig:
         _check_optional_range(self, "retention_ms", 1)
         _check_optional_range(self, "retention_bytes", 0)
         _check_optional_range(self, "unfed_hold_ms_max", 0)
+        _check_range(self, "retention_check_interval_ms", 100, DAY_MS)
         _check_range(self, "segment_bytes_max", 4 * KiB, 1024 * MiB)
         self._check_read_path()
 
@@ -293,6 +299,7 @@ class TopicConfig:
             retention_ms=self.retention_ms,
             retention_bytes=self.retention_bytes,
             unfed_hold_ms_max=self.unfed_hold_ms_max,
+            retention_check_interval_ms=self.retention_check_interval_ms,
             segment_bytes_max=self.segment_bytes_max,
         )
 

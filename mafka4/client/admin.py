@@ -164,6 +164,8 @@ class Admin:
 
         ``kind="physical"``: a replica of physical partition ``partition``; ``"virtual"``: a
         replica of virtual partition ``partition``. ``replica`` is its node id (default: the leader).
+        ``kind="feed"``: read node ``replica`` stops (``paused``) or resumes feeding the topic, as
+        if it had stopped (``partition`` and ``delay_ms`` are not used).
         """
         if kind == "physical":
             state = self._topics.get(topic).partitions[partition]
@@ -175,8 +177,15 @@ class Admin:
                 raise InvalidConfig(f"topic {topic!r} has no virtual partition {partition}")
             handle = read_node_handle(self.cluster, replica or state.leader)
             call = None if handle is None else handle.set_fault.remote(VpId(topic, partition), delay_ms, paused)
+        elif kind == "feed":
+            if replica is None:
+                raise InvalidConfig("kind='feed' needs replica=<read node id>")
+            state = None
+            handle = read_node_handle(self.cluster, replica)
+            call = None if handle is None else handle.set_feed_fault.remote(topic, paused)
         else:
-            raise InvalidConfig(f"kind={kind!r} is not valid: use 'physical' or 'virtual'")
+            raise InvalidConfig(f"kind={kind!r} is not valid: use 'physical', 'virtual' or 'feed'")
         if call is None:
-            raise InvalidConfig(f"replica {replica or state.leader} of {topic} {kind} partition {partition} is not running")
+            node = replica or state.leader
+            raise InvalidConfig(f"{node} ({kind} of {topic}, partition {partition}) is not running")
         return ray.get(call, timeout=DESCRIBE_TIMEOUT_S)

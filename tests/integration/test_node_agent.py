@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -33,12 +30,10 @@ from mafka4.runtime.ports import free_loopback_port
 from mafka4.runtime.ray_cluster import node_resource
 from mafka4.virtual.hosted_vp import VpId, vp_directory
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-# Long enough that a registration which disappears was revoked, not expired.
-LONG_LEASE_TTL_S = 600
+from process_helpers import REPO_ROOT, Agent, ControllerProcess, agent_environment, node_command
+
 OUTAGE_LEASE_TTL_S = 4
 WAIT_S = 60
-STOP_TIMEOUT_S = 30
 
 
 def wait_until(predicate, timeout_s: float = WAIT_S, interval_s: float = 0.1) -> bool:
@@ -48,45 +43,6 @@ def wait_until(predicate, timeout_s: float = WAIT_S, interval_s: float = 0.1) ->
             return True
         time.sleep(interval_s)
     return predicate()
-
-
-def node_command(endpoint: str, cluster: str, *arguments: str) -> list[str]:
-    return [sys.executable, "-m", "mafka4.runtime.node", "--etcd", endpoint, "--cluster", cluster, *arguments]
-
-
-def agent_environment() -> dict[str, str]:
-    # This checkout's code, whatever the installed mafka4 points at.
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
-
-
-class Agent:
-    """One node agent subprocess, logging to a file; ``stop`` is SIGTERM and returns the exit code."""
-
-    def __init__(self, endpoint: str, cluster: str, role: str, node_id: str, data_dir: Path, log_path: Path,
-                 lease_ttl_s: int = LONG_LEASE_TTL_S):
-        self.log_path = log_path
-        with open(log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                node_command(endpoint, cluster, "--role", role, "--node-id", node_id, "--data-dir", str(data_dir),
-                             "--node-lease-ttl-s", str(lease_ttl_s)),
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO_ROOT, env=agent_environment(),
-            )
-
-    def log_text(self) -> str:
-        return self.log_path.read_text()
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout=STOP_TIMEOUT_S)
-
-    def close(self) -> None:
-        """For finally blocks: stopped as by ``stop`` if it can be, else killed; gone afterwards."""
-        try:
-            self.stop()
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
 
 
 @pytest.fixture
@@ -207,27 +163,6 @@ def _mod_revision(store: MetadataStore, key: str) -> int:
     except errors.CoordinatorUnavailable:
         return 0
     return 0 if found is None else found.mod_revision
-
-
-class ControllerProcess:
-    """A controller of one mafka4 cluster name, as the head of ``ray_cluster.yaml`` runs it."""
-
-    def __init__(self, endpoint: str, ray_address: str, cluster: str, log_path: Path):
-        with open(log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "mafka4.coordinator.controller", "--etcd", endpoint, "--ray-address",
-                 ray_address, "--cluster", cluster, "--controller-id", "controller-agents"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO_ROOT, env=agent_environment(),
-            )
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
 
 
 def test_topic_round_trips_on_nodes_registered_by_agents(cluster, tmp_path):
