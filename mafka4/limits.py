@@ -526,10 +526,11 @@ class FeederConfig:
     # Records of one VP are appended in batches of at most this many records.
     feed_records_max: int = 5000
     # An idle stream still reports its progress to every VP it feeds this often, so the VP
-    # leaders can tell an idle partition from a stalled stream (RisrConfig.feed_lag_ms_max).
-    report_interval_ms: int = 1 * SECOND_MS
-    # Physical and VP metadata (leaders, ISR, layout) are re-read from etcd at least this often.
-    metadata_max_age_ms: int = 5 * SECOND_MS
+    # leaders can tell an idle partition from a stalled stream (RisrConfig.feed_lag_ms_max, 10 s).
+    report_interval_ms: int = 2500
+    # Physical and VP metadata (leaders, ISR, layout) are re-read from etcd at least this often; a
+    # failed fetch, a role notice and a reshard's release make the read node read it at once.
+    metadata_max_age_ms: int = 30 * SECOND_MS
     # A fetch not answered this fast counts as failed; the stream backs off and resumes from the
     # VPs' recorded progress.
     call_timeout_ms: int = 30 * SECOND_MS

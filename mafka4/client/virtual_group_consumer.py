@@ -52,8 +52,10 @@ from mafka4.coordinator.intents import IntentKind
 
 logger = logging.getLogger(__name__)
 
-# poll() looks for group changes at least this often while it waits for data.
-GROUP_CHECK_INTERVAL_S = 0.05
+# poll() looks for group changes at least this often while it waits for data: a fetch cannot be
+# woken by etcd's watch, so this bounds how late a member reacts to a join, a split or a sealed
+# parent (each costs it about one ``ray.wait`` call per interval while idle).
+GROUP_CHECK_INTERVAL_S = 0.02
 # After a failed split, this member waits this long before trying one again.
 SPLIT_RETRY_INTERVAL_S = 5.0
 # How long a split request waits for the controller.

@@ -4,7 +4,8 @@
 
 Start order: etcd (``<home>/etcd``), the Ray cluster, the cluster config key, one lease-bound
 registration per simulated node, the controller (a child process,
-``mafka4.coordinator.controller``, logging to ``<home>/controller.log``), then
+``mafka4.coordinator.controller``, logging to ``<home>/controller.log``), which starts one
+``ReadNode`` actor per read node (the daemon waits for their liveness keys), then
 ``<home>/cluster.json`` with ``ready=True``. Until SIGTERM/SIGINT it refreshes every
 registration each ``node_lease_ttl_s / 3`` seconds and starts the controller again if it
 exited. Stop order is the reverse: stop the controller, revoke the leases, stop Ray, stop
@@ -36,7 +37,8 @@ from mafka4.runtime.state import CLUSTER_NAME_DEFAULT, ClusterState, remove_stat
 LOG_FILE_NAME = "daemon.log"
 CONTROLLER_LOG_FILE_NAME = "controller.log"
 CONTROLLER_ID = "controller-0"
-CONTROLLER_STOP_TIMEOUT_S = 15.0  # SIGTERM grace: the controller revokes its lease and leaves Ray
+CONTROLLER_STOP_TIMEOUT_S = 15.0
+READ_NODE_POLL_S = 0.1  # SIGTERM grace: the controller revokes its lease and leaves Ray
 
 log = logging.getLogger("mafka4.daemon")
 
@@ -109,6 +111,7 @@ def run(home: Path, config: ClusterConfig, cluster: str) -> None:
             registration.keep_alive()
         controller = ControllerProcess(home, etcd.endpoint, ray.address, cluster, config.controller_settings)
         controller.start()
+        _wait_for_read_nodes(store, cluster, read_nodes, time.time_ns() // 1_000_000, started + config.start_timeout_s)
         save_state(ClusterState(
             cluster=cluster, home=str(home), etcd_endpoint=etcd.endpoint, etcd_pid=etcd.pid,
             ray_address=ray.address, daemon_pid=os.getpid(), ray_temp_dir=ray.temp_dir,
@@ -135,6 +138,19 @@ def _stop_quietly(what: str, action) -> None:
         log.info("%s: done", what)
     except Exception:
         log.exception("%s failed", what)
+
+
+def _wait_for_read_nodes(store: MetadataStore, cluster: str, read_nodes: list[str], since_ms: int,
+                         deadline: float) -> None:
+    """Ready means usable: wait until the controller started every read node's actor (its liveness
+    key, written by an actor started after ``since_ms``: etcd keeps a previous run's keys a while)."""
+    prefix = keys.read_nodes_prefix(cluster)
+    while {item.key[len(prefix):] for item in store.get_prefix(prefix)
+           if item.value.get("started_ms", 0) >= since_ms} < set(read_nodes):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the controller did not start read nodes {read_nodes} in time; see controller.log")
+        time.sleep(READ_NODE_POLL_S)
+    log.info("read nodes %s running", read_nodes)
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:

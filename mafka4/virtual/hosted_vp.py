@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import logging
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, NamedTuple, Sequence
 
 from mafka4.errors import MessageTooLarge
 from mafka4.faults import FaultGate
@@ -50,9 +50,9 @@ logger = logging.getLogger(__name__)
 REBUILD_READ_BYTES = 1 << 20
 
 
-@dataclass(frozen=True, slots=True)
-class VpId:
-    """A VP of one topic: the key under which a read node hosts it."""
+class VpId(NamedTuple):
+    """A VP of one topic: the key under which a read node hosts it (a named tuple: it crosses
+    read nodes in every fetch, and tuples pickle fast)."""
 
     topic: str
     vp: int
@@ -61,8 +61,7 @@ class VpId:
         return f"{self.topic}/v{self.vp}"
 
 
-@dataclass(frozen=True, slots=True)
-class VpRead:
+class VpRead(NamedTuple):
     """Whole batches for a consumer, with the offsets it needs to go on."""
 
     data: bytes

@@ -107,6 +107,9 @@ class PartitionFeed:
         self._needed: int | None = None
         self._fed_high = 0  # one past the highest record any served VP held at the last resume
         self._resumed_epochs: dict[int, int] = {}  # served VP -> the leader epoch it was resumed with
+        self._served_cache: dict[int, HostedVp] = {}
+        self._served_for: tuple[int, int] | None = None  # (view generation, id of the node's leaders dict)
+        self._noticed: dict[int, HostedVp] | None = None  # the served dict last looked at for changes
         self._hold: _Hold | None = None
         self._avoid: set[str] = set()  # physical replicas that failed since the last metadata read
         self._avoid_since = float("-inf")  # the view's read_at when ``_avoid`` was last cleared
@@ -229,6 +232,8 @@ class PartitionFeed:
             if self.next_offset is not None:
                 self.next_offset = min(self.next_offset, hold.withhold_from)
             self._hold = None
+            for parent in hold.vps:  # a parent fed up to its cut is complete now: its children wait for that
+                self._on_fed(self.topic, parent)
             return
         # Fenced: once this delete is through, the reshard's transaction either already stored its
         # epoch (the resume reads it) or can no longer store it (the resume gives the parents what
@@ -296,14 +301,18 @@ class PartitionFeed:
             pass
 
     def _served(self) -> dict[int, HostedVp]:
-        view = self.view
-        leaders = self._leaders()
-        return {vp: leaders[vp] for vp in served_vps(view.layout, view.sealed) if vp in leaders}
+        """The VPs this stream feeds; the same dict until the layout or the node's roles change (then a new one)."""
+        view, leaders = self.view, self._leaders()
+        if self._served_for != (view.generation, id(leaders)):
+            self._served_cache = {vp: leaders[vp] for vp in served_vps(view.layout, view.sealed) if vp in leaders}
+            self._served_for = (view.generation, id(leaders))
+        return self._served_cache
 
     def _notice_changes(self, served: Mapping[int, HostedVp]) -> None:
         """Resume when a served VP's leader epoch changed or a VP joined below the stream's position."""
-        if self.next_offset is None:
+        if self.next_offset is None or served is self._noticed:
             return
+        self._noticed = served
         layout = self.view.layout
         for vp, hosted in served.items():
             # A VP opened at or past where the stream stands (a child of a reshard) holds nothing yet.
@@ -399,9 +408,7 @@ class PartitionFeed:
         self.stats["records_fed"] += planned.records
 
     def _served_changed(self, served: Mapping[int, HostedVp]) -> bool:
-        current = self._served()
-        return set(current) != set(served) or any(
-            hosted.core.leader_epoch != self._resumed_epochs.get(vp) for vp, hosted in current.items())
+        return self._served() is not served
 
     def _feed(self, vp: int, hosted: HostedVp, chunks: tuple[Chunk, ...], now_ms: int) -> None:
         epoch = self._resumed_epochs[vp]

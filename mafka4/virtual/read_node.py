@@ -11,8 +11,8 @@ nodes. Everything of one node runs on its event loop:
 * **Feeding** (``PartitionFeed``): per (topic, physical partition) one stream for the VP leaders
   this node hosts, created with the topic's first local leader and stopped when the node
   leads none. The streams of one topic share a ``TopicView`` of its metadata.
-* **Replication** (``ReplicaFetcher``): per node this node follows, one stream for every VP the
-  pair shares; the other direction is ``replica_fetch``.
+* **Replication** (``ReplicaFetcher``): per node this node follows, one fetch session for every
+  VP the pair shares; the other direction is ``replica_fetch`` (``replication.FetchSessions``).
 * **Consumers** call ``fetch`` once per read node for every VP they read there (long poll until
   any has data), and ``list_offsets`` / ``offsets_for_time`` the same way.
 * **Reshards** hold and release the topic's streams on the nodes leading a parent (``hold``,
@@ -40,7 +40,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import ray
 
@@ -57,15 +57,18 @@ from mafka4.virtual.metadata import VirtualPartitionState, VirtualStore
 from mafka4.virtual.partition_feed import PartitionFeed
 from mafka4.virtual.read_loss import LostRange, ReadLoss
 from mafka4.virtual.replica_core import Ready, VpRole
-from mafka4.virtual.replication import FollowerAnswer, FollowerFetch, ReplicaFetcher, answer_followers
+from mafka4.virtual.replication import (
+    SESSION_UNKNOWN, FetchSessions, ReplicaFetcher, SessionAnswer, SessionRequest,
+)
 from mafka4.virtual.reshard import SplitEpoch
 from mafka4.virtual.topic_view import TopicView
 
 logger = logging.getLogger(__name__)
 
 NAMESPACE = "mafka4"
-# Leaders tick their RISR (followers that stopped catching up) and check closed VPs for sealing this often.
-LEADER_TICK_INTERVAL_S = 0.25
+# Leaders tick their RISR (followers that stopped catching up) and check closed VPs for sealing this
+# often: well within read_replica_lag_ms_max (10 s by default, 1 s at the least a test uses).
+LEADER_TICK_INTERVAL_S = 0.5
 RISR_WRITE_BACKOFF_S = 0.5
 
 
@@ -86,16 +89,14 @@ class ReadNodeSpec:
     config: ReadNodeConfig = ReadNodeConfig()
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerRead:
+class ConsumerRead(NamedTuple):
     """One VP of a consumer's fetch: where it reads from."""
 
     vp_id: VpId
     offset: int
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerAnswer:
+class ConsumerAnswer(NamedTuple):
     read: VpRead | None
     error: MafkaError | None = None
 
@@ -115,10 +116,22 @@ class ReadNode:
         self._spec = spec
         self._config = spec.config
         self._hosted: dict[VpId, HostedVp] = {}
+        # Indexes of the roles, rebuilt whenever a role changes (``_roles_changed``), so that the
+        # periodic passes and the feed streams never walk every hosted VP: per topic its VP
+        # leaders here (a new dict on every change: streams compare it by identity), per leader
+        # node the followers here, and the leaders with followers (their RISR ticks).
+        self._leaders: dict[str, dict[int, HostedVp]] = {}
+        self._followers: dict[str, list[HostedVp]] = {}
+        self._ticking: list[HostedVp] = []
         self._topics: dict[str, _Topic] = {}
         self._fetchers: dict[str, ReplicaFetcher] = {}  # leader node id -> stream
         self._handles: dict[str, object] = {}  # actor name -> handle
         self._changed = asyncio.Event()
+        # Which VPs changed since when, for the fetch sessions' long polls: a global sequence and
+        # the sequence of each VP's last change.
+        self._change_seq = 0
+        self._vp_changed_seq: dict[VpId, int] = {}
+        self._sessions = FetchSessions(spec.config)
         self._risr_dirty: set[VpId] = set()
         self._risr_tasks: dict[VpId, asyncio.Task] = {}
         self._sealing: dict[VpId, asyncio.Task] = {}
@@ -233,6 +246,7 @@ class ReadNode:
         for vp_id in dropped:
             self._hosted.pop(vp_id).close(delete_data)
             self._risr_dirty.discard(vp_id)
+            self._vp_changed_seq.pop(vp_id, None)
         if vps is None and topic in self._topics:
             for feed in self._topics.pop(topic).feeds.values():
                 feed.close()
@@ -240,10 +254,17 @@ class ReadNode:
         return [vp_id.vp for vp_id in dropped]
 
     def _roles_changed(self, topic: str) -> None:
-        """Start or stop the topic's feeds and the replication streams to match the roles now."""
+        """Rebuild the role indexes; start or stop the topic's feeds and the replication sessions to match."""
+        self._leaders[topic] = {vp_id.vp: hosted for vp_id, hosted in self._hosted.items()
+                                if vp_id.topic == topic and hosted.core.is_leader}
+        self._followers = {}
+        for hosted in self._hosted.values():
+            if hosted.core.role is VpRole.FOLLOWER:
+                self._followers.setdefault(hosted.core.leader_id, []).append(hosted)
+        self._ticking = [hosted for hosted in self._hosted.values() if hosted.core.has_followers]
         entry = self._topics.get(topic)
         if entry is not None:
-            leads = any(vp_id.topic == topic and hosted.core.is_leader for vp_id, hosted in self._hosted.items())
+            leads = bool(self._leaders[topic])
             if leads and not entry.feeds:
                 entry.feeds = {p: self._new_feed(entry, p) for p in range(entry.config.partitions)}
                 for feed in entry.feeds.values():
@@ -254,7 +275,7 @@ class ReadNode:
                 entry.feeds = {}
             for feed in entry.feeds.values():
                 feed.wake()
-        leaders = {hosted.core.leader_id for hosted in self._hosted.values() if hosted.core.role is VpRole.FOLLOWER}
+        leaders = set(self._followers)
         for leader in leaders - set(self._fetchers):
             fetcher = ReplicaFetcher(self._spec.node_id, leader, lambda leader=leader: self._followers_of(leader),
                                      lambda leader=leader: self._node_handle(leader),
@@ -280,12 +301,10 @@ class ReadNode:
         )
 
     def _leaders_of(self, topic: str) -> dict[int, HostedVp]:
-        return {vp_id.vp: hosted for vp_id, hosted in self._hosted.items()
-                if vp_id.topic == topic and hosted.core.is_leader}
+        return self._leaders.get(topic, {})
 
     def _followers_of(self, leader: str) -> list[HostedVp]:
-        return [hosted for hosted in self._hosted.values()
-                if hosted.core.role is VpRole.FOLLOWER and hosted.core.leader_id == leader]
+        return self._followers.get(leader, [])
 
     # --- reshards -----------------------------------------------------------------------
 
@@ -312,16 +331,23 @@ class ReadNode:
 
     # --- replication (other read nodes' calls) -------------------------------------------
 
-    async def replica_fetch(self, follower_id: str, fetches: Sequence[FollowerFetch],
-                            wait_ms_max: int) -> list[FollowerAnswer]:
-        """Answer one node-pair fetch; long poll while none of its VPs has news (see ``replication``)."""
+    async def replica_fetch(self, request: SessionRequest, wait_ms_max: int) -> SessionAnswer:
+        """Answer one request of a node pair's fetch session; long poll while none of its VPs has
+        news (see ``replication``)."""
+        opened = self._sessions.open(request)
+        if opened is None:
+            return SessionAnswer(SESSION_UNKNOWN, ())
+        session_id, session = opened
         deadline = time.monotonic() + wait_ms_max / 1000
-        answers = answer_followers(follower_id, fetches, self._hosted.get, self._config, _now_ms(), report=True)
-        while not any(answer.news_for(fetch) for answer, fetch in zip(answers, fetches)):
+        seen = self._change_seq
+        answers = self._sessions.first_answers(request, session, self._hosted.get, _now_ms())
+        while not answers:
             if not await self._wait_for_change(deadline):
                 break
-            answers = answer_followers(follower_id, fetches, self._hosted.get, self._config, _now_ms(), report=False)
-        return answers
+            since, seen = seen, self._change_seq
+            answers = self._sessions.later_answers(
+                session, lambda vp_id: self._vp_changed_seq.get(vp_id, 0) > since, self._hosted.get, _now_ms())
+        return SessionAnswer(session_id, tuple(answers))
 
     # --- consumers ----------------------------------------------------------------------
 
@@ -433,7 +459,13 @@ class ReadNode:
             if task is None or task.done():
                 self._risr_tasks[hosted.vp_id] = asyncio.get_running_loop().create_task(self._persist_risr(hosted))
         if ready.wake:
+            self._change_seq += 1
+            self._vp_changed_seq[hosted.vp_id] = self._change_seq
             self._wake()
+            if hosted.core.is_leader:  # the HW moved: a closed parent may be complete now
+                entry = self._topics.get(hosted.vp_id.topic)
+                if entry is not None and entry.view.layout is not None and not entry.view.layout.is_active(hosted.vp_id.vp):
+                    self._check_seal(hosted.vp_id.topic, hosted.vp_id.vp)
 
     def _wake(self) -> None:
         """Wake every long-polling fetch (followers' and consumers'): something changed on this node."""
@@ -523,13 +555,13 @@ class ReadNode:
         while not self._closed:
             await asyncio.sleep(LEADER_TICK_INTERVAL_S)
             now_ms = _now_ms()
-            for vp_id, hosted in list(self._hosted.items()):
-                if hosted.core.has_followers:
+            for hosted in self._ticking:
+                if not hosted.closed:
                     hosted.tick(now_ms)
-                entry = self._topics.get(vp_id.topic)
-                if hosted.core.is_leader and entry is not None and not entry.view.layout.is_active(vp_id.vp):
-                    self._check_seal(vp_id.topic, vp_id.vp)
-            self._wake()  # followers' serving windows and consumers' deadlines are time based
+            for topic, entry in list(self._topics.items()):
+                layout, sealed = entry.view.layout, entry.view.sealed
+                for vp in [vp for vp in self._leaders.get(topic, {}) if not layout.is_active(vp) and vp not in sealed]:
+                    self._check_seal(topic, vp)
 
     async def _report_positions(self) -> None:
         """Write where each feed stream stands (for physical retention); delete the key of a stopped one."""

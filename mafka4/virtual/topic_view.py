@@ -40,11 +40,15 @@ class TopicView:
         self.partitions: dict[int, PartitionState] = {}
         self.read_at = float("-inf")  # time.monotonic() of the last successful read
         self.generation = 0  # grows with every change a stream must look at
+        self._sealed: tuple[int, frozenset[int]] = (-1, frozenset())  # (generation, sealed VPs)
         self._reading: asyncio.Task | None = None
 
     @property
     def sealed(self) -> frozenset[int]:
-        return frozenset(vp for vp, state in self.states.items() if state.sealed_end_offset is not None)
+        if self._sealed[0] != self.generation:
+            self._sealed = (self.generation, frozenset(
+                vp for vp, state in self.states.items() if state.sealed_end_offset is not None))
+        return self._sealed[1]
 
     def invalidate(self) -> None:
         self.read_at = float("-inf")

@@ -1,13 +1,13 @@
-"""Node-pair replication, leader side: ``answer_followers`` over real ``HostedVp`` leaders.
+"""Node-pair replication, leader side: ``answer_followers`` and fetch sessions over real ``HostedVp`` leaders.
 
 One call answers every VP a follower node shares with this node: news detection (what ends a
 long poll), the byte budget shared across VPs, paused and unknown VPs, and a VP that fails
-alone. The follower side applies answers as ``ReplicaFetcher`` does. No Ray.
+alone; a fetch session carries only what changed. The follower side applies answers as
+``ReplicaFetcher`` does. No Ray.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 import pytest
 
@@ -16,7 +16,9 @@ from mafka4.limits import KiB, LogConfig, ReadNodeConfig
 from mafka4.risr.state import RisrConfig
 from mafka4.virtual.hosted_vp import HostedVp, VpId
 from mafka4.virtual.replica_core import ReplicaAnswer
-from mafka4.virtual.replication import FollowerAnswer, FollowerFetch, answer_followers
+from mafka4.virtual.replication import (
+    FetchSessions, FollowerAnswer, FollowerFetch, SessionRequest, answer_followers,
+)
 from mafka4.virtual.split import SourcedRecord
 
 LOG_CONFIG = LogConfig(segment_bytes_max=4096, index_interval_bytes=512, flush_interval_ms=None)
@@ -100,20 +102,20 @@ def test_a_settled_pair_has_no_news_until_a_leader_appends(pair):
 def test_news_is_data_a_divergence_or_a_high_watermark_or_serving_flag_the_follower_does_not_know(pair):
     fetch = pair.fetches(now_ms=0)[0]
     assert (fetch.high_watermark, fetch.serving) == (0, False)
-    quiet = ReplicaAnswer(0, serving=False)
-    assert not FollowerAnswer(quiet).news_for(fetch)
-    assert FollowerAnswer(quiet, data=b"batch").news_for(fetch)
-    assert FollowerAnswer(replace(quiet, high_watermark=4)).news_for(fetch)
-    assert FollowerAnswer(replace(quiet, serving=True)).news_for(fetch)
-    assert FollowerAnswer(replace(quiet, diverging=(0, 0))).news_for(fetch)
-    assert not FollowerAnswer(None).news_for(fetch), "a paused VP has nothing to say"
+    quiet, vp_id = ReplicaAnswer(0, serving=False), fetch.vp_id
+    assert not FollowerAnswer(vp_id, quiet).news_for(fetch)
+    assert FollowerAnswer(vp_id, quiet, data=b"batch").news_for(fetch)
+    assert FollowerAnswer(vp_id, quiet._replace(high_watermark=4)).news_for(fetch)
+    assert FollowerAnswer(vp_id, quiet._replace(serving=True)).news_for(fetch)
+    assert FollowerAnswer(vp_id, quiet._replace(diverging=(0, 0))).news_for(fetch)
+    assert not FollowerAnswer(vp_id, None).news_for(fetch), "a paused VP has nothing to say"
 
 
 def test_an_error_alone_does_not_end_the_long_poll(pair):
     # The follower can only log a refused entry (the controller re-announces roles), so an answer
     # with nothing but errors returning at once would make the two nodes call each other in a loop.
     fetch = pair.fetches(now_ms=0)[0]
-    assert not FollowerAnswer(None, error=NotLeader("orders/v0: not the leader")).news_for(fetch)
+    assert not FollowerAnswer(fetch.vp_id, None, error=NotLeader("orders/v0: not the leader")).news_for(fetch)
 
 
 def test_the_byte_budget_is_shared_out_in_order_and_later_vps_get_data_in_later_rounds(pair):
@@ -140,7 +142,7 @@ def test_a_paused_vp_answers_nothing_and_its_follower_is_not_reported(pair):
     pair.leaders[VPS[1]].fault.set(paused=True)
     fetches = pair.fetches(now_ms=10)
     answers = pair.answer(fetches, now_ms=10)
-    assert answers[1] == FollowerAnswer(None)
+    assert answers[1] == FollowerAnswer(VPS[1], None)
     assert answers[0].answer is not None and answers[2].answer is not None
     described = pair.leaders[VPS[1]].core.describe(10)
     assert described["replicas"]["n1"] == {"status": "joining", "log_end_offset": None}
@@ -167,13 +169,15 @@ def test_a_fetch_that_is_not_reported_changes_nothing_on_the_leader(pair):
     pair.settle(now_ms=10)
     leader = pair.leaders[VPS[0]]
     pair.feed(VPS[0], 3, 2)
-    ahead = replace(pair.fetches(now_ms=20)[0], position=replace(pair.fetches(20)[0].position, fetch_offset=5))
+    fetch = pair.fetches(now_ms=20)[0]
+    ahead = fetch._replace(position=fetch.position._replace(fetch_offset=5))
     answers = pair.answer([ahead], now_ms=20, report=False)
     assert answers[0].answer.high_watermark == 3 and leader.core.high_watermark == 3
 
 
 def test_a_follower_behind_the_leaders_log_start_fails_only_its_own_vp(tmp_path):
-    nodes = Pair(tmp_path, replace(LOG_CONFIG, retention_ms=1_000))
+    nodes = Pair(tmp_path, LogConfig(segment_bytes_max=4096, index_interval_bytes=512, flush_interval_ms=None,
+                                      retention_ms=1_000))
     try:
         for first in range(0, 60, 5):
             nodes.feed(VPS[0], first, 5)
@@ -185,3 +189,56 @@ def test_a_follower_behind_the_leaders_log_start_fails_only_its_own_vp(tmp_path)
         assert answers[1].data, "the VPs the pair shares replicate on"
     finally:
         nodes.close()
+
+
+# --- fetch sessions ------------------------------------------------------------------------------
+
+
+def test_a_session_sends_only_what_changed_and_answers_only_news(pair):
+    sessions = FetchSessions(CONFIG)
+    pair.settle(now_ms=5)  # every follower in the RISR and knowing its HW
+    pair.feed(VPS[0], 0, 3)
+    full = SessionRequest("n1", None, tuple(pair.fetches(now_ms=10)), ())
+    session_id, session = sessions.open(full)
+    answers = sessions.first_answers(full, session, pair.leaders.get, now_ms=10)
+    assert [a.vp_id for a in answers] == [VPS[0]], "the idle VPs had no news"
+    pair.apply([f for f in full.changed if f.vp_id == VPS[0]], answers, now_ms=10)
+
+    changed = tuple(f for f in pair.fetches(now_ms=11) if f.vp_id == VPS[0])
+    request = SessionRequest("n1", session_id, changed, ())
+    assert sessions.open(request) == (session_id, session)
+    assert set(session.entries) == set(VPS), "the unchanged VPs stay in the session"
+    answers = sessions.first_answers(request, session, pair.leaders.get, now_ms=11)
+    assert [a.vp_id for a in answers] == [VPS[0]] and not answers[0].data, "the follower's new log end moved the HW"
+
+    pair.feed(VPS[2], 0, 2)  # a VP the last request did not name gets data: found after a wake
+    later = sessions.later_answers(session, lambda vp_id: vp_id == VPS[2], pair.leaders.get, now_ms=12)
+    assert [a.vp_id for a in later] == [VPS[2]] and later[0].data
+
+
+def test_a_session_reports_every_idle_entry_again_each_quarter_of_its_lag_bound(pair):
+    sessions = FetchSessions(CONFIG)
+    full = SessionRequest("n1", None, tuple(pair.fetches(now_ms=0)), ())
+    _, session = sessions.open(full)
+    sessions.first_answers(full, session, pair.leaders.get, now_ms=0)
+    quiet = SessionRequest("n1", 1, (), ())
+    refresh_ms = RISR_CONFIG.read_replica_lag_ms_max // 4
+    sessions.first_answers(quiet, session, pair.leaders.get, now_ms=refresh_ms - 1)
+    assert session.reported_ms == dict.fromkeys(VPS, 0), "not yet: a quiet request reports nothing"
+    sessions.first_answers(quiet, session, pair.leaders.get, now_ms=refresh_ms)
+    assert session.reported_ms == dict.fromkeys(VPS, refresh_ms)
+    # Idle past the lag bound but refreshed: still in sync.
+    for now_ms in range(0, 3 * RISR_CONFIG.read_replica_lag_ms_max, refresh_ms // 2):
+        sessions.first_answers(quiet, session, pair.leaders.get, now_ms)
+        for leader in pair.leaders.values():
+            leader.tick(now_ms)
+    assert all(leader.core.risr == {"n0", "n1"} for leader in pair.leaders.values())
+
+
+def test_an_unknown_session_is_refused_and_a_new_one_replaces_the_old(pair):
+    sessions = FetchSessions(CONFIG)
+    assert sessions.open(SessionRequest("n1", 7, (), ())) is None, "a restarted leader node knows no session"
+    first, _ = sessions.open(SessionRequest("n1", None, tuple(pair.fetches(now_ms=0)), ()))
+    second, _ = sessions.open(SessionRequest("n1", None, tuple(pair.fetches(now_ms=0)), ()))
+    assert second != first and sessions.open(SessionRequest("n1", first, (), ())) is None
+    assert sessions.open(SessionRequest("n2", second, (), ())) is None, "a session belongs to one follower node"
