@@ -98,6 +98,8 @@ class PartitionFeed:
                  leaders: Callable[[], Mapping[int, HostedVp]], physical: Callable[[str], object],
                  open_store: Callable[[], MetadataStore], record_loss: Callable[[LostRange], None],
                  on_fed: Callable[[str, int], None]):
+        """``leaders()``: the node's VP leaders of the topic, a new mapping whenever a role changes
+        (the stream compares it by identity); ``physical(replica_id)``: a physical replica's handle."""
         self.view, self.partition, self.node_id, self.config = view, partition, node_id, config
         self._leaders, self._physical, self._open_store = leaders, physical, open_store
         self._record_loss, self._on_fed = record_loss, on_fed

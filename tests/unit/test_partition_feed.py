@@ -362,7 +362,7 @@ def test_a_vp_whose_leader_epoch_changed_makes_the_stream_resume_and_refeed_what
         topic.store.put(keys.virtual_partition(CLUSTER, TOPIC, 0), vp_state(layout, 0, leader_epoch=2).to_json())
         other_hold = keys.feeder_hold(CLUSTER, TOPIC, 0, "n2")  # a reshard holding VP 0's old node
         topic.store.put(other_hold, {"token": "split-9", "fed_through": 20})
-        topic.leaders[0] = new
+        topic.leaders = {**topic.leaders, 0: new}  # the node builds a new dict on every role change
         topic.feed.wake()
 
         await until(lambda: sources(new) == offsets_of(layout, 0, 0, 20), "the new leader to be refed")
