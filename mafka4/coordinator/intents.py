@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import enum
 import secrets
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -34,8 +35,7 @@ from mafka4.coordinator import keys
 from mafka4.coordinator.store import MetadataStore
 from mafka4.errors import MafkaError, RequestTimedOut
 
-# A waiting client reads the result key this often at first, then every POLL_INTERVAL_S_MAX.
-POLL_INTERVAL_S_MIN = 0.005
+# A waiting client watches the result key, and reads it at least this often (a watch can break).
 POLL_INTERVAL_S_MAX = 0.1
 
 
@@ -105,31 +105,43 @@ def new_intent_id() -> str:
     return f"{time.time_ns():020d}-{secrets.token_hex(4)}"
 
 
-def submit(store: MetadataStore, cluster: str, kind: IntentKind, topic: str, args: dict | None = None) -> Intent:
+def submit(store: MetadataStore, cluster: str, kind: IntentKind, topic: str, args: dict | None = None,
+           intent_id: str | None = None) -> Intent:
     """Write an intent for the controller; returns it (its id names the result to wait for)."""
-    intent = Intent(new_intent_id(), kind, topic, dict(args or {}))
+    intent = Intent(intent_id or new_intent_id(), kind, topic, dict(args or {}))
     revision = store.put(keys.intent(cluster, intent.intent_id), intent.to_json())
     return Intent(intent.intent_id, kind, topic, intent.args, revision)
 
 
-def wait_for(store: MetadataStore, cluster: str, intent: Intent, wait_s: float) -> Any:
-    """The intent's result value (its error raised) once the controller executed it.
+def request(store: MetadataStore, cluster: str, kind: IntentKind, topic: str, args: dict | None,
+            wait_s: float) -> Any:
+    """Write an intent and wait for its result value (its error raised) once the controller executed it.
 
+    The result key is watched from before the intent is written (a watch that starts at the
+    current revision gets events at once; one started at a past revision waits for etcd's next
+    sync, up to 100 ms), and read at least every ``POLL_INTERVAL_S_MAX`` in case the watch broke.
     Raises ``RequestTimedOut`` after ``wait_s``: the intent is withdrawn if no controller took it
     yet, else it may still be carried out (the message says which).
     """
-    deadline = time.monotonic() + wait_s
-    interval_s = POLL_INTERVAL_S_MIN
-    result_key = keys.intent_result(cluster, intent.intent_id)
-    while True:
-        found = store.get(result_key)
-        if found is not None:
-            store.delete(result_key)
-            return IntentResult.from_json(found.value).unwrap()
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(min(interval_s, max(deadline - time.monotonic(), 0)))
-        interval_s = min(interval_s * 2, POLL_INTERVAL_S_MAX)
+    intent_id = new_intent_id()
+    result_key = keys.intent_result(cluster, intent_id)
+    written = threading.Event()
+    watch_id = store.watch_prefix(result_key, lambda _: written.set(), written.set)
+    try:
+        intent = submit(store, cluster, kind, topic, args, intent_id)
+        deadline = time.monotonic() + wait_s
+        while True:
+            found = store.get(result_key)
+            if found is not None:
+                store.delete(result_key)
+                return IntentResult.from_json(found.value).unwrap()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            written.wait(min(POLL_INTERVAL_S_MAX, remaining))
+            written.clear()
+    finally:
+        store.cancel_watch(watch_id)
     # The controller marks an intent it starts (a write to its key): one still at the revision we
     # wrote was not started and can be withdrawn for good.
     if store.delete_if(keys.intent(cluster, intent.intent_id), intent.revision):
@@ -142,9 +154,3 @@ def wait_for(store: MetadataStore, cluster: str, intent: Intent, wait_s: float) 
         return IntentResult.from_json(found.value).unwrap()
     raise RequestTimedOut(f"{intent} was not finished within {wait_s:g} s; the controller may still carry it out: "
                           f"check with 'mafka4 topic describe {intent.topic}' before retrying")
-
-
-def request(store: MetadataStore, cluster: str, kind: IntentKind, topic: str, args: dict | None,
-            wait_s: float) -> Any:
-    """``submit`` then ``wait_for``."""
-    return wait_for(store, cluster, submit(store, cluster, kind, topic, args), wait_s)
