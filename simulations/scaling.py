@@ -245,10 +245,10 @@ def topic_footprint(admin, topic: str, connection) -> dict[str, int]:
     physical_replicas = sum(len(state.replicas) for state in metadata.partitions)
     vp_states = [state for state, _ in VirtualStore(connection.store, connection.cluster).states(topic).values()]
     read_nodes = {replica for state in vp_states for replica in state.replicas}
-    feeders = len(metadata.partitions) if vp_states else 0
+    # A VP is a log inside its read node's one actor: the read side costs an actor per read node.
     return {"physical_partitions": len(metadata.partitions), "virtual_partitions": len(vp_states),
             "write_nodes": len(write_nodes), "read_nodes": len(read_nodes),
-            "actors": physical_replicas + sum(len(state.replicas) for state in vp_states) + feeders}
+            "actors": physical_replicas + len(read_nodes)}
 
 
 def _measure(connection, topic: str, settings: ScalingSettings, consumers: int):

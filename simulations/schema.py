@@ -26,8 +26,9 @@ virtual_partitions    int32   virtual partitions, summed over all topics of the 
 write_nodes           int32   nodes that host physical-partition replicas (write side), >= 1.
 read_nodes            int32   nodes that host virtual-partition replicas (read side), >= 0; 0 when the
                               run has no separate read nodes (mafka3 mode reads from write nodes).
-actors                int32   Ray actors the run used (physical + virtual partition actors and
-                              feeders), >= 0; for the fleet model, the actors the design would need.
+actors                int32   Ray actors the run used (physical partition replicas + one read node actor
+                              per read node hosting the topic's VPs), >= 0; for the fleet model, the
+                              actors the design would need.
 sample_rate           float64 fraction of messages that have a row, in (0, 1]; 1.0 = every message.
 seed                  int64   the seed of the run (every experiment prints and records it).
 git_commit            string  ``git rev-parse HEAD`` of the code that produced the run, with
