@@ -62,6 +62,7 @@ from mafka4.limits import FeederConfig
 from mafka4.virtual.feeding import Chunk, choose_source, plan_round, resume_point, served_vps, withhold
 from mafka4.virtual.hosted_vp import HostedVp
 from mafka4.virtual.metadata import VirtualPartitionState
+from mafka4.virtual.node_loop import NodeLoop
 from mafka4.virtual.read_loss import LostRange
 from mafka4.virtual.reshard import SplitEpoch
 from mafka4.virtual.split import lost_marker
@@ -91,7 +92,7 @@ class _Hold:
     stored: tuple[SplitEpoch, tuple[VirtualPartitionState, ...]] | None = None
 
 
-class PartitionFeed:
+class PartitionFeed(NodeLoop):
     """The stream of one (topic, partition) on one read node; see the module docstring."""
 
     def __init__(self, view: TopicView, partition: int, node_id: str, config: FeederConfig,
@@ -100,6 +101,7 @@ class PartitionFeed:
                  on_fed: Callable[[str, int], None]):
         """``leaders()``: the node's VP leaders of the topic, a new mapping whenever a role changes
         (the stream compares it by identity); ``physical(replica_id)``: a physical replica's handle."""
+        super().__init__()
         self.view, self.partition, self.node_id, self.config = view, partition, node_id, config
         self._leaders, self._physical, self._open_store = leaders, physical, open_store
         self._record_loss, self._on_fed = record_loss, on_fed
@@ -116,13 +118,10 @@ class PartitionFeed:
         self._avoid: set[str] = set()  # physical replicas that failed since the last metadata read
         self._avoid_since = float("-inf")  # the view's read_at when ``_avoid`` was last cleared
         self._last_report: dict[int, tuple[int, int, float]] = {}  # VP -> (fed_through, HW, when)
-        self._kick = asyncio.Event()
         self._round_ended_at = time.monotonic()
-        self._closed = False
         # Fault injection (``ReadNode.set_feed_fault``): a paused stream fetches and feeds nothing,
         # as a read node that stopped would; its position stays where it was.
         self.paused = False
-        self._task: asyncio.Task | None = None
         self.stats = {"rounds": 0, "records_fed": 0, "resumes": 0, "errors": 0, "last_error": None,
                       "source": None, "lost_ranges": 0}
 
@@ -130,18 +129,8 @@ class PartitionFeed:
     def topic(self) -> str:
         return self.view.topic
 
-    def start(self) -> None:
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run())
-
-    def wake(self) -> None:
-        """Roles or metadata changed: look at the served VPs again now."""
-        self._kick.set()
-
     def close(self) -> None:
-        self._closed = True
-        if self._task is not None:
-            self._task.cancel()
+        super().close()
         if self._hold is not None:
             self._hold.released.set()
 
@@ -254,13 +243,13 @@ class PartitionFeed:
             self._kick.clear()  # from here on, a hold, a release or a role change ends the round's wait
             try:
                 if self.paused:
-                    await self._idle()
+                    await self._idle_until_needed()
                     continue
                 await self.view.refresh_if_old()
                 served = self._served()
                 if not served:
                     self.next_offset, self._resumed_epochs, self._needed = None, {}, None
-                    await self._idle()
+                    await self._idle_until_needed()
                     continue
                 self._notice_changes(served)
                 if self.next_offset is None:
@@ -295,7 +284,7 @@ class PartitionFeed:
                 self.view.invalidate()
                 await asyncio.sleep(backoff_s)
 
-    async def _idle(self) -> None:
+    async def _idle_until_needed(self) -> None:
         """Nothing to feed here: wait for a role change, a hold, or the next metadata read."""
         try:
             await asyncio.wait_for(self._kick.wait(), self.config.metadata_max_age_ms / 1000)
@@ -350,7 +339,7 @@ class PartitionFeed:
         self.stats["resumes"] += 1
         if resumed is None:  # every served VP is closed and holds all its records of this partition
             self.next_offset, self._fed_high = None, 0
-            await self._idle()
+            await self._idle_until_needed()
             return
         self.next_offset, self._fed_high = resumed.next_offset, resumed.fed_high
         self._needed = self.next_offset

@@ -43,6 +43,7 @@ from mafka4.client.errors import unwrap
 from mafka4.errors import MafkaError, NotLeader
 from mafka4.limits import ReadNodeConfig
 from mafka4.virtual.hosted_vp import HostedVp, VpId
+from mafka4.virtual.node_loop import NodeLoop
 from mafka4.virtual.replica_core import FetchPosition, ReplicaAnswer, VpRole
 
 logger = logging.getLogger(__name__)
@@ -201,31 +202,17 @@ class FetchSessions:
 # --- follower side ----------------------------------------------------------------------------
 
 
-class ReplicaFetcher:
+class ReplicaFetcher(NodeLoop):
     """This node's replication session with one leader node; see the module docstring."""
 
     def __init__(self, node_id: str, leader_node: str, followed: Callable[[], list[HostedVp]],
                  leader_handle: Callable[[], object], forget_handle: Callable[[], None], config: ReadNodeConfig):
+        super().__init__()
         self.node_id, self.leader_node, self.config = node_id, leader_node, config
         self._followed, self._leader_handle, self._forget_handle = followed, leader_handle, forget_handle
-        self._kick = asyncio.Event()
-        self._task: asyncio.Task | None = None
-        self._closed = False
         self._session_id: int | None = None
         self._sent: dict[VpId, FollowerFetch] = {}  # what the leader's session holds for each VP
         self.stats = {"fetches": 0, "errors": 0, "last_error": None, "vps": 0, "sessions": 0}
-
-    def start(self) -> None:
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run())
-
-    def wake(self) -> None:
-        self._kick.set()
-
-    def close(self) -> None:
-        self._closed = True
-        if self._task is not None:
-            self._task.cancel()
 
     def _request(self, replicas: list[HostedVp]) -> SessionRequest:
         now_ms = _now_ms()
@@ -244,11 +231,7 @@ class ReplicaFetcher:
             replicas = [h for h in self._followed() if not h.fault.fault.paused]
             self.stats["vps"] = len(replicas)
             if not replicas and not self._sent:
-                self._kick.clear()
-                try:
-                    await asyncio.wait_for(self._kick.wait(), config.replica_fetch_wait_ms_max / 1000)
-                except asyncio.TimeoutError:
-                    pass
+                await self._idle(config.replica_fetch_wait_ms_max / 1000)
                 continue
             delay_ms = max((h.fault.fault.delay_ms for h in replicas), default=0)
             if delay_ms:

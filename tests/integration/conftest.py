@@ -6,6 +6,7 @@ gives the fast suite.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -81,9 +82,9 @@ def delete_topics_afterwards(request):
         admin.delete_topic(name)
 
 
-@pytest.fixture(scope="module")
-def read_cluster():
-    """A cluster of its own for one test module: write nodes w0, w1 and read nodes r0, r1 (RR=2).
+@contextlib.contextmanager
+def own_cluster(config: ClusterConfig):
+    """A cluster of its own for one test module, with a driver connected to it (yields the connection).
 
     If the session cluster is running, the driver leaves its Ray meanwhile and rejoins it afterwards.
     """
@@ -96,7 +97,7 @@ def read_cluster():
     os.environ[HOME_ENV] = str(home)
     connection, started = None, False
     try:
-        up(home, ClusterConfig(write_nodes=2, read_nodes=2))  # kills what it started if it fails
+        up(home, config)  # kills what it started if it fails
         started = True
         connection = connect(home)
         yield connection
@@ -113,6 +114,13 @@ def read_cluster():
         remove_home(home)
         if previous_ray is not None:
             ray.init(address=previous_ray, namespace="mafka4", log_to_driver=False)
+
+
+@pytest.fixture(scope="module")
+def read_cluster():
+    """A cluster of its own for one test module: write nodes w0, w1 and read nodes r0, r1 (RR=2)."""
+    with own_cluster(ClusterConfig(write_nodes=2, read_nodes=2)) as connection:
+        yield connection
 
 
 @pytest.fixture

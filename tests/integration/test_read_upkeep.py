@@ -13,9 +13,7 @@ after minutes:
 
 from __future__ import annotations
 
-import os
 import secrets
-import shutil
 from pathlib import Path
 
 import pytest
@@ -24,14 +22,12 @@ import ray
 from mafka4.client.admin import Admin
 from mafka4.coordinator.topics import TopicStore
 from mafka4.limits import ClusterConfig
-from mafka4.runtime.connect import Connection, connect
-from mafka4.runtime.environment import HOME_ENV, ray_temp_dir
-from mafka4.runtime.local import down, up
+from mafka4.runtime.connect import Connection
 from mafka4.virtual.hosted_vp import VpId, vp_directory
 from mafka4.virtual.launcher import read_node_handle
 from mafka4.virtual.metadata import VirtualStore
 
-from conftest import short_home
+from conftest import own_cluster
 from process_helpers import Agent, ControllerProcess
 from virtual_helpers import (
     Deliveries, Member, ProduceLoop, check_exactly_once, read_everything, topic_name, vp_log, wait_until,
@@ -56,44 +52,23 @@ class UpkeepCluster:
 
 
 @pytest.fixture(scope="module")
-def upkeep_cluster():
-    previous_ray = ray.get_runtime_context().gcs_address if ray.is_initialized() else None
-    previous_home = os.environ.get(HOME_ENV)
-    ray.shutdown()
-    home = short_home()
-    os.environ[HOME_ENV] = str(home)
-    started, agents, controller, local = False, {}, None, None
-    try:
-        up(home, ClusterConfig(write_nodes=1, read_nodes=3))
-        started = True
-        local = connect(home)
+def upkeep_cluster(tmp_path_factory):
+    with own_cluster(ClusterConfig(write_nodes=1, read_nodes=3)) as local:
+        home = tmp_path_factory.mktemp("upkeep")
         name = f"upkeep-{secrets.token_hex(3)}"
-        data_dir = home / "agents-data"
         endpoint = local.store.endpoint
-        controller = ControllerProcess(endpoint, local.state.ray_address, name, home / "upkeep-controller.log", SETTINGS)
-        agents = {node: Agent(endpoint, name, role, node, data_dir, home / f"agent-{node}.log")
-                  for node, role in (("w0", "write"), ("r0", "read"), ("r1", "read"), ("r2", "read"))}
-        connection = Connection(cluster=name, store=local.store, state=None)
-        assert wait_until(lambda: len(TopicStore(local.store, name).live_nodes("read")) == 3, WAIT_S)
-        yield UpkeepCluster(connection, data_dir, agents, controller)
-    finally:
-        for agent in agents.values():
-            agent.close()
-        if controller is not None:
+        controller = ControllerProcess(endpoint, local.state.ray_address, name, home / "controller.log", SETTINGS)
+        agents = {}
+        try:
+            agents = {node: Agent(endpoint, name, role, node, home / "data", home / f"agent-{node}.log")
+                      for node, role in (("w0", "write"), ("r0", "read"), ("r1", "read"), ("r2", "read"))}
+            connection = Connection(cluster=name, store=local.store, state=None)
+            assert wait_until(lambda: len(TopicStore(local.store, name).live_nodes("read")) == 3, WAIT_S)
+            yield UpkeepCluster(connection, home / "data", agents, controller)
+        finally:
+            for agent in agents.values():
+                agent.close()
             controller.close()
-        if local is not None:
-            local.store.close()
-        ray.shutdown()
-        if started:
-            down(home)
-        if previous_home is None:
-            os.environ.pop(HOME_ENV, None)
-        else:
-            os.environ[HOME_ENV] = previous_home
-        shutil.rmtree(ray_temp_dir(home), ignore_errors=True)
-        shutil.rmtree(home, ignore_errors=True)
-        if previous_ray is not None:
-            ray.init(address=previous_ray, namespace="mafka4", log_to_driver=False)
 
 
 def test_replicas_move_off_a_read_node_gone_for_good_and_nothing_is_lost(upkeep_cluster):
