@@ -171,6 +171,10 @@ class VpReplicaCore:
         reported = self._leader.fed_through if self._leader is not None else {}
         return tuple(reported.get(partition, 0) for partition in range(partitions))
 
+    def check_leader(self, leader_epoch: int) -> None:
+        """Raise ``StaleEpoch`` or ``NotLeader`` unless this replica leads ``leader_epoch``."""
+        self._require_leader(leader_epoch)
+
     def last_applied(self, leader_epoch: int, partition: int) -> int:
         """The last source offset of ``partition`` in the log (``NOTHING_APPLIED``: none)."""
         return self._require_leader(leader_epoch).progress.last_applied(partition)
