@@ -1,11 +1,11 @@
 """The protocol state of one virtual-partition (VP) replica, pure: the VP twin of ``ReplicaState``.
 
-``VpReplicaCore`` owns everything a VP replica decides; the shells own the log and the clock.
-Two shells execute it: ``virtual.hosted_vp.HostedVp`` inside a ``ReadNode`` actor, and the
-simulator's ``simulations.dst.virtual.VpReplica``. Inputs are plain values and ``now_ms``; every
-call that changes something the shell must act on returns a ``Ready`` (etcd/raft's name): what to
-cut from the log, what to persist, what to tell the coordinator, whom to wake. The shell
-carries it out in field order and the two shells cannot drift.
+``VpReplicaCore`` owns everything a VP replica decides; its shell owns the log and the clock.
+The shell is ``virtual.hosted_vp.HostedVp``, inside a ``ReadNode`` actor and, unchanged, inside
+the simulator (``simulations.dst.virtual``, which only turns its messages into ``HostedVp`` and
+core calls). Inputs are plain values and ``now_ms``; every call that changes something the shell
+must act on returns a ``Ready`` (etcd/raft's name): what to cut from the log, what to persist,
+what to tell the coordinator, whom to wake. The shell carries it out in field order.
 
 What it owns:
 
