@@ -9,8 +9,9 @@ duration:
   them;
 * a write node is cut off from every other endpoint, from the coordinator only, or from one
   other write node (an asymmetric view of the cluster), then healed;
-* a read node crashes (VP replicas) or is cut off; a feeder or a consumer crashes and
-  restarts with empty memory.
+* a read node crashes (power loss: its VP logs lose their unflushed tails, see
+  ``_may_lose_read_power`` for when; or a process crash) or is cut off; a feeder or a consumer
+  crashes and restarts with empty memory.
 
 At most ``faulty_write_nodes_max`` write nodes are down or cut off at once. ``heal_all``
 ends the chaos: every cut link is restored, every process boots, the network stops dropping
@@ -34,6 +35,8 @@ class Nemesis:
         self._cuts: dict[int, list[tuple[str, str]]] = {}
         self._down: dict[str, object] = {}  # endpoint name -> the process to boot
         self._faults = 0
+        # Read nodes that lost power and may still hold less than they claimed (``_read_recovered``).
+        self._read_power_lost: set[str] = set()
         self.counts: dict[str, int] = {}
 
     def start(self) -> None:
@@ -82,8 +85,11 @@ class Nemesis:
             up = [n for n in cluster.read_nodes if n.up]
             if up:
                 node = rng.choice(up)
-                node.crash(power_loss=self.env.options.power_loss)
-                self._count(kind, f"{node.name} down for {duration_ms} ms")
+                power_loss = self.env.options.power_loss and self._may_lose_read_power(node.name)
+                node.crash(power_loss)
+                if power_loss:
+                    self._read_power_lost.add(node.name)
+                self._count(f"{kind}{'-power-loss' if power_loss else ''}", f"{node.name} down for {duration_ms} ms")
                 self._down_for(node, duration_ms, writer=False)
         elif kind == "isolate-read":
             node = rng.choice(cluster.read_nodes)
@@ -114,6 +120,36 @@ class Nemesis:
         one, no fsync), not a bug, and is left out.
         """
         return all(set(state.isr) == set(state.replicas) for state in self.cluster.coordinator.partitions.values())
+
+    def _may_lose_read_power(self, name: str) -> bool:
+        """Whether read node ``name`` may lose power (its unflushed VP tails), not only its processes.
+
+        Not with ``read_replicas=1``: a VP's only replica losing its tail loses records readers
+        saw by configuration (Kafka with RF=1), not by a bug. Not while another read node that
+        lost power has not recovered: two replicas of one VP losing their unflushed tails at once
+        is a correlated failure no replication survives without an fsync per append (as on the
+        write side, see ``_fully_replicated``).
+        """
+        if self.env.options.read_replicas < 2:
+            return False
+        self._read_power_lost = {other for other in self._read_power_lost if not self._read_recovered(other)}
+        return not self._read_power_lost - {name}
+
+    def _read_recovered(self, name: str) -> bool:
+        """Read node ``name`` is up and every VP whose RISR (as the coordinator holds it) names it
+        has a leader leading the coordinator's epoch whose HW ``name``'s log reaches again."""
+        cluster = self.cluster
+        if not next(node for node in cluster.read_nodes if node.name == name).up:
+            return False
+        for vp, state in sorted(cluster.coordinator.vps.items()):
+            if name not in state.risr:
+                continue
+            leader, replica = cluster.vp_replica(state.leader, vp), cluster.vp_replica(name, vp)
+            if leader is None or replica is None or not leader.core.is_leader:
+                return False
+            if leader.core.leader_epoch != state.leader_epoch or replica.core.log_end_offset < leader.core.high_watermark:
+                return False
+        return True
 
     def _count(self, kind: str, text: str) -> None:
         self.counts[kind] = self.counts.get(kind, 0) + 1

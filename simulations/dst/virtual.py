@@ -18,8 +18,9 @@ messages into its calls, as ``virtual.read_node.ReadNode`` translates Ray calls:
   (``ReadNode._persist_risr``). ``Ready.wake`` needs nothing: nobody long-polls here, every
   fetch is answered at once.
 
-Deviation from production, on purpose: VP logs are flushed on every batch
-(``VP_LOG_CONFIG``), so a read node's power loss loses nothing a VP replica reported.
+VP logs flush as in production (``VP_LOG_CONFIG``: every ``flush_interval_ms`` of simulated
+time, and on every segment roll), so a read node's power loss loses the unflushed tails of its
+VP logs (``vp_lost_bytes`` in the run's stats).
 
 A ``ReadNode`` hosts one replica per VP it was told about, opens it lazily on the first role
 notice (from what is on its disk), and sends heartbeats (its lease) with its boot
@@ -42,8 +43,9 @@ from simulations.dst.env import Env
 
 TOPIC = "t"
 VP_FETCH_BYTES_MAX = 4096
-VP_LOG_CONFIG = LogConfig(segment_bytes_max=4096, retention_ms=None, flush_interval_ms=None,
-                          flush_interval_messages=1, index_interval_bytes=256)
+# Production's flush policy (``LogConfig``'s defaults, a topic's: fsync once ``flush_interval_ms``
+# passed, in simulated time) on small segments, which roll (and so flush) often; no retention.
+VP_LOG_CONFIG = LogConfig(segment_bytes_max=4096, retention_ms=None, index_interval_bytes=256)
 # The final checks read whole logs in chunks of this many bytes.
 READ_ALL_BYTES_MAX = 1 << 20
 
@@ -260,7 +262,9 @@ class ReadNode:
         self.up = False
         self.env.network.unregister(self.name)
         self.replicas.clear()
-        self.env.disk.crash(self.env.disk.directory(self.name), power_loss)
+        lost_bytes = self.env.disk.crash(self.env.disk.directory(self.name), power_loss)
+        if lost_bytes:
+            self.env.count("vp_lost_bytes", lost_bytes)
 
     def _heartbeat(self, incarnation: int) -> None:
         if not self.up or incarnation != self.incarnation:
