@@ -127,7 +127,7 @@ def test_replicas_shrunk_out_below_min_isr_stay_electable_when_the_lone_leader_l
 
 def test_a_lone_risr_leader_serves_readers_only_what_a_power_loss_cannot_take():
     """lone-risr-leader-power-loss (seeds 501, 645, 695, 896, 918 once VP logs flushed lazily; the
-    scripted run in ``test_lone_risr_leader.py``): a VP leader alone in its RISR moved the HW with
+    scripted run in ``test_vp_power_loss.py``): a VP leader alone in its RISR moved the HW with
     every append, lost its unflushed tail to a power loss after readers had read it, and was
     elected again (the only RISR member) with a shorter log, so the feed refilled offsets readers
     had seen with other records (fix: the HW of a lone leader never passes its flushed offset)."""
