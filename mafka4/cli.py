@@ -11,10 +11,11 @@ import json
 import sys
 from typing import Sequence
 
-from mafka4.errors import (InvalidConfig, InvalidEventLog, InvalidGroupName, InvalidRecord, InvalidReshard, InvalidTopicName,
+from mafka4.errors import (RecordsLost, InvalidConfig, InvalidEventLog, InvalidGroupName, InvalidRecord, InvalidReshard, InvalidTopicName,
                            MafkaError, MessageTooLarge, MissingDependency, NoEventLogs, NotEnoughReadNodes, UnknownGroup,
                            UnknownTopic, UnknownVirtualPartition, WrongReadMode)
-from mafka4.limits import ASSIGNOR_NAMES, READ_MODES, VIRTUAL_PARTITIONS_MAX, Acks, ClusterConfig, ProducerConfig
+from mafka4.limits import (ASSIGNOR_NAMES, READ_MODES, VIRTUAL_PARTITIONS_MAX, Acks, ClusterConfig, ProducerConfig,
+                           parse_setting)
 
 USAGE_ERRORS = (InvalidConfig, InvalidTopicName, InvalidRecord, MessageTooLarge, UnknownTopic, InvalidGroupName, UnknownGroup,
                 InvalidReshard, UnknownVirtualPartition, WrongReadMode, NotEnoughReadNodes, InvalidEventLog, NoEventLogs,
@@ -27,7 +28,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
     from mafka4.runtime.environment import mafka4_home
     from mafka4.runtime.local import up
 
-    state = up(mafka4_home(), ClusterConfig(write_nodes=args.write_nodes, read_nodes=args.read_nodes))
+    state = up(mafka4_home(), ClusterConfig(write_nodes=args.write_nodes, read_nodes=args.read_nodes,
+                                            controller_settings=tuple(args.controller_setting)))
     print(f"mafka4 cluster {state.cluster!r} is up: etcd {state.etcd_endpoint}, Ray {state.ray_address}, "
           f"write nodes {', '.join(state.write_nodes)}, read nodes {', '.join(state.read_nodes) or 'none'}")
     return 0
@@ -106,11 +108,13 @@ def _cmd_topic_describe(args: argparse.Namespace) -> int:
               f"{'log_end':>8}  {'high_watermark':>14}")
         for v in description["virtual_partitions"]:
             live = v["live"] or {}
-            status = "active" if v["active"] else "sealed" if "sealed_end_offset" in v else "closed"
+            status = ("active" if v["active"] else "retired" if v.get("retired") else
+                      "sealed" if "sealed_end_offset" in v else "closed")
             start, end = v["range"]
             print(f"{v['virtual_partition']:>4}  {status:<7}  {f'[{start:#x}, {end:#x})':<42}  {v['leader']:>6}  "
                   f"{v['leader_epoch']:>5}  {','.join(v['risr']):<12}  {live.get('log_end_offset', '?'):>8}  "
                   f"{live.get('high_watermark', '?'):>14}")
+    _print_read_loss(args.name, description["read_loss"])
     return 0
 
 
@@ -166,7 +170,11 @@ def _cmd_consume(args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
     try:
         while args.max_messages is None or printed < args.max_messages:
-            messages = consumer.poll(timeout_ms=min(args.timeout_ms, 500))
+            try:
+                messages = consumer.poll(timeout_ms=min(args.timeout_ms, 500))
+            except RecordsLost as lost:  # said once, in order; reading goes on after the gap
+                print(f"mafka4: {lost.message}", file=sys.stderr)
+                continue
             if not messages:
                 if time.monotonic() >= idle_deadline:
                     break
@@ -226,7 +234,24 @@ def _cmd_group_describe(args: argparse.Namespace) -> int:
     for row in description.virtual_partitions:
         print(f"{row.topic:<24}  {row.vp:>4}  {row.status.value:<7}  {_dash(row.member_id):<32}  "
               f"{_dash(row.committed_offset):>16}  {_dash(row.high_watermark):>14}  {_dash(row.lag):>8}")
+    for topic, losses in description.read_loss.items():
+        _print_read_loss(topic, losses)
     return 0
+
+
+def _setting(text: str) -> tuple[str, int]:
+    try:
+        return parse_setting(text)
+    except InvalidConfig as error:
+        raise argparse.ArgumentTypeError(error.message) from None
+
+
+def _print_read_loss(topic: str, losses: dict[int, list[list[int]]]) -> None:
+    """Physical offsets retention deleted before every read node fed them: never silent."""
+    for partition, ranges in losses.items():
+        lost = ", ".join(f"[{first}, {end})" for first, end in ranges)
+        print(f"LOST {topic} partition {partition}: offsets {lost} were deleted by retention before every read node "
+              f"fed them (raise unfed_hold_ms_max or keep read nodes running)")
 
 
 def _dash(value: object) -> object:
@@ -320,6 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
     up = commands.add_parser("up", help="start a local cluster (etcd + Ray on 127.0.0.1) in $MAFKA4_HOME (default ~/.mafka4)")
     up.add_argument("--write-nodes", type=int, default=ClusterConfig().write_nodes, help="simulated write nodes (default %(default)s)")
     up.add_argument("--read-nodes", type=int, default=ClusterConfig().read_nodes, help="simulated read nodes (default %(default)s)")
+    up.add_argument("--controller-setting", action="append", default=[], type=_setting, metavar="NAME=VALUE",
+                    help="run the controller with another ControllerConfig value, e.g. vp_merge_delay_ms=5000 or "
+                         "read_node_gone_ms=60000 (repeatable)")
     up.set_defaults(run=_cmd_up)
     commands.add_parser("down", help="stop the local cluster and every process it started").set_defaults(run=_cmd_down)
     commands.add_parser("status", help="show whether the local cluster runs and which nodes are registered").set_defaults(run=_cmd_status)

@@ -84,6 +84,14 @@ def _check_optional_range(config: object, name: str, low: int) -> None:
         _check_range(config, name, low)
 
 
+def parse_setting(text: str) -> tuple[str, int]:
+    """``NAME=VALUE`` (an integer setting, as ``--controller-setting`` takes it) as ``(name, value)``."""
+    name, separator, value = text.partition("=")
+    if not separator or not name or not value.lstrip("-").isdigit():
+        raise InvalidConfig(f"setting {text!r} is not NAME=INTEGER (e.g. vp_merge_delay_ms=5000)")
+    return name, int(value)
+
+
 def replace_config(config, /, **changes):
     """``dataclasses.replace`` that names unknown fields in an ``InvalidConfig``.
 
@@ -121,6 +129,8 @@ class LogConfig:
     # error and read nodes report them (RecordsLost). 0: no hold. None: hold for ever -- a
     # read node that never returns then keeps the partition growing until its disk is full.
     unfed_hold_ms_max: int | None = DAY_MS
+    # Retention (above) runs this often on a physical replica (Kafka's log.retention.check.interval.ms).
+    retention_check_interval_ms: int = 60 * SECOND_MS
     # fsync when this many ms passed since the last fsync (None: not by time).
     flush_interval_ms: int | None = 1000
     # fsync when this many messages were appended since the last fsync (1: every batch).
@@ -134,6 +144,7 @@ class LogConfig:
         _check_optional_range(self, "retention_ms", 1)
         _check_optional_range(self, "retention_bytes", 0)
         _check_optional_range(self, "unfed_hold_ms_max", 0)
+        _check_range(self, "retention_check_interval_ms", 100, DAY_MS)
         _check_optional_range(self, "flush_interval_ms", 0)
         _check_optional_range(self, "flush_interval_messages", 1)
         _check_range(self, "index_interval_bytes", 1, self.segment_bytes_max)
@@ -224,6 +235,8 @@ class TopicConfig:
     # past it they are deleted and consumers get RecordsLost; None holds for ever and risks a
     # full disk while a read node is gone; ignored in mafka3 mode).
     unfed_hold_ms_max: int | None = DAY_MS
+    # How often the physical replicas apply retention (LogConfig.retention_check_interval_ms).
+    retention_check_interval_ms: int = 60 * SECOND_MS
 
     def __post_init__(self) -> None:
         if not isinstance(self.unclean_leader_election, bool):
@@ -241,6 +254,7 @@ class TopicConfig:
         _check_optional_range(self, "retention_ms", 1)
         _check_optional_range(self, "retention_bytes", 0)
         _check_optional_range(self, "unfed_hold_ms_max", 0)
+        _check_range(self, "retention_check_interval_ms", 100, DAY_MS)
         _check_range(self, "segment_bytes_max", 4 * KiB, 1024 * MiB)
         self._check_read_path()
 
@@ -285,6 +299,7 @@ class TopicConfig:
             retention_ms=self.retention_ms,
             retention_bytes=self.retention_bytes,
             unfed_hold_ms_max=self.unfed_hold_ms_max,
+            retention_check_interval_ms=self.retention_check_interval_ms,
             segment_bytes_max=self.segment_bytes_max,
         )
 
@@ -387,12 +402,19 @@ class ClusterConfig:
     node_lease_ttl_s: int = 10
     # How long ``mafka4 up`` waits for etcd and Ray to answer before giving up.
     start_timeout_s: int = 120
+    # ControllerConfig fields the cluster's controller runs with instead of the defaults, as
+    # (name, value) pairs (``mafka4 up --controller-setting vp_merge_delay_ms=5000``).
+    controller_settings: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         _check_range(self, "write_nodes", 1, 16)
         _check_range(self, "read_nodes", 0, 16)
         _check_range(self, "node_lease_ttl_s", 2, 600)
         _check_range(self, "start_timeout_s", 5, 3600)
+        self.controller_config()  # InvalidConfig names a bad setting before anything starts
+
+    def controller_config(self) -> "ControllerConfig":
+        return replace_config(ControllerConfig(), **dict(self.controller_settings))
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,6 +453,9 @@ class ControllerConfig:
     vp_merge_delay_ms: int = 60 * SECOND_MS
     # The result of an executed intent (coordinator.intents) is kept this long for its client to
     # read; one nobody collected disappears with its lease.
+    # The read path's upkeep (replicas moved off read nodes gone for good, merges after groups
+    # shrank, closed VPs retired after their retention) looks at every mafka4-mode topic this often.
+    upkeep_interval_ms: int = 10 * SECOND_MS
     intent_result_ttl_s: int = 300
 
     def __post_init__(self) -> None:
@@ -443,6 +468,7 @@ class ControllerConfig:
         _check_range(self, "event_queue_max", 1, 1_000_000)
         _check_range(self, "read_node_gone_ms", 1)
         _check_range(self, "vp_merge_delay_ms", 1)
+        _check_range(self, "upkeep_interval_ms", 100, 3600 * SECOND_MS)
         _check_range(self, "intent_result_ttl_s", 1, 86_400)
 
 

@@ -15,7 +15,7 @@ from dataclasses import asdict
 
 import ray
 
-from mafka4.coordinator import intents, keys
+from mafka4.coordinator import intents
 from mafka4.coordinator.intents import IntentKind
 from mafka4.coordinator.topics import TopicMetadata, TopicStore
 from mafka4.errors import InvalidConfig, TopicExists
@@ -26,7 +26,6 @@ from mafka4.runtime.connect import Connection, connect
 from mafka4.virtual.hosted_vp import VpId
 from mafka4.virtual.launcher import read_node_handle
 from mafka4.virtual.metadata import VirtualPartitionState, VirtualStore, epoch_from_json
-from mafka4.virtual.read_loss import ReadLoss
 from mafka4.virtual.reshard import SplitEpoch
 
 DESCRIBE_TIMEOUT_S = 10
@@ -133,10 +132,8 @@ class Admin:
 
     def read_loss(self, name: str) -> dict[int, list[list[int]]]:
         """Per physical partition, the ``[first, end)`` offset ranges deleted before every read node fed them."""
-        prefix = keys.read_losses_prefix(self.cluster, name)
-        found = self._connection.store.get_prefix(prefix)
-        losses = (ReadLoss.from_json(int(item.key[len(prefix):]), item.value) for item in found)
-        return {loss.partition: [[r.first_offset, r.end_offset] for r in loss.ranges] for loss in losses if loss.ranges}
+        losses = VirtualStore(self._connection.store, self.cluster).read_losses(name)
+        return {p: [[r.first_offset, r.end_offset] for r in loss.ranges] for p, loss in sorted(losses.items())}
 
     def _describe_leaders(self, name: str, states: list[VirtualPartitionState]) -> dict[int, dict]:
         """Per VP, what its leader's read node reports (or the error reaching it); one call per node."""
@@ -167,6 +164,8 @@ class Admin:
 
         ``kind="physical"``: a replica of physical partition ``partition``; ``"virtual"``: a
         replica of virtual partition ``partition``. ``replica`` is its node id (default: the leader).
+        ``kind="feed"``: read node ``replica`` stops (``paused``) or resumes feeding the topic, as
+        if it had stopped (``partition`` and ``delay_ms`` are not used).
         """
         if kind == "physical":
             state = self._topics.get(topic).partitions[partition]
@@ -178,8 +177,15 @@ class Admin:
                 raise InvalidConfig(f"topic {topic!r} has no virtual partition {partition}")
             handle = read_node_handle(self.cluster, replica or state.leader)
             call = None if handle is None else handle.set_fault.remote(VpId(topic, partition), delay_ms, paused)
+        elif kind == "feed":
+            if replica is None:
+                raise InvalidConfig("kind='feed' needs replica=<read node id>")
+            state = None
+            handle = read_node_handle(self.cluster, replica)
+            call = None if handle is None else handle.set_feed_fault.remote(topic, paused)
         else:
-            raise InvalidConfig(f"kind={kind!r} is not valid: use 'physical' or 'virtual'")
+            raise InvalidConfig(f"kind={kind!r} is not valid: use 'physical', 'virtual' or 'feed'")
         if call is None:
-            raise InvalidConfig(f"replica {replica or state.leader} of {topic} {kind} partition {partition} is not running")
+            node = replica or state.leader
+            raise InvalidConfig(f"{node} ({kind} of {topic}, partition {partition}) is not running")
         return ray.get(call, timeout=DESCRIBE_TIMEOUT_S)

@@ -16,6 +16,7 @@ that "earliest" reads parents again before their children).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ from mafka4.errors import GroupNotEmpty, InvalidConfig, RequestTimedOut, Unknown
 from mafka4.names import validate_topic_name
 from mafka4.runtime.connect import Connection, connect
 from mafka4.virtual.launcher import ask_leader_nodes
+from mafka4.virtual.metadata import VirtualStore
 
 LIST_OFFSETS_TIMEOUT_S = 30
 
@@ -73,6 +75,9 @@ class GroupDescription:
     members: tuple[MemberInfo, ...]
     partitions: tuple[PartitionLag, ...]
     virtual_partitions: tuple[VirtualPartitionLag, ...] = ()
+    # Per mafka4-mode topic read, per physical partition: [first, end) offsets deleted by retention
+    # before every read node fed them (the group never got them).
+    read_loss: dict[str, dict[int, list[list[int]]]] = dataclasses.field(default_factory=dict)
 
     @property
     def total_lag(self) -> int | None:
@@ -113,9 +118,12 @@ class GroupAdmin:
             for partition, (_, high_watermark) in enumerate(ranges):
                 rows.append(self._row(snapshot, TopicPartition(topic, partition), high_watermark))
         generation = snapshot.generation
+        virtual = VirtualStore(self._store, self._store.cluster)
+        losses = {topic: {p: [[r.first_offset, r.end_offset] for r in loss.ranges]
+                          for p, loss in sorted(virtual.read_losses(topic).items())} for topic in sorted(virtual_topics)}
         return GroupDescription(group, None if generation is None else generation.generation,
                                 None if generation is None else generation.assignor, snapshot.members, tuple(rows),
-                                tuple(virtual_rows))
+                                tuple(virtual_rows), {topic: loss for topic, loss in losses.items() if loss})
 
     def _virtual_topics(self, group: str, members) -> set[str]:
         """Topics the group reads by virtual partitions: its mafka4-mode members' and those with VP offsets."""

@@ -60,11 +60,12 @@ from mafka4.coordinator.election import Campaign, PartitionDecision, decide_camp
 from mafka4.coordinator.intent_worker import IntentWorker
 from mafka4.coordinator.read_path_control import ReadPathControl
 from mafka4.coordinator.read_path_repair import READ_NODE_EVENTS, ReadNodeItem, VirtualPartitionItem, item_for_event
+from mafka4.coordinator.read_path_upkeep import ReadPathUpkeep
 from mafka4.coordinator.replica_control import ReplicaControl
 from mafka4.coordinator.store import REQUEST_TIMEOUT_S_DEFAULT, Fence, MetadataStore
 from mafka4.coordinator.topics import PartitionState, TopicMetadata, TopicStore
 from mafka4.errors import CoordinatorUnavailable, MetadataConflict, UnknownTopic
-from mafka4.limits import ControllerConfig
+from mafka4.limits import ControllerConfig, parse_setting, replace_config
 
 log = logging.getLogger("mafka4.controller")
 
@@ -174,6 +175,8 @@ class Controller:
         self._control = ReplicaControl(cluster, etcd_endpoint, config)
         self._read_path = ReadPathControl(self._store, cluster, etcd_endpoint, config)
         self._etcd_endpoint = etcd_endpoint
+        self._upkeep = ReadPathUpkeep(self._store, cluster, config)
+        self._next_upkeep_ms = 0
         self._intents: IntentWorker | None = None
         self._lease: _Lease | None = None
         self._fence: Fence | None = None
@@ -299,6 +302,14 @@ class Controller:
         if now_ms >= self._next_retry_ms:
             self._dirty |= self._pending
             self._next_retry_ms = now_ms + self.config.retry_interval_ms
+        if now_ms >= self._next_upkeep_ms:
+            self._next_upkeep_ms = now_ms + self.config.upkeep_interval_ms
+            try:
+                self._dirty |= self._upkeep.run(sorted(self._read_nodes), self._fence, now_ms, time.time_ns() // 1_000_000)
+            except CoordinatorUnavailable:
+                raise
+            except Exception:  # a defect in upkeep must not stop failovers
+                log.exception("read-path upkeep failed; trying again in %d ms", self.config.upkeep_interval_ms)
         self._drain_events(timeout_s=0 if self._dirty else WAIT_SLICE_S)
         while self._dirty and not self._lease.lost():
             self._handle(self._dirty.pop())
@@ -525,6 +536,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cluster", required=True)
     parser.add_argument("--controller-id", required=True)
     parser.add_argument("--lease-ttl-s", type=int, default=defaults.lease_ttl_s)
+    parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
+                        help="another ControllerConfig field, e.g. vp_merge_delay_ms=5000 (repeatable)")
     return parser.parse_args(argv)
 
 
@@ -543,7 +556,9 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    controller = Controller(args.etcd, args.cluster, args.controller_id, ControllerConfig(lease_ttl_s=args.lease_ttl_s))
+    settings = dict(parse_setting(text) for text in args.setting)
+    config = replace_config(ControllerConfig(), **{"lease_ttl_s": args.lease_ttl_s, **settings})
+    controller = Controller(args.etcd, args.cluster, args.controller_id, config)
     log.info("controller %s started for cluster %r (etcd %s, Ray %s)", args.controller_id, args.cluster, args.etcd, args.ray_address)
     try:
         controller.run(stop)

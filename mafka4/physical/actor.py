@@ -14,7 +14,7 @@ and wakes waiters when the high watermark or the log end offset moves.
   committed data off a follower so that splitting never loads the leader's write path.
 * Fault injection (``set_fault``, ``mafka4.faults``): delays or pauses the fetch and serve
   loops, off by default.
-* Retention (``retention_pass``, every ``RETENTION_CHECK_INTERVAL_S``): for a topic in read
+* Retention (``retention_pass``, every ``LogConfig.retention_check_interval_ms``): for a topic in read
   mode "mafka4" it never deletes what a read node has not fed. Before each pass the replica
   reads the partition's feed positions (``keys.feed_positions_prefix``) and passes their
   minimum to ``Log.apply_retention`` as the fed floor (0 while none is recorded: a new topic
@@ -80,7 +80,6 @@ from mafka4.virtual.read_loss import feed_position_from_json, retention_floor
 logger = logging.getLogger(__name__)
 
 HIGH_WATERMARK_CHECKPOINT_INTERVAL_S = 1.0
-RETENTION_CHECK_INTERVAL_S = 60.0
 PRODUCE_TIMEOUT_MS_DEFAULT = 30_000
 ISR_WRITE_BACKOFF_S = 0.5
 ISR_WRITE_ATTEMPTS_MAX = 10
@@ -498,7 +497,7 @@ class PhysicalPartition:
     async def _retain_periodically(self) -> None:
         # A loop of its own: reading feed positions waits for etcd, and the flush timer must not.
         while not self._closed:
-            await asyncio.sleep(RETENTION_CHECK_INTERVAL_S)
+            await asyncio.sleep(self._spec.log_config.retention_check_interval_ms / 1000)
             await retention_pass(self._log, self._spec, self._read_feed_positions, _now_ms())
 
     def _read_feed_positions(self) -> list[int]:

@@ -187,6 +187,12 @@ class Log:
         return len(self._segments)
 
     @property
+    def newest_timestamp_ms(self) -> int | None:
+        """The largest record timestamp in the log (None: it holds no record)."""
+        stamps = [segment.max_timestamp_ms for segment in self._segments if segment.max_timestamp_ms is not None]
+        return max(stamps, default=None)
+
+    @property
     def _active(self) -> Segment:
         return self._segments[-1]
 

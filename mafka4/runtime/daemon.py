@@ -25,7 +25,7 @@ from pathlib import Path
 
 from mafka4.coordinator import keys
 from mafka4.coordinator.store import MetadataStore
-from mafka4.limits import ClusterConfig
+from mafka4.limits import ClusterConfig, parse_setting
 from mafka4.runtime.environment import apply_ray_environment, ray_temp_dir
 from mafka4.runtime.ray_cluster import NodeRole, node_ids
 from mafka4.runtime.registration import (
@@ -44,10 +44,12 @@ log = logging.getLogger("mafka4.daemon")
 class ControllerProcess:
     """The cluster's controller as a child process: started, restarted if it exits, stopped by PID."""
 
-    def __init__(self, home: Path, etcd_endpoint: str, ray_address: str, cluster: str):
+    def __init__(self, home: Path, etcd_endpoint: str, ray_address: str, cluster: str,
+                 settings: tuple[tuple[str, int], ...] = ()):
         self.command = [
             sys.executable, "-m", "mafka4.coordinator.controller", "--etcd", etcd_endpoint,
             "--ray-address", ray_address, "--cluster", cluster, "--controller-id", CONTROLLER_ID,
+            *(argument for name, value in settings for argument in ("--setting", f"{name}={value}")),
         ]
         self.log_path = home / CONTROLLER_LOG_FILE_NAME
         self.cwd = home
@@ -105,7 +107,7 @@ def run(home: Path, config: ClusterConfig, cluster: str) -> None:
             registrations += [NodeRegistration(store, cluster, i, role, config.node_lease_ttl_s) for i in ids]
         for registration in registrations:
             registration.keep_alive()
-        controller = ControllerProcess(home, etcd.endpoint, ray.address, cluster)
+        controller = ControllerProcess(home, etcd.endpoint, ray.address, cluster, config.controller_settings)
         controller.start()
         save_state(ClusterState(
             cluster=cluster, home=str(home), etcd_endpoint=etcd.endpoint, etcd_pid=etcd.pid,
@@ -144,6 +146,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cluster", default=CLUSTER_NAME_DEFAULT)
     parser.add_argument("--node-lease-ttl-s", type=int, default=defaults.node_lease_ttl_s)
     parser.add_argument("--start-timeout-s", type=int, default=defaults.start_timeout_s)
+    parser.add_argument("--controller-setting", action="append", default=[], metavar="NAME=VALUE")
     return parser.parse_args(argv)
 
 
@@ -160,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     config = ClusterConfig(
         write_nodes=args.write_nodes, read_nodes=args.read_nodes,
         node_lease_ttl_s=args.node_lease_ttl_s, start_timeout_s=args.start_timeout_s,
+        controller_settings=tuple(parse_setting(text) for text in args.controller_setting),
     )
     try:
         run(home, config, args.cluster)

@@ -67,6 +67,8 @@ def up(home: Path, config: ClusterConfig = ClusterConfig(), cluster: str = CLUST
         sys.executable, "-m", DAEMON_MODULE, "--home", str(home), "--cluster", cluster,
         "--write-nodes", str(config.write_nodes), "--read-nodes", str(config.read_nodes),
         "--node-lease-ttl-s", str(config.node_lease_ttl_s), "--start-timeout-s", str(config.start_timeout_s),
+        *(argument for name, value in config.controller_settings
+          for argument in ("--controller-setting", f"{name}={value}")),
     ]
     log_path = home / LOG_FILE_NAME
     with open(log_path, "ab") as log:

@@ -20,7 +20,8 @@ the core (``VpReplicaCore.flushed``) if it moved, so a lone leader's HW follows 
 Files in the VP's directory besides the log: ``leader-epoch-checkpoint`` and ``high-watermark``
 (``physical.recovery``), both rewritten atomically; the HW checkpoint is written by
 ``housekeep`` at most once a second, so a restarted replica may recover an older HW (never a
-newer one than its log).
+newer one than its log). Retention deletes only whole segments below the HW, as Kafka's does,
+so the log start never passes it.
 
 Recovery. The log recovers as on the write path; the leader-epoch history comes from its
 checkpoint (or the batch headers), the HW from its checkpoint, and the feed progress is
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -92,7 +93,10 @@ class HostedVp:
         self.directory = directory
         self.fault = FaultGate()
         self._notify = notify
-        self._log = Log.open(directory, log_config, now_ms)
+        # Retention keeps every segment holding an offset at or past the HW (the fed floor, held
+        # without a time bound): records not on every RISR member yet are not the leader's to drop,
+        # and the core's invariant log start <= HW must hold on leaders and followers alike.
+        self._log = Log.open(directory, replace(log_config, unfed_hold_ms_max=None), now_ms)
         epochs = recovered_epochs(directory, self._log)
         self.core = VpReplicaCore(str(vp_id), node_id, risr_config, epochs, self._log.log_start_offset,
                                   self._log.log_end_offset, recovered_high_watermark(directory, self._log),
@@ -230,11 +234,12 @@ class HostedVp:
         if high_watermark != self._saved_high_watermark:
             write_checkpoint(self.directory / HIGH_WATERMARK_CHECKPOINT, str(high_watermark))
             self._saved_high_watermark = high_watermark
-        if retention_due and self._log.apply_retention(now_ms).segments_deleted:
+        if retention_due and self._log.apply_retention(now_ms, fed_floor=high_watermark).segments_deleted:
             self.core.log_start_moved(self._log.log_start_offset)
 
     def describe(self, now_ms: int) -> dict:
         return {**self.core.describe(now_ms), "log_start_offset": self._log.log_start_offset,
+                "newest_timestamp_ms": self._log.newest_timestamp_ms,
                 "fault": {"delay_ms": self.fault.fault.delay_ms, "paused": self.fault.fault.paused}}
 
     def close(self, delete_data: bool = False) -> None:

@@ -35,6 +35,7 @@ from mafka4.errors import CoordinatorUnavailable, NotEnoughReadNodes, UnknownTop
 from mafka4.limits import TopicConfig, VirtualConfig
 from mafka4.physical.placement import assign_replicas
 from mafka4.virtual.ranges import HashRange, RangeMap
+from mafka4.virtual.read_loss import ReadLoss
 from mafka4.virtual.reshard import SplitEpoch, TopicLayout
 
 # A RISR write that keeps losing against concurrent writes (a failover) gives up after this many tries.
@@ -52,7 +53,7 @@ class VirtualPartitionState:
     replicas: tuple[str, ...]
     risr: tuple[str, ...]
     # Set once the VP is closed and complete: its log end offset, which never changes again
-    # (reshard.TopicLayout.is_sealed; recorded by virtual.resharding.seal_closed_vps).
+    # (reshard.TopicLayout.is_sealed; recorded by the parent leader's read node).
     sealed_end_offset: int | None = None
     # Set once a closed VP's records are past the topic's retention and its logs were deleted on
     # every read node (virtual.upkeep.retirable). The key stays so that readers know the VP was
@@ -233,6 +234,12 @@ class VirtualStore:
             if self.swap(topic, dataclasses.replace(state, sealed_end_offset=sealed_end_offset), mod_revision):
                 return True
         raise CoordinatorUnavailable(f"recording the sealed end of {topic}/v{vp} kept conflicting; retrying")
+
+    def read_losses(self, topic: str) -> dict[int, ReadLoss]:
+        """Per physical partition, the offsets retention deleted before every read node fed them (``keys.read_loss``)."""
+        prefix = keys.read_losses_prefix(self._cluster, topic)
+        found = (ReadLoss.from_json(int(item.key[len(prefix):]), item.value) for item in self._store.get_prefix(prefix))
+        return {loss.partition: loss for loss in found if loss.ranges}
 
     def record_risr(self, topic: str, vp: int, leader: str, leader_epoch: int, risr: Sequence[str]) -> bool:
         """CAS ``risr`` into the VP key if it still names ``leader`` at ``leader_epoch``.

@@ -109,10 +109,14 @@ class PartitionFeed:
         self._resumed_epochs: dict[int, int] = {}  # served VP -> the leader epoch it was resumed with
         self._hold: _Hold | None = None
         self._avoid: set[str] = set()  # physical replicas that failed since the last metadata read
+        self._avoid_since = float("-inf")  # the view's read_at when ``_avoid`` was last cleared
         self._last_report: dict[int, tuple[int, int, float]] = {}  # VP -> (fed_through, HW, when)
         self._kick = asyncio.Event()
         self._round_ended_at = time.monotonic()
         self._closed = False
+        # Fault injection (``ReadNode.set_feed_fault``): a paused stream fetches and feeds nothing,
+        # as a read node that stopped would; its position stays where it was.
+        self.paused = False
         self._task: asyncio.Task | None = None
         self.stats = {"rounds": 0, "records_fed": 0, "resumes": 0, "errors": 0, "last_error": None,
                       "source": None, "lost_ranges": 0}
@@ -142,6 +146,7 @@ class PartitionFeed:
 
     def describe(self) -> dict:
         return {"partition": self.partition, "next_offset": self.next_offset, "fed_high": self._fed_high,
+                "paused": self.paused,
                 "held": self._hold is not None and self._hold.reached.is_set(),
                 "served": sorted(self._resumed_epochs), **self.stats}
 
@@ -241,6 +246,9 @@ class PartitionFeed:
             served: Mapping[int, HostedVp] = {}
             self._kick.clear()  # from here on, a hold, a release or a role change ends the round's wait
             try:
+                if self.paused:
+                    await self._idle()
+                    continue
                 await self.view.refresh_if_old()
                 served = self._served()
                 if not served:
@@ -340,6 +348,9 @@ class PartitionFeed:
 
     async def _round(self, served: Mapping[int, HostedVp]) -> None:
         config, view = self.config, self.view
+        if view.read_at != self._avoid_since:  # a metadata read: try the failed replicas again
+            self._avoid.clear()
+            self._avoid_since = view.read_at
         source_id = choose_source(view.partitions[self.partition], self._avoid)
         self.stats["source"] = source_id
         handle = self._physical(source_id)

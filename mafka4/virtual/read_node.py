@@ -413,6 +413,17 @@ class ReadNode:
             fetcher.wake()
         return {"delay_ms": fault.delay_ms, "paused": fault.paused}
 
+    async def set_feed_fault(self, topic: str, paused: bool) -> dict:
+        """Pause (or resume) this node's feed streams of ``topic``, as if the node had stopped feeding it."""
+        entry = self._topics.get(topic)
+        if entry is None or not entry.feeds:
+            raise InvalidConfig(f"read node {self._spec.node_id} runs no feed stream of {topic!r}: it leads none of its VPs")
+        for feed in entry.feeds.values():
+            feed.paused = paused
+            feed.wake()
+        logger.warning("%s: feed streams on %s %s", topic, self._spec.node_id, "paused" if paused else "resumed")
+        return {"paused": paused, "partitions": sorted(entry.feeds)}
+
     # --- the cores' follow-ups ----------------------------------------------------------
 
     def _on_ready(self, hosted: HostedVp, ready: Ready) -> None:

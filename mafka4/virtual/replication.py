@@ -9,10 +9,12 @@ call per node pair, not one per VP: a thousand idle VPs replicate with two calls
 
 Leader side (``answer_followers``): every entry is reported to its VP's core once (the RISR
 learns the follower's log end; the HW may move). The reply goes back at once if any entry has
-news -- data, a divergence, an error, a HW or a serving flag that differs from what the
-follower knows -- else the call waits (long poll) for a change on the node, and answers with
-the current HW and data, without reporting the same fetch again. A VP paused by fault
-injection answers nothing (its follower then lags out of the RISR).
+news -- data, a divergence, a HW or a serving flag that differs from what the follower knows --
+else the call waits (long poll) for a change on the node, and answers with the current HW and
+data, without reporting the same fetch again. An error is not news: the follower can only wait
+for the controller, and answering it at once would make the two nodes call each other in a
+busy loop until then. A VP paused by fault injection answers nothing (its follower then lags
+out of the RISR).
 
 Follower side (``ReplicaFetcher``): applies each answer to its ``HostedVp`` unless the VP's role
 or epoch changed while the call was out (the answer is then moot). An entry refused with
@@ -60,8 +62,8 @@ class FollowerAnswer:
     error: MafkaError | None = None
 
     def news_for(self, fetch: FollowerFetch) -> bool:
-        """True if the follower learns something from this answer."""
-        if self.error is not None or self.data:
+        """True if the follower learns something it acts on from this answer (an error it only logs)."""
+        if self.data:
             return True
         if self.answer is None:
             return False
@@ -91,11 +93,12 @@ def answer_followers(follower_id: str, fetches: Sequence[FollowerFetch], hosted:
                 answer = replica.answer_follower(follower_id, fetch.position, now_ms)
             else:
                 answer = replica.core.current_answer(follower_id, fetch.position)
+            bytes_max = min(config.replica_vp_fetch_bytes_max, budget)
+            # A read can fail for one VP (its follower asks below the log start): only that entry fails.
+            data = replica.read_for_follower(answer.read_from, bytes_max) if bytes_max > 0 else b""
         except MafkaError as error:
             answers.append(FollowerAnswer(None, error=error))
             continue
-        bytes_max = min(config.replica_vp_fetch_bytes_max, budget)
-        data = replica.read_for_follower(answer.read_from, bytes_max) if bytes_max > 0 else b""
         budget -= len(data)
         answers.append(FollowerAnswer(answer, data))
     return answers

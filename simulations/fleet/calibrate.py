@@ -11,8 +11,8 @@ producer's batches straight to a leader; ``producer_run`` paces the public Produ
 3. **produce**: three runs (1 KiB messages one per batch; 1 KiB in full 1 MiB batches; 16 KiB
    in full batches) to cal-rf1, then to cal-rf2: CPU of the leader and of the follower.
 4. **read**: the cal-rf2 leader serves those runs back (one batch per fetch for the first).
-5. **feed**: single-message batches, then full batches, to cal-vp: CPU of the feeder and of the
-   VP leaders until every message is in a VP, and the feeder's rounds.
+5. **feed**: single-message batches, then full batches, to cal-vp: CPU of the read node (its feed
+   stream splits and appends in process) until every message is in a VP, and the stream's rounds.
 6. **latency**: ack -> first waiting reader has the message (physical leader; VPs); paced
    Producer latency on cal-rf2 (acks=all, default linger) without and with
    ``extra_partitions_per_node`` idle RF=1 partitions per write node, ``pass_trials`` times
@@ -23,6 +23,11 @@ producer's batches straight to a leader; ``producer_run`` paces the public Produ
 CPU is process CPU time (user + system) of the actor processes, net of each one's idle rate,
 so a busy machine slows the runs but changes the figures little. ``fit.derive_params`` turns
 the raw figures into ``CalibrationParams``.
+
+VPs are logs inside the read node's process, not processes: a VP replica's idle CPU and memory
+are the read node's growth when it hosts cal-vp's VPs, per VP (measured before and after the
+topic is created); there is no feeder process (its idle figures are 0), and the feeding CPU
+is the read node's.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from simulations.schema import git_commit
 
 MiB = 1024 * 1024
 WRITE_NODES = 3
+READ_NODE = "r0"
 FEED_WAIT_S_MAX = 120.0
 POLL_S = 0.05
 SETTLE_S = 0.3  # after a run: the follower's last fetch (which advances its HW) lands in the window
@@ -107,19 +113,23 @@ class _Cluster:
     """The calibration topics' actors: handles and PIDs."""
 
     def __init__(self, connection, admin, settings: CalibrationSettings):
-        from mafka4.virtual.launcher import feeder_handle, vp_handle
+        from mafka4.virtual.hosted_vp import VpId
+        from mafka4.virtual.launcher import read_node_handle
         from mafka4.virtual.metadata import VirtualStore
 
         self.connection, self.admin, self.settings = connection, admin, settings
         admin.create_topic("cal-rf1", partitions=1, replication_factor=1)
         admin.create_topic("cal-rf2", partitions=1, replication_factor=2)
+        self.read_node = read_node_handle(admin.cluster, READ_NODE)
+        read_node_pid = _actor_pid(self.read_node)
+        time.sleep(1.0)
+        self.read_node_before = (_idle_rates([read_node_pid], settings.idle_window_s)[read_node_pid], _uss_mb(read_node_pid))
         admin.create_topic("cal-vp", partitions=1, replication_factor=1, read_mode="mafka4",
                            virtual_partitions=settings.virtual_partitions, read_replicas=1)
         self.replicas = {topic: self.partition_replicas(topic) for topic in ("cal-rf1", "cal-rf2", "cal-vp")}
         states = VirtualStore(connection.store, admin.cluster).states("cal-vp")
-        self.vps = [vp_handle(admin.cluster, "cal-vp", vp, state.leader) for vp, (state, _) in sorted(states.items())]
-        self.feeder = feeder_handle(admin.cluster, "cal-vp", 0)
-        self.pid = {h: _actor_pid(h) for h in [*sum(self.replicas.values(), []), *self.vps, self.feeder]}
+        self.vps = [VpId("cal-vp", vp) for vp in sorted(states)]
+        self.pid = {h: _actor_pid(h) for h in [*sum(self.replicas.values(), []), self.read_node]}
 
     def partition_replicas(self, topic: str) -> list:
         """Replica handles of partition 0 of ``topic``, leader first."""
@@ -136,11 +146,17 @@ class _Cluster:
 def _measure_idle(cluster: _Cluster, window_s: float) -> tuple[dict, dict, dict[int, float]]:
     groups = {"unreplicated_leader": cluster.pids([cluster.replicas["cal-rf1"][0], cluster.replicas["cal-vp"][0]]),
               "replicated_leader": cluster.pids(cluster.replicas["cal-rf2"][:1]),
-              "follower": cluster.pids(cluster.replicas["cal-rf2"][1:]),
-              "vp_replica": cluster.pids(cluster.vps), "feeder": cluster.pids([cluster.feeder])}
+              "follower": cluster.pids(cluster.replicas["cal-rf2"][1:]), "read_node": cluster.pids([cluster.read_node])}
     rates = _idle_rates(sum(groups.values(), []), window_s)
     idle = {f"{name}_cores": [round(rates[p], 5) for p in pids] for name, pids in groups.items()}
     memory = {f"{name}_uss_mb": [round(_uss_mb(p), 1) for p in pids] for name, pids in groups.items()}
+    # A VP replica costs what hosting it adds to the read node; no feeder process exists.
+    vps = len(cluster.vps)
+    idle_before, uss_before = cluster.read_node_before
+    idle["vp_replica_cores"] = [round(max(idle["read_node_cores"][0] - idle_before, 0.0) / vps, 6)]
+    idle["feeder_cores"] = [0.0]
+    memory["vp_replica_uss_mb"] = [round(max(memory["read_node_uss_mb"][0] - uss_before, 0.0) / vps, 3)]
+    memory["feeder_uss_mb"] = [0.0]
     memory["replica_rss_mb"] = [round(psutil.Process(p).memory_info().rss / MiB, 1)
                                 for p in cluster.pids(sum(cluster.replicas.values(), []))]
     return idle, memory, rates
@@ -208,18 +224,22 @@ def _measure_read(cluster: _Cluster, idle: dict[int, float], produce_runs: list[
 def _vp_total(cluster: _Cluster) -> int:
     import ray
 
-    return sum(d["log_end_offset"] for d in ray.get([vp.describe.remote() for vp in cluster.vps]))
+    return sum(d["log_end_offset"] for d in ray.get(cluster.read_node.describe_vps.remote(cluster.vps)))
+
+
+def _feed_rounds(cluster: _Cluster) -> int:
+    import ray
+
+    return ray.get(cluster.read_node.describe.remote("cal-vp"))["feeds"]["cal-vp"][0]["rounds"]
 
 
 def _measure_feed(cluster: _Cluster, idle: dict[int, float]) -> dict:
-    import ray
-
     base = ProduceBenchSettings(partitions=1, in_flight_batches_max=5, acks="all", message_bytes=1024)
     runs = []
     for name, bench in (("small", replace(base, messages=cluster.settings.feed_small_messages, batch_bytes_max=1024)),
                         ("large", replace(base, messages=cluster.settings.feed_large_messages, batch_bytes_max=MiB))):
         target = _vp_total(cluster) + bench.messages
-        rounds_before = ray.get(cluster.feeder.describe.remote())["rounds"]
+        rounds_before = _feed_rounds(cluster)
 
         def produce_and_wait():
             raw_run(cluster.replicas["cal-vp"][:1], encoded_batches(bench), bench)
@@ -228,24 +248,39 @@ def _measure_feed(cluster: _Cluster, idle: dict[int, float]) -> dict:
                 assert time.monotonic() < deadline, f"the VPs of cal-vp did not receive {bench.messages} messages in time"
                 time.sleep(POLL_S)
 
-        _, used, elapsed = _metered(cluster.pids([cluster.feeder, *cluster.vps]), idle, produce_and_wait)
+        _, used, elapsed = _metered(cluster.pids([cluster.read_node]), idle, produce_and_wait)
+        # The read node's feed stream splits and appends in one process: its CPU is the feeding's.
         runs.append({"name": name, "messages": bench.messages, "bytes": bench.messages * bench.message_bytes,
-                     "rounds": ray.get(cluster.feeder.describe.remote())["rounds"] - rounds_before,
-                     "elapsed_s": round(elapsed, 3), "feeder_cpu_s": round(used[0], 5), "vps_cpu_s": round(sum(used[1:]), 5)})
+                     "rounds": _feed_rounds(cluster) - rounds_before, "elapsed_s": round(elapsed, 3),
+                     "feeder_cpu_s": round(used[0], 5), "vps_cpu_s": 0.0})
     return {"virtual_partitions": cluster.settings.virtual_partitions, "runs": runs}
 
 
-async def _poll_until_data(handle, offset: int) -> float:
-    """Long-poll like a consumer until a fetch returns data; the time it did."""
+async def _poll_until_data(fetch, offset: int) -> float:
+    """Long-poll like a consumer (``fetch(offset)`` -> bytes) until a fetch returns data; the time it did."""
     while True:
-        result = await asyncio.wrap_future(handle.fetch.remote(offset, MiB, 3000).future())
-        if result.data:
+        if await fetch(offset):
             return time.perf_counter()
+
+
+def _physical_fetch(handle):
+    async def fetch(offset: int) -> bytes:
+        return (await asyncio.wrap_future(handle.fetch.remote(offset, MiB, 3000).future())).data
+    return fetch
+
+
+def _vp_fetch(node, vp_id):
+    from mafka4.virtual.read_node import ConsumerRead
+
+    async def fetch(offset: int) -> bytes:
+        answers = await asyncio.wrap_future(node.fetch.remote([ConsumerRead(vp_id, offset)], MiB, 3000).future())
+        return answers[0].read.data
+    return fetch
 
 
 async def _wake_trial(produce_handle, fetch_targets: list, batch: bytes) -> float:
     """ms from the produce acknowledgement until the first polling reader has the message."""
-    readers = [asyncio.ensure_future(_poll_until_data(h, o)) for h, o in fetch_targets]
+    readers = [asyncio.ensure_future(_poll_until_data(f, o)) for f, o in fetch_targets]
     await asyncio.sleep(0.1)  # every reader is parked in its long poll
     await asyncio.wrap_future(produce_handle.produce.remote(batch, "all", 10_000).future())
     acked = time.perf_counter()
@@ -257,17 +292,30 @@ async def _wake_trial(produce_handle, fetch_targets: list, batch: bytes) -> floa
 
 
 def _wake_latencies(cluster: _Cluster, topic: str, readers: list) -> list[float]:
-    import ray
-
+    """``readers``: (fetch function, function giving the reader's current end offset)."""
     from mafka4.client.sender import new_producer_id
     from mafka4.records import encode_batch
 
     delays = []
     for _ in range(cluster.settings.wake_trials):
-        targets = [(h, ray.get(h.list_offsets.remote())[1]) for h in readers]
+        targets = [(fetch, end()) for fetch, end in readers]
         batch = encode_batch([(None, os.urandom(1024), time.time_ns() // 1_000_000, None)], new_producer_id(), 0)
         delays.append(round(max(asyncio.run(_wake_trial(cluster.replicas[topic][0], targets, batch)), 0.0), 3))
     return delays
+
+
+def _physical_readers(handles: list) -> list:
+    import ray
+
+    return [(_physical_fetch(h), lambda h=h: ray.get(h.list_offsets.remote())[1]) for h in handles]
+
+
+def _vp_readers(cluster: _Cluster) -> list:
+    import ray
+
+    node = cluster.read_node
+    return [(_vp_fetch(node, vp_id), lambda vp_id=vp_id: ray.get(node.list_offsets.remote([vp_id]))[0][1])
+            for vp_id in cluster.vps]
 
 
 def _paced_latency(cluster: _Cluster) -> dict:
@@ -278,8 +326,8 @@ def _paced_latency(cluster: _Cluster) -> dict:
 def _measure_latency(cluster: _Cluster) -> dict:
     """Wake latencies, then paced produce latency without and with extra idle actors, alternated
     ``pass_trials`` times so the difference can be told from the machine's noise."""
-    physical = _wake_latencies(cluster, "cal-rf2", cluster.replicas["cal-rf2"][:1])
-    virtual = _wake_latencies(cluster, "cal-vp", cluster.vps)
+    physical = _wake_latencies(cluster, "cal-rf2", _physical_readers(cluster.replicas["cal-rf2"][:1]))
+    virtual = _wake_latencies(cluster, "cal-vp", _vp_readers(cluster))
     extra = cluster.settings.extra_partitions_per_node
     base, loaded = [], []
     for trial in range(cluster.settings.pass_trials):

@@ -3,19 +3,16 @@
 Registration, the cluster config and etcd outages use an etcd of their own. The topic test
 runs the agents against the session cluster's etcd and Ray under another mafka4 cluster
 name: there the only registered nodes are the agents', on Ray nodes that carry
-``mafka4_node_<id>`` as a worker of ``ray_cluster.yaml`` does, and no controller runs for
-that name. That avoids a second Ray cluster on the machine.
+``mafka4_node_<id>`` as a worker of ``ray_cluster.yaml`` does, and a controller of its own runs
+for that name, as on a ``ray_cluster.yaml`` head. That avoids a second Ray cluster on the machine.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -31,14 +28,12 @@ from mafka4.runtime.etcd_server import restart_etcd, start_etcd, stop_etcd
 from mafka4.runtime.node import validate_node_id
 from mafka4.runtime.ports import free_loopback_port
 from mafka4.runtime.ray_cluster import node_resource
-from mafka4.virtual.launcher import vp_directory
+from mafka4.virtual.hosted_vp import VpId, vp_directory
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-# Long enough that a registration which disappears was revoked, not expired.
-LONG_LEASE_TTL_S = 600
+from process_helpers import REPO_ROOT, Agent, ControllerProcess, agent_environment, node_command
+
 OUTAGE_LEASE_TTL_S = 4
 WAIT_S = 60
-STOP_TIMEOUT_S = 30
 
 
 def wait_until(predicate, timeout_s: float = WAIT_S, interval_s: float = 0.1) -> bool:
@@ -48,45 +43,6 @@ def wait_until(predicate, timeout_s: float = WAIT_S, interval_s: float = 0.1) ->
             return True
         time.sleep(interval_s)
     return predicate()
-
-
-def node_command(endpoint: str, cluster: str, *arguments: str) -> list[str]:
-    return [sys.executable, "-m", "mafka4.runtime.node", "--etcd", endpoint, "--cluster", cluster, *arguments]
-
-
-def agent_environment() -> dict[str, str]:
-    # This checkout's code, whatever the installed mafka4 points at.
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
-
-
-class Agent:
-    """One node agent subprocess, logging to a file; ``stop`` is SIGTERM and returns the exit code."""
-
-    def __init__(self, endpoint: str, cluster: str, role: str, node_id: str, data_dir: Path, log_path: Path,
-                 lease_ttl_s: int = LONG_LEASE_TTL_S):
-        self.log_path = log_path
-        with open(log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                node_command(endpoint, cluster, "--role", role, "--node-id", node_id, "--data-dir", str(data_dir),
-                             "--node-lease-ttl-s", str(lease_ttl_s)),
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO_ROOT, env=agent_environment(),
-            )
-
-    def log_text(self) -> str:
-        return self.log_path.read_text()
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout=STOP_TIMEOUT_S)
-
-    def close(self) -> None:
-        """For finally blocks: stopped as by ``stop`` if it can be, else killed; gone afterwards."""
-        try:
-            self.stop()
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
 
 
 @pytest.fixture
@@ -216,19 +172,21 @@ def test_topic_round_trips_on_nodes_registered_by_agents(cluster, tmp_path):
     admin = Admin(connection)
     topic = f"agent-{secrets.token_hex(3)}"
     data_dir = tmp_path / "data"
-    with pytest.raises(errors.NotEnoughReadNodes, match="0 are live"):
-        admin.create_topic(topic, read_mode="mafka4")
-    writer = Agent(cluster.store.endpoint, name, "write", "w1", data_dir, tmp_path / "w1.log")
-    reader = Agent(cluster.store.endpoint, name, "read", "r0", data_dir, tmp_path / "r0.log")
+    controller = ControllerProcess(cluster.store.endpoint, cluster.state.ray_address, name, tmp_path / "controller.log")
+    writer = reader = None
     created = False
     try:
+        with pytest.raises(errors.NotEnoughReadNodes, match="0 are live"):
+            admin.create_topic(topic, read_mode="mafka4")
+        writer = Agent(cluster.store.endpoint, name, "write", "w1", data_dir, tmp_path / "w1.log")
+        reader = Agent(cluster.store.endpoint, name, "read", "r0", data_dir, tmp_path / "r0.log")
         assert wait_until(lambda: set(registered(cluster.store, name)) == {"w1", "r0"}), writer.log_text()
         metadata = admin.create_topic(topic, read_mode="mafka4")
         created = True
         assert metadata.partitions[0].replicas == ("w1",)
         # Each replica where its agent registered it, under the data root the agent recorded.
         assert os.path.isdir(replica_directory(str(data_dir), "w1", topic, 0))
-        assert os.path.isdir(vp_directory(str(data_dir), "r0", topic, 0))
+        assert os.path.isdir(vp_directory(str(data_dir), "r0", VpId(topic, 0)))
         with Producer(topic, connection=connection, acks="all") as producer:
             sent = [producer.send(f"m{i}".encode(), key=f"k{i % 3}".encode()) for i in range(20)]
             producer.flush()
@@ -243,5 +201,7 @@ def test_topic_round_trips_on_nodes_registered_by_agents(cluster, tmp_path):
     finally:
         if created:
             admin.delete_topic(topic)
-        writer.close()
-        reader.close()
+        for agent in (writer, reader):
+            if agent is not None:
+                agent.close()
+        controller.close()

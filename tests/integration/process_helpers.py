@@ -1,0 +1,80 @@
+"""Processes the integration tests start as a Ray-launcher cluster would: node agents and a controller."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Mapping
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# Long enough that a registration which disappears was revoked, not expired.
+LONG_LEASE_TTL_S = 600
+STOP_TIMEOUT_S = 30
+
+
+def node_command(endpoint: str, cluster: str, *arguments: str) -> list[str]:
+    return [sys.executable, "-m", "mafka4.runtime.node", "--etcd", endpoint, "--cluster", cluster, *arguments]
+
+
+def agent_environment() -> dict[str, str]:
+    # This checkout's code, whatever the installed mafka4 points at.
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+
+
+class Agent:
+    """One node agent subprocess, logging to a file; ``stop`` is SIGTERM and returns the exit code."""
+
+    def __init__(self, endpoint: str, cluster: str, role: str, node_id: str, data_dir: Path, log_path: Path,
+                 lease_ttl_s: int = LONG_LEASE_TTL_S):
+        self.log_path = log_path
+        with open(log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                node_command(endpoint, cluster, "--role", role, "--node-id", node_id, "--data-dir", str(data_dir),
+                             "--node-lease-ttl-s", str(lease_ttl_s)),
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO_ROOT, env=agent_environment(),
+            )
+
+    def log_text(self) -> str:
+        return self.log_path.read_text()
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=STOP_TIMEOUT_S)
+
+    def close(self) -> None:
+        """For finally blocks: stopped as by ``stop`` if it can be, else killed; gone afterwards."""
+        try:
+            self.stop()
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class ControllerProcess:
+    """A controller of one mafka4 cluster name, as the head of ``ray_cluster.yaml`` runs it."""
+
+    def __init__(self, endpoint: str, ray_address: str, cluster: str, log_path: Path, settings: Mapping[str, int] | None = None):
+        self.log_path = log_path
+        with open(log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "mafka4.coordinator.controller", "--etcd", endpoint, "--ray-address",
+                 ray_address, "--cluster", cluster, "--controller-id", "controller-agents",
+                 *(argument for name, value in (settings or {}).items() for argument in ("--setting", f"{name}={value}"))],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO_ROOT, env=agent_environment(),
+            )
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def log_text(self) -> str:
+        return self.log_path.read_text()

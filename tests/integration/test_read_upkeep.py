@@ -1,0 +1,175 @@
+"""The controller's upkeep of the read path, on a cluster of its own with short upkeep delays.
+
+Three read nodes and a write node are registered by node agents under a cluster name of this
+module, whose controller runs with ``read_node_gone_ms``, ``vp_merge_delay_ms`` and
+``upkeep_interval_ms`` of seconds, so that the test sees what a production controller does
+after minutes:
+
+* a read node that is gone for good loses its replicas to the other nodes (its VPs fail over
+  first), and every acknowledged message stays readable from the new replicas;
+* when a group shrinks, the controller merges VPs back down to what the topic needs;
+* a closed VP whose records passed retention is retired: its logs go, readers skip it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from pathlib import Path
+
+import pytest
+import ray
+
+from mafka4.client.admin import Admin
+from mafka4.coordinator.topics import TopicStore
+from mafka4.limits import ClusterConfig
+from mafka4.runtime.connect import Connection, connect
+from mafka4.runtime.environment import HOME_ENV, ray_temp_dir
+from mafka4.runtime.local import down, up
+from mafka4.virtual.hosted_vp import VpId, vp_directory
+from mafka4.virtual.launcher import read_node_handle
+from mafka4.virtual.metadata import VirtualStore
+
+from conftest import short_home
+from process_helpers import Agent, ControllerProcess
+from virtual_helpers import (
+    Deliveries, Member, ProduceLoop, check_exactly_once, read_everything, topic_name, vp_log, wait_until,
+)
+
+SETTINGS = {"read_node_gone_ms": 3000, "vp_merge_delay_ms": 2000, "upkeep_interval_ms": 500}
+WAIT_S = 120
+
+
+class UpkeepCluster:
+    def __init__(self, connection: Connection, data_dir: Path, agents: dict, controller: ControllerProcess):
+        self.connection, self.data_dir, self.agents, self.controller = connection, data_dir, agents, controller
+
+    def states(self, topic: str):
+        return {vp: state for vp, (state, _) in VirtualStore(self.connection.store, self.connection.cluster).states(topic).items()}
+
+    def active(self, topic: str) -> tuple[int, ...]:
+        config = TopicStore(self.connection.store, self.connection.cluster).get(topic).config
+        layout = VirtualStore(self.connection.store, self.connection.cluster).layout(
+            topic, config.partitions, config.virtual_config())
+        return layout.current.ranges.vp_ids
+
+
+@pytest.fixture(scope="module")
+def upkeep_cluster():
+    previous_ray = ray.get_runtime_context().gcs_address if ray.is_initialized() else None
+    previous_home = os.environ.get(HOME_ENV)
+    ray.shutdown()
+    home = short_home()
+    os.environ[HOME_ENV] = str(home)
+    started, agents, controller, local = False, {}, None, None
+    try:
+        up(home, ClusterConfig(write_nodes=1, read_nodes=3))
+        started = True
+        local = connect(home)
+        name = f"upkeep-{secrets.token_hex(3)}"
+        data_dir = home / "agents-data"
+        endpoint = local.store.endpoint
+        controller = ControllerProcess(endpoint, local.state.ray_address, name, home / "upkeep-controller.log", SETTINGS)
+        agents = {node: Agent(endpoint, name, role, node, data_dir, home / f"agent-{node}.log")
+                  for node, role in (("w0", "write"), ("r0", "read"), ("r1", "read"), ("r2", "read"))}
+        connection = Connection(cluster=name, store=local.store, state=None)
+        assert wait_until(lambda: len(TopicStore(local.store, name).live_nodes("read")) == 3, WAIT_S)
+        yield UpkeepCluster(connection, data_dir, agents, controller)
+    finally:
+        for agent in agents.values():
+            agent.close()
+        if controller is not None:
+            controller.close()
+        if local is not None:
+            local.store.close()
+        ray.shutdown()
+        if started:
+            down(home)
+        if previous_home is None:
+            os.environ.pop(HOME_ENV, None)
+        else:
+            os.environ[HOME_ENV] = previous_home
+        shutil.rmtree(ray_temp_dir(home), ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
+        if previous_ray is not None:
+            ray.init(address=previous_ray, namespace="mafka4", log_to_driver=False)
+
+
+def test_replicas_move_off_a_read_node_gone_for_good_and_nothing_is_lost(upkeep_cluster):
+    cluster = upkeep_cluster
+    connection, admin = cluster.connection, Admin(cluster.connection)
+    topic = topic_name("gone")
+    admin.create_topic(topic, partitions=2, replication_factor=1, virtual_partitions=3, read_replicas=2,
+                       read_mode="mafka4")
+    loop = ProduceLoop(connection, topic, messages_max=1500)
+    assert wait_until(lambda: loop.done, WAIT_S)
+    acknowledged = loop.stop()
+    assert any("r2" in state.replicas for state in cluster.states(topic).values())
+    # r2 leaves for good: its agent stops (the registration goes) and its read node dies.
+    assert cluster.agents["r2"].stop() == 0
+    ray.kill(read_node_handle(connection.cluster, "r2"))
+    assert wait_until(lambda: all("r2" not in state.replicas and set(state.risr) == set(state.replicas)
+                                  for state in cluster.states(topic).values()), WAIT_S), \
+        f"replicas still on r2 or not caught up: {cluster.states(topic)}"
+    logs = check_exactly_once(connection, topic, acknowledged)
+    for vp, records in logs.items():
+        for replica in cluster.states(topic)[vp].replicas:
+            assert wait_until(lambda: vp_log(connection, topic, vp, replica) == records), f"v{vp} on {replica} differs"
+    assert sorted(m.value for m in read_everything(connection, topic, len(acknowledged))) == \
+        sorted(v for _, _, _, v in acknowledged)
+    assert "gone for good" in cluster.controller.log_text()
+
+
+def test_the_controller_merges_vps_back_once_a_group_shrank(upkeep_cluster):
+    cluster = upkeep_cluster
+    connection, admin = cluster.connection, Admin(cluster.connection)
+    topic, group = topic_name("shrink"), topic_name("g")
+    admin.create_topic(topic, partitions=2, replication_factor=1, virtual_partitions=2, read_replicas=1,
+                       read_mode="mafka4")
+    deliveries = Deliveries()
+    loop = ProduceLoop(connection, topic, messages_max=4000, pause_s=0.05)
+    members = [Member(connection, topic, group, f"m{i}", deliveries, auto_commit_interval_ms=500) for i in range(4)]
+    try:
+        assert wait_until(lambda: len(cluster.active(topic)) >= 4, WAIT_S), "the group did not split to 4 VPs"
+        for member in members[1:]:
+            member.leave()
+        assert wait_until(lambda: len(cluster.active(topic)) == 2, WAIT_S), \
+            f"not merged back to the 2 VPs the topic was created with: {cluster.active(topic)}"
+        assert wait_until(lambda: loop.done, WAIT_S)
+        acknowledged = loop.stop()
+        expected = {value for _, _, _, value in acknowledged}
+        assert wait_until(lambda: expected <= deliveries.values(), WAIT_S), \
+            f"{len(expected - deliveries.values())} acknowledged messages never consumed"
+    finally:
+        loop.stop()
+        members[0].leave()
+    deliveries.check_per_key_order()
+    check_exactly_once(connection, topic, acknowledged)
+    assert "merging v" in cluster.controller.log_text()
+
+
+def test_a_closed_vp_past_its_retention_is_retired_and_readers_skip_it(upkeep_cluster):
+    cluster = upkeep_cluster
+    connection, admin = cluster.connection, Admin(cluster.connection)
+    topic = topic_name("retire")
+    admin.create_topic(topic, partitions=1, replication_factor=1, virtual_partitions=2, read_replicas=1,
+                       read_mode="mafka4", retention_ms=2000)
+    first = ProduceLoop(connection, topic, messages_max=300)
+    assert wait_until(lambda: first.done, WAIT_S)
+    before = first.stop()
+    admin.split_virtual_partition(topic, 1)
+    parent = cluster.states(topic)[1]
+    assert wait_until(lambda: cluster.states(topic)[1].retired, WAIT_S), "the closed VP was not retired"
+    directory = vp_directory(cluster.data_dir, parent.leader, VpId(topic, 1))
+    assert wait_until(lambda: not directory.exists(), 30), "its log is still on disk"
+    roles = ray.get(read_node_handle(connection.cluster, parent.leader).roles.remote(topic), timeout=30)
+    assert 1 not in roles, "no node hosts a retired VP"
+    second = ProduceLoop(connection, topic, after=before, messages_max=300)
+    assert wait_until(lambda: second.done, WAIT_S)
+    after = second.stop()
+    # The parent's records are gone by retention, as in Kafka; a new reader reads the rest without
+    # waiting for the parent, and nothing it reads is repeated.
+    read = [m.value for m in read_everything(connection, topic, len(after))]
+    assert {value for _, _, _, value in after} <= set(read) and len(read) == len(set(read))
+    assert set(read) <= {value for _, _, _, value in before + after}
