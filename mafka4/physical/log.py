@@ -173,6 +173,12 @@ class Log:
         return self._segments[-1].next_offset
 
     @property
+    def flushed_offset(self) -> int:
+        """Every batch below this offset is fsynced: what a power loss cannot take (the
+        recovery point in memory; a just-opened log is durable to its end)."""
+        return self._recovery_point
+
+    @property
     def size_bytes(self) -> int:
         return sum(segment.size_bytes for segment in self._segments)
 

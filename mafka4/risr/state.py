@@ -1,13 +1,14 @@
 """RISR: the read in-sync replicas of one virtual partition (VP), the read-side twin of the ISR.
 
-``RisrState`` is the VP leader's pure view (no I/O, no clock): the ``VirtualPartition`` actor
-calls it with the leader's appends, its followers' fetches, the feeder's progress and
-``now_ms``, and carries out its decisions. It owns:
+``RisrState`` is the VP leader's pure view (no I/O, no clock): the VP replica core
+(``virtual.replica_core``) calls it with the leader's appends and flushes, its followers'
+fetches, the feed streams' progress and ``now_ms``, and carries out its decisions. It owns:
 
 * each replica's ``ReplicaStatus`` (the state machine below), log end offset (LEO) and last
   caught-up time;
 * the RISR (the ``IN_SYNC`` replicas, the leader always among them) and the VP high watermark
-  (HW) = the minimum LEO of the RISR; consumers read only below it;
+  (HW) = the minimum LEO of the RISR (capped at the leader's flushed offset while the leader is
+  alone, see below); consumers read only below it;
 * whether the leader's feed lags the physical high watermarks (``feed_lagging_partitions``).
 
 Replica states and transitions (``_TRANSITIONS``; any other transition is a bug, asserted)::
@@ -41,10 +42,25 @@ since that confirmation (a replica added by a write whose answer was lost, then 
 any of them, and consumers must never have read VP offsets a new leader lacks.
 
 A new leader computes its HW at once: alone in its RISR it serves its whole log (a closed
-parent VP is never fed again, so waiting for the next feed could hide its tail for ever).
+parent VP is never fed again, so waiting for the next feed could hide its tail for ever), up
+to what it flushed (below).
+
+The lone leader (the RISR twin of the write side's eligible leader replicas, KIP-966). VP logs
+are flushed lazily: replication, not fsync, protects what readers saw. A leader alone in the
+RISR has no copy to lean on, and the coordinator would elect it again after a power loss that
+cut its unflushed tail, so readers could have seen offsets the next epoch fills with other
+records. Hence: while a VP with two or more replicas has a RISR of its leader alone -- this
+leader's RISR, or any RISR the coordinator may hold (the last confirmed one, and every one
+this leader had since that confirmation, any of which may have been written) -- the HW never
+passes the leader's flushed offset (``leader_flushed``), and ``flush_needed`` asks the leader
+to flush right after each append in that state (and at once on entering it, so the tail
+readers already saw becomes durable before a RISR of the leader alone is written). A VP with
+one replica (``read_replicas=1``) is not covered: it has no other copy to protect, and its
+tail is only as durable as the log's flush policy (as Kafka with RF=1).
 
 Invariants (asserted): 0 <= HW <= leader LEO; the HW never decreases; HW <= LEO of every RISR
-member whose LEO is known; the leader is ``IN_SYNC``; RISR members are replicas.
+member whose LEO is known; 0 <= flushed offset <= leader LEO, never decreasing; the leader is
+``IN_SYNC``; RISR members are replicas.
 """
 
 from __future__ import annotations
@@ -174,8 +190,11 @@ class RisrState:
         log_end_offset: int,
         high_watermark: int,
         now_ms: int,
+        *,
+        flushed_offset: int,
     ):
-        """Take office with the coordinator's replicas and RISR and this replica's recovered log.
+        """Take office with the coordinator's replicas and RISR and this replica's log, which is
+        durable (fsynced) below ``flushed_offset``.
 
         RISR members start ``IN_SYNC`` with ``now_ms`` as their caught-up time (they get a
         full lag period to fetch); the others start ``JOINING``.
@@ -185,11 +204,13 @@ class RisrState:
         assert len(set(replicas)) == len(replicas) and leader_id in replicas, (leader_id, replicas)
         assert risr_set <= set(replicas), (risr_set, replicas)
         assert 0 <= high_watermark <= log_end_offset, (high_watermark, log_end_offset)
+        assert 0 <= flushed_offset <= log_end_offset, (flushed_offset, log_end_offset)
         self.vp_name = vp_name
         self.config = config
         self.leader_id = leader_id
         self.replicas = replicas
         self._log_end_offset = log_end_offset
+        self._flushed_offset = flushed_offset
         self._high_watermark = high_watermark
         self._followers = {
             replica: _Follower(ReplicaStatus.IN_SYNC, None, _CatchUpClock(now_ms)) if replica in risr_set
@@ -199,6 +220,8 @@ class RisrState:
         self._committed_risr = risr_set
         # Replicas that left the RISR since the last confirmed write (see the module docstring).
         self._removed_unconfirmed: frozenset[str] = frozenset()
+        # The RISR was the leader alone at the last confirmed write or since (module docstring).
+        self._alone_since_committed = risr_set == {leader_id}
         self._sources: dict[int, _CatchUpClock] = {}
         self._advance_high_watermark()
         self._check_invariants()
@@ -222,6 +245,21 @@ class RisrState:
     def committed_risr(self) -> frozenset[str]:
         return self._committed_risr
 
+    @property
+    def flushed_offset(self) -> int:
+        return self._flushed_offset
+
+    @property
+    def leader_alone(self) -> bool:
+        """True while the leader is, or may be in the coordinator, the only RISR member of a VP
+        with other replicas: its flushed offset then bounds the HW (see the module docstring)."""
+        return len(self.replicas) > 1 and self._alone_since_committed
+
+    @property
+    def flush_needed(self) -> bool:
+        """The leader must flush its log now: it is alone and holds records not yet flushed."""
+        return self.leader_alone and self._flushed_offset < self._log_end_offset
+
     def status(self, replica_id: str) -> ReplicaStatus:
         return ReplicaStatus.IN_SYNC if replica_id == self.leader_id else self._followers[replica_id].status
 
@@ -242,7 +280,9 @@ class RisrState:
             "virtual_partition": self.vp_name,
             "leader": self.leader_id,
             "log_end_offset": self._log_end_offset,
+            "flushed_offset": self._flushed_offset,
             "high_watermark": self._high_watermark,
+            "leader_alone": self.leader_alone,
             "risr": sorted(self.risr),
             "risr_uncommitted": sorted(self.risr ^ self._committed_risr),
             "risr_removed_unconfirmed": sorted(self._removed_unconfirmed),
@@ -259,6 +299,14 @@ class RisrState:
         """The leader's VP log now ends at ``log_end_offset`` (a fed batch was appended)."""
         assert log_end_offset >= self._log_end_offset, (log_end_offset, self._log_end_offset)
         self._log_end_offset = log_end_offset
+        self._advance_high_watermark()
+        self._check_invariants()
+
+    def leader_flushed(self, flushed_offset: int) -> None:
+        """The leader's VP log is durable (fsynced) below ``flushed_offset``."""
+        assert self._flushed_offset <= flushed_offset <= self._log_end_offset, (
+            flushed_offset, self._flushed_offset, self._log_end_offset)
+        self._flushed_offset = flushed_offset
         self._advance_high_watermark()
         self._check_invariants()
 
@@ -315,6 +363,7 @@ class RisrState:
         # The coordinator holds exactly ``risr_set`` now: replicas that left before this write
         # can no longer be elected. One that left after it was sent is in ``risr_set`` itself.
         self._removed_unconfirmed = frozenset()
+        self._alone_since_committed = risr_set == {self.leader_id} or self.risr == {self.leader_id}
         self._advance_high_watermark()
         self._check_invariants()
 
@@ -352,10 +401,13 @@ class RisrState:
         if progress.status is ReplicaStatus.IN_SYNC:
             self._removed_unconfirmed |= {replica_id}
         progress.status = status
+        if self.risr == {self.leader_id}:
+            self._alone_since_committed = True  # this RISR may be written at any time from now
 
     def _advance_high_watermark(self) -> None:
-        """HW = min LEO over every RISR the coordinator may hold; only ever moves forward."""
-        lowest = self._log_end_offset
+        """HW = min LEO over every RISR the coordinator may hold, and at most the flushed offset
+        while the leader is alone; only ever moves forward."""
+        lowest = self._flushed_offset if self.leader_alone else self._log_end_offset
         for member in (self.risr | self._committed_risr | self._removed_unconfirmed) - {self.leader_id}:
             leo = self._followers[member].log_end_offset
             if leo is None:
@@ -365,6 +417,7 @@ class RisrState:
 
     def _check_invariants(self) -> None:
         assert 0 <= self._high_watermark <= self._log_end_offset, (self._high_watermark, self._log_end_offset)
+        assert 0 <= self._flushed_offset <= self._log_end_offset, (self._flushed_offset, self._log_end_offset)
         assert self.leader_id in self.risr and self.risr <= set(self.replicas)
         for member in self.risr - {self.leader_id}:
             leo = self._followers[member].log_end_offset

@@ -3,7 +3,9 @@
 ``decide_failover`` (pure) picks the new leader with ``risr.state.pick_leader``: the first
 replica, in preferred order, that is in the RISR recorded in etcd and is live. Every RISR member
 holds every record below the VP high watermark (the leader counts a RISR change only once etcd
-holds it), so no record a consumer read is lost. The new state bumps the leader epoch and drops
+holds it), so no record a consumer read is lost; after a power loss too when the RISR is the
+leader alone, whose HW never passes what it flushed (``risr.state``). Not survived: a RISR member
+that lost its unflushed tail restarts while every other member is down, and leads with it. The new state bumps the leader epoch and drops
 the dead leader from the RISR; with no qualifying member the VP stays leaderless (consumers
 wait) rather than lose records readers have seen.
 

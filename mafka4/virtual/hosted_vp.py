@@ -2,11 +2,20 @@
 
 The shell around ``VpReplicaCore``: it owns the VP's segmented ``Log`` (the write path's format,
 one directory per VP replica), its checkpoints and its fault gate, feeds the core what happens
-to the log and carries out the core's ``Ready``: the log-local parts itself (truncation, the
-leader-epoch checkpoint) and the rest through the ``notify`` callback its ``ReadNode`` gives it
-(record a RISR change in etcd, wake long-polling fetches). Every method is synchronous and
-runs on the read node's event loop; none does network I/O, so a feed stream can hand records
-to hundreds of VPs in one pass without a single remote call.
+to the log and carries out the core's ``Ready``: the log-local parts itself (truncation, flush,
+the leader-epoch checkpoint) and the rest through the ``notify`` callback its ``ReadNode`` gives
+it (record a RISR change in etcd, wake long-polling fetches). The ``ReadNode`` and the
+simulator (``simulations.dst.virtual``) both host it unchanged.
+
+Every method is synchronous and runs on the read node's event loop; none does network I/O, so a
+feed stream can hand records to hundreds of VPs in one pass without a single remote call.
+
+Flushing. The log flushes by its policy (``LogConfig.flush_interval_ms``, on appends and in
+``housekeep``) and on segment rolls; a leader alone in the RISR of a VP with other replicas is
+also asked to flush after each append (``Ready.flush``: the core's lone-leader rule, so a power
+loss never takes an offset a reader saw; a VP with one replica is not covered). After every
+core call it executes, and after ``housekeep``, the shell reports the log's flushed offset to
+the core (``VpReplicaCore.flushed``) if it moved, so a lone leader's HW follows its fsyncs.
 
 Files in the VP's directory besides the log: ``leader-epoch-checkpoint`` and ``high-watermark``
 (``physical.recovery``), both rewritten atomically; the HW checkpoint is written by
@@ -41,7 +50,7 @@ from mafka4.physical.recovery import (
 )
 from mafka4.records import Record, decode_batches, stamp
 from mafka4.risr.state import RisrConfig
-from mafka4.virtual.replica_core import FetchPosition, Ready, ReplicaAnswer, VpReplicaCore
+from mafka4.virtual.replica_core import NOTHING, FetchPosition, Ready, ReplicaAnswer, VpReplicaCore
 from mafka4.virtual.split import FeedProgress, SourcedRecord, encode_vp_batch
 
 logger = logging.getLogger(__name__)
@@ -89,7 +98,8 @@ class HostedVp:
         self._log = Log.open(directory, replace(log_config, unfed_hold_ms_max=None), now_ms)
         epochs = recovered_epochs(directory, self._log)
         self.core = VpReplicaCore(str(vp_id), node_id, risr_config, epochs, self._log.log_start_offset,
-                                  self._log.log_end_offset, recovered_high_watermark(directory, self._log))
+                                  self._log.log_end_offset, recovered_high_watermark(directory, self._log),
+                                  flushed_offset=self._log.flushed_offset)
         self._saved_high_watermark = -1
         self.closed = False
 
@@ -106,10 +116,20 @@ class HostedVp:
             logger.warning("%s: %s truncates from %d to %d", self.vp_id, self.core.replica_id,
                            self._log.log_end_offset, ready.truncate_to)
             self._log.truncate_to(ready.truncate_to)
+        if ready.flush:
+            self._log.flush()
+        ready = ready | self._report_flushed()
         if ready.save_epochs:
             write_checkpoint(self.directory / EPOCH_CHECKPOINT, self.core.epochs.to_text())
         if ready.write_risr is not None or ready.wake:
             self._notify(self, ready)
+
+    def _report_flushed(self) -> Ready:
+        """Tell the core how far the log is fsynced, if that moved since it last heard."""
+        flushed_offset = self._log.flushed_offset
+        if flushed_offset == self.core.flushed_offset:
+            return NOTHING
+        return self.core.flushed(flushed_offset)
 
     # --- roles ---------------------------------------------------------------------------
 
@@ -208,6 +228,7 @@ class HostedVp:
     def housekeep(self, now_ms: int, retention_due: bool) -> None:
         """Flush by the log's policy, checkpoint a changed HW, apply retention when due."""
         self._log.maybe_flush(now_ms)
+        self._execute(self._report_flushed())
         high_watermark = self.core.high_watermark
         if high_watermark != self._saved_high_watermark:
             write_checkpoint(self.directory / HIGH_WATERMARK_CHECKPOINT, str(high_watermark))

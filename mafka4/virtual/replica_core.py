@@ -1,20 +1,22 @@
 """The protocol state of one virtual-partition (VP) replica, pure: the VP twin of ``ReplicaState``.
 
-``VpReplicaCore`` owns everything a VP replica decides; the shells own the log and the clock.
-Two shells execute it: ``virtual.hosted_vp.HostedVp`` inside a ``ReadNode`` actor, and the
-simulator's ``simulations.dst.virtual.VpReplica``. Inputs are plain values and ``now_ms``; every
-call that changes something the shell must act on returns a ``Ready`` (etcd/raft's name): what to
-cut from the log, what to persist, what to tell the coordinator, whom to wake. The shell
-carries it out in field order and the two shells cannot drift.
+``VpReplicaCore`` owns everything a VP replica decides; its shell owns the log and the clock.
+The shell is ``virtual.hosted_vp.HostedVp``, inside a ``ReadNode`` actor and, unchanged, inside
+the simulator (``simulations.dst.virtual``, which only turns its messages into ``HostedVp`` and
+core calls). Inputs are plain values and ``now_ms``; every call that changes something the shell
+must act on returns a ``Ready`` (etcd/raft's name): what to cut from the log, what to persist,
+what to tell the coordinator, whom to wake. The shell carries it out in field order.
 
 What it owns:
 
 * the role (``VpRole``), the leader epoch and the leader's id, fenced as on the write path:
   a role notice or a request of an older epoch is refused (``StaleEpoch``), one of another
   epoch or for another role is refused (``NotLeader``);
-* the leader-epoch history (``EpochHistory``) and the log's end offset as the shell reports it;
+* the leader-epoch history (``EpochHistory``), the log's end offset and its flushed offset
+  (below which it is fsynced) as the shell reports them;
 * the high watermark (HW): a follower keeps the leader's HW capped at its own log end; the
-  leader's is its ``RisrState`` (the RISR's smallest log end, KIP-497's maximal RISR);
+  leader's is its ``RisrState`` (the RISR's smallest log end, KIP-497's maximal RISR, and no
+  more than the leader flushed while it is alone in the RISR);
 * on the leader, feeding: ``FeedProgress`` (the last source offset applied per physical
   partition, so re-feeding appends nothing twice) and what the feed streams reported
   (``fed_through`` and the physical HW per partition, for the RISR's feed-lag check and for
@@ -30,6 +32,16 @@ to the RISR, which may change the RISR (``Ready.write_risr``: record it in etcd,
 ``risr_written``) and the HW (``Ready.wake``). ``tick`` moves followers that stopped catching
 up out of the RISR.
 
+Lone leader (``RisrState``'s module docstring has the why). While a VP with two or more
+replicas has a RISR of its leader alone, its HW never passes what the leader flushed, and
+every call that leaves the leader alone with unflushed records -- an append, a RISR shrinking
+to the leader (before ``Ready.write_risr`` records it), taking leadership -- returns
+``Ready.flush``. The shell fsyncs the log and reports the flushed offset through ``flushed``
+(also after flushes of its own: the log's policy, segment rolls, truncation), which moves the
+HW. So a lone leader's log still holds every offset a reader saw after a power loss, and the
+controller may elect it again. A VP with one replica (``read_replicas=1``) is not covered: it
+has no other copy to protect (as Kafka with RF=1); its log flushes by policy only.
+
 Follower protocol. ``fetch_position`` is what the follower asks for; the leader's answer comes
 back through ``truncate`` (diverging: ``Ready.truncate_to``), ``follower_appended`` (the
 batches the shell appended, whose leader epochs extend the history) and ``leader_progress``
@@ -40,9 +52,9 @@ it leads is a no-op, and a leader that restarted learns a new epoch from the con
 (``virtual.failover``). A new leader rebuilds its ``FeedProgress`` from its log (the shell
 reads it: I/O), so the progress is exactly what the log holds.
 
-Invariants (asserted): 0 <= log start <= HW <= log end; the latest epoch in the history is at
-most ``leader_epoch`` (equal on the leader once it appended); a follower's HW never passes its
-log end.
+Invariants (asserted): 0 <= log start <= HW <= log end; 0 <= flushed offset <= log end; the
+latest epoch in the history is at most ``leader_epoch`` (equal on the leader once it appended);
+a follower's HW never passes its log end.
 
 Pure: no I/O, no clock.
 """
@@ -73,6 +85,8 @@ class Ready:
 
     # Cut the log to this offset (a follower whose log diverged from its leader's).
     truncate_to: int | None = None
+    # fsync the log now (a leader alone in its RISR), then report the offset to ``flushed``.
+    flush: bool = False
     # Rewrite the leader-epoch checkpoint (``physical.recovery.EPOCH_CHECKPOINT``).
     save_epochs: bool = False
     # Record this RISR in the coordinator (compare-and-swap on the VP key, only while it
@@ -84,10 +98,11 @@ class Ready:
     def __or__(self, other: "Ready") -> "Ready":
         truncations = [offset for offset in (self.truncate_to, other.truncate_to) if offset is not None]
         return Ready(
-            min(truncations) if truncations else None,
-            self.save_epochs or other.save_epochs,
-            other.write_risr if other.write_risr is not None else self.write_risr,
-            self.wake or other.wake,
+            truncate_to=min(truncations) if truncations else None,
+            flush=self.flush or other.flush,
+            save_epochs=self.save_epochs or other.save_epochs,
+            write_risr=other.write_risr if other.write_risr is not None else self.write_risr,
+            wake=self.wake or other.wake,
         )
 
 
@@ -127,8 +142,8 @@ class VpReplicaCore:
     """The state of one VP replica; see the module docstring."""
 
     def __init__(self, vp_name: str, replica_id: str, config: RisrConfig, epochs: EpochHistory,
-                 log_start_offset: int, log_end_offset: int, high_watermark: int):
-        """A replica opened from its recovered log, with no role yet."""
+                 log_start_offset: int, log_end_offset: int, high_watermark: int, *, flushed_offset: int):
+        """A replica opened from its recovered log (durable below ``flushed_offset``), with no role yet."""
         self.vp_name = vp_name
         self.replica_id = replica_id
         self.config = config
@@ -138,6 +153,7 @@ class VpReplicaCore:
         self.leader_id: str | None = None
         self._log_start_offset = log_start_offset
         self._log_end_offset = log_end_offset
+        self._flushed_offset = flushed_offset
         self._high_watermark = high_watermark  # a follower's (or a replica with no role); the leader's is its RISR's
         self._leader: _LeaderState | None = None
         self._serving = False
@@ -149,6 +165,11 @@ class VpReplicaCore:
     @property
     def log_end_offset(self) -> int:
         return self._log_end_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        """The log is durable below this offset, as the shell last reported (``flushed``)."""
+        return self._flushed_offset
 
     @property
     def high_watermark(self) -> int:
@@ -171,6 +192,10 @@ class VpReplicaCore:
         """Per physical partition, the next offset the feed streams reported handing this leader."""
         reported = self._leader.fed_through if self._leader is not None else {}
         return tuple(reported.get(partition, 0) for partition in range(partitions))
+
+    def check_leader(self, leader_epoch: int) -> None:
+        """Raise ``StaleEpoch`` or ``NotLeader`` unless this replica leads ``leader_epoch``."""
+        self._require_leader(leader_epoch)
 
     def last_applied(self, leader_epoch: int, partition: int) -> int:
         """The last source offset of ``partition`` in the log (``NOTHING_APPLIED``: none)."""
@@ -205,7 +230,8 @@ class VpReplicaCore:
             described = {"virtual_partition": self.vp_name, "leader": self.leader_id,
                          "high_watermark": self._high_watermark, "serving": self.serving(now_ms)}
         return {**described, "role": self.role.value, "replica_id": self.replica_id,
-                "leader_epoch": self.leader_epoch, "log_end_offset": self._log_end_offset}
+                "leader_epoch": self.leader_epoch, "log_end_offset": self._log_end_offset,
+                "flushed_offset": self._flushed_offset}
 
     # --- role changes ------------------------------------------------------------------
 
@@ -220,11 +246,11 @@ class VpReplicaCore:
         self.role, self.leader_epoch, self.leader_id = VpRole.LEADER, leader_epoch, self.replica_id
         self.epochs.assign(leader_epoch, self._log_end_offset)
         state = RisrState(self.vp_name, self.config, self.replica_id, replicas, risr, self._log_end_offset,
-                          high_watermark, now_ms)
+                          high_watermark, now_ms, flushed_offset=self._flushed_offset)
         self._leader = _LeaderState(state, progress)
         self._serving, self._last_leader_contact_ms = False, None
         self._check_invariants()
-        return Ready(save_epochs=True, wake=True)
+        return Ready(flush=state.flush_needed, save_epochs=True, wake=True)
 
     def become_follower(self, leader_epoch: int, leader_id: str) -> Ready:
         """Follow ``leader_id`` in ``leader_epoch``. A repeated notice changes nothing."""
@@ -274,7 +300,19 @@ class VpReplicaCore:
         self._log_end_offset = log_end_offset
         leader.risr.leader_appended(log_end_offset)
         self._check_invariants()
-        return Ready(wake=True)
+        return Ready(flush=leader.risr.flush_needed, wake=True)
+
+    def flushed(self, flushed_offset: int) -> Ready:
+        """The shell fsynced the log below ``flushed_offset`` (asked by ``Ready.flush``, by the log's
+        flush policy, on a segment roll or by a truncation); a lone leader's HW may move."""
+        assert 0 <= flushed_offset <= self._log_end_offset, (self.vp_name, flushed_offset, self._log_end_offset)
+        self._flushed_offset = flushed_offset
+        if self._leader is None:
+            return NOTHING
+        high_watermark_before = self._leader.risr.high_watermark
+        self._leader.risr.leader_flushed(flushed_offset)
+        self._check_invariants()
+        return Ready(wake=self._leader.risr.high_watermark != high_watermark_before)
 
     def fed(self, leader_epoch: int, partition: int, fed_through: int, physical_high_watermark: int,
             now_ms: int) -> None:
@@ -299,7 +337,8 @@ class VpReplicaCore:
         decision = risr.on_replica_fetch(follower_id, fetch_offset, now_ms)
         # As on the write path: wake waiters only when the HW or the RISR moved, or idle
         # followers would end each other's long polls in a busy loop.
-        ready = Ready(write_risr=tuple(sorted(risr.risr)) if decision.risr_changed else None,
+        ready = Ready(flush=risr.flush_needed,
+                      write_risr=tuple(sorted(risr.risr)) if decision.risr_changed else None,
                       wake=decision.risr_changed or risr.high_watermark != high_watermark_before)
         read_from = fetch_offset if fetch_offset < self._log_end_offset else None
         return ReplicaAnswer(risr.high_watermark, decision.serving, None, read_from), ready
@@ -319,14 +358,16 @@ class VpReplicaCore:
         """Move RISR followers that stopped catching up to lagging (leader only)."""
         if self._leader is None or not self._leader.risr.tick(now_ms):
             return NOTHING
-        return Ready(write_risr=tuple(sorted(self._leader.risr.risr)), wake=True)
+        risr = self._leader.risr
+        # A RISR of the leader alone is flushed (``Ready.flush``) before it is written.
+        return Ready(flush=risr.flush_needed, write_risr=tuple(sorted(risr.risr)), wake=True)
 
     def risr_written(self, risr: Sequence[str], leader_epoch: int) -> Ready:
         """The coordinator now holds ``risr`` for this leader and ``leader_epoch``."""
         if self._leader is None or leader_epoch != self.leader_epoch:
             return NOTHING  # deposed meanwhile: the write was fenced or is moot
         self._leader.risr.risr_committed(risr)
-        return Ready(wake=True)
+        return Ready(flush=self._leader.risr.flush_needed, wake=True)
 
     # --- follower ----------------------------------------------------------------------
 
@@ -336,6 +377,7 @@ class VpReplicaCore:
         offset = truncation_offset(self.epochs, self._log_end_offset, self._high_watermark, *diverging)
         self.epochs.truncate_from(offset)
         self._log_end_offset = offset
+        self._flushed_offset = min(self._flushed_offset, offset)
         self._log_start_offset = min(self._log_start_offset, offset)  # a log cut below its start is empty
         self._high_watermark = max(min(self._high_watermark, offset), self._log_start_offset)
         self._check_invariants()
@@ -378,5 +420,7 @@ class VpReplicaCore:
     def _check_invariants(self) -> None:
         assert 0 <= self._log_start_offset <= self.high_watermark <= self._log_end_offset, (
             self.vp_name, self._log_start_offset, self.high_watermark, self._log_end_offset)
+        assert 0 <= self._flushed_offset <= self._log_end_offset, (
+            self.vp_name, self._flushed_offset, self._log_end_offset)
         assert self.role is VpRole.NONE or self.epochs.latest_epoch <= self.leader_epoch, (
             self.vp_name, self.epochs.latest_epoch, self.leader_epoch)

@@ -2,8 +2,9 @@
 
 The simulator drives the real code (``ReplicaState``, ``Log`` on a simulated disk,
 ``election.decide_partition``, ``read_path_repair.decide_virtual_partition`` with
-``failover.decide_failover``, ``feeding``/``split``, ``TopicLayout``, ``RisrState``,
-``ownership.plan_ownership``) through thin shells that mirror the Ray actors, etcd and the
+``failover.decide_failover``, ``feeding``/``split``, ``TopicLayout``, production's VP replica
+``HostedVp`` with its ``VpReplicaCore`` and ``RisrState``, ``ownership.plan_ownership``) through
+thin shells that mirror the Ray actors, etcd and the
 group members, with a simulated clock (``scheduler``), network (``network``:
 delay, drop, duplicate, reorder, partitions) and disk (``disk``: torn writes, loss of
 unflushed data), all drawn from one ``random.Random(seed)``. The checkers that judge a run
@@ -20,7 +21,7 @@ the seed that found each).
 
 Modules: ``run`` (entry), ``cluster`` (phases, final checks), ``options`` (the seed's
 shape), ``physical`` (replica shell),
-``write_node``, ``virtual`` (read nodes, VP shell), ``feeder``, ``producer``, ``group``
+``write_node``, ``virtual`` (read nodes hosting ``HostedVp``), ``feeder``, ``producer``, ``group``
 (the group's etcd keys), ``consumer`` (group members and their churn), ``coordinator`` (etcd +
 controller), ``resharding``, ``nemesis`` (faults), ``messages``, ``env``, ``scheduler``,
 ``network``, ``disk``.

@@ -10,6 +10,7 @@ replay command.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 
@@ -24,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start", type=int, default=0, help="first seed of --seeds (default 0)")
     parser.add_argument("--trace", action="store_true", help="print the run's trace of faults and elections")
     args = parser.parse_args(argv)
+    # The production shells the simulator runs (``HostedVp``) log leaderships and truncations as
+    # warnings; the run's trace already says what happened, in simulated time.
+    logging.getLogger("mafka4").setLevel(logging.ERROR)
     if args.seed is not None:
         result = run_seed(args.seed)
         if args.trace or not result.ok:

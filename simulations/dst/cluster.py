@@ -115,11 +115,11 @@ class Cluster:
         group = coordinator.group
         for vp, state in sorted(coordinator.vps.items()):
             leader = self.vp_replica(state.leader, vp)
-            if leader is None or leader.role != "leader" or leader.leader_epoch != state.leader_epoch:
+            if leader is None or not leader.core.is_leader or leader.core.leader_epoch != state.leader_epoch:
                 return [f"vp{vp}: leader {state.leader} of epoch {state.leader_epoch} is not leading"]
-            end = leader.log.log_end_offset
-            if leader.current_high_watermark() != end:
-                return [f"vp{vp}: HW {leader.current_high_watermark()} below its end {end}"]
+            end = leader.core.log_end_offset
+            if leader.core.high_watermark != end:
+                return [f"vp{vp}: HW {leader.core.high_watermark} below its end {end}"]
             if coordinator.layout.closing_epoch(vp) is not None and vp not in coordinator.sealed_end_offsets:
                 return [f"vp{vp}: closed but not sealed"]
             if group.committed.get(vp, 0) != end:
@@ -162,13 +162,13 @@ class Cluster:
             leader = self.vp_replica(state.leader, vp)
             if leader is None:
                 continue
-            vp_logs[vp] = [_vp_record(record) for record in decode_batches(read_all(leader.log, leader.log.log_end_offset))]
+            vp_logs[vp] = [_vp_record(record) for record in decode_batches(leader.read_all(leader.core.log_end_offset))]
             replicas = {}
             for replica_id in state.replicas:
                 replica = self.vp_replica(replica_id, vp)
                 if replica is not None:
-                    hw = replica.current_high_watermark()
-                    replicas[f"{replica_id}/vp{vp}"] = (hw, read_all(replica.log, hw))
+                    hw = replica.core.high_watermark
+                    replicas[f"{replica_id}/vp{vp}"] = (hw, replica.read_all(hw))
             anomalies += checkers.check_replicas_identical(replicas)
         anomalies += checkers.check_exactly_once_in_vps(
             committed, vp_logs, lambda record, p: expected_vp[(p, record.offset)])

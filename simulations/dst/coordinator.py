@@ -173,6 +173,8 @@ class Coordinator:
         state = self.vps[message.partition]
         if state.leader != message.replica_id or state.leader_epoch != message.leader_epoch:
             return False
+        if set(message.isr) != set(state.risr):
+            self.env.note(f"ctl: vp{message.partition} risr {list(message.isr)} (written by {message.replica_id})")
         self.vps[message.partition] = dataclasses.replace(state, risr=tuple(message.isr))
         return True
 

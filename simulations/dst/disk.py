@@ -73,21 +73,24 @@ class SimDisk:
             return 0
         return recorded[1]
 
-    def crash(self, directory: Path, lose_unflushed: bool) -> None:
-        """Power loss (``lose_unflushed``) or process death of the machine owning ``directory``."""
+    def crash(self, directory: Path, lose_unflushed: bool) -> int:
+        """Power loss (``lose_unflushed``) or process death of the machine owning ``directory``;
+        how many bytes its files lost."""
         _close_descriptors_into(directory)
         if not directory.exists():
-            return
+            return 0
+        lost_bytes = 0
         for path in sorted(p for p in directory.rglob("*") if p.is_file()):
             status = path.stat()
             if lose_unflushed:
-                self._tear(path, status.st_size, self._durable_size(path, status))
+                lost_bytes += self._tear(path, status.st_size, self._durable_size(path, status))
             status = path.stat()
             self._durable[(status.st_dev, status.st_ino)] = (str(path), status.st_size)
+        return lost_bytes
 
-    def _tear(self, path: Path, size: int, durable: int) -> None:
+    def _tear(self, path: Path, size: int, durable: int) -> int:
         if size <= durable:
-            return
+            return 0
         kept = self._rng.randint(durable, size)
         with open(path, "r+b") as handle:
             if kept > durable and self._rng.random() < 0.3:
@@ -98,6 +101,7 @@ class SimDisk:
             handle.truncate(kept)
         self.torn_files_total += 1
         self.lost_bytes_total += size - kept
+        return size - kept
 
 
 def _close_descriptors_into(directory: Path) -> None:

@@ -38,8 +38,8 @@ class Env:
         self._request_ids += 1
         return self._request_ids
 
-    def count(self, name: str) -> None:
-        self.counters[name] = self.counters.get(name, 0) + 1
+    def count(self, name: str, amount: int = 1) -> None:
+        self.counters[name] = self.counters.get(name, 0) + amount
 
     def note(self, text: str) -> None:
         """A line of the run's trace (faults, elections, reshards): printed when a seed fails."""

@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
-from mafka4.limits import KiB, LogConfig, ReplicaConfig
+from mafka4.limits import KiB, LogConfig, ReadNodeConfig, ReplicaConfig
 from mafka4.physical.replica import ReplicaState
 from mafka4.risr.state import RisrConfig
 from mafka4.virtual.ownership import GroupView, OwnershipPlan, plan_ownership
@@ -56,6 +56,8 @@ class SimOptions:
     lease_ttl_ms: int = 200
     controller_interval_ms: int = 40
     tick_interval_ms: int = 10
+    # How often a read node flushes its VP logs by their policy and checkpoints their HWs.
+    housekeeping_interval_ms: int = ReadNodeConfig().housekeeping_interval_ms
     request_timeout_ms: int = 300
     drain_ms_max: int = 15_000
     events_max: int = 400_000

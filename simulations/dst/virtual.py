@@ -1,291 +1,243 @@
-"""Read nodes and VP replicas: the simulator's ``VirtualPartition`` shell.
+"""Read nodes and VP replicas: the simulator's ``ReadNode`` and its hosted VPs.
 
-``VpReplica`` follows ``mafka4.virtual.actor.VirtualPartition`` step by step around the real
-cores: a real ``Log`` (on ``SimDisk``), ``EpochHistory`` with ``divergence`` /
-``truncation_offset`` (leader-epoch truncation of VP followers), ``FeedProgress`` (idempotent
-feeding, rebuilt from the log on every ``become_leader``), ``RisrState`` (RISR and the VP
-high watermark, RISR changes counted only after the coordinator holds them) and
-``split.encode_vp_batch``. Consumers read only from a RISR member below its high watermark
-(``_check_serving``).
+A VP replica here is production's: ``VpReplica`` owns a ``virtual.hosted_vp.HostedVp`` (the
+real ``Log`` on ``SimDisk``, the checkpoints, the pure ``VpReplicaCore`` with its
+``RisrState``, ``EpochHistory`` and ``FeedProgress``) and only translates the simulator's
+messages into its calls, as ``virtual.read_node.ReadNode`` translates Ray calls:
 
-Deviation from the actor, on purpose: VP logs are flushed on every batch (a VP replica's
-power loss then loses nothing it reported). With lazy flushing, a VP whose only in-sync
-replica loses its tail would hand out new records at VP offsets consumers already read,
-which no checker here would blame on a bug; that hazard is reported, not simulated.
+* ``Feed`` -> ``HostedVp.feed`` then ``core.fed``; ``FeedPosition`` -> ``core.last_applied``;
+* ``VpReplicaFetch`` (leader) -> ``answer_follower`` and ``read_for_follower``; its answer
+  (follower) -> ``apply_answer``; the follower asks again at once after data or a truncation,
+  else on its next tick;
+* ``VpFetch`` (consumer) -> ``read``; ``VpSealQuery`` -> ``core.fed_through``,
+  ``core.high_watermark``, ``core.log_end_offset``;
+* ticks -> ``tick``; housekeeping every ``housekeeping_interval_ms`` -> ``housekeep`` (flush by
+  the log's policy, HW checkpoint; no retention: simulated VP logs delete nothing);
+* ``Ready.write_risr`` -> an ``IsrWrite`` to the coordinator, one in flight per VP, re-sent
+  after ``request_timeout_ms`` without an answer, and ``risr_written`` once it is confirmed
+  (``ReadNode._persist_risr``). ``Ready.wake`` needs nothing: nobody long-polls here, every
+  fetch is answered at once.
 
-A ``ReadNode`` hosts one replica per VP it was told about, starts them lazily on the first
-role notice (from what is on its disk), and sends heartbeats (its lease) with its boot
+VP logs flush as in production (``VP_LOG_CONFIG``: every ``flush_interval_ms`` of simulated
+time, and on every segment roll), so a read node's power loss loses the unflushed tails of its
+VP logs (``vp_lost_bytes`` in the run's stats).
+
+A ``ReadNode`` hosts one replica per VP it was told about, opens it lazily on the first role
+notice (from what is on its disk), and sends heartbeats (its lease) with its boot
 incarnation so the coordinator notices restarts.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
-from mafka4.errors import MafkaError, NotLeader, ReadReplicaNotInSync, StaleEpoch
+from mafka4.errors import MafkaError, StaleEpoch
 from mafka4.limits import LogConfig
-from mafka4.physical.checkpoint import write_checkpoint
-from mafka4.physical.log import Log
-from mafka4.physical.recovery import (
-    EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT, recovered_epochs, recovered_high_watermark,
-)
-from mafka4.records import decode_batches, stamp
-from mafka4.risr.state import RisrState
-from mafka4.virtual.divergence import divergence, truncation_offset
-from mafka4.virtual.split import FeedProgress, encode_vp_batch
+from mafka4.records import iter_batches
+from mafka4.virtual.hosted_vp import HostedVp, VpId
+from mafka4.virtual.replica_core import FetchPosition, Ready, ReplicaAnswer, VpReplicaCore, VpRole
 from simulations.dst import messages as m
 from simulations.dst.coordinator import NAME as COORDINATOR
 from simulations.dst.env import Env
 
+TOPIC = "t"
 VP_FETCH_BYTES_MAX = 4096
-VP_LOG_CONFIG = LogConfig(segment_bytes_max=4096, retention_ms=None, flush_interval_ms=None,
-                          flush_interval_messages=1, index_interval_bytes=256)
+# Production's flush policy (``LogConfig``'s defaults, a topic's: fsync once ``flush_interval_ms``
+# passed, in simulated time) on small segments, which roll (and so flush) often; no retention.
+VP_LOG_CONFIG = LogConfig(segment_bytes_max=4096, retention_ms=None, index_interval_bytes=256)
+# The final checks read whole logs in chunks of this many bytes.
+READ_ALL_BYTES_MAX = 1 << 20
 
 
 class VpReplica:
+    """One VP replica of a simulated read node; see the module docstring."""
+
     def __init__(self, env: Env, node: "ReadNode", vp: int, directory: Path):
         self.env = env
         self.node = node
         self.vp = vp
-        self.replica_id = node.name
-        self.directory = directory
-        self.log = Log.open(directory, VP_LOG_CONFIG, env.now_ms)
-        self.epochs = recovered_epochs(self.directory, self.log)
-        self.high_watermark = recovered_high_watermark(self.directory, self.log)  # a follower's; the leader's is in risr
-        self.role = "none"
-        self.leader_epoch = -1
-        self.leader_id: str | None = None
-        self.risr: RisrState | None = None
-        self.progress: FeedProgress | None = None
-        self._fed_through: dict[int, int] = {}
-        self._physical_high_watermarks: dict[int, int] = {}
-        self._serving = False
-        self._last_leader_contact_ms = 0
+        self.hosted = HostedVp(VpId(TOPIC, vp), node.name, directory, VP_LOG_CONFIG, env.options.risr_config,
+                               env.now_ms, self._on_ready)
         self._fetch: tuple[int, int] | None = None  # (request, sent at)
-        self._risr_write: tuple[int, tuple[str, ...], int, int] | None = None
+        self._risr_write: tuple[int, tuple[str, ...], int, int] | None = None  # (request, risr, epoch, sent at)
         self._risr_dirty = False
-        self._saved_high_watermark = -1
 
-    # --- checkpoints (restarts read them: physical.recovery) ------------------------------
-
-    def _save_epochs(self) -> None:
-        write_checkpoint(self.directory / EPOCH_CHECKPOINT, self.epochs.to_text())
-
-    def records(self):
-        offset, end = self.log.log_start_offset, self.log.log_end_offset
-        while offset < end:
-            records = decode_batches(self.log.read(offset, VP_FETCH_BYTES_MAX))
-            assert records, f"vp{self.vp}: no whole batch readable at {offset}"
-            yield from records
-            offset = records[-1].offset + 1
-
-    def current_high_watermark(self) -> int:
-        return self.risr.high_watermark if self.risr is not None else self.high_watermark
+    @property
+    def core(self) -> VpReplicaCore:
+        return self.hosted.core
 
     def _send(self, destination: str, message: object) -> None:
         self.env.network.send(self.node.name, destination, message)
 
+    def read_all(self, end_offset: int) -> bytes:
+        """The log's batches from its start up to ``end_offset`` (a batch boundary), for the final checks."""
+        chunks, offset = [], self.hosted.log_start_offset
+        while offset < end_offset:
+            data = self.hosted.read_for_follower(offset, READ_ALL_BYTES_MAX)
+            kept = 0
+            for position, header in iter_batches(data, check_crc=False):
+                if header.next_offset > end_offset:
+                    break
+                kept, offset = position + header.size_bytes, header.next_offset
+            if kept == 0:
+                break
+            chunks.append(data[:kept])
+        return b"".join(chunks)
+
     # --- roles ---------------------------------------------------------------------------
 
     def on_become_leader(self, source: str, message: m.VpBecomeLeader) -> None:
-        failure = None
-        if not (self.role == "leader" and self.leader_epoch == message.leader_epoch):
-            if message.leader_epoch < self.leader_epoch:
-                failure = m.Failure.of(StaleEpoch(f"vp{self.vp} is at epoch {self.leader_epoch}"))
-            else:
-                high_watermark = self.current_high_watermark()
-                self.role, self.leader_epoch, self.leader_id = "leader", message.leader_epoch, self.replica_id
-                self._fetch = None
-                self.epochs.assign(message.leader_epoch, self.log.log_end_offset)
-                self._save_epochs()
-                self.progress = FeedProgress.rebuild(self.records())
-                self._fed_through.clear()
-                self.risr = RisrState(f"v{self.vp}", self.env.options.risr_config, self.replica_id, message.replicas,
-                                      message.risr, self.log.log_end_offset, high_watermark, self.env.now_ms)
-        self._send(source, m.RoleResult(message.request_id, self.vp, self.replica_id, message.leader_epoch, failure, virtual=True))
+        failure = self._change_role(lambda: self.hosted.become_leader(
+            message.leader_epoch, message.replicas, message.risr, self.env.now_ms))
+        self._send(source, m.RoleResult(message.request_id, self.vp, self.node.name, message.leader_epoch, failure,
+                                        virtual=True))
 
     def on_become_follower(self, source: str, message: m.VpBecomeFollower) -> None:
-        failure = None
-        same = self.role == "follower" and (self.leader_epoch, self.leader_id) == (message.leader_epoch, message.leader_id)
-        if not same:
-            if message.leader_epoch < self.leader_epoch:
-                failure = m.Failure.of(StaleEpoch(f"vp{self.vp} is at epoch {self.leader_epoch}"))
-            else:
-                self.high_watermark = self.current_high_watermark()
-                self.role, self.leader_epoch, self.leader_id = "follower", message.leader_epoch, message.leader_id
-                self.risr, self.progress, self._serving, self._fetch = None, None, False, None
-        self._send(source, m.RoleResult(message.request_id, self.vp, self.replica_id, message.leader_epoch, failure, virtual=True))
+        failure = self._change_role(lambda: self.hosted.become_follower(message.leader_epoch, message.leader_id))
+        self._send(source, m.RoleResult(message.request_id, self.vp, self.node.name, message.leader_epoch, failure,
+                                        virtual=True))
 
-    def _require_leader(self, leader_epoch: int) -> RisrState:
-        if leader_epoch < self.leader_epoch:
-            raise StaleEpoch(f"vp{self.vp}: request for epoch {leader_epoch}, replica at {self.leader_epoch}")
-        if self.role != "leader" or leader_epoch != self.leader_epoch:
-            raise NotLeader(f"vp{self.vp}: {self.replica_id} is not the leader of epoch {leader_epoch}")
-        assert self.risr is not None and self.progress is not None
-        return self.risr
+    def _change_role(self, change: Callable[[], None]) -> m.Failure | None:
+        core = self.core
+        before = (core.role, core.leader_epoch, core.leader_id)
+        try:
+            change()
+        except StaleEpoch as error:
+            return m.Failure.of(error)
+        if (core.role, core.leader_epoch, core.leader_id) != before:
+            self._fetch = None  # the answer to a fetch of the previous role would be moot
+        return None
 
     # --- leader: feeding -----------------------------------------------------------------
 
     def on_feed(self, source: str, message: m.Feed) -> None:
+        core, now_ms = self.core, self.env.now_ms
         try:
-            risr = self._require_leader(message.leader_epoch)
+            appended = self.hosted.feed(message.leader_epoch, message.records, now_ms)
+            core.fed(message.leader_epoch, message.partition, message.fed_through, message.physical_high_watermark,
+                     now_ms)
+            last_applied = core.last_applied(message.leader_epoch, message.partition)
         except MafkaError as error:
             self._send(source, m.FeedAck(message.request_id, -1, 0, 0, m.Failure.of(error)))
             return
-        fresh = self.progress.unapplied(message.records)
-        if len(fresh) < len(message.records):
+        if appended < len(message.records):
             self.env.count("refeeds_dropped")
-        if fresh:
-            batch = bytearray(encode_vp_batch(fresh))
-            stamp(batch, self.log.log_end_offset, self.leader_epoch)
-            self.log.append(batch, self.env.now_ms)
-            self.progress.applied(fresh)
-            risr.leader_appended(self.log.log_end_offset)
-        partition = message.partition
-        self._fed_through[partition] = max(self._fed_through.get(partition, 0), message.fed_through)
-        self._physical_high_watermarks[partition] = message.physical_high_watermark
-        risr.on_feed(self._fed_through, self._physical_high_watermarks, self.env.now_ms)
-        self._send(source, m.FeedAck(message.request_id, self.progress.last_applied(partition),
-                                     self.log.log_end_offset, risr.high_watermark, None))
+        self._send(source, m.FeedAck(message.request_id, last_applied, core.log_end_offset, core.high_watermark, None))
 
     def on_feed_position(self, source: str, message: m.FeedPosition) -> None:
         try:
-            self._require_leader(message.leader_epoch)
+            last_applied = self.core.last_applied(message.leader_epoch, message.partition)
         except MafkaError as error:
             self._send(source, m.FeedPositionResult(message.request_id, -1, m.Failure.of(error)))
             return
-        self._send(source, m.FeedPositionResult(message.request_id, self.progress.last_applied(message.partition), None))
+        self._send(source, m.FeedPositionResult(message.request_id, last_applied, None))
 
     def on_seal_query(self, source: str, message: m.VpSealQuery) -> None:
+        core = self.core
         try:
-            risr = self._require_leader(message.leader_epoch)
+            core.check_leader(message.leader_epoch)
         except MafkaError as error:
             self._send(source, m.VpSealAnswer(message.request_id, self.vp, (), 0, 0, m.Failure.of(error)))
             return
-        self._send(source, m.VpSealAnswer(message.request_id, self.vp, tuple(sorted(self._fed_through.items())),
-                                          self.log.log_end_offset, risr.high_watermark, None))
+        fed_through = tuple(enumerate(core.fed_through(self.env.options.partitions)))
+        self._send(source, m.VpSealAnswer(message.request_id, self.vp, fed_through, core.log_end_offset,
+                                          core.high_watermark, None))
 
     # --- leader: followers and the RISR --------------------------------------------------
 
     def on_replica_fetch(self, source: str, message: m.VpReplicaFetch) -> None:
+        position = FetchPosition(self.node.name, message.follower_epoch, message.fetch_offset,
+                                 message.last_fetched_epoch)
         try:
-            risr = self._require_leader(message.follower_epoch)
-            diverging = divergence(self.epochs, self.log.log_end_offset, message.fetch_offset, message.last_fetched_epoch)
-            decision = None if diverging is not None else risr.on_replica_fetch(
-                message.follower_id, message.fetch_offset, self.env.now_ms)
+            answer = self.hosted.answer_follower(message.follower_id, position, self.env.now_ms)
         except MafkaError as error:
             self._send(source, m.VpReplicaFetchResult(message.request_id, b"", 0, False, None, m.Failure.of(error)))
             return
-        if decision is None:
-            self._send(source, m.VpReplicaFetchResult(message.request_id, b"", risr.high_watermark, False, diverging, None))
-            return
-        if decision.risr_changed:
-            self._risr_changed()
-        offset = message.fetch_offset
-        data = self.log.read(offset, VP_FETCH_BYTES_MAX) if offset < self.log.log_end_offset else b""
-        self._send(source, m.VpReplicaFetchResult(message.request_id, data, risr.high_watermark, decision.serving, None, None))
+        data = self.hosted.read_for_follower(answer.read_from, VP_FETCH_BYTES_MAX)
+        self._send(source, m.VpReplicaFetchResult(message.request_id, data, answer.high_watermark, answer.serving,
+                                                  answer.diverging, None))
 
-    def _risr_changed(self) -> None:
-        self._risr_dirty = True
-        if self._risr_write is None:
-            self._write_risr()
+    def _on_ready(self, hosted: HostedVp, ready: Ready) -> None:
+        if ready.write_risr is not None:
+            self._risr_dirty = True
+            self._maybe_write_risr()
 
-    def _write_risr(self) -> None:
-        if self.role != "leader":
-            self._risr_dirty, self._risr_write = False, None
+    def _maybe_write_risr(self) -> None:
+        """Send the current RISR to the coordinator unless a write is in flight (single flight per VP)."""
+        core = self.core
+        if self._risr_write is not None or not self._risr_dirty:
             return
         self._risr_dirty = False
-        risr, epoch = tuple(sorted(self.risr.risr)), self.leader_epoch
+        if not core.is_leader:
+            return
+        risr, epoch = tuple(sorted(core.risr)), core.leader_epoch
         request_id = self.env.request_id()
         self._risr_write = (request_id, risr, epoch, self.env.now_ms)
-        self._send(COORDINATOR, m.IsrWrite(request_id, self.vp, self.replica_id, epoch, risr, virtual=True))
+        self._send(COORDINATOR, m.IsrWrite(request_id, self.vp, self.node.name, epoch, risr, virtual=True))
 
     def on_risr_write_result(self, message: m.IsrWriteResult) -> None:
         if self._risr_write is None or self._risr_write[0] != message.request_id:
             return
         _, risr, epoch, _ = self._risr_write
         self._risr_write = None
-        if message.written and self.role == "leader" and self.leader_epoch == epoch:
-            self.risr.risr_committed(risr)
-            if self._risr_dirty or frozenset(risr) != self.risr.risr:
-                self._write_risr()
-        elif not message.written:
-            self._risr_dirty = False
+        if not message.written:
+            return  # the coordinator names another leader or epoch: this replica is fenced
+        self.hosted.risr_written(risr, epoch)
+        self._maybe_write_risr()
 
     # --- follower ------------------------------------------------------------------------
 
     def _maybe_fetch(self) -> None:
-        if self.role != "follower" or self.leader_id is None:
+        core = self.core
+        if core.role is not VpRole.FOLLOWER:
             return
         if self._fetch is not None and self.env.now_ms - self._fetch[1] < self.env.options.request_timeout_ms:
             return
+        position = core.fetch_position()
         request_id = self.env.request_id()
         self._fetch = (request_id, self.env.now_ms)
-        self._send(self.leader_id, m.VpReplicaFetch(request_id, self.vp, self.replica_id, self.leader_epoch,
-                                                    self.log.log_end_offset, self.epochs.latest_epoch))
+        self._send(position.leader_id, m.VpReplicaFetch(request_id, self.vp, self.node.name, position.leader_epoch,
+                                                        position.fetch_offset, position.last_fetched_epoch))
 
     def on_replica_fetch_result(self, message: m.VpReplicaFetchResult) -> None:
         if self._fetch is None or self._fetch[0] != message.request_id:
             return
         self._fetch = None
-        if message.failure is not None or self.role != "follower":
+        core = self.core
+        if message.failure is not None or core.role is not VpRole.FOLLOWER:
             return
-        if message.diverging is not None:
-            offset = truncation_offset(self.epochs, self.log.log_end_offset, self.high_watermark, *message.diverging)
-            if offset < self.log.log_end_offset:
-                self.env.count("vp_truncations")
-            self.log.truncate_to(offset)
-            self.epochs.truncate_from(offset)
-            self.high_watermark = min(self.high_watermark, offset)
-            self._save_epochs()
-            self._maybe_fetch()
-            return
-        if message.data:
-            epoch_before = self.epochs.latest_epoch
-            for header in self.log.append_batches(message.data, self.env.now_ms):
-                if header.leader_epoch > self.epochs.latest_epoch:
-                    self.epochs.assign(header.leader_epoch, header.base_offset)
-            if self.epochs.latest_epoch != epoch_before:
-                self._save_epochs()
-        self.high_watermark = max(self.high_watermark, min(message.high_watermark, self.log.log_end_offset))
-        self._serving = message.serving
-        self._last_leader_contact_ms = self.env.now_ms
-        if message.data:
+        end_before = core.log_end_offset
+        answer = ReplicaAnswer(message.high_watermark, message.serving, message.diverging)
+        self.hosted.apply_answer(answer, message.data, self.env.now_ms)
+        if core.log_end_offset < end_before:
+            self.env.count("vp_truncations")
+        if message.diverging is not None or message.data:
             self._maybe_fetch()
 
     # --- consumers -----------------------------------------------------------------------
 
     def on_fetch(self, source: str, message: m.VpFetch) -> None:
-        lag_ms_max = self.env.options.risr_config.read_replica_lag_ms_max
-        serving = self.role == "leader" or (
-            self.role == "follower" and self._serving and self.env.now_ms - self._last_leader_contact_ms <= lag_ms_max)
-        if not serving:
-            failure = m.Failure.of(ReadReplicaNotInSync(f"vp{self.vp}: {self.replica_id} serves no reads"))
-            self._send(source, m.VpFetchResult(message.request_id, b"", 0, 0, failure))
-            return
-        high_watermark = self.current_high_watermark()
         try:
-            data = self.log.read(message.offset, message.bytes_max, end_offset=high_watermark)
+            read = self.hosted.read(message.offset, message.bytes_max, self.env.now_ms)
         except MafkaError as error:
             self._send(source, m.VpFetchResult(message.request_id, b"", 0, 0, m.Failure.of(error)))
             return
-        self._send(source, m.VpFetchResult(message.request_id, data, high_watermark, self.log.log_end_offset, None))
+        self._send(source, m.VpFetchResult(message.request_id, read.data, read.high_watermark, read.log_end_offset,
+                                           None))
 
     # --- timers --------------------------------------------------------------------------
 
     def tick(self) -> None:
         now_ms = self.env.now_ms
-        if self.risr is not None and self.risr.tick(now_ms):
-            self._risr_changed()
+        self.hosted.tick(now_ms)
         if self._risr_write is not None and now_ms - self._risr_write[3] >= self.env.options.request_timeout_ms:
-            self._risr_write, self._risr_dirty = None, True
-        if self._risr_dirty and self._risr_write is None:
-            self._write_risr()
+            self._risr_write, self._risr_dirty = None, True  # no answer: the write may or may not have landed
+        self._maybe_write_risr()
         self._maybe_fetch()
-        high_watermark = self.current_high_watermark()
-        if high_watermark != self._saved_high_watermark:
-            self._saved_high_watermark = high_watermark
-            write_checkpoint(self.directory / HIGH_WATERMARK_CHECKPOINT, str(high_watermark))
+
+    def housekeep(self) -> None:
+        self.hosted.housekeep(self.env.now_ms, retention_due=False)
 
 
 class ReadNode:
@@ -303,13 +255,16 @@ class ReadNode:
         self.env.network.register(self.name, self.handle)
         self._heartbeat(self.incarnation)
         self._tick(self.incarnation)
+        self._housekeep(self.incarnation)
 
     def crash(self, power_loss: bool) -> None:
         assert self.up
         self.up = False
         self.env.network.unregister(self.name)
         self.replicas.clear()
-        self.env.disk.crash(self.env.disk.directory(self.name), power_loss)
+        lost_bytes = self.env.disk.crash(self.env.disk.directory(self.name), power_loss)
+        if lost_bytes:
+            self.env.count("vp_lost_bytes", lost_bytes)
 
     def _heartbeat(self, incarnation: int) -> None:
         if not self.up or incarnation != self.incarnation:
@@ -323,6 +278,14 @@ class ReadNode:
         for vp in sorted(self.replicas):
             self.replicas[vp].tick()
         self.env.scheduler.after(self.env.jitter(self.env.options.tick_interval_ms), lambda: self._tick(incarnation))
+
+    def _housekeep(self, incarnation: int) -> None:
+        if not self.up or incarnation != self.incarnation:
+            return
+        for vp in sorted(self.replicas):
+            self.replicas[vp].housekeep()
+        self.env.scheduler.after(self.env.jitter(self.env.options.housekeeping_interval_ms),
+                                 lambda: self._housekeep(incarnation))
 
     def replica(self, vp: int) -> VpReplica:
         if vp not in self.replicas:

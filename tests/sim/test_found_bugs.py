@@ -56,7 +56,8 @@ def test_truncation_keeps_a_producer_whose_older_batches_are_still_in_the_log():
 def test_a_new_vp_leader_alone_in_its_risr_serves_its_whole_log():
     """risr-hw-stuck-after-election: a new VP leader did not compute its HW until the next feed,
     and a closed parent VP is never fed again, so its children never became readable."""
-    risr = RisrState("v0", RisrConfig(), "r0", ["r0"], ["r0"], log_end_offset=10, high_watermark=4, now_ms=0)
+    risr = RisrState("v0", RisrConfig(), "r0", ["r0"], ["r0"], log_end_offset=10, high_watermark=4, now_ms=0,
+                     flushed_offset=10)
     assert risr.high_watermark == 10
 
 
@@ -78,12 +79,14 @@ def test_a_member_of_an_unconfirmed_isr_write_keeps_bounding_the_high_watermark(
 
 def test_a_member_of_an_unconfirmed_risr_write_keeps_bounding_the_vp_high_watermark():
     """unconfirmed-risr-write-ignored: the RISR twin of unconfirmed-isr-write-ignored."""
-    risr = RisrState("v0", RisrConfig(read_replica_lag_ms_max=100), "r1", ["r0", "r1"], ["r1"], 0, 0, now_ms=0)
+    risr = RisrState("v0", RisrConfig(read_replica_lag_ms_max=100), "r1", ["r0", "r1"], ["r1"], 0, 0, now_ms=0,
+                     flushed_offset=0)
     decision = risr.on_replica_fetch("r0", 0, 10)  # r0 caught up: the RISR grows to {r0, r1}
     assert decision.risr_changed and risr.risr == {"r0", "r1"}
     # The leader writes {r0, r1} to etcd; the answer is lost (the write was applied).
     assert risr.tick(200) and risr.risr == {"r1"}  # r0 went quiet: it lags, not confirmed either
     risr.leader_appended(8)
+    risr.leader_flushed(8)  # durable on r1: only r0 can hold the HW back
     # etcd holds {r0, r1}: decide_failover may elect r0, which lacks offsets 0..7 readers were served.
     assert risr.high_watermark == 0
 
@@ -120,6 +123,26 @@ def test_replicas_shrunk_out_below_min_isr_stay_electable_when_the_lone_leader_l
                                 TopicConfig(replication_factor=3, min_insync_replicas=2))
     assert decision.restart == ("w0",)
     assert (decision.state.leader, decision.state.isr, decision.state.elr) == ("w1", ("w1",), ("w2",))
+
+
+def test_a_lone_risr_leader_serves_readers_only_what_a_power_loss_cannot_take():
+    """lone-risr-leader-power-loss (seeds 501, 645, 695, 896, 918 once VP logs flushed lazily; the
+    scripted run in ``test_vp_power_loss.py``): a VP leader alone in its RISR moved the HW with
+    every append, lost its unflushed tail to a power loss after readers had read it, and was
+    elected again (the only RISR member) with a shorter log, so the feed refilled offsets readers
+    had seen with other records (fix: the HW of a lone leader never passes its flushed offset)."""
+    risr = RisrState("v0", RisrConfig(read_replica_lag_ms_max=100), "r0", ["r0", "r1"], ["r0", "r1"], 0, 0,
+                     now_ms=0, flushed_offset=0)
+    risr.leader_appended(5)
+    risr.on_replica_fetch("r1", 5, 10)
+    assert risr.tick(200) and risr.risr == {"r0"}  # r1 went quiet
+    assert risr.flush_needed, "r0 holds 0..4, which readers saw, only in its page cache"
+    risr.leader_flushed(5)
+    risr.risr_committed({"r0"})
+    risr.leader_appended(9)
+    assert risr.high_watermark == 5, "readers see nothing a power loss of r0 could take"
+    risr.leader_flushed(9)
+    assert risr.high_watermark == 9
 
 
 def test_new_batches_overtaking_a_resend_push_it_out_of_the_deduplication_window():

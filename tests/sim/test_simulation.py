@@ -61,12 +61,12 @@ def test_the_seeds_exercise_what_they_claim_to():
         for kind, count in stats["faults"].items():
             faults[kind] = faults.get(kind, 0) + count
     for key in ("acked", "consumed", "elections", "vp_failovers", "vp_restarted_leader_failovers",
-                "vp_leaders_from_restarted", "reshards", "torn_files", "truncations", "vp_truncations",
+                "vp_leaders_from_restarted", "reshards", "torn_files", "vp_lost_bytes", "truncations", "vp_truncations",
                 "duplicates_refused", "refeeds_dropped", "members_joined", "members_left", "member_leases_lapsed",
                 "ownership_claims", "ownership_releases", "ownership_splits"):
         assert totals.get(key, 0) > 0, (key, totals)
     for kind in ("crash-write", "crash-write-power-loss", "stop-write", "isolate-write", "cut-coordinator",
-                 "crash-read", "crash-feeder", "crash-consumer"):
+                 "crash-read", "crash-read-power-loss", "crash-feeder", "crash-consumer"):
         assert faults.get(kind, 0) > 0, (kind, faults)
 
 

@@ -233,3 +233,28 @@ def test_retention_deletes_only_segments_below_the_high_watermark(tmp_path):
         assert hosted.read(hosted.log_start_offset, READ_ALL_BYTES, 10**7).data
     leader.close()
     follower.close()
+
+
+# --- flushing: the lone-leader rule -----------------------------------------------------------
+
+
+def test_a_lone_leader_flushes_each_feed_and_serves_it_at_once(tmp_path):
+    """LOG_CONFIG flushes by no policy: only the rule makes the leader's log durable."""
+    node = Node()
+    leader = open_vp(tmp_path, "r0", node)
+    leader.become_leader(1, PAIR, ("r0",), now_ms=0)
+    feed(leader, 0, [10, 11, 12])
+    assert leader.core.flushed_offset == leader.log_end_offset == 3
+    assert leader.read(0, READ_ALL_BYTES, now_ms=0).high_watermark == 3 and node.readies[-1].wake
+    leader.close()
+
+
+def test_a_vp_with_one_replica_flushes_by_policy_and_reports_it_from_housekeeping(tmp_path):
+    replica = HostedVp(VP, "r0", tmp_path / "r0", replace(LOG_CONFIG, flush_interval_ms=1_000), RISR_CONFIG, 0,
+                       Node().notify)
+    replica.become_leader(1, ("r0",), ("r0",), now_ms=0)
+    feed(replica, 0, [10, 11, 12], now_ms=10)
+    assert replica.core.flushed_offset == 0 and replica.core.high_watermark == 3  # served before it is durable
+    replica.housekeep(now_ms=1_000, retention_due=False)  # flush_interval_ms passed
+    assert replica.core.flushed_offset == 3
+    replica.close()

@@ -417,6 +417,22 @@ def test_no_flush_policy_flushes_only_on_close(tmp_path):
     assert read_recovery_point(tmp_path).offset == 20
 
 
+def test_flushed_offset_is_where_a_power_loss_may_cut_the_log(tmp_path):
+    log = Log.open(tmp_path, config(segment_bytes_max=1 << 20), now_ms=0)
+    fill(log, 3)
+    assert (log.flushed_offset, log.log_end_offset) == (0, 3)  # no policy: nothing fsynced yet
+    log.flush()
+    assert log.flushed_offset == 3
+    fill(log, 2)
+    assert log.flushed_offset == 3
+    log.truncate_to(4)  # durable on return
+    assert log.flushed_offset == 4
+    log.close()
+    reopened = Log.open(tmp_path, config(), now_ms=0)
+    assert reopened.flushed_offset == 4  # a recovered log is durable to its end
+    reopened.close()
+
+
 # --- truncation and reopening ---------------------------------------------------------------
 
 

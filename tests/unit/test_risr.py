@@ -2,7 +2,8 @@
 
 The last part drives ``RisrState`` with a model of three VP replicas' logs and a controller
 through seeded random histories (appends, fetches, stalls, ticks, late RISR writes, leader
-changes) and checks that no reader ever sees a record that a later leader lacks.
+changes, flushes, power losses of the leader) and checks that no reader ever sees a record that
+a later leader lacks.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ ALL = ("r0", "r1", "r2")
 
 
 def leader(risr=ALL, log_end_offset=0, high_watermark=0, now_ms=0) -> RisrState:
-    return RisrState("orders/v3", CONFIG, "r0", ALL, risr, log_end_offset, high_watermark, now_ms)
+    return RisrState("orders/v3", CONFIG, "r0", ALL, risr, log_end_offset, high_watermark, now_ms,
+                     flushed_offset=log_end_offset)
 
 
 def statuses(state: RisrState) -> dict[str, str]:
@@ -50,10 +52,86 @@ def test_vp_high_watermark_is_the_smallest_log_end_offset_of_the_risr():
     assert state.high_watermark == 10
 
 
-def test_a_leader_alone_in_the_risr_exposes_what_it_appended():
+def test_a_leader_alone_in_the_risr_exposes_what_it_appended_once_flushed():
     state = leader(risr=("r0",))
     state.leader_appended(7)
-    assert state.high_watermark == 7 and state.risr == {"r0"}
+    assert state.leader_alone and state.flush_needed and state.high_watermark == 0
+    state.leader_flushed(7)
+    assert state.high_watermark == 7 and state.risr == {"r0"} and not state.flush_needed
+
+
+# --- the lone leader: its flushed offset bounds the HW ----------------------------------------
+
+
+def test_a_lone_leader_never_lets_readers_past_what_it_flushed():
+    """A power loss cuts a log at its flushed offset; the coordinator re-elects a lone leader
+    after one, so readers must never have seen more than that."""
+    state = leader(risr=("r0",), log_end_offset=10, high_watermark=4)
+    assert state.high_watermark == 10, "a recovered log is flushed to its end: all of it is served"
+    state.leader_appended(15)
+    assert state.flush_needed and state.high_watermark == 10
+    state.leader_flushed(12)
+    assert state.flush_needed and state.high_watermark == 12
+    state.leader_flushed(15)
+    assert not state.flush_needed and state.high_watermark == 15
+
+
+def test_a_vp_with_one_replica_serves_what_it_appended_without_flushing():
+    """Not covered by the rule (no other copy to protect, as Kafka with RF=1)."""
+    state = RisrState("orders/v1", CONFIG, "r0", ("r0",), ("r0",), 0, 0, 0, flushed_offset=0)
+    state.leader_appended(9)
+    assert state.high_watermark == 9 and not state.leader_alone and not state.flush_needed
+
+
+def test_the_flushed_offset_does_not_bound_the_high_watermark_while_a_follower_may_be_elected():
+    state = leader(risr=("r0", "r1"))
+    state.on_replica_fetch("r1", 0, now_ms=0)
+    state.leader_appended(6)
+    state.on_replica_fetch("r1", 6, now_ms=1)
+    assert state.high_watermark == 6 and not state.leader_alone and not state.flush_needed
+
+
+def test_a_leader_left_alone_flushes_at_once_and_then_after_every_append():
+    state = leader(risr=("r0", "r1"))
+    state.leader_appended(6)
+    state.on_replica_fetch("r1", 6, now_ms=0)
+    assert state.high_watermark == 6 and not state.flush_needed  # r1 holds 0..5: no flush needed
+    assert state.tick(LAG_MS + 1) and state.risr == {"r0"}  # r1 went quiet
+    # r0 must flush before the RISR {r0} can reach the coordinator: readers saw 0..5.
+    assert state.leader_alone and state.flush_needed
+    state.leader_flushed(6)
+    state.risr_committed({"r0"})
+    state.leader_appended(8)
+    assert state.flush_needed and state.high_watermark == 6
+    state.leader_flushed(8)
+    assert state.high_watermark == 8
+
+
+def test_a_leader_stays_bound_by_its_flushed_offset_until_a_wider_risr_is_confirmed():
+    """Once the RISR was the leader alone, the coordinator may hold it until a wider one is confirmed."""
+    state = leader(risr=("r0",), log_end_offset=4)
+    state.on_replica_fetch("r1", 4, now_ms=0)  # r1 caught up: the RISR grows to {r0, r1}
+    assert state.risr == {"r0", "r1"} and state.leader_alone
+    state.leader_appended(9)
+    state.on_replica_fetch("r1", 9, now_ms=1)
+    assert state.flush_needed and state.high_watermark == 4, "the coordinator may still hold {r0}"
+    state.risr_committed({"r0", "r1"})
+    assert not state.leader_alone and state.high_watermark == 9
+
+
+def test_a_risr_of_the_leader_alone_written_since_the_last_confirmation_still_binds():
+    state = leader(risr=("r0", "r1"))
+    state.on_replica_fetch("r1", 0, now_ms=0)
+    assert state.tick(LAG_MS + 1) and state.risr == {"r0"}  # {r0} is written...
+    state.on_replica_fetch("r1", 0, now_ms=LAG_MS + 2)  # ...and r1 is back: {r0, r1} is written after it
+    assert state.risr == {"r0", "r1"}
+    state.leader_appended(5)
+    state.on_replica_fetch("r1", 5, now_ms=LAG_MS + 3)
+    assert state.leader_alone and state.high_watermark == 0, "the coordinator may hold {r0}"
+    state.risr_committed({"r0"})
+    assert state.leader_alone and state.high_watermark == 0
+    state.risr_committed({"r0", "r1"})
+    assert not state.leader_alone and state.high_watermark == 5
 
 
 # --- lagging replicas leave and return ----------------------------------------------------------
@@ -211,10 +289,12 @@ class Node:
     log: list[int] = field(default_factory=list)
     high_watermark: int = 0
     alive: bool = True
+    flushed: int = 0  # a power loss cuts the log here
 
 
 class RisrSimulation:
-    """Three VP replicas, a controller holding the committed RISR, and seeded chaos."""
+    """Three VP replicas, a controller holding the committed RISR, and seeded chaos, including
+    power losses of the leader (only while every follower runs: one failure at a time)."""
 
     def __init__(self, seed: int):
         self.rng = random.Random(seed)
@@ -222,18 +302,22 @@ class RisrSimulation:
         self.nodes = {replica: Node() for replica in ALL}
         self.leader_id = "r0"
         self.controller_risr = frozenset(ALL)
-        self.state = RisrState("orders/v0", CONFIG, "r0", ALL, ALL, 0, 0, 0)
+        self.state = RisrState("orders/v0", CONFIG, "r0", ALL, ALL, 0, 0, 0, flushed_offset=0)
         self.exposed: list[int] = []  # every record a reader could have read, in VP offset order
         self.next_record = 0
         self.leader_changes = 0
+        self.power_losses = 0
 
     def step(self) -> None:
         self.now_ms += self.rng.choice((0, 10, 50, 200))
         action = self.rng.choices(
-            [self.append, self.fetch, self.tick, self.commit, self.toggle_alive, self.change_leader],
-            weights=[5, 10, 3, 2, 1, 2],
+            [self.append, self.fetch, self.tick, self.commit, self.toggle_alive, self.change_leader, self.flush,
+             self.leader_loses_power],
+            weights=[5, 10, 3, 2, 1, 2, 2, 1],
         )[0]
         action()
+        if self.state.flush_needed:  # the shell's part of the lone-leader rule
+            self.flush(self.leader_id)
         self.check()
 
     def append(self) -> None:
@@ -243,6 +327,27 @@ class RisrSimulation:
                 node.log.append(self.next_record)
                 self.next_record += 1
             self.state.leader_appended(len(node.log))
+
+    def flush(self, replica_id: str | None = None) -> None:
+        """A replica fsyncs its log (by its flush policy, or the leader asked by the rule)."""
+        replica_id = replica_id or self.rng.choice(ALL)
+        node = self.nodes[replica_id]
+        node.flushed = len(node.log)
+        if replica_id == self.leader_id:
+            self.state.leader_flushed(node.flushed)
+
+    def leader_loses_power(self) -> None:
+        """The leader's log is cut at its flushed offset; the controller fails over as
+        ``virtual.failover`` does: a running RISR member, else the restarted leader itself."""
+        if not all(node.alive for node in self.nodes.values()):
+            return
+        node = self.nodes[self.leader_id]
+        del node.log[node.flushed:]
+        node.high_watermark = min(node.high_watermark, len(node.log))
+        self.power_losses += 1
+        new = pick_leader(ALL, self.controller_risr, ALL, exclude={self.leader_id}) or self.leader_id
+        self.controller_risr = frozenset(r for r in self.controller_risr if r != self.leader_id or r == new)
+        self._lead(new)
 
     def fetch(self) -> None:
         follower_id = self.rng.choice([r for r in ALL if r != self.leader_id])
@@ -254,6 +359,7 @@ class RisrSimulation:
         while common < min(len(follower.log), len(source.log)) and follower.log[common] == source.log[common]:
             common += 1
         del follower.log[common:]
+        follower.flushed = min(follower.flushed, common)
         decision = self.state.on_replica_fetch(follower_id, len(follower.log), self.now_ms)
         follower.log.extend(source.log[len(follower.log):len(follower.log) + self.rng.choice((0, 3, 1_000))])
         follower.high_watermark = max(follower.high_watermark, min(decision.high_watermark, len(follower.log)))
@@ -280,12 +386,22 @@ class RisrSimulation:
         if new is None:
             return
         assert new in self.controller_risr
+        self._lead(new)
+
+    def _lead(self, new: str) -> None:
         node = self.nodes[new]
         self.leader_id = new
         self.leader_changes += 1
-        self.state = RisrState(
-            "orders/v0", CONFIG, new, ALL, self.controller_risr, len(node.log), node.high_watermark, self.now_ms
-        )
+        self.state = RisrState("orders/v0", CONFIG, new, ALL, self.controller_risr, len(node.log),
+                               min(node.high_watermark, len(node.log)), self.now_ms, flushed_offset=node.flushed)
+
+    def run(self) -> int:
+        """At least 400 steps and one leader change (at most 2,000 steps); the power losses."""
+        for steps in range(2_000):
+            self.step()
+            if steps >= 400 and self.leader_changes:
+                break
+        return self.power_losses
 
     def check(self) -> None:
         leader_log = self.nodes[self.leader_id].log
@@ -301,9 +417,11 @@ class RisrSimulation:
 @pytest.mark.parametrize("seed", range(60))
 def test_random_histories_never_lose_what_readers_saw(seed):
     simulation = RisrSimulation(seed)
-    for steps in range(2_000):
-        simulation.step()
-        if steps >= 400 and simulation.leader_changes:
-            break
+    simulation.run()
     assert simulation.exposed, f"seed {seed} exposed nothing"
     assert simulation.leader_changes, f"seed {seed} changed no leader"
+
+
+def test_random_histories_cut_logs_by_power_losses():
+    """The histories above exercise what the lone-leader rule is for."""
+    assert sum(RisrSimulation(seed).run() for seed in range(60)) > 0

@@ -21,9 +21,12 @@ CONFIG = RisrConfig(read_replica_lag_ms_max=LAG_MS, feed_lag_ms_max=FEED_LAG_MS)
 PAIR = ("r0", "r1")
 
 
-def core(replica_id="r0", epochs=(), log_start_offset=0, log_end_offset=0, high_watermark=0) -> VpReplicaCore:
+def core(replica_id="r0", epochs=(), log_start_offset=0, log_end_offset=0, high_watermark=0,
+         flushed_offset=None) -> VpReplicaCore:
+    """A replica opened from a recovered log, which is durable to its end unless said otherwise."""
+    flushed_offset = log_end_offset if flushed_offset is None else flushed_offset
     return VpReplicaCore("orders/v3", replica_id, CONFIG, EpochHistory(epochs), log_start_offset, log_end_offset,
-                         high_watermark)
+                         high_watermark, flushed_offset=flushed_offset)
 
 
 def leader(risr=PAIR, epoch=1, progress=None, now_ms=0, **kwargs) -> VpReplicaCore:
@@ -122,8 +125,10 @@ def test_plan_feed_drops_what_the_progress_already_holds():
 
 def test_leader_appended_moves_the_log_end_and_the_progress_and_wakes():
     replica = leader(risr=("r0",))
-    assert append(replica, 0, 10, 11, 12) == Ready(wake=True)
-    assert replica.log_end_offset == 3 and replica.high_watermark == 3
+    assert append(replica, 0, 10, 11, 12) == Ready(flush=True, wake=True), "alone in its RISR: flush first"
+    assert replica.log_end_offset == 3 and replica.high_watermark == 0
+    assert replica.flushed(3) == Ready(wake=True)
+    assert replica.high_watermark == 3
     assert replica.last_applied(1, 0) == 12 and replica.last_applied(1, 1) == NOTHING_APPLIED
     assert replica.plan_feed(1, records(0, 11, 12, 13)) == records(0, 13), "re-feeding appends nothing twice"
 
@@ -164,6 +169,7 @@ def test_a_feed_that_stays_behind_the_physical_high_watermark_is_reported_laggin
 def test_a_follower_catching_up_joins_the_risr_and_the_leader_asks_to_record_it():
     replica = leader(risr=("r0",))
     append(replica, 0, 1, 2, 3, 4, 5)
+    replica.flushed(5)
     answer, ready = fetch(replica, 0, now_ms=10)
     assert answer == ReplicaAnswer(5, serving=False, read_from=0)
     assert ready == NOTHING, "catching up changes neither the RISR nor the HW"
@@ -225,8 +231,9 @@ def test_tick_moves_a_silent_follower_out_of_the_risr_and_the_written_risr_frees
     fetch(replica, 3, now_ms=0)
     append(replica, 0, 4, 5)
     assert replica.tick(LAG_MS) == NOTHING
-    assert replica.tick(LAG_MS + 1) == Ready(write_risr=("r0",), wake=True)
+    assert replica.tick(LAG_MS + 1) == Ready(flush=True, write_risr=("r0",), wake=True), "alone: flush, then record"
     assert replica.risr == {"r0"}
+    assert replica.flushed(5) == NOTHING
     assert replica.high_watermark == 3, "the coordinator may still elect r1 until it holds the new RISR"
     assert replica.risr_written(("r0",), 1) == Ready(wake=True)
     assert replica.high_watermark == 5
@@ -316,6 +323,7 @@ def test_a_leader_always_serves_and_a_replica_without_a_role_never_does():
 def test_a_deposed_leader_keeps_its_high_watermark_as_a_follower():
     replica = leader(risr=("r0",))
     append(replica, 0, 1, 2, 3)
+    replica.flushed(3)
     replica.become_follower(2, "r1")
     assert replica.high_watermark == 3 and not replica.serving(0)
     assert replica.fetch_position() == FetchPosition("r1", 2, 3, 1)
@@ -324,11 +332,50 @@ def test_a_deposed_leader_keeps_its_high_watermark_as_a_follower():
 def test_log_start_moves_only_up_to_the_high_watermark():
     replica = leader(risr=("r0",))
     append(replica, 0, 1, 2, 3)
+    replica.flushed(3)
     replica.log_start_moved(2)
     with pytest.raises(AssertionError):
         replica.log_start_moved(1)
     with pytest.raises(AssertionError):
         replica.log_start_moved(4)
+
+
+# --- the lone leader: its flushed offset bounds the HW ----------------------------------------
+#
+# While a VP with two or more replicas has a RISR of its leader alone, the leader's HW never
+# passes what it flushed and every call that leaves it alone with unflushed records asks for a
+# flush (``Ready.flush``): a power loss then never takes an offset a reader saw.
+
+
+def test_a_vp_with_one_replica_is_not_covered_by_the_lone_leader_rule():
+    replica = core()
+    replica.become_leader(1, ("r0",), ("r0",), FeedProgress(), now_ms=0)
+    assert append(replica, 0, 1, 2, 3) == Ready(wake=True)
+    assert replica.high_watermark == 3 and replica.flushed_offset == 0
+
+
+def test_a_follower_taking_over_alone_flushes_before_it_serves_its_unflushed_tail():
+    replica = core(log_end_offset=5, flushed_offset=2)
+    assert replica.become_leader(1, PAIR, ("r0",), FeedProgress(), now_ms=0) == Ready(
+        flush=True, save_epochs=True, wake=True)
+    assert replica.high_watermark == 2
+    replica.flushed(5)
+    assert replica.high_watermark == 5
+
+
+def test_a_leader_left_alone_flushes_before_it_records_its_risr():
+    replica = leader()
+    append(replica, 0, 1, 2, 3, 4)
+    answer, ready = fetch(replica, 4, now_ms=0)
+    assert replica.high_watermark == 4 and not ready.flush, "r1 holds 0..3: no flush needed"
+    ready = replica.tick(LAG_MS + 1)  # r1 went quiet
+    assert ready.write_risr == ("r0",) and ready.flush, "readers saw 0..3: durable before {r0} is recorded"
+
+
+def test_a_truncated_follower_is_flushed_no_further_than_its_log():
+    replica = follower(epoch=2, epochs=[(1, 0)], log_end_offset=6, high_watermark=0)
+    replica.truncate((1, 4))
+    assert replica.flushed_offset == replica.log_end_offset == 4
 
 
 # --- invariants -------------------------------------------------------------------------------
@@ -339,6 +386,8 @@ def test_inconsistent_offsets_are_refused_on_open():
         core(log_end_offset=3, high_watermark=4)
     with pytest.raises(AssertionError):
         core(log_start_offset=2, log_end_offset=3, high_watermark=1)
+    with pytest.raises(AssertionError):
+        core(log_end_offset=3, flushed_offset=4)
 
 
 def test_bad_calls_are_refused():

@@ -1,0 +1,182 @@
+"""Read nodes losing power under a VP: scripted runs of the simulated cluster.
+
+Each run drives ``simulations.dst`` (production's ``HostedVp`` on a simulated disk, VP logs
+flushed lazily as in production) through a short script on one VP with two read replicas while
+producers write and a consumer reads; everything else (feeding, RISR, failover, the group) runs
+as in any seed, with no random fault and no message loss. A replica that loses power keeps its
+log only up to what it flushed; if the controller then makes it lead with a log shorter than
+what the consumer read, the feed streams refill those offsets with records in another order and
+the checkers report records read at VP offsets that now hold others, or acknowledged records the
+group never read.
+
+**A lone RISR leader loses power** (the RISR twin of the write side's eligible leader replicas).
+The follower is cut off, the leader shrinks the RISR to itself and, alone, moves the HW with every
+append; then its node loses power, boots, and the controller lets it lead the next epoch (the only
+RISR member; ``failover.decide_failover``). Before the lone-leader rule (``risr.state``: the HW of
+a leader alone in the RISR never passes its flushed offset, and it flushes after each append) the
+leader came back with its log cut to 81 while the consumer had read to 113; the checkers reported
+20 misplaced records and 2 acknowledged records never read.
+
+**A follower loses power, then the leader's process crashes** (a double fault, not covered by the
+rule; expected to fail). Both are RISR members; the follower's node loses power and, before the
+leader noticed, the leader's node crashes (its disk keeps everything). The follower's node boots
+first, and the controller lets it, a restarted RISR member, lead the next epoch with the log it
+recovered, shorter than what the consumer read -- while the leader's disk holds every record. The
+write side survives the same double fault (a replica restarted in place leaves the ISR, KIP-966);
+the read side's failover elects a restarted RISR member as its last resort. Found by seeds 645 and
+918 of 0..999 once the lone-leader rule was in; the simulator's nemesis leaves such double faults
+out (``Nemesis._may_fault_read_node``).
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from dataclasses import dataclass
+from typing import Callable
+
+import pytest
+
+from mafka4.limits import KiB, LogConfig
+from mafka4.risr.state import RisrConfig
+from simulations.checkers import Anomaly, Consumed
+from simulations.dst.cluster import Cluster
+from simulations.dst.disk import SimDisk
+from simulations.dst.env import Env
+from simulations.dst.network import Network, NetworkConfig
+from simulations.dst.options import options_for_seed
+from simulations.dst.scheduler import Scheduler
+from simulations.dst.virtual import ReadNode
+
+SEED = 1
+POWER_LOSS_MS = 600
+CHAOS_MS = 1000  # producers stop; the run drains
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    replicas: tuple[str, ...]  # the VP's, leader first
+    risr_at_power_loss: tuple[str, ...]
+    leader_epoch_at_power_loss: int
+    consumed_end_at_power_loss: int  # one past the highest VP offset the consumer had read
+    next_leader: str  # who leads the next epoch
+    next_leader_log_end_offset: int  # its log end when it took over
+    anomalies: tuple[Anomaly, ...]
+    drained: bool
+
+
+Script = Callable[[Env, ReadNode, ReadNode], list[tuple[int, Callable[[], None]]]]
+
+
+def run(script: Script, read_replica_lag_ms_max: int) -> Outcome:
+    """Run the cluster with ``script(env, leader node, follower node)``'s timed steps; the leader
+    or the follower loses power at ``POWER_LOSS_MS`` (the script says which, by crashing it then)."""
+    rng = random.Random(SEED)
+    options = options_for_seed(rng).replace(
+        partitions=2, read_nodes=3, read_replicas=2, virtual_partitions=1,
+        log_config=LogConfig(segment_bytes_max=4 * KiB, retention_ms=None, flush_interval_ms=None,
+                             flush_interval_messages=1),
+        risr_config=RisrConfig(read_replica_lag_ms_max=read_replica_lag_ms_max, feed_lag_ms_max=300),
+        network=NetworkConfig(delay_ms_min=1, delay_ms_max=3, drop_probability=0.0, duplicate_probability=0.0),
+        producers=2, batches_per_producer=40, produce_interval_ms=20,
+        consumers=1, consumers_max=1, member_churn_interval_ms=None, reshards_max=0,
+        chaos_ms=CHAOS_MS, fault_interval_ms=100 * CHAOS_MS, power_loss=True,
+    )
+    with SimDisk(rng) as disk:
+        scheduler = Scheduler()
+        env = Env(rng, options, scheduler, Network(scheduler, rng, options.network), disk)
+        cluster = Cluster(env)
+        replicas = cluster.coordinator.vps[0].replicas
+        nodes = {node.name: node for node in cluster.read_nodes}
+        seen: dict[str, object] = {}
+
+        def observe_power_loss() -> None:
+            state = cluster.coordinator.vps[0]
+            seen["risr"], seen["epoch"] = state.risr, state.leader_epoch
+            seen["consumed_end"] = 1 + max(
+                (record.offset for record in env.history if isinstance(record, Consumed) and record.stream == "vp0"),
+                default=-1)
+            scheduler.after(1, watch)
+
+        def watch() -> None:
+            """Record who leads the next epoch and its log end when it takes over."""
+            state = cluster.coordinator.vps[0]
+            replica = cluster.vp_replica(state.leader, 0)
+            if (state.leader_epoch > seen["epoch"] and replica is not None and replica.core.is_leader
+                    and replica.core.leader_epoch == state.leader_epoch):
+                seen["next_leader"], seen["next_log_end"] = state.leader, replica.core.log_end_offset
+            else:
+                scheduler.after(1, watch)
+
+        scheduler.at(POWER_LOSS_MS - 1, observe_power_loss)
+        for time_ms, step in script(env, nodes[replicas[0]], nodes[replicas[1]]):
+            scheduler.at(time_ms, step)
+        cluster.run()
+        return Outcome(replicas, seen["risr"], seen["epoch"], seen["consumed_end"], seen["next_leader"],
+                       seen["next_log_end"], tuple(cluster.check()), cluster.drained)
+
+
+# --- a lone RISR leader loses power -----------------------------------------------------------
+
+
+def lone_leader_script(env: Env, leader: ReadNode, follower: ReadNode) -> list[tuple[int, Callable[[], None]]]:
+    return [
+        (150, lambda: env.network.cut(leader.name, follower.name)),  # the leader is left alone...
+        (POWER_LOSS_MS, lambda: leader.crash(power_loss=True)),  # ...loses power...
+        (700, leader.boot),  # ...and boots again;
+        (800, lambda: env.network.uncut(leader.name, follower.name)),  # then the follower reaches it again.
+    ]
+
+
+@functools.lru_cache(maxsize=None)
+def lone_leader_loses_power() -> Outcome:
+    return run(lone_leader_script, read_replica_lag_ms_max=100)
+
+
+def test_the_lone_leader_scenario_is_the_hazard():
+    """What the scenario must be for the test below to mean anything, before and after the fix."""
+    outcome = lone_leader_loses_power()
+    leader = outcome.replicas[0]
+    assert outcome.risr_at_power_loss == (leader,), outcome
+    assert outcome.consumed_end_at_power_loss > 0, "the consumer read from the lone leader"
+    assert outcome.next_leader == leader, "the restarted leader leads the next epoch"
+    assert outcome.drained, outcome
+
+
+def test_a_lone_risr_leader_that_loses_power_still_holds_every_offset_readers_saw():
+    outcome = lone_leader_loses_power()
+    assert not outcome.anomalies, "\n".join(str(anomaly) for anomaly in outcome.anomalies)
+    assert outcome.next_leader_log_end_offset >= outcome.consumed_end_at_power_loss, outcome
+
+
+# --- a follower loses power, then the leader's process crashes ---------------------------------
+
+
+def follower_then_leader_script(env: Env, leader: ReadNode, follower: ReadNode) -> list[tuple[int, Callable[[], None]]]:
+    return [
+        (POWER_LOSS_MS, lambda: follower.crash(power_loss=True)),  # the follower loses power...
+        (POWER_LOSS_MS + 20, lambda: leader.crash(power_loss=False)),  # ...the leader crashes before it noticed;
+        (700, follower.boot),  # the follower's node is back first,
+        (900, leader.boot),  # the leader's later, with every record on its disk.
+    ]
+
+
+@functools.lru_cache(maxsize=None)
+def follower_then_leader_fail() -> Outcome:
+    return run(follower_then_leader_script, read_replica_lag_ms_max=300)
+
+
+def test_the_double_fault_scenario_elects_the_restarted_follower():
+    outcome = follower_then_leader_fail()
+    assert set(outcome.risr_at_power_loss) == set(outcome.replicas), outcome
+    assert outcome.consumed_end_at_power_loss > 0, "the consumer read from the leader"
+    assert outcome.next_leader == outcome.replicas[1], "the restarted follower leads the next epoch"
+    assert outcome.drained, outcome
+
+
+@pytest.mark.xfail(strict=True, reason="double fault: the controller elects a restarted RISR member that lost its "
+                                       "unflushed tail while the leader, which holds it, is down")
+def test_a_restarted_risr_member_that_lost_its_tail_does_not_lead_while_a_replica_holding_it_may_return():
+    outcome = follower_then_leader_fail()
+    assert not outcome.anomalies, "\n".join(str(anomaly) for anomaly in outcome.anomalies)
+    assert outcome.next_leader_log_end_offset >= outcome.consumed_end_at_power_loss, outcome
