@@ -224,10 +224,12 @@ class Segment:
     def _rebuild_indexes(self) -> None:
         """Rebuild both indexes from the (already validated) .log, e.g. after an entry was found wrong."""
         active = self._write_fd is not None
+        # Read every header first: a damaged one raises before anything is reset.
+        batches = list(iter_headers(self._read_fd, 0, self.size_bytes, SCAN_CHUNK_BYTES))
         self.offset_index.close()
         self.time_index.close()
         self._reset_state()
-        for position, header in iter_headers(self._read_fd, 0, self.size_bytes, SCAN_CHUNK_BYTES):
+        for position, header in batches:
             self._index_batch(position, header)
         self.offset_index.save()
         self.time_index.save()
@@ -300,20 +302,43 @@ class Segment:
             return False
         return header.base_offset == self.base_offset + entry.relative_offset
 
+    def _first_damaged_header(self) -> int:
+        """Where the walk of the batch headers from byte 0 first fails (a damaged header)."""
+        walked = 0
+        try:
+            for position, header in iter_headers(self._read_fd, 0, self.size_bytes, SCAN_CHUNK_BYTES):
+                walked = position + header.size_bytes
+        except CorruptRecord:
+            return walked
+        raise AssertionError(f"{self.log_path}: no damaged header to report")
+
     def locate(self, offset: int) -> tuple[int, BatchHeader]:
         """Position and header of the batch containing ``offset``."""
         assert self.base_offset <= offset < self.next_offset, (offset, self.base_offset, self.next_offset)
         entry = self.offset_index.lookup(offset - self.base_offset)
         if not self._entry_is_valid(entry):
-            self._rebuild_indexes()
+            try:
+                self._rebuild_indexes()
+            except CorruptRecord as error:  # the index was right: the batch it points at is damaged
+                raise self._damaged(self._first_damaged_header(), offset, error) from None
             entry = self.offset_index.lookup(offset - self.base_offset)
+        walked = entry.position  # where the next header starts
         try:
             for position, header in iter_headers(self._read_fd, entry.position, self.size_bytes, self._walk_chunk_bytes):
                 if header.next_offset > offset:
                     return position, header
+                walked = position + header.size_bytes
         except CorruptRecord as error:
-            raise CorruptRecord(f"{self.log_path}: offset {offset} cannot be located: {error.message}") from None
+            raise self._damaged(walked, offset, error) from None
         raise AssertionError(f"offset {offset} not found in {self.log_path}")
+
+    def _damaged(self, position: int, offset: int, error: CorruptRecord) -> CorruptRecord:
+        """A header damaged at or before the batch holding ``offset`` (e.g. its count): the same
+        refusal as a read of that batch gives, so callers see one kind of message."""
+        return CorruptRecord(
+            f"{self.log_path}: the batch at byte {position} is damaged ({error.message}) and is not served, so "
+            f"offset {offset} cannot be located: this replica's copy is corrupt on disk; read from another "
+            f"in-sync replica")
 
     def read(self, position: int, bytes_max: int, end_offset: int, at_least_one: bool) -> tuple[bytes, bool]:
         """Whole, CRC-checked batches from ``position``: at most ``bytes_max`` bytes (unless
