@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from mafka4 import cli
 from mafka4.bench import process_usage
 from mafka4.bench.density import (
     WINDOW_S_MIN, NodeUsage, VpDensityBenchSettings, bare_actor_ratios, per_vp_costs, ratio, risr_complete,
@@ -157,3 +158,8 @@ def test_a_window_shorter_than_the_minimum_is_refused_unless_the_run_is_a_smoke_
     assert smoke.virtual_partitions < VpDensityBenchSettings().virtual_partitions
     assert VpDensityBenchSettings.smoke_sized(virtual_partitions=32).virtual_partitions == 32
 
+
+def test_the_cli_refuses_a_short_window_before_connecting_to_any_cluster(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MAFKA4_HOME", str(tmp_path / "no-cluster-here"))
+    assert cli.main(["bench", "vp-density", "--window-s", "5"]) == 2
+    assert "at least 30 s, or --smoke" in capsys.readouterr().err
