@@ -332,6 +332,43 @@ def _cmd_bench_failover(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_settings(settings_class, smoke: bool, **given):
+    """A bench's default settings, or with --smoke its test size; the options given win over both."""
+    changes = {name: value for name, value in given.items() if value is not None}
+    return settings_class.smoke_sized(**changes) if smoke else settings_class(**changes)
+
+
+def _cmd_bench_vp_density(args: argparse.Namespace) -> int:
+    from mafka4.bench.density import VpDensityBenchSettings
+    from mafka4.bench.vp_density import run_vp_density_bench
+
+    settings = _bench_settings(VpDensityBenchSettings, args.smoke, virtual_partitions=args.virtual_partitions,
+                               partitions=args.partitions, window_s=args.window_s, settle_s=args.settle_s)
+    report = run_vp_density_bench(settings, args.output)
+    print(json.dumps(report["summary"], indent=2))
+    print(f"full report written to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _cmd_bench_feed_lag(args: argparse.Namespace) -> int:
+    from mafka4.bench.feed_lag import run_feed_lag_bench
+    from mafka4.bench.lag import FeedLagBenchSettings
+
+    settings = _bench_settings(FeedLagBenchSettings, args.smoke, virtual_partitions=args.virtual_partitions,
+                               partitions=args.partitions, duration_s=args.duration_s)
+    report = run_feed_lag_bench(settings, args.output)
+    print(json.dumps(report["summary"], indent=2))
+    print(f"full report written to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _vp_counts(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of VP counts, e.g. 8,256") from None
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from mafka4.demo import run_demo
 
@@ -426,6 +463,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_failover.set_defaults(run=_cmd_bench_failover)
     _add_bench_rebalance_parser(bench_commands)
     _add_bench_vp_join_parser(bench_commands)
+    _add_bench_vp_density_parser(bench_commands)
+    _add_bench_feed_lag_parser(bench_commands)
 
     commands.add_parser("demo", help="start a throwaway cluster, produce and consume 2,000 messages, stop it").set_defaults(run=_cmd_demo)
     _add_simulation_parsers(commands)
@@ -500,6 +539,50 @@ def _add_bench_vp_join_parser(bench_commands) -> None:
     vp_join.add_argument("--skip-mafka3", action="store_true", help="do not run the Mafka3 eager-rebalance trials")
     vp_join.add_argument("--output", default="results/bench_vp_join.json", help="JSON report path (default %(default)s)")
     vp_join.set_defaults(run=_cmd_bench_vp_join)
+
+
+def _add_bench_vp_density_parser(bench_commands) -> None:
+    from mafka4.bench.density import WINDOW_S_MIN, VpDensityBenchSettings
+
+    defaults, smoke = VpDensityBenchSettings(), VpDensityBenchSettings.smoke_sized()
+    density = bench_commands.add_parser("vp-density", help="RSS and idle CPU of the read nodes per hosted virtual "
+                                                           "partition, next to one bare idle Ray actor")
+    density.add_argument("--virtual-partitions", type=int, metavar="N",
+                         help=f"VPs of the topic created (default {defaults.virtual_partitions}, "
+                              f"{defaults.read_replicas} read replicas each)")
+    density.add_argument("--partitions", type=int, metavar="P",
+                         help=f"physical partitions (default {defaults.partitions})")
+    density.add_argument("--window-s", type=float, metavar="S",
+                         help=f"seconds of each idle measurement, at least {WINDOW_S_MIN:g} "
+                              f"(default {defaults.window_s:g})")
+    density.add_argument("--settle-s", type=float, metavar="S",
+                         help=f"seconds between creating the topic and measuring (default {defaults.settle_s:g})")
+    density.add_argument("--smoke", action="store_true",
+                         help=f"a test-sized run ({smoke.virtual_partitions} VPs, {smoke.window_s:g} s windows): "
+                              f"not a result")
+    density.add_argument("--output", default="results/bench_vp_density.json",
+                         help="JSON report path (default %(default)s)")
+    density.set_defaults(run=_cmd_bench_vp_density)
+
+
+def _add_bench_feed_lag_parser(bench_commands) -> None:
+    from mafka4.bench.lag import FeedLagBenchSettings
+
+    defaults, smoke = FeedLagBenchSettings(), FeedLagBenchSettings.smoke_sized()
+    feed_lag = bench_commands.add_parser("feed-lag", help="how far feeding trails the high watermark while one "
+                                                          "producer is saturated, per VP count")
+    feed_lag.add_argument("--virtual-partitions", type=_vp_counts, metavar="N[,N...]",
+                          help=f"VP counts, one topic each (default {','.join(map(str, defaults.virtual_partitions))})")
+    feed_lag.add_argument("--partitions", type=int, metavar="P",
+                          help=f"physical partitions (default {defaults.partitions})")
+    feed_lag.add_argument("--duration-s", type=float, metavar="S",
+                          help=f"seconds of producing per VP count (default {defaults.duration_s:g})")
+    feed_lag.add_argument("--smoke", action="store_true",
+                          help=f"a test-sized run ({','.join(map(str, smoke.virtual_partitions))} VPs, "
+                               f"{smoke.duration_s:g} s): not a result")
+    feed_lag.add_argument("--output", default="results/bench_feed_lag.json",
+                          help="JSON report path (default %(default)s)")
+    feed_lag.set_defaults(run=_cmd_bench_feed_lag)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -236,6 +236,12 @@ class NoEventLogs(MafkaError):
     experiment or the fleet model first."""
 
 
+class ProcessNotVisible(MafkaError):
+    """A benchmark measures a process (a read node, a reference actor) through this machine's
+    ``/proc``, and the process is not there: it runs on another machine, or it exited. Run the
+    benchmark on the machine that runs the read nodes (``mafka4 up`` runs them all locally)."""
+
+
 # --- fleet model (simulations/fleet) ----------------------------------------------------
 
 

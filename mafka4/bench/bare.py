@@ -1,10 +1,14 @@
-"""A Ray actor that accepts a produce request and only returns: the transport limit.
+"""Bare Ray actors: the transport limit, and the least one actor costs.
 
-Sending the same batches to it as to a partition leader, with the same number of
-requests in flight, shows how much of the time goes to Ray itself.
+``BareSink`` accepts a produce request and only returns: sending the same batches to it as to
+a partition leader, with the same number of requests in flight, shows how much of the time goes
+to Ray itself. ``IdleActor`` has one method and nothing else: idle, it shows what a process per
+virtual partition would cost at the least (``bench vp-density``).
 """
 
 from __future__ import annotations
+
+import os
 
 import ray
 
@@ -16,3 +20,9 @@ class BareSink:
 
     async def ping(self) -> bool:
         return True
+
+
+@ray.remote(num_cpus=0)
+class IdleActor:
+    def pid(self) -> int:
+        return os.getpid()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -20,6 +20,12 @@ def nearest_rank_index(percentile: str, count: int) -> int:
     """0-based index of the nearest-rank percentile in ``count`` sorted samples."""
     assert count > 0
     return max(math.ceil(Fraction(percentile) * count / 100), 1) - 1
+
+
+def nearest_rank_value(values: Sequence[float], percentile: str) -> float:
+    """The nearest-rank ``percentile`` (e.g. "99") of ``values``, in their own unit."""
+    ordered = sorted(values)
+    return ordered[nearest_rank_index(percentile, len(ordered))]
 
 
 def percentiles_ms(samples_ns: Iterable[int] | np.ndarray) -> dict[str, float]:

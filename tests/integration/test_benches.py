@@ -1,14 +1,21 @@
-"""The join benchmarks run end to end at a tiny size: what they measure is in their JSON, not checked here.
+"""The benchmarks run end to end at a tiny size: what they measure is in their JSON, not checked here.
 
 Wall-clock figures are never asserted (the machine is shared); what is checked is that a trial
-of each mode runs, loses no message and writes the report the README and the notes quote.
+of each mode runs, loses no message and writes the report the README and the notes quote. The
+read-path benches (vp-density, feed-lag) need two read nodes and two write nodes: they run on
+the module's ``read_cluster``.
 """
 
 from __future__ import annotations
 
 import json
 
+from mafka4.bench.density import VpDensityBenchSettings
+from mafka4.bench.feed_lag import run_feed_lag_bench
+from mafka4.bench.lag import FeedLagBenchSettings
+from mafka4.bench.vp_density import run_vp_density_bench
 from mafka4.bench.vp_join import VpJoinBenchSettings, run_vp_join_bench
+from mafka4.client.admin import Admin
 
 
 def test_the_vp_join_bench_runs_a_mafka4_and_a_mafka3_trial_and_writes_its_report(cluster, tmp_path):
@@ -25,3 +32,48 @@ def test_the_vp_join_bench_runs_a_mafka4_and_a_mafka3_trial_and_writes_its_repor
     assert set(trial["member_stall_ms"]) == {"member-0", "member-1"}
     assert trial["new_member_first_message_ms"] is not None
     assert report["mafka3_trials"][0]["new_member_first_message_ms"] is not None
+
+
+def test_the_vp_density_bench_measures_read_nodes_before_and_after_hosting_next_to_a_bare_actor(read_cluster, tmp_path):
+    settings = VpDensityBenchSettings.smoke_sized()
+    output = tmp_path / "vp_density.json"
+    report = run_vp_density_bench(settings, str(output))
+    assert json.loads(output.read_text()) == json.loads(json.dumps(report))
+    assert sorted(report["read_nodes"]) == ["r0", "r1"]
+    nodes = report["nodes"]
+    replicas = settings.virtual_partitions * settings.read_replicas
+    assert sum(node["topic_vps_hosted"] for node in nodes.values()) == replicas
+    for node in nodes.values():
+        assert node["rss_bytes_before"] > 0 and node["rss_bytes_after"] > 0
+        assert node["cores_before"] >= 0 and node["cores_after"] >= 0
+    for window in report["windows"].values():
+        assert len(window["load_average_1m"]) == 2 and isinstance(window["quiet"], bool)
+        assert set(window["processes"]) == {"r0", "r1", "bare_actor"}
+    summary = report["summary"]
+    for name in ("rss_bytes_per_vp", "rss_bytes_per_vp_replica", "idle_cores_per_vp", "idle_cores_per_vp_replica",
+                 "bare_actor_vs_vp_rss_ratio", "bare_actor_uss_vs_vp_rss_ratio", "bare_actor_vs_vp_cores_ratio"):
+        assert name in summary, name
+    assert summary["bare_actor_rss_bytes"] >= summary["bare_actor_uss_bytes"] > 0
+    assert summary["bare_actor_idle_cores"] >= 0
+    assert 0 < summary["create_topic_s"] <= summary["risr_complete_s"]
+    assert isinstance(summary["quiet"], bool)
+    assert report["topic"] not in Admin(read_cluster).list_topics(), "the bench deletes its topic"
+
+
+def test_the_feed_lag_bench_samples_the_lag_while_producing_and_until_feeding_caught_up(read_cluster, tmp_path):
+    settings = FeedLagBenchSettings.smoke_sized()
+    output = tmp_path / "feed_lag.json"
+    report = run_feed_lag_bench(settings, str(output))
+    assert json.loads(output.read_text()) == json.loads(json.dumps(report))
+    (run,) = report["runs"]
+    assert run["virtual_partitions"] == 8 and set(report["summary"]) == {"8"}
+    producer = run["producer"]
+    assert producer["messages"] > 0 and producer["failed"] == 0 and producer["flushed"] and producer["msgs_per_s"] > 0
+    lag = run["lag"]
+    assert lag["samples"] >= 2
+    for unit in ("records", "ms"):
+        assert 0 <= lag[unit]["p50"] <= lag[unit]["p99"] <= lag[unit]["max"]
+    assert run["drain_s"] is not None, "feeding caught up with everything produced"
+    assert isinstance(run["bounded"], bool) and isinstance(run["quiet"], bool)
+    assert sum(counters["records_fed"] for feeds in run["feeds_at_end"].values() for counters in feeds.values()) > 0
+    assert run["topic"] not in Admin(read_cluster).list_topics(), "the bench deletes its topic"

@@ -1,0 +1,102 @@
+"""The cost of one idle virtual partition, from read-node usage before and after hosting (pure).
+
+``bench.vp_density`` measures every read node process idle without the new topic (before) and
+idle while it hosts the topic's ``virtual_partitions`` VPs of ``read_replicas`` replicas each
+(after). The differences, summed over the nodes, are what the VPs cost:
+
+* ``rss_bytes_per_vp`` = sum(RSS after - RSS before) / VPs, and ``rss_bytes_per_vp_replica``
+  the same divided by VPs x read replicas (a replica is one log on one node);
+* ``idle_cores_per_vp`` and ``idle_cores_per_vp_replica`` the same of CPU cores.
+
+The reference is one bare idle Ray actor, the least a VP costs when it is a process: the ratio
+"one bare actor / one idle VP" for RSS and for cores, and for the actor's USS (the pages only it
+holds; its RSS also counts library pages shared with every other worker). On a noisy machine a difference can be
+zero or negative (memory handed back, less background work than before): a ratio over it is
+None, never a made-up number.
+
+The bench's settings live here too, validated on construction, so that the CLI reads them
+without importing Ray.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Mapping
+
+from mafka4.errors import InvalidConfig
+
+if TYPE_CHECKING:
+    from mafka4.virtual.metadata import VirtualPartitionState
+
+# A read node's idle work comes in passes (housekeeping every second, feed positions every 5 s):
+# a window of 30 s averages 30 and 6 of them; a shorter one measures where the passes fall.
+WINDOW_S_MIN = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class VpDensityBenchSettings:
+    virtual_partitions: int = 1024
+    partitions: int = 2
+    replication_factor: int = 1
+    read_replicas: int = 2
+    window_s: float = 30.0
+    settle_s: float = 10.0
+    # Creating the topic and completing every VP's RISR must take at most this long.
+    ready_s_max: float = 300.0
+    # A test-sized run: windows shorter than WINDOW_S_MIN are allowed, and the report says so.
+    smoke: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.smoke and self.window_s < WINDOW_S_MIN:
+            raise InvalidConfig(f"window_s={self.window_s} is too short to average a read node's idle CPU: use at "
+                                f"least {WINDOW_S_MIN:g} s, or --smoke for a test run")
+        if self.window_s <= 0 or self.settle_s < 0 or self.ready_s_max <= 0:
+            raise InvalidConfig(f"window_s={self.window_s}, settle_s={self.settle_s} and ready_s_max="
+                                f"{self.ready_s_max} must be positive (settle_s may be 0)")
+
+    @classmethod
+    def smoke_sized(cls, **changes) -> "VpDensityBenchSettings":
+        """A run of seconds for tests: 16 VPs, 2 s windows."""
+        return cls(**{"virtual_partitions": 16, "window_s": 2.0, "settle_s": 1.0, "smoke": True, **changes})
+
+
+@dataclass(frozen=True, slots=True)
+class NodeUsage:
+    """One read node process, idle, before and after it hosts the topic's VP replicas."""
+
+    rss_bytes_before: int
+    rss_bytes_after: int
+    cores_before: float
+    cores_after: float
+
+
+def per_vp_costs(nodes: Iterable[NodeUsage], virtual_partitions: int, read_replicas: int) -> dict[str, float]:
+    """RSS and idle cores per VP and per VP replica, from the usage of every node hosting them."""
+    assert virtual_partitions >= 1 and read_replicas >= 1, (virtual_partitions, read_replicas)
+    nodes = list(nodes)
+    rss_bytes = sum(node.rss_bytes_after - node.rss_bytes_before for node in nodes)
+    cores = sum(node.cores_after - node.cores_before for node in nodes)
+    replicas = virtual_partitions * read_replicas
+    return {"rss_bytes_per_vp": rss_bytes / virtual_partitions, "rss_bytes_per_vp_replica": rss_bytes / replicas,
+            "idle_cores_per_vp": cores / virtual_partitions, "idle_cores_per_vp_replica": cores / replicas}
+
+
+def ratio(numerator: float, denominator: float) -> float | None:
+    """``numerator / denominator``, or None when the denominator is not a positive cost."""
+    return numerator / denominator if denominator > 0 else None
+
+
+def bare_actor_ratios(bare_rss_bytes: int, bare_uss_bytes: int, bare_cores: float,
+                      costs: Mapping[str, float]) -> dict[str, float | None]:
+    """How many idle VPs cost what one bare idle actor costs: in RSS, in cores, and in the actor's
+    unshared memory (USS) against a VP's RSS (RSS counts library pages every worker shares)."""
+    return {"bare_actor_vs_vp_rss_ratio": ratio(bare_rss_bytes, costs["rss_bytes_per_vp"]),
+            "bare_actor_uss_vs_vp_rss_ratio": ratio(bare_uss_bytes, costs["rss_bytes_per_vp"]),
+            "bare_actor_vs_vp_cores_ratio": ratio(bare_cores, costs["idle_cores_per_vp"])}
+
+
+def risr_complete(states: Iterable["VirtualPartitionState"], virtual_partitions: int, read_replicas: int) -> bool:
+    """True once all ``virtual_partitions`` VPs exist with ``read_replicas`` replicas each, every one in the RISR."""
+    states = list(states)
+    return len(states) == virtual_partitions and all(
+        len(state.replicas) == read_replicas and set(state.risr) == set(state.replicas) for state in states)

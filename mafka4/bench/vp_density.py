@@ -1,0 +1,125 @@
+"""``mafka4 bench vp-density``: what one idle virtual partition costs its read nodes, next to one bare actor.
+
+On the running cluster (two read nodes: ``mafka4 up --read-nodes 2``), in one run:
+
+1. **baseline**: RSS and CPU of every read node process (``bench.process_usage``: ``VmRSS`` and
+   the ``schedstat`` of every thread; the pid from ``ReadNode.describe``) and of one bare idle
+   Ray actor (``bare.IdleActor``, on the first read node by its node resource) over
+   ``window_s``, with nothing of the new topic hosted;
+2. **creation**: a mafka4-mode topic of ``virtual_partitions`` VPs with ``read_replicas`` each
+   (``partitions`` physical partitions of RF ``replication_factor``), timed until
+   ``create_topic`` returns (``create_topic_s``) and until the RISR of every VP in etcd holds
+   all its replicas (``risr_complete_s``);
+3. **idle**: after ``settle_s``, the same processes over ``window_s`` again; nothing is produced;
+4. the figures of ``bench.density``: RSS and idle cores per VP and per VP replica, the bare
+   actor's RSS, USS (its pages no other process shares) and idle cores in the idle window, and
+   the ratios "one bare actor / one idle VP".
+
+The actor is killed and the topic deleted at the end. Each window records the load average at
+its start and end and ``quiet`` (``bench.usage``); the summary is ``quiet`` only when both were.
+The report goes to ``results/bench_vp_density.json``. The machine is small and shared: compare
+the figures of one run with each other, not with another run's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import psutil
+import ray
+
+from mafka4.bench.bare import IdleActor
+from mafka4.bench.density import NodeUsage, VpDensityBenchSettings, bare_actor_ratios, per_vp_costs, risr_complete
+from mafka4.bench.process_usage import measure_window
+from mafka4.bench.read_nodes import running_read_nodes
+from mafka4.client.admin import Admin
+from mafka4.runtime.connect import Connection, connect
+from mafka4.runtime.ray_cluster import node_resource
+from mafka4.virtual.metadata import VirtualStore
+
+BARE_ACTOR = "bare_actor"
+POLL_INTERVAL_S = 0.2
+CALL_TIMEOUT_S = 60
+
+
+def _describe(nodes: dict[str, object], topic: str) -> dict[str, dict]:
+    """Per read node: its pid, every VP replica it hosts, and how many of them are ``topic``'s."""
+    described = ray.get([handle.describe.remote(topic) for handle in nodes.values()], timeout=CALL_TIMEOUT_S)
+    return {node: {"pid": d["pid"], "hosted_vps": d["hosted_vps"], "topic_vps": len(d["vps"])}
+            for node, d in zip(nodes, described)}
+
+
+def _create_timed(connection: Connection, admin: Admin, topic: str, settings: VpDensityBenchSettings) -> dict:
+    virtual = VirtualStore(connection.store, connection.cluster)
+    started = time.monotonic()
+    admin.create_topic(topic, partitions=settings.partitions, replication_factor=settings.replication_factor,
+                       virtual_partitions=settings.virtual_partitions, read_replicas=settings.read_replicas,
+                       read_mode="mafka4")
+    created = time.monotonic()
+    while not risr_complete((state for state, _ in virtual.states(topic).values()), settings.virtual_partitions,
+                            settings.read_replicas):
+        if time.monotonic() - started > settings.ready_s_max:
+            raise TimeoutError(f"bench vp-density: the RISR of some VP of {topic} was not complete within "
+                               f"{settings.ready_s_max} s; see <home>/controller.log")
+        time.sleep(POLL_INTERVAL_S)
+    return {"create_topic_s": round(created - started, 3), "risr_complete_s": round(time.monotonic() - started, 3)}
+
+
+def _usage(name: str, pid: int, baseline: dict, idle: dict) -> dict:
+    before, after = baseline["processes"][name], idle["processes"][name]
+    return {"pid": pid, "rss_bytes_before": before["rss_bytes"], "rss_bytes_after": after["rss_bytes"],
+            "cores_before": before["cores"], "cores_after": after["cores"]}
+
+
+def _summary(settings: VpDensityBenchSettings, nodes: dict[str, dict], bare: dict, creation: dict,
+             quiet: bool) -> dict:
+    costs = per_vp_costs([NodeUsage(n["rss_bytes_before"], n["rss_bytes_after"], n["cores_before"], n["cores_after"])
+                          for n in nodes.values()], settings.virtual_partitions, settings.read_replicas)
+    return {**costs, "bare_actor_rss_bytes": bare["rss_bytes_after"], "bare_actor_uss_bytes": bare["uss_bytes"],
+            "bare_actor_idle_cores": bare["cores_after"],
+            **bare_actor_ratios(bare["rss_bytes_after"], bare["uss_bytes"], bare["cores_after"], costs),
+            **creation, "quiet": quiet}
+
+
+def run_vp_density_bench(settings: VpDensityBenchSettings, output_path: str) -> dict:
+    connection = connect()
+    admin = Admin(connection)
+    load_start = os.getloadavg()[0]
+    handles = running_read_nodes(connection, settings.read_replicas, "vp-density")
+    topic = f"bench-density-{secrets.token_hex(3)}"
+    described_before = _describe(handles, topic)
+    first_node = next(iter(handles))
+    bare = IdleActor.options(num_cpus=0, resources={node_resource(first_node): 1}).remote()
+    try:
+        pids = {node: d["pid"] for node, d in described_before.items()}
+        pids[BARE_ACTOR] = ray.get(bare.pid.remote(), timeout=CALL_TIMEOUT_S)
+        baseline = measure_window(pids, settings.window_s)
+        creation = _create_timed(connection, admin, topic, settings)
+        time.sleep(settings.settle_s)
+        idle = measure_window(pids, settings.window_s)
+        bare_uss_bytes = psutil.Process(pids[BARE_ACTOR]).memory_full_info().uss
+        described_after = _describe(handles, topic)
+    finally:
+        ray.kill(bare)
+        if topic in admin.list_topics():
+            admin.delete_topic(topic)
+    nodes = {node: {**_usage(node, pids[node], baseline, idle),
+                    "hosted_vps_before": described_before[node]["hosted_vps"],
+                    "hosted_vps_after": described_after[node]["hosted_vps"],
+                    "topic_vps_hosted": described_after[node]["topic_vps"]} for node in handles}
+    bare_usage = {**_usage(BARE_ACTOR, pids[BARE_ACTOR], baseline, idle), "node": first_node,
+                  "uss_bytes": bare_uss_bytes}
+    report = {
+        "settings": asdict(settings), "topic": topic, "read_nodes": list(handles), "creation": creation,
+        "nodes": nodes, "bare_actor": bare_usage, "windows": {"baseline": baseline, "idle": idle},
+        "summary": _summary(settings, nodes, bare_usage, creation, baseline["quiet"] and idle["quiet"]),
+        "cpu_count": os.cpu_count(), "load_average_1m": [round(load_start, 2), round(os.getloadavg()[0], 2)],
+    }
+    Path(output_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(output_path).write_text(json.dumps(report, indent=2))
+    return report
