@@ -426,7 +426,7 @@ class Controller:
         self._dirty -= batch
         try:
             outcome = self._read_path.handle_vps(first.topic, {item.vp for item in batch}, sorted(self._read_nodes),
-                                                 self._fence)
+                                                 self._fence, self._upkeep.gone_nodes(_now_ms()))
         except UnknownTopic:
             self._pending -= batch  # deleted meanwhile
             return

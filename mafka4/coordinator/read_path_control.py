@@ -149,8 +149,13 @@ class ReadPathControl:
 
     # --- VPs ------------------------------------------------------------------------------
 
-    def handle_vps(self, topic: str, vps: set[int], read_nodes: Sequence[str], fence: Fence) -> VpRepairOutcome:
-        """Bring ``vps`` of ``topic`` to a live leader and hosted live replicas; see the module docstring."""
+    def handle_vps(self, topic: str, vps: set[int], read_nodes: Sequence[str], fence: Fence,
+                   gone: Iterable[str] = ()) -> VpRepairOutcome:
+        """Bring ``vps`` of ``topic`` to a live leader and hosted live replicas; see the module docstring.
+
+        ``gone``: read nodes gone for good (``read_path_upkeep``): a VP whose only live RISR members
+        restarted does not wait for RISR members there (``failover.decide_failover``).
+        """
         outcome = VpRepairOutcome()
         config = self.mafka4_config(topic)
         if config is None:
@@ -177,16 +182,25 @@ class ReadPathControl:
                     log.error("%s/v%d: %s", topic, vp, leaderless_text(state, live, repair.waiting_for_node))
                     outcome.incomplete.add(vp)
                     continue
-                if repair.failover:
-                    decided = decide_failover(state, live, restarted)
-                    assert decided is not None and decided is not state, (state, live, restarted)
-                    if not self._virtual.swap(topic, decided, mod_revision, fence):
-                        conflict = True
-                        break
-                    log.warning("%s/v%d: leader %s (%s) -> %s at epoch %d", topic, vp, state.leader,
-                                "restarted" if state.leader in restarted else "dead", decided.leader,
-                                decided.leader_epoch)
-                    state = decided
+                if repair.failover or restarted & set(state.risr):
+                    log_ends = self._log_end_offsets(topic, config, vp, restarted) if restarted else {}
+                    decided = decide_failover(state, live, restarted, log_ends, gone)
+                    if decided is None:
+                        log.error("%s/v%d: only restarted RISR members are live (%s); waiting for the other RISR "
+                                  "members %s, one may hold the longest log", topic, vp, sorted(restarted),
+                                  sorted(set(state.risr) - live))
+                        outcome.incomplete.add(vp)
+                        continue
+                    if decided is not state:
+                        if not self._virtual.swap(topic, decided, mod_revision, fence):
+                            conflict = True
+                            break
+                        log.warning("%s/v%d: leader %s (%s) -> %s at epoch %d, RISR %s%s", topic, vp, state.leader,
+                                    "restarted" if state.leader in restarted else
+                                    "dead" if state.leader not in live else "live", decided.leader,
+                                    decided.leader_epoch, list(decided.risr),
+                                    f" (recovered log ends {log_ends})" if log_ends else "")
+                        state = decided
                 if repair.restart or repair.waiting_for_node:
                     outcome.incomplete.add(vp)
                 announce.append(state)
@@ -200,6 +214,20 @@ class ReadPathControl:
                 outcome.incomplete |= on_node if -1 in failures else set(failures) & on_node
             return outcome
         raise MetadataConflict(f"{topic}: VP keys kept changing during repair (or the controller was deposed); retry")
+
+    def _log_end_offsets(self, topic: str, config: TopicConfig, vp: int, replicas: Iterable[str]) -> dict[str, int]:
+        """The log end offset each of ``replicas`` (restarted: no role) recovered for ``vp`` (its node opens the log)."""
+        refs = {handle.log_end_offsets.remote(topic, config, [vp]): node for node in replicas
+                if (handle := read_node_handle(self._cluster, node)) is not None}
+        found: dict[str, int] = {}
+        if refs:
+            ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=self._config.replica_call_timeout_ms / 1000)
+            for ref in ready:
+                try:
+                    found[refs[ref]] = ray.get(ref, timeout=0)[vp]
+                except Exception:  # not known: counts as the shortest log
+                    pass
+        return found
 
     def _roles(self, topic: str, nodes: Iterable[str]) -> dict[str, dict[int, tuple[str, int]]]:
         """Per live node, the roles it holds for ``topic``'s VPs (a node that does not answer holds none)."""

@@ -81,6 +81,10 @@ class ReadPathUpkeep:
             del self._shrink[name]
         return repairs
 
+    def gone_nodes(self, now_ms: int) -> frozenset[str]:
+        """Read nodes unregistered for longer than ``read_node_gone_ms`` (as of the last pass)."""
+        return self._absence.gone(now_ms)
+
     # --- replicas off gone nodes ------------------------------------------------------------
 
     def _move_off(self, topic: str, states: dict[int, tuple[VirtualPartitionState, int]], live: set[str],

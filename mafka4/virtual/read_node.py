@@ -235,6 +235,13 @@ class ReadNode:
             entry = self._topics.setdefault(topic, _Topic(config, view, {}))
         return entry
 
+    async def log_end_offsets(self, topic: str, config: TopicConfig, vps: Sequence[int]) -> dict[int, int]:
+        """The log end offset of this node's replica of each of ``vps``, opening (without a role) a log
+        not hosted yet: the controller picks the longest among restarted replicas (``failover``)."""
+        await self._topic(topic, config)
+        now_ms = _now_ms()
+        return {vp: self._open(VpId(topic, vp), config, now_ms).log_end_offset for vp in vps}
+
     async def roles(self, topic: str) -> dict[int, tuple[str, int]]:
         """Per hosted VP of ``topic``: (role, leader epoch)."""
         return {vp_id.vp: (hosted.core.role.value, hosted.core.leader_epoch)

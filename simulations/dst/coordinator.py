@@ -90,6 +90,9 @@ class Coordinator:
         self._offline_noted: set[int] = set()
         self.elections_total = 0
         self.vp_failovers_total = 0
+        # (read node, vp) -> the VP log's end offset its last heartbeat reported (restarted replicas:
+        # what they recovered), for the longest-log rule of ``decide_failover``.
+        self._vp_log_ends: dict[tuple[str, int], int] = {}
         self.resharding = None  # set by the run: a resharding.ReshardAdmin
         self.group = None  # set by the run: a group.GroupStore
 
@@ -145,6 +148,8 @@ class Coordinator:
     def _on_heartbeat(self, message: m.Heartbeat) -> None:
         previous = self._seen.get(message.node)
         self._seen[message.node] = (self.env.now_ms, message.incarnation, message.running)
+        for vp, log_end_offset in message.log_ends:
+            self._vp_log_ends[(message.node, vp)] = log_end_offset
         if message.node in self.read_nodes and (previous is None or previous[1] != message.incarnation):
             for vp, state in self.vps.items():  # its VP replicas restarted: tell them their roles again
                 if message.node in state.replicas:
@@ -269,19 +274,25 @@ class Coordinator:
         repair = decide_virtual_partition(state, alive, live_nodes, restarted)
         if repair.leaderless:
             return  # no live RISR member: consumers of this VP wait for one's node to come back
-        if repair.failover:
-            decided = decide_failover(state, alive, restarted)
-            assert decided is not None and decided.leader_epoch == state.leader_epoch + 1, (state, decided)
-            if state.leader in restarted:
-                self.env.count("vp_restarted_leader_failovers")
-            if decided.leader in restarted:
-                self.env.count("vp_leaders_from_restarted")
-            self._vp_fresh[vp].discard(decided.leader)  # its new epoch is what it is told now
-            self.vps[vp] = state = decided
-            self.vp_failovers_total += 1
-            self._vp_confirmed[vp].clear()
-            self.env.note(f"ctl: vp{vp} leader {state.leader} epoch {state.leader_epoch} risr {list(state.risr)} "
-                          f"(alive {sorted(alive)}, restarted {sorted(restarted)})")
+        if repair.failover or restarted & set(state.risr):
+            log_ends = {r: self._vp_log_ends[(r, vp)] for r in restarted if (r, vp) in self._vp_log_ends}
+            decided = decide_failover(state, alive, restarted, log_ends)
+            if decided is None:
+                return  # only restarted RISR members are live: wait for the others (one may hold the longest log)
+            assert decided is state or decided.leader_epoch == state.leader_epoch + 1, (state, decided)
+            if decided is not state:
+                if state.leader in restarted:
+                    self.env.count("vp_restarted_leader_failovers")
+                if decided.leader in restarted:
+                    self.env.count("vp_leaders_from_restarted")
+                if decided.leader == state.leader and state.leader not in restarted:
+                    self.env.count("vp_restarted_followers_left_risr")
+                self._vp_fresh[vp].discard(decided.leader)  # its new epoch is what it is told now
+                self.vps[vp] = state = decided
+                self.vp_failovers_total += 1
+                self._vp_confirmed[vp].clear()
+                self.env.note(f"ctl: vp{vp} leader {state.leader} epoch {state.leader_epoch} risr {list(state.risr)} "
+                              f"(alive {sorted(alive)}, restarted {sorted(restarted)})")
         for replica_id in sorted(alive - self._vp_confirmed[vp]):
             if replica_id == state.leader:
                 message = m.VpBecomeLeader(self._notice(vp, replica_id, True), vp, state.leader_epoch, state.replicas,

@@ -130,11 +130,14 @@ class StopReplica:
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
     """A node's lease refresh: it is alive (since boot ``incarnation``) and runs these replicas
-    (physical partitions on a write node, VPs on a read node)."""
+    (physical partitions on a write node, VPs on a read node); a read node also says how long
+    each VP log it holds is (``ReadNode.log_end_offsets``: the controller picks the longest log
+    among restarted RISR members)."""
 
     node: str
     incarnation: int
     running: tuple[int, ...]
+    log_ends: tuple[tuple[int, int], ...] = ()  # (vp, log end offset)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,9 @@ duration:
 * a write node is cut off from every other endpoint, from the coordinator only, or from one
   other write node (an asymmetric view of the cluster), then healed;
 * a read node crashes (power loss: its VP logs lose their unflushed tails; or a process
-  crash) or is cut off, one fault at a time where that matters (``_may_lose_read_power``,
-  ``_may_fault_read_node``); a feeder or a consumer crashes and restarts with empty memory.
+  crash) or is cut off; a power loss only while every other read node runs and has recovered
+  from its last fault (``_may_lose_read_power``); a feeder or a consumer crashes and restarts
+  with empty memory.
 
 At most ``faulty_write_nodes_max`` write nodes are down or cut off at once. ``heal_all``
 ends the chaos: every cut link is restored, every process boots, the network stops dropping
@@ -84,7 +85,7 @@ class Nemesis:
         elif kind == "crash-read":
             up = [n for n in cluster.read_nodes if n.up]
             node = rng.choice(up) if up else None
-            if node is not None and self._may_fault_read_node(node.name):
+            if node is not None:
                 power_loss = self.env.options.power_loss and self._may_lose_read_power(node.name)
                 node.crash(power_loss)
                 self._read_faulted[node.name] = power_loss or self._read_faulted.get(node.name, False)
@@ -92,10 +93,9 @@ class Nemesis:
                 self._down_for(node, duration_ms, writer=False)
         elif kind == "isolate-read":
             node = rng.choice(cluster.read_nodes)
-            if self._may_fault_read_node(node.name):
-                self._read_faulted.setdefault(node.name, False)
-                self._cut(node.name, cluster.endpoints(), duration_ms, writer=False)
-                self._count(kind, f"{node.name} cut from everyone for {duration_ms} ms")
+            self._read_faulted.setdefault(node.name, False)
+            self._cut(node.name, cluster.endpoints(), duration_ms, writer=False)
+            self._count(kind, f"{node.name} cut from everyone for {duration_ms} ms")
         elif kind == "crash-feeder":
             up = [f for f in cluster.feeders if f.up]
             if up:
@@ -127,22 +127,15 @@ class Nemesis:
 
         Not with ``read_replicas=1``: a VP's only replica losing its tail loses records readers
         saw by configuration (Kafka with RF=1), not by a bug. Not while another read node is
-        down, cut off or not recovered from a fault (``_may_fault_read_node`` has the converse):
-        replication, not fsync, protects what readers saw, so a power loss is survivable while
-        every other replica of its VPs runs and holds what it claimed. Two replicas of one VP
+        down, cut off or not recovered from a fault: replication, not fsync, protects what
+        readers saw, so a power loss is survivable while every other replica of its VPs runs
+        and holds what it claimed. Other faults may follow a power loss at once: a restarted
+        RISR member leaves the RISR, and the longest log leads (``virtual.failover``). Two replicas of one VP
         losing their unflushed tails (seed 622 lost all three read nodes' within 200 ms), or one
-        losing it while the other is down, is a double fault the rule of ``risr.state`` does not
-        cover (as on the write side, see ``_fully_replicated``).
+        losing it while the other is down, is a double fault nothing can cover (as on the write
+        side, see ``_fully_replicated``).
         """
         return self.env.options.read_replicas >= 2 and not self._faulted_read_nodes().keys() - {name}
-
-    def _may_fault_read_node(self, name: str) -> bool:
-        """Whether read node ``name`` may crash or be cut off: not while another one that lost
-        power has not recovered. A VP's leader down or cut off then leaves the restarted replica
-        that lost its tail as the only live RISR member, and the controller lets it lead with a
-        log shorter than what readers saw (seeds 645 and 918; a double fault the read side does
-        not survive yet: ``tests/sim/test_vp_power_loss.py``)."""
-        return not any(lost for other, lost in self._faulted_read_nodes().items() if other != name)
 
     def _faulted_read_nodes(self) -> dict[str, bool]:
         """The read nodes not recovered from a crash or a cut -> whether they lost power."""

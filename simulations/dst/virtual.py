@@ -253,6 +253,12 @@ class ReadNode:
         self.up = True
         self.incarnation += 1
         self.env.network.register(self.name, self.handle)
+        # Open every VP log on this node's disk (no role yet), as the real read node does when the
+        # controller asks for their lengths (``ReadNode.log_end_offsets``).
+        root = self.env.disk.directory(self.name)
+        if root.is_dir():
+            for vp in sorted(int(path.name[3:]) for path in root.glob("vp-*")):
+                self.replica(vp)
         self._heartbeat(self.incarnation)
         self._tick(self.incarnation)
         self._housekeep(self.incarnation)
@@ -269,7 +275,9 @@ class ReadNode:
     def _heartbeat(self, incarnation: int) -> None:
         if not self.up or incarnation != self.incarnation:
             return
-        self.env.network.send(self.name, COORDINATOR, m.Heartbeat(self.name, incarnation, tuple(sorted(self.replicas))))
+        log_ends = tuple((vp, replica.hosted.log_end_offset) for vp, replica in sorted(self.replicas.items()))
+        self.env.network.send(self.name, COORDINATOR, m.Heartbeat(self.name, incarnation, tuple(sorted(self.replicas)),
+                                                                  log_ends))
         self.env.scheduler.after(self.env.jitter(self.env.options.heartbeat_interval_ms), lambda: self._heartbeat(incarnation))
 
     def _tick(self, incarnation: int) -> None:

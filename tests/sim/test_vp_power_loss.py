@@ -17,15 +17,13 @@ a leader alone in the RISR never passes its flushed offset, and it flushes after
 leader came back with its log cut to 81 while the consumer had read to 113; the checkers reported
 20 misplaced records and 2 acknowledged records never read.
 
-**A follower loses power, then the leader's process crashes** (a double fault, not covered by the
-rule; expected to fail). Both are RISR members; the follower's node loses power and, before the
-leader noticed, the leader's node crashes (its disk keeps everything). The follower's node boots
-first, and the controller lets it, a restarted RISR member, lead the next epoch with the log it
-recovered, shorter than what the consumer read -- while the leader's disk holds every record. The
-write side survives the same double fault (a replica restarted in place leaves the ISR, KIP-966);
-the read side's failover elects a restarted RISR member as its last resort. Found by seeds 645 and
-918 of 0..999 once the lone-leader rule was in; the simulator's nemesis leaves such double faults
-out (``Nemesis._may_fault_read_node``).
+**A follower loses power, then the leader's process crashes** (a double fault). Both are RISR
+members; the follower's node loses power and, before the leader noticed, the leader's node
+crashes (its disk keeps everything). The follower's node boots first. Before the longest-log rule
+the controller let it, a restarted RISR member, lead the next epoch with the log it recovered,
+shorter than what the consumer read, while the leader's disk held every record (found by seeds 645
+and 918 of 0..999). Now only restarted RISR members being live, the VP waits for the other RISR
+member and the longest recovered log leads (``failover.decide_failover``).
 """
 
 from __future__ import annotations
@@ -166,17 +164,14 @@ def follower_then_leader_fail() -> Outcome:
     return run(follower_then_leader_script, read_replica_lag_ms_max=300)
 
 
-def test_the_double_fault_scenario_elects_the_restarted_follower():
+def test_a_restarted_risr_member_that_lost_its_tail_does_not_lead_while_a_replica_holding_it_may_return():
+    """Only restarted RISR members are live: the VP waits for the other RISR member and the longest
+    recovered log leads (``failover.decide_failover``); before that rule the follower led with log
+    end 100 after the consumer had read to 115 (16 misplaced, 10 acknowledged records never read)."""
     outcome = follower_then_leader_fail()
     assert set(outcome.risr_at_power_loss) == set(outcome.replicas), outcome
     assert outcome.consumed_end_at_power_loss > 0, "the consumer read from the leader"
-    assert outcome.next_leader == outcome.replicas[1], "the restarted follower leads the next epoch"
-    assert outcome.drained, outcome
-
-
-@pytest.mark.xfail(strict=True, reason="double fault: the controller elects a restarted RISR member that lost its "
-                                       "unflushed tail while the leader, which holds it, is down")
-def test_a_restarted_risr_member_that_lost_its_tail_does_not_lead_while_a_replica_holding_it_may_return():
-    outcome = follower_then_leader_fail()
+    assert outcome.next_leader == outcome.replicas[0], "the old leader, whose disk kept every record, leads"
     assert not outcome.anomalies, "\n".join(str(anomaly) for anomaly in outcome.anomalies)
     assert outcome.next_leader_log_end_offset >= outcome.consumed_end_at_power_loss, outcome
+    assert outcome.drained, outcome

@@ -149,11 +149,34 @@ def test_a_restarted_only_risr_member_leads_the_next_epoch_from_its_own_log():
     assert decide_failover(alone, alive={"r1"}, restarted={"r1"}) is None, "r1 is outside the RISR"
 
 
-def test_restarted_risr_members_lead_in_preferred_order_when_none_kept_running():
+def test_restarted_risr_members_lead_in_preferred_order_when_none_kept_running_and_their_logs_tie():
     decided = decide_failover(STATE, alive={"r0", "r2"}, restarted={"r0", "r2"})
-    assert (decided.leader, decided.leader_epoch, decided.risr) == ("r0", 4, ("r0", "r2"))
-    decided = decide_failover(STATE, alive={"r2"}, restarted={"r2"})
-    assert (decided.leader, decided.risr) == ("r2", ("r2",)), "the dead old leader leaves the RISR"
+    assert (decided.leader, decided.leader_epoch, decided.risr) == ("r0", 4, ("r0",)), "r2 rejoins once caught up"
+    decided = decide_failover(STATE, alive={"r0", "r2"}, restarted={"r0", "r2"}, log_end_offsets={"r0": 9, "r2": 9})
+    assert decided.leader == "r0"
+
+
+def test_a_restarted_follower_leaves_the_risr_in_a_new_epoch_while_its_leader_stays():
+    decided = decide_failover(STATE, alive={"r0", "r1", "r2"}, restarted={"r2"})
+    assert (decided.leader, decided.leader_epoch, decided.risr) == ("r0", 4, ("r0",))
+    assert decide_failover(STATE, alive={"r0", "r1", "r2"}, restarted={"r1"}) is STATE, "r1 is no RISR member"
+
+
+def test_among_restarted_risr_members_the_longest_recovered_log_leads():
+    """A follower that lost power (its unflushed tail) and a leader whose process only crashed:
+    the leader's whole log leads, not the follower's shorter one (simulator, seeds 645 and 918)."""
+    decided = decide_failover(STATE, alive={"r0", "r2"}, restarted={"r0", "r2"}, log_end_offsets={"r0": 115, "r2": 100})
+    assert decided.leader == "r0"
+    decided = decide_failover(STATE, alive={"r0", "r2"}, restarted={"r0", "r2"}, log_end_offsets={"r0": 90, "r2": 100})
+    assert decided.leader == "r2"
+
+
+def test_restarted_risr_members_wait_for_the_other_risr_members_unless_those_are_gone_for_good():
+    assert decide_failover(STATE, alive={"r2"}, restarted={"r2"}) is None, "r0 may hold the longest log"
+    decided = decide_failover(STATE, alive={"r2"}, restarted={"r2"}, gone={"r0"})
+    assert (decided.leader, decided.risr) == ("r2", ("r2",)), "the gone old leader leaves the RISR"
+    assert decide_failover(STATE, alive={"r0", "r2"}, restarted={"r0"}).leader == "r2", \
+        "a RISR member that kept running needs no wait"
 
 
 # --- VP follower truncation -------------------------------------------------------------------
