@@ -247,8 +247,8 @@ class VirtualGroupMember:
     def sync(self, positions: Mapping[int, VpOffset]) -> VpSyncResult:
         """Read, decide and carry out releases and claims; ``positions`` are committed on release.
 
-        If etcd does not answer, nothing changes and ``changed`` stays set, so the next call
-        tries again; owned VPs stay owned (and fetched) meanwhile.
+        If etcd does not answer, ``changed`` stays set, so the next call tries again; owned VPs
+        stay owned (and fetched) meanwhile, except those whose release was sent (revoked).
         """
         self._last_sync = time.monotonic()
         self.changed.clear()  # before reading: a change during the steps sets it again
@@ -279,11 +279,15 @@ class VirtualGroupMember:
         self.owned = mine
         plan = plan_ownership(snapshot.view(), self.member_id)
         if plan.release:
+            # Given up before the call: if etcd's answer is lost, the release may still have
+            # happened and the next owner reads from what it committed, so this member must not
+            # read these VPs on; a later sync that finds them still its own claims them back
+            # (above), from their last commit.
             release = list(plan.release)
-            self._store.commit(self.group, self.member_id, self.topic,
-                               {vp: positions[vp] for vp in release if vp in positions}, release=release)
             self.owned -= set(release)
             revoked.extend(release)
+            self._store.commit(self.group, self.member_id, self.topic,
+                               {vp: positions[vp] for vp in release if vp in positions}, release=release)
         with self._lock:
             lease = self._lease
         if plan.claim and lease is not None:

@@ -204,10 +204,12 @@ class HostedVp:
     # --- consumers ----------------------------------------------------------------------
 
     def read(self, offset: int, bytes_max: int, now_ms: int) -> VpRead:
-        """Whole batches from ``offset`` below the HW, from a replica that may serve reads."""
+        """Whole batches from ``offset`` below the HW, from a replica that may serve reads (at least
+        one batch if there is one, unless ``bytes_max`` is 0: a fetch whose budget other VPs spent)."""
         self.core.check_serving(now_ms)
         high_watermark = self.core.high_watermark
-        data = self._log.read(offset, bytes_max, end_offset=high_watermark) if offset < high_watermark else b""
+        readable = offset < high_watermark and bytes_max > 0
+        data = self._log.read(offset, bytes_max, end_offset=high_watermark) if readable else b""
         return VpRead(data, high_watermark, self._log.log_start_offset, self._log.log_end_offset)
 
     def readable(self, offset: int, now_ms: int) -> bool:

@@ -385,7 +385,7 @@ class ReadNode:
                 answers.append(ConsumerAnswer(None, self._not_hosted(read.vp_id)))
                 continue
             try:
-                result = hosted.read(read.offset, budget, now_ms) if budget > 0 else hosted.read(read.offset, 0, now_ms)
+                result = hosted.read(read.offset, max(budget, 0), now_ms)
             except MafkaError as error:
                 answers.append(ConsumerAnswer(None, error))
                 continue

@@ -27,14 +27,14 @@ assigns VPs. The steps follow production's:
 As production's consumer thread, a member makes one etcd call at a time (the lease refresh
 runs beside it, as the lease thread does). A call not answered within ``request_timeout_ms``
 failed (``CoordinatorUnavailable``): a sync stops where it was and runs again later, and the
-VPs stay as they were -- a VP whose release has an unknown outcome stays owned and read
-here, as in production, until a sync tells otherwise. Production keeps reading while its
-lease may have lapsed, until a sync finds the member key gone; so does this member.
+VPs stay as they were -- but a VP whose release was sent is not read again, as in production,
+until a sync tells whether the release happened (it may have: its next owner then reads from
+the offset it committed) or not (then it is owned still, and read from the last commit).
+Production keeps reading while its lease may have lapsed, until a sync finds the member key
+gone; so does this member.
 
 Deviation: production's poll thread reads nothing while it syncs; here a member reads the
-VPs a sync does not touch meanwhile, and stops reading a VP from the moment its release is
-sent (it reads it again if the release fails), which is what production's blocked thread
-amounts to for that VP.
+VPs a sync does not touch meanwhile.
 
 Reading (``VpFetcher``): from the RISR member ``risr.route_fetch`` picks (the leader after a
 refused fetch), every record read recorded as ``Consumed`` with its physical source.
@@ -131,7 +131,6 @@ class SimConsumer:
         self._lease_id: int | None = None
         self._owned: set[int] = set()  # VPs whose owner key is this member's, as far as it knows
         self._fetching: dict[int, _Fetching] = {}
-        self._releasing: set[int] = set()  # owned VPs whose release is in flight: not read meanwhile
         self._snapshot: m.GroupSnapshot | None = None
         self._changed = True  # a sync is due
         self._call: _Call | None = None
@@ -210,7 +209,6 @@ class SimConsumer:
 
     def _sync_failed(self) -> None:
         self._changed = True
-        self._releasing.clear()  # their release may not have happened: still owned, read on
 
     def _on_snapshot(self, snapshot: m.GroupSnapshot) -> None:
         if self.member_id in snapshot.members:
@@ -238,19 +236,16 @@ class SimConsumer:
         self._owned = mine
         plan = self.env.options.ownership_rule(view_of(snapshot), self.member_id)
         if plan.release:
+            # Stopped before the call: if its answer is lost, the release may still have happened,
+            # and the next owner reads from what it commits (production: ``VirtualGroupMember._steps``).
             release = tuple(plan.release)
-            self._releasing |= set(release)
             offsets = tuple(self._offset(vp) for vp in release if vp in self._fetching)
+            self._owned -= set(release)
+            self._stop(release)
             self._etcd(m.CommitOffsets(self.env.request_id(), self.member_id, offsets, release),
-                       lambda answer: self._released(plan, release), self._sync_failed)
+                       lambda answer: self._claim(plan), self._sync_failed)
         else:
             self._claim(plan)
-
-    def _released(self, plan: OwnershipPlan, release: tuple[int, ...]) -> None:
-        self._owned -= set(release)
-        self._releasing -= set(release)
-        self._stop(release)
-        self._claim(plan)
 
     def _claim(self, plan: OwnershipPlan) -> None:
         if plan.claim and self._lease_id is not None:
@@ -346,8 +341,6 @@ class SimConsumer:
 
     def _maybe_fetch(self, vp: int) -> None:
         fetching = self._fetching[vp]
-        if vp in self._releasing:
-            return
         if fetching.fetch is not None and self.env.now_ms - fetching.fetch[1] < self.env.options.request_timeout_ms:
             return
         state = next((s for s in self._metadata.vps if s.vp == vp), None) if self._metadata else None
@@ -369,8 +362,6 @@ class SimConsumer:
         else:
             return
         fetching.fetch = None
-        if vp in self._releasing:
-            return  # its release is in flight: production's thread would not be reading it
         if message.failure is not None:
             fetching.ask_leader = True
             return

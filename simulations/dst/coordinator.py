@@ -117,6 +117,16 @@ class Coordinator:
         seen = self._seen.get(node)
         return seen is not None and self.env.now_ms - seen[0] <= self.env.options.lease_ttl_ms
 
+    def answering(self, node: str) -> bool:
+        """Whether ``node`` would answer a call now: it heartbeated within two heartbeat intervals.
+
+        The real controller asks every live read node which roles it holds before it decides for
+        a VP, and leaves the VP for later when a node whose lease still runs does not answer
+        (``ReadPathControl.handle_vps``): a crashed node must not be elected while its lease runs.
+        """
+        seen = self._seen.get(node)
+        return seen is not None and self.env.now_ms - seen[0] <= 2 * self.env.options.heartbeat_interval_ms
+
     def running(self, node: str) -> tuple[int, ...]:
         return self._seen[node][2] if self.is_live(node) else ()
 
@@ -269,6 +279,8 @@ class Coordinator:
     def _control_vp(self, vp: int) -> None:
         state = self.vps[vp]
         alive = self._live_vp_replicas(vp)
+        if any(not self.answering(replica) for replica in alive):
+            return  # alive by its lease but silent: decide once it answers or its lease ran out
         restarted = frozenset(self._vp_fresh[vp] & alive)
         live_nodes = [node for node in self.read_nodes if self.is_live(node)]
         repair = decide_virtual_partition(state, alive, live_nodes, restarted)
