@@ -156,6 +156,13 @@ def test_bad_reshard_input_is_refused_with_the_fix(read_cluster):
         admin.merge_virtual_partitions(topic, 0, 0)
     with pytest.raises(errors.NotEnoughReadNodes, match="needs 3 live read nodes, 2 are live"):
         admin.create_topic(topic_name("wide"), partitions=1, read_replicas=3, read_mode="mafka4")
+    full = topic_name("full")
+    admin.create_topic(full, partitions=1, virtual_partitions=2, read_replicas=1, read_mode="mafka4",
+                       virtual_partitions_max=2)
+    with pytest.raises(errors.InvalidReshard, match="would make 3 virtual partitions, more than virtual_partitions_max=2"):
+        admin.split_virtual_partition(full, 0)
+    with pytest.raises(errors.UnknownTopic, match="does not exist"):
+        admin.split_virtual_partition(topic_name("nosuch"), 0)
     classic = topic_name("m3")
     admin.create_topic(classic, partitions=1, read_mode="mafka3")
     with pytest.raises(errors.WrongReadMode, match="read_mode='mafka3'.*no virtual partitions"):
