@@ -307,11 +307,15 @@ class PhysicalPartition:
             self._isr_changed()
         # Only a moved HW releases anyone (producers, HW-bound readers). Waking on every fetch
         # would make two idle followers end each other's long polls in a busy loop.
-        if decision.isr_changed or decision.high_watermark != high_watermark_before:
+        moved_high_watermark = decision.high_watermark != high_watermark_before
+        if decision.isr_changed or moved_high_watermark:
             self._wake()
         if decision.diverging is not None:
             return ReplicaFetchResult(b"", self._state.high_watermark, decision.diverging)
-        if fetch_offset >= self._log.log_end_offset and wait_ms_max > 0:
+        # The fetch that moved the HW returns at once, so its follower learns the new HW now (and
+        # can serve it to read nodes) rather than with the next batch, as KIP-392 has Kafka do.
+        # Others parked here were woken above. No loop: the follower's next fetch moves nothing.
+        if fetch_offset >= self._log.log_end_offset and wait_ms_max > 0 and not moved_high_watermark:
             await self._wait_for_change(wait_ms_max)
         data = self._read_own_log(fetch_offset, bytes_max) if fetch_offset < self._log.log_end_offset else b""
         return ReplicaFetchResult(data, self._state.high_watermark, None)
@@ -327,7 +331,19 @@ class PhysicalPartition:
                 f"replica {self._spec.replica_id} of partition {self._spec.partition_name} cannot serve offset "
                 f"{offset}: {error.message}") from None
 
-    async def _wait_for_change(self, wait_ms_max: int) -> None:
+    async def _wait_for_high_watermark(self, offset: int, wait_ms_max: int) -> None:
+        """Park until the HW passes ``offset``, the role changes or ``wait_ms_max`` ends. Appends
+        below the HW wake the parked fetches too (a follower's log moved, a leader's followers
+        must fetch): a consumer's fetch sleeps through those instead of returning empty."""
+        loop, role = asyncio.get_running_loop(), self._state.role
+        deadline = loop.time() + wait_ms_max / 1000
+        while offset >= self._state.high_watermark and self._state.role is role and not self._closed:
+            remaining_s = deadline - loop.time()
+            if remaining_s <= 0:
+                return
+            await self._wait_for_change(remaining_s * 1000)
+
+    async def _wait_for_change(self, wait_ms_max: float) -> None:
         try:
             await asyncio.wait_for(self._changed.wait(), wait_ms_max / 1000)
         except asyncio.TimeoutError:
@@ -445,7 +461,7 @@ class PhysicalPartition:
         if self._state.role is not Role.LEADER and not (from_follower and self._state.role is Role.FOLLOWER):
             raise NotLeader(f"{self._spec.partition_name}: {self._spec.replica_id} is not the leader (leader: {self._state.leader_id})")
         if offset >= self._state.high_watermark and wait_ms_max > 0:
-            await self._wait_for_change(wait_ms_max)
+            await self._wait_for_high_watermark(offset, wait_ms_max)
             if self._closed:  # stopped during the long poll (topic deleted, replica moved): nothing new
                 return FetchResult(b"", self._state.high_watermark, self._log.log_start_offset, offset)
         data = self._read_own_log(offset, bytes_max, end_offset=self._state.high_watermark)

@@ -87,8 +87,9 @@ class CalibrationParams:
             if value < 0:
                 raise InvalidConfig(f"calibration {field.name}={value} is negative; costs and latencies are >= 0 "
                                     f"(re-run 'fleet calibrate' or fix the calibration file)")
+        # feeder_memory_mb may be 0: read nodes feed in process, so no feeder process exists.
         for name in ("produce_msg_cpu_us", "replication_msg_cpu_us", "read_msg_cpu_us", "feeder_msg_cpu_us",
-                     "replica_memory_mb", "vp_replica_memory_mb", "feeder_memory_mb"):
+                     "replica_memory_mb", "vp_replica_memory_mb"):
             if getattr(self, name) <= 0:
                 raise InvalidConfig(f"calibration {name}={getattr(self, name)} must be > 0: every message and every "
                                     f"actor costs something")
