@@ -31,7 +31,7 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 import msgpack
 
@@ -81,8 +81,10 @@ class BatchHeader:
         return self.base_sequence + self.count - 1
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(NamedTuple):
+    """One decoded record (a named tuple: readers and feeds build one per record, and a tuple
+    is built several times faster than a frozen dataclass)."""
+
     offset: int
     timestamp_ms: int
     key: bytes | None
@@ -208,30 +210,33 @@ def _decode_record(item: object, index: int, header: BatchHeader) -> Record:
 
     A valid CRC only proves the bytes arrived as sent: a buggy or hostile producer can
     compute one around anything, so every field is type-checked before a reader gets it.
+    (Every record of every fetch a feed splits passes here: the error text is built only on
+    error.)
     """
-    where = f"record {index} of batch at offset {header.base_offset}"
     if not (isinstance(item, list) and len(item) == 4):
-        raise CorruptRecord(f"{where} is malformed: expected [timestamp_delta_ms, key, value, headers]")
+        raise _bad_record(index, header, "is malformed: expected [timestamp_delta_ms, key, value, headers]")
     delta_ms, key, value, headers = item
     if not isinstance(delta_ms, int) or isinstance(delta_ms, bool):
-        raise CorruptRecord(f"{where} has a timestamp delta of type {type(delta_ms).__name__}, not an integer")
+        raise _bad_record(index, header, f"has a timestamp delta of type {type(delta_ms).__name__}, not an integer")
     if key is not None and not isinstance(key, bytes):
-        raise CorruptRecord(f"{where} has a key of type {type(key).__name__}, not bytes or nil")
+        raise _bad_record(index, header, f"has a key of type {type(key).__name__}, not bytes or nil")
     if not isinstance(value, bytes):
-        raise CorruptRecord(f"{where} has a value of type {type(value).__name__}, not bytes")
+        raise _bad_record(index, header, f"has a value of type {type(value).__name__}, not bytes")
     return Record(header.base_offset + index, header.first_timestamp_ms + delta_ms, key, value,
-                  _decode_headers(headers, where))
+                  () if headers is None else _decode_headers(headers, index, header))
 
 
-def _decode_headers(headers: object, where: str) -> tuple[tuple[str, bytes], ...]:
-    if headers is None:
-        return ()
+def _bad_record(index: int, header: BatchHeader, problem: str) -> CorruptRecord:
+    return CorruptRecord(f"record {index} of batch at offset {header.base_offset} {problem}")
+
+
+def _decode_headers(headers: object, index: int, header: BatchHeader) -> tuple[tuple[str, bytes], ...]:
     if not isinstance(headers, list):
-        raise CorruptRecord(f"{where} has headers of type {type(headers).__name__}, not an array or nil")
+        raise _bad_record(index, header, f"has headers of type {type(headers).__name__}, not an array or nil")
     decoded = []
     for pair in headers:
         if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str) and isinstance(pair[1], bytes)):
-            raise CorruptRecord(f"{where} has a header that is not a [str, bin] pair: {pair!r:.60}")
+            raise _bad_record(index, header, f"has a header that is not a [str, bin] pair: {pair!r:.60}")
         decoded.append((pair[0], pair[1]))
     return tuple(decoded)
 

@@ -39,7 +39,7 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Container, Iterable, Mapping
 
 from mafka4.coordinator.topics import PartitionState
 from mafka4.errors import CorruptRecord
@@ -96,12 +96,14 @@ def resume_point(layout: TopicLayout, partition: int, last_applied: Mapping[int,
 
 
 def plan_round(
-    data: bytes, partition: int, layout: TopicLayout, next_offset: int, records_max: int
+    data: bytes, partition: int, layout: TopicLayout, next_offset: int, records_max: int,
+    wanted: Container[int] | None = None,
 ) -> FeedRound:
     """Split fetched committed batches of ``partition`` from ``next_offset`` into per-VP chunks.
 
     ``data`` holds whole batches from the one containing ``next_offset``; records below
-    ``next_offset`` (the start of the first batch) are not handed over again.
+    ``next_offset`` (the start of the first batch) are not handed over again. ``wanted``: hand
+    over only these VPs' records (``records`` counts those).
     """
     assert records_max >= 1 and next_offset >= 0, (records_max, next_offset)
     by_vp: dict[int, list[SourcedRecord]] = {}
@@ -116,7 +118,7 @@ def plan_round(
                     f"partition {partition}: fetched batch starts at offset {header.base_offset}, expected at "
                     f"most {end}; the feeder refetches"
                 )
-            for vp, records in split_batch(view[position:consumed], partition, layout).items():
+            for vp, records in split_batch(view[position:consumed], partition, layout, wanted).items():
                 by_vp.setdefault(vp, []).extend(r for r in records if r.offset >= next_offset)
             end = header.next_offset
     if consumed != len(data):

@@ -379,7 +379,7 @@ class PartitionFeed(NodeLoop):
             return
         if self.next_offset != fetch_from or self._served_changed(served):
             return  # roles or the position changed while the fetch was out: look again before handing anything over
-        planned = plan_round(result.data, self.partition, view.layout, self.next_offset, config.feed_records_max)
+        planned = plan_round(result.data, self.partition, view.layout, self.next_offset, config.feed_records_max, served)
         chunks, hold = planned.chunks, self._hold
         held_from = hold.withhold_from if hold is not None else None
         if held_from is not None:
