@@ -25,7 +25,9 @@ def test_calibration_measures_a_live_cluster_and_writes_usable_parameters(tmp_pa
     assert document["command"] == "pytest test_fleet_calibrate" and document["git_commit"] and document["date"]
     assert params.produce_msg_cpu_us > 0 and params.produce_request_cpu_us > 0
     assert params.feeder_msg_cpu_us > 0 and params.vp_feed_msg_cpu_us > 0
-    assert 1.0 < params.replica_memory_mb < 4096 and 1.0 < params.vp_replica_memory_mb < 4096
+    assert 1.0 < params.replica_memory_mb < 4096
+    # A VP is a log inside the read node, not a process: it costs a small part of one.
+    assert 0 < params.vp_replica_memory_mb < params.replica_memory_mb / 10
     assert 0.0 <= params.idle_replica_cpu_cores < 1.0
     assert params.produce_base_latency_ms > 0
     raw = document["raw"]
