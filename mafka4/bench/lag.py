@@ -59,6 +59,9 @@ class FeedLagBenchSettings:
     drain_s_max: float = 60.0
     # Creating a topic and starting a feed stream of each of its partitions must take at most this long.
     ready_s_max: float = 120.0
+    # Before each VP count, wait at most this long for the 1-minute load average to fall to the quiet
+    # bound (the previous count's producer saturated the machine); 0 starts at once.
+    quiet_wait_s_max: float = 180.0
     # A test-sized run (the report says so).
     smoke: bool = False
 
@@ -69,11 +72,14 @@ class FeedLagBenchSettings:
         if min(self.duration_s, self.sample_interval_s, self.flush_s_max, self.drain_s_max, self.ready_s_max) <= 0:
             raise InvalidConfig(f"duration_s={self.duration_s}, sample_interval_s={self.sample_interval_s}, "
                                 f"flush_s_max, drain_s_max and ready_s_max must be positive")
+        if self.quiet_wait_s_max < 0:
+            raise InvalidConfig(f"quiet_wait_s_max={self.quiet_wait_s_max} must be 0 (no wait) or more seconds")
 
     @classmethod
     def smoke_sized(cls, **changes) -> "FeedLagBenchSettings":
         """A run of seconds for tests: 8 VPs, 3 s of producing."""
-        return cls(**{"virtual_partitions": (8,), "duration_s": 3.0, "smoke": True, **changes})
+        return cls(**{"virtual_partitions": (8,), "duration_s": 3.0, "quiet_wait_s_max": 0.0, "smoke": True,
+                      **changes})
 
     @property
     def samples_max(self) -> int:

@@ -13,10 +13,12 @@ import time
 from pathlib import Path
 from typing import Mapping
 
-from mafka4.bench.usage import ProcessSample, cores_between, is_quiet, schedstat_cpu_ns, vm_rss_bytes
+from mafka4.bench.usage import (QUIET_LOAD_AVERAGE_MAX, ProcessSample, cores_between, is_quiet, schedstat_cpu_ns,
+                                vm_rss_bytes)
 from mafka4.errors import ProcessNotVisible
 
 PROC = Path("/proc")
+QUIET_POLL_S = 5.0
 
 
 def sample_process(pid: int) -> ProcessSample:
@@ -55,3 +57,13 @@ def measure_window(pids: Mapping[str, int], window_s: float) -> dict:
                              "cores": round(cores_between(before[name], after[name]), 6)}
                       for name, pid in pids.items()},
     }
+
+
+def wait_until_quiet(wait_s_max: float) -> float:
+    """The 1-minute load average once it is at most the quiet bound, or after ``wait_s_max`` seconds."""
+    deadline = time.monotonic() + wait_s_max
+    load = os.getloadavg()[0]
+    while load > QUIET_LOAD_AVERAGE_MAX and time.monotonic() < deadline:
+        time.sleep(min(QUIET_POLL_S, max(0.0, deadline - time.monotonic())))
+        load = os.getloadavg()[0]
+    return load
