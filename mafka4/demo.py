@@ -7,40 +7,32 @@ checks that each arrived exactly once, and stops everything it started.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import time
 from collections import Counter
-from pathlib import Path
-
-import ray
 
 from mafka4.client.admin import Admin
 from mafka4.client.consumer import Consumer
 from mafka4.client.producer import Producer
 from mafka4.limits import ClusterConfig
-from mafka4.runtime.connect import connect
-from mafka4.runtime.local import down, up
+from mafka4.runtime.temporary import temporary_cluster
 
 DEMO_MESSAGES = 2000
 READ_TIMEOUT_S = 60
 
 
 def run_demo() -> int:
-    home = Path(tempfile.mkdtemp(prefix="m4demo-"))
-    os.environ["MAFKA4_HOME"] = str(home)
     started = time.monotonic()
-    print(f"starting a local cluster in {home} (etcd + Ray on 127.0.0.1, 2 write nodes) ...", flush=True)
-    state = up(home, ClusterConfig(write_nodes=2, read_nodes=0))
+    print("starting a local cluster (etcd + Ray on 127.0.0.1, 2 write nodes) ...", flush=True)
+    cluster = None
     try:
-        print(f"  up in {time.monotonic() - started:.1f} s: etcd {state.etcd_endpoint}, Ray {state.ray_address}")
-        return _produce_and_consume(connect(home))
+        with temporary_cluster(ClusterConfig(write_nodes=2, read_nodes=0), home_prefix="m4demo-") as cluster:
+            state = cluster.state
+            print(f"  up in {time.monotonic() - started:.1f} s in {cluster.home}: "
+                  f"etcd {state.etcd_endpoint}, Ray {state.ray_address}")
+            return _produce_and_consume(cluster.connection)
     finally:
-        ray.shutdown()
-        stopped = down(home)
-        shutil.rmtree(home, ignore_errors=True)
-        print(f"cluster stopped ({len(stopped)} processes); total {time.monotonic() - started:.1f} s")
+        if cluster is not None:  # else the start failed, and its error says why
+            print(f"cluster stopped ({len(cluster.stopped_pids)} processes); total {time.monotonic() - started:.1f} s")
 
 
 def _produce_and_consume(connection) -> int:

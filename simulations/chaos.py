@@ -27,7 +27,6 @@ only then.
 
 from __future__ import annotations
 
-import os
 import random
 import secrets
 import shutil
@@ -43,7 +42,8 @@ from mafka4.client.admin import Admin
 from mafka4.errors import InvalidConfig, MafkaError
 from mafka4.limits import ClusterConfig
 from mafka4.runtime.connect import Connection
-from mafka4.runtime.etcd_server import EtcdServer, stop_etcd
+from mafka4.runtime.etcd_server import EtcdServer
+from mafka4.runtime.temporary import temporary_cluster
 from simulations.checkers import Ack
 from simulations.chaos_faults import EtcdControl, FaultRecord, Nemesis
 from simulations.chaos_settings import ChaosSettings
@@ -65,7 +65,9 @@ def run_chaos(settings: ChaosSettings, connection: Connection | None = None,
     the cluster (``mafka4 down`` knows only the etcd its daemon started).
     """
     if connection is None:
-        with ThrowawayCluster(settings) as cluster:
+        config = ClusterConfig(write_nodes=settings.replication_factor, read_nodes=settings.read_replicas,
+                               start_timeout_s=CLUSTER_START_TIMEOUT_S)
+        with temporary_cluster(config, home_prefix="m4chaos-") as cluster:
             return _ChaosRun(settings, cluster.connection, cluster.etcd_started, delete_topic=False).execute()
     if etcd_started is None and "restart-etcd" in settings.faults:
         raise InvalidConfig("the restart-etcd fault starts an etcd the caller must stop: pass etcd_started=[]")
@@ -191,51 +193,6 @@ def _delete_topic(admin: Admin, topic: str) -> None:
         admin.delete_topic(topic)
     except (MafkaError, ray.exceptions.RayError) as error:
         print(f"chaos: could not delete topic {topic} ({error}); it stays on the cluster", file=sys.stderr)
-
-
-class ThrowawayCluster:
-    """A local cluster in a temporary home for one run; stopped, with any etcd the run restarted, on exit."""
-
-    def __init__(self, settings: ChaosSettings):
-        self.config = ClusterConfig(write_nodes=settings.replication_factor, read_nodes=settings.read_replicas,
-                                    start_timeout_s=CLUSTER_START_TIMEOUT_S)
-        self.home = Path(tempfile.mkdtemp(prefix="m4chaos-", dir="/tmp"))  # short: Ray's socket paths live inside
-        self.etcd_started: list[EtcdServer] = []
-
-    def __enter__(self) -> "ThrowawayCluster":
-        from mafka4.runtime.connect import connect
-        from mafka4.runtime.environment import HOME_ENV
-        from mafka4.runtime.local import up
-
-        self._previous_home = os.environ.get(HOME_ENV)
-        os.environ[HOME_ENV] = str(self.home)
-        self._started = False
-        try:
-            up(self.home, self.config)  # stops what it started if it fails
-            self._started = True
-            self.connection = connect(self.home)
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        from mafka4.runtime.environment import HOME_ENV, ray_temp_dir
-        from mafka4.runtime.local import down
-
-        ray.shutdown()
-        try:
-            if self._started:
-                down(self.home)
-        finally:
-            for server in self.etcd_started:
-                stop_etcd(server)
-            shutil.rmtree(ray_temp_dir(self.home), ignore_errors=True)
-            shutil.rmtree(self.home, ignore_errors=True)
-            if self._previous_home is None:
-                os.environ.pop(HOME_ENV, None)
-            else:
-                os.environ[HOME_ENV] = self._previous_home
 
 
 def summary(report: dict) -> str:

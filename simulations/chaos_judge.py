@@ -25,14 +25,12 @@ import ray
 from mafka4.coordinator.topics import TopicStore
 from mafka4.errors import MafkaError
 from mafka4.physical.launcher import replica_handle
-from mafka4.records import decode_batch, iter_batches
+from mafka4.records import iter_batches
 from mafka4.runtime.connect import Connection
 from mafka4.virtual.hosted_vp import VpId
 from mafka4.virtual.launcher import ask_leader_nodes, read_node_handle
 from mafka4.virtual.read_node import ConsumerRead
 from mafka4.virtual.metadata import VirtualStore
-from mafka4.virtual.ranges import message_hash
-from mafka4.virtual.split import source_of, strip_source
 from simulations import checkers
 from simulations.checkers import Ack, Anomaly, Commit, Consumed, HistoryRecord, StoredRecord
 
@@ -94,7 +92,8 @@ def read_final_logs(connection: Connection, topic: str) -> FinalLogs:
                 continue
             physical_replicas[state.partition][f"p{state.partition}/{replica}"] = read
             if replica == state.leader:
-                committed[state.partition] = _committed_records(read[1], state.partition, layout, expected_vp)
+                committed[state.partition], placed = checkers.committed_records(read[1], state.partition, layout)
+                expected_vp.update(placed)
     _wait_fed(connection, topic, states, {p: max((r.offset + 1 for r in records), default=0)
                                           for p, records in committed.items()})
     vp_logs, vp_replicas = {}, {}
@@ -111,25 +110,8 @@ def read_final_logs(connection: Connection, topic: str) -> FinalLogs:
                 continue
             vp_replicas[vp][f"v{vp}/{replica}"] = read
             if replica == state.leader:
-                vp_logs[vp] = [_vp_record(record) for position, _ in iter_batches(read[1])
-                               for record in decode_batch(read[1], position)]
+                vp_logs[vp] = checkers.vp_records(read[1])
     return FinalLogs(committed, expected_vp, physical_replicas, vp_logs, vp_replicas, unreadable)
-
-
-def _committed_records(data: bytes, partition: int, layout, expected_vp: dict) -> list[StoredRecord]:
-    records = []
-    for position, header in iter_batches(data):
-        for index, record in enumerate(decode_batch(data, position)):
-            records.append(StoredRecord(record.offset, record.key, record.value))
-            hash_value = message_hash(record.key, partition, header.producer_id, header.base_sequence + index, record.offset)
-            expected_vp[(partition, record.offset)] = layout.vp_for(partition, record.offset, hash_value)
-    return records
-
-
-def _vp_record(record) -> StoredRecord:
-    partition, offset = source_of(record)
-    plain = strip_source(record)
-    return StoredRecord(record.offset, plain.key, plain.value, partition, offset)
 
 
 def _wait_fed(connection: Connection, topic: str, states: dict, ends: dict[int, int]) -> None:

@@ -29,6 +29,10 @@ Anomalies follow Jepsen's Kafka checker where the words overlap:
 * ``COMMIT_REGRESSED``: a group's committed offset moved backwards;
 * ``MISPLACED``: a record in a VP that the layout does not name, or one whose content is
   not the committed physical record it claims to be.
+
+Final logs reach the checkers as ``StoredRecord`` lists. Each driver reads the bytes its own
+way (Ray actors, simulated replicas) and decodes them here: ``committed_records`` for a
+physical leader (with the expected-VP oracle), ``vp_records`` for a VP leader.
 """
 
 from __future__ import annotations
@@ -37,6 +41,11 @@ import enum
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
+
+from mafka4.records import decode_batch, decode_batches, iter_batches
+from mafka4.virtual.ranges import message_hash
+from mafka4.virtual.reshard import TopicLayout
+from mafka4.virtual.split import source_of, strip_source
 
 
 class Kind(enum.Enum):
@@ -121,6 +130,39 @@ def _bounded(anomalies: Iterable[Anomaly]) -> list[Anomaly]:
 
 def of_type(history: Iterable[HistoryRecord], kind: type) -> list:
     return [record for record in history if isinstance(record, kind)]
+
+
+# --- final logs -------------------------------------------------------------------------------
+
+
+def committed_records(
+    data: bytes, partition: int, layout: TopicLayout
+) -> tuple[list[StoredRecord], dict[tuple[int, int], int]]:
+    """The records of a physical leader's batches below its high watermark, and the expected-VP
+    oracle for them: ``(partition, offset)`` -> the VP ``layout`` names for that record.
+
+    The oracle places every record on its own, by its message hash and the split epoch of its
+    offset. It shares only the hash and the layout with the feeder's ``split_records`` (which
+    places a whole batch by one epoch when it can), so a fault in that shortcut shows up as
+    ``MISPLACED``.
+    """
+    records, expected_vp = [], {}
+    for position, header in iter_batches(data):
+        for index, record in enumerate(decode_batch(data, position)):
+            records.append(StoredRecord(record.offset, record.key, record.value))
+            hash_value = message_hash(record.key, partition, header.producer_id, header.base_sequence + index, record.offset)
+            expected_vp[(partition, record.offset)] = layout.vp_for(partition, record.offset, hash_value)
+    return records, expected_vp
+
+
+def vp_records(data: bytes) -> list[StoredRecord]:
+    """The records of a VP leader's batches, each with the physical source it carries."""
+    stored = []
+    for record in decode_batches(data):
+        partition, offset = source_of(record)
+        plain = strip_source(record)
+        stored.append(StoredRecord(record.offset, plain.key, plain.value, partition, offset))
+    return stored
 
 
 # --- write path -------------------------------------------------------------------------------

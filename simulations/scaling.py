@@ -32,20 +32,22 @@ modes within one run.
 
 from __future__ import annotations
 
-import os
+import contextlib
 import random
-import shutil
 import struct
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
 
 from mafka4.errors import InvalidConfig, MafkaError
 from mafka4.limits import ClusterConfig, _check_range
 from mafka4.coordinator.group_protocol import validate_group_name
+
+if TYPE_CHECKING:  # the runtime is imported only when a cluster starts
+    from mafka4.runtime.temporary import TemporaryCluster
 
 MODES = ("mafka3", "mafka4")
 VALUE_HEADER = struct.Struct(">Q")  # the message's sequence number, then padding
@@ -149,7 +151,7 @@ def run_scaling(settings: ScalingSettings, out_dir: Path, progress=sys.stderr) -
         todo = [n for n in settings.consumers if not config_path(out_dir, settings, mode, n).exists()]
         if not todo:
             continue
-        with _ModeCluster(mode, settings) as cluster:
+        with _mode_cluster(mode, settings) as cluster:
             for consumers in todo:
                 started = time.monotonic()
                 path = _run_configuration(cluster, settings, mode, consumers, out_dir)
@@ -165,49 +167,19 @@ def _progress(stream, done: int, total: int, what: str, settings: ScalingSetting
     print(f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {settings.run_id}: {what}", file=stream, flush=True)
 
 
-class _ModeCluster:
-    """A throwaway local cluster for one mode, pinned to CPU sets, stopped on exit."""
+@contextlib.contextmanager
+def _mode_cluster(mode: str, settings: ScalingSettings) -> Iterator[TemporaryCluster]:
+    """A throwaway local cluster for one mode, its nodes pinned to CPU sets (unless told not to)."""
+    from mafka4.runtime.temporary import temporary_cluster
+    from simulations.pinning import pin_nodes, usable_cpus
 
-    def __init__(self, mode: str, settings: ScalingSettings):
-        self.mode, self.settings = mode, settings
-        self.home = Path(tempfile.mkdtemp(prefix="m4x-", dir="/tmp"))
-
-    def __enter__(self) -> "_ModeCluster":
-        from mafka4.runtime.connect import connect
-        from mafka4.runtime.environment import HOME_ENV, ray_temp_dir
-        from mafka4.runtime.local import up
-        from simulations.pinning import pin_nodes, usable_cpus
-
-        self._previous_home = os.environ.get(HOME_ENV)
-        os.environ[HOME_ENV] = str(self.home)
-        self.config = cluster_config(self.mode, self.settings)
-        up(self.home, self.config)
-        try:
-            self.pinned = (pin_nodes(ray_temp_dir(self.home), cpu_plan(self.mode, self.settings, usable_cpus()))
-                           if self.settings.pin_cpus else {})
-            self.connection = connect(self.home)
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        import ray
-
-        from mafka4.runtime.environment import HOME_ENV, ray_temp_dir
-        from mafka4.runtime.local import down
-
-        ray.shutdown()
-        down(self.home)
-        shutil.rmtree(ray_temp_dir(self.home), ignore_errors=True)
-        shutil.rmtree(self.home, ignore_errors=True)
-        if self._previous_home is None:
-            os.environ.pop(HOME_ENV, None)
-        else:
-            os.environ[HOME_ENV] = self._previous_home
+    with temporary_cluster(cluster_config(mode, settings), home_prefix="m4x-") as cluster:
+        if settings.pin_cpus:
+            pin_nodes(Path(cluster.state.ray_temp_dir), cpu_plan(mode, settings, usable_cpus()))
+        yield cluster
 
 
-def _run_configuration(cluster: _ModeCluster, settings: ScalingSettings, mode: str, consumers: int, out_dir: Path) -> Path:
+def _run_configuration(cluster: TemporaryCluster, settings: ScalingSettings, mode: str, consumers: int, out_dir: Path) -> Path:
     from mafka4.client.admin import Admin
     from simulations.schema import RunInfo, git_commit, write_events  # pyarrow: only when writing
 

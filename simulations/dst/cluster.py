@@ -14,11 +14,9 @@ from __future__ import annotations
 
 from mafka4.physical.log import Log
 from mafka4.physical.replica import Role
-from mafka4.records import decode_batch, decode_batches, iter_batches
-from mafka4.virtual.ranges import message_hash
-from mafka4.virtual.split import source_of, strip_source
+from mafka4.records import iter_batches
 from simulations import checkers
-from simulations.checkers import Ack, Anomaly, Consumed, Commit, StoredRecord
+from simulations.checkers import Ack, Anomaly, Consumed, Commit
 from simulations.dst.coordinator import NAME as COORDINATOR, Coordinator
 from simulations.dst.env import Env
 from simulations.dst.feeder import SimFeeder
@@ -147,7 +145,9 @@ class Cluster:
             leader = self.physical_replica(state.leader, p)
             if leader is None:
                 continue
-            committed[p] = self._committed_records(leader, p, expected_vp)
+            committed[p], placed = checkers.committed_records(
+                read_all(leader.log, leader.state.high_watermark), p, self.coordinator.layout)
+            expected_vp.update(placed)
             replicas = {}
             for replica_id in state.replicas:
                 replica = self.physical_replica(replica_id, p)
@@ -162,7 +162,7 @@ class Cluster:
             leader = self.vp_replica(state.leader, vp)
             if leader is None:
                 continue
-            vp_logs[vp] = [_vp_record(record) for record in decode_batches(leader.read_all(leader.core.log_end_offset))]
+            vp_logs[vp] = checkers.vp_records(leader.read_all(leader.core.log_end_offset))
             replicas = {}
             for replica_id in state.replicas:
                 replica = self.vp_replica(replica_id, vp)
@@ -178,23 +178,6 @@ class Cluster:
         anomalies += checkers.check_commits_monotonic(checkers.of_type(history, Commit))
         anomalies += checkers.classify_reads(acks, consumed, drained=self.drained)
         return anomalies
-
-    def _committed_records(self, leader: SimReplica, p: int, expected_vp: dict) -> list[StoredRecord]:
-        data = read_all(leader.log, leader.state.high_watermark)
-        records = []
-        layout = self.coordinator.layout
-        for position, header in iter_batches(data):
-            for index, record in enumerate(decode_batch(data, position)):
-                records.append(StoredRecord(record.offset, record.key, record.value))
-                hash_value = message_hash(record.key, p, header.producer_id, header.base_sequence + index, record.offset)
-                expected_vp[(p, record.offset)] = layout.vp_for(p, record.offset, hash_value)
-        return records
-
-
-def _vp_record(record) -> StoredRecord:
-    partition, offset = source_of(record)
-    plain = strip_source(record)
-    return StoredRecord(record.offset, plain.key, plain.value, partition, offset)
 
 
 def read_all(log: Log, end_offset: int) -> bytes:

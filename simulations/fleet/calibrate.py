@@ -1,6 +1,6 @@
 """``fleet calibrate``: measure the runtime's costs on a throwaway local cluster; write calibration.json.
 
-One cluster (3 write nodes, 1 read node) in a temp home, stopped in ``finally``. With the
+One throwaway cluster (3 write nodes, 1 read node; ``runtime.temporary``), stopped at the end. With the
 benchmark machinery of ``mafka4.bench.produce`` (``encoded_batches``/``raw_run`` send the
 producer's batches straight to a leader; ``producer_run`` paces the public Producer):
 
@@ -35,9 +35,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
@@ -47,7 +45,6 @@ import numpy as np
 import psutil
 
 from mafka4.bench.produce import ProduceBenchSettings, encoded_batches, producer_run, raw_run
-from mafka4.errors import ClusterNotRunning
 from mafka4.limits import ClusterConfig
 from simulations.fleet.fit import derive_params
 from simulations.schema import git_commit
@@ -354,54 +351,25 @@ def _measure_wakeups(cluster: _Cluster, window_s: float) -> dict:
 
 def measure(settings: CalibrationSettings) -> dict:
     """Start a cluster, take every raw figure, stop the cluster (always)."""
-    from mafka4.runtime.environment import ray_temp_dir
-    from mafka4.runtime.local import down, up
+    from mafka4.runtime.temporary import temporary_cluster
 
-    home = Path(tempfile.mkdtemp(prefix="m4cal-", dir="/tmp"))
-    try:
-        try:
-            up(home, ClusterConfig(write_nodes=WRITE_NODES, read_nodes=1))
-        except ClusterNotRunning as error:  # up() already stopped what it started
-            raise ClusterNotRunning(f"{error.message}; the daemon log ends: {_log_tail(home)}") from None
-        try:
-            return _measure_on(home, settings)
-        finally:
-            import ray
-
-            ray.shutdown()
-            down(home)
-    finally:
-        shutil.rmtree(ray_temp_dir(home), ignore_errors=True)
-        shutil.rmtree(home, ignore_errors=True)
+    with temporary_cluster(ClusterConfig(write_nodes=WRITE_NODES, read_nodes=1), home_prefix="m4cal-") as cluster:
+        return _measure_on(cluster.connection, settings)
 
 
-def _log_tail(home: Path, lines: int = 5) -> str:
-    from mafka4.runtime.daemon import LOG_FILE_NAME
-
-    try:
-        return " | ".join((home / LOG_FILE_NAME).read_text(errors="replace").strip().splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-def _measure_on(home: Path, settings: CalibrationSettings) -> dict:
+def _measure_on(connection, settings: CalibrationSettings) -> dict:
     from mafka4.client.admin import Admin
-    from mafka4.runtime.connect import connect
 
-    connection = connect(home)
-    try:
-        cluster = _Cluster(connection, Admin(connection), settings)
-        idle, memory, rates = _measure_idle(cluster, settings.idle_window_s)
-        rf1 = _measure_produce(cluster, rates, "cal-rf1")
-        replicated = _measure_produce(cluster, rates, "cal-rf2")
-        read = _measure_read(cluster, rates, replicated)
-        feed = _measure_feed(cluster, rates)
-        latency = _measure_latency(cluster)
-        idle["wakeups"] = _measure_wakeups(cluster, settings.idle_window_s)
-        return {"produce": {"replication_factor": 2, "rf1": rf1, "replicated": replicated}, "read": {"runs": read},
-                "feed": feed, "idle": idle, "memory": memory, "latency": latency}
-    finally:
-        connection.store.close()
+    cluster = _Cluster(connection, Admin(connection), settings)
+    idle, memory, rates = _measure_idle(cluster, settings.idle_window_s)
+    rf1 = _measure_produce(cluster, rates, "cal-rf1")
+    replicated = _measure_produce(cluster, rates, "cal-rf2")
+    read = _measure_read(cluster, rates, replicated)
+    feed = _measure_feed(cluster, rates)
+    latency = _measure_latency(cluster)
+    idle["wakeups"] = _measure_wakeups(cluster, settings.idle_window_s)
+    return {"produce": {"replication_factor": 2, "rf1": rf1, "replicated": replicated}, "read": {"runs": read},
+            "feed": feed, "idle": idle, "memory": memory, "latency": latency}
 
 
 def run_calibration(output_path: str | Path, settings: CalibrationSettings = CalibrationSettings(),

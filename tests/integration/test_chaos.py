@@ -8,51 +8,21 @@ every fault kind, the etcd restart included.
 
 from __future__ import annotations
 
-import os
-
 import pytest
-import ray
 
+from conftest import own_cluster
 from mafka4.limits import ClusterConfig
-from mafka4.runtime.connect import connect
-from mafka4.runtime.environment import HOME_ENV
-from mafka4.runtime.etcd_server import EtcdServer, stop_etcd
-from mafka4.runtime.local import down, up
 from simulations.chaos import ChaosSettings, run_chaos, summary
 
 SETTINGS = ChaosSettings(seed=7, duration_s=20, rate_msgs_per_s=300, members=2, warmup_s=2, settle_s=3)
 
 
 @pytest.fixture
-def chaos_cluster(fresh_home):
+def chaos_cluster():
     """3 write nodes and 2 read nodes; yields the connection and the list of etcd servers the run starts."""
-    previous_ray = ray.get_runtime_context().gcs_address if ray.is_initialized() else None
-    previous_home = os.environ.get(HOME_ENV)
-    ray.shutdown()
-    os.environ[HOME_ENV] = str(fresh_home)
-    etcd_started: list[EtcdServer] = []
-    connection, started = None, False
-    try:
-        up(fresh_home, ClusterConfig(write_nodes=SETTINGS.replication_factor, read_nodes=SETTINGS.read_replicas))
-        started = True
-        connection = connect(fresh_home)
-        yield connection, etcd_started
-    finally:
-        if connection is not None:
-            connection.store.close()
-        ray.shutdown()
-        try:
-            if started:
-                down(fresh_home)
-        finally:
-            for server in etcd_started:
-                stop_etcd(server)
-            if previous_home is None:
-                os.environ.pop(HOME_ENV, None)
-            else:
-                os.environ[HOME_ENV] = previous_home
-            if previous_ray is not None:
-                ray.init(address=previous_ray, namespace="mafka4", log_to_driver=False)
+    config = ClusterConfig(write_nodes=SETTINGS.replication_factor, read_nodes=SETTINGS.read_replicas)
+    with own_cluster(config) as local:
+        yield local.connection, local.etcd_started
 
 
 def test_a_short_chaos_run_loses_and_reorders_no_acknowledged_message(chaos_cluster):

@@ -7,6 +7,7 @@ is fenced, and an etcd restart changes no leader of a healthy partition.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -18,6 +19,7 @@ import psutil
 import pytest
 import ray
 
+import conftest
 from mafka4 import errors
 from mafka4.client.admin import Admin
 from mafka4.client.consumer import Consumer
@@ -27,11 +29,7 @@ from mafka4.coordinator.topics import PartitionState
 from mafka4.limits import ClusterConfig
 from mafka4.physical.launcher import replica_handle
 from mafka4.records import encode_batch
-from mafka4.runtime.connect import connect
-from mafka4.runtime.environment import HOME_ENV
-from mafka4.runtime.etcd_server import EtcdServer, restart_etcd, stop_etcd
-from mafka4.runtime.local import down, up
-from mafka4.runtime.state import state_path
+from mafka4.runtime.etcd_server import EtcdServer, restart_etcd
 
 RECOVERY_S = 90  # generous: the machine is shared and noisy; the figures are in bench_failover.json
 ETCD_DOWN_S = 7  # longer than every lease TTL (replicas 5 s, controller 5 s)
@@ -197,36 +195,16 @@ def stop_daemon_child(pid: int) -> None:
 
 
 @pytest.fixture
-def own_cluster(fresh_home):
-    """A cluster of its own in a fresh home; the driver rejoins the session's Ray afterwards."""
-    previous_ray = ray.get_runtime_context().gcs_address if ray.is_initialized() else None
-    previous_home = os.environ.get(HOME_ENV)
-    ray.shutdown()
-    os.environ[HOME_ENV] = str(fresh_home)
-    restarted: list[EtcdServer] = []
-    try:
+def own_cluster():
+    """A cluster of its own; yields the connection and the list of etcd servers the test restarts."""
+    with contextlib.ExitStack() as stack:
         try:
-            up(fresh_home, OWN_CLUSTER)
+            local = stack.enter_context(conftest.own_cluster(OWN_CLUSTER))
         except errors.ClusterNotRunning:
             # On this shared machine a Ray head may time out while it starts next to the
             # session's cluster; that is not what this test is about, so try once more.
-            up(fresh_home, OWN_CLUSTER)
-        connection = connect(fresh_home)
-        yield connection, restarted
-    finally:
-        ray.shutdown()
-        try:
-            if state_path(fresh_home).exists():
-                down(fresh_home)
-            for server in restarted:
-                stop_etcd(server)
-        finally:
-            if previous_home is None:
-                os.environ.pop(HOME_ENV, None)
-            else:
-                os.environ[HOME_ENV] = previous_home
-            if previous_ray is not None:
-                ray.init(address=previous_ray, namespace="mafka4", log_to_driver=False)
+            local = stack.enter_context(conftest.own_cluster(OWN_CLUSTER))
+        yield local.connection, local.etcd_started
 
 
 def test_an_etcd_restart_during_production_loses_nothing_and_changes_no_leader(own_cluster):

@@ -56,14 +56,14 @@ def upkeep_cluster(tmp_path_factory):
     with own_cluster(ClusterConfig(write_nodes=1, read_nodes=3)) as local:
         home = tmp_path_factory.mktemp("upkeep")
         name = f"upkeep-{secrets.token_hex(3)}"
-        endpoint = local.store.endpoint
+        endpoint = local.connection.store.endpoint
         controller = ControllerProcess(endpoint, local.state.ray_address, name, home / "controller.log", SETTINGS)
         agents = {}
         try:
             agents = {node: Agent(endpoint, name, role, node, home / "data", home / f"agent-{node}.log")
                       for node, role in (("w0", "write"), ("r0", "read"), ("r1", "read"), ("r2", "read"))}
-            connection = Connection(cluster=name, store=local.store, state=None)
-            assert wait_until(lambda: len(TopicStore(local.store, name).live_nodes("read")) == 3, WAIT_S)
+            connection = Connection(cluster=name, store=local.connection.store, state=None)
+            assert wait_until(lambda: len(TopicStore(local.connection.store, name).live_nodes("read")) == 3, WAIT_S)
             yield UpkeepCluster(connection, home / "data", agents, controller)
         finally:
             for agent in agents.values():
