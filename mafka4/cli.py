@@ -11,15 +11,10 @@ import json
 import sys
 from typing import Sequence
 
-from mafka4.errors import (RecordsLost, InvalidConfig, InvalidEventLog, InvalidGroupName, InvalidRecord, InvalidReshard, InvalidTopicName,
-                           MafkaError, MessageTooLarge, MissingDependency, NoEventLogs, NotEnoughReadNodes, UnknownGroup,
-                           UnknownTopic, UnknownVirtualPartition, WrongReadMode)
+from mafka4.errors import InvalidConfig, InvalidRecord, MafkaError, RecordsLost
 from mafka4.limits import (ASSIGNOR_NAMES, READ_MODES, VIRTUAL_PARTITIONS_MAX, Acks, ClusterConfig, ProducerConfig,
                            parse_setting)
 
-USAGE_ERRORS = (InvalidConfig, InvalidTopicName, InvalidRecord, MessageTooLarge, UnknownTopic, InvalidGroupName, UnknownGroup,
-                InvalidReshard, UnknownVirtualPartition, WrongReadMode, NotEnoughReadNodes, InvalidEventLog, NoEventLogs,
-                MissingDependency)
 # The read mode of `mafka4 topic create` (the library's TopicConfig keeps "mafka3" until every caller moved).
 CLI_READ_MODE_DEFAULT = "mafka4"
 
@@ -598,7 +593,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not isinstance(error, MafkaError):
             raise
         print(f"mafka4: error: {error.message}", file=sys.stderr)
-        return 2 if isinstance(error, USAGE_ERRORS) else 1
+        return 2 if error.usage_error else 1
 
 
 if __name__ == "__main__":
