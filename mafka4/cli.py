@@ -12,11 +12,8 @@ import sys
 from typing import Sequence
 
 from mafka4.errors import InvalidConfig, InvalidRecord, MafkaError, RecordsLost
-from mafka4.limits import (ASSIGNOR_NAMES, READ_MODES, VIRTUAL_PARTITIONS_MAX, Acks, ClusterConfig, ProducerConfig,
-                           parse_setting)
-
-# The read mode of `mafka4 topic create` (the library's TopicConfig keeps "mafka3" until every caller moved).
-CLI_READ_MODE_DEFAULT = "mafka4"
+from mafka4.limits import (ASSIGNOR_NAMES, READ_MODE_DEFAULT, READ_MODES, VIRTUAL_PARTITIONS_MAX, Acks, ClusterConfig,
+                           ProducerConfig, parse_setting)
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
@@ -392,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--replication-factor", type=int, default=1, help="replicas per partition (default %(default)s)")
     create.add_argument("--min-insync-replicas", type=int, help="acks=all needs at least this many in-sync replicas (default 1)")
     create.add_argument("--retention-ms", type=int, help="delete segments older than this (default 7 days)")
-    create.add_argument("--read-mode", choices=READ_MODES, default=CLI_READ_MODE_DEFAULT,
+    create.add_argument("--read-mode", choices=READ_MODES, default=READ_MODE_DEFAULT,
                         help="mafka4: consumers read virtual partitions on read nodes; mafka3: consumers read the "
                              "physical partitions (default %(default)s)")
     create.add_argument("--virtual-partitions", type=int,

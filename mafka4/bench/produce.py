@@ -169,7 +169,7 @@ def replica_rss_bytes(admin: Admin, topic: str) -> list[int]:
 def stalled_producer_run(admin: Admin, settings: ProduceBenchSettings) -> dict:
     """Peak RSS of a producer process whose partition stops acknowledging."""
     topic = f"bench-stall-{secrets.token_hex(3)}"
-    metadata = admin.create_topic(topic, partitions=1, replication_factor=2, min_insync_replicas=2)
+    metadata = admin.create_topic(topic, partitions=1, replication_factor=2, min_insync_replicas=2, read_mode="mafka3")
     try:
         follower = metadata.partitions[0].replicas[1]
         ray.kill(replica_handle(admin.cluster, topic, 0, follower))
@@ -186,7 +186,9 @@ def run_produce_bench(settings: ProduceBenchSettings, output_path: str) -> dict:
     connection = connect()
     admin = Admin(connection)
     topic = f"bench-{secrets.token_hex(3)}"
-    metadata = admin.create_topic(topic, partitions=settings.partitions, replication_factor=settings.replication_factor)
+    # read_mode="mafka3": no read path, so only the write path is measured.
+    metadata = admin.create_topic(topic, partitions=settings.partitions, replication_factor=settings.replication_factor,
+                                  read_mode="mafka3")
     bare = BareSink.options(num_cpus=0, resources={node_resource(metadata.partitions[0].leader): 1}).remote()
     try:
         producer = producer_run(connection, topic, settings)

@@ -209,7 +209,8 @@ def run_trial(connection, settings: RebalanceBenchSettings) -> dict:
 
     admin = Admin(connection)
     topic, group = f"rebal-{secrets.token_hex(3)}", f"rebal-{secrets.token_hex(3)}"
-    admin.create_topic(topic, partitions=settings.partitions, replication_factor=settings.replication_factor)
+    admin.create_topic(topic, partitions=settings.partitions, replication_factor=settings.replication_factor,
+                       read_mode="mafka3")
     trial = JoinTrial(topic, connection, settings.rate_msgs_per_s)
 
     def start_member(name: str) -> MemberLog:
