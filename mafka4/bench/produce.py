@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -35,35 +35,19 @@ import psutil
 import ray
 
 from mafka4.bench.bare import BareSink
+from mafka4.bench.produce_settings import ProduceBenchSettings
 from mafka4.bench.stats import percentiles_ms
 from mafka4.client.accumulator import RECORD_OVERHEAD_BYTES
 from mafka4.client.admin import Admin
 from mafka4.client.producer import Producer
 from mafka4.client.sender import new_producer_id
+from mafka4.limits import MiB
 from mafka4.physical.launcher import replica_handle
 from mafka4.records import HEADER_BYTES, encode_batch
 from mafka4.runtime.connect import Connection, connect
 from mafka4.runtime.ray_cluster import node_resource
 
-MiB = 1024 * 1024
 PAYLOAD_POOL_SIZE = 64  # distinct payloads, so batches do not compress to one repeated value
-
-
-@dataclass(frozen=True, slots=True)
-class ProduceBenchSettings:
-    messages: int = 300_000
-    message_bytes: int = 1024
-    partitions: int = 2
-    replication_factor: int = 2
-    acks: str = "all"
-    linger_ms: int = 5
-    batch_bytes_max: int = 1024 * 1024
-    in_flight_batches_max: int = 5
-    paced_msgs_per_s: int = 10_000
-    paced_seconds: int = 10
-    stalled_producer: bool = True
-    stalled_seconds: int = 20
-    stalled_buffer_bytes_max: int = 64 * MiB
 
 
 def _payloads(size: int) -> list[bytes]:
