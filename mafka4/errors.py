@@ -1,8 +1,10 @@
 """Every error mafka4 raises on purpose, under one base class.
 
-Each error says whether retrying the same request can succeed (``retriable``) and
-carries a message that names the problem and the fix. Errors cross Ray actor
-boundaries by pickling, so every constructor takes exactly one argument: the message.
+Each error says whether retrying the same request can succeed (``retriable``), whether it
+means the request itself was wrong (``usage_error``: bad input, not a cluster problem; the
+``mafka4`` command exits 2 for these and 1 for the others), and carries a message that names
+the problem and the fix. Errors cross Ray actor boundaries by pickling, so every constructor
+takes exactly one argument: the message.
 
 Broken invariants are not errors: they are ``assert`` statements.
 """
@@ -12,6 +14,7 @@ class MafkaError(Exception):
     """Base of every mafka4 error."""
 
     retriable = False
+    usage_error = False
 
     def __init__(self, message: str):
         super().__init__(message)
@@ -27,17 +30,25 @@ class MafkaError(Exception):
 class InvalidConfig(MafkaError):
     """A configuration value is out of range or of the wrong type."""
 
+    usage_error = True
+
 
 class InvalidTopicName(MafkaError):
     """A topic name breaks the naming rules in ``mafka4.names``."""
+
+    usage_error = True
 
 
 class InvalidRecord(MafkaError):
     """A record cannot be sent as given (e.g. a value that is not bytes and no serializer)."""
 
+    usage_error = True
+
 
 class MessageTooLarge(MafkaError):
     """A message or batch exceeds ``message_bytes_max`` / ``batch_bytes_max``."""
+
+    usage_error = True
 
 
 # --- cluster and metadata -------------------------------------------------------------
@@ -60,6 +71,8 @@ class CoordinatorUnavailable(MafkaError):
 class UnknownTopic(MafkaError):
     """The topic does not exist."""
 
+    usage_error = True
+
 
 class TopicExists(MafkaError):
     """A topic with this name already exists."""
@@ -71,6 +84,8 @@ class NotEnoughWriteNodes(MafkaError):
 
 class NotEnoughReadNodes(MafkaError):
     """``read_replicas`` is larger than the number of live read nodes."""
+
+    usage_error = True
 
 
 class MetadataConflict(MafkaError):
@@ -154,9 +169,13 @@ class ProducerClosed(MafkaError):
 class InvalidGroupName(MafkaError):
     """A consumer group name breaks the naming rules (those of topic names)."""
 
+    usage_error = True
+
 
 class UnknownGroup(MafkaError):
     """The group has no members and no committed offsets."""
+
+    usage_error = True
 
 
 class GroupNotEmpty(MafkaError):
@@ -182,13 +201,19 @@ class PartitionNotAssigned(MafkaError):
 class WrongReadMode(MafkaError):
     """The operation needs the other read mode (e.g. virtual partitions of a mafka3-mode topic)."""
 
+    usage_error = True
+
 
 class UnknownVirtualPartition(MafkaError):
     """A split, merge or read named a VP that does not exist (or no longer exists)."""
 
+    usage_error = True
+
 
 class InvalidReshard(MafkaError):
     """A split, merge or scale cannot be done as asked (ranges not adjacent, too many VPs, ...)."""
+
+    usage_error = True
 
 
 class ReshardConflict(MafkaError):
@@ -230,10 +255,14 @@ class InvalidEventLog(MafkaError):
     """An event log does not match ``simulations.schema.EVENT_SCHEMA``: a missing, unknown,
     mistyped or short column (on write), or a Parquet file with another schema (on read)."""
 
+    usage_error = True
+
 
 class NoEventLogs(MafkaError):
     """The directory to analyze does not exist or holds no event-log Parquet files; run an
     experiment or the fleet model first."""
+
+    usage_error = True
 
 
 class ProcessNotVisible(MafkaError):
@@ -257,6 +286,8 @@ class FleetTargetUnreachable(MafkaError):
 
 class MissingDependency(MafkaError):
     """An optional dependency of the command is not installed; the message names what to install."""
+
+    usage_error = True
 
 
 # --- node agent (mafka4.runtime.node) ----------------------------------------------------

@@ -194,6 +194,10 @@ TOPIC_NAME_CHARS_MAX = 200
 # Read path (DESIGN.md section 6): how consumers read a topic. "mafka4": from virtual
 # partitions fed from the physical ones; "mafka3": from the physical partitions (no VPs).
 READ_MODES = ("mafka4", "mafka3")
+# The read mode of a topic created without one, by ``Admin.create_topic`` and ``mafka4 topic
+# create`` alike. TopicConfig's own field keeps "mafka3": a stored config without the field was
+# written before read modes existed, and is a Mafka3 topic.
+READ_MODE_DEFAULT = "mafka4"
 # Virtual partitions of one topic: the default and the ceiling of TopicConfig.virtual_partitions_max.
 VIRTUAL_PARTITIONS_MAX = 1024
 # A topic is created in one etcd transaction (its config, every partition key, its split epoch and
@@ -219,7 +223,8 @@ class TopicConfig:
     replica_lag_ms_max: int = 10 * SECOND_MS
     # Elect a leader outside the ISR when no ISR member is alive (may lose acknowledged data).
     unclean_leader_election: bool = False
-    # One of READ_MODES; "mafka3" topics have no virtual partitions and no read replicas.
+    # One of READ_MODES; "mafka3" topics have no virtual partitions and no read replicas. Topics
+    # are created with READ_MODE_DEFAULT unless the caller says otherwise.
     read_mode: str = "mafka3"
     # Virtual partitions at creation (None: one per physical partition; 0 in mafka3 mode).
     virtual_partitions: int | None = None

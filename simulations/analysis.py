@@ -24,7 +24,6 @@ its runs with ``node_counts_vary`` set when its runs disagree.
 
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import dataclass
 from fractions import Fraction
@@ -37,6 +36,8 @@ import pyarrow.parquet as pq
 
 from mafka4.errors import MissingDependency
 from simulations import report as report_module
+from simulations.analysis_settings import AnalysisSettings
+from simulations.extras import INSTALL_ANALYSIS
 from simulations.schema import ANALYSIS_MARKER, EVENT_SCHEMA, check_event_file, event_log_files
 
 if TYPE_CHECKING:
@@ -51,18 +52,6 @@ COUNT_COLUMNS = ("write_nodes", "read_nodes", "nodes", "actors", "physical_parti
 RATIO_COLUMNS = ("produce_latency_ms_tp999", "end_to_end_latency_ms_tp999", "nodes", "write_nodes", "actors",
                  "physical_partitions")
 TABLE_NAMES = ("latency_by_config", "mode_ratios")
-
-
-@dataclass(frozen=True, slots=True)
-class AnalysisSettings:
-    """How the Spark job runs. The defaults suit one small machine; everything binds to loopback."""
-
-    master: str = "local[*]"
-    # Result groups are few; Spark's default of 200 shuffle partitions only adds scheduling.
-    shuffle_partitions: int = 8
-    driver_memory: str = "1g"
-    # Keep the Spark log quiet: the report is the output.
-    log_level: str = "WARN"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +71,7 @@ def spark_session(settings: AnalysisSettings = AnalysisSettings()) -> SparkSessi
     try:
         from pyspark.sql import SparkSession
     except ImportError:
-        raise MissingDependency("`mafka4 analyze` needs pyspark (and Java 17): pip install 'mafka4[analysis]'") from None
+        raise MissingDependency(f"`mafka4 analyze` needs pyspark (and Java 17): {INSTALL_ANALYSIS}") from None
 
     spark = (
         SparkSession.builder.master(settings.master)
@@ -220,27 +209,3 @@ def analyze(events_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] 
         table_paths=table_paths, percentiles=PERCENTILES)
     return AnalysisResult(out_dir=out, report_path=rendered.report_path, table_paths=table_paths,
                           plot_paths=rendered.plot_paths, skipped_plots=rendered.skipped_plots)
-
-
-def _cmd_analyze(args: argparse.Namespace) -> int:
-    result = analyze(args.dir, args.out, AnalysisSettings(master=args.master))
-    print(f"report: {result.report_path}")
-    for name, (parquet_path, csv_path) in result.table_paths.items():
-        print(f"table {name}: {parquet_path} {csv_path}")
-    for name, path in result.plot_paths.items():
-        print(f"plot {name}: {path}")
-    for name, reason in result.skipped_plots.items():
-        print(f"plot {name} skipped: {reason}")
-    return 0
-
-
-def add_analyze_parser(commands) -> None:
-    """Register ``analyze`` on the ``mafka4`` sub-command parsers (``commands.add_parser``)."""
-    analyze_parser = commands.add_parser(
-        "analyze", help="Spark analysis of event logs: exact tp50/tp99/tp999 and node counts per configuration, "
-                        "Mafka3/Mafka4 ratios, plots and report.md")
-    analyze_parser.add_argument("dir", help="directory holding event-log Parquet files (searched recursively)")
-    analyze_parser.add_argument("--out", default=None, help="output directory (default DIR/analysis)")
-    analyze_parser.add_argument("--master", default=AnalysisSettings().master,
-                                help="Spark master URL (default %(default)s)")
-    analyze_parser.set_defaults(run=_cmd_analyze)

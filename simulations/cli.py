@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from simulations.extras import require_analysis_extra
 from simulations.scaling import ScalingSettings, run_scaling
 
 DEFAULTS = ScalingSettings()
@@ -50,6 +51,7 @@ def add_scaling_arguments(parser: argparse.ArgumentParser, defaults: ScalingSett
 
 
 def _cmd_experiment_scaling(args: argparse.Namespace) -> int:
+    require_analysis_extra("experiment scaling", ("pyarrow",))  # the event logs are Parquet
     paths = run_scaling(settings_from_args(args), Path(args.out))
     print(f"event logs of {len(paths)} configurations in {Path(args.out) / paths[0].parent.name}; "
           f"analyse them with 'mafka4 analyze {args.out}'")

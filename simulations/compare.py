@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from simulations.cli import add_scaling_arguments, settings_from_args
+from simulations.extras import require_analysis_extra
 from simulations.scaling import ScalingSettings
 
 SMALL = ScalingSettings(consumers=(1, 2, 4, 8), duration_s=8.0)
@@ -46,6 +47,7 @@ def run_compare(out: Path, scaling: ScalingSettings, calibration: Path | None, p
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
+    require_analysis_extra("compare")
     report = run_compare(Path(args.out), settings_from_args(args), Path(args.calibration) if args.calibration else None)
     print(f"report: {report}")
     return 0

@@ -20,7 +20,7 @@ without importing Ray.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Mapping
 
 from mafka4.errors import InvalidConfig
@@ -35,12 +35,15 @@ WINDOW_S_MIN = 30.0
 
 @dataclass(frozen=True, slots=True)
 class VpDensityBenchSettings:
-    virtual_partitions: int = 1024
-    partitions: int = 2
+    """A field with a ``help`` in its metadata is an option of ``mafka4 bench vp-density`` (``mafka4.cli.bench``)."""
+
+    virtual_partitions: int = field(default=1024, metadata={"help": "VPs of the topic created"})
+    partitions: int = field(default=2, metadata={"help": "physical partitions"})
     replication_factor: int = 1
     read_replicas: int = 2
-    window_s: float = 30.0
-    settle_s: float = 10.0
+    window_s: float = field(default=30.0, metadata={
+        "help": f"seconds of each idle measurement, at least {WINDOW_S_MIN:g}"})
+    settle_s: float = field(default=10.0, metadata={"help": "seconds between creating the topic and measuring"})
     # Creating the topic and completing every VP's RISR must take at most this long.
     ready_s_max: float = 300.0
     # A test-sized run: windows shorter than WINDOW_S_MIN are allowed, and the report says so.

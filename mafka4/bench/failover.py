@@ -23,11 +23,12 @@ import os
 import secrets
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import ray
 
+from mafka4.bench.failover_settings import FailoverBenchSettings
 from mafka4.client.admin import Admin
 from mafka4.client.producer import Producer
 from mafka4.coordinator import keys
@@ -37,18 +38,6 @@ from mafka4.physical.launcher import replica_handle
 from mafka4.runtime.connect import Connection, connect
 
 POLL_INTERVAL_S = 0.02
-
-
-@dataclass(frozen=True, slots=True)
-class FailoverBenchSettings:
-    repetitions: int = 5
-    replication_factor: int = 3
-    min_insync_replicas: int = 2
-    message_bytes: int = 100
-    # Producing before each kill, so the partition is busy when its leader dies.
-    warmup_s: float = 2.0
-    # A repetition that does not recover within this long fails the bench.
-    recovery_s_max: float = 120.0
 
 
 class _SteadyProducer:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from mafka4.bench.stats import nearest_rank_value
@@ -45,11 +45,13 @@ NS_PER_MS = 1_000_000
 
 @dataclass(frozen=True, slots=True)
 class FeedLagBenchSettings:
-    virtual_partitions: tuple[int, ...] = (8, 256)
-    partitions: int = 2
+    """A field with a ``help`` in its metadata is an option of ``mafka4 bench feed-lag`` (``mafka4.cli.bench``)."""
+
+    virtual_partitions: tuple[int, ...] = field(default=(8, 256), metadata={"help": "VP counts, one topic each"})
+    partitions: int = field(default=2, metadata={"help": "physical partitions"})
     replication_factor: int = 2
     read_replicas: int = 2
-    duration_s: float = 20.0
+    duration_s: float = field(default=20.0, metadata={"help": "seconds of producing per VP count"})
     sample_interval_s: float = 0.5
     message_bytes: int = 1024
     linger_ms: int = ProducerConfig().linger_ms

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -35,35 +35,19 @@ import psutil
 import ray
 
 from mafka4.bench.bare import BareSink
+from mafka4.bench.produce_settings import ProduceBenchSettings
 from mafka4.bench.stats import percentiles_ms
 from mafka4.client.accumulator import RECORD_OVERHEAD_BYTES
 from mafka4.client.admin import Admin
 from mafka4.client.producer import Producer
 from mafka4.client.sender import new_producer_id
+from mafka4.limits import MiB
 from mafka4.physical.launcher import replica_handle
 from mafka4.records import HEADER_BYTES, encode_batch
 from mafka4.runtime.connect import Connection, connect
 from mafka4.runtime.ray_cluster import node_resource
 
-MiB = 1024 * 1024
 PAYLOAD_POOL_SIZE = 64  # distinct payloads, so batches do not compress to one repeated value
-
-
-@dataclass(frozen=True, slots=True)
-class ProduceBenchSettings:
-    messages: int = 300_000
-    message_bytes: int = 1024
-    partitions: int = 2
-    replication_factor: int = 2
-    acks: str = "all"
-    linger_ms: int = 5
-    batch_bytes_max: int = 1024 * 1024
-    in_flight_batches_max: int = 5
-    paced_msgs_per_s: int = 10_000
-    paced_seconds: int = 10
-    stalled_producer: bool = True
-    stalled_seconds: int = 20
-    stalled_buffer_bytes_max: int = 64 * MiB
 
 
 def _payloads(size: int) -> list[bytes]:
@@ -169,7 +153,7 @@ def replica_rss_bytes(admin: Admin, topic: str) -> list[int]:
 def stalled_producer_run(admin: Admin, settings: ProduceBenchSettings) -> dict:
     """Peak RSS of a producer process whose partition stops acknowledging."""
     topic = f"bench-stall-{secrets.token_hex(3)}"
-    metadata = admin.create_topic(topic, partitions=1, replication_factor=2, min_insync_replicas=2)
+    metadata = admin.create_topic(topic, partitions=1, replication_factor=2, min_insync_replicas=2, read_mode="mafka3")
     try:
         follower = metadata.partitions[0].replicas[1]
         ray.kill(replica_handle(admin.cluster, topic, 0, follower))
@@ -186,7 +170,9 @@ def run_produce_bench(settings: ProduceBenchSettings, output_path: str) -> dict:
     connection = connect()
     admin = Admin(connection)
     topic = f"bench-{secrets.token_hex(3)}"
-    metadata = admin.create_topic(topic, partitions=settings.partitions, replication_factor=settings.replication_factor)
+    # read_mode="mafka3": no read path, so only the write path is measured.
+    metadata = admin.create_topic(topic, partitions=settings.partitions, replication_factor=settings.replication_factor,
+                                  read_mode="mafka3")
     bare = BareSink.options(num_cpus=0, resources={node_resource(metadata.partitions[0].leader): 1}).remote()
     try:
         producer = producer_run(connection, topic, settings)

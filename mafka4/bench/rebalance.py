@@ -35,19 +35,24 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from mafka4.limits import ASSIGNOR_NAMES
+
 NS_PER_MS = 1_000_000
 BEFORE_JOIN_WINDOW_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
 class RebalanceBenchSettings:
-    partitions: int = 12
-    consumers: int = 3
-    rate_msgs_per_s: int = 2000
-    warmup_s: float = 5.0
-    after_join_s: float = 8.0
-    trials: int = 3
-    assignor: str = "range"
+    """A field with a ``help`` in its metadata is an option of ``mafka4 bench rebalance`` (``mafka4.cli.bench``)."""
+
+    partitions: int = field(default=12, metadata={"help": "physical partitions of the topic"})
+    consumers: int = field(default=3, metadata={"help": "members before the join"})
+    rate_msgs_per_s: int = field(default=2000, metadata={"help": "messages per second produced during a trial"})
+    warmup_s: float = field(default=5.0, metadata={"help": "seconds of consuming before the join"})
+    after_join_s: float = field(default=8.0, metadata={"help": "seconds measured after the join"})
+    trials: int = field(default=3, metadata={"help": "joins measured, each with a fresh topic and group"})
+    assignor: str = field(default="range", metadata={"help": "partition assignor of the group",
+                                                     "choices": ASSIGNOR_NAMES})
     replication_factor: int = 1
 
 
@@ -209,7 +214,8 @@ def run_trial(connection, settings: RebalanceBenchSettings) -> dict:
 
     admin = Admin(connection)
     topic, group = f"rebal-{secrets.token_hex(3)}", f"rebal-{secrets.token_hex(3)}"
-    admin.create_topic(topic, partitions=settings.partitions, replication_factor=settings.replication_factor)
+    admin.create_topic(topic, partitions=settings.partitions, replication_factor=settings.replication_factor,
+                       read_mode="mafka3")
     trial = JoinTrial(topic, connection, settings.rate_msgs_per_s)
 
     def start_member(name: str) -> MemberLog:

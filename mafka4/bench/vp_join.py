@@ -37,7 +37,7 @@ import json
 import os
 import secrets
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mafka4.bench.rebalance import (BEFORE_JOIN_WINDOW_S, NS_PER_MS, GroupWatch, JoinTrial, MemberLog,
@@ -46,18 +46,22 @@ from mafka4.bench.rebalance import (BEFORE_JOIN_WINDOW_S, NS_PER_MS, GroupWatch,
 
 @dataclass(frozen=True, slots=True)
 class VpJoinBenchSettings:
-    partitions: int = 2
-    consumers: int = 3
+    """A field with a ``help`` in its metadata is an option of ``mafka4 bench vp-join`` (``mafka4.cli.bench``)."""
+
+    partitions: int = field(default=2, metadata={"help": "physical partitions"})
+    consumers: int = field(default=3, metadata={"help": "members before the join, one VP each"})
     # VPs at creation; None: one per consumer, so the joiner gets capacity by a split. More VPs than
     # consumers: the joiner gets a VP handed over instead (no split), which isolates the group protocol.
-    virtual_partitions: int | None = None
-    rate_msgs_per_s: int = 2000
-    warmup_s: float = 5.0
-    after_join_s: float = 10.0
-    trials: int = 3
-    read_replicas: int = 1
+    virtual_partitions: int | None = field(default=None, metadata={
+        "help": "VPs at creation (default: one per consumer, so the joiner causes a split; more: a handover)"})
+    rate_msgs_per_s: int = field(default=2000, metadata={"help": "messages per second produced during a trial"})
+    warmup_s: float = field(default=5.0, metadata={"help": "seconds of consuming before the join"})
+    after_join_s: float = field(default=10.0, metadata={"help": "seconds measured after the join"})
+    trials: int = field(default=3, metadata={"help": "joins measured, each with a fresh topic and group"})
+    read_replicas: int = field(default=1, metadata={"help": "replicas of each VP, on distinct read nodes"})
     replication_factor: int = 1
-    compare_mafka3: bool = True
+    compare_mafka3: bool = field(default=True, metadata={"help": "do not run the Mafka3 eager-rebalance trials",
+                                                         "switch": "--skip-mafka3"})
 
 
 def _owners(connection, group: str, topic: str) -> dict[int, str]:

@@ -19,7 +19,7 @@ from mafka4.coordinator import intents
 from mafka4.coordinator.intents import IntentKind
 from mafka4.coordinator.topics import TopicMetadata, TopicStore
 from mafka4.errors import InvalidConfig, TopicExists
-from mafka4.limits import TopicConfig, replace_config
+from mafka4.limits import READ_MODE_DEFAULT, TopicConfig, replace_config
 from mafka4.names import validate_topic_name
 from mafka4.physical.launcher import replica_handle
 from mafka4.runtime.connect import Connection, connect
@@ -36,7 +36,7 @@ RESHAPE_WAIT_S = 120
 
 
 def new_topic_config(name: str, partitions: int = 1, replication_factor: int = 1, virtual_partitions: int | None = None,
-                     read_replicas: int = 1, read_mode: str = "mafka3", **overrides) -> TopicConfig:
+                     read_replicas: int = 1, read_mode: str = READ_MODE_DEFAULT, **overrides) -> TopicConfig:
     """The resolved config of a topic to create, or ``InvalidTopicName``/``InvalidConfig``.
 
     Needs no cluster, so callers (the CLI) can refuse a bad request before connecting.
@@ -60,15 +60,14 @@ class Admin:
         return intents.request(self._connection.store, self.cluster, kind, topic, args, wait_s)
 
     def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1, virtual_partitions: int | None = None,
-                     read_replicas: int = 1, read_mode: str = "mafka3", wait_s: float = CREATE_WAIT_S,
+                     read_replicas: int = 1, read_mode: str = READ_MODE_DEFAULT, wait_s: float = CREATE_WAIT_S,
                      **overrides) -> TopicMetadata:
         """Create a topic; ``overrides`` are other ``TopicConfig`` fields (e.g. min_insync_replicas).
 
-        ``read_mode="mafka3"``: consumers read the physical partitions; no VPs. ``"mafka4"``:
+        ``read_mode="mafka4"`` (the default, ``READ_MODE_DEFAULT``, as for ``mafka4 topic create``):
         consumers read ``virtual_partitions`` VPs (default one per physical partition), each on
-        ``read_replicas`` read nodes. The library keeps "mafka3" as its default so that
-        Mafka3-mode callers and experiments stay as they are; ``mafka4 topic create`` defaults to
-        "mafka4". Waits at most ``wait_s`` for the controller.
+        ``read_replicas`` read nodes. ``"mafka3"``: consumers read the physical partitions; no VPs.
+        Waits at most ``wait_s`` for the controller.
         """
         config = new_topic_config(name, partitions, replication_factor, virtual_partitions, read_replicas, read_mode,
                                   **overrides)

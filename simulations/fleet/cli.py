@@ -1,9 +1,9 @@
 """``fleet model`` and ``fleet calibrate``: the fleet-scale model's commands.
 
 ``add_fleet_parser(subparsers)`` registers them under a ``fleet`` command of an argparse
-parser (``mafka4.cli`` wires it in); each handler returns an exit code and lets ``MafkaError``
-propagate, so the caller prints it as a one-line error. ``python -m simulations.fleet.cli``
-runs them standalone.
+parser (``mafka4`` gets it through the ``mafka4.commands`` entry point of ``pyproject.toml``);
+each handler returns an exit code and lets ``MafkaError`` propagate, so the caller prints it as
+a one-line error. ``python -m simulations.fleet.cli`` runs them standalone.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import sys
 from dataclasses import replace
 from typing import Sequence
 
+from simulations.extras import require_analysis_extra
 from simulations.fleet.config import CONSUMER_SCALES_DEFAULT, ROWS_DEFAULT, TOPICS_DEFAULT, ModelConfig
 
 CALIBRATION_OUT_DEFAULT = "results/fleet/calibration.json"
@@ -33,6 +34,7 @@ def _calibration_overrides(pairs: list[str]) -> dict[str, float]:
 
 
 def _cmd_fleet_model(args: argparse.Namespace) -> int:
+    require_analysis_extra("fleet model", ("pyarrow",))  # the event logs are Parquet
     from simulations.fleet.params import DEFAULT_CALIBRATION, CalibrationParams, load_calibration
     from simulations.fleet.sweep import SweepSettings, run_sweep
     from simulations.fleet.workload import WorkloadConfig
@@ -65,6 +67,7 @@ def _cmd_fleet_model(args: argparse.Namespace) -> int:
 def _cmd_fleet_calibrate(args: argparse.Namespace) -> int:
     import json
 
+    require_analysis_extra("fleet calibrate", ("pyarrow",))  # its module imports the event-log schema
     from simulations.fleet.calibrate import run_calibration
 
     document = run_calibration(args.out, command=" ".join(["fleet calibrate", "--out", args.out]))
@@ -73,7 +76,6 @@ def _cmd_fleet_calibrate(args: argparse.Namespace) -> int:
         print(f"note: {note}", file=sys.stderr)
     print(f"calibration written to {args.out} ({document['elapsed_s']} s)", file=sys.stderr)
     return 0
-
 
 
 def add_fleet_parser(subparsers) -> argparse.ArgumentParser:

@@ -135,7 +135,7 @@ def start_crashing_member(topic: str, group: str) -> tuple[subprocess.Popen, lis
 
 def test_members_join_leave_and_crash_while_producing_every_message_is_consumed(cluster):
     topic, group, total = unique("grp"), unique("g"), 20_000
-    Admin(cluster).create_topic(topic, partitions=6, replication_factor=2)
+    Admin(cluster).create_topic(topic, partitions=6, replication_factor=2, read_mode="mafka3")
     offsets = KeyHistory(cluster, keys.group_offsets_prefix(cluster.cluster, group))
     settings = dict(auto_commit_interval_ms=300, member_lease_ttl_s=3)
     members = [ConsumerThread(topic, group, cluster, **settings) for _ in range(3)]
@@ -189,7 +189,7 @@ def owner_overlaps(history: KeyHistory) -> list[str]:
 
 def test_no_partition_ever_has_two_owners_and_clean_rebalances_deliver_exactly_once(cluster):
     topic, group, total = unique("own"), unique("g"), 3000
-    Admin(cluster).create_topic(topic, partitions=4, replication_factor=1)
+    Admin(cluster).create_topic(topic, partitions=4, replication_factor=1, read_mode="mafka3")
     owners = KeyHistory(cluster, keys.group_owners_prefix(cluster.cluster, group))
     produced = [0]
     producer = threading.Thread(target=produce_paced, args=(topic, cluster, total, 1000, produced))
@@ -251,7 +251,7 @@ def poll_until(consumer: Consumer, count: int) -> list:
 
 def test_reset_offsets_needs_an_empty_group_and_moves_offsets_either_way(cluster):
     topic, group = unique("rst"), unique("g")
-    Admin(cluster).create_topic(topic, partitions=2)
+    Admin(cluster).create_topic(topic, partitions=2, read_mode="mafka3")
     boundary_ms, first_half_end, second_half_end = produce_two_halves(topic, cluster, 100)
     with Consumer(topic, group=group, connection=cluster, from_beginning=True) as consumer:
         assert len(poll_until(consumer, 200)) == 200
@@ -278,7 +278,7 @@ def test_reset_offsets_needs_an_empty_group_and_moves_offsets_either_way(cluster
 
 def test_seek_to_time_and_seek_in_a_group_and_commits_never_go_back(cluster):
     topic, group = unique("seek"), unique("g")
-    Admin(cluster).create_topic(topic, partitions=2)
+    Admin(cluster).create_topic(topic, partitions=2, read_mode="mafka3")
     boundary_ms, first_half_end, second_half_end = produce_two_halves(topic, cluster, 100)
     with Consumer(topic, group=group, connection=cluster) as consumer:  # auto_offset_reset=latest
         wait_until(lambda: consumer.poll(timeout_ms=100) == [] and consumer.assignment() == [0, 1], "assignment")
@@ -298,7 +298,7 @@ def test_seek_to_time_and_seek_in_a_group_and_commits_never_go_back(cluster):
 
 def test_a_member_that_stops_polling_leaves_after_the_rebalance_timeout_and_rejoins_when_it_polls(cluster):
     topic, group = unique("slow"), unique("g")
-    Admin(cluster).create_topic(topic, partitions=2)
+    Admin(cluster).create_topic(topic, partitions=2, read_mode="mafka3")
     # Its lease thread checks every 2/3 s; once it polls again, each poll clears the timer well within 1.5 s.
     stuck = Consumer(topic, group=group, connection=cluster, member_lease_ttl_s=2, rebalance_timeout_ms=1500)
     try:
@@ -314,7 +314,7 @@ def test_a_member_that_stops_polling_leaves_after_the_rebalance_timeout_and_rejo
 
 def test_bad_group_input_names_the_problem_and_the_fix(cluster):
     topic = unique("bad")
-    Admin(cluster).create_topic(topic, partitions=2)
+    Admin(cluster).create_topic(topic, partitions=2, read_mode="mafka3")
     with Producer(topic, connection=cluster) as producer:
         for n in range(10):
             producer.send(str(n).encode(), partition=n % 2)

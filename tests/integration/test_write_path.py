@@ -35,7 +35,7 @@ def read_all(connection, topic: str, expected: int, timeout_s: float = 60) -> li
 def test_replicated_topic_reads_back_every_acknowledged_message_once_in_order(cluster):
     admin = Admin(cluster)
     topic = topic_name("rt")
-    admin.create_topic(topic, partitions=2, replication_factor=2)
+    admin.create_topic(topic, partitions=2, replication_factor=2, read_mode="mafka3")
     with Producer(topic, connection=cluster, acks="all") as producer:
         futures = [producer.send(f"m{i}".encode(), key=f"k{i % 7}".encode()) for i in range(3000)]
         producer.flush()
@@ -64,7 +64,7 @@ def test_rf3_keeps_accepting_acks_all_after_a_follower_dies(cluster):
     admin = Admin(cluster)
     topic = topic_name("rf3")
     metadata = admin.create_topic(topic, partitions=1, replication_factor=3, min_insync_replicas=2,
-                                  replica_lag_ms_max=1500)
+                                  replica_lag_ms_max=1500, read_mode="mafka3")
     state = metadata.partitions[0]
     acknowledged: list[bytes] = []
     failures: list[BaseException] = []
@@ -106,7 +106,7 @@ def test_rf3_keeps_accepting_acks_all_after_a_follower_dies(cluster):
 def test_a_retried_batch_is_appended_once(cluster):
     admin = Admin(cluster)
     topic = topic_name("idem")
-    state = admin.create_topic(topic, partitions=1, replication_factor=2).partitions[0]
+    state = admin.create_topic(topic, partitions=1, replication_factor=2, read_mode="mafka3").partitions[0]
     leader = replica_handle(cluster.cluster, topic, 0, state.leader)
     batch = encode_batch([(None, b"once", 1, None), (None, b"twice?", 2, None)], producer_id=42, base_sequence=0)
     first = ray.get(leader.produce.remote(batch, "all"))
@@ -125,7 +125,7 @@ def test_a_retried_batch_is_appended_once(cluster):
 def test_weaker_acks_deliver_too(cluster, acks):
     admin = Admin(cluster)
     topic = topic_name(f"acks{acks}")
-    admin.create_topic(topic, partitions=1, replication_factor=2)
+    admin.create_topic(topic, partitions=1, replication_factor=2, read_mode="mafka3")
     with Producer(topic, connection=cluster, acks=acks) as producer:
         offsets = [producer.send(f"{i}".encode()) for i in range(500)]
         producer.flush()
@@ -137,7 +137,7 @@ def test_acks_all_is_refused_while_the_isr_is_below_min_insync_replicas(cluster)
     admin = Admin(cluster)
     topic = topic_name("minisr")
     state = admin.create_topic(topic, partitions=1, replication_factor=2, min_insync_replicas=2,
-                               replica_lag_ms_max=500).partitions[0]
+                               replica_lag_ms_max=500, read_mode="mafka3").partitions[0]
     ray.kill(replica_handle(cluster.cluster, topic, 0, state.replicas[1]))
     leader = replica_handle(cluster.cluster, topic, 0, state.leader)
     deadline = time.monotonic() + 20
@@ -159,9 +159,9 @@ def test_bad_input_gets_clear_errors_and_leaves_nothing_behind(cluster):
         admin.create_topic("too-wide", replication_factor=4)
     assert "too-wide" not in admin.list_topics()
     topic = topic_name("bad")
-    admin.create_topic(topic)
+    admin.create_topic(topic, read_mode="mafka3")
     with pytest.raises(errors.TopicExists):
-        admin.create_topic(topic)
+        admin.create_topic(topic, read_mode="mafka3")
     with pytest.raises(errors.InvalidConfig, match="'all', '1' or '0'"):
         Producer(topic, connection=cluster, acks="2")
     with Producer(topic, connection=cluster, message_bytes_max=1000) as producer:
@@ -176,12 +176,13 @@ def test_bad_input_gets_clear_errors_and_leaves_nothing_behind(cluster):
 def test_delete_topic_removes_metadata_actors_and_data(cluster):
     admin = Admin(cluster)
     topic = topic_name("del")
-    state = admin.create_topic(topic, partitions=1, replication_factor=2).partitions[0]
+    state = admin.create_topic(topic, partitions=1, replication_factor=2, read_mode="mafka3").partitions[0]
     admin.delete_topic(topic)
     assert topic not in admin.list_topics()
     assert all(replica_handle(cluster.cluster, topic, 0, r) is None for r in state.replicas)
     with pytest.raises(errors.UnknownTopic):
         admin.delete_topic(topic)
-    admin.create_topic(topic, partitions=1, replication_factor=2)  # the name is free again, with empty logs
+    # The name is free again, with empty logs.
+    admin.create_topic(topic, partitions=1, replication_factor=2, read_mode="mafka3")
     with Consumer(topic, connection=cluster, from_beginning=True) as consumer:
         assert consumer.poll(timeout_ms=300) == []

@@ -77,6 +77,16 @@ def test_every_error_survives_pickling_with_its_message_and_flag():
     assert errors.NotEnoughReplicas.retriable and not errors.InvalidTopicName.retriable
 
 
+def test_exactly_the_errors_that_mean_bad_input_are_usage_errors_and_retrying_them_is_futile():
+    usage_errors = {name for name, cls in vars(errors).items()
+                    if isinstance(cls, type) and issubclass(cls, errors.MafkaError) and cls.usage_error}
+    assert usage_errors == {"InvalidConfig", "InvalidTopicName", "InvalidRecord", "MessageTooLarge", "UnknownTopic",
+                            "InvalidGroupName", "UnknownGroup", "InvalidReshard", "UnknownVirtualPartition",
+                            "WrongReadMode", "NotEnoughReadNodes", "InvalidEventLog", "NoEventLogs", "MissingDependency"}
+    assert not any(getattr(errors, name).retriable for name in usage_errors)
+    assert not errors.ClusterNotRunning.usage_error and not errors.UnknownProducer.usage_error
+
+
 def test_the_unfed_hold_is_validated_and_reaches_the_log():
     with pytest.raises(errors.InvalidConfig, match="unfed_hold_ms_max=-1"):
         LogConfig(unfed_hold_ms_max=-1)

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import json
 
 import pytest
 
+from mafka4 import cli
+from mafka4.client.admin import Admin, new_topic_config
 from mafka4.errors import InvalidConfig, NotEnoughReadNodes
 from mafka4.faults import FaultGate
-from mafka4.limits import TopicConfig
+from mafka4.limits import READ_MODE_DEFAULT, TopicConfig
 from mafka4.physical.epochs import NO_EPOCH, EpochHistory
 from mafka4.virtual.divergence import divergence, truncation_offset
 from mafka4.virtual.failover import decide_failover
@@ -30,10 +33,19 @@ from mafka4.virtual.reshard import TopicLayout
 
 
 def test_mafka4_mode_defaults_to_one_vp_per_partition_and_one_read_replica():
-    assert TopicConfig(partitions=3).read_mode == "mafka3", "the default until Mafka4 consumer groups exist"
+    assert TopicConfig(partitions=3).read_mode == "mafka3", "a stored config without read_mode is a Mafka3 topic"
     config = TopicConfig(partitions=3, read_mode="mafka4").resolved()
     assert (config.read_mode, config.virtual_partitions, config.read_replicas) == ("mafka4", 3, 1)
     assert TopicConfig(partitions=3, virtual_partitions=8, read_replicas=2, read_mode="mafka4").resolved().virtual_partitions == 8
+
+
+def test_topics_are_created_in_mafka4_mode_unless_asked_otherwise_by_the_library_and_the_cli_alike():
+    assert READ_MODE_DEFAULT == "mafka4"
+    config = new_topic_config("orders", partitions=2)
+    assert (config.read_mode, config.virtual_partitions, config.read_replicas) == ("mafka4", 2, 1)
+    assert inspect.signature(Admin.create_topic).parameters["read_mode"].default == READ_MODE_DEFAULT
+    assert cli.build_parser().parse_args(["topic", "create", "orders"]).read_mode == READ_MODE_DEFAULT
+    assert new_topic_config("orders", read_mode="mafka3").virtual_partitions == 0
 
 
 def test_mafka3_topics_have_no_virtual_partitions_and_no_read_replicas():

@@ -1,0 +1,134 @@
+"""``mafka4 bench WHAT``: the benchmarks, run against the running cluster, each writing a JSON report.
+
+Every benchmark has the same shape, so one runner serves them all. A ``Bench`` names its
+settings dataclass and its driver. The settings class gives the options: a field with a
+``help`` in its metadata is one, named after the field, with the field's type and default
+(shown in the help; an option not given keeps the class's default). Metadata ``choices``
+limits the values; a bool field is a flag that turns its default over, named by metadata
+``switch`` (``--skip-memory`` sets ``stalled_producer=False``). A class with ``smoke_sized()``
+also gets ``--smoke``: a test-sized run that its report marks as no result. Every bench takes
+``--output``, the path of its report.
+
+The runner builds the settings first, so a bad value is refused before anything connects;
+then it imports the driver (most import Ray), runs it, prints the report's summary and says
+where the full report went.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import json
+import sys
+import typing
+from dataclasses import Field, dataclass, fields
+
+from mafka4.bench.density import VpDensityBenchSettings
+from mafka4.bench.failover_settings import FailoverBenchSettings
+from mafka4.bench.lag import FeedLagBenchSettings
+from mafka4.bench.produce_settings import ProduceBenchSettings
+from mafka4.bench.rebalance import RebalanceBenchSettings
+from mafka4.bench.vp_join import VpJoinBenchSettings
+
+
+@dataclass(frozen=True, slots=True)
+class Bench:
+    name: str
+    help: str
+    settings: type
+    # "module:function" of the driver, run(settings, output_path) -> report with a "summary";
+    # imported only when the bench runs.
+    driver: str
+
+    @property
+    def output_default(self) -> str:
+        return f"results/bench_{self.name.replace('-', '_')}.json"
+
+
+BENCHES = (
+    Bench("produce", "producer throughput and latency vs a bare Ray actor", ProduceBenchSettings,
+          "mafka4.bench.produce:run_produce_bench"),
+    Bench("failover", "unavailability of a partition when its leader is killed", FailoverBenchSettings,
+          "mafka4.bench.failover:run_failover_bench"),
+    Bench("rebalance", "consumer stall while a member joins a group (Mafka3 eager rebalance)", RebalanceBenchSettings,
+          "mafka4.bench.rebalance:run_rebalance_bench"),
+    Bench("vp-join", "consumer stall while a member joins a mafka4-mode group (VP split), next to the Mafka3 eager "
+                     "rebalance", VpJoinBenchSettings, "mafka4.bench.vp_join:run_vp_join_bench"),
+    Bench("vp-density", "RSS and idle CPU of the read nodes per hosted virtual partition, next to one bare idle Ray "
+                        "actor", VpDensityBenchSettings, "mafka4.bench.vp_density:run_vp_density_bench"),
+    Bench("feed-lag", "how far feeding trails the high watermark while one producer is saturated, per VP count",
+          FeedLagBenchSettings, "mafka4.bench.feed_lag:run_feed_lag_bench"),
+)
+
+
+def add_commands(commands) -> None:
+    bench_parser = commands.add_parser("bench", help="benchmarks")
+    benches = bench_parser.add_subparsers(dest="bench_command", required=True, metavar="WHAT")
+    for bench in BENCHES:
+        parser = benches.add_parser(bench.name, help=bench.help)
+        for field, kind in _options_of(bench.settings):
+            _add_option(parser, field, kind)
+        if hasattr(bench.settings, "smoke_sized"):
+            parser.add_argument("--smoke", action="store_true", help=_smoke_help(bench.settings))
+        parser.add_argument("--output", default=bench.output_default, help="JSON report path (default %(default)s)")
+        parser.set_defaults(run=functools.partial(_run, bench))
+
+
+def _options_of(settings_class: type) -> list[tuple[Field, object]]:
+    """The fields of ``settings_class`` that are command-line options, each with its type."""
+    kinds = typing.get_type_hints(settings_class)
+    return [(field, kinds[field.name]) for field in fields(settings_class) if "help" in field.metadata]
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers, e.g. 8,256") from None
+
+
+# How an option's text becomes its field's value, per field type.
+_PARSERS = {int: int, float: float, str: str, int | None: int, tuple[int, ...]: _int_list}
+
+
+def _add_option(parser: argparse.ArgumentParser, field: Field, kind: object) -> None:
+    help_text = field.metadata["help"]
+    # No argparse default: an option not given is left out of the settings, which keep their own.
+    if kind is bool:
+        parser.add_argument(field.metadata.get("switch", _flag(field)), dest=field.name, action="store_const",
+                            const=not field.default, help=help_text)
+        return
+    assert kind in _PARSERS, f"{field.name}: no command-line form for {kind}"
+    if field.default is not None:  # a None default means something the help says itself
+        help_text += f" (default {_shown(field.default)})"
+    parser.add_argument(_flag(field), dest=field.name, type=_PARSERS[kind], choices=field.metadata.get("choices"),
+                        metavar="N[,N...]" if kind == tuple[int, ...] else None, help=help_text)
+
+
+def _smoke_help(settings_class: type) -> str:
+    default, smoke = settings_class(), settings_class.smoke_sized()
+    sizes = " ".join(f"{_flag(field)} {_shown(getattr(smoke, field.name))}" for field, _ in _options_of(settings_class)
+                     if getattr(smoke, field.name) != getattr(default, field.name))
+    return f"a test-sized run ({sizes}): not a result"
+
+
+def _flag(field: Field) -> str:
+    return "--" + field.name.replace("_", "-")
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _run(bench: Bench, args: argparse.Namespace) -> int:
+    given = {field.name: getattr(args, field.name) for field, _ in _options_of(bench.settings)
+             if getattr(args, field.name) is not None}
+    settings = bench.settings.smoke_sized(**given) if getattr(args, "smoke", False) else bench.settings(**given)
+    module, _, function = bench.driver.partition(":")
+    report = getattr(importlib.import_module(module), function)(settings, args.output)
+    print(json.dumps(report["summary"], indent=2))
+    print(f"full report written to {args.output}", file=sys.stderr)
+    return 0

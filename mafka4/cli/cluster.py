@@ -1,0 +1,64 @@
+"""``mafka4 up``, ``down``, ``status`` and ``demo``: the local cluster's life."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from mafka4.errors import InvalidConfig
+from mafka4.limits import ClusterConfig, parse_setting
+
+
+def add_commands(commands) -> None:
+    up = commands.add_parser("up", help="start a local cluster (etcd + Ray on 127.0.0.1) in $MAFKA4_HOME (default ~/.mafka4)")
+    up.add_argument("--write-nodes", type=int, default=ClusterConfig().write_nodes, help="simulated write nodes (default %(default)s)")
+    up.add_argument("--read-nodes", type=int, default=ClusterConfig().read_nodes, help="simulated read nodes (default %(default)s)")
+    up.add_argument("--controller-setting", action="append", default=[], type=_setting, metavar="NAME=VALUE",
+                    help="run the controller with another ControllerConfig value, e.g. vp_merge_delay_ms=5000 or "
+                         "read_node_gone_ms=60000 (repeatable)")
+    up.set_defaults(run=_cmd_up)
+    commands.add_parser("down", help="stop the local cluster and every process it started").set_defaults(run=_cmd_down)
+    commands.add_parser("status", help="show whether the local cluster runs and which nodes are registered").set_defaults(run=_cmd_status)
+    commands.add_parser("demo", help="start a throwaway cluster, produce and consume 2,000 messages, stop it").set_defaults(run=_cmd_demo)
+
+
+def _setting(text: str) -> tuple[str, int]:
+    try:
+        return parse_setting(text)
+    except InvalidConfig as error:
+        raise argparse.ArgumentTypeError(error.message) from None
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    from mafka4.runtime.environment import mafka4_home
+    from mafka4.runtime.local import up
+
+    state = up(mafka4_home(), ClusterConfig(write_nodes=args.write_nodes, read_nodes=args.read_nodes,
+                                            controller_settings=tuple(args.controller_setting)))
+    print(f"mafka4 cluster {state.cluster!r} is up: etcd {state.etcd_endpoint}, Ray {state.ray_address}, "
+          f"write nodes {', '.join(state.write_nodes)}, read nodes {', '.join(state.read_nodes) or 'none'}")
+    return 0
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
+    from mafka4.runtime.environment import mafka4_home
+    from mafka4.runtime.local import down
+
+    stopped = down(mafka4_home())
+    print(f"mafka4 cluster stopped ({len(stopped)} processes)")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from mafka4.runtime.environment import mafka4_home
+    from mafka4.runtime.local import status
+
+    report = status(mafka4_home())
+    print(json.dumps(report, indent=2, default=str))
+    return 0 if report.get("running") else 1
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from mafka4.demo import run_demo
+
+    return run_demo()

@@ -1,0 +1,47 @@
+"""mafka4: a local cluster, topics, producing, consuming and benchmarks.
+
+Every command prints a one-line error naming the problem and the fix (exit code 2 for
+usage or input errors, ``MafkaError.usage_error``; 1 for cluster errors) instead of a
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from mafka4.cli import bench, clients, cluster, groups, plugins, topics
+from mafka4.errors import MafkaError
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every ``mafka4`` command, or, given the first word of a command line, of what it needs.
+
+    The commands of other packages (``plugins``) are loaded unless ``command`` names a built-in
+    one: a built-in command never imports them, while the help and an unknown word list them all.
+    """
+    parser = argparse.ArgumentParser(prog="mafka4", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for group in (cluster, topics, clients, groups, bench):
+        group.add_commands(commands)
+    if command not in commands.choices:
+        plugins.add_commands(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv[0] if argv else None).parse_args(argv)
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as raised:
+        from mafka4.client.errors import unwrap
+
+        error = unwrap(raised)
+        if not isinstance(error, MafkaError):
+            raise
+        print(f"mafka4: error: {error.message}", file=sys.stderr)
+        return 2 if error.usage_error else 1

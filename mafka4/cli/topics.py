@@ -1,0 +1,133 @@
+"""``mafka4 topic create|list|describe|delete`` and ``mafka4 scale``.
+
+A request is checked before connecting (``new_topic_config``), so that a bad name or value is
+reported as such and not as "no local cluster".
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from mafka4.limits import READ_MODE_DEFAULT, READ_MODES, VIRTUAL_PARTITIONS_MAX
+
+
+def add_commands(commands) -> None:
+    topic = commands.add_parser("topic", help="create, list, describe or delete topics")
+    topic_commands = topic.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
+    create = topic_commands.add_parser("create", help="create a topic")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=int, default=1, help="physical partitions (default %(default)s)")
+    create.add_argument("--replication-factor", type=int, default=1, help="replicas per partition (default %(default)s)")
+    create.add_argument("--min-insync-replicas", type=int, help="acks=all needs at least this many in-sync replicas (default 1)")
+    create.add_argument("--retention-ms", type=int, help="delete segments older than this (default 7 days)")
+    create.add_argument("--read-mode", choices=READ_MODES, default=READ_MODE_DEFAULT,
+                        help="mafka4: consumers read virtual partitions on read nodes; mafka3: consumers read the "
+                             "physical partitions (default %(default)s)")
+    create.add_argument("--virtual-partitions", type=int,
+                        help="virtual partitions at creation (mafka4 mode; default one per physical partition)")
+    create.add_argument("--read-replicas", type=int, default=1,
+                        help="replicas of each virtual partition, on distinct read nodes (mafka4 mode; default %(default)s)")
+    create.add_argument("--virtual-partitions-max", type=int,
+                        help=f"splits and scaling stop at this many virtual partitions (default {VIRTUAL_PARTITIONS_MAX})")
+    create.set_defaults(run=_cmd_topic_create)
+    topic_commands.add_parser("list", help="list topic names").set_defaults(run=_cmd_topic_list)
+    describe = topic_commands.add_parser("describe", help="partitions, leaders, ISR and offsets")
+    describe.add_argument("name")
+    describe.set_defaults(run=_cmd_topic_describe)
+    delete = topic_commands.add_parser("delete", help="delete a topic and its data")
+    delete.add_argument("name")
+    delete.set_defaults(run=_cmd_topic_delete)
+
+    scale = commands.add_parser("scale", help="split or merge a mafka4-mode topic's virtual partitions to a count")
+    scale.add_argument("topic")
+    scale.add_argument("--virtual-partitions", type=int, required=True, help="the active virtual partitions wanted")
+    scale.set_defaults(run=_cmd_scale)
+
+
+def _admin():
+    from mafka4.client.admin import Admin
+
+    return Admin()
+
+
+def _cmd_topic_create(args: argparse.Namespace) -> int:
+    from mafka4.client.admin import new_topic_config
+
+    overrides = {}
+    if args.min_insync_replicas is not None:
+        overrides["min_insync_replicas"] = args.min_insync_replicas
+    if args.retention_ms is not None:
+        overrides["retention_ms"] = args.retention_ms
+    if args.virtual_partitions_max is not None:
+        overrides["virtual_partitions_max"] = args.virtual_partitions_max
+    # Refuse a bad name or value before connecting: without a cluster the user would hear
+    # "no local cluster" and not what is wrong with the request.
+    new_topic_config(args.name, args.partitions, args.replication_factor, args.virtual_partitions, args.read_replicas,
+                     args.read_mode, **overrides)
+    metadata = _admin().create_topic(args.name, args.partitions, args.replication_factor,
+                                     virtual_partitions=args.virtual_partitions, read_replicas=args.read_replicas,
+                                     read_mode=args.read_mode, **overrides)
+    config = metadata.config
+    read_path = (f", {config.virtual_partitions} virtual partition(s) with {config.read_replicas} read replica(s) each"
+                 if config.read_mode == "mafka4" else "")
+    print(f"created topic {metadata.name!r}: {len(metadata.partitions)} partition(s), "
+          f"replication factor {config.replication_factor}, read mode {config.read_mode}{read_path}")
+    return 0
+
+
+def _cmd_topic_list(args: argparse.Namespace) -> int:
+    for name in _admin().list_topics():
+        print(name)
+    return 0
+
+
+def _cmd_topic_describe(args: argparse.Namespace) -> int:
+    description = _admin().describe_topic(args.name)
+    config = description["config"]
+    print(f"topic {args.name}  partitions={config.partitions}  replication_factor={config.replication_factor}  "
+          f"min_insync_replicas={config.min_insync_replicas}  retention_ms={config.retention_ms}")
+    print(f"{'partition':>9}  {'leader':>6}  {'epoch':>5}  {'replicas':<12}  {'isr':<12}  {'log_end':>8}  {'high_watermark':>14}")
+    for p in description["partitions"]:
+        live = p["live"] or {}
+        isr = ",".join(sorted(live.get("isr", p["isr"])))
+        print(f"{p['partition']:>9}  {p['leader']:>6}  {p['leader_epoch']:>5}  {','.join(p['replicas']):<12}  {isr:<12}  "
+              f"{live.get('log_end_offset', '?'):>8}  {live.get('high_watermark', '?'):>14}")
+    if description["virtual_partitions"]:
+        print(f"read_mode={config.read_mode}  read_replicas={config.read_replicas}  "
+              f"virtual_partitions_max={config.virtual_partitions_max}")
+        print(f"{'vp':>4}  {'status':<7}  {'hash_range':<42}  {'leader':>6}  {'epoch':>5}  {'risr':<12}  "
+              f"{'log_end':>8}  {'high_watermark':>14}")
+        for v in description["virtual_partitions"]:
+            live = v["live"] or {}
+            status = ("active" if v["active"] else "retired" if v.get("retired") else
+                      "sealed" if "sealed_end_offset" in v else "closed")
+            start, end = v["range"]
+            print(f"{v['virtual_partition']:>4}  {status:<7}  {f'[{start:#x}, {end:#x})':<42}  {v['leader']:>6}  "
+                  f"{v['leader_epoch']:>5}  {','.join(v['risr']):<12}  {live.get('log_end_offset', '?'):>8}  "
+                  f"{live.get('high_watermark', '?'):>14}")
+    print_read_loss(args.name, description["read_loss"])
+    return 0
+
+
+def _cmd_topic_delete(args: argparse.Namespace) -> int:
+    _admin().delete_topic(args.name)
+    print(f"deleted topic {args.name!r}")
+    return 0
+
+
+def _cmd_scale(args: argparse.Namespace) -> int:
+    epochs = _admin().scale(args.topic, args.virtual_partitions)
+    for epoch in epochs:
+        print(f"split epoch {epoch.epoch}: {'+'.join(map(str, epoch.parents))} -> {'+'.join(map(str, epoch.children))} "
+              f"at cut {list(epoch.cut)}")
+    print(f"topic {args.topic!r} has {args.virtual_partitions} virtual partition(s) "
+          f"({len(epochs)} split(s) and merge(s))")
+    return 0
+
+
+def print_read_loss(topic: str, losses: dict[int, list[list[int]]]) -> None:
+    """Physical offsets retention deleted before every read node fed them: never silent."""
+    for partition, ranges in losses.items():
+        lost = ", ".join(f"[{first}, {end})" for first, end in ranges)
+        print(f"LOST {topic} partition {partition}: offsets {lost} were deleted by retention before every read node "
+              f"fed them (raise unfed_hold_ms_max or keep read nodes running)")

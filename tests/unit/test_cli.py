@@ -1,0 +1,185 @@
+"""The ``mafka4`` command without a cluster: what each command line parses to, the exit codes, the bench runner.
+
+Commands that need a cluster run against an empty ``$MAFKA4_HOME``, where they must find none
+(exit 1) or refuse their input first (exit 2); bench drivers are replaced by fakes that record
+the settings they were given.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mafka4 import cli
+from mafka4.bench.density import VpDensityBenchSettings
+from mafka4.bench.failover_settings import FailoverBenchSettings
+from mafka4.bench.lag import FeedLagBenchSettings
+from mafka4.bench.produce_settings import ProduceBenchSettings
+from mafka4.bench.vp_join import VpJoinBenchSettings
+from mafka4.cli import bench as bench_commands
+from mafka4.errors import ClusterNotRunning, InvalidTopicName
+
+# The options of every bench, as README.md and earlier releases document them.
+BENCH_FLAGS = {
+    "produce": {"--messages", "--message-bytes", "--partitions", "--replication-factor", "--acks", "--linger-ms",
+                "--batch-bytes-max", "--paced-msgs-per-s", "--skip-memory", "--output"},
+    "failover": {"--repetitions", "--replication-factor", "--min-insync-replicas", "--output"},
+    "rebalance": {"--partitions", "--consumers", "--rate-msgs-per-s", "--warmup-s", "--after-join-s", "--trials",
+                  "--assignor", "--output"},
+    "vp-join": {"--partitions", "--consumers", "--virtual-partitions", "--rate-msgs-per-s", "--warmup-s",
+                "--after-join-s", "--trials", "--read-replicas", "--skip-mafka3", "--output"},
+    "vp-density": {"--virtual-partitions", "--partitions", "--window-s", "--settle-s", "--smoke", "--output"},
+    "feed-lag": {"--virtual-partitions", "--partitions", "--duration-s", "--smoke", "--output"},
+}
+
+
+@pytest.fixture(autouse=True)
+def empty_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("MAFKA4_HOME", str(tmp_path / "no-cluster-here"))
+
+
+def parse(*argv: str):
+    return cli.build_parser().parse_args(argv)
+
+
+def subparser(*path: str):
+    parser = cli.build_parser()
+    for name in path:
+        parser = next(action for action in parser._subparsers._group_actions).choices[name]
+    return parser
+
+
+def test_every_built_in_command_is_registered_with_help():
+    names = set(next(action for action in cli.build_parser()._subparsers._group_actions).choices)
+    assert {"up", "down", "status", "demo", "topic", "scale", "produce", "consume", "group", "bench"} <= names
+    help_text = cli.build_parser().format_help()
+    assert "start a local cluster" in help_text and "send one message per line of standard input" in help_text
+
+
+def test_command_lines_parse_to_the_documented_defaults():
+    up = parse("up")
+    assert (up.write_nodes, up.read_nodes, up.controller_setting) == (3, 2, [])
+    create = parse("topic", "create", "orders")
+    assert (create.partitions, create.replication_factor, create.read_mode, create.read_replicas,
+            create.virtual_partitions, create.min_insync_replicas) == (1, 1, "mafka4", 1, None, None)
+    produce = parse("produce", "orders")
+    assert (produce.acks, produce.linger_ms, produce.key_sep) == ("all", 5, None)
+    consume = parse("consume", "orders")
+    assert (consume.timeout_ms, consume.key_sep, consume.group, consume.max_messages) == (10_000, "\t", None, None)
+    reset = parse("group", "reset-offsets", "billing", "--topic", "orders", "--to-time", "2026-11-22T21:30:00")
+    assert (reset.group, reset.topic, reset.to_time, reset.to_earliest) == ("billing", "orders", "2026-11-22T21:30:00",
+                                                                           False)
+    assert parse("up", "--controller-setting", "vp_merge_delay_ms=5000").controller_setting == [("vp_merge_delay_ms",
+                                                                                                 5000)]
+
+
+@pytest.mark.parametrize("argv", [
+    ["topic"], ["group", "reset-offsets", "g", "--topic", "t"], ["scale", "orders"],
+    ["group", "reset-offsets", "g", "--topic", "t", "--to-earliest", "--to-latest"],
+    ["bench", "rebalance", "--assignor", "x"], ["bench", "feed-lag", "--virtual-partitions", "8,many"],
+    ["up", "--controller-setting", "no_equals_sign"],
+])
+def test_a_command_line_that_does_not_parse_exits_2_with_the_usage(argv, capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2 and "usage: mafka4" in capsys.readouterr().err
+
+
+def test_bad_input_exits_2_and_a_missing_cluster_exits_1_each_with_one_line(capsys):
+    assert cli.main(["topic", "create", "bad name!"]) == 2
+    assert capsys.readouterr().err.strip().startswith("mafka4: error: topic name 'bad name!'")
+    assert cli.main(["topic", "list"]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("mafka4: error: ") and "no local cluster" in error and len(error.strip().splitlines()) == 1
+
+
+def group_list_raises(monkeypatch, raised: BaseException) -> None:
+    def run(args):
+        raise raised
+    monkeypatch.setattr("mafka4.cli.groups._cmd_group_list", run)
+
+
+@pytest.mark.parametrize("raised, code", [(InvalidTopicName("bad"), 2), (ClusterNotRunning("gone"), 1),
+                                          (KeyboardInterrupt(), 130)])
+def test_the_exit_code_follows_the_error(raised, code, monkeypatch):
+    group_list_raises(monkeypatch, raised)
+    assert cli.main(["group", "list"]) == code
+
+
+def test_an_error_that_is_not_mafka4s_is_not_hidden(monkeypatch):
+    group_list_raises(monkeypatch, ZeroDivisionError())
+    with pytest.raises(ZeroDivisionError):
+        cli.main(["group", "list"])
+
+
+# --- bench -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, flags", BENCH_FLAGS.items())
+def test_every_bench_keeps_its_options(name, flags):
+    options = {flag for action in subparser("bench", name)._actions for flag in action.option_strings}
+    assert options - {"-h", "--help"} == flags
+
+
+def test_bench_help_takes_defaults_and_text_from_the_settings_class():
+    produce = subparser("bench", "produce").format_help()
+    assert f"(default {ProduceBenchSettings().messages})" in produce and "rate of the latency run" in produce
+    density = subparser("bench", "vp-density").format_help()
+    smoke = VpDensityBenchSettings.smoke_sized()
+    assert f"--virtual-partitions {smoke.virtual_partitions}" in density and "not a result" in density
+    assert "(default: one per consumer" in subparser("bench", "vp-join").format_help()
+
+
+@pytest.fixture
+def drivers(monkeypatch):
+    """Replaces every bench driver by one that records its settings and output path."""
+    calls = []
+
+    def fake_driver(settings, output_path):
+        calls.append((settings, output_path))
+        return {"summary": {"bench": type(settings).__name__}}
+
+    for bench in bench_commands.BENCHES:
+        module, _, function = bench.driver.partition(":")
+        monkeypatch.setattr(f"{module}.{function}", fake_driver)
+    return calls
+
+
+@pytest.mark.parametrize("argv, settings", [
+    (["produce"], ProduceBenchSettings()),
+    (["produce", "--messages", "10", "--acks", "1", "--skip-memory"],
+     ProduceBenchSettings(messages=10, acks="1", stalled_producer=False)),
+    (["failover", "--repetitions", "2"], FailoverBenchSettings(repetitions=2)),
+    (["vp-join", "--virtual-partitions", "6", "--skip-mafka3"],
+     VpJoinBenchSettings(virtual_partitions=6, compare_mafka3=False)),
+    (["vp-density", "--smoke", "--virtual-partitions", "32"],
+     VpDensityBenchSettings.smoke_sized(virtual_partitions=32)),
+    (["feed-lag", "--virtual-partitions", "8,64", "--duration-s", "5"],
+     FeedLagBenchSettings(virtual_partitions=(8, 64), duration_s=5.0)),
+    (["feed-lag", "--smoke"], FeedLagBenchSettings.smoke_sized()),
+])
+def test_a_bench_runs_with_the_class_defaults_the_options_given_and_smoke_sizes(argv, settings, drivers, capsys):
+    assert cli.main(["bench", *argv]) == 0
+    assert drivers == [(settings, f"results/bench_{argv[0].replace('-', '_')}.json")]
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"bench": type(settings).__name__}
+    assert f"full report written to results/bench_{argv[0].replace('-', '_')}.json" in err
+
+
+def test_a_bench_value_the_settings_refuse_exits_2_before_the_driver_runs(drivers, capsys):
+    assert cli.main(["bench", "feed-lag", "--virtual-partitions", "0"]) == 2
+    assert drivers == [] and "VP counts" in capsys.readouterr().err
+
+
+# --- what the command imports ------------------------------------------------------------------
+
+
+def test_importing_the_cli_imports_no_experiment_or_analysis_module():
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, mafka4.cli; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+                               "('simulations', 'pyspark', 'pyarrow', 'matplotlib', 'ray')))"],
+        capture_output=True, text=True, check=True, timeout=120)
+    assert loaded.stdout.strip() == "[]"
