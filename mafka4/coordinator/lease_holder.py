@@ -130,7 +130,7 @@ class LeaseHolder:
             return
         if life.gone:
             return  # nothing left to refresh; the owner sees expired()
-        if self._refresh(lease, life, started_ms).gone and self._regrant:
+        if self._refresh(lease, life, started_ms) and self._regrant:
             self.grant()
 
     def revoke(self) -> None:
@@ -163,21 +163,23 @@ class LeaseHolder:
             self._last_attempt_ms = now_ms
         return now_ms
 
-    def _refresh(self, lease: etcd3.Lease, life: LeaseLife, sent_ms: int) -> LeaseLife:
+    def _refresh(self, lease: etcd3.Lease, life: LeaseLife, sent_ms: int) -> bool:
+        """Refresh ``lease``, sent at ``sent_ms``; True if etcd said it is gone while it is still the one held."""
         life = life.answered(sent_ms, self.store.refresh_lease(lease))
         with self._lock:
             if self._lease is not lease:
-                return life  # revoked or replaced meanwhile by another thread: its news is stale
+                return False  # revoked or replaced meanwhile by another thread: this answer is stale
             self._life = life
         if life.gone:
             log.warning("%s: etcd no longer holds the lease%s", self.name, "; granting a new one" if self._regrant else "")
-        return life
+        return life.gone
 
     def _revoke_quietly(self, lease: etcd3.Lease) -> None:
         try:
             self.store.revoke_lease(lease)
         except CoordinatorUnavailable as error:
-            log.warning("%s: lease granted while released not revoked (it expires by itself): %s", self.name, error)
+            log.warning("%s: a lease granted while the holder was released could not be revoked (it expires by "
+                        "itself): %s", self.name, error)
 
 
 class LeaseThread:
