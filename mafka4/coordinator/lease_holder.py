@@ -156,6 +156,15 @@ class LeaseHolder:
             self._released = True
         self.revoke()
 
+    def release_or_let_expire(self) -> bool:
+        """``release``; False if etcd did not answer (logged: the lease then expires by itself)."""
+        try:
+            self.release()
+            return True
+        except CoordinatorUnavailable as error:
+            log.warning("%s not revoked: %s", self.name, error)
+            return False
+
     def _attempt(self) -> int:
         """Note that a period or a grant starts now: the next period is due an interval later, whatever etcd answers."""
         now_ms = self._now_ms()
@@ -203,12 +212,7 @@ class LeaseThread:
     def close(self) -> bool:
         """Stop and release the lease; False if etcd did not answer (the lease then expires by itself)."""
         self.stop()
-        try:
-            self.holder.release()
-            return True
-        except CoordinatorUnavailable as error:
-            log.warning("%s not revoked: %s", self.holder.name, error)
-            return False
+        return self.holder.release_or_let_expire()
 
     def _run(self) -> None:
         while not self._stop.wait(self.holder.seconds_until_due()):
@@ -246,12 +250,7 @@ class LeaseTask:
         """
         if self._task is not None:
             self._task.cancel()
-        try:
-            self.holder.release()
-            return True
-        except CoordinatorUnavailable as error:
-            log.warning("%s not revoked: %s", self.holder.name, error)
-            return False
+        return self.holder.release_or_let_expire()
 
     async def _run(self) -> None:
         while True:

@@ -65,6 +65,16 @@ def holder(store: FakeStore, clock: Clock, regrant: bool = False, ttl_s: int = 6
     return LeaseHolder(store, ttl_s, "test lease", on_granted=on_granted, regrant=regrant, now_ms=clock)
 
 
+def outage(subject: LeaseHolder, store: FakeStore, clock: Clock, periods: int) -> None:
+    """``periods`` periods, a third of the TTL apart, that etcd does not answer; then it is back."""
+    store.down = True
+    for _ in range(periods):
+        clock.ms += subject.ttl_s * 1000 // 3
+        with pytest.raises(CoordinatorUnavailable):
+            subject.keep_alive()
+    store.down = False
+
+
 # --- the holder, one period at a time -----------------------------------------------------
 
 
@@ -131,11 +141,7 @@ def test_after_an_outage_shorter_than_the_ttl_the_same_lease_is_refreshed_not_re
     store, clock, written = FakeStore(), Clock(), []
     subject = holder(store, clock, regrant=True, written=written)
     subject.keep_alive()
-    store.down = True
-    clock.ms += 2_000
-    with pytest.raises(CoordinatorUnavailable):
-        subject.keep_alive()
-    store.down = False
+    outage(subject, store, clock, periods=1)
 
     clock.ms += 2_000
     subject.keep_alive()
@@ -148,12 +154,7 @@ def test_after_an_outage_of_a_whole_ttl_a_regranting_holder_trusts_a_new_lease_n
     subject = holder(store, clock, regrant=True, written=written)
     subject.keep_alive()
     first = subject.lease
-    store.down = True
-    for _ in range(3):
-        clock.ms += 2_000
-        with pytest.raises(CoordinatorUnavailable):
-            subject.keep_alive()
-    store.down = False
+    outage(subject, store, clock, periods=3)
 
     clock.ms += 2_000
     subject.keep_alive()
