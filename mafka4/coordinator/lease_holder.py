@@ -192,7 +192,11 @@ class LeaseHolder:
 
 
 class LeaseThread:
-    """Keeps ``holder``'s lease alive from a daemon thread: ``keep_alive``, then ``each_period``, whenever due."""
+    """Keeps ``holder``'s lease alive from a daemon thread: ``keep_alive``, then ``each_period``, whenever due.
+
+    ``each_period`` is the owner's periodic work on the same thread (a group member watches
+    again and checks its rebalance timeout); it is skipped in a period etcd did not answer.
+    """
 
     def __init__(self, holder: LeaseHolder, thread_name: str, each_period: Callable[[], None] = _nothing):
         self.holder = holder
