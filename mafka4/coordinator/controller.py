@@ -7,9 +7,9 @@ under the candidate's lease only while it is absent and moves ``keys.controller_
 (compare-and-swap, so the epoch never decreases). The winner's key revision fences every
 partition write it makes (``MetadataStore.compare_and_swap(fence=...)``): a controller whose
 key expired writes nothing. Standbys watch the key and campaign when it disappears. A thread
-refreshes the lease every third of ``lease_ttl_s``; after a whole TTL without a confirmed
-refresh the controller steps down (``election.lease_expired``). SIGTERM revokes the lease so a
-standby takes over at once.
+refreshes the lease every third of ``lease_ttl_s`` (``lease_holder.LeaseThread``); after a whole
+TTL without a confirmed refresh the controller steps down (``lease.LeaseLife.expired``). SIGTERM
+revokes the lease so a standby takes over at once.
 
 **Liveness.** Replicas hold ``keys.replica_liveness`` under their own leases; nodes hold
 ``keys.node``. The active controller learns changes from watches on both prefixes, started
@@ -56,8 +56,9 @@ import threading
 import time
 
 from mafka4.coordinator import keys
-from mafka4.coordinator.election import Campaign, PartitionDecision, decide_campaign, decide_partition, lease_expired
+from mafka4.coordinator.election import Campaign, PartitionDecision, decide_campaign, decide_partition
 from mafka4.coordinator.intent_worker import IntentWorker
+from mafka4.coordinator.lease_holder import LeaseHolder, LeaseThread
 from mafka4.coordinator.read_path_control import ReadPathControl
 from mafka4.coordinator.read_path_repair import READ_NODE_EVENTS, ReadNodeItem, VirtualPartitionItem, item_for_event
 from mafka4.coordinator.read_path_upkeep import ReadPathUpkeep
@@ -82,42 +83,6 @@ def _now_ms() -> int:
 
 class _SteppedDown(Exception):
     """The controller's key is gone or another controller's: stop acting at once."""
-
-
-class _Lease:
-    """The active controller's lease, refreshed by a thread of its own every third of the TTL."""
-
-    def __init__(self, store: MetadataStore, ttl_s: int):
-        self._store, self._ttl_s = store, ttl_s
-        self.lease = store.grant_lease(ttl_s)
-        self._last_refresh_sent_ms = _now_ms()
-        self._expired = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="controller-lease", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._ttl_s / 3):
-            sent_ms = _now_ms()
-            try:
-                if self._store.refresh_lease(self.lease) > 0:
-                    self._last_refresh_sent_ms = sent_ms
-                else:
-                    self._expired = True
-            except CoordinatorUnavailable as error:
-                log.warning("controller lease not refreshed: %s", error)
-
-    def lost(self) -> bool:
-        return self._expired or lease_expired(self._last_refresh_sent_ms, _now_ms(), self._ttl_s)
-
-    def release(self) -> bool:
-        """Stop refreshing and revoke; False if etcd did not answer (the lease then expires by itself)."""
-        self._stop.set()
-        try:
-            self._store.revoke_lease(self.lease)
-            return True
-        except CoordinatorUnavailable:
-            return False
 
 
 class _Watches:
@@ -178,10 +143,10 @@ class Controller:
         self._upkeep = ReadPathUpkeep(self._store, cluster, config)
         self._next_upkeep_ms = 0
         self._intents: IntentWorker | None = None
-        self._lease: _Lease | None = None
+        self._lease: LeaseThread | None = None
         self._fence: Fence | None = None
         self._controller_epoch: int | None = None
-        self._unrevoked: list[_Lease] = []  # leases of past terms that etcd was not there to revoke
+        self._unrevoked: list[LeaseThread] = []  # leases of past terms that etcd was not there to revoke
         self._write_nodes: set[str] = set()
         self._read_nodes: set[str] = set()
         self._dirty: set[Work] = set()
@@ -224,7 +189,7 @@ class Controller:
     def _step_down(self, reason: str) -> None:
         if self._lease is not None:
             log.warning("controller %s steps down (epoch %s): %s", self.controller_id, self._controller_epoch, reason)
-            if not self._lease.release():
+            if not self._lease.close():
                 self._unrevoked.append(self._lease)
         if self._intents is not None:
             self._intents.stop()
@@ -238,7 +203,7 @@ class Controller:
 
     def _campaign(self) -> None:
         # A key of our own past term would otherwise block everyone, us included, for a TTL.
-        self._unrevoked = [lease for lease in self._unrevoked if not lease.release()]
+        self._unrevoked = [lease for lease in self._unrevoked if not lease.close()]
         key, epoch_key = keys.controller(self.cluster), keys.controller_epoch(self.cluster)
         # One read of both keys (the epoch key shares the controller key's prefix).
         items, revision = self._store.get_prefix_at(key)
@@ -248,13 +213,19 @@ class Controller:
         if not isinstance(decision, Campaign):
             self._wait_for_vacancy(revision)
             return
-        lease = _Lease(self._lease_store, self.config.lease_ttl_s)
+        lease = LeaseThread(LeaseHolder(self._lease_store, self.config.lease_ttl_s, "controller lease"), "controller-lease")
         value = {"controller_id": self.controller_id, "controller_epoch": decision.controller_epoch}
-        revision = self._store.create_leased(key, value, lease.lease,
-                                             {epoch_key: (decision.controller_epoch, counter.mod_revision if counter else 0)})
+        swaps = {epoch_key: (decision.controller_epoch, counter.mod_revision if counter else 0)}
+        granted = lease.holder.grant()
+        try:
+            revision = self._store.create_leased(key, value, granted, swaps)
+        except CoordinatorUnavailable:
+            self._unrevoked.append(lease)  # the key may exist under it, unanswered: revoke it before campaigning again
+            raise
         if revision is None:
-            lease.release()  # another candidate won the race
+            lease.close()  # another candidate won the race
             return
+        lease.start()
         self._lease, self._fence, self._controller_epoch = lease, (key, revision), decision.controller_epoch
         log.info("controller %s is active with controller epoch %d", self.controller_id, decision.controller_epoch)
         self._reconcile(activation=True)
@@ -294,7 +265,7 @@ class Controller:
     # --- serving --------------------------------------------------------------------------
 
     def _serve(self) -> None:
-        if self._lease.lost():
+        if self._lease.holder.expired():
             raise _SteppedDown(f"lease not refreshed for {self.config.lease_ttl_s} s")
         now_ms = _now_ms()
         if self._watches.broken or self._watches.overflowed or now_ms >= self._next_reconcile_ms:
@@ -311,7 +282,7 @@ class Controller:
             except Exception:  # a defect in upkeep must not stop failovers
                 log.exception("read-path upkeep failed; trying again in %d ms", self.config.upkeep_interval_ms)
         self._drain_events(timeout_s=0 if self._dirty else WAIT_SLICE_S)
-        while self._dirty and not self._lease.lost():
+        while self._dirty and not self._lease.holder.expired():
             self._handle(self._dirty.pop())
 
     def _drain_events(self, timeout_s: float) -> None:

@@ -40,10 +40,11 @@ Invariants of every new state (asserted): the leader is a replica and in the ISR
 is a subset of the replicas, replicas are distinct, the ELR is a subset of the replicas
 disjoint from the ISR, the epoch grew by exactly one.
 
-**Controller election** (``decide_campaign``, ``lease_expired``). One controller is active:
-the one whose lease-bound key ``keys.controller`` exists. A candidate campaigns only while
-the key is absent, with the epoch one above ``keys.controller_epoch``; an active controller
-whose lease was not refreshed for a whole TTL must assume etcd expired it and step down.
+**Controller election** (``decide_campaign``). One controller is active: the one whose
+lease-bound key ``keys.controller`` exists. A candidate campaigns only while the key is absent,
+with the epoch one above ``keys.controller_epoch``; an active controller whose lease was not
+refreshed for a whole TTL must assume etcd expired it and step down (the rule every lease
+keeper follows, ``lease.LeaseLife.expired``).
 """
 
 from __future__ import annotations
@@ -192,12 +193,3 @@ def decide_campaign(controller_value: dict | None, epoch_counter: int | None) ->
     latest = -1 if epoch_counter is None else epoch_counter
     assert latest >= -1, latest
     return Campaign(latest + 1)
-
-
-def lease_expired(last_refresh_sent_ms: int, now_ms: int, lease_ttl_s: int) -> bool:
-    """True once a whole TTL passed since the last refresh that etcd confirmed was *sent*.
-
-    The send time, not the answer time, bounds when etcd last saw the lease, so an active
-    controller steps down no later than etcd could hand its key to another one.
-    """
-    return now_ms - last_refresh_sent_ms >= lease_ttl_s * 1000

@@ -4,9 +4,10 @@ The rules are pure and live in ``group_protocol``; this module is the etcd shell
 
 Protocol (keys in ``keys.py``; every change is one etcd transaction):
 
-* **Join.** A member grants itself a lease (``member_lease_ttl_s``, refreshed by a background
-  thread every third of it) and puts its member key under it. It watches the group prefix, so
-  a join, a leave or an expired lease wakes every member.
+* **Join.** A member puts its member key under a lease of its own (``member_lease_ttl_s``,
+  refreshed by a background thread every third of it) and watches the group prefix, so a
+  join, a leave or an expired lease wakes every member (``group_membership``, shared with
+  mafka4-mode groups).
 * **Rebalance (eager).** After any change a member reads the whole group at one revision and
   asks ``decide`` for its next step. When the membership differs from the generation key, every
   member stops fetching, commits the positions of everything it owns and deletes its owner keys
@@ -30,7 +31,8 @@ Protocol (keys in ``keys.py``; every change is one etcd transaction):
 
 Who runs what: ``GroupMember.sync`` runs in the consumer's thread (inside ``poll()``), so
 positions never change under a commit; the lease thread and the watch only raise ``changed``
-(and the lease thread enforces the rebalance timeout).
+(and the lease thread enforces the rebalance timeout, by this protocol's rule: a change by
+another member waits for this member's sync).
 """
 
 from __future__ import annotations
@@ -40,11 +42,12 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import etcd3
 
 from mafka4.coordinator import keys
+from mafka4.coordinator.group_membership import GroupMembership
 from mafka4.coordinator.group_protocol import (
     VIRTUAL_ASSIGNOR, Claim, CommittedOffset, GroupSnapshot, MemberInfo, Propose, Rejoin, Revoke, Stable, TopicPartition,
     Wait, decide, next_generation, offsets_to_commit,
@@ -79,9 +82,6 @@ class GroupStore(MetadataStore):
     def group_names(self) -> list[str]:
         found = (keys.group_name_of(self.cluster, item.key) for item in self.get_prefix(keys.groups_prefix(self.cluster)))
         return sorted({name for name in found if name})
-
-    def register(self, group: str, member: MemberInfo, lease: etcd3.Lease) -> None:
-        self.put(keys.group_member(self.cluster, group, member.member_id), member.to_json(), lease=lease)
 
     @_etcd_call
     def claim(self, group: str, member_id: str, claim: Claim, generation_mod_revision: int,
@@ -156,10 +156,6 @@ class GroupStore(MetadataStore):
         succeeded, _ = self._client.transaction(compare=compare, success=success, failure=[])
         return succeeded
 
-    def watch_group(self, group: str, on_events: Callable[[list[WatchEvent]], None],
-                    on_broken: Callable[[], None]) -> int:
-        return self.watch_prefix(keys.group_prefix(self.cluster, group), on_events, on_broken)
-
 
 @dataclass(frozen=True, slots=True)
 class SyncResult:
@@ -172,7 +168,7 @@ class SyncResult:
 
 
 class GroupMember:
-    """One consumer's membership in ``group``: lease, registration, watch and protocol steps.
+    """One consumer's membership in ``group`` (``GroupMembership``) and its protocol steps.
 
     ``sync`` and ``commit`` are called from the consumer's thread only; the lease thread and
     the watch callback only set ``changed`` (and, after ``rebalance_timeout_ms`` without a
@@ -181,14 +177,12 @@ class GroupMember:
 
     def __init__(self, store: GroupStore, group: str, member: MemberInfo, config: ConsumerConfig):
         self._store, self.group, self.member, self._config = store, group, member, config
-        self.changed = threading.Event()
-        self._lock = threading.Lock()  # guards the lease and the fields the lease thread reads
-        self._lease: etcd3.Lease | None = None
+        self._lock = threading.Lock()  # guards _change_pending_since, which the watch and lease threads use
         self._change_pending_since: float | None = None
-        self._watch_id: int | None = None
-        self._stopped = threading.Event()
         self._owned: dict[TopicPartition, int] = {}  # partition -> generation it was claimed in
-        self._thread = threading.Thread(target=self._keep_alive, name=f"group-{group}-{member.member_id}", daemon=True)
+        self._membership = GroupMembership(store, group, member, config, [keys.group_prefix(store.cluster, group)],
+                                           self._on_events, self._overdue)
+        self.changed = self._membership.changed
 
     @property
     def member_id(self) -> str:
@@ -210,16 +204,7 @@ class GroupMember:
             raise InconsistentGroupProtocol(
                 f"group {self.group!r} uses assignor {others[0]!r}, this consumer asked for "
                 f"{self.member.assignor!r}: use assignor={others[0]!r} or another group name")
-        self._watch_id = self._store.watch_group(self.group, self._on_events, self._on_broken)
-        self._register()
-        self._thread.start()
-
-    def _register(self) -> None:
-        lease = self._store.grant_lease(self._config.member_lease_ttl_s)
-        with self._lock:
-            self._lease = lease
-        self._store.register(self.group, self.member, lease)
-        self.changed.set()
+        self._membership.join()
 
     def sync(self, positions: Mapping[TopicPartition, int]) -> SyncResult:
         """Run protocol steps until this member is stable or must wait for others.
@@ -250,7 +235,7 @@ class GroupMember:
             decision = decide(snapshot, self.member_id)
             if isinstance(decision, Rejoin):
                 logger.info("group %s: member %s lost its registration; joining again", self.group, self.member_id)
-                self._register()
+                self._membership.register()
             elif isinstance(decision, Revoke):
                 self._revoke(snapshot, decision, positions)
                 self._drop(list(decision.partitions), revoked, claimed)
@@ -269,8 +254,7 @@ class GroupMember:
         return f"more than {SYNC_STEPS_MAX} steps"
 
     def _claim(self, snapshot: GroupSnapshot, decision: Claim, claimed: dict[TopicPartition, CommittedOffset | None]) -> None:
-        with self._lock:
-            lease = self._lease
+        lease = self._membership.lease
         if lease is None:
             return  # left after a rebalance timeout: the next read says Rejoin
         offsets = self._store.claim(self.group, self.member_id, decision, snapshot.generation_mod_revision, lease)
@@ -329,33 +313,16 @@ class GroupMember:
 
     def leave(self, positions: Mapping[TopicPartition, int]) -> None:
         """Commit and release what is owned, then revoke the lease (removing the member key)."""
-        self._stopped.set()
-        try:
-            for generation in sorted(set(self._owned.values())):
-                partitions = [tp for tp, g in self._owned.items() if g == generation]
-                mine = {tp: positions[tp] for tp in partitions if tp in positions}
-                self._store.commit(self.group, self.member_id, generation, mine, release=partitions)
-            self._owned.clear()
-            with self._lock:
-                lease, self._lease = self._lease, None
-            if lease is not None:
-                self._store.revoke_lease(lease)
-        finally:
-            if self._watch_id is not None:
-                self._store.cancel_watch(self._watch_id)
-            if self._thread.is_alive():
-                self._thread.join()
+        self._membership.leave(lambda: self._release_all(positions))
 
-    # --- background: lease refresh, watch, rebalance timeout ----------------------------
+    def _release_all(self, positions: Mapping[TopicPartition, int]) -> None:
+        for generation in sorted(set(self._owned.values())):
+            partitions = [tp for tp, g in self._owned.items() if g == generation]
+            mine = {tp: positions[tp] for tp in partitions if tp in positions}
+            self._store.commit(self.group, self.member_id, generation, mine, release=partitions)
+        self._owned.clear()
 
-    def _on_broken(self) -> None:
-        if self._stopped.is_set():
-            return
-        logger.warning("group %s: watch of member %s ended; re-reading the group and watching again",
-                       self.group, self.member_id)
-        with self._lock:
-            self._watch_id = None
-        self.changed.set()
+    # --- background: watch events and the rebalance timeout -----------------------------
 
     def _on_events(self, events: list[WatchEvent]) -> None:
         offsets_prefix = keys.group_offsets_prefix(self._store.cluster, self.group)
@@ -373,31 +340,8 @@ class GroupMember:
                     self._change_pending_since = time.monotonic()
         self.changed.set()
 
-    def _keep_alive(self) -> None:
-        interval_s = self._config.member_lease_ttl_s / 3
-        while not self._stopped.wait(interval_s):
-            try:
-                self._refresh_once()
-            except CoordinatorUnavailable as error:
-                logger.warning("group %s: member %s could not refresh its lease: %s", self.group, self.member_id, error)
-
-    def _refresh_once(self) -> None:
+    def _overdue(self) -> bool:
+        """This protocol's rebalance timeout: another member's change waited too long for this member's sync."""
         with self._lock:
-            lease, pending_since, watching = self._lease, self._change_pending_since, self._watch_id is not None
-        if lease is None:
-            return
-        if not watching:
-            watch_id = self._store.watch_group(self.group, self._on_events, self._on_broken)
-            with self._lock:
-                self._watch_id = watch_id
-        if pending_since is not None and (time.monotonic() - pending_since) * 1000 > self._config.rebalance_timeout_ms:
-            logger.warning("group %s: member %s did not poll within rebalance_timeout_ms=%d after a membership "
-                           "change; leaving the group so the others can proceed", self.group, self.member_id,
-                           self._config.rebalance_timeout_ms)
-            self._store.revoke_lease(lease)
-            with self._lock:
-                self._lease, self._change_pending_since = None, None
-        elif self._store.refresh_lease(lease) == 0:
-            logger.warning("group %s: lease of member %s expired; it joins again at its next poll", self.group, self.member_id)
-        # A missed watch event must not stall the group forever: re-read at every refresh.
-        self.changed.set()
+            pending_since = self._change_pending_since
+        return pending_since is not None and (time.monotonic() - pending_since) * 1000 > self._config.rebalance_timeout_ms

@@ -10,7 +10,8 @@ transaction:
 
 * **Join.** A lease (``member_lease_ttl_s``, refreshed by a background thread every third of
   it), the member key under it, and watches on the group prefix and on the topic's keys, so
-  a join, a leave, a lapsed lease, a new split epoch or a sealed parent wakes every member.
+  a join, a leave, a lapsed lease, a new split epoch or a sealed parent wakes every member
+  (``group_membership``, shared with Mafka3-mode groups).
 * **Sync** (in the consumer's thread). Read the group and the topic's layout and VP states
   in one transaction (``VirtualGroupStore.snapshot``), ask ``plan_ownership``, then:
   release -- commit the final position and delete the owner key, in one transaction, only
@@ -35,14 +36,14 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import etcd3
 
 from mafka4.coordinator import keys
+from mafka4.coordinator.group_membership import GroupMembership
 from mafka4.coordinator.group_protocol import VIRTUAL_ASSIGNOR, MemberInfo
 from mafka4.coordinator.store import MetadataStore, WatchEvent, _etcd_call, prefix_range_end
 from mafka4.errors import CoordinatorUnavailable, InconsistentGroupProtocol
@@ -110,9 +111,6 @@ class VirtualGroupStore(MetadataStore):
         members.sort(key=lambda m: m.member_id)
         return VirtualGroupSnapshot(tuple(members), owners, offsets, layout, states)
 
-    def register(self, group: str, member: MemberInfo, lease: etcd3.Lease) -> None:
-        self.put(keys.group_member(self.cluster, group, member.member_id), member.to_json(), lease=lease)
-
     @_etcd_call
     def claim(self, group: str, member_id: str, topic: str, vps: list[int],
               lease: etcd3.Lease) -> dict[int, VpOffset | None] | None:
@@ -176,10 +174,6 @@ class VirtualGroupStore(MetadataStore):
                   for vp, offset in offsets.items()}
         return bool(values) and self.create_all(values)
 
-    def watch(self, prefixes: list[str], on_events: Callable[[list[WatchEvent]], None],
-              on_broken: Callable[[], None]) -> list[int]:
-        return [self.watch_prefix(prefix, on_events, on_broken) for prefix in prefixes]
-
 
 @dataclass(frozen=True, slots=True)
 class VpSyncResult:
@@ -193,7 +187,7 @@ class VpSyncResult:
 
 
 class VirtualGroupMember:
-    """One consumer's membership in a mafka4-mode group: lease, registration, watches and steps.
+    """One consumer's membership in a mafka4-mode group (``GroupMembership``) and its protocol steps.
 
     ``sync``, ``commit`` and ``leave`` run in the consumer's thread; the lease thread and the
     watch callbacks only set ``changed`` (and the lease thread enforces the rebalance timeout).
@@ -204,14 +198,11 @@ class VirtualGroupMember:
         self._store, self.group, self.topic, self._topic_config = store, group, topic, topic_config
         self.member = MemberInfo(member_id, topic, VIRTUAL_ASSIGNOR)
         self._config = config
-        self.changed = threading.Event()
-        self._lock = threading.Lock()  # guards the lease and the fields the lease thread reads
-        self._lease: etcd3.Lease | None = None
         self._last_sync = time.monotonic()
-        self._watch_ids: list[int] = []
-        self._stopped = threading.Event()
         self.owned: set[int] = set()
-        self._thread = threading.Thread(target=self._keep_alive, name=f"vgroup-{group}-{member_id}", daemon=True)
+        watched = [keys.group_prefix(store.cluster, group), keys.topic_children_prefix(store.cluster, topic)]
+        self._membership = GroupMembership(store, group, self.member, config, watched, self._on_events, self._overdue)
+        self.changed = self._membership.changed
 
     @property
     def member_id(self) -> str:
@@ -225,24 +216,8 @@ class VirtualGroupMember:
             raise InconsistentGroupProtocol(
                 f"group {self.group!r} has Mafka3-mode members (assignor {others[0]!r}) reading physical partitions; "
                 f"a consumer of mafka4-mode topic {self.topic!r} needs a group of its own: choose another group name")
-        self._watch()
-        self._register()
-        self._thread.start()
+        self._membership.join()
         return snapshot
-
-    def _watch(self) -> None:
-        prefixes = [keys.group_prefix(self._store.cluster, self.group),
-                    keys.topic_children_prefix(self._store.cluster, self.topic)]
-        watch_ids = self._store.watch(prefixes, self._on_events, self._on_broken)
-        with self._lock:
-            self._watch_ids = watch_ids
-
-    def _register(self) -> None:
-        lease = self._store.grant_lease(self._config.member_lease_ttl_s)
-        with self._lock:
-            self._lease = lease
-        self._store.register(self.group, self.member, lease)
-        self.changed.set()
 
     def sync(self, positions: Mapping[int, VpOffset]) -> VpSyncResult:
         """Read, decide and carry out releases and claims; ``positions`` are committed on release.
@@ -260,7 +235,7 @@ class VirtualGroupMember:
                 logger.info("group %s: member %s lost its registration; joining again", self.group, self.member_id)
                 revoked.extend(sorted(self.owned))
                 self.owned.clear()
-                self._register()
+                self._membership.register()
                 snapshot = self._store.snapshot(self.group, self.topic, self._topic_config)
             plan = self._steps(snapshot, positions, revoked, claimed)
         except CoordinatorUnavailable as error:
@@ -288,8 +263,7 @@ class VirtualGroupMember:
             revoked.extend(release)
             self._store.commit(self.group, self.member_id, self.topic,
                                {vp: positions[vp] for vp in release if vp in positions}, release=release)
-        with self._lock:
-            lease = self._lease
+        lease = self._membership.lease
         if plan.claim and lease is not None:
             got = self._store.claim(self.group, self.member_id, self.topic, list(plan.claim), lease)
             if got is None:
@@ -311,36 +285,16 @@ class VirtualGroupMember:
 
     def leave(self, positions: Mapping[int, VpOffset]) -> None:
         """Commit and release what is owned, then revoke the lease (removing the member key)."""
-        self._stopped.set()
-        try:
-            owned = sorted(self.owned)
-            if owned:
-                self._store.commit(self.group, self.member_id, self.topic,
-                                   {vp: positions[vp] for vp in owned if vp in positions}, release=owned)
-            self.owned.clear()
-            with self._lock:
-                lease, self._lease = self._lease, None
-            if lease is not None:
-                self._store.revoke_lease(lease)
-        finally:
-            with self._lock:
-                watch_ids, self._watch_ids = self._watch_ids, []
-            for watch_id in watch_ids:
-                self._store.cancel_watch(watch_id)
-            if self._thread.is_alive():
-                self._thread.join()
+        self._membership.leave(lambda: self._release_all(positions))
 
-    # --- background: lease refresh, watches, rebalance timeout --------------------------
+    def _release_all(self, positions: Mapping[int, VpOffset]) -> None:
+        owned = sorted(self.owned)
+        if owned:
+            self._store.commit(self.group, self.member_id, self.topic,
+                               {vp: positions[vp] for vp in owned if vp in positions}, release=owned)
+        self.owned.clear()
 
-    def _on_broken(self) -> None:
-        if self._stopped.is_set():
-            return
-        logger.warning("group %s: a watch of member %s ended; watching again", self.group, self.member_id)
-        with self._lock:
-            watch_ids, self._watch_ids = self._watch_ids, []
-        for watch_id in watch_ids:
-            self._store.cancel_watch(watch_id)
-        self.changed.set()
+    # --- background: watch events and the rebalance timeout -----------------------------
 
     def _on_events(self, events: list[WatchEvent]) -> None:
         # Commits and read nodes' feed positions change nobody's target (lags are read at the
@@ -351,30 +305,7 @@ class VirtualGroupMember:
             return
         self.changed.set()
 
-    def _keep_alive(self) -> None:
-        interval_s = self._config.member_lease_ttl_s / 3
-        while not self._stopped.wait(interval_s):
-            try:
-                self._refresh_once()
-            except CoordinatorUnavailable as error:
-                logger.warning("group %s: member %s could not refresh its lease: %s", self.group, self.member_id, error)
-
-    def _refresh_once(self) -> None:
-        with self._lock:
-            lease, watching = self._lease, bool(self._watch_ids)
-        if lease is None:
-            return
-        if not watching:
-            self._watch()
+    def _overdue(self) -> bool:
+        """This protocol's rebalance timeout: a change waits and this member has not synced for too long."""
         idle_ms = (time.monotonic() - self._last_sync) * 1000
-        if self.changed.is_set() and idle_ms > self._config.rebalance_timeout_ms:
-            logger.warning("group %s: member %s did not poll within rebalance_timeout_ms=%d; leaving the group so "
-                           "the others can take its virtual partitions", self.group, self.member_id,
-                           self._config.rebalance_timeout_ms)
-            self._store.revoke_lease(lease)
-            with self._lock:
-                self._lease = None
-        elif self._store.refresh_lease(lease) == 0:
-            logger.warning("group %s: lease of member %s expired; it joins again at its next poll", self.group, self.member_id)
-        # A missed watch event must not stall the group: sync at every refresh.
-        self.changed.set()
+        return self.changed.is_set() and idle_ms > self._config.rebalance_timeout_ms

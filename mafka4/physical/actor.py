@@ -22,8 +22,9 @@ and wakes waiters when the high watermark or the log end offset moves.
   must not delete unfed data. Past ``unfed_hold_ms_max`` unfed segments go anyway and the
   offsets are logged as an error (read nodes report them to consumers).
 * Liveness: the replica keeps a key under its own etcd lease (``keys.replica_liveness``),
-  refreshed every third of ``replica_lease_ttl_s``; when the actor dies the key expires and
-  the controller notices. While etcd is unreachable the data path goes on regardless.
+  refreshed every third of ``replica_lease_ttl_s`` by a ``LeaseTask`` (written again under a new
+  lease after an etcd outage expired it); when the actor dies the key expires and the
+  controller notices. While etcd is unreachable the data path goes on regardless.
 * ISR changes are written to the partition's etcd key by compare-and-swap (only while the
   key still names this replica as leader of this epoch), with the eligible leader replicas
   they imply (``PartitionState.with_isr``), before the core may count the new
@@ -62,6 +63,7 @@ import ray
 
 from mafka4.client.errors import unwrap
 from mafka4.coordinator import keys
+from mafka4.coordinator.lease_holder import LeaseHolder, LeaseTask
 from mafka4.coordinator.store import MetadataStore
 from mafka4.coordinator.topics import PartitionState
 from mafka4.errors import CoordinatorUnavailable, CorruptRecord, NotLeader, RequestTimedOut
@@ -207,7 +209,7 @@ class PhysicalPartition:
         self._leader_handle = None
         self._closed = False
         self._store: MetadataStore | None = None
-        self._lease = None
+        self._liveness: LeaseTask | None = None
         self._isr_task: asyncio.Task | None = None
         self._isr_dirty = False
         self._fault = FaultGate()
@@ -249,7 +251,12 @@ class PhysicalPartition:
         if not self._tasks:
             loop = asyncio.get_running_loop()
             self._tasks = [loop.create_task(self._flush_periodically()), loop.create_task(self._retain_periodically()),
-                           loop.create_task(self._checkpoint_high_watermark()), loop.create_task(self._keep_alive())]
+                           loop.create_task(self._checkpoint_high_watermark())]
+            self._liveness = LeaseTask(LeaseHolder(
+                self._metadata_store(), self._spec.replica_config.replica_lease_ttl_s,
+                f"{self._spec.partition_name}: liveness of replica {self._spec.replica_id}",
+                on_granted=self._write_liveness, regrant=True))
+            self._liveness.start()
         if role_task is not None:
             self._tasks.append(asyncio.get_running_loop().create_task(role_task))
 
@@ -482,26 +489,9 @@ class PhysicalPartition:
 
     # --- housekeeping -------------------------------------------------------------------
 
-    async def _keep_alive(self) -> None:
-        """Hold this replica's liveness key under a lease; re-register after etcd outages."""
-        loop = asyncio.get_running_loop()
-        ttl_s = self._spec.replica_config.replica_lease_ttl_s
-        while not self._closed:
-            try:
-                self._lease = await loop.run_in_executor(None, self._register_liveness, self._lease, ttl_s)
-            except CoordinatorUnavailable as error:
-                logger.warning("%s: liveness not refreshed: %s", self._spec.partition_name, error)
-                self._lease = None
-            await asyncio.sleep(ttl_s / 3)
-
-    def _register_liveness(self, lease, ttl_s: int):
-        store = self._metadata_store()
-        if lease is not None and store.refresh_lease(lease) > 0:
-            return lease
-        lease = store.grant_lease(ttl_s)
+    def _write_liveness(self, lease) -> None:
         key = keys.replica_liveness(self._spec.cluster, self._spec.topic, self._spec.partition, self._spec.replica_id)
-        store.put(key, {"replica_id": self._spec.replica_id, "pid": os.getpid()}, lease=lease)
-        return lease
+        self._metadata_store().put(key, {"replica_id": self._spec.replica_id, "pid": os.getpid()}, lease=lease)
 
     async def _flush_periodically(self) -> None:
         flush_interval_ms = self._spec.log_config.flush_interval_ms
@@ -536,12 +526,9 @@ class PhysicalPartition:
             task.cancel()
         self._waiters.fail_all(NotLeader(f"{self._spec.partition_name}: replica {self._spec.replica_id} is shutting down"))
         self._log.close()
+        if self._liveness is not None:
+            self._liveness.close()
         if self._store is not None:
-            if self._lease is not None:
-                try:
-                    self._store.revoke_lease(self._lease)
-                except CoordinatorUnavailable:
-                    pass  # the lease expires by itself
             self._store.close()
         if delete_data:
             shutil.rmtree(self._directory, ignore_errors=True)

@@ -6,10 +6,11 @@ machine of a Ray cluster). Placement reads the keys (``TopicStore.live_nodes``);
 lives as long as its lease is refreshed, so a node whose process stops refreshing drops
 out after ``node_lease_ttl_s``.
 
-``NodeRegistration`` keeps one node's key alive; ``refresh_registrations`` is one refresh
-period for all of them and survives etcd outages: after a failed call every registration
-moves to a fresh etcd client and is written again under a new lease once etcd answers
-(a registration whose lease expired meanwhile reappears then too). ``keep_registered``
+``NodeRegistration`` keeps one node's key alive (a re-granting ``LeaseHolder``: once its lease
+is to be treated as expired, the key is written again under a new one);
+``refresh_registrations`` is one refresh period for all of them and survives etcd outages:
+after a failed call every registration moves to a fresh etcd client and is written again
+under a new lease once etcd answers. ``keep_registered``
 repeats that every period until SIGTERM/SIGINT, which ``install_stop_handlers`` turns into
 ``StopRequested`` so that the caller unwinds through its cleanup (revoking the leases).
 """
@@ -21,7 +22,10 @@ import signal
 import time
 from typing import Callable
 
+import etcd3
+
 from mafka4.coordinator import keys
+from mafka4.coordinator.lease_holder import LeaseHolder
 from mafka4.coordinator.store import MetadataStore
 from mafka4.errors import CoordinatorUnavailable
 from mafka4.runtime.ray_cluster import NodeRole, node_resource
@@ -42,26 +46,17 @@ class NodeRegistration:
     """One node's key ``keys.node(cluster, node_id)``, bound to its own lease."""
 
     def __init__(self, store: MetadataStore, cluster: str, node_id: str, role: NodeRole, lease_ttl_s: int):
-        self.store = store
         self.key = keys.node(cluster, node_id)
         self.value = {"node_id": node_id, "role": NodeRole(role).value, "resource": node_resource(node_id)}
         self.lease_ttl_s = lease_ttl_s
-        self.lease = None
+        self.rebind(store)
 
-    def keep_alive(self) -> bool:
-        """Refresh the lease, or register anew if there is none or it expired. True if registered.
+    def keep_alive(self) -> None:
+        """Refresh the lease, or register anew under a new lease if there is none or it expired.
 
         Raises CoordinatorUnavailable if etcd does not answer; the caller retries next period.
         """
-        if self.lease is not None:
-            self.store.refresh_lease(self.lease)
-            # An expired lease refreshes without error but its key is gone: detect it by reading.
-            if self.store.get(self.key) is not None:
-                return True
-            log.warning("registration %s expired; registering again with a new lease", self.key)
-        self.lease = self.store.grant_lease(self.lease_ttl_s)
-        self.store.put(self.key, self.value, lease=self.lease)
-        return True
+        self._lease.keep_alive()
 
     def rebind(self, store: MetadataStore) -> None:
         """Use another client; the next ``keep_alive`` registers under a new lease.
@@ -70,13 +65,14 @@ class NodeRegistration:
         (left to expire; the new put detaches the key from it).
         """
         self.store = store
-        self.lease = None
+        self._lease = LeaseHolder(store, self.lease_ttl_s, f"registration {self.key}", on_granted=self._write, regrant=True)
 
     def revoke(self) -> None:
         """Remove the registration now instead of waiting for the lease to expire."""
-        if self.lease is not None:
-            self.store.revoke_lease(self.lease)
-            self.lease = None
+        self._lease.revoke()
+
+    def _write(self, lease: etcd3.Lease) -> None:
+        self.store.put(self.key, self.value, lease=lease)
 
 
 def refresh_registrations(registrations: list[NodeRegistration], open_store: Callable[[], MetadataStore]) -> bool:

@@ -25,7 +25,8 @@ nodes. Everything of one node runs on its event loop:
   (``keys.feed_position``) every ``feed_position_interval_ms``, and RISR changes written to
   etcd by compare-and-swap (one write in flight per VP), only while the VP key names this node as
   leader of that epoch, before the core may count them.
-* **Liveness**: ``keys.read_node_liveness`` under the node's own lease. The controller restarts a
+* **Liveness**: ``keys.read_node_liveness`` under the node's own lease (a ``LeaseTask``: written
+  again under a new lease after an etcd outage expired it). The controller restarts a
   node whose key is gone and whose actor does not answer a ping; its VPs come back with no role
   and are announced again (a restarted leader leads only a new epoch: ``virtual.failover``).
 
@@ -45,6 +46,7 @@ from typing import NamedTuple, Sequence
 import ray
 
 from mafka4.coordinator import keys
+from mafka4.coordinator.lease_holder import LeaseHolder, LeaseTask
 from mafka4.coordinator.store import MetadataStore
 from mafka4.errors import (
     CoordinatorUnavailable, InvalidConfig, MafkaError, ReadReplicaNotInSync, StaleEpoch, UnknownVirtualPartition,
@@ -138,7 +140,7 @@ class ReadNode:
         self._positions_written: dict[tuple[str, int], int] = {}
         self._losses: dict[tuple[str, int], asyncio.Task] = {}
         self._store: MetadataStore | None = None
-        self._lease = None
+        self._liveness: LeaseTask | None = None
         self._tasks: list[asyncio.Task] = []
         self._closed = False
         self._started_ms = _now_ms()
@@ -147,10 +149,14 @@ class ReadNode:
 
     async def start(self) -> dict:
         """Register the liveness key and start the periodic work (idempotent)."""
-        if not self._tasks:
-            await self._refresh_liveness()
+        if self._liveness is None:
+            self._liveness = LeaseTask(LeaseHolder(
+                self._metadata_store(), self._config.lease_ttl_s, f"read node {self._spec.node_id}: liveness",
+                on_granted=self._write_liveness, regrant=True))
+            await self._liveness.keep_alive()  # the key exists when start() answers (unless etcd is away)
+            self._liveness.start()
             loop = asyncio.get_running_loop()
-            self._tasks = [loop.create_task(self._keep_alive()), loop.create_task(self._housekeeping()),
+            self._tasks = [loop.create_task(self._housekeeping()),
                            loop.create_task(self._leader_ticks()), loop.create_task(self._report_positions())]
         return {"node_id": self._spec.node_id, "pid": os.getpid()}
 
@@ -169,12 +175,9 @@ class ReadNode:
             fetcher.close()
         for hosted in self._hosted.values():
             hosted.close(delete_data)
+        if self._liveness is not None:
+            self._liveness.close()
         if self._store is not None:
-            if self._lease is not None:
-                try:
-                    self._store.revoke_lease(self._lease)
-                except CoordinatorUnavailable:
-                    pass  # the lease expires by itself
             self._store.close()
 
     # --- hosting (the controller's calls) ----------------------------------------------
@@ -632,27 +635,9 @@ class ReadNode:
             self._store = MetadataStore(self._spec.etcd_endpoint)
         return self._store
 
-    async def _keep_alive(self) -> None:
-        while not self._closed:
-            await asyncio.sleep(self._config.lease_ttl_s / 3)
-            await self._refresh_liveness()
-
-    async def _refresh_liveness(self) -> None:
-        """Refresh the liveness lease; register anew after an etcd outage expired it."""
-        try:
-            self._lease = await asyncio.get_running_loop().run_in_executor(None, self._register_liveness, self._lease)
-        except CoordinatorUnavailable as error:
-            logger.warning("read node %s: liveness not refreshed: %s", self._spec.node_id, error)
-            self._lease = None
-
-    def _register_liveness(self, lease):
-        store = self._metadata_store()
-        if lease is not None and store.refresh_lease(lease) > 0:
-            return lease
-        lease = store.grant_lease(self._config.lease_ttl_s)
+    def _write_liveness(self, lease) -> None:
         value = {"node_id": self._spec.node_id, "pid": os.getpid(), "started_ms": self._started_ms}
-        store.put(keys.read_node_liveness(self._spec.cluster, self._spec.node_id), value, lease=lease)
-        return lease
+        self._metadata_store().put(keys.read_node_liveness(self._spec.cluster, self._spec.node_id), value, lease=lease)
 
     def _handle(self, name: str):
         handle = self._handles.get(name)

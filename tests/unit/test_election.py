@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from mafka4.coordinator.election import Campaign, Standby, decide_campaign, decide_partition, lease_expired
+from mafka4.coordinator.election import Campaign, Standby, decide_campaign, decide_partition
 from mafka4.coordinator.topics import PartitionState
 from mafka4.limits import TopicConfig
 
@@ -270,11 +270,6 @@ def test_campaign_only_while_no_controller_holds_the_key_with_an_epoch_above_eve
     assert decide_campaign(None, None) == Campaign(0)
     assert decide_campaign(None, 6) == Campaign(7)
     assert decide_campaign({"controller_id": "c1", "controller_epoch": 6}, 6) == Standby("c1", 6)
-
-
-def test_the_lease_counts_as_lost_a_whole_ttl_after_the_last_confirmed_refresh_was_sent():
-    assert not lease_expired(last_refresh_sent_ms=10_000, now_ms=14_999, lease_ttl_s=5)
-    assert lease_expired(last_refresh_sent_ms=10_000, now_ms=15_000, lease_ttl_s=5)
 
 
 def test_the_election_core_imports_no_io_clock_or_randomness():

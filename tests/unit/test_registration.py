@@ -1,0 +1,109 @@
+"""Node registrations against an in-memory etcd: kept alive, written again after a lapse or an outage."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from mafka4.coordinator import keys
+from mafka4.errors import CoordinatorUnavailable
+from mafka4.runtime.ray_cluster import NodeRole
+from mafka4.runtime.registration import NodeRegistration, refresh_registrations
+
+KEY = keys.node("c", "w1")
+
+
+@dataclass(frozen=True)
+class FakeLease:
+    id: int
+
+
+class FakeEtcd:
+    """Leases and the keys bound to them, shared by every client opened on it."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, tuple[dict, FakeLease]] = {}
+        self.leases: set[FakeLease] = set()
+        self.down = False
+        self.ids = itertools.count(1)
+
+    def expire(self, lease: FakeLease) -> None:
+        self.leases.discard(lease)
+        self.values = {k: v for k, v in self.values.items() if v[1] != lease}
+
+
+class FakeClient:
+    def __init__(self, etcd: FakeEtcd) -> None:
+        self.etcd, self.closed = etcd, False
+
+    def _answer(self) -> None:
+        if self.etcd.down or self.closed:
+            raise CoordinatorUnavailable("etcd at fake did not answer")
+
+    def grant_lease(self, ttl_s: int) -> FakeLease:
+        self._answer()
+        lease = FakeLease(next(self.etcd.ids))
+        self.etcd.leases.add(lease)
+        return lease
+
+    def refresh_lease(self, lease: FakeLease) -> int:
+        self._answer()
+        return 10 if lease in self.etcd.leases else 0
+
+    def revoke_lease(self, lease: FakeLease) -> None:
+        self._answer()
+        self.etcd.expire(lease)
+
+    def put(self, key: str, value: dict, lease: FakeLease) -> int:
+        self._answer()
+        self.etcd.values[key] = (value, lease)
+        return 1
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_registration_is_written_under_its_lease_kept_and_removed_on_revoke():
+    etcd = FakeEtcd()
+    registration = NodeRegistration(FakeClient(etcd), "c", "w1", NodeRole.WRITE, 10)
+
+    registration.keep_alive()
+    value, lease = etcd.values[KEY]
+    assert value == {"node_id": "w1", "role": "write", "resource": "mafka4_node_w1"}
+    registration.keep_alive()
+    assert etcd.values[KEY][1] == lease, "a live lease is refreshed, not replaced"
+
+    registration.revoke()
+    assert KEY not in etcd.values
+
+
+def test_a_registration_whose_lease_expired_is_written_again_under_a_new_lease():
+    etcd = FakeEtcd()
+    registration = NodeRegistration(FakeClient(etcd), "c", "w1", NodeRole.WRITE, 10)
+    registration.keep_alive()
+    lapsed = etcd.values[KEY][1]
+    etcd.expire(lapsed)
+
+    registration.keep_alive()
+
+    assert etcd.values[KEY][1] not in (None, lapsed)
+
+
+def test_after_an_outage_every_registration_is_written_again_from_a_fresh_client():
+    etcd = FakeEtcd()
+    opened = [FakeClient(etcd)]
+
+    def open_store() -> FakeClient:
+        opened.append(FakeClient(etcd))
+        return opened[-1]
+
+    registrations = [NodeRegistration(opened[0], "c", node, NodeRole.READ, 10) for node in ("r1", "r2")]
+    assert refresh_registrations(registrations, open_store)
+    etcd.down = True
+    assert not refresh_registrations(registrations, open_store)
+    assert opened[0].closed and all(r.store is opened[1] for r in registrations)
+    etcd.down = False
+
+    assert refresh_registrations(registrations, open_store)
+    assert len(etcd.leases) == 4, "each registered again under a new lease; the old ones are left to expire"
+    assert {etcd.values[keys.node("c", node)][1] for node in ("r1", "r2")} <= etcd.leases
