@@ -66,7 +66,7 @@ class OffsetReset(enum.Enum):
         raise InvalidConfig(f"auto_offset_reset={value!r} is not valid: use 'earliest' or 'latest'")
 
 
-# Names of the partition assignors of consumer groups (mafka4.coordinator.assignors).
+# Names of the partition assignors of consumer groups (mafka4.coordinator.groups.assignors).
 ASSIGNOR_NAMES = ("range", "sticky")
 
 
@@ -424,7 +424,7 @@ class ClusterConfig:
 
 @dataclass(frozen=True, slots=True)
 class ControllerConfig:
-    """Bounds of the controller (``mafka4.coordinator.controller``)."""
+    """Bounds of the controller (``mafka4.coordinator.control.controller``)."""
 
     # The active controller's key expires this long after its last refresh; a standby then
     # takes over. An active controller that could not refresh for this long steps down.
@@ -448,15 +448,15 @@ class ControllerConfig:
     # full reconcile replaces them.
     event_queue_max: int = 10_000
     # A read node whose registration has been missing this long is gone for good: every VP
-    # follower replica on it is moved to a live read node (virtual.upkeep.plan_replica_moves).
+    # follower replica on it is moved to a live read node (control.upkeep_decisions.plan_replica_moves).
     # Shorter absences (a restart, a brief partition) keep the replicas and their logs.
     read_node_gone_ms: int = 10 * 60 * SECOND_MS
     # A topic with more active VPs than its groups need (its creation count, or the largest
     # group's member count) for this long, continuously, merges one pair of VPs; the next merge
-    # waits as long again (virtual.upkeep.ShrinkWatch), so a group that shrinks and grows back
+    # waits as long again (control.upkeep_decisions.ShrinkWatch), so a group that shrinks and grows back
     # within it keeps its VPs.
     vp_merge_delay_ms: int = 60 * SECOND_MS
-    # The result of an executed intent (coordinator.intents) is kept this long for its client to
+    # The result of an executed intent (metadata.intents) is kept this long for its client to
     # read; one nobody collected disappears with its lease.
     # The read path's upkeep (replicas moved off read nodes gone for good, merges after groups
     # shrank, closed VPs retired after their retention) looks at every mafka4-mode topic this often.
@@ -479,7 +479,7 @@ class ControllerConfig:
 
 @dataclass(frozen=True, slots=True)
 class VirtualConfig:
-    """Bounds of a topic's virtual-partition layout (``virtual.reshard.TopicLayout``)."""
+    """Bounds of a topic's virtual-partition layout (``virtual.layout.TopicLayout``)."""
 
     # VPs in one layout; a split that would pass this is refused with InvalidReshard.
     virtual_partitions_max: int = VIRTUAL_PARTITIONS_MAX
@@ -493,7 +493,7 @@ class VirtualConfig:
 
 @dataclass(frozen=True, slots=True)
 class ReshardConfig:
-    """Bounds of one split or merge (``mafka4.virtual.resharding``)."""
+    """Bounds of one split or merge (``mafka4.coordinator.control.resharding``)."""
 
     # The topic's reshard lock expires this long after its holder died; a reshard refused with
     # ReshardConflict meanwhile can be retried then.

@@ -33,14 +33,14 @@ import psutil
 import ray
 
 from mafka4.client.admin import Admin
-from mafka4.coordinator.topics import TopicStore
-from mafka4.coordinator import keys
+from mafka4.coordinator.metadata import keys
+from mafka4.coordinator.metadata.topics import TopicStore
+from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import CoordinatorUnavailable, MafkaError
-from mafka4.physical.launcher import replica_handle
+from mafka4.physical.handles import replica_handle
 from mafka4.runtime.connect import Connection
 from mafka4.runtime.etcd_server import EtcdServer, restart_etcd
-from mafka4.virtual.launcher import read_node_handle
-from mafka4.virtual.metadata import VirtualStore
+from mafka4.virtual.handles import read_node_handle
 from simulations.chaos_settings import FaultTiming
 from simulations.chaos_workload import Members
 

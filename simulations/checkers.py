@@ -43,9 +43,9 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
 from mafka4.records import decode_batch, decode_batches, iter_batches
+from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import message_hash
-from mafka4.virtual.reshard import TopicLayout
-from mafka4.virtual.split import source_of, strip_source
+from mafka4.virtual.vp_records import source_of, strip_source
 
 
 class Kind(enum.Enum):

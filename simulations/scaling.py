@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
+from mafka4.coordinator.groups.partition_protocol import validate_group_name
 from mafka4.errors import InvalidConfig, MafkaError
 from mafka4.limits import ClusterConfig, _check_range
-from mafka4.coordinator.group_protocol import validate_group_name
 
 if TYPE_CHECKING:  # the runtime is imported only when a cluster starts
     from mafka4.runtime.temporary import TemporaryCluster
@@ -210,7 +210,7 @@ def _run_configuration(cluster: TemporaryCluster, settings: ScalingSettings, mod
 
 def topic_footprint(admin, topic: str, connection) -> dict[str, int]:
     """Partitions, actors and distinct nodes a topic occupies, from its etcd metadata."""
-    from mafka4.virtual.metadata import VirtualStore
+    from mafka4.coordinator.metadata.vp_store import VirtualStore
 
     metadata = admin.topic_metadata(topic)
     write_nodes = {replica for state in metadata.partitions for replica in state.replicas}
@@ -292,7 +292,7 @@ def _wait_for_group(members, logs: list[_ConsumerLog]) -> None:
 
 
 def producer_partitions(connection, topic: str) -> int:
-    from mafka4.coordinator.topics import TopicStore
+    from mafka4.coordinator.metadata.topics import TopicStore
 
     return len(TopicStore(connection.store, connection.cluster).get(topic).partitions)
 

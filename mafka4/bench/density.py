@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 from mafka4.errors import InvalidConfig
 
 if TYPE_CHECKING:
-    from mafka4.virtual.metadata import VirtualPartitionState
+    from mafka4.virtual.vp_state import VirtualPartitionState
 
 # A read node's idle work comes in passes (housekeeping every second, feed positions every 5 s):
 # a window of 30 s averages 30 and 6 of them; a shorter one measures where the passes fall.

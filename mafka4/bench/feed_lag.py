@@ -42,12 +42,12 @@ import ray
 
 from mafka4.bench.lag import (FeedLagBenchSettings, FeedLagTracker, LagSample, drained, fed_offset, halves_p99_records,
                               is_bounded, lag_figures)
-from mafka4.bench.read_nodes import running_read_nodes
 from mafka4.bench.process_usage import wait_until_quiet
+from mafka4.bench.read_nodes import running_read_nodes
 from mafka4.bench.usage import is_quiet
 from mafka4.client.admin import Admin
 from mafka4.client.producer import Producer
-from mafka4.physical.launcher import replica_handle
+from mafka4.physical.handles import replica_handle
 from mafka4.runtime.connect import Connection, connect
 
 CALL_TIMEOUT_S = 30

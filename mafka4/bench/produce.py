@@ -42,7 +42,7 @@ from mafka4.client.admin import Admin
 from mafka4.client.producer import Producer
 from mafka4.client.sender import new_producer_id
 from mafka4.limits import MiB
-from mafka4.physical.launcher import replica_handle
+from mafka4.physical.handles import replica_handle
 from mafka4.records import HEADER_BYTES, encode_batch
 from mafka4.runtime.connect import Connection, connect
 from mafka4.runtime.ray_cluster import node_resource

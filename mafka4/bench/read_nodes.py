@@ -6,10 +6,10 @@ A read node counts when it holds its liveness key in etcd (``keys.read_node_live
 
 from __future__ import annotations
 
-from mafka4.coordinator import keys
+from mafka4.coordinator.metadata import keys
 from mafka4.errors import NotEnoughReadNodes
 from mafka4.runtime.connect import Connection
-from mafka4.virtual.launcher import read_node_handle
+from mafka4.virtual.handles import read_node_handle
 
 
 def running_read_nodes(connection: Connection, needed: int, bench: str) -> dict[str, object]:

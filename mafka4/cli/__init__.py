@@ -2,7 +2,7 @@
 
 ``main`` builds the parser and runs a command line; each group adds its commands to the parser
 and runs them: ``cluster`` (up, down, status, demo), ``topics`` (topic, scale), ``clients``
-(produce, consume), ``groups`` (group) and ``bench``; ``plugins`` adds the commands of other
+(produce, consume), ``partition_groups`` (group) and ``bench``; ``plugins`` adds the commands of other
 packages (the experiments of ``simulations``) through entry points. A handler imports what it
 needs to run (Ray, the client, Spark) itself, so that parsing a command line imports none of it.
 """

@@ -1,10 +1,10 @@
 """``Admin``: create, list, describe and delete topics; split, merge and scale virtual partitions.
 
 Admin changes nothing itself: it writes an *intent* into etcd and waits for the controller to
-carry it out (``coordinator.intents``; instructions flow client -> etcd -> controller -> actors).
+carry it out (``metadata.intents``; instructions flow client -> etcd -> controller -> actors).
 The controller starts a new topic's physical replica actors on live write nodes, records the
 topic in etcd in one transaction and has the read nodes host its VPs (no process per VP); splits,
-merges and scaling are ``virtual.resharding``'s, run by the controller. Requests a cluster would
+merges and scaling are ``control.resharding``'s, run by the controller. Requests a cluster would
 refuse for their shape (a bad name, a config out of range) are refused here before anything is
 written. Reading (``list_topics``, ``describe_topic``) goes to etcd and to the live actors.
 """
@@ -15,18 +15,20 @@ from dataclasses import asdict
 
 import ray
 
-from mafka4.coordinator import intents
-from mafka4.coordinator.intents import IntentKind
-from mafka4.coordinator.topics import TopicMetadata, TopicStore
+from mafka4.coordinator.metadata import intents
+from mafka4.coordinator.metadata.intents import IntentKind
+from mafka4.coordinator.metadata.topics import TopicStore
+from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import InvalidConfig, TopicExists
 from mafka4.limits import READ_MODE_DEFAULT, TopicConfig, replace_config
 from mafka4.names import validate_topic_name
-from mafka4.physical.launcher import replica_handle
+from mafka4.physical.handles import replica_handle
+from mafka4.physical.partition_state import TopicMetadata
 from mafka4.runtime.connect import Connection, connect
+from mafka4.virtual.handles import read_node_handle
 from mafka4.virtual.hosted_vp import VpId
-from mafka4.virtual.launcher import read_node_handle
-from mafka4.virtual.metadata import VirtualPartitionState, VirtualStore, epoch_from_json
-from mafka4.virtual.reshard import SplitEpoch
+from mafka4.virtual.layout import SplitEpoch
+from mafka4.virtual.vp_state import VirtualPartitionState, epoch_from_json
 
 DESCRIBE_TIMEOUT_S = 10
 # How long a client waits for the controller to carry out an intent. Creating a topic starts
@@ -82,7 +84,7 @@ class Admin:
         self._request(IntentKind.DELETE_TOPIC, name, {}, wait_s)
 
     def split_virtual_partition(self, topic: str, vp: int, wait_s: float = RESHAPE_WAIT_S) -> SplitEpoch:
-        """Split active VP ``vp`` of a mafka4-mode topic into two (``virtual.resharding``); returns the new epoch."""
+        """Split active VP ``vp`` of a mafka4-mode topic into two (``control.resharding``); returns the new epoch."""
         return self._epochs(self._request(IntentKind.SPLIT, topic, {"vp": vp}, wait_s))[0]
 
     def merge_virtual_partitions(self, topic: str, first: int, second: int, wait_s: float = RESHAPE_WAIT_S) -> SplitEpoch:

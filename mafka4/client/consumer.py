@@ -16,7 +16,7 @@ Each poll keeps one long-poll fetch outstanding per partition leader and decodes
 whole batches that come back; only messages below the high watermark (committed on the
 ISR) are ever returned. Positions are per partition: the offset of the next message.
 
-In a group (see ``mafka4.coordinator.groups``) the consumer reads only the partitions it
+In a group (see ``mafka4.coordinator.groups.partition_groups``) the consumer reads only the partitions it
 owns. The rebalance runs inside ``poll()``, in the caller's thread, as in Kafka's classic
 consumer: a background thread only refreshes the member lease and notices changes. So
 positions never move while they are committed, and a consumer that stops polling holds its
@@ -37,19 +37,20 @@ from typing import Any
 
 import ray
 
-from mafka4.client.errors import unwrap
 from mafka4.client.message import Message, new_member_id
 from mafka4.client.routing import Routing
 from mafka4.client.virtual_consumer import VirtualConsumer
 from mafka4.client.virtual_group_consumer import VirtualGroupConsumer
-from mafka4.coordinator.group_protocol import CommittedOffset, MemberInfo, TopicPartition, validate_group_name
-from mafka4.coordinator.groups import GroupMember, GroupStore, SyncResult
-from mafka4.coordinator.topics import TopicStore
+from mafka4.coordinator.groups.partition_groups import GroupMember, GroupStore, SyncResult
+from mafka4.coordinator.groups.partition_protocol import (CommittedOffset, MemberInfo, TopicPartition,
+                                                          validate_group_name)
+from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.errors import CommitFailed, CoordinatorUnavailable, MafkaError, PartitionNotAssigned
 from mafka4.limits import ConsumerConfig, OffsetReset
 from mafka4.names import validate_topic_name
 from mafka4.records import decode_batches
 from mafka4.runtime.connect import Connection, connect
+from mafka4.runtime.remote_errors import unwrap
 
 LIST_OFFSETS_TIMEOUT_S = 30
 # In a group, poll() looks for membership changes at least this often while it waits for data.

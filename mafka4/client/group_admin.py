@@ -23,16 +23,17 @@ from dataclasses import dataclass
 import ray
 
 from mafka4.client.routing import Routing
-from mafka4.coordinator import keys
-from mafka4.coordinator.group_protocol import VIRTUAL_ASSIGNOR, GroupSnapshot, MemberInfo, TopicPartition, validate_group_name
-from mafka4.coordinator.groups import GroupStore
-from mafka4.coordinator.topics import TopicStore
-from mafka4.coordinator.virtual_groups import VirtualGroupStore
+from mafka4.coordinator.groups.partition_groups import GroupStore
+from mafka4.coordinator.groups.partition_protocol import (VIRTUAL_ASSIGNOR, GroupSnapshot, MemberInfo, TopicPartition,
+                                                          validate_group_name)
+from mafka4.coordinator.groups.vp_groups import VirtualGroupStore
+from mafka4.coordinator.metadata import keys
+from mafka4.coordinator.metadata.topics import TopicStore
+from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import GroupNotEmpty, InvalidConfig, RequestTimedOut, UnknownGroup, UnknownTopic
 from mafka4.names import validate_topic_name
 from mafka4.runtime.connect import Connection, connect
-from mafka4.virtual.launcher import ask_leader_nodes
-from mafka4.virtual.metadata import VirtualStore
+from mafka4.virtual.handles import ask_leader_nodes
 
 LIST_OFFSETS_TIMEOUT_S = 30
 

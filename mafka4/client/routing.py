@@ -16,11 +16,12 @@ import threading
 import time
 import weakref
 
-from mafka4.coordinator import keys
-from mafka4.coordinator.store import WatchEvent
-from mafka4.coordinator.topics import PartitionState, TopicMetadata, TopicStore
+from mafka4.coordinator.metadata import keys
+from mafka4.coordinator.metadata.store import WatchEvent
+from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.errors import MafkaError, NotLeader
-from mafka4.physical.launcher import replica_handle
+from mafka4.physical.handles import replica_handle
+from mafka4.physical.partition_state import PartitionState, TopicMetadata
 from mafka4.runtime.connect import Connection
 
 logger = logging.getLogger(__name__)

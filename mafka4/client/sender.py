@@ -32,11 +32,11 @@ from collections import deque
 import ray
 
 from mafka4.client.accumulator import ProducerBatch, RecordAccumulator
-from mafka4.client.errors import unwrap
 from mafka4.client.routing import Routing
 from mafka4.errors import MafkaError, ProducerClosed, RequestTimedOut, UnknownProducer
 from mafka4.limits import Acks, ProducerConfig
 from mafka4.records import HEADER_BYTES, encode_batch
+from mafka4.runtime.remote_errors import unwrap
 
 logger = logging.getLogger(__name__)
 

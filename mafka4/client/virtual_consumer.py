@@ -7,7 +7,7 @@
 The same interface as the group-less ``Consumer`` (``poll``, ``seek``, ``seek_to_time``,
 ``position``, ``assignment``, ``close``), with VP ids and VP offsets in place of physical
 partitions and offsets; ``Consumer(topic)`` of a mafka4-mode topic is one of these. Messages
-are the producer's records: the source header the feeder added (``split.SOURCE_HEADER``) is
+are the producer's records: the source header the feeder added (``vp_records.SOURCE_HEADER``) is
 stripped. Fetching is ``VpFetcher``'s.
 
 Parent before child, for this reader's own positions: it fetches only the VPs
@@ -27,7 +27,7 @@ from typing import Any
 
 from mafka4.client.message import Message, new_member_id
 from mafka4.client.vp_fetcher import VpFetcher
-from mafka4.coordinator.topics import TopicStore
+from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.errors import PartitionNotAssigned, WrongReadMode
 from mafka4.limits import ConsumerConfig
 from mafka4.names import validate_topic_name

@@ -4,8 +4,8 @@
     for message in consumer.poll(timeout_ms=500): ...                      # message.partition: the VP id
     consumer.commit(); consumer.seek(vp, 1234); consumer.seek_to_time(ts); consumer.close()
 
-The member owns virtual partitions (``coordinator.virtual_groups``; the rules are
-``virtual.ownership``) and reads only those, through ``VpFetcher``. Group duties run inside
+The member owns virtual partitions (``partition_groups.vp_groups``; the rules are
+``partition_groups.vp_ownership``) and reads only those, through ``VpFetcher``. Group duties run inside
 ``poll()`` in the caller's thread, so a position never moves while it is committed. Unlike
 the Mafka3 eager rebalance, a change in the group never stops the VPs a member keeps: a
 member releases only what the target moves away from it, and claims only free VPs.
@@ -24,7 +24,7 @@ without waiting.
 
 Splits: when the plan says this member splits a VP (it has the smallest id and the group
 has more members than active VPs), it asks the controller for it (a split intent,
-``coordinator.intents``) from a background thread, so its own reading does not pause.
+``metadata.intents``) from a background thread, so its own reading does not pause.
 
 Delivery is at-least-once: messages returned but not committed are returned again to the next
 owner after a crash or a lapsed lease. A commit never moves an offset backwards unless ``seek``
@@ -41,14 +41,14 @@ import ray
 
 from mafka4.client.message import Message, new_member_id
 from mafka4.client.vp_fetcher import VpFetcher
-from mafka4.coordinator.store import MetadataStore
-from mafka4.coordinator.topics import TopicMetadata
-from mafka4.coordinator.virtual_groups import VirtualGroupMember, VirtualGroupSnapshot, VirtualGroupStore, VpOffset
+from mafka4.coordinator.groups.vp_groups import VirtualGroupMember, VirtualGroupSnapshot, VirtualGroupStore, VpOffset
+from mafka4.coordinator.metadata import intents
+from mafka4.coordinator.metadata.intents import IntentKind
+from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import CommitFailed, CoordinatorUnavailable, MafkaError, PartitionNotAssigned
 from mafka4.limits import ConsumerConfig, OffsetReset
+from mafka4.physical.partition_state import TopicMetadata
 from mafka4.runtime.connect import Connection
-from mafka4.coordinator import intents
-from mafka4.coordinator.intents import IntentKind
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ records below each VP's high watermark are ever returned, so what a reader saw s
 failover. Positions are per VP: the VP offset of the next message.
 
 A loss marker in a VP (physical retention deleted records before a read node fed them,
-``split.lost_range_of``) ends the messages returned for that VP; the next ``fetch`` raises
+``vp_records.lost_range_of``) ends the messages returned for that VP; the next ``fetch`` raises
 ``RecordsLost`` naming the offsets, and reading goes on after the marker.
 
 Metadata (the layout and every VP's leader, RISR and sealed end) is read from etcd in one
@@ -27,18 +27,19 @@ import ray
 from collections import defaultdict
 
 from mafka4.client.message import Message
-from mafka4.coordinator.topics import TopicMetadata
+from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import CoordinatorUnavailable, RecordsLost
 from mafka4.limits import ConsumerConfig
+from mafka4.physical.partition_state import TopicMetadata
 from mafka4.records import decode_batches
 from mafka4.risr.state import RisrConfig, route_fetch
 from mafka4.runtime.connect import Connection
+from mafka4.virtual.handles import ask_leader_nodes, read_node_handle
 from mafka4.virtual.hosted_vp import VpId
-from mafka4.virtual.launcher import ask_leader_nodes, read_node_handle
-from mafka4.virtual.metadata import VirtualPartitionState, VirtualStore
+from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.read_node import ConsumerRead
-from mafka4.virtual.reshard import TopicLayout
-from mafka4.virtual.split import lost_range_of, strip_source
+from mafka4.virtual.vp_records import lost_range_of, strip_source
+from mafka4.virtual.vp_state import VirtualPartitionState
 
 LIST_OFFSETS_TIMEOUT_S = 30
 

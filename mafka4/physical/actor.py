@@ -61,23 +61,22 @@ from typing import Callable
 
 import ray
 
-from mafka4.client.errors import unwrap
-from mafka4.coordinator import keys
-from mafka4.coordinator.lease_holder import LeaseHolder, LeaseTask
-from mafka4.coordinator.store import MetadataStore
-from mafka4.coordinator.topics import PartitionState
+from mafka4.coordinator.metadata import keys
+from mafka4.coordinator.metadata.lease_holder import LeaseHolder, LeaseTask
+from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import CoordinatorUnavailable, CorruptRecord, NotLeader, RequestTimedOut
 from mafka4.faults import FaultGate
 from mafka4.limits import Acks, LogConfig, ReplicaConfig
-from mafka4.physical.checkpoint import write_checkpoint
-from mafka4.physical.log import Log, RetentionResult
-from mafka4.physical.recovery import (
-    EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT, recovered_epochs, recovered_high_watermark, recovered_producers,
-)
+from mafka4.log.checkpoint import write_checkpoint
+from mafka4.log.log import Log, RetentionResult
+from mafka4.log.read_loss import feed_position_from_json, retention_floor
+from mafka4.log.recovery import (EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT, recovered_epochs,
+                                 recovered_high_watermark, recovered_producers)
+from mafka4.physical.partition_state import PartitionState
 from mafka4.physical.replica import ReplicaState, Role
 from mafka4.physical.sequencer import SequenceGate
 from mafka4.records import check_single_batch, stamp
-from mafka4.virtual.read_loss import feed_position_from_json, retention_floor
+from mafka4.runtime.remote_errors import unwrap
 
 logger = logging.getLogger(__name__)
 
@@ -214,7 +213,7 @@ class PhysicalPartition:
         self._isr_dirty = False
         self._fault = FaultGate()
 
-    # --- checkpoints (restarts read them: physical.recovery) ---------------------------
+    # --- checkpoints (restarts read them: log.recovery) ---------------------------
 
     def _save_epochs(self) -> None:
         write_checkpoint(self._directory / EPOCH_CHECKPOINT, self._state.epochs.to_text())

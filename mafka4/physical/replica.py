@@ -57,8 +57,8 @@ from typing import Iterable, Sequence
 
 from mafka4.errors import NotEnoughReplicas, NotLeader, StaleEpoch
 from mafka4.limits import Acks, ReplicaConfig
-from mafka4.physical.epochs import NO_EPOCH, EpochHistory
-from mafka4.physical.producer_state import ProducerStateTable
+from mafka4.log.epochs import NO_EPOCH, EpochHistory
+from mafka4.log.producer_state import ProducerStateTable
 from mafka4.records import BatchHeader
 
 

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from mafka4.coordinator.store import MetadataStore
+from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import ClusterNotRunning
 from mafka4.runtime.environment import apply_ray_environment, mafka4_home
 from mafka4.runtime.state import CLUSTER_NAME_DEFAULT, ClusterState, load_state

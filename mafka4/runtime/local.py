@@ -20,8 +20,8 @@ from pathlib import Path
 
 import psutil
 
-from mafka4.coordinator import keys
-from mafka4.coordinator.store import MetadataStore
+from mafka4.coordinator.metadata import keys
+from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import ClusterAlreadyRunning, ClusterNotRunning, CoordinatorUnavailable
 from mafka4.limits import ClusterConfig
 from mafka4.runtime.daemon import LOG_FILE_NAME

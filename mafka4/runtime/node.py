@@ -44,8 +44,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from mafka4.coordinator import keys
-from mafka4.coordinator.store import MetadataStore
+from mafka4.coordinator.metadata import keys
+from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import CoordinatorUnavailable, InvalidConfig, InvalidNodeId, MafkaError
 from mafka4.limits import ClusterConfig
 from mafka4.runtime.environment import mafka4_home

@@ -24,9 +24,9 @@ from typing import Callable
 
 import etcd3
 
-from mafka4.coordinator import keys
-from mafka4.coordinator.lease_holder import LeaseHolder
-from mafka4.coordinator.store import MetadataStore
+from mafka4.coordinator.metadata import keys
+from mafka4.coordinator.metadata.lease_holder import LeaseHolder
+from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import CoordinatorUnavailable
 from mafka4.runtime.ray_cluster import NodeRole, node_resource
 

@@ -17,7 +17,7 @@ Pure: no I/O. Both sides pass their ``EpochHistory`` and log end offset.
 
 from __future__ import annotations
 
-from mafka4.physical.epochs import NO_EPOCH, EpochHistory
+from mafka4.log.epochs import NO_EPOCH, EpochHistory
 
 
 def divergence(

@@ -25,7 +25,7 @@ KIP-966 rule for restarted ISR members): it may have lost its tail, and if the l
 before its first fetch showed it, the controller would otherwise elect it with a shorter log.
 It rejoins once it caught up, through the leader's RISR expansion.
 
-Who carries it out: the controller (``coordinator.read_path_control``), which finds the live and
+Who carries it out: the controller (``control.read_path_repairs``), which finds the live and
 restarted replicas from the read nodes, writes the decided state by a fenced compare-and-swap
 and announces the roles to the read nodes. The followers truncate what the new leader lacks
 (``divergence``); the new leader's node feeds it from what its log holds (``partition_feed``);
@@ -40,7 +40,7 @@ import dataclasses
 from typing import Iterable, Mapping
 
 from mafka4.risr.state import pick_leader
-from mafka4.virtual.metadata import VirtualPartitionState
+from mafka4.virtual.vp_state import VirtualPartitionState
 
 
 def decide_failover(state: VirtualPartitionState, alive: Iterable[str], restarted: Iterable[str] = (),

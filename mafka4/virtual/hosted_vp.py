@@ -18,7 +18,7 @@ core call it executes, and after ``housekeep``, the shell reports the log's flus
 the core (``VpReplicaCore.flushed``) if it moved, so a lone leader's HW follows its fsyncs.
 
 Files in the VP's directory besides the log: ``leader-epoch-checkpoint`` and ``high-watermark``
-(``physical.recovery``), both rewritten atomically; the HW checkpoint is written by
+(``log.recovery``), both rewritten atomically; the HW checkpoint is written by
 ``housekeep`` at most once a second, so a restarted replica may recover an older HW (never a
 newer one than its log). Retention deletes only whole segments below the HW, as Kafka's does,
 so the log start never passes it.
@@ -43,15 +43,13 @@ from typing import Callable, Iterator, NamedTuple, Sequence
 from mafka4.errors import MessageTooLarge
 from mafka4.faults import FaultGate
 from mafka4.limits import FEED_RECORDS_MAX, LogConfig
-from mafka4.physical.checkpoint import write_checkpoint
-from mafka4.physical.log import Log
-from mafka4.physical.recovery import (
-    EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT, recovered_epochs, recovered_high_watermark,
-)
+from mafka4.log.checkpoint import write_checkpoint
+from mafka4.log.log import Log
+from mafka4.log.recovery import EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT, recovered_epochs, recovered_high_watermark
 from mafka4.records import Record, decode_batches, stamp
 from mafka4.risr.state import RisrConfig
 from mafka4.virtual.replica_core import NOTHING, FetchPosition, Ready, ReplicaAnswer, VpReplicaCore
-from mafka4.virtual.split import FeedProgress, SourcedRecord, encode_vp_batch
+from mafka4.virtual.vp_records import FeedProgress, SourcedRecord, encode_vp_batch
 
 logger = logging.getLogger(__name__)
 

@@ -2,16 +2,16 @@
 
 A read node runs one feed per (topic, physical partition ``p``) for which it leads a VP. The
 stream fetches committed batches of ``p`` (below the HW) from an in-sync follower when there
-is one (``feeding.choose_source``, Kafka's KIP-392: never on the leader's write path), splits
-them by the topic's layout (``feeding.plan_round``) and appends each VP's records to the VP
+is one (``feed_plan.choose_source``, Kafka's KIP-392: never on the leader's write path), splits
+them by the topic's layout (``feed_plan.plan_round``) and appends each VP's records to the VP
 leaders this node hosts, in process (``HostedVp.feed``): no remote call per VP, no process per
 VP. Records of VPs led elsewhere are dropped here: their node's own stream feeds them. The
-decisions are ``feeding.py``'s (pure); this is their shell.
+decisions are ``feed_plan.py``'s (pure); this is their shell.
 
 * **Served VPs.** The VPs this node leads (by its own cores: a deposed leader that does not
   know it yet only fills a log that will be truncated) among the active ones and the closed
-  ones not yet sealed (``feeding.served_vps``).
-* **Resume** (``feeding.resume_point``): after a start, a failed round, and whenever a served
+  ones not yet sealed (``feed_plan.served_vps``).
+* **Resume** (``feed_plan.resume_point``): after a start, a failed round, and whenever a served
   VP's leader epoch changed or a VP started being served below where the stream stands, the
   stream goes back to the smallest offset some served VP may lack; every VP drops what its
   ``FeedProgress`` already holds, so nothing is applied twice and nothing skipped. A VP that
@@ -22,10 +22,10 @@ decisions are ``feeding.py``'s (pure); this is their shell.
   closed VP) to the VPs that got records, to the closed ones still being sealed, and to the
   others every ``report_interval_ms`` (for the RISR's feed-lag check).
 
-**Holds for a reshard** (``virtual.resharding``). The node leading a VP that a split or merge
+**Holds for a reshard** (``control.resharding``). The node leading a VP that a split or merge
 closes (a parent) is asked to ``hold`` it: once no served VP holds a record at or past the
 stream's next offset (``ResumePoint.fed_high``), the stream withholds from the parents every
-record at or past that offset (``feeding.withhold``) and feeds every other VP on; it records
+record at or past that offset (``feed_plan.withhold``) and feeds every other VP on; it records
 the offset in its hold key ``topics/<t>/holds/<p>/<node>`` and offers it as the cut. A split
 therefore pauses only the consumers of the VP it splits. On ``release`` with the stored epoch
 the stream adopts it and goes back to the offered cut: the children get their records from
@@ -41,7 +41,7 @@ store its epoch, so no record at or past a stored cut is ever handed to a parent
 **Retention and loss.** The node records where each stream stands
 (``keys.feed_position``) so that physical retention keeps what it has not fed. If the source
 no longer holds ``next_offset`` anyway (the hold's bound passed), the stream records the lost
-range in etcd (``keys.read_loss``), appends a loss marker (``split.lost_marker``) to every
+range in etcd (``keys.read_loss``), appends a loss marker (``vp_records.lost_marker``) to every
 served VP that lacked records there, so its consumers get ``RecordsLost`` in order, and goes
 on from the log start. Nothing is skipped silently.
 """
@@ -54,19 +54,19 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from mafka4.client.errors import unwrap
-from mafka4.coordinator import keys
-from mafka4.coordinator.store import MetadataStore
+from mafka4.coordinator.metadata import keys
+from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import NotLeader, OffsetOutOfRange, RequestTimedOut, ReshardConflict, StaleEpoch
 from mafka4.limits import FeederConfig
-from mafka4.virtual.feeding import Chunk, choose_source, plan_round, resume_point, served_vps, withhold
+from mafka4.log.read_loss import LostRange
+from mafka4.runtime.remote_errors import unwrap
+from mafka4.virtual.feed_plan import Chunk, choose_source, plan_round, resume_point, served_vps, withhold
 from mafka4.virtual.hosted_vp import HostedVp
-from mafka4.virtual.metadata import VirtualPartitionState
+from mafka4.virtual.layout import SplitEpoch
 from mafka4.virtual.node_loop import NodeLoop
-from mafka4.virtual.read_loss import LostRange
-from mafka4.virtual.reshard import SplitEpoch
-from mafka4.virtual.split import lost_marker
 from mafka4.virtual.topic_view import TopicView
+from mafka4.virtual.vp_records import lost_marker
+from mafka4.virtual.vp_state import VirtualPartitionState
 
 logger = logging.getLogger(__name__)
 

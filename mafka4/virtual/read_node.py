@@ -1,7 +1,7 @@
 """``ReadNode``: the one Ray actor of a read node; it hosts any number of VP replicas as logs.
 
 A virtual partition costs a log, not a process (DESIGN.md section 6): the controller starts one
-``ReadNode`` per registered read node (``virtual.launcher``) and tells it which VP replicas to
+``ReadNode`` per registered read node (``control.read_node_launcher``) and tells it which VP replicas to
 host and in which role (``host``); creating, splitting or merging VPs opens logs inside running
 nodes. Everything of one node runs on its event loop:
 
@@ -16,7 +16,7 @@ nodes. Everything of one node runs on its event loop:
 * **Consumers** call ``fetch`` once per read node for every VP they read there (long poll until
   any has data), and ``list_offsets`` / ``offsets_for_time`` the same way.
 * **Reshards** hold and release the topic's streams on the nodes leading a parent (``hold``,
-  ``release``; the protocol is ``partition_feed``'s and ``virtual.resharding``'s).
+  ``release``; the protocol is ``partition_feed``'s and ``control.resharding``'s).
 * **Sealing.** A closed VP led here is sealed once every partition's stream fed it past its
   closing cut and its RISR holds all of it (``TopicLayout.is_sealed``, HW == log end): the node
   records its sealed end offset in etcd itself, so its children become readable at once.
@@ -45,25 +45,26 @@ from typing import NamedTuple, Sequence
 
 import ray
 
-from mafka4.coordinator import keys
-from mafka4.coordinator.lease_holder import LeaseHolder, LeaseTask
-from mafka4.coordinator.store import MetadataStore
+from mafka4.coordinator.metadata import keys
+from mafka4.coordinator.metadata.lease_holder import LeaseHolder, LeaseTask
+from mafka4.coordinator.metadata.store import MetadataStore
+from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import (
     CoordinatorUnavailable, InvalidConfig, MafkaError, ReadReplicaNotInSync, StaleEpoch, UnknownVirtualPartition,
 )
 from mafka4.limits import ReadNodeConfig, TopicConfig
+from mafka4.log.read_loss import LostRange, ReadLoss
 from mafka4.physical.actor import replica_actor_name
 from mafka4.risr.state import RisrConfig
 from mafka4.virtual.hosted_vp import HostedVp, VpId, VpRead, vp_directory
-from mafka4.virtual.metadata import VirtualPartitionState, VirtualStore
+from mafka4.virtual.layout import SplitEpoch
 from mafka4.virtual.partition_feed import PartitionFeed
-from mafka4.virtual.read_loss import LostRange, ReadLoss
 from mafka4.virtual.replica_core import Ready, VpRole
 from mafka4.virtual.replication import (
     SESSION_UNKNOWN, FetchSessions, ReplicaFetcher, SessionAnswer, SessionRequest,
 )
-from mafka4.virtual.reshard import SplitEpoch
 from mafka4.virtual.topic_view import TopicView
+from mafka4.virtual.vp_state import VirtualPartitionState
 
 logger = logging.getLogger(__name__)
 

@@ -66,11 +66,11 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
 
 from mafka4.errors import NotLeader, ReadReplicaNotInSync, StaleEpoch
-from mafka4.physical.epochs import EpochHistory
+from mafka4.log.epochs import EpochHistory
 from mafka4.records import BatchHeader
 from mafka4.risr.state import RisrConfig, RisrState
 from mafka4.virtual.divergence import divergence, truncation_offset
-from mafka4.virtual.split import FeedProgress, SourcedRecord
+from mafka4.virtual.vp_records import FeedProgress, SourcedRecord
 
 
 class VpRole(enum.Enum):
@@ -87,7 +87,7 @@ class Ready:
     truncate_to: int | None = None
     # fsync the log now (a leader alone in its RISR), then report the offset to ``flushed``.
     flush: bool = False
-    # Rewrite the leader-epoch checkpoint (``physical.recovery.EPOCH_CHECKPOINT``).
+    # Rewrite the leader-epoch checkpoint (``log.recovery.EPOCH_CHECKPOINT``).
     save_epochs: bool = False
     # Record this RISR in the coordinator (compare-and-swap on the VP key, only while it
     # names this replica as leader of ``leader_epoch``), then call ``risr_written``.

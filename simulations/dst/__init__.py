@@ -1,9 +1,9 @@
 """Deterministic simulation of a mafka4 cluster around the real pure cores, from one seed.
 
 The simulator drives the real code (``ReplicaState``, ``Log`` on a simulated disk,
-``election.decide_partition``, ``read_path_repair.decide_virtual_partition`` with
-``failover.decide_failover``, ``feeding``/``split``, ``TopicLayout``, production's VP replica
-``HostedVp`` with its ``VpReplicaCore`` and ``RisrState``, ``ownership.plan_ownership``) through
+``partition_decisions.decide_partition``, ``read_path_decisions.decide_virtual_partition`` with
+``failover.decide_failover``, ``feed_plan``/``vp_records``, ``TopicLayout``, production's VP replica
+``HostedVp`` with its ``VpReplicaCore`` and ``RisrState``, ``vp_ownership.plan_ownership``) through
 thin shells that mirror the Ray actors, etcd and the
 group members, with a simulated clock (``scheduler``), network (``network``:
 delay, drop, duplicate, reorder, partitions) and disk (``disk``: torn writes, loss of

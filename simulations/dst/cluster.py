@@ -12,22 +12,22 @@ history, to ``simulations.checkers``.
 
 from __future__ import annotations
 
-from mafka4.physical.log import Log
+from mafka4.log.log import Log
 from mafka4.physical.replica import Role
 from mafka4.records import iter_batches
 from simulations import checkers
 from simulations.checkers import Ack, Anomaly, Consumed, Commit
+from simulations.dst.consumer import MemberChurn, SimConsumer
 from simulations.dst.coordinator import NAME as COORDINATOR, Coordinator
 from simulations.dst.env import Env
 from simulations.dst.feeder import SimFeeder
-from simulations.dst.consumer import MemberChurn, SimConsumer
 from simulations.dst.group import GroupStore
 from simulations.dst.nemesis import Nemesis
 from simulations.dst.physical import SimReplica
-from simulations.dst.write_node import WriteNode
 from simulations.dst.producer import SimProducer
 from simulations.dst.resharding import ReshardAdmin
 from simulations.dst.virtual import ReadNode, VpReplica
+from simulations.dst.write_node import WriteNode
 
 DRAIN_CHECK_INTERVAL_MS = 50
 READ_BYTES_MAX = 1 << 20

@@ -1,6 +1,6 @@
 """Group members: the simulator's ``VirtualGroupConsumer`` with its ``VirtualGroupMember``, and their churn.
 
-Every member takes its own decisions with the real rule, ``ownership.plan_ownership``, over a
+Every member takes its own decisions with the real rule, ``vp_ownership.plan_ownership``, over a
 ``GroupView`` built from what the group store (``group.py``, etcd) answers; nothing else
 assigns VPs. The steps follow production's:
 
@@ -49,10 +49,10 @@ import enum
 from dataclasses import dataclass
 from typing import Callable
 
+from mafka4.coordinator.groups.vp_ownership import GroupView, OwnershipPlan
 from mafka4.records import decode_batches
 from mafka4.risr.state import route_fetch
-from mafka4.virtual.ownership import GroupView, OwnershipPlan
-from mafka4.virtual.split import source_of, strip_source
+from mafka4.virtual.vp_records import source_of, strip_source
 from simulations.checkers import Consumed
 from simulations.dst import messages as m
 from simulations.dst.coordinator import NAME as COORDINATOR

@@ -5,13 +5,13 @@ offsets, liveness) and never fails: etcd outages are out of scope, a node cut fr
 is what the simulator uses instead. On top, the controller's loop runs every
 ``controller_interval_ms`` and takes its decisions from the real cores:
 
-* physical partitions: ``election.decide_partition`` with the live replicas (a heartbeat
+* physical partitions: ``partition_decisions.decide_partition`` with the live replicas (a heartbeat
   listing the partition within ``lease_ttl_ms``), the registered write nodes and the
   *fresh* replicas (started by the controller and not yet confirmed in a role, or leaders
   that refused an epoch they already knew, as ``Controller._handle_partition`` does);
   restarts and replacements are ``StartReplica``/``StopReplica`` messages; roles are
   announced until each live replica confirmed the current epoch;
-* VPs: the production controller's rule, ``read_path_repair.decide_virtual_partition`` and then
+* VPs: the production controller's rule, ``read_path_decisions.decide_virtual_partition`` and then
   ``failover.decide_failover(state, alive, restarted)``. A VP replica is *alive* while its
   read node is (a read node starts its replicas on the first role notice, from its disk), and
   *restarted* while its node came back with a new incarnation and the replica has not yet
@@ -37,15 +37,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from mafka4.coordinator.election import decide_partition
-from mafka4.coordinator.read_path_repair import decide_virtual_partition
-from mafka4.coordinator.topics import PartitionState
+from mafka4.coordinator.control.partition_decisions import decide_partition
+from mafka4.coordinator.control.placement import assign_replicas
+from mafka4.coordinator.control.read_path_decisions import decide_virtual_partition
 from mafka4.errors import StaleEpoch
 from mafka4.limits import TopicConfig, VirtualConfig
-from mafka4.physical.placement import assign_replicas
+from mafka4.physical.partition_state import PartitionState
 from mafka4.virtual.failover import decide_failover
-from mafka4.virtual.metadata import VirtualPartitionState
-from mafka4.virtual.reshard import TopicLayout
+from mafka4.virtual.layout import TopicLayout
+from mafka4.virtual.vp_state import VirtualPartitionState
 from simulations.dst import messages as m
 from simulations.dst.env import Env
 

@@ -1,6 +1,6 @@
 """The simulated disk: what survives a crash is exactly what the real code fsynced.
 
-The real ``Log`` (``mafka4.physical.log``) writes real files, here in a temporary directory
+The real ``Log`` (``mafka4.log.log``) writes real files, here in a temporary directory
 (on tmpfs when there is one). While a run is active, ``SimDisk`` replaces ``os.fsync``: the
 call records how many bytes of that file are durable (its size at the fsync) and skips the
 syscall. ``crash(directory)`` is a power loss of the machine owning ``directory``:
@@ -14,7 +14,7 @@ syscall. ``crash(directory)`` is a power loss of the machine owning ``directory`
 
 Simplifications, stated so a reader can judge the results: file creations, renames and
 deletions are durable at once (directory entries never vanish; note that
-``physical.checkpoint.write_checkpoint`` and ``IndexFile.save`` do not fsync the directory
+``log.checkpoint.write_checkpoint`` and ``IndexFile.save`` do not fsync the directory
 after their rename); a file's bytes below its durable size are never damaged (no bit rot:
 ``tests/fuzz`` covers damaged segments); durability is tracked per inode and the path it had
 when fsynced (or that path + ".tmp", for the atomic-rename pattern), so a file at another

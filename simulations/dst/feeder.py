@@ -1,7 +1,7 @@
 """Feeders: the simulator's ``virtual.feeder.Feeder``, one per physical partition.
 
-The decisions are the real ones (``feeding.served_vps``, ``feeding.resume_point``,
-``feeding.choose_source``, ``feeding.plan_round``); the loop follows the actor: read
+The decisions are the real ones (``feed_plan.served_vps``, ``feed_plan.resume_point``,
+``feed_plan.choose_source``, ``feed_plan.plan_round``); the loop follows the actor: read
 metadata, resume from the served VP leaders' last applied offsets when needed (after a
 start, a failure, or a VP leader change), then rounds: fetch committed batches from an
 in-sync follower (``from_follower``), split them, hand each served VP its chunks in order
@@ -11,7 +11,7 @@ advance. Any failure resets to "resume". A feeder keeps nothing durable; it rest
 Resharding (``Feeder.hold``): while the coordinator's metadata names a pending reshard, the
 feeder goes on with rounds until its ``next_offset`` reaches ``fed_high`` (no VP holds a
 record at or past it), then answers ``PauseAck`` with ``fed_through = next_offset`` and from
-then on holds back the reshard's parents' records at or past it (``feeding.withhold``),
+then on holds back the reshard's parents' records at or past it (``feed_plan.withhold``),
 feeding every other VP on. Once the metadata shows the reshard settled (the new layout is
 then in it, or it was abandoned) it resumes, so the children, or the parents, get what was
 held back. Metadata answers older than the newest one applied are ignored (a real shell
@@ -23,8 +23,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from mafka4.virtual.feeding import choose_source, plan_round, resume_point, served_vps, withhold
-from mafka4.virtual.split import NOTHING_APPLIED
+from mafka4.virtual.feed_plan import choose_source, plan_round, resume_point, served_vps, withhold
+from mafka4.virtual.vp_records import NOTHING_APPLIED
 from simulations.dst import messages as m
 from simulations.dst.coordinator import NAME as COORDINATOR
 from simulations.dst.env import Env

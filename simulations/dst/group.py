@@ -1,7 +1,7 @@
-"""The consumer group's keys at the coordinator ("ctl"), as etcd holds them for ``coordinator.virtual_groups``.
+"""The consumer group's keys at the coordinator ("ctl"), as etcd holds them for ``partition_groups.vp_groups``.
 
 Production's mafka4-mode groups have no group coordinator: every member reads the group in
-one transaction and applies ``ownership.plan_ownership`` itself (``consumer.py``); etcd only
+one transaction and applies ``vp_ownership.plan_ownership`` itself (``consumer.py``); etcd only
 holds the keys and applies each change as one conditional transaction. This module is that
 etcd: the keys and the transactions' conditions, nothing that decides.
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mafka4.coordinator.topics import PartitionState
-from mafka4.virtual.metadata import VirtualPartitionState
-from mafka4.virtual.reshard import TopicLayout
-from mafka4.virtual.split import SourcedRecord
+from mafka4.physical.partition_state import PartitionState
+from mafka4.virtual.layout import TopicLayout
+from mafka4.virtual.vp_records import SourcedRecord
+from mafka4.virtual.vp_state import VirtualPartitionState
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,7 +310,7 @@ class PauseAck:
     fed_through: int
 
 
-# --- consumer group (etcd operations of ``coordinator.virtual_groups``) -------------------------
+# --- consumer group (etcd operations of ``partition_groups.vp_groups``) -------------------------
 #
 # A member's requests travel over this lossy network but etcd's client sends them in order over
 # one connection: the group store applies a member's requests once and in request order (a late

@@ -13,10 +13,10 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
+from mafka4.coordinator.groups.vp_ownership import GroupView, OwnershipPlan, plan_ownership
 from mafka4.limits import KiB, LogConfig, ReadNodeConfig, ReplicaConfig
 from mafka4.physical.replica import ReplicaState
 from mafka4.risr.state import RisrConfig
-from mafka4.virtual.ownership import GroupView, OwnershipPlan, plan_ownership
 from simulations.dst.network import NetworkConfig
 
 

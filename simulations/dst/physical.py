@@ -20,11 +20,10 @@ from pathlib import Path
 
 from mafka4.errors import CorruptRecord, MafkaError, NotLeader
 from mafka4.limits import Acks
-from mafka4.physical.checkpoint import write_checkpoint
-from mafka4.physical.log import Log
-from mafka4.physical.recovery import (
-    EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT, recovered_epochs, recovered_high_watermark, recovered_producers,
-)
+from mafka4.log.checkpoint import write_checkpoint
+from mafka4.log.log import Log
+from mafka4.log.recovery import (EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT, recovered_epochs,
+                                 recovered_high_watermark, recovered_producers)
 from mafka4.physical.replica import ReplicaState, Role
 from mafka4.records import NO_PRODUCER_ID, check_single_batch, stamp
 from simulations.dst import messages as m
@@ -58,7 +57,7 @@ class SimReplica:
         self._saved_high_watermark = -1
         self._next_checkpoint_ms = env.now_ms
 
-    # --- checkpoints (restarts read them: physical.recovery) ----------------------------
+    # --- checkpoints (restarts read them: log.recovery) ----------------------------
 
     def _save_epochs(self) -> None:
         write_checkpoint(self.directory / EPOCH_CHECKPOINT, self.state.epochs.to_text())

@@ -1,8 +1,8 @@
-"""Resharding and sealing, run by the coordinator: the shell around ``virtual/reshard.py``.
+"""Resharding and sealing, run by the coordinator: the shell around ``virtual/layout.py``.
 
 The real cores decide (``TopicLayout.plan_split`` / ``plan_merge``, ``is_sealed``); this
 module is the protocol around them that the production shells do not have yet, built as
-``reshard.py``'s docstring asks: "the shell must stop the feeder of p from passing the
+``layout.py``'s docstring asks: "the shell must stop the feeder of p from passing the
 proposed cut[p] under the old epoch until the new epoch is stored".
 
 Two sources of reshards, one at a time (a request while one is pending is refused, as the

@@ -110,9 +110,9 @@ class _Cluster:
     """The calibration topics' actors: handles and PIDs."""
 
     def __init__(self, connection, admin, settings: CalibrationSettings):
+        from mafka4.coordinator.metadata.vp_store import VirtualStore
+        from mafka4.virtual.handles import read_node_handle
         from mafka4.virtual.hosted_vp import VpId
-        from mafka4.virtual.launcher import read_node_handle
-        from mafka4.virtual.metadata import VirtualStore
 
         self.connection, self.admin, self.settings = connection, admin, settings
         admin.create_topic("cal-rf1", partitions=1, replication_factor=1, read_mode="mafka3")
@@ -130,7 +130,7 @@ class _Cluster:
 
     def partition_replicas(self, topic: str) -> list:
         """Replica handles of partition 0 of ``topic``, leader first."""
-        from mafka4.physical.launcher import replica_handle
+        from mafka4.physical.handles import replica_handle
 
         state = self.admin.topic_metadata(topic).partitions[0]
         ordered = [state.leader, *(r for r in state.replicas if r != state.leader)]

@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mafka4 import limits
-from mafka4.coordinator.group_protocol import validate_group_name
+from mafka4.coordinator.groups.partition_protocol import validate_group_name
 from mafka4.errors import InvalidConfig, InvalidGroupName, InvalidTopicName
 from mafka4.names import validate_topic_name
 from mafka4.risr.state import RisrConfig
-from mafka4.virtual.reshard import VirtualConfig
+from mafka4.virtual.layout import VirtualConfig
 
 EXAMPLES = int(os.environ.get("MAFKA4_FUZZ_EXAMPLES", "40"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,4 +1,4 @@
-"""Fuzzing log recovery (``mafka4.physical.log``): damaged files never make the log serve a bad batch.
+"""Fuzzing log recovery (``mafka4.log.log``): damaged files never make the log serve a bad batch.
 
 A log is written, stopped (uncleanly: the descriptors are just closed, as when the process
 dies; or cleanly with ``close``), its files damaged (truncated, bits flipped), and opened
@@ -24,9 +24,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mafka4.limits import LogConfig
-from mafka4.physical.log import RECOVERY_POINT_FILE, Log
 from mafka4.errors import CorruptRecord
+from mafka4.limits import LogConfig
+from mafka4.log.log import RECOVERY_POINT_FILE, Log
 from mafka4.records import CRC_START, check_batch, decode_batches, encode_batch, iter_batches, stamp
 
 EXAMPLES = int(os.environ.get("MAFKA4_FUZZ_EXAMPLES", "40"))

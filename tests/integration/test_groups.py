@@ -23,8 +23,8 @@ from mafka4.client.admin import Admin
 from mafka4.client.consumer import Consumer
 from mafka4.client.group_admin import GroupAdmin
 from mafka4.client.producer import Producer
-from mafka4.coordinator import keys
-from mafka4.coordinator.store import MetadataStore
+from mafka4.coordinator.metadata import keys
+from mafka4.coordinator.metadata.store import MetadataStore
 
 WAIT_S_MAX = 90  # bound of every wait: far above what a loaded machine needs
 

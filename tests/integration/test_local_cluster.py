@@ -11,16 +11,16 @@ import psutil
 import pytest
 import ray
 
-from mafka4.coordinator import keys
-from mafka4.coordinator.store import MetadataStore
+from mafka4.coordinator.metadata import keys
+from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import ClusterAlreadyRunning, ClusterNotRunning
 from mafka4.limits import ClusterConfig
 from mafka4.runtime.connect import connect
-from mafka4.runtime.registration import NodeRegistration, refresh_registrations
 from mafka4.runtime.etcd_server import restart_etcd, start_etcd, stop_etcd
 from mafka4.runtime.local import down, status, up
 from mafka4.runtime.ports import is_listening
 from mafka4.runtime.ray_cluster import NodeRole, node_resource
+from mafka4.runtime.registration import NodeRegistration, refresh_registrations
 from mafka4.runtime.state import state_path
 
 NODES = {"w0": "write", "w1": "write", "w2": "write", "r0": "read"}

@@ -22,7 +22,7 @@ from mafka4.client.consumer import Consumer
 from mafka4.client.group_admin import GroupAdmin
 from mafka4.client.producer import Producer
 from mafka4.client.virtual_consumer import VirtualConsumer
-from mafka4.physical.launcher import replica_handle
+from mafka4.physical.handles import replica_handle
 
 from virtual_helpers import WAIT_S, topic_name, wait_until
 

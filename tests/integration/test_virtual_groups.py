@@ -18,9 +18,9 @@ import pytest
 from mafka4.client.admin import Admin
 from mafka4.client.consumer import Consumer
 from mafka4.client.group_admin import GroupAdmin
+from mafka4.coordinator.metadata.topics import TopicStore
+from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import GroupNotEmpty
-from mafka4.coordinator.topics import TopicStore
-from mafka4.virtual.metadata import VirtualStore
 
 from virtual_helpers import Deliveries, Member, ProduceLoop, check_exactly_once, topic_name, wait_until
 

@@ -14,7 +14,7 @@ from mafka4 import errors
 from mafka4.client.admin import Admin
 from mafka4.client.consumer import Consumer
 from mafka4.client.producer import Producer
-from mafka4.physical.launcher import replica_handle
+from mafka4.physical.handles import replica_handle
 from mafka4.records import decode_batches, encode_batch
 
 

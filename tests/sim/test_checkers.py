@@ -7,8 +7,8 @@ it exists to find, so that no checker can silently pass everything.
 from __future__ import annotations
 
 from mafka4 import records
-from mafka4.virtual.reshard import TopicLayout
-from mafka4.virtual.split import encode_vp_batch, split_batch
+from mafka4.virtual.layout import TopicLayout
+from mafka4.virtual.vp_records import encode_vp_batch, split_batch
 from simulations.checkers import (Ack, Anomaly, Commit, Consumed, Kind, Send, StoredRecord, check_acks_in_log,
                                   check_commits_monotonic, check_exactly_once_in_vps, check_no_duplicates_after_commit,
                                   check_per_key_order, check_producer_order, check_reads_match_logs,

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import pytest
 
-from mafka4.coordinator.election import decide_partition
-from mafka4.coordinator.topics import PartitionState
+from mafka4.coordinator.control.partition_decisions import decide_partition
 from mafka4.errors import OutOfOrderSequence
 from mafka4.limits import Acks, ReplicaConfig, TopicConfig
-from mafka4.physical.epochs import EpochHistory
-from mafka4.physical.producer_state import ProducerStateTable
+from mafka4.log.epochs import EpochHistory
+from mafka4.log.producer_state import ProducerStateTable
+from mafka4.physical.partition_state import PartitionState
 from mafka4.physical.replica import ReplicaState
 from mafka4.records import BatchHeader
 from mafka4.risr.state import RisrConfig, RisrState

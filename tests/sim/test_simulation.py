@@ -26,8 +26,8 @@ import sys
 
 import pytest
 
+from mafka4.coordinator.groups.vp_ownership import GroupView, OwnershipPlan, plan_ownership
 from mafka4.physical.replica import ReplicaState, Role
-from mafka4.virtual.ownership import GroupView, OwnershipPlan, plan_ownership
 from simulations.checkers import Kind
 from simulations.dst.run import RunResult, run_seed
 

@@ -33,7 +33,6 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
-import pytest
 
 from mafka4.limits import KiB, LogConfig
 from mafka4.risr.state import RisrConfig

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mafka4.coordinator.assignors import ASSIGNORS, RangeAssignor, StickyAssignor
+from mafka4.coordinator.groups.assignors import ASSIGNORS, RangeAssignor, StickyAssignor
 
 member_sets = st.lists(st.text(alphabet="abcdefgh", min_size=1, max_size=3), min_size=1, max_size=12, unique=True)
 previous_maps = st.dictionaries(st.text(alphabet="abcdefgh", min_size=1, max_size=3),

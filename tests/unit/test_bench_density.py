@@ -22,8 +22,8 @@ from mafka4.bench.usage import (
     QUIET_LOAD_AVERAGE_MAX, ProcessSample, cores_between, cpu_ns_between, is_quiet, schedstat_cpu_ns, vm_rss_bytes,
 )
 from mafka4.errors import InvalidConfig, ProcessNotVisible
-from mafka4.virtual.metadata import VirtualPartitionState
 from mafka4.virtual.ranges import HashRange
+from mafka4.virtual.vp_state import VirtualPartitionState
 
 STATUS = """Name:\tray::ReadNode
 State:\tS (sleeping)

@@ -5,9 +5,9 @@ import pickle
 import pytest
 
 from mafka4 import errors
+from mafka4.coordinator.control.placement import assign_replicas
 from mafka4.limits import Acks, LogConfig, ProducerConfig, TopicConfig, replace_config
 from mafka4.names import validate_topic_name
-from mafka4.physical.placement import assign_replicas
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "a b", "orders/eu", "x" * 201, "é", None, 5])

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from mafka4.coordinator.election import Campaign, Standby, decide_campaign, decide_partition
-from mafka4.coordinator.topics import PartitionState
+from mafka4.coordinator.control.partition_decisions import Campaign, Standby, decide_campaign, decide_partition
 from mafka4.limits import TopicConfig
+from mafka4.physical.partition_state import PartitionState
 
 CLEAN = TopicConfig(replication_factor=3)
 UNCLEAN = TopicConfig(replication_factor=3, unclean_leader_election=True)
@@ -274,7 +274,7 @@ def test_campaign_only_while_no_controller_holds_the_key_with_an_epoch_above_eve
 
 def test_the_election_core_imports_no_io_clock_or_randomness():
     import ast
-    import mafka4.coordinator.election as election
+    import mafka4.coordinator.control.partition_decisions as election
 
     tree = ast.parse(open(election.__file__).read())
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}

@@ -3,7 +3,7 @@
 import pytest
 
 from mafka4.errors import CorruptRecord
-from mafka4.physical.epochs import EpochHistory
+from mafka4.log.epochs import EpochHistory
 
 
 def test_empty_history_knows_no_epoch():

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from mafka4.coordinator import keys
-from mafka4.coordinator.group_membership import GroupMembership
-from mafka4.coordinator.group_protocol import MemberInfo
+from mafka4.coordinator.groups.membership import GroupMembership
+from mafka4.coordinator.groups.partition_protocol import MemberInfo
+from mafka4.coordinator.metadata import keys
 from mafka4.errors import CoordinatorUnavailable
 from mafka4.limits import ConsumerConfig
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from mafka4.coordinator.group_protocol import (
-    Claim, CommittedOffset, Generation, GroupSnapshot, MemberInfo, Owner, Propose, Rejoin, Revoke, Stable,
-    TopicPartition, Wait, decide, may_claim, next_generation, offsets_to_commit, validate_group_name,
-)
+from mafka4.coordinator.groups.partition_protocol import (Claim, CommittedOffset, Generation, GroupSnapshot,
+                                                          MemberInfo, Owner, Propose, Rejoin, Revoke, Stable,
+                                                          TopicPartition, Wait, decide, may_claim, next_generation,
+                                                          offsets_to_commit, validate_group_name)
 from mafka4.errors import InvalidConfig, InvalidGroupName
 from mafka4.limits import ConsumerConfig, OffsetReset
 

@@ -16,12 +16,12 @@ import pytest
 
 from mafka4.errors import ReadReplicaNotInSync
 from mafka4.limits import LogConfig
-from mafka4.physical.recovery import EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT
+from mafka4.log.recovery import EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT
 from mafka4.records import Record, decode_batches
 from mafka4.risr.state import RisrConfig
 from mafka4.virtual.hosted_vp import HostedVp, VpId
 from mafka4.virtual.replica_core import Ready, VpRole
-from mafka4.virtual.split import SourcedRecord, source_of, strip_source
+from mafka4.virtual.vp_records import SourcedRecord, source_of, strip_source
 
 LAG_MS = 1_000
 LOG_CONFIG = LogConfig(segment_bytes_max=4096, index_interval_bytes=512, flush_interval_ms=None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mafka4.coordinator.intents import Intent, IntentKind, IntentResult, new_intent_id
+from mafka4.coordinator.metadata.intents import Intent, IntentKind, IntentResult, new_intent_id
 from mafka4.errors import InvalidReshard, MafkaError, ReshardConflict, UnknownTopic
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from mafka4.coordinator.lease_holder import LeaseHolder, LeaseTask, LeaseThread
+from mafka4.coordinator.metadata.lease_holder import LeaseHolder, LeaseTask, LeaseThread
 from mafka4.errors import CoordinatorUnavailable
 
 

@@ -11,7 +11,7 @@ import pytest
 from mafka4 import records
 from mafka4.errors import CorruptRecord, OffsetOutOfRange
 from mafka4.limits import LogConfig
-from mafka4.physical.log import RECOVERY_POINT_FILE, Log, read_recovery_point
+from mafka4.log.log import RECOVERY_POINT_FILE, Log, read_recovery_point
 
 SEGMENT_BYTES = 4096  # the smallest segment LogConfig allows
 

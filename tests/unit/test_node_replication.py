@@ -19,7 +19,7 @@ from mafka4.virtual.replica_core import ReplicaAnswer
 from mafka4.virtual.replication import (
     FetchSessions, FollowerAnswer, FollowerFetch, SessionRequest, answer_followers,
 )
-from mafka4.virtual.split import SourcedRecord
+from mafka4.virtual.vp_records import SourcedRecord
 
 LOG_CONFIG = LogConfig(segment_bytes_max=4096, index_interval_bytes=512, flush_interval_ms=None)
 RISR_CONFIG = RisrConfig(read_replica_lag_ms_max=1_000)

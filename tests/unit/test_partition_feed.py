@@ -13,21 +13,21 @@ import asyncio
 from pathlib import Path
 
 from mafka4 import records
-from mafka4.coordinator import keys
-from mafka4.coordinator.store import Versioned
-from mafka4.coordinator.topics import PartitionState
+from mafka4.coordinator.metadata import keys
+from mafka4.coordinator.metadata.store import Versioned
 from mafka4.errors import OffsetOutOfRange, RequestTimedOut
 from mafka4.limits import FeederConfig, LogConfig, TopicConfig
+from mafka4.log.read_loss import LostRange
 from mafka4.physical.actor import FetchResult
+from mafka4.physical.partition_state import PartitionState
 from mafka4.risr.state import RisrConfig
 from mafka4.virtual.hosted_vp import HostedVp, VpId
-from mafka4.virtual.metadata import VirtualPartitionState, epoch_to_json
+from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.partition_feed import PartitionFeed
 from mafka4.virtual.ranges import message_hash
-from mafka4.virtual.read_loss import LostRange
-from mafka4.virtual.reshard import TopicLayout
-from mafka4.virtual.split import lost_range_of, source_of, split_batch
 from mafka4.virtual.topic_view import TopicView
+from mafka4.virtual.vp_records import lost_range_of, source_of, split_batch
+from mafka4.virtual.vp_state import VirtualPartitionState, epoch_to_json
 
 CLUSTER, TOPIC, NODE = "test", "orders", "n1"
 PRODUCER_ID = 5

@@ -11,8 +11,8 @@ import os
 from mafka4 import records
 from mafka4.errors import CoordinatorUnavailable
 from mafka4.limits import LogConfig, ReplicaConfig
+from mafka4.log.log import Log
 from mafka4.physical.actor import ReplicaSpec, retention_pass
-from mafka4.physical.log import Log
 
 HOLD_MS = 5_000
 EVERYTHING_EXPIRED_MS = 990 + 1_001  # past retention_ms for every batch, within the hold

@@ -3,7 +3,7 @@
 import pytest
 
 from mafka4.errors import OutOfOrderSequence, UnknownProducer
-from mafka4.physical.producer_state import ProducerStateTable
+from mafka4.log.producer_state import ProducerStateTable
 from mafka4.records import BatchHeader
 
 

@@ -59,9 +59,9 @@ def test_head_starts_etcd_ray_and_the_controller_and_every_node_installs_mafka4(
     head_start = config["head_start_ray_commands"]
     assert any(command.startswith("HEAD_IP=") and "nohup etcd " in command for command in head_start)
     assert any("ray start --head" in command for command in head_start)
-    controller = next(command for command in head_start if "mafka4.coordinator.controller" in command)
+    controller = next(command for command in head_start if "mafka4.coordinator.control.controller" in command)
     # mafka4 defaults Ray to loopback-only; on a multi-host cluster the controller must opt out.
-    assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 nohup python -m mafka4.coordinator.controller" in controller
+    assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 nohup python -m mafka4.coordinator.control.controller" in controller
     assert "etcd-server" in " ".join(config["head_setup_commands"])
     assert "pip install ~/mafka4" in " ".join(config["setup_commands"])
     assert config["file_mounts"] == {"~/mafka4": "."}

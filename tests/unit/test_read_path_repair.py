@@ -4,20 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from mafka4.coordinator import keys
-from mafka4.coordinator.read_path_repair import (
-    READ_NODE_EVENTS,
-    ReadNodeItem,
-    VirtualPartitionItem,
-    VirtualPartitionRepair,
-    decide_virtual_partition,
-    item_for_event,
-    items_to_examine,
-    leaderless_text,
-    node_items,
-)
-from mafka4.virtual.metadata import VirtualPartitionState
+from mafka4.coordinator.control.read_path_decisions import (READ_NODE_EVENTS, ReadNodeItem, VirtualPartitionItem,
+                                                            VirtualPartitionRepair, decide_virtual_partition,
+                                                            item_for_event, items_to_examine, leaderless_text,
+                                                            node_items)
+from mafka4.coordinator.metadata import keys
 from mafka4.virtual.ranges import HASH_SPACE, HashRange
+from mafka4.virtual.vp_state import VirtualPartitionState
 
 READ_NODES = ("r0", "r1", "r2")
 

@@ -18,8 +18,8 @@ import pytest
 
 from mafka4.errors import NotEnoughReplicas, NotLeader, OutOfOrderSequence, StaleEpoch
 from mafka4.limits import Acks, ReplicaConfig
-from mafka4.physical.epochs import EpochHistory
-from mafka4.physical.producer_state import ProducerStateTable
+from mafka4.log.epochs import EpochHistory
+from mafka4.log.producer_state import ProducerStateTable
 from mafka4.physical.replica import AppendPlan, ReplicaState, Role
 from mafka4.records import BatchHeader
 

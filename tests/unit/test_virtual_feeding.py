@@ -14,12 +14,12 @@ import random
 import pytest
 
 from mafka4 import records
-from mafka4.coordinator.topics import PartitionState
 from mafka4.errors import CorruptRecord
-from mafka4.virtual.feeding import choose_source, plan_round, resume_point, served_vps, withhold
-from mafka4.virtual.reshard import TopicLayout
-from mafka4.virtual.feeding import ResumePoint
-from mafka4.virtual.split import NOTHING_APPLIED, FeedProgress, source_of
+from mafka4.physical.partition_state import PartitionState
+from mafka4.virtual.feed_plan import choose_source, plan_round, resume_point, served_vps, withhold
+from mafka4.virtual.feed_plan import ResumePoint
+from mafka4.virtual.layout import TopicLayout
+from mafka4.virtual.vp_records import NOTHING_APPLIED, FeedProgress, source_of
 
 LAYOUT = TopicLayout.initial(partitions=2, virtual_partitions=3)
 
@@ -249,7 +249,7 @@ def test_a_crashing_feeder_that_resumes_by_the_rule_feeds_every_record_exactly_o
 
 
 def _stamped(log) -> bytes:
-    from mafka4.virtual.split import encode_vp_batch
+    from mafka4.virtual.vp_records import encode_vp_batch
 
     batch = bytearray(encode_vp_batch(log))
     records.stamp(batch, 0, 0)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from mafka4.coordinator import keys
-from mafka4.coordinator.store import WatchEvent
-from mafka4.coordinator.virtual_groups import VirtualGroupMember
+from mafka4.coordinator.groups.vp_groups import VirtualGroupMember
+from mafka4.coordinator.metadata import keys
+from mafka4.coordinator.metadata.store import WatchEvent
 from mafka4.limits import ConsumerConfig, TopicConfig
 
 

@@ -14,13 +14,13 @@ import random
 
 import pytest
 
-from mafka4.coordinator.group_protocol import VIRTUAL_ASSIGNOR, MemberInfo
-from mafka4.coordinator.virtual_groups import VirtualGroupSnapshot
+from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR, MemberInfo
+from mafka4.coordinator.groups.vp_groups import VirtualGroupSnapshot
+from mafka4.coordinator.groups.vp_ownership import GroupView, plan_ownership, split_candidate, target_assignment
 from mafka4.limits import VirtualConfig
-from mafka4.virtual.metadata import VirtualPartitionState
-from mafka4.virtual.ownership import GroupView, plan_ownership, split_candidate, target_assignment
+from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import HASH_SPACE, HashRange
-from mafka4.virtual.reshard import TopicLayout
+from mafka4.virtual.vp_state import VirtualPartitionState
 
 
 def view(members, owners=None, committed=None, lag=None, layout=None, sealed=None, retired=frozenset()) -> GroupView:

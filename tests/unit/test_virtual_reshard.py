@@ -5,18 +5,9 @@ from __future__ import annotations
 import pytest
 
 from mafka4.errors import InvalidConfig
+from mafka4.virtual.layout import (InvalidReshard, MergeStep, ReshardConflict, SplitEpoch, SplitStep, TopicLayout,
+                                   UnknownVirtualPartition, VirtualConfig, next_scale_step)
 from mafka4.virtual.ranges import HASH_SPACE, RangeMap
-from mafka4.virtual.reshard import (
-    InvalidReshard,
-    MergeStep,
-    ReshardConflict,
-    SplitEpoch,
-    SplitStep,
-    TopicLayout,
-    UnknownVirtualPartition,
-    VirtualConfig,
-    next_scale_step,
-)
 
 QUARTER = HASH_SPACE // 4
 LOW, HIGH = QUARTER // 2, HASH_SPACE // 2 - 1  # hashes in the left and right halves of VP 0 of two

@@ -22,9 +22,9 @@ import pytest
 from mafka4 import records
 from mafka4.hashing import key_hash
 from mafka4.records import NO_PRODUCER_ID, NO_SEQUENCE
+from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import message_hash
-from mafka4.virtual.reshard import TopicLayout
-from mafka4.virtual.split import FeedProgress, encode_vp_batch, source_of, split_batch
+from mafka4.virtual.vp_records import FeedProgress, encode_vp_batch, source_of, split_batch
 
 KEYS = [b"key-%d" % i for i in range(12)]
 PRODUCERS = (NO_PRODUCER_ID, 101, 202)

@@ -6,19 +6,10 @@ import pytest
 
 from mafka4 import records
 from mafka4.hashing import key_hash
+from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import HASH_SPACE
-from mafka4.virtual.reshard import TopicLayout
-from mafka4.virtual.split import (
-    NOTHING_APPLIED,
-    SOURCE_HEADER,
-    FeedProgress,
-    SourcedRecord,
-    encode_source,
-    encode_vp_batch,
-    source_of,
-    split_batch,
-    strip_source,
-)
+from mafka4.virtual.vp_records import (NOTHING_APPLIED, SOURCE_HEADER, FeedProgress, SourcedRecord, encode_source,
+                                       encode_vp_batch, source_of, split_batch, strip_source)
 
 
 def physical_batch(items, base_offset, producer_id=7, base_sequence=0) -> bytes:

@@ -7,21 +7,14 @@ import json
 
 import pytest
 
+from mafka4.coordinator.control.upkeep_decisions import (MoveBlocked, NodeAbsence, ShrinkWatch, StuckReplica,
+                                                         merge_step, plan_replica_moves, retirable,
+                                                         target_virtual_partitions)
 from mafka4.errors import InvalidConfig
 from mafka4.limits import ControllerConfig, VirtualConfig
-from mafka4.virtual.metadata import VirtualPartitionState
+from mafka4.virtual.layout import MergeStep, TopicLayout
 from mafka4.virtual.ranges import HASH_SPACE, HashRange
-from mafka4.virtual.reshard import MergeStep, TopicLayout
-from mafka4.virtual.upkeep import (
-    MoveBlocked,
-    NodeAbsence,
-    ShrinkWatch,
-    StuckReplica,
-    merge_step,
-    plan_replica_moves,
-    retirable,
-    target_virtual_partitions,
-)
+from mafka4.virtual.vp_state import VirtualPartitionState
 
 
 def vp_state(vp, replicas, risr=None, leader=None, sealed=None, retired=False, epoch=3) -> VirtualPartitionState:

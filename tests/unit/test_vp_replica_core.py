@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 
 from mafka4.errors import NotLeader, ReadReplicaNotInSync, StaleEpoch
-from mafka4.physical.epochs import EpochHistory
+from mafka4.log.epochs import EpochHistory
 from mafka4.records import BatchHeader
 from mafka4.risr.state import RisrConfig
 from mafka4.virtual.replica_core import NOTHING, FetchPosition, Ready, ReplicaAnswer, VpReplicaCore, VpRole
-from mafka4.virtual.split import NOTHING_APPLIED, FeedProgress, SourcedRecord
+from mafka4.virtual.vp_records import NOTHING_APPLIED, FeedProgress, SourcedRecord
 
 LAG_MS = 1_000
 FEED_LAG_MS = 500

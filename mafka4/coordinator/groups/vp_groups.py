@@ -1,0 +1,312 @@
+"""Consumer groups of mafka4-mode topics on etcd: membership, VP ownership and offsets.
+
+The rules are pure and live in ``partition_groups.vp_ownership``; this module is the etcd shell around
+them (no Ray: splitting and reading are the consumer's, ``client.virtual_group_consumer``).
+
+Keys (``keys.py``): the member keys are those of Mafka3-mode groups (``members/<member>``,
+with ``assignor="virtual"``, so the two kinds of member cannot share a group); ownership is
+``vp_owners/<topic>/<v>`` and offsets ``vp_offsets/<topic>/<v>``. Every change is one etcd
+transaction:
+
+* **Join.** A lease (``member_lease_ttl_s``, refreshed by a background thread every third of
+  it), the member key under it, and watches on the group prefix and on the topic's keys, so
+  a join, a leave, a lapsed lease, a new split epoch or a sealed parent wakes every member
+  (``membership``, shared with Mafka3-mode groups).
+* **Sync** (in the consumer's thread). Read the group and the topic's layout and VP states
+  in one transaction (``VirtualGroupStore.snapshot``), ask ``plan_ownership``, then:
+  release -- commit the final position and delete the owner key, in one transaction, only
+  while the owner key is this member's; claim -- create the owner keys, only if absent, only
+  while this member's key exists, under its lease, reading the committed offsets in the same
+  transaction (so they are the previous owner's final ones). A VP therefore never has two
+  owners, and changes owner only after the old owner committed and released it or its
+  lease lapsed.
+* **Commit.** Per VP, the offset (and the VP high watermark seen, for lag) is written only
+  while this member's owner key holds, and only forward.
+* **Leave.** Commit and release everything, then revoke the lease (deleting the member key).
+  A member that does not sync for ``rebalance_timeout_ms`` after a change revokes its own
+  lease, so the others can take its VPs.
+* **Seed** (a new group starting at the latest offsets): the first member records the sealed
+  ends of closed VPs and the current ends of children as committed, so the group does not
+  read the history below them; created only if absent.
+* **Reset** (``reset_offsets``, an operator's): overwrite VP offsets in any direction, only
+  while the group has no member key.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import etcd3
+
+from mafka4.coordinator.groups.membership import GroupMembership
+from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR, MemberInfo
+from mafka4.coordinator.groups.vp_ownership import GroupView, OwnershipPlan, plan_ownership
+from mafka4.coordinator.metadata import keys
+from mafka4.coordinator.metadata.store import MetadataStore, WatchEvent, _etcd_call, prefix_range_end
+from mafka4.coordinator.metadata.vp_store import VirtualStore
+from mafka4.errors import CoordinatorUnavailable, InconsistentGroupProtocol
+from mafka4.limits import ConsumerConfig, TopicConfig
+from mafka4.virtual.layout import TopicLayout
+from mafka4.virtual.vp_state import VirtualPartitionState
+
+logger = logging.getLogger(__name__)
+
+
+def _json(value) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class VpOffset:
+    offset: int
+    high_watermark: int  # the VP high watermark the committer had seen
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualGroupSnapshot:
+    """A group's members, owners and offsets of one topic, with the topic's layout, at one revision."""
+
+    members: tuple[MemberInfo, ...]  # sorted by member id
+    owners: Mapping[int, str]
+    offsets: Mapping[int, VpOffset]
+    layout: TopicLayout
+    states: Mapping[int, VirtualPartitionState]
+
+    def view(self) -> GroupView:
+        sealed = {vp: s.sealed_end_offset for vp, s in self.states.items() if s.sealed_end_offset is not None}
+        lag = {vp: max(o.high_watermark - o.offset, 0) for vp, o in self.offsets.items()}
+        retired = frozenset(vp for vp, s in self.states.items() if s.retired)
+        return GroupView(tuple(m.member_id for m in self.members), self.layout, sealed, dict(self.owners),
+                         {vp: o.offset for vp, o in self.offsets.items()}, lag, retired)
+
+
+class VirtualGroupStore(MetadataStore):
+    """The etcd transactions of mafka4-mode groups (one client per member: its own watch thread)."""
+
+    def __init__(self, endpoint: str, cluster: str):
+        super().__init__(endpoint)
+        self.cluster = cluster
+
+    def snapshot(self, group: str, topic: str, config: TopicConfig) -> VirtualGroupSnapshot:
+        group_prefix = keys.group_prefix(self.cluster, group)
+        epochs_prefix = keys.split_epochs_prefix(self.cluster, topic)
+        states_prefix = keys.virtual_partitions_prefix(self.cluster, topic)
+        found = self.get_prefixes([group_prefix, epochs_prefix, states_prefix])
+        members_prefix = keys.group_members_prefix(self.cluster, group)
+        owners_prefix = keys.group_vp_owners_prefix(self.cluster, group)
+        offsets_prefix = keys.group_vp_offsets_prefix(self.cluster, group)
+        members, owners, offsets = [], {}, {}
+        for item in found[group_prefix]:
+            if item.key.startswith(members_prefix):
+                members.append(MemberInfo(item.value["member_id"], item.value["topic"], item.value["assignor"]))
+            elif (parsed := keys.parse_group_partition(owners_prefix, item.key)) is not None and parsed[0] == topic:
+                owners[parsed[1]] = item.value["member_id"]
+            elif (parsed := keys.parse_group_partition(offsets_prefix, item.key)) is not None and parsed[0] == topic:
+                offsets[parsed[1]] = VpOffset(item.value["offset"], item.value.get("high_watermark", item.value["offset"]))
+        layout = VirtualStore.layout_from(topic, config.partitions, config.virtual_config(), found[epochs_prefix])
+        states = {vp: state for vp, (state, _) in VirtualStore.states_from(states_prefix, found[states_prefix]).items()}
+        members.sort(key=lambda m: m.member_id)
+        return VirtualGroupSnapshot(tuple(members), owners, offsets, layout, states)
+
+    @_etcd_call
+    def claim(self, group: str, member_id: str, topic: str, vps: list[int],
+              lease: etcd3.Lease) -> dict[int, VpOffset | None] | None:
+        """Create the owner keys of ``vps``; their committed offsets, or None if any exists or I left."""
+        txn = self._client.transactions
+        owner_keys = [keys.group_vp_owner(self.cluster, group, topic, vp) for vp in vps]
+        offset_keys = [keys.group_vp_offset(self.cluster, group, topic, vp) for vp in vps]
+        compare = [txn.version(keys.group_member(self.cluster, group, member_id)) > 0]
+        compare += [txn.version(key) == 0 for key in owner_keys]
+        success = [txn.put(key, _json({"member_id": member_id}), lease=lease) for key in owner_keys]
+        success += [txn.get(key) for key in offset_keys]
+        succeeded, responses = self._client.transaction(compare=compare, success=success, failure=[])
+        if not succeeded:
+            return None
+        committed: dict[int, VpOffset | None] = {}
+        for vp, found in zip(vps, responses[len(owner_keys):]):
+            value = json.loads(found[0][0]) if found else None
+            committed[vp] = None if value is None else VpOffset(value["offset"], value.get("high_watermark", 0))
+        return committed
+
+    @_etcd_call
+    def commit(self, group: str, member_id: str, topic: str, offsets: Mapping[int, VpOffset],
+               release: Sequence[int] = ()) -> tuple[set[int], set[int]]:
+        """Write ``offsets`` of VPs this member owns, then delete the owner keys of ``release``, in one
+        transaction; (committed, lost: no longer owned)."""
+        txn = self._client.transactions
+        mine = _json({"member_id": member_id})
+        operations, order = [], []
+        for vp, offset in sorted(offsets.items()):
+            owner_key = keys.group_vp_owner(self.cluster, group, topic, vp)
+            value = _json({"offset": offset.offset, "member_id": member_id, "high_watermark": offset.high_watermark})
+            operations.append(txn.txn(compare=[txn.value(owner_key) == mine],
+                                      success=[txn.put(keys.group_vp_offset(self.cluster, group, topic, vp), value)],
+                                      failure=[]))
+            order.append(vp)
+        for vp in sorted(set(release)):
+            owner_key = keys.group_vp_owner(self.cluster, group, topic, vp)
+            operations.append(txn.txn(compare=[txn.value(owner_key) == mine], success=[txn.delete(owner_key)], failure=[]))
+        if not operations:
+            return set(), set()
+        _, responses = self._client.transaction(compare=[], success=operations, failure=[])
+        succeeded = {vp for vp, response in zip(order, responses) if response.response_txn.succeeded}
+        return succeeded, set(order) - succeeded
+
+    def reset_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> bool:
+        """Write ``offsets`` per VP (in any direction) only if the group has no member; False otherwise."""
+        txn = self._client.transactions
+        members_prefix = keys.group_members_prefix(self.cluster, group)
+        # A compare over a range holds for every key in it, and for an empty range as version 0.
+        compare = [txn.version(members_prefix, range_end=prefix_range_end(members_prefix)) == 0]
+        success = [txn.put(keys.group_vp_offset(self.cluster, group, topic, vp),
+                           _json({"offset": offset, "member_id": "reset-offsets", "high_watermark": offset}))
+                   for vp, offset in sorted(offsets.items())]
+        succeeded, _ = self._client.transaction(compare=compare, success=success, failure=[])
+        return succeeded
+
+    def seed_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> bool:
+        """Create the offset keys of ``offsets`` if none of them exists yet (a new group's starting point)."""
+        values = {keys.group_vp_offset(self.cluster, group, topic, vp): {"offset": offset, "member_id": "seed",
+                                                                         "high_watermark": offset}
+                  for vp, offset in offsets.items()}
+        return bool(values) and self.create_all(values)
+
+
+@dataclass(frozen=True, slots=True)
+class VpSyncResult:
+    """What one ``VirtualGroupMember.sync`` changed, for the consumer to apply to its fetch state."""
+
+    revoked: tuple[int, ...]  # stop fetching these (released after their commit, or lost)
+    claimed: Mapping[int, VpOffset | None]  # start these, from their committed offset if any
+    owned: tuple[int, ...]
+    snapshot: VirtualGroupSnapshot | None  # None when etcd did not answer
+    plan: OwnershipPlan | None
+
+
+class VirtualGroupMember:
+    """One consumer's membership in a mafka4-mode group (``GroupMembership``) and its protocol steps.
+
+    ``sync``, ``commit`` and ``leave`` run in the consumer's thread; the lease thread and the
+    watch callbacks only set ``changed`` (and the lease thread enforces the rebalance timeout).
+    """
+
+    def __init__(self, store: VirtualGroupStore, group: str, topic: str, topic_config: TopicConfig,
+                 member_id: str, config: ConsumerConfig):
+        self._store, self.group, self.topic, self._topic_config = store, group, topic, topic_config
+        self.member = MemberInfo(member_id, topic, VIRTUAL_ASSIGNOR)
+        self._config = config
+        self._last_sync = time.monotonic()
+        self.owned: set[int] = set()
+        watched = [keys.group_prefix(store.cluster, group), keys.topic_children_prefix(store.cluster, topic)]
+        self._membership = GroupMembership(store, group, self.member, config, watched, self._on_events, self._overdue)
+        self.changed = self._membership.changed
+
+    @property
+    def member_id(self) -> str:
+        return self.member.member_id
+
+    def join(self) -> VirtualGroupSnapshot:
+        """Register (refusing a group of Mafka3-mode members) and start watching; the snapshot before joining."""
+        snapshot = self._store.snapshot(self.group, self.topic, self._topic_config)
+        others = sorted({m.assignor for m in snapshot.members} - {VIRTUAL_ASSIGNOR})
+        if others:
+            raise InconsistentGroupProtocol(
+                f"group {self.group!r} has Mafka3-mode members (assignor {others[0]!r}) reading physical partitions; "
+                f"a consumer of mafka4-mode topic {self.topic!r} needs a group of its own: choose another group name")
+        self._membership.join()
+        return snapshot
+
+    def sync(self, positions: Mapping[int, VpOffset]) -> VpSyncResult:
+        """Read, decide and carry out releases and claims; ``positions`` are committed on release.
+
+        If etcd does not answer, ``changed`` stays set, so the next call tries again; owned VPs
+        stay owned (and fetched) meanwhile, except those whose release was sent (revoked).
+        """
+        self._last_sync = time.monotonic()
+        self.changed.clear()  # before reading: a change during the steps sets it again
+        revoked: list[int] = []
+        claimed: dict[int, VpOffset | None] = {}
+        try:
+            snapshot = self._store.snapshot(self.group, self.topic, self._topic_config)
+            if self.member_id not in {m.member_id for m in snapshot.members}:
+                logger.info("group %s: member %s lost its registration; joining again", self.group, self.member_id)
+                revoked.extend(sorted(self.owned))
+                self.owned.clear()
+                self._membership.register()
+                snapshot = self._store.snapshot(self.group, self.topic, self._topic_config)
+            plan = self._steps(snapshot, positions, revoked, claimed)
+        except CoordinatorUnavailable as error:
+            logger.warning("group %s: member %s could not sync: %s", self.group, self.member_id, error)
+            self.changed.set()
+            return VpSyncResult(tuple(revoked), claimed, tuple(sorted(self.owned)), None, None)
+        return VpSyncResult(tuple(revoked), claimed, tuple(sorted(self.owned)), snapshot, plan)
+
+    def _steps(self, snapshot: VirtualGroupSnapshot, positions: Mapping[int, VpOffset], revoked: list[int],
+               claimed: dict[int, VpOffset | None]) -> OwnershipPlan:
+        mine = {vp for vp, owner in snapshot.owners.items() if owner == self.member_id}
+        for vp in sorted(self.owned - mine):  # lost (the lease lapsed): the next owner re-reads from the commit
+            revoked.append(vp)
+        for vp in sorted(mine - self.owned):  # a claim that succeeded although its answer was lost
+            claimed[vp] = snapshot.offsets.get(vp)
+        self.owned = mine
+        plan = plan_ownership(snapshot.view(), self.member_id)
+        if plan.release:
+            # Given up before the call: if etcd's answer is lost, the release may still have
+            # happened and the next owner reads from what it committed, so this member must not
+            # read these VPs on; a later sync that finds them still its own claims them back
+            # (above), from their last commit.
+            release = list(plan.release)
+            self.owned -= set(release)
+            revoked.extend(release)
+            self._store.commit(self.group, self.member_id, self.topic,
+                               {vp: positions[vp] for vp in release if vp in positions}, release=release)
+        lease = self._membership.lease
+        if plan.claim and lease is not None:
+            got = self._store.claim(self.group, self.member_id, self.topic, list(plan.claim), lease)
+            if got is None:
+                self.changed.set()  # a race lost (another claim, or a release still to come): read again
+            else:
+                claimed.update(got)
+                self.owned |= set(got)
+        if plan.release or plan.waiting:
+            self.changed.set()  # the target moves on once these settle
+        return plan
+
+    def commit(self, positions: Mapping[int, VpOffset]) -> tuple[set[int], set[int]]:
+        """Commit positions of owned VPs; (committed, lost)."""
+        mine = {vp: offset for vp, offset in positions.items() if vp in self.owned}
+        committed, lost = self._store.commit(self.group, self.member_id, self.topic, mine)
+        if lost:
+            self.changed.set()
+        return committed, lost
+
+    def leave(self, positions: Mapping[int, VpOffset]) -> None:
+        """Commit and release what is owned, then revoke the lease (removing the member key)."""
+        self._membership.leave(lambda: self._release_all(positions))
+
+    def _release_all(self, positions: Mapping[int, VpOffset]) -> None:
+        owned = sorted(self.owned)
+        if owned:
+            self._store.commit(self.group, self.member_id, self.topic,
+                               {vp: positions[vp] for vp in owned if vp in positions}, release=owned)
+        self.owned.clear()
+
+    # --- background: watch events and the rebalance timeout -----------------------------
+
+    def _on_events(self, events: list[WatchEvent]) -> None:
+        # Commits and read nodes' feed positions change nobody's target (lags are read at the
+        # next sync); positions are rewritten all the time, and would keep every member syncing.
+        quiet = (keys.group_vp_offsets_prefix(self._store.cluster, self.group),
+                 keys.topic_feed_positions_prefix(self._store.cluster, self.topic))
+        if all(event.key.startswith(quiet) for event in events):
+            return
+        self.changed.set()
+
+    def _overdue(self) -> bool:
+        """This protocol's rebalance timeout: a change waits and this member has not synced for too long."""
+        idle_ms = (time.monotonic() - self._last_sync) * 1000
+        return self.changed.is_set() and idle_ms > self._config.rebalance_timeout_ms

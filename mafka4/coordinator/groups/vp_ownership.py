@@ -1,0 +1,140 @@
+"""Who reads which virtual partition in a mafka4-mode consumer group, as pure decisions.
+
+A member reads its group and the topic's read-path metadata in one etcd transaction (a
+``GroupView``) and ``plan_ownership`` tells it what to do. Every member runs the same rules on
+the same data, so they agree without a coordinator and without generations; every change
+is conditional in etcd (``partition_groups.vp_groups``), so members acting on slightly
+different views may delay each other but never both own a VP.
+
+The target (``target_assignment``) maps every *consumable* VP -- readable under
+parent-before-child, not retired and not yet consumed to its sealed end
+(``TopicLayout.consumable_vps``) -- to one live member:
+
+* sticky: a VP stays with its live owner while that owner is within its quota;
+* quotas: ``n`` VPs over ``m`` members give each ``n // m``, and one more to the ``n % m``
+  members that own the most now (ties: smaller id), so the fewest VPs move;
+* an owner above its quota gives up first its active VPs, newest first, and keeps the
+  closed parents it is draining (their children wait for them);
+* free VPs (without a live owner, or given up) go in id order to the member furthest below
+  its quota (ties: smaller id).
+
+The steps of member ``me`` (``OwnershipPlan``):
+
+* **release** what it owns that the target gives to another, or that is no longer
+  consumable (a closed VP read to its sealed end, or retired): commit, then delete the owner key;
+* **claim** what the target gives it that has no owner: create the owner key, only if
+  absent, under its lease (so a dead member's VPs free themselves when the lease lapses);
+* **split** when the group has more members than the topic has active VPs (and the layout
+  allows one more): the member with the smallest id splits the busiest readable active VP --
+  largest lag, then widest range, then smallest id -- so a joiner gets capacity without any
+  other consumer stopping. One split at a time: the count of active VPs grows as soon as
+  the split epoch is stored, while the children wait for their parent to be drained.
+
+So when a member joins, it takes an unowned VP, else one VP is handed over from a member
+owning more than its share, else a VP is split; the members reading other VPs never stop.
+When one leaves (or its lease lapses), its VPs go to the others after its last commit.
+
+Invariants (asserted): the target covers exactly the consumable VPs, only with live members,
+and quotas differ by at most one.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import AbstractSet, Mapping
+
+from mafka4.virtual.layout import TopicLayout
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    """One group's members and VP ownership, and the topic's layout, at one etcd revision."""
+
+    members: tuple[str, ...]  # live member ids, sorted
+    layout: TopicLayout
+    sealed_end_offsets: Mapping[int, int]  # closed VP -> its final end offset
+    owners: Mapping[int, str]  # VP -> member id of its owner key
+    committed: Mapping[int, int]  # VP -> the group's committed offset
+    lag: Mapping[int, int]  # VP -> records behind its high watermark at its last commit
+    retired: AbstractSet[int] = frozenset()  # closed VPs whose logs retention deleted: consumed by every group
+
+    def __post_init__(self) -> None:
+        assert list(self.members) == sorted(set(self.members)), "members are unique and sorted"
+
+    def readable(self) -> frozenset[int]:
+        return self.layout.readable_vps(self.committed, self.sealed_end_offsets, self.retired)
+
+    def consumable(self) -> tuple[int, ...]:
+        return self.layout.consumable_vps(self.committed, self.sealed_end_offsets, self.retired)
+
+
+@dataclass(frozen=True, slots=True)
+class OwnershipPlan:
+    """What one member does next; see the module docstring."""
+
+    target: Mapping[int, str]
+    keep: tuple[int, ...]  # owned and staying: read on without a pause
+    release: tuple[int, ...]  # owned, to commit and release
+    claim: tuple[int, ...]  # unowned, to claim
+    waiting: tuple[int, ...]  # given to this member but still owned by another
+    split: int | None  # the VP this member splits now, if any
+
+
+def target_assignment(view: GroupView) -> dict[int, str]:
+    """The consumable VPs -> the member that should own each; see the module docstring."""
+    consumable = view.consumable()
+    members = view.members
+    if not members:
+        return {}
+    kept: dict[str, list[int]] = {member: [] for member in members}
+    for vp in consumable:
+        owner = view.owners.get(vp)
+        if owner in kept:
+            kept[owner].append(vp)
+    base, extra = divmod(len(consumable), len(members))
+    by_holdings = sorted(members, key=lambda member: (-len(kept[member]), member))
+    quota = {member: base + (1 if index < extra else 0) for index, member in enumerate(by_holdings)}
+    target: dict[int, str] = {}
+    for member, vps in kept.items():
+        # Closed parents first (kept), then active VPs oldest first; the tail beyond the quota is given up.
+        ordered = sorted(vps, key=lambda vp: (view.layout.is_active(vp), vp))
+        for vp in ordered[:quota[member]]:
+            target[vp] = member
+    counts = {member: sum(1 for owner in target.values() if owner == member) for member in members}
+    for vp in consumable:
+        if vp in target:
+            continue
+        member = min(members, key=lambda m: (counts[m] - quota[m], m))
+        target[vp] = member
+        counts[member] += 1
+    assert set(target) == set(consumable) and set(target.values()) <= set(members), (target, consumable)
+    assert all(counts[m] == quota[m] for m in members), (counts, quota)
+    return target
+
+
+def split_candidate(view: GroupView) -> int | None:
+    """The VP to split now, or None: see the module docstring."""
+    active = view.layout.current.ranges.vp_ids
+    if len(active) >= len(view.members) or len(active) >= view.layout.config.virtual_partitions_max:
+        return None
+    readable_active = [vp for vp in view.consumable() if view.layout.is_active(vp)]
+    splittable = [vp for vp in readable_active if view.layout.current.ranges.range_of(vp).can_split()]
+    if not splittable:
+        return None  # every active VP waits for its parents: the last split is still settling
+    return max(splittable, key=lambda vp: (view.lag.get(vp, 0), view.layout.current.ranges.range_of(vp).width, -vp))
+
+
+def plan_ownership(view: GroupView, me: str) -> OwnershipPlan:
+    """The next steps of live member ``me``."""
+    assert me in view.members, f"{me} is not a live member: it registers again first"
+    target = target_assignment(view)
+    mine = sorted(vp for vp, owner in view.owners.items() if owner == me)
+    keep = tuple(vp for vp in mine if target.get(vp) == me)
+    release = tuple(vp for vp in mine if target.get(vp) != me)
+    given = sorted(vp for vp, member in target.items() if member == me and vp not in mine)
+    claim = tuple(vp for vp in given if vp not in view.owners)
+    waiting = tuple(vp for vp in given if vp in view.owners)
+    split = split_candidate(view) if me == view.members[0] else None
+    return OwnershipPlan(target, keep, release, claim, waiting, split)

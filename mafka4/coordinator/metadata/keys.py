@@ -1,0 +1,336 @@
+"""The etcd key layout of a mafka4 cluster: the only place that spells keys.
+
+    /mafka4/<cluster>/nodes/<node_id>                   node registration, bound to the node's lease
+                                                         value: {"node_id", "role": "write"|"read", "resource"}
+    /mafka4/<cluster>/config                            cluster-wide settings (data root, ...)
+    /mafka4/<cluster>/topics/<topic>                    topic config (TopicConfig fields as JSON)
+    /mafka4/<cluster>/topics/<topic>/physical/<p>       partition state: leader, leader_epoch, replicas, isr
+    /mafka4/<cluster>/topics/<topic>/virtual/<epoch>    split epoch <epoch> of the VP layout (reshard.SplitEpoch),
+                                                         written once, never changed; epoch 0 with the topic
+                                                         value: {"epoch", "ranges": [[start, end, vp], ...],
+                                                                 "cut": [offset per p], "parents", "children"}
+    /mafka4/<cluster>/topics/<topic>/vp/<v>             virtual partition state (coordinator/metadata/vp_store.py), CAS by
+                                                         mod_revision: the VP leader writes risr, a failover
+                                                         writes leader and leader_epoch
+                                                         value: {"range": [start, end], "leader", "leader_epoch",
+                                                                 "replicas", "risr"}
+                                                         sealed_end_offset is added once a closed VP is
+                                                         complete (coordinator/control/resharding.py)
+    /mafka4/<cluster>/topics/<topic>/reshard_lock       the one reshard (split or merge) running on the topic,
+                                                         bound to its runner's lease; value: {"owner"}
+    /mafka4/<cluster>/topics/<topic>/holds/<p>          feeder of <p> stopped for a reshard at fed_through;
+                                                         written by the feeder, deleted by the epoch's txn
+                                                         or by the feeder when the hold times out
+                                                         value: {"token", "fed_through"}
+    /mafka4/<cluster>/topics/<topic>/feed_positions/<p>/<node_id>
+                                                         the next physical offset of <p> that read node
+                                                         <node_id> still has to feed; written by its feed
+                                                         stream, deleted when it stops feeding <p>. Not
+                                                         lease-bound: a read node that is down keeps
+                                                         holding physical retention (up to the topic's
+                                                         unfed_hold_ms_max); value: {"next_offset"}
+    /mafka4/<cluster>/topics/<topic>/read_loss/<p>      physical offsets of <p> that retention deleted
+                                                         before every read node fed them
+                                                         value: {"ranges": [[first, end], ...]} (end excluded;
+                                                         log/read_loss.py)
+    /mafka4/<cluster>/replicas/<topic>/<p>/<replica>    a live replica actor, bound to its own lease
+                                                         value: {"replica_id", "pid"}
+    /mafka4/<cluster>/read_replicas/<topic>/<v>/<replica>  a live VP replica actor, bound to its own lease
+                                                         value: {"replica_id", "pid"}
+    /mafka4/<cluster>/feeders/<topic>/<p>               a live feeder of physical partition <p>, bound to its
+                                                         own lease; value: {"node_id", "pid"}
+    /mafka4/<cluster>/controller                        the active controller, bound to its lease; created
+                                                         only while absent, in one txn with controller_epoch;
+                                                         its mod_revision fences the controller's writes
+                                                         value: {"controller_id", "controller_epoch"}
+    /mafka4/<cluster>/controller_epoch                  last controller epoch handed out (never decreases)
+    /mafka4/<cluster>/groups/<group>/members/<member>   group membership, bound to the member's lease
+                                                         value: {"member_id", "topic", "assignor"}
+    /mafka4/<cluster>/groups/<group>/generation         current generation: members and assignment
+                                                         value: see coordinator/groups/partition_protocol.py
+    /mafka4/<cluster>/groups/<group>/owners/<topic>/<p> which member owns a partition, bound to its lease
+                                                         value: {"member_id", "generation"}
+    /mafka4/<cluster>/groups/<group>/offsets/<topic>/<p> committed offset of a partition
+                                                         value: {"offset", "member_id", "generation"}
+    /mafka4/<cluster>/groups/<group>/vp_owners/<topic>/<v>   which member owns a VP (mafka4-mode groups),
+                                                         bound to its lease; value: {"member_id"}
+    /mafka4/<cluster>/groups/<group>/vp_offsets/<topic>/<v>  committed VP offset (mafka4-mode groups)
+                                                         value: {"offset", "member_id", "high_watermark"}
+
+A VP's state is not nested under a split epoch (DESIGN.md's sketch): a VP lives through
+many epochs while its leader and RISR change, and the epochs hold only the immutable layout.
+
+Values are UTF-8 JSON. A topic's sub-keys share ``topic_children_prefix`` (which ends in
+"/", so topic "t" never matches topic "t2"); deleting a topic deletes its config key and
+that prefix in one transaction.
+"""
+
+from __future__ import annotations
+
+ROOT = "/mafka4"
+
+
+def cluster_prefix(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/"
+
+
+def nodes_prefix(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/nodes/"
+
+
+def node(cluster: str, node_id: str) -> str:
+    return f"{nodes_prefix(cluster)}{node_id}"
+
+
+def cluster_config(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/config"
+
+
+def topics_prefix(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/topics/"
+
+
+def topic(cluster: str, name: str) -> str:
+    return f"{topics_prefix(cluster)}{name}"
+
+
+def topic_children_prefix(cluster: str, name: str) -> str:
+    """Prefix of every key below one topic's config key."""
+    return f"{topic(cluster, name)}/"
+
+
+def physical_partition(cluster: str, name: str, partition: int) -> str:
+    return f"{topic(cluster, name)}/physical/{partition}"
+
+
+def physical_prefix(cluster: str, name: str) -> str:
+    return f"{topic(cluster, name)}/physical/"
+
+
+def split_epochs_prefix(cluster: str, name: str) -> str:
+    return f"{topic(cluster, name)}/virtual/"
+
+
+def split_epoch(cluster: str, name: str, epoch: int) -> str:
+    return f"{split_epochs_prefix(cluster, name)}{epoch}"
+
+
+def virtual_partitions_prefix(cluster: str, name: str) -> str:
+    return f"{topic(cluster, name)}/vp/"
+
+
+def virtual_partition(cluster: str, name: str, vp: int) -> str:
+    return f"{virtual_partitions_prefix(cluster, name)}{vp}"
+
+
+def reshard_lock(cluster: str, name: str) -> str:
+    return f"{topic(cluster, name)}/reshard_lock"
+
+
+def feeder_holds_prefix(cluster: str, name: str, partition: int) -> str:
+    return f"{topic(cluster, name)}/holds/{partition}/"
+
+
+def feeder_hold(cluster: str, name: str, partition: int, node_id: str) -> str:
+    return f"{feeder_holds_prefix(cluster, name, partition)}{node_id}"
+
+
+def feeder_holds_of_topic(cluster: str, name: str) -> str:
+    return f"{topic(cluster, name)}/holds/"
+
+
+def read_nodes_prefix(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/read_nodes/"
+
+
+def read_node_liveness(cluster: str, node_id: str) -> str:
+    return f"{read_nodes_prefix(cluster)}{node_id}"
+
+
+def parse_read_node_liveness(cluster: str, key: str) -> str | None:
+    """The node id of a read node's liveness key, else None."""
+    prefix = read_nodes_prefix(cluster)
+    if not key.startswith(prefix) or "/" in key[len(prefix):] or len(key) == len(prefix):
+        return None
+    return key[len(prefix):]
+
+
+def intents_prefix(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/intents/"
+
+
+def intent(cluster: str, intent_id: str) -> str:
+    return f"{intents_prefix(cluster)}{intent_id}"
+
+
+def intent_results_prefix(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/intent_results/"
+
+
+def intent_result(cluster: str, intent_id: str) -> str:
+    return f"{intent_results_prefix(cluster)}{intent_id}"
+
+
+def topic_feed_positions_prefix(cluster: str, name: str) -> str:
+    """Prefix of the feed positions of every partition of one topic."""
+    return f"{topic(cluster, name)}/feed_positions/"
+
+
+def feed_positions_prefix(cluster: str, name: str, partition: int) -> str:
+    """Prefix of the feed positions of one physical partition, one key per read node feeding it."""
+    return f"{topic_feed_positions_prefix(cluster, name)}{partition}/"
+
+
+def feed_position(cluster: str, name: str, partition: int, node_id: str) -> str:
+    return f"{feed_positions_prefix(cluster, name, partition)}{node_id}"
+
+
+def read_losses_prefix(cluster: str, name: str) -> str:
+    return f"{topic(cluster, name)}/read_loss/"
+
+
+def read_loss(cluster: str, name: str, partition: int) -> str:
+    return f"{read_losses_prefix(cluster, name)}{partition}"
+
+
+def read_replicas_prefix(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/read_replicas/"
+
+
+def read_replica_liveness(cluster: str, topic_name: str, vp: int, replica_id: str) -> str:
+    return f"{read_replicas_prefix(cluster)}{topic_name}/{vp}/{replica_id}"
+
+
+def parse_read_replica_liveness(cluster: str, key: str) -> tuple[str, int, str] | None:
+    """(topic, vp, replica id) of a VP replica liveness key, else None."""
+    return _parse_indexed(read_replicas_prefix(cluster), key, parts_expected=3)
+
+
+def feeders_prefix(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/feeders/"
+
+
+def feeder_liveness(cluster: str, topic_name: str, partition: int) -> str:
+    return f"{feeders_prefix(cluster)}{topic_name}/{partition}"
+
+
+def parse_feeder_liveness(cluster: str, key: str) -> tuple[str, int] | None:
+    """(topic, partition) of a feeder liveness key, else None."""
+    return _parse_indexed(feeders_prefix(cluster), key, parts_expected=2)
+
+
+def _parse_indexed(prefix: str, key: str, parts_expected: int) -> tuple | None:
+    """``<topic>/<number>[/<id>]`` below ``prefix`` as (topic, number[, id]), else None."""
+    if not key.startswith(prefix):
+        return None
+    parts = key[len(prefix):].split("/")
+    if len(parts) != parts_expected or not parts[1].isdigit() or not all(parts):
+        return None
+    return (parts[0], int(parts[1]), *parts[2:])
+
+
+def replicas_prefix(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/replicas/"
+
+
+def replica_liveness(cluster: str, topic_name: str, partition: int, replica_id: str) -> str:
+    return f"{replicas_prefix(cluster)}{topic_name}/{partition}/{replica_id}"
+
+
+def parse_replica_liveness(cluster: str, key: str) -> tuple[str, int, str] | None:
+    """(topic, partition, replica id) of a replica liveness key, else None."""
+    prefix = replicas_prefix(cluster)
+    if not key.startswith(prefix):
+        return None
+    parts = key[len(prefix):].split("/")
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    return parts[0], int(parts[1]), parts[2]
+
+
+def topic_name_of(cluster: str, key: str) -> str | None:
+    """The topic name if ``key`` is a topic's config key, else None."""
+    prefix = topics_prefix(cluster)
+    if not key.startswith(prefix):
+        return None
+    rest = key[len(prefix):]
+    return None if "/" in rest else rest
+
+
+def controller(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/controller"
+
+
+def controller_epoch(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/controller_epoch"
+
+
+def groups_prefix(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/groups/"
+
+
+def group_prefix(cluster: str, group: str) -> str:
+    return f"{groups_prefix(cluster)}{group}/"
+
+
+def group_members_prefix(cluster: str, group: str) -> str:
+    return f"{group_prefix(cluster, group)}members/"
+
+
+def group_member(cluster: str, group: str, member_id: str) -> str:
+    return f"{group_members_prefix(cluster, group)}{member_id}"
+
+
+def group_generation(cluster: str, group: str) -> str:
+    return f"{group_prefix(cluster, group)}generation"
+
+
+def group_owners_prefix(cluster: str, group: str) -> str:
+    return f"{group_prefix(cluster, group)}owners/"
+
+
+def group_owner(cluster: str, group: str, topic_name: str, partition: int) -> str:
+    return f"{group_owners_prefix(cluster, group)}{topic_name}/{partition}"
+
+
+def group_offsets_prefix(cluster: str, group: str) -> str:
+    return f"{group_prefix(cluster, group)}offsets/"
+
+
+def group_offset(cluster: str, group: str, topic_name: str, partition: int) -> str:
+    return f"{group_offsets_prefix(cluster, group)}{topic_name}/{partition}"
+
+
+def group_vp_owners_prefix(cluster: str, group: str) -> str:
+    return f"{group_prefix(cluster, group)}vp_owners/"
+
+
+def group_vp_owner(cluster: str, group: str, topic_name: str, vp: int) -> str:
+    return f"{group_vp_owners_prefix(cluster, group)}{topic_name}/{vp}"
+
+
+def group_vp_offsets_prefix(cluster: str, group: str) -> str:
+    return f"{group_prefix(cluster, group)}vp_offsets/"
+
+
+def group_vp_offset(cluster: str, group: str, topic_name: str, vp: int) -> str:
+    return f"{group_vp_offsets_prefix(cluster, group)}{topic_name}/{vp}"
+
+
+def group_name_of(cluster: str, key: str) -> str | None:
+    """The group name of any key below ``groups_prefix``, else None."""
+    prefix = groups_prefix(cluster)
+    if not key.startswith(prefix):
+        return None
+    name, separator, _ = key[len(prefix):].partition("/")
+    return name if separator and name else None
+
+
+def parse_group_partition(prefix: str, key: str) -> tuple[str, int] | None:
+    """(topic, partition) of an owner or offset key below ``prefix``, else None."""
+    if not key.startswith(prefix):
+        return None
+    topic_name, separator, partition = key[len(prefix):].rpartition("/")
+    if not separator or not topic_name or not partition.isdigit():
+        return None
+    return topic_name, int(partition)

@@ -1,0 +1,87 @@
+"""Topic metadata in etcd: a topic's config and the state of each physical partition.
+
+A topic is created in one transaction (its config key and every partition key), so a
+reader sees either the whole topic or none of it. Partition state changes are
+compare-and-swap on the partition key's ``mod_revision``. The values are
+``physical.partition_state``'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from mafka4.coordinator.metadata import keys
+from mafka4.coordinator.metadata.store import MetadataStore
+from mafka4.errors import TopicExists, UnknownTopic
+from mafka4.limits import TopicConfig
+from mafka4.names import validate_topic_name
+from mafka4.physical.partition_state import PartitionState, TopicMetadata, config_from_json
+
+
+class TopicStore:
+    """Reads and writes topic metadata of one cluster."""
+
+    def __init__(self, store: MetadataStore, cluster: str):
+        self._store = store
+        self._cluster = cluster
+
+    @staticmethod
+    def initial_metadata(name: str, config: TopicConfig, assignment: list[list[str]]) -> TopicMetadata:
+        """A new topic's metadata: epoch 0, the first replica leads, every replica in the ISR."""
+        assert len(assignment) == config.partitions
+        partitions = tuple(
+            PartitionState(p, replicas[0], 0, tuple(replicas), tuple(replicas))
+            for p, replicas in enumerate(assignment)
+        )
+        return TopicMetadata(validate_topic_name(name), config, partitions)
+
+    def create(self, metadata: TopicMetadata, extra_values: dict[str, object] | None = None) -> TopicMetadata:
+        """Record a whole topic in one transaction; ``TopicExists`` if the name is taken.
+
+        ``extra_values`` are more keys of the topic created in the same transaction (the
+        read path's split epoch and virtual partitions, ``vp_store.read_path_values``).
+        """
+        name, config, partitions = metadata.name, metadata.config, metadata.partitions
+        values = {keys.topic(self._cluster, name): asdict(config), **(extra_values or {})}
+        for state in partitions:
+            values[keys.physical_partition(self._cluster, name, state.partition)] = state.to_json()
+        if not self._store.create_all(values):
+            raise TopicExists(f"topic {name!r} already exists: delete it first or choose another name")
+        return metadata
+
+    def exists(self, name: str) -> bool:
+        return self._store.get(keys.topic(self._cluster, name)) is not None
+
+    def get(self, name: str) -> TopicMetadata:
+        validate_topic_name(name)
+        config = self._store.get(keys.topic(self._cluster, name))
+        if config is None:
+            raise UnknownTopic(f"topic {name!r} does not exist: create it with 'mafka4 topic create {name}'")
+        prefix = keys.physical_prefix(self._cluster, name)
+        partitions = sorted(
+            (PartitionState.from_json(int(item.key[len(prefix):]), item.value) for item in self._store.get_prefix(prefix)),
+            key=lambda state: state.partition,
+        )
+        return TopicMetadata(name, config_from_json(config.value), tuple(partitions))
+
+    def names(self) -> list[str]:
+        found = (keys.topic_name_of(self._cluster, item.key) for item in self._store.get_prefix(keys.topics_prefix(self._cluster)))
+        return sorted(name for name in found if name)
+
+    def delete(self, name: str) -> None:
+        validate_topic_name(name)
+        deleted = self._store.delete_keys_and_prefixes(
+            [keys.topic(self._cluster, name)], [keys.topic_children_prefix(self._cluster, name)]
+        )
+        if not deleted:
+            raise UnknownTopic(f"topic {name!r} does not exist")
+
+    def live_nodes(self, role: str) -> list[str]:
+        """Ids of nodes of ``role`` ("write" or "read") whose lease-bound registration exists."""
+        items = self._store.get_prefix(keys.nodes_prefix(self._cluster))
+        return sorted(item.value["node_id"] for item in items if item.value.get("role") == role)
+
+    def data_root(self) -> str:
+        config = self._store.get(keys.cluster_config(self._cluster))
+        assert config is not None, "the cluster config key is written by 'mafka4 up' before it reports ready"
+        return config.value["data_root"]

@@ -1,0 +1,213 @@
+"""The split: committed physical records -> per-VP records that carry their source.
+
+The feeder (never the physical leader) decodes each committed physical batch and calls
+``split_batch``: every record gets its message hash (``ranges.message_hash``) and goes to
+exactly one VP, ``TopicLayout.locate(partition, offset, hash)``; within a VP the records keep
+physical offset order. The VP leader appends them as ordinary batches (``encode_vp_batch``),
+assigning its own VP offsets.
+
+Source encoding. A VP record is the producer's record (timestamp, key, value, headers) with
+one more header appended last::
+
+    ("mafka4.src", 12 bytes)   int32 physical partition, int64 physical offset, big endian
+
+so a VP log uses the physical batch format unchanged, and its source survives any crash.
+``source_of`` reads it; ``strip_source`` gives the consumer the producer's record.
+
+Loss markers. When physical retention deleted records before a read node fed them (past the
+bound ``unfed_hold_ms_max``), the feed stream appends a *loss marker* to each VP that lacked
+records there: a record with no key and no value whose first header is::
+
+    ("mafka4.lost", 20 bytes)  int32 physical partition, int64 first lost offset, int64 end (exclusive)
+
+and whose source is the last lost offset, so ``FeedProgress`` moves past the gap. Consumers
+raise ``RecordsLost`` when they reach it (``lost_range_of``), in order with the records around it.
+
+Idempotent feeding. ``FeedProgress`` is one VP's "last source offset applied per physical
+partition". The feeder gives each VP the records of one partition in ascending offset order,
+so a record at or below the last applied offset of its partition is already in the VP log:
+``unapplied`` drops it. Re-feeding any batch (a retried append, a restarted feeder starting
+from an earlier offset) therefore appends nothing twice. ``FeedProgress.rebuild`` recomputes
+the progress from the VP log's records after a restart.
+
+Invariants (asserted): records of one partition are applied in strictly ascending offset
+order; a record's source header is its last header.
+
+Pure: no I/O (decoding a batch held in memory is not I/O).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Container, Iterable, Mapping, NamedTuple, Sequence
+
+from mafka4.records import BatchHeader, Record, decode_batch, encode_batch, read_header
+from mafka4.virtual.layout import TopicLayout
+from mafka4.virtual.ranges import message_hash
+
+SOURCE_HEADER = "mafka4.src"
+_SOURCE = struct.Struct(">iq")
+LOST_HEADER = "mafka4.lost"
+_LOST = struct.Struct(">iqq")
+NOTHING_APPLIED = -1
+
+
+class SourcedRecord(NamedTuple):
+    """One record on its way to a VP: the producer's record and where it came from (a named
+    tuple: the feed makes one per record, and a tuple is built several times faster)."""
+
+    partition: int
+    offset: int  # physical offset in ``partition``
+    message_hash: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+    @property
+    def source(self) -> tuple[int, int]:
+        return self.partition, self.offset
+
+
+def encode_source(partition: int, offset: int) -> bytes:
+    assert 0 <= partition < 2**31 and 0 <= offset < 2**63, (partition, offset)
+    return _SOURCE.pack(partition, offset)
+
+
+def source_of(record: Record) -> tuple[int, int]:
+    """``(physical partition, physical offset)`` of a record read from a VP log."""
+    assert record.headers and record.headers[-1][0] == SOURCE_HEADER, f"VP record without source: {record}"
+    partition, offset = _SOURCE.unpack(record.headers[-1][1])
+    return partition, offset
+
+
+def strip_source(record: Record) -> Record:
+    """The producer's record as a consumer sees it (VP offset, no source header)."""
+    source_of(record)
+    return Record(record.offset, record.timestamp_ms, record.key, record.value, record.headers[:-1])
+
+
+def lost_marker(partition: int, first_offset: int, end_offset: int, timestamp_ms: int) -> SourcedRecord:
+    """The loss marker for physical offsets ``[first_offset, end_offset)`` of ``partition`` (see the module doc)."""
+    assert 0 <= first_offset < end_offset, (first_offset, end_offset)
+    return SourcedRecord(partition, end_offset - 1, 0, timestamp_ms, None, b"",
+                         ((LOST_HEADER, _LOST.pack(partition, first_offset, end_offset)),))
+
+
+def lost_range_of(record: Record) -> tuple[int, int, int] | None:
+    """``(partition, first lost offset, end)`` if ``record`` (read from a VP log) is a loss marker."""
+    if record.headers and record.headers[0][0] == LOST_HEADER:
+        partition, first_offset, end_offset = _LOST.unpack(record.headers[0][1])
+        return partition, first_offset, end_offset
+    return None
+
+
+def split_records(
+    header: BatchHeader, records: Sequence[Record], partition: int, layout: TopicLayout,
+    wanted: Container[int] | None = None,
+) -> dict[int, list[SourcedRecord]]:
+    """Per VP id, the records of one committed physical batch that belong to it, in offset order.
+
+    ``wanted``: only these VPs' records (a read node builds records only for the VPs it leads).
+    """
+    assert len(records) == header.count, (len(records), header.count)
+    # Cuts only grow with the offset: a batch whose first and last records share a split epoch
+    # lies wholly in it, so its records are placed by that epoch's ranges alone.
+    first_epoch = layout.epoch_for(partition, header.base_offset)
+    whole_batch = first_epoch is layout.epoch_for(partition, header.next_offset - 1)
+    by_vp: dict[int, list[SourcedRecord]] = {}
+    for index, record in enumerate(records):
+        assert record.offset == header.base_offset + index, (record.offset, header.base_offset, index)
+        hash_value = message_hash(
+            record.key, partition, header.producer_id, header.base_sequence + index, record.offset
+        )
+        epoch = first_epoch if whole_batch else layout.epoch_for(partition, record.offset)
+        vp = epoch.ranges.vp_for_hash(hash_value)
+        if wanted is not None and vp not in wanted:
+            continue
+        by_vp.setdefault(vp, []).append(SourcedRecord(
+            partition, record.offset, hash_value, record.timestamp_ms, record.key, record.value, record.headers
+        ))
+    return by_vp
+
+
+def split_batch(
+    batch: bytes | bytearray | memoryview, partition: int, layout: TopicLayout, wanted: Container[int] | None = None
+) -> dict[int, list[SourcedRecord]]:
+    """``split_records`` of the one stamped, CRC-checked physical batch at the start of ``batch``."""
+    return split_records(read_header(batch), decode_batch(batch), partition, layout, wanted)
+
+
+def encode_vp_batch(records: Sequence[SourcedRecord]) -> bytes:
+    """An unstamped batch for a VP log: the records with their source header appended."""
+    return encode_batch([
+        (r.key, r.value, r.timestamp_ms, r.headers + ((SOURCE_HEADER, encode_source(r.partition, r.offset)),))
+        for r in records
+    ])
+
+
+class FeedProgress:
+    """The last source offset applied per physical partition, for one VP; see the module doc.
+
+    Two steps, like an append: ``unapplied`` picks what to append, ``applied`` is called
+    once the VP log holds it.
+    """
+
+    __slots__ = ("_last_applied",)
+
+    def __init__(self, last_applied: Mapping[int, int] | None = None):
+        self._last_applied: dict[int, int] = dict(last_applied or {})
+        assert all(p >= 0 and offset >= 0 for p, offset in self._last_applied.items()), self._last_applied
+
+    @classmethod
+    def rebuild(cls, vp_records: Iterable[Record]) -> "FeedProgress":
+        """The progress recorded by a VP log, from its records in VP offset order."""
+        progress = cls()
+        for record in vp_records:
+            partition, offset = source_of(record)
+            progress._advance(partition, offset)
+        return progress
+
+    def last_applied(self, partition: int) -> int:
+        """The last offset of ``partition`` in this VP (``NOTHING_APPLIED``: none yet)."""
+        return self._last_applied.get(partition, NOTHING_APPLIED)
+
+    def snapshot(self) -> dict[int, int]:
+        return dict(self._last_applied)
+
+    def unapplied(self, records: Sequence[SourcedRecord]) -> list[SourcedRecord]:
+        """The records not yet in the VP log (those past the last applied offset of their partition)."""
+        fresh, previous, last_applied = [], {}, self._last_applied
+        for record in records:  # the feed's per-record path: kept free of calls
+            partition, offset = record.partition, record.offset
+            assert offset > previous.get(partition, NOTHING_APPLIED), (
+                f"records of partition {partition} out of offset order at {offset}"
+            )
+            previous[partition] = offset
+            if offset > last_applied.get(partition, NOTHING_APPLIED):
+                fresh.append(record)
+        return fresh
+
+    def applied(self, records: Iterable[SourcedRecord]) -> None:
+        """``records`` (from ``unapplied``) are now in the VP log, in this order."""
+        last_applied = self._last_applied
+        for record in records:
+            partition, offset = record.partition, record.offset
+            assert offset > last_applied.get(partition, NOTHING_APPLIED), (
+                f"source offset {offset} of partition {partition} applied after "
+                f"{last_applied.get(partition, NOTHING_APPLIED)}: the VP would hold it twice or out of order"
+            )
+            last_applied[partition] = offset
+
+    def _advance(self, partition: int, offset: int) -> None:
+        assert offset > self.last_applied(partition), (
+            f"source offset {offset} of partition {partition} applied after {self.last_applied(partition)}: "
+            f"the VP would hold it twice or out of order"
+        )
+        self._last_applied[partition] = offset
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FeedProgress) and self._last_applied == other._last_applied
+
+    def __repr__(self) -> str:
+        return f"FeedProgress({self._last_applied})"

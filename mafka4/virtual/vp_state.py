@@ -1,0 +1,86 @@
+"""A virtual partition's state and a topic's split epochs, as plain values (pure).
+
+``VirtualPartitionState`` is what etcd holds per VP (``topics/<topic>/vp/<v>``: hash range,
+leader, leader_epoch, replicas, RISR, once the VP is closed and complete its
+sealed_end_offset, and once its logs are deleted by retention ``retired``); ``epoch_to_json``
+and ``epoch_from_json`` are the form of one ``layout.SplitEpoch`` there. ``ReadPathPlan`` is a
+new topic's read path before it is stored. ``coordinator.metadata.vp_store`` reads and writes
+them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mafka4.virtual.layout import SplitEpoch, TopicLayout
+from mafka4.virtual.ranges import HashRange, RangeMap
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualPartitionState:
+    """Who leads a virtual partition, in which epoch, on which read nodes, and its RISR."""
+
+    vp: int
+    hash_range: HashRange
+    leader: str
+    leader_epoch: int
+    replicas: tuple[str, ...]
+    risr: tuple[str, ...]
+    # Set once the VP is closed and complete: its log end offset, which never changes again
+    # (reshard.TopicLayout.is_sealed; recorded by the parent leader's read node).
+    sealed_end_offset: int | None = None
+    # Set once a closed VP's records are past the topic's retention and its logs were deleted on
+    # every read node (control.upkeep_decisions.retirable). The key stays so that readers know the VP was
+    # there and count it as consumed to its end (TopicLayout.readable_vps).
+    retired: bool = False
+
+    def __post_init__(self) -> None:
+        assert self.leader in self.replicas and self.leader in self.risr, (self.leader, self.replicas, self.risr)
+        assert set(self.risr) <= set(self.replicas) and len(set(self.replicas)) == len(self.replicas), self
+        assert self.leader_epoch >= 0, self.leader_epoch
+        assert self.sealed_end_offset is None or self.sealed_end_offset >= 0, self.sealed_end_offset
+        assert isinstance(self.retired, bool), self.retired
+        assert not self.retired or self.sealed_end_offset is not None, f"v{self.vp} is retired before it was sealed"
+
+    @property
+    def name(self) -> str:
+        return f"v{self.vp}"
+
+    def to_json(self) -> dict:
+        value = {"range": [self.hash_range.start, self.hash_range.end], "leader": self.leader,
+                 "leader_epoch": self.leader_epoch, "replicas": list(self.replicas), "risr": list(self.risr)}
+        if self.sealed_end_offset is not None:
+            value["sealed_end_offset"] = self.sealed_end_offset
+        if self.retired:
+            value["retired"] = True
+        return value
+
+    @classmethod
+    def from_json(cls, vp: int, value: dict) -> "VirtualPartitionState":
+        start, end = value["range"]
+        return cls(vp, HashRange(start, end), value["leader"], value["leader_epoch"],
+                   tuple(value["replicas"]), tuple(value["risr"]), value.get("sealed_end_offset"),
+                   value.get("retired", False))
+
+
+def epoch_to_json(epoch: SplitEpoch) -> dict:
+    return {
+        "epoch": epoch.epoch,
+        "ranges": [[hash_range.start, hash_range.end, vp] for hash_range, vp in epoch.ranges.items()],
+        "cut": list(epoch.cut),
+        "parents": list(epoch.parents),
+        "children": list(epoch.children),
+    }
+
+
+def epoch_from_json(value: dict) -> SplitEpoch:
+    ranges = RangeMap.of((HashRange(start, end), vp) for start, end, vp in value["ranges"])
+    return SplitEpoch(value["epoch"], ranges, tuple(value["cut"]), tuple(value["parents"]), tuple(value["children"]))
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPathPlan:
+    """A new mafka4-mode topic's layout (epoch 0) and the initial state of each VP."""
+
+    layout: TopicLayout
+    states: tuple[VirtualPartitionState, ...]

@@ -1,0 +1,130 @@
+"""Every decision core imports, directly or through any module it imports, no I/O, clock or randomness.
+
+The cores take their inputs (including ``now_ms``) as arguments and return decisions, so the
+replica actors, the read nodes, the controller and the simulator all run the same rules, and
+the simulator can replay any schedule. A core that reached ``etcd3`` through a value type
+sharing a file with an etcd store would break that silently; this test follows imports
+transitively (package ``__init__`` files included, ``if TYPE_CHECKING:`` blocks excluded, since
+they never run) by reading the source, without importing anything.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT_PACKAGES = ("mafka4", "simulations")
+FORBIDDEN = frozenset({"ray", "etcd3", "grpc", "time", "random", "asyncio"})
+
+CORES = (
+    "mafka4.physical.replica",
+    "mafka4.log.epochs",
+    "mafka4.log.producer_state",
+    "mafka4.risr.state",
+    "mafka4.virtual.ranges",
+    "mafka4.virtual.vp_records",
+    "mafka4.virtual.feed_plan",
+    "mafka4.coordinator.groups.vp_ownership",
+    "mafka4.virtual.failover",
+    "mafka4.coordinator.control.upkeep_decisions",
+    "mafka4.log.read_loss",
+    "mafka4.virtual.replica_core",
+    "mafka4.coordinator.groups.assignors",
+    "mafka4.coordinator.control.partition_decisions",
+    "mafka4.coordinator.control.read_path_decisions",
+)
+
+
+def _source_file(module: str) -> Path | None:
+    """The file of a project module (a package's ``__init__.py``), or None if it is not one."""
+    base = ROOT.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _is_type_checking_block(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _import_nodes(tree: ast.AST):
+    """Import statements that run when the module is imported or its functions are called."""
+    for node in ast.iter_child_nodes(tree):
+        if _is_type_checking_block(node):
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        yield from _import_nodes(node)
+
+
+def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    base = package[: len(package) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _with_parents(module: str) -> list[str]:
+    """Importing ``a.b.c`` runs ``a`` and ``a.b`` first."""
+    parts = module.split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+@cache
+def _direct_imports(module: str) -> frozenset[str]:
+    path = _source_file(module)
+    assert path is not None, module
+    tree = ast.parse(path.read_text(), str(path))
+    names: set[str] = set()
+    for node in _import_nodes(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+            continue
+        target = _absolute(node, module, path.name == "__init__.py")
+        names.add(target)
+        # ``from package import name`` imports the submodule ``package.name`` when there is one.
+        names.update(f"{target}.{alias.name}" for alias in node.names if _source_file(f"{target}.{alias.name}"))
+    return frozenset(names)
+
+
+def _closure(core: str) -> dict[str, str]:
+    """Every module ``core`` imports, directly or not: module -> the project module that imports it."""
+    seen: dict[str, str] = {}
+    pending = [core]
+    while pending:
+        module = pending.pop()
+        for name in _direct_imports(module):
+            for imported in _with_parents(name):
+                if imported in seen or imported == core:
+                    continue
+                seen[imported] = module
+                if imported.split(".")[0] in PROJECT_PACKAGES and _source_file(imported):
+                    pending.append(imported)
+    return seen
+
+
+def _chain(core: str, module: str, imported_by: dict[str, str]) -> str:
+    chain = [module]
+    while chain[-1] != core:
+        chain.append(imported_by[chain[-1]])
+    return " <- ".join(chain)
+
+
+@pytest.mark.parametrize("core", CORES)
+def test_a_core_imports_no_io_clock_or_randomness_even_indirectly(core):
+    assert _source_file(core) is not None, f"{core} moved: update CORES"
+    imported_by = _closure(core)
+    bad = sorted(m for m in imported_by if m.split(".")[0] in FORBIDDEN)
+    assert not bad, "\n".join(_chain(core, m, imported_by) for m in bad)
+
+
+def test_the_closure_follows_from_imports_of_submodules_and_parent_packages():
+    closure = _closure("mafka4.virtual.replica_core")
+    assert "mafka4" in closure and "mafka4.virtual" in closure
+    assert "mafka4.risr.state" in closure
