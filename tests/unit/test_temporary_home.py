@@ -37,6 +37,8 @@ def test_a_temporary_home_is_short_enough_for_ray_and_is_removed_when_its_body_r
 
 
 def test_a_cluster_that_does_not_start_leaves_no_home_and_its_error_keeps_the_daemon_log(monkeypatch):
+    # Run inside the whole suite, this process may already be a driver of the integration tests' Ray.
+    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(is_initialized=lambda: False, shutdown=lambda: None))
     monkeypatch.setenv(HOME_ENV, "/somewhere/else")
     homes = []
 
