@@ -1,17 +1,12 @@
-"""What a chaos run is asked to do (``ChaosSettings``) and its command line (``mafka4 chaos``).
+"""What a chaos run is asked to do (``ChaosSettings``, the fault kinds and their timing).
 
 Kept apart from ``simulations.chaos`` (the driver, which needs Ray and the client) so that
-every ``mafka4`` command can register ``chaos`` without importing them.
+the command line (``simulations.chaos_command``) can be built without importing them.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import secrets
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from mafka4.errors import InvalidConfig
 
@@ -62,36 +57,3 @@ class ChaosSettings:
             raise InvalidConfig(f"duration_s={self.duration_s} and rate_msgs_per_s={self.rate_msgs_per_s} must be positive")
 
 
-def _fault_list(text: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
-
-
-def add_chaos_parser(commands) -> None:
-    defaults = ChaosSettings()
-    chaos = commands.add_parser("chaos", help="seeded random faults on a throwaway cluster under a keyed workload, "
-                                              "judged by history checkers (lost, reordered, duplicated messages)")
-    chaos.add_argument("--seed", type=int, help="seed of the fault sequence (default: a random one, printed)")
-    chaos.add_argument("--duration-s", type=float, default=defaults.duration_s, help="fault phase (default %(default)s)")
-    chaos.add_argument("--rate-msgs-per-s", type=int, default=defaults.rate_msgs_per_s, help="default %(default)s")
-    chaos.add_argument("--faults", type=_fault_list, default=",".join(FAULT_KINDS),
-                       help="comma-separated fault kinds (default all: %(default)s)")
-    chaos.add_argument("--members", type=int, default=defaults.members, help="consumer-group members (default %(default)s)")
-    chaos.add_argument("--out", default="results/chaos.json", help="JSON report path (default %(default)s)")
-    chaos.set_defaults(run=_cmd_chaos)
-
-
-def _cmd_chaos(args: argparse.Namespace) -> int:
-    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
-    settings = ChaosSettings(seed=seed, duration_s=args.duration_s, rate_msgs_per_s=args.rate_msgs_per_s,
-                             faults=args.faults, members=args.members)
-    print(f"chaos: seed {seed}, {settings.duration_s:g} s of faults ({','.join(settings.faults)}), "
-          f"{settings.rate_msgs_per_s} msgs/s, {settings.members} members", flush=True)
-    from simulations.chaos import run_chaos, summary  # starts clusters: imported only to run
-
-    report = run_chaos(settings)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(summary(report))
-    print(f"full report written to {out}", file=sys.stderr)
-    return 0 if report["ok"] else 1

@@ -20,7 +20,7 @@ from mafka4.bench.stats import nearest_rank_index
 from mafka4.errors import NoEventLogs
 from simulations.analysis import (PERCENTILES, AnalysisSettings, analyze, latency_by_config, rank_expression,
                                   read_event_frame, spark_session)
-from simulations.analysis_settings import add_analyze_parser
+from simulations.analysis_command import add_analyze_parser
 from simulations.schema import RunInfo, event_log_files, write_events
 
 SEED = 20240601
