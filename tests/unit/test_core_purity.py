@@ -21,21 +21,32 @@ PROJECT_PACKAGES = ("mafka4", "simulations")
 FORBIDDEN = frozenset({"ray", "etcd3", "grpc", "time", "random", "asyncio"})
 
 CORES = (
-    "mafka4.physical.replica",
+    # the log layer's pure parts and the physical replica
     "mafka4.log.epochs",
     "mafka4.log.producer_state",
+    "mafka4.log.read_loss",
+    "mafka4.physical.replica",
+    "mafka4.physical.partition_state",
+    # RISR and the virtual side: ranges, split rules, records, feeding plan, VP replica core
     "mafka4.risr.state",
     "mafka4.virtual.ranges",
+    "mafka4.virtual.layout",
+    "mafka4.virtual.vp_state",
     "mafka4.virtual.vp_records",
     "mafka4.virtual.feed_plan",
-    "mafka4.coordinator.groups.vp_ownership",
     "mafka4.virtual.failover",
-    "mafka4.coordinator.control.upkeep_decisions",
-    "mafka4.log.read_loss",
     "mafka4.virtual.replica_core",
+    # groups: ownership, assignors, the Mafka3 protocol's decisions
+    "mafka4.coordinator.groups.vp_ownership",
     "mafka4.coordinator.groups.assignors",
+    "mafka4.coordinator.groups.partition_protocol",
+    # the controller's decisions and the lease rule
     "mafka4.coordinator.control.partition_decisions",
     "mafka4.coordinator.control.read_path_decisions",
+    "mafka4.coordinator.control.upkeep_decisions",
+    "mafka4.coordinator.control.placement",
+    "mafka4.coordinator.metadata.lease",
+    "mafka4.coordinator.metadata.keys",
 )
 
 

@@ -270,13 +270,3 @@ def test_campaign_only_while_no_controller_holds_the_key_with_an_epoch_above_eve
     assert decide_campaign(None, None) == Campaign(0)
     assert decide_campaign(None, 6) == Campaign(7)
     assert decide_campaign({"controller_id": "c1", "controller_epoch": 6}, 6) == Standby("c1", 6)
-
-
-def test_the_election_core_imports_no_io_clock_or_randomness():
-    import ast
-    import mafka4.coordinator.control.partition_decisions as election
-
-    tree = ast.parse(open(election.__file__).read())
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
-    assert not imported & {"ray", "etcd3", "grpc", "time", "random", "os", "socket", "threading", "asyncio"}, imported
