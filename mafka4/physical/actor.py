@@ -43,8 +43,8 @@ log (a truncation or append that raises ``CorruptRecord``): it logs, backs off a
 again rather than stop following.
 
 The actor never decodes a record: per-message work belongs to clients and feeders.
-Files in the replica directory besides the log: ``leader-epoch-checkpoint`` and
-``high-watermark`` (see ``checkpoint.py``), both rewritten atomically.
+The replica directory (the log, the leader-epoch and high-watermark checkpoints) is a
+``ReplicaStorage`` (``log.replica_storage``), as every replica's is.
 """
 
 from __future__ import annotations
@@ -52,11 +52,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 import time
 from collections import deque
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import ray
@@ -67,11 +65,9 @@ from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import CoordinatorUnavailable, CorruptRecord, NotLeader, RequestTimedOut
 from mafka4.faults import FaultGate
 from mafka4.limits import Acks, LogConfig, ReplicaConfig
-from mafka4.log.checkpoint import write_checkpoint
 from mafka4.log.log import Log, RetentionResult
 from mafka4.log.read_loss import feed_position_from_json, retention_floor
-from mafka4.log.recovery import (EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT, recovered_epochs,
-                                 recovered_high_watermark, recovered_producers)
+from mafka4.log.replica_storage import ReplicaStorage
 from mafka4.physical.partition_state import PartitionState
 from mafka4.physical.replica import ReplicaState, Role
 from mafka4.physical.sequencer import SequenceGate
@@ -193,12 +189,12 @@ class _Waiters:
 class PhysicalPartition:
     def __init__(self, spec: ReplicaSpec):
         self._spec = spec
-        self._directory = Path(spec.directory)
-        self._log = Log.open(self._directory, spec.log_config, _now_ms())
+        self._storage = ReplicaStorage(spec.directory, spec.log_config, _now_ms())
+        self._log = self._storage.log
         self._state = ReplicaState(
             spec.replica_id, spec.partition_name, spec.replica_config,
-            self._log.log_end_offset, recovered_high_watermark(self._directory, self._log),
-            recovered_epochs(self._directory, self._log), recovered_producers(self._log, spec.replica_config),
+            self._log.log_end_offset, self._storage.recovered_high_watermark(),
+            self._storage.recovered_epochs(), self._storage.recovered_producers(spec.replica_config),
         )
         self._waiters = _Waiters()
         self._sequence_gate = SequenceGate(self._state.producers.next_sequence)
@@ -213,10 +209,10 @@ class PhysicalPartition:
         self._isr_dirty = False
         self._fault = FaultGate()
 
-    # --- checkpoints (restarts read them: log.recovery) ---------------------------
+    # --- checkpoints (restarts read them: log.replica_storage) ---------------------
 
     def _save_epochs(self) -> None:
-        write_checkpoint(self._directory / EPOCH_CHECKPOINT, self._state.epochs.to_text())
+        self._storage.save_epochs(self._state.epochs)
 
     # --- role changes -------------------------------------------------------------------
 
@@ -510,12 +506,9 @@ class PhysicalPartition:
         return [feed_position_from_json(item.value) for item in self._metadata_store().get_prefix(prefix)]
 
     async def _checkpoint_high_watermark(self) -> None:
-        saved = -1
         while not self._closed:
             await asyncio.sleep(HIGH_WATERMARK_CHECKPOINT_INTERVAL_S)
-            if self._state.high_watermark != saved:
-                saved = self._state.high_watermark
-                write_checkpoint(self._directory / HIGH_WATERMARK_CHECKPOINT, str(saved))
+            self._storage.save_high_watermark(self._state.high_watermark)
 
     async def close(self, delete_data: bool = False) -> None:
         """Stop background work and close the log; with ``delete_data`` remove the directory."""
@@ -524,13 +517,11 @@ class PhysicalPartition:
         for task in self._tasks:
             task.cancel()
         self._waiters.fail_all(NotLeader(f"{self._spec.partition_name}: replica {self._spec.replica_id} is shutting down"))
-        self._log.close()
+        self._storage.close(delete_data)
         if self._liveness is not None:
             self._liveness.close()
         if self._store is not None:
             self._store.close()
-        if delete_data:
-            shutil.rmtree(self._directory, ignore_errors=True)
 
     async def ping(self) -> str:
         return self._spec.replica_id
