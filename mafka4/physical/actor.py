@@ -68,6 +68,7 @@ from mafka4.limits import Acks, LogConfig, ReplicaConfig
 from mafka4.log.log import Log, RetentionResult
 from mafka4.log.read_loss import feed_position_from_json, retention_floor
 from mafka4.log.replica_storage import ReplicaStorage
+from mafka4.long_poll import ChangeSignal
 from mafka4.physical.partition_state import PartitionState
 from mafka4.physical.replica import ReplicaState, Role
 from mafka4.physical.sequencer import SequenceGate
@@ -198,7 +199,7 @@ class PhysicalPartition:
         )
         self._waiters = _Waiters()
         self._sequence_gate = SequenceGate(self._state.producers.next_sequence)
-        self._changed = asyncio.Event()
+        self._changes = ChangeSignal()  # long-polling fetches, followers' and consumers'
         self._tasks: list[asyncio.Task] = []
         self._follow_task: asyncio.Task | None = None
         self._leader_handle = None
@@ -263,8 +264,7 @@ class PhysicalPartition:
     def _wake(self) -> None:
         """Wake long-polling fetches and release producers whose batches are committed."""
         self._waiters.release(self._state)
-        self._changed.set()
-        self._changed = asyncio.Event()
+        self._changes.notify()
 
     # --- leader: produce ----------------------------------------------------------------
 
@@ -318,7 +318,7 @@ class PhysicalPartition:
         # can serve it to read nodes) rather than with the next batch, as KIP-392 has Kafka do.
         # Others parked here were woken above. No loop: the follower's next fetch moves nothing.
         if fetch_offset >= self._log.log_end_offset and wait_ms_max > 0 and not moved_high_watermark:
-            await self._wait_for_change(wait_ms_max)
+            await self._changes.next_change(wait_ms_max / 1000)
         data = self._read_own_log(fetch_offset, bytes_max) if fetch_offset < self._log.log_end_offset else b""
         return ReplicaFetchResult(data, self._state.high_watermark, None)
 
@@ -337,19 +337,10 @@ class PhysicalPartition:
         """Park until the HW passes ``offset``, the role changes or ``wait_ms_max`` ends. Appends
         below the HW wake the parked fetches too (a follower's log moved, a leader's followers
         must fetch): a consumer's fetch sleeps through those instead of returning empty."""
-        loop, role = asyncio.get_running_loop(), self._state.role
-        deadline = loop.time() + wait_ms_max / 1000
-        while offset >= self._state.high_watermark and self._state.role is role and not self._closed:
-            remaining_s = deadline - loop.time()
-            if remaining_s <= 0:
-                return
-            await self._wait_for_change(remaining_s * 1000)
-
-    async def _wait_for_change(self, wait_ms_max: float) -> None:
-        try:
-            await asyncio.wait_for(self._changed.wait(), wait_ms_max / 1000)
-        except asyncio.TimeoutError:
-            pass
+        role = self._state.role
+        await self._changes.wait_until(
+            lambda: offset < self._state.high_watermark or self._state.role is not role or self._closed,
+            wait_ms_max / 1000)
 
     async def _leader_ticks(self) -> None:
         interval_s = min(self._spec.replica_config.replica_lag_ms_max / 2000, 1.0)

@@ -54,6 +54,7 @@ from mafka4.errors import (
 )
 from mafka4.limits import ReadNodeConfig, TopicConfig
 from mafka4.log.read_loss import LostRange, ReadLoss
+from mafka4.long_poll import ChangeSignal
 from mafka4.physical.actor import replica_actor_name
 from mafka4.risr.state import RisrConfig
 from mafka4.virtual.hosted_vp import HostedVp, VpId, VpRead, vp_directory
@@ -129,7 +130,8 @@ class ReadNode:
         self._topics: dict[str, _Topic] = {}
         self._fetchers: dict[str, ReplicaFetcher] = {}  # leader node id -> stream
         self._handles: dict[str, object] = {}  # actor name -> handle
-        self._changed = asyncio.Event()
+        # Something changed on this node: every long-polling fetch (followers' and consumers') looks again.
+        self._changes = ChangeSignal()
         # Which VPs changed since when, for the fetch sessions' long polls: a global sequence and
         # the sequence of each VP's last change.
         self._change_seq = 0
@@ -298,7 +300,7 @@ class ReadNode:
             self._fetchers.pop(leader).close()
         for fetcher in self._fetchers.values():
             fetcher.wake()
-        self._wake()
+        self._changes.notify()
 
     def _new_feed(self, entry: _Topic, partition: int) -> PartitionFeed:
         topic = entry.view.topic
@@ -353,7 +355,7 @@ class ReadNode:
         seen = self._change_seq
         answers = self._sessions.first_answers(request, session, self._hosted.get, _now_ms())
         while not answers:
-            if not await self._wait_for_change(deadline):
+            if not await self._changes.next_change(deadline - time.monotonic()):
                 break
             since, seen = seen, self._change_seq
             answers = self._sessions.later_answers(
@@ -371,15 +373,14 @@ class ReadNode:
         delay_ms = max((h.fault.fault.delay_ms for h in (self._hosted.get(r.vp_id) for r in reads) if h), default=0)
         if delay_ms:
             await asyncio.sleep(delay_ms / 1000)
-        deadline = time.monotonic() + wait_ms_max / 1000
-        while True:
-            now_ms = _now_ms()
-            if any(self._readable(read, now_ms) for read in reads) or not await self._wait_for_change(deadline):
-                return self._read_all(reads, bytes_max, _now_ms())
+        await self._changes.wait_until(lambda: self._any_readable(reads), wait_ms_max / 1000)
+        return self._read_all(reads, bytes_max, _now_ms())
 
-    def _readable(self, read: ConsumerRead, now_ms: int) -> bool:
-        hosted = self._hosted.get(read.vp_id)
-        return hosted is None or hosted.readable(read.offset, now_ms)
+    def _any_readable(self, reads: Sequence[ConsumerRead]) -> bool:
+        """True if a read of one of ``reads`` would answer now (data, or an error)."""
+        now_ms = _now_ms()
+        return any((hosted := self._hosted.get(read.vp_id)) is None or hosted.readable(read.offset, now_ms)
+                   for read in reads)
 
     def _read_all(self, reads: Sequence[ConsumerRead], bytes_max: int, now_ms: int) -> list[ConsumerAnswer]:
         answers, budget = [], bytes_max
@@ -472,27 +473,11 @@ class ReadNode:
         if ready.wake:
             self._change_seq += 1
             self._vp_changed_seq[hosted.vp_id] = self._change_seq
-            self._wake()
+            self._changes.notify()
             if hosted.core.is_leader:  # the HW moved: a closed parent may be complete now
                 entry = self._topics.get(hosted.vp_id.topic)
                 if entry is not None and entry.view.layout is not None and not entry.view.layout.is_active(hosted.vp_id.vp):
                     self._check_seal(hosted.vp_id.topic, hosted.vp_id.vp)
-
-    def _wake(self) -> None:
-        """Wake every long-polling fetch (followers' and consumers'): something changed on this node."""
-        self._changed.set()
-        self._changed = asyncio.Event()
-
-    async def _wait_for_change(self, deadline: float) -> bool:
-        """Wait for the next change, at most until ``deadline``; False once it passed."""
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        try:
-            await asyncio.wait_for(self._changed.wait(), remaining)
-        except asyncio.TimeoutError:
-            return False
-        return True
 
     async def _persist_risr(self, hosted: HostedVp) -> None:
         """Write the VP's RISR to etcd until etcd holds the current one (single flight per VP)."""
