@@ -521,4 +521,4 @@ class PhysicalPartition:
         """Delay or pause this replica's fetch and serve loops (``mafka4.faults``); (0, False) clears it."""
         fault = self._fault.set(delay_ms, paused)
         logger.warning("%s: replica %s fault set to %s", self._spec.partition_name, self._spec.replica_id, fault)
-        return {"delay_ms": fault.delay_ms, "paused": fault.paused}
+        return fault.describe()

@@ -238,7 +238,7 @@ class HostedVp:
     def describe(self, now_ms: int) -> dict:
         return {**self.core.describe(now_ms), "log_start_offset": self._log.log_start_offset,
                 "newest_timestamp_ms": self._log.newest_timestamp_ms,
-                "fault": {"delay_ms": self.fault.fault.delay_ms, "paused": self.fault.fault.paused}}
+                "fault": self.fault.fault.describe()}
 
     def close(self, delete_data: bool = False) -> None:
         self.closed = True

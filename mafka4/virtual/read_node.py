@@ -449,7 +449,7 @@ class ReadNode:
         logger.warning("%s: replica on %s fault set to %s", vp_id, self._spec.node_id, fault)
         for fetcher in self._fetchers.values():
             fetcher.wake()
-        return {"delay_ms": fault.delay_ms, "paused": fault.paused}
+        return fault.describe()
 
     async def set_feed_fault(self, topic: str, paused: bool) -> dict:
         """Pause (or resume) this node's feed streams of ``topic``, as if the node had stopped feeding it."""
