@@ -29,6 +29,7 @@ and wakes waiters when the high watermark or the log end offset moves.
   key still names this replica as leader of this epoch), with the eligible leader replicas
   they imply (``PartitionState.with_isr``), before the core may count the new
   ISR (``ReplicaState.isr_committed``); a leader fenced by a newer epoch acknowledges nothing.
+  One write is in flight at a time (``InSyncRecorder``, which writes a read node's RISRs too).
 
 Damaged data on disk (bit rot in a segment that recovery trusted) is caught by the read
 path, which checks every batch's CRC (``Segment.read``). A damaged batch is never served,
@@ -60,6 +61,7 @@ from typing import Callable
 import ray
 
 from mafka4.coordinator.metadata import keys
+from mafka4.coordinator.metadata.in_sync_recorder import InSyncRecorder
 from mafka4.coordinator.metadata.lease_holder import LeaseHolder, LeaseTask
 from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import CoordinatorUnavailable, CorruptRecord, NotLeader, RequestTimedOut
@@ -206,8 +208,9 @@ class PhysicalPartition:
         self._closed = False
         self._store: MetadataStore | None = None
         self._liveness: LeaseTask | None = None
-        self._isr_task: asyncio.Task | None = None
-        self._isr_dirty = False
+        self._isr_recorder = InSyncRecorder(
+            spec.partition_name, "ISR", spec.replica_id, self._isr_to_record, self._write_isr, self._isr_recorded,
+            ISR_WRITE_BACKOFF_S)
         self._fault = FaultGate()
 
     # --- checkpoints (restarts read them: log.replica_storage) ---------------------
@@ -306,7 +309,7 @@ class PhysicalPartition:
         high_watermark_before = self._state.high_watermark
         decision = self._state.on_follower_fetch(follower_id, fetch_offset, last_fetched_epoch, _now_ms())
         if decision.isr_changed:
-            self._isr_changed()
+            self._isr_recorder.changed()
         # Only a moved HW releases anyone (producers, HW-bound readers). Waking on every fetch
         # would make two idle followers end each other's long polls in a busy loop.
         moved_high_watermark = decision.high_watermark != high_watermark_before
@@ -347,43 +350,29 @@ class PhysicalPartition:
         while self._state.role is Role.LEADER:
             await asyncio.sleep(interval_s)
             if self._state.tick(_now_ms()):
-                self._isr_changed()
+                self._isr_recorder.changed()
             self._wake()
 
     # --- leader: ISR in the coordinator -------------------------------------------------
 
-    def _isr_changed(self) -> None:
-        logger.warning("%s: ISR is now %s", self._spec.partition_name, sorted(self._state.isr))
-        self._isr_dirty = True
-        if self._isr_task is None or self._isr_task.done():
-            self._isr_task = asyncio.get_running_loop().create_task(self._persist_isr())
+    def _isr_to_record(self) -> tuple[frozenset[str], int] | None:
+        """The ISR and epoch the ``InSyncRecorder`` writes next; None when this replica no longer leads."""
+        if self._state.role is not Role.LEADER or self._closed:
+            return None
+        return self._state.isr, self._state.leader_epoch
 
-    async def _persist_isr(self) -> None:
-        """Write the ISR to etcd until what etcd holds is the current ISR (single flight)."""
-        loop = asyncio.get_running_loop()
-        while self._isr_dirty and self._state.role is Role.LEADER and not self._closed:
-            self._isr_dirty = False
-            isr, epoch = sorted(self._state.isr), self._state.leader_epoch
-            try:
-                written = await loop.run_in_executor(None, self._write_isr, isr, epoch)
-            except CoordinatorUnavailable as error:  # the HW stays bounded by the wider ISR: safe
-                logger.warning("%s: cannot record ISR yet: %s", self._spec.partition_name, error)
-                self._isr_dirty = True
-                await asyncio.sleep(ISR_WRITE_BACKOFF_S)
-                continue
-            if not written:
-                logger.error("%s: etcd names another leader or epoch; %s is fenced", self._spec.partition_name, self._spec.replica_id)
-                return
-            if self._state.role is Role.LEADER and self._state.leader_epoch == epoch:
-                self._state.isr_committed(isr)
-                self._wake()
+    def _isr_recorded(self, isr: tuple[str, ...], leader_epoch: int) -> None:
+        # Deposed while the write was out: the ISR belongs to an epoch this replica no longer leads.
+        if self._state.role is Role.LEADER and self._state.leader_epoch == leader_epoch:
+            self._state.isr_committed(isr)
+            self._wake()
 
     def _metadata_store(self) -> MetadataStore:
         if self._store is None:
             self._store = MetadataStore(self._spec.etcd_endpoint)
         return self._store
 
-    def _write_isr(self, isr: list[str], leader_epoch: int) -> bool:
+    def _write_isr(self, isr: tuple[str, ...], leader_epoch: int) -> bool:
         """CAS the ISR (and the ELR it implies) into the partition key if it still names this leader and epoch."""
         self._metadata_store()
         key = keys.physical_partition(self._spec.cluster, self._spec.topic, self._spec.partition)
@@ -507,6 +496,7 @@ class PhysicalPartition:
         self._stop_following()
         for task in self._tasks:
             task.cancel()
+        self._isr_recorder.close()
         self._waiters.fail_all(NotLeader(f"{self._spec.partition_name}: replica {self._spec.replica_id} is shutting down"))
         self._storage.close(delete_data)
         if self._liveness is not None:

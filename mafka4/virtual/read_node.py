@@ -23,8 +23,8 @@ nodes. Everything of one node runs on its event loop:
 * **Housekeeping**: flush by policy and checkpoint HWs every ``housekeeping_interval_ms``,
   retention every ``retention_check_interval_ms``, RISR ticks, feed positions
   (``keys.feed_position``) every ``feed_position_interval_ms``, and RISR changes written to
-  etcd by compare-and-swap (one write in flight per VP), only while the VP key names this node as
-  leader of that epoch, before the core may count them.
+  etcd by compare-and-swap (an ``InSyncRecorder`` per VP: one write in flight), only while the
+  VP key names this node as leader of that epoch, before the core may count them.
 * **Liveness**: ``keys.read_node_liveness`` under the node's own lease (a ``LeaseTask``: written
   again under a new lease after an etcd outage expired it). The controller restarts a
   node whose key is gone and whose actor does not answer a ping; its VPs come back with no role
@@ -46,6 +46,7 @@ from typing import NamedTuple, Sequence
 import ray
 
 from mafka4.coordinator.metadata import keys
+from mafka4.coordinator.metadata.in_sync_recorder import InSyncRecorder
 from mafka4.coordinator.metadata.lease_holder import LeaseHolder, LeaseTask
 from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.coordinator.metadata.vp_store import VirtualStore
@@ -137,8 +138,7 @@ class ReadNode:
         self._change_seq = 0
         self._vp_changed_seq: dict[VpId, int] = {}
         self._sessions = FetchSessions(spec.config)
-        self._risr_dirty: set[VpId] = set()
-        self._risr_tasks: dict[VpId, asyncio.Task] = {}
+        self._risr_recorders: dict[VpId, InSyncRecorder] = {}
         self._sealing: dict[VpId, asyncio.Task] = {}
         self._positions_written: dict[tuple[str, int], int] = {}
         self._losses: dict[tuple[str, int], asyncio.Task] = {}
@@ -169,8 +169,10 @@ class ReadNode:
     async def close(self, delete_data: bool = False) -> None:
         """Stop every stream, close every log (deleting them if asked) and revoke the liveness lease."""
         self._closed = True
-        for task in self._tasks + list(self._risr_tasks.values()) + list(self._sealing.values()):
+        for task in self._tasks + list(self._sealing.values()):
             task.cancel()
+        for recorder in self._risr_recorders.values():
+            recorder.close()
         for topic in list(self._topics.values()):
             for feed in topic.feeds.values():
                 feed.close()
@@ -258,7 +260,9 @@ class ReadNode:
         dropped = [vp_id for vp_id in self._hosted if vp_id.topic == topic and (vps is None or vp_id.vp in vps)]
         for vp_id in dropped:
             self._hosted.pop(vp_id).close(delete_data)
-            self._risr_dirty.discard(vp_id)
+            recorder = self._risr_recorders.pop(vp_id, None)
+            if recorder is not None:
+                recorder.close()
             self._vp_changed_seq.pop(vp_id, None)
         if vps is None and topic in self._topics:
             for feed in self._topics.pop(topic).feeds.values():
@@ -466,10 +470,10 @@ class ReadNode:
 
     def _on_ready(self, hosted: HostedVp, ready: Ready) -> None:
         if ready.write_risr is not None:
-            self._risr_dirty.add(hosted.vp_id)
-            task = self._risr_tasks.get(hosted.vp_id)
-            if task is None or task.done():
-                self._risr_tasks[hosted.vp_id] = asyncio.get_running_loop().create_task(self._persist_risr(hosted))
+            recorder = self._risr_recorders.get(hosted.vp_id)
+            if recorder is None:
+                recorder = self._risr_recorders[hosted.vp_id] = self._risr_recorder(hosted)
+            recorder.changed()
         if ready.wake:
             self._change_seq += 1
             self._vp_changed_seq[hosted.vp_id] = self._change_seq
@@ -479,24 +483,16 @@ class ReadNode:
                 if entry is not None and entry.view.layout is not None and not entry.view.layout.is_active(hosted.vp_id.vp):
                     self._check_seal(hosted.vp_id.topic, hosted.vp_id.vp)
 
-    async def _persist_risr(self, hosted: HostedVp) -> None:
-        """Write the VP's RISR to etcd until etcd holds the current one (single flight per VP)."""
-        vp_id, loop = hosted.vp_id, asyncio.get_running_loop()
-        while vp_id in self._risr_dirty and hosted.core.is_leader and not hosted.closed and not self._closed:
-            self._risr_dirty.discard(vp_id)
-            risr, epoch = tuple(sorted(hosted.core.risr)), hosted.core.leader_epoch
-            logger.warning("%s: RISR is now %s", vp_id, list(risr))
-            try:
-                written = await loop.run_in_executor(None, self._write_risr, vp_id, risr, epoch)
-            except CoordinatorUnavailable as error:  # the HW stays bounded by the wider RISR: safe
-                logger.warning("%s: cannot record RISR yet: %s", vp_id, error)
-                self._risr_dirty.add(vp_id)
-                await asyncio.sleep(RISR_WRITE_BACKOFF_S)
-                continue
-            if not written:
-                logger.error("%s: etcd names another leader or epoch; %s is fenced", vp_id, self._spec.node_id)
-                return
-            hosted.risr_written(risr, epoch)
+    def _risr_recorder(self, hosted: HostedVp) -> InSyncRecorder:
+        """The writer of ``hosted``'s RISR to etcd, as long as it leads on this node (one write in flight)."""
+        def to_record() -> tuple[frozenset[str], int] | None:
+            if not hosted.core.is_leader or hosted.closed or self._closed:
+                return None
+            return hosted.core.risr, hosted.core.leader_epoch
+
+        return InSyncRecorder(str(hosted.vp_id), "RISR", self._spec.node_id, to_record,
+                              lambda risr, epoch: self._write_risr(hosted.vp_id, risr, epoch), hosted.risr_written,
+                              RISR_WRITE_BACKOFF_S)
 
     def _write_risr(self, vp_id: VpId, risr: tuple[str, ...], leader_epoch: int) -> bool:
         virtual = VirtualStore(self._metadata_store(), self._spec.cluster)
