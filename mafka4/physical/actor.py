@@ -71,6 +71,7 @@ from mafka4.log.log import Log, RetentionResult
 from mafka4.log.read_loss import feed_position_from_json, retention_floor
 from mafka4.log.replica_storage import ReplicaStorage
 from mafka4.long_poll import ChangeSignal
+from mafka4.physical.follower import apply_leader_answer
 from mafka4.physical.partition_state import PartitionState
 from mafka4.physical.replica import ReplicaState, Role
 from mafka4.physical.sequencer import SequenceGate
@@ -213,11 +214,6 @@ class PhysicalPartition:
             ISR_WRITE_BACKOFF_S)
         self._fault = FaultGate()
 
-    # --- checkpoints (restarts read them: log.replica_storage) ---------------------
-
-    def _save_epochs(self) -> None:
-        self._storage.save_epochs(self._state.epochs)
-
     # --- role changes -------------------------------------------------------------------
 
     async def become_leader(self, leader_epoch: int, replicas: list[str], isr: list[str]) -> dict:
@@ -226,7 +222,7 @@ class PhysicalPartition:
         already_ticking = self._state.role is Role.LEADER  # a new epoch of the same leader keeps its tick task
         self._stop_following()
         self._state.become_leader(leader_epoch, replicas, isr, _now_ms())
-        self._save_epochs()
+        self._storage.save_epochs(self._state.epochs)
         self._start_background(None if already_ticking else self._leader_ticks())
         self._wake()
         return self._state.describe()
@@ -416,20 +412,9 @@ class PhysicalPartition:
                 await asyncio.sleep(config.fetch_backoff_ms / 1000)
 
     def _apply_fetch(self, result: ReplicaFetchResult) -> None:
-        if result.diverging is not None:
-            offset = self._state.truncation_offset(*result.diverging)
-            self._log.truncate_to(offset)
-            self._state.truncated(offset)
-            self._save_epochs()
-            return
-        if result.data:
-            epoch_before = self._state.last_fetched_epoch
-            for header in self._log.append_batches(result.data, _now_ms()):
-                self._state.follower_appended(header)
-            if self._state.last_fetched_epoch != epoch_before:
-                self._save_epochs()
-        self._state.follower_high_watermark(result.high_watermark)
-        self._wake()
+        apply_leader_answer(self._state, self._storage, result.diverging, result.data, result.high_watermark, _now_ms())
+        if result.diverging is None:  # a truncation moves nothing a parked fetch waits for
+            self._wake()
 
     # --- consumers ----------------------------------------------------------------------
 

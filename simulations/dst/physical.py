@@ -21,6 +21,7 @@ from pathlib import Path
 from mafka4.errors import CorruptRecord, MafkaError, NotLeader
 from mafka4.limits import Acks
 from mafka4.log.replica_storage import ReplicaStorage
+from mafka4.physical.follower import apply_leader_answer
 from mafka4.physical.replica import ReplicaState, Role
 from mafka4.records import NO_PRODUCER_ID, check_single_batch, stamp
 from simulations.dst import messages as m
@@ -53,11 +54,6 @@ class SimReplica:
         self._isr_dirty = False
         self._next_checkpoint_ms = env.now_ms
 
-    # --- checkpoints (restarts read them: log.replica_storage) --------------------
-
-    def _save_epochs(self) -> None:
-        self.storage.save_epochs(self.state.epochs)
-
     def close(self) -> None:
         """A clean stop (the actor's ``close``): flush, mark the log clean."""
         self._fail_waiters(NotLeader(f"replica {self.replica_id} is shutting down"))
@@ -77,7 +73,7 @@ class SimReplica:
                 failure = m.Failure.of(error)
             else:
                 self._fetch = None
-                self._save_epochs()
+                self.storage.save_epochs(self.state.epochs)
                 self._release()
         self._send(source, m.RoleResult(message.request_id, self.partition, self.replica_id, message.leader_epoch, failure))
 
@@ -268,21 +264,11 @@ class SimReplica:
             self._maybe_fetch()  # more to read: fetch at once, as the actor's loop does
 
     def _apply_fetch(self, message: m.ReplicaFetchResult) -> None:
-        if message.diverging is not None:
-            offset = self.state.truncation_offset(*message.diverging)
-            if offset < self.log.log_end_offset:
-                self.env.count("truncations")
-            self.log.truncate_to(offset)
-            self.state.truncated(offset)
-            self._save_epochs()
-        else:
-            if message.data:
-                epoch_before = self.state.last_fetched_epoch
-                for header in self.log.append_batches(message.data, self.env.now_ms):
-                    self.state.follower_appended(header)
-                if self.state.last_fetched_epoch != epoch_before:
-                    self._save_epochs()
-            self.state.follower_high_watermark(message.high_watermark)
+        end_before = self.log.log_end_offset
+        truncated_to = apply_leader_answer(self.state, self.storage, message.diverging, message.data,
+                                           message.high_watermark, self.env.now_ms)
+        if truncated_to is not None and truncated_to < end_before:
+            self.env.count("truncations")
 
     def on_result(self, message: object) -> None:
         """An answer to one of this replica's calls (matched by request id, else ignored)."""
