@@ -439,8 +439,7 @@ class PhysicalPartition:
         return self._log.log_start_offset, self._state.high_watermark
 
     async def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
-        offset = self._log.offset_for_timestamp(timestamp_ms)
-        return None if offset is None or offset >= self._state.high_watermark else offset
+        return self._log.offset_for_timestamp(timestamp_ms, end_offset=self._state.high_watermark)
 
     async def describe(self) -> dict:
         return {**self._state.describe(), "log_start_offset": self._log.log_start_offset,

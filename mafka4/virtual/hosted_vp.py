@@ -221,8 +221,7 @@ class HostedVp:
         return self._log.log_start_offset, self.core.high_watermark
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
-        offset = self._log.offset_for_timestamp(timestamp_ms)
-        return None if offset is None or offset >= self.core.high_watermark else offset
+        return self._log.offset_for_timestamp(timestamp_ms, end_offset=self.core.high_watermark)
 
     # --- housekeeping -------------------------------------------------------------------
 
