@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from mafka4 import records
 from mafka4.limits import LogConfig, ReplicaConfig
 from mafka4.log.epochs import EpochHistory
@@ -73,18 +75,15 @@ def test_the_high_watermark_comes_back_within_the_log(tmp_path):
     assert reopen(storage).recovered_high_watermark() == 3
 
 
-def test_a_high_watermark_past_a_lost_tail_is_cut_to_the_log_end(tmp_path):
+@pytest.mark.parametrize("checkpoint_text, recovered", [
+    ("90", 5),  # past a lost tail: cut to the log end
+    ("-", 0),  # unreadable: as if there were none
+])
+def test_a_high_watermark_checkpoint_the_log_does_not_back_is_not_trusted(tmp_path, checkpoint_text, recovered):
     storage = ReplicaStorage(tmp_path, LOG_CONFIG, now_ms=0)
     append(storage, leader_epoch=0, count=5)
-    (tmp_path / HIGH_WATERMARK_CHECKPOINT).write_text("90")
-    assert reopen(storage).recovered_high_watermark() == 5
-
-
-def test_an_unreadable_high_watermark_checkpoint_counts_as_none(tmp_path):
-    storage = ReplicaStorage(tmp_path, LOG_CONFIG, now_ms=0)
-    append(storage, leader_epoch=0, count=5)
-    (tmp_path / HIGH_WATERMARK_CHECKPOINT).write_text("-")
-    assert reopen(storage).recovered_high_watermark() == 0
+    (tmp_path / HIGH_WATERMARK_CHECKPOINT).write_text(checkpoint_text)
+    assert reopen(storage).recovered_high_watermark() == recovered
 
 
 def test_the_high_watermark_is_written_only_when_it_changed(tmp_path):
