@@ -1,8 +1,11 @@
 """Fault injection for replica actors: make one replica slow or stalled, on purpose.
 
-Both replica actors (``PhysicalPartition``, ``VirtualPartition``) hold a ``FaultGate`` and pass
-through it in their fetch and serve loops; ``set_fault`` on the actor (``Admin.inject_fault``)
-changes it. Off by default, so the loops never wait on it in normal running.
+Every replica holds a ``FaultGate``: a ``PhysicalPartition`` and each VP replica of a read node
+(``HostedVp``); ``set_fault`` on the actor (``Admin.inject_fault``) changes it. The physical
+actor passes through the gate in its fetch and serve loops. A read node serves many VPs in one
+call, so it reads each VP's ``Fault`` instead: a replication session leaves paused VPs out and
+waits for the longest delay among the others, a consumer fetch for the longest delay of the
+VPs it reads. Off by default, so the loops never wait on it in normal running.
 
 * ``delay_ms``: every fetch the replica makes from its leader, and every fetch it answers
   (followers' and consumers'), first waits this long: a slow replica.
@@ -34,6 +37,10 @@ class Fault:
             raise InvalidConfig(f"delay_ms={self.delay_ms!r} must be an integer from 0 to {FAULT_DELAY_MS_MAX}")
         if not isinstance(self.paused, bool):
             raise InvalidConfig(f"paused={self.paused!r} must be true or false")
+
+    def describe(self) -> dict:
+        """What ``set_fault`` answers and ``describe`` shows, for the physical and the virtual side alike."""
+        return {"delay_ms": self.delay_ms, "paused": self.paused}
 
 
 class FaultGate:

@@ -142,7 +142,7 @@ def committed_records(
     oracle for them: ``(partition, offset)`` -> the VP ``layout`` names for that record.
 
     The oracle places every record on its own, by its message hash and the split epoch of its
-    offset. It shares only the hash and the layout with the feeder's ``split_records`` (which
+    offset. It shares only the hash and the layout with the feeder's ``route_records`` (which
     places a whole batch by one epoch when it can), so a fault in that shortcut shows up as
     ``MISPLACED``.
     """

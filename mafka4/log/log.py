@@ -373,12 +373,14 @@ class Log:
             position = 0
         return b"".join(chunks)
 
-    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
-        """Base offset of the first batch whose max timestamp is >= ``timestamp_ms``, or None."""
+    def offset_for_timestamp(self, timestamp_ms: int, end_offset: int | None = None) -> int | None:
+        """Base offset of the first batch whose max timestamp is >= ``timestamp_ms``, or None; None
+        as well if that batch starts at or past ``end_offset`` (a reader's bound, as in ``read``)."""
         self._check_open()
         for segment in self._segments:
             if segment.max_timestamp_ms is not None and segment.max_timestamp_ms >= timestamp_ms:
-                return segment.offset_for_timestamp(timestamp_ms)
+                offset = segment.offset_for_timestamp(timestamp_ms)
+                return None if offset is None or (end_offset is not None and offset >= end_offset) else offset
         return None
 
     def batch_headers(self, from_offset: int = 0) -> Iterator[BatchHeader]:

@@ -29,6 +29,7 @@ and wakes waiters when the high watermark or the log end offset moves.
   key still names this replica as leader of this epoch), with the eligible leader replicas
   they imply (``PartitionState.with_isr``), before the core may count the new
   ISR (``ReplicaState.isr_committed``); a leader fenced by a newer epoch acknowledges nothing.
+  One write is in flight at a time (``InSyncRecorder``, which writes a read node's RISRs too).
 
 Damaged data on disk (bit rot in a segment that recovery trusted) is caught by the read
 path, which checks every batch's CRC (``Segment.read``). A damaged batch is never served,
@@ -43,8 +44,8 @@ log (a truncation or append that raises ``CorruptRecord``): it logs, backs off a
 again rather than stop following.
 
 The actor never decodes a record: per-message work belongs to clients and feeders.
-Files in the replica directory besides the log: ``leader-epoch-checkpoint`` and
-``high-watermark`` (see ``checkpoint.py``), both rewritten atomically.
+The replica directory (the log, the leader-epoch and high-watermark checkpoints) is a
+``ReplicaStorage`` (``log.replica_storage``), as every replica's is.
 """
 
 from __future__ import annotations
@@ -52,26 +53,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 import time
 from collections import deque
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import ray
 
 from mafka4.coordinator.metadata import keys
+from mafka4.coordinator.metadata.in_sync_recorder import InSyncRecorder
 from mafka4.coordinator.metadata.lease_holder import LeaseHolder, LeaseTask
 from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import CoordinatorUnavailable, CorruptRecord, NotLeader, RequestTimedOut
 from mafka4.faults import FaultGate
 from mafka4.limits import Acks, LogConfig, ReplicaConfig
-from mafka4.log.checkpoint import write_checkpoint
 from mafka4.log.log import Log, RetentionResult
 from mafka4.log.read_loss import feed_position_from_json, retention_floor
-from mafka4.log.recovery import (EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT, recovered_epochs,
-                                 recovered_high_watermark, recovered_producers)
+from mafka4.log.replica_storage import ReplicaStorage
+from mafka4.long_poll import ChangeSignal
+from mafka4.physical.follower import apply_leader_answer
 from mafka4.physical.partition_state import PartitionState
 from mafka4.physical.replica import ReplicaState, Role
 from mafka4.physical.sequencer import SequenceGate
@@ -193,30 +193,26 @@ class _Waiters:
 class PhysicalPartition:
     def __init__(self, spec: ReplicaSpec):
         self._spec = spec
-        self._directory = Path(spec.directory)
-        self._log = Log.open(self._directory, spec.log_config, _now_ms())
+        self._storage = ReplicaStorage(spec.directory, spec.log_config, _now_ms())
+        self._log = self._storage.log
         self._state = ReplicaState(
             spec.replica_id, spec.partition_name, spec.replica_config,
-            self._log.log_end_offset, recovered_high_watermark(self._directory, self._log),
-            recovered_epochs(self._directory, self._log), recovered_producers(self._log, spec.replica_config),
+            self._log.log_end_offset, self._storage.recovered_high_watermark(),
+            self._storage.recovered_epochs(), self._storage.recovered_producers(spec.replica_config),
         )
         self._waiters = _Waiters()
         self._sequence_gate = SequenceGate(self._state.producers.next_sequence)
-        self._changed = asyncio.Event()
+        self._changes = ChangeSignal()  # long-polling fetches, followers' and consumers'
         self._tasks: list[asyncio.Task] = []
         self._follow_task: asyncio.Task | None = None
         self._leader_handle = None
         self._closed = False
         self._store: MetadataStore | None = None
         self._liveness: LeaseTask | None = None
-        self._isr_task: asyncio.Task | None = None
-        self._isr_dirty = False
+        self._isr_recorder = InSyncRecorder(
+            spec.partition_name, "ISR", spec.replica_id, self._isr_to_record, self._write_isr, self._isr_recorded,
+            ISR_WRITE_BACKOFF_S)
         self._fault = FaultGate()
-
-    # --- checkpoints (restarts read them: log.recovery) ---------------------------
-
-    def _save_epochs(self) -> None:
-        write_checkpoint(self._directory / EPOCH_CHECKPOINT, self._state.epochs.to_text())
 
     # --- role changes -------------------------------------------------------------------
 
@@ -226,7 +222,7 @@ class PhysicalPartition:
         already_ticking = self._state.role is Role.LEADER  # a new epoch of the same leader keeps its tick task
         self._stop_following()
         self._state.become_leader(leader_epoch, replicas, isr, _now_ms())
-        self._save_epochs()
+        self._storage.save_epochs(self._state.epochs)
         self._start_background(None if already_ticking else self._leader_ticks())
         self._wake()
         return self._state.describe()
@@ -267,8 +263,7 @@ class PhysicalPartition:
     def _wake(self) -> None:
         """Wake long-polling fetches and release producers whose batches are committed."""
         self._waiters.release(self._state)
-        self._changed.set()
-        self._changed = asyncio.Event()
+        self._changes.notify()
 
     # --- leader: produce ----------------------------------------------------------------
 
@@ -310,7 +305,7 @@ class PhysicalPartition:
         high_watermark_before = self._state.high_watermark
         decision = self._state.on_follower_fetch(follower_id, fetch_offset, last_fetched_epoch, _now_ms())
         if decision.isr_changed:
-            self._isr_changed()
+            self._isr_recorder.changed()
         # Only a moved HW releases anyone (producers, HW-bound readers). Waking on every fetch
         # would make two idle followers end each other's long polls in a busy loop.
         moved_high_watermark = decision.high_watermark != high_watermark_before
@@ -322,7 +317,7 @@ class PhysicalPartition:
         # can serve it to read nodes) rather than with the next batch, as KIP-392 has Kafka do.
         # Others parked here were woken above. No loop: the follower's next fetch moves nothing.
         if fetch_offset >= self._log.log_end_offset and wait_ms_max > 0 and not moved_high_watermark:
-            await self._wait_for_change(wait_ms_max)
+            await self._changes.next_change(wait_ms_max / 1000)
         data = self._read_own_log(fetch_offset, bytes_max) if fetch_offset < self._log.log_end_offset else b""
         return ReplicaFetchResult(data, self._state.high_watermark, None)
 
@@ -341,62 +336,39 @@ class PhysicalPartition:
         """Park until the HW passes ``offset``, the role changes or ``wait_ms_max`` ends. Appends
         below the HW wake the parked fetches too (a follower's log moved, a leader's followers
         must fetch): a consumer's fetch sleeps through those instead of returning empty."""
-        loop, role = asyncio.get_running_loop(), self._state.role
-        deadline = loop.time() + wait_ms_max / 1000
-        while offset >= self._state.high_watermark and self._state.role is role and not self._closed:
-            remaining_s = deadline - loop.time()
-            if remaining_s <= 0:
-                return
-            await self._wait_for_change(remaining_s * 1000)
-
-    async def _wait_for_change(self, wait_ms_max: float) -> None:
-        try:
-            await asyncio.wait_for(self._changed.wait(), wait_ms_max / 1000)
-        except asyncio.TimeoutError:
-            pass
+        role = self._state.role
+        await self._changes.wait_until(
+            lambda: offset < self._state.high_watermark or self._state.role is not role or self._closed,
+            wait_ms_max / 1000)
 
     async def _leader_ticks(self) -> None:
         interval_s = min(self._spec.replica_config.replica_lag_ms_max / 2000, 1.0)
         while self._state.role is Role.LEADER:
             await asyncio.sleep(interval_s)
             if self._state.tick(_now_ms()):
-                self._isr_changed()
+                self._isr_recorder.changed()
             self._wake()
 
     # --- leader: ISR in the coordinator -------------------------------------------------
 
-    def _isr_changed(self) -> None:
-        logger.warning("%s: ISR is now %s", self._spec.partition_name, sorted(self._state.isr))
-        self._isr_dirty = True
-        if self._isr_task is None or self._isr_task.done():
-            self._isr_task = asyncio.get_running_loop().create_task(self._persist_isr())
+    def _isr_to_record(self) -> tuple[frozenset[str], int] | None:
+        """The ISR and epoch the ``InSyncRecorder`` writes next; None when this replica no longer leads."""
+        if self._state.role is not Role.LEADER or self._closed:
+            return None
+        return self._state.isr, self._state.leader_epoch
 
-    async def _persist_isr(self) -> None:
-        """Write the ISR to etcd until what etcd holds is the current ISR (single flight)."""
-        loop = asyncio.get_running_loop()
-        while self._isr_dirty and self._state.role is Role.LEADER and not self._closed:
-            self._isr_dirty = False
-            isr, epoch = sorted(self._state.isr), self._state.leader_epoch
-            try:
-                written = await loop.run_in_executor(None, self._write_isr, isr, epoch)
-            except CoordinatorUnavailable as error:  # the HW stays bounded by the wider ISR: safe
-                logger.warning("%s: cannot record ISR yet: %s", self._spec.partition_name, error)
-                self._isr_dirty = True
-                await asyncio.sleep(ISR_WRITE_BACKOFF_S)
-                continue
-            if not written:
-                logger.error("%s: etcd names another leader or epoch; %s is fenced", self._spec.partition_name, self._spec.replica_id)
-                return
-            if self._state.role is Role.LEADER and self._state.leader_epoch == epoch:
-                self._state.isr_committed(isr)
-                self._wake()
+    def _isr_recorded(self, isr: tuple[str, ...], leader_epoch: int) -> None:
+        # Deposed while the write was out: the ISR belongs to an epoch this replica no longer leads.
+        if self._state.role is Role.LEADER and self._state.leader_epoch == leader_epoch:
+            self._state.isr_committed(isr)
+            self._wake()
 
     def _metadata_store(self) -> MetadataStore:
         if self._store is None:
             self._store = MetadataStore(self._spec.etcd_endpoint)
         return self._store
 
-    def _write_isr(self, isr: list[str], leader_epoch: int) -> bool:
+    def _write_isr(self, isr: tuple[str, ...], leader_epoch: int) -> bool:
         """CAS the ISR (and the ELR it implies) into the partition key if it still names this leader and epoch."""
         self._metadata_store()
         key = keys.physical_partition(self._spec.cluster, self._spec.topic, self._spec.partition)
@@ -440,20 +412,9 @@ class PhysicalPartition:
                 await asyncio.sleep(config.fetch_backoff_ms / 1000)
 
     def _apply_fetch(self, result: ReplicaFetchResult) -> None:
-        if result.diverging is not None:
-            offset = self._state.truncation_offset(*result.diverging)
-            self._log.truncate_to(offset)
-            self._state.truncated(offset)
-            self._save_epochs()
-            return
-        if result.data:
-            epoch_before = self._state.last_fetched_epoch
-            for header in self._log.append_batches(result.data, _now_ms()):
-                self._state.follower_appended(header)
-            if self._state.last_fetched_epoch != epoch_before:
-                self._save_epochs()
-        self._state.follower_high_watermark(result.high_watermark)
-        self._wake()
+        apply_leader_answer(self._state, self._storage, result.diverging, result.data, result.high_watermark, _now_ms())
+        if result.diverging is None:  # a truncation moves nothing a parked fetch waits for
+            self._wake()
 
     # --- consumers ----------------------------------------------------------------------
 
@@ -478,8 +439,7 @@ class PhysicalPartition:
         return self._log.log_start_offset, self._state.high_watermark
 
     async def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
-        offset = self._log.offset_for_timestamp(timestamp_ms)
-        return None if offset is None or offset >= self._state.high_watermark else offset
+        return self._log.offset_for_timestamp(timestamp_ms, end_offset=self._state.high_watermark)
 
     async def describe(self) -> dict:
         return {**self._state.describe(), "log_start_offset": self._log.log_start_offset,
@@ -510,12 +470,9 @@ class PhysicalPartition:
         return [feed_position_from_json(item.value) for item in self._metadata_store().get_prefix(prefix)]
 
     async def _checkpoint_high_watermark(self) -> None:
-        saved = -1
         while not self._closed:
             await asyncio.sleep(HIGH_WATERMARK_CHECKPOINT_INTERVAL_S)
-            if self._state.high_watermark != saved:
-                saved = self._state.high_watermark
-                write_checkpoint(self._directory / HIGH_WATERMARK_CHECKPOINT, str(saved))
+            self._storage.save_high_watermark(self._state.high_watermark)
 
     async def close(self, delete_data: bool = False) -> None:
         """Stop background work and close the log; with ``delete_data`` remove the directory."""
@@ -523,14 +480,13 @@ class PhysicalPartition:
         self._stop_following()
         for task in self._tasks:
             task.cancel()
+        self._isr_recorder.close()
         self._waiters.fail_all(NotLeader(f"{self._spec.partition_name}: replica {self._spec.replica_id} is shutting down"))
-        self._log.close()
+        self._storage.close(delete_data)
         if self._liveness is not None:
             self._liveness.close()
         if self._store is not None:
             self._store.close()
-        if delete_data:
-            shutil.rmtree(self._directory, ignore_errors=True)
 
     async def ping(self) -> str:
         return self._spec.replica_id
@@ -539,4 +495,4 @@ class PhysicalPartition:
         """Delay or pause this replica's fetch and serve loops (``mafka4.faults``); (0, False) clears it."""
         fault = self._fault.set(delay_ms, paused)
         logger.warning("%s: replica %s fault set to %s", self._spec.partition_name, self._spec.replica_id, fault)
-        return {"delay_ms": fault.delay_ms, "paused": fault.paused}
+        return fault.describe()

@@ -46,7 +46,7 @@ from mafka4.hashing import key_hash
 from mafka4.physical.partition_state import PartitionState
 from mafka4.records import iter_batches
 from mafka4.virtual.layout import TopicLayout
-from mafka4.virtual.vp_records import NOTHING_APPLIED, SourcedRecord, split_batch
+from mafka4.virtual.vp_records import NOTHING_APPLIED, SourcedRecord, route_batch
 
 Chunk = tuple[SourcedRecord, ...]
 
@@ -118,7 +118,7 @@ def plan_round(
                     f"partition {partition}: fetched batch starts at offset {header.base_offset}, expected at "
                     f"most {end}; the feeder refetches"
                 )
-            for vp, records in split_batch(view[position:consumed], partition, layout, wanted).items():
+            for vp, records in route_batch(view[position:consumed], partition, layout, wanted).items():
                 by_vp.setdefault(vp, []).extend(r for r in records if r.offset >= next_offset)
             end = header.next_offset
     if consumed != len(data):

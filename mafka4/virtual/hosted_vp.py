@@ -1,11 +1,12 @@
 """``HostedVp``: one virtual-partition (VP) replica inside a read node -- a log, not a process.
 
-The shell around ``VpReplicaCore``: it owns the VP's segmented ``Log`` (the write path's format,
-one directory per VP replica), its checkpoints and its fault gate, feeds the core what happens
-to the log and carries out the core's ``Ready``: the log-local parts itself (truncation, flush,
-the leader-epoch checkpoint) and the rest through the ``notify`` callback its ``ReadNode`` gives
-it (record a RISR change in etcd, wake long-polling fetches). The ``ReadNode`` and the
-simulator (``simulations.dst.virtual``) both host it unchanged.
+The shell around ``VpReplicaCore``: it owns the VP's ``ReplicaStorage`` (the segmented log in
+the write path's format and its checkpoints, one directory per VP replica) and its fault gate,
+feeds the core what happens to the log and carries out the core's ``Ready``: the log-local
+parts itself (truncation, flush, the leader-epoch checkpoint) and the rest through the
+``notify`` callback its ``ReadNode`` gives it (record a RISR change in etcd, wake long-polling
+fetches). The ``ReadNode`` and the simulator (``simulations.dst.virtual``) both host it
+unchanged.
 
 Every method is synchronous and runs on the read node's event loop; none does network I/O, so a
 feed stream can hand records to hundreds of VPs in one pass without a single remote call.
@@ -17,11 +18,12 @@ loss never takes an offset a reader saw; a VP with one replica is not covered). 
 core call it executes, and after ``housekeep``, the shell reports the log's flushed offset to
 the core (``VpReplicaCore.flushed``) if it moved, so a lone leader's HW follows its fsyncs.
 
-Files in the VP's directory besides the log: ``leader-epoch-checkpoint`` and ``high-watermark``
-(``log.recovery``), both rewritten atomically; the HW checkpoint is written by
-``housekeep`` at most once a second, so a restarted replica may recover an older HW (never a
-newer one than its log). Retention deletes only whole segments below the HW, as Kafka's does,
-so the log start never passes it.
+The directory holds what a physical replica's does (``log.replica_storage``): the log, the
+leader-epoch and the high-watermark checkpoints, both rewritten atomically; the HW checkpoint
+is written by ``housekeep`` (every ``housekeeping_interval_ms`` on a read node) if the HW
+moved, so a restarted replica may recover an older HW (never a newer one than its log).
+Retention deletes only whole segments below the HW, as Kafka's does, so the log start never
+passes it.
 
 Recovery. The log recovers as on the write path; the leader-epoch history comes from its
 checkpoint (or the batch headers), the HW from its checkpoint, and the feed progress is
@@ -35,7 +37,6 @@ partitions'.
 from __future__ import annotations
 
 import logging
-import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple, Sequence
@@ -43,9 +44,7 @@ from typing import Callable, Iterator, NamedTuple, Sequence
 from mafka4.errors import MessageTooLarge
 from mafka4.faults import FaultGate
 from mafka4.limits import FEED_RECORDS_MAX, LogConfig
-from mafka4.log.checkpoint import write_checkpoint
-from mafka4.log.log import Log
-from mafka4.log.recovery import EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT, recovered_epochs, recovered_high_watermark
+from mafka4.log.replica_storage import ReplicaStorage
 from mafka4.records import Record, decode_batches, stamp
 from mafka4.risr.state import RisrConfig
 from mafka4.virtual.replica_core import NOTHING, FetchPosition, Ready, ReplicaAnswer, VpReplicaCore
@@ -87,19 +86,21 @@ class HostedVp:
     def __init__(self, vp_id: VpId, node_id: str, directory: Path, log_config: LogConfig, risr_config: RisrConfig,
                  now_ms: int, notify: Callable[["HostedVp", Ready], None]):
         self.vp_id = vp_id
-        self.directory = directory
         self.fault = FaultGate()
         self._notify = notify
         # Retention keeps every segment holding an offset at or past the HW (the fed floor, held
         # without a time bound): records not on every RISR member yet are not the leader's to drop,
         # and the core's invariant log start <= HW must hold on leaders and followers alike.
-        self._log = Log.open(directory, replace(log_config, unfed_hold_ms_max=None), now_ms)
-        epochs = recovered_epochs(directory, self._log)
-        self.core = VpReplicaCore(str(vp_id), node_id, risr_config, epochs, self._log.log_start_offset,
-                                  self._log.log_end_offset, recovered_high_watermark(directory, self._log),
-                                  flushed_offset=self._log.flushed_offset)
-        self._saved_high_watermark = -1
+        self._storage = ReplicaStorage(directory, replace(log_config, unfed_hold_ms_max=None), now_ms)
+        self._log = self._storage.log
+        self.core = VpReplicaCore(str(vp_id), node_id, risr_config, self._storage.recovered_epochs(),
+                                  self._log.log_start_offset, self._log.log_end_offset,
+                                  self._storage.recovered_high_watermark(), flushed_offset=self._log.flushed_offset)
         self.closed = False
+
+    @property
+    def directory(self) -> Path:
+        return self._storage.directory
 
     @property
     def log_start_offset(self) -> int:
@@ -118,7 +119,7 @@ class HostedVp:
             self._log.flush()
         ready = ready | self._report_flushed()
         if ready.save_epochs:
-            write_checkpoint(self.directory / EPOCH_CHECKPOINT, self.core.epochs.to_text())
+            self._storage.save_epochs(self.core.epochs)
         if ready.write_risr is not None or ready.wake:
             self._notify(self, ready)
 
@@ -220,8 +221,7 @@ class HostedVp:
         return self._log.log_start_offset, self.core.high_watermark
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
-        offset = self._log.offset_for_timestamp(timestamp_ms)
-        return None if offset is None or offset >= self.core.high_watermark else offset
+        return self._log.offset_for_timestamp(timestamp_ms, end_offset=self.core.high_watermark)
 
     # --- housekeeping -------------------------------------------------------------------
 
@@ -230,20 +230,15 @@ class HostedVp:
         self._log.maybe_flush(now_ms)
         self._execute(self._report_flushed())
         high_watermark = self.core.high_watermark
-        if high_watermark != self._saved_high_watermark:
-            write_checkpoint(self.directory / HIGH_WATERMARK_CHECKPOINT, str(high_watermark))
-            self._saved_high_watermark = high_watermark
+        self._storage.save_high_watermark(high_watermark)
         if retention_due and self._log.apply_retention(now_ms, fed_floor=high_watermark).segments_deleted:
             self.core.log_start_moved(self._log.log_start_offset)
 
     def describe(self, now_ms: int) -> dict:
         return {**self.core.describe(now_ms), "log_start_offset": self._log.log_start_offset,
                 "newest_timestamp_ms": self._log.newest_timestamp_ms,
-                "fault": {"delay_ms": self.fault.fault.delay_ms, "paused": self.fault.fault.paused}}
+                "fault": self.fault.fault.describe()}
 
     def close(self, delete_data: bool = False) -> None:
-        if not self.closed:
-            self.closed = True
-            self._log.close()
-        if delete_data:
-            shutil.rmtree(self.directory, ignore_errors=True)
+        self.closed = True
+        self._storage.close(delete_data)

@@ -23,8 +23,8 @@ nodes. Everything of one node runs on its event loop:
 * **Housekeeping**: flush by policy and checkpoint HWs every ``housekeeping_interval_ms``,
   retention every ``retention_check_interval_ms``, RISR ticks, feed positions
   (``keys.feed_position``) every ``feed_position_interval_ms``, and RISR changes written to
-  etcd by compare-and-swap (one write in flight per VP), only while the VP key names this node as
-  leader of that epoch, before the core may count them.
+  etcd by compare-and-swap (an ``InSyncRecorder`` per VP: one write in flight), only while the
+  VP key names this node as leader of that epoch, before the core may count them.
 * **Liveness**: ``keys.read_node_liveness`` under the node's own lease (a ``LeaseTask``: written
   again under a new lease after an etcd outage expired it). The controller restarts a
   node whose key is gone and whose actor does not answer a ping; its VPs come back with no role
@@ -46,6 +46,7 @@ from typing import NamedTuple, Sequence
 import ray
 
 from mafka4.coordinator.metadata import keys
+from mafka4.coordinator.metadata.in_sync_recorder import InSyncRecorder
 from mafka4.coordinator.metadata.lease_holder import LeaseHolder, LeaseTask
 from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.coordinator.metadata.vp_store import VirtualStore
@@ -54,6 +55,7 @@ from mafka4.errors import (
 )
 from mafka4.limits import ReadNodeConfig, TopicConfig
 from mafka4.log.read_loss import LostRange, ReadLoss
+from mafka4.long_poll import ChangeSignal
 from mafka4.physical.actor import replica_actor_name
 from mafka4.risr.state import RisrConfig
 from mafka4.virtual.hosted_vp import HostedVp, VpId, VpRead, vp_directory
@@ -129,14 +131,14 @@ class ReadNode:
         self._topics: dict[str, _Topic] = {}
         self._fetchers: dict[str, ReplicaFetcher] = {}  # leader node id -> stream
         self._handles: dict[str, object] = {}  # actor name -> handle
-        self._changed = asyncio.Event()
+        # Something changed on this node: every long-polling fetch (followers' and consumers') looks again.
+        self._changes = ChangeSignal()
         # Which VPs changed since when, for the fetch sessions' long polls: a global sequence and
         # the sequence of each VP's last change.
         self._change_seq = 0
         self._vp_changed_seq: dict[VpId, int] = {}
         self._sessions = FetchSessions(spec.config)
-        self._risr_dirty: set[VpId] = set()
-        self._risr_tasks: dict[VpId, asyncio.Task] = {}
+        self._risr_recorders: dict[VpId, InSyncRecorder] = {}
         self._sealing: dict[VpId, asyncio.Task] = {}
         self._positions_written: dict[tuple[str, int], int] = {}
         self._losses: dict[tuple[str, int], asyncio.Task] = {}
@@ -167,8 +169,10 @@ class ReadNode:
     async def close(self, delete_data: bool = False) -> None:
         """Stop every stream, close every log (deleting them if asked) and revoke the liveness lease."""
         self._closed = True
-        for task in self._tasks + list(self._risr_tasks.values()) + list(self._sealing.values()):
+        for task in self._tasks + list(self._sealing.values()):
             task.cancel()
+        for recorder in self._risr_recorders.values():
+            recorder.close()
         for topic in list(self._topics.values()):
             for feed in topic.feeds.values():
                 feed.close()
@@ -256,7 +260,9 @@ class ReadNode:
         dropped = [vp_id for vp_id in self._hosted if vp_id.topic == topic and (vps is None or vp_id.vp in vps)]
         for vp_id in dropped:
             self._hosted.pop(vp_id).close(delete_data)
-            self._risr_dirty.discard(vp_id)
+            recorder = self._risr_recorders.pop(vp_id, None)
+            if recorder is not None:
+                recorder.close()
             self._vp_changed_seq.pop(vp_id, None)
         if vps is None and topic in self._topics:
             for feed in self._topics.pop(topic).feeds.values():
@@ -298,7 +304,7 @@ class ReadNode:
             self._fetchers.pop(leader).close()
         for fetcher in self._fetchers.values():
             fetcher.wake()
-        self._wake()
+        self._changes.notify()
 
     def _new_feed(self, entry: _Topic, partition: int) -> PartitionFeed:
         topic = entry.view.topic
@@ -353,7 +359,7 @@ class ReadNode:
         seen = self._change_seq
         answers = self._sessions.first_answers(request, session, self._hosted.get, _now_ms())
         while not answers:
-            if not await self._wait_for_change(deadline):
+            if not await self._changes.next_change(deadline - time.monotonic()):
                 break
             since, seen = seen, self._change_seq
             answers = self._sessions.later_answers(
@@ -371,15 +377,14 @@ class ReadNode:
         delay_ms = max((h.fault.fault.delay_ms for h in (self._hosted.get(r.vp_id) for r in reads) if h), default=0)
         if delay_ms:
             await asyncio.sleep(delay_ms / 1000)
-        deadline = time.monotonic() + wait_ms_max / 1000
-        while True:
-            now_ms = _now_ms()
-            if any(self._readable(read, now_ms) for read in reads) or not await self._wait_for_change(deadline):
-                return self._read_all(reads, bytes_max, _now_ms())
+        await self._changes.wait_until(lambda: self._any_readable(reads), wait_ms_max / 1000)
+        return self._read_all(reads, bytes_max, _now_ms())
 
-    def _readable(self, read: ConsumerRead, now_ms: int) -> bool:
-        hosted = self._hosted.get(read.vp_id)
-        return hosted is None or hosted.readable(read.offset, now_ms)
+    def _any_readable(self, reads: Sequence[ConsumerRead]) -> bool:
+        """True if a read of one of ``reads`` would answer now (data, or an error)."""
+        now_ms = _now_ms()
+        return any((hosted := self._hosted.get(read.vp_id)) is None or hosted.readable(read.offset, now_ms)
+                   for read in reads)
 
     def _read_all(self, reads: Sequence[ConsumerRead], bytes_max: int, now_ms: int) -> list[ConsumerAnswer]:
         answers, budget = [], bytes_max
@@ -448,7 +453,7 @@ class ReadNode:
         logger.warning("%s: replica on %s fault set to %s", vp_id, self._spec.node_id, fault)
         for fetcher in self._fetchers.values():
             fetcher.wake()
-        return {"delay_ms": fault.delay_ms, "paused": fault.paused}
+        return fault.describe()
 
     async def set_feed_fault(self, topic: str, paused: bool) -> dict:
         """Pause (or resume) this node's feed streams of ``topic``, as if the node had stopped feeding it."""
@@ -465,53 +470,29 @@ class ReadNode:
 
     def _on_ready(self, hosted: HostedVp, ready: Ready) -> None:
         if ready.write_risr is not None:
-            self._risr_dirty.add(hosted.vp_id)
-            task = self._risr_tasks.get(hosted.vp_id)
-            if task is None or task.done():
-                self._risr_tasks[hosted.vp_id] = asyncio.get_running_loop().create_task(self._persist_risr(hosted))
+            recorder = self._risr_recorders.get(hosted.vp_id)
+            if recorder is None:
+                recorder = self._risr_recorders[hosted.vp_id] = self._risr_recorder(hosted)
+            recorder.changed()
         if ready.wake:
             self._change_seq += 1
             self._vp_changed_seq[hosted.vp_id] = self._change_seq
-            self._wake()
+            self._changes.notify()
             if hosted.core.is_leader:  # the HW moved: a closed parent may be complete now
                 entry = self._topics.get(hosted.vp_id.topic)
                 if entry is not None and entry.view.layout is not None and not entry.view.layout.is_active(hosted.vp_id.vp):
                     self._check_seal(hosted.vp_id.topic, hosted.vp_id.vp)
 
-    def _wake(self) -> None:
-        """Wake every long-polling fetch (followers' and consumers'): something changed on this node."""
-        self._changed.set()
-        self._changed = asyncio.Event()
+    def _risr_recorder(self, hosted: HostedVp) -> InSyncRecorder:
+        """The writer of ``hosted``'s RISR to etcd, as long as it leads on this node (one write in flight)."""
+        def to_record() -> tuple[frozenset[str], int] | None:
+            if not hosted.core.is_leader or hosted.closed or self._closed:
+                return None
+            return hosted.core.risr, hosted.core.leader_epoch
 
-    async def _wait_for_change(self, deadline: float) -> bool:
-        """Wait for the next change, at most until ``deadline``; False once it passed."""
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        try:
-            await asyncio.wait_for(self._changed.wait(), remaining)
-        except asyncio.TimeoutError:
-            return False
-        return True
-
-    async def _persist_risr(self, hosted: HostedVp) -> None:
-        """Write the VP's RISR to etcd until etcd holds the current one (single flight per VP)."""
-        vp_id, loop = hosted.vp_id, asyncio.get_running_loop()
-        while vp_id in self._risr_dirty and hosted.core.is_leader and not hosted.closed and not self._closed:
-            self._risr_dirty.discard(vp_id)
-            risr, epoch = tuple(sorted(hosted.core.risr)), hosted.core.leader_epoch
-            logger.warning("%s: RISR is now %s", vp_id, list(risr))
-            try:
-                written = await loop.run_in_executor(None, self._write_risr, vp_id, risr, epoch)
-            except CoordinatorUnavailable as error:  # the HW stays bounded by the wider RISR: safe
-                logger.warning("%s: cannot record RISR yet: %s", vp_id, error)
-                self._risr_dirty.add(vp_id)
-                await asyncio.sleep(RISR_WRITE_BACKOFF_S)
-                continue
-            if not written:
-                logger.error("%s: etcd names another leader or epoch; %s is fenced", vp_id, self._spec.node_id)
-                return
-            hosted.risr_written(risr, epoch)
+        return InSyncRecorder(str(hosted.vp_id), "RISR", self._spec.node_id, to_record,
+                              lambda risr, epoch: self._write_risr(hosted.vp_id, risr, epoch), hosted.risr_written,
+                              RISR_WRITE_BACKOFF_S)
 
     def _write_risr(self, vp_id: VpId, risr: tuple[str, ...], leader_epoch: int) -> bool:
         virtual = VirtualStore(self._metadata_store(), self._spec.cluster)

@@ -87,7 +87,7 @@ class Ready:
     truncate_to: int | None = None
     # fsync the log now (a leader alone in its RISR), then report the offset to ``flushed``.
     flush: bool = False
-    # Rewrite the leader-epoch checkpoint (``log.recovery.EPOCH_CHECKPOINT``).
+    # Rewrite the leader-epoch checkpoint (``log.replica_storage.EPOCH_CHECKPOINT``).
     save_epochs: bool = False
     # Record this RISR in the coordinator (compare-and-swap on the VP key, only while it
     # names this replica as leader of ``leader_epoch``), then call ``risr_written``.

@@ -1,10 +1,11 @@
-"""The split: committed physical records -> per-VP records that carry their source.
+"""Routing: committed physical records -> per-VP records that carry their source.
 
 The feeder (never the physical leader) decodes each committed physical batch and calls
-``split_batch``: every record gets its message hash (``ranges.message_hash``) and goes to
-exactly one VP, ``TopicLayout.locate(partition, offset, hash)``; within a VP the records keep
-physical offset order. The VP leader appends them as ordinary batches (``encode_vp_batch``),
-assigning its own VP offsets.
+``route_batch``: every record gets its message hash (``ranges.message_hash``) and goes to
+exactly one VP, the one owning that hash in the split epoch of its offset
+(``TopicLayout.locate(partition, offset, hash)``); within a VP the records keep physical offset
+order. The VP leader appends them as ordinary batches (``encode_vp_batch``), assigning its own
+VP offsets.
 
 Source encoding. A VP record is the producer's record (timestamp, key, value, headers) with
 one more header appended last::
@@ -102,7 +103,7 @@ def lost_range_of(record: Record) -> tuple[int, int, int] | None:
     return None
 
 
-def split_records(
+def route_records(
     header: BatchHeader, records: Sequence[Record], partition: int, layout: TopicLayout,
     wanted: Container[int] | None = None,
 ) -> dict[int, list[SourcedRecord]]:
@@ -131,11 +132,11 @@ def split_records(
     return by_vp
 
 
-def split_batch(
+def route_batch(
     batch: bytes | bytearray | memoryview, partition: int, layout: TopicLayout, wanted: Container[int] | None = None
 ) -> dict[int, list[SourcedRecord]]:
-    """``split_records`` of the one stamped, CRC-checked physical batch at the start of ``batch``."""
-    return split_records(read_header(batch), decode_batch(batch), partition, layout, wanted)
+    """``route_records`` of the one stamped, CRC-checked physical batch at the start of ``batch``."""
+    return route_records(read_header(batch), decode_batch(batch), partition, layout, wanted)
 
 
 def encode_vp_batch(records: Sequence[SourcedRecord]) -> bytes:

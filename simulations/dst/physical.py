@@ -2,9 +2,9 @@
 
 ``SimReplica`` is to the simulator what ``mafka4.physical.actor.PhysicalPartition`` is to Ray:
 a thin shell that turns messages into calls of the real cores and does the disk and network
-work they decide on. It builds the real ``Log`` (on ``SimDisk``) and the real
-``ReplicaState`` (or the class in ``options.replica_state_class``) and follows the actor
-step by step: recovery (``_recovered_*``), the sequence gate (``sequencer.SequenceGate``:
+work they decide on. It builds the real ``ReplicaStorage`` (the log and its checkpoints, on
+``SimDisk``) and the real ``ReplicaState`` (or the class in ``options.replica_state_class``)
+and follows the actor step by step: recovery, the sequence gate (``sequencer.SequenceGate``:
 an early batch waits for its turn up to ``sequence_wait_ms_max``), produce with acks=all
 waiters, serving follower fetches, the follower's fetch/truncate/append loop, the ISR
 compare-and-swap before ``isr_committed``, ticks, flushes and checkpoints. What the actor
@@ -20,10 +20,8 @@ from pathlib import Path
 
 from mafka4.errors import CorruptRecord, MafkaError, NotLeader
 from mafka4.limits import Acks
-from mafka4.log.checkpoint import write_checkpoint
-from mafka4.log.log import Log
-from mafka4.log.recovery import (EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT, recovered_epochs,
-                                 recovered_high_watermark, recovered_producers)
+from mafka4.log.replica_storage import ReplicaStorage
+from mafka4.physical.follower import apply_leader_answer
 from mafka4.physical.replica import ReplicaState, Role
 from mafka4.records import NO_PRODUCER_ID, check_single_batch, stamp
 from simulations.dst import messages as m
@@ -41,31 +39,25 @@ class SimReplica:
         self.node = node
         self.partition = partition
         self.replica_id = node.name
-        self.directory = directory
         options = env.options
-        self.log = Log.open(directory, options.log_config, env.now_ms)
+        self.storage = ReplicaStorage(directory, options.log_config, env.now_ms)
+        self.log = self.storage.log
         self.state: ReplicaState = options.replica_state_class(
             self.replica_id, f"t-{partition}", options.replica_config,
-            self.log.log_end_offset, recovered_high_watermark(directory, self.log),
-            recovered_epochs(directory, self.log), recovered_producers(self.log, options.replica_config),
+            self.log.log_end_offset, self.storage.recovered_high_watermark(),
+            self.storage.recovered_epochs(), self.storage.recovered_producers(options.replica_config),
         )
         self._waiters: list[tuple[int, int, int, str, int]] = []  # (next offset, epoch, base offset, client, request)
         self._parked: list[tuple[int, str, m.Produce]] = []  # (deadline, client, request): the sequence gate
         self._fetch: tuple[int, int, str, int] | None = None  # (request, epoch, leader, sent at)
         self._isr_write: tuple[int, tuple[str, ...], int, int] | None = None  # (request, isr, epoch, sent at)
         self._isr_dirty = False
-        self._saved_high_watermark = -1
         self._next_checkpoint_ms = env.now_ms
-
-    # --- checkpoints (restarts read them: log.recovery) ----------------------------
-
-    def _save_epochs(self) -> None:
-        write_checkpoint(self.directory / EPOCH_CHECKPOINT, self.state.epochs.to_text())
 
     def close(self) -> None:
         """A clean stop (the actor's ``close``): flush, mark the log clean."""
         self._fail_waiters(NotLeader(f"replica {self.replica_id} is shutting down"))
-        self.log.close()
+        self.storage.close()
 
     def _send(self, destination: str, message: object) -> None:
         self.env.network.send(self.node.name, destination, message)
@@ -81,7 +73,7 @@ class SimReplica:
                 failure = m.Failure.of(error)
             else:
                 self._fetch = None
-                self._save_epochs()
+                self.storage.save_epochs(self.state.epochs)
                 self._release()
         self._send(source, m.RoleResult(message.request_id, self.partition, self.replica_id, message.leader_epoch, failure))
 
@@ -272,21 +264,11 @@ class SimReplica:
             self._maybe_fetch()  # more to read: fetch at once, as the actor's loop does
 
     def _apply_fetch(self, message: m.ReplicaFetchResult) -> None:
-        if message.diverging is not None:
-            offset = self.state.truncation_offset(*message.diverging)
-            if offset < self.log.log_end_offset:
-                self.env.count("truncations")
-            self.log.truncate_to(offset)
-            self.state.truncated(offset)
-            self._save_epochs()
-        else:
-            if message.data:
-                epoch_before = self.state.last_fetched_epoch
-                for header in self.log.append_batches(message.data, self.env.now_ms):
-                    self.state.follower_appended(header)
-                if self.state.last_fetched_epoch != epoch_before:
-                    self._save_epochs()
-            self.state.follower_high_watermark(message.high_watermark)
+        end_before = self.log.log_end_offset
+        truncated_to = apply_leader_answer(self.state, self.storage, message.diverging, message.data,
+                                           message.high_watermark, self.env.now_ms)
+        if truncated_to is not None and truncated_to < end_before:
+            self.env.count("truncations")
 
     def on_result(self, message: object) -> None:
         """An answer to one of this replica's calls (matched by request id, else ignored)."""
@@ -313,9 +295,7 @@ class SimReplica:
         self.log.maybe_flush(now_ms)
         if now_ms >= self._next_checkpoint_ms:
             self._next_checkpoint_ms = now_ms + HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS
-            if self.state.high_watermark != self._saved_high_watermark:
-                self._saved_high_watermark = self.state.high_watermark
-                write_checkpoint(self.directory / HIGH_WATERMARK_CHECKPOINT, str(self._saved_high_watermark))
+            self.storage.save_high_watermark(self.state.high_watermark)
 
 
 # The calls a write node dispatches to one of its replicas, by message type.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from mafka4 import records
 from mafka4.virtual.layout import TopicLayout
-from mafka4.virtual.vp_records import encode_vp_batch, split_batch
+from mafka4.virtual.vp_records import encode_vp_batch, route_batch
 from simulations.checkers import (Ack, Anomaly, Commit, Consumed, Kind, Send, StoredRecord, check_acks_in_log,
                                   check_commits_monotonic, check_exactly_once_in_vps, check_no_duplicates_after_commit,
                                   check_per_key_order, check_producer_order, check_reads_match_logs,
@@ -47,7 +47,7 @@ def test_the_expected_vp_of_every_committed_record_is_where_the_feeder_splits_it
     assert [(r.offset, r.value) for r in committed] == [(10 + i, b"k%d" % i) for i in range(20)] + \
         [(30 + i, b"n%d" % i) for i in range(20)]
     fed = {(1, record.offset): vp for position, _ in records.iter_batches(log)
-           for vp, vp_batch in split_batch(log[position:], 1, layout).items() for record in vp_batch}
+           for vp, vp_batch in route_batch(log[position:], 1, layout).items() for record in vp_batch}
     assert expected_vp == fed
     assert 1 in {expected_vp[(1, offset)] for offset in range(10, 35)}
     assert 1 not in {expected_vp[(1, offset)] for offset in range(35, 50)}, "VP 1 is closed from the cut on"
@@ -55,7 +55,7 @@ def test_the_expected_vp_of_every_committed_record_is_where_the_feeder_splits_it
 
 def test_vp_records_carry_their_physical_source_and_the_producer_s_record():
     layout = TopicLayout.initial(partitions=3, virtual_partitions=1)
-    (fed,) = split_batch(stamped(records.encode_batch([(b"k", b"a", 5, [("trace", b"t")]), (b"k", b"b", 6, None)]), 40),
+    (fed,) = route_batch(stamped(records.encode_batch([(b"k", b"a", 5, [("trace", b"t")]), (b"k", b"b", 6, None)]), 40),
                          2, layout).values()
 
     assert vp_records(stamped(encode_vp_batch(fed), 0)) == [StoredRecord(0, b"k", b"a", 2, 40),

@@ -233,6 +233,10 @@ def test_offset_for_timestamp(tmp_path):
         if offset != 30:
             expected = offset if offset < 30 else 30
             assert log.offset_for_timestamp(1_000 + 10 * offset) == expected
+    # A reader bounded by a high watermark finds only batches below it.
+    assert log.offset_for_timestamp(1_250, end_offset=26) == 25
+    assert log.offset_for_timestamp(1_250, end_offset=25) is None
+    assert log.offset_for_timestamp(99_001, end_offset=60) is None
     log.close()
 
 

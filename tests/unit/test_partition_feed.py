@@ -26,7 +26,7 @@ from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.partition_feed import PartitionFeed
 from mafka4.virtual.ranges import message_hash
 from mafka4.virtual.topic_view import TopicView
-from mafka4.virtual.vp_records import lost_range_of, source_of, split_batch
+from mafka4.virtual.vp_records import lost_range_of, route_batch, source_of
 from mafka4.virtual.vp_state import VirtualPartitionState, epoch_to_json
 
 CLUSTER, TOPIC, NODE = "test", "orders", "n1"
@@ -289,7 +289,7 @@ def test_a_hold_waits_until_no_vp_holds_a_record_at_or_past_the_cut(tmp_path):
         everything = physical_batches(0, 50)
         parent, other = topic.lead(0), topic.lead(1)
         # VP 1 already holds records up to 35 (it was fed by the node that led it before).
-        other.feed(0, [r for batch in everything for r in split_batch(batch, 0, layout).get(1, []) if r.offset < 36],
+        other.feed(0, [r for batch in everything for r in route_batch(batch, 0, layout).get(1, []) if r.offset < 36],
                    now_ms=0)
         fed_high = other.core.last_applied(0, 0) + 1
         assert fed_high > 30
@@ -322,7 +322,7 @@ def test_records_deleted_before_they_were_fed_are_recorded_as_lost_and_marked_in
         vp0, vp1 = topic.lead(0), topic.lead(1)
         # VP 0 was fed up to offset 12, VP 1 up to 35 (a VP leader that failed over lost a longer tail).
         for hosted, fed_end in ((vp0, 13), (vp1, 36)):
-            fed = [r for batch in everything for r in split_batch(batch, 0, layout).get(hosted.vp_id.vp, [])
+            fed = [r for batch in everything for r in route_batch(batch, 0, layout).get(hosted.vp_id.vp, [])
                    if r.offset < fed_end]
             hosted.feed(0, fed, now_ms=0)
         first_lacking = vp0.core.last_applied(0, 0) + 1
@@ -357,7 +357,7 @@ def test_a_vp_whose_leader_epoch_changed_makes_the_stream_resume_and_refeed_what
         # VP 0 fails over to a replica of this node that holds only its records below 10.
         new = HostedVp(VpId(TOPIC, 0), NODE, tmp_path / "v0-new", LOG_CONFIG, RisrConfig(), 0, lambda h, r: None)
         new.become_leader(0, (NODE,), (NODE,), now_ms=0)
-        held = [r for batch in physical_batches(0, 10) for r in split_batch(batch, 0, layout).get(0, [])]
+        held = [r for batch in physical_batches(0, 10) for r in route_batch(batch, 0, layout).get(0, [])]
         new.feed(0, held, now_ms=0)
         new.become_follower(1, "n2")
         new.become_leader(2, (NODE,), (NODE,), now_ms=0)

@@ -241,3 +241,8 @@ def test_fault_settings_are_checked():
     with pytest.raises(InvalidConfig, match="paused='yes'"):
         FaultGate().set(paused="yes")
     assert FaultGate().set(delay_ms=5).delay_ms == 5
+
+
+def test_both_replica_kinds_describe_a_fault_alike():
+    assert FaultGate().set(delay_ms=5, paused=True).describe() == {"delay_ms": 5, "paused": True}
+    assert FaultGate().fault.describe() == {"delay_ms": 0, "paused": False}

@@ -1,6 +1,6 @@
 """Seeded random histories of the read path's pure cores: split, idempotent feeding, reshard.
 
-A tiny model drives ``split_batch``, ``FeedProgress`` and ``TopicLayout`` like the feeder
+A tiny model drives ``route_batch``, ``FeedProgress`` and ``TopicLayout`` like the feeder
 and VP actors will: producers append keyed and keyless batches to several physical
 partitions, the HW advances, feeders split committed batches into VP logs (with duplicate
 deliveries, feeder restarts from earlier offsets and VP restarts that rebuild their progress
@@ -24,7 +24,7 @@ from mafka4.hashing import key_hash
 from mafka4.records import NO_PRODUCER_ID, NO_SEQUENCE
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import message_hash
-from mafka4.virtual.vp_records import FeedProgress, encode_vp_batch, source_of, split_batch
+from mafka4.virtual.vp_records import FeedProgress, encode_vp_batch, route_batch, source_of
 
 KEYS = [b"key-%d" % i for i in range(12)]
 PRODUCERS = (NO_PRODUCER_ID, 101, 202)
@@ -129,7 +129,7 @@ class ReadPathModel:
 
     def deliver(self, p: int, batch: bytes) -> None:
         """What the feeder and the VP leaders do with one committed batch."""
-        for vp, vp_records in split_batch(batch, p, self.layout).items():
+        for vp, vp_records in route_batch(batch, p, self.layout).items():
             fresh = self.progress[vp].unapplied(vp_records)
             if not fresh:
                 continue

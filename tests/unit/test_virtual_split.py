@@ -9,7 +9,7 @@ from mafka4.hashing import key_hash
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import HASH_SPACE
 from mafka4.virtual.vp_records import (NOTHING_APPLIED, SOURCE_HEADER, FeedProgress, SourcedRecord, encode_source,
-                                       encode_vp_batch, source_of, split_batch, strip_source)
+                                       encode_vp_batch, route_batch, source_of, strip_source)
 
 
 def physical_batch(items, base_offset, producer_id=7, base_sequence=0) -> bytes:
@@ -32,7 +32,7 @@ def stored(vp_batch: bytes, base_offset: int) -> list[records.Record]:
 
 def test_every_record_goes_to_exactly_one_vp_by_hash_in_offset_order():
     layout = TopicLayout.initial(partitions=2, virtual_partitions=4)
-    out = split_batch(physical_batch(keyed(50), 100), 1, layout)
+    out = route_batch(physical_batch(keyed(50), 100), 1, layout)
     offsets = sorted(r.offset for vp_records in out.values() for r in vp_records)
     assert offsets == list(range(100, 150))
     for vp, vp_records in out.items():
@@ -45,23 +45,23 @@ def test_every_record_goes_to_exactly_one_vp_by_hash_in_offset_order():
 def test_keyless_records_of_one_batch_spread_over_the_vps():
     layout = TopicLayout.initial(partitions=1, virtual_partitions=4)
     items = [(None, b"v", 5, None)] * 40
-    out = split_batch(physical_batch(items, 0, producer_id=11, base_sequence=200), 0, layout)
+    out = route_batch(physical_batch(items, 0, producer_id=11, base_sequence=200), 0, layout)
     assert len(out) == 4 and all(9 <= len(v) <= 11 for v in out.values())
-    again = split_batch(physical_batch(items, 0, producer_id=11, base_sequence=200), 0, layout)
+    again = route_batch(physical_batch(items, 0, producer_id=11, base_sequence=200), 0, layout)
     assert again == out, "the split of a batch must be deterministic"
 
 
 def test_a_batch_straddling_a_cut_feeds_parent_and_children():
     layout = TopicLayout.initial(partitions=1, virtual_partitions=1)
     layout = layout.append(layout.plan_split(0, (105,), (100,)))
-    out = split_batch(physical_batch(keyed(10), 100), 0, layout)
+    out = route_batch(physical_batch(keyed(10), 100), 0, layout)
     assert [r.offset for r in out[0]] == list(range(100, 105))
     assert sorted(r.offset for vp in (1, 2) for r in out.get(vp, [])) == list(range(105, 110))
 
 
 def test_vp_records_carry_their_source_in_a_last_header_and_round_trip():
     layout = TopicLayout.initial(partitions=3, virtual_partitions=1)
-    (vp_records,) = split_batch(physical_batch(keyed(3), 40), 2, layout).values()
+    (vp_records,) = route_batch(physical_batch(keyed(3), 40), 2, layout).values()
     back = stored(encode_vp_batch(vp_records), base_offset=7)
     assert [source_of(r) for r in back] == [(2, 40), (2, 41), (2, 42)]
     assert [r.offset for r in back] == [7, 8, 9]  # VP offsets are the VP leader's
@@ -104,11 +104,11 @@ def test_applying_a_source_offset_twice_or_backwards_is_a_bug():
         progress.unapplied([record(1, 3), record(1, 2)])
 
 
-def test_split_of_a_corrupt_batch_raises_corrupt_record():
+def test_routing_a_corrupt_batch_raises_corrupt_record():
     batch = bytearray(physical_batch(keyed(2), 0))
     batch[-1] ^= 1
     with pytest.raises(records.CorruptRecord):
-        split_batch(batch, 0, TopicLayout.initial(1, 1))
+        route_batch(batch, 0, TopicLayout.initial(1, 1))
 
 
 def test_the_top_hash_belongs_to_the_last_vp():

@@ -1,0 +1,94 @@
+"""``ReplicaStorage``: what one replica keeps on disk, and how it comes back after a restart.
+
+Every replica keeps its data the same way, physical (``physical.actor.PhysicalPartition`` and
+the simulator's ``SimReplica``) or virtual (``virtual.hosted_vp.HostedVp``), so that all of
+them restart by the same rules. One directory per replica:
+
+    <segments, indexes, recovery-point>   the segmented ``Log`` (see log.py)
+    leader-epoch-checkpoint               ``EpochHistory.to_text``: one ``<epoch> <start offset>`` line per epoch
+    high-watermark                        the high watermark, in decimal
+
+Both checkpoints are replaced atomically (``checkpoint.write_checkpoint``), so a crash leaves
+the old or the new text. The owner saves the epochs whenever its history changes (a new
+leader epoch, a truncation) and the high watermark as often as it likes: ``save_high_watermark``
+writes only a value that differs from the last one written, so a periodic caller costs no
+fsync while the HW stands still.
+
+Recovery, after ``Log.open`` recovered the segments:
+
+* leader epochs: the checkpoint, cut at the log end; without one, rebuilt from the batches,
+  which carry their leader epoch;
+* high watermark: the checkpoint, within the log's range (a checkpoint can be older or, after
+  a lost tail, newer than the log); 0 (then the log start) without one;
+* producer state (physical replicas only): every batch header from the log start, in order.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from mafka4.limits import LogConfig, ReplicaConfig
+from mafka4.log.checkpoint import read_checkpoint, write_checkpoint
+from mafka4.log.epochs import EpochHistory
+from mafka4.log.log import Log
+from mafka4.log.producer_state import ProducerStateTable
+
+EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+HIGH_WATERMARK_CHECKPOINT = "high-watermark"
+
+
+class ReplicaStorage:
+    """One replica's directory: its ``Log`` and the checkpoints beside it; see the module docstring."""
+
+    def __init__(self, directory: str | os.PathLike, log_config: LogConfig, now_ms: int):
+        """Open (creating if missing) and recover the log in ``directory``."""
+        self.directory = Path(directory)
+        self.log = Log.open(self.directory, log_config, now_ms)
+        # None until this instance wrote one: the first save always writes, whatever the file holds.
+        self._saved_high_watermark: int | None = None
+
+    # --- recovery -------------------------------------------------------------------------
+
+    def recovered_epochs(self) -> EpochHistory:
+        text = read_checkpoint(self.directory / EPOCH_CHECKPOINT)
+        epochs = EpochHistory.from_text(text) if text else EpochHistory()
+        epochs.truncate_from(self.log.log_end_offset)
+        if text is None:
+            for header in self.log.batch_headers(self.log.log_start_offset):
+                if header.leader_epoch > epochs.latest_epoch:
+                    epochs.assign(header.leader_epoch, header.base_offset)
+        return epochs
+
+    def recovered_high_watermark(self) -> int:
+        text = read_checkpoint(self.directory / HIGH_WATERMARK_CHECKPOINT)
+        saved = int(text) if text and text.strip().isdigit() else 0
+        return max(self.log.log_start_offset, min(saved, self.log.log_end_offset))
+
+    def recovered_producers(self, config: ReplicaConfig) -> ProducerStateTable:
+        producers = ProducerStateTable(config.producer_batches_remembered, config.producer_ids_max)
+        for header in self.log.batch_headers(self.log.log_start_offset):
+            producers.record(header)
+        return producers
+
+    # --- checkpoints ----------------------------------------------------------------------
+
+    def save_epochs(self, epochs: EpochHistory) -> None:
+        write_checkpoint(self.directory / EPOCH_CHECKPOINT, epochs.to_text())
+
+    def save_high_watermark(self, high_watermark: int) -> bool:
+        """Checkpoint ``high_watermark`` unless it is the value last written; True if it wrote."""
+        if high_watermark == self._saved_high_watermark:
+            return False
+        write_checkpoint(self.directory / HIGH_WATERMARK_CHECKPOINT, str(high_watermark))
+        self._saved_high_watermark = high_watermark
+        return True
+
+    # --- closing --------------------------------------------------------------------------
+
+    def close(self, delete_data: bool = False) -> None:
+        """Close the log (flushed, marked clean; again is a no-op); with ``delete_data`` remove the directory."""
+        self.log.close()
+        if delete_data:
+            shutil.rmtree(self.directory, ignore_errors=True)
