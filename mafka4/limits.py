@@ -416,6 +416,11 @@ class ClusterConfig:
         _check_range(self, "read_nodes", 0, 16)
         _check_range(self, "node_lease_ttl_s", 2, 600)
         _check_range(self, "start_timeout_s", 5, 3600)
+        settings = self.controller_settings
+        if not isinstance(settings, (tuple, list)) or not all(
+                isinstance(pair, (tuple, list)) and len(pair) == 2 and isinstance(pair[0], str) for pair in settings):
+            raise InvalidConfig(f"controller_settings={settings!r} must be (name, value) pairs, "
+                                f"e.g. (('vp_merge_delay_ms', 5000),)")
         self.controller_config()  # InvalidConfig names a bad setting before anything starts
 
     def controller_config(self) -> "ControllerConfig":
