@@ -66,6 +66,26 @@ class OffsetReset(enum.Enum):
         raise InvalidConfig(f"auto_offset_reset={value!r} is not valid: use 'earliest' or 'latest'")
 
 
+class ReadMode(enum.StrEnum):
+    """How consumers read a topic (DESIGN.md section 6).
+
+    A ``StrEnum`` because the values are what etcd's topic configs, the ``--read-mode`` flag and
+    the experiments' event logs hold: a member is written as its plain string and equals it.
+    """
+
+    MAFKA4 = "mafka4"  # from virtual partitions fed from the physical ones, on read nodes
+    MAFKA3 = "mafka3"  # from the physical partitions: no virtual partitions, no read replicas
+
+    @classmethod
+    def parse(cls, value: object) -> "ReadMode":
+        """``value`` as a user or a stored config gives it ("mafka4"); a ``ReadMode`` as it is."""
+        try:
+            return cls(value)
+        except (TypeError, ValueError):
+            choices = ", ".join(repr(mode.value) for mode in cls)
+            raise InvalidConfig(f"read_mode={value!r} is not valid: use one of {choices}") from None
+
+
 # Names of the partition assignors of consumer groups (mafka4.coordinator.groups.assignors).
 ASSIGNOR_NAMES = ("range", "sticky")
 
@@ -191,13 +211,12 @@ class ReplicaConfig:
 PARTITIONS_MAX = 1024
 REPLICATION_FACTOR_MAX = 7
 TOPIC_NAME_CHARS_MAX = 200
-# Read path (DESIGN.md section 6): how consumers read a topic. "mafka4": from virtual
-# partitions fed from the physical ones; "mafka3": from the physical partitions (no VPs).
-READ_MODES = ("mafka4", "mafka3")
+# The ``--read-mode`` choices, in the order its help lists them.
+READ_MODES = tuple(mode.value for mode in ReadMode)
 # The read mode of a topic created without one, by ``Admin.create_topic`` and ``mafka4 topic
-# create`` alike. TopicConfig's own field keeps "mafka3": a stored config without the field was
+# create`` alike. TopicConfig's own field keeps MAFKA3: a stored config without the field was
 # written before read modes existed, and is a Mafka3 topic.
-READ_MODE_DEFAULT = "mafka4"
+READ_MODE_DEFAULT = ReadMode.MAFKA4
 # Virtual partitions of one topic: the default and the ceiling of TopicConfig.virtual_partitions_max.
 VIRTUAL_PARTITIONS_MAX = 1024
 # A topic is created in one etcd transaction (its config, every partition key, its split epoch and
@@ -223,9 +242,9 @@ class TopicConfig:
     replica_lag_ms_max: int = 10 * SECOND_MS
     # Elect a leader outside the ISR when no ISR member is alive (may lose acknowledged data).
     unclean_leader_election: bool = False
-    # One of READ_MODES; "mafka3" topics have no virtual partitions and no read replicas. Topics
-    # are created with READ_MODE_DEFAULT unless the caller says otherwise.
-    read_mode: str = "mafka3"
+    # Given as a ReadMode or its string; held as a ReadMode. Topics are created with
+    # READ_MODE_DEFAULT unless the caller says otherwise.
+    read_mode: ReadMode = ReadMode.MAFKA3
     # Virtual partitions at creation (None: one per physical partition; 0 in mafka3 mode).
     virtual_partitions: int | None = None
     # Replicas of each virtual partition on distinct live read nodes (creation fails with
@@ -264,11 +283,10 @@ class TopicConfig:
         self._check_read_path()
 
     def _check_read_path(self) -> None:
-        if self.read_mode not in READ_MODES:
-            raise InvalidConfig(f"read_mode={self.read_mode!r} is not valid: use one of {', '.join(map(repr, READ_MODES))}")
+        object.__setattr__(self, "read_mode", ReadMode.parse(self.read_mode))
         _check_range(self, "read_replica_lag_ms_max", 1)
         _check_range(self, "read_replicas", 0, READ_REPLICAS_MAX)
-        if self.read_mode == "mafka3":
+        if self.read_mode is ReadMode.MAFKA3:
             if self.virtual_partitions not in (None, 0):
                 raise InvalidConfig(
                     f"virtual_partitions={self.virtual_partitions}: a read_mode='mafka3' topic has no virtual "
@@ -283,13 +301,13 @@ class TopicConfig:
     @property
     def virtual_partition_count(self) -> int:
         """Virtual partitions at creation: 0 in mafka3 mode, else ``virtual_partitions`` or P."""
-        if self.read_mode == "mafka3":
+        if self.read_mode is ReadMode.MAFKA3:
             return 0
         return self.partitions if self.virtual_partitions is None else self.virtual_partitions
 
     @property
     def read_replica_count(self) -> int:
-        return 0 if self.read_mode == "mafka3" else self.read_replicas
+        return 0 if self.read_mode is ReadMode.MAFKA3 else self.read_replicas
 
     def resolved(self) -> "TopicConfig":
         """This config with the read-path defaults spelled out, as stored at creation."""

@@ -11,8 +11,6 @@ written. Reading (``list_topics``, ``describe_topic``) goes to etcd and to the l
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 import ray
 
 from mafka4.coordinator.metadata import intents
@@ -20,10 +18,10 @@ from mafka4.coordinator.metadata.intents import IntentKind
 from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import InvalidConfig, TopicExists
-from mafka4.limits import READ_MODE_DEFAULT, TopicConfig, replace_config
+from mafka4.limits import READ_MODE_DEFAULT, ReadMode, TopicConfig, replace_config
 from mafka4.names import validate_topic_name
 from mafka4.physical.handles import replica_handle
-from mafka4.physical.partition_state import TopicMetadata
+from mafka4.physical.partition_state import TopicMetadata, config_to_json
 from mafka4.runtime.connect import Connection, connect
 from mafka4.virtual.handles import read_node_handle
 from mafka4.virtual.hosted_vp import VpId
@@ -38,7 +36,7 @@ RESHAPE_WAIT_S = 120
 
 
 def new_topic_config(name: str, partitions: int = 1, replication_factor: int = 1, virtual_partitions: int | None = None,
-                     read_replicas: int = 1, read_mode: str = READ_MODE_DEFAULT, **overrides) -> TopicConfig:
+                     read_replicas: int = 1, read_mode: ReadMode | str = READ_MODE_DEFAULT, **overrides) -> TopicConfig:
     """The resolved config of a topic to create, or ``InvalidTopicName``/``InvalidConfig``.
 
     Needs no cluster, so callers (the CLI) can refuse a bad request before connecting.
@@ -62,20 +60,21 @@ class Admin:
         return intents.request(self._connection.store, self.cluster, kind, topic, args, wait_s)
 
     def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1, virtual_partitions: int | None = None,
-                     read_replicas: int = 1, read_mode: str = READ_MODE_DEFAULT, wait_s: float = CREATE_WAIT_S,
+                     read_replicas: int = 1, read_mode: ReadMode | str = READ_MODE_DEFAULT, wait_s: float = CREATE_WAIT_S,
                      **overrides) -> TopicMetadata:
         """Create a topic; ``overrides`` are other ``TopicConfig`` fields (e.g. min_insync_replicas).
 
-        ``read_mode="mafka4"`` (the default, ``READ_MODE_DEFAULT``, as for ``mafka4 topic create``):
-        consumers read ``virtual_partitions`` VPs (default one per physical partition), each on
-        ``read_replicas`` read nodes. ``"mafka3"``: consumers read the physical partitions; no VPs.
+        ``read_mode`` is a ``ReadMode`` or its string. ``"mafka4"`` (the default, ``READ_MODE_DEFAULT``,
+        as for ``mafka4 topic create``): consumers read ``virtual_partitions`` VPs (default one per
+        physical partition), each on ``read_replicas`` read nodes. ``"mafka3"``: consumers read the
+        physical partitions; no VPs.
         Waits at most ``wait_s`` for the controller.
         """
         config = new_topic_config(name, partitions, replication_factor, virtual_partitions, read_replicas, read_mode,
                                   **overrides)
         if self._topics.exists(name):
             raise TopicExists(f"topic {name!r} already exists: delete it first or choose another name")
-        self._request(IntentKind.CREATE_TOPIC, name, {"config": asdict(config)}, wait_s)
+        self._request(IntentKind.CREATE_TOPIC, name, {"config": config_to_json(config)}, wait_s)
         return self._topics.get(name)
 
     def delete_topic(self, name: str, wait_s: float = CREATE_WAIT_S) -> None:

@@ -46,7 +46,7 @@ from mafka4.coordinator.groups.partition_protocol import (CommittedOffset, Membe
                                                           validate_group_name)
 from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.errors import CommitFailed, CoordinatorUnavailable, MafkaError, PartitionNotAssigned
-from mafka4.limits import ConsumerConfig, OffsetReset
+from mafka4.limits import ConsumerConfig, OffsetReset, ReadMode
 from mafka4.names import validate_topic_name
 from mafka4.records import decode_batches
 from mafka4.runtime.connect import Connection, connect
@@ -71,7 +71,7 @@ class Consumer:
         connection = connection or connect()
         metadata = TopicStore(connection.store, connection.cluster).get(topic)
         self._virtual: VirtualConsumer | VirtualGroupConsumer | None = None
-        if metadata.config.read_mode == "mafka4":
+        if metadata.config.read_mode is ReadMode.MAFKA4:
             self._virtual = (VirtualConsumer(topic, connection, from_beginning, **settings) if self.group is None
                              else VirtualGroupConsumer(metadata, self.group, connection, self.config))
             return
