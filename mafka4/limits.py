@@ -28,6 +28,9 @@ class Acks(enum.Enum):
 
     @classmethod
     def parse(cls, value: object) -> "Acks":
+        """``value`` as given by a user ("all", "-1", 1, ...); an ``Acks`` is returned as it is."""
+        if isinstance(value, Acks):
+            return value
         text = str(value).strip().lower()
         if text == "-1":
             text = "all"
@@ -361,7 +364,7 @@ class ProducerConfig:
     metadata_max_age_ms: int = 30 * SECOND_MS
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "acks", Acks.parse(self.acks.value if isinstance(self.acks, Acks) else self.acks))
+        object.__setattr__(self, "acks", Acks.parse(self.acks))
         object.__setattr__(self, "on_full", OnFull.parse(self.on_full))
         _check_range(self, "linger_ms", 0, 60 * SECOND_MS)
         _check_range(self, "batch_bytes_max", 1 * KiB, 64 * MiB)

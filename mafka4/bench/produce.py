@@ -41,7 +41,7 @@ from mafka4.client.accumulator import RECORD_OVERHEAD_BYTES
 from mafka4.client.admin import Admin
 from mafka4.client.producer import Producer
 from mafka4.client.sender import new_producer_id
-from mafka4.limits import MiB, ReadMode
+from mafka4.limits import Acks, MiB, ReadMode
 from mafka4.physical.handles import replica_handle
 from mafka4.records import HEADER_BYTES, encode_batch
 from mafka4.runtime.connect import Connection, connect
@@ -112,7 +112,7 @@ def encoded_batches(settings: ProduceBenchSettings) -> list[list[bytes]]:
     return batches
 
 
-async def _drive(handle, batches: list[bytes], acks: str, window: int, latencies: list[int]) -> None:
+async def _drive(handle, batches: list[bytes], acks: Acks, window: int, latencies: list[int]) -> None:
     pending: deque = deque()
     for batch in batches:
         if len(pending) >= window:
@@ -128,9 +128,10 @@ async def _drive(handle, batches: list[bytes], acks: str, window: int, latencies
 
 def raw_run(handles: list, batches: list[list[bytes]], settings: ProduceBenchSettings) -> dict:
     latencies: list[int] = []
+    acks = Acks.parse(settings.acks)  # the --acks string, as the replicas take it
 
     async def main():
-        await asyncio.gather(*(_drive(h, b, settings.acks, settings.in_flight_batches_max, latencies)
+        await asyncio.gather(*(_drive(h, b, acks, settings.in_flight_batches_max, latencies)
                                for h, b in zip(handles, batches)))
 
     started = time.perf_counter()

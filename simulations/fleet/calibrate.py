@@ -45,7 +45,7 @@ import numpy as np
 import psutil
 
 from mafka4.bench.produce import ProduceBenchSettings, encoded_batches, producer_run, raw_run
-from mafka4.limits import ClusterConfig, ReadMode
+from mafka4.limits import Acks, ClusterConfig, ReadMode
 from simulations.fleet.fit import derive_params
 from simulations.schema import git_commit
 
@@ -279,7 +279,7 @@ async def _wake_trial(produce_handle, fetch_targets: list, batch: bytes) -> floa
     """ms from the produce acknowledgement until the first polling reader has the message."""
     readers = [asyncio.ensure_future(_poll_until_data(f, o)) for f, o in fetch_targets]
     await asyncio.sleep(0.1)  # every reader is parked in its long poll
-    await asyncio.wrap_future(produce_handle.produce.remote(batch, "all", 10_000).future())
+    await asyncio.wrap_future(produce_handle.produce.remote(batch, Acks.ALL, 10_000).future())
     acked = time.perf_counter()
     done, pending = await asyncio.wait(readers, timeout=10.0, return_when=asyncio.FIRST_COMPLETED)
     for reader in pending:
