@@ -31,12 +31,10 @@ from mafka4.coordinator.metadata import keys
 from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import GroupNotEmpty, InvalidConfig, RequestTimedOut, UnknownGroup, UnknownTopic
-from mafka4.limits import ReadMode
+from mafka4.limits import LIST_OFFSETS_TIMEOUT_S, ReadMode
 from mafka4.names import validate_topic_name
 from mafka4.runtime.connect import Connection, connect
 from mafka4.virtual.handles import ask_leader_nodes
-
-LIST_OFFSETS_TIMEOUT_S = 30
 
 
 @dataclass(frozen=True, slots=True)

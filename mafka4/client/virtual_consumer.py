@@ -29,12 +29,9 @@ from mafka4.client.message import Message, new_member_id
 from mafka4.client.vp_fetcher import VpFetcher
 from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.errors import PartitionNotAssigned, WrongReadMode
-from mafka4.limits import ConsumerConfig, ReadMode
+from mafka4.limits import RESHARD_CHECK_INTERVAL_S, ConsumerConfig, ReadMode
 from mafka4.names import validate_topic_name
 from mafka4.runtime.connect import Connection, connect
-
-# While a parent it read to its end waits to be sealed, the reader looks at etcd this often.
-RESHARD_CHECK_INTERVAL_S = 0.1
 
 
 class VirtualConsumer:
