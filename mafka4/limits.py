@@ -669,6 +669,9 @@ INTENT_RESULT_POLL_INTERVAL_S_MAX = 0.1
 # A read node asked to close, or to drop a topic's VPs, has this long to answer (closing files takes
 # seconds on a busy machine); then a closing node is killed anyway and a drop is left to the node.
 READ_NODE_STOP_TIMEOUT_S = 30
+# Physical replicas being stopped (their topic deleted, or its creation undone) have this long to
+# close and delete their logs, as read nodes have; then they are killed anyway.
+PHYSICAL_REPLICA_STOP_TIMEOUT_S = 30
 # A call from the controller or a client to a read node (start it, host VPs, ask the leaders of
 # VPs) not answered within this fails: it covers opening logs on a busy node.
 READ_NODE_CALL_TIMEOUT_S = 60
@@ -720,6 +723,9 @@ RAY_NODE_START_TIMEOUT_S = 60
 # Plasma store per Ray node; it lives in /dev/shm, so it bounds shared memory per node (a small
 # machine runs several nodes).
 OBJECT_STORE_BYTES_PER_NODE = 256 * MiB
+# SIGTERM grace for a local etcd before it is SIGKILLed: etcd stops cleanly on SIGTERM, so longer
+# means it hangs.
+ETCD_STOP_TIMEOUT_S = 10
 # ``mafka4 up`` and ``down`` look at the daemon's processes this often while they wait for them.
 LOCAL_CLUSTER_POLL_INTERVAL_S = 0.2
 # SIGTERM grace for the daemon, which stops its cluster in order, before everything is SIGKILLed.

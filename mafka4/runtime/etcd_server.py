@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mafka4.errors import ClusterNotRunning
-from mafka4.limits import ETCD_START_ATTEMPTS_MAX, ETCD_TXN_OPS_MAX
+from mafka4.limits import ETCD_START_ATTEMPTS_MAX, ETCD_STOP_TIMEOUT_S, ETCD_TXN_OPS_MAX
 from mafka4.runtime.ports import LOOPBACK, free_loopback_port, is_listening
 
 ETCD_BINARY_DEFAULT = "/usr/bin/etcd"
@@ -93,7 +93,7 @@ def _terminate(process: subprocess.Popen) -> None:
     if process.poll() is None:
         process.terminate()
         try:
-            process.wait(timeout=10)
+            process.wait(timeout=ETCD_STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
