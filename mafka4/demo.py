@@ -13,7 +13,7 @@ from collections import Counter
 from mafka4.client.admin import Admin
 from mafka4.client.consumer import Consumer
 from mafka4.client.producer import Producer
-from mafka4.limits import ClusterConfig
+from mafka4.limits import ClusterConfig, ReadMode
 from mafka4.runtime.temporary import temporary_cluster
 
 DEMO_MESSAGES = 2000
@@ -37,7 +37,7 @@ def run_demo() -> int:
 
 def _produce_and_consume(connection) -> int:
     admin = Admin(connection)
-    admin.create_topic("demo", partitions=2, replication_factor=2, read_mode="mafka3")  # no read nodes: read physical partitions
+    admin.create_topic("demo", partitions=2, replication_factor=2, read_mode=ReadMode.MAFKA3)  # no read nodes: read physical partitions
     print("created topic 'demo': 2 partitions x 2 replicas")
     began = time.monotonic()
     with Producer("demo", connection=connection, acks="all") as producer:

@@ -3,7 +3,8 @@
 Each config is a frozen dataclass validated on construction: a bad value raises
 ``InvalidConfig`` naming the field, the value and the allowed range. Units are the last
 part of every name (``linger_ms``, ``batch_bytes_max``). The comment on a field says what
-happens when the bound is hit.
+happens when the bound is hit. The bounds callers do not set (timeouts, poll intervals and
+retries of the drivers around the cores) are named constants in the last section.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ class Acks(enum.Enum):
 
     @classmethod
     def parse(cls, value: object) -> "Acks":
+        """``value`` as given by a user ("all", "-1", 1, ...); an ``Acks`` is returned as it is."""
+        if isinstance(value, Acks):
+            return value
         text = str(value).strip().lower()
         if text == "-1":
             text = "all"
@@ -64,6 +68,26 @@ class OffsetReset(enum.Enum):
             if reset.value == value or reset is value:
                 return reset
         raise InvalidConfig(f"auto_offset_reset={value!r} is not valid: use 'earliest' or 'latest'")
+
+
+class ReadMode(enum.StrEnum):
+    """How consumers read a topic (DESIGN.md section 6).
+
+    A ``StrEnum`` because the values are what etcd's topic configs, the ``--read-mode`` flag and
+    the experiments' event logs hold: a member is written as its plain string and equals it.
+    """
+
+    MAFKA4 = "mafka4"  # from virtual partitions fed from the physical ones, on read nodes
+    MAFKA3 = "mafka3"  # from the physical partitions: no virtual partitions, no read replicas
+
+    @classmethod
+    def parse(cls, value: object) -> "ReadMode":
+        """``value`` as a user or a stored config gives it ("mafka4"); a ``ReadMode`` as it is."""
+        try:
+            return cls(value)
+        except (TypeError, ValueError):
+            choices = ", ".join(repr(mode.value) for mode in cls)
+            raise InvalidConfig(f"read_mode={value!r} is not valid: use one of {choices}") from None
 
 
 # Names of the partition assignors of consumer groups (mafka4.coordinator.groups.assignors).
@@ -191,13 +215,12 @@ class ReplicaConfig:
 PARTITIONS_MAX = 1024
 REPLICATION_FACTOR_MAX = 7
 TOPIC_NAME_CHARS_MAX = 200
-# Read path (DESIGN.md section 6): how consumers read a topic. "mafka4": from virtual
-# partitions fed from the physical ones; "mafka3": from the physical partitions (no VPs).
-READ_MODES = ("mafka4", "mafka3")
+# The ``--read-mode`` choices, in the order its help lists them.
+READ_MODES = tuple(mode.value for mode in ReadMode)
 # The read mode of a topic created without one, by ``Admin.create_topic`` and ``mafka4 topic
-# create`` alike. TopicConfig's own field keeps "mafka3": a stored config without the field was
+# create`` alike. TopicConfig's own field keeps MAFKA3: a stored config without the field was
 # written before read modes existed, and is a Mafka3 topic.
-READ_MODE_DEFAULT = "mafka4"
+READ_MODE_DEFAULT = ReadMode.MAFKA4
 # Virtual partitions of one topic: the default and the ceiling of TopicConfig.virtual_partitions_max.
 VIRTUAL_PARTITIONS_MAX = 1024
 # A topic is created in one etcd transaction (its config, every partition key, its split epoch and
@@ -223,9 +246,9 @@ class TopicConfig:
     replica_lag_ms_max: int = 10 * SECOND_MS
     # Elect a leader outside the ISR when no ISR member is alive (may lose acknowledged data).
     unclean_leader_election: bool = False
-    # One of READ_MODES; "mafka3" topics have no virtual partitions and no read replicas. Topics
-    # are created with READ_MODE_DEFAULT unless the caller says otherwise.
-    read_mode: str = "mafka3"
+    # Given as a ReadMode or its string; held as a ReadMode. Topics are created with
+    # READ_MODE_DEFAULT unless the caller says otherwise.
+    read_mode: ReadMode = ReadMode.MAFKA3
     # Virtual partitions at creation (None: one per physical partition; 0 in mafka3 mode).
     virtual_partitions: int | None = None
     # Replicas of each virtual partition on distinct live read nodes (creation fails with
@@ -264,11 +287,10 @@ class TopicConfig:
         self._check_read_path()
 
     def _check_read_path(self) -> None:
-        if self.read_mode not in READ_MODES:
-            raise InvalidConfig(f"read_mode={self.read_mode!r} is not valid: use one of {', '.join(map(repr, READ_MODES))}")
+        object.__setattr__(self, "read_mode", ReadMode.parse(self.read_mode))
         _check_range(self, "read_replica_lag_ms_max", 1)
         _check_range(self, "read_replicas", 0, READ_REPLICAS_MAX)
-        if self.read_mode == "mafka3":
+        if self.read_mode is ReadMode.MAFKA3:
             if self.virtual_partitions not in (None, 0):
                 raise InvalidConfig(
                     f"virtual_partitions={self.virtual_partitions}: a read_mode='mafka3' topic has no virtual "
@@ -283,13 +305,13 @@ class TopicConfig:
     @property
     def virtual_partition_count(self) -> int:
         """Virtual partitions at creation: 0 in mafka3 mode, else ``virtual_partitions`` or P."""
-        if self.read_mode == "mafka3":
+        if self.read_mode is ReadMode.MAFKA3:
             return 0
         return self.partitions if self.virtual_partitions is None else self.virtual_partitions
 
     @property
     def read_replica_count(self) -> int:
-        return 0 if self.read_mode == "mafka3" else self.read_replicas
+        return 0 if self.read_mode is ReadMode.MAFKA3 else self.read_replicas
 
     def resolved(self) -> "TopicConfig":
         """This config with the read-path defaults spelled out, as stored at creation."""
@@ -343,7 +365,7 @@ class ProducerConfig:
     metadata_max_age_ms: int = 30 * SECOND_MS
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "acks", Acks.parse(self.acks.value if isinstance(self.acks, Acks) else self.acks))
+        object.__setattr__(self, "acks", Acks.parse(self.acks))
         object.__setattr__(self, "on_full", OnFull.parse(self.on_full))
         _check_range(self, "linger_ms", 0, 60 * SECOND_MS)
         _check_range(self, "batch_bytes_max", 1 * KiB, 64 * MiB)
@@ -416,6 +438,11 @@ class ClusterConfig:
         _check_range(self, "read_nodes", 0, 16)
         _check_range(self, "node_lease_ttl_s", 2, 600)
         _check_range(self, "start_timeout_s", 5, 3600)
+        settings = self.controller_settings
+        if not isinstance(settings, (tuple, list)) or not all(
+                isinstance(pair, (tuple, list)) and len(pair) == 2 and isinstance(pair[0], str) for pair in settings):
+            raise InvalidConfig(f"controller_settings={settings!r} must be (name, value) pairs, "
+                                f"e.g. (('vp_merge_delay_ms', 5000),)")
         self.controller_config()  # InvalidConfig names a bad setting before anything starts
 
     def controller_config(self) -> "ControllerConfig":
@@ -595,3 +622,126 @@ class ReadNodeConfig:
         _check_range(self, "retention_check_interval_ms", 1 * SECOND_MS)
         _check_range(self, "feed_position_interval_ms", 100, 600 * SECOND_MS)
         _check_range(self, "lease_ttl_s", 2, 600)
+
+
+# --- Bounds of the drivers ---------------------------------------------------------------------
+# Timeouts, poll intervals, backoffs and retry counts of the code around the cores: the log's
+# file reads, etcd clients, the controller's threads, clients' calls to actors, the local runtime.
+# They are not settings a caller passes (the configs above hold those): a change here changes
+# every cluster. Each comment says why the value is what it is.
+
+# Log layer.
+# Reads while scanning a whole segment (recovery, rebuilding an index): large enough to amortise
+# syscalls, small enough to bound memory while a 1 GiB segment is recovered.
+SEGMENT_SCAN_CHUNK_BYTES = 1 * MiB
+# A partition's epoch checkpoint has one entry per leader change, far fewer than this in any real
+# life span: a checkpoint claiming more is treated as garbage rather than allocated.
+EPOCH_CHECKPOINT_ENTRIES_MAX = 10_000_000
+
+# etcd and leases.
+# A lease is refreshed this many times per TTL (coordinator.metadata.lease): two refreshes in a
+# row may go unanswered before it is at risk, and a keeper never calls an etcd that is away more
+# often than that.
+LEASE_REFRESHES_PER_TTL = 3
+# An etcd request not answered this fast fails (CoordinatorUnavailable): etcd answers a healthy
+# request in milliseconds, so this is a dead or partitioned etcd, and callers retry or back off.
+ETCD_REQUEST_TIMEOUT_S_DEFAULT = 5.0
+# A process refreshing a registration lease gives each etcd request at most this (less for short
+# TTLs: one refresh period), or one slow call could let every lease expire.
+REGISTRATION_ETCD_TIMEOUT_S_MAX = 5.0
+# A RISR or sealed-end write that keeps losing its compare-and-swap against concurrent writes (a
+# failover) gives up after this many tries with CoordinatorUnavailable (retriable): ten lost races
+# in a row mean the key is contended, not that one more try would win.
+RISR_WRITE_ATTEMPTS_MAX = 10
+
+# Controller.
+# Pause of the controller's loop and intent worker after etcd failed: long enough not to spin
+# against an etcd that is away, short enough to resume within a second once it is back.
+CONTROLLER_ETCD_BACKOFF_S = 0.5
+# The controller's loop looks at its lease, timers and the stop flag at least this often: well
+# within the shortest lease TTL (2 s), so a lost lease is noticed in time.
+CONTROLLER_WAIT_SLICE_S = 0.5
+# The intent worker looks for intents this often even without a watch event (a watch can break).
+INTENT_IDLE_LOOK_INTERVAL_S = 1.0
+# A client waiting for an intent's result reads it at least this often besides watching it (a
+# watch can break): one read of one small key, cheap enough to keep a broken watch's delay short.
+INTENT_RESULT_POLL_INTERVAL_S_MAX = 0.1
+# A read node asked to close, or to drop a topic's VPs, has this long to answer (closing files takes
+# seconds on a busy machine); then a closing node is killed anyway and a drop is left to the node.
+READ_NODE_STOP_TIMEOUT_S = 30
+# Physical replicas being stopped (their topic deleted, or its creation undone) have this long to
+# close and delete their logs, as read nodes have; then they are killed anyway.
+PHYSICAL_REPLICA_STOP_TIMEOUT_S = 30
+# A call from the controller or a client to a read node (start it, host VPs, ask the leaders of
+# VPs) not answered within this fails: it covers opening logs on a busy node.
+READ_NODE_CALL_TIMEOUT_S = 60
+# A describe call to a replica actor or read node (Admin.describe_topic, the upkeep's look at
+# closed VPs) not answered within this is reported as failed: a describe is cheap, so a slower
+# answer is a stuck actor.
+DESCRIBE_TIMEOUT_S = 10
+
+# Consumer groups.
+# A Mafka3 group member's sync runs at most this many protocol steps before it waits for a
+# change: a rebalance needs revoke, propose, claim and a final read, plus a few lost races.
+GROUP_SYNC_STEPS_MAX = 16
+# A Mafka3 group member's poll() looks for membership changes at least this often while it waits
+# for data: it bounds how late a member takes part in a rebalance.
+PARTITION_GROUP_CHECK_INTERVAL_S = 0.05
+# A Mafka4 group member's poll() looks for group changes at least this often while it waits for
+# data: a fetch cannot be woken by etcd's watch, so this bounds how late a member reacts to a
+# join, a split or a sealed parent (each costs it about one ``ray.wait`` call per interval idle).
+VP_GROUP_CHECK_INTERVAL_S = 0.02
+# After a failed split, a Mafka4 group member waits this long before asking for one again, so a
+# refused split (e.g. at virtual_partitions_max) is not asked for in a loop.
+VP_GROUP_SPLIT_RETRY_INTERVAL_S = 5.0
+
+# Clients.
+# How long Admin waits for the controller to create or delete a topic: creating one starts its
+# physical replica actors, a few seconds each on a busy machine.
+TOPIC_INTENT_WAIT_S = 300
+# How long a split, merge or scale request (Admin, or a group member asking for a split) waits for
+# the controller: a reshard first waits for the feed streams to reach a cut and for read nodes to
+# host the children (ReshardConfig bounds each step).
+RESHARD_INTENT_WAIT_S = 120
+# A call asking replicas or read nodes for offsets (list offsets, offsets for a timestamp) not
+# answered within this fails: a leader answers in milliseconds, so this is a stuck leader.
+LIST_OFFSETS_TIMEOUT_S = 30
+# A producer's or consumer's routing tries to set its metadata watch up again at most this often
+# while etcd is away, so a client does not hammer an etcd that is restarting.
+METADATA_REWATCH_BACKOFF_S = 1.0
+# While a parent VP read to its end waits to be sealed, a VirtualConsumer looks at etcd this often:
+# the parent's leader node records the seal once the parent is complete, so the wait is short.
+RESHARD_CHECK_INTERVAL_S = 0.1
+
+# Local runtime (``mafka4 up``/``down``, node agents).
+# Each chosen loopback port can be taken by someone else before etcd binds it; three tries make
+# that race a non-issue without hiding an etcd that cannot start at all.
+ETCD_START_ATTEMPTS_MAX = 3
+# Ray nodes of a local cluster must register within this: a node starts in a few seconds, so
+# longer is a broken Ray install or an overloaded machine, better reported than waited for.
+RAY_NODE_START_TIMEOUT_S = 60
+# Plasma store per Ray node; it lives in /dev/shm, so it bounds shared memory per node (a small
+# machine runs several nodes).
+OBJECT_STORE_BYTES_PER_NODE = 256 * MiB
+# SIGTERM grace for a local etcd before it is SIGKILLed: etcd stops cleanly on SIGTERM, so longer
+# means it hangs.
+ETCD_STOP_TIMEOUT_S = 10
+# ``mafka4 up`` and ``down`` look at the daemon's processes this often while they wait for them.
+LOCAL_CLUSTER_POLL_INTERVAL_S = 0.2
+# SIGTERM grace for the daemon, which stops its cluster in order, before everything is SIGKILLed.
+DAEMON_STOP_TIMEOUT_S = 30.0
+# After SIGKILL, ``down`` waits at most this long for the processes to be gone: the kernel ends
+# them in well under a second, so longer is a process ``down`` cannot help.
+KILLED_PROCESSES_WAIT_S = 10.0
+# ``mafka4 status`` gives etcd this long: it reports an unreachable etcd rather than hanging.
+STATUS_ETCD_TIMEOUT_S = 2.0
+# SIGTERM grace for the controller process: it revokes its lease and leaves Ray.
+CONTROLLER_STOP_TIMEOUT_S = 15.0
+# The daemon looks this often whether the controller has started the read nodes yet.
+READ_NODE_START_POLL_INTERVAL_S = 0.1
+# How long a node agent's config-only command waits for etcd before exiting 1; the head starts
+# etcd just before it runs the command.
+NODE_CONFIG_WAIT_S_DEFAULT = 60
+# Between attempts to reach etcd before the config is written (a node agent then retries for as
+# long as it runs).
+NODE_CONFIG_RETRY_INTERVAL_S = 1.0

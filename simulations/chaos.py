@@ -40,7 +40,7 @@ import ray
 
 from mafka4.client.admin import Admin
 from mafka4.errors import InvalidConfig, MafkaError
-from mafka4.limits import ClusterConfig
+from mafka4.limits import ClusterConfig, ReadMode
 from mafka4.runtime.connect import Connection
 from mafka4.runtime.etcd_server import EtcdServer
 from mafka4.runtime.temporary import temporary_cluster
@@ -86,7 +86,7 @@ class _ChaosRun:
         self.admin.create_topic(
             self.topic, partitions=settings.partitions, replication_factor=settings.replication_factor,
             min_insync_replicas=settings.min_insync_replicas, virtual_partitions=settings.virtual_partitions,
-            read_replicas=settings.read_replicas, read_mode="mafka4",
+            read_replicas=settings.read_replicas, read_mode=ReadMode.MAFKA4,
             replica_lag_ms_max=settings.replica_lag_ms_max, read_replica_lag_ms_max=settings.replica_lag_ms_max)
         self.workdir = Path(tempfile.mkdtemp(prefix="m4chaos-w-"))
         self.history = History()

@@ -44,12 +44,13 @@ from typing import TYPE_CHECKING, Iterator
 
 from mafka4.coordinator.groups.partition_protocol import validate_group_name
 from mafka4.errors import InvalidConfig, MafkaError
-from mafka4.limits import ClusterConfig, _check_range
+from mafka4.limits import ClusterConfig, ReadMode, _check_range
 
 if TYPE_CHECKING:  # the runtime is imported only when a cluster starts
     from mafka4.runtime.temporary import TemporaryCluster
 
-MODES = ("mafka3", "mafka4")
+# The read modes compared, the baseline first.
+MODES = (ReadMode.MAFKA3, ReadMode.MAFKA4)
 VALUE_HEADER = struct.Struct(">Q")  # the message's sequence number, then padding
 GROUP_STABLE_S_MAX = 180
 POLL_TIMEOUT_MS = 100
@@ -64,7 +65,8 @@ class ExperimentFailed(MafkaError):
 @dataclass(frozen=True, slots=True)
 class ScalingSettings:
     consumers: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
-    modes: tuple[str, ...] = MODES
+    # Given as ReadModes or their strings (``--modes mafka3,mafka4``); held as ReadModes.
+    modes: tuple[ReadMode, ...] = MODES
     # Mafka4's physical partitions, the same for every consumer count.
     physical_partitions: int = 2
     replication_factor: int = 2
@@ -86,6 +88,7 @@ class ScalingSettings:
             raise InvalidConfig(f"consumers={list(self.consumers)}: give consumer counts between 1 and 64")
         if not self.modes or any(mode not in MODES for mode in self.modes):
             raise InvalidConfig(f"modes={list(self.modes)}: choose from {', '.join(MODES)}")
+        object.__setattr__(self, "modes", tuple(ReadMode(mode) for mode in self.modes))
         _check_range(self, "physical_partitions", 1, 64)
         _check_range(self, "replication_factor", 1, 3)
         _check_range(self, "read_replicas", 1, 3)
@@ -121,24 +124,24 @@ class _ProducerLog:
     failures: int = 0
 
 
-def cluster_config(mode: str, settings: ScalingSettings) -> ClusterConfig:
-    if mode == "mafka3":
+def cluster_config(mode: ReadMode, settings: ScalingSettings) -> ClusterConfig:
+    if mode is ReadMode.MAFKA3:
         return ClusterConfig(write_nodes=settings.nodes, read_nodes=0)
     return ClusterConfig(write_nodes=settings.nodes // 2, read_nodes=settings.nodes // 2)
 
 
-def cpu_plan(mode: str, settings: ScalingSettings, cpus: list[int]) -> dict[str, list[int]]:
+def cpu_plan(mode: ReadMode, settings: ScalingSettings, cpus: list[int]) -> dict[str, list[int]]:
     """Node id -> CPU set: write set = first half of the CPUs, read set = the rest."""
     half = max(1, len(cpus) // 2)
     write_set, read_set = cpus[:half], cpus[half:] or cpus[:half]
     config = cluster_config(mode, settings)
-    if mode == "mafka3":  # brokers only: half of them stand on the read side's machines
+    if mode is ReadMode.MAFKA3:  # brokers only: half of them stand on the read side's machines
         return {f"w{i}": (write_set if i < config.write_nodes // 2 else read_set) for i in range(config.write_nodes)}
     return {**{f"w{i}": write_set for i in range(config.write_nodes)},
             **{f"r{i}": read_set for i in range(config.read_nodes)}}
 
 
-def config_path(out_dir: Path, settings: ScalingSettings, mode: str, consumers: int) -> Path:
+def config_path(out_dir: Path, settings: ScalingSettings, mode: ReadMode, consumers: int) -> Path:
     return out_dir / settings.run_id / f"{mode}-c{consumers:03d}.parquet"
 
 
@@ -168,7 +171,7 @@ def _progress(stream, done: int, total: int, what: str, settings: ScalingSetting
 
 
 @contextlib.contextmanager
-def _mode_cluster(mode: str, settings: ScalingSettings) -> Iterator[TemporaryCluster]:
+def _mode_cluster(mode: ReadMode, settings: ScalingSettings) -> Iterator[TemporaryCluster]:
     """A throwaway local cluster for one mode, its nodes pinned to CPU sets (unless told not to)."""
     from mafka4.runtime.temporary import temporary_cluster
     from simulations.pinning import pin_nodes, usable_cpus
@@ -179,7 +182,7 @@ def _mode_cluster(mode: str, settings: ScalingSettings) -> Iterator[TemporaryClu
         yield cluster
 
 
-def _run_configuration(cluster: TemporaryCluster, settings: ScalingSettings, mode: str, consumers: int, out_dir: Path) -> Path:
+def _run_configuration(cluster: TemporaryCluster, settings: ScalingSettings, mode: ReadMode, consumers: int, out_dir: Path) -> Path:
     from mafka4.client.admin import Admin
     from simulations.schema import RunInfo, git_commit, write_events  # pyarrow: only when writing
 
@@ -187,12 +190,12 @@ def _run_configuration(cluster: TemporaryCluster, settings: ScalingSettings, mod
     topic = f"scaling-{mode}-c{consumers}-s{settings.seed}"
     if topic in admin.list_topics():
         admin.delete_topic(topic)  # left by an interrupted run of this configuration
-    if mode == "mafka3":
+    if mode is ReadMode.MAFKA3:
         admin.create_topic(topic, partitions=consumers, replication_factor=settings.replication_factor,
-                           min_insync_replicas=settings.replication_factor, read_mode="mafka3")
+                           min_insync_replicas=settings.replication_factor, read_mode=ReadMode.MAFKA3)
     else:
         admin.create_topic(topic, partitions=settings.physical_partitions, replication_factor=settings.replication_factor,
-                           min_insync_replicas=settings.replication_factor, read_mode="mafka4",
+                           min_insync_replicas=settings.replication_factor, read_mode=ReadMode.MAFKA4,
                            virtual_partitions=consumers, read_replicas=settings.read_replicas)
     try:
         footprint = topic_footprint(admin, topic, cluster.connection)
@@ -330,7 +333,7 @@ def _produce(connection, topic: str, settings: ScalingSettings) -> _ProducerLog:
     return log
 
 
-def _columns(mode: str, producer: _ProducerLog, consumers: list[_ConsumerLog]) -> dict[str, list]:
+def _columns(mode: ReadMode, producer: _ProducerLog, consumers: list[_ConsumerLog]) -> dict[str, list]:
     seen: dict[int, tuple[float, int]] = {}
     for log in consumers:
         for sequence, (at_ms, partition) in log.seen.items():
@@ -338,7 +341,7 @@ def _columns(mode: str, producer: _ProducerLog, consumers: list[_ConsumerLog]) -
     sequences = range(len(producer.produce_ms))
     return {
         "partition": producer.partition,
-        "virtual_partition": [seen[s][1] if mode == "mafka4" and s in seen else None for s in sequences],
+        "virtual_partition": [seen[s][1] if mode is ReadMode.MAFKA4 and s in seen else None for s in sequences],
         "produce_time_ms": producer.produce_ms,
         "ack_time_ms": [producer.ack_ms.get(s) for s in sequences],
         "consume_time_ms": [seen[s][0] if s in seen else None for s in sequences],

@@ -84,10 +84,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mafka4.errors import InvalidEventLog, NoEventLogs
+from mafka4.limits import ReadMode
 
 SCHEMA_VERSION = "1"
 SOURCES = ("runtime", "fleet_model")
-MODES = ("mafka3", "mafka4")
+# A run's mode is the read mode of its topics, stored as its string.
+MODES = (ReadMode.MAFKA3.value, ReadMode.MAFKA4.value)
 # Epoch milliseconds near 1.7e12 carry about 2.4e-4 ms of float64 resolution.
 LATENCY_TOLERANCE_MS = 1e-3
 INT32_MAX = 2**31 - 1
@@ -169,11 +171,11 @@ class RunInfo:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= INT32_MAX:
                 raise InvalidEventLog(f"RunInfo.{name} is {value!r}; it must be an int in [{minimum}, {INT32_MAX}]")
-        if self.mode == "mafka3" and self.virtual_partitions != 0:
+        if self.mode == ReadMode.MAFKA3 and self.virtual_partitions != 0:
             raise InvalidEventLog(
                 f"RunInfo.virtual_partitions is {self.virtual_partitions} in mafka3 mode; mafka3 has no "
                 "virtual partitions, record 0")
-        if self.mode == "mafka4" and self.virtual_partitions < 1:
+        if self.mode == ReadMode.MAFKA4 and self.virtual_partitions < 1:
             raise InvalidEventLog("RunInfo.virtual_partitions is 0 in mafka4 mode; record the virtual partitions used")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not -2**63 <= self.seed < 2**63:
             raise InvalidEventLog(f"RunInfo.seed is {self.seed!r}; it must be an int64")
@@ -282,7 +284,7 @@ def _latency(name: str, given: pa.Array | None, later: pa.Array, earlier: pa.Arr
 
 
 def _check_ranges(run: RunInfo, arrays: Mapping[str, pa.Array]) -> None:
-    if run.mode == "mafka3" and arrays["virtual_partition"].null_count != len(arrays["virtual_partition"]):
+    if run.mode == ReadMode.MAFKA3 and arrays["virtual_partition"].null_count != len(arrays["virtual_partition"]):
         raise InvalidEventLog("column 'virtual_partition' must be null in mafka3 mode, which has no virtual partitions")
     bounds = {"partition": run.physical_partitions, "virtual_partition": run.virtual_partitions}
     for name, count in bounds.items():

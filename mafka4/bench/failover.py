@@ -32,7 +32,7 @@ from mafka4.bench.failover_settings import FailoverBenchSettings
 from mafka4.client.admin import Admin
 from mafka4.client.producer import Producer
 from mafka4.coordinator.metadata import keys
-from mafka4.limits import ControllerConfig, ReplicaConfig
+from mafka4.limits import ControllerConfig, ReadMode, ReplicaConfig
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import PartitionState
 from mafka4.runtime.connect import Connection, connect
@@ -139,9 +139,9 @@ def run_failover_bench(settings: FailoverBenchSettings, output_path: str) -> dic
     _wait_until(lambda: connection.store.get(keys.controller(connection.cluster)), 60, "a controller becoming active")
     admin = Admin(connection)
     topic = f"bench-failover-{secrets.token_hex(3)}"
-    # read_mode="mafka3": no read path, so only the write path is measured.
+    # ReadMode.MAFKA3: no read path, so only the write path is measured.
     admin.create_topic(topic, partitions=1, replication_factor=settings.replication_factor,
-                       min_insync_replicas=settings.min_insync_replicas, read_mode="mafka3")
+                       min_insync_replicas=settings.min_insync_replicas, read_mode=ReadMode.MAFKA3)
     producer = _SteadyProducer(connection, topic, settings.message_bytes)
     load_before = os.getloadavg()[0]  # the machine is shared: the figures depend on what else runs
     runs = []

@@ -47,6 +47,7 @@ from mafka4.bench.read_nodes import running_read_nodes
 from mafka4.bench.usage import is_quiet
 from mafka4.client.admin import Admin
 from mafka4.client.producer import Producer
+from mafka4.limits import ReadMode
 from mafka4.physical.handles import replica_handle
 from mafka4.runtime.connect import Connection, connect
 
@@ -195,7 +196,7 @@ def run_one_vp_count(connection: Connection, admin: Admin, read_nodes: dict[str,
     """One VP count: a fresh topic, a saturated producer, the lag while it produces and the drain after."""
     topic = f"bench-feedlag-{secrets.token_hex(3)}"
     admin.create_topic(topic, partitions=settings.partitions, replication_factor=settings.replication_factor,
-                       virtual_partitions=virtual_partitions, read_replicas=settings.read_replicas, read_mode="mafka4")
+                       virtual_partitions=virtual_partitions, read_replicas=settings.read_replicas, read_mode=ReadMode.MAFKA4)
     producer = None
     try:
         sampler = _LagSampler(admin, topic, read_nodes)

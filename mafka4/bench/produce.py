@@ -41,7 +41,7 @@ from mafka4.client.accumulator import RECORD_OVERHEAD_BYTES
 from mafka4.client.admin import Admin
 from mafka4.client.producer import Producer
 from mafka4.client.sender import new_producer_id
-from mafka4.limits import MiB
+from mafka4.limits import Acks, MiB, ReadMode
 from mafka4.physical.handles import replica_handle
 from mafka4.records import HEADER_BYTES, encode_batch
 from mafka4.runtime.connect import Connection, connect
@@ -112,7 +112,7 @@ def encoded_batches(settings: ProduceBenchSettings) -> list[list[bytes]]:
     return batches
 
 
-async def _drive(handle, batches: list[bytes], acks: str, window: int, latencies: list[int]) -> None:
+async def _drive(handle, batches: list[bytes], acks: Acks, window: int, latencies: list[int]) -> None:
     pending: deque = deque()
     for batch in batches:
         if len(pending) >= window:
@@ -128,9 +128,10 @@ async def _drive(handle, batches: list[bytes], acks: str, window: int, latencies
 
 def raw_run(handles: list, batches: list[list[bytes]], settings: ProduceBenchSettings) -> dict:
     latencies: list[int] = []
+    acks = Acks.parse(settings.acks)  # the --acks string, as the replicas take it
 
     async def main():
-        await asyncio.gather(*(_drive(h, b, settings.acks, settings.in_flight_batches_max, latencies)
+        await asyncio.gather(*(_drive(h, b, acks, settings.in_flight_batches_max, latencies)
                                for h, b in zip(handles, batches)))
 
     started = time.perf_counter()
@@ -153,7 +154,7 @@ def replica_rss_bytes(admin: Admin, topic: str) -> list[int]:
 def stalled_producer_run(admin: Admin, settings: ProduceBenchSettings) -> dict:
     """Peak RSS of a producer process whose partition stops acknowledging."""
     topic = f"bench-stall-{secrets.token_hex(3)}"
-    metadata = admin.create_topic(topic, partitions=1, replication_factor=2, min_insync_replicas=2, read_mode="mafka3")
+    metadata = admin.create_topic(topic, partitions=1, replication_factor=2, min_insync_replicas=2, read_mode=ReadMode.MAFKA3)
     try:
         follower = metadata.partitions[0].replicas[1]
         ray.kill(replica_handle(admin.cluster, topic, 0, follower))
@@ -170,9 +171,9 @@ def run_produce_bench(settings: ProduceBenchSettings, output_path: str) -> dict:
     connection = connect()
     admin = Admin(connection)
     topic = f"bench-{secrets.token_hex(3)}"
-    # read_mode="mafka3": no read path, so only the write path is measured.
+    # ReadMode.MAFKA3: no read path, so only the write path is measured.
     metadata = admin.create_topic(topic, partitions=settings.partitions, replication_factor=settings.replication_factor,
-                                  read_mode="mafka3")
+                                  read_mode=ReadMode.MAFKA3)
     bare = BareSink.options(num_cpus=0, resources={node_resource(metadata.partitions[0].leader): 1}).remote()
     try:
         producer = producer_run(connection, topic, settings)

@@ -35,7 +35,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from mafka4.limits import ASSIGNOR_NAMES
+from mafka4.limits import ASSIGNOR_NAMES, ReadMode
 
 NS_PER_MS = 1_000_000
 BEFORE_JOIN_WINDOW_S = 1.0
@@ -215,7 +215,7 @@ def run_trial(connection, settings: RebalanceBenchSettings) -> dict:
     admin = Admin(connection)
     topic, group = f"rebal-{secrets.token_hex(3)}", f"rebal-{secrets.token_hex(3)}"
     admin.create_topic(topic, partitions=settings.partitions, replication_factor=settings.replication_factor,
-                       read_mode="mafka3")
+                       read_mode=ReadMode.MAFKA3)
     trial = JoinTrial(topic, connection, settings.rate_msgs_per_s)
 
     def start_member(name: str) -> MemberLog:

@@ -39,6 +39,7 @@ from mafka4.bench.process_usage import measure_window
 from mafka4.bench.read_nodes import running_read_nodes
 from mafka4.client.admin import Admin
 from mafka4.coordinator.metadata.vp_store import VirtualStore
+from mafka4.limits import ReadMode
 from mafka4.runtime.connect import Connection, connect
 from mafka4.runtime.ray_cluster import node_resource
 
@@ -59,7 +60,7 @@ def _create_timed(connection: Connection, admin: Admin, topic: str, settings: Vp
     started = time.monotonic()
     admin.create_topic(topic, partitions=settings.partitions, replication_factor=settings.replication_factor,
                        virtual_partitions=settings.virtual_partitions, read_replicas=settings.read_replicas,
-                       read_mode="mafka4")
+                       read_mode=ReadMode.MAFKA4)
     created = time.monotonic()
     while not risr_complete((state for state, _ in virtual.states(topic).values()), settings.virtual_partitions,
                             settings.read_replicas):

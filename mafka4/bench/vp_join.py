@@ -42,6 +42,7 @@ from pathlib import Path
 
 from mafka4.bench.rebalance import (BEFORE_JOIN_WINDOW_S, NS_PER_MS, GroupWatch, JoinTrial, MemberLog,
                                     RebalanceBenchSettings, longest_gap, longest_gap_ms, run_trial)
+from mafka4.limits import ReadMode
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +86,7 @@ def run_vp_join_trial(connection, settings: VpJoinBenchSettings) -> dict:
     topic, group = f"vpjoin-{secrets.token_hex(3)}", f"vpjoin-{secrets.token_hex(3)}"
     admin.create_topic(topic, partitions=settings.partitions, replication_factor=settings.replication_factor,
                        virtual_partitions=settings.virtual_partitions or settings.consumers,
-                       read_replicas=settings.read_replicas, read_mode="mafka4")
+                       read_replicas=settings.read_replicas, read_mode=ReadMode.MAFKA4)
     trial = JoinTrial(topic, connection, settings.rate_msgs_per_s)
     member_ids: dict[str, str] = {}
     owners_at_join: dict[int, str] = {}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from mafka4.limits import READ_MODE_DEFAULT, READ_MODES, VIRTUAL_PARTITIONS_MAX
+from mafka4.limits import READ_MODE_DEFAULT, READ_MODES, VIRTUAL_PARTITIONS_MAX, ReadMode
 
 
 def add_commands(commands) -> None:
@@ -69,7 +69,7 @@ def _cmd_topic_create(args: argparse.Namespace) -> int:
                                      read_mode=args.read_mode, **overrides)
     config = metadata.config
     read_path = (f", {config.virtual_partitions} virtual partition(s) with {config.read_replicas} read replica(s) each"
-                 if config.read_mode == "mafka4" else "")
+                 if config.read_mode is ReadMode.MAFKA4 else "")
     print(f"created topic {metadata.name!r}: {len(metadata.partitions)} partition(s), "
           f"replication factor {config.replication_factor}, read mode {config.read_mode}{read_path}")
     return 0

@@ -11,8 +11,6 @@ written. Reading (``list_topics``, ``describe_topic``) goes to etcd and to the l
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 import ray
 
 from mafka4.coordinator.metadata import intents
@@ -20,25 +18,20 @@ from mafka4.coordinator.metadata.intents import IntentKind
 from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import InvalidConfig, TopicExists
-from mafka4.limits import READ_MODE_DEFAULT, TopicConfig, replace_config
+from mafka4.limits import (DESCRIBE_TIMEOUT_S, READ_MODE_DEFAULT, RESHARD_INTENT_WAIT_S, TOPIC_INTENT_WAIT_S, ReadMode,
+                           TopicConfig, replace_config)
 from mafka4.names import validate_topic_name
 from mafka4.physical.handles import replica_handle
-from mafka4.physical.partition_state import TopicMetadata
+from mafka4.physical.partition_state import TopicMetadata, config_to_json
 from mafka4.runtime.connect import Connection, connect
 from mafka4.virtual.handles import read_node_handle
 from mafka4.virtual.hosted_vp import VpId
 from mafka4.virtual.layout import SplitEpoch
 from mafka4.virtual.vp_state import VirtualPartitionState, epoch_from_json
 
-DESCRIBE_TIMEOUT_S = 10
-# How long a client waits for the controller to carry out an intent. Creating a topic starts
-# its physical replica actors, a few seconds each on a busy machine.
-CREATE_WAIT_S = 300
-RESHAPE_WAIT_S = 120
-
 
 def new_topic_config(name: str, partitions: int = 1, replication_factor: int = 1, virtual_partitions: int | None = None,
-                     read_replicas: int = 1, read_mode: str = READ_MODE_DEFAULT, **overrides) -> TopicConfig:
+                     read_replicas: int = 1, read_mode: ReadMode | str = READ_MODE_DEFAULT, **overrides) -> TopicConfig:
     """The resolved config of a topic to create, or ``InvalidTopicName``/``InvalidConfig``.
 
     Needs no cluster, so callers (the CLI) can refuse a bad request before connecting.
@@ -62,36 +55,38 @@ class Admin:
         return intents.request(self._connection.store, self.cluster, kind, topic, args, wait_s)
 
     def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1, virtual_partitions: int | None = None,
-                     read_replicas: int = 1, read_mode: str = READ_MODE_DEFAULT, wait_s: float = CREATE_WAIT_S,
-                     **overrides) -> TopicMetadata:
+                     read_replicas: int = 1, read_mode: ReadMode | str = READ_MODE_DEFAULT,
+                     wait_s: float = TOPIC_INTENT_WAIT_S, **overrides) -> TopicMetadata:
         """Create a topic; ``overrides`` are other ``TopicConfig`` fields (e.g. min_insync_replicas).
 
-        ``read_mode="mafka4"`` (the default, ``READ_MODE_DEFAULT``, as for ``mafka4 topic create``):
-        consumers read ``virtual_partitions`` VPs (default one per physical partition), each on
-        ``read_replicas`` read nodes. ``"mafka3"``: consumers read the physical partitions; no VPs.
+        ``read_mode`` is a ``ReadMode`` or its string. ``"mafka4"`` (the default, ``READ_MODE_DEFAULT``,
+        as for ``mafka4 topic create``): consumers read ``virtual_partitions`` VPs (default one per
+        physical partition), each on ``read_replicas`` read nodes. ``"mafka3"``: consumers read the
+        physical partitions; no VPs.
         Waits at most ``wait_s`` for the controller.
         """
         config = new_topic_config(name, partitions, replication_factor, virtual_partitions, read_replicas, read_mode,
                                   **overrides)
         if self._topics.exists(name):
             raise TopicExists(f"topic {name!r} already exists: delete it first or choose another name")
-        self._request(IntentKind.CREATE_TOPIC, name, {"config": asdict(config)}, wait_s)
+        self._request(IntentKind.CREATE_TOPIC, name, {"config": config_to_json(config)}, wait_s)
         return self._topics.get(name)
 
-    def delete_topic(self, name: str, wait_s: float = CREATE_WAIT_S) -> None:
+    def delete_topic(self, name: str, wait_s: float = TOPIC_INTENT_WAIT_S) -> None:
         """Delete a topic with its data on every node."""
         self._topics.get(name)  # UnknownTopic before an intent is written
         self._request(IntentKind.DELETE_TOPIC, name, {}, wait_s)
 
-    def split_virtual_partition(self, topic: str, vp: int, wait_s: float = RESHAPE_WAIT_S) -> SplitEpoch:
+    def split_virtual_partition(self, topic: str, vp: int, wait_s: float = RESHARD_INTENT_WAIT_S) -> SplitEpoch:
         """Split active VP ``vp`` of a mafka4-mode topic into two (``control.resharding``); returns the new epoch."""
         return self._epochs(self._request(IntentKind.SPLIT, topic, {"vp": vp}, wait_s))[0]
 
-    def merge_virtual_partitions(self, topic: str, first: int, second: int, wait_s: float = RESHAPE_WAIT_S) -> SplitEpoch:
+    def merge_virtual_partitions(self, topic: str, first: int, second: int,
+                                 wait_s: float = RESHARD_INTENT_WAIT_S) -> SplitEpoch:
         """Merge two active VPs with adjacent hash ranges into one; returns the new epoch."""
         return self._epochs(self._request(IntentKind.MERGE, topic, {"first": first, "second": second}, wait_s))[0]
 
-    def scale(self, topic: str, virtual_partitions: int, wait_s: float = RESHAPE_WAIT_S) -> list[SplitEpoch]:
+    def scale(self, topic: str, virtual_partitions: int, wait_s: float = RESHARD_INTENT_WAIT_S) -> list[SplitEpoch]:
         """Split or merge until the topic has ``virtual_partitions`` active VPs; returns the epochs opened."""
         return self._epochs(self._request(IntentKind.SCALE, topic, {"virtual_partitions": virtual_partitions}, wait_s))
 

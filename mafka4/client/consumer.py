@@ -46,15 +46,12 @@ from mafka4.coordinator.groups.partition_protocol import (CommittedOffset, Membe
                                                           validate_group_name)
 from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.errors import CommitFailed, CoordinatorUnavailable, MafkaError, PartitionNotAssigned
-from mafka4.limits import ConsumerConfig, OffsetReset
+from mafka4.limits import (LIST_OFFSETS_TIMEOUT_S, PARTITION_GROUP_CHECK_INTERVAL_S, ConsumerConfig, OffsetReset,
+                           ReadMode)
 from mafka4.names import validate_topic_name
 from mafka4.records import decode_batches
 from mafka4.runtime.connect import Connection, connect
 from mafka4.runtime.remote_errors import unwrap
-
-LIST_OFFSETS_TIMEOUT_S = 30
-# In a group, poll() looks for membership changes at least this often while it waits for data.
-GROUP_CHECK_INTERVAL_S = 0.05
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +68,7 @@ class Consumer:
         connection = connection or connect()
         metadata = TopicStore(connection.store, connection.cluster).get(topic)
         self._virtual: VirtualConsumer | VirtualGroupConsumer | None = None
-        if metadata.config.read_mode == "mafka4":
+        if metadata.config.read_mode is ReadMode.MAFKA4:
             self._virtual = (VirtualConsumer(topic, connection, from_beginning, **settings) if self.group is None
                              else VirtualGroupConsumer(metadata, self.group, connection, self.config))
             return
@@ -153,7 +150,7 @@ class Consumer:
             if self._member is not None:
                 self._group_duties()
             remaining = max(deadline - time.monotonic(), 0)
-            slice_s = remaining if self._member is None else min(remaining, GROUP_CHECK_INTERVAL_S)
+            slice_s = remaining if self._member is None else min(remaining, PARTITION_GROUP_CHECK_INTERVAL_S)
             if not self._positions:
                 if remaining <= 0:
                     return []

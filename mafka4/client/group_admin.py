@@ -31,11 +31,10 @@ from mafka4.coordinator.metadata import keys
 from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import GroupNotEmpty, InvalidConfig, RequestTimedOut, UnknownGroup, UnknownTopic
+from mafka4.limits import LIST_OFFSETS_TIMEOUT_S, ReadMode
 from mafka4.names import validate_topic_name
 from mafka4.runtime.connect import Connection, connect
 from mafka4.virtual.handles import ask_leader_nodes
-
-LIST_OFFSETS_TIMEOUT_S = 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +184,7 @@ class GroupAdmin:
         validate_topic_name(topic)
         _check_reset_target(to)
         config = TopicStore(self._store, self._store.cluster).get(topic).config
-        if config.read_mode == "mafka4":
+        if config.read_mode is ReadMode.MAFKA4:
             return self._reset_vp_offsets(group, topic, config, to)
         ranges = self._offsets_of(topic)
         if to == "earliest":
@@ -243,7 +242,7 @@ class GroupAdmin:
 
     def is_virtual(self, topic: str) -> bool:
         """True if ``topic`` is read by virtual partitions (mafka4 mode): its offsets are per VP."""
-        return TopicStore(self._store, self._store.cluster).get(validate_topic_name(topic)).config.read_mode == "mafka4"
+        return TopicStore(self._store, self._store.cluster).get(validate_topic_name(topic)).config.read_mode is ReadMode.MAFKA4
 
     def close(self) -> None:
         self._store.close()

@@ -20,13 +20,12 @@ from mafka4.coordinator.metadata import keys
 from mafka4.coordinator.metadata.store import WatchEvent
 from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.errors import MafkaError, NotLeader
+from mafka4.limits import METADATA_REWATCH_BACKOFF_S
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import PartitionState, TopicMetadata
 from mafka4.runtime.connect import Connection
 
 logger = logging.getLogger(__name__)
-
-REWATCH_BACKOFF_S = 1.0  # pause between attempts to set the watch up again while etcd is away
 
 
 class Routing:
@@ -128,7 +127,7 @@ class Routing:
         except MafkaError as error:
             logger.info("%s: metadata refresh after re-watch failed: %s", self._topic, error)
         finally:
-            self._next_rewatch = time.monotonic() + REWATCH_BACKOFF_S
+            self._next_rewatch = time.monotonic() + METADATA_REWATCH_BACKOFF_S
             self._rewatching = False
 
     def _apply(self, events: list[WatchEvent]) -> None:

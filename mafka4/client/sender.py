@@ -83,7 +83,7 @@ class _PartitionPipeline:
         config = self._sender.config
         try:
             leader = self._sender.routing.leader(self._partition)
-            ref = leader.produce.remote(batch.encoded, config.acks.value, config.delivery_timeout_ms)
+            ref = leader.produce.remote(batch.encoded, config.acks, config.delivery_timeout_ms)
         except Exception as error:  # no leader known: fail this attempt, the pipeline retries
             future = asyncio.get_running_loop().create_future()
             future.set_exception(error)

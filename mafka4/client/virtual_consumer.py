@@ -29,12 +29,9 @@ from mafka4.client.message import Message, new_member_id
 from mafka4.client.vp_fetcher import VpFetcher
 from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.errors import PartitionNotAssigned, WrongReadMode
-from mafka4.limits import ConsumerConfig
+from mafka4.limits import RESHARD_CHECK_INTERVAL_S, ConsumerConfig, ReadMode
 from mafka4.names import validate_topic_name
 from mafka4.runtime.connect import Connection, connect
-
-# While a parent it read to its end waits to be sealed, the reader looks at etcd this often.
-RESHARD_CHECK_INTERVAL_S = 0.1
 
 
 class VirtualConsumer:
@@ -44,9 +41,9 @@ class VirtualConsumer:
         self.config = ConsumerConfig(**settings)
         self._connection = connection or connect()
         metadata = TopicStore(self._connection.store, self._connection.cluster).get(topic)
-        if metadata.config.read_mode != "mafka4":
+        if metadata.config.read_mode is not ReadMode.MAFKA4:
             raise WrongReadMode(
-                f"topic {topic!r} is in read_mode={metadata.config.read_mode!r}: it has no virtual partitions; "
+                f"topic {topic!r} is in read_mode={metadata.config.read_mode.value!r}: it has no virtual partitions; "
                 f"read it with Consumer (physical partitions)"
             )
         self.reader_id = new_member_id()

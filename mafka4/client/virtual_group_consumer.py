@@ -46,20 +46,12 @@ from mafka4.coordinator.metadata import intents
 from mafka4.coordinator.metadata.intents import IntentKind
 from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import CommitFailed, CoordinatorUnavailable, MafkaError, PartitionNotAssigned
-from mafka4.limits import ConsumerConfig, OffsetReset
+from mafka4.limits import (RESHARD_INTENT_WAIT_S, VP_GROUP_CHECK_INTERVAL_S, VP_GROUP_SPLIT_RETRY_INTERVAL_S,
+                           ConsumerConfig, OffsetReset)
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.runtime.connect import Connection
 
 logger = logging.getLogger(__name__)
-
-# poll() looks for group changes at least this often while it waits for data: a fetch cannot be
-# woken by etcd's watch, so this bounds how late a member reacts to a join, a split or a sealed
-# parent (each costs it about one ``ray.wait`` call per interval while idle).
-GROUP_CHECK_INTERVAL_S = 0.02
-# After a failed split, this member waits this long before trying one again.
-SPLIT_RETRY_INTERVAL_S = 5.0
-# How long a split request waits for the controller.
-SPLIT_WAIT_S = 120
 
 
 class VirtualGroupConsumer:
@@ -127,9 +119,9 @@ class VirtualGroupConsumer:
             if not self._fetcher.fetching:
                 if remaining <= 0:
                     return []
-                self._member.changed.wait(min(remaining, GROUP_CHECK_INTERVAL_S if self._unstarted else 0.5))
+                self._member.changed.wait(min(remaining, VP_GROUP_CHECK_INTERVAL_S if self._unstarted else 0.5))
                 continue
-            messages = self._fetcher.fetch(min(remaining, GROUP_CHECK_INTERVAL_S))
+            messages = self._fetcher.fetch(min(remaining, VP_GROUP_CHECK_INTERVAL_S))
             if messages:
                 return messages
             if time.monotonic() >= deadline:
@@ -211,7 +203,7 @@ class VirtualGroupConsumer:
     def _start_split(self, vp: int) -> None:
         if self._splitter is not None and self._splitter.is_alive():
             return
-        if time.monotonic() - self._split_failed_at < SPLIT_RETRY_INTERVAL_S:
+        if time.monotonic() - self._split_failed_at < VP_GROUP_SPLIT_RETRY_INTERVAL_S:
             return
         self._splitter = threading.Thread(target=self._split, args=(vp,), name=f"split-{self.topic}-v{vp}", daemon=True)
         self._splitter.start()
@@ -221,7 +213,8 @@ class VirtualGroupConsumer:
         epoch by its watch."""
         store = MetadataStore(self._connection.store.endpoint)
         try:
-            intents.request(store, self._connection.cluster, IntentKind.SPLIT, self.topic, {"vp": vp}, SPLIT_WAIT_S)
+            intents.request(store, self._connection.cluster, IntentKind.SPLIT, self.topic, {"vp": vp},
+                            RESHARD_INTENT_WAIT_S)
             logger.info("group %s: member %s split %s/v%d", self.group, self.member_id, self.topic, vp)
         except MafkaError as error:
             self._split_failed_at = time.monotonic()

@@ -29,7 +29,7 @@ from collections import defaultdict
 from mafka4.client.message import Message
 from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import CoordinatorUnavailable, RecordsLost
-from mafka4.limits import ConsumerConfig
+from mafka4.limits import LIST_OFFSETS_TIMEOUT_S, ConsumerConfig
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.records import decode_batches
 from mafka4.risr.state import RisrConfig, route_fetch
@@ -40,8 +40,6 @@ from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.read_node import ConsumerRead
 from mafka4.virtual.vp_records import lost_range_of, strip_source
 from mafka4.virtual.vp_state import VirtualPartitionState
-
-LIST_OFFSETS_TIMEOUT_S = 30
 
 
 class VpFetcher:

@@ -27,13 +27,11 @@ import bisect
 from typing import Iterable
 
 from mafka4.errors import CorruptRecord
+from mafka4.limits import EPOCH_CHECKPOINT_ENTRIES_MAX
 
 NO_EPOCH = -1
 NO_OFFSET = -1
 CHECKPOINT_VERSION = 0
-# A partition sees one entry per leader change; far fewer than this in any real life span.
-# A checkpoint claiming more is treated as garbage rather than allocated.
-CHECKPOINT_ENTRIES_MAX = 10_000_000
 
 
 class EpochHistory:
@@ -129,7 +127,7 @@ class EpochHistory:
         if version != CHECKPOINT_VERSION:
             raise CorruptRecord(f"leader-epoch checkpoint has version {version}, expected {CHECKPOINT_VERSION}")
         count = _parse_ints(lines[1], 2, 1)[0]
-        if not 0 <= count <= CHECKPOINT_ENTRIES_MAX or len(lines) != count + 2:
+        if not 0 <= count <= EPOCH_CHECKPOINT_ENTRIES_MAX or len(lines) != count + 2:
             raise CorruptRecord(
                 f"leader-epoch checkpoint announces {count} entries but holds {len(lines) - 2}: "
                 f"delete the checkpoint file to rebuild it from the log"

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Iterator
 
 from mafka4.errors import CorruptRecord
-from mafka4.limits import KiB, MiB, LogConfig
+from mafka4.limits import SEGMENT_SCAN_CHUNK_BYTES, KiB, LogConfig, MiB
 from mafka4.log.offset_index import U32_MAX, OffsetIndex, OffsetPosition
 from mafka4.log.time_index import TimeIndex
 from mafka4.records import HEADER_BYTES, BatchHeader, check_batch, crc_matches, iter_batches, read_header
@@ -47,9 +47,6 @@ NAME_DIGITS = 20
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
-# Reads while scanning a whole segment: large enough to amortise syscalls, small enough to
-# bound memory while a 1 GiB segment is recovered.
-SCAN_CHUNK_BYTES = 1 * MiB
 
 
 def segment_path(directory: Path, base_offset: int, suffix: str) -> Path:
@@ -202,7 +199,7 @@ class Segment:
         assert self._write_fd is None
         self._reset_state()
         valid_end = 0
-        for position, header in scan_valid_batches(self._read_fd, self.size_bytes, SCAN_CHUNK_BYTES):
+        for position, header in scan_valid_batches(self._read_fd, self.size_bytes, SEGMENT_SCAN_CHUNK_BYTES):
             if header.base_offset != self.next_offset or header.base_offset - self.base_offset > U32_MAX:
                 break
             self._index_batch(position, header)
@@ -225,7 +222,7 @@ class Segment:
         """Rebuild both indexes from the (already validated) .log, e.g. after an entry was found wrong."""
         active = self._write_fd is not None
         # Read every header first: a damaged one raises before anything is reset.
-        batches = list(iter_headers(self._read_fd, 0, self.size_bytes, SCAN_CHUNK_BYTES))
+        batches = list(iter_headers(self._read_fd, 0, self.size_bytes, SEGMENT_SCAN_CHUNK_BYTES))
         self.offset_index.close()
         self.time_index.close()
         self._reset_state()
@@ -306,7 +303,7 @@ class Segment:
         """Where the walk of the batch headers from byte 0 first fails (a damaged header)."""
         walked = 0
         try:
-            for position, header in iter_headers(self._read_fd, 0, self.size_bytes, SCAN_CHUNK_BYTES):
+            for position, header in iter_headers(self._read_fd, 0, self.size_bytes, SEGMENT_SCAN_CHUNK_BYTES):
                 walked = position + header.size_bytes
         except CorruptRecord:
             return walked
@@ -411,7 +408,7 @@ class Segment:
         if from_offset >= self.next_offset:
             return
         position = self.locate(from_offset)[0] if from_offset > self.base_offset else 0
-        for _, header in iter_headers(self._read_fd, position, self.size_bytes, SCAN_CHUNK_BYTES):
+        for _, header in iter_headers(self._read_fd, position, self.size_bytes, SEGMENT_SCAN_CHUNK_BYTES):
             yield header
 
     # --- truncation, durability, removal -------------------------------------------------

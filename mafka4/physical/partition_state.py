@@ -13,7 +13,7 @@ the ISR has ``min_insync_replicas`` members, because from then on batches commit
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Iterable
 
 from mafka4.limits import TopicConfig
@@ -67,6 +67,12 @@ class TopicMetadata:
     partitions: tuple[PartitionState, ...]
 
 
+def config_to_json(config: TopicConfig) -> dict:
+    """``config`` as stored in etcd and sent in intents: plain JSON values, the read mode its string."""
+    return {**asdict(config), "read_mode": config.read_mode.value}
+
+
 def config_from_json(value: dict) -> TopicConfig:
+    """A stored config; fields it lacks take their defaults (no ``read_mode``: a Mafka3 topic)."""
     known = {f.name for f in fields(TopicConfig)}
     return TopicConfig(**{k: v for k, v in value.items() if k in known})

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from mafka4.coordinator.metadata import keys
 from mafka4.coordinator.metadata.store import MetadataStore
-from mafka4.limits import ClusterConfig, parse_setting
+from mafka4.limits import (CONTROLLER_STOP_TIMEOUT_S, LEASE_REFRESHES_PER_TTL, READ_NODE_START_POLL_INTERVAL_S,
+                           ClusterConfig, parse_setting)
 from mafka4.runtime.environment import apply_ray_environment, ray_temp_dir
 from mafka4.runtime.ray_cluster import NodeRole, node_ids
 from mafka4.runtime.registration import (
@@ -37,8 +38,6 @@ from mafka4.runtime.state import CLUSTER_NAME_DEFAULT, ClusterState, remove_stat
 LOG_FILE_NAME = "daemon.log"
 CONTROLLER_LOG_FILE_NAME = "controller.log"
 CONTROLLER_ID = "controller-0"
-CONTROLLER_STOP_TIMEOUT_S = 15.0
-READ_NODE_POLL_S = 0.1  # SIGTERM grace: the controller revokes its lease and leaves Ray
 
 log = logging.getLogger("mafka4.daemon")
 
@@ -118,7 +117,8 @@ def run(home: Path, config: ClusterConfig, cluster: str) -> None:
             write_nodes=tuple(write_nodes), read_nodes=tuple(read_nodes), data_root=str(data_root), ready=True,
         ))
         log.info("cluster %r ready: write nodes %s, read nodes %s", cluster, write_nodes, read_nodes)
-        keep_registered(registrations, open_store, config.node_lease_ttl_s / 3, controller.keep_running)
+        refresh_period_s = config.node_lease_ttl_s / LEASE_REFRESHES_PER_TTL
+        keep_registered(registrations, open_store, refresh_period_s, controller.keep_running)
     finally:
         remove_state(home)
         if controller is not None:
@@ -149,7 +149,7 @@ def _wait_for_read_nodes(store: MetadataStore, cluster: str, read_nodes: list[st
            if item.value.get("started_ms", 0) >= since_ms} < set(read_nodes):
         if time.monotonic() > deadline:
             raise TimeoutError(f"the controller did not start read nodes {read_nodes} in time; see controller.log")
-        time.sleep(READ_NODE_POLL_S)
+        time.sleep(READ_NODE_START_POLL_INTERVAL_S)
     log.info("read nodes %s running", read_nodes)
 
 

@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mafka4.errors import ClusterNotRunning
-from mafka4.limits import ETCD_TXN_OPS_MAX
+from mafka4.limits import ETCD_START_ATTEMPTS_MAX, ETCD_STOP_TIMEOUT_S, ETCD_TXN_OPS_MAX
 from mafka4.runtime.ports import LOOPBACK, free_loopback_port, is_listening
 
 ETCD_BINARY_DEFAULT = "/usr/bin/etcd"
-START_ATTEMPTS_MAX = 3  # a chosen port can be taken by someone else before etcd binds it
 
 
 def etcd_binary() -> str:
@@ -50,7 +49,7 @@ def start_etcd(data_dir: str | os.PathLike, timeout_s: float = 30.0) -> EtcdServ
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir.parent / f"{data_dir.name}.log"
     last_error = ""
-    for _ in range(START_ATTEMPTS_MAX):
+    for _ in range(ETCD_START_ATTEMPTS_MAX):
         client_port = free_loopback_port()
         process = _spawn(data_dir, client_port, free_loopback_port(), log_path)
         if _answers(process, client_port, timeout_s):
@@ -94,7 +93,7 @@ def _terminate(process: subprocess.Popen) -> None:
     if process.poll() is None:
         process.terminate()
         try:
-            process.wait(timeout=10)
+            process.wait(timeout=ETCD_STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()

@@ -23,17 +23,14 @@ import psutil
 from mafka4.coordinator.metadata import keys
 from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import ClusterAlreadyRunning, ClusterNotRunning, CoordinatorUnavailable
-from mafka4.limits import ClusterConfig
+from mafka4.limits import (DAEMON_STOP_TIMEOUT_S, KILLED_PROCESSES_WAIT_S, LOCAL_CLUSTER_POLL_INTERVAL_S,
+                           STATUS_ETCD_TIMEOUT_S, ClusterConfig)
 from mafka4.runtime.daemon import LOG_FILE_NAME
 from mafka4.runtime.environment import ray_environment
 from mafka4.runtime.ports import is_listening
 from mafka4.runtime.state import CLUSTER_NAME_DEFAULT, ClusterState, load_state, remove_state
 
 DAEMON_MODULE = "mafka4.runtime.daemon"
-STOP_TIMEOUT_S = 30.0  # SIGTERM grace for the daemon before everything is SIGKILLed
-KILL_WAIT_S = 10.0
-POLL_INTERVAL_S = 0.2
-STATUS_ETCD_TIMEOUT_S = 2.0
 
 
 def daemon_alive(state: ClusterState) -> bool:
@@ -94,7 +91,7 @@ def _wait_ready(home: Path, daemon: subprocess.Popen, timeout_s: float, log_path
             daemon.wait()
             remove_state(home)
             raise ClusterNotRunning(f"the cluster daemon exited with code {daemon.returncode}; see {log_path}")
-        time.sleep(POLL_INTERVAL_S)
+        time.sleep(LOCAL_CLUSTER_POLL_INTERVAL_S)
     _terminate(daemon.pid)
     _kill_pids(_session_members(daemon.pid) | {daemon.pid})
     daemon.wait()
@@ -123,12 +120,12 @@ def down(home: Path) -> list[int]:
 
 
 def _terminate(daemon_pid: int) -> None:
-    """SIGTERM the daemon, which then stops its cluster in order; wait up to STOP_TIMEOUT_S."""
+    """SIGTERM the daemon, which then stops its cluster in order; wait up to DAEMON_STOP_TIMEOUT_S."""
     try:
         os.kill(daemon_pid, signal.SIGTERM)
     except ProcessLookupError:
         return
-    _wait_gone([daemon_pid], STOP_TIMEOUT_S)
+    _wait_gone([daemon_pid], DAEMON_STOP_TIMEOUT_S)
 
 
 def _session_members(session_id: int) -> set[int]:
@@ -202,7 +199,7 @@ def _wait_gone(pids: list[int], timeout_s: float) -> bool:
     while time.monotonic() < deadline:
         if not any(_alive(pid) for pid in pids):
             return True
-        time.sleep(POLL_INTERVAL_S)
+        time.sleep(LOCAL_CLUSTER_POLL_INTERVAL_S)
     return False
 
 
@@ -214,7 +211,7 @@ def _kill_pids(pids) -> None:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    _wait_gone(list(pids), KILL_WAIT_S)
+    _wait_gone(list(pids), KILLED_PROCESSES_WAIT_S)
 
 
 def status(home: Path) -> dict:

@@ -47,7 +47,8 @@ from typing import Callable
 from mafka4.coordinator.metadata import keys
 from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import CoordinatorUnavailable, InvalidConfig, InvalidNodeId, MafkaError
-from mafka4.limits import ClusterConfig
+from mafka4.limits import (LEASE_REFRESHES_PER_TTL, NODE_CONFIG_RETRY_INTERVAL_S, NODE_CONFIG_WAIT_S_DEFAULT,
+                           ClusterConfig)
 from mafka4.runtime.environment import mafka4_home
 from mafka4.runtime.ray_cluster import NodeRole, node_resource
 from mafka4.runtime.registration import (
@@ -60,12 +61,6 @@ from mafka4.runtime.state import CLUSTER_NAME_DEFAULT
 NODE_ID_CHARS_MAX = 63
 # First character not "-", so that an id is never taken for an option on a command line.
 _NODE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
-# How long the config-only command waits for etcd before exiting 1; the head starts etcd
-# just before it runs the command.
-CONFIG_WAIT_S_DEFAULT = 60
-# Between attempts to reach etcd before the config is written (a node agent then retries
-# for as long as it runs).
-CONFIG_RETRY_INTERVAL_S = 1.0
 
 log = logging.getLogger("mafka4.node")
 
@@ -126,12 +121,12 @@ def ensure_cluster_config(open_store: Callable[[], MetadataStore], cluster: str,
             if deadline is not None and time.monotonic() >= deadline:
                 raise CoordinatorUnavailable(f"gave up after {wait_s:g} s: {error.message}") from error
             if not reported:
-                log.warning("%s; retrying every %.0f s", error.message, CONFIG_RETRY_INTERVAL_S)
+                log.warning("%s; retrying every %.0f s", error.message, NODE_CONFIG_RETRY_INTERVAL_S)
                 reported = True
         except BaseException:
             store.close()
             raise
-        time.sleep(CONFIG_RETRY_INTERVAL_S)
+        time.sleep(NODE_CONFIG_RETRY_INTERVAL_S)
 
 
 def create_data_root(data_root: str) -> None:
@@ -166,7 +161,7 @@ def run_agent(etcd_endpoint: str, cluster: str, role: NodeRole, node_id: str, da
                      role.value, node_id, cluster, node_resource(node_id), data_root)
         else:
             log.warning("etcd does not answer; node %s will be registered when it does", node_id)
-        keep_registered([registration], open_store, lease_ttl_s / 3)
+        keep_registered([registration], open_store, lease_ttl_s / LEASE_REFRESHES_PER_TTL)
     finally:
         try:
             registration.revoke()
@@ -186,7 +181,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--data-dir", type=Path, default=mafka4_home() / "data",
                         help="data root to record if the cluster has none yet (default %(default)s)")
     parser.add_argument("--node-lease-ttl-s", type=int, default=ClusterConfig().node_lease_ttl_s)
-    parser.add_argument("--wait-s", type=float, default=CONFIG_WAIT_S_DEFAULT,
+    parser.add_argument("--wait-s", type=float, default=NODE_CONFIG_WAIT_S_DEFAULT,
                         help="config only: how long to wait for etcd (default %(default)s)")
     return parser
 

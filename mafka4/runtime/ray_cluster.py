@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mafka4.limits import OBJECT_STORE_BYTES_PER_NODE, RAY_NODE_START_TIMEOUT_S
 from mafka4.runtime.environment import apply_ray_environment
 from mafka4.runtime.ports import LOOPBACK
 
@@ -32,9 +33,6 @@ READ_NODE_RESOURCE = "read_node"
 NODE_RESOURCE_UNITS = 1000
 HEAD_CPUS = 2
 NODE_CPUS = 1
-# Plasma store per Ray node; it lives in /dev/shm, so it bounds shared memory per node.
-OBJECT_STORE_BYTES_PER_NODE = 256 * 1024 * 1024
-NODE_START_TIMEOUT_S = 60
 
 
 class NodeRole(enum.Enum):
@@ -97,7 +95,7 @@ def start_ray_cluster(
         for role, ids in ((NodeRole.WRITE, write_nodes), (NodeRole.READ, read_nodes)):
             for node_id in ids:
                 cluster.add_node(wait=False, num_cpus=NODE_CPUS, resources=node_resources(role, node_id), **common)
-        cluster.wait_for_nodes(timeout=NODE_START_TIMEOUT_S)
+        cluster.wait_for_nodes(timeout=RAY_NODE_START_TIMEOUT_S)
     except BaseException:
         cluster.shutdown()
         raise

@@ -28,18 +28,16 @@ from mafka4.coordinator.metadata import keys
 from mafka4.coordinator.metadata.lease_holder import LeaseHolder
 from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import CoordinatorUnavailable
+from mafka4.limits import LEASE_REFRESHES_PER_TTL, REGISTRATION_ETCD_TIMEOUT_S_MAX
 from mafka4.runtime.ray_cluster import NodeRole, node_resource
-
-# Requests from a registering process must fail well within one refresh period, or one
-# slow call could let every lease expire.
-STORE_TIMEOUT_S_MAX = 5.0
 
 log = logging.getLogger("mafka4.registration")
 
 
 def open_registration_store(etcd_endpoint: str, lease_ttl_s: int) -> MetadataStore:
-    """A client whose requests time out within one refresh period (``lease_ttl_s / 3``)."""
-    return MetadataStore(etcd_endpoint, timeout_s=min(STORE_TIMEOUT_S_MAX, lease_ttl_s / 3))
+    """A client whose requests time out within one refresh period of the lease."""
+    refresh_period_s = lease_ttl_s / LEASE_REFRESHES_PER_TTL
+    return MetadataStore(etcd_endpoint, timeout_s=min(REGISTRATION_ETCD_TIMEOUT_S_MAX, refresh_period_s))
 
 
 class NodeRegistration:

@@ -13,11 +13,10 @@ from typing import Collection, Iterable
 import ray
 
 from mafka4.errors import NotLeader
+from mafka4.limits import READ_NODE_CALL_TIMEOUT_S
 from mafka4.virtual.hosted_vp import VpId
 from mafka4.virtual.read_node import NAMESPACE, read_node_actor_name
 from mafka4.virtual.vp_state import VirtualPartitionState
-
-CALL_TIMEOUT_S = 60
 
 
 def read_node_handle(cluster: str, node_id: str):
@@ -40,7 +39,7 @@ def states_by_node(states: Iterable[VirtualPartitionState], replicas: Collection
 
 
 def ask_leader_nodes(cluster: str, topic: str, states: Iterable[VirtualPartitionState], method: str, *args,
-                     timeout_s: float = CALL_TIMEOUT_S) -> dict[int, object]:
+                     timeout_s: float = READ_NODE_CALL_TIMEOUT_S) -> dict[int, object]:
     """Call ``ReadNode.<method>(vp_ids, *args)`` once per node leading some of ``states``.
 
     Per VP: the node's answer for it (which may be a ``MafkaError``), or the ``NotLeader`` or Ray

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mafka4.limits import Acks
 from mafka4.physical.partition_state import PartitionState
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.vp_records import SourcedRecord
@@ -37,7 +38,7 @@ class Produce:
     request_id: int
     partition: int
     batch: bytes
-    acks: str
+    acks: Acks
 
 
 @dataclass(frozen=True, slots=True)

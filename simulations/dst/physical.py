@@ -111,10 +111,9 @@ class SimReplica:
         return header.base_sequence > (0 if expected is None else expected)
 
     def _produce(self, source: str, message: m.Produce, header) -> None:
-        acks = Acks.parse(message.acks)
         now_ms = self.env.now_ms
         try:
-            plan = self.state.plan_append(header, acks, now_ms)
+            plan = self.state.plan_append(header, message.acks, now_ms)
         except MafkaError as error:
             self._send(source, m.ProduceResult(message.request_id, None, m.Failure.of(error)))
             return
@@ -126,7 +125,7 @@ class SimReplica:
             appended = self.log.append(stamped, now_ms)
             self.state.appended(appended, now_ms)
             self._unpark(expired_only=False)
-        if acks is Acks.ALL:
+        if message.acks is Acks.ALL:
             self._waiters.append((plan.next_offset, plan.leader_epoch, plan.base_offset, source, message.request_id))
             self._release()
         else:

@@ -23,6 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from mafka4.client.partitioner import Partitioner
+from mafka4.limits import Acks
 from mafka4.records import encode_batch
 from simulations.checkers import Ack, Send
 from simulations.dst import messages as m
@@ -226,7 +227,7 @@ class SimProducer:
             batch.attempts += 1
             request_id = self.env.request_id()
             pipeline.in_flight.append(_InFlight(batch, request_id, self.env.now_ms))
-            self.env.network.send(self.name, leader, m.Produce(request_id, pipeline.partition, batch.encoded, "all"))
+            self.env.network.send(self.name, leader, m.Produce(request_id, pipeline.partition, batch.encoded, Acks.ALL))
 
     def handle(self, source: str, message: object) -> None:
         if isinstance(message, m.Metadata):

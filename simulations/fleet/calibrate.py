@@ -45,7 +45,7 @@ import numpy as np
 import psutil
 
 from mafka4.bench.produce import ProduceBenchSettings, encoded_batches, producer_run, raw_run
-from mafka4.limits import ClusterConfig
+from mafka4.limits import Acks, ClusterConfig, ReadMode
 from simulations.fleet.fit import derive_params
 from simulations.schema import git_commit
 
@@ -115,13 +115,13 @@ class _Cluster:
         from mafka4.virtual.hosted_vp import VpId
 
         self.connection, self.admin, self.settings = connection, admin, settings
-        admin.create_topic("cal-rf1", partitions=1, replication_factor=1, read_mode="mafka3")
-        admin.create_topic("cal-rf2", partitions=1, replication_factor=2, read_mode="mafka3")
+        admin.create_topic("cal-rf1", partitions=1, replication_factor=1, read_mode=ReadMode.MAFKA3)
+        admin.create_topic("cal-rf2", partitions=1, replication_factor=2, read_mode=ReadMode.MAFKA3)
         self.read_node = read_node_handle(admin.cluster, READ_NODE)
         read_node_pid = _actor_pid(self.read_node)
         time.sleep(1.0)
         self.read_node_before = (_idle_rates([read_node_pid], settings.idle_window_s)[read_node_pid], _uss_mb(read_node_pid))
-        admin.create_topic("cal-vp", partitions=1, replication_factor=1, read_mode="mafka4",
+        admin.create_topic("cal-vp", partitions=1, replication_factor=1, read_mode=ReadMode.MAFKA4,
                            virtual_partitions=settings.virtual_partitions, read_replicas=1)
         self.replicas = {topic: self.partition_replicas(topic) for topic in ("cal-rf1", "cal-rf2", "cal-vp")}
         states = VirtualStore(connection.store, admin.cluster).states("cal-vp")
@@ -279,7 +279,7 @@ async def _wake_trial(produce_handle, fetch_targets: list, batch: bytes) -> floa
     """ms from the produce acknowledgement until the first polling reader has the message."""
     readers = [asyncio.ensure_future(_poll_until_data(f, o)) for f, o in fetch_targets]
     await asyncio.sleep(0.1)  # every reader is parked in its long poll
-    await asyncio.wrap_future(produce_handle.produce.remote(batch, "all", 10_000).future())
+    await asyncio.wrap_future(produce_handle.produce.remote(batch, Acks.ALL, 10_000).future())
     acked = time.perf_counter()
     done, pending = await asyncio.wait(readers, timeout=10.0, return_when=asyncio.FIRST_COMPLETED)
     for reader in pending:
@@ -329,7 +329,7 @@ def _measure_latency(cluster: _Cluster) -> dict:
     base, loaded = [], []
     for trial in range(cluster.settings.pass_trials):
         base.append(_paced_latency(cluster))
-        cluster.admin.create_topic(f"cal-idle-{trial}", partitions=extra * WRITE_NODES, replication_factor=1, read_mode="mafka3")
+        cluster.admin.create_topic(f"cal-idle-{trial}", partitions=extra * WRITE_NODES, replication_factor=1, read_mode=ReadMode.MAFKA3)
         time.sleep(2.0)  # the new replicas settle into their idle loops
         loaded.append(_paced_latency(cluster))
         cluster.admin.delete_topic(f"cal-idle-{trial}")
@@ -341,7 +341,7 @@ def _measure_latency(cluster: _Cluster) -> dict:
 
 def _measure_wakeups(cluster: _Cluster, window_s: float) -> dict:
     """Idle CPU of an RF=3 partition's replicas, whose two followers wake each other."""
-    cluster.admin.create_topic("cal-rf3", partitions=1, replication_factor=3, read_mode="mafka3")
+    cluster.admin.create_topic("cal-rf3", partitions=1, replication_factor=3, read_mode=ReadMode.MAFKA3)
     handles = cluster.partition_replicas("cal-rf3")
     time.sleep(1.0)
     rates = _idle_rates([_actor_pid(h) for h in handles], window_s)

@@ -31,7 +31,7 @@ CONFIGS = (limits.LogConfig, limits.ReplicaConfig, limits.TopicConfig, limits.Pr
 
 anything = st.one_of(
     st.none(), st.booleans(), st.integers(), st.integers(-3, 2**20), st.floats(allow_nan=True), st.text(max_size=12),
-    st.binary(max_size=6), st.lists(st.integers(), max_size=2), st.sampled_from(list(limits.Acks) + list(limits.OnFull)),
+    st.binary(max_size=6), st.lists(st.integers(), max_size=2), st.sampled_from(list(limits.Acks) + list(limits.OnFull) + list(limits.ReadMode)),
     st.sampled_from(["all", "1", "0", "-1", "block", "error", "earliest", "latest", "range", "sticky", "mafka4", "mafka3"]),
 )
 
@@ -84,7 +84,7 @@ def test_a_setting_named_config_is_refused_with_invalid_config():
 @FUZZ
 @given(anything)
 def test_enum_settings_parse_or_raise_invalid_config(value):
-    for parse in (limits.Acks.parse, limits.OnFull.parse, limits.OffsetReset.parse):
+    for parse in (limits.Acks.parse, limits.OnFull.parse, limits.OffsetReset.parse, limits.ReadMode.parse):
         try:
             parse(value)
         except InvalidConfig as error:

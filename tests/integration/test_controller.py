@@ -16,6 +16,7 @@ import ray
 from mafka4.client.admin import Admin
 from mafka4.coordinator.metadata import keys
 from mafka4.errors import CoordinatorUnavailable
+from mafka4.limits import Acks
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import PartitionState
 from mafka4.records import encode_batch
@@ -116,7 +117,7 @@ def test_lost_liveness_leases_of_live_replicas_cause_no_failover(cluster):
             keys.physical_partition(cluster.cluster, topic, state.partition)).value)
         assert (now.leader, now.leader_epoch) == (state.leader, state.leader_epoch), "no failover of a live leader"
         leader = replica_handle(cluster.cluster, topic, state.partition, state.leader)
-        assert ray.get(leader.produce.remote(encode_batch([(None, b"still leading", 1, None)]), "all")) == 0
+        assert ray.get(leader.produce.remote(encode_batch([(None, b"still leading", 1, None)]), Acks.ALL)) == 0
 
 
 def test_partition_writes_are_fenced_by_the_controller_key_and_the_epoch_only_grows(cluster):

@@ -25,7 +25,7 @@ from mafka4.client.admin import Admin
 from mafka4.client.consumer import Consumer
 from mafka4.client.producer import Producer
 from mafka4.coordinator.metadata import keys
-from mafka4.limits import ClusterConfig
+from mafka4.limits import Acks, ClusterConfig
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import PartitionState
 from mafka4.records import encode_batch
@@ -150,7 +150,7 @@ def test_killing_a_leader_during_acks_all_production_fails_over_without_losing_o
     with pytest.raises(errors.StaleEpoch):
         ray.get(stale.become_leader.remote(old.leader_epoch, list(old.replicas), list(old.isr)))
     with pytest.raises(errors.NotLeader):
-        ray.get(stale.produce.remote(encode_batch([(None, b"stale", 1, None)]), "all"))
+        ray.get(stale.produce.remote(encode_batch([(None, b"stale", 1, None)]), Acks.ALL))
     with pytest.raises(errors.StaleEpoch):
         ray.get(leader.replica_fetch.remote(old.leader, old.leader_epoch, 0, -1, 1024, 0))
     assert_read_back_exactly_once_in_order(cluster, topic, loop.acknowledged)

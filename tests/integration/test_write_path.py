@@ -14,6 +14,7 @@ from mafka4 import errors
 from mafka4.client.admin import Admin
 from mafka4.client.consumer import Consumer
 from mafka4.client.producer import Producer
+from mafka4.limits import Acks
 from mafka4.physical.handles import replica_handle
 from mafka4.records import decode_batches, encode_batch
 
@@ -109,16 +110,16 @@ def test_a_retried_batch_is_appended_once(cluster):
     state = admin.create_topic(topic, partitions=1, replication_factor=2, read_mode="mafka3").partitions[0]
     leader = replica_handle(cluster.cluster, topic, 0, state.leader)
     batch = encode_batch([(None, b"once", 1, None), (None, b"twice?", 2, None)], producer_id=42, base_sequence=0)
-    first = ray.get(leader.produce.remote(batch, "all"))
-    again = ray.get(leader.produce.remote(batch, "all"))
-    after = ray.get(leader.produce.remote(encode_batch([(None, b"next", 3, None)], 42, 2), "all"))
+    first = ray.get(leader.produce.remote(batch, Acks.ALL))
+    again = ray.get(leader.produce.remote(batch, Acks.ALL))
+    after = ray.get(leader.produce.remote(encode_batch([(None, b"next", 3, None)], 42, 2), Acks.ALL))
     assert (first, again, after) == (0, 0, 2)
     data = ray.get(leader.fetch.remote(0, 1 << 20)).data
     assert [r.value for r in decode_batches(data)] == [b"once", b"twice?", b"next"]
     with pytest.raises(errors.OutOfOrderSequence):
-        ray.get(leader.produce.remote(encode_batch([(None, b"gap", 4, None)], 42, 9), "all"))
+        ray.get(leader.produce.remote(encode_batch([(None, b"gap", 4, None)], 42, 9), Acks.ALL))
     with pytest.raises(errors.UnknownProducer):  # a producer the partition does not know starts at 0
-        ray.get(leader.produce.remote(encode_batch([(None, b"stranger", 5, None)], 43, 5), "all"))
+        ray.get(leader.produce.remote(encode_batch([(None, b"stranger", 5, None)], 43, 5), Acks.ALL))
 
 
 @pytest.mark.parametrize("acks", ["0", "1"])
@@ -144,9 +145,9 @@ def test_acks_all_is_refused_while_the_isr_is_below_min_insync_replicas(cluster)
     while len(ray.get(leader.describe.remote())["isr"]) > 1 and time.monotonic() < deadline:
         time.sleep(0.1)
     with pytest.raises(errors.NotEnoughReplicas, match="min_insync_replicas=2") as raised:
-        ray.get(leader.produce.remote(encode_batch([(None, b"x", 1, None)]), "all"))
+        ray.get(leader.produce.remote(encode_batch([(None, b"x", 1, None)]), Acks.ALL))
     assert raised.value.retriable
-    assert ray.get(leader.produce.remote(encode_batch([(None, b"y", 1, None)]), "1")) == 0, "acks=1 still works"
+    assert ray.get(leader.produce.remote(encode_batch([(None, b"y", 1, None)]), Acks.LEADER)) == 0, "acks=1 still works"
 
 
 def test_bad_input_gets_clear_errors_and_leaves_nothing_behind(cluster):

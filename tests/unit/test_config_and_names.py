@@ -6,7 +6,7 @@ import pytest
 
 from mafka4 import errors
 from mafka4.coordinator.control.placement import assign_replicas
-from mafka4.limits import Acks, LogConfig, ProducerConfig, TopicConfig, replace_config
+from mafka4.limits import Acks, ClusterConfig, LogConfig, ProducerConfig, TopicConfig, replace_config
 from mafka4.names import validate_topic_name
 
 
@@ -29,6 +29,20 @@ def test_invalid_acks_names_the_choices(value):
 
 def test_acks_accepts_kafka_spellings():
     assert Acks.parse(-1) is Acks.ALL and Acks.parse("ALL") is Acks.ALL and Acks.parse(1) is Acks.LEADER
+
+
+@pytest.mark.parametrize("acks", list(Acks))
+def test_acks_travel_to_the_replica_as_the_enum_itself(acks):
+    # Ray pickles the arguments of an actor call; the replica compares with ``is``.
+    assert pickle.loads(pickle.dumps(acks)) is acks
+    assert Acks.parse(acks) is acks and ProducerConfig(acks=acks.value).acks is acks
+
+
+@pytest.mark.parametrize("settings", [None, "0", (("vp_merge_delay_ms",),), ((1, 5000),)])
+def test_controller_settings_that_are_not_name_value_pairs_are_refused(settings):
+    with pytest.raises(errors.InvalidConfig, match=r"must be \(name, value\) pairs"):
+        ClusterConfig(controller_settings=settings)
+    assert ClusterConfig(controller_settings=(("vp_merge_delay_ms", 5000),)).controller_config().vp_merge_delay_ms == 5000
 
 
 def test_producer_config_checks_ranges_and_relations():

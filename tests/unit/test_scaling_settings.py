@@ -5,22 +5,23 @@ from __future__ import annotations
 import pytest
 
 from mafka4.errors import InvalidConfig
+from mafka4.limits import ReadMode
 from simulations.scaling import ScalingSettings, cluster_config, config_path, cpu_plan, run_scaling
 
 
 def test_both_modes_get_the_same_machines_and_cores():
     settings = ScalingSettings(nodes=4)
-    mafka3, mafka4 = cluster_config("mafka3", settings), cluster_config("mafka4", settings)
+    mafka3, mafka4 = cluster_config(ReadMode.MAFKA3, settings), cluster_config(ReadMode.MAFKA4, settings)
     assert mafka3.write_nodes + mafka3.read_nodes == mafka4.write_nodes + mafka4.read_nodes == 4
     assert (mafka4.write_nodes, mafka4.read_nodes) == (2, 2)
-    plan3, plan4 = cpu_plan("mafka3", settings, [0, 1]), cpu_plan("mafka4", settings, [0, 1])
+    plan3, plan4 = cpu_plan(ReadMode.MAFKA3, settings, [0, 1]), cpu_plan(ReadMode.MAFKA4, settings, [0, 1])
     assert plan4 == {"w0": [0], "w1": [0], "r0": [1], "r1": [1]}, "write side on one core, read side on the other"
     assert plan3 == {"w0": [0], "w1": [0], "w2": [1], "w3": [1]}, "mafka3's brokers spread over both sets"
     assert sorted(map(len, plan3.values())) == sorted(map(len, plan4.values()))
 
 
 def test_one_cpu_machines_share_it():
-    assert set(map(tuple, cpu_plan("mafka4", ScalingSettings(), [0]).values())) == {(0,)}
+    assert set(map(tuple, cpu_plan(ReadMode.MAFKA4, ScalingSettings(), [0]).values())) == {(0,)}
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -39,8 +40,9 @@ def test_bad_settings_name_the_field_and_the_fix(field, value, message):
 
 def test_finished_configurations_are_not_run_again(tmp_path):
     settings = ScalingSettings(consumers=(1, 2), modes=("mafka3",))
+    assert settings.modes == (ReadMode.MAFKA3,) and type(settings.modes[0]) is ReadMode, "--modes strings become ReadModes"
     for consumers in (1, 2):
-        path = config_path(tmp_path, settings, "mafka3", consumers)
+        path = config_path(tmp_path, settings, ReadMode.MAFKA3, consumers)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"done")
     lines = []

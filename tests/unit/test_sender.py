@@ -1,6 +1,6 @@
 """The sender's partition pipeline (``client.sender``) against a scripted leader, no Ray running.
 
-The fake leader records every produce call (producer id, sequence) and hands the test the
+The fake leader records every produce call (producer id, sequence, acks) and hands the test the
 call's future, so the test decides when and how each call is answered.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from mafka4.client.accumulator import ProducerBatch
 from mafka4.client.sender import _PartitionPipeline
 from mafka4.errors import NotLeader, UnknownProducer
-from mafka4.limits import ProducerConfig
+from mafka4.limits import Acks, ProducerConfig
 from mafka4.records import read_header
 
 POLLS_MAX = 5000  # a bound on waiting for the pipeline's thread hop (metadata refresh), not a timing claim
@@ -25,6 +25,7 @@ POLLS_MAX = 5000  # a bound on waiting for the pipeline's thread hop (metadata r
 class Call:
     producer_id: int
     sequence: int
+    acks: Acks
     future: concurrent.futures.Future
 
 
@@ -33,9 +34,9 @@ class FakeLeader:
         self.calls: list[Call] = []
         self.produce = self  # leader.produce.remote(...)
 
-    def remote(self, encoded: bytes, acks: str, timeout_ms: int):
+    def remote(self, encoded: bytes, acks: Acks, timeout_ms: int):
         header = read_header(encoded)
-        call = Call(header.producer_id, header.base_sequence, concurrent.futures.Future())
+        call = Call(header.producer_id, header.base_sequence, acks, concurrent.futures.Future())
         self.calls.append(call)
         return self
 
@@ -69,8 +70,8 @@ class FakeAccumulator:
 class FakeSender:
     topic = "t"
 
-    def __init__(self, batches: int):
-        self.config = ProducerConfig(retry_backoff_ms=0, retry_backoff_ms_max=0)
+    def __init__(self, batches: int, acks: Acks | str = Acks.ALL):
+        self.config = ProducerConfig(acks=acks, retry_backoff_ms=0, retry_backoff_ms_max=0)
         self.leader = FakeLeader()
         self.routing = FakeRouting(self.leader)
         self.accumulator = FakeAccumulator(batches)
@@ -172,3 +173,16 @@ def test_unknown_producer_behind_a_failed_older_batch_resends_in_order_under_the
 
     run_pipeline(sender, scenario)
     assert [(sequence, offset) for sequence, offset, _ in sender.answers] == [(0, 0), (1, 1)]
+
+
+def test_acks_given_as_a_string_reaches_the_leader_as_the_enum_itself():
+    sender = FakeSender(batches=1, acks="1")  # as a user gives it: Producer(topic, acks="1")
+
+    async def scenario(calls):
+        await calls_reach(sender, 1)
+        assert calls[0].acks is Acks.LEADER, "converted once, at the config, and sent as it is"
+        calls[0].future.set_result(0)
+        await settle()
+
+    run_pipeline(sender, scenario)
+    assert sender.answers == [(0, 0, None)]

@@ -16,8 +16,9 @@ from mafka4.coordinator.control.placement import plan_children, plan_read_path
 from mafka4.coordinator.metadata.vp_store import read_path_values
 from mafka4.errors import InvalidConfig, NotEnoughReadNodes
 from mafka4.faults import FaultGate
-from mafka4.limits import READ_MODE_DEFAULT, TopicConfig
+from mafka4.limits import READ_MODE_DEFAULT, ReadMode, TopicConfig
 from mafka4.log.epochs import NO_EPOCH, EpochHistory
+from mafka4.physical.partition_state import config_from_json, config_to_json
 from mafka4.virtual.divergence import divergence, truncation_offset
 from mafka4.virtual.failover import decide_failover
 from mafka4.virtual.layout import TopicLayout
@@ -32,6 +33,31 @@ def test_mafka4_mode_defaults_to_one_vp_per_partition_and_one_read_replica():
     config = TopicConfig(partitions=3, read_mode="mafka4").resolved()
     assert (config.read_mode, config.virtual_partitions, config.read_replicas) == ("mafka4", 3, 1)
     assert TopicConfig(partitions=3, virtual_partitions=8, read_replicas=2, read_mode="mafka4").resolved().virtual_partitions == 8
+
+
+@pytest.mark.parametrize("mode", list(ReadMode))
+def test_read_mode_is_stored_as_its_plain_string_and_read_back_as_the_enum(mode):
+    config = TopicConfig(partitions=2, read_mode=mode.value).resolved()
+    assert config.read_mode is mode, "a string given at construction is held as the ReadMode"
+    stored = json.loads(json.dumps(config_to_json(config)))  # as etcd holds it
+    assert stored["read_mode"] == mode.value and type(config_to_json(config)["read_mode"]) is str
+    assert config_from_json(stored) == config and config_from_json(stored).read_mode is mode
+
+
+def test_a_stored_config_from_before_read_modes_reads_as_a_mafka3_topic():
+    stored = json.loads(json.dumps(config_to_json(TopicConfig(partitions=3))))
+    for read_path_field in ("read_mode", "virtual_partitions", "read_replicas", "read_replica_lag_ms_max"):
+        del stored[read_path_field]
+    config = config_from_json(stored)
+    assert config.read_mode is ReadMode.MAFKA3 and config.virtual_partition_count == 0
+
+
+@pytest.mark.parametrize("mode", ["kafka", "MAFKA4", "", None, 4])
+def test_a_bad_read_mode_is_refused_naming_the_choices(mode):
+    with pytest.raises(InvalidConfig, match=r"read_mode=.* is not valid: use one of 'mafka4', 'mafka3'"):
+        TopicConfig(read_mode=mode)
+    with pytest.raises(InvalidConfig, match="use one of 'mafka4', 'mafka3'"):
+        config_from_json({"partitions": 1, "read_mode": mode})
 
 
 def test_topics_are_created_in_mafka4_mode_unless_asked_otherwise_by_the_library_and_the_cli_alike():

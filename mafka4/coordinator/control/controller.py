@@ -65,10 +65,11 @@ from mafka4.coordinator.control.replica_control import ReplicaControl
 from mafka4.coordinator.control.upkeep import ReadPathUpkeep
 from mafka4.coordinator.metadata import keys
 from mafka4.coordinator.metadata.lease_holder import LeaseHolder, LeaseThread
-from mafka4.coordinator.metadata.store import REQUEST_TIMEOUT_S_DEFAULT, Fence, MetadataStore
+from mafka4.coordinator.metadata.store import Fence, MetadataStore
 from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.errors import CoordinatorUnavailable, MetadataConflict, UnknownTopic
-from mafka4.limits import ControllerConfig, parse_setting, replace_config
+from mafka4.limits import (CONTROLLER_ETCD_BACKOFF_S, CONTROLLER_WAIT_SLICE_S, ETCD_REQUEST_TIMEOUT_S_DEFAULT,
+                           LEASE_REFRESHES_PER_TTL, ControllerConfig, parse_setting, replace_config)
 from mafka4.physical.partition_state import PartitionState, TopicMetadata
 
 log = logging.getLogger("mafka4.controller")
@@ -76,8 +77,6 @@ log = logging.getLogger("mafka4.controller")
 PartitionId = tuple[str, int]
 # What the controller's queue holds: a physical partition, a read node or a VP.
 Work = PartitionId | ReadNodeItem | VirtualPartitionItem
-ETCD_BACKOFF_S = 0.5
-WAIT_SLICE_S = 0.5  # the loop looks at its lease, timers and the stop flag at least this often
 
 
 def _now_ms() -> int:
@@ -136,7 +135,8 @@ class Controller:
         self.cluster, self.controller_id, self.config = cluster, controller_id, config
         self._store = MetadataStore(etcd_endpoint)
         # A refresh must fail fast enough for the next one to come within the TTL.
-        self._lease_store = MetadataStore(etcd_endpoint, timeout_s=min(REQUEST_TIMEOUT_S_DEFAULT, config.lease_ttl_s / 3))
+        self._lease_store = MetadataStore(
+            etcd_endpoint, timeout_s=min(ETCD_REQUEST_TIMEOUT_S_DEFAULT, config.lease_ttl_s / LEASE_REFRESHES_PER_TTL))
         self._topics = TopicStore(self._store, cluster)
         self._events: queue.Queue = queue.Queue(maxsize=config.event_queue_max)
         self._watches = _Watches(MetadataStore(etcd_endpoint), self._events)
@@ -180,7 +180,7 @@ class Controller:
                         self._etcd_down_since = time.monotonic()
                         log.warning("etcd unavailable; metadata changes wait: %s", error)
                     self._watches.broken = True
-                    stop.wait(ETCD_BACKOFF_S)
+                    stop.wait(CONTROLLER_ETCD_BACKOFF_S)
                 except _SteppedDown as reason:
                     self._step_down(str(reason))
         finally:
@@ -253,7 +253,7 @@ class Controller:
         deadline = time.monotonic() + self.config.lease_ttl_s
         while time.monotonic() < deadline:
             try:
-                kind, events = self._events.get(timeout=WAIT_SLICE_S)
+                kind, events = self._events.get(timeout=CONTROLLER_WAIT_SLICE_S)
             except queue.Empty:
                 continue
             if kind == "broken" or any(e.key == key and e.value is None for e in events):
@@ -284,7 +284,7 @@ class Controller:
                 raise
             except Exception:  # a defect in upkeep must not stop failovers
                 log.exception("read-path upkeep failed; trying again in %d ms", self.config.upkeep_interval_ms)
-        self._drain_events(timeout_s=0 if self._dirty else WAIT_SLICE_S)
+        self._drain_events(timeout_s=0 if self._dirty else CONTROLLER_WAIT_SLICE_S)
         while self._dirty and not self._lease.holder.expired():
             self._handle(self._dirty.pop())
 

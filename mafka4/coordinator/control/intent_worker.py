@@ -2,7 +2,7 @@
 
 A thread of the active controller (``Controller`` starts it on activation and stops it when it
 steps down). It learns of new intents from a watch on ``keys.intents_prefix`` (and looks anyway
-every ``IDLE_LOOK_S``), and for each pending intent (``metadata.intents``):
+every ``INTENT_IDLE_LOOK_INTERVAL_S``), and for each pending intent (``metadata.intents``):
 
 1. marks it started by a compare-and-swap fenced by the controller's key (a client that gave up
    can then no longer withdraw it, and a deposed controller starts nothing);
@@ -32,14 +32,11 @@ from mafka4.coordinator.metadata import keys
 from mafka4.coordinator.metadata.intents import Intent, IntentKind, IntentResult
 from mafka4.coordinator.metadata.store import Fence, MetadataStore
 from mafka4.errors import CoordinatorUnavailable, MafkaError
-from mafka4.limits import ControllerConfig
+from mafka4.limits import CONTROLLER_ETCD_BACKOFF_S, INTENT_IDLE_LOOK_INTERVAL_S, ControllerConfig
 from mafka4.physical.partition_state import config_from_json
 from mafka4.virtual.vp_state import epoch_to_json
 
 log = logging.getLogger("mafka4.controller")
-
-IDLE_LOOK_S = 1.0
-ETCD_BACKOFF_S = 0.5
 
 
 class IntentWorker:
@@ -81,11 +78,11 @@ class IntentWorker:
                         continue  # started by this term already (a repeat read): its result is on the way
                     self._execute(Intent.from_json(intent_id, item.value, item.mod_revision), item.value)
                 if not pending:
-                    self._wake.wait(IDLE_LOOK_S)
+                    self._wake.wait(INTENT_IDLE_LOOK_INTERVAL_S)
             except CoordinatorUnavailable as error:
                 log.warning("intents wait for etcd: %s", error)
                 self._drop_watch()
-                self._stop.wait(ETCD_BACKOFF_S)
+                self._stop.wait(CONTROLLER_ETCD_BACKOFF_S)
 
     def _watch(self) -> None:
         if self._watch_id is None:

@@ -11,7 +11,7 @@ import os
 
 import ray
 
-from mafka4.limits import LogConfig, ReplicaConfig
+from mafka4.limits import PHYSICAL_REPLICA_STOP_TIMEOUT_S, LogConfig, ReplicaConfig
 from mafka4.physical.actor import PhysicalPartition, ReplicaSpec, replica_actor_name
 from mafka4.physical.handles import NAMESPACE, replica_handle
 from mafka4.physical.partition_state import PartitionState, TopicMetadata
@@ -60,7 +60,7 @@ def stop_partition(cluster: str, topic: str, state: PartitionState, delete_data:
     handles = [h for h in (replica_handle(cluster, topic, state.partition, r) for r in state.replicas) if h is not None]
     closing = [h.close.remote(delete_data) for h in handles]
     try:
-        ray.get(closing, timeout=30)
+        ray.get(closing, timeout=PHYSICAL_REPLICA_STOP_TIMEOUT_S)
     except (ray.exceptions.RayError, TimeoutError):
         pass  # a dead replica has nothing to close; kill below still frees its name
     for handle in handles:

@@ -13,17 +13,15 @@ from typing import Collection, Iterable, Sequence
 
 import ray
 
-from mafka4.limits import ReadNodeConfig, TopicConfig
+from mafka4.limits import READ_NODE_CALL_TIMEOUT_S, READ_NODE_STOP_TIMEOUT_S, ReadNodeConfig, TopicConfig
 from mafka4.runtime.ray_cluster import READ_NODE_RESOURCE, node_resource
-from mafka4.virtual.handles import CALL_TIMEOUT_S, read_node_handle, states_by_node
+from mafka4.virtual.handles import read_node_handle, states_by_node
 from mafka4.virtual.read_node import NAMESPACE, ReadNode, ReadNodeSpec, read_node_actor_name
 from mafka4.virtual.vp_state import VirtualPartitionState
 
-STOP_TIMEOUT_S = 30
-
 
 def start_read_node(cluster: str, etcd_endpoint: str, node_id: str, data_root: str,
-                    config: ReadNodeConfig = ReadNodeConfig(), timeout_s: float | None = CALL_TIMEOUT_S):
+                    config: ReadNodeConfig = ReadNodeConfig(), timeout_s: float | None = READ_NODE_CALL_TIMEOUT_S):
     """Start the read node actor of ``node_id`` and wait until it holds its liveness key; returns its handle."""
     handle = ReadNode.options(
         name=read_node_actor_name(cluster, node_id), namespace=NAMESPACE, lifetime="detached", num_cpus=0,
@@ -34,7 +32,7 @@ def start_read_node(cluster: str, etcd_endpoint: str, node_id: str, data_root: s
 
 
 def ensure_read_node(cluster: str, etcd_endpoint: str, node_id: str, data_root: str,
-                     config: ReadNodeConfig = ReadNodeConfig(), timeout_s: float | None = CALL_TIMEOUT_S):
+                     config: ReadNodeConfig = ReadNodeConfig(), timeout_s: float | None = READ_NODE_CALL_TIMEOUT_S):
     """The running read node actor of ``node_id``, started if there is none (a node that just
     registered, before the controller's loop got to it); its handle."""
     handle = read_node_handle(cluster, node_id)
@@ -50,7 +48,7 @@ def ensure_read_node(cluster: str, etcd_endpoint: str, node_id: str, data_root: 
         return handle
 
 
-def stop_read_node(cluster: str, node_id: str, timeout_s: float = STOP_TIMEOUT_S) -> None:
+def stop_read_node(cluster: str, node_id: str, timeout_s: float = READ_NODE_STOP_TIMEOUT_S) -> None:
     """Close and kill the read node actor of ``node_id`` (if it runs) and wait until its name is free."""
     handle = read_node_handle(cluster, node_id)
     if handle is None:
@@ -68,7 +66,7 @@ def stop_read_node(cluster: str, node_id: str, timeout_s: float = STOP_TIMEOUT_S
 
 
 def host_states(cluster: str, topic: str, config: TopicConfig, states: Sequence[VirtualPartitionState],
-                replicas: Collection[str] | None = None, timeout_s: float | None = CALL_TIMEOUT_S
+                replicas: Collection[str] | None = None, timeout_s: float | None = READ_NODE_CALL_TIMEOUT_S
                 ) -> dict[str, dict[int, str]]:
     """Tell every read node named in ``states`` (or only ``replicas``) to host its replicas in their roles.
 
@@ -102,7 +100,7 @@ def host_states(cluster: str, topic: str, config: TopicConfig, states: Sequence[
 
 
 def drop_everywhere(cluster: str, topic: str, nodes: Iterable[str], vps: Sequence[int] | None = None,
-                    delete_data: bool = True, timeout_s: float = STOP_TIMEOUT_S) -> None:
+                    delete_data: bool = True, timeout_s: float = READ_NODE_STOP_TIMEOUT_S) -> None:
     """Tell each running node of ``nodes`` to stop hosting ``vps`` of ``topic`` (all of them if None)."""
     refs = [handle.drop.remote(topic, None if vps is None else list(vps), delete_data)
             for handle in (read_node_handle(cluster, node) for node in set(nodes)) if handle is not None]

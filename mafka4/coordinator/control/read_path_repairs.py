@@ -39,7 +39,7 @@ from mafka4.coordinator.metadata.store import Fence, MetadataStore, Versioned
 from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import MetadataConflict
-from mafka4.limits import ControllerConfig, ReadNodeConfig, TopicConfig
+from mafka4.limits import ControllerConfig, ReadMode, ReadNodeConfig, TopicConfig
 from mafka4.physical.partition_state import config_from_json
 from mafka4.virtual.failover import decide_failover
 from mafka4.virtual.handles import read_node_handle
@@ -95,7 +95,7 @@ class ReadPathControl:
         if found is None:
             return None
         config = config_from_json(found.value)
-        return config if config.read_mode == "mafka4" else None
+        return config if config.read_mode is ReadMode.MAFKA4 else None
 
     # --- read nodes -----------------------------------------------------------------------
 

@@ -46,7 +46,7 @@ from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import CoordinatorUnavailable, MafkaError, ReshardConflict, WrongReadMode
-from mafka4.limits import ReshardConfig
+from mafka4.limits import ReadMode, ReshardConfig
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.runtime.remote_errors import unwrap
 from mafka4.virtual.handles import read_node_handle
@@ -113,9 +113,9 @@ class Resharder:
 
     def _mafka4_topic(self, topic: str) -> TopicMetadata:
         metadata = self._topics.get(topic)
-        if metadata.config.read_mode != "mafka4":
+        if metadata.config.read_mode is not ReadMode.MAFKA4:
             raise WrongReadMode(
-                f"topic {topic!r} is in read_mode={metadata.config.read_mode!r}: it has no virtual partitions to "
+                f"topic {topic!r} is in read_mode={metadata.config.read_mode.value!r}: it has no virtual partitions to "
                 f"split, merge or scale; create a topic with read_mode='mafka4' (--read-mode mafka4)"
             )
         return metadata

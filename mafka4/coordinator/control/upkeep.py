@@ -38,14 +38,13 @@ from mafka4.coordinator.metadata.intents import IntentKind
 from mafka4.coordinator.metadata.store import Fence, MetadataStore
 from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.coordinator.metadata.vp_store import VirtualStore
-from mafka4.limits import ControllerConfig, TopicConfig
+from mafka4.limits import DESCRIBE_TIMEOUT_S, ControllerConfig, ReadMode, TopicConfig
 from mafka4.physical.partition_state import config_from_json
 from mafka4.virtual.handles import ask_leader_nodes
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.vp_state import VirtualPartitionState
 
 log = logging.getLogger("mafka4.controller")
-DESCRIBE_TIMEOUT_S = 10
 
 
 class ReadPathUpkeep:
@@ -67,7 +66,7 @@ class ReadPathUpkeep:
             if found is None:
                 continue
             config = config_from_json(found.value)
-            if config.read_mode == "mafka4":
+            if config.read_mode is ReadMode.MAFKA4:
                 layout, states = self._virtual.layout_and_states(name, config.partitions, config.virtual_config())
                 topics[name] = (config, layout, states)
         named = {node for _, _, states in topics.values() for state, _ in states.values() for node in state.replicas}

@@ -54,13 +54,9 @@ from mafka4.coordinator.metadata import keys
 from mafka4.coordinator.metadata.store import MetadataStore, WatchEvent, _etcd_call, prefix_range_end
 from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.errors import CoordinatorUnavailable, InconsistentGroupProtocol, UnknownTopic
-from mafka4.limits import ConsumerConfig
+from mafka4.limits import GROUP_SYNC_STEPS_MAX, ConsumerConfig
 
 logger = logging.getLogger(__name__)
-
-# A sync performs at most this many protocol steps before it returns (and waits for a change):
-# a rebalance needs at most revoke, propose, claim and a final read, plus lost races.
-SYNC_STEPS_MAX = 16
 
 
 def _json(value: Any) -> bytes:
@@ -228,7 +224,7 @@ class GroupMember:
     def _steps(self, positions: Mapping[TopicPartition, int], revoked: list[TopicPartition],
                claimed: dict[TopicPartition, CommittedOffset | None]) -> str | None:
         """Protocol steps, recording what changed in ``revoked`` and ``claimed``; why it waits, or None."""
-        for _ in range(SYNC_STEPS_MAX):
+        for _ in range(GROUP_SYNC_STEPS_MAX):
             snapshot = self._store.snapshot(self.group)
             self._reconcile(snapshot, revoked, claimed)
             decision = decide(snapshot, self.member_id)
@@ -250,7 +246,7 @@ class GroupMember:
                 assert isinstance(decision, Stable) and set(decision.partitions) == set(self._owned)
                 return None
         self.changed.set()  # steps left over: continue at the next call
-        return f"more than {SYNC_STEPS_MAX} steps"
+        return f"more than {GROUP_SYNC_STEPS_MAX} steps"
 
     def _claim(self, snapshot: GroupSnapshot, decision: Claim, claimed: dict[TopicPartition, CommittedOffset | None]) -> None:
         lease = self._membership.lease

@@ -34,9 +34,7 @@ from mafka4 import errors
 from mafka4.coordinator.metadata import keys
 from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import MafkaError, RequestTimedOut
-
-# A waiting client watches the result key, and reads it at least this often (a watch can break).
-POLL_INTERVAL_S_MAX = 0.1
+from mafka4.limits import INTENT_RESULT_POLL_INTERVAL_S_MAX
 
 
 class IntentKind(enum.Enum):
@@ -119,7 +117,8 @@ def request(store: MetadataStore, cluster: str, kind: IntentKind, topic: str, ar
 
     The result key is watched from before the intent is written (a watch that starts at the
     current revision gets events at once; one started at a past revision waits for etcd's next
-    sync, up to 100 ms), and read at least every ``POLL_INTERVAL_S_MAX`` in case the watch broke.
+    sync, up to 100 ms), and read at least every ``INTENT_RESULT_POLL_INTERVAL_S_MAX`` in case
+    the watch broke.
     Raises ``RequestTimedOut`` after ``wait_s``: the intent is withdrawn if no controller took it
     yet, else it may still be carried out (the message says which).
     """
@@ -138,7 +137,7 @@ def request(store: MetadataStore, cluster: str, kind: IntentKind, topic: str, ar
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            written.wait(min(POLL_INTERVAL_S_MAX, remaining))
+            written.wait(min(INTENT_RESULT_POLL_INTERVAL_S_MAX, remaining))
             written.clear()
     finally:
         store.cancel_watch(watch_id)

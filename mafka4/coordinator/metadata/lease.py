@@ -3,7 +3,7 @@
 Pure: times in (milliseconds of one monotonic clock), answers out. ``lease_holder`` makes the
 etcd calls.
 
-**Refreshes** are due every third of the TTL (``REFRESHES_PER_TTL``) after the last one was
+**Refreshes** are due every third of the TTL (``LEASE_REFRESHES_PER_TTL``) after the last one was
 sent, answered or not: two refreshes in a row may go unanswered before the lease is at risk,
 and a keeper never calls an etcd that is away more often than that.
 
@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-REFRESHES_PER_TTL = 3
+from mafka4.limits import LEASE_REFRESHES_PER_TTL
 
 
 def refresh_interval_ms(lease_ttl_s: int) -> int:
     """The time between two refreshes of a lease of ``lease_ttl_s``."""
     assert lease_ttl_s > 0, lease_ttl_s
-    return lease_ttl_s * 1000 // REFRESHES_PER_TTL
+    return lease_ttl_s * 1000 // LEASE_REFRESHES_PER_TTL
 
 
 def refresh_due_ms(last_attempt_ms: int | None, lease_ttl_s: int) -> int:

@@ -22,8 +22,8 @@ import etcd3.utils
 import grpc
 
 from mafka4.errors import CoordinatorUnavailable
+from mafka4.limits import ETCD_REQUEST_TIMEOUT_S_DEFAULT
 
-REQUEST_TIMEOUT_S_DEFAULT = 5.0
 # gRPC waits up to 120 s between reconnection attempts by default, so a client would go on
 # failing long after etcd is back; reconnect within a second instead.
 GRPC_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
@@ -76,7 +76,7 @@ def prefix_range_end(prefix: str) -> bytes:
     return etcd3.utils.prefix_range_end(etcd3.utils.to_bytes(prefix))
 
 class MetadataStore:
-    def __init__(self, endpoint: str, timeout_s: float = REQUEST_TIMEOUT_S_DEFAULT):
+    def __init__(self, endpoint: str, timeout_s: float = ETCD_REQUEST_TIMEOUT_S_DEFAULT):
         host, _, port = endpoint.rpartition(":")
         self.endpoint = endpoint
         self._client = etcd3.client(host=host, port=int(port), timeout=timeout_s, grpc_options=GRPC_OPTIONS)

@@ -8,14 +8,12 @@ compare-and-swap on the partition key's ``mod_revision``. The values are
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from mafka4.coordinator.metadata import keys
 from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import TopicExists, UnknownTopic
 from mafka4.limits import TopicConfig
 from mafka4.names import validate_topic_name
-from mafka4.physical.partition_state import PartitionState, TopicMetadata, config_from_json
+from mafka4.physical.partition_state import PartitionState, TopicMetadata, config_from_json, config_to_json
 
 
 class TopicStore:
@@ -42,7 +40,7 @@ class TopicStore:
         read path's split epoch and virtual partitions, ``vp_store.read_path_values``).
         """
         name, config, partitions = metadata.name, metadata.config, metadata.partitions
-        values = {keys.topic(self._cluster, name): asdict(config), **(extra_values or {})}
+        values = {keys.topic(self._cluster, name): config_to_json(config), **(extra_values or {})}
         for state in partitions:
             values[keys.physical_partition(self._cluster, name, state.partition)] = state.to_json()
         if not self._store.create_all(values):

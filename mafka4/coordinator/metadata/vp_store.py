@@ -22,13 +22,10 @@ from typing import Any, Sequence
 from mafka4.coordinator.metadata import keys
 from mafka4.coordinator.metadata.store import Fence, MetadataStore
 from mafka4.errors import CoordinatorUnavailable, UnknownTopic
-from mafka4.limits import VirtualConfig
+from mafka4.limits import RISR_WRITE_ATTEMPTS_MAX, VirtualConfig
 from mafka4.log.read_loss import ReadLoss
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.vp_state import ReadPathPlan, VirtualPartitionState, epoch_from_json, epoch_to_json
-
-# A RISR write that keeps losing against concurrent writes (a failover) gives up after this many tries.
-RISR_WRITE_ATTEMPTS_MAX = 10
 
 
 def read_path_values(cluster: str, topic: str, plan: ReadPathPlan) -> dict[str, Any]:
