@@ -638,6 +638,23 @@ SEGMENT_SCAN_CHUNK_BYTES = 1 * MiB
 # life span: a checkpoint claiming more is treated as garbage rather than allocated.
 EPOCH_CHECKPOINT_ENTRIES_MAX = 10_000_000
 
+# Replica actors and read nodes.
+# A leader's high watermark checkpoint is written at most this often: a restarted replica takes
+# the HW back from it, and one second of HW it lacks is re-learned from the leader at once.
+HIGH_WATERMARK_CHECKPOINT_INTERVAL_S = 1.0
+# A produce call that gives no timeout waits this long for its acks (Kafka's request.timeout.ms).
+PRODUCE_TIMEOUT_MS_DEFAULT = 30_000
+# A leader whose ISR or RISR write to etcd failed tries again after this (etcd away): short enough
+# that the write lands within a second of etcd's return, long enough not to spin.
+IN_SYNC_WRITE_BACKOFF_S = 0.5
+# An ISR write that keeps losing its compare-and-swap (a failover racing it) gives up after this
+# many tries, as a RISR write does (RISR_WRITE_ATTEMPTS_MAX).
+ISR_WRITE_ATTEMPTS_MAX = 10
+# Read nodes tick their VP leaders' RISR (followers that stopped catching up) and check closed VPs
+# for sealing this often: well within read_replica_lag_ms_max (10 s by default, 1 s at the least
+# a test uses).
+LEADER_TICK_INTERVAL_S = 0.5
+
 # etcd and leases.
 # A lease is refreshed this many times per TTL (coordinator.metadata.lease): two refreshes in a
 # row may go unanswered before it is at risk, and a keeper never calls an etcd that is away more

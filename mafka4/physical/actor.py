@@ -66,7 +66,8 @@ from mafka4.coordinator.metadata.lease_holder import LeaseHolder, LeaseTask
 from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import CoordinatorUnavailable, CorruptRecord, NotLeader, RequestTimedOut
 from mafka4.faults import FaultGate
-from mafka4.limits import Acks, LogConfig, ReplicaConfig
+from mafka4.limits import (HIGH_WATERMARK_CHECKPOINT_INTERVAL_S, IN_SYNC_WRITE_BACKOFF_S, ISR_WRITE_ATTEMPTS_MAX,
+                           PRODUCE_TIMEOUT_MS_DEFAULT, Acks, LogConfig, ReadMode, ReplicaConfig)
 from mafka4.log.log import Log, RetentionResult
 from mafka4.log.read_loss import feed_position_from_json, retention_floor
 from mafka4.log.replica_storage import ReplicaStorage
@@ -79,11 +80,6 @@ from mafka4.records import check_single_batch, stamp
 from mafka4.runtime.remote_errors import unwrap
 
 logger = logging.getLogger(__name__)
-
-HIGH_WATERMARK_CHECKPOINT_INTERVAL_S = 1.0
-PRODUCE_TIMEOUT_MS_DEFAULT = 30_000
-ISR_WRITE_BACKOFF_S = 0.5
-ISR_WRITE_ATTEMPTS_MAX = 10
 
 
 def replica_actor_name(cluster: str, topic: str, partition: int, replica_id: str) -> str:
@@ -103,8 +99,8 @@ class ReplicaSpec:
     log_config: LogConfig
     replica_config: ReplicaConfig
     etcd_endpoint: str
-    # The topic's read mode (limits.READ_MODES): "mafka4" holds retention for read nodes.
-    read_mode: str
+    # The topic's read mode: mafka4 holds retention for read nodes.
+    read_mode: ReadMode
 
     @property
     def partition_name(self) -> str:
@@ -138,7 +134,7 @@ async def retention_pass(log: Log, spec: ReplicaSpec, read_feed_positions: Calla
     ``read_feed_positions`` (in an executor thread: it calls etcd); None when etcd did not answer
     and the pass was skipped."""
     fed_floor = None
-    if spec.read_mode == "mafka4":
+    if spec.read_mode is ReadMode.MAFKA4:
         try:
             positions = await asyncio.get_running_loop().run_in_executor(None, read_feed_positions)
         except CoordinatorUnavailable as error:
@@ -211,7 +207,7 @@ class PhysicalPartition:
         self._liveness: LeaseTask | None = None
         self._isr_recorder = InSyncRecorder(
             spec.partition_name, "ISR", spec.replica_id, self._isr_to_record, self._write_isr, self._isr_recorded,
-            ISR_WRITE_BACKOFF_S)
+            IN_SYNC_WRITE_BACKOFF_S)
         self._fault = FaultGate()
 
     # --- role changes -------------------------------------------------------------------
@@ -267,9 +263,8 @@ class PhysicalPartition:
 
     # --- leader: produce ----------------------------------------------------------------
 
-    async def produce(self, batch: bytes, acks: str = "all", timeout_ms: int = PRODUCE_TIMEOUT_MS_DEFAULT) -> int:
+    async def produce(self, batch: bytes, acks: Acks = Acks.ALL, timeout_ms: int = PRODUCE_TIMEOUT_MS_DEFAULT) -> int:
         """Append one batch; return its base offset once ``acks`` is satisfied."""
-        acks = Acks.parse(acks)
         header = check_single_batch(batch)
         await self._sequence_gate.wait_turn(header, self._spec.replica_config.sequence_wait_ms_max)
         now_ms = _now_ms()

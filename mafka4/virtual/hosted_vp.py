@@ -43,7 +43,7 @@ from typing import Callable, Iterator, NamedTuple, Sequence
 
 from mafka4.errors import MessageTooLarge
 from mafka4.faults import FaultGate
-from mafka4.limits import FEED_RECORDS_MAX, LogConfig
+from mafka4.limits import FEED_RECORDS_MAX, SEGMENT_SCAN_CHUNK_BYTES, LogConfig
 from mafka4.log.replica_storage import ReplicaStorage
 from mafka4.records import Record, decode_batches, stamp
 from mafka4.risr.state import RisrConfig
@@ -51,9 +51,6 @@ from mafka4.virtual.replica_core import NOTHING, FetchPosition, Ready, ReplicaAn
 from mafka4.virtual.vp_records import FeedProgress, SourcedRecord, encode_vp_batch
 
 logger = logging.getLogger(__name__)
-
-# Reading the log back (progress rebuild) in chunks of this many bytes.
-REBUILD_READ_BYTES = 1 << 20
 
 
 class VpId(NamedTuple):
@@ -147,7 +144,7 @@ class HostedVp:
         """Every record of the log, in offset order, read in bounded chunks."""
         offset, end = self._log.log_start_offset, self._log.log_end_offset
         while offset < end:
-            records = decode_batches(self._log.read(offset, REBUILD_READ_BYTES))
+            records = decode_batches(self._log.read(offset, SEGMENT_SCAN_CHUNK_BYTES))
             assert records, f"{self.vp_id}: no whole batch readable at {offset}"
             yield from records
             offset = records[-1].offset + 1

@@ -53,7 +53,7 @@ from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import (
     CoordinatorUnavailable, InvalidConfig, MafkaError, ReadReplicaNotInSync, StaleEpoch, UnknownVirtualPartition,
 )
-from mafka4.limits import ReadNodeConfig, TopicConfig
+from mafka4.limits import IN_SYNC_WRITE_BACKOFF_S, LEADER_TICK_INTERVAL_S, ReadNodeConfig, TopicConfig
 from mafka4.log.read_loss import LostRange, ReadLoss
 from mafka4.long_poll import ChangeSignal
 from mafka4.physical.actor import replica_actor_name
@@ -71,10 +71,6 @@ from mafka4.virtual.vp_state import VirtualPartitionState
 logger = logging.getLogger(__name__)
 
 NAMESPACE = "mafka4"
-# Leaders tick their RISR (followers that stopped catching up) and check closed VPs for sealing this
-# often: well within read_replica_lag_ms_max (10 s by default, 1 s at the least a test uses).
-LEADER_TICK_INTERVAL_S = 0.5
-RISR_WRITE_BACKOFF_S = 0.5
 
 
 def read_node_actor_name(cluster: str, node_id: str) -> str:
@@ -492,7 +488,7 @@ class ReadNode:
 
         return InSyncRecorder(str(hosted.vp_id), "RISR", self._spec.node_id, to_record,
                               lambda risr, epoch: self._write_risr(hosted.vp_id, risr, epoch), hosted.risr_written,
-                              RISR_WRITE_BACKOFF_S)
+                              IN_SYNC_WRITE_BACKOFF_S)
 
     def _write_risr(self, vp_id: VpId, risr: tuple[str, ...], leader_epoch: int) -> bool:
         virtual = VirtualStore(self._metadata_store(), self._spec.cluster)
@@ -599,7 +595,7 @@ class ReadNode:
                 return
             except CoordinatorUnavailable as error:
                 logger.warning("%s: read loss %s not recorded yet: %s", topic, lost, error)
-                await asyncio.sleep(RISR_WRITE_BACKOFF_S)
+                await asyncio.sleep(IN_SYNC_WRITE_BACKOFF_S)
 
     def _add_loss(self, topic: str, lost: LostRange) -> None:
         store = self._metadata_store()

@@ -26,12 +26,6 @@ NOT_BOUNDS = {
     "mafka4/runtime/node.py": {"NODE_ID_CHARS_MAX"},  # a DNS label
 }
 # Being merged into shared replica code (issue 12); their bounds move to limits.py after that.
-BEING_MERGED = {
-    "mafka4/physical/actor.py": {"HIGH_WATERMARK_CHECKPOINT_INTERVAL_S", "ISR_WRITE_BACKOFF_S",
-                                 "ISR_WRITE_ATTEMPTS_MAX"},
-    "mafka4/virtual/read_node.py": {"LEADER_TICK_INTERVAL_S", "RISR_WRITE_BACKOFF_S"},
-    "mafka4/virtual/hosted_vp.py": {"REBUILD_READ_BYTES"},
-}
 
 
 def _module_constants(path: Path) -> set[str]:
@@ -50,7 +44,7 @@ def test_no_bound_is_defined_outside_limits():
         relative = path.relative_to(ROOT).as_posix()
         if relative == "mafka4/limits.py" or relative.startswith(OWN_SETTINGS):
             continue
-        allowed = NOT_BOUNDS.get(relative, set()) | BEING_MERGED.get(relative, set())
+        allowed = NOT_BOUNDS.get(relative, set())
         stray += [f"{relative}: {name}" for name in sorted(_module_constants(path))
                   if BOUND_NAME.fullmatch(name) and name not in allowed]
     assert not stray, "move these bounds into mafka4/limits.py, each with why its value:\n" + "\n".join(stray)
@@ -58,5 +52,5 @@ def test_no_bound_is_defined_outside_limits():
 
 def test_the_exceptions_still_exist():
     """An exception left behind after its constant moved would let a new bound of that name in."""
-    for relative, names in {**NOT_BOUNDS, **BEING_MERGED}.items():
+    for relative, names in NOT_BOUNDS.items():
         assert names <= _module_constants(ROOT / relative), relative

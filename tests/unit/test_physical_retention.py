@@ -10,7 +10,7 @@ import os
 
 from mafka4 import records
 from mafka4.errors import CoordinatorUnavailable
-from mafka4.limits import LogConfig, ReplicaConfig
+from mafka4.limits import LogConfig, ReadMode, ReplicaConfig
 from mafka4.log.log import Log
 from mafka4.physical.actor import ReplicaSpec, retention_pass
 
@@ -18,7 +18,7 @@ HOLD_MS = 5_000
 EVERYTHING_EXPIRED_MS = 990 + 1_001  # past retention_ms for every batch, within the hold
 
 
-def replica(tmp_path, read_mode: str) -> tuple[Log, ReplicaSpec, list[int]]:
+def replica(tmp_path, read_mode: ReadMode) -> tuple[Log, ReplicaSpec, list[int]]:
     """A replica log of 100 batches (timestamps 0..990) in several segments, and their bases."""
     config = LogConfig(segment_bytes_max=4096, retention_ms=1_000, unfed_hold_ms_max=HOLD_MS, flush_interval_ms=None)
     spec = ReplicaSpec(cluster="c", topic="orders", partition=0, replica_id="w0", directory=str(tmp_path),
@@ -47,7 +47,7 @@ def run_pass(log: Log, spec: ReplicaSpec, positions, now_ms: int = EVERYTHING_EX
 
 
 def test_a_mafka4_topic_keeps_what_the_slowest_read_node_has_not_fed(tmp_path):
-    log, spec, bases = replica(tmp_path, "mafka4")
+    log, spec, bases = replica(tmp_path, ReadMode.MAFKA4)
     result, reads = run_pass(log, spec, [bases[3], bases[2] + 1])
     assert reads == 1 and result.segments_deleted == 2
     assert log.log_start_offset == bases[2]
@@ -55,14 +55,14 @@ def test_a_mafka4_topic_keeps_what_the_slowest_read_node_has_not_fed(tmp_path):
 
 
 def test_a_mafka4_topic_without_feed_positions_keeps_everything_within_the_hold(tmp_path):
-    log, spec, bases = replica(tmp_path, "mafka4")
+    log, spec, bases = replica(tmp_path, ReadMode.MAFKA4)
     result, _ = run_pass(log, spec, [])
     assert result.segments_deleted == 0 and log.log_start_offset == 0
     log.close()
 
 
 def test_retention_waits_for_etcd_rather_than_delete_unfed_data(tmp_path):
-    log, spec, bases = replica(tmp_path, "mafka4")
+    log, spec, bases = replica(tmp_path, ReadMode.MAFKA4)
     result, reads = run_pass(log, spec, CoordinatorUnavailable("etcd at 127.0.0.1:1 did not answer"), now_ms=10**12)
     assert reads == 1 and result is None
     assert log.log_start_offset == 0
@@ -70,7 +70,7 @@ def test_retention_waits_for_etcd_rather_than_delete_unfed_data(tmp_path):
 
 
 def test_unfed_data_deleted_past_the_hold_is_logged_as_an_error(tmp_path, caplog):
-    log, spec, bases = replica(tmp_path, "mafka4")
+    log, spec, bases = replica(tmp_path, ReadMode.MAFKA4)
     with caplog.at_level(logging.ERROR, logger="mafka4.physical.actor"):
         result, _ = run_pass(log, spec, [bases[1] + 3], now_ms=10**12)
     assert result.unfed_deleted == (bases[1] + 3, bases[-1])
@@ -79,7 +79,7 @@ def test_unfed_data_deleted_past_the_hold_is_logged_as_an_error(tmp_path, caplog
 
 
 def test_a_mafka3_topic_reads_no_positions_and_retains_as_before(tmp_path):
-    log, spec, bases = replica(tmp_path, "mafka3")
+    log, spec, bases = replica(tmp_path, ReadMode.MAFKA3)
     result, reads = run_pass(log, spec, CoordinatorUnavailable("never asked"))
     assert reads == 0 and result.segments_deleted == len(bases) - 1
     assert log.log_start_offset == bases[-1]
