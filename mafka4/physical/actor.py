@@ -53,13 +53,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
 import ray
 
+from mafka4.clocks import wall_ms
 from mafka4.coordinator.metadata import keys
 from mafka4.coordinator.metadata.in_sync_recorder import InSyncRecorder
 from mafka4.coordinator.metadata.lease_holder import LeaseHolder, LeaseTask
@@ -124,10 +124,6 @@ class ReplicaFetchResult:
     diverging: tuple[int, int] | None  # (epoch, end offset): the follower must truncate
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 async def retention_pass(log: Log, spec: ReplicaSpec, read_feed_positions: Callable[[], list[int]],
                          now_ms: int) -> RetentionResult | None:
     """Apply retention to ``log``, in a "mafka4"-mode topic never below the fed floor read by
@@ -189,7 +185,7 @@ class _Waiters:
 class PhysicalPartition:
     def __init__(self, spec: ReplicaSpec):
         self._spec = spec
-        self._storage = ReplicaStorage(spec.directory, spec.log_config, _now_ms())
+        self._storage = ReplicaStorage(spec.directory, spec.log_config, wall_ms())
         self._log = self._storage.log
         self._state = ReplicaState(
             spec.replica_id, spec.partition_name, spec.replica_config,
@@ -217,7 +213,7 @@ class PhysicalPartition:
             return self._state.describe()  # a repeated notice: the controller announces roles again after a failover
         already_ticking = self._state.role is Role.LEADER  # a new epoch of the same leader keeps its tick task
         self._stop_following()
-        self._state.become_leader(leader_epoch, replicas, isr, _now_ms())
+        self._state.become_leader(leader_epoch, replicas, isr, wall_ms())
         self._storage.save_epochs(self._state.epochs)
         self._start_background(None if already_ticking else self._leader_ticks())
         self._wake()
@@ -267,7 +263,7 @@ class PhysicalPartition:
         """Append one batch; return its base offset once ``acks`` is satisfied."""
         header = check_single_batch(batch)
         await self._sequence_gate.wait_turn(header, self._spec.replica_config.sequence_wait_ms_max)
-        now_ms = _now_ms()
+        now_ms = wall_ms()
         plan = self._state.plan_append(header, acks, now_ms)
         if not plan.duplicate:
             stamped = bytearray(batch)
@@ -298,7 +294,7 @@ class PhysicalPartition:
         await self._fault.replication()
         self._state.check_epoch(follower_epoch)  # a follower of another epoch is fenced or must wait
         high_watermark_before = self._state.high_watermark
-        decision = self._state.on_follower_fetch(follower_id, fetch_offset, last_fetched_epoch, _now_ms())
+        decision = self._state.on_follower_fetch(follower_id, fetch_offset, last_fetched_epoch, wall_ms())
         if decision.isr_changed:
             self._isr_recorder.changed()
         # Only a moved HW releases anyone (producers, HW-bound readers). Waking on every fetch
@@ -340,7 +336,7 @@ class PhysicalPartition:
         interval_s = min(self._spec.replica_config.replica_lag_ms_max / 2000, 1.0)
         while self._state.role is Role.LEADER:
             await asyncio.sleep(interval_s)
-            if self._state.tick(_now_ms()):
+            if self._state.tick(wall_ms()):
                 self._isr_recorder.changed()
             self._wake()
 
@@ -407,7 +403,7 @@ class PhysicalPartition:
                 await asyncio.sleep(config.fetch_backoff_ms / 1000)
 
     def _apply_fetch(self, result: ReplicaFetchResult) -> None:
-        apply_leader_answer(self._state, self._storage, result.diverging, result.data, result.high_watermark, _now_ms())
+        apply_leader_answer(self._state, self._storage, result.diverging, result.data, result.high_watermark, wall_ms())
         if result.diverging is None:  # a truncation moves nothing a parked fetch waits for
             self._wake()
 
@@ -452,13 +448,13 @@ class PhysicalPartition:
         interval_s = min((flush_interval_ms or 1000) / 1000, 1.0)
         while not self._closed:
             await asyncio.sleep(interval_s)
-            self._log.maybe_flush(_now_ms())
+            self._log.maybe_flush(wall_ms())
 
     async def _retain_periodically(self) -> None:
         # A loop of its own: reading feed positions waits for etcd, and the flush timer must not.
         while not self._closed:
             await asyncio.sleep(self._spec.log_config.retention_check_interval_ms / 1000)
-            await retention_pass(self._log, self._spec, self._read_feed_positions, _now_ms())
+            await retention_pass(self._log, self._spec, self._read_feed_positions, wall_ms())
 
     def _read_feed_positions(self) -> list[int]:
         prefix = keys.feed_positions_prefix(self._spec.cluster, self._spec.topic, self._spec.partition)

@@ -54,6 +54,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+from mafka4.clocks import wall_ms
 from mafka4.coordinator.metadata import keys
 from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import NotLeader, OffsetOutOfRange, RequestTimedOut, ReshardConflict, StaleEpoch
@@ -69,10 +70,6 @@ from mafka4.virtual.vp_records import lost_marker
 from mafka4.virtual.vp_state import VirtualPartitionState
 
 logger = logging.getLogger(__name__)
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(slots=True)
@@ -384,7 +381,7 @@ class PartitionFeed(NodeLoop):
         held_from = hold.withhold_from if hold is not None else None
         if held_from is not None:
             chunks = withhold(chunks, hold.vps, held_from)
-        now_ms, now_s = _now_ms(), time.monotonic()
+        now_ms, now_s = wall_ms(), time.monotonic()
         for vp, hosted in served.items():
             vp_chunks = chunks.get(vp, ())
             self._feed(vp, hosted, vp_chunks, now_ms)
@@ -438,7 +435,7 @@ class PartitionFeed(NodeLoop):
                      "recording the loss", self.topic, self.partition, self.node_id, lost.first_offset,
                      lost.end_offset - 1)
         self._record_loss(lost)
-        layout, now_ms = self.view.layout, _now_ms()
+        layout, now_ms = self.view.layout, wall_ms()
         for vp, hosted in served.items():
             first, end = layout.source_bounds(vp, self.partition)
             epoch = self._resumed_epochs[vp]

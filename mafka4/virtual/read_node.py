@@ -45,6 +45,7 @@ from typing import NamedTuple, Sequence
 
 import ray
 
+from mafka4.clocks import wall_ms
 from mafka4.coordinator.metadata import keys
 from mafka4.coordinator.metadata.in_sync_recorder import InSyncRecorder
 from mafka4.coordinator.metadata.lease_holder import LeaseHolder, LeaseTask
@@ -75,10 +76,6 @@ NAMESPACE = "mafka4"
 
 def read_node_actor_name(cluster: str, node_id: str) -> str:
     return f"{cluster}/read_node/{node_id}"
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +139,7 @@ class ReadNode:
         self._liveness: LeaseTask | None = None
         self._tasks: list[asyncio.Task] = []
         self._closed = False
-        self._started_ms = _now_ms()
+        self._started_ms = wall_ms()
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -204,7 +201,7 @@ class ReadNode:
         if unknown:
             raise UnknownVirtualPartition(f"topic {topic!r} has no virtual partitions {unknown} in etcd")
         refused: dict[int, str] = {}
-        now_ms = _now_ms()
+        now_ms = wall_ms()
         for index, state in enumerate(states):
             vp_id = VpId(topic, state.vp)
             try:
@@ -243,7 +240,7 @@ class ReadNode:
         """The log end offset of this node's replica of each of ``vps``, opening (without a role) a log
         not hosted yet: the controller picks the longest among restarted replicas (``failover``)."""
         await self._topic(topic, config)
-        now_ms = _now_ms()
+        now_ms = wall_ms()
         return {vp: self._open(VpId(topic, vp), config, now_ms).log_end_offset for vp in vps}
 
     async def roles(self, topic: str) -> dict[int, tuple[str, int]]:
@@ -353,13 +350,13 @@ class ReadNode:
         session_id, session = opened
         deadline = time.monotonic() + wait_ms_max / 1000
         seen = self._change_seq
-        answers = self._sessions.first_answers(request, session, self._hosted.get, _now_ms())
+        answers = self._sessions.first_answers(request, session, self._hosted.get, wall_ms())
         while not answers:
             if not await self._changes.next_change(deadline - time.monotonic()):
                 break
             since, seen = seen, self._change_seq
             answers = self._sessions.later_answers(
-                session, lambda vp_id: self._vp_changed_seq.get(vp_id, 0) > since, self._hosted.get, _now_ms())
+                session, lambda vp_id: self._vp_changed_seq.get(vp_id, 0) > since, self._hosted.get, wall_ms())
         return SessionAnswer(session_id, tuple(answers))
 
     # --- consumers ----------------------------------------------------------------------
@@ -374,11 +371,11 @@ class ReadNode:
         if delay_ms:
             await asyncio.sleep(delay_ms / 1000)
         await self._changes.wait_until(lambda: self._any_readable(reads), wait_ms_max / 1000)
-        return self._read_all(reads, bytes_max, _now_ms())
+        return self._read_all(reads, bytes_max, wall_ms())
 
     def _any_readable(self, reads: Sequence[ConsumerRead]) -> bool:
         """True if a read of one of ``reads`` would answer now (data, or an error)."""
-        now_ms = _now_ms()
+        now_ms = wall_ms()
         return any((hosted := self._hosted.get(read.vp_id)) is None or hosted.readable(read.offset, now_ms)
                    for read in reads)
 
@@ -400,7 +397,7 @@ class ReadNode:
 
     async def list_offsets(self, vp_ids: Sequence[VpId]) -> list[tuple[int, int] | MafkaError]:
         """Per VP: (log start offset, HW), or the error that keeps this replica from answering."""
-        now_ms = _now_ms()
+        now_ms = wall_ms()
         answers: list[tuple[int, int] | MafkaError] = []
         for vp_id in vp_ids:
             hosted = self._hosted.get(vp_id)
@@ -427,7 +424,7 @@ class ReadNode:
     # --- description and faults -----------------------------------------------------------
 
     async def describe(self, topic: str | None = None) -> dict:
-        now_ms = _now_ms()
+        now_ms = wall_ms()
         vps = {str(vp_id): hosted.describe(now_ms) for vp_id, hosted in sorted(
             self._hosted.items(), key=lambda item: (item[0].topic, item[0].vp)) if topic is None or vp_id.topic == topic}
         feeds = {name: {p: feed.describe() for p, feed in sorted(entry.feeds.items())}
@@ -437,7 +434,7 @@ class ReadNode:
                 "hosted_vps": len(self._hosted)}
 
     async def describe_vps(self, vp_ids: Sequence[VpId]) -> list[dict | None]:
-        now_ms = _now_ms()
+        now_ms = wall_ms()
         return [None if (hosted := self._hosted.get(vp_id)) is None else hosted.describe(now_ms) for vp_id in vp_ids]
 
     async def set_fault(self, vp_id: VpId, delay_ms: int = 0, paused: bool = False) -> dict:
@@ -531,7 +528,7 @@ class ReadNode:
             retention_due = time.monotonic() - last_retention >= retention_s
             if retention_due:
                 last_retention = time.monotonic()
-            now_ms = _now_ms()
+            now_ms = wall_ms()
             for hosted in list(self._hosted.values()):
                 if not hosted.closed:
                     try:
@@ -542,7 +539,7 @@ class ReadNode:
     async def _leader_ticks(self) -> None:
         while not self._closed:
             await asyncio.sleep(LEADER_TICK_INTERVAL_S)
-            now_ms = _now_ms()
+            now_ms = wall_ms()
             for hosted in self._ticking:
                 if not hosted.closed:
                     hosted.tick(now_ms)

@@ -35,10 +35,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Sequence
 
+from mafka4.clocks import wall_ms
 from mafka4.errors import MafkaError, NotLeader
 from mafka4.limits import ReadNodeConfig
 from mafka4.runtime.remote_errors import unwrap
@@ -50,10 +50,6 @@ logger = logging.getLogger(__name__)
 
 # The answer to a request of a session the leader's node does not know.
 SESSION_UNKNOWN = -1
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class FollowerFetch(NamedTuple):
@@ -215,7 +211,7 @@ class ReplicaFetcher(NodeLoop):
         self.stats = {"fetches": 0, "errors": 0, "last_error": None, "vps": 0, "sessions": 0}
 
     def _request(self, replicas: list[HostedVp]) -> SessionRequest:
-        now_ms = _now_ms()
+        now_ms = wall_ms()
         current = {h.vp_id: FollowerFetch(h.vp_id, h.core.fetch_position(), h.core.high_watermark,
                                           h.core.serving(now_ms)) for h in replicas}
         if self._session_id is None:
@@ -260,7 +256,7 @@ class ReplicaFetcher(NodeLoop):
             self._apply(answer.answers)
 
     def _apply(self, answers: Sequence[FollowerAnswer]) -> None:
-        now_ms = _now_ms()
+        now_ms = wall_ms()
         hosted = {h.vp_id: h for h in self._followed()}
         for answer in answers:
             replica, sent = hosted.get(answer.vp_id), self._sent.get(answer.vp_id)

@@ -55,6 +55,7 @@ import sys
 import threading
 import time
 
+from mafka4.clocks import monotonic_ms
 from mafka4.coordinator.control.intent_worker import IntentWorker
 from mafka4.coordinator.control.partition_decisions import (Campaign, PartitionDecision, decide_campaign,
                                                             decide_partition)
@@ -77,10 +78,6 @@ log = logging.getLogger("mafka4.controller")
 PartitionId = tuple[str, int]
 # What the controller's queue holds: a physical partition, a read node or a VP.
 Work = PartitionId | ReadNodeItem | VirtualPartitionItem
-
-
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 class _SteppedDown(Exception):
@@ -270,7 +267,7 @@ class Controller:
     def _serve(self) -> None:
         if self._lease.holder.expired():
             raise _SteppedDown(f"lease not refreshed for {self.config.lease_ttl_s} s")
-        now_ms = _now_ms()
+        now_ms = monotonic_ms()
         if self._watches.broken or self._watches.overflowed or now_ms >= self._next_reconcile_ms:
             self._reconcile(activation=False)
         if now_ms >= self._next_retry_ms:
@@ -357,7 +354,7 @@ class Controller:
                     self._dirty.add((name, state.partition))
         read_path = self._read_path.items_to_examine(names, sorted(self._read_nodes), read_liveness, activation)
         self._dirty |= read_path
-        self._next_reconcile_ms = _now_ms() + self.config.reconcile_interval_ms
+        self._next_reconcile_ms = monotonic_ms() + self.config.reconcile_interval_ms
         log.info("reconciled: %d partition(s) and read-path item(s) to examine (%d of the read path), "
                  "write nodes %s, read nodes %s", len(self._dirty), len(read_path), sorted(self._write_nodes),
                  sorted(self._read_nodes))
@@ -400,7 +397,7 @@ class Controller:
         self._dirty -= batch
         try:
             outcome = self._read_path.handle_vps(first.topic, {item.vp for item in batch}, sorted(self._read_nodes),
-                                                 self._fence, self._upkeep.gone_nodes(_now_ms()))
+                                                 self._fence, self._upkeep.gone_nodes(monotonic_ms()))
         except UnknownTopic:
             self._pending -= batch  # deleted meanwhile
             return

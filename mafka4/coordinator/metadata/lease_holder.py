@@ -31,20 +31,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from typing import Callable
 
 import etcd3
 
+from mafka4.clocks import monotonic_ms
 from mafka4.coordinator.metadata.lease import LeaseLife, refresh_due_ms
 from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import CoordinatorUnavailable
 
 log = logging.getLogger("mafka4.lease")
-
-
-def _monotonic_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 def _write_nothing(_lease: etcd3.Lease) -> None:
@@ -63,7 +59,7 @@ class LeaseHolder:
 
     def __init__(self, store: MetadataStore, ttl_s: int, name: str, *,
                  on_granted: Callable[[etcd3.Lease], None] = _write_nothing, regrant: bool = False,
-                 now_ms: Callable[[], int] = _monotonic_ms):
+                 now_ms: Callable[[], int] = monotonic_ms):
         self.store, self.ttl_s, self.name = store, ttl_s, name
         self._on_granted, self._regrant, self._now_ms = on_granted, regrant, now_ms
         self._lock = threading.Lock()  # guards the fields below; etcd is called outside it
