@@ -1,4 +1,4 @@
-"""One short chaos run (``simulations.chaos``) on a real cluster: faults lose and reorder nothing.
+"""One short chaos run (``simulations.chaos.run``) on a real cluster: faults lose and reorder nothing.
 
 The run needs RF=3 and RR=2, so 3 write and 2 read nodes; the session cluster has one read
 node, so this module starts a cluster of its own (and leaves the session's Ray meanwhile,
@@ -12,7 +12,7 @@ import pytest
 
 from conftest import own_cluster
 from mafka4.limits import ClusterConfig
-from simulations.chaos import ChaosSettings, run_chaos, summary
+from simulations.chaos.run import ChaosSettings, run_chaos, summary
 
 SETTINGS = ChaosSettings(seed=7, duration_s=20, rate_msgs_per_s=300, members=2, warmup_s=2, settle_s=3)
 

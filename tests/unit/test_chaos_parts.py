@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from mafka4.errors import InvalidConfig
-from simulations.chaos import ChaosSettings
-from simulations.chaos_judge import FinalLogs, judge, with_sources
-from simulations.chaos_workload import History
+from simulations.chaos.judge import FinalLogs, judge, with_sources
+from simulations.chaos.run import ChaosSettings
+from simulations.chaos.workload import History
 from simulations.checkers import Ack, Commit, Consumed, Send, StoredRecord
 
 KEY = b"k00"

@@ -1,6 +1,6 @@
 """One consumer-group member of a chaos run, in a process of its own so that killing it is a crash.
 
-    python -m simulations.chaos_member --topic T --group G --out FILE [--member-lease-ttl-s S] [--auto-commit-interval-ms M]
+    python -m simulations.chaos.member --topic T --group G --out FILE [--member-lease-ttl-s S] [--auto-commit-interval-ms M]
 
 Joins the cluster named by ``$MAFKA4_ETCD_ENDPOINT``, ``$MAFKA4_RAY_ADDRESS`` and
 ``$MAFKA4_CLUSTER`` (the chaos driver sets them) and polls as a member of group G, from the

@@ -1,7 +1,7 @@
 """What a chaos run is asked to do (``ChaosSettings``, the fault kinds and their timing).
 
-Kept apart from ``simulations.chaos`` (the driver, which needs Ray and the client) so that
-the command line (``simulations.chaos_command``) can be built without importing them.
+Kept apart from ``simulations.chaos.run`` (the driver, which needs Ray and the client) so that
+the command line (``simulations.chaos.command``) can be built without importing them.
 """
 
 from __future__ import annotations

@@ -41,8 +41,8 @@ from mafka4.physical.handles import replica_handle
 from mafka4.runtime.connect import Connection
 from mafka4.runtime.etcd_server import EtcdServer, restart_etcd
 from mafka4.virtual.handles import read_node_handle
-from simulations.chaos_settings import FaultTiming
-from simulations.chaos_workload import Members
+from simulations.chaos.settings import FaultTiming
+from simulations.chaos.workload import Members
 
 CALL_TIMEOUT_S = 30
 ETCD_STOP_TIMEOUT_S = 30

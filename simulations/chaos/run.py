@@ -7,16 +7,16 @@ On a throwaway cluster (3 write nodes, 2 read nodes; or on a cluster the caller 
 default) and runs, in order:
 
 1. **workload**: one idempotent ``acks=all`` producer sending keyed messages at a fixed rate
-   (``chaos_workload.PacedProducer``), a consumer group of ``members`` processes reading from
-   the beginning (``simulations.chaos_member``), and an observer of the group's commits;
-2. **faults** for ``duration_s``: seeded random faults, one at a time (``chaos_faults``);
+   (``workload.PacedProducer``), a consumer group of ``members`` processes reading from
+   the beginning (``simulations.chaos.member``), and an observer of the group's commits;
+2. **faults** for ``duration_s``: seeded random faults, one at a time (``faults``);
 3. **heal**: faults stop, and the cluster (its controller) must get its full ISRs and RISRs,
    every VP replica and every feeder back by itself; production goes on meanwhile, then
    stops (every send answered);
 4. **drain**: the group reads until it has seen every acknowledged message (bounded), then
    its members close (commit and leave);
 5. **judge**: the final logs are read from the cluster and every checker runs
-   (``chaos_judge``); the report goes to ``--out`` as JSON.
+   (``judge``); the report goes to ``--out`` as JSON.
 
 Verdict: the run passes if no checker found anything: no acknowledged message lost or left
 unread, no per-key or per-producer reordering, no duplicate beyond at-least-once re-delivery
@@ -44,11 +44,11 @@ from mafka4.limits import ClusterConfig, ReadMode
 from mafka4.runtime.connect import Connection
 from mafka4.runtime.etcd_server import EtcdServer
 from mafka4.runtime.temporary import temporary_cluster
+from simulations.chaos.faults import EtcdControl, FaultRecord, Nemesis
+from simulations.chaos.judge import FinalLogs, judge, read_final_logs, with_sources
+from simulations.chaos.settings import ChaosSettings
+from simulations.chaos.workload import CommitObserver, History, Members, PacedProducer
 from simulations.checkers import Ack
-from simulations.chaos_faults import EtcdControl, FaultRecord, Nemesis
-from simulations.chaos_settings import ChaosSettings
-from simulations.chaos_judge import FinalLogs, judge, read_final_logs, with_sources
-from simulations.chaos_workload import CommitObserver, History, Members, PacedProducer
 
 GROUP = "chaos"
 DRAIN_CHECK_INTERVAL_S = 1.0

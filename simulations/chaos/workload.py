@@ -9,7 +9,7 @@
 * ``CommitObserver``: reads the group's committed VP offsets from etcd every
   ``COMMIT_POLL_S`` and records each change as a ``Commit`` (a sample of the commits: one
   between two reads is not seen, which can hide an anomaly but never invent one).
-* ``Members``: the consumer-group members, one process each (``simulations.chaos_member``),
+* ``Members``: the consumer-group members, one process each (``simulations.chaos.member``),
   so that killing one is a real crash; their output files give the ``Consumed`` records.
 """
 
@@ -217,7 +217,7 @@ class Members:
                  auto_commit_interval_ms: int):
         self.group = group
         self._workdir = workdir
-        self._command = [sys.executable, "-m", "simulations.chaos_member", "--topic", topic, "--group", group,
+        self._command = [sys.executable, "-m", "simulations.chaos.member", "--topic", topic, "--group", group,
                          "--member-lease-ttl-s", str(member_lease_ttl_s),
                          "--auto-commit-interval-ms", str(auto_commit_interval_ms)]
         root = str(Path(__file__).resolve().parent.parent)  # the checkout this driver runs from

@@ -1,4 +1,4 @@
-"""``mafka4 chaos``: the command line of ``simulations.chaos``.
+"""``mafka4 chaos``: the command line of ``simulations.chaos.run``.
 
 Registering the command imports only the settings; the driver (Ray, the client) is imported
 when the command runs.
@@ -12,7 +12,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from simulations.chaos_settings import FAULT_KINDS, ChaosSettings
+from simulations.chaos.settings import FAULT_KINDS, ChaosSettings
 
 
 def _fault_list(text: str) -> tuple[str, ...]:
@@ -39,7 +39,7 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
                              faults=args.faults, members=args.members)
     print(f"chaos: seed {seed}, {settings.duration_s:g} s of faults ({','.join(settings.faults)}), "
           f"{settings.rate_msgs_per_s} msgs/s, {settings.members} members", flush=True)
-    from simulations.chaos import run_chaos, summary  # starts clusters: imported only to run
+    from simulations.chaos.run import run_chaos, summary  # starts clusters: imported only to run
 
     report = run_chaos(settings)
     out = Path(args.out)
