@@ -23,21 +23,14 @@ from mafka4.runtime.ray_cluster import NodeRole, node_resource
 from mafka4.runtime.registration import NodeRegistration, refresh_registrations
 from mafka4.runtime.state import state_path
 
+from virtual_helpers import wait_until
+
 NODES = {"w0": "write", "w1": "write", "w2": "write", "r0": "read"}
 LEASE_TTL_S = 2
 # etcd checks lease expiry about every 500 ms; allow for that and a busy machine.
 EXPIRY_WAIT_S = LEASE_TTL_S + 5
 OUTAGE_LEASE_TTL_S = 4
 OUTAGE_REQUEST_TIMEOUT_S = 2.0
-
-
-def wait_until(predicate, timeout_s: float, interval_s: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return predicate()
 
 
 def test_status_shows_etcd_and_every_node_registered(cluster):

@@ -31,18 +31,10 @@ from mafka4.runtime.ray_cluster import node_resource
 from mafka4.virtual.hosted_vp import VpId, vp_directory
 
 from process_helpers import REPO_ROOT, Agent, ControllerProcess, agent_environment, node_command
+from virtual_helpers import wait_until
 
 OUTAGE_LEASE_TTL_S = 4
 WAIT_S = 60
-
-
-def wait_until(predicate, timeout_s: float = WAIT_S, interval_s: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return predicate()
 
 
 @pytest.fixture
