@@ -35,10 +35,6 @@
                                                          log/read_loss.py)
     /mafka4/<cluster>/replicas/<topic>/<p>/<replica>    a live replica actor, bound to its own lease
                                                          value: {"replica_id", "pid"}
-    /mafka4/<cluster>/read_replicas/<topic>/<v>/<replica>  a live VP replica actor, bound to its own lease
-                                                         value: {"replica_id", "pid"}
-    /mafka4/<cluster>/feeders/<topic>/<p>               a live feeder of physical partition <p>, bound to its
-                                                         own lease; value: {"node_id", "pid"}
     /mafka4/<cluster>/controller                        the active controller, bound to its lease; created
                                                          only while absent, in one txn with controller_epoch;
                                                          its mod_revision fences the controller's writes
@@ -191,32 +187,6 @@ def read_losses_prefix(cluster: str, name: str) -> str:
 
 def read_loss(cluster: str, name: str, partition: int) -> str:
     return f"{read_losses_prefix(cluster, name)}{partition}"
-
-
-def read_replicas_prefix(cluster: str) -> str:
-    return f"{ROOT}/{cluster}/read_replicas/"
-
-
-def read_replica_liveness(cluster: str, topic_name: str, vp: int, replica_id: str) -> str:
-    return f"{read_replicas_prefix(cluster)}{topic_name}/{vp}/{replica_id}"
-
-
-def parse_read_replica_liveness(cluster: str, key: str) -> tuple[str, int, str] | None:
-    """(topic, vp, replica id) of a VP replica liveness key, else None."""
-    return _parse_indexed(read_replicas_prefix(cluster), key, parts_expected=3)
-
-
-def feeders_prefix(cluster: str) -> str:
-    return f"{ROOT}/{cluster}/feeders/"
-
-
-def feeder_liveness(cluster: str, topic_name: str, partition: int) -> str:
-    return f"{feeders_prefix(cluster)}{topic_name}/{partition}"
-
-
-def parse_feeder_liveness(cluster: str, key: str) -> tuple[str, int] | None:
-    """(topic, partition) of a feeder liveness key, else None."""
-    return _parse_indexed(feeders_prefix(cluster), key, parts_expected=2)
 
 
 def _parse_indexed(prefix: str, key: str, parts_expected: int) -> tuple | None:
