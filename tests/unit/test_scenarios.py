@@ -1,7 +1,8 @@
 """Every ``scenarios/*.txt`` script, run by the runner its file-name prefix names.
 
-``replica_*``: the physical replica core (``replica_scenarios``). See ``datadriven`` for the
-file format and how to rewrite outputs. The last tests check the format itself: a wrong
+``replica_*``: the physical replica core (``replica_scenarios``); ``risr_*``: a VP's read
+in-sync replicas (``risr_scenarios``). See ``datadriven`` for the file format and how to
+rewrite outputs. The last tests check the format itself: a wrong
 output fails, a rewrite keeps the story.
 """
 
@@ -14,9 +15,10 @@ import pytest
 from datadriven import REWRITE_ENV, ScenarioRunner, check_scenario, parse, render
 from mafka4.errors import InvalidReshard
 from replica_scenarios import ReplicaRunner
+from risr_scenarios import RisrRunner
 
 SCENARIOS = pathlib.Path(__file__).parent / "scenarios"
-RUNNERS = {"replica": ReplicaRunner}
+RUNNERS = {"replica": ReplicaRunner, "risr": RisrRunner}
 PATHS = sorted(SCENARIOS.glob("*.txt"))
 
 
