@@ -1,9 +1,9 @@
 """Every ``scenarios/*.txt`` script, run by the runner its file-name prefix names.
 
 ``replica_*``: the physical replica core (``replica_scenarios``); ``risr_*``: a VP's read
-in-sync replicas (``risr_scenarios``). See ``datadriven`` for the file format and how to
-rewrite outputs. The last tests check the format itself: a wrong
-output fails, a rewrite keeps the story.
+in-sync replicas (``risr_scenarios``); ``reshard_*``: split epochs and the feed streams around
+them (``reshard_scenarios``). See ``datadriven`` for the file format and how to rewrite outputs.
+The last tests check the format itself: a wrong output fails, a rewrite keeps the story.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import pytest
 from datadriven import REWRITE_ENV, ScenarioRunner, check_scenario, parse, render
 from mafka4.errors import InvalidReshard
 from replica_scenarios import ReplicaRunner
+from reshard_scenarios import ReshardRunner
 from risr_scenarios import RisrRunner
 
 SCENARIOS = pathlib.Path(__file__).parent / "scenarios"
-RUNNERS = {"replica": ReplicaRunner, "risr": RisrRunner}
+RUNNERS = {"replica": ReplicaRunner, "risr": RisrRunner, "reshard": ReshardRunner}
 PATHS = sorted(SCENARIOS.glob("*.txt"))
 
 
