@@ -233,7 +233,9 @@ class TopicLayout:
         ranges = self.current.ranges
         first_range, second_range = ranges.range_of(first), ranges.range_of(second)
         assert first_range is not None and second_range is not None
-        if first == second or not first_range.is_adjacent_to(second_range):
+        if first == second:
+            raise InvalidReshard(f"VP {first} cannot be merged with itself: name two active VPs with adjacent hash ranges")
+        if not first_range.is_adjacent_to(second_range):
             raise InvalidReshard(
                 f"VPs {first} {first_range} and {second} {second_range} are not adjacent: only VPs whose "
                 f"hash ranges touch can be merged"
