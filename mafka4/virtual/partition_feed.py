@@ -119,8 +119,9 @@ class PartitionFeed(NodeLoop):
         # Fault injection (``ReadNode.set_feed_fault``): a paused stream fetches and feeds nothing,
         # as a read node that stopped would; its position stays where it was.
         self.paused = False
-        self.stats = {"rounds": 0, "records_fed": 0, "resumes": 0, "errors": 0, "last_error": None,
-                      "source": None, "lost_ranges": 0}
+        # resumed_at: the offset the stream last resumed at (None until it resumed with something to feed).
+        self.stats = {"rounds": 0, "records_fed": 0, "resumes": 0, "resumed_at": None, "errors": 0,
+                      "last_error": None, "source": None, "lost_ranges": 0}
 
     @property
     def topic(self) -> str:
@@ -339,6 +340,7 @@ class PartitionFeed(NodeLoop):
             await self._idle_until_needed()
             return
         self.next_offset, self._fed_high = resumed.next_offset, resumed.fed_high
+        self.stats["resumed_at"] = resumed.next_offset
         self._needed = self.next_offset
         logger.info("%s-%d on %s resumes at %d (VP positions %s)", self.topic, self.partition, self.node_id,
                     self.next_offset, positions)
