@@ -10,13 +10,12 @@ they never run) by reading the source, without importing anything.
 
 from __future__ import annotations
 
-import ast
-from functools import cache
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from import_graph import ROOT, direct_imports, source_file, with_parents
+
 PROJECT_PACKAGES = ("mafka4", "simulations")
 FORBIDDEN = frozenset({"ray", "etcd3", "grpc", "time", "random", "asyncio"})
 
@@ -50,72 +49,18 @@ CORES = (
 )
 
 
-def _source_file(module: str, root: Path = ROOT) -> Path | None:
-    """The file of a project module (a package's ``__init__.py``) below ``root``, or None if it is not one."""
-    base = root.joinpath(*module.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _is_type_checking_block(node: ast.AST) -> bool:
-    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-
-
-def _import_nodes(tree: ast.AST):
-    """Import statements that run when the module is imported or its functions are called."""
-    for node in ast.iter_child_nodes(tree):
-        if _is_type_checking_block(node):
-            continue
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            yield node
-        yield from _import_nodes(node)
-
-
-def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
-    if not node.level:
-        return node.module or ""
-    package = module.split(".") if is_package else module.split(".")[:-1]
-    base = package[: len(package) - (node.level - 1)]
-    return ".".join(base + ([node.module] if node.module else []))
-
-
-def _with_parents(module: str) -> list[str]:
-    """Importing ``a.b.c`` runs ``a`` and ``a.b`` first."""
-    parts = module.split(".")
-    return [".".join(parts[: i + 1]) for i in range(len(parts))]
-
-
-@cache
-def _direct_imports(module: str, root: Path) -> frozenset[str]:
-    path = _source_file(module, root)
-    assert path is not None, module
-    tree = ast.parse(path.read_text(), str(path))
-    names: set[str] = set()
-    for node in _import_nodes(tree):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-            continue
-        target = _absolute(node, module, path.name == "__init__.py")
-        names.add(target)
-        # ``from package import name`` imports the submodule ``package.name`` when there is one.
-        names.update(f"{target}.{alias.name}" for alias in node.names if _source_file(f"{target}.{alias.name}", root))
-    return frozenset(names)
-
-
 def _closure(core: str, root: Path = ROOT) -> dict[str, str]:
     """Every module ``core`` imports, directly or not: module -> the project module that imports it."""
     seen: dict[str, str] = {}
     pending = [core]
     while pending:
         module = pending.pop()
-        for name in _direct_imports(module, root):
-            for imported in _with_parents(name):
+        for name in direct_imports(module, root):
+            for imported in with_parents(name):
                 if imported in seen or imported == core:
                     continue
                 seen[imported] = module
-                if imported.split(".")[0] in PROJECT_PACKAGES and _source_file(imported, root):
+                if imported.split(".")[0] in PROJECT_PACKAGES and source_file(imported, root):
                     pending.append(imported)
     return seen
 
@@ -135,7 +80,7 @@ def forbidden_imports(core: str, root: Path = ROOT) -> list[str]:
 
 @pytest.mark.parametrize("core", CORES)
 def test_a_core_imports_no_io_clock_or_randomness_even_indirectly(core):
-    assert _source_file(core) is not None, f"{core} moved: update CORES"
+    assert source_file(core) is not None, f"{core} moved: update CORES"
     bad = forbidden_imports(core)
     assert not bad, "\n".join(bad)
 

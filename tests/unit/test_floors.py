@@ -20,11 +20,11 @@ between floors cannot exist if none does. Read from the source, importing nothin
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from import_graph import ROOT, direct_imports
+
 
 FLOORS = (
     (0, r"mafka4|mafka4\.(errors|limits|names|hashing|records|faults|clocks|long_poll)"),
@@ -56,31 +56,13 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _is_module(dotted: str) -> bool:
-    base = ROOT.joinpath(*dotted.split("."))
-    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
-
-
-def _imports(path: Path):
-    """(line, imported module) for every ``mafka4`` import of the file, submodules of ``from`` included."""
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            yield from ((node.lineno, alias.name) for alias in node.names if alias.name.startswith("mafka4"))
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("mafka4"):
-            yield node.lineno, node.module
-            for alias in node.names:
-                if _is_module(f"{node.module}.{alias.name}"):
-                    yield node.lineno, f"{node.module}.{alias.name}"
-
-
 def test_no_import_runs_up_a_floor():
     upward = []
     for path in sorted((ROOT / "mafka4").rglob("*.py")):
         module = _module_name(path)
-        for line, imported in _imports(path):
+        for imported in sorted(name for name in direct_imports(module, ROOT) if name.startswith("mafka4")):
             if floor_of(imported) > floor_of(module):
-                upward.append(f"{path.relative_to(ROOT)}:{line}: {module} (floor {floor_of(module)}) imports "
-                              f"{imported} (floor {floor_of(imported)})")
+                upward.append(f"{module} (floor {floor_of(module)}) imports {imported} (floor {floor_of(imported)})")
     assert not upward, "\n".join(upward)
 
 
