@@ -31,6 +31,9 @@ actors                int32   Ray actors the run used (physical partition replic
                               actors the design would need.
 sample_rate           float64 fraction of messages that have a row, in (0, 1]; 1.0 = every message.
 seed                  int64   the seed of the run (every experiment prints and records it).
+repetition            int32   which repetition of its configuration the run is, >= 0 (0 when the
+                              configuration runs once); repetitions of one configuration differ in
+                              ``seed``, and the analysis computes percentiles per repetition first.
 git_commit            string  ``git rev-parse HEAD`` of the code that produced the run, with
                               ``-dirty`` appended when tracked files had uncommitted changes, or
                               ``"unknown"`` outside a git checkout (see :func:`git_commit`).
@@ -55,7 +58,40 @@ consume_time_ms       float64 wall clock (epoch ms) when a consumer's ``poll`` r
                               null if it was never consumed.
 produce_latency_ms    float64 ``ack_time_ms - produce_time_ms`` (ms), >= 0; null if never acknowledged.
 end_to_end_latency_ms float64 ``consume_time_ms - produce_time_ms`` (ms), >= 0; null if never consumed.
+deliveries            int32   how many times consumers received the message: 0 never, 1 once, more
+                              for duplicates (at-least-once redelivery); null when not counted (the
+                              fleet model).
 ===================== ======= ========================================================================
+
+Stage stamps (per row, nullable float64, wall clock in epoch ms like the times above; null when
+the stage was not observed, e.g. the fleet model, a message never acknowledged, or a mafka3 run,
+which has no VP). They split a message's path into the stages of ``STAGES``; every stamp is
+taken on this machine's one wall clock, by the process named:
+
+======================== ==========================================================================
+column                   the moment (process)
+======================== ==========================================================================
+sent_time_ms             the producer's sender took the message's batch out of the accumulator and
+                         called the leader (client); first attempt
+leader_received_time_ms  the physical leader's ``produce`` began handling the batch (leader actor)
+leader_appended_time_ms  the batch was in the leader's log (appended to the page cache; the log
+                         flushes on its own schedule, ``flush_interval_ms``, not per request)
+committed_time_ms        the high watermark passed the batch (every ISR member has it) and the
+                         leader answered (leader actor)
+vp_appended_time_ms      mafka4: the read node appended the message to its VP leader's log
+                         (read node actor, after fetching committed data and splitting it)
+vp_committed_time_ms     mafka4: the VP high watermark passed the message (every RISR member has
+                         it): consumers may read it from then on (read node actor)
+======================== ==========================================================================
+
+The stages (``STAGES``: name -> (later stamp, earlier stamp)) are, for produce latency:
+``accumulator`` (send -> sent), ``request_queue`` (sent -> leader_received: Ray's transport and
+the actor's queue), ``append`` (leader_received -> leader_appended: ordering of in-flight batches
+and the append), ``isr_wait`` (leader_appended -> committed: waiting for the followers) and
+``ack_return`` (committed -> ack: the answer's way back and the callback); for end-to-end
+latency after ``committed``: mafka3 ``fetch`` (committed -> consume), mafka4 ``feeding``
+(committed -> vp_appended), ``vp_hw_wait`` (vp_appended -> vp_committed) and ``fetch``
+(vp_committed -> consume: the consumer's long poll waking, the transfer, decoding).
 
 ``partition`` and ``produce_time_ms`` are required. The other per-row columns may be left out:
 they are then null, except that a latency left out is derived from its two times. When a latency
@@ -86,7 +122,7 @@ import pyarrow.parquet as pq
 from mafka4.errors import InvalidEventLog, NoEventLogs
 from mafka4.limits import ReadMode
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 SOURCES = ("runtime", "fleet_model")
 # A run's mode is the read mode of its topics, stored as its string.
 MODES = (ReadMode.MAFKA3.value, ReadMode.MAFKA4.value)
@@ -118,6 +154,11 @@ EVENT_SCHEMA = pa.schema(
         pa.field("sample_rate", pa.float64(), nullable=False),
         pa.field("seed", pa.int64(), nullable=False),
         pa.field("git_commit", pa.string(), nullable=False),
+        pa.field("repetition", pa.int32(), nullable=False),
+        pa.field("deliveries", pa.int32(), nullable=True),
+        *[pa.field(name, pa.float64(), nullable=True) for name in (
+            "sent_time_ms", "leader_received_time_ms", "leader_appended_time_ms", "committed_time_ms",
+            "vp_appended_time_ms", "vp_committed_time_ms")],
     ],
     metadata={"mafka4.event_schema_version": SCHEMA_VERSION},
 )
@@ -130,7 +171,33 @@ ROW_COLUMNS = (
     "consume_time_ms",
     "produce_latency_ms",
     "end_to_end_latency_ms",
+    "deliveries",
+    "sent_time_ms",
+    "leader_received_time_ms",
+    "leader_appended_time_ms",
+    "committed_time_ms",
+    "vp_appended_time_ms",
+    "vp_committed_time_ms",
 )
+STAMP_COLUMNS = ROW_COLUMNS[-6:]
+# Stage name -> (later stamp, earlier stamp); see the module doc. Produce stages sum to the
+# produce latency; a mode's end-to-end stages after ``committed_time_ms`` sum, with the produce
+# stages up to it, to the end-to-end latency.
+PRODUCE_STAGES = {
+    "accumulator": ("sent_time_ms", "produce_time_ms"),
+    "request_queue": ("leader_received_time_ms", "sent_time_ms"),
+    "append": ("leader_appended_time_ms", "leader_received_time_ms"),
+    "isr_wait": ("committed_time_ms", "leader_appended_time_ms"),
+    "ack_return": ("ack_time_ms", "committed_time_ms"),
+}
+READ_STAGES = {
+    "mafka3": {"fetch": ("consume_time_ms", "committed_time_ms")},
+    "mafka4": {
+        "feeding": ("vp_appended_time_ms", "committed_time_ms"),
+        "vp_hw_wait": ("vp_committed_time_ms", "vp_appended_time_ms"),
+        "fetch": ("consume_time_ms", "vp_committed_time_ms"),
+    },
+}
 REQUIRED_ROW_COLUMNS = ("partition", "produce_time_ms")
 RUN_COLUMNS = tuple(name for name in EVENT_SCHEMA.names if name not in ROW_COLUMNS)
 # latency column -> (later time, earlier time)
@@ -157,6 +224,7 @@ class RunInfo:
     seed: int
     git_commit: str
     sample_rate: float = 1.0
+    repetition: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.experiment_id, str) or not self.experiment_id:
@@ -166,7 +234,7 @@ class RunInfo:
         if self.mode not in MODES:
             raise InvalidEventLog(f"RunInfo.mode is {self.mode!r}; use one of {MODES}")
         minimums = {"consumers": 1, "topics": 1, "physical_partitions": 1, "virtual_partitions": 0,
-                    "write_nodes": 1, "read_nodes": 0, "actors": 0}
+                    "write_nodes": 1, "read_nodes": 0, "actors": 0, "repetition": 0}
         for name, minimum in minimums.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= INT32_MAX:
@@ -286,6 +354,12 @@ def _latency(name: str, given: pa.Array | None, later: pa.Array, earlier: pa.Arr
 def _check_ranges(run: RunInfo, arrays: Mapping[str, pa.Array]) -> None:
     if run.mode == ReadMode.MAFKA3 and arrays["virtual_partition"].null_count != len(arrays["virtual_partition"]):
         raise InvalidEventLog("column 'virtual_partition' must be null in mafka3 mode, which has no virtual partitions")
+    for name in ("vp_appended_time_ms", "vp_committed_time_ms"):
+        if run.mode == ReadMode.MAFKA3 and arrays[name].null_count != len(arrays[name]):
+            raise InvalidEventLog(f"column {name!r} must be null in mafka3 mode, which has no virtual partitions")
+    deliveries = pc.min(arrays["deliveries"]).as_py()
+    if deliveries is not None and deliveries < 0:
+        raise InvalidEventLog(f"column 'deliveries' holds {deliveries}; a message is delivered 0 or more times")
     bounds = {"partition": run.physical_partitions, "virtual_partition": run.virtual_partitions}
     for name, count in bounds.items():
         array = arrays[name]

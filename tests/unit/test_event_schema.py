@@ -177,3 +177,24 @@ def test_git_commit_names_head_here_and_unknown_outside_a_repository(tmp_path):
                           text=True).stdout.strip()
     assert git_commit().removesuffix("-dirty") == head
     assert git_commit(tmp_path) == "unknown"
+
+
+def test_stage_stamps_and_deliveries_round_trip_and_every_stage_names_known_columns(tmp_path):
+    produce = START_MS + np.arange(3, dtype=np.float64)
+    stamps = {"sent_time_ms": produce + 0.5, "leader_received_time_ms": produce + 1.0,
+              "leader_appended_time_ms": produce + 1.2, "committed_time_ms": produce + 2.0,
+              "vp_appended_time_ms": produce + 3.0, "vp_committed_time_ms": produce + 3.5}
+    columns = {**rows(3), **stamps, "deliveries": [1, 0, 2]}
+    data = read_events(write_events(tmp_path / "events.parquet", replace(RUN4, repetition=2), columns)).to_pydict()
+    assert data["deliveries"] == [1, 0, 2] and set(data["repetition"]) == {2}
+    assert data["vp_committed_time_ms"] == list(produce + 3.5)
+    stages = {**schema.PRODUCE_STAGES, **schema.READ_STAGES["mafka3"], **schema.READ_STAGES["mafka4"]}
+    for later, earlier in stages.values():
+        assert {later, earlier} <= set(EVENT_SCHEMA.names)
+
+
+def test_vp_stamps_in_mafka3_mode_and_negative_deliveries_are_refused():
+    with pytest.raises(InvalidEventLog, match="vp_appended_time_ms.*mafka3"):
+        events_table(RUN3, {"partition": [0], "produce_time_ms": [START_MS], "vp_appended_time_ms": [START_MS]})
+    with pytest.raises(InvalidEventLog, match="deliveries"):
+        events_table(RUN4, {"partition": [0], "produce_time_ms": [START_MS], "deliveries": [-1]})
