@@ -231,6 +231,10 @@ ETCD_TXN_OPS_MAX = 2 + PARTITIONS_MAX + VIRTUAL_PARTITIONS_MAX
 READ_REPLICAS_MAX = 7
 # A fault injected into a replica actor (set_fault) delays its loops by at most this.
 FAULT_DELAY_MS_MAX = 60 * 1000
+# Rows one actor keeps of a stage trace (``mafka4.stage_trace``) until they are taken: ~100 bytes
+# each, so at most ~100 MB per traced topic on an actor; an experiment of 50,000 messages over
+# 32 VPs writes about 2 rows a message on a read node. Rows beyond it are counted, not kept.
+STAGE_TRACE_ROWS_MAX = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ class ProducerBatch:
     encoded: bytes | None = None
     producer_id: int = -1
     base_sequence: int = -1
+    sent_time_ms: float | None = None  # wall clock of the first attempt (``RecordMetadata.sent_time_ms``)
 
 
 class RecordAccumulator:

@@ -21,22 +21,28 @@ Callback = Callable[["RecordMetadata | None", "BaseException | None"], None]
 
 @dataclass(frozen=True, slots=True)
 class RecordMetadata:
-    """Where an acknowledged message landed. ``offset`` is -1 with acks=0 (never answered)."""
+    """Where an acknowledged message landed. ``offset`` is -1 with acks=0 (never answered).
+
+    ``sent_time_ms``: the wall clock (epoch ms, sub-ms resolution) when the message's batch
+    left the accumulator for the leader, on its first attempt: what the message spent batching
+    is ``sent_time_ms - `` its send time."""
 
     topic: str
     partition: int
     offset: int
     timestamp_ms: int
+    sent_time_ms: float | None = None
 
 
 class BatchResult:
     """Completion of one batch: its base offset or the error that failed it."""
 
-    __slots__ = ("topic", "partition", "_event", "_base_offset", "_error", "_callbacks", "_lock")
+    __slots__ = ("topic", "partition", "sent_time_ms", "_event", "_base_offset", "_error", "_callbacks", "_lock")
 
     def __init__(self, topic: str, partition: int):
         self.topic = topic
         self.partition = partition
+        self.sent_time_ms: float | None = None  # set by the sender when it answers the batch
         self._event = threading.Event()
         self._base_offset: int | None = None
         self._error: BaseException | None = None
@@ -71,7 +77,7 @@ class BatchResult:
         if self._error is not None:
             raise self._error
         offset = -1 if self._base_offset < 0 else self._base_offset + index
-        return RecordMetadata(self.topic, self.partition, offset, timestamp_ms)
+        return RecordMetadata(self.topic, self.partition, offset, timestamp_ms, self.sent_time_ms)
 
     @property
     def error(self) -> BaseException | None:

@@ -31,6 +31,7 @@ from collections import deque
 
 import ray
 
+from mafka4.clocks import wall_ms_fine
 from mafka4.client.accumulator import ProducerBatch, RecordAccumulator
 from mafka4.client.routing import Routing
 from mafka4.errors import MafkaError, ProducerClosed, RequestTimedOut, UnknownProducer
@@ -80,6 +81,8 @@ class _PartitionPipeline:
 
     def _send(self, batch: ProducerBatch) -> asyncio.Future:
         batch.attempts += 1
+        if batch.attempts == 1:
+            batch.sent_time_ms = wall_ms_fine()
         config = self._sender.config
         try:
             leader = self._sender.routing.leader(self._partition)
@@ -191,6 +194,7 @@ class Sender:
         batch.encoded = None
         records_bytes = batch.size_bytes - HEADER_BYTES
         batch.records = []
+        batch.result.sent_time_ms = batch.sent_time_ms
         batch.result.complete(base_offset, error)
         self.accumulator.answered(batch, records_bytes)
 

@@ -14,6 +14,8 @@ and wakes waiters when the high watermark or the log end offset moves.
   committed data off a follower so that splitting never loads the leader's write path.
 * Fault injection (``set_fault``, ``mafka4.faults``): delays or pauses the fetch and serve
   loops, off by default.
+* Stage trace (``set_stage_trace``, ``mafka4.stage_trace``): when an experiment turns it on, the
+  leader stamps each produced batch's arrival, append and commit; off by default.
 * Retention (``retention_pass``, every ``LogConfig.retention_check_interval_ms``): for a topic in read
   mode "mafka4" it never deletes what a read node has not fed. Before each pass the replica
   reads the partition's feed positions (``keys.feed_positions_prefix``) and passes their
@@ -59,7 +61,7 @@ from typing import Callable
 
 import ray
 
-from mafka4.clocks import wall_ms
+from mafka4.clocks import wall_ms, wall_ms_fine
 from mafka4.coordinator.metadata import keys
 from mafka4.coordinator.metadata.in_sync_recorder import InSyncRecorder
 from mafka4.coordinator.metadata.lease_holder import LeaseHolder, LeaseTask
@@ -78,6 +80,7 @@ from mafka4.physical.replica import ReplicaState, Role
 from mafka4.physical.sequencer import SequenceGate
 from mafka4.records import check_single_batch, stamp
 from mafka4.runtime.remote_errors import unwrap
+from mafka4.stage_trace import StageTrace
 
 logger = logging.getLogger(__name__)
 
@@ -205,6 +208,7 @@ class PhysicalPartition:
             spec.partition_name, "ISR", spec.replica_id, self._isr_to_record, self._write_isr, self._isr_recorded,
             IN_SYNC_WRITE_BACKOFF_S)
         self._fault = FaultGate()
+        self._stage_trace: StageTrace | None = None
 
     # --- role changes -------------------------------------------------------------------
 
@@ -261,6 +265,8 @@ class PhysicalPartition:
 
     async def produce(self, batch: bytes, acks: Acks = Acks.ALL, timeout_ms: int = PRODUCE_TIMEOUT_MS_DEFAULT) -> int:
         """Append one batch; return its base offset once ``acks`` is satisfied."""
+        trace = self._stage_trace
+        received_ms = wall_ms_fine() if trace is not None else 0.0
         header = check_single_batch(batch)
         await self._sequence_gate.wait_turn(header, self._spec.replica_config.sequence_wait_ms_max)
         now_ms = wall_ms()
@@ -272,8 +278,11 @@ class PhysicalPartition:
             self._state.appended(header, now_ms)
             self._sequence_gate.batch_appended()
             self._wake()
+        appended_ms = wall_ms_fine() if trace is not None else 0.0
         if acks is Acks.ALL:
             await self._committed(plan.next_offset, plan.leader_epoch, timeout_ms)
+        if trace is not None and not plan.duplicate:
+            trace.record((plan.base_offset, plan.next_offset, received_ms, appended_ms, wall_ms_fine()))
         return plan.base_offset
 
     async def _committed(self, next_offset: int, leader_epoch: int, timeout_ms: int) -> None:
@@ -481,6 +490,14 @@ class PhysicalPartition:
 
     async def ping(self) -> str:
         return self._spec.replica_id
+
+    async def set_stage_trace(self, enabled: bool) -> None:
+        """Start (or stop and discard) this replica's stage trace (``mafka4.stage_trace``)."""
+        self._stage_trace = StageTrace() if enabled else None
+
+    async def take_stage_trace(self) -> dict:
+        """The stage-trace rows since the last take (empty when tracing is off)."""
+        return self._stage_trace.take() if self._stage_trace is not None else {"rows": [], "dropped": 0}
 
     async def set_fault(self, delay_ms: int = 0, paused: bool = False) -> dict:
         """Delay or pause this replica's fetch and serve loops (``mafka4.faults``); (0, False) clears it."""

@@ -25,6 +25,10 @@ moved, so a restarted replica may recover an older HW (never a newer one than it
 Retention deletes only whole segments below the HW, as Kafka's does, so the log start never
 passes it.
 
+Stage trace. While its read node traces the VP's topic (``mafka4.stage_trace``), the replica
+stamps each fed append and each move of its high watermark (``trace``; None otherwise, and
+always in the simulator, whose clock is not the wall clock).
+
 Recovery. The log recovers as on the write path; the leader-epoch history comes from its
 checkpoint (or the batch headers), the HW from its checkpoint, and the feed progress is
 rebuilt from the log's records (``FeedProgress.rebuild``) whenever the replica takes
@@ -41,12 +45,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple, Sequence
 
+from mafka4.clocks import wall_ms_fine
 from mafka4.errors import MessageTooLarge
 from mafka4.faults import FaultGate
 from mafka4.limits import FEED_RECORDS_MAX, SEGMENT_SCAN_CHUNK_BYTES, LogConfig
 from mafka4.log.replica_storage import ReplicaStorage
 from mafka4.records import Record, decode_batches, stamp
 from mafka4.risr.state import RisrConfig
+from mafka4.stage_trace import StageTrace
 from mafka4.virtual.replica_core import NOTHING, FetchPosition, Ready, ReplicaAnswer, VpReplicaCore
 from mafka4.virtual.vp_records import FeedProgress, SourcedRecord, encode_vp_batch
 
@@ -94,6 +100,9 @@ class HostedVp:
                                   self._log.log_start_offset, self._log.log_end_offset,
                                   self._storage.recovered_high_watermark(), flushed_offset=self._log.flushed_offset)
         self.closed = False
+        # Set by the read node while its topic is traced (``mafka4.stage_trace``); None otherwise.
+        self.trace: StageTrace | None = None
+        self._traced_high_watermark = self.core.high_watermark
 
     @property
     def directory(self) -> Path:
@@ -117,6 +126,9 @@ class HostedVp:
         ready = ready | self._report_flushed()
         if ready.save_epochs:
             self._storage.save_epochs(self.core.epochs)
+        if self.trace is not None and self.core.is_leader and self.core.high_watermark > self._traced_high_watermark:
+            self._traced_high_watermark = self.core.high_watermark
+            self.trace.record(("hw", self.vp_id.vp, self._traced_high_watermark, wall_ms_fine()))
         if ready.write_risr is not None or ready.wake:
             self._notify(self, ready)
 
@@ -159,8 +171,11 @@ class HostedVp:
         fresh = self.core.plan_feed(leader_epoch, records)
         if fresh:
             batch = bytearray(encode_vp_batch(fresh))
-            stamp(batch, self._log.log_end_offset, leader_epoch)
+            base_offset = self._log.log_end_offset
+            stamp(batch, base_offset, leader_epoch)
             self._log.append(batch, now_ms)
+            if self.trace is not None:
+                self.trace.record(("append", self.vp_id.vp, base_offset, self._log.log_end_offset, wall_ms_fine()))
             self._execute(self.core.leader_appended(fresh, self._log.log_end_offset))
         return len(fresh)
 

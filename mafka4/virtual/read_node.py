@@ -59,6 +59,7 @@ from mafka4.log.read_loss import LostRange, ReadLoss
 from mafka4.long_poll import ChangeSignal
 from mafka4.physical.actor import replica_actor_name
 from mafka4.risr.state import RisrConfig
+from mafka4.stage_trace import StageTrace
 from mafka4.virtual.hosted_vp import HostedVp, VpId, VpRead, vp_directory
 from mafka4.virtual.layout import SplitEpoch
 from mafka4.virtual.partition_feed import PartitionFeed
@@ -114,6 +115,7 @@ class ReadNode:
         self._spec = spec
         self._config = spec.config
         self._hosted: dict[VpId, HostedVp] = {}
+        self._stage_traces: dict[str, StageTrace] = {}  # traced topics (``set_stage_trace``)
         # Indexes of the roles, rebuilt whenever a role changes (``_roles_changed``), so that the
         # periodic passes and the feed streams never walk every hosted VP: per topic its VP
         # leaders here (a new dict on every change: streams compare it by identity), per leader
@@ -224,6 +226,7 @@ class ReadNode:
             risr_config = RisrConfig(read_replica_lag_ms_max=config.read_replica_lag_ms_max)
             hosted = HostedVp(vp_id, self._spec.node_id, directory, config.log_config(), risr_config, now_ms,
                               self._on_ready)
+            hosted.trace = self._stage_traces.get(vp_id.topic)
             self._hosted[vp_id] = hosted
         return hosted
 
@@ -436,6 +439,22 @@ class ReadNode:
     async def describe_vps(self, vp_ids: Sequence[VpId]) -> list[dict | None]:
         now_ms = wall_ms()
         return [None if (hosted := self._hosted.get(vp_id)) is None else hosted.describe(now_ms) for vp_id in vp_ids]
+
+    async def set_stage_trace(self, topic: str, enabled: bool) -> None:
+        """Start (or stop and discard) the stage trace of ``topic``'s VPs on this node (``mafka4.stage_trace``)."""
+        trace = StageTrace() if enabled else None
+        if trace is None:
+            self._stage_traces.pop(topic, None)
+        else:
+            self._stage_traces[topic] = trace
+        for vp_id, hosted in self._hosted.items():
+            if vp_id.topic == topic:
+                hosted.trace = trace
+
+    async def take_stage_trace(self, topic: str) -> dict:
+        """``topic``'s stage-trace rows on this node since the last take (empty when not traced)."""
+        trace = self._stage_traces.get(topic)
+        return trace.take() if trace is not None else {"rows": [], "dropped": 0}
 
     async def set_fault(self, vp_id: VpId, delay_ms: int = 0, paused: bool = False) -> dict:
         """Delay or pause one hosted VP replica's replication and serving (``mafka4.faults``); (0, False) clears it."""

@@ -27,7 +27,7 @@ from import_graph import ROOT, direct_imports
 
 
 FLOORS = (
-    (0, r"mafka4|mafka4\.(errors|limits|names|hashing|records|faults|clocks|long_poll)"),
+    (0, r"mafka4|mafka4\.(errors|limits|names|hashing|records|faults|clocks|long_poll|stage_trace)"),
     # Packages whose __init__ is empty: importing one runs nothing.
     (0, r"mafka4\.(physical|virtual|coordinator|coordinator\.(metadata|control|groups))"),
     (1, r"mafka4\.log(\..*)?|mafka4\.risr(\..*)?"),
