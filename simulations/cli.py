@@ -26,7 +26,8 @@ def settings_from_args(args: argparse.Namespace) -> ScalingSettings:
     return ScalingSettings(consumers=args.consumers, modes=args.modes, physical_partitions=args.physical_partitions,
                            replication_factor=args.replication_factor, read_replicas=args.read_replicas,
                            nodes=args.nodes, rate_msgs_per_s=args.rate_msgs_per_s, duration_s=args.duration_s,
-                           message_bytes=args.message_bytes, seed=args.seed, pin_cpus=not args.no_pin,
+                           message_bytes=args.message_bytes, seed=args.seed, repetitions=args.repetitions,
+                           pin_cpus=not args.no_pin,
                            experiment_id=args.experiment_id)
 
 
@@ -44,7 +45,10 @@ def add_scaling_arguments(parser: argparse.ArgumentParser, defaults: ScalingSett
     parser.add_argument("--rate-msgs-per-s", type=int, default=defaults.rate_msgs_per_s, help="default %(default)s")
     parser.add_argument("--duration-s", type=float, default=defaults.duration_s, help="default %(default)s")
     parser.add_argument("--message-bytes", type=int, default=defaults.message_bytes, help="default %(default)s")
-    parser.add_argument("--seed", type=int, default=defaults.seed, help="default %(default)s")
+    parser.add_argument("--seed", type=int, default=defaults.seed,
+                        help="seed of the first repetition; repetition r uses seed + r (default %(default)s)")
+    parser.add_argument("--repetitions", type=int, default=defaults.repetitions,
+                        help="runs of every configuration, each with its own seed and cluster (default %(default)s)")
     parser.add_argument("--no-pin", action="store_true", help="do not pin write-side and read-side nodes to CPU sets")
     parser.add_argument("--experiment-id", default="", help="default scaling-seed<SEED>; a rerun with the same id and "
                                                             "--out skips finished configurations")

@@ -9,9 +9,23 @@ For every mode and consumer count N, on a local cluster of this machine:
 Then N consumers join one group, and once every partition (or VP) has an owner a producer
 sends keyed messages with acks=all at ``rate_msgs_per_s`` for ``duration_s``. Each message's
 value carries its sequence number; the producer stamps the wall clock at ``send`` and at the
-acknowledgement, each consumer at the ``poll`` that returned it. The rows go to one Parquet
-file per configuration in the event-log schema (``simulations.schema``), and the topic is
-deleted. Both modes run the same producer, consumers, client code and physical partitions:
+acknowledgement, each consumer at the ``poll`` that returned it. While it runs, the topic's
+stage trace is on (``mafka4.stage_trace``): the physical leaders and the read nodes stamp
+each batch's way through them, and ``simulations.stage_stamps`` joins those stamps to the
+messages. The rows go to one Parquet file per configuration and repetition in the event-log
+schema (``simulations.schema``), with how often each message was delivered, and the topic is
+deleted.
+
+**Repetitions.** Every configuration runs ``repetitions`` times, repetition ``r`` with seed
+``seed + r`` (its keys) on a cluster of its own: the repetitions interleave the modes (all
+configurations of repetition 0 in both modes, then repetition 1, ...), so a slow spell of
+the machine does not land on one mode only. ``settings.json`` beside the files records the
+settings.
+
+**Drained or not.** After the last send the consumers get ``drain_s_max`` to read every
+acknowledged message. A run that does not drain is still written (its undelivered messages
+have ``deliveries = 0``) and said so on the progress stream; the analysis marks it and leaves
+it out of the percentiles and ratios. Both modes run the same producer, consumers, client code and physical partitions:
 only the read topology differs. Nothing is slowed down on purpose in either mode.
 
 **Equal hardware.** Each mode gets its own cluster of ``nodes`` simulated machines on the same
@@ -33,12 +47,13 @@ modes within one run.
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import struct
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
@@ -48,12 +63,14 @@ from mafka4.limits import ClusterConfig, ReadMode, _check_range
 
 if TYPE_CHECKING:  # the runtime is imported only when a cluster starts
     from mafka4.runtime.temporary import TemporaryCluster
+    from simulations.stage_stamps import TopicTrace
 
 # The read modes compared, the baseline first.
 MODES = (ReadMode.MAFKA3, ReadMode.MAFKA4)
 VALUE_HEADER = struct.Struct(">Q")  # the message's sequence number, then padding
 GROUP_STABLE_S_MAX = 180
 POLL_TIMEOUT_MS = 100
+SETTINGS_FILE = "settings.json"
 
 
 class ExperimentFailed(MafkaError):
@@ -78,6 +95,7 @@ class ScalingSettings:
     message_bytes: int = 256
     keys: int = 1000
     seed: int = 7
+    repetitions: int = 1
     # After the last send: how long consumers may take to read every acknowledged message.
     drain_s_max: float = 60.0
     pin_cpus: bool = True
@@ -99,6 +117,7 @@ class ScalingSettings:
         _check_range(self, "rate_msgs_per_s", 1, 100_000)
         _check_range(self, "message_bytes", VALUE_HEADER.size, 1_000_000)
         _check_range(self, "keys", 1, 10_000_000)
+        _check_range(self, "repetitions", 1, 20)
         if not 0 < self.duration_s <= 3600:
             raise InvalidConfig(f"duration_s={self.duration_s} must be in (0, 3600]")
 
@@ -106,13 +125,25 @@ class ScalingSettings:
     def run_id(self) -> str:
         return self.experiment_id or f"scaling-seed{self.seed}"
 
+    @property
+    def messages(self) -> int:
+        """Messages per configuration and repetition."""
+        return int(self.rate_msgs_per_s * self.duration_s)
+
+    def seed_of(self, repetition: int) -> int:
+        return self.seed + repetition
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "modes": [str(mode) for mode in self.modes], "messages": self.messages}
+
 
 @dataclass
 class _ConsumerLog:
-    """What one consumer saw: sequence number -> (wall ms at poll, partition it came from)."""
+    """What one consumer saw: sequence number -> (wall ms at poll, partition or VP, offset there),
+    and sequence number -> deliveries after its first one here (duplicates)."""
 
-    seen: dict[int, tuple[float, int]] = field(default_factory=dict)
-    duplicates: int = 0
+    seen: dict[int, tuple[float, int, int]] = field(default_factory=dict)
+    redelivered: dict[int, int] = field(default_factory=dict)
     error: BaseException | None = None
 
 
@@ -121,7 +152,18 @@ class _ProducerLog:
     produce_ms: list[float] = field(default_factory=list)
     partition: list[int] = field(default_factory=list)  # keyed: known at send, acknowledged or not
     ack_ms: dict[int, float] = field(default_factory=dict)
+    offset: dict[int, int] = field(default_factory=dict)
+    sent_ms: dict[int, float] = field(default_factory=dict)  # its batch left the accumulator
     failures: int = 0
+
+
+@dataclass
+class _Trace:
+    """The topic's stage-trace rows of one run (``simulations.stage_stamps.TopicTrace``)."""
+
+    physical: dict[int, list[tuple]] = field(default_factory=dict)
+    read_nodes: list[tuple] = field(default_factory=list)
+    dropped: int = 0
 
 
 def cluster_config(mode: ReadMode, settings: ScalingSettings) -> ClusterConfig:
@@ -141,27 +183,44 @@ def cpu_plan(mode: ReadMode, settings: ScalingSettings, cpus: list[int]) -> dict
             **{f"r{i}": read_set for i in range(config.read_nodes)}}
 
 
-def config_path(out_dir: Path, settings: ScalingSettings, mode: ReadMode, consumers: int) -> Path:
-    return out_dir / settings.run_id / f"{mode}-c{consumers:03d}.parquet"
+def config_path(out_dir: Path, settings: ScalingSettings, mode: ReadMode, consumers: int, repetition: int = 0) -> Path:
+    return out_dir / settings.run_id / f"{mode}-c{consumers:03d}-r{repetition}.parquet"
 
 
 def run_scaling(settings: ScalingSettings, out_dir: Path, progress=sys.stderr) -> list[Path]:
-    """Run every configuration not yet on disk; return the Parquet files of all of them."""
-    configurations = [(mode, n) for mode in settings.modes for n in settings.consumers]
-    done = sum(config_path(out_dir, settings, m, n).exists() for m, n in configurations)
-    _progress(progress, done, len(configurations), "resuming" if done else "starting", settings)
-    for mode in settings.modes:
-        todo = [n for n in settings.consumers if not config_path(out_dir, settings, mode, n).exists()]
-        if not todo:
-            continue
-        with _mode_cluster(mode, settings) as cluster:
-            for consumers in todo:
-                started = time.monotonic()
-                path = _run_configuration(cluster, settings, mode, consumers, out_dir)
-                done += 1
-                _progress(progress, done, len(configurations), f"{mode} N={consumers} in {time.monotonic() - started:.0f} s "
-                          f"-> {path.name}", settings)
-    return [config_path(out_dir, settings, m, n) for m, n in configurations]
+    """Run every configuration and repetition not yet on disk; return the Parquet files of all of them."""
+    runs = [(r, mode, n) for r in range(settings.repetitions) for mode in settings.modes for n in settings.consumers]
+    done = sum(config_path(out_dir, settings, m, n, r).exists() for r, m, n in runs)
+    _write_settings(out_dir / settings.run_id / SETTINGS_FILE, settings)
+    _progress(progress, done, len(runs), "resuming" if done else "starting", settings)
+    for repetition in range(settings.repetitions):
+        for mode in settings.modes:
+            todo = [n for n in settings.consumers if not config_path(out_dir, settings, mode, n, repetition).exists()]
+            if not todo:
+                continue
+            with _mode_cluster(mode, settings) as cluster:
+                for consumers in todo:
+                    started = time.monotonic()
+                    path, undelivered = _run_configuration(cluster, settings, mode, consumers, repetition, out_dir)
+                    done += 1
+                    drained = "" if not undelivered else f", NOT DRAINED: {undelivered} acknowledged messages never consumed"
+                    _progress(progress, done, len(runs), f"{mode} N={consumers} r{repetition} in "
+                              f"{time.monotonic() - started:.0f} s -> {path.name}{drained}", settings)
+    return [config_path(out_dir, settings, m, n, r) for r, m, n in runs]
+
+
+def _write_settings(path: Path, settings: ScalingSettings) -> None:
+    """The settings beside the event logs; a resumed run must use the same ones."""
+    document = settings.to_json()
+    if path.exists():
+        recorded = json.loads(path.read_text())
+        if recorded != document:
+            differ = sorted(key for key in document.keys() | recorded.keys() if document.get(key) != recorded.get(key))
+            raise InvalidConfig(f"{path} records other settings ({', '.join(differ)} differ) for experiment "
+                                f"{settings.run_id!r}: resume with the same settings, or pick another --out or --experiment-id")
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=2) + "\n")
 
 
 def _progress(stream, done: int, total: int, what: str, settings: ScalingSettings) -> None:
@@ -182,12 +241,15 @@ def _mode_cluster(mode: ReadMode, settings: ScalingSettings) -> Iterator[Tempora
         yield cluster
 
 
-def _run_configuration(cluster: TemporaryCluster, settings: ScalingSettings, mode: ReadMode, consumers: int, out_dir: Path) -> Path:
+def _run_configuration(cluster: TemporaryCluster, settings: ScalingSettings, mode: ReadMode, consumers: int,
+                       repetition: int, out_dir: Path) -> tuple[Path, int]:
+    """Run one configuration once; its event log, and how many acknowledged messages were never consumed."""
     from mafka4.client.admin import Admin
     from simulations.schema import RunInfo, git_commit, write_events  # pyarrow: only when writing
 
     admin = Admin(cluster.connection)
-    topic = f"scaling-{mode}-c{consumers}-s{settings.seed}"
+    seed = settings.seed_of(repetition)
+    topic = f"scaling-{mode}-c{consumers}-s{seed}"
     if topic in admin.list_topics():
         admin.delete_topic(topic)  # left by an interrupted run of this configuration
     if mode is ReadMode.MAFKA3:
@@ -199,16 +261,29 @@ def _run_configuration(cluster: TemporaryCluster, settings: ScalingSettings, mod
                            virtual_partitions=consumers, read_replicas=settings.read_replicas)
     try:
         footprint = topic_footprint(admin, topic, cluster.connection)
-        producer_log, consumer_logs = _measure(cluster.connection, topic, settings, consumers)
+        trace = _topic_trace(admin, topic, cluster.connection)
+        producer_log, consumer_logs, stamps = _measure(cluster.connection, topic, settings, seed, consumers, trace)
     finally:
         admin.delete_topic(topic)
-    path = config_path(out_dir, settings, mode, consumers)
+    path = config_path(out_dir, settings, mode, consumers, repetition)
     run = RunInfo(experiment_id=settings.run_id, source="runtime", mode=mode, consumers=consumers, topics=1,
                   physical_partitions=footprint["physical_partitions"], virtual_partitions=footprint["virtual_partitions"],
                   write_nodes=footprint["write_nodes"], read_nodes=footprint["read_nodes"], actors=footprint["actors"],
-                  sample_rate=1.0, seed=settings.seed, git_commit=git_commit())
-    write_events(path, run, _columns(mode, producer_log, consumer_logs))
-    return path
+                  sample_rate=1.0, seed=seed, git_commit=git_commit(), repetition=repetition)
+    columns = event_columns(mode, producer_log, consumer_logs, stamps)
+    write_events(path, run, columns)
+    undelivered = sum(1 for ack, delivered in zip(columns["ack_time_ms"], columns["deliveries"]) if ack is not None and not delivered)
+    return path, undelivered
+
+
+def _topic_trace(admin, topic: str, connection) -> TopicTrace:
+    from mafka4.coordinator.metadata.vp_store import VirtualStore
+    from simulations.stage_stamps import TopicTrace
+
+    metadata = admin.topic_metadata(topic)
+    vp_states = [state for state, _ in VirtualStore(connection.store, connection.cluster).states(topic).values()]
+    read_nodes = sorted({replica for state in vp_states for replica in state.replicas})
+    return TopicTrace(connection.cluster, topic, {state.partition: state.replicas for state in metadata.partitions}, read_nodes)
 
 
 def topic_footprint(admin, topic: str, connection) -> dict[str, int]:
@@ -226,7 +301,7 @@ def topic_footprint(admin, topic: str, connection) -> dict[str, int]:
             "actors": physical_replicas + len(read_nodes)}
 
 
-def _measure(connection, topic: str, settings: ScalingSettings, consumers: int):
+def _measure(connection, topic: str, settings: ScalingSettings, seed: int, consumers: int, trace: TopicTrace):
     from mafka4.client.consumer import Consumer
 
     group = validate_group_name(f"{topic}-group")
@@ -239,12 +314,14 @@ def _measure(connection, topic: str, settings: ScalingSettings, consumers: int):
         thread.start()
     try:
         _wait_for_group(members, logs)
-        producer_log = _produce(connection, topic, settings)
+        trace.start()
+        producer_log = _produce(connection, topic, settings, seed)
         expected = set(producer_log.ack_ms)
         deadline = time.monotonic() + settings.drain_s_max
         while time.monotonic() < deadline and not expected <= _seen(logs):
             _raise_consumer_error(logs)
             time.sleep(0.1)
+        stamps = _Trace(*trace.take_and_stop())
     finally:
         stop.set()
         for thread in threads:
@@ -254,7 +331,7 @@ def _measure(connection, topic: str, settings: ScalingSettings, consumers: int):
                 member.close()
             except MafkaError:
                 pass  # the measurement is complete; a failed final commit changes nothing in it
-    return producer_log, logs
+    return producer_log, logs, stamps
 
 
 def _consume(consumer, log: _ConsumerLog, stop: threading.Event) -> None:
@@ -265,9 +342,9 @@ def _consume(consumer, log: _ConsumerLog, stop: threading.Event) -> None:
             for message in messages:
                 (sequence,) = VALUE_HEADER.unpack_from(message.value)
                 if sequence in log.seen:
-                    log.duplicates += 1
+                    log.redelivered[sequence] = log.redelivered.get(sequence, 0) + 1
                 else:
-                    log.seen[sequence] = (now_ms, message.partition)
+                    log.seen[sequence] = (now_ms, message.partition, message.offset)
     except BaseException as error:  # reported by the driver, which owns the run
         log.error = error
 
@@ -300,20 +377,23 @@ def producer_partitions(connection, topic: str) -> int:
     return len(TopicStore(connection.store, connection.cluster).get(topic).partitions)
 
 
-def _produce(connection, topic: str, settings: ScalingSettings) -> _ProducerLog:
+def _produce(connection, topic: str, settings: ScalingSettings, seed: int) -> _ProducerLog:
     from mafka4.client.partitioner import Partitioner
     from mafka4.client.producer import Producer
 
-    rng = random.Random(settings.seed)
+    rng = random.Random(seed)
     padding = bytes(settings.message_bytes - VALUE_HEADER.size)
     log = _ProducerLog()
-    total = int(settings.rate_msgs_per_s * settings.duration_s)
+    total = settings.messages
     interval_s = 1.0 / settings.rate_msgs_per_s
 
     def on_ack(sequence: int):
         def callback(metadata, error):
             if error is None:
                 log.ack_ms[sequence] = time.time() * 1000
+                log.offset[sequence] = metadata.offset
+                if metadata.sent_time_ms is not None:
+                    log.sent_ms[sequence] = metadata.sent_time_ms
             else:
                 log.failures += 1
         return callback
@@ -333,16 +413,31 @@ def _produce(connection, topic: str, settings: ScalingSettings) -> _ProducerLog:
     return log
 
 
-def _columns(mode: ReadMode, producer: _ProducerLog, consumers: list[_ConsumerLog]) -> dict[str, list]:
-    seen: dict[int, tuple[float, int]] = {}
+def event_columns(mode: ReadMode, producer: _ProducerLog, consumers: list[_ConsumerLog], trace: _Trace) -> dict[str, list]:
+    """The per-row columns of one run: a message's first delivery (by poll time) gives its consume
+    time and VP; ``deliveries`` counts every delivery to any member; the stamps come from the trace."""
+    from simulations.stage_stamps import physical_stamps, vp_stamps
+
+    seen: dict[int, tuple[float, int, int]] = {}
+    deliveries: dict[int, int] = {}
     for log in consumers:
-        for sequence, (at_ms, partition) in log.seen.items():
-            seen.setdefault(sequence, (at_ms, partition))
+        for sequence, first in log.seen.items():
+            if sequence not in seen or first[0] < seen[sequence][0]:
+                seen[sequence] = first
+            deliveries[sequence] = deliveries.get(sequence, 0) + 1 + log.redelivered.get(sequence, 0)
     sequences = range(len(producer.produce_ms))
-    return {
+    virtual = mode is ReadMode.MAFKA4
+    columns = {
         "partition": producer.partition,
-        "virtual_partition": [seen[s][1] if mode is ReadMode.MAFKA4 and s in seen else None for s in sequences],
+        "virtual_partition": [seen[s][1] if virtual and s in seen else None for s in sequences],
         "produce_time_ms": producer.produce_ms,
         "ack_time_ms": [producer.ack_ms.get(s) for s in sequences],
         "consume_time_ms": [seen[s][0] if s in seen else None for s in sequences],
+        "deliveries": [deliveries.get(s, 0) for s in sequences],
+        "sent_time_ms": [producer.sent_ms.get(s) for s in sequences],
+        **physical_stamps(trace.physical, producer.partition, [producer.offset.get(s) for s in sequences]),
     }
+    if virtual:
+        columns.update(vp_stamps(trace.read_nodes, columns["virtual_partition"],
+                                 [seen[s][2] if s in seen else None for s in sequences]))
+    return columns
