@@ -16,11 +16,12 @@ messages. The rows go to one Parquet file per configuration and repetition in th
 schema (``simulations.schema``), with how often each message was delivered, and the topic is
 deleted.
 
-**Repetitions.** Every configuration runs ``repetitions`` times, repetition ``r`` with seed
-``seed + r`` (its keys) on a cluster of its own: the repetitions interleave the modes (all
-configurations of repetition 0 in both modes, then repetition 1, ...), so a slow spell of
-the machine does not land on one mode only. ``settings.json`` beside the files records the
-settings.
+**Repetitions.** Every configuration is measured ``repetitions`` times, repetition ``r`` with
+seed ``seed + r`` (its keys and the sequence numbers ``r * SEQUENCE_STRIDE + i``), one after
+the other on the same topic and settled group: a repetition starts once the previous one has
+drained. They repeat the measurement, not the topic's creation and placement: starting 64
+replica actors and settling 32 Mafka3 members takes minutes here, three times that would
+not fit the run into an hour. ``settings.json`` beside the files records the settings.
 
 **Drained or not.** After the last send the consumers get ``drain_s_max`` to read every
 acknowledged message. A run that does not drain is still written (its undelivered messages
@@ -70,6 +71,9 @@ MODES = (ReadMode.MAFKA3, ReadMode.MAFKA4)
 VALUE_HEADER = struct.Struct(">Q")  # the message's sequence number, then padding
 GROUP_STABLE_S_MAX = 180
 POLL_TIMEOUT_MS = 100
+# Repetition r numbers its messages from r * SEQUENCE_STRIDE: the consumers of one group see
+# every repetition, and a late duplicate must count for the repetition it belongs to.
+SEQUENCE_STRIDE = 1 << 40
 SETTINGS_FILE = "settings.json"
 
 
@@ -149,6 +153,9 @@ class _ConsumerLog:
 
 @dataclass
 class _ProducerLog:
+    """What the producer saw of message i (lists and dicts by i); it carried sequence ``first_sequence + i``."""
+
+    first_sequence: int = 0
     produce_ms: list[float] = field(default_factory=list)
     partition: list[int] = field(default_factory=list)  # keyed: known at send, acknowledged or not
     ack_ms: dict[int, float] = field(default_factory=dict)
@@ -189,23 +196,28 @@ def config_path(out_dir: Path, settings: ScalingSettings, mode: ReadMode, consum
 
 def run_scaling(settings: ScalingSettings, out_dir: Path, progress=sys.stderr) -> list[Path]:
     """Run every configuration and repetition not yet on disk; return the Parquet files of all of them."""
-    runs = [(r, mode, n) for r in range(settings.repetitions) for mode in settings.modes for n in settings.consumers]
+    runs = [(r, mode, n) for mode in settings.modes for n in settings.consumers for r in range(settings.repetitions)]
     done = sum(config_path(out_dir, settings, m, n, r).exists() for r, m, n in runs)
     _write_settings(out_dir / settings.run_id / SETTINGS_FILE, settings)
     _progress(progress, done, len(runs), "resuming" if done else "starting", settings)
-    for repetition in range(settings.repetitions):
-        for mode in settings.modes:
-            todo = [n for n in settings.consumers if not config_path(out_dir, settings, mode, n, repetition).exists()]
-            if not todo:
-                continue
-            with _mode_cluster(mode, settings) as cluster:
-                for consumers in todo:
-                    started = time.monotonic()
-                    path, undelivered = _run_configuration(cluster, settings, mode, consumers, repetition, out_dir)
+    for mode in settings.modes:
+        todo = {n: [r for r in range(settings.repetitions) if not config_path(out_dir, settings, mode, n, r).exists()]
+                for n in settings.consumers}
+        if not any(todo.values()):
+            continue
+        with _mode_cluster(mode, settings) as cluster:
+            for consumers, repetitions in todo.items():
+                if not repetitions:
+                    continue
+
+                def report(repetition: int, path: Path, undelivered: int, what: str) -> None:
+                    nonlocal done
                     done += 1
-                    drained = "" if not undelivered else f", NOT DRAINED: {undelivered} acknowledged messages never consumed"
-                    _progress(progress, done, len(runs), f"{mode} N={consumers} r{repetition} in "
-                              f"{time.monotonic() - started:.0f} s -> {path.name}{drained}", settings)
+                    drained = "" if not undelivered else f"; NOT DRAINED: {undelivered} acknowledged messages never consumed"
+                    _progress(progress, done, len(runs), f"{mode} N={consumers} r{repetition} {what} -> {path.name}{drained}",
+                              settings)
+
+                _run_configuration(cluster, settings, mode, consumers, repetitions, out_dir, report)
     return [config_path(out_dir, settings, m, n, r) for r, m, n in runs]
 
 
@@ -242,14 +254,15 @@ def _mode_cluster(mode: ReadMode, settings: ScalingSettings) -> Iterator[Tempora
 
 
 def _run_configuration(cluster: TemporaryCluster, settings: ScalingSettings, mode: ReadMode, consumers: int,
-                       repetition: int, out_dir: Path) -> tuple[Path, int]:
-    """Run one configuration once; its event log, and how many acknowledged messages were never consumed."""
+                       repetitions: list[int], out_dir: Path, report) -> None:
+    """Measure one configuration's ``repetitions`` on one topic and group; each one's event log is
+    written, then ``report(repetition, path, undelivered, what)`` called."""
     from mafka4.client.admin import Admin
     from simulations.schema import RunInfo, git_commit, write_events  # pyarrow: only when writing
 
     admin = Admin(cluster.connection)
-    seed = settings.seed_of(repetition)
-    topic = f"scaling-{mode}-c{consumers}-s{seed}"
+    began = time.monotonic()
+    topic = f"scaling-{mode}-c{consumers}-s{settings.seed}"
     if topic in admin.list_topics():
         admin.delete_topic(topic)  # left by an interrupted run of this configuration
     if mode is ReadMode.MAFKA3:
@@ -259,21 +272,33 @@ def _run_configuration(cluster: TemporaryCluster, settings: ScalingSettings, mod
         admin.create_topic(topic, partitions=settings.physical_partitions, replication_factor=settings.replication_factor,
                            min_insync_replicas=settings.replication_factor, read_mode=ReadMode.MAFKA4,
                            virtual_partitions=consumers, read_replicas=settings.read_replicas)
+    created_s = time.monotonic() - began
     try:
         footprint = topic_footprint(admin, topic, cluster.connection)
         trace = _topic_trace(admin, topic, cluster.connection)
-        producer_log, consumer_logs, stamps = _measure(cluster.connection, topic, settings, seed, consumers, trace)
+        with _Group(cluster.connection, topic, consumers) as group:
+            settled_s = time.monotonic() - began - created_s
+            for repetition in repetitions:
+                measured = time.monotonic()
+                seed = settings.seed_of(repetition)
+                trace.start()
+                producer_log = _produce(cluster.connection, topic, settings, seed, repetition * SEQUENCE_STRIDE)
+                group.drain({producer_log.first_sequence + i for i in producer_log.ack_ms}, settings.drain_s_max)
+                stamps = _Trace(*trace.take_and_stop())
+                path = config_path(out_dir, settings, mode, consumers, repetition)
+                run = RunInfo(experiment_id=settings.run_id, source="runtime", mode=mode, consumers=consumers, topics=1,
+                              physical_partitions=footprint["physical_partitions"],
+                              virtual_partitions=footprint["virtual_partitions"], write_nodes=footprint["write_nodes"],
+                              read_nodes=footprint["read_nodes"], actors=footprint["actors"], sample_rate=1.0, seed=seed,
+                              git_commit=git_commit(), repetition=repetition)
+                columns = event_columns(mode, producer_log, group.logs, stamps)
+                write_events(path, run, columns)
+                undelivered = sum(1 for ack, delivered in zip(columns["ack_time_ms"], columns["deliveries"])
+                                  if ack is not None and not delivered)
+                setup = f"topic {created_s:.0f} s, group {settled_s:.0f} s, " if repetition == repetitions[0] else ""
+                report(repetition, path, undelivered, f"({setup}measured {time.monotonic() - measured:.0f} s)")
     finally:
         admin.delete_topic(topic)
-    path = config_path(out_dir, settings, mode, consumers, repetition)
-    run = RunInfo(experiment_id=settings.run_id, source="runtime", mode=mode, consumers=consumers, topics=1,
-                  physical_partitions=footprint["physical_partitions"], virtual_partitions=footprint["virtual_partitions"],
-                  write_nodes=footprint["write_nodes"], read_nodes=footprint["read_nodes"], actors=footprint["actors"],
-                  sample_rate=1.0, seed=seed, git_commit=git_commit(), repetition=repetition)
-    columns = event_columns(mode, producer_log, consumer_logs, stamps)
-    write_events(path, run, columns)
-    undelivered = sum(1 for ack, delivered in zip(columns["ack_time_ms"], columns["deliveries"]) if ack is not None and not delivered)
-    return path, undelivered
 
 
 def _topic_trace(admin, topic: str, connection) -> TopicTrace:
@@ -301,37 +326,47 @@ def topic_footprint(admin, topic: str, connection) -> dict[str, int]:
             "actors": physical_replicas + len(read_nodes)}
 
 
-def _measure(connection, topic: str, settings: ScalingSettings, seed: int, consumers: int, trace: TopicTrace):
-    from mafka4.client.consumer import Consumer
+class _Group:
+    """``consumers`` members of one group reading ``topic``, each polling on a thread of its own
+    into its ``_ConsumerLog``; entered once every member owns something, so production then
+    measures a settled group."""
 
-    group = validate_group_name(f"{topic}-group")
-    stop = threading.Event()
-    members = [Consumer(topic, group=group, connection=connection, from_beginning=True) for _ in range(consumers)]
-    logs = [_ConsumerLog() for _ in members]
-    threads = [threading.Thread(target=_consume, args=(member, log, stop), daemon=True, name=f"consumer-{i}")
-               for i, (member, log) in enumerate(zip(members, logs))]
-    for thread in threads:
-        thread.start()
-    try:
-        _wait_for_group(members, logs)
-        trace.start()
-        producer_log = _produce(connection, topic, settings, seed)
-        expected = set(producer_log.ack_ms)
-        deadline = time.monotonic() + settings.drain_s_max
-        while time.monotonic() < deadline and not expected <= _seen(logs):
-            _raise_consumer_error(logs)
+    def __init__(self, connection, topic: str, consumers: int):
+        from mafka4.client.consumer import Consumer
+
+        group = validate_group_name(f"{topic}-group")
+        self._stop = threading.Event()
+        self.members = [Consumer(topic, group=group, connection=connection, from_beginning=True) for _ in range(consumers)]
+        self.logs = [_ConsumerLog() for _ in self.members]
+        self._threads = [threading.Thread(target=_consume, args=(member, log, self._stop), daemon=True, name=f"consumer-{i}")
+                         for i, (member, log) in enumerate(zip(self.members, self.logs))]
+
+    def __enter__(self) -> "_Group":
+        for thread in self._threads:
+            thread.start()
+        try:
+            _wait_for_group(self.members, self.logs)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def drain(self, expected: set[int], seconds_max: float) -> None:
+        """Until the members have seen every one of ``expected``, for at most ``seconds_max``."""
+        deadline = time.monotonic() + seconds_max
+        while time.monotonic() < deadline and not expected <= _seen(self.logs):
+            _raise_consumer_error(self.logs)
             time.sleep(0.1)
-        stamps = _Trace(*trace.take_and_stop())
-    finally:
-        stop.set()
-        for thread in threads:
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        for thread in self._threads:
             thread.join(timeout=30)
-        for member in members:
+        for member in self.members:
             try:
                 member.close()
             except MafkaError:
                 pass  # the measurement is complete; a failed final commit changes nothing in it
-    return producer_log, logs, stamps
 
 
 def _consume(consumer, log: _ConsumerLog, stop: threading.Event) -> None:
@@ -377,13 +412,15 @@ def producer_partitions(connection, topic: str) -> int:
     return len(TopicStore(connection.store, connection.cluster).get(topic).partitions)
 
 
-def _produce(connection, topic: str, settings: ScalingSettings, seed: int) -> _ProducerLog:
+def _produce(connection, topic: str, settings: ScalingSettings, seed: int, first_sequence: int) -> _ProducerLog:
+    """Send ``settings.messages`` keyed messages at the set rate; message i carries sequence
+    ``first_sequence + i``, and the log is indexed by i."""
     from mafka4.client.partitioner import Partitioner
     from mafka4.client.producer import Producer
 
     rng = random.Random(seed)
     padding = bytes(settings.message_bytes - VALUE_HEADER.size)
-    log = _ProducerLog()
+    log = _ProducerLog(first_sequence)
     total = settings.messages
     interval_s = 1.0 / settings.rate_msgs_per_s
 
@@ -408,7 +445,7 @@ def _produce(connection, topic: str, settings: ScalingSettings, seed: int) -> _P
             key = f"key-{rng.randrange(settings.keys)}".encode()
             log.partition.append(partitions.partition(key, None))
             log.produce_ms.append(time.time() * 1000)
-            producer.send(VALUE_HEADER.pack(sequence) + padding, key=key).add_callback(on_ack(sequence))
+            producer.send(VALUE_HEADER.pack(first_sequence + sequence) + padding, key=key).add_callback(on_ack(sequence))
         producer.flush()
     return log
 
@@ -425,19 +462,20 @@ def event_columns(mode: ReadMode, producer: _ProducerLog, consumers: list[_Consu
             if sequence not in seen or first[0] < seen[sequence][0]:
                 seen[sequence] = first
             deliveries[sequence] = deliveries.get(sequence, 0) + 1 + log.redelivered.get(sequence, 0)
-    sequences = range(len(producer.produce_ms))
+    indexes = range(len(producer.produce_ms))
+    first = [seen.get(producer.first_sequence + i) for i in indexes]  # its first delivery, or None
     virtual = mode is ReadMode.MAFKA4
     columns = {
         "partition": producer.partition,
-        "virtual_partition": [seen[s][1] if virtual and s in seen else None for s in sequences],
+        "virtual_partition": [delivery[1] if virtual and delivery else None for delivery in first],
         "produce_time_ms": producer.produce_ms,
-        "ack_time_ms": [producer.ack_ms.get(s) for s in sequences],
-        "consume_time_ms": [seen[s][0] if s in seen else None for s in sequences],
-        "deliveries": [deliveries.get(s, 0) for s in sequences],
-        "sent_time_ms": [producer.sent_ms.get(s) for s in sequences],
-        **physical_stamps(trace.physical, producer.partition, [producer.offset.get(s) for s in sequences]),
+        "ack_time_ms": [producer.ack_ms.get(i) for i in indexes],
+        "consume_time_ms": [delivery[0] if delivery else None for delivery in first],
+        "deliveries": [deliveries.get(producer.first_sequence + i, 0) for i in indexes],
+        "sent_time_ms": [producer.sent_ms.get(i) for i in indexes],
+        **physical_stamps(trace.physical, producer.partition, [producer.offset.get(i) for i in indexes]),
     }
     if virtual:
         columns.update(vp_stamps(trace.read_nodes, columns["virtual_partition"],
-                                 [seen[s][2] if s in seen else None for s in sequences]))
+                                 [delivery[2] if delivery else None for delivery in first]))
     return columns

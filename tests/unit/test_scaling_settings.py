@@ -58,3 +58,18 @@ def test_finished_configurations_are_not_run_again(tmp_path):
     paths = run_scaling(settings, tmp_path, Progress())
     assert [p.read_bytes() for p in paths] == [b"done", b"done"]
     assert "2/2" in "".join(lines) and "resuming" in "".join(lines)
+
+
+def test_event_columns_take_the_first_delivery_count_every_one_and_join_the_stamps():
+    from simulations.scaling import _ConsumerLog, _ProducerLog, _Trace, event_columns
+
+    producer = _ProducerLog(first_sequence=100, produce_ms=[1.0, 2.0, 3.0], partition=[0, 0, 1],
+                            ack_ms={0: 5.0, 1: 6.0}, offset={0: 0, 1: 1}, sent_ms={0: 1.5, 1: 2.5})
+    member_a = _ConsumerLog(seen={100: (9.0, 4, 0), 101: (8.0, 4, 1)}, redelivered={100: 1})
+    member_b = _ConsumerLog(seen={100: (7.0, 5, 0)})  # delivered again after a handover, earlier by poll time
+    trace = _Trace(physical={0: [(0, 2, 3.0, 3.1, 4.0)]}, read_nodes=[("append", 5, 0, 1, 6.5), ("hw", 5, 1, 6.6)])
+    columns = event_columns(ReadMode.MAFKA4, producer, [member_a, member_b], trace)
+    assert columns["deliveries"] == [3, 1, 0]
+    assert columns["consume_time_ms"] == [7.0, 8.0, None] and columns["virtual_partition"] == [5, 4, None]
+    assert columns["committed_time_ms"] == [4.0, 4.0, None] and columns["sent_time_ms"] == [1.5, 2.5, None]
+    assert columns["vp_committed_time_ms"] == [6.6, None, None]
