@@ -101,7 +101,7 @@ class ScalingSettings:
     seed: int = 7
     repetitions: int = 1
     # After the last send: how long consumers may take to read every acknowledged message.
-    drain_s_max: float = 60.0
+    drain_s_max: float = 120.0
     pin_cpus: bool = True
     experiment_id: str = ""
 
