@@ -1,0 +1,77 @@
+"""CPU time and RSS of a process from /proc: every thread's schedstat, not the main thread's alone."""
+
+import os
+import threading
+import time
+
+import pytest
+
+from mafka4.errors import ProcessNotVisible
+from simulations.fleet import proc_cpu
+
+
+def _fake_process(root, pid, threads: dict[int, int], rss_kb=2048):
+    """A /proc entry: per-thread schedstat lines, the main thread's also at <pid>/schedstat, a status file."""
+    entry = root / str(pid)
+    for tid, cpu_ns in threads.items():
+        (entry / "task" / str(tid)).mkdir(parents=True, exist_ok=True)
+        (entry / "task" / str(tid) / "schedstat").write_text(f"{cpu_ns} 1234 56\n")
+    (entry / "schedstat").write_text(f"{threads[pid]} 1234 56\n")
+    (entry / "status").write_text(f"Name:\tworker\nVmPeak:\t 9999 kB\nVmRSS:\t {rss_kb} kB\nThreads:\t{len(threads)}\n")
+
+
+def test_cpu_is_the_sum_over_every_thread_of_a_fake_proc_tree(tmp_path):
+    _fake_process(tmp_path, 40, {40: 1_000, 41: 250_000, 47: 3_000_000})
+    assert proc_cpu.cpu_ns(40, tmp_path) == 3_251_000  # not 1_000: <pid>/schedstat is the main thread's
+    assert proc_cpu.thread_cpu_ns(40, tmp_path) == {40: 1_000, 41: 250_000, 47: 3_000_000}
+    assert proc_cpu.rss_bytes(40, tmp_path) == 2048 * 1024
+
+
+def test_a_thread_that_exits_is_not_counted_and_a_new_one_counts_from_zero(tmp_path):
+    _fake_process(tmp_path, 40, {40: 1_000, 41: 5_000})
+    before = proc_cpu.sample(40, tmp_path)
+    (tmp_path / "40" / "task" / "41" / "schedstat").unlink()
+    (tmp_path / "40" / "task" / "41").rmdir()
+    _fake_process(tmp_path, 40, {40: 3_000, 42: 700})
+    after = proc_cpu.sample(40, tmp_path)
+    assert proc_cpu.cpu_s_between(before, after) == pytest.approx((2_000 + 700) / 1e9)
+
+
+def test_a_missing_process_is_named(tmp_path):
+    with pytest.raises(ProcessNotVisible, match="process 99"):
+        proc_cpu.cpu_ns(99, tmp_path)
+    with pytest.raises(ProcessNotVisible, match="process 99"):
+        proc_cpu.rss_bytes(99, tmp_path)
+
+
+def _spin(seconds: float) -> None:
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        pass
+
+
+def test_a_busy_thread_of_this_process_raises_its_cpu_time():
+    """Checked against the kernel's own process clock (every thread), so a loaded machine cannot fail it."""
+    pid = os.getpid()
+    main_thread_ns = lambda: int((proc_cpu.PROC_ROOT / str(pid) / "schedstat").read_text().split()[0])  # noqa: E731
+    total, main, clock = proc_cpu.cpu_ns(pid), main_thread_ns(), time.process_time_ns()
+    worker = threading.Thread(target=_spin, args=(0.6,))
+    worker.start()
+    time.sleep(0.3)  # the main thread sleeps while the worker spins (an exited thread would not count)
+    total_used, main_used, clock_used = proc_cpu.cpu_ns(pid) - total, main_thread_ns() - main, time.process_time_ns() - clock
+    worker.join()
+    assert clock_used > 10e6, "the worker got no CPU at all"
+    assert total_used == pytest.approx(clock_used, rel=0.1, abs=20e6)
+    assert main_used < total_used / 2, (main_used, total_used)
+
+
+def test_an_idle_window_reports_cores_per_slice_and_rss_at_every_boundary():
+    pid = os.getpid()
+    started, clock = time.perf_counter(), time.process_time()
+    window = proc_cpu.idle_window({"me": pid}, 0.3, 3, sleep=_spin)  # this process spins through its window
+    cores_by_clock = (time.process_time() - clock) / (time.perf_counter() - started)
+    me = window["processes"]["me"]
+    assert len(me["slice_cores"]) == 3 and len(me["rss_bytes"]) == 4 and me["pid"] == pid
+    assert me["cores"] == pytest.approx(cores_by_clock, abs=0.15) and me["cores"] > 0
+    assert all(0.0 <= cores <= os.cpu_count() for cores in me["slice_cores"])
+    assert window["window_s"] == pytest.approx(0.3, abs=0.1) and len(window["load_average_1m"]) == 2
