@@ -65,15 +65,17 @@ def _cmd_fleet_model(args: argparse.Namespace) -> int:
 
 
 def _cmd_fleet_calibrate(args: argparse.Namespace) -> int:
-    import json
-
     require_analysis_extra("fleet calibrate", ("pyarrow",))  # its module imports the event-log schema
     from simulations.fleet.calibrate import run_calibration
+    from simulations.fleet.params import calibration_source
 
     document = run_calibration(args.out, command=" ".join(["fleet calibrate", "--out", args.out]))
-    print(json.dumps(document["derived"], indent=2))
+    errors = document["measurement_error"]
+    for name, value in document["derived"].items():
+        print(f"{name:<40} {value:>14.6g}  +/- {errors[name]:.3g}")
     for note in document["notes"]:
         print(f"note: {note}", file=sys.stderr)
+    print(f"calibration: {calibration_source(document)}", file=sys.stderr)
     print(f"calibration written to {args.out} ({document['elapsed_s']} s)", file=sys.stderr)
     return 0
 
@@ -101,7 +103,9 @@ def add_fleet_parser(subparsers) -> argparse.ArgumentParser:
     model.add_argument("--experiment-id", help="experiment_id of the event logs (default fleet-model-seed<seed>)")
     model.add_argument("--ray", action="store_true", help="run the configurations as tasks on a local Ray")
     model.set_defaults(run=_cmd_fleet_model)
-    calibrate = commands.add_parser("calibrate", help="measure the runtime's costs on a throwaway local cluster (~3 min)")
+    calibrate = commands.add_parser(
+        "calibrate", help="measure the runtime's costs and their errors on a throwaway local cluster (~6 min; run it "
+                          "on a quiet machine: the document says whether the load average stayed <= 1 per core)")
     calibrate.add_argument("--out", default=CALIBRATION_OUT_DEFAULT, help="calibration.json path (default %(default)s)")
     calibrate.set_defaults(run=_cmd_fleet_calibrate)
     return fleet

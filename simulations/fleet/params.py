@@ -9,8 +9,21 @@ latencies; the latencies are the least certain figures.
 Per-message costs are for a message of ``reference_message_bytes``; a message of ``b`` bytes
 costs ``msg_cpu_us + (b - reference_message_bytes) * byte_cpu_ns / 1000``.
 
-``DEFAULT_CALIBRATION`` is one calibration run, copied here so the model runs without a cluster
-(where and when it was measured is in ``DEFAULT_CALIBRATION_SOURCE``).
+**The calibration document** (``calibration.json``, written by ``calibrate``) holds, besides
+``derived`` (these parameters): ``raw`` (the measured figures; ``raw.format`` is
+``CALIBRATION_FORMAT``, the shape ``fit`` reads, and a ``raw`` without it is format 1),
+``measurement_error`` (the same keys, absolute 1-sigma errors, see ``fit``), ``notes``,
+``command``, ``date``, ``git_commit``, ``cluster``, ``settings``, ``elapsed_s`` and ``machine``
+(CPU count, load averages before, after and during the run, ``quiet``).
+
+**Quiet** means every 1-minute load average recorded around the run was at most
+``QUIET_LOAD_PER_CORE_MAX`` per core: above that, runnable threads waited for a core, which
+slows the runs and lengthens every latency measured.
+
+``DEFAULT_CALIBRATION`` is the ``derived`` object of the shipped run,
+``calibration_default.json``, read at import so that the model runs without a cluster; where
+and when it was measured is ``DEFAULT_CALIBRATION_SOURCE``, generated from that document
+(``calibration_source``), never written by hand.
 """
 
 from __future__ import annotations
@@ -18,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import MISSING, asdict, dataclass, fields
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +39,8 @@ import numpy as np
 from mafka4.errors import InvalidConfig
 
 REFERENCE_MESSAGE_BYTES = 1024
+CALIBRATION_FORMAT = 2  # the shape of "raw" that fit.derive_params reads
+QUIET_LOAD_PER_CORE_MAX = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,49 +134,73 @@ class CalibrationParams:
         return cls(**values)
 
 
-def load_calibration(path: str | Path) -> CalibrationParams:
-    """The ``derived`` parameters of a ``calibration.json`` written by ``fleet calibrate``."""
+def load_document(path: str | Path) -> dict:
+    """A ``calibration.json`` written by ``fleet calibrate``: a JSON object with a ``derived`` object."""
     try:
         document = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as error:
         raise InvalidConfig(f"cannot read calibration {str(path)!r}: {error}; write one with 'fleet calibrate'") from None
     if not isinstance(document, dict) or not isinstance(document.get("derived"), dict):
         raise InvalidConfig(f"calibration {str(path)!r} has no 'derived' object; write it with 'fleet calibrate'")
-    return CalibrationParams.from_json(document["derived"])
+    return document
 
 
-# DEFAULT_CALIBRATION below is the "derived" object of this file, the whole document of one
-# calibration run (raw figures, command, date, commit), which ``sweep`` copies next to event logs.
+def load_calibration(path: str | Path) -> CalibrationParams:
+    """The ``derived`` parameters of a ``calibration.json`` written by ``fleet calibrate``."""
+    return CalibrationParams.from_json(load_document(path)["derived"])
+
+
+def measurement_error_of(document: dict) -> dict[str, float]:
+    """The document's 1-sigma errors by parameter; {} if it has none (format 1)."""
+    errors = document.get("measurement_error") or {}
+    known = {f.name for f in fields(CalibrationParams)}
+    for name, value in errors.items():
+        if name not in known:
+            raise InvalidConfig(f"calibration measurement_error names {name!r}, not a parameter; known: "
+                                f"{', '.join(sorted(known))}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise InvalidConfig(f"calibration measurement_error {name}={value!r} must be a finite number >= 0")
+    return dict(errors)
+
+
+def recorded_loads_1m(machine: dict) -> list[float]:
+    """Every 1-minute load average a calibration recorded: before, during (format 2) and after."""
+    loads = [machine[key][0] for key in ("load_average_before", "load_average_after") if machine.get(key)]
+    return loads + [sample["load_average_1m"] for sample in machine.get("load_average_1m_samples", [])]
+
+
+def is_quiet(loads_1m: list[float], cpu_count: int) -> bool:
+    """True if every recorded 1-minute load average is at most ``QUIET_LOAD_PER_CORE_MAX`` per core."""
+    assert loads_1m and cpu_count >= 1, (loads_1m, cpu_count)
+    return max(loads_1m) <= QUIET_LOAD_PER_CORE_MAX * cpu_count
+
+
+def calibration_source(document: dict) -> str:
+    """Where and when a calibration was measured, in one sentence, from its document alone."""
+    machine = document.get("machine", {})
+    cpu_count, loads = machine.get("cpu_count"), recorded_loads_1m(machine)
+    when = datetime.fromisoformat(document["date"]).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    cluster = document.get("cluster")
+    shape = f"a {cluster['write_nodes']} write + {cluster['read_nodes']} read node local cluster on " if cluster else ""
+    if cpu_count and loads:
+        quiet = "quiet" if is_quiet(loads, cpu_count) else "NOT quiet"
+        load = (f"{quiet}: 1-minute load average {min(loads):g} to {max(loads):g} over {len(loads)} readings; "
+                f"1/5/15-minute {machine.get('load_average_before')} before, {machine.get('load_average_after')} "
+                f"after; quiet means load average <= {QUIET_LOAD_PER_CORE_MAX:g} per core")
+    else:
+        load = "no load average recorded, so not known to be quiet"
+    text = (f"one 'fleet calibrate' run on {when} at commit {str(document.get('git_commit'))[:12]}: {shape}a "
+            f"{cpu_count}-core machine, {load}; {document.get('elapsed_s')} s")
+    format_ = document.get("raw", {}).get("format", 1)
+    if format_ != CALIBRATION_FORMAT:
+        text += (f"; its raw figures are in calibration format {format_}, not {CALIBRATION_FORMAT}: 'derived' is what "
+                 f"that run's fit wrote and cannot be re-derived; re-run 'fleet calibrate'")
+    return text
+
+
+# The whole document of the shipped run (raw figures, command, date, commit) is what ``sweep``
+# copies next to event logs; DEFAULT_CALIBRATION is its "derived" object.
 DEFAULT_CALIBRATION_PATH = Path(__file__).with_name("calibration_default.json")
-DEFAULT_CALIBRATION_SOURCE = (
-    "one 'fleet calibrate' run on 2026-11-23 03:44 UTC at commit 13012ecc91f6: a 3 write + 1 read node local "
-    "cluster on a quiet 2-core machine (load average 2 to 4 during the run), 102 s; CPU and memory figures are "
-    "firm, latencies noisy (see calibration_default.json)"
-)
-
-DEFAULT_CALIBRATION = CalibrationParams(
-    produce_request_cpu_us=1030.7873,
-    produce_msg_cpu_us=8.4527,
-    produce_byte_cpu_ns=6.2132,
-    replication_request_cpu_us=1147.7703,
-    replication_msg_cpu_us=11.6697,
-    replication_byte_cpu_ns=4.0559,
-    read_request_cpu_us=1122.1195,
-    read_msg_cpu_us=4.0305,
-    read_byte_cpu_ns=4.0322,
-    feeder_call_cpu_us=1287.8348,
-    feeder_msg_cpu_us=20.9809,
-    vp_feed_call_cpu_us=1834.4661,
-    vp_feed_msg_cpu_us=18.818,
-    idle_replica_cpu_cores=0.01875,
-    idle_vp_replica_cpu_cores=0.015,
-    idle_feeder_cpu_cores=0.02,
-    idle_wakeup_cpu_cores_per_partition=0.00875,
-    replica_memory_mb=65.5,
-    vp_replica_memory_mb=66.0,
-    feeder_memory_mb=67.6,
-    produce_base_latency_ms=11.148,
-    physical_read_base_latency_ms=0.309,
-    virtual_read_base_latency_ms=6.759,
-    pass_ms_per_replica=0.0,
-)
+DEFAULT_CALIBRATION_DOCUMENT = load_document(DEFAULT_CALIBRATION_PATH)
+DEFAULT_CALIBRATION = CalibrationParams.from_json(DEFAULT_CALIBRATION_DOCUMENT["derived"])
+DEFAULT_CALIBRATION_SOURCE = calibration_source(DEFAULT_CALIBRATION_DOCUMENT)
