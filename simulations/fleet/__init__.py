@@ -2,7 +2,9 @@
 workload, and the produce tail latency each then has (DESIGN.md section 9).
 
 ``workload`` draws the fleet (seeded), ``params`` holds the runtime costs (measured by
-``calibrate``), ``capacity`` sizes both designs (pure), ``placement`` places replicas
-rack-aware with flow algorithms, ``sweep`` runs the model over fleet sizes and writes event
-logs, ``cli`` exposes ``fleet model`` and ``fleet calibrate``.
+``calibrate``, whose raw figures ``fit`` turns into parameters and measurement errors, with
+``proc_cpu`` reading CPU time and ``welch`` testing noise), ``capacity`` sizes both designs
+(pure), ``placement`` places replicas rack-aware with flow algorithms, ``sweep`` runs the
+model over fleet sizes and writes event logs, ``sensitivity`` moves one calibrated parameter at
+a time, ``cli`` exposes ``fleet model``, ``fleet calibrate`` and ``fleet sensitivity``.
 """

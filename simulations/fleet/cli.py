@@ -1,4 +1,4 @@
-"""``fleet model`` and ``fleet calibrate``: the fleet-scale model's commands.
+"""``fleet model``, ``fleet calibrate`` and ``fleet sensitivity``: the fleet-scale model's commands.
 
 ``add_fleet_parser(subparsers)`` registers them under a ``fleet`` command of an argparse
 parser (``mafka4`` gets it through the ``mafka4.commands`` entry point of ``pyproject.toml``);
@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from dataclasses import replace
 from typing import Sequence
 
 from simulations.extras import require_analysis_extra
-from simulations.fleet.config import CONSUMER_SCALES_DEFAULT, ROWS_DEFAULT, TOPICS_DEFAULT, ModelConfig
+from simulations.fleet.config import (CONSUMER_SCALES_DEFAULT, ROWS_DEFAULT, SENSITIVITY_TOPICS_DEFAULT, TOPICS_DEFAULT,
+                                      ModelConfig)
 
 CALIBRATION_OUT_DEFAULT = "results/fleet/calibration.json"
 MODEL_OUT_DEFAULT = "results/fleet"
+SENSITIVITY_OUT_DEFAULT = "results/fleet/sensitivity"
+SENSITIVITY_TOP_PRINTED = 8  # parameters per consumer scale in the printed summary; the files have all
 
 
 def _calibration_overrides(pairs: list[str]) -> dict[str, float]:
@@ -36,7 +40,7 @@ def _calibration_overrides(pairs: list[str]) -> dict[str, float]:
 def _cmd_fleet_model(args: argparse.Namespace) -> int:
     require_analysis_extra("fleet model", ("pyarrow",))  # the event logs are Parquet
     from simulations.fleet.params import DEFAULT_CALIBRATION, CalibrationParams, load_calibration
-    from simulations.fleet.sweep import SweepSettings, run_sweep
+    from simulations.fleet.sweep import SweepSettings, node_ratios, run_sweep
     from simulations.fleet.workload import WorkloadConfig
 
     params = load_calibration(args.calibration) if args.calibration else DEFAULT_CALIBRATION
@@ -60,6 +64,10 @@ def _cmd_fleet_model(args: argparse.Namespace) -> int:
               f"{run['virtual_partitions']:>8} {run['write_nodes']:>6} {run['read_nodes']:>6} {run['nodes']:>6} "
               f"{run['write_constraint']:<9} {run['produce_latency_ms']['tp999']:>13.1f} "
               f"{run['end_to_end_latency_ms']['tp999']:>10.1f}")
+    print(f"\n{'topics':>7} {'x':>4} {'nodes mafka3':>12} {'nodes mafka4':>12} {'ratio':>7}")
+    for ratio in node_ratios(summary):
+        print(f"{ratio['topics']:>7} {ratio['consumers_scale']:>4g} {ratio['nodes_mafka3']:>12} "
+              f"{ratio['nodes_mafka4']:>12} {ratio['node_ratio']:>7.3f}")
     print(f"event logs, calibration.json and fleet_summary.json written to {args.out}", file=sys.stderr)
     return 0
 
@@ -80,11 +88,44 @@ def _cmd_fleet_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_fleet_sensitivity(args: argparse.Namespace) -> int:
+    from simulations.fleet.params import (DEFAULT_CALIBRATION_DOCUMENT, CalibrationParams, calibration_source,
+                                          load_document, measurement_error_of)
+    from simulations.fleet.sensitivity import BASELINE, SensitivitySettings, run_sensitivity
+
+    document = load_document(args.calibration) if args.calibration else DEFAULT_CALIBRATION_DOCUMENT
+    params, errors = CalibrationParams.from_json(document["derived"]), measurement_error_of(document)
+    settings = SensitivitySettings(topics=args.topics, consumer_scales=tuple(args.consumer_scales), seed=args.seed,
+                                   parameters=tuple(args.parameters or ()))
+    print(f"fleet sensitivity: {settings.topics} topics, consumer scales {list(settings.consumer_scales)}, "
+          f"{len(settings.chosen_parameters)} parameters, calibration {args.calibration or 'default'}"
+          f"{'' if errors else ' (it has no measurement errors: no +/-1 sigma rows)'}", file=sys.stderr)
+    started = time.perf_counter()
+    rows = run_sensitivity(args.out, settings, params, errors, calibration_source(document))
+    print(f"{'x':>4} {'parameter':<38} {'widest ratio move':>17}   (baseline ratio)")
+    for scale in settings.consumer_scales:
+        own = [row for row in rows if row["consumers_scale"] == scale]
+        baseline = next(row["node_ratio"] for row in own if row["change"] == BASELINE)
+        moves: dict[str, float] = {}
+        for row in own:
+            if row["change"] != BASELINE and row["node_ratio"] is not None and baseline is not None:
+                moves[row["parameter"]] = max(moves.get(row["parameter"], 0.0), abs(row["node_ratio"] - baseline))
+        for name in sorted(moves, key=lambda name: -moves[name])[:SENSITIVITY_TOP_PRINTED]:
+            print(f"{scale:>4g} {name:<38} {moves[name]:>17.4f}   ({baseline})")
+    print(f"sensitivity.json and sensitivity.md written to {args.out} ({time.perf_counter() - started:.0f} s)",
+          file=sys.stderr)
+    return 0
+
+
 def add_fleet_parser(subparsers) -> argparse.ArgumentParser:
-    """Register ``fleet model`` and ``fleet calibrate`` on ``subparsers``; returns the ``fleet`` parser."""
+    """Register ``fleet model``, ``fleet calibrate`` and ``fleet sensitivity`` on ``subparsers``; returns the ``fleet`` parser."""
     fleet = subparsers.add_parser("fleet", help="fleet-scale model: nodes and tail latency of Mafka3 vs Mafka4")
     commands = fleet.add_subparsers(dest="fleet_command", required=True, metavar="ACTION")
-    model = commands.add_parser("model", help="size both designs over fleet sizes; write event logs")
+    model = commands.add_parser(
+        "model", help="size both designs over fleet sizes; write event logs",
+        description="Size Mafka3 and Mafka4 for every fleet size (--topics) at every consumer scale "
+                    "(--consumer-scales); write one event log per design and configuration, calibration.json and "
+                    "fleet_summary.json (every run, and the node ratio Mafka3 / Mafka4 of every configuration).")
     model.add_argument("--out", default=MODEL_OUT_DEFAULT, help="output directory (default %(default)s)")
     model.add_argument("--seed", type=int, default=7, help="workload seed (default %(default)s)")
     model.add_argument("--topics", type=int, nargs="+", default=list(TOPICS_DEFAULT),
@@ -105,9 +146,32 @@ def add_fleet_parser(subparsers) -> argparse.ArgumentParser:
     model.set_defaults(run=_cmd_fleet_model)
     calibrate = commands.add_parser(
         "calibrate", help="measure the runtime's costs and their errors on a throwaway local cluster (~6 min; run it "
-                          "on a quiet machine: the document says whether the load average stayed <= 1 per core)")
+                          "on a quiet machine: the document says whether the load average stayed <= 1 per core)",
+        description="Start a throwaway local cluster (3 write nodes, 1 read node), measure CPU per request, message "
+                    "and byte of every actor role (3 trials each), idle CPU over 60 s windows from schedstat, the "
+                    "read node's growth per hosted VP (a topic of 128 VPs), and latencies (5 paced trials), then "
+                    "write calibration.json: raw figures, derived parameters, their 1-sigma measurement errors, "
+                    "notes and whether the machine was quiet (every 1-minute load average <= 1 per core).")
     calibrate.add_argument("--out", default=CALIBRATION_OUT_DEFAULT, help="calibration.json path (default %(default)s)")
     calibrate.set_defaults(run=_cmd_fleet_calibrate)
+    sensitivity = commands.add_parser(
+        "sensitivity", help="how nodes, node ratio and tp999 move when each calibrated parameter moves",
+        description="Size both designs at the default workload with one calibrated parameter at a time changed "
+                    "x0.8, x1.2, -1 sigma and +1 sigma (its measurement error; skipped where that is 0). Writes "
+                    "sensitivity.json (every row) and sensitivity.md (parameters sorted by how far the node ratio "
+                    f"moves). One model run at {SENSITIVITY_TOPICS_DEFAULT} topics takes ~7 s: the whole table ~20 min.")
+    sensitivity.add_argument("--out", default=SENSITIVITY_OUT_DEFAULT, help="output directory (default %(default)s)")
+    sensitivity.add_argument("--calibration", help="calibration.json from 'fleet calibrate' (default: the shipped one)")
+    sensitivity.add_argument("--topics", type=int, default=SENSITIVITY_TOPICS_DEFAULT,
+                             help="fleet size in topics (default %(default)s)")
+    sensitivity.add_argument("--consumer-scales", "--consumer-scale", type=float, nargs="+",
+                             default=list(CONSUMER_SCALES_DEFAULT), help="multipliers of every group's consumers "
+                                                                          "(default %(default)s)")
+    sensitivity.add_argument("--seed", type=int, default=7, help="workload seed (default %(default)s, as fleet model)")
+    sensitivity.add_argument("--parameters", nargs="+", metavar="NAME",
+                             help="only these calibrated parameters, e.g. pass_ms_per_replica (default: all but "
+                                  "service_scv and reference_message_bytes)")
+    sensitivity.set_defaults(run=_cmd_fleet_sensitivity)
     return fleet
 
 

@@ -14,6 +14,9 @@ from mafka4.errors import InvalidConfig
 TOPICS_DEFAULT = (1000, 5000, 10_000, 20_000, 40_000)
 CONSUMER_SCALES_DEFAULT = (1.0, 4.0)
 ROWS_DEFAULT = 20_000
+# The fleet size of ``fleet sensitivity``: the largest ``fleet model`` sweeps. One model run of
+# both designs takes about 7 s there, so the whole table (about 170 runs) about 20 minutes.
+SENSITIVITY_TOPICS_DEFAULT = 40_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -179,7 +179,8 @@ def calibration_source(document: dict) -> str:
     """Where and when a calibration was measured, in one sentence, from its document alone."""
     machine = document.get("machine", {})
     cpu_count, loads = machine.get("cpu_count"), recorded_loads_1m(machine)
-    when = datetime.fromisoformat(document["date"]).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = (datetime.fromisoformat(document["date"]).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+            if document.get("date") else "an unknown date")
     cluster = document.get("cluster")
     shape = f"a {cluster['write_nodes']} write + {cluster['read_nodes']} read node local cluster on " if cluster else ""
     if cpu_count and loads:

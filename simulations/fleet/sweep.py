@@ -14,7 +14,8 @@ and configuration gives one Parquet event log (``simulations.schema``, ``source=
 
 Next to the logs: ``calibration.json`` (the calibration used, as ``fleet calibrate`` wrote it,
 plus the model's assumptions under ``fleet_model``) and ``fleet_summary.json`` (every
-``DesignResult``). With ``use_ray`` each configuration is a Ray task on a local Ray started for
+``DesignResult`` under ``runs``, and under ``node_ratios`` the nodes of both designs and their
+ratio Mafka3 / Mafka4 for every fleet size and every consumer scale, not only the largest). With ``use_ray`` each configuration is a Ray task on a local Ray started for
 the sweep (and shut down after); the driver writes every file, so the output is the same.
 """
 
@@ -97,6 +98,16 @@ def result_json(result: DesignResult, scale: float) -> dict:
     return values
 
 
+def node_ratios(summary: list[dict]) -> list[dict]:
+    """Per fleet size and consumer scale (in the order of ``summary``): both designs' nodes and their ratio."""
+    nodes: dict[tuple[int, float], dict[str, int]] = {}
+    for run in summary:
+        nodes.setdefault((run["topics"], run["consumers_scale"]), {})[run["design"]] = run["nodes"]
+    return [{"topics": topics, "consumers_scale": scale, "nodes_mafka3": by_design["mafka3"],
+             "nodes_mafka4": by_design["mafka4"], "node_ratio": round(by_design["mafka3"] / by_design["mafka4"], 4)}
+            for (topics, scale), by_design in nodes.items() if set(by_design) == {d.value for d in Design}]
+
+
 def calibration_document(params: CalibrationParams, calibration_path: str | None) -> dict:
     """The calibration as ``fleet calibrate`` wrote it (the given file, else the shipped default run)."""
     path = Path(calibration_path) if calibration_path else DEFAULT_CALIBRATION_PATH
@@ -140,5 +151,6 @@ def run_sweep(out: str | Path, settings: SweepSettings, params: CalibrationParam
                                "calibration_used": params.to_json()}
     (out / "calibration.json").write_text(json.dumps(document, indent=2) + "\n")
     (out / "fleet_summary.json").write_text(json.dumps({"experiment_id": settings.run_id, "seed": settings.seed,
-                                                        "git_commit": commit, "runs": summary}, indent=2) + "\n")
+                                                        "git_commit": commit, "runs": summary,
+                                                        "node_ratios": node_ratios(summary)}, indent=2) + "\n")
     return summary

@@ -37,7 +37,15 @@ def test_a_sweep_writes_one_event_log_per_design_and_configuration(tmp_path):
     calibration = json.loads((tmp_path / "calibration.json").read_text())
     assert calibration["derived"] == DEFAULT_CALIBRATION.to_json()
     assert calibration["fleet_model"]["seed"] == 5 and "raw" in calibration
-    assert json.loads((tmp_path / "fleet_summary.json").read_text())["runs"] == json.loads(json.dumps(summary))
+    document = json.loads((tmp_path / "fleet_summary.json").read_text())
+    assert document["runs"] == json.loads(json.dumps(summary))
+    # every fleet size at every consumer scale, not only the largest
+    ratios = {(r["topics"], r["consumers_scale"]): r for r in document["node_ratios"]}
+    assert set(ratios) == {(150, 1.0), (300, 1.0), (150, 2.0), (300, 2.0)}
+    for run in summary:
+        ratio = ratios[(run["topics"], run["consumers_scale"])]
+        assert ratio[f"nodes_{run['design']}"] == run["nodes"]
+        assert ratio["node_ratio"] == round(ratio["nodes_mafka3"] / ratio["nodes_mafka4"], 4)
 
 
 def test_the_same_seed_writes_the_same_rows_and_another_seed_others(tmp_path):
@@ -67,14 +75,17 @@ def test_the_parser_registers_model_and_calibrate():
 
 
 def test_the_command_writes_logs_and_returns_zero(tmp_path, capsys):
-    code = main(["model", "--out", str(tmp_path), "--topics", "120", "--consumer-scales", "1", "--rows", "200",
+    code = main(["model", "--out", str(tmp_path), "--topics", "120", "--consumer-scales", "1", "2", "--rows", "200",
                  "--set", "idle_wakeup_cpu_cores_per_partition=0", "--feeder-calls-every-vp"])
     assert code == 0
-    assert len(list(tmp_path.glob("*.parquet"))) == 2
+    assert len(list(tmp_path.glob("*.parquet"))) == 4
     used = json.loads((tmp_path / "calibration.json").read_text())["fleet_model"]
     assert used["calibration_used"]["idle_wakeup_cpu_cores_per_partition"] == 0
     assert used["model"]["feeder_calls_every_vp"] is True
-    assert "mafka4" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "mafka4" in printed and "ratio" in printed
+    ratio_lines = [line.split() for line in printed.splitlines()[-2:]]
+    assert [(line[0], line[1]) for line in ratio_lines] == [("120", "1"), ("120", "2")]  # both consumer scales
 
 
 def test_a_bad_override_is_a_usage_error(tmp_path, capsys):
