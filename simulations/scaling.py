@@ -21,7 +21,9 @@ seed ``seed + r`` (its keys and the sequence numbers ``r * SEQUENCE_STRIDE + i``
 the other on the same topic and settled group: a repetition starts once the previous one has
 drained. They repeat the measurement, not the topic's creation and placement: starting 64
 replica actors and settling 32 Mafka3 members takes minutes here, three times that would
-not fit the run into an hour. ``settings.json`` beside the files records the settings.
+not fit the run into an hour. ``settings.json`` beside the files records the settings, and
+``runs.jsonl`` one line per measured run: the load average before and after it, how long the
+topic and the group took, what did not drain, stage-trace rows dropped.
 
 **Drained or not.** After the last send the consumers get ``drain_s_max`` to read every
 acknowledged message. A run that does not drain is still written (its undelivered messages
@@ -49,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import struct
 import sys
@@ -75,6 +78,7 @@ POLL_TIMEOUT_MS = 100
 # every repetition, and a late duplicate must count for the repetition it belongs to.
 SEQUENCE_STRIDE = 1 << 40
 SETTINGS_FILE = "settings.json"
+RUNS_FILE = "runs.jsonl"
 
 
 class ExperimentFailed(MafkaError):
@@ -280,6 +284,7 @@ def _run_configuration(cluster: TemporaryCluster, settings: ScalingSettings, mod
             settled_s = time.monotonic() - began - created_s
             for repetition in repetitions:
                 measured = time.monotonic()
+                load_before = os.getloadavg()
                 seed = settings.seed_of(repetition)
                 trace.start()
                 producer_log = _produce(cluster.connection, topic, settings, seed, repetition * SEQUENCE_STRIDE)
@@ -295,10 +300,26 @@ def _run_configuration(cluster: TemporaryCluster, settings: ScalingSettings, mod
                 write_events(path, run, columns)
                 undelivered = sum(1 for ack, delivered in zip(columns["ack_time_ms"], columns["deliveries"])
                                   if ack is not None and not delivered)
-                setup = f"topic {created_s:.0f} s, group {settled_s:.0f} s, " if repetition == repetitions[0] else ""
-                report(repetition, path, undelivered, f"({setup}measured {time.monotonic() - measured:.0f} s)")
+                first = repetition == repetitions[0]
+                _append_run_record(out_dir / settings.run_id / RUNS_FILE, {
+                    "mode": str(mode), "consumers": consumers, "repetition": repetition, "seed": seed,
+                    "load_average_before": [round(value, 2) for value in load_before],
+                    "load_average_after": [round(value, 2) for value in os.getloadavg()],
+                    "topic_created_s": round(created_s, 1) if first else None,
+                    "group_settled_s": round(settled_s, 1) if first else None,
+                    "measured_s": round(time.monotonic() - measured, 1), "undelivered": undelivered,
+                    "trace_rows_dropped": stamps.dropped, "event_log": path.name})
+                setup = f"topic {created_s:.0f} s, group {settled_s:.0f} s, " if first else ""
+                report(repetition, path, undelivered, f"({setup}measured {time.monotonic() - measured:.0f} s, "
+                                                      f"load {load_before[0]:.2f} before)")
     finally:
         admin.delete_topic(topic)
+
+
+def _append_run_record(path: Path, record: dict) -> None:
+    """One JSON line per measured run: the machine's load around it, its setup times, what did not drain."""
+    with path.open("a") as sink:
+        sink.write(json.dumps(record) + "\n")
 
 
 def _topic_trace(admin, topic: str, connection) -> TopicTrace:
