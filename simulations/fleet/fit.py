@@ -193,6 +193,10 @@ def _idle_costs(idle: dict, density: dict, notes: list[str]) -> dict[str, Estima
     replica_value, replica_se = mean_and_error(replicas)
     replica = Estimate(replica_value, math.hypot(replica_se, resolution))
     vp_replicas = density["virtual_partitions"] * density["read_replicas"]
+    if density["hosted_vps_after"] - density["hosted_vps_before"] != vp_replicas:
+        notes.append(f"the read node hosted {density['hosted_vps_after'] - density['hosted_vps_before']} more VP "
+                     f"replicas after {density['topic']} was created, not {vp_replicas}: the per-VP figures divide "
+                     f"by {vp_replicas}")
     before, after = idle["before"]["processes"]["read_node"], idle["after"]["processes"]["read_node"]
     vp = Estimate((after["cores"] - before["cores"]) / vp_replicas,
                   math.sqrt(_slice_error(before) ** 2 + _slice_error(after) ** 2 + 2 * resolution ** 2) / vp_replicas)

@@ -61,11 +61,15 @@ class CalibrationParams:
     read_byte_cpu_ns: float
     # Feeding VPs, per VP call and per message: the feeder (fetch, split, call) and the VP
     # leader (append, track progress). Which VPs a round calls: ``ModelConfig.feeder_calls_every_vp``.
+    # A read node feeds in process, so its whole CPU is measured as the feeder's and vp_feed_*
+    # (separate VP processes) come out at their floors.
     feeder_call_cpu_us: float
     feeder_msg_cpu_us: float
     vp_feed_call_cpu_us: float
     vp_feed_msg_cpu_us: float
     # CPU an actor burns with no traffic (long-poll loops, lease refresh, housekeeping), in cores.
+    # A VP replica is a log inside a read node: its figure is the node's growth per hosted VP
+    # replica. No feeder process exists (read nodes feed in process): idle_feeder_cpu_cores is 0.
     idle_replica_cpu_cores: float
     idle_vp_replica_cpu_cores: float
     idle_feeder_cpu_cores: float
@@ -74,7 +78,8 @@ class CalibrationParams:
     # each other in a loop); since leaders wake long polls only when the HW or ISR moved it is
     # within the noise of the idle figures.
     idle_wakeup_cpu_cores_per_partition: float
-    # Unique memory (USS) of one actor process.
+    # Memory: a replica's is the unique memory (USS) of its actor process; a VP replica's the
+    # read node's RSS growth per hosted VP replica; a feeder's 0 (no feeder process).
     replica_memory_mb: float
     vp_replica_memory_mb: float
     feeder_memory_mb: float
@@ -87,7 +92,7 @@ class CalibrationParams:
     virtual_read_base_latency_ms: float
     # Extra produce latency per replica hosted on a node (more actors to schedule), measured by
     # adding idle unreplicated partitions (whose small idle CPU the model also counts in a node's
-    # utilisation); 0 when the difference is within the run-to-run noise. Kafka's published
+    # utilisation); 0 unless a Welch t-test tells it from the run-to-run noise (``fit``). Kafka's published
     # figure is about 0.02 ms per partition (1,000 partitions add ~20 ms).
     pass_ms_per_replica: float
     # Squared coefficient of variation of a request's CPU time (1.0: exponential). Assumed,

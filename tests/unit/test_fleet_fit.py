@@ -207,3 +207,10 @@ def test_unknown_and_missing_fields_are_named():
     del values["feeder_call_cpu_us"]
     with pytest.raises(InvalidConfig, match="feeder_call_cpu_us"):
         CalibrationParams.from_json(values)
+
+
+def test_a_density_topic_not_wholly_hosted_is_noted():
+    raw = synthetic_raw()
+    raw["density"]["hosted_vps_after"] = raw["density"]["hosted_vps_before"] + 96
+    assert any("hosted 96 more VP replicas" in note for note in derive_params(raw).notes)
+    assert not any("more VP replicas" in note for note in derive_params(synthetic_raw()).notes)
