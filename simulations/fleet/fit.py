@@ -219,10 +219,13 @@ def _memory_costs(raw: dict, notes: list[str]) -> dict[str, Estimate]:
     replica = Estimate(*mean_and_error(raw["memory"]["replica_uss_mb"]))
     density = raw["density"]
     vp_replicas = density["virtual_partitions"] * density["read_replicas"]
-    (before, before_se), (after, after_se) = (_rss_mb(raw["idle"][w]["processes"]["read_node"]) for w in ("before", "after"))
+    before, before_se = _rss_mb(raw["idle"]["before"]["processes"]["read_node"])
+    after, after_se = _rss_mb(raw["idle"]["after"]["processes"]["read_node"])
     page_mb = RSS_RESOLUTION_BYTES / MiB
-    vp = Estimate((after - before) / vp_replicas, math.sqrt(before_se ** 2 + after_se ** 2 + 2 * page_mb ** 2) / vp_replicas)
-    return {"replica_memory_mb": replica, "vp_replica_memory_mb": _clamped("vp_replica_memory_mb", vp, VP_MEMORY_MB_MIN, notes),
+    vp = Estimate((after - before) / vp_replicas,
+                  math.sqrt(before_se ** 2 + after_se ** 2 + 2 * page_mb ** 2) / vp_replicas)
+    return {"replica_memory_mb": replica,
+            "vp_replica_memory_mb": _clamped("vp_replica_memory_mb", vp, VP_MEMORY_MB_MIN, notes),
             "feeder_memory_mb": Estimate(0.0, 0.0)}
 
 
