@@ -159,7 +159,8 @@ def add_fleet_parser(subparsers) -> argparse.ArgumentParser:
         description="Size both designs at the default workload with one calibrated parameter at a time changed "
                     "x0.8, x1.2, -1 sigma and +1 sigma (its measurement error; skipped where that is 0). Writes "
                     "sensitivity.json (every row) and sensitivity.md (parameters sorted by how far the node ratio "
-                    f"moves). One model run at {SENSITIVITY_TOPICS_DEFAULT} topics takes ~7 s: the whole table ~20 min.")
+                    f"moves). One model run at {SENSITIVITY_TOPICS_DEFAULT} topics takes 5 to 7 s: the whole table "
+                    f"~10 min, ~20 min with measurement errors; --topics 200 takes ~4 min, --parameters fewer.")
     sensitivity.add_argument("--out", default=SENSITIVITY_OUT_DEFAULT, help="output directory (default %(default)s)")
     sensitivity.add_argument("--calibration", help="calibration.json from 'fleet calibrate' (default: the shipped one)")
     sensitivity.add_argument("--topics", type=int, default=SENSITIVITY_TOPICS_DEFAULT,

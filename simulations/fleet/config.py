@@ -15,7 +15,8 @@ TOPICS_DEFAULT = (1000, 5000, 10_000, 20_000, 40_000)
 CONSUMER_SCALES_DEFAULT = (1.0, 4.0)
 ROWS_DEFAULT = 20_000
 # The fleet size of ``fleet sensitivity``: the largest ``fleet model`` sweeps. One model run of
-# both designs takes about 7 s there, so the whole table (about 170 runs) about 20 minutes.
+# both designs takes 5 to 7 s there on a 2-core machine, so the table at two consumer scales
+# (up to 4 changes of 24 parameters) takes about 10 min without measurement errors, 20 with them.
 SENSITIVITY_TOPICS_DEFAULT = 40_000
 
 
