@@ -13,7 +13,7 @@ from simulations.fleet.params import load_calibration
 
 SMALL = CalibrationSettings(small_messages=300, large_messages=5000, big_messages=300, feed_small_messages=200,
                             feed_large_messages=3000, idle_window_s=2.0, extra_partitions_per_node=2, paced_seconds=2,
-                            pass_trials=2, wake_trials=4)
+                            pass_trials=2, wake_trials=4, cost_trials=2, density_virtual_partitions=32, settle_s=2.0)
 
 
 @pytest.mark.slow
@@ -31,6 +31,9 @@ def test_calibration_measures_a_live_cluster_and_writes_usable_parameters(tmp_pa
     assert 0.0 <= params.idle_replica_cpu_cores < 1.0
     assert params.produce_base_latency_ms > 0
     raw = document["raw"]
-    assert [run["messages"] for run in raw["produce"]["rf1"]] == [300, 5000, 300]
-    assert all(run["rounds"] >= 1 for run in raw["feed"]["runs"])
+    assert raw["format"] == 2 and len(raw["produce"]["trials"]) == SMALL.cost_trials
+    assert [run["messages"] for run in raw["produce"]["trials"][0]["rf1"]] == [300, 5000, 300]
+    assert all(run["rounds"] >= 1 for trial in raw["feed"]["trials"] for run in trial)
     assert len(raw["latency"]["base_p50_ms"]) == 2
+    assert raw["density"]["hosted_vps_after"] - raw["density"]["hosted_vps_before"] == SMALL.density_virtual_partitions
+    assert set(document["measurement_error"]) == set(document["derived"]) and "quiet" in document["machine"]
