@@ -1,0 +1,69 @@
+"""Configurations, runs, and which runs count: the integrity checks of ``mafka4 analyze``.
+
+A *configuration* is one (source, mode, consumers, topics) (``CONFIG_KEYS``); a *run* is one
+repetition of it (``RUN_KEYS``: the configuration plus experiment_id, seed and repetition).
+Percentiles are computed per run, then summarised over the runs of a configuration.
+
+Per run (``integrity_aggregates``):
+
+* ``acknowledged``: rows with a produce latency (the runtime derives it from ``ack_time_ms``;
+  the fleet model gives it without times), ``never_acknowledged``: the other rows;
+* ``deliveries_counted``: rows whose ``deliveries`` is not null. A run where it is 0 does not
+  count deliveries (the fleet model) and the delivery checks do not apply to it;
+* ``undelivered``: acknowledged rows delivered 0 times, or not counted, in a run that counts
+  deliveries; ``duplicates``: the sum of ``deliveries - 1`` over rows delivered more than once
+  (null when deliveries are not counted);
+* ``drained``: every acknowledged message was delivered (``undelivered = 0``), or the run does
+  not count deliveries. A run that is not drained ended before its consumers had read what was
+  acknowledged, so its end-to-end latencies miss the slowest messages: it is left out of every
+  latency statistic and listed in the report.
+
+``TAIL_SAMPLES_MIN``: a tp999 resting on fewer samples above its rank is flagged in the report.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+
+CONFIG_KEYS = ("source", "mode", "consumers", "topics")
+RUN_KEYS = (*CONFIG_KEYS, "experiment_id", "seed", "repetition")
+RATIO_KEYS = ("source", "consumers", "topics")
+LATENCIES = ("produce_latency_ms", "end_to_end_latency_ms")
+# Fewer than 50 samples above the tp999 rank, n - ceil(0.999 n) = floor(n / 1000), means fewer than
+# 50,000 samples in a run: the tp999 is then decided by a handful of messages and moves with each.
+TAIL_SAMPLES_MIN = 50
+
+
+def integrity_aggregates() -> list[Column]:
+    """Aggregates over the rows of one run (group by ``RUN_KEYS``); see the module doc."""
+    from pyspark.sql import functions as F
+
+    acknowledged = F.col("produce_latency_ms").isNotNull()
+    counted = F.count("deliveries") > 0
+    return [
+        F.count(F.when(acknowledged, 1)).alias("acknowledged"),
+        F.count(F.when(~acknowledged, 1)).alias("never_acknowledged"),
+        F.count("deliveries").alias("deliveries_counted"),
+        F.when(counted, F.count(F.when(acknowledged & F.coalesce(F.col("deliveries") == 0, F.lit(True)), 1)))
+        .alias("undelivered"),
+        F.when(counted, F.coalesce(F.sum(F.when(F.col("deliveries") > 1, F.col("deliveries") - 1)), F.lit(0)))
+        .cast("long").alias("duplicates"),
+    ]
+
+
+def drained_column() -> Column:
+    """``drained`` from the columns of ``integrity_aggregates``."""
+    from pyspark.sql import functions as F
+
+    return (F.col("deliveries_counted") == 0) | (F.col("undelivered") == 0)
+
+
+def drained_runtime_events(events, runs):
+    """Rows of ``events`` from drained runtime runs; ``runs`` has ``RUN_KEYS`` and ``drained``."""
+    from pyspark.sql import functions as F
+
+    kept = runs.filter((F.col("source") == "runtime") & F.col("drained")).select(*RUN_KEYS)
+    return events.filter(F.col("source") == "runtime").join(F.broadcast(kept), on=list(RUN_KEYS), how="left_semi")

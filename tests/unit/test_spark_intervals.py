@@ -1,0 +1,191 @@
+"""The block bootstrap of the Mafka3 / Mafka4 ratios against numpy on fixed data.
+
+The weighted nearest-rank percentile in Spark against a numpy reference, with given weights and
+with the Poisson block weights Spark draws; the tail restriction against the full scan; the
+interval of fixed replicate ratios against numpy's; the Poisson draws themselves.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mafka4.bench.stats import nearest_rank_index
+from simulations.analysis import read_event_frame, spark_session
+from simulations.analysis_settings import AnalysisSettings
+from simulations.intervals import (INTERVAL_PERCENTILES, TAIL_MULTIPLES, poisson_weight_sql, ratio_interval,
+                                   replicate_statistics, run_arrays, threshold_sql, uniform_sql,
+                                   weighted_percentile_sql, with_block_weights)
+from simulations.runs import LATENCIES, RUN_KEYS
+from simulations.schema import RunInfo, event_log_files, write_events
+
+SEED = 20240601
+START_MS = 1.7e12
+BLOCK_MS = 100.0
+RUN = RunInfo(experiment_id="intervals", source="runtime", mode="mafka3", consumers=2, topics=1, physical_partitions=2,
+              virtual_partitions=0, write_nodes=2, read_nodes=0, actors=4, seed=SEED, git_commit="abc")
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = spark_session(AnalysisSettings(master="local[1]", shuffle_partitions=2))
+    yield session
+    session.stop()
+
+
+def weighted_nearest_rank(values: np.ndarray, weights: np.ndarray, percent: str) -> float | None:
+    """The smallest value whose cumulative weight (values ascending) reaches ceil(q * W)."""
+    order = np.argsort(values, kind="stable")
+    cumulative = np.cumsum(weights[order])
+    total = int(cumulative[-1]) if cumulative.size else 0
+    if total == 0:
+        return None
+    target = math.ceil(Fraction(percent) / 100 * total)
+    return float(values[order][np.searchsorted(cumulative, target, side="left")])
+
+
+def descending(values: np.ndarray, blocks: np.ndarray) -> list[dict]:
+    order = sorted(range(values.size), key=lambda index: (values[index], blocks[index]), reverse=True)
+    return [{"value": float(values[index]), "block": int(blocks[index])} for index in order]
+
+
+def weighted_frame(spark, cases: list[tuple[np.ndarray, np.ndarray]]):
+    """One row per case: every value its own block, so the block weights are the value weights."""
+    rows = [(index, descending(values, np.arange(values.size)), [int(weight) for weight in weights],
+             int(weights.sum())) for index, (values, weights) in enumerate(cases)]
+    return spark.createDataFrame(rows, "case int, desc array<struct<value: double, block: int>>, weights array<int>, "
+                                       "total long")
+
+
+def spark_weighted(frame, percent: str, prefix_lengths: tuple[int, ...] = ()) -> dict[int, float | None]:
+    prefixes = [f"slice(desc, 1, {length})" for length in prefix_lengths] + ["desc"]
+    expression = weighted_percentile_sql(prefixes, "weights", threshold_sql("total", percent))
+    rows = frame.selectExpr("case", f"{expression}.value as value").collect()
+    return {row["case"]: row["value"] for row in rows}
+
+
+PERCENTS = ("50", "99", "99.9", "12.5", "100", "0.1")
+
+
+def test_weighted_percentile_equals_numpy_for_given_weights(spark):
+    rng = np.random.default_rng(SEED)
+    cases = []
+    for size in (1, 2, 7, 100, 1000):
+        values = np.round(rng.lognormal(0.0, 1.0, size), 1)  # rounded: ties
+        cases.append((values, rng.integers(0, 5, size)))
+    cases.append((np.array([3.0, 1.0, 2.0]), np.array([0, 0, 0])))  # no weight: no percentile
+    cases.append((np.array([3.0, 1.0, 2.0]), np.array([0, 2, 0])))  # only 1.0 counts
+    frame = weighted_frame(spark, cases)
+    for percent in PERCENTS:
+        found = spark_weighted(frame, percent)
+        for index, (values, weights) in enumerate(cases):
+            assert found[index] == weighted_nearest_rank(values, weights, percent), (index, percent)
+        # A prefix too short to hold the answer falls through to the next one: same result.
+        assert spark_weighted(frame, percent, (1, 5)) == found
+    assert spark_weighted(frame, "99")[len(cases) - 2] is None
+    assert spark_weighted(frame, "99")[len(cases) - 1] == 1.0
+
+
+def test_with_all_weights_one_it_is_the_unweighted_percentile(spark):
+    rng = np.random.default_rng(SEED + 1)
+    cases = [(np.round(rng.exponential(3.0, size), 2), np.ones(size, dtype=np.int64)) for size in (1, 2, 999, 1000, 2001)]
+    frame = weighted_frame(spark, cases)
+    for percent in PERCENTS:
+        found = spark_weighted(frame, percent)
+        for index, (values, _) in enumerate(cases):
+            assert found[index] == float(np.sort(values)[nearest_rank_index(percent, values.size)]), (index, percent)
+
+
+def test_interval_of_fixed_replicate_ratios_equals_numpy(spark):
+    rng = np.random.default_rng(SEED + 2)
+    groups = {1: rng.lognormal(0.2, 0.3, 400), 2: rng.lognormal(0.0, 0.1, 400), 3: rng.lognormal(0.0, 0.1, 37)}
+    rows = [(consumers, float(ratio)) for consumers, ratios in groups.items() for ratio in ratios]
+    rows += [(1, None), (1, None)]  # a Mafka4 statistic of 0 gives no ratio
+    frame = spark.createDataFrame(rows, "consumers int, ratio double")
+    found = {row["consumers"]: row for row in ratio_interval(frame, ["consumers"]).collect()}
+    for consumers, ratios in groups.items():
+        low, high = np.percentile(ratios, [2.5, 97.5], method="inverted_cdf")
+        ordered = np.sort(ratios)
+        assert found[consumers]["ratio_low"] == float(low) == ordered[nearest_rank_index("2.5", ratios.size)]
+        assert found[consumers]["ratio_high"] == float(high) == ordered[nearest_rank_index("97.5", ratios.size)]
+        assert found[consumers]["replicates_used"] == ratios.size
+
+
+def write_run(directory: Path, run: RunInfo, rng: np.random.Generator, rows: int, clustered_block: int | None) -> dict:
+    produce = START_MS + np.arange(rows, dtype=np.float64) * (BLOCK_MS * 10 / rows)  # 10 blocks
+    latencies = {"produce_latency_ms": np.round(rng.lognormal(0.0, 0.5, rows), 3),
+                 "end_to_end_latency_ms": np.round(rng.lognormal(1.0, 0.5, rows), 3)}
+    blocks = np.floor((produce - produce[0]) / BLOCK_MS).astype(np.int64)
+    if clustered_block is not None:  # a pause: the whole block is slower than every other message
+        for values in latencies.values():
+            values[blocks == clustered_block] += 100.0
+    latencies["end_to_end_latency_ms"][rng.random(rows) < 0.05] = np.nan  # some never consumed
+    write_events(directory / f"{run.mode}-{run.repetition}.parquet", run,
+                 {"partition": np.zeros(rows, dtype=np.int64), "produce_time_ms": produce, **latencies})
+    return {"blocks": blocks, **latencies}
+
+
+@pytest.fixture(scope="module")
+def bootstrap_data(spark, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("bootstrap")
+    rng = np.random.default_rng(SEED + 3)
+    written = {}
+    for mode in ("mafka3", "mafka4"):
+        for repetition in (0, 1, 2):
+            run = replace(RUN, mode=mode, repetition=repetition, seed=SEED + repetition,
+                          virtual_partitions=2 if mode == "mafka4" else 0)
+            clustered = 7 if (mode, repetition) == ("mafka4", 1) else None
+            written[(mode, SEED + repetition, repetition)] = write_run(directory, run, rng, 1000, clustered)
+    runs = run_arrays(read_event_frame(spark, event_log_files(directory)), BLOCK_MS).cache()
+    yield runs, written
+    runs.unpersist()
+
+
+def statistics_by_key(frame) -> dict[tuple, tuple[float | None, int | None]]:
+    return {(row["mode"], row["seed"], row["repetition"], row["latency"], row["percentile"], row["replicate"]):
+            (row["value"], row["level"]) for row in frame.collect()}
+
+
+def test_replicate_statistics_equal_numpy_with_the_drawn_block_weights(spark, bootstrap_data):
+    runs, written = bootstrap_data
+    replicates = 30
+    statistics = statistics_by_key(replicate_statistics(runs, replicates, SEED))
+    weights = {(row["mode"], row["seed"], row["repetition"]): np.array(row["weights"])
+               for row in with_block_weights(runs, replicates, SEED).select(*RUN_KEYS, "weights").collect()}
+    assert len(statistics) == len(written) * len(LATENCIES) * len(INTERVAL_PERCENTILES) * replicates
+    for run_key, data in written.items():
+        for latency in LATENCIES:
+            present = ~np.isnan(data[latency])
+            for name, percent in INTERVAL_PERCENTILES.items():
+                for replicate in range(replicates):
+                    row_weights = weights[run_key][replicate][data["blocks"][present]]
+                    expected = weighted_nearest_rank(data[latency][present], row_weights, percent)
+                    assert statistics[(*run_key, latency, name, replicate)][0] == expected
+
+
+def test_the_tail_restriction_gives_the_same_statistics_as_the_full_scan(spark, bootstrap_data):
+    runs, _ = bootstrap_data
+    restricted = statistics_by_key(replicate_statistics(runs, 40, SEED))
+    full = statistics_by_key(replicate_statistics(runs, 40, SEED, tail_multiples=()))
+    assert {key: value for key, (value, _) in restricted.items()} == {key: value for key, (value, _) in full.items()}
+    levels = {level for _, level in restricted.values()}
+    # The clustered run's slow block draws weight 0 in some replicates: the deeper levels are used.
+    assert levels == {1, 2, len(TAIL_MULTIPLES) + 1}
+    clustered = [level for key, (_, level) in restricted.items() if key[:3] == ("mafka4", SEED + 1, 1)]
+    assert max(clustered) > 1
+
+
+def test_block_weights_are_poisson_and_fixed_by_the_seed(spark):
+    frame = spark.range(200_000)
+    draws = np.array([row[0] for row in frame.selectExpr(poisson_weight_sql(uniform_sql(SEED, "id"))).collect()])
+    assert abs(draws.mean() - 1.0) < 0.01 and abs(draws.var() - 1.0) < 0.02
+    assert abs(np.mean(draws == 0) - math.exp(-1)) < 0.004 and abs(np.mean(draws == 3) - math.exp(-1) / 6) < 0.002
+    again = np.array([row[0] for row in frame.repartition(3).orderBy("id")
+                      .selectExpr(poisson_weight_sql(uniform_sql(SEED, "id"))).collect()])
+    other = np.array([row[0] for row in frame.selectExpr(poisson_weight_sql(uniform_sql(SEED + 1, "id"))).collect()])
+    assert np.array_equal(draws, again) and not np.array_equal(draws, other)
