@@ -1,32 +1,44 @@
 """``mafka4 analyze``: the PySpark job that turns event logs into result tables, plots and a report.
 
 It reads every event-log file below a directory (the layout of ``simulations.schema``) and writes,
-under the output directory (default ``DIR/analysis``):
+under the output directory (default ``DIR/analysis``), each table as ``.parquet`` and ``.csv``:
 
-* ``latency_by_config.parquet`` / ``.csv``: one row per (source, mode, consumers, topics) with
-  the row counts, tp50/tp99/tp999 of ``produce_latency_ms`` and ``end_to_end_latency_ms``, the
-  node, actor and partition counts, and the seeds and experiment ids pooled in the row;
-* ``mode_ratios.parquet`` / ``.csv``: one row per (source, consumers, topics) that has both modes,
-  with Mafka3 / Mafka4 ratios of the tp999 latencies and of the node, actor and partition counts;
+* ``latency_by_repetition``: one row per run (``simulations.runs.RUN_KEYS``: source, mode,
+  consumers, topics, experiment_id, seed, repetition) with its rows, the integrity counts
+  (acknowledged, never_acknowledged, deliveries_counted, undelivered, duplicates, drained), and
+  per latency (``produce_latency_ms``, ``end_to_end_latency_ms``) its sample count
+  ``{latency}_count``, exact ``{latency}_tp50/_tp99/_tp999`` and ``{latency}_tp999_beyond`` (samples
+  above the tp999 rank);
+* ``latency_by_config``: one row per configuration (source, mode, consumers, topics): ``runs``,
+  ``repetitions`` (the drained runs used), ``runs_excluded`` (not drained); the integrity counts
+  summed over all runs; per latency ``{latency}_count`` (summed over the repetitions used) and
+  ``{latency}_count_min`` (the smallest repetition), ``{latency}_{tp}`` = the median over the
+  repetitions of the per-repetition percentile with ``{latency}_{tp}_min`` / ``_max``,
+  ``{latency}_tp999_beyond_min`` and ``few_tp999_samples`` (a repetition has fewer than
+  ``runs.TAIL_SAMPLES_MIN`` samples above its tp999 rank); node, actor and partition counts;
+  the seeds and experiment ids;
+* ``mode_ratios``: one row per (source, consumers, topics) with both modes: Mafka3 / Mafka4 of
+  each median percentile (``{latency}_{tp}_ratio``) and of the node, actor and partition counts,
+  and for the runtime the bootstrap interval ``{latency}_{tp}_ratio_low`` / ``_high`` (tp99, tp999);
+* ``ratio_intervals``: the bootstrap intervals in long form (``simulations.intervals``);
+* ``stage_latency``: the per-stage latency breakdown (``simulations.stages``);
+* ``omb/<mode>-c<consumers>.json``: OpenMessaging-Benchmark-shaped results (``simulations.omb``);
 * PNG plots and ``report.md`` (``simulations.report``), and the ``_MAFKA4_ANALYSIS`` marker that
   keeps a later run from reading the result tables as event logs.
 
-Percentiles are exact, by nearest rank, the definition of ``mafka4.bench.stats``: with the ``n``
-non-null values of a group sorted ascending, tpXX is the value at 1-based rank ``ceil(XX/100 * n)``
-(numpy: ``np.percentile(values, XX, method="inverted_cdf")``). The rank is computed in integer
-arithmetic (``(k * n + d - 1) div d`` for ``XX/100 = k/d``) because in floating point
-``0.999 * 1000`` is not 999. Rows stand for messages; when ``sample_rate`` < 1 the percentiles are
-exact over the sampled rows, and ``messages_estimated`` sums ``1 / sample_rate``.
-
-Node counts are per-run constants; a group pools runs (seeds), and reports the largest count of
-its runs with ``node_counts_vary`` set when its runs disagree.
+Percentiles are exact nearest-rank percentiles (``simulations.percentiles``), computed per run
+over its non-null values, then summarised per configuration by the median over the runs (and
+min, max). Runs that are not drained (``simulations.runs``) are left out of every latency
+statistic. When ``sample_rate`` < 1 the percentiles are exact over the sampled rows, and
+``messages_estimated`` sums ``1 / sample_rate``. Node counts are per-run constants; a
+configuration reports the largest count of its runs with ``node_counts_vary`` set when its runs
+disagree.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,23 +47,34 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from mafka4.errors import MissingDependency
-from simulations import report as report_module
+from simulations import consumer_scales, omb, report as report_module
 from simulations.analysis_settings import AnalysisSettings
 from simulations.extras import INSTALL_ANALYSIS
+from simulations.intervals import INTERVAL_PERCENTILES, ratio_intervals
+from simulations.percentiles import PERCENTILES, at_rank, beyond_rank, median_min_max, rank_expression, sorted_values
+from simulations.runs import (CONFIG_KEYS, LATENCIES, RATIO_KEYS, RUN_KEYS, TAIL_SAMPLES_MIN, drained_column,
+                              drained_runtime_events, integrity_aggregates)
 from simulations.schema import ANALYSIS_MARKER, EVENT_SCHEMA, check_event_file, event_log_files
+from simulations.stages import stage_latency
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-GROUP_KEYS = ("source", "mode", "consumers", "topics")
-RATIO_KEYS = ("source", "consumers", "topics")
-LATENCIES = ("produce_latency_ms", "end_to_end_latency_ms")
-# Percentile name -> percent, as strings so the rank fraction is exact (mafka4.bench.stats does the same).
-PERCENTILES = {"tp50": "50", "tp99": "99", "tp999": "99.9"}
+__all__ = ["AnalysisResult", "AnalysisSettings", "PERCENTILES", "analyze", "latency_by_config", "latency_by_repetition",
+           "mode_ratios", "rank_expression", "read_event_frame", "spark_session"]
+
+GROUP_KEYS = CONFIG_KEYS
 COUNT_COLUMNS = ("write_nodes", "read_nodes", "nodes", "actors", "physical_partitions", "virtual_partitions")
-RATIO_COLUMNS = ("produce_latency_ms_tp999", "end_to_end_latency_ms_tp999", "nodes", "write_nodes", "actors",
-                 "physical_partitions")
-TABLE_NAMES = ("latency_by_config", "mode_ratios")
+INTEGRITY_COLUMNS = ("acknowledged", "never_acknowledged", "deliveries_counted", "undelivered", "duplicates")
+COUNT_RATIO_COLUMNS = ("nodes", "write_nodes", "actors", "physical_partitions")
+# Table name -> the columns its rows are sorted by.
+TABLE_KEYS = {
+    "latency_by_repetition": RUN_KEYS,
+    "latency_by_config": CONFIG_KEYS,
+    "ratio_intervals": (*RATIO_KEYS, "latency", "percentile"),
+    "mode_ratios": RATIO_KEYS,
+    "stage_latency": (*CONFIG_KEYS, "path", "position"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +86,7 @@ class AnalysisResult:
     table_paths: dict[str, tuple[Path, Path]]  # table name -> (parquet, csv)
     plot_paths: dict[str, Path]  # plot name -> PNG that was written
     skipped_plots: dict[str, str]  # plot name -> why it was not drawn
+    omb_paths: dict[str, Path]  # "<mode>-c<consumers>" -> OMB-shaped JSON result
 
 
 def spark_session(settings: AnalysisSettings = AnalysisSettings()) -> SparkSession:
@@ -105,44 +129,60 @@ def read_event_frame(spark: SparkSession, files: list[Path]) -> DataFrame:
     return spark.read.schema(spark_event_schema()).parquet(*[str(file) for file in files])
 
 
-def rank_expression(percent: str, count_column: str):
-    """1-based nearest rank ``ceil(percent / 100 * n)`` as an exact integer Spark expression."""
+def latency_by_repetition(events: DataFrame) -> DataFrame:
+    """One row per run: integrity counts, ``drained``, exact percentiles per latency (module doc)."""
     from pyspark.sql import functions as F
 
-    fraction = Fraction(percent) / 100
-    assert 0 < fraction <= 1, percent
-    numerator, denominator = fraction.numerator, fraction.denominator
-    return F.expr(f"({numerator} * {count_column} + {denominator - 1}) div {denominator}")
-
-
-def latency_by_config(events: DataFrame) -> DataFrame:
-    """Exact percentiles, counts and node counts per (source, mode, consumers, topics)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    group = Window.partitionBy(*GROUP_KEYS)
-    ranked = events.withColumn("nodes", F.col("write_nodes") + F.col("read_nodes"))
-    for latency in LATENCIES:
-        # Nulls sort last, so ranks 1..n are exactly the n non-null values in ascending order.
-        ranked = ranked.withColumn(f"{latency}_rank", F.row_number().over(group.orderBy(F.col(latency).asc_nulls_last())))
-        ranked = ranked.withColumn(f"{latency}_count", F.count(latency).over(group))
     aggregates = [
-        F.countDistinct("experiment_id").alias("runs"),
         F.count(F.lit(1)).alias("rows"),
         F.sum(1.0 / F.col("sample_rate")).alias("messages_estimated"),
-        F.min("sample_rate").alias("sample_rate_min"),
+        F.min("sample_rate").alias("sample_rate"),
+        *integrity_aggregates(),
+        *[F.max(column).alias(column) for column in COUNT_COLUMNS],
+        *[sorted_values(latency).alias(f"{latency}_sorted") for latency in LATENCIES],
     ]
+    runs = events.withColumn("nodes", F.col("write_nodes") + F.col("read_nodes")).groupBy(*RUN_KEYS).agg(*aggregates)
+    columns = [*RUN_KEYS, "rows", "messages_estimated", "sample_rate", *INTEGRITY_COLUMNS,
+               drained_column().alias("drained")]
     for latency in LATENCIES:
-        aggregates.append(F.first(f"{latency}_count").alias(f"{latency}_count"))
-        for name, percent in PERCENTILES.items():
-            at_rank = F.col(f"{latency}_rank") == rank_expression(percent, f"{latency}_count")
-            aggregates.append(F.max(F.when(at_rank, F.col(latency))).alias(f"{latency}_{name}"))
-    aggregates += [F.max(column).alias(column) for column in COUNT_COLUMNS]
-    vary = [F.max(column) != F.min(column) for column in COUNT_COLUMNS]
-    aggregates.append(_any(vary).alias("node_counts_vary"))
-    aggregates.append(F.array_join(F.array_sort(F.collect_set("seed")).cast("array<string>"), ",").alias("seeds"))
-    aggregates.append(F.array_join(F.array_sort(F.collect_set("experiment_id")), ",").alias("experiment_ids"))
-    return ranked.groupBy(*GROUP_KEYS).agg(*aggregates).orderBy(*GROUP_KEYS)
+        columns.append(F.size(f"{latency}_sorted").alias(f"{latency}_count"))
+        columns += [at_rank(f"{latency}_sorted", percent).alias(f"{latency}_{name}") for name, percent in PERCENTILES.items()]
+        columns.append(beyond_rank(f"{latency}_sorted", PERCENTILES["tp999"]).alias(f"{latency}_tp999_beyond"))
+    return runs.select(*columns, *COUNT_COLUMNS)
+
+
+def latency_by_config(by_repetition: DataFrame) -> DataFrame:
+    """One row per configuration from ``latency_by_repetition`` (module doc): medians over drained runs."""
+    from pyspark.sql import functions as F
+
+    every_run = by_repetition.groupBy(*CONFIG_KEYS).agg(
+        F.count(F.lit(1)).alias("runs"),
+        F.count(F.when(~F.col("drained"), 1)).alias("runs_excluded"),
+        F.sum("rows").alias("rows"),
+        F.sum("messages_estimated").alias("messages_estimated"),
+        F.min("sample_rate").alias("sample_rate_min"),
+        *[F.sum(column).alias(column) for column in INTEGRITY_COLUMNS],
+        *[F.max(column).alias(column) for column in COUNT_COLUMNS],
+        _any([F.max(column) != F.min(column) for column in COUNT_COLUMNS]).alias("node_counts_vary"),
+        F.array_join(F.array_sort(F.collect_set("seed")).cast("array<string>"), ",").alias("seeds"),
+        F.array_join(F.array_sort(F.collect_set("experiment_id")), ",").alias("experiment_ids"),
+    )
+    used = [F.count(F.lit(1)).alias("repetitions")]
+    for latency in LATENCIES:
+        used += [F.sum(f"{latency}_count").alias(f"{latency}_count"), F.min(f"{latency}_count").alias(f"{latency}_count_min")]
+        for name in PERCENTILES:
+            used += median_min_max(f"{latency}_{name}")
+        used.append(F.min(f"{latency}_tp999_beyond").alias(f"{latency}_tp999_beyond_min"))
+    drained = by_repetition.filter(F.col("drained")).groupBy(*CONFIG_KEYS).agg(*used)
+    joined = every_run.join(drained, on=list(CONFIG_KEYS), how="left").fillna(0, subset=["repetitions"])
+    few = _any([F.coalesce(F.col(f"{latency}_tp999_beyond_min"), F.lit(0)) < TAIL_SAMPLES_MIN for latency in LATENCIES])
+    ordered = ["runs", "repetitions", "runs_excluded", "rows", "messages_estimated", "sample_rate_min", *INTEGRITY_COLUMNS]
+    for latency in LATENCIES:
+        ordered += [f"{latency}_count", f"{latency}_count_min"]
+        ordered += [f"{latency}_{name}{suffix}" for name in PERCENTILES for suffix in ("", "_min", "_max")]
+        ordered.append(f"{latency}_tp999_beyond_min")
+    return joined.select(*CONFIG_KEYS, *ordered, few.alias("few_tp999_samples"), *COUNT_COLUMNS, "node_counts_vary",
+                         "seeds", "experiment_ids")
 
 
 def _any(conditions: list) -> Any:
@@ -152,24 +192,47 @@ def _any(conditions: list) -> Any:
     return result
 
 
-def mode_ratios(latency_table: DataFrame) -> DataFrame:
-    """Mafka3 / Mafka4 per (source, consumers, topics) present in both modes; null when Mafka4's is 0."""
+def mode_ratios(latency_table: DataFrame, intervals: DataFrame | None = None) -> DataFrame:
+    """Mafka3 / Mafka4 per (source, consumers, topics) present in both modes; null when Mafka4's is 0.
+
+    The bootstrap bounds of the tp99 and tp999 ratios join from ``intervals`` (``ratio_intervals``)
+    as ``{column}_ratio_low`` and ``_high``; null where no interval was computed (the fleet model).
+    """
     from pyspark.sql import functions as F
+
+    columns = [f"{latency}_{name}" for latency in LATENCIES for name in PERCENTILES] + list(COUNT_RATIO_COLUMNS)
+    with_bounds = [f"{latency}_{name}" for latency in LATENCIES for name in INTERVAL_PERCENTILES]
 
     def side(mode: str) -> DataFrame:
         return latency_table.filter(F.col("mode") == mode).select(
-            *RATIO_KEYS, *[F.col(column).alias(f"{column}_{mode}") for column in RATIO_COLUMNS])
+            *RATIO_KEYS, *[F.col(column).alias(f"{column}_{mode}") for column in columns])
 
-    joined = side("mafka3").join(side("mafka4"), on=list(RATIO_KEYS), how="inner")
-    ratios = [F.try_divide(F.col(f"{column}_mafka3").cast("double"), F.col(f"{column}_mafka4").cast("double"))
-              .alias(f"{column}_ratio") for column in RATIO_COLUMNS]
-    return joined.select(*RATIO_KEYS, *ratios, *[c for c in joined.columns if c not in RATIO_KEYS]).orderBy(*RATIO_KEYS)
+    table = side("mafka3").join(side("mafka4"), on=list(RATIO_KEYS), how="inner")
+    for column in columns:
+        table = table.withColumn(f"{column}_ratio", F.try_divide(F.col(f"{column}_mafka3").cast("double"),
+                                                                 F.col(f"{column}_mafka4").cast("double")))
+    if intervals is None:
+        for column in with_bounds:
+            table = table.withColumn(f"{column}_ratio_low", F.lit(None).cast("double"))
+            table = table.withColumn(f"{column}_ratio_high", F.lit(None).cast("double"))
+    else:
+        bounds = intervals.groupBy(*RATIO_KEYS).agg(*[
+            F.max(F.when((F.col("latency") == latency) & (F.col("percentile") == name), F.col(bound)))
+            .alias(f"{latency}_{name}_{bound}")
+            for latency in LATENCIES for name in INTERVAL_PERCENTILES for bound in ("ratio_low", "ratio_high")])
+        table = table.join(bounds, on=list(RATIO_KEYS), how="left")
+    order = list(RATIO_KEYS)
+    for column in columns:
+        order += [f"{column}_ratio"] + ([f"{column}_ratio_low", f"{column}_ratio_high"] if column in with_bounds else [])
+    order += [f"{column}_{mode}" for column in columns for mode in ("mafka3", "mafka4")]
+    return table.select(*order)
 
 
 def run_facts(events: DataFrame) -> list[dict[str, Any]]:
     """One dict per distinct (experiment, source, mode, seed, commit, sample rate): for the report."""
     columns = ("experiment_id", "source", "mode", "seed", "git_commit", "sample_rate")
-    return [row.asDict() for row in events.select(*columns).distinct().orderBy(*columns).collect()]
+    facts = [row.asDict() for row in events.select(*columns).distinct().collect()]
+    return sorted(facts, key=lambda fact: tuple(fact[column] for column in columns))
 
 
 def write_table(table: pa.Table, out_dir: Path, name: str) -> tuple[Path, Path]:
@@ -183,6 +246,31 @@ def write_table(table: pa.Table, out_dir: Path, name: str) -> tuple[Path, Path]:
     return parquet_path, csv_path
 
 
+def compute_tables(session: SparkSession, files: list[Path], settings: AnalysisSettings) -> tuple[dict, list, list]:
+    """Every result table (as Arrow), the run facts and the OMB documents, all from Spark."""
+    events = read_event_frame(session, files)
+    by_repetition = latency_by_repetition(events).cache()
+    latency = latency_by_config(by_repetition).cache()
+    drained = drained_runtime_events(events, by_repetition)
+    intervals = ratio_intervals(drained, latency, settings.bootstrap_replicates, settings.bootstrap_block_ms,
+                                settings.bootstrap_seed).cache()
+    try:
+        tables = {
+            "latency_by_repetition": by_repetition.toArrow(),
+            "latency_by_config": latency.toArrow(),
+            "ratio_intervals": intervals.toArrow(),
+            "mode_ratios": mode_ratios(latency, intervals).toArrow(),
+            "stage_latency": stage_latency(drained, by_repetition).toArrow(),
+        }
+        documents = omb.omb_results(drained, settings.omb_period_ms)
+        facts = run_facts(events)
+    finally:
+        for frame in (intervals, latency, by_repetition):
+            frame.unpersist()
+    tables = {name: table.sort_by([(key, "ascending") for key in TABLE_KEYS[name]]) for name, table in tables.items()}
+    return tables, facts, documents
+
+
 def analyze(events_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None,
             settings: AnalysisSettings = AnalysisSettings(), spark: SparkSession | None = None) -> AnalysisResult:
     """Run the whole analysis; uses ``spark`` if given (and leaves it running), else its own session."""
@@ -192,20 +280,18 @@ def analyze(events_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] 
     own_session = spark is None
     session = spark_session(settings) if own_session else spark
     try:
-        events = read_event_frame(session, files)
-        latency = latency_by_config(events).cache()
-        tables = {"latency_by_config": latency.toArrow(), "mode_ratios": mode_ratios(latency).toArrow()}
-        facts = run_facts(events)
-        latency.unpersist()
+        tables, facts, documents = compute_tables(session, files, settings)
     finally:
         if own_session:
             session.stop()
+    tables["latency_by_config"] = consumer_scales.with_scales(tables["latency_by_config"], events_path)
     out.mkdir(parents=True, exist_ok=True)
     (out / ANALYSIS_MARKER).write_text("result tables of `mafka4 analyze`; not event logs\n")
     table_paths = {name: write_table(table, out, name) for name, table in tables.items()}
+    omb_paths = omb.write_omb_results(documents, out / "omb", omb.experiment_settings(events_path))
     rendered = report_module.write_report(
         out_dir=out, events_dir=events_path, file_count=len(files), facts=facts,
-        latency_rows=tables["latency_by_config"].to_pylist(), ratio_rows=tables["mode_ratios"].to_pylist(),
-        table_paths=table_paths, percentiles=PERCENTILES)
+        tables={name: table.to_pylist() for name, table in tables.items()}, table_paths=table_paths,
+        omb_paths=omb_paths, settings=settings)
     return AnalysisResult(out_dir=out, report_path=rendered.report_path, table_paths=table_paths,
-                          plot_paths=rendered.plot_paths, skipped_plots=rendered.skipped_plots)
+                          plot_paths=rendered.plot_paths, skipped_plots=rendered.skipped_plots, omb_paths=omb_paths)

@@ -1,17 +1,14 @@
-"""Plots and ``report.md`` of ``mafka4 analyze``, drawn from the (small) result tables.
+"""``report.md`` of ``mafka4 analyze`` and the plan of its plots, from the (small) result tables.
 
-No Spark here: the inputs are the rows of ``latency_by_config`` and ``mode_ratios`` (plain dicts,
-column names as in ``simulations.analysis``) plus per-run facts. Every file is written to a
-hidden temp file and renamed. A plot whose rows are absent is skipped, and the report says why.
+No Spark here: the inputs are the rows of the tables of ``simulations.analysis`` (plain dicts,
+column names as there) plus per-run facts. Every file is written to a hidden temp file and
+renamed. A plot whose rows are absent is skipped (and an old PNG of that name removed), and the
+report says why. The plots themselves are drawn by ``simulations.report_plots``.
 
-Plots (PNG, matplotlib's Agg canvas; no display needed):
-
-* ``latency_vs_consumers.png``: tp999 of produce and end-to-end latency against consumers, one
-  line per mode, from ``source="runtime"`` rows;
-* ``fleet_nodes_vs_topics.png``: nodes (write + read) against fleet size (topics), one line per
-  mode, from ``source="fleet_model"`` rows;
-* ``fleet_latency_vs_topics.png``: tp999 of produce and end-to-end latency against fleet size,
-  from ``source="fleet_model"`` rows.
+The report leads with the result: every runtime consumer count with its Mafka3 / Mafka4 ratios
+and their bootstrap intervals, and every fleet consumer scale; then what could make it wrong
+(runs left out as not drained, duplicates, messages never acknowledged, tp999s resting on few
+samples), the method, the tables, the stage breakdown and the OpenMessaging-Benchmark files.
 """
 
 from __future__ import annotations
@@ -20,24 +17,20 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+from simulations import report_plots
+from simulations.consumer_scales import scale_label
 from simulations.schema import ANALYSIS_MARKER
 
-MODES = ("mafka3", "mafka4")
-MODE_LABELS = {"mafka3": "Mafka3", "mafka4": "Mafka4"}
-LATENCY_COLUMNS = (
-    "source", "mode", "consumers", "topics", "runs", "rows",
-    "produce_latency_ms_tp50", "produce_latency_ms_tp99", "produce_latency_ms_tp999",
-    "end_to_end_latency_ms_tp50", "end_to_end_latency_ms_tp99", "end_to_end_latency_ms_tp999",
-    "write_nodes", "read_nodes", "actors", "physical_partitions", "virtual_partitions",
-)
-RATIO_COLUMNS = (
-    "source", "consumers", "topics", "produce_latency_ms_tp999_ratio", "end_to_end_latency_ms_tp999_ratio",
-    "nodes_ratio", "write_nodes_ratio", "actors_ratio", "physical_partitions_ratio",
-)
+MODES = report_plots.MODES
+MODE_LABELS = report_plots.MODE_LABELS
+LATENCIES = tuple(report_plots.LATENCY_TITLES)
+PERCENTILE_NAMES = ("tp50", "tp99", "tp999")
+BOOTSTRAPPED = ("tp99", "tp999")
 CALIBRATION_FILE = "calibration.json"
 EXPERIMENTS_LISTED_MAX = 20  # the report names at most this many experiment ids; the tables name all
+TAIL_SAMPLES_MIN_TEXT = "fewer than 50 samples above the tp999 rank in a repetition (n < 50,000)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,29 +41,34 @@ class RenderedReport:
 
 
 def write_report(*, out_dir: Path, events_dir: Path, file_count: int, facts: Sequence[Mapping[str, Any]],
-                 latency_rows: Sequence[Mapping[str, Any]], ratio_rows: Sequence[Mapping[str, Any]],
-                 table_paths: Mapping[str, tuple[Path, Path]], percentiles: Mapping[str, str]) -> RenderedReport:
-    """Draw the plots and write ``out_dir/report.md``; returns what was written and what skipped."""
+                 tables: Mapping[str, Sequence[Mapping[str, Any]]], table_paths: Mapping[str, tuple[Path, Path]],
+                 omb_paths: Mapping[str, Path], settings: Any) -> RenderedReport:
+    """Draw the plots and write ``out_dir/report.md``; returns what was written and what skipped.
+
+    ``tables``: table name -> rows; ``settings``: the ``AnalysisSettings`` of the run (bootstrap).
+    """
+    latency_rows = tables["latency_by_config"]
     runtime = [row for row in latency_rows if row["source"] == "runtime"]
     fleet = [row for row in latency_rows if row["source"] == "fleet_model"]
+    stages = [row for row in tables["stage_latency"] if row["duration_ms_mean"] is not None]
+    no_runtime, no_fleet = "no runtime rows (run the consumer-scaling experiment)", "no fleet_model rows (run the fleet model)"
+    plan = [
+        ("latency_vs_consumers", runtime, no_runtime, lambda path: report_plots.plot_runtime_latency(runtime, path)),
+        ("fleet_nodes_vs_topics", fleet, no_fleet, lambda path: report_plots.plot_fleet_nodes(fleet, path)),
+        ("fleet_latency_vs_topics", fleet, no_fleet, lambda path: report_plots.plot_fleet_latency(fleet, path)),
+        ("stage_breakdown", stages, "no runtime rows with stage stamps",
+         lambda path: report_plots.plot_stage_breakdown(stages, path)),
+    ]
     plots: dict[str, Path] = {}
     skipped: dict[str, str] = {}
-    plan = [
-        ("latency_vs_consumers", runtime, "no runtime rows (run the consumer-scaling experiment)",
-         lambda path: _plot_latency(runtime, "consumers", "consumers", path)),
-        ("fleet_nodes_vs_topics", fleet, "no fleet_model rows (run the fleet model)",
-         lambda path: _plot_nodes(fleet, path)),
-        ("fleet_latency_vs_topics", fleet, "no fleet_model rows (run the fleet model)",
-         lambda path: _plot_latency(fleet, "topics", "fleet size (topics)", path)),
-    ]
     for name, rows, reason, draw in plan:
         if rows:
             plots[name] = _atomic_write(out_dir / f"{name}.png", draw)
         else:
             skipped[name] = reason
             (out_dir / f"{name}.png").unlink(missing_ok=True)  # a plot of an earlier run would mislead
-    text = render_markdown(events_dir=events_dir, file_count=file_count, facts=facts, latency_rows=latency_rows,
-                           ratio_rows=ratio_rows, table_paths=table_paths, percentiles=percentiles,
+    text = render_markdown(events_dir=events_dir, file_count=file_count, facts=facts, tables=tables,
+                           table_paths=table_paths, omb_paths=omb_paths, settings=settings,
                            calibrations=load_calibrations(events_dir), plots=plots, skipped=skipped, out_dir=out_dir)
     report_path = _atomic_write(out_dir / "report.md", lambda path: path.write_text(text))
     return RenderedReport(report_path=report_path, plot_paths=plots, skipped_plots=skipped)
@@ -86,82 +84,7 @@ def _atomic_write(path: Path, write: Callable[[Path], Any]) -> Path:
     return path
 
 
-# --- plots ---------------------------------------------------------------------------------
-
-
-def _series(rows: Iterable[Mapping[str, Any]], x_key: str, y_key: str) -> dict[str, tuple[list, list]]:
-    """Mode label -> (xs, ys) sorted by x; rows without a y value are left out."""
-    series: dict[str, tuple[list, list]] = {}
-    for mode in MODES:
-        points = sorted((row[x_key], row[y_key]) for row in rows if row["mode"] == mode and row[y_key] is not None)
-        if points:
-            series[MODE_LABELS[mode]] = ([x for x, _ in points], [y for _, y in points])
-    return series
-
-
-def _axes_lines(axes, series: Mapping[str, tuple[list, list]], x_label: str, y_label: str, title: str) -> None:
-    for label, (xs, ys) in series.items():
-        axes.plot(xs, ys, marker="o", label=label)
-    xs_all = [x for xs, _ in series.values() for x in xs]
-    if xs_all and min(xs_all) > 0 and max(xs_all) / min(xs_all) >= 8:
-        axes.set_xscale("log", base=2 if x_label == "consumers" else 10)
-    if 0 < len(set(xs_all)) <= 12:
-        axes.set_xticks(sorted(set(xs_all)), [str(x) for x in sorted(set(xs_all))])
-    axes.set_xlabel(x_label)
-    axes.set_ylabel(y_label)
-    axes.set_title(title)
-    axes.grid(True, alpha=0.3)
-    if series:
-        axes.legend()
-    else:
-        axes.text(0.5, 0.5, "no values", ha="center", va="center", transform=axes.transAxes)
-
-
-def _plot_latency(rows: Sequence[Mapping[str, Any]], x_key: str, x_label: str, path: Path) -> None:
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(10, 4), layout="constrained")
-    produce_axes, end_to_end_axes = figure.subplots(1, 2)
-    _axes_lines(produce_axes, _series(rows, x_key, "produce_latency_ms_tp999"), x_label, "tp999 (ms)",
-                "produce latency tp999")
-    _axes_lines(end_to_end_axes, _series(rows, x_key, "end_to_end_latency_ms_tp999"), x_label, "tp999 (ms)",
-                "end-to-end latency tp999")
-    figure.savefig(path, format="png", dpi=100)
-
-
-def _plot_nodes(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(6, 4), layout="constrained")
-    axes = figure.subplots()
-    _axes_lines(axes, _series(rows, "topics", "nodes"), "fleet size (topics)", "nodes (write + read)",
-                "nodes needed by the fleet")
-    figure.savefig(path, format="png", dpi=100)
-
-
-# --- report -------------------------------------------------------------------------------
-
-
-def load_calibrations(events_dir: Path) -> list[tuple[str, dict[str, Any] | str]]:
-    """(relative path, flattened contents or the parse error) of each ``calibration.json`` below the dir."""
-    found = []
-    for path in sorted(events_dir.rglob(CALIBRATION_FILE)):
-        if (path.parent / ANALYSIS_MARKER).exists():
-            continue
-        try:
-            found.append((str(path.relative_to(events_dir)), _flatten(json.loads(path.read_text()))))
-        except (OSError, ValueError) as error:
-            found.append((str(path.relative_to(events_dir)), f"could not be read: {error}"))
-    return found
-
-
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        flat: dict[str, Any] = {}
-        for key, item in value.items():
-            flat.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
-        return flat
-    return {prefix or "value": value}
+# --- cells and tables ------------------------------------------------------------------------
 
 
 def _cell(value: Any) -> str:
@@ -180,31 +103,222 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) ->
     return "\n".join(lines)
 
 
-def headline(ratio_rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The tp999 ratio at the largest consumer count (per source) and the node ratio at the largest fleet."""
+def _count(count: int, one: str, many: str) -> str:
+    return f"{count} {one if count == 1 else many}"
+
+
+def _spread(row: Mapping[str, Any], column: str) -> str:
+    """``median (min–max)`` of a per-repetition statistic; only the median when min = max."""
+    median, low, high = row.get(column), row.get(f"{column}_min"), row.get(f"{column}_max")
+    if median is None:
+        return "–"
+    return _cell(median) if low == high else f"{_cell(median)} ({_cell(low)}–{_cell(high)})"
+
+
+def _interval(row: Mapping[str, Any], column: str) -> str:
+    """``ratio [low, high]`` with the bootstrap interval when there is one."""
+    ratio = _cell(row.get(f"{column}_ratio"))
+    low, high = row.get(f"{column}_ratio_low"), row.get(f"{column}_ratio_high")
+    return ratio if low is None or high is None else f"{ratio} [{_cell(low)}, {_cell(high)}]"
+
+
+def _table_links(table_paths: Mapping[str, tuple[Path, Path]], name: str, out_dir: Path) -> str:
+    parquet_path, csv_path = table_paths[name]
+    links = [f"[{path.name}]({path.relative_to(out_dir)})" for path in (parquet_path, csv_path)]
+    return f"Full table: {', '.join(links)}."
+
+
+# --- headline ------------------------------------------------------------------------------
+
+
+def headline(latency_rows: Sequence[Mapping[str, Any]], ratio_rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per runtime consumer count and per fleet consumer scale, never only the largest."""
     lines = []
-    for source in ("runtime", "fleet_model"):
-        rows = [row for row in ratio_rows if row["source"] == source]
-        if not rows:
-            lines.append(f"* {source}: no consumer count has rows of both modes, so no tp999 ratio.")
+    runtime = [row for row in latency_rows if row["source"] == "runtime"]
+    runtime_ratios = {(row["consumers"], row["topics"]): row for row in ratio_rows if row["source"] == "runtime"}
+    if not runtime:
+        lines.append("* runtime: no rows (run the consumer-scaling experiment).")
+    for consumers, topics in sorted({(row["consumers"], row["topics"]) for row in runtime}):
+        ratio = runtime_ratios.get((consumers, topics))
+        prefix = f"* runtime, consumers={consumers}" + ("" if topics == 1 else f", topics={topics}")
+        if ratio is None:
+            modes = sorted(row["mode"] for row in runtime if (row["consumers"], row["topics"]) == (consumers, topics))
+            lines.append(f"{prefix}: only {', '.join(modes)} rows (or no drained repetition of one mode), no ratio.")
             continue
-        row = max(rows, key=lambda row: (row["consumers"], row["topics"]))
+        few = [row["mode"] for row in runtime
+               if (row["consumers"], row["topics"]) == (consumers, topics) and row["few_tp999_samples"]]
+        note = f" Note: the tp999 of {', '.join(few)} rests on few samples." if few else ""
         lines.append(
-            f"* {source}, largest consumer count (consumers={row['consumers']}, topics={row['topics']}): tp999 "
-            f"Mafka3 / Mafka4 = {_ratio(row, 'produce_latency_ms_tp999')} for produce latency and "
-            f"{_ratio(row, 'end_to_end_latency_ms_tp999')} for end-to-end latency.")
-    fleet = [row for row in ratio_rows if row["source"] == "fleet_model"]
-    if fleet:
-        row = max(fleet, key=lambda row: (row["topics"], row["consumers"]))
-        lines.append(f"* fleet_model, largest fleet (topics={row['topics']}, consumers={row['consumers']}): nodes "
-                     f"Mafka3 / Mafka4 = {_ratio(row, 'nodes')}.")
-    else:
-        lines.append("* fleet_model: no fleet size has rows of both modes, so no node ratio.")
+            f"{prefix}: Mafka3 / Mafka4 tp999 = {_interval(ratio, 'produce_latency_ms_tp999')} produce, "
+            f"{_interval(ratio, 'end_to_end_latency_ms_tp999')} end-to-end; tp99 = "
+            f"{_interval(ratio, 'produce_latency_ms_tp99')} produce, {_interval(ratio, 'end_to_end_latency_ms_tp99')} "
+            f"end-to-end.{note}")
+    lines += _fleet_headline(latency_rows, ratio_rows)
     return lines
 
 
-def _ratio(row: Mapping[str, Any], column: str) -> str:
-    return f"{_cell(row[f'{column}_ratio'])} ({_cell(row[f'{column}_mafka3'])} / {_cell(row[f'{column}_mafka4'])})"
+def _fleet_headline(latency_rows: Sequence[Mapping[str, Any]], ratio_rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    fleet = [row for row in latency_rows if row["source"] == "fleet_model"]
+    if not fleet:
+        return ["* fleet_model: no rows (run the fleet model)."]
+    labels = {(row["consumers"], row["topics"]): scale_label(row) for row in fleet}
+    by_scale: dict[str, list[Mapping[str, Any]]] = {}
+    for row in ratio_rows:
+        if row["source"] == "fleet_model":
+            by_scale.setdefault(labels[(row["consumers"], row["topics"])], []).append(row)
+    lines = []
+    for label in dict.fromkeys(scale_label(row) for row in sorted(fleet, key=lambda row: row["consumers_scale_rank"])):
+        rows = sorted(by_scale.get(label, []), key=lambda row: row["topics"])
+        if not rows:
+            lines.append(f"* fleet_model, consumer scale {label}: no fleet size has rows of both modes, so no ratio.")
+            continue
+        largest = rows[-1]
+        node_ratios = [row["nodes_ratio"] for row in rows if row["nodes_ratio"] is not None]
+        span = (f", {_cell(min(node_ratios))} to {_cell(max(node_ratios))} over {len(rows)} fleet sizes"
+                if len(rows) > 1 and node_ratios else "")
+        lines.append(
+            f"* fleet_model, consumer scale {label}: nodes Mafka3 / Mafka4 = {_cell(largest['nodes_ratio'])} "
+            f"({_cell(largest['nodes_mafka3'])} / {_cell(largest['nodes_mafka4'])}) at the largest fleet "
+            f"(topics={largest['topics']}, consumers={largest['consumers']}){span}; tp999 there "
+            f"{_cell(largest['produce_latency_ms_tp999_ratio'])} produce, "
+            f"{_cell(largest['end_to_end_latency_ms_tp999_ratio'])} end-to-end.")
+    return lines
+
+
+# --- sections ------------------------------------------------------------------------------
+
+
+def _integrity_section(by_repetition: Sequence[Mapping[str, Any]], latency_rows: Sequence[Mapping[str, Any]]) -> str:
+    excluded = [row for row in by_repetition if not row["drained"]]
+    parts = []
+    if excluded:
+        parts.append(f"**{_count(len(excluded), 'run was', 'runs were')} not drained** (acknowledged messages never "
+                     "delivered) and left out of every percentile, ratio, interval, stage breakdown and OMB file:")
+        parts.append(markdown_table(excluded, ("source", "mode", "consumers", "repetition", "seed", "experiment_id",
+                                               "acknowledged", "undelivered")))
+    else:
+        parts.append("Every run that counts deliveries drained: each acknowledged message was delivered at least once.")
+    uncounted = sorted({row["source"] for row in by_repetition if row["deliveries_counted"] == 0})
+    if uncounted:
+        parts.append(f"Runs of {', '.join(uncounted)} do not count deliveries; the drain check does not apply to them.")
+    columns = ("source", "mode", "consumers", "topics", "runs", "repetitions", "runs_excluded", "acknowledged",
+               "never_acknowledged", "undelivered", "duplicates", "produce n (min)", "end-to-end n (min)", "tp999 samples")
+    rows = []
+    for row in latency_rows:
+        rows.append({**row, "produce n (min)": f"{row['produce_latency_ms_count']} ({row['produce_latency_ms_count_min']})",
+                     "end-to-end n (min)": f"{row['end_to_end_latency_ms_count']} ({row['end_to_end_latency_ms_count_min']})",
+                     "tp999 samples": "FEW" if row["few_tp999_samples"] else "ok"})
+    parts.append("Per configuration: runs, repetitions used (drained), runs excluded; over all runs, messages "
+                 "acknowledged, never acknowledged, acknowledged but undelivered, and duplicates (the sum of "
+                 "deliveries - 1 over messages delivered more than once; – where deliveries are not counted); the "
+                 "samples of each latency summed over the repetitions used, with the smallest repetition's in "
+                 "parentheses.")
+    parts.append(markdown_table(rows, columns))
+    few = [row for row in latency_rows if row["few_tp999_samples"]]
+    if few:
+        listed = "; ".join(f"{row['source']} {row['mode']} consumers={row['consumers']} topics={row['topics']}"
+                           for row in few)
+        parts.append(f"**Note: the tp999 of {_count(len(few), 'configuration rests', 'configurations rest')} on few "
+                     f"samples** ({TAIL_SAMPLES_MIN_TEXT}): "
+                     f"{listed}. A handful of messages decides each of them.")
+    return "\n\n".join(parts)
+
+
+def _method_section(settings: Any) -> str:
+    return "\n\n".join([
+        "**Percentiles.** tp50, tp99 and tp999 are exact nearest-rank percentiles: with the n non-null latencies of a "
+        "run sorted ascending, tpXX is the value at 1-based rank ceil(XX/100 * n), as in `mafka4/bench/stats.py`. They "
+        "are computed per repetition (one run: experiment, seed, repetition), then each configuration reports the "
+        "median over its repetitions (the midpoint of the two middle values for an even count) with the smallest and "
+        "largest repetition as (min–max). Messages never acknowledged (consumed) have no produce (end-to-end) latency. "
+        "All latencies are in milliseconds.",
+        "**Intervals.** Each runtime ratio of tp99 and tp999 carries a 95 % Poisson block-bootstrap interval, "
+        f"[low, high]: {settings.bootstrap_replicates} replicates; each run's messages are cut into blocks of "
+        f"{settings.bootstrap_block_ms:g} ms of produce time (a pause delays a whole burst, so single messages are not "
+        "independent) and each replicate weighs every (run, block) by a Poisson(1) draw fixed by the bootstrap seed "
+        f"({settings.bootstrap_seed}); the replicate's statistic is the median over repetitions of the weighted "
+        "nearest-rank percentile, its ratio Mafka3 / Mafka4, and the interval the 2.5th and 97.5th nearest-rank "
+        "percentiles of the replicate ratios (the percentile bootstrap interval). The ratio before the interval is the "
+        "point estimate, from the medians. tp50 ratios have no interval: their bootstrap would scan half of every run "
+        "per replicate, more than ten times the rows the tp99 and tp999 scans need. See `simulations/intervals.py`.",
+        "**Fleet consumer scales.** The fleet model runs each fleet size at several consumer scales; its plots draw one "
+        "line per (mode, scale), the scale read from `fleet_summary.json` (`x4`), or, without it, numbered by "
+        "consumers within each fleet size (`scale #2`).",
+    ])
+
+
+def _latency_section(latency_rows: Sequence[Mapping[str, Any]]) -> str:
+    columns = ["source", "mode", "consumers", "topics", "consumers_scale", "repetitions"]
+    rows = []
+    for row in latency_rows:
+        cells = dict(row)
+        for latency in LATENCIES:
+            for name in PERCENTILE_NAMES:
+                cells[f"{latency}_{name}"] = _spread(row, f"{latency}_{name}")
+        cells["nodes"] = f"{row['nodes']} ({row['write_nodes']} + {row['read_nodes']})"
+        rows.append(cells)
+    columns += [f"{latency}_{name}" for latency in LATENCIES for name in PERCENTILE_NAMES] + ["nodes", "actors"]
+    return ("Median over repetitions (min–max). nodes = write + read nodes.\n\n" + markdown_table(rows, columns))
+
+
+def _ratio_section(ratio_rows: Sequence[Mapping[str, Any]]) -> str:
+    if not ratio_rows:
+        return "No configuration has rows of both modes."
+    columns = ["source", "consumers", "topics"]
+    columns += [f"{latency}_{name}" for latency in LATENCIES for name in PERCENTILE_NAMES]
+    columns += ["nodes", "actors", "physical_partitions"]
+    rows = []
+    for row in ratio_rows:
+        cells = {key: row[key] for key in ("source", "consumers", "topics")}
+        for column in columns[3:]:
+            cells[column] = _interval(row, column)
+        rows.append(cells)
+    return ("Mafka3 value / Mafka4 value for the same source, consumers and topics (above 1: Mafka4 is lower), from "
+            "the medians over repetitions; [low, high] is the 95 % bootstrap interval (runtime tp99 and tp999). Empty "
+            "when a Mafka4 value is 0.\n\n" + markdown_table(rows, columns))
+
+
+def _stage_section(stage_rows: Sequence[Mapping[str, Any]]) -> str:
+    if not any(row["duration_ms_mean"] is not None for row in stage_rows):
+        return "No runtime rows carry stage stamps."
+    parts = ["Each stage's duration is its later stamp minus its earlier one (`simulations/schema.py`). Percentiles of "
+             "stages do not add up to the percentile of the latency (the slowest messages of one stage are not those "
+             "of another); means do, over the same messages. So the tables give, per stage, the median over repetitions "
+             "of its tp99, its mean over every complete message (all stamps of the path present) and its *tail mean*: "
+             "the mean over the messages whose latency is at or above their run's tp99 of that latency, which says where "
+             "the milliseconds of the tail go. `total` is the latency itself."]
+    for path, title in (("produce", "Produce path"), ("end_to_end", "End-to-end path")):
+        rows = [row for row in stage_rows if row["path"] == path]
+        stages = [stage for stage in stage_order(rows) if stage != "total"] + ["total"]
+        configurations = sorted({(row["mode"], row["consumers"], row["topics"]) for row in rows})
+        table = []
+        for mode, consumers, topics in configurations:
+            cells = {"mode": mode, "consumers": consumers}
+            for row in rows:
+                if (row["mode"], row["consumers"], row["topics"]) == (mode, consumers, topics):
+                    cells[row["stage"]] = (f"{_cell(row['duration_ms_tp99'])} / {_cell(row['duration_ms_mean'])} / "
+                                           f"{_cell(row['duration_ms_tail_mean'])}")
+            table.append(cells)
+        parts.append(f"**{title}**: tp99 / mean / tail mean (ms) per stage.\n\n"
+                     + markdown_table(table, ["mode", "consumers", *stages]))
+    return "\n\n".join(parts)
+
+
+def stage_order(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Stage names by their latest position on any path: the longest path's order (Mafka4's)."""
+    positions: dict[str, int] = {}
+    for row in rows:
+        positions[row["stage"]] = max(positions.get(row["stage"], 0), row["position"])
+    return sorted(positions, key=lambda stage: positions[stage])
+
+
+def _omb_section(omb_paths: Mapping[str, Path], out_dir: Path) -> str:
+    if not omb_paths:
+        return "No drained runtime configuration, so no OpenMessaging-Benchmark-shaped file."
+    links = ", ".join(f"[{name}]({path.relative_to(out_dir)})" for name, path in sorted(omb_paths.items()))
+    return ("One JSON file per runtime configuration with the keys of OpenMessaging Benchmark's `TestResult` (latencies "
+            "in ms, rates in msgs/s per 10-s period), pooled over the drained repetitions; see `simulations/omb.py`: "
+            + links + ".")
 
 
 def _runs_section(facts: Sequence[Mapping[str, Any]], latency_rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -234,37 +348,26 @@ def _runs_section(facts: Sequence[Mapping[str, Any]], latency_rows: Sequence[Map
     return lines
 
 
-def render_markdown(*, events_dir: Path, file_count: int, facts, latency_rows, ratio_rows, table_paths, percentiles,
-                    calibrations, plots: Mapping[str, Path], skipped: Mapping[str, str], out_dir: Path) -> str:
-    """The text of ``report.md``."""
-    total_rows = sum(row["rows"] for row in latency_rows)
-    sections = [
-        "# Mafka3 vs Mafka4: consumer scaling",
-        f"Event logs: `{events_dir}` ({file_count} Parquet files, {total_rows} rows). Written by `mafka4 analyze`.",
-        "## Result",
-        "\n".join(headline(ratio_rows)),
-        "## Runs",
-        "\n".join(_runs_section(facts, latency_rows)),
-        "## Calibration",
-        _calibration_section(calibrations),
-        "## Percentiles",
-        (f"{', '.join(percentiles)} are exact nearest-rank percentiles ({', '.join(f'{p} %' for p in percentiles.values())}):"
-         " with the n non-null latencies of a configuration sorted ascending, tpXX is the value at 1-based rank "
-         "ceil(XX/100 * n), as in `mafka4/bench/stats.py`. Messages never acknowledged (or never consumed) have no "
-         "produce (end-to-end) latency and are not counted in that column's n. All latencies are in milliseconds."),
-        "## Latency and nodes per configuration",
-        markdown_table(latency_rows, LATENCY_COLUMNS),
-        _table_links(table_paths, "latency_by_config", out_dir),
-        "## Mafka3 / Mafka4",
-        ("Each ratio is the Mafka3 value divided by the Mafka4 value for the same source, consumers and topics "
-         "(above 1: Mafka4 is lower). Empty when a Mafka4 value is 0."),
-        markdown_table(ratio_rows, RATIO_COLUMNS) if ratio_rows else "No configuration has rows of both modes.",
-        _table_links(table_paths, "mode_ratios", out_dir),
-        "## Plots",
-        "\n\n".join([f"![{name}]({path.relative_to(out_dir)})" for name, path in plots.items()]
-                    + [f"* {name}: skipped, {reason}." for name, reason in skipped.items()]),
-    ]
-    return "\n\n".join(sections) + "\n"
+def load_calibrations(events_dir: Path) -> list[tuple[str, dict[str, Any] | str]]:
+    """(relative path, flattened contents or the parse error) of each ``calibration.json`` below the dir."""
+    found = []
+    for path in sorted(events_dir.rglob(CALIBRATION_FILE)):
+        if (path.parent / ANALYSIS_MARKER).exists():
+            continue
+        try:
+            found.append((str(path.relative_to(events_dir)), _flatten(json.loads(path.read_text()))))
+        except (OSError, ValueError) as error:
+            found.append((str(path.relative_to(events_dir)), f"could not be read: {error}"))
+    return found
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        flat: dict[str, Any] = {}
+        for key, item in value.items():
+            flat.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return flat
+    return {prefix or "value": value}
 
 
 def _calibration_section(calibrations: Sequence[tuple[str, dict[str, Any] | str]]) -> str:
@@ -282,7 +385,40 @@ def _calibration_section(calibrations: Sequence[tuple[str, dict[str, Any] | str]
     return "\n\n".join(parts)
 
 
-def _table_links(table_paths: Mapping[str, tuple[Path, Path]], name: str, out_dir: Path) -> str:
-    parquet_path, csv_path = table_paths[name]
-    links = [f"[{path.name}]({path.relative_to(out_dir)})" for path in (parquet_path, csv_path)]
-    return f"Full table: {', '.join(links)}."
+def render_markdown(*, events_dir: Path, file_count: int, facts, tables, table_paths, omb_paths, settings,
+                    calibrations, plots: Mapping[str, Path], skipped: Mapping[str, str], out_dir: Path) -> str:
+    """The text of ``report.md``."""
+    latency_rows, ratio_rows = tables["latency_by_config"], tables["mode_ratios"]
+    total_rows = sum(row["rows"] for row in latency_rows)
+    sections = [
+        "# Mafka3 vs Mafka4: consumer scaling",
+        f"Event logs: `{events_dir}` ({file_count} Parquet files, {total_rows} rows). Written by `mafka4 analyze`.",
+        "## Result",
+        "Mafka3 / Mafka4 of the median tp999 and tp99 (above 1: Mafka4 is lower), with the 95 % block-bootstrap "
+        "interval in brackets:\n\n" + "\n".join(headline(latency_rows, ratio_rows)),
+        "## Integrity",
+        _integrity_section(tables["latency_by_repetition"], latency_rows),
+        "## Runs",
+        "\n".join(_runs_section(facts, latency_rows)),
+        "## Calibration",
+        _calibration_section(calibrations),
+        "## Method",
+        _method_section(settings),
+        "## Latency and nodes per configuration",
+        _latency_section(latency_rows),
+        _table_links(table_paths, "latency_by_config", out_dir) + " Per repetition: "
+        + _table_links(table_paths, "latency_by_repetition", out_dir).removeprefix("Full table: "),
+        "## Mafka3 / Mafka4",
+        _ratio_section(ratio_rows),
+        _table_links(table_paths, "mode_ratios", out_dir) + " Intervals in long form, with the replicates used: "
+        + _table_links(table_paths, "ratio_intervals", out_dir).removeprefix("Full table: "),
+        "## Where the latency goes: stages",
+        _stage_section(tables["stage_latency"]),
+        _table_links(table_paths, "stage_latency", out_dir),
+        "## OpenMessaging Benchmark format",
+        _omb_section(omb_paths, out_dir),
+        "## Plots",
+        "\n\n".join([f"![{name}]({path.relative_to(out_dir)})" for name, path in plots.items()]
+                    + [f"* {name}: skipped, {reason}." for name, reason in skipped.items()]),
+    ]
+    return "\n\n".join(sections) + "\n"

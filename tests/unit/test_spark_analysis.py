@@ -1,4 +1,5 @@
-"""The Spark analysis: exact nearest-rank percentiles, the outputs of a run, bad input.
+"""The Spark analysis: exact nearest-rank percentiles per repetition and their median, the drain
+check, the outputs of a run, bad input.
 
 One local Spark session (one core, loopback only, no UI) serves the whole module.
 """
@@ -17,10 +18,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from mafka4.bench.stats import nearest_rank_index
-from mafka4.errors import NoEventLogs
-from simulations.analysis import (PERCENTILES, AnalysisSettings, analyze, latency_by_config, rank_expression,
-                                  read_event_frame, spark_session)
+from mafka4.errors import InvalidConfig, NoEventLogs
+from simulations.analysis import (PERCENTILES, AnalysisSettings, analyze, latency_by_config, latency_by_repetition,
+                                  rank_expression, read_event_frame, spark_session)
 from simulations.analysis_command import add_analyze_parser
+from simulations.percentiles import beyond_rank
 from simulations.schema import RunInfo, event_log_files, write_events
 
 SEED = 20240601
@@ -28,6 +30,7 @@ START_MS = 1.7e12
 RUNTIME3 = RunInfo(experiment_id="scaling", source="runtime", mode="mafka3", consumers=1, topics=1, physical_partitions=1,
                    virtual_partitions=0, write_nodes=3, read_nodes=0, actors=1, seed=SEED, git_commit="abc")
 RUNTIME4 = replace(RUNTIME3, mode="mafka4", virtual_partitions=1, read_nodes=2, actors=2)
+LATENCIES = ("produce_latency_ms", "end_to_end_latency_ms")
 
 
 @pytest.fixture(scope="module")
@@ -37,14 +40,16 @@ def spark():
     session.stop()
 
 
-def write_runtime_run(directory: Path, run: RunInfo, latencies_ms: np.ndarray,
-                      end_to_end_ms: np.ndarray) -> dict[str, np.ndarray]:
+def write_runtime_run(directory: Path, run: RunInfo, latencies_ms: np.ndarray, end_to_end_ms: np.ndarray,
+                      deliveries: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Writes the run; returns the latencies as stored (derived from epoch-ms times, so rounded)."""
     produce = START_MS + np.arange(latencies_ms.size, dtype=np.float64)
     ack, consume = produce + latencies_ms, produce + end_to_end_ms
-    write_events(directory / f"{run.mode}-{run.consumers}-{run.seed}.parquet", run,
-                 {"partition": np.arange(latencies_ms.size) % run.physical_partitions, "produce_time_ms": produce,
-                  "ack_time_ms": ack, "consume_time_ms": consume})
+    columns = {"partition": np.arange(latencies_ms.size) % run.physical_partitions, "produce_time_ms": produce,
+               "ack_time_ms": ack, "consume_time_ms": consume}
+    if deliveries is not None:
+        columns["deliveries"] = deliveries
+    write_events(directory / f"{run.mode}-{run.consumers}-{run.seed}-r{run.repetition}.parquet", run, columns)
     return {"produce_latency_ms": ack - produce, "end_to_end_latency_ms": consume - produce}
 
 
@@ -53,29 +58,27 @@ def nearest_rank(values: np.ndarray, percent: str) -> float | None:
     return None if present.size == 0 else float(present[nearest_rank_index(percent, present.size)])
 
 
-def test_spark_percentiles_equal_exact_nearest_rank_percentiles(spark, tmp_path):
+def test_percentiles_per_repetition_equal_exact_nearest_rank_and_configurations_take_their_median(spark, tmp_path):
     rng = np.random.default_rng(SEED)
-    expected: dict[tuple, dict[str, np.ndarray]] = {}
+    expected: dict[tuple, list[dict[str, np.ndarray]]] = {}
     # Sizes include 1, 2 and 1000 (where the float rank ceil(0.999 * 1000) would be 1000, not 999).
     for consumers, size in ((1, 1), (2, 2), (4, 1000), (8, 137)):
         runs = (replace(RUNTIME3, consumers=consumers, physical_partitions=consumers), replace(RUNTIME4, consumers=consumers))
         for run in runs:
-            for seed in (SEED, SEED + 1):  # two runs pooled in one configuration
-                produce = np.round(rng.lognormal(0.0, 1.0, size), 3)
-                end_to_end = produce + np.round(rng.exponential(5.0, size), 3)
+            for repetition in range(2 if size == 2 else 3):  # an even and an odd number of repetitions
+                produce = np.round(rng.lognormal(0.0, 1.0, size + repetition), 3)
+                end_to_end = produce + np.round(rng.exponential(5.0, size + repetition), 3)
                 if size == 137:
-                    produce[rng.random(size) < 0.1] = np.nan  # never acknowledged
-                    end_to_end[rng.random(size) < 0.2] = np.nan  # never consumed
-                stored = write_runtime_run(tmp_path, replace(run, seed=seed), produce, end_to_end)
-                group = expected.setdefault((run.mode, consumers), {"produce_latency_ms": [], "end_to_end_latency_ms": []})
-                for latency, values in stored.items():
-                    group[latency].append(values)
-    rows = latency_by_config(read_event_frame(spark, event_log_files(tmp_path))).collect()
-    assert len(rows) == len(expected)
-    for row in rows:
-        group = expected[(row["mode"], row["consumers"])]
-        for latency, chunks in group.items():
-            values = np.concatenate(chunks)
+                    produce[rng.random(produce.size) < 0.1] = np.nan  # never acknowledged
+                    end_to_end[rng.random(produce.size) < 0.2] = np.nan  # never consumed
+                stored = write_runtime_run(tmp_path, replace(run, seed=SEED + repetition, repetition=repetition),
+                                           produce, end_to_end)
+                expected.setdefault((run.mode, consumers), []).append(stored)
+    by_repetition = latency_by_repetition(read_event_frame(spark, event_log_files(tmp_path))).cache()
+    for row in by_repetition.collect():
+        stored = expected[(row["mode"], row["consumers"])][row["repetition"]]
+        assert row["seed"] == SEED + row["repetition"] and row["drained"]  # deliveries not counted: nothing to check
+        for latency, values in stored.items():
             assert row[f"{latency}_count"] == np.count_nonzero(~np.isnan(values))
             for name, percent in PERCENTILES.items():
                 exact = nearest_rank(values, percent)
@@ -84,10 +87,22 @@ def test_spark_percentiles_equal_exact_nearest_rank_percentiles(spark, tmp_path)
                 # is off by one (99.9 % of 2,000 values), numpy returns the next value.
                 present = np.sort(values[~np.isnan(values)])
                 float_rank = math.ceil(float(percent) / 100 * present.size)
-                assert float(np.percentile(present, float(percent), method="inverted_cdf")) == present[float_rank - 1]
                 if float_rank == nearest_rank_index(percent, present.size) + 1:
                     assert exact == float(np.percentile(present, float(percent), method="inverted_cdf"))
-        assert row["rows"] == 2 * len(chunks[0]) and row["runs"] == 1 and row["seeds"] == f"{SEED},{SEED + 1}"
+    rows = latency_by_config(by_repetition).collect()
+    assert len(rows) == len(expected)
+    for row in rows:
+        repetitions = expected[(row["mode"], row["consumers"])]
+        assert (row["runs"], row["repetitions"], row["runs_excluded"]) == (len(repetitions), len(repetitions), 0)
+        for latency in LATENCIES:
+            counts = [np.count_nonzero(~np.isnan(stored[latency])) for stored in repetitions]
+            assert (row[f"{latency}_count"], row[f"{latency}_count_min"]) == (sum(counts), min(counts))
+            for name, percent in PERCENTILES.items():
+                values = [nearest_rank(stored[latency], percent) for stored in repetitions]
+                assert row[f"{latency}_{name}"] == pytest.approx(float(np.median(values)), rel=1e-12, abs=0)
+                assert (row[f"{latency}_{name}_min"], row[f"{latency}_{name}_max"]) == (min(values), max(values))
+        assert row["seeds"] == ",".join(str(SEED + r) for r in range(len(repetitions))) and row["few_tp999_samples"]
+    by_repetition.unpersist()
 
 
 def test_rank_is_exact_where_floating_point_is_not(spark):
@@ -100,58 +115,154 @@ def test_rank_is_exact_where_floating_point_is_not(spark):
     assert next(row for row in ranks if row["n"] == 1000)["tp999"] == 999  # math.ceil(99.9 / 100 * 1000) is 1000
 
 
+def test_tp999_samples_beyond_the_rank_fall_below_50_under_50000_samples(spark):
+    frame = spark.createDataFrame([(n,) for n in (999, 1000, 49_999, 50_000)], "n int").selectExpr(
+        "n", "sequence(1, n) as sorted")
+    beyond = {row["n"]: row["beyond"] for row in frame.select("n", beyond_rank("sorted", "99.9").alias("beyond")).collect()}
+    assert beyond == {999: 0, 1000: 1, 49_999: 49, 50_000: 50}
+
+
+def test_a_run_not_drained_is_left_out_of_the_percentiles_and_counted(spark, tmp_path):
+    rng = np.random.default_rng(SEED + 1)
+    stored = []
+    for repetition in range(3):
+        deliveries = np.ones(100, dtype=np.int64)
+        deliveries[:3] = 2  # three duplicates per run
+        end_to_end = rng.exponential(10.0, 100)
+        if repetition == 1:  # five acknowledged messages never delivered: the run did not drain
+            deliveries[-5:], end_to_end[-5:] = 0, np.nan
+        produce = rng.exponential(2.0, 100)
+        produce[10] = np.nan  # never acknowledged, so never delivered either
+        deliveries[10] = 0
+        stored.append(write_runtime_run(tmp_path, replace(RUNTIME4, seed=SEED + repetition, repetition=repetition),
+                                        produce, end_to_end, deliveries))
+    by_repetition = latency_by_repetition(read_event_frame(spark, event_log_files(tmp_path))).cache()
+    runs = {row["repetition"]: row for row in by_repetition.collect()}
+    assert [runs[r]["drained"] for r in range(3)] == [True, False, True]
+    assert (runs[1]["acknowledged"], runs[1]["undelivered"], runs[0]["undelivered"]) == (99, 5, 0)
+    assert runs[0]["duplicates"] == 3 and runs[0]["never_acknowledged"] == 1
+    (row,) = latency_by_config(by_repetition).collect()
+    assert (row["runs"], row["repetitions"], row["runs_excluded"]) == (3, 2, 1)
+    assert (row["duplicates"], row["never_acknowledged"], row["undelivered"]) == (9, 3, 5)
+    drained = [stored[0], stored[2]]
+    assert row["end_to_end_latency_ms_tp99"] == pytest.approx(
+        float(np.median([nearest_rank(run["end_to_end_latency_ms"], "99") for run in drained])), rel=1e-12)
+    assert row["end_to_end_latency_ms_count"] == 2 * 100
+    by_repetition.unpersist()
+
+
+def runtime_run(directory: Path, run: RunInfo, rng: np.random.Generator, rows: int, undelivered: int = 0) -> None:
+    """A runtime run with every stage stamp, deliveries and some duplicates."""
+    produce = START_MS + np.arange(rows) * 20.0
+    stamps = {"sent_time_ms": produce + rng.exponential(0.5, rows)}
+    stamps["leader_received_time_ms"] = stamps["sent_time_ms"] + rng.exponential(0.3, rows)
+    stamps["leader_appended_time_ms"] = stamps["leader_received_time_ms"] + rng.exponential(0.2, rows)
+    stamps["committed_time_ms"] = stamps["leader_appended_time_ms"] + rng.exponential(1.0, rows)
+    read_from = stamps["committed_time_ms"]
+    if run.mode == "mafka4":
+        stamps["vp_appended_time_ms"] = read_from + rng.exponential(1.0, rows)
+        stamps["vp_committed_time_ms"] = stamps["vp_appended_time_ms"] + rng.exponential(0.5, rows)
+        read_from = stamps["vp_committed_time_ms"]
+    consume = read_from + rng.exponential(2.0 * run.consumers if run.mode == "mafka3" else 2.0, rows)
+    deliveries = np.where(rng.random(rows) < 0.02, 2, 1)
+    if undelivered:
+        deliveries[-undelivered:], consume[-undelivered:] = 0, np.nan
+    write_events(directory / "runtime" / f"{run.mode}-c{run.consumers}-r{run.repetition}.parquet", run,
+                 {"partition": np.zeros(rows, dtype=np.int64), "produce_time_ms": produce,
+                  "ack_time_ms": stamps["committed_time_ms"] + rng.exponential(0.3, rows), "consume_time_ms": consume,
+                  "deliveries": deliveries, **stamps,
+                  **({"virtual_partition": np.zeros(rows, dtype=np.int64)} if run.mode == "mafka4" else {})})
+
+
 def tiny_fixture(directory: Path) -> None:
     rng = np.random.default_rng(SEED)
     for consumers in (1, 4):
-        write_runtime_run(directory / "runtime", replace(RUNTIME3, consumers=consumers, physical_partitions=consumers),
-                          rng.exponential(8.0, 20), rng.exponential(30.0, 20))
-        write_runtime_run(directory / "runtime", replace(RUNTIME4, consumers=consumers, virtual_partitions=consumers),
-                          rng.exponential(1.0, 20), rng.exponential(20.0, 20))
+        for repetition in range(3):
+            seed = SEED + repetition
+            runtime_run(directory, replace(RUNTIME3, consumers=consumers, physical_partitions=consumers, seed=seed,
+                                           repetition=repetition), rng, 200)
+            runtime_run(directory, replace(RUNTIME4, consumers=consumers, virtual_partitions=consumers, seed=seed,
+                                           repetition=repetition), rng, 200,
+                        undelivered=4 if (consumers, repetition) == (4, 2) else 0)
+    (directory / "runtime" / "settings.json").write_text(json.dumps({"message_bytes": 512, "seed": SEED}))
+    summary = []
     for topics in (100, 1000):
-        designs = (("mafka3", topics // 10, 0, 0), ("mafka4", topics // 20, topics // 50, topics * 4))
-        for mode, write_nodes, read_nodes, virtual in designs:
-            run = RunInfo(experiment_id=f"fleet-{topics}", source="fleet_model", mode=mode, consumers=8, topics=topics,
-                          physical_partitions=topics * 2, virtual_partitions=virtual, write_nodes=write_nodes,
-                          read_nodes=read_nodes, actors=topics * 3, seed=SEED + 2, git_commit="abc", sample_rate=0.01)
-            write_events(directory / "fleet" / f"{mode}-{topics}.parquet", run,
-                         {"partition": np.arange(10), "produce_time_ms": np.zeros(10),
-                          "produce_latency_ms": rng.exponential(2.0, 10), "end_to_end_latency_ms": rng.exponential(9.0, 10)})
+        for scale in (1.0, 4.0):
+            designs = (("mafka3", topics // 10, 0, 0), ("mafka4", topics // 20, topics // 50, topics * 4))
+            for mode, write_nodes, read_nodes, virtual in designs:
+                consumers = int(8 * topics * scale)
+                run = RunInfo(experiment_id="fleet-model", source="fleet_model", mode=mode, consumers=consumers,
+                              topics=topics, physical_partitions=topics * 2, virtual_partitions=virtual,
+                              write_nodes=write_nodes, read_nodes=read_nodes, actors=topics * 3, seed=SEED + 9,
+                              git_commit="abc", sample_rate=0.01)
+                write_events(directory / "fleet" / f"fleet-{mode}-topics{topics}-consumers_x{scale:g}.parquet", run,
+                             {"partition": np.arange(10), "produce_time_ms": np.zeros(10),
+                              "produce_latency_ms": rng.exponential(2.0, 10),
+                              "end_to_end_latency_ms": rng.exponential(9.0, 10)})
+                summary.append({"design": mode, "topics": topics, "consumers": consumers, "consumers_scale": scale})
+    (directory / "fleet" / "fleet_summary.json").write_text(json.dumps({"experiment_id": "fleet-model", "runs": summary}))
     (directory / "fleet" / "calibration.json").write_text(json.dumps({"replica_fetch_ms": 0.0265, "source": {"runs": 3}}))
 
 
-def test_a_run_writes_tables_plots_and_a_report(spark, tmp_path):
+def test_a_run_writes_tables_plots_omb_files_and_a_report(spark, tmp_path):
     tiny_fixture(tmp_path)
     logs_before = event_log_files(tmp_path)
-    result = analyze(tmp_path, spark=spark)
+    result = analyze(tmp_path, spark=spark, settings=AnalysisSettings(bootstrap_replicates=20, bootstrap_block_ms=400.0))
     assert result.out_dir == tmp_path / "analysis" and not result.skipped_plots
+    assert set(result.table_paths) == {"latency_by_config", "latency_by_repetition", "mode_ratios", "ratio_intervals",
+                                       "stage_latency"}
+    assert set(result.plot_paths) == {"latency_vs_consumers", "fleet_nodes_vs_topics", "fleet_latency_vs_topics",
+                                      "stage_breakdown"}
     for parquet_path, csv_path in result.table_paths.values():
         with open(csv_path, newline="") as source:
             assert len(list(csv.DictReader(source))) == pq.read_table(parquet_path).num_rows > 0
     ratios = pq.read_table(result.table_paths["mode_ratios"][0]).to_pylist()
-    fleet_1000 = next(row for row in ratios if row["source"] == "fleet_model" and row["topics"] == 1000)
-    assert fleet_1000["nodes_ratio"] == pytest.approx(100 / (50 + 20))
     assert {(row["source"], row["consumers"], row["topics"]) for row in ratios} == {
-        ("runtime", 1, 1), ("runtime", 4, 1), ("fleet_model", 8, 100), ("fleet_model", 8, 1000)}
+        ("runtime", 1, 1), ("runtime", 4, 1), *[("fleet_model", int(8 * t * s), t) for t in (100, 1000) for s in (1, 4)]}
+    for row in ratios:
+        bounded = row["source"] == "runtime"
+        for column in ("produce_latency_ms_tp999", "end_to_end_latency_ms_tp99"):
+            assert (row[f"{column}_ratio_low"] is not None) == bounded
+            if bounded:
+                assert row[f"{column}_ratio_low"] <= row[f"{column}_ratio_high"]
+    fleet_1000 = next(row for row in ratios if row["source"] == "fleet_model" and row["consumers"] == 32_000)
+    assert fleet_1000["nodes_ratio"] == pytest.approx(100 / (50 + 20))
+    config = pq.read_table(result.table_paths["latency_by_config"][0]).to_pylist()
+    excluded = next(row for row in config if (row["source"], row["mode"], row["consumers"]) == ("runtime", "mafka4", 4))
+    assert (excluded["repetitions"], excluded["runs_excluded"], excluded["undelivered"]) == (2, 1, 4)
+    assert {row["consumers_scale"] for row in config if row["source"] == "fleet_model"} == {1.0, 4.0}
+    omb = json.loads(result.omb_paths["mafka4-c004"].read_text())
+    assert (omb["driver"], omb["messageSize"], omb["mafka4Repetitions"], omb["consumersPerTopic"]) == ("mafka4", 512, 2, 4)
+    assert set(result.omb_paths) == {"mafka3-c001", "mafka3-c004", "mafka4-c001", "mafka4-c004"}
     for path in result.plot_paths.values():
         assert path.read_bytes().startswith(b"\x89PNG")
     text = result.report_path.read_text()
-    for needed in (str(SEED), str(SEED + 2), "abc", "replica_fetch_ms", "0.0265", "source.runs",
-                   "largest fleet (topics=1000, consumers=8): nodes Mafka3 / Mafka4 = 1.429",
-                   "runtime, largest consumer count (consumers=4, topics=1)", "latency_vs_consumers.png",
-                   "fleet_nodes_vs_topics.png", "sample_rate 0.01"):
+    for needed in (str(SEED), str(SEED + 9), "abc", "replica_fetch_ms", "0.0265", "source.runs", "sample_rate 0.01",
+                   "* runtime, consumers=1: Mafka3 / Mafka4 tp999 = ", "* runtime, consumers=4: Mafka3 / Mafka4 tp999 = ",
+                   "* fleet_model, consumer scale x1: nodes Mafka3 / Mafka4 = 1.429",
+                   "* fleet_model, consumer scale x4: nodes Mafka3 / Mafka4 = 1.429",
+                   "**1 run was not drained**", "| runtime | mafka4 | 4 | 2 | 20240603 | scaling | 200 | 4 |",
+                   "rest on few samples", "20 replicates", "blocks of 400 ms", "tp50 ratios have no interval",
+                   "stage_breakdown.png", "latency_vs_consumers.png", "omb/mafka3-c001.json", "**End-to-end path**"):
         assert needed in text, needed
+    headline = text.split("## Result")[1].split("## Integrity")[0]
+    assert headline.count(" [") >= 8  # every runtime ratio carries its interval
     # The result tables are Parquet too, but a later run must not take them for event logs.
     assert event_log_files(tmp_path) == logs_before
 
 
 def test_absent_rows_skip_their_plots_and_the_report_says_so(spark, tmp_path):
     write_runtime_run(tmp_path, RUNTIME4, np.array([1.0, 2.0]), np.array([3.0, np.nan]))
-    result = analyze(tmp_path, tmp_path / "out", spark=spark)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "fleet_nodes_vs_topics.png").write_bytes(b"old")
+    result = analyze(tmp_path, tmp_path / "out", spark=spark, settings=AnalysisSettings(bootstrap_replicates=5))
     assert set(result.plot_paths) == {"latency_vs_consumers"}
-    assert set(result.skipped_plots) == {"fleet_nodes_vs_topics", "fleet_latency_vs_topics"}
+    assert set(result.skipped_plots) == {"fleet_nodes_vs_topics", "fleet_latency_vs_topics", "stage_breakdown"}
+    assert not (tmp_path / "out" / "fleet_nodes_vs_topics.png").exists()
     text = result.report_path.read_text()
     assert "fleet_nodes_vs_topics: skipped, no fleet_model rows" in text
     assert "No configuration has rows of both modes." in text
+    assert "* runtime, consumers=1: only mafka4 rows" in text
     assert "No `calibration.json`" in text
 
 
@@ -168,5 +279,13 @@ def test_analyze_subcommand_registers_with_its_defaults():
     add_analyze_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["analyze", "results/scaling"])
     assert (args.dir, args.out, args.master) == ("results/scaling", None, "local[*]") and callable(args.run)
-    args = parser.parse_args(["analyze", "d", "--out", "o", "--master", "local[1]"])
-    assert (args.out, args.master) == ("o", "local[1]")
+    assert (args.replicates, args.block_ms, args.bootstrap_seed) == (400, 1000.0, AnalysisSettings().bootstrap_seed)
+    args = parser.parse_args(["analyze", "d", "--out", "o", "--master", "local[1]", "--replicates", "50", "--block-ms", "250"])
+    assert (args.out, args.master, args.replicates, args.block_ms) == ("o", "local[1]", 50, 250.0)
+
+
+def test_settings_refuse_a_bootstrap_without_replicates_or_blocks():
+    with pytest.raises(InvalidConfig, match="bootstrap_replicates"):
+        AnalysisSettings(bootstrap_replicates=0)
+    with pytest.raises(InvalidConfig, match="bootstrap_block_ms"):
+        AnalysisSettings(bootstrap_block_ms=0.0)

@@ -1,0 +1,117 @@
+"""The report without Spark: the headline names every consumer count and consumer scale, fleet
+rows find their consumer scale, and the plots draw from table rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from simulations import report_plots
+from simulations.consumer_scales import scale_label, with_scales
+from simulations.report import headline, stage_order
+
+LATENCIES = ("produce_latency_ms", "end_to_end_latency_ms")
+
+
+def config_row(source: str, mode: str, consumers: int, topics: int, tp999: float, **extra) -> dict:
+    row = {"source": source, "mode": mode, "consumers": consumers, "topics": topics, "few_tp999_samples": False,
+           "nodes": 10, "experiment_ids": "e"}
+    for latency in LATENCIES:
+        for name in ("tp50", "tp99", "tp999"):
+            row[f"{latency}_{name}"] = tp999
+            row[f"{latency}_{name}_min"], row[f"{latency}_{name}_max"] = tp999 * 0.9, tp999 * 1.1
+    return {**row, **extra}
+
+
+def ratio_row(source: str, consumers: int, topics: int, ratio: float, bounded: bool, nodes: tuple = (10, 7)) -> dict:
+    row = {"source": source, "consumers": consumers, "topics": topics, "nodes_ratio": nodes[0] / nodes[1],
+           "nodes_mafka3": nodes[0], "nodes_mafka4": nodes[1]}
+    for latency in LATENCIES:
+        for name in ("tp99", "tp999"):
+            row[f"{latency}_{name}_ratio"] = ratio
+            row[f"{latency}_{name}_ratio_low"] = ratio - 0.25 if bounded else None
+            row[f"{latency}_{name}_ratio_high"] = ratio + 0.25 if bounded else None
+    return row
+
+
+def test_headline_lists_every_consumer_count_and_every_fleet_scale():
+    latency = [config_row("runtime", mode, consumers, 1, 5.0) for mode in ("mafka3", "mafka4") for consumers in (1, 8, 32)]
+    latency.append(config_row("runtime", "mafka3", 64, 1, 5.0))  # Mafka4 never ran 64
+    latency[0]["few_tp999_samples"] = True
+    for mode in ("mafka3", "mafka4"):
+        for topics in (100, 1000):
+            for scale, rank in ((1.0, 1), (4.0, 2)):
+                latency.append(config_row("fleet_model", mode, int(topics * 3 * scale), topics, 9.0,
+                                          consumers_scale=scale, consumers_scale_rank=rank))
+    ratios = [ratio_row("runtime", consumers, 1, 1.5 + consumers / 100, True) for consumers in (1, 8, 32)]
+    ratios += [ratio_row("fleet_model", int(topics * 3 * scale), topics, 1.1, False, (topics // 10, topics // 15))
+               for topics in (100, 1000) for scale in (1.0, 4.0)]
+    lines = headline(latency, ratios)
+    assert lines[0] == ("* runtime, consumers=1: Mafka3 / Mafka4 tp999 = 1.510 [1.260, 1.760] produce, 1.510 [1.260, "
+                        "1.760] end-to-end; tp99 = 1.510 [1.260, 1.760] produce, 1.510 [1.260, 1.760] end-to-end. "
+                        "Note: the tp999 of mafka3 rests on few samples.")
+    assert [line.split(":")[0] for line in lines] == [
+        "* runtime, consumers=1", "* runtime, consumers=8", "* runtime, consumers=32", "* runtime, consumers=64",
+        "* fleet_model, consumer scale x1", "* fleet_model, consumer scale x4"]
+    assert "only mafka3 rows" in lines[3]
+    assert "at the largest fleet (topics=1000, consumers=3000), 1.515 to 1.667 over 2 fleet sizes" in lines[4]
+    assert "(topics=1000, consumers=12000)" in lines[5]
+
+
+def test_fleet_rows_take_their_scale_from_the_summary_or_else_a_rank(tmp_path):
+    rows = [{"source": "runtime", "mode": "mafka3", "consumers": 4, "topics": 1, "experiment_ids": "s"}]
+    rows += [{"source": "fleet_model", "mode": mode, "consumers": consumers, "topics": topics, "experiment_ids": "f"}
+             for mode in ("mafka3", "mafka4") for topics, consumers in ((100, 310), (100, 1240), (1000, 2900), (1000, 11600))]
+    table = pa.Table.from_pylist(rows)
+    ranked = with_scales(table, tmp_path).to_pylist()  # no fleet_summary.json
+    assert [row["consumers_scale_rank"] for row in ranked] == [None, 1, 2, 1, 2, 1, 2, 1, 2]
+    assert [scale_label(row) for row in ranked[1:3]] == ["scale #1", "scale #2"]
+    summary = {"experiment_id": "f", "runs": [
+        {"design": mode, "topics": topics, "consumers": consumers, "consumers_scale": scale}
+        for mode in ("mafka3", "mafka4")
+        for topics, consumers, scale in ((100, 310, 1.0), (100, 1240, 4.0), (1000, 2900, 1.0), (1000, 11600, 4.0))]}
+    (tmp_path / "fleet_summary.json").write_text(json.dumps(summary))
+    scaled = with_scales(table, tmp_path).to_pylist()
+    assert [row["consumers_scale"] for row in scaled] == [None, 1.0, 4.0, 1.0, 4.0, 1.0, 4.0, 1.0, 4.0]
+    assert [scale_label(row) for row in scaled[1:3]] == ["x1", "x4"]
+    (tmp_path / "other").mkdir()
+    summary["runs"][1]["consumers_scale"] = 5.0  # a second summary disagrees about one configuration
+    (tmp_path / "other" / "fleet_summary.json").write_text(json.dumps(summary))
+    disputed = with_scales(table, tmp_path).to_pylist()
+    assert disputed[2]["consumers_scale"] is None and disputed[1]["consumers_scale"] == 1.0
+
+
+def stage_rows() -> list[dict]:
+    rows = []
+    for mode, read in (("mafka3", ["fetch"]), ("mafka4", ["feeding", "vp_hw_wait", "fetch"])):
+        for consumers in (1, 4):
+            for path, stages in (("produce", ["accumulator", "isr_wait", "ack_return"]),
+                                 ("end_to_end", ["accumulator", "isr_wait", *read])):
+                for position, stage in enumerate([*stages, "total"]):
+                    rows.append({"mode": mode, "consumers": consumers, "topics": 1, "path": path, "position": position,
+                                 "stage": stage, "duration_ms_mean": 1.0, "duration_ms_tail_mean": 2.0,
+                                 "duration_ms_tp99": 3.0})
+    return rows
+
+
+def test_stage_columns_follow_the_longest_path():
+    rows = [row for row in stage_rows() if row["path"] == "end_to_end"]
+    assert stage_order(rows) == ["accumulator", "isr_wait", "feeding", "vp_hw_wait", "fetch", "total"]
+
+
+@pytest.mark.parametrize("draw", ["runtime", "fleet_nodes", "fleet_latency", "stages"])
+def test_plots_draw_pngs_from_table_rows(tmp_path: Path, draw: str):
+    runtime = [config_row("runtime", mode, consumers, 1, 5.0 * consumers) for mode in ("mafka3", "mafka4")
+               for consumers in (1, 2, 4, 8, 16, 32)]
+    fleet = [config_row("fleet_model", mode, consumers, topics, 9.0, consumers_scale=None, consumers_scale_rank=rank)
+             for mode in ("mafka3", "mafka4") for topics in (1000, 5000)
+             for rank, consumers in ((1, topics * 3), (2, topics * 12))]
+    path = tmp_path / f"{draw}.png"
+    {"runtime": lambda: report_plots.plot_runtime_latency(runtime, path),
+     "fleet_nodes": lambda: report_plots.plot_fleet_nodes(fleet, path),
+     "fleet_latency": lambda: report_plots.plot_fleet_latency(fleet, path),
+     "stages": lambda: report_plots.plot_stage_breakdown(stage_rows(), path)}[draw]()
+    assert path.read_bytes().startswith(b"\x89PNG")
