@@ -63,7 +63,6 @@ if TYPE_CHECKING:
 __all__ = ["AnalysisResult", "AnalysisSettings", "PERCENTILES", "analyze", "latency_by_config", "latency_by_repetition",
            "mode_ratios", "rank_expression", "read_event_frame", "spark_session"]
 
-GROUP_KEYS = CONFIG_KEYS
 COUNT_COLUMNS = ("write_nodes", "read_nodes", "nodes", "actors", "physical_partitions", "virtual_partitions")
 INTEGRITY_COLUMNS = ("acknowledged", "never_acknowledged", "deliveries_counted", "undelivered", "duplicates")
 COUNT_RATIO_COLUMNS = ("nodes", "write_nodes", "actors", "physical_partitions")

@@ -24,16 +24,17 @@ are bootstrapped (``INTERVAL_PERCENTILES``): see below why tp50 is not.
 
 **How it stays cheap, exactly.** Scanning a run's values from the largest down, the weighted
 percentile is the first value at which the weight scanned exceeds ``W - ceil(q * W)`` (the
-weight that may lie above it). For tp99 and tp999 that is near the top, so the scan first
-covers only the top ``4 * (1 - q) * n`` values of the run; only when those carry too little
-weight (their blocks drew small weights) does it cover the top ``40 * (1 - q) * n``, and then
-all ``n`` (``TAIL_MULTIPLES``). ``W`` itself comes from the per-block counts. So the restriction
-never changes a result, only the cost, and the margin is a matter of speed: the weight above
-the percentile is about ``(1 - q) * W``, and the first level holds four times the rows that
-carry it on average; a tail packed into a few blocks that all draw weight 0 (probability
-``1/e`` for one block) needs a deeper level. The statistics that needed every row are counted
-(``scans_full``). tp50 would need half of every run per replicate, more than ten times the
-rows of the tp99 and tp999 levels together, so it is not bootstrapped.
+weight that may lie above it); ``W`` itself comes from the per-block counts. For tp99 and tp999
+that is near the top, so the scan first covers only the top ``1.25 * (1 - q) * n`` values of
+the run, and only when those carry too little weight (their blocks drew small weights) the
+top 3, 10 and 40 times ``(1 - q) * n``, then all ``n`` (``TAIL_MULTIPLES``). So the restriction
+never changes a result, only the cost: the weight above the percentile is about
+``(1 - q) * W``, which the first level's rows carry when their blocks drew about average
+weights; a tail packed into a few blocks (a pause) that drew small weights needs a deeper
+level, each about three times the rows of the one before (the whole run last), so a replicate
+scans a few times the rows its answer needs, rarely more. The statistics that needed every row are counted
+(``scans_full``). tp50 would need half of every run per replicate, about 40 times the rows of
+the tp99 and tp999 first levels together, so it is not bootstrapped.
 
 The scans run as Spark SQL higher-order functions over one array per run (values descending,
 with their block), one ``aggregate`` per replicate: per run the work is ``replicates x kept
@@ -43,6 +44,7 @@ rows``, with no shuffle of replicated rows.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import TYPE_CHECKING, Sequence
 
 from simulations.percentiles import at_rank, rank_fraction, rank_sql
@@ -54,9 +56,10 @@ if TYPE_CHECKING:
 INTERVAL_PERCENTILES = {"tp99": "99", "tp999": "99.9"}
 # The interval's bounds, as nearest-rank percentiles of the replicate ratios.
 INTERVAL_BOUNDS = ("2.5", "97.5")
-# Rows scanned per level, in multiples of the run's expected rows above the percentile.
-TAIL_MULTIPLES = (4, 40)
-# P(Poisson(1) > 17) is about 1e-16, below the resolution of a 53-bit uniform.
+# Rows scanned per level, in multiples of the run's expected rows above the percentile: a ladder,
+# so that a replicate costs at most a few times the rows its answer needs (see the module doc).
+TAIL_MULTIPLES = (Fraction(5, 4), Fraction(3), Fraction(10), Fraction(40))
+# P(Poisson(1) > 17) is about 6e-17, below the resolution of a 53-bit uniform (1.1e-16).
 POISSON_WEIGHT_MAX = 18
 UNIFORM_BITS = 53
 
@@ -84,11 +87,13 @@ def threshold_sql(total: str, percent: str) -> str:
     return f"({total} - {rank_sql(percent, total)})"
 
 
-def kept_rows_sql(count: str, percent: str, multiple: int) -> str:
+def kept_rows_sql(count: str, percent: str, multiple: Fraction) -> str:
     """SQL of ``min(n, ceil(multiple * (1 - q) * n))``: the rows a scan level covers."""
     numerator, denominator = rank_fraction(percent)
-    tail = multiple * (denominator - numerator)
-    return f"least({count}, ({tail} * {count} + {denominator - 1}) div {denominator})"
+    share = Fraction(multiple) * Fraction(denominator - numerator, denominator)
+    assert share > 0, (percent, multiple)
+    return (f"cast(least({count}, ({share.numerator} * cast({count} as bigint) + {share.denominator - 1}) "
+            f"div {share.denominator}) as int)")
 
 
 def weighted_percentile_sql(prefixes: Sequence[str], weights: str, threshold: str) -> str:
@@ -145,13 +150,14 @@ def with_block_weights(runs: DataFrame, replicates: int, seed: int) -> DataFrame
 
     assert replicates >= 1, replicates
     uniform = uniform_sql(seed, "experiment_id", "mode", "consumers", "topics", "seed", "repetition", "b", "r")
+    # The uniform is drawn once per block and replicate, then mapped through the inverse CDF.
     return runs.withColumn("weights", F.expr(
-        f"transform(sequence(0, {replicates - 1}), r -> transform(sequence(0, blocks - 1), b -> "
-        f"{poisson_weight_sql(uniform)}))"))
+        f"transform(sequence(0, {replicates - 1}), r -> transform(transform(sequence(0, blocks - 1), b -> "
+        f"{uniform}), u -> {poisson_weight_sql('u')}))"))
 
 
 def replicate_statistics(runs: DataFrame, replicates: int, seed: int,
-                         tail_multiples: Sequence[int] = TAIL_MULTIPLES) -> DataFrame:
+                         tail_multiples: Sequence[Fraction] = TAIL_MULTIPLES) -> DataFrame:
     """Per run, latency, percentile and replicate: the weighted percentile (``value``) and ``level``.
 
     ``runs`` is ``run_arrays``. Rows: ``RUN_KEYS``, latency, percentile (name), replicate
@@ -167,8 +173,8 @@ def replicate_statistics(runs: DataFrame, replicates: int, seed: int,
             "(s, x) -> s + x))"))
         for name, percent in INTERVAL_PERCENTILES.items():
             prefixes = []
-            for multiple in tail_multiples:
-                column = f"{latency}_{name}_top{multiple}"
+            for level, multiple in enumerate(tail_multiples, start=1):
+                column = f"{latency}_{name}_level{level}"
                 frame = frame.withColumn(column, F.expr(
                     f"slice({latency}_desc, 1, {kept_rows_sql(f'size({latency}_desc)', percent, multiple)})"))
                 prefixes.append(column)

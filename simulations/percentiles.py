@@ -37,7 +37,8 @@ def rank_fraction(percent: str) -> tuple[int, int]:
 def rank_sql(percent: str, count_sql: str) -> str:
     """SQL of the 1-based nearest rank ``ceil(percent / 100 * n)``; ``count_sql`` is ``n``."""
     numerator, denominator = rank_fraction(percent)
-    return f"(({numerator} * ({count_sql}) + {denominator - 1}) div {denominator})"
+    # bigint: 99999 * n overflows an int (what size() returns) above n = 21,475.
+    return f"(({numerator} * cast({count_sql} as bigint) + {denominator - 1}) div {denominator})"
 
 
 def rank_expression(percent: str, count_column: str) -> Column:
@@ -51,7 +52,8 @@ def sorted_values(column: str) -> Column:
     """Aggregate: the non-null values of ``column`` in the group, ascending."""
     from pyspark.sql import functions as F
 
-    return F.array_sort(F.collect_list(column))
+    # sort_array sorts a primitive array with Arrays.sort; array_sort compares boxed values.
+    return F.sort_array(F.collect_list(column))
 
 
 def at_rank_sql(sorted_sql: str, percent: str) -> str:

@@ -240,7 +240,7 @@ def _method_section(settings: Any) -> str:
         "nearest-rank percentile, its ratio Mafka3 / Mafka4, and the interval the 2.5th and 97.5th nearest-rank "
         "percentiles of the replicate ratios (the percentile bootstrap interval). The ratio before the interval is the "
         "point estimate, from the medians. tp50 ratios have no interval: their bootstrap would scan half of every run "
-        "per replicate, more than ten times the rows the tp99 and tp999 scans need. See `simulations/intervals.py`.",
+        "per replicate, tens of times the rows the tp99 and tp999 scans need. See `simulations/intervals.py`.",
         "**Fleet consumer scales.** The fleet model runs each fleet size at several consumer scales; its plots draw one "
         "line per (mode, scale), the scale read from `fleet_summary.json` (`x4`), or, without it, numbered by "
         "consumers within each fleet size (`scale #2`).",

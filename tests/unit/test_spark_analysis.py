@@ -22,7 +22,7 @@ from mafka4.errors import InvalidConfig, NoEventLogs
 from simulations.analysis import (PERCENTILES, AnalysisSettings, analyze, latency_by_config, latency_by_repetition,
                                   rank_expression, read_event_frame, spark_session)
 from simulations.analysis_command import add_analyze_parser
-from simulations.percentiles import beyond_rank
+from simulations.percentiles import at_rank, beyond_rank
 from simulations.schema import RunInfo, event_log_files, write_events
 
 SEED = 20240601
@@ -120,6 +120,10 @@ def test_tp999_samples_beyond_the_rank_fall_below_50_under_50000_samples(spark):
         "n", "sequence(1, n) as sorted")
     beyond = {row["n"]: row["beyond"] for row in frame.select("n", beyond_rank("sorted", "99.9").alias("beyond")).collect()}
     assert beyond == {999: 0, 1000: 1, 49_999: 49, 50_000: 50}
+    # 99999 * 50,000 overflows the int that size() returns: the rank is computed in bigint.
+    found = frame.select("n", at_rank("sorted", "99.999").alias("value")).collect()
+    assert {row["n"]: row["value"] for row in found} == {
+        n: nearest_rank_index("99.999", n) + 1 for n in (999, 1000, 49_999, 50_000)}
 
 
 def test_a_run_not_drained_is_left_out_of_the_percentiles_and_counted(spark, tmp_path):

@@ -174,10 +174,11 @@ def test_the_tail_restriction_gives_the_same_statistics_as_the_full_scan(spark, 
     full = statistics_by_key(replicate_statistics(runs, 40, SEED, tail_multiples=()))
     assert {key: value for key, (value, _) in restricted.items()} == {key: value for key, (value, _) in full.items()}
     levels = {level for _, level in restricted.values()}
-    # The clustered run's slow block draws weight 0 in some replicates: the deeper levels are used.
-    assert levels == {1, 2, len(TAIL_MULTIPLES) + 1}
+    # The clustered run's slow block draws weight 0 in some replicates: the deeper levels are used,
+    # down to the whole run.
+    assert 1 in levels and len(TAIL_MULTIPLES) + 1 in levels
     clustered = [level for key, (_, level) in restricted.items() if key[:3] == ("mafka4", SEED + 1, 1)]
-    assert max(clustered) > 1
+    assert max(clustered) == len(TAIL_MULTIPLES) + 1
 
 
 def test_block_weights_are_poisson_and_fixed_by_the_seed(spark):
