@@ -308,7 +308,8 @@ def _run_configuration(cluster: TemporaryCluster, settings: ScalingSettings, mod
                     "topic_created_s": round(created_s, 1) if first else None,
                     "group_settled_s": round(settled_s, 1) if first else None,
                     "measured_s": round(time.monotonic() - measured, 1), "undelivered": undelivered,
-                    "trace_rows_dropped": stamps.dropped, "event_log": path.name})
+                    "trace_rows_dropped": stamps.dropped, "trace_actors_lost": trace.lost_actors,
+                    "event_log": path.name})
                 setup = f"topic {created_s:.0f} s, group {settled_s:.0f} s, " if first else ""
                 report(repetition, path, undelivered, f"({setup}measured {time.monotonic() - measured:.0f} s, "
                                                       f"load {load_before[0]:.2f} before)")

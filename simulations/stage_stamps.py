@@ -78,6 +78,18 @@ def vp_stamps(rows: Sequence[tuple], vps: Sequence[int | None], vp_offsets: Sequ
     return columns
 
 
+def _answer_or_empty(ref) -> dict:
+    """An actor's answer, or an empty trace if the actor died meanwhile (the controller restarts
+    a replica it finds dead, e.g. on a machine overloaded past its liveness leases): the
+    messages it stamped then have no stamps, and ``lost_actors`` counts it."""
+    import ray
+
+    try:
+        return ray.get(ref) or {"rows": [], "dropped": 0}
+    except ray.exceptions.RayActorError:
+        return {"rows": [], "dropped": 0, "lost_actor": 1}
+
+
 class TopicTrace:
     """The stage trace of one topic across its physical replicas and the read nodes hosting its VPs."""
 
@@ -90,12 +102,13 @@ class TopicTrace:
         self._replicas = {(partition, replica): replica_handle(cluster, topic, partition, replica)
                           for partition, replicas in replicas_by_partition.items() for replica in replicas}
         self._read_nodes = [read_node_handle(cluster, node) for node in read_nodes]
+        self.lost_actors = 0  # actors whose rows the last take could not get
 
     def _set(self, enabled: bool) -> None:
-        import ray
-
-        ray.get([handle.set_stage_trace.remote(enabled) for handle in self._replicas.values()]
-                + [node.set_stage_trace.remote(self.topic, enabled) for node in self._read_nodes])
+        for handle in self._replicas.values():
+            _answer_or_empty(handle.set_stage_trace.remote(enabled))
+        for node in self._read_nodes:
+            _answer_or_empty(node.set_stage_trace.remote(self.topic, enabled))
 
     def start(self) -> None:
         self._set(True)
@@ -104,12 +117,13 @@ class TopicTrace:
         """(physical rows by partition, read-node rows, rows dropped at the bound), then tracing stops."""
         import ray
 
-        physical_answers = ray.get([handle.take_stage_trace.remote() for handle in self._replicas.values()])
-        node_answers = ray.get([node.take_stage_trace.remote(self.topic) for node in self._read_nodes])
+        physical_answers = [_answer_or_empty(handle.take_stage_trace.remote()) for handle in self._replicas.values()]
+        node_answers = [_answer_or_empty(node.take_stage_trace.remote(self.topic)) for node in self._read_nodes]
         self._set(False)
         by_partition: dict[int, list[tuple]] = defaultdict(list)
         for (partition, _), answer in zip(self._replicas, physical_answers):
             by_partition[partition].extend(answer["rows"])
         node_rows = [row for answer in node_answers for row in answer["rows"]]
         dropped = sum(answer["dropped"] for answer in (*physical_answers, *node_answers))
+        self.lost_actors = sum(answer.get("lost_actor", 0) for answer in (*physical_answers, *node_answers))
         return dict(by_partition), node_rows, dropped
