@@ -227,7 +227,7 @@ def run_scaling(settings: ScalingSettings, out_dir: Path, progress=sys.stderr) -
 
 def _write_settings(path: Path, settings: ScalingSettings) -> None:
     """The settings beside the event logs; a resumed run must use the same ones."""
-    document = settings.to_json()
+    document = json.loads(json.dumps(settings.to_json()))  # tuples as JSON gives them back: lists
     if path.exists():
         recorded = json.loads(path.read_text())
         if recorded != document:
