@@ -73,3 +73,15 @@ def test_event_columns_take_the_first_delivery_count_every_one_and_join_the_stam
     assert columns["consume_time_ms"] == [7.0, 8.0, None] and columns["virtual_partition"] == [5, 4, None]
     assert columns["committed_time_ms"] == [4.0, 4.0, None] and columns["sent_time_ms"] == [1.5, 2.5, None]
     assert columns["vp_committed_time_ms"] == [6.6, None, None]
+
+
+def test_a_resumed_run_accepts_its_own_settings_and_refuses_others(tmp_path):
+    from dataclasses import replace
+
+    from simulations.scaling import _write_settings
+
+    settings = ScalingSettings(consumers=(1, 32), repetitions=3)
+    _write_settings(tmp_path / "settings.json", settings)
+    _write_settings(tmp_path / "settings.json", settings)  # as read back from JSON: the same
+    with pytest.raises(InvalidConfig, match="duration_s"):
+        _write_settings(tmp_path / "settings.json", replace(settings, duration_s=5.0))
