@@ -32,8 +32,9 @@ producer's batches straight to a leader; ``producer_run`` paces the public Produ
 CPU is the schedstat CPU time of the actor processes (``proc_cpu``), net of each one's idle
 rate in the window after step 3, so a busy machine slows the runs but changes the figures
 little. The 1-minute load average is recorded before, at every step and after; the run is
-``quiet`` when every one of them is at most ``params.QUIET_LOAD_PER_CORE_MAX`` per core, and
-the document says so (``params.calibration_source``). ``fit.derive_params`` turns the raw
+``quiet`` when the readings taken while it leaves the machine idle (before, and at the idle
+windows' start and end) are at most ``params.QUIET_LOAD_PER_CORE_MAX`` per core, and the
+document says so (``params.calibration_source``). The trials' own load is recorded too. ``fit.derive_params`` turns the raw
 figures into ``CalibrationParams`` and their measurement errors. The defaults take about 6 min.
 """
 
@@ -55,7 +56,7 @@ from mafka4.errors import InvalidConfig
 from mafka4.limits import Acks, ClusterConfig, ReadMode
 from simulations.fleet import proc_cpu
 from simulations.fleet.fit import derive_params
-from simulations.fleet.params import CALIBRATION_FORMAT, QUIET_LOAD_PER_CORE_MAX, is_quiet, recorded_loads_1m
+from simulations.fleet.params import CALIBRATION_FORMAT, QUIET_LOAD_PER_CORE_MAX, background_loads_1m, is_quiet
 from simulations.schema import git_commit
 
 MiB = 1024 * 1024
@@ -453,8 +454,9 @@ def make_document(raw: dict, settings: CalibrationSettings, machine: dict, comma
     """The calibration document of a run: its raw figures, what ``fit`` derives from them, and where,
     when and how quietly they were taken (``machine``: cpu_count, load averages; ``quiet`` is added)."""
     derivation = derive_params(raw)
-    machine = {**machine, "quiet": is_quiet(recorded_loads_1m(machine), machine["cpu_count"]),
-               "quiet_rule": f"every 1-minute load average recorded <= {QUIET_LOAD_PER_CORE_MAX:g} per core"}
+    machine = {**machine, "quiet": is_quiet(background_loads_1m(machine), machine["cpu_count"]),
+               "quiet_rule": f"every 1-minute load average read before the run and in its idle windows "
+                             f"<= {QUIET_LOAD_PER_CORE_MAX:g} per core (its own trials load the cores)"}
     return {
         "command": command,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -145,13 +145,15 @@ def add_fleet_parser(subparsers) -> argparse.ArgumentParser:
     model.add_argument("--ray", action="store_true", help="run the configurations as tasks on a local Ray")
     model.set_defaults(run=_cmd_fleet_model)
     calibrate = commands.add_parser(
-        "calibrate", help="measure the runtime's costs and their errors on a throwaway local cluster (~6 min; run it "
-                          "on a quiet machine: the document says whether the load average stayed <= 1 per core)",
+        "calibrate", help="measure the runtime's costs and their errors on a throwaway local cluster (~8 min; run it "
+                          "on a quiet machine: the document says whether the background load average stayed <= 1 "
+                          "per core)",
         description="Start a throwaway local cluster (3 write nodes, 1 read node), measure CPU per request, message "
                     "and byte of every actor role (3 trials each), idle CPU over 60 s windows from schedstat, the "
                     "read node's growth per hosted VP (a topic of 128 VPs), and latencies (5 paced trials), then "
                     "write calibration.json: raw figures, derived parameters, their 1-sigma measurement errors, "
-                    "notes and whether the machine was quiet (every 1-minute load average <= 1 per core).")
+                    "notes and whether the machine was quiet (every 1-minute load average read before the run and in its "
+                    "idle windows <= 1 per core; the trials' own load is recorded beside it).")
     calibrate.add_argument("--out", default=CALIBRATION_OUT_DEFAULT, help="calibration.json path (default %(default)s)")
     calibrate.set_defaults(run=_cmd_fleet_calibrate)
     sensitivity = commands.add_parser(
