@@ -48,7 +48,8 @@ def add_scaling_arguments(parser: argparse.ArgumentParser, defaults: ScalingSett
     parser.add_argument("--seed", type=int, default=defaults.seed,
                         help="seed of the first repetition; repetition r uses seed + r (default %(default)s)")
     parser.add_argument("--repetitions", type=int, default=defaults.repetitions,
-                        help="runs of every configuration, each with its own seed and cluster (default %(default)s)")
+                        help="runs of every configuration, one after the other on the same topic and group "
+                             "(repetition r uses seed + r; default %(default)s)")
     parser.add_argument("--no-pin", action="store_true", help="do not pin write-side and read-side nodes to CPU sets")
     parser.add_argument("--experiment-id", default="", help="default scaling-seed<SEED>; a rerun with the same id and "
                                                             "--out skips finished configurations")
