@@ -31,6 +31,7 @@ from simulations.extras import require_analysis_extra
 from simulations.scaling import ScalingSettings
 
 if TYPE_CHECKING:
+    from simulations.analysis import AnalysisSettings
     from simulations.fleet.sweep import SweepSettings
 
 # 50,000 messages per repetition: the 50th-largest latency is its tp999.
@@ -38,10 +39,11 @@ COMPARE_DEFAULTS = ScalingSettings(consumers=(1, 2, 4, 8, 16, 32), repetitions=3
 
 
 def run_compare(out: Path, scaling: ScalingSettings, calibration: Path | None, progress=sys.stderr,
-                sweep: SweepSettings | None = None) -> Path:
+                sweep: SweepSettings | None = None, analysis: AnalysisSettings | None = None) -> Path:
     """Run the three steps into ``out``; the report's path. ``sweep`` (default: the fleet model's
-    defaults with the experiment's seed) sizes the fleet-model step."""
-    from simulations.analysis import analyze
+    defaults with the experiment's seed) sizes the fleet-model step, ``analysis`` (default: the
+    analysis defaults) the Spark step."""
+    from simulations.analysis import AnalysisSettings, analyze
     from simulations.fleet.params import DEFAULT_CALIBRATION, load_calibration
     from simulations.fleet.sweep import SweepSettings, run_sweep
     from simulations.scaling import run_scaling
@@ -53,7 +55,7 @@ def run_compare(out: Path, scaling: ScalingSettings, calibration: Path | None, p
     params = load_calibration(calibration) if calibration else DEFAULT_CALIBRATION
     run_sweep(out / "fleet", sweep or SweepSettings(seed=scaling.seed), params, str(calibration) if calibration else None)
     print(f"3/3 Spark analysis -> {out / 'analysis'}", file=progress, flush=True)
-    result = analyze(out, out / "analysis")
+    result = analyze(out, out / "analysis", analysis or AnalysisSettings())
     print(f"done in {time.monotonic() - began:.0f} s", file=progress, flush=True)
     return result.report_path
 
