@@ -348,14 +348,25 @@ def _runs_section(facts: Sequence[Mapping[str, Any]], latency_rows: Sequence[Map
     return lines
 
 
+# A calibration's per-trial figures (``raw``) run to hundreds of values: the report points to them.
+CALIBRATION_RAW_KEY = "raw"
+
+
 def load_calibrations(events_dir: Path) -> list[tuple[str, dict[str, Any] | str]]:
-    """(relative path, flattened contents or the parse error) of each ``calibration.json`` below the dir."""
+    """(relative path, flattened contents or the parse error) of each ``calibration.json`` below the dir.
+
+    The per-trial figures are left in the file: the contents name where they are instead.
+    """
     found = []
     for path in sorted(events_dir.rglob(CALIBRATION_FILE)):
         if (path.parent / ANALYSIS_MARKER).exists():
             continue
         try:
-            found.append((str(path.relative_to(events_dir)), _flatten(json.loads(path.read_text()))))
+            document = json.loads(path.read_text())
+            if isinstance(document, dict) and CALIBRATION_RAW_KEY in document:
+                document = {**document, CALIBRATION_RAW_KEY: f"per-trial figures: the '{CALIBRATION_RAW_KEY}' "
+                                                             f"object of {path.name}"}
+            found.append((str(path.relative_to(events_dir)), _flatten(document)))
         except (OSError, ValueError) as error:
             found.append((str(path.relative_to(events_dir)), f"could not be read: {error}"))
     return found
