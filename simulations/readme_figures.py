@@ -1,0 +1,97 @@
+"""The README's result tables, rendered from one shipped report, so the two cannot drift apart.
+
+    python3 -m simulations.readme_figures reports/2026-11-25-compare   # prints the block
+
+The README holds the block between ``<!-- figures: DIR -->`` and ``<!-- /figures -->``, where
+DIR is the report's directory in this repository (the CSV tables ``mafka4 analyze`` wrote).
+``tests/unit/test_readme_figures.py`` renders the block again from DIR and compares: a README
+figure that is not the report's fails the test. Every runtime consumer count and every fleet
+consumer scale and size is shown, never only the largest.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import sys
+from pathlib import Path
+
+BLOCK = re.compile(r"<!-- figures: (?P<dir>\S+) -->\n(?P<body>.*?)<!-- /figures -->", re.DOTALL)
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as source:
+        return list(csv.DictReader(source))
+
+
+def _ms(value: str) -> str:
+    return "–" if value == "" else f"{float(value):,.1f}"
+
+
+def _ratio(row: dict[str, str], column: str) -> str:
+    value, low, high = row[column], row.get(f"{column}_low", ""), row.get(f"{column}_high", "")
+    if value == "":
+        return "–"
+    interval = f" [{float(low):.2f}, {float(high):.2f}]" if low != "" and high != "" else ""
+    return f"{float(value):.2f}{interval}"
+
+
+def _percentiles(row: dict[str, str], latency: str) -> str:
+    """p50 / p99 / p99.9, the medians over repetitions; the p99.9's min-max after it."""
+    tp999 = f"{_ms(row[f'{latency}_tp999'])} ({_ms(row[f'{latency}_tp999_min'])}–{_ms(row[f'{latency}_tp999_max'])})"
+    return f"{_ms(row[f'{latency}_tp50'])} / {_ms(row[f'{latency}_tp99'])} / {tp999}"
+
+
+def runtime_table(report_dir: Path) -> str:
+    latency = [row for row in _rows(report_dir / "latency_by_config.csv") if row["source"] == "runtime"]
+    ratios = {row["consumers"]: row for row in _rows(report_dir / "mode_ratios.csv") if row["source"] == "runtime"}
+    by_mode = {(row["mode"], row["consumers"]): row for row in latency}
+    lines = ["| consumers | Mafka3 produce | Mafka4 produce | Mafka3 end-to-end | Mafka4 end-to-end "
+             "| produce p99.9 M3/M4 | end-to-end p99.9 M3/M4 |", "|---|---|---|---|---|---|---|"]
+    for consumers in sorted({row["consumers"] for row in latency}, key=int):
+        mafka3, mafka4 = by_mode.get(("mafka3", consumers)), by_mode.get(("mafka4", consumers))
+        ratio = ratios.get(consumers)
+        cells = [consumers,
+                 *(_percentiles(row, name) if row else "–" for name in ("produce_latency_ms",) for row in (mafka3, mafka4)),
+                 *(_percentiles(row, name) if row else "–" for name in ("end_to_end_latency_ms",) for row in (mafka3, mafka4)),
+                 _ratio(ratio, "produce_latency_ms_tp999_ratio") if ratio else "–",
+                 _ratio(ratio, "end_to_end_latency_ms_tp999_ratio") if ratio else "–"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def fleet_table(report_dir: Path) -> str:
+    latency = [row for row in _rows(report_dir / "latency_by_config.csv") if row["source"] == "fleet_model"]
+    by_key = {(row["mode"], row["topics"], row["consumers_scale"]): row for row in latency}
+    keys = sorted({(row["consumers_scale"], row["topics"]) for row in latency}, key=lambda k: (float(k[0] or 0), int(k[1])))
+    lines = ["| consumer scale | topics | nodes M3 / M4 (ratio) | produce p99.9 M3 / M4 | end-to-end p99.9 M3 / M4 |",
+             "|---|---|---|---|---|"]
+    for scale, topics in keys:
+        mafka3, mafka4 = by_key.get(("mafka3", topics, scale)), by_key.get(("mafka4", topics, scale))
+        if mafka3 is None or mafka4 is None:
+            continue
+        nodes3, nodes4 = int(mafka3["nodes"]), int(mafka4["nodes"])
+        lines.append(f"| x{float(scale):g} | {int(topics):,} | {nodes3:,} / {nodes4:,} ({nodes3 / nodes4:.2f}) "
+                     f"| {_ms(mafka3['produce_latency_ms_tp999'])} / {_ms(mafka4['produce_latency_ms_tp999'])} "
+                     f"| {_ms(mafka3['end_to_end_latency_ms_tp999'])} / {_ms(mafka4['end_to_end_latency_ms_tp999'])} |")
+    return "\n".join(lines)
+
+
+def render(report_dir: Path) -> str:
+    """The block's body: both tables, each introduced by the file it comes from."""
+    return (f"Runtime (`{report_dir}/latency_by_config.csv`, `mode_ratios.csv`): latencies in ms, p50 / p99 / p99.9 "
+            f"as the median of the repetitions, the p99.9's min–max in brackets; the ratios with their 95 % "
+            f"block-bootstrap interval.\n\n{runtime_table(report_dir)}\n\n"
+            f"Fleet model (same report, `source = fleet_model`):\n\n{fleet_table(report_dir)}\n")
+
+
+def readme_block(readme_text: str) -> tuple[Path, str]:
+    """The report directory a README's figures block names, and the block's body."""
+    match = BLOCK.search(readme_text)
+    if match is None:
+        raise ValueError("README has no '<!-- figures: DIR -->' ... '<!-- /figures -->' block")
+    return Path(match["dir"]), match["body"]
+
+
+if __name__ == "__main__":
+    print(render(Path(sys.argv[1])), end="")
