@@ -11,7 +11,7 @@ import pytest
 
 from simulations import report_plots
 from simulations.consumer_scales import scale_label, with_scales
-from simulations.report import headline, stage_order
+from simulations.report import headline, load_calibrations, stage_order
 
 LATENCIES = ("produce_latency_ms", "end_to_end_latency_ms")
 
@@ -115,3 +115,13 @@ def test_plots_draw_pngs_from_table_rows(tmp_path: Path, draw: str):
      "fleet_latency": lambda: report_plots.plot_fleet_latency(fleet, path),
      "stages": lambda: report_plots.plot_stage_breakdown(stage_rows(), path)}[draw]()
     assert path.read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_calibrations_per_trial_figures_stay_in_its_file(tmp_path):
+    (tmp_path / "fleet").mkdir()
+    document = {"derived": {"produce_request_cpu_us": 1363.7}, "raw": {"format": 2, "produce": {"trials": [1, 2]}}}
+    (tmp_path / "fleet" / "calibration.json").write_text(json.dumps(document))
+    [(name, contents)] = load_calibrations(tmp_path)
+    assert name == "fleet/calibration.json" and contents["derived.produce_request_cpu_us"] == 1363.7
+    assert contents["raw"] == "per-trial figures: the 'raw' object of calibration.json"
+    assert not any(key.startswith("raw.") for key in contents)
