@@ -265,6 +265,14 @@ class NoEventLogs(MafkaError):
     usage_error = True
 
 
+class RunInTwoEventLogs(MafkaError):
+    """Two event-log files hold rows of the same run (experiment, mode, consumers, topics, seed and
+    repetition), e.g. a repetition measured again next to its first file: their rows would merge
+    into one run. Move one of the files out of the directory analysed."""
+
+    usage_error = True
+
+
 class ProcessNotVisible(MafkaError):
     """A benchmark measures a process (a read node, a reference actor) through this machine's
     ``/proc``, and the process is not there: it runs on another machine, or it exited. Run the

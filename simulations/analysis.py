@@ -46,14 +46,14 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from mafka4.errors import MissingDependency
+from mafka4.errors import MissingDependency, RunInTwoEventLogs
 from simulations import consumer_scales, omb, report as report_module
 from simulations.analysis_settings import AnalysisSettings
 from simulations.extras import INSTALL_ANALYSIS
 from simulations.intervals import INTERVAL_PERCENTILES, ratio_intervals
 from simulations.percentiles import PERCENTILES, at_rank, beyond_rank, median_min_max, rank_expression, sorted_values
 from simulations.runs import (CONFIG_KEYS, LATENCIES, RATIO_KEYS, RUN_KEYS, TAIL_SAMPLES_MIN, drained_column,
-                              drained_runtime_events, integrity_aggregates)
+                              drained_runtime_events, integrity_aggregates, runs_in_more_than_one_file)
 from simulations.schema import ANALYSIS_MARKER, EVENT_SCHEMA, check_event_file, event_log_files
 from simulations.stages import stage_latency
 
@@ -119,6 +119,16 @@ def spark_event_schema():
     spark_types = {pa.string(): T.StringType(), pa.int32(): T.IntegerType(), pa.int64(): T.LongType(),
                    pa.float64(): T.DoubleType()}
     return T.StructType([T.StructField(field.name, spark_types[field.type], True) for field in EVENT_SCHEMA])
+
+
+def refuse_runs_in_two_files(events: DataFrame) -> None:
+    """Raise RunInTwoEventLogs, naming the run and its files, if a run's rows are in two files."""
+    shared = runs_in_more_than_one_file(events)
+    if shared:
+        keys, paths = shared[0]
+        run = ", ".join(f"{key}={value}" for key, value in keys.items())
+        raise RunInTwoEventLogs(f"{len(shared)} run(s) have rows in more than one event log, first {run}: "
+                                f"{', '.join(paths)}; move all but one file of each run out of the directory analysed")
 
 
 def read_event_frame(spark: SparkSession, files: list[Path]) -> DataFrame:
@@ -248,6 +258,7 @@ def write_table(table: pa.Table, out_dir: Path, name: str) -> tuple[Path, Path]:
 def compute_tables(session: SparkSession, files: list[Path], settings: AnalysisSettings) -> tuple[dict, list, list]:
     """Every result table (as Arrow), the run facts and the OMB documents, all from Spark."""
     events = read_event_frame(session, files)
+    refuse_runs_in_two_files(events)
     by_repetition = latency_by_repetition(events).cache()
     latency = latency_by_config(by_repetition).cache()
     drained = drained_runtime_events(events, by_repetition)

@@ -18,6 +18,9 @@ Per run (``integrity_aggregates``):
   acknowledged, so its end-to-end latencies miss the slowest messages: it is left out of every
   latency statistic and listed in the report.
 
+A run's rows come from one event-log file: ``runs_in_more_than_one_file`` finds the runs that do
+not (a repetition measured again next to its first file), which the analysis refuses.
+
 ``TAIL_SAMPLES_MIN``: a tp999 resting on fewer samples above its rank is flagged in the report.
 """
 
@@ -26,7 +29,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column
+    from pyspark.sql import Column, DataFrame
 
 CONFIG_KEYS = ("source", "mode", "consumers", "topics")
 RUN_KEYS = (*CONFIG_KEYS, "experiment_id", "seed", "repetition")
@@ -67,3 +70,13 @@ def drained_runtime_events(events, runs):
 
     kept = runs.filter((F.col("source") == "runtime") & F.col("drained")).select(*RUN_KEYS)
     return events.filter(F.col("source") == "runtime").join(F.broadcast(kept), on=list(RUN_KEYS), how="left_semi")
+
+
+def runs_in_more_than_one_file(events: DataFrame) -> list[tuple[dict, list[str]]]:
+    """(run keys, file paths) of every run whose rows come from more than one file of ``events``
+    (a frame read straight from Parquet, so that it has the ``_metadata`` column)."""
+    from pyspark.sql import functions as F
+
+    files = F.array_sort(F.collect_set(F.col("_metadata.file_path"))).alias("files")
+    shared = events.groupBy(*RUN_KEYS).agg(files).where(F.size("files") > 1).collect()
+    return [({key: row[key] for key in RUN_KEYS}, list(row["files"])) for row in shared]

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mafka4.bench.stats import nearest_rank_index
-from mafka4.errors import InvalidConfig, NoEventLogs
+from mafka4.errors import InvalidConfig, NoEventLogs, RunInTwoEventLogs
 from simulations.analysis import (PERCENTILES, AnalysisSettings, analyze, latency_by_config, latency_by_repetition,
                                   rank_expression, read_event_frame, spark_session)
 from simulations.analysis_command import add_analyze_parser
@@ -206,6 +206,18 @@ def tiny_fixture(directory: Path) -> None:
                 summary.append({"design": mode, "topics": topics, "consumers": consumers, "consumers_scale": scale})
     (directory / "fleet" / "fleet_summary.json").write_text(json.dumps({"experiment_id": "fleet-model", "runs": summary}))
     (directory / "fleet" / "calibration.json").write_text(json.dumps({"replica_fetch_ms": 0.0265, "source": {"runs": 3}}))
+
+
+def test_a_run_measured_again_beside_its_first_file_is_refused_naming_both(spark, tmp_path):
+    rng = np.random.default_rng(SEED)
+    run = replace(RUNTIME3, consumers=2, physical_partitions=2)
+    runtime_run(tmp_path, run, rng, rows=50)
+    again = tmp_path / "runtime" / "again"
+    again.mkdir()
+    (tmp_path / "runtime" / "mafka3-c2-r0.parquet").rename(again / "first.parquet")
+    runtime_run(tmp_path, run, rng, rows=50)
+    with pytest.raises(RunInTwoEventLogs, match="mode=mafka3, consumers=2.*first.parquet.*mafka3-c2-r0.parquet.*move all but one"):
+        analyze(tmp_path, spark=spark, settings=AnalysisSettings(bootstrap_replicates=5))
 
 
 def test_a_run_writes_tables_plots_omb_files_and_a_report(spark, tmp_path):
