@@ -1,9 +1,9 @@
 """The README's result tables, rendered from one shipped report, so the two cannot drift apart.
 
-    python3 -m simulations.readme_figures reports/2026-11-25-compare   # prints the block
+    python3 -m simulations.readme_figures reports/2026-11-26-compare   # prints the block
 
 The README holds the block between ``<!-- figures: DIR -->`` and ``<!-- /figures -->``, where
-DIR is the report's directory in this repository (the CSV tables ``mafka4 analyze`` wrote).
+DIR is the report's directory, relative to the repository (the CSV tables ``mafka4 analyze`` wrote).
 ``tests/unit/test_readme_figures.py`` renders the block again from DIR and compares: a README
 figure that is not the report's fails the test. Every runtime consumer count and every fleet
 consumer scale and size is shown, never only the largest.
@@ -43,6 +43,7 @@ def _percentiles(row: dict[str, str], latency: str) -> str:
 
 
 def runtime_table(report_dir: Path) -> str:
+    """Every runtime consumer count: both modes' percentiles and the p99.9 ratios."""
     latency = [row for row in _rows(report_dir / "latency_by_config.csv") if row["source"] == "runtime"]
     ratios = {row["consumers"]: row for row in _rows(report_dir / "mode_ratios.csv") if row["source"] == "runtime"}
     by_mode = {(row["mode"], row["consumers"]): row for row in latency}
@@ -51,16 +52,17 @@ def runtime_table(report_dir: Path) -> str:
     for consumers in sorted({row["consumers"] for row in latency}, key=int):
         mafka3, mafka4 = by_mode.get(("mafka3", consumers)), by_mode.get(("mafka4", consumers))
         ratio = ratios.get(consumers)
-        cells = [consumers,
-                 *(_percentiles(row, name) if row else "–" for name in ("produce_latency_ms",) for row in (mafka3, mafka4)),
-                 *(_percentiles(row, name) if row else "–" for name in ("end_to_end_latency_ms",) for row in (mafka3, mafka4)),
-                 _ratio(ratio, "produce_latency_ms_tp999_ratio") if ratio else "–",
-                 _ratio(ratio, "end_to_end_latency_ms_tp999_ratio") if ratio else "–"]
+        cells = [consumers]
+        for latency_name in ("produce_latency_ms", "end_to_end_latency_ms"):
+            cells += [_percentiles(row, latency_name) if row else "–" for row in (mafka3, mafka4)]
+        for latency_name in ("produce_latency_ms", "end_to_end_latency_ms"):
+            cells.append(_ratio(ratio, f"{latency_name}_tp999_ratio") if ratio else "–")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def fleet_table(report_dir: Path) -> str:
+    """Every fleet consumer scale and size: nodes, their ratio and the p99.9s."""
     latency = [row for row in _rows(report_dir / "latency_by_config.csv") if row["source"] == "fleet_model"]
     by_key = {(row["mode"], row["topics"], row["consumers_scale"]): row for row in latency}
     keys = sorted({(row["consumers_scale"], row["topics"]) for row in latency}, key=lambda k: (float(k[0] or 0), int(k[1])))
@@ -77,12 +79,14 @@ def fleet_table(report_dir: Path) -> str:
     return "\n".join(lines)
 
 
-def render(report_dir: Path) -> str:
-    """The block's body: both tables, each introduced by the file it comes from."""
+def render(report_dir: Path, root: Path = Path(".")) -> str:
+    """The block's body for the report at ``root / report_dir``: both tables, each introduced by
+    the file it comes from (named as ``report_dir``, as the README names it)."""
+    tables = root / report_dir
     return (f"Runtime (`{report_dir}/latency_by_config.csv`, `mode_ratios.csv`): latencies in ms, p50 / p99 / p99.9 "
             f"as the median of the repetitions, the p99.9's min–max in brackets; the ratios with their 95 % "
-            f"block-bootstrap interval.\n\n{runtime_table(report_dir)}\n\n"
-            f"Fleet model (same report, `source = fleet_model`):\n\n{fleet_table(report_dir)}\n")
+            f"block-bootstrap interval.\n\n{runtime_table(tables)}\n\n"
+            f"Fleet model (same report, `source = fleet_model`):\n\n{fleet_table(tables)}\n")
 
 
 def readme_block(readme_text: str) -> tuple[Path, str]:

@@ -34,8 +34,9 @@ rate in the window after step 3, so a busy machine slows the runs but changes th
 little. The 1-minute load average is recorded before, at every step and after; the run is
 ``quiet`` when the readings taken while it leaves the machine idle (before, and at the idle
 windows' start and end) are at most ``params.QUIET_LOAD_PER_CORE_MAX`` per core, and the
-document says so (``params.calibration_source``). The trials' own load is recorded too. ``fit.derive_params`` turns the raw
-figures into ``CalibrationParams`` and their measurement errors. The defaults take about 6 min.
+document says so (``params.calibration_source``). The trials' own load is recorded too.
+``fit.derive_params`` turns the raw figures into ``CalibrationParams`` and their measurement
+errors. The defaults take about 8 min (461 s on a 2-core machine).
 """
 
 from __future__ import annotations

@@ -91,11 +91,11 @@ def test_256_vps_on_two_read_nodes_while_members_join_to_16_and_leave_to_4(read_
                          virtual_partitions=256)
 
 
-
 def test_256_vps_on_two_read_nodes_while_members_join_to_4_and_leave_to_2(read_cluster):
     """The default suite's share of the run above: the same 512 logs, fewer members and messages."""
     run_joins_and_leaves(read_cluster, messages=4_000, members_max=4, leavers=2, join_interval_s=1,
                          virtual_partitions=256)
+
 
 def consume_all(connection, topic: str, group: str, expected: int) -> list:
     """What one member of ``group`` reads until it has ``expected`` messages (and a little more); it commits on close."""

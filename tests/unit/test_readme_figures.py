@@ -13,16 +13,4 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_readme_figures_are_the_cited_reports():
     report_dir, body = readme_block((ROOT / "README.md").read_text())
     assert (ROOT / report_dir / "report.md").exists(), f"the README cites {report_dir}, which holds no report.md"
-    rendered = render(report_dir) if report_dir.is_absolute() else _render_from_root(report_dir)
-    assert body == rendered, "regenerate the block: python3 -m simulations.readme_figures " + str(report_dir)
-
-
-def _render_from_root(report_dir: Path) -> str:
-    import os
-
-    previous = Path.cwd()
-    os.chdir(ROOT)  # the block names the directory relative to the repository
-    try:
-        return render(report_dir)
-    finally:
-        os.chdir(previous)
+    assert body == render(report_dir, ROOT), f"regenerate the block: python3 -m simulations.readme_figures {report_dir}"
