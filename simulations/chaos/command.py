@@ -19,10 +19,28 @@ def _fault_list(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
+# Exit codes: a pass, a failed verdict (as ``python3 -m simulations.dst`` for a failed seed),
+# and mafka4's usage error (``mafka4.cli.main``; argparse exits 2 too).
+EXIT_PASSED, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EPILOG = f"""\
+verdict: the run fails on any checker anomaly, a committed offset moving back, a cluster
+that did not heal within the heal bound, a member the nemesis did not kill exiting
+abnormally, or a replica log that could not be read; the report's "verdict" section lists
+every reason. The heal bound is {ChaosSettings().heal_timeout_s:g} s.
+
+exit codes:
+  {EXIT_PASSED}  the verdict passed
+  {EXIT_FAILED}  the verdict failed (the report and the last lines printed name every reason),
+     or an error stopped the run before its verdict (an error message, no report)
+  {EXIT_USAGE}  usage error: a bad option or setting (no run)
+"""
+
+
 def add_chaos_parser(commands) -> None:
     defaults = ChaosSettings()
     chaos = commands.add_parser("chaos", help="seeded random faults on a throwaway cluster under a keyed workload, "
-                                              "judged by history checkers (lost, reordered, duplicated messages)")
+                                              "judged by history checkers and a strict verdict",
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     chaos.add_argument("--seed", type=int, help="seed of the fault sequence (default: a random one, printed)")
     chaos.add_argument("--duration-s", type=float, default=defaults.duration_s, help="fault phase (default %(default)s)")
     chaos.add_argument("--rate-msgs-per-s", type=int, default=defaults.rate_msgs_per_s, help="default %(default)s")
@@ -41,10 +59,11 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
           f"{settings.rate_msgs_per_s} msgs/s, {settings.members} members", flush=True)
     from simulations.chaos.run import run_chaos, summary  # starts clusters: imported only to run
 
-    report = run_chaos(settings)
     out = Path(args.out)
+    out.unlink(missing_ok=True)  # a run stopped by an error must not leave an older run's report behind
+    report = run_chaos(settings)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(summary(report))
     print(f"full report written to {out}", file=sys.stderr)
-    return 0 if report["ok"] else 1
+    return EXIT_PASSED if report["verdict"]["passed"] else EXIT_FAILED

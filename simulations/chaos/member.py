@@ -16,6 +16,10 @@ had not returned yet, which the next owner reads again anyway)::
     {"t": T, "error": TEXT}                                        a join or poll that raised
     {"t": T, "closed": MEMBER_ID}                                  left the group after SIGTERM
 
+Exit status: 0 after SIGTERM (closed, or stopped before it could join); 1 when it could not
+join within ``JOIN_ATTEMPTS_MAX`` attempts. Any exit but 0 (that one, an exception, a signal)
+of a member the nemesis did not kill fails the run's verdict (``simulations.chaos.verdict``).
+
 ``t`` is ``time.monotonic()``: one clock for every process on a Linux machine, so the driver
 orders these lines among its own history records.
 """
@@ -66,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     with open(args.out, "a", encoding="utf-8") as out:
         consumer = _join(args, connection, out, stopping)
         if consumer is None:
-            return 1
+            # Asked to stop before it joined: nothing to close. Out of join attempts: a failure.
+            return 0 if stopping.is_set() else 1
         _line(out, ready=consumer.member_id)
         out.flush()
         while not stopping.is_set():

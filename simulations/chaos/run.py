@@ -18,11 +18,14 @@ default) and runs, in order:
 5. **judge**: the final logs are read from the cluster and every checker runs
    (``judge``); the report goes to ``--out`` as JSON.
 
-Verdict: the run passes if no checker found anything: no acknowledged message lost or left
-unread, no per-key or per-producer reordering, no duplicate beyond at-least-once re-delivery
-(re-reads of what the group had not committed, counted as ``redelivered``), no diverged
-replicas, no misplaced VP record, no committed offset moving back. ``mafka4 chaos`` exits 0
-only then.
+Verdict (``simulations.chaos.verdict``, the report's ``verdict`` section): the run passes only
+if no checker found anything (no acknowledged message lost or left unread, no per-key or
+per-producer reordering, no duplicate beyond at-least-once re-delivery -- re-reads of what
+the group had not committed, counted as ``redelivered`` --, no diverged replicas, no
+misplaced VP record), no committed offset moved back, the cluster healed within
+``heal_timeout_s``, no member the nemesis did not kill exited abnormally, and every replica's
+final log was read. Otherwise the section lists every reason. ``mafka4 chaos`` exits 0 only
+on a pass.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from mafka4.runtime.temporary import temporary_cluster
 from simulations.chaos.faults import EtcdControl, FaultRecord, Nemesis
 from simulations.chaos.judge import FinalLogs, judge, read_final_logs, with_sources
 from simulations.chaos.settings import ChaosSettings
+from simulations.chaos.verdict import Evidence, MemberExit, verdict
 from simulations.chaos.workload import CommitObserver, History, Members, PacedProducer
 from simulations.checkers import Ack
 
@@ -136,14 +140,16 @@ class _ChaosRun:
             self.observer.stop()
             if self.delete_topic:
                 _delete_topic(self.admin, self.topic)
-        if report["ok"] and not report["members_exited_abnormally"]:
+        if report["verdict"]["passed"]:
             shutil.rmtree(self.workdir, ignore_errors=True)
         else:
             report["member_logs"] = str(self.workdir)  # kept to find out what happened
         return report
 
     def _report(self, faults: list[FaultRecord], heal: dict, drained: bool, logs: FinalLogs, judged: dict) -> dict:
-        failing = {kind: count for kind, count in judged["anomalies"].items() if count}
+        exits = tuple(MemberExit(m.name, m.killed, m.process.returncode, m.stop_timed_out) for m in self.members.all)
+        judgement = verdict(Evidence(judged["anomalies"], heal["healed"], self.settings.heal_timeout_s,
+                                     tuple(heal["unhealthy"]), exits, tuple(logs.unreadable)))
         by_kind: dict[str, int] = {}
         for fault in faults:
             by_kind[fault.kind] = by_kind.get(fault.kind, 0) + 1
@@ -168,13 +174,12 @@ class _ChaosRun:
             "unread_explained": judged["unread_explained"],
             "producer_failures": producer.failures[:20],
             "members": [{"name": m.name, "killed": m.killed, "exit_code": m.process.returncode,
-                         "records": sum(1 for line in m.lines() if "vp" in line)} for m in members.all],
-            "members_exited_abnormally": [m.name for m in members.all if not m.killed and m.process.returncode != 0],
+                         "stop_timed_out": m.stop_timed_out, "records": sum(1 for line in m.lines() if "vp" in line)}
+                        for m in members.all],
             "member_errors": members.errors()[:20],
             "commit_reads_failed": self.observer.reads_failed,
             "logs_unreadable": logs.unreadable,
-            "ok": not failing,
-            "verdict": "pass: no anomaly" if not failing else "FAIL: " + ", ".join(f"{n} {k}" for k, n in sorted(failing.items())),
+            "verdict": judgement.to_json(),
         }
 
 
@@ -205,6 +210,8 @@ def summary(report: dict) -> str:
         f"faults: {report['faults_injected']} ({', '.join(f'{k} {n}' for k, n in sorted(report['faults_by_kind'].items()))})",
         f"healed: {report['heal']['healed']} in {report['heal']['took_s']:.0f} s; drained: {report['drained']}",
         "anomalies: " + ", ".join(f"{kind} {count}" for kind, count in report["anomalies"].items()),
-        report["verdict"],
     ]
+    reasons = report["verdict"]["reasons"]
+    lines.append("verdict: FAIL" if reasons else "verdict: pass")
+    lines += [f"  {reason['reason']}: {reason['detail']}" for reason in reasons]
     return "\n".join(lines)

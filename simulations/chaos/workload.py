@@ -170,6 +170,7 @@ class MemberProcess:
     def __init__(self, name: str, command: list[str], env: dict[str, str], out: Path):
         self.name, self.out = name, out
         self.killed = self.terminated = False
+        self.stop_timed_out = False  # asked to stop, hung, and killed by the driver: not a fault
         with open(out.with_suffix(".log"), "ab") as log:
             # Own session: a Ctrl-C meant for the driver must not reach it before the driver stops it.
             self.process = subprocess.Popen(command + ["--out", str(out)], env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -192,7 +193,11 @@ class MemberProcess:
         return found
 
     def kill(self) -> None:
+        """SIGKILL it as a fault: it dies without committing or leaving, and its exit code says nothing."""
         self.killed = True
+        self._sigkill()
+
+    def _sigkill(self) -> None:
         if self.alive:
             self.process.send_signal(signal.SIGKILL)
         self.process.wait()
@@ -207,7 +212,8 @@ class MemberProcess:
         try:
             self.process.wait(MEMBER_STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            self.kill()
+            self.stop_timed_out = True
+            self._sigkill()
 
 
 class Members:
