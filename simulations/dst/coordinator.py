@@ -31,6 +31,13 @@ is what the simulator uses instead. On top, the controller's loop runs every
 
 Resharding and sealing live in ``resharding.py``, the consumer group's keys in ``group.py``;
 both are driven from this loop and answer their own messages.
+
+Coverage counters: ``elections_total`` and ``vp_failovers_total`` count every new leader
+epoch, start-up ones included; ``elections_after_fault`` and ``vp_failovers_after_fault``
+count only those that follow a fault (``coverage.FaultLedger``), and so do the counters of
+the VP failover paths (``vp_restarted_leader_failovers``, ``vp_leaders_from_restarted``,
+``vp_restarted_followers_left_risr``): at start-up every read node's replicas are
+"restarted" (a first incarnation), so those paths are taken by every seed, faults or not.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ from mafka4.virtual.failover import decide_failover
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.vp_state import VirtualPartitionState
 from simulations.dst import messages as m
+from simulations.dst.coverage import Cause
 from simulations.dst.env import Env
 
 NAME = "ctl"
@@ -68,6 +76,8 @@ class Coordinator:
             p: PartitionState(p, replicas[0], 0, tuple(replicas), tuple(replicas))
             for p, replicas in enumerate(assignment)
         }
+        for p in self.partitions:
+            env.fault_ledger.opened(("p", p))
         self.layout = TopicLayout.initial(options.partitions, options.virtual_partitions,
                                           VirtualConfig(virtual_partitions_max=options.virtual_partitions_max))
         self.vps: dict[int, VirtualPartitionState] = {}
@@ -103,6 +113,7 @@ class Coordinator:
         options = self.env.options
         nodes = assign_replicas(1, options.read_replicas, self.read_nodes, start=vp)[0]
         self.vps[vp] = VirtualPartitionState(vp, hash_range, nodes[0], 0, tuple(nodes), tuple(nodes))
+        self.env.fault_ledger.opened(("vp", vp))
         self._vp_fresh[vp] = set()
         self._vp_confirmed[vp] = set()
 
@@ -206,6 +217,8 @@ class Coordinator:
             if message.failure is None and message.leader_epoch == self.vps[vp].leader_epoch:
                 self._vp_confirmed[vp].add(message.replica_id)
                 self._vp_fresh[vp].discard(message.replica_id)
+                if message.replica_id == self.vps[vp].leader:
+                    self.env.fault_ledger.took_office(("vp", vp))
             return
         state = self.partitions[message.partition]
         if message.leader_epoch != state.leader_epoch:
@@ -213,6 +226,8 @@ class Coordinator:
         if message.failure is None:
             self._confirmed[message.partition].add(message.replica_id)
             self._fresh[message.partition].discard(message.replica_id)
+            if message.replica_id == state.leader:
+                self.env.fault_ledger.took_office(("p", message.partition))
         elif message.failure.error == StaleEpoch.__name__ and message.replica_id == state.leader:
             self._refused[message.partition].add(message.replica_id)
 
@@ -252,13 +267,17 @@ class Coordinator:
             return
         self._offline_noted.discard(partition)
         if decision.changed:
+            cause = self.env.fault_ledger.election(("p", partition), state.replicas)
             self.partitions[partition] = state = decision.state
             self.elections_total += 1
+            if cause is Cause.AFTER_FAULT:
+                self.env.count("elections_after_fault")
             self._refused[partition].clear()
             self._fresh[partition].discard(state.leader)  # its new epoch is what it is told now
             self._confirmed[partition].clear()
             self.env.note(f"ctl: p{partition} leader {state.leader} epoch {state.leader_epoch} "
-                          f"replicas {list(state.replicas)} isr {list(state.isr)} elr {list(state.elr)} (live {sorted(live)}, fresh {sorted(fresh)})")
+                          f"replicas {list(state.replicas)} isr {list(state.isr)} elr {list(state.elr)} "
+                          f"(live {sorted(live)}, fresh {sorted(fresh)}; {cause.value})")
             for replica_id in decision.remove:
                 self.env.network.send(NAME, replica_id, m.StopReplica(partition))
             for replica_id in decision.add:
@@ -293,18 +312,21 @@ class Coordinator:
                 return  # only restarted RISR members are live: wait for the others (one may hold the longest log)
             assert decided is state or decided.leader_epoch == state.leader_epoch + 1, (state, decided)
             if decided is not state:
-                if state.leader in restarted:
-                    self.env.count("vp_restarted_leader_failovers")
-                if decided.leader in restarted:
-                    self.env.count("vp_leaders_from_restarted")
-                if decided.leader == state.leader and state.leader not in restarted:
-                    self.env.count("vp_restarted_followers_left_risr")
+                cause = self.env.fault_ledger.election(("vp", vp), state.replicas)
+                if cause is Cause.AFTER_FAULT:
+                    self.env.count("vp_failovers_after_fault")
+                    if state.leader in restarted:
+                        self.env.count("vp_restarted_leader_failovers")
+                    if decided.leader in restarted:
+                        self.env.count("vp_leaders_from_restarted")
+                    if decided.leader == state.leader and state.leader not in restarted:
+                        self.env.count("vp_restarted_followers_left_risr")
                 self._vp_fresh[vp].discard(decided.leader)  # its new epoch is what it is told now
                 self.vps[vp] = state = decided
                 self.vp_failovers_total += 1
                 self._vp_confirmed[vp].clear()
                 self.env.note(f"ctl: vp{vp} leader {state.leader} epoch {state.leader_epoch} risr {list(state.risr)} "
-                              f"(alive {sorted(alive)}, restarted {sorted(restarted)})")
+                              f"(alive {sorted(alive)}, restarted {sorted(restarted)}; {cause.value})")
         for replica_id in sorted(alive - self._vp_confirmed[vp]):
             if replica_id == state.leader:
                 message = m.VpBecomeLeader(self._notice(vp, replica_id, True), vp, state.leader_epoch, state.replicas,

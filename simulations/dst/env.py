@@ -11,6 +11,7 @@ import random
 from dataclasses import dataclass, field
 
 from simulations.checkers import HistoryRecord
+from simulations.dst.coverage import FaultLedger
 from simulations.dst.disk import SimDisk
 from simulations.dst.network import Network
 from simulations.dst.options import SimOptions
@@ -28,6 +29,8 @@ class Env:
     trace: list[str] = field(default_factory=list)
     # Protocol paths taken (e.g. "truncations"), so tests can require that seeds exercise them.
     counters: dict[str, int] = field(default_factory=dict)
+    # Which elections follow a fault: the nemesis and the coordinator report to it, for the counters.
+    fault_ledger: FaultLedger = field(default_factory=FaultLedger)
     _request_ids: int = 0
 
     @property

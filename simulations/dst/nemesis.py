@@ -17,6 +17,9 @@ duration:
 At most ``faulty_write_nodes_max`` write nodes are down or cut off at once. ``heal_all``
 ends the chaos: every cut link is restored, every process boots, the network stops dropping
 and duplicating, and the run drains.
+
+Each fault's beginning and end is reported to ``env.fault_ledger`` (``coverage``), so that
+the coverage counters tell elections that follow a fault from start-up ones.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ class Nemesis:
                 node.stop()
             else:
                 node.crash(power_loss)
+            self.env.fault_ledger.fault([node.name])
             self._count(f"{kind}{'-power-loss' if power_loss else ''}", f"{node.name} down for {duration_ms} ms")
             self._down_for(node, duration_ms, writer=True)
         elif kind in ("isolate-write", "cut-coordinator", "cut-pair") and may_fault_writer:
@@ -88,6 +92,7 @@ class Nemesis:
             if node is not None:
                 power_loss = self.env.options.power_loss and self._may_lose_read_power(node.name)
                 node.crash(power_loss)
+                self.env.fault_ledger.fault([node.name])
                 self._read_faulted[node.name] = power_loss or self._read_faulted.get(node.name, False)
                 self._count(f"{kind}{'-power-loss' if power_loss else ''}", f"{node.name} down for {duration_ms} ms")
                 self._down_for(node, duration_ms, writer=False)
@@ -101,6 +106,7 @@ class Nemesis:
             if up:
                 feeder = rng.choice(up)
                 feeder.crash()
+                self.env.fault_ledger.fault([feeder.name])
                 self._count(kind, f"{feeder.name} restarts")
                 self._down_for(feeder, max(duration_ms, FEEDER_DOWNTIME_MS_MIN), writer=False)
         elif kind == "crash-consumer":
@@ -108,6 +114,7 @@ class Nemesis:
             if up:
                 consumer = rng.choice(up)
                 consumer.crash()
+                self.env.fault_ledger.fault([consumer.name])
                 self._count(kind, f"{consumer.name} restarts")
                 self._down_for(consumer, duration_ms, writer=False)
         self.env.scheduler.after(self._interval(), self._fault)
@@ -171,6 +178,7 @@ class Nemesis:
         def boot() -> None:
             if self._down.pop(process.name, None) is not None:
                 process.boot()
+                self.env.fault_ledger.fault([process.name])
                 self.env.note(f"nemesis: {process.name} boots")
             if writer:
                 self._faulty.discard(process.name)
@@ -184,10 +192,14 @@ class Nemesis:
         self._cuts[fault] = links
         for a, b in links:
             self.env.network.cut(a, b)
+        self.env.fault_ledger.fault(_cut_off(links))
 
         def heal() -> None:
-            for a, b in self._cuts.pop(fault, ()):
+            links = self._cuts.pop(fault, ())
+            for a, b in links:
                 self.env.network.uncut(a, b)
+            if links:
+                self.env.fault_ledger.fault(_cut_off(links))
             if writer:
                 self._faulty.discard(name)
 
@@ -195,12 +207,20 @@ class Nemesis:
 
     def heal_all(self) -> None:
         for fault in sorted(self._cuts):
-            for a, b in self._cuts.pop(fault):
+            links = self._cuts.pop(fault)
+            for a, b in links:
                 self.env.network.uncut(a, b)
+            self.env.fault_ledger.fault(_cut_off(links))
         assert self.env.network.cut_links == 0
         for name in sorted(self._down):
             self._down.pop(name).boot()
+            self.env.fault_ledger.fault([name])
         self._faulty.clear()
         config = self.env.network.config
         self.env.network.config = dataclasses.replace(config, drop_probability=0.0, duplicate_probability=0.0)
         self.env.note("nemesis: heal everything; the run drains")
+
+
+def _cut_off(links: list[tuple[str, str]]) -> list[str]:
+    """The endpoints a cut is a fault of: the one cut off, and the other end of a single cut link."""
+    return sorted({a for a, _ in links} | ({links[0][1]} if len(links) == 1 else set()))
