@@ -102,9 +102,10 @@ def test_a_replica_restarted_in_place_leaves_the_isr_it_could_be_elected_from():
 
 
 def test_replicas_shrunk_out_below_min_isr_stay_electable_when_the_lone_leader_loses_power():
-    """lone-isr-leader-power-loss (seed 4226): the leader shrank the ISR to itself and lost power;
-    restarted with a shorter log, it was elected as the sole ISR member and the followers, which
-    held acknowledged batches, truncated to it (fix: Kafka's KIP-966, eligible leader replicas)."""
+    """lone-isr-leader-power-loss (seed 4226; the scripted run in ``test_write_power_loss.py``): the
+    leader shrank the ISR to itself and lost power; restarted with a shorter log, it was elected as
+    the sole ISR member and the followers, which held acknowledged batches, truncated to it (fix:
+    Kafka's KIP-966, eligible leader replicas)."""
     config = ReplicaConfig(replica_lag_ms_max=100, min_insync_replicas=2)
     leader = ReplicaState("w0", "t-0", config, 0, 0, EpochHistory(), ProducerStateTable(5, 100))
     leader.become_leader(1, ["w0", "w1", "w2"], ["w0", "w1", "w2"], 0)
