@@ -140,7 +140,16 @@ class UnknownProducer(OutOfOrderSequence):
 
 
 class CorruptRecord(MafkaError):
-    """A batch failed its CRC or framing check; it is never appended or served."""
+    """A batch failed its CRC or framing check (it is never appended or served), or a reader
+    found that its payload does not decompress or decode (the broker never decodes payloads)."""
+
+
+class UnknownCodec(CorruptRecord):
+    """A batch names a compression codec id this version does not know (``mafka4.compression``).
+
+    A ``CorruptRecord``: its records cannot be read here, and whoever handles a corrupt batch
+    (a leader refusing a produce, a feeder refetching) handles this one alike.
+    """
 
 
 class OffsetOutOfRange(MafkaError):

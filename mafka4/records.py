@@ -1,9 +1,9 @@
 """The record batch: the unit a producer sends, a log stores and a fetch returns.
 
-A batch is a fixed 55-byte header followed by a msgpack payload. All integers are
-big-endian. The broker never decodes the payload: it checks the CRC and stamps the
-base offset and leader epoch into the header, which the CRC deliberately does not cover
-(as in Kafka), so stamping needs no recomputation.
+A batch is a fixed 55-byte header followed by a msgpack payload, compressed or not. All
+integers are big-endian. The broker never decodes the payload: it checks the CRC (and that
+the codec id is one it knows) and stamps the base offset and leader epoch into the header,
+which the CRC deliberately does not cover (as in Kafka), so stamping needs no recomputation.
 
     offset  size  field               notes
     0       8     base_offset         int64, offset of the first record; set by the leader
@@ -11,17 +11,24 @@ base offset and leader epoch into the header, which the CRC deliberately does no
     12      4     leader_epoch        int32, epoch of the leader that appended it; -1 unset
     16      1     magic               int8, format version, always 1
     17      4     crc                 uint32, CRC32 (zlib) of bytes [21, end of batch)
-    21      2     attributes          int16, reserved flags, 0
+    21      2     attributes          int16, bits 0-2: codec id (0 none, 1 lz4, 2 zstd); bits 3-15 reserved, 0
     23      4     count               int32, number of records, >= 1
     27      8     first_timestamp_ms  int64
     35      8     max_timestamp_ms    int64
     43      8     producer_id         int64, -1 when the producer is not idempotent
     51      4     base_sequence       int32, sequence of the first record; -1 when not idempotent
-    55      ...   payload             msgpack array of records
+    55      ...   payload             msgpack array of records, compressed with the codec
 
 Each record in the payload is a msgpack array
 ``[timestamp_delta_ms, key (bin or nil), value (bin), headers (array of [str, bin]) or nil]``;
 record ``i`` has offset ``base_offset + i`` and timestamp ``first_timestamp_ms + delta``.
+
+Compression (``mafka4.compression``). The payload is compressed as a whole, and the CRC and
+``length`` cover the compressed bytes: what is stored is what is checked, so a leader, a
+follower and log recovery check a batch without decompressing it. Only readers that need the
+records decompress (consumers, and the feeder, which writes each VP sub-batch with the codec
+of the physical batch its records came from). A compressed payload decompresses to at most
+``PAYLOAD_BYTES_MAX``, what ``length`` allows an uncompressed one.
 
 Concatenated batches ("batch bytes") are what logs store and fetches return.
 """
@@ -35,6 +42,7 @@ from typing import Iterator, NamedTuple, Sequence
 
 import msgpack
 
+from mafka4.compression import Codec, compress, decompress
 from mafka4.errors import CorruptRecord
 
 MAGIC = 1
@@ -43,6 +51,8 @@ HEADER_BYTES = HEADER.size
 assert HEADER_BYTES == 55
 LENGTH_PREFIX_BYTES = 12  # base_offset + length: what precedes the counted bytes
 CRC_START = 21  # the CRC covers everything from the attributes on
+# The largest payload ``length`` (an int32) can frame; a compressed payload may not expand past it.
+PAYLOAD_BYTES_MAX = 2**31 - 1 - (HEADER_BYTES - LENGTH_PREFIX_BYTES)
 _STAMP = struct.Struct(">q")
 _EPOCH = struct.Struct(">i")
 _LENGTH = struct.Struct(">i")
@@ -80,6 +90,11 @@ class BatchHeader:
     def last_sequence(self) -> int:
         return self.base_sequence + self.count - 1
 
+    @property
+    def codec(self) -> Codec:
+        """The codec of the payload; ``UnknownCodec`` if this version does not know its id."""
+        return Codec.from_attributes(self.attributes, f"batch at offset {self.base_offset}")
+
 
 class Record(NamedTuple):
     """One decoded record (a named tuple: readers and feeds build one per record, and a tuple
@@ -96,8 +111,10 @@ def encode_batch(
     records: Sequence[tuple[bytes | None, bytes, int, Sequence[tuple[str, bytes]] | None]],
     producer_id: int = NO_PRODUCER_ID,
     base_sequence: int = NO_SEQUENCE,
+    codec: Codec = Codec.NONE,
 ) -> bytes:
-    """Encode ``(key, value, timestamp_ms, headers)`` tuples into one unstamped batch."""
+    """Encode ``(key, value, timestamp_ms, headers)`` tuples into one unstamped batch, its
+    payload compressed with ``codec``."""
     assert records, "a batch holds at least one record"
     timestamps = [timestamp_ms for _, _, timestamp_ms, _ in records]
     first_timestamp_ms = timestamps[0]
@@ -108,9 +125,10 @@ def encode_batch(
         ],
         use_bin_type=True,
     )
+    assert len(payload) <= PAYLOAD_BYTES_MAX, f"a batch payload of {len(payload)} bytes"
     body = struct.pack(
-        ">hiqqqi", 0, len(records), first_timestamp_ms, max(timestamps), producer_id, base_sequence
-    ) + payload
+        ">hiqqqi", codec.value, len(records), first_timestamp_ms, max(timestamps), producer_id, base_sequence
+    ) + compress(codec, payload)
     length = 4 + 1 + 4 + len(body)
     return struct.pack(">qiibI", 0, length, NO_EPOCH, MAGIC, zlib.crc32(body)) + body
 
@@ -158,12 +176,17 @@ def crc_matches(buffer: bytes | bytearray | memoryview, position: int, header: B
 
 
 def check_single_batch(buffer: bytes | bytearray) -> BatchHeader:
-    """Check that ``buffer`` is exactly one valid batch (what a producer must send)."""
+    """Check that ``buffer`` is exactly one valid batch (what a producer must send).
+
+    Its codec must be one this version knows (``UnknownCodec``): a leader that appended a
+    batch no reader can decode would stall every feed of the partition at it.
+    """
     header = check_batch(buffer)
     if header.size_bytes != len(buffer):
         raise CorruptRecord(
             f"request holds {len(buffer)} bytes but its batch is {header.size_bytes}: send one batch per request"
         )
+    Codec.from_attributes(header.attributes, f"the batch of {header.count} records sent")
     return header
 
 
@@ -193,9 +216,23 @@ def iter_batches(buffer: bytes | bytearray | memoryview, check_crc: bool = True)
 
 
 def decode_batch(buffer: bytes | bytearray | memoryview, position: int = 0) -> list[Record]:
-    """Decode the records of one CRC-checked batch."""
+    """Decode the records of one CRC-checked batch, decompressing its payload.
+
+    ``UnknownCodec`` for a codec id this version does not know; ``CorruptRecord`` naming the
+    batch and its codec for a payload that does not decompress.
+    """
     header = check_batch(buffer, position)
-    payload = bytes(memoryview(buffer)[position + HEADER_BYTES:position + header.size_bytes])
+    codec = header.codec
+    with memoryview(buffer) as view:
+        stored = view[position + HEADER_BYTES:position + header.size_bytes]
+        try:
+            payload = decompress(codec, stored, PAYLOAD_BYTES_MAX)
+        except CorruptRecord as error:
+            raise CorruptRecord(
+                f"batch at offset {header.base_offset} has a {codec} payload that does not decompress: {error}"
+            ) from error
+        finally:
+            stored.release()
     try:
         items = msgpack.unpackb(payload, raw=False, use_list=True)
     except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as error:

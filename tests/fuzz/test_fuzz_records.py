@@ -4,7 +4,9 @@
 
 Every decoding entry point gets arbitrary bytes, and then the harder inputs: batches whose
 header and CRC are right but whose payload is arbitrary msgpack (a buggy or hostile producer
-can compute a CRC), and encoded batches with one bit flipped.
+can compute a CRC), and encoded batches with one bit flipped. Compressed batches get the same
+(``mafka4.compression``): any codec id, arbitrary msgpack inside a valid frame, and valid frames
+damaged under a recomputed CRC.
 """
 
 from __future__ import annotations
@@ -17,17 +19,19 @@ import msgpack
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from mafka4.compression import Codec, compress
 from mafka4.errors import CorruptRecord
 from mafka4.records import (CRC_START, HEADER_BYTES, MAGIC, check_batch, check_single_batch, decode_batch,
-                            decode_batches, encode_batch, iter_batches, read_header)
+                            decode_batches, encode_batch, iter_batches, read_header, stamp)
 
 EXAMPLES = int(os.environ.get("MAFKA4_FUZZ_EXAMPLES", "40"))
 FUZZ = settings(max_examples=EXAMPLES * 2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def with_valid_crc(payload: bytes, count: int, producer_id: int = -1, base_sequence: int = -1) -> bytes:
+def with_valid_crc(payload: bytes, count: int, producer_id: int = -1, base_sequence: int = -1,
+                   attributes: int = 0) -> bytes:
     """A stamped-looking batch around ``payload`` whose framing and CRC are valid."""
-    body = struct.pack(">hiqqqi", 0, count, 1000, 1000, producer_id, base_sequence) + payload
+    body = struct.pack(">hiqqqi", attributes, count, 1000, 1000, producer_id, base_sequence) + payload
     return struct.pack(">qiibI", 0, 4 + 1 + 4 + len(body), 0, MAGIC, zlib.crc32(body)) + body
 
 
@@ -54,6 +58,18 @@ def test_arbitrary_bytes_raise_only_corrupt_record(data):
     decode_batches(data)
 
 
+codecs = st.sampled_from(list(Codec))
+
+
+def assert_usable(decoded) -> None:
+    """What decodes must be records a consumer can use."""
+    for record in decoded:
+        assert isinstance(record.timestamp_ms, int)
+        assert record.key is None or isinstance(record.key, bytes)
+        assert isinstance(record.value, bytes)
+        assert all(isinstance(k, str) and isinstance(v, bytes) for k, v in record.headers)
+
+
 @FUZZ
 @given(st.lists(msgpack_values, max_size=4), st.integers(1, 4))
 @example([[0, b"k", b"v", 5]], 1)  # headers that are not a list
@@ -67,11 +83,7 @@ def test_a_valid_crc_around_any_msgpack_payload_raises_only_corrupt_record(items
         decoded = decode_batch(batch)
     except CorruptRecord:
         return
-    for record in decoded:  # what decodes must be records a consumer can use
-        assert isinstance(record.timestamp_ms, int)
-        assert record.key is None or isinstance(record.key, bytes)
-        assert isinstance(record.value, bytes)
-        assert all(isinstance(k, str) and isinstance(v, bytes) for k, v in record.headers)
+    assert_usable(decoded)
 
 
 @FUZZ
@@ -84,9 +96,52 @@ def test_a_valid_crc_around_garbage_raises_only_corrupt_record(payload, count):
 
 
 @FUZZ
-@given(records, st.data())
-def test_one_flipped_bit_outside_the_stamped_fields_is_always_detected(items, data):
-    batch = bytearray(encode_batch(items))
+@given(st.binary(max_size=200), st.integers(1, 3), st.integers(0, 2**15 - 1))
+def test_a_valid_crc_around_garbage_under_any_attributes_raises_only_corrupt_record(payload, count, attributes):
+    try:
+        decode_batch(with_valid_crc(payload, count, attributes=attributes))
+    except CorruptRecord:
+        pass
+
+
+@FUZZ
+@given(st.lists(msgpack_values, max_size=4), st.integers(1, 4), st.sampled_from([Codec.LZ4, Codec.ZSTD]))
+def test_a_valid_frame_around_any_msgpack_payload_raises_only_corrupt_record(items, count, codec):
+    frame = compress(codec, msgpack.packb(items, use_bin_type=True))
+    try:
+        decoded = decode_batch(with_valid_crc(frame, count, attributes=codec.value))
+    except CorruptRecord:
+        return
+    assert_usable(decoded)
+
+
+@FUZZ
+@given(records, st.sampled_from([Codec.LZ4, Codec.ZSTD]), st.data())
+def test_a_damaged_frame_under_a_recomputed_crc_raises_only_corrupt_record(items, codec, data):
+    """A producer that compresses wrongly but computes its CRC right: only a reader can tell."""
+    frame = bytearray(encode_batch(items, codec=codec)[HEADER_BYTES:])
+    for _ in range(data.draw(st.integers(1, 4), label="damages")):
+        position = data.draw(st.integers(0, len(frame) - 1), label="position")
+        damage = data.draw(st.sampled_from(["flip", "cut", "insert"]), label="damage")
+        if damage == "flip":
+            frame[position] ^= 1 << data.draw(st.integers(0, 7), label="bit")
+        elif damage == "cut":
+            del frame[position:position + data.draw(st.integers(1, 8), label="cut bytes")]
+        else:
+            frame[position:position] = data.draw(st.binary(min_size=1, max_size=8), label="inserted")
+        if not frame:
+            break
+    try:
+        decoded = decode_batch(with_valid_crc(bytes(frame), len(items), attributes=codec.value))
+    except CorruptRecord:
+        return
+    assert_usable(decoded)
+
+
+@FUZZ
+@given(records, codecs, st.data())
+def test_one_flipped_bit_outside_the_stamped_fields_is_always_detected(items, codec, data):
+    batch = bytearray(encode_batch(items, codec=codec))
     assert [(r.key, r.value) for r in decode_batch(bytes(batch))] == [(k, v) for k, v, _, _ in items]
     # base offset (bytes 0-7) and leader epoch (12-15) are stamped by the leader and, as in
     # Kafka, not covered by the CRC; every other bit is.
@@ -98,3 +153,19 @@ def test_one_flipped_bit_outside_the_stamped_fields_is_always_detected(items, da
         return
     raise AssertionError(f"a flipped bit at byte {position} (CRC covers from {CRC_START}, header {HEADER_BYTES}) "
                          f"went unnoticed")
+
+
+@FUZZ
+@given(st.lists(st.tuples(records, codecs), min_size=1, max_size=5))
+def test_a_log_of_batches_of_mixed_codecs_decodes_to_every_record_in_order(batches):
+    log, offset, expected = b"", 0, []
+    for items, codec in batches:
+        batch = bytearray(encode_batch(items, codec=codec))
+        stamp(batch, offset, 0)
+        log += batch
+        offset += len(items)
+        expected += [(k, v, t) for k, v, t, _ in items]
+    assert [header.codec for _, header in iter_batches(log)] == [codec for _, codec in batches]
+    decoded = decode_batches(log)
+    assert [r.offset for r in decoded] == list(range(offset))
+    assert [(r.key, r.value, r.timestamp_ms) for r in decoded] == expected
