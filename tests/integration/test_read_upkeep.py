@@ -125,15 +125,7 @@ def test_the_controller_merges_vps_back_once_a_group_shrank(upkeep_cluster):
         members[0].leave()
     deliveries.check_per_key_order()
     assert "merging v" in cluster.controller.log_text()
-    try:
-        check_exactly_once(connection, topic, acknowledged)
-    except AssertionError as error:
-        # Known defect (2026-11-26, 3 of 6 runs): the leader etcd names for a VP made by an upkeep
-        # merge sometimes does not host it (describe_vps answers None) for the whole wait. Only
-        # that symptom is expected to fail; any other failure of the check still fails the test.
-        if "leader not answering as leader (None)" not in str(error):
-            raise
-        pytest.xfail(f"known defect: merged VP not hosted by its leader: {error}")
+    check_exactly_once(connection, topic, acknowledged)
 
 
 def test_a_closed_vp_past_its_retention_is_retired_and_readers_skip_it(upkeep_cluster):

@@ -134,6 +134,8 @@ def feed_shortfalls(connection, topic: str, acknowledged) -> list[str]:
                                  timeout_s=WAIT_S)
     shortfalls = []
     for vp in states:
+        if states[vp][0].retired:
+            continue  # its logs are gone (check_exactly_once finds any acknowledged record it took along)
         answer = described[vp]
         if answer is None or isinstance(answer, BaseException) or answer["role"] != "leader":
             shortfalls.append(f"v{vp}: leader not answering as leader ({answer})")
@@ -161,7 +163,11 @@ def check_exactly_once(connection, topic: str, acknowledged) -> dict[int, list]:
     virtual = VirtualStore(connection.store, connection.cluster)
     config = TopicStore(connection.store, connection.cluster).get(topic).config
     layout = virtual.layout(topic, config.partitions, config.virtual_config())
-    logs = {vp: vp_log(connection, topic, vp, state.leader) for vp, (state, _) in virtual.states(topic).items()}
+    # A retired VP's logs are gone. The upkeep retires a closed VP that took no record at once (a
+    # merge right after the split that made it); one that held acknowledged records shows below
+    # as records missing from the fed ones.
+    logs = {vp: vp_log(connection, topic, vp, state.leader) for vp, (state, _) in virtual.states(topic).items()
+            if not state.retired}
     sources = collections.Counter(source_of(r) for records in logs.values() for r in records)
     assert not [s for s, n in sources.items() if n > 1], "a physical record was fed twice"
     assert set(sources) == {(p, o) for p, o, _, _ in acknowledged}, "fed records differ from the acknowledged ones"
