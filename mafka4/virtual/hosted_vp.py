@@ -54,7 +54,7 @@ from mafka4.records import Record, decode_batches, stamp
 from mafka4.risr.state import RisrConfig
 from mafka4.stage_trace import StageTrace
 from mafka4.virtual.replica_core import NOTHING, FetchPosition, Ready, ReplicaAnswer, VpReplicaCore
-from mafka4.virtual.vp_records import FeedProgress, SourcedRecord, encode_vp_batch
+from mafka4.virtual.vp_records import FeedProgress, SourcedRecord, codec_runs, encode_vp_batch
 
 logger = logging.getLogger(__name__)
 
@@ -169,14 +169,14 @@ class HostedVp:
             raise MessageTooLarge(f"{self.vp_id}: a feed call of {len(records)} records, more than "
                                   f"FEED_RECORDS_MAX={FEED_RECORDS_MAX}")
         fresh = self.core.plan_feed(leader_epoch, records)
-        if fresh:
-            batch = bytearray(encode_vp_batch(fresh))
+        for codec, run in codec_runs(fresh):  # one batch per codec its records came in (vp_records)
+            batch = bytearray(encode_vp_batch(run, codec))
             base_offset = self._log.log_end_offset
             stamp(batch, base_offset, leader_epoch)
             self._log.append(batch, now_ms)
             if self.trace is not None:
                 self.trace.record(("append", self.vp_id.vp, base_offset, self._log.log_end_offset, wall_ms_fine()))
-            self._execute(self.core.leader_appended(fresh, self._log.log_end_offset))
+            self._execute(self.core.leader_appended(run, self._log.log_end_offset))
         return len(fresh)
 
     # --- leader: followers --------------------------------------------------------------

@@ -7,6 +7,11 @@ exactly one VP, the one owning that hash in the split epoch of its offset
 order. The VP leader appends them as ordinary batches (``encode_vp_batch``), assigning its own
 VP offsets.
 
+Compression. Decoding a physical batch decompresses it (``records.decode_batch``); every
+record remembers the codec of the batch it came from, and the VP leader writes each run of
+records that share a codec as one VP batch compressed with it (``codec_runs``), so a VP log
+is compressed as its producers chose, mixed codecs included.
+
 Source encoding. A VP record is the producer's record (timestamp, key, value, headers) with
 one more header appended last::
 
@@ -40,8 +45,10 @@ Pure: no I/O (decoding a batch held in memory is not I/O).
 from __future__ import annotations
 
 import struct
-from typing import Container, Iterable, Mapping, NamedTuple, Sequence
+from itertools import groupby
+from typing import Container, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
+from mafka4.compression import Codec
 from mafka4.records import BatchHeader, Record, decode_batch, encode_batch, read_header
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import message_hash
@@ -64,6 +71,7 @@ class SourcedRecord(NamedTuple):
     key: bytes | None
     value: bytes
     headers: tuple[tuple[str, bytes], ...] = ()
+    codec: Codec = Codec.NONE  # of the physical batch it came from: its VP batch is compressed alike
 
     @property
     def source(self) -> tuple[int, int]:
@@ -115,6 +123,7 @@ def route_records(
     # Cuts only grow with the offset: a batch whose first and last records share a split epoch
     # lies wholly in it, so its records are placed by that epoch's ranges alone.
     first_epoch = layout.epoch_for(partition, header.base_offset)
+    codec = header.codec
     whole_batch = first_epoch is layout.epoch_for(partition, header.next_offset - 1)
     by_vp: dict[int, list[SourcedRecord]] = {}
     for index, record in enumerate(records):
@@ -127,7 +136,7 @@ def route_records(
         if wanted is not None and vp not in wanted:
             continue
         by_vp.setdefault(vp, []).append(SourcedRecord(
-            partition, record.offset, hash_value, record.timestamp_ms, record.key, record.value, record.headers
+            partition, record.offset, hash_value, record.timestamp_ms, record.key, record.value, record.headers, codec
         ))
     return by_vp
 
@@ -139,12 +148,18 @@ def route_batch(
     return route_records(read_header(batch), decode_batch(batch), partition, layout, wanted)
 
 
-def encode_vp_batch(records: Sequence[SourcedRecord]) -> bytes:
-    """An unstamped batch for a VP log: the records with their source header appended."""
+def encode_vp_batch(records: Sequence[SourcedRecord], codec: Codec = Codec.NONE) -> bytes:
+    """An unstamped batch for a VP log: the records with their source header appended, compressed with ``codec``."""
     return encode_batch([
         (r.key, r.value, r.timestamp_ms, r.headers + ((SOURCE_HEADER, encode_source(r.partition, r.offset)),))
         for r in records
-    ])
+    ], codec=codec)
+
+
+def codec_runs(records: Sequence[SourcedRecord]) -> Iterator[tuple[Codec, Sequence[SourcedRecord]]]:
+    """``records`` cut into maximal runs of one codec, in order: each run becomes one VP batch."""
+    for codec, run in groupby(records, key=lambda record: record.codec):
+        yield codec, list(run)
 
 
 class FeedProgress:

@@ -1,6 +1,9 @@
 """Compressed batches (``mafka4.compression``, ``mafka4.records``): what a producer chooses is what
 every reader decodes, the CRC guards the compressed bytes, and bad codecs or bad compressed data
 are named errors, never wrong records.
+
+The feeder's side (VP sub-batches recompressed with their source's codec) is tested on real VP
+logs here and on the real feed stream in ``test_partition_feed.py``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,11 @@ import zstandard
 from mafka4 import records
 from mafka4.compression import CODEC_MASK, Codec, compress, decompress
 from mafka4.errors import CorruptRecord, UnknownCodec
+from mafka4.limits import LogConfig
+from mafka4.risr.state import RisrConfig
+from mafka4.virtual.hosted_vp import HostedVp, VpId
+from mafka4.virtual.layout import TopicLayout
+from mafka4.virtual.vp_records import SourcedRecord, codec_runs, route_batch, source_of, strip_source
 
 # JSON-like values: what compression is for, and what makes a compressed payload much smaller.
 ITEMS = [(b"user-%d" % (i % 7), b'{"event": "click", "page": "/orders/%d", "ok": true}' % i, 1_000 + i,
@@ -157,3 +165,54 @@ def test_the_reserved_attribute_bits_do_not_change_the_codec():
     flagged = with_payload(batch, stored, attributes=Codec.ZSTD.value | 0x0100)
     assert records.read_header(flagged).codec is Codec.ZSTD
     assert as_items(records.decode_batch(flagged)) == ITEMS[:3]
+
+
+# --- the feeder's split ----------------------------------------------------------------------
+
+
+def test_splitting_a_compressed_batch_gives_each_vp_its_records_with_the_batchs_codec():
+    layout = TopicLayout.initial(partitions=1, virtual_partitions=3)
+    batch = stamped(records.encode_batch(ITEMS, producer_id=9, base_sequence=0, codec=Codec.LZ4), 1_000)
+    by_vp = route_batch(batch, 0, layout)
+    assert len(by_vp) == 3
+    assert sorted(r.offset for vp_records in by_vp.values() for r in vp_records) == list(range(1_000, 1_200))
+    assert {r.codec for vp_records in by_vp.values() for r in vp_records} == {Codec.LZ4}
+
+
+def test_codec_runs_keep_order_and_cut_only_where_the_codec_changes():
+    def record(offset: int, codec: Codec) -> SourcedRecord:
+        return SourcedRecord(0, offset, 0, 0, None, b"v", (), codec)
+
+    chunk = [record(0, Codec.ZSTD), record(1, Codec.ZSTD), record(2, Codec.NONE), record(3, Codec.ZSTD)]
+    assert [(codec, [r.offset for r in run]) for codec, run in codec_runs(chunk)] == [
+        (Codec.ZSTD, [0, 1]), (Codec.NONE, [2]), (Codec.ZSTD, [3])]
+    assert list(codec_runs([])) == []
+
+
+def test_a_vp_leader_writes_each_codec_run_of_a_feed_as_one_batch_compressed_alike(tmp_path):
+    """The records of one physical partition, fed from batches of three codecs: the VP log holds one
+    batch per run of one codec, each compressed with it, and decodes to the producers' records."""
+    layout = TopicLayout.initial(partitions=1, virtual_partitions=1)
+    physical, offset = [], 0
+    for codec, size in ((Codec.ZSTD, 40), (Codec.NONE, 10), (Codec.LZ4, 30), (Codec.ZSTD, 20)):
+        physical.append(stamped(records.encode_batch(ITEMS[offset:offset + size], 9, offset, codec), offset))
+        offset += size
+    fed = [r for batch in physical for r in route_batch(batch, 0, layout)[0]]
+    hosted = HostedVp(VpId("orders", 0), "n1", tmp_path / "v0", LogConfig(flush_interval_ms=None), RisrConfig(), 0,
+                      lambda hosted, ready: None)
+    hosted.become_leader(0, ("n1",), ("n1",), now_ms=0)
+    try:
+        assert hosted.feed(0, fed[:70], now_ms=0) == 70 and hosted.feed(0, fed[70:], now_ms=0) == 30
+        data = hosted.read(0, 1 << 22, now_ms=0).data
+        batches = [(header.codec, header.base_offset, header.count) for _, header in records.iter_batches(data)]
+        # The first call's 70 records ran zstd, none, lz4 (cut at 40 and 50); the second call's lz4 and
+        # zstd records became two more batches.
+        assert batches == [(Codec.ZSTD, 0, 40), (Codec.NONE, 40, 10), (Codec.LZ4, 50, 20), (Codec.LZ4, 70, 10),
+                           (Codec.ZSTD, 80, 20)]
+        decoded = records.decode_batches(data)
+        assert [source_of(r) for r in decoded] == [(0, o) for o in range(100)]
+        assert as_items([strip_source(r) for r in decoded]) == ITEMS[:100]
+        assert hosted.core.last_applied(0, 0) == 99, "the feed progress counts every run"
+        assert hosted.feed(0, fed, now_ms=0) == 0, "re-fed records are dropped, whatever their codec"
+    finally:
+        hosted.close()

@@ -13,6 +13,7 @@ import asyncio
 from pathlib import Path
 
 from mafka4 import records
+from mafka4.compression import Codec
 from mafka4.coordinator.metadata import keys
 from mafka4.coordinator.metadata.store import Versioned
 from mafka4.errors import OffsetOutOfRange, RequestTimedOut
@@ -126,13 +127,13 @@ class FakeStore:
 # --- the topic, its batches and its VPs --------------------------------------------------------
 
 
-def physical_batches(first: int, end: int, per_batch: int = 5) -> list[bytes]:
+def physical_batches(first: int, end: int, per_batch: int = 5, codec: Codec = Codec.NONE) -> list[bytes]:
     """Stamped batches of keyed records at offsets [first, end)."""
     batches = []
     for base in range(first, end, per_batch):
         count = min(per_batch, end - base)
         items = [(b"k%d" % ((base + i) % 17), b"v%d" % (base + i), 1_000 + base + i, None) for i in range(count)]
-        batch = bytearray(records.encode_batch(items, producer_id=PRODUCER_ID, base_sequence=base))
+        batch = bytearray(records.encode_batch(items, producer_id=PRODUCER_ID, base_sequence=base, codec=codec))
         records.stamp(batch, base, 0)
         batches.append(bytes(batch))
     return batches
@@ -231,6 +232,32 @@ def test_every_record_ends_in_exactly_one_local_vp_leader_and_other_vps_records_
         # records_fed counts what this node's VPs took: VP 2's records were placed, not built.
         fed_here = len(offsets_of(layout, 0, 0, 50)) + len(offsets_of(layout, 1, 0, 50))
         assert topic.feed.stats["records_fed"] == fed_here and topic.feed.stats["resumes"] == 1
+        await topic.stop()
+
+    asyncio.run(scenario())
+
+
+def test_compressed_batches_of_mixed_codecs_are_split_into_vp_batches_recompressed_with_their_codec(tmp_path):
+    async def scenario():
+        layout = TopicLayout.initial(partitions=1, virtual_partitions=2)
+        topic = Topic(tmp_path, layout)
+        codec_of = {}  # physical offset -> codec of its batch
+        for first, end, codec in ((0, 20, Codec.ZSTD), (20, 30, Codec.NONE), (30, 45, Codec.LZ4), (45, 60, Codec.ZSTD)):
+            topic.physical.append(physical_batches(first, end, per_batch=5, codec=codec))
+            codec_of.update(dict.fromkeys(range(first, end), codec))
+        vps = [topic.lead(0), topic.lead(1)]
+        await topic.start()
+        await until(lambda: topic.feed.next_offset == 60, "the stream to pass every batch")
+        for vp, hosted in enumerate(vps):
+            assert sources(hosted) == offsets_of(layout, vp, 0, 60)
+            data = hosted.read(0, READ_ALL_BYTES, now_ms=0).data
+            stored_codecs = set()
+            for position, header in records.iter_batches(data):
+                vp_batch = records.decode_batch(data, position)
+                stored_codecs.add(header.codec)
+                assert {codec_of[source_of(r)[1]] for r in vp_batch} == {header.codec}, "one codec per VP batch"
+                assert [r.value for r in vp_batch] == [b"v%d" % source_of(r)[1] for r in vp_batch]
+            assert stored_codecs == {Codec.ZSTD, Codec.NONE, Codec.LZ4}, f"VP {vp} holds every codec"
         await topic.stop()
 
     asyncio.run(scenario())
