@@ -10,8 +10,10 @@ retries of the drivers around the cores) are named constants in the last section
 from __future__ import annotations
 
 import enum
+import os
 from dataclasses import dataclass, fields
 
+from mafka4.compression import Codec
 from mafka4.errors import InvalidConfig
 
 KiB = 1024
@@ -339,11 +341,28 @@ class TopicConfig:
                               replica_lag_ms_max=self.replica_lag_ms_max)
 
 
+# The one default an environment variable sets: the compression codec of every Producer that
+# does not choose one, for the whole process, so that one run of the whole test suite (the
+# integration and chaos tests included) can send every batch compressed.
+COMPRESSION_ENV = "MAFKA4_COMPRESSION"
+
+
+def default_compression() -> Codec:
+    """The codec a Producer uses when not told: ``$MAFKA4_COMPRESSION``, else none."""
+    return Codec.parse(os.environ.get(COMPRESSION_ENV) or str(Codec.NONE), setting=COMPRESSION_ENV)
+
+
 @dataclass(frozen=True, slots=True)
 class ProducerConfig:
     """Bounds of one ``Producer``."""
 
     acks: Acks = Acks.ALL
+    # Codec of every batch the producer sends: "none", "lz4" or "zstd" (mafka4.compression).
+    # None: default_compression(), read when a Producer starts, not here, so that a bad
+    # $MAFKA4_COMPRESSION fails the producer, not every import that builds a ProducerConfig.
+    # batch_bytes_max and buffer_bytes_max count bytes before compression, so a codec never
+    # changes which messages fit.
+    compression: Codec | None = None
     # A partition's open batch is sent when it is this old, even if not full.
     linger_ms: int = 5
     # A batch is sent when adding the next message would pass this size (a larger message
@@ -370,6 +389,8 @@ class ProducerConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "acks", Acks.parse(self.acks))
+        if self.compression is not None:
+            object.__setattr__(self, "compression", Codec.parse(self.compression))
         object.__setattr__(self, "on_full", OnFull.parse(self.on_full))
         _check_range(self, "linger_ms", 0, 60 * SECOND_MS)
         _check_range(self, "batch_bytes_max", 1 * KiB, 64 * MiB)
@@ -381,6 +402,12 @@ class ProducerConfig:
         _check_range(self, "retry_backoff_ms_max", self.retry_backoff_ms)
         _check_range(self, "delivery_timeout_ms", 1)
         _check_range(self, "metadata_max_age_ms", 1)
+
+    def resolved(self) -> "ProducerConfig":
+        """This config with the process defaults spelled out, as a Producer runs it."""
+        if self.compression is not None:
+            return self
+        return replace_config(self, compression=default_compression())
 
 
 @dataclass(frozen=True, slots=True)

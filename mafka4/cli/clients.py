@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from mafka4.compression import Codec
 from mafka4.errors import InvalidRecord, RecordsLost
-from mafka4.limits import Acks, ProducerConfig
+from mafka4.limits import COMPRESSION_ENV, Acks, ProducerConfig
 
 
 def add_commands(commands) -> None:
@@ -15,6 +16,9 @@ def add_commands(commands) -> None:
     produce.add_argument("--key-sep", help="split each line into KEY<SEP>VALUE")
     produce.add_argument("--acks", default="all", choices=[a.value for a in Acks], help="default %(default)s")
     produce.add_argument("--linger-ms", type=int, default=ProducerConfig().linger_ms, help="default %(default)s")
+    produce.add_argument("--compression", choices=[str(codec) for codec in Codec],
+                         help=f"codec of every batch sent, recorded in the batch so readers need not be told "
+                              f"(default: ${COMPRESSION_ENV} if set, else none)")
     produce.set_defaults(run=_cmd_produce)
 
     consume = commands.add_parser("consume", help="print committed messages of every partition (or virtual "
@@ -35,7 +39,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     from mafka4.client.producer import Producer
 
     failures = []
-    with Producer(args.topic, acks=args.acks, linger_ms=args.linger_ms) as producer:
+    with Producer(args.topic, acks=args.acks, linger_ms=args.linger_ms, compression=args.compression) as producer:
         count = 0
         for line in sys.stdin.buffer:
             line = line.rstrip(b"\r\n")
@@ -52,7 +56,8 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     if failures:
         print(f"{len(failures)} of {count} messages failed: {failures[0]}", file=sys.stderr)
         return 1
-    print(f"produced {count} messages to {args.topic!r} (acks={args.acks})", file=sys.stderr)
+    print(f"produced {count} messages to {args.topic!r} (acks={args.acks}, compression={producer.config.compression})",
+          file=sys.stderr)
     return 0
 
 

@@ -10,6 +10,8 @@
 messages per partition (``linger_ms``, ``batch_bytes_max``), sends them to the partition
 leaders and retries retriable failures idempotently (see ``sender.py``). The buffer is
 bounded by ``buffer_bytes_max``; ``on_full`` chooses between blocking and ``BufferFull``.
+``compression`` ("none", "lz4", "zstd"; by default ``$MAFKA4_COMPRESSION``, else "none")
+compresses each batch as the sender encodes it (``mafka4.compression``).
 """
 
 from __future__ import annotations
@@ -50,9 +52,9 @@ class Producer:
     def __init__(self, topic: str, connection: Connection | None = None,
                  key_serializer: Serializer | None = None, value_serializer: Serializer | None = None,
                  **settings: Any):
-        """``settings`` are ``ProducerConfig`` fields: acks, linger_ms, batch_bytes_max, buffer_bytes_max, on_full, ..."""
+        """``settings`` are ``ProducerConfig`` fields: acks, compression, linger_ms, batch_bytes_max, on_full, ..."""
         self.topic = validate_topic_name(topic)
-        self.config = ProducerConfig(**settings)
+        self.config = ProducerConfig(**settings).resolved()
         self._key_serializer, self._value_serializer = key_serializer, value_serializer
         self._routing = Routing(connection or connect(), topic)
         self._partitioner = Partitioner(topic, len(self._routing.metadata.partitions))

@@ -76,7 +76,9 @@ class _PartitionPipeline:
         if self._next_sequence + len(batch.records) > SEQUENCE_MAX:
             self._producer_id, self._next_sequence = new_producer_id(), 0
         batch.producer_id, batch.base_sequence = self._producer_id, self._next_sequence
-        batch.encoded = encode_batch(batch.records, batch.producer_id, batch.base_sequence)
+        codec = self._sender.config.compression
+        assert codec is not None, "the Producer resolves the default codec before the sender starts"
+        batch.encoded = encode_batch(batch.records, batch.producer_id, batch.base_sequence, codec)
         self._next_sequence += len(batch.records)
 
     def _send(self, batch: ProducerBatch) -> asyncio.Future:

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mafka4 import limits
+from mafka4.compression import Codec
 from mafka4.coordinator.groups.partition_protocol import validate_group_name
 from mafka4.errors import InvalidConfig, InvalidGroupName, InvalidTopicName
 from mafka4.names import validate_topic_name
@@ -32,7 +33,9 @@ CONFIGS = (limits.LogConfig, limits.ReplicaConfig, limits.TopicConfig, limits.Pr
 anything = st.one_of(
     st.none(), st.booleans(), st.integers(), st.integers(-3, 2**20), st.floats(allow_nan=True), st.text(max_size=12),
     st.binary(max_size=6), st.lists(st.integers(), max_size=2), st.sampled_from(list(limits.Acks) + list(limits.OnFull) + list(limits.ReadMode)),
-    st.sampled_from(["all", "1", "0", "-1", "block", "error", "earliest", "latest", "range", "sticky", "mafka4", "mafka3"]),
+    st.sampled_from(list(Codec)),
+    st.sampled_from(["all", "1", "0", "-1", "block", "error", "earliest", "latest", "range", "sticky", "mafka4", "mafka3",
+                     "none", "lz4", "zstd"]),
 )
 
 

@@ -66,7 +66,8 @@ def test_command_lines_parse_to_the_documented_defaults():
     assert (create.partitions, create.replication_factor, create.read_mode, create.read_replicas,
             create.virtual_partitions, create.min_insync_replicas) == (1, 1, "mafka4", 1, None, None)
     produce = parse("produce", "orders")
-    assert (produce.acks, produce.linger_ms, produce.key_sep) == ("all", 5, None)
+    assert (produce.acks, produce.linger_ms, produce.key_sep, produce.compression) == ("all", 5, None, None)
+    assert parse("produce", "orders", "--compression", "zstd").compression == "zstd"
     consume = parse("consume", "orders")
     assert (consume.timeout_ms, consume.key_sep, consume.group, consume.max_messages) == (10_000, "\t", None, None)
     reset = parse("group", "reset-offsets", "billing", "--topic", "orders", "--to-time", "2026-11-22T21:30:00")

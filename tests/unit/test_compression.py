@@ -17,8 +17,8 @@ import zstandard
 
 from mafka4 import records
 from mafka4.compression import CODEC_MASK, Codec, compress, decompress
-from mafka4.errors import CorruptRecord, UnknownCodec
-from mafka4.limits import LogConfig
+from mafka4.errors import CorruptRecord, InvalidConfig, UnknownCodec
+from mafka4.limits import COMPRESSION_ENV, LogConfig, ProducerConfig, default_compression
 from mafka4.risr.state import RisrConfig
 from mafka4.virtual.hosted_vp import HostedVp, VpId
 from mafka4.virtual.layout import TopicLayout
@@ -216,3 +216,32 @@ def test_a_vp_leader_writes_each_codec_run_of_a_feed_as_one_batch_compressed_ali
         assert hosted.feed(0, fed, now_ms=0) == 0, "re-fed records are dropped, whatever their codec"
     finally:
         hosted.close()
+
+
+# --- the producer's setting ----------------------------------------------------------------
+
+
+def test_the_compression_setting_takes_codec_names_and_refuses_others_naming_the_choices():
+    assert ProducerConfig(compression="zstd").compression is Codec.ZSTD
+    assert ProducerConfig(compression=" LZ4 ").compression is Codec.LZ4
+    assert ProducerConfig(compression=Codec.NONE).compression is Codec.NONE
+    for wrong in ("gzip", "snappy", "", 2, True):
+        with pytest.raises(InvalidConfig, match=fr"compression={wrong!r} is not valid: use one of 'none', 'lz4', "
+                                                fr"'zstd'"):
+            ProducerConfig(compression=wrong)
+
+
+def test_the_environment_sets_the_default_codec_of_every_producer_that_does_not_choose(monkeypatch):
+    monkeypatch.delenv(COMPRESSION_ENV, raising=False)
+    assert ProducerConfig().resolved().compression is Codec.NONE
+    monkeypatch.setenv(COMPRESSION_ENV, "zstd")
+    assert default_compression() is Codec.ZSTD
+    assert ProducerConfig().compression is None, "read when a Producer starts, not when a config is built"
+    assert ProducerConfig(linger_ms=7).resolved() == ProducerConfig(linger_ms=7, compression="zstd")
+    assert ProducerConfig(compression="lz4").resolved().compression is Codec.LZ4, "an explicit choice wins"
+    assert ProducerConfig(compression="none").resolved().compression is Codec.NONE
+    monkeypatch.setenv(COMPRESSION_ENV, "gzip")
+    with pytest.raises(InvalidConfig, match="MAFKA4_COMPRESSION='gzip' is not valid: use one of 'none', 'lz4', 'zstd'"):
+        ProducerConfig().resolved()
+    monkeypatch.setenv(COMPRESSION_ENV, "")
+    assert ProducerConfig().resolved().compression is Codec.NONE, "set but empty is unset"

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 from mafka4.client.accumulator import ProducerBatch
 from mafka4.client.sender import _PartitionPipeline
+from mafka4.compression import Codec
 from mafka4.errors import NotLeader, UnknownProducer
 from mafka4.limits import Acks, ProducerConfig
-from mafka4.records import read_header
+from mafka4.records import decode_batch, read_header
 
 POLLS_MAX = 5000  # a bound on waiting for the pipeline's thread hop (metadata refresh), not a timing claim
 
@@ -27,6 +28,7 @@ class Call:
     sequence: int
     acks: Acks
     future: concurrent.futures.Future
+    encoded: bytes
 
 
 class FakeLeader:
@@ -36,7 +38,7 @@ class FakeLeader:
 
     def remote(self, encoded: bytes, acks: Acks, timeout_ms: int):
         header = read_header(encoded)
-        call = Call(header.producer_id, header.base_sequence, acks, concurrent.futures.Future())
+        call = Call(header.producer_id, header.base_sequence, acks, concurrent.futures.Future(), encoded)
         self.calls.append(call)
         return self
 
@@ -70,8 +72,8 @@ class FakeAccumulator:
 class FakeSender:
     topic = "t"
 
-    def __init__(self, batches: int, acks: Acks | str = Acks.ALL):
-        self.config = ProducerConfig(acks=acks, retry_backoff_ms=0, retry_backoff_ms_max=0)
+    def __init__(self, batches: int, acks: Acks | str = Acks.ALL, compression: str = "none"):
+        self.config = ProducerConfig(acks=acks, compression=compression, retry_backoff_ms=0, retry_backoff_ms_max=0)
         self.leader = FakeLeader()
         self.routing = FakeRouting(self.leader)
         self.accumulator = FakeAccumulator(batches)
@@ -181,6 +183,20 @@ def test_acks_given_as_a_string_reaches_the_leader_as_the_enum_itself():
     async def scenario(calls):
         await calls_reach(sender, 1)
         assert calls[0].acks is Acks.LEADER, "converted once, at the config, and sent as it is"
+        calls[0].future.set_result(0)
+        await settle()
+
+    run_pipeline(sender, scenario)
+    assert sender.answers == [(0, 0, None)]
+
+
+def test_batches_are_sent_compressed_with_the_configured_codec():
+    sender = FakeSender(batches=1, compression="zstd")  # as a user gives it: Producer(topic, compression="zstd")
+
+    async def scenario(calls):
+        await calls_reach(sender, 1)
+        assert read_header(calls[0].encoded).codec is Codec.ZSTD
+        assert [record.value for record in decode_batch(calls[0].encoded)] == [b"v0"]
         calls[0].future.set_result(0)
         await settle()
 
