@@ -308,6 +308,8 @@ class Closed:
 
     member: int
     late_messages: int
+    # Leaving commits: a failure there changes nothing measured, and is reported beside the row.
+    close_error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,13 +5,14 @@ settings dataclass and its driver. The settings class gives the options: a field
 ``help`` in its metadata is one, named after the field, with the field's type and default
 (shown in the help; an option not given keeps the class's default). Metadata ``choices``
 limits the values; a bool field is a flag that turns its default over, named by metadata
-``switch`` (``--skip-memory`` sets ``stalled_producer=False``). A class with ``smoke_sized()``
-also gets ``--smoke``: a test-sized run that its report marks as no result. Every bench takes
+``switch`` (``--skip-memory`` sets ``stalled_producer=False``). A tuple field takes a
+comma-separated list (``--consumers 1,4,16``). A class with ``smoke_sized()`` also gets
+``--smoke``: a test-sized run that its report marks as no result. Every bench takes
 ``--output``, the path of its report.
 
 The runner builds the settings first, so a bad value is refused before anything connects;
-then it imports the driver (most import Ray), runs it, prints the report's summary and says
-where the full report went.
+then it imports the driver (most import Ray), runs it, prints the report's summary (as JSON,
+or as the text its ``render`` function makes of the report) and says where the full report went.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import typing
 from dataclasses import Field, dataclass, fields
 
 from mafka4.bench.density import VpDensityBenchSettings
+from mafka4.bench.drain import ConsumeBenchSettings
 from mafka4.bench.failover_settings import FailoverBenchSettings
 from mafka4.bench.lag import FeedLagBenchSettings
 from mafka4.bench.produce_settings import ProduceBenchSettings
@@ -40,6 +42,8 @@ class Bench:
     # "module:function" of the driver, run(settings, output_path) -> report with a "summary";
     # imported only when the bench runs.
     driver: str
+    # "module:function" turning the report into the text printed instead of its JSON summary.
+    render: str | None = None
 
     @property
     def output_default(self) -> str:
@@ -59,6 +63,9 @@ BENCHES = (
                         "actor", VpDensityBenchSettings, "mafka4.bench.vp_density:run_vp_density_bench"),
     Bench("feed-lag", "how far feeding trails the high watermark while one producer is saturated, per VP count",
           FeedLagBenchSettings, "mafka4.bench.feed_lag:run_feed_lag_bench"),
+    Bench("consume", "one group of consumer processes drains a backlog, per read mode and consumer count: msgs/s, "
+                     "MB/s and fetch latency", ConsumeBenchSettings, "mafka4.bench.consume:run_consume_bench",
+          render="mafka4.bench.drain:table"),
 )
 
 
@@ -88,8 +95,13 @@ def _int_list(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers, e.g. 8,256") from None
 
 
+def _name_list(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(","))
+
+
 # How an option's text becomes its field's value, per field type.
-_PARSERS = {int: int, float: float, str: str, int | None: int, tuple[int, ...]: _int_list}
+_PARSERS = {int: int, float: float, str: str, int | None: int, tuple[int, ...]: _int_list, tuple[str, ...]: _name_list}
+_METAVARS = {tuple[int, ...]: "N[,N...]", tuple[str, ...]: "NAME[,NAME...]"}
 
 
 def _add_option(parser: argparse.ArgumentParser, field: Field, kind: object) -> None:
@@ -103,7 +115,7 @@ def _add_option(parser: argparse.ArgumentParser, field: Field, kind: object) -> 
     if field.default is not None:  # a None default means something the help says itself
         help_text += f" (default {_shown(field.default)})"
     parser.add_argument(_flag(field), dest=field.name, type=_PARSERS[kind], choices=field.metadata.get("choices"),
-                        metavar="N[,N...]" if kind == tuple[int, ...] else None, help=help_text)
+                        metavar=_METAVARS.get(kind), help=help_text)
 
 
 def _smoke_help(settings_class: type) -> str:
@@ -127,8 +139,13 @@ def _run(bench: Bench, args: argparse.Namespace) -> int:
     given = {field.name: getattr(args, field.name) for field, _ in _options_of(bench.settings)
              if getattr(args, field.name) is not None}
     settings = bench.settings.smoke_sized(**given) if getattr(args, "smoke", False) else bench.settings(**given)
-    module, _, function = bench.driver.partition(":")
-    report = getattr(importlib.import_module(module), function)(settings, args.output)
-    print(json.dumps(report["summary"], indent=2))
+    report = _function(bench.driver)(settings, args.output)
+    print(json.dumps(report["summary"], indent=2) if bench.render is None else _function(bench.render)(report))
     print(f"full report written to {args.output}", file=sys.stderr)
     return 0
+
+
+def _function(path: str):
+    """The function a "module:function" path names, importing its module."""
+    module, _, function = path.partition(":")
+    return getattr(importlib.import_module(module), function)

@@ -1,16 +1,25 @@
-"""Unit tests of ``mafka4 bench consume`` without a cluster: settings, tallies, settling, rows (``bench.drain``, pure)."""
+"""Unit tests of ``mafka4 bench consume`` without a cluster: settings, tallies, settling, rows, both protocol sides.
+
+The arithmetic is pure (``bench.drain``). The member's steps (``bench.consume_member``) run here
+against a fake consumer, and the driver's (``bench.consume``) against scripted reports, in this
+process, with threading events for the signals; no process is spawned and nothing joins Ray.
+"""
 
 from __future__ import annotations
 
 import json
 import pickle
+import threading
 
 import pytest
 
-from mafka4.bench.drain import (Armed, Closed, ConsumeBenchSettings, Drained, GroupSettling, MemberDrain, OffsetRange,
-                                OffsetTally, assignment_problem, backlog_messages, drain_row, messages_read, summary,
-                                table)
-from mafka4.errors import InvalidConfig
+from mafka4 import cli
+from mafka4.bench import consume, consume_member
+from mafka4.bench.drain import (Armed, Assigned, Closed, ConsumeBenchSettings, Drained, GroupSettling, Joined,
+                                MemberDrain, OffsetRange, OffsetTally, assignment_problem, backlog_messages, drain_row,
+                                messages_read, summary, table)
+from mafka4.client.message import Message
+from mafka4.errors import CoordinatorUnavailable, InvalidConfig
 
 MS = 1_000_000  # ns
 
@@ -50,6 +59,50 @@ def test_a_smoke_run_is_small_and_says_so():
     smoke = ConsumeBenchSettings.smoke_sized(read_modes=("mafka4",))
     assert smoke.smoke and smoke.messages == 2_000 and smoke.consumers == (1, 2) and smoke.repetitions == 1
     assert smoke.read_modes == ("mafka4",)
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def driver(monkeypatch, tmp_path):
+    monkeypatch.setenv("MAFKA4_HOME", str(tmp_path / "no-cluster-here"))
+    calls = []
+
+    def fake_driver(settings, output_path):
+        calls.append((settings, output_path))
+        return _report([_row("mafka3", 1, 0, 50_000), _row("mafka4", 1, 0, 40_000)], settings)
+
+    monkeypatch.setattr("mafka4.bench.consume.run_consume_bench", fake_driver)
+    return calls
+
+
+def test_the_command_passes_its_lists_to_the_settings_and_prints_a_table(driver, capsys):
+    argv = ["bench", "consume", "--consumers", "1,4", "--read-modes", "mafka4", "--virtual-partitions", "8",
+            "--messages", "5000", "--repetitions", "2"]
+    assert cli.main(argv) == 0
+    assert driver == [(ConsumeBenchSettings(consumers=(1, 4), read_modes=("mafka4",), virtual_partitions=8,
+                                            messages=5000, repetitions=2), "results/bench_consume.json")]
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0].split()[:4] == ["read", "mode", "consumers", "working"]
+    assert "50,000" in out and "40,000" in out
+    assert "full report written to results/bench_consume.json" in err
+
+
+def test_a_list_that_is_not_one_exits_2_before_the_driver_runs(driver, capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["bench", "consume", "--consumers", "1,four"])
+    assert exited.value.code == 2 and driver == []
+    assert "comma-separated list of integers" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--read-modes", "kafka"], "read_modes=kafka"),
+    (["--consumers", "0"], "consumers=0"),
+])
+def test_a_value_the_settings_refuse_exits_2_before_the_driver_runs(driver, capsys, argv, named):
+    assert cli.main(["bench", "consume", *argv]) == 2
+    assert driver == [] and named in capsys.readouterr().err
 
 
 # --- the backlog and a member's tally ------------------------------------------------------------
@@ -206,3 +259,168 @@ def test_the_members_reports_survive_pickling():
     drain = _drain(0, [0], 1, 2, [1], {0: b"\x01"}, 1)
     for report in (Armed(0, (0, 1), 0), Drained(drain), Closed(0, 0), OffsetRange(2, 5)):
         assert pickle.loads(pickle.dumps(report)) == report
+
+
+# --- the member's steps, against a fake consumer -------------------------------------------------------
+
+
+class FakeConsumer:
+    """Serves each owned partition's backlog in polls of ``batch`` messages, from the position seek() set."""
+
+    def __init__(self, owned, ranges, batch=3, failures=0):
+        self.owned = list(owned)
+        self.ranges = ranges
+        self.positions = {p: ranges[p].end for p in owned}  # joined at the latest offsets
+        self.batch = batch
+        self.failures = failures
+        self.polls = 0
+        self.seeks = []
+
+        class Config:
+            fetch_wait_ms_max = 0
+
+        self.config = Config()
+
+    def assignment(self):
+        return sorted(self.owned)
+
+    def seek(self, partition, offset):
+        self.seeks.append((partition, offset))
+        self.positions[partition] = offset
+
+    def poll(self, timeout_ms):
+        self.polls += 1
+        if self.failures:
+            self.failures -= 1
+            raise CoordinatorUnavailable("etcd away for a moment")
+        messages = []
+        for partition in self.assignment():
+            end = min(self.positions[partition] + self.batch, self.ranges[partition].end)
+            messages += [Message("t", partition, offset, 0, None, b"v", ())
+                         for offset in range(self.positions[partition], end)]
+            self.positions[partition] = end
+        return messages
+
+
+class ReactingDriver:
+    """Collects a member's reports and answers as the driver does: arm once assigned, start once armed, stop once
+    drained."""
+
+    def __init__(self):
+        self.reports = []
+        self.arm, self.start, self.stop = threading.Event(), threading.Event(), threading.Event()
+
+    def put(self, report):
+        self.reports.append(report)
+        answer = {Assigned: self.arm, Armed: self.start, Drained: self.stop}.get(type(report))
+        if answer is not None:
+            answer.set()
+
+
+def test_a_member_joins_at_the_end_arms_at_the_start_drains_and_stays_until_stopped(monkeypatch):
+    monkeypatch.setattr(consume_member, "ANSWER_MARGIN_S", 0.0)
+    ranges = {0: OffsetRange(0, 5), 1: OffsetRange(2, 4)}
+    consumer = FakeConsumer([1, 0], ranges)
+    consumer.member_id = "m-0"
+    driver = ReactingDriver()
+    spec = consume_member.MemberSpec(0, "t", "g", "etcd", "ray", "c", ranges)
+    late = consume_member._steps(consumer, spec, driver, driver.arm, driver.start, driver.stop)
+    assert [type(report) for report in driver.reports] == [Joined, Assigned, Armed, Drained]
+    joined, assigned, armed, drained = driver.reports
+    assert joined == Joined(0, "m-0") and assigned == Assigned(0, (0, 1))
+    assert armed == Armed(0, (0, 1), 0), "joined at the backlog's end: nothing read while joining"
+    assert consumer.seeks == [(0, 0), (1, 2)]
+    assert drained.drain.complete and drained.drain.delivered == 7 and late == 0
+
+
+def test_a_member_stopped_before_the_start_reports_no_drain():
+    consumer = FakeConsumer([0], {0: OffsetRange(0, 5)})
+    consumer.member_id = "m-1"
+    driver = ReactingDriver()
+    driver.stop.set()
+    spec = consume_member.MemberSpec(1, "t", "g", "etcd", "ray", "c", consumer.ranges)
+    assert consume_member._steps(consumer, spec, driver, driver.arm, driver.start, driver.stop) is None
+    assert driver.reports == [Joined(1, "m-1")] and consumer.polls == 0
+
+
+def test_arming_seeks_every_owned_partition_to_the_backlog_start(monkeypatch):
+    monkeypatch.setattr(consume_member, "ANSWER_MARGIN_S", 0.0)
+    ranges = {0: OffsetRange(5, 9), 1: OffsetRange(0, 3)}
+    consumer = FakeConsumer([0, 1], ranges)
+    spec = consume_member.MemberSpec(0, "t", "g", "etcd", "ray", "c", ranges)
+    assert consume_member._arm(consumer, spec) == (0, 1)
+    assert consumer.seeks == [(0, 5), (1, 0)]
+
+
+def test_a_member_drains_until_it_was_given_every_offset_it_owns_and_times_only_polls_with_data():
+    ranges = {0: OffsetRange(0, 7), 1: OffsetRange(0, 2), 2: OffsetRange(0, 4)}
+    consumer = FakeConsumer([0, 1], ranges, failures=1)
+    for partition in (0, 1):
+        consumer.seek(partition, 0)
+    drain = consume_member._drain(consumer, 3, OffsetTally(ranges), threading.Event())
+    assert drain.complete and drain.delivered == 9 and drain.duplicates == 0
+    assert drain.partitions == (0, 1) and set(drain.seen) == {0, 1}
+    assert consumer.polls == 4, "one failed poll, then 3, 3 and 1 messages of partition 0"
+    assert len(drain.fetch_latencies_ns) == 3 and drain.poll_errors == 1
+    assert "CoordinatorUnavailable" in drain.first_poll_error
+    assert drain.first_poll_ns <= drain.last_message_ns
+
+
+def test_a_member_that_owns_nothing_does_not_poll_in_the_drain():
+    consumer = FakeConsumer([], {0: OffsetRange(0, 2)})
+    drain = consume_member._drain(consumer, 1, OffsetTally(consumer.ranges), threading.Event())
+    assert consumer.polls == 0 and drain.first_poll_ns is None and drain.last_message_ns is None and drain.complete
+
+
+def test_a_stopped_drain_reports_what_it_read_as_incomplete():
+    consumer = FakeConsumer([0], {0: OffsetRange(0, 5)})
+    consumer.seek(0, 0)
+    stop = threading.Event()
+    stop.set()
+    drain = consume_member._drain(consumer, 0, OffsetTally(consumer.ranges), stop)
+    assert not drain.complete and drain.delivered == 0
+
+
+# --- the driver's side of the protocol, against scripted reports ---------------------------------------
+
+
+class ScriptedMembers:
+    """Stands in for the member processes: hands out ``script`` in order, then None (nothing arrived)."""
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.arm, self.start, self.stop = threading.Event(), threading.Event(), threading.Event()
+
+    def next_report(self):
+        return self.script.pop(0) if self.script else None
+
+
+def test_the_driver_settles_arms_and_collects_a_group_then_stops_it(monkeypatch):
+    ranges = {0: OffsetRange(0, 4), 1: OffsetRange(0, 4)}
+    settings = ConsumeBenchSettings(settle_s=0.01)
+    members = ScriptedMembers([Joined(0, "a"), Assigned(0, (0, 1)), Joined(1, "b"), Assigned(1, ()),
+                               Assigned(0, (0,)), Assigned(1, (1,))])
+    settling = GroupSettling(2, ranges, int(settings.settle_s * 1e9))
+    consume._settle(members, settling, 2, settings)
+    assert settling.assignments == {0: (0,), 1: (1,)} and not members.arm.is_set()
+    members.script = [Assigned(1, (1,)), Armed(1, (1,), 0), Armed(0, (0,), 0)]
+    armed = consume._arm(members, 2, ranges, settings)
+    assert members.arm.is_set() and sorted(armed) == [0, 1]
+    drains = [_drain(m, [m], 0, 1, [1], {m: b"\x01" * 4}, 4) for m in (0, 1)]
+    members.script = [Drained(drains[1]), Drained(drains[0]), Closed(0, 0), Closed(1, 2)]
+    collected, closes = consume._collect(members, 2, settings)
+    assert members.stop.is_set() and sorted(d.member for d in collected) == [0, 1]
+    assert sorted((c.member, c.late_messages) for c in closes) == [(0, 0), (1, 2)]
+
+
+def test_a_group_that_changed_while_arming_is_refused():
+    members = ScriptedMembers([Armed(0, (0,), 0), Armed(1, (0, 1), 0)])
+    with pytest.raises(RuntimeError, match="changed while its members stopped polling"):
+        consume._arm(members, 2, range(2), ConsumeBenchSettings())
+
+
+def test_a_group_that_does_not_settle_in_time_says_why():
+    members = ScriptedMembers([Joined(0, "a"), Assigned(0, (0,))])
+    settings = ConsumeBenchSettings(join_s_max=0.01)
+    with pytest.raises(TimeoutError, match="1 of 2 members joined"):
+        consume._settle(members, GroupSettling(2, range(1), 1), 2, settings)

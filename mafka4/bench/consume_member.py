@@ -1,0 +1,187 @@
+"""One consumer of ``mafka4 bench consume``: a process of its own, a member of the drain's group.
+
+The driver (``bench.consume``) spawns one process per member with ``run_member`` as its target.
+The member goes through four steps, reporting each to the driver through a queue (the events
+of ``bench.drain``) and waiting for the driver's signals (``arm``, ``start``, ``stop``):
+
+1. **join** (``Joined``, then ``Assigned`` whenever its assignment changes): it joins the
+   cluster the spec names and creates a ``Consumer`` of the group, at the *latest* offsets.
+   The group is new, so every partition (or VP) it claims starts at its high watermark, the
+   backlog's end: the polls that carry the group protocol (Mafka3's eager rebalance, Mafka4's
+   VP handovers) read nothing. It polls until the driver, having seen the group settle
+   (``drain.GroupSettling``), signals ``arm``.
+2. **arm** (``Armed``): it stops polling, waits until the long polls it had out were answered
+   (a read node's next fetch goes out only after its last one came back), and seeks every
+   partition it owns to the backlog's start. Nothing is read yet.
+3. **drain** (``Drained``): at ``start`` it polls until it was given every backlog offset of
+   the partitions it owns, or until ``stop``; it stamps its first poll, each poll that returned
+   messages and its last message (``drain`` defines the figures). A member that owns nothing
+   does not poll in this step.
+4. **stay** (``Closed``): it keeps polling, so the group stays as it is for the members still
+   draining, until ``stop``; then it closes the consumer (commit, release, leave). A close that
+   fails is reported in ``Closed``: the drain it follows is measured already.
+
+A failure at any other step is reported (``Failed``, with the traceback) and the process exits 1.
+A retriable error of a poll is counted and the member polls on, as an application would.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Mapping
+
+import ray
+
+from mafka4.bench.drain import (Armed, Assigned, Closed, Drained, Failed, Joined, MemberDrain, OffsetRange,
+                                OffsetTally)
+from mafka4.client.consumer import Consumer
+from mafka4.errors import MafkaError
+from mafka4.runtime.connect import CLUSTER_ENV, ETCD_ENDPOINT_ENV, RAY_ADDRESS_ENV, connect
+
+# While joining, a member returns from poll() this often to look at the driver's signal.
+JOIN_POLL_TIMEOUT_MS = 100
+# poll() returns as soon as messages arrive: this bounds only a poll that finds none.
+DRAIN_POLL_TIMEOUT_MS = 100
+STAY_POLL_TIMEOUT_MS = 200
+# Beyond fetch_wait_ms_max, for the answer to a long poll at the backlog's end to arrive.
+ANSWER_MARGIN_S = 0.2
+# How often a member waiting for the start looks whether the driver stopped instead.
+SIGNAL_CHECK_S = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class MemberSpec:
+    """What one member process needs: the cluster, the group, and the backlog it drains."""
+
+    member: int
+    topic: str
+    group: str
+    etcd_endpoint: str
+    ray_address: str
+    cluster: str
+    ranges: Mapping[int, OffsetRange]
+
+
+def run_member(spec: MemberSpec, reports, arm, start, stop) -> None:
+    """The process target: the four steps of the module docstring."""
+    try:
+        _run(spec, reports, arm, start, stop)
+    except BaseException:
+        reports.put(Failed(spec.member, traceback.format_exc()))
+        sys.exit(1)
+
+
+def _run(spec: MemberSpec, reports, arm, start, stop) -> None:
+    os.environ.update({ETCD_ENDPOINT_ENV: spec.etcd_endpoint, RAY_ADDRESS_ENV: spec.ray_address,
+                       CLUSTER_ENV: spec.cluster})
+    consumer = Consumer(spec.topic, group=spec.group, connection=connect())  # at the latest offsets: step 1
+    try:
+        late_messages = _steps(consumer, spec, reports, arm, start, stop)
+    except BaseException:
+        consumer.close()
+        raise
+    close_error = None
+    try:
+        consumer.close()
+    except (MafkaError, ray.exceptions.RayError) as error:
+        close_error = f"{type(error).__name__}: {error}"
+    if late_messages is not None:
+        reports.put(Closed(spec.member, late_messages, close_error))
+
+
+def _steps(consumer: Consumer, spec: MemberSpec, reports, arm, start, stop) -> int | None:
+    """Steps 1 to 4 up to the close: the messages given after the drain, or None if stopped before it."""
+    reports.put(Joined(spec.member, consumer.member_id))
+    joining = _join(consumer, spec, reports, arm, stop)
+    if stop.is_set():
+        return None
+    reports.put(Armed(spec.member, _arm(consumer, spec), joining))
+    tally = OffsetTally(spec.ranges)
+    while not start.wait(SIGNAL_CHECK_S):
+        if stop.is_set():
+            return None
+    reports.put(Drained(_drain(consumer, spec.member, tally, stop)))
+    return _stay(consumer, stop)
+
+
+class _Retriable(Exception):
+    """A poll failed in a way an application retries (a failover, etcd away for a moment)."""
+
+
+def _poll(consumer: Consumer, timeout_ms: int) -> list:
+    """One poll; a retriable error is raised as such for the caller to count, any other error propagates."""
+    try:
+        return consumer.poll(timeout_ms=timeout_ms)
+    except ray.exceptions.RayError as error:
+        raise _Retriable(f"{type(error).__name__}: {error}") from error
+    except MafkaError as error:
+        if not error.retriable:
+            raise
+        raise _Retriable(f"{type(error).__name__}: {error}") from error
+
+
+def _join(consumer: Consumer, spec: MemberSpec, reports, arm, stop) -> int:
+    """Poll until ``arm`` (or ``stop``), reporting each new assignment; the messages given meanwhile."""
+    reported: tuple[int, ...] | None = None
+    messages = 0
+    while not arm.is_set() and not stop.is_set():
+        assignment = tuple(consumer.assignment())
+        if assignment != reported:
+            reports.put(Assigned(spec.member, assignment))
+            reported = assignment
+        try:
+            messages += len(_poll(consumer, JOIN_POLL_TIMEOUT_MS))
+        except _Retriable:
+            arm.wait(JOIN_POLL_TIMEOUT_MS / 1000)  # the group protocol goes on at the next poll
+    return messages
+
+
+def _arm(consumer: Consumer, spec: MemberSpec) -> tuple[int, ...]:
+    time.sleep(consumer.config.fetch_wait_ms_max / 1000 + ANSWER_MARGIN_S)
+    owned = tuple(consumer.assignment())
+    for partition in owned:
+        assert partition in spec.ranges, f"member {spec.member} owns {partition}: not in the backlog"
+        consumer.seek(partition, spec.ranges[partition].start)
+    return owned
+
+
+def _drain(consumer: Consumer, member: int, tally: OffsetTally, stop) -> MemberDrain:
+    owned = tuple(consumer.assignment())
+    latencies: list[int] = []
+    first_poll_ns = last_message_ns = None
+    errors, first_error = 0, None
+    while not tally.complete(consumer.assignment()) and not stop.is_set():
+        before = time.monotonic_ns()
+        if first_poll_ns is None:
+            first_poll_ns = before
+        try:
+            messages = _poll(consumer, DRAIN_POLL_TIMEOUT_MS)
+        except _Retriable as error:
+            errors += 1
+            first_error = first_error or str(error)
+            stop.wait(DRAIN_POLL_TIMEOUT_MS / 1000)
+            continue
+        after = time.monotonic_ns()
+        if messages:
+            latencies.append(after - before)
+            last_message_ns = after
+            for message in messages:
+                tally.record(message.partition, message.offset)
+    return MemberDrain(member, owned, first_poll_ns, last_message_ns, tuple(latencies), tally.delivered,
+                       tally.duplicates, tally.outside, tally.seen(), tally.complete(consumer.assignment()), errors,
+                       first_error)
+
+
+def _stay(consumer: Consumer, stop) -> int:
+    """Poll until ``stop``; the messages given meanwhile."""
+    messages = 0
+    while not stop.is_set():
+        try:
+            messages += len(_poll(consumer, STAY_POLL_TIMEOUT_MS))
+        except _Retriable:
+            stop.wait(STAY_POLL_TIMEOUT_MS / 1000)
+    return messages
