@@ -3,14 +3,17 @@
 Wall-clock figures are never asserted (the machine is shared); what is checked is that a trial
 of each mode runs, loses no message and writes the report the README and the notes quote. The
 read-path benches (vp-density, feed-lag) need two read nodes and two write nodes: they run on
-the module's ``read_cluster``.
+the module's ``read_cluster``. The consume bench's members are processes of their own, joining
+the session cluster as every driver does.
 """
 
 from __future__ import annotations
 
 import json
 
+from mafka4.bench.consume import run_consume_bench
 from mafka4.bench.density import VpDensityBenchSettings
+from mafka4.bench.drain import ConsumeBenchSettings, table
 from mafka4.bench.feed_lag import run_feed_lag_bench
 from mafka4.bench.lag import FeedLagBenchSettings
 from mafka4.bench.vp_density import run_vp_density_bench
@@ -32,6 +35,32 @@ def test_the_vp_join_bench_runs_a_mafka4_and_a_mafka3_trial_and_writes_its_repor
     assert set(trial["member_stall_ms"]) == {"member-0", "member-1"}
     assert trial["new_member_first_message_ms"] is not None
     assert report["mafka3_trials"][0]["new_member_first_message_ms"] is not None
+
+
+def test_the_consume_bench_drains_a_backlog_per_read_mode_with_each_consumer_count_and_loses_nothing(cluster, tmp_path):
+    settings = ConsumeBenchSettings.smoke_sized()
+    output = tmp_path / "consume.json"
+    report = run_consume_bench(settings, str(output))
+    assert json.loads(output.read_text()) == json.loads(json.dumps(report))
+    rows = report["rows"]
+    assert [(row["read_mode"], row["consumers"]) for row in rows] == [
+        ("mafka3", 1), ("mafka3", 2), ("mafka4", 1), ("mafka4", 2)]
+    for row in rows:
+        where = (row["read_mode"], row["consumers"])
+        assert row["messages_read"] == row["messages"] == settings.messages and row["missing"] == 0, where
+        assert row["duplicates"] == row["duplicates_across_members"] == row["outside_backlog"] == 0, where
+        assert row["messages_while_joining"] == 0 and row["late_messages"] == 0, where
+        assert row["consumers_with_work"] == row["consumers"], "2 partitions (or VPs): every member reads one"
+        assert all(member["complete"] for member in row["members"]), where
+        latency = row["fetch_latency_ms"]
+        assert row["msgs_per_s"] > 0 and 0 < latency["p50"] <= latency["p99"] <= latency["p99.9"], where
+    backlogs = {backlog["read_mode"]: backlog for backlog in report["backlogs"]}
+    assert backlogs["mafka4"]["virtual_partitions"] == 2 and len(backlogs["mafka4"]["ranges"]) == 2
+    assert backlogs["mafka3"]["virtual_partitions"] == 0 and len(backlogs["mafka3"]["ranges"]) == 2
+    assert set(report["summary"]) == {"mafka3", "mafka4"} and len(report["load_average_1m"]) == 2
+    assert "not a result" in table(report)
+    topics = Admin(cluster).list_topics()
+    assert not {backlog["topic"] for backlog in report["backlogs"]} & set(topics), "the bench deletes its topics"
 
 
 def test_the_vp_density_bench_measures_read_nodes_before_and_after_hosting_next_to_a_bare_actor(read_cluster, tmp_path):
