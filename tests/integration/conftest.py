@@ -1,4 +1,11 @@
-"""Integration fixtures: one real local cluster (etcd + multi-node Ray) per test session.
+"""Integration fixtures: real local clusters (etcd + multi-node Ray).
+
+* ``cluster``: one cluster (w0..w2, r0) for the whole session.
+* ``read_cluster``: one cluster (w0, w1, r0, r1) shared by every test that asks for it. Those
+  tests run last (``pytest_collection_modifyitems``), so that the cluster starts once and the
+  driver leaves the session cluster's Ray once, for good: a cluster start costs ~25 s here, a
+  large part of the suite's time. Session fixtures end in reverse order, so it stops first and
+  the driver rejoins the session cluster while that still runs.
 
 Every test under tests/integration is marked ``integration`` so that ``-m 'not integration'``
 gives the fast suite.
@@ -21,6 +28,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if INTEGRATION_DIR in Path(item.path).parents:
             item.add_marker(pytest.mark.integration)
+    # Stable: the read-cluster tests keep their order among themselves, the others theirs.
+    items.sort(key=_uses_read_cluster)
+
+
+def _uses_read_cluster(item) -> bool:
+    return "read_cluster" in getattr(item, "fixturenames", ())
 
 
 @pytest.fixture(scope="session")
@@ -38,11 +51,14 @@ def delete_topics_afterwards(request):
     2-core machine and slow every later test.
     """
     yield
-    if "cluster" not in request.fixturenames:
-        return
+    if "cluster" in request.fixturenames:
+        _delete_every_topic(request.getfixturevalue("cluster"))
+
+
+def _delete_every_topic(connection) -> None:
     from mafka4.client.admin import Admin
 
-    admin = Admin(request.getfixturevalue("cluster"))
+    admin = Admin(connection)
     for name in admin.list_topics():
         admin.delete_topic(name)
 
@@ -74,11 +90,20 @@ def own_cluster(config: ClusterConfig):
         yield local
 
 
-@pytest.fixture(scope="module")
-def read_cluster():
-    """A cluster of its own for one test module: write nodes w0, w1 and read nodes r0, r1 (RR=2)."""
+@pytest.fixture(scope="session")
+def shared_read_cluster():
     with own_cluster(ClusterConfig(write_nodes=2, read_nodes=2)) as local:
         yield local.connection
+
+
+@pytest.fixture
+def read_cluster(shared_read_cluster):
+    """The shared cluster of write nodes w0, w1 and read nodes r0, r1 (RR=2); see the module docstring.
+
+    A test's topics are deleted after it, so that the next test finds an idle cluster.
+    """
+    yield shared_read_cluster
+    _delete_every_topic(shared_read_cluster)
 
 
 @pytest.fixture
