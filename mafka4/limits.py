@@ -668,6 +668,12 @@ SEGMENT_SCAN_CHUNK_BYTES = 1 * MiB
 # A partition's epoch checkpoint has one entry per leader change, far fewer than this in any real
 # life span: a checkpoint claiming more is treated as garbage rather than allocated.
 EPOCH_CHECKPOINT_ENTRIES_MAX = 10_000_000
+# A directory's fsync records (log.fsync_points, chaos runs only) are pruned of deleted files when
+# they double, never below this: a replica directory holds a handful of files per segment.
+FSYNC_POINTS_PRUNE_ENTRIES_MIN = 64
+# A node with a log_dir_bytes_max measures its log directory at most this often (a walk of its
+# files) and counts its own appends in between: other processes' writes show within a second.
+LOG_DIR_SCAN_INTERVAL_MS = 1000
 
 # Replica actors and read nodes.
 # A leader's high watermark checkpoint is written at most this often: a restarted replica takes

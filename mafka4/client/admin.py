@@ -21,6 +21,7 @@ from mafka4.errors import InvalidConfig, TopicExists
 from mafka4.limits import (DESCRIBE_TIMEOUT_S, READ_MODE_DEFAULT, RESHARD_INTENT_WAIT_S, TOPIC_INTENT_WAIT_S, ReadMode,
                            TopicConfig, replace_config)
 from mafka4.names import validate_topic_name
+from mafka4.partition_gate import NetworkFault, set_client_fault
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import TopicMetadata, config_to_json
 from mafka4.runtime.connect import Connection, connect
@@ -185,3 +186,28 @@ class Admin:
             node = replica or state.leader
             raise InvalidConfig(f"{node} ({kind} of {topic}, partition {partition}) is not running")
         return ray.get(call, timeout=DESCRIBE_TIMEOUT_S)
+
+    def set_network_fault(self, topic: str, fault: NetworkFault) -> dict[str, str]:
+        """Cut or slow the network between nodes (``mafka4.partition_gate``) for every replica actor of
+        ``topic``, every read node hosting its VPs and this process's clients; an empty
+        ``NetworkFault`` heals it. Per actor: "set", or why not (one that is not running, or
+        restarted later, has no fault)."""
+        calls, outcome = {}, {}
+        for state in self._topics.get(topic).partitions:
+            for replica in state.replicas:
+                handle = replica_handle(self.cluster, topic, state.partition, replica)
+                calls[f"p{state.partition}/{replica}"] = None if handle is None else handle.set_partition.remote(fault)
+        for node in sorted({node for state in self._virtual_states(topic) for node in state.replicas}):
+            handle = read_node_handle(self.cluster, node)
+            calls[node] = None if handle is None else handle.set_partition.remote(fault)
+        set_client_fault(fault)
+        for name, call in calls.items():
+            if call is None:
+                outcome[name] = "not running"
+                continue
+            try:
+                ray.get(call, timeout=DESCRIBE_TIMEOUT_S)
+                outcome[name] = "set"
+            except (ray.exceptions.RayError, TimeoutError) as error:
+                outcome[name] = f"{type(error).__name__}: {error}"
+        return outcome

@@ -15,7 +15,9 @@ A loss marker in a VP (physical retention deleted records before a read node fed
 
 Metadata (the layout and every VP's leader, RISR and sealed end) is read from etcd in one
 transaction by ``refresh``; a replica whose fetch failed is avoided (its VP's leader is asked
-instead) until the next refresh, which also follows a failed fetch.
+instead) until the next refresh, which also follows a failed fetch. So is a node that a network
+fault cuts this process off from (``mafka4.partition_gate``); one it slows is asked after the
+delay.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from mafka4.client.message import Message
 from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import CoordinatorUnavailable, RecordsLost
 from mafka4.limits import LIST_OFFSETS_TIMEOUT_S, ConsumerConfig
+from mafka4.partition_gate import client_gate
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.records import decode_batches
 from mafka4.risr.state import RisrConfig, route_fetch
@@ -160,9 +163,12 @@ class VpFetcher:
             if node in self._pending:
                 continue  # this node's fetch is out: these VPs join the next one
             handle = read_node_handle(self._connection.cluster, node)
-            if handle is None:
+            passage = client_gate().plan(node)
+            if handle is None or passage.lost:
                 self._avoid.update({vp: node for vp in vps})
                 continue
+            if passage.request_delay_ms or passage.answer_delay_ms:
+                time.sleep((passage.request_delay_ms + passage.answer_delay_ms) / 1000)
             sent = [(vp, self.positions[vp]) for vp in vps]
             reads = [ConsumerRead(VpId(self.topic, vp), offset) for vp, offset in sent]
             ref = handle.fetch.remote(reads, self.config.fetch_bytes_max, self.config.fetch_wait_ms_max)

@@ -13,7 +13,9 @@ and wakes waiters when the high watermark or the log end offset moves.
   follower answers too, below its own high watermark (Kafka's KIP-392): feeders read
   committed data off a follower so that splitting never loads the leader's write path.
 * Fault injection (``set_fault``, ``mafka4.faults``): delays or pauses the fetch and serve
-  loops, off by default.
+  loops, off by default. A network fault (``set_partition``, ``mafka4.partition_gate``) drops
+  or delays a follower's fetches from its leader, or their answers, as a partition between
+  the two nodes would.
 * Stage trace (``set_stage_trace``, ``mafka4.stage_trace``): when an experiment turns it on, the
   leader stamps each produced batch's arrival, append and commit; off by default.
 * Retention (``retention_pass``, every ``LogConfig.retention_check_interval_ms``): for a topic in read
@@ -74,6 +76,7 @@ from mafka4.log.log import Log, RetentionResult
 from mafka4.log.read_loss import feed_position_from_json, retention_floor
 from mafka4.log.replica_storage import ReplicaStorage
 from mafka4.long_poll import ChangeSignal
+from mafka4.partition_gate import GatedHandle, NetworkFault, PartitionGate
 from mafka4.physical.follower import apply_leader_answer
 from mafka4.physical.partition_state import PartitionState
 from mafka4.physical.replica import ReplicaState, Role
@@ -208,6 +211,7 @@ class PhysicalPartition:
             spec.partition_name, "ISR", spec.replica_id, self._isr_to_record, self._write_isr, self._isr_recorded,
             IN_SYNC_WRITE_BACKOFF_S)
         self._fault = FaultGate()
+        self._partition_gate = PartitionGate(spec.replica_id)  # replicas are named by their node
         self._stage_trace: StageTrace | None = None
 
     # --- role changes -------------------------------------------------------------------
@@ -230,10 +234,10 @@ class PhysicalPartition:
         self._state.become_follower(leader_epoch, leader_id)
         self._waiters.fail_all(NotLeader(f"{self._spec.partition_name}: {self._spec.replica_id} is now a follower of {leader_id}"))
         self._stop_following()
-        self._leader_handle = ray.get_actor(
+        self._leader_handle = GatedHandle(ray.get_actor(
             replica_actor_name(self._spec.cluster, self._spec.topic, self._spec.partition, leader_id),
             namespace="mafka4",
-        )
+        ), self._partition_gate, leader_id)
         self._follow_task = asyncio.get_running_loop().create_task(self._follow())
         self._start_background(None)
         return self._state.describe()
@@ -503,4 +507,12 @@ class PhysicalPartition:
         """Delay or pause this replica's fetch and serve loops (``mafka4.faults``); (0, False) clears it."""
         fault = self._fault.set(delay_ms, paused)
         logger.warning("%s: replica %s fault set to %s", self._spec.partition_name, self._spec.replica_id, fault)
+        return fault.describe()
+
+    async def set_partition(self, fault: NetworkFault) -> dict:
+        """Cut or slow the network between this replica's node and others (``mafka4.partition_gate``);
+        an empty ``NetworkFault`` heals it."""
+        self._partition_gate.set(fault)
+        logger.warning("%s: replica %s network fault set to %s", self._spec.partition_name, self._spec.replica_id,
+                       fault.describe())
         return fault.describe()

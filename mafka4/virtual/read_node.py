@@ -15,6 +15,8 @@ nodes. Everything of one node runs on its event loop:
   VP the pair shares; the other direction is ``replica_fetch`` (``replication.FetchSessions``).
 * **Consumers** call ``fetch`` once per read node for every VP they read there (long poll until
   any has data), and ``list_offsets`` / ``offsets_for_time`` the same way.
+* **Network faults** (``set_partition``, ``mafka4.partition_gate``): the node's calls to other
+  nodes (feed fetches, replication sessions) pass one gate, which can drop or delay them.
 * **Reshards** hold and release the topic's streams on the nodes leading a parent (``hold``,
   ``release``; the protocol is ``partition_feed``'s and ``control.resharding``'s).
 * **Sealing.** A closed VP led here is sealed once every partition's stream fed it past its
@@ -57,6 +59,7 @@ from mafka4.errors import (
 from mafka4.limits import IN_SYNC_WRITE_BACKOFF_S, LEADER_TICK_INTERVAL_S, ReadNodeConfig, TopicConfig
 from mafka4.log.read_loss import LostRange, ReadLoss
 from mafka4.long_poll import ChangeSignal
+from mafka4.partition_gate import GatedHandle, NetworkFault, PartitionGate
 from mafka4.physical.actor import replica_actor_name
 from mafka4.risr.state import RisrConfig
 from mafka4.stage_trace import StageTrace
@@ -126,6 +129,7 @@ class ReadNode:
         self._topics: dict[str, _Topic] = {}
         self._fetchers: dict[str, ReplicaFetcher] = {}  # leader node id -> stream
         self._handles: dict[str, object] = {}  # actor name -> handle
+        self._partition_gate = PartitionGate(spec.node_id)  # every call this node makes passes it
         # Something changed on this node: every long-polling fetch (followers' and consumers') looks again.
         self._changes = ChangeSignal()
         # Which VPs changed since when, for the fetch sessions' long polls: a global sequence and
@@ -467,6 +471,13 @@ class ReadNode:
             fetcher.wake()
         return fault.describe()
 
+    async def set_partition(self, fault: NetworkFault) -> dict:
+        """Cut or slow the network between this node and others (``mafka4.partition_gate``); an empty
+        ``NetworkFault`` heals it."""
+        self._partition_gate.set(fault)
+        logger.warning("read node %s: network fault set to %s", self._spec.node_id, fault.describe())
+        return fault.describe()
+
     async def set_feed_fault(self, topic: str, paused: bool) -> dict:
         """Pause (or resume) this node's feed streams of ``topic``, as if the node had stopped feeding it."""
         entry = self._topics.get(topic)
@@ -643,8 +654,9 @@ class ReadNode:
     def _forget(self, name: str) -> None:
         self._handles.pop(name, None)
 
-    def _node_handle(self, node_id: str):
-        return self._handle(read_node_actor_name(self._spec.cluster, node_id))
+    def _node_handle(self, node_id: str) -> GatedHandle:
+        return GatedHandle(self._handle(read_node_actor_name(self._spec.cluster, node_id)), self._partition_gate, node_id)
 
-    def _physical_handle(self, topic: str, partition: int, replica_id: str):
-        return self._handle(replica_actor_name(self._spec.cluster, topic, partition, replica_id))
+    def _physical_handle(self, topic: str, partition: int, replica_id: str) -> GatedHandle:
+        return GatedHandle(self._handle(replica_actor_name(self._spec.cluster, topic, partition, replica_id)),
+                           self._partition_gate, replica_id)
