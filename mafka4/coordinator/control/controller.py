@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import queue
 import signal
 import sys
@@ -214,7 +215,8 @@ class Controller:
             self._wait_for_vacancy(revision)
             return
         lease = LeaseThread(LeaseHolder(self._lease_store, self.config.lease_ttl_s, "controller lease"), "controller-lease")
-        value = {"controller_id": self.controller_id, "controller_epoch": decision.controller_epoch}
+        # The pid lets an operator (or a chaos run) find the active controller's process.
+        value = {"controller_id": self.controller_id, "controller_epoch": decision.controller_epoch, "pid": os.getpid()}
         swaps = {epoch_key: (decision.controller_epoch, counter.mod_revision if counter else 0)}
         granted = lease.holder.grant()
         try:

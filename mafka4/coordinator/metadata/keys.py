@@ -38,7 +38,7 @@
     /mafka4/<cluster>/controller                        the active controller, bound to its lease; created
                                                          only while absent, in one txn with controller_epoch;
                                                          its mod_revision fences the controller's writes
-                                                         value: {"controller_id", "controller_epoch"}
+                                                         value: {"controller_id", "controller_epoch", "pid"}
     /mafka4/<cluster>/controller_epoch                  last controller epoch handed out (never decreases)
     /mafka4/<cluster>/groups/<group>/members/<member>   group membership, bound to the member's lease
                                                          value: {"member_id", "topic", "assignor"}
