@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from mafka4.log.fsync_points import fsync
+
 
 def write_checkpoint(path: str | os.PathLike, text: str) -> None:
     path = Path(path)
@@ -16,7 +18,7 @@ def write_checkpoint(path: str | os.PathLike, text: str) -> None:
     with open(tmp, "w", encoding="utf-8") as handle:
         handle.write(text)
         handle.flush()
-        os.fsync(handle.fileno())
+        fsync(handle.fileno())
     os.replace(tmp, path)
 
 

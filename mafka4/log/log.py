@@ -24,6 +24,10 @@ Recovery on ``open``:
     with every later one. No corrupt byte is kept, and nothing after it;
   * the checkpoint is rewritten as ``dirty`` so a crash from now on is recovered again.
 
+Every file fsync goes through ``fsync_points.fsync``, which chaos runs use to cut the files
+back to their last fsync (a power loss); appends first ask the node's ``LogDirBudget``
+(``log_dir_bytes_max``), which refuses them as a full disk would.
+
 Time never comes from a clock: every call that needs it takes ``now_ms``. The log is used
 from one asyncio thread and is not thread-safe.
 """
@@ -39,6 +43,8 @@ from typing import Iterator
 
 from mafka4.errors import CorruptRecord, OffsetOutOfRange
 from mafka4.limits import LogConfig
+from mafka4.log.fsync_points import fsync, record_directory
+from mafka4.log.log_dir_budget import LogDirBudget
 from mafka4.log.offset_index import TMP_SUFFIX, U32_MAX
 from mafka4.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment, segment_path
 from mafka4.records import BatchHeader, check_batch, check_single_batch, iter_batches
@@ -74,7 +80,7 @@ def write_recovery_point(directory: Path, point: RecoveryPoint) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.write(fd, text.encode("ascii"))
-        os.fsync(fd)
+        fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, directory / RECOVERY_POINT_FILE)
@@ -115,10 +121,11 @@ class RetentionResult:
 class Log:
     """Ordered segments of one replica directory; see the module docstring."""
 
-    def __init__(self, directory: Path, config: LogConfig, now_ms: int):
+    def __init__(self, directory: Path, config: LogConfig, now_ms: int, budget: LogDirBudget | None = None):
         """Use ``Log.open``."""
         self._directory = directory
         self._config = config
+        self._budget = budget
         self._segments: list[Segment] = []
         self._checkpoint = RecoveryPoint(0, False)
         self._recovery_point = 0  # everything below this offset is fsynced
@@ -129,14 +136,17 @@ class Log:
         self.flushes_total = 0  # fsyncs of .log data, for tests of the flush policy
 
     @classmethod
-    def open(cls, directory: str | os.PathLike, config: LogConfig, now_ms: int) -> "Log":
-        """Open (creating if missing) and recover the log in ``directory``."""
+    def open(cls, directory: str | os.PathLike, config: LogConfig, now_ms: int,
+             budget: LogDirBudget | None = None) -> "Log":
+        """Open (creating if missing) and recover the log in ``directory``; appends ask ``budget``
+        (the node's ``log_dir_bytes_max``) first."""
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
-        log = cls(path, config, now_ms)
+        log = cls(path, config, now_ms, budget)
         log._load_segments(clean_directory(path), read_recovery_point(path))
         log._recovery_point = log.log_end_offset
         log._write_checkpoint(RecoveryPoint(log.log_end_offset, False))
+        record_directory(path)  # what recovery left is what survived (log.fsync_points)
         return log
 
     def _load_segments(self, bases: list[int], checkpoint: RecoveryPoint) -> None:
@@ -239,8 +249,13 @@ class Log:
             )
 
     def _append_batches(self, data: bytes | bytearray, batches: list[tuple[int, BatchHeader]], now_ms: int) -> None:
-        """Write validated batches, one write per segment they land in, then apply the flush policy."""
+        """Write validated batches, one write per segment they land in, then apply the flush policy.
+
+        A node past its ``log_dir_bytes_max`` refuses the whole append before anything is written
+        (``OSError`` ENOSPC, as a full disk): no batch of it lands, in any segment."""
         self._now_ms = now_ms
+        if self._budget is not None:
+            self._budget.reserve(len(data), now_ms)
         with memoryview(data) as view:
             run_start, run = 0, []
             for position, header in batches:

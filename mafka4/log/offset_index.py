@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from mafka4.log.fsync_points import fsync
 from mafka4.records import HEADER_BYTES
 
 U32_MAX = 2**32 - 1
@@ -105,7 +106,7 @@ class IndexFile:
         try:
             written = os.write(fd, self._raw)
             assert written == len(self._raw), f"short index write to {tmp}"
-            os.fsync(fd)
+            fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, self.path)
@@ -114,7 +115,7 @@ class IndexFile:
 
     def flush(self) -> None:
         if self._fd is not None:
-            os.fsync(self._fd)
+            fsync(self._fd)
 
     def close(self) -> None:
         if self._fd is not None:

@@ -33,6 +33,7 @@ from mafka4.limits import LogConfig, ReplicaConfig
 from mafka4.log.checkpoint import read_checkpoint, write_checkpoint
 from mafka4.log.epochs import EpochHistory
 from mafka4.log.log import Log
+from mafka4.log.log_dir_budget import LogDirBudget
 from mafka4.log.producer_state import ProducerStateTable
 
 EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
@@ -42,10 +43,11 @@ HIGH_WATERMARK_CHECKPOINT = "high-watermark"
 class ReplicaStorage:
     """One replica's directory: its ``Log`` and the checkpoints beside it; see the module docstring."""
 
-    def __init__(self, directory: str | os.PathLike, log_config: LogConfig, now_ms: int):
-        """Open (creating if missing) and recover the log in ``directory``."""
+    def __init__(self, directory: str | os.PathLike, log_config: LogConfig, now_ms: int,
+                 budget: LogDirBudget | None = None):
+        """Open (creating if missing) and recover the log in ``directory``, its appends bounded by ``budget``."""
         self.directory = Path(directory)
-        self.log = Log.open(self.directory, log_config, now_ms)
+        self.log = Log.open(self.directory, log_config, now_ms, budget)
         # None until this instance wrote one: the first save always writes, whatever the file holds.
         self._saved_high_watermark: int | None = None
 

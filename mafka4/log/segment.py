@@ -39,6 +39,7 @@ from typing import Iterator
 
 from mafka4.errors import CorruptRecord
 from mafka4.limits import SEGMENT_SCAN_CHUNK_BYTES, KiB, LogConfig, MiB
+from mafka4.log.fsync_points import fsync
 from mafka4.log.offset_index import U32_MAX, OffsetIndex, OffsetPosition
 from mafka4.log.time_index import TimeIndex
 from mafka4.records import HEADER_BYTES, BatchHeader, check_batch, crc_matches, iter_batches, read_header
@@ -208,7 +209,7 @@ class Segment:
         try:
             if valid_end < self.size_bytes:
                 os.ftruncate(fd, valid_end)
-            os.fsync(fd)
+            fsync(fd)
         finally:
             os.close(fd)
         self.size_bytes = valid_end
@@ -432,7 +433,7 @@ class Segment:
     def flush(self) -> None:
         """fsync the .log and both indexes of the active segment."""
         assert self._write_fd is not None
-        os.fsync(self._write_fd)
+        fsync(self._write_fd)
         self.offset_index.flush()
         self.time_index.flush()
 

@@ -1,0 +1,189 @@
+"""Where each log file stood at its last fsync, so that a chaos run can apply a power loss to real files.
+
+A killed process loses nothing that it wrote: the page cache outlives it. A power loss keeps of
+each file only what was fsynced. The simulator models that on its own disk
+(``simulations/dst/disk.py``); this module gives a real cluster the same model. The log layer
+calls ``fsync`` here instead of ``os.fsync``. In a process started with
+``MAFKA4_RECORD_FSYNC_POINTS=1`` (chaos clusters set it; off by default, when ``fsync`` is
+``os.fsync`` and one flag test) every fsync of a regular file is followed by a record of that
+file's size, in a side file of its directory::
+
+    fsync-points    one line per file:  <inode> <durable bytes> <name the file had when fsynced>
+
+The side file is replaced by rename (no fsync of its own): it must outlive a killed process,
+which the page cache ensures, not a power loss. It is rewritten after the fsync returned, so it
+never claims more than is durable; a process killed in between leaves it claiming less, which is
+what a power loss at that moment could leave too. ``Log.open`` records every file of its
+directory at its size after recovery (``record_directory``): what a restarted process finds is
+what survived, as the simulator's disk counts it after a crash.
+
+``cut_to_fsync_points(directory)`` (after the process was killed) does what the power loss would
+have done, by the simulator's rule at its harshest (a torn write that keeps nothing past the
+durable size, and garbles nothing: the simulator and ``tests/fuzz`` cover garbled tails):
+
+* a file recorded under its inode, with its present name or that name + ``.tmp`` (the atomic
+  rename of checkpoints), is cut to its recorded size (files are never made longer);
+* any other file was never fsynced since recording began: it is cut to 0 bytes. File creations,
+  renames and deletions count as durable at once (directory entries never vanish), as in the
+  simulator.
+
+Caveat shared with the simulator: durability is tracked per inode and name, so a file deleted
+and created again under the same name that reuses the freed inode counts as fsynced up to the
+old file's recorded size.
+
+Bound: a directory's records are pruned of files that no longer exist each time they double, so
+they stay within twice the directory's file count (and ``FSYNC_POINTS_PRUNE_ENTRIES_MIN``).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from mafka4.limits import FSYNC_POINTS_PRUNE_ENTRIES_MIN
+
+RECORD_ENV = "MAFKA4_RECORD_FSYNC_POINTS"
+FSYNC_POINTS_FILE = "fsync-points"
+_TMP_SUFFIX = ".tmp"
+
+_recording = os.environ.get(RECORD_ENV, "") not in ("", "0")
+# directory -> inode -> (name at the fsync, size at the fsync); and when to prune each directory
+_points: dict[str, dict[int, tuple[str, int]]] = {}
+_prune_at: dict[str, int] = {}
+
+
+def set_recording(enabled: bool) -> None:
+    """Start or stop recording in this process (tests; processes follow ``$MAFKA4_RECORD_FSYNC_POINTS``)."""
+    global _recording
+    _recording = enabled
+    if not enabled:
+        _points.clear()
+        _prune_at.clear()
+
+
+def recording() -> bool:
+    return _recording
+
+
+def fsync(fd: int) -> None:
+    """``os.fsync``, then, when recording, the file's new durable size."""
+    os.fsync(fd)
+    if not _recording:
+        return
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode):
+        return  # a directory: its entries count as durable at once (see the module docstring)
+    path = os.readlink(f"/proc/self/fd/{fd}")
+    directory, name = os.path.split(path)
+    points = _points.setdefault(directory, {})
+    points[status.st_ino] = (name, status.st_size)
+    if len(points) >= _prune_at.get(directory, FSYNC_POINTS_PRUNE_ENTRIES_MIN):
+        _prune(directory, points)
+    _write(directory, points)
+
+
+def record_directory(directory: str | os.PathLike) -> None:
+    """When recording, take every file in ``directory`` as durable at its present size."""
+    if not _recording:
+        return
+    directory = os.path.realpath(directory)
+    points = {}
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name != FSYNC_POINTS_FILE and entry.is_file(follow_symlinks=False):
+                status = entry.stat(follow_symlinks=False)
+                points[status.st_ino] = (entry.name, status.st_size)
+    _points[directory] = points
+    _prune_at[directory] = max(FSYNC_POINTS_PRUNE_ENTRIES_MIN, 2 * len(points))
+    _write(directory, points)
+
+
+def _prune(directory: str, points: dict[int, tuple[str, int]]) -> None:
+    for inode, (name, _) in list(points.items()):
+        try:
+            alive = os.stat(os.path.join(directory, name)).st_ino == inode
+        except FileNotFoundError:
+            alive = name.endswith(_TMP_SUFFIX) and _inode_at(directory, name[:-len(_TMP_SUFFIX)]) == inode
+        if not alive:
+            del points[inode]
+    _prune_at[directory] = max(FSYNC_POINTS_PRUNE_ENTRIES_MIN, 2 * len(points))
+
+
+def _inode_at(directory: str, name: str) -> int | None:
+    try:
+        return os.stat(os.path.join(directory, name)).st_ino
+    except FileNotFoundError:
+        return None
+
+
+def _write(directory: str, points: dict[int, tuple[str, int]]) -> None:
+    text = "".join(f"{inode} {size} {name}\n" for inode, (name, size) in points.items())
+    target = os.path.join(directory, FSYNC_POINTS_FILE)
+    tmp = target + _TMP_SUFFIX
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, target)
+
+
+def read_fsync_points(directory: str | os.PathLike) -> dict[int, tuple[str, int]] | None:
+    """The records of ``directory`` (inode -> (name, durable bytes)), or None if it has none."""
+    try:
+        text = (Path(directory) / FSYNC_POINTS_FILE).read_text()
+    except FileNotFoundError:
+        return None
+    points = {}
+    for line in text.splitlines():
+        inode, size, name = line.split(" ", 2)
+        points[int(inode)] = (name, int(size))
+    return points
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """What ``cut_to_fsync_points`` did to one directory."""
+
+    files_cut: int
+    bytes_lost: int
+
+
+def cut_to_fsync_points(directory: str | os.PathLike) -> Cut:
+    """Cut every file of ``directory`` back to its last fsync point (see the module docstring).
+
+    Call it only while no process has the directory open. Raises ``FileNotFoundError`` if the
+    directory has no records (its process did not record fsync points).
+    """
+    directory = Path(directory)
+    points = read_fsync_points(directory)
+    if points is None:
+        raise FileNotFoundError(f"{directory / FSYNC_POINTS_FILE}: this log was not opened by a process "
+                                f"recording fsync points (${RECORD_ENV}=1)")
+    files_cut = bytes_lost = 0
+    for path in sorted(directory.iterdir()):
+        if path.name in (FSYNC_POINTS_FILE, FSYNC_POINTS_FILE + _TMP_SUFFIX) or not path.is_file():
+            continue
+        status = path.stat()
+        name, durable = points.get(status.st_ino, ("", 0))
+        if name not in (path.name, path.name + _TMP_SUFFIX):
+            durable = 0
+        if status.st_size > durable:
+            os.truncate(path, durable)
+            files_cut += 1
+            bytes_lost += status.st_size - durable
+    return Cut(files_cut, bytes_lost)
+
+
+def cut_tree_to_fsync_points(root: str | os.PathLike) -> Cut:
+    """``cut_to_fsync_points`` on every directory under ``root`` (included) that has records: the
+    log directories of one node."""
+    files_cut = bytes_lost = 0
+    for directory, _, names in os.walk(root):
+        if FSYNC_POINTS_FILE in names:
+            cut = cut_to_fsync_points(directory)
+            files_cut += cut.files_cut
+            bytes_lost += cut.bytes_lost
+    return Cut(files_cut, bytes_lost)
