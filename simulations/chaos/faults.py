@@ -15,10 +15,22 @@ the cluster does in between is not deterministic. Kinds (``FAULT_KINDS``):
 * ``kill-member``: SIGKILL a consumer-group member process and start a replacement.
 * ``pause-replica``: ``Admin.inject_fault(paused=True)`` on a physical or VP replica for a
   while, then clear it.
+* ``sigstop-replica``, ``sigstop-read-node``, ``sigstop-controller``, ``sigstop-etcd``:
+  SIGSTOP the real process (a physical replica's or a read node's actor worker, by the PID
+  the actor gives; the active controller, by the PID in its key; etcd) for ``stop_s``, then
+  SIGCONT it (``processes.ProcessStopper``). A stop past a lease TTL lets the cluster replace
+  what froze (a controller or read node that wakes up must find out it was replaced).
+* ``kill-controller``: SIGKILL the active controller. The cluster's daemon starts it again;
+  the new one takes over once the old lease expired. The fault waits (bounded) until a
+  controller of a newer epoch is active and says when.
+* ``partition``: a network fault between nodes (``network.draw_partition``, applied with
+  ``Admin.set_network_fault``) for a while, then healed.
 
-``heal`` ends the fault phase: clear pauses, make sure etcd runs, and wait until every
-partition has its full ISR, every VP its full RISR with all replicas running, and every
-read node runs -- all of which the controller must bring about by itself.
+``heal`` ends the fault phase: continue every process still stopped, heal the network and
+clear pauses, make sure etcd runs, and wait until a controller is active, every partition has
+its full ISR, every VP its full RISR with all replicas running, and every read node runs --
+all of which the controller must bring about by itself. ``undo`` does the first part only,
+for a run that ends early: nothing stays stopped or cut off.
 """
 
 from __future__ import annotations
@@ -37,10 +49,13 @@ from mafka4.coordinator.metadata import keys
 from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import CoordinatorUnavailable, MafkaError
+from mafka4.partition_gate import CLIENT, HEALED
 from mafka4.physical.handles import replica_handle
 from mafka4.runtime.connect import Connection
 from mafka4.runtime.etcd_server import EtcdServer, restart_etcd
 from mafka4.virtual.handles import read_node_handle
+from simulations.chaos.network import draw_partition
+from simulations.chaos.processes import NotThatProcess, ProcessStopper, process_of
 from simulations.chaos.settings import FaultTiming
 from simulations.chaos.workload import Members
 
@@ -48,6 +63,8 @@ CALL_TIMEOUT_S = 30
 ETCD_STOP_TIMEOUT_S = 30
 ETCD_ANSWER_TIMEOUT_S = 60
 HEAL_CHECK_INTERVAL_S = 0.5
+CONTROLLER_BACK_TIMEOUT_S = 120  # the daemon's restart, a lease TTL, Ray's start of a new driver on a busy machine
+CONTROLLER_COMMAND = "mafka4.coordinator.control.controller"  # in the controller's command line
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +137,8 @@ class Nemesis:
         self._topics = TopicStore(connection.store, connection.cluster)
         self._virtual = VirtualStore(connection.store, connection.cluster)
         self._paused: set[tuple[str, int, str]] = set()
+        self._stopper = ProcessStopper()
+        self._partitioned = False  # a network fault may be set somewhere
         self.faults: list[FaultRecord] = []
 
     @property
@@ -130,7 +149,10 @@ class Nemesis:
         """Inject faults of ``kinds`` one after another for ``duration_s``."""
         actions = {"kill-replica": self._kill_replica, "kill-read-node": self._kill_read_node,
                    "restart-etcd": self._restart_etcd,
-                   "kill-member": self._kill_member, "pause-replica": self._pause_replica}
+                   "kill-member": self._kill_member, "pause-replica": self._pause_replica,
+                   "sigstop-replica": self._sigstop_replica, "sigstop-read-node": self._sigstop_read_node,
+                   "sigstop-controller": self._sigstop_controller, "sigstop-etcd": self._sigstop_etcd,
+                   "kill-controller": self._kill_controller, "partition": self._partition}
         ends = time.monotonic() + duration_s
         while time.monotonic() + self._timing.gap_s[0] < ends:
             time.sleep(self._rng.uniform(*self._timing.gap_s))
@@ -138,9 +160,9 @@ class Nemesis:
             began = time.monotonic()
             try:
                 target, outcome = actions[kind]()
-            except (MafkaError, ray.exceptions.RayError, TimeoutError) as error:
+            except (MafkaError, ray.exceptions.RayError, TimeoutError, psutil.Error, NotThatProcess) as error:
                 # A fault that could not be carried out (etcd slow after a restart, a replica
-                # the controller is restarting) is recorded and the run goes on.
+                # the controller is restarting, a process that exited) is recorded and the run goes on.
                 target, outcome = "?", f"not injected: {type(error).__name__}: {error}"
             self.faults.append(FaultRecord(kind, target, began - self._run_started, time.monotonic() - began, outcome))
         return self.faults
@@ -217,17 +239,125 @@ class Nemesis:
         what = "leader" if replica == state.leader else "follower"
         return f"{role}{partition}/{replica}", f"paused the {what} for {hold_s:.1f} s"
 
+    # --- stopped processes, controller kills, partitions -----------------------------------
+
+    def _hold_stopped(self, pid: int, what: str, command_has: str | None = None) -> str:
+        """SIGSTOP ``pid`` for a drawn while and SIGCONT it, also when interrupted meanwhile."""
+        hold_s = self._rng.uniform(*self._timing.stop_s)
+        process = self._stopper.stop(pid, what, command_has)
+        try:
+            time.sleep(hold_s)
+        finally:
+            continued = self._stopper.resume(process)
+        return f"stopped pid {pid} for {hold_s:.1f} s" + ("" if continued else " (gone when continued: replaced)")
+
+    def _sigstop_replica(self) -> tuple[str, str]:
+        state = self._rng.choice(self._topics.get(self._topic).partitions)
+        replica = self._rng.choice(state.replicas)
+        target = f"p{state.partition}/{replica}"
+        handle = replica_handle(self._cluster, self._topic, state.partition, replica)
+        if handle is None:
+            return target, "not running (the controller is restarting it)"
+        pid = ray.get(handle.describe.remote(), timeout=CALL_TIMEOUT_S)["pid"]
+        return target, f"{self._hold_stopped(pid, target)}: the {'leader' if replica == state.leader else 'follower'}"
+
+    def _sigstop_read_node(self) -> tuple[str, str]:
+        states = [state for state, _ in self._virtual.states(self._topic).values() if not state.retired]
+        node = self._rng.choice(sorted({replica for state in states for replica in state.replicas}))
+        handle = read_node_handle(self._cluster, node)
+        if handle is None:
+            return node, "not running (the controller is restarting it)"
+        pid = ray.get(handle.describe.remote(self._topic), timeout=CALL_TIMEOUT_S)["pid"]
+        led = sorted(state.vp for state in states if state.leader == node)
+        return node, f"{self._hold_stopped(pid, f'read node {node}')}, leading VPs {led}"
+
+    def _active_controller(self) -> dict | None:
+        """The controller key's value ({controller_id, controller_epoch, pid}), None while none is active."""
+        found = self._connection.store.get(keys.controller(self._cluster))
+        return None if found is None else found.value
+
+    def _sigstop_controller(self) -> tuple[str, str]:
+        active = self._active_controller()
+        if active is None:
+            return "controller", "none active"
+        target = f"controller epoch {active['controller_epoch']}"
+        if "pid" not in active:
+            return target, "not injected: the controller key names no pid (a controller older than this run's code)"
+        return target, self._hold_stopped(active["pid"], "the controller", CONTROLLER_COMMAND)
+
+    def _sigstop_etcd(self) -> tuple[str, str]:
+        if self._etcd is None:
+            return "etcd", "skipped: the driver joined through environment variables and knows no etcd process"
+        server = self._etcd.server
+        return f"etcd :{server.client_port}", self._hold_stopped(server.pid, "etcd", "etcd")
+
+    def _kill_controller(self) -> tuple[str, str]:
+        active = self._active_controller()
+        if active is None:
+            return "controller", "none active"
+        epoch, pid = active["controller_epoch"], active.get("pid")
+        target = f"controller epoch {epoch}"
+        if pid is None:
+            return target, "not injected: the controller key names no pid (a controller older than this run's code)"
+        process_of(pid, CONTROLLER_COMMAND).kill()  # SIGKILL: no resignation, its lease must expire
+        killed = time.monotonic()
+        try:
+            _wait(lambda: self._controller_after(epoch), CONTROLLER_BACK_TIMEOUT_S, "a controller of a newer epoch")
+        except TimeoutError:
+            return target, f"SIGKILLed pid {pid}; no controller active within {CONTROLLER_BACK_TIMEOUT_S} s"
+        now = self._active_controller() or {}
+        return target, (f"SIGKILLed pid {pid}; epoch {now.get('controller_epoch')} active "
+                        f"{time.monotonic() - killed:.1f} s later (pid {now.get('pid')})")
+
+    def _controller_after(self, epoch: int) -> bool:
+        try:
+            active = self._active_controller()
+        except CoordinatorUnavailable:
+            return False
+        return active is not None and active["controller_epoch"] > epoch
+
+    def _partition(self) -> tuple[str, str]:
+        write_nodes = {replica for state in self._topics.get(self._topic).partitions for replica in state.replicas}
+        read_nodes = {replica for state, _ in self._virtual.states(self._topic).values() if not state.retired
+                      for replica in state.replicas}
+        plan = draw_partition(self._rng, write_nodes | read_nodes | {CLIENT}, self._timing)
+        self._partitioned = True
+        try:
+            reached = self._admin.set_network_fault(self._topic, plan.fault(self._timing.lost_call_ms))
+            time.sleep(plan.hold_s)
+        finally:
+            self._heal_network()
+        missed = sorted(name for name, outcome in reached.items() if outcome != "set")
+        return plan.isolated, plan.describe() + (f"; not set on {missed}" if missed else "")
+
+    def _heal_network(self) -> None:
+        """Clear the network fault everywhere it may be set; it stays marked until every actor answered."""
+        if self._partitioned:
+            healed = self._admin.set_network_fault(self._topic, HEALED)
+            self._partitioned = any(outcome not in ("set", "not running") for outcome in healed.values())
+
+    def undo(self) -> list[str]:
+        """Continue every stopped process and heal the network (best effort; for a run that ends early)."""
+        undone = [f"continued {what}" for what in self._stopper.resume_all()]
+        try:
+            self._heal_network()
+        except (MafkaError, ray.exceptions.RayError, TimeoutError) as error:
+            undone.append(f"network not healed: {type(error).__name__}: {error}")
+        return undone
+
     # --- healing --------------------------------------------------------------------------
 
     def heal(self, timeout_s: float) -> dict:
         """Undo what faults left behind and wait until the cluster is whole again; see the module doc."""
         began = time.monotonic()
         deadline = began + timeout_s
+        self._stopper.resume_all()
         if self._etcd is not None and not self._etcd.running:
             self._etcd.start()
         problems: list[str] = ["not checked"]
         while time.monotonic() < deadline:
             try:
+                self._heal_network()
                 self._clear_pauses()
                 problems = self._unhealthy()
             except (MafkaError, ray.exceptions.RayError, TimeoutError) as error:
@@ -243,7 +373,9 @@ class Nemesis:
             self._paused.discard((kind, partition, replica))
 
     def _unhealthy(self) -> list[str]:
-        problems = []
+        problems = [] if self._active_controller() is not None else ["no active controller"]
+        if self._partitioned:
+            problems.append("a network fault is still set on some actor")
         for state in self._topics.get(self._topic).partitions:
             if set(state.isr) != set(state.replicas):
                 problems.append(f"p{state.partition}: ISR {sorted(state.isr)} of {sorted(state.replicas)}")

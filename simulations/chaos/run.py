@@ -135,6 +135,7 @@ class _ChaosRun:
             self._phase_done("judge_s", mark)
             report = self._report(faults, heal, drained, logs, judged)
         finally:
+            self.nemesis.undo()  # a run stopped mid-fault leaves no process stopped, no network cut
             self.producer.stop()
             self.members.stop_all()
             self.observer.stop()
@@ -150,9 +151,7 @@ class _ChaosRun:
         exits = tuple(MemberExit(m.name, m.killed, m.process.returncode, m.stop_timed_out) for m in self.members.all)
         judgement = verdict(Evidence(judged["anomalies"], heal["healed"], self.settings.heal_timeout_s,
                                      tuple(heal["unhealthy"]), exits, tuple(logs.unreadable)))
-        by_kind: dict[str, int] = {}
-        for fault in faults:
-            by_kind[fault.kind] = by_kind.get(fault.kind, 0) + 1
+        by_kind = faults_by_kind(self.settings.faults, faults)
         producer, members = self.producer, self.members
         return {
             "seed": self.settings.seed,
@@ -181,6 +180,15 @@ class _ChaosRun:
             "logs_unreadable": logs.unreadable,
             "verdict": judgement.to_json(),
         }
+
+
+def faults_by_kind(kinds: tuple[str, ...], faults: list[FaultRecord]) -> dict[str, int]:
+    """How many faults of each kind the run drew, every kind it was asked for included (a kind the
+    seed never drew shows 0, so a report says what was not tried)."""
+    counts = dict.fromkeys(kinds, 0)
+    for fault in faults:
+        counts[fault.kind] = counts.get(fault.kind, 0) + 1
+    return counts
 
 
 def _drain(members: Members, acked: set[bytes], timeout_s: float) -> bool:

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 from mafka4.errors import InvalidConfig
 
-FAULT_KINDS = ("kill-replica", "kill-read-node", "restart-etcd", "kill-member", "pause-replica")
+FAULT_KINDS = ("kill-replica", "kill-read-node", "restart-etcd", "kill-member", "pause-replica",
+               "sigstop-replica", "sigstop-read-node", "sigstop-controller", "sigstop-etcd", "kill-controller",
+               "partition")
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +22,12 @@ class FaultTiming:
     gap_s: tuple[float, float] = (1.0, 3.0)
     pause_s: tuple[float, float] = (1.0, 5.0)
     etcd_down_s: tuple[float, float] = (2.0, 6.0)
+    # A SIGSTOPped process: past every lease TTL (5 s) now and then, so that the cluster also
+    # meets a frozen leader, read node or controller it already replaced, waking up.
+    stop_s: tuple[float, float] = (1.0, 8.0)
+    partition_s: tuple[float, float] = (2.0, 8.0)
+    partition_delay_ms: tuple[int, int] = (20, 500)  # of a partition that delays rather than drops
+    lost_call_ms: int = 2000  # a call a partition dropped fails after this (``mafka4.partition_gate``)
 
 
 @dataclass(frozen=True, slots=True)

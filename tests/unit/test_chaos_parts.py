@@ -6,11 +6,20 @@ history stands for it, so that what the report says about a loss or a reorder is
 
 from __future__ import annotations
 
+import random
+import subprocess
+
+import psutil
 import pytest
 
 from mafka4.errors import InvalidConfig
+from mafka4.partition_gate import CLIENT
+from simulations.chaos.faults import FaultRecord
 from simulations.chaos.judge import FinalLogs, judge, with_sources
-from simulations.chaos.run import ChaosSettings
+from simulations.chaos.network import draw_partition
+from simulations.chaos.processes import NotThatProcess, ProcessStopper, process_of
+from simulations.chaos.run import ChaosSettings, faults_by_kind
+from simulations.chaos.settings import FAULT_KINDS, FaultTiming
 from simulations.chaos.workload import History
 from simulations.checkers import Ack, Commit, Consumed, Send, StoredRecord
 
@@ -77,3 +86,89 @@ def test_a_key_read_out_of_order_is_reordered_and_a_re_read_before_a_commit_is_o
     assert judged["anomalies"]["reordered"] == 1
     assert judged["anomalies"]["lost"] == judged["anomalies"]["duplicate"] == 0
     assert judged["redelivered"] == 1
+
+
+# --- stopped processes, controller kills and partitions ----------------------------------------
+
+NODES = ["w0", "w1", "w2", "r0", "r1", CLIENT]
+POLLS_MAX = 10_000  # a bound on waiting for the kernel to deliver a signal, not a timing claim
+
+
+def test_the_harder_faults_are_drawn_by_default():
+    assert {"sigstop-replica", "sigstop-read-node", "sigstop-controller", "sigstop-etcd", "kill-controller",
+            "partition"} <= set(ChaosSettings().faults) == set(FAULT_KINDS)
+
+
+def test_a_seed_names_the_same_partition_and_every_plan_is_a_partition():
+    timing = FaultTiming()
+    assert draw_partition(random.Random(7), NODES, timing) == draw_partition(random.Random(7), NODES, timing)
+    for seed in range(200):
+        plan = draw_partition(random.Random(seed), NODES, timing)
+        assert plan.isolated in NODES and plan.others and plan.isolated not in plan.others
+        assert set(plan.others) <= set(NODES)
+        assert plan.delay_ms == 0 or timing.partition_delay_ms[0] <= plan.delay_ms <= timing.partition_delay_ms[1]
+        assert timing.partition_s[0] <= plan.hold_s <= timing.partition_s[1]
+        links = {(link.source, link.destination) for link in plan.fault(timing.lost_call_ms).links}
+        one_way = {(plan.isolated, other) for other in plan.others}
+        assert links == (one_way | {(b, a) for a, b in one_way} if plan.both_ways else one_way)
+
+
+def test_the_partition_draws_cover_every_shape():
+    plans = [draw_partition(random.Random(seed), NODES, FaultTiming()) for seed in range(200)]
+    shapes = {(len(plan.others) == len(NODES) - 1, plan.both_ways, plan.delay_ms > 0) for plan in plans}
+    assert len(shapes) == 8, "cut off from all or one, both ways or one way, dropped or delayed"
+
+
+def test_the_report_counts_every_kind_asked_for_including_those_never_drawn():
+    faults = [FaultRecord("partition", "w0", 1.0, 2.0, "w0 <-> w1: traffic dropped for 2.0 s"),
+              FaultRecord("partition", "r0", 5.0, 3.0, "r0 -> client: traffic dropped for 3.0 s"),
+              FaultRecord("kill-controller", "controller epoch 1", 9.0, 6.0, "SIGKILLed pid 7")]
+    assert faults_by_kind(("partition", "kill-controller", "sigstop-etcd"), faults) == {
+        "partition": 2, "kill-controller": 1, "sigstop-etcd": 0}
+
+
+@pytest.fixture
+def sleeper():
+    process = subprocess.Popen(["sleep", "60"])
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+
+
+def wait_for_status(pid: int, status: str) -> None:
+    for _ in range(POLLS_MAX):
+        if psutil.Process(pid).status() == status:
+            return
+    raise AssertionError(f"pid {pid} is {psutil.Process(pid).status()}, not {status}")
+
+
+def test_a_stopped_process_is_continued_and_nothing_stays_stopped(sleeper):
+    stopper = ProcessStopper()
+    process = stopper.stop(sleeper.pid, "a sleeper", "sleep")
+    wait_for_status(sleeper.pid, psutil.STATUS_STOPPED)
+    assert stopper.stopped == [f"a sleeper (pid {sleeper.pid})"]
+    assert stopper.resume(process)
+    wait_for_status(sleeper.pid, psutil.STATUS_SLEEPING)
+    stopper.stop(sleeper.pid, "a sleeper")
+    assert stopper.resume_all() == [f"a sleeper (pid {sleeper.pid})"], "as heal and a failed run do"
+    wait_for_status(sleeper.pid, psutil.STATUS_SLEEPING)
+    assert stopper.stopped == []
+
+
+def test_a_process_that_is_gone_when_continued_is_reported_as_replaced(sleeper):
+    stopper = ProcessStopper()
+    process = stopper.stop(sleeper.pid, "a sleeper")
+    sleeper.kill()  # as the controller kills a frozen replica before starting it again
+    sleeper.wait()
+    assert not stopper.resume(process)
+    assert stopper.stopped == []
+
+
+def test_a_pid_from_a_record_must_be_the_process_the_record_names(sleeper):
+    with pytest.raises(NotThatProcess, match="not 'mafka4.coordinator.control.controller'"):
+        process_of(sleeper.pid, "mafka4.coordinator.control.controller")
+    with pytest.raises(NotThatProcess, match="this process"):
+        process_of(psutil.Process().pid)
+    assert process_of(sleeper.pid, "sleep").pid == sleeper.pid
