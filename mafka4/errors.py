@@ -115,6 +115,14 @@ class NotEnoughReplicas(MafkaError):
     retriable = True
 
 
+class DiskFull(MafkaError):
+    """A replica could not append: its node's log directory is full (ENOSPC, or past the node's
+    ``log_dir_bytes_max``). Nothing of the batch was written, so a retry cannot duplicate it;
+    retriable, since space comes back (retention, an operator) or the leadership moves."""
+
+    retriable = True
+
+
 class OutOfOrderSequence(MafkaError):
     """An idempotent producer's batch skipped a sequence number.
 

@@ -641,6 +641,11 @@ class ReadNodeConfig:
     # refreshed every third of it: the controller learns of a dead read node at most this long
     # after it died, then restarts it and fails its VPs over.
     lease_ttl_s: int = 5
+    # The node's log directory (every VP log it hosts) holds at most this many bytes; past it VP
+    # appends fail as on a full disk (``log.log_dir_budget``): feeding and replication to the
+    # node's VPs stop and resume once space returns. None: no bound. ``set_log_dir_bytes_max``
+    # changes it on a running node (the chaos runs' disk-full fault).
+    log_dir_bytes_max: int | None = None
     feeder: FeederConfig = FeederConfig()
 
     def __post_init__(self) -> None:
@@ -653,6 +658,7 @@ class ReadNodeConfig:
         _check_range(self, "retention_check_interval_ms", 1 * SECOND_MS)
         _check_range(self, "feed_position_interval_ms", 100, 600 * SECOND_MS)
         _check_range(self, "lease_ttl_s", 2, 600)
+        _check_optional_range(self, "log_dir_bytes_max", 0)
 
 
 # --- Bounds of the drivers ---------------------------------------------------------------------

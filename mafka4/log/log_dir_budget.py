@@ -81,3 +81,8 @@ class LogDirBudget:
     def describe(self, now_ms: int) -> dict:
         return {"log_dir": str(self.root), "log_dir_bytes_max": self._bytes_max,
                 "log_dir_bytes": self.used_bytes(now_ms) if self._bytes_max is not None else None}
+
+
+def is_disk_full(error: OSError) -> bool:
+    """Whether ``error`` is a full disk (or quota): what ``reserve`` raises, and what a real disk raises."""
+    return error.errno in (errno.ENOSPC, errno.EDQUOT)

@@ -16,6 +16,10 @@ and wakes waiters when the high watermark or the log end offset moves.
   loops, off by default. A network fault (``set_partition``, ``mafka4.partition_gate``) drops
   or delays a follower's fetches from its leader, or their answers, as a partition between
   the two nodes would.
+* Disk full (``set_log_dir_bytes_max``, ``log.log_dir_budget``): past the node's bound an append
+  fails before a byte is written; a leader answers produce with ``DiskFull`` (retriable: the
+  producer backs off and retries; leadership does not move), a follower logs it, backs off and
+  fetches again, so it leaves the ISR until space returns.
 * Stage trace (``set_stage_trace``, ``mafka4.stage_trace``): when an experiment turns it on, the
   leader stamps each produced batch's arrival, append and commit; off by default.
 * Retention (``retention_pass``, every ``LogConfig.retention_check_interval_ms``): for a topic in read
@@ -68,11 +72,12 @@ from mafka4.coordinator.metadata import keys
 from mafka4.coordinator.metadata.in_sync_recorder import InSyncRecorder
 from mafka4.coordinator.metadata.lease_holder import LeaseHolder, LeaseTask
 from mafka4.coordinator.metadata.store import MetadataStore
-from mafka4.errors import CoordinatorUnavailable, CorruptRecord, NotLeader, RequestTimedOut
+from mafka4.errors import CoordinatorUnavailable, CorruptRecord, DiskFull, NotLeader, RequestTimedOut
 from mafka4.faults import FaultGate
 from mafka4.limits import (HIGH_WATERMARK_CHECKPOINT_INTERVAL_S, IN_SYNC_WRITE_BACKOFF_S, ISR_WRITE_ATTEMPTS_MAX,
                            PRODUCE_TIMEOUT_MS_DEFAULT, Acks, LogConfig, ReadMode, ReplicaConfig)
 from mafka4.log.log import Log, RetentionResult
+from mafka4.log.log_dir_budget import LogDirBudget, is_disk_full
 from mafka4.log.read_loss import feed_position_from_json, retention_floor
 from mafka4.log.replica_storage import ReplicaStorage
 from mafka4.long_poll import ChangeSignal
@@ -191,7 +196,9 @@ class _Waiters:
 class PhysicalPartition:
     def __init__(self, spec: ReplicaSpec):
         self._spec = spec
-        self._storage = ReplicaStorage(spec.directory, spec.log_config, wall_ms())
+        # The node's log directory holds every replica directory of the node (physical_launcher).
+        self._budget = LogDirBudget(os.path.dirname(os.path.normpath(spec.directory)))
+        self._storage = ReplicaStorage(spec.directory, spec.log_config, wall_ms(), self._budget)
         self._log = self._storage.log
         self._state = ReplicaState(
             spec.replica_id, spec.partition_name, spec.replica_config,
@@ -278,7 +285,14 @@ class PhysicalPartition:
         if not plan.duplicate:
             stamped = bytearray(batch)
             stamp(stamped, plan.base_offset, plan.leader_epoch)
-            header = self._log.append(stamped, now_ms)
+            try:
+                header = self._log.append(stamped, now_ms)
+            except OSError as error:
+                if not is_disk_full(error):
+                    raise
+                raise DiskFull(f"{self._spec.partition_name}: replica {self._spec.replica_id} cannot append "
+                               f"({error.strerror}: {error.filename}); nothing of the batch was written. The producer "
+                               f"retries; free space on the node or raise its log_dir_bytes_max") from None
             self._state.appended(header, now_ms)
             self._sequence_gate.batch_appended()
             self._wake()
@@ -410,7 +424,7 @@ class PhysicalPartition:
                 continue
             try:
                 self._apply_fetch(result)
-            except CorruptRecord as error:  # this replica's own log is damaged (or the data was)
+            except (CorruptRecord, OSError) as error:  # its own log is damaged (or the data was), or its disk full
                 logger.error("%s: replica %s could not apply a fetch from the leader: %s",
                              self._spec.partition_name, self._spec.replica_id, error)
                 await asyncio.sleep(config.fetch_backoff_ms / 1000)
@@ -502,6 +516,14 @@ class PhysicalPartition:
     async def take_stage_trace(self) -> dict:
         """The stage-trace rows since the last take (empty when tracing is off)."""
         return self._stage_trace.take() if self._stage_trace is not None else {"rows": [], "dropped": 0}
+
+    async def set_log_dir_bytes_max(self, bytes_max: int | None) -> dict:
+        """Bound the node's log directory for this replica's appends (``log.log_dir_budget``; None: no
+        bound, 0: a full disk): a leader refuses produce with ``DiskFull``, a follower stops appending."""
+        self._budget.set_bytes_max(bytes_max)
+        logger.warning("%s: replica %s log_dir_bytes_max set to %s", self._spec.partition_name,
+                       self._spec.replica_id, bytes_max)
+        return self._budget.describe(wall_ms())
 
     async def set_fault(self, delay_ms: int = 0, paused: bool = False) -> dict:
         """Delay or pause this replica's fetch and serve loops (``mafka4.faults``); (0, False) clears it."""

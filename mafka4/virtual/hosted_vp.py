@@ -49,6 +49,7 @@ from mafka4.clocks import wall_ms_fine
 from mafka4.errors import MessageTooLarge
 from mafka4.faults import FaultGate
 from mafka4.limits import FEED_RECORDS_MAX, SEGMENT_SCAN_CHUNK_BYTES, LogConfig
+from mafka4.log.log_dir_budget import LogDirBudget
 from mafka4.log.replica_storage import ReplicaStorage
 from mafka4.records import Record, decode_batches, stamp
 from mafka4.risr.state import RisrConfig
@@ -87,14 +88,15 @@ class HostedVp:
     """One VP replica of a read node; see the module docstring."""
 
     def __init__(self, vp_id: VpId, node_id: str, directory: Path, log_config: LogConfig, risr_config: RisrConfig,
-                 now_ms: int, notify: Callable[["HostedVp", Ready], None]):
+                 now_ms: int, notify: Callable[["HostedVp", Ready], None], budget: LogDirBudget | None = None):
         self.vp_id = vp_id
         self.fault = FaultGate()
         self._notify = notify
         # Retention keeps every segment holding an offset at or past the HW (the fed floor, held
         # without a time bound): records not on every RISR member yet are not the leader's to drop,
         # and the core's invariant log start <= HW must hold on leaders and followers alike.
-        self._storage = ReplicaStorage(directory, replace(log_config, unfed_hold_ms_max=None), now_ms)
+        # ``budget``: the node's log_dir_bytes_max, shared by all its VPs (an append past it raises ENOSPC).
+        self._storage = ReplicaStorage(directory, replace(log_config, unfed_hold_ms_max=None), now_ms, budget)
         self._log = self._storage.log
         self.core = VpReplicaCore(str(vp_id), node_id, risr_config, self._storage.recovered_epochs(),
                                   self._log.log_start_offset, self._log.log_end_offset,

@@ -17,6 +17,9 @@ nodes. Everything of one node runs on its event loop:
   any has data), and ``list_offsets`` / ``offsets_for_time`` the same way.
 * **Network faults** (``set_partition``, ``mafka4.partition_gate``): the node's calls to other
   nodes (feed fetches, replication sessions) pass one gate, which can drop or delay them.
+* **Disk full** (``set_log_dir_bytes_max``, ``log.log_dir_budget``): past the node's bound every
+  VP append fails before a byte is written; a feed stream resumes from the VP's fed progress and
+  a follower VP fetches again, so both go on where they stopped once space returns.
 * **Reshards** hold and release the topic's streams on the nodes leading a parent (``hold``,
   ``release``; the protocol is ``partition_feed``'s and ``control.resharding``'s).
 * **Sealing.** A closed VP led here is sealed once every partition's stream fed it past its
@@ -57,6 +60,7 @@ from mafka4.errors import (
     CoordinatorUnavailable, InvalidConfig, MafkaError, ReadReplicaNotInSync, StaleEpoch, UnknownVirtualPartition,
 )
 from mafka4.limits import IN_SYNC_WRITE_BACKOFF_S, LEADER_TICK_INTERVAL_S, ReadNodeConfig, TopicConfig
+from mafka4.log.log_dir_budget import LogDirBudget
 from mafka4.log.read_loss import LostRange, ReadLoss
 from mafka4.long_poll import ChangeSignal
 from mafka4.partition_gate import GatedHandle, NetworkFault, PartitionGate
@@ -118,6 +122,8 @@ class ReadNode:
         self._spec = spec
         self._config = spec.config
         self._hosted: dict[VpId, HostedVp] = {}
+        # One bound for every VP log of the node (``ReadNodeConfig.log_dir_bytes_max``).
+        self._budget = LogDirBudget(os.path.join(spec.data_root, spec.node_id), spec.config.log_dir_bytes_max)
         self._stage_traces: dict[str, StageTrace] = {}  # traced topics (``set_stage_trace``)
         # Indexes of the roles, rebuilt whenever a role changes (``_roles_changed``), so that the
         # periodic passes and the feed streams never walk every hosted VP: per topic its VP
@@ -229,7 +235,7 @@ class ReadNode:
             directory = vp_directory(self._spec.data_root, self._spec.node_id, vp_id)
             risr_config = RisrConfig(read_replica_lag_ms_max=config.read_replica_lag_ms_max)
             hosted = HostedVp(vp_id, self._spec.node_id, directory, config.log_config(), risr_config, now_ms,
-                              self._on_ready)
+                              self._on_ready, self._budget)
             hosted.trace = self._stage_traces.get(vp_id.topic)
             self._hosted[vp_id] = hosted
         return hosted
@@ -477,6 +483,13 @@ class ReadNode:
         self._partition_gate.set(fault)
         logger.warning("read node %s: network fault set to %s", self._spec.node_id, fault.describe())
         return fault.describe()
+
+    async def set_log_dir_bytes_max(self, bytes_max: int | None) -> dict:
+        """Bound the node's log directory (``ReadNodeConfig.log_dir_bytes_max``; None: no bound, 0: a
+        full disk) until the node restarts; what the node holds now."""
+        self._budget.set_bytes_max(bytes_max)
+        logger.warning("read node %s: log_dir_bytes_max set to %s", self._spec.node_id, bytes_max)
+        return self._budget.describe(wall_ms())
 
     async def set_feed_fault(self, topic: str, paused: bool) -> dict:
         """Pause (or resume) this node's feed streams of ``topic``, as if the node had stopped feeding it."""

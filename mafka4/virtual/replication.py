@@ -24,7 +24,8 @@ Follower side (``ReplicaFetcher``): applies each answer to its ``HostedVp`` unle
 epoch or log changed while the call was out (the answer is then moot, and the entry is sent
 again). An entry refused with ``NotLeader`` or ``StaleEpoch`` is left for the controller, which
 announces the roles again after any failover; an unreachable leader node is retried after
-``replica_fetch_backoff_ms`` with a new session.
+``replica_fetch_backoff_ms`` with a new session, and so is a VP whose disk refused the data (a
+full disk: nothing of it was appended, and its entry is sent again).
 
 The wire values are named tuples, not dataclasses: Ray pickles every call, and tuples pickle
 several times faster, which is most of an idle node's cost.
@@ -253,11 +254,14 @@ class ReplicaFetcher(NodeLoop):
             if self._session_id != answer.session_id:
                 self.stats["sessions"] += 1
             self._session_id = answer.session_id
-            self._apply(answer.answers)
+            if not self._apply(answer.answers):
+                await asyncio.sleep(config.replica_fetch_backoff_ms / 1000)
 
-    def _apply(self, answers: Sequence[FollowerAnswer]) -> None:
+    def _apply(self, answers: Sequence[FollowerAnswer]) -> bool:
+        """Apply the answers to their VPs; False if a VP's disk refused its data (it asks again later)."""
         now_ms = wall_ms()
         hosted = {h.vp_id: h for h in self._followed()}
+        applied = True
         for answer in answers:
             replica, sent = hosted.get(answer.vp_id), self._sent.get(answer.vp_id)
             if replica is None or sent is None:
@@ -272,4 +276,10 @@ class ReplicaFetcher(NodeLoop):
                 logger.debug("%s: fetch from %s refused: %s", replica.vp_id, self.leader_node, answer.error)
                 continue
             if answer.answer is not None:
-                replica.apply_answer(answer.answer, answer.data, now_ms)
+                try:
+                    replica.apply_answer(answer.answer, answer.data, now_ms)
+                except OSError as error:  # the node's disk is full: nothing was appended, the entry goes again
+                    logger.error("%s: could not append what %s sent: %s", replica.vp_id, self.leader_node, error)
+                    self._sent.pop(answer.vp_id, None)
+                    applied = False
+        return applied

@@ -10,7 +10,7 @@ import pytest
 
 from mafka4 import records
 from mafka4.errors import InvalidConfig
-from mafka4.limits import LOG_DIR_SCAN_INTERVAL_MS, LogConfig
+from mafka4.limits import LOG_DIR_SCAN_INTERVAL_MS, LogConfig, ReadNodeConfig
 from mafka4.log.log import Log
 from mafka4.log.log_dir_budget import LogDirBudget, directory_bytes
 
@@ -104,3 +104,10 @@ def test_a_bound_of_zero_is_a_full_disk_and_a_bad_bound_is_refused(tmp_path):
         with pytest.raises(InvalidConfig, match="log_dir_bytes_max"):
             budget.set_bytes_max(bad)
     assert budget.bytes_max == 0
+
+
+def test_a_read_node_takes_its_bound_from_its_config():
+    assert ReadNodeConfig().log_dir_bytes_max is None  # no bound unless asked
+    assert ReadNodeConfig(log_dir_bytes_max=0).log_dir_bytes_max == 0
+    with pytest.raises(InvalidConfig, match="log_dir_bytes_max"):
+        ReadNodeConfig(log_dir_bytes_max=-1)
