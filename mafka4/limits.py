@@ -706,6 +706,17 @@ LEASE_REFRESHES_PER_TTL = 3
 # An etcd request not answered this fast fails (CoordinatorUnavailable): etcd answers a healthy
 # request in milliseconds, so this is a dead or partitioned etcd, and callers retry or back off.
 ETCD_REQUEST_TIMEOUT_S_DEFAULT = 5.0
+# A client of an etcd cluster names at most this many members (host:port[,host:port...]); etcd
+# itself advises at most 7 voting members, so more is a typo or a list of the wrong thing.
+ETCD_ENDPOINTS_MAX = 9
+# gRPC keepalive on every etcd connection with a call in flight (a watch, a lease refresh): a
+# member that stopped answering (SIGSTOP, a hung machine, a dropped link) breaks its watches
+# after at most INTERVAL + TIMEOUT, so their owners watch again on a live member. etcd refuses
+# pings more often than every 5 s (--grpc-keepalive-min-time), so the interval stays above
+# that. Any ping unanswered for TIMEOUT drops the connection: long enough that a busy machine
+# does not break healthy watches, short enough to notice a stopped member within seconds.
+ETCD_KEEPALIVE_INTERVAL_MS = 10_000
+ETCD_KEEPALIVE_TIMEOUT_MS = 5_000
 # A process refreshing a registration lease gives each etcd request at most this (less for short
 # TTLs: one refresh period), or one slow call could let every lease expire.
 REGISTRATION_ETCD_TIMEOUT_S_MAX = 5.0

@@ -1,7 +1,7 @@
 """The node agent: makes one machine of a Ray cluster a mafka4 node, by registering it in etcd.
 
-    python -m mafka4.runtime.node --etcd HOST:PORT --cluster NAME --role write|read --node-id ID [--data-dir DIR]
-    python -m mafka4.runtime.node --etcd HOST:PORT --cluster NAME [--data-dir DIR] [--wait-s S]
+    python -m mafka4.runtime.node --etcd HOST:PORT[,HOST:PORT...] --cluster NAME --role write|read --node-id ID [--data-dir DIR]
+    python -m mafka4.runtime.node --etcd HOST:PORT[,HOST:PORT...] --cluster NAME [--data-dir DIR] [--wait-s S]
 
 ``mafka4 up`` registers its simulated nodes itself (``mafka4.runtime.daemon``). On a cluster
 started by Ray's launcher (``ray_cluster.yaml``) every worker runs this agent after
@@ -173,7 +173,8 @@ def run_agent(etcd_endpoint: str, cluster: str, role: NodeRole, node_id: str, da
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mafka4.runtime.node", description=__doc__.splitlines()[0])
-    parser.add_argument("--etcd", required=True, metavar="HOST:PORT", help="etcd client endpoint")
+    parser.add_argument("--etcd", required=True, metavar="HOST:PORT[,HOST:PORT...]",
+                        help="etcd client endpoint; of every member for an etcd of several")
     parser.add_argument("--cluster", default=CLUSTER_NAME_DEFAULT, help="mafka4 cluster name (default %(default)s)")
     parser.add_argument("--role", choices=[role.value for role in NodeRole],
                         help="register a node of this role; omit with --node-id to write the cluster config only")

@@ -1,33 +1,61 @@
 """Typed access to etcd: JSON values, compare-and-swap, transactions and leases.
 
 Everything that talks to etcd goes through ``MetadataStore``; every etcd failure becomes a
-retriable ``CoordinatorUnavailable`` naming the endpoint, so callers never see gRPC errors.
+retriable ``CoordinatorUnavailable`` naming the member, so callers never see gRPC errors.
 Multi-key changes are single transactions; updates are compare-and-swap on ``mod_revision``,
 optionally *fenced*: the write also requires another key to be at a given revision (the
 controller fences its writes with its own election key, so a deposed controller writes
 nothing). Watches deliver ``WatchEvent`` lists on the client's watch thread; a watch that
 ends (etcd went away, the client failed over) calls ``on_broken`` once and must be set up
 again by its owner.
+
+**Members.** The endpoint names one or more members of one etcd cluster
+(``host:port[,host:port...]``, ``endpoints.parse_endpoints``). A store talks to one member
+at a time, starting with the first listed. When a call fails in a way that blames the member
+(unreachable, timed out, internal error) or a watch stream to it breaks, the store moves on to
+the next member in the list, round robin; the failed call is not repeated (a write may have
+been applied), its caller retries as it would against a single etcd, and the retry goes to
+the next member. A broken watch moves the store *before* ``on_broken`` runs, so the owner's
+watch-again lands on another member. Every member is always eligible: a store never refuses
+a call because a member failed recently, which with every member briefly failing (an election)
+would outlast the blip. gRPC keepalive breaks the watches of a member that stopped answering
+without closing its connections (``ETCD_KEEPALIVE_*``).
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import json
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, TypeVar
 
 import etcd3
 import etcd3.utils
+import etcd3.watch
 import grpc
 
+from mafka4.coordinator.metadata.endpoints import format_endpoints, parse_endpoints
 from mafka4.errors import CoordinatorUnavailable
-from mafka4.limits import ETCD_REQUEST_TIMEOUT_S_DEFAULT
+from mafka4.limits import ETCD_KEEPALIVE_INTERVAL_MS, ETCD_KEEPALIVE_TIMEOUT_MS, ETCD_REQUEST_TIMEOUT_S_DEFAULT
 
 # gRPC waits up to 120 s between reconnection attempts by default, so a client would go on
-# failing long after etcd is back; reconnect within a second instead.
+# failing long after etcd is back; reconnect within a second instead. Keepalive: see
+# ETCD_KEEPALIVE_INTERVAL_MS; this gRPC needs the ping timeout besides the keepalive timeout
+# to drop a connection whose pings go unanswered, and without a bound on pings between data
+# frames an idle watch stops being checked after two pings.
 GRPC_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
-                ("grpc.max_reconnect_backoff_ms", 1000)]
+                ("grpc.max_reconnect_backoff_ms", 1000),
+                ("grpc.keepalive_time_ms", ETCD_KEEPALIVE_INTERVAL_MS),
+                ("grpc.keepalive_timeout_ms", ETCD_KEEPALIVE_TIMEOUT_MS),
+                ("grpc.http2.ping_timeout_ms", ETCD_KEEPALIVE_TIMEOUT_MS),
+                ("grpc.http2.max_pings_without_data", 0)]
+# Failures that blame the member answering (the client marks it failed on these): move on.
+MEMBER_FAILURE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                                  grpc.StatusCode.INTERNAL})
+MEMBER_FAILURES = (etcd3.exceptions.ConnectionFailedError, etcd3.exceptions.ConnectionTimeoutError,
+                   etcd3.exceptions.InternalServerError, etcd3.exceptions.WatchTimedOut)
 T = TypeVar("T")
 # (key, mod_revision): a write fenced by it happens only while that key is at that revision.
 Fence = tuple[str, int]
@@ -54,16 +82,25 @@ class WatchEvent:
 def _etcd_call(method: Callable[..., T]) -> Callable[..., T]:
     @functools.wraps(method)
     def wrapper(self: "MetadataStore", *args, **kwargs):
+        member = self.member
         try:
             return method(self, *args, **kwargs)
         except (grpc.RpcError, etcd3.exceptions.Etcd3Exception, ValueError) as error:
             # ValueError: the client's "Trying to use a failed node" (see __init__).
+            if _blames_member(error):
+                self._move_on_from(member)
             raise CoordinatorUnavailable(
-                f"etcd at {self.endpoint} did not answer ({type(error).__name__}); "
+                f"{self._describe(member)} did not answer ({type(error).__name__}); {self._next_hint(member)}"
                 f"check that the cluster is up ('mafka4 status') and retry"
             ) from error
 
     return wrapper
+
+
+def _blames_member(error: BaseException) -> bool:
+    if isinstance(error, grpc.RpcError):
+        return error.code() in MEMBER_FAILURE_CODES
+    return isinstance(error, MEMBER_FAILURES)
 
 
 def _encode(value: Any) -> bytes:
@@ -77,13 +114,48 @@ def prefix_range_end(prefix: str) -> bytes:
 
 class MetadataStore:
     def __init__(self, endpoint: str, timeout_s: float = ETCD_REQUEST_TIMEOUT_S_DEFAULT):
-        host, _, port = endpoint.rpartition(":")
-        self.endpoint = endpoint
-        self._client = etcd3.client(host=host, port=int(port), timeout=timeout_s, grpc_options=GRPC_OPTIONS)
-        # The client refuses an endpoint for 300 s after one failed call; with a single local
-        # etcd that would turn a one-second blip into five minutes of errors. Retry at once.
-        for endpoint in self._client.endpoints.values():
-            endpoint.time_retry = 0
+        """``endpoint``: ``host:port[,host:port...]``, the members of one etcd cluster (InvalidConfig if not)."""
+        members = parse_endpoints(endpoint)
+        self.endpoint = format_endpoints(members)
+        # The client refuses an endpoint for 300 s after one failed call (time_retry); that would
+        # turn a one-second blip into five minutes of errors. Every member stays eligible, and
+        # the store itself moves to the next member after a failure (_move_on_from).
+        self._client = etcd3.MultiEndpointEtcd3Client(
+            endpoints=[etcd3.Endpoint(m.host, m.port, secure=False, time_retry=0, opts=GRPC_OPTIONS) for m in members],
+            timeout=timeout_s, failover=True)
+        # The client's own labels, in the order given: it compares labels by identity.
+        self.members: tuple[str, ...] = tuple(self._client.endpoints)
+        self._member_lock = threading.Lock()
+        self._use(self.members[0])  # the client starts on a random member: make it the first listed
+        # Our watch ids -> (the watcher that holds the watch, its id there). Watch ids are per
+        # watch stream, and the client starts a new stream on every failure while an old one may
+        # live on: an etcd id alone could cancel another stream's watch.
+        self._watches: dict[int, tuple[etcd3.watch.Watcher, int]] = {}
+        self._watch_ids = itertools.count(1)
+
+    @property
+    def member(self) -> str:
+        """The member (``host:port``) this store sends its next call to."""
+        return self._client.endpoint_in_use.netloc
+
+    def _use(self, member: str) -> None:
+        # The client's own way to switch endpoints (its failover does the same): it also drops
+        # the stubs bound to the old member's channel, so the next call and watch use the new one.
+        self._client._current_endpoint_label = member
+
+    def _move_on_from(self, member: str) -> None:
+        """After ``member`` failed: the next call goes to the next member, unless another thread moved on already."""
+        with self._member_lock:
+            if self.member == member:
+                self._use(self.members[(self.members.index(member) + 1) % len(self.members)])
+
+    def _describe(self, member: str) -> str:
+        if len(self.members) == 1:
+            return f"etcd at {member}"
+        return f"etcd member {member} ({self.members.index(member) + 1} of {len(self.members)}: {self.endpoint})"
+
+    def _next_hint(self, member: str) -> str:
+        return "" if self.member == member else f"the next call goes to {self.member}; "
 
     def close(self) -> None:
         self._client.close()
@@ -208,8 +280,15 @@ class MetadataStore:
         Both callbacks run on the client's watch thread and must not block. ``on_broken`` is
         called once when the watch ends for any reason other than ``cancel_watch``.
         """
+        watch_id, member = next(self._watch_ids), self.member
+        ended = threading.Event()
+
         def callback(response) -> None:
             if not isinstance(response, etcd3.watch.WatchResponse):  # an error, or None: the stream closed
+                ended.set()
+                self._watches.pop(watch_id, None)
+                if _blames_member(response):
+                    self._move_on_from(member)  # before on_broken: watching again goes elsewhere
                 on_broken()
                 return
             on_events([
@@ -218,14 +297,27 @@ class MetadataStore:
                 for event in response.events
             ])
 
-        return self._client.add_watch_prefix_callback(prefix, callback, start_revision=start_revision)
+        watcher = self._client.watcher
+        etcd_watch_id = watcher.add_callback(prefix, callback, range_end=prefix_range_end(prefix),
+                                             start_revision=start_revision)
+        self._watches[watch_id] = (watcher, etcd_watch_id)
+        if ended.is_set():  # it ended before it was recorded: nothing to cancel later
+            self._watches.pop(watch_id, None)
+        return watch_id
 
     def cancel_watch(self, watch_id: int) -> None:
         """Stop a watch; quietly does nothing if it already ended (etcd may be away)."""
-        try:
-            self._client.cancel_watch(watch_id)
-        except (grpc.RpcError, etcd3.exceptions.Etcd3Exception, ValueError):
-            pass
+        watcher, etcd_watch_id = self._watches.pop(watch_id, (None, None))
+        if watcher is None:
+            return
+        if watcher is self._client._stubs.get("watcher"):
+            watcher.cancel(etcd_watch_id)  # queues a cancel request on the open stream: nothing to fail here
+            return
+        # A watcher the client replaced after a failure has closed its side of the stream: a
+        # cancel request would wait in a queue nothing reads (and block the tenth caller). Its
+        # stream ends with the member or the store; until then, deliver nothing.
+        with watcher._lock:
+            watcher._callbacks.pop(etcd_watch_id, None)
 
     @_etcd_call
     def delete_prefix(self, prefix: str) -> None:
@@ -257,3 +349,9 @@ class MetadataStore:
     @_etcd_call
     def revoke_lease(self, lease: etcd3.Lease) -> None:
         lease.revoke()
+
+    @_etcd_call
+    def leader_name(self) -> str | None:
+        """The name of the etcd cluster's leader as the member answering sees it; None during an election."""
+        leader = self._client.status().leader
+        return None if leader is None else leader.name
