@@ -460,6 +460,9 @@ class ClusterConfig:
     node_lease_ttl_s: int = 10
     # How long ``mafka4 up`` waits for etcd and Ray to answer before giving up.
     start_timeout_s: int = 120
+    # etcd members on loopback, one of ETCD_MEMBER_COUNTS: 3 survive the loss of any one member
+    # (the leader included); 1 is a single point of failure but costs a third of the memory.
+    etcd_members: int = 1
     # ControllerConfig fields the cluster's controller runs with instead of the defaults, as
     # (name, value) pairs (``mafka4 up --controller-setting vp_merge_delay_ms=5000``).
     controller_settings: tuple[tuple[str, int], ...] = ()
@@ -469,6 +472,10 @@ class ClusterConfig:
         _check_range(self, "read_nodes", 0, 16)
         _check_range(self, "node_lease_ttl_s", 2, 600)
         _check_range(self, "start_timeout_s", 5, 3600)
+        if self.etcd_members not in ETCD_MEMBER_COUNTS:
+            raise InvalidConfig(f"etcd_members={self.etcd_members!r} must be one of "
+                                f"{', '.join(map(str, ETCD_MEMBER_COUNTS))}: an even count survives no more "
+                                f"member losses than one member fewer")
         settings = self.controller_settings
         if not isinstance(settings, (tuple, list)) or not all(
                 isinstance(pair, (tuple, list)) and len(pair) == 2 and isinstance(pair[0], str) for pair in settings):
@@ -788,6 +795,13 @@ RESHARD_CHECK_INTERVAL_S = 0.1
 # Each chosen loopback port can be taken by someone else before etcd binds it; three tries make
 # that race a non-issue without hiding an etcd that cannot start at all.
 ETCD_START_ATTEMPTS_MAX = 3
+# Member counts of a local etcd (``mafka4 up --etcd-members``): odd, since an even count survives
+# no more member losses than one member fewer; 5 would only crowd a small machine.
+ETCD_MEMBER_COUNTS = (1, 3)
+# A starting etcd member is asked whether it is healthy (has a leader) this often, each answer
+# waited for at most ETCD_HEALTH_PROBE_TIMEOUT_S: an answer on loopback takes milliseconds.
+ETCD_HEALTH_PROBE_INTERVAL_S = 0.05
+ETCD_HEALTH_PROBE_TIMEOUT_S = 1.0
 # Ray nodes of a local cluster must register within this: a node starts in a few seconds, so
 # longer is a broken Ray install or an overloaded machine, better reported than waited for.
 RAY_NODE_START_TIMEOUT_S = 60

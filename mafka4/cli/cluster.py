@@ -6,13 +6,16 @@ import argparse
 import json
 
 from mafka4.errors import InvalidConfig
-from mafka4.limits import ClusterConfig, parse_setting
+from mafka4.limits import ETCD_MEMBER_COUNTS, ClusterConfig, parse_setting
 
 
 def add_commands(commands) -> None:
     up = commands.add_parser("up", help="start a local cluster (etcd + Ray on 127.0.0.1) in $MAFKA4_HOME (default ~/.mafka4)")
     up.add_argument("--write-nodes", type=int, default=ClusterConfig().write_nodes, help="simulated write nodes (default %(default)s)")
     up.add_argument("--read-nodes", type=int, default=ClusterConfig().read_nodes, help="simulated read nodes (default %(default)s)")
+    up.add_argument("--etcd-members", type=int, choices=ETCD_MEMBER_COUNTS, default=ClusterConfig().etcd_members,
+                    help="etcd members on 127.0.0.1 (default %(default)s); 3 keep metadata, leases and watches "
+                         "working when any one member, the leader included, is lost")
     up.add_argument("--controller-setting", action="append", default=[], type=_setting, metavar="NAME=VALUE",
                     help="run the controller with another ControllerConfig value, e.g. vp_merge_delay_ms=5000 or "
                          "read_node_gone_ms=60000 (repeatable)")
@@ -34,8 +37,11 @@ def _cmd_up(args: argparse.Namespace) -> int:
     from mafka4.runtime.local import up
 
     state = up(mafka4_home(), ClusterConfig(write_nodes=args.write_nodes, read_nodes=args.read_nodes,
+                                            etcd_members=args.etcd_members,
                                             controller_settings=tuple(args.controller_setting)))
-    print(f"mafka4 cluster {state.cluster!r} is up: etcd {state.etcd_endpoint}, Ray {state.ray_address}, "
+    members = len(state.etcd_members)
+    print(f"mafka4 cluster {state.cluster!r} is up: etcd {state.etcd_endpoint}"
+          f"{f' ({members} members)' if members > 1 else ''}, Ray {state.ray_address}, "
           f"write nodes {', '.join(state.write_nodes)}, read nodes {', '.join(state.read_nodes) or 'none'}")
     return 0
 

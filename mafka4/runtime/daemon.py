@@ -1,17 +1,18 @@
 """The process that owns a local cluster: etcd, the Ray nodes and the node registrations.
 
-    python -m mafka4.runtime.daemon --home H --write-nodes N --read-nodes M [--cluster NAME]
+    python -m mafka4.runtime.daemon --home H --write-nodes N --read-nodes M [--etcd-members 1|3] [--cluster NAME]
 
-Start order: etcd (``<home>/etcd``), the Ray cluster, the cluster config key, one lease-bound
-registration per simulated node, the controller (a child process,
-``mafka4.coordinator.control.controller``, logging to ``<home>/controller.log``), which starts one
-``ReadNode`` actor per read node (the daemon waits for their liveness keys), then
-``<home>/cluster.json`` with ``ready=True``. Until SIGTERM/SIGINT it refreshes every
+Start order: etcd (one member in ``<home>/etcd``, or three in ``<home>/etcd-0..2``, see
+``mafka4.runtime.etcd_server``; every etcd client is given all members), the Ray cluster, the
+cluster config key, one lease-bound registration per simulated node, the controller (a child
+process, ``mafka4.coordinator.control.controller``, logging to ``<home>/controller.log``),
+which starts one ``ReadNode`` actor per read node (the daemon waits for their liveness keys),
+then ``<home>/cluster.json`` with ``ready=True``. Until SIGTERM/SIGINT it refreshes every
 registration each ``node_lease_ttl_s / 3`` seconds and starts the controller again if it
 exited. Stop order is the reverse: stop the controller, revoke the leases, stop Ray, stop
-etcd, remove cluster.json, exit 0. A signal during startup stops whatever was already
-started. Logs go to ``<home>/daemon.log``. The registrations and their refresh loop are
-``mafka4.runtime.registration``'s, shared with the node agent of a Ray cluster.
+every etcd member, remove cluster.json, exit 0. A signal during startup stops whatever was
+already started. Logs go to ``<home>/daemon.log``. The registrations and their refresh loop
+are ``mafka4.runtime.registration``'s, shared with the node agent of a Ray cluster.
 """
 
 from __future__ import annotations
@@ -80,18 +81,19 @@ class ControllerProcess:
 
 def run(home: Path, config: ClusterConfig, cluster: str) -> None:
     """Start everything, keep it running until a signal, and stop it in reverse order."""
-    from mafka4.runtime.etcd_server import start_etcd, stop_etcd
+    from mafka4.runtime.etcd_server import etcd_endpoint, start_etcd_members, stop_etcd_members
     from mafka4.runtime.ray_cluster import start_ray_cluster, stop_ray_cluster
 
     write_nodes = node_ids(NodeRole.WRITE, config.write_nodes)
     read_nodes = node_ids(NodeRole.READ, config.read_nodes)
     data_root = home / "data"
     data_root.mkdir(parents=True, exist_ok=True)
-    etcd = start_etcd(home / "etcd", timeout_s=config.start_timeout_s)
-    log.info("etcd %s started, pid %d", etcd.endpoint, etcd.pid)
+    members = start_etcd_members(home, config.etcd_members, timeout_s=config.start_timeout_s)
+    endpoint = etcd_endpoint(members)
+    log.info("etcd %s started, pids %s", endpoint, [member.pid for member in members])
 
     def open_store() -> MetadataStore:
-        return open_registration_store(etcd.endpoint, config.node_lease_ttl_s)
+        return open_registration_store(endpoint, config.node_lease_ttl_s)
 
     ray = None
     registrations: list[NodeRegistration] = []
@@ -108,11 +110,11 @@ def run(home: Path, config: ClusterConfig, cluster: str) -> None:
             registrations += [NodeRegistration(store, cluster, i, role, config.node_lease_ttl_s) for i in ids]
         for registration in registrations:
             registration.keep_alive()
-        controller = ControllerProcess(home, etcd.endpoint, ray.address, cluster, config.controller_settings)
+        controller = ControllerProcess(home, endpoint, ray.address, cluster, config.controller_settings)
         controller.start()
         _wait_for_read_nodes(store, cluster, read_nodes, time.time_ns() // 1_000_000, started + config.start_timeout_s)
         save_state(ClusterState(
-            cluster=cluster, home=str(home), etcd_endpoint=etcd.endpoint, etcd_pid=etcd.pid,
+            cluster=cluster, home=str(home), etcd_endpoint=endpoint, etcd_pid=members[0].pid, etcd_members=members,
             ray_address=ray.address, daemon_pid=os.getpid(), ray_temp_dir=ray.temp_dir,
             write_nodes=tuple(write_nodes), read_nodes=tuple(read_nodes), data_root=str(data_root), ready=True,
         ))
@@ -128,7 +130,7 @@ def run(home: Path, config: ClusterConfig, cluster: str) -> None:
             _stop_quietly("close etcd client", registrations[0].store.close)
         if ray is not None:
             _stop_quietly("stop ray", lambda: stop_ray_cluster(ray))
-        _stop_quietly("stop etcd", lambda: stop_etcd(etcd))
+        _stop_quietly("stop etcd", lambda: stop_etcd_members(members))
 
 
 def _stop_quietly(what: str, action) -> None:
@@ -162,6 +164,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cluster", default=CLUSTER_NAME_DEFAULT)
     parser.add_argument("--node-lease-ttl-s", type=int, default=defaults.node_lease_ttl_s)
     parser.add_argument("--start-timeout-s", type=int, default=defaults.start_timeout_s)
+    parser.add_argument("--etcd-members", type=int, default=defaults.etcd_members)
     parser.add_argument("--controller-setting", action="append", default=[], metavar="NAME=VALUE")
     return parser.parse_args(argv)
 
@@ -178,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     install_stop_handlers()
     config = ClusterConfig(
         write_nodes=args.write_nodes, read_nodes=args.read_nodes,
-        node_lease_ttl_s=args.node_lease_ttl_s, start_timeout_s=args.start_timeout_s,
+        node_lease_ttl_s=args.node_lease_ttl_s, start_timeout_s=args.start_timeout_s, etcd_members=args.etcd_members,
         controller_settings=tuple(parse_setting(text) for text in args.controller_setting),
     )
     try:

@@ -27,6 +27,7 @@ from mafka4.limits import (DAEMON_STOP_TIMEOUT_S, KILLED_PROCESSES_WAIT_S, LOCAL
                            STATUS_ETCD_TIMEOUT_S, ClusterConfig)
 from mafka4.runtime.daemon import LOG_FILE_NAME
 from mafka4.runtime.environment import ray_environment
+from mafka4.runtime.etcd_server import EtcdServer, check_etcd_layout
 from mafka4.runtime.ports import is_listening
 from mafka4.runtime.state import CLUSTER_NAME_DEFAULT, ClusterState, load_state, remove_state
 
@@ -47,7 +48,8 @@ def up(home: Path, config: ClusterConfig = ClusterConfig(), cluster: str = CLUST
     """Start a cluster in ``home`` and return its state once etcd, Ray and registrations are up.
 
     Raises ClusterAlreadyRunning if one runs there, ClusterNotRunning if it cannot start
-    within ``config.start_timeout_s`` (whatever it started is killed).
+    within ``config.start_timeout_s`` (whatever it started is killed), InvalidConfig if
+    ``home`` holds the metadata of an etcd with another member count.
     """
     home = Path(home).expanduser().resolve()
     home.mkdir(parents=True, exist_ok=True)
@@ -60,9 +62,11 @@ def up(home: Path, config: ClusterConfig = ClusterConfig(), cluster: str = CLUST
     if previous is not None:
         _kill_pids(_stale_leftovers(previous))
         remove_state(home)
+    check_etcd_layout(home, config.etcd_members)
     command = [
         sys.executable, "-m", DAEMON_MODULE, "--home", str(home), "--cluster", cluster,
         "--write-nodes", str(config.write_nodes), "--read-nodes", str(config.read_nodes),
+        "--etcd-members", str(config.etcd_members),
         "--node-lease-ttl-s", str(config.node_lease_ttl_s), "--start-timeout-s", str(config.start_timeout_s),
         *(argument for name, value in config.controller_settings
           for argument in ("--controller-setting", f"{name}={value}")),
@@ -151,7 +155,7 @@ def _stale_leftovers(state: ClusterState) -> set[int]:
     members count as ours only if one of them runs on this cluster's etcd or Ray directory.
     """
     members = _session_members(state.daemon_pid)
-    markers = (str(Path(state.home) / "etcd"), state.ray_temp_dir)
+    markers = (*(member.data_dir for member in state.etcd_members), state.ray_temp_dir)
     return members if any(_mentions(pid, markers) for pid in members) else set()
 
 
@@ -163,10 +167,12 @@ def _mentions(pid: int, markers: tuple[str, ...]) -> bool:
     return any(marker in command for marker in markers)
 
 
-def _is_etcd_of(state: ClusterState) -> bool:
+def _is_etcd_member(member: EtcdServer) -> bool:
+    """True if ``member.pid`` is alive and still is that member (not a reused PID)."""
     try:
-        process = psutil.Process(state.etcd_pid)
-        return "etcd" in process.name() and str(Path(state.home) / "etcd") in process.cmdline()
+        process = psutil.Process(member.pid)
+        return (process.status() != psutil.STATUS_ZOMBIE and "etcd" in process.name()
+                and member.data_dir in process.cmdline())
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
 
@@ -220,15 +226,18 @@ def status(home: Path) -> dict:
     state = load_state(home)
     if state is None:
         return {"home": str(home), "running": False, "message": f"no local cluster at {home}"}
+    members = [{"name": member.name, "endpoint": member.endpoint, "pid": member.pid, "alive": _is_etcd_member(member),
+                "listening": is_listening(member.client_port)} for member in state.etcd_members]
     report = {
         "home": str(home), "cluster": state.cluster, "ready": state.ready,
         "running": daemon_alive(state),
-        "daemon_pid": state.daemon_pid, "etcd_pid": state.etcd_pid, "etcd_alive": _is_etcd_of(state),
-        "etcd_endpoint": state.etcd_endpoint, "ray_address": state.ray_address,
+        # etcd_alive: every member runs; one member down leaves a 3-member etcd working.
+        "daemon_pid": state.daemon_pid, "etcd_pid": state.etcd_pid, "etcd_alive": all(m["alive"] for m in members),
+        "etcd_endpoint": state.etcd_endpoint, "etcd_members": members, "ray_address": state.ray_address,
         "ray_reachable": is_listening(int(state.ray_address.rpartition(":")[2])),
         "write_nodes": list(state.write_nodes), "read_nodes": list(state.read_nodes),
     }
-    if is_listening(int(state.etcd_endpoint.rpartition(":")[2])):
+    if any(member["listening"] for member in members):
         report.update(_registered_nodes(state))
     else:
         report.update(etcd_reachable=False, registered_nodes={})
@@ -241,9 +250,21 @@ def _registered_nodes(state: ClusterState) -> dict:
     except Exception as error:  # the client constructor may fail before any request
         return {"etcd_reachable": False, "etcd_error": str(error), "registered_nodes": {}}
     try:
-        registered = {item.value["node_id"]: item.value for item in store.get_prefix(keys.nodes_prefix(state.cluster))}
+        registered = _read_with_each_member(
+            store, lambda: {item.value["node_id"]: item.value for item in store.get_prefix(keys.nodes_prefix(state.cluster))})
+        leader = _read_with_each_member(store, store.leader_name)
     except CoordinatorUnavailable as error:
         return {"etcd_reachable": False, "etcd_error": error.message, "registered_nodes": {}}
     finally:
         store.close()
-    return {"etcd_reachable": True, "registered_nodes": registered}
+    return {"etcd_reachable": True, "etcd_leader": leader, "registered_nodes": registered}
+
+
+def _read_with_each_member(store: MetadataStore, read):
+    """``read()``, tried once on each member in turn (a failed call moves the store to the next)."""
+    for _ in store.members[1:]:
+        try:
+            return read()
+        except CoordinatorUnavailable:
+            continue
+    return read()

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mafka4.errors import ClusterNotRunning
+from mafka4.runtime.etcd_server import LONE_MEMBER_DIR, EtcdServer, etcd_endpoint
 
 STATE_FILE_NAME = "cluster.json"
 CLUSTER_NAME_DEFAULT = "local"
@@ -23,8 +24,8 @@ STATE_FORMAT_VERSION = 1
 @dataclass(frozen=True, slots=True)
 class ClusterState:
     home: str
-    etcd_endpoint: str  # "127.0.0.1:<port>"
-    etcd_pid: int
+    etcd_endpoint: str  # every member's client address: "127.0.0.1:<port>[,127.0.0.1:<port>...]"
+    etcd_pid: int  # the first member's (all of them: etcd_members)
     ray_address: str  # GCS address "127.0.0.1:<port>"
     daemon_pid: int
     ray_temp_dir: str
@@ -34,6 +35,9 @@ class ClusterState:
     data_root: str = ""  # default: <home>/data
     ready: bool = False
     version: int = field(default=STATE_FORMAT_VERSION)
+    # Every etcd member, in the order of etcd_endpoint. A record written before members were
+    # recorded names one etcd: it is read as a lone member in <home>/etcd.
+    etcd_members: tuple[EtcdServer, ...] = ()
 
     def __post_init__(self) -> None:
         # JSON has no tuples: normalise so a loaded state equals the saved one.
@@ -41,6 +45,15 @@ class ClusterState:
         object.__setattr__(self, "read_nodes", tuple(self.read_nodes))
         if not self.data_root:
             object.__setattr__(self, "data_root", str(Path(self.home) / "data"))
+        members = tuple(m if isinstance(m, EtcdServer) else EtcdServer(**m) for m in self.etcd_members)
+        if not members:
+            data_dir = Path(self.home) / LONE_MEMBER_DIR
+            members = (EtcdServer(self.etcd_pid, int(self.etcd_endpoint.rpartition(":")[2]), str(data_dir),
+                                  str(data_dir.with_name(f"{data_dir.name}.log"))),)
+        object.__setattr__(self, "etcd_members", members)
+        if etcd_endpoint(members) != self.etcd_endpoint or members[0].pid != self.etcd_pid:
+            raise ValueError(f"etcd members at {etcd_endpoint(members)} (first pid {members[0].pid}) do not match "
+                             f"etcd_endpoint={self.etcd_endpoint!r}, etcd_pid={self.etcd_pid}")
 
     @property
     def node_ids(self) -> tuple[str, ...]:
