@@ -1,8 +1,9 @@
-"""ray_cluster.yaml passes Ray's own config checks, offline, and gives write/read nodes their resources."""
+"""ray_cluster.yaml passes Ray's own config checks, offline, gives write/read nodes their resources and runs a 3-member etcd."""
 
 from __future__ import annotations
 
 import copy
+import re
 import socket
 import subprocess
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mafka4.coordinator.metadata.endpoints import parse_endpoints
 from mafka4.limits import ETCD_TXN_OPS_MAX
 from mafka4.runtime.environment import apply_ray_environment
 from mafka4.runtime.ray_cluster import NODE_RESOURCE_PREFIX, NODE_RESOURCE_UNITS, READ_NODE_RESOURCE, WRITE_NODE_RESOURCE
@@ -79,3 +81,22 @@ def test_every_command_is_valid_shell(config):
 def test_the_head_s_etcd_accepts_a_whole_topic_in_one_transaction(config):
     etcd_command = next(c for c in config["head_start_ray_commands"] if "etcd --name" in c)
     assert f"--max-txn-ops {ETCD_TXN_OPS_MAX}" in etcd_command, "a topic of 1,024 VPs is created in one transaction"
+
+
+def test_the_head_runs_three_etcd_members_and_every_etcd_client_is_given_all_three(config):
+    etcd_command = next(c for c in config["head_start_ray_commands"] if "etcd --name" in c)
+    cluster = dict(item.split("=", 1) for item in re.search(r"CLUSTER=(\S+);", etcd_command).group(1).split(","))
+    members = re.search(r"for MEMBER in ([^;]+); do", etcd_command).group(1).split()
+    names_ports = [member.split(":") for member in members]  # "<n>:<client port>:<peer port>"
+    assert len(members) == 3 and len(cluster) == 3
+    assert {f"mafka4-{n}": f"http://127.0.0.1:{peer}" for n, _, peer in names_ports} == cluster
+    assert "--name mafka4-$N" in etcd_command and "--initial-cluster $CLUSTER" in etcd_command
+    assert len({client for _, client, _ in names_ports} | {peer for _, _, peer in names_ports}) == 6
+    client_ports = sorted(int(client) for _, client, _ in names_ports)
+
+    commands = config["head_start_ray_commands"] + config["worker_start_ray_commands"]
+    given = [re.sub(r"\$\w+", "h", endpoint) for command in commands
+             for endpoint in re.findall(r"--etcd (\S+)", command)]
+    assert len(given) == 3  # the head's config command, the controller, the node agents
+    for endpoint in given:
+        assert sorted(member.port for member in parse_endpoints(endpoint)) == client_ports, endpoint
