@@ -25,6 +25,10 @@ the cluster does in between is not deterministic. Kinds (``FAULT_KINDS``):
   controller of a newer epoch is active and says when.
 * ``partition``: a network fault between nodes (``network.draw_partition``, applied with
   ``Admin.set_network_fault``) for a while, then healed.
+* ``power-loss-write-node``, ``power-loss-read-node``: SIGKILL every replica actor of a write
+  node, or a read node's actor, and cut their log files back to the last fsync they recorded
+  (needs ``$MAFKA4_RECORD_FSYNC_POINTS=1``); ``disk-full``: ``log_dir_bytes_max=0`` on a write
+  or read node for ``disk_full_s``, then cleared (``disk_faults``).
 
 ``heal`` ends the fault phase: continue every process still stopped, heal the network and
 clear pauses, make sure etcd runs, and wait until a controller is active, every partition has
@@ -54,6 +58,7 @@ from mafka4.physical.handles import replica_handle
 from mafka4.runtime.connect import Connection
 from mafka4.runtime.etcd_server import EtcdServer, restart_etcd
 from mafka4.virtual.handles import read_node_handle
+from simulations.chaos.disk_faults import DiskFaults
 from simulations.chaos.network import draw_partition
 from simulations.chaos.processes import NotThatProcess, ProcessStopper, process_of
 from simulations.chaos.settings import FaultTiming
@@ -139,6 +144,7 @@ class Nemesis:
         self._paused: set[tuple[str, int, str]] = set()
         self._stopper = ProcessStopper()
         self._partitioned = False  # a network fault may be set somewhere
+        self._disks = DiskFaults(connection.cluster, topic, self._topics, self._virtual, rng, timing)
         self.faults: list[FaultRecord] = []
 
     @property
@@ -152,7 +158,9 @@ class Nemesis:
                    "kill-member": self._kill_member, "pause-replica": self._pause_replica,
                    "sigstop-replica": self._sigstop_replica, "sigstop-read-node": self._sigstop_read_node,
                    "sigstop-controller": self._sigstop_controller, "sigstop-etcd": self._sigstop_etcd,
-                   "kill-controller": self._kill_controller, "partition": self._partition}
+                   "kill-controller": self._kill_controller, "partition": self._partition,
+                   "power-loss-write-node": self._disks.power_loss_write_node,
+                   "power-loss-read-node": self._disks.power_loss_read_node, "disk-full": self._disks.disk_full}
         ends = time.monotonic() + duration_s
         while time.monotonic() + self._timing.gap_s[0] < ends:
             time.sleep(self._rng.uniform(*self._timing.gap_s))
@@ -343,6 +351,10 @@ class Nemesis:
             self._heal_network()
         except (MafkaError, ray.exceptions.RayError, TimeoutError) as error:
             undone.append(f"network not healed: {type(error).__name__}: {error}")
+        try:
+            self._disks.clear_all()
+        except (MafkaError, ray.exceptions.RayError, TimeoutError) as error:
+            undone.append(f"disk bounds not cleared on {self._disks.full}: {type(error).__name__}: {error}")
         return undone
 
     # --- healing --------------------------------------------------------------------------
@@ -359,6 +371,7 @@ class Nemesis:
             try:
                 self._heal_network()
                 self._clear_pauses()
+                self._disks.clear_all()
                 problems = self._unhealthy()
             except (MafkaError, ray.exceptions.RayError, TimeoutError) as error:
                 problems = [f"{type(error).__name__}: {error}"]
@@ -376,6 +389,7 @@ class Nemesis:
         problems = [] if self._active_controller() is not None else ["no active controller"]
         if self._partitioned:
             problems.append("a network fault is still set on some actor")
+        problems += [f"{node}: log_dir_bytes_max still set" for node in self._disks.full]
         for state in self._topics.get(self._topic).partitions:
             if set(state.isr) != set(state.replicas):
                 problems.append(f"p{state.partition}: ISR {sorted(state.isr)} of {sorted(state.replicas)}")

@@ -47,6 +47,7 @@ from mafka4.limits import ClusterConfig, ReadMode
 from mafka4.runtime.connect import Connection
 from mafka4.runtime.etcd_server import EtcdServer
 from mafka4.runtime.temporary import temporary_cluster
+from simulations.chaos.disk_faults import recording_fsync_points
 from simulations.chaos.faults import EtcdControl, FaultRecord, Nemesis
 from simulations.chaos.judge import FinalLogs, judge, read_final_logs, with_sources
 from simulations.chaos.settings import ChaosSettings
@@ -63,15 +64,15 @@ def run_chaos(settings: ChaosSettings, connection: Connection | None = None,
               etcd_started: list[EtcdServer] | None = None) -> dict:
     """Run one chaos run and return its report.
 
-    Without ``connection`` the run starts a throwaway local cluster and stops it (and any etcd
-    it restarted) at the end. With one, it uses that cluster, deletes its topic at the end,
+    Without ``connection`` the run starts a throwaway local cluster, whose processes record fsync
+    points for the power-loss faults, and stops it (and any etcd it restarted) at the end. With one, it uses that cluster, deletes its topic at the end,
     and appends every etcd server it starts to ``etcd_started``: the caller stops them after
     the cluster (``mafka4 down`` knows only the etcd its daemon started).
     """
     if connection is None:
         config = ClusterConfig(write_nodes=settings.replication_factor, read_nodes=settings.read_replicas,
                                start_timeout_s=CLUSTER_START_TIMEOUT_S)
-        with temporary_cluster(config, home_prefix="m4chaos-") as cluster:
+        with recording_fsync_points(), temporary_cluster(config, home_prefix="m4chaos-") as cluster:
             return _ChaosRun(settings, cluster.connection, cluster.etcd_started, delete_topic=False).execute()
     if etcd_started is None and "restart-etcd" in settings.faults:
         raise InvalidConfig("the restart-etcd fault starts an etcd the caller must stop: pass etcd_started=[]")

@@ -12,7 +12,7 @@ from mafka4.errors import InvalidConfig
 
 FAULT_KINDS = ("kill-replica", "kill-read-node", "restart-etcd", "kill-member", "pause-replica",
                "sigstop-replica", "sigstop-read-node", "sigstop-controller", "sigstop-etcd", "kill-controller",
-               "partition")
+               "partition", "power-loss-write-node", "power-loss-read-node", "disk-full")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +28,9 @@ class FaultTiming:
     partition_s: tuple[float, float] = (2.0, 8.0)
     partition_delay_ms: tuple[int, int] = (20, 500)  # of a partition that delays rather than drops
     lost_call_ms: int = 2000  # a call a partition dropped fails after this (``mafka4.partition_gate``)
+    # A node whose disk is full (log_dir_bytes_max=0): past replica_lag_ms_max (3 s) now and then,
+    # so that its replicas also leave the ISR / RISR and return.
+    disk_full_s: tuple[float, float] = (1.0, 6.0)
 
 
 @dataclass(frozen=True, slots=True)
