@@ -37,10 +37,12 @@ they stay within twice the directory's file count (and ``FSYNC_POINTS_PRUNE_ENTR
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from mafka4.limits import FSYNC_POINTS_PRUNE_ENTRIES_MIN
 
@@ -65,6 +67,21 @@ def set_recording(enabled: bool) -> None:
 
 def recording() -> bool:
     return _recording
+
+
+@contextlib.contextmanager
+def recording_fsync_points() -> Iterator[None]:
+    """Processes started meanwhile (a local cluster's nodes and their actors) record fsync points;
+    this one does not change."""
+    previous = os.environ.get(RECORD_ENV)
+    os.environ[RECORD_ENV] = "1"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(RECORD_ENV, None)
+        else:
+            os.environ[RECORD_ENV] = previous
 
 
 def fsync(fd: int) -> None:

@@ -14,7 +14,7 @@
   the ISR / RISR until it is cleared.
 
 A power loss needs a cluster started with ``$MAFKA4_RECORD_FSYNC_POINTS=1`` (``chaos`` sets it
-on its throwaway cluster with ``recording_fsync_points``) whose log directories this process can
+on its throwaway cluster with ``fsync_points.recording_fsync_points``) whose log directories this process can
 reach (a local cluster); otherwise the fault kills nothing and says why. The cut takes
 milliseconds; the controller restarts a replica or read node only after its liveness lease
 expired (seconds), so nothing reopens the logs while they are cut.
@@ -22,12 +22,9 @@ expired (seconds), so nothing reopens the logs while they are cut.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import random
 import time
 from pathlib import Path
-from typing import Iterator
 
 import psutil
 import ray
@@ -35,6 +32,7 @@ import ray
 from mafka4.coordinator.control.physical_launcher import replica_directory
 from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.coordinator.metadata.vp_store import VirtualStore
+from mafka4.errors import UnknownTopic
 from mafka4.log.fsync_points import FSYNC_POINTS_FILE, RECORD_ENV, Cut, cut_to_fsync_points, cut_tree_to_fsync_points
 from mafka4.physical.handles import replica_handle
 from mafka4.virtual.handles import read_node_handle
@@ -45,20 +43,6 @@ CALL_TIMEOUT_S = 30
 KILLED_EXIT_TIMEOUT_S = 10  # a SIGKILLed process is gone in milliseconds; this only bounds a hung kernel
 NOT_RECORDING = (f"skipped: the node's logs record no fsync points (start the cluster with ${RECORD_ENV}=1, "
                  f"and run this where its log directories are)")
-
-
-@contextlib.contextmanager
-def recording_fsync_points() -> Iterator[None]:
-    """Processes started meanwhile (a cluster's nodes and their actors) record fsync points."""
-    previous = os.environ.get(RECORD_ENV)
-    os.environ[RECORD_ENV] = "1"
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(RECORD_ENV, None)
-        else:
-            os.environ[RECORD_ENV] = previous
 
 
 class DiskFaults:
@@ -86,7 +70,11 @@ class DiskFaults:
         data_root = self._topics.data_root()
         found = []
         for name in self._topics.names():
-            for state in self._topics.get(name).partitions:
+            try:
+                partitions = self._topics.get(name).partitions
+            except UnknownTopic:
+                continue  # deleted meanwhile
+            for state in partitions:
                 handle = replica_handle(self._cluster, name, state.partition, node) if node in state.replicas else None
                 if handle is not None:
                     found.append((f"{name}-{state.partition}", handle,
@@ -95,8 +83,9 @@ class DiskFaults:
 
     # --- power loss -------------------------------------------------------------------------
 
-    def power_loss_write_node(self) -> tuple[str, str]:
-        node = self._rng.choice(self._write_nodes())
+    def power_loss_write_node(self, node: str | None = None) -> tuple[str, str]:
+        """Power loss of write node ``node`` (drawn if None); (target, outcome)."""
+        node = node or self._rng.choice(self._write_nodes())
         replicas = self._replicas_on(node)
         if not replicas:
             return node, "no replica running (the controller is restarting them)"
@@ -109,9 +98,10 @@ class DiskFaults:
         return node, (f"power loss: SIGKILLed {len(replicas)} replicas ({', '.join(name for name, _, _ in replicas)}), "
                       f"leading {led}; {_describe(cut)}")
 
-    def power_loss_read_node(self) -> tuple[str, str]:
+    def power_loss_read_node(self, node: str | None = None) -> tuple[str, str]:
+        """Power loss of read node ``node`` (drawn if None); (target, outcome)."""
         states = [state for state, _ in self._virtual.states(self._topic).values() if not state.retired]
-        node = self._rng.choice(self._read_nodes())
+        node = node or self._rng.choice(self._read_nodes())
         handle = read_node_handle(self._cluster, node)
         if handle is None:
             return node, "not running (the controller is restarting it)"

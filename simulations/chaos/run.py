@@ -44,10 +44,10 @@ import ray
 from mafka4.client.admin import Admin
 from mafka4.errors import InvalidConfig, MafkaError
 from mafka4.limits import ClusterConfig, ReadMode
+from mafka4.log.fsync_points import recording_fsync_points
 from mafka4.runtime.connect import Connection
 from mafka4.runtime.etcd_server import EtcdServer
 from mafka4.runtime.temporary import temporary_cluster
-from simulations.chaos.disk_faults import recording_fsync_points
 from simulations.chaos.faults import EtcdControl, FaultRecord, Nemesis
 from simulations.chaos.judge import FinalLogs, judge, read_final_logs, with_sources
 from simulations.chaos.settings import ChaosSettings

@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 
 from mafka4.limits import LogConfig
-from mafka4.log.fsync_points import RECORD_ENV
+from mafka4.log.fsync_points import RECORD_ENV, recording_fsync_points
 from mafka4.log.log import Log
 from mafka4.physical.partition_state import PartitionState
 from simulations.chaos import disk_faults
-from simulations.chaos.disk_faults import NOT_RECORDING, DiskFaults, recording_fsync_points
+from simulations.chaos.disk_faults import NOT_RECORDING, DiskFaults
 from simulations.chaos.settings import FAULT_KINDS, ChaosSettings, FaultTiming
 
 TOPIC = "t"
