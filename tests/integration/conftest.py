@@ -7,6 +7,9 @@
   large part of the suite's time. Session fixtures end in reverse order, so it stops first and
   the driver rejoins the session cluster while that still runs.
 
+Both record fsync points (``mafka4.log.fsync_points``), as chaos clusters do, so that a test can
+cut a node's logs back to them: a power loss (``test_faults_power_disk``).
+
 Every test under tests/integration is marked ``integration`` so that ``-m 'not integration'``
 gives the fast suite.
 """
@@ -19,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from mafka4.limits import ClusterConfig
+from mafka4.log.fsync_points import recording_fsync_points
 from mafka4.runtime.temporary import temporary_cluster, temporary_home
 
 INTEGRATION_DIR = Path(__file__).parent
@@ -39,7 +43,7 @@ def _uses_read_cluster(item) -> bool:
 @pytest.fixture(scope="session")
 def cluster():
     """A running cluster with write nodes w0..w2 and read node r0, and a driver connected to it."""
-    with temporary_cluster(ClusterConfig(write_nodes=3, read_nodes=1)) as local:
+    with recording_fsync_points(), temporary_cluster(ClusterConfig(write_nodes=3, read_nodes=1)) as local:
         yield local.connection
 
 
@@ -92,7 +96,7 @@ def own_cluster(config: ClusterConfig):
 
 @pytest.fixture(scope="session")
 def shared_read_cluster():
-    with own_cluster(ClusterConfig(write_nodes=2, read_nodes=2)) as local:
+    with recording_fsync_points(), own_cluster(ClusterConfig(write_nodes=2, read_nodes=2)) as local:
         yield local.connection
 
 
