@@ -16,30 +16,14 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 
 from mafka4.client.futures import BatchResult, RecordFuture
+from mafka4.client.sender_core import ProducerBatch
 from mafka4.errors import BufferFull
 from mafka4.limits import OnFull, ProducerConfig
 from mafka4.records import HEADER_BYTES
 
 RECORD_OVERHEAD_BYTES = 16  # msgpack framing of one record: array header, ints, nil/bin tags
-
-
-@dataclass(slots=True)
-class ProducerBatch:
-    """A batch on its way: its records until it is answered, and its send history."""
-
-    partition: int
-    created_ms: float
-    result: BatchResult
-    records: list = field(default_factory=list)
-    size_bytes: int = HEADER_BYTES
-    attempts: int = 0
-    encoded: bytes | None = None
-    producer_id: int = -1
-    base_sequence: int = -1
-    sent_time_ms: float | None = None  # wall clock of the first attempt (``RecordMetadata.sent_time_ms``)
 
 
 class RecordAccumulator:
@@ -144,6 +128,16 @@ class RecordAccumulator:
         with self._lock:
             self._reserved_bytes -= size_bytes
             self._space.notify_all()
+
+    def complete(self, batch: ProducerBatch, base_offset: int | None, error: BaseException | None) -> None:
+        """Answer ``batch``: its records' futures (and callbacks) get ``base_offset`` or ``error``,
+        and its buffer bytes are given back."""
+        batch.encoded = None
+        records_bytes = batch.size_bytes - HEADER_BYTES
+        batch.records = []
+        batch.result.sent_time_ms = batch.sent_time_ms
+        batch.result.complete(base_offset, error)
+        self.answered(batch, records_bytes)
 
     def answered(self, batch: ProducerBatch, reserved_bytes: int) -> None:
         """A batch was answered (either way): give back its buffer bytes."""

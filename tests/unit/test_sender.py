@@ -1,4 +1,5 @@
-"""The sender's partition pipeline (``client.sender``) against a scripted leader, no Ray running.
+"""The sender's partition pipeline (``client.sender``) against a scripted leader, no Ray running,
+and its pure core (``client.sender_core``) driven step by step.
 
 The fake leader records every produce call (producer id, sequence, acks) and hands the test the
 call's future, so the test decides when and how each call is answered.
@@ -12,12 +13,13 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from mafka4.client.accumulator import ProducerBatch
 from mafka4.client.sender import _PartitionPipeline
+from mafka4.client.sender_core import PipelineCore, ProducerBatch
 from mafka4.compression import Codec
-from mafka4.errors import NotLeader, UnknownProducer
+from mafka4.errors import CorruptRecord, NotLeader, RequestTimedOut, UnknownProducer
 from mafka4.limits import Acks, ProducerConfig
 from mafka4.records import decode_batch, read_header
+from test_core_purity import forbidden_imports
 
 POLLS_MAX = 5000  # a bound on waiting for the pipeline's thread hop (metadata refresh), not a timing claim
 
@@ -202,3 +204,114 @@ def test_batches_are_sent_compressed_with_the_configured_codec():
 
     run_pipeline(sender, scenario)
     assert sender.answers == [(0, 0, None)]
+
+
+def test_a_batch_waiting_to_be_resent_when_the_producer_closes_is_answered():
+    """``Sender.stop`` answers every batch the pipeline still holds with ``ProducerClosed``,
+    those waiting out the backoff before a resend included."""
+    sender = FakeSender(batches=1)
+    sender.config = ProducerConfig(compression="none", retry_backoff_ms=60_000, retry_backoff_ms_max=60_000)
+
+    async def main():
+        pipeline = _PartitionPipeline(sender, 0)
+        task = asyncio.get_running_loop().create_task(pipeline.run())
+        pipeline.wakeup.set()
+        await calls_reach(sender, 1)
+        sender.leader.calls[0].future.set_exception(NotLeader("leader moved"))
+        await settle()  # the pipeline now sleeps out the backoff
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return pipeline.abandon()
+
+    abandoned = asyncio.run(main())
+    assert [batch.base_sequence for batch in abandoned] == [0]
+
+
+# --- the core alone: no event loop, the test is the driver -------------------------------------
+
+
+def core(config: ProducerConfig | None = None) -> PipelineCore:
+    ids = iter(range(100, 200))
+    config = config or ProducerConfig(compression="none", retry_backoff_ms=10, retry_backoff_ms_max=35)
+    return PipelineCore("t", 0, config, lambda: next(ids))
+
+
+def ready(count: int, created_ms: float = 0):
+    batches = deque(ProducerBatch(0, created_ms, None, [(None, b"v%d" % i, 0, None)]) for i in range(count))
+    return lambda: batches.popleft() if batches else None
+
+
+def test_the_core_imports_no_clock_randomness_or_io():
+    assert forbidden_imports("mafka4.client.sender_core") == []
+
+
+def test_new_batches_go_out_up_to_the_in_flight_limit_and_only_when_woken_idle_or_after_an_answer():
+    pipeline = core()
+    pop = ready(8)
+    sent = pipeline.woken(pop)
+    assert [s.batch.base_sequence for s in sent] == [0, 1, 2, 3, 4]
+    assert pipeline.woken(pop) == [], "busy: a ready batch waits for an answer"
+    pipeline.acknowledged(sent[1], 1)
+    assert not pipeline.step(0), "the oldest is unanswered: nothing is answered out of order"
+    pipeline.acknowledged(sent[0], 0)
+    assert [answer.base_offset for answer in pipeline.step(0).answers] == [0]
+    assert [answer.base_offset for answer in pipeline.step(0).answers] == [1]
+    assert [s.batch.base_sequence for s in pipeline.send_new(pop)] == [5, 6]
+
+
+def test_a_failed_oldest_batch_waits_for_every_call_then_resends_the_unanswered_in_order():
+    pipeline = core()
+    sent = pipeline.woken(ready(3))
+    pipeline.failed(sent[0], NotLeader("moved"), retriable=True)
+    assert not pipeline.step(0), "the others have not settled"
+    pipeline.acknowledged(sent[1], 11)
+    pipeline.failed(sent[2], NotLeader("moved"), retriable=True)
+    step = pipeline.step(0)
+    assert [(a.batch.base_sequence, a.base_offset) for a in step.answers] == [(1, 11)]
+    assert step.retry.backoff_ms == 10 and isinstance(step.retry.error, NotLeader)
+    assert pipeline.send_new(ready(1)) == [], "nothing new while a retry is out"
+    resent = pipeline.resend()
+    assert [(s.batch.producer_id, s.batch.base_sequence, s.batch.attempts) for s in resent] == [(100, 0, 2), (100, 2, 2)]
+    assert pipeline.send_new(ready(1)) == [], "nothing new until the resent batches are acknowledged"
+
+
+def test_backoff_doubles_with_each_attempt_up_to_its_bound():
+    pipeline = core()
+    [sent] = pipeline.woken(ready(1))
+    backoffs = []
+    for _ in range(4):
+        pipeline.failed(sent, NotLeader("moved"), retriable=True)
+        backoffs.append(pipeline.step(0).retry.backoff_ms)
+        [sent] = pipeline.resend()
+    assert backoffs == [10, 20, 35, 35]
+
+
+def test_a_batch_failed_for_good_is_answered_and_the_rest_continue_under_a_fresh_producer_id():
+    pipeline = core(ProducerConfig(compression="none", delivery_timeout_ms=1000))
+    sent = pipeline.woken(ready(3, created_ms=0))
+    pipeline.failed(sent[0], NotLeader("moved"), retriable=True)
+    pipeline.failed(sent[1], CorruptRecord("bad crc"), retriable=False)
+    pipeline.failed(sent[2], NotLeader("moved"), retriable=True)
+    step = pipeline.step(500)
+    assert [(a.batch.base_sequence, type(a.error)) for a in step.answers] == [(1, CorruptRecord)]
+    assert [(s.batch.producer_id, s.batch.base_sequence) for s in pipeline.resend()] == [(101, 0), (101, 1)]
+
+
+def test_a_batch_past_delivery_timeout_fails_as_timed_out():
+    pipeline = core(ProducerConfig(compression="none", delivery_timeout_ms=1000))
+    [sent] = pipeline.woken(ready(1, created_ms=0))
+    pipeline.failed(sent, NotLeader("moved"), retriable=True)
+    step = pipeline.step(1001)
+    assert step.retry is None and isinstance(step.answers[0].error, RequestTimedOut)
+    assert "delivery_timeout_ms=1000 after 1 attempt(s)" in str(step.answers[0].error)
+    assert pipeline.idle
+
+
+def test_abandon_returns_batches_in_flight_and_waiting_to_be_resent():
+    pipeline = core()
+    sent = pipeline.woken(ready(2))
+    pipeline.failed(sent[0], NotLeader("moved"), retriable=True)
+    pipeline.failed(sent[1], NotLeader("moved"), retriable=True)
+    assert pipeline.step(0).retry is not None
+    assert [batch.base_sequence for batch in pipeline.abandon()] == [0, 1]
+    assert pipeline.idle
