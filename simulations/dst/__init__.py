@@ -3,8 +3,9 @@
 The simulator drives the real code (``ReplicaState``, ``Log`` on a simulated disk,
 ``partition_decisions.decide_partition``, ``read_path_decisions.decide_virtual_partition`` with
 ``failover.decide_failover``, ``feed_plan``/``vp_records``, ``TopicLayout``, production's VP replica
-``HostedVp`` with its ``VpReplicaCore`` and ``RisrState``, ``vp_ownership.plan_ownership``) through
-thin shells that mirror the Ray actors, etcd and the
+``HostedVp`` with its ``VpReplicaCore`` and ``RisrState``, ``vp_ownership.plan_ownership``, the
+producer's ``RecordAccumulator``, ``Partitioner`` and sender pipeline ``PipelineCore``) through
+thin shells that mirror the Ray actors, etcd, the producers' sender and the
 group members, with a simulated clock (``scheduler``), network (``network``:
 delay, drop, duplicate, reorder, partitions) and disk (``disk``: torn writes, loss of
 unflushed data), all drawn from one ``random.Random(seed)``. The checkers that judge a run

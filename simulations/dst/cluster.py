@@ -87,7 +87,7 @@ class Cluster:
 
     def _unconverged(self) -> list[str]:
         """What is still moving; empty once the run is drained."""
-        waiting = [f"{p.name} has {p.unacknowledged()} unacknowledged batches" for p in self.producers if not p.done]
+        waiting = [f"{p.name} has {p.unanswered} unanswered messages" for p in self.producers if not p.done]
         if waiting:
             return waiting
         coordinator = self.coordinator

@@ -13,8 +13,9 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
+from mafka4.client.sender_core import PipelineCore
 from mafka4.coordinator.groups.vp_ownership import GroupView, OwnershipPlan, plan_ownership
-from mafka4.limits import KiB, LogConfig, ReadNodeConfig, ReplicaConfig
+from mafka4.limits import KiB, LogConfig, ProducerConfig, ReadNodeConfig, ReplicaConfig
 from mafka4.physical.replica import ReplicaState
 from mafka4.risr.state import RisrConfig
 from simulations.dst.network import NetworkConfig
@@ -33,8 +34,13 @@ class SimOptions:
     risr_config: RisrConfig
     network: NetworkConfig
     producers: int
-    batches_per_producer: int
+    # Each producer sends 1 to 3 messages this many times, every ``produce_interval_ms``.
+    writes_per_producer: int
     produce_interval_ms: int
+    # What every producer runs with: production's ``ProducerConfig``, with the codec resolved
+    # as a ``Producer`` resolves it ($MAFKA4_COMPRESSION) and backoffs on the simulator's
+    # time scale (leases of 200 ms, not 10 s).
+    producer_config: ProducerConfig
     # Group members at the start, and the most that ever run at once (members join and leave).
     consumers: int
     consumers_max: int
@@ -62,6 +68,8 @@ class SimOptions:
     drain_ms_max: int = 15_000
     events_max: int = 400_000
     replica_state_class: type = ReplicaState
+    # What every producer's partition pipelines run; tests swap in a broken one.
+    pipeline_class: type = PipelineCore
     # What every group member decides with; tests swap in a broken rule.
     ownership_rule: Callable[[GroupView, str], OwnershipPlan] = plan_ownership
 
@@ -105,7 +113,7 @@ def options_for_seed(rng: random.Random) -> SimOptions:
                                catch_up_lag_records_min=rng.choice((0, 20))),
         network=network,
         producers=rng.randint(1, 3),
-        batches_per_producer=rng.randint(10, 40),
+        writes_per_producer=rng.randint(10, 40),
         produce_interval_ms=rng.choice((5, 20, 50)),
         consumers=(consumers := rng.randint(1, 3)),
         consumers_max=consumers + rng.randint(0, 3),
@@ -115,4 +123,11 @@ def options_for_seed(rng: random.Random) -> SimOptions:
         power_loss=rng.random() < 0.7,
         faulty_write_nodes_max=rng.choice((1, 1, 2)),
         reshards_max=rng.choice((0, 1, 3)),
+        producer_config=ProducerConfig(
+            linger_ms=rng.choice((0, 5, 20)),
+            batch_bytes_max=rng.choice((1 * KiB, 4 * KiB)),
+            in_flight_batches_max=rng.choice((1, 5)),
+            retry_backoff_ms=20,
+            retry_backoff_ms_max=100,
+        ).resolved(),
     )

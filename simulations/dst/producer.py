@@ -1,245 +1,291 @@
-"""Idempotent producers with acks=all: the simulator's ``client.sender`` pipelines.
+"""Idempotent producers with acks=all: production's sender pipeline on the simulated network and clock.
 
-One pipeline per partition, as ``sender._PartitionPipeline``: up to
-``IN_FLIGHT_BATCHES_MAX`` batches in flight, each stamped once with (producer id,
-sequence) and answered in order. When the oldest batch fails (an error answer or a request
-timeout), the pipeline lets every batch in flight settle, answers those that succeeded, and
-resends the rest in sequence order with the same producer id and sequences, after a backoff
-and a metadata refresh; no new batch is sent until the resent ones are acknowledged. If the
-oldest is refused as ``UnknownProducer`` (the leader has no state of the producer id), the
-rest are resent under a new producer id from sequence 0. Batches never expire here
-(``delivery_timeout_ms`` is infinite), so a drained run must acknowledge every batch: a
-stuck pipeline is a finding.
+What is production's code, run unchanged:
 
-The workload: every ``produce_interval_ms`` a producer makes one batch of 1 to 3 records for
-a random partition, keyed (keys routed by ``client.partitioner.Partitioner``) or keyless.
-Values are unique (``<producer>-<n>``). History: ``Send`` when a record is made, ``Ack`` for
-every record of an acknowledged batch.
+* batching: ``client.accumulator.RecordAccumulator`` (``linger_ms``, ``batch_bytes_max``, a
+  lingered batch that keeps growing until its pipeline takes it);
+* partitioning: ``client.partitioner.Partitioner`` (keys by hash, keyless messages sticky
+  until their batch opens or fills);
+* every rule of a partition's pipeline: ``client.sender_core.PipelineCore`` (the in-flight
+  limit, producer ids and sequences, in-order answers, settling every call before resending,
+  new batches held behind resends, a fresh producer id after ``UnknownProducer`` or a batch
+  failed for good, the backoff), batches encoded with the configured codec
+  (``ProducerConfig.compression``: ``$MAFKA4_COMPRESSION``, resolved as a ``Producer`` does);
+* answers: ``RecordAccumulator.complete`` completes each record's future; the history is
+  written by the futures' callbacks.
+
+What this shell does as ``client.producer.Producer.send`` and ``client.sender`` do, on simulated
+time: ``_send`` (reserve, partition, append, move the sticky partition, wake the pipeline or arm
+the linger timer), the linger timers (``Sender._arm_linger``), and the pipeline loop
+(``sender._PartitionPipeline.run``: outcomes in, ``step``, answers out; on a ``Retry``, wait
+the backoff, refresh the metadata, then ``resend``).
+
+What stands in for Ray and etcd:
+
+* a produce call is a ``Produce`` message and its answer a ``ProduceResult``; a failure is
+  rebuilt as the mafka4 error it names, with the retriability it carries (``ActorUnavailable``,
+  a call to a replica that does not run there, is retriable, as Ray's ``ActorUnavailableError``
+  is to the sender). A call with no answer within ``request_timeout_ms`` fails as a retriable
+  ``RequestTimedOut``: the network may drop messages, where Ray reports a dead actor instead.
+* routing: the partition leaders from the coordinator's metadata (``MetadataRequest``), read
+  before the first message (a ``Producer`` reads the topic's metadata when it starts) and before
+  every resend, keeping per partition the newest leader epoch (``Routing.refresh``); a refresh
+  with no answer within ``request_timeout_ms`` keeps the old routes, as one that fails while
+  etcd is away. Production also watches the partition keys; here leader changes are learnt
+  only through failures and refreshes.
+* producer ids count up per producer instead of being random.
+
+The workload: every ``produce_interval_ms`` a producer sends 1 to 3 messages, keyed (from
+``KEYS``) or keyless; values are unique (``<producer>-<n>``). ``delivery_timeout_ms`` is
+production's default, longer than any run, so nothing expires: a drained run must answer every
+message, and a message failed for good fails the seed (``failures``). History: ``Send`` when a
+message is sent (with the partition it went to), ``Ack`` when its future completes with an
+offset.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass, field
+import math
 
+from mafka4 import errors
+from mafka4.client.accumulator import RECORD_OVERHEAD_BYTES, RecordAccumulator
+from mafka4.client.futures import RecordMetadata
 from mafka4.client.partitioner import Partitioner
-from mafka4.limits import Acks
-from mafka4.records import encode_batch
+from mafka4.client.sender_core import InFlight, PipelineCore, ProducerBatch, Retry
+from mafka4.errors import MafkaError, NotLeader, RequestTimedOut
+from mafka4.physical.partition_state import PartitionState
 from simulations.checkers import Ack, Send
 from simulations.dst import messages as m
 from simulations.dst.coordinator import NAME as COORDINATOR
 from simulations.dst.env import Env
 
-IN_FLIGHT_BATCHES_MAX = 5
+TOPIC = "t"
 KEYS = tuple(b"key-%d" % i for i in range(12))
-RETRY_BACKOFF_MS = 20
-METADATA_MAX_AGE_MS = 200
-PRODUCER_ID_STRIDE = 10_000  # above every first producer id: renewed ids never collide
+PRODUCER_IDS_PER_PRODUCER = 1_000_000  # producer ids of producer i: i * this + 1, + 2, ...
 
 
-@dataclass(slots=True)
-class _Batch:
-    records: list[tuple[bytes | None, bytes, int, None]]
-    base_sequence: int = -1
-    encoded: bytes = b""
-    attempts: int = 0
+class RemoteFailure(MafkaError):
+    """A failed call whose error is no mafka4 error (a missing actor): what the sender's
+    ``_is_retriable`` would say of it travels with the failure."""
 
 
-@dataclass(slots=True)
-class _InFlight:
-    batch: _Batch
-    request_id: int
-    sent_ms: int
-    base_offset: int | None = None
-    failure: m.Failure | None = None
-
-    @property
-    def settled(self) -> bool:
-        return self.base_offset is not None or self.failure is not None
-
-
-@dataclass(slots=True)
-class _Pipeline:
-    partition: int
-    producer_id: int
-    next_sequence: int = 0
-    queue: deque[_Batch] = field(default_factory=deque)
-    in_flight: list[_InFlight] = field(default_factory=list)
-    resend: list[_Batch] = field(default_factory=list)
-    backoff_until_ms: int = 0
-    # Sequences resent and not yet answered: new batches wait until it is empty.
-    resent: set[int] = field(default_factory=set)
-    # How many times the pipeline took a new producer id (after UnknownProducer).
-    incarnation: int = 0
+def error_of(failure: m.Failure) -> BaseException:
+    """The error a failed call raises in production, from its ``messages.Failure``."""
+    cls = getattr(errors, failure.error, None)
+    if isinstance(cls, type) and issubclass(cls, MafkaError):
+        error = cls(failure.text)
+        assert error.retriable == failure.retriable, failure
+        return error
+    return RemoteFailure(f"{failure.error}: {failure.text}")
 
 
 class SimProducer:
     def __init__(self, env: Env, index: int):
         self.env = env
         self.name = f"prod{index}"
-        options = env.options
-        self._partitioner = Partitioner("t", options.partitions)
-        self._keys = {p: [k for k in KEYS if self._partitioner.partition(k, None) == p] for p in range(options.partitions)}
         self.index = index
-        self._pipelines = [_Pipeline(p, self._first_producer_id(p)) for p in range(options.partitions)]
-        self._leaders: dict[int, str] = {}
-        self._metadata_request = 0
-        self._metadata_at_ms = -METADATA_MAX_AGE_MS
-        self.batches_made = 0
+        options = env.options
+        self.config = options.producer_config
+        assert self.config.delivery_timeout_ms > options.chaos_ms + options.drain_ms_max, \
+            "a message that expires would fail instead of showing a stuck pipeline"
+        self._partitioner = Partitioner(TOPIC, options.partitions)
+        self._accumulator = RecordAccumulator(TOPIC, self.config)
+        self._producer_ids = 0
+        self._pipelines: list[PipelineCore] = [
+            options.pipeline_class(TOPIC, p, self.config, self._new_producer_id) for p in range(options.partitions)]
+        self._calls: dict[int, tuple[int, InFlight]] = {}  # request id -> (partition, call)
+        self._leaders: dict[int, PartitionState] = {}
+        self._refreshes: dict[int, int] = {}  # metadata request id -> partition waiting to resend (-1: start)
+        self._started = False
+        self._fillers: set[int] = set()  # partitions with a filler message unanswered
+        self.writes_made = 0
+        self.unanswered = 0  # messages sent and not answered yet
         self.records_acked = 0
-        self._looping = False
+        self.failures: list[str] = []  # messages failed for good
         env.network.register(self.name, self.handle)
 
     @property
-    def done(self) -> bool:
+    def making(self) -> bool:
         options = self.env.options
-        making = self.batches_made < options.batches_per_producer and self.env.now_ms < options.chaos_ms
-        return not making and self.unacknowledged() == 0
+        return self.writes_made < options.writes_per_producer and self.env.now_ms < options.chaos_ms
 
-    def unacknowledged(self) -> int:
-        return sum(len(p.queue) + len(p.in_flight) + len(p.resend) for p in self._pipelines)
+    @property
+    def done(self) -> bool:
+        return not self.making and self.unanswered == 0
 
     def start(self) -> None:
-        self._loop()
+        """Read the metadata, then write (``_on_metadata`` starts the workload)."""
+        self._refresh(-1)
+
+    def _new_producer_id(self) -> int:
+        self._producer_ids += 1
+        assert self._producer_ids < PRODUCER_IDS_PER_PRODUCER
+        return self.index * PRODUCER_IDS_PER_PRODUCER + self._producer_ids
+
+    # --- the workload --------------------------------------------------------------------
 
     def _loop(self) -> None:
-        self._looping = False
-        options = self.env.options
-        if self.batches_made < options.batches_per_producer and self.env.now_ms < options.chaos_ms:
-            self._make_batch()
-        self._pump()
-        self._keep_looping()
-
-    def _keep_looping(self) -> None:
-        if not self.done and not self._looping:
-            self._looping = True
-            self.env.scheduler.after(self.env.jitter(self.env.options.produce_interval_ms), self._loop)
+        if not self.making:
+            return
+        rng = self.env.rng
+        for _ in range(rng.randint(1, 3)):
+            self._send(rng.choice(KEYS) if rng.random() < 0.8 else None)
+        self.writes_made += 1
+        self.env.scheduler.after(self.env.jitter(self.env.options.produce_interval_ms), self._loop)
 
     def make_filler(self, partition: int) -> None:
-        """One more batch for ``partition`` during the drain: it carries the partition past a
+        """One keyless message to ``partition`` during the drain: it carries the partition past a
         split cut that was set above its log end (children wait for their parents' cuts)."""
-        if not self._pipelines[partition].queue:
-            self._make_batch(partition)
-            self._pump()
-            self._keep_looping()
+        if self._started and partition not in self._fillers:
+            self._fillers.add(partition)
+            self._send(None, partition)
 
-    def _make_batch(self, partition: int | None = None) -> None:
-        rng = self.env.rng
-        if partition is None:
-            partition = rng.randrange(self.env.options.partitions)
-        records = []
-        for _ in range(rng.randint(1, 3)):
-            keys = self._keys[partition]
-            key = rng.choice(keys) if keys and rng.random() < 0.8 else None
-            value = b"%s-%d" % (self.name.encode(), self.env.request_id())
-            records.append((key, value, self.env.now_ms, None))
-            self.env.history.append(Send(self.name, key, value, partition))
-        self._pipelines[partition].queue.append(_Batch(records))
-        self.batches_made += 1
+    def _send(self, key: bytes | None, partition: int | None = None) -> None:
+        """``Producer.send`` of one message."""
+        now_ms = self.env.now_ms
+        value = b"%s-%d" % (self.name.encode(), self.env.request_id())
+        size_bytes = RECORD_OVERHEAD_BYTES + len(value) + (len(key) if key else 0)
+        accumulator = self._accumulator
+        assert accumulator.reserved_bytes + size_bytes <= self.config.buffer_bytes_max, "reserve() would block"
+        accumulator.reserve(size_bytes)
+        target = self._partitioner.partition(key, partition)
+        future, opened, closed = accumulator.append(target, (key, value, now_ms, None), size_bytes, now_ms)
+        if key is None and partition is None and (opened or closed):
+            self._partitioner.batch_closed(target)
+        self.env.history.append(Send(self.name, key, value, target))
+        self.unanswered += 1
+        future.add_callback(lambda metadata, error: self._answered(key, value, target, partition, metadata, error))
+        if closed:
+            self._wake(target)
+        if opened:
+            self._arm_linger(target, self.config.linger_ms)
+
+    def _answered(self, key: bytes | None, value: bytes, partition: int, filler_of: int | None,
+                  metadata: RecordMetadata | None, error: BaseException | None) -> None:
+        self.unanswered -= 1
+        if filler_of is not None:
+            self._fillers.discard(filler_of)
+        if error is not None:
+            self.failures.append(f"{value!r} to p{partition} failed: {type(error).__name__}: {error}")
+            self.env.note(f"{self.name}: {self.failures[-1]}")
+            return
+        self.env.history.append(Ack(key, value, partition, metadata.offset))
+        self.records_acked += 1
+
+    # --- the sender ----------------------------------------------------------------------
+
+    def _arm_linger(self, partition: int, delay_ms: float) -> None:
+        self.env.scheduler.after(math.ceil(delay_ms), lambda: self._linger_expired(partition))
+
+    def _linger_expired(self, partition: int) -> None:
+        remaining_ms = self._accumulator.linger_remaining_ms(partition, self.env.now_ms)
+        if remaining_ms:
+            self._arm_linger(partition, remaining_ms)
+        else:
+            self._wake(partition)
+
+    def _pop_ready(self, partition: int):
+        return lambda: self._accumulator.pop_ready(partition, self.env.now_ms)
+
+    def _wake(self, partition: int) -> None:
+        for sent in self._pipelines[partition].woken(self._pop_ready(partition)):
+            self._transmit(partition, sent)
+
+    def _transmit(self, partition: int, sent: InFlight) -> None:
+        """``_PartitionPipeline._send``: one produce call to the partition's leader."""
+        request_id = self.env.request_id()
+        sent.request = request_id
+        state = self._leaders.get(partition)
+        if state is None or not state.leader:
+            # As a failed future: the pipeline sees it once it looks at its calls again.
+            error = NotLeader(f"no leader of {TOPIC}-{partition} known; retrying after a metadata refresh")
+            self.env.scheduler.after(0, lambda: self._settle(partition, sent, error, True))
+            return
+        self._calls[request_id] = (partition, sent)
+        batch: ProducerBatch = sent.batch
+        self.env.network.send(self.name, state.leader,
+                              m.Produce(request_id, partition, batch.encoded, self.config.acks))
+        self.env.scheduler.after(self.env.options.request_timeout_ms, lambda: self._timed_out(request_id))
+
+    def _timed_out(self, request_id: int) -> None:
+        if request_id in self._calls:
+            partition, sent = self._calls[request_id]
+            self._settle(partition, sent, RequestTimedOut(
+                f"no answer from the leader of {TOPIC}-{partition} within {self.env.options.request_timeout_ms} ms"),
+                True)
+
+    def _settle(self, partition: int, sent: InFlight, outcome: int | BaseException, retriable: bool = False) -> None:
+        self._calls.pop(sent.request, None)
+        pipeline = self._pipelines[partition]
+        if isinstance(outcome, BaseException):
+            pipeline.failed(sent, outcome, retriable)
+        else:
+            pipeline.acknowledged(sent, outcome)
+        self._advance(partition)
+
+    def _advance(self, partition: int) -> None:
+        """``_PartitionPipeline.run`` after an outcome: answer, take new batches, or retry."""
+        pipeline = self._pipelines[partition]
+        while step := pipeline.step(self.env.now_ms):
+            for answer in step.answers:
+                self._accumulator.complete(answer.batch, answer.base_offset, answer.error)
+            if step.retry is not None:
+                self._retry(partition, step.retry)
+                return
+            for sent in pipeline.send_new(self._pop_ready(partition)):
+                self._transmit(partition, sent)
+
+    def _retry(self, partition: int, retry: Retry) -> None:
+        self.env.count("producer_retries")
+        if isinstance(retry.error, errors.UnknownProducer):
+            self.env.count("producer_unknown_producer_retries")
+        self.env.scheduler.after(retry.backoff_ms, lambda: self._refresh(partition))
+
+    def _resend(self, partition: int) -> None:
+        for sent in self._pipelines[partition].resend():
+            self._transmit(partition, sent)
 
     # --- metadata ------------------------------------------------------------------------
 
-    def _refresh(self, force: bool = False) -> None:
-        if force or self.env.now_ms - self._metadata_at_ms >= METADATA_MAX_AGE_MS:
-            self._metadata_at_ms = self.env.now_ms
-            self.env.network.send(self.name, COORDINATOR, m.MetadataRequest(self.env.request_id()))
+    def _refresh(self, partition: int) -> None:
+        """Read the metadata, then resend ``partition``'s batches (-1: start writing)."""
+        request_id = self.env.request_id()
+        self._refreshes[request_id] = partition
+        self.env.network.send(self.name, COORDINATOR, m.MetadataRequest(request_id))
+        self.env.scheduler.after(self.env.options.request_timeout_ms, lambda: self._refreshed(request_id))
+
+    def _refreshed(self, request_id: int) -> None:
+        """The refresh answered or gave up (then the old routes stay, or a start reads again)."""
+        partition = self._refreshes.pop(request_id, None)
+        if partition is None:
+            return
+        if partition >= 0:
+            self._resend(partition)
+        elif self._started:
+            return
+        elif self._leaders:
+            self._started = True
+            self._loop()
+        else:
+            self._refresh(-1)
 
     def _on_metadata(self, message: m.Metadata) -> None:
-        if message.request_id < self._metadata_request:
-            return  # an older read arriving late: keep the newer one
-        self._metadata_request = message.request_id
-        self._leaders = {state.partition: state.leader for state in message.partitions}
-        self._pump()
-
-    # --- the pipelines -------------------------------------------------------------------
-
-    def _pump(self) -> None:
-        timeout_ms = self.env.options.request_timeout_ms
-        for pipeline in self._pipelines:
-            for sent in pipeline.in_flight:
-                if not sent.settled and self.env.now_ms - sent.sent_ms >= timeout_ms:
-                    sent.failure = m.Failure("RequestTimedOut", True, "no answer within the request timeout")
-            self._answer_in_order(pipeline)
-            self._send_more(pipeline)
-        if not self._leaders:
-            self._refresh()
-
-    def _answer_in_order(self, pipeline: _Pipeline) -> None:
-        while pipeline.in_flight and pipeline.in_flight[0].base_offset is not None:
-            self._acknowledged(pipeline, pipeline.in_flight.pop(0))
-        if not pipeline.in_flight or pipeline.in_flight[0].failure is None:
-            return
-        if not all(sent.settled for sent in pipeline.in_flight):
-            return  # let every batch in flight settle first (sender._recover)
-        state_lost = pipeline.in_flight[0].failure.error == "UnknownProducer"
-        for sent in pipeline.in_flight:
-            if sent.base_offset is not None:
-                self._acknowledged(pipeline, sent)
-            else:
-                pipeline.resend.append(sent.batch)
-        pipeline.in_flight.clear()
-        pipeline.resend.sort(key=lambda batch: batch.base_sequence)
-        if state_lost:
-            self._renumber(pipeline)
-        attempts = min(batch.attempts for batch in pipeline.resend)
-        pipeline.backoff_until_ms = self.env.now_ms + RETRY_BACKOFF_MS * min(attempts, 5)
-        self._refresh(force=True)
-
-    def _renumber(self, pipeline: _Pipeline) -> None:
-        """A new producer id, and the batches to resend stamped from sequence 0 under it."""
-        pipeline.incarnation += 1
-        pipeline.producer_id = self._first_producer_id(pipeline.partition) + PRODUCER_ID_STRIDE * pipeline.incarnation
-        pipeline.next_sequence = 0
-        pipeline.resent.clear()
-        for batch in pipeline.resend:
-            self._stamp(pipeline, batch)
-        self.env.count("producer_ids_renewed")
-
-    def _first_producer_id(self, partition: int) -> int:
-        return 1000 + 100 * self.index + partition
-
-    def _stamp(self, pipeline: _Pipeline, batch: _Batch) -> None:
-        batch.base_sequence = pipeline.next_sequence
-        batch.encoded = encode_batch(batch.records, pipeline.producer_id, batch.base_sequence)
-        pipeline.next_sequence += len(batch.records)
-
-    def _acknowledged(self, pipeline: _Pipeline, sent: _InFlight) -> None:
-        pipeline.resent.discard(sent.batch.base_sequence)
-        for index, (key, value, _, _) in enumerate(sent.batch.records):
-            self.env.history.append(Ack(key, value, pipeline.partition, sent.base_offset + index))
-        self.records_acked += len(sent.batch.records)
-
-    def _send_more(self, pipeline: _Pipeline) -> None:
-        leader = self._leaders.get(pipeline.partition)
-        if leader is None or self.env.now_ms < pipeline.backoff_until_ms:
-            return
-        if pipeline.in_flight and pipeline.in_flight[0].failure is not None:
-            return  # recovering
-        while len(pipeline.in_flight) < IN_FLIGHT_BATCHES_MAX:
-            if pipeline.resend:
-                batch = pipeline.resend.pop(0)
-                pipeline.resent.add(batch.base_sequence)
-            elif pipeline.queue and not pipeline.resent and not any(s.failure is not None for s in pipeline.in_flight):
-                batch = pipeline.queue.popleft()
-                self._stamp(pipeline, batch)
-            else:
-                return
-            batch.attempts += 1
-            request_id = self.env.request_id()
-            pipeline.in_flight.append(_InFlight(batch, request_id, self.env.now_ms))
-            self.env.network.send(self.name, leader, m.Produce(request_id, pipeline.partition, batch.encoded, Acks.ALL))
+        for state in message.partitions:
+            known = self._leaders.get(state.partition)
+            if known is None or state.leader_epoch >= known.leader_epoch:
+                self._leaders[state.partition] = state
+        self._refreshed(message.request_id)
 
     def handle(self, source: str, message: object) -> None:
         if isinstance(message, m.Metadata):
             self._on_metadata(message)
             return
         assert isinstance(message, m.ProduceResult), message
-        for pipeline in self._pipelines:
-            for sent in pipeline.in_flight:
-                if sent.request_id == message.request_id and not sent.settled:
-                    if message.failure is None:
-                        sent.base_offset = message.base_offset
-                    else:
-                        sent.failure = message.failure
-                    self._pump()
-                    return
+        call = self._calls.get(message.request_id)
+        if call is None:
+            return  # a duplicate, or an answer after the call timed out
+        partition, sent = call
+        if message.failure is None:
+            self._settle(partition, sent, message.base_offset)
+        else:
+            self._settle(partition, sent, error_of(message.failure), message.failure.retriable)

@@ -4,7 +4,9 @@
 it inside a ``SimDisk`` (temporary directory, removed afterwards) and returns a
 ``RunResult``: the anomalies the checkers found, or the error (an ``AssertionError`` of a
 core is a broken invariant and fails the seed as well), whether the run drained, counters,
-and the trace of faults and elections to read when a seed fails.
+and the trace of faults and elections to read when a seed fails. Besides the seed, a run
+depends on ``$MAFKA4_COMPRESSION`` (the producers' codec, as for any ``Producer``): the replay
+command a failed seed prints sets it when it is not "none".
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import random
 import traceback
 from dataclasses import dataclass, field
 
+from mafka4.compression import Codec
+from mafka4.limits import COMPRESSION_ENV
 from simulations.checkers import Ack, Anomaly, Consumed
 from simulations.dst.cluster import Cluster
 from simulations.dst.disk import SimDisk
@@ -34,6 +38,8 @@ class RunResult:
     trace: tuple[str, ...] = ()
     # sha256 of the whole history: equal digests mean the same run (replays are exact).
     digest: str = ""
+    # The producers' codec, from $MAFKA4_COMPRESSION as a Producer takes it: part of the replay.
+    compression: Codec = Codec.NONE
 
     @property
     def ok(self) -> bool:
@@ -48,12 +54,13 @@ class RunResult:
         if not self.drained:
             lines.append(f"not drained: {'; '.join(self.not_drained)}")
         lines += [f"  {anomaly}" for anomaly in self.anomalies]
-        lines.append(f"replay: {replay_command(self.seed)}")
+        lines.append(f"replay: {replay_command(self.seed, self.compression)}")
         return "\n".join(lines)
 
 
-def replay_command(seed: int) -> str:
-    return f"python3 -m simulations.dst --seed {seed} --trace"
+def replay_command(seed: int, compression: Codec = Codec.NONE) -> str:
+    environment = "" if compression is Codec.NONE else f"{COMPRESSION_ENV}={compression} "
+    return f"{environment}python3 -m simulations.dst --seed {seed} --trace"
 
 
 def _stats_text(stats: dict) -> str:
@@ -74,6 +81,8 @@ def run_seed(seed: int, **overrides) -> RunResult:
         try:
             cluster.run()
             anomalies = cluster.check()
+            failures = [failure for producer in cluster.producers for failure in producer.failures]
+            assert not failures, "messages failed for good (none expires here):\n" + "\n".join(failures[:10])
         except Exception:  # a broken invariant (AssertionError) or a crash of a core: the seed fails
             error = traceback.format_exc(limit=12)
         stats = {
@@ -90,4 +99,5 @@ def run_seed(seed: int, **overrides) -> RunResult:
         }
         digest = hashlib.sha256(repr(env.history).encode()).hexdigest()
         return RunResult(seed, tuple(anomalies), error, cluster.drained and error is None,
-                         tuple(cluster.not_drained), stats, tuple(env.trace), digest)
+                         tuple(cluster.not_drained), stats, tuple(env.trace), digest,
+                         options.producer_config.compression)

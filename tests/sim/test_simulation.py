@@ -1,8 +1,8 @@
 """Seeded simulations of a whole cluster (``simulations.dst``) judged by ``simulations/checkers.py``.
 
 Every seed builds a cluster (RF=3 physical partitions on the real replica core and the real
-log on a simulated disk, VPs with RISR, feeders, resharding, a consumer group whose members
-join and leave), runs it
+log on a simulated disk, VPs with RISR, feeders, resharding, producers running the real
+sender pipeline, a consumer group whose members join and leave), runs it
 through crashes, power losses, partitions, message drops and duplicates, heals it, drains
 it, and checks the history: nothing acknowledged lost, replicas identical below the high
 watermark, every committed record once in its VP, per-key order, monotonic commits.
@@ -11,6 +11,7 @@ Knobs (environment):
 
 * ``MAFKA4_SIM_SEEDS`` (default 200): how many seeds; ``MAFKA4_SIM_SEEDS=5000`` for a long run.
 * ``MAFKA4_SIM_START`` (default 0): the first seed.
+* ``MAFKA4_COMPRESSION`` (default none): the simulated producers' codec, as for any ``Producer``.
 
 A failing seed prints its trace and the exact replay command
 (``python3 -m simulations.dst --seed N --trace``).
@@ -26,6 +27,7 @@ import sys
 
 import pytest
 
+from mafka4.client.sender_core import PipelineCore
 from mafka4.coordinator.groups.vp_ownership import GroupView, OwnershipPlan, plan_ownership
 from mafka4.physical.replica import ReplicaState, Role
 from simulations.checkers import Kind
@@ -62,9 +64,9 @@ def test_the_seeds_exercise_what_they_claim_to():
         for kind, count in stats["faults"].items():
             faults[kind] = faults.get(kind, 0) + count
     for key in ("acked", "consumed", "elections_after_fault", "vp_failovers_after_fault", "vp_restarted_leader_failovers",
-                "vp_leaders_from_restarted", "reshards", "torn_files", "vp_lost_bytes", "truncations", "vp_truncations",
-                "duplicates_refused", "refeeds_dropped", "members_joined", "members_left", "member_leases_lapsed",
-                "ownership_claims", "ownership_releases", "ownership_splits"):
+                "vp_leaders_from_restarted", "reshards", "torn_files", "vp_lost_bytes", "truncations",
+                "vp_truncations", "producer_retries", "duplicates_refused", "refeeds_dropped", "members_joined",
+                "members_left", "member_leases_lapsed", "ownership_claims", "ownership_releases", "ownership_splits"):
         assert totals.get(key, 0) > 0, (key, totals)
     for kind in ("crash-write", "crash-write-power-loss", "stop-write", "isolate-write", "cut-coordinator",
                  "crash-read", "crash-read-power-loss", "crash-feeder", "crash-consumer"):
@@ -114,6 +116,29 @@ def test_a_high_watermark_passing_an_isr_member_is_caught_by_the_checkers():
         pytest.fail(f"no seed of {START}..{START + SEEDS - 1} caught a high watermark passing an ISR member")
     print(f"\nbroken high watermark first caught by seed {seed}:\n{outcome.summary()}")
     assert result(seed).ok, f"seed {seed} fails with the real core too: {result(seed).summary()}"
+
+
+class RenumberingEveryRetry(PipelineCore):
+    """A broken sender pipeline, for the test below only: every resend goes out under a fresh
+    producer id from sequence 0, so a leader that appended a batch whose answer was lost cannot
+    recognise the retry (a producer without idempotence)."""
+
+    def resend(self):
+        self._producer_id, self._next_sequence, self._renumber = self._new_producer_id(), 0, True
+        return super().resend()
+
+
+def test_a_sender_that_retries_under_a_fresh_producer_id_is_caught_by_the_checkers():
+    """The simulated producers run production's pipeline (``client.sender_core``): a change to it
+    changes what the simulator sees."""
+    for seed in range(START, START + SEEDS):
+        outcome = run_seed(seed, pipeline_class=RenumberingEveryRetry)
+        if Kind.DUPLICATE in {anomaly.kind for anomaly in outcome.anomalies}:
+            break
+    else:
+        pytest.fail(f"no seed of {START}..{START + SEEDS - 1} caught retries under a fresh producer id")
+    print(f"\nretries under a fresh producer id first caught by seed {seed}:\n{outcome.summary()}")
+    assert result(seed).ok, f"seed {seed} fails with the real pipeline too: {result(seed).summary()}"
 
 
 class EveryUnreadVpConsumable(GroupView):

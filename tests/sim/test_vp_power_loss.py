@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 
-from mafka4.limits import KiB, LogConfig
+from mafka4.limits import KiB, LogConfig, ProducerConfig
 from mafka4.risr.state import RisrConfig
 from simulations.checkers import Anomaly, Consumed
 from simulations.dst.cluster import Cluster
@@ -46,6 +46,7 @@ from simulations.dst.scheduler import Scheduler
 from simulations.dst.virtual import ReadNode
 
 SEED = 1
+PRODUCER_CONFIG = ProducerConfig(linger_ms=20, retry_backoff_ms=20, retry_backoff_ms_max=100).resolved()
 POWER_LOSS_MS = 600
 CHAOS_MS = 1000  # producers stop; the run drains
 
@@ -75,7 +76,7 @@ def run(script: Script, read_replica_lag_ms_max: int) -> Outcome:
                              flush_interval_messages=1),
         risr_config=RisrConfig(read_replica_lag_ms_max=read_replica_lag_ms_max, feed_lag_ms_max=300),
         network=NetworkConfig(delay_ms_min=1, delay_ms_max=3, drop_probability=0.0, duplicate_probability=0.0),
-        producers=2, batches_per_producer=40, produce_interval_ms=20,
+        producers=2, writes_per_producer=40, produce_interval_ms=20, producer_config=PRODUCER_CONFIG,
         consumers=1, consumers_max=1, member_churn_interval_ms=None, reshards_max=0,
         chaos_ms=CHAOS_MS, fault_interval_ms=100 * CHAOS_MS, power_loss=True,
     )

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import simulations.dst.coordinator
 from mafka4.coordinator.control.partition_decisions import decide_partition
-from mafka4.limits import KiB, LogConfig, ReplicaConfig
+from mafka4.limits import KiB, LogConfig, ProducerConfig, ReplicaConfig
 from simulations.checkers import Ack, Anomaly, Kind
 from simulations.dst.cluster import Cluster
 from simulations.dst.disk import SimDisk
@@ -33,6 +33,9 @@ from simulations.dst.options import options_for_seed
 from simulations.dst.scheduler import Scheduler
 
 SEED = 1  # draws only message delays and the workload's keys here: the steps below are timed
+# Batches of up to 20 ms of messages: fewer, larger batches than with linger_ms=0, so the leader's
+# unflushed log does not reach a segment roll (which flushes) before it loses power.
+PRODUCER_CONFIG = ProducerConfig(linger_ms=20, retry_backoff_ms=20, retry_backoff_ms_max=100).resolved()
 CUT_MS = 300
 POWER_LOSS_MS = 600
 BOOT_MS = 650
@@ -61,7 +64,7 @@ def run() -> Outcome:
         replica_config=ReplicaConfig(replica_lag_ms_max=100, min_insync_replicas=2, fetch_bytes_max=8 * KiB,
                                      fetch_backoff_ms=20, producer_batches_remembered=5, sequence_wait_ms_max=50),
         network=NetworkConfig(delay_ms_min=1, delay_ms_max=3, drop_probability=0.0, duplicate_probability=0.0),
-        producers=2, batches_per_producer=40, produce_interval_ms=20,
+        producers=2, writes_per_producer=40, produce_interval_ms=20, producer_config=PRODUCER_CONFIG,
         consumers=1, consumers_max=1, member_churn_interval_ms=None, reshards_max=0,
         chaos_ms=CHAOS_MS, fault_interval_ms=100 * CHAOS_MS, power_loss=True,
     )
