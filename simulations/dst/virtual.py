@@ -18,9 +18,14 @@ messages into its calls, as ``virtual.read_node.ReadNode`` translates Ray calls:
   (``ReadNode._persist_risr``). ``Ready.wake`` needs nothing: nobody long-polls here, every
   fetch is answered at once.
 
-VP logs flush as in production (``VP_LOG_CONFIG``: every ``flush_interval_ms`` of simulated
-time, and on every segment roll), so a read node's power loss loses the unflushed tails of its
-VP logs (``vp_lost_bytes`` in the run's stats).
+VP logs flush as in production: ``VP_LOG_CONFIG`` is what a read node opens a topic's VPs with
+(``TopicConfig.log_config()``: an fsync once ``flush_interval_ms`` passed, checked on appends
+and every ``housekeeping_interval_ms``, and on every segment roll), in simulated time. A read
+node's power loss therefore loses the unflushed tails of its VP logs; the bytes are counted
+(``vp_lost_bytes``), and when the node boots, every VP log that recovered shorter than it was
+is reported in the trace and counted (``vp_tails_lost``, ``vp_records_lost``). Recovery is
+production's: ``HostedVp`` opens the log, which cuts a torn tail, and the coordinator sees the
+restarted replica (its boot incarnation) and takes it out of the RISR.
 
 A ``ReadNode`` hosts one replica per VP it was told about, opens it lazily on the first role
 notice (from what is on its disk), and sends heartbeats (its lease) with its boot
@@ -33,7 +38,7 @@ from pathlib import Path
 from typing import Callable
 
 from mafka4.errors import MafkaError, StaleEpoch
-from mafka4.limits import LogConfig
+from mafka4.limits import KiB, TopicConfig, replace_config
 from mafka4.records import iter_batches
 from mafka4.virtual.hosted_vp import HostedVp, VpId
 from mafka4.virtual.replica_core import FetchPosition, Ready, ReplicaAnswer, VpReplicaCore, VpRole
@@ -43,9 +48,11 @@ from simulations.dst.env import Env
 
 TOPIC = "t"
 VP_FETCH_BYTES_MAX = 4096
-# Production's flush policy (``LogConfig``'s defaults, a topic's: fsync once ``flush_interval_ms``
-# passed, in simulated time) on small segments, which roll (and so flush) often; no retention.
-VP_LOG_CONFIG = LogConfig(segment_bytes_max=4096, retention_ms=None, index_interval_bytes=256)
+# A read node's VP log config (``ReadNode._open``: the topic's ``log_config()``), so its flush
+# policy is production's; on small segments, which roll (and so flush) often, with a denser
+# index, and no retention (the simulator deletes nothing).
+VP_LOG_CONFIG = replace_config(TopicConfig(segment_bytes_max=4 * KiB, retention_ms=None).log_config(),
+                               index_interval_bytes=256)
 # The final checks read whole logs in chunks of this many bytes.
 READ_ALL_BYTES_MAX = 1 << 20
 
@@ -247,6 +254,8 @@ class ReadNode:
         self.up = False
         self.incarnation = 0
         self.replicas: dict[int, VpReplica] = {}
+        # VP log ends when the node last lost power, to report what its boot recovered.
+        self._log_ends_at_power_loss: dict[int, int] = {}
 
     def boot(self) -> None:
         assert not self.up
@@ -259,6 +268,7 @@ class ReadNode:
         if root.is_dir():
             for vp in sorted(int(path.name[3:]) for path in root.glob("vp-*")):
                 self.replica(vp)
+        self._report_lost_tails()
         self._heartbeat(self.incarnation)
         self._tick(self.incarnation)
         self._housekeep(self.incarnation)
@@ -267,10 +277,24 @@ class ReadNode:
         assert self.up
         self.up = False
         self.env.network.unregister(self.name)
+        if power_loss:
+            self._log_ends_at_power_loss = {vp: replica.hosted.log_end_offset for vp, replica in self.replicas.items()}
         self.replicas.clear()
         lost_bytes = self.env.disk.crash(self.env.disk.directory(self.name), power_loss)
         if lost_bytes:
             self.env.count("vp_lost_bytes", lost_bytes)
+
+    def _report_lost_tails(self) -> None:
+        """Every VP log that came back shorter than it was when the node lost power."""
+        before, self._log_ends_at_power_loss = self._log_ends_at_power_loss, {}
+        for vp, end_before in sorted(before.items()):
+            replica = self.replicas.get(vp)
+            end_after = replica.hosted.log_end_offset if replica is not None else 0
+            if end_after < end_before:
+                self.env.count("vp_tails_lost")
+                self.env.count("vp_records_lost", end_before - end_after)
+                self.env.note(f"{self.name} boots: vp{vp} log recovered to {end_after}, "
+                              f"{end_before - end_after} unflushed records lost with the power")
 
     def _heartbeat(self, incarnation: int) -> None:
         if not self.up or incarnation != self.incarnation:

@@ -64,7 +64,7 @@ def test_the_seeds_exercise_what_they_claim_to():
         for kind, count in stats["faults"].items():
             faults[kind] = faults.get(kind, 0) + count
     for key in ("acked", "consumed", "elections_after_fault", "vp_failovers_after_fault", "vp_restarted_leader_failovers",
-                "vp_leaders_from_restarted", "reshards", "torn_files", "vp_lost_bytes", "truncations",
+                "vp_leaders_from_restarted", "reshards", "torn_files", "vp_lost_bytes", "vp_tails_lost", "truncations",
                 "vp_truncations", "producer_retries", "duplicates_refused", "refeeds_dropped", "members_joined",
                 "members_left", "member_leases_lapsed", "ownership_claims", "ownership_releases", "ownership_splits"):
         assert totals.get(key, 0) > 0, (key, totals)

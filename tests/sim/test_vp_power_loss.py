@@ -24,6 +24,10 @@ the controller let it, a restarted RISR member, lead the next epoch with the log
 shorter than what the consumer read, while the leader's disk held every record (found by seeds 645
 and 918 of 0..999). Now only restarted RISR members being live, the VP waits for the other RISR
 member and the longest recovered log leads (``failover.decide_failover``).
+
+The VP logs flush by the policy a read node opens them with (``TopicConfig.log_config()``), and
+a read node that boots after a power loss reports each VP log that came back shorter
+(``vp_tails_lost``).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 
-from mafka4.limits import KiB, LogConfig, ProducerConfig
+from mafka4.limits import KiB, LogConfig, ProducerConfig, ReadNodeConfig, TopicConfig
 from mafka4.risr.state import RisrConfig
 from simulations.checkers import Anomaly, Consumed
 from simulations.dst.cluster import Cluster
@@ -43,7 +47,7 @@ from simulations.dst.env import Env
 from simulations.dst.network import Network, NetworkConfig
 from simulations.dst.options import options_for_seed
 from simulations.dst.scheduler import Scheduler
-from simulations.dst.virtual import ReadNode
+from simulations.dst.virtual import VP_LOG_CONFIG, ReadNode
 
 SEED = 1
 PRODUCER_CONFIG = ProducerConfig(linger_ms=20, retry_backoff_ms=20, retry_backoff_ms_max=100).resolved()
@@ -59,6 +63,7 @@ class Outcome:
     consumed_end_at_power_loss: int  # one past the highest VP offset the consumer had read
     next_leader: str  # who leads the next epoch
     next_leader_log_end_offset: int  # its log end when it took over
+    vp_tails_lost: int  # VP logs that came back shorter after a power loss, as the run reported them
     anomalies: tuple[Anomaly, ...]
     drained: bool
 
@@ -111,7 +116,8 @@ def run(script: Script, read_replica_lag_ms_max: int) -> Outcome:
             scheduler.at(time_ms, step)
         cluster.run()
         return Outcome(replicas, seen["risr"], seen["epoch"], seen["consumed_end"], seen["next_leader"],
-                       seen["next_log_end"], tuple(cluster.check()), cluster.drained)
+                       seen["next_log_end"], env.counters.get("vp_tails_lost", 0), tuple(cluster.check()),
+                       cluster.drained)
 
 
 # --- a lone RISR leader loses power -----------------------------------------------------------
@@ -170,8 +176,17 @@ def test_a_restarted_risr_member_that_lost_its_tail_does_not_lead_while_a_replic
     end 100 after the consumer had read to 115 (16 misplaced, 10 acknowledged records never read)."""
     outcome = follower_then_leader_fail()
     assert set(outcome.risr_at_power_loss) == set(outcome.replicas), outcome
+    assert outcome.vp_tails_lost == 1, "the follower came back without its unflushed tail"
     assert outcome.consumed_end_at_power_loss > 0, "the consumer read from the leader"
     assert outcome.next_leader == outcome.replicas[0], "the old leader, whose disk kept every record, leads"
     assert not outcome.anomalies, "\n".join(str(anomaly) for anomaly in outcome.anomalies)
     assert outcome.next_leader_log_end_offset >= outcome.consumed_end_at_power_loss, outcome
     assert outcome.drained, outcome
+
+
+def test_simulated_vp_logs_flush_by_the_policy_a_read_node_opens_them_with():
+    production = TopicConfig().log_config()
+    assert (VP_LOG_CONFIG.flush_interval_ms, VP_LOG_CONFIG.flush_interval_messages) == \
+        (production.flush_interval_ms, production.flush_interval_messages)
+    options = options_for_seed(random.Random(SEED))
+    assert options.housekeeping_interval_ms == ReadNodeConfig().housekeeping_interval_ms
