@@ -4,7 +4,9 @@ One pipeline per partition runs a ``sender_core.PipelineCore``, which holds the 
 limit, sequences and producer ids, in-order answers, what is resent, backoff, when a batch
 fails for good); this module only carries them out with Ray calls, the event loop's clock and
 timers, and a metadata refresh before every resend. The deterministic simulator runs the same
-core (``simulations.dst.producer``).
+core (``simulations.dst.producer``). While a network fault cuts or slows this process's link to
+a leader's node (``mafka4.partition_gate``), calls pass the process's gate; a lost call fails as
+a timed-out one, which the core retries.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from mafka4.client.routing import Routing
 from mafka4.client.sender_core import InFlight, PipelineCore, ProducerBatch, Retry
 from mafka4.errors import MafkaError, ProducerClosed
 from mafka4.limits import Acks, ProducerConfig
+from mafka4.partition_gate import PartitionGate, client_gate
 from mafka4.runtime.remote_errors import unwrap
 
 logger = logging.getLogger(__name__)
@@ -61,8 +64,12 @@ class _PartitionPipeline:
             batch.sent_time_ms = wall_ms_fine()
         config = self._sender.config
         loop = asyncio.get_running_loop()
+        gate = client_gate()
         try:
             leader = self._sender.routing.leader(self._partition)
+            if gate.active:
+                sent.request = self._send_through(gate, leader, batch.encoded)
+                return
             ref = leader.produce.remote(batch.encoded, config.acks, config.delivery_timeout_ms)
         except Exception as error:  # no leader known: fail this attempt, the pipeline retries
             sent.request = loop.create_future()
@@ -73,6 +80,19 @@ class _PartitionPipeline:
             sent.request.set_result(-1)
             return
         sent.request = asyncio.wrap_future(ref.future())
+
+    def _send_through(self, gate: PartitionGate, leader, encoded: bytes) -> asyncio.Future:
+        """The produce call as the links between this process and the leader's node let it through."""
+        config = self._sender.config
+        leader_id = self._sender.routing.metadata.partitions[self._partition].leader
+        if config.acks is Acks.NONE:  # fire and forget: a lost request is simply never sent
+            if not gate.plan(leader_id).request_lost:
+                leader.produce.remote(encoded, config.acks, config.delivery_timeout_ms)
+            future = asyncio.get_running_loop().create_future()
+            future.set_result(-1)
+            return future
+        return asyncio.ensure_future(gate.call(leader_id, lambda: asyncio.wrap_future(
+            leader.produce.remote(encoded, config.acks, config.delivery_timeout_ms).future())))
 
     def _settle(self, sent: InFlight, outcome: object) -> None:
         if isinstance(outcome, BaseException):

@@ -18,6 +18,8 @@ from mafka4.client.sender_core import PipelineCore, ProducerBatch
 from mafka4.compression import Codec
 from mafka4.errors import CorruptRecord, NotLeader, RequestTimedOut, UnknownProducer
 from mafka4.limits import Acks, ProducerConfig
+from mafka4.partition_gate import CLIENT, HEALED, NetworkFault, set_client_fault
+from mafka4.physical.partition_state import PartitionState
 from mafka4.records import decode_batch, read_header
 from test_core_purity import forbidden_imports
 
@@ -225,6 +227,36 @@ def test_a_batch_waiting_to_be_resent_when_the_producer_closes_is_answered():
 
     abandoned = asyncio.run(main())
     assert [batch.base_sequence for batch in abandoned] == [0]
+
+
+class FakeMetadata:
+    partitions = [PartitionState(0, "w0", 0, ("w0",), ("w0",))]
+
+
+def test_a_produce_whose_answer_a_network_fault_lost_is_resent_with_its_sequence_and_answered_once():
+    """The leader appended the batch, its answer never came back (``mafka4.partition_gate``): the
+    call fails as a timed-out one and the resend carries the same (producer id, sequence), which
+    the leader answers with the original offset."""
+    sender = FakeSender(batches=1)
+    sender.routing.metadata = FakeMetadata()
+    set_client_fault(NetworkFault.between(["w0"], [CLIENT], both_ways=False, lost_after_ms=1))
+
+    async def scenario(calls):
+        try:
+            await calls_reach(sender, 1)
+        finally:
+            set_client_fault(HEALED)  # the call out already met the fault; the resend will not
+        calls[0].future.set_result(0)  # appended at 0; this answer is lost
+        await calls_reach(sender, 2)
+        assert (calls[1].producer_id, calls[1].sequence) == (calls[0].producer_id, calls[0].sequence)
+        calls[1].future.set_result(0)  # the leader's answer to a duplicate: the original offset
+        await settle()
+
+    try:
+        run_pipeline(sender, scenario)
+    finally:
+        set_client_fault(HEALED)
+    assert sender.answers == [(0, 0, None)]
 
 
 # --- the core alone: no event loop, the test is the driver -------------------------------------
