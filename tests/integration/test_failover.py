@@ -242,3 +242,70 @@ def test_an_etcd_restart_during_production_loses_nothing_and_changes_no_leader(o
         "no leader change for healthy partitions"
     assert all(len(s.isr) == 2 for s in after)
     assert_read_back_exactly_once_in_order(connection, topic, loop.acknowledged)
+
+
+# --- a 3-member etcd loses its leader -------------------------------------------------------------
+
+THREE_MEMBER_CLUSTER = ClusterConfig(write_nodes=2, read_nodes=0, etcd_members=3)
+
+
+class GroupReader:
+    """A group consumer polling on a thread; remembers (time.monotonic(), value) of every message."""
+
+    def __init__(self, connection, topic: str):
+        self.received: list[tuple[float, bytes]] = []
+        self.error: BaseException | None = None
+        self._consumer = Consumer(topic, group=topic_name("g"), connection=connection, from_beginning=True)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="group-reader", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.received.extend((time.monotonic(), m.value) for m in self._consumer.poll(timeout_ms=200))
+        except BaseException as error:  # the test reports it
+            self.error = error
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self._consumer.close()
+
+
+def test_losing_the_etcd_leader_of_three_members_stops_neither_production_nor_consumption():
+    with conftest.own_cluster(THREE_MEMBER_CLUSTER) as local:
+        connection = local.connection
+        wait_for_controller(connection)
+        topic = topic_name("etcdleader")
+        Admin(connection).create_topic(topic, partitions=2, replication_factor=2, min_insync_replicas=2,
+                                       read_mode="mafka3")
+        before = [partition_state(connection, topic, p) for p in range(2)]
+        members = {member.name: member for member in connection.state.etcd_members}
+        assert len(members) == 3
+        loop, reader = ProduceLoop(connection, topic), GroupReader(connection, topic)
+        try:
+            assert wait_until(lambda: len(reader.received) > 500, 60), "consumption did not start"
+            leader = members[wait_until(connection.store.leader_name, 30)]
+            os.kill(leader.pid, signal.SIGKILL)
+            killed_at, produced_at_kill, read_at_kill = time.monotonic(), len(loop.acknowledged), len(reader.received)
+            assert wait_until(lambda: len(loop.acknowledged) > produced_at_kill + 2000, 60), \
+                "production stopped with the etcd leader"
+            assert wait_until(lambda: len(reader.received) > read_at_kill + 2000, 60), \
+                "consumption stopped with the etcd leader"
+            assert wait_until(lambda: connection.store.leader_name() not in (None, leader.name), 30), \
+                "the two members left elected no leader"
+            # Metadata still answers and changes: a second topic is created with one member down.
+            Admin(connection).create_topic(topic_name("after"), partitions=1, replication_factor=2, read_mode="mafka3")
+            local.etcd_started.append(restart_etcd(leader))  # the member rejoins; stopped with the cluster
+        finally:
+            loop.stop()
+            reader.stop()
+        assert not loop.failures, loop.failures[:3]
+        assert reader.error is None, reader.error
+        after = [partition_state(connection, topic, p) for p in range(2)]
+        assert [(s.leader, s.leader_epoch) for s in after] == [(s.leader, s.leader_epoch) for s in before], \
+            "an etcd election moved a partition leader"
+        gaps = [b[0] - a[0] for a, b in zip(reader.received, reader.received[1:]) if a[0] >= killed_at - 1]
+        print(f"longest gap between two consumed messages after the kill: {max(gaps) * 1000:.0f} ms")
+        assert_read_back_exactly_once_in_order(connection, topic, loop.acknowledged)
