@@ -12,7 +12,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from simulations.chaos.settings import FAULT_KINDS, ChaosSettings
+from simulations.chaos.settings import ETCD_MEMBER_CHOICES, FAULT_KINDS, ChaosSettings
 
 
 def _fault_list(text: str) -> tuple[str, ...]:
@@ -47,6 +47,8 @@ def add_chaos_parser(commands) -> None:
     chaos.add_argument("--faults", type=_fault_list, default=",".join(FAULT_KINDS),
                        help="comma-separated fault kinds (default all: %(default)s)")
     chaos.add_argument("--members", type=int, default=defaults.members, help="consumer-group members (default %(default)s)")
+    chaos.add_argument("--etcd-members", type=int, choices=ETCD_MEMBER_CHOICES, default=defaults.etcd_members,
+                       help="members of the throwaway cluster's etcd; kill-etcd-member needs 3 (default %(default)s)")
     chaos.add_argument("--out", default="results/chaos.json", help="JSON report path (default %(default)s)")
     chaos.set_defaults(run=_cmd_chaos)
 
@@ -54,9 +56,10 @@ def add_chaos_parser(commands) -> None:
 def _cmd_chaos(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     settings = ChaosSettings(seed=seed, duration_s=args.duration_s, rate_msgs_per_s=args.rate_msgs_per_s,
-                             faults=args.faults, members=args.members)
+                             faults=args.faults, members=args.members, etcd_members=args.etcd_members)
     print(f"chaos: seed {seed}, {settings.duration_s:g} s of faults ({','.join(settings.faults)}), "
-          f"{settings.rate_msgs_per_s} msgs/s, {settings.members} members", flush=True)
+          f"{settings.rate_msgs_per_s} msgs/s, {settings.members} members, {settings.etcd_members} etcd member(s)",
+          flush=True)
     from simulations.chaos.run import run_chaos, summary  # starts clusters: imported only to run
 
     out = Path(args.out)

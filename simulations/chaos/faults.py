@@ -10,8 +10,12 @@ the cluster does in between is not deterministic. Kinds (``FAULT_KINDS``):
   its feed streams. The controller starts it again, fails over the VPs it led (a VP whose only
   RISR member was there leads the next epoch from that node's log once it is back) and
   announces the roles; the restarted node's followers catch up and rejoin the RISR.
-* ``restart-etcd``: SIGTERM etcd, keep it down for a while, start it again on its port and
-  data directory (the restarted server is a child of this process; see ``EtcdControl``).
+* ``restart-etcd``: SIGTERM etcd (of several members, a drawn one), keep it down for a while,
+  start it again on its ports and data directory (the restarted server is a child of this
+  process; see ``EtcdControl``). With one member that is an outage of the metadata plane.
+* ``kill-etcd-member``: SIGKILL one member of a 3-member etcd (``--etcd-members 3``), the
+  leader or a follower by a coin, and start it again after a while; the two left keep a
+  quorum, so nothing may stop. Skipped with one member.
 * ``kill-member``: SIGKILL a consumer-group member process and start a replacement.
 * ``pause-replica``: ``Admin.inject_fault(paused=True)`` on a physical or VP replica for a
   while, then clear it.
@@ -86,37 +90,53 @@ class FaultRecord:
 
 
 class EtcdControl:
-    """Stops and restarts the cluster's etcd; ``started`` lists the servers it started, which the
-    caller stops after the cluster (the daemon only knows the etcd it started itself)."""
+    """Stops and restarts members of the cluster's etcd; ``started`` lists the servers it started,
+    which the caller stops after the cluster (the daemon only knows the members it started itself).
 
-    def __init__(self, server: EtcdServer, started: list[EtcdServer]):
-        self.server = server
+    With one member, stopping it is an etcd outage; with three, the two left keep a quorum.
+    """
+
+    def __init__(self, members: list[EtcdServer], started: list[EtcdServer]):
+        self.members = list(members)
         self.started = started
-        self.running = True
+        self.down: set[int] = set()  # indexes of members stopped and not started again
 
     @classmethod
     def of(cls, connection: Connection, started: list[EtcdServer]) -> "EtcdControl":
         state = connection.state
         assert state is not None, "the etcd fault needs a local cluster's record (connect(home))"
-        return cls(EtcdServer(state.etcd_pid, int(state.etcd_endpoint.rpartition(":")[2]),
-                              os.path.join(state.home, "etcd"), os.path.join(state.home, "etcd.log")), started)
+        return cls(list(state.etcd_members), started)
 
-    def stop(self) -> None:
-        pid = self.server.pid
+    @property
+    def running(self) -> bool:
+        return not self.down
+
+    def index_of(self, name: str | None) -> int | None:
+        """The index of the member called ``name`` (as etcd names its leader), None if none is."""
+        return next((i for i, member in enumerate(self.members) if member.name == name), None)
+
+    def stop(self, index: int = 0, sig: int = signal.SIGTERM) -> EtcdServer:
+        member = self.members[index]
         try:
-            os.kill(pid, signal.SIGTERM)
+            os.kill(member.pid, sig)
         except ProcessLookupError:
             pass
         deadline = time.monotonic() + ETCD_STOP_TIMEOUT_S
-        while _running(pid):
-            assert time.monotonic() < deadline, f"etcd (pid {pid}) did not stop within {ETCD_STOP_TIMEOUT_S} s"
+        while _running(member.pid):
+            assert time.monotonic() < deadline, f"etcd (pid {member.pid}) did not stop within {ETCD_STOP_TIMEOUT_S} s"
             time.sleep(0.05)
-        self.running = False
+        self.down.add(index)
+        return member
 
-    def start(self) -> None:
-        self.server = restart_etcd(self.server)
-        self.started.append(self.server)
-        self.running = True
+    def start(self, index: int = 0) -> EtcdServer:
+        self.members[index] = restart_etcd(self.members[index])
+        self.started.append(self.members[index])
+        self.down.discard(index)
+        return self.members[index]
+
+    def start_all(self) -> None:
+        for index in sorted(self.down):
+            self.start(index)
 
 
 def _running(pid: int) -> bool:
@@ -160,7 +180,8 @@ class Nemesis:
                    "sigstop-controller": self._sigstop_controller, "sigstop-etcd": self._sigstop_etcd,
                    "kill-controller": self._kill_controller, "partition": self._partition,
                    "power-loss-write-node": self._disks.power_loss_write_node,
-                   "power-loss-read-node": self._disks.power_loss_read_node, "disk-full": self._disks.disk_full}
+                   "power-loss-read-node": self._disks.power_loss_read_node, "disk-full": self._disks.disk_full,
+                   "kill-etcd-member": self._kill_etcd_member}
         ends = time.monotonic() + duration_s
         while time.monotonic() + self._timing.gap_s[0] < ends:
             time.sleep(self._rng.uniform(*self._timing.gap_s))
@@ -202,15 +223,33 @@ class Nemesis:
     def _restart_etcd(self) -> tuple[str, str]:
         if self._etcd is None:
             return "etcd", "skipped: the driver joined through environment variables and cannot restart etcd"
+        index = self._rng.randrange(len(self._etcd.members))
+        return self._etcd_member_down(index, signal.SIGTERM, "restarted")
+
+    def _kill_etcd_member(self) -> tuple[str, str]:
+        if self._etcd is None:
+            return "etcd", "skipped: the driver joined through environment variables and knows no etcd process"
+        if len(self._etcd.members) < 3:
+            return "etcd", "skipped: a one-member etcd cannot lose a member (run with --etcd-members 3)"
+        leader = self._etcd.index_of(self._connection.store.leader_name())
+        if leader is not None and self._rng.random() < 0.5:
+            index, which = leader, "the leader"
+        else:
+            index, which = self._rng.choice([i for i in range(len(self._etcd.members)) if i != leader]), "a follower"
+        target, outcome = self._etcd_member_down(index, signal.SIGKILL, "started again")
+        return target, f"{which}: {outcome}"
+
+    def _etcd_member_down(self, index: int, sig: int, back: str) -> tuple[str, str]:
+        """Stop member ``index`` with ``sig``, keep it down for a drawn while, start it again."""
         down_s = self._rng.uniform(*self._timing.etcd_down_s)
-        self._etcd.stop()
+        member = self._etcd.stop(index, sig)
         time.sleep(down_s)
-        self._etcd.start()
+        member = self._etcd.start(index)
         restarted = time.monotonic()
         # As an operator would: the next fault waits until this cluster's clients reach etcd again.
         _wait(self._etcd_answers, ETCD_ANSWER_TIMEOUT_S, "etcd to answer after its restart")
-        return (f"etcd :{self._etcd.server.client_port}", f"down {down_s:.1f} s, restarted (pid {self._etcd.server.pid}), "
-                f"answering {time.monotonic() - restarted:.1f} s later")
+        return (f"etcd {member.name or ''} :{member.client_port}".replace("  ", " "),
+                f"down {down_s:.1f} s, {back} (pid {member.pid}), answering {time.monotonic() - restarted:.1f} s later")
 
     def _etcd_answers(self) -> bool:
         try:
@@ -296,8 +335,9 @@ class Nemesis:
     def _sigstop_etcd(self) -> tuple[str, str]:
         if self._etcd is None:
             return "etcd", "skipped: the driver joined through environment variables and knows no etcd process"
-        server = self._etcd.server
-        return f"etcd :{server.client_port}", self._hold_stopped(server.pid, "etcd", "etcd")
+        server = self._rng.choice(self._etcd.members)
+        return f"etcd {server.name or ''} :{server.client_port}".replace("  ", " "), \
+            self._hold_stopped(server.pid, "etcd", "etcd")
 
     def _kill_controller(self) -> tuple[str, str]:
         active = self._active_controller()
@@ -364,8 +404,8 @@ class Nemesis:
         began = time.monotonic()
         deadline = began + timeout_s
         self._stopper.resume_all()
-        if self._etcd is not None and not self._etcd.running:
-            self._etcd.start()
+        if self._etcd is not None:
+            self._etcd.start_all()
         problems: list[str] = ["not checked"]
         while time.monotonic() < deadline:
             try:

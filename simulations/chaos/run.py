@@ -71,11 +71,12 @@ def run_chaos(settings: ChaosSettings, connection: Connection | None = None,
     """
     if connection is None:
         config = ClusterConfig(write_nodes=settings.replication_factor, read_nodes=settings.read_replicas,
-                               start_timeout_s=CLUSTER_START_TIMEOUT_S)
+                               start_timeout_s=CLUSTER_START_TIMEOUT_S, etcd_members=settings.etcd_members)
         with recording_fsync_points(), temporary_cluster(config, home_prefix="m4chaos-") as cluster:
             return _ChaosRun(settings, cluster.connection, cluster.etcd_started, delete_topic=False).execute()
-    if etcd_started is None and "restart-etcd" in settings.faults:
-        raise InvalidConfig("the restart-etcd fault starts an etcd the caller must stop: pass etcd_started=[]")
+    if etcd_started is None and {"restart-etcd", "kill-etcd-member"} & set(settings.faults):
+        raise InvalidConfig("the restart-etcd and kill-etcd-member faults start an etcd the caller must stop: "
+                            "pass etcd_started=[]")
     return _ChaosRun(settings, connection, etcd_started if etcd_started is not None else [], delete_topic=True).execute()
 
 

@@ -12,7 +12,8 @@ from mafka4.errors import InvalidConfig
 
 FAULT_KINDS = ("kill-replica", "kill-read-node", "restart-etcd", "kill-member", "pause-replica",
                "sigstop-replica", "sigstop-read-node", "sigstop-controller", "sigstop-etcd", "kill-controller",
-               "partition", "power-loss-write-node", "power-loss-read-node", "disk-full")
+               "partition", "power-loss-write-node", "power-loss-read-node", "disk-full", "kill-etcd-member")
+ETCD_MEMBER_CHOICES = (1, 3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,8 @@ class ChaosSettings:
     heal_timeout_s: float = 120.0
     drain_timeout_s: float = 120.0
     delivery_timeout_ms: int = 120_000
+    # Members of the throwaway cluster's etcd; kill-etcd-member needs 3 (with 1 it is skipped).
+    etcd_members: int = 1
     timing: FaultTiming = FaultTiming()
 
     def __post_init__(self) -> None:
@@ -64,6 +67,8 @@ class ChaosSettings:
         if not 1 <= self.members <= self.virtual_partitions:
             # More members than VPs would make the group split VPs: a reshard is not a fault under test here.
             raise InvalidConfig(f"members={self.members} must be from 1 to virtual_partitions={self.virtual_partitions}")
+        if self.etcd_members not in ETCD_MEMBER_CHOICES:
+            raise InvalidConfig(f"etcd_members={self.etcd_members} must be one of {ETCD_MEMBER_CHOICES}")
         if self.duration_s <= 0 or self.rate_msgs_per_s <= 0:
             raise InvalidConfig(f"duration_s={self.duration_s} and rate_msgs_per_s={self.rate_msgs_per_s} must be positive")
 

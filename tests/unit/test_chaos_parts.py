@@ -14,7 +14,8 @@ import pytest
 
 from mafka4.errors import InvalidConfig
 from mafka4.partition_gate import CLIENT
-from simulations.chaos.faults import FaultRecord
+from mafka4.runtime.etcd_server import EtcdServer
+from simulations.chaos.faults import EtcdControl, FaultRecord
 from simulations.chaos.judge import FinalLogs, judge, with_sources
 from simulations.chaos.network import draw_partition
 from simulations.chaos.processes import NotThatProcess, ProcessStopper, process_of
@@ -172,3 +173,18 @@ def test_a_pid_from_a_record_must_be_the_process_the_record_names(sleeper):
     with pytest.raises(NotThatProcess, match="this process"):
         process_of(psutil.Process().pid)
     assert process_of(sleeper.pid, "sleep").pid == sleeper.pid
+
+
+def test_settings_take_one_or_three_etcd_members_and_the_member_kill_is_drawn_by_default():
+    assert "kill-etcd-member" in ChaosSettings().faults
+    assert ChaosSettings(etcd_members=3).etcd_members == 3
+    with pytest.raises(InvalidConfig, match="etcd_members=2 must be one of"):
+        ChaosSettings(etcd_members=2)
+
+
+def test_the_etcd_control_finds_a_member_by_the_name_etcd_gives_its_leader():
+    members = [EtcdServer(100 + i, 2379 + i, f"/d/etcd-{i}", f"/d/etcd-{i}.log", f"etcd-{i}") for i in range(3)]
+    control = EtcdControl(members, [])
+    assert control.index_of("etcd-2") == 2
+    assert control.index_of(None) is None and control.index_of("elsewhere") is None
+    assert control.running
