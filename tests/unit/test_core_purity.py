@@ -43,6 +43,8 @@ CORES = (
     "mafka4.coordinator.control.partition_decisions",
     "mafka4.coordinator.control.read_path_decisions",
     "mafka4.coordinator.control.upkeep_decisions",
+    # the producer's per-partition pipeline rules (the sender and the simulator run them)
+    "mafka4.client.sender_core",
     "mafka4.coordinator.control.placement",
     "mafka4.coordinator.metadata.lease",
     "mafka4.coordinator.metadata.keys",

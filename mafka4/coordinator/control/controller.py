@@ -1,6 +1,6 @@
 """The controller: one active process per cluster that elects partition leaders after failures.
 
-    python -m mafka4.coordinator.control.controller --etcd HOST:PORT --ray-address ADDR --cluster NAME --controller-id ID
+    python -m mafka4.coordinator.control.controller --etcd HOST:PORT[,HOST:PORT...] --ray-address ADDR --cluster NAME --controller-id ID
 
 **Election.** Candidates race for ``keys.controller`` in one etcd transaction that creates it
 under the candidate's lease only while it is absent and moves ``keys.controller_epoch`` one up
@@ -504,7 +504,7 @@ def _describe(work: Work) -> str:
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     defaults = ControllerConfig()
     parser = argparse.ArgumentParser(prog="python -m mafka4.coordinator.control.controller", description=__doc__.splitlines()[0])
-    parser.add_argument("--etcd", required=True, help="etcd endpoint HOST:PORT")
+    parser.add_argument("--etcd", required=True, help="etcd endpoint HOST:PORT, or every member of an etcd cluster: HOST:PORT,HOST:PORT,...")
     parser.add_argument("--ray-address", required=True, help="GCS address of the Ray cluster")
     parser.add_argument("--cluster", required=True)
     parser.add_argument("--controller-id", required=True)
