@@ -24,7 +24,7 @@ import ray
 
 from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.coordinator.metadata.vp_store import VirtualStore
-from mafka4.errors import MafkaError
+from mafka4.errors import MafkaError, ReadReplicaNotInSync
 from mafka4.physical.handles import replica_handle
 from mafka4.records import iter_batches
 from mafka4.runtime.connect import Connection
@@ -38,6 +38,8 @@ FETCH_BYTES_MAX = 1 << 20
 FETCHES_MAX = 100_000  # per replica: bounds the read of a log that keeps growing (it must not)
 CALL_TIMEOUT_S = 30
 FED_TIMEOUT_S = 60
+OUT_OF_SYNC_WAIT_S = 60
+OUT_OF_SYNC_RETRY_S = 0.5
 UNREAD_EXPLAINED_MAX = 20
 
 
@@ -74,6 +76,20 @@ def _vp_read(handle, topic: str, vp: int, offset: int):
     return ray.put(answer.read)
 
 
+def _read_vp_replica(handle, topic: str, vp: int) -> tuple[int, bytes]:
+    """``_read_replica`` of one VP replica; a follower out of the RISR refuses reads, so one that
+    left it after the heal (lagging on a loaded machine) is asked again until it is back, for at
+    most ``OUT_OF_SYNC_WAIT_S``; then it counts as unreadable."""
+    deadline = time.monotonic() + OUT_OF_SYNC_WAIT_S
+    while True:
+        try:
+            return _read_replica(lambda offset: _vp_read(handle, topic, vp, offset))
+        except ReadReplicaNotInSync:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(OUT_OF_SYNC_RETRY_S)
+
+
 def read_final_logs(connection: Connection, topic: str) -> FinalLogs:
     cluster = connection.cluster
     metadata = TopicStore(connection.store, cluster).get(topic)
@@ -104,7 +120,7 @@ def read_final_logs(connection: Connection, topic: str) -> FinalLogs:
         for replica in state.replicas:
             handle = read_node_handle(cluster, replica)
             try:
-                read = _read_replica(lambda offset, h=handle, vp=vp: _vp_read(h, topic, vp, offset))
+                read = _read_vp_replica(handle, topic, vp)
             except (AttributeError, MafkaError, ray.exceptions.RayError, TimeoutError) as error:
                 unreadable.append(f"v{vp}/{replica}: {type(error).__name__}")
                 continue

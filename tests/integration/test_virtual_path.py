@@ -168,8 +168,17 @@ def test_a_read_node_refuses_to_host_vps_of_a_deleted_topic_or_that_do_not_exist
 def check_replicas_hold_the_leaders_log(connection, topic: str, logs: dict) -> None:
     for vp, records in logs.items():
         for replica in vp_state(connection, topic, vp).replicas:
-            assert wait_until(lambda: len(vp_log(connection, topic, vp, replica)) == len(records)), "replica behind"
-            assert vp_log(connection, topic, vp, replica) == records, f"replica {replica} of VP {vp} differs"
+            assert wait_until(lambda: vp_log_if_serving(connection, topic, vp, replica) == records), \
+                f"replica {replica} of VP {vp} differs or does not serve: {len(records)} records at its leader"
+
+
+def vp_log_if_serving(connection, topic: str, vp: int, replica: str) -> list | None:
+    """The replica's log, or None while it is out of the RISR: a follower lagging on a loaded
+    machine leaves it for a while and refuses reads until it is back."""
+    try:
+        return vp_log(connection, topic, vp, replica)
+    except errors.ReadReplicaNotInSync:
+        return None
 
 
 def create_risr_topic(connection, prefix: str) -> str:
