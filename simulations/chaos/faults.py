@@ -89,6 +89,9 @@ class FaultRecord:
                 "outcome": self.outcome}
 
 
+NOT_RUNNING = "not running (the controller is restarting it)"
+
+
 class EtcdControl:
     """Stops and restarts members of the cluster's etcd; ``started`` lists the servers it started,
     which the caller stops after the cluster (the daemon only knows the members it started itself).
@@ -198,13 +201,17 @@ class Nemesis:
 
     # --- faults ---------------------------------------------------------------------------
 
-    def _kill_replica(self) -> tuple[str, str]:
+    def _drawn_replica(self):
+        """A drawn physical replica: (its partition's state, replica id, target name, handle or None)."""
         state = self._rng.choice(self._topics.get(self._topic).partitions)
         replica = self._rng.choice(state.replicas)
-        target = f"p{state.partition}/{replica}"
         handle = replica_handle(self._cluster, self._topic, state.partition, replica)
+        return state, replica, f"p{state.partition}/{replica}", handle
+
+    def _kill_replica(self) -> tuple[str, str]:
+        state, replica, target, handle = self._drawn_replica()
         if handle is None:
-            return target, "not running (the controller is restarting it)"
+            return target, NOT_RUNNING
         ray.kill(handle)
         return target, "killed the leader" if replica == state.leader else "killed a follower"
 
@@ -213,7 +220,7 @@ class Nemesis:
         node = self._rng.choice(sorted({replica for state in states for replica in state.replicas}))
         handle = read_node_handle(self._cluster, node)
         if handle is None:
-            return node, "not running (the controller is restarting it)"
+            return node, NOT_RUNNING
         ray.kill(handle)
         led = sorted(state.vp for state in states if state.leader == node)
         alone = sorted(state.vp for state in states if state.leader == node and len(state.risr) < 2)
@@ -299,12 +306,9 @@ class Nemesis:
         return f"stopped pid {pid} for {hold_s:.1f} s" + ("" if continued else " (gone when continued: replaced)")
 
     def _sigstop_replica(self) -> tuple[str, str]:
-        state = self._rng.choice(self._topics.get(self._topic).partitions)
-        replica = self._rng.choice(state.replicas)
-        target = f"p{state.partition}/{replica}"
-        handle = replica_handle(self._cluster, self._topic, state.partition, replica)
+        state, replica, target, handle = self._drawn_replica()
         if handle is None:
-            return target, "not running (the controller is restarting it)"
+            return target, NOT_RUNNING
         pid = ray.get(handle.describe.remote(), timeout=CALL_TIMEOUT_S)["pid"]
         return target, f"{self._hold_stopped(pid, target)}: the {'leader' if replica == state.leader else 'follower'}"
 
@@ -313,7 +317,7 @@ class Nemesis:
         node = self._rng.choice(sorted({replica for state in states for replica in state.replicas}))
         handle = read_node_handle(self._cluster, node)
         if handle is None:
-            return node, "not running (the controller is restarting it)"
+            return node, NOT_RUNNING
         pid = ray.get(handle.describe.remote(self._topic), timeout=CALL_TIMEOUT_S)["pid"]
         led = sorted(state.vp for state in states if state.leader == node)
         return node, f"{self._hold_stopped(pid, f'read node {node}')}, leading VPs {led}"
