@@ -38,11 +38,17 @@ Where it applies, always at the caller:
   (``client.vp_fetcher``) of this process, through the process's gate (``set_client_fault``).
   A consumer fetch has no effect on the read node, so a lost request and a lost answer look
   the same to it: the fetcher skips the node until its next metadata read, as it skips a node
-  that is not running.
+  that is not running;
+* client to actor: Mafka3-mode consumer fetches from partition leaders (``client.consumer``): a
+  leader the process is cut off from is not asked until the fault heals or the leader moves;
+  a slowed one is asked after the delay.
 
-Not gated: the controller's calls, etcd, ``Admin`` calls, and the Mafka3-mode consumer. An
-actor started while a fault is in force (the controller restarting one) starts without it: it
-was not told. Off by default: with no links a call costs one check.
+A client in another process takes a fault from a JSON file (``NetworkFault.to_json`` /
+``from_json``): the chaos run's group members do (``simulations.chaos.fault_relay``).
+
+Not gated: the controller's calls, etcd, and ``Admin`` calls. An actor started while a fault is
+in force (the controller restarting one) starts without it: it was not told. Off by default:
+with no links a call costs one check.
 """
 
 from __future__ import annotations
@@ -153,6 +159,23 @@ class NetworkFault:
     def describe(self) -> dict:
         """What ``set_partition`` answers."""
         return {"links": [link.describe() for link in self.links], "lost_after_ms": self.lost_after_ms}
+
+    def to_json(self) -> dict:
+        """A JSON form that ``from_json`` reads back: how a fault reaches clients in other processes."""
+        return {"links": [[link.source, link.destination, link.dropped, link.delay_ms] for link in self.links],
+                "lost_after_ms": self.lost_after_ms}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "NetworkFault":
+        """The fault ``to_json`` wrote; ``InvalidConfig`` names what is malformed."""
+        try:
+            links = tuple(Link(source, destination, dropped, delay_ms)
+                          for source, destination, dropped, delay_ms in data["links"])
+            return cls(links, data["lost_after_ms"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise InvalidConfig(f"not a network fault in JSON form ({type(error).__name__}: {error}): "
+                                f"expected {{'links': [[source, destination, dropped, delay_ms], ...], "
+                                f"'lost_after_ms': N}}") from None
 
 
 HEALED = NetworkFault()

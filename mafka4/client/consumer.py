@@ -14,7 +14,10 @@ mafka3-mode topics, read from their physical partitions.
 
 Each poll keeps one long-poll fetch outstanding per partition leader and decodes the
 whole batches that come back; only messages below the high watermark (committed on the
-ISR) are ever returned. Positions are per partition: the offset of the next message.
+ISR) are ever returned. Positions are per partition: the offset of the next message. A leader
+that a network fault (``mafka4.partition_gate``) cuts this process off from is not asked
+until the fault heals or the partition's leader moves; while no leader can be asked, ``poll()``
+looks again every ``LEADER_RETRY_S``.
 
 In a group (see ``mafka4.coordinator.groups.partition_groups``) the consumer reads only the partitions it
 owns. The rebalance runs inside ``poll()``, in the caller's thread, as in Kafka's classic
@@ -49,11 +52,16 @@ from mafka4.errors import CommitFailed, CoordinatorUnavailable, MafkaError, Part
 from mafka4.limits import (LIST_OFFSETS_TIMEOUT_S, PARTITION_GROUP_CHECK_INTERVAL_S, ConsumerConfig, OffsetReset,
                            ReadMode)
 from mafka4.names import validate_topic_name
+from mafka4.partition_gate import client_gate
 from mafka4.records import decode_batches
 from mafka4.runtime.connect import Connection, connect
 from mafka4.runtime.remote_errors import unwrap
 
 logger = logging.getLogger(__name__)
+
+# With no fetch out (every owned partition's leader unknown, not running or cut off), poll()
+# looks for a leader again this often instead of spinning until its deadline.
+LEADER_RETRY_S = 0.05
 
 
 class Consumer:
@@ -161,6 +169,11 @@ class Consumer:
                 continue
             self._issue_fetches()
             refs = [ref for ref, _ in self._pending.values()]
+            if not refs:
+                time.sleep(min(slice_s, LEADER_RETRY_S))
+                if time.monotonic() >= deadline:
+                    return []
+                continue
             ready, _ = ray.wait(refs, num_returns=1, timeout=slice_s)
             if ready:
                 ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
@@ -179,6 +192,11 @@ class Consumer:
             except MafkaError:
                 self._routing.refresh()
                 continue
+            passage = client_gate().plan(self._routing.metadata.partitions[partition].leader)
+            if passage.lost:
+                continue  # a fetch or its answer would be lost: ask again once the fault heals or the leader moves
+            if passage.request_delay_ms or passage.answer_delay_ms:
+                time.sleep((passage.request_delay_ms + passage.answer_delay_ms) / 1000)
             ref = leader.fetch.remote(offset, self.config.fetch_bytes_max, self.config.fetch_wait_ms_max)
             self._pending[partition] = (ref, offset)
 

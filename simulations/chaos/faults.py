@@ -374,8 +374,10 @@ class Nemesis:
                       for replica in state.replicas}
         plan = draw_partition(self._rng, write_nodes | read_nodes | {CLIENT}, self._timing)
         self._partitioned = True
+        fault = plan.fault(self._timing.lost_call_ms)
         try:
-            reached = self._admin.set_network_fault(self._topic, plan.fault(self._timing.lost_call_ms))
+            self._members.fault_file.write(fault)  # the members' consumers are clients too
+            reached = self._admin.set_network_fault(self._topic, fault)
             time.sleep(plan.hold_s)
         finally:
             self._heal_network()
@@ -385,6 +387,7 @@ class Nemesis:
     def _heal_network(self) -> None:
         """Clear the network fault everywhere it may be set; it stays marked until every actor answered."""
         if self._partitioned:
+            self._members.fault_file.write(HEALED)
             healed = self._admin.set_network_fault(self._topic, HEALED)
             self._partitioned = any(outcome not in ("set", "not running") for outcome in healed.values())
 

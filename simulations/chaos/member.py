@@ -1,10 +1,14 @@
 """One consumer-group member of a chaos run, in a process of its own so that killing it is a crash.
 
-    python -m simulations.chaos.member --topic T --group G --out FILE [--member-lease-ttl-s S] [--auto-commit-interval-ms M]
+    python -m simulations.chaos.member --topic T --group G --out FILE --member-lease-ttl-s S
+                                       --auto-commit-interval-ms M --network-fault-file F
 
 Joins the cluster named by ``$MAFKA4_ETCD_ENDPOINT``, ``$MAFKA4_RAY_ADDRESS`` and
 ``$MAFKA4_CLUSTER`` (the chaos driver sets them) and polls as a member of group G, from the
 beginning, until SIGTERM, which closes the consumer (commit, release, leave) and exits 0.
+Between two polls it takes the network fault the driver wrote to F, if it changed
+(``simulations.chaos.fault_relay``): a ``partition`` fault that cuts ``client`` off cuts its
+fetches too.
 SIGKILL (the chaos ``kill-member`` fault) gives it no chance to commit or leave: its VPs move
 on only when its lease lapses, and their next owner re-reads from the last commit.
 
@@ -31,12 +35,14 @@ import json
 import signal
 import threading
 import time
+from pathlib import Path
 
 import ray
 
 from mafka4.client.consumer import Consumer
 from mafka4.errors import MafkaError
 from mafka4.runtime.connect import connect
+from simulations.chaos.fault_relay import FaultFile
 
 POLL_TIMEOUT_MS = 200
 # A member that cannot join (etcd restarting, a VP leader failing over) tries again this often.
@@ -48,10 +54,11 @@ def _line(out, **fields) -> None:
     out.write(json.dumps({"t": time.monotonic(), **fields}) + "\n")
 
 
-def _join(args: argparse.Namespace, connection, out, stopping: threading.Event) -> Consumer | None:
+def _join(args: argparse.Namespace, connection, out, stopping: threading.Event, faults: FaultFile) -> Consumer | None:
     for _ in range(JOIN_ATTEMPTS_MAX):
         if stopping.is_set():
             return None
+        faults.follow()
         try:
             return Consumer(args.topic, group=args.group, connection=connection, from_beginning=True,
                             member_lease_ttl_s=args.member_lease_ttl_s,
@@ -67,14 +74,16 @@ def run(args: argparse.Namespace) -> int:
     stopping = threading.Event()
     connection = connect()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())  # after connect: joining Ray installs its own handler
+    faults = FaultFile(args.network_fault_file)
     with open(args.out, "a", encoding="utf-8") as out:
-        consumer = _join(args, connection, out, stopping)
+        consumer = _join(args, connection, out, stopping, faults)
         if consumer is None:
             # Asked to stop before it joined: nothing to close. Out of join attempts: a failure.
             return 0 if stopping.is_set() else 1
         _line(out, ready=consumer.member_id)
         out.flush()
         while not stopping.is_set():
+            faults.follow()
             try:
                 messages = consumer.poll(timeout_ms=POLL_TIMEOUT_MS)
             except (MafkaError, ray.exceptions.RayError) as error:
@@ -99,6 +108,8 @@ def main() -> int:
     parser.add_argument("--out", required=True, help="JSON-lines file this member appends to")
     parser.add_argument("--member-lease-ttl-s", type=int, required=True)
     parser.add_argument("--auto-commit-interval-ms", type=int, required=True)
+    parser.add_argument("--network-fault-file", type=Path, required=True,
+                        help="JSON file the driver writes the clients' network fault to")
     return run(parser.parse_args())
 
 

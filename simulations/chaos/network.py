@@ -7,9 +7,9 @@ network) or from one other (a broken link), both ways or one way, dropping the t
 plan in four) delaying it. What each shape does to the calls between them is
 ``mafka4.partition_gate``'s.
 
-The nodes are the topic's write nodes, the read nodes hosting its VPs and ``client``: the run's
-producer, which lives in the driver's process. The group members run in processes of their own
-and are never cut off (their fetches are not in the plan's reach).
+The nodes are the topic's write nodes, the read nodes hosting its VPs and ``client``: every
+client of the run, the producer in the driver's process and the group members' consumers in
+theirs (which take the fault from a file, ``fault_relay``).
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from mafka4.coordinator.metadata import keys
 from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import CoordinatorUnavailable
 from mafka4.runtime.connect import CLUSTER_ENV, ETCD_ENDPOINT_ENV, RAY_ADDRESS_ENV, Connection
+from simulations.chaos.fault_relay import FaultFile
 from simulations.checkers import Ack, Commit, Consumed, HistoryRecord, Send
 
 PRODUCER_ID = "producer-0"
@@ -223,9 +224,11 @@ class Members:
                  auto_commit_interval_ms: int):
         self.group = group
         self._workdir = workdir
+        self.fault_file = FaultFile(workdir / "client-network-fault.json")
         self._command = [sys.executable, "-m", "simulations.chaos.member", "--topic", topic, "--group", group,
                          "--member-lease-ttl-s", str(member_lease_ttl_s),
-                         "--auto-commit-interval-ms", str(auto_commit_interval_ms)]
+                         "--auto-commit-interval-ms", str(auto_commit_interval_ms),
+                         "--network-fault-file", str(self.fault_file.path)]
         root = str(Path(__file__).resolve().parent.parent)  # the checkout this driver runs from
         self._env = {**os.environ, ETCD_ENDPOINT_ENV: connection.store.endpoint,
                      RAY_ADDRESS_ENV: ray.get_runtime_context().gcs_address, CLUSTER_ENV: connection.cluster,

@@ -340,6 +340,24 @@ def test_a_producer_whose_acknowledgements_are_lost_retries_without_duplicating(
     assert_read_back_once_in_order(cluster, topic, acknowledged)
 
 
+
+def test_a_mafka3_consumer_cut_off_from_its_leader_reads_nothing_and_everything_once_healed(cluster):
+    active_controller(cluster)
+    topic, state = create_physical_topic(cluster, "cutreader")
+    acknowledged = produce(cluster, topic, 0)
+    with Consumer(topic, connection=cluster, from_beginning=True) as consumer:
+        set_client_fault(NetworkFault.between([CLIENT], [state.leader], lost_after_ms=500))
+        try:
+            cut_off = [message for _ in range(4) for message in consumer.poll(timeout_ms=500)]
+        finally:
+            set_client_fault(HEALED)
+        assert cut_off == [], "a fetch from the leader got through the cut"
+        messages = []
+        deadline = time.monotonic() + RECOVERY_S
+        while len(messages) < len(acknowledged) and time.monotonic() < deadline:
+            messages.extend(consumer.poll(timeout_ms=500))
+    assert [(m.partition, m.offset, m.value) for m in messages] == acknowledged, "not every message once, in order"
+
 # --- network partitions on the read path ------------------------------------------------------------
 
 

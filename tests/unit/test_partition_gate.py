@@ -158,3 +158,12 @@ def test_the_client_gate_is_one_per_process():
     finally:
         set_client_fault(HEALED)
     assert not client_gate().active
+
+
+def test_a_fault_reads_back_from_its_json_form_and_a_malformed_one_is_named():
+    fault = NetworkFault((Link("w0", CLIENT), Link(CLIENT, "r1", dropped=False, delay_ms=40)), lost_after_ms=700)
+    assert NetworkFault.from_json(fault.to_json()) == fault
+    assert NetworkFault.from_json(HEALED.to_json()) == HEALED
+    for malformed in ({}, {"links": [["w0"]], "lost_after_ms": 1}, {"links": [["w0", "w0", True, 0]], "lost_after_ms": 1}):
+        with pytest.raises(InvalidConfig, match="network fault|never cut from itself"):
+            NetworkFault.from_json(malformed)
