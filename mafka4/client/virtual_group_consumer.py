@@ -27,8 +27,8 @@ has more members than active VPs), it asks the controller for it (a split intent
 ``metadata.intents``) from a background thread, so its own reading does not pause.
 
 Delivery is at-least-once: messages returned but not committed are returned again to the next
-owner after a crash or a lapsed lease. A commit never moves an offset backwards unless ``seek``
-moved the position back.
+owner after a crash or a lapsed lease. A commit never moves an offset backwards: a position
+behind the committed offset (after a seek back) is not committed, as in Mafka3-mode groups.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ import pytest
 from mafka4.client.admin import Admin
 from mafka4.client.consumer import Consumer
 from mafka4.client.group_admin import GroupAdmin
+from mafka4.coordinator.groups.vp_groups import VirtualGroupStore, VpOffset
 from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import GroupNotEmpty
@@ -138,3 +139,36 @@ def test_reset_offsets_of_a_mafka4_group_moves_every_vp_either_way_and_needs_an_
     assert sorted(cli.stdout.decode().splitlines()) == [f"{topic} vp {vp}: 0 -> {end}" for vp, end in sorted(ends.items())]
     with GroupAdmin(read_cluster) as groups:
         assert groups.describe_group(group).total_lag == 0
+
+
+def test_a_late_commit_cannot_move_an_offset_back_nor_can_a_seek_back(read_cluster, monkeypatch):
+    """A commit sent to a stopped etcd member is applied when it wakes up, possibly after a newer
+    commit went through another member (chaos seed 102 met this). The late one was built on the
+    offsets read before the newer one, so it finds the offset key changed and writes nothing."""
+    topic, group = topic_name("vlate"), topic_name("g")
+    Admin(read_cluster).create_topic(topic, partitions=1, replication_factor=1, virtual_partitions=1,
+                                     read_replicas=1, read_mode="mafka4")
+    loop = ProduceLoop(read_cluster, topic, messages_max=40, pause_s=0)
+    assert wait_until(lambda: loop.done, 120)
+    assert len(loop.stop()) == 40
+    late = VirtualGroupStore(read_cluster.store.endpoint, read_cluster.cluster)
+    try:
+        with Consumer(topic, group=group, connection=read_cluster, from_beginning=True,
+                      auto_commit_interval_ms=None) as consumer:
+            read = []
+            assert wait_until(lambda: read.extend(consumer.poll(timeout_ms=500)) or len(read) >= 40, 120)
+            (vp,) = consumer.assignment()
+            consumer.seek(vp, 10)
+            assert consumer.commit() == {vp: 10}
+            seen_before = late._committed(group, topic)  # what the late commit read
+            consumer.seek(vp, 40)
+            assert consumer.commit() == {vp: 40}
+            monkeypatch.setattr(late, "_committed", lambda *_: seen_before)
+            assert late.commit(group, consumer.member_id, topic, {vp: VpOffset(20, 40)}) == (set(), set()), \
+                "the late commit was written over the newer one"
+            consumer.seek(vp, 5)
+            assert consumer.commit() == {}, "a position behind the committed offset is not committed"
+            with GroupAdmin(read_cluster) as groups:
+                assert [row.committed_offset for row in groups.describe_group(group).virtual_partitions] == [40]
+    finally:
+        late.close()

@@ -16,7 +16,8 @@ import pytest
 
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR, MemberInfo
 from mafka4.coordinator.groups.vp_groups import VirtualGroupSnapshot
-from mafka4.coordinator.groups.vp_ownership import GroupView, plan_ownership, split_candidate, target_assignment
+from mafka4.coordinator.groups.vp_ownership import (GroupView, commit_moves_forward, plan_ownership, split_candidate,
+                                                  target_assignment)
 from mafka4.limits import VirtualConfig
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import HASH_SPACE, HashRange
@@ -224,3 +225,12 @@ def test_random_joins_and_leaves_converge_to_one_balanced_owner_per_consumable_v
     assert max(counts) - min(counts) <= 1, f"seed {seed}: unbalanced {counts}"
     active = len(model.layout.current.ranges.vp_ids)
     assert active >= min(len(settled.members), 12), f"seed {seed}: {active} VPs for {len(settled.members)} members"
+
+
+def test_a_commit_moves_an_offset_forward_or_records_a_newer_high_watermark_and_never_goes_back():
+    assert commit_moves_forward(11, 11, 10, 20)
+    assert commit_moves_forward(10, 25, 10, 20), "same offset, newer high watermark: the lag stays current"
+    assert not commit_moves_forward(10, 20, 10, 20), "nothing new"
+    assert not commit_moves_forward(10, 15, 10, 20)
+    assert not commit_moves_forward(9, 30, 10, 20), "a seek back is not committed"
+

@@ -21,7 +21,11 @@ transaction:
   owners, and changes owner only after the old owner committed and released it or its
   lease lapsed.
 * **Commit.** Per VP, the offset (and the VP high watermark seen, for lag) is written only
-  while this member's owner key holds, and only forward.
+  while this member's owner key holds, and only forward: the committed offsets are read
+  first, only positions past them are written, and each write holds only if the offset key
+  is still as read (its mod revision, or absent). A commit that reached a stopped etcd member
+  and is applied there late, after a newer one went through another member, therefore
+  finds the key changed and writes nothing: it cannot move the offset back.
 * **Leave.** Commit and release everything, then revoke the lease (deleting the member key).
   A member that does not sync for ``rebalance_timeout_ms`` after a change revokes its own
   lease, so the others can take its VPs.
@@ -44,7 +48,7 @@ import etcd3
 
 from mafka4.coordinator.groups.membership import GroupMembership
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR, MemberInfo
-from mafka4.coordinator.groups.vp_ownership import GroupView, OwnershipPlan, plan_ownership
+from mafka4.coordinator.groups.vp_ownership import GroupView, OwnershipPlan, commit_moves_forward, plan_ownership
 from mafka4.coordinator.metadata import keys
 from mafka4.coordinator.metadata.store import MetadataStore, WatchEvent, _etcd_call, prefix_range_end
 from mafka4.coordinator.metadata.vp_store import VirtualStore
@@ -135,17 +139,24 @@ class VirtualGroupStore(MetadataStore):
     @_etcd_call
     def commit(self, group: str, member_id: str, topic: str, offsets: Mapping[int, VpOffset],
                release: Sequence[int] = ()) -> tuple[set[int], set[int]]:
-        """Write ``offsets`` of VPs this member owns, then delete the owner keys of ``release``, in one
-        transaction; (committed, lost: no longer owned)."""
+        """Write the forward-moving ``offsets`` of VPs this member owns, then delete the owner keys of
+        ``release``, in one transaction; (committed, lost: no longer owned). A VP in neither set
+        was not committed because its offset did not move forward, or moved meanwhile."""
         txn = self._client.transactions
         mine = _json({"member_id": member_id})
+        committed_before = self._committed(group, topic)
         operations, order = [], []
         for vp, offset in sorted(offsets.items()):
+            before = committed_before.get(vp)
+            if before is not None and not commit_moves_forward(offset.offset, offset.high_watermark,
+                                                               before[0].offset, before[0].high_watermark):
+                continue
             owner_key = keys.group_vp_owner(self.cluster, group, topic, vp)
+            offset_key = keys.group_vp_offset(self.cluster, group, topic, vp)
+            unchanged = txn.version(offset_key) == 0 if before is None else txn.mod(offset_key) == before[1]
             value = _json({"offset": offset.offset, "member_id": member_id, "high_watermark": offset.high_watermark})
-            operations.append(txn.txn(compare=[txn.value(owner_key) == mine],
-                                      success=[txn.put(keys.group_vp_offset(self.cluster, group, topic, vp), value)],
-                                      failure=[]))
+            write = txn.txn(compare=[unchanged], success=[txn.put(offset_key, value)], failure=[])
+            operations.append(txn.txn(compare=[txn.value(owner_key) == mine], success=[write], failure=[]))
             order.append(vp)
         for vp in sorted(set(release)):
             owner_key = keys.group_vp_owner(self.cluster, group, topic, vp)
@@ -153,8 +164,22 @@ class VirtualGroupStore(MetadataStore):
         if not operations:
             return set(), set()
         _, responses = self._client.transaction(compare=[], success=operations, failure=[])
-        succeeded = {vp for vp, response in zip(order, responses) if response.response_txn.succeeded}
-        return succeeded, set(order) - succeeded
+        owned = {vp for vp, response in zip(order, responses) if response.response_txn.succeeded}
+        written = {vp for vp, response in zip(order, responses)
+                   if vp in owned and response.response_txn.responses[0].response_txn.succeeded}
+        return written, set(order) - owned
+
+    def _committed(self, group: str, topic: str) -> dict[int, tuple[VpOffset, int]]:
+        """(committed offset, mod revision of its key) of each of ``topic``'s VPs with one."""
+        offsets_prefix = keys.group_vp_offsets_prefix(self.cluster, group)
+        found = {}
+        for item in self.get_prefix(f"{offsets_prefix}{topic}/"):
+            parsed = keys.parse_group_partition(offsets_prefix, item.key)
+            if parsed is not None:
+                value = item.value
+                found[parsed[1]] = (VpOffset(value["offset"], value.get("high_watermark", value["offset"])),
+                                    item.mod_revision)
+        return found
 
     def reset_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> bool:
         """Write ``offsets`` per VP (in any direction) only if the group has no member; False otherwise."""

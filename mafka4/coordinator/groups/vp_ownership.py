@@ -138,3 +138,14 @@ def plan_ownership(view: GroupView, me: str) -> OwnershipPlan:
     waiting = tuple(vp for vp in given if vp in view.owners)
     split = split_candidate(view) if me == view.members[0] else None
     return OwnershipPlan(target, keep, release, claim, waiting, split)
+
+
+def commit_moves_forward(offset: int, high_watermark: int, committed_offset: int, committed_high_watermark: int) -> bool:
+    """Whether committing (``offset``, ``high_watermark``) over the committed pair moves it on.
+
+    A commit never moves an offset backwards: a position behind the committed offset (after a
+    seek back) is not committed, as in Mafka3-mode groups. At the same offset it only records
+    a newer VP high watermark, which keeps the group's lag current while its reader stalls.
+    """
+    return offset > committed_offset or (offset == committed_offset and high_watermark > committed_high_watermark)
+
