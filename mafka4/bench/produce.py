@@ -6,15 +6,23 @@ In one run, on one running cluster:
    fresh topic as fast as it can: msgs/s and MB/s. Its latencies mostly measure time queued
    in the full buffer, so latency is measured in a second, **paced** run at a fixed rate
    (``paced_msgs_per_s``) below saturation: per-message produce latency, send() to ack.
+   Both runs are made once per codec of ``compression``, in the order given, into the same
+   topic; each records the **bytes written** per message: what the leader logs grew by,
+   over the messages sent, next to the values' own bytes (``bench.written_bytes``). The
+   values are random bytes or JSON events (``payload``, ``bench.payloads``), the same values
+   for every codec.
 2. **raw_leaders**: the same number of messages, pre-encoded into batches of the size the
-   producer builds, sent straight to the partition leaders with the producer's in-flight
-   window: the broker's cost without the client's.
+   producer builds (with the first codec), sent straight to the partition leaders with the
+   producer's in-flight window: the broker's cost without the client's.
 3. **bare_actor**: exactly those batches sent the same way to ``BareSink``, an actor that only
    returns: what Ray's transport allows here.
 4. **memory**: RSS of each partition replica actor, and the peak RSS of a producer process
    whose cluster stops acknowledging (a follower killed under min_insync_replicas=2).
 
-Ratios are taken within the run, so a noisy machine affects both sides alike.
+The report's ``producer`` and ``paced`` are the first codec's runs; ``compression_runs`` holds
+every codec's, and the summary's ``compression_comparison`` sets them side by side. Ratios are
+taken within the run, so a noisy machine affects both sides alike. The first codec's saturated
+run is also the topic's first, so it alone pays for warming the replicas up.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import sys
 import time
 from collections import deque
 from dataclasses import asdict
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -35,37 +44,52 @@ import psutil
 import ray
 
 from mafka4.bench.bare import BareSink
+from mafka4.bench.payloads import payload_bytes, payload_pool, pool_size
 from mafka4.bench.produce_settings import ProduceBenchSettings
 from mafka4.bench.stats import percentiles_ms
+from mafka4.bench.written_bytes import LogTotals, bytes_written, compression_comparison
 from mafka4.client.accumulator import RECORD_OVERHEAD_BYTES
 from mafka4.client.admin import Admin
 from mafka4.client.producer import Producer
 from mafka4.client.sender import new_producer_id
+from mafka4.compression import Codec
 from mafka4.limits import Acks, MiB, ReadMode
 from mafka4.physical.handles import replica_handle
 from mafka4.records import HEADER_BYTES, encode_batch
 from mafka4.runtime.connect import Connection, connect
 from mafka4.runtime.ray_cluster import node_resource
 
-PAYLOAD_POOL_SIZE = 64  # distinct payloads, so batches do not compress to one repeated value
+# With acks=0 a producer is answered before the leader appends: its logs may still be growing.
+LOG_SETTLE_S_MAX = 30.0
+LOG_SETTLE_POLL_S = 0.1
 
 
-def _payloads(size: int) -> list[bytes]:
-    return [os.urandom(size) for _ in range(PAYLOAD_POOL_SIZE)]
+def bench_payloads(settings: ProduceBenchSettings) -> tuple[bytes, ...]:
+    """The values every run of ``settings`` sends in turn (``bench.payloads``), made once per process."""
+    return _pool(settings.payload, settings.message_bytes, pool_size(settings.message_bytes, settings.batch_bytes_max),
+                 settings.payload_seed)
 
 
-def _throughput(messages: int, message_bytes: int, elapsed_s: float) -> dict:
-    return {"messages": messages, "elapsed_s": round(elapsed_s, 3),
-            "msgs_per_s": round(messages / elapsed_s), "mb_per_s": round(messages * message_bytes / elapsed_s / 1e6, 2)}
+@lru_cache(maxsize=4)
+def _pool(kind: str, message_bytes: int, count: int, seed: int) -> tuple[bytes, ...]:
+    return tuple(payload_pool(kind, message_bytes, count, seed))
+
+
+def _throughput(messages: int, values_bytes: int, elapsed_s: float) -> dict:
+    return {"messages": messages, "elapsed_s": round(elapsed_s, 3), "msgs_per_s": round(messages / elapsed_s),
+            "mb_per_s": round(values_bytes / elapsed_s / 1e6, 2), "payload_bytes": values_bytes}
 
 
 PACE_STEP_S = 0.005  # the paced run sends a burst every 5 ms
 
 
-def producer_run(connection: Connection, topic: str, settings: ProduceBenchSettings, rate_msgs_per_s: int | None = None) -> dict:
-    """Send ``settings.messages`` (as fast as possible), or ``rate * paced_seconds`` at ``rate``."""
+def producer_run(connection: Connection, topic: str, settings: ProduceBenchSettings, rate_msgs_per_s: int | None = None,
+                 codec: Codec | None = None) -> dict:
+    """Send ``settings.messages`` (as fast as possible), or ``rate * paced_seconds`` at ``rate``, compressed
+    with ``codec`` (by default the first of ``settings.codecs()``)."""
+    codec = settings.codecs()[0] if codec is None else codec
     messages = settings.messages if rate_msgs_per_s is None else rate_msgs_per_s * settings.paced_seconds
-    payloads = _payloads(settings.message_bytes)
+    payloads = bench_payloads(settings)
     done_ns = np.zeros(messages, dtype=np.int64)
     sent_ns = np.zeros(messages, dtype=np.int64)
     errors = []
@@ -78,7 +102,8 @@ def producer_run(connection: Connection, topic: str, settings: ProduceBenchSetti
         return callback
 
     producer = Producer(topic, connection=connection, acks=settings.acks, linger_ms=settings.linger_ms,
-                        batch_bytes_max=settings.batch_bytes_max, in_flight_batches_max=settings.in_flight_batches_max)
+                        batch_bytes_max=settings.batch_bytes_max, in_flight_batches_max=settings.in_flight_batches_max,
+                        compression=codec)
     started = time.perf_counter()
     for index in range(messages):
         if rate_msgs_per_s is not None and index % max(1, int(rate_msgs_per_s * PACE_STEP_S)) == 0:
@@ -86,19 +111,42 @@ def producer_run(connection: Connection, topic: str, settings: ProduceBenchSetti
             if ahead_s > 0:
                 time.sleep(ahead_s)
         sent_ns[index] = time.perf_counter_ns()
-        producer.send(payloads[index % PAYLOAD_POOL_SIZE]).add_callback(on_done(index))
+        producer.send(payloads[index % len(payloads)]).add_callback(on_done(index))
     producer.flush()
     elapsed = time.perf_counter() - started
     producer.close()
     assert not errors, f"benchmark produce failed: {errors[0]}"
-    return {**_throughput(messages, settings.message_bytes, elapsed), "target_msgs_per_s": rate_msgs_per_s,
+    return {**_throughput(messages, payload_bytes(payloads, messages), elapsed), "compression": str(codec),
+            "payload": settings.payload, "target_msgs_per_s": rate_msgs_per_s,
             "latency_ms": percentiles_ms(done_ns - sent_ns)}
 
 
-def encoded_batches(settings: ProduceBenchSettings) -> list[list[bytes]]:
-    """Per partition, the batches a producer would build for this workload."""
+def leader_log_totals(admin: Admin, topic: str) -> LogTotals:
+    """The size and offsets of ``topic``'s leader logs, as each leader reports them."""
+    handles = [replica_handle(admin.cluster, topic, state.partition, state.leader)
+               for state in admin.topic_metadata(topic).partitions]
+    return LogTotals.of(ray.get([handle.describe.remote() for handle in handles]))
+
+
+def measured_run(connection: Connection, admin: Admin, topic: str, settings: ProduceBenchSettings, codec: Codec,
+                 rate_msgs_per_s: int | None = None) -> dict:
+    """``producer_run``, and the bytes its messages added to the leader logs (``written_bytes.bytes_written``)."""
+    before = leader_log_totals(admin, topic)
+    run = producer_run(connection, topic, settings, rate_msgs_per_s, codec)
+    deadline = time.monotonic() + LOG_SETTLE_S_MAX
+    after = leader_log_totals(admin, topic)
+    while after.log_end_offset < before.log_end_offset + run["messages"] and time.monotonic() < deadline:
+        time.sleep(LOG_SETTLE_POLL_S)
+        after = leader_log_totals(admin, topic)
+    return {**run, "bytes_written": bytes_written(before, after, run["messages"], run["payload_bytes"])}
+
+
+def encoded_batches(settings: ProduceBenchSettings, codec: Codec | None = None) -> list[list[bytes]]:
+    """Per partition, the batches a producer would build for this workload, compressed with ``codec`` (by
+    default the first of ``settings.codecs()``)."""
+    codec = settings.codecs()[0] if codec is None else codec
     per_batch = max(1, (settings.batch_bytes_max - HEADER_BYTES) // (settings.message_bytes + RECORD_OVERHEAD_BYTES))
-    payloads = _payloads(settings.message_bytes)
+    payloads = bench_payloads(settings)
     batches: list[list[bytes]] = [[] for _ in range(settings.partitions)]
     sequences = [0] * settings.partitions
     producer_ids = [new_producer_id() for _ in range(settings.partitions)]
@@ -106,8 +154,8 @@ def encoded_batches(settings: ProduceBenchSettings) -> list[list[bytes]]:
     for number, first in enumerate(range(0, settings.messages, per_batch)):
         partition = number % settings.partitions
         count = min(per_batch, settings.messages - first)
-        records = [(None, payloads[(first + i) % PAYLOAD_POOL_SIZE], now_ms, None) for i in range(count)]
-        batches[partition].append(encode_batch(records, producer_ids[partition], sequences[partition]))
+        records = [(None, payloads[(first + i) % len(payloads)], now_ms, None) for i in range(count)]
+        batches[partition].append(encode_batch(records, producer_ids[partition], sequences[partition], codec))
         sequences[partition] += count
     return batches
 
@@ -137,7 +185,7 @@ def raw_run(handles: list, batches: list[list[bytes]], settings: ProduceBenchSet
     started = time.perf_counter()
     asyncio.run(main())
     elapsed = time.perf_counter() - started
-    return {**_throughput(settings.messages, settings.message_bytes, elapsed),
+    return {**_throughput(settings.messages, payload_bytes(bench_payloads(settings), settings.messages), elapsed),
             "batches": sum(len(b) for b in batches), "batch_latency_ms": percentiles_ms(latencies)}
 
 
@@ -168,6 +216,7 @@ def stalled_producer_run(admin: Admin, settings: ProduceBenchSettings) -> dict:
 
 
 def run_produce_bench(settings: ProduceBenchSettings, output_path: str) -> dict:
+    codecs = settings.codecs()  # before connecting: a bad $MAFKA4_COMPRESSION is refused at once
     connection = connect()
     admin = Admin(connection)
     topic = f"bench-{secrets.token_hex(3)}"
@@ -176,9 +225,12 @@ def run_produce_bench(settings: ProduceBenchSettings, output_path: str) -> dict:
                                   read_mode=ReadMode.MAFKA3)
     bare = BareSink.options(num_cpus=0, resources={node_resource(metadata.partitions[0].leader): 1}).remote()
     try:
-        producer = producer_run(connection, topic, settings)
-        paced = producer_run(connection, topic, settings, settings.paced_msgs_per_s)
-        batches = encoded_batches(settings)
+        runs = [{"compression": str(codec), "payload": settings.payload,
+                 "producer": measured_run(connection, admin, topic, settings, codec),
+                 "paced": measured_run(connection, admin, topic, settings, codec, settings.paced_msgs_per_s)}
+                for codec in codecs]
+        producer, paced = runs[0]["producer"], runs[0]["paced"]
+        batches = encoded_batches(settings, codecs[0])
         leaders = [replica_handle(admin.cluster, topic, s.partition, s.leader) for s in metadata.partitions]
         raw_leaders = raw_run(leaders, batches, settings)
         ray.get(bare.ping.remote())
@@ -197,9 +249,14 @@ def run_produce_bench(settings: ProduceBenchSettings, output_path: str) -> dict:
         "producer_vs_bare_ratio": round(producer["msgs_per_s"] / bare_actor["msgs_per_s"], 3),
         "raw_leaders_vs_bare_ratio": round(raw_leaders["msgs_per_s"] / bare_actor["msgs_per_s"], 3),
         "memory": memory,
+        "compression": producer["compression"], "payload": settings.payload,
+        "bytes_written_per_message": producer["bytes_written"]["bytes_written_per_message"],
+        "payload_bytes_per_message": producer["bytes_written"]["payload_bytes_per_message"],
+        "written_vs_payload_ratio": producer["bytes_written"]["written_vs_payload_ratio"],
+        "compression_comparison": compression_comparison(runs),
     }
     report = {"settings": asdict(settings), "producer": producer, "paced": paced, "raw_leaders": raw_leaders,
-              "bare_actor": bare_actor, "summary": summary, "cpu_count": os.cpu_count()}
+              "bare_actor": bare_actor, "compression_runs": runs, "summary": summary, "cpu_count": os.cpu_count()}
     Path(output_path).parent.mkdir(parents=True, exist_ok=True)
     Path(output_path).write_text(json.dumps(report, indent=2))
     return report

@@ -2,20 +2,31 @@
 
 Kept apart from ``bench.produce`` (the driver, which imports Ray) so that the CLI reads the
 defaults without importing Ray. A field with a ``help`` in its metadata is an option of the
-command (``mafka4.cli.bench``); the others are fixed for the bench.
+command (``mafka4.cli.bench``); the others are fixed for the bench. Validated on construction, so
+that a bad value is refused before anything connects.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mafka4.limits import Acks, MiB, ProducerConfig
+from mafka4.bench.payloads import JSON_MESSAGE_BYTES_MIN, PAYLOAD_KINDS
+from mafka4.compression import Codec
+from mafka4.errors import InvalidConfig
+from mafka4.limits import Acks, MiB, ProducerConfig, default_compression
 
 
 @dataclass(frozen=True, slots=True)
 class ProduceBenchSettings:
     messages: int = field(default=300_000, metadata={"help": "messages sent by each throughput run"})
     message_bytes: int = field(default=1024, metadata={"help": "bytes of each message's value"})
+    payload: str = field(default="random", metadata={
+        "help": "message values: random bytes, which no codec shrinks, or json: JSON events (orders, clicks, "
+                f"searches) of about --message-bytes ({JSON_MESSAGE_BYTES_MIN} or more)", "choices": PAYLOAD_KINDS})
+    # None: the Producer's own default, read when the run starts (limits.default_compression).
+    compression: tuple[str, ...] | None = field(default=None, metadata={
+        "help": "batch codecs to measure in turn in this run: none, lz4, zstd; ratios are to the first (default: "
+                "the Producer's, $MAFKA4_COMPRESSION if set, else none)"})
     partitions: int = field(default=2, metadata={"help": "physical partitions of the topic"})
     replication_factor: int = field(default=2, metadata={"help": "replicas per partition"})
     acks: str = field(default=ProducerConfig().acks.value,
@@ -30,3 +41,26 @@ class ProduceBenchSettings:
                                                            "switch": "--skip-memory"})
     stalled_seconds: int = 20
     stalled_buffer_bytes_max: int = 64 * MiB
+    # Seeds the values (bench.payloads): the same seed, the same traffic.
+    payload_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.message_bytes < 1:
+            raise InvalidConfig(f"message_bytes={self.message_bytes} is out of range: use 1 or more")
+        if self.payload not in PAYLOAD_KINDS:
+            raise InvalidConfig(f"payload={self.payload!r} is not valid: use one of {', '.join(PAYLOAD_KINDS)}")
+        if self.payload == "json" and self.message_bytes < JSON_MESSAGE_BYTES_MIN:
+            raise InvalidConfig(f"message_bytes={self.message_bytes} is too small for payload=json: a JSON event "
+                                f"needs {JSON_MESSAGE_BYTES_MIN} bytes or more")
+        if self.compression is not None:
+            codecs = tuple(str(Codec.parse(name)) for name in self.compression)
+            if not codecs or len(set(codecs)) != len(codecs):
+                raise InvalidConfig(f"compression={','.join(self.compression)}: give one or more codecs, each once, "
+                                    f"e.g. none,zstd")
+            object.__setattr__(self, "compression", codecs)
+
+    def codecs(self) -> tuple[Codec, ...]:
+        """The codecs to measure, in order: ``compression``, or the Producer's default codec."""
+        if self.compression is None:
+            return (default_compression(),)
+        return tuple(Codec.parse(name) for name in self.compression)

@@ -6,9 +6,9 @@ settings dataclass and its driver. The settings class gives the options: a field
 (shown in the help; an option not given keeps the class's default). Metadata ``choices``
 limits the values; a bool field is a flag that turns its default over, named by metadata
 ``switch`` (``--skip-memory`` sets ``stalled_producer=False``). A tuple field takes a
-comma-separated list (``--consumers 1,4,16``). A class with ``smoke_sized()`` also gets
-``--smoke``: a test-sized run that its report marks as no result. Every bench takes
-``--output``, the path of its report.
+comma-separated list (``--consumers 1,4,16``; ``--compression none,zstd``, whose None default
+the help explains). A class with ``smoke_sized()`` also gets ``--smoke``: a test-sized run that
+its report marks as no result. Every bench takes ``--output``, the path of its report.
 
 The runner builds the settings first, so a bad value is refused before anything connects;
 then it imports the driver (most import Ray), runs it, prints the report's summary (as JSON,
@@ -100,8 +100,9 @@ def _name_list(text: str) -> tuple[str, ...]:
 
 
 # How an option's text becomes its field's value, per field type.
-_PARSERS = {int: int, float: float, str: str, int | None: int, tuple[int, ...]: _int_list, tuple[str, ...]: _name_list}
-_METAVARS = {tuple[int, ...]: "N[,N...]", tuple[str, ...]: "NAME[,NAME...]"}
+_PARSERS = {int: int, float: float, str: str, int | None: int, tuple[int, ...]: _int_list, tuple[str, ...]: _name_list,
+            tuple[str, ...] | None: _name_list}
+_METAVARS = {tuple[int, ...]: "N[,N...]", tuple[str, ...]: "NAME[,NAME...]", tuple[str, ...] | None: "NAME[,NAME...]"}
 
 
 def _add_option(parser: argparse.ArgumentParser, field: Field, kind: object) -> None:
