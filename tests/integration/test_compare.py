@@ -1,19 +1,38 @@
-"""``mafka4 compare`` at a tiny size: both modes, 2 repetitions, a fleet of 100 topics, the report.
+"""``mafka4 compare`` end to end: the experiment on real clusters, the fleet model, the Spark report.
 
-Each mode runs on a throwaway cluster of its own, measured twice on one topic. The run is a
-process of its own, as a user's would be: its Spark JVM and its clusters end with it, and this
-driver stays on the session cluster. No figure is checked: only that every step ran and the
-report holds what it must (both modes, the repetitions, the stages, OMB summaries).
+What a user relies on, checked at every size: each mode runs on a throwaway cluster of its own
+(the equal-hardware design: Mafka3 gets all the machines as brokers, Mafka4 splits them into
+write and read nodes, so the modes cannot share one cluster); every configuration is measured
+``repetitions`` times on one topic and settled group; every event log holds each message
+sent, delivered exactly once, with the stage stamps of the physical leader (and of the VP, for
+Mafka4); the report gives each consumer count its Mafka3 / Mafka4 ratios with their bootstrap
+interval and the fleet model its node ratio; and the tables, stage breakdown and OMB files are
+written. No latency figure is checked: the machine is shared.
+
+The default suite runs it at the smallest size that still exercises each of those: one
+consumer count of 2 (a group of more than one member, its ownership split), 2 repetitions
+(the second reuses the topic and the group), 300 messages per run, one fleet size, a
+20-replicate bootstrap. More consumer counts or messages would run the same code again; the
+time goes to what no size avoids: two cluster starts and stops, the fleet model's fixed cost and
+one Spark JVM. The full-scale run (the command's defaults, about 50 minutes here) is the
+``slow`` test below.
+
+The run is a process of its own, as a user's would be: its Spark JVM and its clusters end with
+it, and this driver stays on the session cluster.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
+
+from process_helpers import REPO_ROOT, agent_environment
 
 RUN_TINY_COMPARE = """
 import sys
@@ -28,26 +47,60 @@ fleet = SweepSettings(topics=(100,), consumer_scales=(1.0,), rows=500)
 # A smoke test needs the bootstrap to run, not its 400 replicates' precision.
 print(run_compare(Path(sys.argv[1]), tiny, None, sweep=fleet, analysis=AnalysisSettings(bootstrap_replicates=20)))
 """
+MODES = ("mafka3", "mafka4")
+
+
+def check_compare_outputs(out: Path, report: Path, run_id: str, consumers: tuple[int, ...], repetitions: int,
+                          messages: int) -> None:
+    """What every ``mafka4 compare`` run must leave under ``out``, whatever its size (module doc)."""
+    runtime = out / "runtime" / run_id
+    expected = sorted(f"{mode}-c{count:03d}-r{repetition}.parquet"
+                      for mode in MODES for count in consumers for repetition in range(repetitions))
+    assert sorted(path.name for path in runtime.glob("*.parquet")) == expected
+    for name in expected:
+        events = pq.read_table(runtime / name).to_pydict()
+        assert len(events["partition"]) == messages and set(events["deliveries"]) == {1}, name  # drained, once each
+        assert None not in events["committed_time_ms"] and None not in events["sent_time_ms"], name
+        if name.startswith("mafka4"):
+            assert None not in events["vp_committed_time_ms"], name
+    assert json.loads((runtime / "settings.json").read_text())["repetitions"] == repetitions
+
+    analysis = report.parent
+    assert analysis == out / "analysis"
+    with open(analysis / "latency_by_config.csv", newline="") as source:
+        measured = {(row["mode"], int(row["consumers"])): row for row in csv.DictReader(source)
+                    if row["source"] == "runtime"}
+    assert sorted(measured) == sorted((mode, count) for mode in MODES for count in consumers)
+    for row in measured.values():
+        assert (int(row["runs"]), int(row["repetitions"]), int(row["runs_excluded"])) == (repetitions, repetitions, 0)
+    text = report.read_text()
+    for count in consumers:
+        line = next((line for line in text.splitlines() if line.startswith(f"* runtime, consumers={count}: ")), "")
+        assert "Mafka3 / Mafka4 tp999 = " in line and " [" in line, f"no ratio with its interval: {line!r}"
+    assert "* fleet_model, consumer scale x1: nodes Mafka3 / Mafka4 = " in text
+    assert (analysis / "stage_latency.csv").exists() and (analysis / "stage_breakdown.png").exists()
+    summaries = sorted(path.name for path in analysis.glob("omb/*.json"))
+    assert summaries == sorted(f"{mode}-c{count:03d}.json" for mode in MODES for count in consumers)
+    assert "aggregatedEndToEndLatency999pct" in json.loads((analysis / "omb" / summaries[0]).read_text())
 
 
 def test_compare_runs_both_modes_twice_and_writes_the_report(tmp_path):
     out = tmp_path / "compare"
-    run = subprocess.run([sys.executable, "-c", RUN_TINY_COMPARE, str(out)], capture_output=True, text=True, timeout=900)
+    run = subprocess.run([sys.executable, "-c", RUN_TINY_COMPARE, str(out)], capture_output=True, text=True,
+                         timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     report = Path(run.stdout.strip().splitlines()[-1])
-    runs = sorted(path.name for path in (out / "runtime" / "tiny").glob("*.parquet"))
-    assert runs == ["mafka3-c002-r0.parquet", "mafka3-c002-r1.parquet", "mafka4-c002-r0.parquet", "mafka4-c002-r1.parquet"]
-    for name in runs:
-        events = pq.read_table(out / "runtime" / "tiny" / name).to_pydict()
-        assert len(events["partition"]) == 300 and set(events["deliveries"]) == {1}  # drained, once each
-        assert None not in events["committed_time_ms"] and None not in events["sent_time_ms"]
-        if name.startswith("mafka4"):
-            assert None not in events["vp_committed_time_ms"]
-    assert json.loads((out / "runtime" / "tiny" / "settings.json").read_text())["repetitions"] == 2
-    text = report.read_text()
-    assert "mafka3" in text and "mafka4" in text
-    analysis = report.parent
-    assert (analysis / "stage_latency.csv").exists()
-    summaries = sorted(analysis.glob("omb/*.json"))
-    assert len(summaries) == 2
-    assert "aggregatedEndToEndLatency999pct" in json.loads(summaries[0].read_text())
+    check_compare_outputs(out, report, "tiny", consumers=(2,), repetitions=2, messages=300)
+
+
+@pytest.mark.slow
+def test_compare_at_full_scale_as_the_readme_runs_it(tmp_path):
+    """``mafka4 compare --out DIR`` with every default: consumers 1 to 32, 3 repetitions of 50,000
+    messages, the whole fleet model and a 400-replicate bootstrap (about 50 minutes here)."""
+    out = tmp_path / "compare"
+    run = subprocess.run([sys.executable, "-m", "mafka4.cli", "compare", "--out", str(out)], capture_output=True,
+                         text=True, timeout=3 * 3600, cwd=REPO_ROOT, env=agent_environment())
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = Path(run.stdout.strip().splitlines()[-1].removeprefix("report: "))
+    check_compare_outputs(out, report, "scaling-seed7", consumers=(1, 2, 4, 8, 16, 32), repetitions=3,
+                          messages=50_000)

@@ -15,30 +15,16 @@ import ray
 
 from mafka4.client.admin import Admin
 from mafka4.coordinator.metadata import keys
-from mafka4.errors import CoordinatorUnavailable
 from mafka4.limits import Acks
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import PartitionState
 from mafka4.records import encode_batch
 from mafka4.runtime.environment import ray_environment
 
-WAIT_S = 60  # generous: the machine is shared and noisy
+from wait_helpers import wait_until
+
 LEASE_TTL_S = 2
 REVOKING_S = 5
-
-
-def wait_until(predicate, timeout_s: float = WAIT_S, interval_s: float = 0.1):
-    deadline = time.monotonic() + timeout_s
-    value = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except CoordinatorUnavailable:
-            value = None
-        if value:
-            return value
-        time.sleep(interval_s)
-    return value
 
 
 def start_controller(cluster, name: str, controller_id: str, log_dir: Path) -> tuple[subprocess.Popen, Path]:

@@ -31,6 +31,8 @@ from mafka4.physical.partition_state import PartitionState
 from mafka4.records import encode_batch
 from mafka4.runtime.etcd_server import EtcdServer, restart_etcd
 
+from wait_helpers import wait_until
+
 RECOVERY_S = 90  # generous: the machine is shared and noisy; the figures are in bench_failover.json
 ETCD_DOWN_S = 7  # longer than every lease TTL (replicas 5 s, controller 5 s)
 OWN_CLUSTER = ClusterConfig(write_nodes=2, read_nodes=0)  # small: it runs beside the session's cluster
@@ -38,21 +40,6 @@ OWN_CLUSTER = ClusterConfig(write_nodes=2, read_nodes=0)  # small: it runs besid
 
 def topic_name(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(3)}"
-
-
-def wait_until(predicate, timeout_s: float = RECOVERY_S, interval_s: float = 0.1):
-    """The first true value of ``predicate`` (etcd not answering counts as false), or a false one."""
-    deadline = time.monotonic() + timeout_s
-    value = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except errors.CoordinatorUnavailable:
-            value = None
-        if value:
-            return value
-        time.sleep(interval_s)
-    return value
 
 
 def partition_state(connection, topic: str, partition: int) -> PartitionState:
@@ -132,14 +119,16 @@ def test_killing_a_leader_during_acks_all_production_fails_over_without_losing_o
         ray.kill(replica_handle(cluster.cluster, topic, 0, old.leader))
         count_at_kill = len(loop.acknowledged)
 
-        new = wait_until(lambda: (s := partition_state(cluster, topic, 0)).leader_epoch > old.leader_epoch and s)
+        new = wait_until(lambda: (s := partition_state(cluster, topic, 0)).leader_epoch > old.leader_epoch and s,
+                         RECOVERY_S)
         assert new and new.leader != old.leader and new.leader in old.isr
-        assert wait_until(lambda: len(loop.acknowledged) > count_at_kill + 2000), "production did not resume"
+        assert wait_until(lambda: len(loop.acknowledged) > count_at_kill + 2000, RECOVERY_S), \
+            "production did not resume"
         restored = wait_until(lambda: len(partition_state(cluster, topic, 0).isr) == 3
-                              and live_replicas(cluster, topic, 0) == set(old.replicas))
+                              and live_replicas(cluster, topic, 0) == set(old.replicas), RECOVERY_S)
         assert restored, f"replication factor not restored: {partition_state(cluster, topic, 0)}"
         leader = replica_handle(cluster.cluster, topic, 0, new.leader)
-        assert wait_until(lambda: len(ray.get(leader.describe.remote())["isr"]) == 3)
+        assert wait_until(lambda: len(ray.get(leader.describe.remote())["isr"]) == 3, RECOVERY_S)
     finally:
         loop.stop()
     assert not loop.failures, loop.failures[:3]
@@ -228,11 +217,12 @@ def test_an_etcd_restart_during_production_loses_nothing_and_changes_no_leader(o
         assert wait_until(lambda: len(loop.acknowledged) > count_at_stop + 2000, 60), "production stopped with etcd"
         time.sleep(max(0.0, stopped_at + ETCD_DOWN_S - time.monotonic()))
         restarted.append(restart_etcd(etcd))
-        assert wait_until(lambda: all(len(live_replicas(connection, topic, p)) == 2 for p in range(2))), \
+        assert wait_until(lambda: all(len(live_replicas(connection, topic, p)) == 2 for p in range(2)), RECOVERY_S), \
             "replicas did not register again"
-        assert wait_until(lambda: connection.store.get(keys.controller(connection.cluster)) is not None)
+        assert wait_until(lambda: connection.store.get(keys.controller(connection.cluster)) is not None, RECOVERY_S)
         count_after = len(loop.acknowledged)
-        assert wait_until(lambda: len(loop.acknowledged) > count_after + 1000), "production stopped after the restart"
+        assert wait_until(lambda: len(loop.acknowledged) > count_after + 1000, RECOVERY_S), \
+            "production stopped after the restart"
         time.sleep(3)  # room for a (wrong) failover to show
     finally:
         loop.stop()

@@ -36,12 +36,12 @@ from mafka4.virtual.handles import read_node_handle
 from simulations.chaos.disk_faults import DiskFaults
 from simulations.chaos.settings import FaultTiming
 
-from test_faults_stop_partition import (
-    MESSAGES, acknowledged_of, active_controller, assert_read_back_once_in_order, assert_replicas_identical,
-    assert_vp_replicas_identical, create_physical_topic, create_virtual_topic, full_isr, partition_state, produce,
-    produce_keyed, send, vp_state, wait_until,
+from fault_helpers import (
+    MESSAGES, RECOVERY_S, acknowledged_of, active_controller, assert_physical_topic_whole, assert_virtual_topic_whole,
+    create_physical_topic, full_isr, partition_state, produce, produce_keyed, send, virtual_topic_in_sync, vp_state,
 )
-from virtual_helpers import ProduceLoop, check_exactly_once, read_everything
+from virtual_helpers import ProduceLoop
+from wait_helpers import wait_until
 
 HOLD_S = 3  # a full disk held this long: longer than the topics' lag bound, so followers leave
 
@@ -79,37 +79,33 @@ def test_a_power_loss_of_a_write_node_loses_no_acknowledged_message(cluster, vic
         sent += send(producer, 2 * MESSAGES)  # while the cluster repairs itself
         producer.flush()
         acknowledged += acknowledged_of(sent)
-    assert wait_until(lambda: restarted(cluster, topic, node, old_pid)), f"{node} was not started again"
-    assert wait_until(lambda: full_isr(cluster, topic)), f"{node} did not rejoin: {partition_state(cluster, topic)}"
+    assert wait_until(lambda: restarted(cluster, topic, node, old_pid), RECOVERY_S), f"{node} was not started again"
+    assert wait_until(lambda: full_isr(cluster, topic), RECOVERY_S), \
+        f"{node} did not rejoin: {partition_state(cluster, topic)}"
     after = partition_state(cluster, topic)
     if victim == "leader":
         assert after.leader != node and after.leader_epoch > state.leader_epoch, "the leader was not failed over"
     acknowledged += produce(cluster, topic, 3 * MESSAGES)
-    assert_read_back_once_in_order(cluster, topic, acknowledged)
-    assert_replicas_identical(cluster, topic)
+    assert_physical_topic_whole(cluster, topic, acknowledged)
 
 
 def test_a_power_loss_of_a_read_node_recovers_its_vps_from_their_risr_peers(read_cluster):
     connection = read_cluster
-    topic = create_virtual_topic(connection, "powerread", read_replicas=2)
-    acknowledged = produce_keyed(connection, topic)
-    assert wait_until(lambda: all(len(vp_state(connection, topic, vp).risr) == 2 for vp in (0, 1)))
+    topic, acknowledged = virtual_topic_in_sync(connection, "powerread")
     before = vp_state(connection, topic, 0)
     loop = ProduceLoop(connection, topic, after=acknowledged, messages_max=MESSAGES)
     _, outcome = disk_faults(connection, topic).power_loss_read_node(before.leader)
     print(f"\nread node {before.leader}: {outcome}")
     assert outcome.startswith("power loss: SIGKILLed pid"), outcome
-    assert wait_until(lambda: vp_state(connection, topic, 0).leader_epoch > before.leader_epoch), \
+    assert wait_until(lambda: vp_state(connection, topic, 0).leader_epoch > before.leader_epoch, RECOVERY_S), \
         "the controller did not fail VP 0 over"
     assert vp_state(connection, topic, 0).leader != before.leader
-    assert wait_until(lambda: loop.done), "the producer did not finish"
+    assert wait_until(lambda: loop.done, RECOVERY_S), "the producer did not finish"
     acknowledged += loop.stop()
-    assert wait_until(lambda: all(len(vp_state(connection, topic, vp).risr) == 2 for vp in (0, 1))), \
+    assert wait_until(lambda: all(len(vp_state(connection, topic, vp).risr) == 2 for vp in (0, 1)), RECOVERY_S), \
         "the restarted node's replicas did not rejoin the RISR"
     acknowledged = produce_keyed(connection, topic, acknowledged)  # feeding and replication go on
-    assert_vp_replicas_identical(connection, topic, check_exactly_once(connection, topic, acknowledged))
-    messages = read_everything(connection, topic, len(acknowledged))
-    assert sorted(m.value for m in messages) == sorted(value for _, _, _, value in acknowledged)
+    assert_virtual_topic_whole(connection, topic, acknowledged)
 
 
 # --- disk full ----------------------------------------------------------------------------------
@@ -140,8 +136,7 @@ def test_a_leader_whose_disk_is_full_refuses_with_disk_full_writes_nothing_and_t
         ray.get(leader.set_log_dir_bytes_max.remote(None), timeout=60)
     after = partition_state(cluster, topic)
     assert (after.leader, after.leader_epoch) == (state.leader, state.leader_epoch), "no failover for a full disk"
-    assert_read_back_once_in_order(cluster, topic, acknowledged)
-    assert_replicas_identical(cluster, topic)
+    assert_physical_topic_whole(cluster, topic, acknowledged)
 
 
 def test_a_follower_whose_disk_is_full_leaves_the_isr_and_returns_once_cleared(cluster):
@@ -153,33 +148,29 @@ def test_a_follower_whose_disk_is_full_leaves_the_isr_and_returns_once_cleared(c
     ray.get(handle.set_log_dir_bytes_max.remote(0), timeout=60)
     try:
         acknowledged += produce(cluster, topic, MESSAGES)  # acknowledged once the ISR shrank to the two others
-        assert wait_until(lambda: follower not in partition_state(cluster, topic).isr), \
+        assert wait_until(lambda: follower not in partition_state(cluster, topic).isr, RECOVERY_S), \
             "a follower that cannot append stayed in the ISR"
         acknowledged += produce(cluster, topic, 2 * MESSAGES)
     finally:
         ray.get(handle.set_log_dir_bytes_max.remote(None), timeout=60)
-    assert wait_until(lambda: full_isr(cluster, topic)), f"the follower did not rejoin: {partition_state(cluster, topic)}"
-    assert_read_back_once_in_order(cluster, topic, acknowledged)
-    assert_replicas_identical(cluster, topic)
+    assert wait_until(lambda: full_isr(cluster, topic), RECOVERY_S), \
+        f"the follower did not rejoin: {partition_state(cluster, topic)}"
+    assert_physical_topic_whole(cluster, topic, acknowledged)
 
 
 def test_a_read_node_whose_disk_is_full_stops_appending_and_feeds_everything_once_cleared(read_cluster):
     connection = read_cluster
-    topic = create_virtual_topic(connection, "fullread", read_replicas=2)
-    acknowledged = produce_keyed(connection, topic)
-    assert wait_until(lambda: all(len(vp_state(connection, topic, vp).risr) == 2 for vp in (0, 1)))
+    topic, acknowledged = virtual_topic_in_sync(connection, "fullread")
     state = vp_state(connection, topic, 0)
     full = next(replica for replica in state.replicas if replica != state.leader)  # VP 0's follower (may lead VP 1)
     node = read_node_handle(connection.cluster, full)
     ray.get(node.set_log_dir_bytes_max.remote(0), timeout=60)
     try:
         acknowledged = produce_keyed(connection, topic, acknowledged)  # the write side does not wait for read nodes
-        assert wait_until(lambda: full not in vp_state(connection, topic, 0).risr), \
+        assert wait_until(lambda: full not in vp_state(connection, topic, 0).risr, RECOVERY_S), \
             "a VP follower that cannot append stayed in the RISR"
     finally:
         ray.get(node.set_log_dir_bytes_max.remote(None), timeout=60)
-    assert wait_until(lambda: all(len(vp_state(connection, topic, vp).risr) == 2 for vp in (0, 1))), \
+    assert wait_until(lambda: all(len(vp_state(connection, topic, vp).risr) == 2 for vp in (0, 1)), RECOVERY_S), \
         "the node's replicas did not rejoin the RISR"
-    assert_vp_replicas_identical(connection, topic, check_exactly_once(connection, topic, acknowledged))
-    messages = read_everything(connection, topic, len(acknowledged))
-    assert sorted(m.value for m in messages) == sorted(value for _, _, _, value in acknowledged)
+    assert_virtual_topic_whole(connection, topic, acknowledged)

@@ -21,134 +21,30 @@ No assert reads a clock: every wait is for a state, bounded generously for a sha
 from __future__ import annotations
 
 import contextlib
-import secrets
 import time
 
 import pytest
 import ray
 
-from mafka4 import errors
 from mafka4.client.admin import Admin
-from mafka4.client.consumer import Consumer
 from mafka4.client.producer import Producer
 from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.partition_gate import CLIENT, HEALED, NetworkFault, set_client_fault
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import PartitionState
-from mafka4.records import decode_batches
 from mafka4.virtual.handles import read_node_handle
 from simulations.chaos.processes import ProcessStopper, process_of
 
-from virtual_helpers import ProduceLoop, check_exactly_once, feed_of, read_everything, vp_log
+from fault_helpers import (
+    MESSAGES, RECOVERY_S, acknowledged_of, active_controller, assert_physical_topic_whole,
+    assert_read_back_once_in_order, assert_virtual_topic_whole, create_physical_topic, create_virtual_topic, full_isr,
+    partition_state, produce, produce_keyed, send, virtual_topic_in_sync, vp_state,
+)
+from virtual_helpers import check_exactly_once, feed_of, read_everything
+from wait_helpers import wait_until
 
-RECOVERY_S = 180  # lease expiry, a ping, a restart: generous, the machine is shared and noisy
-LAG_MS = 2000  # replica_lag_ms_max of the topics here: a stopped or cut-off replica leaves within it
-MESSAGES = 100  # per step: a few hundred per test
 ETCD_STOP_S = 7  # longer than every lease TTL (replicas, read nodes and the controller: 5 s)
 CONTROLLER_COMMAND = "mafka4.coordinator.control.controller"
-
-
-def wait_until(predicate, timeout_s: float = RECOVERY_S, interval_s: float = 0.1):
-    """The first true value of ``predicate`` (etcd not answering counts as false), or a false one."""
-    deadline = time.monotonic() + timeout_s
-    value = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except errors.CoordinatorUnavailable:
-            value = None
-        if value:
-            return value
-        time.sleep(interval_s)
-    return value
-
-
-def topic_name(prefix: str) -> str:
-    return f"{prefix}-{secrets.token_hex(3)}"
-
-
-def create_physical_topic(connection, prefix: str) -> tuple[str, PartitionState]:
-    """A mafka3-mode topic (no VPs): P=1, RF=3, min ISR 2; its partition's first state."""
-    topic = topic_name(prefix)
-    metadata = Admin(connection).create_topic(topic, partitions=1, replication_factor=3, min_insync_replicas=2,
-                                              read_mode="mafka3", replica_lag_ms_max=LAG_MS)
-    return topic, metadata.partitions[0]
-
-
-def partition_state(connection, topic: str) -> PartitionState:
-    return PartitionState.from_json(0, connection.store.get(keys.physical_partition(connection.cluster, topic, 0)).value)
-
-
-def full_isr(connection, topic: str) -> bool:
-    state = partition_state(connection, topic)
-    return set(state.isr) == set(state.replicas)
-
-
-def active_controller(connection) -> dict:
-    found = wait_until(lambda: connection.store.get(keys.controller(connection.cluster)), 60)
-    assert found is not None, "no active controller"
-    return found.value
-
-
-def send(producer: Producer, first: int, count: int = MESSAGES) -> list:
-    """Send ``count`` messages "v<n>" from ``first`` on; (value, future) of each."""
-    return [(f"v{n}".encode(), producer.send(f"v{n}".encode(), key=f"k{n % 5}".encode()))
-            for n in range(first, first + count)]
-
-
-def acknowledged_of(sent: list) -> list[tuple[int, int, bytes]]:
-    """(partition, offset, value) of every message ``send`` sent, once each is acknowledged."""
-    acknowledged = []
-    for value, future in sent:
-        metadata = future.result(timeout=RECOVERY_S)
-        acknowledged.append((metadata.partition, metadata.offset, value))
-    return acknowledged
-
-
-def produce(connection, topic: str, first: int, count: int = MESSAGES) -> list[tuple[int, int, bytes]]:
-    """``count`` acks=all messages "v<n>" from ``first`` on, each acknowledged."""
-    with Producer(topic, connection=connection, acks="all", linger_ms=1) as producer:
-        sent = send(producer, first, count)
-        producer.flush()
-        return acknowledged_of(sent)
-
-
-def assert_read_back_once_in_order(connection, topic: str, acknowledged: list) -> None:
-    messages = []
-    with Consumer(topic, connection=connection, from_beginning=True) as consumer:
-        deadline = time.monotonic() + RECOVERY_S
-        while len(messages) < len(acknowledged) and time.monotonic() < deadline:
-            messages.extend(consumer.poll(timeout_ms=500))
-        messages.extend(consumer.poll(timeout_ms=300))  # anything more would be a duplicate
-    values = [m.value for m in sorted(messages, key=lambda m: (m.partition, m.offset))]
-    assert len(values) == len(set(values)), "no message is stored twice (idempotent retries)"
-    read = {(m.partition, m.offset): m.value for m in messages}
-    for partition, offset, value in acknowledged:
-        assert read.get((partition, offset)) == value, f"acknowledged {value!r} at {partition}/{offset} was lost"
-    numbers = [int(value[1:]) for value in values]
-    assert numbers == sorted(numbers), "out of send order"
-
-
-def committed_log(connection, topic: str, replica: str) -> list[tuple[int, bytes]]:
-    """(offset, value) of every record a replica holds below its high watermark."""
-    handle = replica_handle(connection.cluster, topic, 0, replica)
-    records, offset = [], 0
-    while True:
-        result = ray.get(handle.fetch.remote(offset, 1 << 20, 0, True), timeout=60)
-        batch = decode_batches(result.data)
-        if not batch:
-            return records
-        records += [(record.offset, record.value) for record in batch]
-        offset = batch[-1].offset + 1
-
-
-def assert_replicas_identical(connection, topic: str) -> None:
-    state = partition_state(connection, topic)
-    leader_log = committed_log(connection, topic, state.leader)
-    for replica in state.replicas:
-        assert wait_until(lambda: committed_log(connection, topic, replica) == leader_log), \
-            f"replica {replica} does not hold the leader's committed log"
 
 
 def replica_pid(connection, topic: str, replica: str) -> int:
@@ -191,33 +87,35 @@ def test_a_stopped_follower_leaves_the_isr_production_goes_on_and_it_catches_up_
     follower = next(replica for replica in state.replicas if replica != state.leader)
     acknowledged = produce(cluster, topic, 0)
     with stopped(replica_pid(cluster, topic, follower), f"follower {follower}"):
-        assert wait_until(lambda: follower not in partition_state(cluster, topic).isr), "the frozen follower stayed in the ISR"
+        assert wait_until(lambda: follower not in partition_state(cluster, topic).isr, RECOVERY_S), \
+            "the frozen follower stayed in the ISR"
         acknowledged += produce(cluster, topic, MESSAGES)  # two in-sync replicas: min_insync_replicas holds
-    assert wait_until(lambda: full_isr(cluster, topic)), f"the follower did not rejoin: {partition_state(cluster, topic)}"
+    assert wait_until(lambda: full_isr(cluster, topic), RECOVERY_S), \
+        f"the follower did not rejoin: {partition_state(cluster, topic)}"
     # A follower frozen past its lease is replaced, which may open a new epoch under the same leader.
     assert partition_state(cluster, topic).leader == state.leader, "no failover for a follower"
     acknowledged += produce(cluster, topic, 2 * MESSAGES)
-    assert_read_back_once_in_order(cluster, topic, acknowledged)
-    assert_replicas_identical(cluster, topic)
+    assert_physical_topic_whole(cluster, topic, acknowledged)
 
 
 def test_a_stopped_leader_is_failed_over_and_the_partition_is_whole_again_after_sigcont(cluster):
     active_controller(cluster)
     topic, state = create_physical_topic(cluster, "stopleader")
     acknowledged = produce(cluster, topic, 0)
-    assert wait_until(lambda: full_isr(cluster, topic))
+    assert wait_until(lambda: full_isr(cluster, topic), RECOVERY_S)
     with stopped(replica_pid(cluster, topic, state.leader), f"leader {state.leader}"):
         # Its liveness lease expires and it answers no ping: the controller elects an ISR member.
-        new = wait_until(lambda: (s := partition_state(cluster, topic)).leader_epoch > state.leader_epoch and s)
+        new = wait_until(lambda: (s := partition_state(cluster, topic)).leader_epoch > state.leader_epoch and s,
+                         RECOVERY_S)
         assert new, "the controller did not fail the frozen leader over"
         assert new.leader != state.leader and new.leader in state.isr
         acknowledged += produce(cluster, topic, MESSAGES)  # through the new leader
     # Continued or replaced, the old leader comes back as a follower of the new epoch.
-    assert wait_until(lambda: full_isr(cluster, topic)), f"not whole again: {partition_state(cluster, topic)}"
+    assert wait_until(lambda: full_isr(cluster, topic), RECOVERY_S), \
+        f"not whole again: {partition_state(cluster, topic)}"
     assert partition_state(cluster, topic).leader == new.leader
     acknowledged += produce(cluster, topic, 2 * MESSAGES)
-    assert_read_back_once_in_order(cluster, topic, acknowledged)
-    assert_replicas_identical(cluster, topic)
+    assert_physical_topic_whole(cluster, topic, acknowledged)
 
 
 # --- the controller and etcd ------------------------------------------------------------------------
@@ -227,7 +125,8 @@ def fail_leader_over(connection, topic: str) -> PartitionState:
     """Kill the partition's leader actor and wait for the controller to elect another."""
     state = partition_state(connection, topic)
     ray.kill(replica_handle(connection.cluster, topic, 0, state.leader))
-    new = wait_until(lambda: (s := partition_state(connection, topic)).leader_epoch > state.leader_epoch and s)
+    new = wait_until(lambda: (s := partition_state(connection, topic)).leader_epoch > state.leader_epoch and s,
+                     RECOVERY_S)
     assert new and new.leader != state.leader, "no failover"
     return new
 
@@ -239,14 +138,15 @@ def test_a_stopped_controller_loses_its_key_campaigns_again_after_sigcont_and_st
         acknowledged = produce(cluster, topic, 0)  # the data path needs no controller
         # Frozen, it refreshes nothing: its key goes with its lease, and nobody takes over (the
         # daemon restarts a controller that exited, not one that hangs).
-        assert wait_until(lambda: cluster.store.get(keys.controller(cluster.cluster)) is None), "the key outlived the lease"
+        assert wait_until(lambda: cluster.store.get(keys.controller(cluster.cluster)) is None, RECOVERY_S), \
+            "the key outlived the lease"
     assert continued == [True], "nothing replaces a frozen controller"
     after = active_controller(cluster)
     assert after["pid"] == before["pid"] and after["controller_epoch"] > before["controller_epoch"], \
         "the same process, active again at a new epoch"
     fail_leader_over(cluster, topic)
     acknowledged += produce(cluster, topic, MESSAGES)
-    assert wait_until(lambda: full_isr(cluster, topic))
+    assert wait_until(lambda: full_isr(cluster, topic), RECOVERY_S)
     assert_read_back_once_in_order(cluster, topic, acknowledged)
 
 
@@ -256,12 +156,12 @@ def test_a_killed_controller_is_started_again_and_fails_a_leader_over(cluster):
     acknowledged = produce(cluster, topic, 0)
     process_of(before["pid"], CONTROLLER_COMMAND).kill()  # no resignation: the new one waits out the lease
     after = wait_until(lambda: (found := cluster.store.get(keys.controller(cluster.cluster))) is not None
-                       and found.value["controller_epoch"] > before["controller_epoch"] and found.value)
+                       and found.value["controller_epoch"] > before["controller_epoch"] and found.value, RECOVERY_S)
     assert after, "no controller became active again"
     assert after["pid"] != before["pid"], "the daemon started a new controller process"
     fail_leader_over(cluster, topic)
     acknowledged += produce(cluster, topic, MESSAGES)
-    assert wait_until(lambda: full_isr(cluster, topic))
+    assert wait_until(lambda: full_isr(cluster, topic), RECOVERY_S)
     assert_read_back_once_in_order(cluster, topic, acknowledged)
 
 
@@ -269,16 +169,17 @@ def test_a_stopped_etcd_stops_no_production_and_changes_no_leader(cluster):
     active_controller(cluster)
     topic, state = create_physical_topic(cluster, "stopetcd")
     replicas_prefix = f"{keys.replicas_prefix(cluster.cluster)}{topic}/0/"
-    assert wait_until(lambda: len(cluster.store.get_prefix(replicas_prefix)) == 3)
+    assert wait_until(lambda: len(cluster.store.get_prefix(replicas_prefix)) == 3, RECOVERY_S)
     acknowledged = produce(cluster, topic, 0)
-    assert wait_until(lambda: full_isr(cluster, topic)), "an ISR change would wait for etcd"
+    assert wait_until(lambda: full_isr(cluster, topic), RECOVERY_S), "an ISR change would wait for etcd"
     with Producer(topic, connection=cluster, acks="all", linger_ms=1) as producer:  # routes read before the stop
         with stopped(cluster.state.etcd_pid, "etcd", "etcd"):
             acknowledged += acknowledged_of(send(producer, MESSAGES))
             time.sleep(ETCD_STOP_S)  # past every lease TTL: leases lapse once etcd runs again
     # The replicas' liveness keys may have lapsed; they register again, and since every actor
     # answers its ping, the controller moves no leader.
-    assert wait_until(lambda: len(cluster.store.get_prefix(replicas_prefix)) == 3), "replicas did not register again"
+    assert wait_until(lambda: len(cluster.store.get_prefix(replicas_prefix)) == 3, RECOVERY_S), \
+        "replicas did not register again"
     active_controller(cluster)
     after = partition_state(cluster, topic)
     assert (after.leader, after.leader_epoch) == (state.leader, state.leader_epoch), "an etcd freeze moved a leader"
@@ -312,12 +213,12 @@ def test_a_follower_cut_off_from_its_leader_leaves_the_isr_and_rejoins_once_heal
                 break
         assert follower not in partition_state(cluster, topic).isr, \
             f"the cut-off follower stayed in the ISR through {CUT_ROUNDS_MAX} acknowledged rounds"
-    assert wait_until(lambda: full_isr(cluster, topic)), f"the follower did not rejoin: {partition_state(cluster, topic)}"
+    assert wait_until(lambda: full_isr(cluster, topic), RECOVERY_S), \
+        f"the follower did not rejoin: {partition_state(cluster, topic)}"
     after = partition_state(cluster, topic)
     assert (after.leader, after.leader_epoch) == (state.leader, state.leader_epoch), "a partition is no failover"
     acknowledged += produce(cluster, topic, len(acknowledged))
-    assert_read_back_once_in_order(cluster, topic, acknowledged)
-    assert_replicas_identical(cluster, topic)
+    assert_physical_topic_whole(cluster, topic, acknowledged)
 
 
 def test_a_producer_whose_acknowledgements_are_lost_retries_without_duplicating(cluster):
@@ -331,7 +232,8 @@ def test_a_producer_whose_acknowledgements_are_lost_retries_without_duplicating(
     with Producer(topic, connection=cluster, acks="all", linger_ms=500) as producer:
         with network_fault(cluster, topic, fault):
             sent = send(producer, 0)
-            assert wait_until(lambda: ray.get(leader.describe.remote(), timeout=60)["high_watermark"] >= MESSAGES), \
+            assert wait_until(lambda: ray.get(leader.describe.remote(), timeout=60)["high_watermark"] >= MESSAGES,
+                              RECOVERY_S), \
                 "the leader did not commit what it was sent"
             assert not any(future.done() for _, future in sent), "an acknowledgement got through the cut"
         producer.flush()
@@ -361,20 +263,6 @@ def test_a_mafka3_consumer_cut_off_from_its_leader_reads_nothing_and_everything_
 # --- network partitions on the read path ------------------------------------------------------------
 
 
-def create_virtual_topic(connection, prefix: str, read_replicas: int) -> str:
-    topic = topic_name(prefix)
-    Admin(connection).create_topic(topic, partitions=2, replication_factor=1, virtual_partitions=2,
-                                   read_replicas=read_replicas, read_mode="mafka4", read_replica_lag_ms_max=LAG_MS)
-    return topic
-
-
-def produce_keyed(connection, topic: str, after=()) -> list:
-    """``MESSAGES`` keyed messages continuing ``after``'s numbering (``virtual_helpers.ProduceLoop``)."""
-    loop = ProduceLoop(connection, topic, after=after, messages_max=MESSAGES)
-    assert wait_until(lambda: loop.done), "the producer did not finish"
-    return list(after) + loop.stop()
-
-
 def test_a_read_node_cut_off_from_the_write_nodes_feeds_everything_once_healed(cluster):
     topic = create_virtual_topic(cluster, "cutfeed", read_replicas=1)
     acknowledged = produce_keyed(cluster, topic)
@@ -382,58 +270,42 @@ def test_a_read_node_cut_off_from_the_write_nodes_feeds_everything_once_healed(c
     errors_before = {p: feed_of(cluster, topic, p, "r0")["errors"] for p in (0, 1)}
     with network_fault(cluster, topic, NetworkFault.between(["r0"], list(cluster.state.write_nodes))):
         acknowledged = produce_keyed(cluster, topic, acknowledged)  # the write path does not need the read node
-        assert wait_until(lambda: all(feed_of(cluster, topic, p, "r0")["errors"] > errors_before[p] for p in (0, 1))), \
+        assert wait_until(lambda: all(feed_of(cluster, topic, p, "r0")["errors"] > errors_before[p] for p in (0, 1)),
+                          RECOVERY_S), \
             "a feed stream got through the cut"
     check_exactly_once(cluster, topic, acknowledged)
     messages = read_everything(cluster, topic, len(acknowledged))
     assert sorted(m.value for m in messages) == sorted(value for _, _, _, value in acknowledged)
 
 
-def vp_state(connection, topic: str, vp: int):
-    return VirtualStore(connection.store, connection.cluster).state(topic, vp)[0]
-
-
-def assert_vp_replicas_identical(connection, topic: str, logs: dict) -> None:
-    for vp, records in logs.items():
-        for replica in vp_state(connection, topic, vp).replicas:
-            assert wait_until(lambda: vp_log(connection, topic, vp, replica) == records), \
-                f"replica {replica} of VP {vp} does not hold its leader's log"
-
-
 def test_two_read_nodes_cut_off_from_each_other_shrink_the_risr_and_fill_it_again_once_healed(read_cluster):
     connection = read_cluster
-    topic = create_virtual_topic(connection, "cutread", read_replicas=2)
-    acknowledged = produce_keyed(connection, topic)
-    assert wait_until(lambda: all(len(vp_state(connection, topic, vp).risr) == 2 for vp in (0, 1)))
+    topic, acknowledged = virtual_topic_in_sync(connection, "cutread")
     with network_fault(connection, topic, NetworkFault.between(["r0"], ["r1"])):
         # Every VP's follower is on the other node: no replication session gets through, and
         # with new records its followers fall behind and leave.
         acknowledged = produce_keyed(connection, topic, acknowledged)
-        assert wait_until(lambda: all(len(vp_state(connection, topic, vp).risr) == 1 for vp in (0, 1))), \
+        assert wait_until(lambda: all(len(vp_state(connection, topic, vp).risr) == 1 for vp in (0, 1)), RECOVERY_S), \
             "a cut-off VP follower stayed in the RISR"
-    assert wait_until(lambda: all(len(vp_state(connection, topic, vp).risr) == 2 for vp in (0, 1))), \
+    assert wait_until(lambda: all(len(vp_state(connection, topic, vp).risr) == 2 for vp in (0, 1)), RECOVERY_S), \
         "the followers did not rejoin the RISR"
-    assert_vp_replicas_identical(connection, topic, check_exactly_once(connection, topic, acknowledged))
-    messages = read_everything(connection, topic, len(acknowledged))
-    assert sorted(m.value for m in messages) == sorted(value for _, _, _, value in acknowledged)
+    assert_virtual_topic_whole(connection, topic, acknowledged)
 
 
 def test_a_stopped_read_node_s_vps_fail_over_and_it_rejoins_after_sigcont(read_cluster):
     connection = read_cluster
     topic = create_virtual_topic(connection, "stopread", read_replicas=2)
     acknowledged = produce_keyed(connection, topic)
-    assert wait_until(lambda: len(vp_state(connection, topic, 0).risr) == 2)
+    assert wait_until(lambda: len(vp_state(connection, topic, 0).risr) == 2, RECOVERY_S)
     before = vp_state(connection, topic, 0)
     pid = ray.get(read_node_handle(connection.cluster, before.leader).describe.remote(topic), timeout=60)["pid"]
     with stopped(pid, f"read node {before.leader}"):
         # Its liveness lease expires and it answers no ping: VP 0 fails over to the other node.
-        assert wait_until(lambda: vp_state(connection, topic, 0).leader_epoch > before.leader_epoch), \
+        assert wait_until(lambda: vp_state(connection, topic, 0).leader_epoch > before.leader_epoch, RECOVERY_S), \
             "the controller did not fail VP 0 over"
         acknowledged = produce_keyed(connection, topic, acknowledged)
     after = vp_state(connection, topic, 0)
     assert after.leader != before.leader
-    assert wait_until(lambda: all(len(vp_state(connection, topic, vp).risr) == 2 for vp in (0, 1))), \
+    assert wait_until(lambda: all(len(vp_state(connection, topic, vp).risr) == 2 for vp in (0, 1)), RECOVERY_S), \
         "the frozen node's replicas did not rejoin the RISR"
-    assert_vp_replicas_identical(connection, topic, check_exactly_once(connection, topic, acknowledged))
-    messages = read_everything(connection, topic, len(acknowledged))
-    assert sorted(m.value for m in messages) == sorted(value for _, _, _, value in acknowledged)
+    assert_virtual_topic_whole(connection, topic, acknowledged)

@@ -26,6 +26,8 @@ from mafka4.client.producer import Producer
 from mafka4.coordinator.metadata import keys
 from mafka4.coordinator.metadata.store import MetadataStore
 
+from wait_helpers import wait_until
+
 WAIT_S_MAX = 90  # bound of every wait: far above what a loaded machine needs
 
 
@@ -35,13 +37,6 @@ def unique(prefix: str) -> str:
 
 def mafka4(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "mafka4.cli", *args], capture_output=True, timeout=timeout)
-
-
-def wait_until(predicate, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S_MAX
-    while not predicate():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.05)
 
 
 class KeyHistory:
@@ -145,9 +140,10 @@ def test_members_join_leave_and_crash_while_producing_every_message_is_consumed(
     producer.start()
     crashed, crashed_lines = None, []
     try:
-        wait_until(lambda: produced[0] >= 4000, "4,000 messages produced")
+        assert wait_until(lambda: produced[0] >= 4000, WAIT_S_MAX), "gave up waiting for 4,000 messages produced"
         crashed, crashed_lines = start_crashing_member(topic, group)
-        wait_until(lambda: len(crashed_lines) > 0 or crashed.poll() is not None, "the separate member to consume")
+        assert wait_until(lambda: len(crashed_lines) > 0 or crashed.poll() is not None, WAIT_S_MAX), \
+            "gave up waiting for the separate member to consume"
         crashed.send_signal(signal.SIGKILL)  # no commit, no release: its lease has to expire
         members.pop(0).close()  # a clean leave
         members.append(ConsumerThread(topic, group, cluster, **settings))
@@ -161,7 +157,8 @@ def test_members_join_leave_and_crash_while_producing_every_message_is_consumed(
     def consumed() -> set[str]:
         return {m.value.decode() for member in everyone for m in member.messages} | set(crashed_lines)
 
-    wait_until(lambda: consumed() >= {str(n) for n in range(total)}, "every message consumed at least once")
+    assert wait_until(lambda: consumed() >= {str(n) for n in range(total)}, WAIT_S_MAX), \
+        "gave up waiting for every message consumed at least once"
     for member in members:
         member.close()
     offsets.close()
@@ -210,7 +207,7 @@ def test_no_partition_ever_has_two_owners_and_clean_rebalances_deliver_exactly_o
     def received() -> Counter:
         return Counter(m.value for member in everyone for m in member.messages)
 
-    wait_until(lambda: len(received()) == total, "every message consumed")
+    assert wait_until(lambda: len(received()) == total, WAIT_S_MAX), "gave up waiting for every message consumed"
     for member in members:
         member.close()
     owners.close()
@@ -245,7 +242,7 @@ def poll_until(consumer: Consumer, count: int) -> list:
         messages.extend(consumer.poll(timeout_ms=100))
         return len(messages) >= count
 
-    wait_until(enough, f"{count} messages")
+    assert wait_until(enough, WAIT_S_MAX), f"gave up waiting for {count} messages"
     return messages
 
 
@@ -281,7 +278,8 @@ def test_seek_to_time_and_seek_in_a_group_and_commits_never_go_back(cluster):
     Admin(cluster).create_topic(topic, partitions=2, read_mode="mafka3")
     boundary_ms, first_half_end, second_half_end = produce_two_halves(topic, cluster, 100)
     with Consumer(topic, group=group, connection=cluster) as consumer:  # auto_offset_reset=latest
-        wait_until(lambda: consumer.poll(timeout_ms=100) == [] and consumer.assignment() == [0, 1], "assignment")
+        assert wait_until(lambda: consumer.poll(timeout_ms=100) == [] and consumer.assignment() == [0, 1],
+                          WAIT_S_MAX), "gave up waiting for assignment"
         assert {p: consumer.position(p) for p in (0, 1)} == second_half_end, "a new group starts at the end by default"
         consumer.seek_to_time(boundary_ms)
         assert {p: consumer.position(p) for p in (0, 1)} == first_half_end
@@ -304,9 +302,12 @@ def test_a_member_that_stops_polling_leaves_after_the_rebalance_timeout_and_rejo
     try:
         assert stuck.assignment() == [0, 1], "the only member owns everything"
         joiner = ConsumerThread(topic, group, cluster)
-        wait_until(lambda: joiner.assignment == [0, 1], "the stuck member to leave and the joiner to take over")
-        wait_until(lambda: stuck.poll(timeout_ms=100) == [] and len(stuck.assignment()) == 1, "the stuck member to rejoin")
-        wait_until(lambda: joiner.assignment == [1 - stuck.assignment()[0]], "the joiner to keep the other partition")
+        assert wait_until(lambda: joiner.assignment == [0, 1], WAIT_S_MAX), \
+            "gave up waiting for the stuck member to leave and the joiner to take over"
+        assert wait_until(lambda: stuck.poll(timeout_ms=100) == [] and len(stuck.assignment()) == 1, WAIT_S_MAX), \
+            "gave up waiting for the stuck member to rejoin"
+        assert wait_until(lambda: joiner.assignment == [1 - stuck.assignment()[0]], WAIT_S_MAX), \
+            "gave up waiting for the joiner to keep the other partition"
         joiner.close()
     finally:
         stuck.close()

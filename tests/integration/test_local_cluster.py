@@ -23,7 +23,7 @@ from mafka4.runtime.ray_cluster import NodeRole, node_resource
 from mafka4.runtime.registration import NodeRegistration, refresh_registrations
 from mafka4.runtime.state import state_path
 
-from virtual_helpers import wait_until
+from wait_helpers import wait_until
 
 NODES = {"w0": "write", "w1": "write", "w2": "write", "r0": "read"}
 LEASE_TTL_S = 2

@@ -31,7 +31,7 @@ from mafka4.runtime.ray_cluster import node_resource
 from mafka4.virtual.hosted_vp import VpId, vp_directory
 
 from process_helpers import REPO_ROOT, Agent, ControllerProcess, agent_environment, node_command
-from virtual_helpers import wait_until
+from wait_helpers import wait_until
 
 OUTAGE_LEASE_TTL_S = 4
 WAIT_S = 60

@@ -24,7 +24,8 @@ from mafka4.client.producer import Producer
 from mafka4.client.virtual_consumer import VirtualConsumer
 from mafka4.physical.handles import replica_handle
 
-from virtual_helpers import WAIT_S, topic_name, wait_until
+from virtual_helpers import WAIT_S, topic_name
+from wait_helpers import wait_until
 
 MESSAGES = 200
 # Small segments and a short retention, checked often: many segments pass retention quickly.

@@ -29,9 +29,8 @@ from mafka4.virtual.hosted_vp import VpId, vp_directory
 
 from conftest import own_cluster
 from process_helpers import Agent, ControllerProcess
-from virtual_helpers import (
-    Deliveries, Member, ProduceLoop, check_exactly_once, read_everything, topic_name, vp_log, wait_until,
-)
+from virtual_helpers import Deliveries, Member, ProduceLoop, check_exactly_once, read_everything, topic_name, vp_log
+from wait_helpers import wait_until
 
 SETTINGS = {"read_node_gone_ms": 3000, "vp_merge_delay_ms": 2000, "upkeep_interval_ms": 500}
 WAIT_S = 120

@@ -31,8 +31,9 @@ from mafka4.virtual.handles import read_node_handle
 from mafka4.virtual.vp_records import NOTHING_APPLIED
 
 from virtual_helpers import (
-    WAIT_S, Deliveries, Member, ProduceLoop, check_exactly_once, describe_vp, feed_of, topic_name, wait_until,
+    WAIT_S, Deliveries, Member, ProduceLoop, check_exactly_once, describe_vp, feed_of, topic_name,
 )
+from wait_helpers import wait_until
 
 
 def layout_of(connection, topic: str):

@@ -24,7 +24,8 @@ from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import GroupNotEmpty
 
-from virtual_helpers import Deliveries, Member, ProduceLoop, check_exactly_once, topic_name, wait_until
+from virtual_helpers import Deliveries, Member, ProduceLoop, check_exactly_once, topic_name
+from wait_helpers import wait_until
 
 
 def active_vps(connection, topic: str) -> tuple[int, ...]:

@@ -36,8 +36,8 @@ from mafka4.virtual.vp_state import VirtualPartitionState
 
 from virtual_helpers import (
     WAIT_S, ProduceLoop, TimedReader, check_exactly_once, describe_vp, feed_of, read_everything, topic_name, vp_log,
-    wait_until,
 )
+from wait_helpers import wait_until
 
 # The controller learns of a death when the read node's liveness lease expires (5 s), then
 # restarts it and fails its VPs over; on this shared machine that may take much longer.

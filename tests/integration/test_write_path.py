@@ -18,6 +18,8 @@ from mafka4.limits import Acks
 from mafka4.physical.handles import replica_handle
 from mafka4.records import decode_batches, encode_batch
 
+from wait_helpers import wait_until
+
 
 def topic_name(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(3)}"
@@ -85,7 +87,7 @@ def test_rf3_keeps_accepting_acks_all_after_a_follower_dies(cluster):
 
     worker = threading.Thread(target=produce_loop)
     worker.start()
-    time.sleep(2)
+    wait_until(lambda: len(acknowledged) >= 200 or failures)  # under way (a flush answered) when the follower dies
     ray.kill(replica_handle(cluster.cluster, topic, 0, state.replicas[2]))
     count_at_kill = len(acknowledged)
     deadline = time.monotonic() + 30

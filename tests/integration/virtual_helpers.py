@@ -21,21 +21,14 @@ from mafka4.virtual.hosted_vp import VpId
 from mafka4.virtual.read_node import ConsumerRead
 from mafka4.virtual.vp_records import source_of
 
+from wait_helpers import wait_until
+
 KEYS = [f"key-{i}".encode() for i in range(24)]
 WAIT_S = 60
 
 
 def topic_name(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(3)}"
-
-
-def wait_until(predicate, timeout_s: float = WAIT_S, interval_s: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return predicate()
 
 
 class ProduceLoop:

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 from mafka4.bench.stats import nearest_rank_index
-from simulations.analysis import read_event_frame, spark_session
-from simulations.analysis_settings import AnalysisSettings
+from simulations.analysis import read_event_frame
 from simulations.omb import OMB_PERCENTILES, experiment_settings, omb_results, write_omb_results
 from simulations.schema import RunInfo, event_log_files, write_events
 
@@ -26,13 +25,6 @@ OMB_KEYS = {"workload", "driver", "messageSize", "topics", "partitions", "produc
     f"{stem}{suffix}" for stem in ("publishLatency", "aggregatedPublishLatency", "endToEndLatency",
                                    "aggregatedEndToEndLatency")
     for suffix in ("Avg", "50pct", "75pct", "95pct", "99pct", "999pct", "9999pct", "99999pct", "Max")}
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = spark_session(AnalysisSettings(master="local[1]", shuffle_partitions=2))
-    yield session
-    session.stop()
 
 
 def write_run(directory: Path, run: RunInfo, rng: np.random.Generator, start_ms: float) -> dict[str, np.ndarray]:

@@ -1,7 +1,7 @@
 """The Spark analysis: exact nearest-rank percentiles per repetition and their median, the drain
 check, the outputs of a run, bad input.
 
-One local Spark session (one core, loopback only, no UI) serves the whole module.
+The Spark session is the run's shared one (``spark`` in tests/unit/conftest.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 from mafka4.bench.stats import nearest_rank_index
 from mafka4.errors import InvalidConfig, NoEventLogs, RunInTwoEventLogs
 from simulations.analysis import (PERCENTILES, AnalysisSettings, analyze, latency_by_config, latency_by_repetition,
-                                  rank_expression, read_event_frame, spark_session)
+                                  rank_expression, read_event_frame)
 from simulations.analysis_command import add_analyze_parser
 from simulations.percentiles import at_rank, beyond_rank
 from simulations.schema import RunInfo, event_log_files, write_events
@@ -31,13 +31,6 @@ RUNTIME3 = RunInfo(experiment_id="scaling", source="runtime", mode="mafka3", con
                    virtual_partitions=0, write_nodes=3, read_nodes=0, actors=1, seed=SEED, git_commit="abc")
 RUNTIME4 = replace(RUNTIME3, mode="mafka4", virtual_partitions=1, read_nodes=2, actors=2)
 LATENCIES = ("produce_latency_ms", "end_to_end_latency_ms")
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = spark_session(AnalysisSettings(master="local[1]", shuffle_partitions=2))
-    yield session
-    session.stop()
 
 
 def write_runtime_run(directory: Path, run: RunInfo, latencies_ms: np.ndarray, end_to_end_ms: np.ndarray,

@@ -16,8 +16,7 @@ import numpy as np
 import pytest
 
 from mafka4.bench.stats import nearest_rank_index
-from simulations.analysis import read_event_frame, spark_session
-from simulations.analysis_settings import AnalysisSettings
+from simulations.analysis import read_event_frame
 from simulations.intervals import (INTERVAL_PERCENTILES, TAIL_MULTIPLES, poisson_weight_sql, ratio_interval,
                                    replicate_statistics, run_arrays, threshold_sql, uniform_sql,
                                    weighted_percentile_sql, with_block_weights)
@@ -29,13 +28,6 @@ START_MS = 1.7e12
 BLOCK_MS = 100.0
 RUN = RunInfo(experiment_id="intervals", source="runtime", mode="mafka3", consumers=2, topics=1, physical_partitions=2,
               virtual_partitions=0, write_nodes=2, read_nodes=0, actors=4, seed=SEED, git_commit="abc")
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = spark_session(AnalysisSettings(master="local[1]", shuffle_partitions=2))
-    yield session
-    session.stop()
 
 
 def weighted_nearest_rank(values: np.ndarray, weights: np.ndarray, percent: str) -> float | None:

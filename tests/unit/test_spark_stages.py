@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 from mafka4.bench.stats import nearest_rank_index
-from simulations.analysis import latency_by_repetition, read_event_frame, spark_session
-from simulations.analysis_settings import AnalysisSettings
+from simulations.analysis import latency_by_repetition, read_event_frame
 from simulations.percentiles import PERCENTILES
 from simulations.schema import RunInfo, event_log_files, write_events
 from simulations.stages import PATHS, stage_latency, stage_path
@@ -23,13 +22,6 @@ RUN4 = RunInfo(experiment_id="stages", source="runtime", mode="mafka4", consumer
 RUN3 = replace(RUN4, mode="mafka3", virtual_partitions=0, read_nodes=0)
 STAMPS = ("sent_time_ms", "leader_received_time_ms", "leader_appended_time_ms", "committed_time_ms",
           "vp_appended_time_ms", "vp_committed_time_ms")
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = spark_session(AnalysisSettings(master="local[1]", shuffle_partitions=2))
-    yield session
-    session.stop()
 
 
 def test_stage_paths_link_send_to_ack_and_to_the_poll():
