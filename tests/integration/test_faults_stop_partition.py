@@ -27,6 +27,7 @@ import pytest
 import ray
 
 from mafka4.client.admin import Admin
+from mafka4.client.consumer import Consumer
 from mafka4.client.producer import Producer
 from mafka4.coordinator.metadata import keys
 from mafka4.partition_gate import CLIENT, HEALED, NetworkFault, set_client_fault
