@@ -1,5 +1,7 @@
 """Measuring what processes of this machine use over a window: ``/proc`` and the load average (a shell).
 
+Also the single reads a chaos run's resource sampler takes (``rss_bytes``, ``open_fd_count``).
+
 The arithmetic is ``bench.usage``'s. A pid is looked up in this machine's ``/proc``, so the
 processes measured must run here (``mafka4 up`` runs every node of a local cluster here);
 otherwise ``ProcessNotVisible`` says so. Every window records the 1-minute load average at its
@@ -21,22 +23,42 @@ PROC = Path("/proc")
 QUIET_POLL_S = 5.0
 
 
+def _not_visible(pid: int) -> ProcessNotVisible:
+    return ProcessNotVisible(f"process {pid} is not in this machine's /proc (or has exited): run the benchmark "
+                             f"on the machine of the read nodes, with the cluster running")
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of ``pid`` now (``VmRSS``); ``ProcessNotVisible`` if it is gone or a zombie."""
+    try:
+        return vm_rss_bytes((PROC / str(pid) / "status").read_text())
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        raise _not_visible(pid) from None
+
+
+def open_fd_count(pid: int) -> int:
+    """How many file descriptors ``pid`` holds open now (the entries of ``/proc/<pid>/fd``)."""
+    try:
+        return len(os.listdir(PROC / str(pid) / "fd"))
+    except (FileNotFoundError, ProcessLookupError):
+        raise _not_visible(pid) from None
+
+
 def sample_process(pid: int) -> ProcessSample:
     """RSS and per-thread CPU time of ``pid`` now."""
     tasks = PROC / str(pid) / "task"
+    resident_bytes = rss_bytes(pid)
     try:
-        rss_bytes = vm_rss_bytes((PROC / str(pid) / "status").read_text())
         thread_ids = os.listdir(tasks)
-    except (FileNotFoundError, ProcessLookupError, ValueError):
-        raise ProcessNotVisible(f"process {pid} is not in this machine's /proc (or has exited): run the benchmark "
-                                f"on the machine of the read nodes, with the cluster running") from None
+    except (FileNotFoundError, ProcessLookupError):
+        raise _not_visible(pid) from None
     thread_cpu_ns = {}
     for thread_id in thread_ids:
         try:
             thread_cpu_ns[int(thread_id)] = schedstat_cpu_ns((tasks / thread_id / "schedstat").read_text())
         except (FileNotFoundError, ProcessLookupError):
             continue  # the thread exited after the listing: it ran nothing more in this window
-    return ProcessSample(time.monotonic_ns(), rss_bytes, thread_cpu_ns)
+    return ProcessSample(time.monotonic_ns(), resident_bytes, thread_cpu_ns)
 
 
 def measure_window(pids: Mapping[str, int], window_s: float) -> dict:

@@ -114,13 +114,20 @@ def down(home: Path) -> list[int]:
         raise ClusterNotRunning(f"no local cluster at {home}: nothing to stop")
     if daemon_alive(state):
         # Listed before the signal: the daemon is reaped by someone else once it exits.
-        pids = {state.daemon_pid, *_descendants(state.daemon_pid), *_session_members(state.daemon_pid)}
+        pids = cluster_pids(state)
         _terminate(state.daemon_pid)
     else:
         pids = _stale_leftovers(state)
     _kill_pids(pids)
     remove_state(home)
     return sorted(pids)
+
+
+def cluster_pids(state: ClusterState) -> set[int]:
+    """The daemon and every process it started that still runs: etcd members, Ray's processes and
+    actor workers, the controller. Its descendants plus its session's members, since a worker whose
+    raylet died is re-parented and found only by its session."""
+    return {state.daemon_pid, *_descendants(state.daemon_pid), *_session_members(state.daemon_pid)}
 
 
 def _terminate(daemon_pid: int) -> None:

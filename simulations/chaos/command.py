@@ -49,6 +49,9 @@ def add_chaos_parser(commands) -> None:
     chaos.add_argument("--members", type=int, default=defaults.members, help="consumer-group members (default %(default)s)")
     chaos.add_argument("--etcd-members", type=int, choices=ETCD_MEMBER_CHOICES, default=defaults.etcd_members,
                        help="members of the throwaway cluster's etcd; kill-etcd-member needs 3 (default %(default)s)")
+    chaos.add_argument("--resource-sample-s", type=float, default=defaults.resource_sample_s,
+                       help="how often every process's RSS and open fds and etcd's keys are sampled for the "
+                            "report's resources section (default %(default)s)")
     chaos.add_argument("--out", default="results/chaos.json", help="JSON report path (default %(default)s)")
     chaos.set_defaults(run=_cmd_chaos)
 
@@ -56,7 +59,8 @@ def add_chaos_parser(commands) -> None:
 def _cmd_chaos(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     settings = ChaosSettings(seed=seed, duration_s=args.duration_s, rate_msgs_per_s=args.rate_msgs_per_s,
-                             faults=args.faults, members=args.members, etcd_members=args.etcd_members)
+                             faults=args.faults, members=args.members, etcd_members=args.etcd_members,
+                             resource_sample_s=args.resource_sample_s)
     print(f"chaos: seed {seed}, {settings.duration_s:g} s of faults ({','.join(settings.faults)}), "
           f"{settings.rate_msgs_per_s} msgs/s, {settings.members} members, {settings.etcd_members} etcd member(s)",
           flush=True)

@@ -1,6 +1,7 @@
 """``mafka4 chaos``: a Jepsen-style run against a real local cluster, judged by ``simulations.checkers``.
 
-    mafka4 chaos [--seed N] [--duration-s 60] [--rate-msgs-per-s 500] [--faults kill-replica,...] [--out FILE]
+    mafka4 chaos [--seed N] [--duration-s 60] [--rate-msgs-per-s 500] [--faults kill-replica,...]
+                 [--resource-sample-s 10] [--out FILE]
 
 On a throwaway cluster (3 write nodes, 2 read nodes; or on a cluster the caller passes in),
 ``run_chaos`` creates a mafka4-mode topic (P=2, RF=3, min_insync_replicas=2, V=4, RR=2 by
@@ -17,6 +18,16 @@ default) and runs, in order:
    its members close (commit and leave);
 5. **judge**: the final logs are read from the cluster and every checker runs
    (``judge``); the report goes to ``--out`` as JSON.
+
+Resources: from the workload's start to the end of the drain, ``resource_sampler`` looks every
+``resource_sample_s`` at every process of the cluster and the run (RSS, open fds) and counts
+etcd's keys; the report's ``resources`` section gives, per role (``etcd-0``, ``raylet``,
+``ray::PhysicalPartition``, ``controller``, ``chaos-member``, ``chaos-driver``, ...; a role
+outlives the PIDs faults kill), least-squares slopes per hour of its summed RSS (MiB) and open
+fds, and the slopes of etcd's key count and database size, over the steady window (the fault
+phase without its first 10%; ``resource_trend``). A soak reads them to see that nothing grows;
+the verdict does not judge them (noisy on a shared machine, and the driver's history grows by
+design), and sampling never fails a run: a process or an etcd a fault took away is skipped.
 
 Verdict (``simulations.chaos.verdict``, the report's ``verdict`` section): the run passes only
 if no checker found anything (no acknowledged message lost or left unread, no per-key or
@@ -50,6 +61,8 @@ from mafka4.runtime.etcd_server import EtcdServer
 from mafka4.runtime.temporary import temporary_cluster
 from simulations.chaos.faults import EtcdControl, FaultRecord, Nemesis
 from simulations.chaos.judge import FinalLogs, judge, read_final_logs, with_sources
+from simulations.chaos.resource_sampler import ResourceSampler
+from simulations.chaos.resource_trend import ResourceTrends, resource_trends, steady_window, summary_lines
 from simulations.chaos.settings import ChaosSettings
 from simulations.chaos.verdict import Evidence, MemberExit, verdict
 from simulations.chaos.workload import CommitObserver, History, Members, PacedProducer
@@ -104,6 +117,7 @@ class _ChaosRun:
         etcd = EtcdControl.of(connection, etcd_started) if connection.state is not None else None
         self.nemesis = Nemesis(connection, self.topic, random.Random(settings.seed), self.members, etcd,
                                settings.timing, self.began)
+        self.sampler = ResourceSampler.of(connection, settings.resource_sample_s, self.began)
 
     def _phase_done(self, name: str, since: float) -> float:
         now = time.monotonic()
@@ -118,9 +132,12 @@ class _ChaosRun:
             self.members.wait_ready()
             self.observer.start()
             self.producer.start()
+            self.sampler.start()
             mark = self._phase_done("setup_s", self.began)
             time.sleep(settings.warmup_s)
+            faults_began = time.monotonic()
             faults = self.nemesis.run(settings.duration_s, settings.faults)
+            steady = steady_window(faults_began - self.began, time.monotonic() - self.began)
             mark = self._phase_done("faults_s", mark)
             heal = self.nemesis.heal(settings.heal_timeout_s)
             time.sleep(settings.settle_s)
@@ -130,13 +147,15 @@ class _ChaosRun:
             drained = _drain(self.members, {ack.value for ack in acks}, settings.drain_timeout_s)
             self.members.stop_all()
             self.observer.stop()
+            resources = resource_trends(self.sampler.stop(), steady)
             mark = self._phase_done("drain_s", mark)
             logs = read_final_logs(self.connection, self.topic)
             merged = self.history.merged(with_sources(self.members.consumed(), acks, logs.vp_logs))
             judged = judge(merged, logs, GROUP, drained)
             self._phase_done("judge_s", mark)
-            report = self._report(faults, heal, drained, logs, judged)
+            report = self._report(faults, heal, drained, logs, judged, resources)
         finally:
+            self.sampler.stop()
             self.nemesis.undo()  # a run stopped mid-fault leaves no process stopped, no network cut
             self.producer.stop()
             self.members.stop_all()
@@ -149,7 +168,8 @@ class _ChaosRun:
             report["member_logs"] = str(self.workdir)  # kept to find out what happened
         return report
 
-    def _report(self, faults: list[FaultRecord], heal: dict, drained: bool, logs: FinalLogs, judged: dict) -> dict:
+    def _report(self, faults: list[FaultRecord], heal: dict, drained: bool, logs: FinalLogs, judged: dict,
+                resources: ResourceTrends) -> dict:
         exits = tuple(MemberExit(m.name, m.killed, m.process.returncode, m.stop_timed_out) for m in self.members.all)
         judgement = verdict(Evidence(judged["anomalies"], heal["healed"], self.settings.heal_timeout_s,
                                      tuple(heal["unhealthy"]), exits, tuple(logs.unreadable)))
@@ -180,6 +200,7 @@ class _ChaosRun:
             "member_errors": members.errors()[:20],
             "commit_reads_failed": self.observer.reads_failed,
             "logs_unreadable": logs.unreadable,
+            "resources": {"sample_s": self.settings.resource_sample_s, **resources.to_json()},
             "verdict": judgement.to_json(),
         }
 
@@ -220,6 +241,7 @@ def summary(report: dict) -> str:
         f"faults: {report['faults_injected']} ({', '.join(f'{k} {n}' for k, n in sorted(report['faults_by_kind'].items()))})",
         f"healed: {report['heal']['healed']} in {report['heal']['took_s']:.0f} s; drained: {report['drained']}",
         "anomalies: " + ", ".join(f"{kind} {count}" for kind, count in report["anomalies"].items()),
+        *summary_lines(report["resources"]),
     ]
     reasons = report["verdict"]["reasons"]
     lines.append("verdict: FAIL" if reasons else "verdict: pass")

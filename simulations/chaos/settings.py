@@ -58,6 +58,9 @@ class ChaosSettings:
     delivery_timeout_ms: int = 120_000
     # Members of the throwaway cluster's etcd; kill-etcd-member needs 3 (with 1 it is skipped).
     etcd_members: int = 1
+    # How often the run's processes and etcd are sampled for the report's "resources" section
+    # (``resource_sampler``); a sweep costs a pass over /proc and two etcd calls.
+    resource_sample_s: float = 10.0
     timing: FaultTiming = FaultTiming()
 
     def __post_init__(self) -> None:
@@ -71,5 +74,7 @@ class ChaosSettings:
             raise InvalidConfig(f"etcd_members={self.etcd_members} must be one of {ETCD_MEMBER_CHOICES}")
         if self.duration_s <= 0 or self.rate_msgs_per_s <= 0:
             raise InvalidConfig(f"duration_s={self.duration_s} and rate_msgs_per_s={self.rate_msgs_per_s} must be positive")
+        if not self.resource_sample_s > 0:
+            raise InvalidConfig(f"resource_sample_s={self.resource_sample_s} must be positive")
 
 

@@ -48,6 +48,8 @@ CORES = (
     "mafka4.coordinator.control.placement",
     "mafka4.coordinator.metadata.lease",
     "mafka4.coordinator.metadata.keys",
+    # the soak's slopes of a chaos run's samples
+    "simulations.chaos.resource_trend",
 )
 
 

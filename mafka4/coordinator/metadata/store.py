@@ -182,6 +182,18 @@ class MetadataStore:
         return items, response.header.revision
 
     @_etcd_call
+    def count_prefix(self, prefix: str) -> int:
+        """How many keys start with ``prefix``, as the member answering holds them: a serializable
+        count-only range, so no value crosses the wire and no quorum round is needed (a count is
+        available during an election, and may lag the leader's by a few writes)."""
+        return self._client.get_prefix_response(prefix, count_only=True, serializable=True).count
+
+    @_etcd_call
+    def db_size_bytes(self) -> int:
+        """The size of the answering member's database file (it grows with every revision until compacted)."""
+        return self._client.status().db_size
+
+    @_etcd_call
     def get_prefixes(self, prefixes: Iterable[str]) -> dict[str, list[Versioned]]:
         """Every key under each of ``prefixes``, all read in one transaction (at one revision)."""
         prefixes = list(prefixes)
