@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mafka4 import planted_bugs
 from mafka4.errors import InvalidConfig
 
 FAULT_KINDS = ("kill-replica", "kill-read-node", "restart-etcd", "kill-member", "pause-replica",
@@ -58,6 +59,9 @@ class ChaosSettings:
     delivery_timeout_ms: int = 120_000
     # Members of the throwaway cluster's etcd; kill-etcd-member needs 3 (with 1 it is skipped).
     etcd_members: int = 1
+    # A bug of ``mafka4.planted_bugs`` (its name) that the throwaway cluster's processes run with;
+    # None: none. A run with one is expected to fail its verdict on an anomaly.
+    planted_bug: str | None = None
     timing: FaultTiming = FaultTiming()
 
     def __post_init__(self) -> None:
@@ -69,6 +73,9 @@ class ChaosSettings:
             raise InvalidConfig(f"members={self.members} must be from 1 to virtual_partitions={self.virtual_partitions}")
         if self.etcd_members not in ETCD_MEMBER_CHOICES:
             raise InvalidConfig(f"etcd_members={self.etcd_members} must be one of {ETCD_MEMBER_CHOICES}")
+        if self.planted_bug is not None and self.planted_bug not in {bug.value for bug in planted_bugs.PlantedBug}:
+            raise InvalidConfig(f"planted_bug={self.planted_bug!r} names no planted bug: use one of "
+                                f"{planted_bugs.names()}, or none")
         if self.duration_s <= 0 or self.rate_msgs_per_s <= 0:
             raise InvalidConfig(f"duration_s={self.duration_s} and rate_msgs_per_s={self.rate_msgs_per_s} must be positive")
 
