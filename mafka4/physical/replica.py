@@ -36,7 +36,8 @@ bound the HW.
 
 Invariants (asserted): 0 <= HW <= LEO; the leader's HW never decreases during its epoch;
 HW <= LEO of every ISR member whose LEO is known; the leader is in its ISR; the latest epoch
-in the history is at most ``leader_epoch`` (equal on the leader).
+in the history is at most ``leader_epoch`` (equal on the leader). Two of ``mafka4.planted_bugs``
+break the HW and the acks=all rule here on purpose, for demonstrations only.
 
 Safety rules chosen here:
 
@@ -55,10 +56,12 @@ import enum
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from mafka4 import planted_bugs
 from mafka4.errors import NotEnoughReplicas, NotLeader, StaleEpoch
 from mafka4.limits import Acks, ReplicaConfig
 from mafka4.log.epochs import NO_EPOCH, EpochHistory
 from mafka4.log.producer_state import ProducerStateTable
+from mafka4.planted_bugs import PlantedBug
 from mafka4.records import BatchHeader
 
 
@@ -327,7 +330,10 @@ class ReplicaState:
                 f"(now epoch {self._leader_epoch}, leader {self._leader_id}) before the batch "
                 f"ending at offset {next_offset} was committed: retry it on the new leader"
             )
-        if self._high_watermark < next_offset:
+        committed = self._high_watermark
+        if planted_bugs.PLANTED is PlantedBug.ACK_BEFORE_ISR:  # a demo of a broken promise: mafka4.planted_bugs
+            committed = self._log_end_offset
+        if committed < next_offset:
             return False
         if len(self._isr) < self.config.min_insync_replicas:
             raise NotEnoughReplicas(self._not_enough_replicas_message("appended but not acknowledged"))
@@ -528,8 +534,11 @@ class ReplicaState:
             return False
         if min(len(self._isr), len(self._committed_isr)) < self.config.min_insync_replicas:
             return False
+        members = self._isr | self._committed_isr | self._removed_unconfirmed
+        if planted_bugs.PLANTED is PlantedBug.HIGH_WATERMARK:  # a demo of a broken promise: mafka4.planted_bugs
+            members = frozenset()  # no follower bounds the HW: it follows this log's end
         lowest = self._log_end_offset
-        for member in self._isr | self._committed_isr | self._removed_unconfirmed:
+        for member in members:
             if member == self.replica_id:
                 continue
             leo = self._followers[member].log_end_offset
@@ -548,6 +557,8 @@ class ReplicaState:
             assert self.epochs.latest_epoch == self._leader_epoch
             assert self.replica_id in self._isr, f"leader {self.replica_id} left its own ISR {self._isr}"
             assert self._isr <= set(self._replicas)
+            if planted_bugs.PLANTED is PlantedBug.HIGH_WATERMARK:
+                return  # the planted bug breaks the check below; the demo is that the checkers see it
             for member in self._isr - {self.replica_id}:
                 leo = self._followers[member].log_end_offset
                 assert leo is None or leo >= self._high_watermark, (member, leo, self._high_watermark)

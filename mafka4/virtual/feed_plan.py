@@ -33,7 +33,8 @@ Where to read (``choose_source``): a follower in the ISR when there is one (Kafk
 so splitting adds no load to the leader's write path; the leader only when no in-sync
 follower is left or every one failed since the last metadata refresh.
 
-Pure: no I/O, no clock.
+Pure: no I/O, no clock. ``plan_round`` is where ``mafka4.planted_bugs``'s feeder-skips-batch
+drops batches on purpose, for demonstrations only.
 """
 
 from __future__ import annotations
@@ -41,9 +42,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Container, Iterable, Mapping
 
+from mafka4 import planted_bugs
 from mafka4.errors import CorruptRecord
 from mafka4.hashing import key_hash
 from mafka4.physical.partition_state import PartitionState
+from mafka4.planted_bugs import PlantedBug
 from mafka4.records import iter_batches
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.vp_records import NOTHING_APPLIED, SourcedRecord, route_batch
@@ -118,6 +121,10 @@ def plan_round(
                     f"partition {partition}: fetched batch starts at offset {header.base_offset}, expected at "
                     f"most {end}; the feeder refetches"
                 )
+            if planted_bugs.PLANTED is PlantedBug.FEEDER_SKIPS_BATCH and planted_bugs.feeder_skips(
+                    header.base_offset, header.next_offset):  # a demo of a broken promise: mafka4.planted_bugs
+                end = header.next_offset
+                continue
             for vp, records in route_batch(view[position:consumed], partition, layout, wanted).items():
                 by_vp.setdefault(vp, []).extend(r for r in records if r.offset >= next_offset)
             end = header.next_offset

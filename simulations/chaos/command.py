@@ -12,6 +12,7 @@ import secrets
 import sys
 from pathlib import Path
 
+from mafka4.planted_bugs import PlantedBug
 from simulations.chaos.settings import ETCD_MEMBER_CHOICES, FAULT_KINDS, ChaosSettings
 
 
@@ -27,6 +28,10 @@ verdict: the run fails on any checker anomaly, a committed offset moving back, a
 that did not heal within the heal bound, a member the nemesis did not kill exiting
 abnormally, or a replica log that could not be read; the report's "verdict" section lists
 every reason. The heal bound is {ChaosSettings().heal_timeout_s:g} s.
+
+--planted-bug NAME runs the throwaway cluster with one of mafka4.planted_bugs planted in its
+cores: the verdict is then expected to fail on an anomaly, and the last lines say whether the
+bug was caught.
 
 exit codes:
   {EXIT_PASSED}  the verdict passed
@@ -52,6 +57,9 @@ def add_chaos_parser(commands) -> None:
     chaos.add_argument("--resource-sample-s", type=float, default=defaults.resource_sample_s,
                        help="how often every process's RSS and open fds and etcd's keys are sampled for the "
                             "report's resources section (default %(default)s)")
+    chaos.add_argument("--planted-bug", choices=[bug.value for bug in PlantedBug],
+                       help="plant this bug in the cluster's cores (mafka4.planted_bugs), to show that the checkers "
+                            "catch it; default none")
     chaos.add_argument("--out", default="results/chaos.json", help="JSON report path (default %(default)s)")
     chaos.set_defaults(run=_cmd_chaos)
 
@@ -60,10 +68,11 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     settings = ChaosSettings(seed=seed, duration_s=args.duration_s, rate_msgs_per_s=args.rate_msgs_per_s,
                              faults=args.faults, members=args.members, etcd_members=args.etcd_members,
-                             resource_sample_s=args.resource_sample_s)
+                             resource_sample_s=args.resource_sample_s, planted_bug=args.planted_bug)
+    planted = f", planted bug {settings.planted_bug}" if settings.planted_bug else ""
     print(f"chaos: seed {seed}, {settings.duration_s:g} s of faults ({','.join(settings.faults)}), "
-          f"{settings.rate_msgs_per_s} msgs/s, {settings.members} members, {settings.etcd_members} etcd member(s)",
-          flush=True)
+          f"{settings.rate_msgs_per_s} msgs/s, {settings.members} members, {settings.etcd_members} etcd member(s)"
+          f"{planted}", flush=True)
     from simulations.chaos.run import run_chaos, summary  # starts clusters: imported only to run
 
     out = Path(args.out)

@@ -29,6 +29,15 @@ phase without its first 10%; ``resource_trend``). A soak reads them to see that 
 the verdict does not judge them (noisy on a shared machine, and the driver's history grows by
 design), and sampling never fails a run: a process or an etcd a fault took away is skipped.
 
+Planted bugs (``--planted-bug NAME``, ``ChaosSettings.planted_bug``): the throwaway cluster's
+processes start with ``$MAFKA4_PLANTED_BUG`` set (``mafka4.planted_bugs.exported``), so its
+replica actors and read nodes run one of the deliberately broken cores of
+``mafka4.planted_bugs``. Such a run is expected to fail its verdict on an anomaly: the report's
+settings name the bug, and ``summary`` says "planted bug NAME: caught" when the verdict failed
+for an anomaly, "NOT caught" otherwise. A cluster passed in was started without the bug, so a
+planted bug needs the throwaway cluster. The simulator catches the same bugs
+(``python3 -m simulations.dst --planted-bug NAME``).
+
 Verdict (``simulations.chaos.verdict``, the report's ``verdict`` section): the run passes only
 if no checker found anything (no acknowledged message lost or left unread, no per-key or
 per-producer reordering, no duplicate beyond at-least-once re-delivery -- re-reads of what
@@ -52,6 +61,7 @@ from pathlib import Path
 
 import ray
 
+from mafka4 import planted_bugs
 from mafka4.client.admin import Admin
 from mafka4.errors import InvalidConfig, MafkaError
 from mafka4.limits import ClusterConfig, ReadMode
@@ -64,7 +74,7 @@ from simulations.chaos.judge import FinalLogs, judge, read_final_logs, with_sour
 from simulations.chaos.resource_sampler import ResourceSampler
 from simulations.chaos.resource_trend import ResourceTrends, resource_trends, steady_window, summary_lines
 from simulations.chaos.settings import ChaosSettings
-from simulations.chaos.verdict import Evidence, MemberExit, verdict
+from simulations.chaos.verdict import Evidence, Failure, MemberExit, verdict
 from simulations.chaos.workload import CommitObserver, History, Members, PacedProducer
 from simulations.checkers import Ack
 
@@ -78,15 +88,20 @@ def run_chaos(settings: ChaosSettings, connection: Connection | None = None,
     """Run one chaos run and return its report.
 
     Without ``connection`` the run starts a throwaway local cluster, whose processes record fsync
-    points for the power-loss faults, and stops it (and any etcd it restarted) at the end. With one, it uses that cluster, deletes its topic at the end,
+    points for the power-loss faults and run with ``settings.planted_bug``, and stops it (and any
+    etcd it restarted) at the end. With one, it uses that cluster, deletes its topic at the end,
     and appends every etcd server it starts to ``etcd_started``: the caller stops them after
     the cluster (``mafka4 down`` knows only the etcd its daemon started).
     """
     if connection is None:
         config = ClusterConfig(write_nodes=settings.replication_factor, read_nodes=settings.read_replicas,
                                start_timeout_s=CLUSTER_START_TIMEOUT_S, etcd_members=settings.etcd_members)
-        with recording_fsync_points(), temporary_cluster(config, home_prefix="m4chaos-") as cluster:
+        with recording_fsync_points(), planted_bugs.exported(planted_bugs.parse(settings.planted_bug)), \
+                temporary_cluster(config, home_prefix="m4chaos-") as cluster:
             return _ChaosRun(settings, cluster.connection, cluster.etcd_started, delete_topic=False).execute()
+    if settings.planted_bug is not None:
+        raise InvalidConfig(f"planted bug {settings.planted_bug}: a cluster passed in runs without it (its processes "
+                            f"started without ${planted_bugs.PLANTED_BUG_ENV}); run on the throwaway cluster")
     if etcd_started is None and {"restart-etcd", "kill-etcd-member"} & set(settings.faults):
         raise InvalidConfig("the restart-etcd and kill-etcd-member faults start an etcd the caller must stop: "
                             "pass etcd_started=[]")
@@ -246,4 +261,13 @@ def summary(report: dict) -> str:
     reasons = report["verdict"]["reasons"]
     lines.append("verdict: FAIL" if reasons else "verdict: pass")
     lines += [f"  {reason['reason']}: {reason['detail']}" for reason in reasons]
+    bug = report["settings"].get("planted_bug")
+    if bug is not None:
+        lines.append(f"planted bug {bug}: {'caught' if planted_bug_caught(report) else 'NOT caught'}")
     return "\n".join(lines)
+
+
+def planted_bug_caught(report: dict) -> bool:
+    """A run with a planted bug caught it when its verdict failed on a checker's anomaly (another
+    reason, e.g. a cluster that did not heal, shows damage but not that the checkers see it)."""
+    return any(reason["reason"] == Failure.ANOMALY.value for reason in report["verdict"]["reasons"])

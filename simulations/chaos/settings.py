@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mafka4 import planted_bugs
 from mafka4.errors import InvalidConfig
 
 FAULT_KINDS = ("kill-replica", "kill-read-node", "restart-etcd", "kill-member", "pause-replica",
@@ -61,6 +62,9 @@ class ChaosSettings:
     # How often the run's processes and etcd are sampled for the report's "resources" section
     # (``resource_sampler``); a sweep costs a pass over /proc and two etcd calls.
     resource_sample_s: float = 10.0
+    # A bug of ``mafka4.planted_bugs`` (its name) that the throwaway cluster's processes run with;
+    # None: none. A run with one is expected to fail its verdict on an anomaly.
+    planted_bug: str | None = None
     timing: FaultTiming = FaultTiming()
 
     def __post_init__(self) -> None:
@@ -72,6 +76,9 @@ class ChaosSettings:
             raise InvalidConfig(f"members={self.members} must be from 1 to virtual_partitions={self.virtual_partitions}")
         if self.etcd_members not in ETCD_MEMBER_CHOICES:
             raise InvalidConfig(f"etcd_members={self.etcd_members} must be one of {ETCD_MEMBER_CHOICES}")
+        if self.planted_bug is not None and self.planted_bug not in {bug.value for bug in planted_bugs.PlantedBug}:
+            raise InvalidConfig(f"planted_bug={self.planted_bug!r} names no planted bug: use one of "
+                                f"{planted_bugs.names()}, or none")
         if self.duration_s <= 0 or self.rate_msgs_per_s <= 0:
             raise InvalidConfig(f"duration_s={self.duration_s} and rate_msgs_per_s={self.rate_msgs_per_s} must be positive")
         if not self.resource_sample_s > 0:

@@ -13,6 +13,9 @@ are in ``simulations/checkers.py``.
 
     python3 -m simulations.dst --seed 1234 --trace     replay one seed
     python3 -m simulations.dst --seeds 1000            many seeds, a summary
+    python3 -m simulations.dst --seeds 30 --planted-bug ack-before-isr
+                                                       the same with a bug of ``mafka4.planted_bugs``
+                                                       planted in the cores: seeds must fail
 
 Tests: ``tests/sim`` runs 200 seeds by default; ``MAFKA4_SIM_SEEDS=5000`` runs more.
 

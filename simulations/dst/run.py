@@ -5,8 +5,10 @@ it inside a ``SimDisk`` (temporary directory, removed afterwards) and returns a
 ``RunResult``: the anomalies the checkers found, or the error (an ``AssertionError`` of a
 core is a broken invariant and fails the seed as well), whether the run drained, counters,
 and the trace of faults and elections to read when a seed fails. Besides the seed, a run
-depends on ``$MAFKA4_COMPRESSION`` (the producers' codec, as for any ``Producer``): the replay
-command a failed seed prints sets it when it is not "none".
+depends on ``$MAFKA4_COMPRESSION`` (the producers' codec, as for any ``Producer``) and on the
+bug planted in the cores, if any (``mafka4.planted_bugs``: ``$MAFKA4_PLANTED_BUG``, or
+``planted_bugs.planted`` around the run): the replay command a failed seed prints names both
+when they are not the defaults.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ import random
 import traceback
 from dataclasses import dataclass, field
 
+from mafka4 import planted_bugs
 from mafka4.compression import Codec
 from mafka4.limits import COMPRESSION_ENV
+from mafka4.planted_bugs import PlantedBug
 from simulations.checkers import Ack, Anomaly, Consumed
 from simulations.dst.cluster import Cluster
 from simulations.dst.disk import SimDisk
@@ -40,6 +44,8 @@ class RunResult:
     digest: str = ""
     # The producers' codec, from $MAFKA4_COMPRESSION as a Producer takes it: part of the replay.
     compression: Codec = Codec.NONE
+    # The bug planted in the cores for the run (``mafka4.planted_bugs``): part of the replay.
+    planted_bug: PlantedBug | None = None
 
     @property
     def ok(self) -> bool:
@@ -54,13 +60,14 @@ class RunResult:
         if not self.drained:
             lines.append(f"not drained: {'; '.join(self.not_drained)}")
         lines += [f"  {anomaly}" for anomaly in self.anomalies]
-        lines.append(f"replay: {replay_command(self.seed, self.compression)}")
+        lines.append(f"replay: {replay_command(self.seed, self.compression, self.planted_bug)}")
         return "\n".join(lines)
 
 
-def replay_command(seed: int, compression: Codec = Codec.NONE) -> str:
+def replay_command(seed: int, compression: Codec = Codec.NONE, planted_bug: PlantedBug | None = None) -> str:
     environment = "" if compression is Codec.NONE else f"{COMPRESSION_ENV}={compression} "
-    return f"{environment}python3 -m simulations.dst --seed {seed} --trace"
+    planted = "" if planted_bug is None else f" --planted-bug {planted_bug.value}"
+    return f"{environment}python3 -m simulations.dst --seed {seed}{planted} --trace"
 
 
 def _stats_text(stats: dict) -> str:
@@ -100,4 +107,4 @@ def run_seed(seed: int, **overrides) -> RunResult:
         digest = hashlib.sha256(repr(env.history).encode()).hexdigest()
         return RunResult(seed, tuple(anomalies), error, cluster.drained and error is None,
                          tuple(cluster.not_drained), stats, tuple(env.trace), digest,
-                         options.producer_config.compression)
+                         options.producer_config.compression, planted_bugs.PLANTED)

@@ -12,6 +12,8 @@ import json
 import pytest
 
 from mafka4.cli import main
+from mafka4.errors import InvalidConfig
+from simulations.chaos.resource_trend import Samples, Window, resource_trends
 from simulations.chaos.verdict import Evidence, Failure, MemberExit, verdict
 from simulations.checkers import Kind
 
@@ -139,3 +141,62 @@ def test_a_run_stopped_by_an_error_leaves_no_older_report_behind(monkeypatch, tm
 
 def test_a_bad_setting_is_a_usage_error():
     assert main(["chaos", "--members", "9"]) == 2
+
+
+# --- planted bugs (mafka4.planted_bugs) ---------------------------------------------------------
+
+
+def test_an_unknown_planted_bug_is_a_usage_error():
+    from simulations.chaos.settings import ChaosSettings
+
+    with pytest.raises(InvalidConfig, match="planted_bug='hw' names no planted bug: use one of high-watermark, "
+                                            "ack-before-isr, feeder-skips-batch"):
+        ChaosSettings(planted_bug="hw")
+    with pytest.raises(SystemExit) as exited:
+        main(["chaos", "--planted-bug", "hw"])
+    assert exited.value.code == 2
+
+
+def test_the_planted_bug_reaches_the_run_settings(monkeypatch, tmp_path):
+    import simulations.chaos.run as run
+
+    asked = []
+
+    def run_chaos(settings):
+        asked.append(settings)
+        return {"seed": settings.seed, "verdict": verdict(dataclasses.replace(CLEAN, anomalies={"lost": 3})).to_json()}
+
+    monkeypatch.setattr(run, "run_chaos", run_chaos)
+    monkeypatch.setattr(run, "summary", lambda report: "summary")
+    code = main(["chaos", "--seed", "5", "--planted-bug", "ack-before-isr", "--out", str(tmp_path / "chaos.json")])
+    assert code == 1 and [settings.planted_bug for settings in asked] == ["ack-before-isr"]
+
+
+def report_of(evidence: Evidence, planted_bug: str | None) -> dict:
+    """The parts of a run's report that ``summary`` reads."""
+    return {"seed": 5, "duration_s": 100.0, "phases_s": {"faults_s": 60.0}, "faults_injected": 0, "faults_by_kind": {},
+            "messages": {"sent": 10, "acknowledged": 10, "failed": 0, "consumed_records": 7, "consumed_unique": 7,
+                         "redelivered": 0, "unread_acknowledged": 3},
+            "heal": {"healed": evidence.healed, "took_s": 1.0}, "drained": False, "anomalies": dict(evidence.anomalies),
+            "settings": {"planted_bug": planted_bug}, "verdict": verdict(evidence).to_json(),
+            "resources": {"sample_s": 10.0, **resource_trends(Samples((), (), 0), Window(0.0, 60.0)).to_json()}}
+
+
+def test_the_summary_says_whether_a_planted_bug_was_caught_by_an_anomaly():
+    from simulations.chaos.run import summary
+
+    lost = dataclasses.replace(CLEAN, anomalies={**NO_ANOMALY, "lost": 3})
+    assert summary(report_of(lost, "feeder-skips-batch")).endswith("planted bug feeder-skips-batch: caught")
+    # A run that failed only for not healing shows damage, not that the checkers see the bug.
+    not_healed = dataclasses.replace(CLEAN, healed=False)
+    assert summary(report_of(not_healed, "high-watermark")).endswith("planted bug high-watermark: NOT caught")
+    assert summary(report_of(CLEAN, "ack-before-isr")).endswith("planted bug ack-before-isr: NOT caught")
+    assert "planted bug" not in summary(report_of(lost, None))
+
+
+def test_a_planted_bug_needs_the_throwaway_cluster():
+    from simulations.chaos.run import run_chaos
+    from simulations.chaos.settings import ChaosSettings
+
+    with pytest.raises(InvalidConfig, match="a cluster passed in runs without it"):
+        run_chaos(ChaosSettings(planted_bug="high-watermark"), connection=object())
