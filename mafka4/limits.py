@@ -758,6 +758,11 @@ READ_NODE_CALL_TIMEOUT_S = 60
 # answer is a stuck actor.
 DESCRIBE_TIMEOUT_S = 10
 
+# With no fetch out (every owned partition's leader unknown, not running or cut off), a
+# Mafka3-mode consumer's poll() looks for a leader again this often instead of spinning until
+# its deadline.
+LEADER_RETRY_S = 0.05
+
 # Consumer groups.
 # A Mafka3 group member's sync runs at most this many protocol steps before it waits for a
 # change: a rebalance needs revoke, propose, claim and a final read, plus a few lost races.

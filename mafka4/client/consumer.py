@@ -49,8 +49,8 @@ from mafka4.coordinator.groups.partition_protocol import (CommittedOffset, Membe
                                                           validate_group_name)
 from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.errors import CommitFailed, CoordinatorUnavailable, MafkaError, PartitionNotAssigned
-from mafka4.limits import (LIST_OFFSETS_TIMEOUT_S, PARTITION_GROUP_CHECK_INTERVAL_S, ConsumerConfig, OffsetReset,
-                           ReadMode)
+from mafka4.limits import (LEADER_RETRY_S, LIST_OFFSETS_TIMEOUT_S, PARTITION_GROUP_CHECK_INTERVAL_S, ConsumerConfig,
+                           OffsetReset, ReadMode)
 from mafka4.names import validate_topic_name
 from mafka4.partition_gate import client_gate
 from mafka4.records import decode_batches
@@ -58,11 +58,6 @@ from mafka4.runtime.connect import Connection, connect
 from mafka4.runtime.remote_errors import unwrap
 
 logger = logging.getLogger(__name__)
-
-# With no fetch out (every owned partition's leader unknown, not running or cut off), poll()
-# looks for a leader again this often instead of spinning until its deadline.
-LEADER_RETRY_S = 0.05
-
 
 class Consumer:
     def __init__(self, topic: str, group: str | None = None, connection: Connection | None = None,

@@ -226,6 +226,23 @@ def test_a_grant_under_way_when_the_holder_is_released_is_revoked_at_once():
     assert store.grants == 1 and not store.alive and subject.lease is None
 
 
+class StopSignal(BaseException):
+    """Stands for the exception a stop-signal handler raises in the main thread (``StopRequested``)."""
+
+
+def test_a_stop_signal_after_the_keys_were_written_revokes_the_lease_the_holder_never_held():
+    store, clock = FakeStore(), Clock()
+
+    def write_then_interrupted(_lease) -> None:
+        raise StopSignal  # as SIGTERM arriving once the put went out, before the holder took the lease
+
+    subject = LeaseHolder(store, 6, "test lease", on_granted=write_then_interrupted, regrant=True, now_ms=clock)
+    with pytest.raises(StopSignal):
+        subject.keep_alive()
+
+    assert store.grants == 1 and not store.alive and subject.lease is None
+
+
 # --- the runners ---------------------------------------------------------------------------
 
 

@@ -94,13 +94,24 @@ class LeaseHolder:
         """
         sent_ms = self._attempt()
         lease = self.store.grant_lease(self.ttl_s)
-        self._on_granted(lease)
-        with self._lock:
-            released = self._released
-            if not released:
-                self._lease, self._life = lease, LeaseLife.granted(self.ttl_s, sent_ms)
-        if released:  # released while this grant was on its way (an actor closed): leave no keys behind
-            self._revoke_quietly(lease)
+        try:
+            self._on_granted(lease)
+            with self._lock:
+                released = self._released
+                if not released:
+                    self._lease, self._life = lease, LeaseLife.granted(self.ttl_s, sent_ms)
+        except CoordinatorUnavailable:
+            raise  # its keys were not written: the lease expires by itself
+        except BaseException:
+            # Interrupted (a stop signal raised in this thread) once the keys may be written but
+            # before the lease is held, where the owner's revoke would not find it: revoke it here.
+            with self._lock:
+                held = self._lease is lease
+            if not held:
+                self._revoke_quietly(lease, "interrupted before the lease was held")
+            raise
+        if released:
+            self._revoke_quietly(lease, "released while the grant was on its way")  # an actor closed: no keys left behind
         return lease
 
     def keep_alive(self) -> None:
@@ -179,12 +190,13 @@ class LeaseHolder:
             log.warning("%s: etcd no longer holds the lease%s", self.name, "; granting a new one" if self._regrant else "")
         return life.gone
 
-    def _revoke_quietly(self, lease: etcd3.Lease) -> None:
+    def _revoke_quietly(self, lease: etcd3.Lease, why: str) -> None:
+        """Revoke a lease the holder does not hold (``why`` says how that came about) and its keys with it."""
         try:
             self.store.revoke_lease(lease)
         except CoordinatorUnavailable as error:
-            log.warning("%s: a lease granted while the holder was released could not be revoked (it expires by "
-                        "itself): %s", self.name, error)
+            log.warning("%s: a lease granted but not held (%s) could not be revoked (it expires by itself): %s",
+                        self.name, why, error)
 
 
 class LeaseThread:
