@@ -800,6 +800,16 @@ RESHARD_CHECK_INTERVAL_S = 0.1
 # Each chosen loopback port can be taken by someone else before etcd binds it; three tries make
 # that race a non-issue without hiding an etcd that cannot start at all.
 ETCD_START_ATTEMPTS_MAX = 3
+# etcd keeps its history (every revision of every key) this long, then compacts it (each member
+# runs with --auto-compaction-mode periodic): without compaction the history only grows, +2.1
+# MiB/h in a chaos soak, until etcd hits its 2 GiB quota and refuses every write. mafka4 itself
+# needs seconds of history: every watch starts at the present or at a revision just read, and a
+# watch whose start was compacted ends as a broken one (its owner reads again). An hour leaves
+# room for a slow watcher etcd must replay and for an operator's `etcdctl watch --rev`. etcd's
+# leader compacts every hour, to the revision of an hour before, so the history holds one to two
+# hours of writes (the freed pages are reused; the file does not shrink), and a run shorter than
+# an hour from the leader's start sees no compaction.
+ETCD_HISTORY_RETENTION_S = 60 * 60
 # Member counts of a local etcd (``mafka4 up --etcd-members``): odd, since an even count survives
 # no more member losses than one member fewer; 5 would only crowd a small machine.
 ETCD_MEMBER_COUNTS = (1, 3)

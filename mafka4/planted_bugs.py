@@ -29,8 +29,8 @@ imported; unset or empty, the default, plants nothing, and each site costs one i
 against the module constant ``PLANTED``. An unknown name is refused with ``InvalidConfig``.
 The simulator and tests plant a bug in their own process with ``planted``; a throwaway
 cluster's processes (its daemon, Ray raylets and actor workers) inherit it from the
-environment while ``exported`` holds, as ``fsync_points.recording_fsync_points`` does for
-fsync points.
+environment while ``exported`` holds (``exported_variables.exported_variable``, as for fsync
+points and the cluster's home).
 
 Never plant a bug in a cluster that holds data anyone wants: each one loses acknowledged
 messages.
@@ -44,6 +44,7 @@ import os
 from typing import Iterator
 
 from mafka4.errors import InvalidConfig
+from mafka4.exported_variables import exported_variable
 
 PLANTED_BUG_ENV = "MAFKA4_PLANTED_BUG"
 # feeder-skips-batch drops the batch holding each positive multiple of this offset: with
@@ -90,22 +91,10 @@ def planted(bug: PlantedBug | None) -> Iterator[None]:
         PLANTED = previous
 
 
-@contextlib.contextmanager
-def exported(bug: PlantedBug | None) -> Iterator[None]:
+def exported(bug: PlantedBug | None) -> contextlib.AbstractContextManager[None]:
     """Processes started meanwhile (a local cluster's nodes and their actors) run with ``bug``
     (None: with none); this one does not change."""
-    previous = os.environ.get(PLANTED_BUG_ENV)
-    if bug is None:
-        os.environ.pop(PLANTED_BUG_ENV, None)
-    else:
-        os.environ[PLANTED_BUG_ENV] = bug.value
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(PLANTED_BUG_ENV, None)
-        else:
-            os.environ[PLANTED_BUG_ENV] = previous
+    return exported_variable(PLANTED_BUG_ENV, None if bug is None else bug.value)
 
 
 def feeder_skips(base_offset: int, next_offset: int) -> bool:

@@ -42,8 +42,8 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
+from mafka4.exported_variables import exported_variable
 from mafka4.limits import FSYNC_POINTS_PRUNE_ENTRIES_MIN
 
 RECORD_ENV = "MAFKA4_RECORD_FSYNC_POINTS"
@@ -69,19 +69,10 @@ def recording() -> bool:
     return _recording
 
 
-@contextlib.contextmanager
-def recording_fsync_points() -> Iterator[None]:
+def recording_fsync_points() -> contextlib.AbstractContextManager[None]:
     """Processes started meanwhile (a local cluster's nodes and their actors) record fsync points;
     this one does not change."""
-    previous = os.environ.get(RECORD_ENV)
-    os.environ[RECORD_ENV] = "1"
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(RECORD_ENV, None)
-        else:
-            os.environ[RECORD_ENV] = previous
+    return exported_variable(RECORD_ENV, "1")
 
 
 def fsync(fd: int) -> None:

@@ -14,6 +14,9 @@ find each other by those peer URLs for the cluster's whole life, so they are rec
 ``start_etcd_members`` on a directory holding a cluster) keeps its peer port; its client port
 may change, since members publish their client URLs anew at every start. A lone member needs
 no peer, so it takes a new peer port at every start.
+
+Every member compacts its history older than ``ETCD_HISTORY_RETENTION_S`` (periodic
+auto-compaction), so its database stops growing with the number of writes ever made.
 """
 
 from __future__ import annotations
@@ -31,8 +34,8 @@ from pathlib import Path
 
 from mafka4.coordinator.metadata.endpoints import format_endpoints
 from mafka4.errors import ClusterNotRunning, InvalidConfig
-from mafka4.limits import (ETCD_HEALTH_PROBE_INTERVAL_S, ETCD_HEALTH_PROBE_TIMEOUT_S, ETCD_MEMBER_COUNTS,
-                           ETCD_START_ATTEMPTS_MAX, ETCD_STOP_TIMEOUT_S, ETCD_TXN_OPS_MAX)
+from mafka4.limits import (ETCD_HEALTH_PROBE_INTERVAL_S, ETCD_HEALTH_PROBE_TIMEOUT_S, ETCD_HISTORY_RETENTION_S,
+                           ETCD_MEMBER_COUNTS, ETCD_START_ATTEMPTS_MAX, ETCD_STOP_TIMEOUT_S, ETCD_TXN_OPS_MAX)
 from mafka4.runtime.ports import LOOPBACK, free_loopback_port
 
 ETCD_BINARY_DEFAULT = "/usr/bin/etcd"
@@ -256,6 +259,9 @@ def _spawn(server: EtcdServer, peer_port: int) -> subprocess.Popen:
         "--initial-cluster-state", "new",
         *(("--initial-cluster-token", server.cluster_token) if server.cluster_token else ()),
         "--max-txn-ops", str(ETCD_TXN_OPS_MAX),
+        # Without compaction etcd keeps every revision until it hits its quota (limits.py).
+        "--auto-compaction-mode", "periodic",
+        "--auto-compaction-retention", f"{ETCD_HISTORY_RETENTION_S}s",
         "--log-level", "warn",
     ]
     with open(server.log_path, "ab") as log:

@@ -21,7 +21,6 @@ exit whatever Ray connection the process holds is the cluster's and is shut down
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Iterator
 
 from mafka4.errors import ClusterNotRunning
+from mafka4.exported_variables import exported_variable
 from mafka4.limits import ClusterConfig
 from mafka4.runtime.connect import Connection, connect
 from mafka4.runtime.daemon import LOG_FILE_NAME
@@ -78,7 +78,7 @@ def temporary_cluster(
     to Ray, and, having stopped whatever it started, if the cluster does not come up.
     """
     _require_no_ray_connection()
-    with temporary_home(home_prefix) as home, _home_variable(home):
+    with temporary_home(home_prefix) as home, exported_variable(HOME_ENV, str(home)):
         state = _up(home, config)
         etcd_started: list[EtcdServer] = []
         stopped_pids: list[int] = []
@@ -104,19 +104,6 @@ def _require_no_ray_connection() -> None:
             f"this process is already connected to Ray at {ray.get_runtime_context().gcs_address}; "
             f"call ray.shutdown() before starting a temporary cluster"
         )
-
-
-@contextlib.contextmanager
-def _home_variable(home: Path) -> Iterator[None]:
-    previous = os.environ.get(HOME_ENV)
-    os.environ[HOME_ENV] = str(home)
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(HOME_ENV, None)
-        else:
-            os.environ[HOME_ENV] = previous
 
 
 def _up(home: Path, config: ClusterConfig) -> ClusterState:

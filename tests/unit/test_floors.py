@@ -3,7 +3,8 @@
 Floors, from the ground up (the first pattern that matches a module names its floor):
 
 0. **base**: errors, limits, names, hashing, records and their compression, faults and network
-   faults, long polls, planted bugs (and packages with an empty ``__init__``).
+   faults, long polls, planted bugs, exported environment variables (and packages with an empty
+   ``__init__``).
 1. **cores**: the log layer, RISR, and every pure decision core and value type of the
    physical and the virtual side, of groups and of the controller; the names of etcd keys.
 2. **metadata**: etcd access and what is stored there (store, topic and VP stores, intents,
@@ -28,7 +29,7 @@ from import_graph import ROOT, direct_imports
 
 FLOORS = (
     (0, r"mafka4|mafka4\.(errors|limits|names|hashing|records|compression|faults|partition_gate|clocks|long_poll|"
-        r"stage_trace|planted_bugs)"),
+        r"stage_trace|planted_bugs|exported_variables)"),
     # Packages whose __init__ is empty: importing one runs nothing.
     (0, r"mafka4\.(physical|virtual|coordinator|coordinator\.(metadata|control|groups))"),
     (1, r"mafka4\.log(\..*)?|mafka4\.risr(\..*)?"),

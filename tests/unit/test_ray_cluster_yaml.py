@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from mafka4.coordinator.metadata.endpoints import parse_endpoints
-from mafka4.limits import ETCD_TXN_OPS_MAX
+from mafka4.limits import ETCD_HISTORY_RETENTION_S, ETCD_TXN_OPS_MAX
 from mafka4.runtime.environment import apply_ray_environment
 from mafka4.runtime.ray_cluster import NODE_RESOURCE_PREFIX, NODE_RESOURCE_UNITS, READ_NODE_RESOURCE, WRITE_NODE_RESOURCE
 
@@ -81,6 +81,12 @@ def test_every_command_is_valid_shell(config):
 def test_the_head_s_etcd_accepts_a_whole_topic_in_one_transaction(config):
     etcd_command = next(c for c in config["head_start_ray_commands"] if "etcd --name" in c)
     assert f"--max-txn-ops {ETCD_TXN_OPS_MAX}" in etcd_command, "a topic of 1,024 VPs is created in one transaction"
+
+
+def test_the_head_s_etcd_compacts_its_history(config):
+    etcd_command = next(c for c in config["head_start_ray_commands"] if "etcd --name" in c)
+    assert (f"--auto-compaction-mode periodic --auto-compaction-retention {ETCD_HISTORY_RETENTION_S}s"
+            in etcd_command), "without compaction etcd's history grows until its quota refuses every write"
 
 
 def test_the_head_runs_three_etcd_members_and_every_etcd_client_is_given_all_three(config):
