@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from mafka4.bench.consume import run_consume_bench
 from mafka4.bench.density import VpDensityBenchSettings
 from mafka4.bench.drain import ConsumeBenchSettings, table
@@ -19,6 +21,9 @@ from mafka4.bench.lag import FeedLagBenchSettings
 from mafka4.bench.vp_density import run_vp_density_bench
 from mafka4.bench.vp_join import VpJoinBenchSettings, run_vp_join_bench
 from mafka4.client.admin import Admin
+
+# Smoke-size runs of experiment commands: CI's second step, not the default suite.
+pytestmark = pytest.mark.experiment
 
 
 def test_the_vp_join_bench_runs_a_mafka4_and_a_mafka3_trial_and_writes_its_report(cluster, tmp_path):

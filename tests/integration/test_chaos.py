@@ -26,6 +26,7 @@ def chaos_cluster():
         yield local.connection, local.etcd_started
 
 
+@pytest.mark.experiment
 def test_a_short_chaos_run_heals_and_loses_and_reorders_no_acknowledged_message(chaos_cluster):
     connection, etcd_started = chaos_cluster
     report = run_chaos(SETTINGS, connection, etcd_started)

@@ -9,7 +9,7 @@ Mafka4); the report gives each consumer count its Mafka3 / Mafka4 ratios with th
 interval and the fleet model its node ratio; and the tables, stage breakdown and OMB files are
 written. No latency figure is checked: the machine is shared.
 
-The default suite runs it at the smallest size that still exercises each of those: one
+The ``experiment`` step of CI runs it at the smallest size that still exercises each of those: one
 consumer count of 2 (a group of more than one member, its ownership split), 2 repetitions
 (the second reuses the topic and the group), 300 messages per run, one fleet size, a
 20-replicate bootstrap. More consumer counts or messages would run the same code again; the
@@ -84,6 +84,7 @@ def check_compare_outputs(out: Path, report: Path, run_id: str, consumers: tuple
     assert "aggregatedEndToEndLatency999pct" in json.loads((analysis / "omb" / summaries[0]).read_text())
 
 
+@pytest.mark.experiment
 def test_compare_runs_both_modes_twice_and_writes_the_report(tmp_path):
     out = tmp_path / "compare"
     run = subprocess.run([sys.executable, "-c", RUN_TINY_COMPARE, str(out)], capture_output=True, text=True,
