@@ -221,7 +221,11 @@ def decode_batch(buffer: bytes | bytearray | memoryview, position: int = 0) -> l
     ``UnknownCodec`` for a codec id this version does not know; ``CorruptRecord`` naming the
     batch and its codec for a payload that does not decompress.
     """
-    header = check_batch(buffer, position)
+    return _decode_checked(buffer, position, check_batch(buffer, position))
+
+
+def _decode_checked(buffer: bytes | bytearray | memoryview, position: int, header: BatchHeader) -> list[Record]:
+    """``decode_batch`` of a batch whose CRC was checked already (its ``header``)."""
     codec = header.codec
     with memoryview(buffer) as view:
         stored = view[position + HEADER_BYTES:position + header.size_bytes]
@@ -281,6 +285,6 @@ def _decode_headers(headers: object, index: int, header: BatchHeader) -> tuple[t
 def decode_batches(buffer: bytes | bytearray | memoryview) -> list[Record]:
     """Decode every whole batch in concatenated batch bytes."""
     records: list[Record] = []
-    for position, _ in iter_batches(buffer):
-        records.extend(decode_batch(buffer, position))
+    for position, header in iter_batches(buffer):  # CRC-checked there: once per batch, not twice
+        records.extend(_decode_checked(buffer, position, header))
     return records
