@@ -48,6 +48,11 @@ from mafka4.errors import CorruptRecord
 MAGIC = 1
 HEADER = struct.Struct(">qiibIhiqqqi")
 HEADER_BYTES = HEADER.size
+# The header in two parts: the frame (base offset, length, epoch, magic, CRC) and the fields the
+# CRC covers (attributes, count, timestamps, producer id, base sequence).
+_FRAME_FIELDS = struct.Struct(">qiibI")
+_BODY_FIELDS = struct.Struct(">hiqqqi")
+assert _FRAME_FIELDS.size + _BODY_FIELDS.size == HEADER_BYTES
 assert HEADER_BYTES == 55
 LENGTH_PREFIX_BYTES = 12  # base_offset + length: what precedes the counted bytes
 CRC_START = 21  # the CRC covers everything from the attributes on
@@ -126,11 +131,13 @@ def encode_batch(
         use_bin_type=True,
     )
     assert len(payload) <= PAYLOAD_BYTES_MAX, f"a batch payload of {len(payload)} bytes"
-    body = struct.pack(
-        ">hiqqqi", codec.value, len(records), first_timestamp_ms, max(timestamps), producer_id, base_sequence
-    ) + compress(codec, payload)
-    length = 4 + 1 + 4 + len(body)
-    return struct.pack(">qiibI", 0, length, NO_EPOCH, MAGIC, zlib.crc32(body)) + body
+    stored = compress(codec, payload)
+    fields = _BODY_FIELDS.pack(codec.value, len(records), first_timestamp_ms, max(timestamps), producer_id, base_sequence)
+    # The CRC runs over the two parts in turn, and the batch is joined once: a batch is up to
+    # a MiB, and each concatenation would copy it again.
+    crc = zlib.crc32(stored, zlib.crc32(fields))
+    length = HEADER_BYTES - LENGTH_PREFIX_BYTES + len(stored)
+    return b"".join((_FRAME_FIELDS.pack(0, length, NO_EPOCH, MAGIC, crc), fields, stored))
 
 
 def read_header(buffer: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
