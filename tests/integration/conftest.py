@@ -94,9 +94,14 @@ def own_cluster(config: ClusterConfig):
         yield local
 
 
+READ_CLUSTER_READ_NODES = 2
+# How long a test waits for the shared read cluster's read nodes (a start or a restart under load).
+READ_NODES_LIVE_WAIT_S = 180
+
+
 @pytest.fixture(scope="session")
 def shared_read_cluster():
-    with recording_fsync_points(), own_cluster(ClusterConfig(write_nodes=2, read_nodes=2)) as local:
+    with recording_fsync_points(), own_cluster(ClusterConfig(write_nodes=2, read_nodes=READ_CLUSTER_READ_NODES)) as local:
         yield local.connection
 
 
@@ -104,10 +109,26 @@ def shared_read_cluster():
 def read_cluster(shared_read_cluster):
     """The shared cluster of write nodes w0, w1 and read nodes r0, r1 (RR=2); see the module docstring.
 
-    A test's topics are deleted after it, so that the next test finds an idle cluster.
+    A test starts once both read nodes are live: right after the cluster's start, or after an
+    earlier test killed or stopped one, a read node may still be starting (on a loaded machine
+    for most of a minute). A test's topics are deleted after it, so that the next test finds an
+    idle cluster.
     """
+    _wait_for_live_read_nodes(shared_read_cluster, READ_CLUSTER_READ_NODES)
     yield shared_read_cluster
     _delete_every_topic(shared_read_cluster)
+
+
+def _wait_for_live_read_nodes(connection, count: int) -> None:
+    from mafka4.coordinator.metadata import keys
+    from wait_helpers import wait_until
+
+    def live() -> list[str]:
+        return [item.key for item in connection.store.get_prefix(keys.read_nodes_prefix(connection.cluster))]
+
+    if not wait_until(lambda: len(live()) == count, READ_NODES_LIVE_WAIT_S):
+        pytest.fail(f"the shared read cluster has {live()} live, not {count} read nodes, after "
+                    f"{READ_NODES_LIVE_WAIT_S} s: see its controller log")
 
 
 @pytest.fixture
