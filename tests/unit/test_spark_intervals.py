@@ -11,6 +11,7 @@ import math
 from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
+from types import MappingProxyType
 
 import numpy as np
 import pytest
@@ -26,6 +27,7 @@ from simulations.schema import RunInfo, event_log_files, write_events
 SEED = 20240601
 START_MS = 1.7e12
 BLOCK_MS = 100.0
+REPLICATES = 40  # of the bootstrap over the 6 runs of ``bootstrap_data``
 RUN = RunInfo(experiment_id="intervals", source="runtime", mode="mafka3", consumers=2, topics=1, physical_partitions=2,
               virtual_partitions=0, write_nodes=2, read_nodes=0, actors=4, seed=SEED, git_commit="abc")
 
@@ -54,11 +56,17 @@ def weighted_frame(spark, cases: list[tuple[np.ndarray, np.ndarray]]):
                                        "total long")
 
 
-def spark_weighted(frame, percent: str, prefix_lengths: tuple[int, ...] = ()) -> dict[int, float | None]:
+def weighted_sql(percent: str, prefix_lengths: tuple[int, ...] = ()) -> str:
+    """SQL of the weighted percentile's value over ``desc``, scanning the given prefixes first."""
     prefixes = [f"slice(desc, 1, {length})" for length in prefix_lengths] + ["desc"]
-    expression = weighted_percentile_sql(prefixes, "weights", threshold_sql("total", percent))
-    rows = frame.selectExpr("case", f"{expression}.value as value").collect()
-    return {row["case"]: row["value"] for row in rows}
+    return f"{weighted_percentile_sql(prefixes, 'weights', threshold_sql('total', percent))}.value"
+
+
+def spark_weighted(frame, queries: list[tuple[str, tuple[int, ...]]]) -> dict[tuple, dict[int, float | None]]:
+    """(percent, prefix lengths) -> case -> value, every query a column of one Spark query."""
+    columns = [f"{weighted_sql(percent, lengths)} as q{index}" for index, (percent, lengths) in enumerate(queries)]
+    rows = frame.selectExpr("case", *columns).collect()
+    return {query: {row["case"]: row[f"q{index}"] for row in rows} for index, query in enumerate(queries)}
 
 
 PERCENTS = ("50", "99", "99.9", "12.5", "100", "0.1")
@@ -72,25 +80,25 @@ def test_weighted_percentile_equals_numpy_for_given_weights(spark):
         cases.append((values, rng.integers(0, 5, size)))
     cases.append((np.array([3.0, 1.0, 2.0]), np.array([0, 0, 0])))  # no weight: no percentile
     cases.append((np.array([3.0, 1.0, 2.0]), np.array([0, 2, 0])))  # only 1.0 counts
-    frame = weighted_frame(spark, cases)
+    found = spark_weighted(weighted_frame(spark, cases), [(percent, lengths) for percent in PERCENTS
+                                                         for lengths in ((), (1, 5))])
     for percent in PERCENTS:
-        found = spark_weighted(frame, percent)
         for index, (values, weights) in enumerate(cases):
-            assert found[index] == weighted_nearest_rank(values, weights, percent), (index, percent)
+            assert found[(percent, ())][index] == weighted_nearest_rank(values, weights, percent), (index, percent)
         # A prefix too short to hold the answer falls through to the next one: same result.
-        assert spark_weighted(frame, percent, (1, 5)) == found
-    assert spark_weighted(frame, "99")[len(cases) - 2] is None
-    assert spark_weighted(frame, "99")[len(cases) - 1] == 1.0
+        assert found[(percent, (1, 5))] == found[(percent, ())]
+    assert found[("99", ())][len(cases) - 2] is None
+    assert found[("99", ())][len(cases) - 1] == 1.0
 
 
 def test_with_all_weights_one_it_is_the_unweighted_percentile(spark):
     rng = np.random.default_rng(SEED + 1)
     cases = [(np.round(rng.exponential(3.0, size), 2), np.ones(size, dtype=np.int64)) for size in (1, 2, 999, 1000, 2001)]
-    frame = weighted_frame(spark, cases)
+    found = spark_weighted(weighted_frame(spark, cases), [(percent, ()) for percent in PERCENTS])
     for percent in PERCENTS:
-        found = spark_weighted(frame, percent)
         for index, (values, _) in enumerate(cases):
-            assert found[index] == float(np.sort(values)[nearest_rank_index(percent, values.size)]), (index, percent)
+            expected = float(np.sort(values)[nearest_rank_index(percent, values.size)])
+            assert found[(percent, ())][index] == expected, (index, percent)
 
 
 def test_interval_of_fixed_replicate_ratios_equals_numpy(spark):
@@ -143,27 +151,32 @@ def statistics_by_key(frame) -> dict[tuple, tuple[float | None, int | None]]:
             (row["value"], row["level"]) for row in frame.collect()}
 
 
-def test_replicate_statistics_equal_numpy_with_the_drawn_block_weights(spark, bootstrap_data):
+@pytest.fixture(scope="module")
+def restricted_statistics(bootstrap_data) -> MappingProxyType:
+    """``statistics_by_key`` of ``replicate_statistics`` with the tail restriction, read-only."""
+    runs, _ = bootstrap_data
+    return MappingProxyType(statistics_by_key(replicate_statistics(runs, REPLICATES, SEED)))
+
+
+def test_replicate_statistics_equal_numpy_with_the_drawn_block_weights(spark, bootstrap_data, restricted_statistics):
     runs, written = bootstrap_data
-    replicates = 30
-    statistics = statistics_by_key(replicate_statistics(runs, replicates, SEED))
     weights = {(row["mode"], row["seed"], row["repetition"]): np.array(row["weights"])
-               for row in with_block_weights(runs, replicates, SEED).select(*RUN_KEYS, "weights").collect()}
-    assert len(statistics) == len(written) * len(LATENCIES) * len(INTERVAL_PERCENTILES) * replicates
+               for row in with_block_weights(runs, REPLICATES, SEED).select(*RUN_KEYS, "weights").collect()}
+    assert len(restricted_statistics) == len(written) * len(LATENCIES) * len(INTERVAL_PERCENTILES) * REPLICATES
     for run_key, data in written.items():
         for latency in LATENCIES:
             present = ~np.isnan(data[latency])
             for name, percent in INTERVAL_PERCENTILES.items():
-                for replicate in range(replicates):
+                for replicate in range(REPLICATES):
                     row_weights = weights[run_key][replicate][data["blocks"][present]]
                     expected = weighted_nearest_rank(data[latency][present], row_weights, percent)
-                    assert statistics[(*run_key, latency, name, replicate)][0] == expected
+                    assert restricted_statistics[(*run_key, latency, name, replicate)][0] == expected
 
 
-def test_the_tail_restriction_gives_the_same_statistics_as_the_full_scan(spark, bootstrap_data):
+def test_the_tail_restriction_gives_the_same_statistics_as_the_full_scan(spark, bootstrap_data, restricted_statistics):
     runs, _ = bootstrap_data
-    restricted = statistics_by_key(replicate_statistics(runs, 40, SEED))
-    full = statistics_by_key(replicate_statistics(runs, 40, SEED, tail_multiples=()))
+    restricted = restricted_statistics
+    full = statistics_by_key(replicate_statistics(runs, REPLICATES, SEED, tail_multiples=()))
     assert {key: value for key, (value, _) in restricted.items()} == {key: value for key, (value, _) in full.items()}
     levels = {level for _, level in restricted.values()}
     # The clustered run's slow block draws weight 0 in some replicates: the deeper levels are used,
@@ -175,10 +188,12 @@ def test_the_tail_restriction_gives_the_same_statistics_as_the_full_scan(spark, 
 
 def test_block_weights_are_poisson_and_fixed_by_the_seed(spark):
     frame = spark.range(200_000)
-    draws = np.array([row[0] for row in frame.selectExpr(poisson_weight_sql(uniform_sql(SEED, "id"))).collect()])
+    drawn = frame.selectExpr(f"{poisson_weight_sql(uniform_sql(SEED, 'id'))} as draw",
+                             f"{poisson_weight_sql(uniform_sql(SEED + 1, 'id'))} as other").toArrow()
+    draws, other = drawn["draw"].to_numpy(), drawn["other"].to_numpy()
     assert abs(draws.mean() - 1.0) < 0.01 and abs(draws.var() - 1.0) < 0.02
     assert abs(np.mean(draws == 0) - math.exp(-1)) < 0.004 and abs(np.mean(draws == 3) - math.exp(-1) / 6) < 0.002
-    again = np.array([row[0] for row in frame.repartition(3).orderBy("id")
-                      .selectExpr(poisson_weight_sql(uniform_sql(SEED, "id"))).collect()])
-    other = np.array([row[0] for row in frame.selectExpr(poisson_weight_sql(uniform_sql(SEED + 1, "id"))).collect()])
+    # Drawn again with the rows dealt out to 3 partitions, then put back in id order.
+    again = frame.repartition(3).selectExpr("id", f"{poisson_weight_sql(uniform_sql(SEED, 'id'))} as draw").toArrow()
+    again = again["draw"].to_numpy()[np.argsort(again["id"].to_numpy())]
     assert np.array_equal(draws, again) and not np.array_equal(draws, other)
