@@ -228,11 +228,13 @@ def decode_batch(buffer: bytes | bytearray | memoryview, position: int = 0) -> l
     ``UnknownCodec`` for a codec id this version does not know; ``CorruptRecord`` naming the
     batch and its codec for a payload that does not decompress.
     """
-    return _decode_checked(buffer, position, check_batch(buffer, position))
+    return decode_checked_batch(buffer, position, check_batch(buffer, position))
 
 
-def _decode_checked(buffer: bytes | bytearray | memoryview, position: int, header: BatchHeader) -> list[Record]:
-    """``decode_batch`` of a batch whose CRC was checked already (its ``header``)."""
+def decode_checked_batch(buffer: bytes | bytearray | memoryview, position: int, header: BatchHeader) -> list[Record]:
+    """``decode_batch`` of the batch at ``position`` whose CRC was checked already, ``header`` being
+    what the check returned (``iter_batches`` checks each batch it yields): a MiB batch's CRC
+    costs about half a millisecond, on every reader's and feeder's path."""
     codec = header.codec
     with memoryview(buffer) as view:
         stored = view[position + HEADER_BYTES:position + header.size_bytes]
@@ -293,5 +295,5 @@ def decode_batches(buffer: bytes | bytearray | memoryview) -> list[Record]:
     """Decode every whole batch in concatenated batch bytes."""
     records: list[Record] = []
     for position, header in iter_batches(buffer):  # CRC-checked there: once per batch, not twice
-        records.extend(_decode_checked(buffer, position, header))
+        records.extend(decode_checked_batch(buffer, position, header))
     return records

@@ -11,9 +11,9 @@ from typing import NamedTuple
 class Message(NamedTuple):
     """One message as a consumer sees it; ``partition`` is the VP id when read from virtual partitions.
 
-    A named tuple, like the records of Kafka's Python clients: immutable, and built about six
+    A named tuple, like the records of Kafka's Python clients: immutable, and built about four
     times faster than a frozen dataclass, whose ``__init__`` sets each field through
-    ``object.__setattr__`` (a consumer builds one per message: 2.9 against 0.5 us here).
+    ``object.__setattr__`` (a consumer builds one per message: 2.9 against 0.7 us here).
     """
 
     topic: str

@@ -47,9 +47,9 @@ from mafka4.errors import CorruptRecord
 from mafka4.hashing import key_hash
 from mafka4.physical.partition_state import PartitionState
 from mafka4.planted_bugs import PlantedBug
-from mafka4.records import iter_batches
+from mafka4.records import decode_checked_batch, iter_batches
 from mafka4.virtual.layout import TopicLayout
-from mafka4.virtual.vp_records import NOTHING_APPLIED, SourcedRecord, route_batch
+from mafka4.virtual.vp_records import NOTHING_APPLIED, SourcedRecord, route_records
 
 Chunk = tuple[SourcedRecord, ...]
 
@@ -125,7 +125,8 @@ def plan_round(
                     header.base_offset, header.next_offset):  # a demo of a broken promise: mafka4.planted_bugs
                 end = header.next_offset
                 continue
-            for vp, records in route_batch(view[position:consumed], partition, layout, wanted).items():
+            checked = decode_checked_batch(view, position, header)  # iter_batches checked its CRC
+            for vp, records in route_records(header, checked, partition, layout, wanted).items():
                 by_vp.setdefault(vp, []).extend(r for r in records if r.offset >= next_offset)
             end = header.next_offset
     if consumed != len(data):

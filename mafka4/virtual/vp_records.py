@@ -1,7 +1,7 @@
 """Routing: committed physical records -> per-VP records that carry their source.
 
 The feeder (never the physical leader) decodes each committed physical batch and calls
-``route_batch``: every record gets its message hash (``ranges.message_hash``) and goes to
+``route_records`` (``route_batch`` decodes and routes a batch in one call): every record gets its message hash (``ranges.message_hash``) and goes to
 exactly one VP, the one owning that hash in the split epoch of its offset
 (``TopicLayout.locate(partition, offset, hash)``); within a VP the records keep physical offset
 order. The VP leader appends them as ordinary batches (``encode_vp_batch``), assigning its own
