@@ -64,6 +64,7 @@ _LENGTH = struct.Struct(">i")
 NO_PRODUCER_ID = -1
 NO_SEQUENCE = -1
 NO_EPOCH = -1
+TIMESTAMP_MS_MAX = 2**63 - 1  # the header's timestamps are int64
 
 
 @dataclass(frozen=True, slots=True)

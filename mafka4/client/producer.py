@@ -28,6 +28,7 @@ from mafka4.client.sender import Sender
 from mafka4.errors import InvalidRecord, MessageTooLarge, ProducerClosed
 from mafka4.limits import ProducerConfig
 from mafka4.names import validate_topic_name
+from mafka4.records import TIMESTAMP_MS_MAX
 from mafka4.runtime.connect import Connection, connect
 
 Serializer = Callable[[Any], bytes]
@@ -46,6 +47,20 @@ def _as_bytes(what: str, value: Any, serializer: Serializer | None) -> bytes | N
         f"message {what} of type {type(value).__name__} is not bytes: pass bytes, or give the "
         f"Producer a {what}_serializer (e.g. {what}_serializer=str.encode)"
     )
+
+
+def _checked_timestamp_ms(timestamp_ms: Any) -> int:
+    """A caller's timestamp, refused here rather than when its batch is encoded (the header holds an int64)."""
+    try:
+        stamp_ms = int(timestamp_ms)
+    except (TypeError, ValueError):
+        stamp_ms = None
+    if stamp_ms is None or not 0 <= stamp_ms <= TIMESTAMP_MS_MAX:
+        raise InvalidRecord(
+            f"timestamp_ms={timestamp_ms!r} is not milliseconds since the epoch (0 to {TIMESTAMP_MS_MAX}): "
+            f"pass e.g. time.time_ns() // 1_000_000, or leave it out to stamp the send time"
+        )
+    return stamp_ms
 
 
 class Producer:
@@ -74,7 +89,7 @@ class Producer:
             raise InvalidRecord("message value is None: send bytes (an empty value is b'')")
         header_list = [(str(name), _as_bytes("header", data, None) or b"") for name, data in headers] if headers else None
         size_bytes = self._size_bytes(key_bytes, value_bytes, header_list)
-        stamp_ms = time.time_ns() // 1_000_000 if timestamp_ms is None else int(timestamp_ms)
+        stamp_ms = time.time_ns() // 1_000_000 if timestamp_ms is None else _checked_timestamp_ms(timestamp_ms)
         self._accumulator.reserve(size_bytes)
         try:
             with self._lock:

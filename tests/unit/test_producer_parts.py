@@ -9,6 +9,7 @@ from mafka4.bench.stats import percentiles_ms
 from mafka4.client.accumulator import RecordAccumulator
 from mafka4.client.futures import BatchResult
 from mafka4.client.partitioner import Partitioner
+from mafka4.client.producer import _checked_timestamp_ms
 from mafka4.errors import BufferFull, InvalidRecord, NotEnoughReplicas
 from mafka4.limits import ProducerConfig
 
@@ -61,6 +62,13 @@ def test_a_lingered_batch_keeps_growing_until_the_sender_takes_it():
     accumulator.append(0, record(84), 100, now_ms=1012)  # lingered, but no free slot took it yet
     assert len(accumulator.pop_ready(0, now_ms=1012).records) == 2
     assert accumulator.pop_ready(0, now_ms=1012) is None
+
+
+@pytest.mark.parametrize("timestamp_ms", [-1, 2**63, "soon", None.__class__])
+def test_a_timestamp_that_is_not_epoch_milliseconds_is_refused_at_send(timestamp_ms):
+    with pytest.raises(InvalidRecord, match="timestamp_ms=.* is not milliseconds since the epoch"):
+        _checked_timestamp_ms(timestamp_ms)
+    assert _checked_timestamp_ms(1_700_000_000_000.0) == 1_700_000_000_000
 
 
 def test_buffer_full_raises_with_on_full_error_and_frees_on_answer():
