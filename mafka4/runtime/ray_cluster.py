@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mafka4.limits import OBJECT_STORE_BYTES_PER_NODE, RAY_NODE_START_TIMEOUT_S
+from mafka4.limits import OBJECT_STORE_BYTES_PER_NODE, RAY_INLINE_OBJECT_BYTES_MAX, RAY_NODE_START_TIMEOUT_S
 from mafka4.runtime.environment import apply_ray_environment
 from mafka4.runtime.ports import LOOPBACK
 
@@ -38,6 +38,13 @@ NODE_CPUS = 1
 class NodeRole(enum.Enum):
     WRITE = "write"
     READ = "read"
+
+
+def ray_system_config() -> dict[str, int]:
+    """Ray settings the head gives the whole cluster (``ray_cluster.yaml`` passes the same to
+    ``ray start --head --system-config``): batches and fetch answers travel inline
+    (``limits.RAY_INLINE_OBJECT_BYTES_MAX``)."""
+    return {"max_direct_call_object_size": RAY_INLINE_OBJECT_BYTES_MAX}
 
 
 def node_resource(node_id: str) -> str:
@@ -91,7 +98,7 @@ def start_ray_cluster(
     }
     cluster = Cluster(initialize_head=False, shutdown_at_exit=False)
     try:
-        cluster.add_node(num_cpus=HEAD_CPUS, include_dashboard=False, **common)
+        cluster.add_node(num_cpus=HEAD_CPUS, include_dashboard=False, _system_config=ray_system_config(), **common)
         for role, ids in ((NodeRole.WRITE, write_nodes), (NodeRole.READ, read_nodes)):
             for node_id in ids:
                 cluster.add_node(wait=False, num_cpus=NODE_CPUS, resources=node_resources(role, node_id), **common)

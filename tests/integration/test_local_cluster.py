@@ -19,7 +19,7 @@ from mafka4.runtime.connect import connect
 from mafka4.runtime.etcd_server import restart_etcd, start_etcd, stop_etcd
 from mafka4.runtime.local import down, status, up
 from mafka4.runtime.ports import is_listening
-from mafka4.runtime.ray_cluster import NodeRole, node_resource
+from mafka4.runtime.ray_cluster import NodeRole, node_resource, ray_system_config
 from mafka4.runtime.registration import NodeRegistration, refresh_registrations
 from mafka4.runtime.state import state_path
 
@@ -54,6 +54,13 @@ def test_ray_nodes_carry_role_and_node_resources(cluster):
         assert node["NodeManagerAddress"] == "127.0.0.1"
     (head,) = [n for n in alive if not any(r.startswith("mafka4_node_") for r in n["Resources"])]
     assert "write_node" not in head["Resources"] and "read_node" not in head["Resources"]
+
+
+def test_the_cluster_runs_with_mafka4_s_ray_system_config(cluster):
+    from ray._private.state import state  # Ray's view of the cluster, as ``ray.nodes`` reads it
+
+    running = state.get_system_config()
+    assert {name: running.get(name) for name in ray_system_config()} == ray_system_config()
 
 
 def test_driver_joins_an_existing_cluster_through_the_environment(cluster, monkeypatch):

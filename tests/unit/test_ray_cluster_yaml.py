@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 import socket
 import subprocess
@@ -14,7 +15,8 @@ import yaml
 from mafka4.coordinator.metadata.endpoints import parse_endpoints
 from mafka4.limits import ETCD_HISTORY_RETENTION_S, ETCD_TXN_OPS_MAX
 from mafka4.runtime.environment import apply_ray_environment
-from mafka4.runtime.ray_cluster import NODE_RESOURCE_PREFIX, NODE_RESOURCE_UNITS, READ_NODE_RESOURCE, WRITE_NODE_RESOURCE
+from mafka4.runtime.ray_cluster import (NODE_RESOURCE_PREFIX, NODE_RESOURCE_UNITS, READ_NODE_RESOURCE, WRITE_NODE_RESOURCE,
+                                        ray_system_config)
 
 apply_ray_environment()  # before Ray's first import, as for every process of this suite
 from ray.autoscaler._private.util import prepare_config, validate_config  # noqa: E402
@@ -87,6 +89,13 @@ def test_the_head_s_etcd_compacts_its_history(config):
     etcd_command = next(c for c in config["head_start_ray_commands"] if "etcd --name" in c)
     assert (f"--auto-compaction-mode periodic --auto-compaction-retention {ETCD_HISTORY_RETENTION_S}s"
             in etcd_command), "without compaction etcd's history grows until its quota refuses every write"
+
+
+def test_the_head_s_ray_gets_the_system_config_a_local_cluster_gets(config):
+    ray_start = next(c for c in config["head_start_ray_commands"] if "ray start --head" in c)
+    given = re.search(r"--system-config='([^']*)'", ray_start)
+    assert given, "the head's ray start has no --system-config"
+    assert json.loads(given.group(1)) == ray_system_config()
 
 
 def test_the_head_runs_three_etcd_members_and_every_etcd_client_is_given_all_three(config):
