@@ -38,7 +38,7 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import msgpack
 
@@ -111,6 +111,16 @@ class Record(NamedTuple):
     key: bytes | None
     value: bytes
     headers: tuple[tuple[str, bytes], ...] = ()
+
+
+Headers = tuple[tuple[str, bytes], ...]
+# What a reader builds of each record, from (offset, timestamp_ms, key, value, headers): a
+# ``Record`` by default; a consumer builds its message right away (``Message`` with the topic
+# and partition bound), so that no record is built only to be copied into one.
+RecordBuilder = Callable[[int, int, bytes | None, bytes, Headers], Any]
+# How a reader turns a record's raw msgpack headers into the pairs it keeps (``decode_headers``
+# by default); ``CorruptRecord`` through ``bad_record`` if they are wrong.
+HeadersDecoder = Callable[[object, int, BatchHeader], Headers]
 
 
 def encode_batch(
@@ -223,6 +233,25 @@ def iter_batches(buffer: bytes | bytearray | memoryview, check_crc: bool = True)
         position += header.size_bytes
 
 
+def bad_record(index: int, header: BatchHeader, problem: str) -> CorruptRecord:
+    """The error for record ``index`` of the batch with ``header``, ``problem`` saying what is wrong."""
+    return CorruptRecord(f"record {index} of batch at offset {header.base_offset} {problem}")
+
+
+def decode_headers(headers: object, index: int, header: BatchHeader) -> Headers:
+    """A record's raw headers (a msgpack array of [str, bin] pairs, or nil for none) as pairs."""
+    if headers is None:
+        return ()
+    if not isinstance(headers, list):
+        raise bad_record(index, header, f"has headers of type {type(headers).__name__}, not an array or nil")
+    decoded = []
+    for pair in headers:
+        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str) and isinstance(pair[1], bytes)):
+            raise bad_record(index, header, f"has a header that is not a [str, bin] pair: {pair!r:.60}")
+        decoded.append((pair[0], pair[1]))
+    return tuple(decoded)
+
+
 def decode_batch(buffer: bytes | bytearray | memoryview, position: int = 0) -> list[Record]:
     """Decode the records of one CRC-checked batch, decompressing its payload.
 
@@ -232,10 +261,17 @@ def decode_batch(buffer: bytes | bytearray | memoryview, position: int = 0) -> l
     return decode_checked_batch(buffer, position, check_batch(buffer, position))
 
 
-def decode_checked_batch(buffer: bytes | bytearray | memoryview, position: int, header: BatchHeader) -> list[Record]:
+def decode_checked_batch(
+    buffer: bytes | bytearray | memoryview, position: int, header: BatchHeader,
+    build: RecordBuilder = Record, headers_decoder: HeadersDecoder = decode_headers,
+) -> list:
     """``decode_batch`` of the batch at ``position`` whose CRC was checked already, ``header`` being
     what the check returned (``iter_batches`` checks each batch it yields): a MiB batch's CRC
-    costs about half a millisecond, on every reader's and feeder's path."""
+    costs about half a millisecond, on every reader's and feeder's path.
+
+    Each record is made by ``build``, its headers by ``headers_decoder``: VP readers pass one
+    that checks the source header and leaves it out (``vp_records.producer_headers``).
+    """
     codec = header.codec
     with memoryview(buffer) as view:
         stored = view[position + HEADER_BYTES:position + header.size_bytes]
@@ -253,48 +289,34 @@ def decode_checked_batch(buffer: bytes | bytearray | memoryview, position: int, 
         raise CorruptRecord(f"batch at offset {header.base_offset} has a bad payload: {error}") from error
     if not isinstance(items, list) or len(items) != header.count:
         raise CorruptRecord(f"batch at offset {header.base_offset} holds a payload that is not {header.count} records")
-    return [_decode_record(item, index, header) for index, item in enumerate(items)]
+    return [_decode_record(item, index, header, build, headers_decoder) for index, item in enumerate(items)]
 
 
-def _decode_record(item: object, index: int, header: BatchHeader) -> Record:
-    """One payload entry as a ``Record``; ``CorruptRecord`` naming the field that is wrong.
+def _decode_record(item: object, index: int, header: BatchHeader, build: RecordBuilder,
+                   headers_decoder: HeadersDecoder) -> Any:
+    """One payload entry as ``build`` makes it; ``CorruptRecord`` naming the field that is wrong.
 
     A valid CRC only proves the bytes arrived as sent: a buggy or hostile producer can
     compute one around anything, so every field is type-checked before a reader gets it.
-    (Every record of every fetch a feed splits passes here: the error text is built only on
-    error.)
+    (Every record of every fetch a feed splits or a consumer reads passes here: the error text
+    is built only on error.)
     """
     if not (isinstance(item, list) and len(item) == 4):
-        raise _bad_record(index, header, "is malformed: expected [timestamp_delta_ms, key, value, headers]")
+        raise bad_record(index, header, "is malformed: expected [timestamp_delta_ms, key, value, headers]")
     delta_ms, key, value, headers = item
     if not isinstance(delta_ms, int) or isinstance(delta_ms, bool):
-        raise _bad_record(index, header, f"has a timestamp delta of type {type(delta_ms).__name__}, not an integer")
+        raise bad_record(index, header, f"has a timestamp delta of type {type(delta_ms).__name__}, not an integer")
     if key is not None and not isinstance(key, bytes):
-        raise _bad_record(index, header, f"has a key of type {type(key).__name__}, not bytes or nil")
+        raise bad_record(index, header, f"has a key of type {type(key).__name__}, not bytes or nil")
     if not isinstance(value, bytes):
-        raise _bad_record(index, header, f"has a value of type {type(value).__name__}, not bytes")
-    return Record(header.base_offset + index, header.first_timestamp_ms + delta_ms, key, value,
-                  () if headers is None else _decode_headers(headers, index, header))
+        raise bad_record(index, header, f"has a value of type {type(value).__name__}, not bytes")
+    return build(header.base_offset + index, header.first_timestamp_ms + delta_ms, key, value,
+                 headers_decoder(headers, index, header))
 
 
-def _bad_record(index: int, header: BatchHeader, problem: str) -> CorruptRecord:
-    return CorruptRecord(f"record {index} of batch at offset {header.base_offset} {problem}")
-
-
-def _decode_headers(headers: object, index: int, header: BatchHeader) -> tuple[tuple[str, bytes], ...]:
-    if not isinstance(headers, list):
-        raise _bad_record(index, header, f"has headers of type {type(headers).__name__}, not an array or nil")
-    decoded = []
-    for pair in headers:
-        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str) and isinstance(pair[1], bytes)):
-            raise _bad_record(index, header, f"has a header that is not a [str, bin] pair: {pair!r:.60}")
-        decoded.append((pair[0], pair[1]))
-    return tuple(decoded)
-
-
-def decode_batches(buffer: bytes | bytearray | memoryview) -> list[Record]:
-    """Decode every whole batch in concatenated batch bytes."""
-    records: list[Record] = []
+def decode_batches(buffer: bytes | bytearray | memoryview, build: RecordBuilder = Record) -> list:
+    """Decode every whole batch in concatenated batch bytes, each record made by ``build``."""
+    records: list = []
     for position, header in iter_batches(buffer):  # CRC-checked there: once per batch, not twice
-        records.extend(decode_checked_batch(buffer, position, header))
+        records.extend(decode_checked_batch(buffer, position, header, build))
     return records

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 from typing import Any
 
 import ray
@@ -209,11 +210,11 @@ class Consumer:
                     raise error from None
                 self._routing.forget(partition)
                 continue
-            for record in decode_batches(result.data):
-                if record.offset >= offset and len(messages) < self.config.poll_messages_max:
-                    messages.append(Message(self.topic, partition, record.offset, record.timestamp_ms,
-                                            record.key, record.value, record.headers))
-                    self._positions[partition] = record.offset + 1
+            # Each record decoded straight into its message: no Record built only to be copied.
+            for message in decode_batches(result.data, partial(Message, self.topic, partition)):
+                if message.offset >= offset and len(messages) < self.config.poll_messages_max:
+                    messages.append(message)
+                    self._positions[partition] = message.offset + 1
         return messages
 
     # --- group membership -----------------------------------------------------------------

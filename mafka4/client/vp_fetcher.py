@@ -9,7 +9,8 @@ replicas of one read node are then fetched together, with one long-polling
 records below each VP's high watermark are ever returned, so what a reader saw survives a VP
 failover. Positions are per VP: the VP offset of the next message.
 
-A loss marker in a VP (physical retention deleted records before a read node fed them,
+Each answer is decoded straight into messages by ``vp_messages.take_vp_messages``. A loss marker
+in a VP (physical retention deleted records before a read node fed them,
 ``vp_records.lost_range_of``) ends the messages returned for that VP; the next ``fetch`` raises
 ``RecordsLost`` naming the offsets, and reading goes on after the marker.
 
@@ -29,19 +30,18 @@ import ray
 from collections import defaultdict
 
 from mafka4.client.message import Message
+from mafka4.client.vp_messages import take_vp_messages
 from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import CoordinatorUnavailable, RecordsLost
 from mafka4.limits import LIST_OFFSETS_TIMEOUT_S, ConsumerConfig
 from mafka4.partition_gate import client_gate
 from mafka4.physical.partition_state import TopicMetadata
-from mafka4.records import decode_batches
 from mafka4.risr.state import RisrConfig, route_fetch
 from mafka4.runtime.connect import Connection
 from mafka4.virtual.handles import ask_leader_nodes, read_node_handle
 from mafka4.virtual.hosted_vp import VpId
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.read_node import ConsumerRead
-from mafka4.virtual.vp_records import lost_range_of, strip_source
 from mafka4.virtual.vp_state import VirtualPartitionState
 
 
@@ -201,17 +201,7 @@ class VpFetcher:
 
     def _take(self, vp: int, offset: int, data: bytes, messages: list[Message]) -> None:
         """Decode one VP's batches into ``messages`` from ``offset``, up to ``poll_messages_max``."""
-        for record in decode_batches(data):
-            if record.offset < offset:
-                continue
-            if len(messages) >= self.config.poll_messages_max:
-                return
-            lost = lost_range_of(record)
-            if lost is not None:
-                self.positions[vp] = record.offset + 1
-                self._lost = RecordsLost.of(self.topic, lost[0], lost[1], lost[2], vp=vp)
-                return
-            plain = strip_source(record)
-            messages.append(Message(self.topic, vp, plain.offset, plain.timestamp_ms, plain.key, plain.value,
-                                    plain.headers))
-            self.positions[vp] = record.offset + 1
+        taken = take_vp_messages(data, self.topic, vp, offset, messages, self.config.poll_messages_max)
+        self.positions[vp] = taken.next_offset
+        if taken.lost is not None:
+            self._lost = RecordsLost.of(self.topic, *taken.lost, vp=vp)

@@ -19,6 +19,9 @@ one more header appended last::
 
 so a VP log uses the physical batch format unchanged, and its source survives any crash.
 ``source_of`` reads it; ``strip_source`` gives the consumer the producer's record.
+``decode_checked_vp_batch`` decodes a VP batch straight to the producer's records, the source
+header checked and left out on the way: what consumers read, each record built once, as the
+object the consumer returns (a ``Message``, made by a constructor the client passes).
 
 Loss markers. When physical retention deleted records before a read node fed them (past the
 bound ``unfed_hold_ms_max``), the feed stream appends a *loss marker* to each VP that lacked
@@ -27,7 +30,8 @@ records there: a record with no key and no value whose first header is::
     ("mafka4.lost", 20 bytes)  int32 physical partition, int64 first lost offset, int64 end (exclusive)
 
 and whose source is the last lost offset, so ``FeedProgress`` moves past the gap. Consumers
-raise ``RecordsLost`` when they reach it (``lost_range_of``), in order with the records around it.
+raise ``RecordsLost`` when they reach it (``lost_range_of``, or ``lost_range_in`` of the
+producer's headers), in order with the records around it.
 
 Idempotent feeding. ``FeedProgress`` is one VP's "last source offset applied per physical
 partition". The feeder gives each VP the records of one partition in ascending offset order,
@@ -37,7 +41,8 @@ from an earlier offset) therefore appends nothing twice. ``FeedProgress.rebuild`
 the progress from the VP log's records after a restart.
 
 Invariants (asserted): records of one partition are applied in strictly ascending offset
-order; a record's source header is its last header.
+order; a record's source header is its last header. Consumers read VP logs written by other
+processes, so ``decode_checked_vp_batch`` raises ``CorruptRecord`` for a record without one.
 
 Pure: no I/O (decoding a batch held in memory is not I/O).
 """
@@ -49,7 +54,8 @@ from itertools import groupby
 from typing import Container, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from mafka4.compression import Codec
-from mafka4.records import BatchHeader, Record, decode_batch, encode_batch, read_header
+from mafka4.records import (BatchHeader, Headers, Record, RecordBuilder, bad_record, decode_batch,
+                            decode_checked_batch, decode_headers, encode_batch, read_header)
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import message_hash
 
@@ -105,10 +111,48 @@ def lost_marker(partition: int, first_offset: int, end_offset: int, timestamp_ms
 
 def lost_range_of(record: Record) -> tuple[int, int, int] | None:
     """``(partition, first lost offset, end)`` if ``record`` (read from a VP log) is a loss marker."""
-    if record.headers and record.headers[0][0] == LOST_HEADER:
-        partition, first_offset, end_offset = _LOST.unpack(record.headers[0][1])
+    return lost_range_in(record.headers)
+
+
+def lost_range_in(headers: Headers) -> tuple[int, int, int] | None:
+    """``lost_range_of`` a record with these headers, its source header kept or left out: a loss
+    marker's first header is the loss header either way."""
+    if headers and headers[0][0] == LOST_HEADER:
+        partition, first_offset, end_offset = _LOST.unpack(headers[0][1])
         return partition, first_offset, end_offset
     return None
+
+
+def producer_headers(headers: object, index: int, header: BatchHeader) -> Headers:
+    """The raw headers of record ``index`` of a VP batch as its producer sent them: checked as
+    any record's (``records.decode_headers``), the source header, which must be last, left out.
+
+    A ``records.HeadersDecoder``; ``CorruptRecord`` for a record without a well-formed source
+    header last (no VP leader writes one: the bytes did not come from a VP log, or a buggy
+    writer made them).
+    """
+    if isinstance(headers, list) and headers and _is_source_header(headers[-1]):
+        return decode_headers(headers[:-1], index, header)
+    decode_headers(headers, index, header)  # a malformed header is named as on any record
+    raise bad_record(index, header, f"does not end with a {SOURCE_HEADER} header of {_SOURCE.size} bytes: "
+                                    f"not a record of a VP log")
+
+
+def _is_source_header(pair: object) -> bool:
+    return (isinstance(pair, list) and len(pair) == 2 and pair[0] == SOURCE_HEADER
+            and isinstance(pair[1], bytes) and len(pair[1]) == _SOURCE.size)
+
+
+def decode_checked_vp_batch(
+    buffer: bytes | bytearray | memoryview, position: int, header: BatchHeader, build: RecordBuilder = Record
+) -> list:
+    """The producer's records of the CRC-checked VP batch at ``position`` (``strip_source`` of each
+    record, VP offsets), each made by ``build`` in one step; loss markers included, in order.
+
+    The same checks and errors as ``records.decode_checked_batch``, and ``CorruptRecord`` for a
+    record without its source header (``producer_headers``).
+    """
+    return decode_checked_batch(buffer, position, header, build, producer_headers)
 
 
 def route_records(

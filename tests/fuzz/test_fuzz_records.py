@@ -6,7 +6,8 @@ Every decoding entry point gets arbitrary bytes, and then the harder inputs: bat
 header and CRC are right but whose payload is arbitrary msgpack (a buggy or hostile producer
 can compute a CRC), and encoded batches with one bit flipped. Compressed batches get the same
 (``mafka4.compression``): any codec id, arbitrary msgpack inside a valid frame, and valid frames
-damaged under a recomputed CRC.
+damaged under a recomputed CRC. Consumers of VP logs decode with their own header rule (the
+source header last, ``vp_records.producer_headers``): they get the same inputs.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ import msgpack
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from mafka4.client.vp_messages import take_vp_messages
 from mafka4.compression import Codec, compress
 from mafka4.errors import CorruptRecord
 from mafka4.records import (CRC_START, HEADER_BYTES, MAGIC, check_batch, check_single_batch, decode_batch,
                             decode_batches, encode_batch, iter_batches, read_header, stamp)
+from mafka4.virtual.vp_records import SOURCE_HEADER
 
 EXAMPLES = int(os.environ.get("MAFKA4_FUZZ_EXAMPLES", "40"))
 FUZZ = settings(max_examples=EXAMPLES * 2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -84,6 +87,30 @@ def test_a_valid_crc_around_any_msgpack_payload_raises_only_corrupt_record(items
     except CorruptRecord:
         return
     assert_usable(decoded)
+
+
+# Headers of VP records: the source header, well-formed or not, among anything else.
+vp_headers = st.lists(
+    st.sampled_from([[SOURCE_HEADER, bytes(12)], [SOURCE_HEADER, b"short"], [SOURCE_HEADER, "not bin"], SOURCE_HEADER,
+                     ["trace", b"t"]]) | msgpack_values,
+    max_size=3,
+) | msgpack_values
+vp_items = st.lists(st.lists(st.integers(0, 9) | msgpack_values, min_size=3, max_size=3).flatmap(
+    lambda fields: vp_headers.map(lambda headers: [*fields, headers])) | msgpack_values, max_size=4)
+
+
+@FUZZ
+@given(vp_items, st.integers(1, 4))
+@example([[0, None, b"v", [[SOURCE_HEADER, b"short"]]]], 1)  # a source header of the wrong size
+@example([[0, None, b"v", [[SOURCE_HEADER, bytes(12)], ["trace", b"t"]]]], 1)  # a source header not last
+def test_a_valid_crc_around_any_vp_payload_gives_a_consumer_messages_or_corrupt_record(items, count):
+    messages = []
+    try:
+        take_vp_messages(with_valid_crc(msgpack.packb(items, use_bin_type=True), count), "t", 0, 0, messages, 10)
+    except CorruptRecord:
+        return
+    assert_usable(messages)
+    assert all(name != SOURCE_HEADER for message in messages for name, _ in message.headers)
 
 
 @FUZZ

@@ -45,6 +45,8 @@ CORES = (
     "mafka4.coordinator.control.upkeep_decisions",
     # the producer's per-partition pipeline rules (the sender and the simulator run them)
     "mafka4.client.sender_core",
+    # what a consumer makes of a VP fetch's bytes
+    "mafka4.client.vp_messages",
     "mafka4.coordinator.control.placement",
     "mafka4.coordinator.metadata.lease",
     "mafka4.coordinator.metadata.keys",

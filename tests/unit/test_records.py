@@ -1,5 +1,7 @@
 """The batch format: round trips, stamping outside the CRC, and corruption detection."""
 
+import zlib
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -37,6 +39,20 @@ def test_any_flipped_bit_after_the_stamp_fields_is_detected(data):
     batch[position] ^= 1 << data.draw(st.integers(0, 7))
     with pytest.raises(CorruptRecord):
         records.check_batch(batch)
+
+
+def test_a_reader_builds_its_own_object_of_each_record_with_the_same_checks():
+    """A consumer builds its message straight from the fields a Record would hold."""
+    data = bytearray(records.encode_batch([(b"k", b"a", 5, [("h", b"1")]), (None, b"b", 7, None)]))
+    records.stamp(data, 30, 0)
+    assert records.decode_batches(data, build=lambda *fields: ("built", *fields)) == \
+        [("built", *record) for record in records.decode_batches(data)]
+    # the header's name "h" (a 2-byte msgpack str) made the number 5 (2 bytes too), under a valid CRC
+    bad = bytearray(records.encode_batch([(None, b"a", 5, [("h", b"1")])]).replace(b"\xa1h", b"\xcc\x05"))
+    bad[records.CRC_START - 4:records.CRC_START] = zlib.crc32(bad[records.CRC_START:]).to_bytes(4, "big")
+    for build in (records.Record, lambda *fields: fields):
+        with pytest.raises(CorruptRecord, match="record 0 of batch at offset 0 has a header that is not a"):
+            records.decode_batches(bad, build)
 
 
 def test_iter_batches_stops_at_a_partial_or_corrupt_batch():

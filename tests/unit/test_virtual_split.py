@@ -8,8 +8,9 @@ from mafka4 import records
 from mafka4.hashing import key_hash
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import HASH_SPACE
-from mafka4.virtual.vp_records import (NOTHING_APPLIED, SOURCE_HEADER, FeedProgress, SourcedRecord, encode_source,
-                                       encode_vp_batch, route_batch, source_of, strip_source)
+from mafka4.virtual.vp_records import (NOTHING_APPLIED, SOURCE_HEADER, FeedProgress, SourcedRecord,
+                                       decode_checked_vp_batch, encode_source, encode_vp_batch, lost_marker,
+                                       lost_range_in, lost_range_of, route_batch, source_of, strip_source)
 
 
 def physical_batch(items, base_offset, producer_id=7, base_sequence=0) -> bytes:
@@ -72,6 +73,27 @@ def test_vp_records_carry_their_source_in_a_last_header_and_round_trip():
 def test_a_vp_record_without_source_is_a_bug():
     with pytest.raises(AssertionError, match="without source"):
         source_of(records.Record(0, 0, None, b"v"))
+
+
+def test_a_vp_batch_decodes_straight_to_the_producers_records_loss_markers_in_place():
+    layout = TopicLayout.initial(partitions=3, virtual_partitions=1)
+    (routed,) = route_batch(physical_batch(keyed(3), 40), 2, layout).values()
+    batch = bytearray(encode_vp_batch([routed[0], lost_marker(2, 10, 20, 1_000), *routed[1:]]))
+    records.stamp(batch, 7, 0)
+    decoded = decode_checked_vp_batch(batch, 0, records.check_batch(batch))
+    assert decoded == [strip_source(record) for record in records.decode_batch(batch)]
+    assert [lost_range_in(record.headers) for record in decoded] == [None, (2, 10, 20), None, None]
+    assert lost_range_of(records.decode_batch(batch)[1]) == (2, 10, 20), "found with the source header kept too"
+    assert decode_checked_vp_batch(batch, 0, records.check_batch(batch), build=lambda *fields: fields) == \
+        [tuple(record) for record in decoded]
+
+
+def test_a_record_in_a_vp_batch_without_its_source_header_is_corrupt():
+    batch = bytearray(records.encode_batch([(None, b"v", 0, [(SOURCE_HEADER, encode_source(0, 1))]),
+                                            (None, b"v", 0, [(SOURCE_HEADER, encode_source(0, 2)), ("t", b"")])]))
+    records.stamp(batch, 70, 0)
+    with pytest.raises(records.CorruptRecord, match="record 1 of batch at offset 70 does not end with a mafka4.src"):
+        decode_checked_vp_batch(batch, 0, records.check_batch(batch))
 
 
 def record(partition, offset) -> SourcedRecord:

@@ -1,0 +1,67 @@
+"""VP batch bytes -> the ``Message``s a consumer returns: what ``VpFetcher`` does with each answer.
+
+A read node answers a fetch of a VP with whole batches of its log, the first one possibly
+starting before the fetch offset. ``take_vp_messages`` turns them into messages:
+
+* each batch is CRC-checked once (``records.iter_batches``) and decoded by
+  ``vp_records.decode_checked_vp_batch`` straight into ``Message``s, the source header checked
+  and left out on the way: one object per record, where decoding, stripping the source and
+  copying into a message built three;
+* messages before the fetch offset are skipped, and no batch wholly before it is decompressed;
+* at most ``messages_max`` messages are held by ``messages`` (shared by the VPs of one poll),
+  and no batch is decompressed once it is full;
+* a loss marker ends the take: the position moves past it, and the caller raises
+  ``RecordsLost`` for its range after the messages before it.
+
+Why here and not in ``mafka4.virtual``: ``Message`` is the client's type, and the virtual side
+sits below the clients (``tests/unit/test_floors.py``), so it exports a decoder that takes the
+constructor, and this module owns the consumer's rules above (start, limit, loss markers).
+
+Pure: bytes in, messages out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+from mafka4.client.message import Message
+from mafka4.records import iter_batches
+from mafka4.virtual.vp_records import decode_checked_vp_batch, lost_range_in
+
+
+@dataclass(frozen=True, slots=True)
+class VpTake:
+    """Where one VP's reading stands after ``take_vp_messages``."""
+
+    next_offset: int  # the VP's position: past the last message taken or loss marker met, else the fetch offset
+    lost: tuple[int, int, int] | None  # (partition, first lost offset, end) of the loss marker that ended it
+
+
+def take_vp_messages(data: bytes | bytearray | memoryview, topic: str, vp: int, offset: int,
+                     messages: list[Message], messages_max: int) -> VpTake:
+    """Append to ``messages`` the messages of ``vp`` in ``data`` (batches of its log) from ``offset`` on,
+    while it holds fewer than ``messages_max``; stop past the first loss marker.
+
+    ``CorruptRecord`` as ``records.decode_checked_batch`` raises it, and for a record without its
+    source header, for any batch that is decoded (the batches not decoded hold no message this
+    take returns: the next fetch starts at them).
+    """
+    build = partial(Message, topic, vp)
+    next_offset = offset
+    for position, header in iter_batches(data):
+        if header.next_offset <= offset:
+            continue
+        if len(messages) >= messages_max:
+            break
+        for message in decode_checked_vp_batch(data, position, header, build):
+            if message.offset < offset:
+                continue
+            if len(messages) >= messages_max:
+                break
+            lost = lost_range_in(message.headers)
+            if lost is not None:
+                return VpTake(message.offset + 1, lost)
+            messages.append(message)
+            next_offset = message.offset + 1
+    return VpTake(next_offset, None)
