@@ -11,7 +11,8 @@ messages per partition (``linger_ms``, ``batch_bytes_max``), sends them to the p
 leaders and retries retriable failures idempotently (see ``sender.py``). The buffer is
 bounded by ``buffer_bytes_max``; ``on_full`` chooses between blocking and ``BufferFull``.
 ``compression`` ("none", "lz4", "zstd"; by default ``$MAFKA4_COMPRESSION``, else "none")
-compresses each batch as the sender encodes it (``mafka4.compression``).
+compresses each batch as the sender encodes it (``mafka4.compression``). Header names starting
+with ``mafka4.`` are reserved for the system's own headers and refused (``InvalidRecord``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from mafka4.limits import ProducerConfig
 from mafka4.names import validate_topic_name
 from mafka4.records import TIMESTAMP_MS_MAX
 from mafka4.runtime.connect import Connection, connect
+from mafka4.virtual.vp_records import RESERVED_HEADER_PREFIX
 
 Serializer = Callable[[Any], bytes]
 
@@ -47,6 +49,17 @@ def _as_bytes(what: str, value: Any, serializer: Serializer | None) -> bytes | N
         f"message {what} of type {type(value).__name__} is not bytes: pass bytes, or give the "
         f"Producer a {what}_serializer (e.g. {what}_serializer=str.encode)"
     )
+
+
+def _checked_headers(headers: Iterable[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+    pairs = [(str(name), _as_bytes("header", data, None) or b"") for name, data in headers]
+    for name, _ in pairs:
+        if name.startswith(RESERVED_HEADER_PREFIX):
+            raise InvalidRecord(
+                f"header {name!r}: names starting with {RESERVED_HEADER_PREFIX!r} are mafka4's own (a virtual "
+                f"partition's source, a loss marker); rename the header"
+            )
+    return pairs
 
 
 def _checked_timestamp_ms(timestamp_ms: Any) -> int:
@@ -87,7 +100,7 @@ class Producer:
         value_bytes = _as_bytes("value", value, self._value_serializer)
         if value_bytes is None:
             raise InvalidRecord("message value is None: send bytes (an empty value is b'')")
-        header_list = [(str(name), _as_bytes("header", data, None) or b"") for name, data in headers] if headers else None
+        header_list = _checked_headers(headers) if headers else None
         size_bytes = self._size_bytes(key_bytes, value_bytes, header_list)
         stamp_ms = time.time_ns() // 1_000_000 if timestamp_ms is None else _checked_timestamp_ms(timestamp_ms)
         self._accumulator.reserve(size_bytes)

@@ -59,6 +59,9 @@ from mafka4.records import (BatchHeader, Headers, Record, RecordBuilder, bad_rec
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import message_hash
 
+# Header names under this prefix are the system's own (a VP record's source, a loss marker):
+# producers may not send them, or a consumer would take a producer's header for one of these.
+RESERVED_HEADER_PREFIX = "mafka4."
 SOURCE_HEADER = "mafka4.src"
 _SOURCE = struct.Struct(">iq")
 LOST_HEADER = "mafka4.lost"

@@ -9,9 +9,10 @@ from mafka4.bench.stats import percentiles_ms
 from mafka4.client.accumulator import RecordAccumulator
 from mafka4.client.futures import BatchResult
 from mafka4.client.partitioner import Partitioner
-from mafka4.client.producer import _checked_timestamp_ms
+from mafka4.client.producer import _checked_headers, _checked_timestamp_ms
 from mafka4.errors import BufferFull, InvalidRecord, NotEnoughReplicas
 from mafka4.limits import ProducerConfig
+from mafka4.virtual.vp_records import LOST_HEADER, RESERVED_HEADER_PREFIX, SOURCE_HEADER
 
 
 def test_a_key_always_lands_in_the_same_partition_and_keys_spread():
@@ -62,6 +63,14 @@ def test_a_lingered_batch_keeps_growing_until_the_sender_takes_it():
     accumulator.append(0, record(84), 100, now_ms=1012)  # lingered, but no free slot took it yet
     assert len(accumulator.pop_ready(0, now_ms=1012).records) == 2
     assert accumulator.pop_ready(0, now_ms=1012) is None
+
+
+@pytest.mark.parametrize("name", ["mafka4.lost", "mafka4.src", "mafka4.anything"])
+def test_a_header_in_mafka4_s_own_namespace_is_refused_at_send(name):
+    with pytest.raises(InvalidRecord, match=f"header '{name}': names starting with 'mafka4.' are mafka4's own"):
+        _checked_headers([("trace", b"1"), (name, b"x")])
+    assert _checked_headers([("mafka4", b"1"), ("trace", bytearray(b"2"))]) == [("mafka4", b"1"), ("trace", b"2")]
+    assert SOURCE_HEADER.startswith(RESERVED_HEADER_PREFIX) and LOST_HEADER.startswith(RESERVED_HEADER_PREFIX)
 
 
 @pytest.mark.parametrize("timestamp_ms", [-1, 2**63, "soon", None.__class__])
