@@ -830,6 +830,10 @@ OBJECT_STORE_BYTES_PER_NODE = 256 * MiB
 # and pulled by the other. Measured here (1 MiB calls, two Ray nodes on one machine):
 # 1.5-1.6x the rate over one hop, 2.1-2.5x over two (a leader passing it to a follower).
 RAY_INLINE_OBJECT_BYTES_MAX = 4 * MiB
+# A thread's msgpack packer for batch payloads (``records.encode_record_arrays``) is kept between
+# batches (a fresh one costs page faults on every batch); one that grew past this, packing an
+# unusually large batch, is dropped rather than kept holding that memory.
+PAYLOAD_PACKER_KEPT_BYTES_MAX = 8 * MiB
 # SIGTERM grace for a local etcd before it is SIGKILLed: etcd stops cleanly on SIGTERM, so longer
 # means it hangs.
 ETCD_STOP_TIMEOUT_S = 10

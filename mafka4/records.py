@@ -36,6 +36,7 @@ Concatenated batches ("batch bytes") are what logs store and fetches return.
 from __future__ import annotations
 
 import struct
+import threading
 import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
@@ -44,6 +45,7 @@ import msgpack
 
 from mafka4.compression import Codec, compress, decompress
 from mafka4.errors import CorruptRecord
+from mafka4.limits import PAYLOAD_PACKER_KEPT_BYTES_MAX
 
 MAGIC = 1
 HEADER = struct.Struct(">qiibIhiqqqi")
@@ -134,21 +136,58 @@ def encode_batch(
     assert records, "a batch holds at least one record"
     timestamps = [timestamp_ms for _, _, timestamp_ms, _ in records]
     first_timestamp_ms = timestamps[0]
-    payload = msgpack.packb(
-        [
-            [timestamp_ms - first_timestamp_ms, key, value, [list(h) for h in headers] if headers else None]
-            for key, value, timestamp_ms, headers in records
-        ],
-        use_bin_type=True,
-    )
-    assert len(payload) <= PAYLOAD_BYTES_MAX, f"a batch payload of {len(payload)} bytes"
-    stored = compress(codec, payload)
-    fields = _BODY_FIELDS.pack(codec.value, len(records), first_timestamp_ms, max(timestamps), producer_id, base_sequence)
-    # The CRC runs over the two parts in turn, and the batch is joined once: a batch is up to
-    # a MiB, and each concatenation would copy it again.
-    crc = zlib.crc32(stored, zlib.crc32(fields))
-    length = HEADER_BYTES - LENGTH_PREFIX_BYTES + len(stored)
-    return b"".join((_FRAME_FIELDS.pack(0, length, NO_EPOCH, MAGIC, crc), fields, stored))
+    record_arrays = [(timestamp_ms - first_timestamp_ms, key, value, headers or None)
+                     for key, value, timestamp_ms, headers in records]
+    return encode_record_arrays(record_arrays, first_timestamp_ms, max(timestamps), producer_id, base_sequence, codec)
+
+
+def encode_record_arrays(
+    record_arrays: Sequence[tuple[int, bytes | None, bytes, Sequence[tuple[str, bytes]] | None]],
+    first_timestamp_ms: int,
+    max_timestamp_ms: int,
+    producer_id: int = NO_PRODUCER_ID,
+    base_sequence: int = NO_SEQUENCE,
+    codec: Codec = Codec.NONE,
+) -> bytes:
+    """Encode records already in payload form, ``(timestamp_delta_ms, key, value, headers or None)``
+    each (tuples pack as msgpack arrays), into one unstamped batch. The producer keeps its records
+    this way from the start, so encoding a batch is one msgpack call."""
+    assert record_arrays, "a batch holds at least one record"
+    packer = _payload_packer()
+    packer.pack(record_arrays)
+    try:
+        with packer.getbuffer() as payload:
+            assert len(payload) <= PAYLOAD_BYTES_MAX, f"a batch payload of {len(payload)} bytes"
+            stored = compress(codec, payload)
+            fields = _BODY_FIELDS.pack(codec.value, len(record_arrays), first_timestamp_ms, max_timestamp_ms,
+                                       producer_id, base_sequence)
+            # The CRC runs over the two parts in turn, and the batch is joined once: a batch is up
+            # to a MiB, and each concatenation would copy it again.
+            crc = zlib.crc32(stored, zlib.crc32(fields))
+            length = HEADER_BYTES - LENGTH_PREFIX_BYTES + len(stored)
+            return b"".join((_FRAME_FIELDS.pack(0, length, NO_EPOCH, MAGIC, crc), fields, stored))
+    finally:
+        _release_payload_packer(packer)
+
+
+# Each thread packs payloads with one Packer it keeps. A fresh packer (``msgpack.packb``) grows
+# its buffer to a MiB by reallocation on every batch, and the new pages fault in: measured here,
+# 1.9 ms to pack a MiB batch of 1 KiB records that a kept packer packs in 0.4 ms.
+_packers = threading.local()
+
+
+def _payload_packer() -> msgpack.Packer:
+    packer = getattr(_packers, "packer", None)
+    if packer is None:
+        packer = _packers.packer = msgpack.Packer(use_bin_type=True, autoreset=False)
+    return packer
+
+
+def _release_payload_packer(packer: msgpack.Packer) -> None:
+    if len(packer.getbuffer()) > PAYLOAD_PACKER_KEPT_BYTES_MAX:
+        _packers.packer = None
+    else:
+        packer.reset()
 
 
 def read_header(buffer: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:

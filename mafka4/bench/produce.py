@@ -111,7 +111,7 @@ def producer_run(connection: Connection, topic: str, settings: ProduceBenchSetti
             if ahead_s > 0:
                 time.sleep(ahead_s)
         sent_ns[index] = time.perf_counter_ns()
-        producer.send(payloads[index % len(payloads)]).add_callback(on_done(index))
+        producer.send(payloads[index % len(payloads)], callback=on_done(index))
     producer.flush()
     elapsed = time.perf_counter() - started
     producer.close()

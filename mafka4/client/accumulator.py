@@ -17,7 +17,7 @@ import threading
 import time
 from collections import deque
 
-from mafka4.client.futures import BatchResult, RecordFuture
+from mafka4.client.futures import BatchResult, Callback, RecordFuture
 from mafka4.client.sender_core import ProducerBatch
 from mafka4.errors import BufferFull
 from mafka4.limits import OnFull, ProducerConfig
@@ -45,13 +45,15 @@ class RecordAccumulator:
     def reserve(self, size_bytes: int) -> None:
         """Take ``size_bytes`` of the buffer, blocking or raising as ``on_full`` says."""
         limit = self._config.buffer_bytes_max
-        with self._space:
+        with self._lock:  # the plain lock: cheaper to take than the condition, and this is every send
             if self._reserved_bytes + size_bytes <= limit:
                 self._reserved_bytes += size_bytes
                 return
-            if self._config.on_full is OnFull.ERROR:
+        if self._config.on_full is OnFull.ERROR:
+            with self._lock:
                 raise self._buffer_full()
-            deadline = time.monotonic() + self._config.block_ms_max / 1000
+        deadline = time.monotonic() + self._config.block_ms_max / 1000
+        with self._space:
             while self._reserved_bytes + size_bytes > limit:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not self._space.wait(remaining):
@@ -66,8 +68,12 @@ class RecordAccumulator:
             f"producer or not acknowledging; slow down, raise buffer_bytes_max, or use on_full='block'"
         )
 
-    def append(self, partition: int, record: tuple, size_bytes: int, now_ms: float) -> tuple[RecordFuture, bool, bool]:
-        """Add a record; returns (future, opened a new batch, closed a full batch)."""
+    def append(self, partition: int, key: bytes | None, value: bytes, timestamp_ms: int,
+               headers: list[tuple[str, bytes]] | None, size_bytes: int, now_ms: float,
+               callback: Callback | None = None) -> tuple[RecordFuture, bool, bool]:
+        """Add a record, with its ``callback`` if any; returns (future, opened a new batch, closed a
+        full batch). The record is kept in payload form (``ProducerBatch``), so the sender encodes a
+        batch in one call."""
         with self._lock:
             batch = self._open.get(partition)
             closed = False
@@ -76,11 +82,17 @@ class RecordAccumulator:
                 batch, closed = None, True
             opened = batch is None
             if opened:
-                batch = ProducerBatch(partition, now_ms, BatchResult(self._topic, partition))
+                batch = ProducerBatch(partition, now_ms, BatchResult(self._topic, partition),
+                                      first_timestamp_ms=timestamp_ms, max_timestamp_ms=timestamp_ms)
                 self._open[partition] = batch
                 self._unanswered_batches += 1
-            future = RecordFuture(batch.result, len(batch.records), record[2])
-            batch.records.append(record)
+            elif timestamp_ms > batch.max_timestamp_ms:
+                batch.max_timestamp_ms = timestamp_ms
+            records = batch.records
+            future = RecordFuture(batch.result, len(records), timestamp_ms)
+            if callback is not None:
+                batch.result.add_callback_while_open(len(records), timestamp_ms, callback)
+            records.append((timestamp_ms - batch.first_timestamp_ms, key, value, headers))
             batch.size_bytes += size_bytes
             if batch.size_bytes >= self._config.batch_bytes_max:
                 self._close_locked(partition)

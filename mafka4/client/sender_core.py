@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Callable
 
 from mafka4.errors import RequestTimedOut, UnknownProducer
 from mafka4.limits import ProducerConfig
-from mafka4.records import HEADER_BYTES, encode_batch
+from mafka4.records import HEADER_BYTES, encode_record_arrays
 
 if TYPE_CHECKING:
     from mafka4.client.futures import BatchResult
@@ -52,12 +52,17 @@ SEQUENCE_MAX = 2**31 - 1
 
 @dataclass(slots=True)
 class ProducerBatch:
-    """A batch on its way: its records until it is answered, and its send history."""
+    """A batch on its way: its records until it is answered, and its send history.
+
+    ``records`` are in payload form, ``(timestamp_delta_ms, key, value, headers or None)``
+    relative to ``first_timestamp_ms`` (``records.encode_record_arrays``)."""
 
     partition: int
     created_ms: float
     result: BatchResult
     records: list = field(default_factory=list)
+    first_timestamp_ms: int = 0
+    max_timestamp_ms: int = 0
     size_bytes: int = HEADER_BYTES
     attempts: int = 0
     encoded: bytes | None = None
@@ -185,7 +190,8 @@ class PipelineCore:
         if self._next_sequence + len(batch.records) > SEQUENCE_MAX:
             self._producer_id, self._next_sequence = self._new_producer_id(), 0
         batch.producer_id, batch.base_sequence = self._producer_id, self._next_sequence
-        batch.encoded = encode_batch(batch.records, batch.producer_id, batch.base_sequence, self._config.compression)
+        batch.encoded = encode_record_arrays(batch.records, batch.first_timestamp_ms, batch.max_timestamp_ms,
+                                             batch.producer_id, batch.base_sequence, self._config.compression)
         self._next_sequence += len(batch.records)
 
     def _resend_in_flight(self) -> bool:

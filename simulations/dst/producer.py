@@ -149,7 +149,7 @@ class SimProducer:
         assert accumulator.reserved_bytes + size_bytes <= self.config.buffer_bytes_max, "reserve() would block"
         accumulator.reserve(size_bytes)
         target = self._partitioner.partition(key, partition)
-        future, opened, closed = accumulator.append(target, (key, value, now_ms, None), size_bytes, now_ms)
+        future, opened, closed = accumulator.append(target, key, value, now_ms, None, size_bytes, now_ms)
         if key is None and partition is None and (opened or closed):
             self._partitioner.batch_closed(target)
         self.env.history.append(Send(self.name, key, value, target))

@@ -7,7 +7,7 @@ import pytest
 
 from mafka4.bench.stats import percentiles_ms
 from mafka4.client.accumulator import RecordAccumulator
-from mafka4.client.futures import BatchResult
+from mafka4.client.futures import BatchResult, RecordMetadata
 from mafka4.client.partitioner import Partitioner
 from mafka4.client.producer import _checked_headers, _checked_timestamp_ms
 from mafka4.errors import BufferFull, InvalidRecord, NotEnoughReplicas
@@ -47,7 +47,7 @@ def test_batches_close_when_full_and_keep_order():
     closed_count = 0
     for _ in range(10):
         accumulator.reserve(1000)
-        _, _, closed = accumulator.append(0, record(984), 1000, now_ms=0)
+        _, _, closed = accumulator.append(0, *record(984), 1000, now_ms=0)
         closed_count += closed
     assert closed_count == 2  # 4096 holds 4 records of 1000 bytes plus the header
     first, second = accumulator.pop_ready(0, now_ms=0), accumulator.pop_ready(0, now_ms=0)
@@ -57,10 +57,10 @@ def test_batches_close_when_full_and_keep_order():
 def test_a_lingered_batch_keeps_growing_until_the_sender_takes_it():
     accumulator = RecordAccumulator("t", ProducerConfig(linger_ms=10))
     accumulator.reserve(200)
-    accumulator.append(0, record(84), 100, now_ms=1000)
+    accumulator.append(0, *record(84), 100, now_ms=1000)
     assert accumulator.linger_remaining_ms(0, now_ms=1004) == pytest.approx(6)
     assert accumulator.pop_ready(0, now_ms=1004) is None, "not sendable before linger_ms"
-    accumulator.append(0, record(84), 100, now_ms=1012)  # lingered, but no free slot took it yet
+    accumulator.append(0, *record(84), 100, now_ms=1012)  # lingered, but no free slot took it yet
     assert len(accumulator.pop_ready(0, now_ms=1012).records) == 2
     assert accumulator.pop_ready(0, now_ms=1012) is None
 
@@ -84,7 +84,7 @@ def test_buffer_full_raises_with_on_full_error_and_frees_on_answer():
     config = ProducerConfig(buffer_bytes_max=4096, batch_bytes_max=4096, on_full="error")
     accumulator = RecordAccumulator("t", config)
     accumulator.reserve(4000)
-    accumulator.append(0, record(3984), 4000, now_ms=0)
+    accumulator.append(0, *record(3984), 4000, now_ms=0)
     with pytest.raises(BufferFull, match="buffer_bytes_max=4096"):
         accumulator.reserve(200)
     accumulator.close_all()
@@ -98,12 +98,12 @@ def test_blocking_buffer_times_out_then_waits_for_space():
     config = ProducerConfig(buffer_bytes_max=4096, batch_bytes_max=4096, block_ms_max=50)
     accumulator = RecordAccumulator("t", config)
     accumulator.reserve(4000)
-    accumulator.append(0, record(3984), 4000, now_ms=0)
+    accumulator.append(0, *record(3984), 4000, now_ms=0)
     with pytest.raises(BufferFull):
         accumulator.reserve(200)
     blocking = RecordAccumulator("t", ProducerConfig(buffer_bytes_max=4096, batch_bytes_max=4096, block_ms_max=5000))
     blocking.reserve(4000)
-    blocking.append(0, record(3984), 4000, now_ms=0)
+    blocking.append(0, *record(3984), 4000, now_ms=0)
     blocking.close_all()
     pending = blocking.pop_ready(0, now_ms=0)
     threading.Timer(0.02, blocking.answered, (pending, 4000)).start()
@@ -123,6 +123,37 @@ def test_record_futures_share_their_batch_result_and_run_callbacks_once():
     failed.complete(None, NotEnoughReplicas("isr too small"))
     with pytest.raises(NotEnoughReplicas):
         failed.metadata(0, 0)
+
+
+def test_a_callback_given_to_append_is_answered_with_its_record_s_metadata_or_the_batch_s_error():
+    accumulator = RecordAccumulator("t", ProducerConfig(linger_ms=0))
+    seen = []
+    for value, stamp in ((b"a", 1000), (b"b", 990), (b"c", 1007)):
+        accumulator.reserve(100)
+        accumulator.append(0, None, value, stamp, None, 100, now_ms=0,
+                           callback=lambda metadata, error: seen.append((metadata, error)))
+    batch = accumulator.pop_ready(0, now_ms=0)
+    assert (batch.first_timestamp_ms, batch.max_timestamp_ms) == (1000, 1007)
+    assert [record[0] for record in batch.records] == [0, -10, 7], "timestamps kept as deltas from the first"
+    batch.sent_time_ms = 5.5
+    accumulator.complete(batch, 40, None)
+    assert seen == [(RecordMetadata("t", 0, 40 + index, stamp, 5.5), None)
+                    for index, stamp in enumerate((1000, 990, 1007))]
+    seen.clear()
+    accumulator.reserve(100)
+    accumulator.append(1, None, b"d", 1, None, 100, now_ms=0, callback=lambda metadata, error: seen.append((metadata, error)))
+    error = NotEnoughReplicas("isr too small")
+    accumulator.complete(accumulator.pop_ready(1, now_ms=0), None, error)
+    assert seen == [(None, error)] and accumulator.reserved_bytes == 0
+
+
+def test_a_raising_callback_does_not_keep_the_others_from_running(caplog):
+    result = BatchResult("t", 0)
+    seen = []
+    result.add_callback_while_open(0, 1, lambda metadata, error: 1 / 0)
+    result.add_callback_while_open(1, 1, lambda metadata, error: seen.append(metadata.offset))
+    result.complete(7, None)
+    assert seen == [8] and "producer callback raised" in caplog.text
 
 
 def test_percentiles_are_exact_nearest_rank():

@@ -1,5 +1,6 @@
 """The batch format: round trips, stamping outside the CRC, and corruption detection."""
 
+import threading
 import zlib
 
 import pytest
@@ -75,3 +76,43 @@ def test_garbage_is_a_clear_corrupt_record():
         records.check_batch(b"short")
     with pytest.raises(CorruptRecord, match="magic"):
         records.check_batch(bytes(records.HEADER_BYTES + 10))
+
+
+def test_a_batch_encoded_after_one_that_failed_to_pack_holds_only_its_own_records():
+    with pytest.raises(TypeError):
+        records.encode_batch([(None, b"fine", 1, None), (None, object(), 2, None)])
+    decoded = records.decode_batch(records.encode_batch([(None, b"next", 3, None)]))
+    assert [(r.value, r.timestamp_ms) for r in decoded] == [(b"next", 3)]
+
+
+def test_a_batch_larger_than_the_kept_packer_bound_encodes_and_so_do_the_batches_after_it(monkeypatch):
+    monkeypatch.setattr(records, "PAYLOAD_PACKER_KEPT_BYTES_MAX", 64)
+    large = records.encode_batch([(None, b"x" * 1000, 1, None)])
+    small = records.encode_batch([(None, b"y", 2, None)])
+    assert [r.value for r in records.decode_batch(large)] == [b"x" * 1000]
+    assert [r.value for r in records.decode_batch(small)] == [b"y"]
+
+
+def test_threads_encoding_at_once_each_get_their_own_records():
+    def encode_many(tag: bytes, out: list) -> None:
+        for number in range(200):
+            out.append(records.encode_batch([(None, tag + b"%d" % number, number, None)] * 20))
+
+    outputs = {tag: [] for tag in (b"a", b"b", b"c")}
+    threads = [threading.Thread(target=encode_many, args=(tag, out)) for tag, out in outputs.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for tag, batches in outputs.items():
+        assert [{r.value for r in records.decode_batch(batch)} for batch in batches] == [
+            {tag + b"%d" % number} for number in range(200)]
+
+
+@given(st.lists(record_strategy, min_size=1, max_size=20))
+@settings(max_examples=100, deadline=None)
+def test_records_in_payload_form_encode_to_the_same_bytes_as_send_tuples(items):
+    first = items[0][2]
+    arrays = [(timestamp_ms - first, key, value, headers or None) for key, value, timestamp_ms, headers in items]
+    assert records.encode_record_arrays(arrays, first, max(ts for _, _, ts, _ in items), 7, 3) == \
+        records.encode_batch(items, producer_id=7, base_sequence=3)

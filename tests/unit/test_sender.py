@@ -67,7 +67,7 @@ class FakeRouting:
 class FakeAccumulator:
     def __init__(self, batches: int):
         created_ms = time.monotonic() * 1000  # the sender's clock; delivery_timeout_ms is far away
-        self.ready = deque(ProducerBatch(0, created_ms, None, [(None, b"v%d" % i, 0, None)]) for i in range(batches))
+        self.ready = deque(ProducerBatch(0, created_ms, None, [(0, None, b"v%d" % i, None)]) for i in range(batches))
 
     def pop_ready(self, partition: int, now_ms: float) -> ProducerBatch | None:
         return self.ready.popleft() if self.ready else None
@@ -269,7 +269,7 @@ def core(config: ProducerConfig | None = None) -> PipelineCore:
 
 
 def ready(count: int, created_ms: float = 0):
-    batches = deque(ProducerBatch(0, created_ms, None, [(None, b"v%d" % i, 0, None)]) for i in range(count))
+    batches = deque(ProducerBatch(0, created_ms, None, [(0, None, b"v%d" % i, None)]) for i in range(count))
     return lambda: batches.popleft() if batches else None
 
 
