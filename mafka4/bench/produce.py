@@ -6,7 +6,11 @@ In one run, on one running cluster:
    fresh topic as fast as it can: msgs/s and MB/s. Its latencies mostly measure time queued
    in the full buffer, so latency is measured in a second, **paced** run at a fixed rate
    (``paced_msgs_per_s``) below saturation: per-message produce latency, send() to ack.
-   Both runs are made once per codec of ``compression``, in the order given, into the same
+   Each message's latency is taken by a callback (``send(callback=)``), which costs the
+   saturated run throughput; a third run, **producer_no_callbacks** (first codec only), sends
+   and flushes without callbacks, as a pipelined client does (``redis-benchmark -P``, XADD
+   pipelines): what the client can push when the caller does not wait on each message.
+   The first two runs are made once per codec of ``compression``, in the order given, into the same
    topic; each records the **bytes written** per message: what the leader logs grew by,
    over the messages sent, next to the values' own bytes (``bench.written_bytes``). The
    values are random bytes or JSON events (``payload``, ``bench.payloads``), the same values
@@ -81,12 +85,17 @@ def _throughput(messages: int, values_bytes: int, elapsed_s: float) -> dict:
 
 
 PACE_STEP_S = 0.005  # the paced run sends a burst every 5 ms
+# A callback-less run learns of failures only through flush's verdict; this bounds the wait
+# (a run's messages are answered or fail within the producer's delivery_timeout_ms, 120 s).
+FLUSH_TIMEOUT_S = 300
 
 
 def producer_run(connection: Connection, topic: str, settings: ProduceBenchSettings, rate_msgs_per_s: int | None = None,
-                 codec: Codec | None = None) -> dict:
+                 codec: Codec | None = None, callbacks: bool = True) -> dict:
     """Send ``settings.messages`` (as fast as possible), or ``rate * paced_seconds`` at ``rate``, compressed
-    with ``codec`` (by default the first of ``settings.codecs()``)."""
+    with ``codec`` (by default the first of ``settings.codecs()``). With ``callbacks``, each message's
+    send-to-ack latency is taken by a callback; without, the messages are sent and flushed, and
+    there is no latency to report."""
     codec = settings.codecs()[0] if codec is None else codec
     messages = settings.messages if rate_msgs_per_s is None else rate_msgs_per_s * settings.paced_seconds
     payloads = bench_payloads(settings)
@@ -110,15 +119,19 @@ def producer_run(connection: Connection, topic: str, settings: ProduceBenchSetti
             ahead_s = index / rate_msgs_per_s - (time.perf_counter() - started)
             if ahead_s > 0:
                 time.sleep(ahead_s)
-        sent_ns[index] = time.perf_counter_ns()
-        producer.send(payloads[index % len(payloads)], callback=on_done(index))
-    producer.flush()
+        if callbacks:
+            sent_ns[index] = time.perf_counter_ns()
+            producer.send(payloads[index % len(payloads)], callback=on_done(index))
+        else:
+            producer.send(payloads[index % len(payloads)])
+    flushed = producer.flush(FLUSH_TIMEOUT_S)
     elapsed = time.perf_counter() - started
     producer.close()
+    assert flushed, f"benchmark produce: messages still unanswered after {FLUSH_TIMEOUT_S} s"
     assert not errors, f"benchmark produce failed: {errors[0]}"
     return {**_throughput(messages, payload_bytes(payloads, messages), elapsed), "compression": str(codec),
-            "payload": settings.payload, "target_msgs_per_s": rate_msgs_per_s,
-            "latency_ms": percentiles_ms(done_ns - sent_ns)}
+            "payload": settings.payload, "target_msgs_per_s": rate_msgs_per_s, "callbacks": callbacks,
+            "latency_ms": percentiles_ms(done_ns - sent_ns) if callbacks else None}
 
 
 def leader_log_totals(admin: Admin, topic: str) -> LogTotals:
@@ -129,10 +142,10 @@ def leader_log_totals(admin: Admin, topic: str) -> LogTotals:
 
 
 def measured_run(connection: Connection, admin: Admin, topic: str, settings: ProduceBenchSettings, codec: Codec,
-                 rate_msgs_per_s: int | None = None) -> dict:
+                 rate_msgs_per_s: int | None = None, callbacks: bool = True) -> dict:
     """``producer_run``, and the bytes its messages added to the leader logs (``written_bytes.bytes_written``)."""
     before = leader_log_totals(admin, topic)
-    run = producer_run(connection, topic, settings, rate_msgs_per_s, codec)
+    run = producer_run(connection, topic, settings, rate_msgs_per_s, codec, callbacks)
     deadline = time.monotonic() + LOG_SETTLE_S_MAX
     after = leader_log_totals(admin, topic)
     while after.log_end_offset < before.log_end_offset + run["messages"] and time.monotonic() < deadline:
@@ -230,6 +243,7 @@ def run_produce_bench(settings: ProduceBenchSettings, output_path: str) -> dict:
                  "paced": measured_run(connection, admin, topic, settings, codec, settings.paced_msgs_per_s)}
                 for codec in codecs]
         producer, paced = runs[0]["producer"], runs[0]["paced"]
+        no_callbacks = measured_run(connection, admin, topic, settings, codecs[0], callbacks=False)
         batches = encoded_batches(settings, codecs[0])
         leaders = [replica_handle(admin.cluster, topic, s.partition, s.leader) for s in metadata.partitions]
         raw_leaders = raw_run(leaders, batches, settings)
@@ -247,6 +261,8 @@ def run_produce_bench(settings: ProduceBenchSettings, output_path: str) -> dict:
         "paced_msgs_per_s": paced["msgs_per_s"], "paced_latency_ms": paced["latency_ms"],
         "raw_leaders_msgs_per_s": raw_leaders["msgs_per_s"], "bare_actor_msgs_per_s": bare_actor["msgs_per_s"],
         "producer_vs_bare_ratio": round(producer["msgs_per_s"] / bare_actor["msgs_per_s"], 3),
+        "producer_no_callbacks_msgs_per_s": no_callbacks["msgs_per_s"],
+        "producer_no_callbacks_vs_bare_ratio": round(no_callbacks["msgs_per_s"] / bare_actor["msgs_per_s"], 3),
         "raw_leaders_vs_bare_ratio": round(raw_leaders["msgs_per_s"] / bare_actor["msgs_per_s"], 3),
         "memory": memory,
         "compression": producer["compression"], "payload": settings.payload,
@@ -255,7 +271,8 @@ def run_produce_bench(settings: ProduceBenchSettings, output_path: str) -> dict:
         "written_vs_payload_ratio": producer["bytes_written"]["written_vs_payload_ratio"],
         "compression_comparison": compression_comparison(runs),
     }
-    report = {"settings": asdict(settings), "producer": producer, "paced": paced, "raw_leaders": raw_leaders,
+    report = {"settings": asdict(settings), "producer": producer, "paced": paced,
+              "producer_no_callbacks": no_callbacks, "raw_leaders": raw_leaders,
               "bare_actor": bare_actor, "compression_runs": runs, "summary": summary, "cpu_count": os.cpu_count()}
     Path(output_path).parent.mkdir(parents=True, exist_ok=True)
     Path(output_path).write_text(json.dumps(report, indent=2))
