@@ -154,8 +154,8 @@ def encode_record_arrays(
     this way from the start, so encoding a batch is one msgpack call."""
     assert record_arrays, "a batch holds at least one record"
     packer = _payload_packer()
-    packer.pack(record_arrays)
     try:
+        packer.pack(record_arrays)
         with packer.getbuffer() as payload:
             assert len(payload) <= PAYLOAD_BYTES_MAX, f"a batch payload of {len(payload)} bytes"
             stored = compress(codec, payload)
@@ -184,7 +184,10 @@ def _payload_packer() -> msgpack.Packer:
 
 
 def _release_payload_packer(packer: msgpack.Packer) -> None:
-    if len(packer.getbuffer()) > PAYLOAD_PACKER_KEPT_BYTES_MAX:
+    """Empty the thread's packer for its next batch, or drop it if this batch made it huge."""
+    with packer.getbuffer() as packed:
+        grown = len(packed) > PAYLOAD_PACKER_KEPT_BYTES_MAX
+    if grown:
         _packers.packer = None
     else:
         packer.reset()

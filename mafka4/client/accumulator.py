@@ -49,8 +49,7 @@ class RecordAccumulator:
             if self._reserved_bytes + size_bytes <= limit:
                 self._reserved_bytes += size_bytes
                 return
-        if self._config.on_full is OnFull.ERROR:
-            with self._lock:
+            if self._config.on_full is OnFull.ERROR:
                 raise self._buffer_full()
         deadline = time.monotonic() + self._config.block_ms_max / 1000
         with self._space:

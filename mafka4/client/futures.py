@@ -60,24 +60,8 @@ class BatchResult:
             self._base_offset, self._error = base_offset, error
             self._event.set()
             callbacks, self._callbacks = self._callbacks, []
-        self._run_all(callbacks)
-
-    def _run_all(self, callbacks: list[tuple[int, int, Callback]]) -> None:
-        """``_run`` for each of a completed batch's callbacks, with the batch's outcome looked up
-        once: a batch of a thousand records has a thousand callbacks when each send has one."""
-        error = self._error
-        if error is not None:
-            answers = ((callback, None, error) for _, _, callback in callbacks)
-        else:
-            topic, partition, base_offset, sent_time_ms = self.topic, self.partition, self._base_offset, self.sent_time_ms
-            answers = ((callback, RecordMetadata(topic, partition, -1 if base_offset < 0 else base_offset + index,
-                                                 timestamp_ms, sent_time_ms), None)
-                       for index, timestamp_ms, callback in callbacks)
-        for callback, metadata, failure in answers:
-            try:
-                callback(metadata, failure)
-            except Exception:  # a user callback must not kill the sender thread
-                logger.exception("producer callback raised")
+        for index, timestamp_ms, callback in callbacks:
+            self._run(callback, index, timestamp_ms)
 
     def add_callback_while_open(self, index: int, timestamp_ms: int, callback: Callback) -> None:
         """``add_callback`` for a record of a batch still open in the accumulator, called under the
