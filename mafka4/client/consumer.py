@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import logging
 import time
-from functools import partial
 from typing import Any
 
 import ray
 
+from mafka4.client.fetched_messages import take_messages
 from mafka4.client.message import Message, new_member_id
 from mafka4.client.routing import Routing
 from mafka4.client.virtual_consumer import VirtualConsumer
@@ -54,7 +54,6 @@ from mafka4.limits import (LEADER_RETRY_S, LIST_OFFSETS_TIMEOUT_S, PARTITION_GRO
                            OffsetReset, ReadMode)
 from mafka4.names import validate_topic_name
 from mafka4.partition_gate import client_gate
-from mafka4.records import decode_batches
 from mafka4.runtime.connect import Connection, connect
 from mafka4.runtime.remote_errors import unwrap
 
@@ -210,11 +209,10 @@ class Consumer:
                     raise error from None
                 self._routing.forget(partition)
                 continue
-            # Each record decoded straight into its message: no Record built only to be copied.
-            for message in decode_batches(result.data, partial(Message, self.topic, partition)):
-                if message.offset >= offset and len(messages) < self.config.poll_messages_max:
-                    messages.append(message)
-                    self._positions[partition] = message.offset + 1
+            next_offset = take_messages(result.data, self.topic, partition, offset, messages,
+                                        self.config.poll_messages_max)
+            if next_offset is not None:
+                self._positions[partition] = next_offset
         return messages
 
     # --- group membership -----------------------------------------------------------------
@@ -312,3 +310,4 @@ class Consumer:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+

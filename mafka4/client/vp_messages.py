@@ -9,7 +9,8 @@ starting before the fetch offset. ``take_vp_messages`` turns them into messages:
   copying into a message built three;
 * messages before the fetch offset are skipped, and no batch wholly before it is decompressed;
 * at most ``messages_max`` messages are held by ``messages`` (shared by the VPs of one poll),
-  and no batch is decompressed once it is full;
+  and no batch is decompressed once it is full (these two as a physical partition's read
+  does them: ``fetched_messages.wanted_records``);
 * a loss marker ends the take: the position moves past it, and the caller raises
   ``RecordsLost`` for its range after the messages before it.
 
@@ -24,9 +25,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from operator import attrgetter
 
+from mafka4.client.fetched_messages import wanted_records
 from mafka4.client.message import Message
-from mafka4.records import iter_batches
 from mafka4.virtual.vp_records import decode_checked_vp_batch, lost_range_in
 
 
@@ -49,19 +51,18 @@ def take_vp_messages(data: bytes | bytearray | memoryview, topic: str, vp: int, 
     """
     build = partial(Message, topic, vp)
     next_offset = offset
-    for position, header in iter_batches(data):
-        if header.next_offset <= offset:
-            continue
-        if len(messages) >= messages_max:
-            break
-        for message in decode_checked_vp_batch(data, position, header, build):
-            if message.offset < offset:
-                continue
-            if len(messages) >= messages_max:
-                break
-            lost = lost_range_in(message.headers)
-            if lost is not None:
-                return VpTake(message.offset + 1, lost)
-            messages.append(message)
-            next_offset = message.offset + 1
+    for taken in wanted_records(data, offset, messages, messages_max,
+                                lambda position, header: decode_checked_vp_batch(data, position, header, build)):
+        if any(map(_headers_of, taken)):  # only a message with headers can be a loss marker
+            for index, message in enumerate(taken):
+                lost = lost_range_in(message.headers)
+                if lost is not None:
+                    messages.extend(taken[:index])
+                    return VpTake(message.offset + 1, lost)
+        messages.extend(taken)
+        if taken:
+            next_offset = taken[-1].offset + 1
     return VpTake(next_offset, None)
+
+
+_headers_of = attrgetter("headers")

@@ -50,11 +50,11 @@ Pure: no I/O (decoding a batch held in memory is not I/O).
 from __future__ import annotations
 
 import struct
-from itertools import groupby
+from itertools import groupby, repeat
 from typing import Container, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from mafka4.compression import Codec
-from mafka4.records import (BatchHeader, Headers, Record, RecordBuilder, bad_record, decode_batch,
+from mafka4.records import (BatchHeader, Headers, HeadersReading, Record, RecordBuilder, bad_record, decode_batch,
                             decode_checked_batch, decode_headers, encode_batch, read_header)
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import message_hash
@@ -134,15 +134,32 @@ def producer_headers(headers: object, index: int, header: BatchHeader) -> Header
     header last (no VP leader writes one: the bytes did not come from a VP log, or a buggy
     writer made them).
     """
-    if isinstance(headers, list) and headers and _is_source_header(headers[-1]):
+    if isinstance(headers, tuple) and headers and _is_source_header(headers[-1]):
         return decode_headers(headers[:-1], index, header)
     decode_headers(headers, index, header)  # a malformed header is named as on any record
     raise bad_record(index, header, f"does not end with a {SOURCE_HEADER} header of {_SOURCE.size} bytes: "
                                     f"not a record of a VP log")
 
 
+def only_source_headers(raw_headers: tuple) -> Iterable[Headers] | None:
+    """``HeadersReading.common`` of a VP batch: every record's headers are its source header alone
+    (its producer sent none, and it is no loss marker); the records then have no headers."""
+    if set(map(type, raw_headers)) != {tuple} or set(map(len, raw_headers)) != {1}:
+        return None
+    pairs = [pair for (pair,) in raw_headers]
+    if set(map(type, pairs)) != {tuple} or set(map(len, pairs)) != {2}:
+        return None
+    names, sources = zip(*pairs)
+    if set(names) != {SOURCE_HEADER} or set(map(type, sources)) != {bytes} or set(map(len, sources)) != {_SOURCE.size}:
+        return None
+    return repeat((), len(raw_headers))
+
+
+VP_RECORD_HEADERS = HeadersReading(producer_headers, only_source_headers)
+
+
 def _is_source_header(pair: object) -> bool:
-    return (isinstance(pair, list) and len(pair) == 2 and pair[0] == SOURCE_HEADER
+    return (isinstance(pair, tuple) and len(pair) == 2 and pair[0] == SOURCE_HEADER
             and isinstance(pair[1], bytes) and len(pair[1]) == _SOURCE.size)
 
 
@@ -155,7 +172,7 @@ def decode_checked_vp_batch(
     The same checks and errors as ``records.decode_checked_batch``, and ``CorruptRecord`` for a
     record without its source header (``producer_headers``).
     """
-    return decode_checked_batch(buffer, position, header, build, producer_headers)
+    return decode_checked_batch(buffer, position, header, build, VP_RECORD_HEADERS)
 
 
 def route_records(

@@ -3,6 +3,7 @@
 import threading
 import zlib
 
+import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -116,3 +117,43 @@ def test_records_in_payload_form_encode_to_the_same_bytes_as_send_tuples(items):
     arrays = [(timestamp_ms - first, key, value, headers or None) for key, value, timestamp_ms, headers in items]
     assert records.encode_record_arrays(arrays, first, max(ts for _, _, ts, _ in items), 7, 3) == \
         records.encode_batch(items, producer_id=7, base_sequence=3)
+
+
+PER_RECORD = records.HeadersReading(records.decode_headers, lambda raw_headers: None)
+
+
+@given(st.lists(record_strategy, min_size=1, max_size=20), st.booleans())
+@settings(max_examples=150, deadline=None)
+def test_whole_columns_decode_to_what_record_by_record_decoding_gives(items, without_headers):
+    """The column path (taken when no record has headers) and the per-record path agree."""
+    if without_headers:
+        items = [(key, value, timestamp, None) for key, value, timestamp, _ in items]
+    batch = bytearray(records.encode_batch(items))
+    records.stamp(batch, 77, 0)
+    header = records.check_single_batch(batch)
+    for build in (records.Record, lambda *fields: fields):
+        assert records.decode_checked_batch(batch, 0, header, build) == \
+            records.decode_checked_batch(batch, 0, header, build, PER_RECORD)
+
+
+def stamped_payload(payload: list) -> bytearray:
+    """A batch around ``payload`` (a list of raw records) under a valid CRC, as a buggy producer could send."""
+    batch = bytearray(records.encode_batch([(None, b"v", 5, None)] * len(payload)))
+    body = msgpack.packb(payload)
+    batch = batch[:records.HEADER_BYTES] + body
+    batch[8:12] = (len(batch) - records.LENGTH_PREFIX_BYTES).to_bytes(4, "big")
+    batch[records.CRC_START - 4:records.CRC_START] = zlib.crc32(batch[records.CRC_START:]).to_bytes(4, "big")
+    return batch
+
+
+@pytest.mark.parametrize("bad, problem", [
+    ([True, None, b"v", None], "record 2 of batch at offset 0 has a timestamp delta of type bool"),
+    ([0, "k", b"v", None], "record 2 of batch at offset 0 has a key of type str"),
+    ([0, None, "v", None], "record 2 of batch at offset 0 has a value of type str"),
+    ([0, None, b"v"], "record 2 of batch at offset 0 is malformed"),
+    ([0, None, b"v", [["h"]]], "record 2 of batch at offset 0 has a header that is not a"),
+])
+def test_one_bad_record_among_well_formed_ones_is_named_as_record_by_record_decoding_names_it(bad, problem):
+    batch = stamped_payload([[0, None, b"v", None]] * 2 + [bad] + [[0, None, b"v", None]])
+    with pytest.raises(CorruptRecord, match=problem):
+        records.decode_batch(batch)

@@ -1,0 +1,58 @@
+"""Fetched batch bytes -> the ``Message``s a consumer returns, for reads of physical partitions and VPs.
+
+A fetch is answered with whole batches, the first one possibly starting before the fetch
+offset. Record ``i`` of a batch has offset ``base_offset + i``, so the messages a consumer
+takes from one batch are one slice of its records: ``wanted_records`` yields those slices,
+decoding no batch wholly before the offset and none once the poll holds ``messages_max``
+messages. ``take_messages`` is the read of a physical partition (Mafka3 mode);
+``vp_messages.take_vp_messages`` the read of a VP, which also stops at a loss marker.
+
+Pure: bytes in, messages out.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Callable, Iterator
+
+from mafka4.client.message import Message
+from mafka4.records import BatchHeader, decode_checked_batch, iter_batches
+
+# Decodes the CRC-checked batch at a position of the data into messages.
+BatchDecoder = Callable[[int, BatchHeader], list]
+
+
+def wanted_records(data: bytes | bytearray | memoryview, offset: int, messages: list, messages_max: int,
+                   decode: BatchDecoder) -> Iterator[list]:
+    """Per batch of ``data`` holding records from ``offset`` on, the slice of them that fits in
+    ``messages`` (at most ``messages_max``), decoded by ``decode``. The caller adds each slice to
+    ``messages`` (or stops) before taking the next.
+
+    ``CorruptRecord`` as ``decode`` raises it, for any batch that is decoded (the batches not
+    decoded hold no message the caller takes: its next fetch starts at them).
+    """
+    for position, header in iter_batches(data):
+        if header.next_offset <= offset:
+            continue
+        room = messages_max - len(messages)
+        if room <= 0:
+            return
+        start = max(offset - header.base_offset, 0)
+        yield decode(position, header)[start:start + room]
+
+
+def take_messages(data: bytes | bytearray | memoryview, topic: str, partition: int, offset: int,
+                  messages: list[Message], messages_max: int) -> int | None:
+    """Append to ``messages`` the messages of ``partition`` in ``data`` from ``offset`` on, while it
+    holds fewer than ``messages_max``; the partition's next offset, or None if none was taken.
+
+    Each record is decoded straight into its message: no ``Record`` is built only to be copied.
+    """
+    build = partial(Message, topic, partition)
+    next_offset = None
+    for taken in wanted_records(data, offset, messages, messages_max,
+                                lambda position, header: decode_checked_batch(data, position, header, build)):
+        messages.extend(taken)
+        if taken:
+            next_offset = taken[-1].offset + 1
+    return next_offset
