@@ -353,9 +353,9 @@ def decode_checked_batch(
         finally:
             stored.release()
     # Arrays as tuples, not lists: a consumer holds a poll's records (thousands) across many
-    # allocations, and the collector untracks a tuple of atoms the first time it sees it. Lists
-    # stay tracked, are promoted to the oldest generation, and every full collection walks them
-    # all: a third of a draining consumer's time, before.
+    # allocations. The collector untracks an exact tuple of atoms the first time it sees it;
+    # a list stays tracked, is promoted to the oldest generation, and every full collection
+    # walks it. (A ``Message``, a named tuple, is never untracked: see the README.)
     try:
         items = msgpack.unpackb(payload, raw=False, use_list=False)
     except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as error:

@@ -310,4 +310,3 @@ class Consumer:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
-

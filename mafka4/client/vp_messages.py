@@ -31,6 +31,8 @@ from mafka4.client.fetched_messages import wanted_records
 from mafka4.client.message import Message
 from mafka4.virtual.vp_records import decode_checked_vp_batch, lost_range_in
 
+_headers_of = attrgetter("headers")
+
 
 @dataclass(frozen=True, slots=True)
 class VpTake:
@@ -63,6 +65,3 @@ def take_vp_messages(data: bytes | bytearray | memoryview, topic: str, vp: int, 
         if taken:
             next_offset = taken[-1].offset + 1
     return VpTake(next_offset, None)
-
-
-_headers_of = attrgetter("headers")
