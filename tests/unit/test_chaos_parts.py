@@ -6,6 +6,7 @@ history stands for it, so that what the report says about a loss or a reorder is
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 
@@ -92,7 +93,6 @@ def test_a_key_read_out_of_order_is_reordered_and_a_re_read_before_a_commit_is_o
 # --- stopped processes, controller kills and partitions ----------------------------------------
 
 NODES = ["w0", "w1", "w2", "r0", "r1", CLIENT]
-POLLS_MAX = 10_000  # a bound on waiting for the kernel to deliver a signal, not a timing claim
 
 
 def test_the_harder_faults_are_drawn_by_default():
@@ -138,23 +138,34 @@ def sleeper():
         process.wait()
 
 
-def wait_for_status(pid: int, status: str) -> None:
-    for _ in range(POLLS_MAX):
-        if psutil.Process(pid).status() == status:
-            return
-    raise AssertionError(f"pid {pid} is {psutil.Process(pid).status()}, not {status}")
+def wait_until_stopped(child: subprocess.Popen) -> None:
+    """Block until the kernel reports that ``child`` stopped.
+
+    A stop signal takes effect only once the child runs again, which on a loaded machine may take
+    any time: the parent's wait is told, so nothing polls against a bound.
+    """
+    _, status = os.waitpid(child.pid, os.WUNTRACED)
+    assert os.WIFSTOPPED(status), f"pid {child.pid} changed state ({status:#x}) but did not stop"
+
+
+def wait_until_continued(child: subprocess.Popen) -> None:
+    """Block until the kernel reports that the stopped ``child`` was continued."""
+    _, status = os.waitpid(child.pid, os.WCONTINUED)
+    assert os.WIFCONTINUED(status), f"pid {child.pid} changed state ({status:#x}) but was not continued"
+    assert psutil.Process(child.pid).status() != psutil.STATUS_STOPPED
 
 
 def test_a_stopped_process_is_continued_and_nothing_stays_stopped(sleeper):
     stopper = ProcessStopper()
     process = stopper.stop(sleeper.pid, "a sleeper", "sleep")
-    wait_for_status(sleeper.pid, psutil.STATUS_STOPPED)
+    wait_until_stopped(sleeper)
     assert stopper.stopped == [f"a sleeper (pid {sleeper.pid})"]
     assert stopper.resume(process)
-    wait_for_status(sleeper.pid, psutil.STATUS_SLEEPING)
+    wait_until_continued(sleeper)
     stopper.stop(sleeper.pid, "a sleeper")
+    wait_until_stopped(sleeper)  # a continue sent before the stop took effect would cancel it unreported
     assert stopper.resume_all() == [f"a sleeper (pid {sleeper.pid})"], "as heal and a failed run do"
-    wait_for_status(sleeper.pid, psutil.STATUS_SLEEPING)
+    wait_until_continued(sleeper)
     assert stopper.stopped == []
 
 
