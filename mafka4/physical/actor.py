@@ -257,7 +257,7 @@ class PhysicalPartition:
             self._liveness = LeaseTask(LeaseHolder(
                 self._metadata_store(), self._spec.replica_config.replica_lease_ttl_s,
                 f"{self._spec.partition_name}: liveness of replica {self._spec.replica_id}",
-                on_granted=self._write_liveness, regrant=True))
+                on_granted=self._write_liveness, regrant=True, keys=[self._liveness_key()]))
             self._liveness.start()
         if role_task is not None:
             self._tasks.append(asyncio.get_running_loop().create_task(role_task))
@@ -466,9 +466,12 @@ class PhysicalPartition:
 
     # --- housekeeping -------------------------------------------------------------------
 
+    def _liveness_key(self) -> str:
+        return keys.replica_liveness(self._spec.cluster, self._spec.topic, self._spec.partition, self._spec.replica_id)
+
     def _write_liveness(self, lease) -> None:
-        key = keys.replica_liveness(self._spec.cluster, self._spec.topic, self._spec.partition, self._spec.replica_id)
-        self._metadata_store().put(key, {"replica_id": self._spec.replica_id, "pid": os.getpid()}, lease=lease)
+        value = {"replica_id": self._spec.replica_id, "pid": os.getpid()}
+        self._metadata_store().put(self._liveness_key(), value, lease=lease)
 
     async def _flush_periodically(self) -> None:
         flush_interval_ms = self._spec.log_config.flush_interval_ms

@@ -63,7 +63,8 @@ class NodeRegistration:
         (left to expire; the new put detaches the key from it).
         """
         self.store = store
-        self._lease = LeaseHolder(store, self.lease_ttl_s, f"registration {self.key}", on_granted=self._write, regrant=True)
+        self._lease = LeaseHolder(store, self.lease_ttl_s, f"registration {self.key}", on_granted=self._write,
+                                  regrant=True, keys=[self.key])
 
     def revoke(self) -> None:
         """Remove the registration now instead of waiting for the lease to expire."""

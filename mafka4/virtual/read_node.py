@@ -160,7 +160,7 @@ class ReadNode:
         if self._liveness is None:
             self._liveness = LeaseTask(LeaseHolder(
                 self._metadata_store(), self._config.lease_ttl_s, f"read node {self._spec.node_id}: liveness",
-                on_granted=self._write_liveness, regrant=True))
+                on_granted=self._write_liveness, regrant=True, keys=[self._liveness_key()]))
             await self._liveness.keep_alive()  # the key exists when start() answers (unless etcd is away)
             self._liveness.start()
             loop = asyncio.get_running_loop()
@@ -653,9 +653,12 @@ class ReadNode:
             self._store = MetadataStore(self._spec.etcd_endpoint)
         return self._store
 
+    def _liveness_key(self) -> str:
+        return keys.read_node_liveness(self._spec.cluster, self._spec.node_id)
+
     def _write_liveness(self, lease) -> None:
         value = {"node_id": self._spec.node_id, "pid": os.getpid(), "started_ms": self._started_ms}
-        self._metadata_store().put(keys.read_node_liveness(self._spec.cluster, self._spec.node_id), value, lease=lease)
+        self._metadata_store().put(self._liveness_key(), value, lease=lease)
 
     def _handle(self, name: str):
         handle = self._handles.get(name)

@@ -9,6 +9,8 @@ controller is active again) and every acknowledged message is read back once, in
   and etcd (``simulations.chaos.processes``: by PID, continued in a ``finally``). A process
   frozen past its lease TTL may be replaced by the controller before it is continued (it kills
   the frozen actor and starts it again); the tests accept either outcome and check the result.
+  A replaced process may still write its liveness key before it dies, under a lease that dies
+  with it: its replacement writes the key again (checked without a stop, by writing it so).
 * **Controller kill**: SIGKILL of the active controller; the cluster's daemon starts it again,
   and the new one fails leaders over.
 * **Network partitions** (``mafka4.partition_gate`` through ``Admin.set_network_fault``):
@@ -291,6 +293,24 @@ def test_two_read_nodes_cut_off_from_each_other_shrink_the_risr_and_fill_it_agai
     assert wait_until(lambda: all(len(vp_state(connection, topic, vp).risr) == 2 for vp in (0, 1)), RECOVERY_S), \
         "the followers did not rejoin the RISR"
     assert_virtual_topic_whole(connection, topic, acknowledged)
+
+
+def test_a_read_node_s_liveness_key_taken_and_dropped_by_a_replaced_process_is_written_again(cluster):
+    # What a replaced read node continued after SIGCONT may do before it dies: write the node's
+    # key under its own lease, which then ends. The node's own lease lives on without the key.
+    key = keys.read_node_liveness(cluster.cluster, "r0")
+    live = cluster.store.get(key)
+    assert live is not None, "r0 holds its liveness key"
+    ghost = cluster.store.grant_lease(60)
+    cluster.store.put(key, dict(live.value, pid=live.value["pid"] + 1), lease=ghost)
+    cluster.store.revoke_lease(ghost)
+    assert cluster.store.get(key) is None
+
+    def written_again() -> bool:
+        found = cluster.store.get(key)
+        return found is not None and found.value == live.value
+
+    assert wait_until(written_again, RECOVERY_S), f"r0 did not write its liveness key again: {cluster.store.get(key)}"
 
 
 def test_a_stopped_read_node_s_vps_fail_over_and_it_rejoins_after_sigcont(read_cluster):

@@ -20,10 +20,15 @@ class FakeLease:
 
 
 class FakeStore:
-    """The lease calls of ``MetadataStore``; leases live until revoked or ``drop``ped (as if expired)."""
+    """The lease calls of ``MetadataStore``; leases live until revoked or ``drop``ped (as if expired).
+
+    ``put`` binds a key to a lease, as a put with a lease does: a key is under one lease at most,
+    and goes with it.
+    """
 
     def __init__(self) -> None:
         self.alive: set[FakeLease] = set()
+        self.keys: dict[str, FakeLease] = {}
         self.down = False
         self.grants = self.refreshes = 0
         self._ids = itertools.count(1)
@@ -46,10 +51,19 @@ class FakeStore:
 
     def revoke_lease(self, lease: FakeLease) -> None:
         self._answer()
-        self.alive.discard(lease)
+        self.drop(lease)
+
+    def put(self, key: str, lease: FakeLease) -> None:
+        self._answer()
+        self.keys[key] = lease
+
+    def lease_keys(self, lease: FakeLease) -> frozenset[str]:
+        self._answer()
+        return frozenset(key for key, under in self.keys.items() if under == lease)
 
     def drop(self, lease: FakeLease) -> None:
         self.alive.discard(lease)
+        self.keys = {key: under for key, under in self.keys.items() if under != lease}
 
 
 class Clock:
@@ -135,6 +149,62 @@ def test_a_holder_that_regrants_writes_its_keys_under_a_new_lease_once_etcd_drop
 
     assert written == [first, subject.lease] and subject.lease != first and subject.lease in store.alive
     assert not subject.expired()
+
+
+def keeper_of(store: FakeStore, clock: Clock, written: list) -> LeaseHolder:
+    """A re-granting holder of the key "liveness", as a read node's (``written``: each lease it wrote it under)."""
+    def write(lease: FakeLease) -> None:
+        store.put("liveness", lease)
+        written.append(lease)
+
+    return LeaseHolder(store, 6, "test lease", on_granted=write, regrant=True, keys=["liveness"], now_ms=clock)
+
+
+def test_a_key_another_process_wrote_under_its_lease_is_written_again_under_the_holders_at_the_next_period():
+    store, clock, written = FakeStore(), Clock(), []
+    subject = keeper_of(store, clock, written)
+    subject.keep_alive()
+    ghost = store.grant_lease(6)
+    store.put("liveness", ghost)  # a replaced process that ran on for a moment
+    store.drop(ghost)  # ... and died: the key went with its lease
+
+    clock.ms += 2_000
+    subject.keep_alive()
+
+    assert store.keys == {"liveness": subject.lease} and written == [subject.lease] * 2
+    assert store.grants == 2 and subject.lease != ghost, "the holder's lease lived on: no new grant"
+
+
+def test_keys_still_under_the_lease_are_not_written_again():
+    store, clock, written = FakeStore(), Clock(), []
+    subject = keeper_of(store, clock, written)
+    subject.keep_alive()
+    for _ in range(5):
+        clock.ms += 2_000
+        subject.keep_alive()
+
+    assert len(written) == 1 and store.refreshes == 5
+
+
+def test_a_key_lost_while_etcd_did_not_answer_the_check_is_written_at_the_next_period_that_it_answers(monkeypatch):
+    store, clock, written = FakeStore(), Clock(), []
+    subject = keeper_of(store, clock, written)
+    subject.keep_alive()
+    del store.keys["liveness"]  # deleted by hand
+
+    def unanswered(_lease):
+        raise CoordinatorUnavailable("etcd at fake did not answer")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(store, "lease_keys", unanswered)  # the refresh is answered, the check is not
+        clock.ms += 2_000
+        with pytest.raises(CoordinatorUnavailable):
+            subject.keep_alive()
+    assert "liveness" not in store.keys
+
+    clock.ms += 2_000
+    subject.keep_alive()
+    assert store.keys == {"liveness": subject.lease} and len(written) == 2
 
 
 def test_after_an_outage_shorter_than_the_ttl_the_same_lease_is_refreshed_not_replaced():

@@ -59,6 +59,10 @@ class FakeClient:
         self.etcd.values[key] = (value, lease)
         return 1
 
+    def lease_keys(self, lease: FakeLease) -> frozenset[str]:
+        self._answer()
+        return frozenset(key for key, (_, under) in self.etcd.values.items() if under == lease)
+
     def close(self) -> None:
         self.closed = True
 
@@ -75,6 +79,20 @@ def test_a_registration_is_written_under_its_lease_kept_and_removed_on_revoke():
 
     registration.revoke()
     assert KEY not in etcd.values
+
+
+def test_a_registration_another_process_wrote_and_took_with_its_lease_is_written_again():
+    etcd = FakeEtcd()
+    client = FakeClient(etcd)
+    registration = NodeRegistration(client, "c", "w1", NodeRole.WRITE, 10)
+    registration.keep_alive()
+    _, lease = etcd.values[KEY]
+    ghost = client.grant_lease(10)
+    client.put(KEY, {"node_id": "w1"}, ghost)  # an agent of w1 that was replaced but ran on for a moment
+    etcd.expire(ghost)
+
+    registration.keep_alive()
+    assert etcd.values[KEY] == ({"node_id": "w1", "role": "write", "resource": "mafka4_node_w1"}, lease)
 
 
 def test_a_registration_whose_lease_expired_is_written_again_under_a_new_lease():

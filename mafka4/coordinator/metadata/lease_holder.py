@@ -15,6 +15,12 @@ A holder either *re-grants* or it does not:
   until etcd says it is gone, and leaves it to its owner to notice ``expired()`` and act: step
   down, or join again.
 
+A holder given the ``keys`` its ``on_granted`` writes also checks, each period, that they are
+still under its lease, and writes any that is not again. A key leaves a live lease when another
+process writes it: a replaced read node that ran on for a moment after SIGCONT wrote its
+liveness key under its own lease and died, and the key vanished with that lease while its
+replacement refreshed a lease that no longer held it. Nothing else would ever write it again.
+
 ``revoke`` ends the lease (etcd deletes its keys) and leaves the holder ready for a new grant;
 ``release`` also stops it for good, so a period still running in another thread cannot grant a
 lease behind its owner's back. A lease is forgotten only once etcd confirmed its revocation:
@@ -31,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Callable
+from typing import Callable, Iterable
 
 import etcd3
 
@@ -55,13 +61,15 @@ class LeaseHolder:
     """One lease of ``ttl_s``, granted and refreshed through ``store``; safe to share between threads.
 
     ``name`` says whose lease it is in logs ("controller lease", "read node r0: liveness").
+    ``keys``: the keys ``on_granted`` writes, kept under the lease (see the module docstring).
     """
 
     def __init__(self, store: MetadataStore, ttl_s: int, name: str, *,
                  on_granted: Callable[[etcd3.Lease], None] = _write_nothing, regrant: bool = False,
-                 now_ms: Callable[[], int] = monotonic_ms):
+                 keys: Iterable[str] = (), now_ms: Callable[[], int] = monotonic_ms):
         self.store, self.ttl_s, self.name = store, ttl_s, name
         self._on_granted, self._regrant, self._now_ms = on_granted, regrant, now_ms
+        self._keys = frozenset(keys)
         self._lock = threading.Lock()  # guards the fields below; etcd is called outside it
         self._lease: etcd3.Lease | None = None
         self._life: LeaseLife | None = None
@@ -137,8 +145,11 @@ class LeaseHolder:
             return
         if life.gone:
             return  # nothing left to refresh; the owner sees expired()
-        if self._refresh(lease, life, started_ms) and self._regrant:
-            self.grant()
+        if self._refresh(lease, life, started_ms):
+            if self._regrant:
+                self.grant()
+            return
+        self._write_keys_lost(lease)
 
     def revoke(self) -> None:
         """Revoke the lease now (etcd deletes its keys); a later ``grant`` may hold a new one.
@@ -189,6 +200,19 @@ class LeaseHolder:
         if life.gone:
             log.warning("%s: etcd no longer holds the lease%s", self.name, "; granting a new one" if self._regrant else "")
         return life.gone
+
+    def _write_keys_lost(self, lease: etcd3.Lease) -> None:
+        """Write the keys again under ``lease`` (refreshed just now) if any of them is no longer under it."""
+        if not self._keys:
+            return
+        lost = self._keys - self.store.lease_keys(lease)
+        with self._lock:
+            if self._lease is not lease or self._released:
+                return  # revoked or replaced meanwhile: its keys are no longer this holder's to write
+        if lost:
+            log.warning("%s: %s no longer under its lease (deleted, or written by another process); writing again",
+                        self.name, ", ".join(sorted(lost)))
+            self._on_granted(lease)
 
     def _revoke_quietly(self, lease: etcd3.Lease, why: str) -> None:
         """Revoke a lease the holder does not hold (``why`` says how that came about) and its keys with it."""

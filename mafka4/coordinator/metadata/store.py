@@ -359,6 +359,11 @@ class MetadataStore:
         return max((response.TTL for response in responses), default=0)
 
     @_etcd_call
+    def lease_keys(self, lease: etcd3.Lease) -> frozenset[str]:
+        """The keys under ``lease`` now (none once it expired)."""
+        return frozenset(key.decode() for key in lease.keys)
+
+    @_etcd_call
     def revoke_lease(self, lease: etcd3.Lease) -> None:
         lease.revoke()
 
