@@ -66,6 +66,7 @@ from mafka4.long_poll import ChangeSignal
 from mafka4.partition_gate import GatedHandle, NetworkFault, PartitionGate
 from mafka4.physical.actor import replica_actor_name
 from mafka4.risr.state import RisrConfig
+from mafka4.runtime.collector import freeze_what_start_up_left
 from mafka4.stage_trace import StageTrace
 from mafka4.virtual.hosted_vp import HostedVp, VpId, VpRead, vp_directory
 from mafka4.virtual.layout import SplitEpoch
@@ -152,6 +153,7 @@ class ReadNode:
         self._tasks: list[asyncio.Task] = []
         self._closed = False
         self._started_ms = wall_ms()
+        freeze_what_start_up_left()  # Ray's objects stay out of the collections the data path causes
 
     # --- lifecycle -----------------------------------------------------------------------
 
