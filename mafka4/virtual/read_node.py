@@ -31,9 +31,12 @@ nodes. Everything of one node runs on its event loop:
   etcd by compare-and-swap (an ``InSyncRecorder`` per VP: one write in flight), only while the
   VP key names this node as leader of that epoch, before the core may count them.
 * **Liveness**: ``keys.read_node_liveness`` under the node's own lease (a ``LeaseTask``: written
-  again under a new lease after an etcd outage expired it). The controller restarts a
-  node whose key is gone and whose actor does not answer a ping; its VPs come back with no role
+  again under a new lease after an etcd outage expired it, and under the same one if another
+  process took the key, as a replaced node continued for a moment does). The controller restarts
+  a node whose key is gone and whose actor does not answer a ping; its VPs come back with no role
   and are announced again (a restarted leader leads only a new epoch: ``virtual.failover``).
+* **Collector**: the node freezes the objects its start left (``runtime.collector``), so that
+  the full collections its per-record work causes no longer walk Ray's modules.
 
 No per-VP task or timer exists: an idle VP costs its open files and a few objects, and every
 periodic pass walks the hosted VPs once.
