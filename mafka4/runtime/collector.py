@@ -6,7 +6,8 @@ takes 35-70 ms on this machine, more in a process connected to a Ray cluster. A 
 allocates per record (decoding and splitting what it feeds, building fetch answers): fed by a
 saturated producer, each of two read nodes ran 48-56 full collections in a 2.5-minute run,
 about 120 ms each and up to 350 ms (wall time, the machine loaded by the run). That pause
-lands on whatever feed or fetch is under way: on the read path's tail latency.
+lands on whatever feed or fetch is under way. (Whether end-to-end tail latency gains is not
+established yet: the README gives the runs.)
 
 ``freeze_what_start_up_left`` collects once and then moves every object alive into the
 collector's permanent generation (``gc.freeze``): collections no longer walk them. Reference
