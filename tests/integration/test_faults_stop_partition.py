@@ -183,6 +183,10 @@ def test_a_stopped_etcd_stops_no_production_and_changes_no_leader(cluster):
     # answers its ping, the controller moves no leader.
     assert wait_until(lambda: len(cluster.store.get_prefix(replicas_prefix)) == 3, RECOVERY_S), \
         "replicas did not register again"
+    # The nodes' registrations lapsed too: the next test needs every write node live again.
+    nodes = len(cluster.state.write_nodes) + len(cluster.state.read_nodes)
+    assert wait_until(lambda: len(cluster.store.get_prefix(keys.nodes_prefix(cluster.cluster))) == nodes, RECOVERY_S), \
+        "the nodes did not register again"
     active_controller(cluster)
     after = partition_state(cluster, topic)
     assert (after.leader, after.leader_epoch) == (state.leader, state.leader_epoch), "an etcd freeze moved a leader"
