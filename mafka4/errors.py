@@ -170,6 +170,13 @@ class RequestTimedOut(MafkaError):
     retriable = True
 
 
+class StreamLost(MafkaError):
+    """A stream call's connection broke or could not be made (``runtime.stream_calls``): its
+    outcome is unknown, as a call to an actor that died."""
+
+    retriable = True
+
+
 class BufferFull(MafkaError):
     """The producer buffer holds ``buffer_bytes_max`` and ``on_full="error"`` was chosen."""
 

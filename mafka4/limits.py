@@ -830,6 +830,13 @@ OBJECT_STORE_BYTES_PER_NODE = 256 * MiB
 # and pulled by the other. Measured here (1 MiB calls, two Ray nodes on one machine):
 # 1.5-1.6x the rate over one hop, 2.1-2.5x over two (a leader passing it to a follower).
 RAY_INLINE_OBJECT_BYTES_MAX = 4 * MiB
+# A stream call's frame (``runtime.stream_calls``): a produce batch or a fetch answer and its
+# few fields. Far above every batch and fetch bound; a bigger length means a peer that does not
+# speak the protocol, and its connection is dropped.
+STREAM_FRAME_BYTES_MAX = 256 * MiB
+# How much a stream's reader buffers before it stops reading the socket: a whole default batch,
+# so a 1 MiB frame arrives without the reader pausing and resuming on the way.
+STREAM_BUFFER_BYTES = 4 * MiB
 # A thread's msgpack packer for batch payloads (``records.encode_record_arrays``) is kept between
 # batches (a fresh one costs page faults on every batch); one that grew past this, packing an
 # unusually large batch, is dropped rather than kept holding that memory.

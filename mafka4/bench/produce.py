@@ -16,10 +16,12 @@ In one run, on one running cluster:
    values are random bytes or JSON events (``payload``, ``bench.payloads``), the same values
    for every codec.
 2. **raw_leaders**: the same number of messages, pre-encoded into batches of the size the
-   producer builds (with the first codec), sent straight to the partition leaders with the
-   producer's in-flight window: the broker's cost without the client's.
+   producer builds (with the first codec), sent straight to the partition leaders over their
+   streams (as the Producer sends) with the producer's in-flight window: the broker's cost
+   without the client's.
 3. **bare_actor**: exactly those batches sent the same way to ``BareSink``, an actor that only
-   returns: what Ray's transport allows here.
+   returns, as Ray calls: what Ray's transport allows here. **bare_stream**: the same over
+   ``BareSink``'s stream (``runtime.stream_calls``): what the stream the Producer uses allows.
 4. **memory**: RSS of each partition replica actor, and the peak RSS of a producer process
    whose cluster stops acknowledging (a follower killed under min_insync_replicas=2).
 
@@ -62,6 +64,7 @@ from mafka4.physical.handles import replica_handle
 from mafka4.records import HEADER_BYTES, encode_batch
 from mafka4.runtime.connect import Connection, connect
 from mafka4.runtime.ray_cluster import node_resource
+from mafka4.runtime.stream_calls import StreamHandle, actor_stream
 
 # With acks=0 a producer is answered before the leader appends: its logs may still be growing.
 LOG_SETTLE_S_MAX = 30.0
@@ -173,27 +176,41 @@ def encoded_batches(settings: ProduceBenchSettings, codec: Codec | None = None) 
     return batches
 
 
-async def _drive(handle, batches: list[bytes], acks: Acks, window: int, latencies: list[int]) -> None:
+async def _drive(send, batches: list[bytes], window: int, latencies: list[int]) -> None:
     pending: deque = deque()
     for batch in batches:
         if len(pending) >= window:
             sent, future = pending.popleft()
             await future
             latencies.append(time.perf_counter_ns() - sent)
-        pending.append((time.perf_counter_ns(), asyncio.wrap_future(handle.produce.remote(batch, acks, 60_000).future())))
+        pending.append((time.perf_counter_ns(), send(batch)))
     while pending:
         sent, future = pending.popleft()
         await future
         latencies.append(time.perf_counter_ns() - sent)
 
 
-def raw_run(handles: list, batches: list[list[bytes]], settings: ProduceBenchSettings) -> dict:
+def raw_run(handles: list, batches: list[list[bytes]], settings: ProduceBenchSettings, over_stream: bool) -> dict:
+    """Send ``batches[i]`` to ``handles[i]``'s ``produce`` with the producer's in-flight window, over
+    each actor's stream (as the Producer sends) or as Ray calls."""
     latencies: list[int] = []
     acks = Acks.parse(settings.acks)  # the --acks string, as the replicas take it
 
+    def ray_sender(handle):
+        return lambda batch: asyncio.wrap_future(handle.produce.remote(batch, acks, 60_000).future())
+
+    def stream_sender(stream: StreamHandle):
+        return lambda batch: asyncio.ensure_future(stream.produce.remote(batch, acks, 60_000))
+
     async def main():
-        await asyncio.gather(*(_drive(h, b, acks, settings.in_flight_batches_max, latencies)
-                               for h, b in zip(handles, batches)))
+        streams = {id(h): actor_stream(h, "a bench target") for h in handles} if over_stream else {}
+        senders = [stream_sender(streams[id(h)]) if over_stream else ray_sender(h) for h in handles]
+        try:
+            await asyncio.gather(*(_drive(send, b, settings.in_flight_batches_max, latencies)
+                                   for send, b in zip(senders, batches)))
+        finally:
+            for stream in streams.values():
+                stream.close()
 
     started = time.perf_counter()
     asyncio.run(main())
@@ -246,9 +263,10 @@ def run_produce_bench(settings: ProduceBenchSettings, output_path: str) -> dict:
         no_callbacks = measured_run(connection, admin, topic, settings, codecs[0], callbacks=False)
         batches = encoded_batches(settings, codecs[0])
         leaders = [replica_handle(admin.cluster, topic, s.partition, s.leader) for s in metadata.partitions]
-        raw_leaders = raw_run(leaders, batches, settings)
+        raw_leaders = raw_run(leaders, batches, settings, over_stream=True)
         ray.get(bare.ping.remote())
-        bare_actor = raw_run([bare] * settings.partitions, batches, settings)
+        bare_actor = raw_run([bare] * settings.partitions, batches, settings, over_stream=False)
+        bare_stream = raw_run([bare] * settings.partitions, batches, settings, over_stream=True)
         memory = {"partition_actor_rss_mb": [round(b / MiB, 1) for b in replica_rss_bytes(admin, topic)]}
     finally:
         ray.kill(bare)
@@ -264,6 +282,8 @@ def run_produce_bench(settings: ProduceBenchSettings, output_path: str) -> dict:
         "producer_no_callbacks_msgs_per_s": no_callbacks["msgs_per_s"],
         "producer_no_callbacks_vs_bare_ratio": round(no_callbacks["msgs_per_s"] / bare_actor["msgs_per_s"], 3),
         "raw_leaders_vs_bare_ratio": round(raw_leaders["msgs_per_s"] / bare_actor["msgs_per_s"], 3),
+        "bare_stream_msgs_per_s": bare_stream["msgs_per_s"],
+        "producer_vs_bare_stream_ratio": round(producer["msgs_per_s"] / bare_stream["msgs_per_s"], 3),
         "memory": memory,
         "compression": producer["compression"], "payload": settings.payload,
         "bytes_written_per_message": producer["bytes_written"]["bytes_written_per_message"],
@@ -273,7 +293,7 @@ def run_produce_bench(settings: ProduceBenchSettings, output_path: str) -> dict:
     }
     report = {"settings": asdict(settings), "producer": producer, "paced": paced,
               "producer_no_callbacks": no_callbacks, "raw_leaders": raw_leaders,
-              "bare_actor": bare_actor, "compression_runs": runs, "summary": summary, "cpu_count": os.cpu_count()}
+              "bare_actor": bare_actor, "bare_stream": bare_stream, "compression_runs": runs, "summary": summary, "cpu_count": os.cpu_count()}
     Path(output_path).parent.mkdir(parents=True, exist_ok=True)
     Path(output_path).write_text(json.dumps(report, indent=2))
     return report

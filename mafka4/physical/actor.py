@@ -8,7 +8,11 @@ and wakes waiters when the high watermark or the log end offset moves.
   batch, appends it and, for acks=all, waits until the high watermark passes it.
   ``replica_fetch`` serves followers by long poll and reports their progress to the core.
 * Follower: a background task fetches from the leader, truncates when the leader reports
-  a divergence (leader-epoch truncation), appends and follows the leader's HW.
+  a divergence (leader-epoch truncation), appends and follows the leader's HW. Its fetches go
+  over a TCP stream to the leader (``runtime.stream_calls``), not as Ray calls: a Ray call
+  carrying a 1 MiB answer cost about 3 ms of CPU on each side, the stream under 1 ms. The
+  follower asks the leader's actor where it listens (``stream_endpoint``, a Ray call), and
+  asks again after the stream broke.
 * Consumers ``fetch`` whole batches below the high watermark. With ``from_follower`` a
   follower answers too, below its own high watermark (Kafka's KIP-392): feeders read
   committed data off a follower so that splitting never loads the leader's write path.
@@ -88,9 +92,14 @@ from mafka4.physical.replica import ReplicaState, Role
 from mafka4.physical.sequencer import SequenceGate
 from mafka4.records import check_single_batch, stamp
 from mafka4.runtime.remote_errors import unwrap
+from mafka4.runtime.stream_calls import StreamEndpoint, StreamHandle, StreamServer, actor_stream
 from mafka4.stage_trace import StageTrace
 
 logger = logging.getLogger(__name__)
+
+
+# Methods a replica serves over its stream (``stream_endpoint``): the ones that carry batches.
+STREAM_METHODS = frozenset({"produce", "replica_fetch", "fetch"})
 
 
 def replica_actor_name(cluster: str, topic: str, partition: int, replica_id: str) -> str:
@@ -211,6 +220,9 @@ class PhysicalPartition:
         self._tasks: list[asyncio.Task] = []
         self._follow_task: asyncio.Task | None = None
         self._leader_handle = None
+        self._leader_stream: StreamHandle | None = None
+        # What other processes call over a stream instead of through Ray (started when first asked).
+        self._stream_server = StreamServer(self, STREAM_METHODS, f"replica {spec.replica_id} of {spec.partition_name}")
         self._closed = False
         self._store: MetadataStore | None = None
         self._liveness: LeaseTask | None = None
@@ -241,10 +253,10 @@ class PhysicalPartition:
         self._state.become_follower(leader_epoch, leader_id)
         self._waiters.fail_all(NotLeader(f"{self._spec.partition_name}: {self._spec.replica_id} is now a follower of {leader_id}"))
         self._stop_following()
-        self._leader_handle = GatedHandle(ray.get_actor(
-            replica_actor_name(self._spec.cluster, self._spec.topic, self._spec.partition, leader_id),
-            namespace="mafka4",
-        ), self._partition_gate, leader_id)
+        leader_actor = ray.get_actor(
+            replica_actor_name(self._spec.cluster, self._spec.topic, self._spec.partition, leader_id), namespace="mafka4")
+        self._leader_stream = actor_stream(leader_actor, f"leader {leader_id} of {self._spec.partition_name}")
+        self._leader_handle = GatedHandle(self._leader_stream, self._partition_gate, leader_id)
         self._follow_task = asyncio.get_running_loop().create_task(self._follow())
         self._start_background(None)
         return self._state.describe()
@@ -266,6 +278,9 @@ class PhysicalPartition:
         if self._follow_task is not None:
             self._follow_task.cancel()
             self._follow_task = None
+        if self._leader_stream is not None:
+            self._leader_stream.close()
+            self._leader_stream = None
 
     def _wake(self) -> None:
         """Wake long-polling fetches and release producers whose batches are committed."""
@@ -499,6 +514,7 @@ class PhysicalPartition:
         """Stop background work and close the log; with ``delete_data`` remove the directory."""
         self._closed = True
         self._stop_following()
+        self._stream_server.close()
         for task in self._tasks:
             task.cancel()
         self._isr_recorder.close()
@@ -511,6 +527,10 @@ class PhysicalPartition:
 
     async def ping(self) -> str:
         return self._spec.replica_id
+
+    async def stream_endpoint(self) -> StreamEndpoint:
+        """Where this replica serves ``STREAM_METHODS`` over a stream, on its node's address."""
+        return await self._stream_server.start(ray.util.get_node_ip_address())
 
     async def set_stage_trace(self, enabled: bool) -> None:
         """Start (or stop and discard) this replica's stage trace (``mafka4.stage_trace``)."""

@@ -238,7 +238,7 @@ def _measure_produce(cluster: _Cluster, idle: dict[int, float], topic: str) -> l
         batches = encoded_batches(bench)
 
         def send():
-            report = raw_run(handles[:1], batches, bench)
+            report = raw_run(handles[:1], batches, bench, over_stream=True)
             time.sleep(SETTLE_S)
             return report
 
@@ -303,7 +303,7 @@ def _measure_feed(cluster: _Cluster, idle: dict[int, float]) -> list[dict]:
         rounds_before = _feed_rounds(cluster)
 
         def produce_and_wait():
-            raw_run(cluster.replicas["cal-vp"][:1], encoded_batches(bench), bench)
+            raw_run(cluster.replicas["cal-vp"][:1], encoded_batches(bench), bench, over_stream=True)
             deadline = time.monotonic() + FEED_WAIT_S_MAX
             while _vp_total(cluster) < target:
                 assert time.monotonic() < deadline, f"the VPs of cal-vp did not receive {bench.messages} messages in time"

@@ -40,14 +40,17 @@ class FakeLeader:
         self.calls: list[Call] = []
         self.produce = self  # leader.produce.remote(...)
 
-    def remote(self, encoded: bytes, acks: Acks, timeout_ms: int):
+    def remote(self, encoded: bytes, acks: Acks, timeout_ms: int) -> asyncio.Future:
         header = read_header(encoded)
         call = Call(header.producer_id, header.base_sequence, acks, concurrent.futures.Future(), encoded)
         self.calls.append(call)
-        return self
+        return asyncio.wrap_future(call.future)
 
-    def future(self) -> concurrent.futures.Future:
-        return self.calls[-1].future
+    async def send(self, encoded: bytes, acks: Acks, timeout_ms: int) -> None:
+        self.remote(encoded, acks, timeout_ms)  # acks=0: written, its answer unread
+
+    def close(self) -> None:
+        pass
 
 
 class FakeRouting:
@@ -82,6 +85,9 @@ class FakeSender:
         self.routing = FakeRouting(self.leader)
         self.accumulator = FakeAccumulator(batches)
         self.answers: list[tuple[int, int | None, BaseException | None]] = []
+
+    def open_stream(self, leader: FakeLeader, name: str) -> FakeLeader:
+        return leader  # the fake leader is called as the stream to a leader is
 
     def answer(self, batch: ProducerBatch, base_offset: int | None, error: BaseException | None) -> None:
         self.answers.append((batch.base_sequence, base_offset, error))

@@ -1,0 +1,235 @@
+"""Stream calls (``mafka4.runtime.stream_calls``): a real server and client on loopback, no Ray.
+
+The resolver stands in for the Ray call that tells a caller where the serving actor listens.
+Every wait is on an event or a call's answer, never on a clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+
+import pytest
+
+from mafka4.errors import MafkaError, NotLeader, StreamLost
+from mafka4.runtime import stream_calls
+from mafka4.runtime.stream_calls import StreamClient, StreamEndpoint, StreamHandle, StreamServer
+
+HOST = "127.0.0.1"
+
+
+class Replica:
+    """A served object: echoes bytes, raises, parks until released, answers what does not pickle."""
+
+    def __init__(self):
+        self.released = asyncio.Event()
+        self.parked = asyncio.Event()
+
+    async def fetch(self, offset: int, bytes_max: int = 0) -> tuple[int, bytes]:
+        return offset, b"x" * bytes_max
+
+    async def refuse(self) -> None:
+        raise NotLeader("w1 is not the leader of orders-0 (leader: w2)")
+
+    async def park(self) -> str:
+        self.parked.set()
+        await self.released.wait()
+        return "released"
+
+    async def unpicklable(self):
+        return lambda: None
+
+    async def private(self) -> None:
+        raise AssertionError("never served")
+
+    async def record(self, value: bytes) -> int:
+        self.recorded = value
+        self.parked.set()
+        return len(value)
+
+
+METHODS = frozenset({"fetch", "refuse", "park", "unpicklable", "record"})
+
+
+async def _served(replica: Replica | None = None) -> tuple[StreamServer, StreamEndpoint]:
+    server = StreamServer(replica or Replica(), METHODS, "replica w1 of orders-0")
+    return server, await server.start(HOST)
+
+
+def _client(endpoint: StreamEndpoint) -> StreamHandle:
+    async def resolve() -> StreamEndpoint:
+        return endpoint
+    return StreamHandle(StreamClient(resolve, "replica w1 of orders-0"))
+
+
+def test_a_call_carries_its_arguments_and_a_mib_answer_back():
+    async def main():
+        server, endpoint = await _served()
+        handle = _client(endpoint)
+        try:
+            assert await handle.fetch.remote(7, bytes_max=1 << 20) == (7, b"x" * (1 << 20))
+            assert await handle.fetch.remote(8) == (8, b""), "the connection is kept for the next call"
+        finally:
+            handle.close()
+            server.close()
+    asyncio.run(main())
+
+
+def test_an_error_raised_by_the_method_reaches_the_caller_as_itself():
+    async def main():
+        server, endpoint = await _served()
+        handle = _client(endpoint)
+        try:
+            with pytest.raises(NotLeader, match="leader: w2"):
+                await handle.refuse.remote()
+            assert await handle.fetch.remote(1) == (1, b""), "an error leaves the connection usable"
+        finally:
+            handle.close()
+            server.close()
+    asyncio.run(main())
+
+
+def test_a_parked_call_does_not_hold_up_later_calls_on_the_same_connection():
+    async def main():
+        replica = Replica()
+        server, endpoint = await _served(replica)
+        handle = _client(endpoint)
+        try:
+            parked = asyncio.ensure_future(handle.park.remote())
+            await replica.parked.wait()
+            assert await handle.fetch.remote(3) == (3, b""), "answered while the first call is parked"
+            replica.released.set()
+            assert await parked == "released"
+        finally:
+            handle.close()
+            server.close()
+    asyncio.run(main())
+
+
+def test_a_call_sent_without_waiting_for_its_answer_is_made_and_its_answer_dropped():
+    async def main():
+        replica = Replica()
+        server, endpoint = await _served(replica)
+        handle = _client(endpoint)
+        try:
+            assert await handle.record.send(b"acks=0") is None, "returns once written, with no answer"
+            await replica.parked.wait()
+            assert replica.recorded == b"acks=0"
+            assert await handle.fetch.remote(4) == (4, b""), "the unread answer does not disturb the next call"
+        finally:
+            handle.close()
+            server.close()
+    asyncio.run(main())
+
+
+def test_a_method_the_server_does_not_serve_is_refused_by_name():
+    async def main():
+        server, endpoint = await _served()
+        handle = _client(endpoint)
+        try:
+            with pytest.raises(MafkaError, match="not 'private'"):
+                await handle.private.remote()
+        finally:
+            handle.close()
+            server.close()
+    asyncio.run(main())
+
+
+def test_an_answer_that_does_not_pickle_fails_the_call_with_a_named_error():
+    async def main():
+        server, endpoint = await _served()
+        handle = _client(endpoint)
+        try:
+            with pytest.raises(MafkaError, match="could not be sent"):
+                await handle.unpicklable.remote()
+        finally:
+            handle.close()
+            server.close()
+    asyncio.run(main())
+
+
+def test_a_wrong_token_is_refused():
+    async def main():
+        server, endpoint = await _served()
+        handle = _client(StreamEndpoint(endpoint.host, endpoint.port, b"not the token"))
+        try:
+            with pytest.raises(StreamLost, match="broke"):
+                await handle.fetch.remote(1)
+        finally:
+            handle.close()
+            server.close()
+    asyncio.run(main())
+
+
+def test_a_call_in_flight_when_the_server_goes_fails_and_the_next_finds_the_new_server():
+    async def main():
+        replica = Replica()
+        server, endpoint = await _served(replica)
+        endpoints = [endpoint]
+
+        async def resolve() -> StreamEndpoint:
+            return endpoints[-1]  # what the restarted actor would answer
+        handle = StreamHandle(StreamClient(resolve, "replica w1 of orders-0"))
+        try:
+            parked = asyncio.ensure_future(handle.park.remote())
+            await replica.parked.wait()
+            server.close()
+            with pytest.raises(StreamLost, match="retried"):
+                await parked
+            with pytest.raises(StreamLost, match="cannot connect"):
+                await handle.fetch.remote(1)  # the old port: nothing listens
+            restarted, new_endpoint = await _served()
+            endpoints.append(new_endpoint)
+            assert await handle.fetch.remote(2) == (2, b"")
+            restarted.close()
+        finally:
+            handle.close()
+            server.close()
+    asyncio.run(main())
+
+
+def test_a_frame_above_the_bound_is_refused_before_it_is_sent(monkeypatch):
+    monkeypatch.setattr(stream_calls, "STREAM_FRAME_BYTES_MAX", 1000)
+
+    async def main():
+        server, endpoint = await _served()
+        handle = _client(endpoint)
+        try:
+            with pytest.raises(StreamLost, match="STREAM_FRAME_BYTES_MAX"):
+                await handle.fetch.remote(b"y" * 2000)
+        finally:
+            handle.close()
+            server.close()
+    asyncio.run(main())
+
+
+def test_a_peer_that_sends_a_huge_length_is_dropped():
+    async def main():
+        server, endpoint = await _served()
+        reader, writer = await asyncio.open_connection(endpoint.host, endpoint.port)
+        writer.write(len(endpoint.token).to_bytes(4, "big") + endpoint.token)
+        writer.write((2 ** 32 - 1).to_bytes(4, "big"))
+        await writer.drain()
+        assert await reader.read() == b"", "the server closed the connection"
+        writer.close()
+        server.close()
+    asyncio.run(main())
+
+
+def test_a_request_that_does_not_unpickle_drops_its_connection():
+    async def main():
+        server, endpoint = await _served()
+        reader, writer = await asyncio.open_connection(endpoint.host, endpoint.port)
+        garbage = b"\x80\x05not a pickle"
+        for body in (endpoint.token, garbage):
+            writer.write(len(body).to_bytes(4, "big") + body)
+        await writer.drain()
+        assert await reader.read() == b""
+        writer.close()
+        server.close()
+    asyncio.run(main())
+
+
+def test_the_wire_is_a_length_and_a_pickle():
+    body = pickle.dumps((0, "fetch", (1,), {}), protocol=5)
+    assert stream_calls._frame(body) == len(body).to_bytes(4, "big")
