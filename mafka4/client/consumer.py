@@ -12,8 +12,8 @@ partitions: ``Consumer`` hands every call to a ``VirtualConsumer`` (no group) or
 ``partition`` / offsets mean VP ids and VP offsets. The rest of this docstring is about
 mafka3-mode topics, read from their physical partitions.
 
-Each poll keeps one long-poll fetch outstanding per partition leader and decodes the
-whole batches that come back; only messages below the high watermark (committed on the
+Each poll keeps one long-poll fetch outstanding per partition leader, over the leader's stream
+(``client.stream_caller``), and decodes the whole batches that come back; only messages below the high watermark (committed on the
 ISR) are ever returned. Positions are per partition: the offset of the next message. A leader
 that a network fault (``mafka4.partition_gate``) cuts this process off from is not asked
 until the fault heals or the partition's leader moves; while no leader can be asked, ``poll()``
@@ -34,6 +34,7 @@ are returned again to the next owner after a crash. A commit never moves an offs
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from typing import Any
@@ -43,6 +44,7 @@ import ray
 from mafka4.client.fetched_messages import take_messages
 from mafka4.client.message import Message, new_member_id
 from mafka4.client.routing import Routing
+from mafka4.client.stream_caller import stream_caller
 from mafka4.client.virtual_consumer import VirtualConsumer
 from mafka4.client.virtual_group_consumer import VirtualGroupConsumer
 from mafka4.coordinator.groups.partition_groups import GroupMember, GroupStore, SyncResult
@@ -54,6 +56,7 @@ from mafka4.limits import (LEADER_RETRY_S, LIST_OFFSETS_TIMEOUT_S, PARTITION_GRO
                            OffsetReset, ReadMode)
 from mafka4.names import validate_topic_name
 from mafka4.partition_gate import client_gate
+from mafka4.physical.actor import replica_actor_name
 from mafka4.runtime.connect import Connection, connect
 from mafka4.runtime.remote_errors import unwrap
 
@@ -77,7 +80,8 @@ class Consumer:
             return
         self._routing = Routing(connection, topic)
         self._positions: dict[int, int] = {}
-        self._pending: dict[int, tuple[ray.ObjectRef, int]] = {}
+        self._pending: dict[int, tuple[concurrent.futures.Future, int]] = {}  # fetches over leaders' streams
+        self._cluster = connection.cluster
         self._member: GroupMember | None = None
         # Claimed partitions whose start position is not known yet (their leader did not answer).
         self._unstarted: dict[TopicPartition, CommittedOffset | None] = {}
@@ -163,16 +167,15 @@ class Consumer:
                     self._member.changed.wait(slice_s if self._unstarted else remaining)
                 continue
             self._issue_fetches()
-            refs = [ref for ref, _ in self._pending.values()]
-            if not refs:
+            calls = [call for call, _ in self._pending.values()]
+            if not calls:
                 time.sleep(min(slice_s, LEADER_RETRY_S))
                 if time.monotonic() >= deadline:
                     return []
                 continue
-            ready, _ = ray.wait(refs, num_returns=1, timeout=slice_s)
+            ready, _ = concurrent.futures.wait(calls, timeout=slice_s, return_when=concurrent.futures.FIRST_COMPLETED)
             if ready:
-                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-                messages = self._collect(set(ready))
+                messages = self._collect({call for call in calls if call.done()})
                 if messages or time.monotonic() >= deadline:
                     return messages
             elif time.monotonic() >= deadline:
@@ -187,22 +190,24 @@ class Consumer:
             except MafkaError:
                 self._routing.refresh()
                 continue
-            passage = client_gate().plan(self._routing.metadata.partitions[partition].leader)
+            leader_id = self._routing.metadata.partitions[partition].leader
+            passage = client_gate().plan(leader_id)
             if passage.lost:
                 continue  # a fetch or its answer would be lost: ask again once the fault heals or the leader moves
             if passage.request_delay_ms or passage.answer_delay_ms:
                 time.sleep((passage.request_delay_ms + passage.answer_delay_ms) / 1000)
-            ref = leader.fetch.remote(offset, self.config.fetch_bytes_max, self.config.fetch_wait_ms_max)
-            self._pending[partition] = (ref, offset)
+            call = stream_caller().call(leader, replica_actor_name(self._cluster, self.topic, partition, leader_id),
+                                        "fetch", offset, self.config.fetch_bytes_max, self.config.fetch_wait_ms_max)
+            self._pending[partition] = (call, offset)
 
     def _collect(self, ready: set) -> list[Message]:
         messages: list[Message] = []
-        for partition, (ref, offset) in list(self._pending.items()):
-            if ref not in ready:
+        for partition, (call, offset) in list(self._pending.items()):
+            if call not in ready:
                 continue
             del self._pending[partition]
             try:
-                result = ray.get(ref)
+                result = call.result()
             except (MafkaError, ray.exceptions.RayActorError) as raised:
                 error = unwrap(raised)
                 if isinstance(error, MafkaError) and not error.retriable:

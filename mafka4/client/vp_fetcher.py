@@ -5,7 +5,8 @@ differ only in *which* VPs they read; both read them through this class. For eve
 ``fetching`` it picks the RISR member ``risr.state.route_fetch`` gives for the reader's position
 (the leader's half for real-time readers, the other half for readers far behind); the VP
 replicas of one read node are then fetched together, with one long-polling
-``ReadNode.fetch`` outstanding per node, which answers as soon as any of them has data. Only
+``ReadNode.fetch`` outstanding per node, which answers as soon as any of them has data. The
+fetches go over the nodes' streams (``client.stream_caller``), not as Ray calls. Only
 records below each VP's high watermark are ever returned, so what a reader saw survives a VP
 failover. Positions are per VP: the VP offset of the next message.
 
@@ -23,6 +24,7 @@ delay.
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 
 import ray
@@ -30,9 +32,10 @@ import ray
 from collections import defaultdict
 
 from mafka4.client.message import Message
+from mafka4.client.stream_caller import stream_caller
 from mafka4.client.vp_messages import take_vp_messages
 from mafka4.coordinator.metadata.vp_store import VirtualStore
-from mafka4.errors import CoordinatorUnavailable, RecordsLost
+from mafka4.errors import CoordinatorUnavailable, RecordsLost, StreamLost
 from mafka4.limits import LIST_OFFSETS_TIMEOUT_S, ConsumerConfig
 from mafka4.partition_gate import client_gate
 from mafka4.physical.partition_state import TopicMetadata
@@ -41,7 +44,7 @@ from mafka4.runtime.connect import Connection
 from mafka4.virtual.handles import ask_leader_nodes, read_node_handle
 from mafka4.virtual.hosted_vp import VpId
 from mafka4.virtual.layout import TopicLayout
-from mafka4.virtual.read_node import ConsumerRead
+from mafka4.virtual.read_node import ConsumerRead, read_node_actor_name
 from mafka4.virtual.vp_state import VirtualPartitionState
 
 
@@ -62,7 +65,7 @@ class VpFetcher:
         self.high_watermarks: dict[int, int] = {}
         self._avoid: dict[int, str] = {}  # VP -> replica whose fetch failed since the last metadata read
         # node -> (its fetch in flight, the (VP, offset) it asked for, in order)
-        self._pending: dict[str, tuple[ray.ObjectRef, list[tuple[int, int]]]] = {}
+        self._pending: dict[str, tuple[concurrent.futures.Future, list[tuple[int, int]]]] = {}
         self._lost: RecordsLost | None = None  # raised by the next fetch
         self.refresh()
 
@@ -134,15 +137,14 @@ class VpFetcher:
             lost, self._lost = self._lost, None
             raise lost
         self._issue_fetches()
-        refs = [ref for ref, _ in self._pending.values()]
-        if not refs:
+        calls = [call for call, _ in self._pending.values()]
+        if not calls:
             time.sleep(min(timeout_s, self.config.fetch_wait_ms_max / 1000))
             return []
-        ready, _ = ray.wait(refs, num_returns=1, timeout=timeout_s)
+        ready, _ = concurrent.futures.wait(calls, timeout=timeout_s, return_when=concurrent.futures.FIRST_COMPLETED)
         if not ready:
             return []
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        messages = self._collect(set(ready))
+        messages = self._collect({call for call in calls if call.done()})
         if not messages and self._lost is not None:
             lost, self._lost = self._lost, None
             raise lost
@@ -171,18 +173,19 @@ class VpFetcher:
                 time.sleep((passage.request_delay_ms + passage.answer_delay_ms) / 1000)
             sent = [(vp, self.positions[vp]) for vp in vps]
             reads = [ConsumerRead(VpId(self.topic, vp), offset) for vp, offset in sent]
-            ref = handle.fetch.remote(reads, self.config.fetch_bytes_max, self.config.fetch_wait_ms_max)
-            self._pending[node] = (ref, sent)
+            call = stream_caller().call(handle, read_node_actor_name(self._connection.cluster, node), "fetch",
+                                        reads, self.config.fetch_bytes_max, self.config.fetch_wait_ms_max)
+            self._pending[node] = (call, sent)
 
     def _collect(self, ready: set) -> list[Message]:
         messages: list[Message] = []
-        for node, (ref, sent) in list(self._pending.items()):
-            if ref not in ready:
+        for node, (call, sent) in list(self._pending.items()):
+            if call not in ready:
                 continue
             del self._pending[node]
             try:
-                answers = ray.get(ref)
-            except ray.exceptions.RayActorError:  # the node died: a failover moves its VPs
+                answers = call.result()
+            except (ray.exceptions.RayActorError, StreamLost):  # the node died: a failover moves its VPs
                 self.refresh()
                 self._avoid.update({vp: node for vp, _ in sent})
                 continue

@@ -16,7 +16,8 @@ nodes. Everything of one node runs on its event loop:
 * **Replication** (``ReplicaFetcher``): per node this node follows, one fetch session for every
   VP the pair shares; the other direction is ``replica_fetch`` (``replication.FetchSessions``).
 * **Consumers** call ``fetch`` once per read node for every VP they read there (long poll until
-  any has data), and ``list_offsets`` / ``offsets_for_time`` the same way.
+  any has data), over the node's stream (``stream_endpoint``), and ``list_offsets`` /
+  ``offsets_for_time`` the same way as Ray calls.
 * **Network faults** (``set_partition``, ``mafka4.partition_gate``): the node's calls to other
   nodes (feed fetches, replication sessions) pass one gate, which can drop or delay them.
 * **Disk full** (``set_log_dir_bytes_max``, ``log.log_dir_budget``): past the node's bound every
@@ -72,7 +73,7 @@ from mafka4.partition_gate import GatedHandle, NetworkFault, PartitionGate
 from mafka4.physical.actor import replica_actor_name
 from mafka4.risr.state import RisrConfig
 from mafka4.runtime.collector import freeze_what_start_up_left
-from mafka4.runtime.stream_calls import StreamedActor
+from mafka4.runtime.stream_calls import StreamedActor, StreamEndpoint, StreamServer
 from mafka4.stage_trace import StageTrace
 from mafka4.virtual.hosted_vp import HostedVp, VpId, VpRead, vp_directory
 from mafka4.virtual.layout import SplitEpoch
@@ -161,6 +162,8 @@ class ReadNode:
         self._tasks: list[asyncio.Task] = []
         self._closed = False
         self._started_ms = wall_ms()
+        # Consumers' fetches come over this (``stream_endpoint``): their answers carry batches.
+        self._stream_server = StreamServer(self, frozenset({"fetch"}), f"read node {spec.node_id}")
         freeze_what_start_up_left()  # Ray's objects stay out of the collections the data path causes
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -181,9 +184,14 @@ class ReadNode:
     async def ping(self) -> str:
         return self._spec.node_id
 
+    async def stream_endpoint(self) -> StreamEndpoint:
+        """Where this node serves consumers' ``fetch`` over a stream, on its node's address."""
+        return await self._stream_server.start(ray.util.get_node_ip_address())
+
     async def close(self, delete_data: bool = False) -> None:
         """Stop every stream, close every log (deleting them if asked) and revoke the liveness lease."""
         self._closed = True
+        self._stream_server.close()
         for task in self._tasks + list(self._sealing.values()):
             task.cancel()
         for recorder in self._risr_recorders.values():
