@@ -75,12 +75,19 @@ def _write_frame(writer: asyncio.StreamWriter, body: bytes) -> None:
 
 
 def _answer_body(call_id: int, raised: bool, value: object) -> bytes:
+    """The answer's frame body; an answer that cannot be sent is replaced by an error that says
+    why, so the caller hears of it instead of waiting for ever."""
     try:
-        return pickle.dumps((call_id, raised, value), protocol=5)
-    except Exception as error:  # an answer or error that does not pickle still reaches the caller, named
+        body = pickle.dumps((call_id, raised, value), protocol=5)
+    except Exception as error:
         failure = MafkaError(f"the answer to a stream call could not be sent ({type(error).__name__}: {error}); "
                              f"it was {type(value).__name__}: {value!r:.200}")
         return pickle.dumps((call_id, True, failure), protocol=5)
+    if len(body) > STREAM_FRAME_BYTES_MAX:
+        failure = StreamLost(f"the answer to a stream call was {len(body)} bytes, above STREAM_FRAME_BYTES_MAX "
+                             f"({STREAM_FRAME_BYTES_MAX}); ask for less (a smaller bytes_max)")
+        return pickle.dumps((call_id, True, failure), protocol=5)
+    return body
 
 
 class StreamServer:

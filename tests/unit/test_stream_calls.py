@@ -203,6 +203,22 @@ def test_a_frame_above_the_bound_is_refused_before_it_is_sent(monkeypatch):
     asyncio.run(main())
 
 
+def test_an_answer_above_the_bound_reaches_the_caller_as_an_error_naming_it(monkeypatch):
+    monkeypatch.setattr(stream_calls, "STREAM_FRAME_BYTES_MAX", 1000)
+
+    async def main():
+        server, endpoint = await _served()
+        handle = _client(endpoint)
+        try:
+            with pytest.raises(StreamLost, match="a smaller bytes_max"):
+                await handle.fetch.remote(1, bytes_max=2000)
+            assert await handle.fetch.remote(2) == (2, b""), "the connection stays usable"
+        finally:
+            handle.close()
+            server.close()
+    asyncio.run(main())
+
+
 def test_a_peer_that_sends_a_huge_length_is_dropped():
     async def main():
         server, endpoint = await _served()
