@@ -167,16 +167,10 @@ class _Connection:
 
     async def call(self, method: str, args: tuple, kwargs: dict) -> object:
         call_id = self._next_id
-        self._next_id += 1
-        future = asyncio.get_running_loop().create_future()
-        self._pending[call_id] = future
+        future = self._pending[call_id] = asyncio.get_running_loop().create_future()
         try:
-            _write_frame(self._writer, pickle.dumps((call_id, method, args, kwargs), protocol=5))
-            await self._writer.drain()
+            await self.send(method, args, kwargs)
             raised, value = await future
-        except (ConnectionError, RuntimeError) as error:  # RuntimeError: a write to a closed transport
-            self._break(f"{type(error).__name__}: {error}")
-            raise self._lost(f"{type(error).__name__}: {error}") from None
         finally:
             self._pending.pop(call_id, None)
         if raised:
@@ -184,13 +178,13 @@ class _Connection:
         return value
 
     async def send(self, method: str, args: tuple, kwargs: dict) -> None:
-        """Make a call whose answer nobody waits for: returns once its request was written."""
+        """Write one request; returns once it was written (``call`` then waits for its answer)."""
         call_id = self._next_id
         self._next_id += 1
         try:
             _write_frame(self._writer, pickle.dumps((call_id, method, args, kwargs), protocol=5))
             await self._writer.drain()
-        except (ConnectionError, RuntimeError) as error:
+        except (ConnectionError, RuntimeError) as error:  # RuntimeError: a write to a closed transport
             self._break(f"{type(error).__name__}: {error}")
             raise self._lost(f"{type(error).__name__}: {error}") from None
 

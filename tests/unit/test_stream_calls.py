@@ -7,7 +7,7 @@ Every wait is on an event or a call's answer, never on a clock.
 from __future__ import annotations
 
 import asyncio
-import pickle
+import contextlib
 
 import pytest
 
@@ -62,102 +62,81 @@ def _client(endpoint: StreamEndpoint) -> StreamHandle:
     return StreamHandle(StreamClient(resolve, "replica w1 of orders-0"))
 
 
+@contextlib.asynccontextmanager
+async def _connected(replica: Replica | None = None, token: bytes | None = None):
+    """A served ``replica`` and a handle to it (presenting ``token`` instead of the server's, if given)."""
+    server, endpoint = await _served(replica)
+    if token is not None:
+        endpoint = StreamEndpoint(endpoint.host, endpoint.port, token)
+    handle = _client(endpoint)
+    try:
+        yield handle
+    finally:
+        handle.close()
+        server.close()
+
+
 def test_a_call_carries_its_arguments_and_a_mib_answer_back():
     async def main():
-        server, endpoint = await _served()
-        handle = _client(endpoint)
-        try:
+        async with _connected() as handle:
             assert await handle.fetch.remote(7, bytes_max=1 << 20) == (7, b"x" * (1 << 20))
             assert await handle.fetch.remote(8) == (8, b""), "the connection is kept for the next call"
-        finally:
-            handle.close()
-            server.close()
     asyncio.run(main())
 
 
 def test_an_error_raised_by_the_method_reaches_the_caller_as_itself():
     async def main():
-        server, endpoint = await _served()
-        handle = _client(endpoint)
-        try:
+        async with _connected() as handle:
             with pytest.raises(NotLeader, match="leader: w2"):
                 await handle.refuse.remote()
             assert await handle.fetch.remote(1) == (1, b""), "an error leaves the connection usable"
-        finally:
-            handle.close()
-            server.close()
     asyncio.run(main())
 
 
 def test_a_parked_call_does_not_hold_up_later_calls_on_the_same_connection():
     async def main():
         replica = Replica()
-        server, endpoint = await _served(replica)
-        handle = _client(endpoint)
-        try:
+        async with _connected(replica) as handle:
             parked = asyncio.ensure_future(handle.park.remote())
             await replica.parked.wait()
             assert await handle.fetch.remote(3) == (3, b""), "answered while the first call is parked"
             replica.released.set()
             assert await parked == "released"
-        finally:
-            handle.close()
-            server.close()
     asyncio.run(main())
 
 
 def test_a_call_sent_without_waiting_for_its_answer_is_made_and_its_answer_dropped():
     async def main():
         replica = Replica()
-        server, endpoint = await _served(replica)
-        handle = _client(endpoint)
-        try:
+        async with _connected(replica) as handle:
             assert await handle.record.send(b"acks=0") is None, "returns once written, with no answer"
             await replica.parked.wait()
             assert replica.recorded == b"acks=0"
             assert await handle.fetch.remote(4) == (4, b""), "the unread answer does not disturb the next call"
-        finally:
-            handle.close()
-            server.close()
     asyncio.run(main())
 
 
 def test_a_method_the_server_does_not_serve_is_refused_by_name():
     async def main():
-        server, endpoint = await _served()
-        handle = _client(endpoint)
-        try:
+        async with _connected() as handle:
             with pytest.raises(MafkaError, match="not 'private'"):
                 await handle.private.remote()
-        finally:
-            handle.close()
-            server.close()
     asyncio.run(main())
 
 
 def test_an_answer_that_does_not_pickle_fails_the_call_with_a_named_error():
     async def main():
-        server, endpoint = await _served()
-        handle = _client(endpoint)
-        try:
+        async with _connected() as handle:
             with pytest.raises(MafkaError, match="could not be sent"):
                 await handle.unpicklable.remote()
-        finally:
-            handle.close()
-            server.close()
     asyncio.run(main())
 
 
 def test_a_wrong_token_is_refused():
     async def main():
-        server, endpoint = await _served()
-        handle = _client(StreamEndpoint(endpoint.host, endpoint.port, b"not the token"))
-        try:
+        async with _connected(token=b"not the token") as handle:
             with pytest.raises(StreamLost, match="broke"):
                 await handle.fetch.remote(1)
-        finally:
-            handle.close()
-            server.close()
     asyncio.run(main())
 
 
@@ -192,14 +171,9 @@ def test_a_frame_above_the_bound_is_refused_before_it_is_sent(monkeypatch):
     monkeypatch.setattr(stream_calls, "STREAM_FRAME_BYTES_MAX", 1000)
 
     async def main():
-        server, endpoint = await _served()
-        handle = _client(endpoint)
-        try:
+        async with _connected() as handle:
             with pytest.raises(StreamLost, match="STREAM_FRAME_BYTES_MAX"):
                 await handle.fetch.remote(b"y" * 2000)
-        finally:
-            handle.close()
-            server.close()
     asyncio.run(main())
 
 
@@ -207,15 +181,10 @@ def test_an_answer_above_the_bound_reaches_the_caller_as_an_error_naming_it(monk
     monkeypatch.setattr(stream_calls, "STREAM_FRAME_BYTES_MAX", 1000)
 
     async def main():
-        server, endpoint = await _served()
-        handle = _client(endpoint)
-        try:
+        async with _connected() as handle:
             with pytest.raises(StreamLost, match="a smaller bytes_max"):
                 await handle.fetch.remote(1, bytes_max=2000)
             assert await handle.fetch.remote(2) == (2, b""), "the connection stays usable"
-        finally:
-            handle.close()
-            server.close()
     asyncio.run(main())
 
 
@@ -244,8 +213,3 @@ def test_a_request_that_does_not_unpickle_drops_its_connection():
         writer.close()
         server.close()
     asyncio.run(main())
-
-
-def test_the_wire_is_a_length_and_a_pickle():
-    body = pickle.dumps((0, "fetch", (1,), {}), protocol=5)
-    assert stream_calls._frame(body) == len(body).to_bytes(4, "big")
