@@ -9,13 +9,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mafka4.log.fsync_points import fsync
+from mafka4.log.fsync_points import create, fsync
 
 
 def write_checkpoint(path: str | os.PathLike, text: str) -> None:
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
+    with os.fdopen(create(tmp), "w", encoding="utf-8") as handle:
         handle.write(text)
         handle.flush()
         fsync(handle.fileno())

@@ -27,9 +27,11 @@ durable size, and garbles nothing: the simulator and ``tests/fuzz`` cover garble
   renames and deletions count as durable at once (directory entries never vanish), as in the
   simulator.
 
-Caveat shared with the simulator: durability is tracked per inode and name, so a file deleted
-and created again under the same name that reuses the freed inode counts as fsynced up to the
-old file's recorded size.
+Durability is tracked per inode and name, and a file deleted and created again under the same
+name often gets the freed inode back (a segment truncated away and written again). So the log
+layer creates its files through ``create`` (or, for a file already open, ``created``), which
+records the new file as durable at 0 bytes: without it, the new file would count as fsynced up
+to the old file's recorded size.
 
 Bound: a directory's records are pruned of files that no longer exist each time they double, so
 they stay within twice the directory's file count (and ``FSYNC_POINTS_PRUNE_ENTRIES_MIN``).
@@ -83,10 +85,31 @@ def fsync(fd: int) -> None:
     status = os.fstat(fd)
     if not stat.S_ISREG(status.st_mode):
         return  # a directory: its entries count as durable at once (see the module docstring)
-    path = os.readlink(f"/proc/self/fd/{fd}")
-    directory, name = os.path.split(path)
+    _record(fd, status.st_ino, status.st_size)
+
+
+def create(path: str | os.PathLike, flags: int = 0) -> int:
+    """``os.open(path, O_WRONLY | O_CREAT | O_TRUNC | flags, 0o644)``: a new, empty file (or one
+    emptied), recorded as durable at 0 bytes when recording."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | flags, 0o644)
+    created(fd)
+    return fd
+
+
+def created(fd: int) -> None:
+    """When recording, take the empty file open as ``fd`` as durable at 0 bytes (its creation is
+    durable at once), replacing any record left by a deleted file that had its inode."""
+    if not _recording:
+        return
+    status = os.fstat(fd)
+    assert status.st_size == 0, f"created() on a file of {status.st_size} bytes"
+    _record(fd, status.st_ino, 0)
+
+
+def _record(fd: int, inode: int, size: int) -> None:
+    directory, name = os.path.split(os.readlink(f"/proc/self/fd/{fd}"))
     points = _points.setdefault(directory, {})
-    points[status.st_ino] = (name, status.st_size)
+    points[inode] = (name, size)
     if len(points) >= _prune_at.get(directory, FSYNC_POINTS_PRUNE_ENTRIES_MIN):
         _prune(directory, points)
     _write(directory, points)

@@ -43,7 +43,7 @@ from typing import Iterator
 
 from mafka4.errors import CorruptRecord, OffsetOutOfRange
 from mafka4.limits import LogConfig
-from mafka4.log.fsync_points import fsync, record_directory
+from mafka4.log.fsync_points import create, fsync, record_directory
 from mafka4.log.log_dir_budget import LogDirBudget
 from mafka4.log.offset_index import TMP_SUFFIX, U32_MAX
 from mafka4.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment, segment_path
@@ -77,7 +77,7 @@ def read_recovery_point(directory: Path) -> RecoveryPoint:
 def write_recovery_point(directory: Path, point: RecoveryPoint) -> None:
     text = f"{_CHECKPOINT_VERSION} {point.offset} {'clean' if point.clean_shutdown else 'dirty'}\n"
     tmp = directory / (RECOVERY_POINT_FILE + TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = create(tmp)
     try:
         os.write(fd, text.encode("ascii"))
         fsync(fd)

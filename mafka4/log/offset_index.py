@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from mafka4.log.fsync_points import fsync
+from mafka4.log.fsync_points import create, created, fsync
 from mafka4.records import HEADER_BYTES
 
 U32_MAX = 2**32 - 1
@@ -96,13 +96,15 @@ class IndexFile:
         assert self._fd is None
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         assert os.fstat(self._fd).st_size == len(self._raw), f"{self.path} differs from memory"
+        if not self._raw:
+            created(self._fd)  # new (or found empty): not its inode's previous file, if it reused one
 
     def save(self) -> None:
         """Replace the file with the in-memory entries (tmp file + fsync + rename)."""
         reopen = self._fd is not None
         self.close()
         tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = create(tmp)
         try:
             written = os.write(fd, self._raw)
             assert written == len(self._raw), f"short index write to {tmp}"

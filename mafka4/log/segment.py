@@ -39,7 +39,7 @@ from typing import Iterator
 
 from mafka4.errors import CorruptRecord
 from mafka4.limits import SEGMENT_SCAN_CHUNK_BYTES, KiB, LogConfig, MiB
-from mafka4.log.fsync_points import fsync
+from mafka4.log.fsync_points import create, fsync
 from mafka4.log.offset_index import U32_MAX, OffsetIndex, OffsetPosition
 from mafka4.log.time_index import TimeIndex
 from mafka4.records import HEADER_BYTES, BatchHeader, check_batch, crc_matches, iter_batches, read_header
@@ -129,7 +129,7 @@ class Segment:
     @classmethod
     def create(cls, directory: Path, base_offset: int, config: LogConfig) -> "Segment":
         """A new, empty, active segment. Its files must not exist yet."""
-        fd = os.open(segment_path(directory, base_offset, LOG_SUFFIX), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = create(segment_path(directory, base_offset, LOG_SUFFIX), os.O_EXCL)
         os.close(fd)
         segment = cls(directory, base_offset, config)
         segment.offset_index.path.unlink(missing_ok=True)

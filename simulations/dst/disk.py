@@ -18,7 +18,10 @@ deletions are durable at once (directory entries never vanish; note that
 after their rename); a file's bytes below its durable size are never damaged (no bit rot:
 ``tests/fuzz`` covers damaged segments); durability is tracked per inode and the path it had
 when fsynced (or that path + ".tmp", for the atomic-rename pattern), so a file at another
-path reusing a freed inode counts as never fsynced.
+path reusing a freed inode counts as never fsynced. A file created again at the *same* path
+that got the freed inode back would count as fsynced up to the old file's size; the disk lives
+on tmpfs (``/dev/shm``) where possible, which does not hand freed inode numbers back soon.
+(Real clusters' ``mafka4.log.fsync_points`` records each creation instead.)
 """
 
 from __future__ import annotations

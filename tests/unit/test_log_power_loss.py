@@ -139,6 +139,40 @@ def test_after_a_power_loss_the_log_holds_the_batches_below_its_flushed_offset_a
         reopened.close()
 
 
+def test_a_file_created_again_under_its_old_name_is_not_trusted_to_the_old_files_size(tmp_path):
+    """Deleted and created again, a file often gets its inode back (ext4 hands the freed one out
+    first): the old file's record must not cover the new file's unfsynced bytes."""
+    path = tmp_path / "00000000000000000006.log"
+    fd = fsync_points.create(path)
+    os.write(fd, b"x" * 1000)
+    fsync_points.fsync(fd)
+    os.close(fd)
+    path.unlink()
+    fd = fsync_points.create(path)
+    os.write(fd, b"y" * 500)  # never fsynced
+    os.close(fd)
+
+    cut_to_fsync_points(tmp_path)
+    assert path.stat().st_size == 0
+
+
+def test_a_segment_rolled_again_at_a_truncated_base_offset_keeps_nothing_unfsynced(tmp_path):
+    log = Log.open(tmp_path, CONFIG, now_ms=0)
+    for _ in range(9):  # three segments of three batches
+        append(log, value_bytes=1000)
+    log.flush()
+    last_base = log._segments[-1].base_offset
+    log.truncate_to(last_base - 1)  # deletes the last segment's files
+    append(log, value_bytes=1000)
+    log.flush()
+    append(log, value_bytes=1000)  # rolls a segment at last_base again, never fsynced
+    assert log._segments[-1].base_offset == last_base and log.flushed_offset == last_base
+    kill(log)
+
+    cut_to_fsync_points(tmp_path)
+    assert Log.open(tmp_path, CONFIG, now_ms=0).log_end_offset == last_base
+
+
 def test_checkpoints_survive_a_power_loss_because_they_are_fsynced_before_their_rename(tmp_path):
     storage = ReplicaStorage(tmp_path, CONFIG, now_ms=0)
     for _ in range(4):
