@@ -1,10 +1,15 @@
 """The producer's buffer: open batches per partition, closed batches waiting to be sent.
 
-Shared by the caller's thread (``append``) and the sender thread (``pop_ready``), under
+Shared by the caller's threads (``append``) and the sender thread (``pop_ready``), under
 one lock. It enforces ``buffer_bytes_max``: bytes are reserved when a message is
 accepted and released when its batch is answered, so memory stays bounded however long
 the cluster stops acknowledging. Closed batches of a partition are sent in the order
 they were closed, which is the order of their sequence numbers.
+
+``append`` does a send's whole bookkeeping under that one lock: it picks the partition (the
+``Partitioner``, whose sticky choice must move on with the batch it opened or closed), takes
+the message's bytes from the buffer and adds the record. A lock taken costs about 0.4 us here,
+a tenth of a send, and the producer used to take three.
 
 As in Kafka, ``linger_ms`` makes an open batch *sendable*, not closed: it keeps taking
 messages until the sender has a free slot and takes it (``pop_ready``). Under load, batches
@@ -18,6 +23,7 @@ import time
 from collections import deque
 
 from mafka4.client.futures import BatchResult, Callback, RecordFuture
+from mafka4.client.partitioner import Partitioner
 from mafka4.client.sender_core import ProducerBatch
 from mafka4.errors import BufferFull
 from mafka4.limits import OnFull, ProducerConfig
@@ -27,9 +33,10 @@ RECORD_OVERHEAD_BYTES = 16  # msgpack framing of one record: array header, ints,
 
 
 class RecordAccumulator:
-    def __init__(self, topic: str, config: ProducerConfig):
+    def __init__(self, topic: str, config: ProducerConfig, partitions: int):
         self._topic = topic
         self._config = config
+        self.partitioner = Partitioner(topic, partitions)
         self._lock = threading.Lock()
         self._space = threading.Condition(self._lock)
         self._idle = threading.Condition(self._lock)
@@ -67,36 +74,54 @@ class RecordAccumulator:
             f"producer or not acknowledging; slow down, raise buffer_bytes_max, or use on_full='block'"
         )
 
-    def append(self, partition: int, key: bytes | None, value: bytes, timestamp_ms: int,
+    def append(self, key: bytes | None, value: bytes, partition: int | None, timestamp_ms: int,
                headers: list[tuple[str, bytes]] | None, size_bytes: int, now_ms: float,
-               callback: Callback | None = None) -> tuple[RecordFuture, bool, bool]:
-        """Add a record, with its ``callback`` if any; returns (future, opened a new batch, closed a
-        full batch). The record is kept in payload form (``ProducerBatch``), so the sender encodes a
-        batch in one call."""
+               callback: Callback | None = None) -> tuple[RecordFuture, int, bool, bool]:
+        """Add a record, with its ``callback`` if any, to ``partition`` or the one the partitioner
+        picks; its ``size_bytes`` are taken from the buffer first, blocking or raising as ``on_full``
+        says (``reserve``). Returns (future, the partition, opened a new batch, closed a full batch).
+        The record is kept in payload form (``ProducerBatch``), so the sender encodes a batch in one
+        call. A partition that does not exist raises ``InvalidRecord`` before any byte is taken."""
         with self._lock:
-            batch = self._open.get(partition)
-            closed = False
-            if batch is not None and batch.size_bytes + size_bytes > self._config.batch_bytes_max:
-                self._close_locked(partition)
-                batch, closed = None, True
-            opened = batch is None
-            if opened:
-                batch = ProducerBatch(partition, now_ms, BatchResult(self._topic, partition),
-                                      first_timestamp_ms=timestamp_ms, max_timestamp_ms=timestamp_ms)
-                self._open[partition] = batch
-                self._unanswered_batches += 1
-            elif timestamp_ms > batch.max_timestamp_ms:
-                batch.max_timestamp_ms = timestamp_ms
-            records = batch.records
-            future = RecordFuture(batch.result, len(records), timestamp_ms)
-            if callback is not None:
-                batch.result.add_callback_while_open(len(records), timestamp_ms, callback)
-            records.append((timestamp_ms - batch.first_timestamp_ms, key, value, headers))
-            batch.size_bytes += size_bytes
-            if batch.size_bytes >= self._config.batch_bytes_max:
-                self._close_locked(partition)
-                closed = True
-            return future, opened, closed
+            target = self.partitioner.partition(key, partition)
+            if self._reserved_bytes + size_bytes <= self._config.buffer_bytes_max:
+                self._reserved_bytes += size_bytes
+                return self._append_locked(target, key, value, partition, timestamp_ms, headers, size_bytes,
+                                           now_ms, callback)
+        self.reserve(size_bytes)  # the buffer is full: wait for space (or raise) without the lock
+        with self._lock:
+            target = self.partitioner.partition(key, partition)
+            return self._append_locked(target, key, value, partition, timestamp_ms, headers, size_bytes,
+                                       now_ms, callback)
+
+    def _append_locked(self, target: int, key: bytes | None, value: bytes, partition: int | None,
+                       timestamp_ms: int, headers: list[tuple[str, bytes]] | None, size_bytes: int,
+                       now_ms: float, callback: Callback | None) -> tuple[RecordFuture, int, bool, bool]:
+        batch = self._open.get(target)
+        closed = False
+        if batch is not None and batch.size_bytes + size_bytes > self._config.batch_bytes_max:
+            self._close_locked(target)
+            batch, closed = None, True
+        opened = batch is None
+        if opened:
+            batch = ProducerBatch(target, now_ms, BatchResult(self._topic, target),
+                                  first_timestamp_ms=timestamp_ms, max_timestamp_ms=timestamp_ms)
+            self._open[target] = batch
+            self._unanswered_batches += 1
+        elif timestamp_ms > batch.max_timestamp_ms:
+            batch.max_timestamp_ms = timestamp_ms
+        records = batch.records
+        future = RecordFuture(batch.result, len(records), timestamp_ms)
+        if callback is not None:
+            batch.result.add_callback_while_open(len(records), timestamp_ms, callback)
+        records.append((timestamp_ms - batch.first_timestamp_ms, key, value, headers))
+        batch.size_bytes += size_bytes
+        if batch.size_bytes >= self._config.batch_bytes_max:
+            self._close_locked(target)
+            closed = True
+        if key is None and partition is None and (opened or closed):
+            self.partitioner.batch_closed(target)  # keyless traffic moves on to the next partition
+        return future, target, opened, closed
 
     def linger_remaining_ms(self, partition: int, now_ms: float) -> float | None:
         """How long the open batch must still wait to be sendable; None if there is none."""
@@ -133,12 +158,6 @@ class RecordAccumulator:
             if batch is not None and now_ms - batch.created_ms >= self._config.linger_ms:
                 return self._open.pop(partition)
             return None
-
-    def answered_bytes_only(self, size_bytes: int) -> None:
-        """Give back bytes reserved for a message that was then refused."""
-        with self._lock:
-            self._reserved_bytes -= size_bytes
-            self._space.notify_all()
 
     def complete(self, batch: ProducerBatch, base_offset: int | None, error: BaseException | None) -> None:
         """Answer ``batch``: its records' futures (and callbacks) get ``base_offset`` or ``error``,

@@ -47,7 +47,10 @@ class BatchResult:
         self._event = threading.Event()
         self._base_offset: int | None = None
         self._error: BaseException | None = None
-        self._callbacks: list[tuple[int, int, Callback]] = []
+        # Flat: index, timestamp_ms, callback, index, ... A tuple per callback would be a
+        # container the garbage collector tracks, alive until the batch is answered: enough of
+        # them to make full collections frequent (see ``_run_all``).
+        self._callbacks: list[int | Callback] = []
         self._lock = threading.Lock()
 
     def done(self) -> bool:
@@ -60,19 +63,46 @@ class BatchResult:
             self._base_offset, self._error = base_offset, error
             self._event.set()
             callbacks, self._callbacks = self._callbacks, []
-        for index, timestamp_ms, callback in callbacks:
-            self._run(callback, index, timestamp_ms)
+        if callbacks:
+            self._run_all(callbacks)
+
+    def _run_all(self, callbacks: list[int | Callback]) -> None:
+        """Every callback of a completed batch, in record order. One loop with the batch's fields
+        at hand, as this runs once per message on the sender thread: through ``_run`` and
+        ``metadata`` a callback cost 1.1 us here, most of it calls and making the named tuple.
+
+        Measured with a producer sending 1 KiB messages with callbacks at 57k msgs/s, the garbage
+        collector took 3 us per message (2.4 s of 7 s, most in full collections of the driver's
+        whole heap), as much as the rest of the sending thread; what the producer keeps per
+        message until it is answered is therefore no container the collector tracks."""
+        triples = zip(*[iter(callbacks)] * 3)
+        error = self._error
+        if error is not None:
+            for _, _, callback in triples:
+                try:
+                    callback(None, error)
+                except Exception:  # a user callback must not kill the sender thread
+                    logger.exception("producer callback raised")
+            return
+        make, topic, partition, sent_time_ms = tuple.__new__, self.topic, self.partition, self.sent_time_ms
+        base_offset = self._base_offset
+        for index, timestamp_ms, callback in triples:
+            offset = -1 if base_offset < 0 else base_offset + index
+            try:
+                callback(make(RecordMetadata, (topic, partition, offset, timestamp_ms, sent_time_ms)), None)
+            except Exception:
+                logger.exception("producer callback raised")
 
     def add_callback_while_open(self, index: int, timestamp_ms: int, callback: Callback) -> None:
         """``add_callback`` for a record of a batch still open in the accumulator, called under the
         accumulator's lock: such a batch cannot complete meanwhile, so the batch's own lock is not
         needed (``Producer.send(callback=...)``, once per message)."""
-        self._callbacks.append((index, timestamp_ms, callback))
+        self._callbacks.extend((index, timestamp_ms, callback))
 
     def add_callback(self, index: int, timestamp_ms: int, callback: Callback) -> None:
         with self._lock:
             if not self._event.is_set():
-                self._callbacks.append((index, timestamp_ms, callback))
+                self._callbacks.extend((index, timestamp_ms, callback))
                 return
         self._run(callback, index, timestamp_ms)
 

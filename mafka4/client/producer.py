@@ -18,13 +18,11 @@ with ``mafka4.`` are reserved for the system's own headers and refused (``Invali
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any, Callable, Iterable
 
 from mafka4.client.accumulator import RECORD_OVERHEAD_BYTES, RecordAccumulator
 from mafka4.client.futures import Callback, RecordFuture, RecordMetadata
-from mafka4.client.partitioner import Partitioner
 from mafka4.client.routing import Routing
 from mafka4.client.sender import Sender
 from mafka4.errors import InvalidRecord, MessageTooLarge, ProducerClosed
@@ -86,10 +84,8 @@ class Producer:
         self.config = ProducerConfig(**settings).resolved()
         self._key_serializer, self._value_serializer = key_serializer, value_serializer
         self._routing = Routing(connection or connect(), topic)
-        self._partitioner = Partitioner(topic, len(self._routing.metadata.partitions))
-        self._accumulator = RecordAccumulator(topic, self.config)
+        self._accumulator = RecordAccumulator(topic, self.config, len(self._routing.metadata.partitions))
         self._sender = Sender(topic, self.config, self._accumulator, self._routing)
-        self._lock = threading.Lock()  # keeps the sticky partition and batch closing consistent
         self._closed = False
 
     def send(self, value: Any, key: Any = None, partition: int | None = None,
@@ -107,17 +103,8 @@ class Producer:
         header_list = _checked_headers(headers) if headers else None
         size_bytes = self._size_bytes(key_bytes, value_bytes, header_list)
         stamp_ms = time.time_ns() // 1_000_000 if timestamp_ms is None else _checked_timestamp_ms(timestamp_ms)
-        self._accumulator.reserve(size_bytes)
-        try:
-            with self._lock:
-                target = self._partitioner.partition(key_bytes, partition)
-                future, opened, closed = self._accumulator.append(
-                    target, key_bytes, value_bytes, stamp_ms, header_list, size_bytes, time.monotonic() * 1000, callback)
-                if key_bytes is None and partition is None and (opened or closed):
-                    self._partitioner.batch_closed(target)
-        except BaseException:
-            self._accumulator.answered_bytes_only(size_bytes)
-            raise
+        future, target, opened, closed = self._accumulator.append(
+            key_bytes, value_bytes, partition, stamp_ms, header_list, size_bytes, time.monotonic() * 1000, callback)
         if closed:
             self._sender.batch_ready(target)
         if opened:

@@ -50,7 +50,6 @@ import math
 from mafka4 import errors
 from mafka4.client.accumulator import RECORD_OVERHEAD_BYTES, RecordAccumulator
 from mafka4.client.futures import RecordMetadata
-from mafka4.client.partitioner import Partitioner
 from mafka4.client.sender_core import InFlight, PipelineCore, ProducerBatch, Retry
 from mafka4.errors import MafkaError, NotLeader, RequestTimedOut
 from mafka4.physical.partition_state import PartitionState
@@ -88,8 +87,7 @@ class SimProducer:
         self.config = options.producer_config
         assert self.config.delivery_timeout_ms > options.chaos_ms + options.drain_ms_max, \
             "a message that expires would fail instead of showing a stuck pipeline"
-        self._partitioner = Partitioner(TOPIC, options.partitions)
-        self._accumulator = RecordAccumulator(TOPIC, self.config)
+        self._accumulator = RecordAccumulator(TOPIC, self.config, options.partitions)
         self._producer_ids = 0
         self._pipelines: list[PipelineCore] = [
             options.pipeline_class(TOPIC, p, self.config, self._new_producer_id) for p in range(options.partitions)]
@@ -147,11 +145,7 @@ class SimProducer:
         size_bytes = RECORD_OVERHEAD_BYTES + len(value) + (len(key) if key else 0)
         accumulator = self._accumulator
         assert accumulator.reserved_bytes + size_bytes <= self.config.buffer_bytes_max, "reserve() would block"
-        accumulator.reserve(size_bytes)
-        target = self._partitioner.partition(key, partition)
-        future, opened, closed = accumulator.append(target, key, value, now_ms, None, size_bytes, now_ms)
-        if key is None and partition is None and (opened or closed):
-            self._partitioner.batch_closed(target)
+        future, target, opened, closed = accumulator.append(key, value, partition, now_ms, None, size_bytes, now_ms)
         self.env.history.append(Send(self.name, key, value, target))
         self.unanswered += 1
         future.add_callback(lambda metadata, error: self._answered(key, value, target, partition, metadata, error))

@@ -38,16 +38,16 @@ def test_explicit_partition_must_exist():
         Partitioner("t", 2).partition(None, 2)
 
 
-def record(size):
-    return (None, b"x" * size, 0, None)
+def record(size, partition=0):
+    """append's record arguments: (key, value, partition, timestamp_ms, headers)."""
+    return (None, b"x" * size, partition, 0, None)
 
 
 def test_batches_close_when_full_and_keep_order():
-    accumulator = RecordAccumulator("t", ProducerConfig(batch_bytes_max=4096, linger_ms=10))
+    accumulator = RecordAccumulator("t", ProducerConfig(batch_bytes_max=4096, linger_ms=10), partitions=1)
     closed_count = 0
     for _ in range(10):
-        accumulator.reserve(1000)
-        _, _, closed = accumulator.append(0, *record(984), 1000, now_ms=0)
+        _, _, _, closed = accumulator.append(*record(984), 1000, now_ms=0)
         closed_count += closed
     assert closed_count == 2  # 4096 holds 4 records of 1000 bytes plus the header
     first, second = accumulator.pop_ready(0, now_ms=0), accumulator.pop_ready(0, now_ms=0)
@@ -55,12 +55,11 @@ def test_batches_close_when_full_and_keep_order():
 
 
 def test_a_lingered_batch_keeps_growing_until_the_sender_takes_it():
-    accumulator = RecordAccumulator("t", ProducerConfig(linger_ms=10))
-    accumulator.reserve(200)
-    accumulator.append(0, *record(84), 100, now_ms=1000)
+    accumulator = RecordAccumulator("t", ProducerConfig(linger_ms=10), partitions=1)
+    accumulator.append(*record(84), 100, now_ms=1000)
     assert accumulator.linger_remaining_ms(0, now_ms=1004) == pytest.approx(6)
     assert accumulator.pop_ready(0, now_ms=1004) is None, "not sendable before linger_ms"
-    accumulator.append(0, *record(84), 100, now_ms=1012)  # lingered, but no free slot took it yet
+    accumulator.append(*record(84), 100, now_ms=1012)  # lingered, but no free slot took it yet
     assert len(accumulator.pop_ready(0, now_ms=1012).records) == 2
     assert accumulator.pop_ready(0, now_ms=1012) is None
 
@@ -82,11 +81,10 @@ def test_a_timestamp_that_is_not_epoch_milliseconds_is_refused_at_send(timestamp
 
 def test_buffer_full_raises_with_on_full_error_and_frees_on_answer():
     config = ProducerConfig(buffer_bytes_max=4096, batch_bytes_max=4096, on_full="error")
-    accumulator = RecordAccumulator("t", config)
-    accumulator.reserve(4000)
-    accumulator.append(0, *record(3984), 4000, now_ms=0)
+    accumulator = RecordAccumulator("t", config, partitions=1)
+    accumulator.append(*record(3984), 4000, now_ms=0)
     with pytest.raises(BufferFull, match="buffer_bytes_max=4096"):
-        accumulator.reserve(200)
+        accumulator.append(*record(184), 200, now_ms=0)
     accumulator.close_all()
     batch = accumulator.pop_ready(0, now_ms=0)
     accumulator.answered(batch, 4000)
@@ -96,19 +94,36 @@ def test_buffer_full_raises_with_on_full_error_and_frees_on_answer():
 
 def test_blocking_buffer_times_out_then_waits_for_space():
     config = ProducerConfig(buffer_bytes_max=4096, batch_bytes_max=4096, block_ms_max=50)
-    accumulator = RecordAccumulator("t", config)
-    accumulator.reserve(4000)
-    accumulator.append(0, *record(3984), 4000, now_ms=0)
+    accumulator = RecordAccumulator("t", config, partitions=1)
+    accumulator.append(*record(3984), 4000, now_ms=0)
     with pytest.raises(BufferFull):
-        accumulator.reserve(200)
-    blocking = RecordAccumulator("t", ProducerConfig(buffer_bytes_max=4096, batch_bytes_max=4096, block_ms_max=5000))
-    blocking.reserve(4000)
-    blocking.append(0, *record(3984), 4000, now_ms=0)
+        accumulator.append(*record(184), 200, now_ms=0)
+    blocking = RecordAccumulator("t", ProducerConfig(buffer_bytes_max=4096, batch_bytes_max=4096, block_ms_max=5000),
+                                 partitions=1)
+    blocking.append(*record(3984), 4000, now_ms=0)
     blocking.close_all()
     pending = blocking.pop_ready(0, now_ms=0)
     threading.Timer(0.02, blocking.answered, (pending, 4000)).start()
-    blocking.reserve(200)  # returns once the answered batch gave its bytes back
+    blocking.append(*record(184), 200, now_ms=0)  # returns once the answered batch gave its bytes back
     assert blocking.reserved_bytes == 200
+
+
+def test_append_picks_the_partition_and_moves_keyless_traffic_on_when_it_opens_or_closes_a_batch():
+    accumulator = RecordAccumulator("t", ProducerConfig(batch_bytes_max=4096, linger_ms=10), partitions=2)
+    placed = [accumulator.append(None, b"x" * 984, None, 0, None, 1000, now_ms=0)[1] for _ in range(7)]
+    # 1 and 2 open batches in 0 and 1; 3-5 fill 0's batch (4 records); 6 finds it full, so it
+    # closes it and opens the next in 0, and 7 moves on to 1
+    assert placed == [0, 1, 0, 0, 0, 0, 1]
+    keyed = accumulator.append(b"k", b"x", None, 0, None, 100, now_ms=0)[1]
+    assert keyed == accumulator.partitioner.partition(b"k", None), "a key picks its partition; no sticky move"
+    assert accumulator.append(None, b"x", 0, 0, None, 100, now_ms=0)[1] == 0
+
+
+def test_a_send_to_a_partition_that_does_not_exist_takes_no_buffer_bytes():
+    accumulator = RecordAccumulator("t", ProducerConfig(), partitions=2)
+    with pytest.raises(InvalidRecord, match="partitions 0..1"):
+        accumulator.append(None, b"x", 2, 0, None, 100, now_ms=0)
+    assert accumulator.reserved_bytes == 0
 
 
 def test_record_futures_share_their_batch_result_and_run_callbacks_once():
@@ -126,11 +141,10 @@ def test_record_futures_share_their_batch_result_and_run_callbacks_once():
 
 
 def test_a_callback_given_to_append_is_answered_with_its_record_s_metadata_or_the_batch_s_error():
-    accumulator = RecordAccumulator("t", ProducerConfig(linger_ms=0))
+    accumulator = RecordAccumulator("t", ProducerConfig(linger_ms=0), partitions=2)
     seen = []
     for value, stamp in ((b"a", 1000), (b"b", 990), (b"c", 1007)):
-        accumulator.reserve(100)
-        accumulator.append(0, None, value, stamp, None, 100, now_ms=0,
+        accumulator.append(None, value, 0, stamp, None, 100, now_ms=0,
                            callback=lambda metadata, error: seen.append((metadata, error)))
     batch = accumulator.pop_ready(0, now_ms=0)
     assert (batch.first_timestamp_ms, batch.max_timestamp_ms) == (1000, 1007)
@@ -140,8 +154,7 @@ def test_a_callback_given_to_append_is_answered_with_its_record_s_metadata_or_th
     assert seen == [(RecordMetadata("t", 0, 40 + index, stamp, 5.5), None)
                     for index, stamp in enumerate((1000, 990, 1007))]
     seen.clear()
-    accumulator.reserve(100)
-    accumulator.append(1, None, b"d", 1, None, 100, now_ms=0, callback=lambda metadata, error: seen.append((metadata, error)))
+    accumulator.append(None, b"d", 1, 1, None, 100, now_ms=0, callback=lambda metadata, error: seen.append((metadata, error)))
     error = NotEnoughReplicas("isr too small")
     accumulator.complete(accumulator.pop_ready(1, now_ms=0), None, error)
     assert seen == [(None, error)] and accumulator.reserved_bytes == 0
