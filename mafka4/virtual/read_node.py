@@ -15,6 +15,7 @@ nodes. Everything of one node runs on its event loop:
   Ray calls, which cost several times the CPU per MiB.
 * **Replication** (``ReplicaFetcher``): per node this node follows, one fetch session for every
   VP the pair shares; the other direction is ``replica_fetch`` (``replication.FetchSessions``).
+  The session's fetches go over the leader node's stream too.
 * **Consumers** call ``fetch`` once per read node for every VP they read there (long poll until
   any has data), over the node's stream (``stream_endpoint``), and ``list_offsets`` /
   ``offsets_for_time`` the same way as Ray calls.
@@ -143,8 +144,10 @@ class ReadNode:
         self._topics: dict[str, _Topic] = {}
         self._fetchers: dict[str, ReplicaFetcher] = {}  # leader node id -> stream
         self._handles: dict[str, object] = {}  # actor name -> handle
-        # Physical replicas' actor name -> handle whose fetches go over the replica's stream.
+        # Physical replicas' actor name -> handle whose fetches go over the replica's stream;
+        # read nodes' actor name -> handle whose replica_fetch goes over the node's stream.
         self._replica_streams: dict[str, StreamedActor] = {}
+        self._node_streams: dict[str, StreamedActor] = {}
         self._partition_gate = PartitionGate(spec.node_id)  # every call this node makes passes it
         # Something changed on this node: every long-polling fetch (followers' and consumers') looks again.
         self._changes = ChangeSignal()
@@ -162,8 +165,9 @@ class ReadNode:
         self._tasks: list[asyncio.Task] = []
         self._closed = False
         self._started_ms = wall_ms()
-        # Consumers' fetches come over this (``stream_endpoint``): their answers carry batches.
-        self._stream_server = StreamServer(self, frozenset({"fetch"}), f"read node {spec.node_id}")
+        # Consumers' and following nodes' fetches come over this (``stream_endpoint``): their
+        # answers carry batches.
+        self._stream_server = StreamServer(self, frozenset({"fetch", "replica_fetch"}), f"read node {spec.node_id}")
         freeze_what_start_up_left()  # Ray's objects stay out of the collections the data path causes
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -185,7 +189,8 @@ class ReadNode:
         return self._spec.node_id
 
     async def stream_endpoint(self) -> StreamEndpoint:
-        """Where this node serves consumers' ``fetch`` over a stream, on its node's address."""
+        """Where this node serves consumers' ``fetch`` and following nodes' ``replica_fetch`` over a
+        stream, on its node's address."""
         return await self._stream_server.start(ray.util.get_node_ip_address())
 
     async def close(self, delete_data: bool = False) -> None:
@@ -201,7 +206,7 @@ class ReadNode:
                 feed.close()
         for fetcher in self._fetchers.values():
             fetcher.close()
-        for stream in self._replica_streams.values():
+        for stream in [*self._replica_streams.values(), *self._node_streams.values()]:
             stream.close()
         for hosted in self._hosted.values():
             hosted.close(delete_data)
@@ -688,10 +693,22 @@ class ReadNode:
         return handle
 
     def _forget(self, name: str) -> None:
+        """Drop ``name``'s handle (and stream): the next call looks the actor up again, as one
+        started anew (a read node restarted) is another actor."""
         self._handles.pop(name, None)
+        stream = self._node_streams.pop(name, None)
+        if stream is not None:
+            stream.close()
 
     def _node_handle(self, node_id: str) -> GatedHandle:
-        return GatedHandle(self._handle(read_node_actor_name(self._spec.cluster, node_id)), self._partition_gate, node_id)
+        """A read node's handle for replication: its ``replica_fetch`` answers (VP batches) come
+        over the node's stream; other calls are Ray calls."""
+        name = read_node_actor_name(self._spec.cluster, node_id)
+        handle = self._node_streams.get(name)
+        if handle is None:
+            handle = self._node_streams[name] = StreamedActor(
+                self._handle(name), frozenset({"replica_fetch"}), f"read node {node_id}")
+        return GatedHandle(handle, self._partition_gate, node_id)
 
     def _physical_handle(self, topic: str, partition: int, replica_id: str) -> GatedHandle:
         """A replica's handle for feeding: its ``fetch`` answers (committed batches) come over the
