@@ -8,17 +8,14 @@ import time
 from pathlib import Path
 
 import psutil
-import pytest
 import ray
 
 from mafka4.coordinator.metadata import keys
 from mafka4.coordinator.metadata.store import MetadataStore
-from mafka4.errors import ClusterAlreadyRunning, ClusterNotRunning
 from mafka4.limits import ClusterConfig
 from mafka4.runtime.connect import connect
 from mafka4.runtime.etcd_server import restart_etcd, start_etcd, stop_etcd
 from mafka4.runtime.local import down, status, up
-from mafka4.runtime.ports import is_listening
 from mafka4.runtime.ray_cluster import NodeRole, node_resource, ray_system_config
 from mafka4.runtime.registration import NodeRegistration, refresh_registrations
 from mafka4.runtime.state import state_path
@@ -131,8 +128,10 @@ def test_registration_survives_an_etcd_outage(tmp_path):
 
         assert wait_until(lambda: refresh_registrations(registrations, open_store), 15, interval_s=0.5)
         assert registrations[0].store.get(key).value["role"] == "read"
-        # The new lease is being refreshed: the key outlives the TTL several times over.
-        for _ in range(3 * 3):
+        # The new lease is being refreshed: the key outlives two TTLs. Unrefreshed, it would be gone
+        # after one TTL and etcd's next expiry check (about every 500 ms); the second TTL is margin
+        # for that check on a busy machine.
+        for _ in range(2 * 3):
             time.sleep(OUTAGE_LEASE_TTL_S / 3)
             assert registrations[0].store.get(key) is not None
             assert refresh_registrations(registrations, open_store)
@@ -140,32 +139,6 @@ def test_registration_survives_an_etcd_outage(tmp_path):
         for store in opened:
             store.close()
         stop_etcd(etcd)
-
-
-def test_down_stops_every_process_and_forgets_the_cluster(fresh_home):
-    home = fresh_home
-    try:
-        state = up(home, ClusterConfig(write_nodes=1, read_nodes=1))
-        with pytest.raises(ClusterAlreadyRunning):
-            up(home, ClusterConfig(write_nodes=1, read_nodes=1))
-        started = {state.daemon_pid} | {p.pid for p in psutil.Process(state.daemon_pid).children(recursive=True)}
-        assert state.etcd_pid in started
-
-        stopped = down(home)
-
-        assert started <= set(stopped)
-        assert not [pid for pid in started if _alive(pid)]
-        assert not state_path(home).exists()
-        assert not is_listening(int(state.etcd_endpoint.rpartition(":")[2]))
-        assert not is_listening(int(state.ray_address.rpartition(":")[2]))
-        assert status(home)["running"] is False
-        with pytest.raises(ClusterNotRunning, match="nothing to stop"):
-            down(home)
-        with pytest.raises(ClusterNotRunning, match="mafka4 up"):
-            connect(home)
-    finally:
-        if state_path(home).exists():
-            down(home)
 
 
 def test_down_cleans_up_after_a_daemon_that_was_killed(fresh_home):

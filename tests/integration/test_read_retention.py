@@ -30,6 +30,12 @@ from wait_helpers import wait_until
 MESSAGES = 200
 # Small segments and a short retention, checked often: many segments pass retention quickly.
 RETENTION = dict(segment_bytes_max=4096, retention_ms=500, retention_check_interval_ms=200)
+# The bound of reading a topic with a loss: reached only when something is broken.
+LOSS_READ_WAIT_S = 20
+# How often that read re-reads the recorded loss (one etcd read) to see whether it is complete.
+LOSS_RECHECK_INTERVAL_S = 0.5
+# Once complete, the read goes on this long: a message returned twice would show then.
+DUPLICATE_WATCH_S = 0.3
 
 
 def create(admin: Admin, prefix: str, unfed_hold_ms_max: int) -> str:
@@ -46,6 +52,38 @@ def produce_one_batch_each(connection, topic: str) -> list[bytes]:
         for n, value in enumerate(values):
             producer.send_sync(value, key=b"k%d" % (n % 7))
     return values
+
+
+def read_until_each_message_is_read_or_lost(consumer, admin: Admin,
+                                            topic: str) -> tuple[list[bytes], list[errors.RecordsLost]]:
+    """What ``consumer`` reads, and the ``RecordsLost`` it raises, until a loss was reported to it and
+    every message was either read or is recorded lost (then ``DUPLICATE_WATCH_S`` more), at most
+    ``LOSS_READ_WAIT_S`` in all."""
+    read, lost = [], []
+    deadline = time.monotonic() + LOSS_READ_WAIT_S - DUPLICATE_WATCH_S
+    while True:
+        poll_for(consumer, min(LOSS_RECHECK_INTERVAL_S, deadline - time.monotonic()), read, lost)
+        if (lost and each_message_is_read_or_lost(read, admin.read_loss(topic))) or time.monotonic() >= deadline:
+            break
+    poll_for(consumer, DUPLICATE_WATCH_S, read, lost)
+    return read, lost
+
+
+def poll_for(consumer, duration_s: float, read: list[bytes], lost: list[errors.RecordsLost]) -> None:
+    """Poll for ``duration_s``, adding the values read to ``read`` and each ``RecordsLost`` to ``lost``."""
+    deadline = time.monotonic() + duration_s
+    while (remaining_s := deadline - time.monotonic()) > 0:
+        try:
+            read.extend(m.value for m in consumer.poll(timeout_ms=max(int(remaining_s * 1000), 1)))
+        except errors.RecordsLost as error:  # once per VP that lacked records there, then reading goes on
+            lost.append(error)
+
+
+def each_message_is_read_or_lost(read: list[bytes], losses: dict[int, list[list[int]]]) -> bool:
+    # One batch per message on one partition: message n is physical offset n.
+    survived = {int(value.split(b":")[0]) for value in read}
+    lost_offsets = {n for first, end in losses.get(0, []) for n in range(first, end)}
+    return survived | lost_offsets == set(range(MESSAGES))
 
 
 def log_start(connection, topic: str) -> int:
@@ -84,14 +122,8 @@ def test_past_the_hold_bound_the_loss_is_reported_in_describe_and_to_consumers(c
     losses = admin.describe_topic(topic)["read_loss"]
     assert list(losses) == [0] and losses[0][0][0] == 0 and losses[0][0][1] >= deleted_up_to
 
-    read, lost = [], []
     with Consumer(topic, group=group, connection=cluster, from_beginning=True) as consumer:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                read.extend(m.value for m in consumer.poll(timeout_ms=500))
-            except errors.RecordsLost as error:  # once per VP that lacked records there, then reading goes on
-                lost.append(error)
+        read, lost = read_until_each_message_is_read_or_lost(consumer, admin, topic)
     assert lost and all("retention deleted them before every read node had fed them" in str(e) for e in lost)
     # Retention may go on deleting (past the bound) while the node catches up: judge by the final record.
     losses = admin.describe_topic(topic)["read_loss"]
