@@ -1,11 +1,15 @@
 """Integration fixtures: real local clusters (etcd + multi-node Ray).
 
-* ``cluster``: one cluster (w0..w2, r0) for the whole session.
-* ``read_cluster``: one cluster (w0, w1, r0, r1) shared by every test that asks for it. Those
-  tests run last (``pytest_collection_modifyitems``), so that the cluster starts once and the
-  driver leaves the session cluster's Ray once, for good: a cluster start costs ~25 s here, a
-  large part of the suite's time. Session fixtures end in reverse order, so it stops first and
-  the driver rejoins the session cluster while that still runs.
+* ``read_cluster``: one cluster (w0, w1, r0, r1) shared by every test that asks for it.
+* ``cluster``: one cluster (w0..w2, r0) shared by every test that asks for it.
+
+One cluster runs at a time. The tests are ordered (``pytest_collection_modifyitems``): first
+those on the read cluster, then those on the session cluster, then the rest (tests that start
+clusters of their own, and every test outside this directory). Each shared cluster stops
+after the last test that uses it (``pytest_runtest_teardown``), not at the session's end: an
+idle cluster's processes keep taking a share of the 2 cores from every later test, and a test
+with a cluster of its own no longer has to leave and rejoin a shared cluster's Ray. A cluster
+start costs ~25 s here, so each shared one starts once.
 
 Both record fsync points (``mafka4.log.fsync_points``), as chaos clusters do, so that a test can
 cut a node's logs back to them: a power loss (``test_faults_power_disk``).
@@ -28,23 +32,70 @@ from mafka4.runtime.temporary import temporary_cluster, temporary_home
 INTEGRATION_DIR = Path(__file__).parent
 
 
+# The shared clusters, in the order their tests run.
+SHARED_CLUSTERS = ("shared_read_cluster", "cluster")
+# Each shared cluster's stack while it runs: closing it stops the cluster.
+_running_clusters: dict[str, contextlib.ExitStack] = {}
+# How many of the tests still to run use each shared cluster.
+_users_left: dict[str, int] = {}
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if INTEGRATION_DIR in Path(item.path).parents:
             item.add_marker(pytest.mark.integration)
-    # Stable: the read-cluster tests keep their order among themselves, the others theirs.
-    items.sort(key=_uses_read_cluster)
+    # Stable: the tests of each group keep their order among themselves.
+    items.sort(key=_shared_cluster_rank)
 
 
-def _uses_read_cluster(item) -> bool:
-    return "read_cluster" in getattr(item, "fixturenames", ())
+def _shared_cluster_rank(item) -> int:
+    used = _shared_clusters_used(item)
+    return SHARED_CLUSTERS.index(used[0]) if used else len(SHARED_CLUSTERS)
+
+
+def _shared_clusters_used(item) -> list[str]:
+    names = getattr(item, "fixturenames", ())
+    return [name for name in SHARED_CLUSTERS if name in names]
+
+
+def pytest_collection_finish(session):
+    # Counted on the tests that will run: after -m, -k and the like deselected theirs.
+    _users_left.clear()
+    for item in session.items:
+        for name in _shared_clusters_used(item):
+            _users_left[name] = _users_left.get(name, 0) + 1
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield  # the test's own teardown first: it may still delete its topics on the cluster
+    for name in _shared_clusters_used(item):
+        _users_left[name] -= 1
+        if _users_left[name] == 0 and name in _running_clusters:
+            _running_clusters.pop(name).close()
+
+
+@contextlib.contextmanager
+def _stopped_early_or_at_the_end(name: str, cluster_context):
+    """Run ``cluster_context`` until the last test using it ends (or the session does)."""
+    with contextlib.ExitStack() as stack:
+        _running_clusters[name] = stack
+        yield stack.enter_context(cluster_context)
+    _running_clusters.pop(name, None)
 
 
 @pytest.fixture(scope="session")
 def cluster():
     """A running cluster with write nodes w0..w2 and read node r0, and a driver connected to it."""
-    with recording_fsync_points(), temporary_cluster(ClusterConfig(write_nodes=3, read_nodes=1)) as local:
+    with _stopped_early_or_at_the_end("cluster", _recording_cluster(ClusterConfig(write_nodes=3, read_nodes=1))) as local:
         yield local.connection
+
+
+@contextlib.contextmanager
+def _recording_cluster(config: ClusterConfig):
+    """A shared cluster; its logs record fsync points (see the module docstring)."""
+    with recording_fsync_points(), own_cluster(config) as local:
+        yield local
 
 
 @pytest.fixture(autouse=True)
@@ -101,7 +152,8 @@ READ_NODES_LIVE_WAIT_S = 180
 
 @pytest.fixture(scope="session")
 def shared_read_cluster():
-    with recording_fsync_points(), own_cluster(ClusterConfig(write_nodes=2, read_nodes=READ_CLUSTER_READ_NODES)) as local:
+    config = ClusterConfig(write_nodes=2, read_nodes=READ_CLUSTER_READ_NODES)
+    with _stopped_early_or_at_the_end("shared_read_cluster", _recording_cluster(config)) as local:
         yield local.connection
 
 

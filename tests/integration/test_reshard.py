@@ -31,7 +31,7 @@ from mafka4.virtual.handles import read_node_handle
 from mafka4.virtual.vp_records import NOTHING_APPLIED
 
 from virtual_helpers import (
-    WAIT_S, Deliveries, Member, ProduceLoop, check_exactly_once, describe_vp, feed_of, topic_name,
+    FAULT_TEST_PAUSE_S, WAIT_S, Deliveries, Member, ProduceLoop, check_exactly_once, describe_vp, feed_of, topic_name,
 )
 from wait_helpers import wait_until
 
@@ -70,18 +70,18 @@ def test_split_and_merge_while_producing_keep_every_message_once_and_in_order(re
     admin = Admin(connection)
     topic = topic_name("reshard")
     admin.create_topic(topic, partitions=2, replication_factor=1, virtual_partitions=2, read_replicas=2, read_mode="mafka4")
-    loop = ProduceLoop(connection, topic)
+    loop = ProduceLoop(connection, topic, pause_s=FAULT_TEST_PAUSE_S)
     try:
-        loop.wait_for(800)
+        loop.wait_for(400)
         epoch = admin.split_virtual_partition(topic, 0)
         assert (epoch.epoch, epoch.parents, epoch.children) == (1, (0,), (2, 3))
         assert all(offset > 0 for offset in epoch.cut), "the cut is where the held feeders stood"
         assert wait_until(lambda: 0 in sealed_ends(connection, topic)), "the parent was not sealed"
-        loop.wait_for(len(loop.acknowledged) + 800)
+        loop.wait_for(len(loop.acknowledged) + 400)
         merged = admin.merge_virtual_partitions(topic, 3, 2)
         assert (merged.parents, merged.children) == ((2, 3), (4,))
         assert merged.ranges.range_of(4) == layout_of(connection, topic).epochs[0].ranges.range_of(0)
-        loop.wait_for(len(loop.acknowledged) + 800)
+        loop.wait_for(len(loop.acknowledged) + 400)
     finally:
         acknowledged = loop.stop()
     logs = check_exactly_once(connection, topic, acknowledged)
@@ -188,20 +188,20 @@ def test_mafka4_scale_from_4_to_8_and_back_while_producing_keeps_counts_and_per_
                          "--virtual-partitions", "4", "--read-replicas", "2")
     assert created.returncode == 0 and b"read mode mafka4, 4 virtual partition(s)" in created.stdout, created.stderr
     deliveries = Deliveries()
-    loop = ProduceLoop(connection, topic)
+    loop = ProduceLoop(connection, topic, pause_s=FAULT_TEST_PAUSE_S)
     member = Member(connection, topic, group, "m0", deliveries, auto_commit_interval_ms=1000)
     try:
-        loop.wait_for(1000)
+        loop.wait_for(500)
         up = mafka4_cli("scale", topic, "--virtual-partitions", "8")
         assert up.returncode == 0, up.stderr
         assert up.stdout.count(b"split epoch") == 4 and b"has 8 virtual partition(s)" in up.stdout
         assert len(layout_of(connection, topic).current.ranges) == 8
-        loop.wait_for(len(loop.acknowledged) + 1000)
+        loop.wait_for(len(loop.acknowledged) + 500)
         down = mafka4_cli("scale", topic, "--virtual-partitions", "4")
         assert down.returncode == 0, down.stderr
         layout = layout_of(connection, topic)
         assert layout.current.ranges.ranges == layout.epochs[0].ranges.ranges, "back to the four even ranges"
-        loop.wait_for(len(loop.acknowledged) + 1000)
+        loop.wait_for(len(loop.acknowledged) + 500)
     finally:
         acknowledged = loop.stop()
     try:

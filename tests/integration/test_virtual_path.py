@@ -35,7 +35,8 @@ from mafka4.virtual.read_node import ConsumerRead
 from mafka4.virtual.vp_state import VirtualPartitionState
 
 from virtual_helpers import (
-    WAIT_S, ProduceLoop, TimedReader, check_exactly_once, describe_vp, feed_of, read_everything, topic_name, vp_log,
+    FAULT_TEST_PAUSE_S, WAIT_S, ProduceLoop, TimedReader, check_exactly_once, describe_vp, feed_of, read_everything,
+    topic_name, vp_log,
 )
 from wait_helpers import wait_until
 
@@ -72,9 +73,9 @@ def test_every_acknowledged_message_is_in_one_vp_once_across_a_read_node_restart
     topic = topic_name("vp")
     metadata = admin.create_topic(topic, partitions=2, replication_factor=2, virtual_partitions=4, replica_lag_ms_max=1500,
                                   read_mode="mafka4")
-    loop = ProduceLoop(cluster, topic)
+    loop = ProduceLoop(cluster, topic, pause_s=FAULT_TEST_PAUSE_S)
     try:
-        loop.wait_for(1500)
+        loop.wait_for(500)
         # The only read node dies: its VPs (read_replicas=1) have no other RISR member, so the
         # controller starts the node again and each VP leads the next epoch from the node's log.
         before = {vp: vp_state(cluster, topic, vp) for vp in range(4)}
@@ -85,7 +86,7 @@ def test_every_acknowledged_message_is_in_one_vp_once_across_a_read_node_restart
         assert wait_until(lambda: all(vp_state(cluster, topic, vp).leader_epoch > before[vp].leader_epoch
                                       for vp in range(4)), REPAIR_WAIT_S), "the VPs did not lead again"
         assert wait_until(lambda: (feed_of(cluster, topic, 0, "r0") or {}).get("rounds", 0) > 0), "not feeding"
-        loop.wait_for(killed_at + 1500)
+        loop.wait_for(killed_at + 500)
         # Feed streams read from an in-sync follower. Partition 1's only follower stops
         # replicating: it leaves the ISR, and the stream goes on reading from the leader.
         state = metadata.partitions[1]
@@ -95,7 +96,7 @@ def test_every_acknowledged_message_is_in_one_vp_once_across_a_read_node_restart
         leader = replica_handle(cluster.cluster, topic, 1, state.leader)
         assert wait_until(lambda: ray.get(leader.describe.remote())["isr"] == [state.leader]), "follower stayed in ISR"
         assert wait_until(lambda: feed_of(cluster, topic, 1, "r0")["source"] == state.leader), "kept the follower"
-        loop.wait_for(len(loop.acknowledged) + 1500)
+        loop.wait_for(len(loop.acknowledged) + 500)
         admin.inject_fault(topic, kind="physical", partition=1, replica=follower, paused=False)
         assert wait_until(lambda: sorted(ray.get(leader.describe.remote())["isr"]) == sorted(state.replicas))
         loop.wait_for(len(loop.acknowledged) + 500)
@@ -192,10 +193,10 @@ def test_a_paused_vp_follower_leaves_the_risr_and_a_dead_read_node_s_vps_fail_ov
     connection = read_cluster
     admin = Admin(connection)
     topic = create_risr_topic(connection, "risr")
-    loop = ProduceLoop(connection, topic)
+    loop = ProduceLoop(connection, topic, pause_s=FAULT_TEST_PAUSE_S)
     reader = None
     try:
-        loop.wait_for(1000)
+        loop.wait_for(500)
         # A paused follower leaves the RISR (recorded in etcd) and stops serving reads; it returns once unpaused.
         state = vp_state(connection, topic, 0)
         follower = next(r for r in state.replicas if r != state.leader)

@@ -25,6 +25,10 @@ from wait_helpers import wait_until
 
 KEYS = [f"key-{i}".encode() for i in range(24)]
 WAIT_S = 60
+# ProduceLoop's pause after each 100 messages in tests that inject faults into an unbounded
+# loop. A shorter one floods the 2 cores while the cluster heals, and every message sent
+# meanwhile is read back, several times, by the final checks.
+FAULT_TEST_PAUSE_S = 0.1
 
 
 def topic_name(prefix: str) -> str:
