@@ -29,6 +29,12 @@ In one run, on one running cluster:
 4. **memory**: RSS of each partition replica actor, and the peak RSS of a producer process
    whose cluster stops acknowledging (a follower killed under min_insync_replicas=2).
 
+Every Producer run also reports the collections its own process ran meanwhile (``driver_gc``,
+``bench.gc_pauses``): a full one of this driver took 100-150 ms here, and one falling inside the
+paced run sets its p99.9. ``gc_freeze`` (``--gc-freeze``) takes the README's advice to
+applications first, so that the runs measure without those pauses (``gc.freeze`` of what the
+bench's start left; off by default, as an application that does not tune its process).
+
 The report's ``producer`` and ``paced`` are the first codec's runs; ``compression_runs`` holds
 every codec's, and the summary's ``compression_comparison`` sets them side by side. Ratios are
 taken within the run, so a noisy machine affects both sides alike. The first codec's saturated
@@ -38,6 +44,7 @@ run is also the topic's first, so it alone pays for warming the replicas up.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import secrets
@@ -54,6 +61,7 @@ import psutil
 import ray
 
 from mafka4.bench.bare import BareSink
+from mafka4.bench.gc_pauses import GcPauses
 from mafka4.bench.payloads import payload_bytes, payload_pool, pool_size
 from mafka4.bench.produce_settings import ProduceBenchSettings
 from mafka4.bench.stats import percentiles_ms
@@ -66,6 +74,7 @@ from mafka4.compression import Codec
 from mafka4.limits import Acks, MiB, ReadMode
 from mafka4.physical.handles import replica_handle
 from mafka4.records import HEADER_BYTES, encode_batch
+from mafka4.runtime.collector import freeze_what_start_up_left
 from mafka4.runtime.connect import Connection, connect
 from mafka4.runtime.ray_cluster import node_resource
 from mafka4.runtime.stream_calls import StreamHandle, actor_stream
@@ -113,6 +122,24 @@ def producer_run(connection: Connection, topic: str, settings: ProduceBenchSetti
     producer = Producer(topic, connection=connection, acks=settings.acks, linger_ms=settings.linger_ms,
                         batch_bytes_max=settings.batch_bytes_max, in_flight_batches_max=settings.in_flight_batches_max,
                         compression=codec)
+    pauses = GcPauses()
+    with pauses:
+        started = time.perf_counter()
+        _send_all(producer, messages, payloads, rate_msgs_per_s, callbacks, sent_ns, done_ns, errors)
+        flushed = producer.flush(FLUSH_TIMEOUT_S)
+        elapsed = time.perf_counter() - started
+    producer.close()
+    assert flushed, f"benchmark produce: messages still unanswered after {FLUSH_TIMEOUT_S} s"
+    assert not errors, f"benchmark produce failed: {errors[0]}"
+    return {**_throughput(messages, payload_bytes(payloads, messages), elapsed), "compression": str(codec),
+            "payload": settings.payload, "target_msgs_per_s": rate_msgs_per_s, "callbacks": callbacks,
+            "latency_ms": percentiles_ms(done_ns - sent_ns) if callbacks else None,
+            "driver_gc": pauses.report(elapsed)}
+
+
+def _send_all(producer: Producer, messages: int, payloads: tuple[bytes, ...], rate_msgs_per_s: int | None,
+              callbacks: bool, sent_ns: np.ndarray, done_ns: np.ndarray, errors: list) -> None:
+    """Send ``messages`` (at ``rate_msgs_per_s`` if given), each with a callback taking its latency if ``callbacks``."""
     started = time.perf_counter()
     for index in range(messages):
         if rate_msgs_per_s is not None and index % max(1, int(rate_msgs_per_s * PACE_STEP_S)) == 0:
@@ -129,14 +156,6 @@ def producer_run(connection: Connection, topic: str, settings: ProduceBenchSetti
             producer.send(payloads[index % len(payloads)], callback=on_done)
         else:
             producer.send(payloads[index % len(payloads)])
-    flushed = producer.flush(FLUSH_TIMEOUT_S)
-    elapsed = time.perf_counter() - started
-    producer.close()
-    assert flushed, f"benchmark produce: messages still unanswered after {FLUSH_TIMEOUT_S} s"
-    assert not errors, f"benchmark produce failed: {errors[0]}"
-    return {**_throughput(messages, payload_bytes(payloads, messages), elapsed), "compression": str(codec),
-            "payload": settings.payload, "target_msgs_per_s": rate_msgs_per_s, "callbacks": callbacks,
-            "latency_ms": percentiles_ms(done_ns - sent_ns) if callbacks else None}
 
 
 def leader_log_totals(admin: Admin, topic: str) -> LogTotals:
@@ -256,6 +275,8 @@ def run_produce_bench(settings: ProduceBenchSettings, output_path: str) -> dict:
     metadata = admin.create_topic(topic, partitions=settings.partitions, replication_factor=settings.replication_factor,
                                   read_mode=ReadMode.MAFKA3)
     bare = BareSink.options(num_cpus=0, resources={node_resource(metadata.partitions[0].leader): 1}).remote()
+    if settings.gc_freeze:
+        freeze_what_start_up_left()
     try:
         runs = [{"compression": str(codec), "payload": settings.payload,
                  "producer": measured_run(connection, admin, topic, settings, codec),
@@ -271,6 +292,8 @@ def run_produce_bench(settings: ProduceBenchSettings, output_path: str) -> dict:
         bare_stream = raw_run([bare] * settings.partitions, batches, settings, over_stream=True)
         memory = {"partition_actor_rss_mb": [round(b / MiB, 1) for b in replica_rss_bytes(admin, topic)]}
     finally:
+        if settings.gc_freeze:
+            gc.unfreeze()  # the process may go on (a test's): what the bench froze is collected again
         ray.kill(bare)
         admin.delete_topic(topic)
     if settings.stalled_producer:
@@ -279,6 +302,8 @@ def run_produce_bench(settings: ProduceBenchSettings, output_path: str) -> dict:
         "producer_msgs_per_s": producer["msgs_per_s"], "producer_mb_per_s": producer["mb_per_s"],
         "producer_saturated_latency_ms": producer["latency_ms"],
         "paced_msgs_per_s": paced["msgs_per_s"], "paced_latency_ms": paced["latency_ms"],
+        "paced_driver_gc_longest_pause_ms": paced["driver_gc"]["longest_pause_ms"],
+        "driver_gc_frozen": settings.gc_freeze,
         "raw_leaders_msgs_per_s": raw_leaders["msgs_per_s"], "bare_actor_msgs_per_s": bare_actor["msgs_per_s"],
         "producer_vs_bare_ratio": round(producer["msgs_per_s"] / bare_actor["msgs_per_s"], 3),
         "producer_no_callbacks_msgs_per_s": no_callbacks["msgs_per_s"],

@@ -37,6 +37,9 @@ class ProduceBenchSettings:
     in_flight_batches_max: int = 5
     paced_msgs_per_s: int = field(default=10_000, metadata={"help": "rate of the latency run"})
     paced_seconds: int = 10
+    gc_freeze: bool = field(default=False, metadata={
+        "help": "freeze what the bench's start left out of its garbage collector's full collections "
+                "(gc.freeze, as the README advises applications): the producer runs measure without those pauses"})
     stalled_producer: bool = field(default=True, metadata={"help": "skip the stalled-producer memory measurement",
                                                            "switch": "--skip-memory"})
     stalled_seconds: int = 20

@@ -73,6 +73,13 @@ def test_the_command_line_takes_a_list_of_codecs_and_a_payload_kind(monkeypatch,
     assert given == [ProduceBenchSettings(compression=("none", "zstd"), payload="json")]
 
 
+def test_gc_freeze_is_off_unless_asked_for_on_the_command_line(monkeypatch, capsys):
+    given = []
+    monkeypatch.setattr("mafka4.bench.produce.run_produce_bench", lambda settings, _: given.append(settings) or {"summary": {}})
+    assert cli.main(["bench", "produce"]) == 0 and cli.main(["bench", "produce", "--gc-freeze"]) == 0
+    assert [settings.gc_freeze for settings in given] == [False, True]
+
+
 def test_an_unknown_codec_on_the_command_line_exits_2_naming_the_choices_before_anything_runs(monkeypatch, capsys):
     monkeypatch.setattr("mafka4.bench.produce.run_produce_bench", lambda *_: pytest.fail("the driver ran"))
     assert cli.main(["bench", "produce", "--compression", "none,gzip"]) == 2
