@@ -2,10 +2,9 @@
 
 A full collection walks every object the collector tracks, and a driver that imported Ray
 holds tens of thousands (``mafka4.runtime.collector``): one took 100-150 ms in a producing
-driver here. In a latency run that pause stalls every message in flight, so whether one
-fell inside a run decides its p99.9 as much as the cluster does. Each run's report therefore
-says how many collections of each generation it ran, how long they took in all, and the
-longest pause: a tail that matches the longest pause is the driver's, not the cluster's.
+driver here. In a latency run that pause stalls every message in flight. Each run's report
+therefore says how many collections of each generation it ran, how long they took in all, and
+the longest pause: a tail far above the longest pause is not the driver's collector.
 """
 
 from __future__ import annotations
