@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +57,9 @@ _recording = os.environ.get(RECORD_ENV, "") not in ("", "0")
 # directory -> inode -> (name at the fsync, size at the fsync); and when to prune each directory
 _points: dict[str, dict[int, tuple[str, int]]] = {}
 _prune_at: dict[str, int] = {}
+# A replica checkpoints its high watermark on a worker thread while its log records on the event
+# loop's: the records and their side files change under this lock.
+_lock = threading.Lock()
 
 
 def set_recording(enabled: bool) -> None:
@@ -63,8 +67,9 @@ def set_recording(enabled: bool) -> None:
     global _recording
     _recording = enabled
     if not enabled:
-        _points.clear()
-        _prune_at.clear()
+        with _lock:
+            _points.clear()
+            _prune_at.clear()
 
 
 def recording() -> bool:
@@ -106,13 +111,32 @@ def created(fd: int) -> None:
     _record(fd, status.st_ino, 0)
 
 
+def record_synced(path: str | os.PathLike, inode: int, size: int) -> None:
+    """When recording, take the file at ``path`` as durable at ``size`` bytes: an fsync of it that
+    began when it held ``size`` bytes returned (``log.pending_flush``). Nothing is recorded if
+    ``path`` now holds another file (``inode`` differs) or none."""
+    if not _recording:
+        return
+    path = os.path.realpath(path)
+    try:
+        if os.stat(path).st_ino != inode:
+            return
+    except FileNotFoundError:
+        return
+    _record_at(*os.path.split(path), inode, size)
+
+
 def _record(fd: int, inode: int, size: int) -> None:
-    directory, name = os.path.split(os.readlink(f"/proc/self/fd/{fd}"))
-    points = _points.setdefault(directory, {})
-    points[inode] = (name, size)
-    if len(points) >= _prune_at.get(directory, FSYNC_POINTS_PRUNE_ENTRIES_MIN):
-        _prune(directory, points)
-    _write(directory, points)
+    _record_at(*os.path.split(os.readlink(f"/proc/self/fd/{fd}")), inode, size)
+
+
+def _record_at(directory: str, name: str, inode: int, size: int) -> None:
+    with _lock:
+        points = _points.setdefault(directory, {})
+        points[inode] = (name, size)
+        if len(points) >= _prune_at.get(directory, FSYNC_POINTS_PRUNE_ENTRIES_MIN):
+            _prune(directory, points)
+        _write(directory, points)
 
 
 def record_directory(directory: str | os.PathLike) -> None:
@@ -126,9 +150,10 @@ def record_directory(directory: str | os.PathLike) -> None:
             if entry.name != FSYNC_POINTS_FILE and entry.is_file(follow_symlinks=False):
                 status = entry.stat(follow_symlinks=False)
                 points[status.st_ino] = (entry.name, status.st_size)
-    _points[directory] = points
-    _prune_at[directory] = max(FSYNC_POINTS_PRUNE_ENTRIES_MIN, 2 * len(points))
-    _write(directory, points)
+    with _lock:
+        _points[directory] = points
+        _prune_at[directory] = max(FSYNC_POINTS_PRUNE_ENTRIES_MIN, 2 * len(points))
+        _write(directory, points)
 
 
 def _prune(directory: str, points: dict[int, tuple[str, int]]) -> None:

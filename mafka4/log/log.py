@@ -24,9 +24,16 @@ Recovery on ``open``:
     with every later one. No corrupt byte is kept, and nothing after it;
   * the checkpoint is rewritten as ``dirty`` so a crash from now on is recovered again.
 
-Every file fsync goes through ``fsync_points.fsync``, which chaos runs use to cut the files
+Every file fsync goes through ``fsync_points``, which chaos runs use to cut the files
 back to their last fsync (a power loss); appends first ask the node's ``LogDirBudget``
 (``log_dir_bytes_max``), which refuses them as a full disk would.
+
+Flushing by time (``flush_interval_ms``) happens in ``append`` and ``maybe_flush``, on the
+caller's thread. A log opened with ``flushes_in_background`` leaves it to its owner instead,
+which calls ``start_flush``, runs the ``PendingFlush`` on a worker thread and hands it back to
+``finish_flush`` (``log.pending_flush``): an event loop then never waits for the disk. Flushing
+by message count (``flush_interval_messages``), ``flush_interval_ms=0`` (an fsync in every
+append) and the flushes that keep the log consistent (a roll, a close) stay on the caller's thread.
 
 Time never comes from a clock: every call that needs it takes ``now_ms``. The log is used
 from one asyncio thread and is not thread-safe.
@@ -43,9 +50,10 @@ from typing import Iterator
 
 from mafka4.errors import CorruptRecord, OffsetOutOfRange
 from mafka4.limits import LogConfig
-from mafka4.log.fsync_points import create, fsync, record_directory
+from mafka4.log.fsync_points import create, fsync, record_directory, record_synced
 from mafka4.log.log_dir_budget import LogDirBudget
 from mafka4.log.offset_index import TMP_SUFFIX, U32_MAX
+from mafka4.log.pending_flush import PendingFlush
 from mafka4.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment, segment_path
 from mafka4.records import BatchHeader, check_batch, check_single_batch, iter_batches
 
@@ -121,11 +129,14 @@ class RetentionResult:
 class Log:
     """Ordered segments of one replica directory; see the module docstring."""
 
-    def __init__(self, directory: Path, config: LogConfig, now_ms: int, budget: LogDirBudget | None = None):
+    def __init__(self, directory: Path, config: LogConfig, now_ms: int, budget: LogDirBudget | None = None,
+                 flushes_in_background: bool = False):
         """Use ``Log.open``."""
         self._directory = directory
         self._config = config
         self._budget = budget
+        self._flushes_in_background = flushes_in_background
+        self._truncations = 0  # a flush begun before a truncation must not vouch for what follows it
         self._segments: list[Segment] = []
         self._checkpoint = RecoveryPoint(0, False)
         self._recovery_point = 0  # everything below this offset is fsynced
@@ -137,12 +148,13 @@ class Log:
 
     @classmethod
     def open(cls, directory: str | os.PathLike, config: LogConfig, now_ms: int,
-             budget: LogDirBudget | None = None) -> "Log":
+             budget: LogDirBudget | None = None, flushes_in_background: bool = False) -> "Log":
         """Open (creating if missing) and recover the log in ``directory``; appends ask ``budget``
-        (the node's ``log_dir_bytes_max``) first."""
+        (the node's ``log_dir_bytes_max``) first. With ``flushes_in_background`` the caller flushes
+        by time through ``start_flush`` and ``finish_flush`` (see the module docstring)."""
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
-        log = cls(path, config, now_ms, budget)
+        log = cls(path, config, now_ms, budget, flushes_in_background)
         log._load_segments(clean_directory(path), read_recovery_point(path))
         log._recovery_point = log.log_end_offset
         log._write_checkpoint(RecoveryPoint(log.log_end_offset, False))
@@ -304,7 +316,9 @@ class Log:
         if messages_max is not None and self._unflushed_messages >= messages_max:
             self.flush()
         elif interval_ms is not None and now_ms - self._last_flush_ms >= interval_ms:
-            self.flush()
+            # 0 asks for an fsync before each append returns, which no background flush gives.
+            if interval_ms == 0 or not self._flushes_in_background:
+                self.flush()
 
     def flush(self) -> None:
         """fsync the active segment (the only one that can hold unflushed data) and advance
@@ -321,14 +335,41 @@ class Log:
 
     def maybe_flush(self, now_ms: int) -> bool:
         """Flush if ``flush_interval_ms`` passed since the last flush and data is unflushed."""
+        if not self._flush_due(now_ms):
+            return False
+        self.flush()
+        return True
+
+    def _flush_due(self, now_ms: int) -> bool:
         self._check_open()
         self._now_ms = now_ms
         interval_ms = self._config.flush_interval_ms
         if interval_ms is None or self._recovery_point == self.log_end_offset:
             return False
-        if now_ms - self._last_flush_ms < interval_ms:
+        return now_ms - self._last_flush_ms >= interval_ms
+
+    def start_flush(self, now_ms: int) -> PendingFlush | None:
+        """``maybe_flush`` in three steps: if a flush is due, what it will make durable, to ``run``
+        on a worker thread and then pass to ``finish_flush``; None if none is due. Start the next
+        one only after finishing this one."""
+        if not self._flush_due(now_ms):
+            return None
+        self._last_flush_ms = now_ms
+        return PendingFlush(self.log_end_offset, self._unflushed_messages, self._truncations,
+                            self._active.files_to_sync())
+
+    def finish_flush(self, pending: PendingFlush) -> bool:
+        """Advance the recovery point to what ``pending`` made durable, if it ran to the end and
+        the log was not truncated, closed or flushed as far meanwhile; True if it moved."""
+        if (not pending.synced or self._closed or pending.truncations != self._truncations
+                or pending.end_offset <= self._recovery_point):
             return False
-        self.flush()
+        for file in pending.files:
+            record_synced(file.path, file.inode, file.size)
+        self.flushes_total += 1
+        self._recovery_point = pending.end_offset
+        self._unflushed_messages = max(0, self._unflushed_messages - pending.messages)
+        self._maybe_write_checkpoint()
         return True
 
     def _maybe_write_checkpoint(self) -> None:
@@ -433,6 +474,7 @@ class Log:
             fsync_directory(self._directory)
         self._active.truncate_to(offset)
         self.flushes_total += 1
+        self._truncations += 1
         self._recovery_point = offset
         self._unflushed_messages = 0
 

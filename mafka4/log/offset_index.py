@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from mafka4.log.fsync_points import create, created, fsync
+from mafka4.log.pending_flush import FileToSync
 from mafka4.records import HEADER_BYTES
 
 U32_MAX = 2**32 - 1
@@ -118,6 +119,11 @@ class IndexFile:
     def flush(self) -> None:
         if self._fd is not None:
             fsync(self._fd)
+
+    def file_to_sync(self) -> FileToSync:
+        """The open file as it stands, for a flush on another thread (``log.pending_flush``)."""
+        assert self._fd is not None, f"{self.path} is not open for append"
+        return FileToSync.of(self.path, self._fd, len(self._raw))
 
     def close(self) -> None:
         if self._fd is not None:

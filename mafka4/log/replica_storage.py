@@ -44,10 +44,11 @@ class ReplicaStorage:
     """One replica's directory: its ``Log`` and the checkpoints beside it; see the module docstring."""
 
     def __init__(self, directory: str | os.PathLike, log_config: LogConfig, now_ms: int,
-                 budget: LogDirBudget | None = None):
-        """Open (creating if missing) and recover the log in ``directory``, its appends bounded by ``budget``."""
+                 budget: LogDirBudget | None = None, flushes_in_background: bool = False):
+        """Open (creating if missing) and recover the log in ``directory``, its appends bounded by
+        ``budget``; ``flushes_in_background``: see ``Log.open``."""
         self.directory = Path(directory)
-        self.log = Log.open(self.directory, log_config, now_ms, budget)
+        self.log = Log.open(self.directory, log_config, now_ms, budget, flushes_in_background)
         # None until this instance wrote one: the first save always writes, whatever the file holds.
         self._saved_high_watermark: int | None = None
 
@@ -80,7 +81,9 @@ class ReplicaStorage:
         write_checkpoint(self.directory / EPOCH_CHECKPOINT, epochs.to_text())
 
     def save_high_watermark(self, high_watermark: int) -> bool:
-        """Checkpoint ``high_watermark`` unless it is the value last written; True if it wrote."""
+        """Checkpoint ``high_watermark`` unless it is the value last written; True if it wrote.
+        It touches the checkpoint file only, so one caller may run it on a worker thread while
+        the log is used on its own."""
         if high_watermark == self._saved_high_watermark:
             return False
         write_checkpoint(self.directory / HIGH_WATERMARK_CHECKPOINT, str(high_watermark))

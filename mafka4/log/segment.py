@@ -41,6 +41,7 @@ from mafka4.errors import CorruptRecord
 from mafka4.limits import SEGMENT_SCAN_CHUNK_BYTES, KiB, LogConfig, MiB
 from mafka4.log.fsync_points import create, fsync
 from mafka4.log.offset_index import U32_MAX, OffsetIndex, OffsetPosition
+from mafka4.log.pending_flush import FileToSync
 from mafka4.log.time_index import TimeIndex
 from mafka4.records import HEADER_BYTES, BatchHeader, check_batch, crc_matches, iter_batches, read_header
 
@@ -436,6 +437,12 @@ class Segment:
         fsync(self._write_fd)
         self.offset_index.flush()
         self.time_index.flush()
+
+    def files_to_sync(self) -> tuple[FileToSync, ...]:
+        """What ``flush`` fsyncs, as it stands, for a flush on another thread (``log.pending_flush``)."""
+        assert self._write_fd is not None, f"{self.log_path} is not the active segment"
+        return (FileToSync.of(self.log_path, self._write_fd, self.size_bytes),
+                self.offset_index.file_to_sync(), self.time_index.file_to_sync())
 
     def close(self) -> None:
         """Close every descriptor (without fsync: ``Log`` decides durability)."""

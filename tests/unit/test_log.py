@@ -411,6 +411,77 @@ def test_flush_by_time(tmp_path):
     log.close()
 
 
+def background_log(tmp_path, **changes) -> Log:
+    settings = dict(segment_bytes_max=1 << 20, flush_interval_ms=100)
+    settings.update(changes)
+    return Log.open(tmp_path, config(**settings), now_ms=0, flushes_in_background=True)
+
+
+def test_a_background_flush_makes_durable_what_was_written_before_it_began(tmp_path):
+    log = background_log(tmp_path)
+    fill(log, 3, now_ms=10)
+    assert log.start_flush(now_ms=99) is None  # not due yet
+    pending = log.start_flush(now_ms=100)
+    fill(log, 2, now_ms=101)  # appends go on while the fsync runs elsewhere
+    pending.run()
+    assert log.finish_flush(pending) is True
+    assert (log.flushed_offset, log.log_end_offset, log.flushes_total) == (3, 5, 1)
+    assert log.start_flush(now_ms=150) is None  # the interval counts from the start of the last flush
+    assert log.start_flush(now_ms=200).end_offset == 5
+    log.close()
+
+
+def test_a_log_flushing_in_background_never_fsyncs_by_time_in_append(tmp_path):
+    log = background_log(tmp_path)
+    fill(log, 3, now_ms=500)
+    assert log.flushes_total == 0 and log.flushed_offset == 0
+    log.close()
+
+
+def test_flush_every_n_messages_and_flush_interval_0_stay_in_append_when_flushing_in_background(tmp_path):
+    by_messages = background_log(tmp_path / "messages", flush_interval_messages=2)
+    fill(by_messages, 4, now_ms=0)
+    assert by_messages.flushes_total == 2
+    by_messages.close()
+    every_append = background_log(tmp_path / "zero", flush_interval_ms=0)
+    fill(every_append, 3, now_ms=0)
+    assert (every_append.flushes_total, every_append.flushed_offset) == (3, 3)
+    every_append.close()
+
+
+@pytest.mark.parametrize("meanwhile", ["truncated", "closed", "flushed", "not run"])
+def test_a_background_flush_overtaken_by_the_log_moves_nothing(tmp_path, meanwhile):
+    log = background_log(tmp_path)
+    fill(log, 4, now_ms=10)
+    pending = log.start_flush(now_ms=100)
+    if meanwhile == "truncated":
+        log.truncate_to(2)
+        fill(log, 3, now_ms=101)  # offsets 2-4 again: other bytes than the flush began with
+    elif meanwhile == "closed":
+        log.close()
+    elif meanwhile == "flushed":
+        fill(log, 1, now_ms=101)
+        log.flush()
+    if meanwhile != "not run":
+        pending.run()
+    flushed_before = log.flushed_offset
+    assert log.finish_flush(pending) is False
+    assert log.flushed_offset == flushed_before
+    log.close()
+
+
+def test_a_background_flush_of_a_segment_truncated_away_reports_it_did_not_sync(tmp_path):
+    log = background_log(tmp_path, segment_bytes_max=4096)
+    fill(log, 41, value_bytes=300, now_ms=10)  # several segments, the active one holding unflushed batches
+    assert log.segment_count > 2 and log.flushed_offset < log.log_end_offset
+    pending = log.start_flush(now_ms=1000)
+    log.truncate_to(log._segments[-2].base_offset)  # the active segment's files are deleted
+    pending.run()
+    assert pending.synced is False
+    assert log.finish_flush(pending) is False
+    log.close()
+
+
 def test_no_flush_policy_flushes_only_on_close(tmp_path):
     log = Log.open(tmp_path, config(segment_bytes_max=1 << 20), now_ms=0)
     fill(log, 20)

@@ -99,6 +99,24 @@ def test_segments_created_after_the_last_fsync_are_cut_to_nothing(tmp_path):
     recovered.close()
 
 
+def test_a_background_flush_keeps_only_what_was_written_before_it_began(tmp_path):
+    config = LogConfig(segment_bytes_max=1 << 20, index_interval_bytes=512, flush_interval_ms=100)
+    log = Log.open(tmp_path, config, now_ms=0, flushes_in_background=True)
+    durable = [append(log) for _ in range(6)]
+    pending = log.start_flush(now_ms=10_100)
+    lost = [append(log) for _ in range(3)]  # written while the fsync runs: not covered by it
+    pending.run()
+    assert log.finish_flush(pending)
+    kill(log)
+
+    cut = cut_to_fsync_points(tmp_path)
+    assert cut.bytes_lost >= sum(map(len, lost))
+    recovered = Log.open(tmp_path, CONFIG, now_ms=0)
+    assert recovered.log_end_offset == 6
+    assert whole_log(recovered) == b"".join(durable)
+    recovered.close()
+
+
 batch_plans = st.lists(st.tuples(st.integers(1, 1500), st.integers(1, 3), st.booleans()), min_size=1, max_size=40)
 
 
