@@ -19,8 +19,10 @@ messages into its calls, as ``virtual.read_node.ReadNode`` translates Ray calls:
   fetch is answered at once.
 
 VP logs flush as in production: ``VP_LOG_CONFIG`` is what a read node opens a topic's VPs with
-(``TopicConfig.log_config()``: an fsync once ``flush_interval_ms`` passed, checked on appends
-and every ``housekeeping_interval_ms``, and on every segment roll), in simulated time. A read
+(``TopicConfig.log_config()``: an fsync once ``flush_interval_ms`` passed, checked every
+``housekeeping_interval_ms``, and on every segment roll), in simulated time. Production runs
+housekeeping's fsyncs on a worker thread while feeding goes on; here ``housekeep`` runs its
+three steps in a row, so no append lands during an fsync. A read
 node's power loss therefore loses the unflushed tails of its VP logs; the bytes are counted
 (``vp_lost_bytes``), and when the node boots, every VP log that recovered shorter than it was
 is reported in the trace and counted (``vp_tails_lost``, ``vp_records_lost``). Recovery is

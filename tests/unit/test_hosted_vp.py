@@ -211,6 +211,33 @@ def test_housekeeping_checkpoints_the_high_watermark_when_it_moved(tmp_path):
     vp.close()
 
 
+def test_housekeeping_in_three_steps_flushes_what_was_fed_before_it_began(tmp_path):
+    flushing = replace(LOG_CONFIG, segment_bytes_max=1 << 20, flush_interval_ms=100)
+    vp = HostedVp(VP, "r0", tmp_path / "r0", flushing, RISR_CONFIG, 0, Node().notify)
+    vp.become_leader(0, ("r0",), ("r0",), now_ms=0)
+    feed(vp, 0, range(3), now_ms=500)
+    assert vp.core.flushed_offset == 0, "appends leave flushing by time to housekeeping"
+    chores = vp.start_housekeeping(now_ms=500)
+    feed(vp, 0, range(3, 5), now_ms=500)  # the read node goes on feeding while a worker thread fsyncs
+    chores.run()
+    vp.finish_housekeeping(chores, now_ms=500, retention_due=False)
+    assert (vp.core.flushed_offset, vp.log_end_offset) == (3, 5)
+    assert (vp.directory / HIGH_WATERMARK_CHECKPOINT).read_text() == "3"
+    vp.close()
+
+
+def test_housekeeping_raises_what_its_chores_met_on_the_disk(tmp_path):
+    vp = open_vp(tmp_path, "r0", Node())
+    vp.become_leader(0, ("r0",), ("r0",), now_ms=0)
+    feed(vp, 0, range(3))
+    chores = vp.start_housekeeping(now_ms=10)
+    (vp.directory / (HIGH_WATERMARK_CHECKPOINT + ".tmp")).mkdir()  # the checkpoint cannot be written
+    chores.run()
+    with pytest.raises(OSError):
+        vp.finish_housekeeping(chores, now_ms=10, retention_due=False)
+    vp.close()
+
+
 def test_retention_deletes_only_segments_below_the_high_watermark(tmp_path):
     node = Node()
     expiring = replace(LOG_CONFIG, retention_ms=1_000)
