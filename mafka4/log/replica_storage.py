@@ -12,7 +12,10 @@ Both checkpoints are replaced atomically (``checkpoint.write_checkpoint``), so a
 the old or the new text. The owner saves the epochs whenever its history changes (a new
 leader epoch, a truncation) and the high watermark as often as it likes: ``save_high_watermark``
 writes only a value that differs from the last one written, so a periodic caller costs no
-fsync while the HW stands still.
+fsync while the HW stands still. Replicas save the HW in two steps, the write and fsync on a
+worker thread (``stage_high_watermark``) and the rename on their own (``commit_high_watermark``),
+which they skip once closed: a late checkpoint never lands in a directory that a new replica
+may have taken over.
 
 Recovery, after ``Log.open`` recovered the segments:
 
@@ -28,9 +31,10 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import NamedTuple
 
 from mafka4.limits import LogConfig, ReplicaConfig
-from mafka4.log.checkpoint import read_checkpoint, write_checkpoint
+from mafka4.log.checkpoint import commit_checkpoint, read_checkpoint, stage_checkpoint, write_checkpoint
 from mafka4.log.epochs import EpochHistory
 from mafka4.log.log import Log
 from mafka4.log.log_dir_budget import LogDirBudget
@@ -38,6 +42,13 @@ from mafka4.log.producer_state import ProducerStateTable
 
 EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 HIGH_WATERMARK_CHECKPOINT = "high-watermark"
+
+
+class StagedHighWatermark(NamedTuple):
+    """A high-watermark checkpoint written and fsynced beside its place, not yet renamed into it."""
+
+    path: Path
+    high_watermark: int
 
 
 class ReplicaStorage:
@@ -81,14 +92,25 @@ class ReplicaStorage:
         write_checkpoint(self.directory / EPOCH_CHECKPOINT, epochs.to_text())
 
     def save_high_watermark(self, high_watermark: int) -> bool:
-        """Checkpoint ``high_watermark`` unless it is the value last written; True if it wrote.
-        It touches the checkpoint file only, so one caller may run it on a worker thread while
-        the log is used on its own."""
+        """Checkpoint ``high_watermark`` unless it is the value last written; True if it wrote."""
+        staged = self.stage_high_watermark(high_watermark)
+        if staged is not None:
+            self.commit_high_watermark(staged)
+        return staged is not None
+
+    def stage_high_watermark(self, high_watermark: int) -> StagedHighWatermark | None:
+        """The write and fsync of ``save_high_watermark``, None if ``high_watermark`` is the value
+        last written. It touches the checkpoint's tmp file only, so one caller at a time may run it
+        on a worker thread while the log is used on its own."""
         if high_watermark == self._saved_high_watermark:
-            return False
-        write_checkpoint(self.directory / HIGH_WATERMARK_CHECKPOINT, str(high_watermark))
-        self._saved_high_watermark = high_watermark
-        return True
+            return None
+        return StagedHighWatermark(stage_checkpoint(self.directory / HIGH_WATERMARK_CHECKPOINT, str(high_watermark)),
+                                   high_watermark)
+
+    def commit_high_watermark(self, staged: StagedHighWatermark) -> None:
+        """Put a staged checkpoint in place (on the replica's own thread, while it is open)."""
+        commit_checkpoint(staged.path, self.directory / HIGH_WATERMARK_CHECKPOINT)
+        self._saved_high_watermark = staged.high_watermark
 
     # --- closing --------------------------------------------------------------------------
 

@@ -22,9 +22,10 @@ and after housekeeping, the shell reports the log's flushed offset to the core
 Housekeeping comes in three steps, so that a read node fsyncs all its VPs on one worker thread
 while its event loop goes on feeding and serving (an fsync took 5-40 ms here, per VP):
 ``start_housekeeping`` on the loop notes what is due, ``VpChores.run`` on the worker thread does
-the fsyncs (the log's flush, ``log.pending_flush``, and the HW checkpoint), and
-``finish_housekeeping`` on the loop takes the result in and applies retention. ``housekeep``
-does all three in a row (the simulator, tests).
+the fsyncs (the log's flush, ``log.pending_flush``, and the HW checkpoint's write), and
+``finish_housekeeping`` on the loop takes the result in (renaming the checkpoint into place,
+which a replica closed meanwhile skips) and applies retention. ``housekeep`` does all three in
+a row (the simulator, tests).
 
 The directory holds what a physical replica's does (``log.replica_storage``): the log, the
 leader-epoch and the high-watermark checkpoints, both rewritten atomically; the HW checkpoint
@@ -59,7 +60,7 @@ from mafka4.faults import FaultGate
 from mafka4.limits import FEED_RECORDS_MAX, SEGMENT_SCAN_CHUNK_BYTES, LogConfig
 from mafka4.log.log_dir_budget import LogDirBudget
 from mafka4.log.pending_flush import PendingFlush
-from mafka4.log.replica_storage import ReplicaStorage
+from mafka4.log.replica_storage import ReplicaStorage, StagedHighWatermark
 from mafka4.records import Record, decode_batches, stamp
 from mafka4.risr.state import RisrConfig
 from mafka4.stage_trace import StageTrace
@@ -100,13 +101,14 @@ class VpChores:
     storage: ReplicaStorage
     flush: PendingFlush | None  # the log's flush by time, if one is due
     high_watermark: int  # to checkpoint, if it moved since the last one
+    staged: StagedHighWatermark | None = None  # that checkpoint, for ``finish_housekeeping`` to put in place
     error: Exception | None = None  # what ``run`` met; ``finish_housekeeping`` raises it on the loop
 
     def run(self) -> None:
         try:
             if self.flush is not None:
                 self.flush.run()
-            self.storage.save_high_watermark(self.high_watermark)
+            self.staged = self.storage.stage_high_watermark(self.high_watermark)
         except Exception as error:  # one VP's disk trouble must not stop the next VP's chores
             self.error = error
 
@@ -286,9 +288,12 @@ class HostedVp:
 
     def finish_housekeeping(self, chores: VpChores, now_ms: int, retention_due: bool) -> None:
         """Take in what ``chores`` made durable, then apply retention when due; raises what the
-        chores met (after taking in what they did)."""
+        chores met (after taking in what they did). Call it only while this replica is open: a
+        closed one must not put its checkpoint in place."""
         if chores.flush is not None:
             self._log.finish_flush(chores.flush)
+        if chores.staged is not None:
+            self._storage.commit_high_watermark(chores.staged)
         self._execute(self._report_flushed())
         if chores.error is not None:
             raise chores.error

@@ -98,6 +98,18 @@ def test_the_high_watermark_is_written_only_when_it_changed(tmp_path):
     assert checkpoint.read_text() == "7"
 
 
+def test_a_staged_high_watermark_lands_only_when_committed(tmp_path):
+    storage = ReplicaStorage(tmp_path, LOG_CONFIG, now_ms=0)
+    checkpoint = tmp_path / HIGH_WATERMARK_CHECKPOINT
+    storage.save_high_watermark(3)
+    staged = storage.stage_high_watermark(5)  # a worker thread writes and fsyncs it beside its place
+    assert checkpoint.read_text() == "3", "a replica closed before the commit leaves the old checkpoint"
+    storage.commit_high_watermark(staged)
+    assert checkpoint.read_text() == "5"
+    assert storage.stage_high_watermark(5) is None, "the committed value is the one last written"
+    storage.close()
+
+
 def test_producer_state_is_rebuilt_from_the_batch_headers(tmp_path):
     storage = ReplicaStorage(tmp_path, LOG_CONFIG, now_ms=0)
     append(storage, leader_epoch=0, count=2, producer_id=42, base_sequence=0)
