@@ -20,7 +20,7 @@ and after housekeeping, the shell reports the log's flushed offset to the core
 (``VpReplicaCore.flushed``) if it moved, so a lone leader's HW follows its fsyncs.
 
 Housekeeping comes in three steps, so that a read node fsyncs all its VPs on one worker thread
-while its event loop goes on feeding and serving (an fsync took 5-40 ms here, per VP):
+while its event loop goes on feeding and serving (a physical replica's fsyncs took 5-37 ms here):
 ``start_housekeeping`` on the loop notes what is due, ``VpChores.run`` on the worker thread does
 the fsyncs (the log's flush, ``log.pending_flush``, and the HW checkpoint's write), and
 ``finish_housekeeping`` on the loop takes the result in (renaming the checkpoint into place,
