@@ -21,8 +21,8 @@ what survived, as the simulator's disk counts it after a crash.
 have done, by the simulator's rule at its harshest (a torn write that keeps nothing past the
 durable size, and garbles nothing: the simulator and ``tests/fuzz`` cover garbled tails):
 
-* a file recorded under its inode, with its present name or that name + ``.tmp`` (the atomic
-  rename of checkpoints), is cut to its recorded size (files are never made longer);
+* a file recorded under its inode, with its present name or a tmp name of it (``renamed_from``:
+  the atomic rename of checkpoints), is cut to its recorded size (files are never made longer);
 * any other file was never fsynced since recording began: it is cut to 0 bytes. File creations,
   renames and deletions count as durable at once (directory entries never vanish), as in the
   simulator.
@@ -51,7 +51,7 @@ from mafka4.limits import FSYNC_POINTS_PRUNE_ENTRIES_MIN
 
 RECORD_ENV = "MAFKA4_RECORD_FSYNC_POINTS"
 FSYNC_POINTS_FILE = "fsync-points"
-_TMP_SUFFIX = ".tmp"
+TMP_SUFFIX = ".tmp"  # of a file written to be renamed into place once fsynced
 
 _recording = os.environ.get(RECORD_ENV, "") not in ("", "0")
 # directory -> inode -> (name at the fsync, size at the fsync); and when to prune each directory
@@ -156,28 +156,26 @@ def record_directory(directory: str | os.PathLike) -> None:
         _write(directory, points)
 
 
+def renamed_from(recorded_name: str, name: str) -> bool:
+    """Whether a file fsynced as ``recorded_name`` and now named ``name`` kept what was fsynced:
+    the same name, or a tmp name of it (the atomic-rename pattern: ``name.tmp``, or
+    ``name.<writer>.tmp`` where two writers stage beside each other). Works on paths as on names."""
+    return recorded_name == name or (recorded_name.startswith(name + ".") and recorded_name.endswith(TMP_SUFFIX))
+
+
 def _prune(directory: str, points: dict[int, tuple[str, int]]) -> None:
+    with os.scandir(directory) as entries:
+        present = {entry.inode(): entry.name for entry in entries}
     for inode, (name, _) in list(points.items()):
-        try:
-            alive = os.stat(os.path.join(directory, name)).st_ino == inode
-        except FileNotFoundError:
-            alive = name.endswith(_TMP_SUFFIX) and _inode_at(directory, name[:-len(_TMP_SUFFIX)]) == inode
-        if not alive:
+        if inode not in present or not renamed_from(name, present[inode]):
             del points[inode]
     _prune_at[directory] = max(FSYNC_POINTS_PRUNE_ENTRIES_MIN, 2 * len(points))
-
-
-def _inode_at(directory: str, name: str) -> int | None:
-    try:
-        return os.stat(os.path.join(directory, name)).st_ino
-    except FileNotFoundError:
-        return None
 
 
 def _write(directory: str, points: dict[int, tuple[str, int]]) -> None:
     text = "".join(f"{inode} {size} {name}\n" for inode, (name, size) in points.items())
     target = os.path.join(directory, FSYNC_POINTS_FILE)
-    tmp = target + _TMP_SUFFIX
+    tmp = target + TMP_SUFFIX
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.write(fd, text.encode())
@@ -220,11 +218,11 @@ def cut_to_fsync_points(directory: str | os.PathLike) -> Cut:
                                 f"recording fsync points (${RECORD_ENV}=1)")
     files_cut = bytes_lost = 0
     for path in sorted(directory.iterdir()):
-        if path.name in (FSYNC_POINTS_FILE, FSYNC_POINTS_FILE + _TMP_SUFFIX) or not path.is_file():
+        if path.name in (FSYNC_POINTS_FILE, FSYNC_POINTS_FILE + TMP_SUFFIX) or not path.is_file():
             continue
         status = path.stat()
         name, durable = points.get(status.st_ino, ("", 0))
-        if name not in (path.name, path.name + _TMP_SUFFIX):
+        if not renamed_from(name, path.name):
             durable = 0
         if status.st_size > durable:
             os.truncate(path, durable)

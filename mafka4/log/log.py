@@ -7,12 +7,14 @@ On disk (``directory``):
                                                        ``1 <offset> clean|dirty``
 
 Segments are contiguous: each starts at the next offset of the one before, and only the
-last ("active") one is appended to. A segment is fsynced before a newer one is created,
-so only the active segment can ever hold unflushed data. The checkpoint records an offset
-``R`` such that every segment ending at or below ``R`` was fsynced with its indexes, and
-whether the log was closed cleanly. It is replaced atomically (tmp + fsync + rename) and
-only written when it changes what recovery does: when a segment becomes fully durable
-(on roll), on truncation (lowered first), on open and on close.
+last ("active") one is appended to. A roll fsyncs the segment it closes before creating the
+next, so only the active segment holds unflushed data, except in a log flushing in the
+background (below): there a roll leaves the closed segment, and the directory entry of the new
+one, to the next flush, which fsyncs every segment holding data above the recovery point. The
+checkpoint (``log.recovery_point``) records an offset ``R`` such that every segment ending at or
+below ``R`` was fsynced with its indexes, and whether the log was closed cleanly. It is replaced
+atomically (tmp + fsync + rename) and only written when it changes what recovery does: when a
+segment becomes fully durable, on truncation (lowered first), on open and on close.
 
 Recovery on ``open``:
   * stray ``*.tmp`` files and indexes without a ``.log`` are removed;
@@ -31,9 +33,10 @@ back to their last fsync (a power loss); appends first ask the node's ``LogDirBu
 Flushing by time (``flush_interval_ms``) happens in ``append`` and ``maybe_flush``, on the
 caller's thread. A log opened with ``flushes_in_background`` leaves it to its owner instead,
 which calls ``start_flush``, runs the ``PendingFlush`` on a worker thread and hands it back to
-``finish_flush`` (``log.pending_flush``): an event loop then never waits for the disk. Flushing
-by message count (``flush_interval_messages``), ``flush_interval_ms=0`` (an fsync in every
-append) and the flushes that keep the log consistent (a roll, a close) stay on the caller's thread.
+``finish_flush`` (``log.pending_flush``), and its rolls fsync nothing: an event loop then never
+waits for the disk to append. Flushing by message count (``flush_interval_messages``),
+``flush_interval_ms=0`` (an fsync in every append), ``flush`` and ``close`` stay on the
+caller's thread.
 
 Time never comes from a clock: every call that needs it takes ``now_ms``. The log is used
 from one asyncio thread and is not thread-safe.
@@ -50,58 +53,19 @@ from typing import Iterator
 
 from mafka4.errors import CorruptRecord, OffsetOutOfRange
 from mafka4.limits import LogConfig
-from mafka4.log.fsync_points import create, fsync, record_directory, record_synced
+from mafka4.log.fsync_points import record_directory, record_synced
 from mafka4.log.log_dir_budget import LogDirBudget
-from mafka4.log.offset_index import TMP_SUFFIX, U32_MAX
+from mafka4.log.offset_index import U32_MAX
 from mafka4.log.pending_flush import PendingFlush
+from mafka4.log.recovery_point import (RecoveryPoint, commit_recovery_point, fsync_directory, read_recovery_point,
+                                       write_recovery_point)
 from mafka4.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment, segment_path
 from mafka4.records import BatchHeader, check_batch, check_single_batch, iter_batches
 
-RECOVERY_POINT_FILE = "recovery-point"
-_CHECKPOINT_VERSION = "1"
 _SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)$")
-_OWN_TMP_FILE = re.compile(r"^(\d{20}\.(log|index|timeindex)|recovery-point)\.tmp$")
-
-
-@dataclass(frozen=True, slots=True)
-class RecoveryPoint:
-    offset: int  # every segment ending at or below this offset is fsynced
-    clean_shutdown: bool
-
-
-def read_recovery_point(directory: Path) -> RecoveryPoint:
-    """The checkpoint, or "nothing known" (0, dirty) when it is missing or unreadable."""
-    try:
-        fields = (directory / RECOVERY_POINT_FILE).read_text("ascii").split()
-    except (FileNotFoundError, UnicodeDecodeError):
-        return RecoveryPoint(0, False)
-    if len(fields) != 3 or fields[0] != _CHECKPOINT_VERSION or not fields[1].isdigit():
-        return RecoveryPoint(0, False)
-    if fields[2] not in ("clean", "dirty"):
-        return RecoveryPoint(0, False)
-    return RecoveryPoint(int(fields[1]), fields[2] == "clean")
-
-
-def write_recovery_point(directory: Path, point: RecoveryPoint) -> None:
-    text = f"{_CHECKPOINT_VERSION} {point.offset} {'clean' if point.clean_shutdown else 'dirty'}\n"
-    tmp = directory / (RECOVERY_POINT_FILE + TMP_SUFFIX)
-    fd = create(tmp)
-    try:
-        os.write(fd, text.encode("ascii"))
-        fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, directory / RECOVERY_POINT_FILE)
-    fsync_directory(directory)
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make file creations, renames and deletions in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+# Our tmp files: an index's or a checkpoint's (``recovery_point``: ``recovery-point.tmp``, or
+# ``recovery-point.flush.tmp`` staged by a background flush).
+_OWN_TMP_FILE = re.compile(r"^(\d{20}\.(log|index|timeindex)|recovery-point(\.flush)?)\.tmp$")
 
 
 def clean_directory(directory: Path) -> list[int]:
@@ -302,6 +266,13 @@ class Log:
 
     def _roll(self, base_offset: int) -> None:
         assert base_offset == self.log_end_offset
+        if self._flushes_in_background:
+            # The closed segment and the new one's directory entry wait for the next flush (an
+            # fsync here held the event loop for 20 ms and more); recovery scans every segment
+            # above the checkpoint and drops a tail that is not contiguous.
+            self._active.deactivate()
+            self._segments.append(Segment.create(self._directory, base_offset, self._config))
+            return
         self.flush()
         self._active.deactivate()
         self._segments.append(Segment.create(self._directory, base_offset, self._config))
@@ -321,12 +292,15 @@ class Log:
                 self.flush()
 
     def flush(self) -> None:
-        """fsync the active segment (the only one that can hold unflushed data) and advance
-        the recovery point; the checkpoint file follows when a whole segment became durable."""
+        """fsync every segment holding data above the recovery point and advance it to the log
+        end; the checkpoint file follows when a whole segment became durable."""
         self._check_open()
         if self._recovery_point == self.log_end_offset:
             return
-        self._active.flush()
+        for segment in self._unflushed_segments():
+            segment.flush()
+        if self._directory_unsynced():
+            fsync_directory(self._directory)
         self.flushes_total += 1
         self._recovery_point = self.log_end_offset
         self._unflushed_messages = 0
@@ -348,6 +322,17 @@ class Log:
             return False
         return now_ms - self._last_flush_ms >= interval_ms
 
+    def _unflushed_segments(self) -> list[Segment]:
+        """The segments holding data above the recovery point: the active one, and in a log
+        flushing in the background those a roll closed since the last flush."""
+        return self._segments[self._segment_index(max(self._recovery_point, self.log_start_offset)):]
+
+    def _directory_unsynced(self) -> bool:
+        """Whether the active segment's directory entry may not be durable: in a log flushing in
+        the background a roll does not fsync the directory, so a flush must before the recovery
+        point passes into the new segment (a spare fsync when the segment came otherwise)."""
+        return self._flushes_in_background and self._recovery_point <= self._active.base_offset
+
     def start_flush(self, now_ms: int) -> PendingFlush | None:
         """``maybe_flush`` in three steps: if a flush is due, what it will make durable, to ``run``
         on a worker thread and then pass to ``finish_flush``; None if none is due. Start the next
@@ -355,21 +340,32 @@ class Log:
         if not self._flush_due(now_ms):
             return None
         self._last_flush_ms = now_ms
-        return PendingFlush(self.log_end_offset, self._unflushed_messages, self._truncations,
-                            self._active.files_to_sync())
+        end_offset = self.log_end_offset
+        raises_checkpoint = self._checkpoint.offset < self._active.base_offset
+        return PendingFlush(end_offset, self._unflushed_messages, self._truncations,
+                            tuple(file for segment in self._unflushed_segments() for file in segment.files_to_sync()),
+                            self._directory, sync_directory=self._directory_unsynced(),
+                            checkpoint=RecoveryPoint(end_offset, False) if raises_checkpoint else None)
 
     def finish_flush(self, pending: PendingFlush) -> bool:
-        """Advance the recovery point to what ``pending`` made durable, if it ran to the end and
-        the log was not truncated, closed or flushed as far meanwhile; True if it moved."""
-        if (not pending.synced or self._closed or pending.truncations != self._truncations
+        """Advance the recovery point to what ``pending`` made durable and put its checkpoint in
+        place, if it ran to the end and the log was not truncated, closed or flushed as far
+        meanwhile; True if it moved."""
+        if self._closed:
+            return False  # leave the staged file alone: another log may have opened the directory
+        if (not pending.synced or pending.truncations != self._truncations
                 or pending.end_offset <= self._recovery_point):
+            if pending.staged is not None:
+                pending.staged.unlink(missing_ok=True)
             return False
         for file in pending.files:
             record_synced(file.path, file.inode, file.size)
         self.flushes_total += 1
         self._recovery_point = pending.end_offset
         self._unflushed_messages = max(0, self._unflushed_messages - pending.messages)
-        self._maybe_write_checkpoint()
+        if pending.staged is not None:
+            commit_recovery_point(pending.staged)
+            self._checkpoint = pending.checkpoint
         return True
 
     def _maybe_write_checkpoint(self) -> None:
@@ -464,6 +460,11 @@ class Log:
         if self._checkpoint.offset > offset:
             # Lower the checkpoint first: a crash must not trust what is being cut.
             self._write_checkpoint(RecoveryPoint(offset, False))
+        # The recovery point moves to ``offset``: segments below it that a roll closed unflushed
+        # (a log flushing in the background) are fsynced first.
+        for segment in self._unflushed_segments()[:-1]:
+            if segment.base_offset < self._segments[index].base_offset:
+                segment.flush()
         doomed = self._segments[index + 1:]
         if doomed:
             self._active.deactivate()
@@ -471,6 +472,7 @@ class Log:
                 segment.delete()
             del self._segments[index + 1:]
             self._active.activate()
+        if doomed or self._directory_unsynced():
             fsync_directory(self._directory)
         self._active.truncate_to(offset)
         self.flushes_total += 1

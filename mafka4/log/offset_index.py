@@ -30,12 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from mafka4.log.fsync_points import create, created, fsync
+from mafka4.log.fsync_points import TMP_SUFFIX, create, created, fsync
 from mafka4.log.pending_flush import FileToSync
 from mafka4.records import HEADER_BYTES
 
 U32_MAX = 2**32 - 1
-TMP_SUFFIX = ".tmp"
 
 
 class IndexFile:
@@ -117,12 +116,20 @@ class IndexFile:
             self.open_for_append()
 
     def flush(self) -> None:
+        """fsync the file, open for append or not (the index of a segment a roll closed)."""
         if self._fd is not None:
             fsync(self._fd)
+            return
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            fsync(fd)  # Linux fsyncs a file whatever the descriptor's access mode
+        finally:
+            os.close(fd)
 
     def file_to_sync(self) -> FileToSync:
-        """The open file as it stands, for a flush on another thread (``log.pending_flush``)."""
-        assert self._fd is not None, f"{self.path} is not open for append"
+        """The file as it stands, for a flush on another thread (``log.pending_flush``)."""
+        if self._fd is None:
+            return FileToSync.at(self.path, len(self._raw))
         return FileToSync.of(self.path, self._fd, len(self._raw))
 
     def close(self) -> None:

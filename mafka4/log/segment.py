@@ -432,16 +432,16 @@ class Segment:
         self.flush()
 
     def flush(self) -> None:
-        """fsync the .log and both indexes of the active segment."""
-        assert self._write_fd is not None
-        fsync(self._write_fd)
+        """fsync the .log and both indexes, of the active segment or of one a roll closed."""
+        # Linux fsyncs a file whatever the descriptor's access mode, so a closed segment's read
+        # descriptor serves.
+        fsync(self._write_fd if self._write_fd is not None else self._read_fd)
         self.offset_index.flush()
         self.time_index.flush()
 
     def files_to_sync(self) -> tuple[FileToSync, ...]:
         """What ``flush`` fsyncs, as it stands, for a flush on another thread (``log.pending_flush``)."""
-        assert self._write_fd is not None, f"{self.log_path} is not the active segment"
-        return (FileToSync.of(self.log_path, self._write_fd, self.size_bytes),
+        return (FileToSync.of(self.log_path, self._read_fd, self.size_bytes),
                 self.offset_index.file_to_sync(), self.time_index.file_to_sync())
 
     def close(self) -> None:

@@ -14,11 +14,13 @@ syscall. ``crash(directory)`` is a power loss of the machine owning ``directory`
 
 Simplifications, stated so a reader can judge the results: file creations, renames and
 deletions are durable at once (directory entries never vanish; note that
-``log.checkpoint.write_checkpoint`` and ``IndexFile.save`` do not fsync the directory
-after their rename); a file's bytes below its durable size are never damaged (no bit rot:
-``tests/fuzz`` covers damaged segments); durability is tracked per inode and the path it had
-when fsynced (or that path + ".tmp", for the atomic-rename pattern), so a file at another
-path reusing a freed inode counts as never fsynced. A file created again at the *same* path
+``log.checkpoint.write_checkpoint``, ``IndexFile.save`` and a background flush's recovery
+point do not fsync the directory after their rename, and a log flushing in the background
+fsyncs it after a roll only with its next flush); a file's bytes below its durable size are
+never damaged (no bit rot: ``tests/fuzz`` covers damaged segments); durability is tracked per
+inode and the path it had when fsynced (or a tmp path of it, ``fsync_points.renamed_from``:
+the atomic-rename pattern), so a file at another path reusing a freed inode counts as never
+fsynced. A file created again at the *same* path
 that got the freed inode back would count as fsynced up to the old file's size; the disk lives
 on tmpfs (``/dev/shm``) where possible, which does not hand freed inode numbers back soon.
 (Real clusters' ``mafka4.log.fsync_points`` records each creation instead.)
@@ -33,7 +35,8 @@ import stat
 import tempfile
 from pathlib import Path
 
-TMP_SUFFIX = ".tmp"
+from mafka4.log.fsync_points import renamed_from
+
 # A torn write garbles at most this many bytes: enough to break a header or a CRC.
 GARBLE_BYTES_MAX = 64
 
@@ -72,7 +75,7 @@ class SimDisk:
 
     def _durable_size(self, path: Path, status: os.stat_result) -> int:
         recorded = self._durable.get((status.st_dev, status.st_ino))
-        if recorded is None or recorded[0] not in (str(path), str(path) + TMP_SUFFIX):
+        if recorded is None or not renamed_from(recorded[0], str(path)):
             return 0
         return recorded[1]
 

@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 
 from mafka4.errors import CorruptRecord
 from mafka4.limits import LogConfig
-from mafka4.log.log import RECOVERY_POINT_FILE, Log
+from mafka4.log.log import Log
+from mafka4.log.recovery_point import RECOVERY_POINT_FILE
 from mafka4.records import CRC_START, check_batch, decode_batches, encode_batch, iter_batches, stamp
 
 EXAMPLES = int(os.environ.get("MAFKA4_FUZZ_EXAMPLES", "40"))

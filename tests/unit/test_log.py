@@ -11,7 +11,8 @@ import pytest
 from mafka4 import records
 from mafka4.errors import CorruptRecord, OffsetOutOfRange
 from mafka4.limits import LogConfig
-from mafka4.log.log import RECOVERY_POINT_FILE, Log, read_recovery_point
+from mafka4.log.log import Log, read_recovery_point
+from mafka4.log.recovery_point import RECOVERY_POINT_FILE, STAGED_RECOVERY_POINT_FILE, RecoveryPoint
 
 SEGMENT_BYTES = 4096  # the smallest segment LogConfig allows
 
@@ -480,6 +481,76 @@ def test_a_background_flush_of_a_segment_truncated_away_reports_it_did_not_sync(
     assert pending.synced is False
     assert log.finish_flush(pending) is False
     log.close()
+
+
+def test_a_roll_of_a_log_flushing_in_background_fsyncs_nothing_and_the_next_flush_covers_every_rolled_segment(tmp_path):
+    log = background_log(tmp_path, segment_bytes_max=4096)
+    fill(log, 41, value_bytes=300, now_ms=10)
+    assert log.segment_count > 2
+    assert (log.flushes_total, log.flushed_offset, read_recovery_point(tmp_path).offset) == (0, 0, 0)
+    pending = log.start_flush(now_ms=1000)
+    assert len(pending.files) == 3 * log.segment_count  # each segment's .log and two indexes
+    assert pending.sync_directory and pending.checkpoint.offset == 41
+    pending.run()
+    assert log.finish_flush(pending)
+    assert log.flushed_offset == 41
+    assert read_recovery_point(tmp_path).offset == 41  # the staged checkpoint, put in place
+    assert not (tmp_path / STAGED_RECOVERY_POINT_FILE).exists()
+    fill(log, 1, value_bytes=300, now_ms=1001)  # the same segment: nothing to raise, no directory fsync
+    pending = log.start_flush(now_ms=2000)
+    assert len(pending.files) == 3 and not pending.sync_directory and pending.checkpoint is None
+    log.close()
+
+
+def test_flush_and_close_cover_the_segments_a_roll_left_unflushed(tmp_path):
+    log = background_log(tmp_path, segment_bytes_max=4096)
+    fill(log, 41, value_bytes=300, now_ms=10)
+    log.flush()
+    assert log.flushed_offset == 41 and read_recovery_point(tmp_path).offset == 41
+    fill(log, 41, value_bytes=300, now_ms=20)
+    log.close()
+    assert read_recovery_point(tmp_path) == RecoveryPoint(82, True)
+
+
+def test_a_truncation_fsyncs_the_rolled_segments_below_it_before_the_recovery_point_moves(tmp_path):
+    log = background_log(tmp_path, segment_bytes_max=4096)
+    fill(log, 41, value_bytes=300, now_ms=10)
+    cut = log._segments[-2].base_offset + 1
+    log.truncate_to(cut)
+    assert log.flushed_offset == log.log_end_offset == cut
+    log.close()
+
+
+@pytest.mark.parametrize("meanwhile", ["truncated", "flushed"])
+def test_a_voided_background_flush_leaves_no_staged_checkpoint(tmp_path, meanwhile):
+    log = background_log(tmp_path, segment_bytes_max=4096)
+    fill(log, 41, value_bytes=300, now_ms=10)
+    pending = log.start_flush(now_ms=1000)
+    pending.run()
+    assert (tmp_path / STAGED_RECOVERY_POINT_FILE).exists()
+    if meanwhile == "truncated":
+        log.truncate_to(20)
+    else:
+        fill(log, 1, value_bytes=300, now_ms=1001)
+        log.flush()
+    checkpoint = read_recovery_point(tmp_path)
+    assert log.finish_flush(pending) is False
+    assert not (tmp_path / STAGED_RECOVERY_POINT_FILE).exists()
+    assert read_recovery_point(tmp_path) == checkpoint
+    log.close()
+
+
+def test_a_checkpoint_staged_by_a_log_closed_meanwhile_is_left_and_removed_on_the_next_open(tmp_path):
+    log = background_log(tmp_path, segment_bytes_max=4096)
+    fill(log, 41, value_bytes=300, now_ms=10)
+    pending = log.start_flush(now_ms=1000)
+    pending.run()
+    log.close()
+    assert log.finish_flush(pending) is False
+    assert read_recovery_point(tmp_path) == RecoveryPoint(41, True)
+    assert (tmp_path / STAGED_RECOVERY_POINT_FILE).exists()
+    Log.open(tmp_path, config(), now_ms=0).close()
+    assert not (tmp_path / STAGED_RECOVERY_POINT_FILE).exists()
 
 
 def test_no_flush_policy_flushes_only_on_close(tmp_path):

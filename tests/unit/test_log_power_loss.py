@@ -23,7 +23,7 @@ from mafka4.log.checkpoint import write_checkpoint
 from mafka4.log.epochs import EpochHistory
 from mafka4.log.fsync_points import (FSYNC_POINTS_FILE, cut_to_fsync_points, cut_tree_to_fsync_points,
                                      read_fsync_points)
-from mafka4.log.log import Log
+from mafka4.log.log import Log, read_recovery_point
 from mafka4.log.replica_storage import ReplicaStorage
 
 CONFIG = LogConfig(segment_bytes_max=4096, index_interval_bytes=512, flush_interval_ms=None, flush_interval_messages=None)
@@ -115,6 +115,108 @@ def test_a_background_flush_keeps_only_what_was_written_before_it_began(tmp_path
     assert recovered.log_end_offset == 6
     assert whole_log(recovered) == b"".join(durable)
     recovered.close()
+
+
+BACKGROUND = LogConfig(segment_bytes_max=4096, index_interval_bytes=512, flush_interval_ms=100,
+                       flush_interval_messages=None)
+
+
+def test_segments_a_background_roll_left_unflushed_are_lost_to_a_power_loss_until_the_next_flush(tmp_path):
+    log = Log.open(tmp_path, BACKGROUND, now_ms=0, flushes_in_background=True)
+    durable = [append(log, value_bytes=1000) for _ in range(3)]
+    log.flush()
+    for _ in range(12):  # several rolls, none of which fsyncs
+        append(log, value_bytes=1000)
+    assert log.segment_count > 2 and log.flushed_offset == 3
+    kill(log)
+
+    cut_to_fsync_points(tmp_path)
+    recovered = Log.open(tmp_path, CONFIG, now_ms=0)
+    assert recovered.log_end_offset == 3
+    assert whole_log(recovered) == b"".join(durable)
+    recovered.close()
+
+
+def test_a_background_flush_after_rolls_keeps_every_rolled_segment_and_its_checkpoint(tmp_path):
+    log = Log.open(tmp_path, BACKGROUND, now_ms=0, flushes_in_background=True)
+    durable = [append(log, value_bytes=1000) for _ in range(12)]
+    pending = log.start_flush(now_ms=10_100)
+    lost = [append(log, value_bytes=1000) for _ in range(5)]  # rolls again while the fsync runs
+    pending.run()
+    assert log.finish_flush(pending)
+    kill(log)
+
+    cut_to_fsync_points(tmp_path)
+    assert read_recovery_point(tmp_path).offset == 12  # the staged checkpoint survives its rename
+    recovered = Log.open(tmp_path, CONFIG, now_ms=0)
+    assert recovered.log_end_offset == 12
+    assert whole_log(recovered) == b"".join(durable)
+    assert log_bytes(tmp_path) == sum(map(len, durable)) and lost
+    recovered.close()
+
+
+def test_a_truncation_above_rolled_unflushed_segments_keeps_them_through_a_power_loss(tmp_path):
+    log = Log.open(tmp_path, BACKGROUND, now_ms=0, flushes_in_background=True)
+    appended = [append(log, value_bytes=1000) for _ in range(12)]
+    cut = log._segments[-2].base_offset + 1  # inside the last segment a roll closed
+    log.truncate_to(cut)
+    assert log.flushed_offset == cut
+    kill(log)
+
+    cut_to_fsync_points(tmp_path)
+    recovered = Log.open(tmp_path, CONFIG, now_ms=0)
+    assert recovered.log_end_offset == cut
+    assert whole_log(recovered) == b"".join(appended[:cut])
+    recovered.close()
+
+
+# Appends weigh most and are large, so that most plans roll several segments between flushes
+# (hypothesis favours small values); a truncation drops the last 0-7 batches.
+steps = st.lists(st.tuples(st.integers(500, 1500), st.sampled_from(["append"] * 5 + ["start", "finish", "truncate"]),
+                           st.integers(0, 7)),
+                 min_size=8, max_size=60)
+
+
+@settings(max_examples=60, deadline=None)
+@given(plan=steps, interval=st.sampled_from([1, 100, 512]))
+def test_with_background_flushes_a_power_loss_leaves_the_batches_below_the_flushed_offset_and_nothing_else(
+        plan, interval):
+    """Appends that roll, background flushes begun, run and finished at any point among them, and
+    truncations (a follower cut by its leader) that void a flush in flight."""
+    config = LogConfig(segment_bytes_max=4096, index_interval_bytes=interval, flush_interval_ms=1,
+                       flush_interval_messages=None)
+    with tempfile.TemporaryDirectory() as root:
+        directory = Path(root)
+        log = Log.open(directory, config, now_ms=0, flushes_in_background=True)
+        appended: list[bytes] = []
+        pending = None
+        for now_ms, (value_bytes, step, dropped) in enumerate(plan, start=10):
+            if step == "append":
+                appended.append(append(log, value_bytes))
+            elif step == "start" and pending is None:
+                pending = log.start_flush(now_ms)
+            elif step == "finish" and pending is not None:
+                pending.run()
+                log.finish_flush(pending)
+                pending = None
+            elif step == "truncate" and appended:
+                kept = max(0, len(appended) - dropped)  # near the end, as a leader cuts a follower
+                offsets = [records.read_header(batch).base_offset for batch in appended]
+                log.truncate_to(offsets[kept] if kept < len(appended) else log.log_end_offset)
+                appended = appended[:kept]
+        if pending is not None:
+            pending.run()  # ran, never taken in: the log vouches for none of it
+        flushed = log.flushed_offset
+        survivors = [batch for batch in appended if records.read_header(batch).next_offset <= flushed]
+        kill(log)
+
+        cut_to_fsync_points(directory)
+        recovered = Log.open(directory, config, now_ms=0)
+        assert recovered.log_end_offset == flushed
+        assert whole_log(recovered) == b"".join(survivors)
+        for offset in range(recovered.log_start_offset, recovered.log_end_offset):
+            assert recovered.read(offset, 1)
+        recovered.close()
 
 
 batch_plans = st.lists(st.tuples(st.integers(1, 1500), st.integers(1, 3), st.booleans()), min_size=1, max_size=40)

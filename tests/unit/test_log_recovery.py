@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from mafka4 import records
 from mafka4.limits import LogConfig
-from mafka4.log.log import RECOVERY_POINT_FILE, Log, read_recovery_point
+from mafka4.log.log import Log, read_recovery_point
+from mafka4.log.recovery_point import RECOVERY_POINT_FILE
 
 # The leader epoch (bytes 12..15 of a batch) is stamped after the CRC is computed and is not
 # covered by it (as in Kafka), so a flipped bit there cannot be detected by the log.
