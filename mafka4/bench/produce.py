@@ -274,7 +274,7 @@ def run_produce_bench(settings: ProduceBenchSettings, output_path: str) -> dict:
     topic = f"bench-{secrets.token_hex(3)}"
     # ReadMode.MAFKA3: no read path, so only the write path is measured.
     metadata = admin.create_topic(topic, partitions=settings.partitions, replication_factor=settings.replication_factor,
-                                  read_mode=ReadMode.MAFKA3)
+                                  read_mode=ReadMode.MAFKA3, segment_bytes_max=settings.segment_bytes_max)
     bare = BareSink.options(num_cpus=0, resources={node_resource(metadata.partitions[0].leader): 1}).remote()
     if settings.gc_freeze:
         freeze_what_start_up_left()

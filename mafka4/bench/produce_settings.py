@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from mafka4.bench.payloads import JSON_MESSAGE_BYTES_MIN, PAYLOAD_KINDS
 from mafka4.compression import Codec
 from mafka4.errors import InvalidConfig
-from mafka4.limits import Acks, MiB, ProducerConfig, default_compression
+from mafka4.limits import Acks, MiB, ProducerConfig, TopicConfig, default_compression
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +29,9 @@ class ProduceBenchSettings:
                 "the Producer's, $MAFKA4_COMPRESSION if set, else none)"})
     partitions: int = field(default=2, metadata={"help": "physical partitions of the topic"})
     replication_factor: int = field(default=2, metadata={"help": "replicas per partition"})
+    segment_bytes_max: int = field(default=TopicConfig().segment_bytes_max, metadata={
+        "help": "segment size of the topic; a small one (e.g. 8388608) rolls every few seconds in the paced run, "
+                "whose latency then shows what a roll costs"})
     acks: str = field(default=ProducerConfig().acks.value,
                       metadata={"help": "acks of every produce", "choices": tuple(a.value for a in Acks)})
     linger_ms: int = field(default=ProducerConfig().linger_ms, metadata={"help": "the producer's linger_ms"})
@@ -55,6 +58,7 @@ class ProduceBenchSettings:
         if self.payload == "json" and self.message_bytes < JSON_MESSAGE_BYTES_MIN:
             raise InvalidConfig(f"message_bytes={self.message_bytes} is too small for payload=json: a JSON event "
                                 f"needs {JSON_MESSAGE_BYTES_MIN} bytes or more")
+        TopicConfig(segment_bytes_max=self.segment_bytes_max)  # raises InvalidConfig naming the bounds
         if self.compression is not None:
             codecs = tuple(str(Codec.parse(name)) for name in self.compression)
             if not codecs or len(set(codecs)) != len(codecs):

@@ -55,6 +55,7 @@ def test_codecs_are_measured_in_the_order_given_whatever_the_environment_says(mo
     ({"payload": "json", "message_bytes": JSON_MESSAGE_BYTES_MIN - 1},
      f"too small for payload=json: a JSON event needs {JSON_MESSAGE_BYTES_MIN} bytes"),
     ({"message_bytes": 0}, "message_bytes=0 is out of range"),
+    ({"segment_bytes_max": 1024}, "segment_bytes_max=1024 must be at least 4096"),
 ])
 def test_settings_refuse_what_cannot_be_measured_saying_what_to_give(changes, message):
     with pytest.raises(InvalidConfig, match=message.replace("(", r"\(")):
