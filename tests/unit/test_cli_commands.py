@@ -25,6 +25,7 @@ from mafka4.errors import ClusterNotRunning, InvalidTopicName
 # The options of every bench, as README.md and earlier releases document them.
 BENCH_FLAGS = {
     "produce": {"--messages", "--message-bytes", "--payload", "--compression", "--partitions", "--replication-factor",
+                "--segment-bytes-max",
                 "--acks", "--linger-ms", "--batch-bytes-max", "--paced-msgs-per-s", "--gc-freeze", "--skip-memory", "--output"},
     "failover": {"--repetitions", "--replication-factor", "--min-insync-replicas", "--output"},
     "rebalance": {"--partitions", "--consumers", "--rate-msgs-per-s", "--warmup-s", "--after-join-s", "--trials",
