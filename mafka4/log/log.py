@@ -325,7 +325,10 @@ class Log:
     def _unflushed_segments(self) -> list[Segment]:
         """The segments holding data above the recovery point: the active one, and in a log
         flushing in the background those a roll closed since the last flush."""
-        return self._segments[self._segment_index(max(self._recovery_point, self.log_start_offset)):]
+        return self._segments[self._first_unflushed_index():]
+
+    def _first_unflushed_index(self) -> int:
+        return self._segment_index(max(self._recovery_point, self.log_start_offset))
 
     def _directory_unsynced(self) -> bool:
         """Whether the active segment's directory entry may not be durable: in a log flushing in
@@ -462,9 +465,8 @@ class Log:
             self._write_checkpoint(RecoveryPoint(offset, False))
         # The recovery point moves to ``offset``: segments below it that a roll closed unflushed
         # (a log flushing in the background) are fsynced first.
-        for segment in self._unflushed_segments()[:-1]:
-            if segment.base_offset < self._segments[index].base_offset:
-                segment.flush()
+        for segment in self._segments[self._first_unflushed_index():index]:
+            segment.flush()
         doomed = self._segments[index + 1:]
         if doomed:
             self._active.deactivate()

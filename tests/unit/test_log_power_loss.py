@@ -63,6 +63,24 @@ def log_bytes(directory: Path) -> int:
     return sum(path.stat().st_size for path in directory.glob("*.log"))
 
 
+def assert_power_loss_keeps_the_flushed_batches(log: Log, directory: Path, config: LogConfig,
+                                                appended: list[bytes]) -> Log:
+    """Kill ``log``, cut its files to their fsync points and reopen it: it must hold exactly the
+    batches of ``appended`` below its flushed offset, each found through the indexes. Returns
+    the reopened log."""
+    flushed = log.flushed_offset
+    survivors = [batch for batch in appended if records.read_header(batch).next_offset <= flushed]
+    kill(log)
+    cut_to_fsync_points(directory)
+    recovered = Log.open(directory, config, now_ms=0)
+    assert recovered.log_end_offset == flushed
+    assert whole_log(recovered) == b"".join(survivors)
+    assert log_bytes(directory) == sum(map(len, survivors))  # nothing half-written past the last batch
+    for offset in range(recovered.log_start_offset, recovered.log_end_offset):
+        assert recovered.read(offset, 1)
+    return recovered
+
+
 def test_a_cut_log_reopens_with_exactly_its_fsynced_prefix(tmp_path):
     log = Log.open(tmp_path, CONFIG, now_ms=0)
     durable = [append(log) for _ in range(5)]
@@ -206,17 +224,7 @@ def test_with_background_flushes_a_power_loss_leaves_the_batches_below_the_flush
                 appended = appended[:kept]
         if pending is not None:
             pending.run()  # ran, never taken in: the log vouches for none of it
-        flushed = log.flushed_offset
-        survivors = [batch for batch in appended if records.read_header(batch).next_offset <= flushed]
-        kill(log)
-
-        cut_to_fsync_points(directory)
-        recovered = Log.open(directory, config, now_ms=0)
-        assert recovered.log_end_offset == flushed
-        assert whole_log(recovered) == b"".join(survivors)
-        for offset in range(recovered.log_start_offset, recovered.log_end_offset):
-            assert recovered.read(offset, 1)
-        recovered.close()
+        assert_power_loss_keeps_the_flushed_batches(log, directory, config, appended).close()
 
 
 batch_plans = st.lists(st.tuples(st.integers(1, 1500), st.integers(1, 3), st.booleans()), min_size=1, max_size=40)
@@ -241,17 +249,8 @@ def test_after_a_power_loss_the_log_holds_the_batches_below_its_flushed_offset_a
             kept = truncate_at % (len(appended) + 1)
             log.truncate_to(offsets[kept] if kept < len(appended) else log.log_end_offset)
             appended = appended[:kept] + [append(log, 200) for _ in range(3)]
-        flushed = log.flushed_offset
-        survivors = [batch for batch in appended if records.read_header(batch).next_offset <= flushed]
-        kill(log)
-
-        cut_to_fsync_points(directory)
-        recovered = Log.open(directory, config, now_ms=0)
-        assert recovered.log_end_offset == flushed
-        assert whole_log(recovered) == b"".join(survivors)
-        assert log_bytes(directory) == sum(map(len, survivors))
-        for offset in range(recovered.log_start_offset, recovered.log_end_offset):  # the indexes find every batch
-            assert recovered.read(offset, 1)
+        survivors = [batch for batch in appended if records.read_header(batch).next_offset <= log.flushed_offset]
+        recovered = assert_power_loss_keeps_the_flushed_batches(log, directory, config, appended)
         more = append(recovered, 10)
         recovered.close()
         reopened = Log.open(directory, config, now_ms=0)
