@@ -13,7 +13,10 @@ In one run, on one running cluster:
    tuple), and with that many alive the collector took a quarter of the run instead of a
    sixth (see the README's note on callbacks). A third run, **producer_no_callbacks** (first codec only), sends
    and flushes without callbacks, as a pipelined client does (``redis-benchmark -P``, XADD
-   pipelines): what the client can push when the caller does not wait on each message.
+   pipelines): what the client can push when the caller does not wait on each message. A fourth,
+   **producer_send_many** (first codec only), sends the same messages in ``Producer.send_many``
+   calls of a batch's worth each, one callback per call: the Producer without its per-message
+   Python (RocketMQ's batch send).
    The first two runs are made once per codec of ``compression``, in the order given, into the same
    topic; each records the **bytes written** per message: what the leader logs grew by,
    over the messages sent, next to the values' own bytes (``bench.written_bytes``). The
@@ -108,11 +111,12 @@ FLUSH_TIMEOUT_S = 300
 
 
 def producer_run(connection: Connection, topic: str, settings: ProduceBenchSettings, rate_msgs_per_s: int | None = None,
-                 codec: Codec | None = None, callbacks: bool = True) -> dict:
+                 codec: Codec | None = None, callbacks: bool = True, many: bool = False) -> dict:
     """Send ``settings.messages`` (as fast as possible), or ``rate * paced_seconds`` at ``rate``, compressed
     with ``codec`` (by default the first of ``settings.codecs()``). With ``callbacks``, each message's
     send-to-ack latency is taken by a callback; without, the messages are sent and flushed, and
-    there is no latency to report."""
+    there is no latency to report. With ``many`` (saturated only), they go in ``send_many`` calls of
+    a batch's worth each (``messages_per_batch``), each with one callback."""
     codec = settings.codecs()[0] if codec is None else codec
     messages = settings.messages if rate_msgs_per_s is None else rate_msgs_per_s * settings.paced_seconds
     payloads = bench_payloads(settings)
@@ -126,15 +130,19 @@ def producer_run(connection: Connection, topic: str, settings: ProduceBenchSetti
     pauses = GcPauses()
     with pauses:
         started = time.perf_counter()
-        _send_all(producer, messages, payloads, rate_msgs_per_s, callbacks, sent_ns, done_ns, errors)
+        if many:
+            _send_many_all(producer, messages, payloads, messages_per_batch(settings), errors)
+        else:
+            _send_all(producer, messages, payloads, rate_msgs_per_s, callbacks, sent_ns, done_ns, errors)
         flushed = producer.flush(FLUSH_TIMEOUT_S)
         elapsed = time.perf_counter() - started
     producer.close()
     assert flushed, f"benchmark produce: messages still unanswered after {FLUSH_TIMEOUT_S} s"
     assert not errors, f"benchmark produce failed: {errors[0]}"
     return {**_throughput(messages, payload_bytes(payloads, messages), elapsed), "compression": str(codec),
-            "payload": settings.payload, "target_msgs_per_s": rate_msgs_per_s, "callbacks": callbacks,
-            "latency_ms": percentiles_ms(done_ns - sent_ns) if callbacks else None,
+            "payload": settings.payload, "target_msgs_per_s": rate_msgs_per_s, "callbacks": callbacks and not many,
+            "send_many_values": messages_per_batch(settings) if many else None,
+            "latency_ms": percentiles_ms(done_ns - sent_ns) if callbacks and not many else None,
             "driver_gc": pauses.report(elapsed)}
 
 
@@ -159,6 +167,30 @@ def _send_all(producer: Producer, messages: int, payloads: tuple[bytes, ...], ra
             producer.send(payloads[index % len(payloads)])
 
 
+def _send_many_all(producer: Producer, messages: int, payloads: tuple[bytes, ...], per_call: int, errors: list) -> None:
+    """Send ``messages`` in ``send_many`` calls of ``per_call`` values, each call with one callback."""
+    def on_done(sent, error):
+        if error is not None:
+            errors.append(error)
+    for first in range(0, messages, per_call):
+        producer.send_many(_values_from(payloads, first, min(per_call, messages - first)), callback=on_done)
+
+
+def _values_from(payloads: tuple[bytes, ...], first: int, count: int) -> list[bytes]:
+    """The values of messages ``first`` to ``first + count - 1`` (message i sends ``payloads[i % len]``),
+    sliced as a caller holding its messages in a list passes them."""
+    start = first % len(payloads)
+    values = list(payloads[start:start + count])
+    while len(values) < count:
+        values.extend(payloads[:count - len(values)])
+    return values
+
+
+def messages_per_batch(settings: ProduceBenchSettings) -> int:
+    """How many of the bench's messages fill one of the producer's batches."""
+    return max(1, (settings.batch_bytes_max - HEADER_BYTES) // (settings.message_bytes + RECORD_OVERHEAD_BYTES))
+
+
 def leader_log_totals(admin: Admin, topic: str) -> LogTotals:
     """The size and offsets of ``topic``'s leader logs, as each leader reports them."""
     handles = [replica_handle(admin.cluster, topic, state.partition, state.leader)
@@ -167,10 +199,10 @@ def leader_log_totals(admin: Admin, topic: str) -> LogTotals:
 
 
 def measured_run(connection: Connection, admin: Admin, topic: str, settings: ProduceBenchSettings, codec: Codec,
-                 rate_msgs_per_s: int | None = None, callbacks: bool = True) -> dict:
+                 rate_msgs_per_s: int | None = None, callbacks: bool = True, many: bool = False) -> dict:
     """``producer_run``, and the bytes its messages added to the leader logs (``written_bytes.bytes_written``)."""
     before = leader_log_totals(admin, topic)
-    run = producer_run(connection, topic, settings, rate_msgs_per_s, codec, callbacks)
+    run = producer_run(connection, topic, settings, rate_msgs_per_s, codec, callbacks, many)
     deadline = time.monotonic() + LOG_SETTLE_S_MAX
     after = leader_log_totals(admin, topic)
     while after.log_end_offset < before.log_end_offset + run["messages"] and time.monotonic() < deadline:
@@ -183,7 +215,7 @@ def encoded_batches(settings: ProduceBenchSettings, codec: Codec | None = None) 
     """Per partition, the batches a producer would build for this workload, compressed with ``codec`` (by
     default the first of ``settings.codecs()``)."""
     codec = settings.codecs()[0] if codec is None else codec
-    per_batch = max(1, (settings.batch_bytes_max - HEADER_BYTES) // (settings.message_bytes + RECORD_OVERHEAD_BYTES))
+    per_batch = messages_per_batch(settings)
     payloads = bench_payloads(settings)
     batches: list[list[bytes]] = [[] for _ in range(settings.partitions)]
     sequences = [0] * settings.partitions
@@ -285,6 +317,7 @@ def run_produce_bench(settings: ProduceBenchSettings, output_path: str) -> dict:
                 for codec in codecs]
         producer, paced = runs[0]["producer"], runs[0]["paced"]
         no_callbacks = measured_run(connection, admin, topic, settings, codecs[0], callbacks=False)
+        send_many = measured_run(connection, admin, topic, settings, codecs[0], many=True)
         batches = encoded_batches(settings, codecs[0])
         leaders = [replica_handle(admin.cluster, topic, s.partition, s.leader) for s in metadata.partitions]
         raw_leaders = raw_run(leaders, batches, settings, over_stream=True)
@@ -309,6 +342,9 @@ def run_produce_bench(settings: ProduceBenchSettings, output_path: str) -> dict:
         "producer_vs_bare_ratio": round(producer["msgs_per_s"] / bare_actor["msgs_per_s"], 3),
         "producer_no_callbacks_msgs_per_s": no_callbacks["msgs_per_s"],
         "producer_no_callbacks_vs_bare_ratio": round(no_callbacks["msgs_per_s"] / bare_actor["msgs_per_s"], 3),
+        "producer_send_many_msgs_per_s": send_many["msgs_per_s"],
+        "producer_send_many_vs_bare_ratio": round(send_many["msgs_per_s"] / bare_actor["msgs_per_s"], 3),
+        "producer_send_many_vs_raw_leaders_ratio": round(send_many["msgs_per_s"] / raw_leaders["msgs_per_s"], 3),
         "raw_leaders_vs_bare_ratio": round(raw_leaders["msgs_per_s"] / bare_actor["msgs_per_s"], 3),
         "bare_stream_msgs_per_s": bare_stream["msgs_per_s"],
         "producer_vs_bare_stream_ratio": round(producer["msgs_per_s"] / bare_stream["msgs_per_s"], 3),
@@ -320,7 +356,7 @@ def run_produce_bench(settings: ProduceBenchSettings, output_path: str) -> dict:
         "compression_comparison": compression_comparison(runs),
     }
     report = {"settings": asdict(settings), "producer": producer, "paced": paced,
-              "producer_no_callbacks": no_callbacks, "raw_leaders": raw_leaders,
+              "producer_no_callbacks": no_callbacks, "producer_send_many": send_many, "raw_leaders": raw_leaders,
               "bare_actor": bare_actor, "bare_stream": bare_stream, "compression_runs": runs, "summary": summary, "cpu_count": os.cpu_count()}
     Path(output_path).parent.mkdir(parents=True, exist_ok=True)
     Path(output_path).write_text(json.dumps(report, indent=2))

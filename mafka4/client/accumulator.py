@@ -18,12 +18,15 @@ therefore grow instead of queueing up small, which keeps latency flat as the rat
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections import deque
+from itertools import repeat
 
 from mafka4.client.futures import BatchResult, Callback, RecordFuture
 from mafka4.client.partitioner import Partitioner
+from mafka4.client.send_many import ManyFuture
 from mafka4.client.sender_core import ProducerBatch
 from mafka4.errors import BufferFull
 from mafka4.limits import OnFull, ProducerConfig
@@ -104,10 +107,7 @@ class RecordAccumulator:
             batch, closed = None, True
         opened = batch is None
         if opened:
-            batch = ProducerBatch(target, now_ms, BatchResult(self._topic, target),
-                                  first_timestamp_ms=timestamp_ms, max_timestamp_ms=timestamp_ms)
-            self._open[target] = batch
-            self._unanswered_batches += 1
+            batch = self._open_batch_locked(target, now_ms, timestamp_ms)
         elif timestamp_ms > batch.max_timestamp_ms:
             batch.max_timestamp_ms = timestamp_ms
         records = batch.records
@@ -122,6 +122,61 @@ class RecordAccumulator:
         if key is None and partition is None and (opened or closed):
             self.partitioner.batch_closed(target)  # keyless traffic moves on to the next partition
         return future, target, opened, closed
+
+    def _open_batch_locked(self, target: int, now_ms: float, timestamp_ms: int) -> ProducerBatch:
+        batch = ProducerBatch(target, now_ms, BatchResult(self._topic, target),
+                              first_timestamp_ms=timestamp_ms, max_timestamp_ms=timestamp_ms)
+        self._open[target] = batch
+        self._unanswered_batches += 1
+        return batch
+
+    def append_many(self, key: bytes | None, values: list[bytes], ends: list[int], partition: int | None,
+                    timestamp_ms: int, headers: list[tuple[str, bytes]] | None, now_ms: float,
+                    future: ManyFuture) -> tuple[set[int], set[int]]:
+        """Add ``values`` in order, as runs of records that fill the open batches (``Producer.send_many``).
+        ``ends[i]`` is the sum of the sizes of ``values[:i + 1]``, whose total the caller has
+        reserved (``reserve``). Each run registers one callback, ``future.add_part``, at its first
+        record, and ``future`` is sealed before the lock is let go. Keyless values move on to the next partition as ``append`` does, so a long call
+        fills one batch per partition in turn. Returns (the partitions that got a new batch, the
+        partitions that got a closed one)."""
+        opened, closed = set(), set()
+        limit, moves_on = self._config.batch_bytes_max, key is None and partition is None
+        done = 0
+        with self._lock:
+            while done < len(values):
+                target = self.partitioner.partition(key, partition)
+                batch = self._open.get(target)
+                if batch is None:
+                    batch = self._open_batch_locked(target, now_ms, timestamp_ms)
+                    opened.add(target)
+                    started = True
+                else:
+                    batch.max_timestamp_ms = max(batch.max_timestamp_ms, timestamp_ms)
+                    started = False
+                before = ends[done - 1] if done else 0
+                end = bisect.bisect_right(ends, before + limit - batch.size_bytes, done)
+                if end == done:
+                    if batch.records:  # the next value does not fit: close this batch and open another
+                        self._close_locked(target)
+                        closed.add(target)
+                        if moves_on:
+                            self.partitioner.batch_closed(target)
+                        continue
+                    end = done + 1  # a value larger than a batch goes alone, as with ``append``
+                records = batch.records
+                batch.result.add_callback_while_open(len(records), timestamp_ms, future.add_part(end - done))
+                records.extend(zip(repeat(timestamp_ms - batch.first_timestamp_ms), repeat(key),
+                                   values[done:end], repeat(headers)))
+                batch.size_bytes += ends[end - 1] - before
+                filled = batch.size_bytes >= limit
+                if filled:
+                    self._close_locked(target)
+                    closed.add(target)
+                if moves_on and (started or filled):
+                    self.partitioner.batch_closed(target)
+                done = end
+            future.seal()  # before the sender can take a batch of it: only an answer completes it
+        return opened, closed
 
     def linger_remaining_ms(self, partition: int, now_ms: float) -> float | None:
         """How long the open batch must still wait to be sendable; None if there is none."""

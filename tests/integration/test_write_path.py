@@ -63,6 +63,28 @@ def test_replicated_topic_reads_back_every_acknowledged_message_once_in_order(cl
         assert sorted(partition["live"]["isr"]) == sorted(partition["replicas"])
 
 
+def test_send_many_writes_every_value_in_order_and_answers_each_offset(cluster):
+    admin = Admin(cluster)
+    topic = topic_name("many")
+    admin.create_topic(topic, partitions=2, replication_factor=2, read_mode="mafka3")
+    answers = []
+    with Producer(topic, connection=cluster, acks="all", batch_bytes_max=16 * 1024) as producer:
+        first = producer.send_many([b"%05d" % i + b"x" * 200 for i in range(1000)],
+                                   callback=lambda sent, error: answers.append((sent, error)))
+        keyed = producer.send_many((b"k%03d" % i for i in range(300)), key=b"one-key")
+        with pytest.raises(errors.InvalidRecord, match="message 2: .*not bytes"):
+            producer.send_many([b"a", b"b", "c"])
+        producer.flush()
+        sent, keyed_sent = first.result(), keyed.result()
+    assert answers == [(sent, None)] and len(sent) == 1000 and len(keyed_sent) == 300
+    assert {m.partition for m in sent} == {0, 1}, "keyless values spread over the partitions batch by batch"
+    assert len({m.partition for m in keyed_sent}) == 1
+    by_place = {(m.partition, m.offset): m.value for m in read_all(cluster, topic, 1300)}
+    assert len(by_place) == 1300, "the refused call wrote nothing"
+    assert [by_place[(m.partition, m.offset)][:5] for m in sent] == [b"%05d" % i for i in range(1000)]
+    assert [by_place[(m.partition, m.offset)] for m in keyed_sent] == [b"k%03d" % i for i in range(300)]
+
+
 def test_rf3_keeps_accepting_acks_all_after_a_follower_dies(cluster):
     admin = Admin(cluster)
     topic = topic_name("rf3")

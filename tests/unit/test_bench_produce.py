@@ -252,3 +252,13 @@ def test_the_comparison_sets_each_codec_beside_the_first():
 def test_the_comparison_refuses_a_codec_measured_twice():
     with pytest.raises(AssertionError):
         compression_comparison([run("none", 1, 1.0, 1.0, 1.0), run("none", 1, 1.0, 1.0, 1.0)])
+
+
+def test_send_many_calls_carry_the_values_the_message_numbers_send_and_fill_one_batch_each():
+    payloads = (b"a", b"b", b"c")
+    assert produce._values_from(payloads, 1, 5) == [b"b", b"c", b"a", b"b", b"c"]
+    assert produce._values_from(payloads, 3, 2) == [b"a", b"b"]
+    settings = ProduceBenchSettings(message_bytes=1024, batch_bytes_max=MiB)
+    per_call = produce.messages_per_batch(settings)
+    assert per_call * (1024 + produce.RECORD_OVERHEAD_BYTES) + records.HEADER_BYTES <= MiB
+    assert (per_call + 1) * (1024 + produce.RECORD_OVERHEAD_BYTES) + records.HEADER_BYTES > MiB
