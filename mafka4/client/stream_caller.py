@@ -16,6 +16,7 @@ its stream too; the next opens a new one.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import threading
 
@@ -32,6 +33,28 @@ class StreamCaller:
     def call(self, actor, name: str, method: str, *args) -> concurrent.futures.Future:
         """``actor.method(*args)`` over the stream of the actor called ``name``."""
         return asyncio.run_coroutine_threadsafe(self._call(actor, name, method, args), self._loop)
+
+    def close(self, timeout_s: float = 2.0) -> None:
+        """Close every stream and stop the loop. Run at exit: the loop's thread is a daemon, and each
+        task still pending when the interpreter drops it (a stream's answer reader) would print
+        "Task was destroyed but it is pending!"."""
+        async def shut_down() -> None:
+            for _, stream in self._streams.values():
+                stream.close()
+            self._streams.clear()
+            tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        if self._loop.is_closed() or not self._thread.is_alive():
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(shut_down(), self._loop).result(timeout_s)
+        except (concurrent.futures.TimeoutError, RuntimeError):
+            pass  # exiting anyway: what is left only warns
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout_s)
 
     async def _call(self, actor, name: str, method: str, args: tuple):
         opened = self._streams.get(name)
@@ -59,4 +82,5 @@ def stream_caller() -> StreamCaller:
     with _caller_lock:
         if _caller is None:
             _caller = StreamCaller()
+            atexit.register(_caller.close)
         return _caller
