@@ -136,9 +136,10 @@ class RecordAccumulator:
         """Add ``values`` in order, as runs of records that fill the open batches (``Producer.send_many``).
         ``ends[i]`` is the sum of the sizes of ``values[:i + 1]``, whose total the caller has
         reserved (``reserve``). Each run registers one callback, ``future.add_part``, at its first
-        record, and ``future`` is sealed before the lock is let go. Keyless values move on to the next partition as ``append`` does, so a long call
-        fills one batch per partition in turn. Returns (the partitions that got a new batch, the
-        partitions that got a closed one)."""
+        record, and ``future`` is sealed before the lock is let go, so that only an answer on the
+        sender thread completes it. Keyless values move on to the next partition as ``append``
+        does, so a long call fills one batch per partition in turn. Returns (the partitions that
+        got a new batch, the partitions that got a closed one)."""
         opened, closed = set(), set()
         limit, moves_on = self._config.batch_bytes_max, key is None and partition is None
         done = 0

@@ -12,11 +12,10 @@ Pure: bytes in, messages out.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Callable, Iterator
 
 from mafka4.client.message import Message
-from mafka4.records import BatchHeader, decode_checked_batch, iter_batches
+from mafka4.records import BatchHeader, TupleBuilder, decode_checked_batch, iter_batches
 
 # Decodes the CRC-checked batch at a position of the data into messages.
 BatchDecoder = Callable[[int, BatchHeader], list]
@@ -48,7 +47,7 @@ def take_messages(data: bytes | bytearray | memoryview, topic: str, partition: i
 
     Each record is decoded straight into its message: no ``Record`` is built only to be copied.
     """
-    build = partial(Message, topic, partition)
+    build = TupleBuilder(Message, topic, partition)
     next_offset = None
     for taken in wanted_records(data, offset, messages, messages_max,
                                 lambda position, header: decode_checked_batch(data, position, header, build)):

@@ -24,11 +24,11 @@ Pure: bytes in, messages out.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from operator import attrgetter
 
 from mafka4.client.fetched_messages import wanted_records
 from mafka4.client.message import Message
+from mafka4.records import TupleBuilder
 from mafka4.virtual.vp_records import decode_checked_vp_batch, lost_range_in
 
 _headers_of = attrgetter("headers")
@@ -51,7 +51,7 @@ def take_vp_messages(data: bytes | bytearray | memoryview, topic: str, vp: int, 
     source header, for any batch that is decoded (the batches not decoded hold no message this
     take returns: the next fetch starts at them).
     """
-    build = partial(Message, topic, vp)
+    build = TupleBuilder(Message, topic, vp)
     next_offset = offset
     for taken in wanted_records(data, offset, messages, messages_max,
                                 lambda position, header: decode_checked_vp_batch(data, position, header, build)):

@@ -54,8 +54,8 @@ from itertools import groupby, repeat
 from typing import Container, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from mafka4.compression import Codec
-from mafka4.records import (BatchHeader, Headers, HeadersReading, Record, RecordBuilder, bad_record, decode_batch,
-                            decode_checked_batch, decode_headers, encode_batch, read_header)
+from mafka4.records import (RECORDS, BatchHeader, Headers, HeadersReading, Record, RecordBuilder, bad_record,
+                            decode_batch, decode_checked_batch, decode_headers, encode_batch, read_header)
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import message_hash
 
@@ -164,7 +164,7 @@ def _is_source_header(pair: object) -> bool:
 
 
 def decode_checked_vp_batch(
-    buffer: bytes | bytearray | memoryview, position: int, header: BatchHeader, build: RecordBuilder = Record
+    buffer: bytes | bytearray | memoryview, position: int, header: BatchHeader, build: RecordBuilder = RECORDS
 ) -> list:
     """The producer's records of the CRC-checked VP batch at ``position`` (``strip_source`` of each
     record, VP offsets), each made by ``build`` in one step; loss markers included, in order.

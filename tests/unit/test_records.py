@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mafka4 import records
+from mafka4.client.message import Message
 from mafka4.errors import CorruptRecord
 
 record_strategy = st.tuples(
@@ -131,9 +132,14 @@ def test_whole_columns_decode_to_what_record_by_record_decoding_gives(items, wit
     batch = bytearray(records.encode_batch(items))
     records.stamp(batch, 77, 0)
     header = records.check_single_batch(batch)
-    for build in (records.Record, lambda *fields: fields):
+    message_builder = records.TupleBuilder(Message, "orders", 3)
+    for build in (records.Record, lambda *fields: fields, records.RECORDS, message_builder):
         assert records.decode_checked_batch(batch, 0, header, build) == \
             records.decode_checked_batch(batch, 0, header, build, PER_RECORD)
+    by_columns = records.decode_checked_batch(batch, 0, header, message_builder)
+    assert {type(message) for message in by_columns} == {Message}, "a tuple builder makes its named tuple's instances"
+    assert by_columns == [Message("orders", 3, *record) for record in records.decode_checked_batch(batch, 0, header)]
+    assert {type(record) for record in records.decode_checked_batch(batch, 0, header)} == {records.Record}
 
 
 def stamped_payload(payload: list) -> bytearray:
