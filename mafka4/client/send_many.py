@@ -13,12 +13,15 @@ was acknowledged makes no object per message.
 from __future__ import annotations
 
 import bisect
+import logging
 import threading
 from collections.abc import Sequence
 from typing import Callable, NamedTuple
 
-from mafka4.client.futures import RecordMetadata, logger
+from mafka4.client.futures import RecordMetadata
 from mafka4.errors import RequestTimedOut
+
+logger = logging.getLogger(__name__)
 
 
 class SentPart(NamedTuple):

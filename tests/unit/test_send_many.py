@@ -187,3 +187,14 @@ def test_sends_and_send_many_calls_keep_per_key_order_fill_batches_and_account_e
     for key in (b"k1", b"k2"):
         in_partition = [record[2] for batch in batches for record in batch.records if record[1] == key]
         assert in_partition == sent_by_key.get(key, []), "a key's values keep their order in its one partition"
+
+
+def test_a_raising_send_many_callback_is_logged_and_the_others_still_run(caplog):
+    seen = []
+
+    def bad(sent, error):
+        raise RuntimeError("boom")
+    future = ManyFuture(bad)
+    future.add_callback(lambda sent, error: seen.append(len(sent)))
+    future.seal()
+    assert seen == [0] and "send_many callback raised" in caplog.text
