@@ -84,3 +84,17 @@ def stream_caller() -> StreamCaller:
             _caller = StreamCaller()
             atexit.register(_caller.close)
         return _caller
+
+
+def close_stream_caller() -> None:
+    """Close the process's caller now, if it started; the next ``stream_caller()`` starts another.
+
+    For a process that wants its threads gone before the interpreter finalizes (a test session
+    ending); any other process can leave it to the exit handler.
+    """
+    global _caller
+    with _caller_lock:
+        caller, _caller = _caller, None
+    if caller is not None:
+        atexit.unregister(caller.close)
+        caller.close()

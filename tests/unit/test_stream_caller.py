@@ -10,7 +10,8 @@ import threading
 
 import pytest
 
-from mafka4.client.stream_caller import StreamCaller
+from mafka4.client import stream_caller as stream_caller_module
+from mafka4.client.stream_caller import StreamCaller, close_stream_caller, stream_caller
 from mafka4.errors import StreamLost
 from mafka4.runtime.stream_calls import StreamServer
 
@@ -67,9 +68,15 @@ class FakeActor:
         return future
 
 
-def test_calls_return_futures_the_caller_waits_on_together():
-    serving = ServingThread()
+@pytest.fixture
+def caller():
     caller = StreamCaller()
+    yield caller
+    caller.close()
+
+
+def test_calls_return_futures_the_caller_waits_on_together(caller):
+    serving = ServingThread()
     try:
         actor = FakeActor(serving.endpoint)
         calls = [caller.call(actor, "local/read_node/r0", "fetch", offset, 1024) for offset in range(3)]
@@ -79,8 +86,8 @@ def test_calls_return_futures_the_caller_waits_on_together():
         serving.stop()
 
 
-def test_a_call_with_another_handle_of_the_same_name_goes_to_the_actor_that_handle_names():
-    old, new, caller = ServingThread(), ServingThread(NewReadNode()), StreamCaller()
+def test_a_call_with_another_handle_of_the_same_name_goes_to_the_actor_that_handle_names(caller):
+    old, new = ServingThread(), ServingThread(NewReadNode())
     name = "local/read_node/r0"
     try:
         assert caller.call(FakeActor(old.endpoint), name, "fetch", 1, 0).result() == (1, b"")
@@ -91,8 +98,8 @@ def test_a_call_with_another_handle_of_the_same_name_goes_to_the_actor_that_hand
         new.stop()
 
 
-def test_after_a_failed_call_the_next_opens_a_stream_from_the_handle_it_brings():
-    first, caller = ServingThread(), StreamCaller()
+def test_after_a_failed_call_the_next_opens_a_stream_from_the_handle_it_brings(caller):
+    first = ServingThread()
     name = "local/read_node/r0"
     assert caller.call(FakeActor(first.endpoint), name, "fetch", 1, 0).result() == (1, b"")
     first.stop()  # the node died; a restarted one listens elsewhere
@@ -105,9 +112,8 @@ def test_after_a_failed_call_the_next_opens_a_stream_from_the_handle_it_brings()
         restarted.stop()
 
 
-def test_close_ends_every_stream_task_so_that_exit_prints_no_pending_task_warning():
+def test_close_ends_every_stream_task_so_that_exit_prints_no_pending_task_warning(caller):
     serving = ServingThread()
-    caller = StreamCaller()
     try:
         actor = FakeActor(serving.endpoint)
         assert caller.call(actor, "local/read_node/r0", "fetch", 0, 8).result(5) == (0, b"m" * 8)
@@ -117,3 +123,15 @@ def test_close_ends_every_stream_task_so_that_exit_prints_no_pending_task_warnin
         caller.close()  # idempotent, as at exit after an explicit close
     finally:
         serving.stop()
+
+
+def test_closing_the_process_s_caller_stops_its_thread_and_the_next_use_starts_another():
+    first = stream_caller()
+    close_stream_caller()
+    assert not first._thread.is_alive() and stream_caller_module._caller is None
+    second = stream_caller()
+    try:
+        assert second is not first and second._thread.is_alive()
+    finally:
+        close_stream_caller()
+    close_stream_caller()  # nothing left to close
