@@ -257,16 +257,22 @@ def read_header(buffer: bytes | bytearray | memoryview, position: int = 0) -> Ba
 
 def check_batch(buffer: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
     """Parse and CRC-check the batch at ``position``; raise ``CorruptRecord`` if it is bad."""
-    header = read_header(buffer, position)
+    header = _whole_batch_header(buffer, position)
     end = position + header.size_bytes
-    if end > len(buffer):
+    actual = zlib.crc32(memoryview(buffer)[position + CRC_START:end])
+    if actual != header.crc:
+        raise CorruptRecord(f"batch at byte {position} fails its CRC ({actual:#x} != {header.crc:#x})")
+    return header
+
+
+def _whole_batch_header(buffer: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
+    """The header at ``position``, whose batch ``buffer`` holds whole; its CRC is not checked."""
+    header = read_header(buffer, position)
+    if position + header.size_bytes > len(buffer):
         raise CorruptRecord(
             f"batch at byte {position} claims {header.size_bytes} bytes, only "
             f"{len(buffer) - position} present"
         )
-    actual = zlib.crc32(memoryview(buffer)[position + CRC_START:end])
-    if actual != header.crc:
-        raise CorruptRecord(f"batch at byte {position} fails its CRC ({actual:#x} != {header.crc:#x})")
     return header
 
 
@@ -280,13 +286,15 @@ def crc_matches(buffer: bytes | bytearray | memoryview, position: int, header: B
         return zlib.crc32(view[position + CRC_START:position + header.size_bytes]) == header.crc
 
 
-def check_single_batch(buffer: bytes | bytearray) -> BatchHeader:
+def check_single_batch(buffer: bytes | bytearray, check_crc: bool = True) -> BatchHeader:
     """Check that ``buffer`` is exactly one valid batch (what a producer must send).
 
     Its codec must be one this version knows (``UnknownCodec``): a leader that appended a
-    batch no reader can decode would stall every feed of the partition at it.
+    batch no reader can decode would stall every feed of the partition at it. ``check_crc=False``
+    skips only the CRC, for a caller that checked it already (the CRC does not cover the base
+    offset and epoch a leader stamps, so a check made before stamping still holds).
     """
-    header = check_batch(buffer)
+    header = check_batch(buffer) if check_crc else _whole_batch_header(buffer)
     if header.size_bytes != len(buffer):
         raise CorruptRecord(
             f"request holds {len(buffer)} bytes but its batch is {header.size_bytes}: send one batch per request"

@@ -193,10 +193,14 @@ class Log:
 
     # --- appending -----------------------------------------------------------------------
 
-    def append(self, batch: bytes | bytearray, now_ms: int) -> BatchHeader:
-        """Append one CRC-valid batch stamped with base offset ``log_end_offset``."""
+    def append(self, batch: bytes | bytearray, now_ms: int, check_crc: bool = True) -> BatchHeader:
+        """Append one CRC-valid batch stamped with base offset ``log_end_offset``.
+
+        ``check_crc=False`` is for a caller that checked the CRC itself (a leader on receipt, a VP
+        leader that just encoded the batch): the check is a pass over every byte, 0.37 ms per MiB
+        here, about a twentieth of the CPU a leader spends on a MiB it takes in."""
         self._check_open()
-        header = check_single_batch(batch)
+        header = check_single_batch(batch, check_crc)
         self._check_follows(header, self.log_end_offset)
         self._append_batches(batch, [(0, header)], now_ms)
         return header

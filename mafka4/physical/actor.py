@@ -304,7 +304,7 @@ class PhysicalPartition:
             stamped = bytearray(batch)
             stamp(stamped, plan.base_offset, plan.leader_epoch)
             try:
-                header = self._log.append(stamped, now_ms)
+                header = self._log.append(stamped, now_ms, check_crc=False)  # checked on receipt, above
             except OSError as error:
                 if not is_disk_full(error):
                     raise

@@ -122,7 +122,7 @@ class SimReplica:
         else:
             stamped = bytearray(message.batch)
             stamp(stamped, plan.base_offset, plan.leader_epoch)
-            appended = self.log.append(stamped, now_ms)
+            appended = self.log.append(stamped, now_ms, check_crc=False)  # checked on receipt, as the actor does
             self.state.appended(appended, now_ms)
             self._unpark(expired_only=False)
         if message.acks is Acks.ALL:

@@ -144,6 +144,18 @@ def test_append_refuses_bad_batches_and_appends_nothing(tmp_path):
     log.close()
 
 
+def test_an_append_whose_caller_checked_the_crc_still_checks_the_rest(tmp_path):
+    log = Log.open(tmp_path, config(), now_ms=0)
+    fill(log, 3)
+    for bad, problem in ((make_batch(7, 0), "expects 3"), (make_batch(3, 0) + b"x", "one batch per request"),
+                         (make_batch(3, 0)[:-1], "only")):
+        with pytest.raises(CorruptRecord, match=problem):
+            log.append(bad, 0, check_crc=False)
+    assert log.log_end_offset == 3
+    assert log.append(make_batch(3, 0), 0, check_crc=False).base_offset == 3
+    log.close()
+
+
 def test_append_batches_is_all_or_nothing(tmp_path):
     log = Log.open(tmp_path, config(), now_ms=0)
     good = [make_batch(2 * i, 1_000 + i, value_bytes=300, count=2) for i in range(20)]

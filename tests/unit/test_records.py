@@ -73,6 +73,18 @@ def test_check_single_batch_refuses_trailing_bytes():
         records.check_single_batch(records.encode_batch([(None, b"a", 1, None)]) + b"x")
 
 
+def test_a_single_batch_checked_without_its_crc_is_still_checked_for_size_and_codec():
+    batch = bytearray(records.encode_batch([(None, b"a", 1, None)]))
+    batch[-1] ^= 0xFF
+    assert records.check_single_batch(batch, check_crc=False).count == 1  # the caller checked the CRC
+    with pytest.raises(CorruptRecord, match="fails its CRC"):
+        records.check_single_batch(batch)
+    with pytest.raises(CorruptRecord, match="only"):
+        records.check_single_batch(batch[:-1], check_crc=False)
+    with pytest.raises(CorruptRecord, match="one batch per request"):
+        records.check_single_batch(batch + b"x", check_crc=False)
+
+
 def test_garbage_is_a_clear_corrupt_record():
     with pytest.raises(CorruptRecord, match="truncated batch header"):
         records.check_batch(b"short")
