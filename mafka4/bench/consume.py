@@ -46,6 +46,7 @@ from mafka4.bench.drain import (Armed, Assigned, Closed, ConsumeBenchSettings, D
                                 MemberDrain, OffsetRange, assignment_problem, backlog_messages, drain_row, row_quiet,
                                 summary)
 from mafka4.bench.produce import producer_run
+from mafka4.bench.process_usage import wait_until_quiet
 from mafka4.bench.produce_settings import ProduceBenchSettings
 from mafka4.bench.usage import is_quiet
 from mafka4.client.admin import Admin
@@ -101,10 +102,11 @@ def write_backlog(connection: Connection, admin: Admin, read_mode: ReadMode, set
         admin.create_topic(topic, partitions=settings.partitions, replication_factor=settings.replication_factor,
                            read_mode=ReadMode.MAFKA3)
     created.append(topic)
-    # bench produce's saturated run: keyless messages of random bytes, acks=all, as fast as the producer takes them.
+    # bench produce's saturated send_many run: keyless messages of random bytes, acks=all, a batch's
+    # worth per call. The batches are those that send would make; only the backlog is written sooner.
     produced = producer_run(connection, topic, ProduceBenchSettings(
         messages=settings.messages, message_bytes=settings.message_bytes, partitions=settings.partitions,
-        replication_factor=settings.replication_factor, linger_ms=settings.linger_ms))
+        replication_factor=settings.replication_factor, linger_ms=settings.linger_ms), many=True)
     deadline = time.monotonic() + settings.ready_s_max
     while True:
         ranges = backlog_ranges(connection, topic)
@@ -239,7 +241,10 @@ def drain_once(connection: Connection, backlog: Backlog, consumers: int, repetit
         _settle(members, GroupSettling(consumers, ranges, int(settings.settle_s * 1e9)), consumers, settings)
         join_s = time.monotonic() - joining
         armed = _arm(members, consumers, ranges, settings)
-        load_start = os.getloadavg()[0]
+        # The members' starts (a Ray driver each) load the machine for a while: the drain waits.
+        waiting = time.monotonic()
+        load_start = wait_until_quiet(settings.quiet_wait_s_max)
+        quiet_wait_s = time.monotonic() - waiting
         members.start.set()
         drains, closes = _collect(members, consumers, settings)
         load_end = os.getloadavg()[0]
@@ -247,7 +252,7 @@ def drain_once(connection: Connection, backlog: Backlog, consumers: int, repetit
         members.close()
     load = [round(load_start, 2), round(load_end, 2)]
     return {"read_mode": backlog.read_mode.value, "consumers": consumers, "repetition": repetition, "group": group,
-            "join_s": round(join_s, 2), **drain_row(ranges, drains, settings.message_bytes),
+            "join_s": round(join_s, 2), "quiet_wait_s": round(quiet_wait_s, 2), **drain_row(ranges, drains, settings.message_bytes),
             "messages_while_joining": sum(a.messages_while_joining for a in armed.values()),
             "late_messages": sum(c.late_messages for c in closes),
             "close_errors": [c.close_error for c in closes if c.close_error is not None],

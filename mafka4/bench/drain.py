@@ -16,7 +16,9 @@ and repetition with a fresh group whose members are processes of their own
 
 How a drain is timed. Members join while the backlog is already written, positioned at its end,
 so joining reads nothing (``bench.consume_member`` says how); once the group has settled they
-seek to the backlog's start and wait for one start signal. Each member stamps
+seek to the backlog's start and wait for one start signal, which the driver gives once the
+1-minute load average is back at 2.0 or below (their starts load the machine; at most
+``quiet_wait_s_max``, and the row records the wait and the load). Each member stamps
 ``time.monotonic_ns()`` (CLOCK_MONOTONIC: one clock for every process of a Linux machine) just
 before its first ``poll()`` after the signal and when the poll that returned its last message
 returned. The drain runs from the earliest first poll to the latest last message; msgs/s is
@@ -82,6 +84,9 @@ class ConsumeBenchSettings:
     settle_s: float = 2.0
     # One drain must end within this long of the start signal; later, the row says what was missing.
     drain_s_max: float = 300.0
+    quiet_wait_s_max: float = field(default=180.0, metadata={
+        "help": "before each drain, wait at most this long for the 1-minute load average to fall to 2.0 (the "
+                "members' starts load the machine); 0 does not wait"})
     # A test-sized run (the report says so).
     smoke: bool = False
 
@@ -101,6 +106,8 @@ class ConsumeBenchSettings:
                 or not set(self.read_modes) <= set(READ_MODES)):
             raise InvalidConfig(f"read_modes={','.join(self.read_modes)}: give one or both of "
                                 f"{', '.join(sorted(READ_MODES))}, each once, e.g. {','.join(sorted(READ_MODES))}")
+        if self.quiet_wait_s_max < 0:
+            raise InvalidConfig(f"quiet_wait_s_max={self.quiet_wait_s_max} must be 0 (no wait) or more seconds")
         if min(self.ready_s_max, self.join_s_max, self.settle_s, self.drain_s_max) <= 0:
             raise InvalidConfig(f"ready_s_max={self.ready_s_max}, join_s_max={self.join_s_max}, settle_s="
                                 f"{self.settle_s} and drain_s_max={self.drain_s_max} must be positive")
@@ -108,8 +115,8 @@ class ConsumeBenchSettings:
     @classmethod
     def smoke_sized(cls, **changes) -> "ConsumeBenchSettings":
         """A run of a minute for tests: 2,000 messages on 2 partitions, 1 and 2 consumers, once."""
-        return cls(**{"messages": 2_000, "partitions": 2, "consumers": (1, 2), "repetitions": 1, "smoke": True,
-                      **changes})
+        return cls(**{"messages": 2_000, "partitions": 2, "consumers": (1, 2), "repetitions": 1,
+                      "quiet_wait_s_max": 0.0, "smoke": True, **changes})
 
     @property
     def mafka4_virtual_partitions(self) -> int:

@@ -49,6 +49,7 @@ def test_the_defaults_drain_100k_messages_with_1_4_and_16_consumers_in_both_read
     ({"virtual_partitions": 0}, "virtual_partitions=0"),
     ({"repetitions": 0}, "repetitions=0"),
     ({"settle_s": 0.0}, "settle_s=0.0"),
+    ({"quiet_wait_s_max": -1.0}, "quiet_wait_s_max=-1.0 must be 0"),
 ])
 def test_settings_refuse_what_cannot_be_measured_naming_it(changes, named):
     with pytest.raises(InvalidConfig, match=named.replace(".", r"\.")):
@@ -58,6 +59,7 @@ def test_settings_refuse_what_cannot_be_measured_naming_it(changes, named):
 def test_a_smoke_run_is_small_and_says_so():
     smoke = ConsumeBenchSettings.smoke_sized(read_modes=("mafka4",))
     assert smoke.smoke and smoke.messages == 2_000 and smoke.consumers == (1, 2) and smoke.repetitions == 1
+    assert smoke.quiet_wait_s_max == 0  # a test does not wait for the machine
     assert smoke.read_modes == ("mafka4",)
 
 
@@ -79,10 +81,11 @@ def driver(monkeypatch, tmp_path):
 
 def test_the_command_passes_its_lists_to_the_settings_and_prints_a_table(driver, capsys):
     argv = ["bench", "consume", "--consumers", "1,4", "--read-modes", "mafka4", "--virtual-partitions", "8",
-            "--messages", "5000", "--repetitions", "2"]
+            "--messages", "5000", "--repetitions", "2", "--quiet-wait-s-max", "30"]
     assert cli.main(argv) == 0
     assert driver == [(ConsumeBenchSettings(consumers=(1, 4), read_modes=("mafka4",), virtual_partitions=8,
-                                            messages=5000, repetitions=2), "results/bench_consume.json")]
+                                            messages=5000, repetitions=2, quiet_wait_s_max=30.0),
+                       "results/bench_consume.json")]
     out, err = capsys.readouterr()
     assert out.splitlines()[0].split()[:4] == ["read", "mode", "consumers", "working"]
     assert "50,000" in out and "40,000" in out
