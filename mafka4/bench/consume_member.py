@@ -40,6 +40,7 @@ from mafka4.bench.drain import (Armed, Assigned, Closed, Drained, Failed, Joined
                                 OffsetTally)
 from mafka4.client.consumer import Consumer
 from mafka4.errors import MafkaError
+from mafka4.runtime.collector import freeze_what_start_up_left
 from mafka4.runtime.connect import CLUSTER_ENV, ETCD_ENDPOINT_ENV, RAY_ADDRESS_ENV, connect
 
 # While joining, a member returns from poll() this often to look at the driver's signal.
@@ -64,6 +65,7 @@ class MemberSpec:
     ray_address: str
     cluster: str
     ranges: Mapping[int, OffsetRange]
+    gc_freeze: bool = False  # freeze what the member's start left (ConsumeBenchSettings.gc_freeze)
 
 
 def run_member(spec: MemberSpec, reports, arm, start, stop) -> None:
@@ -79,6 +81,8 @@ def _run(spec: MemberSpec, reports, arm, start, stop) -> None:
     os.environ.update({ETCD_ENDPOINT_ENV: spec.etcd_endpoint, RAY_ADDRESS_ENV: spec.ray_address,
                        CLUSTER_ENV: spec.cluster})
     consumer = Consumer(spec.topic, group=spec.group, connection=connect())  # at the latest offsets: step 1
+    if spec.gc_freeze:
+        freeze_what_start_up_left()
     try:
         late_messages = _steps(consumer, spec, reports, arm, start, stop)
     except BaseException:

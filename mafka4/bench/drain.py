@@ -74,6 +74,9 @@ class ConsumeBenchSettings:
         "help": "read modes, one backlog topic each: mafka3 (consumers read the physical partitions), mafka4 "
                 "(consumers read the VPs)"})
     repetitions: int = field(default=3, metadata={"help": "drains of each (read mode, consumer count)"})
+    gc_freeze: bool = field(default=False, metadata={
+        "help": "each member freezes what its start left out of its garbage collector's full collections (gc.freeze, "
+                "as the README advises applications that drain at high rates)"})
     read_replicas: int = 1
     linger_ms: int = ProducerConfig().linger_ms
     # The backlog must be committed (and, in mafka4 mode, fed to its VPs) within this long of being sent.
