@@ -45,8 +45,8 @@ from mafka4.bench.consume_member import MemberSpec, run_member
 from mafka4.bench.drain import (Armed, Assigned, Closed, ConsumeBenchSettings, Drained, Failed, GroupSettling, Joined,
                                 MemberDrain, OffsetRange, assignment_problem, backlog_messages, drain_row, row_quiet,
                                 summary)
-from mafka4.bench.produce import producer_run
 from mafka4.bench.process_usage import wait_until_quiet
+from mafka4.bench.produce import producer_run
 from mafka4.bench.produce_settings import ProduceBenchSettings
 from mafka4.bench.usage import is_quiet
 from mafka4.client.admin import Admin
@@ -252,7 +252,8 @@ def drain_once(connection: Connection, backlog: Backlog, consumers: int, repetit
         members.close()
     load = [round(load_start, 2), round(load_end, 2)]
     return {"read_mode": backlog.read_mode.value, "consumers": consumers, "repetition": repetition, "group": group,
-            "join_s": round(join_s, 2), "quiet_wait_s": round(quiet_wait_s, 2), **drain_row(ranges, drains, settings.message_bytes),
+            "join_s": round(join_s, 2), "quiet_wait_s": round(quiet_wait_s, 2),
+            **drain_row(ranges, drains, settings.message_bytes),
             "messages_while_joining": sum(a.messages_while_joining for a in armed.values()),
             "late_messages": sum(c.late_messages for c in closes),
             "close_errors": [c.close_error for c in closes if c.close_error is not None],
