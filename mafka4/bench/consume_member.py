@@ -173,8 +173,7 @@ def _drain(consumer: Consumer, member: int, tally: OffsetTally, stop) -> MemberD
         if messages:
             latencies.append(after - before)
             last_message_ns = after
-            for message in messages:
-                tally.record(message.partition, message.offset)
+            tally.record_messages(messages)
     return MemberDrain(member, owned, first_poll_ns, last_message_ns, tuple(latencies), tally.delivered,
                        tally.duplicates, tally.outside, tally.seen(), tally.complete(consumer.assignment()), errors,
                        first_error)

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from itertools import groupby
+from operator import attrgetter
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -154,6 +156,10 @@ def backlog_messages(ranges: Mapping[int, OffsetRange]) -> int:
     return sum(offsets.count for offsets in ranges.values())
 
 
+_partition_of = attrgetter("partition")
+_offset_of = attrgetter("offset")
+
+
 class OffsetTally:
     """The backlog offsets one member was given (one byte per offset), and what it was given again.
 
@@ -183,6 +189,37 @@ class OffsetTally:
         seen[index] = 1
         self._unseen[partition] -= 1
         self.new += 1
+
+    def record_messages(self, messages: Sequence) -> None:
+        """``record`` of each message's ``(partition, offset)``, in order.
+
+        A poll returns each partition's messages as a run of consecutive offsets: such a run,
+        all new and inside the backlog, is counted with a few slice operations, not a call per
+        message (which took a sixth of a draining member's main thread in a profile: the
+        bench's own work, not the consumer's). Any other run is counted message by message.
+        """
+        for partition, run in groupby(messages, _partition_of):
+            offsets = list(map(_offset_of, run))
+            if not self._record_new_run(partition, offsets):
+                for offset in offsets:
+                    self.record(partition, offset)
+
+    def _record_new_run(self, partition: int, offsets: list[int]) -> bool:
+        """Count ``offsets`` as new if they are consecutive, inside the backlog and none was given
+        before; False (nothing counted) otherwise."""
+        offsets_range = self._ranges.get(partition)
+        first, last = offsets[0], offsets[-1]
+        if (offsets_range is None or not offsets_range.start <= first <= last < offsets_range.end
+                or offsets != list(range(first, last + 1))):
+            return False
+        seen = self._seen[partition]
+        start, end = first - offsets_range.start, last + 1 - offsets_range.start
+        if seen.find(1, start, end) != -1:
+            return False
+        seen[start:end] = bytes([1]) * len(offsets)
+        self._unseen[partition] -= len(offsets)
+        self.new += len(offsets)
+        return True
 
     @property
     def delivered(self) -> int:

@@ -12,6 +12,9 @@ import pickle
 import threading
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from mafka4 import cli
 from mafka4.bench import consume, consume_member
@@ -128,6 +131,24 @@ def test_a_tally_counts_every_message_once_as_new_duplicate_or_outside_the_backl
     assert tally.seen() == {0: b"\x01\x01\x01", 1: b"\x01\x00"}
     tally.record(1, 11)
     assert tally.complete([0, 1])
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(-2, 14)), max_size=40), st.booleans())
+def test_a_poll_tallied_at_once_counts_as_its_messages_tallied_one_by_one(pairs, runs):
+    if runs:  # mostly runs of consecutive offsets per partition, as polls return them
+        pairs = [(partition, first + step) for partition, first in pairs for step in range(3)]
+    messages = [Message("t", partition, offset, 0, None, b"v", ()) for partition, offset in pairs]
+    ranges = {0: OffsetRange(0, 10), 1: OffsetRange(5, 12)}
+    one_by_one, at_once = OffsetTally(ranges), OffsetTally(ranges)
+    for split in range(0, len(messages), 7):  # several polls, a run of offsets may span two
+        for message in messages[split:split + 7]:
+            one_by_one.record(message.partition, message.offset)
+        at_once.record_messages(messages[split:split + 7])
+    assert (at_once.new, at_once.duplicates, at_once.outside) == (one_by_one.new, one_by_one.duplicates,
+                                                                  one_by_one.outside)
+    assert at_once.seen() == one_by_one.seen()
+    assert at_once.complete([0, 1]) == one_by_one.complete([0, 1])
 
 
 def test_a_partition_the_member_was_given_nothing_of_is_left_out_of_what_it_saw():
