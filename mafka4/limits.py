@@ -436,6 +436,12 @@ class ConsumerConfig:
     assignor: str = "range"
     # A VirtualConsumer re-reads the leaders and RISRs of its virtual partitions at least this often.
     metadata_max_age_ms: int = 5 * SECOND_MS
+    # Check the CRC of every fetched batch (Kafka's check.crcs, on by default there too): it
+    # catches a batch corrupted between the server's log and this process. The server checks
+    # each batch it serves against its CRC already, so turning it off leaves only the transfer
+    # unchecked, and saves a pass over every fetched byte (a fifth of a draining consumer's
+    # main thread in a profile here). A batch whose structure is bad is refused either way.
+    check_crcs: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "auto_offset_reset", OffsetReset.parse(self.auto_offset_reset))
@@ -446,6 +452,8 @@ class ConsumerConfig:
         _check_range(self, "member_lease_ttl_s", 2, 600)
         _check_range(self, "rebalance_timeout_ms", 1, 3600 * SECOND_MS)
         _check_range(self, "metadata_max_age_ms", 1)
+        if not isinstance(self.check_crcs, bool):
+            raise InvalidConfig(f"check_crcs={self.check_crcs!r} must be true or false")
         if self.assignor not in ASSIGNOR_NAMES:
             raise InvalidConfig(f"assignor={self.assignor!r} is not valid: use one of {', '.join(map(repr, ASSIGNOR_NAMES))}")
 

@@ -234,7 +234,7 @@ def drain_once(connection: Connection, backlog: Backlog, consumers: int, repetit
     group = f"bench-consume-{secrets.token_hex(4)}"
     ray_address = ray.get_runtime_context().gcs_address
     specs = [MemberSpec(member, backlog.topic, group, connection.store.endpoint, ray_address, connection.cluster,
-                        ranges, settings.gc_freeze) for member in range(consumers)]
+                        ranges, settings.gc_freeze, settings.check_crcs) for member in range(consumers)]
     joining = time.monotonic()
     members = _Members(specs)
     try:

@@ -66,6 +66,7 @@ class MemberSpec:
     cluster: str
     ranges: Mapping[int, OffsetRange]
     gc_freeze: bool = False  # freeze what the member's start left (ConsumeBenchSettings.gc_freeze)
+    check_crcs: bool = True  # ConsumerConfig.check_crcs of the member's consumer
 
 
 def run_member(spec: MemberSpec, reports, arm, start, stop) -> None:
@@ -80,7 +81,8 @@ def run_member(spec: MemberSpec, reports, arm, start, stop) -> None:
 def _run(spec: MemberSpec, reports, arm, start, stop) -> None:
     os.environ.update({ETCD_ENDPOINT_ENV: spec.etcd_endpoint, RAY_ADDRESS_ENV: spec.ray_address,
                        CLUSTER_ENV: spec.cluster})
-    consumer = Consumer(spec.topic, group=spec.group, connection=connect())  # at the latest offsets: step 1
+    consumer = Consumer(spec.topic, group=spec.group, connection=connect(),  # at the latest offsets: step 1
+                        check_crcs=spec.check_crcs)
     if spec.gc_freeze:
         freeze_what_start_up_left()
     try:

@@ -79,6 +79,9 @@ class ConsumeBenchSettings:
     gc_freeze: bool = field(default=False, metadata={
         "help": "each member freezes what its start left out of its garbage collector's full collections (gc.freeze, "
                 "as the README advises applications that drain at high rates)"})
+    check_crcs: bool = field(default=True, metadata={
+        "help": "members do not check each fetched batch's CRC (ConsumerConfig.check_crcs=False, as Kafka's "
+                "check.crcs=false; the server checks every batch it serves)", "switch": "--no-check-crcs"})
     read_replicas: int = 1
     linger_ms: int = ProducerConfig().linger_ms
     # The backlog must be committed (and, in mafka4 mode, fed to its VPs) within this long of being sent.

@@ -215,7 +215,7 @@ class Consumer:
                 self._routing.forget(partition)
                 continue
             next_offset = take_messages(result.data, self.topic, partition, offset, messages,
-                                        self.config.poll_messages_max)
+                                        self.config.poll_messages_max, self.config.check_crcs)
             if next_offset is not None:
                 self._positions[partition] = next_offset
         return messages

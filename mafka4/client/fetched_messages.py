@@ -22,15 +22,19 @@ BatchDecoder = Callable[[int, BatchHeader], list]
 
 
 def wanted_records(data: bytes | bytearray | memoryview, offset: int, messages: list, messages_max: int,
-                   decode: BatchDecoder) -> Iterator[list]:
+                   decode: BatchDecoder, check_crc: bool = True) -> Iterator[list]:
     """Per batch of ``data`` holding records from ``offset`` on, the slice of them that fits in
     ``messages`` (at most ``messages_max``), decoded by ``decode``. The caller adds each slice to
     ``messages`` (or stops) before taking the next.
 
     ``CorruptRecord`` as ``decode`` raises it, for any batch that is decoded (the batches not
     decoded hold no message the caller takes: its next fetch starts at them).
+
+    ``check_crc`` (``ConsumerConfig.check_crcs``): each batch is checked against its CRC first,
+    and the take stops before one that fails it (it was damaged on its way here: the next fetch
+    asks for it again). Without the check, a damaged batch is caught only if its structure is bad.
     """
-    for position, header in iter_batches(data):
+    for position, header in iter_batches(data, check_crc):
         if header.next_offset <= offset:
             continue
         room = messages_max - len(messages)
@@ -41,16 +45,18 @@ def wanted_records(data: bytes | bytearray | memoryview, offset: int, messages: 
 
 
 def take_messages(data: bytes | bytearray | memoryview, topic: str, partition: int, offset: int,
-                  messages: list[Message], messages_max: int) -> int | None:
+                  messages: list[Message], messages_max: int, check_crc: bool = True) -> int | None:
     """Append to ``messages`` the messages of ``partition`` in ``data`` from ``offset`` on, while it
     holds fewer than ``messages_max``; the partition's next offset, or None if none was taken.
 
     Each record is decoded straight into its message: no ``Record`` is built only to be copied.
+    ``check_crc`` as ``wanted_records`` takes it.
     """
     build = TupleBuilder(Message, topic, partition)
     next_offset = None
     for taken in wanted_records(data, offset, messages, messages_max,
-                                lambda position, header: decode_checked_batch(data, position, header, build)):
+                                lambda position, header: decode_checked_batch(data, position, header, build),
+                                check_crc):
         messages.extend(taken)
         if taken:
             next_offset = taken[-1].offset + 1

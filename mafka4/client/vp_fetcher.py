@@ -204,7 +204,8 @@ class VpFetcher:
 
     def _take(self, vp: int, offset: int, data: bytes, messages: list[Message]) -> None:
         """Decode one VP's batches into ``messages`` from ``offset``, up to ``poll_messages_max``."""
-        taken = take_vp_messages(data, self.topic, vp, offset, messages, self.config.poll_messages_max)
+        taken = take_vp_messages(data, self.topic, vp, offset, messages, self.config.poll_messages_max,
+                                 self.config.check_crcs)
         self.positions[vp] = taken.next_offset
         if taken.lost is not None:
             self._lost = RecordsLost.of(self.topic, *taken.lost, vp=vp)

@@ -3,7 +3,8 @@
 A read node answers a fetch of a VP with whole batches of its log, the first one possibly
 starting before the fetch offset. ``take_vp_messages`` turns them into messages:
 
-* each batch is CRC-checked once (``records.iter_batches``) and decoded by
+* each batch is CRC-checked once (``records.iter_batches``; not at all with the consumer's
+  ``check_crcs`` off) and decoded by
   ``vp_records.decode_checked_vp_batch`` straight into ``Message``s, the source header checked
   and left out on the way: one object per record, where decoding, stripping the source and
   copying into a message built three;
@@ -43,18 +44,20 @@ class VpTake:
 
 
 def take_vp_messages(data: bytes | bytearray | memoryview, topic: str, vp: int, offset: int,
-                     messages: list[Message], messages_max: int) -> VpTake:
+                     messages: list[Message], messages_max: int, check_crc: bool = True) -> VpTake:
     """Append to ``messages`` the messages of ``vp`` in ``data`` (batches of its log) from ``offset`` on,
     while it holds fewer than ``messages_max``; stop past the first loss marker.
 
     ``CorruptRecord`` as ``records.decode_checked_batch`` raises it, and for a record without its
     source header, for any batch that is decoded (the batches not decoded hold no message this
-    take returns: the next fetch starts at them).
+    take returns: the next fetch starts at them). ``check_crc`` as ``fetched_messages.wanted_records``
+    takes it.
     """
     build = TupleBuilder(Message, topic, vp)
     next_offset = offset
     for taken in wanted_records(data, offset, messages, messages_max,
-                                lambda position, header: decode_checked_vp_batch(data, position, header, build)):
+                                lambda position, header: decode_checked_vp_batch(data, position, header, build),
+                                check_crc):
         if any(map(_headers_of, taken)):  # only a message with headers can be a loss marker
             for index, message in enumerate(taken):
                 lost = lost_range_in(message.headers)

@@ -84,10 +84,11 @@ def driver(monkeypatch, tmp_path):
 
 def test_the_command_passes_its_lists_to_the_settings_and_prints_a_table(driver, capsys):
     argv = ["bench", "consume", "--consumers", "1,4", "--read-modes", "mafka4", "--virtual-partitions", "8",
-            "--messages", "5000", "--repetitions", "2", "--quiet-wait-s-max", "30", "--gc-freeze"]
+            "--messages", "5000", "--repetitions", "2", "--quiet-wait-s-max", "30", "--gc-freeze", "--no-check-crcs"]
     assert cli.main(argv) == 0
     assert driver == [(ConsumeBenchSettings(consumers=(1, 4), read_modes=("mafka4",), virtual_partitions=8,
-                                            messages=5000, repetitions=2, quiet_wait_s_max=30.0, gc_freeze=True),
+                                            messages=5000, repetitions=2, quiet_wait_s_max=30.0, gc_freeze=True,
+                                            check_crcs=False),
                        "results/bench_consume.json")]
     out, err = capsys.readouterr()
     assert out.splitlines()[0].split()[:4] == ["read", "mode", "consumers", "working"]

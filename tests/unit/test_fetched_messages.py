@@ -79,3 +79,21 @@ def test_a_full_poll_takes_nothing_and_leaves_the_position():
     messages = [None] * 5
     assert take_messages(log([4]), TOPIC, PARTITION, 0, messages, 5) is None
     assert messages == [None] * 5
+
+
+def _with_crc_flipped(batch: bytes) -> bytes:
+    damaged = bytearray(batch)
+    damaged[records.CRC_START - 1] ^= 0xFF
+    return bytes(damaged)
+
+
+def test_a_batch_that_fails_its_crc_ends_the_take_unless_the_check_is_off():
+    """``check_crcs`` (Kafka's check.crcs): on, the take stops before a batch damaged on its way
+    (the next fetch asks for it again); off, only the batch's structure is checked."""
+    good, damaged = log([2], base_offset=0), _with_crc_flipped(log([3], base_offset=2))
+    messages: list[Message] = []
+    assert take_messages(good + damaged, TOPIC, PARTITION, 0, messages, 10) == 2
+    assert [m.offset for m in messages] == [0, 1]
+    messages = []
+    assert take_messages(good + damaged, TOPIC, PARTITION, 0, messages, 10, check_crc=False) == 5
+    assert [m.value for m in messages] == [b"value-%d" % n for n in range(5)]

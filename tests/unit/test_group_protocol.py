@@ -250,3 +250,6 @@ def test_group_settings_are_validated_with_the_choices():
         ConsumerConfig(assignor="roundrobin")
     with pytest.raises(InvalidConfig, match="member_lease_ttl_s=1 must be at least 2"):
         ConsumerConfig(member_lease_ttl_s=1)
+    assert ConsumerConfig().check_crcs, "Kafka's default: every fetched batch is checked"
+    with pytest.raises(InvalidConfig, match="check_crcs='no' must be true or false"):
+        ConsumerConfig(check_crcs="no")

@@ -164,3 +164,14 @@ def test_messages_and_position_equal_the_path_through_records(data, skip, messag
     offset = records.read_header(data).base_offset + skip
     assert take(data, offset, messages_max, [None] * taken_before) == \
         take_as_before(data, offset, messages_max, [None] * taken_before)
+
+
+def test_a_vp_batch_that_fails_its_crc_ends_the_take_unless_the_check_is_off():
+    good = vp_log([(Codec.NONE, [sourced(o) for o in range(2)])])
+    damaged = bytearray(vp_log([(Codec.ZSTD, [sourced(o) for o in range(2, 5)])], base_offset=2))
+    damaged[records.CRC_START - 1] ^= 0xFF
+    messages, taken = take(good + bytes(damaged))
+    assert taken == VpTake(2, None) and [m.offset for m in messages] == [0, 1]
+    messages = []
+    assert take_vp_messages(good + bytes(damaged), TOPIC, VP, 0, messages, NO_LIMIT, check_crc=False) == VpTake(5, None)
+    assert [m.value for m in messages] == [b"value-%d" % o for o in range(5)]
