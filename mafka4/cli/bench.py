@@ -31,6 +31,7 @@ from mafka4.bench.failover_settings import FailoverBenchSettings
 from mafka4.bench.lag import FeedLagBenchSettings
 from mafka4.bench.produce_settings import ProduceBenchSettings
 from mafka4.bench.rebalance import RebalanceBenchSettings
+from mafka4.bench.redis_streams_figures import RedisStreamsBenchSettings
 from mafka4.bench.vp_join import VpJoinBenchSettings
 
 
@@ -66,6 +67,11 @@ BENCHES = (
     Bench("consume", "one group of consumer processes drains a backlog, per read mode and consumer count: msgs/s, "
                      "MB/s and fetch latency", ConsumeBenchSettings, "mafka4.bench.consume:run_consume_bench",
           render="mafka4.bench.drain:table"),
+    Bench("redis-streams", "Redis Streams on this machine (issue 15): pipelined XADD by redis-py and by a raw "
+                           "hiredis socket; one group of consumer processes drains a backlog. Its own redis-server, "
+                           "no cluster", RedisStreamsBenchSettings,
+          "mafka4.bench.redis_streams:run_redis_streams_bench",
+          render="mafka4.bench.redis_streams_figures:table"),
 )
 
 

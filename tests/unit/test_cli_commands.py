@@ -34,6 +34,8 @@ BENCH_FLAGS = {
                 "--after-join-s", "--trials", "--read-replicas", "--skip-mafka3", "--output"},
     "vp-density": {"--virtual-partitions", "--partitions", "--window-s", "--settle-s", "--smoke", "--output"},
     "feed-lag": {"--virtual-partitions", "--partitions", "--duration-s", "--smoke", "--output"},
+    "redis-streams": {"--messages", "--backlog-messages", "--message-bytes", "--consumers", "--repetitions",
+                      "--pipeline-messages", "--read-count", "--quiet-wait-s-max", "--smoke", "--output"},
 }
 
 

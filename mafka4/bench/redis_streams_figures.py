@@ -1,0 +1,275 @@
+"""What ``mafka4 bench redis-streams`` asks, counts and combines (pure).
+
+``bench.redis_streams`` runs Redis Streams on this machine (the driver: a redis-server, its
+clients, the consumer processes); this module holds what needs none of them, so that the CLI
+reads the settings without importing a Redis client:
+
+* **the settings** (``RedisStreamsBenchSettings``), validated on construction;
+* **a produce rate**: messages over the time from before the first pipeline was sent to after
+  the last one's replies were read (``rate_msgs_per_s``);
+* **a drain** of the backlog by one consumer group: each member's stamps and the ids it was
+  given (``MemberRead``); the drain runs from the earliest member's first XREADGROUP to the
+  latest member's last message (``drain_elapsed_ns``), and every backlog id must be given
+  exactly once across the members (``Delivery``);
+* **one row per drain** (``drain_row``) and the medians per workload (``summary``).
+
+Invariants (asserted): a backlog holds each stream id once; a member that was given messages
+read at least once before its last message.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from mafka4.errors import InvalidConfig
+from mafka4.limits import MiB
+
+# The two produce clients: which is which is part of every report (``CLIENTS``).
+REDIS_PY = "redis-py"
+RAW = "raw"
+PRODUCE_CLIENTS = (REDIS_PY, RAW)
+CLIENTS = {
+    REDIS_PY: "redis-py pipeline(transaction=False) of --pipeline-messages XADDs, then execute(): the usual Python "
+              "client (its replies parsed by hiredis when installed)",
+    RAW: "XADDs packed once with hiredis.pack_command, written to a plain 127.0.0.1 socket in pipelines of "
+         "--pipeline-messages, replies read with hiredis.Reader: the ceiling of one Python connection",
+}
+# The two acknowledgement variants of a drain.
+XACK = "xack"  # XACK of the ids of each read, after it: Redis' at-least-once consumer
+NOACK = "noack"  # XREADGROUP NOACK: nothing pending, as a Kafka consumer that commits its offset
+ACK_MODES = (XACK, NOACK)
+CONSUME_CLIENT = "redis-py xreadgroup (and xack), its replies parsed by hiredis when installed"
+
+# Every consumer is a process of its own with a connection of its own, on this machine's cores.
+CONSUMERS_MAX = 32
+MESSAGE_BYTES_MAX = 1 * MiB
+# redis-server holds a stream in memory (and writes it to its append-only file); the driver holds the backlog's ids.
+STREAM_BYTES_MAX = 1024 * MiB
+# One pipeline's commands, or one read's answer, are held whole by the client and the server.
+PIPELINE_BYTES_MAX = 64 * MiB
+REPETITIONS_MAX = 100
+NS_PER_S = 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class RedisStreamsBenchSettings:
+    """A field with a ``help`` in its metadata is an option of ``mafka4 bench redis-streams`` (``mafka4.cli.bench``)."""
+
+    messages: int = field(default=200_000, metadata={"help": "messages of each produce run (one stream each)"})
+    backlog_messages: int = field(default=100_000, metadata={"help": "messages in the backlog that each group drains"})
+    message_bytes: int = field(default=1024, metadata={"help": "bytes of each message's value"})
+    consumers: tuple[int, ...] = field(default=(1, 4), metadata={
+        "help": "consumer counts: each drains the backlog as one new group, one process per consumer"})
+    repetitions: int = field(default=2, metadata={"help": "runs of each produce client and of each drain"})
+    pipeline_messages: int = field(default=1000, metadata={"help": "XADDs per pipeline (both produce clients)"})
+    read_count: int = field(default=1000, metadata={"help": "COUNT of each XREADGROUP"})
+    quiet_wait_s_max: float = field(default=180.0, metadata={
+        "help": "before each measurement, wait at most this long for the 1-minute load average to fall to 2.0; "
+                "0 does not wait"})
+    # redis-server must answer PING within this long of being started.
+    server_start_s_max: float = 10.0
+    # The members of one drain must start and connect within this long.
+    join_s_max: float = 120.0
+    # One drain must end within this long of the start signal; one client call within the socket timeout.
+    drain_s_max: float = 300.0
+    socket_timeout_s: float = 60.0
+    # A test-sized run (the report says so).
+    smoke: bool = False
+
+    def __post_init__(self) -> None:
+        _check_count("message_bytes", self.message_bytes, MESSAGE_BYTES_MAX)
+        _check_count("repetitions", self.repetitions, REPETITIONS_MAX)
+        # The bounds in messages depend on their size.
+        stream_max, pipeline_max = STREAM_BYTES_MAX // self.message_bytes, PIPELINE_BYTES_MAX // self.message_bytes
+        in_stream = f"a stream of {STREAM_BYTES_MAX // MiB} MiB of {self.message_bytes}-byte messages"
+        in_pipeline = f"{PIPELINE_BYTES_MAX // MiB} MiB of {self.message_bytes}-byte messages at once"
+        _check_count("messages", self.messages, stream_max, in_stream)
+        _check_count("backlog_messages", self.backlog_messages, stream_max, in_stream)
+        _check_count("pipeline_messages", self.pipeline_messages, pipeline_max, in_pipeline)
+        _check_count("read_count", self.read_count, pipeline_max, in_pipeline)
+        if (not self.consumers or len(set(self.consumers)) != len(self.consumers)
+                or not all(1 <= count <= CONSUMERS_MAX for count in self.consumers)):
+            raise InvalidConfig(f"consumers={','.join(map(str, self.consumers))}: give distinct consumer counts "
+                                f"from 1 to {CONSUMERS_MAX}, e.g. 1,4")
+        if self.quiet_wait_s_max < 0:
+            raise InvalidConfig(f"quiet_wait_s_max={self.quiet_wait_s_max} must be 0 (no wait) or more seconds")
+        if min(self.server_start_s_max, self.join_s_max, self.drain_s_max, self.socket_timeout_s) <= 0:
+            raise InvalidConfig(f"server_start_s_max={self.server_start_s_max}, join_s_max={self.join_s_max}, "
+                                f"drain_s_max={self.drain_s_max} and socket_timeout_s={self.socket_timeout_s} must "
+                                f"be positive")
+
+    @classmethod
+    def smoke_sized(cls, **changes) -> "RedisStreamsBenchSettings":
+        """A run of seconds for tests: 3,000 messages produced and drained, 1 and 2 consumers, once."""
+        return cls(**{"messages": 3_000, "backlog_messages": 3_000, "consumers": (1, 2), "repetitions": 1,
+                      "quiet_wait_s_max": 0.0, "smoke": True, **changes})
+
+
+def _check_count(name: str, value: int, maximum: int, bound: str = "") -> None:
+    if not 1 <= value <= maximum:
+        raise InvalidConfig(f"{name}={value} is out of range: use 1 to {maximum}" + (f" ({bound})" if bound else ""))
+
+
+# --- rates ------------------------------------------------------------------------------------
+
+
+def pipeline_sizes(messages: int, pipeline_messages: int) -> list[int]:
+    """The commands of each pipeline that sends ``messages``: full pipelines, then what is left."""
+    assert messages >= 0 and pipeline_messages >= 1, (messages, pipeline_messages)
+    full, left = divmod(messages, pipeline_messages)
+    return [pipeline_messages] * full + ([left] if left else [])
+
+
+def rate_msgs_per_s(messages: int, elapsed_ns: int | None) -> float | None:
+    """``messages`` over ``elapsed_ns``; None when nothing was timed (no message, or no time passed)."""
+    if elapsed_ns is None or elapsed_ns <= 0:
+        return None
+    return round(messages * NS_PER_S / elapsed_ns, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRead:
+    """One member's drain: its stamps (``time.monotonic_ns()``, one clock for every process here) and its ids."""
+
+    member: int
+    first_read_ns: int  # just before its first XREADGROUP after the start signal
+    last_message_ns: int | None  # after the read (and, with xack, the XACK) that gave its last messages; None: none
+    ids: tuple[bytes, ...]  # the stream ids it was given, in order
+    reads: int  # XREADGROUP calls, the last (empty) one included
+    complete: bool  # it stopped on an empty read, not at the drain's deadline
+
+
+def drain_elapsed_ns(members: Sequence[MemberRead]) -> int | None:
+    """From the earliest member's first read to the latest member's last message; None if none read a message."""
+    ends = [member.last_message_ns for member in members if member.last_message_ns is not None]
+    if not ends:
+        return None
+    start = min(member.first_read_ns for member in members)
+    assert all(member.last_message_ns is None or member.last_message_ns >= member.first_read_ns
+               for member in members), "a member reads before its last message"
+    return max(ends) - start
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """How the backlog's ids were given to a group's members: each exactly once, or what went wrong."""
+
+    messages: int  # in the backlog
+    delivered: int  # ids given, counting every copy and ids not in the backlog
+    read: int  # backlog ids given at least once
+    duplicates: int  # copies of backlog ids beyond the first, in one member or across members
+    outside_backlog: int  # ids not in the backlog (none expected: nothing is written while a group drains)
+
+    @property
+    def missing(self) -> int:
+        return self.messages - self.read
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.missing == self.duplicates == self.outside_backlog == 0
+
+
+def delivery(backlog_ids: Sequence[bytes], given: Iterable[Sequence[bytes]]) -> Delivery:
+    """Counts the ids ``given`` (one sequence per member) against the backlog's ids."""
+    expected = set(backlog_ids)
+    assert len(expected) == len(backlog_ids), "a stream holds each id once"
+    counts = Counter(entry_id for ids in given for entry_id in ids)
+    inside = {entry_id: count for entry_id, count in counts.items() if entry_id in expected}
+    return Delivery(messages=len(expected), delivered=sum(counts.values()), read=len(inside),
+                    duplicates=sum(inside.values()) - len(inside),
+                    outside_backlog=sum(counts.values()) - sum(inside.values()))
+
+
+def drain_row(backlog_ids: Sequence[bytes], members: Sequence[MemberRead], message_bytes: int) -> dict:
+    """The drain's figures from every member's: msgs/s and MB/s of the backlog ids read, and their delivery."""
+    counted = delivery(backlog_ids, (member.ids for member in members))
+    elapsed_ns = drain_elapsed_ns(members)
+    msgs_per_s = rate_msgs_per_s(counted.read, elapsed_ns)
+    start_ns = min((member.first_read_ns for member in members), default=0)
+    return {
+        "messages": counted.messages,
+        "messages_read": counted.read,
+        "missing": counted.missing,
+        "delivered": counted.delivered,
+        "duplicates": counted.duplicates,
+        "outside_backlog": counted.outside_backlog,
+        "exactly_once": counted.exactly_once,
+        "elapsed_s": None if elapsed_ns is None else round(elapsed_ns / NS_PER_S, 4),
+        "msgs_per_s": msgs_per_s,
+        "mb_per_s": None if msgs_per_s is None else round(msgs_per_s * message_bytes / 1e6, 2),
+        "reads": sum(member.reads for member in members),
+        "consumers_with_work": sum(1 for member in members if member.ids),
+        "members": [{
+            "member": member.member, "messages": len(member.ids), "reads": member.reads, "complete": member.complete,
+            "first_read_ms": round((member.first_read_ns - start_ns) / 1e6, 1),
+            "last_message_ms": (None if member.last_message_ns is None
+                                else round((member.last_message_ns - start_ns) / 1e6, 1)),
+        } for member in sorted(members, key=lambda member: member.member)],
+    }
+
+
+# --- the summary --------------------------------------------------------------------------------
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    present = [value for value in values if value is not None]
+    return round(statistics.median(present), 1) if present else None
+
+
+def _figures(runs: Sequence[dict]) -> dict:
+    return {"repetitions": len(runs), "msgs_per_s_median": _median([run["msgs_per_s"] for run in runs]),
+            "msgs_per_s_each": [run["msgs_per_s"] for run in runs], "quiet_each": [run["quiet"] for run in runs]}
+
+
+def summary(rows: Sequence[dict]) -> dict:
+    """Medians over the repetitions: produce per client; consume per ack variant and consumer count (as text)."""
+    produce: dict[str, list[dict]] = {}
+    consume: dict[str, dict[str, list[dict]]] = {}
+    for row in rows:
+        if row["workload"] == "produce":
+            produce.setdefault(row["client"], []).append(row)
+        else:
+            assert row["workload"] == "consume", row["workload"]
+            consume.setdefault(row["ack"], {}).setdefault(str(row["consumers"]), []).append(row)
+    return {
+        "produce": {client: _figures(runs) for client, runs in produce.items()},
+        "consume": {ack: {consumers: {**_figures(runs), "exactly_once_each": [run["exactly_once"] for run in runs]}
+                          for consumers, runs in by_count.items()} for ack, by_count in consume.items()},
+        "clients": {**{client: CLIENTS[client] for client in produce}, "consume": CONSUME_CLIENT},
+    }
+
+
+TABLE_COLUMNS = ("workload", "client/ack", "consumers", "msgs/s", "each", "quiet", "exactly once")
+
+
+def table(report: dict) -> str:
+    """The summary as a text table, medians over repetitions (what ``mafka4 bench redis-streams`` prints)."""
+    figures = report["summary"]
+    lines = [TABLE_COLUMNS]
+    for client, runs in figures["produce"].items():
+        lines.append(("produce", client, "-", *_cells(runs), "-"))
+    for ack, by_count in figures["consume"].items():
+        for consumers, runs in by_count.items():
+            lines.append(("consume", ack, consumers, *_cells(runs),
+                          "/".join("yes" if once else "NO" for once in runs["exactly_once_each"])))
+    widths = [max(len(line[column]) for line in lines) for column in range(len(TABLE_COLUMNS))]
+    text = ["  ".join(cell.rjust(width) for cell, width in zip(line, widths)) for line in lines]
+    text += [f"{name}: {what}" for name, what in figures["clients"].items()]
+    load = report["load_average_1m"]
+    text.append(f"{report['redis_server']['version'].split(' sha=')[0]}, redis-py {report['redis_py_version']}, "
+                f"hiredis {report['hiredis_version']}; medians of {report['settings']['repetitions']} repetition(s); "
+                f"1-minute load average {load[0]} before, {load[1]} after"
+                + ("; a smoke run: not a result" if report["settings"]["smoke"] else ""))
+    return "\n".join(text)
+
+
+def _cells(runs: dict) -> tuple[str, str, str]:
+    return (_shown(runs["msgs_per_s_median"]), "/".join(map(_shown, runs["msgs_per_s_each"])),
+            "/".join("yes" if quiet else "no" for quiet in runs["quiet_each"]))
+
+
+def _shown(value: float | None) -> str:
+    return "-" if value is None else format(value, ",.0f")
