@@ -427,8 +427,10 @@ class ConsumerConfig:
     # The member's registration (and every partition it owns) disappears this long after its
     # process stops refreshing the lease; the group then rebalances without it.
     member_lease_ttl_s: int = 10
-    # A member that has not called poll() this long after a membership change leaves the group
+    # A member that has not called poll() this long after a change that asks it to act (another
+    # member's join or leave; in mafka4 mode also a change of the topic's VPs) leaves the group
     # (its uncommitted positions are lost: the new owners re-read from the committed offsets).
+    # While nothing changes, a member that does not poll stays.
     rebalance_timeout_ms: int = 60 * SECOND_MS
     # Where to start a partition without a committed offset (Kafka's default: latest).
     auto_offset_reset: OffsetReset = OffsetReset.LATEST

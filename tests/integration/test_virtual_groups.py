@@ -173,3 +173,31 @@ def test_a_late_commit_cannot_move_an_offset_back_nor_can_a_seek_back(read_clust
                 assert [row.committed_offset for row in groups.describe_group(group).virtual_partitions] == [40]
     finally:
         late.close()
+
+
+def test_a_member_that_stops_polling_stays_while_nothing_changes_and_leaves_after_a_join_waits_out_its_timeout(
+        read_cluster):
+    """The rebalance timeout runs from a change that asks the member to act, as in Mafka3 mode: not from
+    its last poll (which dropped a member of a drain that waited a minute for a quiet machine)."""
+    topic, group = topic_name("vslow"), topic_name("g")
+    Admin(read_cluster).create_topic(topic, partitions=2, replication_factor=2, virtual_partitions=2, read_replicas=1,
+                                     read_mode="mafka4")
+    # Its lease thread looks every 2/3 s; once it polls again, each poll clears the clock well within 1.5 s.
+    stuck = Consumer(topic, group=group, connection=read_cluster, member_lease_ttl_s=2, rebalance_timeout_ms=1500)
+    try:
+        assert wait_until(lambda: stuck.poll(timeout_ms=100) == [] and stuck.assignment() == [0, 1], 60), \
+            "gave up waiting for the only member to own both VPs"
+        time.sleep(4.5)  # three timeouts without a poll, and nothing changes
+        with GroupAdmin(read_cluster) as groups:
+            assert [m.member_id for m in groups.describe_group(group).members] == [stuck.member_id], \
+                "a member that is not polling while nothing changes stays in the group"
+        deliveries = Deliveries()
+        joiner = Member(read_cluster, topic, group, "joiner", deliveries)
+        assert wait_until(lambda: joiner.consumer.assignment() == [0, 1], 60), \
+            "gave up waiting for the stuck member to leave and the joiner to take over"
+        assert wait_until(lambda: stuck.poll(timeout_ms=100) == [] and len(stuck.assignment()) == 1, 60), \
+            "gave up waiting for the stuck member to rejoin"
+        joiner.leave()
+    finally:
+        stuck.close()
+

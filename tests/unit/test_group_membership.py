@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from mafka4.coordinator.groups.membership import GroupMembership
+from mafka4.coordinator.groups.membership import GroupMembership, PendingChange
 from mafka4.coordinator.groups.partition_protocol import MemberInfo
 from mafka4.coordinator.metadata import keys
 from mafka4.errors import CoordinatorUnavailable
@@ -189,3 +189,19 @@ def test_a_member_that_failed_to_join_can_leave():
 
     subject.leave(lambda: None)
     assert not store.values and not store.watches
+
+
+def test_the_rebalance_timeout_runs_from_the_first_change_seen_since_the_last_sync():
+    now = [100.0]
+    pending = PendingChange(clock=lambda: now[0])
+    now[0] += 3600
+    assert not pending.overdue(1500), "no change: a member that does not poll stays, however long"
+    pending.seen()
+    now[0] += 1.0
+    pending.seen()  # a later change does not restart the clock
+    now[0] += 0.4
+    assert not pending.overdue(1500)
+    now[0] += 0.2
+    assert pending.overdue(1500), "1.6 s after the first change"
+    pending.synced()
+    assert not pending.overdue(1500)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Callable, Sequence
 
 import etcd3
@@ -38,6 +39,36 @@ from mafka4.errors import CoordinatorUnavailable
 from mafka4.limits import ConsumerConfig
 
 logger = logging.getLogger(__name__)
+
+
+class PendingChange:
+    """Since when a change that asks this member to act (another member's join or leave, ...)
+    has waited for its next sync: the start of its rebalance timeout.
+
+    The watch thread marks a change ``seen``, the consumer's thread ``synced`` at each sync, and
+    the lease thread asks ``overdue``. Only a change starts the clock: a member that does not
+    poll while nothing changes stays in the group (the lease thread's periodic wake-ups, and
+    the events of the member's own writes, are no change).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._since: float | None = None
+
+    def seen(self) -> None:
+        with self._lock:
+            if self._since is None:
+                self._since = self._clock()
+
+    def synced(self) -> None:
+        with self._lock:
+            self._since = None
+
+    def overdue(self, timeout_ms: int) -> bool:
+        with self._lock:
+            since = self._since
+        return since is not None and (self._clock() - since) * 1000 > timeout_ms
 
 
 class GroupMembership:

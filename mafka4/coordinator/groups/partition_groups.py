@@ -39,14 +39,12 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 import etcd3
 
-from mafka4.coordinator.groups.membership import GroupMembership
+from mafka4.coordinator.groups.membership import GroupMembership, PendingChange
 from mafka4.coordinator.groups.partition_protocol import (VIRTUAL_ASSIGNOR, Claim, CommittedOffset, GroupSnapshot,
                                                           MemberInfo, Propose, Rejoin, Revoke, Stable, TopicPartition,
                                                           Wait, decide, next_generation, offsets_to_commit)
@@ -172,8 +170,7 @@ class GroupMember:
 
     def __init__(self, store: GroupStore, group: str, member: MemberInfo, config: ConsumerConfig):
         self._store, self.group, self.member, self._config = store, group, member, config
-        self._lock = threading.Lock()  # guards _change_pending_since, which the watch and lease threads use
-        self._change_pending_since: float | None = None
+        self._pending_change = PendingChange()
         self._owned: dict[TopicPartition, int] = {}  # partition -> generation it was claimed in
         self._membership = GroupMembership(store, group, member, config, [keys.group_prefix(store.cluster, group)],
                                            self._on_events, self._overdue)
@@ -208,8 +205,7 @@ class GroupMember:
         If etcd does not answer, returns what was done so far and leaves ``changed`` set, so
         the next call continues; the owned partitions stay owned (and fetched) meanwhile.
         """
-        with self._lock:
-            self._change_pending_since = None
+        self._pending_change.synced()
         self.changed.clear()  # before reading: a change during the steps sets it again
         revoked: list[TopicPartition] = []
         claimed: dict[TopicPartition, CommittedOffset | None] = {}
@@ -330,13 +326,9 @@ class GroupMember:
         own_key = keys.group_member(self._store.cluster, self.group, self.member_id)
         generation_key = keys.group_generation(self._store.cluster, self.group)
         if any((e.key.startswith(members_prefix) and e.key != own_key) or e.key == generation_key for e in relevant):
-            with self._lock:
-                if self._change_pending_since is None:
-                    self._change_pending_since = time.monotonic()
+            self._pending_change.seen()
         self.changed.set()
 
     def _overdue(self) -> bool:
         """This protocol's rebalance timeout: another member's change waited too long for this member's sync."""
-        with self._lock:
-            pending_since = self._change_pending_since
-        return pending_since is not None and (time.monotonic() - pending_since) * 1000 > self._config.rebalance_timeout_ms
+        return self._pending_change.overdue(self._config.rebalance_timeout_ms)

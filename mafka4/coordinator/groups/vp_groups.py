@@ -40,13 +40,12 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import etcd3
 
-from mafka4.coordinator.groups.membership import GroupMembership
+from mafka4.coordinator.groups.membership import GroupMembership, PendingChange
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR, MemberInfo
 from mafka4.coordinator.groups.vp_ownership import GroupView, OwnershipPlan, commit_moves_forward, plan_ownership
 from mafka4.coordinator.metadata import keys
@@ -224,7 +223,7 @@ class VirtualGroupMember:
         self._store, self.group, self.topic, self._topic_config = store, group, topic, topic_config
         self.member = MemberInfo(member_id, topic, VIRTUAL_ASSIGNOR)
         self._config = config
-        self._last_sync = time.monotonic()
+        self._pending_change = PendingChange()
         self.owned: set[int] = set()
         watched = [keys.group_prefix(store.cluster, group), keys.topic_children_prefix(store.cluster, topic)]
         self._membership = GroupMembership(store, group, self.member, config, watched, self._on_events, self._overdue)
@@ -251,7 +250,7 @@ class VirtualGroupMember:
         If etcd does not answer, ``changed`` stays set, so the next call tries again; owned VPs
         stay owned (and fetched) meanwhile, except those whose release was sent (revoked).
         """
-        self._last_sync = time.monotonic()
+        self._pending_change.synced()
         self.changed.clear()  # before reading: a change during the steps sets it again
         revoked: list[int] = []
         claimed: dict[int, VpOffset | None] = {}
@@ -327,11 +326,22 @@ class VirtualGroupMember:
         # next sync); positions are rewritten all the time, and would keep every member syncing.
         quiet = (keys.group_vp_offsets_prefix(self._store.cluster, self.group),
                  keys.topic_feed_positions_prefix(self._store.cluster, self.topic))
-        if all(event.key.startswith(quiet) for event in events):
+        relevant = [event for event in events if not event.key.startswith(quiet)]
+        if not relevant:
             return
+        # Another member's join or leave, or a change of the topic (a new split epoch, a sealed
+        # VP), may ask this member to release or claim: its rebalance timeout runs from then. The
+        # ownership and offset writes of syncs (its own ones included) do not start it, nor do
+        # the lease thread's periodic wake-ups: a member that stops polling while nothing
+        # changes stays in the group.
+        members_prefix = keys.group_members_prefix(self._store.cluster, self.group)
+        own_key = keys.group_member(self._store.cluster, self.group, self.member_id)
+        topic_prefix = keys.topic_children_prefix(self._store.cluster, self.topic)
+        if any((event.key.startswith(members_prefix) and event.key != own_key) or event.key.startswith(topic_prefix)
+               for event in relevant):
+            self._pending_change.seen()
         self.changed.set()
 
     def _overdue(self) -> bool:
-        """This protocol's rebalance timeout: a change waits and this member has not synced for too long."""
-        idle_ms = (time.monotonic() - self._last_sync) * 1000
-        return self.changed.is_set() and idle_ms > self._config.rebalance_timeout_ms
+        """This protocol's rebalance timeout: a change that may ask this member to act waited too long for its sync."""
+        return self._pending_change.overdue(self._config.rebalance_timeout_ms)
