@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 
+import psutil
 import pytest
 
 from mafka4.coordinator.metadata.lease_holder import LeaseHolder, LeaseThread
@@ -258,9 +259,23 @@ def test_the_cluster_record_lists_every_member_and_status_reports_them(members, 
     assert report["etcd_leader"] in {m.name for m in members}
 
     os.kill(members[0].pid, signal.SIGKILL)  # the member every client of the record tries first
+    wait_until_exited(members[0].pid)  # SIGKILL is delivered, not done: a many-threaded etcd takes a moment to die
     report = status_once_reachable(home)
     assert [m["alive"] for m in report["etcd_members"]] == [False, True, True]
     assert not report["etcd_alive"] and report["etcd_reachable"]
+
+
+def wait_until_exited(pid: int) -> None:
+    """Until ``pid`` is a zombie or gone (not reaped: the fixture that started it stops it)."""
+    deadline = time.monotonic() + RECOVERY_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.NoSuchProcess:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} still runs {RECOVERY_WAIT_S} s after SIGKILL")
 
 
 def status_once_reachable(home) -> dict:
