@@ -20,6 +20,11 @@ transaction by ``refresh``; a replica whose fetch failed is avoided (its VP's le
 instead) until the next refresh, which also follows a failed fetch. So is a node that a network
 fault cuts this process off from (``mafka4.partition_gate``); one it slows is asked after the
 delay.
+
+Read node handles are kept per node between fetches (``ray.get_actor`` is a round trip to Ray's
+GCS: looked up on every fetch, it took a twentieth of a draining member's main thread). A
+node's handles are dropped on every ``refresh``, which follows any failed call, so a restarted
+read node is looked up again.
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ class VpFetcher:
         # node -> (its fetch in flight, the (VP, offset) it asked for, in order)
         self._pending: dict[str, tuple[concurrent.futures.Future, list[tuple[int, int]]]] = {}
         self._lost: RecordsLost | None = None  # raised by the next fetch
+        self._handles: dict[str, object] = {}  # read node -> its actor handle (see the module doc)
         self.refresh()
 
     # --- metadata -------------------------------------------------------------------------
@@ -82,6 +88,7 @@ class VpFetcher:
         else:
             self.states = {vp: state for vp, (state, _) in found.items()}
             self._avoid.clear()
+        self._handles.clear()
         self.read_at = time.monotonic()
 
     @property
@@ -164,7 +171,7 @@ class VpFetcher:
         for node, vps in by_node.items():
             if node in self._pending:
                 continue  # this node's fetch is out: these VPs join the next one
-            handle = read_node_handle(self._connection.cluster, node)
+            handle = self._node_handle(node)
             passage = client_gate().plan(node)
             if handle is None or passage.lost:
                 self._avoid.update({vp: node for vp in vps})
@@ -176,6 +183,15 @@ class VpFetcher:
             call = stream_caller().call(handle, read_node_actor_name(self._connection.cluster, node), "fetch",
                                         reads, self.config.fetch_bytes_max, self.config.fetch_wait_ms_max)
             self._pending[node] = (call, sent)
+
+    def _node_handle(self, node: str):
+        """The handle of read node ``node``, looked up once until ``refresh`` (None: not running)."""
+        handle = self._handles.get(node)
+        if handle is None:
+            handle = read_node_handle(self._connection.cluster, node)
+            if handle is not None:
+                self._handles[node] = handle
+        return handle
 
     def _collect(self, ready: set) -> list[Message]:
         messages: list[Message] = []

@@ -90,7 +90,7 @@ from mafka4.physical.follower import apply_leader_answer
 from mafka4.physical.partition_state import PartitionState
 from mafka4.physical.replica import ReplicaState, Role
 from mafka4.physical.sequencer import SequenceGate
-from mafka4.records import check_single_batch, stamp
+from mafka4.records import check_producer_batch, stamp
 from mafka4.runtime.remote_errors import unwrap
 from mafka4.runtime.stream_calls import StreamEndpoint, StreamHandle, StreamServer, actor_stream
 from mafka4.stage_trace import StageTrace
@@ -296,7 +296,7 @@ class PhysicalPartition:
         """Append one batch; return its base offset once ``acks`` is satisfied."""
         trace = self._stage_trace
         received_ms = wall_ms_fine() if trace is not None else 0.0
-        header = check_single_batch(batch)
+        header = check_producer_batch(batch)  # sources and reserved bits refused (records)
         await self._sequence_gate.wait_turn(header, self._spec.replica_config.sequence_wait_ms_max)
         now_ms = wall_ms()
         plan = self._state.plan_append(header, acks, now_ms)

@@ -12,16 +12,20 @@ record remembers the codec of the batch it came from, and the VP leader writes e
 records that share a codec as one VP batch compressed with it (``codec_runs``), so a VP log
 is compressed as its producers chose, mixed codecs included.
 
-Source encoding. A VP record is the producer's record (timestamp, key, value, headers) with
-one more header appended last::
+Source encoding. A VP batch is a batch of the producer's records (timestamp, key, value,
+headers) with *sources* (``records``' attribute bit 3): one 12-byte column beside the records,
+int32 physical partition and int64 physical offset per record, big endian, so each record's
+source survives any crash with it. Read by ``records.decode_batch``, a VP record carries its
+source as one more header, appended last::
 
     ("mafka4.src", 12 bytes)   int32 physical partition, int64 physical offset, big endian
 
-so a VP log uses the physical batch format unchanged, and its source survives any crash.
-``source_of`` reads it; ``strip_source`` gives the consumer the producer's record.
-``decode_checked_vp_batch`` decodes a VP batch straight to the producer's records, the source
-header checked and left out on the way: what consumers read, each record built once, as the
-object the consumer returns (a ``Message``, made by a constructor the client passes).
+which is how VP batches written before the column carried it in their payload (such batches
+are still read, by the same functions). ``source_of`` reads it; ``strip_source`` gives the
+consumer the producer's record. ``decode_checked_vp_batch`` decodes a VP batch straight to the
+producer's records, no source built (or, in a batch from before the column, the source header
+checked and left out on the way): what consumers read, each record built once, as the object
+the consumer returns (a ``Message``, made by a constructor the client passes).
 
 Loss markers. When physical retention deleted records before a read node fed them (past the
 bound ``unfed_hold_ms_max``), the feed stream appends a *loss marker* to each VP that lacked
@@ -42,7 +46,8 @@ the progress from the VP log's records after a restart.
 
 Invariants (asserted): records of one partition are applied in strictly ascending offset
 order; a record's source header is its last header. Consumers read VP logs written by other
-processes, so ``decode_checked_vp_batch`` raises ``CorruptRecord`` for a record without one.
+processes, so ``decode_checked_vp_batch`` raises ``CorruptRecord`` for a batch without sources
+whose records lack a source header, or one whose sources do not match its records.
 
 Pure: no I/O (decoding a batch held in memory is not I/O).
 """
@@ -51,19 +56,20 @@ from __future__ import annotations
 
 import struct
 from itertools import groupby, repeat
+from operator import attrgetter
 from typing import Container, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from mafka4.compression import Codec
-from mafka4.records import (RECORDS, BatchHeader, Headers, HeadersReading, Record, RecordBuilder, bad_record,
-                            decode_batch, decode_checked_batch, decode_headers, encode_batch, read_header)
+from mafka4.records import (PRODUCER_HEADERS, RECORDS, SOURCE, SOURCE_HEADER, BatchHeader, Headers, HeadersReading,
+                            Record, RecordBuilder, bad_record, decode_batch, decode_checked_batch, decode_headers,
+                            encode_batch, read_header)
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import message_hash
 
 # Header names under this prefix are the system's own (a VP record's source, a loss marker):
 # producers may not send them, or a consumer would take a producer's header for one of these.
 RESERVED_HEADER_PREFIX = "mafka4."
-SOURCE_HEADER = "mafka4.src"
-_SOURCE = struct.Struct(">iq")
+_SOURCE = SOURCE
 LOST_HEADER = "mafka4.lost"
 _LOST = struct.Struct(">iqq")
 NOTHING_APPLIED = -1
@@ -155,6 +161,7 @@ def only_source_headers(raw_headers: tuple) -> Iterable[Headers] | None:
     return repeat((), len(raw_headers))
 
 
+# How a batch from before sources were a column is read: each record's source is its last header.
 VP_RECORD_HEADERS = HeadersReading(producer_headers, only_source_headers)
 
 
@@ -169,9 +176,12 @@ def decode_checked_vp_batch(
     """The producer's records of the CRC-checked VP batch at ``position`` (``strip_source`` of each
     record, VP offsets), each made by ``build`` in one step; loss markers included, in order.
 
-    The same checks and errors as ``records.decode_checked_batch``, and ``CorruptRecord`` for a
-    record without its source header (``producer_headers``).
+    The same checks and errors as ``records.decode_checked_batch``; ``CorruptRecord`` for a batch
+    with sources that do not match its records, and for a record of a batch without sources that
+    lacks its source header (``producer_headers``).
     """
+    if header.sourced:
+        return decode_checked_batch(buffer, position, header, build, PRODUCER_HEADERS, with_sources=False)
     return decode_checked_batch(buffer, position, header, build, VP_RECORD_HEADERS)
 
 
@@ -213,11 +223,10 @@ def route_batch(
 
 
 def encode_vp_batch(records: Sequence[SourcedRecord], codec: Codec = Codec.NONE) -> bytes:
-    """An unstamped batch for a VP log: the records with their source header appended, compressed with ``codec``."""
-    return encode_batch([
-        (r.key, r.value, r.timestamp_ms, r.headers + ((SOURCE_HEADER, encode_source(r.partition, r.offset)),))
-        for r in records
-    ], codec=codec)
+    """An unstamped batch for a VP log: the records and their sources, compressed with ``codec``."""
+    return encode_batch([(r.key, r.value, r.timestamp_ms, r.headers) for r in records], codec=codec,
+                        sources=b"".join(map(_SOURCE.pack, map(attrgetter("partition"), records),
+                                             map(attrgetter("offset"), records))))
 
 
 def codec_runs(records: Sequence[SourcedRecord]) -> Iterator[tuple[Codec, Sequence[SourcedRecord]]]:

@@ -7,7 +7,8 @@ header and CRC are right but whose payload is arbitrary msgpack (a buggy or host
 can compute a CRC), and encoded batches with one bit flipped. Compressed batches get the same
 (``mafka4.compression``): any codec id, arbitrary msgpack inside a valid frame, and valid frames
 damaged under a recomputed CRC. Consumers of VP logs decode with their own header rule (the
-source header last, ``vp_records.producer_headers``): they get the same inputs.
+source header last, ``vp_records.producer_headers``): they get the same inputs. So do batches
+with sources (attribute bit 3), with any payload beside any sources.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from hypothesis import strategies as st
 from mafka4.client.vp_messages import take_vp_messages
 from mafka4.compression import Codec, compress
 from mafka4.errors import CorruptRecord
-from mafka4.records import (CRC_START, HEADER_BYTES, MAGIC, check_batch, check_single_batch, decode_batch,
+from mafka4.records import (ATTRIBUTE_SOURCES, CRC_START, HEADER_BYTES, MAGIC, SOURCE, check_batch, check_single_batch, decode_batch,
                             decode_batches, encode_batch, iter_batches, read_header, stamp)
 from mafka4.virtual.vp_records import SOURCE_HEADER
 
@@ -111,6 +112,30 @@ def test_a_valid_crc_around_any_vp_payload_gives_a_consumer_messages_or_corrupt_
         return
     assert_usable(messages)
     assert all(name != SOURCE_HEADER for message in messages for name, _ in message.headers)
+
+
+@FUZZ
+@given(st.lists(msgpack_values, max_size=4) | msgpack_values,
+       st.binary(max_size=60) | st.integers(1, 4).map(lambda count: bytes(SOURCE.size * count)) | msgpack_values,
+       st.integers(1, 4), st.booleans())
+@example([[0, None, b"v", None]], bytes(SOURCE.size), 1, True)  # well formed
+@example([[0, None, b"v", None]], b"short", 1, True)  # sources of the wrong size
+@example([[0, None, b"v", None]], bytes(SOURCE.size), 1, False)  # a payload that is not [records, sources]
+def test_a_valid_crc_around_any_payload_with_sources_gives_messages_or_corrupt_record(items, sources, count, paired):
+    batch = with_valid_crc(msgpack.packb([items, sources] if paired else items, use_bin_type=True), count,
+                           attributes=ATTRIBUTE_SOURCES)
+    messages = []
+    try:
+        take_vp_messages(batch, "t", 0, 0, messages, 10)
+    except CorruptRecord:
+        pass
+    assert_usable(messages)
+    try:
+        decoded = decode_batch(batch)
+    except CorruptRecord:
+        return
+    assert_usable(decoded)
+    assert all(record.headers[-1][0] == SOURCE_HEADER for record in decoded)
 
 
 @FUZZ

@@ -1,10 +1,15 @@
-"""The split of committed physical batches into VP records, the source header, idempotent feeding."""
+"""The split of committed physical batches into VP records, their sources, idempotent feeding."""
 
 from __future__ import annotations
 
+import struct
+import zlib
+
+import msgpack
 import pytest
 
 from mafka4 import records
+from mafka4.compression import Codec
 from mafka4.hashing import key_hash
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import HASH_SPACE
@@ -94,6 +99,60 @@ def test_a_record_in_a_vp_batch_without_its_source_header_is_corrupt():
     records.stamp(batch, 70, 0)
     with pytest.raises(records.CorruptRecord, match="record 1 of batch at offset 70 does not end with a mafka4.src"):
         decode_checked_vp_batch(batch, 0, records.check_batch(batch))
+
+
+def legacy_vp_batch(routed) -> bytearray:
+    """A VP batch as written before sources were a column: each record's source a last header."""
+    return bytearray(records.encode_batch([
+        (r.key, r.value, r.timestamp_ms, r.headers + ((SOURCE_HEADER, encode_source(r.partition, r.offset)),))
+        for r in routed]))
+
+
+def test_a_vp_batch_carries_its_sources_as_a_column_and_reads_as_a_batch_with_source_headers_did():
+    layout = TopicLayout.initial(partitions=3, virtual_partitions=1)
+    (routed,) = route_batch(physical_batch(keyed(3), 40), 2, layout).values()
+    routed = [lost_marker(2, 10, 20, 1_000), *routed]
+    column, legacy = bytearray(encode_vp_batch(routed)), legacy_vp_batch(routed)
+    for batch in (column, legacy):
+        records.stamp(batch, 7, 0)
+    assert records.check_batch(column).sourced and not records.check_batch(legacy).sourced
+    assert records.decode_batch(column) == records.decode_batch(legacy)  # a reader of sources sees no difference
+    assert decode_checked_vp_batch(column, 0, records.check_batch(column)) == \
+        decode_checked_vp_batch(legacy, 0, records.check_batch(legacy))  # nor does a consumer
+    assert records.decode_checked_batch(column, 0, records.check_batch(column), with_sources=False) == \
+        decode_checked_vp_batch(column, 0, records.check_batch(column))
+    assert FeedProgress.rebuild(records.decode_batch(column)).snapshot() == {2: 42}
+    assert len(column) < len(legacy)  # 12 bytes a record, not a header of 27
+
+
+def sourced_batch(payload: object, count: int) -> bytearray:
+    """A batch at offset 5 claiming sources around ``payload``, its frame and CRC right."""
+    body = struct.pack(">hiqqqi", records.ATTRIBUTE_SOURCES, count, 0, 0, -1, -1) + msgpack.packb(payload)
+    return bytearray(struct.pack(">qiibI", 5, 4 + 1 + 4 + len(body), 0, records.MAGIC, zlib.crc32(body)) + body)
+
+
+@pytest.mark.parametrize("payload, problem", [
+    ([[[0, None, b"v", None]], b"short"], "has 5 bytes of sources for 1 records, not 12 per record"),
+    ([[[0, None, b"v", None]], bytes(24)], "has 24 bytes of sources for 1 records"),
+    ([[0, None, b"v", None]], "has sources \\(attribute bit 3\\) but a payload that is not \\[records, sources\\]"),
+    ([[[0, None, b"v", None]], "not bin"], "has sources \\(attribute bit 3\\) but a payload that is not"),
+])
+def test_a_batch_whose_sources_do_not_match_its_records_is_corrupt_for_every_reader(payload, problem):
+    batch = sourced_batch(payload, 1)
+    header = records.check_batch(batch)
+    with pytest.raises(records.CorruptRecord, match="batch at offset 5 " + problem):
+        records.decode_batch(batch)
+    with pytest.raises(records.CorruptRecord, match="batch at offset 5 " + problem):
+        decode_checked_vp_batch(batch, 0, header)
+
+
+def test_a_producer_may_set_no_attribute_but_its_codec():
+    layout = TopicLayout.initial(partitions=1, virtual_partitions=1)
+    (routed,) = route_batch(physical_batch(keyed(2), 0), 0, layout).values()
+    with pytest.raises(records.CorruptRecord, match="sets attribute bits 0x0008: a producer's batch holds only a codec"):
+        records.check_producer_batch(encode_vp_batch(routed))
+    for codec in Codec:
+        assert records.check_producer_batch(records.encode_batch(keyed(2), codec=codec)).codec is codec
 
 
 def record(partition, offset) -> SourcedRecord:
