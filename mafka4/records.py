@@ -56,6 +56,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 import msgpack
 
+from mafka4.collector_pause import collection_paused
 from mafka4.compression import CODEC_MASK, Codec, compress, decompress
 from mafka4.errors import CorruptRecord
 from mafka4.limits import PAYLOAD_PACKER_KEPT_BYTES_MAX
@@ -424,6 +425,14 @@ def decode_checked_batch(
     A batch with sources (see the module doc): each record gets its source as its last header,
     unless ``with_sources`` is False; its sources are checked for their size either way.
     """
+    # The collector paused: a record's msgpack tuple dies before any collection walks it, and the
+    # records built are walked once, after (``collector_pause``).
+    with collection_paused():
+        return _decode_payload(buffer, position, header, build, headers, with_sources)
+
+
+def _decode_payload(buffer: bytes | bytearray | memoryview, position: int, header: BatchHeader,
+                    build: RecordBuilder, headers: HeadersReading, with_sources: bool) -> list:
     codec = header.codec
     with memoryview(buffer) as view, view[position + HEADER_BYTES:position + header.size_bytes] as stored:
         # An uncompressed payload is unpacked where it lies (msgpack copies each value out

@@ -29,6 +29,7 @@ from operator import attrgetter
 
 from mafka4.client.fetched_messages import wanted_records
 from mafka4.client.message import Message
+from mafka4.collector_pause import collection_paused
 from mafka4.records import TupleBuilder
 from mafka4.virtual.vp_records import decode_checked_vp_batch, lost_range_in
 
@@ -55,16 +56,17 @@ def take_vp_messages(data: bytes | bytearray | memoryview, topic: str, vp: int, 
     """
     build = TupleBuilder(Message, topic, vp)
     next_offset = offset
-    for taken in wanted_records(data, offset, messages, messages_max,
-                                lambda position, header: decode_checked_vp_batch(data, position, header, build),
-                                check_crc):
-        if any(map(_headers_of, taken)):  # only a message with headers can be a loss marker
-            for index, message in enumerate(taken):
-                lost = lost_range_in(message.headers)
-                if lost is not None:
-                    messages.extend(taken[:index])
-                    return VpTake(message.offset + 1, lost)
-        messages.extend(taken)
-        if taken:
-            next_offset = taken[-1].offset + 1
+    with collection_paused():  # over the whole take, not each batch: see ``collector_pause``
+        for taken in wanted_records(data, offset, messages, messages_max,
+                                    lambda position, header: decode_checked_vp_batch(data, position, header, build),
+                                    check_crc):
+            if any(map(_headers_of, taken)):  # only a message with headers can be a loss marker
+                for index, message in enumerate(taken):
+                    lost = lost_range_in(message.headers)
+                    if lost is not None:
+                        messages.extend(taken[:index])
+                        return VpTake(message.offset + 1, lost)
+            messages.extend(taken)
+            if taken:
+                next_offset = taken[-1].offset + 1
     return VpTake(next_offset, None)

@@ -2,7 +2,7 @@
 
 Floors, from the ground up (the first pattern that matches a module names its floor):
 
-0. **base**: errors, limits, names, hashing, records and their compression, faults and network
+0. **base**: errors, limits, names, hashing, records and their compression (and the collector's pause while decoding), faults and network
    faults, long polls, planted bugs, exported environment variables (and packages with an empty
    ``__init__``).
 1. **cores**: the log layer, RISR, and every pure decision core and value type of the
@@ -28,7 +28,7 @@ from import_graph import ROOT, direct_imports
 
 
 FLOORS = (
-    (0, r"mafka4|mafka4\.(errors|limits|names|hashing|records|compression|faults|partition_gate|clocks|long_poll|"
+    (0, r"mafka4|mafka4\.(errors|limits|names|hashing|records|compression|collector_pause|faults|partition_gate|clocks|long_poll|"
         r"stage_trace|planted_bugs|exported_variables)"),
     # Packages whose __init__ is empty: importing one runs nothing.
     (0, r"mafka4\.(physical|virtual|coordinator|coordinator\.(metadata|control|groups))"),
