@@ -23,7 +23,8 @@ ranges, how fast it was produced); one row per drain with its msgs/s, MB/s, fetc
 p50/p99/p99.9, messages read, missing and duplicated, the consumers that had work (in mafka3
 mode at most ``partitions``, in mafka4 mode at most the VP count), seconds to join and settle,
 the 1-minute load average at its start and end and ``quiet`` (``bench.usage``, judged at the
-start: the drain loads the machine by design); the summary per read mode and consumer count;
+start: the drain loads the machine by design), and the CPU it cost per message, the members'
+and the whole machine's (``bench.cpu_cost``); the summary per read mode and consumer count;
 and the load average at the start and end of the run. Every member runs on this machine's cores
 beside the cluster, as the brokers' own work does: compare figures within one run.
 """
@@ -41,11 +42,12 @@ from pathlib import Path
 
 import ray
 
+from mafka4.bench.cpu_cost import MachineCpu, cpu_per_message
 from mafka4.bench.consume_member import MemberSpec, run_member
 from mafka4.bench.drain import (Armed, Assigned, Closed, ConsumeBenchSettings, Drained, Failed, GroupSettling, Joined,
                                 MemberDrain, OffsetRange, assignment_problem, backlog_messages, drain_row, row_quiet,
                                 summary)
-from mafka4.bench.process_usage import wait_until_quiet
+from mafka4.bench.process_usage import TICKS_PER_S, machine_cpu, wait_until_quiet
 from mafka4.bench.produce import producer_run
 from mafka4.bench.produce_settings import ProduceBenchSettings
 from mafka4.bench.usage import is_quiet
@@ -203,15 +205,19 @@ def _arm(members: _Members, consumers: int, partitions, settings: ConsumeBenchSe
 
 
 def _collect(members: _Members, consumers: int, settings: ConsumeBenchSettings
-             ) -> tuple[list[MemberDrain], list[Closed]]:
-    """Every member's drain (``stop`` at the deadline: they report what they read), then their closes."""
+             ) -> tuple[list[MemberDrain], list[Closed], MachineCpu]:
+    """Every member's drain (``stop`` at the deadline: they report what they read), then their closes;
+    and the machine's busy CPU when the last drain was reported."""
     drains: dict[int, MemberDrain] = {}
     closed: dict[int, Closed] = {}
+    drained_at = None
     deadline = time.monotonic() + settings.drain_s_max
     while len(drains) < consumers or len(closed) < consumers:
         report = members.next_report()
         if isinstance(report, Drained):
             drains[report.drain.member] = report.drain
+            if len(drains) == consumers:
+                drained_at = machine_cpu()
         elif isinstance(report, Closed):
             closed[report.member] = report
         if len(drains) == consumers or time.monotonic() > deadline:
@@ -221,7 +227,8 @@ def _collect(members: _Members, consumers: int, settings: ConsumeBenchSettings
             elif time.monotonic() > deadline:
                 raise TimeoutError(f"bench consume: {len(drains)} of {consumers} members reported their drain and "
                                    f"{len(closed)} closed within {CLOSE_S_MAX} s of being stopped")
-    return list(drains.values()), list(closed.values())
+    assert drained_at is not None, "every member reported its drain before closing"
+    return list(drains.values()), list(closed.values()), drained_at
 
 
 def drain_once(connection: Connection, backlog: Backlog, consumers: int, repetition: int,
@@ -245,15 +252,18 @@ def drain_once(connection: Connection, backlog: Backlog, consumers: int, repetit
         waiting = time.monotonic()
         load_start = wait_until_quiet(settings.quiet_wait_s_max)
         quiet_wait_s = time.monotonic() - waiting
+        started_at = machine_cpu()
         members.start.set()
-        drains, closes = _collect(members, consumers, settings)
+        drains, closes, drained_at = _collect(members, consumers, settings)
         load_end = os.getloadavg()[0]
     finally:
         members.close()
     load = [round(load_start, 2), round(load_end, 2)]
+    figures = drain_row(ranges, drains, settings.message_bytes)
     return {"read_mode": backlog.read_mode.value, "consumers": consumers, "repetition": repetition, "group": group,
-            "join_s": round(join_s, 2), "quiet_wait_s": round(quiet_wait_s, 2),
-            **drain_row(ranges, drains, settings.message_bytes),
+            "join_s": round(join_s, 2), "quiet_wait_s": round(quiet_wait_s, 2), **figures,
+            **cpu_per_message([drain.cpu_ns for drain in drains], started_at, drained_at, TICKS_PER_S,
+                              figures["messages_read"]),
             "messages_while_joining": sum(a.messages_while_joining for a in armed.values()),
             "late_messages": sum(c.late_messages for c in closes),
             "close_errors": [c.close_error for c in closes if c.close_error is not None],

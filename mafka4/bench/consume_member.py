@@ -158,12 +158,12 @@ def _arm(consumer: Consumer, spec: MemberSpec) -> tuple[int, ...]:
 def _drain(consumer: Consumer, member: int, tally: OffsetTally, stop) -> MemberDrain:
     owned = tuple(consumer.assignment())
     latencies: list[int] = []
-    first_poll_ns = last_message_ns = None
+    first_poll_ns = last_message_ns = first_poll_cpu_ns = None
     errors, first_error = 0, None
     while not tally.complete(consumer.assignment()) and not stop.is_set():
         before = time.monotonic_ns()
         if first_poll_ns is None:
-            first_poll_ns = before
+            first_poll_ns, first_poll_cpu_ns = before, time.process_time_ns()
         try:
             messages = _poll(consumer, DRAIN_POLL_TIMEOUT_MS)
         except _Retriable as error:
@@ -176,9 +176,10 @@ def _drain(consumer: Consumer, member: int, tally: OffsetTally, stop) -> MemberD
             latencies.append(after - before)
             last_message_ns = after
             tally.record_messages(messages)
+    cpu_ns = None if first_poll_cpu_ns is None else time.process_time_ns() - first_poll_cpu_ns
     return MemberDrain(member, owned, first_poll_ns, last_message_ns, tuple(latencies), tally.delivered,
                        tally.duplicates, tally.outside, tally.seen(), tally.complete(consumer.assignment()), errors,
-                       first_error)
+                       first_error, cpu_ns)
 
 
 def _stay(consumer: Consumer, stop) -> int:

@@ -345,6 +345,7 @@ class MemberDrain:
     complete: bool  # every offset of its partitions was given before the drain's deadline
     poll_errors: int = 0
     first_poll_error: str | None = None
+    cpu_ns: int | None = None  # the process's CPU time, all threads, from its first poll to its drain's end
 
 
 @dataclass(frozen=True, slots=True)
@@ -436,6 +437,8 @@ def summary(rows: Sequence[dict]) -> dict:
         "mb_per_s_median": _median([run["mb_per_s"] for run in runs]),
         "fetch_latency_ms_median": {name: _median([(run["fetch_latency_ms"] or {}).get(name) for run in runs])
                                     for name in PERCENTILES},
+        "member_cpu_us_per_message_median": _median([run.get("member_cpu_us_per_message") for run in runs]),
+        "machine_cpu_us_per_message_median": _median([run.get("machine_cpu_us_per_message") for run in runs]),
         "consumers_with_work_each": [run["consumers_with_work"] for run in runs],
         "missing_each": [run["missing"] for run in runs],
         "duplicates_each": [run["duplicates"] + run["duplicates_across_members"] for run in runs],
@@ -448,8 +451,8 @@ def row_quiet(load_average_1m: Sequence[float]) -> bool:
     return is_quiet(load_average_1m[:1])
 
 
-TABLE_COLUMNS = ("read mode", "consumers", "working", "msgs/s", "MB/s", "p50 ms", "p99 ms", "p99.9 ms", "missing",
-                 "dup")
+TABLE_COLUMNS = ("read mode", "consumers", "working", "msgs/s", "MB/s", "p50 ms", "p99 ms", "p99.9 ms",
+                 "members us/msg", "machine us/msg", "missing", "dup")
 
 
 def table(report: dict) -> str:
@@ -461,6 +464,8 @@ def table(report: dict) -> str:
             lines.append((mode, consumers, "/".join(map(str, figures["consumers_with_work_each"])),
                           _shown(figures["msgs_per_s_median"], ",.0f"), _shown(figures["mb_per_s_median"], ".1f"),
                           *(_shown(latency[name], ".2f") for name in PERCENTILES),
+                          _shown(figures["member_cpu_us_per_message_median"], ".2f"),
+                          _shown(figures["machine_cpu_us_per_message_median"], ".2f"),
                           str(sum(figures["missing_each"])), str(sum(figures["duplicates_each"]))))
     widths = [max(len(line[column]) for line in lines) for column in range(len(TABLE_COLUMNS))]
     text = ["  ".join(cell.rjust(width) for cell, width in zip(line, widths)) for line in lines]

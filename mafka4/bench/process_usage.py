@@ -15,12 +15,14 @@ import time
 from pathlib import Path
 from typing import Mapping
 
+from mafka4.bench.cpu_cost import MachineCpu, busy_ticks
 from mafka4.bench.usage import (QUIET_LOAD_AVERAGE_MAX, ProcessSample, cores_between, is_quiet, schedstat_cpu_ns,
                                 vm_rss_bytes)
 from mafka4.errors import ProcessNotVisible
 
 PROC = Path("/proc")
 QUIET_POLL_S = 5.0
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")  # the unit of /proc/stat's CPU times
 
 
 def _not_visible(pid: int) -> ProcessNotVisible:
@@ -79,6 +81,11 @@ def measure_window(pids: Mapping[str, int], window_s: float) -> dict:
                              "cores": round(cores_between(before[name], after[name]), 6)}
                       for name, pid in pids.items()},
     }
+
+
+def machine_cpu() -> MachineCpu:
+    """The whole machine's busy CPU ticks so far, now (``bench.cpu_cost``)."""
+    return MachineCpu(time.monotonic_ns(), busy_ticks((PROC / "stat").read_text()))
 
 
 def wait_until_quiet(wait_s_max: float) -> float:

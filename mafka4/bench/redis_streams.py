@@ -24,11 +24,16 @@ extra (redis-py and hiredis); it connects to nothing but the redis-server it sta
    client, which keeps the ids), drained per repetition, acknowledgement variant and consumer
    count by one new group (created at id 0) of that many processes (``bench.redis_streams_member``,
    spawned, redis-py). Two variants: **xack** (XACK of each read's ids, Redis' at-least-once
-   consumer) and **noack** (XREADGROUP NOACK: nothing pending, as a Kafka consumer that
-   commits its offset rather than each message). The members start together on one signal once
+   consumer) and **noack** (XREADGROUP NOACK: nothing pending; a message counts as processed
+   once it is delivered, so one a consumer dies holding is not delivered again: at most once,
+   as a Kafka consumer that commits offsets before it processes what it polled. A mafka4
+   consumer commits the positions of what it returned at a later poll, at least once, as
+   XACK does). The members start together on one signal once
    all are connected; msgs/s is the backlog over the time from the earliest first read to the
    latest last message (``redis_streams_figures``), and the row counts that every backlog id was
-   given exactly once across the members, and that the group has nothing pending after.
+   given exactly once across the members, and that the group has nothing pending after, and
+   what the drain cost in CPU per message, the members' and the whole machine's
+   (``bench.cpu_cost``, as ``mafka4 bench consume`` reports it).
 
 Before every measurement the bench waits (at most ``quiet_wait_s_max``) for the 1-minute load
 average to fall to 2.0; each row records the load average at its start and end, ``quiet``
@@ -55,7 +60,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from mafka4.bench.process_usage import wait_until_quiet
+from mafka4.bench.cpu_cost import cpu_per_message
+from mafka4.bench.process_usage import TICKS_PER_S, machine_cpu, wait_until_quiet
 from mafka4.bench.redis_streams_figures import (ACK_MODES, CLIENTS, CONSUME_CLIENT, NOACK, PRODUCE_CLIENTS, RAW,
                                                 REDIS_PY, MemberRead, RedisStreamsBenchSettings, drain_row,
                                                 pipeline_sizes, rate_msgs_per_s, summary)
@@ -314,9 +320,11 @@ def drain_once(ack: str, consumers: int, repetition: int, admin, port: int, back
         # The members' starts load the machine for a while: the drain waits.
         load_start, quiet_wait_s = _quiet_start(settings)
         forks = _forks(admin)
+        started_at = machine_cpu()
         start.set()
         reads: list[MemberRead] = _collect(reports, processes, MemberRead, consumers,
                                            settings.drain_s_max + settings.socket_timeout_s)
+        drained_at = machine_cpu()
         conditions = _conditions(load_start, quiet_wait_s, _forks(admin) - forks)
     except BaseException:
         _end(processes, 0.0)
@@ -325,8 +333,11 @@ def drain_once(ack: str, consumers: int, repetition: int, admin, port: int, back
     reports.close()
     pending = admin.xpending(BACKLOG_STREAM, group)["pending"]
     admin.xgroup_destroy(BACKLOG_STREAM, group)
+    figures = drain_row(backlog_ids, reads, settings.message_bytes)
     return {"workload": "consume", "ack": ack, "consumers": consumers, "repetition": repetition, "group": group,
-            "join_s": round(join_s, 2), **drain_row(backlog_ids, reads, settings.message_bytes),
+            "join_s": round(join_s, 2), **figures,
+            **cpu_per_message([read.cpu_ns for read in reads], started_at, drained_at, TICKS_PER_S,
+                              figures["messages_read"]),
             "pending_after": pending, **conditions}
 
 

@@ -11,7 +11,9 @@ reads the settings without importing a Redis client:
   given (``MemberRead``); the drain runs from the earliest member's first XREADGROUP to the
   latest member's last message (``drain_elapsed_ns``), and every backlog id must be given
   exactly once across the members (``Delivery``);
-* **one row per drain** (``drain_row``) and the medians per workload (``summary``).
+* **one row per drain** (``drain_row``; the driver adds the drain's CPU per message, the
+  members' and the machine's, as ``mafka4 bench consume`` does: ``bench.cpu_cost``) and the
+  medians per workload (``summary``).
 
 Invariants (asserted): a backlog holds each stream id once; a member that was given messages
 read at least once before its last message.
@@ -140,6 +142,7 @@ class MemberRead:
     ids: tuple[bytes, ...]  # the stream ids it was given, in order
     reads: int  # XREADGROUP calls, the last (empty) one included
     complete: bool  # it stopped on an empty read, not at the drain's deadline
+    cpu_ns: int | None = None  # the process's CPU time, all threads, from its first read to its drain's end
 
 
 def drain_elapsed_ns(members: Sequence[MemberRead]) -> int | None:
@@ -219,6 +222,11 @@ def _median(values: Sequence[float | None]) -> float | None:
     return round(statistics.median(present), 1) if present else None
 
 
+def _median_us(values: Sequence[float | None]) -> float | None:
+    present = [value for value in values if value is not None]
+    return round(statistics.median(present), 3) if present else None
+
+
 def _figures(runs: Sequence[dict]) -> dict:
     return {"repetitions": len(runs), "msgs_per_s_median": _median([run["msgs_per_s"] for run in runs]),
             "msgs_per_s_each": [run["msgs_per_s"] for run in runs], "quiet_each": [run["quiet"] for run in runs]}
@@ -236,13 +244,17 @@ def summary(rows: Sequence[dict]) -> dict:
             consume.setdefault(row["ack"], {}).setdefault(str(row["consumers"]), []).append(row)
     return {
         "produce": {client: _figures(runs) for client, runs in produce.items()},
-        "consume": {ack: {consumers: {**_figures(runs), "exactly_once_each": [run["exactly_once"] for run in runs]}
-                          for consumers, runs in by_count.items()} for ack, by_count in consume.items()},
+        "consume": {ack: {consumers: {
+            **_figures(runs), "exactly_once_each": [run["exactly_once"] for run in runs],
+            "member_cpu_us_per_message_median": _median_us([run.get("member_cpu_us_per_message") for run in runs]),
+            "machine_cpu_us_per_message_median": _median_us([run.get("machine_cpu_us_per_message") for run in runs]),
+        } for consumers, runs in by_count.items()} for ack, by_count in consume.items()},
         "clients": {**{client: CLIENTS[client] for client in produce}, "consume": CONSUME_CLIENT},
     }
 
 
-TABLE_COLUMNS = ("workload", "client/ack", "consumers", "msgs/s", "each", "quiet", "exactly once")
+TABLE_COLUMNS = ("workload", "client/ack", "consumers", "msgs/s", "each", "quiet", "members us/msg", "machine us/msg",
+                 "exactly once")
 
 
 def table(report: dict) -> str:
@@ -250,10 +262,12 @@ def table(report: dict) -> str:
     figures = report["summary"]
     lines = [TABLE_COLUMNS]
     for client, runs in figures["produce"].items():
-        lines.append(("produce", client, "-", *_cells(runs), "-"))
+        lines.append(("produce", client, "-", *_cells(runs), "-", "-", "-"))
     for ack, by_count in figures["consume"].items():
         for consumers, runs in by_count.items():
             lines.append(("consume", ack, consumers, *_cells(runs),
+                          *(_shown_us(runs[name]) for name in ("member_cpu_us_per_message_median",
+                                                                "machine_cpu_us_per_message_median")),
                           "/".join("yes" if once else "NO" for once in runs["exactly_once_each"])))
     widths = [max(len(line[column]) for line in lines) for column in range(len(TABLE_COLUMNS))]
     text = ["  ".join(cell.rjust(width) for cell, width in zip(line, widths)) for line in lines]
@@ -273,3 +287,7 @@ def _cells(runs: dict) -> tuple[str, str, str]:
 
 def _shown(value: float | None) -> str:
     return "-" if value is None else format(value, ",.0f")
+
+
+def _shown_us(value: float | None) -> str:
+    return "-" if value is None else format(value, ".2f")

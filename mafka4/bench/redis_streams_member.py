@@ -70,18 +70,20 @@ def read_until_empty(client, spec: MemberSpec) -> MemberRead:
     ids: list[bytes] = []
     reads = 0
     last_message_ns = None
-    first_read_ns = time.monotonic_ns()
+    first_read_ns, first_read_cpu_ns = time.monotonic_ns(), time.process_time_ns()
     deadline_ns = first_read_ns + int(spec.drain_s_max * 1e9)
     while True:
         answer = client.xreadgroup(spec.group, consumer, {spec.stream: ">"}, count=spec.read_count, noack=spec.noack)
         reads += 1
         entries = answer[0][1] if answer else []
         if not entries:
-            return MemberRead(spec.member, first_read_ns, last_message_ns, tuple(ids), reads, complete=True)
+            return MemberRead(spec.member, first_read_ns, last_message_ns, tuple(ids), reads, complete=True,
+                              cpu_ns=time.process_time_ns() - first_read_cpu_ns)
         read = [entry_id for entry_id, _ in entries]
         if not spec.noack:
             client.xack(spec.stream, spec.group, *read)
         ids.extend(read)
         last_message_ns = time.monotonic_ns()
         if last_message_ns >= deadline_ns:
-            return MemberRead(spec.member, first_read_ns, last_message_ns, tuple(ids), reads, complete=False)
+            return MemberRead(spec.member, first_read_ns, last_message_ns, tuple(ids), reads, complete=False,
+                              cpu_ns=time.process_time_ns() - first_read_cpu_ns)

@@ -251,6 +251,7 @@ def _row(mode, consumers, repetition, msgs_per_s, missing=0, quiet=True):
     return {"read_mode": mode, "consumers": consumers, "repetition": repetition, "msgs_per_s": msgs_per_s,
             "mb_per_s": msgs_per_s / 1000, "fetch_latency_ms": {"p50": 1.0, "p99": 2.0, "p99.9": 3.0},
             "consumers_with_work": consumers, "missing": missing, "duplicates": 0, "duplicates_across_members": 0,
+            "member_cpu_us_per_message": 1_000_000 / msgs_per_s, "machine_cpu_us_per_message": 2_000_000 / msgs_per_s,
             "quiet": quiet}
 
 
@@ -267,13 +268,16 @@ def test_the_summary_takes_medians_over_repetitions_per_read_mode_and_consumer_c
     assert result["mafka3"]["4"]["msgs_per_s_each"] == [30_000, 10_000, 20_000]
     assert result["mafka3"]["4"]["fetch_latency_ms_median"] == {"p50": 1.0, "p99": 2.0, "p99.9": 3.0}
     assert result["mafka4"]["4"]["missing_each"] == [3] and result["mafka4"]["4"]["quiet_each"] == [False]
+    assert result["mafka3"]["4"]["member_cpu_us_per_message_median"] == 50.0, "the median of 33.3, 100 and 50"
+    assert result["mafka3"]["4"]["machine_cpu_us_per_message_median"] == 100.0
 
 
 def test_the_table_has_one_line_per_read_mode_and_consumer_count_and_the_load():
     rows = [_row("mafka3", 1, 0, 86_709), _row("mafka3", 4, 0, 64_796), _row("mafka4", 1, 0, 70_513)]
     lines = table(_report(rows, ConsumeBenchSettings.smoke_sized())).splitlines()
     assert len(lines) == 1 + 3 + 1
-    assert lines[2].split() == ["mafka3", "4", "4", "64,796", "64.8", "1.00", "2.00", "3.00", "0", "0"]
+    assert lines[2].split() == ["mafka3", "4", "4", "64,796", "64.8", "1.00", "2.00", "3.00", "15.43", "30.87", "0",
+                                "0"]
     assert "load average 0.5 before, 1.5 after" in lines[-1] and "not a result" in lines[-1]
 
 
@@ -389,12 +393,14 @@ def test_a_member_drains_until_it_was_given_every_offset_it_owns_and_times_only_
     assert len(drain.fetch_latencies_ns) == 3 and drain.poll_errors == 1
     assert "CoordinatorUnavailable" in drain.first_poll_error
     assert drain.first_poll_ns <= drain.last_message_ns
+    assert drain.cpu_ns is not None and drain.cpu_ns >= 0
 
 
 def test_a_member_that_owns_nothing_does_not_poll_in_the_drain():
     consumer = FakeConsumer([], {0: OffsetRange(0, 2)})
     drain = consume_member._drain(consumer, 1, OffsetTally(consumer.ranges), threading.Event())
     assert consumer.polls == 0 and drain.first_poll_ns is None and drain.last_message_ns is None and drain.complete
+    assert drain.cpu_ns is None, "no drain, no CPU time of one"
 
 
 def test_a_stopped_drain_reports_what_it_read_as_incomplete():
@@ -433,8 +439,9 @@ def test_the_driver_settles_arms_and_collects_a_group_then_stops_it(monkeypatch)
     assert members.arm.is_set() and sorted(armed) == [0, 1]
     drains = [_drain(m, [m], 0, 1, [1], {m: b"\x01" * 4}, 4) for m in (0, 1)]
     members.script = [Drained(drains[1]), Drained(drains[0]), Closed(0, 0), Closed(1, 2)]
-    collected, closes = consume._collect(members, 2, settings)
+    collected, closes, drained_at = consume._collect(members, 2, settings)
     assert members.stop.is_set() and sorted(d.member for d in collected) == [0, 1]
+    assert drained_at.busy_ticks > 0, "the machine's CPU when the last drain came in"
     assert sorted((c.member, c.late_messages) for c in closes) == [(0, 0), (1, 2)]
 
 

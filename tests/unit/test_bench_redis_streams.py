@@ -127,7 +127,9 @@ def produce_row(client, msgs_per_s, quiet=True):
 
 def consume_row(ack, consumers, msgs_per_s, exactly_once=True):
     return {"workload": "consume", "ack": ack, "consumers": consumers, "msgs_per_s": msgs_per_s, "quiet": True,
-            "exactly_once": exactly_once}
+            "exactly_once": exactly_once,
+            "member_cpu_us_per_message": 1e6 / msgs_per_s if msgs_per_s else None,
+            "machine_cpu_us_per_message": 2e6 / msgs_per_s if msgs_per_s else None}
 
 
 def test_the_summary_gives_medians_per_client_and_per_ack_variant_and_consumer_count_with_every_run():
@@ -142,6 +144,8 @@ def test_the_summary_gives_medians_per_client_and_per_ack_variant_and_consumer_c
     assert figures["consume"]["xack"]["1"]["msgs_per_s_median"] == 75_000.0
     assert figures["consume"]["noack"]["1"]["msgs_per_s_median"] == 90_000.0, "a drain without a rate is left out"
     assert figures["consume"]["noack"]["1"]["exactly_once_each"] == [True, False]
+    assert figures["consume"]["xack"]["1"]["member_cpu_us_per_message_median"] == 13.393, "of 12.5 and 14.29"
+    assert figures["consume"]["xack"]["1"]["machine_cpu_us_per_message_median"] == 26.786
     assert set(figures["clients"]) == {"redis-py", "raw", "consume"}, "the report says which client is which"
 
 
@@ -152,6 +156,7 @@ def test_the_table_names_each_client_and_flags_a_smoke_run():
               "settings": {"repetitions": 1, "smoke": True}}
     text = table(report)
     assert "45,000" in text and "100,000" in text and "150,000" in text
+    assert "members us/msg" in text and " 6.67 " in text and " 13.33 " in text, "the drain's CPU per message"
     assert CLIENTS["raw"] in text and CLIENTS["redis-py"] in text
     assert "Redis server v=7.0.15, redis-py 8.1.0" in text and text.endswith("a smoke run: not a result")
 
@@ -186,6 +191,7 @@ def test_a_member_reads_until_a_read_returns_nothing_and_acks_each_read_unless_n
     assert read.ids == (b"1-0", b"1-1", b"1-2") and read.reads == 3 and read.complete
     assert client.acked == [(b"1-0", b"1-1"), (b"1-2",)] and client.noack_flags == [False] * 3
     assert read.first_read_ns <= read.last_message_ns
+    assert read.cpu_ns is not None and read.cpu_ns >= 0
 
     client = FakeGroupClient([b"1-0", b"1-1", b"1-2"])
     read = read_until_empty(client, spec(noack=True))
@@ -278,6 +284,7 @@ def test_the_smoke_bench_measures_both_clients_and_both_ack_variants_and_every_i
         assert row["exactly_once"] and row["messages_read"] == settings.backlog_messages, where
         assert row["pending_after"] == 0, where
         assert all(member["complete"] for member in row["members"]), where
+        assert row["member_cpu_us_per_message"] > 0 and row["machine_busy_cores"] > 0, where
     assert report["backlog"]["messages"] == settings.backlog_messages
     assert report["redis_server"]["version"].startswith("Redis server v=") and report["redis_py_version"]
     command = report["redis_server"]["command"]
