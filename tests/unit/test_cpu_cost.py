@@ -39,5 +39,14 @@ def test_a_machine_figure_a_tick_short_of_the_members_leaves_no_negative_rest():
 
 
 def test_a_drain_that_read_nothing_has_no_figure_per_message():
-    figures = cpu_per_message([None], MachineCpu(0, 0), MachineCpu(1, 0), ticks_per_s=100, messages_read=0)
-    assert figures["member_cpu_us_per_message"] is None and figures["machine_busy_cores"] == 0
+    figures = cpu_per_message([None], MachineCpu(0, 0), MachineCpu(2_000_000_000, 0), ticks_per_s=100,
+                              messages_read=0)
+    assert figures["member_cpu_us_per_message"] is None and figures["machine_cpu_us_per_message"] is None
+    assert figures["machine_busy_cores"] == 0
+
+
+def test_a_window_too_short_for_the_machines_ticks_has_no_machine_figures():
+    figures = cpu_per_message([2_000_000], MachineCpu(0, 100), MachineCpu(50_000_000, 100), ticks_per_s=100,
+                              messages_read=1000)
+    assert figures == {"member_cpu_us_per_message": 2.0, "machine_cpu_us_per_message": None,
+                       "rest_cpu_us_per_message": None, "machine_busy_cores": None}
