@@ -217,14 +217,9 @@ def drain_row(backlog_ids: Sequence[bytes], members: Sequence[MemberRead], messa
 # --- the summary --------------------------------------------------------------------------------
 
 
-def _median(values: Sequence[float | None]) -> float | None:
+def _median(values: Sequence[float | None], digits: int = 1) -> float | None:
     present = [value for value in values if value is not None]
-    return round(statistics.median(present), 1) if present else None
-
-
-def _median_us(values: Sequence[float | None]) -> float | None:
-    present = [value for value in values if value is not None]
-    return round(statistics.median(present), 3) if present else None
+    return round(statistics.median(present), digits) if present else None
 
 
 def _figures(runs: Sequence[dict]) -> dict:
@@ -246,8 +241,8 @@ def summary(rows: Sequence[dict]) -> dict:
         "produce": {client: _figures(runs) for client, runs in produce.items()},
         "consume": {ack: {consumers: {
             **_figures(runs), "exactly_once_each": [run["exactly_once"] for run in runs],
-            "member_cpu_us_per_message_median": _median_us([run.get("member_cpu_us_per_message") for run in runs]),
-            "machine_cpu_us_per_message_median": _median_us([run.get("machine_cpu_us_per_message") for run in runs]),
+            "member_cpu_us_per_message_median": _median([run.get("member_cpu_us_per_message") for run in runs], 3),
+            "machine_cpu_us_per_message_median": _median([run.get("machine_cpu_us_per_message") for run in runs], 3),
         } for consumers, runs in by_count.items()} for ack, by_count in consume.items()},
         "clients": {**{client: CLIENTS[client] for client in produce}, "consume": CONSUME_CLIENT},
     }
@@ -266,7 +261,7 @@ def table(report: dict) -> str:
     for ack, by_count in figures["consume"].items():
         for consumers, runs in by_count.items():
             lines.append(("consume", ack, consumers, *_cells(runs),
-                          *(_shown_us(runs[name]) for name in ("member_cpu_us_per_message_median",
+                          *(_shown(runs[name], ".2f") for name in ("member_cpu_us_per_message_median",
                                                                 "machine_cpu_us_per_message_median")),
                           "/".join("yes" if once else "NO" for once in runs["exactly_once_each"])))
     widths = [max(len(line[column]) for line in lines) for column in range(len(TABLE_COLUMNS))]
@@ -285,9 +280,5 @@ def _cells(runs: dict) -> tuple[str, str, str]:
             "/".join("yes" if quiet else "no" for quiet in runs["quiet_each"]))
 
 
-def _shown(value: float | None) -> str:
-    return "-" if value is None else format(value, ",.0f")
-
-
-def _shown_us(value: float | None) -> str:
-    return "-" if value is None else format(value, ".2f")
+def _shown(value: float | None, spec: str = ",.0f") -> str:
+    return "-" if value is None else format(value, spec)

@@ -65,8 +65,8 @@ BENCHES = (
     Bench("feed-lag", "how far feeding trails the high watermark while one producer is saturated, per VP count",
           FeedLagBenchSettings, "mafka4.bench.feed_lag:run_feed_lag_bench"),
     Bench("consume", "one group of consumer processes drains a backlog, per read mode and consumer count: msgs/s, "
-                     "MB/s, fetch latency, and CPU per message (the members', the machine's)", ConsumeBenchSettings, "mafka4.bench.consume:run_consume_bench",
-          render="mafka4.bench.drain:table"),
+                     "MB/s, fetch latency, and CPU per message (the members', the machine's)", ConsumeBenchSettings,
+          "mafka4.bench.consume:run_consume_bench", render="mafka4.bench.drain:table"),
     Bench("redis-streams", "Redis Streams on this machine (issue 15): pipelined XADD by redis-py and by a raw "
                            "hiredis socket; one group of consumer processes drains a backlog (msgs/s, CPU per "
                            "message). Its own redis-server, no cluster", RedisStreamsBenchSettings,
