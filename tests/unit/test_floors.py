@@ -28,7 +28,7 @@ from import_graph import ROOT, direct_imports
 
 
 FLOORS = (
-    (0, r"mafka4|mafka4\.(errors|limits|names|hashing|records|compression|collector_pause|faults|partition_gate|clocks|long_poll|"
+    (0, r"mafka4|mafka4\.(errors|limits|names|hashing|records|compression|checksum|collector_pause|faults|partition_gate|clocks|long_poll|"
         r"stage_trace|planted_bugs|exported_variables)"),
     # Packages whose __init__ is empty: importing one runs nothing.
     (0, r"mafka4\.(physical|virtual|coordinator|coordinator\.(metadata|control|groups))"),
