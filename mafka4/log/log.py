@@ -197,8 +197,8 @@ class Log:
         """Append one CRC-valid batch stamped with base offset ``log_end_offset``.
 
         ``check_crc=False`` is for a caller that checked the CRC itself (a leader on receipt, a VP
-        leader that just encoded the batch): the check is a pass over every byte, 0.37 ms per MiB
-        here, about a twentieth of the CPU a leader spends on a MiB it takes in."""
+        leader that just encoded the batch): a second check would be another pass over every byte
+        (about 20 µs per MiB here with ``checksum.crc32``; 0.37 ms with zlib's)."""
         self._check_open()
         header = check_single_batch(batch, check_crc)
         self._check_follows(header, self.log_end_offset)
