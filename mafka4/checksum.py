@@ -3,7 +3,9 @@
 Batches carry zlib's CRC32 (the polynomial of gzip and zip). ``crc32`` computes that same
 value with ISA-L (the ``isal`` package, Intel's storage library: it folds the buffer with
 carry-less multiplication), where ``zlib.crc32`` walks it a few bytes at a time. Measured here
-on a MiB: 55 GB/s against zlib's 3.5; on a 1 KiB record's worth, 0.3 µs against 0.55.
+on a MiB: 55 GB/s against zlib's 3.5 (19 µs against 303). A lone call on 1,100 bytes took 0.29
+µs against 0.55, and on 60 bytes 0.33 against 0.24: the call itself then costs more than the
+bytes, which only a batch of a few tiny records sees.
 
 It matters because a batch is checked wherever it crosses a boundary: the leader on receipt, a
 log on every read it serves (``log.segment``: a copy damaged on disk is never served), the feeder
