@@ -844,9 +844,21 @@ RAY_INLINE_OBJECT_BYTES_MAX = 4 * MiB
 # few fields. Far above every batch and fetch bound; a bigger length means a peer that does not
 # speak the protocol, and its connection is dropped.
 STREAM_FRAME_BYTES_MAX = 256 * MiB
-# How much a stream's reader buffers before it stops reading the socket: a whole default batch,
-# so a 1 MiB frame arrives without the reader pausing and resuming on the way.
-STREAM_BUFFER_BYTES = 4 * MiB
+# A ``bytes`` or ``bytearray`` this large in a stream call's arguments or answer travels out of
+# band (``runtime.stream_frames``): written to the socket as it lies and read straight into the
+# ``bytearray`` its receiver gets, not copied through the pickle. Low, so that every receiver of
+# batches and fetched data meets bytearray in tests too, not only at MiB sizes; a key, a token
+# or an offset stays in the pickle.
+STREAM_OUT_OF_BAND_BYTES_MIN = 1 * KiB
+# Out-of-band buffers of one stream frame: as many as fit, each being at least
+# STREAM_OUT_OF_BAND_BYTES_MIN; a peer announcing more does not speak the protocol.
+STREAM_FRAME_BUFFERS_MAX = STREAM_FRAME_BYTES_MAX // STREAM_OUT_OF_BAND_BYTES_MIN
+# A stream's received bytes land in a buffer of this size, from which frame heads and small parts
+# are taken; a part at least this large is read straight into its own bytearray, never copied.
+STREAM_STAGING_BYTES = 256 * KiB
+# An out-of-band buffer this large is written to the socket as a view of itself; smaller ones are
+# joined to the parts before them: copying 64 KiB costs less than a write call of its own.
+STREAM_WRITTEN_APART_BYTES_MIN = 64 * KiB
 # A thread's msgpack packer for batch payloads (``records.encode_record_arrays``) is kept between
 # batches (a fresh one costs page faults on every batch); one that grew past this, packing an
 # unusually large batch, is dropped rather than kept holding that memory.

@@ -32,6 +32,7 @@ from mafka4.bench.lag import FeedLagBenchSettings
 from mafka4.bench.produce_settings import ProduceBenchSettings
 from mafka4.bench.rebalance import RebalanceBenchSettings
 from mafka4.bench.redis_streams_figures import RedisStreamsBenchSettings
+from mafka4.bench.stream_transfer import StreamBenchSettings
 from mafka4.bench.vp_join import VpJoinBenchSettings
 
 
@@ -72,6 +73,9 @@ BENCHES = (
                            "message). Its own redis-server, no cluster", RedisStreamsBenchSettings,
           "mafka4.bench.redis_streams:run_redis_streams_bench",
           render="mafka4.bench.redis_streams_figures:table"),
+    Bench("stream", "what a stream call carrying a consumer's fetch answer costs in CPU per MiB, on the caller's and "
+                    "the server's side (and, with --decode, the caller's decoding per message). No cluster",
+          StreamBenchSettings, "mafka4.bench.stream_transfer:run_stream_bench"),
 )
 
 

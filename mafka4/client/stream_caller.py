@@ -42,6 +42,7 @@ class StreamCaller:
             for _, stream in self._streams.values():
                 stream.close()
             self._streams.clear()
+            await asyncio.sleep(0)  # the closed transports' sockets close in callbacks of the loop's next turn
             tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
             for task in tasks:
                 task.cancel()

@@ -301,7 +301,9 @@ class PhysicalPartition:
         now_ms = wall_ms()
         plan = self._state.plan_append(header, acks, now_ms)
         if not plan.duplicate:
-            stamped = bytearray(batch)
+            # A large batch arrives over the stream as a bytearray of its own (``runtime.stream_frames``),
+            # and an actor's arguments are always the call's own copy: stamped where it lies.
+            stamped = batch if type(batch) is bytearray else bytearray(batch)
             stamp(stamped, plan.base_offset, plan.leader_epoch)
             try:
                 header = self._log.append(stamped, now_ms, check_crc=False)  # checked on receipt, above

@@ -112,14 +112,17 @@ def test_after_a_failed_call_the_next_opens_a_stream_from_the_handle_it_brings(c
         restarted.stop()
 
 
-def test_close_ends_every_stream_task_so_that_exit_prints_no_pending_task_warning(caller):
+def test_close_ends_every_stream_and_task_so_that_exit_prints_no_warning(caller):
     serving = ServingThread()
     try:
         actor = FakeActor(serving.endpoint)
         assert caller.call(actor, "local/read_node/r0", "fetch", 0, 8).result(5) == (0, b"m" * 8)
-        assert asyncio.all_tasks(caller._loop), "the stream's answer reader waits on the loop"
+        (_, stream), = caller._streams.values()
+        connection = stream._client._connection
+        assert not connection.broken, "the stream stays open for the next call"
         caller.close()
         assert not caller._thread.is_alive() and not asyncio.all_tasks(caller._loop)
+        assert connection.broken and connection.protocol._transport.is_closing()
         caller.close()  # idempotent, as at exit after an explicit close
     finally:
         serving.stop()

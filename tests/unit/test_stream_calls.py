@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import struct
 
 import pytest
 
 from mafka4.errors import MafkaError, NotLeader, StreamLost
-from mafka4.runtime import stream_calls
+from mafka4.runtime import stream_frames
 from mafka4.runtime.stream_calls import StreamClient, StreamEndpoint, StreamHandle, StreamServer
 
 HOST = "127.0.0.1"
@@ -168,7 +169,7 @@ def test_a_call_in_flight_when_the_server_goes_fails_and_the_next_finds_the_new_
 
 
 def test_a_frame_above_the_bound_is_refused_before_it_is_sent(monkeypatch):
-    monkeypatch.setattr(stream_calls, "STREAM_FRAME_BYTES_MAX", 1000)
+    monkeypatch.setattr(stream_frames, "STREAM_FRAME_BYTES_MAX", 1000)
 
     async def main():
         async with _connected() as handle:
@@ -178,7 +179,7 @@ def test_a_frame_above_the_bound_is_refused_before_it_is_sent(monkeypatch):
 
 
 def test_an_answer_above_the_bound_reaches_the_caller_as_an_error_naming_it(monkeypatch):
-    monkeypatch.setattr(stream_calls, "STREAM_FRAME_BYTES_MAX", 1000)
+    monkeypatch.setattr(stream_frames, "STREAM_FRAME_BYTES_MAX", 1000)
 
     async def main():
         async with _connected() as handle:
@@ -188,12 +189,17 @@ def test_an_answer_above_the_bound_reaches_the_caller_as_an_error_naming_it(monk
     asyncio.run(main())
 
 
-def test_a_peer_that_sends_a_huge_length_is_dropped():
+def _raw_frame(body: bytes, buffer_count: int = 0) -> bytes:
+    """A frame's head and body as the wire has them (``stream_frames``), written by hand."""
+    return struct.pack(">II", len(body), buffer_count) + b"\0" * (4 * buffer_count) + body
+
+
+def test_a_peer_that_announces_a_huge_frame_is_dropped():
     async def main():
         server, endpoint = await _served()
         reader, writer = await asyncio.open_connection(endpoint.host, endpoint.port)
-        writer.write(len(endpoint.token).to_bytes(4, "big") + endpoint.token)
-        writer.write((2 ** 32 - 1).to_bytes(4, "big"))
+        writer.write(_raw_frame(endpoint.token))
+        writer.write(struct.pack(">II", 2 ** 32 - 1, 0))
         await writer.drain()
         assert await reader.read() == b"", "the server closed the connection"
         writer.close()
@@ -205,11 +211,22 @@ def test_a_request_that_does_not_unpickle_drops_its_connection():
     async def main():
         server, endpoint = await _served()
         reader, writer = await asyncio.open_connection(endpoint.host, endpoint.port)
-        garbage = b"\x80\x05not a pickle"
-        for body in (endpoint.token, garbage):
-            writer.write(len(body).to_bytes(4, "big") + body)
+        writer.write(_raw_frame(endpoint.token) + _raw_frame(b"\x80\x05not a pickle"))
         await writer.drain()
         assert await reader.read() == b""
         writer.close()
         server.close()
+    asyncio.run(main())
+
+
+def test_large_arguments_and_answers_cross_out_of_band_and_arrive_as_bytearray():
+    async def main():
+        replica = Replica()
+        async with _connected(replica) as handle:
+            batch = bytes(range(256)) * 8192  # 2 MiB
+            assert await handle.record.remote(batch) == len(batch)
+            assert type(replica.recorded) is bytearray and replica.recorded == batch
+            offset, data = await handle.fetch.remote(5, bytes_max=3 << 20)
+            assert offset == 5 and type(data) is bytearray and data == b"x" * (3 << 20)
+            assert await handle.record.remote(b"small") == 5 and type(replica.recorded) is bytes
     asyncio.run(main())
