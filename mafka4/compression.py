@@ -64,14 +64,19 @@ class Codec(enum.IntEnum):
         """The codec of ``batch`` (named in the error), from its ``attributes``; ``UnknownCodec``
         for an id this version does not know."""
         codec_id = attributes & CODEC_MASK
-        try:
-            return cls(codec_id)
-        except ValueError:
-            raise UnknownCodec(
-                f"{batch} is compressed with codec id {codec_id}, which this version "
-                f"does not know (known: {known_ids()}): it was written by a newer or a broken producer; read "
-                f"it with a version that knows the codec"
-            ) from None
+        codec = CODECS_BY_ID.get(codec_id)
+        if codec is not None:
+            return codec
+        raise UnknownCodec(
+            f"{batch} is compressed with codec id {codec_id}, which this version "
+            f"does not know (known: {known_ids()}): it was written by a newer or a broken producer; read "
+            f"it with a version that knows the codec"
+        )
+
+
+# Every batch a reader decodes asks for its codec: a dict lookup, where ``Codec(id)`` goes through
+# the enum's Python-level ``__call__``.
+CODECS_BY_ID = {codec.value: codec for codec in Codec}
 
 
 def names() -> str:

@@ -11,8 +11,6 @@ Commands: ``replicas r0 r1 ... lag= min_isr=``, ``become-leader r epoch= [isr=] 
 
 from __future__ import annotations
 
-import dataclasses
-
 from datadriven import ScenarioRunner
 from mafka4.limits import Acks, ReplicaConfig
 from mafka4.log.epochs import EpochHistory
@@ -61,7 +59,7 @@ class ReplicaRunner(ScenarioRunner):
         unstamped = header(0, int(args.get("count", 1)), -1, int(args.get("pid", -1)), int(args.get("seq", -1)))
         plan = state.plan_append(unstamped, Acks.parse(args.get("acks", "all")), int(args.get("now", 0)))
         if not plan.duplicate:
-            stamped = dataclasses.replace(unstamped, base_offset=plan.base_offset, leader_epoch=plan.leader_epoch)
+            stamped = unstamped._replace(base_offset=plan.base_offset, leader_epoch=plan.leader_epoch)
             self.logs[replica_id].append(stamped)
             state.appended(stamped, int(args.get("now", 0)))
         kind = "duplicate of" if plan.duplicate else "appended at"

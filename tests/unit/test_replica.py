@@ -47,7 +47,7 @@ def produce(state, count=1, producer_id=-1, base_sequence=-1, acks=Acks.ALL, now
     unstamped = header(0, count, -1, producer_id, base_sequence)
     plan = state.plan_append(unstamped, acks, now_ms)
     if not plan.duplicate:
-        stamped = dataclasses.replace(unstamped, base_offset=plan.base_offset, leader_epoch=plan.leader_epoch)
+        stamped = unstamped._replace(base_offset=plan.base_offset, leader_epoch=plan.leader_epoch)
         state.appended(stamped, now_ms)
     return plan
 
