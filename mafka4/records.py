@@ -55,7 +55,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 import msgpack
 
 from mafka4.checksum import crc32
-from mafka4.collector_pause import collection_paused
+from mafka4.collector import collection_paused
 from mafka4.compression import CODEC_MASK, CODECS_BY_ID, Codec, compress, decompress
 from mafka4.errors import CorruptRecord
 from mafka4.limits import PAYLOAD_PACKER_KEPT_BYTES_MAX
@@ -428,7 +428,7 @@ def decode_checked_batch(
     unless ``with_sources`` is False; its sources are checked for their size either way.
     """
     # The collector paused: a record's msgpack tuple dies before any collection walks it, and the
-    # records built are walked once, after (``collector_pause``).
+    # records built are walked once, after (``mafka4.collector``).
     with collection_paused():
         return _decode_payload(buffer, position, header, build, headers, with_sources)
 

@@ -324,7 +324,7 @@ def _append_run_record(path: Path, record: dict) -> None:
 
 
 def _topic_trace(admin, topic: str, connection) -> TopicTrace:
-    from mafka4.coordinator.metadata.vp_store import VirtualStore
+    from mafka4.virtual.vp_store import VirtualStore
     from simulations.stage_stamps import TopicTrace
 
     metadata = admin.topic_metadata(topic)
@@ -335,7 +335,7 @@ def _topic_trace(admin, topic: str, connection) -> TopicTrace:
 
 def topic_footprint(admin, topic: str, connection) -> dict[str, int]:
     """Partitions, actors and distinct nodes a topic occupies, from its etcd metadata."""
-    from mafka4.coordinator.metadata.vp_store import VirtualStore
+    from mafka4.virtual.vp_store import VirtualStore
 
     metadata = admin.topic_metadata(topic)
     write_nodes = {replica for state in metadata.partitions for replica in state.replicas}
@@ -429,7 +429,7 @@ def _wait_for_group(members, logs: list[_ConsumerLog]) -> None:
 
 
 def producer_partitions(connection, topic: str) -> int:
-    from mafka4.coordinator.metadata.topics import TopicStore
+    from mafka4.physical.topics import TopicStore
 
     return len(TopicStore(connection.store, connection.cluster).get(topic).partitions)
 

@@ -12,7 +12,7 @@ import os
 
 import ray
 
-from mafka4.runtime.stream_calls import StreamEndpoint, StreamServer
+from mafka4.transport.stream_calls import StreamEndpoint, StreamServer
 
 
 @ray.remote(num_cpus=0)

@@ -39,8 +39,8 @@ import ray
 from mafka4.bench.drain import (Armed, Assigned, Closed, Drained, Failed, Joined, MemberDrain, OffsetRange,
                                 OffsetTally)
 from mafka4.client.consumer import Consumer
+from mafka4.collector import freeze_what_start_up_left
 from mafka4.errors import MafkaError
-from mafka4.runtime.collector import freeze_what_start_up_left
 from mafka4.runtime.connect import CLUSTER_ENV, ETCD_ENDPOINT_ENV, RAY_ADDRESS_ENV, connect
 
 # While joining, a member returns from poll() this often to look at the driver's signal.

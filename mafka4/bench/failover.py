@@ -31,8 +31,8 @@ import ray
 from mafka4.bench.failover_settings import FailoverBenchSettings
 from mafka4.client.admin import Admin
 from mafka4.client.producer import Producer
-from mafka4.coordinator.metadata import keys
 from mafka4.limits import ControllerConfig, ReadMode, ReplicaConfig
+from mafka4.metadata import keys
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import PartitionState
 from mafka4.runtime.connect import Connection, connect

@@ -1,7 +1,7 @@
 """The garbage collector's pauses in a bench's own process while a run measures (``GcPauses``).
 
 A full collection walks every object the collector tracks, and a driver that imported Ray
-holds tens of thousands (``mafka4.runtime.collector``): one took 100-150 ms in a producing
+holds tens of thousands (``mafka4.collector``): one took 100-150 ms in a producing
 driver here. In a latency run that pause stalls every message in flight. Each run's report
 therefore says how many collections of each generation it ran, how long they took in all, and
 the longest pause: a tail far above the longest pause is not the driver's collector.

@@ -74,14 +74,14 @@ from mafka4.client.accumulator import RECORD_OVERHEAD_BYTES
 from mafka4.client.admin import Admin
 from mafka4.client.producer import Producer
 from mafka4.client.sender import new_producer_id
+from mafka4.collector import freeze_what_start_up_left
 from mafka4.compression import Codec
 from mafka4.limits import Acks, MiB, ReadMode
 from mafka4.physical.handles import replica_handle
 from mafka4.records import HEADER_BYTES, encode_batch
-from mafka4.runtime.collector import freeze_what_start_up_left
 from mafka4.runtime.connect import Connection, connect
 from mafka4.runtime.ray_cluster import node_resource
-from mafka4.runtime.stream_calls import StreamHandle, actor_stream
+from mafka4.transport.stream_calls import StreamHandle, actor_stream
 
 # With acks=0 a producer is answered before the leader appends: its logs may still be growing.
 LOG_SETTLE_S_MAX = 30.0

@@ -6,8 +6,8 @@ A read node counts when it holds its liveness key in etcd (``keys.read_node_live
 
 from __future__ import annotations
 
-from mafka4.coordinator.metadata import keys
 from mafka4.errors import NotEnoughReadNodes
+from mafka4.metadata import keys
 from mafka4.runtime.connect import Connection
 from mafka4.virtual.handles import read_node_handle
 

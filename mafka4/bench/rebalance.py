@@ -97,8 +97,8 @@ class GroupWatch:
     """Arrival-stamped etcd events of one group (members, generation and owner keys), or of ``prefix``."""
 
     def __init__(self, connection, group: str, prefix: str | None = None):
-        from mafka4.coordinator.metadata import keys
-        from mafka4.coordinator.metadata.store import MetadataStore
+        from mafka4.metadata import keys
+        from mafka4.metadata.store import MetadataStore
 
         self._keys = keys
         self._cluster, self._group = connection.cluster, group

@@ -97,7 +97,7 @@ class _Answering:
 
 def _serve(answer_bytes: int, message_bytes: int, ready, stop) -> None:
     """The server process: serve until ``stop``; put ``(endpoint, pid)`` on ``ready`` once listening."""
-    from mafka4.runtime.stream_calls import StreamServer
+    from mafka4.transport.stream_calls import StreamServer
     from mafka4.virtual.hosted_vp import VpRead
     from mafka4.virtual.read_node import ConsumerAnswer
 
@@ -118,7 +118,7 @@ def _repetition(settings: StreamBenchSettings) -> dict:
     from mafka4.bench.process_usage import sample_process
     from mafka4.bench.usage import cpu_ns_between
     from mafka4.client.vp_messages import take_vp_messages
-    from mafka4.runtime.stream_calls import StreamClient, StreamHandle
+    from mafka4.transport.stream_calls import StreamClient, StreamHandle
 
     context = multiprocessing.get_context("spawn")
     ready, stop = context.Queue(), context.Event()

@@ -38,10 +38,10 @@ from mafka4.bench.density import NodeUsage, VpDensityBenchSettings, bare_actor_r
 from mafka4.bench.process_usage import measure_window
 from mafka4.bench.read_nodes import running_read_nodes
 from mafka4.client.admin import Admin
-from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.limits import ReadMode
 from mafka4.runtime.connect import Connection, connect
 from mafka4.runtime.ray_cluster import node_resource
+from mafka4.virtual.vp_store import VirtualStore
 
 BARE_ACTOR = "bare_actor"
 POLL_INTERVAL_S = 0.2

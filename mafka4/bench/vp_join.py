@@ -66,7 +66,7 @@ class VpJoinBenchSettings:
 
 
 def _owners(connection, group: str, topic: str) -> dict[int, str]:
-    from mafka4.coordinator.metadata import keys
+    from mafka4.metadata import keys
 
     prefix = keys.group_vp_owners_prefix(connection.cluster, group)
     owners = {}
@@ -80,7 +80,7 @@ def _owners(connection, group: str, topic: str) -> dict[int, str]:
 def run_vp_join_trial(connection, settings: VpJoinBenchSettings) -> dict:
     from mafka4.client.admin import Admin
     from mafka4.client.consumer import Consumer
-    from mafka4.coordinator.metadata import keys
+    from mafka4.metadata import keys
 
     admin = Admin(connection)
     topic, group = f"vpjoin-{secrets.token_hex(3)}", f"vpjoin-{secrets.token_hex(3)}"

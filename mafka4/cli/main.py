@@ -38,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as raised:
-        from mafka4.runtime.remote_errors import unwrap
+        from mafka4.transport.remote_errors import unwrap
 
         error = unwrap(raised)
         if not isinstance(error, MafkaError):

@@ -50,15 +50,15 @@ from mafka4.client.virtual_group_consumer import VirtualGroupConsumer
 from mafka4.coordinator.groups.partition_groups import GroupMember, GroupStore, SyncResult
 from mafka4.coordinator.groups.partition_protocol import (CommittedOffset, MemberInfo, TopicPartition,
                                                           validate_group_name)
-from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.errors import CommitFailed, CoordinatorUnavailable, MafkaError, PartitionNotAssigned
 from mafka4.limits import (LEADER_RETRY_S, LIST_OFFSETS_TIMEOUT_S, PARTITION_GROUP_CHECK_INTERVAL_S, ConsumerConfig,
                            OffsetReset, ReadMode)
 from mafka4.names import validate_topic_name
 from mafka4.partition_gate import client_gate
-from mafka4.physical.actor import replica_actor_name
+from mafka4.physical.topics import TopicStore
 from mafka4.runtime.connect import Connection, connect
-from mafka4.runtime.remote_errors import unwrap
+from mafka4.transport.ray_names import replica_actor_name
+from mafka4.transport.remote_errors import unwrap
 
 logger = logging.getLogger(__name__)
 

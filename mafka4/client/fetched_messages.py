@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Callable, Iterator
 
 from mafka4.client.message import Message
-from mafka4.collector_pause import collection_paused
+from mafka4.collector import collection_paused
 from mafka4.records import BatchHeader, TupleBuilder, decode_checked_batch, iter_batches
 
 # Decodes the CRC-checked batch at a position of the data into messages.
@@ -57,7 +57,7 @@ def take_messages(data: bytes | bytearray | memoryview, topic: str, partition: i
     """
     build = TupleBuilder(Message, topic, partition)
     next_offset = None
-    with collection_paused():  # over the whole take, not each batch: see ``collector_pause``
+    with collection_paused():  # over the whole take, not each batch: see ``mafka4.collector``
         for taken in wanted_records(data, offset, messages, messages_max,
                                     lambda position, header: decode_checked_batch(data, position, header, build),
                                     check_crc):

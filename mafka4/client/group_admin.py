@@ -27,14 +27,14 @@ from mafka4.coordinator.groups.partition_groups import GroupStore
 from mafka4.coordinator.groups.partition_protocol import (VIRTUAL_ASSIGNOR, GroupSnapshot, MemberInfo, TopicPartition,
                                                           validate_group_name)
 from mafka4.coordinator.groups.vp_groups import VirtualGroupStore
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.topics import TopicStore
-from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import GroupNotEmpty, InvalidConfig, RequestTimedOut, UnknownGroup, UnknownTopic
 from mafka4.limits import LIST_OFFSETS_TIMEOUT_S, ReadMode
+from mafka4.metadata import keys
 from mafka4.names import validate_topic_name
+from mafka4.physical.topics import TopicStore
 from mafka4.runtime.connect import Connection, connect
 from mafka4.virtual.handles import ask_leader_nodes
+from mafka4.virtual.vp_store import VirtualStore
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,13 +16,13 @@ import threading
 import time
 import weakref
 
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.store import WatchEvent
-from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.errors import MafkaError, NotLeader
 from mafka4.limits import METADATA_REWATCH_BACKOFF_S
+from mafka4.metadata import keys
+from mafka4.metadata.store import WatchEvent
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import PartitionState, TopicMetadata
+from mafka4.physical.topics import TopicStore
 from mafka4.runtime.connect import Connection
 
 logger = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ core (``simulations.dst.producer``). While a network fault cuts or slows this pr
 a leader's node (``mafka4.partition_gate``), calls pass the process's gate; a lost call fails as
 a timed-out one, which the core retries.
 
-Batches go to the leader over a TCP stream (``mafka4.runtime.stream_calls``), not as Ray calls:
+Batches go to the leader over a TCP stream (``mafka4.transport.stream_calls``), not as Ray calls:
 a Ray call carrying a 1 MiB batch cost about 3 ms of CPU on each side here, the stream under
 1 ms. Ray still finds the leader (by name) and tells where it listens; each retry opens the
 stream afresh, to the leader the refreshed metadata names.
@@ -25,15 +25,15 @@ from typing import Awaitable
 
 import ray
 
-from mafka4.clocks import wall_ms_fine
 from mafka4.client.accumulator import RecordAccumulator
 from mafka4.client.routing import Routing
 from mafka4.client.sender_core import InFlight, PipelineCore, ProducerBatch, Retry
+from mafka4.clocks import wall_ms_fine
 from mafka4.errors import MafkaError, ProducerClosed
 from mafka4.limits import Acks, ProducerConfig
 from mafka4.partition_gate import PartitionGate, client_gate
-from mafka4.runtime.remote_errors import unwrap
-from mafka4.runtime.stream_calls import StreamHandle, actor_stream
+from mafka4.transport.remote_errors import unwrap
+from mafka4.transport.stream_calls import StreamHandle, actor_stream
 
 logger = logging.getLogger(__name__)
 

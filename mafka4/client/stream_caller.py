@@ -1,7 +1,7 @@
 """Stream calls for the synchronous consumers: one event loop on a daemon thread per process.
 
 A consumer's fetch answers carry batches, so they come over the serving actor's stream
-(``mafka4.runtime.stream_calls``) instead of as Ray calls, which cost several times the CPU per
+(``mafka4.transport.stream_calls``) instead of as Ray calls, which cost several times the CPU per
 MiB on both sides. The consumers wait on several fetches at once from the caller's thread; here
 each call runs on a shared event loop thread and hands back a ``concurrent.futures.Future``,
 which ``concurrent.futures.wait`` waits on as ``ray.wait`` waited on object refs.
@@ -20,7 +20,7 @@ import atexit
 import concurrent.futures
 import threading
 
-from mafka4.runtime.stream_calls import StreamHandle, actor_stream
+from mafka4.transport.stream_calls import StreamHandle, actor_stream
 
 
 class StreamCaller:

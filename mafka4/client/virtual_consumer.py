@@ -27,10 +27,10 @@ from typing import Any
 
 from mafka4.client.message import Message, new_member_id
 from mafka4.client.vp_fetcher import VpFetcher
-from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.errors import PartitionNotAssigned, WrongReadMode
 from mafka4.limits import RESHARD_CHECK_INTERVAL_S, ConsumerConfig, ReadMode
 from mafka4.names import validate_topic_name
+from mafka4.physical.topics import TopicStore
 from mafka4.runtime.connect import Connection, connect
 
 

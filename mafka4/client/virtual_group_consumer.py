@@ -42,12 +42,12 @@ import ray
 from mafka4.client.message import Message, new_member_id
 from mafka4.client.vp_fetcher import VpFetcher
 from mafka4.coordinator.groups.vp_groups import VirtualGroupMember, VirtualGroupSnapshot, VirtualGroupStore, VpOffset
-from mafka4.coordinator.metadata import intents
-from mafka4.coordinator.metadata.intents import IntentKind
-from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import CommitFailed, CoordinatorUnavailable, MafkaError, PartitionNotAssigned
 from mafka4.limits import (RESHARD_INTENT_WAIT_S, VP_GROUP_CHECK_INTERVAL_S, VP_GROUP_SPLIT_RETRY_INTERVAL_S,
                            ConsumerConfig, OffsetReset)
+from mafka4.metadata import intents
+from mafka4.metadata.intents import IntentKind
+from mafka4.metadata.store import MetadataStore
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.runtime.connect import Connection
 

@@ -39,18 +39,19 @@ from collections import defaultdict
 from mafka4.client.message import Message
 from mafka4.client.stream_caller import stream_caller
 from mafka4.client.vp_messages import take_vp_messages
-from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import CoordinatorUnavailable, RecordsLost, StreamLost
 from mafka4.limits import LIST_OFFSETS_TIMEOUT_S, ConsumerConfig
 from mafka4.partition_gate import client_gate
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.risr.state import RisrConfig, route_fetch
 from mafka4.runtime.connect import Connection
+from mafka4.transport.ray_names import read_node_actor_name
 from mafka4.virtual.handles import ask_leader_nodes, read_node_handle
 from mafka4.virtual.hosted_vp import VpId
 from mafka4.virtual.layout import TopicLayout
-from mafka4.virtual.read_node import ConsumerRead, read_node_actor_name
+from mafka4.virtual.read_node import ConsumerRead
 from mafka4.virtual.vp_state import VirtualPartitionState
+from mafka4.virtual.vp_store import VirtualStore
 
 
 class VpFetcher:

@@ -29,7 +29,7 @@ from operator import attrgetter
 
 from mafka4.client.fetched_messages import wanted_records
 from mafka4.client.message import Message
-from mafka4.collector_pause import collection_paused
+from mafka4.collector import collection_paused
 from mafka4.records import TupleBuilder
 from mafka4.virtual.vp_records import decode_checked_vp_batch, lost_range_in
 
@@ -56,7 +56,7 @@ def take_vp_messages(data: bytes | bytearray | memoryview, topic: str, vp: int, 
     """
     build = TupleBuilder(Message, topic, vp)
     next_offset = offset
-    with collection_paused():  # over the whole take, not each batch: see ``collector_pause``
+    with collection_paused():  # over the whole take, not each batch: see ``mafka4.collector``
         for taken in wanted_records(data, offset, messages, messages_max,
                                     lambda position, header: decode_checked_vp_batch(data, position, header, build),
                                     check_crc):

@@ -72,10 +72,6 @@ from typing import Callable
 import ray
 
 from mafka4.clocks import wall_ms, wall_ms_fine
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.in_sync_recorder import InSyncRecorder
-from mafka4.coordinator.metadata.lease_holder import LeaseHolder, LeaseTask
-from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import CoordinatorUnavailable, CorruptRecord, DiskFull, NotLeader, RequestTimedOut
 from mafka4.faults import FaultGate
 from mafka4.limits import (HIGH_WATERMARK_CHECKPOINT_INTERVAL_S, IN_SYNC_WRITE_BACKOFF_S, ISR_WRITE_ATTEMPTS_MAX,
@@ -85,26 +81,26 @@ from mafka4.log.log_dir_budget import LogDirBudget, is_disk_full
 from mafka4.log.read_loss import feed_position_from_json, retention_floor
 from mafka4.log.replica_storage import ReplicaStorage
 from mafka4.long_poll import ChangeSignal
+from mafka4.metadata import keys
+from mafka4.metadata.in_sync_recorder import InSyncRecorder
+from mafka4.metadata.lease_holder import LeaseHolder, LeaseTask
+from mafka4.metadata.store import MetadataStore
 from mafka4.partition_gate import GatedHandle, NetworkFault, PartitionGate
 from mafka4.physical.follower import apply_leader_answer
 from mafka4.physical.partition_state import PartitionState
 from mafka4.physical.replica import ReplicaState, Role
 from mafka4.physical.sequencer import SequenceGate
 from mafka4.records import check_producer_batch, stamp
-from mafka4.runtime.remote_errors import unwrap
-from mafka4.runtime.stream_calls import StreamEndpoint, StreamHandle, StreamServer, actor_stream
 from mafka4.stage_trace import StageTrace
+from mafka4.transport.ray_names import NAMESPACE, replica_actor_name
+from mafka4.transport.remote_errors import unwrap
+from mafka4.transport.stream_calls import StreamEndpoint, StreamHandle, StreamServer, actor_stream
 
 logger = logging.getLogger(__name__)
 
 
 # Methods a replica serves over its stream (``stream_endpoint``): the ones that carry batches.
 STREAM_METHODS = frozenset({"produce", "replica_fetch", "fetch"})
-
-
-def replica_actor_name(cluster: str, topic: str, partition: int, replica_id: str) -> str:
-    """The Ray actor name of one replica; unique per cluster, found with ``ray.get_actor``."""
-    return f"{cluster}/{topic}/{partition}/{replica_id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +253,7 @@ class PhysicalPartition:
         self._waiters.fail_all(NotLeader(f"{self._spec.partition_name}: {self._spec.replica_id} is now a follower of {leader_id}"))
         self._stop_following()
         leader_actor = ray.get_actor(
-            replica_actor_name(self._spec.cluster, self._spec.topic, self._spec.partition, leader_id), namespace="mafka4")
+            replica_actor_name(self._spec.cluster, self._spec.topic, self._spec.partition, leader_id), namespace=NAMESPACE)
         self._leader_stream = actor_stream(leader_actor, f"leader {leader_id} of {self._spec.partition_name}")
         self._leader_handle = GatedHandle(self._leader_stream, self._partition_gate, leader_id)
         self._follow_task = asyncio.get_running_loop().create_task(self._follow())

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import ray
 
-from mafka4.physical.actor import replica_actor_name
-
-NAMESPACE = "mafka4"
+from mafka4.transport.ray_names import NAMESPACE, replica_actor_name
 
 
 def replica_handle(cluster: str, topic: str, partition: int, replica_id: str):

@@ -12,15 +12,15 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import ClusterNotRunning
+from mafka4.metadata.store import MetadataStore
 from mafka4.runtime.environment import apply_ray_environment, mafka4_home
 from mafka4.runtime.state import CLUSTER_NAME_DEFAULT, ClusterState, load_state
+from mafka4.transport.ray_names import NAMESPACE
 
 ETCD_ENDPOINT_ENV = "MAFKA4_ETCD_ENDPOINT"
 RAY_ADDRESS_ENV = "MAFKA4_RAY_ADDRESS"
 CLUSTER_ENV = "MAFKA4_CLUSTER"
-RAY_NAMESPACE = "mafka4"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +69,7 @@ def _join_ray(ray_address: str) -> None:
                 f"call ray.shutdown() first"
             )
         return
-    ray.init(address=ray_address, namespace=RAY_NAMESPACE, logging_level=logging.WARNING, log_to_driver=False)
+    ray.init(address=ray_address, namespace=NAMESPACE, logging_level=logging.WARNING, log_to_driver=False)
     # Ray builds its serialization context at a process's first call or put, importing pyarrow and
     # pydantic on the way: 0.4-0.55 s here. Built now, that is part of connecting, instead of a
     # stall of a Producer's first messages or a consumer's first rebalance.

@@ -5,7 +5,7 @@
 Start order: etcd (one member in ``<home>/etcd``, or three in ``<home>/etcd-0..2``, see
 ``mafka4.runtime.etcd_server``; every etcd client is given all members), the Ray cluster, the
 cluster config key, one lease-bound registration per simulated node, the controller (a child
-process, ``mafka4.coordinator.control.controller``, logging to ``<home>/controller.log``),
+process, ``mafka4.runtime.controller_process``, logging to ``<home>/controller.log``),
 which starts one ``ReadNode`` actor per read node (the daemon waits for their liveness keys),
 then ``<home>/cluster.json`` with ``ready=True``. Until SIGTERM/SIGINT it refreshes every
 registration each ``node_lease_ttl_s / 3`` seconds and starts the controller again if it
@@ -25,10 +25,10 @@ import sys
 import time
 from pathlib import Path
 
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.limits import (CONTROLLER_STOP_TIMEOUT_S, LEASE_REFRESHES_PER_TTL, READ_NODE_START_POLL_INTERVAL_S,
                            ClusterConfig, parse_setting)
+from mafka4.metadata import keys
+from mafka4.metadata.store import MetadataStore
 from mafka4.runtime.environment import apply_ray_environment, ray_temp_dir
 from mafka4.runtime.ray_cluster import NodeRole, node_ids
 from mafka4.runtime.registration import (
@@ -49,7 +49,7 @@ class ControllerProcess:
     def __init__(self, home: Path, etcd_endpoint: str, ray_address: str, cluster: str,
                  settings: tuple[tuple[str, int], ...] = ()):
         self.command = [
-            sys.executable, "-m", "mafka4.coordinator.control.controller", "--etcd", etcd_endpoint,
+            sys.executable, "-m", "mafka4.runtime.controller_process", "--etcd", etcd_endpoint,
             "--ray-address", ray_address, "--cluster", cluster, "--controller-id", CONTROLLER_ID,
             *(argument for name, value in settings for argument in ("--setting", f"{name}={value}")),
         ]

@@ -32,10 +32,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mafka4.coordinator.metadata.endpoints import format_endpoints
 from mafka4.errors import ClusterNotRunning, InvalidConfig
 from mafka4.limits import (ETCD_HEALTH_PROBE_INTERVAL_S, ETCD_HEALTH_PROBE_TIMEOUT_S, ETCD_HISTORY_RETENTION_S,
                            ETCD_MEMBER_COUNTS, ETCD_START_ATTEMPTS_MAX, ETCD_STOP_TIMEOUT_S, ETCD_TXN_OPS_MAX)
+from mafka4.metadata.endpoints import format_endpoints
 from mafka4.runtime.ports import LOOPBACK, free_loopback_port
 
 ETCD_BINARY_DEFAULT = "/usr/bin/etcd"

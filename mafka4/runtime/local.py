@@ -20,11 +20,11 @@ from pathlib import Path
 
 import psutil
 
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import ClusterAlreadyRunning, ClusterNotRunning, CoordinatorUnavailable
 from mafka4.limits import (DAEMON_STOP_TIMEOUT_S, KILLED_PROCESSES_WAIT_S, LOCAL_CLUSTER_POLL_INTERVAL_S,
                            STATUS_ETCD_TIMEOUT_S, ClusterConfig)
+from mafka4.metadata import keys
+from mafka4.metadata.store import MetadataStore
 from mafka4.runtime.daemon import LOG_FILE_NAME
 from mafka4.runtime.environment import ray_environment
 from mafka4.runtime.etcd_server import EtcdServer, check_etcd_layout

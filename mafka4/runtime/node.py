@@ -44,11 +44,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import CoordinatorUnavailable, InvalidConfig, InvalidNodeId, MafkaError
 from mafka4.limits import (LEASE_REFRESHES_PER_TTL, NODE_CONFIG_RETRY_INTERVAL_S, NODE_CONFIG_WAIT_S_DEFAULT,
                            ClusterConfig)
+from mafka4.metadata import keys
+from mafka4.metadata.store import MetadataStore
 from mafka4.runtime.environment import mafka4_home
 from mafka4.runtime.ray_cluster import NodeRole, node_resource
 from mafka4.runtime.registration import (

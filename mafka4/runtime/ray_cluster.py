@@ -25,12 +25,8 @@ from typing import Any
 from mafka4.limits import OBJECT_STORE_BYTES_PER_NODE, RAY_INLINE_OBJECT_BYTES_MAX, RAY_NODE_START_TIMEOUT_S
 from mafka4.runtime.environment import apply_ray_environment
 from mafka4.runtime.ports import LOOPBACK
+from mafka4.transport.ray_names import NODE_RESOURCE_UNITS, READ_NODE_RESOURCE, WRITE_NODE_RESOURCE, node_resource
 
-NODE_RESOURCE_PREFIX = "mafka4_node_"
-WRITE_NODE_RESOURCE = "write_node"
-READ_NODE_RESOURCE = "read_node"
-# Units of each role/node resource a node offers: the most actors pinned to one node.
-NODE_RESOURCE_UNITS = 1000
 HEAD_CPUS = 2
 NODE_CPUS = 1
 
@@ -45,12 +41,6 @@ def ray_system_config() -> dict[str, int]:
     ``ray start --head --system-config``): batches and fetch answers travel inline
     (``limits.RAY_INLINE_OBJECT_BYTES_MAX``)."""
     return {"max_direct_call_object_size": RAY_INLINE_OBJECT_BYTES_MAX}
-
-
-def node_resource(node_id: str) -> str:
-    """The custom resource only node ``node_id`` carries (Ray reserves the "node:" prefix)."""
-    assert node_id and not node_id.startswith("node:"), node_id
-    return f"{NODE_RESOURCE_PREFIX}{node_id}"
 
 
 def node_resources(role: NodeRole | str, node_id: str) -> dict[str, float]:

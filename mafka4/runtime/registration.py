@@ -24,11 +24,11 @@ from typing import Callable
 
 import etcd3
 
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.lease_holder import LeaseHolder
-from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import CoordinatorUnavailable
 from mafka4.limits import LEASE_REFRESHES_PER_TTL, REGISTRATION_ETCD_TIMEOUT_S_MAX
+from mafka4.metadata import keys
+from mafka4.metadata.lease_holder import LeaseHolder
+from mafka4.metadata.store import MetadataStore
 from mafka4.runtime.ray_cluster import NodeRole, node_resource
 
 log = logging.getLogger("mafka4.registration")

@@ -14,8 +14,8 @@ import ray
 
 from mafka4.errors import NotLeader
 from mafka4.limits import READ_NODE_CALL_TIMEOUT_S
+from mafka4.transport.ray_names import NAMESPACE, read_node_actor_name
 from mafka4.virtual.hosted_vp import VpId
-from mafka4.virtual.read_node import NAMESPACE, read_node_actor_name
 from mafka4.virtual.vp_state import VirtualPartitionState
 
 

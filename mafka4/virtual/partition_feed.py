@@ -55,12 +55,12 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from mafka4.clocks import wall_ms
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import NotLeader, OffsetOutOfRange, RequestTimedOut, ReshardConflict, StaleEpoch
 from mafka4.limits import FeederConfig
 from mafka4.log.read_loss import LostRange
-from mafka4.runtime.remote_errors import unwrap
+from mafka4.metadata import keys
+from mafka4.metadata.store import MetadataStore
+from mafka4.transport.remote_errors import unwrap
 from mafka4.virtual.feed_plan import Chunk, choose_source, plan_round, resume_point, served_vps, withhold
 from mafka4.virtual.hosted_vp import HostedVp
 from mafka4.virtual.layout import SplitEpoch

@@ -39,7 +39,7 @@ nodes. Everything of one node runs on its event loop:
   process took the key, as a replaced node continued for a moment does). The controller restarts
   a node whose key is gone and whose actor does not answer a ping; its VPs come back with no role
   and are announced again (a restarted leader leads only a new epoch: ``virtual.failover``).
-* **Collector**: the node freezes the objects its start left (``runtime.collector``), so that
+* **Collector**: the node freezes the objects its start left (``mafka4.collector``), so that
   the full collections its per-record work causes no longer walk Ray's modules.
 
 No per-VP task or timer exists: an idle VP costs its open files and a few objects, and every
@@ -58,11 +58,7 @@ from typing import NamedTuple, Sequence
 import ray
 
 from mafka4.clocks import wall_ms
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.in_sync_recorder import InSyncRecorder
-from mafka4.coordinator.metadata.lease_holder import LeaseHolder, LeaseTask
-from mafka4.coordinator.metadata.store import MetadataStore
-from mafka4.coordinator.metadata.vp_store import VirtualStore
+from mafka4.collector import freeze_what_start_up_left
 from mafka4.errors import (
     CoordinatorUnavailable, InvalidConfig, MafkaError, ReadReplicaNotInSync, StaleEpoch, UnknownVirtualPartition,
 )
@@ -70,12 +66,15 @@ from mafka4.limits import IN_SYNC_WRITE_BACKOFF_S, LEADER_TICK_INTERVAL_S, ReadN
 from mafka4.log.log_dir_budget import LogDirBudget
 from mafka4.log.read_loss import LostRange, ReadLoss
 from mafka4.long_poll import ChangeSignal
+from mafka4.metadata import keys
+from mafka4.metadata.in_sync_recorder import InSyncRecorder
+from mafka4.metadata.lease_holder import LeaseHolder, LeaseTask
+from mafka4.metadata.store import MetadataStore
 from mafka4.partition_gate import GatedHandle, NetworkFault, PartitionGate
-from mafka4.physical.actor import replica_actor_name
 from mafka4.risr.state import RisrConfig
-from mafka4.runtime.collector import freeze_what_start_up_left
-from mafka4.runtime.stream_calls import StreamedActor, StreamEndpoint, StreamServer
 from mafka4.stage_trace import StageTrace
+from mafka4.transport.ray_names import NAMESPACE, read_node_actor_name, replica_actor_name
+from mafka4.transport.stream_calls import StreamedActor, StreamEndpoint, StreamServer
 from mafka4.virtual.hosted_vp import HostedVp, VpChores, VpId, VpRead, run_chores, vp_directory
 from mafka4.virtual.layout import SplitEpoch
 from mafka4.virtual.partition_feed import PartitionFeed
@@ -85,15 +84,9 @@ from mafka4.virtual.replication import (
 )
 from mafka4.virtual.topic_view import TopicView
 from mafka4.virtual.vp_state import VirtualPartitionState
+from mafka4.virtual.vp_store import VirtualStore
 
 logger = logging.getLogger(__name__)
-
-NAMESPACE = "mafka4"
-
-
-def read_node_actor_name(cluster: str, node_id: str) -> str:
-    return f"{cluster}/read_node/{node_id}"
-
 
 @dataclass(frozen=True, slots=True)
 class ReadNodeSpec:

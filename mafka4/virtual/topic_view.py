@@ -16,14 +16,14 @@ import logging
 import time
 from typing import Callable
 
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.store import MetadataStore
-from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import CoordinatorUnavailable, UnknownTopic
 from mafka4.limits import TopicConfig
+from mafka4.metadata import keys
+from mafka4.metadata.store import MetadataStore
 from mafka4.physical.partition_state import PartitionState
 from mafka4.virtual.layout import SplitEpoch, TopicLayout
 from mafka4.virtual.vp_state import VirtualPartitionState
+from mafka4.virtual.vp_store import VirtualStore
 
 logger = logging.getLogger(__name__)
 

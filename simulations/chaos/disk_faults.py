@@ -30,12 +30,12 @@ import psutil
 import ray
 
 from mafka4.coordinator.control.physical_launcher import replica_directory
-from mafka4.coordinator.metadata.topics import TopicStore
-from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import UnknownTopic
 from mafka4.log.fsync_points import FSYNC_POINTS_FILE, RECORD_ENV, Cut, cut_to_fsync_points, cut_tree_to_fsync_points
 from mafka4.physical.handles import replica_handle
+from mafka4.physical.topics import TopicStore
 from mafka4.virtual.handles import read_node_handle
+from mafka4.virtual.vp_store import VirtualStore
 from simulations.chaos.processes import process_of
 from simulations.chaos.settings import FaultTiming
 

@@ -53,15 +53,15 @@ import psutil
 import ray
 
 from mafka4.client.admin import Admin
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.topics import TopicStore
-from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import CoordinatorUnavailable, MafkaError
+from mafka4.metadata import keys
 from mafka4.partition_gate import CLIENT, HEALED
 from mafka4.physical.handles import replica_handle
+from mafka4.physical.topics import TopicStore
 from mafka4.runtime.connect import Connection
 from mafka4.runtime.etcd_server import EtcdServer, restart_etcd
 from mafka4.virtual.handles import read_node_handle
+from mafka4.virtual.vp_store import VirtualStore
 from simulations.chaos.disk_faults import DiskFaults
 from simulations.chaos.network import draw_partition
 from simulations.chaos.processes import NotThatProcess, ProcessStopper, process_of
@@ -73,7 +73,7 @@ ETCD_STOP_TIMEOUT_S = 30
 ETCD_ANSWER_TIMEOUT_S = 60
 HEAL_CHECK_INTERVAL_S = 0.5
 CONTROLLER_BACK_TIMEOUT_S = 120  # the daemon's restart, a lease TTL, Ray's start of a new driver on a busy machine
-CONTROLLER_COMMAND = "mafka4.coordinator.control.controller"  # in the controller's command line
+CONTROLLER_COMMAND = "mafka4.runtime.controller_process"  # in the controller's command line
 
 
 @dataclass(frozen=True, slots=True)

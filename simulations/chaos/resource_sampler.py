@@ -27,9 +27,9 @@ from typing import Callable, Protocol
 import psutil
 
 from mafka4.bench.process_usage import open_fd_count, rss_bytes
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import CoordinatorUnavailable, ProcessNotVisible
+from mafka4.metadata import keys
+from mafka4.metadata.store import MetadataStore
 from mafka4.runtime.connect import Connection
 from mafka4.runtime.local import cluster_pids
 from simulations.chaos.resource_trend import DRIVER_ROLE, EtcdSample, ProcessSample, Samples, role_of

@@ -43,7 +43,7 @@ RAY_TITLE_PREFIX = "ray::"
 # ``python -m`` modules of the cluster and the run, as their command lines spell them.
 MODULE_ROLES = {
     "mafka4.runtime.daemon": "daemon",
-    "mafka4.coordinator.control.controller": "controller",
+    "mafka4.runtime.controller_process": "controller",
     "simulations.chaos.member": "chaos-member",
 }
 

@@ -29,9 +29,9 @@ import ray
 
 from mafka4.client.partitioner import Partitioner
 from mafka4.client.producer import Producer
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import CoordinatorUnavailable
+from mafka4.metadata import keys
+from mafka4.metadata.store import MetadataStore
 from mafka4.runtime.connect import CLUSTER_ENV, ETCD_ENDPOINT_ENV, RAY_ADDRESS_ENV, Connection
 from simulations.chaos.fault_relay import FaultFile
 from simulations.checkers import Ack, Commit, Consumed, HistoryRecord, Send

@@ -142,7 +142,7 @@ class _Cluster:
     """The calibration topics' actors: handles, PIDs and roles."""
 
     def __init__(self, connection, admin, settings: CalibrationSettings):
-        from mafka4.coordinator.metadata.vp_store import VirtualStore
+        from mafka4.virtual.vp_store import VirtualStore
         from mafka4.virtual.handles import read_node_handle
         from mafka4.virtual.hosted_vp import VpId
 

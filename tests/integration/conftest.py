@@ -172,7 +172,7 @@ def read_cluster(shared_read_cluster):
 
 
 def _wait_for_live_read_nodes(connection, count: int) -> None:
-    from mafka4.coordinator.metadata import keys
+    from mafka4.metadata import keys
     from wait_helpers import wait_until
 
     def live() -> list[str]:

@@ -61,7 +61,7 @@ class ControllerProcess:
         self.log_path = log_path
         with open(log_path, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "mafka4.coordinator.control.controller", "--etcd", endpoint, "--ray-address",
+                [sys.executable, "-m", "mafka4.runtime.controller_process", "--etcd", endpoint, "--ray-address",
                  ray_address, "--cluster", cluster, "--controller-id", "controller-agents",
                  *(argument for name, value in (settings or {}).items() for argument in ("--setting", f"{name}={value}"))],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO_ROOT, env=agent_environment(),

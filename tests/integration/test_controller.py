@@ -14,8 +14,8 @@ import etcd3
 import ray
 
 from mafka4.client.admin import Admin
-from mafka4.coordinator.metadata import keys
 from mafka4.limits import Acks
+from mafka4.metadata import keys
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import PartitionState
 from mafka4.records import encode_batch
@@ -29,7 +29,7 @@ REVOKING_S = 5
 
 def start_controller(cluster, name: str, controller_id: str, log_dir: Path) -> tuple[subprocess.Popen, Path]:
     log_path = log_dir / f"{controller_id}.log"
-    command = [sys.executable, "-m", "mafka4.coordinator.control.controller", "--etcd", cluster.state.etcd_endpoint,
+    command = [sys.executable, "-m", "mafka4.runtime.controller_process", "--etcd", cluster.state.etcd_endpoint,
                "--ray-address", cluster.state.ray_address, "--cluster", name, "--controller-id", controller_id,
                "--lease-ttl-s", str(LEASE_TTL_S)]
     with open(log_path, "wb") as log_file:

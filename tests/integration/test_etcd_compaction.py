@@ -18,8 +18,8 @@ import etcd3
 import pytest
 
 from mafka4.coordinator.control.controller import _Watches
-from mafka4.coordinator.metadata.store import MetadataStore, WatchEvent
 from mafka4.limits import ETCD_HISTORY_RETENTION_S
+from mafka4.metadata.store import MetadataStore, WatchEvent
 from mafka4.runtime.etcd_server import start_etcd, stop_etcd
 from mafka4.runtime.ports import LOOPBACK
 

@@ -24,8 +24,8 @@ from mafka4 import errors
 from mafka4.client.admin import Admin
 from mafka4.client.consumer import Consumer
 from mafka4.client.producer import Producer
-from mafka4.coordinator.metadata import keys
 from mafka4.limits import Acks, ClusterConfig
+from mafka4.metadata import keys
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import PartitionState
 from mafka4.records import encode_batch

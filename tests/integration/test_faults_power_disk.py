@@ -27,12 +27,12 @@ import ray
 
 from mafka4 import errors
 from mafka4.client.producer import Producer
-from mafka4.coordinator.metadata.topics import TopicStore
-from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.limits import Acks
 from mafka4.physical.handles import replica_handle
+from mafka4.physical.topics import TopicStore
 from mafka4.records import encode_batch
 from mafka4.virtual.handles import read_node_handle
+from mafka4.virtual.vp_store import VirtualStore
 from simulations.chaos.disk_faults import DiskFaults
 from simulations.chaos.settings import FaultTiming
 

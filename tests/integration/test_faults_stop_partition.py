@@ -31,7 +31,7 @@ import ray
 from mafka4.client.admin import Admin
 from mafka4.client.consumer import Consumer
 from mafka4.client.producer import Producer
-from mafka4.coordinator.metadata import keys
+from mafka4.metadata import keys
 from mafka4.partition_gate import CLIENT, HEALED, NetworkFault, set_client_fault
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import PartitionState
@@ -47,7 +47,7 @@ from virtual_helpers import check_exactly_once, feed_of, read_everything
 from wait_helpers import wait_until
 
 ETCD_STOP_S = 7  # longer than every lease TTL (replicas, read nodes and the controller: 5 s)
-CONTROLLER_COMMAND = "mafka4.coordinator.control.controller"
+CONTROLLER_COMMAND = "mafka4.runtime.controller_process"
 
 
 def replica_pid(connection, topic: str, replica: str) -> int:

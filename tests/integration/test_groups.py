@@ -23,8 +23,8 @@ from mafka4.client.admin import Admin
 from mafka4.client.consumer import Consumer
 from mafka4.client.group_admin import GroupAdmin
 from mafka4.client.producer import Producer
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.store import MetadataStore
+from mafka4.metadata import keys
+from mafka4.metadata.store import MetadataStore
 
 from wait_helpers import wait_until
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import psutil
 import ray
 
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.limits import ClusterConfig
+from mafka4.metadata import keys
+from mafka4.metadata.store import MetadataStore
 from mafka4.runtime.connect import connect
 from mafka4.runtime.etcd_server import restart_etcd, start_etcd, stop_etcd
 from mafka4.runtime.local import down, status, up

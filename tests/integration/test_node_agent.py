@@ -21,8 +21,8 @@ from mafka4.client.admin import Admin
 from mafka4.client.producer import Producer
 from mafka4.client.virtual_consumer import VirtualConsumer
 from mafka4.coordinator.control.physical_launcher import replica_directory
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.store import MetadataStore
+from mafka4.metadata import keys
+from mafka4.metadata.store import MetadataStore
 from mafka4.runtime.connect import Connection
 from mafka4.runtime.etcd_server import restart_etcd, start_etcd, stop_etcd
 from mafka4.runtime.node import validate_node_id

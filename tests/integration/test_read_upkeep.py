@@ -20,12 +20,12 @@ import pytest
 import ray
 
 from mafka4.client.admin import Admin
-from mafka4.coordinator.metadata.topics import TopicStore
-from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.limits import ClusterConfig
+from mafka4.physical.topics import TopicStore
 from mafka4.runtime.connect import Connection
 from mafka4.virtual.handles import read_node_handle
 from mafka4.virtual.hosted_vp import VpId, vp_directory
+from mafka4.virtual.vp_store import VirtualStore
 
 from conftest import own_cluster
 from process_helpers import Agent, ControllerProcess

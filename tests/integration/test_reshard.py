@@ -23,12 +23,12 @@ import ray
 from mafka4 import errors
 from mafka4.client.admin import Admin
 from mafka4.client.virtual_consumer import VirtualConsumer
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.topics import TopicStore
-from mafka4.coordinator.metadata.vp_store import VirtualStore
+from mafka4.metadata import keys
+from mafka4.physical.topics import TopicStore
 from mafka4.virtual.feed_plan import resume_point, served_vps
 from mafka4.virtual.handles import read_node_handle
 from mafka4.virtual.vp_records import NOTHING_APPLIED
+from mafka4.virtual.vp_store import VirtualStore
 
 from virtual_helpers import (
     FAULT_TEST_PAUSE_S, WAIT_S, Deliveries, Member, ProduceLoop, check_exactly_once, describe_vp, feed_of, topic_name,

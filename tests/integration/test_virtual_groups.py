@@ -20,9 +20,9 @@ from mafka4.client.admin import Admin
 from mafka4.client.consumer import Consumer
 from mafka4.client.group_admin import GroupAdmin
 from mafka4.coordinator.groups.vp_groups import VirtualGroupStore, VpOffset
-from mafka4.coordinator.metadata.topics import TopicStore
-from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import GroupNotEmpty
+from mafka4.physical.topics import TopicStore
+from mafka4.virtual.vp_store import VirtualStore
 
 from virtual_helpers import Deliveries, Member, ProduceLoop, check_exactly_once, topic_name
 from wait_helpers import wait_until

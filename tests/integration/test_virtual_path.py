@@ -26,13 +26,13 @@ from mafka4.client.admin import Admin
 from mafka4.client.consumer import Consumer
 from mafka4.client.producer import Producer
 from mafka4.client.virtual_consumer import VirtualConsumer
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.vp_store import VirtualStore
+from mafka4.metadata import keys
 from mafka4.physical.handles import replica_handle
 from mafka4.virtual.handles import read_node_handle
 from mafka4.virtual.hosted_vp import VpId
 from mafka4.virtual.read_node import ConsumerRead
 from mafka4.virtual.vp_state import VirtualPartitionState
+from mafka4.virtual.vp_store import VirtualStore
 
 from virtual_helpers import (
     FAULT_TEST_PAUSE_S, WAIT_S, ProduceLoop, TimedReader, check_exactly_once, describe_vp, feed_of, read_everything,

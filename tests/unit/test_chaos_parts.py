@@ -179,8 +179,8 @@ def test_a_process_that_is_gone_when_continued_is_reported_as_replaced(sleeper):
 
 
 def test_a_pid_from_a_record_must_be_the_process_the_record_names(sleeper):
-    with pytest.raises(NotThatProcess, match="not 'mafka4.coordinator.control.controller'"):
-        process_of(sleeper.pid, "mafka4.coordinator.control.controller")
+    with pytest.raises(NotThatProcess, match="not 'mafka4.runtime.controller_process'"):
+        process_of(sleeper.pid, "mafka4.runtime.controller_process")
     with pytest.raises(NotThatProcess, match="this process"):
         process_of(psutil.Process().pid)
     assert process_of(sleeper.pid, "sleep").pid == sleeper.pid

@@ -126,7 +126,7 @@ def test_the_report_section_and_its_summary_lines():
     (["/usr/bin/etcd", "--data-dir"], "etcd", "etcd"),
     (["/site-packages/ray/core/src/ray/gcs/gcs_server", "--log_dir=/tmp/x"], "gcs_server", "gcs_server"),
     (["/site-packages/ray/core/src/ray/raylet/raylet", "--raylet_socket_name=/tmp/x/raylet"], "raylet", "raylet"),
-    (["/usr/bin/python3.11", "-m", "mafka4.coordinator.control.controller", "--etcd", "x"], "python3.11", "controller"),
+    (["/usr/bin/python3.11", "-m", "mafka4.runtime.controller_process", "--etcd", "x"], "python3.11", "controller"),
     (["/usr/bin/python3.11", "-m", "mafka4.runtime.daemon", "--home", "/tmp/h"], "python3.11", "daemon"),
     (["/usr/bin/python3", "-m", "simulations.chaos.member", "--topic", "t"], "python3", "chaos-member"),
     (["/usr/bin/python3", "-u", "/site-packages/ray/_private/log_monitor.py", "--logs-dir=x"], "python3", "log_monitor"),

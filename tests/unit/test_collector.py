@@ -7,7 +7,7 @@ import weakref
 
 import pytest
 
-from mafka4.runtime.collector import freeze_what_start_up_left
+from mafka4.collector import freeze_what_start_up_left
 
 
 class Thing:

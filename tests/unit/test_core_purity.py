@@ -48,8 +48,8 @@ CORES = (
     # what a consumer makes of a VP fetch's bytes
     "mafka4.client.vp_messages",
     "mafka4.coordinator.control.placement",
-    "mafka4.coordinator.metadata.lease",
-    "mafka4.coordinator.metadata.keys",
+    "mafka4.metadata.lease",
+    "mafka4.metadata.keys",
     # the soak's slopes of a chaos run's samples
     "simulations.chaos.resource_trend",
 )

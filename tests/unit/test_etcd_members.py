@@ -16,10 +16,10 @@ import time
 import psutil
 import pytest
 
-from mafka4.coordinator.metadata.lease_holder import LeaseHolder, LeaseThread
-from mafka4.coordinator.metadata.store import MetadataStore, WatchEvent
 from mafka4.errors import CoordinatorUnavailable, InvalidConfig
 from mafka4.limits import LEASE_REFRESHES_PER_TTL, ClusterConfig, ControllerConfig
+from mafka4.metadata.lease_holder import LeaseHolder, LeaseThread
+from mafka4.metadata.store import MetadataStore, WatchEvent
 from mafka4.runtime.etcd_server import (EtcdServer, etcd_endpoint, member_data_dirs, start_etcd_members,
                                         stop_etcd_members)
 from mafka4.runtime.local import status

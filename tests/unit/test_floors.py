@@ -2,18 +2,23 @@
 
 Floors, from the ground up (the first pattern that matches a module names its floor):
 
-0. **base**: errors, limits, names, hashing, records and their compression (and the collector's pause while decoding), faults and network
-   faults, long polls, planted bugs, exported environment variables (and packages with an empty
-   ``__init__``).
+0. **base**: errors, limits, names, hashing, records and their compression, the cyclic
+   collector's pause and freeze, faults and network faults, long polls, planted bugs, exported
+   environment variables (and packages with an empty ``__init__``).
 1. **cores**: the log layer, RISR, and every pure decision core and value type of the
-   physical and the virtual side, of groups and of the controller; the names of etcd keys.
-2. **metadata**: etcd access and what is stored there (store, topic and VP stores, intents,
-   the lease holder).
+   physical and the virtual side, of groups and of the controller; the names of etcd keys and
+   of Ray actors; the frames of stream calls.
+2. **metadata and transport**: etcd access and what is stored there (``mafka4.metadata``: store,
+   leases, intents, the in-sync recorder; the topic store of ``physical`` and the VP store of
+   ``virtual``), and how the cluster's processes call each other (``mafka4.transport``: stream
+   calls, Ray errors unwrapped).
 3. **shells**: what runs the cores against etcd and Ray: replica actors, read nodes, group
-   protocols, the runtime (local clusters, node agents).
+   protocols.
 4. **control**: the controller and what it drives (launchers, resharding, repairs, upkeep).
-5. **clients**: Admin, Producer, Consumer.
-6. **tools**: benchmarks, the CLI, the demo.
+5. **runtime**: the processes of a cluster: the local cluster and its daemon, the node agent,
+   the controller's process, etcd servers.
+6. **clients**: Admin, Producer, Consumer.
+7. **tools**: benchmarks, the CLI, the demo.
 
 An import that runs up a floor would let a lower part depend on a higher one; an import circle
 between floors cannot exist if none does. Read from the source, importing nothing.
@@ -28,21 +33,24 @@ from import_graph import ROOT, direct_imports
 
 
 FLOORS = (
-    (0, r"mafka4|mafka4\.(errors|limits|names|hashing|records|compression|checksum|collector_pause|faults|partition_gate|clocks|long_poll|"
-        r"stage_trace|planted_bugs|exported_variables)"),
+    (0, r"mafka4|mafka4\.(errors|limits|names|hashing|records|compression|checksum|collector|faults|partition_gate|clocks|"
+        r"long_poll|stage_trace|planted_bugs|exported_variables)"),
     # Packages whose __init__ is empty: importing one runs nothing.
-    (0, r"mafka4\.(physical|virtual|coordinator|coordinator\.(metadata|control|groups))"),
+    (0, r"mafka4\.(physical|virtual|metadata|transport|coordinator|coordinator\.(control|groups))"),
     (1, r"mafka4\.log(\..*)?|mafka4\.risr(\..*)?"),
     (1, r"mafka4\.physical\.(partition_state|replica|sequencer)"),
     (1, r"mafka4\.virtual\.(ranges|layout|vp_records|vp_state|feed_plan|failover|replica_core|divergence)"),
-    (1, r"mafka4\.coordinator\.metadata\.(lease|keys)"),
+    (1, r"mafka4\.metadata\.(lease|keys)"),
+    (1, r"mafka4\.transport\.(ray_names|stream_frames)"),
     (1, r"mafka4\.coordinator\.groups\.(assignors|partition_protocol|vp_ownership)"),
     (1, r"mafka4\.coordinator\.control\.(partition_decisions|read_path_decisions|upkeep_decisions|placement)"),
-    (2, r"mafka4\.coordinator\.metadata\..*"),
-    (3, r"mafka4\.(physical|virtual|runtime)(\..*)?|mafka4\.coordinator\.groups(\..*)?"),
-    (4, r"mafka4\.coordinator\.control(\..*)?"),
-    (5, r"mafka4\.client(\..*)?"),
-    (6, r"mafka4\.(bench|cli|demo)(\..*)?"),
+    (2, r"mafka4\.metadata\..*|mafka4\.transport\..*"),
+    (2, r"mafka4\.physical\.topics|mafka4\.virtual\.vp_store"),
+    (3, r"mafka4\.(physical|virtual)\..*|mafka4\.coordinator\.groups\..*"),
+    (4, r"mafka4\.coordinator\.control\..*"),
+    (5, r"mafka4\.runtime(\..*)?"),
+    (6, r"mafka4\.client(\..*)?"),
+    (7, r"mafka4\.(bench|cli|demo)(\..*)?"),
 )
 
 
@@ -74,6 +82,6 @@ def test_every_module_is_on_a_floor():
 
 
 def test_the_packages_on_the_ground_floor_run_nothing_when_imported():
-    for package in ("physical", "virtual", "coordinator", "coordinator/metadata", "coordinator/control",
-                    "coordinator/groups"):
+    for package in ("physical", "virtual", "metadata", "transport", "coordinator", "coordinator/control",
+                    "coordinator/groups", "runtime"):
         assert (ROOT / "mafka4" / package / "__init__.py").read_text().strip() == "", package

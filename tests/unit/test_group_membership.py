@@ -15,9 +15,9 @@ import pytest
 
 from mafka4.coordinator.groups.membership import GroupMembership, PendingChange
 from mafka4.coordinator.groups.partition_protocol import MemberInfo
-from mafka4.coordinator.metadata import keys
 from mafka4.errors import CoordinatorUnavailable
 from mafka4.limits import ConsumerConfig
+from mafka4.metadata import keys
 
 MEMBER = MemberInfo("m0", "orders", "range")
 MEMBER_KEY = keys.group_member("c", "g", "m0")

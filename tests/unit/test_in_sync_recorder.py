@@ -11,8 +11,8 @@ import asyncio
 import logging
 import threading
 
-from mafka4.coordinator.metadata.in_sync_recorder import InSyncRecorder
 from mafka4.errors import CoordinatorUnavailable
+from mafka4.metadata.in_sync_recorder import InSyncRecorder
 
 BACKOFF_S = 0.01
 TEST_BOUND_S = 10

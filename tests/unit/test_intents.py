@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mafka4.coordinator.metadata.intents import Intent, IntentKind, IntentResult, new_intent_id
 from mafka4.errors import InvalidReshard, MafkaError, ReshardConflict, UnknownTopic
+from mafka4.metadata.intents import Intent, IntentKind, IntentResult, new_intent_id
 
 
 def test_ids_sort_in_submission_order():

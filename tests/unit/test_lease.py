@@ -6,8 +6,8 @@ import ast
 
 import pytest
 
-import mafka4.coordinator.metadata.lease as lease_module
-from mafka4.coordinator.metadata.lease import LeaseLife, refresh_due_ms, refresh_interval_ms
+from mafka4.metadata.lease import LeaseLife, refresh_due_ms, refresh_interval_ms
+import mafka4.metadata.lease as lease_module
 
 
 def test_a_lease_counts_as_expired_a_whole_ttl_after_the_last_confirmed_refresh_was_sent():

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from mafka4.coordinator.metadata.lease_holder import LeaseHolder, LeaseTask, LeaseThread
 from mafka4.errors import CoordinatorUnavailable
+from mafka4.metadata.lease_holder import LeaseHolder, LeaseTask, LeaseThread
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,11 @@ from pathlib import Path
 
 from mafka4 import records
 from mafka4.compression import Codec
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.store import Versioned
 from mafka4.errors import OffsetOutOfRange, RequestTimedOut
 from mafka4.limits import FeederConfig, LogConfig, TopicConfig
 from mafka4.log.read_loss import LostRange
+from mafka4.metadata import keys
+from mafka4.metadata.store import Versioned
 from mafka4.physical.actor import FetchResult
 from mafka4.physical.partition_state import PartitionState
 from mafka4.risr.state import RisrConfig

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mafka4.coordinator.metadata.endpoints import parse_endpoints
 from mafka4.limits import ETCD_HISTORY_RETENTION_S, ETCD_TXN_OPS_MAX
+from mafka4.metadata.endpoints import parse_endpoints
 from mafka4.runtime.environment import apply_ray_environment
 from mafka4.runtime.ray_cluster import (NODE_RESOURCE_PREFIX, NODE_RESOURCE_UNITS, READ_NODE_RESOURCE, WRITE_NODE_RESOURCE,
                                         ray_system_config)
@@ -63,9 +63,9 @@ def test_head_starts_etcd_ray_and_the_controller_and_every_node_installs_mafka4(
     head_start = config["head_start_ray_commands"]
     assert any(command.startswith("HEAD_IP=") and "nohup etcd " in command for command in head_start)
     assert any("ray start --head" in command for command in head_start)
-    controller = next(command for command in head_start if "mafka4.coordinator.control.controller" in command)
+    controller = next(command for command in head_start if "mafka4.runtime.controller_process" in command)
     # mafka4 defaults Ray to loopback-only; on a multi-host cluster the controller must opt out.
-    assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 nohup python -m mafka4.coordinator.control.controller" in controller
+    assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 nohup python -m mafka4.runtime.controller_process" in controller
     assert "etcd-server" in " ".join(config["head_setup_commands"])
     assert "pip install ~/mafka4" in " ".join(config["setup_commands"])
     assert config["file_mounts"] == {"~/mafka4": "."}

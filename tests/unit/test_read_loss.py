@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from mafka4.coordinator.metadata import keys
 from mafka4.log.read_loss import LostRange, ReadLoss, feed_position_from_json, feed_position_to_json, retention_floor
+from mafka4.metadata import keys
 
 
 def test_the_floor_is_the_position_of_the_slowest_read_node():

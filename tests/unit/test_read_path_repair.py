@@ -8,7 +8,7 @@ from mafka4.coordinator.control.read_path_decisions import (READ_NODE_EVENTS, Re
                                                             VirtualPartitionRepair, decide_virtual_partition,
                                                             item_for_event, items_to_examine, leaderless_text,
                                                             node_items)
-from mafka4.coordinator.metadata import keys
+from mafka4.metadata import keys
 from mafka4.virtual.ranges import HASH_SPACE, HashRange
 from mafka4.virtual.vp_state import VirtualPartitionState
 

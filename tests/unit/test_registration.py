@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from mafka4.coordinator.metadata import keys
 from mafka4.errors import CoordinatorUnavailable
+from mafka4.metadata import keys
 from mafka4.runtime.ray_cluster import NodeRole
 from mafka4.runtime.registration import NodeRegistration, refresh_registrations
 

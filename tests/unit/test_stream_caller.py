@@ -13,7 +13,7 @@ import pytest
 from mafka4.client import stream_caller as stream_caller_module
 from mafka4.client.stream_caller import StreamCaller, close_stream_caller, stream_caller
 from mafka4.errors import StreamLost
-from mafka4.runtime.stream_calls import StreamServer
+from mafka4.transport.stream_calls import StreamServer
 
 
 class ReadNode:

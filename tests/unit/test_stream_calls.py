@@ -1,4 +1,4 @@
-"""Stream calls (``mafka4.runtime.stream_calls``): a real server and client on loopback, no Ray.
+"""Stream calls (``mafka4.transport.stream_calls``): a real server and client on loopback, no Ray.
 
 The resolver stands in for the Ray call that tells a caller where the serving actor listens.
 Every wait is on an event or a call's answer, never on a clock.
@@ -13,8 +13,8 @@ import struct
 import pytest
 
 from mafka4.errors import MafkaError, NotLeader, StreamLost
-from mafka4.runtime import stream_frames
-from mafka4.runtime.stream_calls import StreamClient, StreamEndpoint, StreamHandle, StreamServer
+from mafka4.transport import stream_frames
+from mafka4.transport.stream_calls import StreamClient, StreamEndpoint, StreamHandle, StreamServer
 
 HOST = "127.0.0.1"
 

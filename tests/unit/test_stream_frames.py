@@ -1,4 +1,4 @@
-"""Stream frames (``mafka4.runtime.stream_frames``): what is encoded is what is read back, however
+"""Stream frames (``mafka4.transport.stream_frames``): what is encoded is what is read back, however
 the byte stream is cut; large bytes travel out of band, uncopied; bad frames are refused. No sockets."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from mafka4.limits import (STREAM_FRAME_BYTES_MAX, STREAM_OUT_OF_BAND_BYTES_MIN, STREAM_STAGING_BYTES,
                            STREAM_WRITTEN_APART_BYTES_MIN)
-from mafka4.runtime import stream_frames
-from mafka4.runtime.stream_frames import BadFrame, FrameReader, FrameTooLarge, encode, encode_raw
+from mafka4.transport import stream_frames
+from mafka4.transport.stream_frames import BadFrame, FrameReader, FrameTooLarge, encode, encode_raw
 
 # Sizes on both sides of every threshold the frames have.
 _SIZES = st.sampled_from([0, 1, STREAM_OUT_OF_BAND_BYTES_MIN - 1, STREAM_OUT_OF_BAND_BYTES_MIN, 5000,

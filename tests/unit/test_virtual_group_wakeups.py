@@ -6,9 +6,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from mafka4.coordinator.groups.vp_groups import VirtualGroupMember
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.store import WatchEvent
 from mafka4.limits import ConsumerConfig, TopicConfig
+from mafka4.metadata import keys
+from mafka4.metadata.store import WatchEvent
 
 
 def member() -> VirtualGroupMember:

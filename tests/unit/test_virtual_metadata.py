@@ -13,7 +13,6 @@ import pytest
 from mafka4 import cli
 from mafka4.client.admin import Admin, new_topic_config
 from mafka4.coordinator.control.placement import plan_children, plan_read_path
-from mafka4.coordinator.metadata.vp_store import read_path_values
 from mafka4.errors import InvalidConfig, NotEnoughReadNodes
 from mafka4.faults import FaultGate
 from mafka4.limits import READ_MODE_DEFAULT, ReadMode, TopicConfig
@@ -24,6 +23,7 @@ from mafka4.virtual.failover import decide_failover
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import HASH_SPACE, HashRange
 from mafka4.virtual.vp_state import VirtualPartitionState, epoch_from_json, epoch_to_json
+from mafka4.virtual.vp_store import read_path_values
 
 # --- topic config -----------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """The controller: one active process per cluster that elects partition leaders after failures.
 
-    python -m mafka4.coordinator.control.controller --etcd HOST:PORT[,HOST:PORT...] --ray-address ADDR --cluster NAME --controller-id ID
+Runs as its own process (``mafka4.runtime.controller_process``).
 
 **Election.** Candidates race for ``keys.controller`` in one etcd transaction that creates it
 under the candidate's lease only while it is absent and moves ``keys.controller_epoch`` one up
@@ -47,12 +47,9 @@ queue for repair.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import queue
-import signal
-import sys
 import threading
 import time
 
@@ -65,14 +62,14 @@ from mafka4.coordinator.control.read_path_decisions import (READ_NODE_EVENTS, Re
 from mafka4.coordinator.control.read_path_repairs import ReadPathControl
 from mafka4.coordinator.control.replica_control import ReplicaControl
 from mafka4.coordinator.control.upkeep import ReadPathUpkeep
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.lease_holder import LeaseHolder, LeaseThread
-from mafka4.coordinator.metadata.store import Fence, MetadataStore
-from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.errors import CoordinatorUnavailable, MetadataConflict, UnknownTopic
 from mafka4.limits import (CONTROLLER_ETCD_BACKOFF_S, CONTROLLER_WAIT_SLICE_S, ETCD_REQUEST_TIMEOUT_S_DEFAULT,
-                           LEASE_REFRESHES_PER_TTL, ControllerConfig, parse_setting, replace_config)
+                           LEASE_REFRESHES_PER_TTL, ControllerConfig)
+from mafka4.metadata import keys
+from mafka4.metadata.lease_holder import LeaseHolder, LeaseThread
+from mafka4.metadata.store import Fence, MetadataStore
 from mafka4.physical.partition_state import PartitionState, TopicMetadata
+from mafka4.physical.topics import TopicStore
 
 log = logging.getLogger("mafka4.controller")
 
@@ -499,47 +496,3 @@ class Controller:
 
 def _describe(work: Work) -> str:
     return str(work) if isinstance(work, (ReadNodeItem, VirtualPartitionItem)) else "%s-%d" % work
-
-
-def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    defaults = ControllerConfig()
-    parser = argparse.ArgumentParser(prog="python -m mafka4.coordinator.control.controller", description=__doc__.splitlines()[0])
-    parser.add_argument("--etcd", required=True, help="etcd endpoint HOST:PORT, or every member of an etcd cluster: HOST:PORT,HOST:PORT,...")
-    parser.add_argument("--ray-address", required=True, help="GCS address of the Ray cluster")
-    parser.add_argument("--cluster", required=True)
-    parser.add_argument("--controller-id", required=True)
-    parser.add_argument("--lease-ttl-s", type=int, default=defaults.lease_ttl_s)
-    parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
-                        help="another ControllerConfig field, e.g. vp_merge_delay_ms=5000 (repeatable)")
-    return parser.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
-                        format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
-    from mafka4.runtime.environment import apply_ray_environment
-
-    apply_ray_environment()
-    import ray  # after the environment: Ray reads it at import
-
-    from mafka4.runtime.connect import RAY_NAMESPACE
-
-    ray.init(address=args.ray_address, namespace=RAY_NAMESPACE, logging_level=logging.WARNING, log_to_driver=False)
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    settings = dict(parse_setting(text) for text in args.setting)
-    config = replace_config(ControllerConfig(), **{"lease_ttl_s": args.lease_ttl_s, **settings})
-    controller = Controller(args.etcd, args.cluster, args.controller_id, config)
-    log.info("controller %s started for cluster %r (etcd %s, Ray %s)", args.controller_id, args.cluster, args.etcd, args.ray_address)
-    try:
-        controller.run(stop)
-    finally:
-        ray.shutdown()
-    log.info("controller %s stopped", args.controller_id)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

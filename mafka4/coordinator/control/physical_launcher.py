@@ -12,10 +12,10 @@ import os
 import ray
 
 from mafka4.limits import PHYSICAL_REPLICA_STOP_TIMEOUT_S, LogConfig, ReplicaConfig
-from mafka4.physical.actor import PhysicalPartition, ReplicaSpec, replica_actor_name
-from mafka4.physical.handles import NAMESPACE, replica_handle
+from mafka4.physical.actor import PhysicalPartition, ReplicaSpec
+from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import PartitionState, TopicMetadata
-from mafka4.runtime.ray_cluster import WRITE_NODE_RESOURCE, node_resource
+from mafka4.transport.ray_names import NAMESPACE, WRITE_NODE_RESOURCE, node_resource, replica_actor_name
 
 
 def replica_directory(data_root: str, node_id: str, topic: str, partition: int) -> str:

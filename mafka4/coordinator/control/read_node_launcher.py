@@ -14,9 +14,9 @@ from typing import Collection, Iterable, Sequence
 import ray
 
 from mafka4.limits import READ_NODE_CALL_TIMEOUT_S, READ_NODE_STOP_TIMEOUT_S, ReadNodeConfig, TopicConfig
-from mafka4.runtime.ray_cluster import READ_NODE_RESOURCE, node_resource
+from mafka4.transport.ray_names import NAMESPACE, READ_NODE_RESOURCE, node_resource, read_node_actor_name
 from mafka4.virtual.handles import read_node_handle, states_by_node
-from mafka4.virtual.read_node import NAMESPACE, ReadNode, ReadNodeSpec, read_node_actor_name
+from mafka4.virtual.read_node import ReadNode, ReadNodeSpec
 from mafka4.virtual.vp_state import VirtualPartitionState
 
 

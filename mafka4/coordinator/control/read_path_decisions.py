@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import AbstractSet, Iterable, Sequence
 
-from mafka4.coordinator.metadata import keys
+from mafka4.metadata import keys
 from mafka4.risr.state import pick_leader
 from mafka4.virtual.vp_state import VirtualPartitionState
 

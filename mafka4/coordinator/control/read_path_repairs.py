@@ -34,16 +34,16 @@ from mafka4.coordinator.control.read_node_launcher import host_states, start_rea
 from mafka4.coordinator.control.read_path_decisions import (ReadNodeItem, VirtualPartitionItem,
                                                             decide_virtual_partition, items_to_examine,
                                                             leaderless_text, node_items)
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.store import Fence, MetadataStore, Versioned
-from mafka4.coordinator.metadata.topics import TopicStore
-from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import MetadataConflict
 from mafka4.limits import ControllerConfig, ReadMode, ReadNodeConfig, TopicConfig
+from mafka4.metadata import keys
+from mafka4.metadata.store import Fence, MetadataStore, Versioned
 from mafka4.physical.partition_state import config_from_json
+from mafka4.physical.topics import TopicStore
 from mafka4.virtual.failover import decide_failover
 from mafka4.virtual.handles import read_node_handle
 from mafka4.virtual.vp_state import VirtualPartitionState
+from mafka4.virtual.vp_store import VirtualStore
 
 log = logging.getLogger("mafka4.controller")
 

@@ -19,7 +19,7 @@ from mafka4.errors import StaleEpoch
 from mafka4.limits import ControllerConfig
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import PartitionState, TopicMetadata
-from mafka4.runtime.remote_errors import unwrap
+from mafka4.transport.remote_errors import unwrap
 
 log = logging.getLogger("mafka4.controller")
 

@@ -41,17 +41,17 @@ import ray
 
 from mafka4.coordinator.control.placement import plan_children
 from mafka4.coordinator.control.read_node_launcher import host_states
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.store import MetadataStore
-from mafka4.coordinator.metadata.topics import TopicStore
-from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import CoordinatorUnavailable, MafkaError, ReshardConflict, WrongReadMode
 from mafka4.limits import ReadMode, ReshardConfig
+from mafka4.metadata import keys
+from mafka4.metadata.store import MetadataStore
 from mafka4.physical.partition_state import TopicMetadata
-from mafka4.runtime.remote_errors import unwrap
+from mafka4.physical.topics import TopicStore
+from mafka4.transport.remote_errors import unwrap
 from mafka4.virtual.handles import read_node_handle
 from mafka4.virtual.layout import SplitEpoch, SplitStep, TopicLayout, next_scale_step
 from mafka4.virtual.vp_state import VirtualPartitionState, epoch_to_json
+from mafka4.virtual.vp_store import VirtualStore
 
 logger = logging.getLogger(__name__)
 

@@ -24,12 +24,12 @@ from mafka4.coordinator.control.physical_launcher import start_partition, stop_p
 from mafka4.coordinator.control.placement import assign_replicas, topic_start
 from mafka4.coordinator.control.placement import plan_read_path
 from mafka4.coordinator.control.read_node_launcher import drop_everywhere, ensure_read_node, host_states
-from mafka4.coordinator.metadata.store import MetadataStore
-from mafka4.coordinator.metadata.topics import TopicStore
-from mafka4.coordinator.metadata.vp_store import VirtualStore, read_path_values
 from mafka4.errors import TopicExists
 from mafka4.limits import TopicConfig
+from mafka4.metadata.store import MetadataStore
 from mafka4.physical.partition_state import TopicMetadata
+from mafka4.physical.topics import TopicStore
+from mafka4.virtual.vp_store import VirtualStore, read_path_values
 
 log = logging.getLogger("mafka4.controller")
 

@@ -33,16 +33,16 @@ from mafka4.coordinator.control.read_path_decisions import VirtualPartitionItem
 from mafka4.coordinator.control.upkeep_decisions import (NodeAbsence, ShrinkWatch, merge_step, plan_replica_moves,
                                                          retirable, target_virtual_partitions)
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR
-from mafka4.coordinator.metadata import intents, keys
-from mafka4.coordinator.metadata.intents import IntentKind
-from mafka4.coordinator.metadata.store import Fence, MetadataStore
-from mafka4.coordinator.metadata.topics import TopicStore
-from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.limits import DESCRIBE_TIMEOUT_S, ControllerConfig, ReadMode, TopicConfig
+from mafka4.metadata import intents, keys
+from mafka4.metadata.intents import IntentKind
+from mafka4.metadata.store import Fence, MetadataStore
 from mafka4.physical.partition_state import config_from_json
+from mafka4.physical.topics import TopicStore
 from mafka4.virtual.handles import ask_leader_nodes
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.vp_state import VirtualPartitionState
+from mafka4.virtual.vp_store import VirtualStore
 
 log = logging.getLogger("mafka4.controller")
 

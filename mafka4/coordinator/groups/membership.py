@@ -32,11 +32,11 @@ from typing import Callable, Sequence
 import etcd3
 
 from mafka4.coordinator.groups.partition_protocol import MemberInfo
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.lease_holder import LeaseHolder, LeaseThread
-from mafka4.coordinator.metadata.store import MetadataStore, WatchEvent
 from mafka4.errors import CoordinatorUnavailable
 from mafka4.limits import ConsumerConfig
+from mafka4.metadata import keys
+from mafka4.metadata.lease_holder import LeaseHolder, LeaseThread
+from mafka4.metadata.store import MetadataStore, WatchEvent
 
 logger = logging.getLogger(__name__)
 

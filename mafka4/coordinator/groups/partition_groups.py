@@ -48,11 +48,11 @@ from mafka4.coordinator.groups.membership import GroupMembership, PendingChange
 from mafka4.coordinator.groups.partition_protocol import (VIRTUAL_ASSIGNOR, Claim, CommittedOffset, GroupSnapshot,
                                                           MemberInfo, Propose, Rejoin, Revoke, Stable, TopicPartition,
                                                           Wait, decide, next_generation, offsets_to_commit)
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.store import MetadataStore, WatchEvent, _etcd_call, prefix_range_end
-from mafka4.coordinator.metadata.topics import TopicStore
 from mafka4.errors import CoordinatorUnavailable, InconsistentGroupProtocol, UnknownTopic
 from mafka4.limits import GROUP_SYNC_STEPS_MAX, ConsumerConfig
+from mafka4.metadata import keys
+from mafka4.metadata.store import MetadataStore, WatchEvent, _etcd_call, prefix_range_end
+from mafka4.physical.topics import TopicStore
 
 logger = logging.getLogger(__name__)
 

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from mafka4.coordinator.groups.assignors import assignor_named
-from mafka4.coordinator.metadata import keys
 from mafka4.errors import InvalidGroupName
 from mafka4.limits import TOPIC_NAME_CHARS_MAX
+from mafka4.metadata import keys
 
 _GROUP_NAME = re.compile(r"[A-Za-z0-9._-]+")
 # The "assignor" members of mafka4-mode groups register with (``partition_groups.vp_groups``):

@@ -48,13 +48,13 @@ import etcd3
 from mafka4.coordinator.groups.membership import GroupMembership, PendingChange
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR, MemberInfo
 from mafka4.coordinator.groups.vp_ownership import GroupView, OwnershipPlan, commit_moves_forward, plan_ownership
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.store import MetadataStore, WatchEvent, _etcd_call, prefix_range_end
-from mafka4.coordinator.metadata.vp_store import VirtualStore
 from mafka4.errors import CoordinatorUnavailable, InconsistentGroupProtocol
 from mafka4.limits import ConsumerConfig, TopicConfig
+from mafka4.metadata import keys
+from mafka4.metadata.store import MetadataStore, WatchEvent, _etcd_call, prefix_range_end
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.vp_state import VirtualPartitionState
+from mafka4.virtual.vp_store import VirtualStore
 
 logger = logging.getLogger(__name__)
 

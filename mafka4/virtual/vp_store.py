@@ -19,11 +19,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.store import Fence, MetadataStore
 from mafka4.errors import CoordinatorUnavailable, UnknownTopic
 from mafka4.limits import RISR_WRITE_ATTEMPTS_MAX, VirtualConfig
 from mafka4.log.read_loss import ReadLoss
+from mafka4.metadata import keys
+from mafka4.metadata.store import Fence, MetadataStore
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.vp_state import ReadPathPlan, VirtualPartitionState, epoch_from_json, epoch_to_json
 

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from mafka4 import errors
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import MafkaError, RequestTimedOut
 from mafka4.limits import INTENT_RESULT_POLL_INTERVAL_S_MAX
+from mafka4.metadata import keys
+from mafka4.metadata.store import MetadataStore
 
 
 class IntentKind(enum.Enum):

@@ -42,9 +42,9 @@ from typing import Callable, Iterable
 import etcd3
 
 from mafka4.clocks import monotonic_ms
-from mafka4.coordinator.metadata.lease import LeaseLife, refresh_due_ms
-from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import CoordinatorUnavailable
+from mafka4.metadata.lease import LeaseLife, refresh_due_ms
+from mafka4.metadata.store import MetadataStore
 
 log = logging.getLogger("mafka4.lease")
 

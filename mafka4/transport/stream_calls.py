@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from mafka4.errors import MafkaError, StreamLost
-from mafka4.runtime.stream_frames import BadFrame, Frame, FrameReader, FrameTooLarge, encode, encode_raw
+from mafka4.transport.stream_frames import BadFrame, Frame, FrameReader, FrameTooLarge, encode, encode_raw
 
 logger = logging.getLogger(__name__)
 

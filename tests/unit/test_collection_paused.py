@@ -1,4 +1,4 @@
-"""``collector_pause``: the cyclic collector is off inside a pause and as it was after the last one."""
+"""``mafka4.collector``: the cyclic collector is off inside a pause and as it was after the last one."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from mafka4 import records
 from mafka4.client.fetched_messages import take_messages
-from mafka4.collector_pause import collection_paused
+from mafka4.collector import collection_paused
 
 
 @pytest.fixture(autouse=True)

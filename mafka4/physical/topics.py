@@ -8,10 +8,10 @@ compare-and-swap on the partition key's ``mod_revision``. The values are
 
 from __future__ import annotations
 
-from mafka4.coordinator.metadata import keys
-from mafka4.coordinator.metadata.store import MetadataStore
 from mafka4.errors import TopicExists, UnknownTopic
 from mafka4.limits import TopicConfig
+from mafka4.metadata import keys
+from mafka4.metadata.store import MetadataStore
 from mafka4.names import validate_topic_name
 from mafka4.physical.partition_state import PartitionState, TopicMetadata, config_from_json, config_to_json
 

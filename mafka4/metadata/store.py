@@ -36,9 +36,9 @@ import etcd3.utils
 import etcd3.watch
 import grpc
 
-from mafka4.coordinator.metadata.endpoints import format_endpoints, parse_endpoints
 from mafka4.errors import CoordinatorUnavailable
 from mafka4.limits import ETCD_KEEPALIVE_INTERVAL_MS, ETCD_KEEPALIVE_TIMEOUT_MS, ETCD_REQUEST_TIMEOUT_S_DEFAULT
+from mafka4.metadata.endpoints import format_endpoints, parse_endpoints
 
 # gRPC waits up to 120 s between reconnection attempts by default, so a client would go on
 # failing long after etcd is back; reconnect within a second instead. Keepalive: see

@@ -1,0 +1,38 @@
+"""The names by which the cluster's processes find each other in Ray: the namespace, the names of
+the detached actors, and the custom resources that pin an actor to a node.
+
+One place, so that the process that starts an actor and every process that looks it up agree
+(``ray.get_actor(name, namespace=NAMESPACE)``). Names are unique per mafka4 cluster, so two
+clusters may share one Ray cluster.
+
+Node resources: a write node offers ``{"write_node": 1000, "mafka4_node_<id>": 1000}``, a read
+node ``{"read_node": 1000, "mafka4_node_<id>": 1000}``. An actor is pinned to node ``id`` by
+asking for one unit of ``node_resource(id)``; the 1000 units bound how many such actors fit on
+one node.
+"""
+
+from __future__ import annotations
+
+NAMESPACE = "mafka4"
+
+NODE_RESOURCE_PREFIX = "mafka4_node_"
+WRITE_NODE_RESOURCE = "write_node"
+READ_NODE_RESOURCE = "read_node"
+# Units of each role/node resource a node offers: the most actors pinned to one node.
+NODE_RESOURCE_UNITS = 1000
+
+
+def replica_actor_name(cluster: str, topic: str, partition: int, replica_id: str) -> str:
+    """The Ray actor name of one physical partition replica."""
+    return f"{cluster}/{topic}/{partition}/{replica_id}"
+
+
+def read_node_actor_name(cluster: str, node_id: str) -> str:
+    """The Ray actor name of the ``ReadNode`` of one read node."""
+    return f"{cluster}/read_node/{node_id}"
+
+
+def node_resource(node_id: str) -> str:
+    """The custom resource only node ``node_id`` carries (Ray reserves the "node:" prefix)."""
+    assert node_id and not node_id.startswith("node:"), node_id
+    return f"{NODE_RESOURCE_PREFIX}{node_id}"
