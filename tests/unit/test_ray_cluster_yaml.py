@@ -15,8 +15,8 @@ import yaml
 from mafka4.limits import ETCD_HISTORY_RETENTION_S, ETCD_TXN_OPS_MAX
 from mafka4.metadata.endpoints import parse_endpoints
 from mafka4.runtime.environment import apply_ray_environment
-from mafka4.runtime.ray_cluster import (NODE_RESOURCE_PREFIX, NODE_RESOURCE_UNITS, READ_NODE_RESOURCE, WRITE_NODE_RESOURCE,
-                                        ray_system_config)
+from mafka4.runtime.ray_cluster import ray_system_config
+from mafka4.transport.ray_names import NODE_RESOURCE_PREFIX, NODE_RESOURCE_UNITS, READ_NODE_RESOURCE, WRITE_NODE_RESOURCE
 
 apply_ray_environment()  # before Ray's first import, as for every process of this suite
 from ray.autoscaler._private.util import prepare_config, validate_config  # noqa: E402
