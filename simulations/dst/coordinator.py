@@ -8,7 +8,7 @@ is what the simulator uses instead. On top, the controller's loop runs every
 * physical partitions: ``partition_decisions.decide_partition`` with the live replicas (a heartbeat
   listing the partition within ``lease_ttl_ms``), the registered write nodes and the
   *fresh* replicas (started by the controller and not yet confirmed in a role, or leaders
-  that refused an epoch they already knew, as ``Controller._handle_partition`` does);
+  that refused an epoch they already knew, as ``PartitionRepairs.handle_partition`` does);
   restarts and replacements are ``StartReplica``/``StopReplica`` messages; roles are
   announced until each live replica confirmed the current epoch;
 * VPs: the production controller's rule, ``read_path_decisions.decide_virtual_partition`` and then

@@ -17,7 +17,7 @@ from pathlib import Path
 import etcd3
 import pytest
 
-from mafka4.coordinator.control.controller import _Watches
+from mafka4.coordinator.control.watches import Watches
 from mafka4.limits import ETCD_HISTORY_RETENTION_S
 from mafka4.metadata.store import MetadataStore, WatchEvent
 from mafka4.runtime.etcd_server import start_etcd, stop_etcd
@@ -107,7 +107,7 @@ def test_the_controller_s_watch_from_a_compacted_revision_is_marked_broken_so_it
     _, old_revision = store.get_prefix_at(PREFIX)
     change_and_compact(store, admin)
     events: queue.Queue = queue.Queue()
-    watches = _Watches(MetadataStore(server.endpoint), events)
+    watches = Watches(MetadataStore(server.endpoint), events)
     try:
         watches.start(PREFIX, old_revision + 1, "liveness")
         assert events.get(timeout=WAIT_S) == ("broken", [])

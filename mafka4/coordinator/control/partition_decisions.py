@@ -1,6 +1,7 @@
 """The controller's decisions, as pure functions over plain values (no I/O, no clock).
 
-Two decisions live here; ``controller.py`` gathers the facts and carries them out.
+Two decisions live here; ``partition_repairs.py`` and ``controller_election.py`` gather the facts
+and carry them out.
 
 **Partition leadership** (``decide_partition``). Facts: the partition's ``PartitionState``
 from etcd, which of its replicas are *live* (their actor answers), which of those are
