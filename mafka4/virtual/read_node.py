@@ -18,7 +18,7 @@ nodes. Everything of one node runs on its event loop:
   The session's fetches go over the leader node's stream too.
 * **Consumers** call ``fetch`` once per read node for every VP they read there (long poll until
   any has data), over the node's stream (``stream_endpoint``), and ``list_offsets`` /
-  ``offsets_for_time`` the same way as Ray calls.
+  ``offsets_for_time`` the same way as Ray calls; the answers are ``consumer_reads``'.
 * **Network faults** (``set_partition``, ``mafka4.partition_gate``): the node's calls to other
   nodes (feed fetches, replication sessions) pass one gate (``PeerHandles``), which can drop or
   delay them.
@@ -51,13 +51,13 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import ray
 
 from mafka4.clocks import wall_ms
 from mafka4.collector import freeze_what_start_up_left
-from mafka4.errors import InvalidConfig, MafkaError, ReadReplicaNotInSync, StaleEpoch, UnknownVirtualPartition
+from mafka4.errors import InvalidConfig, MafkaError, StaleEpoch, UnknownVirtualPartition
 from mafka4.limits import LEADER_TICK_INTERVAL_S, ReadNodeConfig, TopicConfig
 from mafka4.log.log_dir_budget import LogDirBudget
 from mafka4.long_poll import ChangeSignal
@@ -65,7 +65,9 @@ from mafka4.partition_gate import NetworkFault
 from mafka4.risr.state import RisrConfig
 from mafka4.stage_trace import StageTrace
 from mafka4.transport.stream_calls import StreamEndpoint, StreamServer
-from mafka4.virtual.hosted_vp import HostedVp, VpChores, VpId, VpRead, run_chores, vp_directory
+from mafka4.virtual import consumer_reads
+from mafka4.virtual.consumer_reads import ConsumerAnswer, ConsumerRead
+from mafka4.virtual.hosted_vp import HostedVp, VpChores, VpId, run_chores, vp_directory
 from mafka4.virtual.layout import SplitEpoch
 from mafka4.virtual.partition_feed import PartitionFeed
 from mafka4.virtual.peer_handles import PeerHandles
@@ -86,18 +88,6 @@ class ReadNodeSpec:
     data_root: str
     etcd_endpoint: str
     config: ReadNodeConfig = ReadNodeConfig()
-
-
-class ConsumerRead(NamedTuple):
-    """One VP of a consumer's fetch: where it reads from."""
-
-    vp_id: VpId
-    offset: int
-
-
-class ConsumerAnswer(NamedTuple):
-    read: VpRead | None
-    error: MafkaError | None = None
 
 
 @dataclass(slots=True)
@@ -363,61 +353,23 @@ class ReadNode:
         """Whole batches below the HW for every VP of ``reads``; long poll until one has data.
 
         ``bytes_max`` bounds the whole answer (at least one batch of the first VP with data).
-        A VP this node does not host, or whose replica may not serve reads, answers an error.
+        A VP this node does not host, or whose replica may not serve reads, answers an error
+        (``consumer_reads``).
         """
         delay_ms = max((h.fault.fault.delay_ms for h in (self._hosted.get(r.vp_id) for r in reads) if h), default=0)
         if delay_ms:
             await asyncio.sleep(delay_ms / 1000)
-        await self._changes.wait_until(lambda: self._any_readable(reads), wait_ms_max / 1000)
-        return self._read_all(reads, bytes_max, wall_ms())
-
-    def _any_readable(self, reads: Sequence[ConsumerRead]) -> bool:
-        """True if a read of one of ``reads`` would answer now (data, or an error)."""
-        now_ms = wall_ms()
-        return any((hosted := self._hosted.get(read.vp_id)) is None or hosted.readable(read.offset, now_ms)
-                   for read in reads)
-
-    def _read_all(self, reads: Sequence[ConsumerRead], bytes_max: int, now_ms: int) -> list[ConsumerAnswer]:
-        answers, budget = [], bytes_max
-        for read in reads:
-            hosted = self._hosted.get(read.vp_id)
-            if hosted is None:
-                answers.append(ConsumerAnswer(None, self._not_hosted(read.vp_id)))
-                continue
-            try:
-                result = hosted.read(read.offset, max(budget, 0), now_ms)
-            except MafkaError as error:
-                answers.append(ConsumerAnswer(None, error))
-                continue
-            budget -= len(result.data)
-            answers.append(ConsumerAnswer(result))
-        return answers
+        await self._changes.wait_until(lambda: consumer_reads.any_readable(reads, self._hosted.get, wall_ms()),
+                                       wait_ms_max / 1000)
+        return consumer_reads.read_all(reads, bytes_max, self._hosted.get, self._spec.node_id, wall_ms())
 
     async def list_offsets(self, vp_ids: Sequence[VpId]) -> list[tuple[int, int] | MafkaError]:
         """Per VP: (log start offset, HW), or the error that keeps this replica from answering."""
-        now_ms = wall_ms()
-        answers: list[tuple[int, int] | MafkaError] = []
-        for vp_id in vp_ids:
-            hosted = self._hosted.get(vp_id)
-            try:
-                if hosted is None:
-                    raise self._not_hosted(vp_id)
-                answers.append(hosted.list_offsets(now_ms))
-            except MafkaError as error:
-                answers.append(error)
-        return answers
+        return consumer_reads.list_offsets(vp_ids, self._hosted.get, self._spec.node_id, wall_ms())
 
     async def offsets_for_time(self, vp_ids: Sequence[VpId], timestamp_ms: int) -> list[int | None | MafkaError]:
         """Per VP: its first offset at or after ``timestamp_ms`` below the HW (None: none)."""
-        answers: list[int | None | MafkaError] = []
-        for vp_id in vp_ids:
-            hosted = self._hosted.get(vp_id)
-            answers.append(self._not_hosted(vp_id) if hosted is None else hosted.offset_for_timestamp(timestamp_ms))
-        return answers
-
-    def _not_hosted(self, vp_id: VpId) -> MafkaError:
-        return ReadReplicaNotInSync(f"{vp_id} is not hosted on read node {self._spec.node_id}: re-read the VP's "
-                                    f"metadata and fetch from a RISR member")
+        return consumer_reads.offsets_for_time(vp_ids, timestamp_ms, self._hosted.get, self._spec.node_id)
 
     # --- description and faults -----------------------------------------------------------
 
@@ -455,7 +407,7 @@ class ReadNode:
         """Delay or pause one hosted VP replica's replication and serving (``mafka4.faults``); (0, False) clears it."""
         hosted = self._hosted.get(vp_id)
         if hosted is None:
-            raise self._not_hosted(vp_id)
+            raise consumer_reads.not_hosted(vp_id, self._spec.node_id)
         fault = hosted.fault.set(delay_ms, paused)
         logger.warning("%s: replica on %s fault set to %s", vp_id, self._spec.node_id, fault)
         for fetcher in self._fetchers.values():
