@@ -98,8 +98,8 @@ class _Answering:
 def _serve(answer_bytes: int, message_bytes: int, ready, stop) -> None:
     """The server process: serve until ``stop``; put ``(endpoint, pid)`` on ``ready`` once listening."""
     from mafka4.transport.stream_calls import StreamServer
+    from mafka4.virtual.consumer_reads import ConsumerAnswer
     from mafka4.virtual.hosted_vp import VpRead
-    from mafka4.virtual.read_node import ConsumerAnswer
 
     data = vp_answer_data(answer_bytes, message_bytes)
     answer = [ConsumerAnswer(VpRead(data, 2**62, 0, 2**62))]

@@ -46,10 +46,10 @@ from mafka4.physical.partition_state import TopicMetadata
 from mafka4.risr.state import RisrConfig, route_fetch
 from mafka4.runtime.connect import Connection
 from mafka4.transport.ray_names import read_node_actor_name
+from mafka4.virtual.consumer_reads import ConsumerRead
 from mafka4.virtual.handles import ask_leader_nodes, read_node_handle
 from mafka4.virtual.hosted_vp import VpId
 from mafka4.virtual.layout import TopicLayout
-from mafka4.virtual.read_node import ConsumerRead
 from mafka4.virtual.vp_state import VirtualPartitionState
 from mafka4.virtual.vp_store import VirtualStore
 

@@ -11,16 +11,17 @@ nodes. Everything of one node runs on its event loop:
 * **Feeding** (``PartitionFeed``): per (topic, physical partition) one stream for the VP leaders
   this node hosts, created with the topic's first local leader and stopped when the node
   leads none. The streams of one topic share a ``TopicView`` of its metadata. Their fetches
-  from physical replicas go over the replicas' TCP streams (``runtime.stream_calls``), not as
-  Ray calls, which cost several times the CPU per MiB.
+  from physical replicas go over the replicas' TCP streams (``PeerHandles``), not as Ray calls,
+  which cost several times the CPU per MiB.
 * **Replication** (``ReplicaFetcher``): per node this node follows, one fetch session for every
   VP the pair shares; the other direction is ``replica_fetch`` (``replication.FetchSessions``).
   The session's fetches go over the leader node's stream too.
 * **Consumers** call ``fetch`` once per read node for every VP they read there (long poll until
   any has data), over the node's stream (``stream_endpoint``), and ``list_offsets`` /
-  ``offsets_for_time`` the same way as Ray calls.
+  ``offsets_for_time`` the same way as Ray calls; the answers are ``consumer_reads``'.
 * **Network faults** (``set_partition``, ``mafka4.partition_gate``): the node's calls to other
-  nodes (feed fetches, replication sessions) pass one gate, which can drop or delay them.
+  nodes (feed fetches, replication sessions) pass one gate (``PeerHandles``), which can drop or
+  delay them.
 * **Disk full** (``set_log_dir_bytes_max``, ``log.log_dir_budget``): past the node's bound every
   VP append fails before a byte is written; a feed stream resumes from the VP's fed progress and
   a follower VP fetches again, so both go on where they stopped once space returns.
@@ -30,15 +31,12 @@ nodes. Everything of one node runs on its event loop:
   closing cut and its RISR holds all of it (``TopicLayout.is_sealed``, HW == log end): the node
   records its sealed end offset in etcd itself, so its children become readable at once.
 * **Housekeeping**: flush by policy and checkpoint HWs every ``housekeeping_interval_ms``,
-  retention every ``retention_check_interval_ms``, RISR ticks, feed positions
-  (``keys.feed_position``) every ``feed_position_interval_ms``, and RISR changes written to
-  etcd by compare-and-swap (an ``InSyncRecorder`` per VP: one write in flight), only while the
-  VP key names this node as leader of that epoch, before the core may count them.
-* **Liveness**: ``keys.read_node_liveness`` under the node's own lease (a ``LeaseTask``: written
-  again under a new lease after an etcd outage expired it, and under the same one if another
-  process took the key, as a replaced node continued for a moment does). The controller restarts
-  a node whose key is gone and whose actor does not answer a ping; its VPs come back with no role
-  and are announced again (a restarted leader leads only a new epoch: ``virtual.failover``).
+  retention every ``retention_check_interval_ms``, and RISR ticks.
+* **etcd records** (``ReadNodeRecords``): the node's liveness key under its own lease, the RISR
+  of each VP led here (before its core may count it), sealed ends, feed positions (for physical
+  retention) and read losses. The controller restarts a node whose liveness key is gone and
+  whose actor does not answer a ping; its VPs come back with no role and are announced again (a
+  restarted leader leads only a new epoch: ``virtual.failover``).
 * **Collector**: the node freezes the objects its start left (``mafka4.collector``), so that
   the full collections its per-record work causes no longer walk Ray's modules.
 
@@ -53,38 +51,33 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import ray
 
 from mafka4.clocks import wall_ms
 from mafka4.collector import freeze_what_start_up_left
-from mafka4.errors import (
-    CoordinatorUnavailable, InvalidConfig, MafkaError, ReadReplicaNotInSync, StaleEpoch, UnknownVirtualPartition,
-)
-from mafka4.limits import IN_SYNC_WRITE_BACKOFF_S, LEADER_TICK_INTERVAL_S, ReadNodeConfig, TopicConfig
+from mafka4.errors import InvalidConfig, MafkaError, StaleEpoch, UnknownVirtualPartition
+from mafka4.limits import LEADER_TICK_INTERVAL_S, ReadNodeConfig, TopicConfig
 from mafka4.log.log_dir_budget import LogDirBudget
-from mafka4.log.read_loss import LostRange, ReadLoss
 from mafka4.long_poll import ChangeSignal
-from mafka4.metadata import keys
-from mafka4.metadata.in_sync_recorder import InSyncRecorder
-from mafka4.metadata.lease_holder import LeaseHolder, LeaseTask
-from mafka4.metadata.store import MetadataStore
-from mafka4.partition_gate import GatedHandle, NetworkFault, PartitionGate
+from mafka4.partition_gate import NetworkFault
 from mafka4.risr.state import RisrConfig
 from mafka4.stage_trace import StageTrace
-from mafka4.transport.ray_names import NAMESPACE, read_node_actor_name, replica_actor_name
-from mafka4.transport.stream_calls import StreamedActor, StreamEndpoint, StreamServer
-from mafka4.virtual.hosted_vp import HostedVp, VpChores, VpId, VpRead, run_chores, vp_directory
+from mafka4.transport.stream_calls import StreamEndpoint, StreamServer
+from mafka4.virtual import consumer_reads
+from mafka4.virtual.consumer_reads import ConsumerAnswer, ConsumerRead
+from mafka4.virtual.hosted_vp import HostedVp, VpChores, VpId, run_chores, vp_directory
 from mafka4.virtual.layout import SplitEpoch
 from mafka4.virtual.partition_feed import PartitionFeed
+from mafka4.virtual.peer_handles import PeerHandles
+from mafka4.virtual.read_node_records import FeedKey, ReadNodeRecords
 from mafka4.virtual.replica_core import Ready, VpRole
 from mafka4.virtual.replication import (
     SESSION_UNKNOWN, FetchSessions, ReplicaFetcher, SessionAnswer, SessionRequest,
 )
 from mafka4.virtual.topic_view import TopicView
 from mafka4.virtual.vp_state import VirtualPartitionState
-from mafka4.virtual.vp_store import VirtualStore
 
 logger = logging.getLogger(__name__)
 
@@ -95,18 +88,6 @@ class ReadNodeSpec:
     data_root: str
     etcd_endpoint: str
     config: ReadNodeConfig = ReadNodeConfig()
-
-
-class ConsumerRead(NamedTuple):
-    """One VP of a consumer's fetch: where it reads from."""
-
-    vp_id: VpId
-    offset: int
-
-
-class ConsumerAnswer(NamedTuple):
-    read: VpRead | None
-    error: MafkaError | None = None
 
 
 @dataclass(slots=True)
@@ -136,12 +117,8 @@ class ReadNode:
         self._ticking: list[HostedVp] = []
         self._topics: dict[str, _Topic] = {}
         self._fetchers: dict[str, ReplicaFetcher] = {}  # leader node id -> stream
-        self._handles: dict[str, object] = {}  # actor name -> handle
-        # Physical replicas' actor name -> handle whose fetches go over the replica's stream;
-        # read nodes' actor name -> handle whose replica_fetch goes over the node's stream.
-        self._replica_streams: dict[str, StreamedActor] = {}
-        self._node_streams: dict[str, StreamedActor] = {}
-        self._partition_gate = PartitionGate(spec.node_id)  # every call this node makes passes it
+        self._peers = PeerHandles(spec.cluster, spec.node_id)
+        self._records = ReadNodeRecords(spec.cluster, spec.node_id, spec.etcd_endpoint, spec.config)
         # Something changed on this node: every long-polling fetch (followers' and consumers') looks again.
         self._changes = ChangeSignal()
         # Which VPs changed since when, for the fetch sessions' long polls: a global sequence and
@@ -149,15 +126,9 @@ class ReadNode:
         self._change_seq = 0
         self._vp_changed_seq: dict[VpId, int] = {}
         self._sessions = FetchSessions(spec.config)
-        self._risr_recorders: dict[VpId, InSyncRecorder] = {}
         self._sealing: dict[VpId, asyncio.Task] = {}
-        self._positions_written: dict[tuple[str, int], int] = {}
-        self._losses: dict[tuple[str, int], asyncio.Task] = {}
-        self._store: MetadataStore | None = None
-        self._liveness: LeaseTask | None = None
         self._tasks: list[asyncio.Task] = []
         self._closed = False
-        self._started_ms = wall_ms()
         # Consumers' and following nodes' fetches come over this (``stream_endpoint``): their
         # answers carry batches.
         self._stream_server = StreamServer(self, frozenset({"fetch", "replica_fetch"}), f"read node {spec.node_id}")
@@ -167,15 +138,10 @@ class ReadNode:
 
     async def start(self) -> dict:
         """Register the liveness key and start the periodic work (idempotent)."""
-        if self._liveness is None:
-            self._liveness = LeaseTask(LeaseHolder(
-                self._metadata_store(), self._config.lease_ttl_s, f"read node {self._spec.node_id}: liveness",
-                on_granted=self._write_liveness, regrant=True, keys=[self._liveness_key()]))
-            await self._liveness.keep_alive()  # the key exists when start() answers (unless etcd is away)
-            self._liveness.start()
+        if not self._records.started:
+            await self._records.start(self._feed_positions)  # the liveness key exists now (unless etcd is away)
             loop = asyncio.get_running_loop()
-            self._tasks = [loop.create_task(self._housekeeping()),
-                           loop.create_task(self._leader_ticks()), loop.create_task(self._report_positions())]
+            self._tasks = [loop.create_task(self._housekeeping()), loop.create_task(self._leader_ticks())]
         return {"node_id": self._spec.node_id, "pid": os.getpid()}
 
     async def ping(self) -> str:
@@ -192,21 +158,15 @@ class ReadNode:
         self._stream_server.close()
         for task in self._tasks + list(self._sealing.values()):
             task.cancel()
-        for recorder in self._risr_recorders.values():
-            recorder.close()
         for topic in list(self._topics.values()):
             for feed in topic.feeds.values():
                 feed.close()
         for fetcher in self._fetchers.values():
             fetcher.close()
-        for stream in [*self._replica_streams.values(), *self._node_streams.values()]:
-            stream.close()
+        self._peers.close()
         for hosted in self._hosted.values():
             hosted.close(delete_data)
-        if self._liveness is not None:
-            self._liveness.close()
-        if self._store is not None:
-            self._store.close()
+        self._records.close()
 
     # --- hosting (the controller's calls) ----------------------------------------------
 
@@ -261,7 +221,7 @@ class ReadNode:
     async def _topic(self, topic: str, config: TopicConfig) -> _Topic:
         entry = self._topics.get(topic)
         if entry is None:
-            view = TopicView(self._spec.cluster, topic, config, self._metadata_store,
+            view = TopicView(self._spec.cluster, topic, config, self._records.store,
                              self._config.feeder.metadata_max_age_ms)
             await view.refresh()  # UnknownTopic for a deleted topic: nothing is opened
             entry = self._topics.setdefault(topic, _Topic(config, view, {}))
@@ -284,9 +244,7 @@ class ReadNode:
         dropped = [vp_id for vp_id in self._hosted if vp_id.topic == topic and (vps is None or vp_id.vp in vps)]
         for vp_id in dropped:
             self._hosted.pop(vp_id).close(delete_data)
-            recorder = self._risr_recorders.pop(vp_id, None)
-            if recorder is not None:
-                recorder.close()
+            self._records.forget(vp_id)
             self._vp_changed_seq.pop(vp_id, None)
         if vps is None and topic in self._topics:
             for feed in self._topics.pop(topic).feeds.values():
@@ -319,9 +277,8 @@ class ReadNode:
         leaders = set(self._followers)
         for leader in leaders - set(self._fetchers):
             fetcher = ReplicaFetcher(self._spec.node_id, leader, lambda leader=leader: self._followers_of(leader),
-                                     lambda leader=leader: self._node_handle(leader),
-                                     lambda leader=leader: self._forget(read_node_actor_name(self._spec.cluster, leader)),
-                                     self._config)
+                                     lambda leader=leader: self._peers.read_node(leader),
+                                     lambda leader=leader: self._peers.forget_read_node(leader), self._config)
             self._fetchers[leader] = fetcher
             fetcher.start()
         for leader in set(self._fetchers) - leaders:
@@ -335,9 +292,9 @@ class ReadNode:
         return PartitionFeed(
             entry.view, partition, self._spec.node_id, self._config.feeder,
             leaders=lambda: self._leaders_of(topic),
-            physical=lambda replica_id: self._physical_handle(topic, partition, replica_id),
-            open_store=self._metadata_store,
-            record_loss=lambda lost: self._record_loss(topic, lost),
+            physical=lambda replica_id: self._peers.replica(topic, partition, replica_id),
+            open_store=self._records.store,
+            record_loss=lambda lost: self._records.record_loss(topic, lost),
             on_fed=self._check_seal,
         )
 
@@ -396,61 +353,23 @@ class ReadNode:
         """Whole batches below the HW for every VP of ``reads``; long poll until one has data.
 
         ``bytes_max`` bounds the whole answer (at least one batch of the first VP with data).
-        A VP this node does not host, or whose replica may not serve reads, answers an error.
+        A VP this node does not host, or whose replica may not serve reads, answers an error
+        (``consumer_reads``).
         """
         delay_ms = max((h.fault.fault.delay_ms for h in (self._hosted.get(r.vp_id) for r in reads) if h), default=0)
         if delay_ms:
             await asyncio.sleep(delay_ms / 1000)
-        await self._changes.wait_until(lambda: self._any_readable(reads), wait_ms_max / 1000)
-        return self._read_all(reads, bytes_max, wall_ms())
-
-    def _any_readable(self, reads: Sequence[ConsumerRead]) -> bool:
-        """True if a read of one of ``reads`` would answer now (data, or an error)."""
-        now_ms = wall_ms()
-        return any((hosted := self._hosted.get(read.vp_id)) is None or hosted.readable(read.offset, now_ms)
-                   for read in reads)
-
-    def _read_all(self, reads: Sequence[ConsumerRead], bytes_max: int, now_ms: int) -> list[ConsumerAnswer]:
-        answers, budget = [], bytes_max
-        for read in reads:
-            hosted = self._hosted.get(read.vp_id)
-            if hosted is None:
-                answers.append(ConsumerAnswer(None, self._not_hosted(read.vp_id)))
-                continue
-            try:
-                result = hosted.read(read.offset, max(budget, 0), now_ms)
-            except MafkaError as error:
-                answers.append(ConsumerAnswer(None, error))
-                continue
-            budget -= len(result.data)
-            answers.append(ConsumerAnswer(result))
-        return answers
+        await self._changes.wait_until(lambda: consumer_reads.any_readable(reads, self._hosted.get, wall_ms()),
+                                       wait_ms_max / 1000)
+        return consumer_reads.read_all(reads, bytes_max, self._hosted.get, self._spec.node_id, wall_ms())
 
     async def list_offsets(self, vp_ids: Sequence[VpId]) -> list[tuple[int, int] | MafkaError]:
         """Per VP: (log start offset, HW), or the error that keeps this replica from answering."""
-        now_ms = wall_ms()
-        answers: list[tuple[int, int] | MafkaError] = []
-        for vp_id in vp_ids:
-            hosted = self._hosted.get(vp_id)
-            try:
-                if hosted is None:
-                    raise self._not_hosted(vp_id)
-                answers.append(hosted.list_offsets(now_ms))
-            except MafkaError as error:
-                answers.append(error)
-        return answers
+        return consumer_reads.list_offsets(vp_ids, self._hosted.get, self._spec.node_id, wall_ms())
 
     async def offsets_for_time(self, vp_ids: Sequence[VpId], timestamp_ms: int) -> list[int | None | MafkaError]:
         """Per VP: its first offset at or after ``timestamp_ms`` below the HW (None: none)."""
-        answers: list[int | None | MafkaError] = []
-        for vp_id in vp_ids:
-            hosted = self._hosted.get(vp_id)
-            answers.append(self._not_hosted(vp_id) if hosted is None else hosted.offset_for_timestamp(timestamp_ms))
-        return answers
-
-    def _not_hosted(self, vp_id: VpId) -> MafkaError:
-        return ReadReplicaNotInSync(f"{vp_id} is not hosted on read node {self._spec.node_id}: re-read the VP's "
-                                    f"metadata and fetch from a RISR member")
+        return consumer_reads.offsets_for_time(vp_ids, timestamp_ms, self._hosted.get, self._spec.node_id)
 
     # --- description and faults -----------------------------------------------------------
 
@@ -488,7 +407,7 @@ class ReadNode:
         """Delay or pause one hosted VP replica's replication and serving (``mafka4.faults``); (0, False) clears it."""
         hosted = self._hosted.get(vp_id)
         if hosted is None:
-            raise self._not_hosted(vp_id)
+            raise consumer_reads.not_hosted(vp_id, self._spec.node_id)
         fault = hosted.fault.set(delay_ms, paused)
         logger.warning("%s: replica on %s fault set to %s", vp_id, self._spec.node_id, fault)
         for fetcher in self._fetchers.values():
@@ -498,7 +417,7 @@ class ReadNode:
     async def set_partition(self, fault: NetworkFault) -> dict:
         """Cut or slow the network between this node and others (``mafka4.partition_gate``); an empty
         ``NetworkFault`` heals it."""
-        self._partition_gate.set(fault)
+        self._peers.gate.set(fault)
         logger.warning("read node %s: network fault set to %s", self._spec.node_id, fault.describe())
         return fault.describe()
 
@@ -524,10 +443,7 @@ class ReadNode:
 
     def _on_ready(self, hosted: HostedVp, ready: Ready) -> None:
         if ready.write_risr is not None:
-            recorder = self._risr_recorders.get(hosted.vp_id)
-            if recorder is None:
-                recorder = self._risr_recorders[hosted.vp_id] = self._risr_recorder(hosted)
-            recorder.changed()
+            self._records.risr_changed(hosted)
         if ready.wake:
             self._change_seq += 1
             self._vp_changed_seq[hosted.vp_id] = self._change_seq
@@ -536,21 +452,6 @@ class ReadNode:
                 entry = self._topics.get(hosted.vp_id.topic)
                 if entry is not None and entry.view.layout is not None and not entry.view.layout.is_active(hosted.vp_id.vp):
                     self._check_seal(hosted.vp_id.topic, hosted.vp_id.vp)
-
-    def _risr_recorder(self, hosted: HostedVp) -> InSyncRecorder:
-        """The writer of ``hosted``'s RISR to etcd, as long as it leads on this node (one write in flight)."""
-        def to_record() -> tuple[frozenset[str], int] | None:
-            if not hosted.core.is_leader or hosted.closed or self._closed:
-                return None
-            return hosted.core.risr, hosted.core.leader_epoch
-
-        return InSyncRecorder(str(hosted.vp_id), "RISR", self._spec.node_id, to_record,
-                              lambda risr, epoch: self._write_risr(hosted.vp_id, risr, epoch), hosted.risr_written,
-                              IN_SYNC_WRITE_BACKOFF_S)
-
-    def _write_risr(self, vp_id: VpId, risr: tuple[str, ...], leader_epoch: int) -> bool:
-        virtual = VirtualStore(self._metadata_store(), self._spec.cluster)
-        return virtual.record_risr(vp_id.topic, vp_id.vp, self._spec.node_id, leader_epoch, list(risr))
 
     def _check_seal(self, topic: str, vp: int) -> None:
         """Record the sealed end of a closed VP led here once it is complete (see the module docstring)."""
@@ -567,15 +468,7 @@ class ReadNode:
                 self._seal(entry, vp_id, core.log_end_offset))
 
     async def _seal(self, entry: _Topic, vp_id: VpId, end_offset: int) -> None:
-        virtual = VirtualStore(self._metadata_store(), self._spec.cluster)
-        try:
-            sealed = await asyncio.get_running_loop().run_in_executor(
-                None, virtual.record_sealed_end, vp_id.topic, vp_id.vp, end_offset)
-        except CoordinatorUnavailable as error:
-            logger.warning("%s: sealed end not recorded yet: %s", vp_id, error)
-            return
-        if sealed:
-            logger.info("%s sealed at VP offset %d", vp_id, end_offset)
+        if await self._records.record_sealed_end(vp_id, end_offset):
             await entry.view.refresh()
 
     # --- periodic work ------------------------------------------------------------------
@@ -624,106 +517,7 @@ class ReadNode:
                 for vp in [vp for vp in self._leaders.get(topic, {}) if not layout.is_active(vp) and vp not in sealed]:
                     self._check_seal(topic, vp)
 
-    async def _report_positions(self) -> None:
-        """Write where each feed stream stands (for physical retention); delete the key of a stopped one."""
-        interval_s = self._config.feed_position_interval_ms / 1000
-        loop = asyncio.get_running_loop()
-        while not self._closed:
-            await asyncio.sleep(interval_s)
-            positions = {(name, p): feed.position_needed() for name, entry in self._topics.items()
-                         for p, feed in entry.feeds.items() if feed.position_needed() is not None}
-            changed = {key: offset for key, offset in positions.items() if self._positions_written.get(key) != offset}
-            stopped = [key for key in self._positions_written if key not in positions]
-            if not changed and not stopped:
-                continue
-            try:
-                await loop.run_in_executor(None, self._write_positions, changed, stopped)
-            except CoordinatorUnavailable as error:
-                logger.warning("feed positions not recorded yet: %s", error)
-                continue
-            self._positions_written.update(changed)
-            for key in stopped:
-                del self._positions_written[key]
-
-    def _write_positions(self, changed: dict[tuple[str, int], int], stopped: list[tuple[str, int]]) -> None:
-        store, cluster, node_id = self._metadata_store(), self._spec.cluster, self._spec.node_id
-        for (topic, partition), offset in changed.items():
-            store.put(keys.feed_position(cluster, topic, partition, node_id), {"next_offset": offset})
-        for topic, partition in stopped:
-            store.delete(keys.feed_position(cluster, topic, partition, node_id))
-
-    def _record_loss(self, topic: str, lost: LostRange) -> None:
-        """Add ``lost`` to the partition's read-loss key (retried in the background while etcd is away)."""
-        key = (topic, lost.partition)
-        previous = self._losses.get(key)
-        self._losses[key] = asyncio.get_running_loop().create_task(self._write_loss(topic, lost, previous))
-
-    async def _write_loss(self, topic: str, lost: LostRange, previous: asyncio.Task | None) -> None:
-        if previous is not None:
-            await asyncio.wait([previous])
-        loop = asyncio.get_running_loop()
-        while not self._closed:
-            try:
-                await loop.run_in_executor(None, self._add_loss, topic, lost)
-                return
-            except CoordinatorUnavailable as error:
-                logger.warning("%s: read loss %s not recorded yet: %s", topic, lost, error)
-                await asyncio.sleep(IN_SYNC_WRITE_BACKOFF_S)
-
-    def _add_loss(self, topic: str, lost: LostRange) -> None:
-        store = self._metadata_store()
-        key = keys.read_loss(self._spec.cluster, topic, lost.partition)
-        while True:
-            found = store.get(key)
-            loss = ReadLoss.from_json(lost.partition, found.value) if found is not None else ReadLoss(lost.partition)
-            if store.compare_and_swap(key, loss.add(lost).to_json(), found.mod_revision if found else 0):
-                return
-
-    # --- liveness and handles -----------------------------------------------------------
-
-    def _metadata_store(self) -> MetadataStore:
-        if self._store is None:
-            self._store = MetadataStore(self._spec.etcd_endpoint)
-        return self._store
-
-    def _liveness_key(self) -> str:
-        return keys.read_node_liveness(self._spec.cluster, self._spec.node_id)
-
-    def _write_liveness(self, lease) -> None:
-        value = {"node_id": self._spec.node_id, "pid": os.getpid(), "started_ms": self._started_ms}
-        self._metadata_store().put(self._liveness_key(), value, lease=lease)
-
-    def _handle(self, name: str):
-        handle = self._handles.get(name)
-        if handle is None:
-            handle = ray.get_actor(name, namespace=NAMESPACE)  # ValueError when not running: the caller fails
-            self._handles[name] = handle
-        return handle
-
-    def _forget(self, name: str) -> None:
-        """Drop ``name``'s handle (and stream): the next call looks the actor up again, as one
-        started anew (a read node restarted) is another actor."""
-        self._handles.pop(name, None)
-        stream = self._node_streams.pop(name, None)
-        if stream is not None:
-            stream.close()
-
-    def _node_handle(self, node_id: str) -> GatedHandle:
-        """A read node's handle for replication: its ``replica_fetch`` answers (VP batches) come
-        over the node's stream; other calls are Ray calls."""
-        name = read_node_actor_name(self._spec.cluster, node_id)
-        handle = self._node_streams.get(name)
-        if handle is None:
-            handle = self._node_streams[name] = StreamedActor(
-                self._handle(name), frozenset({"replica_fetch"}), f"read node {node_id}")
-        return GatedHandle(handle, self._partition_gate, node_id)
-
-    def _physical_handle(self, topic: str, partition: int, replica_id: str) -> GatedHandle:
-        """A replica's handle for feeding: its ``fetch`` answers (committed batches) come over the
-        replica's stream, as a follower's fetches do; other calls are Ray calls."""
-        name = replica_actor_name(self._spec.cluster, topic, partition, replica_id)
-        handle = self._replica_streams.get(name)
-        if handle is None:
-            handle = self._replica_streams[name] = StreamedActor(
-                self._handle(name), frozenset({"fetch"}), f"replica {replica_id} of {topic}-{partition}")
-        return GatedHandle(handle, self._partition_gate, replica_id)
+    def _feed_positions(self) -> dict[FeedKey, int]:
+        """Where each feed stream stands, for physical retention (``ReadNodeRecords``)."""
+        return {(name, p): position for name, entry in self._topics.items() for p, feed in entry.feeds.items()
+                if (position := feed.position_needed()) is not None}

@@ -27,9 +27,9 @@ from mafka4.physical.handles import replica_handle
 from mafka4.physical.topics import TopicStore
 from mafka4.records import iter_batches
 from mafka4.runtime.connect import Connection
+from mafka4.virtual.consumer_reads import ConsumerRead
 from mafka4.virtual.handles import ask_leader_nodes, read_node_handle
 from mafka4.virtual.hosted_vp import VpId
-from mafka4.virtual.read_node import ConsumerRead
 from mafka4.virtual.vp_store import VirtualStore
 from simulations import checkers
 from simulations.checkers import Ack, Anomaly, Commit, Consumed, HistoryRecord, StoredRecord

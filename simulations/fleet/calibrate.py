@@ -346,7 +346,7 @@ def _physical_fetch(handle):
 
 
 def _vp_fetch(node, vp_id):
-    from mafka4.virtual.read_node import ConsumerRead
+    from mafka4.virtual.consumer_reads import ConsumerRead
 
     async def fetch(offset: int) -> bytes:
         answers = await asyncio.wrap_future(node.fetch.remote([ConsumerRead(vp_id, offset)], MiB, 3000).future())

@@ -28,9 +28,9 @@ from mafka4.client.producer import Producer
 from mafka4.client.virtual_consumer import VirtualConsumer
 from mafka4.metadata import keys
 from mafka4.physical.handles import replica_handle
+from mafka4.virtual.consumer_reads import ConsumerRead
 from mafka4.virtual.handles import read_node_handle
 from mafka4.virtual.hosted_vp import VpId
-from mafka4.virtual.read_node import ConsumerRead
 from mafka4.virtual.vp_state import VirtualPartitionState
 from mafka4.virtual.vp_store import VirtualStore
 

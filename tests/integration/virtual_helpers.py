@@ -15,9 +15,9 @@ from mafka4.client.virtual_consumer import VirtualConsumer
 from mafka4.hashing import key_hash
 from mafka4.physical.topics import TopicStore
 from mafka4.records import decode_batches
+from mafka4.virtual.consumer_reads import ConsumerRead
 from mafka4.virtual.handles import ask_leader_nodes, read_node_handle
 from mafka4.virtual.hosted_vp import VpId
-from mafka4.virtual.read_node import ConsumerRead
 from mafka4.virtual.vp_records import source_of
 from mafka4.virtual.vp_store import VirtualStore
 

@@ -1,0 +1,179 @@
+"""``ReadNodeRecords``: what a read node writes to etcd (liveness, feed positions, read losses),
+against an in-memory etcd that can be away. Waits are bounded loops on a condition."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from dataclasses import dataclass
+
+import pytest
+
+from mafka4.errors import CoordinatorUnavailable
+from mafka4.limits import ReadNodeConfig
+from mafka4.log.read_loss import LostRange
+from mafka4.metadata import keys
+from mafka4.metadata.store import Versioned
+from mafka4.virtual import read_node_records
+from mafka4.virtual.read_node_records import ReadNodeRecords
+
+CLUSTER, NODE, TOPIC = "test", "r0", "orders"
+CONFIG = ReadNodeConfig(feed_position_interval_ms=100)
+WAIT_STEPS_MAX = 2_000  # of 5 ms: a condition not met in 10 s is a failure
+
+
+@dataclass(frozen=True)
+class FakeLease:
+    id: int
+
+
+class FakeStore:
+    """The ``MetadataStore`` calls of the records, in memory; ``down``: etcd does not answer.
+
+    ``before_swap`` runs once before the next compare-and-swap, as another node's write between
+    a read and the swap does."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, tuple[object, int, FakeLease | None]] = {}
+        self.alive: set[FakeLease] = set()
+        self.down = False
+        self.puts = 0
+        self.before_swap = None
+        self._revisions = itertools.count(1)
+        self._leases = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def _answer(self) -> None:
+        if self.down:
+            raise CoordinatorUnavailable("etcd at fake did not answer")
+
+    def value(self, key: str):
+        found = self.items.get(key)
+        return None if found is None else found[0]
+
+    def grant_lease(self, ttl_s: int) -> FakeLease:
+        self._answer()
+        lease = FakeLease(next(self._leases))
+        self.alive.add(lease)
+        return lease
+
+    def refresh_lease(self, lease: FakeLease) -> int:
+        self._answer()
+        return 5 if lease in self.alive else 0
+
+    def revoke_lease(self, lease: FakeLease) -> None:
+        self._answer()
+        self.alive.discard(lease)
+        self.items = {key: item for key, item in self.items.items() if item[2] != lease}
+
+    def lease_keys(self, lease: FakeLease) -> frozenset[str]:
+        self._answer()
+        return frozenset(key for key, item in self.items.items() if item[2] == lease)
+
+    def put(self, key: str, value, lease: FakeLease | None = None) -> int:
+        self._answer()
+        with self._lock:
+            self.puts += 1
+            revision = next(self._revisions)
+            self.items[key] = (value, revision, lease)
+            return revision
+
+    def delete(self, key: str) -> bool:
+        self._answer()
+        return self.items.pop(key, None) is not None
+
+    def get(self, key: str) -> Versioned | None:
+        self._answer()
+        found = self.items.get(key)
+        return None if found is None else Versioned(key, found[0], found[1])
+
+    def compare_and_swap(self, key: str, value, mod_revision: int) -> bool:
+        self._answer()
+        interfere, self.before_swap = self.before_swap, None
+        if interfere is not None:
+            interfere()
+        found = self.items.get(key)
+        if (found[1] if found else 0) != mod_revision:
+            return False
+        self.put(key, value)
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def store(monkeypatch) -> FakeStore:
+    fake = FakeStore()
+    monkeypatch.setattr(read_node_records, "MetadataStore", lambda endpoint: fake)
+    return fake
+
+
+async def wait_until(condition) -> None:
+    for _ in range(WAIT_STEPS_MAX):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("condition not met in time")
+
+
+def position_key(partition: int) -> str:
+    return keys.feed_position(CLUSTER, TOPIC, partition, NODE)
+
+
+def test_the_liveness_key_is_written_at_start_and_goes_with_its_lease_at_close(store):
+    liveness_key = keys.read_node_liveness(CLUSTER, NODE)
+
+    async def run() -> None:
+        records = ReadNodeRecords(CLUSTER, NODE, "fake:2379", CONFIG)
+        await records.start(dict)
+        assert records.started and store.value(liveness_key)["node_id"] == NODE
+        records.close()
+        assert store.value(liveness_key) is None
+
+    asyncio.run(run())
+
+
+def test_feed_positions_are_written_when_they_change_and_a_stopped_streams_key_is_deleted(store):
+    positions = {(TOPIC, 0): 5}
+
+    async def run() -> None:
+        records = ReadNodeRecords(CLUSTER, NODE, "fake:2379", CONFIG)
+        await records.start(lambda: dict(positions))
+        await wait_until(lambda: store.value(position_key(0)) == {"next_offset": 5})
+        puts = store.puts
+        await asyncio.sleep(3 * CONFIG.feed_position_interval_ms / 1000)
+        assert store.puts == puts  # nothing changed: nothing written
+        positions.update({(TOPIC, 0): 7, (TOPIC, 1): 3})
+        await wait_until(lambda: store.value(position_key(0)) == {"next_offset": 7}
+                         and store.value(position_key(1)) == {"next_offset": 3})
+        del positions[(TOPIC, 0)]
+        await wait_until(lambda: store.value(position_key(0)) is None)
+        assert store.value(position_key(1)) == {"next_offset": 3}
+        records.close()
+
+    asyncio.run(run())
+
+
+def test_positions_and_losses_met_by_an_etcd_outage_are_written_once_it_answers_keeping_another_nodes_loss(store):
+    loss_key = keys.read_loss(CLUSTER, TOPIC, 0)
+
+    def another_node_records_a_loss() -> None:
+        store.put(loss_key, {"ranges": [[40, 50]]})
+
+    async def run() -> None:
+        records = ReadNodeRecords(CLUSTER, NODE, "fake:2379", CONFIG)
+        await records.start(lambda: {(TOPIC, 0): 9})
+        store.down = True
+        records.record_loss(TOPIC, LostRange(0, 0, 10))
+        records.record_loss(TOPIC, LostRange(0, 10, 20))
+        await asyncio.sleep(3 * CONFIG.feed_position_interval_ms / 1000)
+        assert store.value(position_key(0)) is None and store.value(loss_key) is None
+        store.before_swap = another_node_records_a_loss
+        store.down = False
+        await wait_until(lambda: store.value(position_key(0)) == {"next_offset": 9})
+        await wait_until(lambda: store.value(loss_key) == {"ranges": [[0, 20], [40, 50]]})
+        records.close()
+
+    asyncio.run(run())
