@@ -4,15 +4,18 @@ A fetch is answered with whole batches, the first one possibly starting before t
 offset. Record ``i`` of a batch has offset ``base_offset + i``, so the messages a consumer
 takes from one batch are one slice of its records: ``wanted_records`` yields those slices,
 decoding no batch wholly before the offset and none once the poll holds ``messages_max``
-messages. ``take_messages`` is the read of a physical partition (Mafka3 mode);
-``vp_messages.take_vp_messages`` the read of a VP, which also stops at a loss marker.
+messages. ``take_wanted`` adds them to the poll's messages, with the cyclic collector paused
+over the whole take, and stops at a message that ends it (a VP's loss marker). Its two uses:
+``take_messages``, the read of a physical partition (Mafka3 mode), and
+``vp_messages.take_vp_messages``, the read of a VP.
 
 Pure: bytes in, messages out.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from operator import attrgetter
+from typing import Callable, Iterator, TypeVar
 
 from mafka4.client.message import Message
 from mafka4.collector import collection_paused
@@ -20,6 +23,9 @@ from mafka4.records import BatchHeader, TupleBuilder, decode_checked_batch, iter
 
 # Decodes the CRC-checked batch at a position of the data into messages.
 BatchDecoder = Callable[[int, BatchHeader], list]
+Ending = TypeVar("Ending")
+
+_headers_of = attrgetter("headers")
 
 
 def wanted_records(data: bytes | bytearray | memoryview, offset: int, messages: list, messages_max: int,
@@ -47,6 +53,30 @@ def wanted_records(data: bytes | bytearray | memoryview, offset: int, messages: 
         yield decoded if start == 0 and room >= len(decoded) else decoded[start:start + room]
 
 
+def take_wanted(data: bytes | bytearray | memoryview, offset: int, messages: list[Message], messages_max: int,
+                decode: BatchDecoder, check_crc: bool,
+                ending: Callable[[tuple], Ending | None] | None = None) -> tuple[int | None, Ending | None]:
+    """Append to ``messages`` the messages ``wanted_records`` yields (``decode`` and ``check_crc`` as it
+    takes them), stopping past the first one whose headers ``ending`` names an ending for.
+
+    Returns (the offset after the last message taken or the ending one, None if there is none;
+    the ending, or None).
+    """
+    next_offset = None
+    with collection_paused():  # over the whole take, not each batch: see ``mafka4.collector``
+        for taken in wanted_records(data, offset, messages, messages_max, decode, check_crc):
+            if ending is not None and any(map(_headers_of, taken)):  # only a message with headers can end it
+                for index, message in enumerate(taken):
+                    end = ending(message.headers)
+                    if end is not None:
+                        messages.extend(taken[:index])
+                        return message.offset + 1, end
+            messages.extend(taken)
+            if taken:
+                next_offset = taken[-1].offset + 1
+    return next_offset, None
+
+
 def take_messages(data: bytes | bytearray | memoryview, topic: str, partition: int, offset: int,
                   messages: list[Message], messages_max: int, check_crc: bool = True) -> int | None:
     """Append to ``messages`` the messages of ``partition`` in ``data`` from ``offset`` on, while it
@@ -56,12 +86,7 @@ def take_messages(data: bytes | bytearray | memoryview, topic: str, partition: i
     ``check_crc`` as ``wanted_records`` takes it.
     """
     build = TupleBuilder(Message, topic, partition)
-    next_offset = None
-    with collection_paused():  # over the whole take, not each batch: see ``mafka4.collector``
-        for taken in wanted_records(data, offset, messages, messages_max,
-                                    lambda position, header: decode_checked_batch(data, position, header, build),
-                                    check_crc):
-            messages.extend(taken)
-            if taken:
-                next_offset = taken[-1].offset + 1
+    next_offset, _ = take_wanted(data, offset, messages, messages_max,
+                                 lambda position, header: decode_checked_batch(data, position, header, build),
+                                 check_crc)
     return next_offset

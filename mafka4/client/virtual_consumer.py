@@ -8,7 +8,7 @@ The same interface as the group-less ``Consumer`` (``poll``, ``seek``, ``seek_to
 ``position``, ``assignment``, ``close``), with VP ids and VP offsets in place of physical
 partitions and offsets; ``Consumer(topic)`` of a mafka4-mode topic is one of these. Messages
 are the producer's records: the source header the feeder added (``vp_records.SOURCE_HEADER``) is
-stripped. Fetching is ``VpFetcher``'s.
+stripped. Fetching is ``VpFetcher``'s; the poll loop and seeking by time are ``client.reading``'s.
 
 Parent before child, for this reader's own positions: it fetches only the VPs
 ``TopicLayout.consumable_vps`` gives for them, i.e. a child of a split or merge only once the
@@ -22,10 +22,11 @@ a closed VP's sealed end, which the parent's leader node records once the parent
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from mafka4.client.message import Message, new_member_id
+from mafka4.client.positions import start_offset
+from mafka4.client.reading import poll_until, seek_to_time
 from mafka4.client.vp_fetcher import VpFetcher
 from mafka4.errors import PartitionNotAssigned, WrongReadMode
 from mafka4.limits import RESHARD_CHECK_INTERVAL_S, ConsumerConfig, ReadMode
@@ -49,10 +50,15 @@ class VirtualConsumer:
         self.reader_id = new_member_id()
         self._fetcher = VpFetcher(self._connection, metadata, self.config, self.reader_id)
         vps = sorted(set(self._fetcher.states) - self._fetcher.retired)  # a retired VP's logs are gone
-        for vp, (start, high_watermark) in zip(vps, self._fetcher.list_offsets_many(vps)):
-            self._fetcher.seek(vp, start if from_beginning else high_watermark)
-            self._fetcher.high_watermarks[vp] = high_watermark
+        for vp, log_range in zip(vps, self._fetcher.list_offsets_many(vps)):
+            self._fetcher.seek(vp, start_offset(None, log_range, from_beginning))
+            self._fetcher.high_watermarks[vp] = log_range[1]
         self._update_fetching()
+
+    @property
+    def member_id(self) -> None:
+        """None: a reader without a group is no group's member (``reader_id`` names it to the read nodes)."""
+        return None
 
     # --- positions ------------------------------------------------------------------------
 
@@ -73,9 +79,7 @@ class VirtualConsumer:
 
     def seek_to_time(self, timestamp_ms: int) -> None:
         """Move every VP read now to its first message at or after ``timestamp_ms`` (or its end)."""
-        vps = self.assignment()
-        for vp, offset in zip(vps, self._fetcher.offsets_for_time(vps, timestamp_ms)):
-            self._fetcher.seek(vp, offset)
+        seek_to_time(self._fetcher, self.assignment(), timestamp_ms)
 
     # --- parent before child ----------------------------------------------------------------
 
@@ -107,16 +111,13 @@ class VirtualConsumer:
 
     def poll(self, timeout_ms: int = 1000) -> list[Message]:
         """Messages that arrived, up to ``poll_messages_max``; waits at most ``timeout_ms`` for some."""
-        deadline = time.monotonic() + timeout_ms / 1000
-        while True:
-            self._refresh_if_due()
-            remaining = max(deadline - time.monotonic(), 0)
-            messages = self._fetcher.fetch(min(remaining, RESHARD_CHECK_INTERVAL_S))
-            if messages:
-                self._update_fetching()  # a parent read to its sealed end lets its children in
-                return messages
-            if time.monotonic() >= deadline:
-                return []
+        return poll_until(timeout_ms, self._refresh_if_due, self._fetch)
+
+    def _fetch(self, remaining_s: float) -> list[Message]:
+        messages = self._fetcher.fetch(min(remaining_s, RESHARD_CHECK_INTERVAL_S))
+        if messages:
+            self._update_fetching()  # a parent read to its sealed end lets its children in
+        return messages
 
     def close(self) -> None:
         """Stop fetching (there is no group to leave)."""

@@ -17,10 +17,10 @@ A group that starts at the latest offsets is seeded on its first join with the e
 closed VPs and of the children (``VirtualGroupStore.seed_offsets``), so it skips the history
 instead of reading every child from its start.
 
-Commits: every ``auto_commit_interval_ms``, on ``commit()``, on release and on ``close()``;
-and at once when an owned closed VP has been read to its sealed end (which the parent's leader
-node records once the parent is complete), so its children become readable (and claimable)
-without waiting.
+Commits (``client.group_commits``, as a Mafka3-mode member's): every ``auto_commit_interval_ms``,
+on ``commit()``, on release and on ``close()``; and at once when an owned closed VP has been
+read to its sealed end (which the parent's leader node records once the parent is complete),
+so its children become readable (and claimable) without waiting.
 
 Splits: when the plan says this member splits a VP (it has the smallest id and the group
 has more members than active VPs), it asks the controller for it (a split intent,
@@ -39,7 +39,10 @@ import time
 
 import ray
 
+from mafka4.client.group_commits import GroupCommits
 from mafka4.client.message import Message, new_member_id
+from mafka4.client.positions import start_offset
+from mafka4.client.reading import poll_until, seek_to_time
 from mafka4.client.vp_fetcher import VpFetcher
 from mafka4.coordinator.groups.vp_groups import VirtualGroupMember, VirtualGroupSnapshot, VirtualGroupStore, VpOffset
 from mafka4.errors import CommitFailed, CoordinatorUnavailable, MafkaError, PartitionNotAssigned
@@ -64,7 +67,7 @@ class VirtualGroupConsumer:
         self._member = VirtualGroupMember(self._store, group, metadata.name, metadata.config, member_id, config)
         self._snapshot: VirtualGroupSnapshot | None = None
         self._unstarted: dict[int, VpOffset | None] = {}  # claimed VPs whose start position is not known yet
-        self._last_commit_s = time.monotonic()
+        self._commits = GroupCommits(group, config.auto_commit_interval_ms, self._write_commit, "VPs")
         self._splitter: threading.Thread | None = None
         self._split_failed_at = 0.0
         try:
@@ -99,9 +102,7 @@ class VirtualGroupConsumer:
 
     def seek_to_time(self, timestamp_ms: int) -> None:
         """Move every owned VP to its first message at or after ``timestamp_ms`` (or its end)."""
-        vps = self.assignment()
-        for vp, offset in zip(vps, self._fetcher.offsets_for_time(vps, timestamp_ms)):
-            self._fetcher.seek(vp, offset)
+        seek_to_time(self._fetcher, self.assignment(), timestamp_ms)
 
     def _offsets(self) -> dict[int, VpOffset]:
         fetcher = self._fetcher
@@ -112,20 +113,13 @@ class VirtualGroupConsumer:
 
     def poll(self, timeout_ms: int = 1000) -> list[Message]:
         """Messages that arrived, up to ``poll_messages_max``; waits at most ``timeout_ms`` for some."""
-        deadline = time.monotonic() + timeout_ms / 1000
-        while True:
-            self._group_duties()
-            remaining = max(deadline - time.monotonic(), 0)
-            if not self._fetcher.fetching:
-                if remaining <= 0:
-                    return []
-                self._member.changed.wait(min(remaining, VP_GROUP_CHECK_INTERVAL_S if self._unstarted else 0.5))
-                continue
-            messages = self._fetcher.fetch(min(remaining, VP_GROUP_CHECK_INTERVAL_S))
-            if messages:
-                return messages
-            if time.monotonic() >= deadline:
-                return []
+        return poll_until(timeout_ms, self._group_duties, self._fetch)
+
+    def _fetch(self, remaining_s: float) -> list[Message]:
+        if not self._fetcher.fetching:
+            self._member.changed.wait(min(remaining_s, VP_GROUP_CHECK_INTERVAL_S if self._unstarted else 0.5))
+            return []
+        return self._fetcher.fetch(min(remaining_s, VP_GROUP_CHECK_INTERVAL_S))
 
     # --- group duties ---------------------------------------------------------------------
 
@@ -135,16 +129,7 @@ class VirtualGroupConsumer:
         if self._unstarted:
             self._start_claimed()
         self._commit_drained_parents()
-        interval_ms = self.config.auto_commit_interval_ms
-        if interval_ms is not None and (time.monotonic() - self._last_commit_s) * 1000 >= interval_ms:
-            try:
-                _, lost = self._commit_positions()
-            except CoordinatorUnavailable as error:
-                logger.warning("group %s: auto-commit skipped, retried in %d ms: %s", self.group, interval_ms, error)
-                return
-            if lost:
-                logger.warning("group %s: lost VPs %s before committing; their next owner re-reads from the last "
-                               "committed offsets", self.group, sorted(lost))
+        self._commits.if_due()
 
     def _sync(self) -> None:
         result = self._member.sync(self._offsets())
@@ -178,11 +163,10 @@ class VirtualGroupConsumer:
             if committed is not None:
                 fetcher.seek(vp, committed.offset)
             else:
-                log_start, high_watermark = ranges[vp]
                 child = layout.opening_epoch(vp).epoch > 0
                 earliest = child or self.config.auto_offset_reset is OffsetReset.EARLIEST
-                fetcher.seek(vp, log_start if earliest else high_watermark)
-                fetcher.high_watermarks[vp] = high_watermark
+                fetcher.seek(vp, start_offset(None, ranges[vp], earliest))
+                fetcher.high_watermarks[vp] = ranges[vp][1]
             fetcher.fetching.add(vp)
 
     def _sealed_end_offsets(self) -> dict[int, int]:
@@ -195,7 +179,7 @@ class VirtualGroupConsumer:
         if any(vp in sealed and self._fetcher.positions[vp] >= sealed[vp]
                and (vp not in committed or committed[vp].offset < sealed[vp]) for vp in self._fetcher.fetching):
             try:
-                self._commit_positions()
+                self._commits.now()
             except CoordinatorUnavailable:
                 return  # auto-commit and the next sync retry
             self._member.changed.set()
@@ -235,9 +219,10 @@ class VirtualGroupConsumer:
 
     # --- commits and leaving ----------------------------------------------------------------
 
-    def _commit_positions(self) -> tuple[set[int], set[int]]:
-        self._last_commit_s = time.monotonic()
-        return self._member.commit(self._offsets())
+    def _write_commit(self) -> tuple[dict[int, int], set[int]]:
+        offsets = self._offsets()
+        committed, lost = self._member.commit(offsets)
+        return {vp: offsets[vp].offset for vp in committed}, lost
 
     def commit(self) -> dict[int, int]:
         """Commit the positions of every owned VP now; returns the offsets written.
@@ -245,13 +230,12 @@ class VirtualGroupConsumer:
         Raises ``CommitFailed`` if a VP was taken away first (its new owner starts from the
         last committed offset).
         """
-        positions = self._offsets()
-        committed, lost = self._commit_positions()
+        written, lost = self._commits.now()
         if lost:
             raise CommitFailed(
                 f"group {self.group!r}: virtual partitions {sorted(lost)} of {self.topic!r} changed owner before the "
                 f"commit; poll() again to read the VPs owned now")
-        return {vp: positions[vp].offset for vp in committed}
+        return written
 
     def close(self) -> None:
         """Commit and release every owned VP, leave the group, and stop fetching."""

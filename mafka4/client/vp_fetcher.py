@@ -5,8 +5,8 @@ differ only in *which* VPs they read; both read them through this class. For eve
 ``fetching`` it picks the RISR member ``risr.state.route_fetch`` gives for the reader's position
 (the leader's half for real-time readers, the other half for readers far behind); the VP
 replicas of one read node are then fetched together, with one long-polling
-``ReadNode.fetch`` outstanding per node, which answers as soon as any of them has data. The
-fetches go over the nodes' streams (``client.stream_caller``), not as Ray calls. Only
+``ReadNode.fetch`` outstanding per node, which answers as soon as any of them has data
+(``FetchesInFlight``, over the nodes' streams, as ``PartitionFetcher`` fetches from leaders). Only
 records below each VP's high watermark are ever returned, so what a reader saw survives a VP
 failover. Positions are per VP: the VP offset of the next message.
 
@@ -29,19 +29,16 @@ read node is looked up again.
 
 from __future__ import annotations
 
-import concurrent.futures
 import time
+from collections import defaultdict
 
 import ray
 
-from collections import defaultdict
-
+from mafka4.client.fetches_in_flight import FetchesInFlight
 from mafka4.client.message import Message
-from mafka4.client.stream_caller import stream_caller
 from mafka4.client.vp_messages import take_vp_messages
 from mafka4.errors import CoordinatorUnavailable, RecordsLost, StreamLost
 from mafka4.limits import LIST_OFFSETS_TIMEOUT_S, ConsumerConfig
-from mafka4.partition_gate import client_gate
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.risr.state import RisrConfig, route_fetch
 from mafka4.runtime.connect import Connection
@@ -70,8 +67,8 @@ class VpFetcher:
         self.fetching: set[int] = set()
         self.high_watermarks: dict[int, int] = {}
         self._avoid: dict[int, str] = {}  # VP -> replica whose fetch failed since the last metadata read
-        # node -> (its fetch in flight, the (VP, offset) it asked for, in order)
-        self._pending: dict[str, tuple[concurrent.futures.Future, list[tuple[int, int]]]] = {}
+        # node -> the (VP, offset) its fetch asked for, in order
+        self._in_flight: FetchesInFlight[str, list[tuple[int, int]]] = FetchesInFlight(config)
         self._lost: RecordsLost | None = None  # raised by the next fetch
         self._handles: dict[str, object] = {}  # read node -> its actor handle (see the module doc)
         self.refresh()
@@ -135,7 +132,7 @@ class VpFetcher:
         self.fetching.discard(vp)
 
     def clear(self) -> None:
-        self._pending.clear()
+        self._in_flight.clear()
 
     # --- fetching ---------------------------------------------------------------------------
 
@@ -145,14 +142,7 @@ class VpFetcher:
             lost, self._lost = self._lost, None
             raise lost
         self._issue_fetches()
-        calls = [call for call, _ in self._pending.values()]
-        if not calls:
-            time.sleep(min(timeout_s, self.config.fetch_wait_ms_max / 1000))
-            return []
-        ready, _ = concurrent.futures.wait(calls, timeout=timeout_s, return_when=concurrent.futures.FIRST_COMPLETED)
-        if not ready:
-            return []
-        messages = self._collect({call for call in calls if call.done()})
+        messages = self._collect(timeout_s)
         if not messages and self._lost is not None:
             lost, self._lost = self._lost, None
             raise lost
@@ -165,25 +155,19 @@ class VpFetcher:
         return state.leader if route.replica_id == self._avoid.get(vp) else route.replica_id
 
     def _issue_fetches(self) -> None:
-        in_flight = {vp for _, sent in self._pending.values() for vp, _ in sent}
+        in_flight = {vp for sent in self._in_flight.sent() for vp, _ in sent}
         by_node: dict[str, list[int]] = defaultdict(list)
         for vp in sorted(self.fetching - in_flight):
             by_node[self._route(vp)].append(vp)
         for node, vps in by_node.items():
-            if node in self._pending:
+            if node in self._in_flight:
                 continue  # this node's fetch is out: these VPs join the next one
             handle = self._node_handle(node)
-            passage = client_gate().plan(node)
-            if handle is None or passage.lost:
-                self._avoid.update({vp: node for vp in vps})
-                continue
-            if passage.request_delay_ms or passage.answer_delay_ms:
-                time.sleep((passage.request_delay_ms + passage.answer_delay_ms) / 1000)
             sent = [(vp, self.positions[vp]) for vp in vps]
             reads = [ConsumerRead(VpId(self.topic, vp), offset) for vp, offset in sent]
-            call = stream_caller().call(handle, read_node_actor_name(self._connection.cluster, node), "fetch",
-                                        reads, self.config.fetch_bytes_max, self.config.fetch_wait_ms_max)
-            self._pending[node] = (call, sent)
+            name = read_node_actor_name(self._connection.cluster, node)
+            if handle is None or not self._in_flight.send(node, node, handle, name, reads, sent):
+                self._avoid.update({vp: node for vp in vps})
 
     def _node_handle(self, node: str):
         """The handle of read node ``node``, looked up once until ``refresh`` (None: not running)."""
@@ -194,12 +178,9 @@ class VpFetcher:
                 self._handles[node] = handle
         return handle
 
-    def _collect(self, ready: set) -> list[Message]:
+    def _collect(self, timeout_s: float) -> list[Message]:
         messages: list[Message] = []
-        for node, (call, sent) in list(self._pending.items()):
-            if call not in ready:
-                continue
-            del self._pending[node]
+        for node, sent, call in self._in_flight.answered(timeout_s, self.config.fetch_wait_ms_max / 1000):
             try:
                 answers = call.result()
             except (ray.exceptions.RayActorError, StreamLost):  # the node died: a failover moves its VPs

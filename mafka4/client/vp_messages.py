@@ -11,7 +11,7 @@ starting before the fetch offset. ``take_vp_messages`` turns them into messages:
 * messages before the fetch offset are skipped, and no batch wholly before it is decompressed;
 * at most ``messages_max`` messages are held by ``messages`` (shared by the VPs of one poll),
   and no batch is decompressed once it is full (these two as a physical partition's read
-  does them: ``fetched_messages.wanted_records``);
+  does them: ``fetched_messages.take_wanted``);
 * a loss marker ends the take: the position moves past it, and the caller raises
   ``RecordsLost`` for its range after the messages before it.
 
@@ -25,15 +25,11 @@ Pure: bytes in, messages out.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from operator import attrgetter
 
-from mafka4.client.fetched_messages import wanted_records
+from mafka4.client.fetched_messages import take_wanted
 from mafka4.client.message import Message
-from mafka4.collector import collection_paused
 from mafka4.records import TupleBuilder
 from mafka4.virtual.vp_records import decode_checked_vp_batch, lost_range_in
-
-_headers_of = attrgetter("headers")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,18 +51,7 @@ def take_vp_messages(data: bytes | bytearray | memoryview, topic: str, vp: int, 
     takes it.
     """
     build = TupleBuilder(Message, topic, vp)
-    next_offset = offset
-    with collection_paused():  # over the whole take, not each batch: see ``mafka4.collector``
-        for taken in wanted_records(data, offset, messages, messages_max,
+    next_offset, lost = take_wanted(data, offset, messages, messages_max,
                                     lambda position, header: decode_checked_vp_batch(data, position, header, build),
-                                    check_crc):
-            if any(map(_headers_of, taken)):  # only a message with headers can be a loss marker
-                for index, message in enumerate(taken):
-                    lost = lost_range_in(message.headers)
-                    if lost is not None:
-                        messages.extend(taken[:index])
-                        return VpTake(message.offset + 1, lost)
-            messages.extend(taken)
-            if taken:
-                next_offset = taken[-1].offset + 1
-    return VpTake(next_offset, None)
+                                    check_crc, lost_range_in)
+    return VpTake(offset if next_offset is None else next_offset, lost)

@@ -47,6 +47,8 @@ CORES = (
     "mafka4.client.sender_core",
     # what a consumer makes of a VP fetch's bytes
     "mafka4.client.vp_messages",
+    # where a consumer starts a partition, when a group member auto-commits
+    "mafka4.client.positions",
     "mafka4.coordinator.control.placement",
     "mafka4.metadata.lease",
     "mafka4.metadata.keys",

@@ -1,0 +1,185 @@
+"""``PartitionConsumer``: reads the physical partitions of a mafka3-mode topic, alone or as a group member.
+
+``Consumer(topic)`` and ``Consumer(topic, group=...)`` of a mafka3-mode topic are one of these
+(``client.consumer`` says how to use them). Fetching is ``PartitionFetcher``'s: one long-poll
+fetch outstanding per partition leader, only messages below the high watermark returned.
+Positions are per partition: the offset of the next message. Without a group, every partition
+is read, from its start (``from_beginning``) or its high watermark.
+
+In a group (see ``mafka4.coordinator.groups.partition_groups``) the consumer reads only the
+partitions it owns. The rebalance runs inside ``poll()``, in the caller's thread, as in Kafka's
+classic consumer: a background thread only refreshes the member lease and notices changes. So
+positions never move while they are committed, and a consumer that stops polling holds its
+partitions until ``rebalance_timeout_ms`` (then it leaves the group). A claimed partition
+starts at its committed offset; without one (or below the log start) at ``auto_offset_reset``
+(default ``latest``, as Kafka; ``from_beginning=True`` means ``earliest``). Positions are
+committed by ``poll()`` every ``auto_commit_interval_ms``, by ``commit()``, before a partition
+is released and on ``close()``. A committed offset is the position after the messages that
+earlier polls returned, so delivery is at-least-once: messages returned but not yet committed
+are returned again to the next owner after a crash. A commit never moves an offset backwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import ray
+
+from mafka4.client.group_commits import GroupCommits
+from mafka4.client.message import Message, new_member_id
+from mafka4.client.partition_fetcher import PartitionFetcher
+from mafka4.client.positions import start_offset
+from mafka4.client.reading import poll_until, seek_to_time
+from mafka4.coordinator.groups.partition_groups import GroupMember, GroupStore, SyncResult
+from mafka4.coordinator.groups.partition_protocol import CommittedOffset, MemberInfo, TopicPartition
+from mafka4.errors import CommitFailed, MafkaError, PartitionNotAssigned
+from mafka4.limits import PARTITION_GROUP_CHECK_INTERVAL_S, ConsumerConfig, OffsetReset
+from mafka4.runtime.connect import Connection
+from mafka4.transport.remote_errors import unwrap
+
+logger = logging.getLogger(__name__)
+
+
+class PartitionConsumer:
+    def __init__(self, topic: str, group: str | None, connection: Connection, config: ConsumerConfig,
+                 from_beginning: bool):
+        self.topic, self.group, self.config = topic, group, config
+        self._fetcher = PartitionFetcher(connection, topic, config)
+        self._member: GroupMember | None = None
+        self._store: GroupStore | None = None
+        self._commits: GroupCommits | None = None
+        # Claimed partitions whose start position is not known yet (their leader did not answer).
+        self._unstarted: dict[TopicPartition, CommittedOffset | None] = {}
+        if group is None:
+            partitions = self._fetcher.partitions()
+            for partition, log_range in zip(partitions, self._fetcher.list_offsets_many(partitions)):
+                self._fetcher.seek(partition, start_offset(None, log_range, from_beginning))
+        else:
+            self._join(connection)
+
+    def _join(self, connection: Connection) -> None:
+        self._store = GroupStore(connection.store.endpoint, connection.cluster)
+        member = MemberInfo(new_member_id(), self.topic, self.config.assignor)
+        self._member = GroupMember(self._store, self.group, member, self.config)
+        self._commits = GroupCommits(self.group, self.config.auto_commit_interval_ms, self._write_commit, "partitions")
+        try:
+            self._member.join()
+            self._rebalance()
+        except BaseException:
+            self._member.leave({})
+            self._store.close()
+            raise
+
+    @property
+    def member_id(self) -> str | None:
+        return None if self._member is None else self._member.member_id
+
+    # --- positions --------------------------------------------------------------------------
+
+    def assignment(self) -> list[int]:
+        return sorted(self._fetcher.positions)
+
+    def position(self, partition: int) -> int:
+        return self._fetcher.positions[partition]
+
+    def seek(self, partition: int, offset: int) -> None:
+        if partition not in self._fetcher.positions:
+            raise PartitionNotAssigned(
+                f"partition {partition} of {self.topic!r} is not assigned to this consumer "
+                f"(assigned: {self.assignment()}); poll() until assignment() lists it")
+        self._fetcher.seek(partition, offset)
+
+    def seek_to_time(self, timestamp_ms: int) -> None:
+        """Move every assigned partition to its first message at or after ``timestamp_ms`` (or its end)."""
+        seek_to_time(self._fetcher, self.assignment(), timestamp_ms)
+
+    # --- polling ----------------------------------------------------------------------------
+
+    def poll(self, timeout_ms: int = 1000) -> list[Message]:
+        """Messages that arrived, up to ``poll_messages_max``; waits at most ``timeout_ms`` for some."""
+        return poll_until(timeout_ms, self._group_duties, self._fetch)
+
+    def _fetch(self, remaining_s: float) -> list[Message]:
+        slice_s = remaining_s if self._member is None else min(remaining_s, PARTITION_GROUP_CHECK_INTERVAL_S)
+        if not self._fetcher.positions:
+            if self._member is None:
+                time.sleep(remaining_s)
+            else:  # owning nothing: only a group change (or a partition still to start) matters
+                self._member.changed.wait(slice_s if self._unstarted else remaining_s)
+            return []
+        return self._fetcher.fetch(slice_s)
+
+    # --- group membership -----------------------------------------------------------------
+
+    def _group_duties(self) -> None:
+        """Rebalance when the group changed, start claimed partitions, auto-commit when due."""
+        if self._member is None:
+            return
+        if self._member.changed.is_set():
+            self._rebalance()
+        if self._unstarted:
+            self._start_claimed()
+        assert self._commits is not None
+        self._commits.if_due()
+
+    def _rebalance(self) -> None:
+        assert self._member is not None
+        result: SyncResult = self._member.sync(self._group_positions(self._fetcher.positions))
+        for tp in result.revoked:
+            self._fetcher.stop(tp.partition)
+            self._unstarted.pop(tp, None)
+        self._unstarted.update(result.claimed)
+        self._start_claimed()
+        started = set(self._fetcher.positions) | {tp.partition for tp in self._unstarted}
+        assert started == {tp.partition for tp in result.owned}, "fetching exactly the owned partitions"
+
+    def _start_claimed(self) -> None:
+        """Position claimed partitions at their committed offset, else at ``auto_offset_reset``."""
+        partitions = sorted(tp.partition for tp in self._unstarted)
+        try:
+            ranges = self._fetcher.list_offsets_many(partitions)
+        except (MafkaError, ray.exceptions.RayError) as raised:
+            logger.warning("group %s: cannot position %s yet (%s); retrying", self.group, partitions, unwrap(raised))
+            self._fetcher.refresh()
+            return
+        earliest = self.config.auto_offset_reset is OffsetReset.EARLIEST
+        for partition, log_range in zip(partitions, ranges):
+            committed = self._unstarted.pop(TopicPartition(self.topic, partition))
+            self._fetcher.seek(partition, start_offset(None if committed is None else committed.offset, log_range,
+                                                       earliest))
+
+    def _group_positions(self, positions: dict[int, int]) -> dict[TopicPartition, int]:
+        return {TopicPartition(self.topic, p): offset for p, offset in positions.items()}
+
+    def _write_commit(self) -> tuple[dict[int, int], set[int]]:
+        assert self._member is not None
+        positions = dict(self._fetcher.positions)
+        committed, lost = self._member.commit(self._group_positions(positions))
+        return {tp.partition: positions[tp.partition] for tp in committed}, {tp.partition for tp in lost}
+
+    def commit(self) -> dict[int, int]:
+        """Commit the positions of every owned partition now; returns the offsets written.
+
+        Raises ``CommitFailed`` if a rebalance took a partition away first (its new owner starts
+        from the last committed offset). Positions behind the committed offset are not written.
+        """
+        assert self._commits is not None, "Consumer.commit() refuses a consumer without a group"
+        written, lost = self._commits.now()
+        if lost:
+            raise CommitFailed(
+                f"group {self.group!r}: partitions {sorted(lost)} of {self.topic!r} were "
+                f"reassigned before the commit; poll() again to get the new assignment")
+        return written
+
+    def close(self) -> None:
+        """Leave the group (committing and releasing every owned partition) and stop fetching."""
+        self._fetcher.clear()
+        if self._member is not None:
+            member, self._member = self._member, None
+            try:
+                member.leave(self._group_positions(self._fetcher.positions))
+            finally:
+                self._fetcher.positions.clear()
+                assert self._store is not None
+                self._store.close()

@@ -1,0 +1,46 @@
+"""Where a consumer starts reading a partition, and when a group member commits its positions:
+the rules every consumer shares (``PartitionConsumer`` over physical partitions, ``VirtualConsumer``
+and ``VirtualGroupConsumer`` over VPs).
+
+* **Start offset** (``start_offset``): a partition a reader starts (at construction, or claimed
+  in a group) is read from its committed offset if it has one that its log still holds; else
+  from its log start (earliest) or its high watermark (latest). A committed offset below the
+  log start was deleted by retention: reading resumes where the log now begins or ends, as
+  ``auto_offset_reset`` says (Kafka's rule). A ``VirtualGroupConsumer`` takes a committed
+  offset without asking for the log's range (it saves a call per claimed VP) and applies the
+  rule only to VPs without one.
+* **Auto-commit** (``CommitSchedule``): a member's positions are committed by the first
+  ``poll()`` once ``auto_commit_interval_ms`` has passed since its last commit, whatever sent
+  that one (``commit()``, a drained parent VP, an earlier auto-commit; answered or not), so an
+  auto-commit never follows another commit closer than the interval.
+
+Pure: offsets and ``now_ms`` in, decisions out.
+"""
+
+from __future__ import annotations
+
+
+def start_offset(committed: int | None, log_range: tuple[int, int], earliest: bool) -> int:
+    """The offset a partition is first read from; ``log_range`` is its (log start offset, high watermark)."""
+    log_start, high_watermark = log_range
+    if committed is not None and committed >= log_start:
+        return committed
+    return log_start if earliest else high_watermark
+
+
+class CommitSchedule:
+    """When a group member's next auto-commit is due (see the module docstring)."""
+
+    __slots__ = ("interval_ms", "_last_commit_ms")
+
+    def __init__(self, interval_ms: int | None, now_ms: float):
+        assert interval_ms is None or interval_ms > 0, interval_ms
+        self.interval_ms = interval_ms  # None: only commit(), a release and close() commit
+        self._last_commit_ms = now_ms
+
+    def due(self, now_ms: float) -> bool:
+        return self.interval_ms is not None and now_ms - self._last_commit_ms >= self.interval_ms
+
+    def committed(self, now_ms: float) -> None:
+        """A commit was sent at ``now_ms`` (answered or not: a failed one waits an interval too)."""
+        self._last_commit_ms = now_ms
