@@ -1,4 +1,4 @@
-"""The CRC32 that every record batch carries (``mafka4.records``), computed fast.
+"""The CRC32 that every record batch carries (``mafka4.batch_frame``), computed fast.
 
 Batches carry zlib's CRC32 (the polynomial of gzip and zip). ``crc32`` computes that same
 value with ISA-L (the ``isal`` package, Intel's storage library: it folds the buffer with

@@ -16,7 +16,7 @@ message.
 Paused, the record tuples are freed before any collection sees them, and the messages that
 outlive the decode are walked once by the first young collection after it. Nothing is lost:
 the collector counts every tracked object allocated meanwhile and runs as soon as it is on again.
-``records.decode_checked_batch`` pauses it for each batch it decodes (every reader: feeders,
+``batch_payload.decode_checked_batch`` pauses it for each batch it decodes (every reader: feeders,
 checkers, consumers); a consumer pauses it over its whole take of a fetch's answer
 (``client.fetched_messages``, ``client.vp_messages``), several batches, so that no collection
 runs between them: a young collection there walked every message of the batches before, and

@@ -1,7 +1,7 @@
 """Batch compression codecs: which ones exist, their ids, and the one way each is framed.
 
 A producer compresses a batch's msgpack payload as a whole; the batch says which codec in
-the low three bits of its ``attributes`` (``records.py``), as Kafka does, so every batch of a
+the low three bits of its ``attributes`` (``batch_frame.py``), as Kafka does, so every batch of a
 log carries its own codec and a log may mix them. Ids are part of the stored format: never
 renumber one.
 

@@ -859,9 +859,9 @@ STREAM_STAGING_BYTES = 256 * KiB
 # An out-of-band buffer this large is written to the socket as a view of itself; smaller ones are
 # joined to the parts before them: copying 64 KiB costs less than a write call of its own.
 STREAM_WRITTEN_APART_BYTES_MIN = 64 * KiB
-# A thread's msgpack packer for batch payloads (``records.encode_record_arrays``) is kept between
-# batches (a fresh one costs page faults on every batch); one that grew past this, packing an
-# unusually large batch, is dropped rather than kept holding that memory.
+# A thread's msgpack packer for batch payloads (``batch_payload.encode_record_arrays``) is kept
+# between batches (a fresh one costs page faults on every batch); one that grew past this, packing
+# an unusually large batch, is dropped rather than kept holding that memory.
 PAYLOAD_PACKER_KEPT_BYTES_MAX = 8 * MiB
 # SIGTERM grace for a local etcd before it is SIGKILLed: etcd stops cleanly on SIGTERM, so longer
 # means it hangs.

@@ -42,7 +42,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
-from mafka4.records import decode_batch, decode_batches, iter_batches
+from mafka4.batch_frame import iter_batches
+from mafka4.batch_payload import decode_batch, decode_batches
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import message_hash
 from mafka4.virtual.vp_records import source_of, strip_source

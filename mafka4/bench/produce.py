@@ -64,6 +64,8 @@ import numpy as np
 import psutil
 import ray
 
+from mafka4.batch_frame import HEADER_BYTES
+from mafka4.batch_payload import encode_batch
 from mafka4.bench.bare import BareSink
 from mafka4.bench.gc_pauses import GcPauses
 from mafka4.bench.payloads import payload_bytes, payload_pool, pool_size
@@ -78,7 +80,6 @@ from mafka4.collector import freeze_what_start_up_left
 from mafka4.compression import Codec
 from mafka4.limits import Acks, MiB, ReadMode
 from mafka4.physical.handles import replica_handle
-from mafka4.records import HEADER_BYTES, encode_batch
 from mafka4.runtime.connect import Connection, connect
 from mafka4.runtime.ray_cluster import node_resource
 from mafka4.transport.stream_calls import StreamHandle, actor_stream

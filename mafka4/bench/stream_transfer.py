@@ -70,7 +70,7 @@ class StreamBenchSettings:
 def vp_answer_data(answer_bytes: int, message_bytes: int) -> bytes:
     """Stamped VP batches of ``RECORDS_PER_BATCH`` records of random values (the last one fewer),
     about ``answer_bytes`` in all and at least one record."""
-    from mafka4.records import stamp
+    from mafka4.batch_frame import stamp
     from mafka4.virtual.vp_records import SourcedRecord, encode_vp_batch
 
     records_left = max(1, answer_bytes // (message_bytes + _RECORD_FRAMING_BYTES))

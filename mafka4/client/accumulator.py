@@ -24,13 +24,13 @@ import time
 from collections import deque
 from itertools import repeat
 
+from mafka4.batch_frame import HEADER_BYTES
 from mafka4.client.futures import BatchResult, Callback, RecordFuture
 from mafka4.client.partitioner import Partitioner
 from mafka4.client.send_many import ManyFuture
 from mafka4.client.sender_core import ProducerBatch
 from mafka4.errors import BufferFull
 from mafka4.limits import OnFull, ProducerConfig
-from mafka4.records import HEADER_BYTES
 
 RECORD_OVERHEAD_BYTES = 16  # msgpack framing of one record: array header, ints, nil/bin tags
 

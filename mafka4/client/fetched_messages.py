@@ -17,9 +17,10 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import Callable, Iterator, TypeVar
 
+from mafka4.batch_frame import BatchHeader, iter_batches
+from mafka4.batch_payload import TupleBuilder, decode_checked_batch
 from mafka4.client.message import Message
 from mafka4.collector import collection_paused
-from mafka4.records import BatchHeader, TupleBuilder, decode_checked_batch, iter_batches
 
 # Decodes the CRC-checked batch at a position of the data into messages.
 BatchDecoder = Callable[[int, BatchHeader], list]

@@ -23,6 +23,7 @@ import time
 from itertools import accumulate
 from typing import Any, Callable, Iterable
 
+from mafka4.batch_frame import TIMESTAMP_MS_MAX
 from mafka4.client.accumulator import RECORD_OVERHEAD_BYTES, RecordAccumulator
 from mafka4.client.futures import Callback, RecordFuture, RecordMetadata
 from mafka4.client.routing import Routing
@@ -31,7 +32,6 @@ from mafka4.client.sender import Sender
 from mafka4.errors import InvalidRecord, MessageTooLarge, ProducerClosed
 from mafka4.limits import ProducerConfig
 from mafka4.names import validate_topic_name
-from mafka4.records import TIMESTAMP_MS_MAX
 from mafka4.runtime.connect import Connection, connect
 from mafka4.virtual.vp_records import RESERVED_HEADER_PREFIX
 

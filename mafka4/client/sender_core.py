@@ -40,9 +40,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
+from mafka4.batch_frame import HEADER_BYTES
+from mafka4.batch_payload import encode_record_arrays
 from mafka4.errors import RequestTimedOut, UnknownProducer
 from mafka4.limits import ProducerConfig
-from mafka4.records import HEADER_BYTES, encode_record_arrays
 
 if TYPE_CHECKING:
     from mafka4.client.futures import BatchResult
@@ -55,7 +56,7 @@ class ProducerBatch:
     """A batch on its way: its records until it is answered, and its send history.
 
     ``records`` are in payload form, ``(timestamp_delta_ms, key, value, headers or None)``
-    relative to ``first_timestamp_ms`` (``records.encode_record_arrays``)."""
+    relative to ``first_timestamp_ms`` (``batch_payload.encode_record_arrays``)."""
 
     partition: int
     created_ms: float

@@ -3,7 +3,7 @@
 A read node answers a fetch of a VP with whole batches of its log, the first one possibly
 starting before the fetch offset. ``take_vp_messages`` turns them into messages:
 
-* each batch is CRC-checked once (``records.iter_batches``; not at all with the consumer's
+* each batch is CRC-checked once (``batch_frame.iter_batches``; not at all with the consumer's
   ``check_crcs`` off) and decoded by
   ``vp_records.decode_checked_vp_batch`` straight into ``Message``s, the source header checked
   and left out on the way: one object per record, where decoding, stripping the source and
@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mafka4.batch_payload import TupleBuilder
 from mafka4.client.fetched_messages import take_wanted
 from mafka4.client.message import Message
-from mafka4.records import TupleBuilder
 from mafka4.virtual.vp_records import decode_checked_vp_batch, lost_range_in
 
 
@@ -45,8 +45,8 @@ def take_vp_messages(data: bytes | bytearray | memoryview, topic: str, vp: int, 
     """Append to ``messages`` the messages of ``vp`` in ``data`` (batches of its log) from ``offset`` on,
     while it holds fewer than ``messages_max``; stop past the first loss marker.
 
-    ``CorruptRecord`` as ``records.decode_checked_batch`` raises it, and for a record without its
-    source header, for any batch that is decoded (the batches not decoded hold no message this
+    ``CorruptRecord`` as ``batch_payload.decode_checked_batch`` raises it, and for a record without
+    its source header, for any batch that is decoded (the batches not decoded hold no message this
     take returns: the next fetch starts at them). ``check_crc`` as ``fetched_messages.wanted_records``
     takes it.
     """

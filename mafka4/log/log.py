@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from mafka4.batch_frame import BatchHeader, check_batch, check_single_batch, iter_batches
 from mafka4.errors import CorruptRecord, OffsetOutOfRange
 from mafka4.limits import LogConfig
 from mafka4.log.fsync_points import record_directory, record_synced
@@ -60,7 +61,6 @@ from mafka4.log.pending_flush import PendingFlush
 from mafka4.log.recovery_point import (RecoveryPoint, commit_recovery_point, fsync_directory, read_recovery_point,
                                        write_recovery_point)
 from mafka4.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment, segment_path
-from mafka4.records import BatchHeader, check_batch, check_single_batch, iter_batches
 
 _SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)$")
 # Our tmp files: an index's or a checkpoint's (``recovery_point``: ``recovery-point.tmp``, or

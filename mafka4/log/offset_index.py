@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from mafka4.batch_frame import HEADER_BYTES
 from mafka4.log.fsync_points import TMP_SUFFIX, create, created, fsync
 from mafka4.log.pending_flush import FileToSync
-from mafka4.records import HEADER_BYTES
 
 U32_MAX = 2**32 - 1
 

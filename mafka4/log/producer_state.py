@@ -53,8 +53,8 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
+from mafka4.batch_frame import NO_PRODUCER_ID, BatchHeader
 from mafka4.errors import OutOfOrderSequence, UnknownProducer
-from mafka4.records import NO_PRODUCER_ID, BatchHeader
 
 
 @dataclass(frozen=True, slots=True)

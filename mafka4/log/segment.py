@@ -2,7 +2,7 @@
 
 Files in the replica directory, named by the segment's base offset zero-padded to 20 digits:
 
-    00000000000000000000.log        concatenated batches (``mafka4.records`` format); the truth
+    00000000000000000000.log        concatenated batches (``mafka4.batch_frame`` format); the truth
     00000000000000000000.index      OffsetIndex: relative offset -> byte position
     00000000000000000000.timeindex  TimeIndex: running max timestamp -> relative offset
 
@@ -37,13 +37,13 @@ import os
 from pathlib import Path
 from typing import Iterator
 
+from mafka4.batch_frame import HEADER_BYTES, BatchHeader, check_batch, crc_matches, iter_batches, read_header
 from mafka4.errors import CorruptRecord
 from mafka4.limits import SEGMENT_SCAN_CHUNK_BYTES, KiB, LogConfig, MiB
 from mafka4.log.fsync_points import create, fsync
 from mafka4.log.offset_index import U32_MAX, OffsetIndex, OffsetPosition
 from mafka4.log.pending_flush import FileToSync
 from mafka4.log.time_index import TimeIndex
-from mafka4.records import HEADER_BYTES, BatchHeader, check_batch, crc_matches, iter_batches, read_header
 
 NAME_DIGITS = 20
 LOG_SUFFIX = ".log"

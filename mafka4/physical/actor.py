@@ -71,6 +71,7 @@ from typing import Callable
 
 import ray
 
+from mafka4.batch_frame import check_producer_batch, stamp
 from mafka4.clocks import wall_ms, wall_ms_fine
 from mafka4.errors import CoordinatorUnavailable, CorruptRecord, DiskFull, NotLeader, RequestTimedOut
 from mafka4.faults import FaultGate
@@ -90,7 +91,6 @@ from mafka4.physical.follower import apply_leader_answer
 from mafka4.physical.partition_state import PartitionState
 from mafka4.physical.replica import ReplicaState, Role
 from mafka4.physical.sequencer import SequenceGate
-from mafka4.records import check_producer_batch, stamp
 from mafka4.stage_trace import StageTrace
 from mafka4.transport.ray_names import NAMESPACE, replica_actor_name
 from mafka4.transport.remote_errors import unwrap

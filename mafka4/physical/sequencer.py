@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Callable
 
-from mafka4.records import NO_PRODUCER_ID, BatchHeader
+from mafka4.batch_frame import NO_PRODUCER_ID, BatchHeader
 
 
 class SequenceGate:

@@ -43,11 +43,12 @@ from dataclasses import dataclass
 from typing import Container, Iterable, Mapping
 
 from mafka4 import planted_bugs
+from mafka4.batch_frame import iter_batches
+from mafka4.batch_payload import decode_checked_batch
 from mafka4.errors import CorruptRecord
 from mafka4.hashing import key_hash
 from mafka4.physical.partition_state import PartitionState
 from mafka4.planted_bugs import PlantedBug
-from mafka4.records import decode_checked_batch, iter_batches
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.vp_records import NOTHING_APPLIED, SourcedRecord, route_records
 

@@ -55,6 +55,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple, Sequence
 
+from mafka4.batch_frame import stamp
+from mafka4.batch_payload import Record, decode_batches
 from mafka4.clocks import wall_ms_fine
 from mafka4.errors import MessageTooLarge
 from mafka4.faults import FaultGate
@@ -62,7 +64,6 @@ from mafka4.limits import FEED_RECORDS_MAX, SEGMENT_SCAN_CHUNK_BYTES, LogConfig
 from mafka4.log.log_dir_budget import LogDirBudget
 from mafka4.log.pending_flush import PendingFlush
 from mafka4.log.replica_storage import ReplicaStorage, StagedHighWatermark
-from mafka4.records import Record, decode_batches, stamp
 from mafka4.risr.state import RisrConfig
 from mafka4.stage_trace import StageTrace
 from mafka4.virtual.replica_core import NOTHING, FetchPosition, Ready, ReplicaAnswer, VpReplicaCore

@@ -31,8 +31,8 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from mafka4.batch_frame import NO_PRODUCER_ID
 from mafka4.hashing import KEY_HASH_SPACE, key_hash
-from mafka4.records import NO_PRODUCER_ID
 
 HASH_SPACE = KEY_HASH_SPACE
 # floor(2**64 / golden ratio), odd: the Weyl-sequence step of Fibonacci hashing.

@@ -65,9 +65,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
 
+from mafka4.batch_frame import BatchHeader
 from mafka4.errors import NotLeader, ReadReplicaNotInSync, StaleEpoch
 from mafka4.log.epochs import EpochHistory
-from mafka4.records import BatchHeader
 from mafka4.risr.state import RisrConfig, RisrState
 from mafka4.virtual.divergence import divergence, truncation_offset
 from mafka4.virtual.vp_records import FeedProgress, SourcedRecord

@@ -7,15 +7,15 @@ exactly one VP, the one owning that hash in the split epoch of its offset
 order. The VP leader appends them as ordinary batches (``encode_vp_batch``), assigning its own
 VP offsets.
 
-Compression. Decoding a physical batch decompresses it (``records.decode_batch``); every
+Compression. Decoding a physical batch decompresses it (``batch_payload.decode_batch``); every
 record remembers the codec of the batch it came from, and the VP leader writes each run of
 records that share a codec as one VP batch compressed with it (``codec_runs``), so a VP log
 is compressed as its producers chose, mixed codecs included.
 
 Source encoding. A VP batch is a batch of the producer's records (timestamp, key, value,
-headers) with *sources* (``records``' attribute bit 3): one 12-byte column beside the records,
+headers) with *sources* (``batch_frame``'s attribute bit 3): one 12-byte column beside the records,
 int32 physical partition and int64 physical offset per record, big endian, so each record's
-source survives any crash with it. Read by ``records.decode_batch``, a VP record carries its
+source survives any crash with it. Read by ``batch_payload.decode_batch``, a VP record carries its
 source as one more header, appended last::
 
     ("mafka4.src", 12 bytes)   int32 physical partition, int64 physical offset, big endian
@@ -59,10 +59,11 @@ from itertools import groupby, repeat
 from operator import attrgetter
 from typing import Container, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
+from mafka4.batch_frame import BatchHeader, read_header
+from mafka4.batch_payload import (PRODUCER_HEADERS, RECORDS, SOURCE, SOURCE_HEADER, Headers, HeadersReading, Record,
+                                  RecordBuilder, bad_record, decode_batch, decode_checked_batch, decode_headers,
+                                  encode_batch)
 from mafka4.compression import Codec
-from mafka4.records import (PRODUCER_HEADERS, RECORDS, SOURCE, SOURCE_HEADER, BatchHeader, Headers, HeadersReading,
-                            Record, RecordBuilder, bad_record, decode_batch, decode_checked_batch, decode_headers,
-                            encode_batch, read_header)
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import message_hash
 
@@ -134,10 +135,11 @@ def lost_range_in(headers: Headers) -> tuple[int, int, int] | None:
 
 def producer_headers(headers: object, index: int, header: BatchHeader) -> Headers:
     """The raw headers of record ``index`` of a VP batch as its producer sent them: checked as
-    any record's (``records.decode_headers``), the source header, which must be last, left out.
+    any record's (``batch_payload.decode_headers``), the source header, which must be last, left
+    out.
 
-    A ``records.HeadersDecoder``; ``CorruptRecord`` for a record without a well-formed source
-    header last (no VP leader writes one: the bytes did not come from a VP log, or a buggy
+    A ``batch_payload.HeadersDecoder``; ``CorruptRecord`` for a record without a well-formed
+    source header last (no VP leader writes one: the bytes did not come from a VP log, or a buggy
     writer made them).
     """
     if isinstance(headers, tuple) and headers and _is_source_header(headers[-1]):
@@ -176,9 +178,9 @@ def decode_checked_vp_batch(
     """The producer's records of the CRC-checked VP batch at ``position`` (``strip_source`` of each
     record, VP offsets), each made by ``build`` in one step; loss markers included, in order.
 
-    The same checks and errors as ``records.decode_checked_batch``; ``CorruptRecord`` for a batch
-    with sources that do not match its records, and for a record of a batch without sources that
-    lacks its source header (``producer_headers``).
+    The same checks and errors as ``batch_payload.decode_checked_batch``; ``CorruptRecord`` for a
+    batch with sources that do not match its records, and for a record of a batch without sources
+    that lacks its source header (``producer_headers``).
     """
     if header.sourced:
         return decode_checked_batch(buffer, position, header, build, PRODUCER_HEADERS, with_sources=False)

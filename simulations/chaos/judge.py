@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import ray
 
+from mafka4.batch_frame import iter_batches
 from mafka4.errors import MafkaError, ReadReplicaNotInSync
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.topics import TopicStore
-from mafka4.records import iter_batches
 from mafka4.runtime.connect import Connection
 from mafka4.virtual.consumer_reads import ConsumerRead
 from mafka4.virtual.handles import ask_leader_nodes, read_node_handle

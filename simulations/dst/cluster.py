@@ -12,9 +12,9 @@ history, to ``simulations.checkers``.
 
 from __future__ import annotations
 
+from mafka4.batch_frame import iter_batches
 from mafka4.log.log import Log
 from mafka4.physical.replica import Role
-from mafka4.records import iter_batches
 from simulations import checkers
 from simulations.checkers import Ack, Anomaly, Consumed, Commit
 from simulations.dst.consumer import MemberChurn, SimConsumer

@@ -49,8 +49,8 @@ import enum
 from dataclasses import dataclass
 from typing import Callable
 
+from mafka4.batch_payload import decode_batches
 from mafka4.coordinator.groups.vp_ownership import GroupView, OwnershipPlan
-from mafka4.records import decode_batches
 from mafka4.risr.state import route_fetch
 from mafka4.virtual.vp_records import source_of, strip_source
 from simulations.checkers import Consumed

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mafka4.batch_frame import NO_PRODUCER_ID, check_single_batch, stamp
 from mafka4.errors import CorruptRecord, MafkaError, NotLeader
 from mafka4.limits import Acks
 from mafka4.log.replica_storage import ReplicaStorage
 from mafka4.physical.follower import apply_leader_answer
 from mafka4.physical.replica import ReplicaState, Role
-from mafka4.records import NO_PRODUCER_ID, check_single_batch, stamp
 from simulations.dst import messages as m
 from simulations.dst.coordinator import NAME as COORDINATOR
 from simulations.dst.env import Env

@@ -39,9 +39,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from mafka4.batch_frame import iter_batches
 from mafka4.errors import MafkaError, StaleEpoch
 from mafka4.limits import KiB, TopicConfig, replace_config
-from mafka4.records import iter_batches
 from mafka4.virtual.hosted_vp import HostedVp, VpId
 from mafka4.virtual.replica_core import FetchPosition, Ready, ReplicaAnswer, VpReplicaCore, VpRole
 from simulations.dst import messages as m

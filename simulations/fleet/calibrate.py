@@ -251,7 +251,7 @@ def _measure_produce(cluster: _Cluster, idle: dict[int, float], topic: str) -> l
 
 
 def _next_offset(data: bytes, position: int) -> int:
-    from mafka4.records import iter_batches
+    from mafka4.batch_frame import iter_batches
 
     for _, header in iter_batches(data, check_crc=False):
         position = header.next_offset
@@ -369,8 +369,8 @@ async def _wake_trial(produce_handle, fetch_targets: list, batch: bytes) -> floa
 
 def _wake_latencies(cluster: _Cluster, topic: str, readers: list) -> list[float]:
     """``readers``: (fetch function, function giving the reader's current end offset)."""
+    from mafka4.batch_payload import encode_batch
     from mafka4.client.sender import new_producer_id
-    from mafka4.records import encode_batch
 
     delays = []
     for _ in range(cluster.settings.wake_trials):

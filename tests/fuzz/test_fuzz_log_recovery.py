@@ -24,11 +24,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mafka4.batch_frame import CRC_START, check_batch, iter_batches, stamp
+from mafka4.batch_payload import decode_batches, encode_batch
 from mafka4.errors import CorruptRecord
 from mafka4.limits import LogConfig
 from mafka4.log.log import Log
 from mafka4.log.recovery_point import RECOVERY_POINT_FILE
-from mafka4.records import CRC_START, check_batch, decode_batches, encode_batch, iter_batches, stamp
 
 EXAMPLES = int(os.environ.get("MAFKA4_FUZZ_EXAMPLES", "40"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])

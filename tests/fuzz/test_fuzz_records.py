@@ -1,4 +1,5 @@
-"""Fuzzing the batch format (``mafka4.records``): bytes from anywhere raise only ``CorruptRecord``.
+"""Fuzzing the batch format (``mafka4.batch_frame``, ``mafka4.batch_payload``): bytes from
+anywhere raise only ``CorruptRecord``.
 
 ``MAFKA4_FUZZ_EXAMPLES`` (default 40) scales every fuzz test of ``tests/fuzz``.
 
@@ -21,11 +22,12 @@ import msgpack
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from mafka4.batch_frame import (ATTRIBUTE_SOURCES, CRC_START, HEADER_BYTES, MAGIC, check_batch, check_single_batch,
+                                iter_batches, read_header, stamp)
+from mafka4.batch_payload import SOURCE, decode_batch, decode_batches, encode_batch
 from mafka4.client.vp_messages import take_vp_messages
 from mafka4.compression import Codec, compress
 from mafka4.errors import CorruptRecord
-from mafka4.records import (ATTRIBUTE_SOURCES, CRC_START, HEADER_BYTES, MAGIC, SOURCE, check_batch, check_single_batch, decode_batch,
-                            decode_batches, encode_batch, iter_batches, read_header, stamp)
 from mafka4.virtual.vp_records import SOURCE_HEADER
 
 EXAMPLES = int(os.environ.get("MAFKA4_FUZZ_EXAMPLES", "40"))

@@ -13,13 +13,13 @@ import time
 
 import ray
 
+from mafka4.batch_payload import decode_batches
 from mafka4.client.admin import Admin
 from mafka4.client.consumer import Consumer
 from mafka4.client.producer import Producer
 from mafka4.metadata import keys
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import PartitionState
-from mafka4.records import decode_batches
 from mafka4.virtual.vp_store import VirtualStore
 
 from virtual_helpers import ProduceLoop, check_exactly_once, read_everything, topic_name, vp_log

@@ -13,12 +13,12 @@ from pathlib import Path
 import etcd3
 import ray
 
+from mafka4.batch_payload import encode_batch
 from mafka4.client.admin import Admin
 from mafka4.limits import Acks
 from mafka4.metadata import keys
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import PartitionState
-from mafka4.records import encode_batch
 from mafka4.runtime.environment import ray_environment
 
 from wait_helpers import wait_until

@@ -21,6 +21,7 @@ import ray
 
 import conftest
 from mafka4 import errors
+from mafka4.batch_payload import encode_batch
 from mafka4.client.admin import Admin
 from mafka4.client.consumer import Consumer
 from mafka4.client.producer import Producer
@@ -28,7 +29,6 @@ from mafka4.limits import Acks, ClusterConfig
 from mafka4.metadata import keys
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import PartitionState
-from mafka4.records import encode_batch
 from mafka4.runtime.etcd_server import EtcdServer, restart_etcd
 
 from wait_helpers import wait_until

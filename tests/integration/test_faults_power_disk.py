@@ -26,11 +26,11 @@ import pytest
 import ray
 
 from mafka4 import errors
+from mafka4.batch_payload import encode_batch
 from mafka4.client.producer import Producer
 from mafka4.limits import Acks
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.topics import TopicStore
-from mafka4.records import encode_batch
 from mafka4.virtual.handles import read_node_handle
 from mafka4.virtual.vp_store import VirtualStore
 from simulations.chaos.disk_faults import DiskFaults

@@ -11,12 +11,12 @@ import pytest
 import ray
 
 from mafka4 import errors
+from mafka4.batch_payload import decode_batches, encode_batch
 from mafka4.client.admin import Admin
 from mafka4.client.consumer import Consumer
 from mafka4.client.producer import Producer
 from mafka4.limits import Acks
 from mafka4.physical.handles import replica_handle
-from mafka4.records import decode_batches, encode_batch
 
 from wait_helpers import wait_until
 

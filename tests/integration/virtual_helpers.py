@@ -9,12 +9,12 @@ import time
 
 import ray
 
+from mafka4.batch_payload import decode_batches
 from mafka4.client.consumer import Consumer
 from mafka4.client.producer import Producer
 from mafka4.client.virtual_consumer import VirtualConsumer
 from mafka4.hashing import key_hash
 from mafka4.physical.topics import TopicStore
-from mafka4.records import decode_batches
 from mafka4.virtual.consumer_reads import ConsumerRead
 from mafka4.virtual.handles import ask_leader_nodes, read_node_handle
 from mafka4.virtual.hosted_vp import VpId

@@ -6,7 +6,7 @@ it exists to find, so that no checker can silently pass everything.
 
 from __future__ import annotations
 
-from mafka4 import records
+from mafka4 import batch_frame, batch_payload
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.vp_records import encode_vp_batch, route_batch
 from simulations.checkers import (Ack, Anomaly, Commit, Consumed, Kind, Send, StoredRecord, check_acks_in_log,
@@ -27,7 +27,7 @@ def stored(offset: int, value: bytes, key: bytes | None = b"k", source: tuple[in
 def stamped(batch: bytes, base_offset: int) -> bytes:
     """A batch as a log holds it once its leader assigned ``base_offset``."""
     batch = bytearray(batch)
-    records.stamp(batch, base_offset, 1)
+    batch_frame.stamp(batch, base_offset, 1)
     return bytes(batch)
 
 
@@ -40,13 +40,13 @@ def test_the_expected_vp_of_every_committed_record_is_where_the_feeder_splits_it
     keyed = [(b"key-%d" % i, b"k%d" % i, 1_000 + i, None) for i in range(20)]
     keyless = [(None, b"n%d" % i, 2_000 + i, None) for i in range(20)]
     # The second batch straddles p1's cut, so the feeder places it record by record.
-    log = stamped(records.encode_batch(keyed, 7, 0), 10) + stamped(records.encode_batch(keyless, 7, 20), 30)
+    log = stamped(batch_payload.encode_batch(keyed, 7, 0), 10) + stamped(batch_payload.encode_batch(keyless, 7, 20), 30)
 
     committed, expected_vp = committed_records(log, 1, layout)
 
     assert [(r.offset, r.value) for r in committed] == [(10 + i, b"k%d" % i) for i in range(20)] + \
         [(30 + i, b"n%d" % i) for i in range(20)]
-    fed = {(1, record.offset): vp for position, _ in records.iter_batches(log)
+    fed = {(1, record.offset): vp for position, _ in batch_frame.iter_batches(log)
            for vp, vp_batch in route_batch(log[position:], 1, layout).items() for record in vp_batch}
     assert expected_vp == fed
     assert 1 in {expected_vp[(1, offset)] for offset in range(10, 35)}
@@ -55,8 +55,8 @@ def test_the_expected_vp_of_every_committed_record_is_where_the_feeder_splits_it
 
 def test_vp_records_carry_their_physical_source_and_the_producer_s_record():
     layout = TopicLayout.initial(partitions=3, virtual_partitions=1)
-    (fed,) = route_batch(stamped(records.encode_batch([(b"k", b"a", 5, [("trace", b"t")]), (b"k", b"b", 6, None)]), 40),
-                         2, layout).values()
+    batch = batch_payload.encode_batch([(b"k", b"a", 5, [("trace", b"t")]), (b"k", b"b", 6, None)])
+    (fed,) = route_batch(stamped(batch, 40), 2, layout).values()
 
     assert vp_records(stamped(encode_vp_batch(fed), 0)) == [StoredRecord(0, b"k", b"a", 2, 40),
                                                             StoredRecord(1, b"k", b"b", 2, 41)]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import pytest
 
+from mafka4.batch_frame import BatchHeader
 from mafka4.coordinator.control.partition_decisions import decide_partition
 from mafka4.errors import OutOfOrderSequence
 from mafka4.limits import Acks, ReplicaConfig, TopicConfig
@@ -23,7 +24,6 @@ from mafka4.log.epochs import EpochHistory
 from mafka4.log.producer_state import ProducerStateTable
 from mafka4.physical.partition_state import PartitionState
 from mafka4.physical.replica import ReplicaState
-from mafka4.records import BatchHeader
 from mafka4.risr.state import RisrConfig, RisrState
 
 

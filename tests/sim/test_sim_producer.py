@@ -12,9 +12,9 @@ import random
 
 import pytest
 
+from mafka4.batch_frame import iter_batches
 from mafka4.compression import Codec
 from mafka4.limits import COMPRESSION_ENV
-from mafka4.records import iter_batches
 from simulations.dst.cluster import Cluster, read_all
 from simulations.dst.disk import SimDisk
 from simulations.dst.env import Env

@@ -12,11 +12,11 @@ Commands: ``replicas r0 r1 ... lag= min_isr=``, ``become-leader r epoch= [isr=] 
 from __future__ import annotations
 
 from datadriven import ScenarioRunner
+from mafka4.batch_frame import BatchHeader
 from mafka4.limits import Acks, ReplicaConfig
 from mafka4.log.epochs import EpochHistory
 from mafka4.log.producer_state import ProducerStateTable
 from mafka4.physical.replica import ReplicaState, Role
-from mafka4.records import BatchHeader
 
 
 def header(base_offset=0, count=1, epoch=-1, producer_id=-1, base_sequence=-1) -> BatchHeader:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from datadriven import ScenarioRunner
-from mafka4 import records
+from mafka4 import batch_frame, batch_payload
 from mafka4.hashing import key_hash
 from mafka4.virtual.feed_plan import plan_round, resume_point, served_vps, withhold
 from mafka4.virtual.layout import MergeStep, SplitEpoch, SplitStep, TopicLayout, next_scale_step
@@ -155,8 +155,8 @@ class ReshardRunner(ScenarioRunner):
     def do_produce(self, targets, args):
         partition, keys = int(args["p"]), args["keys"].split(",")
         base_offset = self.ends[partition]
-        batch = bytearray(records.encode_batch([(key.encode(), b"", 0, None) for key in keys]))
-        records.stamp(batch, base_offset, 0)
+        batch = bytearray(batch_payload.encode_batch([(key.encode(), b"", 0, None) for key in keys]))
+        batch_frame.stamp(batch, base_offset, 0)
         self.batches[partition] += batch
         self.ends[partition] += len(keys)
         hashes = ", ".join(f"{key} {hash_text(key_hash(key.encode()))}" for key in keys)

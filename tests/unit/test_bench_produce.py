@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from mafka4 import cli, records
+from mafka4 import batch_frame, cli
 from mafka4.bench.payloads import (JSON_FILL_SLACK_BYTES, JSON_MESSAGE_BYTES_MIN, POOL_SIZE_MAX, POOL_SIZE_MIN,
                                    payload_bytes, payload_pool, pool_size)
 from mafka4.bench import produce
@@ -197,10 +197,10 @@ def test_bytes_written_per_message_is_what_a_log_stores_of_the_benchs_batches(co
     stored = 0
     for log, batches in zip(logs, encoded_batches(settings, codec)):
         for batch in batches:
-            header = records.read_header(batch)
+            header = batch_frame.read_header(batch)
             assert header.attributes & 0x07 == codec.value
             stamped = bytearray(batch)
-            records.stamp(stamped, log.log_end_offset, 0)
+            batch_frame.stamp(stamped, log.log_end_offset, 0)
             log.append(bytes(stamped), now_ms=0)
             stored += len(batch)
     values = payload_bytes(bench_payloads(settings), settings.messages)
@@ -260,5 +260,5 @@ def test_send_many_calls_carry_the_values_the_message_numbers_send_and_fill_one_
     assert produce._values_from(payloads, 3, 2) == [b"a", b"b"]
     settings = ProduceBenchSettings(message_bytes=1024, batch_bytes_max=MiB)
     per_call = produce.messages_per_batch(settings)
-    assert per_call * (1024 + produce.RECORD_OVERHEAD_BYTES) + records.HEADER_BYTES <= MiB
-    assert (per_call + 1) * (1024 + produce.RECORD_OVERHEAD_BYTES) + records.HEADER_BYTES > MiB
+    assert per_call * (1024 + produce.RECORD_OVERHEAD_BYTES) + batch_frame.HEADER_BYTES <= MiB
+    assert (per_call + 1) * (1024 + produce.RECORD_OVERHEAD_BYTES) + batch_frame.HEADER_BYTES > MiB

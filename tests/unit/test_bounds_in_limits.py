@@ -18,7 +18,7 @@ BOUND_NAME = re.compile(r"[A-Z][A-Z0-9_]*(_S|_MS|_MIN|_MAX|_ATTEMPTS|_TRIES|_BYT
 # Benchmarks keep their measurement settings next to the measurement.
 OWN_SETTINGS = ("mafka4/bench/", "mafka4/demo.py")
 NOT_BOUNDS = {
-    "mafka4/records.py": {"HEADER_BYTES", "LENGTH_PREFIX_BYTES", "PAYLOAD_BYTES_MAX", "TIMESTAMP_MS_MAX"},  # the batch byte layout
+    "mafka4/batch_frame.py": {"HEADER_BYTES", "LENGTH_PREFIX_BYTES", "PAYLOAD_BYTES_MAX", "TIMESTAMP_MS_MAX"},  # the batch byte layout
     "mafka4/log/offset_index.py": {"U32_MAX"},  # index entries are uint32
     "mafka4/client/sender_core.py": {"SEQUENCE_MAX"},  # a batch's sequence is an int32
     "mafka4/client/accumulator.py": {"RECORD_OVERHEAD_BYTES"},  # msgpack framing of a record

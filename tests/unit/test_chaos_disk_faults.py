@@ -31,13 +31,13 @@ TOPIC = "t"
 CONFIG = LogConfig(segment_bytes_max=4096, flush_interval_ms=None)
 REPLICA = textwrap.dedent("""
     import sys, time
-    from mafka4 import records
+    from mafka4 import batch_frame, batch_payload
     from mafka4.limits import LogConfig
     from mafka4.log.log import Log
     log = Log.open(sys.argv[1], LogConfig(segment_bytes_max=4096, flush_interval_ms=None), now_ms=0)
     def append():
-        batch = bytearray(records.encode_batch([(b"k", b"v" * 300, 1_000, None)]))
-        records.stamp(batch, log.log_end_offset, 0)
+        batch = bytearray(batch_payload.encode_batch([(b"k", b"v" * 300, 1_000, None)]))
+        batch_frame.stamp(batch, log.log_end_offset, 0)
         log.append(batch, now_ms=0)
     for _ in range(3):
         append()

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from mafka4 import records
+from mafka4 import batch_frame, batch_payload
 from mafka4.client.fetched_messages import take_messages
 from mafka4.collector import collection_paused
 
@@ -90,16 +90,16 @@ def test_overlapping_pauses_of_two_threads_end_when_the_last_ends():
 def _batches(count: int, records_per_batch: int) -> bytes:
     data = bytearray()
     for index in range(count):
-        batch = bytearray(records.encode_batch([(None, b"v" * 100, 1_000, None)] * records_per_batch))
-        records.stamp(batch, index * records_per_batch, 0)
+        batch = bytearray(batch_payload.encode_batch([(None, b"v" * 100, 1_000, None)] * records_per_batch))
+        batch_frame.stamp(batch, index * records_per_batch, 0)
         data += batch
     return bytes(data)
 
 
 def test_a_batch_is_decoded_with_the_collector_off_and_left_on():
     data = _batches(1, 5_000)
-    header = records.check_batch(data)
-    collector_on_per_record = records.decode_checked_batch(data, 0, header, build=lambda *fields: gc.isenabled())
+    header = batch_frame.check_batch(data)
+    collector_on_per_record = batch_payload.decode_checked_batch(data, 0, header, build=lambda *fields: gc.isenabled())
     assert collector_on_per_record == [False] * 5_000
     assert gc.isenabled()
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mafka4 import records
+from mafka4 import batch_frame, batch_payload
 from mafka4.client.fetched_messages import take_messages
 from mafka4.client.message import Message
 from mafka4.compression import Codec
@@ -30,8 +30,8 @@ def log(batch_sizes: list[int], base_offset: int = 0, codec: Codec = Codec.NONE)
     for size in batch_sizes:
         items = [(None if n % 3 else b"k%d" % n, b"value-%d" % (base_offset + n), 1_000 + n,
                   None if n % 2 else [("h", b"%d" % n)]) for n in range(size)]
-        batch = bytearray(records.encode_batch(items, codec=codec))
-        records.stamp(batch, base_offset, 0)
+        batch = bytearray(batch_payload.encode_batch(items, codec=codec))
+        batch_frame.stamp(batch, base_offset, 0)
         data += batch
         base_offset += size
     return data
@@ -39,7 +39,7 @@ def log(batch_sizes: list[int], base_offset: int = 0, codec: Codec = Codec.NONE)
 
 def take_as_before(data: bytes, offset: int, messages: list, messages_max: int) -> int | None:
     position = None
-    for message in records.decode_batches(data, partial(Message, TOPIC, PARTITION)):
+    for message in batch_payload.decode_batches(data, partial(Message, TOPIC, PARTITION)):
         if message.offset >= offset and len(messages) < messages_max:
             messages.append(message)
             position = message.offset + 1
@@ -62,10 +62,11 @@ def test_no_batch_past_the_poll_limit_or_before_the_offset_is_decoded():
     """A batch whose payload would not decode is not touched when the take needs nothing of it."""
     good = log([3], base_offset=10)
     unreadable = bytearray(log([3], base_offset=13, codec=Codec.ZSTD))
-    unreadable[records.HEADER_BYTES:] = b"\0" * (len(unreadable) - records.HEADER_BYTES)
-    unreadable[records.CRC_START - 4:records.CRC_START] = zlib.crc32(unreadable[records.CRC_START:]).to_bytes(4, "big")
+    unreadable[batch_frame.HEADER_BYTES:] = b"\0" * (len(unreadable) - batch_frame.HEADER_BYTES)
+    crc_start = batch_frame.CRC_START
+    unreadable[crc_start - 4:crc_start] = zlib.crc32(unreadable[crc_start:]).to_bytes(4, "big")
     with pytest.raises(CorruptRecord, match="does not decompress"):
-        records.decode_batch(unreadable)
+        batch_payload.decode_batch(unreadable)
     messages: list[Message] = []
     assert take_messages(good + bytes(unreadable), TOPIC, PARTITION, 10, messages, 3) == 13
     assert [m.offset for m in messages] == [10, 11, 12]
@@ -83,7 +84,7 @@ def test_a_full_poll_takes_nothing_and_leaves_the_position():
 
 def _with_crc_flipped(batch: bytes) -> bytes:
     damaged = bytearray(batch)
-    damaged[records.CRC_START - 1] ^= 0xFF
+    damaged[batch_frame.CRC_START - 1] ^= 0xFF
     return bytes(damaged)
 
 

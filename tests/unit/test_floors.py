@@ -2,9 +2,10 @@
 
 Floors, from the ground up (the first pattern that matches a module names its floor):
 
-0. **base**: errors, limits, names, hashing, records and their compression, the cyclic
-   collector's pause and freeze, faults and network faults, long polls, planted bugs, exported
-   environment variables (and packages with an empty ``__init__``).
+0. **base**: errors, limits, names, hashing, the record batch (its frame, its payload of records
+   and their compression), the cyclic collector's pause and freeze, faults and network faults,
+   long polls, planted bugs, exported environment variables (and packages with an empty
+   ``__init__``).
 1. **cores**: the log layer, RISR, and every pure decision core and value type of the
    physical and the virtual side, of groups and of the controller; the names of etcd keys and
    of Ray actors; the frames of stream calls.
@@ -22,6 +23,9 @@ Floors, from the ground up (the first pattern that matches a module names its fl
 
 An import that runs up a floor would let a lower part depend on a higher one; an import circle
 between floors cannot exist if none does. Read from the source, importing nothing.
+
+Across the floors, the broker never touches single messages: the log layer and the physical side
+read a batch's frame (``batch_frame``) and never import its payload of records (``batch_payload``).
 """
 
 from __future__ import annotations
@@ -33,8 +37,8 @@ from import_graph import ROOT, direct_imports
 
 
 FLOORS = (
-    (0, r"mafka4|mafka4\.(errors|limits|names|hashing|records|compression|checksum|collector|faults|partition_gate|clocks|"
-        r"long_poll|stage_trace|planted_bugs|exported_variables)"),
+    (0, r"mafka4|mafka4\.(errors|limits|names|hashing|batch_frame|batch_payload|compression|checksum|collector|faults|"
+        r"partition_gate|clocks|long_poll|stage_trace|planted_bugs|exported_variables)"),
     # Packages whose __init__ is empty: importing one runs nothing.
     (0, r"mafka4\.(physical|virtual|metadata|transport|coordinator|coordinator\.(control|groups))"),
     (1, r"mafka4\.log(\..*)?|mafka4\.risr(\..*)?"),
@@ -74,6 +78,17 @@ def test_no_import_runs_up_a_floor():
             if floor_of(imported) > floor_of(module):
                 upward.append(f"{module} (floor {floor_of(module)}) imports {imported} (floor {floor_of(imported)})")
     assert not upward, "\n".join(upward)
+
+
+def test_the_broker_never_imports_the_records_of_a_batch():
+    """The log layer and the physical side (leaders, followers, their logs) check, stamp and store
+    batches by their frame; decoding a batch's records is for producers, consumers, the feeder and
+    checkers (DESIGN principle 2)."""
+    broker = [_module_name(path) for package in ("log", "physical")
+              for path in sorted((ROOT / "mafka4" / package).rglob("*.py"))]
+    assert "mafka4.log.log" in broker and "mafka4.physical.actor" in broker, "the broker's modules were found"
+    readers = [module for module in broker if "mafka4.batch_payload" in direct_imports(module, ROOT)]
+    assert not readers, f"these broker modules import mafka4.batch_payload (import mafka4.batch_frame): {readers}"
 
 
 def test_every_module_is_on_a_floor():

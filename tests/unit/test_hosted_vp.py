@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from mafka4.batch_payload import Record, decode_batches
 from mafka4.errors import ReadReplicaNotInSync
 from mafka4.limits import LogConfig
 from mafka4.log.replica_storage import EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT
-from mafka4.records import Record, decode_batches
 from mafka4.risr.state import RisrConfig
 from mafka4.virtual.hosted_vp import HostedVp, VpId
 from mafka4.virtual.replica_core import Ready, VpRole

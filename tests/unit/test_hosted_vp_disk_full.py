@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from mafka4.batch_payload import decode_batches
 from mafka4.limits import LogConfig
 from mafka4.log.log_dir_budget import LogDirBudget
-from mafka4.records import decode_batches
 from mafka4.risr.state import RisrConfig
 from mafka4.virtual.hosted_vp import HostedVp, VpId
 from mafka4.virtual.vp_records import SourcedRecord, source_of

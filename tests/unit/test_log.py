@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mafka4 import records
+from mafka4 import batch_frame, batch_payload
 from mafka4.errors import CorruptRecord, OffsetOutOfRange
 from mafka4.limits import LogConfig
 from mafka4.log.log import Log, read_recovery_point
@@ -18,10 +18,10 @@ SEGMENT_BYTES = 4096  # the smallest segment LogConfig allows
 
 
 def make_batch(base_offset: int, timestamp_ms: int, value_bytes: int = 100, count: int = 1, epoch: int = 0) -> bytes:
-    batch = bytearray(records.encode_batch(
+    batch = bytearray(batch_payload.encode_batch(
         [(b"key-%d" % i, bytes([i % 256]) * value_bytes, timestamp_ms + i, None) for i in range(count)]
     ))
-    records.stamp(batch, base_offset, epoch)
+    batch_frame.stamp(batch, base_offset, epoch)
     return bytes(batch)
 
 
@@ -48,7 +48,7 @@ def log_files(directory: Path, suffix: str = ".log") -> list[str]:
 
 
 def split_batches(data: bytes) -> list[bytes]:
-    parts = [data[p:p + h.size_bytes] for p, h in records.iter_batches(data)]
+    parts = [data[p:p + h.size_bytes] for p, h in batch_frame.iter_batches(data)]
     assert sum(map(len, parts)) == len(data)
     return parts
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mafka4 import records
+from mafka4 import batch_frame, batch_payload
 from mafka4.errors import InvalidConfig
 from mafka4.limits import LOG_DIR_SCAN_INTERVAL_MS, LogConfig, ReadNodeConfig
 from mafka4.log.log import Log
@@ -18,8 +18,8 @@ CONFIG = LogConfig(segment_bytes_max=4096, index_interval_bytes=512, flush_inter
 
 
 def make_batch(base_offset: int, value_bytes: int = 300, count: int = 1) -> bytes:
-    batch = bytearray(records.encode_batch([(b"k", b"v" * value_bytes, 1_000 + i, None) for i in range(count)]))
-    records.stamp(batch, base_offset, 0)
+    batch = bytearray(batch_payload.encode_batch([(b"k", b"v" * value_bytes, 1_000 + i, None) for i in range(count)]))
+    batch_frame.stamp(batch, base_offset, 0)
     return bytes(batch)
 
 

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mafka4 import records
+from mafka4 import batch_frame, batch_payload
 from mafka4.limits import FSYNC_POINTS_PRUNE_ENTRIES_MIN, LogConfig
 from mafka4.log import fsync_points
 from mafka4.log.checkpoint import write_checkpoint
@@ -37,9 +37,9 @@ def recording():
 
 
 def make_batch(base_offset: int, value_bytes: int, count: int = 1, timestamp_ms: int = 10_000) -> bytes:
-    batch = bytearray(records.encode_batch(
+    batch = bytearray(batch_payload.encode_batch(
         [(b"k", bytes([i % 256]) * value_bytes, timestamp_ms + i, None) for i in range(count)]))
-    records.stamp(batch, base_offset, 1)
+    batch_frame.stamp(batch, base_offset, 1)
     return bytes(batch)
 
 
@@ -69,7 +69,7 @@ def assert_power_loss_keeps_the_flushed_batches(log: Log, directory: Path, confi
     batches of ``appended`` below its flushed offset, each found through the indexes. Returns
     the reopened log."""
     flushed = log.flushed_offset
-    survivors = [batch for batch in appended if records.read_header(batch).next_offset <= flushed]
+    survivors = [batch for batch in appended if batch_frame.read_header(batch).next_offset <= flushed]
     kill(log)
     cut_to_fsync_points(directory)
     recovered = Log.open(directory, config, now_ms=0)
@@ -219,7 +219,7 @@ def test_with_background_flushes_a_power_loss_leaves_the_batches_below_the_flush
                 pending = None
             elif step == "truncate" and appended:
                 kept = max(0, len(appended) - dropped)  # near the end, as a leader cuts a follower
-                offsets = [records.read_header(batch).base_offset for batch in appended]
+                offsets = [batch_frame.read_header(batch).base_offset for batch in appended]
                 log.truncate_to(offsets[kept] if kept < len(appended) else log.log_end_offset)
                 appended = appended[:kept]
         if pending is not None:
@@ -245,11 +245,11 @@ def test_after_a_power_loss_the_log_holds_the_batches_below_its_flushed_offset_a
             if flush:
                 log.flush()
         if truncate_at is not None:  # a follower cut by its leader: truncate_to is durable on return
-            offsets = [records.read_header(batch).base_offset for batch in appended]
+            offsets = [batch_frame.read_header(batch).base_offset for batch in appended]
             kept = truncate_at % (len(appended) + 1)
             log.truncate_to(offsets[kept] if kept < len(appended) else log.log_end_offset)
             appended = appended[:kept] + [append(log, 200) for _ in range(3)]
-        survivors = [batch for batch in appended if records.read_header(batch).next_offset <= log.flushed_offset]
+        survivors = [batch for batch in appended if batch_frame.read_header(batch).next_offset <= log.flushed_offset]
         recovered = assert_power_loss_keeps_the_flushed_batches(log, directory, config, appended)
         more = append(recovered, 10)
         recovered.close()

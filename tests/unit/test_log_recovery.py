@@ -15,7 +15,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mafka4 import records
+from mafka4 import batch_frame, batch_payload
 from mafka4.limits import LogConfig
 from mafka4.log.log import Log, read_recovery_point
 from mafka4.log.recovery_point import RECOVERY_POINT_FILE
@@ -37,10 +37,10 @@ index_intervals = st.sampled_from([1, 100, 512, 4096])
 
 
 def make_batch(base_offset: int, timestamp_ms: int, value_bytes: int, count: int) -> bytes:
-    batch = bytearray(records.encode_batch(
+    batch = bytearray(batch_payload.encode_batch(
         [(None, bytes([i]) * value_bytes, timestamp_ms + i, None) for i in range(count)]
     ))
-    records.stamp(batch, base_offset, 1)
+    batch_frame.stamp(batch, base_offset, 1)
     return bytes(batch)
 
 
@@ -73,7 +73,7 @@ def append_truncate_append(log: Log, plan, truncate_at: int | None) -> list[byte
 
 
 def base_offset(batch: bytes) -> int:
-    return records.read_header(batch).base_offset
+    return batch_frame.read_header(batch).base_offset
 
 
 def whole_log(log: Log) -> bytes:
@@ -128,8 +128,8 @@ def test_recovery_keeps_every_batch_before_the_damage_and_nothing_after(
         recovered = Log.open(crash, config(interval), now_ms=0)
         data = whole_log(recovered)
         assert data == b"".join(kept)  # byte-identical, nothing lost before, nothing kept after
-        assert sum(h.size_bytes for _, h in records.iter_batches(data)) == len(data)  # all pass the CRC
-        assert recovered.log_end_offset == (records.read_header(kept[-1]).next_offset if kept else last_base)
+        assert sum(h.size_bytes for _, h in batch_frame.iter_batches(data)) == len(data)  # all pass the CRC
+        assert recovered.log_end_offset == (batch_frame.read_header(kept[-1]).next_offset if kept else last_base)
         assert recovered.size_bytes == len(data)
 
         more = make_batch(recovered.log_end_offset, 99_000, 10, 2)

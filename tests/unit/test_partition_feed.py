@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from mafka4 import records
+from mafka4 import batch_frame, batch_payload
 from mafka4.compression import Codec
 from mafka4.errors import OffsetOutOfRange, RequestTimedOut
 from mafka4.limits import FeederConfig, LogConfig, TopicConfig
@@ -65,11 +65,11 @@ class FakePhysical:
 
     @property
     def log_start(self) -> int:
-        return records.read_header(self.batches[0]).base_offset if self.batches else 0
+        return batch_frame.read_header(self.batches[0]).base_offset if self.batches else 0
 
     @property
     def high_watermark(self) -> int:
-        return records.read_header(self.batches[-1]).next_offset if self.batches else 0
+        return batch_frame.read_header(self.batches[-1]).next_offset if self.batches else 0
 
     def append(self, batches: list[bytes]) -> None:
         self.batches.extend(batches)
@@ -87,7 +87,7 @@ class FakePhysical:
                 await asyncio.wait_for(self._appended.wait(), wait_ms / 1000)
             except asyncio.TimeoutError:
                 pass
-        data = b"".join(b for b in self.batches if records.read_header(b).next_offset > offset)
+        data = b"".join(b for b in self.batches if batch_frame.read_header(b).next_offset > offset)
         return FetchResult(data, self.high_watermark, self.log_start, self.high_watermark)
 
     async def _list_offsets(self) -> tuple[int, int]:
@@ -133,8 +133,8 @@ def physical_batches(first: int, end: int, per_batch: int = 5, codec: Codec = Co
     for base in range(first, end, per_batch):
         count = min(per_batch, end - base)
         items = [(b"k%d" % ((base + i) % 17), b"v%d" % (base + i), 1_000 + base + i, None) for i in range(count)]
-        batch = bytearray(records.encode_batch(items, producer_id=PRODUCER_ID, base_sequence=base, codec=codec))
-        records.stamp(batch, base, 0)
+        batch = bytearray(batch_payload.encode_batch(items, producer_id=PRODUCER_ID, base_sequence=base, codec=codec))
+        batch_frame.stamp(batch, base, 0)
         batches.append(bytes(batch))
     return batches
 
@@ -196,8 +196,8 @@ class Topic:
             hosted.close()
 
 
-def vp_records(hosted: HostedVp) -> list[records.Record]:
-    return records.decode_batches(hosted.read(0, READ_ALL_BYTES, now_ms=0).data)
+def vp_records(hosted: HostedVp) -> list[batch_payload.Record]:
+    return batch_payload.decode_batches(hosted.read(0, READ_ALL_BYTES, now_ms=0).data)
 
 
 def sources(hosted: HostedVp) -> list[int]:
@@ -252,8 +252,8 @@ def test_compressed_batches_of_mixed_codecs_are_split_into_vp_batches_recompress
             assert sources(hosted) == offsets_of(layout, vp, 0, 60)
             data = hosted.read(0, READ_ALL_BYTES, now_ms=0).data
             stored_codecs = set()
-            for position, header in records.iter_batches(data):
-                vp_batch = records.decode_batch(data, position)
+            for position, header in batch_frame.iter_batches(data):
+                vp_batch = batch_payload.decode_batch(data, position)
                 stored_codecs.add(header.codec)
                 assert {codec_of[source_of(r)[1]] for r in vp_batch} == {header.codec}, "one codec per VP batch"
                 assert [r.value for r in vp_batch] == [b"v%d" % source_of(r)[1] for r in vp_batch]

@@ -7,7 +7,7 @@ producer state at the offset the core names -- and a restart finds the same.
 
 from __future__ import annotations
 
-from mafka4 import records
+from mafka4 import batch_frame, batch_payload
 from mafka4.limits import LogConfig, ReplicaConfig
 from mafka4.log.replica_storage import EPOCH_CHECKPOINT, ReplicaStorage
 from mafka4.physical.follower import apply_leader_answer
@@ -22,8 +22,9 @@ def batches(base_offset: int, leader_epoch: int, count: int, base_sequence: int)
     """``count`` one-record batches of one idempotent producer, as a leader's log holds them."""
     data = bytearray()
     for i in range(count):
-        batch = bytearray(records.encode_batch([(b"k", b"v" * 50, 1_000 + i, None)], PRODUCER_ID, base_sequence + i))
-        records.stamp(batch, base_offset + i, leader_epoch)
+        batch = bytearray(batch_payload.encode_batch([(b"k", b"v" * 50, 1_000 + i, None)], PRODUCER_ID,
+                                                     base_sequence + i))
+        batch_frame.stamp(batch, base_offset + i, leader_epoch)
         data += batch
     return bytes(data)
 

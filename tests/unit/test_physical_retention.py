@@ -8,7 +8,7 @@ import asyncio
 import logging
 import os
 
-from mafka4 import records
+from mafka4 import batch_frame, batch_payload
 from mafka4.errors import CoordinatorUnavailable
 from mafka4.limits import LogConfig, ReadMode, ReplicaConfig
 from mafka4.log.log import Log
@@ -26,8 +26,8 @@ def replica(tmp_path, read_mode: ReadMode) -> tuple[Log, ReplicaSpec, list[int]]
                        read_mode=read_mode)
     log = Log.open(tmp_path, config, now_ms=0)
     for i in range(100):
-        batch = bytearray(records.encode_batch([(b"k", b"v" * 100, 10 * i, None)]))
-        records.stamp(batch, log.log_end_offset, 0)
+        batch = bytearray(batch_payload.encode_batch([(b"k", b"v" * 100, 10 * i, None)]))
+        batch_frame.stamp(batch, log.log_end_offset, 0)
         log.append(batch, now_ms=10 * i)
     bases = sorted(int(name[:20]) for name in os.listdir(tmp_path) if name.endswith(".log"))
     assert len(bases) >= 4

@@ -2,9 +2,9 @@
 
 import pytest
 
+from mafka4.batch_frame import BatchHeader
 from mafka4.errors import OutOfOrderSequence, UnknownProducer
 from mafka4.log.producer_state import ProducerStateTable
-from mafka4.records import BatchHeader
 
 
 def header(base_offset: int, producer_id: int, base_sequence: int, count: int = 1) -> BatchHeader:

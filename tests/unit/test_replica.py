@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from mafka4.batch_frame import BatchHeader
 from mafka4.errors import NotEnoughReplicas, NotLeader, OutOfOrderSequence, StaleEpoch
 from mafka4.limits import Acks, ReplicaConfig
 from mafka4.log.epochs import EpochHistory
 from mafka4.log.producer_state import ProducerStateTable
 from mafka4.physical.replica import AppendPlan, ReplicaState, Role
-from mafka4.records import BatchHeader
 
 LAG_MS = 1_000
 CONFIG = ReplicaConfig(replica_lag_ms_max=LAG_MS, min_insync_replicas=2)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mafka4 import records
+from mafka4 import batch_frame, batch_payload
 from mafka4.limits import LogConfig, ReplicaConfig
 from mafka4.log.epochs import EpochHistory
 from mafka4.log.replica_storage import EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT, ReplicaStorage
@@ -21,12 +21,12 @@ LOG_CONFIG = LogConfig(segment_bytes_max=4096, index_interval_bytes=512, flush_i
 REPLICA_CONFIG = ReplicaConfig()
 
 
-def append(storage: ReplicaStorage, leader_epoch: int, count: int = 1, producer_id: int = records.NO_PRODUCER_ID,
-           base_sequence: int = records.NO_SEQUENCE) -> None:
+def append(storage: ReplicaStorage, leader_epoch: int, count: int = 1, producer_id: int = batch_frame.NO_PRODUCER_ID,
+           base_sequence: int = batch_frame.NO_SEQUENCE) -> None:
     """Append one batch of ``count`` records at the log end, stamped with ``leader_epoch``."""
-    batch = bytearray(records.encode_batch([(b"k", b"v" * 50, 1_000 + i, None) for i in range(count)],
+    batch = bytearray(batch_payload.encode_batch([(b"k", b"v" * 50, 1_000 + i, None) for i in range(count)],
                                            producer_id, base_sequence))
-    records.stamp(batch, storage.log.log_end_offset, leader_epoch)
+    batch_frame.stamp(batch, storage.log.log_end_offset, leader_epoch)
     storage.log.append(batch, now_ms=0)
 
 

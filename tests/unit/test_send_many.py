@@ -4,13 +4,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mafka4.batch_frame import HEADER_BYTES
 from mafka4.client.accumulator import RECORD_OVERHEAD_BYTES, RecordAccumulator
 from mafka4.client.futures import RecordMetadata
 from mafka4.client.producer import _running_sizes, _values_as_bytes
 from mafka4.client.send_many import ManyFuture, SentMessages, SentPart
 from mafka4.errors import InvalidRecord, MessageTooLarge, NotEnoughReplicas
 from mafka4.limits import ProducerConfig
-from mafka4.records import HEADER_BYTES
 
 SIZE = 1000  # each value's buffer bytes in these tests: 984 bytes and the record overhead
 

@@ -13,6 +13,8 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+from mafka4.batch_frame import read_header
+from mafka4.batch_payload import decode_batch
 from mafka4.client.sender import _PartitionPipeline
 from mafka4.client.sender_core import PipelineCore, ProducerBatch
 from mafka4.compression import Codec
@@ -20,7 +22,6 @@ from mafka4.errors import CorruptRecord, NotLeader, RequestTimedOut, UnknownProd
 from mafka4.limits import Acks, ProducerConfig
 from mafka4.partition_gate import CLIENT, HEALED, NetworkFault, set_client_fault
 from mafka4.physical.partition_state import PartitionState
-from mafka4.records import decode_batch, read_header
 from test_core_purity import forbidden_imports
 
 POLLS_MAX = 5000  # a bound on waiting for the pipeline's thread hop (metadata refresh), not a timing claim

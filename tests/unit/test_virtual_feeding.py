@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from mafka4 import records
+from mafka4 import batch_frame, batch_payload
 from mafka4.errors import CorruptRecord
 from mafka4.physical.partition_state import PartitionState
 from mafka4.virtual.feed_plan import choose_source, plan_round, resume_point, served_vps, withhold
@@ -29,8 +29,8 @@ def batches(counts, first_offset=0, partition=0) -> bytes:
     data, offset = bytearray(), first_offset
     for count in counts:
         items = [(b"k%d" % ((offset + i) % 17), b"v%d" % (offset + i), 1_000 + offset + i, None) for i in range(count)]
-        batch = bytearray(records.encode_batch(items, producer_id=5, base_sequence=offset))
-        records.stamp(batch, offset, 0)
+        batch = bytearray(batch_payload.encode_batch(items, producer_id=5, base_sequence=offset))
+        batch_frame.stamp(batch, offset, 0)
         data += batch
         offset += count
     return bytes(data)
@@ -117,7 +117,7 @@ class FeedModel:
         self.reshards = reshards
         self.layout = TopicLayout.initial(partitions=1, virtual_partitions=rng.randint(1, 4))
         self.physical = batches([rng.randint(1, 6) for _ in range(rng.randint(5, 40))])
-        self.end = sum(h.count for _, h in records.iter_batches(self.physical))
+        self.end = sum(h.count for _, h in batch_frame.iter_batches(self.physical))
         self.vp_logs = {vp: [] for vp in self.layout.current.ranges.vp_ids}
         self.progress = {vp: FeedProgress() for vp in self.vp_logs}
         self.fed_through = {vp: 0 for vp in self.vp_logs}  # what each VP leader heard (lost on failover)
@@ -127,7 +127,7 @@ class FeedModel:
     def fetch(self, offset: int, bytes_max: int) -> bytes:
         """Whole batches from the one holding ``offset``, at least one, about ``bytes_max`` bytes."""
         out, size = bytearray(), 0
-        for position, header in records.iter_batches(self.physical):
+        for position, header in batch_frame.iter_batches(self.physical):
             if header.next_offset <= offset:
                 continue
             if out and size + header.size_bytes > bytes_max:
@@ -244,7 +244,7 @@ def test_a_crashing_feeder_that_resumes_by_the_rule_feeds_every_record_exactly_o
         assert [r.offset for r in log] == sorted(r.offset for r in log), f"seed {seed}: VP {vp} out of order"
         assert all(model.layout.vp_for(0, r.offset, r.message_hash) == vp for r in log), f"seed {seed}: misplaced"
         rebuilt = FeedProgress.rebuild(
-            records.decode_batch(_stamped(log)) if log else [])
+            batch_payload.decode_batch(_stamped(log)) if log else [])
         assert rebuilt == model.progress[vp], f"seed {seed}: progress not rebuildable from the VP log"
 
 
@@ -252,14 +252,14 @@ def _stamped(log) -> bytes:
     from mafka4.virtual.vp_records import encode_vp_batch
 
     batch = bytearray(encode_vp_batch(log))
-    records.stamp(batch, 0, 0)
+    batch_frame.stamp(batch, 0, 0)
     return bytes(batch)
 
 
 def test_source_of_a_fed_record_survives_the_vp_batch_format():
     planned = plan_round(batches([5]), 0, LAYOUT, 0, 10)
     chunk = next(iter(planned.chunks.values()))[0]
-    assert [source_of(r) for r in records.decode_batch(_stamped(chunk))] == [r.source for r in chunk]
+    assert [source_of(r) for r in batch_payload.decode_batch(_stamped(chunk))] == [r.source for r in chunk]
 
 
 def test_a_held_vp_gets_nothing_at_or_past_the_offered_cut_and_the_others_get_everything():

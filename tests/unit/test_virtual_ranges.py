@@ -6,8 +6,8 @@ import collections
 
 import pytest
 
+from mafka4.batch_frame import NO_PRODUCER_ID
 from mafka4.hashing import key_hash
-from mafka4.records import NO_PRODUCER_ID
 from mafka4.virtual.ranges import (
     HASH_SPACE,
     HashRange,

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from mafka4 import records
+from mafka4 import batch_frame, batch_payload
+from mafka4.batch_frame import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
+from mafka4.batch_payload import Record
 from mafka4.hashing import key_hash
-from mafka4.records import NO_PRODUCER_ID, NO_SEQUENCE
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import message_hash
 from mafka4.virtual.vp_records import FeedProgress, encode_vp_batch, route_batch, source_of
@@ -54,11 +55,11 @@ class ReadPathModel:
         self.keys_by_partition = [[k for k in KEYS if key_hash(k) % partitions == p] for p in range(partitions)]
         self.feeder_next = [0] * partitions  # next physical offset each feeder reads (rewinds on restart)
         self.fed_through = [0] * partitions  # everything below was fed at least once (never rewinds)
-        self.vp_logs: dict[int, list[records.Record]] = {vp: [] for vp in self.layout.current.ranges.vp_ids}
+        self.vp_logs: dict[int, list[Record]] = {vp: [] for vp in self.layout.current.ranges.vp_ids}
         self.progress: dict[int, FeedProgress] = {vp: FeedProgress() for vp in self.vp_logs}
         self.sealed_end_offsets: dict[int, int] = {}
         self.committed: dict[int, int] = {}
-        self.consumed: list[tuple[int, records.Record]] = []  # (vp, record) in the order the group read them
+        self.consumed: list[tuple[int, Record]] = []  # (vp, record) in the order the group read them
         self.values_made = 0
 
     # --- steps ------------------------------------------------------------------------------
@@ -86,8 +87,8 @@ class ReadPathModel:
         if producer_id != NO_PRODUCER_ID:
             sequence = partition.sequences.get(producer_id, 0)
             partition.sequences[producer_id] = sequence + len(items)
-        batch = bytearray(records.encode_batch(items, producer_id, sequence))
-        records.stamp(batch, partition.log_end_offset, 0)
+        batch = bytearray(batch_payload.encode_batch(items, producer_id, sequence))
+        batch_frame.stamp(batch, partition.log_end_offset, 0)
         partition.batches.append((partition.log_end_offset, bytes(batch)))
         partition.log_end_offset += len(items)
 
@@ -104,9 +105,9 @@ class ReadPathModel:
         """The feeder of ``p`` splits its next committed batch into the VPs."""
         p = self.rng.randrange(len(self.physical)) if p is None else p
         for base, batch in self.physical[p].committed_batches():
-            if base + records.read_header(batch).count > self.feeder_next[p]:
+            if base + batch_frame.read_header(batch).count > self.feeder_next[p]:
                 self.deliver(p, batch)
-                self.feeder_next[p] = base + records.read_header(batch).count
+                self.feeder_next[p] = base + batch_frame.read_header(batch).count
                 self.fed_through[p] = max(self.fed_through[p], self.feeder_next[p])
                 return True
         return False
@@ -134,8 +135,8 @@ class ReadPathModel:
             if not fresh:
                 continue
             vp_batch = bytearray(encode_vp_batch(fresh))
-            records.stamp(vp_batch, len(self.vp_logs[vp]), 0)
-            self.vp_logs[vp].extend(records.decode_batch(vp_batch))
+            batch_frame.stamp(vp_batch, len(self.vp_logs[vp]), 0)
+            self.vp_logs[vp].extend(batch_payload.decode_batch(vp_batch))
             self.progress[vp].applied(fresh)
 
     def reshard(self) -> None:
@@ -194,8 +195,8 @@ class ReadPathModel:
 
     def physical_filler(self, p: int) -> None:
         partition = self.physical[p]
-        batch = bytearray(records.encode_batch([(None, b"filler", 0, None)]))
-        records.stamp(batch, partition.log_end_offset, 0)
+        batch = bytearray(batch_payload.encode_batch([(None, b"filler", 0, None)]))
+        batch_frame.stamp(batch, partition.log_end_offset, 0)
         partition.batches.append((partition.log_end_offset, bytes(batch)))
         partition.log_end_offset += 1
 
@@ -207,12 +208,12 @@ class ReadPathModel:
 # --- checkers ---------------------------------------------------------------------------------
 
 
-def committed_records(model: ReadPathModel) -> dict[tuple[int, int], tuple[records.BatchHeader, records.Record]]:
+def committed_records(model: ReadPathModel) -> dict[tuple[int, int], tuple[BatchHeader, Record]]:
     out = {}
     for p, partition in enumerate(model.physical):
         for _, batch in partition.committed_batches():
-            header = records.read_header(batch)
-            for record in records.decode_batch(batch):
+            header = batch_frame.read_header(batch)
+            for record in batch_payload.decode_batch(batch):
                 out[(p, record.offset)] = (header, record)
     return out
 

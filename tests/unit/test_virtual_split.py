@@ -8,8 +8,9 @@ import zlib
 import msgpack
 import pytest
 
-from mafka4 import records
+from mafka4 import batch_frame, batch_payload
 from mafka4.compression import Codec
+from mafka4.errors import CorruptRecord
 from mafka4.hashing import key_hash
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import HASH_SPACE
@@ -20,8 +21,8 @@ from mafka4.virtual.vp_records import (NOTHING_APPLIED, SOURCE_HEADER, FeedProgr
 
 def physical_batch(items, base_offset, producer_id=7, base_sequence=0) -> bytes:
     """A committed physical batch as the feeder reads it: stamped by the leader."""
-    batch = bytearray(records.encode_batch(items, producer_id, base_sequence))
-    records.stamp(batch, base_offset, 3)
+    batch = bytearray(batch_payload.encode_batch(items, producer_id, base_sequence))
+    batch_frame.stamp(batch, base_offset, 3)
     return bytes(batch)
 
 
@@ -29,11 +30,11 @@ def keyed(count, prefix=b"key"):
     return [(prefix + b"%d" % i, b"value-%d" % i, 1_000 + i, [("trace", b"t%d" % i)]) for i in range(count)]
 
 
-def stored(vp_batch: bytes, base_offset: int) -> list[records.Record]:
+def stored(vp_batch: bytes, base_offset: int) -> list[batch_payload.Record]:
     """What a VP log returns after its leader stamped the batch at ``base_offset``."""
     batch = bytearray(vp_batch)
-    records.stamp(batch, base_offset, 0)
-    return records.decode_batch(batch)
+    batch_frame.stamp(batch, base_offset, 0)
+    return batch_payload.decode_batch(batch)
 
 
 def test_every_record_goes_to_exactly_one_vp_by_hash_in_offset_order():
@@ -72,38 +73,38 @@ def test_vp_records_carry_their_source_in_a_last_header_and_round_trip():
     assert [source_of(r) for r in back] == [(2, 40), (2, 41), (2, 42)]
     assert [r.offset for r in back] == [7, 8, 9]  # VP offsets are the VP leader's
     assert back[0].headers == (("trace", b"t0"), (SOURCE_HEADER, encode_source(2, 40)))
-    assert strip_source(back[0]) == records.Record(7, 1_000, b"key0", b"value-0", (("trace", b"t0"),))
+    assert strip_source(back[0]) == batch_payload.Record(7, 1_000, b"key0", b"value-0", (("trace", b"t0"),))
 
 
 def test_a_vp_record_without_source_is_a_bug():
     with pytest.raises(AssertionError, match="without source"):
-        source_of(records.Record(0, 0, None, b"v"))
+        source_of(batch_payload.Record(0, 0, None, b"v"))
 
 
 def test_a_vp_batch_decodes_straight_to_the_producers_records_loss_markers_in_place():
     layout = TopicLayout.initial(partitions=3, virtual_partitions=1)
     (routed,) = route_batch(physical_batch(keyed(3), 40), 2, layout).values()
     batch = bytearray(encode_vp_batch([routed[0], lost_marker(2, 10, 20, 1_000), *routed[1:]]))
-    records.stamp(batch, 7, 0)
-    decoded = decode_checked_vp_batch(batch, 0, records.check_batch(batch))
-    assert decoded == [strip_source(record) for record in records.decode_batch(batch)]
+    batch_frame.stamp(batch, 7, 0)
+    decoded = decode_checked_vp_batch(batch, 0, batch_frame.check_batch(batch))
+    assert decoded == [strip_source(record) for record in batch_payload.decode_batch(batch)]
     assert [lost_range_in(record.headers) for record in decoded] == [None, (2, 10, 20), None, None]
-    assert lost_range_of(records.decode_batch(batch)[1]) == (2, 10, 20), "found with the source header kept too"
-    assert decode_checked_vp_batch(batch, 0, records.check_batch(batch), build=lambda *fields: fields) == \
+    assert lost_range_of(batch_payload.decode_batch(batch)[1]) == (2, 10, 20), "found with the source header kept too"
+    assert decode_checked_vp_batch(batch, 0, batch_frame.check_batch(batch), build=lambda *fields: fields) == \
         [tuple(record) for record in decoded]
 
 
 def test_a_record_in_a_vp_batch_without_its_source_header_is_corrupt():
-    batch = bytearray(records.encode_batch([(None, b"v", 0, [(SOURCE_HEADER, encode_source(0, 1))]),
+    batch = bytearray(batch_payload.encode_batch([(None, b"v", 0, [(SOURCE_HEADER, encode_source(0, 1))]),
                                             (None, b"v", 0, [(SOURCE_HEADER, encode_source(0, 2)), ("t", b"")])]))
-    records.stamp(batch, 70, 0)
-    with pytest.raises(records.CorruptRecord, match="record 1 of batch at offset 70 does not end with a mafka4.src"):
-        decode_checked_vp_batch(batch, 0, records.check_batch(batch))
+    batch_frame.stamp(batch, 70, 0)
+    with pytest.raises(CorruptRecord, match="record 1 of batch at offset 70 does not end with a mafka4.src"):
+        decode_checked_vp_batch(batch, 0, batch_frame.check_batch(batch))
 
 
 def legacy_vp_batch(routed) -> bytearray:
     """A VP batch as written before sources were a column: each record's source a last header."""
-    return bytearray(records.encode_batch([
+    return bytearray(batch_payload.encode_batch([
         (r.key, r.value, r.timestamp_ms, r.headers + ((SOURCE_HEADER, encode_source(r.partition, r.offset)),))
         for r in routed]))
 
@@ -114,21 +115,22 @@ def test_a_vp_batch_carries_its_sources_as_a_column_and_reads_as_a_batch_with_so
     routed = [lost_marker(2, 10, 20, 1_000), *routed]
     column, legacy = bytearray(encode_vp_batch(routed)), legacy_vp_batch(routed)
     for batch in (column, legacy):
-        records.stamp(batch, 7, 0)
-    assert records.check_batch(column).sourced and not records.check_batch(legacy).sourced
-    assert records.decode_batch(column) == records.decode_batch(legacy)  # a reader of sources sees no difference
-    assert decode_checked_vp_batch(column, 0, records.check_batch(column)) == \
-        decode_checked_vp_batch(legacy, 0, records.check_batch(legacy))  # nor does a consumer
-    assert records.decode_checked_batch(column, 0, records.check_batch(column), with_sources=False) == \
-        decode_checked_vp_batch(column, 0, records.check_batch(column))
-    assert FeedProgress.rebuild(records.decode_batch(column)).snapshot() == {2: 42}
+        batch_frame.stamp(batch, 7, 0)
+    assert batch_frame.check_batch(column).sourced and not batch_frame.check_batch(legacy).sourced
+    # A reader of sources sees no difference.
+    assert batch_payload.decode_batch(column) == batch_payload.decode_batch(legacy)
+    assert decode_checked_vp_batch(column, 0, batch_frame.check_batch(column)) == \
+        decode_checked_vp_batch(legacy, 0, batch_frame.check_batch(legacy))  # nor does a consumer
+    assert batch_payload.decode_checked_batch(column, 0, batch_frame.check_batch(column), with_sources=False) == \
+        decode_checked_vp_batch(column, 0, batch_frame.check_batch(column))
+    assert FeedProgress.rebuild(batch_payload.decode_batch(column)).snapshot() == {2: 42}
     assert len(column) < len(legacy)  # 12 bytes a record, not a header of 27
 
 
 def sourced_batch(payload: object, count: int) -> bytearray:
     """A batch at offset 5 claiming sources around ``payload``, its frame and CRC right."""
-    body = struct.pack(">hiqqqi", records.ATTRIBUTE_SOURCES, count, 0, 0, -1, -1) + msgpack.packb(payload)
-    return bytearray(struct.pack(">qiibI", 5, 4 + 1 + 4 + len(body), 0, records.MAGIC, zlib.crc32(body)) + body)
+    body = struct.pack(">hiqqqi", batch_frame.ATTRIBUTE_SOURCES, count, 0, 0, -1, -1) + msgpack.packb(payload)
+    return bytearray(struct.pack(">qiibI", 5, 4 + 1 + 4 + len(body), 0, batch_frame.MAGIC, zlib.crc32(body)) + body)
 
 
 @pytest.mark.parametrize("payload, problem", [
@@ -139,20 +141,20 @@ def sourced_batch(payload: object, count: int) -> bytearray:
 ])
 def test_a_batch_whose_sources_do_not_match_its_records_is_corrupt_for_every_reader(payload, problem):
     batch = sourced_batch(payload, 1)
-    header = records.check_batch(batch)
-    with pytest.raises(records.CorruptRecord, match="batch at offset 5 " + problem):
-        records.decode_batch(batch)
-    with pytest.raises(records.CorruptRecord, match="batch at offset 5 " + problem):
+    header = batch_frame.check_batch(batch)
+    with pytest.raises(CorruptRecord, match="batch at offset 5 " + problem):
+        batch_payload.decode_batch(batch)
+    with pytest.raises(CorruptRecord, match="batch at offset 5 " + problem):
         decode_checked_vp_batch(batch, 0, header)
 
 
 def test_a_producer_may_set_no_attribute_but_its_codec():
     layout = TopicLayout.initial(partitions=1, virtual_partitions=1)
     (routed,) = route_batch(physical_batch(keyed(2), 0), 0, layout).values()
-    with pytest.raises(records.CorruptRecord, match="sets attribute bits 0x0008: a producer's batch holds only a codec"):
-        records.check_producer_batch(encode_vp_batch(routed))
+    with pytest.raises(CorruptRecord, match="sets attribute bits 0x0008: a producer's batch holds only a codec"):
+        batch_frame.check_producer_batch(encode_vp_batch(routed))
     for codec in Codec:
-        assert records.check_producer_batch(records.encode_batch(keyed(2), codec=codec)).codec is codec
+        assert batch_frame.check_producer_batch(batch_payload.encode_batch(keyed(2), codec=codec)).codec is codec
 
 
 def record(partition, offset) -> SourcedRecord:
@@ -188,7 +190,7 @@ def test_applying_a_source_offset_twice_or_backwards_is_a_bug():
 def test_routing_a_corrupt_batch_raises_corrupt_record():
     batch = bytearray(physical_batch(keyed(2), 0))
     batch[-1] ^= 1
-    with pytest.raises(records.CorruptRecord):
+    with pytest.raises(CorruptRecord):
         route_batch(batch, 0, TopicLayout.initial(1, 1))
 
 

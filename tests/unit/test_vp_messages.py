@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mafka4 import records
+from mafka4 import batch_frame, batch_payload
 from mafka4.client.message import Message
 from mafka4.client.vp_messages import VpTake, take_vp_messages
 from mafka4.compression import Codec
@@ -34,7 +34,7 @@ def vp_log(batches: list[tuple[Codec, list[SourcedRecord]]], base_offset: int = 
     log = b""
     for codec, batch_records in batches:
         batch = bytearray(encode_vp_batch(batch_records, codec))
-        records.stamp(batch, base_offset, 0)
+        batch_frame.stamp(batch, base_offset, 0)
         log += batch
         base_offset += len(batch_records)
     return log
@@ -51,7 +51,7 @@ def take_as_before(data: bytes, offset: int = 0, messages_max: int = NO_LIMIT,
     """The reference: the fetcher's loop as it was, over Records."""
     messages = [] if messages is None else messages
     position = offset
-    for record in records.decode_batches(data):
+    for record in batch_payload.decode_batches(data):
         if record.offset < offset:
             continue
         if len(messages) >= messages_max:
@@ -115,8 +115,8 @@ def test_the_poll_limit_is_checked_before_a_loss_marker():
 
 
 def _without_source(offsets, headers=None) -> bytes:
-    batch = bytearray(records.encode_batch([(None, b"v%d" % o, o, headers) for o in offsets]))
-    records.stamp(batch, 40, 0)
+    batch = bytearray(batch_payload.encode_batch([(None, b"v%d" % o, o, headers) for o in offsets]))
+    batch_frame.stamp(batch, 40, 0)
     return bytes(batch)
 
 
@@ -135,7 +135,7 @@ def test_a_malformed_header_keeps_the_error_any_record_has():
 @pytest.mark.parametrize("codec", [Codec.LZ4, Codec.ZSTD])
 def test_corrupt_compressed_data_under_a_valid_crc_is_a_corrupt_record(codec, problem):
     batch = vp_log([(codec, [sourced(o) for o in range(50)])], base_offset=4_242)
-    bad = with_payload(batch, BAD_FRAMES[problem](batch[records.HEADER_BYTES:]))
+    bad = with_payload(batch, BAD_FRAMES[problem](batch[batch_frame.HEADER_BYTES:]))
     with pytest.raises(CorruptRecord, match=f"batch at offset 4242 has a {codec} payload that does not decompress"):
         take(bad)
 
@@ -161,7 +161,7 @@ def vp_logs(draw):
 @given(vp_logs(), st.integers(0, 40), st.integers(1, 30), st.integers(0, 5))
 @settings(max_examples=200, deadline=None)
 def test_messages_and_position_equal_the_path_through_records(data, skip, messages_max, taken_before):
-    offset = records.read_header(data).base_offset + skip
+    offset = batch_frame.read_header(data).base_offset + skip
     assert take(data, offset, messages_max, [None] * taken_before) == \
         take_as_before(data, offset, messages_max, [None] * taken_before)
 
@@ -169,7 +169,7 @@ def test_messages_and_position_equal_the_path_through_records(data, skip, messag
 def test_a_vp_batch_that_fails_its_crc_ends_the_take_unless_the_check_is_off():
     good = vp_log([(Codec.NONE, [sourced(o) for o in range(2)])])
     damaged = bytearray(vp_log([(Codec.ZSTD, [sourced(o) for o in range(2, 5)])], base_offset=2))
-    damaged[records.CRC_START - 1] ^= 0xFF
+    damaged[batch_frame.CRC_START - 1] ^= 0xFF
     messages, taken = take(good + bytes(damaged))
     assert taken == VpTake(2, None) and [m.offset for m in messages] == [0, 1]
     messages = []

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from mafka4.batch_frame import BatchHeader
 from mafka4.errors import NotLeader, ReadReplicaNotInSync, StaleEpoch
 from mafka4.log.epochs import EpochHistory
-from mafka4.records import BatchHeader
 from mafka4.risr.state import RisrConfig
 from mafka4.virtual.replica_core import NOTHING, FetchPosition, Ready, ReplicaAnswer, VpReplicaCore, VpRole
 from mafka4.virtual.vp_records import NOTHING_APPLIED, FeedProgress, SourcedRecord

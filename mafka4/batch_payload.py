@@ -1,47 +1,26 @@
-"""The record batch: the unit a producer sends, a log stores and a fetch returns.
+"""The records in a batch's payload: encoding them into a batch and decoding them out of one, for
+producers, consumers, the feeder (which decodes to split) and checkers. No broker imports this
+module: the frame around the payload (byte layout, CRC, stamping) is ``mafka4.batch_frame``.
 
-A batch is a fixed 55-byte header followed by a msgpack payload, compressed or not. All
-integers are big-endian. The broker never decodes the payload: it checks the CRC (and that
-the codec id is one it knows) and stamps the base offset and leader epoch into the header,
-which the CRC deliberately does not cover (as in Kafka), so stamping needs no recomputation.
-
-    offset  size  field               notes
-    0       8     base_offset         int64, offset of the first record; set by the leader
-    8       4     length              int32, bytes after this field (whole batch - 12)
-    12      4     leader_epoch        int32, epoch of the leader that appended it; -1 unset
-    16      1     magic               int8, format version, always 1
-    17      4     crc                 uint32, CRC32 (zlib) of bytes [21, end of batch)
-    21      2     attributes          int16, bits 0-2: codec id (0 none, 1 lz4, 2 zstd); bit 3: sources;
-                                      bits 4-15 reserved, 0
-    23      4     count               int32, number of records, >= 1
-    27      8     first_timestamp_ms  int64
-    35      8     max_timestamp_ms    int64
-    43      8     producer_id         int64, -1 when the producer is not idempotent
-    51      4     base_sequence       int32, sequence of the first record; -1 when not idempotent
-    55      ...   payload             msgpack array of records, compressed with the codec
-
-Each record in the payload is a msgpack array
+The payload is a msgpack array of records. Each record is a msgpack array
 ``[timestamp_delta_ms, key (bin or nil), value (bin), headers (array of [str, bin]) or nil]``;
 record ``i`` has offset ``base_offset + i`` and timestamp ``first_timestamp_ms + delta``.
 
-Sources (attribute bit 3; only in VP logs, never in a producer's batch: ``check_producer_batch``).
-The payload is then the array ``[records, sources]``: ``records`` as above, ``sources`` one bin
-of 12 bytes per record, in order (int32 physical partition, int64 physical offset: where the
-feeder took the record from, ``virtual.vp_records``). A reader that wants the sources (the
-feed's progress after a restart, the checkers) gets each record's as its last header,
-``(SOURCE_HEADER, 12 bytes)``: the form VP batches before this bit carried it in, which readers
-still read. A consumer leaves it out (``with_sources=False``) and never builds it: as a header
-per record it had cost a consumer of a VP about half again its decoding (4.2 against 2.5-3.1
-µs per message).
+Sources (attribute bit 3; only in VP logs, never in a producer's batch:
+``batch_frame.check_producer_batch``). The payload is then the array ``[records, sources]``:
+``records`` as above, ``sources`` one bin of 12 bytes per record, in order (int32 physical
+partition, int64 physical offset: where the feeder took the record from,
+``virtual.vp_records``). A reader that wants the sources (the feed's progress after a restart,
+the checkers) gets each record's as its last header, ``(SOURCE_HEADER, 12 bytes)``: the form VP
+batches before this bit carried it in, which readers still read. A consumer leaves it out
+(``with_sources=False``) and never builds it: as a header per record it had cost a consumer of a
+VP about half again its decoding (4.2 against 2.5-3.1 µs per message).
 
-Compression (``mafka4.compression``). The payload is compressed as a whole, and the CRC and
-``length`` cover the compressed bytes: what is stored is what is checked, so a leader, a
-follower and log recovery check a batch without decompressing it. Only readers that need the
-records decompress (consumers, and the feeder, which writes each VP sub-batch with the codec
-of the physical batch its records came from). A compressed payload decompresses to at most
-``PAYLOAD_BYTES_MAX``, what ``length`` allows an uncompressed one.
-
-Concatenated batches ("batch bytes") are what logs store and fetches return.
+Compression (``mafka4.compression``). The payload is compressed as a whole with the codec of
+the batch's attributes; the CRC covers the compressed bytes (``batch_frame``). Only readers
+that need the records decompress (consumers, and the feeder, which writes each VP sub-batch
+with the codec of the physical batch its records came from). A compressed payload
+decompresses to at most ``PAYLOAD_BYTES_MAX``, what ``length`` allows an uncompressed one.
 """
 
 from __future__ import annotations
@@ -50,84 +29,19 @@ import struct
 import threading
 from itertools import repeat
 from operator import add
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import msgpack
 
-from mafka4.checksum import crc32
+from mafka4.batch_frame import (ATTRIBUTE_SOURCES, HEADER_BYTES, NO_PRODUCER_ID, NO_SEQUENCE, PAYLOAD_BYTES_MAX,
+                                BatchHeader, check_batch, frame_payload, iter_batches)
 from mafka4.collector import collection_paused
-from mafka4.compression import CODEC_MASK, CODECS_BY_ID, Codec, compress, decompress
+from mafka4.compression import Codec, compress, decompress
 from mafka4.errors import CorruptRecord
 from mafka4.limits import PAYLOAD_PACKER_KEPT_BYTES_MAX
 
-MAGIC = 1
-HEADER = struct.Struct(">qiibIhiqqqi")
-HEADER_BYTES = HEADER.size
-# The header in two parts: the frame (base offset, length, epoch, magic, CRC) and the fields the
-# CRC covers (attributes, count, timestamps, producer id, base sequence).
-_FRAME_FIELDS = struct.Struct(">qiibI")
-_BODY_FIELDS = struct.Struct(">hiqqqi")
-assert _FRAME_FIELDS.size + _BODY_FIELDS.size == HEADER_BYTES
-assert HEADER_BYTES == 55
-LENGTH_PREFIX_BYTES = 12  # base_offset + length: what precedes the counted bytes
-CRC_START = 21  # the CRC covers everything from the attributes on
-# The largest payload ``length`` (an int32) can frame; a compressed payload may not expand past it.
-PAYLOAD_BYTES_MAX = 2**31 - 1 - (HEADER_BYTES - LENGTH_PREFIX_BYTES)
-_STAMP = struct.Struct(">q")
-_EPOCH = struct.Struct(">i")
-_LENGTH = struct.Struct(">i")
-NO_PRODUCER_ID = -1
-NO_SEQUENCE = -1
-NO_EPOCH = -1
-TIMESTAMP_MS_MAX = 2**63 - 1  # the header's timestamps are int64
-ATTRIBUTE_SOURCES = 0x08  # the payload is [records, sources] (see the module doc)
-RESERVED_ATTRIBUTES = 0xFFF0  # bits no batch of this version sets
 SOURCE_HEADER = "mafka4.src"  # how a record's source reads as a header
 SOURCE = struct.Struct(">iq")  # one record's source: physical partition, physical offset
-
-
-class BatchHeader(NamedTuple):
-    """A batch's header fields, as ``read_header`` parses them (a named tuple, as ``Record`` is:
-    every reader makes one per batch, and one took 1.0 µs to build as a frozen dataclass here)."""
-
-    base_offset: int
-    length: int
-    leader_epoch: int
-    crc: int
-    attributes: int
-    count: int
-    first_timestamp_ms: int
-    max_timestamp_ms: int
-    producer_id: int
-    base_sequence: int
-
-    @property
-    def size_bytes(self) -> int:
-        return LENGTH_PREFIX_BYTES + self.length
-
-    @property
-    def last_offset(self) -> int:
-        return self.base_offset + self.count - 1
-
-    @property
-    def next_offset(self) -> int:
-        return self.base_offset + self.count
-
-    @property
-    def last_sequence(self) -> int:
-        return self.base_sequence + self.count - 1
-
-    @property
-    def sourced(self) -> bool:
-        """Whether the payload carries the records' sources (attribute bit 3)."""
-        return bool(self.attributes & ATTRIBUTE_SOURCES)
-
-    @property
-    def codec(self) -> Codec:
-        """The codec of the payload; ``UnknownCodec`` if this version does not know its id."""
-        codec = CODECS_BY_ID.get(self.attributes & CODEC_MASK)
-        return codec if codec is not None else Codec.from_attributes(self.attributes,
-                                                                    f"batch at offset {self.base_offset}")
 
 
 class Record(NamedTuple):
@@ -238,14 +152,8 @@ def encode_record_arrays(
         packer.pack(record_arrays if sources is None else (record_arrays, sources))
         with packer.getbuffer() as payload:
             assert len(payload) <= PAYLOAD_BYTES_MAX, f"a batch payload of {len(payload)} bytes"
-            stored = compress(codec, payload)
-            fields = _BODY_FIELDS.pack(attributes, len(record_arrays), first_timestamp_ms, max_timestamp_ms,
-                                       producer_id, base_sequence)
-            # The CRC runs over the two parts in turn, and the batch is joined once: a batch is up
-            # to a MiB, and each concatenation would copy it again.
-            crc = crc32(stored, crc32(fields))
-            length = HEADER_BYTES - LENGTH_PREFIX_BYTES + len(stored)
-            return b"".join((_FRAME_FIELDS.pack(0, length, NO_EPOCH, MAGIC, crc), fields, stored))
+            return frame_payload(compress(codec, payload), attributes, len(record_arrays), first_timestamp_ms,
+                                 max_timestamp_ms, producer_id, base_sequence)
     finally:
         _release_payload_packer(packer)
 
@@ -271,107 +179,6 @@ def _release_payload_packer(packer: msgpack.Packer) -> None:
         _packers.packer = None
     else:
         packer.reset()
-
-
-def read_header(buffer: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
-    """Parse the header at ``position`` without checking the CRC."""
-    if len(buffer) - position < HEADER_BYTES:
-        raise CorruptRecord(
-            f"truncated batch header at byte {position}: {len(buffer) - position} bytes "
-            f"left, a header needs {HEADER_BYTES}"
-        )
-    (base_offset, length, leader_epoch, magic, crc, attributes, count,
-     first_timestamp_ms, max_timestamp_ms, producer_id, base_sequence) = HEADER.unpack_from(buffer, position)
-    if magic != MAGIC:
-        raise CorruptRecord(f"batch at byte {position} has magic {magic}, expected {MAGIC}")
-    if length < HEADER_BYTES - LENGTH_PREFIX_BYTES or count < 1:
-        raise CorruptRecord(f"batch at byte {position} has length {length} and count {count}")
-    return BatchHeader(base_offset, length, leader_epoch, crc, attributes, count,
-                       first_timestamp_ms, max_timestamp_ms, producer_id, base_sequence)
-
-
-def check_batch(buffer: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
-    """Parse and CRC-check the batch at ``position``; raise ``CorruptRecord`` if it is bad."""
-    header = _whole_batch_header(buffer, position)
-    end = position + header.size_bytes
-    actual = crc32(memoryview(buffer)[position + CRC_START:end])
-    if actual != header.crc:
-        raise CorruptRecord(f"batch at byte {position} fails its CRC ({actual:#x} != {header.crc:#x})")
-    return header
-
-
-def _whole_batch_header(buffer: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
-    """The header at ``position``, whose batch ``buffer`` holds whole; its CRC is not checked."""
-    header = read_header(buffer, position)
-    if position + header.size_bytes > len(buffer):
-        raise CorruptRecord(
-            f"batch at byte {position} claims {header.size_bytes} bytes, only "
-            f"{len(buffer) - position} present"
-        )
-    return header
-
-
-def crc_matches(buffer: bytes | bytearray | memoryview, position: int, header: BatchHeader) -> bool:
-    """Whether the whole batch at ``position``, whose ``header`` was parsed, passes its CRC.
-
-    ``checksum.crc32`` folds a MiB in about 20 µs, so a log checks every batch it serves.
-    """
-    with memoryview(buffer) as view:
-        return crc32(view[position + CRC_START:position + header.size_bytes]) == header.crc
-
-
-def check_single_batch(buffer: bytes | bytearray, check_crc: bool = True) -> BatchHeader:
-    """Check that ``buffer`` is exactly one valid batch (what a producer must send).
-
-    Its codec must be one this version knows (``UnknownCodec``): a leader that appended a
-    batch no reader can decode would stall every feed of the partition at it. ``check_crc=False``
-    skips only the CRC, for a caller that checked it already (the CRC does not cover the base
-    offset and epoch a leader stamps, so a check made before stamping still holds).
-    """
-    header = check_batch(buffer) if check_crc else _whole_batch_header(buffer)
-    if header.size_bytes != len(buffer):
-        raise CorruptRecord(
-            f"request holds {len(buffer)} bytes but its batch is {header.size_bytes}: send one batch per request"
-        )
-    Codec.from_attributes(header.attributes, f"the batch of {header.count} records sent")
-    return header
-
-
-def check_producer_batch(buffer: bytes | bytearray) -> BatchHeader:
-    """``check_single_batch`` of a batch a producer sent, which may set no attribute but its codec:
-    sources are the feeder's to write (a producer's claim to them would reach consumers of VPs as
-    records of another shape), and reserved bits mean a format this version does not know."""
-    header = check_single_batch(buffer)
-    if header.attributes & ~CODEC_MASK:
-        raise CorruptRecord(
-            f"the batch of {header.count} records sent sets attribute bits {header.attributes & ~CODEC_MASK:#06x}: "
-            f"a producer's batch holds only a codec id in bits 0-2 and zeros above")
-    return header
-
-
-def stamp(batch: bytearray, base_offset: int, leader_epoch: int) -> None:
-    """Write the leader-assigned base offset and epoch into a batch in place."""
-    _STAMP.pack_into(batch, 0, base_offset)
-    _EPOCH.pack_into(batch, 12, leader_epoch)
-
-
-def iter_batches(buffer: bytes | bytearray | memoryview, check_crc: bool = True) -> Iterator[tuple[int, BatchHeader]]:
-    """Yield ``(position, header)`` for each whole batch; stop at the first bad or partial one.
-
-    Callers that must know where valid data ends (log recovery) compare the position after
-    the last yielded batch with ``len(buffer)``.
-    """
-    position = 0
-    size = len(buffer)
-    while size - position >= HEADER_BYTES:
-        try:
-            header = check_batch(buffer, position) if check_crc else read_header(buffer, position)
-        except CorruptRecord:
-            return
-        if position + header.size_bytes > size:
-            return
-        yield position, header
-        position += header.size_bytes
 
 
 def bad_record(index: int, header: BatchHeader, problem: str) -> CorruptRecord:
