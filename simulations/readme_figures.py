@@ -7,6 +7,9 @@ DIR is the report's directory, relative to the repository (the CSV tables ``mafk
 ``tests/unit/test_readme_figures.py`` renders the block again from DIR and compares: a README
 figure that is not the report's fails the test. Every runtime consumer count and every fleet
 consumer scale and size is shown, never only the largest.
+
+A block may also name what it shows after DIR (``<!-- figures: DIR KIND -->``): the blocks of
+``docs/performance.md`` do (``simulations.performance_doc``); the README's names none.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import re
 import sys
 from pathlib import Path
 
-BLOCK = re.compile(r"<!-- figures: (?P<dir>\S+) -->\n(?P<body>.*?)<!-- /figures -->", re.DOTALL)
+BLOCK = re.compile(r"<!-- figures: (?P<dir>\S+)(?: (?P<kind>[\w-]+))? -->\n(?P<body>.*?)<!-- /figures -->", re.DOTALL)
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -28,7 +31,7 @@ def _ms(value: str) -> str:
     return "–" if value == "" else f"{float(value):,.1f}"
 
 
-def _ratio(row: dict[str, str], column: str) -> str:
+def ratio_cell(row: dict[str, str], column: str) -> str:
     value, low, high = row[column], row.get(f"{column}_low", ""), row.get(f"{column}_high", "")
     if value == "":
         return "–"
@@ -56,7 +59,7 @@ def runtime_table(report_dir: Path) -> str:
         for latency_name in ("produce_latency_ms", "end_to_end_latency_ms"):
             cells += [_percentiles(row, latency_name) if row else "–" for row in (mafka3, mafka4)]
         for latency_name in ("produce_latency_ms", "end_to_end_latency_ms"):
-            cells.append(_ratio(ratio, f"{latency_name}_tp999_ratio") if ratio else "–")
+            cells.append(ratio_cell(ratio, f"{latency_name}_tp999_ratio") if ratio else "–")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
