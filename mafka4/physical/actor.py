@@ -1,8 +1,12 @@
 """``PhysicalPartition``: the Ray actor of one physical-partition replica.
 
-A thin asynchronous shell around the segmented ``Log`` and the pure ``ReplicaState``:
-it turns requests into core calls, does the disk and network work the core decided on,
-and wakes waiters when the high watermark or the log end offset moves.
+A thin asynchronous shell around ``PhysicalReplica`` (``physical.physical_replica``: the log,
+the pure ``ReplicaState`` and every follow-up of its ``Ready``), which the simulator drives too.
+The actor turns Ray and stream calls into its calls, runs the background tasks (following,
+ticks, flushes, checkpoints, retention), and does what its ``Ready`` leaves to a driver:
+long polls woken (``ChangeSignal``), early batches held (``SequenceGate``), ISR changes handed
+to its etcd side (``physical.replica_metadata``: the ISR compare-and-swap, the liveness key
+and the read nodes' feed positions).
 
 * Leader: ``produce`` checks the batch CRC, asks the core for the base offset, stamps the
   batch, appends it and, for acks=all, waits until the high watermark passes it.
@@ -33,20 +37,13 @@ and wakes waiters when the high watermark or the log end offset moves.
   holds everything); when etcd does not answer, the pass is skipped, since an unknown floor
   must not delete unfed data. Past ``unfed_hold_ms_max`` unfed segments go anyway and the
   offsets are logged as an error (read nodes report them to consumers).
-* Liveness: the replica keeps a key under its own etcd lease (``keys.replica_liveness``),
-  refreshed every third of ``replica_lease_ttl_s`` by a ``LeaseTask`` (written again under a new
-  lease after an etcd outage expired it); when the actor dies the key expires and the
-  controller notices. While etcd is unreachable the data path goes on regardless.
-* ISR changes are written to the partition's etcd key by compare-and-swap (only while the
-  key still names this replica as leader of this epoch), with the eligible leader replicas
-  they imply (``PartitionState.with_isr``), before the core may count the new
-  ISR (``ReplicaState.isr_committed``); a leader fenced by a newer epoch acknowledges nothing.
-  One write is in flight at a time (``InSyncRecorder``, which writes a read node's RISRs too).
+* Liveness and ISR changes in etcd: ``physical.replica_metadata``. While etcd is unreachable
+  the data path goes on regardless.
 
 Damaged data on disk (bit rot in a segment that recovery trusted) is caught by the read
 path, which checks every batch's CRC (``Segment.read``). A damaged batch is never served,
 to followers or to readers: the fetch fails with ``CorruptRecord`` naming the file and
-byte position, and the actor logs it as an error. A reader (the feeder) then reads from
+byte position, and the replica logs it as an error (``physical_replica``). A reader (the feeder) then reads from
 another in-sync replica. Followers cannot help a leader whose own copy is damaged below
 its HW: it keeps refusing until an operator moves leadership away (stop the replica, and
 the controller elects another ISR member) and removes the damaged replica's directory so
@@ -56,8 +53,6 @@ log (a truncation or append that raises ``CorruptRecord``): it logs, backs off a
 again rather than stop following.
 
 The actor never decodes a record: per-message work belongs to clients and feeders.
-The replica directory (the log, the leader-epoch and high-watermark checkpoints) is a
-``ReplicaStorage`` (``log.replica_storage``), as every replica's is.
 """
 
 from __future__ import annotations
@@ -65,31 +60,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
 import ray
 
-from mafka4.batch_frame import check_producer_batch, stamp
+from mafka4.batch_frame import check_producer_batch
 from mafka4.clocks import wall_ms, wall_ms_fine
-from mafka4.errors import CoordinatorUnavailable, CorruptRecord, DiskFull, NotLeader, RequestTimedOut
+from mafka4.errors import CoordinatorUnavailable, CorruptRecord, RequestTimedOut
 from mafka4.faults import FaultGate
-from mafka4.limits import (HIGH_WATERMARK_CHECKPOINT_INTERVAL_S, IN_SYNC_WRITE_BACKOFF_S, ISR_WRITE_ATTEMPTS_MAX,
-                           PRODUCE_TIMEOUT_MS_DEFAULT, Acks, LogConfig, ReadMode, ReplicaConfig)
+from mafka4.limits import (HIGH_WATERMARK_CHECKPOINT_INTERVAL_S, PRODUCE_TIMEOUT_MS_DEFAULT, Acks, LogConfig, ReadMode,
+                           ReplicaConfig)
 from mafka4.log.log import Log, RetentionResult
-from mafka4.log.log_dir_budget import LogDirBudget, is_disk_full
-from mafka4.log.read_loss import feed_position_from_json, retention_floor
-from mafka4.log.replica_storage import ReplicaStorage
+from mafka4.log.log_dir_budget import LogDirBudget
+from mafka4.log.read_loss import retention_floor
 from mafka4.long_poll import ChangeSignal
-from mafka4.metadata import keys
-from mafka4.metadata.in_sync_recorder import InSyncRecorder
-from mafka4.metadata.lease_holder import LeaseHolder, LeaseTask
-from mafka4.metadata.store import MetadataStore
 from mafka4.partition_gate import GatedHandle, NetworkFault, PartitionGate
-from mafka4.physical.follower import apply_leader_answer
-from mafka4.physical.partition_state import PartitionState
-from mafka4.physical.replica import ReplicaState, Role
+from mafka4.physical.physical_replica import PhysicalReplica
+from mafka4.physical.replica import AppendPlan, Ready, Role
+from mafka4.physical.replica_metadata import ReplicaMetadata
 from mafka4.physical.sequencer import SequenceGate
 from mafka4.stage_trace import StageTrace
 from mafka4.transport.ray_names import NAMESPACE, replica_actor_name
@@ -165,38 +154,6 @@ async def retention_pass(log: Log, spec: ReplicaSpec, read_feed_positions: Calla
     return result
 
 
-class _Waiters:
-    """Producers waiting for the high watermark, in offset order (appends are ordered)."""
-
-    def __init__(self):
-        self._queue: deque[tuple[int, int, asyncio.Future]] = deque()
-
-    def add(self, next_offset: int, leader_epoch: int) -> asyncio.Future:
-        future = asyncio.get_running_loop().create_future()
-        self._queue.append((next_offset, leader_epoch, future))
-        return future
-
-    def release(self, state: ReplicaState) -> None:
-        while self._queue:
-            next_offset, leader_epoch, future = self._queue[0]
-            if future.done():
-                self._queue.popleft()
-                continue
-            try:
-                if not state.ack_ready(next_offset, leader_epoch):
-                    return
-                future.set_result(None)
-            except Exception as error:  # NotEnoughReplicas after append, NotLeader: the producer retries
-                future.set_exception(error)
-            self._queue.popleft()
-
-    def fail_all(self, error: Exception) -> None:
-        while self._queue:
-            _, _, future = self._queue.popleft()
-            if not future.done():
-                future.set_exception(error)
-
-
 @ray.remote(num_cpus=0)
 class PhysicalPartition:
     def __init__(self, spec: ReplicaSpec):
@@ -205,16 +162,12 @@ class PhysicalPartition:
         self._budget = LogDirBudget(os.path.dirname(os.path.normpath(spec.directory)))
         # The flush timer fsyncs on a worker thread: on the event loop each fsync (5-30 ms) held
         # up every produce and fetch of the replica (log.pending_flush).
-        self._storage = ReplicaStorage(spec.directory, spec.log_config, wall_ms(), self._budget,
-                                       flushes_in_background=True)
-        self._log = self._storage.log
-        self._state = ReplicaState(
-            spec.replica_id, spec.partition_name, spec.replica_config,
-            self._log.log_end_offset, self._storage.recovered_high_watermark(),
-            self._storage.recovered_epochs(), self._storage.recovered_producers(spec.replica_config),
-        )
-        self._waiters = _Waiters()
-        self._sequence_gate = SequenceGate(self._state.producers.next_sequence)
+        self._replica = PhysicalReplica(spec.replica_id, spec.partition_name, spec.directory, spec.log_config,
+                                        spec.replica_config, wall_ms(), self._on_ready, self._budget,
+                                        flushes_in_background=True)
+        self._state = self._replica.state  # read-only here: every change goes through the replica
+        self._log = self._replica.log
+        self._sequence_gate = SequenceGate(self._replica.is_early)
         self._changes = ChangeSignal()  # long-polling fetches, followers' and consumers'
         self._tasks: list[asyncio.Task] = []
         self._follow_task: asyncio.Task | None = None
@@ -223,34 +176,37 @@ class PhysicalPartition:
         # What other processes call over a stream instead of through Ray (started when first asked).
         self._stream_server = StreamServer(self, STREAM_METHODS, f"replica {spec.replica_id} of {spec.partition_name}")
         self._closed = False
-        self._store: MetadataStore | None = None
-        self._liveness: LeaseTask | None = None
-        self._isr_recorder = InSyncRecorder(
-            spec.partition_name, "ISR", spec.replica_id, self._isr_to_record, self._write_isr, self._isr_recorded,
-            IN_SYNC_WRITE_BACKOFF_S)
+        self._metadata = ReplicaMetadata(spec.cluster, spec.topic, spec.partition, spec.replica_id, spec.etcd_endpoint,
+                                         spec.replica_config, self._replica.isr_to_write, self._replica.isr_written)
         self._fault = FaultGate()
         self._partition_gate = PartitionGate(spec.replica_id)  # replicas are named by their node
         self._stage_trace: StageTrace | None = None
 
+    def _on_ready(self, ready: Ready) -> None:
+        """What the replica leaves to its driver (``physical_replica``); it answers waiters itself."""
+        if ready.write_isr is not None:
+            self._metadata.isr_changed()
+        if ready.sequence_advanced:
+            self._sequence_gate.batch_appended()
+        if ready.wake:
+            self._changes.notify()
+
     # --- role changes -------------------------------------------------------------------
 
     async def become_leader(self, leader_epoch: int, replicas: list[str], isr: list[str]) -> dict:
-        if self._state.role is Role.LEADER and self._state.leader_epoch == leader_epoch:
+        if self._state.leads(leader_epoch):
             return self._state.describe()  # a repeated notice: the controller announces roles again after a failover
         already_ticking = self._state.role is Role.LEADER  # a new epoch of the same leader keeps its tick task
         self._stop_following()
-        self._state.become_leader(leader_epoch, replicas, isr, wall_ms())
-        self._storage.save_epochs(self._state.epochs)
+        self._replica.become_leader(leader_epoch, replicas, isr, wall_ms())
         self._start_background(None if already_ticking else self._leader_ticks())
-        self._wake()
         return self._state.describe()
 
     async def become_follower(self, leader_epoch: int, leader_id: str) -> dict:
         if (self._state.role is Role.FOLLOWER and self._state.leader_epoch == leader_epoch
                 and self._state.leader_id == leader_id and self._follow_task is not None and not self._follow_task.done()):
             return self._state.describe()  # a repeated notice: keep the fetch in flight
-        self._state.become_follower(leader_epoch, leader_id)
-        self._waiters.fail_all(NotLeader(f"{self._spec.partition_name}: {self._spec.replica_id} is now a follower of {leader_id}"))
+        self._replica.become_follower(leader_epoch, leader_id)
         self._stop_following()
         leader_actor = ray.get_actor(
             replica_actor_name(self._spec.cluster, self._spec.topic, self._spec.partition, leader_id), namespace=NAMESPACE)
@@ -265,11 +221,7 @@ class PhysicalPartition:
             loop = asyncio.get_running_loop()
             self._tasks = [loop.create_task(self._flush_periodically()), loop.create_task(self._retain_periodically()),
                            loop.create_task(self._checkpoint_high_watermark())]
-            self._liveness = LeaseTask(LeaseHolder(
-                self._metadata_store(), self._spec.replica_config.replica_lease_ttl_s,
-                f"{self._spec.partition_name}: liveness of replica {self._spec.replica_id}",
-                on_granted=self._write_liveness, regrant=True, keys=[self._liveness_key()]))
-            self._liveness.start()
+            self._metadata.start_liveness()
         if role_task is not None:
             self._tasks.append(asyncio.get_running_loop().create_task(role_task))
 
@@ -281,11 +233,6 @@ class PhysicalPartition:
             self._leader_stream.close()
             self._leader_stream = None
 
-    def _wake(self) -> None:
-        """Wake long-polling fetches and release producers whose batches are committed."""
-        self._waiters.release(self._state)
-        self._changes.notify()
-
     # --- leader: produce ----------------------------------------------------------------
 
     async def produce(self, batch: bytes, acks: Acks = Acks.ALL, timeout_ms: int = PRODUCE_TIMEOUT_MS_DEFAULT) -> int:
@@ -294,40 +241,27 @@ class PhysicalPartition:
         received_ms = wall_ms_fine() if trace is not None else 0.0
         header = check_producer_batch(batch)  # sources and reserved bits refused (records)
         await self._sequence_gate.wait_turn(header, self._spec.replica_config.sequence_wait_ms_max)
-        now_ms = wall_ms()
-        plan = self._state.plan_append(header, acks, now_ms)
-        if not plan.duplicate:
-            # A large batch arrives over the stream as a bytearray of its own (``runtime.stream_frames``),
-            # and an actor's arguments are always the call's own copy: stamped where it lies.
-            stamped = batch if type(batch) is bytearray else bytearray(batch)
-            stamp(stamped, plan.base_offset, plan.leader_epoch)
-            try:
-                header = self._log.append(stamped, now_ms, check_crc=False)  # checked on receipt, above
-            except OSError as error:
-                if not is_disk_full(error):
-                    raise
-                raise DiskFull(f"{self._spec.partition_name}: replica {self._spec.replica_id} cannot append "
-                               f"({error.strerror}: {error.filename}); nothing of the batch was written. The producer "
-                               f"retries; free space on the node or raise its log_dir_bytes_max") from None
-            self._state.appended(header, now_ms)
-            self._sequence_gate.batch_appended()
-            self._wake()
+        # A large batch arrives over the stream as a bytearray of its own (``runtime.stream_frames``),
+        # and an actor's arguments are always the call's own copy: the replica stamps it where it lies.
+        plan = self._replica.append(header, batch, acks, wall_ms())
         appended_ms = wall_ms_fine() if trace is not None else 0.0
         if acks is Acks.ALL:
-            await self._committed(plan.next_offset, plan.leader_epoch, timeout_ms)
+            await self._committed(plan, timeout_ms)
         if trace is not None and not plan.duplicate:
             trace.record((plan.base_offset, plan.next_offset, received_ms, appended_ms, wall_ms_fine()))
         return plan.base_offset
 
-    async def _committed(self, next_offset: int, leader_epoch: int, timeout_ms: int) -> None:
-        if self._state.ack_ready(next_offset, leader_epoch):
-            return
+    async def _committed(self, plan: AppendPlan, timeout_ms: int) -> None:
+        committed = asyncio.get_running_loop().create_future()
+        self._replica.wait_for_commit(plan, committed)
+        if committed.done():  # committed already, or refused: no need to yield to the loop
+            return committed.result()
         try:
-            await asyncio.wait_for(self._waiters.add(next_offset, leader_epoch), timeout_ms / 1000)
+            await asyncio.wait_for(committed, timeout_ms / 1000)
         except asyncio.TimeoutError:
             raise RequestTimedOut(
                 f"{self._spec.partition_name}: the ISR {sorted(self._state.isr)} did not replicate offset "
-                f"{next_offset - 1} within {timeout_ms} ms; the producer retries (idempotently)"
+                f"{plan.next_offset - 1} within {timeout_ms} ms; the producer retries (idempotently)"
             ) from None
 
     # --- leader: serve followers --------------------------------------------------------
@@ -335,36 +269,19 @@ class PhysicalPartition:
     async def replica_fetch(self, follower_id: str, follower_epoch: int, fetch_offset: int, last_fetched_epoch: int,
                             bytes_max: int, wait_ms_max: int) -> ReplicaFetchResult:
         await self._fault.replication()
-        self._state.check_epoch(follower_epoch)  # a follower of another epoch is fenced or must wait
         high_watermark_before = self._state.high_watermark
-        decision = self._state.on_follower_fetch(follower_id, fetch_offset, last_fetched_epoch, wall_ms())
-        if decision.isr_changed:
-            self._isr_recorder.changed()
-        # Only a moved HW releases anyone (producers, HW-bound readers). Waking on every fetch
-        # would make two idle followers end each other's long polls in a busy loop.
-        moved_high_watermark = decision.high_watermark != high_watermark_before
-        if decision.isr_changed or moved_high_watermark:
-            self._wake()
+        decision = self._replica.answer_follower(follower_id, follower_epoch, fetch_offset, last_fetched_epoch,
+                                                 wall_ms())
         if decision.diverging is not None:
             return ReplicaFetchResult(b"", self._state.high_watermark, decision.diverging)
         # The fetch that moved the HW returns at once, so its follower learns the new HW now (and
         # can serve it to read nodes) rather than with the next batch, as KIP-392 has Kafka do.
-        # Others parked here were woken above. No loop: the follower's next fetch moves nothing.
+        # Others parked here were woken by the replica. No loop: the follower's next fetch moves nothing.
+        moved_high_watermark = decision.high_watermark != high_watermark_before
         if fetch_offset >= self._log.log_end_offset and wait_ms_max > 0 and not moved_high_watermark:
             await self._changes.next_change(wait_ms_max / 1000)
-        data = self._read_own_log(fetch_offset, bytes_max) if fetch_offset < self._log.log_end_offset else b""
-        return ReplicaFetchResult(data, self._state.high_watermark, None)
-
-    def _read_own_log(self, offset: int, bytes_max: int, end_offset: int | None = None) -> bytes:
-        """``Log.read``, with damage on disk logged as an error before the caller hears of it."""
-        try:
-            return self._log.read(offset, bytes_max, end_offset)
-        except CorruptRecord as error:
-            logger.error("%s: replica %s (%s) refuses to serve offset %d: %s", self._spec.partition_name,
-                         self._spec.replica_id, self._state.role.value, offset, error)
-            raise CorruptRecord(
-                f"replica {self._spec.replica_id} of partition {self._spec.partition_name} cannot serve offset "
-                f"{offset}: {error.message}") from None
+        return ReplicaFetchResult(self._replica.read_for_follower(fetch_offset, bytes_max), self._state.high_watermark,
+                                  None)
 
     async def _wait_for_high_watermark(self, offset: int, wait_ms_max: int) -> None:
         """Park until the HW passes ``offset``, the role changes or ``wait_ms_max`` ends. Appends
@@ -379,44 +296,7 @@ class PhysicalPartition:
         interval_s = min(self._spec.replica_config.replica_lag_ms_max / 2000, 1.0)
         while self._state.role is Role.LEADER:
             await asyncio.sleep(interval_s)
-            if self._state.tick(wall_ms()):
-                self._isr_recorder.changed()
-            self._wake()
-
-    # --- leader: ISR in the coordinator -------------------------------------------------
-
-    def _isr_to_record(self) -> tuple[frozenset[str], int] | None:
-        """The ISR and epoch the ``InSyncRecorder`` writes next; None when this replica no longer leads."""
-        if self._state.role is not Role.LEADER or self._closed:
-            return None
-        return self._state.isr, self._state.leader_epoch
-
-    def _isr_recorded(self, isr: tuple[str, ...], leader_epoch: int) -> None:
-        # Deposed while the write was out: the ISR belongs to an epoch this replica no longer leads.
-        if self._state.role is Role.LEADER and self._state.leader_epoch == leader_epoch:
-            self._state.isr_committed(isr)
-            self._wake()
-
-    def _metadata_store(self) -> MetadataStore:
-        if self._store is None:
-            self._store = MetadataStore(self._spec.etcd_endpoint)
-        return self._store
-
-    def _write_isr(self, isr: tuple[str, ...], leader_epoch: int) -> bool:
-        """CAS the ISR (and the ELR it implies) into the partition key if it still names this leader and epoch."""
-        self._metadata_store()
-        key = keys.physical_partition(self._spec.cluster, self._spec.topic, self._spec.partition)
-        for _ in range(ISR_WRITE_ATTEMPTS_MAX):
-            current = self._store.get(key)
-            if current is None:
-                return False  # the topic was deleted
-            state = PartitionState.from_json(self._spec.partition, current.value)
-            if state.leader != self._spec.replica_id or state.leader_epoch != leader_epoch:
-                return False
-            new_state = state.with_isr(isr, self._spec.replica_config.min_insync_replicas)
-            if new_state == state or self._store.compare_and_swap(key, {**current.value, **new_state.to_json()}, current.mod_revision):
-                return True
-        raise CoordinatorUnavailable(f"ISR write for {self._spec.partition_name} kept conflicting; retrying")
+            self._replica.tick(wall_ms())
 
     # --- follower -----------------------------------------------------------------------
 
@@ -439,16 +319,11 @@ class PhysicalPartition:
                 await asyncio.sleep(config.fetch_backoff_ms / 1000)
                 continue
             try:
-                self._apply_fetch(result)
+                self._replica.apply_leader_answer(result.diverging, result.data, result.high_watermark, wall_ms())
             except (CorruptRecord, OSError) as error:  # its own log is damaged (or the data was), or its disk full
                 logger.error("%s: replica %s could not apply a fetch from the leader: %s",
                              self._spec.partition_name, self._spec.replica_id, error)
                 await asyncio.sleep(config.fetch_backoff_ms / 1000)
-
-    def _apply_fetch(self, result: ReplicaFetchResult) -> None:
-        apply_leader_answer(self._state, self._storage, result.diverging, result.data, result.high_watermark, wall_ms())
-        if result.diverging is None:  # a truncation moves nothing a parked fetch waits for
-            self._wake()
 
     # --- consumers ----------------------------------------------------------------------
 
@@ -459,13 +334,12 @@ class PhysicalPartition:
         (committed data, possibly a little behind the leader's).
         """
         await self._fault.serving()
-        if self._state.role is not Role.LEADER and not (from_follower and self._state.role is Role.FOLLOWER):
-            raise NotLeader(f"{self._spec.partition_name}: {self._spec.replica_id} is not the leader (leader: {self._state.leader_id})")
+        self._replica.check_serving(from_follower)
         if offset >= self._state.high_watermark and wait_ms_max > 0:
             await self._wait_for_high_watermark(offset, wait_ms_max)
             if self._closed:  # stopped during the long poll (topic deleted, replica moved): nothing new
                 return FetchResult(b"", self._state.high_watermark, self._log.log_start_offset, offset)
-        data = self._read_own_log(offset, bytes_max, end_offset=self._state.high_watermark)
+        data = self._replica.read_committed(offset, bytes_max)
         return FetchResult(data, self._state.high_watermark, self._log.log_start_offset, self._log.log_end_offset)
 
     async def list_offsets(self) -> tuple[int, int]:
@@ -476,48 +350,35 @@ class PhysicalPartition:
         return self._log.offset_for_timestamp(timestamp_ms, end_offset=self._state.high_watermark)
 
     async def describe(self) -> dict:
-        return {**self._state.describe(), "log_start_offset": self._log.log_start_offset,
-                "log_end_offset": self._log.log_end_offset, "size_bytes": self._log.size_bytes,
-                "replica_id": self._spec.replica_id, "pid": os.getpid()}
+        return {**self._replica.describe(), "replica_id": self._spec.replica_id, "pid": os.getpid()}
 
     # --- housekeeping -------------------------------------------------------------------
-
-    def _liveness_key(self) -> str:
-        return keys.replica_liveness(self._spec.cluster, self._spec.topic, self._spec.partition, self._spec.replica_id)
-
-    def _write_liveness(self, lease) -> None:
-        value = {"replica_id": self._spec.replica_id, "pid": os.getpid()}
-        self._metadata_store().put(self._liveness_key(), value, lease=lease)
 
     async def _flush_periodically(self) -> None:
         flush_interval_ms = self._spec.log_config.flush_interval_ms
         interval_s = min((flush_interval_ms or 1000) / 1000, 1.0)
         while not self._closed:
             await asyncio.sleep(interval_s)
-            pending = self._log.start_flush(wall_ms())
+            pending = self._replica.start_flush(wall_ms())
             if pending is not None:
                 await asyncio.to_thread(pending.run)
-                self._log.finish_flush(pending)
+                self._replica.finish_flush(pending)
 
     async def _retain_periodically(self) -> None:
         # A loop of its own: reading feed positions waits for etcd, and the flush timer must not.
         while not self._closed:
             await asyncio.sleep(self._spec.log_config.retention_check_interval_ms / 1000)
-            await retention_pass(self._log, self._spec, self._read_feed_positions, wall_ms())
-
-    def _read_feed_positions(self) -> list[int]:
-        prefix = keys.feed_positions_prefix(self._spec.cluster, self._spec.topic, self._spec.partition)
-        return [feed_position_from_json(item.value) for item in self._metadata_store().get_prefix(prefix)]
+            await retention_pass(self._log, self._spec, self._metadata.read_feed_positions, wall_ms())
 
     async def _checkpoint_high_watermark(self) -> None:
         # Written and fsynced on a worker thread, as the log's flush: the checkpoint's fsync took
         # up to 37 ms here (it waits for the file system's journal), and on the loop every produce
-        # and fetch waited. Renamed into place here, and only while open (ReplicaStorage).
+        # and fetch waited. Renamed into place here, and only while open (PhysicalReplica).
         while not self._closed:
             await asyncio.sleep(HIGH_WATERMARK_CHECKPOINT_INTERVAL_S)
-            staged = await asyncio.to_thread(self._storage.stage_high_watermark, self._state.high_watermark)
-            if staged is not None and not self._closed:
-                self._storage.commit_high_watermark(staged)
+            staged = await asyncio.to_thread(self._replica.stage_high_watermark, self._state.high_watermark)
+            if staged is not None:
+                self._replica.commit_high_watermark(staged)
 
     async def close(self, delete_data: bool = False) -> None:
         """Stop background work and close the log; with ``delete_data`` remove the directory."""
@@ -526,13 +387,8 @@ class PhysicalPartition:
         self._stream_server.close()
         for task in self._tasks:
             task.cancel()
-        self._isr_recorder.close()
-        self._waiters.fail_all(NotLeader(f"{self._spec.partition_name}: replica {self._spec.replica_id} is shutting down"))
-        self._storage.close(delete_data)
-        if self._liveness is not None:
-            self._liveness.close()
-        if self._store is not None:
-            self._store.close()
+        self._replica.close(delete_data)
+        self._metadata.close()
 
     async def ping(self) -> str:
         return self._spec.replica_id

@@ -1,7 +1,11 @@
 """The replica core of one physical partition: roles, offsets, ISR, high watermark, epochs.
 
-``ReplicaState`` is pure (no I/O, no clock): the ``PhysicalPartition`` actor calls it with
-requests and ``now_ms`` and carries out its decisions on the log and the coordinator. It owns:
+``ReplicaState`` is pure (no I/O, no clock). Its shell is ``physical.physical_replica.PhysicalReplica``,
+driven by the ``PhysicalPartition`` actor and, unchanged, by the simulator
+(``simulations.dst.physical``). Inputs are plain values and ``now_ms``; every call that changes
+something the shell must act on returns a ``Ready`` (etcd/raft's name, as the VP core's
+``virtual.replica_core.Ready``): what to persist, what to tell the coordinator, whom to wake.
+It owns:
 
 * the role (``Role.LEADER`` or ``Role.FOLLOWER``) and the ``leader_epoch`` that fences stale
   leaders and stale requests (``check_epoch``, ``StaleEpoch``);
@@ -15,11 +19,16 @@ their last batch; ``on_follower_fetch`` either answers "diverging" (the follower
 ``truncation_offset``/``truncated``, and fetches again) or records the follower's LEO,
 expands the ISR and advances the HW. ``tick`` shrinks the ISR.
 
-ISR changes and the coordinator (Kafka KIP-497's "maximal ISR"). A change reported by
-``tick`` / ``FetchDecision.isr_changed`` must be written to the coordinator, which elects the
-next leader from its copy of the ISR. The HW is bounded by every member of any ISR the
-coordinator may hold: the current ISR, the last confirmed one (``isr_committed``) and every
-follower removed since that confirmation. The last set matters when a write's answer is
+Follower protocol. The leader's answer comes back through ``truncation_offset`` and, once the
+shell cut its log there, ``truncated`` (the log first: a cut that fails leaves the core and the
+log agreeing, and the next fetch asks again), or through ``follower_appended`` for each fetched
+batch and ``follower_high_watermark``.
+
+ISR changes and the coordinator (Kafka KIP-497's "maximal ISR"). A change (``Ready.write_isr``,
+from ``tick`` or a follower fetch) must be written to the coordinator, which elects the next
+leader from its copy of the ISR; ``isr_committed`` reports the write. The HW is bounded by
+every member of any ISR the coordinator may hold: the current ISR, the last confirmed one
+(``isr_committed``) and every follower removed since that confirmation. The last set matters when a write's answer is
 lost: a follower added by that write (which may well be in etcd) and removed again before
 any later write is confirmed is in neither of the other two, yet the coordinator could
 elect it. Otherwise this leader could acknowledge a batch that follower lacks. A stale
@@ -71,6 +80,37 @@ class Role(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class Ready:
+    """What the shell does after a core call, in field order; ``Ready()`` is "nothing"."""
+
+    # Rewrite the leader-epoch checkpoint (``log.replica_storage.EPOCH_CHECKPOINT``).
+    save_epochs: bool = False
+    # Record this ISR in the coordinator (compare-and-swap on the partition key, only while it
+    # names this replica as leader of this epoch, with the ELR it implies), then call
+    # ``isr_committed``. The writer sends the ISR of the moment it writes.
+    write_isr: tuple[str, ...] | None = None
+    # A producer's next expected sequence moved (a batch was appended): batches that wait for
+    # their turn (``sequencer``) look again.
+    sequence_advanced: bool = False
+    # acks=all waiters may be answered now (committed, or refused) and long-polling fetches
+    # (followers', consumers') may have an answer.
+    wake: bool = False
+
+    def __or__(self, other: "Ready") -> "Ready":
+        if other is NOTHING:  # the common case on a follower's path, which combines one per batch
+            return self
+        return Ready(
+            save_epochs=self.save_epochs or other.save_epochs,
+            write_isr=other.write_isr if other.write_isr is not None else self.write_isr,
+            sequence_advanced=self.sequence_advanced or other.sequence_advanced,
+            wake=self.wake or other.wake,
+        )
+
+
+NOTHING = Ready()
+
+
+@dataclass(frozen=True, slots=True)
 class AppendPlan:
     """What the leader does with a produced batch."""
 
@@ -92,8 +132,8 @@ class FetchDecision:
     # with these, truncate, and fetch again; no data is sent. None: send data from the offset.
     diverging: tuple[int, int] | None
     high_watermark: int
-    # The ISR changed: write it to the coordinator, then call isr_committed.
-    isr_changed: bool = False
+    # What the leader's shell does: write a changed ISR, wake waiters if the ISR or the HW moved.
+    ready: Ready = NOTHING
 
 
 @dataclass(slots=True)
@@ -181,6 +221,10 @@ class ReplicaState:
     def replicas(self) -> tuple[str, ...]:
         return self._replicas
 
+    def leads(self, leader_epoch: int) -> bool:
+        """True if this replica is the leader of ``leader_epoch``."""
+        return self._role is Role.LEADER and leader_epoch == self._leader_epoch
+
     @property
     def last_fetched_epoch(self) -> int:
         """Epoch of the last batch in this log: what a follower sends with each fetch."""
@@ -210,15 +254,15 @@ class ReplicaState:
 
     # --- role changes --------------------------------------------------------------------
 
-    def become_leader(self, leader_epoch: int, replicas: Sequence[str], isr: Sequence[str], now_ms: int) -> None:
+    def become_leader(self, leader_epoch: int, replicas: Sequence[str], isr: Sequence[str], now_ms: int) -> Ready:
         """Take office in ``leader_epoch`` with the coordinator's replicas and ISR.
 
         Repeating the call for the epoch this replica already leads is a no-op (the
         coordinator's notice can arrive twice). ISR followers get ``now_ms`` as their last
         caught-up time so they are not shrunk before they had a chance to fetch.
         """
-        if self._role is Role.LEADER and leader_epoch == self._leader_epoch:
-            return
+        if self.leads(leader_epoch):
+            return NOTHING
         if leader_epoch <= self._leader_epoch:
             raise StaleEpoch(
                 f"replica {self.replica_id} of partition {self.partition_name} cannot lead epoch "
@@ -245,13 +289,18 @@ class ReplicaState:
         self._epoch_start_offset = self._log_end_offset
         self._advance_high_watermark()
         self._check_invariants()
+        return Ready(save_epochs=True, wake=True)
 
-    def become_follower(self, leader_epoch: int, leader_id: str) -> None:
-        """Follow ``leader_id`` in ``leader_epoch``; a no-op if that is already the case."""
+    def become_follower(self, leader_epoch: int, leader_id: str) -> Ready:
+        """Follow ``leader_id`` in ``leader_epoch``; a no-op if that is already the case.
+
+        The wake fails a former leader's acks=all waiters (``ack_ready`` raises ``NotLeader``:
+        the producer retries on the new leader) and ends its long polls.
+        """
         assert leader_id != self.replica_id, "use become_leader for this replica"
         if leader_epoch == self._leader_epoch and self._role is Role.FOLLOWER and self._leader_id in (None, leader_id):
             self._leader_id = leader_id
-            return
+            return NOTHING
         if leader_epoch <= self._leader_epoch:
             raise StaleEpoch(
                 f"replica {self.replica_id} of partition {self.partition_name} is at epoch "
@@ -266,6 +315,7 @@ class ReplicaState:
         self._removed_unconfirmed = frozenset()
         self._followers = {}
         self._check_invariants()
+        return Ready(wake=True)
 
     def check_epoch(self, request_epoch: int | None) -> None:
         """Fence a request by the leader epoch it carries (None: the sender does not care).
@@ -305,7 +355,7 @@ class ReplicaState:
         base_offset = self._log_end_offset
         return AppendPlan(False, base_offset, self._leader_epoch, base_offset + header.count)
 
-    def appended(self, header: BatchHeader, now_ms: int) -> None:
+    def appended(self, header: BatchHeader, now_ms: int) -> Ready:
         """The stamped batch is in the leader's log."""
         assert self._role is Role.LEADER, "appended() on a follower"
         assert header.base_offset == self._log_end_offset, (header.base_offset, self._log_end_offset)
@@ -314,6 +364,8 @@ class ReplicaState:
         self.producers.record(header)
         self._advance_high_watermark()
         self._check_invariants()
+        # Followers parked at the old log end fetch the batch; a lone leader's HW may have moved.
+        return Ready(sequence_advanced=True, wake=True)
 
     def ack_ready(self, next_offset: int, leader_epoch: int | None = None) -> bool:
         """acks=all completion: True once every ISR member has offsets below ``next_offset``.
@@ -358,33 +410,45 @@ class ReplicaState:
         assert fetch_offset >= 0, fetch_offset
         diverging = self._divergence(fetch_offset, last_fetched_epoch)
         if diverging is not None:
-            return FetchDecision(diverging, self._high_watermark, False)
+            return FetchDecision(diverging, self._high_watermark)
+        high_watermark_before = self._high_watermark
         self._update_caught_up(progress, fetch_offset, now_ms)
         progress.log_end_offset = fetch_offset
         isr_changed = self._update_isr_membership(follower_id, progress, now_ms)
         self._advance_high_watermark()
         self._check_invariants()
-        return FetchDecision(None, self._high_watermark, isr_changed)
+        # Only a changed ISR or a moved HW wakes anyone (producers, HW-bound readers): waking on
+        # every fetch would make two idle followers end each other's long polls in a busy loop.
+        ready = Ready(write_isr=self._isr_to_write() if isr_changed else None,
+                      wake=isr_changed or self._high_watermark != high_watermark_before)
+        return FetchDecision(None, self._high_watermark, ready)
 
-    def tick(self, now_ms: int) -> bool:
-        """Shrink the ISR by followers not caught up for over ``replica_lag_ms_max``."""
+    def tick(self, now_ms: int) -> Ready:
+        """Shrink the ISR by followers not caught up for over ``replica_lag_ms_max`` (leader only).
+
+        Every leader tick wakes, whether the ISR shrank or not: it ends followers' long polls, so
+        an idle follower fetches again (and shows it is caught up) at least once a tick, even
+        when its fetches may park longer than ``replica_lag_ms_max``.
+        """
         if self._role is not Role.LEADER:
-            return False
+            return NOTHING
         lagging = frozenset(
             follower_id
             for follower_id in self._isr
             if follower_id != self.replica_id and self._is_lagging(self._followers[follower_id], now_ms)
         )
         if not lagging:
-            return False
+            return Ready(wake=True)
         self._remove_from_isr(lagging)
         self._advance_high_watermark()
         self._check_invariants()
-        return True
+        return Ready(write_isr=self._isr_to_write(), wake=True)
 
-    def isr_committed(self, isr: Iterable[str]) -> None:
-        """The coordinator now holds ``isr`` for this partition and this leader's epoch."""
-        self._require_leader()
+    def isr_committed(self, isr: Iterable[str], leader_epoch: int) -> Ready:
+        """The coordinator now holds ``isr`` for this partition and ``leader_epoch``; nothing
+        changes if this replica no longer leads that epoch (deposed while the write was out)."""
+        if not self.leads(leader_epoch):
+            return NOTHING
         isr_set = frozenset(isr)
         assert isr_set <= set(self._replicas), (isr_set, self._replicas)
         self._committed_isr = isr_set
@@ -393,6 +457,7 @@ class ReplicaState:
         self._removed_unconfirmed = frozenset()
         self._advance_high_watermark()
         self._check_invariants()
+        return Ready(wake=True)
 
     # --- follower ------------------------------------------------------------------------
 
@@ -416,7 +481,7 @@ class ReplicaState:
             return min(leader_end_offset, own_end, self._log_end_offset)
         return min(own_end, self._log_end_offset)
 
-    def truncated(self, offset: int) -> None:
+    def truncated(self, offset: int) -> Ready:
         """The log was truncated to ``offset``: forget epochs and producer batches past it.
 
         The HW follows down only if the leader made this replica cut committed data (a leader
@@ -429,8 +494,11 @@ class ReplicaState:
         self.producers.truncate_from(offset)
         self._high_watermark = min(self._high_watermark, offset)
         self._check_invariants()
+        # The cut may have removed epochs; the log is cut already, so after a crash in between
+        # recovery cuts the checkpointed epochs at the log end (``log.replica_storage``).
+        return Ready(save_epochs=True)
 
-    def follower_appended(self, header: BatchHeader) -> None:
+    def follower_appended(self, header: BatchHeader) -> Ready:
         """A batch fetched from the leader is in this log."""
         assert self._role is Role.FOLLOWER, "follower_appended() on the leader"
         assert header.base_offset == self._log_end_offset, (header.base_offset, self._log_end_offset)
@@ -438,16 +506,19 @@ class ReplicaState:
             f"batch epoch {header.leader_epoch} outside [{self.epochs.latest_epoch}, {self._leader_epoch}]: "
             f"the follower appended without truncating first"
         )
-        self.epochs.assign(header.leader_epoch, header.base_offset)
+        new_epoch = self.epochs.assign(header.leader_epoch, header.base_offset)
         self._log_end_offset = header.next_offset
         self.producers.record(header)
         self._check_invariants()
+        return Ready(save_epochs=True) if new_epoch else NOTHING
 
-    def follower_high_watermark(self, leader_high_watermark: int) -> None:
+    def follower_high_watermark(self, leader_high_watermark: int) -> Ready:
         """Learn the leader's HW from a fetch answer; never moves backwards."""
         assert self._role is Role.FOLLOWER, "follower_high_watermark() on the leader"
+        high_watermark_before = self._high_watermark
         self._high_watermark = max(self._high_watermark, min(leader_high_watermark, self._log_end_offset))
         self._check_invariants()
+        return Ready(wake=self._high_watermark != high_watermark_before)
 
     # --- internals -----------------------------------------------------------------------
 
@@ -458,6 +529,9 @@ class ReplicaState:
                 f"replica {self.replica_id} is not the leader of partition {self.partition_name} "
                 f"(leader: {leader}, epoch {self._leader_epoch}): refresh metadata and send to the leader"
             )
+
+    def _isr_to_write(self) -> tuple[str, ...]:
+        return tuple(sorted(self._isr))
 
     def _not_enough_replicas_message(self, outcome: str) -> str:
         return (

@@ -7,6 +7,10 @@ one. A producer pipelines several batches per partition, so the leader can see s
 batch waits here, bounded by ``sequence_wait_ms_max``, until its producer's next expected
 sequence is its own. A producer the leader does not know yet is expected to start at 0;
 whatever still waits when ``sequence_wait_ms_max`` runs out goes to the core, which refuses it.
+
+This is the actor's wait, on its event loop. Whether a batch is early is the replica shell's
+rule (``PhysicalReplica.is_early``), and so is when to look again (``Ready.sequence_advanced``,
+which the actor passes on as ``batch_appended``); the simulator waits on its timers instead.
 """
 
 from __future__ import annotations
@@ -14,19 +18,13 @@ from __future__ import annotations
 import asyncio
 from typing import Callable
 
-from mafka4.batch_frame import NO_PRODUCER_ID, BatchHeader
+from mafka4.batch_frame import BatchHeader
 
 
 class SequenceGate:
-    def __init__(self, next_sequence: Callable[[int], int | None]):
-        self._next_sequence = next_sequence
+    def __init__(self, is_early: Callable[[BatchHeader], bool]):
+        self._is_early = is_early
         self._appended = asyncio.Event()
-
-    def _is_early(self, header: BatchHeader) -> bool:
-        if header.producer_id == NO_PRODUCER_ID:
-            return False
-        expected = self._next_sequence(header.producer_id)
-        return header.base_sequence > (0 if expected is None else expected)
 
     async def wait_turn(self, header: BatchHeader, wait_ms_max: int) -> None:
         """Return once ``header`` is next for its producer, or when the wait runs out."""

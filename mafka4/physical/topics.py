@@ -2,14 +2,17 @@
 
 A topic is created in one transaction (its config key and every partition key), so a
 reader sees either the whole topic or none of it. Partition state changes are
-compare-and-swap on the partition key's ``mod_revision``. The values are
-``physical.partition_state``'s.
+compare-and-swap on the partition key's ``mod_revision``: the controller's elections, and a
+leader's ISR (``record_isr``, which writes only while the key names that leader and epoch).
+The values are ``physical.partition_state``'s.
 """
 
 from __future__ import annotations
 
-from mafka4.errors import TopicExists, UnknownTopic
-from mafka4.limits import TopicConfig
+from typing import Sequence
+
+from mafka4.errors import CoordinatorUnavailable, TopicExists, UnknownTopic
+from mafka4.limits import ISR_WRITE_ATTEMPTS_MAX, TopicConfig
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
 from mafka4.names import validate_topic_name
@@ -61,6 +64,27 @@ class TopicStore:
             key=lambda state: state.partition,
         )
         return TopicMetadata(name, config_from_json(config.value), tuple(partitions))
+
+    def record_isr(self, topic: str, partition: int, leader: str, leader_epoch: int, isr: Sequence[str],
+                   min_insync_replicas: int) -> bool:
+        """CAS ``isr``, with the ELR it implies (``PartitionState.with_isr``), into the partition key
+        if it still names ``leader`` at ``leader_epoch``.
+
+        False when it names another leader or epoch (the writer is fenced) or the topic is gone.
+        """
+        key = keys.physical_partition(self._cluster, topic, partition)
+        for _ in range(ISR_WRITE_ATTEMPTS_MAX):
+            current = self._store.get(key)
+            if current is None:
+                return False
+            state = PartitionState.from_json(partition, current.value)
+            if state.leader != leader or state.leader_epoch != leader_epoch:
+                return False
+            new_state = state.with_isr(isr, min_insync_replicas)
+            if new_state == state or self._store.compare_and_swap(
+                    key, {**current.value, **new_state.to_json()}, current.mod_revision):
+                return True
+        raise CoordinatorUnavailable(f"ISR write for {topic}-{partition} kept conflicting; retrying")
 
     def names(self) -> list[str]:
         found = (keys.topic_name_of(self._cluster, item.key) for item in self._store.get_prefix(keys.topics_prefix(self._cluster)))

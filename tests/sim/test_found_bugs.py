@@ -69,9 +69,9 @@ def test_a_member_of_an_unconfirmed_isr_write_keeps_bounding_the_high_watermark(
     leader.become_leader(1, ["r0", "r1"], ["r0"], 0)
     leader.appended(header(0, 1, producer_id=-1, base_sequence=-1, epoch=1), 0)
     decision = leader.on_follower_fetch("r1", 1, 1, 10)  # r1 caught up: the ISR grows to {r0, r1}
-    assert decision.isr_changed and leader.isr == {"r0", "r1"}
+    assert decision.ready.write_isr and leader.isr == {"r0", "r1"}
     # The actor writes {r0, r1} to etcd; the answer is lost (the write may have been applied).
-    assert leader.tick(200) and leader.isr == {"r0"}  # r1 went quiet: shrunk, not confirmed either
+    assert leader.tick(200).write_isr and leader.isr == {"r0"}  # r1 went quiet: shrunk, not confirmed either
     leader.appended(header(1, 1, producer_id=-1, base_sequence=-1, epoch=1), 200)
     # etcd may hold {r0, r1}: the controller could elect r1, which lacks offset 1.
     assert leader.high_watermark <= 1
@@ -113,10 +113,10 @@ def test_replicas_shrunk_out_below_min_isr_stay_electable_when_the_lone_leader_l
     leader.on_follower_fetch("w1", 2, 1, 0)
     leader.on_follower_fetch("w2", 2, 1, 0)
     assert leader.ack_ready(2), "acknowledged: on w0, w1 and w2"
-    assert leader.tick(200) and leader.isr == {"w0"}  # w1 and w2 went quiet
+    assert leader.tick(200).write_isr and leader.isr == {"w0"}  # w1 and w2 went quiet
     state = PartitionState(0, "w0", 1, ("w0", "w1", "w2"), ("w0", "w1", "w2"))
     state = state.with_isr(sorted(leader.isr), config.min_insync_replicas)  # the ISR write lands
-    leader.isr_committed(leader.isr)
+    leader.isr_committed(leader.isr, leader.leader_epoch)
     leader.appended(header(2, 1, producer_id=-1, base_sequence=-1, epoch=1), 200)  # acks=1
     assert leader.high_watermark == 2, "a lone leader makes nothing visible that w1 or w2 lacks"
     # w0 loses power and its unflushed tail; w1 and w2 are live.

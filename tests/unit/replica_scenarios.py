@@ -86,7 +86,7 @@ class ReplicaRunner(ScenarioRunner):
             self.logs[replica_id].append(batch)
             follower.follower_appended(batch)
         follower.follower_high_watermark(decision.high_watermark)
-        changed = f"; isr changed to {','.join(sorted(leader_state.isr))}" if decision.isr_changed else ""
+        changed = f"; isr changed to {','.join(sorted(leader_state.isr))}" if decision.ready.write_isr else ""
         return f"leader hw={leader_state.high_watermark}{changed}\n" + self.do_state([replica_id], {})
 
     def do_truncate(self, targets, args):
@@ -100,13 +100,13 @@ class ReplicaRunner(ScenarioRunner):
     def do_tick(self, targets, args):
         (replica_id,) = targets
         state = self.states[replica_id]
-        changed = state.tick(int(args["now"]))
+        changed = state.tick(int(args["now"])).write_isr is not None
         return f"isr changed={changed} isr={','.join(sorted(state.isr))} hw={state.high_watermark}"
 
     def do_commit_isr(self, targets, args):
         (replica_id,) = targets
         state = self.states[replica_id]
-        state.isr_committed(state.isr)
+        state.isr_committed(state.isr, state.leader_epoch)
         return f"committed isr={','.join(sorted(state.isr))} hw={state.high_watermark}"
 
     def do_check_epoch(self, targets, args):

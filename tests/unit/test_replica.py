@@ -19,7 +19,7 @@ from mafka4.errors import NotEnoughReplicas, NotLeader, OutOfOrderSequence, Stal
 from mafka4.limits import Acks, ReplicaConfig
 from mafka4.log.epochs import EpochHistory
 from mafka4.log.producer_state import ProducerStateTable
-from mafka4.physical.replica import AppendPlan, ReplicaState, Role
+from mafka4.physical.replica import NOTHING, AppendPlan, ReplicaState, Ready, Role
 
 LAG_MS = 1_000
 CONFIG = ReplicaConfig(replica_lag_ms_max=LAG_MS, min_insync_replicas=2)
@@ -112,8 +112,8 @@ def test_a_committed_batch_is_not_acknowledged_once_the_isr_fell_below_the_minim
     state = leader(isr=("r0", "r1"))
     plan = produce(state)
     fetch(state, "r1", 1)
-    assert state.tick(LAG_MS + 1)
-    state.isr_committed(state.isr)
+    assert state.tick(LAG_MS + 1).write_isr
+    state.isr_committed(state.isr, state.leader_epoch)
     assert state.high_watermark == 1
     with pytest.raises(NotEnoughReplicas, match="appended but not acknowledged"):
         state.ack_ready(plan.next_offset)
@@ -124,9 +124,9 @@ def test_the_high_watermark_stands_still_while_the_isr_is_below_min_insync_repli
     state = leader(isr=("r0",))
     produce(state, count=3, acks=Acks.LEADER)
     assert state.high_watermark == 0
-    assert fetch(state, "r1", 3).isr_changed and state.isr == {"r0", "r1"}
+    assert fetch(state, "r1", 3).ready.write_isr and state.isr == {"r0", "r1"}
     assert state.high_watermark == 0, "until confirmed, etcd may still hold the ISR {r0} and its ELR"
-    state.isr_committed(state.isr)
+    state.isr_committed(state.isr, state.leader_epoch)
     assert state.high_watermark == 3
 
 
@@ -139,8 +139,8 @@ def test_a_shrink_below_min_insync_replicas_stops_the_high_watermark_before_it_i
     fetch(state, "r2", 2, now_ms=LAG_MS + 1)
     assert state.high_watermark == 2
     produce(state, count=2, now_ms=3 * LAG_MS)
-    assert state.tick(3 * LAG_MS) and state.isr == {"r0"}
-    state.isr_committed(state.isr)
+    assert state.tick(3 * LAG_MS).write_isr and state.isr == {"r0"}
+    state.isr_committed(state.isr, state.leader_epoch)
     assert state.high_watermark == 2, "r1 and r2 are eligible leader replicas holding offsets below 2 only"
 
 
@@ -162,13 +162,13 @@ def test_a_follower_that_stops_fetching_leaves_the_isr_after_the_lag_limit():
     state = leader(now_ms=100)
     fetch(state, "r1", 0, now_ms=100)
     fetch(state, "r2", 0, now_ms=100)
-    assert not state.tick(100 + LAG_MS)  # exactly at the limit: still in sync
+    assert not state.tick(100 + LAG_MS).write_isr  # exactly at the limit: still in sync
     fetch(state, "r1", 0, now_ms=100 + LAG_MS)
-    assert state.tick(101 + LAG_MS)
+    assert state.tick(101 + LAG_MS).write_isr
     assert state.isr == {"r0", "r1"}
-    assert state.tick(10 * LAG_MS + 102)
+    assert state.tick(10 * LAG_MS + 102).write_isr
     assert state.isr == {"r0"}  # never the leader itself
-    assert not state.tick(100 * LAG_MS)
+    assert not state.tick(100 * LAG_MS).write_isr
 
 
 def test_a_follower_that_fetches_but_never_reaches_the_log_end_leaves_the_isr():
@@ -194,7 +194,7 @@ def test_a_follower_reaching_the_previous_fetch_log_end_stays_in_sync():
         now_ms += LAG_MS // 2
         fetch(state, "r1", leo_before, now_ms=now_ms)
         fetch(state, "r2", state.log_end_offset, now_ms=now_ms)
-        assert not state.tick(now_ms)
+        assert not state.tick(now_ms).write_isr
     assert state.isr == set(ALL)
 
 
@@ -203,12 +203,12 @@ def test_a_shrunk_follower_rejoins_the_isr_once_it_caught_up():
     produce(state, count=5)
     fetch(state, "r1", 5, now_ms=LAG_MS)
     state.tick(LAG_MS + 1)
-    state.isr_committed(state.isr)
+    state.isr_committed(state.isr, state.leader_epoch)
     assert state.isr == {"r0", "r1"} and state.high_watermark == 5
     decision = fetch(state, "r2", 3, now_ms=LAG_MS + 2)
-    assert not decision.isr_changed and "r2" not in state.isr
+    assert not decision.ready.write_isr and "r2" not in state.isr
     decision = fetch(state, "r2", 5, now_ms=LAG_MS + 3)
-    assert decision.isr_changed and state.isr == set(ALL)
+    assert decision.ready.write_isr and state.isr == set(ALL)
 
 
 def test_a_follower_missing_committed_batches_does_not_rejoin_a_new_leader_with_a_lagging_hw():
@@ -221,24 +221,24 @@ def test_a_follower_missing_committed_batches_does_not_rejoin_a_new_leader_with_
     fetch(old, "r1", 4, now_ms=LAG_MS)
     fetch(old, "r2", 2, now_ms=LAG_MS)
     old.tick(LAG_MS + 1)
-    old.isr_committed(old.isr)
+    old.isr_committed(old.isr, old.leader_epoch)
     assert old.isr == {"r0", "r1"} and old.high_watermark == 4  # 0..3 acknowledged
     new = replica("r1", config=config, log_end_offset=4, high_watermark=2, epochs=((1, 0),))
     new.become_leader(2, ALL, ("r0", "r1"), LAG_MS + 2)
-    assert not fetch(new, "r2", 2, now_ms=LAG_MS + 3, epoch=1).isr_changed
+    assert not fetch(new, "r2", 2, now_ms=LAG_MS + 3, epoch=1).ready.write_isr
     assert "r2" not in new.isr
-    assert fetch(new, "r2", 4, now_ms=LAG_MS + 4, epoch=1).isr_changed
+    assert fetch(new, "r2", 4, now_ms=LAG_MS + 4, epoch=1).ready.write_isr
 
 
 def test_an_isr_shrink_lets_the_hw_advance_only_once_the_coordinator_holds_it():
     state = leader()
     plan = produce(state)
     fetch(state, "r1", 1, now_ms=LAG_MS)
-    assert state.tick(LAG_MS + 1) and state.isr == {"r0", "r1"}
+    assert state.tick(LAG_MS + 1).write_isr and state.isr == {"r0", "r1"}
     # r2 may still be elected by the coordinator: it bounds the HW until the write lands.
     assert state.high_watermark == 0 and not state.ack_ready(plan.next_offset)
     assert state.describe()["isr_uncommitted"] == ["r2"]
-    state.isr_committed(["r0", "r1"])
+    state.isr_committed(["r0", "r1"], state.leader_epoch)
     assert state.high_watermark == 1 and state.ack_ready(plan.next_offset)
 
 
@@ -257,7 +257,7 @@ def test_a_follower_that_lost_committed_data_leaves_the_isr():
     fetch(state, "r2", 3)
     assert state.high_watermark == 3
     decision = fetch(state, "r2", 1)  # restarted without its unflushed tail
-    assert decision.isr_changed and state.isr == {"r0", "r1"}
+    assert decision.ready.write_isr and state.isr == {"r0", "r1"}
 
 
 def test_a_fetch_from_a_replica_that_is_not_a_follower_is_refused():
@@ -414,6 +414,46 @@ def test_a_follower_without_epoch_history_ahead_of_the_leader_truncates_to_the_l
     decision = fetch(leader_state, "r1", 5, epoch=-1)
     assert decision.diverging == (-1, 3)
     assert follower.truncation_offset(*decision.diverging) == 3
+
+
+# --- Ready: what the shell must do after each call -----------------------------------------
+
+
+def test_role_changes_say_what_to_persist_and_whom_to_wake_and_repeated_notices_nothing():
+    state = replica()
+    assert state.become_leader(1, ALL, ALL, 0) == Ready(save_epochs=True, wake=True)
+    assert state.become_leader(1, ALL, ALL, 0) == NOTHING
+    assert state.become_follower(2, "r1") == Ready(wake=True)  # acks=all waiters are refused, long polls end
+    assert state.become_follower(2, "r1") == NOTHING
+
+
+def test_an_isr_write_counts_only_for_the_epoch_this_replica_leads():
+    state = leader(isr=("r0", "r1"))
+    assert state.tick(LAG_MS + 1) == Ready(write_isr=("r0",), wake=True)
+    assert state.isr_committed(["r0"], leader_epoch=0) == NOTHING
+    assert state.committed_isr == {"r0", "r1"}
+    assert state.isr_committed(["r0"], leader_epoch=1) == Ready(wake=True)
+    assert state.committed_isr == {"r0"}
+    state.become_follower(2, "r1")
+    assert state.isr_committed(["r0"], leader_epoch=1) == NOTHING  # deposed while the write was out
+    assert state.tick(10 * LAG_MS) == NOTHING
+
+
+def test_a_follower_checkpoints_epochs_after_a_truncation_and_for_a_new_epoch_only():
+    state = replica("r1")
+    state.become_follower(2, "r0")
+    assert state.follower_appended(header(0, 2, epoch=1)) == Ready(save_epochs=True)
+    assert state.follower_appended(header(2, 1, epoch=1)) == NOTHING
+    assert state.follower_appended(header(3, 1, epoch=2)) == Ready(save_epochs=True)
+    assert state.follower_high_watermark(3) == Ready(wake=True)
+    assert state.follower_high_watermark(3) == NOTHING
+    assert state.truncated(3) == Ready(save_epochs=True)
+
+
+def test_ready_values_combine_field_by_field():
+    combined = Ready(save_epochs=True, write_isr=("r0",)) | Ready(write_isr=("r0", "r1"), wake=True)
+    assert combined == Ready(save_epochs=True, write_isr=("r0", "r1"), wake=True)
+    assert NOTHING | NOTHING == NOTHING
 
 
 # --- idempotent producer -------------------------------------------------------------------
@@ -636,7 +676,7 @@ class Simulation:
                 raise AssertionError(f"{follower.id} never stopped diverging from {source.id}")
         except (StaleEpoch, NotLeader):
             return
-        if decision.isr_changed:
+        if decision.ready.write_isr:
             self.commit_isr(source)
         start = source.index_of(state.log_end_offset)
         for batch in source.log[start:start + batches_max]:
@@ -655,7 +695,7 @@ class Simulation:
 
     def tick(self) -> None:
         for node in self.nodes.values():
-            if node.state.tick(self.now_ms) or node.state.isr != node.state.committed_isr:
+            if node.state.tick(self.now_ms).write_isr or node.state.isr != node.state.committed_isr:
                 self.commit_isr(node)
 
     def commit_isr(self, node: ModelNode) -> None:
@@ -663,7 +703,7 @@ class Simulation:
         if node.id != self.leader or node.state.leader_epoch != self.epoch or self.rng.random() < 0.3:
             return
         self.isr = node.state.isr
-        node.state.isr_committed(self.isr)
+        node.state.isr_committed(self.isr, node.state.leader_epoch)
 
     def change_leader(self) -> None:
         candidates = sorted(self.isr - {self.leader})
