@@ -22,7 +22,9 @@ def add_commands(commands) -> None:
     up.set_defaults(run=_cmd_up)
     commands.add_parser("down", help="stop the local cluster and every process it started").set_defaults(run=_cmd_down)
     commands.add_parser("status", help="show whether the local cluster runs and which nodes are registered").set_defaults(run=_cmd_status)
-    commands.add_parser("demo", help="start a throwaway cluster, produce and consume 2,000 messages, stop it").set_defaults(run=_cmd_demo)
+    commands.add_parser("demo", help="start a throwaway cluster; a producer writes while a consumer group grows from 1 "
+                                     "to 4 members, each join splitting a virtual partition; check every message is "
+                                     "read once, in order per key; stop it (under a minute)").set_defaults(run=_cmd_demo)
 
 
 def _setting(text: str) -> tuple[str, int]:
@@ -65,6 +67,6 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from mafka4.demo import run_demo
+    from mafka4.demo.run import run_demo
 
     return run_demo()

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 BOUND_NAME = re.compile(r"[A-Z][A-Z0-9_]*(_S|_MS|_MIN|_MAX|_ATTEMPTS|_TRIES|_BYTES|_INTERVAL)")
 # Benchmarks keep their measurement settings next to the measurement.
-OWN_SETTINGS = ("mafka4/bench/", "mafka4/demo.py")
+OWN_SETTINGS = ("mafka4/bench/", "mafka4/demo/")
 NOT_BOUNDS = {
     "mafka4/batch_frame.py": {"HEADER_BYTES", "LENGTH_PREFIX_BYTES", "PAYLOAD_BYTES_MAX", "TIMESTAMP_MS_MAX"},  # the batch byte layout
     "mafka4/log/offset_index.py": {"U32_MAX"},  # index entries are uint32
