@@ -24,6 +24,7 @@ without closing its connections (``ETCD_KEEPALIVE_*``).
 
 from __future__ import annotations
 
+import enum
 import functools
 import itertools
 import json
@@ -111,6 +112,13 @@ def _encode(value: Any) -> bytes:
 def prefix_range_end(prefix: str) -> bytes:
     """The end of the key range holding every key that starts with ``prefix`` (etcd's range_end)."""
     return etcd3.utils.prefix_range_end(etcd3.utils.to_bytes(prefix))
+
+class Update(enum.Enum):
+    """What a ``MetadataStore.update`` change gives instead of a new value."""
+
+    KEEP = "keep"  # the key already holds what the writer wants: write nothing, succeed
+    REFUSE = "refuse"  # the writer may not write it (fenced: another leader or epoch): write nothing, fail
+
 
 class MetadataStore:
     def __init__(self, endpoint: str, timeout_s: float = ETCD_REQUEST_TIMEOUT_S_DEFAULT):
@@ -259,6 +267,25 @@ class MetadataStore:
             conditions.append(txn.mod(fence[0]) == fence[1])
         succeeded, _ = self._client.transaction(compare=conditions, success=[txn.put(key, _encode(value))], failure=[])
         return succeeded
+
+    def update(self, key: str, change: Callable[[Any], Any], attempts_max: int, what: str) -> bool:
+        """Read, change and compare-and-swap ``key``, read again after each race another writer won.
+
+        ``change(value)`` gives the new value, ``Update.KEEP`` (True, nothing written) or
+        ``Update.REFUSE`` (False, nothing written). False too when the key is absent. A key that
+        keeps changing under the writer for ``attempts_max`` tries is contended, not one try away
+        from success: the retriable ``CoordinatorUnavailable``, naming ``what``.
+        """
+        for _ in range(attempts_max):
+            current = self.get(key)
+            if current is None:
+                return False
+            new = change(current.value)
+            if new is Update.REFUSE:
+                return False
+            if new is Update.KEEP or self.compare_and_swap(key, new, current.mod_revision):
+                return True
+        raise CoordinatorUnavailable(f"{what} kept conflicting; retrying")
 
     @_etcd_call
     def put_and_delete(self, key: str, value: Any, delete: str, fence: Fence, lease: etcd3.Lease | None = None) -> bool:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from mafka4.errors import CoordinatorUnavailable, TopicExists, UnknownTopic
+from mafka4.errors import TopicExists, UnknownTopic
 from mafka4.limits import ISR_WRITE_ATTEMPTS_MAX, TopicConfig
 from mafka4.metadata import keys
-from mafka4.metadata.store import MetadataStore
+from mafka4.metadata.store import MetadataStore, Update
 from mafka4.names import validate_topic_name
 from mafka4.physical.partition_state import PartitionState, TopicMetadata, config_from_json, config_to_json
 
@@ -72,19 +72,15 @@ class TopicStore:
 
         False when it names another leader or epoch (the writer is fenced) or the topic is gone.
         """
-        key = keys.physical_partition(self._cluster, topic, partition)
-        for _ in range(ISR_WRITE_ATTEMPTS_MAX):
-            current = self._store.get(key)
-            if current is None:
-                return False
-            state = PartitionState.from_json(partition, current.value)
+        def with_isr(value: dict) -> dict | Update:
+            state = PartitionState.from_json(partition, value)
             if state.leader != leader or state.leader_epoch != leader_epoch:
-                return False
+                return Update.REFUSE
             new_state = state.with_isr(isr, min_insync_replicas)
-            if new_state == state or self._store.compare_and_swap(
-                    key, {**current.value, **new_state.to_json()}, current.mod_revision):
-                return True
-        raise CoordinatorUnavailable(f"ISR write for {topic}-{partition} kept conflicting; retrying")
+            return Update.KEEP if new_state == state else {**value, **new_state.to_json()}
+
+        return self._store.update(keys.physical_partition(self._cluster, topic, partition), with_isr,
+                                  ISR_WRITE_ATTEMPTS_MAX, f"ISR write for {topic}-{partition}")
 
     def names(self) -> list[str]:
         found = (keys.topic_name_of(self._cluster, item.key) for item in self._store.get_prefix(keys.topics_prefix(self._cluster)))

@@ -19,11 +19,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from mafka4.errors import CoordinatorUnavailable, UnknownTopic
+from mafka4.errors import UnknownTopic
 from mafka4.limits import RISR_WRITE_ATTEMPTS_MAX, VirtualConfig
 from mafka4.log.read_loss import ReadLoss
 from mafka4.metadata import keys
-from mafka4.metadata.store import Fence, MetadataStore
+from mafka4.metadata.store import Fence, MetadataStore, Update
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.vp_state import ReadPathPlan, VirtualPartitionState, epoch_from_json, epoch_to_json
 
@@ -98,17 +98,15 @@ class VirtualStore:
 
         A sealed end never changes, so a second writer finds it recorded and agrees with it.
         """
-        for _ in range(RISR_WRITE_ATTEMPTS_MAX):
-            found = self.state(topic, vp)
-            if found is None:
-                return False
-            state, mod_revision = found
+        def with_sealed_end(value: dict) -> dict | Update:
+            state = VirtualPartitionState.from_json(vp, value)
             if state.sealed_end_offset is not None:
                 assert state.sealed_end_offset == sealed_end_offset, (vp, state.sealed_end_offset, sealed_end_offset)
-                return True
-            if self.swap(topic, dataclasses.replace(state, sealed_end_offset=sealed_end_offset), mod_revision):
-                return True
-        raise CoordinatorUnavailable(f"recording the sealed end of {topic}/v{vp} kept conflicting; retrying")
+                return Update.KEEP
+            return dataclasses.replace(state, sealed_end_offset=sealed_end_offset).to_json()
+
+        return self._store.update(keys.virtual_partition(self._cluster, topic, vp), with_sealed_end,
+                                  RISR_WRITE_ATTEMPTS_MAX, f"recording the sealed end of {topic}/v{vp}")
 
     def read_losses(self, topic: str) -> dict[int, ReadLoss]:
         """Per physical partition, the offsets retention deleted before every read node fed them (``keys.read_loss``)."""
@@ -121,15 +119,11 @@ class VirtualStore:
 
         False when it names another leader or epoch (the writer is fenced) or the topic is gone.
         """
-        key = keys.virtual_partition(self._cluster, topic, vp)
-        for _ in range(RISR_WRITE_ATTEMPTS_MAX):
-            current = self._store.get(key)
-            if current is None:
-                return False
-            state = VirtualPartitionState.from_json(vp, current.value)
+        def with_risr(value: dict) -> dict | Update:
+            state = VirtualPartitionState.from_json(vp, value)
             if state.leader != leader or state.leader_epoch != leader_epoch:
-                return False
-            if list(state.risr) == list(risr) or self._store.compare_and_swap(
-                    key, {**state.to_json(), "risr": list(risr)}, current.mod_revision):
-                return True
-        raise CoordinatorUnavailable(f"RISR write for {topic}/v{vp} kept conflicting; retrying")
+                return Update.REFUSE
+            return Update.KEEP if list(state.risr) == list(risr) else {**state.to_json(), "risr": list(risr)}
+
+        return self._store.update(keys.virtual_partition(self._cluster, topic, vp), with_risr,
+                                  RISR_WRITE_ATTEMPTS_MAX, f"RISR write for {topic}/v{vp}")

@@ -12,7 +12,7 @@ import pytest
 from mafka4.errors import CoordinatorUnavailable
 from mafka4.limits import ISR_WRITE_ATTEMPTS_MAX
 from mafka4.metadata import keys
-from mafka4.metadata.store import Versioned
+from mafka4.metadata.store import MetadataStore, Versioned
 from mafka4.physical.partition_state import PartitionState
 from mafka4.physical.topics import TopicStore
 
@@ -20,8 +20,10 @@ KEY = keys.physical_partition("c", "orders", 0)
 
 
 class FakeStore:
-    """``get`` and ``compare_and_swap`` of ``MetadataStore`` on one dict; ``races`` writes by
-    someone else land just before that many of this writer's swaps."""
+    """``get`` and ``compare_and_swap`` of ``MetadataStore`` on one dict, and its own ``update`` over
+    them; ``races`` writes by someone else land just before that many of this writer's swaps."""
+
+    update = MetadataStore.update
 
     def __init__(self, value: dict | None):
         self.values = {} if value is None else {KEY: (value, 1)}
