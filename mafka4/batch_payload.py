@@ -288,7 +288,7 @@ def _unpacked(payload: bytes | memoryview, header: BatchHeader) -> object:
     # Arrays as tuples, not lists: a consumer holds a poll's records (thousands) across many
     # allocations. The collector untracks an exact tuple of atoms the first time it sees it;
     # a list stays tracked, is promoted to the oldest generation, and every full collection
-    # walks it. (A ``Message``, a named tuple, is never untracked: see the README.)
+    # walks it. (A ``Message``, a named tuple, is never untracked: ``reports/2026-11-27-consumer-decoding``.)
     try:
         return msgpack.unpackb(payload, raw=False, use_list=False)
     except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as error:

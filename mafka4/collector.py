@@ -9,8 +9,8 @@ The collector's youngest generation runs every 700 tracked allocations, so decod
 batch of 1 KiB records ran it several times, each pass walking the record tuples msgpack had
 just made (reference counting frees them moments later anyway) and every message built so far,
 and each of those passes moved the survivors on to older generations, walked again there. In a
-draining consumer's main thread, collections were a fifth of its time (py-spy; the README gives
-the run). msgpack's own README advises turning the collector off while unpacking a large
+draining consumer's main thread, collections were a fifth of its time (py-spy;
+``reports/2026-11-29-collector-pause``). msgpack's own README advises turning the collector off while unpacking a large
 message.
 
 Paused, the record tuples are freed before any collection sees them, and the messages that
@@ -36,7 +36,7 @@ allocates per record (decoding and splitting what it feeds, building fetch answe
 saturated producer, each of two read nodes ran 48-56 full collections in a 2.5-minute run,
 about 120 ms each and up to 350 ms (wall time, the machine loaded by the run). That pause
 lands on whatever feed or fetch is under way. (Whether end-to-end tail latency gains is not
-established yet: the README gives the runs.)
+established yet: ``reports/2026-11-27-consumer-decoding``.)
 
 ``freeze_what_start_up_left`` collects once and then moves every object alive into the
 collector's permanent generation (``gc.freeze``): collections no longer walk them. Reference
@@ -49,7 +49,7 @@ The read-node actor calls it once it is built; with it, the same runs' full coll
 4-7 ms on average. A replica actor passes batches through as bytes and ran no full collection
 in a saturated produce run, so it does not. Only processes mafka4 owns may call it: the
 setting holds for the whole process, so an application's own process is the application's to
-tune (the README says how, for a consumer).
+tune (the README's Tuning says how).
 """
 
 from __future__ import annotations

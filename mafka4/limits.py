@@ -784,6 +784,10 @@ PARTITION_GROUP_CHECK_INTERVAL_S = 0.05
 # data: a fetch cannot be woken by etcd's watch, so this bounds how late a member reacts to a
 # join, a split or a sealed parent (each costs it about one ``ray.wait`` call per interval idle).
 VP_GROUP_CHECK_INTERVAL_S = 0.02
+# A started Mafka4 group member that owns no VP waits this long at most in poll() before it looks
+# again: a change that gives it one (a join, a leave, a split) wakes it at once through the
+# membership's watch, so the bound only caps how late a lost wake-up is noticed.
+VP_GROUP_IDLE_WAIT_S = 0.5
 # After a failed split, a Mafka4 group member waits this long before asking for one again, so a
 # refused split (e.g. at virtual_partitions_max) is not asked for in a loop.
 VP_GROUP_SPLIT_RETRY_INTERVAL_S = 5.0

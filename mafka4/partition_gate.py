@@ -39,7 +39,7 @@ Where it applies, always at the caller:
   A consumer fetch has no effect on the read node, so a lost request and a lost answer look
   the same to it: the fetcher skips the node until its next metadata read, as it skips a node
   that is not running;
-* client to actor: Mafka3-mode consumer fetches from partition leaders (``client.consumer``): a
+* client to actor: Mafka3-mode consumer fetches from partition leaders (``client.partition_fetcher``): a
   leader the process is cut off from is not asked until the fault heals or the leader moves;
   a slowed one is asked after the delay.
 

@@ -46,8 +46,8 @@ from mafka4.client.reading import poll_until, seek_to_time
 from mafka4.client.vp_fetcher import VpFetcher
 from mafka4.coordinator.groups.vp_groups import VirtualGroupMember, VirtualGroupSnapshot, VirtualGroupStore, VpOffset
 from mafka4.errors import CommitFailed, CoordinatorUnavailable, MafkaError, PartitionNotAssigned
-from mafka4.limits import (RESHARD_INTENT_WAIT_S, VP_GROUP_CHECK_INTERVAL_S, VP_GROUP_SPLIT_RETRY_INTERVAL_S,
-                           ConsumerConfig, OffsetReset)
+from mafka4.limits import (RESHARD_INTENT_WAIT_S, VP_GROUP_CHECK_INTERVAL_S, VP_GROUP_IDLE_WAIT_S,
+                           VP_GROUP_SPLIT_RETRY_INTERVAL_S, ConsumerConfig, OffsetReset)
 from mafka4.metadata import intents
 from mafka4.metadata.intents import IntentKind
 from mafka4.metadata.store import MetadataStore
@@ -117,7 +117,7 @@ class VirtualGroupConsumer:
 
     def _fetch(self, remaining_s: float) -> list[Message]:
         if not self._fetcher.fetching:
-            self._member.changed.wait(min(remaining_s, VP_GROUP_CHECK_INTERVAL_S if self._unstarted else 0.5))
+            self._member.changed.wait(min(remaining_s, VP_GROUP_CHECK_INTERVAL_S if self._unstarted else VP_GROUP_IDLE_WAIT_S))
             return []
         return self._fetcher.fetch(min(remaining_s, VP_GROUP_CHECK_INTERVAL_S))
 

@@ -15,7 +15,7 @@ messages into its calls, as ``virtual.read_node.ReadNode`` translates Ray calls:
   the log's policy, HW checkpoint; no retention: simulated VP logs delete nothing);
 * ``Ready.write_risr`` -> an ``IsrWrite`` to the coordinator, one in flight per VP, re-sent
   after ``request_timeout_ms`` without an answer, and ``risr_written`` once it is confirmed
-  (``ReadNode._persist_risr``). ``Ready.wake`` needs nothing: nobody long-polls here, every
+  (``ReadNodeRecords.risr_changed``). ``Ready.wake`` needs nothing: nobody long-polls here, every
   fetch is answered at once.
 
 VP logs flush as in production: ``VP_LOG_CONFIG`` is what a read node opens a topic's VPs with
