@@ -13,11 +13,11 @@ import json
 
 import pytest
 
+from benchmarks.feed_lag import run_feed_lag_bench
+from benchmarks.lag import FeedLagBenchSettings
 from mafka4.bench.consume import run_consume_bench
 from mafka4.bench.density import VpDensityBenchSettings
 from mafka4.bench.drain import ConsumeBenchSettings, table
-from mafka4.bench.feed_lag import run_feed_lag_bench
-from mafka4.bench.lag import FeedLagBenchSettings
 from mafka4.bench.vp_density import run_vp_density_bench
 from mafka4.bench.vp_join import VpJoinBenchSettings, run_vp_join_bench
 from mafka4.client.admin import Admin

@@ -1,6 +1,6 @@
 """``mafka4 bench redis-streams``: its settings, its arithmetic, a member's loop, its refusals, and one smoke run.
 
-The arithmetic is pure (``bench.redis_streams_figures``); a member's read loop runs here against a
+The arithmetic is pure (``benchmarks.redis_streams_figures``); a member's read loop runs here against a
 fake client. The last test runs the smoke-sized bench for real: it needs ``redis-server`` on the
 PATH and the ``redis`` extra, which CI does not install, so it is skipped there.
 """
@@ -16,15 +16,22 @@ import sys
 
 import pytest
 
+from benchmarks import redis_streams
+from benchmarks.redis_streams_figures import (CLIENTS, MemberRead, RedisStreamsBenchSettings, delivery,
+                                              drain_elapsed_ns, drain_row, pipeline_sizes, rate_msgs_per_s, summary,
+                                              table)
+from benchmarks.redis_streams_member import MemberSpec, read_until_empty
+from declared_entry_points import declared_entry_points, installed
 from mafka4 import cli
-from mafka4.bench import redis_streams
-from mafka4.bench.redis_streams_figures import (CLIENTS, MemberRead, RedisStreamsBenchSettings, delivery,
-                                                drain_elapsed_ns, drain_row, pipeline_sizes, rate_msgs_per_s, summary,
-                                                table)
-from mafka4.bench.redis_streams_member import MemberSpec, read_until_empty
 from mafka4.errors import InvalidConfig, MissingDependency
 
 MS = 1_000_000  # ns
+
+
+@pytest.fixture(autouse=True)
+def declared_plugins(monkeypatch):
+    """``mafka4 bench redis-streams`` comes through the entry points of this checkout's ``pyproject.toml``."""
+    installed(monkeypatch, declared_entry_points())
 
 
 # --- settings -----------------------------------------------------------------------------------

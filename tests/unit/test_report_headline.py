@@ -9,9 +9,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from simulations import report_plots
-from simulations.consumer_scales import scale_label, with_scales
-from simulations.report import headline, load_calibrations, stage_order
+from simulations.analysis import report_plots
+from simulations.analysis.consumer_scales import scale_label, with_scales
+from simulations.analysis.report import headline, load_calibrations, stage_order
 
 LATENCIES = ("produce_latency_ms", "end_to_end_latency_ms")
 

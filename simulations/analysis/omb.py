@@ -3,7 +3,7 @@
 One JSON document per runtime configuration (mode, consumers; ``-t<NNN>`` is added to the name
 when topics is not 1) with the keys of OMB's ``TestResult`` (``io.openmessaging.benchmark``), in
 OMB's units: latencies in milliseconds, rates in messages per second per reporting period.
-Written from the drained runs only (``simulations.runs``), *pooled* over the configuration's
+Written from the drained runs only (``simulations.analysis.runs``), *pooled* over the configuration's
 repetitions:
 
 * ``workload``: the experiment id(s); ``driver``: the mode ("mafka3" or "mafka4");
@@ -22,7 +22,7 @@ repetitions:
   ``endToEndLatency...``: per period, over the messages of all repetitions acknowledged
   (consumed) in that period, as OMB records a latency when it is observed;
 * ``aggregatedPublishLatency...`` and ``aggregatedEndToEndLatency...``: over every message of
-  every repetition. Percentiles are exact nearest-rank (``simulations.percentiles``), where OMB
+  every repetition. Percentiles are exact nearest-rank (``simulations.analysis.percentiles``), where OMB
   reads them from an HdrHistogram (the same definition, to the histogram's precision).
 
 Extra keys, prefixed ``mafka4``: the repetitions pooled, experiment ids, seeds, consumers, virtual
@@ -38,8 +38,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from simulations.percentiles import at_rank, sorted_values
-from simulations.runs import CONFIG_KEYS, RUN_KEYS
+from simulations.analysis.percentiles import at_rank, sorted_values
+from simulations.analysis.runs import CONFIG_KEYS, RUN_KEYS
 from simulations.schema import ANALYSIS_MARKER
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """One consumer of ``mafka4 bench redis-streams``: a process of its own, a member of the drain's group.
 
-The driver (``bench.redis_streams``) spawns one process per member with ``run_member`` as its
+The driver (``benchmarks.redis_streams``) spawns one process per member with ``run_member`` as its
 target. The member connects to the bench's redis-server (redis-py, on 127.0.0.1), says it is
 ``Ready``, waits for the start signal that all members get at once, then reads the group's
 backlog with XREADGROUP COUNT ``read_count`` (id ``>``: messages no member of the group was
@@ -19,7 +19,7 @@ import time
 import traceback
 from dataclasses import dataclass
 
-from mafka4.bench.redis_streams_figures import MemberRead
+from benchmarks.redis_streams_figures import MemberRead
 
 LOOPBACK = "127.0.0.1"  # the bench's redis-server listens here only
 

@@ -1,9 +1,9 @@
 """``report.md`` of ``mafka4 analyze`` and the plan of its plots, from the (small) result tables.
 
-No Spark here: the inputs are the rows of the tables of ``simulations.analysis`` (plain dicts,
+No Spark here: the inputs are the rows of the tables of ``simulations.analysis.job`` (plain dicts,
 column names as there) plus per-run facts. Every file is written to a hidden temp file and
 renamed. A plot whose rows are absent is skipped (and an old PNG of that name removed), and the
-report says why. The plots themselves are drawn by ``simulations.report_plots``.
+report says why. The plots themselves are drawn by ``simulations.analysis.report_plots``.
 
 The report leads with the result: every runtime consumer count with its Mafka3 / Mafka4 ratios
 and their bootstrap intervals, and every fleet consumer scale; then what could make it wrong
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from simulations import report_plots
-from simulations.consumer_scales import scale_label
+from simulations.analysis import report_plots
+from simulations.analysis.consumer_scales import scale_label
 from simulations.schema import ANALYSIS_MARKER
 
 MODES = report_plots.MODES
@@ -240,7 +240,7 @@ def _method_section(settings: Any) -> str:
         "nearest-rank percentile, its ratio Mafka3 / Mafka4, and the interval the 2.5th and 97.5th nearest-rank "
         "percentiles of the replicate ratios (the percentile bootstrap interval). The ratio before the interval is the "
         "point estimate, from the medians. tp50 ratios have no interval: their bootstrap would scan half of every run "
-        "per replicate, tens of times the rows the tp99 and tp999 scans need. See `simulations/intervals.py`.",
+        "per replicate, tens of times the rows the tp99 and tp999 scans need. See `simulations/analysis/intervals.py`.",
         "**Fleet consumer scales.** The fleet model runs each fleet size at several consumer scales; its plots draw one "
         "line per (mode, scale), the scale read from `fleet_summary.json` (`x4`), or, without it, numbered by "
         "consumers within each fleet size (`scale #2`).",
@@ -317,8 +317,8 @@ def _omb_section(omb_paths: Mapping[str, Path], out_dir: Path) -> str:
         return "No drained runtime configuration, so no OpenMessaging-Benchmark-shaped file."
     links = ", ".join(f"[{name}]({path.relative_to(out_dir)})" for name, path in sorted(omb_paths.items()))
     return ("One JSON file per runtime configuration with the keys of OpenMessaging Benchmark's `TestResult` (latencies "
-            "in ms, rates in msgs/s per 10-s period), pooled over the drained repetitions; see `simulations/omb.py`: "
-            + links + ".")
+            "in ms, rates in msgs/s per 10-s period), pooled over the drained repetitions; see "
+            "`simulations/analysis/omb.py`: " + links + ".")
 
 
 def _runs_section(facts: Sequence[Mapping[str, Any]], latency_rows: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -11,7 +11,7 @@ sends keyed messages with acks=all at ``rate_msgs_per_s`` for ``duration_s``. Ea
 value carries its sequence number; the producer stamps the wall clock at ``send`` and at the
 acknowledgement, each consumer at the ``poll`` that returned it. While it runs, the topic's
 stage trace is on (``mafka4.stage_trace``): the physical leaders and the read nodes stamp
-each batch's way through them, and ``simulations.stage_stamps`` joins those stamps to the
+each batch's way through them, and ``simulations.scaling.stage_stamps`` joins those stamps to the
 messages. The rows go to one Parquet file per configuration and repetition in the event-log
 schema (``simulations.schema``), with how often each message was delivered, and the topic is
 deleted.
@@ -33,7 +33,7 @@ only the read topology differs. Nothing is slowed down on purpose in either mode
 
 **Equal hardware.** Each mode gets its own cluster of ``nodes`` simulated machines on the same
 cores. The usable CPUs are split into a write set (first half) and a read set (second half);
-a node's raylet, and so every actor it runs, is pinned to its set (``simulations.pinning``).
+a node's raylet, and so every actor it runs, is pinned to its set (``simulations.scaling.pinning``).
 Mafka4: ``nodes // 2`` write nodes on the write set and as many read nodes on the read set.
 Mafka3 has no read nodes, so all ``nodes`` are brokers, half of them on each set: it gets
 the same machines and cores, used its way. The head (this driver with the producer and the
@@ -67,7 +67,7 @@ from mafka4.limits import ClusterConfig, ReadMode, _check_range
 
 if TYPE_CHECKING:  # the runtime is imported only when a cluster starts
     from mafka4.runtime.temporary import TemporaryCluster
-    from simulations.stage_stamps import TopicTrace
+    from simulations.scaling.stage_stamps import TopicTrace
 
 # The read modes compared, the baseline first.
 MODES = (ReadMode.MAFKA3, ReadMode.MAFKA4)
@@ -170,7 +170,7 @@ class _ProducerLog:
 
 @dataclass
 class _Trace:
-    """The topic's stage-trace rows of one run (``simulations.stage_stamps.TopicTrace``)."""
+    """The topic's stage-trace rows of one run (``simulations.scaling.stage_stamps.TopicTrace``)."""
 
     physical: dict[int, list[tuple]] = field(default_factory=dict)
     read_nodes: list[tuple] = field(default_factory=list)
@@ -249,7 +249,7 @@ def _progress(stream, done: int, total: int, what: str, settings: ScalingSetting
 def _mode_cluster(mode: ReadMode, settings: ScalingSettings) -> Iterator[TemporaryCluster]:
     """A throwaway local cluster for one mode, its nodes pinned to CPU sets (unless told not to)."""
     from mafka4.runtime.temporary import temporary_cluster
-    from simulations.pinning import pin_nodes, usable_cpus
+    from simulations.scaling.pinning import pin_nodes, usable_cpus
 
     with temporary_cluster(cluster_config(mode, settings), home_prefix="m4x-") as cluster:
         if settings.pin_cpus:
@@ -325,7 +325,7 @@ def _append_run_record(path: Path, record: dict) -> None:
 
 def _topic_trace(admin, topic: str, connection) -> TopicTrace:
     from mafka4.virtual.vp_store import VirtualStore
-    from simulations.stage_stamps import TopicTrace
+    from simulations.scaling.stage_stamps import TopicTrace
 
     metadata = admin.topic_metadata(topic)
     vp_states = [state for state, _ in VirtualStore(connection.store, connection.cluster).states(topic).values()]
@@ -475,7 +475,7 @@ def _produce(connection, topic: str, settings: ScalingSettings, seed: int, first
 def event_columns(mode: ReadMode, producer: _ProducerLog, consumers: list[_ConsumerLog], trace: _Trace) -> dict[str, list]:
     """The per-row columns of one run: a message's first delivery (by poll time) gives its consume
     time and VP; ``deliveries`` counts every delivery to any member; the stamps come from the trace."""
-    from simulations.stage_stamps import physical_stamps, vp_stamps
+    from simulations.scaling.stage_stamps import physical_stamps, vp_stamps
 
     seen: dict[int, tuple[float, int, int]] = {}
     deliveries: dict[int, int] = {}

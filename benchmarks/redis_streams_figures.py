@@ -1,6 +1,6 @@
 """What ``mafka4 bench redis-streams`` asks, counts and combines (pure).
 
-``bench.redis_streams`` runs Redis Streams on this machine (the driver: a redis-server, its
+``benchmarks.redis_streams`` runs Redis Streams on this machine (the driver: a redis-server, its
 clients, the consumer processes); this module holds what needs none of them, so that the CLI
 reads the settings without importing a Redis client:
 
@@ -12,7 +12,7 @@ reads the settings without importing a Redis client:
   latest member's last message (``drain_elapsed_ns``), and every backlog id must be given
   exactly once across the members (``Delivery``);
 * **one row per drain** (``drain_row``; the driver adds the drain's CPU per message, the
-  members' and the machine's, as ``mafka4 bench consume`` does: ``bench.cpu_cost``) and the
+  members' and the machine's, as ``mafka4 bench consume`` does: ``mafka4.bench.cpu_cost``) and the
   medians per workload (``summary``).
 
 Invariants (asserted): a backlog holds each stream id once; a member that was given messages

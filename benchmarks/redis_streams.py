@@ -22,7 +22,7 @@ extra (redis-py and hiredis); it connects to nothing but the redis-server it sta
    hold every message and deleted.
 3. **Consume**: a backlog of ``backlog_messages`` in one stream (written once, by the raw
    client, which keeps the ids), drained per repetition, acknowledgement variant and consumer
-   count by one new group (created at id 0) of that many processes (``bench.redis_streams_member``,
+   count by one new group (created at id 0) of that many processes (``benchmarks.redis_streams_member``,
    spawned, redis-py). Two variants: **xack** (XACK of each read's ids, Redis' at-least-once
    consumer) and **noack** (XREADGROUP NOACK: nothing pending; a message counts as processed
    once it is delivered, so one a consumer dies holding is not delivered again: at most once,
@@ -33,7 +33,7 @@ extra (redis-py and hiredis); it connects to nothing but the redis-server it sta
    latest last message (``redis_streams_figures``), and the row counts that every backlog id was
    given exactly once across the members, and that the group has nothing pending after, and
    what the drain cost in CPU per message, the members' and the whole machine's
-   (``bench.cpu_cost``, as ``mafka4 bench consume`` reports it).
+   (``mafka4.bench.cpu_cost``, as ``mafka4 bench consume`` reports it).
 
 Before every measurement the bench waits (at most ``quiet_wait_s_max``) for the 1-minute load
 average to fall to 2.0; each row records the load average at its start and end, ``quiet``
@@ -60,12 +60,12 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from benchmarks.redis_streams_figures import (ACK_MODES, CLIENTS, CONSUME_CLIENT, NOACK, PRODUCE_CLIENTS, RAW,
+                                              REDIS_PY, MemberRead, RedisStreamsBenchSettings, drain_row,
+                                              pipeline_sizes, rate_msgs_per_s, summary)
+from benchmarks.redis_streams_member import LOOPBACK, Failed, MemberSpec, Ready, run_member
 from mafka4.bench.cpu_cost import cpu_per_message
 from mafka4.bench.process_usage import TICKS_PER_S, machine_cpu, wait_until_quiet
-from mafka4.bench.redis_streams_figures import (ACK_MODES, CLIENTS, CONSUME_CLIENT, NOACK, PRODUCE_CLIENTS, RAW,
-                                                REDIS_PY, MemberRead, RedisStreamsBenchSettings, drain_row,
-                                                pipeline_sizes, rate_msgs_per_s, summary)
-from mafka4.bench.redis_streams_member import LOOPBACK, Failed, MemberSpec, Ready, run_member
 from mafka4.bench.usage import is_quiet
 from mafka4.errors import MissingDependency
 
