@@ -18,6 +18,7 @@ FEED_LAG = Bench("feed-lag", "how far feeding trails the high watermark while on
                  FeedLagBenchSettings, "benchmarks.feed_lag:run_feed_lag_bench")
 REDIS_STREAMS = Bench(
     "redis-streams", "Redis Streams on this machine (issue 15): pipelined XADD by redis-py and by a raw hiredis "
-                     "socket; one group of consumer processes drains a backlog (msgs/s, CPU per message). Its own "
+                     "socket; one group of consumer processes drains a backlog (msgs/s, CPU per message), per "
+                     "acknowledgement cadence, pipeline depth and read COUNT, each also matched to mafka4's. Its own "
                      "redis-server, no cluster", RedisStreamsBenchSettings,
     "benchmarks.redis_streams:run_redis_streams_bench", render="benchmarks.redis_streams_figures:table")

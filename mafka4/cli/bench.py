@@ -64,16 +64,17 @@ class Bench:
 
 
 BENCHES = (
-    Bench("produce", "producer throughput and latency vs a bare Ray actor", ProduceBenchSettings,
-          "mafka4.bench.produce:run_produce_bench"),
+    Bench("produce", "producer throughput and latency vs a bare Ray actor and a bare stream (a ratio above 1: that "
+                     "bare run is no ceiling)", ProduceBenchSettings, "mafka4.bench.produce:run_produce_bench"),
     Bench("rebalance", "consumer stall while a member joins a group (Mafka3 eager rebalance)", RebalanceBenchSettings,
           "mafka4.bench.rebalance:run_rebalance_bench"),
     Bench("vp-join", "consumer stall while a member joins a mafka4-mode group (VP split), next to the Mafka3 eager "
                      "rebalance", VpJoinBenchSettings, "mafka4.bench.vp_join:run_vp_join_bench"),
     Bench("vp-density", "RSS and idle CPU of the read nodes per hosted virtual partition, next to one bare idle Ray "
                         "actor", VpDensityBenchSettings, "mafka4.bench.vp_density:run_vp_density_bench"),
-    Bench("consume", "one group of consumer processes drains a backlog, per read mode and consumer count: msgs/s, "
-                     "MB/s, fetch latency, and CPU per message (the members', the machine's)", ConsumeBenchSettings,
+    Bench("consume", "one group of consumer processes drains a backlog, per read mode, commit cadence and consumer "
+                     "count: msgs/s, MB/s, fetch latency, and CPU per message (the members', the machine's)",
+          ConsumeBenchSettings,
           "mafka4.bench.consume:run_consume_bench", render="mafka4.bench.drain:table"),
     Bench("stream", "what a stream call carrying a consumer's fetch answer costs in CPU per MiB, on the caller's and "
                     "the server's side (and, with --decode, the caller's decoding per message). No cluster",

@@ -299,10 +299,11 @@ def analyze(events_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] 
     out.mkdir(parents=True, exist_ok=True)
     (out / ANALYSIS_MARKER).write_text("result tables of `mafka4 analyze`; not event logs\n")
     table_paths = {name: write_table(table, out, name) for name, table in tables.items()}
-    omb_paths = omb.write_omb_results(documents, out / "omb", omb.experiment_settings(events_path))
+    experiment = omb.experiment_settings(events_path, (*omb.SETTINGS_KEYS, *report_module.SETUP_KEYS))
+    omb_paths = omb.write_omb_results(documents, out / "omb", experiment)
     rendered = report_module.write_report(
         out_dir=out, events_dir=events_path, file_count=len(files), facts=facts,
         tables={name: table.to_pylist() for name, table in tables.items()}, table_paths=table_paths,
-        omb_paths=omb_paths, settings=settings)
+        omb_paths=omb_paths, settings=settings, experiment=experiment)
     return AnalysisResult(out_dir=out, report_path=rendered.report_path, table_paths=table_paths,
                           plot_paths=rendered.plot_paths, skipped_plots=rendered.skipped_plots, omb_paths=omb_paths)

@@ -52,6 +52,7 @@ OMB_PERCENTILES = {"50pct": "50", "75pct": "75", "95pct": "95", "99pct": "99", "
 OMB_LATENCIES = {"produce_latency_ms": ("publishLatency", "ack_time_ms"),
                  "end_to_end_latency_ms": ("endToEndLatency", "consume_time_ms")}
 SETTINGS_FILE = "settings.json"  # written by the scaling experiment beside its event logs
+SETTINGS_KEYS = ("message_bytes", "producers")  # what the OMB files take from it
 PRODUCERS_PER_TOPIC_DEFAULT = 1
 POOLING = ("pooled over the drained repetitions: rates and backlog are the mean over repetitions per period; "
            "latencies are over the messages of all repetitions")
@@ -205,8 +206,9 @@ def document_name(document: dict[str, Any]) -> str:
     return name if document["topics"] == 1 else f"{name}-t{document['topics']:03d}"
 
 
-def experiment_settings(events_dir: Path) -> dict[str, Any]:
-    """``message_bytes`` and ``producers`` agreed on by every ``settings.json`` below ``events_dir``.
+def experiment_settings(events_dir: Path, keys: Sequence[str] = SETTINGS_KEYS) -> dict[str, Any]:
+    """The ``keys`` (integers or flags; default those the OMB files need) agreed on by every ``settings.json`` below
+    ``events_dir``.
 
     A key the files disagree on, or that none records, is left out.
     """
@@ -218,7 +220,7 @@ def experiment_settings(events_dir: Path) -> dict[str, Any]:
             document = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        for key in ("message_bytes", "producers"):
+        for key in keys:
             if isinstance(document, dict) and isinstance(document.get(key), int):
                 found.setdefault(key, set()).add(document[key])
     return {key: next(iter(values)) for key, values in found.items() if len(values) == 1}

@@ -28,16 +28,40 @@ topic and the group took, what did not drain, stage-trace rows dropped.
 **Drained or not.** After the last send the consumers get ``drain_s_max`` to read every
 acknowledged message. A run that does not drain is still written (its undelivered messages
 have ``deliveries = 0``) and said so on the progress stream; the analysis marks it and leaves
-it out of the percentiles and ratios. Both modes run the same producer, consumers, client code and physical partitions:
-only the read topology differs. Nothing is slowed down on purpose in either mode.
+it out of the percentiles and ratios.
 
-**Equal hardware.** Each mode gets its own cluster of ``nodes`` simulated machines on the same
-cores. The usable CPUs are split into a write set (first half) and a read set (second half);
-a node's raylet, and so every actor it runs, is pinned to its set (``simulations.scaling.pinning``).
-Mafka4: ``nodes // 2`` write nodes on the write set and as many read nodes on the read set.
-Mafka3 has no read nodes, so all ``nodes`` are brokers, half of them on each set: it gets
-the same machines and cores, used its way. The head (this driver with the producer and the
-consumers, and the controller) is not pinned. ``--no-pin`` turns pinning off.
+**The same in both modes.** One producer: keyed messages of ``message_bytes`` over ``keys``
+keys drawn by the same seed, acks=all, linger_ms 1, ``rate_msgs_per_s`` for ``duration_s``. N
+consumers of one group, each a thread of this driver process running the same ``Consumer``
+code with its defaults (the range assignor, auto-commit every 5 s). Replication factor and
+min_insync_replicas ``replication_factor``. ``nodes`` simulated machines on this machine's
+cores. Nothing is slowed down on purpose in either mode.
+
+**What differs, by design** (each mode deployed as its design would be):
+
+* *Partitions.* Mafka3: N physical partitions, one per consumer (N x RF replica actors), so the
+  producer spreads the same messages over N partitions, in smaller batches as N grows.
+  Mafka4: ``physical_partitions`` physical partitions for every N (P x RF replica actors) and
+  N virtual partitions with ``read_replicas`` replicas each.
+* *Node roles.* Mafka3: all ``nodes`` are brokers: they host the replicas and serve the
+  consumers' fetches from the partition leaders. Mafka4: ``nodes // 2`` write nodes host the
+  replicas, and ``nodes // 2`` read nodes host the VPs (one read-node actor each) and serve the
+  fetches. So Mafka4's replicas share half as many nodes as Mafka3's.
+* *Read path.* In Mafka4 a message becomes readable after a feeding hop (physical partition to
+  read node) and the VP's high watermark; in Mafka3 below the partition's high watermark, at
+  its leader.
+* *CPU pinning* (``pin_cpus``, ``simulations.scaling.pinning``): the usable CPUs are split into a
+  write set (first half) and a read set (the rest), and a node's raylet, and so every actor it
+  runs, is pinned to one. Mafka4: write nodes on the write set, read nodes on the read set, so
+  writing gets half the cores and reading the other half. Mafka3: the first ``nodes // 2``
+  brokers on the write set and the others on the read set, so its replicas and the fetches
+  they serve run on all the cores. The head (this driver: the producer and the consumers), the
+  controller and etcd are not pinned in either mode. ``--no-pin`` turns pinning off for both.
+* *Group protocol.* Mafka3 members rebalance eagerly over partitions; Mafka4 members own VPs.
+  Either way the group has settled before the producer starts, and no member joins or leaves
+  during a measurement.
+* *Clusters.* Each mode gets a fresh cluster of its own; all runs of one mode come before the
+  other's.
 
 **Resumable.** A configuration whose Parquet file exists is not run again, so an interrupted
 run continues where it stopped (same ``--out`` and seed).

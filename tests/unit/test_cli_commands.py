@@ -25,7 +25,9 @@ from mafka4.cli import bench as bench_commands
 from mafka4.cli import plugins
 from mafka4.errors import ClusterNotRunning, InvalidTopicName
 
-# The options of every bench, as README.md and earlier releases document them.
+# The options of every bench, as README.md and earlier releases document them (redis-streams' backlog is
+# --messages and its produce runs' --produce-messages, as in bench consume and bench produce; both drains take
+# --ack-cadences).
 BENCH_FLAGS = {
     "produce": {"--messages", "--message-bytes", "--payload", "--compression", "--partitions", "--replication-factor",
                 "--segment-bytes-max",
@@ -37,8 +39,12 @@ BENCH_FLAGS = {
                 "--after-join-s", "--trials", "--read-replicas", "--skip-mafka3", "--output"},
     "vp-density": {"--virtual-partitions", "--partitions", "--window-s", "--settle-s", "--smoke", "--output"},
     "feed-lag": {"--virtual-partitions", "--partitions", "--duration-s", "--smoke", "--output"},
-    "redis-streams": {"--messages", "--backlog-messages", "--message-bytes", "--consumers", "--repetitions",
-                      "--pipeline-messages", "--read-count", "--quiet-wait-s-max", "--smoke", "--output"},
+    "redis-streams": {"--produce-messages", "--messages", "--message-bytes", "--consumers", "--repetitions",
+                      "--pipeline-messages", "--read-count", "--ack-cadences", "--quiet-wait-s-max", "--smoke",
+                      "--output"},
+    "consume": {"--messages", "--message-bytes", "--partitions", "--virtual-partitions", "--replication-factor",
+                "--consumers", "--read-modes", "--ack-cadences", "--repetitions", "--gc-freeze", "--no-check-crcs",
+                "--quiet-wait-s-max", "--smoke", "--output"},
 }
 
 
