@@ -2,7 +2,7 @@
 
     mafka4 compare --out results/compare
 
-1. the consumer-scaling experiment on the real runtime (``simulations.scaling``): consumers
+1. the consumer-scaling experiment on the real runtime (``simulations.scaling.experiment``): consumers
    1, 2, 4, 8, 16, 32, both modes, 3 repetitions of each configuration (seeds 7, 8, 9), each
    50,000 messages at 1,000 msgs/s, so that every repetition's tp999 rests on 50 samples at or
    above it. On a 2-core machine that is 36 runs of about a minute each (see the README for
@@ -11,7 +11,7 @@
 2. the fleet-scale model (``simulations.fleet``) over fleet sizes up to 40,000 topics, with the
    calibration in ``--calibration`` (default: the one shipped with the model, measured
    once on this kind of machine; ``mafka4 fleet calibrate`` measures a new one);
-3. the Spark analysis (``simulations.analysis``) of both event logs into tables, plots and
+3. the Spark analysis (``simulations.analysis.job``) of both event logs into tables, plots and
    ``report.md``.
 
 Each step writes under ``--out``; the experiment step is resumable, so rerunning after an
@@ -26,12 +26,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from simulations.cli import add_scaling_arguments, settings_from_args
 from simulations.extras import require_analysis_extra
-from simulations.scaling import ScalingSettings
+from simulations.scaling.command import add_scaling_arguments, settings_from_args
+from simulations.scaling.experiment import ScalingSettings
 
 if TYPE_CHECKING:
-    from simulations.analysis import AnalysisSettings
+    from simulations.analysis.job import AnalysisSettings
     from simulations.fleet.sweep import SweepSettings
 
 # 50,000 messages per repetition: the 50th-largest latency is its tp999.
@@ -43,10 +43,10 @@ def run_compare(out: Path, scaling: ScalingSettings, calibration: Path | None, p
     """Run the three steps into ``out``; the report's path. ``sweep`` (default: the fleet model's
     defaults with the experiment's seed) sizes the fleet-model step, ``analysis`` (default: the
     analysis defaults) the Spark step."""
-    from simulations.analysis import AnalysisSettings, analyze
+    from simulations.analysis.job import AnalysisSettings, analyze
     from simulations.fleet.params import DEFAULT_CALIBRATION, load_calibration
     from simulations.fleet.sweep import SweepSettings, run_sweep
-    from simulations.scaling import run_scaling
+    from simulations.scaling.experiment import run_scaling
 
     began = time.monotonic()
     print(f"1/3 consumer-scaling experiment on a local cluster -> {out / 'runtime'}", file=progress, flush=True)

@@ -3,7 +3,7 @@
 This docstring is the single place where the columns are documented. The consumer-scaling
 experiment on the real runtime (``source="runtime"``) and the fleet-scale model
 (``source="fleet_model"``) both write it through :func:`write_events`; the Spark job in
-``simulations.analysis`` reads it. One row is one message, or one sampled request when
+``simulations.analysis.job`` reads it. One row is one message, or one sampled request when
 ``sample_rate`` < 1 (each row then stands for ``1 / sample_rate`` messages).
 
 Per-run columns (the same value on every row of a file; set them on :class:`RunInfo`):
@@ -129,7 +129,7 @@ MODES = (ReadMode.MAFKA3.value, ReadMode.MAFKA4.value)
 # Epoch milliseconds near 1.7e12 carry about 2.4e-4 ms of float64 resolution.
 LATENCY_TOLERANCE_MS = 1e-3
 INT32_MAX = 2**31 - 1
-# A directory holding this file is analysis output (``simulations.analysis``), not event logs.
+# A directory holding this file is analysis output (``simulations.analysis.job``), not event logs.
 ANALYSIS_MARKER = "_MAFKA4_ANALYSIS"
 
 EVENT_SCHEMA = pa.schema(

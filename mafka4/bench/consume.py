@@ -11,20 +11,21 @@ On the running cluster (``mafka4 up``, or the one ``$MAFKA4_ETCD_ENDPOINT`` and
    messages of ``message_bytes`` random bytes (acks=all). The backlog is ready when the offset
    ranges of its partitions (or VPs), as group-less consumers see them, hold ``messages``: all
    committed and, in mafka4 mode, fed to the VPs. Nothing is produced after that.
-2. **drains**: per repetition, read mode and consumer count, in that order (so the two modes
-   alternate through the run), a fresh group drains the backlog from its start. Its members are
-   processes of their own, spawned at once after the backlog is ready
-   (``bench.consume_member``); they join, the driver waits until the group settled
-   (``drain.GroupSettling``), lets them seek to the start, and signals the start to all of
-   them at once. The members time themselves; ``drain.drain_row`` combines their figures.
+2. **drains**: per repetition, read mode, acknowledgement cadence and consumer count, in that
+   order (so the two modes alternate through the run), a fresh group drains the backlog from
+   its start. Its members are processes of their own, spawned at once after the backlog is
+   ready (``bench.consume_member``), committing at the drain's cadence (``bench.drain_terms``);
+   they join, the driver waits until the group settled (``drain.GroupSettling``), lets them
+   seek to the start, and signals the start to all of them at once. The members time
+   themselves, up to their last commit; ``drain.drain_row`` combines their figures.
 
 The report (``results/bench_consume.json``): the settings; each backlog (topic, VPs, offset
-ranges, how fast it was produced); one row per drain with its msgs/s, MB/s, fetch latency
+ranges, how fast it was produced); one row per drain with its cadence (``ack``), msgs/s, MB/s, fetch latency
 p50/p99/p99.9, messages read, missing and duplicated, the consumers that had work (in mafka3
 mode at most ``partitions``, in mafka4 mode at most the VP count), seconds to join and settle,
 the 1-minute load average at its start and end and ``quiet`` (``bench.usage``, judged at the
 start: the drain loads the machine by design), and the CPU it cost per message, the members'
-and the whole machine's (``bench.cpu_cost``); the summary per read mode and consumer count;
+and the whole machine's (``bench.cpu_cost``); the summary per read mode, cadence and consumer count;
 and the load average at the start and end of the run. Every member runs on this machine's cores
 beside the cluster, as the brokers' own work does: compare figures within one run.
 """
@@ -42,11 +43,12 @@ from pathlib import Path
 
 import ray
 
-from mafka4.bench.cpu_cost import MachineCpu, cpu_per_message
 from mafka4.bench.consume_member import MemberSpec, run_member
+from mafka4.bench.cpu_cost import MachineCpu, cpu_per_message
 from mafka4.bench.drain import (Armed, Assigned, Closed, ConsumeBenchSettings, Drained, Failed, GroupSettling, Joined,
                                 MemberDrain, OffsetRange, assignment_problem, backlog_messages, drain_row, row_quiet,
                                 summary)
+from mafka4.bench.drain_terms import AckCadence
 from mafka4.bench.process_usage import TICKS_PER_S, machine_cpu, wait_until_quiet
 from mafka4.bench.produce import producer_run
 from mafka4.bench.produce_settings import ProduceBenchSettings
@@ -231,9 +233,10 @@ def _collect(members: _Members, consumers: int, settings: ConsumeBenchSettings
     return list(drains.values()), list(closed.values()), drained_at
 
 
-def drain_once(connection: Connection, backlog: Backlog, consumers: int, repetition: int,
+def drain_once(connection: Connection, backlog: Backlog, cadence: AckCadence, consumers: int, repetition: int,
                settings: ConsumeBenchSettings) -> dict:
-    """One fresh group of ``consumers`` member processes drains ``backlog`` from its start: its row."""
+    """One fresh group of ``consumers`` member processes, committing at ``cadence``, drains ``backlog`` from its
+    start: its row."""
     ranges = backlog_ranges(connection, backlog.topic)
     if ranges != backlog.ranges:
         raise RuntimeError(f"bench consume: the offsets of {backlog.topic} changed since it was written: "
@@ -241,7 +244,7 @@ def drain_once(connection: Connection, backlog: Backlog, consumers: int, repetit
     group = f"bench-consume-{secrets.token_hex(4)}"
     ray_address = ray.get_runtime_context().gcs_address
     specs = [MemberSpec(member, backlog.topic, group, connection.store.endpoint, ray_address, connection.cluster,
-                        ranges, settings.gc_freeze, settings.check_crcs) for member in range(consumers)]
+                        ranges, cadence, settings.gc_freeze, settings.check_crcs) for member in range(consumers)]
     joining = time.monotonic()
     members = _Members(specs)
     try:
@@ -260,7 +263,8 @@ def drain_once(connection: Connection, backlog: Backlog, consumers: int, repetit
         members.close()
     load = [round(load_start, 2), round(load_end, 2)]
     figures = drain_row(ranges, drains, settings.message_bytes)
-    return {"read_mode": backlog.read_mode.value, "consumers": consumers, "repetition": repetition, "group": group,
+    return {"read_mode": backlog.read_mode.value, "ack": str(cadence), "consumers": consumers, "repetition": repetition,
+            "group": group,
             "join_s": round(join_s, 2), "quiet_wait_s": round(quiet_wait_s, 2), **figures,
             **cpu_per_message([drain.cpu_ns for drain in drains], started_at, drained_at, TICKS_PER_S,
                               figures["messages_read"]),
@@ -278,9 +282,9 @@ def run_consume_bench(settings: ConsumeBenchSettings, output_path: str) -> dict:
     try:
         backlogs = [write_backlog(connection, admin, ReadMode.parse(mode), settings, created)
                     for mode in settings.read_modes]
-        rows = [drain_once(connection, backlog, consumers, repetition, settings)
+        rows = [drain_once(connection, backlog, cadence, consumers, repetition, settings)
                 for repetition in range(settings.repetitions) for backlog in backlogs
-                for consumers in settings.consumers]
+                for cadence in settings.cadences for consumers in settings.consumers]
     finally:
         for topic in created:
             admin.delete_topic(topic)

@@ -5,7 +5,8 @@ The member goes through four steps, reporting each to the driver through a queue
 of ``bench.drain``) and waiting for the driver's signals (``arm``, ``start``, ``stop``):
 
 1. **join** (``Joined``, then ``Assigned`` whenever its assignment changes): it joins the
-   cluster the spec names and creates a ``Consumer`` of the group, at the *latest* offsets.
+   cluster the spec names and creates a ``Consumer`` of the group, at the *latest* offsets,
+   auto-committing as its acknowledgement cadence says (``bench.drain_terms``).
    The group is new, so every partition (or VP) it claims starts at its high watermark, the
    backlog's end: the polls that carry the group protocol (Mafka3's eager rebalance, Mafka4's
    VP handovers) read nothing. It polls until the driver, having seen the group settle
@@ -14,15 +15,19 @@ of ``bench.drain``) and waiting for the driver's signals (``arm``, ``start``, ``
    (a read node's next fetch goes out only after its last one came back), and seeks every
    partition it owns to the backlog's start. Nothing is read yet.
 3. **drain** (``Drained``): at ``start`` it polls until it was given every backlog offset of
-   the partitions it owns, or until ``stop``; it stamps its first poll, each poll that returned
-   messages and its last message (``drain`` defines the figures). A member that owns nothing
-   does not poll in this step.
+   the partitions it owns, or until ``stop``, committing at its cadence (``per-read``: after each
+   poll that returned messages; ``every-<N>ms``: the consumer's auto-commit, then one commit once
+   it has every offset; ``none``: never); it stamps its first poll, each poll that returned
+   messages, its last message and the end of its last commit (``drain`` defines the figures). A
+   member that owns nothing does not poll in this step.
 4. **stay** (``Closed``): it keeps polling, so the group stays as it is for the members still
    draining, until ``stop``; then it closes the consumer (commit, release, leave). A close that
    fails is reported in ``Closed``: the drain it follows is measured already.
 
 A failure at any other step is reported (``Failed``, with the traceback) and the process exits 1.
-A retriable error of a poll is counted and the member polls on, as an application would.
+A retriable error of a poll or a commit is counted and the member goes on, as an application
+would: it polls again, and a commit that failed is made again after its next poll (the last one
+until it succeeds).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import ray
 
 from mafka4.bench.drain import (Armed, Assigned, Closed, Drained, Failed, Joined, MemberDrain, OffsetRange,
                                 OffsetTally)
+from mafka4.bench.drain_terms import AckCadence, AckKind
 from mafka4.client.consumer import Consumer
 from mafka4.collector import freeze_what_start_up_left
 from mafka4.errors import MafkaError
@@ -65,6 +71,7 @@ class MemberSpec:
     ray_address: str
     cluster: str
     ranges: Mapping[int, OffsetRange]
+    ack_cadence: AckCadence
     gc_freeze: bool = False  # freeze what the member's start left (ConsumeBenchSettings.gc_freeze)
     check_crcs: bool = True  # ConsumerConfig.check_crcs of the member's consumer
 
@@ -82,7 +89,7 @@ def _run(spec: MemberSpec, reports, arm, start, stop) -> None:
     os.environ.update({ETCD_ENDPOINT_ENV: spec.etcd_endpoint, RAY_ADDRESS_ENV: spec.ray_address,
                        CLUSTER_ENV: spec.cluster})
     consumer = Consumer(spec.topic, group=spec.group, connection=connect(),  # at the latest offsets: step 1
-                        check_crcs=spec.check_crcs)
+                        check_crcs=spec.check_crcs, auto_commit_interval_ms=spec.ack_cadence.auto_commit_interval_ms)
     if spec.gc_freeze:
         freeze_what_start_up_left()
     try:
@@ -110,24 +117,28 @@ def _steps(consumer: Consumer, spec: MemberSpec, reports, arm, start, stop) -> i
     while not start.wait(SIGNAL_CHECK_S):
         if stop.is_set():
             return None
-    reports.put(Drained(_drain(consumer, spec.member, tally, stop)))
+    reports.put(Drained(_drain(consumer, spec.member, tally, spec.ack_cadence, stop)))
     return _stay(consumer, stop)
 
 
 class _Retriable(Exception):
-    """A poll failed in a way an application retries (a failover, etcd away for a moment)."""
+    """A poll or a commit failed in a way an application retries (a failover, etcd away for a moment)."""
 
 
-def _poll(consumer: Consumer, timeout_ms: int) -> list:
-    """One poll; a retriable error is raised as such for the caller to count, any other error propagates."""
+def _retried(call):
+    """``call()``; a retriable error is raised as ``_Retriable`` for the caller to count, any other propagates."""
     try:
-        return consumer.poll(timeout_ms=timeout_ms)
+        return call()
     except ray.exceptions.RayError as error:
         raise _Retriable(f"{type(error).__name__}: {error}") from error
     except MafkaError as error:
         if not error.retriable:
             raise
         raise _Retriable(f"{type(error).__name__}: {error}") from error
+
+
+def _poll(consumer: Consumer, timeout_ms: int) -> list:
+    return _retried(lambda: consumer.poll(timeout_ms=timeout_ms))
 
 
 def _join(consumer: Consumer, spec: MemberSpec, reports, arm, stop) -> int:
@@ -155,11 +166,13 @@ def _arm(consumer: Consumer, spec: MemberSpec) -> tuple[int, ...]:
     return owned
 
 
-def _drain(consumer: Consumer, member: int, tally: OffsetTally, stop) -> MemberDrain:
+def _drain(consumer: Consumer, member: int, tally: OffsetTally, cadence: AckCadence, stop) -> MemberDrain:
     owned = tuple(consumer.assignment())
     latencies: list[int] = []
-    first_poll_ns = last_message_ns = first_poll_cpu_ns = None
-    errors, first_error = 0, None
+    first_poll_ns = last_message_ns = end_ns = first_poll_cpu_ns = None
+    poll_errors, first_poll_error = 0, None
+    commits = _Commits(consumer, stop)
+    owed = False  # messages were returned since this member's last commit, and its cadence commits them
     while not tally.complete(consumer.assignment()) and not stop.is_set():
         before = time.monotonic_ns()
         if first_poll_ns is None:
@@ -167,19 +180,51 @@ def _drain(consumer: Consumer, member: int, tally: OffsetTally, stop) -> MemberD
         try:
             messages = _poll(consumer, DRAIN_POLL_TIMEOUT_MS)
         except _Retriable as error:
-            errors += 1
-            first_error = first_error or str(error)
+            poll_errors += 1
+            first_poll_error = first_poll_error or str(error)
             stop.wait(DRAIN_POLL_TIMEOUT_MS / 1000)
             continue
         after = time.monotonic_ns()
         if messages:
             latencies.append(after - before)
-            last_message_ns = after
+            last_message_ns = end_ns = after
             tally.record_messages(messages)
+            owed = cadence.kind is not AckKind.NONE
+        if owed and cadence.kind is AckKind.PER_READ:
+            owed, end_ns = commits.once(end_ns)
+    if owed:  # every-<N>ms: the commit that ends its part; per-read: the last one, if it failed
+        end_ns = commits.until_done()
     cpu_ns = None if first_poll_cpu_ns is None else time.process_time_ns() - first_poll_cpu_ns
-    return MemberDrain(member, owned, first_poll_ns, last_message_ns, tuple(latencies), tally.delivered,
-                       tally.duplicates, tally.outside, tally.seen(), tally.complete(consumer.assignment()), errors,
-                       first_error, cpu_ns)
+    return MemberDrain(member, owned, first_poll_ns, last_message_ns, end_ns, tuple(latencies), tally.delivered,
+                       tally.duplicates, tally.outside, tally.seen(), tally.complete(consumer.assignment()),
+                       poll_errors, first_poll_error, cpu_ns, commits.errors, commits.first_error)
+
+
+class _Commits:
+    """A draining member's commits, counting the ones that failed retriably."""
+
+    def __init__(self, consumer: Consumer, stop):
+        self._consumer, self._stop = consumer, stop
+        self.errors, self.first_error = 0, None
+
+    def once(self, end_ns: int | None) -> tuple[bool, int | None]:
+        """One commit: (still owed, the member's end: when it returned, else ``end_ns`` unchanged)."""
+        try:
+            _retried(self._consumer.commit)
+        except _Retriable as error:
+            self.errors += 1
+            self.first_error = self.first_error or str(error)
+            return True, end_ns
+        return False, time.monotonic_ns()
+
+    def until_done(self) -> int | None:
+        """Commit until it succeeds: when it returned; None if ``stop`` came first (the member's end is unknown)."""
+        while not self._stop.is_set():
+            owed, end_ns = self.once(None)
+            if not owed:
+                return end_ns
+            self._stop.wait(DRAIN_POLL_TIMEOUT_MS / 1000)
+        return None
 
 
 def _stay(consumer: Consumer, stop) -> int:

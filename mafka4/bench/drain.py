@@ -1,18 +1,20 @@
 """A backlog drained by one consumer group: what ``mafka4 bench consume`` asks, counts and combines (pure).
 
-``bench.consume`` writes one backlog topic per read mode, then drains it once per consumer count
-and repetition with a fresh group whose members are processes of their own
-(``bench.consume_member``). This module holds what needs no cluster:
+``bench.consume`` writes one backlog topic per read mode, then drains it once per acknowledgement
+cadence, consumer count and repetition with a fresh group whose members are processes of their
+own (``bench.consume_member``). This module holds what needs no cluster:
 
 * **the settings** (``ConsumeBenchSettings``), validated on construction, so that the CLI reads
-  them without importing Ray;
+  them without importing Ray; the backlog and the acknowledgement cadences are the terms
+  ``bench.drain_terms`` sets for this bench and ``bench redis-streams`` alike;
 * **the backlog** as offset ranges (``OffsetRange``), one per physical partition (mafka3 mode)
   or per virtual partition (mafka4 mode): a drain delivers every offset in them;
 * **a member's tally** (``OffsetTally``): which of those offsets it was given, and how many twice;
 * **when a group has settled** (``GroupSettling``): every member has joined, their assignments
   are disjoint and cover every partition, and nothing changed for ``settle_s``;
 * **what members tell the driver** (``Joined`` ... ``Failed``), and **one row per drain**
-  (``drain_row``), the summary per read mode and consumer count, and the table the CLI prints.
+  (``drain_row``), the summary per read mode, cadence and consumer count, and the table the CLI
+  prints: every cell of the sweep, never only the best.
 
 How a drain is timed. Members join while the backlog is already written, positioned at its end,
 so joining reads nothing (``bench.consume_member`` says how); once the group has settled they
@@ -21,14 +23,16 @@ seek to the backlog's start and wait for one start signal, which the driver give
 ``quiet_wait_s_max``, and the row records the wait and the load). Each member stamps
 ``time.monotonic_ns()`` (CLOCK_MONOTONIC: one clock for every process of a Linux machine) just
 before its first ``poll()`` after the signal and when the poll that returned its last message
-returned. The drain runs from the earliest first poll to the latest last message; msgs/s is
-the messages read (each offset once) over that time, MB/s the same of their values
-(``message_bytes`` each; keys, headers and framing not counted). A *fetch latency* is the
-duration of one ``poll()`` call that returned messages; polls that returned nothing are not
-fetches of the drain.
+returned, and when its part of the drain ended: when its last commit returned (``per-read``:
+the commit after its last poll; ``every-<N>ms``: one ``commit()`` once it was given every offset
+it owns), or at its last message (``none``). The drain runs from the earliest first poll to the
+latest end; msgs/s is the messages read (each offset once) over that time, MB/s the same of
+their values (``message_bytes`` each; keys, headers and framing not counted). A *fetch latency*
+is the duration of one ``poll()`` call that returned messages; polls that returned nothing are
+not fetches of the drain.
 
 Invariants (asserted): an offset range never ends before it starts; a member's flags cover
-exactly its partition's range.
+exactly its partition's range; a member's end is not before its last message.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from mafka4.bench.drain_terms import (ACK_CADENCES_DEFAULT, BACKLOG_MESSAGES_DEFAULT, AckCadence, check_backlog,
+                                      check_consumer_counts, check_count, parse_cadences)
 from mafka4.bench.stats import PERCENTILES, percentiles_ms
 from mafka4.bench.usage import is_quiet
 from mafka4.errors import InvalidConfig
@@ -60,7 +66,8 @@ NS_PER_S = 1_000_000_000
 class ConsumeBenchSettings:
     """A field with a ``help`` in its metadata is an option of ``mafka4 bench consume`` (``mafka4.cli.bench``)."""
 
-    messages: int = field(default=100_000, metadata={"help": "messages in the backlog of each read mode"})
+    messages: int = field(default=BACKLOG_MESSAGES_DEFAULT, metadata={
+        "help": "messages in the backlog of each read mode (as bench redis-streams' backlog)"})
     message_bytes: int = field(default=1024, metadata={"help": "bytes of each message's value"})
     partitions: int = field(default=4, metadata={"help": "physical partitions of each backlog topic"})
     # None: the largest consumer count. A group of a mafka4-mode topic gets capacity by splitting
@@ -75,7 +82,11 @@ class ConsumeBenchSettings:
     read_modes: tuple[str, ...] = field(default=(ReadMode.MAFKA3.value, ReadMode.MAFKA4.value), metadata={
         "help": "read modes, one backlog topic each: mafka3 (consumers read the physical partitions), mafka4 "
                 "(consumers read the VPs)"})
-    repetitions: int = field(default=3, metadata={"help": "drains of each (read mode, consumer count)"})
+    ack_cadences: tuple[str, ...] = field(default=ACK_CADENCES_DEFAULT, metadata={
+        "help": "how often members commit what they read, one drain each: per-read (commit() after each poll), "
+                "every-<N>ms (auto-commit every N ms), none (no commit until the drain ended); the last commit ends "
+                "the timed drain"})
+    repetitions: int = field(default=3, metadata={"help": "drains of each (read mode, cadence, consumer count)"})
     gc_freeze: bool = field(default=False, metadata={
         "help": "each member freezes what its start left out of its garbage collector's full collections (gc.freeze, "
                 "as the README advises applications that drain at high rates)"})
@@ -99,17 +110,16 @@ class ConsumeBenchSettings:
     smoke: bool = False
 
     def __post_init__(self) -> None:
-        _check_count("messages", self.messages, MESSAGES_MAX)
-        _check_count("message_bytes", self.message_bytes, MESSAGE_BYTES_MAX)
-        _check_count("partitions", self.partitions, PARTITIONS_MAX)
-        _check_count("replication_factor", self.replication_factor, REPLICATION_FACTOR_MAX)
-        _check_count("repetitions", self.repetitions, REPETITIONS_MAX)
+        check_count("messages", self.messages, MESSAGES_MAX)
+        check_count("message_bytes", self.message_bytes, MESSAGE_BYTES_MAX)
+        check_backlog(self.messages, self.message_bytes)
+        object.__setattr__(self, "ack_cadences", tuple(map(str, parse_cadences(self.ack_cadences))))
+        check_count("partitions", self.partitions, PARTITIONS_MAX)
+        check_count("replication_factor", self.replication_factor, REPLICATION_FACTOR_MAX)
+        check_count("repetitions", self.repetitions, REPETITIONS_MAX)
         if self.virtual_partitions is not None:
-            _check_count("virtual_partitions", self.virtual_partitions, VIRTUAL_PARTITIONS_MAX)
-        if (not self.consumers or len(set(self.consumers)) != len(self.consumers)
-                or not all(1 <= count <= CONSUMERS_MAX for count in self.consumers)):
-            raise InvalidConfig(f"consumers={','.join(map(str, self.consumers))}: give distinct consumer counts "
-                                f"from 1 to {CONSUMERS_MAX}, e.g. 1,4,16")
+            check_count("virtual_partitions", self.virtual_partitions, VIRTUAL_PARTITIONS_MAX)
+        check_consumer_counts(self.consumers, CONSUMERS_MAX, "1,4,16")
         if (not self.read_modes or len(set(self.read_modes)) != len(self.read_modes)
                 or not set(self.read_modes) <= set(READ_MODES)):
             raise InvalidConfig(f"read_modes={','.join(self.read_modes)}: give one or both of "
@@ -127,14 +137,13 @@ class ConsumeBenchSettings:
                       "quiet_wait_s_max": 0.0, "smoke": True, **changes})
 
     @property
+    def cadences(self) -> tuple[AckCadence, ...]:
+        return tuple(map(AckCadence.parse, self.ack_cadences))
+
+    @property
     def mafka4_virtual_partitions(self) -> int:
         """VPs of the mafka4-mode backlog: ``virtual_partitions``, or the largest consumer count."""
         return self.virtual_partitions if self.virtual_partitions is not None else max(self.consumers)
-
-
-def _check_count(name: str, value: int, maximum: int) -> None:
-    if not 1 <= value <= maximum:
-        raise InvalidConfig(f"{name}={value} is out of range: use 1 to {maximum}")
 
 
 # --- the backlog and one member's tally -------------------------------------------------------
@@ -337,6 +346,9 @@ class MemberDrain:
     partitions: tuple[int, ...]  # its assignment at the start
     first_poll_ns: int | None  # None: it owned nothing to read
     last_message_ns: int | None  # None: it read nothing
+    # Its last commit returned (cadence none: its last message); None: it read nothing, or was
+    # stopped before its last commit succeeded.
+    end_ns: int | None
     fetch_latencies_ns: tuple[int, ...]  # each poll() that returned messages
     delivered: int
     duplicates: int
@@ -346,6 +358,8 @@ class MemberDrain:
     poll_errors: int = 0
     first_poll_error: str | None = None
     cpu_ns: int | None = None  # the process's CPU time, all threads, from its first poll to its drain's end
+    commit_errors: int = 0  # commits that failed retriably (each made again)
+    first_commit_error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,8 +402,10 @@ def drain_row(ranges: Mapping[int, OffsetRange], drains: Sequence[MemberDrain], 
     read = messages_read(ranges, (drain.seen for drain in drains))
     delivered = sum(drain.delivered for drain in drains)
     starts = [drain.first_poll_ns for drain in drains if drain.first_poll_ns is not None]
-    ends = [drain.last_message_ns for drain in drains if drain.last_message_ns is not None]
+    ends = [drain.end_ns for drain in drains if drain.end_ns is not None]
     assert len(ends) <= len(starts), "a member that read something polled"
+    assert all(drain.end_ns is None or drain.end_ns >= drain.last_message_ns for drain in drains), \
+        "a member's part ends at or after its last message"
     elapsed_s = (max(ends) - min(starts)) / NS_PER_S if ends else None
     latencies = [latency for drain in drains for latency in drain.fetch_latencies_ns]
     first_ns = min(starts) if starts else 0
@@ -410,11 +426,14 @@ def drain_row(ranges: Mapping[int, OffsetRange], drains: Sequence[MemberDrain], 
         "fetch_latency_ms": percentiles_ms(latencies) if latencies else None,
         "poll_errors": sum(drain.poll_errors for drain in drains),
         "first_poll_error": next((drain.first_poll_error for drain in drains if drain.first_poll_error), None),
+        "commit_errors": sum(drain.commit_errors for drain in drains),
+        "first_commit_error": next((drain.first_commit_error for drain in drains if drain.first_commit_error), None),
         "members": [{
             "member": drain.member, "partitions": list(drain.partitions), "delivered": drain.delivered,
             "first_poll_ms": None if drain.first_poll_ns is None else round((drain.first_poll_ns - first_ns) / 1e6, 1),
             "last_message_ms": (None if drain.last_message_ns is None
                                 else round((drain.last_message_ns - first_ns) / 1e6, 1)),
+            "end_ms": None if drain.end_ns is None else round((drain.end_ns - first_ns) / 1e6, 1),
             "fetches": len(drain.fetch_latencies_ns), "complete": drain.complete,
         } for drain in sorted(drains, key=lambda drain: drain.member)],
     }
@@ -426,11 +445,12 @@ def _median(values: Sequence[float | None]) -> float | None:
 
 
 def summary(rows: Sequence[dict]) -> dict:
-    """Per read mode and consumer count (as text): medians over the repetitions, and each repetition's msgs/s."""
-    grouped: dict[str, dict[str, list[dict]]] = {}
+    """Per read mode, cadence and consumer count (as text): medians over the repetitions, and each one's msgs/s."""
+    grouped: dict[str, dict[str, dict[str, list[dict]]]] = {}
     for row in rows:
-        grouped.setdefault(row["read_mode"], {}).setdefault(str(row["consumers"]), []).append(row)
-    return {mode: {consumers: {
+        grouped.setdefault(row["read_mode"], {}).setdefault(row["ack"], {}).setdefault(str(row["consumers"]),
+                                                                                        []).append(row)
+    return {mode: {ack: {consumers: {
         "repetitions": len(runs),
         "msgs_per_s_median": _median([run["msgs_per_s"] for run in runs]),
         "msgs_per_s_each": [run["msgs_per_s"] for run in runs],
@@ -443,7 +463,7 @@ def summary(rows: Sequence[dict]) -> dict:
         "missing_each": [run["missing"] for run in runs],
         "duplicates_each": [run["duplicates"] + run["duplicates_across_members"] for run in runs],
         "quiet_each": [run["quiet"] for run in runs],
-    } for consumers, runs in by_count.items()} for mode, by_count in grouped.items()}
+    } for consumers, runs in by_count.items()} for ack, by_count in by_ack.items()} for mode, by_ack in grouped.items()}
 
 
 def row_quiet(load_average_1m: Sequence[float]) -> bool:
@@ -451,22 +471,17 @@ def row_quiet(load_average_1m: Sequence[float]) -> bool:
     return is_quiet(load_average_1m[:1])
 
 
-TABLE_COLUMNS = ("read mode", "consumers", "working", "msgs/s", "MB/s", "p50 ms", "p99 ms", "p99.9 ms",
+TABLE_COLUMNS = ("read mode", "ack", "consumers", "working", "msgs/s", "each", "MB/s", "p50 ms", "p99 ms", "p99.9 ms",
                  "members us/msg", "machine us/msg", "missing", "dup")
 
 
 def table(report: dict) -> str:
-    """The summary as a text table, medians over repetitions (what ``mafka4 bench consume`` prints)."""
+    """The summary as a text table, one line per cell of the sweep: medians over repetitions and each repetition's
+    msgs/s (what ``mafka4 bench consume`` prints)."""
     lines = [TABLE_COLUMNS]
-    for mode, by_count in report["summary"].items():
-        for consumers, figures in by_count.items():
-            latency = figures["fetch_latency_ms_median"]
-            lines.append((mode, consumers, "/".join(map(str, figures["consumers_with_work_each"])),
-                          _shown(figures["msgs_per_s_median"], ",.0f"), _shown(figures["mb_per_s_median"], ".1f"),
-                          *(_shown(latency[name], ".2f") for name in PERCENTILES),
-                          _shown(figures["member_cpu_us_per_message_median"], ".2f"),
-                          _shown(figures["machine_cpu_us_per_message_median"], ".2f"),
-                          str(sum(figures["missing_each"])), str(sum(figures["duplicates_each"]))))
+    for mode, by_ack in report["summary"].items():
+        for ack, by_count in by_ack.items():
+            lines += [_table_line(mode, ack, consumers, figures) for consumers, figures in by_count.items()]
     widths = [max(len(line[column]) for line in lines) for column in range(len(TABLE_COLUMNS))]
     text = ["  ".join(cell.rjust(width) for cell, width in zip(line, widths)) for line in lines]
     load = report["load_average_1m"]
@@ -474,6 +489,17 @@ def table(report: dict) -> str:
                 f"{load[0]} before, {load[1]} after" + ("; a smoke run: not a result" if report["settings"]["smoke"]
                                                         else ""))
     return "\n".join(text)
+
+
+def _table_line(mode: str, ack: str, consumers: str, figures: dict) -> tuple[str, ...]:
+    latency = figures["fetch_latency_ms_median"]
+    return (mode, ack, consumers, "/".join(map(str, figures["consumers_with_work_each"])),
+            _shown(figures["msgs_per_s_median"], ",.0f"),
+            "/".join(_shown(each, ",.0f") for each in figures["msgs_per_s_each"]),
+            _shown(figures["mb_per_s_median"], ".1f"), *(_shown(latency[name], ".2f") for name in PERCENTILES),
+            _shown(figures["member_cpu_us_per_message_median"], ".2f"),
+            _shown(figures["machine_cpu_us_per_message_median"], ".2f"),
+            str(sum(figures["missing_each"])), str(sum(figures["duplicates_each"])))
 
 
 def _shown(value: float | None, spec: str) -> str:

@@ -10,6 +10,13 @@ comma-separated list (``--consumers 1,4,16``; ``--compression none,zstd``, whose
 the help explains). A class with ``smoke_sized()`` also gets ``--smoke``: a test-sized run that
 its report marks as no result. Every bench takes ``--output``, the path of its report.
 
+The benches here (``BENCHES``) are the operator's: what the running cluster writes, reads and
+costs (``produce``, ``consume``, ``stream``, ``vp-join``, ``vp-density``, and ``rebalance``, the
+Mafka3 half of ``vp-join``). Benches of other packages register a ``Bench`` through the
+``mafka4.benches`` entry points (``mafka4.cli.plugins``) and are served the same way:
+``benchmarks`` adds the Redis Streams comparison and the experiments' probes (``failover``,
+``feed-lag``, ``redis-streams``). They are loaded only when the command line may need them.
+
 The runner builds the settings first, so a bad value is refused before anything connects;
 then it imports the driver (most import Ray), runs it, prints the report's summary (as JSON,
 or as the text its ``render`` function makes of the report) and says where the full report went.
@@ -27,17 +34,21 @@ from dataclasses import Field, dataclass, fields
 
 from mafka4.bench.density import VpDensityBenchSettings
 from mafka4.bench.drain import ConsumeBenchSettings
-from mafka4.bench.failover_settings import FailoverBenchSettings
-from mafka4.bench.lag import FeedLagBenchSettings
 from mafka4.bench.produce_settings import ProduceBenchSettings
 from mafka4.bench.rebalance import RebalanceBenchSettings
-from mafka4.bench.redis_streams_figures import RedisStreamsBenchSettings
 from mafka4.bench.stream_transfer import StreamBenchSettings
 from mafka4.bench.vp_join import VpJoinBenchSettings
+from mafka4.cli import plugins
 
 
 @dataclass(frozen=True, slots=True)
 class Bench:
+    """One bench of ``mafka4 bench``: its word, its help line, its settings class and its driver.
+
+    Another package's bench is a value of this type that a ``mafka4.benches`` entry point of the
+    same name gives (``mafka4.cli.plugins``).
+    """
+
     name: str
     help: str
     settings: type
@@ -53,43 +64,49 @@ class Bench:
 
 
 BENCHES = (
-    Bench("produce", "producer throughput and latency vs a bare Ray actor", ProduceBenchSettings,
-          "mafka4.bench.produce:run_produce_bench"),
-    Bench("failover", "unavailability of a partition when its leader is killed", FailoverBenchSettings,
-          "mafka4.bench.failover:run_failover_bench"),
+    Bench("produce", "producer throughput and latency vs a bare Ray actor and a bare stream (a ratio above 1: that "
+                     "bare run is no ceiling)", ProduceBenchSettings, "mafka4.bench.produce:run_produce_bench"),
     Bench("rebalance", "consumer stall while a member joins a group (Mafka3 eager rebalance)", RebalanceBenchSettings,
           "mafka4.bench.rebalance:run_rebalance_bench"),
     Bench("vp-join", "consumer stall while a member joins a mafka4-mode group (VP split), next to the Mafka3 eager "
                      "rebalance", VpJoinBenchSettings, "mafka4.bench.vp_join:run_vp_join_bench"),
     Bench("vp-density", "RSS and idle CPU of the read nodes per hosted virtual partition, next to one bare idle Ray "
                         "actor", VpDensityBenchSettings, "mafka4.bench.vp_density:run_vp_density_bench"),
-    Bench("feed-lag", "how far feeding trails the high watermark while one producer is saturated, per VP count",
-          FeedLagBenchSettings, "mafka4.bench.feed_lag:run_feed_lag_bench"),
-    Bench("consume", "one group of consumer processes drains a backlog, per read mode and consumer count: msgs/s, "
-                     "MB/s, fetch latency, and CPU per message (the members', the machine's)", ConsumeBenchSettings,
+    Bench("consume", "one group of consumer processes drains a backlog, per read mode, commit cadence and consumer "
+                     "count: msgs/s, MB/s, fetch latency, and CPU per message (the members', the machine's)",
+          ConsumeBenchSettings,
           "mafka4.bench.consume:run_consume_bench", render="mafka4.bench.drain:table"),
-    Bench("redis-streams", "Redis Streams on this machine (issue 15): pipelined XADD by redis-py and by a raw "
-                           "hiredis socket; one group of consumer processes drains a backlog (msgs/s, CPU per "
-                           "message). Its own redis-server, no cluster", RedisStreamsBenchSettings,
-          "mafka4.bench.redis_streams:run_redis_streams_bench",
-          render="mafka4.bench.redis_streams_figures:table"),
     Bench("stream", "what a stream call carrying a consumer's fetch answer costs in CPU per MiB, on the caller's and "
                     "the server's side (and, with --decode, the caller's decoding per message). No cluster",
           StreamBenchSettings, "mafka4.bench.stream_transfer:run_stream_bench"),
 )
 
 
-def add_commands(commands) -> None:
+def add_commands(commands, with_plugins: bool = True) -> None:
+    """``mafka4 bench`` with ``BENCHES``, and with ``with_plugins`` the benches of other packages too."""
     bench_parser = commands.add_parser("bench", help="benchmarks")
     benches = bench_parser.add_subparsers(dest="bench_command", required=True, metavar="WHAT")
     for bench in BENCHES:
-        parser = benches.add_parser(bench.name, help=bench.help)
-        for field, kind in _options_of(bench.settings):
-            _add_option(parser, field, kind)
-        if hasattr(bench.settings, "smoke_sized"):
-            parser.add_argument("--smoke", action="store_true", help=_smoke_help(bench.settings))
-        parser.add_argument("--output", default=bench.output_default, help="JSON report path (default %(default)s)")
-        parser.set_defaults(run=functools.partial(_run, bench))
+        _add_bench(benches, bench)
+    if with_plugins:
+        plugins.add_benches(benches.choices, lambda name, bench: _add_bench(benches, _checked(name, bench)))
+
+
+def _checked(name: str, bench: object) -> Bench:
+    """``bench`` if it is the ``Bench`` an entry point of ``name`` must give; ``TypeError`` naming the fault if not."""
+    if not isinstance(bench, Bench) or bench.name != name:
+        raise TypeError(f"the entry point must name a mafka4.cli.bench.Bench whose name is {name!r}, not {bench!r}")
+    return bench
+
+
+def _add_bench(benches, bench: Bench) -> None:
+    parser = benches.add_parser(bench.name, help=bench.help)
+    for field, kind in _options_of(bench.settings):
+        _add_option(parser, field, kind)
+    if hasattr(bench.settings, "smoke_sized"):
+        parser.add_argument("--smoke", action="store_true", help=_smoke_help(bench.settings))
+    parser.add_argument("--output", default=bench.output_default, help="JSON report path (default %(default)s)")
+    parser.set_defaults(run=functools.partial(_run, bench))
 
 
 def _options_of(settings_class: type) -> list[tuple[Field, object]]:

@@ -18,13 +18,15 @@ from mafka4.errors import MafkaError
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of every ``mafka4`` command, or, given the first word of a command line, of what it needs.
 
-    The commands of other packages (``plugins``) are loaded unless ``command`` names a built-in
-    one: a built-in command never imports them, while the help and an unknown word list them all.
+    The commands and benches of other packages (``plugins``) are loaded unless ``command`` names a
+    built-in command that cannot run them: a built-in command never imports them, while the help
+    and an unknown word list them all, and ``mafka4 bench`` loads the benches but no command.
     """
     parser = argparse.ArgumentParser(prog="mafka4", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (cluster, topics, clients, groups, bench):
+    for group in (cluster, topics, clients, groups):
         group.add_commands(commands)
+    bench.add_commands(commands, with_plugins=command not in commands.choices)
     if command not in commands.choices:
         plugins.add_commands(commands)
     return parser

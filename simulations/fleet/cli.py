@@ -91,7 +91,7 @@ def _cmd_fleet_calibrate(args: argparse.Namespace) -> int:
 def _cmd_fleet_sensitivity(args: argparse.Namespace) -> int:
     from simulations.fleet.params import (DEFAULT_CALIBRATION_DOCUMENT, CalibrationParams, calibration_source,
                                           load_document, measurement_error_of)
-    from simulations.fleet.sensitivity import BASELINE, SensitivitySettings, run_sensitivity
+    from simulations.fleet.sensitivity import SensitivitySettings, moves_at, run_sensitivity
 
     document = load_document(args.calibration) if args.calibration else DEFAULT_CALIBRATION_DOCUMENT
     params, errors = CalibrationParams.from_json(document["derived"]), measurement_error_of(document)
@@ -102,16 +102,13 @@ def _cmd_fleet_sensitivity(args: argparse.Namespace) -> int:
           f"{'' if errors else ' (it has no measurement errors: no +/-1 sigma rows)'}", file=sys.stderr)
     started = time.perf_counter()
     rows = run_sensitivity(args.out, settings, params, errors, calibration_source(document))
-    print(f"{'x':>4} {'parameter':<38} {'widest ratio move':>17}   (baseline ratio)")
+    print(f"{'x':>4} {'parameter':<38} {'widest ratio move':>17}  {'widest latency move (ms)':<28} "
+          "(baseline ratio)")
     for scale in settings.consumer_scales:
-        own = [row for row in rows if row["consumers_scale"] == scale]
-        baseline = next(row["node_ratio"] for row in own if row["change"] == BASELINE)
-        moves: dict[str, float] = {}
-        for row in own:
-            if row["change"] != BASELINE and row["node_ratio"] is not None and baseline is not None:
-                moves[row["parameter"]] = max(moves.get(row["parameter"], 0.0), abs(row["node_ratio"] - baseline))
-        for name in sorted(moves, key=lambda name: -moves[name])[:SENSITIVITY_TOP_PRINTED]:
-            print(f"{scale:>4g} {name:<38} {moves[name]:>17.4f}   ({baseline})")
+        baseline, moves = moves_at(rows, scale)
+        for move in moves[:SENSITIVITY_TOP_PRINTED]:
+            print(f"{scale:>4g} {move.parameter:<38} {move.ratio:>17.4f}  {move.latency_text:<28} "
+                  f"({baseline['node_ratio']})")
     print(f"sensitivity.json and sensitivity.md written to {args.out} ({time.perf_counter() - started:.0f} s)",
           file=sys.stderr)
     return 0

@@ -17,9 +17,12 @@ baseline's result: the model is deterministic for its seed. A change with which 
 be sized (``FleetTargetUnreachable``) gives a row without that design's figures, and the reason.
 
 Each row: nodes of both designs, the node ratio Mafka3 / Mafka4, and the produce and end-to-end
-tp999 of both designs; one ``baseline`` row per consumer scale. ``sensitivity.json`` is the list
-of rows; ``sensitivity.md`` has, per consumer scale, the parameters sorted by how far the node
-ratio moves (the widest of their changes), then every row.
+tp99 and tp999 of both designs; one ``baseline`` row per consumer scale. ``sensitivity.json`` is
+the list of rows; ``sensitivity.md`` has, per consumer scale, the parameters sorted by how far
+the node ratio moves (the widest of their changes) with the widest latency move beside it, then
+both sides of every +/-1 sigma change: the node ratio and every latency figure of both designs,
+each as baseline -> changed, so a change that favours one design in nodes is read with what it
+does to latencies; then every row.
 """
 
 from __future__ import annotations
@@ -43,8 +46,12 @@ FACTORS = {"x0.8": 0.8, "x1.2": 1.2}
 SIGMAS = {"-1sigma": -1.0, "+1sigma": 1.0}
 CHANGES = (*FACTORS, *SIGMAS)
 BASELINE = "baseline"
-METRICS = ("nodes_mafka3", "nodes_mafka4", "node_ratio", "produce_tp999_mafka3", "produce_tp999_mafka4",
-           "end_to_end_tp999_mafka3", "end_to_end_tp999_mafka4")
+LATENCY_METRICS = tuple(f"{path}_{tail}_{design.value}" for path in ("produce", "end_to_end")
+                        for tail in ("tp99", "tp999") for design in Design)
+METRICS = ("nodes_mafka3", "nodes_mafka4", "node_ratio", *LATENCY_METRICS)
+METRIC_TITLES = {"nodes_mafka3": "nodes Mafka3", "nodes_mafka4": "nodes Mafka4", "node_ratio": "ratio",
+                 **{name: name.replace("end_to_end", "e2e").replace("_mafka", " Mafka").replace("_tp", " tp")
+                    for name in LATENCY_METRICS}}
 
 
 def calibrated_parameters() -> tuple[str, ...]:
@@ -97,8 +104,9 @@ def model_metrics(workload: Workload, params: CalibrationParams, settings: Sensi
             notes.append(f"{design.value}: {error.message}")
             continue
         metrics[f"nodes_{design.value}"] = result.nodes
-        metrics[f"produce_tp999_{design.value}"] = result.produce_latency_ms["tp999"]
-        metrics[f"end_to_end_tp999_{design.value}"] = result.end_to_end_latency_ms["tp999"]
+        for tail in ("tp99", "tp999"):
+            metrics[f"produce_{tail}_{design.value}"] = result.produce_latency_ms[tail]
+            metrics[f"end_to_end_{tail}_{design.value}"] = result.end_to_end_latency_ms[tail]
     if metrics["nodes_mafka3"] is not None and metrics["nodes_mafka4"] is not None:
         metrics["node_ratio"] = round(metrics["nodes_mafka3"] / metrics["nodes_mafka4"], 4)
     return metrics, "; ".join(notes)
@@ -144,38 +152,86 @@ def _ratio_move(row: dict, baseline: dict) -> float:
     return abs(row["node_ratio"] - baseline["node_ratio"])
 
 
-def _cell(value) -> str:
-    return "-" if value is None else f"{value:g}"
+def _latency_move(row: dict, baseline: dict) -> tuple[float, str]:
+    """The largest move of a latency figure of ``row`` from the baseline (ms, with its sign) and which figure it is."""
+    moves = [(row[name] - baseline[name], name) for name in LATENCY_METRICS
+             if row[name] is not None and baseline[name] is not None]
+    return max(moves, key=lambda move: abs(move[0]), default=(0.0, "-"))
 
 
-def _scale_section(rows: list[dict], scale: float, params: CalibrationParams, errors: dict[str, float]) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class Moves:
+    """How far one parameter's changes moved the answer at one consumer scale, on both sides."""
+
+    parameter: str
+    rows: tuple[dict, ...]  # its changed rows, in CHANGES order
+    ratio: float  # the widest move of the node ratio (inf: a design could not be sized)
+    latency_ms: float  # the widest move of any latency figure of either design, with its sign
+    latency_figure: str  # which figure that is (a LATENCY_METRICS name; "-": none known)
+
+    @property
+    def latency_text(self) -> str:
+        """The widest latency move as the tables print it: ``+240 e2e tp999 Mafka4``, or ``0``."""
+        return f"{self.latency_ms:+.3g} {METRIC_TITLES[self.latency_figure]}" if self.latency_ms else "0"
+
+
+def moves_at(rows: list[dict], scale: float) -> tuple[dict, list[Moves]]:
+    """The baseline row at consumer scale ``scale``, and each parameter's moves from it, the widest ratio move first."""
     own = [row for row in rows if row["consumers_scale"] == scale]
     baseline = next(row for row in own if row["change"] == BASELINE)
     by_parameter: dict[str, list[dict]] = {}
     for row in own:
         if row["change"] != BASELINE:
             by_parameter.setdefault(row["parameter"], []).append(row)
-    widest = {name: max(_ratio_move(row, baseline) for row in changed) for name, changed in by_parameter.items()}
-    order = sorted(by_parameter, key=lambda name: (-widest[name], name))
+    moves = [Moves(name, tuple(changed), max(_ratio_move(row, baseline) for row in changed),
+                   *max((_latency_move(row, baseline) for row in changed), key=lambda move: abs(move[0])))
+             for name, changed in by_parameter.items()]
+    return baseline, sorted(moves, key=lambda move: (-move.ratio, move.parameter))
+
+
+def _cell(value) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _from_baseline(baseline: dict, row: dict, name: str) -> str:
+    """``baseline -> changed`` of one figure, or the one value when it did not move."""
+    before, after = _cell(baseline[name]), _cell(row[name])
+    return after if before == after else f"{before} -> {after}"
+
+
+def _rows_table(rows: list[dict], cell: Callable[[dict, str], str], note: bool) -> list[str]:
+    titles = " | ".join(METRIC_TITLES[m] for m in METRICS)
+    lines = [f"| parameter | change | value | {titles} |" + (" note |" if note else ""),
+             "|---|---|---:|" + "---:|" * len(METRICS) + ("---|" if note else "")]
+    return lines + [f"| {row['parameter']} | {row['change']} | {_cell(row['value'])} | "
+                    + " | ".join(cell(row, m) for m in METRICS) + (f" | {row['note']} |" if note else " |")
+                    for row in rows]
+
+
+def _scale_section(rows: list[dict], scale: float, params: CalibrationParams, errors: dict[str, float]) -> list[str]:
+    baseline, moves = moves_at(rows, scale)
     lines = [f"## Consumer scale x{scale:g}", "",
              f"Baseline: Mafka3 {_cell(baseline['nodes_mafka3'])} nodes, Mafka4 {_cell(baseline['nodes_mafka4'])} "
              f"nodes, ratio {_cell(baseline['node_ratio'])}; produce tp999 {_cell(baseline['produce_tp999_mafka3'])} / "
              f"{_cell(baseline['produce_tp999_mafka4'])} ms, end-to-end tp999 "
              f"{_cell(baseline['end_to_end_tp999_mafka3'])} / {_cell(baseline['end_to_end_tp999_mafka4'])} ms "
              f"(Mafka3 / Mafka4).", "",
-             "| parameter | value | 1 sigma | " + " | ".join(f"ratio {c}" for c in CHANGES) + " | widest ratio move |",
-             "|---|---:|---:|" + "---:|" * (len(CHANGES) + 1)]
-    for name in order:
-        ratio = {row["change"]: _cell(row["node_ratio"]) for row in by_parameter[name]}
-        lines.append(f"| {name} | {getattr(params, name):g} | {errors.get(name, 0.0):g} | "
-                     + " | ".join(ratio.get(c, "skipped") for c in CHANGES) + f" | {widest[name]:.4f} |")
+             "| parameter | value | 1 sigma | " + " | ".join(f"ratio {c}" for c in CHANGES)
+             + " | widest ratio move | widest latency move (ms) |",
+             "|---|---:|---:|" + "---:|" * (len(CHANGES) + 1) + "---|"]
+    for move in moves:
+        ratio = {row["change"]: _cell(row["node_ratio"]) for row in move.rows}
+        sigma = errors.get(move.parameter, 0.0)
+        lines.append(f"| {move.parameter} | {getattr(params, move.parameter):g} | {sigma:g} | "
+                     + " | ".join(ratio.get(c, "skipped") for c in CHANGES) + f" | {move.ratio:.4f} | "
+                     f"{move.latency_text} |")
+    sigma_rows = [row for move in moves for row in move.rows if row["change"] in SIGMAS]
+    if sigma_rows:
+        lines += ["", "Both sides of each +/-1 sigma change (baseline -> changed; one value: it did not move):", "",
+                  *_rows_table(sigma_rows, lambda row, name: _from_baseline(baseline, row, name), note=False)]
     lines += ["", "Every row (same order):", "",
-              "| parameter | change | value | nodes Mafka3 | nodes Mafka4 | ratio | produce tp999 Mafka3 | "
-              "produce tp999 Mafka4 | e2e tp999 Mafka3 | e2e tp999 Mafka4 | note |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for row in [baseline, *(row for name in order for row in by_parameter[name])]:
-        lines.append(f"| {row['parameter']} | {row['change']} | {_cell(row['value'])} | "
-                     + " | ".join(_cell(row[m]) for m in METRICS) + f" | {row['note']} |")
+              *_rows_table([baseline, *(row for move in moves for row in move.rows)],
+                           lambda row, name: _cell(row[name]), note=True)]
     return lines + [""]
 
 
@@ -187,7 +243,8 @@ def markdown(rows: list[dict], skipped: list[str], params: CalibrationParams, er
              f"{', '.join(f'x{s:g}' for s in settings.consumer_scales)}; node and model settings as `fleet model`. "
              f"Each parameter is moved alone: x0.8 and x1.2, and by -1 and +1 sigma of its measurement error. "
              f"Ratio = nodes Mafka3 / nodes Mafka4; latencies in ms. Parameters are sorted by the widest move "
-             f"of the ratio: the ratio hangs most on the first.", ""]
+             f"of the ratio: the ratio hangs most on the first. A change can favour one design in nodes and the "
+             f"other in latency: each +/-1 sigma change is given with both, for both designs.", ""]
     no_sigma = [name for name in settings.chosen_parameters if errors.get(name, 0.0) <= 0]
     if no_sigma:
         lines += [f"No measurement error (sigma 0), so no +/-1 sigma rows: {', '.join(no_sigma)}.", ""]

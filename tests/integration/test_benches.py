@@ -13,11 +13,11 @@ import json
 
 import pytest
 
+from benchmarks.feed_lag import run_feed_lag_bench
+from benchmarks.lag import FeedLagBenchSettings
 from mafka4.bench.consume import run_consume_bench
 from mafka4.bench.density import VpDensityBenchSettings
 from mafka4.bench.drain import ConsumeBenchSettings, table
-from mafka4.bench.feed_lag import run_feed_lag_bench
-from mafka4.bench.lag import FeedLagBenchSettings
 from mafka4.bench.vp_density import run_vp_density_bench
 from mafka4.bench.vp_join import VpJoinBenchSettings, run_vp_join_bench
 from mafka4.client.admin import Admin
@@ -43,15 +43,18 @@ def test_the_vp_join_bench_runs_a_mafka4_and_a_mafka3_trial_and_writes_its_repor
 
 
 def test_the_consume_bench_drains_a_backlog_per_read_mode_with_each_consumer_count_and_loses_nothing(cluster, tmp_path):
-    settings = ConsumeBenchSettings.smoke_sized()
+    settings = ConsumeBenchSettings.smoke_sized(ack_cadences=("per-read", "every-50ms"))
     output = tmp_path / "consume.json"
     report = run_consume_bench(settings, str(output))
     assert json.loads(output.read_text()) == json.loads(json.dumps(report))
     rows = report["rows"]
-    assert [(row["read_mode"], row["consumers"]) for row in rows] == [
-        ("mafka3", 1), ("mafka3", 2), ("mafka4", 1), ("mafka4", 2)]
+    assert [(row["read_mode"], row["ack"], row["consumers"]) for row in rows] == [
+        (mode, ack, consumers) for mode in ("mafka3", "mafka4") for ack in ("per-read", "every-50ms")
+        for consumers in (1, 2)]
     for row in rows:
-        where = (row["read_mode"], row["consumers"])
+        where = (row["read_mode"], row["ack"], row["consumers"])
+        assert row["commit_errors"] == 0, where
+        assert all(member["end_ms"] >= member["last_message_ms"] for member in row["members"]), "the last commit ends it"
         assert row["messages_read"] == row["messages"] == settings.messages and row["missing"] == 0, where
         assert row["duplicates"] == row["duplicates_across_members"] == row["outside_backlog"] == 0, where
         assert row["messages_while_joining"] == 0 and row["late_messages"] == 0, where

@@ -37,10 +37,10 @@ from process_helpers import REPO_ROOT, agent_environment
 RUN_TINY_COMPARE = """
 import sys
 from pathlib import Path
-from simulations.analysis import AnalysisSettings
+from simulations.analysis.job import AnalysisSettings
 from simulations.compare import run_compare
 from simulations.fleet.sweep import SweepSettings
-from simulations.scaling import ScalingSettings
+from simulations.scaling.experiment import ScalingSettings
 
 tiny = ScalingSettings(consumers=(2,), repetitions=2, rate_msgs_per_s=200, duration_s=1.5, experiment_id="tiny")
 fleet = SweepSettings(topics=(100,), consumer_scales=(1.0,), rows=500)

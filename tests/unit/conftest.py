@@ -36,8 +36,8 @@ SMALL_DATA_JVM = "-XX:TieredStopAtLevel=1"
 
 @pytest.fixture(scope="session")
 def spark():
-    from simulations.analysis import spark_session  # pyspark: only when a Spark test runs
-    from simulations.analysis_settings import AnalysisSettings
+    from simulations.analysis.job import spark_session  # pyspark: only when a Spark test runs
+    from simulations.analysis.settings import AnalysisSettings
 
     # pyspark hands PYSPARK_SUBMIT_ARGS to the spark-submit that starts the driver's JVM.
     submit_args = f"--driver-java-options={SMALL_DATA_JVM} {os.environ.get('PYSPARK_SUBMIT_ARGS', 'pyspark-shell')}"

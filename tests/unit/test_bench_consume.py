@@ -21,19 +21,23 @@ from mafka4.bench import consume, consume_member
 from mafka4.bench.drain import (Armed, Assigned, Closed, ConsumeBenchSettings, Drained, GroupSettling, Joined,
                                 MemberDrain, OffsetRange, OffsetTally, assignment_problem, backlog_messages, drain_row,
                                 messages_read, summary, table)
+from mafka4.bench.drain_terms import AckCadence, AckKind
 from mafka4.client.message import Message
 from mafka4.errors import CoordinatorUnavailable, InvalidConfig
 
 MS = 1_000_000  # ns
+PER_READ, NONE = AckCadence(AckKind.PER_READ), AckCadence(AckKind.NONE)
 
 
 # --- settings -----------------------------------------------------------------------------------
 
 
-def test_the_defaults_drain_100k_messages_with_1_4_and_16_consumers_in_both_read_modes():
+def test_the_defaults_drain_a_million_messages_with_1_4_and_16_consumers_in_both_read_modes_at_both_cadences():
     settings = ConsumeBenchSettings()
-    assert (settings.messages, settings.message_bytes, settings.partitions) == (100_000, 1024, 4)
+    assert (settings.messages, settings.message_bytes, settings.partitions) == (1_000_000, 1024, 4)
     assert settings.consumers == (1, 4, 16) and settings.read_modes == ("mafka3", "mafka4")
+    assert settings.ack_cadences == ("per-read", "every-5000ms"), "after each poll, and as often as auto-commit"
+    assert settings.cadences == (AckCadence(AckKind.PER_READ), AckCadence(AckKind.EVERY, 5000))
     assert settings.mafka4_virtual_partitions == 16, "every one of 16 consumers owns a VP of the backlog"
     assert ConsumeBenchSettings(virtual_partitions=4).mafka4_virtual_partitions == 4
 
@@ -47,7 +51,10 @@ def test_the_defaults_drain_100k_messages_with_1_4_and_16_consumers_in_both_read
     ({"read_modes": ("mafka4", "mafka4")}, "each once"),
     ({"read_modes": ()}, "one or both of mafka3, mafka4"),
     ({"messages": 0}, "messages=0"),
+    ({"messages": 3_000_000}, "messages=3000000 is out of range: use 1 to 1048576"),
     ({"message_bytes": 2 * 1024 * 1024}, "message_bytes="),
+    ({"ack_cadences": ("per-read", "per-read")}, "each once"),
+    ({"ack_cadences": ("every-0ms",)}, "'every-0ms' is not one"),
     ({"partitions": 0}, "partitions=0"),
     ({"virtual_partitions": 0}, "virtual_partitions=0"),
     ({"repetitions": 0}, "repetitions=0"),
@@ -84,14 +91,15 @@ def driver(monkeypatch, tmp_path):
 
 def test_the_command_passes_its_lists_to_the_settings_and_prints_a_table(driver, capsys):
     argv = ["bench", "consume", "--consumers", "1,4", "--read-modes", "mafka4", "--virtual-partitions", "8",
-            "--messages", "5000", "--repetitions", "2", "--quiet-wait-s-max", "30", "--gc-freeze", "--no-check-crcs"]
+            "--messages", "5000", "--repetitions", "2", "--quiet-wait-s-max", "30", "--gc-freeze", "--no-check-crcs",
+            "--ack-cadences", "none,every-100ms"]
     assert cli.main(argv) == 0
     assert driver == [(ConsumeBenchSettings(consumers=(1, 4), read_modes=("mafka4",), virtual_partitions=8,
                                             messages=5000, repetitions=2, quiet_wait_s_max=30.0, gc_freeze=True,
-                                            check_crcs=False),
+                                            check_crcs=False, ack_cadences=("none", "every-100ms")),
                        "results/bench_consume.json")]
     out, err = capsys.readouterr()
-    assert out.splitlines()[0].split()[:4] == ["read", "mode", "consumers", "working"]
+    assert out.splitlines()[0].split()[:5] == ["read", "mode", "ack", "consumers", "working"]
     assert "50,000" in out and "40,000" in out
     assert "full report written to results/bench_consume.json" in err
 
@@ -208,10 +216,11 @@ def test_a_group_with_a_shared_partition_never_settles():
 # --- one row per drain ------------------------------------------------------------------------------
 
 
-def _drain(member, partitions, first_ms, last_ms, latencies_ms, seen, delivered, duplicates=0, outside=0):
+def _drain(member, partitions, first_ms, last_ms, latencies_ms, seen, delivered, duplicates=0, outside=0, end_ms=None):
+    end_ms = last_ms if end_ms is None else end_ms
     return MemberDrain(member, tuple(partitions), None if first_ms is None else first_ms * MS,
-                       None if last_ms is None else last_ms * MS, tuple(int(ms * MS) for ms in latencies_ms), delivered,
-                       duplicates, outside, seen, complete=True)
+                       None if last_ms is None else last_ms * MS, None if end_ms is None else end_ms * MS,
+                       tuple(int(ms * MS) for ms in latencies_ms), delivered, duplicates, outside, seen, complete=True)
 
 
 RANGES = {0: OffsetRange(0, 4), 1: OffsetRange(0, 4)}
@@ -228,8 +237,18 @@ def test_the_drain_runs_from_the_first_poll_to_the_last_message_of_any_member():
     assert row["consumers_with_work"] == 2 and row["fetches"] == 4
     assert row["fetch_latency_ms"] == {"p50": 200.0, "p99": 300.0, "p99.9": 300.0}
     assert [m["first_poll_ms"] for m in row["members"]] == [0.0, 10.0, None]
-    assert row["members"][1]["last_message_ms"] == 500.0
+    assert row["members"][1]["last_message_ms"] == row["members"][1]["end_ms"] == 500.0
     assert json.loads(json.dumps(row)) == row, "the report is plain JSON"
+
+
+def test_a_drain_ends_when_the_last_commit_returned_not_at_the_last_message():
+    drains = [_drain(0, [0], 1000, 1400, [100], {0: b"\x01" * 4}, 4, end_ms=1600),
+              _drain(1, [1], 1010, 1500, [200], {1: b"\x01" * 4}, 4, end_ms=1510)]
+    row = drain_row(RANGES, drains, message_bytes=1000)
+    assert row["elapsed_s"] == 0.6, "member 0's last commit returned at 1,600 ms, after member 1's last message"
+    assert [(m["last_message_ms"], m["end_ms"]) for m in row["members"]] == [(400.0, 600.0), (500.0, 510.0)]
+    with pytest.raises(AssertionError, match="ends at or after its last message"):
+        drain_row(RANGES, [_drain(0, [0], 0, 10, [1], {0: b"\x01" * 4}, 4, end_ms=5)], message_bytes=1)
 
 
 def test_duplicates_are_counted_within_and_across_members_and_missing_offsets_are_reported():
@@ -247,8 +266,8 @@ def test_a_drain_nobody_read_has_no_rate():
     assert row["missing"] == 8
 
 
-def _row(mode, consumers, repetition, msgs_per_s, missing=0, quiet=True):
-    return {"read_mode": mode, "consumers": consumers, "repetition": repetition, "msgs_per_s": msgs_per_s,
+def _row(mode, consumers, repetition, msgs_per_s, missing=0, quiet=True, ack="per-read"):
+    return {"read_mode": mode, "ack": ack, "consumers": consumers, "repetition": repetition, "msgs_per_s": msgs_per_s,
             "mb_per_s": msgs_per_s / 1000, "fetch_latency_ms": {"p50": 1.0, "p99": 2.0, "p99.9": 3.0},
             "consumers_with_work": consumers, "missing": missing, "duplicates": 0, "duplicates_across_members": 0,
             "member_cpu_us_per_message": 1_000_000 / msgs_per_s, "machine_cpu_us_per_message": 2_000_000 / msgs_per_s,
@@ -260,24 +279,28 @@ def _report(rows, settings):
             "summary": summary(rows), "load_average_1m": [0.5, 1.5]}
 
 
-def test_the_summary_takes_medians_over_repetitions_per_read_mode_and_consumer_count():
+def test_the_summary_takes_medians_over_repetitions_per_read_mode_cadence_and_consumer_count():
     rows = [_row("mafka3", 4, r, rate) for r, rate in enumerate([30_000, 10_000, 20_000])]
-    rows += [_row("mafka4", 4, 0, 5_000, missing=3, quiet=False)]
+    rows += [_row("mafka4", 4, 0, 5_000, missing=3, quiet=False), _row("mafka3", 4, 0, 40_000, ack="none")]
     result = summary(rows)
-    assert result["mafka3"]["4"]["msgs_per_s_median"] == 20_000
-    assert result["mafka3"]["4"]["msgs_per_s_each"] == [30_000, 10_000, 20_000]
-    assert result["mafka3"]["4"]["fetch_latency_ms_median"] == {"p50": 1.0, "p99": 2.0, "p99.9": 3.0}
-    assert result["mafka4"]["4"]["missing_each"] == [3] and result["mafka4"]["4"]["quiet_each"] == [False]
-    assert result["mafka3"]["4"]["member_cpu_us_per_message_median"] == 50.0, "the median of 33.3, 100 and 50"
-    assert result["mafka3"]["4"]["machine_cpu_us_per_message_median"] == 100.0
+    per_read = result["mafka3"]["per-read"]["4"]
+    assert per_read["msgs_per_s_median"] == 20_000 and per_read["msgs_per_s_each"] == [30_000, 10_000, 20_000]
+    assert result["mafka3"]["none"]["4"]["msgs_per_s_each"] == [40_000], "each cadence a cell of its own"
+    assert per_read["fetch_latency_ms_median"] == {"p50": 1.0, "p99": 2.0, "p99.9": 3.0}
+    mafka4 = result["mafka4"]["per-read"]["4"]
+    assert mafka4["missing_each"] == [3] and mafka4["quiet_each"] == [False]
+    assert per_read["member_cpu_us_per_message_median"] == 50.0, "the median of 33.3, 100 and 50"
+    assert per_read["machine_cpu_us_per_message_median"] == 100.0
 
 
-def test_the_table_has_one_line_per_read_mode_and_consumer_count_and_the_load():
-    rows = [_row("mafka3", 1, 0, 86_709), _row("mafka3", 4, 0, 64_796), _row("mafka4", 1, 0, 70_513)]
+def test_the_table_has_one_line_per_cell_of_the_sweep_with_every_repetition_and_the_load():
+    rows = [_row("mafka3", 1, 0, 86_709), _row("mafka3", 4, 0, 64_796), _row("mafka3", 4, 1, 60_000),
+            _row("mafka4", 1, 0, 70_513), _row("mafka4", 1, 0, 90_000, ack="every-5000ms")]
     lines = table(_report(rows, ConsumeBenchSettings.smoke_sized())).splitlines()
-    assert len(lines) == 1 + 3 + 1
-    assert lines[2].split() == ["mafka3", "4", "4", "64,796", "64.8", "1.00", "2.00", "3.00", "15.43", "30.87", "0",
-                                "0"]
+    assert len(lines) == 1 + 4 + 1
+    assert lines[2].split() == ["mafka3", "per-read", "4", "4/4", "62,398", "64,796/60,000", "62.4", "1.00", "2.00",
+                                "3.00", "16.05", "32.10", "0", "0"]
+    assert lines[4].split()[:6] == ["mafka4", "every-5000ms", "1", "1", "90,000", "90,000"]
     assert "load average 0.5 before, 1.5 after" in lines[-1] and "not a result" in lines[-1]
 
 
@@ -286,7 +309,8 @@ def test_the_table_has_one_line_per_read_mode_and_consumer_count_and_the_load():
 
 def test_the_members_reports_survive_pickling():
     drain = _drain(0, [0], 1, 2, [1], {0: b"\x01"}, 1)
-    for report in (Armed(0, (0, 1), 0), Drained(drain), Closed(0, 0), OffsetRange(2, 5)):
+    spec = consume_member.MemberSpec(0, "t", "g", "etcd", "ray", "c", {0: OffsetRange(0, 2)}, PER_READ)
+    for report in (Armed(0, (0, 1), 0), Drained(drain), Closed(0, 0), OffsetRange(2, 5), spec):
         assert pickle.loads(pickle.dumps(report)) == report
 
 
@@ -296,14 +320,16 @@ def test_the_members_reports_survive_pickling():
 class FakeConsumer:
     """Serves each owned partition's backlog in polls of ``batch`` messages, from the position seek() set."""
 
-    def __init__(self, owned, ranges, batch=3, failures=0):
+    def __init__(self, owned, ranges, batch=3, failures=0, commit_failures=0):
         self.owned = list(owned)
         self.ranges = ranges
         self.positions = {p: ranges[p].end for p in owned}  # joined at the latest offsets
         self.batch = batch
         self.failures = failures
+        self.commit_failures = commit_failures
         self.polls = 0
         self.seeks = []
+        self.commits = []  # (polls made by then, the positions committed)
 
         class Config:
             fetch_wait_ms_max = 0
@@ -316,6 +342,13 @@ class FakeConsumer:
     def seek(self, partition, offset):
         self.seeks.append((partition, offset))
         self.positions[partition] = offset
+
+    def commit(self):
+        if self.commit_failures:
+            self.commit_failures -= 1
+            raise CoordinatorUnavailable("etcd away for a moment")
+        self.commits.append((self.polls, dict(self.positions)))
+        return dict(self.positions)
 
     def poll(self, timeout_ms):
         self.polls += 1
@@ -352,7 +385,7 @@ def test_a_member_joins_at_the_end_arms_at_the_start_drains_and_stays_until_stop
     consumer = FakeConsumer([1, 0], ranges)
     consumer.member_id = "m-0"
     driver = ReactingDriver()
-    spec = consume_member.MemberSpec(0, "t", "g", "etcd", "ray", "c", ranges)
+    spec = consume_member.MemberSpec(0, "t", "g", "etcd", "ray", "c", ranges, PER_READ)
     late = consume_member._steps(consumer, spec, driver, driver.arm, driver.start, driver.stop)
     assert [type(report) for report in driver.reports] == [Joined, Assigned, Armed, Drained]
     joined, assigned, armed, drained = driver.reports
@@ -367,7 +400,7 @@ def test_a_member_stopped_before_the_start_reports_no_drain():
     consumer.member_id = "m-1"
     driver = ReactingDriver()
     driver.stop.set()
-    spec = consume_member.MemberSpec(1, "t", "g", "etcd", "ray", "c", consumer.ranges)
+    spec = consume_member.MemberSpec(1, "t", "g", "etcd", "ray", "c", consumer.ranges, PER_READ)
     assert consume_member._steps(consumer, spec, driver, driver.arm, driver.start, driver.stop) is None
     assert driver.reports == [Joined(1, "m-1")] and consumer.polls == 0
 
@@ -376,7 +409,7 @@ def test_arming_seeks_every_owned_partition_to_the_backlog_start(monkeypatch):
     monkeypatch.setattr(consume_member, "ANSWER_MARGIN_S", 0.0)
     ranges = {0: OffsetRange(5, 9), 1: OffsetRange(0, 3)}
     consumer = FakeConsumer([0, 1], ranges)
-    spec = consume_member.MemberSpec(0, "t", "g", "etcd", "ray", "c", ranges)
+    spec = consume_member.MemberSpec(0, "t", "g", "etcd", "ray", "c", ranges, PER_READ)
     assert consume_member._arm(consumer, spec) == (0, 1)
     assert consumer.seeks == [(0, 5), (1, 0)]
 
@@ -386,20 +419,64 @@ def test_a_member_drains_until_it_was_given_every_offset_it_owns_and_times_only_
     consumer = FakeConsumer([0, 1], ranges, failures=1)
     for partition in (0, 1):
         consumer.seek(partition, 0)
-    drain = consume_member._drain(consumer, 3, OffsetTally(ranges), threading.Event())
+    drain = consume_member._drain(consumer, 3, OffsetTally(ranges), NONE, threading.Event())
     assert drain.complete and drain.delivered == 9 and drain.duplicates == 0
     assert drain.partitions == (0, 1) and set(drain.seen) == {0, 1}
     assert consumer.polls == 4, "one failed poll, then 3, 3 and 1 messages of partition 0"
     assert len(drain.fetch_latencies_ns) == 3 and drain.poll_errors == 1
     assert "CoordinatorUnavailable" in drain.first_poll_error
-    assert drain.first_poll_ns <= drain.last_message_ns
+    assert drain.first_poll_ns <= drain.last_message_ns == drain.end_ns, "cadence none: it ends at its last message"
+    assert consumer.commits == [] and drain.commit_errors == 0
     assert drain.cpu_ns is not None and drain.cpu_ns >= 0
+
+
+def _draining(cadence, commit_failures=0):
+    ranges = {0: OffsetRange(0, 7)}
+    consumer = FakeConsumer([0], ranges, commit_failures=commit_failures)
+    consumer.seek(0, 0)
+    return consumer, consume_member._drain(consumer, 0, OffsetTally(ranges), cadence, threading.Event())
+
+
+def test_a_member_committing_per_read_commits_after_each_poll_that_returned_messages_and_ends_with_the_last():
+    consumer, drain = _draining(PER_READ)
+    assert [polls for polls, _ in consumer.commits] == [1, 2, 3], "3, 3 and 1 messages, each poll committed"
+    assert consumer.commits[-1][1] == {0: 7} and drain.complete
+    assert drain.last_message_ns <= drain.end_ns, "the timed drain ends when the last commit returned"
+
+
+def test_a_member_committing_every_n_ms_leaves_the_interval_to_the_consumer_and_commits_once_when_done():
+    consumer, drain = _draining(AckCadence(AckKind.EVERY, 5000))
+    assert consumer.commits == [(3, {0: 7})], "its auto-commit runs inside poll(); its last commit ends its part"
+    assert drain.last_message_ns <= drain.end_ns
+
+
+def test_a_commit_that_failed_retriably_is_counted_and_made_again():
+    consumer, drain = _draining(PER_READ, commit_failures=1)
+    assert [polls for polls, _ in consumer.commits] == [2, 3], "the first poll's commit failed, the next made up for it"
+    assert drain.commit_errors == 1 and "CoordinatorUnavailable" in drain.first_commit_error
+    consumer, drain = _draining(AckCadence(AckKind.EVERY, 5000), commit_failures=2)
+    assert consumer.commits == [(3, {0: 7})] and drain.commit_errors == 2 and drain.end_ns is not None
+
+
+def test_a_member_stopped_before_its_last_commit_has_no_end():
+    ranges = {0: OffsetRange(0, 2)}
+    consumer = FakeConsumer([0], ranges)
+    consumer.seek(0, 0)
+    stop = threading.Event()
+
+    def commit_failing_at_the_deadline():
+        stop.set()  # the driver's deadline passed while the commit was out
+        raise CoordinatorUnavailable("etcd away")
+
+    consumer.commit = commit_failing_at_the_deadline
+    drain = consume_member._drain(consumer, 0, OffsetTally(ranges), AckCadence(AckKind.EVERY, 5000), stop)
+    assert drain.complete and drain.end_ns is None and drain.commit_errors == 1
 
 
 def test_a_member_that_owns_nothing_does_not_poll_in_the_drain():
     consumer = FakeConsumer([], {0: OffsetRange(0, 2)})
-    drain = consume_member._drain(consumer, 1, OffsetTally(consumer.ranges), threading.Event())
-    assert consumer.polls == 0 and drain.first_poll_ns is None and drain.last_message_ns is None and drain.complete
+    drain = consume_member._drain(consumer, 1, OffsetTally(consumer.ranges), PER_READ, threading.Event())
+    assert consumer.polls == 0 and consumer.commits == [] and drain.end_ns is None and drain.first_poll_ns is None and drain.last_message_ns is None and drain.complete
     assert drain.cpu_ns is None, "no drain, no CPU time of one"
 
 
@@ -408,7 +485,7 @@ def test_a_stopped_drain_reports_what_it_read_as_incomplete():
     consumer.seek(0, 0)
     stop = threading.Event()
     stop.set()
-    drain = consume_member._drain(consumer, 0, OffsetTally(consumer.ranges), stop)
+    drain = consume_member._drain(consumer, 0, OffsetTally(consumer.ranges), PER_READ, stop)
     assert not drain.complete and drain.delivered == 0
 
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from mafka4.bench.lag import (
+from benchmarks.lag import (
     BOUNDED_DRAIN_S_MAX, FeedLagBenchSettings, FeedLagTracker, LagSample, drained, fed_offset, halves_p99_records,
     is_bounded, lag_figures,
 )
@@ -145,7 +145,7 @@ class _TrailingSampler:
 
 
 def test_a_run_samples_while_producing_and_measures_the_drain_after_the_last_acknowledgement():
-    from mafka4.bench.feed_lag import _measure
+    from benchmarks.feed_lag import _measure
 
     settings = FeedLagBenchSettings(duration_s=0.1, sample_interval_s=0.01, flush_s_max=5, drain_s_max=5, smoke=True)
     producer = _InstantProducer()

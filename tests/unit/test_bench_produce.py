@@ -249,6 +249,26 @@ def test_the_comparison_sets_each_codec_beside_the_first():
     assert comparison["codecs"]["none"]["bytes_written_vs_baseline_ratio"] == 1.0
 
 
+@pytest.mark.parametrize("bare_actor, bare_stream, ceilings", [(50_000, 60_000, True), (40_000, 30_000, False)])
+def test_the_summary_sets_the_bare_stream_ratio_beside_the_bare_actor_ratio_and_says_when_a_bare_run_is_no_ceiling(
+        bare_actor, bare_stream, ceilings):
+    runs = [run("none", 40_000, 8.0, 1040.0, 1045.0)]
+    runs[0]["producer"]["compression"] = "none"
+    runs[0]["producer"]["mb_per_s"] = 41.0
+    runs[0]["paced"]["driver_gc"] = {"longest_pause_ms": 3.0}
+    summary = produce.produce_summary(ProduceBenchSettings(), runs, {"msgs_per_s": 45_000}, {"msgs_per_s": 48_000},
+                                      {"msgs_per_s": 55_000}, {"msgs_per_s": bare_actor}, {"msgs_per_s": bare_stream},
+                                      {"partition_actor_rss_mb": []})
+    keys = list(summary)
+    assert keys[keys.index("producer_vs_bare_ratio") + 1] == "producer_vs_bare_stream_ratio", "printed side by side"
+    assert summary["producer_vs_bare_ratio"] == round(40_000 / bare_actor, 3)
+    assert summary["producer_vs_bare_stream_ratio"] == round(40_000 / bare_stream, 3)
+    assert summary["bare_runs_are_ceilings"] is ceilings, "a ratio above 1: the Producer outran that bare run"
+    bench = next(action for action in cli.build_parser("bench")._subparsers._group_actions).choices["bench"]
+    assert "(a ratio above 1: that bare run is no ceiling)" in " ".join(bench.format_help().split())
+    assert "the bare actor (or stream) is then no ceiling" in " ".join(produce.__doc__.split())
+
+
 def test_the_comparison_refuses_a_codec_measured_twice():
     with pytest.raises(AssertionError):
         compression_comparison([run("none", 1, 1.0, 1.0, 1.0), run("none", 1, 1.0, 1.0, 1.0)])

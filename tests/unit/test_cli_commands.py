@@ -2,7 +2,8 @@
 
 Commands that need a cluster run against an empty ``$MAFKA4_HOME``, where they must find none
 (exit 1) or refuse their input first (exit 2); bench drivers are replaced by fakes that record
-the settings they were given.
+the settings they were given. The benches of ``benchmarks`` come through the entry points that
+``pyproject.toml`` declares (``declared_entry_points``), as after an install of this checkout.
 """
 
 from __future__ import annotations
@@ -13,16 +14,20 @@ import sys
 
 import pytest
 
+from benchmarks.failover_settings import FailoverBenchSettings
+from benchmarks.lag import FeedLagBenchSettings
+from declared_entry_points import declared_entry_points, installed
 from mafka4 import cli
 from mafka4.bench.density import VpDensityBenchSettings
-from mafka4.bench.failover_settings import FailoverBenchSettings
-from mafka4.bench.lag import FeedLagBenchSettings
 from mafka4.bench.produce_settings import ProduceBenchSettings
 from mafka4.bench.vp_join import VpJoinBenchSettings
 from mafka4.cli import bench as bench_commands
+from mafka4.cli import plugins
 from mafka4.errors import ClusterNotRunning, InvalidTopicName
 
-# The options of every bench, as README.md and earlier releases document them.
+# The options of every bench, as README.md and earlier releases document them (redis-streams' backlog is
+# --messages and its produce runs' --produce-messages, as in bench consume and bench produce; both drains take
+# --ack-cadences).
 BENCH_FLAGS = {
     "produce": {"--messages", "--message-bytes", "--payload", "--compression", "--partitions", "--replication-factor",
                 "--segment-bytes-max",
@@ -34,14 +39,23 @@ BENCH_FLAGS = {
                 "--after-join-s", "--trials", "--read-replicas", "--skip-mafka3", "--output"},
     "vp-density": {"--virtual-partitions", "--partitions", "--window-s", "--settle-s", "--smoke", "--output"},
     "feed-lag": {"--virtual-partitions", "--partitions", "--duration-s", "--smoke", "--output"},
-    "redis-streams": {"--messages", "--backlog-messages", "--message-bytes", "--consumers", "--repetitions",
-                      "--pipeline-messages", "--read-count", "--quiet-wait-s-max", "--smoke", "--output"},
+    "redis-streams": {"--produce-messages", "--messages", "--message-bytes", "--consumers", "--repetitions",
+                      "--pipeline-messages", "--read-count", "--ack-cadences", "--quiet-wait-s-max", "--smoke",
+                      "--output"},
+    "consume": {"--messages", "--message-bytes", "--partitions", "--virtual-partitions", "--replication-factor",
+                "--consumers", "--read-modes", "--ack-cadences", "--repetitions", "--gc-freeze", "--no-check-crcs",
+                "--quiet-wait-s-max", "--smoke", "--output"},
 }
 
 
 @pytest.fixture(autouse=True)
 def empty_home(tmp_path, monkeypatch):
     monkeypatch.setenv("MAFKA4_HOME", str(tmp_path / "no-cluster-here"))
+
+
+@pytest.fixture(autouse=True)
+def declared_plugins(monkeypatch):
+    installed(monkeypatch, declared_entry_points())
 
 
 def parse(*argv: str):
@@ -146,7 +160,8 @@ def drivers(monkeypatch):
         calls.append((settings, output_path))
         return {"summary": {"bench": type(settings).__name__}}
 
-    for bench in bench_commands.BENCHES:
+    plugin_benches = [entry_point.load() for entry_point in declared_entry_points(plugins.BENCH_ENTRY_POINT_GROUP)]
+    for bench in (*bench_commands.BENCHES, *plugin_benches):
         module, _, function = bench.driver.partition(":")
         monkeypatch.setattr(f"{module}.{function}", fake_driver)
     return calls
@@ -184,6 +199,6 @@ def test_a_bench_value_the_settings_refuse_exits_2_before_the_driver_runs(driver
 def test_importing_the_cli_imports_no_experiment_or_analysis_module():
     loaded = subprocess.run(
         [sys.executable, "-c", "import sys, mafka4.cli; print(sorted(m for m in sys.modules if m.split('.')[0] in "
-                               "('simulations', 'pyspark', 'pyarrow', 'matplotlib', 'ray')))"],
+                               "('simulations', 'benchmarks', 'pyspark', 'pyarrow', 'matplotlib', 'ray')))"],
         capture_output=True, text=True, check=True, timeout=120)
     assert loaded.stdout.strip() == "[]"

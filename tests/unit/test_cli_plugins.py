@@ -1,10 +1,10 @@
-"""Commands added through the ``mafka4.commands`` entry points: loaded only when they may run, never heavy to list.
+"""Commands and benches added through entry points: loaded only when they may run, never heavy to list.
 
 The entry points come from the installed package's metadata, which a checkout does not have
 until it is reinstalled, so these tests give ``plugins.entry_points`` the ones declared in
-``pyproject.toml`` (or fakes). Without the analysis extra (pyspark, pyarrow, matplotlib
-blocked in a fresh interpreter), ``mafka4 --help`` and the queue's own commands must work, and
-an experiment command must name the extra to install.
+``pyproject.toml`` (``declared_entry_points``) or fakes. Without the analysis extra (pyspark,
+pyarrow, matplotlib blocked in a fresh interpreter), ``mafka4 --help`` and the queue's own
+commands must work, and an experiment command must name the extra to install.
 """
 
 from __future__ import annotations
@@ -12,33 +12,21 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tomllib
-from importlib.metadata import EntryPoint
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from declared_entry_points import PYPROJECT, declared_entry_points, installed
 from mafka4 import cli
 from mafka4.cli import plugins
-
-PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
-
-
-def declared_entry_points() -> list[EntryPoint]:
-    """The ``mafka4.commands`` entry points as ``pyproject.toml`` declares them."""
-    declared = tomllib.loads(PYPROJECT.read_text())["project"]["entry-points"][plugins.ENTRY_POINT_GROUP]
-    return [EntryPoint(name, value, plugins.ENTRY_POINT_GROUP) for name, value in declared.items()]
-
-
-def installed(monkeypatch, entry_points: list) -> None:
-    monkeypatch.setattr(plugins, "entry_points",
-                        lambda group: [ep for ep in entry_points if ep.group == group])
+from mafka4.cli.bench import Bench
 
 
 class FakeEntryPoint:
     """An entry point whose command ``hello`` counts how often it was loaded and run."""
 
-    group = plugins.ENTRY_POINT_GROUP
+    group = plugins.COMMAND_ENTRY_POINT_GROUP
 
     def __init__(self, name: str = "hello", error: Exception | None = None):
         self.name, self.value, self.error = name, f"tests.fake:{name}", error
@@ -67,7 +55,8 @@ def empty_home(tmp_path, monkeypatch):
 
 def test_the_declared_experiment_commands_register_with_their_help(monkeypatch):
     installed(monkeypatch, declared_entry_points())
-    assert {ep.name for ep in declared_entry_points()} == {"experiment", "fleet", "analyze", "compare", "chaos"}
+    declared = {ep.name for ep in declared_entry_points(plugins.COMMAND_ENTRY_POINT_GROUP)}
+    assert declared == {"experiment", "fleet", "analyze", "compare", "chaos"}
     commands = next(action for action in cli.build_parser()._subparsers._group_actions)
     listed = {choice.dest: choice.help for choice in commands._choices_actions}
     assert all(listed[name] for name in ("experiment", "fleet", "analyze", "compare", "chaos")), listed
@@ -122,13 +111,84 @@ def test_without_installed_entry_points_mafka4_runs_its_own_commands(monkeypatch
     assert cli.main(["topic", "list"]) == 1
 
 
+# --- benches of other packages ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HelloBenchSettings:
+    rounds: int = field(default=1, metadata={"help": "rounds of hello"})
+
+
+class FakeBenchEntryPoint:
+    """An entry point of ``mafka4.benches`` that counts how often it was loaded; its object is ``bench``."""
+
+    group = plugins.BENCH_ENTRY_POINT_GROUP
+
+    def __init__(self, name: str = "hello", bench: object = None, error: Exception | None = None):
+        self.name, self.value, self.error = name, f"tests.fake:{name}", error
+        self.bench = Bench(name, "a bench from another package", HelloBenchSettings, "tests.fake:run") \
+            if bench is None else bench
+        self.loads = 0
+
+    def load(self):
+        self.loads += 1
+        if self.error is not None:
+            raise self.error
+        return self.bench
+
+
+def benches(command: str | None = "bench") -> dict:
+    """The parsers of ``mafka4 bench``'s benches, by name, as ``build_parser(command)`` makes them."""
+    bench = next(action for action in cli.build_parser(command)._subparsers._group_actions).choices["bench"]
+    return next(action for action in bench._subparsers._group_actions).choices
+
+
+def test_the_declared_benches_are_benches_of_their_names_outside_the_product(monkeypatch):
+    declared = declared_entry_points(plugins.BENCH_ENTRY_POINT_GROUP)
+    assert {ep.name for ep in declared} == {"failover", "feed-lag", "redis-streams"}
+    for entry_point in declared:
+        bench = entry_point.load()
+        assert isinstance(bench, Bench) and bench.name == entry_point.name, entry_point
+        assert bench.driver.startswith("benchmarks.") and bench.settings.__module__.startswith("benchmarks."), bench
+    installed(monkeypatch, declared)
+    listed = benches()
+    assert {"produce", "consume", "stream", "vp-join", "vp-density", "rebalance", "failover", "feed-lag",
+            "redis-streams"} == set(listed)
+    assert "--read-count" in listed["redis-streams"].format_help()
+
+
+def test_mafka4_bench_loads_the_benches_of_other_packages_and_a_built_in_command_none(monkeypatch):
+    hello_bench, hello_command = FakeBenchEntryPoint(), FakeEntryPoint()
+    installed(monkeypatch, [hello_bench, hello_command])
+    assert cli.main(["topic", "create", "bad name!"]) == 2
+    assert (hello_bench.loads, hello_command.loads) == (0, 0)
+    assert "hello" in benches("bench") and (hello_bench.loads, hello_command.loads) == (1, 0)
+    assert cli.build_parser("bench").parse_args(["bench", "hello", "--rounds", "3"]).rounds == 3
+
+
+def test_a_bench_that_cannot_load_takes_a_built_in_name_or_is_no_bench_of_its_name_is_left_out(monkeypatch, capsys):
+    broken = FakeBenchEntryPoint("broken", error=ModuleNotFoundError("No module named 'gone'"))
+    impostor = FakeBenchEntryPoint("produce")
+    misnamed = FakeBenchEntryPoint("misnamed", bench=FakeBenchEntryPoint("other").bench)
+    not_a_bench = FakeBenchEntryPoint("plain", bench=HelloBenchSettings)
+    installed(monkeypatch, [broken, impostor, misnamed, not_a_bench, FakeBenchEntryPoint()])
+    listed = benches()
+    assert "hello" in listed and not {"broken", "misnamed", "plain", "other"} & set(listed)
+    assert impostor.loads == 0 and "produce vs" not in listed["produce"].format_help()
+    err = capsys.readouterr().err
+    assert "mafka4: warning: bench 'broken' (tests.fake:broken) left out: ModuleNotFoundError" in err
+    assert "bench 'produce' (tests.fake:produce) left out: mafka4 has a bench of that name" in err
+    assert "bench 'misnamed' (tests.fake:misnamed) left out: TypeError: the entry point must name a " \
+           "mafka4.cli.bench.Bench whose name is 'misnamed'" in err
+    assert "bench 'plain' (tests.fake:plain) left out: TypeError" in err
+
+
 # Runs mafka4 in a fresh interpreter where the analysis extra is missing, with the entry points
 # of pyproject.toml; prints the exit code, what tried to import the extra and what of simulations
-# was imported, as JSON on its last line.
+# and benchmarks was imported, as JSON on its last line.
 WITHOUT_ANALYSIS_EXTRA = """
-import json, sys, tomllib
+import json, sys
 from importlib.abc import MetaPathFinder
-from importlib.metadata import EntryPoint
 
 attempts = []
 
@@ -140,10 +200,11 @@ class NotInstalled(MetaPathFinder):
         return None
 
 sys.meta_path.insert(0, NotInstalled())
+sys.path.insert(0, sys.argv[1])
+from declared_entry_points import declared_entry_points
 from mafka4.cli import main, plugins
 
-declared = tomllib.load(open(sys.argv[1], "rb"))["project"]["entry-points"][plugins.ENTRY_POINT_GROUP]
-entry_points = [EntryPoint(name, value, plugins.ENTRY_POINT_GROUP) for name, value in declared.items()]
+entry_points = declared_entry_points()
 plugins.entry_points = lambda group: [ep for ep in entry_points if ep.group == group]
 try:
     code = main(sys.argv[2:])
@@ -151,12 +212,13 @@ except SystemExit as exited:
     code = exited.code
 print()
 print(json.dumps({"code": code, "attempts": attempts,
-                  "simulations": sorted(m for m in sys.modules if m.split(".")[0] == "simulations")}))
+                  "experiments": sorted(m for m in sys.modules if m.split(".")[0] in ("simulations", "benchmarks"))}))
 """
+TESTS = Path(__file__).resolve().parent
 
 
 def without_analysis_extra(*argv: str) -> tuple[dict, str]:
-    ran = subprocess.run([sys.executable, "-c", WITHOUT_ANALYSIS_EXTRA, str(PYPROJECT), *argv], capture_output=True,
+    ran = subprocess.run([sys.executable, "-c", WITHOUT_ANALYSIS_EXTRA, str(TESTS), *argv], capture_output=True,
                          text=True, timeout=120, cwd=PYPROJECT.parent)
     assert ran.returncode == 0, ran.stderr
     return json.loads(ran.stdout.splitlines()[-1]), ran.stdout + ran.stderr
@@ -170,7 +232,7 @@ def test_without_the_analysis_extra_the_help_lists_every_command_without_importi
 
 def test_without_the_analysis_extra_the_queue_commands_work_and_import_no_experiment():
     result, output = without_analysis_extra("status")
-    assert result == {"code": 1, "attempts": [], "simulations": []}, output
+    assert result == {"code": 1, "attempts": [], "experiments": []}, output
     assert "no local cluster" in output
 
 
@@ -188,6 +250,6 @@ def test_without_the_analysis_extra_an_experiment_command_exits_2_naming_the_ext
 def test_an_experiment_without_pyarrow_is_refused_before_it_starts_a_cluster(monkeypatch, capsys):
     installed(monkeypatch, declared_entry_points())
     monkeypatch.setattr("simulations.extras._importable", lambda name: name != "pyarrow")
-    monkeypatch.setattr("simulations.cli.run_scaling", lambda *_: pytest.fail("the experiment started"))
+    monkeypatch.setattr("simulations.scaling.command.run_scaling", lambda *_: pytest.fail("the experiment started"))
     assert cli.main(["experiment", "scaling"]) == 2
     assert "`mafka4 experiment scaling` needs pyarrow, from the analysis extra" in capsys.readouterr().err

@@ -9,8 +9,8 @@ from simulations.fleet.calibrate import CalibrationSettings, make_document
 from simulations.fleet.cli import main
 from simulations.fleet.config import ModelConfig
 from simulations.fleet.params import DEFAULT_CALIBRATION
-from simulations.fleet.sensitivity import (BASELINE, CHANGES, SensitivitySettings, calibrated_parameters, changed_value,
-                                           markdown, sensitivity_rows)
+from simulations.fleet.sensitivity import (BASELINE, CHANGES, METRICS, SensitivitySettings, calibrated_parameters,
+                                           changed_value, markdown, moves_at, sensitivity_rows)
 from simulations.fleet.sweep import SweepSettings, run_configuration
 from test_fleet_calibration_shipped import QUIET_MACHINE
 from test_fleet_fit import synthetic_raw
@@ -45,11 +45,14 @@ def test_the_baseline_is_a_plain_model_run_and_a_latency_the_sizing_ignores_move
 
 
 def _fake_metrics(workload, params, settings):
-    """A stand-in for the model: Mafka3 nodes follow replica memory strongly, idle replica CPU weakly."""
+    """A stand-in for the model: Mafka3 nodes follow replica memory strongly, idle replica CPU weakly; Mafka4's
+    end-to-end tail follows the per-replica pass (as in the model, where a node's pass grows with its replicas)."""
     mafka3 = round(100 * params.replica_memory_mb / 65.5 + 1000 * params.idle_replica_cpu_cores)
+    tail = round(46.0 + 600 * params.pass_ms_per_replica, 3)
     metrics = {"nodes_mafka3": mafka3, "nodes_mafka4": 50, "node_ratio": round(mafka3 / 50, 4),
-               "produce_tp999_mafka3": 20.0, "produce_tp999_mafka4": 20.0, "end_to_end_tp999_mafka3": 21.0,
-               "end_to_end_tp999_mafka4": 25.0}
+               "produce_tp99_mafka3": 10.0, "produce_tp99_mafka4": 11.0, "produce_tp999_mafka3": 20.0,
+               "produce_tp999_mafka4": 20.0, "end_to_end_tp99_mafka3": 12.0, "end_to_end_tp99_mafka4": 15.0,
+               "end_to_end_tp999_mafka3": 21.0, "end_to_end_tp999_mafka4": tail}
     return metrics, ""
 
 
@@ -72,15 +75,44 @@ def test_every_parameter_gets_its_rows_and_sigma_changes_are_skipped_or_clamped(
     assert any(s.startswith("replica_memory_mb -1sigma at x1") and "must be > 0" in s for s in skipped)
     clamped = next(row for row in rows if row["parameter"] == "idle_vp_replica_cpu_cores" and row["change"] == "-1sigma")
     assert clamped["value"] == 0.0 and "set to 0" in clamped["note"]
-    assert all(set(row) >= {"parameter", "change", "value", "consumers_scale", "topics", "nodes_mafka3", "nodes_mafka4",
-                            "node_ratio", "produce_tp999_mafka3", "produce_tp999_mafka4", "end_to_end_tp999_mafka3",
-                            "end_to_end_tp999_mafka4"} for row in rows)
+    assert all(set(row) >= {"parameter", "change", "value", "consumers_scale", "topics", *METRICS} for row in rows)
     table = markdown(rows, skipped, DEFAULT_CALIBRATION, errors, settings, "a test calibration")
-    summary = table.split("## Consumer scale x1")[1].split("Every row")[0]
+    summary = table.split("## Consumer scale x1")[1].split("Both sides")[0]
     listed = [line.split("|")[1].strip() for line in summary.splitlines() if line.startswith("| ") and "parameter" not in line]
     assert listed[:2] == ["replica_memory_mb", "idle_replica_cpu_cores"]  # the ratio hangs on these most
     assert sorted(listed) == sorted(calibrated_parameters())
     assert "replica_memory_mb -1sigma" in table.split("Skipped changes:")[1]
+
+
+def test_each_sigma_change_gives_both_sides_the_node_ratio_and_every_latency_of_both_designs(monkeypatch):
+    monkeypatch.setattr(sensitivity, "model_metrics", _fake_metrics)
+    errors = {"pass_ms_per_replica": 0.4, "replica_memory_mb": 10.0}
+    settings = SensitivitySettings(topics=50, consumer_scales=(1.0,),
+                                   parameters=("pass_ms_per_replica", "replica_memory_mb"))
+    rows, skipped = sensitivity_rows(DEFAULT_CALIBRATION, errors, settings)
+    baseline, moves = moves_at(rows, 1.0)
+    assert [move.parameter for move in moves] == ["replica_memory_mb", "pass_ms_per_replica"], "by the ratio's move"
+    passing = moves[1]
+    assert passing.ratio == 0 and passing.latency_figure == "end_to_end_tp999_mafka4"
+    assert passing.latency_ms == pytest.approx(240.0), "+1 sigma (0.4 ms) moves no node but Mafka4's e2e tp999 by 240"
+    table = markdown(rows, skipped, DEFAULT_CALIBRATION, errors, settings, "a test calibration")
+    summary_line = next(line for line in table.splitlines() if line.startswith("| pass_ms_per_replica | 0 |"))
+    assert summary_line.endswith("| 0.0000 | +240 e2e tp999 Mafka4 |"), summary_line
+    both = table.split("Both sides of each +/-1 sigma change")[1].split("Every row")[0]
+    header = next(line for line in both.splitlines() if line.startswith("| parameter"))
+    assert [cell.strip() for cell in header.split("|")[4:-1]] == [
+        "nodes Mafka3", "nodes Mafka4", "ratio", "produce tp99 Mafka3", "produce tp99 Mafka4", "produce tp999 Mafka3",
+        "produce tp999 Mafka4", "e2e tp99 Mafka3", "e2e tp99 Mafka4", "e2e tp999 Mafka3", "e2e tp999 Mafka4"]
+    plus = next(line for line in both.splitlines() if line.startswith("| pass_ms_per_replica | +1sigma |"))
+    cells = [cell.strip() for cell in plus.split("|")[1:-1]]
+    assert cells[5] == _cell_of(baseline, "node_ratio") and cells[-1] == "46 -> 286", cells
+    memory = next(line for line in both.splitlines() if line.startswith("| replica_memory_mb | +1sigma |"))
+    assert " -> " in memory.split("|")[6], "the ratio moved: baseline -> changed"
+    assert {row["change"] for row in rows if row["parameter"] == "pass_ms_per_replica"} == set(CHANGES)
+
+
+def _cell_of(row, name):
+    return f"{row[name]:g}"
 
 
 def test_changed_values():

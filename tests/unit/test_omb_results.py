@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from mafka4.bench.stats import nearest_rank_index
-from simulations.analysis import read_event_frame
-from simulations.omb import OMB_PERCENTILES, experiment_settings, omb_results, write_omb_results
+from simulations.analysis.job import read_event_frame
+from simulations.analysis.omb import OMB_PERCENTILES, experiment_settings, omb_results, write_omb_results
 from simulations.schema import RunInfo, event_log_files, write_events
 
 SEED = 99

@@ -9,9 +9,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from simulations import report_plots
-from simulations.consumer_scales import scale_label, with_scales
-from simulations.report import headline, load_calibrations, stage_order
+from simulations.analysis import report_plots
+from simulations.analysis.consumer_scales import scale_label, with_scales
+from simulations.analysis.report import headline, load_calibrations, setup_section, stage_order
 
 LATENCIES = ("produce_latency_ms", "end_to_end_latency_ms")
 
@@ -125,3 +125,20 @@ def test_a_calibrations_per_trial_figures_stay_in_its_file(tmp_path):
     assert name == "fleet/calibration.json" and contents["derived.produce_request_cpu_us"] == 1363.7
     assert contents["raw"] == "per-trial figures: the 'raw' object of calibration.json"
     assert not any(key.startswith("raw.") for key in contents)
+
+
+def test_the_setup_section_states_every_difference_between_the_modes_with_the_recorded_settings():
+    text = setup_section({"nodes": 4, "physical_partitions": 2, "replication_factor": 2, "read_replicas": 1,
+                          "pin_cpus": True})
+    for difference in ("**partitions**: Mafka3 has N physical partitions, one per consumer",
+                       "Mafka4 has 2 physical partitions for every N and N virtual partitions with 1 replica(s) each",
+                       "**node roles**: in Mafka3 all 4 nodes are brokers",
+                       "in Mafka4 2 write nodes host the replicas and 2 read nodes host the VPs",
+                       "**read path**", "**CPU pinning**: the usable CPUs are split into a write set",
+                       "Mafka3's first 2 brokers run on the write set and the others on the read set",
+                       "**group protocol**", "**clusters**", "replication factor and min_insync_replicas 2"):
+        assert difference in text, difference
+    unpinned = setup_section({"pin_cpus": False})
+    assert "**CPU pinning**: off in these runs (`--no-pin`)" in unpinned
+    assert "`physical_partitions` physical partitions" in unpinned, "a setting not recorded is named, not guessed"
+    assert "unless the runs were made with `--no-pin`" in setup_section({})

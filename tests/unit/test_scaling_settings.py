@@ -6,7 +6,7 @@ import pytest
 
 from mafka4.errors import InvalidConfig
 from mafka4.limits import ReadMode
-from simulations.scaling import ScalingSettings, cluster_config, config_path, cpu_plan, run_scaling
+from simulations.scaling.experiment import ScalingSettings, cluster_config, config_path, cpu_plan, run_scaling
 
 
 def test_both_modes_get_the_same_machines_and_cores():
@@ -61,7 +61,7 @@ def test_finished_configurations_are_not_run_again(tmp_path):
 
 
 def test_event_columns_take_the_first_delivery_count_every_one_and_join_the_stamps():
-    from simulations.scaling import _ConsumerLog, _ProducerLog, _Trace, event_columns
+    from simulations.scaling.experiment import _ConsumerLog, _ProducerLog, _Trace, event_columns
 
     producer = _ProducerLog(first_sequence=100, produce_ms=[1.0, 2.0, 3.0], partition=[0, 0, 1],
                             ack_ms={0: 5.0, 1: 6.0}, offset={0: 0, 1: 1}, sent_ms={0: 1.5, 1: 2.5})
@@ -78,7 +78,7 @@ def test_event_columns_take_the_first_delivery_count_every_one_and_join_the_stam
 def test_a_resumed_run_accepts_its_own_settings_and_refuses_others(tmp_path):
     from dataclasses import replace
 
-    from simulations.scaling import _write_settings
+    from simulations.scaling.experiment import _write_settings
 
     settings = ScalingSettings(consumers=(1, 32), repetitions=3)
     _write_settings(tmp_path / "settings.json", settings)

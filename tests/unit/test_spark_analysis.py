@@ -19,10 +19,10 @@ import pytest
 
 from mafka4.bench.stats import nearest_rank_index
 from mafka4.errors import InvalidConfig, NoEventLogs, RunInTwoEventLogs
-from simulations.analysis import (PERCENTILES, AnalysisSettings, analyze, latency_by_config, latency_by_repetition,
-                                  rank_expression, read_event_frame)
-from simulations.analysis_command import add_analyze_parser
-from simulations.percentiles import at_rank, beyond_rank
+from simulations.analysis.command import add_analyze_parser
+from simulations.analysis.job import (PERCENTILES, AnalysisSettings, analyze, latency_by_config, latency_by_repetition,
+                                      rank_expression, read_event_frame)
+from simulations.analysis.percentiles import at_rank, beyond_rank
 from simulations.schema import RunInfo, event_log_files, write_events
 
 SEED = 20240601

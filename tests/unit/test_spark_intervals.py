@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 from mafka4.bench.stats import nearest_rank_index
-from simulations.analysis import read_event_frame
-from simulations.intervals import (INTERVAL_PERCENTILES, TAIL_MULTIPLES, poisson_weight_sql, ratio_interval,
-                                   replicate_statistics, run_arrays, threshold_sql, uniform_sql,
-                                   weighted_percentile_sql, with_block_weights)
-from simulations.runs import LATENCIES, RUN_KEYS
+from simulations.analysis.intervals import (INTERVAL_PERCENTILES, TAIL_MULTIPLES, poisson_weight_sql, ratio_interval,
+                                            replicate_statistics, run_arrays, threshold_sql, uniform_sql,
+                                            weighted_percentile_sql, with_block_weights)
+from simulations.analysis.job import read_event_frame
+from simulations.analysis.runs import LATENCIES, RUN_KEYS
 from simulations.schema import RunInfo, event_log_files, write_events
 
 SEED = 20240601

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from mafka4.bench.stats import nearest_rank_index
-from simulations.analysis import latency_by_repetition, read_event_frame
-from simulations.percentiles import PERCENTILES
+from simulations.analysis.job import latency_by_repetition, read_event_frame
+from simulations.analysis.percentiles import PERCENTILES
+from simulations.analysis.stages import PATHS, stage_latency, stage_path
 from simulations.schema import RunInfo, event_log_files, write_events
-from simulations.stages import PATHS, stage_latency, stage_path
 
 SEED = 4242
 START_MS = 1.7e12

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from simulations.stage_stamps import physical_stamps, vp_stamps
+from simulations.scaling.stage_stamps import physical_stamps, vp_stamps
 
 
 def test_a_message_takes_the_stamps_of_the_leader_batch_that_covers_its_offset():

@@ -3,7 +3,7 @@
 One JSON document per runtime configuration (mode, consumers; ``-t<NNN>`` is added to the name
 when topics is not 1) with the keys of OMB's ``TestResult`` (``io.openmessaging.benchmark``), in
 OMB's units: latencies in milliseconds, rates in messages per second per reporting period.
-Written from the drained runs only (``simulations.runs``), *pooled* over the configuration's
+Written from the drained runs only (``simulations.analysis.runs``), *pooled* over the configuration's
 repetitions:
 
 * ``workload``: the experiment id(s); ``driver``: the mode ("mafka3" or "mafka4");
@@ -22,7 +22,7 @@ repetitions:
   ``endToEndLatency...``: per period, over the messages of all repetitions acknowledged
   (consumed) in that period, as OMB records a latency when it is observed;
 * ``aggregatedPublishLatency...`` and ``aggregatedEndToEndLatency...``: over every message of
-  every repetition. Percentiles are exact nearest-rank (``simulations.percentiles``), where OMB
+  every repetition. Percentiles are exact nearest-rank (``simulations.analysis.percentiles``), where OMB
   reads them from an HdrHistogram (the same definition, to the histogram's precision).
 
 Extra keys, prefixed ``mafka4``: the repetitions pooled, experiment ids, seeds, consumers, virtual
@@ -38,8 +38,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from simulations.percentiles import at_rank, sorted_values
-from simulations.runs import CONFIG_KEYS, RUN_KEYS
+from simulations.analysis.percentiles import at_rank, sorted_values
+from simulations.analysis.runs import CONFIG_KEYS, RUN_KEYS
 from simulations.schema import ANALYSIS_MARKER
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ OMB_PERCENTILES = {"50pct": "50", "75pct": "75", "95pct": "95", "99pct": "99", "
 OMB_LATENCIES = {"produce_latency_ms": ("publishLatency", "ack_time_ms"),
                  "end_to_end_latency_ms": ("endToEndLatency", "consume_time_ms")}
 SETTINGS_FILE = "settings.json"  # written by the scaling experiment beside its event logs
+SETTINGS_KEYS = ("message_bytes", "producers")  # what the OMB files take from it
 PRODUCERS_PER_TOPIC_DEFAULT = 1
 POOLING = ("pooled over the drained repetitions: rates and backlog are the mean over repetitions per period; "
            "latencies are over the messages of all repetitions")
@@ -205,8 +206,9 @@ def document_name(document: dict[str, Any]) -> str:
     return name if document["topics"] == 1 else f"{name}-t{document['topics']:03d}"
 
 
-def experiment_settings(events_dir: Path) -> dict[str, Any]:
-    """``message_bytes`` and ``producers`` agreed on by every ``settings.json`` below ``events_dir``.
+def experiment_settings(events_dir: Path, keys: Sequence[str] = SETTINGS_KEYS) -> dict[str, Any]:
+    """The ``keys`` (integers or flags; default those the OMB files need) agreed on by every ``settings.json`` below
+    ``events_dir``.
 
     A key the files disagree on, or that none records, is left out.
     """
@@ -218,7 +220,7 @@ def experiment_settings(events_dir: Path) -> dict[str, Any]:
             document = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        for key in ("message_bytes", "producers"):
+        for key in keys:
             if isinstance(document, dict) and isinstance(document.get(key), int):
                 found.setdefault(key, set()).add(document[key])
     return {key: next(iter(values)) for key, values in found.items() if len(values) == 1}

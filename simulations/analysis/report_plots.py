@@ -1,12 +1,12 @@
 """The PNG plots of ``mafka4 analyze``, drawn from the rows of the (small) result tables.
 
 No Spark here; matplotlib's Agg canvas, no display needed. Each function draws one figure to a
-path. Lines and error bars (column names as in ``simulations.analysis``):
+path. Lines and error bars (column names as in ``simulations.analysis.job``):
 
 * ``latency_vs_consumers``: runtime; per mode, the median over repetitions of tp999 against
   consumers, error bars from the smallest to the largest repetition; produce and end-to-end;
 * ``fleet_nodes_vs_topics`` and ``fleet_latency_vs_topics``: fleet model; one line per (mode,
-  consumer scale) (``simulations.consumer_scales``) against fleet size, a color per mode and a
+  consumer scale) (``simulations.analysis.consumer_scales``) against fleet size, a color per mode and a
   line style per scale;
 * ``stage_breakdown``: runtime; per consumer count one bar per mode, stacked by stage: left the
   mean of each produce stage over all complete messages, right the tail composition of
@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from simulations.consumer_scales import scale_label
+from simulations.analysis.consumer_scales import scale_label
 
 MODES = ("mafka3", "mafka4")
 MODE_LABELS = {"mafka3": "Mafka3", "mafka4": "Mafka4"}

@@ -1,6 +1,6 @@
 """What ``mafka4 bench failover`` is asked to measure (``FailoverBenchSettings``).
 
-Kept apart from ``bench.failover`` (the driver, which imports Ray) so that the CLI reads the
+Kept apart from ``benchmarks.failover`` (the driver, which imports Ray) so that the CLI reads the
 defaults without importing Ray. A field with a ``help`` in its metadata is an option of the
 command (``mafka4.cli.bench``); the others are fixed for the bench.
 """

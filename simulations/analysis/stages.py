@@ -7,7 +7,7 @@ time order (``stage_path``): produce = accumulator, request_queue, append, isr_w
 end-to-end = accumulator, request_queue, append, isr_wait, then mafka3 fetch or mafka4 feeding,
 vp_hw_wait, fetch. A stage's duration is its later stamp minus its earlier one.
 
-Per run (drained runtime runs only, ``simulations.runs``), per path and stage, and for the
+Per run (drained runtime runs only, ``simulations.analysis.runs``), per path and stage, and for the
 path's whole latency (stage ``total``):
 
 * ``count`` and exact nearest-rank tp50 / tp99 / tp999 of the duration over the rows where both
@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simulations.percentiles import PERCENTILES, at_rank_sql, median_min_max
-from simulations.runs import CONFIG_KEYS, RUN_KEYS
+from simulations.analysis.percentiles import PERCENTILES, at_rank_sql, median_min_max
+from simulations.analysis.runs import CONFIG_KEYS, RUN_KEYS
 from simulations.schema import MODES, PRODUCE_STAGES, READ_STAGES
 
 if TYPE_CHECKING:

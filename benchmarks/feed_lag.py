@@ -10,15 +10,15 @@ write nodes for RF 2, two read nodes for RR 2):
    producer's buffer is full;
 3. every ``sample_interval_s``, per physical partition, the leader's high watermark
    (``list_offsets``) and the smallest ``next_offset`` of the partition's feed streams over the
-   read nodes running one (``ReadNode.describe(topic)``): the feed lag of ``bench.lag``, in
+   read nodes running one (``ReadNode.describe(topic)``): the feed lag of ``benchmarks.lag``, in
    records and in ms. Samples are taken until the producer's last message is acknowledged;
 4. the drain: seconds from that acknowledgement until the lag is 0 on every partition (at most
    ``drain_s_max``; longer: ``drain_s`` is None).
 
 Per VP count the report (``results/bench_feed_lag.json``) holds the producer's msgs/s, the lag's
 max, p50, p99 and final value (the last sample while producing) in records and ms, the p99 of
-each half of the run, the drain seconds, ``bounded`` (``bench.lag``), each node's feed stream
-counters at the end, and the load average at the start and the end. ``quiet`` (``bench.usage``)
+each half of the run, the drain seconds, ``bounded`` (``benchmarks.lag``), each node's feed stream
+counters at the end, and the load average at the start and the end. ``quiet`` (``mafka4.bench.usage``)
 judges the start only: a saturated producer loads the 2 cores by design, so the load at the end
 says nothing about what else ran. Before each count the run waits (at most ``quiet_wait_s_max``)
 for the load left by the previous count to fall. Each topic is deleted after its run, so the next
@@ -40,8 +40,8 @@ from pathlib import Path
 
 import ray
 
-from mafka4.bench.lag import (FeedLagBenchSettings, FeedLagTracker, LagSample, drained, fed_offset, halves_p99_records,
-                              is_bounded, lag_figures)
+from benchmarks.lag import (FeedLagBenchSettings, FeedLagTracker, LagSample, drained, fed_offset, halves_p99_records,
+                            is_bounded, lag_figures)
 from mafka4.bench.process_usage import wait_until_quiet
 from mafka4.bench.read_nodes import running_read_nodes
 from mafka4.bench.usage import is_quiet
@@ -235,7 +235,7 @@ def run_feed_lag_bench(settings: FeedLagBenchSettings, output_path: str) -> dict
     report = {
         "settings": asdict(settings), "read_nodes": list(read_nodes), "runs": runs,
         "summary": {str(run["virtual_partitions"]): _summary(run) for run in runs},
-        # A lag in ms is known to within one sampling interval (bench.lag).
+        # A lag in ms is known to within one sampling interval (benchmarks.lag).
         "lag_ms_resolution_ms": settings.sample_interval_s * 1000,
         "cpu_count": os.cpu_count(), "load_average_1m": [round(load_start, 2), round(os.getloadavg()[0], 2)],
     }

@@ -1,14 +1,16 @@
 """``report.md`` of ``mafka4 analyze`` and the plan of its plots, from the (small) result tables.
 
-No Spark here: the inputs are the rows of the tables of ``simulations.analysis`` (plain dicts,
+No Spark here: the inputs are the rows of the tables of ``simulations.analysis.job`` (plain dicts,
 column names as there) plus per-run facts. Every file is written to a hidden temp file and
 renamed. A plot whose rows are absent is skipped (and an old PNG of that name removed), and the
-report says why. The plots themselves are drawn by ``simulations.report_plots``.
+report says why. The plots themselves are drawn by ``simulations.analysis.report_plots``.
 
 The report leads with the result: every runtime consumer count with its Mafka3 / Mafka4 ratios
 and their bootstrap intervals, and every fleet consumer scale; then what could make it wrong
 (runs left out as not drained, duplicates, messages never acknowledged, tp999s resting on few
-samples), the method, the tables, the stage breakdown and the OpenMessaging-Benchmark files.
+samples), how the two modes' runtime setups differ (``setup_section``: partitions, node
+roles, read path, CPU pinning, group protocol, with the experiment's recorded settings), the
+method, the tables, the stage breakdown and the OpenMessaging-Benchmark files.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from simulations import report_plots
-from simulations.consumer_scales import scale_label
+from simulations.analysis import report_plots
+from simulations.analysis.consumer_scales import scale_label
 from simulations.schema import ANALYSIS_MARKER
 
 MODES = report_plots.MODES
@@ -31,6 +33,8 @@ BOOTSTRAPPED = ("tp99", "tp999")
 CALIBRATION_FILE = "calibration.json"
 EXPERIMENTS_LISTED_MAX = 20  # the report names at most this many experiment ids; the tables name all
 TAIL_SAMPLES_MIN_TEXT = "fewer than 50 samples above the tp999 rank in a repetition (n < 50,000)"
+# The scaling experiment's settings (its settings.json) the setup section names.
+SETUP_KEYS = ("nodes", "physical_partitions", "replication_factor", "read_replicas", "pin_cpus")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +46,11 @@ class RenderedReport:
 
 def write_report(*, out_dir: Path, events_dir: Path, file_count: int, facts: Sequence[Mapping[str, Any]],
                  tables: Mapping[str, Sequence[Mapping[str, Any]]], table_paths: Mapping[str, tuple[Path, Path]],
-                 omb_paths: Mapping[str, Path], settings: Any) -> RenderedReport:
+                 omb_paths: Mapping[str, Path], settings: Any, experiment: Mapping[str, Any]) -> RenderedReport:
     """Draw the plots and write ``out_dir/report.md``; returns what was written and what skipped.
 
-    ``tables``: table name -> rows; ``settings``: the ``AnalysisSettings`` of the run (bootstrap).
+    ``tables``: table name -> rows; ``settings``: the ``AnalysisSettings`` of the run (bootstrap);
+    ``experiment``: the scaling experiment's settings that every ``settings.json`` agrees on (``SETUP_KEYS``).
     """
     latency_rows = tables["latency_by_config"]
     runtime = [row for row in latency_rows if row["source"] == "runtime"]
@@ -68,7 +73,7 @@ def write_report(*, out_dir: Path, events_dir: Path, file_count: int, facts: Seq
             skipped[name] = reason
             (out_dir / f"{name}.png").unlink(missing_ok=True)  # a plot of an earlier run would mislead
     text = render_markdown(events_dir=events_dir, file_count=file_count, facts=facts, tables=tables,
-                           table_paths=table_paths, omb_paths=omb_paths, settings=settings,
+                           table_paths=table_paths, omb_paths=omb_paths, settings=settings, experiment=experiment,
                            calibrations=load_calibrations(events_dir), plots=plots, skipped=skipped, out_dir=out_dir)
     report_path = _atomic_write(out_dir / "report.md", lambda path: path.write_text(text))
     return RenderedReport(report_path=report_path, plot_paths=plots, skipped_plots=skipped)
@@ -224,6 +229,46 @@ def _integrity_section(by_repetition: Sequence[Mapping[str, Any]], latency_rows:
     return "\n\n".join(parts)
 
 
+def setup_section(experiment: Mapping[str, Any]) -> str:
+    """How the two modes' runtime runs differ, by design (``simulations.scaling.experiment``), with the recorded
+    settings; a setting no ``settings.json`` agrees on is named instead of its value."""
+
+    def setting(key: str) -> str:
+        return f"{experiment[key]}" if key in experiment else f"`{key}`"
+
+    nodes = experiment.get("nodes")
+    half = f"{nodes // 2}" if nodes is not None else "`nodes` / 2"
+    pinning = {True: "the", False: "off in these runs (`--no-pin`): every node ran on every core. With it on, the"
+               }.get(experiment.get("pin_cpus"), "unless the runs were made with `--no-pin` (no settings.json says), the")
+    return "\n\n".join([
+        "The runtime rows compare two deployments on one machine, each as its design would be deployed. The same in "
+        "both: one producer (keyed messages, the same keys and seed, acks=all, linger_ms 1, the same rate and "
+        "duration), N consumers of one group (threads of the experiment's driver, the same `Consumer` code and "
+        f"defaults), replication factor and min_insync_replicas {setting('replication_factor')}, "
+        f"{setting('nodes')} simulated machines. Nothing is slowed down on purpose. What differs:",
+        "\n".join([
+            f"* **partitions**: Mafka3 has N physical partitions, one per consumer (N x RF replica actors; the "
+            f"producer spreads the same messages over N partitions, in smaller batches as N grows); Mafka4 has "
+            f"{setting('physical_partitions')} physical partitions for every N and N virtual partitions with "
+            f"{setting('read_replicas')} replica(s) each;",
+            f"* **node roles**: in Mafka3 all {setting('nodes')} nodes are brokers, which host the replicas and serve "
+            f"the fetches from the partition leaders; in Mafka4 {half} write nodes host the replicas and {half} read "
+            "nodes host the VPs and serve the fetches, so Mafka4's replicas share half as many nodes;",
+            "* **read path**: a Mafka4 message becomes readable after a feeding hop (physical partition to read node) "
+            "and the VP's high watermark; a Mafka3 message below the partition's high watermark, at its leader;",
+            f"* **CPU pinning**: {pinning} usable CPUs are split into a write set (first half) and a read set; Mafka4's "
+            "write nodes run on the write set and its read nodes on the read set (writing gets half the cores, reading "
+            f"the other half); Mafka3's first {half} brokers run on the write set and the others on the read set, so "
+            "its replicas and the fetches they serve use all the cores. The driver (producer and consumers), the "
+            "controller and etcd are not pinned in either mode;",
+            "* **group protocol**: Mafka3 members rebalance eagerly over partitions, Mafka4 members own VPs; either "
+            "group has settled before the producer starts, and none changes during a measurement;",
+            "* **clusters**: each mode runs on a fresh cluster of its own, one mode's runs after the other's.",
+        ]),
+        "The node, actor and partition counts of each configuration are in the tables below.",
+    ])
+
+
 def _method_section(settings: Any) -> str:
     return "\n\n".join([
         "**Percentiles.** tp50, tp99 and tp999 are exact nearest-rank percentiles: with the n non-null latencies of a "
@@ -240,7 +285,7 @@ def _method_section(settings: Any) -> str:
         "nearest-rank percentile, its ratio Mafka3 / Mafka4, and the interval the 2.5th and 97.5th nearest-rank "
         "percentiles of the replicate ratios (the percentile bootstrap interval). The ratio before the interval is the "
         "point estimate, from the medians. tp50 ratios have no interval: their bootstrap would scan half of every run "
-        "per replicate, tens of times the rows the tp99 and tp999 scans need. See `simulations/intervals.py`.",
+        "per replicate, tens of times the rows the tp99 and tp999 scans need. See `simulations/analysis/intervals.py`.",
         "**Fleet consumer scales.** The fleet model runs each fleet size at several consumer scales; its plots draw one "
         "line per (mode, scale), the scale read from `fleet_summary.json` (`x4`), or, without it, numbered by "
         "consumers within each fleet size (`scale #2`).",
@@ -257,7 +302,8 @@ def _latency_section(latency_rows: Sequence[Mapping[str, Any]]) -> str:
                 cells[f"{latency}_{name}"] = _spread(row, f"{latency}_{name}")
         cells["nodes"] = f"{row['nodes']} ({row['write_nodes']} + {row['read_nodes']})"
         rows.append(cells)
-    columns += [f"{latency}_{name}" for latency in LATENCIES for name in PERCENTILE_NAMES] + ["nodes", "actors"]
+    columns += [f"{latency}_{name}" for latency in LATENCIES for name in PERCENTILE_NAMES] + [
+        "nodes", "actors", "physical_partitions", "virtual_partitions"]
     return ("Median over repetitions (min–max). nodes = write + read nodes.\n\n" + markdown_table(rows, columns))
 
 
@@ -317,8 +363,8 @@ def _omb_section(omb_paths: Mapping[str, Path], out_dir: Path) -> str:
         return "No drained runtime configuration, so no OpenMessaging-Benchmark-shaped file."
     links = ", ".join(f"[{name}]({path.relative_to(out_dir)})" for name, path in sorted(omb_paths.items()))
     return ("One JSON file per runtime configuration with the keys of OpenMessaging Benchmark's `TestResult` (latencies "
-            "in ms, rates in msgs/s per 10-s period), pooled over the drained repetitions; see `simulations/omb.py`: "
-            + links + ".")
+            "in ms, rates in msgs/s per 10-s period), pooled over the drained repetitions; see "
+            "`simulations/analysis/omb.py`: " + links + ".")
 
 
 def _runs_section(facts: Sequence[Mapping[str, Any]], latency_rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -396,7 +442,7 @@ def _calibration_section(calibrations: Sequence[tuple[str, dict[str, Any] | str]
     return "\n\n".join(parts)
 
 
-def render_markdown(*, events_dir: Path, file_count: int, facts, tables, table_paths, omb_paths, settings,
+def render_markdown(*, events_dir: Path, file_count: int, facts, tables, table_paths, omb_paths, settings, experiment,
                     calibrations, plots: Mapping[str, Path], skipped: Mapping[str, str], out_dir: Path) -> str:
     """The text of ``report.md``."""
     latency_rows, ratio_rows = tables["latency_by_config"], tables["mode_ratios"]
@@ -411,6 +457,8 @@ def render_markdown(*, events_dir: Path, file_count: int, facts, tables, table_p
         _integrity_section(tables["latency_by_repetition"], latency_rows),
         "## Runs",
         "\n".join(_runs_section(facts, latency_rows)),
+        "## Setup: what differs between the modes",
+        setup_section(experiment),
         "## Calibration",
         _calibration_section(calibrations),
         "## Method",

@@ -1,6 +1,6 @@
 """Feed lag: how far the read nodes' feed streams trail a topic's committed data (pure).
 
-``bench.feed_lag`` samples, per physical partition, the leader's high watermark (HW) and the
+``benchmarks.feed_lag`` samples, per physical partition, the leader's high watermark (HW) and the
 smallest ``next_offset`` of that partition's feed streams over the read nodes running one (the
 stream furthest behind, the *fed offset*). Per partition and sample:
 

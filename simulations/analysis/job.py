@@ -3,7 +3,7 @@
 It reads every event-log file below a directory (the layout of ``simulations.schema``) and writes,
 under the output directory (default ``DIR/analysis``), each table as ``.parquet`` and ``.csv``:
 
-* ``latency_by_repetition``: one row per run (``simulations.runs.RUN_KEYS``: source, mode,
+* ``latency_by_repetition``: one row per run (``simulations.analysis.runs.RUN_KEYS``: source, mode,
   consumers, topics, experiment_id, seed, repetition) with its rows, the integrity counts
   (acknowledged, never_acknowledged, deliveries_counted, undelivered, duplicates, drained), and
   per latency (``produce_latency_ms``, ``end_to_end_latency_ms``) its sample count
@@ -20,15 +20,15 @@ under the output directory (default ``DIR/analysis``), each table as ``.parquet`
 * ``mode_ratios``: one row per (source, consumers, topics) with both modes: Mafka3 / Mafka4 of
   each median percentile (``{latency}_{tp}_ratio``) and of the node, actor and partition counts,
   and for the runtime the bootstrap interval ``{latency}_{tp}_ratio_low`` / ``_high`` (tp99, tp999);
-* ``ratio_intervals``: the bootstrap intervals in long form (``simulations.intervals``);
-* ``stage_latency``: the per-stage latency breakdown (``simulations.stages``);
-* ``omb/<mode>-c<consumers>.json``: OpenMessaging-Benchmark-shaped results (``simulations.omb``);
-* PNG plots and ``report.md`` (``simulations.report``), and the ``_MAFKA4_ANALYSIS`` marker that
+* ``ratio_intervals``: the bootstrap intervals in long form (``simulations.analysis.intervals``);
+* ``stage_latency``: the per-stage latency breakdown (``simulations.analysis.stages``);
+* ``omb/<mode>-c<consumers>.json``: OpenMessaging-Benchmark-shaped results (``simulations.analysis.omb``);
+* PNG plots and ``report.md`` (``simulations.analysis.report``), and the ``_MAFKA4_ANALYSIS`` marker that
   keeps a later run from reading the result tables as event logs.
 
-Percentiles are exact nearest-rank percentiles (``simulations.percentiles``), computed per run
+Percentiles are exact nearest-rank percentiles (``simulations.analysis.percentiles``), computed per run
 over its non-null values, then summarised per configuration by the median over the runs (and
-min, max). Runs that are not drained (``simulations.runs``) are left out of every latency
+min, max). Runs that are not drained (``simulations.analysis.runs``) are left out of every latency
 statistic. When ``sample_rate`` < 1 the percentiles are exact over the sampled rows, and
 ``messages_estimated`` sums ``1 / sample_rate``. Node counts are per-run constants; a
 configuration reports the largest count of its runs with ``node_counts_vary`` set when its runs
@@ -47,15 +47,16 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from mafka4.errors import MissingDependency, RunInTwoEventLogs
-from simulations import consumer_scales, omb, report as report_module
-from simulations.analysis_settings import AnalysisSettings
+from simulations.analysis import consumer_scales, omb, report as report_module
+from simulations.analysis.intervals import INTERVAL_PERCENTILES, ratio_intervals
+from simulations.analysis.percentiles import (PERCENTILES, at_rank, beyond_rank, median_min_max, rank_expression,
+                                              sorted_values)
+from simulations.analysis.runs import (CONFIG_KEYS, LATENCIES, RATIO_KEYS, RUN_KEYS, TAIL_SAMPLES_MIN, drained_column,
+                                       drained_runtime_events, integrity_aggregates, runs_in_more_than_one_file)
+from simulations.analysis.settings import AnalysisSettings
+from simulations.analysis.stages import stage_latency
 from simulations.extras import INSTALL_ANALYSIS
-from simulations.intervals import INTERVAL_PERCENTILES, ratio_intervals
-from simulations.percentiles import PERCENTILES, at_rank, beyond_rank, median_min_max, rank_expression, sorted_values
-from simulations.runs import (CONFIG_KEYS, LATENCIES, RATIO_KEYS, RUN_KEYS, TAIL_SAMPLES_MIN, drained_column,
-                              drained_runtime_events, integrity_aggregates, runs_in_more_than_one_file)
 from simulations.schema import ANALYSIS_MARKER, EVENT_SCHEMA, check_event_file, event_log_files
-from simulations.stages import stage_latency
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -298,10 +299,11 @@ def analyze(events_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] 
     out.mkdir(parents=True, exist_ok=True)
     (out / ANALYSIS_MARKER).write_text("result tables of `mafka4 analyze`; not event logs\n")
     table_paths = {name: write_table(table, out, name) for name, table in tables.items()}
-    omb_paths = omb.write_omb_results(documents, out / "omb", omb.experiment_settings(events_path))
+    experiment = omb.experiment_settings(events_path, (*omb.SETTINGS_KEYS, *report_module.SETUP_KEYS))
+    omb_paths = omb.write_omb_results(documents, out / "omb", experiment)
     rendered = report_module.write_report(
         out_dir=out, events_dir=events_path, file_count=len(files), facts=facts,
         tables={name: table.to_pylist() for name, table in tables.items()}, table_paths=table_paths,
-        omb_paths=omb_paths, settings=settings)
+        omb_paths=omb_paths, settings=settings, experiment=experiment)
     return AnalysisResult(out_dir=out, report_path=rendered.report_path, table_paths=table_paths,
                           plot_paths=rendered.plot_paths, skipped_plots=rendered.skipped_plots, omb_paths=omb_paths)

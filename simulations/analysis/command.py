@@ -1,4 +1,4 @@
-"""``mafka4 analyze``: the command line of ``simulations.analysis``.
+"""``mafka4 analyze``: the command line of ``simulations.analysis.job``.
 
 Registering the command needs neither pyspark nor pyarrow; running it does, and says which
 extra to install when they are missing.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from simulations.analysis_settings import AnalysisSettings
+from simulations.analysis.settings import AnalysisSettings
 from simulations.extras import require_analysis_extra
 
 
@@ -34,7 +34,7 @@ def add_analyze_parser(commands) -> None:
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
     require_analysis_extra("analyze")
-    from simulations.analysis import analyze
+    from simulations.analysis.job import analyze
 
     settings = AnalysisSettings(master=args.master, bootstrap_replicates=args.replicates,
                                 bootstrap_block_ms=args.block_ms, bootstrap_seed=args.bootstrap_seed)

@@ -1,7 +1,7 @@
 """How ``mafka4 analyze`` runs Spark and its bootstrap (``AnalysisSettings``).
 
-Kept apart from ``simulations.analysis`` (the job, which imports pyarrow and, to run, pyspark)
-so that ``mafka4`` registers ``analyze`` (``simulations.analysis_command``) without the
+Kept apart from ``simulations.analysis.job`` (the job, which imports pyarrow and, to run, pyspark)
+so that ``mafka4`` registers ``analyze`` (``simulations.analysis.command``) without the
 analysis extra: only running it needs them.
 """
 
@@ -22,13 +22,13 @@ class AnalysisSettings:
     driver_memory: str = "1g"
     # Keep the Spark log quiet: the report is the output.
     log_level: str = "WARN"
-    # The block bootstrap of the ratios (simulations.intervals). 400 replicates put the 2.5 % and
+    # The block bootstrap of the ratios (simulations.analysis.intervals). 400 replicates put the 2.5 % and
     # 97.5 % bounds at ranks 10 and 390: enough replicates beyond each bound to keep it steady.
     bootstrap_replicates: int = 400
     # A pause delays the messages sent in the next few hundred ms; a block must hold such a burst.
     bootstrap_block_ms: float = 1000.0
     bootstrap_seed: int = 20240601
-    # OpenMessaging Benchmark reports its rates per 10-s period (simulations.omb).
+    # OpenMessaging Benchmark reports its rates per 10-s period (simulations.analysis.omb).
     omb_period_ms: float = 10_000.0
 
     def __post_init__(self) -> None:

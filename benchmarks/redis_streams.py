@@ -11,29 +11,36 @@ extra (redis-py and hiredis); it connects to nothing but the redis-server it sta
    data in a temporary directory (under ``$TMPDIR``): no RDB snapshots, AOF with ``appendfsync
    everysec`` (``server_command``). It is stopped by its pid (SIGTERM, then SIGKILL) when the
    bench ends, however it ends.
-2. **Produce**, per repetition, ``messages`` XADDs of ``message_bytes`` each (one field ``v``)
-   to a new stream, in pipelines of ``pipeline_messages``, by each of two clients
-   (``redis_streams_figures.CLIENTS``): **redis-py** (``pipeline(transaction=False)``, then
-   ``execute()``), the client an application would use; and **raw**: the commands packed once
-   with ``hiredis.pack_command``, written to a plain socket, replies read with ``hiredis.Reader``:
-   the most one Python connection gets out of Redis (about twice redis-py's rate here). The
-   report carries both: a comparison names the one it uses. msgs/s: from before the first
+2. **Produce**, per repetition and pipeline depth of ``pipeline_messages``, ``produce_messages``
+   XADDs of ``message_bytes`` each (one field ``v``) to a new stream, in pipelines of that many
+   commands, by each of two clients (``redis_streams_figures.CLIENTS``): **redis-py**
+   (``pipeline(transaction=False)``, then ``execute()``), the client an application would use;
+   and **raw**: the commands packed once with ``hiredis.pack_command``, written to a plain
+   socket, replies read with ``hiredis.Reader``: the most one Python connection gets out of
+   Redis (about twice redis-py's rate here). The report carries both: a comparison names the
+   one it uses. A pipeline is sent whole and its replies read before the next is sent: the
+   depth is the commands in flight. ``matched`` gives it the bytes a mafka4 Producer keeps in
+   flight (``redis_streams_figures.matched_pipeline_messages``). msgs/s: from before the first
    pipeline is sent to after the last one's replies are read. The stream is then checked to
    hold every message and deleted.
-3. **Consume**: a backlog of ``backlog_messages`` in one stream (written once, by the raw
-   client, which keeps the ids), drained per repetition, acknowledgement variant and consumer
-   count by one new group (created at id 0) of that many processes (``bench.redis_streams_member``,
-   spawned, redis-py). Two variants: **xack** (XACK of each read's ids, Redis' at-least-once
-   consumer) and **noack** (XREADGROUP NOACK: nothing pending; a message counts as processed
-   once it is delivered, so one a consumer dies holding is not delivered again: at most once,
-   as a Kafka consumer that commits offsets before it processes what it polled. A mafka4
-   consumer commits the positions of what it returned at a later poll, at least once, as
-   XACK does). The members start together on one signal once
-   all are connected; msgs/s is the backlog over the time from the earliest first read to the
-   latest last message (``redis_streams_figures``), and the row counts that every backlog id was
-   given exactly once across the members, and that the group has nothing pending after, and
-   what the drain cost in CPU per message, the members' and the whole machine's
-   (``bench.cpu_cost``, as ``mafka4 bench consume`` reports it).
+3. **Consume**: a backlog of ``messages`` in one stream (written once, by the raw client in
+   pipelines of 1,000, which keeps the ids), drained per repetition, acknowledgement cadence,
+   read COUNT and consumer count by one new group (created at id 0) of that many processes
+   (``benchmarks.redis_streams_member``, spawned, redis-py). The cadences are
+   ``mafka4.bench.drain_terms``': **per-read** (XACK of each read's ids, Redis' at-least-once
+   consumer, as a mafka4 member that commits after each poll), **every-<N>ms** (XACK of what was
+   read since the last XACK, as a mafka4 member that auto-commits every N ms) and **none**
+   (XREADGROUP NOACK: nothing pending; a message counts as processed once it is delivered, so one
+   a consumer dies holding is not delivered again: at most once). The read COUNT is a count or
+   ``matched``: the bytes of one mafka4 fetch (``redis_streams_figures.matched_read_count``).
+   The members start together on one signal once all are connected; msgs/s is the backlog over
+   the time from the earliest first read to the latest end, a member's last XACK (or its last
+   message, with none) (``redis_streams_figures``). A member acknowledging every N ms learns
+   that it is done from a read that returns nothing, so its last XACK follows that empty read.
+   The row counts that every backlog id was given exactly once across the members, and that
+   the group has nothing pending after, and what the drain cost in CPU per message, the
+   members' and the whole machine's (``mafka4.bench.cpu_cost``, as ``mafka4 bench consume``
+   reports it).
 
 Before every measurement the bench waits (at most ``quiet_wait_s_max``) for the 1-minute load
 average to fall to 2.0; each row records the load average at its start and end, ``quiet``
@@ -42,7 +49,8 @@ of redis-server during it (an AOF rewrite runs in a forked child, on the same co
 
 The report (``results/bench_redis_streams.json``): the settings, the server's version and
 command line, the redis-py and hiredis versions, what each client is, the backlog, every row,
-the medians per workload (``summary``), and the load average at the start and end of the run.
+the medians per cell of the sweep (``summary``), how ``matched`` was derived, and the load
+average at the start and end of the run.
 """
 
 from __future__ import annotations
@@ -60,12 +68,13 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from benchmarks.redis_streams_figures import (CLIENTS, CONSUME_CLIENT, PRODUCE_CLIENTS, RAW, REDIS_PIPELINE_MESSAGES,
+                                              REDIS_PY, MemberRead, RedisStreamsBenchSettings, drain_row,
+                                              matched_from, pipeline_sizes, rate_msgs_per_s, summary)
+from benchmarks.redis_streams_member import LOOPBACK, Failed, MemberSpec, Ready, run_member
 from mafka4.bench.cpu_cost import cpu_per_message
+from mafka4.bench.drain_terms import AckCadence
 from mafka4.bench.process_usage import TICKS_PER_S, machine_cpu, wait_until_quiet
-from mafka4.bench.redis_streams_figures import (ACK_MODES, CLIENTS, CONSUME_CLIENT, NOACK, PRODUCE_CLIENTS, RAW,
-                                                REDIS_PY, MemberRead, RedisStreamsBenchSettings, drain_row,
-                                                pipeline_sizes, rate_msgs_per_s, summary)
-from mafka4.bench.redis_streams_member import LOOPBACK, Failed, MemberSpec, Ready, run_member
 from mafka4.bench.usage import is_quiet
 from mafka4.errors import MissingDependency
 
@@ -220,10 +229,12 @@ def _forks(admin) -> int:
     return int(admin.info("stats")["total_forks"])
 
 
-def produce_once(client: str, repetition: int, admin, redis, hiredis, port: int, value: bytes,
-                 settings: RedisStreamsBenchSettings) -> dict:
-    """One produce measurement of ``client`` to a new stream, checked and then deleted: its row."""
-    stream = f"bench-produce-{client}-{repetition}"
+def produce_once(client: str, pipeline: tuple[str, int], repetition: int, admin, redis, hiredis, port: int,
+                 value: bytes, settings: RedisStreamsBenchSettings) -> dict:
+    """One produce measurement of ``client`` in pipelines of ``pipeline`` (as given, XADDs) to a new stream, checked
+    and then deleted: its row."""
+    (given, pipeline_messages), messages = pipeline, settings.produce_messages
+    stream = f"bench-produce-{client}-{given}-{repetition}"
     if client == REDIS_PY:
         producer = redis.Redis(host=LOOPBACK, port=port, socket_timeout=settings.socket_timeout_s, protocol=2)
         producer.ping()  # connected before the clock starts, as the raw socket is
@@ -233,19 +244,19 @@ def produce_once(client: str, repetition: int, admin, redis, hiredis, port: int,
         load_start, quiet_wait_s = _quiet_start(settings)
         forks = _forks(admin)
         if client == REDIS_PY:
-            elapsed_ns = produce_redis_py(producer, stream, settings.messages, settings.pipeline_messages, value)
+            elapsed_ns = produce_redis_py(producer, stream, messages, pipeline_messages, value)
         else:
-            elapsed_ns, _ = produce_raw(producer, hiredis, stream, settings.messages, settings.pipeline_messages, value)
+            elapsed_ns, _ = produce_raw(producer, hiredis, stream, messages, pipeline_messages, value)
         conditions = _conditions(load_start, quiet_wait_s, _forks(admin) - forks)
     finally:
         producer.close()
     length = admin.xlen(stream)
     admin.delete(stream)
-    if length != settings.messages:
-        raise RuntimeError(f"bench redis-streams: {client} sent {settings.messages} XADDs to {stream}, which holds "
-                           f"{length}")
-    msgs_per_s = rate_msgs_per_s(settings.messages, elapsed_ns)
-    return {"workload": "produce", "client": client, "repetition": repetition, "messages": settings.messages,
+    if length != messages:
+        raise RuntimeError(f"bench redis-streams: {client} sent {messages} XADDs to {stream}, which holds {length}")
+    msgs_per_s = rate_msgs_per_s(messages, elapsed_ns)
+    return {"workload": "produce", "client": client, "pipeline_choice": given, "pipeline_messages": pipeline_messages,
+            "repetition": repetition, "messages": messages,
             "elapsed_s": round(elapsed_ns / 1e9, 4), "msgs_per_s": msgs_per_s,
             "mb_per_s": None if msgs_per_s is None else round(msgs_per_s * settings.message_bytes / 1e6, 2),
             **conditions}
@@ -255,13 +266,13 @@ def write_backlog(admin, hiredis, port: int, value: bytes, settings: RedisStream
     """The backlog stream, written by the raw client: (what it is, its ids in order)."""
     connection = RespConnection(hiredis, port, settings.socket_timeout_s)
     try:
-        elapsed_ns, ids = produce_raw(connection, hiredis, BACKLOG_STREAM, settings.backlog_messages,
-                                      settings.pipeline_messages, value)
+        elapsed_ns, ids = produce_raw(connection, hiredis, BACKLOG_STREAM, settings.messages, REDIS_PIPELINE_MESSAGES,
+                                      value)
     finally:
         connection.close()
     length = admin.xlen(BACKLOG_STREAM)
-    if length != settings.backlog_messages or len(set(ids)) != len(ids):
-        raise RuntimeError(f"bench redis-streams: {settings.backlog_messages} XADDs to {BACKLOG_STREAM} gave "
+    if length != settings.messages or len(set(ids)) != len(ids):
+        raise RuntimeError(f"bench redis-streams: {settings.messages} XADDs to {BACKLOG_STREAM} gave "
                            f"{len(set(ids))} distinct ids; it holds {length}")
     return {"stream": BACKLOG_STREAM, "messages": length, "client": RAW, "write_s": round(elapsed_ns / 1e9, 4),
             "msgs_per_s": rate_msgs_per_s(length, elapsed_ns)}, ids
@@ -299,14 +310,16 @@ def _end(processes, wait_s_max: float) -> None:
             process.join()
 
 
-def drain_once(ack: str, consumers: int, repetition: int, admin, port: int, backlog_ids: list[bytes],
-               settings: RedisStreamsBenchSettings) -> dict:
-    """One new group of ``consumers`` member processes drains the backlog from id 0: its row."""
-    group = f"bench-{ack}-{consumers}-{repetition}"
+def drain_once(cadence: AckCadence, reading: tuple[str, int], consumers: int, repetition: int, admin, port: int,
+               backlog_ids: list[bytes], settings: RedisStreamsBenchSettings) -> dict:
+    """One new group of ``consumers`` member processes, acknowledging at ``cadence`` and reading ``reading`` (as
+    given, COUNT) at a time, drains the backlog from id 0: its row."""
+    (given, read_count), ack = reading, str(cadence)
+    group = f"bench-{ack}-{given}-{consumers}-{repetition}"
     admin.xgroup_create(BACKLOG_STREAM, group, id="0")
     context = multiprocessing.get_context("spawn")  # a fresh interpreter, as a user's consumer is
     reports, start = context.Queue(), context.Event()
-    specs = [MemberSpec(member, port, BACKLOG_STREAM, group, ack == NOACK, settings.read_count,
+    specs = [MemberSpec(member, port, BACKLOG_STREAM, group, cadence, read_count,
                         settings.socket_timeout_s, settings.join_s_max + settings.quiet_wait_s_max,
                         settings.drain_s_max) for member in range(consumers)]
     processes = [context.Process(target=run_member, args=(spec, reports, start),
@@ -334,7 +347,8 @@ def drain_once(ack: str, consumers: int, repetition: int, admin, port: int, back
     pending = admin.xpending(BACKLOG_STREAM, group)["pending"]
     admin.xgroup_destroy(BACKLOG_STREAM, group)
     figures = drain_row(backlog_ids, reads, settings.message_bytes)
-    return {"workload": "consume", "ack": ack, "consumers": consumers, "repetition": repetition, "group": group,
+    return {"workload": "consume", "ack": ack, "read_count_choice": given, "read_count": read_count, "consumers": consumers,
+            "repetition": repetition, "group": group,
             "join_s": round(join_s, 2), **figures,
             **cpu_per_message([read.cpu_ns for read in reads], started_at, drained_at, TICKS_PER_S,
                               figures["messages_read"]),
@@ -342,15 +356,15 @@ def drain_once(ack: str, consumers: int, repetition: int, admin, port: int, back
 
 
 def _measure(admin, redis, hiredis, port: int, settings: RedisStreamsBenchSettings) -> tuple[dict, list[dict]]:
-    """The backlog, then per repetition each produce client and each drain: (the backlog, every row)."""
+    """The backlog, then per repetition every produce run and every drain of the sweep: (the backlog, every row)."""
     value = random.Random(VALUE_SEED).randbytes(settings.message_bytes)
     backlog, backlog_ids = write_backlog(admin, hiredis, port, value, settings)
     rows = []
     for repetition in range(settings.repetitions):
-        rows += [produce_once(client, repetition, admin, redis, hiredis, port, value, settings)
-                 for client in PRODUCE_CLIENTS]
-        rows += [drain_once(ack, consumers, repetition, admin, port, backlog_ids, settings)
-                 for ack in ACK_MODES for consumers in settings.consumers]
+        rows += [produce_once(client, pipeline, repetition, admin, redis, hiredis, port, value, settings)
+                 for client in PRODUCE_CLIENTS for pipeline in settings.pipelines]
+        rows += [drain_once(cadence, reading, consumers, repetition, admin, port, backlog_ids, settings)
+                 for cadence in settings.cadences for reading in settings.reads for consumers in settings.consumers]
     return backlog, rows
 
 
@@ -378,7 +392,8 @@ def run_redis_streams_bench(settings: RedisStreamsBenchSettings, output_path: st
     report = {"settings": asdict(settings),
               "redis_server": {"version": version, "command": command, "pid": server.pid},
               "redis_py_version": redis.__version__, "hiredis_version": hiredis.__version__,
-              "clients": {**CLIENTS, "consume": CONSUME_CLIENT}, "backlog": backlog, "rows": rows, "summary": figures,
+              "clients": {**CLIENTS, "consume": CONSUME_CLIENT}, "matched": matched_from(), "backlog": backlog,
+              "rows": rows, "summary": figures,
               "cpu_count": os.cpu_count(), "load_average_1m": load, "quiet": is_quiet(load[:1])}
     Path(output_path).parent.mkdir(parents=True, exist_ok=True)
     Path(output_path).write_text(json.dumps(report, indent=2))

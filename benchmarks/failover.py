@@ -28,7 +28,7 @@ from pathlib import Path
 
 import ray
 
-from mafka4.bench.failover_settings import FailoverBenchSettings
+from benchmarks.failover_settings import FailoverBenchSettings
 from mafka4.client.admin import Admin
 from mafka4.client.producer import Producer
 from mafka4.limits import ControllerConfig, ReadMode, ReplicaConfig

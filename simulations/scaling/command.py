@@ -1,4 +1,4 @@
-"""``mafka4 experiment scaling``: the command-line face of ``simulations.scaling``."""
+"""``mafka4 experiment scaling``: the command-line face of ``simulations.scaling.experiment``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from simulations.extras import require_analysis_extra
-from simulations.scaling import ScalingSettings, run_scaling
+from simulations.scaling.experiment import ScalingSettings, run_scaling
 
 DEFAULTS = ScalingSettings()
 

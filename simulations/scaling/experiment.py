@@ -11,7 +11,7 @@ sends keyed messages with acks=all at ``rate_msgs_per_s`` for ``duration_s``. Ea
 value carries its sequence number; the producer stamps the wall clock at ``send`` and at the
 acknowledgement, each consumer at the ``poll`` that returned it. While it runs, the topic's
 stage trace is on (``mafka4.stage_trace``): the physical leaders and the read nodes stamp
-each batch's way through them, and ``simulations.stage_stamps`` joins those stamps to the
+each batch's way through them, and ``simulations.scaling.stage_stamps`` joins those stamps to the
 messages. The rows go to one Parquet file per configuration and repetition in the event-log
 schema (``simulations.schema``), with how often each message was delivered, and the topic is
 deleted.
@@ -28,16 +28,40 @@ topic and the group took, what did not drain, stage-trace rows dropped.
 **Drained or not.** After the last send the consumers get ``drain_s_max`` to read every
 acknowledged message. A run that does not drain is still written (its undelivered messages
 have ``deliveries = 0``) and said so on the progress stream; the analysis marks it and leaves
-it out of the percentiles and ratios. Both modes run the same producer, consumers, client code and physical partitions:
-only the read topology differs. Nothing is slowed down on purpose in either mode.
+it out of the percentiles and ratios.
 
-**Equal hardware.** Each mode gets its own cluster of ``nodes`` simulated machines on the same
-cores. The usable CPUs are split into a write set (first half) and a read set (second half);
-a node's raylet, and so every actor it runs, is pinned to its set (``simulations.pinning``).
-Mafka4: ``nodes // 2`` write nodes on the write set and as many read nodes on the read set.
-Mafka3 has no read nodes, so all ``nodes`` are brokers, half of them on each set: it gets
-the same machines and cores, used its way. The head (this driver with the producer and the
-consumers, and the controller) is not pinned. ``--no-pin`` turns pinning off.
+**The same in both modes.** One producer: keyed messages of ``message_bytes`` over ``keys``
+keys drawn by the same seed, acks=all, linger_ms 1, ``rate_msgs_per_s`` for ``duration_s``. N
+consumers of one group, each a thread of this driver process running the same ``Consumer``
+code with its defaults (the range assignor, auto-commit every 5 s). Replication factor and
+min_insync_replicas ``replication_factor``. ``nodes`` simulated machines on this machine's
+cores. Nothing is slowed down on purpose in either mode.
+
+**What differs, by design** (each mode deployed as its design would be):
+
+* *Partitions.* Mafka3: N physical partitions, one per consumer (N x RF replica actors), so the
+  producer spreads the same messages over N partitions, in smaller batches as N grows.
+  Mafka4: ``physical_partitions`` physical partitions for every N (P x RF replica actors) and
+  N virtual partitions with ``read_replicas`` replicas each.
+* *Node roles.* Mafka3: all ``nodes`` are brokers: they host the replicas and serve the
+  consumers' fetches from the partition leaders. Mafka4: ``nodes // 2`` write nodes host the
+  replicas, and ``nodes // 2`` read nodes host the VPs (one read-node actor each) and serve the
+  fetches. So Mafka4's replicas share half as many nodes as Mafka3's.
+* *Read path.* In Mafka4 a message becomes readable after a feeding hop (physical partition to
+  read node) and the VP's high watermark; in Mafka3 below the partition's high watermark, at
+  its leader.
+* *CPU pinning* (``pin_cpus``, ``simulations.scaling.pinning``): the usable CPUs are split into a
+  write set (first half) and a read set (the rest), and a node's raylet, and so every actor it
+  runs, is pinned to one. Mafka4: write nodes on the write set, read nodes on the read set, so
+  writing gets half the cores and reading the other half. Mafka3: the first ``nodes // 2``
+  brokers on the write set and the others on the read set, so its replicas and the fetches
+  they serve run on all the cores. The head (this driver: the producer and the consumers), the
+  controller and etcd are not pinned in either mode. ``--no-pin`` turns pinning off for both.
+* *Group protocol.* Mafka3 members rebalance eagerly over partitions; Mafka4 members own VPs.
+  Either way the group has settled before the producer starts, and no member joins or leaves
+  during a measurement.
+* *Clusters.* Each mode gets a fresh cluster of its own; all runs of one mode come before the
+  other's.
 
 **Resumable.** A configuration whose Parquet file exists is not run again, so an interrupted
 run continues where it stopped (same ``--out`` and seed).
@@ -67,7 +91,7 @@ from mafka4.limits import ClusterConfig, ReadMode, _check_range
 
 if TYPE_CHECKING:  # the runtime is imported only when a cluster starts
     from mafka4.runtime.temporary import TemporaryCluster
-    from simulations.stage_stamps import TopicTrace
+    from simulations.scaling.stage_stamps import TopicTrace
 
 # The read modes compared, the baseline first.
 MODES = (ReadMode.MAFKA3, ReadMode.MAFKA4)
@@ -170,7 +194,7 @@ class _ProducerLog:
 
 @dataclass
 class _Trace:
-    """The topic's stage-trace rows of one run (``simulations.stage_stamps.TopicTrace``)."""
+    """The topic's stage-trace rows of one run (``simulations.scaling.stage_stamps.TopicTrace``)."""
 
     physical: dict[int, list[tuple]] = field(default_factory=dict)
     read_nodes: list[tuple] = field(default_factory=list)
@@ -249,7 +273,7 @@ def _progress(stream, done: int, total: int, what: str, settings: ScalingSetting
 def _mode_cluster(mode: ReadMode, settings: ScalingSettings) -> Iterator[TemporaryCluster]:
     """A throwaway local cluster for one mode, its nodes pinned to CPU sets (unless told not to)."""
     from mafka4.runtime.temporary import temporary_cluster
-    from simulations.pinning import pin_nodes, usable_cpus
+    from simulations.scaling.pinning import pin_nodes, usable_cpus
 
     with temporary_cluster(cluster_config(mode, settings), home_prefix="m4x-") as cluster:
         if settings.pin_cpus:
@@ -325,7 +349,7 @@ def _append_run_record(path: Path, record: dict) -> None:
 
 def _topic_trace(admin, topic: str, connection) -> TopicTrace:
     from mafka4.virtual.vp_store import VirtualStore
-    from simulations.stage_stamps import TopicTrace
+    from simulations.scaling.stage_stamps import TopicTrace
 
     metadata = admin.topic_metadata(topic)
     vp_states = [state for state, _ in VirtualStore(connection.store, connection.cluster).states(topic).values()]
@@ -475,7 +499,7 @@ def _produce(connection, topic: str, settings: ScalingSettings, seed: int, first
 def event_columns(mode: ReadMode, producer: _ProducerLog, consumers: list[_ConsumerLog], trace: _Trace) -> dict[str, list]:
     """The per-row columns of one run: a message's first delivery (by poll time) gives its consume
     time and VP; ``deliveries`` counts every delivery to any member; the stamps come from the trace."""
-    from simulations.stage_stamps import physical_stamps, vp_stamps
+    from simulations.scaling.stage_stamps import physical_stamps, vp_stamps
 
     seen: dict[int, tuple[float, int, int]] = {}
     deliveries: dict[int, int] = {}

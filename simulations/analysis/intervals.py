@@ -13,13 +13,13 @@ capped at ``POISSON_WEIGHT_MAX`` (the uniform's 53 bits cannot resolve a larger 
 
 **The statistic.** Per run, latency and percentile q, the weighted nearest-rank percentile: the
 smallest value whose cumulative weight, values ascending, reaches ``ceil(q * W)`` with ``W`` the
-run's total weight (q an exact fraction, as in ``simulations.percentiles``; null when ``W`` is
+run's total weight (q an exact fraction, as in ``simulations.analysis.percentiles``; null when ``W`` is
 0). With all weights 1 it is the run's ordinary percentile. Per configuration and replicate,
 the statistic is the median over the configuration's runs (as the point estimate is); the
 replicate ratio is Mafka3's statistic / Mafka4's at the same (consumers, topics); the interval
 is the 2.5th and 97.5th *nearest-rank* percentiles of the replicate ratios (numpy:
 ``np.percentile(ratios, [2.5, 97.5], method="inverted_cdf")``), null ratios (a Mafka4 statistic
-of 0) left out. Only drained runtime runs take part (``simulations.runs``); only tp99 and tp999
+of 0) left out. Only drained runtime runs take part (``simulations.analysis.runs``); only tp99 and tp999
 are bootstrapped (``INTERVAL_PERCENTILES``): see below why tp50 is not.
 
 **How it stays cheap, exactly.** Scanning a run's values from the largest down, the weighted
@@ -47,8 +47,8 @@ import math
 from fractions import Fraction
 from typing import TYPE_CHECKING, Sequence
 
-from simulations.percentiles import at_rank, rank_fraction, rank_sql
-from simulations.runs import CONFIG_KEYS, LATENCIES, RATIO_KEYS, RUN_KEYS
+from simulations.analysis.percentiles import at_rank, rank_fraction, rank_sql
+from simulations.analysis.runs import CONFIG_KEYS, LATENCIES, RATIO_KEYS, RUN_KEYS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

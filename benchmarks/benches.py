@@ -1,0 +1,24 @@
+"""The benches of ``benchmarks``, as ``mafka4 bench`` finds them through the ``mafka4.benches`` entry points.
+
+Each is a ``Bench`` (``mafka4.cli.bench``) named as its entry point in ``pyproject.toml``. The
+CLI imports this module to build ``mafka4 bench``'s parser, for ``--help`` too, so it imports
+the settings classes only: a driver (Ray, a Redis client) is imported when its bench runs.
+"""
+
+from __future__ import annotations
+
+from benchmarks.failover_settings import FailoverBenchSettings
+from benchmarks.lag import FeedLagBenchSettings
+from benchmarks.redis_streams_figures import RedisStreamsBenchSettings
+from mafka4.cli.bench import Bench
+
+FAILOVER = Bench("failover", "unavailability of a partition when its leader is killed", FailoverBenchSettings,
+                 "benchmarks.failover:run_failover_bench")
+FEED_LAG = Bench("feed-lag", "how far feeding trails the high watermark while one producer is saturated, per VP count",
+                 FeedLagBenchSettings, "benchmarks.feed_lag:run_feed_lag_bench")
+REDIS_STREAMS = Bench(
+    "redis-streams", "Redis Streams on this machine (issue 15): pipelined XADD by redis-py and by a raw hiredis "
+                     "socket; one group of consumer processes drains a backlog (msgs/s, CPU per message), per "
+                     "acknowledgement cadence, pipeline depth and read COUNT, each also matched to mafka4's. Its own "
+                     "redis-server, no cluster", RedisStreamsBenchSettings,
+    "benchmarks.redis_streams:run_redis_streams_bench", render="benchmarks.redis_streams_figures:table")
