@@ -3,7 +3,8 @@
 * ``scaling``: the consumer-scaling experiment on the real runtime (``mafka4 experiment``);
 * ``fleet``: the fleet-scale model, its calibration and sensitivity (``mafka4 fleet``);
 * ``analysis``: the Spark job over both's event logs, its tables, plots and report
-  (``mafka4 analyze``);
+  (``mafka4 analyze``), and the figures of the README and ``docs/performance.md`` rendered from
+  the reports in ``reports/``;
 * ``dst``: the deterministic simulator of a whole cluster (``python3 -m simulations.dst``);
 * ``chaos``: Jepsen-style runs against a real local cluster (``mafka4 chaos``).
 
@@ -17,8 +18,6 @@ inside one they would make its siblings import it:
 * ``compare``: ``mafka4 compare``, which runs ``scaling``, ``fleet`` and ``analysis`` in turn
   and so belongs to none of them.
 
-``readme_figures`` (the README's result tables, rendered from a shipped report) goes where the
-README's reports go.
 
 The commands register through the ``mafka4.commands`` entry points (``mafka4.cli.plugins``):
 these packages import mafka4, never the other way round.

@@ -115,8 +115,6 @@ class TopicTrace:
 
     def take_and_stop(self) -> tuple[dict[int, list[tuple]], list[tuple], int]:
         """(physical rows by partition, read-node rows, rows dropped at the bound), then tracing stops."""
-        import ray
-
         physical_answers = [_answer_or_empty(handle.take_stage_trace.remote()) for handle in self._replicas.values()]
         node_answers = [_answer_or_empty(node.take_stage_trace.remote(self.topic)) for node in self._read_nodes]
         self._set(False)

@@ -4,7 +4,7 @@ The rule, which a hand-edited or an uncited figure breaks:
 
 1. **Figures live in generated blocks.** A block runs from ``<!-- figures: DIR [KIND] -->`` to
    ``<!-- /figures -->`` and names the report directory DIR (``reports/<date>-<topic>``) it is
-   rendered from. Its body must be exactly what ``simulations.performance_doc.render_block``
+   rendered from. Its body must be exactly what ``simulations.analysis.performance_doc.render_block``
    renders from DIR's raw files today: change one digit and this test fails.
 2. **Outside the blocks, no measured quantity** unless its paragraph cites a file of
    ``reports/`` (a markdown link to the file, or to its directory, meaning its ``README.md``) whose
@@ -30,8 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from simulations.performance_doc import render_block
-from simulations.readme_figures import BLOCK
+from simulations.analysis.performance_doc import render_block
+from simulations.analysis.readme_figures import BLOCK
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = (ROOT / "README.md", ROOT / "docs" / "performance.md")
@@ -98,8 +98,8 @@ def block_differences(text: str, root: Path) -> list[str]:
             problems.append(f"a block names {report_dir}, which is no directory of reports/")
         elif match["body"] != render_block(kind, report_dir, root):
             problems.append(f"the block of {report_dir} {kind or ''} is not what it renders: regenerate it "
-                            f"(python3 -m simulations.performance_doc; the README's: python3 -m "
-                            f"simulations.readme_figures {report_dir})")
+                            f"(python3 -m simulations.analysis.performance_doc; the README's: python3 -m "
+                            f"simulations.analysis.readme_figures {report_dir})")
     return problems
 
 

@@ -1,4 +1,4 @@
-"""docs/performance.md is what ``simulations.performance_doc`` renders from ``reports/``, and each
+"""docs/performance.md is what ``simulations.analysis.performance_doc`` renders from ``reports/``, and each
 bench's section renders from the JSON that bench writes.
 
 The bench reports here are synthetic, built key for key to what the drivers under
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from simulations import bench_figures, performance_doc
-from simulations.readme_figures import BLOCK
+from simulations.analysis import bench_figures, performance_doc
+from simulations.analysis.readme_figures import BLOCK
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPARE = ROOT / "reports" / "2026-11-26-compare"
@@ -290,7 +290,7 @@ def _report_dir(root: Path, name: str, files: dict[str, dict]) -> Path:
 
 def test_docs_performance_md_is_what_the_reports_render():
     assert (ROOT / performance_doc.DOCUMENT).read_text() == performance_doc.render_document(ROOT), \
-        "regenerate it: python3 -m simulations.performance_doc"
+        "regenerate it: python3 -m simulations.analysis.performance_doc"
 
 
 def test_a_bench_without_a_report_says_so_and_renders_once_one_is_committed(root):
@@ -342,7 +342,7 @@ def test_a_block_of_an_unknown_kind_or_a_directory_without_its_bench_fails(root)
 
 def test_check_fails_until_the_document_is_written(root, capsys):
     assert performance_doc.main(["--root", str(root), "--check"]) == 1
-    assert "run python3 -m simulations.performance_doc" in capsys.readouterr().err
+    assert "run python3 -m simulations.analysis.performance_doc" in capsys.readouterr().err
     assert performance_doc.main(["--root", str(root)]) == 0
     assert performance_doc.main(["--root", str(root), "--check"]) == 0
 

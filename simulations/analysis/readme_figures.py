@@ -1,6 +1,6 @@
 """The README's result tables, rendered from one shipped report, so the two cannot drift apart.
 
-    python3 -m simulations.readme_figures reports/2026-11-26-compare   # prints the block
+    python3 -m simulations.analysis.readme_figures reports/2026-11-26-compare   # prints the block
 
 The README holds the block between ``<!-- figures: DIR -->`` and ``<!-- /figures -->``, where
 DIR is the report's directory, relative to the repository (the CSV tables ``mafka4 analyze`` wrote).
@@ -9,7 +9,7 @@ figure that is not the report's fails the test. Every runtime consumer count and
 consumer scale and size is shown, never only the largest.
 
 A block may also name what it shows after DIR (``<!-- figures: DIR KIND -->``): the blocks of
-``docs/performance.md`` do (``simulations.performance_doc``); the README's names none.
+``docs/performance.md`` do (``simulations.analysis.performance_doc``); the README's names none.
 """
 
 from __future__ import annotations
