@@ -1,19 +1,26 @@
 """Tables of one benchmark's raw JSON reports, as ``docs/performance.md`` quotes them (pure).
 
-Each ``mafka4 bench NAME --output FILE`` writes one JSON report (``mafka4/bench/``). This module
-knows, for the benches the performance document shows, how to tell a report's bench from its keys
-(``bench_kind``; the file's name is free) and how to turn one or more reports of that bench into
-markdown tables (``render``). It reads only the dicts it is given and imports nothing of the
-benches, so it renders a report long after the code that wrote it has changed.
+Each ``mafka4 bench NAME --output FILE`` writes one JSON report (``mafka4/bench/``,
+``benchmarks/``). This module knows, for the benches the performance document shows, how to tell
+a report's bench from its keys (``bench_kind``; the file's name is free) and how to turn one or
+more reports of that bench into markdown tables (``render``); and how to set the drains of
+``bench consume`` and ``bench redis-streams`` side by side where their terms are the same
+(``even_drains``). It reads only the dicts it is given and imports nothing of the benches, so it
+renders a report long after the code that wrote it has changed.
 
 How figures are quoted (the design's rules for evidence):
 
-* **every row**: every run, repetition, trial and drain of a report gets its own cell or row,
+* **every cell, every row**: every cell of a bench's sweep (consume: read mode x acknowledgement
+  cadence x consumer count; redis-streams: client x pipeline depth, and cadence x read COUNT x
+  consumer count) gets its own row, and every repetition, trial and drain of it its own value,
   never only the best or a mean;
-* **medians with their min-max**: where a report holds repetitions, the median comes with the
-  smallest and largest value (``a (b–c)``);
-* **ratios measured in one run**: a ratio divides two figures of the same report and run, never
-  figures of two reports.
+* **medians with their min-max**, only over runs of the same settings: the repetitions of one
+  cell of one report, or whole reports whose settings are all equal (``_alike``);
+* **ratios measured in one run**: a ratio divides two figures of the same report and run (the
+  Producer's over each bare run of the same ``bench produce``), never figures of two reports;
+* **side by side, never divided**: a Redis Streams drain and a mafka4 drain stand in one table
+  only when they drained equal backlogs at the same acknowledgement cadence with the same read
+  size (``even_drains``); even then neither is divided by the other, as they are two runs.
 
 Invariant: a smoke-sized report (``settings.smoke``) is not a result and is refused
 (``NotAResult``), as is a report of a kind it was not asked to render.
@@ -58,6 +65,12 @@ def bench_kind(report: Mapping) -> str | None:
 
 def render(kind: str, reports: Sequence[tuple[str, Mapping]]) -> str:
     """Markdown tables of ``reports`` (each ``(file name, report)``, every one of bench ``kind``)."""
+    return RENDERERS[kind](_results(kind, reports))
+
+
+def _results(kind: str, reports: Sequence[tuple[str, Mapping]]) -> Sequence[tuple[str, Mapping]]:
+    """``reports``, once each is known to be a result of bench ``kind``; ``NotAResult`` naming the first that is
+    not."""
     assert reports, "at least one report to render"
     for name, report in reports:
         if bench_kind(report) != kind:
@@ -65,19 +78,20 @@ def render(kind: str, reports: Sequence[tuple[str, Mapping]]) -> str:
         if report.get("settings", {}).get("smoke"):
             raise NotAResult(f"{name} is a smoke-sized run of bench {kind}: not a result; run the bench at its "
                              f"full size")
-    return RENDERERS[kind](reports)
+    return reports
 
 
 # --- formatting ---------------------------------------------------------------------------------
 
 
-def _number(value: float | None, spec: str = ",.0f") -> str:
+def number(value: float | None, spec: str = ",.0f") -> str:
+    """``value`` formatted by ``spec``; a figure the report does not hold is a dash."""
     return "–" if value is None else format(value, spec)
 
 
 def _fixed(places: int) -> Callable[[float | None], str]:
     """A formatter of ``places`` decimals, with thousands separators."""
-    return lambda value: _number(value, f",.{places}f")
+    return lambda value: number(value, f",.{places}f")
 
 
 def _thousands(value: float | None) -> str:
@@ -143,47 +157,59 @@ def _alike(reports: Sequence[tuple[str, Mapping]]) -> bool:
 
 
 # The settings each bench's tables state, from the report's "settings".
-PRODUCE_SETTINGS = ("messages", "message_bytes", "payload", "partitions", "replication_factor", "acks", "linger_ms",
-                    "batch_bytes_max", "paced_msgs_per_s", "gc_freeze")
-CONSUME_SETTINGS = ("messages", "message_bytes", "partitions", "replication_factor", "repetitions", "check_crcs",
-                    "gc_freeze")
+PRODUCE_SETTINGS = ("messages", "message_bytes", "payload", "compression", "partitions", "replication_factor", "acks",
+                    "linger_ms", "batch_bytes_max", "in_flight_batches_max", "paced_msgs_per_s", "gc_freeze")
+CONSUME_SETTINGS = ("messages", "message_bytes", "partitions", "virtual_partitions", "replication_factor",
+                    "read_replicas", "ack_cadences", "repetitions", "check_crcs", "gc_freeze")
 STREAM_SETTINGS = ("calls", "answer_bytes", "message_bytes", "decode")
 VP_JOIN_SETTINGS = ("partitions", "consumers", "virtual_partitions", "rate_msgs_per_s", "read_replicas", "trials")
 FEED_LAG_SETTINGS = ("partitions", "replication_factor", "read_replicas", "duration_s", "message_bytes")
-REDIS_SETTINGS = ("backlog_messages", "messages", "message_bytes", "pipeline_messages", "read_count", "repetitions")
+REDIS_SETTINGS = ("messages", "produce_messages", "message_bytes", "consumers", "repetitions", "pipeline_messages",
+                  "read_count", "ack_cadences")
+
+
+def _cells(rows: Sequence[Mapping], keys: Sequence[str]) -> dict[tuple, list[Mapping]]:
+    """The rows of each cell of a sweep (the values of ``keys``), in the order the cells first appear."""
+    cells: dict[tuple, list[Mapping]] = {}
+    for row in rows:
+        cells.setdefault(tuple(row[key] for key in keys), []).append(row)
+    return cells
 
 
 # --- produce ------------------------------------------------------------------------------------
 
-
-def _ratio(numerator: float | None, denominator: float | None) -> str:
-    return "–" if not numerator or not denominator else f"{numerator / denominator:.2f}"
+# Each saturated run of a report, in the order of the table's columns.
+PRODUCE_RUNS = ("producer", "producer_no_callbacks", "producer_send_many", "raw_leaders", "bare_stream", "bare_actor")
 
 
 def _produce(reports: Sequence[tuple[str, Mapping]]) -> str:
-    """One row per report (a run of ``bench produce``): each Producer run and the transport's, in msgs/s,
-    with its ratio to the bare stream of the same run; the paced run's latency."""
-    header = ("run", "Producer, a callback per message", "without callbacks", "`send_many`", "raw leaders",
-              "bare stream", "bare actor", "paced p50 / p99 / p99.9 ms", "gc frozen")
-    rows, columns = [], {name: [] for name in ("producer", "producer_no_callbacks", "producer_send_many",
-                                               "raw_leaders", "bare_stream", "bare_actor")}
+    """One row per report (a run of ``bench produce``): each Producer run and the transport's, in msgs/s; the
+    Producer's ratio to each bare run of the same run, as the report gives it, and whether either bare run was a
+    ceiling; the paced run's latency."""
+    header = ("run", "Producer, a callback per message", "÷ bare stream", "÷ bare actor", "bare runs are ceilings",
+              "without callbacks", "`send_many`", "raw leaders", "bare stream", "bare actor",
+              "paced p50 / p99 / p99.9 ms", "gc frozen")
+    rows, columns = [], {run: [] for run in PRODUCE_RUNS}
     for name, report in reports:
-        rates = {run: report[run]["msgs_per_s"] for run in columns}
-        for run, rate in rates.items():
-            columns[run].append(rate)
-        bare_stream = rates["bare_stream"]
+        summary = report["summary"]
+        for run in PRODUCE_RUNS:
+            columns[run].append(report[run]["msgs_per_s"])
         latency = report["paced"]["latency_ms"] or {}
-        rows.append((f"`{name}`", *(f"{_number(rates[run])} ({_ratio(rates[run], bare_stream)})"
-                                     for run in ("producer", "producer_no_callbacks", "producer_send_many",
-                                                 "raw_leaders")),
-                     _number(bare_stream), _number(rates["bare_actor"]),
-                     " / ".join(_number(latency.get(p), ".1f") for p in PERCENTILES),
-                     _yes(report["summary"].get("driver_gc_frozen"))))
+        rows.append((f"`{name}`", number(report["producer"]["msgs_per_s"]),
+                     _fixed(3)(summary["producer_vs_bare_stream_ratio"]), _fixed(3)(summary["producer_vs_bare_ratio"]),
+                     _yes(summary.get("bare_runs_are_ceilings")),
+                     *(number(report[run]["msgs_per_s"]) for run in PRODUCE_RUNS[1:]),
+                     " / ".join(number(latency.get(p), ".1f") for p in PERCENTILES),
+                     _yes(summary.get("driver_gc_frozen"))))
     if len(reports) > 1 and _alike(reports):
-        rows.append(("median (min–max)", *(_median_range(columns[run], _number) for run in columns), "", ""))
-    text = [f"{_settings_of_all(reports, PRODUCE_SETTINGS)} In msgs/s; in brackets the ratio to the bare stream of "
-            f"the same run (the same actor that only returns, reached over the stream the Producer uses). The bare "
-            f"actor (Ray calls) is shown, not divided by: it is a reference, not a ceiling.", "",
+        rows.append(("median (min–max)", _median_range(columns["producer"], number), "", "", "",
+                     *(_median_range(columns[run], number) for run in PRODUCE_RUNS[1:]), "", ""))
+    text = [f"{_settings_of_all(reports, PRODUCE_SETTINGS)} In msgs/s. ÷ bare stream and ÷ bare actor: the "
+            f"Producer's rate over that bare run's in the same run (the report's `producer_vs_bare_stream_ratio` and "
+            f"`producer_vs_bare_ratio`). The bare stream sends the same batches to an actor that only returns, over "
+            f"the stream the Producer uses, so its ratio is the comparable one; the bare actor sends them as Ray "
+            f"calls. A ratio above 1 means the Producer outran that bare run: it is then no ceiling, only another "
+            f"way of sending the same batches (`bare_runs_are_ceilings`: both ratios at most 1).", "",
             markdown_table(header, rows)]
     for name, report in reports:
         comparison = report["summary"].get("compression_comparison", {})
@@ -197,7 +223,7 @@ def _codecs(comparison: Mapping) -> str:
     header = ("codec", "msgs/s (ratio)", "paced p99.9 ms (ratio)", "bytes written per message, saturated / paced",
               "written / payload")
     two, one = _fixed(2), _fixed(1)
-    rows = [(codec, f"{_number(f['producer_msgs_per_s'])} ({two(f['producer_msgs_per_s_vs_baseline_ratio'])})",
+    rows = [(codec, f"{number(f['producer_msgs_per_s'])} ({two(f['producer_msgs_per_s_vs_baseline_ratio'])})",
              f"{one(f['paced_latency_ms'].get('p99.9'))} ({two(f['paced_p99_9_ms_vs_baseline_ratio'])})",
              f"{one(f['bytes_written_per_message'])} / {one(f['paced_bytes_written_per_message'])}",
              _fixed(3)(f["written_vs_payload_ratio"]))
@@ -205,37 +231,49 @@ def _codecs(comparison: Mapping) -> str:
     return markdown_table(header, rows)
 
 
-# --- consume ------------------------------------------------------------------------------------
+# --- the drains of a backlog: consume and redis-streams -----------------------------------------
 
 
 def _drain(row: Mapping) -> str:
-    """A drain's msgs/s in thousands, its load at the start, and * when it did not start quiet."""
+    """A run's msgs/s in thousands, its load at the start, and * when it did not start quiet."""
     return f"{_thousands(row['msgs_per_s'])} [{row['load_average_1m'][0]:.2f}{'' if row['quiet'] else '*'}]"
 
 
+def _rates(runs: Sequence[Mapping]) -> tuple[str, str]:
+    """The median msgs/s of a cell's runs with its min-max, and every run's (``_drain``)."""
+    return _median_range([r["msgs_per_s"] for r in runs], number), ", ".join(_drain(r) for r in runs)
+
+
+def _duplicated(row: Mapping) -> int:
+    """Messages given more than once in a drain, within a member or across members (a consume row counts the
+    two apart, a redis-streams row together)."""
+    return row["duplicates"] + row.get("duplicates_across_members", 0)
+
+
+def _delivery(runs: Sequence[Mapping]) -> tuple[str, str]:
+    """What a cell's drains missed and duplicated, summed over its runs."""
+    return str(sum(r["missing"] for r in runs)), str(sum(_duplicated(r) for r in runs))
+
+
 def _consume(reports: Sequence[tuple[str, Mapping]]) -> str:
-    """Per report, one row per read mode and consumer count: the median drain with its min-max, every
-    drain, the CPU per message, the fetch tail, and what was missing or duplicated."""
-    header = ("read mode", "consumers", "working", "msgs/s, median (min–max)", "every drain, k msgs/s [load]",
-              "members µs/msg", "machine µs/msg", "fetch p99.9 ms", "missing", "duplicated")
+    """Per report, one row per cell (read mode, acknowledgement cadence, consumer count): the median drain with its
+    min-max, every drain, the CPU per message, the fetch tail, and what failed, was missing or duplicated."""
+    header = ("read mode", "ack", "consumers", "working", "msgs/s, median (min–max)", "every drain, k msgs/s [load]",
+              "members µs/msg", "machine µs/msg", "fetch p99.9 ms", "commit errors", "missing", "duplicated")
     text = []
     for name, report in reports:
-        groups: dict[tuple[str, int], list[Mapping]] = {}
-        for row in report["rows"]:
-            groups.setdefault((row["read_mode"], row["consumers"]), []).append(row)
-        rows = [(mode, str(consumers), "/".join(str(r["consumers_with_work"]) for r in runs),
-                 _median_range([r["msgs_per_s"] for r in runs], _number),
-                 ", ".join(_drain(r) for r in runs),
+        rows = [(mode, ack, str(consumers), "/".join(str(r["consumers_with_work"]) for r in runs), *_rates(runs),
                  *_cpu_per_message(runs),
                  _median_range([(r["fetch_latency_ms"] or {}).get("p99.9") for r in runs], _fixed(1)),
-                 str(sum(r["missing"] for r in runs)),
-                 str(sum(r["duplicates"] + r["duplicates_across_members"] for r in runs)))
-                for (mode, consumers), runs in groups.items()]
+                 str(sum(r["commit_errors"] for r in runs)), *_delivery(runs))
+                for (mode, ack, consumers), runs in _cells(report["rows"], ("read_mode", "ack", "consumers")).items()]
         vps = ", ".join(f"{b['read_mode']} {b['virtual_partitions']} VPs" for b in report["backlogs"]
                         if b["virtual_partitions"])
         text += [f"`{name}`: {_settings(report, CONSUME_SETTINGS)}{'; ' + vps if vps else ''}; 1-minute load "
-                 f"average {_load(report.get('load_average_1m'))} at "
-                 f"the run's start / end. A drain marked * did not start quiet.", "", markdown_table(header, rows), ""]
+                 f"average {_load(report.get('load_average_1m'))} at the run's start / end. A drain runs from the "
+                 f"members' first poll to the end of the last one's part: its last commit's return (ack per-read or "
+                 f"every-<N>ms), or its last message (ack none). A drain marked * did not start quiet.", "",
+                 markdown_table(header, rows), ""]
     return "\n".join(text).rstrip("\n")
 
 
@@ -298,12 +336,12 @@ def _vp_density(reports: Sequence[tuple[str, Mapping]]) -> str:
     rows = []
     for name, report in reports:
         summary, settings = report["summary"], report["settings"]
-        ratios = ", ".join(_number(summary[key], ",.0f") for key in (
+        ratios = ", ".join(number(summary[key], ",.0f") for key in (
             "bare_actor_vs_vp_rss_ratio", "bare_actor_uss_vs_vp_rss_ratio", "bare_actor_vs_vp_cores_ratio"))
         rows.append((f"`{name}`", f"{settings['virtual_partitions']} x {settings['read_replicas']}",
-                     _fixed(1)(summary["rss_bytes_per_vp"] / 1024), _number(summary["idle_cores_per_vp"], ".2e"),
+                     _fixed(1)(summary["rss_bytes_per_vp"] / 1024), number(summary["idle_cores_per_vp"], ".2e"),
                      f"{summary['bare_actor_rss_bytes'] / MiB:,.1f} / {summary['bare_actor_uss_bytes'] / MiB:,.1f}",
-                     _number(summary["bare_actor_idle_cores"], ".4f"), ratios,
+                     number(summary["bare_actor_idle_cores"], ".4f"), ratios,
                      f"{summary['create_topic_s']:.1f} / {summary['risr_complete_s']:.1f}", _yes(summary["quiet"]),
                      _load(report.get("load_average_1m"))))
     return markdown_table(header, rows)
@@ -322,11 +360,11 @@ def _feed_lag(reports: Sequence[tuple[str, Mapping]]) -> str:
             lag = run["lag"]
             records, ms = lag["records"] or {}, lag["ms"] or {}
             halves = run["lag_p99_records_halves"]
-            rows.append((f"`{name}`", str(run["virtual_partitions"]), _number(run["producer"]["msgs_per_s"]),
-                         " / ".join(_number(records.get(p)) for p in ("p50", "p99", "max")),
-                         " / ".join(_number(ms.get(p)) for p in ("p99", "max")),
+            rows.append((f"`{name}`", str(run["virtual_partitions"]), number(run["producer"]["msgs_per_s"]),
+                         " / ".join(number(records.get(p)) for p in ("p50", "p99", "max")),
+                         " / ".join(number(ms.get(p)) for p in ("p99", "max")),
                          "–" if halves is None else f"{halves[0]:,} / {halves[1]:,}",
-                         _number(run["drain_s"], ".1f"), _yes(run["bounded"]), f"{run['load_average_1m'][0]:.2f}",
+                         number(run["drain_s"], ".1f"), _yes(run["bounded"]), f"{run['load_average_1m'][0]:.2f}",
                          _yes(run["quiet"])))
     resolution = reports[0][1]["lag_ms_resolution_ms"]
     return (f"{_settings_of_all(reports, FEED_LAG_SETTINGS)} A lag in ms is known to within {resolution:g} ms "
@@ -336,30 +374,105 @@ def _feed_lag(reports: Sequence[tuple[str, Mapping]]) -> str:
 
 # --- redis-streams ------------------------------------------------------------------------------
 
+# A pipeline depth or read COUNT that ``bench redis-streams`` derived from mafka4's settings (its own word): a
+# read COUNT ``matched`` holds the bytes of one mafka4 fetch.
+MATCHED = "matched"
+
+
+def _depth(choice: str, count: int) -> str:
+    """A pipeline depth or read COUNT as the sweep gave it: ``1,000``, or ``matched: 4,096``."""
+    return f"{MATCHED}: {count:,}" if choice == MATCHED else f"{count:,}"
+
+
+def _forks(runs: Sequence[Mapping]) -> str:
+    return "/".join(str(r["server_forks"]) for r in runs)
+
 
 def _redis_streams(reports: Sequence[tuple[str, Mapping]]) -> str:
-    """Per report, one row per workload: produce per client, consume per acknowledgement and consumer
-    count; the median with its min-max, every run, and the CPU per message of the drains."""
-    header = ("workload", "client / ack", "consumers", "msgs/s, median (min–max)", "every run, k msgs/s",
-              "members µs/msg", "machine µs/msg", "exactly once", "quiet")
+    """Per report, one row per produce cell (client, pipeline depth) and one per drain cell (acknowledgement cadence,
+    read COUNT, consumer count): the median with its min-max, every run, and what the drains cost and delivered."""
+    produce_header = ("client", "XADDs per pipeline", "msgs/s, median (min–max)", "every run, k msgs/s [load]",
+                      "server forks")
+    consume_header = ("ack", "XREADGROUP COUNT", "consumers", "working", "msgs/s, median (min–max)",
+                      "every run, k msgs/s [load]", "members µs/msg", "machine µs/msg", "missing", "duplicated",
+                      "pending after", "server forks")
     text = []
     for name, report in reports:
-        groups: dict[tuple, list[Mapping]] = {}
-        for row in report["rows"]:
-            key = (("produce", row["client"], "–") if row["workload"] == "produce"
-                   else ("consume", row["ack"], str(row["consumers"])))
-            groups.setdefault(key, []).append(row)
-        rows = [(*key, _median_range([r["msgs_per_s"] for r in runs], _number),
-                 ", ".join(_thousands(r["msgs_per_s"]) for r in runs),
-                 *_cpu_per_message(runs), "/".join(_yes(r.get("exactly_once")) for r in runs),
-                 "/".join(_yes(r.get("quiet")) for r in runs))
-                for key, runs in groups.items()]
+        produce = _cells([r for r in report["rows"] if r["workload"] == "produce"], ("client", "pipeline_choice"))
+        consume = _cells([r for r in report["rows"] if r["workload"] == "consume"],
+                         ("ack", "read_count_choice", "consumers"))
+        produce_rows = [(client, _depth(choice, runs[0]["pipeline_messages"]), *_rates(runs), _forks(runs))
+                        for (client, choice), runs in produce.items()]
+        consume_rows = [(ack, _depth(choice, runs[0]["read_count"]), str(consumers),
+                         "/".join(str(r["consumers_with_work"]) for r in runs), *_rates(runs), *_cpu_per_message(runs),
+                         *_delivery(runs), "/".join(str(r["pending_after"]) for r in runs), _forks(runs))
+                        for (ack, choice, consumers), runs in consume.items()]
         version = report["redis_server"]["version"].split(" sha=")[0]
-        text += [f"`{name}`: {version}, redis-py {report['redis_py_version']}; "
-                 f"{_settings(report, REDIS_SETTINGS)}; "
-                 f"1-minute load average {_load(report.get('load_average_1m'))} at the run's start / end.", "",
-                 markdown_table(header, rows), ""]
+        clients = "; ".join(f"`{client}`: {what}" for client, what in report["clients"].items())
+        text += [f"`{name}`: {version}, redis-py {report['redis_py_version']}, hiredis {report['hiredis_version']}; "
+                 f"{_settings(report, REDIS_SETTINGS)}; {report['matched']}; 1-minute load average "
+                 f"{_load(report.get('load_average_1m'))} at the run's start / end. Clients: {clients}. A drain runs "
+                 f"from the members' first XREADGROUP to the end of the last one's part: its last XACK (ack per-read "
+                 f"or every-<N>ms), or its last message (ack none: XREADGROUP NOACK). A run marked * did not start "
+                 f"quiet; server forks: redis-server's forks during the run (an append-only file rewrite).", "",
+                 markdown_table(produce_header, produce_rows), "", markdown_table(consume_header, consume_rows), ""]
     return "\n".join(text).rstrip("\n")
+
+
+# --- the even comparison of drains --------------------------------------------------------------
+
+
+def even_drains(consume: Sequence[tuple[str, Mapping]], redis: Sequence[tuple[str, Mapping]]) -> str:
+    """The drains of ``bench consume`` reports and of ``bench redis-streams`` reports that ran on the same terms,
+    side by side: per pair of reports with equal backlogs, per acknowledgement cadence and consumer count both
+    measured, the Redis cell that read the ``matched`` COUNT (one mafka4 fetch's bytes) beside the mafka4 cell of
+    each read mode. Nothing is divided: the two sides are two runs."""
+    _results("consume", consume)
+    _results("redis-streams", redis)
+    return "\n\n".join(_even_pair(consume_name, consume_report, redis_name, redis_report)
+                       for consume_name, consume_report in consume for redis_name, redis_report in redis)
+
+
+def _backlog(report: Mapping) -> tuple[int, int]:
+    return report["settings"]["messages"], report["settings"]["message_bytes"]
+
+
+def _even_pair(consume_name: str, consume: Mapping, redis_name: str, redis: Mapping) -> str:
+    pair = f"`{redis_name}` and `{consume_name}`"
+    (messages, message_bytes), (redis_messages, redis_bytes) = _backlog(consume), _backlog(redis)
+    if (messages, message_bytes) != (redis_messages, redis_bytes):
+        return (f"{pair} drained different backlogs ({redis_messages:,} messages of {redis_bytes} bytes, and "
+                f"{messages:,} of {message_bytes}): not set side by side.")
+    redis_cells = _cells([r for r in redis["rows"] if r["workload"] == "consume" and r["read_count_choice"] == MATCHED],
+                         ("ack", "consumers"))
+    mafka4_cells = _cells(consume["rows"], ("ack", "consumers", "read_mode"))
+    rows = []
+    for (ack, consumers), runs in redis_cells.items():
+        modes = [(mode, own) for (own_ack, own_consumers, mode), own in mafka4_cells.items()
+                 if (own_ack, own_consumers) == (ack, consumers)]
+        if modes:
+            rows.append(_even_row(ack, consumers, f"Redis Streams, COUNT {runs[0]['read_count']:,} (`{redis_name}`)",
+                                  runs))
+            rows += [_even_row(ack, consumers, f"mafka4, {mode} read mode (`{consume_name}`)", own)
+                     for mode, own in modes]
+    if not rows:
+        return (f"{pair} share no cell: none at the same acknowledgement cadence and consumer count with Redis "
+                f"reading the {MATCHED} COUNT. Not set side by side.")
+    header = ("ack", "consumers", "drained by", "msgs/s, median (min–max)", "every run, k msgs/s [load]",
+              "members µs/msg", "machine µs/msg", "missing", "duplicated")
+    return (f"{pair} drained the same backlog, {messages:,} messages of {message_bytes} bytes, at the same "
+            f"acknowledgement cadences; Redis read the {MATCHED} COUNT ({redis['matched']}), a mafka4 consumer one "
+            f"fetch per partition or VP. Ack per-read: XACK after each read, commit() after each poll; every-<N>ms: "
+            f"XACK of what was read since the last, auto-commit; none: XREADGROUP NOACK (at most once), no commit "
+            f"until the drain ended. Settings of `{redis_name}`: {_settings(redis, REDIS_SETTINGS)}; of "
+            f"`{consume_name}`: {_settings(consume, CONSUME_SETTINGS)}. 1-minute load average at the start / end of "
+            f"`{redis_name}` {_load(redis.get('load_average_1m'))}, of `{consume_name}` "
+            f"{_load(consume.get('load_average_1m'))}. The two sides are runs of two benches: neither is divided by the "
+            f"other.\n\n" + markdown_table(header, rows))
+
+
+def _even_row(ack: str, consumers: int, drained_by: str, runs: Sequence[Mapping]) -> tuple[str, ...]:
+    return (ack, str(consumers), drained_by, *_rates(runs), *_cpu_per_message(runs), *_delivery(runs))
 
 
 RENDERERS: dict[str, Callable[[Sequence[tuple[str, Mapping]]], str]] = {

@@ -12,13 +12,18 @@ block. The prose between blocks says what was measured, never how much.
 What each section shows:
 
 * **compare**: the newest report directory holding ``mafka4 analyze``'s tables
-  (``latency_by_config.csv``): its setup, both tables of the README's block
-  (``simulations.analysis.readme_figures``), the goals of issue 13 against what it measured, the stages, and
-  the fleet sensitivity with both of its sides (the node ratio and the end-to-end tails).
+  (``latency_by_config.csv``): its setup and what differs between the modes
+  (``simulations.analysis.report.setup_section``), both tables of the README's block
+  (``simulations.analysis.readme_figures``), the goals of issue 13 against what it measured, the
+  stages, and the fleet sensitivity with both of its sides (the node ratio, and every tp99 and
+  tp999 of both designs the rows hold).
 * **one section per bench** of ``simulations.analysis.bench_figures.KINDS``: the newest report directory
   holding JSON that bench wrote (``mafka4 bench NAME --output FILE``; any file name), every such
   file of that directory, and its ``run.json`` when there is one. A bench without such a directory
   gets a sentence saying so, and its section renders as soon as one is committed.
+* **even-drains**: the newest report directory holding reports of both ``bench consume`` and
+  ``bench redis-streams``: their drains that ran on the same terms, side by side
+  (``bench_figures.even_drains``). Reports of two directories are never set side by side.
 
 Report directories are ``reports/<date>-<topic>/``; "newest" is the last name in sorted order.
 A directory's ``run.json`` says how its files were made, with any of the keys ``date``,
@@ -36,6 +41,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from simulations.analysis import bench_figures, readme_figures
+from simulations.analysis.report import setup_section
+from simulations.fleet.sensitivity import BASELINE, CHANGES, LATENCY_METRICS, METRIC_TITLES, SIGMAS, moves_at
 
 DOCUMENT = Path("docs/performance.md")
 REPORTS = Path("reports")
@@ -50,17 +57,23 @@ GOALS = (
     ("end-to-end p99.9 Mafka3 / Mafka4 at the most consumers", "end_to_end_ratio", ">=", 2.0),
     ("fleet model, consumer scale x1, most topics: nodes Mafka3 / Mafka4", "fleet_nodes_ratio_x1", ">=", 2.0),
 )
-SENSITIVITY_CHANGES = ("x0.8", "x1.2", "-1sigma", "+1sigma")
+# The section setting drains of bench consume and bench redis-streams side by side, and what a block of it is called.
+EVEN_DRAINS = "even-drains"
+EVEN_DRAINS_BENCHES = ("consume", "redis-streams")
 
 # Each bench's section: its title and what it measures (no figures: those are in its block).
 BENCH_SECTIONS = {
     "produce": ("The Producer (`mafka4 bench produce`)",
                 "Saturated runs of the public Producer (a callback per message, none, and `send_many`), the "
                 "same batches sent pre-encoded to the leaders, and to an actor that only returns (over its "
-                "stream and as Ray calls); then a paced run's produce latency."),
+                "stream and as Ray calls); then a paced run's produce latency. The Producer's rate is divided "
+                "by each bare run's of the same run, over the stream (the transport it uses) and as Ray calls: "
+                "a ratio above one says that bare run is no ceiling."),
     "consume": ("Consumers draining a backlog (`mafka4 bench consume`)",
-                "One group of consumer processes drains a written backlog, per read mode and consumer "
-                "count; every drain waits for a quiet machine first and records the load at its start."),
+                "One group of consumer processes drains a written backlog, per read mode, acknowledgement "
+                "cadence (a commit after each poll, an auto-commit every N ms, or none) and consumer count; "
+                "a member's part ends when its last commit returned. Every drain waits for a quiet machine "
+                "first and records the load at its start."),
     "stream": ("A fetch answer over a stream (`mafka4 bench stream`)",
                "The CPU a stream call carrying a consumer's fetch answer costs the caller and the server, "
                "per MiB; no cluster."),
@@ -73,12 +86,22 @@ BENCH_SECTIONS = {
                  "How far the read nodes' feeding trails the high watermark while one producer sends as fast "
                  "as it can, per VP count, and how long the lag takes to drain."),
     "redis-streams": ("Redis Streams on the same machine (`mafka4 bench redis-streams`)",
-                      "Redis Streams measured as the benches above measure mafka4: pipelined XADD by two "
-                      "clients, and one group draining a backlog with XACK or NOACK. Its settings (backlog, "
-                      "pipeline depth, read size, acknowledgement) are not mafka4's: compare its figures "
-                      "with care, and never divide one section's figures by another's."),
+                      "Redis Streams measured as the benches above measure mafka4. Pipelined XADD by two "
+                      "clients, at Redis' usual pipeline depth and at one matched to the bytes mafka4's "
+                      "Producer keeps in flight. One group of consumer processes draining the same backlog "
+                      "as `mafka4 bench consume`, at the same acknowledgement cadences (XACK after each read, "
+                      "XACK every N ms, or XREADGROUP NOACK), with Redis' usual read COUNT and with one matched "
+                      "to the bytes of one mafka4 fetch; a member's part ends when its last XACK returned. "
+                      "Where a cell ran on mafka4's terms it stands beside mafka4's drain in the next "
+                      "section; no figure of this section is divided by one of another."),
 }
 assert set(BENCH_SECTIONS) == set(bench_figures.KINDS)
+EVEN_DRAINS_SECTION = (
+    "Draining one backlog: mafka4 beside Redis Streams",
+    "The drains of `mafka4 bench consume` and `mafka4 bench redis-streams` that ran on the same terms: reports "
+    "of one directory with equal backlogs, the same acknowledgement cadence and consumer count, and Redis reading "
+    "the COUNT matched to one mafka4 fetch. Each side's every run and settings are shown; neither is divided by "
+    "the other, as they are two runs.")
 
 HEADER = """\
 # Performance
@@ -133,10 +156,19 @@ def bench_reports(directory: Path) -> dict[str, list[tuple[str, dict]]]:
 
 def newest_dir(root: Path, kind: str) -> Path | None:
     """The newest report directory holding what a section of ``kind`` renders, or None."""
-    holding = [directory for directory in report_dirs(root)
-               if ((root / directory / COMPARE_TABLE).exists() if kind == "compare"
-                   else kind in bench_reports(root / directory))]
+    holding = [directory for directory in report_dirs(root) if _holds(root / directory, kind)]
     return holding[-1] if holding else None
+
+
+def _holds(directory: Path, kind: str) -> bool:
+    if kind == "compare":
+        return (directory / COMPARE_TABLE).exists()
+    return set(_benches(kind)) <= set(bench_reports(directory))
+
+
+def _benches(kind: str) -> tuple[str, ...]:
+    """The benches whose reports a section of ``kind`` renders."""
+    return EVEN_DRAINS_BENCHES if kind == EVEN_DRAINS else (kind,)
 
 
 # --- blocks -------------------------------------------------------------------------------------
@@ -149,14 +181,18 @@ def render_block(kind: str | None, report_dir: Path, root: Path) -> str:
         return readme_figures.render(report_dir, root)
     if kind == "compare":
         return _compare(report_dir, root / report_dir)
-    if kind not in bench_figures.KINDS:
-        raise ValueError(f"a figures block of kind {kind!r}: use compare or one of {', '.join(bench_figures.KINDS)}")
-    reports = bench_reports(root / report_dir).get(kind)
-    if not reports:
-        raise ValueError(f"{report_dir} holds no JSON report of bench {kind}")
-    files = ", ".join(f"`{name}`" for name, _ in reports)
-    return (f"From `{report_dir}/` ({files}). {_provenance(root / report_dir)}\n\n"
-            f"{bench_figures.render(kind, reports)}\n")
+    if kind not in (*bench_figures.KINDS, EVEN_DRAINS):
+        raise ValueError(f"a figures block of kind {kind!r}: use compare, {EVEN_DRAINS} or one of "
+                         f"{', '.join(bench_figures.KINDS)}")
+    found = bench_reports(root / report_dir)
+    benches = _benches(kind)
+    for bench in benches:
+        if not found.get(bench):
+            raise ValueError(f"{report_dir} holds no JSON report of bench {bench}")
+    files = ", ".join(f"`{name}`" for bench in benches for name, _ in found[bench])
+    tables = (bench_figures.even_drains(*(found[bench] for bench in benches)) if kind == EVEN_DRAINS
+              else bench_figures.render(kind, found[kind]))
+    return f"From `{report_dir}/` ({files}). {_provenance(root / report_dir)}\n\n{tables}\n"
 
 
 def _provenance(directory: Path) -> str:
@@ -179,6 +215,7 @@ def _provenance(directory: Path) -> str:
 def _compare(report_dir: Path, tables: Path) -> str:
     return "\n\n".join((
         _setup(tables),
+        setup_section(_read_json(tables / "settings.json")),
         f"Runtime (`{report_dir}/latency_by_config.csv`, `mode_ratios.csv`): latencies in ms, p50 / p99 / p99.9 "
         f"as the median of the repetitions, the p99.9's min–max in brackets; the ratios with their 95 % "
         f"block-bootstrap interval.",
@@ -193,7 +230,8 @@ def _compare(report_dir: Path, tables: Path) -> str:
         _stages(tables, "end_to_end"),
         "What the fleet model's node ratio hangs on (`sensitivity.json`): each calibrated parameter moved alone; "
         "per change the node ratio Mafka3 / Mafka4 and, in brackets, both end-to-end p99.9s (Mafka3 / Mafka4, "
-        "ms), so that both sides of each move show. Sorted by the widest move of the ratio.",
+        "ms), so that both sides of each move show. Sorted by the widest move of the ratio; after each scale's "
+        "table, every tail latency of both designs at each +/-1 sigma change.",
         _sensitivity(tables),
     )) + "\n"
 
@@ -276,30 +314,44 @@ def _stages(tables: Path, path: str) -> str:
 
 
 def _sensitivity(tables: Path) -> str:
-    rows = _read_json(tables / "sensitivity.json")
+    """Per consumer scale: each parameter's changes, the widest move of the node ratio first
+    (``fleet.sensitivity.moves_at``), then both sides of each +/-1 sigma change."""
+    # A report written before the rows held every tail lacks some: a figure it does not hold is none.
+    rows = [{**dict.fromkeys(LATENCY_METRICS), **row} for row in _read_json(tables / "sensitivity.json")]
     text = []
     for scale in sorted({row["consumers_scale"] for row in rows}):
-        at_scale = [row for row in rows if row["consumers_scale"] == scale]
-        baseline = next(row for row in at_scale if row["change"] == "baseline")
-        moves: dict[str, dict[str, dict]] = {}
-        for row in at_scale:
-            if row["change"] != "baseline":
-                moves.setdefault(row["parameter"], {})[row["change"]] = row
-        widest = {name: max(abs(row["node_ratio"] - baseline["node_ratio"]) for row in changes.values())
-                  for name, changes in moves.items()}
-        table_rows = [(name, *(_sensitivity_cell(moves[name].get(change)) for change in SENSITIVITY_CHANGES))
-                      for name in sorted(moves, key=lambda name: (-widest[name], name))]
+        baseline, moves = moves_at(rows, scale)
+        changed = {move.parameter: {row["change"]: row for row in move.rows} for move in moves}
+        table_rows = [(move.parameter, *(_sensitivity_cell(changed[move.parameter].get(change)) for change in CHANGES))
+                      for move in moves]
+        tails = [name for name in LATENCY_METRICS if baseline[name] is not None]
+        sigma_rows = [(BASELINE, "", *_both_sides(baseline, tails))] + [
+            (move.parameter, row["change"], *_both_sides(row, tails))
+            for move in moves for row in move.rows if row["change"] in SIGMAS]
         text += [f"Consumer scale x{scale:g}, {baseline['topics']:,} topics. Baseline: "
                  f"{_sensitivity_cell(baseline)}.",
-                 bench_figures.markdown_table(("parameter", *SENSITIVITY_CHANGES), table_rows)]
+                 bench_figures.markdown_table(("parameter", *CHANGES), table_rows),
+                 f"Both sides of each +/-1 sigma change at consumer scale x{scale:g}: the node ratio and every tail "
+                 f"latency of both designs (ms), the baseline first.",
+                 bench_figures.markdown_table(("parameter", "change", "node ratio",
+                                               *(METRIC_TITLES[name] for name in tails)), sigma_rows)]
     return "\n\n".join(text)
 
 
 def _sensitivity_cell(row: Mapping | None) -> str:
     if row is None:
-        return "not moved (no measurement error)"
-    return (f"{row['node_ratio']:.2f} ({row['end_to_end_tp999_mafka3']:,.1f} / "
-            f"{row['end_to_end_tp999_mafka4']:,.1f})")
+        return "not moved (sigma 0, or a value the model refuses)"
+    return (f"{_ratio_of(row)} ({bench_figures.number(row['end_to_end_tp999_mafka3'], ',.1f')} / "
+            f"{bench_figures.number(row['end_to_end_tp999_mafka4'], ',.1f')})")
+
+
+def _ratio_of(row: Mapping) -> str:
+    """A row's node ratio; a design the model could not size (the row's note says why) has none."""
+    return "not sized" if row["node_ratio"] is None else f"{row['node_ratio']:.2f}"
+
+
+def _both_sides(row: Mapping, tails: Sequence[str]) -> tuple[str, ...]:
+    return (_ratio_of(row), *(bench_figures.number(row[name], ",.1f") for name in tails))
 
 
 # --- the document -------------------------------------------------------------------------------
@@ -315,16 +367,17 @@ def render_document(root: Path = Path(".")) -> str:
     compare_dir = newest_dir(root, "compare")
     sections.append("## Mafka3 vs Mafka4 as consumers scale (`mafka4 compare`)\n\n"
                     "The consumer-scaling experiment on the real runtime, the fleet-scale model calibrated from "
-                    "it, and the Spark analysis of both. Both designs run the same code on the same machine; "
-                    "besides the read topology they differ in what the setup line says: physical partitions "
-                    "(fixed for Mafka4, one per consumer for Mafka3) and node roles (Mafka3 has no read nodes).\n\n"
+                    "it, and the Spark analysis of both. Both designs run the same code on the same machine, each "
+                    "deployed as its design would be; what differs between them is listed under the setup.\n\n"
                     + (_block("compare", compare_dir, root) if compare_dir else "No comparison report yet."))
-    for kind, (title, what) in BENCH_SECTIONS.items():
+    for kind, (title, what) in (*BENCH_SECTIONS.items(), (EVEN_DRAINS, EVEN_DRAINS_SECTION)):
         directory = newest_dir(root, kind)
+        json_of = "JSON of both benches" if kind == EVEN_DRAINS else "this bench's JSON"
         body = (_block(kind, directory, root) if directory else
-                "No report directory holds this bench's JSON yet. It renders here once one does (its "
-                "command, commit and load in the directory's `run.json` or `README.md`). Earlier runs whose "
-                "JSON was not kept are listed in [`reports/README.md`](../reports/README.md).")
+                f"No report directory holds {json_of} yet. "
+                f"It renders here once one does (its command, commit and load in the directory's `run.json` or "
+                f"`README.md`). Earlier runs whose JSON was not kept are listed in "
+                f"[`reports/README.md`](../reports/README.md).")
         sections.append(f"## {title}\n\n{what}\n\n{body}")
     return "\n\n".join(sections) + "\n"
 
