@@ -142,12 +142,12 @@ def _setting(value) -> str:
     return str(value)
 
 
-def _settings_of_all(reports: Sequence[tuple[str, Mapping]], names: Sequence[str]) -> str:
+def _settings_of_all(reports: Sequence[tuple[str, Mapping]], names: Sequence[str], label: str = "Settings") -> str:
     """The settings ``names`` of every report: once if they are the same for all, else per report."""
     shown = [(name, _settings(report, names)) for name, report in reports]
     if len({settings for _, settings in shown}) == 1:
-        return f"Settings: {shown[0][1]}."
-    return "Settings: " + "; ".join(f"of `{name}`: {settings}" for name, settings in shown) + "."
+        return f"{label}: {shown[0][1]}."
+    return f"{label}: " + "; ".join(f"of `{name}`: {settings}" for name, settings in shown) + "."
 
 
 def _alike(reports: Sequence[tuple[str, Mapping]]) -> bool:
@@ -423,52 +423,54 @@ def _redis_streams(reports: Sequence[tuple[str, Mapping]]) -> str:
 
 
 def even_drains(consume: Sequence[tuple[str, Mapping]], redis: Sequence[tuple[str, Mapping]]) -> str:
-    """The drains of ``bench consume`` reports and of ``bench redis-streams`` reports that ran on the same terms,
-    side by side: per pair of reports with equal backlogs, per acknowledgement cadence and consumer count both
-    measured, the Redis cell that read the ``matched`` COUNT (one mafka4 fetch's bytes) beside the mafka4 cell of
-    each read mode. Nothing is divided: the two sides are two runs."""
+    """The drains of ``bench consume`` and ``bench redis-streams`` reports that ran on the same terms, side by
+    side: per backlog both drained, per acknowledgement cadence and consumer count both measured, every Redis
+    drain that read the ``matched`` COUNT (one mafka4 fetch's bytes) beside every mafka4 drain of each read
+    mode, each side's runs from all of its reports of that backlog. Nothing is divided: the two sides are runs
+    of two benches."""
     _results("consume", consume)
     _results("redis-streams", redis)
-    return "\n\n".join(_even_pair(consume_name, consume_report, redis_name, redis_report)
-                       for consume_name, consume_report in consume for redis_name, redis_report in redis)
+    backlogs = sorted({_backlog(report) for _, report in consume} & {_backlog(report) for _, report in redis})
+    if not backlogs:
+        return ("The consume and redis-streams reports here drained no backlog of the same size: none is set side "
+                "by side.")
+    return "\n\n".join(_even_backlog(backlog, [(n, r) for n, r in consume if _backlog(r) == backlog],
+                                     [(n, r) for n, r in redis if _backlog(r) == backlog]) for backlog in backlogs)
 
 
 def _backlog(report: Mapping) -> tuple[int, int]:
     return report["settings"]["messages"], report["settings"]["message_bytes"]
 
 
-def _even_pair(consume_name: str, consume: Mapping, redis_name: str, redis: Mapping) -> str:
-    pair = f"`{redis_name}` and `{consume_name}`"
-    (messages, message_bytes), (redis_messages, redis_bytes) = _backlog(consume), _backlog(redis)
-    if (messages, message_bytes) != (redis_messages, redis_bytes):
-        return (f"{pair} drained different backlogs ({redis_messages:,} messages of {redis_bytes} bytes, and "
-                f"{messages:,} of {message_bytes}): not set side by side.")
-    redis_cells = _cells([r for r in redis["rows"] if r["workload"] == "consume" and r["read_count_choice"] == MATCHED],
-                         ("ack", "consumers"))
-    mafka4_cells = _cells(consume["rows"], ("ack", "consumers", "read_mode"))
+def _even_backlog(backlog: tuple[int, int], consume: Sequence[tuple[str, Mapping]],
+                  redis: Sequence[tuple[str, Mapping]]) -> str:
+    messages, message_bytes = backlog
+    redis_cells = _cells([row for _, report in redis for row in report["rows"]
+                          if row["workload"] == "consume" and row["read_count_choice"] == MATCHED], ("ack", "consumers"))
+    mafka4_cells = _cells([row for _, report in consume for row in report["rows"]], ("ack", "consumers", "read_mode"))
     rows = []
     for (ack, consumers), runs in redis_cells.items():
         modes = [(mode, own) for (own_ack, own_consumers, mode), own in mafka4_cells.items()
                  if (own_ack, own_consumers) == (ack, consumers)]
         if modes:
-            rows.append(_even_row(ack, consumers, f"Redis Streams, COUNT {runs[0]['read_count']:,} (`{redis_name}`)",
-                                  runs))
-            rows += [_even_row(ack, consumers, f"mafka4, {mode} read mode (`{consume_name}`)", own)
-                     for mode, own in modes]
+            rows.append(_even_row(ack, consumers, f"Redis Streams, COUNT {runs[0]['read_count']:,}", runs))
+            rows += [_even_row(ack, consumers, f"mafka4, {mode} read mode", own) for mode, own in modes]
+    names = ", ".join(f"`{name}`" for name, _ in (*redis, *consume))
     if not rows:
-        return (f"{pair} share no cell: none at the same acknowledgement cadence and consumer count with Redis "
+        return (f"{names} share no cell: none at the same acknowledgement cadence and consumer count with Redis "
                 f"reading the {MATCHED} COUNT. Not set side by side.")
+    loads = "; ".join(f"`{name}` {_load(report.get('load_average_1m'))}" for name, report in (*redis, *consume))
     header = ("ack", "consumers", "drained by", "msgs/s, median (min–max)", "every run, k msgs/s [load]",
               "members µs/msg", "machine µs/msg", "missing", "duplicated")
-    return (f"{pair} drained the same backlog, {messages:,} messages of {message_bytes} bytes, at the same "
-            f"acknowledgement cadences; Redis read the {MATCHED} COUNT ({redis['matched']}), a mafka4 consumer one "
-            f"fetch per partition or VP. Ack per-read: XACK after each read, commit() after each poll; every-<N>ms: "
-            f"XACK of what was read since the last, auto-commit; none: XREADGROUP NOACK (at most once), no commit "
-            f"until the drain ended. Settings of `{redis_name}`: {_settings(redis, REDIS_SETTINGS)}; of "
-            f"`{consume_name}`: {_settings(consume, CONSUME_SETTINGS)}. 1-minute load average at the start / end of "
-            f"`{redis_name}` {_load(redis.get('load_average_1m'))}, of `{consume_name}` "
-            f"{_load(consume.get('load_average_1m'))}. The two sides are runs of two benches: neither is divided by the "
-            f"other.\n\n" + markdown_table(header, rows))
+    return (f"{names} drained the same backlog, {messages:,} messages of {message_bytes} bytes, at the same "
+            f"acknowledgement cadences; Redis read the {MATCHED} COUNT ({redis[0][1]['matched']}), a mafka4 consumer "
+            f"one fetch per partition or VP. Ack per-read: XACK after each read, commit() after each poll; "
+            f"every-<N>ms: XACK of what was read since the last, auto-commit; none: XREADGROUP NOACK (at most once), "
+            f"no commit until the drain ended. Each side's runs come from all of its reports here. "
+            f"{_settings_of_all(redis, REDIS_SETTINGS, 'Redis settings')} "
+            f"{_settings_of_all(consume, CONSUME_SETTINGS, 'mafka4 settings')} 1-minute load "
+            f"average at each report's start / end: {loads}. The two sides are runs of two benches: neither is "
+            f"divided by the other.\n\n" + markdown_table(header, rows))
 
 
 def _even_row(ack: str, consumers: int, drained_by: str, runs: Sequence[Mapping]) -> tuple[str, ...]:

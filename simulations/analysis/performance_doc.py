@@ -189,14 +189,16 @@ def render_block(kind: str | None, report_dir: Path, root: Path) -> str:
     for bench in benches:
         if not found.get(bench):
             raise ValueError(f"{report_dir} holds no JSON report of bench {bench}")
-    files = ", ".join(f"`{name}`" for bench in benches for name, _ in found[bench])
+    names = [name for bench in benches for name, _ in found[bench]]
+    files = ", ".join(f"`{name}`" for name in names)
     tables = (bench_figures.even_drains(*(found[bench] for bench in benches)) if kind == EVEN_DRAINS
               else bench_figures.render(kind, found[kind]))
-    return f"From `{report_dir}/` ({files}). {_provenance(root / report_dir)}\n\n{tables}\n"
+    return f"From `{report_dir}/` ({files}). {_provenance(root / report_dir, names)}\n\n{tables}\n"
 
 
-def _provenance(directory: Path) -> str:
-    """How the directory's files were made: from its ``run.json``, else a pointer to its README.md."""
+def _provenance(directory: Path, names: Sequence[str]) -> str:
+    """How the files ``names`` of the directory were made: from its ``run.json`` (of a mapping of commands,
+    those whose key names one of them), else a pointer to its README.md."""
     run_path = directory / RUN_FILE
     if not run_path.exists():
         return f"How it was run (command, commit, load): `{directory.name}/README.md`."
@@ -206,7 +208,7 @@ def _provenance(directory: Path) -> str:
     if isinstance(command, str):
         parts.append(f"command: `{command}`")
     elif isinstance(command, Mapping):
-        parts += [f"`{name}`: `{line}`" for name, line in command.items()]
+        parts += [f"`{files}`: `{line}`" for files, line in command.items() if any(name in files for name in names)]
     if "load_average_1m" in run:
         parts.append(f"1-minute load average: {run['load_average_1m']}")
     return f"From its `{RUN_FILE}`: " + "; ".join(parts) + "." if parts else ""

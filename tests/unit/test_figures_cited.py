@@ -191,5 +191,5 @@ def test_the_index_lists_every_report_directory_once_with_its_date():
 
 def test_the_index_says_raw_data_is_there_exactly_when_the_directory_holds_some():
     for name, cells in _index_rows().items():
-        raw = any(path.suffix in {".json", ".csv", ".jsonl"} for path in (ROOT / "reports" / name).iterdir())
+        raw = any(path.suffix in {".json", ".csv", ".jsonl"} for path in (ROOT / "reports" / name).rglob("*"))
         assert cells[-1].startswith("yes" if raw else "no"), f"reports/{name}: the index says {cells[-1]!r}"
