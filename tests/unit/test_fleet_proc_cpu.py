@@ -87,9 +87,12 @@ def test_an_idle_window_reports_cores_per_slice_and_rss_at_every_boundary():
     pid = os.getpid()
     started, clock = time.perf_counter(), time.process_time()
     window = proc_cpu.idle_window({"me": pid}, 0.3, 3, sleep=_spin)  # this process spins through its window
-    cores_by_clock = (time.process_time() - clock) / (time.perf_counter() - started)
+    wall_s = time.perf_counter() - started
+    cores_by_clock = (time.process_time() - clock) / wall_s
     me = window["processes"]["me"]
     assert len(me["slice_cores"]) == 3 and len(me["rss_bytes"]) == 4 and me["pid"] == pid
     assert me["cores"] == pytest.approx(cores_by_clock, abs=0.15) and me["cores"] > 0
     assert all(0.0 <= cores <= os.cpu_count() for cores in me["slice_cores"])
-    assert window["window_s"] == pytest.approx(0.3, abs=0.1) and len(window["load_average_1m"]) == 2
+    # The window spans the three slices it slept through and no more than the call took (no bound
+    # in seconds: a loaded machine may stretch the samples between slices).
+    assert 0.3 <= window["window_s"] <= wall_s + 0.001 and len(window["load_average_1m"]) == 2
