@@ -13,9 +13,12 @@ again by its owner.
 (``host:port[,host:port...]``, ``endpoints.parse_endpoints``). A store talks to one member
 at a time, starting with the first listed. When a call fails in a way that blames the member
 (unreachable, timed out, internal error) or a watch stream to it breaks, the store moves on to
-the next member in the list, round robin; the failed call is not repeated (a write may have
-been applied), its caller retries as it would against a single etcd, and the retry goes to
-the next member. A broken watch moves the store *before* ``on_broken`` runs, so the owner's
+the next member in the list, round robin. A call that is safe to repeat is then made again on
+the next member, once on each member at most: a read, a watch, a lease refresh, and any call
+whose member could not be connected to at all (nothing was sent). So a new process, whose first
+call finds the first member dead, works with any one member down. Any other failed call is not
+repeated (a write may have been applied): its caller retries as it would against a single etcd,
+and the retry goes to the next member. A broken watch moves the store *before* ``on_broken`` runs, so the owner's
 watch-again lands on another member. Every member is always eligible: a store never refuses
 a call because a member failed recently, which with every member briefly failing (an election)
 would outlast the blip. gRPC keepalive breaks the watches of a member that stopped answering
@@ -57,6 +60,8 @@ MEMBER_FAILURE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.D
                                   grpc.StatusCode.INTERNAL})
 MEMBER_FAILURES = (etcd3.exceptions.ConnectionFailedError, etcd3.exceptions.ConnectionTimeoutError,
                    etcd3.exceptions.InternalServerError, etcd3.exceptions.WatchTimedOut)
+# How gRPC says a call never reached its member: no connection to it could be made.
+NOT_CONNECTED_DETAIL = "failed to connect to all addresses"
 T = TypeVar("T")
 # (key, mod_revision): a write fenced by it happens only while that key is at that revision.
 Fence = tuple[str, int]
@@ -80,28 +85,50 @@ class WatchEvent:
     mod_revision: int
 
 
-def _etcd_call(method: Callable[..., T]) -> Callable[..., T]:
-    @functools.wraps(method)
-    def wrapper(self: "MetadataStore", *args, **kwargs):
-        member = self.member
-        try:
-            return method(self, *args, **kwargs)
-        except (grpc.RpcError, etcd3.exceptions.Etcd3Exception, ValueError) as error:
-            # ValueError: the client's "Trying to use a failed node" (see __init__).
-            if _blames_member(error):
-                self._move_on_from(member)
-            raise CoordinatorUnavailable(
-                f"{self._describe(member)} did not answer ({type(error).__name__}); {self._next_hint(member)}"
-                f"check that the cluster is up ('mafka4 status') and retry"
-            ) from error
+def _etcd_call(repeatable: bool) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """Every call of the store: etcd's errors become ``CoordinatorUnavailable``, a member that failed
+    is left for the next (``_move_on_from``), and the call is made again on the next member when it
+    is ``repeatable`` (it reads, or changes nothing when made twice) or never reached its member
+    (``_never_sent``), until every member was tried once."""
 
-    return wrapper
+    def decorate(method: Callable[..., T]) -> Callable[..., T]:
+        @functools.wraps(method)
+        def wrapper(self: "MetadataStore", *args, **kwargs):
+            tried: list[str] = []
+            while True:
+                member = self.member
+                try:
+                    return method(self, *args, **kwargs)
+                except (grpc.RpcError, etcd3.exceptions.Etcd3Exception, ValueError) as error:
+                    # ValueError: the client's "Trying to use a failed node" (see __init__).
+                    blamed = _blames_member(error)
+                    if blamed:
+                        self._move_on_from(member)
+                    tried.append(member)
+                    if blamed and (repeatable or _never_sent(error)) and len(tried) < len(self.members):
+                        continue
+                    raise CoordinatorUnavailable(
+                        f"{self._describe(tried)} did not answer ({type(error).__name__}); {self._next_hint(member)}"
+                        f"check that the cluster is up ('mafka4 status') and retry"
+                    ) from error
+
+        return wrapper
+
+    return decorate
 
 
 def _blames_member(error: BaseException) -> bool:
     if isinstance(error, grpc.RpcError):
         return error.code() in MEMBER_FAILURE_CODES
     return isinstance(error, MEMBER_FAILURES)
+
+
+def _never_sent(error: BaseException) -> bool:
+    """True when the call failed before any connection to its member was made, so the member saw
+    nothing of it (gRPC's own wording; the client raises its error while handling gRPC's)."""
+    cause = error if isinstance(error, grpc.RpcError) else error.__context__
+    return (isinstance(cause, grpc.RpcError) and cause.code() == grpc.StatusCode.UNAVAILABLE
+            and NOT_CONNECTED_DETAIL in (cause.details() or ""))
 
 
 def _encode(value: Any) -> bytes:
@@ -157,10 +184,13 @@ class MetadataStore:
             if self.member == member:
                 self._use(self.members[(self.members.index(member) + 1) % len(self.members)])
 
-    def _describe(self, member: str) -> str:
+    def _describe(self, tried: list[str]) -> str:
         if len(self.members) == 1:
-            return f"etcd at {member}"
-        return f"etcd member {member} ({self.members.index(member) + 1} of {len(self.members)}: {self.endpoint})"
+            return f"etcd at {tried[0]}"
+        if len(tried) == 1:
+            member = tried[0]
+            return f"etcd member {member} ({self.members.index(member) + 1} of {len(self.members)}: {self.endpoint})"
+        return f"etcd members {', '.join(tried)} (of {self.endpoint}), each in turn,"
 
     def _next_hint(self, member: str) -> str:
         return "" if self.member == member else f"the next call goes to {self.member}; "
@@ -168,12 +198,12 @@ class MetadataStore:
     def close(self) -> None:
         self._client.close()
 
-    @_etcd_call
+    @_etcd_call(repeatable=True)
     def get(self, key: str) -> Versioned | None:
         raw, meta = self._client.get(key)
         return None if raw is None else Versioned(key, json.loads(raw), meta.mod_revision)
 
-    @_etcd_call
+    @_etcd_call(repeatable=True)
     def get_prefix(self, prefix: str) -> list[Versioned]:
         return sorted(
             (Versioned(meta.key.decode(), json.loads(raw), meta.mod_revision)
@@ -181,7 +211,7 @@ class MetadataStore:
             key=lambda item: item.key,
         )
 
-    @_etcd_call
+    @_etcd_call(repeatable=True)
     def get_prefix_at(self, prefix: str) -> tuple[list[Versioned], int]:
         """Every key under ``prefix`` and the store revision they were read at (to watch from +1)."""
         response = self._client.get_prefix_response(prefix)
@@ -189,19 +219,19 @@ class MetadataStore:
                        key=lambda item: item.key)
         return items, response.header.revision
 
-    @_etcd_call
+    @_etcd_call(repeatable=True)
     def count_prefix(self, prefix: str) -> int:
         """How many keys start with ``prefix``, as the member answering holds them: a serializable
         count-only range, so no value crosses the wire and no quorum round is needed (a count is
         available during an election, and may lag the leader's by a few writes)."""
         return self._client.get_prefix_response(prefix, count_only=True, serializable=True).count
 
-    @_etcd_call
+    @_etcd_call(repeatable=True)
     def db_size_bytes(self) -> int:
         """The size of the answering member's database file (it grows with every revision until compacted)."""
         return self._client.status().db_size
 
-    @_etcd_call
+    @_etcd_call(repeatable=True)
     def get_prefixes(self, prefixes: Iterable[str]) -> dict[str, list[Versioned]]:
         """Every key under each of ``prefixes``, all read in one transaction (at one revision)."""
         prefixes = list(prefixes)
@@ -215,17 +245,17 @@ class MetadataStore:
             for prefix, kvs in zip(prefixes, responses)
         }
 
-    @_etcd_call
+    @_etcd_call(repeatable=False)
     def put(self, key: str, value: Any, lease: etcd3.Lease | None = None) -> int:
         """Write ``value``; returns the revision of the write (the key's new mod_revision)."""
         return self._client.put(key, _encode(value), lease=lease).header.revision
 
-    @_etcd_call
+    @_etcd_call(repeatable=False)
     def delete(self, key: str) -> bool:
         """Delete ``key``; False if it did not exist."""
         return self._client.delete(key)
 
-    @_etcd_call
+    @_etcd_call(repeatable=False)
     def delete_if(self, key: str, mod_revision: int) -> bool:
         """Delete ``key`` only if it is still at ``mod_revision``."""
         txn = self._client.transactions
@@ -233,7 +263,7 @@ class MetadataStore:
                                                 failure=[])
         return succeeded
 
-    @_etcd_call
+    @_etcd_call(repeatable=False)
     def transact(self, creates: dict[str, Any], requires: dict[str, int], deletes: Iterable[str] = ()) -> bool:
         """In one transaction: create every key of ``creates`` (each only if absent) and delete
         ``deletes``, only if every key of ``requires`` is at its mod_revision. False: nothing done."""
@@ -243,7 +273,7 @@ class MetadataStore:
         succeeded, _ = self._client.transaction(compare=compare, success=success, failure=[])
         return succeeded
 
-    @_etcd_call
+    @_etcd_call(repeatable=False)
     def create_all(self, values: dict[str, Any]) -> bool:
         """Create every key in one transaction; False (nothing written) if any already exists."""
         txn = self._client.transactions
@@ -258,7 +288,7 @@ class MetadataStore:
         txn = self._client.transactions
         return txn.version(key) == 0 if mod_revision == 0 else txn.mod(key) == mod_revision
 
-    @_etcd_call
+    @_etcd_call(repeatable=False)
     def compare_and_swap(self, key: str, value: Any, mod_revision: int, fence: Fence | None = None) -> bool:
         """Write ``value`` only if ``key`` is still at ``mod_revision`` (0: only if absent) and the fence holds."""
         txn = self._client.transactions
@@ -287,7 +317,7 @@ class MetadataStore:
                 return True
         raise CoordinatorUnavailable(f"{what} kept conflicting; retrying")
 
-    @_etcd_call
+    @_etcd_call(repeatable=False)
     def put_and_delete(self, key: str, value: Any, delete: str, fence: Fence, lease: etcd3.Lease | None = None) -> bool:
         """Write ``key`` (under ``lease``) and delete ``delete`` in one transaction, only while the fence holds."""
         txn = self._client.transactions
@@ -298,7 +328,7 @@ class MetadataStore:
         )
         return succeeded
 
-    @_etcd_call
+    @_etcd_call(repeatable=False)
     def create_leased(self, key: str, value: Any, lease: etcd3.Lease, swaps: dict[str, tuple[Any, int]]) -> int | None:
         """Create ``key`` under ``lease`` and CAS each of ``swaps`` (key: (value, mod_revision)) in one transaction.
 
@@ -311,7 +341,7 @@ class MetadataStore:
         succeeded, responses = self._client.transaction(compare=conditions, success=puts, failure=[])
         return responses[0].response_put.header.revision if succeeded else None
 
-    @_etcd_call
+    @_etcd_call(repeatable=True)
     def watch_prefix(self, prefix: str, on_events: Callable[[list[WatchEvent]], None], on_broken: Callable[[], None],
                      start_revision: int | None = None) -> int:
         """Call ``on_events`` for every change under ``prefix`` (from ``start_revision``); returns the watch id.
@@ -358,12 +388,12 @@ class MetadataStore:
         with watcher._lock:
             watcher._callbacks.pop(etcd_watch_id, None)
 
-    @_etcd_call
+    @_etcd_call(repeatable=False)
     def delete_prefix(self, prefix: str) -> None:
         """Delete every key under ``prefix``."""
         self._client.delete_prefix(prefix)
 
-    @_etcd_call
+    @_etcd_call(repeatable=False)
     def delete_keys_and_prefixes(self, keys: Iterable[str], prefixes: Iterable[str]) -> bool:
         """Delete keys and whole prefixes in one transaction; False if the first key was absent."""
         keys = list(keys)
@@ -375,26 +405,26 @@ class MetadataStore:
         succeeded, _ = self._client.transaction(compare=[txn.version(keys[0]) > 0], success=deletes, failure=[])
         return succeeded
 
-    @_etcd_call
+    @_etcd_call(repeatable=False)
     def grant_lease(self, ttl_s: int) -> etcd3.Lease:
         return self._client.lease(ttl_s)
 
-    @_etcd_call
+    @_etcd_call(repeatable=True)
     def refresh_lease(self, lease: etcd3.Lease) -> int:
         """Refresh ``lease``; return its remaining TTL in seconds (0: it had already expired)."""
         responses = lease.refresh()
         return max((response.TTL for response in responses), default=0)
 
-    @_etcd_call
+    @_etcd_call(repeatable=True)
     def lease_keys(self, lease: etcd3.Lease) -> frozenset[str]:
         """The keys under ``lease`` now (none once it expired)."""
         return frozenset(key.decode() for key in lease.keys)
 
-    @_etcd_call
+    @_etcd_call(repeatable=False)
     def revoke_lease(self, lease: etcd3.Lease) -> None:
         lease.revoke()
 
-    @_etcd_call
+    @_etcd_call(repeatable=True)
     def leader_name(self) -> str | None:
         """The name of the etcd cluster's leader as the member answering sees it; None during an election."""
         leader = self._client.status().leader

@@ -20,8 +20,9 @@ from mafka4.errors import CoordinatorUnavailable, InvalidConfig
 from mafka4.limits import LEASE_REFRESHES_PER_TTL, ClusterConfig, ControllerConfig
 from mafka4.metadata.lease_holder import LeaseHolder, LeaseThread
 from mafka4.metadata.store import MetadataStore, WatchEvent
-from mafka4.runtime.etcd_server import (EtcdServer, etcd_endpoint, member_data_dirs, start_etcd_members,
-                                        stop_etcd_members)
+from mafka4.runtime.etcd_server import (EtcdServer, etcd_endpoint, member_data_dirs, restart_etcd, start_etcd_members,
+                                        stop_etcd, stop_etcd_members)
+from mafka4.runtime.ports import free_loopback_port
 from mafka4.runtime.local import status
 from mafka4.runtime.state import ClusterState, load_state, save_state
 
@@ -208,8 +209,7 @@ def test_cancelling_a_watch_made_before_the_store_moved_on_cancels_that_watch_on
         old = Watching(store, "/t/")
         os.kill(follower.pid, signal.SIGSTOP)
         try:
-            with pytest.raises(CoordinatorUnavailable):
-                store.get("/t/nothing")
+            assert store.get("/t/nothing") is None  # missed its deadline there, made again on the next member
         finally:
             os.kill(follower.pid, signal.SIGCONT)
         assert store.member != follower.endpoint
@@ -222,6 +222,72 @@ def test_cancelling_a_watch_made_before_the_store_moved_on_cancels_that_watch_on
         store.put("/t/marker", 1)
         assert new.wait_for(lambda w: "/t/marker" in w.keys())
         assert "/t/after-cancel" not in old.keys()
+    finally:
+        store.close()
+
+
+def test_a_new_store_works_at_once_with_any_one_member_dead(members):
+    # What a new process (a CLI command, a consumer) meets: its first call goes to the first
+    # member listed, which is dead. Reads are made again on the next member; a write whose member
+    # could not be connected to was never sent, so it is made again too.
+    members = list(members)
+    try:
+        for index, dead in enumerate(list(members)):
+            os.kill(dead.pid, signal.SIGKILL)
+            others = [member for member in members if member is not dead]
+            helper = MetadataStore(etcd_endpoint(others))
+            retried(lambda: helper.put("/t/written-before", index))  # the others have a leader again
+            helper.close()
+
+            store = MetadataStore(with_first(members, dead))
+            try:
+                assert store.get("/t/written-before").value == index
+                assert store.member != dead.endpoint
+                store.put("/t/written-by-a-new-process", index)
+                assert [item.value for item in store.get_prefix("/t/written-by")] == [index]
+            finally:
+                store.close()
+            second = MetadataStore(with_first(members, dead))
+            try:
+                second.put("/t/first-call-a-write", index)  # its very first call, to the dead member
+                assert second.get("/t/first-call-a-write").value == index
+            finally:
+                second.close()
+            members[index] = restart_etcd(dead)
+    finally:
+        for member in members:
+            stop_etcd(member)  # the fixture stops the members it started, not the restarted ones
+
+
+def test_a_write_that_may_have_reached_its_member_is_not_made_again(members):
+    # A member that stops answering after the connection was made may have applied the write: the
+    # store moves on but leaves the retry to its caller, who decides (a compare-and-swap re-reads).
+    stopped = members[0]
+    store = MetadataStore(with_first(members, stopped), timeout_s=1)
+    try:
+        store.get("/t/nothing")  # connected to the first member
+        os.kill(stopped.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(CoordinatorUnavailable, match=f"etcd member {stopped.endpoint} .1 of 3"):
+                store.put("/t/maybe", 1)
+        finally:
+            os.kill(stopped.pid, signal.SIGCONT)
+        assert store.member != stopped.endpoint
+    finally:
+        store.close()
+
+
+def test_a_call_that_no_member_answers_names_each_member_tried():
+    ports: set[int] = set()
+    while len(ports) < 3:
+        ports.add(free_loopback_port())
+    dead = ",".join(f"127.0.0.1:{port}" for port in sorted(ports))
+    store = MetadataStore(dead, timeout_s=2)
+    try:
+        for call in (lambda: store.get("/t/x"), lambda: store.put("/t/x", 1)):
+            with pytest.raises(CoordinatorUnavailable, match="etcd members .* each in turn, did not answer") as raised:
+                call()
+            assert all(member in str(raised.value) for member in dead.split(","))
     finally:
         store.close()
 

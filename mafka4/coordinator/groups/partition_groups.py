@@ -76,7 +76,7 @@ class GroupStore(MetadataStore):
         found = (keys.group_name_of(self.cluster, item.key) for item in self.get_prefix(keys.groups_prefix(self.cluster)))
         return sorted({name for name in found if name})
 
-    @_etcd_call
+    @_etcd_call(repeatable=False)
     def claim(self, group: str, member_id: str, claim: Claim, generation_mod_revision: int,
               lease: etcd3.Lease) -> dict[TopicPartition, CommittedOffset | None] | None:
         """Create the owner keys of ``claim``; their committed offsets, or None if any precondition failed."""
@@ -96,7 +96,7 @@ class GroupStore(MetadataStore):
             committed[tp] = None if not found else CommittedOffset(json.loads(found[0][0])["offset"], found[0][1].mod_revision)
         return committed
 
-    @_etcd_call
+    @_etcd_call(repeatable=False)
     def commit(self, group: str, member_id: str, generation: int, positions: Mapping[TopicPartition, int],
                release: Iterable[TopicPartition] = ()) -> tuple[set[TopicPartition], set[TopicPartition]]:
         """Commit forward-moving ``positions`` of partitions owned under ``generation``, then delete
@@ -136,7 +136,7 @@ class GroupStore(MetadataStore):
                     found[TopicPartition(*parsed)] = CommittedOffset(item.value["offset"], item.mod_revision)
         return found
 
-    @_etcd_call
+    @_etcd_call(repeatable=False)
     def reset_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> bool:
         """Write ``offsets`` (in any direction) only if the group has no member; False otherwise."""
         txn = self._client.transactions

@@ -115,7 +115,7 @@ class VirtualGroupStore(MetadataStore):
         members.sort(key=lambda m: m.member_id)
         return VirtualGroupSnapshot(tuple(members), owners, offsets, layout, states)
 
-    @_etcd_call
+    @_etcd_call(repeatable=False)
     def claim(self, group: str, member_id: str, topic: str, vps: list[int],
               lease: etcd3.Lease) -> dict[int, VpOffset | None] | None:
         """Create the owner keys of ``vps``; their committed offsets, or None if any exists or I left."""
@@ -135,7 +135,7 @@ class VirtualGroupStore(MetadataStore):
             committed[vp] = None if value is None else VpOffset(value["offset"], value.get("high_watermark", 0))
         return committed
 
-    @_etcd_call
+    @_etcd_call(repeatable=False)
     def commit(self, group: str, member_id: str, topic: str, offsets: Mapping[int, VpOffset],
                release: Sequence[int] = ()) -> tuple[set[int], set[int]]:
         """Write the forward-moving ``offsets`` of VPs this member owns, then delete the owner keys of
