@@ -328,3 +328,42 @@ class MissingDependency(MafkaError):
 class InvalidNodeId(MafkaError):
     """A node id breaks the naming rules of ``mafka4.runtime.node.validate_node_id`` (it
     names the node's Ray resource, its etcd key and its data directory)."""
+
+
+# --- security (mafka4.security) --------------------------------------------------------
+
+
+class AuthenticationFailed(MafkaError):
+    """A SCRAM exchange failed: a wrong password or an unknown user (told apart to nobody), a
+    message out of turn or malformed, or a server whose proof is wrong. Not retriable: the same
+    credential fails again."""
+
+
+class NotAuthorized(MafkaError):
+    """No ACL allows the authenticated principal the operation on the resource, or one denies it;
+    the message names the principal, the operation, the resource and the ``mafka4 acl`` fix."""
+
+
+class UserExists(MafkaError):
+    """``mafka4 user add`` of a user that exists; remove it first or replace its password."""
+
+    usage_error = True
+
+
+class UnknownUser(MafkaError):
+    """The user is not in the cluster's credentials (``mafka4 user list``)."""
+
+    usage_error = True
+
+
+class UnknownAclRule(MafkaError):
+    """``mafka4 acl remove`` of a rule the cluster does not hold (``mafka4 acl list``)."""
+
+    usage_error = True
+
+
+class MissingCredential(MafkaError):
+    """A credential file (``$MAFKA4_HOME/credentials``) is absent or unreadable; the message
+    names the file and how to get one."""
+
+    usage_error = True

@@ -889,3 +889,25 @@ NODE_CONFIG_WAIT_S_DEFAULT = 60
 # Between attempts to reach etcd before the config is written (a node agent then retries for as
 # long as it runs).
 NODE_CONFIG_RETRY_INTERVAL_S = 1.0
+
+
+# --- security ---------------------------------------------------------------------------------
+# PBKDF2 rounds of a new SCRAM-SHA-256 credential: RFC 7677's minimum, and the least a stored
+# credential or a server's first message may ask for. Each authentication costs the client this
+# many HMACs (a few ms); the server stores only the derived keys and never repeats them.
+SCRAM_ITERATIONS_DEFAULT = 4096
+# The most rounds a client computes when a server asks (SCRAM lets the server choose): a server
+# asking more is refused with AuthenticationFailed rather than pinning the client's CPU.
+SCRAM_ITERATIONS_MAX = 1_000_000
+# A SCRAM message is a few hundred bytes (a user name, two nonces, a proof); a longer one is
+# refused with AuthenticationFailed before it is parsed.
+SCRAM_MESSAGE_BYTES_MAX = 4 * KiB
+# A user name (a principal) is ASCII, so bytes and characters agree; a longer one is refused with
+# InvalidConfig. It names an etcd key and appears in every ACL refusal.
+USER_NAME_BYTES_MAX = 64
+# A password shorter than this is refused with InvalidConfig when the user is added.
+PASSWORD_CHARS_MIN = 8
+# ACL rules of one cluster: every node holds them all in memory and reads them all when it starts
+# watching; 'mafka4 acl add' beyond this is refused with InvalidConfig (remove rules, or use
+# prefixed rules, which cover many names each).
+ACL_RULES_MAX = 10_000

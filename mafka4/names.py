@@ -1,4 +1,5 @@
-"""Naming rules for topics (Kafka's rules), checked before anything is created."""
+"""Naming rules for topics (Kafka's rules), checked before anything is created; user names
+(``mafka4.security.principals``) follow the same rules with their own length."""
 
 from __future__ import annotations
 
@@ -7,22 +8,27 @@ import re
 from mafka4.errors import InvalidTopicName
 from mafka4.limits import TOPIC_NAME_CHARS_MAX
 
-_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]+")
+NAME_CHARS = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def name_problem(name: object, what: str, chars_max: int) -> str | None:
+    """Why ``name`` is not a valid name of a ``what`` ("topic name", ...) at most ``chars_max``
+    characters long, or None if it is: letters, digits, '.', '_' and '-', not '.' or '..'."""
+    if not isinstance(name, str) or not name:
+        return f"{what} {name!r} must be a non-empty string"
+    if len(name) > chars_max:
+        return f"{what} of {len(name)} characters is too long: at most {chars_max}"
+    if name in (".", ".."):
+        return f"{what} {name!r} is reserved: choose another name"
+    if not NAME_CHARS.fullmatch(name):
+        bad = sorted({c for c in name if not NAME_CHARS.fullmatch(c)})
+        return f"{what} {name!r} contains {''.join(bad)!r}: use only letters, digits, '.', '_' and '-'"
+    return None
 
 
 def validate_topic_name(name: object) -> str:
     """Return ``name`` if it is a valid topic name, else raise ``InvalidTopicName`` saying why."""
-    if not isinstance(name, str) or not name:
-        raise InvalidTopicName(f"topic name {name!r} must be a non-empty string")
-    if len(name) > TOPIC_NAME_CHARS_MAX:
-        raise InvalidTopicName(
-            f"topic name of {len(name)} characters is too long: at most {TOPIC_NAME_CHARS_MAX}"
-        )
-    if name in (".", ".."):
-        raise InvalidTopicName(f"topic name {name!r} is reserved: choose another name")
-    if not _TOPIC_NAME.fullmatch(name):
-        bad = sorted({c for c in name if not _TOPIC_NAME.fullmatch(c)})
-        raise InvalidTopicName(
-            f"topic name {name!r} contains {''.join(bad)!r}: use only letters, digits, '.', '_' and '-'"
-        )
+    problem = name_problem(name, "topic name", TOPIC_NAME_CHARS_MAX)
+    if problem is not None:
+        raise InvalidTopicName(problem)
     return name

@@ -52,6 +52,13 @@
                                                          bound to its lease; value: {"member_id"}
     /mafka4/<cluster>/groups/<group>/vp_offsets/<topic>/<v>  committed VP offset (mafka4-mode groups)
                                                          value: {"offset", "member_id", "high_watermark"}
+    /mafka4/<cluster>/users/<user>                      a user's SCRAM credential, never its password
+                                                         (security/user_store.py); value: {"salt",
+                                                         "stored_key", "server_key" (base64), "iterations"}
+    /mafka4/<cluster>/acls/<id>                         one ACL rule (security/acl_store.py); <id> is a
+                                                         digest of the rule, so adding it twice is one key
+                                                         value: {"principal", "permission", "operation",
+                                                                 "resource_type", "pattern_type", "name"}
 
 A VP's state is not nested under a split epoch (DESIGN.md's sketch): a VP lives through
 many epochs while its leader and RISR change, and the epochs hold only the immutable layout.
@@ -145,7 +152,11 @@ def read_node_liveness(cluster: str, node_id: str) -> str:
 
 def parse_read_node_liveness(cluster: str, key: str) -> str | None:
     """The node id of a read node's liveness key, else None."""
-    prefix = read_nodes_prefix(cluster)
+    return _child_of(read_nodes_prefix(cluster), key)
+
+
+def _child_of(prefix: str, key: str) -> str | None:
+    """The last part of ``key`` if it lies directly below ``prefix``, else None."""
     if not key.startswith(prefix) or "/" in key[len(prefix):] or len(key) == len(prefix):
         return None
     return key[len(prefix):]
@@ -304,3 +315,24 @@ def parse_group_partition(prefix: str, key: str) -> tuple[str, int] | None:
     if not separator or not topic_name or not partition.isdigit():
         return None
     return topic_name, int(partition)
+
+
+def users_prefix(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/users/"
+
+
+def user(cluster: str, name: str) -> str:
+    return f"{users_prefix(cluster)}{name}"
+
+
+def acls_prefix(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/acls/"
+
+
+def acl(cluster: str, rule_id: str) -> str:
+    return f"{acls_prefix(cluster)}{rule_id}"
+
+
+def user_name_of(cluster: str, key: str) -> str | None:
+    """The user name of a user's credential key, else None."""
+    return _child_of(users_prefix(cluster), key)

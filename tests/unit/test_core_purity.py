@@ -52,6 +52,10 @@ CORES = (
     "mafka4.coordinator.control.placement",
     "mafka4.metadata.lease",
     "mafka4.metadata.keys",
+    # who may authenticate, the SCRAM exchange, ACL decisions
+    "mafka4.security.principals",
+    "mafka4.security.scram",
+    "mafka4.security.acl",
     # the soak's slopes of a chaos run's samples
     "simulations.chaos.resource_trend",
 )

@@ -1,0 +1,224 @@
+"""SCRAM-SHA-256 between ``ScramClientExchange`` and ``ScramServerExchange``, no network.
+
+What a user relies on: the right password authenticates and names the principal; a wrong
+password and an unknown user fail alike (nobody learns which users exist); whatever bytes a
+client sends, in whatever order, the server raises ``AuthenticationFailed`` and nothing else; a
+server that does not hold the credential cannot pass itself off to the client; etcd's value never
+holds the password.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mafka4.errors import AuthenticationFailed, CoordinatorUnavailable, InvalidConfig
+from mafka4.limits import SCRAM_ITERATIONS_DEFAULT, SCRAM_ITERATIONS_MAX, SCRAM_MESSAGE_BYTES_MAX
+from mafka4.security.scram import (MECHANISM, ScramClientExchange, ScramServerExchange, StoredCredential,
+                                   make_credential)
+
+PASSWORD = "correct horse battery"
+USERS = {"bob": make_credential(PASSWORD)}
+
+
+def authenticate(user: str, password: str, users=USERS, server: ScramServerExchange | None = None) -> str | None:
+    """One whole exchange; returns the server's principal."""
+    server = server or ScramServerExchange(users.get)
+    client = ScramClientExchange(user, password)
+    server_final = server.step(client.respond(server.step(client.first())))
+    client.finish(server_final)
+    return server.principal
+
+
+def test_the_right_password_authenticates_and_names_the_principal():
+    server = ScramServerExchange(USERS.get)
+    assert server.principal is None
+    assert authenticate("bob", PASSWORD, server=server) == "bob"
+    assert ScramClientExchange.mechanism == MECHANISM == "SCRAM-SHA-256"
+
+
+def test_a_wrong_password_and_an_unknown_user_fail_alike():
+    messages = []
+    for users in (USERS, {}):  # bob with a wrong password, then bob unknown
+        server = ScramServerExchange(users.get)
+        with pytest.raises(AuthenticationFailed) as failed:
+            authenticate("bob", "not the password", users, server)
+        assert server.principal is None
+        messages.append(failed.value.message)
+    assert messages[0] == messages[1]
+    assert "'bob'" in messages[0] and "wrong password or unknown user" in messages[0]
+    assert not AuthenticationFailed.retriable
+
+
+def test_an_unknown_user_gets_a_stable_salt_like_a_known_one():
+    """The server-first of an unknown user looks like a known user's, and repeats, so a client
+    cannot tell the two apart by asking twice."""
+
+    def salt_of(user: str, users) -> tuple[str, str]:
+        first = ScramServerExchange(users.get).step(ScramClientExchange(user, PASSWORD).first()).decode()
+        fields = dict(part.split("=", 1) for part in first.split(","))
+        return fields["s"], fields["i"]
+
+    unknown = salt_of("alice", USERS)
+    assert unknown == salt_of("alice", USERS)
+    assert unknown != salt_of("carol", USERS)
+    assert unknown[1] == salt_of("bob", USERS)[1] == str(SCRAM_ITERATIONS_DEFAULT)
+    assert len(base64.b64decode(unknown[0])) == len(USERS["bob"].salt)
+    shared = b"k" * 32
+    first = [ScramServerExchange({}.get, mock_key=shared).step(ScramClientExchange("alice", PASSWORD).first())
+             for _ in range(2)]
+    assert first[0].split(b",")[1] == first[1].split(b",")[1], "a shared mock key gives the same salt everywhere"
+
+
+def test_a_lookup_failure_passes_through_and_an_invalid_name_is_never_looked_up():
+    looked_up = []
+
+    def lookup(user):
+        looked_up.append(user)
+        raise CoordinatorUnavailable("etcd did not answer; retry")
+
+    with pytest.raises(CoordinatorUnavailable):
+        ScramServerExchange(lookup).step(ScramClientExchange("bob", PASSWORD).first())
+    server = ScramServerExchange(lookup)
+    server.step(b"n,,n=../../topics/x,r=abcdefgh")
+    assert looked_up == ["bob"]
+
+
+def test_a_tampered_client_final_fails():
+    server = ScramServerExchange(USERS.get)
+    client = ScramClientExchange("bob", PASSWORD)
+    final = client.respond(server.step(client.first()))
+    without_proof, proof = final.rsplit(b",p=", 1)
+    flipped = bytearray(base64.b64decode(proof))
+    flipped[0] ^= 1
+    with pytest.raises(AuthenticationFailed, match="wrong password or unknown user"):
+        server.step(without_proof + b",p=" + base64.b64encode(bytes(flipped)))
+    assert server.principal is None
+
+
+def test_steps_out_of_order_and_a_third_step_fail():
+    client = ScramClientExchange("bob", PASSWORD)
+    first = client.first()
+    server = ScramServerExchange(USERS.get)
+    with pytest.raises(AuthenticationFailed):
+        server.step(b"c=biws,r=abc,p=AAAA")  # a client-final first
+    with pytest.raises(AuthenticationFailed, match="is over"):
+        server.step(first)  # a failed exchange stays failed
+
+    server = ScramServerExchange(USERS.get)
+    server_first = server.step(first)
+    with pytest.raises(AuthenticationFailed):
+        server.step(first)  # client-first again
+    with pytest.raises(AuthenticationFailed):
+        ScramClientExchange("bob", PASSWORD).respond(server_first)  # a client that never started
+
+    server = ScramServerExchange(USERS.get)
+    assert authenticate("bob", PASSWORD, server=server) == "bob"
+    with pytest.raises(AuthenticationFailed, match="is over"):
+        server.step(first)
+
+
+def test_a_message_too_long_or_not_text_fails_before_it_is_parsed():
+    for message in (b"n,,n=bob,r=" + b"a" * SCRAM_MESSAGE_BYTES_MAX, b"n,,n=b\xffob,r=abc", "n,,n=bob,r=abc"):
+        with pytest.raises(AuthenticationFailed):
+            ScramServerExchange(USERS.get).step(message)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=200) | st.sampled_from([b"n,,n=bob,r=abc", b"c=biws,r=abc,p=AAAA", b"n,,",
+                                                             b"y,,n=bob,r=x", b"p=tls-unique,,n=bob,r=x",
+                                                             b"n,,n=bob,r=abc,m=ext", b"n,a=bob,n=bob,r=x"]),
+                min_size=1, max_size=4))
+def test_any_bytes_in_any_order_raise_only_authentication_failed(messages):
+    server = ScramServerExchange(USERS.get)
+    for message in messages:
+        try:
+            server.step(message)
+        except AuthenticationFailed:
+            pass
+    assert server.principal is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_a_mangled_client_final_raises_only_authentication_failed(data):
+    """Edits of a real client-final reach the parser's inner checks (nonce, binding, proof),
+    which random bytes seldom do."""
+    server = ScramServerExchange(USERS.get)
+    client = ScramClientExchange("bob", PASSWORD)
+    final = bytearray(client.respond(server.step(client.first())))
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(final)))
+        cut = data.draw(st.integers(0, 3))
+        final[at:at + cut] = data.draw(st.binary(max_size=4) | st.sampled_from([b",", b"=", b"p=", b",m=x", b"\0"]))
+    try:
+        server.step(bytes(final))
+    except AuthenticationFailed:
+        assert server.principal is None
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=200), st.binary(max_size=200))
+def test_a_client_given_any_bytes_raises_only_authentication_failed(server_first, server_final):
+    client = ScramClientExchange("bob", PASSWORD)
+    client.first()
+    with pytest.raises(AuthenticationFailed):
+        client.respond(server_first)
+        client.finish(server_final)
+
+
+def test_a_server_without_the_credential_is_caught_by_the_client():
+    """A server holding another credential for bob (an impostor who learned a StoredKey, say, but
+    not the ServerKey) cannot produce the server signature."""
+    real, impostor_keys = USERS["bob"], make_credential("something else entirely")
+    impostor = StoredCredential(real.salt, real.stored_key, impostor_keys.server_key, real.iterations)
+    # The impostor's server accepts the proof (it has the StoredKey) but signs with the wrong key.
+    server = ScramServerExchange({"bob": impostor}.get)
+    client = ScramClientExchange("bob", PASSWORD)
+    server_final = server.step(client.respond(server.step(client.first())))
+    with pytest.raises(AuthenticationFailed, match="did not prove"):
+        client.finish(server_final)
+
+
+def test_a_client_refuses_a_server_asking_for_too_many_iterations():
+    client = ScramClientExchange("bob", PASSWORD)
+    server_first = ScramServerExchange(USERS.get).step(client.first()).replace(
+        f"i={SCRAM_ITERATIONS_DEFAULT}".encode(), f"i={SCRAM_ITERATIONS_MAX + 1}".encode())
+    with pytest.raises(AuthenticationFailed, match="iterations"):
+        client.respond(server_first)
+
+
+def test_the_stored_credential_round_trips_and_never_holds_the_password():
+    credential = make_credential(PASSWORD)
+    value = credential.to_json()
+    assert StoredCredential.from_json(json.loads(json.dumps(value))) == credential
+    text = json.dumps(value)
+    assert PASSWORD not in text and base64.b64encode(PASSWORD.encode()).decode() not in text
+    assert make_credential(PASSWORD).salt != credential.salt, "each credential has its own salt"
+
+
+@pytest.mark.parametrize("field, bad", [
+    ("salt", "not base64!"), ("salt", base64.b64encode(b"short").decode()), ("stored_key", 12),
+    ("server_key", base64.b64encode(b"x" * 31).decode()), ("iterations", 4095), ("iterations", "4096"),
+    ("iterations", True), ("iterations", SCRAM_ITERATIONS_MAX + 1),
+])
+def test_a_bad_stored_credential_field_is_named(field, bad):
+    value = make_credential(PASSWORD).to_json()
+    value[field] = bad
+    with pytest.raises(InvalidConfig, match=field):
+        StoredCredential.from_json(value)
+
+
+def test_a_stored_credential_with_missing_or_extra_fields_is_refused():
+    value = make_credential(PASSWORD).to_json()
+    for bad in ({**value, "password": PASSWORD}, {k: v for k, v in value.items() if k != "salt"}, [value]):
+        with pytest.raises(InvalidConfig, match="exactly the fields"):
+            StoredCredential.from_json(bad)
+    with pytest.raises(InvalidConfig, match="iterations"):
+        make_credential(PASSWORD, iterations=100)
+    with pytest.raises(InvalidConfig, match="user name"):
+        ScramClientExchange("bob,admin", PASSWORD)
