@@ -110,7 +110,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -119,6 +118,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from mafka4.durable_files import replace_file
 from mafka4.errors import InvalidEventLog, NoEventLogs
 from mafka4.limits import ReadMode
 
@@ -265,20 +265,7 @@ def write_events(path: str | os.PathLike[str], run: RunInfo, columns: Mapping[st
             f"event log path {str(target)!r} must end in '.parquet' and not start with '.' or '_', "
             "or the analysis will not find it")
     table = events_table(run, columns)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        os.chmod(temp_name, 0o644)
-        with os.fdopen(descriptor, "wb") as sink:
-            pq.write_table(table, sink, compression="zstd")
-            sink.flush()
-            os.fsync(sink.fileno())
-        os.replace(temp_name, target)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
-    _fsync_directory(target.parent)
-    return target
+    return replace_file(target, lambda sink: pq.write_table(table, sink, compression="zstd"), 0o644)
 
 
 def events_table(run: RunInfo, columns: Mapping[str, Sequence[Any]]) -> pa.Table:
@@ -374,14 +361,6 @@ def _check_ranges(run: RunInfo, arrays: Mapping[str, pa.Array]) -> None:
         low = pc.min(arrays[name]).as_py()
         if low is not None and low < 0:
             raise InvalidEventLog(f"column {name!r} holds a negative latency ({low} ms); check the clock used")
-
-
-def _fsync_directory(directory: Path) -> None:
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 def event_log_files(path: str | os.PathLike[str]) -> list[Path]:

@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from mafka4.durable_files import fsync_directory
 from mafka4.log.fsync_points import TMP_SUFFIX, create, fsync
 
 RECOVERY_POINT_FILE = "recovery-point"
@@ -72,14 +73,5 @@ def _write_fsynced(path: Path, point: RecoveryPoint) -> None:
     try:
         os.write(fd, text.encode("ascii"))
         fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make file creations, renames and deletions in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
     finally:
         os.close(fd)

@@ -2,10 +2,9 @@
 
 ``mafka4 up`` makes sure of both (``ensure_admin_credential``): the file exists, readable by its
 owner only, and etcd holds the user it names with its password. The file is written once, with
-a random password: a temporary file created with mode 0600 in the same directory, written,
-fsynced, renamed into place and the directory fsynced, so it is never readable by others, not
-even for a moment, and a crash leaves either no file or the whole one. A file that exists is
-never rewritten; etcd is brought in line with it (a fresh etcd gets the user again).
+a random password, by ``durable_files.replace_file`` with mode 0600: it is never readable by
+others, not even for a moment, and a crash leaves either no file or the whole one. A file that
+exists is never rewritten; etcd is brought in line with it (a fresh etcd gets the user again).
 
 Clients read a credential file with ``load_credential``. This module imports no etcd client, so
 a client may use it; the user store is only a parameter.
@@ -13,14 +12,12 @@ a client may use it; the user store is only a parameter.
 
 from __future__ import annotations
 
-import os
 import secrets
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mafka4.durable_files import replace_file
 from mafka4.errors import InvalidConfig, MissingCredential
-from mafka4.log.recovery_point import fsync_directory
 from mafka4.security.acl import ADMIN_USER
 from mafka4.security.principals import format_credential, parse_credential
 
@@ -28,6 +25,8 @@ if TYPE_CHECKING:
     from mafka4.security.user_store import UserStore
 
 CREDENTIAL_FILE = "credentials"
+# Its owner may read and write it; nobody else may even read it.
+CREDENTIAL_FILE_MODE = 0o600
 # secrets.token_urlsafe's bytes of randomness in a new admin password (32 characters).
 ADMIN_PASSWORD_RANDOM_SIZE = 24
 
@@ -43,7 +42,8 @@ def ensure_admin_credential(home: Path, users: "UserStore") -> Path:
                                 f"that 'mafka4 up' keeps; move the file away and run 'mafka4 up' again")
     else:
         user, password = ADMIN_USER, secrets.token_urlsafe(ADMIN_PASSWORD_RANDOM_SIZE)
-        _write_private(path, format_credential(user, password))
+        text = format_credential(user, password).encode()
+        replace_file(path, lambda file: file.write(text), CREDENTIAL_FILE_MODE)
     users.add(user, password, replace=True)
     return path
 
@@ -61,20 +61,3 @@ def load_credential(path: Path) -> tuple[str, str]:
         raise MissingCredential(f"cannot read the credential file {path} ({error}): it must be readable by this "
                                 f"user (its owner, mode 0600) and hold UTF-8 JSON") from None
     return parse_credential(text, str(path))
-
-
-def _write_private(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # mkstemp creates the file with mode 0600 (and O_EXCL, under a fresh name), so no umask and
-    # no chmod after the fact decides who could read it in between.
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    fsync_directory(path.parent)

@@ -4,8 +4,8 @@ Floors, from the ground up (the first pattern that matches a module names its fl
 
 0. **base**: errors, limits, names, hashing, the record batch (its frame, its payload of records
    and their compression), the cyclic collector's pause and freeze, faults and network faults,
-   long polls, planted bugs, exported environment variables (and packages with an empty
-   ``__init__``).
+   long polls, planted bugs, exported environment variables, files replaced durably (and
+   packages with an empty ``__init__``).
 1. **cores**: the log layer, RISR, and every pure decision core and value type of the
    physical and the virtual side, of groups and of the controller; the names of etcd keys and
    of Ray actors; the frames of stream calls; principals, SCRAM and ACLs.
@@ -42,7 +42,7 @@ from import_graph import ROOT, direct_imports
 
 FLOORS = (
     (0, r"mafka4|mafka4\.(errors|limits|names|hashing|batch_frame|batch_payload|compression|checksum|collector|faults|"
-        r"partition_gate|clocks|long_poll|stage_trace|planted_bugs|exported_variables)"),
+        r"partition_gate|clocks|long_poll|stage_trace|planted_bugs|exported_variables|durable_files)"),
     # Packages whose __init__ is empty: importing one runs nothing.
     (0, r"mafka4\.(physical|virtual|metadata|transport|security|coordinator|coordinator\.(control|groups))"),
     (1, r"mafka4\.log(\..*)?|mafka4\.risr(\..*)?"),
