@@ -30,6 +30,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import shlex
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -100,8 +101,9 @@ class AclRule:
     name: str
 
     def __post_init__(self) -> None:
-        if self.principal != ANYONE and user_name_problem(self.principal) is not None:
-            raise InvalidConfig(f"ACL field 'principal': {user_name_problem(self.principal)} (or {ANYONE!r}: anyone)")
+        problem = None if self.principal == ANYONE else user_name_problem(self.principal)
+        if problem is not None:
+            raise InvalidConfig(f"ACL field 'principal': {problem} (or {ANYONE!r}: anyone)")
         for field, kind in (("permission", Permission), ("operation", Operation), ("resource_type", ResourceType),
                             ("pattern_type", PatternType)):
             if not isinstance(getattr(self, field), kind):
@@ -144,10 +146,8 @@ class AclRule:
 
     def describe(self) -> str:
         """The rule as ``mafka4 acl`` options."""
-        deny = " --deny" if self.permission is Permission.DENY else ""
-        prefixed = " --prefixed" if self.pattern_type is PatternType.PREFIXED else ""
-        return (f"--principal {self.principal}{deny} --operation {self.operation.value}"
-                f"{_resource_option(self.resource_type, self.name)}{prefixed}")
+        return _acl_options(self.principal, self.permission, self.operation, self.resource_type, self.pattern_type,
+                            self.name)
 
 
 class AclTable:
@@ -206,13 +206,19 @@ class AclTable:
         refused = f"principal {principal!r} may not {VERBS[operation]} {resource}"
         if deny is not None:
             raise NotAuthorized(f"{refused}: an ACL denies it (mafka4 acl remove {deny.describe()})")
-        wanted = AclRule(principal, Permission.ALLOW, operation, resource_type, PatternType.LITERAL,
-                         CLUSTER_RESOURCE if resource_type is ResourceType.CLUSTER else name)
-        raise NotAuthorized(f"{refused}: no ACL allows it (mafka4 acl add {wanted.describe()})")
+        # Options, not an AclRule: the name asked for need not be valid (the request is refused anyway).
+        wanted = _acl_options(principal, Permission.ALLOW, operation, resource_type, PatternType.LITERAL, name)
+        raise NotAuthorized(f"{refused}: no ACL allows it (mafka4 acl add {wanted})")
 
 
-def _resource_option(resource_type: ResourceType, name: str) -> str:
-    return " --cluster" if resource_type is ResourceType.CLUSTER else f" --{resource_type.value} {name}"
+def _acl_options(principal: str, permission: Permission, operation: Operation, resource_type: ResourceType,
+                 pattern_type: PatternType, name: str) -> str:
+    """A rule as ``mafka4 acl`` options, quoted for a shell ("*" would be expanded)."""
+    deny = " --deny" if permission is Permission.DENY else ""
+    resource = (" --cluster" if resource_type is ResourceType.CLUSTER
+                else f" --{resource_type.value} {shlex.quote(name)}")
+    prefixed = " --prefixed" if pattern_type is PatternType.PREFIXED else ""
+    return f"--principal {shlex.quote(principal)}{deny} --operation {operation.value}{resource}{prefixed}"
 
 
 def _resource_name_problem(resource_type: object, pattern_type: PatternType, name: object) -> str | None:

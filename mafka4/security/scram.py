@@ -99,11 +99,11 @@ def make_credential(password: str, iterations: int = SCRAM_ITERATIONS_DEFAULT) -
     return StoredCredential(salt, stored_key, server_key, iterations)
 
 
-def mock_credential(user: str, mock_key: bytes) -> StoredCredential:
+def _mock_credential(user: str, mock_key: bytes) -> StoredCredential:
     """The credential an unknown ``user`` seems to have: stable per (user, key), matched by no password."""
 
     def derive(label: bytes) -> bytes:
-        return hmac.digest(mock_key, label + b"\0" + user.encode("utf-8", "surrogatepass"), "sha256")
+        return hmac.digest(mock_key, label + b"\0" + user.encode(), "sha256")
 
     return StoredCredential(derive(b"salt"), derive(b"stored_key"), derive(b"server_key"), SCRAM_ITERATIONS_DEFAULT)
 
@@ -133,7 +133,7 @@ class ScramServerExchange:
         # An invalid name is no key to look up (and no user): the mock credential answers it.
         credential = self._lookup(user) if user_name_problem(user) is None else None
         if credential is None:
-            credential = mock_credential(user, self._mock_key)
+            credential = _mock_credential(user, self._mock_key)
         return credential.salt, credential.stored_key, credential.server_key, credential.iterations
 
     def step(self, client_message: bytes) -> bytes:

@@ -117,6 +117,8 @@ def test_a_refusal_names_principal_operation_resource_and_the_fix():
         table.check("bob", Operation.CONSUME, GROUP, "g")
     with pytest.raises(NotAuthorized, match=r"may not alter the cluster: .*--operation alter --cluster\)"):
         table.check("bob", Operation.ALTER, CLUSTER, CLUSTER_RESOURCE)
+    with pytest.raises(NotAuthorized, match="may not describe topic 'no such/name'"):
+        table.check("bob", Operation.DESCRIBE, TOPIC, "no such/name")  # a name no rule could hold: still refused
 
 
 def test_a_refusal_by_a_deny_names_the_rule_to_remove():
@@ -125,7 +127,7 @@ def test_a_refusal_by_a_deny_names_the_rule_to_remove():
     with pytest.raises(NotAuthorized) as refused:
         table.check("bob", Operation.PRODUCE, TOPIC, "orders")
     assert refused.value.message == ("principal 'bob' may not produce to topic 'orders': an ACL denies it "
-                                     "(mafka4 acl remove --principal * --deny --operation produce --topic ord "
+                                     "(mafka4 acl remove --principal '*' --deny --operation produce --topic ord "
                                      "--prefixed)")
 
 

@@ -16,7 +16,8 @@ import uuid
 
 import pytest
 
-from mafka4.errors import AuthenticationFailed, InvalidConfig, MissingCredential, UnknownAclRule, UnknownUser, UserExists
+from mafka4.errors import (AuthenticationFailed, InvalidConfig, MissingCredential, UnknownAclRule, UnknownUser,
+                           UserExists)
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
 from mafka4.runtime.etcd_server import start_etcd, stop_etcd
