@@ -160,3 +160,16 @@ def test_a_missing_or_bad_credential_file_is_named_with_the_fix(store, cluster, 
     bad.write_text(json.dumps({"user": "bob", "password": PASSWORD}))
     with pytest.raises(InvalidConfig, match="holds user 'bob', not 'admin'"):
         ensure_admin_credential(tmp_path, UserStore(store, cluster))
+
+
+def test_acl_rules_beyond_the_bound_are_refused_but_a_rule_held_may_be_added_again(store, cluster, monkeypatch):
+    monkeypatch.setattr("mafka4.security.acl_store.ACL_RULES_MAX", 2)
+    acls = AclStore(store, cluster)
+    rules = [AclRule("bob", Permission.ALLOW, operation, ResourceType.TOPIC, PatternType.LITERAL, "orders")
+             for operation in (Operation.PRODUCE, Operation.CONSUME, Operation.DELETE)]
+    acls.add(rules[0])
+    acls.add(rules[1])
+    with pytest.raises(InvalidConfig, match="holds 2 ACL rules, the most it takes"):
+        acls.add(rules[2])
+    acls.add(rules[0])
+    assert len(acls.rules()) == 2
