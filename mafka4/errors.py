@@ -328,3 +328,30 @@ class MissingDependency(MafkaError):
 class InvalidNodeId(MafkaError):
     """A node id breaks the naming rules of ``mafka4.runtime.node.validate_node_id`` (it
     names the node's Ray resource, its etcd key and its data directory)."""
+
+
+# --- client protocol (mafka4.protocol) ---------------------------------------------------
+
+
+class ProtocolError(MafkaError):
+    """A frame of the client protocol is not what the protocol allows (not msgpack, an unknown key
+    or API, a wrong type, beyond a bound); the message names what was wrong. The peer is not a
+    mafka4 client or server of this version, or is broken: the server answers it, then closes."""
+
+
+class UnsupportedVersion(ProtocolError):
+    """The peer speaks another version of the client protocol, or asks for an API this node does
+    not serve; use a client and a cluster of matching versions."""
+
+
+class NotAuthenticated(MafkaError):
+    """A request came before the connection authenticated (or a SASL step came out of turn):
+    open the connection with a credential (``ClientConnection.open(..., exchange)``)."""
+
+
+class AuthenticationFailed(MafkaError):
+    """The connection's authentication failed (wrong secret, unknown user, a mechanism the server
+    does not offer, or a server that could not prove it knows the credential); the server closes
+    the connection. Check the credential (``mafka4 user add``)."""
+
+    usage_error = True

@@ -52,6 +52,11 @@ CORES = (
     "mafka4.coordinator.control.placement",
     "mafka4.metadata.lease",
     "mafka4.metadata.keys",
+    # the client protocol: frames, typed messages, error codes, a connection's session rules
+    "mafka4.protocol.frames",
+    "mafka4.protocol.messages",
+    "mafka4.protocol.error_codes",
+    "mafka4.protocol.session",
     # the soak's slopes of a chaos run's samples
     "simulations.chaos.resource_trend",
 )
