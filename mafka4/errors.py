@@ -353,5 +353,3 @@ class AuthenticationFailed(MafkaError):
     """The connection's authentication failed (wrong secret, unknown user, a mechanism the server
     does not offer, or a server that could not prove it knows the credential); the server closes
     the connection. Check the credential (``mafka4 user add``)."""
-
-    usage_error = True

@@ -154,10 +154,8 @@ class _ServedClient:
         if self._auth_timer is not None:
             self._auth_timer.cancel()
         self._waiting.clear()
-        current = asyncio.current_task()
         for task in self._running:
-            if task is not current:
-                task.cancel()  # nobody is left to answer: a long poll stops waiting
+            task.cancel()  # nobody is left to answer: a long poll stops waiting (one closing its connection just ends)
 
     def _auth_timed_out(self) -> None:
         if self.machine.state is not AuthState.AUTHENTICATED:
