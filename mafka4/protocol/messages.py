@@ -253,7 +253,7 @@ def _from_body(cls: type, body: object, buffers: tuple, where: str) -> object:
         names = [field for field, _, _ in plan]
         unknown = sorted(repr(key)[:40] for key in body if key not in names)
         missing = [field for field in names if field not in body]
-        raise ProtocolError(f"{where}: a {cls.__name__} has the fields {names}; this one lacks {missing} "
+        raise ProtocolError(f"{where}: {cls.__name__} has the fields {names}; this one lacks {missing} "
                             f"and has unknown {unknown}")
     return cls(**{field: decode(body[field], buffers, f"{where}.{field}") for field, _, decode in plan})
 

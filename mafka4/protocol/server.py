@@ -33,7 +33,7 @@ from mafka4.protocol.frames import Envelope, decode_frame, encode_frame, frame_r
 from mafka4.protocol.messages import (ApiKey, ApiVersionsAnswer, Kind, SaslAuthenticateAnswer, SaslHandshakeAnswer,
                                       api_name, message_class, registered_apis)
 from mafka4.protocol.session import AuthState, Session, SessionMachine
-from mafka4.transport.framed_connection import FramedConnection
+from mafka4.transport.framed_connection import FramedConnection, peer_of
 from mafka4.transport.stream_frames import Frame
 
 logger = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class ClientPortServer:
         self._handlers, self._name, self._node_id = dict(handlers), name, node_id
         self._exchange_factory, self._config = exchange_factory, config
         self._mechanisms = tuple(mechanisms) if exchange_factory is not None else ()
-        served = set(handlers) | ({ApiKey.API_VERSIONS} | (_SERVERS_OWN if exchange_factory is not None else set()))
+        served = {ApiKey.API_VERSIONS, *handlers, *(_SERVERS_OWN if exchange_factory is not None else ())}
         self._versions = ApiVersionsAnswer((PROTOCOL_VERSION,), tuple(sorted(int(api) for api in served)),
                                            self._mechanisms, node_id)
         self._server: asyncio.base_events.Server | None = None
@@ -117,10 +117,8 @@ class _Refused(asyncio.Protocol):
         self._name, self._connections_max = name, connections_max
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        address = transport.get_extra_info("peername")
-        peer = f"{address[0]}:{address[1]}" if isinstance(address, tuple) else address
-        logger.info("%s: closed a connection from %s: %d are open (connections_max)", self._name, peer,
-                    self._connections_max)
+        logger.info("%s: closed a connection from %s: %d are open (connections_max)", self._name,
+                    peer_of(transport), self._connections_max)
         transport.close()
 
 
@@ -191,7 +189,7 @@ class _ServedClient:
         try:
             envelope = decode_frame(frame)
             if envelope.kind is not Kind.REQUEST:
-                raise ProtocolError(f"a client sends requests; this frame is a {envelope.kind.value}")
+                raise ProtocolError(f"a client sends requests; this frame's kind is {envelope.kind.value!r}")
         except ProtocolError as error:
             self._bad_frame(frame, error)
             return

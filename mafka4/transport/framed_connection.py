@@ -19,6 +19,12 @@ from typing import Callable
 from mafka4.transport.stream_frames import BadFrame, Frame, FrameReader
 
 
+def peer_of(transport: asyncio.BaseTransport) -> str:
+    """``host:port`` of the other end of ``transport``, for messages and logs."""
+    address = transport.get_extra_info("peername")
+    return f"{address[0]}:{address[1]}" if isinstance(address, tuple) and len(address) >= 2 else str(address)
+
+
 class FramedConnection(asyncio.BufferedProtocol):
     """One TCP connection as frames: the socket is read into a ``FrameReader``, each frame it
     completes goes to ``on_frame``; ``write`` sends a frame's parts, ``drain`` waits while the
@@ -39,9 +45,7 @@ class FramedConnection(asyncio.BufferedProtocol):
         self._transport = transport
         self._writable = asyncio.Event()
         self._writable.set()
-        address = transport.get_extra_info("peername")
-        if isinstance(address, tuple) and len(address) >= 2:
-            self.peer = f"{address[0]}:{address[1]}"
+        self.peer = peer_of(transport)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.reader.get_buffer()

@@ -289,7 +289,7 @@ _ANSWER_BODY = {"versions": [1], "api_keys": [0], "mechanisms": [], "node_id": "
     (_framed(_envelope(v=7, id=12)), False, ("UnsupportedVersion", 12, "frame version 7, this mafka4 speaks 1")),
     (_framed(_envelope(id=13)[:-4]), False, None),  # a truncated body: its id cannot be read
     (_framed(_envelope(id=14, body={"client": 1})), False, ("ProtocolError", 14, r"ApiVersionsRequest\.client")),
-    (_framed(_envelope(id=15, kind="answer", body=_ANSWER_BODY)), False, ("ProtocolError", 15, "this frame is a answer")),
+    (_framed(_envelope(id=15, kind="answer", body=_ANSWER_BODY)), False, ("ProtocolError", 15, "this frame's kind is 'answer'")),
     (_request(ApiKey.API_VERSIONS, 2, ApiVersionsRequest("raw"))[:-3], True, None),  # a truncated frame, then EOF
     (struct.pack(">II", 1 << 20, 0), False, None),  # a frame above the unauthenticated bound
 ])
