@@ -22,7 +22,7 @@ from mafka4.errors import AuthenticationFailed, ProtocolError, RequestTimedOut, 
 from mafka4.limits import PROTOCOL_OPEN_TIMEOUT_S_DEFAULT, PROTOCOL_VERSION
 from mafka4.protocol.error_codes import raised_error
 from mafka4.protocol.frames import Envelope, decode_frame, encode_frame, frame_reader
-from mafka4.protocol.messages import (ApiKey, ApiVersionsRequest, Kind, SaslAuthenticateRequest, SaslHandshakeRequest,
+from mafka4.protocol.messages import (ApiVersionsRequest, Kind, SaslAuthenticateRequest, SaslHandshakeRequest,
                                       api_name, api_of)
 from mafka4.protocol.session import ANONYMOUS
 from mafka4.transport.framed_connection import FramedConnection

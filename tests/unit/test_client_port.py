@@ -20,8 +20,8 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from mafka4.errors import (AuthenticationFailed, MafkaError, NotAuthenticated, NotLeader, ProtocolError, RequestTimedOut,
-                           StreamLost, UnsupportedVersion)
+from mafka4.errors import (AuthenticationFailed, InvalidConfig, MafkaError, NotAuthenticated, NotLeader, ProtocolError,
+                           RequestTimedOut, StreamLost, UnsupportedVersion)
 from mafka4.limits import ClientPortConfig
 from mafka4.protocol.connection import ClientConnection
 from mafka4.protocol.error_codes import raised_error
@@ -389,3 +389,14 @@ def test_the_client_connection_imports_neither_ray_nor_etcd():
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
     assert output.strip() == "[]"
+
+
+@pytest.mark.parametrize("field, value, problem", [
+    ("requests_in_flight_max", 0, "requests_in_flight_max=0 must be at least 1"),
+    ("connections_max", True, "connections_max=True must be an integer"),
+    ("frame_bytes_max", 1000, "frame_bytes_max=1000 must be at least 65536"),
+    ("auth_timeout_s", 0, "auth_timeout_s=0 must be a number of seconds above 0"),
+])
+def test_the_port_s_bounds_are_checked_when_configured(field, value, problem):
+    with pytest.raises(InvalidConfig, match=problem):
+        ClientPortConfig(**{field: value})
