@@ -333,12 +333,6 @@ class InvalidNodeId(MafkaError):
 # --- security (mafka4.security) --------------------------------------------------------
 
 
-class AuthenticationFailed(MafkaError):
-    """A SCRAM exchange failed: a wrong password or an unknown user (told apart to nobody), a
-    message out of turn or malformed, or a server whose proof is wrong. Not retriable: the same
-    credential fails again."""
-
-
 class NotAuthorized(MafkaError):
     """No ACL allows the authenticated principal the operation on the resource, or one denies it;
     the message names the principal, the operation, the resource and the ``mafka4 acl`` fix."""
@@ -367,3 +361,28 @@ class MissingCredential(MafkaError):
     names the file and how to get one."""
 
     usage_error = True
+
+
+# --- client protocol (mafka4.protocol) ---------------------------------------------------
+
+
+class ProtocolError(MafkaError):
+    """A frame of the client protocol is not what the protocol allows (not msgpack, an unknown key
+    or API, a wrong type, beyond a bound); the message names what was wrong. The peer is not a
+    mafka4 client or server of this version, or is broken: the server answers it, then closes."""
+
+
+class UnsupportedVersion(ProtocolError):
+    """The peer speaks another version of the client protocol, or asks for an API this node does
+    not serve; use a client and a cluster of matching versions."""
+
+
+class NotAuthenticated(MafkaError):
+    """A request came before the connection authenticated (or a SASL step came out of turn):
+    open the connection with a credential (``ClientConnection.open(..., exchange)``)."""
+
+
+class AuthenticationFailed(MafkaError):
+    """The connection's authentication failed (wrong secret, unknown user, a mechanism the server
+    does not offer, or a server that could not prove it knows the credential); the server closes
+    the connection. Check the credential (``mafka4 user add``)."""

@@ -911,3 +911,63 @@ PASSWORD_CHARS_MIN = 8
 # watching; 'mafka4 acl add' beyond this is refused with InvalidConfig (remove rules, or use
 # prefixed rules, which cover many names each).
 ACL_RULES_MAX = 10_000
+
+
+# --- client protocol (mafka4.protocol) ---
+
+# The client protocol's version, in every frame's "v": a frame of another version is refused with
+# UnsupportedVersion (the API_VERSIONS answer lists the versions a node speaks).
+PROTOCOL_VERSION = 1
+# A whole client frame (its msgpack body and its out-of-band buffers): above every produce batch
+# and fetch bound; a peer announcing more is answered with nothing and dropped.
+PROTOCOL_FRAME_BYTES_MAX = 64 * MiB
+# A client frame's msgpack body (batches travel beside it, out of band). Decoding builds Python
+# objects of up to ~64x a body's bytes (an empty map is one byte and a dict), so this bounds the
+# memory one frame can take: a larger body is refused (ProtocolError) before it is decoded.
+PROTOCOL_BODY_BYTES_MAX = 4 * MiB
+# Until a connection has authenticated, its frames may only be API_VERSIONS and SASL steps, which
+# are small: a bigger frame is refused before its bytes are read, so an anonymous peer cannot make
+# the server hold PROTOCOL_FRAME_BYTES_MAX for it.
+PROTOCOL_UNAUTHENTICATED_FRAME_BYTES_MAX = 64 * KiB
+# Out-of-band buffers in one client frame; a frame with more is refused (a fetch answer carries one
+# buffer per partition or VP read).
+PROTOCOL_FRAME_BUFFERS_MAX = 4096
+# A str in a client message (names, mechanisms, error messages), in UTF-8 bytes; a longer one is
+# refused (ProtocolError naming the field).
+PROTOCOL_STR_BYTES_MAX = 64 * KiB
+# Inline bytes in a client message (SASL messages, keys); bulk data travels out of band as a
+# Buffer field instead. Longer is refused (ProtocolError naming the field).
+PROTOCOL_BIN_BYTES_MAX = 1 * MiB
+# Items of one tuple or dict field of a client message (topics of a metadata answer, partitions of
+# a fetch); more is refused (ProtocolError naming the field).
+PROTOCOL_ITEMS_MAX = 100_000
+# A client connection's bytes land in a staging buffer of this size (a part this large or larger
+# is read into its own bytearray); small, since a server holds one per client connection.
+PROTOCOL_STAGING_BYTES = 64 * KiB
+# ``ClientConnection.open`` gives up after this long (connect, versions, authentication) with a
+# retriable RequestTimedOut naming the address.
+PROTOCOL_OPEN_TIMEOUT_S_DEFAULT = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class ClientPortConfig:
+    """Bounds of a node's client port (``mafka4.protocol.server.ClientPortServer``)."""
+
+    # A frame announcing more than this is refused and its connection dropped.
+    frame_bytes_max: int = PROTOCOL_FRAME_BYTES_MAX
+    # Requests of one connection running at once; beyond it the server reads nothing more from that
+    # connection until one ends (back-pressure on the client, not an error).
+    requests_in_flight_max: int = 64
+    # Open client connections; a new one beyond it is closed at once (and logged).
+    connections_max: int = 4096
+    # A connection that has not authenticated this long after it opened is closed.
+    auth_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        _check_range(self, "frame_bytes_max", PROTOCOL_UNAUTHENTICATED_FRAME_BYTES_MAX, 1024 * MiB)
+        _check_range(self, "requests_in_flight_max", 1, 1_000_000)
+        _check_range(self, "connections_max", 1, 1_000_000)
+        if isinstance(self.auth_timeout_s, bool) or not isinstance(self.auth_timeout_s, (int, float)) \
+                or not 0 < self.auth_timeout_s <= 3600:
+            raise InvalidConfig(f"auth_timeout_s={self.auth_timeout_s!r} must be a number of seconds above 0 "
+                                f"and at most 3600")

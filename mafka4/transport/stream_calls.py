@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from mafka4.errors import MafkaError, StreamLost
-from mafka4.transport.stream_frames import BadFrame, Frame, FrameReader, FrameTooLarge, encode, encode_raw
+from mafka4.transport.framed_connection import FramedConnection
+from mafka4.transport.stream_frames import Frame, FrameTooLarge, encode, encode_raw
 
 logger = logging.getLogger(__name__)
 
@@ -64,76 +65,6 @@ def _answer_parts(call_id: int, raised: bool, value: object) -> list[bytes | mem
         failure = MafkaError(f"the answer to a stream call could not be sent ({type(error).__name__}: {error}); "
                              f"it was {type(value).__name__}: {value!r:.200}")
         return encode((call_id, True, failure))
-
-
-class _FramedConnection(asyncio.BufferedProtocol):
-    """One TCP connection as frames: the socket is read into a ``FrameReader``, each frame it
-    completes goes to ``on_frame``; ``write`` sends a frame's parts, ``drain`` waits while the
-    transport holds more than its high-water mark. ``on_lost(reason)`` runs once, when the
-    connection ends for any reason (a frame beyond the bounds closes it)."""
-
-    def __init__(self, on_frame: Callable[[Frame], None], on_lost: Callable[[str], None]):
-        self._on_frame, self._on_lost = on_frame, on_lost
-        self._reader = FrameReader()
-        self._transport: asyncio.Transport | None = None
-        self._writable: asyncio.Event | None = None
-        self.lost: str | None = None
-
-    def connection_made(self, transport: asyncio.Transport) -> None:
-        self._transport = transport
-        self._writable = asyncio.Event()
-        self._writable.set()
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self._reader.get_buffer()
-
-    def buffer_updated(self, nbytes: int) -> None:
-        try:
-            frames = self._reader.buffer_updated(nbytes)
-        except BadFrame as error:
-            self.close(str(error))
-            return
-        for frame in frames:
-            if self.lost is not None:
-                return
-            self._on_frame(frame)
-
-    def eof_received(self) -> bool:
-        return False  # the peer is done: close our side too
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._ended("the peer closed the connection" if exc is None else f"{type(exc).__name__}: {exc}")
-
-    def pause_writing(self) -> None:
-        self._writable.clear()
-
-    def resume_writing(self) -> None:
-        self._writable.set()
-
-    def write(self, parts: list[bytes | memoryview]) -> None:
-        """Write one frame's parts, with no await between them: no other frame can come in between."""
-        if self.lost is not None:
-            raise ConnectionResetError(self.lost)
-        for part in parts:
-            self._transport.write(part)
-
-    async def drain(self) -> None:
-        await self._writable.wait()
-        if self.lost is not None:
-            raise ConnectionResetError(self.lost)
-
-    def close(self, reason: str) -> None:
-        if self._transport is not None:
-            self._transport.close()
-        self._ended(reason)
-
-    def _ended(self, reason: str) -> None:
-        if self.lost is not None:
-            return
-        self.lost = reason
-        if self._writable is not None:
-            self._writable.set()  # a drain waiting wakes, and raises
-        self._on_lost(reason)
 
 
 class StreamServer:
@@ -170,7 +101,7 @@ class _ServedConnection:
     def __init__(self, server: StreamServer):
         self._server = server
         self._trusted = False
-        self._protocol = _FramedConnection(self._on_frame, self._on_lost)
+        self._protocol = FramedConnection(self._on_frame, self._on_lost)
         server._connections.add(self)
 
     def close(self) -> None:
@@ -227,7 +158,7 @@ class _Connection:
         self._name = name
         self._pending: dict[int, asyncio.Future] = {}
         self._next_id = 0
-        self.protocol = _FramedConnection(self._on_frame, self._on_lost)
+        self.protocol = FramedConnection(self._on_frame, self._on_lost)
 
     @property
     def broken(self) -> bool:

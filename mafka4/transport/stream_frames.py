@@ -34,6 +34,7 @@ import io
 import pickle
 import struct
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mafka4.limits import (STREAM_FRAME_BUFFERS_MAX, STREAM_FRAME_BYTES_MAX, STREAM_OUT_OF_BAND_BYTES_MIN,
@@ -98,20 +99,29 @@ def encode(obj: object) -> list[bytes | memoryview]:
     file = io.BytesIO()
     pickler = _Pickler(file)
     pickler.dump(obj)
-    return _parts(file.getvalue(), pickler.buffers)
+    return encode_parts(file.getvalue(), pickler.buffers)
 
 
 def encode_raw(body: bytes) -> list[bytes | memoryview]:
     """A frame whose body is ``body`` itself (a connection's first frame: the token)."""
-    return _parts(body, [])
+    return encode_parts(body, [])
 
 
-def _parts(body: bytes, buffers: list[bytes | bytearray]) -> list[bytes | memoryview]:
+def encode_parts(body: bytes, buffers: Sequence[bytes | bytearray | memoryview], frame_bytes_max: int | None = None,
+                 buffers_max: int | None = None) -> list[bytes | memoryview]:
+    """The frame of ``body`` (bytes its reader decodes however it likes) and ``buffers`` (each of
+    whose ``len`` is its size in bytes), as parts to write in order. ``FrameTooLarge`` above
+    ``frame_bytes_max`` bytes in all or ``buffers_max`` buffers (by default the stream calls' bounds)."""
+    named = frame_bytes_max is None
+    frame_bytes_max = STREAM_FRAME_BYTES_MAX if named else frame_bytes_max
+    buffers_max = STREAM_FRAME_BUFFERS_MAX if buffers_max is None else buffers_max
     total = _HEAD.size + _LENGTH.size * len(buffers) + len(body) + sum(map(len, buffers))
-    if total > STREAM_FRAME_BYTES_MAX:
-        raise FrameTooLarge(f"a stream frame of {total} bytes exceeds STREAM_FRAME_BYTES_MAX "
-                            f"({STREAM_FRAME_BYTES_MAX}); fetch or batch bounds this large are not supported")
-    assert len(buffers) <= STREAM_FRAME_BUFFERS_MAX, "each is at least STREAM_OUT_OF_BAND_BYTES_MIN"
+    if total > frame_bytes_max:
+        bound = f"STREAM_FRAME_BYTES_MAX ({frame_bytes_max})" if named else f"its bound of {frame_bytes_max}"
+        raise FrameTooLarge(f"a stream frame of {total} bytes exceeds {bound}; fetch or batch bounds this large "
+                            f"are not supported")
+    if len(buffers) > buffers_max:
+        raise FrameTooLarge(f"a stream frame of {len(buffers)} buffers exceeds its bound of {buffers_max}")
     lengths = b"".join(_LENGTH.pack(len(buffer)) for buffer in buffers)
     parts: list[bytes | memoryview] = []
     joined = [_HEAD.pack(len(body), len(buffers)), lengths, body]
@@ -132,13 +142,20 @@ class FrameReader:
     The caller reads the socket into ``get_buffer()`` and tells ``buffer_updated(n)`` how many
     bytes it put there, which returns the frames those bytes completed. A frame is read as a
     head, then its parts in turn (the lengths, the body, each buffer). Heads and small parts are
-    taken out of a staging buffer; a part of ``STREAM_STAGING_BYTES`` or more is read straight into its
+    taken out of a staging buffer; a part of its size (``STREAM_STAGING_BYTES`` by default) or more is read straight into its
     own bytearray (after the piece of it the staging buffer already held). ``BadFrame`` when the
     bytes announce a frame beyond the bounds; the reader is unusable after it.
+
+    The bounds default to the stream calls'; another protocol over the same framing passes its
+    own. ``frame_bytes_max`` and ``buffers_max`` may be changed between frames (a server raises
+    them once its peer has authenticated): a frame is held to the bounds its head was read under.
     """
 
-    def __init__(self) -> None:
-        self._staging = bytearray(STREAM_STAGING_BYTES)
+    def __init__(self, frame_bytes_max: int | None = None, buffers_max: int | None = None,
+                 staging_bytes: int | None = None) -> None:
+        self.frame_bytes_max = STREAM_FRAME_BYTES_MAX if frame_bytes_max is None else frame_bytes_max
+        self.buffers_max = STREAM_FRAME_BUFFERS_MAX if buffers_max is None else buffers_max
+        self._staging = bytearray(STREAM_STAGING_BYTES if staging_bytes is None else staging_bytes)
         self._start = 0  # staging[_start:_end] is received and not yet taken
         self._end = 0
         self._direct: bytearray | None = None  # the large part being read straight into, if any
@@ -185,10 +202,10 @@ class FrameReader:
                 return False
             body_bytes, count = _HEAD.unpack_from(self._staging, self._start)
             self._start += _HEAD.size
-            if count > STREAM_FRAME_BUFFERS_MAX or body_bytes > STREAM_FRAME_BYTES_MAX:
+            if count > self.buffers_max or body_bytes > self.frame_bytes_max:
                 raise BadFrame(f"the peer announced a frame of {body_bytes} bytes of body and {count} buffers, "
-                               f"above STREAM_FRAME_BYTES_MAX ({STREAM_FRAME_BYTES_MAX}) or STREAM_FRAME_BUFFERS_MAX "
-                               f"({STREAM_FRAME_BUFFERS_MAX}): not a mafka4 stream, or a corrupt one")
+                               f"above the bounds ({self.frame_bytes_max} bytes, {self.buffers_max} buffers): "
+                               f"not a mafka4 stream, or a corrupt one")
             self._sizes, self._body_bytes = deque((_LENGTH.size * count,)), body_bytes
             self._reading_lengths = True
             return True
@@ -198,7 +215,7 @@ class FrameReader:
             self._start += size
             self._part_done(part, frames)
             return True
-        if size >= STREAM_STAGING_BYTES:
+        if size >= len(self._staging):
             self._direct = bytearray(size)
             self._direct[:held] = memoryview(self._staging)[self._start:self._end]
             self._direct_filled = held
@@ -212,9 +229,9 @@ class FrameReader:
             self._reading_lengths = False
             lengths = struct.unpack(f">{len(part) // _LENGTH.size}I", part)
             total = _HEAD.size + len(part) + self._body_bytes + sum(lengths)
-            if total > STREAM_FRAME_BYTES_MAX:
-                raise BadFrame(f"the peer announced a stream frame of {total} bytes, above STREAM_FRAME_BYTES_MAX "
-                               f"({STREAM_FRAME_BYTES_MAX}): not a mafka4 stream, or a corrupt one")
+            if total > self.frame_bytes_max:
+                raise BadFrame(f"the peer announced a stream frame of {total} bytes, above its bound of "
+                               f"{self.frame_bytes_max}: not a mafka4 stream, or a corrupt one")
             self._sizes.extend((self._body_bytes, *lengths))
             return
         self._parts.append(part)

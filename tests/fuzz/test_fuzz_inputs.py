@@ -28,7 +28,8 @@ EXAMPLES = int(os.environ.get("MAFKA4_FUZZ_EXAMPLES", "40"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 CONFIGS = (limits.LogConfig, limits.ReplicaConfig, limits.TopicConfig, limits.ProducerConfig, limits.ConsumerConfig,
-           limits.ClusterConfig, limits.ControllerConfig, limits.FeederConfig, RisrConfig, VirtualConfig)
+           limits.ClusterConfig, limits.ControllerConfig, limits.FeederConfig, RisrConfig, VirtualConfig,
+           limits.ClientPortConfig)
 
 anything = st.one_of(
     st.none(), st.booleans(), st.integers(), st.integers(-3, 2**20), st.floats(allow_nan=True), st.text(max_size=12),

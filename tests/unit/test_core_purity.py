@@ -56,6 +56,11 @@ CORES = (
     "mafka4.security.principals",
     "mafka4.security.scram",
     "mafka4.security.acl",
+    # the client protocol: frames, typed messages, error codes, a connection's session rules
+    "mafka4.protocol.frames",
+    "mafka4.protocol.messages",
+    "mafka4.protocol.error_codes",
+    "mafka4.protocol.session",
     # the soak's slopes of a chaos run's samples
     "simulations.chaos.resource_trend",
 )
