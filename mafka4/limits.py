@@ -806,6 +806,12 @@ LIST_OFFSETS_TIMEOUT_S = 30
 # A producer's or consumer's routing tries to set its metadata watch up again at most this often
 # while etcd is away, so a client does not hammer an etcd that is restarting.
 METADATA_REWATCH_BACKOFF_S = 1.0
+# A node's watched metadata view (frontend.cluster_view) tries to read and watch again this often
+# while etcd is away; meanwhile it answers clients from the view it had.
+# The TCP port a read node of a Ray-launched cluster serves clients on (``mafka4.runtime.node
+# --client-port``); a local cluster gives each of its read nodes a free port of its own, since
+# they share one address. Taken by another process, the read node cannot serve clients and says so.
+CLIENT_PORT_DEFAULT = 9192
 # While a parent VP read to its end waits to be sealed, a VirtualConsumer looks at etcd this often:
 # the parent's leader node records the seal once the parent is complete, so the wait is short.
 RESHARD_CHECK_INTERVAL_S = 0.1

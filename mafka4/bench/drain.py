@@ -43,7 +43,6 @@ from itertools import groupby
 from operator import attrgetter
 from typing import Iterable, Mapping, Sequence
 
-import numpy as np
 
 from mafka4.bench.drain_terms import (ACK_CADENCES_DEFAULT, BACKLOG_MESSAGES_DEFAULT, AckCadence, check_backlog,
                                       check_consumer_counts, check_count, parse_cadences)
@@ -388,6 +387,8 @@ class Failed:
 
 def messages_read(ranges: Mapping[int, OffsetRange], seen: Iterable[Mapping[int, bytes]]) -> int:
     """Backlog offsets given to at least one member."""
+    import numpy as np  # here, not at the top: every mafka4 command imports this module for its settings
+
     union = {partition: np.zeros(offsets.count, dtype=bool) for partition, offsets in ranges.items()}
     for member_seen in seen:
         for partition, flags in member_seen.items():

@@ -11,7 +11,6 @@ import math
 from fractions import Fraction
 from typing import Iterable, Sequence
 
-import numpy as np
 
 PERCENTILES = {"p50": "50", "p99": "99", "p99.9": "99.9"}
 
@@ -28,7 +27,9 @@ def nearest_rank_value(values: Sequence[float], percentile: str) -> float:
     return ordered[nearest_rank_index(percentile, len(ordered))]
 
 
-def percentiles_ms(samples_ns: Iterable[int] | np.ndarray) -> dict[str, float]:
+def percentiles_ms(samples_ns: Iterable[int] | "np.ndarray") -> dict[str, float]:
+    import numpy as np  # here, not at the top: every mafka4 command imports this module (bench settings)
+
     values = np.sort(np.asarray(samples_ns, dtype=np.int64))
     if values.size == 0:
         return {name: float("nan") for name in PERCENTILES}

@@ -32,12 +32,6 @@ import sys
 import typing
 from dataclasses import Field, dataclass, fields
 
-from mafka4.bench.density import VpDensityBenchSettings
-from mafka4.bench.drain import ConsumeBenchSettings
-from mafka4.bench.produce_settings import ProduceBenchSettings
-from mafka4.bench.rebalance import RebalanceBenchSettings
-from mafka4.bench.stream_transfer import StreamBenchSettings
-from mafka4.bench.vp_join import VpJoinBenchSettings
 from mafka4.cli import plugins
 
 
@@ -63,30 +57,43 @@ class Bench:
         return f"results/bench_{self.name.replace('-', '_')}.json"
 
 
-BENCHES = (
-    Bench("produce", "producer throughput and latency vs a bare Ray actor and a bare stream (a ratio above 1: that "
-                     "bare run is no ceiling)", ProduceBenchSettings, "mafka4.bench.produce:run_produce_bench"),
-    Bench("rebalance", "consumer stall while a member joins a group (Mafka3 eager rebalance)", RebalanceBenchSettings,
-          "mafka4.bench.rebalance:run_rebalance_bench"),
-    Bench("vp-join", "consumer stall while a member joins a mafka4-mode group (VP split), next to the Mafka3 eager "
-                     "rebalance", VpJoinBenchSettings, "mafka4.bench.vp_join:run_vp_join_bench"),
-    Bench("vp-density", "RSS and idle CPU of the read nodes per hosted virtual partition, next to one bare idle Ray "
-                        "actor", VpDensityBenchSettings, "mafka4.bench.vp_density:run_vp_density_bench"),
-    Bench("consume", "one group of consumer processes drains a backlog, per read mode, commit cadence and consumer "
-                     "count: msgs/s, MB/s, fetch latency, and CPU per message (the members', the machine's)",
-          ConsumeBenchSettings,
-          "mafka4.bench.consume:run_consume_bench", render="mafka4.bench.drain:table"),
-    Bench("stream", "what a stream call carrying a consumer's fetch answer costs in CPU per MiB, on the caller's and "
-                    "the server's side (and, with --decode, the caller's decoding per message). No cluster",
-          StreamBenchSettings, "mafka4.bench.stream_transfer:run_stream_bench"),
-)
+def builtin_benches() -> tuple[Bench, ...]:
+    """The operator's benches. Their settings classes are imported here, not with this module: a
+    command line that runs no bench (``mafka4 topic list``) does not pay for their imports."""
+    from mafka4.bench.density import VpDensityBenchSettings
+    from mafka4.bench.drain import ConsumeBenchSettings
+    from mafka4.bench.produce_settings import ProduceBenchSettings
+    from mafka4.bench.rebalance import RebalanceBenchSettings
+    from mafka4.bench.stream_transfer import StreamBenchSettings
+    from mafka4.bench.vp_join import VpJoinBenchSettings
+
+    return (
+        Bench("produce", "producer throughput and latency vs a bare Ray actor and a bare stream (a ratio above 1: that "
+                         "bare run is no ceiling)", ProduceBenchSettings, "mafka4.bench.produce:run_produce_bench"),
+        Bench("rebalance", "consumer stall while a member joins a group (Mafka3 eager rebalance)", RebalanceBenchSettings,
+              "mafka4.bench.rebalance:run_rebalance_bench"),
+        Bench("vp-join", "consumer stall while a member joins a mafka4-mode group (VP split), next to the Mafka3 eager "
+                         "rebalance", VpJoinBenchSettings, "mafka4.bench.vp_join:run_vp_join_bench"),
+        Bench("vp-density", "RSS and idle CPU of the read nodes per hosted virtual partition, next to one bare idle Ray "
+                            "actor", VpDensityBenchSettings, "mafka4.bench.vp_density:run_vp_density_bench"),
+        Bench("consume", "one group of consumer processes drains a backlog, per read mode, commit cadence and consumer "
+                         "count: msgs/s, MB/s, fetch latency, and CPU per message (the members', the machine's)",
+              ConsumeBenchSettings,
+              "mafka4.bench.consume:run_consume_bench", render="mafka4.bench.drain:table"),
+        Bench("stream", "what a stream call carrying a consumer's fetch answer costs in CPU per MiB, on the caller's and "
+                        "the server's side (and, with --decode, the caller's decoding per message). No cluster",
+              StreamBenchSettings, "mafka4.bench.stream_transfer:run_stream_bench"),
+    )
 
 
-def add_commands(commands, with_plugins: bool = True) -> None:
-    """``mafka4 bench`` with ``BENCHES``, and with ``with_plugins`` the benches of other packages too."""
+def add_commands(commands, with_benches: bool = True, with_plugins: bool = True) -> None:
+    """``mafka4 bench``, with ``with_benches`` the operator's benches, and with ``with_plugins`` the
+    benches of other packages too (a command line that runs no bench needs neither)."""
     bench_parser = commands.add_parser("bench", help="benchmarks")
     benches = bench_parser.add_subparsers(dest="bench_command", required=True, metavar="WHAT")
-    for bench in BENCHES:
+    if not with_benches:
+        return
+    for bench in builtin_benches():
         _add_bench(benches, bench)
     if with_plugins:
         plugins.add_benches(benches.choices, lambda name, bench: _add_bench(benches, _checked(name, bench)))

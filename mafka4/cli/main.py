@@ -20,13 +20,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     The commands and benches of other packages (``plugins``) are loaded unless ``command`` names a
     built-in command that cannot run them: a built-in command never imports them, while the help
-    and an unknown word list them all, and ``mafka4 bench`` loads the benches but no command.
+    and an unknown word list them all, and ``mafka4 bench`` loads the benches but no command. The
+    operator's benches are left out likewise for any other built-in command.
     """
     parser = argparse.ArgumentParser(prog="mafka4", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in (cluster, topics, clients, groups):
         group.add_commands(commands)
-    bench.add_commands(commands, with_plugins=command not in commands.choices)
+    bench.add_commands(commands, with_benches=command not in commands.choices or command == "bench",
+                       with_plugins=command not in commands.choices)
     if command not in commands.choices:
         plugins.add_commands(commands)
     return parser

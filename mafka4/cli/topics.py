@@ -76,7 +76,10 @@ def _cmd_topic_create(args: argparse.Namespace) -> int:
 
 
 def _cmd_topic_list(args: argparse.Namespace) -> int:
-    for name in _admin().list_topics():
+    # A client of the cluster's client port: no Ray, no etcd (client.cluster_metadata).
+    from mafka4.client.cluster_metadata import list_topics
+
+    for name in list_topics():
         print(name)
     return 0
 

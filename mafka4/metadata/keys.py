@@ -238,6 +238,17 @@ def topic_name_of(cluster: str, key: str) -> str | None:
     return None if "/" in rest else rest
 
 
+def parse_physical_partition(cluster: str, key: str) -> tuple[str, int] | None:
+    """(topic, partition) if ``key`` is a physical partition's state key, else None."""
+    prefix = topics_prefix(cluster)
+    if not key.startswith(prefix):
+        return None
+    parts = key[len(prefix):].split("/")
+    if len(parts) != 3 or parts[1] != "physical" or not parts[2].isdigit() or not parts[0]:
+        return None
+    return parts[0], int(parts[2])
+
+
 def controller(cluster: str) -> str:
     return f"{ROOT}/{cluster}/controller"
 
@@ -336,3 +347,8 @@ def acl(cluster: str, rule_id: str) -> str:
 def user_name_of(cluster: str, key: str) -> str | None:
     """The user name of a user's credential key, else None."""
     return _child_of(users_prefix(cluster), key)
+
+
+def acl_id_of(cluster: str, key: str) -> str | None:
+    """The rule id of an ACL rule's key, else None."""
+    return _child_of(acls_prefix(cluster), key)

@@ -46,6 +46,7 @@ class ApiKey(enum.IntEnum):
     API_VERSIONS = 0
     SASL_HANDSHAKE = 1
     SASL_AUTHENTICATE = 2
+    METADATA = 3  # protocol.metadata_api
 
 
 class Kind(enum.Enum):

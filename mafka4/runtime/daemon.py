@@ -4,10 +4,13 @@
 
 Start order: etcd (one member in ``<home>/etcd``, or three in ``<home>/etcd-0..2``, see
 ``mafka4.runtime.etcd_server``; every etcd client is given all members), the Ray cluster, the
-cluster config key, one lease-bound registration per simulated node, the controller (a child
+cluster config key, the admin's credential (``<home>/credentials``, mode 0600, and its user in
+etcd: ``mafka4.security.admin_credential``), one lease-bound registration per simulated node
+(a read node's names a free loopback port for its client port), the controller (a child
 process, ``mafka4.runtime.controller_process``, logging to ``<home>/controller.log``),
 which starts one ``ReadNode`` actor per read node (the daemon waits for their liveness keys),
-then ``<home>/cluster.json`` with ``ready=True``. Until SIGTERM/SIGINT it refreshes every
+then ``<home>/cluster.json`` with ``ready=True`` and the read nodes' client addresses
+(``bootstrap``, where clients start). Until SIGTERM/SIGINT it refreshes every
 registration each ``node_lease_ttl_s / 3`` seconds and starts the controller again if it
 exited. Stop order is the reverse: stop the controller, revoke the leases, stop Ray, stop
 every etcd member, remove cluster.json, exit 0. A signal during startup stops whatever was
@@ -30,11 +33,14 @@ from mafka4.limits import (CONTROLLER_STOP_TIMEOUT_S, LEASE_REFRESHES_PER_TTL, R
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
 from mafka4.runtime.environment import apply_ray_environment, ray_temp_dir
+from mafka4.runtime.ports import LOOPBACK, free_loopback_port
 from mafka4.runtime.ray_cluster import NodeRole, node_ids
 from mafka4.runtime.registration import (
     NodeRegistration, StopRequested, install_stop_handlers, keep_registered, open_registration_store,
 )
 from mafka4.runtime.state import CLUSTER_NAME_DEFAULT, ClusterState, remove_state, save_state
+from mafka4.security.admin_credential import ensure_admin_credential
+from mafka4.security.user_store import UserStore
 
 LOG_FILE_NAME = "daemon.log"
 CONTROLLER_LOG_FILE_NAME = "controller.log"
@@ -106,8 +112,14 @@ def run(home: Path, config: ClusterConfig, cluster: str) -> None:
         store.put(keys.cluster_config(cluster), {
             "data_root": str(data_root), "write_nodes": write_nodes, "read_nodes": read_nodes,
         })
-        for role, ids in ((NodeRole.WRITE, write_nodes), (NodeRole.READ, read_nodes)):
-            registrations += [NodeRegistration(store, cluster, i, role, config.node_lease_ttl_s) for i in ids]
+        credential = ensure_admin_credential(home, UserStore(store, cluster))
+        log.info("admin credential in %s", credential)
+        # Each read node serves clients on a port of its own, the same one after a restart, so
+        # that the addresses recorded for clients to start from stay true.
+        client_ports = {node_id: free_loopback_port() for node_id in read_nodes}
+        registrations += [NodeRegistration(store, cluster, i, NodeRole.WRITE, config.node_lease_ttl_s) for i in write_nodes]
+        registrations += [NodeRegistration(store, cluster, i, NodeRole.READ, config.node_lease_ttl_s, client_ports[i])
+                          for i in read_nodes]
         for registration in registrations:
             registration.keep_alive()
         controller = ControllerProcess(home, endpoint, ray.address, cluster, config.controller_settings)
@@ -117,6 +129,7 @@ def run(home: Path, config: ClusterConfig, cluster: str) -> None:
             cluster=cluster, home=str(home), etcd_endpoint=endpoint, etcd_pid=members[0].pid, etcd_members=members,
             ray_address=ray.address, daemon_pid=os.getpid(), ray_temp_dir=ray.temp_dir,
             write_nodes=tuple(write_nodes), read_nodes=tuple(read_nodes), data_root=str(data_root), ready=True,
+            bootstrap=tuple(f"{LOOPBACK}:{client_ports[node_id]}" for node_id in read_nodes),
         ))
         log.info("cluster %r ready: write nodes %s, read nodes %s", cluster, write_nodes, read_nodes)
         refresh_period_s = config.node_lease_ttl_s / LEASE_REFRESHES_PER_TTL

@@ -19,7 +19,9 @@ With ``--role`` and ``--node-id`` (a node agent) it
    and not at the first topic;
 3. registers the node under its own lease and refreshes it every ``node_lease_ttl_s / 3``
    seconds (``mafka4.runtime.registration``). etcd outages, including one at start, are
-   waited out: the registration is written again, under a new lease, once etcd answers;
+   waited out: the registration is written again, under a new lease, once etcd answers. A
+   read node's registration names the port its ``ReadNode`` actor serves clients on
+   (``--client-port``);
 4. on SIGTERM/SIGINT revokes its lease, so the node leaves placement at once, and exits 0.
 
 Without ``--role`` and ``--node-id`` it does step 1 only and exits: 0 once the key holds a
@@ -45,8 +47,8 @@ from pathlib import Path
 from typing import Callable
 
 from mafka4.errors import CoordinatorUnavailable, InvalidConfig, InvalidNodeId, MafkaError
-from mafka4.limits import (LEASE_REFRESHES_PER_TTL, NODE_CONFIG_RETRY_INTERVAL_S, NODE_CONFIG_WAIT_S_DEFAULT,
-                           ClusterConfig)
+from mafka4.limits import (CLIENT_PORT_DEFAULT, LEASE_REFRESHES_PER_TTL, NODE_CONFIG_RETRY_INTERVAL_S,
+                           NODE_CONFIG_WAIT_S_DEFAULT, ClusterConfig)
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
 from mafka4.runtime.environment import mafka4_home
@@ -144,7 +146,8 @@ def create_data_root(data_root: str) -> None:
         )
 
 
-def run_agent(etcd_endpoint: str, cluster: str, role: NodeRole, node_id: str, data_dir: str, lease_ttl_s: int) -> None:
+def run_agent(etcd_endpoint: str, cluster: str, role: NodeRole, node_id: str, data_dir: str, lease_ttl_s: int,
+              client_port: int = 0) -> None:
     """Steps 1-3 of the module docstring; returns only by an exception (StopRequested on a signal).
 
     Whatever way it leaves, the lease is revoked (if etcd answers) and the client closed.
@@ -153,7 +156,7 @@ def run_agent(etcd_endpoint: str, cluster: str, role: NodeRole, node_id: str, da
         return open_registration_store(etcd_endpoint, lease_ttl_s)
 
     data_root, store = ensure_cluster_config(open_store, cluster, data_dir, wait_s=None)
-    registration = NodeRegistration(store, cluster, node_id, role, lease_ttl_s)
+    registration = NodeRegistration(store, cluster, node_id, role, lease_ttl_s, client_port)
     try:
         create_data_root(data_root)
         if refresh_registrations([registration], open_store):
@@ -182,6 +185,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--data-dir", type=Path, default=mafka4_home() / "data",
                         help="data root to record if the cluster has none yet (default %(default)s)")
     parser.add_argument("--node-lease-ttl-s", type=int, default=ClusterConfig().node_lease_ttl_s)
+    parser.add_argument("--client-port", type=int, default=CLIENT_PORT_DEFAULT,
+                        help="read nodes: the TCP port the node serves clients on; 0 for any free port "
+                             "(default %(default)s)")
     parser.add_argument("--wait-s", type=float, default=NODE_CONFIG_WAIT_S_DEFAULT,
                         help="config only: how long to wait for etcd (default %(default)s)")
     return parser
@@ -196,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.node_id is not None:
             validate_node_id(args.node_id)
         ClusterConfig(node_lease_ttl_s=args.node_lease_ttl_s)
+        if args.client_port not in range(0, 65536):
+            raise InvalidConfig(f"--client-port {args.client_port} is not a TCP port: give 1-65535, or 0 for any")
     except MafkaError as error:
         parser.error(error.message)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
@@ -208,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
             store.close()
             return 0
         install_stop_handlers()
-        run_agent(args.etcd, args.cluster, NodeRole(args.role), args.node_id, data_dir, args.node_lease_ttl_s)
+        run_agent(args.etcd, args.cluster, NodeRole(args.role), args.node_id, data_dir, args.node_lease_ttl_s,
+                  args.client_port)
     except StopRequested as stop:
         log.info("stopped by %s", stop)
         return 0

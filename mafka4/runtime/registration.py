@@ -43,9 +43,12 @@ def open_registration_store(etcd_endpoint: str, lease_ttl_s: int) -> MetadataSto
 class NodeRegistration:
     """One node's key ``keys.node(cluster, node_id)``, bound to its own lease."""
 
-    def __init__(self, store: MetadataStore, cluster: str, node_id: str, role: NodeRole, lease_ttl_s: int):
+    def __init__(self, store: MetadataStore, cluster: str, node_id: str, role: NodeRole, lease_ttl_s: int,
+                 client_port: int = 0):
         self.key = keys.node(cluster, node_id)
         self.value = {"node_id": node_id, "role": NodeRole(role).value, "resource": node_resource(node_id)}
+        if client_port:  # where the node serves clients; 0: any port its server gets
+            self.value["client_port"] = client_port
         self.lease_ttl_s = lease_ttl_s
         self.rebind(store)
 

@@ -35,6 +35,8 @@ class ClusterState:
     data_root: str = ""  # default: <home>/data
     ready: bool = False
     version: int = field(default=STATE_FORMAT_VERSION)
+    # The read nodes' client addresses, "127.0.0.1:<port>", where a client starts (mafka4.client.bootstrap).
+    bootstrap: tuple[str, ...] = ()
     # Every etcd member, in the order of etcd_endpoint. A record written before members were
     # recorded names one etcd: it is read as a lone member in <home>/etcd.
     etcd_members: tuple[EtcdServer, ...] = ()
@@ -43,6 +45,7 @@ class ClusterState:
         # JSON has no tuples: normalise so a loaded state equals the saved one.
         object.__setattr__(self, "write_nodes", tuple(self.write_nodes))
         object.__setattr__(self, "read_nodes", tuple(self.read_nodes))
+        object.__setattr__(self, "bootstrap", tuple(self.bootstrap))
         if not self.data_root:
             object.__setattr__(self, "data_root", str(Path(self.home) / "data"))
         members = tuple(m if isinstance(m, EtcdServer) else EtcdServer(**m) for m in self.etcd_members)

@@ -64,6 +64,7 @@ from mafka4.long_poll import ChangeSignal
 from mafka4.partition_gate import NetworkFault
 from mafka4.risr.state import RisrConfig
 from mafka4.stage_trace import StageTrace
+from mafka4.frontend.node_port import NodePort
 from mafka4.transport.stream_calls import StreamEndpoint, StreamServer
 from mafka4.virtual import consumer_reads
 from mafka4.virtual.consumer_reads import ConsumerAnswer, ConsumerRead
@@ -132,6 +133,8 @@ class ReadNode:
         # Consumers' and following nodes' fetches come over this (``stream_endpoint``): their
         # answers carry batches.
         self._stream_server = StreamServer(self, frozenset({"fetch", "replica_fetch"}), f"read node {spec.node_id}")
+        # Clients' requests come to this port, in the client protocol (``frontend.node_port``).
+        self._client_port = NodePort(spec.etcd_endpoint, spec.cluster, spec.node_id)
         freeze_what_start_up_left()  # Ray's objects stay out of the collections the data path causes
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -139,10 +142,29 @@ class ReadNode:
     async def start(self) -> dict:
         """Register the liveness key and start the periodic work (idempotent)."""
         if not self._records.started:
-            await self._records.start(self._feed_positions)  # the liveness key exists now (unless etcd is away)
+            client_address = await self._serve_clients()
+            # The liveness key, naming the client address, exists now (unless etcd is away).
+            await self._records.start(self._feed_positions, client_address)
             loop = asyncio.get_running_loop()
             self._tasks = [loop.create_task(self._housekeeping()), loop.create_task(self._leader_ticks())]
         return {"node_id": self._spec.node_id, "pid": os.getpid()}
+
+    async def _serve_clients(self) -> str:
+        """Start the client port on the port the node's registration names; its address."""
+        port = await asyncio.to_thread(self._records.registered_client_port)
+        await asyncio.to_thread(self._client_port.start_view)
+        host = ray.util.get_node_ip_address()
+        try:
+            return await self._client_port.start(host, port)
+        except OSError as error:
+            logger.error("read node %s cannot serve clients on %s:%d (%s); serving them on another port, which "
+                         "clients learn from any node's metadata but not from a bootstrap list naming %d",
+                         self._spec.node_id, host, port, error, port)
+            return await self._client_port.start(host, 0)
+
+    async def client_port_counters(self) -> dict[str, int]:
+        """The client port's counters: connections, requests, refusals, bad frames, ..."""
+        return self._client_port.counters
 
     async def ping(self) -> str:
         return self._spec.node_id
@@ -156,6 +178,7 @@ class ReadNode:
         """Stop every stream, close every log (deleting them if asked) and revoke the liveness lease."""
         self._closed = True
         self._stream_server.close()
+        self._client_port.close()
         for task in self._tasks + list(self._sealing.values()):
             task.cancel()
         for topic in list(self._topics.values()):

@@ -72,14 +72,26 @@ class ReadNodeRecords:
     def started(self) -> bool:
         return self._liveness is not None
 
-    async def start(self, positions: Callable[[], dict[FeedKey, int]]) -> None:
-        """Write the liveness key (unless etcd is away: then the lease task writes it as soon as it
-        answers) and keep it; report ``positions()`` from now on."""
+    def registered_client_port(self) -> int:
+        """The port the node's registration names for its client port; 0 (any) if it names none or
+        etcd does not answer (blocks on etcd)."""
+        try:
+            registration = self.store().get(keys.node(self._cluster, self._node_id))
+        except CoordinatorUnavailable as error:
+            logger.warning("read node %s: its registration could not be read (%s); serving clients on any port",
+                           self._node_id, error.message)
+            return 0
+        return 0 if registration is None else registration.value.get("client_port", 0)
+
+    async def start(self, positions: Callable[[], dict[FeedKey, int]], client_address: str | None) -> None:
+        """Write the liveness key, naming where the node serves clients (unless etcd is away: then
+        the lease task writes it as soon as it answers) and keep it; report ``positions()`` from now on."""
         assert not self.started, f"read node {self._node_id}: records started twice"
         liveness_key = keys.read_node_liveness(self._cluster, self._node_id)
 
         def write_liveness(lease) -> None:
-            value = {"node_id": self._node_id, "pid": os.getpid(), "started_ms": self._started_ms}
+            value = {"node_id": self._node_id, "pid": os.getpid(), "started_ms": self._started_ms,
+                     "client": client_address}
             self.store().put(liveness_key, value, lease=lease)
 
         self._liveness = LeaseTask(LeaseHolder(

@@ -161,7 +161,7 @@ def drivers(monkeypatch):
         return {"summary": {"bench": type(settings).__name__}}
 
     plugin_benches = [entry_point.load() for entry_point in declared_entry_points(plugins.BENCH_ENTRY_POINT_GROUP)]
-    for bench in (*bench_commands.BENCHES, *plugin_benches):
+    for bench in (*bench_commands.builtin_benches(), *plugin_benches):
         module, _, function = bench.driver.partition(":")
         monkeypatch.setattr(f"{module}.{function}", fake_driver)
     return calls

@@ -61,6 +61,9 @@ CORES = (
     "mafka4.protocol.messages",
     "mafka4.protocol.error_codes",
     "mafka4.protocol.session",
+    "mafka4.protocol.metadata_api",
+    # what a node knows of the cluster's metadata to answer clients
+    "mafka4.frontend.view_state",
     # the soak's slopes of a chaos run's samples
     "simulations.chaos.resource_trend",
 )

@@ -16,7 +16,8 @@ Floors, from the ground up (the first pattern that matches a module names its fl
    the cluster's processes call each other (``mafka4.transport``: stream calls, Ray errors
    unwrapped), and the client port's server and connection (``mafka4.protocol``).
 3. **shells**: what runs the cores against etcd and Ray: replica actors, read nodes, group
-   protocols.
+   protocols, and what nodes serve clients (``mafka4.frontend``: the watched view of the
+   metadata, the client port's handlers).
 4. **control**: the controller and what it drives (launchers, resharding, repairs, upkeep).
 5. **runtime**: the processes of a cluster: the local cluster and its daemon, the node agent,
    the controller's process, etcd servers.
@@ -45,20 +46,22 @@ FLOORS = (
     (0, r"mafka4|mafka4\.(errors|limits|names|hashing|batch_frame|batch_payload|compression|checksum|collector|faults|"
         r"partition_gate|clocks|long_poll|stage_trace|planted_bugs|exported_variables|durable_files)"),
     # Packages whose __init__ is empty: importing one runs nothing.
-    (0, r"mafka4\.(physical|virtual|metadata|transport|protocol|security|coordinator|coordinator\.(control|groups))"),
+    (0, r"mafka4\.(physical|virtual|metadata|transport|protocol|security|frontend|coordinator|"
+        r"coordinator\.(control|groups))"),
     (1, r"mafka4\.log(\..*)?|mafka4\.risr(\..*)?"),
     (1, r"mafka4\.physical\.(partition_state|replica|sequencer)"),
     (1, r"mafka4\.virtual\.(ranges|layout|vp_records|vp_state|feed_plan|failover|replica_core|divergence)"),
     (1, r"mafka4\.metadata\.(lease|keys)"),
     (1, r"mafka4\.security\.(principals|scram|acl)"),
     (1, r"mafka4\.transport\.(ray_names|stream_frames)"),
-    (1, r"mafka4\.protocol\.(frames|messages|error_codes|session)"),
+    (1, r"mafka4\.protocol\.(frames|messages|error_codes|session|metadata_api)"),
+    (1, r"mafka4\.frontend\.view_state"),
     (1, r"mafka4\.coordinator\.groups\.(assignors|partition_protocol|vp_ownership)"),
     (1, r"mafka4\.coordinator\.control\.(partition_decisions|read_path_decisions|upkeep_decisions|placement)"),
     (2, r"mafka4\.metadata\..*|mafka4\.transport\..*|mafka4\.protocol\..*"),
     (2, r"mafka4\.physical\.topics|mafka4\.virtual\.vp_store"),
     (2, r"mafka4\.security\..*"),
-    (3, r"mafka4\.(physical|virtual)\..*|mafka4\.coordinator\.groups\..*"),
+    (3, r"mafka4\.(physical|virtual|frontend)\..*|mafka4\.coordinator\.groups\..*"),
     (4, r"mafka4\.coordinator\.control\..*"),
     (5, r"mafka4\.runtime(\..*)?"),
     (6, r"mafka4\.client(\..*)?"),
@@ -108,6 +111,6 @@ def test_every_module_is_on_a_floor():
 
 
 def test_the_packages_on_the_ground_floor_run_nothing_when_imported():
-    for package in ("physical", "virtual", "metadata", "transport", "protocol", "security", "coordinator",
+    for package in ("physical", "virtual", "metadata", "transport", "protocol", "security", "frontend", "coordinator",
                     "coordinator/control", "coordinator/groups", "runtime"):
         assert (ROOT / "mafka4" / package / "__init__.py").read_text().strip() == "", package

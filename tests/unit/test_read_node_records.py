@@ -127,7 +127,7 @@ def test_the_liveness_key_is_written_at_start_and_goes_with_its_lease_at_close(s
 
     async def run() -> None:
         records = ReadNodeRecords(CLUSTER, NODE, "fake:2379", CONFIG)
-        await records.start(dict)
+        await records.start(dict, None)
         assert records.started and store.value(liveness_key)["node_id"] == NODE
         records.close()
         assert store.value(liveness_key) is None
@@ -140,7 +140,7 @@ def test_feed_positions_are_written_when_they_change_and_a_stopped_streams_key_i
 
     async def run() -> None:
         records = ReadNodeRecords(CLUSTER, NODE, "fake:2379", CONFIG)
-        await records.start(lambda: dict(positions))
+        await records.start(lambda: dict(positions), None)
         await wait_until(lambda: store.value(position_key(0)) == {"next_offset": 5})
         puts = store.puts
         await asyncio.sleep(3 * CONFIG.feed_position_interval_ms / 1000)
@@ -164,7 +164,7 @@ def test_positions_and_losses_met_by_an_etcd_outage_are_written_once_it_answers_
 
     async def run() -> None:
         records = ReadNodeRecords(CLUSTER, NODE, "fake:2379", CONFIG)
-        await records.start(lambda: {(TOPIC, 0): 9})
+        await records.start(lambda: {(TOPIC, 0): 9}, None)
         store.down = True
         records.record_loss(TOPIC, LostRange(0, 0, 10))
         records.record_loss(TOPIC, LostRange(0, 10, 20))

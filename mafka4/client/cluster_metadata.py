@@ -1,0 +1,22 @@
+"""What any node tells a client of its cluster: the nodes and the topics (the METADATA API).
+
+Answered from the node's watched view of etcd; topics the user may not describe are left out of
+a listing. Imports neither ``ray`` nor ``etcd3``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mafka4.client.node_connection import call_once
+from mafka4.protocol.metadata_api import MetadataAnswer, MetadataRequest
+
+
+def cluster_metadata(topics: tuple[str, ...] | None = None, home: Path | None = None) -> MetadataAnswer:
+    """The cluster's nodes and ``topics`` (None: every topic the user may describe)."""
+    return call_once(MetadataRequest(None if topics is None else tuple(topics)), home)
+
+
+def list_topics(home: Path | None = None) -> list[str]:
+    """The names of the topics the user may describe, sorted."""
+    return sorted(topic.name for topic in cluster_metadata(home=home).topics)

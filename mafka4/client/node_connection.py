@@ -1,0 +1,54 @@
+"""A client's way in: one authenticated connection to the first node that answers, and calls over it.
+
+A client knows a few node addresses (``client.bootstrap``) and tries them in order until one
+accepts its connection and its credential; any node answers metadata, which names the rest. A
+node that does not answer is skipped; a refused credential is not (every node would refuse it:
+the users are the cluster's), nor is any other answer a node gave. With no node answering, the
+error names each address tried and why.
+
+``call_once`` runs one request on a private event loop and closes the connection: what a
+command line needs. It imports neither ``ray`` nor ``etcd3``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Sequence
+
+from mafka4.errors import ClusterNotRunning, RequestTimedOut, StreamLost
+from mafka4.client.bootstrap import Credential, bootstrap_nodes, client_credential
+from mafka4.metadata.endpoints import HostPort
+from mafka4.protocol.connection import ClientConnection
+from mafka4.security.scram import ScramClientExchange
+
+CLIENT_NAME = "mafka4-python"
+
+
+async def connect_any(nodes: Sequence[HostPort], credential: Credential) -> ClientConnection:
+    """An authenticated connection to the first of ``nodes`` that answers; see the module docstring."""
+    failures = []
+    for node in nodes:
+        try:
+            return await ClientConnection.open(node.host, node.port, ScramClientExchange(credential.user,
+                                                                                          credential.password),
+                                               CLIENT_NAME)
+        except (StreamLost, RequestTimedOut) as error:
+            failures.append(f"{node}: {error.message}")
+    raise ClusterNotRunning(f"no mafka4 node answered ({'; '.join(failures)}); check that the cluster is up "
+                            f"('mafka4 status') and that the bootstrap addresses are its nodes' client ports")
+
+
+def call_once(request, home: Path | None = None) -> object:
+    """The answer of one request to any node, as the configured user; the connection is closed after."""
+    nodes, credential = bootstrap_nodes(home), client_credential(home)
+
+    async def call() -> object:
+        connection = await connect_any(nodes, credential)
+        try:
+            answer, _ = await connection.call(request)
+            return answer
+        finally:
+            connection.close()
+
+    return asyncio.run(call())

@@ -1,0 +1,124 @@
+"""What a node knows of its cluster's metadata for answering clients: the pure state of a watched view.
+
+A node answers clients' metadata requests from this state, as a Kafka broker answers from its
+metadata cache, so that no client reads etcd. ``cluster_view.ClusterView`` loads it from etcd
+and feeds it every change its watches see; this module only keeps the values:
+
+- each topic's config and the state of each of its physical partitions (who leads, in which
+  epoch, the replicas and the ISR);
+- the read nodes alive and where each serves clients (their liveness keys);
+- the stored user credentials and the ACL rules (their raw JSON; ``mafka4.security`` parses them).
+
+Invariants: a partition is shown only under a topic whose config is known (a topic is recorded in
+one transaction, so a watch delivers its config and partitions together; a deleted topic's keys
+go in one transaction too). Changes must come in etcd's order: a load at revision R, then the
+watch from R + 1 (a watch delivers in revision order). Keys this view does not track (feed
+positions, holds, VP states) are ignored. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from mafka4.metadata import keys
+from mafka4.physical.partition_state import PartitionState, TopicMetadata, config_from_json
+
+
+class Watched(enum.Enum):
+    """The prefixes a view watches, each loaded and replaced whole after its watch broke."""
+
+    TOPICS = "topics"
+    READ_NODES = "read_nodes"
+    USERS = "users"
+    ACLS = "acls"
+
+
+def watched_prefix(cluster: str, kind: Watched) -> str:
+    return {
+        Watched.TOPICS: keys.topics_prefix,
+        Watched.READ_NODES: keys.read_nodes_prefix,
+        Watched.USERS: keys.users_prefix,
+        Watched.ACLS: keys.acls_prefix,
+    }[kind](cluster)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadNodeEndpoint:
+    """A live read node and where it serves clients (None: it serves no client port yet)."""
+
+    node_id: str
+    client_address: str | None
+
+
+@dataclass(slots=True)
+class ViewState:
+    """The metadata values of ``cluster`` a node serves clients from; see the module docstring."""
+
+    cluster: str
+    topic_configs: dict[str, dict] = field(default_factory=dict)
+    partitions: dict[tuple[str, int], dict] = field(default_factory=dict)
+    read_nodes: dict[str, dict] = field(default_factory=dict)
+    users: dict[str, dict] = field(default_factory=dict)
+    acls: dict[str, dict] = field(default_factory=dict)
+    # Counts the changes of ``acls``, so that a reader rebuilds its rule table only after one.
+    acls_version: int = 0
+
+    def load(self, kind: Watched, items: Iterable[tuple[str, Any]]) -> None:
+        """Replace everything of ``kind`` by ``items`` (key, JSON value), as read in one etcd read."""
+        if kind is Watched.TOPICS:
+            self.topic_configs.clear()
+            self.partitions.clear()
+        else:
+            self._values_of(kind).clear()
+            self.acls_version += kind is Watched.ACLS
+        for key, value in items:
+            self._set(key, value)
+
+    def apply(self, changes: Iterable[tuple[str, Any]]) -> None:
+        """Apply watched changes in order: (key, JSON value), the value None for a deleted key."""
+        for key, value in changes:
+            self._set(key, value)
+
+    def topic_names(self) -> list[str]:
+        return sorted(self.topic_configs)
+
+    def topic(self, name: str) -> TopicMetadata | None:
+        """The topic's config and partitions in partition order, or None if it is not known."""
+        config = self.topic_configs.get(name)
+        if config is None:
+            return None
+        states = sorted((PartitionState.from_json(partition, value) for (topic, partition), value
+                         in self.partitions.items() if topic == name), key=lambda state: state.partition)
+        return TopicMetadata(name, config_from_json(config), tuple(states))
+
+    def read_node_endpoints(self) -> list[ReadNodeEndpoint]:
+        return [ReadNodeEndpoint(node_id, value.get("client")) for node_id, value in sorted(self.read_nodes.items())]
+
+    def _values_of(self, kind: Watched) -> dict:
+        return {Watched.READ_NODES: self.read_nodes, Watched.USERS: self.users, Watched.ACLS: self.acls}[kind]
+
+    def _set(self, key: str, value: Any) -> None:
+        cluster = self.cluster
+        if (name := keys.topic_name_of(cluster, key)) is not None:
+            _put(self.topic_configs, name, value)
+            if value is None:  # the transaction that deleted the config deleted the rest
+                for gone in [k for k in self.partitions if k[0] == name]:
+                    del self.partitions[gone]
+        elif (partition := keys.parse_physical_partition(cluster, key)) is not None:
+            _put(self.partitions, partition, value)
+        elif (node_id := keys.parse_read_node_liveness(cluster, key)) is not None:
+            _put(self.read_nodes, node_id, value)
+        elif (user := keys.user_name_of(cluster, key)) is not None:
+            _put(self.users, user, value)
+        elif (rule_id := keys.acl_id_of(cluster, key)) is not None:
+            _put(self.acls, rule_id, value)
+            self.acls_version += 1
+
+
+def _put(values: dict, key: Any, value: Any) -> None:
+    if value is None:
+        values.pop(key, None)
+    else:
+        values[key] = value

@@ -1,0 +1,102 @@
+"""A node's watched view of the metadata: the pure state, and the view against a real etcd."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from mafka4.frontend.cluster_view import ClusterView
+from mafka4.frontend.view_state import ReadNodeEndpoint, ViewState, Watched
+from mafka4.limits import ReadMode
+from mafka4.metadata import keys
+from mafka4.metadata.store import MetadataStore
+from mafka4.runtime.etcd_server import etcd_endpoint, start_etcd, stop_etcd
+
+CLUSTER = "c"
+PARTITION = {"leader": "r0", "leader_epoch": 3, "replicas": ["r0", "r1"], "isr": ["r0", "r1"]}
+
+
+def topic_items(name: str, partitions: int) -> list[tuple[str, dict]]:
+    items = [(keys.topic(CLUSTER, name), {"partitions": partitions, "read_mode": "mafka4"})]
+    items += [(keys.physical_partition(CLUSTER, name, p), PARTITION) for p in range(partitions)]
+    return items + [(keys.feed_position(CLUSTER, name, 0, "n1"), {"next_offset": 5})]
+
+
+def test_a_loaded_topic_has_its_config_and_partitions_in_order():
+    state = ViewState(CLUSTER)
+    state.load(Watched.TOPICS, reversed(topic_items("orders", 3)))
+    topic = state.topic("orders")
+    assert state.topic_names() == ["orders"]
+    assert topic.config.read_mode is ReadMode.MAFKA4
+    assert [p.partition for p in topic.partitions] == [0, 1, 2]
+    assert topic.partitions[0].isr == ("r0", "r1")
+
+
+def test_deleting_a_topics_config_forgets_its_partitions_and_keeps_other_topics():
+    state = ViewState(CLUSTER)
+    state.load(Watched.TOPICS, topic_items("a", 2) + topic_items("ab", 1))
+    state.apply([(keys.topic(CLUSTER, "a"), None)])
+    assert state.topic_names() == ["ab"]
+    assert state.topic("a") is None
+    assert state.topic("ab").partitions[0].partition == 0
+    assert all(topic == "ab" for topic, _ in state.partitions)
+
+
+def test_a_load_replaces_what_the_kind_held_and_nothing_else():
+    state = ViewState(CLUSTER)
+    state.load(Watched.TOPICS, topic_items("old", 1))
+    state.load(Watched.USERS, [(keys.user(CLUSTER, "bob"), {"iterations": 4096})])
+    state.load(Watched.TOPICS, topic_items("new", 1))
+    assert state.topic_names() == ["new"]
+    assert list(state.users) == ["bob"]
+
+
+def test_read_nodes_and_their_client_addresses():
+    state = ViewState(CLUSTER)
+    state.apply([(keys.read_node_liveness(CLUSTER, "r2"), {"node_id": "r2"}),
+                 (keys.read_node_liveness(CLUSTER, "r1"), {"node_id": "r1", "client": "127.0.0.1:9"})])
+    assert state.read_node_endpoints() == [ReadNodeEndpoint("r1", "127.0.0.1:9"), ReadNodeEndpoint("r2", None)]
+    state.apply([(keys.read_node_liveness(CLUSTER, "r1"), None)])
+    assert [node.node_id for node in state.read_node_endpoints()] == ["r2"]
+
+
+def test_keys_it_does_not_track_are_ignored():
+    state = ViewState(CLUSTER)
+    state.apply([(keys.virtual_partition(CLUSTER, "t", 0), {"leader": "n"}), (keys.controller(CLUSTER), {}),
+                 (keys.user(CLUSTER, "a") + "/extra", {})])
+    assert state == ViewState(CLUSTER)
+
+
+@pytest.fixture
+def store(tmp_path):
+    server = start_etcd(tmp_path / "etcd")
+    store = MetadataStore(etcd_endpoint([server]))
+    yield store
+    store.close()
+    stop_etcd(server)
+
+
+def wait_for(condition, what: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout_s} s"
+        time.sleep(0.02)
+
+
+def test_the_view_loads_what_etcd_holds_and_follows_its_changes(store):
+    for key, value in topic_items("before", 1):
+        store.put(key, value)
+    view = ClusterView(store, CLUSTER)
+    view.start()
+    try:
+        assert view.read(ViewState.topic_names) == ["before"]
+        for key, value in topic_items("after", 2):
+            store.put(key, value)
+        store.put(keys.acl(CLUSTER, "rule"), {"operation": "produce"})
+        store.delete(keys.topic(CLUSTER, "before"))
+        wait_for(lambda: view.read(ViewState.topic_names) == ["after"], "the watch delivering the new topic")
+        wait_for(lambda: view.read(lambda state: list(state.acls)) == ["rule"], "the watch delivering the ACL")
+        assert len(view.read(lambda state: state.topic("after")).partitions) == 2
+    finally:
+        view.close()
