@@ -156,7 +156,9 @@ def run_agent(etcd_endpoint: str, cluster: str, role: NodeRole, node_id: str, da
         return open_registration_store(etcd_endpoint, lease_ttl_s)
 
     data_root, store = ensure_cluster_config(open_store, cluster, data_dir, wait_s=None)
-    registration = NodeRegistration(store, cluster, node_id, role, lease_ttl_s, client_port)
+    # Only a read node serves clients yet: a write node's registration names no port.
+    registration = NodeRegistration(store, cluster, node_id, role, lease_ttl_s,
+                                    client_port if role is NodeRole.READ else 0)
     try:
         create_data_root(data_root)
         if refresh_registrations([registration], open_store):

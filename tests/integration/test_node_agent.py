@@ -21,6 +21,7 @@ from mafka4.client.admin import Admin
 from mafka4.client.producer import Producer
 from mafka4.client.virtual_consumer import VirtualConsumer
 from mafka4.coordinator.control.physical_launcher import replica_directory
+from mafka4.limits import CLIENT_PORT_DEFAULT
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
 from mafka4.runtime.connect import Connection
@@ -71,7 +72,8 @@ def test_agents_register_their_nodes_and_revoke_on_sigterm(etcd, tmp_path):
         assert wait_until(lambda: len(registered(store, "c1")) == 2), writer.log_text() + reader.log_text()
         assert registered(store, "c1") == {
             "ip-10-0-0-7": {"node_id": "ip-10-0-0-7", "role": "write", "resource": node_resource("ip-10-0-0-7")},
-            "ip-10-0-0-8": {"node_id": "ip-10-0-0-8", "role": "read", "resource": node_resource("ip-10-0-0-8")},
+            "ip-10-0-0-8": {"node_id": "ip-10-0-0-8", "role": "read", "resource": node_resource("ip-10-0-0-8"),
+                            "client_port": CLIENT_PORT_DEFAULT},
         }
         assert store.get(keys.cluster_config("c1")).value == {"data_root": str(data_dir)}
         assert data_dir.is_dir()
