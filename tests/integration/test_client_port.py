@@ -1,0 +1,89 @@
+"""A running cluster's client port, as a client and an attacker meet it: a read node's port, no Ray, no etcd.
+
+Each refusal is asserted by its named error, and the port goes on serving good clients after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import secrets
+import socket
+import struct
+
+import msgpack
+import pytest
+
+from mafka4.client.admin import Admin
+from mafka4.client.bootstrap import Credential, bootstrap_nodes
+from mafka4.client.cluster_metadata import cluster_metadata, list_topics
+from mafka4.client.node_connection import connect_any
+from mafka4.errors import AuthenticationFailed, UnknownTopic
+from mafka4.protocol.metadata_api import MetadataRequest
+from mafka4.security.user_store import UserStore
+
+
+def home_of(cluster):
+    return cluster.state.home
+
+
+def test_a_topic_created_is_listed_and_described_through_the_client_port(cluster):
+    topic = f"port-{secrets.token_hex(3)}"
+    Admin(cluster).create_topic(topic, partitions=2)
+    assert topic in list_topics(home_of(cluster))
+    described = cluster_metadata((topic,), home_of(cluster))
+    assert [t.name for t in described.topics] == [topic] and len(described.topics[0].partitions) == 2
+    assert {node.node_id for node in described.nodes} == set(cluster.state.read_nodes)
+    assert all(node.address for node in described.nodes), "every read node names its client address"
+    with pytest.raises(UnknownTopic):
+        cluster_metadata(("no-such-topic",), home_of(cluster))
+
+
+def test_a_wrong_password_is_refused_and_the_port_serves_the_next_client(cluster):
+    nodes = bootstrap_nodes(home_of(cluster))
+    UserStore(cluster.store, cluster.cluster).add("carol", "carols-password", replace=True)
+
+    async def attempts():
+        with pytest.raises(AuthenticationFailed):
+            await connect_any(nodes, Credential("carol", "not-her-password"))
+        connection = await connect_any(nodes, Credential("carol", "carols-password"))
+        try:
+            answer, _ = await connection.call(MetadataRequest(None))
+            return connection.principal, answer
+        finally:
+            connection.close()
+
+    principal, answer = asyncio.run(attempts())
+    assert principal == "carol" and answer.topics == ()  # no ACL lets carol describe anything
+
+
+def raw_exchange(address, frame: bytes) -> bytes:
+    """What a node answers to ``frame`` before it closes the connection (or within 10 s)."""
+    with socket.create_connection((address.host, address.port), timeout=10) as raw:
+        raw.sendall(frame)
+        raw.shutdown(socket.SHUT_WR)
+        received = b""
+        while chunk := raw.recv(65536):
+            received += chunk
+        return received
+
+
+def outer_frame(body: bytes) -> bytes:
+    return struct.pack(">II", len(body), 0) + body
+
+
+@pytest.mark.parametrize("frame, answered", [
+    # A pickle is no msgpack map: nothing of it is run, the node answers the error it can and closes.
+    (outer_frame(pickle.dumps({"v": 1, "api": 3, "id": 1, "kind": "request", "body": {"topics": None}})),
+     (b"ProtocolError", b"")),
+    (outer_frame(msgpack.packb({"v": 7, "api": 0, "id": 1, "kind": "request", "body": {"client": "x"}})),
+     (b"UnsupportedVersion",)),
+    (struct.pack(">II", 1000, 0) + b"\x85", (b"",)),  # truncated: announces 1000 bytes, sends one, closes
+], ids=["pickle", "wrong-version", "truncated"])
+def test_a_bad_frame_gets_an_error_or_a_close_and_the_node_keeps_serving(cluster, frame, answered):
+    node = bootstrap_nodes(home_of(cluster))[0]
+    answer = raw_exchange(node, frame)
+    assert any(expected in answer if expected else answer == b"" for expected in answered), answer[:300]
+    topic = f"after-{secrets.token_hex(3)}"
+    Admin(cluster).create_topic(topic)
+    assert topic in list_topics(home_of(cluster)), "the node serves the next client"
