@@ -234,6 +234,7 @@ def test_a_stored_credential_with_missing_or_extra_fields_is_refused():
     ("ｐａｓｓｗｏｒｄ１２", "password12"),  # NFKC folds full-width letters and digits
     ("caf\u00e9 au lait", "cafe\u0301 au lait"),  # composed and decomposed é are one password
     ("no\u00a0break\u2003spaces", "no break spaces"),  # non-ASCII spaces map to U+0020
+    ("ogham\u1680space", "ogham space"),  # even one NFKC would keep
     ("soft\u00adhyphen\u200bgone", "softhyphengone"),  # B.1 characters map to nothing
 ])
 def test_non_ascii_passwords_authenticate_as_the_server_prepared_them(stored, typed):
@@ -242,11 +243,16 @@ def test_non_ascii_passwords_authenticate_as_the_server_prepared_them(stored, ty
     assert authenticate("bob", stored, users) == "bob"
 
 
+def test_the_client_computes_the_iterations_the_credential_has():
+    assert authenticate("bob", PASSWORD, {"bob": make_credential(PASSWORD, iterations=SCRAM_ITERATIONS_DEFAULT + 1)})
+
+
 @pytest.mark.parametrize("password, reason", [
     ("bell\x07character", "control character"),
     ("private\ue000use", "private use"),
     ("hebrew \u05d0 in latin", "right-to-left"),
     ("\u05d0 starts right-to-left, ends not", "right-to-left"),
+    ("\u05d0 right-to-left around latin \u05d0", "right-to-left and left-to-right"),
 ])
 def test_a_password_saslprep_refuses_is_refused_on_both_sides(password, reason):
     with pytest.raises(InvalidConfig, match=f"password of user 'bob' cannot be used for SCRAM.*{reason}"):
@@ -257,7 +263,7 @@ def test_a_password_saslprep_refuses_is_refused_on_both_sides(password, reason):
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(st.characters(blacklist_categories=("Cs",)) | st.sampled_from(
-    "\u00a0\u00ad\u05d0\u0627\u200b\u2003\ufb01\u0301 aZ09\x07\ue000\U000e0001\u202e\u0340"), max_size=12))
+    "\u00a0\u00ad\u05d0\u0627\u200b\u1680\u2003\ufb01\u0301 aZ09\x07\ue000\U000e0001\u202e\u0340"), max_size=12))
 def test_saslprep_agrees_with_the_servers(text):
     """The client prepares a password exactly as the server prepared it for the credential."""
     from scramp.utils import ScramException, saslprep as servers_saslprep
