@@ -1,8 +1,8 @@
 """The client's side of SASL SCRAM-SHA-256 (RFC 5802, RFC 7677), on the standard library alone.
 
 A client command pays for every module it imports on each start; the SCRAM library the nodes
-use (``mafka4.security.scram``) costs a third of a command's start, for TLS channel binding and
-package metadata a client never needs. So the client speaks the exchange itself::
+use (``mafka4.security.scram``) costs tens of milliseconds of a command's start, for TLS channel
+binding and package metadata a client never needs. So the client speaks the exchange itself::
 
     client-first   n,,n=<user>,r=<client nonce>
     server-first   r=<client nonce + server nonce>,s=<salt>,i=<iterations>
@@ -93,7 +93,7 @@ def saslprep(text: str) -> str:
     right_to_left = [stringprep.in_table_d1(c) for c in prepared]
     if any(right_to_left):
         if not (right_to_left[0] and right_to_left[-1]):
-            raise ValueError("it mixes right-to-left text with text that neither starts nor ends right-to-left")
+            raise ValueError("it has right-to-left characters but does not start and end with one")
         if any(stringprep.in_table_d2(c) for c in prepared):
             raise ValueError("it mixes right-to-left and left-to-right characters")
     return prepared
