@@ -28,7 +28,8 @@ from mafka4.protocol.metadata_api import MetadataAnswer, MetadataRequest, NodeIn
 from mafka4.protocol.server import ClientPortServer
 from mafka4.protocol.session import Session
 from mafka4.security.acl import AclRule, AclTable, Operation, ResourceType
-from mafka4.security.scram import MECHANISM, ScramServerExchange, StoredCredential
+from mafka4.security.scram import ScramServerExchange, StoredCredential
+from mafka4.security.scram_client import MECHANISM
 
 logger = logging.getLogger(__name__)
 

@@ -1,11 +1,8 @@
-"""SASL SCRAM-SHA-256 (RFC 5802, RFC 7677): the stored credential and both sides of the exchange.
+"""SASL SCRAM-SHA-256 (RFC 5802, RFC 7677): the stored credential and the server's side of the exchange.
 
-The exchange, as the client port carries it (each message is one SASL_AUTHENTICATE step)::
-
-    client-first   n,,n=<user>,r=<client nonce>
-    server-first   r=<client nonce + server nonce>,s=<salt>,i=<iterations>
-    client-final   c=biws,r=<nonce>,p=<proof>          the client proves it knows the password
-    server-final   v=<server signature>                 the server proves it holds the credential
+The exchange's messages (one SASL_AUTHENTICATE step each) and the client's side are
+``mafka4.security.scram_client``'s, so that clients import neither this module nor the SCRAM
+library it runs on (nodes pay for that import once).
 
 Invariants:
 
@@ -22,7 +19,6 @@ Invariants:
   exchange, never any other error. An error raised by ``lookup`` itself (etcd away:
   ``CoordinatorUnavailable``) passes through unchanged, since the client may retry it.
 - ``principal`` is set only once the client's proof checked out.
-- A client computes at most ``SCRAM_ITERATIONS_MAX`` rounds, whatever a server asks.
 
 Pure apart from the nonces and the process's mock key, which must be unpredictable and come from
 ``secrets`` (scramp makes the nonces).
@@ -38,14 +34,13 @@ import secrets
 from dataclasses import dataclass
 from typing import Callable
 
-from scramp import ScramClient, ScramException, ScramMechanism
+from scramp import ScramException, ScramMechanism
 from scramp.utils import ServerError
 
 from mafka4.errors import AuthenticationFailed, InvalidConfig, MafkaError
-from mafka4.limits import SCRAM_ITERATIONS_DEFAULT, SCRAM_ITERATIONS_MAX, SCRAM_MESSAGE_BYTES_MAX
-from mafka4.security.principals import user_name_problem, validate_user_name
-
-MECHANISM = "SCRAM-SHA-256"
+from mafka4.limits import SCRAM_ITERATIONS_DEFAULT, SCRAM_ITERATIONS_MAX
+from mafka4.security.principals import user_name_problem
+from mafka4.security.scram_client import MECHANISM, decoded_message
 _SCRAM = ScramMechanism(MECHANISM)
 # StoredKey and ServerKey are SHA-256 digests.
 KEY_SIZE = hashlib.sha256().digest_size
@@ -145,7 +140,7 @@ class ScramServerExchange:
         first = self._steps_taken == 0
         self._steps_taken += 1
         try:
-            text = _decoded(client_message, "client-first" if first else "client-final")
+            text = decoded_message(client_message, "client-first" if first else "client-final")
             if first:
                 self._server.set_client_first(text)
                 return self._server.get_server_first().encode()
@@ -170,64 +165,6 @@ class ScramServerExchange:
         reason = error.args[0] if error.args else type(error).__name__
         return AuthenticationFailed(f"{MECHANISM} authentication failed: the client's message is malformed ({reason}); "
                                     f"use a {MECHANISM} client")
-
-
-class ScramClientExchange:
-    """The client's side of one authentication. Satisfies the client port's ``ClientExchange``."""
-
-    mechanism = MECHANISM
-
-    def __init__(self, user: str, password: str):
-        """``InvalidConfig`` if ``user`` is no valid user name or SASLprep refuses ``password``."""
-        self._user = validate_user_name(user)
-        try:
-            self._client = ScramClient([MECHANISM], user, password)
-        except ScramException as error:
-            raise InvalidConfig(f"the password of user {user!r} cannot be used for SCRAM ({error.args[0]})") from None
-
-    def first(self) -> bytes:
-        """client-first."""
-        return self._run(lambda: self._client.get_client_first().encode(), "start")
-
-    def respond(self, server_first: bytes) -> bytes:
-        """client-final, the answer to ``server_first``: costs the server's iteration count of HMACs."""
-
-        def answer() -> bytes:
-            self._client.set_server_first(_decoded(server_first, "server-first"))
-            if self._client.iterations.value > SCRAM_ITERATIONS_MAX:
-                raise AuthenticationFailed(
-                    f"the server asks {self._client.iterations.value} {MECHANISM} iterations, more than the "
-                    f"{SCRAM_ITERATIONS_MAX} a client computes: it is no mafka4 node; check the bootstrap addresses")
-            return self._client.get_client_final().encode()
-
-        return self._run(answer, "answer the server's first message")
-
-    def finish(self, server_final: bytes) -> None:
-        """Check the server's proof; ``AuthenticationFailed`` if it does not hold the user's credential."""
-        self._run(lambda: self._client.set_server_final(_decoded(server_final, "server-final")),
-                  "check the server's proof")
-
-    def _run(self, call: Callable[[], bytes | None], what: str):
-        try:
-            return call()
-        except (ScramException, ValueError) as error:
-            raise AuthenticationFailed(
-                f"user {self._user!r} could not {what} in {MECHANISM} authentication ({error.args[0]}): the server "
-                f"did not prove it holds the user's credential, or the exchange ran out of turn; check the bootstrap "
-                f"addresses and the credential") from None
-
-
-def _decoded(message: bytes, what: str) -> str:
-    """A SCRAM message as text; ``AuthenticationFailed`` if it is too long, not bytes or not UTF-8."""
-    if not isinstance(message, (bytes, bytearray, memoryview)):
-        raise AuthenticationFailed(f"the {what} message of {MECHANISM} must be bytes, not {type(message).__name__}")
-    if len(message) > SCRAM_MESSAGE_BYTES_MAX:
-        raise AuthenticationFailed(f"the {what} message of {MECHANISM} has {len(message)} bytes, "
-                                   f"more than {SCRAM_MESSAGE_BYTES_MAX}")
-    try:
-        return bytes(message).decode("utf-8")
-    except UnicodeDecodeError:
-        raise AuthenticationFailed(f"the {what} message of {MECHANISM} is not UTF-8") from None
 
 
 def _b64(data: bytes) -> str:

@@ -55,6 +55,7 @@ CORES = (
     # who may authenticate, the SCRAM exchange, ACL decisions
     "mafka4.security.principals",
     "mafka4.security.scram",
+    "mafka4.security.scram_client",
     "mafka4.security.acl",
     # the client protocol: frames, typed messages, error codes, a connection's session rules
     "mafka4.protocol.frames",

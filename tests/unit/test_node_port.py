@@ -20,7 +20,7 @@ from mafka4.protocol.metadata_api import MetadataRequest
 from mafka4.runtime.etcd_server import etcd_endpoint, start_etcd, stop_etcd
 from mafka4.security.acl import AclRule, Operation, PatternType, Permission, ResourceType
 from mafka4.security.acl_store import AclStore
-from mafka4.security.scram import ScramClientExchange
+from mafka4.security.scram_client import ScramClientExchange
 from mafka4.security.user_store import UserStore
 
 CLUSTER = "c"

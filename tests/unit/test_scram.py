@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from mafka4.errors import AuthenticationFailed, CoordinatorUnavailable, InvalidConfig
 from mafka4.limits import SCRAM_ITERATIONS_DEFAULT, SCRAM_ITERATIONS_MAX, SCRAM_MESSAGE_BYTES_MAX
-from mafka4.security.scram import (MECHANISM, ScramClientExchange, ScramServerExchange, StoredCredential,
-                                   make_credential)
+from mafka4.security.scram import ScramServerExchange, StoredCredential, make_credential
+from mafka4.security.scram_client import MECHANISM, ScramClientExchange, saslprep
 
 PASSWORD = "correct horse battery"
 USERS = {"bob": make_credential(PASSWORD)}
@@ -222,3 +222,164 @@ def test_a_stored_credential_with_missing_or_extra_fields_is_refused():
         make_credential(PASSWORD, iterations=100)
     with pytest.raises(InvalidConfig, match="user name"):
         ScramClientExchange("bob,admin", PASSWORD)
+
+
+# The client's side is our own (``scram_client``, standard library only); the server's is scramp's.
+# These pin that the two agree on every path a user can meet.
+
+@pytest.mark.parametrize("stored, typed", [
+    ("pässwörd with umlauts", "pässwörd with umlauts"),
+    ("пароль для боба", "пароль для боба"),
+    ("שלום עולם", "שלום עולם"),  # right-to-left throughout
+    ("ｐａｓｓｗｏｒｄ１２", "password12"),  # NFKC folds full-width letters and digits
+    ("caf\u00e9 au lait", "cafe\u0301 au lait"),  # composed and decomposed é are one password
+    ("no\u00a0break\u2003spaces", "no break spaces"),  # non-ASCII spaces map to U+0020
+    ("ogham\u1680space", "ogham space"),  # even one NFKC would keep
+    ("soft\u00adhyphen\u200bgone", "softhyphengone"),  # B.1 characters map to nothing
+])
+def test_non_ascii_passwords_authenticate_as_the_server_prepared_them(stored, typed):
+    users = {"bob": make_credential(stored)}
+    assert authenticate("bob", typed, users) == "bob"
+    assert authenticate("bob", stored, users) == "bob"
+
+
+def test_the_client_computes_the_iterations_the_credential_has():
+    assert authenticate("bob", PASSWORD, {"bob": make_credential(PASSWORD, iterations=SCRAM_ITERATIONS_DEFAULT + 1)})
+
+
+@pytest.mark.parametrize("password, reason", [
+    ("bell\x07character", "control character"),
+    ("private\ue000use", "private use"),
+    ("hebrew \u05d0 in latin", "right-to-left"),
+    ("\u05d0 starts right-to-left, ends not", "right-to-left"),
+    ("\u05d0 right-to-left around latin \u05d0", "right-to-left and left-to-right"),
+])
+def test_a_password_saslprep_refuses_is_refused_on_both_sides(password, reason):
+    with pytest.raises(InvalidConfig, match=f"password of user 'bob' cannot be used for SCRAM.*{reason}"):
+        ScramClientExchange("bob", password)
+    with pytest.raises(InvalidConfig, match="cannot be used for SCRAM"):
+        make_credential(password)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(blacklist_categories=("Cs",)) | st.sampled_from(
+    "\u00a0\u00ad\u05d0\u0627\u200b\u1680\u2003\ufb01\u0301 aZ09\x07\ue000\U000e0001\u202e\u0340"), max_size=12))
+def test_saslprep_agrees_with_the_servers(text):
+    """The client prepares a password exactly as the server prepared it for the credential."""
+    from scramp.utils import ScramException, saslprep as servers_saslprep
+    try:
+        expected = servers_saslprep(text)
+    except ScramException:
+        with pytest.raises(ValueError):
+            saslprep(text)
+    else:
+        assert saslprep(text) == expected
+
+
+def test_the_client_speaks_without_channel_binding_and_checks_the_server_before_trusting_it():
+    server, client = ScramServerExchange(USERS.get), ScramClientExchange("bob", PASSWORD)
+    first = client.first()
+    assert first.startswith(b"n,,n=bob,r=") and len(first) > len(b"n,,n=bob,r=") + 30
+    final = client.respond(server.step(first))
+    assert final.startswith(b"c=biws,r=" + first.split(b",r=")[1])
+    server_final = server.step(final)
+    flipped = bytearray(base64.b64decode(server_final[2:]))
+    flipped[-1] ^= 1
+    with pytest.raises(AuthenticationFailed, match="did not prove.*"):
+        client.finish(b"v=" + base64.b64encode(bytes(flipped)))
+    with pytest.raises(AuthenticationFailed, match="out of turn"):
+        client.finish(server_final)  # a failed check stays failed, even given the right signature
+
+
+@pytest.mark.parametrize("server_final, match", [
+    (b"e=invalid-proof", "error 'invalid-proof'"),
+    (b"e=other-error,x=1", "error 'other-error'"),
+    (b"v=not base64!", "not base64"),
+    (b"x=abc", "not v="),
+    (b"", "malformed"),
+    (b"m=ext,v=abc", "mandatory extension"),
+])
+def test_a_server_final_that_is_no_signature_fails(server_final, match):
+    server, client = ScramServerExchange(USERS.get), ScramClientExchange("bob", PASSWORD)
+    server.step(client.respond(server.step(client.first())))
+    with pytest.raises(AuthenticationFailed, match=match):
+        client.finish(server_final)
+
+
+def _started(client: ScramClientExchange) -> tuple[str, dict[str, str]]:
+    """The nonce ``client`` sent, and the fields of the server's answer."""
+    first = client.first()
+    server_first = ScramServerExchange(USERS.get).step(first).decode()
+    return first.decode().split(",r=")[1], dict(part.split("=", 1) for part in server_first.split(","))
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda r, fields: {**fields, "r": "x" + r}, "nonce does not extend"),
+    (lambda r, fields: {**fields, "r": r[:len(r) // 2]}, "nonce does not extend"),
+    (lambda r, fields: {**fields, "r": fields["r"][:len(r)]}, "nonce does not extend"),  # no server part
+    (lambda r, fields: {**fields, "r": fields["r"] + "\u00e9"}, "printable ASCII"),
+    (lambda r, fields: {**fields, "i": str(SCRAM_ITERATIONS_DEFAULT - 1)}, "fewer than the 4096"),
+    (lambda r, fields: {**fields, "i": "0"}, "no positive whole number"),
+    (lambda r, fields: {**fields, "i": "04096"}, "no positive whole number"),
+    (lambda r, fields: {**fields, "i": "-4096"}, "no positive whole number"),
+    (lambda r, fields: {**fields, "i": "４０９６"}, "no positive whole number"),
+    (lambda r, fields: {**fields, "s": "***"}, "salt is not base64"),
+    (lambda r, fields: {"s": fields["s"], "r": fields["r"], "i": fields["i"]}, "must start with r=, s=, i="),
+    (lambda r, fields: {"r": fields["r"], "s": fields["s"]}, "must start with r=, s=, i="),
+    (lambda r, fields: {"e": "unknown-user"}, "error 'unknown-user'"),
+    (lambda r, fields: {"m": "x", **fields}, "mandatory extension"),
+])
+def test_a_server_first_the_client_must_not_answer_fails(edit, match):
+    client = ScramClientExchange("bob", PASSWORD)
+    client_nonce, fields = _started(client)
+    server_first = ",".join(f"{k}={v}" for k, v in edit(client_nonce, fields).items()).encode()
+    with pytest.raises(AuthenticationFailed, match=match):
+        client.respond(server_first)
+    with pytest.raises(AuthenticationFailed, match="out of turn"):
+        client.respond(server_first.replace(b"x", b"y"))
+
+
+def test_a_server_first_with_extensions_after_its_fields_is_answered():
+    client = ScramClientExchange("bob", PASSWORD)
+    _, fields = _started(client)
+    server_first = f"r={fields['r']},s={fields['s']},i={fields['i']},x=an extension".encode()
+    assert client.respond(server_first).startswith(b"c=biws,r=" + fields["r"].encode() + b",p=")
+
+
+def test_calls_out_of_turn_fail():
+    client = ScramClientExchange("bob", PASSWORD)
+    with pytest.raises(AuthenticationFailed, match=r"out of turn: the exchange expected first\(\)"):
+        client.finish(b"v=abc")
+    with pytest.raises(AuthenticationFailed, match="it is over"):
+        client.first()  # a failed exchange stays failed
+    client = ScramClientExchange("bob", PASSWORD)
+    client.first()
+    with pytest.raises(AuthenticationFailed, match=r"expected respond\(\)"):
+        client.first()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_a_mangled_server_message_raises_only_authentication_failed(data):
+    """Edits of a real server-first and server-final reach the client's inner checks (nonce,
+    salt, iterations, signature), which random bytes seldom do."""
+
+    def mangled(message: bytes) -> bytes:
+        edited = bytearray(message)
+        for _ in range(data.draw(st.integers(0, 3))):
+            at = data.draw(st.integers(0, len(edited)))
+            cut = data.draw(st.integers(0, 3))
+            edited[at:at + cut] = data.draw(st.binary(max_size=4) | st.sampled_from(
+                [b",", b"=", b"e=", b",m=x", b"\0", b"i=1", b"9999999", b"\xc3\xa9"]))
+        return bytes(edited)
+
+    server, client = ScramServerExchange(USERS.get), ScramClientExchange("bob", PASSWORD)
+    try:
+        server_final = server.step(client.respond(mangled(server.step(client.first()))))
+        edited_final = mangled(server_final)
+        client.finish(edited_final)
+    except AuthenticationFailed:
+        return
+    # The client accepted: the server did too, and what the client checked is the server's signature.
+    assert server.principal == "bob"
+    assert edited_final.split(b",")[0] == server_final

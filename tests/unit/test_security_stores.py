@@ -24,7 +24,8 @@ from mafka4.runtime.etcd_server import start_etcd, stop_etcd
 from mafka4.security.acl import ADMIN_USER, AclRule, Operation, PatternType, Permission, ResourceType
 from mafka4.security.acl_store import AclStore
 from mafka4.security.admin_credential import ensure_admin_credential, load_credential
-from mafka4.security.scram import ScramClientExchange, ScramServerExchange
+from mafka4.security.scram import ScramServerExchange
+from mafka4.security.scram_client import ScramClientExchange
 from mafka4.security.user_store import UserStore
 
 PASSWORD = "correct horse battery"

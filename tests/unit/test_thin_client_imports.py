@@ -1,5 +1,8 @@
 """The client's way in imports neither Ray nor etcd: it speaks only the client protocol (issue 36).
 
+Nor the SCRAM library the nodes run on (and its TLS certificate parser): a client command pays for
+every import on each start, and the client's side of SCRAM needs only the standard library.
+
 Checked in a fresh interpreter, the way the purity test checks cores. The whole of
 ``mafka4.client`` joins this list as its Producer and Consumer move onto the client port.
 """
@@ -11,7 +14,7 @@ import sys
 
 THIN_CLIENT_MODULES = ("mafka4.client.bootstrap", "mafka4.client.node_connection", "mafka4.client.cluster_metadata",
                        "mafka4.cli.topics")
-FORBIDDEN = ("ray", "etcd3", "grpc")
+FORBIDDEN = ("ray", "etcd3", "grpc", "scramp", "asn1crypto")
 
 
 def test_the_thin_client_imports_neither_ray_nor_etcd():
