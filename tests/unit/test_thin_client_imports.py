@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 THIN_CLIENT_MODULES = ("mafka4.client.bootstrap", "mafka4.client.node_connection", "mafka4.client.cluster_metadata",
-                       "mafka4.cli.topics")
+                       "mafka4.client.security_admin", "mafka4.cli.topics", "mafka4.cli.security")
 FORBIDDEN = ("ray", "etcd3", "grpc")
 
 
