@@ -1,6 +1,7 @@
 """Users and ACLs managed through a node's client port, against a real etcd: who may, what is written, what is sent.
 
-No Ray: a ``NodePort`` needs only etcd. The thin client (``client.security_admin``) runs on a
+No Ray: a ``NodePort`` needs only etcd; the etcd and the port are ``test_node_port``'s (users
+``admin`` and ``bob``, no ACL). The thin client (``client.security_admin``) runs on a
 thread of its own, since it runs its own event loop, against the port served on this one.
 """
 
@@ -22,29 +23,13 @@ from mafka4.protocol.admin_api import (AclAddRequest, AclRemoveRequest, AclRuleI
                                        UserAddRequest, UserListRequest, UserRemoveRequest, credential_info, rule_info)
 from mafka4.protocol.connection import ClientConnection
 from mafka4.protocol.metadata_api import MetadataRequest
-from mafka4.runtime.etcd_server import etcd_endpoint, start_etcd, stop_etcd
 from mafka4.security.acl import CLUSTER_RESOURCE, AclRule, Operation, PatternType, Permission, ResourceType
 from mafka4.security.scram import ScramClientExchange, make_credential
-from mafka4.security.user_store import UserStore
+from test_node_port import ADMIN_PASSWORD, BOB_PASSWORD, CLUSTER, etcd, run, with_port  # noqa: F401 (etcd: a fixture)
 
-CLUSTER = "admin-apis"
-ADMIN_PASSWORD = "admin-password-1"
-BOB_PASSWORD = "bob-password-1"
 CAROL_PASSWORD = "carol-password-1"
 BOB_ALTERS_THE_CLUSTER = AclRule("bob", Permission.ALLOW, Operation.ALTER, ResourceType.CLUSTER, PatternType.LITERAL,
                                  CLUSTER_RESOURCE)
-
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory):
-    server = start_etcd(tmp_path_factory.mktemp("etcd"))
-    endpoint = etcd_endpoint([server])
-    store = MetadataStore(endpoint)
-    UserStore(store, CLUSTER).add("admin", ADMIN_PASSWORD)
-    UserStore(store, CLUSTER).add("bob", BOB_PASSWORD)
-    yield endpoint, store
-    store.close()
-    stop_etcd(server)
 
 
 @pytest.fixture
@@ -61,18 +46,8 @@ def frames_received(monkeypatch):
     return received
 
 
-async def with_port(endpoint: str, body):
-    port = NodePort(endpoint, CLUSTER, "r0")
-    await asyncio.to_thread(port.start_view)
-    try:
-        host, _, number = (await port.start("127.0.0.1", 0)).rpartition(":")
-        return await body(port, host, int(number))
-    finally:
-        port.close()
-
-
 def serve(endpoint: str, body):
-    return asyncio.run(with_port(endpoint, body))
+    return run(with_port(endpoint, body))
 
 
 async def call_as(host: str, port: int, user: str, password: str, request):

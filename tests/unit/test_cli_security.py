@@ -14,10 +14,10 @@ import pytest
 from mafka4 import cli
 from mafka4.cli.security import acl_rule
 from mafka4.client import security_admin
-from mafka4.errors import AuthenticationFailed, NotAuthorized, ProtectedUser, UserExists
+from mafka4.errors import NotAuthorized, ProtectedUser, UserExists
 from mafka4.protocol.admin_api import AclAddRequest, UserAddAnswer, UserAddRequest, credential_of, rule_of
 from mafka4.security.acl import CLUSTER_RESOURCE, AclRule, AclTable, Operation, PatternType, Permission, ResourceType
-from mafka4.security.scram import ScramClientExchange, ScramServerExchange
+from test_security_stores import authenticates
 
 PASSWORD = "carol-password-1"
 
@@ -44,16 +44,6 @@ def sent(monkeypatch):
 
 def parse(*argv: str):
     return cli.build_parser().parse_args(argv)
-
-
-def authenticates(credential, user: str, password: str) -> bool:
-    server = ScramServerExchange(lambda name: credential if name == user else None)
-    client = ScramClientExchange(user, password)
-    try:
-        client.finish(server.step(client.respond(server.step(client.first()))))
-    except AuthenticationFailed:
-        return False
-    return server.principal == user
 
 
 @pytest.mark.parametrize("rule", [
@@ -124,8 +114,8 @@ def test_user_add_sends_a_credential_of_the_password_read_from_stdin_and_never_t
     assert request.user == "carol" and request.replace
     assert PASSWORD not in repr(request) and PASSWORD.encode() not in b"".join(
         (request.credential.salt, request.credential.stored_key, request.credential.server_key))
-    assert authenticates(credential_of(request.credential), "carol", PASSWORD)
-    assert not authenticates(credential_of(request.credential), "carol", "carol-password-2")
+    assert authenticates({"carol": credential_of(request.credential)}, "carol", PASSWORD)
+    assert not authenticates({"carol": credential_of(request.credential)}, "carol", "carol-password-2")
     assert "replaced the password of user 'carol'" in capsys.readouterr().out
 
 
@@ -137,7 +127,7 @@ def test_user_add_asks_for_the_password_twice_and_refuses_two_that_differ(monkey
     answers = iter([PASSWORD, PASSWORD])
     assert cli.main(["user", "add", "carol"]) == 0
     assert [request.user for request in sent] == ["carol"]
-    assert authenticates(credential_of(sent[0].credential), "carol", PASSWORD)
+    assert authenticates({"carol": credential_of(sent[0].credential)}, "carol", PASSWORD)
 
 
 def test_acl_add_sends_the_rule_its_options_name(capsys, sent):
