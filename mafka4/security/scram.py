@@ -93,7 +93,7 @@ class StoredCredential:
         if not isinstance(value, dict) or set(value) != set(CREDENTIAL_FIELDS):
             fields = sorted(value) if isinstance(value, dict) else type(value).__name__
             raise InvalidConfig(f"a stored credential must have exactly the fields {list(CREDENTIAL_FIELDS)}, "
-                                f"not {fields}: add the user again (mafka4 user add --replace)")
+                                f"not {fields}: add the user again (mafka4 user add NAME --replace)")
         return cls(_unb64(value, "salt"), _unb64(value, "stored_key"), _unb64(value, "server_key"),
                    value["iterations"])
 
