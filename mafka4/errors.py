@@ -386,3 +386,14 @@ class AuthenticationFailed(MafkaError):
     """The connection's authentication failed (wrong secret, unknown user, a mechanism the server
     does not offer, or a server that could not prove it knows the credential); the server closes
     the connection. Check the credential (``mafka4 user add``)."""
+
+
+# --- admin APIs (users and ACLs through the client port) ---
+
+
+class ProtectedUser(MafkaError):
+    """``mafka4 user remove`` or ``user add`` of the admin user: its credential is the operator's
+    way in, kept by ``mafka4 up`` from ``$MAFKA4_HOME/credentials``, and changing it through the
+    client port would lock the operator out."""
+
+    usage_error = True

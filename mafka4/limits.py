@@ -977,3 +977,10 @@ class ClientPortConfig:
                 or not 0 < self.auth_timeout_s <= 3600:
             raise InvalidConfig(f"auth_timeout_s={self.auth_timeout_s!r} must be a number of seconds above 0 "
                                 f"and at most 3600")
+
+
+# --- admin APIs (users and ACLs through the client port) ---
+# A SCRAM credential's salt, in bytes (this mafka4 makes 32): a client sends the credential of a
+# new user (USER_ADD), and the salt goes into every server-first message of that user, so a
+# longer one is refused with InvalidConfig before it is stored.
+SCRAM_SALT_BYTES_MAX = 256

@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from mafka4.cli import bench, clients, cluster, groups, plugins, topics
+from mafka4.cli import bench, clients, cluster, groups, plugins, security, topics
 from mafka4.errors import MafkaError
 
 
@@ -25,7 +25,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """
     parser = argparse.ArgumentParser(prog="mafka4", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (cluster, topics, clients, groups):
+    for group in (cluster, topics, clients, groups, security):
         group.add_commands(commands)
     bench.add_commands(commands, with_benches=command not in commands.choices or command == "bench",
                        with_plugins=command not in commands.choices)

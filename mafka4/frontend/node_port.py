@@ -6,6 +6,8 @@ against the users the view holds, checks every request against the view's ACLs, 
 
 - ``METADATA``: the live read nodes with their client addresses and the topics asked for, from
   the view; with no topic named, every topic the principal may describe.
+- the users' and ACLs' APIs (``frontend.admin_handlers``), through an etcd client of their own,
+  for the reason the view has its own.
 
 A refused request is a ``NotAuthorized`` answer naming the principal, the operation and the
 resource; it is logged at INFO and counted (``refusals``). Users and ACLs changed in etcd take
@@ -19,6 +21,7 @@ import json
 import logging
 
 from mafka4.errors import NotAuthorized, UnknownTopic
+from mafka4.frontend.admin_handlers import AdminHandlers
 from mafka4.frontend.cluster_view import ClusterView
 from mafka4.frontend.view_state import ViewState
 from mafka4.metadata.store import MetadataStore
@@ -43,8 +46,10 @@ class NodePort:
         self.view = ClusterView(self._store, cluster)
         self._acls: tuple[int, AclTable] = (-1, AclTable(()))
         self.refusals = 0
-        self._server = ClientPortServer({ApiKey.METADATA: self._metadata}, f"client port of {node_id}", node_id,
-                                        self._exchange, (MECHANISM,))
+        self._admin_store = MetadataStore(etcd_endpoint)
+        handlers = {ApiKey.METADATA: self._metadata,
+                    **AdminHandlers(self._admin_store, cluster, self._check).handlers()}
+        self._server = ClientPortServer(handlers, f"client port of {node_id}", node_id, self._exchange, (MECHANISM,))
 
     def start_view(self) -> None:
         """Read and watch the cluster's metadata (blocks on etcd: run it off the event loop)."""
@@ -63,6 +68,7 @@ class NodePort:
         self._server.close()
         self.view.close()
         self._store.close()
+        self._admin_store.close()
 
     # --- authentication and authorization ---------------------------------------------------
 

@@ -19,7 +19,8 @@ naming the message and the field. Every str is at most PROTOCOL_STR_BYTES_MAX by
 The registry maps an ``ApiKey`` to its request and answer classes; ``register`` is the one call
 that adds an API. Numbers are fixed forever once released: 0-2 are the connection's own (below);
 reserved for the data and admin APIs: 3 METADATA, 4 PRODUCE, 5 FETCH, 6 LIST_OFFSETS, 10-19 the
-groups' APIs, 20-29 the admin APIs. An error of any API travels as an ``ErrorAnswer``.
+groups' APIs, 20-29 the admin APIs (20-23 topic create, delete, describe and scale; 24-29 users
+and ACLs). An error of any API travels as an ``ErrorAnswer``.
 
 Pure: values in, values out.
 """
@@ -47,6 +48,12 @@ class ApiKey(enum.IntEnum):
     SASL_HANDSHAKE = 1
     SASL_AUTHENTICATE = 2
     METADATA = 3  # protocol.metadata_api
+    USER_ADD = 24  # protocol.admin_api, as the rest
+    USER_REMOVE = 25
+    USER_LIST = 26
+    ACL_ADD = 27
+    ACL_REMOVE = 28
+    ACL_LIST = 29
 
 
 class Kind(enum.Enum):

@@ -223,8 +223,10 @@ def _acl_options(principal: str, permission: Permission, operation: Operation, r
 
 def _resource_name_problem(resource_type: object, pattern_type: PatternType, name: object) -> str | None:
     if resource_type is ResourceType.CLUSTER:
-        if pattern_type is not PatternType.LITERAL or name != CLUSTER_RESOURCE:
-            return f"a cluster rule is literal and names {CLUSTER_RESOURCE!r}, not {name!r}"
+        if pattern_type is not PatternType.LITERAL:
+            return f"a cluster rule is literal (the cluster has one name, {CLUSTER_RESOURCE!r}): drop --prefixed"
+        if name != CLUSTER_RESOURCE:
+            return f"a cluster rule names {CLUSTER_RESOURCE!r}, not {name!r}"
         return None
     if pattern_type is PatternType.LITERAL and name == EVERY_NAME:
         return None

@@ -38,9 +38,10 @@ from scramp import ScramException, ScramMechanism
 from scramp.utils import ServerError
 
 from mafka4.errors import AuthenticationFailed, InvalidConfig, MafkaError
-from mafka4.limits import SCRAM_ITERATIONS_DEFAULT, SCRAM_ITERATIONS_MAX
+from mafka4.limits import SCRAM_ITERATIONS_DEFAULT, SCRAM_ITERATIONS_MAX, SCRAM_SALT_BYTES_MAX
 from mafka4.security.principals import user_name_problem
 from mafka4.security.scram_client import MECHANISM, decoded_message
+
 _SCRAM = ScramMechanism(MECHANISM)
 # StoredKey and ServerKey are SHA-256 digests.
 KEY_SIZE = hashlib.sha256().digest_size
@@ -53,12 +54,28 @@ _PROCESS_MOCK_KEY = secrets.token_bytes(32)
 
 @dataclass(frozen=True, slots=True)
 class StoredCredential:
-    """What the cluster keeps of a user's password (RFC 5802's SaltedPassword-derived keys)."""
+    """What the cluster keeps of a user's password (RFC 5802's SaltedPassword-derived keys);
+    validated on construction (``InvalidConfig`` naming the bad field), since a client may send one
+    (``mafka4 user add`` makes it on the client, so the password never leaves it)."""
 
     salt: bytes
     stored_key: bytes
     server_key: bytes
     iterations: int
+
+    def __post_init__(self) -> None:
+        for field in ("salt", "stored_key", "server_key"):
+            if type(getattr(self, field)) is not bytes:
+                raise InvalidConfig(f"stored credential field {field!r} must be bytes, "
+                                    f"not {type(getattr(self, field)).__name__}")
+        if not SHORTEST_SALT <= len(self.salt) <= SCRAM_SALT_BYTES_MAX:
+            raise InvalidConfig(f"stored credential field 'salt' has {len(self.salt)} bytes, needs "
+                                f"{SHORTEST_SALT} to {SCRAM_SALT_BYTES_MAX}")
+        for field in ("stored_key", "server_key"):
+            if len(getattr(self, field)) != KEY_SIZE:
+                raise InvalidConfig(f"stored credential field {field!r} has {len(getattr(self, field))} bytes, "
+                                    f"a SHA-256 key has {KEY_SIZE}")
+        _iterations(self.iterations, "stored credential field 'iterations'")
 
     def to_json(self) -> dict:
         """The etcd value: the three byte strings in base64, the iterations as a number."""
@@ -71,16 +88,9 @@ class StoredCredential:
         if not isinstance(value, dict) or set(value) != set(CREDENTIAL_FIELDS):
             fields = sorted(value) if isinstance(value, dict) else type(value).__name__
             raise InvalidConfig(f"a stored credential must have exactly the fields {list(CREDENTIAL_FIELDS)}, "
-                                f"not {fields}: add the user again (mafka4 user add --replace)")
-        salt = _unb64(value, "salt")
-        if len(salt) < SHORTEST_SALT:
-            raise InvalidConfig(f"stored credential field 'salt' has {len(salt)} bytes, needs at least {SHORTEST_SALT}")
-        keys = [_unb64(value, field) for field in ("stored_key", "server_key")]
-        for field, key in zip(("stored_key", "server_key"), keys):
-            if len(key) != KEY_SIZE:
-                raise InvalidConfig(f"stored credential field {field!r} has {len(key)} bytes, "
-                                    f"a SHA-256 key has {KEY_SIZE}")
-        return cls(salt, keys[0], keys[1], _iterations(value["iterations"], "stored credential field 'iterations'"))
+                                f"not {fields}: add the user again (mafka4 user add NAME --replace)")
+        return cls(_unb64(value, "salt"), _unb64(value, "stored_key"), _unb64(value, "server_key"),
+                   value["iterations"])
 
 
 def make_credential(password: str, iterations: int = SCRAM_ITERATIONS_DEFAULT) -> StoredCredential:

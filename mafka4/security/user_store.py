@@ -1,8 +1,10 @@
 """The cluster's users in etcd: one SCRAM credential per user, never a password.
 
 Key ``/mafka4/<cluster>/users/<user>`` (``metadata.keys``), value ``StoredCredential.to_json()``.
-Every name is validated before it becomes a key, and every password against the rules of
-``security.principals`` before it is turned into a credential. Nodes watch ``prefix`` to keep
+Every name is validated before it becomes a key. A password given to ``add`` is checked against
+the rules of ``security.principals`` before it is turned into a credential; a credential given to
+``put_credential`` was made by whoever knew the password (the client of ``mafka4 user add``, which
+checks the same rules), so that the password never reaches the cluster. Nodes watch ``prefix`` to keep
 their view of the credentials current (``keys.user_name_of`` names the user of a key).
 """
 
@@ -23,10 +25,16 @@ class UserStore:
         self.prefix = keys.users_prefix(cluster)
 
     def add(self, user: str, password: str, replace: bool = False) -> None:
-        """Store ``user``'s credential; ``UserExists`` if the user exists, unless ``replace``
-        (the password changes; connections already authenticated stay open)."""
+        """Store a new credential of ``user`` for ``password``; as ``put_credential``."""
+        validate_user_name(user)
+        self.put_credential(user, make_credential(validate_password(password, user)), replace)
+
+    def put_credential(self, user: str, credential: StoredCredential, replace: bool = False) -> None:
+        """Store ``user``'s credential, made from the password by whoever knows it (a client, for
+        ``mafka4 user add``); ``UserExists`` if the user exists, unless ``replace`` (the password
+        changes; connections already authenticated stay open)."""
         key = keys.user(self._cluster, validate_user_name(user))
-        value = make_credential(validate_password(password, user)).to_json()
+        value = credential.to_json()
         if replace:
             self._store.put(key, value)
         elif not self._store.compare_and_swap(key, value, 0):

@@ -14,11 +14,25 @@ import sys
 
 THIN_CLIENT_MODULES = ("mafka4.client.bootstrap", "mafka4.client.node_connection", "mafka4.client.cluster_metadata",
                        "mafka4.cli.topics")
+# The user and ACL commands also build a SCRAM credential, with the server's library (scramp):
+# rare, admin-only commands, so they may pay for it; the commands every client runs may not.
+ADMIN_CLIENT_MODULES = ("mafka4.client.security_admin", "mafka4.cli.security")
 FORBIDDEN = ("ray", "etcd3", "grpc", "scramp", "asn1crypto")
+ADMIN_FORBIDDEN = ("ray", "etcd3", "grpc")
 
 
-def test_the_thin_client_imports_neither_ray_nor_etcd():
-    program = (f"import sys; import {', '.join(THIN_CLIENT_MODULES)}; "
-               f"print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in {FORBIDDEN!r})))")
-    found = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True).stdout.split()
+def imported(modules: tuple[str, ...], forbidden: tuple[str, ...]) -> list[str]:
+    """The ``forbidden`` top-level modules a fresh interpreter holds after importing ``modules``."""
+    program = (f"import sys; import {', '.join(modules)}; "
+               f"print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in {forbidden!r})))")
+    return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True).stdout.split()
+
+
+def test_the_thin_client_imports_neither_ray_nor_etcd_nor_the_servers_scram_library():
+    found = imported(THIN_CLIENT_MODULES, FORBIDDEN)
     assert found == [], f"importing the thin client imported {found}"
+
+
+def test_the_admin_commands_import_neither_ray_nor_etcd():
+    found = imported(ADMIN_CLIENT_MODULES, ADMIN_FORBIDDEN)
+    assert found == [], f"importing the user and ACL commands imported {found}"
