@@ -24,7 +24,8 @@ from mafka4.protocol.admin_api import (AclAddRequest, AclRemoveRequest, AclRuleI
 from mafka4.protocol.connection import ClientConnection
 from mafka4.protocol.metadata_api import MetadataRequest
 from mafka4.security.acl import CLUSTER_RESOURCE, AclRule, Operation, PatternType, Permission, ResourceType
-from mafka4.security.scram import ScramClientExchange, make_credential
+from mafka4.security.scram import make_credential
+from mafka4.security.scram_client import ScramClientExchange
 from test_node_port import ADMIN_PASSWORD, BOB_PASSWORD, CLUSTER, etcd, run, with_port  # noqa: F401 (etcd: a fixture)
 
 CAROL_PASSWORD = "carol-password-1"

@@ -97,7 +97,8 @@ def test_exactly_the_errors_that_mean_bad_input_are_usage_errors_and_retrying_th
     assert usage_errors == {"InvalidConfig", "InvalidTopicName", "InvalidRecord", "MessageTooLarge", "UnknownTopic",
                             "InvalidGroupName", "UnknownGroup", "InvalidReshard", "UnknownVirtualPartition",
                             "WrongReadMode", "NotEnoughReadNodes", "InvalidEventLog", "NoEventLogs", "RunInTwoEventLogs",
-                            "MissingDependency", "UserExists", "UnknownUser", "UnknownAclRule", "MissingCredential"}
+                            "MissingDependency", "UserExists", "UnknownUser", "UnknownAclRule", "MissingCredential",
+                            "ProtectedUser"}
     assert not any(getattr(errors, name).retriable for name in usage_errors)
     assert not errors.ClusterNotRunning.usage_error and not errors.UnknownProducer.usage_error
 
