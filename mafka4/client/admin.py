@@ -14,33 +14,20 @@ from __future__ import annotations
 import ray
 
 from mafka4.errors import InvalidConfig, TopicExists
-from mafka4.limits import (DESCRIBE_TIMEOUT_S, READ_MODE_DEFAULT, RESHARD_INTENT_WAIT_S, TOPIC_INTENT_WAIT_S, ReadMode,
-                           TopicConfig, replace_config)
+from mafka4.limits import DESCRIBE_TIMEOUT_S, READ_MODE_DEFAULT, RESHARD_INTENT_WAIT_S, TOPIC_INTENT_WAIT_S, ReadMode
 from mafka4.metadata import intents
 from mafka4.metadata.intents import IntentKind
-from mafka4.names import validate_topic_name
 from mafka4.partition_gate import NetworkFault, set_client_fault
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import TopicMetadata, config_to_json
 from mafka4.physical.topics import TopicStore
+from mafka4.protocol.topic_admin_api import new_topic_config
 from mafka4.runtime.connect import Connection, connect
 from mafka4.virtual.handles import read_node_handle
 from mafka4.virtual.hosted_vp import VpId
 from mafka4.virtual.layout import SplitEpoch
 from mafka4.virtual.vp_state import VirtualPartitionState, epoch_from_json
 from mafka4.virtual.vp_store import VirtualStore
-
-
-def new_topic_config(name: str, partitions: int = 1, replication_factor: int = 1, virtual_partitions: int | None = None,
-                     read_replicas: int = 1, read_mode: ReadMode | str = READ_MODE_DEFAULT, **overrides) -> TopicConfig:
-    """The resolved config of a topic to create, or ``InvalidTopicName``/``InvalidConfig``.
-
-    Needs no cluster, so callers (the CLI) can refuse a bad request before connecting.
-    """
-    validate_topic_name(name)
-    return replace_config(TopicConfig(), partitions=partitions, replication_factor=replication_factor,
-                          virtual_partitions=virtual_partitions, read_replicas=read_replicas, read_mode=read_mode,
-                          **overrides).resolved()
 
 
 class Admin:
