@@ -984,3 +984,11 @@ class ClientPortConfig:
 # new user (USER_ADD), and the salt goes into every server-first message of that user, so a
 # longer one is refused with InvalidConfig before it is stored.
 SCRAM_SALT_BYTES_MAX = 256
+
+
+# --- topic admin APIs (topic create, delete and scale through the client port) ---
+# Topic intents one node waits on for its clients at once (each for up to TOPIC_INTENT_WAIT_S or
+# RESHARD_INTENT_WAIT_S, on a thread): more wait their turn on the event loop, so that clients
+# waiting for the controller never hold every thread the port's other handlers need. The
+# controller carries out one intent at a time anyway.
+NODE_INTENT_REQUESTS_IN_FLIGHT_MAX = 2

@@ -1,7 +1,9 @@
 """``mafka4 topic create|list|describe|delete`` and ``mafka4 scale``.
 
-A request is checked before connecting (``new_topic_config``), so that a bad name or value is
-reported as such and not as "no local cluster".
+All but ``topic describe`` (which needs the live offsets of the actors: a Ray driver, for now)
+are clients of the cluster's client port. A request is checked before connecting
+(``new_topic_config``), so that a bad name or value is reported as such and not as "no local
+cluster".
 """
 
 from __future__ import annotations
@@ -51,7 +53,10 @@ def _admin():
 
 
 def _cmd_topic_create(args: argparse.Namespace) -> int:
-    from mafka4.client.admin import new_topic_config
+    # A client of the cluster's client port (client.topic_admin), which refuses a bad name or
+    # value before connecting: without a cluster the user would hear "no local cluster" and not
+    # what is wrong with the request.
+    from mafka4.client.topic_admin import create_topic
 
     overrides = {}
     if args.min_insync_replicas is not None:
@@ -60,13 +65,9 @@ def _cmd_topic_create(args: argparse.Namespace) -> int:
         overrides["retention_ms"] = args.retention_ms
     if args.virtual_partitions_max is not None:
         overrides["virtual_partitions_max"] = args.virtual_partitions_max
-    # Refuse a bad name or value before connecting: without a cluster the user would hear
-    # "no local cluster" and not what is wrong with the request.
-    new_topic_config(args.name, args.partitions, args.replication_factor, args.virtual_partitions, args.read_replicas,
-                     args.read_mode, **overrides)
-    metadata = _admin().create_topic(args.name, args.partitions, args.replication_factor,
-                                     virtual_partitions=args.virtual_partitions, read_replicas=args.read_replicas,
-                                     read_mode=args.read_mode, **overrides)
+    metadata = create_topic(args.name, args.partitions, args.replication_factor,
+                            virtual_partitions=args.virtual_partitions, read_replicas=args.read_replicas,
+                            read_mode=args.read_mode, **overrides)
     config = metadata.config
     read_path = (f", {config.virtual_partitions} virtual partition(s) with {config.read_replicas} read replica(s) each"
                  if config.read_mode is ReadMode.MAFKA4 else "")
@@ -113,13 +114,17 @@ def _cmd_topic_describe(args: argparse.Namespace) -> int:
 
 
 def _cmd_topic_delete(args: argparse.Namespace) -> int:
-    _admin().delete_topic(args.name)
+    from mafka4.client.topic_admin import delete_topic
+
+    delete_topic(args.name)
     print(f"deleted topic {args.name!r}")
     return 0
 
 
 def _cmd_scale(args: argparse.Namespace) -> int:
-    epochs = _admin().scale(args.topic, args.virtual_partitions)
+    from mafka4.client.topic_admin import scale
+
+    epochs = scale(args.topic, args.virtual_partitions)
     for epoch in epochs:
         print(f"split epoch {epoch.epoch}: {'+'.join(map(str, epoch.parents))} -> {'+'.join(map(str, epoch.children))} "
               f"at cut {list(epoch.cut)}")

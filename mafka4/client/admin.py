@@ -1,7 +1,9 @@
 """``Admin``: create, list, describe and delete topics; split, merge and scale virtual partitions.
 
 Admin changes nothing itself: it writes an *intent* into etcd and waits for the controller to
-carry it out (``metadata.intents``; instructions flow client -> etcd -> controller -> actors).
+carry it out (``metadata.intents``; instructions flow client -> etcd -> controller -> actors);
+topics are created, deleted and scaled through ``frontend.topic_intents``, as a node does it for
+a client of its port.
 The controller starts a new topic's physical replica actors on live write nodes, records the
 topic in etcd in one transaction and has the read nodes host its VPs (no process per VP); splits,
 merges and scaling are ``control.resharding``'s, run by the controller. Requests a cluster would
@@ -13,34 +15,23 @@ from __future__ import annotations
 
 import ray
 
-from mafka4.errors import InvalidConfig, TopicExists
-from mafka4.limits import (DESCRIBE_TIMEOUT_S, READ_MODE_DEFAULT, RESHARD_INTENT_WAIT_S, TOPIC_INTENT_WAIT_S, ReadMode,
-                           TopicConfig, replace_config)
+from mafka4.errors import InvalidConfig
+from mafka4.frontend import topic_intents
+from mafka4.frontend.topic_intents import epochs_of
+from mafka4.limits import DESCRIBE_TIMEOUT_S, READ_MODE_DEFAULT, RESHARD_INTENT_WAIT_S, TOPIC_INTENT_WAIT_S, ReadMode
 from mafka4.metadata import intents
 from mafka4.metadata.intents import IntentKind
-from mafka4.names import validate_topic_name
 from mafka4.partition_gate import NetworkFault, set_client_fault
 from mafka4.physical.handles import replica_handle
-from mafka4.physical.partition_state import TopicMetadata, config_to_json
+from mafka4.physical.partition_state import TopicMetadata
 from mafka4.physical.topics import TopicStore
+from mafka4.protocol.topic_admin_api import new_topic_config
 from mafka4.runtime.connect import Connection, connect
 from mafka4.virtual.handles import read_node_handle
 from mafka4.virtual.hosted_vp import VpId
 from mafka4.virtual.layout import SplitEpoch
-from mafka4.virtual.vp_state import VirtualPartitionState, epoch_from_json
+from mafka4.virtual.vp_state import VirtualPartitionState
 from mafka4.virtual.vp_store import VirtualStore
-
-
-def new_topic_config(name: str, partitions: int = 1, replication_factor: int = 1, virtual_partitions: int | None = None,
-                     read_replicas: int = 1, read_mode: ReadMode | str = READ_MODE_DEFAULT, **overrides) -> TopicConfig:
-    """The resolved config of a topic to create, or ``InvalidTopicName``/``InvalidConfig``.
-
-    Needs no cluster, so callers (the CLI) can refuse a bad request before connecting.
-    """
-    validate_topic_name(name)
-    return replace_config(TopicConfig(), partitions=partitions, replication_factor=replication_factor,
-                          virtual_partitions=virtual_partitions, read_replicas=read_replicas, read_mode=read_mode,
-                          **overrides).resolved()
 
 
 class Admin:
@@ -68,32 +59,24 @@ class Admin:
         """
         config = new_topic_config(name, partitions, replication_factor, virtual_partitions, read_replicas, read_mode,
                                   **overrides)
-        if self._topics.exists(name):
-            raise TopicExists(f"topic {name!r} already exists: delete it first or choose another name")
-        self._request(IntentKind.CREATE_TOPIC, name, {"config": config_to_json(config)}, wait_s)
-        return self._topics.get(name)
+        return topic_intents.create_topic(self._connection.store, self.cluster, name, config, wait_s)
 
     def delete_topic(self, name: str, wait_s: float = TOPIC_INTENT_WAIT_S) -> None:
         """Delete a topic with its data on every node."""
-        self._topics.get(name)  # UnknownTopic before an intent is written
-        self._request(IntentKind.DELETE_TOPIC, name, {}, wait_s)
+        topic_intents.delete_topic(self._connection.store, self.cluster, name, wait_s)
 
     def split_virtual_partition(self, topic: str, vp: int, wait_s: float = RESHARD_INTENT_WAIT_S) -> SplitEpoch:
         """Split active VP ``vp`` of a mafka4-mode topic into two (``control.resharding``); returns the new epoch."""
-        return self._epochs(self._request(IntentKind.SPLIT, topic, {"vp": vp}, wait_s))[0]
+        return epochs_of(self._request(IntentKind.SPLIT, topic, {"vp": vp}, wait_s))[0]
 
     def merge_virtual_partitions(self, topic: str, first: int, second: int,
                                  wait_s: float = RESHARD_INTENT_WAIT_S) -> SplitEpoch:
         """Merge two active VPs with adjacent hash ranges into one; returns the new epoch."""
-        return self._epochs(self._request(IntentKind.MERGE, topic, {"first": first, "second": second}, wait_s))[0]
+        return epochs_of(self._request(IntentKind.MERGE, topic, {"first": first, "second": second}, wait_s))[0]
 
     def scale(self, topic: str, virtual_partitions: int, wait_s: float = RESHARD_INTENT_WAIT_S) -> list[SplitEpoch]:
         """Split or merge until the topic has ``virtual_partitions`` active VPs; returns the epochs opened."""
-        return self._epochs(self._request(IntentKind.SCALE, topic, {"virtual_partitions": virtual_partitions}, wait_s))
-
-    @staticmethod
-    def _epochs(value: dict) -> list[SplitEpoch]:
-        return [epoch_from_json(epoch) for epoch in value["epochs"]]
+        return topic_intents.scale_topic(self._connection.store, self.cluster, topic, virtual_partitions, wait_s)
 
     def list_topics(self) -> list[str]:
         return self._topics.names()

@@ -6,8 +6,8 @@ against the users the view holds, checks every request against the view's ACLs, 
 
 - ``METADATA``: the live read nodes with their client addresses and the topics asked for, from
   the view; with no topic named, every topic the principal may describe.
-- the users' and ACLs' APIs (``frontend.admin_handlers``), through an etcd client of their own,
-  for the reason the view has its own.
+- the users' and ACLs' APIs (``frontend.admin_handlers``) and the topics' (``frontend.topic_handlers``:
+  intents for the controller), through an etcd client of their own, for the reason the view has its own.
 
 A refused request is a ``NotAuthorized`` answer naming the principal, the operation and the
 resource; it is logged at INFO and counted (``refusals``). Users and ACLs changed in etcd take
@@ -17,17 +17,16 @@ authenticated stays so (as in Kafka) until it closes.
 
 from __future__ import annotations
 
-import json
 import logging
 
 from mafka4.errors import NotAuthorized, UnknownTopic
 from mafka4.frontend.admin_handlers import AdminHandlers
 from mafka4.frontend.cluster_view import ClusterView
+from mafka4.frontend.topic_handlers import TopicHandlers
 from mafka4.frontend.view_state import ViewState
 from mafka4.metadata.store import MetadataStore
-from mafka4.physical.partition_state import TopicMetadata, config_to_json
 from mafka4.protocol.messages import ApiKey
-from mafka4.protocol.metadata_api import MetadataAnswer, MetadataRequest, NodeInfo, PartitionInfo, TopicInfo
+from mafka4.protocol.metadata_api import MetadataAnswer, MetadataRequest, NodeInfo, topic_info
 from mafka4.protocol.server import ClientPortServer
 from mafka4.protocol.session import Session
 from mafka4.security.acl import AclRule, AclTable, Operation, ResourceType
@@ -48,7 +47,8 @@ class NodePort:
         self.refusals = 0
         self._admin_store = MetadataStore(etcd_endpoint)
         handlers = {ApiKey.METADATA: self._metadata,
-                    **AdminHandlers(self._admin_store, cluster, self._check).handlers()}
+                    **AdminHandlers(self._admin_store, cluster, self._check).handlers(),
+                    **TopicHandlers(self._admin_store, cluster, self._check, self._allows).handlers()}
         self._server = ClientPortServer(handlers, f"client port of {node_id}", node_id, self._exchange, (MECHANISM,))
 
     def start_view(self) -> None:
@@ -97,6 +97,9 @@ class NodePort:
             logger.info("refused a request from %s: %s", session.peer, refusal.message)
             raise
 
+    def _allows(self, session: Session, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+        return self._acl_table().allows(session.principal, operation, resource_type, name)
+
     # --- handlers -----------------------------------------------------------------------------
 
     async def _metadata(self, session: Session, request: MetadataRequest, _buffers) -> tuple[MetadataAnswer, tuple]:
@@ -115,9 +118,4 @@ class NodePort:
                 if topic is None:
                     raise UnknownTopic(f"topic {name!r} does not exist: create it with 'mafka4 topic create {name}'")
         nodes = tuple(NodeInfo(node.node_id, "read", node.client_address) for node in read_nodes)
-        return MetadataAnswer(self._cluster, nodes, tuple(_topic_info(topic) for topic in topics.values())), ()
-
-
-def _topic_info(topic: TopicMetadata) -> TopicInfo:
-    partitions = tuple(PartitionInfo(p.partition, p.leader, p.leader_epoch, p.replicas, p.isr) for p in topic.partitions)
-    return TopicInfo(topic.name, json.dumps(config_to_json(topic.config), sort_keys=True), partitions)
+        return MetadataAnswer(self._cluster, nodes, tuple(topic_info(topic) for topic in topics.values())), ()

@@ -48,6 +48,9 @@ class ApiKey(enum.IntEnum):
     SASL_HANDSHAKE = 1
     SASL_AUTHENTICATE = 2
     METADATA = 3  # protocol.metadata_api
+    TOPIC_CREATE = 20  # protocol.topic_admin_api, as the next two
+    TOPIC_DELETE = 21
+    TOPIC_SCALE = 23  # 22: describe's, reserved (it needs the live offsets of the actors)
     USER_ADD = 24  # protocol.admin_api, as the rest
     USER_REMOVE = 25
     USER_LIST = 26

@@ -8,13 +8,15 @@ exist is ``UnknownTopic``, one it may not describe ``NotAuthorized``.
 
 A topic's config travels as the JSON text etcd holds (``partition_state.config_to_json``): the
 client parses it with ``config_from_json``, so a config field added later needs no new message.
-Pure: message types only.
+Pure: message types and their conversions.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
+from mafka4.physical.partition_state import PartitionState, TopicMetadata, config_from_json, config_to_json
 from mafka4.protocol.messages import ApiKey, register
 
 
@@ -58,6 +60,17 @@ class MetadataAnswer:
     cluster: str
     nodes: tuple[NodeInfo, ...]
     topics: tuple[TopicInfo, ...]
+
+
+def topic_info(topic: TopicMetadata) -> TopicInfo:
+    partitions = tuple(PartitionInfo(p.partition, p.leader, p.leader_epoch, p.replicas, p.isr) for p in topic.partitions)
+    return TopicInfo(topic.name, json.dumps(config_to_json(topic.config), sort_keys=True), partitions)
+
+
+def topic_of(info: TopicInfo) -> TopicMetadata:
+    """The topic ``info`` describes (without the eligible leader replicas, which clients never use)."""
+    partitions = tuple(PartitionState(p.partition, p.leader, p.leader_epoch, p.replicas, p.isr) for p in info.partitions)
+    return TopicMetadata(info.name, config_from_json(json.loads(info.config_json)), partitions)
 
 
 register(ApiKey.METADATA, MetadataRequest, MetadataAnswer)

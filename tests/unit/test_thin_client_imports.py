@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 THIN_CLIENT_MODULES = ("mafka4.client.bootstrap", "mafka4.client.node_connection", "mafka4.client.cluster_metadata",
-                       "mafka4.cli.topics")
+                       "mafka4.client.topic_admin", "mafka4.cli.topics")
 # The user and ACL commands also build a SCRAM credential, with the server's library (scramp):
 # rare, admin-only commands, so they may pay for it; the commands every client runs may not.
 ADMIN_CLIENT_MODULES = ("mafka4.client.security_admin", "mafka4.cli.security")

@@ -1,0 +1,52 @@
+"""A topic change asked of the controller: checked against etcd, written as an intent, awaited.
+
+What a node does for a client's TOPIC_CREATE, TOPIC_DELETE and TOPIC_SCALE
+(``frontend.topic_handlers``), and what ``client.admin.Admin`` does from a Ray driver until it
+moves onto the client port: one implementation for both. The topic is read from etcd (not from
+a watched view, which may not have seen a change just made), so a create of a topic that exists
+is ``TopicExists`` and a delete or scale of one that does not is ``UnknownTopic``, each before an
+intent is written. Then the controller's result is awaited for at most ``wait_s``
+(``metadata.intents.request``), and its error raised as its own class. Every call blocks on etcd.
+"""
+
+from __future__ import annotations
+
+from mafka4.errors import TopicExists
+from mafka4.limits import RESHARD_INTENT_WAIT_S, TOPIC_INTENT_WAIT_S, TopicConfig
+from mafka4.metadata import intents
+from mafka4.metadata.intents import IntentKind
+from mafka4.metadata.store import MetadataStore
+from mafka4.physical.partition_state import TopicMetadata, config_to_json
+from mafka4.physical.topics import TopicStore
+from mafka4.virtual.layout import SplitEpoch
+from mafka4.virtual.vp_state import epoch_from_json
+
+
+def create_topic(store: MetadataStore, cluster: str, name: str, config: TopicConfig,
+                 wait_s: float = TOPIC_INTENT_WAIT_S) -> TopicMetadata:
+    """Create topic ``name`` with ``config`` (resolved: ``new_topic_config``); the topic as created."""
+    topics = TopicStore(store, cluster)
+    if topics.exists(name):
+        raise TopicExists(f"topic {name!r} already exists: delete it first or choose another name")
+    intents.request(store, cluster, IntentKind.CREATE_TOPIC, name, {"config": config_to_json(config)}, wait_s)
+    return topics.get(name)
+
+
+def delete_topic(store: MetadataStore, cluster: str, name: str, wait_s: float = TOPIC_INTENT_WAIT_S) -> None:
+    """Delete topic ``name`` with its data on every node."""
+    TopicStore(store, cluster).get(name)
+    intents.request(store, cluster, IntentKind.DELETE_TOPIC, name, {}, wait_s)
+
+
+def scale_topic(store: MetadataStore, cluster: str, name: str, virtual_partitions: int,
+                wait_s: float = RESHARD_INTENT_WAIT_S) -> list[SplitEpoch]:
+    """Split or merge until mafka4-mode topic ``name`` has ``virtual_partitions`` active VPs; the
+    epochs opened, oldest first."""
+    TopicStore(store, cluster).get(name)
+    return epochs_of(intents.request(store, cluster, IntentKind.SCALE, name,
+                                     {"virtual_partitions": virtual_partitions}, wait_s))
+
+
+def epochs_of(result: dict) -> list[SplitEpoch]:
+    """The epochs of a reshard intent's result (``control.intent_worker``'s ``{"epochs": [...]}``)."""
+    return [epoch_from_json(epoch) for epoch in result["epochs"]]
