@@ -42,9 +42,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as raised:
-        from mafka4.transport.remote_errors import unwrap
+        error = raised
+        # Only a command that ran Ray can have an error of ours wrapped in a Ray error; a client of
+        # the client port must not pay a quarter of a second for importing Ray to find that out.
+        if not isinstance(error, MafkaError) and "ray" in sys.modules:
+            from mafka4.transport.remote_errors import unwrap
 
-        error = unwrap(raised)
+            error = unwrap(raised)
         if not isinstance(error, MafkaError):
             raise
         print(f"mafka4: error: {error.message}", file=sys.stderr)

@@ -9,6 +9,7 @@ Checked in a fresh interpreter, the way the purity test checks cores. The whole 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -36,3 +37,12 @@ def test_the_thin_client_imports_neither_ray_nor_etcd_nor_the_servers_scram_libr
 def test_the_admin_commands_import_neither_ray_nor_etcd():
     found = imported(ADMIN_CLIENT_MODULES, ADMIN_FORBIDDEN)
     assert found == [], f"importing the user and ACL commands imported {found}"
+
+
+def test_a_client_command_that_fails_imports_no_ray_to_report_it(tmp_path):
+    program = ("import sys; from mafka4 import cli; code = cli.main(['topic', 'list']); "
+               "print(code, ' '.join(sorted(m for m in sys.modules if m.split('.')[0] == 'ray')) or '-')")
+    ran = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True,
+                         env={**os.environ, "MAFKA4_HOME": str(tmp_path)})
+    assert ran.stdout.split() == ["1", "-"], ran.stdout + ran.stderr
+    assert "no local cluster" in ran.stderr
