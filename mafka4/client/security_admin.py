@@ -2,7 +2,7 @@
 
 The caller needs ALTER on the cluster to add or remove, DESCRIBE to list (the admin user has
 both). ``add_user`` checks the password rules here and sends only the SCRAM credential made from
-the password (``security.scram.make_credential``): the password never leaves this process.
+the password (``security.credentials.make_credential``): the password never leaves this process.
 Imports neither ``ray`` nor ``etcd3``.
 """
 
@@ -11,11 +11,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from mafka4.client.node_connection import call_once
-from mafka4.protocol.admin_api import (AclAddRequest, AclListRequest, AclRemoveRequest, UserAddRequest,
-                                       UserListRequest, UserRemoveRequest, credential_info, rule_info, rule_of)
+from mafka4.protocol.admin_api import (
+    AclAddRequest,
+    AclListRequest,
+    AclRemoveRequest,
+    UserAddRequest,
+    UserListRequest,
+    UserRemoveRequest,
+    credential_info,
+    rule_info,
+    rule_of,
+)
 from mafka4.security.acl import AclRule
+from mafka4.security.credentials import make_credential
 from mafka4.security.principals import validate_password, validate_user_name
-from mafka4.security.scram import make_credential
 
 
 def add_user(name: str, password: str, replace: bool = False, home: Path | None = None) -> None:

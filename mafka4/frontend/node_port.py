@@ -26,11 +26,17 @@ from mafka4.frontend.topic_handlers import TopicHandlers
 from mafka4.frontend.view_state import ViewState
 from mafka4.metadata.store import MetadataStore
 from mafka4.protocol.messages import ApiKey
-from mafka4.protocol.metadata_api import MetadataAnswer, MetadataRequest, NodeInfo, topic_info
+from mafka4.protocol.metadata_api import (
+    MetadataAnswer,
+    MetadataRequest,
+    NodeInfo,
+    topic_info,
+)
 from mafka4.protocol.server import ClientPortServer
 from mafka4.protocol.session import Session
 from mafka4.security.acl import AclRule, AclTable, Operation, ResourceType
-from mafka4.security.scram import ScramServerExchange, StoredCredential
+from mafka4.security.credentials import StoredCredential
+from mafka4.security.scram import ScramServerExchange
 from mafka4.security.scram_client import MECHANISM
 
 logger = logging.getLogger(__name__)

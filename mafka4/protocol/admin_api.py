@@ -24,12 +24,12 @@ from dataclasses import dataclass
 
 from mafka4.protocol.messages import ApiKey, register
 from mafka4.security.acl import RULE_FIELDS, AclRule
-from mafka4.security.scram import StoredCredential
+from mafka4.security.credentials import StoredCredential
 
 
 @dataclass(frozen=True, slots=True)
 class CredentialInfo:
-    """A SCRAM-SHA-256 credential (``security.scram.StoredCredential``), never a password."""
+    """A SCRAM-SHA-256 credential (``security.credentials.StoredCredential``), never a password."""
 
     salt: bytes
     stored_key: bytes

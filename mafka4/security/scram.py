@@ -1,7 +1,7 @@
-"""SASL SCRAM-SHA-256 (RFC 5802, RFC 7677): the stored credential and the server's side of the exchange.
+"""SASL SCRAM-SHA-256 (RFC 5802, RFC 7677): the server's side of the exchange.
 
-The exchange's messages (one SASL_AUTHENTICATE step each) and the client's side are
-``mafka4.security.scram_client``'s, so that clients import neither this module nor the SCRAM
+The stored credential is ``mafka4.security.credentials``'; the exchange's messages (one
+SASL_AUTHENTICATE step each) and the client's side are ``mafka4.security.scram_client``'s, so that clients import neither this module nor the SCRAM
 library it runs on (nodes pay for that import once).
 
 Invariants:
@@ -26,82 +26,22 @@ Pure apart from the nonces and the process's mock key, which must be unpredictab
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
 import hmac
 import secrets
-from dataclasses import dataclass
 from typing import Callable
 
 from scramp import ScramException, ScramMechanism
 from scramp.utils import ServerError
 
-from mafka4.errors import AuthenticationFailed, InvalidConfig, MafkaError
-from mafka4.limits import SCRAM_ITERATIONS_DEFAULT, SCRAM_ITERATIONS_MAX, SCRAM_SALT_BYTES_MAX
+from mafka4.errors import AuthenticationFailed, MafkaError
+from mafka4.limits import SCRAM_ITERATIONS_DEFAULT
+from mafka4.security.credentials import StoredCredential
 from mafka4.security.principals import user_name_problem
 from mafka4.security.scram_client import MECHANISM, decoded_message
 
 _SCRAM = ScramMechanism(MECHANISM)
-# StoredKey and ServerKey are SHA-256 digests.
-KEY_SIZE = hashlib.sha256().digest_size
-# RFC 5802 leaves the salt's length open; scramp refuses less than this (its own salts have 32 bytes).
-SHORTEST_SALT = 12
-CREDENTIAL_FIELDS = ("salt", "stored_key", "server_key", "iterations")
 # Keys the mock credentials of one process derive from, when its caller passes none.
 _PROCESS_MOCK_KEY = secrets.token_bytes(32)
-
-
-@dataclass(frozen=True, slots=True)
-class StoredCredential:
-    """What the cluster keeps of a user's password (RFC 5802's SaltedPassword-derived keys);
-    validated on construction (``InvalidConfig`` naming the bad field), since a client may send one
-    (``mafka4 user add`` makes it on the client, so the password never leaves it)."""
-
-    salt: bytes
-    stored_key: bytes
-    server_key: bytes
-    iterations: int
-
-    def __post_init__(self) -> None:
-        for field in ("salt", "stored_key", "server_key"):
-            if type(getattr(self, field)) is not bytes:
-                raise InvalidConfig(f"stored credential field {field!r} must be bytes, "
-                                    f"not {type(getattr(self, field)).__name__}")
-        if not SHORTEST_SALT <= len(self.salt) <= SCRAM_SALT_BYTES_MAX:
-            raise InvalidConfig(f"stored credential field 'salt' has {len(self.salt)} bytes, needs "
-                                f"{SHORTEST_SALT} to {SCRAM_SALT_BYTES_MAX}")
-        for field in ("stored_key", "server_key"):
-            if len(getattr(self, field)) != KEY_SIZE:
-                raise InvalidConfig(f"stored credential field {field!r} has {len(getattr(self, field))} bytes, "
-                                    f"a SHA-256 key has {KEY_SIZE}")
-        _iterations(self.iterations, "stored credential field 'iterations'")
-
-    def to_json(self) -> dict:
-        """The etcd value: the three byte strings in base64, the iterations as a number."""
-        return {"salt": _b64(self.salt), "stored_key": _b64(self.stored_key), "server_key": _b64(self.server_key),
-                "iterations": self.iterations}
-
-    @classmethod
-    def from_json(cls, value: dict) -> "StoredCredential":
-        """The credential of a ``to_json`` value; ``InvalidConfig`` naming the first bad field."""
-        if not isinstance(value, dict) or set(value) != set(CREDENTIAL_FIELDS):
-            fields = sorted(value) if isinstance(value, dict) else type(value).__name__
-            raise InvalidConfig(f"a stored credential must have exactly the fields {list(CREDENTIAL_FIELDS)}, "
-                                f"not {fields}: add the user again (mafka4 user add NAME --replace)")
-        return cls(_unb64(value, "salt"), _unb64(value, "stored_key"), _unb64(value, "server_key"),
-                   value["iterations"])
-
-
-def make_credential(password: str, iterations: int = SCRAM_ITERATIONS_DEFAULT) -> StoredCredential:
-    """A new credential for ``password`` with a fresh random salt; ``InvalidConfig`` if SASLprep
-    refuses the password (control characters, ...) or ``iterations`` is out of bounds."""
-    iterations = _iterations(iterations, "iterations")
-    try:
-        salt, stored_key, server_key, _ = _SCRAM.make_auth_info(password, iteration_count=iterations)
-    except ScramException as error:
-        raise InvalidConfig(f"the password cannot be used for SCRAM ({error.args[0]}): choose another") from None
-    return StoredCredential(salt, stored_key, server_key, iterations)
 
 
 def _mock_credential(user: str, mock_key: bytes) -> StoredCredential:
@@ -175,21 +115,3 @@ class ScramServerExchange:
         reason = error.args[0] if error.args else type(error).__name__
         return AuthenticationFailed(f"{MECHANISM} authentication failed: the client's message is malformed ({reason}); "
                                     f"use a {MECHANISM} client")
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
-
-
-def _unb64(value: dict, field: str) -> bytes:
-    try:
-        return base64.b64decode(value[field], validate=True)
-    except (TypeError, ValueError, binascii.Error):
-        raise InvalidConfig(f"stored credential field {field!r} must be base64 text, not {value[field]!r}") from None
-
-
-def _iterations(value: object, what: str) -> int:
-    if type(value) is not int or not SCRAM_ITERATIONS_DEFAULT <= value <= SCRAM_ITERATIONS_MAX:
-        raise InvalidConfig(f"{what} must be a whole number from {SCRAM_ITERATIONS_DEFAULT} (RFC 7677's least) "
-                            f"to {SCRAM_ITERATIONS_MAX}, not {value!r}")
-    return value

@@ -40,7 +40,11 @@ import stringprep
 import unicodedata
 
 from mafka4.errors import AuthenticationFailed, InvalidConfig
-from mafka4.limits import SCRAM_ITERATIONS_DEFAULT, SCRAM_ITERATIONS_MAX, SCRAM_MESSAGE_BYTES_MAX
+from mafka4.limits import (
+    SCRAM_ITERATIONS_DEFAULT,
+    SCRAM_ITERATIONS_MAX,
+    SCRAM_MESSAGE_BYTES_MAX,
+)
 from mafka4.security.principals import validate_user_name
 
 MECHANISM = "SCRAM-SHA-256"
@@ -150,13 +154,12 @@ class ScramClientExchange:
             raise AuthenticationFailed(
                 f"the server asks {iterations} {MECHANISM} iterations, more than the "
                 f"{SCRAM_ITERATIONS_MAX} a client computes: it is no mafka4 node; check the bootstrap addresses")
-        salted_password = hashlib.pbkdf2_hmac("sha256", self._password, salt, iterations)
-        client_key = _hmac(salted_password, b"Client Key")
+        client_key, server_key = password_keys(self._password, salt, iterations)
         without_proof = f"c={_CHANNEL_BINDING},r={nonce}"
         auth_message = f"{self._client_first_bare},{text},{without_proof}".encode()
         client_signature = _hmac(hashlib.sha256(client_key).digest(), auth_message)
         proof = bytes(key ^ signature for key, signature in zip(client_key, client_signature))
-        self._server_signature = _hmac(_hmac(salted_password, b"Server Key"), auth_message)
+        self._server_signature = _hmac(server_key, auth_message)
         self._stage = _Stage.FINISH
         return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
 
@@ -232,6 +235,13 @@ def _unbase64(value: str, what: str) -> bytes:
         return base64.b64decode(value, validate=True)
     except (ValueError, binascii.Error):
         raise _ExchangeFailed(f"the {what} is not base64") from None
+
+
+def password_keys(prepared_password: bytes, salt: bytes, iterations: int) -> tuple[bytes, bytes]:
+    """RFC 5802's ClientKey and ServerKey of a SASLprepped password (SaltedPassword is PBKDF2 of it):
+    the client proves with the first; a stored credential keeps the hash of the first and the second."""
+    salted_password = hashlib.pbkdf2_hmac("sha256", prepared_password, salt, iterations)
+    return _hmac(salted_password, b"Client Key"), _hmac(salted_password, b"Server Key")
 
 
 def _hmac(key: bytes, message: bytes) -> bytes:

@@ -13,8 +13,8 @@ from __future__ import annotations
 from mafka4.errors import UnknownUser, UserExists
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
+from mafka4.security.credentials import StoredCredential, make_credential
 from mafka4.security.principals import validate_password, validate_user_name
-from mafka4.security.scram import StoredCredential, make_credential
 
 
 class UserStore:

@@ -12,6 +12,7 @@ import json
 import time
 
 import pytest
+from test_node_port import ADMIN_PASSWORD, BOB_PASSWORD, CLUSTER, etcd, run, with_port  # noqa: F401 (etcd: a fixture)
 
 from mafka4.client import security_admin
 from mafka4.errors import InvalidConfig, NotAuthorized, ProtectedUser, UnknownAclRule
@@ -19,14 +20,29 @@ from mafka4.frontend.node_port import NodePort
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
 from mafka4.protocol import server as port_server
-from mafka4.protocol.admin_api import (AclAddRequest, AclRemoveRequest, AclRuleInfo, CredentialInfo,
-                                       UserAddRequest, UserListRequest, UserRemoveRequest, credential_info, rule_info)
+from mafka4.protocol.admin_api import (
+    AclAddRequest,
+    AclRemoveRequest,
+    AclRuleInfo,
+    CredentialInfo,
+    UserAddRequest,
+    UserListRequest,
+    UserRemoveRequest,
+    credential_info,
+    rule_info,
+)
 from mafka4.protocol.connection import ClientConnection
 from mafka4.protocol.metadata_api import MetadataRequest
-from mafka4.security.acl import CLUSTER_RESOURCE, AclRule, Operation, PatternType, Permission, ResourceType
-from mafka4.security.scram import make_credential
+from mafka4.security.acl import (
+    CLUSTER_RESOURCE,
+    AclRule,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
+from mafka4.security.credentials import make_credential
 from mafka4.security.scram_client import ScramClientExchange
-from test_node_port import ADMIN_PASSWORD, BOB_PASSWORD, CLUSTER, etcd, run, with_port  # noqa: F401 (etcd: a fixture)
 
 CAROL_PASSWORD = "carol-password-1"
 BOB_ALTERS_THE_CLUSTER = AclRule("bob", Permission.ALLOW, Operation.ALTER, ResourceType.CLUSTER, PatternType.LITERAL,

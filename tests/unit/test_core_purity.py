@@ -54,6 +54,7 @@ CORES = (
     "mafka4.metadata.keys",
     # who may authenticate, the SCRAM exchange, ACL decisions
     "mafka4.security.principals",
+    "mafka4.security.credentials",
     "mafka4.security.scram",
     "mafka4.security.scram_client",
     "mafka4.security.acl",

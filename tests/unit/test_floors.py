@@ -52,7 +52,7 @@ FLOORS = (
     (1, r"mafka4\.physical\.(partition_state|replica|sequencer)"),
     (1, r"mafka4\.virtual\.(ranges|layout|vp_records|vp_state|feed_plan|failover|replica_core|divergence)"),
     (1, r"mafka4\.metadata\.(lease|keys)"),
-    (1, r"mafka4\.security\.(principals|scram|scram_client|acl)"),
+    (1, r"mafka4\.security\.(principals|credentials|scram|scram_client|acl)"),
     (1, r"mafka4\.transport\.(ray_names|stream_frames)"),
     (1, r"mafka4\.protocol\.(frames|messages|error_codes|session|metadata_api|admin_api|topic_admin_api)"),
     (1, r"mafka4\.frontend\.view_state"),

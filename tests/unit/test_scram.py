@@ -17,8 +17,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mafka4.errors import AuthenticationFailed, CoordinatorUnavailable, InvalidConfig
-from mafka4.limits import SCRAM_ITERATIONS_DEFAULT, SCRAM_ITERATIONS_MAX, SCRAM_MESSAGE_BYTES_MAX
-from mafka4.security.scram import ScramServerExchange, StoredCredential, make_credential
+from mafka4.limits import (
+    SCRAM_ITERATIONS_DEFAULT,
+    SCRAM_ITERATIONS_MAX,
+    SCRAM_MESSAGE_BYTES_MAX,
+)
+from mafka4.security.credentials import StoredCredential, make_credential
+from mafka4.security.scram import ScramServerExchange
 from mafka4.security.scram_client import MECHANISM, ScramClientExchange, saslprep
 
 PASSWORD = "correct horse battery"
@@ -266,7 +271,8 @@ def test_a_password_saslprep_refuses_is_refused_on_both_sides(password, reason):
     "\u00a0\u00ad\u05d0\u0627\u200b\u1680\u2003\ufb01\u0301 aZ09\x07\ue000\U000e0001\u202e\u0340"), max_size=12))
 def test_saslprep_agrees_with_the_servers(text):
     """The client prepares a password exactly as the server prepared it for the credential."""
-    from scramp.utils import ScramException, saslprep as servers_saslprep
+    from scramp.utils import ScramException
+    from scramp.utils import saslprep as servers_saslprep
     try:
         expected = servers_saslprep(text)
     except ScramException:
@@ -383,3 +389,13 @@ def test_a_mangled_server_message_raises_only_authentication_failed(data):
     # The client accepted: the server did too, and what the client checked is the server's signature.
     assert server.principal == "bob"
     assert edited_final.split(b",")[0] == server_final
+
+
+@pytest.mark.parametrize("password", ["plain-password-1", "pässwörd-ünïcode", "\uff50\uff41\uff53\uff53-full-width"])
+def test_a_credential_made_on_the_standard_library_is_the_one_scramp_derives(password):
+    from scramp import ScramMechanism
+
+    credential = make_credential(password)
+    _, stored_key, server_key, _ = ScramMechanism(MECHANISM).make_auth_info(
+        password, iteration_count=credential.iterations, salt=credential.salt)
+    assert (credential.stored_key, credential.server_key) == (stored_key, server_key)

@@ -14,12 +14,9 @@ import subprocess
 import sys
 
 THIN_CLIENT_MODULES = ("mafka4.client.bootstrap", "mafka4.client.node_connection", "mafka4.client.cluster_metadata",
+                       "mafka4.client.security_admin", "mafka4.cli.security",
                        "mafka4.client.topic_admin", "mafka4.cli.topics")
-# The user and ACL commands also build a SCRAM credential, with the server's library (scramp):
-# rare, admin-only commands, so they may pay for it; the commands every client runs may not.
-ADMIN_CLIENT_MODULES = ("mafka4.client.security_admin", "mafka4.cli.security")
 FORBIDDEN = ("ray", "etcd3", "grpc", "scramp", "asn1crypto")
-ADMIN_FORBIDDEN = ("ray", "etcd3", "grpc")
 
 
 def imported(modules: tuple[str, ...], forbidden: tuple[str, ...]) -> list[str]:
@@ -33,10 +30,6 @@ def test_the_thin_client_imports_neither_ray_nor_etcd_nor_the_servers_scram_libr
     found = imported(THIN_CLIENT_MODULES, FORBIDDEN)
     assert found == [], f"importing the thin client imported {found}"
 
-
-def test_the_admin_commands_import_neither_ray_nor_etcd():
-    found = imported(ADMIN_CLIENT_MODULES, ADMIN_FORBIDDEN)
-    assert found == [], f"importing the user and ACL commands imported {found}"
 
 
 def test_a_client_command_that_fails_imports_no_ray_to_report_it(tmp_path):
