@@ -18,15 +18,13 @@ import secrets
 from dataclasses import dataclass
 
 from mafka4.errors import InvalidConfig
-from mafka4.limits import SCRAM_ITERATIONS_DEFAULT, SCRAM_ITERATIONS_MAX, SCRAM_SALT_BYTES_MAX
+from mafka4.limits import SCRAM_ITERATIONS_DEFAULT, SCRAM_ITERATIONS_MAX, SCRAM_SALT_BYTES, SCRAM_SALT_BYTES_MAX
 from mafka4.security.scram_client import password_keys, saslprep
 
 # StoredKey and ServerKey are SHA-256 digests.
 KEY_SIZE = hashlib.sha256().digest_size
 # RFC 5802 leaves the salt's length open; scramp refuses less than this (its own salts have 32 bytes).
 SHORTEST_SALT = 12
-# The salt of a new credential, as long as scramp's own.
-SALT_BYTES = 32
 CREDENTIAL_FIELDS = ("salt", "stored_key", "server_key", "iterations")
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +78,7 @@ def make_credential(password: str, iterations: int = SCRAM_ITERATIONS_DEFAULT) -
         prepared = saslprep(password)
     except ValueError as error:
         raise InvalidConfig(f"the password cannot be used for SCRAM ({error}): choose another") from None
-    salt = secrets.token_bytes(SALT_BYTES)
+    salt = secrets.token_bytes(SCRAM_SALT_BYTES)
     client_key, server_key = password_keys(prepared.encode(), salt, iterations)
     return StoredCredential(salt, hashlib.sha256(client_key).digest(), server_key, iterations)
 
