@@ -979,10 +979,10 @@ class ClientPortConfig:
                                 f"and at most 3600")
 
 
+# --- admin APIs (users and ACLs through the client port) ---
 # The random salt of a new credential (security.credentials.make_credential), as long as the
 # salts the server's SCRAM library makes itself.
 SCRAM_SALT_BYTES = 32
-# --- admin APIs (users and ACLs through the client port) ---
 # A SCRAM credential's salt, in bytes (this mafka4 makes 32): a client sends the credential of a
 # new user (USER_ADD), and the salt goes into every server-first message of that user, so a
 # longer one is refused with InvalidConfig before it is stored.
