@@ -114,3 +114,10 @@ def test_the_packages_on_the_ground_floor_run_nothing_when_imported():
     for package in ("physical", "virtual", "metadata", "transport", "protocol", "security", "frontend", "coordinator",
                     "coordinator/control", "coordinator/groups", "runtime"):
         assert (ROOT / "mafka4" / package / "__init__.py").read_text().strip() == "", package
+
+
+def test_no_two_test_modules_share_a_name():
+    """pytest imports test modules by their base name (the test folders are no packages): two of one
+    name stop the whole run at collection."""
+    names = sorted(path.name for path in (ROOT / "tests").rglob("test_*.py"))
+    assert not {name for name in names if names.count(name) > 1}
