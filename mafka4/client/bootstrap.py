@@ -43,7 +43,7 @@ def bootstrap_nodes(home: Path | None = None) -> tuple[HostPort, ...]:
     listed = os.environ.get(BOOTSTRAP_ENV)
     if listed:
         return parse_endpoints(listed, what=f"${BOOTSTRAP_ENV}")
-    home = (Path(home) if home is not None else mafka4_home()).expanduser()
+    home = _home(home)
     state = load_state(home)
     if state is None or not state.ready or not state.bootstrap:
         raise ClusterNotRunning(f"no local cluster at {home}: start one with 'mafka4 up', or set ${BOOTSTRAP_ENV} "
@@ -59,5 +59,8 @@ def client_credential(home: Path | None = None) -> Credential:
             raise InvalidConfig(f"set both ${USER_ENV} and ${PASSWORD_ENV} to authenticate as a user, or neither "
                                 f"(to use the local cluster's admin credential)")
         return Credential(user, password)
-    home = (Path(home) if home is not None else mafka4_home()).expanduser()
-    return Credential(*load_credential(home / CREDENTIAL_FILE))
+    return Credential(*load_credential(_home(home) / CREDENTIAL_FILE))
+
+
+def _home(home: Path | None) -> Path:
+    return (Path(home) if home is not None else mafka4_home()).expanduser()

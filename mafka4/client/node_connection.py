@@ -16,8 +16,8 @@ import asyncio
 from pathlib import Path
 from typing import Sequence
 
-from mafka4.errors import ClusterNotRunning, RequestTimedOut, StreamLost
 from mafka4.client.bootstrap import Credential, bootstrap_nodes, client_credential
+from mafka4.errors import ClusterNotRunning, RequestTimedOut, StreamLost
 from mafka4.metadata.endpoints import HostPort
 from mafka4.protocol.connection import ClientConnection
 from mafka4.security.scram_client import ScramClientExchange

@@ -88,11 +88,10 @@ class NodePort:
 
     def _acl_table(self) -> AclTable:
         version, table = self._acls
-        current = self.view.read(lambda state: state.acls_version)
-        if current != version:
-            rules = self.view.read(lambda state: list(state.acls.values()))
+        if self.view.read(lambda state: state.acls_version) != version:
+            version, rules = self.view.read(lambda state: (state.acls_version, list(state.acls.values())))
             table = AclTable(AclRule.from_json(rule) for rule in rules)
-            self._acls = (current, table)
+            self._acls = (version, table)
         return table
 
     def _check(self, session: Session, operation: Operation, resource_type: ResourceType, name: str) -> None:

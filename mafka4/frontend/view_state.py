@@ -58,7 +58,8 @@ class ViewState:
 
     cluster: str
     topic_configs: dict[str, dict] = field(default_factory=dict)
-    partitions: dict[tuple[str, int], dict] = field(default_factory=dict)
+    # Per topic, its partitions' states by partition number: a topic is read without a scan of all.
+    partitions: dict[str, dict[int, dict]] = field(default_factory=dict)
     read_nodes: dict[str, dict] = field(default_factory=dict)
     users: dict[str, dict] = field(default_factory=dict)
     acls: dict[str, dict] = field(default_factory=dict)
@@ -89,8 +90,8 @@ class ViewState:
         config = self.topic_configs.get(name)
         if config is None:
             return None
-        states = sorted((PartitionState.from_json(partition, value) for (topic, partition), value
-                         in self.partitions.items() if topic == name), key=lambda state: state.partition)
+        held = self.partitions.get(name, {})
+        states = [PartitionState.from_json(partition, held[partition]) for partition in sorted(held)]
         return TopicMetadata(name, config_from_json(config), tuple(states))
 
     def read_node_endpoints(self) -> list[ReadNodeEndpoint]:
@@ -104,10 +105,12 @@ class ViewState:
         if (name := keys.topic_name_of(cluster, key)) is not None:
             _put(self.topic_configs, name, value)
             if value is None:  # the transaction that deleted the config deleted the rest
-                for gone in [k for k in self.partitions if k[0] == name]:
-                    del self.partitions[gone]
+                self.partitions.pop(name, None)
         elif (partition := keys.parse_physical_partition(cluster, key)) is not None:
-            _put(self.partitions, partition, value)
+            topic, number = partition
+            _put(self.partitions.setdefault(topic, {}), number, value)
+            if not self.partitions[topic]:
+                del self.partitions[topic]
         elif (node_id := keys.parse_read_node_liveness(cluster, key)) is not None:
             _put(self.read_nodes, node_id, value)
         elif (user := keys.user_name_of(cluster, key)) is not None:
