@@ -950,6 +950,10 @@ PROTOCOL_ITEMS_MAX = 100_000
 # A client connection's bytes land in a staging buffer of this size (a part this large or larger
 # is read into its own bytearray); small, since a server holds one per client connection.
 PROTOCOL_STAGING_BYTES = 64 * KiB
+# A FETCH may ask for at most this many bytes (its answer must fit in a frame) and wait at most this
+# long; beyond either it is refused with InvalidConfig naming the field.
+PROTOCOL_FETCH_BYTES_MAX = 32 * MiB
+PROTOCOL_FETCH_WAIT_MS_MAX = 60_000
 # ``ClientConnection.open`` gives up after this long (connect, versions, authentication) with a
 # retriable RequestTimedOut naming the address.
 PROTOCOL_OPEN_TIMEOUT_S_DEFAULT = 10.0

@@ -17,9 +17,10 @@ the caller applies both (``PartitionGate.call``, planned by ``NetworkFault.plan`
   it arrived.
 
 A lost call fails after ``lost_after_ms``, not at once, because that is what a lost packet costs
-a caller: its timeout. ``CallLost`` is a ``ray.exceptions.GetTimeoutError`` (and so a
-``TimeoutError``): what a call that timed out raises, so every caller handles a lost call as
-it handles a timed-out one (retry, back off, avoid the node). A caller whose own timeout is
+a caller: its timeout. ``CallLost`` is a ``RequestTimedOut`` (retriable) and a ``TimeoutError``:
+what a call that timed out raises, so every caller handles a lost call as it handles a
+timed-out one (retry, back off, avoid the node). The module imports no Ray: clients pass the
+gate too. A caller whose own timeout is
 shorter sees that timeout first.
 
 One direction or both: ``NetworkFault.between(side_a, side_b, both_ways=False)`` cuts only the
@@ -57,9 +58,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Iterable, TypeVar
 
-import ray
-
-from mafka4.errors import InvalidConfig
+from mafka4.errors import InvalidConfig, RequestTimedOut
 from mafka4.limits import FAULT_DELAY_MS_MAX
 
 CLIENT = "client"
@@ -67,7 +66,7 @@ CLIENT = "client"
 T = TypeVar("T")
 
 
-class CallLost(ray.exceptions.GetTimeoutError):
+class CallLost(RequestTimedOut, TimeoutError):
     """A call whose request or answer a network fault dropped; raised when its time ran out."""
 
 

@@ -25,14 +25,18 @@ from mafka4.security.scram_client import ScramClientExchange
 CLIENT_NAME = "mafka4-python"
 
 
+async def connect_to(node: HostPort, credential: Credential) -> ClientConnection:
+    """An authenticated connection to ``node``; ``StreamLost`` or ``RequestTimedOut`` (retriable) if it does not answer."""
+    return await ClientConnection.open(node.host, node.port, ScramClientExchange(credential.user, credential.password),
+                                       CLIENT_NAME)
+
+
 async def connect_any(nodes: Sequence[HostPort], credential: Credential) -> ClientConnection:
     """An authenticated connection to the first of ``nodes`` that answers; see the module docstring."""
     failures = []
     for node in nodes:
         try:
-            return await ClientConnection.open(node.host, node.port, ScramClientExchange(credential.user,
-                                                                                          credential.password),
-                                               CLIENT_NAME)
+            return await connect_to(node, credential)
         except (StreamLost, RequestTimedOut) as error:
             failures.append(f"{node}: {error.message}")
     raise ClusterNotRunning(f"no mafka4 node answered ({'; '.join(failures)}); check that the cluster is up "

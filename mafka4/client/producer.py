@@ -10,7 +10,12 @@
 
 ``send`` validates and buffers the message and returns at once; a sender thread batches
 messages per partition (``linger_ms``, ``batch_bytes_max``), sends them to the partition
-leaders and retries retriable failures idempotently (see ``sender.py``). The buffer is
+leaders' client ports and retries retriable failures idempotently (see ``sender.py``).
+
+The producer is a client of the cluster's ports only (no Ray, no etcd): it starts from
+``$MAFKA4_BOOTSTRAP`` or the local cluster's record and authenticates as ``$MAFKA4_USER`` or the
+local admin (``client.cluster_access``, which also says what else ``cluster`` may name). It
+needs the ``produce`` ACL on the topic. The buffer is
 bounded by ``buffer_bytes_max``; ``on_full`` chooses between blocking and ``BufferFull``.
 ``compression`` ("none", "lz4", "zstd"; by default ``$MAFKA4_COMPRESSION``, else "none")
 compresses each batch as the sender encodes it (``mafka4.compression``). Header names starting
@@ -25,14 +30,15 @@ from typing import Any, Callable, Iterable
 
 from mafka4.batch_frame import TIMESTAMP_MS_MAX
 from mafka4.client.accumulator import RECORD_OVERHEAD_BYTES, RecordAccumulator
+from mafka4.client.cluster_access import cluster_access
 from mafka4.client.futures import Callback, RecordFuture, RecordMetadata
-from mafka4.client.routing import Routing
+from mafka4.client.leader_routes import LeaderRoutes
+from mafka4.client.loop_thread import LoopThread
 from mafka4.client.send_many import ManyCallback, ManyFuture
 from mafka4.client.sender import Sender
 from mafka4.errors import InvalidRecord, MessageTooLarge, ProducerClosed
 from mafka4.limits import ProducerConfig
 from mafka4.names import validate_topic_name
-from mafka4.runtime.connect import Connection, connect
 from mafka4.virtual.vp_records import RESERVED_HEADER_PREFIX
 
 Serializer = Callable[[Any], bytes]
@@ -115,16 +121,24 @@ def _checked_timestamp_ms(timestamp_ms: Any) -> int:
 
 
 class Producer:
-    def __init__(self, topic: str, connection: Connection | None = None,
+    def __init__(self, topic: str, connection: object = None,
                  key_serializer: Serializer | None = None, value_serializer: Serializer | None = None,
                  **settings: Any):
-        """``settings`` are ``ProducerConfig`` fields: acks, compression, linger_ms, batch_bytes_max, on_full, ..."""
+        """``connection``: which cluster, as ``client.cluster_access`` reads it (None: the environment's or
+        the local one). ``settings`` are ``ProducerConfig`` fields: acks, compression, linger_ms, ..."""
         self.topic = validate_topic_name(topic)
         self.config = ProducerConfig(**settings).resolved()
         self._key_serializer, self._value_serializer = key_serializer, value_serializer
-        self._routing = Routing(connection or connect(), topic)
-        self._accumulator = RecordAccumulator(topic, self.config, len(self._routing.metadata.partitions))
-        self._sender = Sender(topic, self.config, self._accumulator, self._routing)
+        routes = LeaderRoutes(cluster_access(connection), topic)
+        loop_thread = LoopThread(f"mafka4-sender-{topic}")
+        try:
+            metadata = loop_thread.run(routes.refresh())
+        except BaseException:
+            loop_thread.call_soon(routes.close)
+            loop_thread.stop()
+            raise
+        self._accumulator = RecordAccumulator(topic, self.config, len(metadata.partitions))
+        self._sender = Sender(topic, self.config, self._accumulator, routes, loop_thread)
         self._closed = False
 
     def send(self, value: Any, key: Any = None, partition: int | None = None,
@@ -219,7 +233,6 @@ class Producer:
             self.flush(timeout_s)
         finally:
             self._sender.stop()
-            self._routing.close()
 
     def __enter__(self) -> "Producer":
         return self

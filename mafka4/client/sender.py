@@ -2,16 +2,17 @@
 
 One pipeline per partition runs a ``sender_core.PipelineCore``, which holds the rules (in-flight
 limit, sequences and producer ids, in-order answers, what is resent, backoff, when a batch
-fails for good); this module only carries them out with Ray calls, the event loop's clock and
-timers, and a metadata refresh before every resend. The deterministic simulator runs the same
-core (``simulations.dst.producer``). While a network fault cuts or slows this process's link to
-a leader's node (``mafka4.partition_gate``), calls pass the process's gate; a lost call fails as
-a timed-out one, which the core retries.
+fails for good); this module only carries them out with calls to the partition's leader, the
+event loop's clock and timers, and a metadata refresh before every resend. The deterministic
+simulator runs the same core (``simulations.dst.producer``). While a network fault cuts or slows
+this process's link to a leader's node (``mafka4.partition_gate``), calls pass the process's
+gate; a lost call fails as a timed-out one, which the core retries.
 
-Batches go to the leader over a TCP stream (``mafka4.transport.stream_calls``), not as Ray calls:
-a Ray call carrying a 1 MiB batch cost about 3 ms of CPU on each side here, the stream under
-1 ms. Ray still finds the leader (by name) and tells where it listens; each retry opens the
-stream afresh, to the leader the refreshed metadata names.
+Batches go to the leader's client port (``client.leader_routes``: the client protocol, the batch
+out of band); a link that broke is opened afresh, to the leader the refreshed metadata names.
+Calls of one partition are written in the order the core sends them (a link already open is
+written to before the call first yields), and the leader holds an early batch for its turn
+(``physical.sequencer``) should a reconnect reorder two. Imports neither ``ray`` nor ``etcd3``.
 """
 
 from __future__ import annotations
@@ -19,21 +20,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import threading
 import time
 from typing import Awaitable
 
-import ray
-
 from mafka4.client.accumulator import RecordAccumulator
-from mafka4.client.routing import Routing
+from mafka4.client.leader_routes import LeaderLink, LeaderRoutes
+from mafka4.client.loop_thread import LoopThread
 from mafka4.client.sender_core import InFlight, PipelineCore, ProducerBatch, Retry
 from mafka4.clocks import wall_ms_fine
 from mafka4.errors import MafkaError, ProducerClosed
 from mafka4.limits import Acks, ProducerConfig
-from mafka4.partition_gate import PartitionGate, client_gate
-from mafka4.transport.remote_errors import unwrap
-from mafka4.transport.stream_calls import StreamHandle, actor_stream
+from mafka4.partition_gate import client_gate
 
 logger = logging.getLogger(__name__)
 
@@ -48,15 +45,13 @@ def _monotonic_ms() -> float:
 
 
 def _is_retriable(error: BaseException) -> bool:
-    if isinstance(error, MafkaError):
-        return error.retriable
-    # A dead or unreachable actor: the partition gets a new leader; resend after a refresh.
-    return isinstance(error, (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
-                              ray.exceptions.GetTimeoutError))
+    # A leader gone, a link lost or timed out (``StreamLost``, ``RequestTimedOut``, a gate's
+    # ``CallLost``), a stale leader (``NotLeader``): resend after a refresh.
+    return isinstance(error, MafkaError) and error.retriable
 
 
 async def _written(request: Awaitable[None] | None) -> int:
-    """An acks=0 send: offset -1 once its request was written to the leader's stream (so a
+    """An acks=0 send: offset -1 once its request was written to the leader's link (so a
     ``flush`` and ``close`` after it do not drop it); what the leader did with it is never heard of."""
     if request is not None:
         try:
@@ -75,57 +70,30 @@ class _PartitionPipeline:
         self._partition = partition
         self._core = PipelineCore(sender.topic, partition, sender.config, new_producer_id)
         self.wakeup = asyncio.Event()
-        self._leader_stream: StreamHandle | None = None
-
-    def _leader(self) -> StreamHandle:
-        """The stream to the partition's leader, opened on first use after each retry."""
-        if self._leader_stream is None:
-            self._leader_stream = self._sender.open_stream(
-                self._sender.routing.leader(self._partition), f"the leader of {self._sender.topic}-{self._partition}")
-        return self._leader_stream
-
-    def close_stream(self) -> None:
-        if self._leader_stream is not None:
-            self._leader_stream.close()
-            self._leader_stream = None
 
     def _send(self, sent: InFlight) -> None:
         batch = sent.batch
         if batch.attempts == 1:
             batch.sent_time_ms = wall_ms_fine()
-        config = self._sender.config
-        loop = asyncio.get_running_loop()
-        gate = client_gate()
-        try:
-            leader = self._leader()
-        except Exception as error:  # no leader known: fail this attempt, the pipeline retries
-            sent.request = loop.create_future()
-            sent.request.set_exception(error)
-            return
-        if gate.active:
-            sent.request = self._send_through(gate, leader, batch.encoded)
-            return
-        if config.acks is Acks.NONE:
-            sent.request = asyncio.ensure_future(_written(
-                leader.produce.send(batch.encoded, config.acks, config.delivery_timeout_ms)))
-            return
-        sent.request = asyncio.ensure_future(leader.produce.remote(batch.encoded, config.acks, config.delivery_timeout_ms))
+        sent.request = asyncio.ensure_future(self._call(batch.encoded))
 
-    def _send_through(self, gate: PartitionGate, leader, encoded: bytes) -> asyncio.Future:
-        """The produce call as the links between this process and the leader's node let it through."""
-        config = self._sender.config
-        leader_id = self._sender.routing.metadata.partitions[self._partition].leader
+    async def _call(self, encoded: bytes) -> int:
+        """The produce call of one attempt, as the links between this process and the leader let it through."""
+        config, routes = self._sender.config, self._sender.routes
+        leader: LeaderLink = await routes.leader(self._partition)  # no leader known: this attempt fails, retried
+        gate = client_gate()
         if config.acks is Acks.NONE:  # fire and forget: a lost request is simply never sent
-            lost = gate.plan(leader_id).request_lost
-            return asyncio.ensure_future(_written(
-                None if lost else leader.produce.send(encoded, config.acks, config.delivery_timeout_ms)))
-        return asyncio.ensure_future(gate.call(
-            leader_id, lambda: leader.produce.remote(encoded, config.acks, config.delivery_timeout_ms)))
+            lost = gate.active and gate.plan(routes.leader_id(self._partition)).request_lost
+            return await _written(None if lost else leader.produce_unanswered(encoded, config.acks,
+                                                                              config.delivery_timeout_ms))
+        if gate.active:
+            return await gate.call(routes.leader_id(self._partition),
+                                   lambda: leader.produce(encoded, config.acks, config.delivery_timeout_ms))
+        return await leader.produce(encoded, config.acks, config.delivery_timeout_ms)
 
     def _settle(self, sent: InFlight, outcome: object) -> None:
         if isinstance(outcome, BaseException):
-            error = unwrap(outcome)
-            self._core.failed(sent, error, _is_retriable(error))
+            self._core.failed(sent, outcome, _is_retriable(outcome))
         else:
             self._core.acknowledged(sent, outcome)
 
@@ -169,29 +137,26 @@ class _PartitionPipeline:
         error = retry.error
         logger.info("%s-%s: retrying after %s: %s", self._sender.topic, self._partition, type(error).__name__, error)
         await asyncio.sleep(retry.backoff_ms / 1000)
-        self.close_stream()
-        self._sender.routing.forget(self._partition)
+        self._sender.routes.forget(self._partition)
         try:
-            await asyncio.get_running_loop().run_in_executor(None, self._sender.routing.refresh)
-        except MafkaError as refresh_error:  # etcd briefly away: keep the old routes and retry
+            await self._sender.routes.refresh()
+        except MafkaError as refresh_error:  # no node answered: keep the old routes and retry
             logger.info("metadata refresh failed: %s", refresh_error)
 
 
 class Sender:
-    """Owns the event-loop thread and the partition pipelines."""
+    """Runs the partition pipelines on the producer's loop thread."""
 
-    open_stream = staticmethod(actor_stream)  # a leader's actor handle -> the stream batches go over
-
-    def __init__(self, topic: str, config: ProducerConfig, accumulator: RecordAccumulator, routing: Routing):
+    def __init__(self, topic: str, config: ProducerConfig, accumulator: RecordAccumulator, routes: LeaderRoutes,
+                 loop_thread: LoopThread):
         self.topic = topic
         self.config = config
         self.accumulator = accumulator
-        self.routing = routing
+        self.routes = routes
         self._pipelines: dict[int, _PartitionPipeline] = {}
         self._tasks: list[asyncio.Task] = []
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name=f"mafka4-sender-{topic}", daemon=True)
-        self._thread.start()
+        self._loop_thread = loop_thread
+        self._loop = loop_thread.loop
 
     def answer(self, batch: ProducerBatch, base_offset: int | None, error: BaseException | None) -> None:
         self.accumulator.complete(batch, base_offset, error)
@@ -214,8 +179,7 @@ class Sender:
             for task in self._tasks:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
-            for pipeline in self._pipelines.values():
-                pipeline.close_stream()
+            self.routes.close()
             closed = ProducerClosed(f"producer for {self.topic!r} closed before this message was acknowledged")
             for pipeline in self._pipelines.values():
                 for batch in pipeline.abandon():
@@ -223,9 +187,8 @@ class Sender:
             for batch in self.accumulator.take_all():
                 self.answer(batch, None, closed)
 
-        asyncio.run_coroutine_threadsafe(cancel(), self._loop).result(timeout=30)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=30)
+        self._loop_thread.run(cancel(), timeout_s=30)
+        self._loop_thread.stop()
 
     # --- on the loop thread -------------------------------------------------------------
 

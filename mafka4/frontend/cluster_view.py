@@ -10,6 +10,8 @@ which holds the lock the watch threads write under; what they read is only as fr
 watches, which is how a Kafka broker's metadata cache behaves too.
 
 One view per serving process: it costs one etcd watch per prefix, however many clients connect.
+A process that needs only some of the prefixes (a replica's port checks users and ACLs only)
+names them, and is woken by nothing else.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ T = TypeVar("T")
 class ClusterView:
     """The watched metadata of ``cluster`` in ``store``; see the module docstring."""
 
-    def __init__(self, store: MetadataStore, cluster: str):
-        self._store, self._cluster = store, cluster
+    def __init__(self, store: MetadataStore, cluster: str, kinds: tuple[Watched, ...] = tuple(Watched)):
+        self._store, self._cluster, self._kinds = store, cluster, kinds
         self._state = ViewState(cluster)
         self._lock = threading.Lock()
         self._watch_ids: list[int] = []
@@ -66,7 +68,7 @@ class ClusterView:
     def _load_and_watch(self) -> None:
         self._cancel_watches()
         self._broken.clear()
-        for kind in Watched:
+        for kind in self._kinds:
             prefix = watched_prefix(self._cluster, kind)
             items, revision = self._store.get_prefix_at(prefix)
             with self._lock:

@@ -7,6 +7,8 @@ and feeds it every change its watches see; this module only keeps the values:
 - each topic's config and the state of each of its physical partitions (who leads, in which
   epoch, the replicas and the ISR);
 - the read nodes alive and where each serves clients (their liveness keys);
+- the physical replicas alive and where each serves clients (their liveness keys), so that a
+  client learns where each partition's leader takes its produce;
 - the stored user credentials and the ACL rules (their raw JSON; ``mafka4.security`` parses them).
 
 Invariants: a partition is shown only under a topic whose config is known (a topic is recorded in
@@ -31,6 +33,7 @@ class Watched(enum.Enum):
 
     TOPICS = "topics"
     READ_NODES = "read_nodes"
+    REPLICAS = "replicas"
     USERS = "users"
     ACLS = "acls"
 
@@ -39,6 +42,7 @@ def watched_prefix(cluster: str, kind: Watched) -> str:
     return {
         Watched.TOPICS: keys.topics_prefix,
         Watched.READ_NODES: keys.read_nodes_prefix,
+        Watched.REPLICAS: keys.replicas_prefix,
         Watched.USERS: keys.users_prefix,
         Watched.ACLS: keys.acls_prefix,
     }[kind](cluster)
@@ -61,6 +65,7 @@ class ViewState:
     # Per topic, its partitions' states by partition number: a topic is read without a scan of all.
     partitions: dict[str, dict[int, dict]] = field(default_factory=dict)
     read_nodes: dict[str, dict] = field(default_factory=dict)
+    replicas: dict[tuple[str, int, str], dict] = field(default_factory=dict)  # (topic, partition, replica id)
     users: dict[str, dict] = field(default_factory=dict)
     acls: dict[str, dict] = field(default_factory=dict)
     # Counts the changes of ``acls``, so that a reader rebuilds its rule table only after one.
@@ -97,8 +102,14 @@ class ViewState:
     def read_node_endpoints(self) -> list[ReadNodeEndpoint]:
         return [ReadNodeEndpoint(node_id, value.get("client")) for node_id, value in sorted(self.read_nodes.items())]
 
+    def replica_address(self, topic: str, partition: int, replica_id: str) -> str | None:
+        """Where the live replica serves clients; None if it is not alive or serves no client port."""
+        value = self.replicas.get((topic, partition, replica_id))
+        return None if value is None else value.get("client")
+
     def _values_of(self, kind: Watched) -> dict:
-        return {Watched.READ_NODES: self.read_nodes, Watched.USERS: self.users, Watched.ACLS: self.acls}[kind]
+        return {Watched.READ_NODES: self.read_nodes, Watched.REPLICAS: self.replicas, Watched.USERS: self.users,
+                Watched.ACLS: self.acls}[kind]
 
     def _set(self, key: str, value: Any) -> None:
         cluster = self.cluster
@@ -113,6 +124,8 @@ class ViewState:
                 del self.partitions[topic]
         elif (node_id := keys.parse_read_node_liveness(cluster, key)) is not None:
             _put(self.read_nodes, node_id, value)
+        elif (replica := keys.parse_replica_liveness(cluster, key)) is not None:
+            _put(self.replicas, replica, value)
         elif (user := keys.user_name_of(cluster, key)) is not None:
             _put(self.users, user, value)
         elif (rule_id := keys.acl_id_of(cluster, key)) is not None:

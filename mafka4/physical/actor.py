@@ -39,6 +39,10 @@ and the read nodes' feed positions).
   offsets are logged as an error (read nodes report them to consumers).
 * Liveness and ISR changes in etcd: ``physical.replica_metadata``. While etcd is unreachable
   the data path goes on regardless.
+* Clients (producers, consumers) reach the replica on its client port
+  (``frontend.replica_port``: PRODUCE, FETCH, LIST_OFFSETS, authenticated and ACL-checked),
+  started with its first role on a free port of its node and named in its liveness key, where
+  every node's metadata answer finds it. The cluster's own processes keep using the stream.
 
 Damaged data on disk (bit rot in a segment that recovery trusted) is caught by the read
 path, which checks every batch's CRC (``Segment.read``). A damaged batch is never served,
@@ -77,6 +81,7 @@ from mafka4.log.read_loss import retention_floor
 from mafka4.long_poll import ChangeSignal
 from mafka4.partition_gate import GatedHandle, NetworkFault, PartitionGate
 from mafka4.physical.physical_replica import PhysicalReplica
+from mafka4.frontend.replica_port import ReplicaPort
 from mafka4.physical.replica import AppendPlan, Ready, Role
 from mafka4.physical.replica_metadata import ReplicaMetadata
 from mafka4.physical.sequencer import SequenceGate
@@ -181,6 +186,9 @@ class PhysicalPartition:
         self._fault = FaultGate()
         self._partition_gate = PartitionGate(spec.replica_id)  # replicas are named by their node
         self._stage_trace: StageTrace | None = None
+        self._client_port = ReplicaPort(spec.etcd_endpoint, spec.cluster, spec.topic, spec.partition, spec.replica_id,
+                                        self)
+        self._client_port_started = False
 
     def _on_ready(self, ready: Ready) -> None:
         """What the replica leaves to its driver (``physical_replica``); it answers waiters itself."""
@@ -197,6 +205,7 @@ class PhysicalPartition:
         if self._state.leads(leader_epoch):
             return self._state.describe()  # a repeated notice: the controller announces roles again after a failover
         already_ticking = self._state.role is Role.LEADER  # a new epoch of the same leader keeps its tick task
+        await self._serve_clients()
         self._stop_following()
         self._replica.become_leader(leader_epoch, replicas, isr, wall_ms())
         self._start_background(None if already_ticking else self._leader_ticks())
@@ -206,6 +215,7 @@ class PhysicalPartition:
         if (self._state.role is Role.FOLLOWER and self._state.leader_epoch == leader_epoch
                 and self._state.leader_id == leader_id and self._follow_task is not None and not self._follow_task.done()):
             return self._state.describe()  # a repeated notice: keep the fetch in flight
+        await self._serve_clients()
         self._replica.become_follower(leader_epoch, leader_id)
         self._stop_following()
         leader_actor = ray.get_actor(
@@ -215,6 +225,22 @@ class PhysicalPartition:
         self._follow_task = asyncio.get_running_loop().create_task(self._follow())
         self._start_background(None)
         return self._state.describe()
+
+    async def _serve_clients(self) -> None:
+        """Start the client port once, before the first role's liveness key names it. A port that
+        cannot start is logged; the replica serves the cluster's own streams regardless."""
+        if self._client_port_started:
+            return
+        self._client_port_started = True
+        try:
+            await asyncio.to_thread(self._client_port.start_view)
+            self._metadata.client_address = await self._client_port.start(ray.util.get_node_ip_address())
+        except Exception:
+            logger.exception("%s: replica %s serves no client port", self._spec.partition_name, self._spec.replica_id)
+
+    async def client_port_counters(self) -> dict[str, int]:
+        """The client port's counters: connections, requests, refusals, bad frames, ..."""
+        return self._client_port.counters
 
     def _start_background(self, role_task) -> None:
         if not self._tasks:
@@ -385,6 +411,7 @@ class PhysicalPartition:
         self._closed = True
         self._stop_following()
         self._stream_server.close()
+        self._client_port.close()
         for task in self._tasks:
             task.cancel()
         self._replica.close(delete_data)

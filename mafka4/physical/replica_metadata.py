@@ -49,6 +49,7 @@ class ReplicaMetadata:
         self._partition_name = f"{topic}-{partition}"
         self._store: MetadataStore | None = None
         self._liveness: LeaseTask | None = None
+        self.client_address: str | None = None  # host:port of the replica's client port, once serving
         self._isr_recorder = InSyncRecorder(self._partition_name, "ISR", replica_id, isr_to_write, self._write_isr,
                                             isr_written, IN_SYNC_WRITE_BACKOFF_S)
 
@@ -73,7 +74,7 @@ class ReplicaMetadata:
         return keys.replica_liveness(self._cluster, self._topic, self._partition, self._replica_id)
 
     def _write_liveness(self, lease) -> None:
-        value = {"replica_id": self._replica_id, "pid": os.getpid()}
+        value = {"replica_id": self._replica_id, "pid": os.getpid(), "client": self.client_address}
         self._metadata_store().put(self._liveness_key(), value, lease=lease)
 
     # --- the ISR -------------------------------------------------------------------------

@@ -135,6 +135,18 @@ class ClientConnection:
             raise raised_error(envelope.message)
         return envelope.message, envelope.buffers
 
+    async def send(self, request: object, buffers: Sequence[bytes | bytearray | memoryview] = ()) -> None:
+        """Send ``request`` and wait only until it is written: its answer, when it comes, is dropped
+        (a producer's acks=0). ``StreamLost`` if the connection is broken."""
+        parts = encode_frame(api_of(request), self._take_id(), Kind.REQUEST, request, buffers)
+        if self._protocol.lost is not None:
+            raise self._lost(self._protocol.lost)
+        try:
+            self._protocol.write(parts)
+            await self._protocol.drain()
+        except ConnectionError:
+            raise self._lost(self._protocol.lost or "the connection broke") from None
+
     def close(self) -> None:
         """Close the connection; calls in flight fail with ``StreamLost``."""
         self._protocol.close("the client closed the connection")

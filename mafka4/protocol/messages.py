@@ -48,6 +48,9 @@ class ApiKey(enum.IntEnum):
     SASL_HANDSHAKE = 1
     SASL_AUTHENTICATE = 2
     METADATA = 3  # protocol.metadata_api
+    PRODUCE = 4  # protocol.data_api, as the next two
+    FETCH = 5
+    LIST_OFFSETS = 6
     TOPIC_CREATE = 20  # protocol.topic_admin_api, as the next two
     TOPIC_DELETE = 21
     TOPIC_SCALE = 23  # 22: describe's, reserved (it needs the live offsets of the actors)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Sequence
 
 from mafka4.physical.partition_state import PartitionState, TopicMetadata, config_from_json, config_to_json
 from mafka4.protocol.messages import ApiKey, register
@@ -39,13 +40,15 @@ class NodeInfo:
 
 @dataclass(frozen=True, slots=True)
 class PartitionInfo:
-    """A physical partition: who leads it in which epoch, its replicas and its ISR."""
+    """A physical partition: who leads it in which epoch, its replicas and its ISR, and where the
+    leader serves clients (None: not known to be alive, or not serving yet; ask again)."""
 
     partition: int
     leader: str
     leader_epoch: int
     replicas: tuple[str, ...]
     isr: tuple[str, ...]
+    leader_address: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +65,11 @@ class MetadataAnswer:
     topics: tuple[TopicInfo, ...]
 
 
-def topic_info(topic: TopicMetadata) -> TopicInfo:
-    partitions = tuple(PartitionInfo(p.partition, p.leader, p.leader_epoch, p.replicas, p.isr) for p in topic.partitions)
+def topic_info(topic: TopicMetadata, leader_addresses: Sequence[str | None] | None = None) -> TopicInfo:
+    """``topic`` as the METADATA answer carries it; ``leader_addresses`` in partition order (None: none known)."""
+    addresses = leader_addresses if leader_addresses is not None else [None] * len(topic.partitions)
+    partitions = tuple(PartitionInfo(p.partition, p.leader, p.leader_epoch, p.replicas, p.isr, address)
+                       for p, address in zip(topic.partitions, addresses))
     return TopicInfo(topic.name, json.dumps(config_to_json(topic.config), sort_keys=True), partitions)
 
 

@@ -21,7 +21,6 @@ from mafka4.compression import Codec
 from mafka4.errors import CorruptRecord, NotLeader, RequestTimedOut, UnknownProducer
 from mafka4.limits import Acks, ProducerConfig
 from mafka4.partition_gate import CLIENT, HEALED, NetworkFault, set_client_fault
-from mafka4.physical.partition_state import PartitionState
 from test_core_purity import forbidden_imports
 
 POLLS_MAX = 5000  # a bound on waiting for the pipeline's thread hop (metadata refresh), not a timing claim
@@ -37,34 +36,38 @@ class Call:
 
 
 class FakeLeader:
+    """A leader's link, as ``client.leader_routes.LeaderLink``."""
+
     def __init__(self):
         self.calls: list[Call] = []
-        self.produce = self  # leader.produce.remote(...)
 
-    def remote(self, encoded: bytes, acks: Acks, timeout_ms: int) -> asyncio.Future:
+    def _record(self, encoded: bytes, acks: Acks) -> Call:
         header = read_header(encoded)
         call = Call(header.producer_id, header.base_sequence, acks, concurrent.futures.Future(), encoded)
         self.calls.append(call)
-        return asyncio.wrap_future(call.future)
+        return call
 
-    async def send(self, encoded: bytes, acks: Acks, timeout_ms: int) -> None:
-        self.remote(encoded, acks, timeout_ms)  # acks=0: written, its answer unread
+    async def produce(self, encoded: bytes, acks: Acks, timeout_ms: int) -> int:
+        return await asyncio.wrap_future(self._record(encoded, acks).future)
 
-    def close(self) -> None:
-        pass
+    async def produce_unanswered(self, encoded: bytes, acks: Acks, timeout_ms: int) -> None:
+        self._record(encoded, acks)  # acks=0: written, its answer unread
 
 
-class FakeRouting:
+class FakeRoutes:
     def __init__(self, leader: FakeLeader):
         self._leader = leader
 
-    def leader(self, partition: int) -> FakeLeader:
+    async def leader(self, partition: int) -> FakeLeader:
         return self._leader
+
+    def leader_id(self, partition: int) -> str:
+        return "w0"
 
     def forget(self, partition: int) -> None:
         pass
 
-    def refresh(self) -> None:
+    async def refresh(self) -> None:
         pass
 
 
@@ -83,12 +86,9 @@ class FakeSender:
     def __init__(self, batches: int, acks: Acks | str = Acks.ALL, compression: str = "none"):
         self.config = ProducerConfig(acks=acks, compression=compression, retry_backoff_ms=0, retry_backoff_ms_max=0)
         self.leader = FakeLeader()
-        self.routing = FakeRouting(self.leader)
+        self.routes = FakeRoutes(self.leader)
         self.accumulator = FakeAccumulator(batches)
         self.answers: list[tuple[int, int | None, BaseException | None]] = []
-
-    def open_stream(self, leader: FakeLeader, name: str) -> FakeLeader:
-        return leader  # the fake leader is called as the stream to a leader is
 
     def answer(self, batch: ProducerBatch, base_offset: int | None, error: BaseException | None) -> None:
         self.answers.append((batch.base_sequence, base_offset, error))
@@ -236,16 +236,11 @@ def test_a_batch_waiting_to_be_resent_when_the_producer_closes_is_answered():
     assert [batch.base_sequence for batch in abandoned] == [0]
 
 
-class FakeMetadata:
-    partitions = [PartitionState(0, "w0", 0, ("w0",), ("w0",))]
-
-
 def test_a_produce_whose_answer_a_network_fault_lost_is_resent_with_its_sequence_and_answered_once():
     """The leader appended the batch, its answer never came back (``mafka4.partition_gate``): the
     call fails as a timed-out one and the resend carries the same (producer id, sequence), which
     the leader answers with the original offset."""
     sender = FakeSender(batches=1)
-    sender.routing.metadata = FakeMetadata()
     set_client_fault(NetworkFault.between(["w0"], [CLIENT], both_ways=False, lost_after_ms=1))
 
     async def scenario(calls):

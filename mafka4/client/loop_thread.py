@@ -1,0 +1,32 @@
+"""An asyncio event loop on a daemon thread of its own, for a client's connections and timers.
+
+A client's connections belong to the loop they were opened on; the caller's threads hand work to
+it (``run`` waits for a coroutine's result, ``call_soon`` only schedules a callback).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Awaitable, Callable, TypeVar
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    def __init__(self, name: str):
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def run(self, coroutine: Awaitable[T], timeout_s: float | None = None) -> T:
+        """``coroutine``'s result, run on the loop; its error is raised here."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout_s)
+
+    def call_soon(self, callback: Callable, *args) -> None:
+        self.loop.call_soon_threadsafe(callback, *args)
+
+    def stop(self, timeout_s: float = 30) -> None:
+        """Stop the loop and wait for its thread (the caller ends its tasks first)."""
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout_s)

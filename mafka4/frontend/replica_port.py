@@ -1,0 +1,114 @@
+"""A physical replica's client port: PRODUCE, FETCH and LIST_OFFSETS of its one partition.
+
+Every replica actor of a physical partition serves the data APIs (``protocol.data_api``) on a port
+of its own, named in its liveness key, so a producer sends a partition's batches straight to its
+leader, as a Kafka producer does, with no hop between. The port authenticates and checks ACLs as
+every port does (``frontend.port_security``), from a view of the users and ACL rules only: a
+replica is woken by no other change of the cluster's metadata.
+
+- ``PRODUCE`` needs the ``produce`` operation on the topic; ``FETCH`` ``consume``;
+  ``LIST_OFFSETS`` ``describe`` (which ``produce`` and ``consume`` imply).
+- A request for another partition than the replica's is ``NotLeader`` (retriable): the client's
+  metadata is stale; it asks a node again and resends where the answer says.
+
+What a request does is the replica's (``ServedReplica``: the actor's own coroutines, on its
+event loop), so a batch that comes through this port is checked, deduplicated and acknowledged
+exactly as one from the cluster's own stream.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from mafka4.errors import InvalidConfig, NotLeader
+from mafka4.frontend.cluster_view import ClusterView
+from mafka4.frontend.port_security import MECHANISMS, PortSecurity
+from mafka4.frontend.view_state import Watched
+from mafka4.limits import PROTOCOL_FETCH_BYTES_MAX, PROTOCOL_FETCH_WAIT_MS_MAX, Acks
+from mafka4.metadata.store import MetadataStore
+from mafka4.protocol.data_api import (FetchAnswer, FetchRequest, ListOffsetsAnswer, ListOffsetsRequest,
+                                      ProduceAnswer, ProduceRequest)
+from mafka4.protocol.messages import ApiKey
+from mafka4.protocol.server import ClientPortServer
+from mafka4.protocol.session import Session
+from mafka4.security.acl import Operation, ResourceType
+
+
+class ServedReplica(Protocol):
+    """What a replica does for the port's requests (``physical.actor.PhysicalPartition``'s own calls)."""
+
+    async def produce(self, batch: bytes, acks: Acks, timeout_ms: int) -> int: ...
+
+    async def fetch(self, offset: int, bytes_max: int, wait_ms_max: int, from_follower: bool): ...
+
+    async def list_offsets(self) -> tuple[int, int]: ...
+
+    async def offset_for_timestamp(self, timestamp_ms: int) -> int | None: ...
+
+
+class ReplicaPort:
+    """The client port of replica ``replica_id`` of ``topic``-``partition``; see the module docstring."""
+
+    def __init__(self, etcd_endpoint: str, cluster: str, topic: str, partition: int, replica_id: str,
+                 replica: ServedReplica):
+        self._topic, self._partition, self._replica_id = topic, partition, replica_id
+        self._replica = replica
+        self._store = MetadataStore(etcd_endpoint)
+        self._view = ClusterView(self._store, cluster, (Watched.USERS, Watched.ACLS))
+        self._security = PortSecurity(self._view)
+        handlers = {ApiKey.PRODUCE: self._produce, ApiKey.FETCH: self._fetch, ApiKey.LIST_OFFSETS: self._list_offsets}
+        self._server = ClientPortServer(handlers, f"client port of replica {replica_id} of {topic}-{partition}",
+                                        replica_id, self._security.exchange, MECHANISMS)
+
+    def start_view(self) -> None:
+        """Read and watch the users and ACLs (blocks on etcd: run it off the event loop)."""
+        self._view.start()
+
+    async def start(self, host: str) -> str:
+        """Serve clients on a free port of ``host``; the address, ``host:port``."""
+        bound_host, bound_port = await self._server.start(host, 0)
+        return f"{bound_host}:{bound_port}"
+
+    @property
+    def counters(self) -> dict[str, int]:
+        return {**self._server.counters, "refusals": self._security.refusals}
+
+    def close(self) -> None:
+        self._server.close()
+        self._view.close()
+        self._store.close()
+
+    # --- handlers -----------------------------------------------------------------------------
+
+    def _admit(self, session: Session, operation: Operation, topic: str, partition: int) -> None:
+        self._security.check(session, operation, ResourceType.TOPIC, topic)
+        if (topic, partition) != (self._topic, self._partition):
+            raise NotLeader(f"replica {self._replica_id} serves {self._topic}-{self._partition}, not "
+                            f"{topic}-{partition}; refresh the metadata and send where it says")
+
+    async def _produce(self, session: Session, request: ProduceRequest, _buffers) -> tuple[ProduceAnswer, tuple]:
+        self._admit(session, Operation.PRODUCE, request.topic, request.partition)
+        try:
+            acks = Acks(request.acks)
+        except ValueError:
+            raise InvalidConfig(f"acks={request.acks!r} is none of {[a.value for a in Acks]}") from None
+        base_offset = await self._replica.produce(request.batch, acks, request.timeout_ms)
+        return ProduceAnswer(base_offset), ()
+
+    async def _fetch(self, session: Session, request: FetchRequest, _buffers) -> tuple[FetchAnswer, tuple]:
+        self._admit(session, Operation.CONSUME, request.topic, request.partition)
+        if not 1 <= request.bytes_max <= PROTOCOL_FETCH_BYTES_MAX or not 0 <= request.wait_ms_max <= PROTOCOL_FETCH_WAIT_MS_MAX:
+            raise InvalidConfig(f"a fetch of bytes_max={request.bytes_max}, wait_ms_max={request.wait_ms_max}: "
+                                f"ask for 1 to {PROTOCOL_FETCH_BYTES_MAX} bytes and wait 0 to "
+                                f"{PROTOCOL_FETCH_WAIT_MS_MAX} ms")
+        result = await self._replica.fetch(request.offset, request.bytes_max, request.wait_ms_max,
+                                           request.from_follower)
+        return FetchAnswer(result.data, result.high_watermark, result.log_start_offset, result.log_end_offset), ()
+
+    async def _list_offsets(self, session: Session, request: ListOffsetsRequest,
+                            _buffers) -> tuple[ListOffsetsAnswer, tuple]:
+        self._admit(session, Operation.DESCRIBE, request.topic, request.partition)
+        log_start_offset, high_watermark = await self._replica.list_offsets()
+        timestamp_offset = (None if request.timestamp_ms is None
+                            else await self._replica.offset_for_timestamp(request.timestamp_ms))
+        return ListOffsetsAnswer(log_start_offset, high_watermark, timestamp_offset), ()
