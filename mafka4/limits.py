@@ -954,6 +954,11 @@ PROTOCOL_STAGING_BYTES = 64 * KiB
 # long; beyond either it is refused with InvalidConfig naming the field.
 PROTOCOL_FETCH_BYTES_MAX = 32 * MiB
 PROTOCOL_FETCH_WAIT_MS_MAX = 60_000
+# A client's call whose answer may wait out a server-side bound (a produce's commit wait, a fetch's
+# long poll) is given up that bound plus this margin after it was sent: as lost, so retried.
+PROTOCOL_ANSWER_MARGIN_S = 5.0
+# A client's metadata request to any node is given up after this long (retriable: the next node).
+PROTOCOL_METADATA_TIMEOUT_S = 10.0
 # ``ClientConnection.open`` gives up after this long (connect, versions, authentication) with a
 # retriable RequestTimedOut naming the address.
 PROTOCOL_OPEN_TIMEOUT_S_DEFAULT = 10.0

@@ -5,8 +5,11 @@
 - nothing: ``$MAFKA4_BOOTSTRAP`` or the local cluster's record, and ``$MAFKA4_USER`` /
   ``$MAFKA4_PASSWORD`` or the local cluster's admin credential (``client.bootstrap``);
 - a ``ClusterAccess``: itself;
-- a home directory (a ``Path``), or anything that carries a local cluster's state (``.state.home``,
-  as a driver's ``Connection`` or a test's cluster does): that cluster's record and credential.
+- a home directory (a ``Path``): that local cluster's record and credential;
+- a process that holds the cluster's metadata store already (``.store`` and ``.cluster``: a
+  driver's ``Connection``, a test's cluster): the client addresses its live read nodes and
+  replicas name in etcd, then its record's; the credential of its home (``.state.home``), else
+  the environment's.
 
 Imports neither ``ray`` nor ``etcd3``.
 """
@@ -17,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mafka4.client.bootstrap import Credential, bootstrap_nodes, client_credential
-from mafka4.metadata.endpoints import HostPort
+from mafka4.metadata import keys
+from mafka4.metadata.endpoints import HostPort, parse_endpoints
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,10 +34,19 @@ def cluster_access(where: object = None) -> ClusterAccess:
     """The access ``where`` names; see the module docstring."""
     if isinstance(where, ClusterAccess):
         return where
-    home = None
     if isinstance(where, (str, Path)):
-        home = Path(where)
-    elif where is not None:
-        state = getattr(where, "state", None)
-        home = Path(state.home) if state is not None else None  # joined by environment: the environment's
-    return ClusterAccess(bootstrap_nodes(home), client_credential(home))
+        return ClusterAccess(bootstrap_nodes(Path(where)), client_credential(Path(where)))
+    if where is None:
+        return ClusterAccess(bootstrap_nodes(), client_credential())
+    state = getattr(where, "state", None)
+    home = Path(state.home) if state is not None else None  # joined by environment: the environment's
+    live = _live_addresses(where.store, where.cluster)
+    nodes = tuple(dict.fromkeys((*live, *(bootstrap_nodes(home) if not live else ()))))
+    return ClusterAccess(nodes, client_credential(home))
+
+
+def _live_addresses(store, cluster: str) -> tuple[HostPort, ...]:
+    """The client addresses in the liveness keys of ``cluster``'s read nodes, then of its replicas."""
+    items = [*store.get_prefix(keys.read_nodes_prefix(cluster)), *store.get_prefix(keys.replicas_prefix(cluster))]
+    return tuple(parse_endpoints(item.value["client"], what=f"the client address in {item.key}")[0]
+                 for item in items if isinstance(item.value, dict) and item.value.get("client"))

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mafka4.client.client_loop import client_loop
+from mafka4.client.cluster_access import ClusterAccess
+from mafka4.client.leader_routes import LeaderRoutes
 from mafka4.client.node_connection import call_once
+from mafka4.client.node_links import NodeLinks
+from mafka4.physical.partition_state import TopicMetadata
 from mafka4.protocol.metadata_api import MetadataAnswer, MetadataRequest
 
 
@@ -20,3 +25,15 @@ def cluster_metadata(topics: tuple[str, ...] | None = None, home: Path | None = 
 def list_topics(home: Path | None = None) -> list[str]:
     """The names of the topics the user may describe, sorted."""
     return sorted(topic.name for topic in cluster_metadata(home=home).topics)
+
+
+def topic_metadata(access: ClusterAccess, topic: str) -> TopicMetadata:
+    """``topic``'s config and partitions, as any node of ``access`` tells; ``UnknownTopic`` if it does not exist."""
+    async def ask() -> TopicMetadata:
+        links = NodeLinks(access)
+        try:
+            return await LeaderRoutes(links, topic).refresh()
+        finally:
+            links.close()
+
+    return client_loop().run(ask())

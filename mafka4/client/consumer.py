@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mafka4.client.cluster_access import cluster_access
+from mafka4.client.cluster_metadata import topic_metadata
 from mafka4.client.message import Message
 from mafka4.client.partition_consumer import PartitionConsumer
 from mafka4.client.virtual_consumer import VirtualConsumer
@@ -37,28 +39,38 @@ from mafka4.coordinator.groups.partition_protocol import validate_group_name
 from mafka4.errors import CommitFailed
 from mafka4.limits import ConsumerConfig, OffsetReset, ReadMode
 from mafka4.names import validate_topic_name
-from mafka4.physical.topics import TopicStore
-from mafka4.runtime.connect import Connection, connect
+
+
+def _connect():
+    from mafka4.runtime.connect import connect  # joins Ray: only for a group member
+
+    return connect()
 
 
 class Consumer:
-    def __init__(self, topic: str, group: str | None = None, connection: Connection | None = None,
+    def __init__(self, topic: str, group: str | None = None, connection: object = None,
                  from_beginning: bool = False, **settings: Any):
-        """``settings`` are ``ConsumerConfig`` fields (fetch_bytes_max, auto_commit_interval_ms, assignor, ...)."""
+        """``connection``: which cluster, as ``client.cluster_access`` reads it (None: the environment's or the
+        local one). ``settings`` are ``ConsumerConfig`` fields (fetch_bytes_max, auto_commit_interval_ms, ...)."""
         self.topic = validate_topic_name(topic)
         if group is not None and from_beginning:
             settings = {**settings, "auto_offset_reset": OffsetReset.EARLIEST}
         self.config = ConsumerConfig(**settings)
         self.group = None if group is None else validate_group_name(group)
-        connection = connection or connect()
-        metadata = TopicStore(connection.store, connection.cluster).get(topic)
+        access = cluster_access(connection)
+        metadata = topic_metadata(access, topic)
+        # A group's membership still runs here against etcd (issue 36 moves it to the cluster): only a group
+        # member joins the cluster's etcd and Ray; a reader without a group is a client of the ports alone.
+        group_connection = None
+        if self.group is not None:
+            group_connection = connection if hasattr(connection, "store") else _connect()
         self._reader: PartitionConsumer | VirtualConsumer | VirtualGroupConsumer
         if metadata.config.read_mode is not ReadMode.MAFKA4:
-            self._reader = PartitionConsumer(topic, self.group, connection, self.config, from_beginning)
+            self._reader = PartitionConsumer(topic, self.group, access, group_connection, self.config, from_beginning)
         elif self.group is None:
-            self._reader = VirtualConsumer(topic, connection, from_beginning, **settings)
+            self._reader = VirtualConsumer(topic, access, from_beginning, **settings)
         else:
-            self._reader = VirtualGroupConsumer(metadata, self.group, connection, self.config)
+            self._reader = VirtualGroupConsumer(metadata, self.group, access, group_connection, self.config)
 
     @property
     def member_id(self) -> str | None:

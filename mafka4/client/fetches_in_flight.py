@@ -3,7 +3,7 @@
 Both fetchers send their fetches this way and collect the answers this way; what a fetch asks
 for and what its answer means stay theirs. ``PartitionFetcher`` keeps one fetch out per
 physical partition, at its leader; ``VpFetcher`` one per read node, for all the VPs it reads
-there. A fetch goes over the destination's stream (``client.stream_caller``), with the
+there. A fetch is a call on the destination's client port that the fetcher starts, with the
 consumer's ``fetch_bytes_max`` and ``fetch_wait_ms_max``; the destination answers as soon as
 it has data, or after the wait.
 
@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-from typing import Generic, Iterator, TypeVar
+from typing import Callable, Generic, Iterator, TypeVar
 
-from mafka4.client.stream_caller import stream_caller
-from mafka4.limits import ConsumerConfig
 from mafka4.partition_gate import client_gate
 
 Destination = TypeVar("Destination")
@@ -30,8 +28,7 @@ Sent = TypeVar("Sent")  # what a fetch asked for, handed back with its answer
 
 
 class FetchesInFlight(Generic[Destination, Sent]):
-    def __init__(self, config: ConsumerConfig):
-        self._config = config
+    def __init__(self):
         self._calls: dict[Destination, tuple[concurrent.futures.Future, Sent]] = {}
 
     def __contains__(self, destination: Destination) -> bool:
@@ -48,19 +45,17 @@ class FetchesInFlight(Generic[Destination, Sent]):
     def clear(self) -> None:
         self._calls.clear()
 
-    def send(self, destination: Destination, node: str, handle: object, actor_name: str, request: object,
+    def send(self, destination: Destination, node: str, start: Callable[[], concurrent.futures.Future],
              sent: Sent) -> bool:
-        """Send ``fetch(request, ...)`` to ``destination``, hosted by ``node``; False if a network fault
-        would lose it (nothing was sent)."""
+        """Send a fetch (``start()`` sends it) to ``destination``, hosted by ``node``; False if a network
+        fault would lose it (nothing was sent)."""
         assert destination not in self._calls, f"a second fetch out to {destination!r}"
         passage = client_gate().plan(node)
         if passage.lost:
             return False
         if passage.request_delay_ms or passage.answer_delay_ms:
             time.sleep((passage.request_delay_ms + passage.answer_delay_ms) / 1000)
-        call = stream_caller().call(handle, actor_name, "fetch", request, self._config.fetch_bytes_max,
-                                    self._config.fetch_wait_ms_max)
-        self._calls[destination] = (call, sent)
+        self._calls[destination] = (start(), sent)
         return True
 
     def answered(self, timeout_s: float, idle_s: float) -> list[tuple[Destination, Sent, concurrent.futures.Future]]:

@@ -7,8 +7,11 @@ it (``run`` waits for a coroutine's result, ``call_soon`` only schedules a callb
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from typing import Awaitable, Callable, TypeVar
+
+from mafka4.errors import RequestTimedOut
 
 T = TypeVar("T")
 
@@ -20,8 +23,14 @@ class LoopThread:
         self._thread.start()
 
     def run(self, coroutine: Awaitable[T], timeout_s: float | None = None) -> T:
-        """``coroutine``'s result, run on the loop; its error is raised here."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout_s)
+        """``coroutine``'s result, run on the loop; its error is raised here, and ``RequestTimedOut``
+        (retriable) once ``timeout_s`` passed (the coroutine is cancelled)."""
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        try:
+            return future.result(timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise RequestTimedOut(f"no answer within {timeout_s} s; retry") from None
 
     def call_soon(self, callback: Callable, *args) -> None:
         self.loop.call_soon_threadsafe(callback, *args)

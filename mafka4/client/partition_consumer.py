@@ -24,8 +24,7 @@ from __future__ import annotations
 import logging
 import time
 
-import ray
-
+from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.group_commits import GroupCommits
 from mafka4.client.message import Message, new_member_id
 from mafka4.client.partition_fetcher import PartitionFetcher
@@ -36,16 +35,16 @@ from mafka4.coordinator.groups.partition_protocol import CommittedOffset, Member
 from mafka4.errors import CommitFailed, MafkaError, PartitionNotAssigned
 from mafka4.limits import PARTITION_GROUP_CHECK_INTERVAL_S, ConsumerConfig, OffsetReset
 from mafka4.runtime.connect import Connection
-from mafka4.transport.remote_errors import unwrap
 
 logger = logging.getLogger(__name__)
 
 
 class PartitionConsumer:
-    def __init__(self, topic: str, group: str | None, connection: Connection, config: ConsumerConfig,
-                 from_beginning: bool):
+    def __init__(self, topic: str, group: str | None, access: ClusterAccess, connection: Connection | None,
+                 config: ConsumerConfig, from_beginning: bool):
+        """``access``: the cluster's ports, which data comes from; ``connection``: its etcd, for a group's membership."""
         self.topic, self.group, self.config = topic, group, config
-        self._fetcher = PartitionFetcher(connection, topic, config)
+        self._fetcher = PartitionFetcher(access, topic, config)
         self._member: GroupMember | None = None
         self._store: GroupStore | None = None
         self._commits: GroupCommits | None = None
@@ -56,6 +55,7 @@ class PartitionConsumer:
             for partition, log_range in zip(partitions, self._fetcher.list_offsets_many(partitions)):
                 self._fetcher.seek(partition, start_offset(None, log_range, from_beginning))
         else:
+            assert connection is not None, "a group member needs the cluster's connection"
             self._join(connection)
 
     def _join(self, connection: Connection) -> None:
@@ -139,8 +139,8 @@ class PartitionConsumer:
         partitions = sorted(tp.partition for tp in self._unstarted)
         try:
             ranges = self._fetcher.list_offsets_many(partitions)
-        except (MafkaError, ray.exceptions.RayError) as raised:
-            logger.warning("group %s: cannot position %s yet (%s); retrying", self.group, partitions, unwrap(raised))
+        except MafkaError as raised:
+            logger.warning("group %s: cannot position %s yet (%s); retrying", self.group, partitions, raised)
             self._fetcher.refresh()
             return
         earliest = self.config.auto_offset_reset is OffsetReset.EARLIEST
@@ -175,11 +175,14 @@ class PartitionConsumer:
     def close(self) -> None:
         """Leave the group (committing and releasing every owned partition) and stop fetching."""
         self._fetcher.clear()
-        if self._member is not None:
-            member, self._member = self._member, None
-            try:
-                member.leave(self._group_positions(self._fetcher.positions))
-            finally:
-                self._fetcher.positions.clear()
-                assert self._store is not None
-                self._store.close()
+        try:
+            if self._member is not None:
+                member, self._member = self._member, None
+                try:
+                    member.leave(self._group_positions(self._fetcher.positions))
+                finally:
+                    self._fetcher.positions.clear()
+                    assert self._store is not None
+                    self._store.close()
+        finally:
+            self._fetcher.close()

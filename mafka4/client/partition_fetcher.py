@@ -1,64 +1,76 @@
 """``PartitionFetcher``: long-poll fetches of a set of physical partitions, from their leaders (Mafka3 mode).
 
 ``PartitionConsumer`` reads through this class, as the VP consumers read through ``VpFetcher``.
-It keeps one fetch outstanding per partition it reads, at the partition's leader
-(``FetchesInFlight``), and decodes the whole batches that come back
-(``fetched_messages.take_messages``); only messages below the high watermark (committed on the
-ISR) are ever returned. Positions are per partition: the offset of the next message; the
+It keeps one fetch outstanding per partition it reads, at the client port of the partition's
+leader (``client.leader_routes``, ``FetchesInFlight``), and decodes the whole batches that come
+back (``fetched_messages.take_messages``); only messages below the high watermark (committed on
+the ISR) are ever returned. Positions are per partition: the offset of the next message; the
 partitions read are exactly those with a position.
 
-A leader that fails a fetch is looked up again (``Routing.forget``); one that is not running
-makes the routing re-read the metadata. A leader that a network fault
-(``mafka4.partition_gate``) cuts this process off from is not asked until the fault heals or the
-partition's leader moves; while no leader can be asked, ``fetch`` looks again every
-``LEADER_RETRY_S``.
+A fetch that fails retriably (the leader moved: ``NotLeader``; its connection broke) closes that
+leader's connection and asks a node for the metadata again before the partition is fetched
+anew. A leader that a network fault (``mafka4.partition_gate``) cuts this process off from is not
+asked until the fault heals or the partition's leader moves; while no leader can be asked,
+``fetch`` looks again every ``LEADER_RETRY_S``. Calls run on the process's client loop
+(``client.client_loop``). Imports neither ``ray`` nor ``etcd3``.
 """
 
 from __future__ import annotations
 
-import ray
+import asyncio
 
+from mafka4.client.client_loop import client_loop
+from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.fetched_messages import take_messages
 from mafka4.client.fetches_in_flight import FetchesInFlight
+from mafka4.client.leader_routes import LeaderRoutes
 from mafka4.client.message import Message
-from mafka4.client.routing import Routing
+from mafka4.client.node_links import NodeLinks
 from mafka4.errors import MafkaError
 from mafka4.limits import LEADER_RETRY_S, LIST_OFFSETS_TIMEOUT_S, ConsumerConfig
-from mafka4.runtime.connect import Connection
-from mafka4.transport.ray_names import replica_actor_name
-from mafka4.transport.remote_errors import unwrap
+from mafka4.protocol.data_api import FetchAnswer, ListOffsetsAnswer
 
 
 class PartitionFetcher:
-    def __init__(self, connection: Connection, topic: str, config: ConsumerConfig):
+    def __init__(self, access: ClusterAccess, topic: str, config: ConsumerConfig):
         self.topic = topic
         self.config = config
-        self._routing = Routing(connection, topic)
-        self._cluster = connection.cluster
+        self._loop = client_loop()
+        self._links = NodeLinks(access)
+        self._routes = LeaderRoutes(self._links, topic)
+        self._loop.run(self._routes.refresh())
+        self._stale = False  # a fetch failed: ask for the metadata again before the next fetches
         self.positions: dict[int, int] = {}  # partition -> next offset to read; every one is fetched
         # partition -> the offset its fetch asked for
-        self._in_flight: FetchesInFlight[int, int] = FetchesInFlight(config)
+        self._in_flight: FetchesInFlight[int, int] = FetchesInFlight()
 
     # --- metadata and offsets ---------------------------------------------------------------
 
     def partitions(self) -> range:
-        return range(len(self._routing.metadata.partitions))
+        return range(len(self._routes.metadata.partitions))
 
     def refresh(self) -> None:
-        """Re-read the partitions' leaders."""
-        self._routing.refresh()
+        """Ask a node for the partitions' leaders again."""
+        self._loop.run(self._routes.refresh())
+        self._stale = False
 
     def list_offsets_many(self, partitions: list[int]) -> list[tuple[int, int]]:
         """(log start offset, high watermark) of each partition, asked of the leaders in parallel."""
-        refs = [self._routing.leader(p).list_offsets.remote() for p in partitions]
-        return ray.get(refs, timeout=LIST_OFFSETS_TIMEOUT_S) if refs else []
+        return [(answer.log_start_offset, answer.high_watermark) for answer in self._list_offsets(partitions, None)]
 
     def offsets_for_time(self, partitions: list[int], timestamp_ms: int) -> list[int]:
         """Per partition, its first offset at or after ``timestamp_ms``, else its high watermark."""
-        refs = [self._routing.leader(p).offset_for_timestamp.remote(timestamp_ms) for p in partitions]
-        found = ray.get(refs, timeout=LIST_OFFSETS_TIMEOUT_S)
-        ends = self.list_offsets_many([p for p, offset in zip(partitions, found) if offset is None])
-        return [offset if offset is not None else ends.pop(0)[1] for offset in found]
+        return [answer.timestamp_offset if answer.timestamp_offset is not None else answer.high_watermark
+                for answer in self._list_offsets(partitions, timestamp_ms)]
+
+    def _list_offsets(self, partitions: list[int], timestamp_ms: int | None) -> list[ListOffsetsAnswer]:
+        async def ask(partition: int) -> ListOffsetsAnswer:
+            return await (await self._routes.leader(partition)).list_offsets(timestamp_ms)
+
+        async def ask_all() -> list[ListOffsetsAnswer]:
+            return list(await asyncio.gather(*(ask(partition) for partition in partitions)))
+
+        return self._loop.run(ask_all(), LIST_OFFSETS_TIMEOUT_S) if partitions else []
 
     # --- positions --------------------------------------------------------------------------
 
@@ -76,6 +88,11 @@ class PartitionFetcher:
         """Stop every fetch out (the positions are kept)."""
         self._in_flight.clear()
 
+    def close(self) -> None:
+        """Close every connection; fetches out are dropped."""
+        self._in_flight.clear()
+        self._loop.call_soon(self._links.close)
+
     # --- fetching ---------------------------------------------------------------------------
 
     def fetch(self, timeout_s: float) -> list[Message]:
@@ -84,12 +101,12 @@ class PartitionFetcher:
         messages: list[Message] = []
         for partition, offset, call in self._in_flight.answered(timeout_s, LEADER_RETRY_S):
             try:
-                result = call.result()
-            except (MafkaError, ray.exceptions.RayActorError) as raised:
-                error = unwrap(raised)
-                if isinstance(error, MafkaError) and not error.retriable:
-                    raise error from None
-                self._routing.forget(partition)
+                result: FetchAnswer = call.result()
+            except MafkaError as error:
+                if not error.retriable:
+                    raise
+                self._loop.call_soon(self._routes.forget, partition)
+                self._stale = True
                 continue
             next_offset = take_messages(result.data, self.topic, partition, offset, messages,
                                         self.config.poll_messages_max, self.config.check_crcs)
@@ -98,15 +115,21 @@ class PartitionFetcher:
         return messages
 
     def _issue_fetches(self) -> None:
+        if self._stale:
+            try:
+                self.refresh()
+            except MafkaError:  # no node answered: fetch from the leaders known, and ask again next time
+                pass
         for partition, offset in self.positions.items():
             if partition in self._in_flight:
                 continue
-            try:
-                leader = self._routing.leader(partition)
-            except MafkaError:
-                self._routing.refresh()
-                continue
-            leader_id = self._routing.metadata.partitions[partition].leader
             # A lost fetch is not sent: asked again once the fault heals or the leader moves.
-            self._in_flight.send(partition, leader_id, leader,
-                                 replica_actor_name(self._cluster, self.topic, partition, leader_id), offset, offset)
+            self._in_flight.send(partition, self._routes.leader_id(partition),
+                                 lambda p=partition, o=offset: self._start_fetch(p, o), offset)
+
+    def _start_fetch(self, partition: int, offset: int):
+        async def fetch() -> FetchAnswer:
+            leader = await self._routes.leader(partition)
+            return await leader.fetch(offset, self.config.fetch_bytes_max, self.config.fetch_wait_ms_max)
+
+        return asyncio.run_coroutine_threadsafe(fetch(), self._loop.loop)

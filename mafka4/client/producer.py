@@ -34,6 +34,7 @@ from mafka4.client.cluster_access import cluster_access
 from mafka4.client.futures import Callback, RecordFuture, RecordMetadata
 from mafka4.client.leader_routes import LeaderRoutes
 from mafka4.client.loop_thread import LoopThread
+from mafka4.client.node_links import NodeLinks
 from mafka4.client.send_many import ManyCallback, ManyFuture
 from mafka4.client.sender import Sender
 from mafka4.errors import InvalidRecord, MessageTooLarge, ProducerClosed
@@ -129,16 +130,17 @@ class Producer:
         self.topic = validate_topic_name(topic)
         self.config = ProducerConfig(**settings).resolved()
         self._key_serializer, self._value_serializer = key_serializer, value_serializer
-        routes = LeaderRoutes(cluster_access(connection), topic)
+        links = NodeLinks(cluster_access(connection))
+        routes = LeaderRoutes(links, topic)
         loop_thread = LoopThread(f"mafka4-sender-{topic}")
         try:
             metadata = loop_thread.run(routes.refresh())
         except BaseException:
-            loop_thread.call_soon(routes.close)
+            loop_thread.call_soon(links.close)
             loop_thread.stop()
             raise
         self._accumulator = RecordAccumulator(topic, self.config, len(metadata.partitions))
-        self._sender = Sender(topic, self.config, self._accumulator, routes, loop_thread)
+        self._sender = Sender(topic, self.config, self._accumulator, routes, links, loop_thread)
         self._closed = False
 
     def send(self, value: Any, key: Any = None, partition: int | None = None,

@@ -26,6 +26,7 @@ from typing import Awaitable
 from mafka4.client.accumulator import RecordAccumulator
 from mafka4.client.leader_routes import LeaderLink, LeaderRoutes
 from mafka4.client.loop_thread import LoopThread
+from mafka4.client.node_links import NodeLinks
 from mafka4.client.sender_core import InFlight, PipelineCore, ProducerBatch, Retry
 from mafka4.clocks import wall_ms_fine
 from mafka4.errors import MafkaError, ProducerClosed
@@ -148,11 +149,12 @@ class Sender:
     """Runs the partition pipelines on the producer's loop thread."""
 
     def __init__(self, topic: str, config: ProducerConfig, accumulator: RecordAccumulator, routes: LeaderRoutes,
-                 loop_thread: LoopThread):
+                 links: NodeLinks, loop_thread: LoopThread):
         self.topic = topic
         self.config = config
         self.accumulator = accumulator
         self.routes = routes
+        self.links = links
         self._pipelines: dict[int, _PartitionPipeline] = {}
         self._tasks: list[asyncio.Task] = []
         self._loop_thread = loop_thread
@@ -179,7 +181,7 @@ class Sender:
             for task in self._tasks:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
-            self.routes.close()
+            self.links.close()
             closed = ProducerClosed(f"producer for {self.topic!r} closed before this message was acknowledged")
             for pipeline in self._pipelines.values():
                 for batch in pipeline.abandon():

@@ -27,28 +27,29 @@ from typing import Any
 from mafka4.client.message import Message, new_member_id
 from mafka4.client.positions import start_offset
 from mafka4.client.reading import poll_until, seek_to_time
+from mafka4.client.cluster_access import cluster_access
+from mafka4.client.cluster_metadata import topic_metadata
 from mafka4.client.vp_fetcher import VpFetcher
 from mafka4.errors import PartitionNotAssigned, WrongReadMode
 from mafka4.limits import RESHARD_CHECK_INTERVAL_S, ConsumerConfig, ReadMode
 from mafka4.names import validate_topic_name
-from mafka4.physical.topics import TopicStore
-from mafka4.runtime.connect import Connection, connect
 
 
 class VirtualConsumer:
-    def __init__(self, topic: str, connection: Connection | None = None, from_beginning: bool = False, **settings: Any):
-        """``settings`` are ``ConsumerConfig`` fields (fetch_bytes_max, fetch_wait_ms_max, ...)."""
+    def __init__(self, topic: str, connection: object = None, from_beginning: bool = False, **settings: Any):
+        """``connection``: which cluster, as ``client.cluster_access`` reads it (None: the environment's or the
+        local one). ``settings`` are ``ConsumerConfig`` fields (fetch_bytes_max, fetch_wait_ms_max, ...)."""
         self.topic = validate_topic_name(topic)
         self.config = ConsumerConfig(**settings)
-        self._connection = connection or connect()
-        metadata = TopicStore(self._connection.store, self._connection.cluster).get(topic)
+        access = cluster_access(connection)
+        metadata = topic_metadata(access, topic)
         if metadata.config.read_mode is not ReadMode.MAFKA4:
             raise WrongReadMode(
                 f"topic {topic!r} is in read_mode={metadata.config.read_mode.value!r}: it has no virtual partitions; "
                 f"read it with Consumer (physical partitions)"
             )
         self.reader_id = new_member_id()
-        self._fetcher = VpFetcher(self._connection, metadata, self.config, self.reader_id)
+        self._fetcher = VpFetcher(access, metadata, self.config, self.reader_id)
         vps = sorted(set(self._fetcher.states) - self._fetcher.retired)  # a retired VP's logs are gone
         for vp, log_range in zip(vps, self._fetcher.list_offsets_many(vps)):
             self._fetcher.seek(vp, start_offset(None, log_range, from_beginning))
@@ -121,7 +122,7 @@ class VirtualConsumer:
 
     def close(self) -> None:
         """Stop fetching (there is no group to leave)."""
-        self._fetcher.clear()
+        self._fetcher.close()
 
     def __enter__(self) -> "VirtualConsumer":
         return self

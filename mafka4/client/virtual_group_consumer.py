@@ -43,6 +43,7 @@ from mafka4.client.group_commits import GroupCommits
 from mafka4.client.message import Message, new_member_id
 from mafka4.client.positions import start_offset
 from mafka4.client.reading import poll_until, seek_to_time
+from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.vp_fetcher import VpFetcher
 from mafka4.coordinator.groups.vp_groups import VirtualGroupMember, VirtualGroupSnapshot, VirtualGroupStore, VpOffset
 from mafka4.errors import CommitFailed, CoordinatorUnavailable, MafkaError, PartitionNotAssigned
@@ -58,11 +59,13 @@ logger = logging.getLogger(__name__)
 
 
 class VirtualGroupConsumer:
-    def __init__(self, metadata: TopicMetadata, group: str, connection: Connection, config: ConsumerConfig):
+    def __init__(self, metadata: TopicMetadata, group: str, access: ClusterAccess, connection: Connection,
+                 config: ConsumerConfig):
+        """``access``: the cluster's ports, which data comes from; ``connection``: its etcd, for the group."""
         self.topic, self.group, self.config = metadata.name, group, config
         self._connection = connection
         member_id = new_member_id()
-        self._fetcher = VpFetcher(connection, metadata, config, member_id)
+        self._fetcher = VpFetcher(access, metadata, config, member_id)
         self._store = VirtualGroupStore(connection.store.endpoint, connection.cluster)
         self._member = VirtualGroupMember(self._store, group, metadata.name, metadata.config, member_id, config)
         self._snapshot: VirtualGroupSnapshot | None = None
@@ -247,4 +250,5 @@ class VirtualGroupConsumer:
             if self._splitter is not None:
                 self._splitter.join()
             self._fetcher.fetching.clear()
+            self._fetcher.close()
             self._store.close()

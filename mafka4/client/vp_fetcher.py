@@ -4,9 +4,9 @@
 differ only in *which* VPs they read; both read them through this class. For every VP in
 ``fetching`` it picks the RISR member ``risr.state.route_fetch`` gives for the reader's position
 (the leader's half for real-time readers, the other half for readers far behind); the VP
-replicas of one read node are then fetched together, with one long-polling
-``ReadNode.fetch`` outstanding per node, which answers as soon as any of them has data
-(``FetchesInFlight``, over the nodes' streams, as ``PartitionFetcher`` fetches from leaders). Only
+replicas of one read node are then fetched together, with one long-polling ``VP_FETCH``
+outstanding per node on its client port (``protocol.vp_api``), which answers as soon as any of
+them has data (``FetchesInFlight``, as ``PartitionFetcher`` fetches from leaders). Only
 records below each VP's high watermark are ever returned, so what a reader saw survives a VP
 failover. Positions are per VP: the VP offset of the next message.
 
@@ -15,51 +15,51 @@ in a VP (physical retention deleted records before a read node fed them,
 ``vp_records.lost_range_of``) ends the messages returned for that VP; the next ``fetch`` raises
 ``RecordsLost`` naming the offsets, and reading goes on after the marker.
 
-Metadata (the layout and every VP's leader, RISR and sealed end) is read from etcd in one
-transaction by ``refresh``; a replica whose fetch failed is avoided (its VP's leader is asked
-instead) until the next refresh, which also follows a failed fetch. So is a node that a network
-fault cuts this process off from (``mafka4.partition_gate``); one it slows is asked after the
-delay.
-
-Read node handles are kept per node between fetches (``ray.get_actor`` is a round trip to Ray's
-GCS: looked up on every fetch, it took a twentieth of a draining member's main thread). A
-node's handles are dropped on every ``refresh``, which follows any failed call, so a restarted
-read node is looked up again.
+Metadata (the layout, every VP's leader, RISR and sealed end, and where each read node serves
+clients) comes from any node's ``VP_METADATA`` answer, read by ``refresh``; while no node
+answers, reading goes on from what is known. A replica whose fetch failed is avoided (its VP's
+leader is asked instead) until the next refresh, which also follows a failed fetch. So is a node
+that a network fault cuts this process off from (``mafka4.partition_gate``); one it slows is
+asked after the delay. Connections to the nodes are kept between fetches (``client.node_links``)
+and one that failed is opened afresh. Calls run on the process's client loop
+(``client.client_loop``). Imports neither ``ray`` nor ``etcd3``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 from collections import defaultdict
 
-import ray
-
+from mafka4.client.client_loop import client_loop
+from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.fetches_in_flight import FetchesInFlight
 from mafka4.client.message import Message
+from mafka4.client.node_links import NodeLinks
 from mafka4.client.vp_messages import take_vp_messages
-from mafka4.errors import CoordinatorUnavailable, RecordsLost, StreamLost
-from mafka4.limits import LIST_OFFSETS_TIMEOUT_S, ConsumerConfig
+from mafka4.errors import MafkaError, NotLeader, RecordsLost
+from mafka4.limits import LIST_OFFSETS_TIMEOUT_S, PROTOCOL_ANSWER_MARGIN_S, ConsumerConfig
 from mafka4.physical.partition_state import TopicMetadata
+from mafka4.protocol.error_codes import raised_error
+from mafka4.protocol.vp_api import (VpFetchRequest, VpListOffsetsRequest, VpMetadataRequest, VpOffset,
+                                    VpOffsetsAnswer, VpReadAnswer)
 from mafka4.risr.state import RisrConfig, route_fetch
-from mafka4.runtime.connect import Connection
-from mafka4.transport.ray_names import read_node_actor_name
-from mafka4.virtual.consumer_reads import ConsumerRead
-from mafka4.virtual.handles import ask_leader_nodes, read_node_handle
-from mafka4.virtual.hosted_vp import VpId
 from mafka4.virtual.layout import TopicLayout
-from mafka4.virtual.vp_state import VirtualPartitionState
-from mafka4.virtual.vp_store import VirtualStore
+from mafka4.virtual.vp_state import VirtualPartitionState, epoch_from_json
+
 
 
 class VpFetcher:
-    def __init__(self, connection: Connection, metadata: TopicMetadata, config: ConsumerConfig, reader_id: str):
+    def __init__(self, access: ClusterAccess, metadata: TopicMetadata, config: ConsumerConfig, reader_id: str):
         self.topic = metadata.name
         self.config = config
         self.reader_id = reader_id
-        self._connection = connection
+        self._loop = client_loop()
+        self._links = NodeLinks(access)
         self._topic_config = metadata.config
         self._risr_config = RisrConfig(read_replica_lag_ms_max=metadata.config.read_replica_lag_ms_max)
-        self._virtual = VirtualStore(connection.store, connection.cluster)
+        self._addresses: dict[str, str | None] = {}  # read node -> its client address
         self.layout: TopicLayout | None = None
         self.states: dict[int, VirtualPartitionState] = {}
         self.read_at = 0.0  # time.monotonic() of the last metadata read
@@ -68,26 +68,33 @@ class VpFetcher:
         self.high_watermarks: dict[int, int] = {}
         self._avoid: dict[int, str] = {}  # VP -> replica whose fetch failed since the last metadata read
         # node -> the (VP, offset) its fetch asked for, in order
-        self._in_flight: FetchesInFlight[str, list[tuple[int, int]]] = FetchesInFlight(config)
+        self._in_flight: FetchesInFlight[str, list[tuple[int, int]]] = FetchesInFlight()
         self._lost: RecordsLost | None = None  # raised by the next fetch
-        self._handles: dict[str, object] = {}  # read node -> its actor handle (see the module doc)
         self.refresh()
 
     # --- metadata -------------------------------------------------------------------------
 
     def refresh(self) -> None:
-        """Re-read the layout and the VP states; while etcd is away, keep reading from what is known."""
+        """Ask a node for the layout and the VP states again; while none answers, keep reading from what is known."""
         try:
-            self.layout, found = self._virtual.layout_and_states(
-                self.topic, self._topic_config.partitions, self._topic_config.virtual_config())
-        except CoordinatorUnavailable:
-            if self.layout is None:
+            answer = self._loop.run(self._links.ask_any(VpMetadataRequest(self.topic)))
+        except MafkaError as error:
+            if self.layout is None or not error.retriable:
                 raise
         else:
-            self.states = {vp: state for vp, (state, _) in found.items()}
+            self._links.learn(answer.nodes)
+            epochs = [epoch_from_json(json.loads(epoch)) for epoch in answer.split_epochs_json]
+            self.layout = TopicLayout(self._topic_config.partitions, epochs, self._topic_config.virtual_config())
+            self.states = {info.vp: VirtualPartitionState.from_json(info.vp, json.loads(info.state_json))
+                           for info in answer.vps}
+            self._addresses = {node.node_id: node.address for node in answer.nodes}
             self._avoid.clear()
-        self._handles.clear()
         self.read_at = time.monotonic()
+
+    def close(self) -> None:
+        """Close every connection; fetches out are dropped."""
+        self._in_flight.clear()
+        self._loop.call_soon(self._links.close)
 
     @property
     def metadata_age_s(self) -> float:
@@ -101,25 +108,43 @@ class VpFetcher:
     def retired(self) -> frozenset[int]:
         return frozenset(vp for vp, s in self.states.items() if s.retired)
 
-    def _ask_leaders(self, vps: list[int], method: str, *args) -> dict[int, object]:
-        """``ReadNode.<method>`` on each VP's leader node, one call per node; raises the first error."""
-        found = ask_leader_nodes(self._connection.cluster, self.topic, [self.states[vp] for vp in vps], method, *args,
-                                 timeout_s=LIST_OFFSETS_TIMEOUT_S)
-        for answer in found.values():
-            if isinstance(answer, BaseException):
-                raise answer
+    def _ask_leaders(self, vps: list[int], timestamp_ms: int | None) -> dict[int, VpOffsetsAnswer]:
+        """``VP_LIST_OFFSETS`` at each VP's leader node, one call per node; raises the first error."""
+        by_node: dict[str, list[int]] = defaultdict(list)
+        for vp in vps:
+            by_node[self.states[vp].leader].append(vp)
+
+        async def ask(node: str, node_vps: list[int]) -> list[VpOffsetsAnswer]:
+            address = self._addresses.get(node)
+            if address is None:
+                raise NotLeader(f"read node {node} leading {self.topic}/v{node_vps[0]} serves no client port now; "
+                                f"retry after the VP failed over")
+            connection = await self._links.connection(address)
+            answer, _ = await connection.call(VpListOffsetsRequest(self.topic, tuple(node_vps), timestamp_ms),
+                                              timeout_s=LIST_OFFSETS_TIMEOUT_S)
+            return answer.offsets
+
+        async def ask_all() -> list[list[VpOffsetsAnswer]]:
+            return list(await asyncio.gather(*(ask(node, node_vps) for node, node_vps in by_node.items())))
+
+        found: dict[int, VpOffsetsAnswer] = {}
+        for node_vps, answers in zip(by_node.values(), self._loop.run(ask_all(), LIST_OFFSETS_TIMEOUT_S)):
+            for vp, answer in zip(node_vps, answers):
+                if answer.error is not None:
+                    raise raised_error(answer.error)
+                found[vp] = answer
         return found
 
     def list_offsets_many(self, vps: list[int]) -> list[tuple[int, int]]:
         """(log start offset, VP high watermark) of each VP, asked of the leaders' nodes."""
-        found = self._ask_leaders(vps, "list_offsets")
-        return [found[vp] for vp in vps]
+        found = self._ask_leaders(vps, None)
+        return [(found[vp].log_start_offset, found[vp].high_watermark) for vp in vps]
 
     def offsets_for_time(self, vps: list[int], timestamp_ms: int) -> list[int]:
         """Per VP, its first offset at or after ``timestamp_ms``, else its high watermark."""
-        found = self._ask_leaders(vps, "offsets_for_time", timestamp_ms)
-        ends = dict(zip(missing := [vp for vp in vps if found[vp] is None], self.list_offsets_many(missing)))
-        return [found[vp] if found[vp] is not None else ends[vp][1] for vp in vps]
+        found = self._ask_leaders(vps, timestamp_ms)
+        return [found[vp].timestamp_offset if found[vp].timestamp_offset is not None else found[vp].high_watermark
+                for vp in vps]
 
     # --- positions ------------------------------------------------------------------------
 
@@ -162,28 +187,34 @@ class VpFetcher:
         for node, vps in by_node.items():
             if node in self._in_flight:
                 continue  # this node's fetch is out: these VPs join the next one
-            handle = self._node_handle(node)
+            address = self._addresses.get(node)
             sent = [(vp, self.positions[vp]) for vp in vps]
-            reads = [ConsumerRead(VpId(self.topic, vp), offset) for vp, offset in sent]
-            name = read_node_actor_name(self._connection.cluster, node)
-            if handle is None or not self._in_flight.send(node, node, handle, name, reads, sent):
+            reads = tuple(VpOffset(vp, offset) for vp, offset in sent)
+            if address is None or not self._in_flight.send(node, node, lambda a=address, r=reads: self._start_fetch(a, r),
+                                                            sent):
                 self._avoid.update({vp: node for vp in vps})
 
-    def _node_handle(self, node: str):
-        """The handle of read node ``node``, looked up once until ``refresh`` (None: not running)."""
-        handle = self._handles.get(node)
-        if handle is None:
-            handle = read_node_handle(self._connection.cluster, node)
-            if handle is not None:
-                self._handles[node] = handle
-        return handle
+    def _start_fetch(self, address: str, reads: tuple[VpOffset, ...]):
+        request = VpFetchRequest(self.topic, reads, self.config.fetch_bytes_max, self.config.fetch_wait_ms_max)
+
+        async def fetch() -> tuple[VpReadAnswer, ...]:
+            connection = await self._links.connection(address)
+            answer, _ = await connection.call(request, timeout_s=request.wait_ms_max / 1000 + PROTOCOL_ANSWER_MARGIN_S)
+            return answer.answers
+
+        return asyncio.run_coroutine_threadsafe(fetch(), self._loop.loop)
 
     def _collect(self, timeout_s: float) -> list[Message]:
         messages: list[Message] = []
         for node, sent, call in self._in_flight.answered(timeout_s, self.config.fetch_wait_ms_max / 1000):
             try:
                 answers = call.result()
-            except (ray.exceptions.RayActorError, StreamLost):  # the node died: a failover moves its VPs
+            except MafkaError as error:  # the node died or its connection broke: a failover moves its VPs
+                if not error.retriable:
+                    raise
+                address = self._addresses.get(node)
+                if address is not None:
+                    self._loop.call_soon(self._links.forget, address)
                 self.refresh()
                 self._avoid.update({vp: node for vp, _ in sent})
                 continue
@@ -191,13 +222,14 @@ class VpFetcher:
                 if vp not in self.fetching or self.positions.get(vp) != offset:
                     continue  # stopped or moved while the fetch was out
                 if answer.error is not None:
-                    if not answer.error.retriable:
-                        raise answer.error
+                    error = raised_error(answer.error)
+                    if not error.retriable:
+                        raise error
                     self.refresh()  # a failover or a RISR change: read where to go now
                     self._avoid[vp] = node
                     continue
-                self.high_watermarks[vp] = answer.read.high_watermark
-                self._take(vp, offset, answer.read.data, messages)
+                self.high_watermarks[vp] = answer.high_watermark
+                self._take(vp, offset, answer.data, messages)
         return messages
 
     def _take(self, vp: int, offset: int, data: bytes, messages: list[Message]) -> None:

@@ -7,6 +7,7 @@ against the users the view holds, checks every request against the view's ACLs, 
 - ``METADATA``: the live read nodes with their client addresses and the topics asked for, each
   partition with its leader's client address, from the view; with no topic named, every topic
   the principal may describe.
+- the virtual partitions' APIs (``frontend.vp_handlers``), given the node's hosted VPs;
 - the users' and ACLs' APIs (``frontend.admin_handlers``) and the topics' (``frontend.topic_handlers``:
   intents for the controller), through an etcd client of their own, for the reason the view has its own.
 
@@ -15,24 +16,23 @@ Authentication and ACLs are ``frontend.port_security``'s, shared with the replic
 
 from __future__ import annotations
 
-from mafka4.errors import UnknownTopic
 from mafka4.frontend.admin_handlers import AdminHandlers
 from mafka4.frontend.cluster_view import ClusterView
+from mafka4.frontend.metadata_handler import metadata_answer
 from mafka4.frontend.port_security import MECHANISMS, PortSecurity
 from mafka4.frontend.topic_handlers import TopicHandlers
-from mafka4.frontend.view_state import ViewState
+from mafka4.frontend.vp_handlers import ServedVps, VpHandlers
 from mafka4.metadata.store import MetadataStore
 from mafka4.protocol.messages import ApiKey
-from mafka4.protocol.metadata_api import MetadataAnswer, MetadataRequest, NodeInfo, topic_info
+from mafka4.protocol.metadata_api import MetadataAnswer, MetadataRequest
 from mafka4.protocol.server import ClientPortServer
 from mafka4.protocol.session import Session
-from mafka4.security.acl import Operation, ResourceType
 
 
 class NodePort:
     """The client port of node ``node_id``; see the module docstring."""
 
-    def __init__(self, etcd_endpoint: str, cluster: str, node_id: str):
+    def __init__(self, etcd_endpoint: str, cluster: str, node_id: str, vps: ServedVps | None = None):
         self._cluster, self._node_id = cluster, node_id
         self._store = MetadataStore(etcd_endpoint)
         self.view = ClusterView(self._store, cluster)
@@ -41,7 +41,8 @@ class NodePort:
         check, allows = self._security.check, self._security.allows
         handlers = {ApiKey.METADATA: self._metadata,
                     **AdminHandlers(self._admin_store, cluster, check).handlers(),
-                    **TopicHandlers(self._admin_store, cluster, check, allows).handlers()}
+                    **TopicHandlers(self._admin_store, cluster, check, allows).handlers(),
+                    **(VpHandlers(self.view, vps, check).handlers() if vps is not None else {})}
         self._server = ClientPortServer(handlers, f"client port of {node_id}", node_id, self._security.exchange,
                                         MECHANISMS)
 
@@ -67,23 +68,4 @@ class NodePort:
     # --- handlers -----------------------------------------------------------------------------
 
     async def _metadata(self, session: Session, request: MetadataRequest, _buffers) -> tuple[MetadataAnswer, tuple]:
-        def read(state: ViewState):
-            names = state.topic_names() if request.topics is None else list(request.topics)
-            topics = {name: state.topic(name) for name in names}
-            leaders = {name: [state.replica_address(name, p.partition, p.leader) for p in topic.partitions]
-                       for name, topic in topics.items() if topic is not None}
-            return state.read_node_endpoints(), topics, leaders
-
-        read_nodes, topics, leaders = self.view.read(read)
-        if request.topics is None:
-            table = self._security.acl_table()
-            topics = {name: topic for name, topic in topics.items()
-                      if table.allows(session.principal, Operation.DESCRIBE, ResourceType.TOPIC, name)}
-        else:
-            for name, topic in topics.items():
-                self._security.check(session, Operation.DESCRIBE, ResourceType.TOPIC, name)
-                if topic is None:
-                    raise UnknownTopic(f"topic {name!r} does not exist: create it with 'mafka4 topic create {name}'")
-        nodes = tuple(NodeInfo(node.node_id, "read", node.client_address) for node in read_nodes)
-        return MetadataAnswer(self._cluster, nodes, tuple(topic_info(topic, leaders[name])
-                                                           for name, topic in topics.items())), ()
+        return metadata_answer(self.view, self._security, self._cluster, session, request), ()

@@ -8,6 +8,10 @@ replica is woken by no other change of the cluster's metadata.
 
 - ``PRODUCE`` needs the ``produce`` operation on the topic; ``FETCH`` ``consume``;
   ``LIST_OFFSETS`` ``describe`` (which ``produce`` and ``consume`` imply).
+- ``METADATA``, as every node answers it (``frontend.metadata_handler``), so that a cluster
+  without read nodes still answers its clients. The whole view it needs is read and watched
+  from the first such request on, not before: where read nodes serve clients, a replica's port
+  is asked for data only, and watches nothing but the users and ACLs.
 - A request for another partition than the replica's is ``NotLeader`` (retriable): the client's
   metadata is stale; it asks a node again and resends where the answer says.
 
@@ -18,10 +22,12 @@ exactly as one from the cluster's own stream.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Protocol
 
 from mafka4.errors import InvalidConfig, NotLeader
 from mafka4.frontend.cluster_view import ClusterView
+from mafka4.frontend.metadata_handler import metadata_answer
 from mafka4.frontend.port_security import MECHANISMS, PortSecurity
 from mafka4.frontend.view_state import Watched
 from mafka4.limits import PROTOCOL_FETCH_BYTES_MAX, PROTOCOL_FETCH_WAIT_MS_MAX, Acks
@@ -29,6 +35,7 @@ from mafka4.metadata.store import MetadataStore
 from mafka4.protocol.data_api import (FetchAnswer, FetchRequest, ListOffsetsAnswer, ListOffsetsRequest,
                                       ProduceAnswer, ProduceRequest)
 from mafka4.protocol.messages import ApiKey
+from mafka4.protocol.metadata_api import MetadataAnswer, MetadataRequest
 from mafka4.protocol.server import ClientPortServer
 from mafka4.protocol.session import Session
 from mafka4.security.acl import Operation, ResourceType
@@ -52,11 +59,13 @@ class ReplicaPort:
     def __init__(self, etcd_endpoint: str, cluster: str, topic: str, partition: int, replica_id: str,
                  replica: ServedReplica):
         self._topic, self._partition, self._replica_id = topic, partition, replica_id
-        self._replica = replica
+        self._replica, self._cluster, self._etcd_endpoint = replica, cluster, etcd_endpoint
         self._store = MetadataStore(etcd_endpoint)
         self._view = ClusterView(self._store, cluster, (Watched.USERS, Watched.ACLS))
         self._security = PortSecurity(self._view)
-        handlers = {ApiKey.PRODUCE: self._produce, ApiKey.FETCH: self._fetch, ApiKey.LIST_OFFSETS: self._list_offsets}
+        self._metadata_view: asyncio.Future | None = None  # of a ClusterView of everything, from the first METADATA on
+        handlers = {ApiKey.PRODUCE: self._produce, ApiKey.FETCH: self._fetch, ApiKey.LIST_OFFSETS: self._list_offsets,
+                    ApiKey.METADATA: self._metadata}
         self._server = ClientPortServer(handlers, f"client port of replica {replica_id} of {topic}-{partition}",
                                         replica_id, self._security.exchange, MECHANISMS)
 
@@ -77,8 +86,24 @@ class ReplicaPort:
         self._server.close()
         self._view.close()
         self._store.close()
+        if self._metadata_view is not None and self._metadata_view.done() and not self._metadata_view.exception():
+            view, store = self._metadata_view.result()
+            view.close()
+            store.close()
 
     # --- handlers -----------------------------------------------------------------------------
+
+    async def _metadata(self, session: Session, request: MetadataRequest, _buffers) -> tuple[MetadataAnswer, tuple]:
+        if self._metadata_view is None:
+            self._metadata_view = asyncio.ensure_future(asyncio.to_thread(self._start_metadata_view))
+        view, _ = await asyncio.shield(self._metadata_view)
+        return metadata_answer(view, self._security, self._cluster, session, request), ()
+
+    def _start_metadata_view(self) -> tuple[ClusterView, MetadataStore]:
+        store = MetadataStore(self._etcd_endpoint)  # its own: a failed call on a client ends every watch on it
+        view = ClusterView(store, self._cluster)
+        view.start()
+        return view, store
 
     def _admit(self, session: Session, operation: Operation, topic: str, partition: int) -> None:
         self._security.check(session, operation, ResourceType.TOPIC, topic)

@@ -6,6 +6,8 @@ and feeds it every change its watches see; this module only keeps the values:
 
 - each topic's config and the state of each of its physical partitions (who leads, in which
   epoch, the replicas and the ISR);
+- each mafka4-mode topic's split epochs and the state of each of its virtual partitions (their
+  raw JSON: consumers parse them), for consumers to find the read nodes that host each VP;
 - the read nodes alive and where each serves clients (their liveness keys);
 - the physical replicas alive and where each serves clients (their liveness keys), so that a
   client learns where each partition's leader takes its produce;
@@ -64,6 +66,8 @@ class ViewState:
     topic_configs: dict[str, dict] = field(default_factory=dict)
     # Per topic, its partitions' states by partition number: a topic is read without a scan of all.
     partitions: dict[str, dict[int, dict]] = field(default_factory=dict)
+    split_epochs: dict[str, dict[int, Any]] = field(default_factory=dict)  # topic -> epoch -> JSON
+    virtual_partitions: dict[str, dict[int, Any]] = field(default_factory=dict)  # topic -> VP -> JSON
     read_nodes: dict[str, dict] = field(default_factory=dict)
     replicas: dict[tuple[str, int, str], dict] = field(default_factory=dict)  # (topic, partition, replica id)
     users: dict[str, dict] = field(default_factory=dict)
@@ -76,6 +80,8 @@ class ViewState:
         if kind is Watched.TOPICS:
             self.topic_configs.clear()
             self.partitions.clear()
+            self.split_epochs.clear()
+            self.virtual_partitions.clear()
         else:
             self._values_of(kind).clear()
             self.acls_version += kind is Watched.ACLS
@@ -99,6 +105,13 @@ class ViewState:
         states = [PartitionState.from_json(partition, held[partition]) for partition in sorted(held)]
         return TopicMetadata(name, config_from_json(config), tuple(states))
 
+    def virtual_layout(self, name: str) -> tuple[list[Any], dict[int, Any]] | None:
+        """The topic's split epochs (JSON, in epoch order) and VP states (JSON by VP); None if it has no split epoch."""
+        epochs = self.split_epochs.get(name)
+        if not epochs:
+            return None
+        return [epochs[epoch] for epoch in sorted(epochs)], dict(self.virtual_partitions.get(name, {}))
+
     def read_node_endpoints(self) -> list[ReadNodeEndpoint]:
         return [ReadNodeEndpoint(node_id, value.get("client")) for node_id, value in sorted(self.read_nodes.items())]
 
@@ -116,12 +129,14 @@ class ViewState:
         if (name := keys.topic_name_of(cluster, key)) is not None:
             _put(self.topic_configs, name, value)
             if value is None:  # the transaction that deleted the config deleted the rest
-                self.partitions.pop(name, None)
+                for children in (self.partitions, self.split_epochs, self.virtual_partitions):
+                    children.pop(name, None)
         elif (partition := keys.parse_physical_partition(cluster, key)) is not None:
-            topic, number = partition
-            _put(self.partitions.setdefault(topic, {}), number, value)
-            if not self.partitions[topic]:
-                del self.partitions[topic]
+            _put_child(self.partitions, *partition, value)
+        elif (epoch := keys.parse_split_epoch(cluster, key)) is not None:
+            _put_child(self.split_epochs, *epoch, value)
+        elif (vp := keys.parse_virtual_partition(cluster, key)) is not None:
+            _put_child(self.virtual_partitions, *vp, value)
         elif (node_id := keys.parse_read_node_liveness(cluster, key)) is not None:
             _put(self.read_nodes, node_id, value)
         elif (replica := keys.parse_replica_liveness(cluster, key)) is not None:
@@ -131,6 +146,13 @@ class ViewState:
         elif (rule_id := keys.acl_id_of(cluster, key)) is not None:
             _put(self.acls, rule_id, value)
             self.acls_version += 1
+
+
+def _put_child(children: dict[str, dict[int, Any]], topic: str, number: int, value: Any) -> None:
+    """Set (or, for None, drop) one numbered child of ``topic``; a topic left with none is dropped."""
+    _put(children.setdefault(topic, {}), number, value)
+    if not children[topic]:
+        del children[topic]
 
 
 def _put(values: dict, key: Any, value: Any) -> None:

@@ -240,11 +240,26 @@ def topic_name_of(cluster: str, key: str) -> str | None:
 
 def parse_physical_partition(cluster: str, key: str) -> tuple[str, int] | None:
     """(topic, partition) if ``key`` is a physical partition's state key, else None."""
+    return _parse_topic_child(cluster, key, "physical")
+
+
+def parse_split_epoch(cluster: str, key: str) -> tuple[str, int] | None:
+    """(topic, epoch) if ``key`` is a split epoch's key, else None."""
+    return _parse_topic_child(cluster, key, "virtual")
+
+
+def parse_virtual_partition(cluster: str, key: str) -> tuple[str, int] | None:
+    """(topic, vp) if ``key`` is a virtual partition's state key, else None."""
+    return _parse_topic_child(cluster, key, "vp")
+
+
+def _parse_topic_child(cluster: str, key: str, kind: str) -> tuple[str, int] | None:
+    """(topic, number) if ``key`` is ``<topic>/<kind>/<number>`` below the topics, else None."""
     prefix = topics_prefix(cluster)
     if not key.startswith(prefix):
         return None
     parts = key[len(prefix):].split("/")
-    if len(parts) != 3 or parts[1] != "physical" or not parts[2].isdigit() or not parts[0]:
+    if len(parts) != 3 or parts[1] != kind or not parts[2].isdigit() or not parts[0]:
         return None
     return parts[0], int(parts[2])
 

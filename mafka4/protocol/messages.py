@@ -18,8 +18,8 @@ naming the message and the field. Every str is at most PROTOCOL_STR_BYTES_MAX by
 
 The registry maps an ``ApiKey`` to its request and answer classes; ``register`` is the one call
 that adds an API. Numbers are fixed forever once released: 0-2 are the connection's own (below);
-reserved for the data and admin APIs: 3 METADATA, 4 PRODUCE, 5 FETCH, 6 LIST_OFFSETS, 10-19 the
-groups' APIs, 20-29 the admin APIs (20-23 topic create, delete, describe and scale; 24-29 users
+reserved for the data and admin APIs: 3 METADATA, 4 PRODUCE, 5 FETCH, 6 LIST_OFFSETS, 7-9 the
+virtual partitions' metadata, fetch and list offsets, 10-19 the groups' APIs, 20-29 the admin APIs (20-23 topic create, delete, describe and scale; 24-29 users
 and ACLs). An error of any API travels as an ``ErrorAnswer``.
 
 Pure: values in, values out.
@@ -51,6 +51,9 @@ class ApiKey(enum.IntEnum):
     PRODUCE = 4  # protocol.data_api, as the next two
     FETCH = 5
     LIST_OFFSETS = 6
+    VP_METADATA = 7  # protocol.vp_api, as the next two
+    VP_FETCH = 8
+    VP_LIST_OFFSETS = 9
     TOPIC_CREATE = 20  # protocol.topic_admin_api, as the next two
     TOPIC_DELETE = 21
     TOPIC_SCALE = 23  # 22: describe's, reserved (it needs the live offsets of the actors)

@@ -134,7 +134,7 @@ class ReadNode:
         # answers carry batches.
         self._stream_server = StreamServer(self, frozenset({"fetch", "replica_fetch"}), f"read node {spec.node_id}")
         # Clients' requests come to this port, in the client protocol (``frontend.node_port``).
-        self._client_port = NodePort(spec.etcd_endpoint, spec.cluster, spec.node_id)
+        self._client_port = NodePort(spec.etcd_endpoint, spec.cluster, spec.node_id, self)
         freeze_what_start_up_left()  # Ray's objects stay out of the collections the data path causes
 
     # --- lifecycle -----------------------------------------------------------------------

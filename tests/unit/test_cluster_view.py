@@ -63,9 +63,20 @@ def test_read_nodes_and_their_client_addresses():
 
 def test_keys_it_does_not_track_are_ignored():
     state = ViewState(CLUSTER)
-    state.apply([(keys.virtual_partition(CLUSTER, "t", 0), {"leader": "n"}), (keys.controller(CLUSTER), {}),
+    state.apply([(keys.feeder_hold(CLUSTER, "t", 0, "r0"), {"leader": "n"}), (keys.controller(CLUSTER), {}),
                  (keys.user(CLUSTER, "a") + "/extra", {})])
     assert state == ViewState(CLUSTER)
+
+
+def test_a_topics_split_epochs_and_vp_states_are_kept_in_order_and_go_with_the_topic():
+    state = ViewState(CLUSTER)
+    state.apply([(keys.topic(CLUSTER, "t"), {"partitions": 1}),
+                 (keys.split_epoch(CLUSTER, "t", 1), {"epoch": 1}), (keys.split_epoch(CLUSTER, "t", 0), {"epoch": 0}),
+                 (keys.virtual_partition(CLUSTER, "t", 0), {"leader": "r0"})])
+    assert state.virtual_layout("t") == ([{"epoch": 0}, {"epoch": 1}], {0: {"leader": "r0"}})
+    assert state.virtual_layout("other") is None
+    state.apply([(keys.topic(CLUSTER, "t"), None)])
+    assert state.virtual_layout("t") is None and state.virtual_partitions == {}
 
 
 @pytest.fixture

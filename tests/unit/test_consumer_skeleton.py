@@ -18,7 +18,6 @@ from mafka4.client.message import Message
 from mafka4.client.positions import CommitSchedule, start_offset
 from mafka4.client.reading import poll_until, seek_to_time
 from mafka4.errors import CoordinatorUnavailable
-from mafka4.limits import ConsumerConfig
 from mafka4.partition_gate import UNTOUCHED, CallPlan
 
 # --- where a partition starts ------------------------------------------------------------
@@ -190,16 +189,19 @@ def test_seek_to_time_moves_each_partition_to_its_offset_for_the_time():
 
 
 class Calls:
-    """The stream caller's stand-in: one future per call, answered by the test."""
+    """The fetchers' calls: one future per call started, answered by the test."""
 
     def __init__(self):
-        self.sent: list[tuple] = []
+        self.sent: list[object] = []
         self.futures: list[concurrent.futures.Future] = []
 
-    def call(self, handle, name, method, *args) -> concurrent.futures.Future:
-        self.sent.append((name, method, *args))
-        self.futures.append(concurrent.futures.Future())
-        return self.futures[-1]
+    def start(self, request: object):
+        """What a fetcher hands ``send``: starting it sends ``request``."""
+        def started() -> concurrent.futures.Future:
+            self.sent.append(request)
+            self.futures.append(concurrent.futures.Future())
+            return self.futures[-1]
+        return started
 
 
 class Gate:
@@ -211,21 +213,19 @@ class Gate:
 
 
 @pytest.fixture
-def calls(monkeypatch):
-    calls = Calls()
-    monkeypatch.setattr(fetches_module, "stream_caller", lambda: calls)
-    return calls
+def calls():
+    return Calls()
 
 
 def in_flight(monkeypatch, plans: dict[str, CallPlan] | None = None) -> FetchesInFlight:
     monkeypatch.setattr(fetches_module, "client_gate", lambda: Gate(plans or {}))
-    return FetchesInFlight(ConsumerConfig(fetch_bytes_max=4096, fetch_wait_ms_max=250))
+    return FetchesInFlight()
 
 
-def test_a_fetch_carries_the_consumers_bounds_and_what_it_asked_for_comes_back_with_its_answer(calls, monkeypatch):
+def test_a_fetch_is_started_once_and_what_it_asked_for_comes_back_with_its_answer(calls, monkeypatch):
     fetches = in_flight(monkeypatch)
-    assert fetches.send("r0", "r0", object(), "read-node-r0", ["read"], [(3, 30)])
-    assert calls.sent == [("read-node-r0", "fetch", ["read"], 4096, 250)]
+    assert fetches.send("r0", "r0", calls.start(["read"]), [(3, 30)])
+    assert calls.sent == [["read"]]
     assert "r0" in fetches and list(fetches.sent()) == [[(3, 30)]]
     calls.futures[0].set_result("answer")
     [(destination, sent, call)] = fetches.answered(timeout_s=1, idle_s=1)
@@ -236,7 +236,7 @@ def test_a_fetch_carries_the_consumers_bounds_and_what_it_asked_for_comes_back_w
 def test_every_answer_in_by_the_first_is_handed_out_once_in_the_order_sent(calls, monkeypatch):
     fetches = in_flight(monkeypatch)
     for partition in (0, 1, 2):
-        fetches.send(partition, "w0", object(), f"replica-{partition}", partition * 10, partition * 10)
+        fetches.send(partition, "w0", calls.start(partition * 10), partition * 10)
     calls.futures[2].set_result("c")
     calls.futures[0].set_result("a")
     assert [(d, call.result()) for d, _, call in fetches.answered(timeout_s=1, idle_s=1)] == [(0, "a"), (2, "c")]
@@ -245,14 +245,14 @@ def test_every_answer_in_by_the_first_is_handed_out_once_in_the_order_sent(calls
 
 def test_no_answer_within_the_timeout_hands_out_nothing_and_keeps_the_fetches(calls, monkeypatch):
     fetches = in_flight(monkeypatch)
-    fetches.send(0, "w0", object(), "replica-0", 0, 0)
+    fetches.send(0, "w0", calls.start(0), 0)
     assert fetches.answered(timeout_s=0.01, idle_s=1) == []
     assert 0 in fetches
 
 
 def test_a_dropped_fetchs_answer_is_never_handed_out(calls, monkeypatch):
     fetches = in_flight(monkeypatch)
-    fetches.send(0, "w0", object(), "replica-0", 0, 0)
+    fetches.send(0, "w0", calls.start(0), 0)
     fetches.drop(0)
     calls.futures[0].set_result("stale")
     assert fetches.answered(timeout_s=0, idle_s=0) == []
@@ -267,8 +267,8 @@ def test_with_nothing_out_it_sleeps_the_shorter_of_the_timeout_and_the_idle_wait
 
 def test_a_destination_cut_off_gets_nothing_and_one_slowed_gets_its_fetch_after_the_delay(calls, monkeypatch):
     fetches = in_flight(monkeypatch, {"r1": CallPlan(request_lost=True), "r2": CallPlan(request_delay_ms=20)})
-    assert not fetches.send("r1", "r1", object(), "read-node-r1", [], [])
+    assert not fetches.send("r1", "r1", calls.start([]), [])
     assert "r1" not in fetches and calls.sent == []
     started = time.monotonic()
-    assert fetches.send("r2", "r2", object(), "read-node-r2", [], [])
+    assert fetches.send("r2", "r2", calls.start([]), [])
     assert time.monotonic() - started >= 0.02 and "r2" in fetches

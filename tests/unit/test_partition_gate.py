@@ -10,9 +10,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-import ray
 
-from mafka4.errors import InvalidConfig
+from mafka4.errors import InvalidConfig, RequestTimedOut
 from mafka4.partition_gate import (CLIENT, HEALED, CallLost, GatedHandle, Link, NetworkFault, PartitionGate,
                                    client_gate, set_client_fault)
 
@@ -89,7 +88,7 @@ def test_a_lost_request_never_reaches_the_callee_and_fails_as_a_timed_out_call(m
     with pytest.raises(CallLost, match="dropped the request of a call from w1 to w0") as lost:
         asyncio.run(gate.call("w0", callee))
     assert callee.calls == 0
-    assert isinstance(lost.value, ray.exceptions.GetTimeoutError) and isinstance(lost.value, TimeoutError), \
+    assert isinstance(lost.value, RequestTimedOut) and lost.value.retriable and isinstance(lost.value, TimeoutError), \
         "callers handle it as a timed-out call"
     assert sleeps.sleeps == [1.5], "the caller hears of it once its wait ran out"
 

@@ -23,7 +23,7 @@ def test_a_connection_may_only_learn_versions_and_start_the_handshake_until_it_a
     assert _allowed(machine) == {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE}
     refusal = machine.refusal(DATA_API)
     assert isinstance(refusal, NotAuthenticated)
-    assert str(refusal) == (f"{PEER} asked for api 4 before authenticating: a connection starts with SASL_HANDSHAKE "
+    assert str(refusal) == (f"{PEER} asked for PRODUCE before authenticating: a connection starts with SASL_HANDSHAKE "
                             f"and SASL_AUTHENTICATE (open it with a credential)")
     assert machine.state is AuthState.AWAITING_AUTH, "a refusal changes nothing"
 

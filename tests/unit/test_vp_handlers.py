@@ -1,0 +1,107 @@
+"""A read node's answers to the virtual partitions' APIs, on a real port against a real etcd.
+
+No Ray: the node's hosted VPs are a stand-in; each VP's error travels in its own answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from mafka4.errors import NotAuthorized, ReadReplicaNotInSync, UnknownTopic
+from mafka4.frontend.node_port import NodePort
+from mafka4.metadata import keys
+from mafka4.metadata.store import MetadataStore
+from mafka4.protocol.connection import ClientConnection
+from mafka4.protocol.error_codes import raised_error
+from mafka4.protocol.vp_api import VpFetchRequest, VpListOffsetsRequest, VpMetadataRequest, VpOffset
+from mafka4.runtime.etcd_server import etcd_endpoint, start_etcd, stop_etcd
+from mafka4.security.scram_client import ScramClientExchange
+from mafka4.security.user_store import UserStore
+from mafka4.virtual.consumer_reads import ConsumerAnswer
+from mafka4.virtual.hosted_vp import VpRead
+
+CLUSTER = "c"
+PASSWORD = "password-1"
+EPOCH = {"epoch": 0, "starts": [0], "vps": [0, 1]}
+STATE = {"range": [0, 1 << 32], "leader": "r0", "leader_epoch": 1, "replicas": ["r0"], "risr": ["r0"]}
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory):
+    server = start_etcd(tmp_path_factory.mktemp("etcd"))
+    endpoint = etcd_endpoint([server])
+    store = MetadataStore(endpoint)
+    UserStore(store, CLUSTER).add("admin", PASSWORD)
+    UserStore(store, CLUSTER).add("bob", PASSWORD)
+    store.put(keys.topic(CLUSTER, "orders"), {"partitions": 1, "read_mode": "mafka4"})
+    store.put(keys.split_epoch(CLUSTER, "orders", 0), EPOCH)
+    store.put(keys.virtual_partition(CLUSTER, "orders", 1), STATE)
+    store.put(keys.virtual_partition(CLUSTER, "orders", 0), STATE)
+    store.put(keys.read_node_liveness(CLUSTER, "r0"), {"node_id": "r0", "client": "127.0.0.1:3"})
+    yield endpoint
+    store.close()
+    stop_etcd(server)
+
+
+class HostedVps:
+    """VP 0 is hosted here with data; VP 1 is not."""
+
+    async def fetch(self, reads, bytes_max, wait_ms_max):
+        return [ConsumerAnswer(VpRead(b"vp0 batches", 7, 0, 7)) if read.vp_id.vp == 0
+                else ConsumerAnswer(None, ReadReplicaNotInSync(f"{read.vp_id} is not hosted here")) for read in reads]
+
+    async def list_offsets(self, vp_ids):
+        return [(0, 7) if vp_id.vp == 0 else ReadReplicaNotInSync("not hosted") for vp_id in vp_ids]
+
+    async def offsets_for_time(self, vp_ids, timestamp_ms):
+        return [3 if vp_id.vp == 0 else ReadReplicaNotInSync("not hosted") for vp_id in vp_ids]
+
+
+async def ask(endpoint: str, user: str, requests):
+    port = NodePort(endpoint, CLUSTER, "r0", HostedVps())
+    await asyncio.to_thread(port.start_view)
+    try:
+        host, _, number = (await port.start("127.0.0.1", 0)).rpartition(":")
+        connection = await ClientConnection.open(host, int(number), ScramClientExchange(user, PASSWORD))
+        answers = []
+        for request in requests:
+            try:
+                answers.append((await connection.call(request, timeout_s=30))[0])
+            except Exception as error:  # noqa: BLE001 - the test looks at each request's error
+                answers.append(error)
+        connection.close()
+        return answers
+    finally:
+        port.close()
+
+
+def test_vp_metadata_carries_the_layout_the_states_and_the_read_nodes_from_the_view(etcd):
+    [answer, unknown] = asyncio.run(ask(etcd, "admin", [VpMetadataRequest("orders"), VpMetadataRequest("nope")]))
+    assert [json.loads(epoch) for epoch in answer.split_epochs_json] == [EPOCH]
+    assert [(info.vp, json.loads(info.state_json)) for info in answer.vps] == [(0, STATE), (1, STATE)]
+    assert [(node.node_id, node.address) for node in answer.nodes] == [("r0", "127.0.0.1:3")]
+    assert isinstance(unknown, UnknownTopic)
+
+
+def test_a_fetch_answers_each_vp_with_its_data_or_its_own_error(etcd):
+    [answer] = asyncio.run(ask(etcd, "admin", [VpFetchRequest("orders", (VpOffset(0, 0), VpOffset(1, 0)), 1024, 0)]))
+    hosted, missing = answer.answers
+    assert (bytes(hosted.data), hosted.high_watermark, hosted.error) == (b"vp0 batches", 7, None)
+    assert isinstance(raised_error(missing.error), ReadReplicaNotInSync) and missing.error.retriable
+
+
+def test_list_offsets_answers_each_vp_and_the_offset_at_a_time(etcd):
+    [answer] = asyncio.run(ask(etcd, "admin", [VpListOffsetsRequest("orders", (0, 1), 1_000)]))
+    hosted, missing = answer.offsets
+    assert (hosted.log_start_offset, hosted.high_watermark, hosted.timestamp_offset) == (0, 7, 3)
+    assert missing.error is not None
+
+
+def test_a_principal_without_an_acl_gets_nothing(etcd):
+    answers = asyncio.run(ask(etcd, "bob", [VpMetadataRequest("orders"),
+                                             VpFetchRequest("orders", (VpOffset(0, 0),), 1024, 0)]))
+    assert [type(answer) for answer in answers] == [NotAuthorized, NotAuthorized]
+    assert "describe" in answers[0].message and "consume" in answers[1].message
