@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 run_demo=1
 with_redis=0
 packages=(etcd-server openjdk-17-jre-headless)
-extras="dev,analysis"
+extras="server,dev,analysis"
 for option in "$@"; do
   case "$option" in
     --skip-demo) run_demo=0 ;;

@@ -34,6 +34,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+# What the "server" extra installs (pyproject.toml): a client install has none of them.
+SERVER_MODULES = frozenset({"ray", "etcd3", "grpc", "google", "networkx", "psutil", "numpy", "scramp"})
+INSTALL_SERVER = 'pip install "mafka4[server]" (in a checkout: pip install -e ".[server]")'
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv[0] if argv else None).parse_args(argv)
@@ -41,6 +46,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args)
     except KeyboardInterrupt:
         return 130
+    except ModuleNotFoundError as missing:
+        if missing.name is None or missing.name.split(".")[0] not in SERVER_MODULES:
+            raise
+        print(f"mafka4: error: this command runs or joins a cluster and needs {missing.name!r}, which a client "
+              f"install leaves out: {INSTALL_SERVER}", file=sys.stderr)
+        return 2
     except Exception as raised:
         error = raised
         # Only a command that ran Ray can have an error of ours wrapped in a Ray error; a client of

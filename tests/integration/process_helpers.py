@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
+
+import pytest
+
+from mafka4.client.bootstrap import PASSWORD_ENV, USER_ENV
+from mafka4.security.acl import ADMIN_USER
+from mafka4.security.user_store import UserStore
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Long enough that a registration which disappears was revoked, not expired.
@@ -78,3 +86,15 @@ class ControllerProcess:
 
     def log_text(self) -> str:
         return self.log_path.read_text()
+
+
+@contextlib.contextmanager
+def clients_as_admin_of(store, cluster: str) -> Iterator[None]:
+    """While inside, this process's clients authenticate as the admin of ``cluster``: a cluster whose
+    nodes agents registered has no admin credential of ``mafka4 up``'s, so one is made here."""
+    password = secrets.token_hex(8)
+    UserStore(store, cluster).add(ADMIN_USER, password)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(USER_ENV, ADMIN_USER)
+        patch.setenv(PASSWORD_ENV, password)
+        yield

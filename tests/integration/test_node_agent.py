@@ -18,7 +18,6 @@ import pytest
 
 from mafka4 import errors
 from mafka4.client.admin import Admin
-from mafka4.client.bootstrap import PASSWORD_ENV, USER_ENV
 from mafka4.client.producer import Producer
 from mafka4.client.virtual_consumer import VirtualConsumer
 from mafka4.coordinator.control.physical_launcher import replica_directory
@@ -30,11 +29,9 @@ from mafka4.runtime.etcd_server import restart_etcd, start_etcd, stop_etcd
 from mafka4.runtime.node import validate_node_id
 from mafka4.runtime.ports import free_loopback_port
 from mafka4.runtime.ray_cluster import node_resource
-from mafka4.security.acl import ADMIN_USER
-from mafka4.security.user_store import UserStore
 from mafka4.virtual.hosted_vp import VpId, vp_directory
 
-from process_helpers import REPO_ROOT, Agent, ControllerProcess, agent_environment, node_command
+from process_helpers import REPO_ROOT, Agent, ControllerProcess, agent_environment, clients_as_admin_of, node_command
 from wait_helpers import wait_until
 
 OUTAGE_LEASE_TTL_S = 4
@@ -162,15 +159,18 @@ def _mod_revision(store: MetadataStore, key: str) -> int:
     return 0 if found is None else found.mod_revision
 
 
-def test_topic_round_trips_on_nodes_registered_by_agents(cluster, tmp_path, monkeypatch):
-    """The session cluster's Ray nodes w1 and r0, registered by agents under a fresh cluster name,
-    whose clients authenticate as its admin (what ``mafka4 up`` sets up for a local cluster)."""
+@pytest.fixture
+def agents_cluster_name(cluster):
+    """A fresh cluster name, whose clients authenticate as its admin (what ``mafka4 up`` sets up for a local cluster)."""
     name = f"agents-{secrets.token_hex(3)}"
+    with clients_as_admin_of(cluster.store, name):
+        yield name
+
+
+def test_topic_round_trips_on_nodes_registered_by_agents(cluster, agents_cluster_name, tmp_path):
+    """The session cluster's Ray nodes w1 and r0, registered by agents under a fresh cluster name."""
+    name = agents_cluster_name
     connection = Connection(cluster=name, store=cluster.store, state=None)
-    password = secrets.token_hex(8)
-    UserStore(cluster.store, name).add(ADMIN_USER, password)
-    monkeypatch.setenv(USER_ENV, ADMIN_USER)
-    monkeypatch.setenv(PASSWORD_ENV, password)
     admin = Admin(connection)
     topic = f"agent-{secrets.token_hex(3)}"
     data_dir = tmp_path / "data"

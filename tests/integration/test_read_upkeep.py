@@ -28,7 +28,7 @@ from mafka4.virtual.hosted_vp import VpId, vp_directory
 from mafka4.virtual.vp_store import VirtualStore
 
 from conftest import own_cluster
-from process_helpers import Agent, ControllerProcess
+from process_helpers import Agent, ControllerProcess, clients_as_admin_of
 from virtual_helpers import Deliveries, Member, ProduceLoop, check_exactly_once, read_everything, topic_name, vp_log
 from wait_helpers import wait_until
 
@@ -63,7 +63,8 @@ def upkeep_cluster(tmp_path_factory):
                       for node, role in (("w0", "write"), ("r0", "read"), ("r1", "read"), ("r2", "read"))}
             connection = Connection(cluster=name, store=local.connection.store, state=None)
             assert wait_until(lambda: len(TopicStore(local.connection.store, name).live_nodes("read")) == 3, WAIT_S)
-            yield UpkeepCluster(connection, home / "data", agents, controller)
+            with clients_as_admin_of(local.connection.store, name):
+                yield UpkeepCluster(connection, home / "data", agents, controller)
         finally:
             for agent in agents.values():
                 agent.close()

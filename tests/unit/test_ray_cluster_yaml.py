@@ -67,7 +67,7 @@ def test_head_starts_etcd_ray_and_the_controller_and_every_node_installs_mafka4(
     # mafka4 defaults Ray to loopback-only; on a multi-host cluster the controller must opt out.
     assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 nohup python -m mafka4.runtime.controller_process" in controller
     assert "etcd-server" in " ".join(config["head_setup_commands"])
-    assert "pip install ~/mafka4" in " ".join(config["setup_commands"])
+    assert "pip install \"$HOME/mafka4[server]\"" in " ".join(config["setup_commands"])  # a node runs a cluster
     assert config["file_mounts"] == {"~/mafka4": "."}
 
 

@@ -40,3 +40,19 @@ def test_a_client_command_that_fails_imports_no_ray_to_report_it(tmp_path):
                          env={**os.environ, "MAFKA4_HOME": str(tmp_path)})
     assert ran.stdout.split() == ["1", "-"], ran.stdout + ran.stderr
     assert "no local cluster" in ran.stderr
+
+
+def test_a_cluster_command_on_a_client_install_names_the_extra_to_install(tmp_path):
+    """A client install leaves the "server" extra out: ``mafka4 up`` says what to install, not a traceback."""
+    program = ("import sys\n"
+               "class Absent:\n"
+               "    def find_spec(self, name, path=None, target=None):\n"
+               "        if name.split('.')[0] in ('ray', 'psutil', 'etcd3'):\n"
+               "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+               "sys.meta_path.insert(0, Absent())\n"
+               "from mafka4 import cli\n"
+               "print(cli.main(['up']))\n")
+    ran = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True,
+                         env={**os.environ, "MAFKA4_HOME": str(tmp_path)})
+    assert ran.stdout.split() == ["2"], ran.stdout + ran.stderr
+    assert 'pip install "mafka4[server]"' in ran.stderr

@@ -1,0 +1,27 @@
+#!/bin/bash
+# A/B: an idle `mafka4 consume TOPIC` (no group) of the old client (a Ray driver that opens etcd, 52a8afa) and
+# the new (a client of the nodes' ports), alternating, against one running local cluster (MAFKA4_HOME):
+# RSS and threads after SETTLE_S, and the CPU its threads used over the next WINDOW_S (/proc/<pid>/schedstat
+# of every thread, summed). Nothing is produced meanwhile.
+# Usage: measure_idle_consumer.sh ROUNDS TOPIC OUT.jsonl
+set -u
+rounds=$1; topic=$2; out=$3
+SETTLE_S=15; WINDOW_S=60
+cpu_ns() {  # the CPU time of every thread of $1, in ns
+  local total=0
+  for f in /proc/$1/task/*/schedstat; do read -r ns _ < "$f" && total=$((total + ns)); done
+  echo $total
+}
+for i in $(seq 1 "$rounds"); do
+  for side in old new; do
+    if [ $side = old ]; then tree=/work/wt-old; else tree=/work/main; fi
+    (cd /tmp && exec env -u PYTHONDONTWRITEBYTECODE PYTHONPATH=$tree python3 -m mafka4.cli consume "$topic" --timeout-ms 600000 >/dev/null 2>&1) &
+    pid=$!
+    sleep $SETTLE_S
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    rss_kb=$(awk '/VmRSS/ {print $2}' /proc/$pid/status); threads=$(awk '/Threads/ {print $2}' /proc/$pid/status)
+    before=$(cpu_ns $pid); sleep $WINDOW_S; after=$(cpu_ns $pid)
+    kill $pid; wait $pid 2>/dev/null
+    echo "{\"round\": $i, \"side\": \"$side\", \"rss_kb\": $rss_kb, \"threads\": $threads, \"cpu_ms_in_window\": $(( (after - before) / 1000000 )), \"window_s\": $WINDOW_S, \"load_1m\": $load}" >> "$out"
+  done
+done
