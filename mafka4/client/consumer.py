@@ -27,18 +27,20 @@ after a crash. A commit never moves an offset backwards.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mafka4.client.cluster_access import cluster_access
 from mafka4.client.cluster_metadata import topic_metadata
 from mafka4.client.message import Message
 from mafka4.client.partition_consumer import PartitionConsumer
 from mafka4.client.virtual_consumer import VirtualConsumer
-from mafka4.client.virtual_group_consumer import VirtualGroupConsumer
 from mafka4.coordinator.groups.partition_protocol import validate_group_name
 from mafka4.errors import CommitFailed
 from mafka4.limits import ConsumerConfig, OffsetReset, ReadMode
 from mafka4.names import validate_topic_name
+
+if TYPE_CHECKING:  # a group's membership runs on etcd: imported only for a member
+    from mafka4.client.virtual_group_consumer import VirtualGroupConsumer
 
 
 def _connect():
@@ -70,6 +72,8 @@ class Consumer:
         elif self.group is None:
             self._reader = VirtualConsumer(topic, access, from_beginning, **settings)
         else:
+            from mafka4.client.virtual_group_consumer import VirtualGroupConsumer
+
             self._reader = VirtualGroupConsumer(metadata, self.group, access, group_connection, self.config)
 
     @property

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
 from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.group_commits import GroupCommits
@@ -30,11 +31,13 @@ from mafka4.client.message import Message, new_member_id
 from mafka4.client.partition_fetcher import PartitionFetcher
 from mafka4.client.positions import start_offset
 from mafka4.client.reading import poll_until, seek_to_time
-from mafka4.coordinator.groups.partition_groups import GroupMember, GroupStore, SyncResult
 from mafka4.coordinator.groups.partition_protocol import CommittedOffset, MemberInfo, TopicPartition
 from mafka4.errors import CommitFailed, MafkaError, PartitionNotAssigned
 from mafka4.limits import PARTITION_GROUP_CHECK_INTERVAL_S, ConsumerConfig, OffsetReset
-from mafka4.runtime.connect import Connection
+
+if TYPE_CHECKING:  # a group's membership runs on etcd: imported only by a member (see ``_join``)
+    from mafka4.coordinator.groups.partition_groups import GroupMember, GroupStore, SyncResult
+    from mafka4.runtime.connect import Connection
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +62,8 @@ class PartitionConsumer:
             self._join(connection)
 
     def _join(self, connection: Connection) -> None:
+        from mafka4.coordinator.groups.partition_groups import GroupMember, GroupStore
+
         self._store = GroupStore(connection.store.endpoint, connection.cluster)
         member = MemberInfo(new_member_id(), self.topic, self.config.assignor)
         self._member = GroupMember(self._store, self.group, member, self.config)

@@ -21,7 +21,6 @@ auto-compaction), so its database stops growing with the number of writes ever m
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import secrets
@@ -233,6 +232,8 @@ def _wait_healthy(spawned: list[tuple[EtcdServer, subprocess.Popen]], timeout_s:
 
 def _healthy(client_port: int) -> bool:
     """etcd's own health check: it answers true once the member has a leader and serves reads."""
+    import http.client  # here: a client reads the cluster's record through this module and never probes etcd
+
     connection = http.client.HTTPConnection(LOOPBACK, client_port, timeout=ETCD_HEALTH_PROBE_TIMEOUT_S)
     try:
         connection.request("GET", "/health")

@@ -16,7 +16,8 @@ import sys
 THIN_CLIENT_MODULES = ("mafka4.client.bootstrap", "mafka4.client.node_connection", "mafka4.client.cluster_metadata",
                        "mafka4.client.security_admin", "mafka4.cli.security",
                        "mafka4.client.topic_admin", "mafka4.cli.topics", "mafka4.client.producer",
-                       "mafka4.client.virtual_consumer", "mafka4.client.partition_fetcher")
+                       "mafka4.client.virtual_consumer", "mafka4.client.partition_fetcher", "mafka4.client.consumer",
+                       "mafka4.cli.clients")
 FORBIDDEN = ("ray", "etcd3", "grpc", "scramp", "asn1crypto")
 
 
