@@ -2,7 +2,7 @@
 # A/B: an idle `mafka4 consume TOPIC` (no group) of the old client (a Ray driver that opens etcd, 52a8afa) and
 # the new (a client of the nodes' ports), alternating, against one running local cluster (MAFKA4_HOME):
 # RSS and threads after SETTLE_S, and the CPU its threads used over the next WINDOW_S (/proc/<pid>/schedstat
-# of every thread, summed). Nothing is produced meanwhile.
+# of every thread, summed). Nothing is produced meanwhile. Each side starts once the load is below 1.5.
 # Usage: measure_idle_consumer.sh ROUNDS TOPIC OUT.jsonl
 set -u
 rounds=$1; topic=$2; out=$3
@@ -12,9 +12,13 @@ cpu_ns() {  # the CPU time of every thread of $1, in ns
   for f in /proc/$1/task/*/schedstat; do read -r ns _ < "$f" && total=$((total + ns)); done
   echo $total
 }
+quiet() {  # wait (at most 180 s) for the 1-minute load average to fall below 1.5: a start loads the machine
+  for _ in $(seq 1 36); do awk '{exit !($1 < 1.5)}' /proc/loadavg && return; sleep 5; done
+}
 for i in $(seq 1 "$rounds"); do
   for side in old new; do
     if [ $side = old ]; then tree=/work/wt-old; else tree=/work/main; fi
+    quiet
     (cd /tmp && exec env -u PYTHONDONTWRITEBYTECODE PYTHONPATH=$tree python3 -m mafka4.cli consume "$topic" --timeout-ms 600000 >/dev/null 2>&1) &
     pid=$!
     sleep $SETTLE_S
