@@ -74,7 +74,7 @@ class Consumer:
         else:
             from mafka4.client.virtual_group_consumer import VirtualGroupConsumer
 
-            self._reader = VirtualGroupConsumer(metadata, self.group, access, group_connection, self.config)
+            self._reader = VirtualGroupConsumer(metadata, self.group, group_connection, self.config)
 
     @property
     def member_id(self) -> str | None:

@@ -5,7 +5,7 @@
     consumer.commit(); consumer.seek(vp, 1234); consumer.seek_to_time(ts); consumer.close()
 
 The member owns virtual partitions (``partition_groups.vp_groups``; the rules are
-``partition_groups.vp_ownership``) and reads only those, through ``VpFetcher``. Group duties run inside
+``partition_groups.vp_ownership``) and reads only those, through ``StreamVpFetcher``. Group duties run inside
 ``poll()`` in the caller's thread, so a position never moves while it is committed. Unlike
 the Mafka3 eager rebalance, a change in the group never stops the VPs a member keeps: a
 member releases only what the target moves away from it, and claims only free VPs.
@@ -43,8 +43,7 @@ from mafka4.client.group_commits import GroupCommits
 from mafka4.client.message import Message, new_member_id
 from mafka4.client.positions import start_offset
 from mafka4.client.reading import poll_until, seek_to_time
-from mafka4.client.cluster_access import ClusterAccess
-from mafka4.client.vp_fetcher import VpFetcher
+from mafka4.client.stream_vp_fetcher import StreamVpFetcher
 from mafka4.coordinator.groups.vp_groups import VirtualGroupMember, VirtualGroupSnapshot, VirtualGroupStore, VpOffset
 from mafka4.errors import CommitFailed, CoordinatorUnavailable, MafkaError, PartitionNotAssigned
 from mafka4.limits import (RESHARD_INTENT_WAIT_S, VP_GROUP_CHECK_INTERVAL_S, VP_GROUP_IDLE_WAIT_S,
@@ -59,13 +58,12 @@ logger = logging.getLogger(__name__)
 
 
 class VirtualGroupConsumer:
-    def __init__(self, metadata: TopicMetadata, group: str, access: ClusterAccess, connection: Connection,
-                 config: ConsumerConfig):
-        """``access``: the cluster's ports, which data comes from; ``connection``: its etcd, for the group."""
+    def __init__(self, metadata: TopicMetadata, group: str, connection: Connection, config: ConsumerConfig):
+        """``connection``: the cluster's etcd and Ray, for the group and (``StreamVpFetcher``) its fetches."""
         self.topic, self.group, self.config = metadata.name, group, config
         self._connection = connection
         member_id = new_member_id()
-        self._fetcher = VpFetcher(access, metadata, config, member_id)
+        self._fetcher = StreamVpFetcher(connection, metadata, config, member_id)
         self._store = VirtualGroupStore(connection.store.endpoint, connection.cluster)
         self._member = VirtualGroupMember(self._store, group, metadata.name, metadata.config, member_id, config)
         self._snapshot: VirtualGroupSnapshot | None = None

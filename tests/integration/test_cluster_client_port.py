@@ -1,4 +1,4 @@
-"""A running cluster's client port, as a client and an attacker meet it: a read node's port, no Ray, no etcd.
+"""A running cluster's client ports, as a client and an attacker meet them: no Ray, no etcd.
 
 Each refusal is asserted by its named error, and the port goes on serving good clients after it.
 """
@@ -15,11 +15,17 @@ import msgpack
 import pytest
 
 from mafka4.client.admin import Admin
-from mafka4.client.bootstrap import Credential, bootstrap_nodes
+from mafka4.client.bootstrap import PASSWORD_ENV, USER_ENV, Credential, bootstrap_nodes
+from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.cluster_metadata import cluster_metadata, list_topics
+from mafka4.client.consumer import Consumer
 from mafka4.client.node_connection import connect_any
-from mafka4.errors import AuthenticationFailed, UnknownTopic
+from mafka4.client.producer import Producer
+from mafka4.client.topic_admin import create_topic
+from mafka4.errors import AuthenticationFailed, NotAuthorized, UnknownTopic
 from mafka4.protocol.metadata_api import MetadataRequest
+from mafka4.security.acl import AclRule, Operation, PatternType, Permission, ResourceType
+from mafka4.security.acl_store import AclStore
 from mafka4.security.user_store import UserStore
 
 
@@ -87,3 +93,57 @@ def test_a_bad_frame_gets_an_error_or_a_close_and_the_node_keeps_serving(cluster
     topic = f"after-{secrets.token_hex(3)}"
     Admin(cluster).create_topic(topic)
     assert topic in list_topics(home_of(cluster)), "the node serves the next client"
+
+
+# --- the data path: each principal may do what its ACLs allow, and nothing else is written ----------------
+
+
+def as_user(cluster, user: str, password: str) -> ClusterAccess:
+    return ClusterAccess(bootstrap_nodes(home_of(cluster)), Credential(user, password))
+
+
+def allow(cluster, user: str, operation: Operation, topic: str) -> None:
+    AclStore(cluster.store, cluster.cluster).add(
+        AclRule(user, Permission.ALLOW, operation, ResourceType.TOPIC, PatternType.LITERAL, topic))
+
+
+def test_produce_consume_and_admin_requests_need_their_acls_and_a_refusal_writes_nothing(cluster, monkeypatch):
+    topic = f"acl-{secrets.token_hex(3)}"
+    Admin(cluster).create_topic(topic, partitions=1, read_mode="mafka3")
+    users = UserStore(cluster.store, cluster.cluster)
+    stranger, reader_only, producer_only = (f"{role}-{secrets.token_hex(3)}" for role in ("dana", "erin", "frank"))
+    for user in (stranger, reader_only, producer_only):
+        users.add(user, "a-password-1", replace=True)
+    allow(cluster, reader_only, Operation.DESCRIBE, topic)
+    allow(cluster, producer_only, Operation.PRODUCE, topic)
+
+    with pytest.raises(NotAuthorized, match=rf"{stranger}.*describe.*{topic}"):
+        Producer(topic, connection=as_user(cluster, stranger, "a-password-1"))
+    with Producer(topic, connection=as_user(cluster, reader_only, "a-password-1")) as producer:
+        with pytest.raises(NotAuthorized, match=rf"{reader_only}.*produce.*{topic}"):
+            producer.send_sync(b"refused", timeout_s=60)
+    with Producer(topic, connection=as_user(cluster, producer_only, "a-password-1")) as producer:
+        assert producer.send_sync(b"allowed", timeout_s=60).offset == 0
+    with pytest.raises(NotAuthorized, match=rf"{producer_only}.*consume.*{topic}"):
+        with Consumer(topic, connection=as_user(cluster, producer_only, "a-password-1"), from_beginning=True) as consumer:
+            consumer.poll(timeout_ms=5_000)
+
+    # A producer's credential asks for an admin change: refused, and no topic appears.
+    monkeypatch.setenv(USER_ENV, producer_only)
+    monkeypatch.setenv(PASSWORD_ENV, "a-password-1")
+    with pytest.raises(NotAuthorized, match=rf"{producer_only}.*create"):
+        create_topic(f"{topic}-made-by-a-producer", home=home_of(cluster))
+    monkeypatch.delenv(USER_ENV)
+    monkeypatch.delenv(PASSWORD_ENV)
+    assert f"{topic}-made-by-a-producer" not in list_topics(home_of(cluster))
+
+    # Only the allowed message was written.
+    [partition] = Admin(cluster).describe_topic(topic)["partitions"]
+    assert partition["live"]["high_watermark"] == 1
+    with Consumer(topic, connection=cluster, from_beginning=True) as consumer:
+        messages = []
+        for _ in range(20):
+            messages += consumer.poll(timeout_ms=500)
+            if messages:
+                break
+    assert [m.value for m in messages] == [b"allowed"]
