@@ -178,11 +178,17 @@ def check_exactly_once(connection, topic: str, acknowledged) -> dict[int, list]:
     return logs
 
 
-def read_everything(connection, topic: str, expected: int) -> list:
+def read_everything(connection, topic: str, expected: int, wanted: set | None = None) -> list:
+    """What a reader from the beginning gets: at least ``expected`` messages, and with ``wanted`` (values)
+    until it has read every one of them (a topic may hold older messages besides), or ``WAIT_S`` passed."""
     messages = []
+
+    def done() -> bool:
+        return len(messages) >= expected and (wanted is None or wanted <= {m.value for m in messages})
+
     with VirtualConsumer(topic, connection=connection, from_beginning=True) as consumer:
         deadline = time.monotonic() + WAIT_S
-        while len(messages) < expected and time.monotonic() < deadline:
+        while not done() and time.monotonic() < deadline:
             messages.extend(consumer.poll(timeout_ms=500))
         messages.extend(consumer.poll(timeout_ms=300))  # anything beyond `expected` would be a duplicate
     return messages
