@@ -86,8 +86,9 @@ class ReplicaPort:
         self._server.close()
         self._view.close()
         self._store.close()
-        if self._metadata_view is not None and self._metadata_view.done() and not self._metadata_view.exception():
-            view, store = self._metadata_view.result()
+        started = self._metadata_view
+        if started is not None and started.done() and not started.cancelled() and started.exception() is None:
+            view, store = started.result()
             view.close()
             store.close()
 
