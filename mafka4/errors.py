@@ -210,6 +210,12 @@ class InconsistentGroupProtocol(MafkaError):
     """A member asked for another partition assignor than the group's members use."""
 
 
+class UnknownMember(MafkaError):
+    """The coordinator has no session of this member: it expired (no heartbeat within the session
+    timeout, or no sync within the rebalance timeout after a change) or the coordinator restarted.
+    The member joins again; what it owned is another member's to claim."""
+
+
 class CommitFailed(MafkaError):
     """A commit lost against a rebalance: this member no longer owns the partition, so its
     position was not committed and the new owner starts from the last committed offset."""

@@ -777,6 +777,16 @@ LEADER_RETRY_S = 0.05
 # A Mafka3 group member's sync runs at most this many protocol steps before it waits for a
 # change: a rebalance needs revoke, propose, claim and a final read, plus a few lost races.
 GROUP_SYNC_STEPS_MAX = 16
+# A coordinator runs its members' group steps (which block on etcd) on this many threads.
+GROUP_SESSION_THREADS = 4
+# A coordinator that closes waits this long for its members to leave their groups; the leases
+# of those that did not run out by their TTL instead.
+GROUP_SESSION_CLOSE_WAIT_S = 5.0
+# A member's call to its coordinator (a sync runs up to GROUP_SYNC_STEPS_MAX etcd transactions)
+# not answered within this fails: the member finds its coordinator again.
+GROUP_CALL_TIMEOUT_S = 30.0
+# After a failed heartbeat or coordinator lookup, a member waits this long before the next.
+GROUP_RETRY_BACKOFF_S = 0.5
 # A Mafka3 group member's poll() looks for membership changes at least this often while it waits
 # for data: it bounds how late a member takes part in a rebalance.
 PARTITION_GROUP_CHECK_INTERVAL_S = 0.05

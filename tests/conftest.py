@@ -43,8 +43,6 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def _close_clients() -> None:
-    if "mafka4.client.stream_caller" in sys.modules:
-        sys.modules["mafka4.client.stream_caller"].close_stream_caller()
     if "mafka4.client.client_loop" in sys.modules:
         sys.modules["mafka4.client.client_loop"].close_client_loop()
     if "ray" in sys.modules and sys.modules["ray"].is_initialized():

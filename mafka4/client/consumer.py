@@ -27,26 +27,18 @@ after a crash. A commit never moves an offset backwards.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mafka4.client.cluster_access import cluster_access
 from mafka4.client.cluster_metadata import topic_metadata
 from mafka4.client.message import Message
 from mafka4.client.partition_consumer import PartitionConsumer
 from mafka4.client.virtual_consumer import VirtualConsumer
+from mafka4.client.virtual_group_consumer import VirtualGroupConsumer
 from mafka4.coordinator.groups.partition_protocol import validate_group_name
 from mafka4.errors import CommitFailed
 from mafka4.limits import ConsumerConfig, OffsetReset, ReadMode
 from mafka4.names import validate_topic_name
-
-if TYPE_CHECKING:  # a group's membership runs on etcd: imported only for a member
-    from mafka4.client.virtual_group_consumer import VirtualGroupConsumer
-
-
-def _connect():
-    from mafka4.runtime.connect import connect  # joins Ray: only for a group member
-
-    return connect()
 
 
 class Consumer:
@@ -61,20 +53,13 @@ class Consumer:
         self.group = None if group is None else validate_group_name(group)
         access = cluster_access(connection)
         metadata = topic_metadata(access, topic)
-        # A group's membership still runs here against etcd (issue 36 moves it to the cluster): only a group
-        # member joins the cluster's etcd and Ray; a reader without a group is a client of the ports alone.
-        group_connection = None
-        if self.group is not None:
-            group_connection = connection if hasattr(connection, "store") else _connect()
         self._reader: PartitionConsumer | VirtualConsumer | VirtualGroupConsumer
         if metadata.config.read_mode is not ReadMode.MAFKA4:
-            self._reader = PartitionConsumer(topic, self.group, access, group_connection, self.config, from_beginning)
+            self._reader = PartitionConsumer(topic, self.group, access, self.config, from_beginning)
         elif self.group is None:
             self._reader = VirtualConsumer(topic, access, from_beginning, **settings)
         else:
-            from mafka4.client.virtual_group_consumer import VirtualGroupConsumer
-
-            self._reader = VirtualGroupConsumer(metadata, self.group, group_connection, self.config)
+            self._reader = VirtualGroupConsumer(metadata, self.group, access, self.config)
 
     @property
     def member_id(self) -> str | None:

@@ -5,7 +5,7 @@ give it the one thing that differs, how to write their positions to the group (`
 call ``if_due`` from ``poll()`` (their group duties) and ``now`` from ``commit()`` and their
 own triggers. ``CommitSchedule`` decides when an auto-commit is due.
 
-An auto-commit that etcd does not answer is skipped and tried again an interval later; one that
+An auto-commit that the group's coordinator does not answer is skipped and tried again an interval later; one that
 finds partitions taken away (a rebalance, a lapsed lease) is logged: their next owner re-reads
 from their last committed offsets, which is the at-least-once the consumers promise. Neither
 reaches the caller of ``poll()``; a ``commit()`` raises both.
@@ -38,7 +38,7 @@ class GroupCommits:
         self._schedule = CommitSchedule(interval_ms, _now_ms())
 
     def now(self) -> tuple[dict[int, int], set[int]]:
-        """Commit every owned position now; ``CoordinatorUnavailable`` if etcd does not answer."""
+        """Commit every owned position now; ``CoordinatorUnavailable`` if the coordinator does not answer."""
         self._schedule.committed(_now_ms())
         return self._write()
 

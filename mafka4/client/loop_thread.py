@@ -32,6 +32,10 @@ class LoopThread:
             future.cancel()
             raise RequestTimedOut(f"no answer within {timeout_s} s; retry") from None
 
+    def submit(self, coroutine: Awaitable[T]) -> "concurrent.futures.Future[T]":
+        """Run ``coroutine`` on the loop without waiting for it; cancel the future to cancel it."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+
     def call_soon(self, callback: Callable, *args) -> None:
         self.loop.call_soon_threadsafe(callback, *args)
 

@@ -7,10 +7,11 @@ Positions are per partition: the offset of the next message. Without a group, ev
 is read, from its start (``from_beginning``) or its high watermark.
 
 In a group (see ``mafka4.coordinator.groups.partition_groups``) the consumer reads only the
-partitions it owns. The rebalance runs inside ``poll()``, in the caller's thread, as in Kafka's
-classic consumer: a background thread only refreshes the member lease and notices changes. So
-positions never move while they are committed, and a consumer that stops polling holds its
-partitions until ``rebalance_timeout_ms`` (then it leaves the group). A claimed partition
+partitions it owns. The group's coordinator, a node of the cluster, runs the protocol for it
+(``client.remote_member``); the rebalance is asked for inside ``poll()``, in the caller's thread,
+as in Kafka's classic consumer, while heartbeats on the client loop keep the session alive and
+notice changes. So positions never move while they are committed, and a consumer that stops
+polling holds its partitions until ``rebalance_timeout_ms`` (then the coordinator drops it). A claimed partition
 starts at its committed offset; without one (or below the log start) at ``auto_offset_reset``
 (default ``latest``, as Kafka; ``from_beginning=True`` means ``earliest``). Positions are
 committed by ``poll()`` every ``auto_commit_interval_ms``, by ``commit()``, before a partition
@@ -23,57 +24,46 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
 
 from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.group_commits import GroupCommits
-from mafka4.client.message import Message, new_member_id
+from mafka4.client.message import Message
 from mafka4.client.partition_fetcher import PartitionFetcher
 from mafka4.client.positions import start_offset
 from mafka4.client.reading import poll_until, seek_to_time
-from mafka4.coordinator.groups.partition_protocol import CommittedOffset, MemberInfo, TopicPartition
+from mafka4.client.remote_member import RemoteMember
 from mafka4.errors import CommitFailed, MafkaError, PartitionNotAssigned
 from mafka4.limits import PARTITION_GROUP_CHECK_INTERVAL_S, ConsumerConfig, OffsetReset
-
-if TYPE_CHECKING:  # a group's membership runs on etcd: imported only by a member (see ``_join``)
-    from mafka4.coordinator.groups.partition_groups import GroupMember, GroupStore, SyncResult
-    from mafka4.runtime.connect import Connection
 
 logger = logging.getLogger(__name__)
 
 
 class PartitionConsumer:
-    def __init__(self, topic: str, group: str | None, access: ClusterAccess, connection: Connection | None,
-                 config: ConsumerConfig, from_beginning: bool):
-        """``access``: the cluster's ports, which data comes from; ``connection``: its etcd, for a group's membership."""
+    def __init__(self, topic: str, group: str | None, access: ClusterAccess, config: ConsumerConfig,
+                 from_beginning: bool):
+        """``access``: the cluster's ports, which data and the group's coordinator answer on."""
         self.topic, self.group, self.config = topic, group, config
         self._fetcher = PartitionFetcher(access, topic, config)
-        self._member: GroupMember | None = None
-        self._store: GroupStore | None = None
+        self._member: RemoteMember | None = None
         self._commits: GroupCommits | None = None
-        # Claimed partitions whose start position is not known yet (their leader did not answer).
-        self._unstarted: dict[TopicPartition, CommittedOffset | None] = {}
+        # Claimed partitions whose start position is not known yet (their leader did not answer), with
+        # their committed offsets.
+        self._unstarted: dict[int, int | None] = {}
         if group is None:
             partitions = self._fetcher.partitions()
             for partition, log_range in zip(partitions, self._fetcher.list_offsets_many(partitions)):
                 self._fetcher.seek(partition, start_offset(None, log_range, from_beginning))
         else:
-            assert connection is not None, "a group member needs the cluster's connection"
-            self._join(connection)
+            self._join(access, group)
 
-    def _join(self, connection: Connection) -> None:
-        from mafka4.coordinator.groups.partition_groups import GroupMember, GroupStore
-
-        self._store = GroupStore(connection.store.endpoint, connection.cluster)
-        member = MemberInfo(new_member_id(), self.topic, self.config.assignor)
-        self._member = GroupMember(self._store, self.group, member, self.config)
-        self._commits = GroupCommits(self.group, self.config.auto_commit_interval_ms, self._write_commit, "partitions")
+    def _join(self, access: ClusterAccess, group: str) -> None:
+        self._member = RemoteMember(access, group, self.topic, self.config.assignor, self.config)
+        self._commits = GroupCommits(group, self.config.auto_commit_interval_ms, self._write_commit, "partitions")
         try:
             self._member.join()
             self._rebalance()
         except BaseException:
             self._member.leave({})
-            self._store.close()
             raise
 
     @property
@@ -130,18 +120,18 @@ class PartitionConsumer:
 
     def _rebalance(self) -> None:
         assert self._member is not None
-        result: SyncResult = self._member.sync(self._group_positions(self._fetcher.positions))
-        for tp in result.revoked:
-            self._fetcher.stop(tp.partition)
-            self._unstarted.pop(tp, None)
+        result = self._member.sync(self._group_positions(self._fetcher.positions))
+        for partition in result.revoked:
+            self._fetcher.stop(partition)
+            self._unstarted.pop(partition, None)
         self._unstarted.update(result.claimed)
         self._start_claimed()
-        started = set(self._fetcher.positions) | {tp.partition for tp in self._unstarted}
-        assert started == {tp.partition for tp in result.owned}, "fetching exactly the owned partitions"
+        started = set(self._fetcher.positions) | set(self._unstarted)
+        assert started == set(result.owned), "fetching exactly the owned partitions"
 
     def _start_claimed(self) -> None:
         """Position claimed partitions at their committed offset, else at ``auto_offset_reset``."""
-        partitions = sorted(tp.partition for tp in self._unstarted)
+        partitions = sorted(self._unstarted)
         try:
             ranges = self._fetcher.list_offsets_many(partitions)
         except MafkaError as raised:
@@ -150,18 +140,18 @@ class PartitionConsumer:
             return
         earliest = self.config.auto_offset_reset is OffsetReset.EARLIEST
         for partition, log_range in zip(partitions, ranges):
-            committed = self._unstarted.pop(TopicPartition(self.topic, partition))
-            self._fetcher.seek(partition, start_offset(None if committed is None else committed.offset, log_range,
-                                                       earliest))
+            committed = self._unstarted.pop(partition)
+            self._fetcher.seek(partition, start_offset(committed, log_range, earliest))
 
-    def _group_positions(self, positions: dict[int, int]) -> dict[TopicPartition, int]:
-        return {TopicPartition(self.topic, p): offset for p, offset in positions.items()}
+    @staticmethod
+    def _group_positions(positions: dict[int, int]) -> dict[int, tuple[int, int]]:
+        return {partition: (offset, offset) for partition, offset in positions.items()}
 
     def _write_commit(self) -> tuple[dict[int, int], set[int]]:
         assert self._member is not None
         positions = dict(self._fetcher.positions)
         committed, lost = self._member.commit(self._group_positions(positions))
-        return {tp.partition: positions[tp.partition] for tp in committed}, {tp.partition for tp in lost}
+        return {partition: positions[partition] for partition in committed}, lost
 
     def commit(self) -> dict[int, int]:
         """Commit the positions of every owned partition now; returns the offsets written.
@@ -187,7 +177,5 @@ class PartitionConsumer:
                     member.leave(self._group_positions(self._fetcher.positions))
                 finally:
                     self._fetcher.positions.clear()
-                    assert self._store is not None
-                    self._store.close()
         finally:
             self._fetcher.close()

@@ -4,9 +4,11 @@
     for message in consumer.poll(timeout_ms=500): ...                      # message.partition: the VP id
     consumer.commit(); consumer.seek(vp, 1234); consumer.seek_to_time(ts); consumer.close()
 
-The member owns virtual partitions (``partition_groups.vp_groups``; the rules are
-``partition_groups.vp_ownership``) and reads only those, through ``StreamVpFetcher``. Group duties run inside
-``poll()`` in the caller's thread, so a position never moves while it is committed. Unlike
+The member owns virtual partitions (``coordinator.groups.vp_groups``; the rules are
+``coordinator.groups.vp_ownership``), which the group's coordinator, a node of the cluster, runs
+for it (``client.remote_member``), and reads only those, through the read nodes' ports
+(``VpFetcher``). Group duties run inside ``poll()`` in the caller's thread, so a position never
+moves while it is committed. Unlike
 the Mafka3 eager rebalance, a change in the group never stops the VPs a member keeps: a
 member releases only what the target moves away from it, and claims only free VPs.
 
@@ -14,7 +16,7 @@ Where a claimed VP starts: at its committed offset; else, for a VP opened by a s
 merge, at its start (the group read its parents to their sealed end, and the child continues
 them); else by ``auto_offset_reset`` (earliest: the log start; latest: the high watermark).
 A group that starts at the latest offsets is seeded on its first join with the ends of the
-closed VPs and of the children (``VirtualGroupStore.seed_offsets``), so it skips the history
+closed VPs and of the children (``RemoteMember.seed``), so it skips the history
 instead of reading every child from its start.
 
 Commits (``client.group_commits``, as a Mafka3-mode member's): every ``auto_commit_interval_ms``,
@@ -23,8 +25,8 @@ read to its sealed end (which the parent's leader node records once the parent i
 so its children become readable (and claimable) without waiting.
 
 Splits: when the plan says this member splits a VP (it has the smallest id and the group
-has more members than active VPs), it asks the controller for it (a split intent,
-``metadata.intents``) from a background thread, so its own reading does not pause.
+has more members than active VPs), its coordinator asks the controller for it (a split intent,
+``frontend.hosted_members``), so the member's reading does not pause.
 
 Delivery is at-least-once: messages returned but not committed are returned again to the next
 owner after a crash or a lapsed lease. A commit never moves an offset backwards: a position
@@ -34,51 +36,42 @@ behind the committed offset (after a seek back) is not committed, as in Mafka3-m
 from __future__ import annotations
 
 import logging
-import threading
-import time
 
-import ray
-
+from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.group_commits import GroupCommits
 from mafka4.client.message import Message, new_member_id
 from mafka4.client.positions import start_offset
 from mafka4.client.reading import poll_until, seek_to_time
-from mafka4.client.stream_vp_fetcher import StreamVpFetcher
-from mafka4.coordinator.groups.vp_groups import VirtualGroupMember, VirtualGroupSnapshot, VirtualGroupStore, VpOffset
+from mafka4.client.remote_member import MemberSync, Positions, RemoteMember
+from mafka4.client.vp_fetcher import VpFetcher
+from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR
 from mafka4.errors import CommitFailed, CoordinatorUnavailable, MafkaError, PartitionNotAssigned
-from mafka4.limits import (RESHARD_INTENT_WAIT_S, VP_GROUP_CHECK_INTERVAL_S, VP_GROUP_IDLE_WAIT_S,
-                           VP_GROUP_SPLIT_RETRY_INTERVAL_S, ConsumerConfig, OffsetReset)
-from mafka4.metadata import intents
-from mafka4.metadata.intents import IntentKind
-from mafka4.metadata.store import MetadataStore
+from mafka4.limits import VP_GROUP_CHECK_INTERVAL_S, VP_GROUP_IDLE_WAIT_S, ConsumerConfig, OffsetReset
 from mafka4.physical.partition_state import TopicMetadata
-from mafka4.runtime.connect import Connection
+from mafka4.protocol.group_api import GroupJoinAnswer
 
 logger = logging.getLogger(__name__)
 
 
 class VirtualGroupConsumer:
-    def __init__(self, metadata: TopicMetadata, group: str, connection: Connection, config: ConsumerConfig):
-        """``connection``: the cluster's etcd and Ray, for the group and (``StreamVpFetcher``) its fetches."""
+    def __init__(self, metadata: TopicMetadata, group: str, access: ClusterAccess, config: ConsumerConfig):
+        """``access``: the cluster's ports, which the VPs and the group's coordinator answer on."""
         self.topic, self.group, self.config = metadata.name, group, config
-        self._connection = connection
-        member_id = new_member_id()
-        self._fetcher = StreamVpFetcher(connection, metadata, config, member_id)
-        self._store = VirtualGroupStore(connection.store.endpoint, connection.cluster)
-        self._member = VirtualGroupMember(self._store, group, metadata.name, metadata.config, member_id, config)
-        self._snapshot: VirtualGroupSnapshot | None = None
-        self._unstarted: dict[int, VpOffset | None] = {}  # claimed VPs whose start position is not known yet
+        self._fetcher = VpFetcher(access, metadata, config, new_member_id())
+        self._member = RemoteMember(access, group, metadata.name, VIRTUAL_ASSIGNOR, config)
+        # What the last sync said of closed VPs' sealed ends and of the group's committed offsets.
+        self._sealed: dict[int, int] = {}
+        self._committed: dict[int, int] = {}
+        self._unstarted: dict[int, int | None] = {}  # claimed VPs whose start position is not known yet
         self._commits = GroupCommits(group, config.auto_commit_interval_ms, self._write_commit, "VPs")
-        self._splitter: threading.Thread | None = None
-        self._split_failed_at = 0.0
         try:
-            before = self._member.join()
-            if config.auto_offset_reset is OffsetReset.LATEST and not before.offsets:
-                self._seed_latest(before)
+            joined = self._member.join()
+            if config.auto_offset_reset is OffsetReset.LATEST and not joined.offsets_committed:
+                self._seed_latest(joined)
             self._sync()
         except BaseException:
             self._member.leave({})
-            self._store.close()
+            self._fetcher.close()
             raise
 
     @property
@@ -105,9 +98,9 @@ class VirtualGroupConsumer:
         """Move every owned VP to its first message at or after ``timestamp_ms`` (or its end)."""
         seek_to_time(self._fetcher, self.assignment(), timestamp_ms)
 
-    def _offsets(self) -> dict[int, VpOffset]:
+    def _offsets(self) -> Positions:
         fetcher = self._fetcher
-        return {vp: VpOffset(fetcher.positions[vp], max(fetcher.high_watermarks.get(vp, 0), fetcher.positions[vp]))
+        return {vp: (fetcher.positions[vp], max(fetcher.high_watermarks.get(vp, 0), fetcher.positions[vp]))
                 for vp in fetcher.fetching}
 
     # --- polling ----------------------------------------------------------------------------
@@ -133,15 +126,13 @@ class VirtualGroupConsumer:
         self._commits.if_due()
 
     def _sync(self) -> None:
-        result = self._member.sync(self._offsets())
+        result: MemberSync = self._member.sync(self._offsets())
         for vp in result.revoked:
             self._fetcher.stop(vp)
             self._unstarted.pop(vp, None)
         self._unstarted.update(result.claimed)
-        if result.snapshot is not None:
-            self._snapshot = result.snapshot
-        if result.plan is not None and result.plan.split is not None:
-            self._start_split(result.plan.split)
+        if result.sealed_end_offsets is not None and result.committed_offsets is not None:
+            self._sealed, self._committed = dict(result.sealed_end_offsets), dict(result.committed_offsets)
         if self._unstarted:
             self._start_claimed()
 
@@ -154,7 +145,7 @@ class VirtualGroupConsumer:
         without = [vp for vp in vps if self._unstarted[vp] is None]
         try:
             ranges = dict(zip(without, fetcher.list_offsets_many(without)))
-        except (MafkaError, ray.exceptions.RayError) as error:  # a leader not started yet, a failover: retry later
+        except MafkaError as error:  # a leader not started yet, a failover: retry later
             logger.warning("group %s: cannot position %s yet (%s); retrying", self.group, without, error)
             fetcher.refresh()
             return
@@ -162,7 +153,7 @@ class VirtualGroupConsumer:
         for vp in vps:
             committed = self._unstarted.pop(vp)
             if committed is not None:
-                fetcher.seek(vp, committed.offset)
+                fetcher.seek(vp, committed)
             else:
                 child = layout.opening_epoch(vp).epoch > 0
                 earliest = child or self.config.auto_offset_reset is OffsetReset.EARLIEST
@@ -170,60 +161,33 @@ class VirtualGroupConsumer:
                 fetcher.high_watermarks[vp] = ranges[vp][1]
             fetcher.fetching.add(vp)
 
-    def _sealed_end_offsets(self) -> dict[int, int]:
-        return {} if self._snapshot is None else self._snapshot.view().sealed_end_offsets
-
     def _commit_drained_parents(self) -> None:
         """Commit at once when an owned closed VP was read to its sealed end: its children wait for that."""
-        sealed = self._sealed_end_offsets()
-        committed = {} if self._snapshot is None else self._snapshot.offsets
+        sealed, committed = self._sealed, self._committed
         if any(vp in sealed and self._fetcher.positions[vp] >= sealed[vp]
-               and (vp not in committed or committed[vp].offset < sealed[vp]) for vp in self._fetcher.fetching):
+               and (vp not in committed or committed[vp] < sealed[vp]) for vp in self._fetcher.fetching):
             try:
                 self._commits.now()
             except CoordinatorUnavailable:
                 return  # auto-commit and the next sync retry
             self._member.changed.set()
 
-    def _start_split(self, vp: int) -> None:
-        if self._splitter is not None and self._splitter.is_alive():
-            return
-        if time.monotonic() - self._split_failed_at < VP_GROUP_SPLIT_RETRY_INTERVAL_S:
-            return
-        self._splitter = threading.Thread(target=self._split, args=(vp,), name=f"split-{self.topic}-v{vp}", daemon=True)
-        self._splitter.start()
-
-    def _split(self, vp: int) -> None:
-        """Ask for a split of ``vp`` on this thread, with an etcd client of its own; the group sees the new
-        epoch by its watch."""
-        store = MetadataStore(self._connection.store.endpoint)
-        try:
-            intents.request(store, self._connection.cluster, IntentKind.SPLIT, self.topic, {"vp": vp},
-                            RESHARD_INTENT_WAIT_S)
-            logger.info("group %s: member %s split %s/v%d", self.group, self.member_id, self.topic, vp)
-        except MafkaError as error:
-            self._split_failed_at = time.monotonic()
-            logger.warning("group %s: split of %s/v%d not done (%s); the group tries again", self.group, self.topic,
-                           vp, error)
-        finally:
-            store.close()
-            self._member.changed.set()
-
-    def _seed_latest(self, snapshot: VirtualGroupSnapshot) -> None:
+    def _seed_latest(self, joined: GroupJoinAnswer) -> None:
         """A new group at the latest offsets: closed VPs count as read to their end, children from their end now."""
-        layout = snapshot.layout
-        offsets = {vp: s.sealed_end_offset for vp, s in snapshot.states.items() if s.sealed_end_offset is not None}
+        layout = self._fetcher.layout
+        offsets = {o.id: o.offset for o in joined.sealed_end_offsets}
         children = [vp for vp in layout.current.ranges.vp_ids if layout.opening_epoch(vp).epoch > 0]
         for vp, (_, high_watermark) in zip(children, self._fetcher.list_offsets_many(children)):
             offsets[vp] = high_watermark
-        self._store.seed_offsets(self.group, self.topic, offsets)
+        if offsets:
+            self._member.seed(offsets)
 
     # --- commits and leaving ----------------------------------------------------------------
 
     def _write_commit(self) -> tuple[dict[int, int], set[int]]:
         offsets = self._offsets()
         committed, lost = self._member.commit(offsets)
-        return {vp: offsets[vp].offset for vp in committed}, lost
+        return {vp: offsets[vp][0] for vp in committed}, lost
 
     def commit(self) -> dict[int, int]:
         """Commit the positions of every owned VP now; returns the offsets written.
@@ -245,8 +209,5 @@ class VirtualGroupConsumer:
         try:
             self._member.leave(positions)
         finally:
-            if self._splitter is not None:
-                self._splitter.join()
             self._fetcher.fetching.clear()
             self._fetcher.close()
-            self._store.close()

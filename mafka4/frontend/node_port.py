@@ -8,6 +8,8 @@ against the users the view holds, checks every request against the view's ACLs, 
   partition with its leader's client address, from the view; with no topic named, every topic
   the principal may describe.
 - the virtual partitions' APIs (``frontend.vp_handlers``), given the node's hosted VPs;
+- the consumer groups' APIs (``frontend.group_handlers``): the node coordinates the groups that
+  hash to it, hosting their members' sessions (``frontend.group_sessions``);
 - the users' and ACLs' APIs (``frontend.admin_handlers``) and the topics' (``frontend.topic_handlers``:
   intents for the controller), through an etcd client of their own, for the reason the view has its own.
 
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 from mafka4.frontend.admin_handlers import AdminHandlers
 from mafka4.frontend.cluster_view import ClusterView
+from mafka4.frontend.group_handlers import GroupHandlers
+from mafka4.frontend.group_sessions import GroupSessions
 from mafka4.frontend.metadata_handler import metadata_answer
 from mafka4.frontend.port_security import MECHANISMS, PortSecurity
 from mafka4.frontend.topic_handlers import TopicHandlers
@@ -39,7 +43,9 @@ class NodePort:
         self._security = PortSecurity(self.view)
         self._admin_store = MetadataStore(etcd_endpoint)
         check, allows = self._security.check, self._security.allows
+        self.groups = GroupSessions(etcd_endpoint, cluster)
         handlers = {ApiKey.METADATA: self._metadata,
+                    **GroupHandlers(self.groups, self._the_view, check).handlers(),
                     **AdminHandlers(self._admin_store, cluster, check).handlers(),
                     **TopicHandlers(self._admin_store, cluster, check, allows).handlers(),
                     **(VpHandlers(self.view, vps, check).handlers() if vps is not None else {})}
@@ -61,11 +67,15 @@ class NodePort:
 
     def close(self) -> None:
         self._server.close()
+        self.groups.close()
         self.view.close()
         self._store.close()
         self._admin_store.close()
 
     # --- handlers -----------------------------------------------------------------------------
+
+    async def _the_view(self) -> ClusterView:
+        return self.view
 
     async def _metadata(self, session: Session, request: MetadataRequest, _buffers) -> tuple[MetadataAnswer, tuple]:
         return metadata_answer(self.view, self._security, self._cluster, session, request), ()

@@ -12,6 +12,8 @@ replica is woken by no other change of the cluster's metadata.
   without read nodes still answers its clients. The whole view it needs is read and watched
   from the first such request on, not before: where read nodes serve clients, a replica's port
   is asked for data only, and watches nothing but the users and ACLs.
+- The consumer groups' APIs (``frontend.group_handlers``), as every node serves them: in a
+  cluster without read nodes, the replicas coordinate the groups.
 - A request for another partition than the replica's is ``NotLeader`` (retriable): the client's
   metadata is stale; it asks a node again and resends where the answer says.
 
@@ -27,6 +29,8 @@ from typing import Protocol
 
 from mafka4.errors import InvalidConfig, NotLeader
 from mafka4.frontend.cluster_view import ClusterView
+from mafka4.frontend.group_handlers import GroupHandlers
+from mafka4.frontend.group_sessions import GroupSessions
 from mafka4.frontend.metadata_handler import metadata_answer
 from mafka4.frontend.port_security import MECHANISMS, PortSecurity
 from mafka4.frontend.view_state import Watched
@@ -64,8 +68,10 @@ class ReplicaPort:
         self._view = ClusterView(self._store, cluster, (Watched.USERS, Watched.ACLS))
         self._security = PortSecurity(self._view)
         self._metadata_view: asyncio.Future | None = None  # of a ClusterView of everything, from the first METADATA on
+        self.groups = GroupSessions(etcd_endpoint, cluster)
         handlers = {ApiKey.PRODUCE: self._produce, ApiKey.FETCH: self._fetch, ApiKey.LIST_OFFSETS: self._list_offsets,
-                    ApiKey.METADATA: self._metadata}
+                    ApiKey.METADATA: self._metadata,
+                    **GroupHandlers(self.groups, self._full_view, self._security.check).handlers()}
         self._server = ClientPortServer(handlers, f"client port of replica {replica_id} of {topic}-{partition}",
                                         replica_id, self._security.exchange, MECHANISMS)
 
@@ -84,6 +90,7 @@ class ReplicaPort:
 
     def close(self) -> None:
         self._server.close()
+        self.groups.close()
         self._view.close()
         self._store.close()
         started = self._metadata_view
@@ -95,10 +102,14 @@ class ReplicaPort:
     # --- handlers -----------------------------------------------------------------------------
 
     async def _metadata(self, session: Session, request: MetadataRequest, _buffers) -> tuple[MetadataAnswer, tuple]:
+        return metadata_answer(await self._full_view(), self._security, self._cluster, session, request), ()
+
+    async def _full_view(self) -> ClusterView:
+        """The view of everything, started by the first request that needs it."""
         if self._metadata_view is None:
             self._metadata_view = asyncio.ensure_future(asyncio.to_thread(self._start_metadata_view))
         view, _ = await asyncio.shield(self._metadata_view)
-        return metadata_answer(view, self._security, self._cluster, session, request), ()
+        return view
 
     def _start_metadata_view(self) -> tuple[ClusterView, MetadataStore]:
         store = MetadataStore(self._etcd_endpoint)  # its own: a failed call on a client ends every watch on it

@@ -115,6 +115,15 @@ class ViewState:
     def read_node_endpoints(self) -> list[ReadNodeEndpoint]:
         return [ReadNodeEndpoint(node_id, value.get("client")) for node_id, value in sorted(self.read_nodes.items())]
 
+    def coordinator_candidates(self) -> list[tuple[str, str]]:
+        """(node id, client address) of the nodes that may coordinate groups: the live read nodes
+        serving clients, or, in a cluster without any, the live replicas' ports."""
+        nodes = [(node_id, value["client"]) for node_id, value in sorted(self.read_nodes.items()) if value.get("client")]
+        if nodes:
+            return nodes
+        return [(f"{topic}-{partition}/{replica_id}", value["client"])
+                for (topic, partition, replica_id), value in sorted(self.replicas.items()) if value.get("client")]
+
     def replica_address(self, topic: str, partition: int, replica_id: str) -> str | None:
         """Where the live replica serves clients; None if it is not alive or serves no client port."""
         value = self.replicas.get((topic, partition, replica_id))

@@ -54,6 +54,13 @@ class ApiKey(enum.IntEnum):
     VP_METADATA = 7  # protocol.vp_api, as the next two
     VP_FETCH = 8
     VP_LIST_OFFSETS = 9
+    FIND_COORDINATOR = 10  # protocol.group_api, as the next six
+    GROUP_JOIN = 11
+    GROUP_SYNC = 12
+    GROUP_COMMIT = 13
+    GROUP_LEAVE = 14
+    GROUP_HEARTBEAT = 15
+    GROUP_SEED = 16
     TOPIC_CREATE = 20  # protocol.topic_admin_api, as the next two
     TOPIC_DELETE = 21
     TOPIC_SCALE = 23  # 22: describe's, reserved (it needs the live offsets of the actors)

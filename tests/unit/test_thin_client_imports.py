@@ -3,8 +3,9 @@
 Nor the SCRAM library the nodes run on (and its TLS certificate parser): a client command pays for
 every import on each start, and the client's side of SCRAM needs only the standard library.
 
-Checked in a fresh interpreter, the way the purity test checks cores. The whole of
-``mafka4.client`` joins this list as its Producer and Consumer move onto the client port.
+Checked in a fresh interpreter, the way the purity test checks cores: the Producer and the
+Consumer (group members of both read modes included) are on it. ``Admin`` and the group
+commands still run against etcd (``client.admin``, ``client.group_admin``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ THIN_CLIENT_MODULES = ("mafka4.client.bootstrap", "mafka4.client.node_connection
                        "mafka4.client.security_admin", "mafka4.cli.security",
                        "mafka4.client.topic_admin", "mafka4.cli.topics", "mafka4.client.producer",
                        "mafka4.client.virtual_consumer", "mafka4.client.partition_fetcher", "mafka4.client.consumer",
-                       "mafka4.cli.clients")
+                       "mafka4.client.virtual_group_consumer", "mafka4.client.remote_member",
+                       "mafka4.client.group_link", "mafka4.cli.clients")
 FORBIDDEN = ("ray", "etcd3", "grpc", "scramp", "asn1crypto")
 
 

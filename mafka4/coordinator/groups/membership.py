@@ -74,16 +74,18 @@ class PendingChange:
 class GroupMembership:
     """``member``'s key in ``group``, its lease, its watches on ``watched`` and the rebalance timeout.
 
-    ``store`` is the member's own client (its watch thread delivers ``on_events``); its
-    ``cluster`` names the cluster. ``overdue`` is the protocol's rebalance-timeout rule, asked
+    ``store`` is the member's etcd client, or its coordinator's (its watch thread delivers
+    ``on_events``); its ``cluster`` names the cluster. ``overdue`` is the protocol's rebalance-timeout rule, asked
     once a period from the lease thread.
     """
 
     def __init__(self, store: MetadataStore, group: str, member: MemberInfo, config: ConsumerConfig,
-                 watched: Sequence[str], on_events: Callable[[list[WatchEvent]], None], overdue: Callable[[], bool]):
+                 watched: Sequence[str], on_events: Callable[[list[WatchEvent]], None], overdue: Callable[[], bool],
+                 changed: threading.Event | None = None):
         self._store, self.group, self.member, self._config = store, group, member, config
         self._watched, self._on_events, self._overdue = tuple(watched), on_events, overdue
-        self.changed = threading.Event()
+        # A coordinator hosting the member passes an event that also wakes the member's heartbeat.
+        self.changed = threading.Event() if changed is None else changed
         self._lock = threading.Lock()  # guards the watch ids, which the watch callbacks and the lease thread change
         self._watch_ids: list[int] = []
         self._left = threading.Event()

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -168,12 +169,13 @@ class GroupMember:
     sync, revoke the lease).
     """
 
-    def __init__(self, store: GroupStore, group: str, member: MemberInfo, config: ConsumerConfig):
+    def __init__(self, store: GroupStore, group: str, member: MemberInfo, config: ConsumerConfig,
+                 changed: threading.Event | None = None):
         self._store, self.group, self.member, self._config = store, group, member, config
         self._pending_change = PendingChange()
         self._owned: dict[TopicPartition, int] = {}  # partition -> generation it was claimed in
         self._membership = GroupMembership(store, group, member, config, [keys.group_prefix(store.cluster, group)],
-                                           self._on_events, self._overdue)
+                                           self._on_events, self._overdue, changed)
         self.changed = self._membership.changed
 
     @property

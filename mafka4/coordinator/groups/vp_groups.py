@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -219,14 +220,14 @@ class VirtualGroupMember:
     """
 
     def __init__(self, store: VirtualGroupStore, group: str, topic: str, topic_config: TopicConfig,
-                 member_id: str, config: ConsumerConfig):
+                 member_id: str, config: ConsumerConfig, changed: threading.Event | None = None):
         self._store, self.group, self.topic, self._topic_config = store, group, topic, topic_config
         self.member = MemberInfo(member_id, topic, VIRTUAL_ASSIGNOR)
         self._config = config
         self._pending_change = PendingChange()
         self.owned: set[int] = set()
         watched = [keys.group_prefix(store.cluster, group), keys.topic_children_prefix(store.cluster, topic)]
-        self._membership = GroupMembership(store, group, self.member, config, watched, self._on_events, self._overdue)
+        self._membership = GroupMembership(store, group, self.member, config, watched, self._on_events, self._overdue, changed)
         self.changed = self._membership.changed
 
     @property

@@ -1,0 +1,117 @@
+"""A group member's link to its coordinator: the calls of its session, and its heartbeat.
+
+The coordinator of a group is the node ``FIND_COORDINATOR`` names (any node answers it). The
+link keeps one connection to it; a call that finds the connection broken, or not answered in
+``GROUP_CALL_TIMEOUT_S``, forgets the coordinator, so the next call finds it again (another
+node, if it died: the member's session died with it, and the member joins again when told
+``UnknownMember``, ``client.remote_member``).
+
+The heartbeat runs on the client loop, not on a thread of its own. While the member has no sync
+pending it is a long poll (``GROUP_HEARTBEAT`` with ``wait_ms`` a third of the session timeout),
+answered as soon as the coordinator has a change for the member: then it sets ``changed``,
+which the consumer's ``poll()`` reads. While a sync is pending (``changed`` set, the consumer not
+polled yet), it only keeps the session alive, a heartbeat a third of the session timeout,
+until the consumer syncs (``synced``), so a consumer that does not poll costs the coordinator
+nothing but those. A failed
+heartbeat sets ``changed`` too: the consumer's next sync finds out what happened.
+
+Imports neither ``ray`` nor ``etcd3``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import Callable
+
+from mafka4.client.client_loop import client_loop
+from mafka4.client.cluster_access import ClusterAccess
+from mafka4.client.node_links import NodeLinks
+from mafka4.errors import MafkaError, RequestTimedOut, StreamLost, UnknownMember
+from mafka4.limits import GROUP_CALL_TIMEOUT_S, GROUP_RETRY_BACKOFF_S, PROTOCOL_ANSWER_MARGIN_S
+from mafka4.protocol.group_api import FindCoordinatorAnswer, FindCoordinatorRequest, GroupHeartbeatRequest
+
+
+class GroupLink:
+    def __init__(self, access: ClusterAccess, group: str, session_timeout_s: float):
+        self.group = group
+        self.changed = threading.Event()
+        self.member_id = ""  # the session's, once joined
+        self._heartbeat_s = session_timeout_s / 3
+        self._loop = client_loop()
+        self._links = NodeLinks(access)
+        self._coordinator: str | None = None
+        self._heartbeats: concurrent.futures.Future | None = None
+        self._synced = asyncio.Event()  # set when the consumer cleared ``changed``: see ``synced``
+        self._closed = False
+
+    def call(self, make_request: Callable[[str], object]) -> object:
+        """The coordinator's answer to ``make_request(member_id)``, from the consumer's thread."""
+        request = make_request(self.member_id)
+        return self._loop.run(self._ask(request, GROUP_CALL_TIMEOUT_S), GROUP_CALL_TIMEOUT_S + PROTOCOL_ANSWER_MARGIN_S)
+
+    def joined(self, member_id: str) -> None:
+        """The session is ``member_id``'s now: heartbeat for it (starting the heartbeats once)."""
+        self.member_id = member_id
+        if self._heartbeats is None:
+            self._heartbeats = self._loop.submit(self._heartbeat())
+
+    def close(self) -> None:
+        """Stop heartbeating and close the connections (the session is left or expires)."""
+        self._closed = True
+        self._loop.run(self._stop())
+
+    async def _stop(self) -> None:
+        if self._heartbeats is not None:
+            self._heartbeats.cancel()
+        self._links.close()
+
+    async def _ask(self, request: object, timeout_s: float) -> object:
+        address = self._coordinator or await self._find()
+        try:
+            connection = await self._links.connection(address)
+            answer, _ = await connection.call(request, timeout_s=timeout_s)
+        except (StreamLost, RequestTimedOut):
+            self._links.forget(address)
+            self._coordinator = None
+            raise
+        return answer
+
+    async def _find(self) -> str:
+        answer = await self._links.ask_any(FindCoordinatorRequest(self.group))
+        assert isinstance(answer, FindCoordinatorAnswer)
+        self._coordinator = answer.address
+        return answer.address
+
+    def synced(self) -> None:
+        """The consumer cleared ``changed`` to sync: the heartbeat long-polls again (from the consumer's thread)."""
+        self._loop.call_soon(self._synced.set)
+
+    async def _heartbeat(self) -> None:
+        while not self._closed:
+            member_id = self.member_id
+            wait_ms = round(self._heartbeat_s * 1000)
+            if self.changed.is_set():  # a sync pending: only keep the session alive until it ran
+                self._synced.clear()
+                if not self.changed.is_set():
+                    continue
+                try:
+                    await asyncio.wait_for(self._synced.wait(), self._heartbeat_s)
+                    continue
+                except asyncio.TimeoutError:
+                    wait_ms = 0
+            try:
+                answer = await self._ask(GroupHeartbeatRequest(self.group, member_id, wait_ms),
+                                         wait_ms / 1000 + PROTOCOL_ANSWER_MARGIN_S)
+            except UnknownMember:
+                self.changed.set()
+                while self.member_id == member_id and not self._closed:  # until the consumer joined again
+                    await asyncio.sleep(GROUP_RETRY_BACKOFF_S)
+                continue
+            except MafkaError:
+                self.changed.set()
+                await asyncio.sleep(GROUP_RETRY_BACKOFF_S)
+                continue
+            if answer.changed:
+                self.changed.set()

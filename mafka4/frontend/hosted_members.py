@@ -1,0 +1,197 @@
+"""A group member as its coordinator hosts it: the group protocol's steps, in the protocol's messages.
+
+The steps are those a consumer ran against etcd itself before (``coordinator.groups``): a
+``PartitionMemberHost`` is a Mafka3-mode ``GroupMember`` (eager rebalance), a ``VirtualMemberHost``
+a mafka4-mode ``VirtualGroupMember`` (VP ownership, the split on join). Each turns the member's
+requests (``protocol.group_api``) into those steps and their results into answers; nothing of
+the protocol changes, so both modes keep their guarantees. Every method blocks on etcd: the
+coordinator (``frontend.group_sessions``) calls them off its event loop, one at a time per member.
+
+A mafka4-mode member that the plan makes the splitter asks the controller for the split (an
+intent) on a thread of its own, as the consumer did, so its syncs do not wait for the split.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Mapping, Protocol
+
+from mafka4.coordinator.groups.partition_groups import GroupMember, GroupStore
+from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR, MemberInfo, TopicPartition
+from mafka4.coordinator.groups.vp_groups import VirtualGroupMember, VirtualGroupStore, VpOffset
+from mafka4.errors import InvalidConfig, MafkaError
+from mafka4.limits import RESHARD_INTENT_WAIT_S, VP_GROUP_SPLIT_RETRY_INTERVAL_S, ConsumerConfig
+from mafka4.metadata import intents
+from mafka4.metadata.intents import IntentKind
+from mafka4.metadata.store import MetadataStore
+from mafka4.physical.topics import TopicStore
+from mafka4.protocol.group_api import (Claimed, GroupCommitAnswer, GroupJoinAnswer, GroupSyncAnswer, IdOffset,
+                                       MemberPosition)
+
+logger = logging.getLogger(__name__)
+
+
+class HostedMember(Protocol):
+    """What the coordinator asks of a member it hosts (each call blocks on etcd)."""
+
+    member_id: str
+    changed: threading.Event
+
+    def join(self) -> GroupJoinAnswer: ...
+
+    def sync(self, positions: tuple[MemberPosition, ...]) -> GroupSyncAnswer: ...
+
+    def commit(self, positions: tuple[MemberPosition, ...]) -> GroupCommitAnswer: ...
+
+    def leave(self, positions: tuple[MemberPosition, ...]) -> None: ...
+
+    def seed(self, offsets: tuple[IdOffset, ...]) -> bool: ...
+
+
+class PartitionMemberHost:
+    """A Mafka3-mode member (``GroupMember``) of ``group`` reading ``topic``'s physical partitions."""
+
+    def __init__(self, store: GroupStore, group: str, member: MemberInfo, config: ConsumerConfig,
+                 changed: threading.Event):
+        self.member_id, self._topic = member.member_id, member.topic
+        self._member = GroupMember(store, group, member, config, changed)
+        self.changed = self._member.changed
+
+    def join(self) -> GroupJoinAnswer:
+        self._member.join()
+        return GroupJoinAnswer(self.member_id, False, ())
+
+    def sync(self, positions: tuple[MemberPosition, ...]) -> GroupSyncAnswer:
+        result = self._member.sync(self._positions(positions))
+        return GroupSyncAnswer(tuple(tp.partition for tp in result.revoked),
+                               tuple(Claimed(tp.partition, None if committed is None else committed.offset)
+                                     for tp, committed in sorted(result.claimed.items())),
+                               tuple(tp.partition for tp in result.owned), result.waiting, (), ())
+
+    def commit(self, positions: tuple[MemberPosition, ...]) -> GroupCommitAnswer:
+        committed, lost = self._member.commit(self._positions(positions))
+        return GroupCommitAnswer(tuple(sorted(tp.partition for tp in committed)),
+                                 tuple(sorted(tp.partition for tp in lost)))
+
+    def leave(self, positions: tuple[MemberPosition, ...]) -> None:
+        self._member.leave(self._positions(positions))
+
+    def seed(self, offsets: tuple[IdOffset, ...]) -> bool:
+        raise InvalidConfig(f"member {self.member_id} reads the physical partitions of {self._topic!r}: only a "
+                            f"group of a mafka4-mode topic seeds its offsets")
+
+    def _positions(self, positions: tuple[MemberPosition, ...]) -> dict[TopicPartition, int]:
+        return {TopicPartition(self._topic, p.id): p.offset for p in positions}
+
+
+class VirtualMemberHost:
+    """A mafka4-mode member (``VirtualGroupMember``) of ``group`` reading ``topic``'s VPs."""
+
+    def __init__(self, store: VirtualGroupStore, group: str, member: MemberInfo, config: ConsumerConfig,
+                 changed: threading.Event):
+        self.member_id, self._group, self._topic, self._store = member.member_id, group, member.topic, store
+        topic_config = TopicStore(store, store.cluster).get(member.topic).config
+        self._member = VirtualGroupMember(store, group, member.topic, topic_config, member.member_id, config, changed)
+        self.changed = self._member.changed
+        self._splitter: threading.Thread | None = None
+        self._split_failed_at = 0.0
+
+    def join(self) -> GroupJoinAnswer:
+        before = self._member.join()
+        sealed = before.view().sealed_end_offsets
+        return GroupJoinAnswer(self.member_id, bool(before.offsets), _id_offsets(sealed))
+
+    def sync(self, positions: tuple[MemberPosition, ...]) -> GroupSyncAnswer:
+        result = self._member.sync(self._positions(positions))
+        claimed = tuple(Claimed(vp, None if committed is None else committed.offset)
+                        for vp, committed in sorted(result.claimed.items()))
+        if result.snapshot is None:  # etcd did not answer: the member keeps what it knew
+            return GroupSyncAnswer(result.revoked, claimed, result.owned, "the coordinator could not read the group",
+                                   (), ())
+        if result.plan is not None and result.plan.split is not None:
+            self._start_split(result.plan.split)
+        return GroupSyncAnswer(result.revoked, claimed, result.owned, None,
+                               _id_offsets(result.snapshot.view().sealed_end_offsets),
+                               _id_offsets({vp: o.offset for vp, o in result.snapshot.offsets.items()}))
+
+    def commit(self, positions: tuple[MemberPosition, ...]) -> GroupCommitAnswer:
+        committed, lost = self._member.commit(self._positions(positions))
+        return GroupCommitAnswer(tuple(sorted(committed)), tuple(sorted(lost)))
+
+    def leave(self, positions: tuple[MemberPosition, ...]) -> None:
+        self._member.leave(self._positions(positions))
+        if self._splitter is not None:
+            self._splitter.join()
+
+    def seed(self, offsets: tuple[IdOffset, ...]) -> bool:
+        return self._store.seed_offsets(self._group, self._topic, {o.id: o.offset for o in offsets})
+
+    @staticmethod
+    def _positions(positions: tuple[MemberPosition, ...]) -> dict[int, VpOffset]:
+        return {p.id: VpOffset(p.offset, p.high_watermark) for p in positions}
+
+    def _start_split(self, vp: int) -> None:
+        if self._splitter is not None and self._splitter.is_alive():
+            return
+        if time.monotonic() - self._split_failed_at < VP_GROUP_SPLIT_RETRY_INTERVAL_S:
+            return
+        self._splitter = threading.Thread(target=self._split, args=(vp,), name=f"split-{self._topic}-v{vp}",
+                                          daemon=True)
+        self._splitter.start()
+
+    def _split(self, vp: int) -> None:
+        """Ask for a split of ``vp`` with an etcd client of this thread's own; the group sees the new epoch by its watch."""
+        store = MetadataStore(self._store.endpoint)
+        try:
+            intents.request(store, self._store.cluster, IntentKind.SPLIT, self._topic, {"vp": vp}, RESHARD_INTENT_WAIT_S)
+            logger.info("group %s: member %s split %s/v%d", self._group, self.member_id, self._topic, vp)
+        except MafkaError as error:
+            self._split_failed_at = time.monotonic()
+            logger.warning("group %s: split of %s/v%d not done (%s); the group tries again", self._group, self._topic,
+                           vp, error)
+        finally:
+            store.close()
+            self.changed.set()
+
+
+def hosted_member(stores: "GroupStores", group: str, member: MemberInfo, config: ConsumerConfig,
+                  changed: threading.Event) -> HostedMember:
+    """The host of ``member``: by its assignor, a mafka4-mode or a Mafka3-mode member."""
+    if member.assignor == VIRTUAL_ASSIGNOR:
+        return VirtualMemberHost(stores.virtual(), group, member, config, changed)
+    return PartitionMemberHost(stores.partition(), group, member, config, changed)
+
+
+class GroupStores:
+    """A coordinator's two etcd clients for its members, one per protocol, opened on first use."""
+
+    def __init__(self, endpoint: str, cluster: str):
+        self._endpoint, self._cluster = endpoint, cluster
+        self._lock = threading.Lock()
+        self._partition: GroupStore | None = None
+        self._virtual: VirtualGroupStore | None = None
+
+    def partition(self) -> GroupStore:
+        with self._lock:
+            if self._partition is None:
+                self._partition = GroupStore(self._endpoint, self._cluster)
+            return self._partition
+
+    def virtual(self) -> VirtualGroupStore:
+        with self._lock:
+            if self._virtual is None:
+                self._virtual = VirtualGroupStore(self._endpoint, self._cluster)
+            return self._virtual
+
+    def close(self) -> None:
+        with self._lock:
+            stores, self._partition, self._virtual = (self._partition, self._virtual), None, None
+        for store in stores:
+            if store is not None:
+                store.close()
+
+
+def _id_offsets(offsets: Mapping[int, int]) -> tuple[IdOffset, ...]:
+    return tuple(IdOffset(id_, offset) for id_, offset in sorted(offsets.items()))
