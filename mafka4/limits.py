@@ -969,6 +969,10 @@ PROTOCOL_FETCH_WAIT_MS_MAX = 60_000
 PROTOCOL_ANSWER_MARGIN_S = 5.0
 # A client's metadata request to any node is given up after this long (retriable: the next node).
 PROTOCOL_METADATA_TIMEOUT_S = 10.0
+# A consumer with a VP it cannot fetch from anywhere (its leader serves no client port in the
+# metadata it holds: a read node died before its VPs failed over) asks for the metadata again
+# at most this often, until the failover shows.
+VP_UNROUTABLE_REFRESH_S = 0.5
 # ``ClientConnection.open`` gives up after this long (connect, versions, authentication) with a
 # retriable RequestTimedOut naming the address.
 PROTOCOL_OPEN_TIMEOUT_S_DEFAULT = 10.0

@@ -20,7 +20,10 @@ clients) comes from any node's ``VP_METADATA`` answer, read by ``refresh``; whil
 answers, reading goes on from what is known. A replica whose fetch failed is avoided (its VP's
 leader is asked instead) until the next refresh, which also follows a failed fetch. So is a node
 that a network fault cuts this process off from (``mafka4.partition_gate``); one it slows is
-asked after the delay. Connections to the nodes are kept between fetches (``client.node_links``)
+asked after the delay. A VP that has nowhere to go (its leader's node serves no client port in
+the metadata held, as after a node died and before its VPs failed over) makes the fetcher ask
+for the metadata again, every ``VP_UNROUTABLE_REFRESH_S`` at most, until the failover shows.
+Connections to the nodes are kept between fetches (``client.node_links``)
 and one that failed is opened afresh. Calls run on the process's client loop
 (``client.client_loop``). Imports neither ``ray`` nor ``etcd3``.
 """
@@ -39,7 +42,7 @@ from mafka4.client.message import Message
 from mafka4.client.node_links import NodeLinks
 from mafka4.client.vp_messages import take_vp_messages
 from mafka4.errors import MafkaError, NotLeader, RecordsLost
-from mafka4.limits import LIST_OFFSETS_TIMEOUT_S, PROTOCOL_ANSWER_MARGIN_S, ConsumerConfig
+from mafka4.limits import LIST_OFFSETS_TIMEOUT_S, PROTOCOL_ANSWER_MARGIN_S, VP_UNROUTABLE_REFRESH_S, ConsumerConfig
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.protocol.error_codes import raised_error
 from mafka4.protocol.vp_api import (VpFetchRequest, VpListOffsetsRequest, VpMetadataRequest, VpOffset,
@@ -184,6 +187,7 @@ class VpFetcher:
         by_node: dict[str, list[int]] = defaultdict(list)
         for vp in sorted(self.fetching - in_flight):
             by_node[self._route(vp)].append(vp)
+        unroutable = False
         for node, vps in by_node.items():
             if node in self._in_flight:
                 continue  # this node's fetch is out: these VPs join the next one
@@ -193,6 +197,11 @@ class VpFetcher:
             if address is None or not self._in_flight.send(node, node, lambda a=address, r=reads: self._start_fetch(a, r),
                                                             sent):
                 self._avoid.update({vp: node for vp in vps})
+                unroutable = True
+        # A VP routed to a node that serves no client port (or that a network fault cuts off) is
+        # read again only once the metadata names another: ask for it, a few times a second at most.
+        if unroutable and self.metadata_age_s >= VP_UNROUTABLE_REFRESH_S:
+            self.refresh()
 
     def _start_fetch(self, address: str, reads: tuple[VpOffset, ...]):
         request = VpFetchRequest(self.topic, reads, self.config.fetch_bytes_max, self.config.fetch_wait_ms_max)

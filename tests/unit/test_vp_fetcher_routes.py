@@ -1,0 +1,87 @@
+"""Where ``VpFetcher`` sends a VP's fetch when the metadata it holds names a node that serves no port.
+
+The chaos run's finding: a read node died while etcd was stalled, so the metadata a member read
+still named the dead node as the VP's leader, without a client address. The fetcher avoided the
+node but never asked for the metadata again (nothing failed: nothing was sent), so it never saw
+the failover and stopped reading the VP. It must ask again until the metadata names a live node.
+
+A real client port (SCRAM, the protocol) with stand-in handlers: no etcd, no Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from mafka4.client.cluster_access import ClusterAccess
+from mafka4.client.bootstrap import Credential
+from mafka4.client.loop_thread import LoopThread
+from mafka4.client.vp_fetcher import VpFetcher
+from mafka4.limits import ConsumerConfig, TopicConfig
+from mafka4.metadata.endpoints import HostPort
+from mafka4.physical.partition_state import TopicMetadata
+from mafka4.protocol.messages import ApiKey
+from mafka4.protocol.metadata_api import NodeInfo
+from mafka4.protocol.server import ClientPortServer
+from mafka4.protocol.vp_api import VpFetchAnswer, VpMetadataAnswer, VpReadAnswer, VpStateInfo
+from mafka4.security.credentials import make_credential
+from mafka4.security.scram import ScramServerExchange
+
+TOPIC = "orders"
+EPOCH = {"epoch": 0, "ranges": [[0, 1 << 64, 0]], "cut": [0], "parents": [], "children": [0]}
+CREDENTIAL = make_credential("password-1", iterations=4096)
+
+
+def state(leader: str) -> str:
+    return json.dumps({"range": [0, 1 << 64], "leader": leader, "leader_epoch": 1, "replicas": [leader],
+                       "risr": [leader]})
+
+
+class FailingOver:
+    """VP 0 is led by ``r0``, which serves no port, until ``failover_after`` metadata requests; then by ``r1`` (here)."""
+
+    def __init__(self, failover_after: int):
+        self.failover_after, self.metadata_asked, self.fetched = failover_after, 0, []
+        self.address = ""
+
+    def handlers(self) -> dict:
+        return {ApiKey.VP_METADATA: self._metadata, ApiKey.VP_FETCH: self._fetch}
+
+    async def _metadata(self, session, request, _buffers):
+        self.metadata_asked += 1
+        failed_over = self.metadata_asked > self.failover_after
+        nodes = (NodeInfo("r1", "read", self.address),)
+        return VpMetadataAnswer(TOPIC, (json.dumps(EPOCH),), (VpStateInfo(0, state("r1" if failed_over else "r0")),),
+                                nodes), ()
+
+    async def _fetch(self, session, request, _buffers):
+        self.fetched.extend((read.vp, read.offset) for read in request.reads)
+        await asyncio.sleep(0.05)
+        return VpFetchAnswer(tuple(VpReadAnswer(b"", 0, 0, 0, None) for _ in request.reads)), ()
+
+
+def test_a_vp_whose_leader_serves_no_port_is_read_once_the_metadata_names_a_live_leader():
+    loop = LoopThread("test-port")
+    node = FailingOver(failover_after=3)
+    server = ClientPortServer(node.handlers(), "stand-in read node r1", "r1",
+                              lambda mechanism: ScramServerExchange(lambda user: CREDENTIAL if user == "alice" else None))
+    host, port = loop.run(server.start("127.0.0.1", 0))
+    node.address = f"{host}:{port}"
+    access = ClusterAccess((HostPort(host, port),), Credential("alice", "password-1"))
+    metadata = TopicMetadata(TOPIC, TopicConfig(partitions=1, read_mode="mafka4"), ())
+    fetcher = VpFetcher(access, metadata, ConsumerConfig(fetch_wait_ms_max=50), "reader-1")
+    try:
+        assert fetcher.states[0].leader == "r0"
+        fetcher.seek(0, 0)
+        fetcher.fetching.add(0)
+        deadline = time.monotonic() + 30
+        while not node.fetched and time.monotonic() < deadline:
+            fetcher.fetch(0.1)
+        assert node.fetched, f"VP 0 was never fetched; the metadata was asked {node.metadata_asked} times"
+        assert fetcher.states[0].leader == "r1" and node.metadata_asked > 3
+    finally:
+        fetcher.close()
+        loop.run(asyncio.sleep(0))
+        server.close()
+        loop.stop()
