@@ -39,11 +39,17 @@ class FetchesInFlight(Generic[Destination, Sent]):
         return (sent for _, sent in self._calls.values())
 
     def drop(self, destination: Destination) -> None:
-        """Forget the fetch out to ``destination``: its answer is never handed out."""
-        self._calls.pop(destination, None)
+        """Forget the fetch out to ``destination`` (cancelled): its answer is never handed out."""
+        dropped = self._calls.pop(destination, None)
+        if dropped is not None:
+            dropped[0].cancel()
 
     def clear(self) -> None:
-        self._calls.clear()
+        """Forget every fetch out, cancelling each, so none is left running (or failing unseen) once its
+        connection closes."""
+        calls, self._calls = self._calls, {}
+        for call, _ in calls.values():
+            call.cancel()
 
     def send(self, destination: Destination, node: str, start: Callable[[], concurrent.futures.Future],
              sent: Sent) -> bool:

@@ -40,6 +40,17 @@ class LoopThread:
         self.loop.call_soon_threadsafe(callback, *args)
 
     def stop(self, timeout_s: float = 30) -> None:
-        """Stop the loop and wait for its thread (the caller ends its tasks first)."""
+        """Cancel the tasks still running (as ``asyncio.run`` does at its end), stop the loop and wait for its thread."""
+        try:
+            asyncio.run_coroutine_threadsafe(_cancel_the_others(), self.loop).result(timeout_s)
+        except (concurrent.futures.TimeoutError, RuntimeError):
+            pass  # a task that does not end: stop anyway
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout_s)
+
+
+async def _cancel_the_others() -> None:
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -24,6 +24,8 @@ from mafka4.metadata.endpoints import HostPort, parse_endpoints
 from mafka4.protocol.connection import ClientConnection
 from mafka4.protocol.metadata_api import NodeInfo
 
+# Loop steps a cancelled call takes to end: the cancel, then ``wait_for`` cancelling its answer.
+_CANCELLED_CALL_STEPS = 3
 
 
 class NodeLinks:
@@ -76,6 +78,13 @@ class NodeLinks:
         named = [parse_endpoints(node.address, what=f"the client address of {node.node_id}")[0]
                  for node in nodes if node.address]
         self._nodes = tuple(dict.fromkeys((*self.access.nodes, *named)))
+
+    async def close_after_cancelled(self) -> None:
+        """Close every connection once the calls cancelled just before (a fetcher's fetches out) ended, so
+        that none of them fails with ``StreamLost`` after its caller stopped listening."""
+        for _ in range(_CANCELLED_CALL_STEPS):
+            await asyncio.sleep(0)
+        self.close()
 
     def close(self) -> None:
         for address in list(self._connections):

@@ -89,9 +89,9 @@ class PartitionFetcher:
         self._in_flight.clear()
 
     def close(self) -> None:
-        """Close every connection; fetches out are dropped."""
+        """Close every connection; fetches out are cancelled."""
         self._in_flight.clear()
-        self._loop.call_soon(self._links.close)
+        self._loop.run(self._links.close_after_cancelled())
 
     # --- fetching ---------------------------------------------------------------------------
 

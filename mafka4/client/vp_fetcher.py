@@ -95,9 +95,9 @@ class VpFetcher:
         self.read_at = time.monotonic()
 
     def close(self) -> None:
-        """Close every connection; fetches out are dropped."""
+        """Close every connection; fetches out are cancelled."""
         self._in_flight.clear()
-        self._loop.call_soon(self._links.close)
+        self._loop.run(self._links.close_after_cancelled())
 
     @property
     def metadata_age_s(self) -> float:
