@@ -250,12 +250,20 @@ def test_no_answer_within_the_timeout_hands_out_nothing_and_keeps_the_fetches(ca
     assert 0 in fetches
 
 
-def test_a_dropped_fetchs_answer_is_never_handed_out(calls, monkeypatch):
+def test_a_dropped_fetch_is_cancelled_and_never_handed_out(calls, monkeypatch):
     fetches = in_flight(monkeypatch)
     fetches.send(0, "w0", calls.start(0), 0)
     fetches.drop(0)
-    calls.futures[0].set_result("stale")
+    assert calls.futures[0].cancelled()
     assert fetches.answered(timeout_s=0, idle_s=0) == []
+
+
+def test_clearing_cancels_every_fetch_out(calls, monkeypatch):
+    fetches = in_flight(monkeypatch)
+    fetches.send(0, "w0", calls.start(0), 0)
+    fetches.send(1, "w1", calls.start(1), 0)
+    fetches.clear()
+    assert all(future.cancelled() for future in calls.futures) and 0 not in fetches
 
 
 def test_with_nothing_out_it_sleeps_the_shorter_of_the_timeout_and_the_idle_wait(calls, monkeypatch):
