@@ -777,6 +777,9 @@ LEADER_RETRY_S = 0.05
 # A Mafka3 group member's sync runs at most this many protocol steps before it waits for a
 # change: a rebalance needs revoke, propose, claim and a final read, plus a few lost races.
 GROUP_SYNC_STEPS_MAX = 16
+# The TTL of a coordinator's one lease over every member it hosts (``coordinator.groups.group_hub``):
+# how long a dead coordinator's members keep their partitions and VPs before others may claim them.
+GROUP_HUB_LEASE_TTL_S = 10
 # A coordinator runs its members' group steps (which block on etcd) on this many threads.
 GROUP_SESSION_THREADS = 4
 # A coordinator that closes waits this long for its members to leave their groups; the leases

@@ -80,9 +80,10 @@ class GroupSessions:
     ``host`` makes each member's host (a test's own; by default the group protocol on the
     cluster's etcd at ``etcd_endpoint``)."""
 
-    def __init__(self, etcd_endpoint: str, cluster: str, host: HostFactory | None = None,
+    def __init__(self, etcd_endpoint: str, cluster: str, name: str, host: HostFactory | None = None,
                  clock: Callable[[], float] = time.monotonic):
-        self._stores = GroupStores(etcd_endpoint, cluster)
+        """``name``: the node's, for logs."""
+        self._stores = GroupStores(etcd_endpoint, cluster, name)
         self._host: HostFactory = host or (lambda group, info, config, changed: hosted_member(
             self._stores, group, info, config, changed))
         self._clock = clock

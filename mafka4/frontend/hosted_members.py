@@ -18,6 +18,8 @@ import threading
 import time
 from typing import Mapping, Protocol
 
+from mafka4.coordinator.groups.group_hub import GroupHub
+from mafka4.coordinator.groups.membership import MembershipFactory
 from mafka4.coordinator.groups.partition_groups import GroupMember, GroupStore
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR, MemberInfo, TopicPartition
 from mafka4.coordinator.groups.vp_groups import VirtualGroupMember, VirtualGroupStore, VpOffset
@@ -54,9 +56,9 @@ class PartitionMemberHost:
     """A Mafka3-mode member (``GroupMember``) of ``group`` reading ``topic``'s physical partitions."""
 
     def __init__(self, store: GroupStore, group: str, member: MemberInfo, config: ConsumerConfig,
-                 changed: threading.Event):
+                 membership: MembershipFactory):
         self.member_id, self._topic = member.member_id, member.topic
-        self._member = GroupMember(store, group, member, config, changed)
+        self._member = GroupMember(store, group, member, config, membership)
         self.changed = self._member.changed
 
     def join(self) -> GroupJoinAnswer:
@@ -90,10 +92,11 @@ class VirtualMemberHost:
     """A mafka4-mode member (``VirtualGroupMember``) of ``group`` reading ``topic``'s VPs."""
 
     def __init__(self, store: VirtualGroupStore, group: str, member: MemberInfo, config: ConsumerConfig,
-                 changed: threading.Event):
+                 membership: MembershipFactory):
         self.member_id, self._group, self._topic, self._store = member.member_id, group, member.topic, store
         topic_config = TopicStore(store, store.cluster).get(member.topic).config
-        self._member = VirtualGroupMember(store, group, member.topic, topic_config, member.member_id, config, changed)
+        self._member = VirtualGroupMember(store, group, member.topic, topic_config, member.member_id, config,
+                                          membership)
         self.changed = self._member.changed
         self._splitter: threading.Thread | None = None
         self._split_failed_at = 0.0
@@ -158,20 +161,31 @@ class VirtualMemberHost:
 
 def hosted_member(stores: "GroupStores", group: str, member: MemberInfo, config: ConsumerConfig,
                   changed: threading.Event) -> HostedMember:
-    """The host of ``member``: by its assignor, a mafka4-mode or a Mafka3-mode member."""
+    """The host of ``member``: by its assignor, a mafka4-mode or a Mafka3-mode member, on the
+    coordinator's one lease and shared watches (``GroupHub``), waking ``changed``."""
+    membership = stores.hub().membership(changed)
     if member.assignor == VIRTUAL_ASSIGNOR:
-        return VirtualMemberHost(stores.virtual(), group, member, config, changed)
-    return PartitionMemberHost(stores.partition(), group, member, config, changed)
+        return VirtualMemberHost(stores.virtual(), group, member, config, membership)
+    return PartitionMemberHost(stores.partition(), group, member, config, membership)
 
 
 class GroupStores:
-    """A coordinator's two etcd clients for its members, one per protocol, opened on first use."""
+    """A coordinator's etcd clients for its members, opened on first use: one per protocol, and the
+    hub's (its lease and watches: a failed call on a client ends every watch on it)."""
 
-    def __init__(self, endpoint: str, cluster: str):
-        self._endpoint, self._cluster = endpoint, cluster
+    def __init__(self, endpoint: str, cluster: str, name: str):
+        self._endpoint, self._cluster, self._name = endpoint, cluster, name
         self._lock = threading.Lock()
         self._partition: GroupStore | None = None
         self._virtual: VirtualGroupStore | None = None
+        self._hub: tuple[GroupHub, MetadataStore] | None = None
+
+    def hub(self) -> GroupHub:
+        with self._lock:
+            if self._hub is None:
+                store = GroupStore(self._endpoint, self._cluster)
+                self._hub = (GroupHub(store, self._name), store)
+            return self._hub[0]
 
     def partition(self) -> GroupStore:
         with self._lock:
@@ -186,8 +200,13 @@ class GroupStores:
             return self._virtual
 
     def close(self) -> None:
+        """Revoke the hub's lease (the keys of members still hosted go with it) and close every client."""
         with self._lock:
+            hub, self._hub = self._hub, None
             stores, self._partition, self._virtual = (self._partition, self._virtual), None, None
+        if hub is not None:
+            hub[0].close()
+            stores += (hub[1],)
         for store in stores:
             if store is not None:
                 store.close()

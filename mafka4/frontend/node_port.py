@@ -43,7 +43,7 @@ class NodePort:
         self._security = PortSecurity(self.view)
         self._admin_store = MetadataStore(etcd_endpoint)
         check, allows = self._security.check, self._security.allows
-        self.groups = GroupSessions(etcd_endpoint, cluster)
+        self.groups = GroupSessions(etcd_endpoint, cluster, node_id)
         handlers = {ApiKey.METADATA: self._metadata,
                     **GroupHandlers(self.groups, self._the_view, check).handlers(),
                     **AdminHandlers(self._admin_store, cluster, check).handlers(),

@@ -68,7 +68,7 @@ class ReplicaPort:
         self._view = ClusterView(self._store, cluster, (Watched.USERS, Watched.ACLS))
         self._security = PortSecurity(self._view)
         self._metadata_view: asyncio.Future | None = None  # of a ClusterView of everything, from the first METADATA on
-        self.groups = GroupSessions(etcd_endpoint, cluster)
+        self.groups = GroupSessions(etcd_endpoint, cluster, f"replica {replica_id} of {topic}-{partition}")
         handlers = {ApiKey.PRODUCE: self._produce, ApiKey.FETCH: self._fetch, ApiKey.LIST_OFFSETS: self._list_offsets,
                     ApiKey.METADATA: self._metadata,
                     **GroupHandlers(self.groups, self._full_view, self._security.check).handlers()}

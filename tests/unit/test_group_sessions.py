@@ -58,7 +58,7 @@ def sessions_with(members: list[FakeMember], clock: Clock | None = None, leave_f
         members.append(member)
         return member
 
-    return GroupSessions("127.0.0.1:1", "c", host=host, clock=clock or Clock())
+    return GroupSessions("127.0.0.1:1", "c", "n0", host=host, clock=clock or Clock())
 
 
 def run(coroutine):

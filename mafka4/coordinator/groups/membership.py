@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
 import etcd3
 
@@ -71,21 +71,40 @@ class PendingChange:
         return since is not None and (self._clock() - since) * 1000 > timeout_ms
 
 
+class Membership(Protocol):
+    """What a group protocol's member needs of its membership (``GroupMembership``, or a coordinator's
+    ``group_hub.HubMembership``)."""
+
+    changed: threading.Event
+
+    @property
+    def lease(self) -> etcd3.Lease | None: ...
+
+    def join(self) -> None: ...
+
+    def register(self) -> None: ...
+
+    def leave(self, release_owned: Callable[[], None]) -> None: ...
+
+
+# (store, group, member, config, watched prefixes, on_events, overdue) -> the member's membership
+MembershipFactory = Callable[[MetadataStore, str, MemberInfo, ConsumerConfig, Sequence[str],
+                              Callable[[list[WatchEvent]], None], Callable[[], bool]], Membership]
+
+
 class GroupMembership:
     """``member``'s key in ``group``, its lease, its watches on ``watched`` and the rebalance timeout.
 
-    ``store`` is the member's etcd client, or its coordinator's (its watch thread delivers
-    ``on_events``); its ``cluster`` names the cluster. ``overdue`` is the protocol's rebalance-timeout rule, asked
+    ``store`` is the member's own client (its watch thread delivers ``on_events``); its
+    ``cluster`` names the cluster. ``overdue`` is the protocol's rebalance-timeout rule, asked
     once a period from the lease thread.
     """
 
     def __init__(self, store: MetadataStore, group: str, member: MemberInfo, config: ConsumerConfig,
-                 watched: Sequence[str], on_events: Callable[[list[WatchEvent]], None], overdue: Callable[[], bool],
-                 changed: threading.Event | None = None):
+                 watched: Sequence[str], on_events: Callable[[list[WatchEvent]], None], overdue: Callable[[], bool]):
         self._store, self.group, self.member, self._config = store, group, member, config
         self._watched, self._on_events, self._overdue = tuple(watched), on_events, overdue
-        # A coordinator hosting the member passes an event that also wakes the member's heartbeat.
-        self.changed = threading.Event() if changed is None else changed
+        self.changed = threading.Event()
         self._lock = threading.Lock()  # guards the watch ids, which the watch callbacks and the lease thread change
         self._watch_ids: list[int] = []
         self._left = threading.Event()

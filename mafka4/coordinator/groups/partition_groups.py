@@ -39,13 +39,12 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 import etcd3
 
-from mafka4.coordinator.groups.membership import GroupMembership, PendingChange
+from mafka4.coordinator.groups.membership import GroupMembership, MembershipFactory, PendingChange
 from mafka4.coordinator.groups.partition_protocol import (VIRTUAL_ASSIGNOR, Claim, CommittedOffset, GroupSnapshot,
                                                           MemberInfo, Propose, Rejoin, Revoke, Stable, TopicPartition,
                                                           Wait, decide, next_generation, offsets_to_commit)
@@ -170,12 +169,14 @@ class GroupMember:
     """
 
     def __init__(self, store: GroupStore, group: str, member: MemberInfo, config: ConsumerConfig,
-                 changed: threading.Event | None = None):
+                 membership: MembershipFactory = GroupMembership):
+        """``membership`` makes the member's key, lease and watches: its own (``GroupMembership``) or its
+        coordinator's (``group_hub.GroupHub.membership``)."""
         self._store, self.group, self.member, self._config = store, group, member, config
         self._pending_change = PendingChange()
         self._owned: dict[TopicPartition, int] = {}  # partition -> generation it was claimed in
-        self._membership = GroupMembership(store, group, member, config, [keys.group_prefix(store.cluster, group)],
-                                           self._on_events, self._overdue, changed)
+        self._membership = membership(store, group, member, config, [keys.group_prefix(store.cluster, group)],
+                                      self._on_events, self._overdue)
         self.changed = self._membership.changed
 
     @property

@@ -40,13 +40,12 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import etcd3
 
-from mafka4.coordinator.groups.membership import GroupMembership, PendingChange
+from mafka4.coordinator.groups.membership import GroupMembership, MembershipFactory, PendingChange
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR, MemberInfo
 from mafka4.coordinator.groups.vp_ownership import GroupView, OwnershipPlan, commit_moves_forward, plan_ownership
 from mafka4.errors import CoordinatorUnavailable, InconsistentGroupProtocol
@@ -220,14 +219,14 @@ class VirtualGroupMember:
     """
 
     def __init__(self, store: VirtualGroupStore, group: str, topic: str, topic_config: TopicConfig,
-                 member_id: str, config: ConsumerConfig, changed: threading.Event | None = None):
+                 member_id: str, config: ConsumerConfig, membership: MembershipFactory = GroupMembership):
         self._store, self.group, self.topic, self._topic_config = store, group, topic, topic_config
         self.member = MemberInfo(member_id, topic, VIRTUAL_ASSIGNOR)
         self._config = config
         self._pending_change = PendingChange()
         self.owned: set[int] = set()
         watched = [keys.group_prefix(store.cluster, group), keys.topic_children_prefix(store.cluster, topic)]
-        self._membership = GroupMembership(store, group, self.member, config, watched, self._on_events, self._overdue, changed)
+        self._membership = membership(store, group, self.member, config, watched, self._on_events, self._overdue)
         self.changed = self._membership.changed
 
     @property
