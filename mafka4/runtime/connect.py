@@ -3,6 +3,11 @@
 An existing cluster is named by ``$MAFKA4_ETCD_ENDPOINT`` and ``$MAFKA4_RAY_ADDRESS`` (both,
 or neither); otherwise the local cluster recorded in ``<home>/cluster.json`` is used. The
 driver joins Ray in namespace "mafka4" so named actors are shared by every driver.
+
+A local cluster's Ray admits only holders of its token (``<home>/ray_token``,
+``runtime.environment``), which the driver presents. Joined through the environment variables,
+the driver presents what Ray's own variables name (``RAY_AUTH_MODE=token`` with
+``RAY_AUTH_TOKEN_PATH`` or ``RAY_AUTH_TOKEN``), if anything.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from pathlib import Path
 
 from mafka4.errors import ClusterNotRunning
 from mafka4.metadata.store import MetadataStore
-from mafka4.runtime.environment import apply_ray_environment, mafka4_home
+from mafka4.runtime.environment import apply_ray_environment, mafka4_home, ray_token_path, use_ray_token
 from mafka4.runtime.state import CLUSTER_NAME_DEFAULT, ClusterState, load_state
 from mafka4.transport.ray_names import NAMESPACE
 
@@ -40,10 +45,12 @@ def connect(home: Path | None = None) -> Connection:
         raise ClusterNotRunning(f"set both {ETCD_ENDPOINT_ENV} and {RAY_ADDRESS_ENV} to join a cluster, or neither")
     state = None
     cluster = os.environ.get(CLUSTER_ENV, CLUSTER_NAME_DEFAULT)
+    token_path = None
     if not etcd_endpoint:
         state = _local_state(Path(home) if home is not None else mafka4_home())
         etcd_endpoint, ray_address, cluster = state.etcd_endpoint, state.ray_address, state.cluster
-    _join_ray(ray_address)
+        token_path = ray_token_path(Path(state.home))
+    _join_ray(ray_address, token_path)
     return Connection(cluster=cluster, store=MetadataStore(etcd_endpoint), state=state)
 
 
@@ -57,7 +64,7 @@ def _local_state(home: Path) -> ClusterState:
     return state
 
 
-def _join_ray(ray_address: str) -> None:
+def _join_ray(ray_address: str, token_path: Path | None) -> None:
     apply_ray_environment()
     import ray  # after the environment: Ray reads it at import
 
@@ -69,6 +76,8 @@ def _join_ray(ray_address: str) -> None:
                 f"call ray.shutdown() first"
             )
         return
+    if token_path is not None:
+        use_ray_token(token_path)
     ray.init(address=ray_address, namespace=NAMESPACE, logging_level=logging.WARNING, log_to_driver=False)
     # Ray builds its serialization context at a process's first call or put, importing pyarrow and
     # pydantic on the way: 0.4-0.55 s here. Built now, that is part of connecting, instead of a

@@ -32,7 +32,7 @@ from mafka4.limits import (CONTROLLER_STOP_TIMEOUT_S, LEASE_REFRESHES_PER_TTL, R
                            ClusterConfig, parse_setting)
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
-from mafka4.runtime.environment import apply_ray_environment, ray_temp_dir
+from mafka4.runtime.environment import apply_ray_environment, ensure_ray_token, ray_temp_dir, use_ray_token
 from mafka4.runtime.ports import LOOPBACK, free_loopback_port
 from mafka4.runtime.ray_cluster import NodeRole, node_ids
 from mafka4.runtime.registration import (
@@ -191,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s",
     )
     apply_ray_environment()
+    use_ray_token(ensure_ray_token(home))  # before Ray starts: the cluster's Ray admits only its token's holders
     install_stop_handlers()
     config = ClusterConfig(
         write_nodes=args.write_nodes, read_nodes=args.read_nodes,

@@ -21,12 +21,14 @@ gives the fast suite.
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 
 import pytest
 
 from mafka4.limits import ClusterConfig
 from mafka4.log.fsync_points import recording_fsync_points
+from mafka4.runtime.environment import use_ray_token
 from mafka4.runtime.temporary import temporary_cluster, temporary_home
 
 INTEGRATION_DIR = Path(__file__).parent
@@ -127,11 +129,14 @@ def away_from_session_ray():
     import ray
 
     previous_ray = ray.get_runtime_context().gcs_address if ray.is_initialized() else None
+    previous_token = os.environ.get("RAY_AUTH_TOKEN_PATH")  # the session cluster's: a cluster admits its own
     ray.shutdown()
     try:
         yield
     finally:
         if previous_ray is not None:
+            if previous_token is not None:
+                use_ray_token(Path(previous_token))
             ray.init(address=previous_ray, namespace="mafka4", log_to_driver=False)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from mafka4.limits import ClusterConfig
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
 from mafka4.runtime.connect import connect
+from mafka4.runtime.environment import ray_token_path
 from mafka4.runtime.etcd_server import restart_etcd, start_etcd, stop_etcd
 from mafka4.runtime.local import down, status, up
 from mafka4.runtime.ray_cluster import NodeRole, node_resource, ray_system_config
@@ -21,6 +24,8 @@ from mafka4.runtime.registration import NodeRegistration, refresh_registrations
 from mafka4.runtime.state import state_path
 
 from wait_helpers import wait_until
+
+JOIN_TIMEOUT_S = 120  # a refused join may retry for a while before it gives up
 
 NODES = {"w0": "write", "w1": "write", "w2": "write", "r0": "read"}
 LEASE_TTL_S = 2
@@ -71,6 +76,33 @@ def test_driver_joins_an_existing_cluster_through_the_environment(cluster, monke
         assert {item.value["node_id"] for item in joined.store.get_prefix(keys.nodes_prefix("local"))} == set(NODES)
     finally:
         joined.store.close()
+
+
+JOIN_RAY = "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False); print('joined')"
+
+
+def join_ray_as(address: str, home: Path, **auth: str) -> tuple[str, str]:
+    """(stdout, stderr) of a fresh process joining the cluster's Ray with only the Ray authentication
+    variables given (and a home of its own, so no token of Ray's default place is found either).
+    A join still retrying after ``JOIN_TIMEOUT_S`` has not joined."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("RAY_AUTH")}
+    try:
+        ran = subprocess.run([sys.executable, "-c", JOIN_RAY, address], env={**env, "HOME": str(home), **auth},
+                             capture_output=True, text=True, timeout=JOIN_TIMEOUT_S)
+    except subprocess.TimeoutExpired as still_trying:
+        return str(still_trying.stdout or ""), str(still_trying.stderr or "")
+    return ran.stdout, ran.stderr
+
+
+def test_rays_port_admits_only_the_holder_of_the_clusters_token(cluster, tmp_path):
+    address = cluster.state.ray_address
+    token = ray_token_path(Path(cluster.state.home))
+    wrong = tmp_path / "wrong_token"
+    wrong.write_text("0" * 64)
+    assert "joined" not in join_ray_as(address, tmp_path)[0], "a process without a token ran on the cluster"
+    assert "joined" not in join_ray_as(address, tmp_path, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(wrong))[0]
+    out, err = join_ray_as(address, tmp_path, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))
+    assert "joined" in out, err[-2000:]
 
 
 @ray.remote

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import stat
+import sys
 from pathlib import Path
 
 import pytest
 
 from mafka4.errors import ClusterNotRunning
 from mafka4.runtime.connect import connect
-from mafka4.runtime.environment import apply_ray_environment, mafka4_home, ray_environment, ray_temp_dir
+from mafka4.runtime.environment import (apply_ray_environment, ensure_ray_token, mafka4_home, ray_environment,
+                                       ray_temp_dir, ray_token_path, use_ray_token)
 from mafka4.runtime.local import down, status
 from mafka4.runtime.ports import free_loopback_port
 from mafka4.runtime.ray_cluster import node_ids, node_resource, node_resources
@@ -98,6 +101,25 @@ def test_ray_environment_keeps_ray_on_loopback_without_overriding(monkeypatch):
 
     assert os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
     assert os.environ["RAY_USAGE_STATS_ENABLED"] == "1"
+
+
+def test_a_clusters_ray_token_is_made_once_readable_by_its_owner_only(tmp_path):
+    path = ensure_ray_token(tmp_path)
+    token = path.read_text()
+    assert path == ray_token_path(tmp_path) and len(token) == 64 and int(token, 16) >= 0
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert ensure_ray_token(tmp_path).read_text() == token, "a restart keeps the token every process holds"
+
+
+def test_using_a_token_sets_rays_own_variables_and_drops_an_inline_token(monkeypatch, tmp_path):
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "another-clusters")  # Ray would take it over the file
+    monkeypatch.delitem(sys.modules, "ray._raylet", raising=False)  # this process's Ray config stays as it is
+    use_ray_token(tmp_path / "ray_token")
+    assert os.environ["RAY_AUTH_MODE"] == "token"
+    assert os.environ["RAY_AUTH_TOKEN_PATH"] == str(tmp_path / "ray_token")
+    assert "RAY_AUTH_TOKEN" not in os.environ
 
 
 def test_node_resources_pin_actors_without_using_rays_reserved_prefix():
