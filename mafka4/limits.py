@@ -790,17 +790,11 @@ GROUP_SESSION_CLOSE_WAIT_S = 5.0
 GROUP_CALL_TIMEOUT_S = 30.0
 # After a failed heartbeat or coordinator lookup, a member waits this long before the next.
 GROUP_RETRY_BACKOFF_S = 0.5
-# A Mafka3 group member's poll() looks for membership changes at least this often while it waits
-# for data: it bounds how late a member takes part in a rebalance.
+# A group member with a claimed partition (Mafka3) or VP (mafka4) whose start position its leader
+# did not give yet asks again this often while it polls. (A change of the group ends a member's
+# wait at once: its heartbeat's answer wakes the fetch it waits on.)
 PARTITION_GROUP_CHECK_INTERVAL_S = 0.05
-# A Mafka4 group member's poll() looks for group changes at least this often while it waits for
-# data: a fetch cannot be woken by etcd's watch, so this bounds how late a member reacts to a
-# join, a split or a sealed parent (each costs it about one ``ray.wait`` call per interval idle).
-VP_GROUP_CHECK_INTERVAL_S = 0.02
-# A started Mafka4 group member that owns no VP waits this long at most in poll() before it looks
-# again: a change that gives it one (a join, a leave, a split) wakes it at once through the
-# membership's watch, so the bound only caps how late a lost wake-up is noticed.
-VP_GROUP_IDLE_WAIT_S = 0.5
+VP_GROUP_CHECK_INTERVAL_S = 0.05
 # After a failed split, a Mafka4 group member waits this long before asking for one again, so a
 # refused split (e.g. at virtual_partitions_max) is not asked for in a loop.
 VP_GROUP_SPLIT_RETRY_INTERVAL_S = 5.0

@@ -64,15 +64,21 @@ class FetchesInFlight(Generic[Destination, Sent]):
         self._calls[destination] = (start(), sent)
         return True
 
-    def answered(self, timeout_s: float, idle_s: float) -> list[tuple[Destination, Sent, concurrent.futures.Future]]:
-        """The fetches answered once the first answer came, or ``timeout_s`` passed, in the order they
-        were sent; each is taken out. With no fetch out, sleeps ``min(timeout_s, idle_s)`` and returns
-        none: ``idle_s`` is how soon its caller may have one to send again."""
+    def answered(self, timeout_s: float, idle_s: float,
+                 wake: concurrent.futures.Future | None = None) -> list[tuple[Destination, Sent, concurrent.futures.Future]]:
+        """The fetches answered once the first answer came, ``wake`` (if given) is done, or ``timeout_s``
+        passed, in the order they were sent; each is taken out. With no fetch out, waits
+        ``min(timeout_s, idle_s)`` (or until ``wake``) and returns none: ``idle_s`` is how soon its
+        caller may have one to send again."""
         calls = [call for call, _ in self._calls.values()]
+        waited = calls + ([wake] if wake is not None else [])
         if not calls:
-            time.sleep(min(timeout_s, idle_s))
+            if wake is None:
+                time.sleep(min(timeout_s, idle_s))
+            else:
+                concurrent.futures.wait(waited, timeout=min(timeout_s, idle_s))
             return []
-        concurrent.futures.wait(calls, timeout=timeout_s, return_when=concurrent.futures.FIRST_COMPLETED)
+        concurrent.futures.wait(waited, timeout=timeout_s, return_when=concurrent.futures.FIRST_COMPLETED)
         answered = [(destination, sent, call) for destination, (call, sent) in self._calls.items() if call.done()]
         for destination, _, _ in answered:
             del self._calls[destination]

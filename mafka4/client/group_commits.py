@@ -42,6 +42,10 @@ class GroupCommits:
         self._schedule.committed(_now_ms())
         return self._write()
 
+    def seconds_until_due(self) -> float:
+        """How long a poll may wait before the next auto-commit is due (infinity without auto-commit)."""
+        return self._schedule.until_due_ms(_now_ms()) / 1000
+
     def if_due(self) -> None:
         """Auto-commit, if an interval passed since the last commit."""
         if not self._schedule.due(_now_ms()):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import threading
 from typing import Callable
 
 from mafka4.client.client_loop import client_loop
@@ -31,12 +30,14 @@ from mafka4.client.node_links import NodeLinks
 from mafka4.errors import MafkaError, RequestTimedOut, StreamLost, UnknownMember
 from mafka4.limits import GROUP_CALL_TIMEOUT_S, GROUP_RETRY_BACKOFF_S, PROTOCOL_ANSWER_MARGIN_S
 from mafka4.protocol.group_api import FindCoordinatorAnswer, FindCoordinatorRequest, GroupHeartbeatRequest
+from mafka4.waking_event import SetFuture
 
 
 class GroupLink:
     def __init__(self, access: ClusterAccess, group: str, session_timeout_s: float):
         self.group = group
-        self.changed = threading.Event()
+        self._changed = SetFuture()
+        self.changed = self._changed.event
         self.member_id = ""  # the session's, once joined
         self._heartbeat_s = session_timeout_s / 3
         self._loop = client_loop()
@@ -50,6 +51,10 @@ class GroupLink:
         """The coordinator's answer to ``make_request(member_id)``, from the consumer's thread."""
         request = make_request(self.member_id)
         return self._loop.run(self._ask(request, GROUP_CALL_TIMEOUT_S), GROUP_CALL_TIMEOUT_S + PROTOCOL_ANSWER_MARGIN_S)
+
+    def woken(self) -> concurrent.futures.Future:
+        """A future done once ``changed`` is set: a consumer waits on it beside its fetches."""
+        return self._changed.future()
 
     def joined(self, member_id: str) -> None:
         """The session is ``member_id``'s now: heartbeat for it (starting the heartbeats once)."""

@@ -96,14 +96,20 @@ class PartitionConsumer:
         return poll_until(timeout_ms, self._group_duties, self._fetch)
 
     def _fetch(self, remaining_s: float) -> list[Message]:
-        slice_s = remaining_s if self._member is None else min(remaining_s, PARTITION_GROUP_CHECK_INTERVAL_S)
-        if not self._fetcher.positions:
-            if self._member is None:
+        """Fetch (or, reading nothing, wait) until data comes or ``remaining_s`` passed; in a group also until
+        it changes, an auto-commit is due or a claimed partition is to be started again."""
+        if self._member is None:
+            if not self._fetcher.positions:
                 time.sleep(remaining_s)
-            else:  # owning nothing: only a group change (or a partition still to start) matters
-                self._member.changed.wait(slice_s if self._unstarted else remaining_s)
+                return []
+            return self._fetcher.fetch(remaining_s)
+        assert self._commits is not None
+        wait_s = min(remaining_s, self._commits.seconds_until_due(),
+                     PARTITION_GROUP_CHECK_INTERVAL_S if self._unstarted else remaining_s)
+        if not self._fetcher.positions:
+            self._member.changed.wait(wait_s)
             return []
-        return self._fetcher.fetch(slice_s)
+        return self._fetcher.fetch(wait_s, self._member.woken())
 
     # --- group membership -----------------------------------------------------------------
 

@@ -18,6 +18,7 @@ asked until the fault heals or the partition's leader moves; while no leader can
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 
 from mafka4.client.client_loop import client_loop
 from mafka4.client.cluster_access import ClusterAccess
@@ -95,11 +96,11 @@ class PartitionFetcher:
 
     # --- fetching ---------------------------------------------------------------------------
 
-    def fetch(self, timeout_s: float) -> list[Message]:
-        """Messages of the partitions read, waiting at most ``timeout_s`` for the first."""
+    def fetch(self, timeout_s: float, wake: concurrent.futures.Future | None = None) -> list[Message]:
+        """Messages of the partitions read, waiting at most ``timeout_s`` for the first (or until ``wake``)."""
         self._issue_fetches()
         messages: list[Message] = []
-        for partition, offset, call in self._in_flight.answered(timeout_s, LEADER_RETRY_S):
+        for partition, offset, call in self._in_flight.answered(timeout_s, LEADER_RETRY_S, wake):
             try:
                 result: FetchAnswer = call.result()
             except MafkaError as error:

@@ -41,6 +41,12 @@ class CommitSchedule:
     def due(self, now_ms: float) -> bool:
         return self.interval_ms is not None and now_ms - self._last_commit_ms >= self.interval_ms
 
+    def until_due_ms(self, now_ms: float) -> float:
+        """How long until the next auto-commit is due (0: due; infinity: no auto-commit)."""
+        if self.interval_ms is None:
+            return float("inf")
+        return max(self._last_commit_ms + self.interval_ms - now_ms, 0.0)
+
     def committed(self, now_ms: float) -> None:
         """A commit was sent at ``now_ms`` (answered or not: a failed one waits an interval too)."""
         self._last_commit_ms = now_ms

@@ -20,6 +20,7 @@ Imports neither ``ray`` nor ``etcd3``.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from dataclasses import dataclass
@@ -62,6 +63,10 @@ class RemoteMember:
     @property
     def member_id(self) -> str:
         return self._link.member_id
+
+    def woken(self) -> concurrent.futures.Future:
+        """Done once ``changed`` is set: a consumer waits on it beside its fetches, so a change ends the wait."""
+        return self._link.woken()
 
     def join(self) -> GroupJoinAnswer:
         """Open a session on the coordinator (retrying a coordinator that does not answer, for a while)."""

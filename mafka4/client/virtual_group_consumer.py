@@ -46,7 +46,7 @@ from mafka4.client.remote_member import MemberSync, Positions, RemoteMember
 from mafka4.client.vp_fetcher import VpFetcher
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR
 from mafka4.errors import CommitFailed, CoordinatorUnavailable, MafkaError, PartitionNotAssigned
-from mafka4.limits import VP_GROUP_CHECK_INTERVAL_S, VP_GROUP_IDLE_WAIT_S, ConsumerConfig, OffsetReset
+from mafka4.limits import VP_GROUP_CHECK_INTERVAL_S, ConsumerConfig, OffsetReset
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.protocol.group_api import GroupJoinAnswer
 
@@ -110,10 +110,14 @@ class VirtualGroupConsumer:
         return poll_until(timeout_ms, self._group_duties, self._fetch)
 
     def _fetch(self, remaining_s: float) -> list[Message]:
+        """Fetch (or, owning nothing, wait) until data comes, the group changes, an auto-commit is due,
+        a claimed VP is to be started again, or ``remaining_s`` passed."""
+        wait_s = min(remaining_s, self._commits.seconds_until_due(),
+                     VP_GROUP_CHECK_INTERVAL_S if self._unstarted else remaining_s)
         if not self._fetcher.fetching:
-            self._member.changed.wait(min(remaining_s, VP_GROUP_CHECK_INTERVAL_S if self._unstarted else VP_GROUP_IDLE_WAIT_S))
+            self._member.changed.wait(wait_s)
             return []
-        return self._fetcher.fetch(min(remaining_s, VP_GROUP_CHECK_INTERVAL_S))
+        return self._fetcher.fetch(wait_s, self._member.woken())
 
     # --- group duties ---------------------------------------------------------------------
 

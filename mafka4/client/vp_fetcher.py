@@ -31,6 +31,7 @@ and one that failed is opened afresh. Calls run on the process's client loop
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import time
 from collections import defaultdict
@@ -164,13 +165,13 @@ class VpFetcher:
 
     # --- fetching ---------------------------------------------------------------------------
 
-    def fetch(self, timeout_s: float) -> list[Message]:
-        """Messages of the VPs in ``fetching``, waiting at most ``timeout_s`` for the first."""
+    def fetch(self, timeout_s: float, wake: concurrent.futures.Future | None = None) -> list[Message]:
+        """Messages of the VPs in ``fetching``, waiting at most ``timeout_s`` for the first (or until ``wake``)."""
         if self._lost is not None:
             lost, self._lost = self._lost, None
             raise lost
         self._issue_fetches()
-        messages = self._collect(timeout_s)
+        messages = self._collect(timeout_s, wake)
         if not messages and self._lost is not None:
             lost, self._lost = self._lost, None
             raise lost
@@ -213,9 +214,9 @@ class VpFetcher:
 
         return asyncio.run_coroutine_threadsafe(fetch(), self._loop.loop)
 
-    def _collect(self, timeout_s: float) -> list[Message]:
+    def _collect(self, timeout_s: float, wake: concurrent.futures.Future | None) -> list[Message]:
         messages: list[Message] = []
-        for node, sent, call in self._in_flight.answered(timeout_s, self.config.fetch_wait_ms_max / 1000):
+        for node, sent, call in self._in_flight.answered(timeout_s, self.config.fetch_wait_ms_max / 1000, wake):
             try:
                 answers = call.result()
             except MafkaError as error:  # the node died or its connection broke: a failover moves its VPs

@@ -37,22 +37,11 @@ from mafka4.coordinator.groups.partition_protocol import MemberInfo
 from mafka4.errors import MafkaError, UnknownMember
 from mafka4.frontend.hosted_members import GroupStores, HostedMember, hosted_member
 from mafka4.limits import GROUP_SESSION_CLOSE_WAIT_S, GROUP_SESSION_THREADS, ConsumerConfig
+from mafka4.waking_event import WakingEvent
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-class WakingEvent(threading.Event):
-    """A ``threading.Event`` that also calls ``on_set`` (from the setting thread) each time it is set."""
-
-    def __init__(self, on_set: Callable[[], None]):
-        super().__init__()
-        self._on_set = on_set
-
-    def set(self) -> None:
-        super().set()
-        self._on_set()
 
 
 @dataclass(eq=False)
