@@ -5,6 +5,8 @@
 # after SETTLE_S, and the CPU its threads used over the next WINDOW_S (/proc/<pid>/schedstat of every
 # thread, summed). Nothing is produced meanwhile. Each side starts once the 1-minute load is below 1.5.
 # Usage: measure_idle_member.sh ROUNDS TOPIC GROUP OUT.jsonl  (OLD_TREE: the old checkout, /work/wt-old)
+# The cluster's Ray takes only drivers with its token ($MAFKA4_HOME/ray_token): the old side, a Ray
+# driver, is given it through Ray's own variables.
 set -u
 rounds=$1; topic=$2; group=$3; out=$4
 old_tree=${OLD_TREE:-/work/wt-old}
@@ -21,7 +23,8 @@ for i in $(seq 1 "$rounds"); do
   for side in old new; do
     if [ $side = old ]; then tree=$old_tree; else tree=/work/main; fi
     quiet
-    (cd /tmp && exec env -u PYTHONDONTWRITEBYTECODE PYTHONPATH=$tree python3 -m mafka4.cli consume "$topic" \
+    (cd /tmp && exec env -u PYTHONDONTWRITEBYTECODE RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$MAFKA4_HOME/ray_token" \
+       PYTHONPATH=$tree python3 -m mafka4.cli consume "$topic" \
        --group "$group-$side" --timeout-ms 600000 >/dev/null 2>&1) &
     pid=$!
     sleep $SETTLE_S
