@@ -424,12 +424,14 @@ class ConsumerConfig:
     # Positions are committed by poll() when this long passed since the last commit (None:
     # only commit() and close() commit, and a rebalance commits what is owned before release).
     auto_commit_interval_ms: int | None = 5 * SECOND_MS
-    # The member's registration (and every partition it owns) disappears this long after its
-    # process stops refreshing the lease; the group then rebalances without it.
+    # The member's session timeout: its coordinator ends the session (releasing every partition
+    # or VP it owns, uncommitted) this long after the member's last heartbeat or request, and
+    # the group then rebalances without it. The member heartbeats every third of it.
     member_lease_ttl_s: int = 10
     # A member that has not called poll() this long after a change that asks it to act (another
-    # member's join or leave; in mafka4 mode also a change of the topic's VPs) leaves the group
-    # (its uncommitted positions are lost: the new owners re-read from the committed offsets).
+    # member's join or leave; in mafka4 mode also a change of the topic's VPs) is dropped from
+    # the group by its coordinator (its uncommitted positions are lost: the new owners re-read
+    # from the committed offsets); its next poll joins again.
     # While nothing changes, a member that does not poll stays.
     rebalance_timeout_ms: int = 60 * SECOND_MS
     # Where to start a partition without a committed offset (Kafka's default: latest).

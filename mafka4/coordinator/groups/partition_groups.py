@@ -4,10 +4,10 @@ The rules are pure and live in ``partition_protocol``; this module is the etcd s
 
 Protocol (keys in ``keys.py``; every change is one etcd transaction):
 
-* **Join.** A member puts its member key under a lease of its own (``member_lease_ttl_s``,
-  refreshed by a background thread every third of it) and watches the group prefix, so a
-  join, a leave or an expired lease wakes every member (``membership``, shared with
-  mafka4-mode groups).
+* **Join.** A member puts its member key under a lease and watches the group prefix, so a
+  join, a leave or an expired lease wakes every member: its coordinator's lease and watch,
+  shared by every member it hosts (``group_hub``), or, on its own, a lease and watch of its
+  own (``membership``); both shared with mafka4-mode groups.
 * **Rebalance (eager).** After any change a member reads the whole group at one revision and
   asks ``decide`` for its next step. When the membership differs from the generation key, every
   member stops fetching, commits the positions of everything it owns and deletes its owner keys
@@ -62,7 +62,7 @@ def _json(value: Any) -> bytes:
 
 
 class GroupStore(MetadataStore):
-    """The etcd transactions of the group protocol (one client per member: its own watch thread)."""
+    """The etcd transactions of the group protocol."""
 
     def __init__(self, endpoint: str, cluster: str):
         super().__init__(endpoint)

@@ -8,10 +8,11 @@ with ``assignor="virtual"``, so the two kinds of member cannot share a group); o
 ``vp_owners/<topic>/<v>`` and offsets ``vp_offsets/<topic>/<v>``. Every change is one etcd
 transaction:
 
-* **Join.** A lease (``member_lease_ttl_s``, refreshed by a background thread every third of
-  it), the member key under it, and watches on the group prefix and on the topic's keys, so
-  a join, a leave, a lapsed lease, a new split epoch or a sealed parent wakes every member
-  (``membership``, shared with Mafka3-mode groups).
+* **Join.** The member key under a lease, and watches on the group prefix and on the topic's
+  keys, so a join, a leave, a lapsed lease, a new split epoch or a sealed parent wakes every
+  member. On a coordinator (``frontend.group_sessions``), the lease and the watches are the
+  coordinator's, shared by every member it hosts (``group_hub``); a member on its own holds
+  them itself (``membership``). Both are shared with Mafka3-mode groups.
 * **Sync** (in the consumer's thread). Read the group and the topic's layout and VP states
   in one transaction (``VirtualGroupStore.snapshot``), ask ``plan_ownership``, then:
   release -- commit the final position and delete the owner key, in one transaction, only
@@ -88,7 +89,7 @@ class VirtualGroupSnapshot:
 
 
 class VirtualGroupStore(MetadataStore):
-    """The etcd transactions of mafka4-mode groups (one client per member: its own watch thread)."""
+    """The etcd transactions of mafka4-mode groups."""
 
     def __init__(self, endpoint: str, cluster: str):
         super().__init__(endpoint)
