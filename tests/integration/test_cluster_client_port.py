@@ -23,6 +23,7 @@ from mafka4.client.node_connection import connect_any
 from mafka4.client.producer import Producer
 from mafka4.client.topic_admin import create_topic
 from mafka4.errors import AuthenticationFailed, NotAuthorized, UnknownTopic
+from mafka4.metadata import keys
 from mafka4.protocol.metadata_api import MetadataRequest
 from mafka4.security.acl import AclRule, Operation, PatternType, Permission, ResourceType
 from mafka4.security.acl_store import AclStore
@@ -147,3 +148,24 @@ def test_produce_consume_and_admin_requests_need_their_acls_and_a_refusal_writes
             if messages:
                 break
     assert [m.value for m in messages] == [b"allowed"]
+
+
+def test_joining_a_group_needs_consume_on_the_topic_and_on_the_group_and_a_refusal_registers_nobody(cluster):
+    topic, group = f"gacl-{secrets.token_hex(3)}", f"gacl-{secrets.token_hex(3)}"
+    Admin(cluster).create_topic(topic, partitions=1, read_mode="mafka3")
+    user = f"gina-{secrets.token_hex(3)}"
+    UserStore(cluster.store, cluster.cluster).add(user, "a-password-1", replace=True)
+    allow(cluster, user, Operation.CONSUME, topic)
+    access = as_user(cluster, user, "a-password-1")
+
+    with pytest.raises(NotAuthorized, match=rf"{user}.*consume.*group.*{group}"):
+        Consumer(topic, group=group, connection=access, from_beginning=True)
+    assert cluster.store.get_prefix(keys.group_prefix(cluster.cluster, group)) == [], "nothing of the group written"
+
+    AclStore(cluster.store, cluster.cluster).add(
+        AclRule(user, Permission.ALLOW, Operation.CONSUME, ResourceType.GROUP, PatternType.LITERAL, group))
+    with Consumer(topic, group=group, connection=access, from_beginning=True) as member:
+        assert member.assignment() == [0]
+        assert [item.key for item in cluster.store.get_prefix(keys.group_members_prefix(cluster.cluster, group))] == [
+            keys.group_member(cluster.cluster, group, member.member_id)]
+    assert cluster.store.get_prefix(keys.group_members_prefix(cluster.cluster, group)) == [], "it left on close"
