@@ -795,8 +795,7 @@ GROUP_RETRY_BACKOFF_S = 0.5
 # A group member with a claimed partition (Mafka3) or VP (mafka4) whose start position its leader
 # did not give yet asks again this often while it polls. (A change of the group ends a member's
 # wait at once: its heartbeat's answer wakes the fetch it waits on.)
-PARTITION_GROUP_CHECK_INTERVAL_S = 0.05
-VP_GROUP_CHECK_INTERVAL_S = 0.05
+CLAIMED_START_RETRY_S = 0.05
 # After a failed split, a Mafka4 group member waits this long before asking for one again, so a
 # refused split (e.g. at virtual_partitions_max) is not asked for in a loop.
 VP_GROUP_SPLIT_RETRY_INTERVAL_S = 5.0

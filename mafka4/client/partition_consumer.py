@@ -33,7 +33,7 @@ from mafka4.client.positions import start_offset
 from mafka4.client.reading import poll_until, seek_to_time
 from mafka4.client.remote_member import RemoteMember
 from mafka4.errors import CommitFailed, MafkaError, PartitionNotAssigned
-from mafka4.limits import PARTITION_GROUP_CHECK_INTERVAL_S, ConsumerConfig, OffsetReset
+from mafka4.limits import CLAIMED_START_RETRY_S, ConsumerConfig, OffsetReset
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ class PartitionConsumer:
             return self._fetcher.fetch(remaining_s)
         assert self._commits is not None
         wait_s = min(remaining_s, self._commits.seconds_until_due(),
-                     PARTITION_GROUP_CHECK_INTERVAL_S if self._unstarted else remaining_s)
+                     CLAIMED_START_RETRY_S if self._unstarted else remaining_s)
         if not self._fetcher.positions:
             self._member.changed.wait(wait_s)
             return []

@@ -29,7 +29,7 @@ has more members than active VPs), its coordinator asks the controller for it (a
 ``frontend.hosted_members``), so the member's reading does not pause.
 
 Delivery is at-least-once: messages returned but not committed are returned again to the next
-owner after a crash or a lapsed lease. A commit never moves an offset backwards: a position
+owner after a crash or an expired session. A commit never moves an offset backwards: a position
 behind the committed offset (after a seek back) is not committed, as in Mafka3-mode groups.
 """
 
@@ -46,7 +46,7 @@ from mafka4.client.remote_member import MemberSync, Positions, RemoteMember
 from mafka4.client.vp_fetcher import VpFetcher
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR
 from mafka4.errors import CommitFailed, CoordinatorUnavailable, MafkaError, PartitionNotAssigned
-from mafka4.limits import VP_GROUP_CHECK_INTERVAL_S, ConsumerConfig, OffsetReset
+from mafka4.limits import CLAIMED_START_RETRY_S, ConsumerConfig, OffsetReset
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.protocol.group_api import GroupJoinAnswer
 
@@ -113,7 +113,7 @@ class VirtualGroupConsumer:
         """Fetch (or, owning nothing, wait) until data comes, the group changes, an auto-commit is due,
         a claimed VP is to be started again, or ``remaining_s`` passed."""
         wait_s = min(remaining_s, self._commits.seconds_until_due(),
-                     VP_GROUP_CHECK_INTERVAL_S if self._unstarted else remaining_s)
+                     CLAIMED_START_RETRY_S if self._unstarted else remaining_s)
         if not self._fetcher.fetching:
             self._member.changed.wait(wait_s)
             return []

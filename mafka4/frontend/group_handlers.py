@@ -62,7 +62,7 @@ class GroupHandlers:
     async def _join(self, session: Session, request: GroupJoinRequest, _buffers):
         self._check(session, Operation.CONSUME, ResourceType.TOPIC, request.topic)
         self._check(session, Operation.CONSUME, ResourceType.GROUP, request.group)
-        config = ConsumerConfig(member_lease_ttl_s=max(2, round(request.session_timeout_ms / 1000)),
+        config = ConsumerConfig(member_lease_ttl_s=round(request.session_timeout_ms / 1000),  # out of range: InvalidConfig
                                 rebalance_timeout_ms=request.rebalance_timeout_ms)
         answer = await self._sessions.join(session.principal, request.group, request.topic, request.assignor, config)
         return answer, ()

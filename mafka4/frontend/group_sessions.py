@@ -87,7 +87,7 @@ class GroupSessions:
         """A new session in ``group``; the member's ``GroupJoinAnswer``."""
         self._start_reaper()
         loop = asyncio.get_running_loop()
-        member_id = f"{uuid.uuid4().hex[:12]}"
+        member_id = uuid.uuid4().hex[:12]
         session = MemberSession(group, principal, config.member_lease_ttl_s)
         changed = WakingEvent(lambda: loop.call_soon_threadsafe(session.woken.set))
         info = MemberInfo(member_id, topic, assignor)
