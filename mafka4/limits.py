@@ -1016,3 +1016,11 @@ SCRAM_SALT_BYTES_MAX = 256
 # waiting for the controller never hold every thread the port's other handlers need. The
 # controller carries out one intent at a time anyway.
 NODE_INTENT_REQUESTS_IN_FLIGHT_MAX = 2
+
+
+# --- group admin APIs (group list, describe and reset offsets through the client port) ---
+# Group admin requests one node serves at once, each on a thread (a description asks every
+# partition's leader of each topic the group reads, each call for up to LIST_OFFSETS_TIMEOUT_S):
+# more wait their turn on the event loop, so that a stuck leader never holds every thread the
+# port's other handlers need.
+NODE_GROUP_ADMIN_REQUESTS_IN_FLIGHT_MAX = 2

@@ -1,7 +1,7 @@
 """``mafka4 topic create|list|describe|delete`` and ``mafka4 scale``.
 
-All but ``topic describe`` (which needs the live offsets of the actors: a Ray driver, for now)
-are clients of the cluster's client port. A request is checked before connecting
+Every one is a client of the cluster's client port (``client.topic_admin``,
+``client.cluster_metadata``), holding no Ray or etcd. A request is checked before connecting
 (``new_topic_config``), so that a bad name or value is reported as such and not as "no local
 cluster".
 """
@@ -46,12 +46,6 @@ def add_commands(commands) -> None:
     scale.set_defaults(run=_cmd_scale)
 
 
-def _admin():
-    from mafka4.client.admin import Admin
-
-    return Admin()
-
-
 def _cmd_topic_create(args: argparse.Namespace) -> int:
     # A client of the cluster's client port (client.topic_admin), which refuses a bad name or
     # value before connecting: without a cluster the user would hear "no local cluster" and not
@@ -86,7 +80,10 @@ def _cmd_topic_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_topic_describe(args: argparse.Namespace) -> int:
-    description = _admin().describe_topic(args.name)
+    # A client of the cluster's client port: the node asks the leaders (frontend.topic_description).
+    from mafka4.client.topic_admin import describe_topic
+
+    description = describe_topic(args.name)
     config = description["config"]
     print(f"topic {args.name}  partitions={config.partitions}  replication_factor={config.replication_factor}  "
           f"min_insync_replicas={config.min_insync_replicas}  retention_ms={config.retention_ms}")

@@ -9,6 +9,10 @@ topic in etcd in one transaction and has the read nodes host its VPs (no process
 merges and scaling are ``control.resharding``'s, run by the controller. Requests a cluster would
 refuse for their shape (a bad name, a config out of range) are refused here before anything is
 written. Reading (``list_topics``, ``describe_topic``) goes to etcd and to the live actors.
+
+This is the operator's and the experiments' Admin: a Ray driver that can also inject faults
+(``inject_fault``, ``set_network_fault``). A client of the cluster's port does the same topic
+changes and describes through ``client.topic_admin``, holding no Ray or etcd.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import ray
 
 from mafka4.errors import InvalidConfig
-from mafka4.frontend import topic_intents
+from mafka4.frontend import topic_description, topic_intents
 from mafka4.frontend.topic_intents import epochs_of
 from mafka4.limits import DESCRIBE_TIMEOUT_S, READ_MODE_DEFAULT, RESHARD_INTENT_WAIT_S, TOPIC_INTENT_WAIT_S, ReadMode
 from mafka4.metadata import intents
@@ -31,7 +35,6 @@ from mafka4.virtual.handles import read_node_handle
 from mafka4.virtual.hosted_vp import VpId
 from mafka4.virtual.layout import SplitEpoch
 from mafka4.virtual.vp_state import VirtualPartitionState
-from mafka4.virtual.vp_store import VirtualStore
 
 
 class Admin:
@@ -85,58 +88,15 @@ class Admin:
         return self._topics.get(name)
 
     def describe_topic(self, name: str) -> dict:
-        """Config and, per partition, the etcd state plus what the live leader reports; per VP the same
-        from its leader's read node; and the physical offsets lost before a read node fed them."""
-        metadata = self._topics.get(name)
-        partitions = []
-        for state in metadata.partitions:
-            leader = replica_handle(self.cluster, name, state.partition, state.leader)
-            live = None
-            if leader is not None:
-                try:
-                    live = ray.get(leader.describe.remote(), timeout=DESCRIBE_TIMEOUT_S)
-                except (ray.exceptions.RayError, TimeoutError) as error:
-                    live = {"error": type(error).__name__}
-            partitions.append({**state.to_json(), "partition": state.partition, "live": live})
-        virtual = []
-        states = self._virtual_states(name)
-        if states:
-            config = metadata.config
-            layout = VirtualStore(self._connection.store, self.cluster).layout(
-                name, config.partitions, config.virtual_config())
-            lives = self._describe_leaders(name, states)
-            virtual = [{**state.to_json(), "virtual_partition": state.vp, "active": layout.is_active(state.vp),
-                        "live": lives.get(state.vp)} for state in states]
-        return {"topic": name, "config": metadata.config, "partitions": partitions, "virtual_partitions": virtual,
-                "read_loss": self.read_loss(name)}
+        """``frontend.topic_description.describe_topic``: what any node answers ``mafka4 topic describe`` with."""
+        return topic_description.describe_topic(self._connection.store, self.cluster, name)
 
     def read_loss(self, name: str) -> dict[int, list[list[int]]]:
         """Per physical partition, the ``[first, end)`` offset ranges deleted before every read node fed them."""
-        losses = VirtualStore(self._connection.store, self.cluster).read_losses(name)
-        return {p: [[r.first_offset, r.end_offset] for r in loss.ranges] for p, loss in sorted(losses.items())}
-
-    def _describe_leaders(self, name: str, states: list[VirtualPartitionState]) -> dict[int, dict]:
-        """Per VP, what its leader's read node reports (or the error reaching it); one call per node."""
-        by_node: dict[str, list[int]] = {}
-        for state in states:
-            by_node.setdefault(state.leader, []).append(state.vp)
-        described: dict[int, dict] = {}
-        for node, vps in by_node.items():
-            handle = read_node_handle(self.cluster, node)
-            if handle is None:
-                described.update({vp: {"error": f"read node {node} is not running"} for vp in vps})
-                continue
-            try:
-                answers = ray.get(handle.describe_vps.remote([VpId(name, vp) for vp in vps]), timeout=DESCRIBE_TIMEOUT_S)
-            except (ray.exceptions.RayError, TimeoutError) as error:
-                described.update({vp: {"error": type(error).__name__} for vp in vps})
-                continue
-            described.update({vp: answer for vp, answer in zip(vps, answers) if answer is not None})
-        return described
+        return topic_description.read_loss(self._connection.store, self.cluster, name)
 
     def _virtual_states(self, name: str) -> list[VirtualPartitionState]:
-        found = VirtualStore(self._connection.store, self.cluster).states(name)
-        return [state for _, (state, _) in sorted(found.items())]
+        return topic_description.virtual_states(self._connection.store, self.cluster, name)
 
     def inject_fault(self, topic: str, kind: str = "physical", partition: int = 0, replica: str | None = None,
                      delay_ms: int = 0, paused: bool = False) -> dict:

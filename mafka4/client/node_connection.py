@@ -7,16 +7,17 @@ the users are the cluster's), nor is any other answer a node gave. With no node 
 error names each address tried and why.
 
 ``call_once`` runs one request on a private event loop and closes the connection: what a
-command line needs. It imports neither ``ray`` nor ``etcd3``.
+command line and an admin client need (``where``: which cluster, as ``client.cluster_access``
+reads it: a home, a ``ClusterAccess``, a process holding the cluster's store, or the environment's). It imports neither ``ray`` nor ``etcd3``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Sequence
 
-from mafka4.client.bootstrap import Credential, bootstrap_nodes, client_credential
+from mafka4.client.bootstrap import Credential
+from mafka4.client.cluster_access import cluster_access
 from mafka4.errors import ClusterNotRunning, RequestTimedOut, StreamLost
 from mafka4.metadata.endpoints import HostPort
 from mafka4.protocol.connection import ClientConnection
@@ -43,12 +44,13 @@ async def connect_any(nodes: Sequence[HostPort], credential: Credential) -> Clie
                             f"('mafka4 status') and that the bootstrap addresses are its nodes' client ports")
 
 
-def call_once(request, home: Path | None = None) -> object:
-    """The answer of one request to any node, as the configured user; the connection is closed after."""
-    nodes, credential = bootstrap_nodes(home), client_credential(home)
+def call_once(request, where: object = None) -> object:
+    """The answer of one request to any node of the cluster ``where`` names, as its user; the
+    connection is closed after."""
+    access = cluster_access(where)
 
     async def call() -> object:
-        connection = await connect_any(nodes, credential)
+        connection = await connect_any(access.nodes, access.credential)
         try:
             answer, _ = await connection.call(request)
             return answer

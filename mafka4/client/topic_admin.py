@@ -1,42 +1,52 @@
-"""Topics created, deleted and scaled through any node's client port (``protocol.topic_admin_api``).
+"""Topics created, deleted, described and scaled through any node's client port (``protocol.topic_admin_api``).
 
-The node writes an intent on the caller's behalf and answers once the controller carried it out
-(or refused it), so a call takes as long as the controller does: the call itself has no deadline,
-the node's wait bounds it (``TOPIC_INTENT_WAIT_S``, ``RESHARD_INTENT_WAIT_S``; past it the node
-answers ``RequestTimedOut`` saying whether the change may still happen). The caller needs CREATE
-on the topic or the cluster to create, DELETE to delete, ALTER to scale (the admin user has all).
+``where`` names the cluster as ``client.cluster_access`` reads it (None: the environment's or
+the local cluster's).
+
+For a change, the node writes an intent on the caller's behalf and answers once the controller
+carried it out (or refused it), so a call takes as long as the controller does: the call itself
+has no deadline, the node's wait bounds it (``TOPIC_INTENT_WAIT_S``, ``RESHARD_INTENT_WAIT_S``;
+past it the node answers ``RequestTimedOut`` saying whether the change may still happen). The
+caller needs CREATE on the topic or the cluster to create, DELETE to delete, ALTER to scale and
+DESCRIBE to describe (the admin user has all).
 A create request is resolved here first (``new_topic_config``), so a bad name or value is
 reported as such before any connection is made. Imports neither ``ray`` nor ``etcd3``.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from mafka4.client.node_connection import call_once
 from mafka4.limits import READ_MODE_DEFAULT, ReadMode
+from mafka4.names import validate_topic_name
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.protocol.metadata_api import topic_of
-from mafka4.protocol.topic_admin_api import (EpochInfo, TopicCreateRequest, TopicDeleteRequest, TopicScaleRequest,
-                                             config_json, new_topic_config)
+from mafka4.protocol.topic_admin_api import (EpochInfo, TopicCreateRequest, TopicDeleteRequest, TopicDescribeRequest,
+                                             TopicScaleRequest, config_json, description_of, new_topic_config)
 
 
 def create_topic(name: str, partitions: int = 1, replication_factor: int = 1, virtual_partitions: int | None = None,
-                 read_replicas: int = 1, read_mode: ReadMode | str = READ_MODE_DEFAULT, home: Path | None = None,
+                 read_replicas: int = 1, read_mode: ReadMode | str = READ_MODE_DEFAULT, where: object = None,
                  **overrides) -> TopicMetadata:
     """Create a topic, as ``Admin.create_topic`` does (``overrides``: other ``TopicConfig`` fields);
     the topic as the controller created it. ``TopicExists`` if the name is taken."""
     config = new_topic_config(name, partitions, replication_factor, virtual_partitions, read_replicas, read_mode,
                               **overrides)
-    return topic_of(call_once(TopicCreateRequest(name, config_json(config)), home))
+    return topic_of(call_once(TopicCreateRequest(name, config_json(config)), where))
 
 
-def delete_topic(name: str, home: Path | None = None) -> None:
+def delete_topic(name: str, where: object = None) -> None:
     """Delete a topic with its data on every node; ``UnknownTopic`` if there is none."""
-    call_once(TopicDeleteRequest(name), home)
+    call_once(TopicDeleteRequest(name), where)
 
 
-def scale(name: str, virtual_partitions: int, home: Path | None = None) -> list[EpochInfo]:
+def describe_topic(name: str, where: object = None) -> dict:
+    """Topic ``name``'s config and, per partition and per VP, etcd's state beside what the live
+    leader reports (``frontend.topic_description``'s report, as ``Admin.describe_topic`` gives it).
+    ``UnknownTopic`` if there is none."""
+    return description_of(call_once(TopicDescribeRequest(validate_topic_name(name)), where))
+
+
+def scale(name: str, virtual_partitions: int, where: object = None) -> list[EpochInfo]:
     """Split or merge until mafka4-mode topic ``name`` has ``virtual_partitions`` active VPs; the
     epochs opened, oldest first."""
-    return list(call_once(TopicScaleRequest(name, virtual_partitions), home).epochs)
+    return list(call_once(TopicScaleRequest(name, virtual_partitions), where).epochs)

@@ -11,7 +11,9 @@ against the users the view holds, checks every request against the view's ACLs, 
 - the consumer groups' APIs (``frontend.group_handlers``): the node coordinates the groups that
   hash to it, hosting their members' sessions (``frontend.group_sessions``);
 - the users' and ACLs' APIs (``frontend.admin_handlers``) and the topics' (``frontend.topic_handlers``:
-  intents for the controller), through an etcd client of their own, for the reason the view has its own.
+  intents for the controller, and descriptions), through an etcd client of their own, for the
+  reason the view has its own; the groups' admin APIs (``frontend.group_admin_handlers``: list,
+  describe, reset offsets), through the etcd clients of their reports.
 
 Authentication and ACLs are ``frontend.port_security``'s, shared with the replicas' ports.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 from mafka4.frontend.admin_handlers import AdminHandlers
 from mafka4.frontend.cluster_view import ClusterView
+from mafka4.frontend.group_admin_handlers import GroupAdminHandlers
 from mafka4.frontend.group_handlers import GroupHandlers
 from mafka4.frontend.group_sessions import GroupSessions
 from mafka4.frontend.metadata_handler import metadata_answer
@@ -44,8 +47,10 @@ class NodePort:
         self._admin_store = MetadataStore(etcd_endpoint)
         check, allows = self._security.check, self._security.allows
         self.groups = GroupSessions(etcd_endpoint, cluster, node_id)
+        self._group_admin = GroupAdminHandlers(etcd_endpoint, cluster, check, allows)
         handlers = {ApiKey.METADATA: self._metadata,
                     **GroupHandlers(self.groups, self._the_view, check).handlers(),
+                    **self._group_admin.handlers(),
                     **AdminHandlers(self._admin_store, cluster, check).handlers(),
                     **TopicHandlers(self._admin_store, cluster, check, allows).handlers(),
                     **(VpHandlers(self.view, vps, check).handlers() if vps is not None else {})}
@@ -68,6 +73,7 @@ class NodePort:
     def close(self) -> None:
         self._server.close()
         self.groups.close()
+        self._group_admin.close()
         self.view.close()
         self._store.close()
         self._admin_store.close()

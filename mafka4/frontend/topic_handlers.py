@@ -1,6 +1,7 @@
 """What a node's client port answers to the admin APIs of topics (``protocol.topic_admin_api``).
 
-The node changes no topic itself: it writes an intent on the client's behalf and waits for the
+A describe needs DESCRIBE on the topic; the node answers ``frontend.topic_description``'s report,
+asking the leaders over the cluster's own calls. For the changes, the node changes no topic itself: it writes an intent on the client's behalf and waits for the
 controller's result, as ``client.admin.Admin`` does from a Ray driver, through the same calls
 (``frontend.topic_intents``) and so with the same bounds (``TOPIC_INTENT_WAIT_S``,
 ``RESHARD_INTENT_WAIT_S``). Before anything is written, in this order:
@@ -25,6 +26,7 @@ import asyncio
 from typing import Callable, TypeVar
 
 from mafka4.frontend.admin_handlers import Check
+from mafka4.frontend.topic_description import describe_topic
 from mafka4.frontend.topic_intents import create_topic, delete_topic, scale_topic
 from mafka4.limits import NODE_INTENT_REQUESTS_IN_FLIGHT_MAX
 from mafka4.metadata.store import MetadataStore
@@ -32,8 +34,10 @@ from mafka4.protocol.messages import ApiKey
 from mafka4.protocol.metadata_api import TopicInfo, topic_info
 from mafka4.protocol.server import Handler
 from mafka4.protocol.session import Session
+from mafka4.names import validate_topic_name
 from mafka4.protocol.topic_admin_api import (EpochInfo, TopicCreateRequest, TopicDeleteAnswer, TopicDeleteRequest,
-                                             TopicScaleAnswer, TopicScaleRequest, config_of)
+                                             TopicDescribeAnswer, TopicDescribeRequest, TopicScaleAnswer,
+                                             TopicScaleRequest, config_of, description_answer)
 from mafka4.security.acl import CLUSTER_RESOURCE, Operation, ResourceType
 
 # The port's plain decision (a bool; nothing logged or counted), beside its check.
@@ -49,7 +53,8 @@ class TopicHandlers:
         self._waiting = asyncio.Semaphore(NODE_INTENT_REQUESTS_IN_FLIGHT_MAX)
 
     def handlers(self) -> dict[ApiKey, Handler]:
-        return {ApiKey.TOPIC_CREATE: self._create, ApiKey.TOPIC_DELETE: self._delete, ApiKey.TOPIC_SCALE: self._scale}
+        return {ApiKey.TOPIC_CREATE: self._create, ApiKey.TOPIC_DELETE: self._delete,
+                ApiKey.TOPIC_DESCRIBE: self._describe, ApiKey.TOPIC_SCALE: self._scale}
 
     async def _create(self, session: Session, request: TopicCreateRequest, _buffers) -> tuple[TopicInfo, tuple]:
         config = config_of(request)
@@ -63,6 +68,11 @@ class TopicHandlers:
         await self._on_thread(delete_topic, request.name)
         return TopicDeleteAnswer(request.name), ()
 
+    async def _describe(self, session: Session, request: TopicDescribeRequest,
+                        _buffers) -> tuple[TopicDescribeAnswer, tuple]:
+        self._check(session, Operation.DESCRIBE, ResourceType.TOPIC, validate_topic_name(request.name))
+        return description_answer(await self._on_thread(describe_topic, request.name)), ()
+
     async def _scale(self, session: Session, request: TopicScaleRequest, _buffers) -> tuple[TopicScaleAnswer, tuple]:
         self._check(session, Operation.ALTER, ResourceType.TOPIC, request.name)
         epochs = await self._on_thread(scale_topic, request.name, request.virtual_partitions)
@@ -70,6 +80,6 @@ class TopicHandlers:
                                       for epoch in epochs)), ()
 
     async def _on_thread(self, change: Callable[..., T], *args) -> T:
-        """``change(store, cluster, *args)``, one of ``topic_intents``'s, on a thread."""
+        """``change(store, cluster, *args)``, one of ``topic_intents``'s or ``describe_topic``, on a thread."""
         async with self._waiting:
             return await asyncio.to_thread(change, self._store, self._cluster, *args)

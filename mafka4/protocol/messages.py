@@ -19,8 +19,9 @@ naming the message and the field. Every str is at most PROTOCOL_STR_BYTES_MAX by
 The registry maps an ``ApiKey`` to its request and answer classes; ``register`` is the one call
 that adds an API. Numbers are fixed forever once released: 0-2 are the connection's own (below);
 reserved for the data and admin APIs: 3 METADATA, 4 PRODUCE, 5 FETCH, 6 LIST_OFFSETS, 7-9 the
-virtual partitions' metadata, fetch and list offsets, 10-19 the groups' APIs, 20-29 the admin APIs (20-23 topic create, delete, describe and scale; 24-29 users
-and ACLs). An error of any API travels as an ``ErrorAnswer``.
+virtual partitions' metadata, fetch and list offsets, 10-16 the groups' APIs, 17-19 the groups'
+admin APIs (list, describe, reset offsets), 20-29 the admin APIs (20-23 topic create, delete,
+describe and scale; 24-29 users and ACLs). An error of any API travels as an ``ErrorAnswer``.
 
 Pure: values in, values out.
 """
@@ -61,9 +62,13 @@ class ApiKey(enum.IntEnum):
     GROUP_LEAVE = 14
     GROUP_HEARTBEAT = 15
     GROUP_SEED = 16
-    TOPIC_CREATE = 20  # protocol.topic_admin_api, as the next two
+    GROUP_LIST = 17  # protocol.group_admin_api, as the next two
+    GROUP_DESCRIBE = 18
+    GROUP_RESET_OFFSETS = 19
+    TOPIC_CREATE = 20  # protocol.topic_admin_api, as the next three
     TOPIC_DELETE = 21
-    TOPIC_SCALE = 23  # 22: describe's, reserved (it needs the live offsets of the actors)
+    TOPIC_DESCRIBE = 22
+    TOPIC_SCALE = 23
     USER_ADD = 24  # protocol.admin_api, as the rest
     USER_REMOVE = 25
     USER_LIST = 26

@@ -1,17 +1,22 @@
-"""The admin APIs of topics: TOPIC_CREATE, TOPIC_DELETE and TOPIC_SCALE, and what a create request means.
+"""The admin APIs of topics: TOPIC_CREATE, TOPIC_DELETE, TOPIC_DESCRIBE and TOPIC_SCALE, and what a create request means.
 
 A node does not change the topic itself: it checks the request and the principal, writes an
 intent for the controller and answers with the intent's result (``frontend.topic_handlers``), so
 admin changes flow client -> node -> etcd intent -> controller -> actors, and no client writes
 cluster metadata (issue 36). Each needs an ACL on the topic: CREATE (or CREATE on the cluster,
-as in Kafka), DELETE, ALTER to scale.
+as in Kafka), DELETE, ALTER to scale, DESCRIBE to describe.
 
 A create request carries the topic's config as JSON text (``partition_state.config_to_json``),
 so a config field added later needs no new message. ``new_topic_config`` is the one meaning of
 a create request's settings: the client resolves them before connecting (a bad name or value is
 reported as such, not as a missing cluster), and the node resolves the text it received again
-(``config_of``), since it trusts nothing the client checked. API 22 (describe) is reserved: it
-needs the live offsets of the actors. Pure: message types and their conversions.
+(``config_of``), since it trusts nothing the client checked.
+
+A describe answer (``frontend.topic_description``'s report: etcd's state beside what each live
+leader says) travels as JSON text per row, one for each partition and VP, for the reason a
+config does: it is a report for people whose fields grow, and a row stays far below
+``PROTOCOL_STR_BYTES_MAX`` where a whole topic of a thousand VPs would not.
+``description_answer`` and ``description_of`` convert it. Pure: message types and their conversions.
 """
 
 from __future__ import annotations
@@ -19,10 +24,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from mafka4.errors import InvalidConfig
+from mafka4.errors import InvalidConfig, ProtocolError
 from mafka4.limits import READ_MODE_DEFAULT, ReadMode, TopicConfig, replace_config
 from mafka4.names import validate_topic_name
-from mafka4.physical.partition_state import config_to_json
+from mafka4.physical.partition_state import config_from_json, config_to_json
 from mafka4.protocol.messages import ApiKey, register
 from mafka4.protocol.metadata_api import TopicInfo
 
@@ -87,6 +92,48 @@ class TopicScaleAnswer:
     epochs: tuple[EpochInfo, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class TopicDescribeRequest:
+    """Describe topic ``name``: its config, partitions and VPs with what their leaders report."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescribeAnswer:
+    """``frontend.topic_description.describe_topic``'s report as JSON texts: the config
+    (``config_to_json``'s map), a row per partition and per VP in order, and the read loss
+    (``{"<partition>": [[first, end], ...]}``)."""
+
+    name: str
+    config_json: str
+    partitions: tuple[str, ...]
+    virtual_partitions: tuple[str, ...]
+    read_loss_json: str
+
+
+def description_answer(description: dict) -> TopicDescribeAnswer:
+    """The answer carrying ``describe_topic``'s ``description``."""
+    return TopicDescribeAnswer(
+        description["topic"], config_json(description["config"]),
+        tuple(json.dumps(row, sort_keys=True) for row in description["partitions"]),
+        tuple(json.dumps(row, sort_keys=True) for row in description["virtual_partitions"]),
+        json.dumps({str(partition): ranges for partition, ranges in description["read_loss"].items()}))
+
+
+def description_of(answer: TopicDescribeAnswer) -> dict:
+    """The description ``answer`` carries, in ``describe_topic``'s shape (``config`` a
+    ``TopicConfig``, ``read_loss`` keyed by partition number); ``ProtocolError`` if a text is not
+    the JSON it should be."""
+    try:
+        return {"topic": answer.name, "config": config_from_json(json.loads(answer.config_json)),
+                "partitions": [json.loads(row) for row in answer.partitions],
+                "virtual_partitions": [json.loads(row) for row in answer.virtual_partitions],
+                "read_loss": {int(partition): ranges for partition, ranges in json.loads(answer.read_loss_json).items()}}
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as error:
+        raise ProtocolError(f"the description of topic {answer.name!r} is not the JSON a node sends ({error!r:.200})") from None
+
+
 def config_json(config: TopicConfig) -> str:
     """``config`` as a create request carries it."""
     return json.dumps(config_to_json(config), sort_keys=True)
@@ -108,4 +155,5 @@ def config_of(request: TopicCreateRequest) -> TopicConfig:
 
 register(ApiKey.TOPIC_CREATE, TopicCreateRequest, TopicInfo)  # the topic as the controller created it
 register(ApiKey.TOPIC_DELETE, TopicDeleteRequest, TopicDeleteAnswer)
+register(ApiKey.TOPIC_DESCRIBE, TopicDescribeRequest, TopicDescribeAnswer)
 register(ApiKey.TOPIC_SCALE, TopicScaleRequest, TopicScaleAnswer)

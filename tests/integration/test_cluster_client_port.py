@@ -21,7 +21,7 @@ from mafka4.client.cluster_metadata import cluster_metadata, list_topics
 from mafka4.client.consumer import Consumer
 from mafka4.client.node_connection import connect_any
 from mafka4.client.producer import Producer
-from mafka4.client.topic_admin import create_topic
+from mafka4.client.topic_admin import create_topic, describe_topic
 from mafka4.errors import AuthenticationFailed, NotAuthorized, UnknownTopic
 from mafka4.metadata import keys
 from mafka4.protocol.metadata_api import MetadataRequest
@@ -44,6 +44,24 @@ def test_a_topic_created_is_listed_and_described_through_the_client_port(cluster
     assert all(node.address for node in described.nodes), "every read node names its client address"
     with pytest.raises(UnknownTopic):
         cluster_metadata(("no-such-topic",), home_of(cluster))
+
+
+def test_a_node_describes_a_topic_as_the_drivers_admin_does_with_its_leaders_live_offsets(cluster):
+    topic = f"desc-{secrets.token_hex(3)}"
+    Admin(cluster).create_topic(topic, partitions=2, virtual_partitions=3)
+    with Producer(topic, connection=cluster, acks="all") as producer:
+        producer.send_sync(b"one", partition=1, timeout_s=30)
+    thin = describe_topic(topic, home_of(cluster))
+    driver = Admin(cluster).describe_topic(topic)
+    assert thin["config"] == driver["config"] and thin["read_loss"] == driver["read_loss"] == {}
+    assert [p["live"]["high_watermark"] for p in thin["partitions"]] == [0, 1]
+    assert [(p["partition"], p["leader"], p["live"]["log_end_offset"]) for p in thin["partitions"]] == [
+        (p["partition"], p["leader"], p["live"]["log_end_offset"]) for p in driver["partitions"]]
+    assert [(v["virtual_partition"], v["leader"], v["active"]) for v in thin["virtual_partitions"]] == [
+        (v["virtual_partition"], v["leader"], v["active"]) for v in driver["virtual_partitions"]]
+    assert len(thin["virtual_partitions"]) == 3 and all("error" not in v["live"] for v in thin["virtual_partitions"])
+    with pytest.raises(UnknownTopic):
+        describe_topic("no-such-topic", home_of(cluster))
 
 
 def test_a_wrong_password_is_refused_and_the_port_serves_the_next_client(cluster):
@@ -133,7 +151,7 @@ def test_produce_consume_and_admin_requests_need_their_acls_and_a_refusal_writes
     monkeypatch.setenv(USER_ENV, producer_only)
     monkeypatch.setenv(PASSWORD_ENV, "a-password-1")
     with pytest.raises(NotAuthorized, match=rf"{producer_only}.*create"):
-        create_topic(f"{topic}-made-by-a-producer", home=home_of(cluster))
+        create_topic(f"{topic}-made-by-a-producer", where=home_of(cluster))
     monkeypatch.delenv(USER_ENV)
     monkeypatch.delenv(PASSWORD_ENV)
     assert f"{topic}-made-by-a-producer" not in list_topics(home_of(cluster))

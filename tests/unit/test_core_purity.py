@@ -66,6 +66,7 @@ CORES = (
     "mafka4.protocol.metadata_api",
     "mafka4.protocol.admin_api",
     "mafka4.protocol.topic_admin_api",
+    "mafka4.protocol.group_admin_api",
     # what a node knows of the cluster's metadata to answer clients
     "mafka4.frontend.view_state",
     # the soak's slopes of a chaos run's samples

@@ -1,4 +1,4 @@
-"""Topics created, deleted and scaled through a node's client port, against a real etcd: who may,
+"""Topics created, deleted, described and scaled through a node's client port, against a real etcd: who may,
 which intent is written, what the client hears.
 
 No Ray and no controller process: the etcd and the port are ``test_node_port``'s (users ``admin``
@@ -29,8 +29,11 @@ from mafka4.metadata.intents import Intent, IntentKind, IntentResult
 from mafka4.metadata.store import MetadataStore
 from mafka4.physical.partition_state import config_from_json, config_to_json
 from mafka4.physical.topics import TopicStore
-from mafka4.protocol.topic_admin_api import (EpochInfo, TopicCreateRequest, TopicDeleteRequest, TopicScaleRequest,
-                                             config_json, config_of, new_topic_config)
+from mafka4.errors import ProtocolError
+from mafka4.protocol.messages import from_body, to_body
+from mafka4.protocol.topic_admin_api import (EpochInfo, TopicCreateRequest, TopicDeleteRequest, TopicDescribeAnswer,
+                                             TopicDescribeRequest, TopicScaleRequest, config_json, config_of,
+                                             description_answer, description_of, new_topic_config)
 from mafka4.security.acl import CLUSTER_RESOURCE, AclRule, Operation, PatternType, Permission, ResourceType
 from mafka4.security.acl_store import AclStore
 from mafka4.virtual.layout import SplitEpoch
@@ -281,6 +284,47 @@ def test_scale_needs_alter_on_the_topic_and_answers_the_epochs_opened(etcd, monk
                                                      "topic 'orders' has 2 virtual partition(s) (1 split(s) and merge(s))\n")
     assert [(intent.kind, intent.args) for intent in controller.intents] == [
         (IntentKind.SCALE, {"virtual_partitions": 2})] * 2
+
+
+def test_describe_needs_describe_on_the_topic_and_a_bad_name_is_refused_before_any_leader_is_asked(etcd):
+    """The refusals come before the node asks a leader (over Ray, which this test has not: the
+    description itself is checked on a real cluster, ``test_cluster_client_port``)."""
+    endpoint, _ = etcd
+
+    async def body(_port, host, number):
+        return (await refusal_as(host, number, "bob", BOB_PASSWORD, TopicDescribeRequest("orders"), NotAuthorized),
+                await refusal_as(host, number, "admin", ADMIN_PASSWORD, TopicDescribeRequest("no/such"),
+                                 InvalidTopicName))
+
+    refusal, bad_name = serve(endpoint, body)
+    assert "principal 'bob' may not describe topic 'orders'" in refusal
+    assert "topic name" in bad_name
+
+
+def test_a_description_travels_row_by_row_and_comes_back_in_describe_topics_shape():
+    config = new_topic_config("orders", partitions=2, virtual_partitions=3)
+    description = {
+        "topic": "orders", "config": config,
+        "partitions": [{"partition": 0, "leader": "w0", "leader_epoch": 3, "replicas": ["w0"], "isr": ["w0"],
+                        "live": {"log_end_offset": 10, "high_watermark": 9, "followers": {"w1": {"log_end_offset": 8}}}},
+                       {"partition": 1, "leader": "w1", "leader_epoch": 1, "replicas": ["w1"], "isr": ["w1"],
+                        "live": None}],
+        "virtual_partitions": [{"virtual_partition": vp, "range": [vp, HASH_SPACE], "leader": "r0", "active": True,
+                                "live": {"error": "GetTimeoutError"}} for vp in range(3)],
+        "read_loss": {1: [[0, 5], [7, 9]]}}
+    answer = description_answer(description)
+    assert from_body(TopicDescribeAnswer, to_body(answer)) == answer
+    assert description_of(answer) == description
+
+
+def test_a_description_that_is_not_the_json_a_node_sends_is_a_protocol_error():
+    good = description_answer({"topic": "t", "config": new_topic_config("t"), "partitions": [],
+                               "virtual_partitions": [], "read_loss": {}})
+    for broken in (TopicDescribeAnswer("t", "{", (), (), "{}"), TopicDescribeAnswer("t", good.config_json, ("[",), (), "{}"),
+                   TopicDescribeAnswer("t", good.config_json, (), (), '{"zero": []}'),
+                   TopicDescribeAnswer("t", "[]", (), (), "{}")):
+        with pytest.raises(ProtocolError, match="the description of topic 't'"):
+            description_of(broken)
 
 
 # Settings near the valid ones (some resolve, some conflict), and anything JSON holds.
