@@ -38,6 +38,11 @@ class FetchesInFlight(Generic[Destination, Sent]):
         """What each fetch out asked for."""
         return (sent for _, sent in self._calls.values())
 
+    def sent_to(self, destination: Destination) -> Sent | None:
+        """What the fetch out to ``destination`` asked for; None if none is out."""
+        found = self._calls.get(destination)
+        return None if found is None else found[1]
+
     def drop(self, destination: Destination) -> None:
         """Forget the fetch out to ``destination`` (cancelled): its answer is never handed out."""
         dropped = self._calls.pop(destination, None)

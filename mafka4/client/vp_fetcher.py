@@ -6,7 +6,9 @@ differ only in *which* VPs they read; both read them through this class. For eve
 (the leader's half for real-time readers, the other half for readers far behind); the VP
 replicas of one read node are then fetched together, with one long-polling ``VP_FETCH``
 outstanding per node on its client port (``protocol.vp_api``), which answers as soon as any of
-them has data (``FetchesInFlight``, as ``PartitionFetcher`` fetches from leaders). Only
+them has data (``FetchesInFlight``, as ``PartitionFetcher`` fetches from leaders). A VP added
+while its node's fetch is out is not left waiting for that long poll to end: the fetch is sent
+again with it (what the dropped one would have answered is read by the new one). Only
 records below each VP's high watermark are ever returned, so what a reader saw survives a VP
 failover. Positions are per VP: the VP offset of the next message.
 
@@ -190,8 +192,13 @@ class VpFetcher:
             by_node[self._route(vp)].append(vp)
         unroutable = False
         for node, vps in by_node.items():
-            if node in self._in_flight:
-                continue  # this node's fetch is out: these VPs join the next one
+            out = self._in_flight.sent_to(node)
+            if out is not None:
+                # A VP newly read here (claimed in a join, say) would wait for the node's long poll
+                # to end, up to fetch_wait_ms_max: the fetch out is sent again with it. No position
+                # moves until an answer is taken, so the dropped one loses and repeats nothing.
+                vps = sorted(vps + [vp for vp, _ in out if vp in self.fetching])
+                self._in_flight.drop(node)
             address = self._addresses.get(node)
             sent = [(vp, self.positions[vp]) for vp in vps]
             reads = tuple(VpOffset(vp, offset) for vp, offset in sent)

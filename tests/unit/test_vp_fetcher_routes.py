@@ -85,3 +85,64 @@ def test_a_vp_whose_leader_serves_no_port_is_read_once_the_metadata_names_a_live
         loop.run(asyncio.sleep(0))
         server.close()
         loop.stop()
+
+
+TWO_VPS = {"epoch": 0, "ranges": [[0, 1 << 63, 0], [1 << 63, 1 << 64, 1]], "cut": [0], "parents": [], "children": [0, 1]}
+
+
+class LongPolling:
+    """Read node ``r1`` leading VPs 0 and 1, with nothing to read: a fetch waits until ``release``
+    (or its wait bound). ``requests``: the VPs of each fetch received; ``waiting``: fetches not answered yet."""
+
+    def __init__(self):
+        self.address, self.requests, self.waiting = "", [], 0
+        self.released = asyncio.Event()
+
+    def handlers(self) -> dict:
+        return {ApiKey.VP_METADATA: self._metadata, ApiKey.VP_FETCH: self._fetch}
+
+    async def _metadata(self, session, request, _buffers):
+        states = tuple(VpStateInfo(vp, state("r1")) for vp in (0, 1))
+        return VpMetadataAnswer(TOPIC, (json.dumps(TWO_VPS),), states, (NodeInfo("r1", "read", self.address),)), ()
+
+    async def _fetch(self, session, request, _buffers):
+        self.waiting += 1
+        self.requests.append(sorted(read.vp for read in request.reads))
+        try:
+            await asyncio.wait_for(self.released.wait(), request.wait_ms_max / 1000)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            self.waiting -= 1
+        return VpFetchAnswer(tuple(VpReadAnswer(b"", 0, 0, 0, None) for _ in request.reads)), ()
+
+
+def test_a_vp_added_while_its_nodes_fetch_is_out_is_sent_at_once_not_after_the_long_poll():
+    """A VP claimed in a join must not wait up to ``fetch_wait_ms_max`` for the fetch out to its node."""
+    loop = LoopThread("test-port")
+    node = LongPolling()
+    server = ClientPortServer(node.handlers(), "stand-in read node r1", "r1",
+                              lambda mechanism: ScramServerExchange(lambda user: CREDENTIAL if user == "alice" else None))
+    host, port = loop.run(server.start("127.0.0.1", 0))
+    node.address = f"{host}:{port}"
+    access = ClusterAccess((HostPort(host, port),), Credential("alice", "password-1"))
+    metadata = TopicMetadata(TOPIC, TopicConfig(partitions=1, read_mode="mafka4"), ())
+    fetcher = VpFetcher(access, metadata, ConsumerConfig(fetch_wait_ms_max=60_000), "reader-1")
+    try:
+        for vp in (0, 1):
+            fetcher.seek(vp, 0)
+        fetcher.fetching.add(0)
+        deadline = time.monotonic() + 30
+        while not node.requests and time.monotonic() < deadline:
+            fetcher.fetch(0.05)
+        fetcher.fetching.add(1)
+        while len(node.requests) < 2 and time.monotonic() < deadline:
+            fetcher.fetch(0.05)
+        assert node.requests == [[0], [0, 1]], "VP 1 joined the fetch out to r1 in a new fetch"
+        assert node.waiting == 2, "while the first long poll was still out (its answer is dropped)"
+    finally:
+        fetcher.close()
+        loop.run(asyncio.sleep(0))
+        loop.call_soon(node.released.set)
+        server.close()
+        loop.stop()
