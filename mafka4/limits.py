@@ -416,8 +416,10 @@ class ConsumerConfig:
 
     # One fetch returns at most this many bytes per partition (at least one whole batch).
     fetch_bytes_max: int = 4 * MiB
-    # A fetch with nothing new waits at most this long.
-    fetch_wait_ms_max: int = 200
+    # A fetch with nothing new waits at most this long (Kafka's fetch.max.wait.ms default). It
+    # sets an idle consumer's cost: one fetch per node (per partition, Mafka3 mode) every wait;
+    # data ends the wait at once, and a VP added while its node's fetch is out is fetched at once.
+    fetch_wait_ms_max: int = 500
     # poll() returns at most this many messages.
     poll_messages_max: int = 10_000
     # The settings below apply only to a consumer in a group.
