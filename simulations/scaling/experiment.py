@@ -97,6 +97,7 @@ if TYPE_CHECKING:  # the runtime is imported only when a cluster starts
 MODES = (ReadMode.MAFKA3, ReadMode.MAFKA4)
 VALUE_HEADER = struct.Struct(">Q")  # the message's sequence number, then padding
 GROUP_STABLE_S_MAX = 180
+SETTLE_LOAD_WAIT_S_MAX = 180
 POLL_TIMEOUT_MS = 100
 # Repetition r numbers its messages from r * SEQUENCE_STRIDE: the consumers of one group see
 # every repetition, and a late duplicate must count for the repetition it belongs to.
@@ -132,6 +133,10 @@ class ScalingSettings:
     drain_s_max: float = 120.0
     pin_cpus: bool = True
     experiment_id: str = ""
+    # After the group settled, wait (at most SETTLE_LOAD_WAIT_S_MAX) for the 1-minute load average
+    # to fall below this before measuring: starting a group loads a small machine, and the
+    # measurement is then of the start's tail, not of the steady state (None: measure at once).
+    settle_load: float | None = None
 
     def __post_init__(self) -> None:
         if not self.consumers or any(n < 1 or n > 64 for n in self.consumers):
@@ -152,6 +157,8 @@ class ScalingSettings:
         _check_range(self, "repetitions", 1, 20)
         if not 0 < self.duration_s <= 3600:
             raise InvalidConfig(f"duration_s={self.duration_s} must be in (0, 3600]")
+        if self.settle_load is not None and not 0 < self.settle_load <= 64:
+            raise InvalidConfig(f"settle_load={self.settle_load} must be in (0, 64], or None to measure at once")
 
     @property
     def run_id(self) -> str:
@@ -306,6 +313,7 @@ def _run_configuration(cluster: TemporaryCluster, settings: ScalingSettings, mod
         trace = _topic_trace(admin, topic, cluster.connection)
         with _Group(cluster.connection, topic, consumers) as group:
             settled_s = time.monotonic() - began - created_s
+            quieted_s = _wait_for_load_below(settings.settle_load)
             for repetition in repetitions:
                 measured = time.monotonic()
                 load_before = os.getloadavg()
@@ -331,14 +339,25 @@ def _run_configuration(cluster: TemporaryCluster, settings: ScalingSettings, mod
                     "load_average_after": [round(value, 2) for value in os.getloadavg()],
                     "topic_created_s": round(created_s, 1) if first else None,
                     "group_settled_s": round(settled_s, 1) if first else None,
+                    "load_settle_wait_s": round(quieted_s, 1) if first else None,
                     "measured_s": round(time.monotonic() - measured, 1), "undelivered": undelivered,
                     "trace_rows_dropped": stamps.dropped, "trace_actors_lost": trace.lost_actors,
                     "event_log": path.name})
-                setup = f"topic {created_s:.0f} s, group {settled_s:.0f} s, " if first else ""
+                waited = f"load wait {quieted_s:.0f} s, " if settings.settle_load is not None else ""
+                setup = f"topic {created_s:.0f} s, group {settled_s:.0f} s, {waited}" if first else ""
                 report(repetition, path, undelivered, f"({setup}measured {time.monotonic() - measured:.0f} s, "
                                                       f"load {load_before[0]:.2f} before)")
     finally:
         admin.delete_topic(topic)
+
+
+def _wait_for_load_below(load: float | None) -> float:
+    """Until the 1-minute load average is below ``load`` (None: not at all), at most
+    ``SETTLE_LOAD_WAIT_S_MAX``; the seconds waited (the run record's ``load_settle_wait_s``)."""
+    began = time.monotonic()
+    while load is not None and os.getloadavg()[0] >= load and time.monotonic() - began < SETTLE_LOAD_WAIT_S_MAX:
+        time.sleep(1)
+    return time.monotonic() - began
 
 
 def _append_run_record(path: Path, record: dict) -> None:
