@@ -1,0 +1,50 @@
+"""The scaling experiment's consumers: what a member polled folds into its log, a member process
+imports neither Ray nor etcd, and a member that fails fails the run and leaves no process behind.
+
+No cluster: the failing member is given an address where no node listens.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from mafka4.client.bootstrap import Credential
+from mafka4.client.cluster_access import ClusterAccess
+from mafka4.metadata.endpoints import HostPort
+from simulations.scaling import consumer_process
+from simulations.scaling.experiment import ExperimentFailed, _ConsumerLog, _Group
+
+
+def test_a_log_keeps_the_first_poll_of_a_message_and_counts_its_redeliveries():
+    log = _ConsumerLog()
+    log.record([(100, 5.0, 3, 0), (101, 5.0, 3, 1)])
+    log.record([(100, 9.0, 4, 7), (102, 9.0, 4, 8), (100, 9.5, 4, 7)])  # 100 again: after a handover, then twice
+    assert log.seen == {100: (5.0, 3, 0), 101: (5.0, 3, 1), 102: (9.0, 4, 8)}
+    assert log.redelivered == {100: 2}
+
+
+def test_a_member_process_imports_neither_ray_nor_etcd():
+    program = ("import sys, simulations.scaling.consumer_process; "
+               "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'etcd3', 'grpc'))))")
+    found = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True).stdout.split()
+    assert found == [], f"a consumer process imported {found}"
+
+
+def test_a_member_that_fails_fails_the_run_and_no_member_process_is_left(monkeypatch):
+    started = []
+
+    def start(*args):
+        process, channel = real_start(*args)
+        started.append(process)
+        return process, channel
+
+    real_start = consumer_process.start
+    monkeypatch.setattr(consumer_process, "start", start)
+    nowhere = ClusterAccess((HostPort("127.0.0.1", 1),), Credential("nobody", "none"))  # port 1: no node there
+    with pytest.raises(ExperimentFailed, match="a consumer failed during the run: ClusterNotRunning"):
+        with _Group(nowhere, "scaling-test", consumers=2):
+            pytest.fail("a group whose members cannot reach a node never settles")
+    assert len(started) == 2 and all(process.poll() is not None for process in started)
