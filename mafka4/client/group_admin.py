@@ -15,7 +15,8 @@ that "earliest" reads parents again before their children).
 
 Each call is one request to any node's client port (``protocol.group_admin_api``), which reads
 etcd and asks the leaders (``frontend.group_reports``): listing shows the groups the user may
-describe; describing needs DESCRIBE on the group; resetting ALTER on the group and DESCRIBE on
+describe; describing needs DESCRIBE on the group (and shows the offsets of the topics the user
+may describe only); resetting ALTER on the group and DESCRIBE on
 the topic (the admin user has all). ``where`` names the cluster as ``client.cluster_access``
 reads it (None: the environment's or the local cluster; a home; a ``ClusterAccess``; a driver's
 ``Connection`` or a test's cluster). Names and reset targets are checked here first, so bad

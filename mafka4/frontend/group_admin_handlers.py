@@ -8,8 +8,9 @@ Before anything is read or written, in this order:
    here (``reset_target``), whatever the client checked: ``InvalidGroupName``,
    ``InvalidTopicName``, ``InvalidConfig``;
 2. the principal, through the port's own check (so a refusal is logged and counted), as in Kafka:
-   DESCRIBE on the group to describe it; ALTER on the group and DESCRIBE on the topic to reset
-   its offsets. A listing refuses no one: it leaves out the groups the principal may not
+   DESCRIBE on the group to describe it, whose offsets are shown only for the topics the
+   principal may DESCRIBE (``visible_to``, as Kafka's OffsetFetch); ALTER on the group and
+   DESCRIBE on the topic to reset its offsets. A listing refuses no one: it leaves out the groups the principal may not
    DESCRIBE (the port's plain decision, nothing logged), as METADATA leaves out topics.
 
 A refusal at any step reads and writes nothing. The etcd and Ray calls block, so they run on
@@ -28,7 +29,7 @@ from mafka4.frontend.topic_handlers import Allows
 from mafka4.limits import NODE_GROUP_ADMIN_REQUESTS_IN_FLIGHT_MAX
 from mafka4.protocol.group_admin_api import (GroupDescribeAnswer, GroupDescribeRequest, GroupListAnswer,
                                              GroupListRequest, GroupResetOffsetsAnswer, GroupResetOffsetsRequest,
-                                             describe_answer, reset_answer, reset_target)
+                                             describe_answer, reset_answer, reset_target, visible_to)
 from mafka4.protocol.messages import ApiKey
 from mafka4.protocol.server import Handler
 from mafka4.protocol.session import Session
@@ -62,7 +63,9 @@ class GroupAdminHandlers:
                         _buffers) -> tuple[GroupDescribeAnswer, tuple]:
         validate_group_name(request.group)
         self._check(session, Operation.DESCRIBE, ResourceType.GROUP, request.group)
-        return describe_answer(await self._on_thread(GroupReports.describe_group, request.group)), ()
+        description = await self._on_thread(GroupReports.describe_group, request.group)
+        return describe_answer(visible_to(description, lambda topic: self._allows(
+            session, Operation.DESCRIBE, ResourceType.TOPIC, topic))), ()
 
     async def _reset_offsets(self, session: Session, request: GroupResetOffsetsRequest,
                              _buffers) -> tuple[GroupResetOffsetsAnswer, tuple]:

@@ -3,8 +3,8 @@
 Read nodes answer them (``frontend.group_admin_handlers``), reading the groups from etcd and the
 offsets from the partitions' and VPs' leaders, so ``mafka4 group`` is a client of the port like
 the other commands. ACLs, as Kafka's: a listing shows only the groups the principal may
-DESCRIBE; a description needs DESCRIBE on the group; a reset ALTER on the group and DESCRIBE on
-the topic.
+DESCRIBE; a description needs DESCRIBE on the group and holds the offsets of the topics the
+principal may DESCRIBE only (``visible_to``); a reset ALTER on the group and DESCRIBE on the topic.
 
 What a description holds (``GroupDescription``) is defined here once, for the node that makes it
 and the client that shows it. It travels as its wire twin (``GroupDescribeAnswer``), since the
@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass
+from typing import Callable
 
 from mafka4.coordinator.groups.partition_protocol import MemberInfo, validate_group_name
 from mafka4.errors import InvalidConfig, ProtocolError
@@ -162,6 +163,20 @@ class OffsetReset:
 @dataclass(frozen=True, slots=True)
 class GroupResetOffsetsAnswer:
     offsets: tuple[OffsetReset, ...]  # in partition (VP) order
+
+
+def visible_to(description: GroupDescription, may_describe: Callable[[str], bool]) -> GroupDescription:
+    """``description`` without the offsets of the topics ``may_describe`` refuses, as Kafka's
+    OffsetFetch leaves out the partitions a principal may not describe: their lag would tell of
+    their traffic. The members stay (a member's topic is the group's business)."""
+    topics = {row.topic for row in description.partitions} | {row.topic for row in description.virtual_partitions}
+    hidden = {topic for topic in topics | description.read_loss.keys() if not may_describe(topic)}
+    if not hidden:
+        return description
+    return dataclasses.replace(
+        description, partitions=tuple(row for row in description.partitions if row.topic not in hidden),
+        virtual_partitions=tuple(row for row in description.virtual_partitions if row.topic not in hidden),
+        read_loss={topic: loss for topic, loss in description.read_loss.items() if topic not in hidden})
 
 
 def describe_answer(description: GroupDescription) -> GroupDescribeAnswer:

@@ -28,7 +28,7 @@ from mafka4.protocol.group_admin_api import (GroupDescribeAnswer, GroupDescribeR
                                              GroupListRequest, GroupResetOffsetsRequest,
                                              OffsetRange, OffsetReset, PartitionLoss, VirtualPartitionLagInfo,
                                              describe_answer, description_of, reset_answer, reset_request,
-                                             reset_target, resets_of)
+                                             reset_target, resets_of, visible_to)
 from mafka4.protocol.messages import ApiKey, Kind, api_of
 from mafka4.protocol.metadata_api import MetadataAnswer, MetadataRequest, topic_info
 from mafka4.protocol.session import Session
@@ -211,9 +211,20 @@ def test_a_description_needs_describe_on_the_group(reports):
     with pytest.raises(NotAuthorized, match="may not describe group 'billing'"):
         answer(refused, GroupDescribeRequest("billing"))
     assert all(made.calls == [] for made in reports), "a refused request reads nothing"
-    allowed = FakePort((Operation.DESCRIBE, ResourceType.GROUP, "billing"))
+    allowed = FakePort((Operation.DESCRIBE, ResourceType.GROUP, "billing"), (Operation.DESCRIBE, ResourceType.TOPIC, "orders"),
+                       (Operation.DESCRIBE, ResourceType.TOPIC, "events"))
     assert description_of(answer(allowed, GroupDescribeRequest("billing"))) == DESCRIPTION
     assert reports[-1].calls == [("describe", "billing")]
+
+
+def test_a_description_holds_the_offsets_of_the_topics_the_principal_may_describe_only(reports):
+    """As Kafka's OffsetFetch: a topic's lag tells of its traffic. The members stay, and nothing is refused."""
+    port = FakePort((Operation.DESCRIBE, ResourceType.GROUP, "billing"), (Operation.DESCRIBE, ResourceType.TOPIC, "orders"))
+    shown = description_of(answer(port, GroupDescribeRequest("billing")))
+    assert shown.members == DESCRIPTION.members and shown.partitions == DESCRIPTION.partitions
+    assert shown.virtual_partitions == () and shown.read_loss == {}, "nothing of 'events'"
+    assert shown.total_lag is None and port.refusals == 0
+    assert visible_to(DESCRIPTION, lambda topic: True) is DESCRIPTION
 
 
 def test_a_reset_needs_alter_on_the_group_and_describe_on_the_topic(reports):
