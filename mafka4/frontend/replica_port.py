@@ -94,10 +94,11 @@ class ReplicaPort:
         self._view.close()
         self._store.close()
         started = self._metadata_view
-        if started is not None and started.done() and not started.cancelled() and started.exception() is None:
-            view, store = started.result()
-            view.close()
-            store.close()
+        if started is not None:
+            if started.done():
+                _close_started_view(started)
+            else:  # still starting: closed once started, or it would watch etcd for good
+                started.add_done_callback(_close_started_view)
 
     # --- handlers -----------------------------------------------------------------------------
 
@@ -149,3 +150,11 @@ class ReplicaPort:
         timestamp_offset = (None if request.timestamp_ms is None
                             else await self._replica.offset_for_timestamp(request.timestamp_ms))
         return ListOffsetsAnswer(log_start_offset, high_watermark, timestamp_offset), ()
+
+
+def _close_started_view(started: asyncio.Future) -> None:
+    """Close the view of everything (and its store) that ``started`` made, if it made one."""
+    if not started.cancelled() and started.exception() is None:
+        view, store = started.result()
+        view.close()
+        store.close()

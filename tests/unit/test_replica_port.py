@@ -8,11 +8,14 @@ No Ray: the replica is a stand-in that records what the port hands it (the real 
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from types import SimpleNamespace
 
 import pytest
 
 from mafka4.errors import InvalidConfig, NotAuthorized, NotLeader
+from mafka4.frontend.cluster_view import ClusterView
 from mafka4.frontend.replica_port import ReplicaPort
 from mafka4.limits import PROTOCOL_FETCH_BYTES_MAX, Acks
 from mafka4.metadata import keys
@@ -121,3 +124,32 @@ def test_bad_acks_and_fetch_bounds_are_refused_naming_the_field(etcd):
                                                    FetchRequest("orders", 0, 0, PROTOCOL_FETCH_BYTES_MAX + 1, 0, False)]))
     assert [type(answer) for answer in answers] == [InvalidConfig, InvalidConfig]
     assert "acks='2'" in answers[0].message and "bytes_max" in answers[1].message
+
+
+def test_a_metadata_view_still_starting_when_the_port_closes_is_closed_once_started(etcd, monkeypatch):
+    """The first METADATA starts a view of everything on a thread; a port closed meanwhile must
+    not leave it watching etcd."""
+    starting, release, closed = threading.Event(), threading.Event(), []
+    start, close = ClusterView.start, ClusterView.close
+
+    async def body():
+        port = ReplicaPort(etcd, CLUSTER, "orders", 0, "w0", Replica())
+        await asyncio.to_thread(port.start_view)
+        host, _, number = (await port.start("127.0.0.1")).rpartition(":")
+        monkeypatch.setattr(ClusterView, "start", lambda view: (starting.set(), release.wait(30), start(view)))
+        monkeypatch.setattr(ClusterView, "close", lambda view: (closed.append(view), close(view)))
+        connection = await ClientConnection.open(host, int(number), ScramClientExchange("admin", PASSWORD))
+        asked = asyncio.ensure_future(connection.call(MetadataRequest(("orders",)), timeout_s=30))
+        await asyncio.to_thread(starting.wait, 30)
+        port.close()
+        assert len(closed) == 1, "the port closed its own view; the one starting is not made yet"
+        release.set()
+        deadline = time.monotonic() + 30
+        while len(closed) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        connection.close()
+        asked.cancel()
+        await asyncio.gather(asked, return_exceptions=True)
+
+    asyncio.run(body())
+    assert len(closed) == 2, "the view of everything was closed once it had started"
