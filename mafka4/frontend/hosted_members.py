@@ -124,9 +124,10 @@ class VirtualMemberHost:
         return GroupCommitAnswer(tuple(sorted(committed)), tuple(sorted(lost)))
 
     def leave(self, positions: tuple[MemberPosition, ...]) -> None:
+        # A split this member asked for is not waited for (up to RESHARD_INTENT_WAIT_S, on one of
+        # the coordinator's few group threads): the controller carries it out for the group, and
+        # the asking thread closes its own etcd client.
         self._member.leave(self._positions(positions))
-        if self._splitter is not None:
-            self._splitter.join()
 
     def seed(self, offsets: tuple[IdOffset, ...]) -> bool:
         return self._store.seed_offsets(self._group, self._topic, {o.id: o.offset for o in offsets})
