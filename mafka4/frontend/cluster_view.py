@@ -37,6 +37,9 @@ class ClusterView:
         self._store, self._cluster, self._kinds = store, cluster, kinds
         self._state = ViewState(cluster)
         self._lock = threading.Lock()
+        # Guards the watch ids and the closing: a keeper that reads again while the view closes
+        # must not leave a watch behind (``_watching``, ``close``).
+        self._watches_lock = threading.Lock()
         self._watch_ids: list[int] = []
         self._broken = threading.Event()
         self._closed = False
@@ -61,7 +64,9 @@ class ClusterView:
             return reader(self._state)
 
     def close(self) -> None:
-        self._closed = True
+        """Cancel the watches and end the keeper, also while it is reading again."""
+        with self._watches_lock:
+            self._closed = True
         self._broken.set()
         self._cancel_watches()
 
@@ -69,11 +74,23 @@ class ClusterView:
         self._cancel_watches()
         self._broken.clear()
         for kind in self._kinds:
+            if self._closed:
+                break
             prefix = watched_prefix(self._cluster, kind)
             items, revision = self._store.get_prefix_at(prefix)
             with self._lock:
                 self._state.load(kind, ((item.key, item.value) for item in items))
-            self._watch_ids.append(self._store.watch_prefix(prefix, self._apply, self._broken.set, revision + 1))
+            self._watching(self._store.watch_prefix(prefix, self._apply, self._broken.set, revision + 1))
+        if self._closed:
+            self._broken.set()  # closed after the clear above: the keeper must see it and end
+
+    def _watching(self, watch_id: int) -> None:
+        """Keep ``watch_id`` to cancel at close, or cancel it now if the view closed meanwhile."""
+        with self._watches_lock:
+            if not self._closed:
+                self._watch_ids.append(watch_id)
+                return
+        self._store.cancel_watch(watch_id)
 
     def _apply(self, events: list[WatchEvent]) -> None:
         with self._lock:
@@ -94,6 +111,7 @@ class ClusterView:
                 time.sleep(METADATA_REWATCH_BACKOFF_S)
 
     def _cancel_watches(self) -> None:
-        for watch_id in self._watch_ids:
+        with self._watches_lock:
+            watch_ids, self._watch_ids = self._watch_ids, []
+        for watch_id in watch_ids:
             self._store.cancel_watch(watch_id)
-        self._watch_ids.clear()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import threading
 import time
 
 import pytest
@@ -111,3 +113,42 @@ def test_the_view_loads_what_etcd_holds_and_follows_its_changes(store):
         assert len(view.read(lambda state: state.topic("after")).partitions) == 2
     finally:
         view.close()
+
+
+class SlowStore:
+    """Prefix reads that wait for ``release`` once ``slow`` is set; watches counted while open."""
+
+    def __init__(self):
+        self.slow, self.reading, self.release = threading.Event(), threading.Event(), threading.Event()
+        self.open_watches: set[int] = set()
+        self._ids = itertools.count(1)
+
+    def get_prefix_at(self, prefix: str):
+        if self.slow.is_set():
+            self.reading.set()
+            self.release.wait(30)
+        return [], 1
+
+    def watch_prefix(self, prefix, on_events, on_broken, start_revision) -> int:
+        watch_id = next(self._ids)
+        self.open_watches.add(watch_id)
+        self.broken = on_broken
+        return watch_id
+
+    def cancel_watch(self, watch_id: int) -> None:
+        self.open_watches.discard(watch_id)
+
+
+def test_a_view_closed_while_its_keeper_reads_again_leaves_no_watch_and_no_keeper():
+    store = SlowStore()
+    view = ClusterView(store, CLUSTER, (Watched.USERS, Watched.ACLS))
+    view.start()
+    assert len(store.open_watches) == 2
+    store.slow.set()
+    store.broken()  # a watch ends: the keeper reads every prefix again, slowly
+    assert store.reading.wait(10)
+    view.close()
+    store.release.set()
+    view._keeper.join(10)
+    assert not view._keeper.is_alive(), "the keeper ended"
+    assert store.open_watches == set(), "no watch left behind"
