@@ -14,17 +14,17 @@ Before anything is read or written, in this order:
    DESCRIBE (the port's plain decision, nothing logged), as METADATA leaves out topics.
 
 A refusal at any step reads and writes nothing. The etcd and Ray calls block, so they run on
-threads, at most ``NODE_GROUP_ADMIN_REQUESTS_IN_FLIGHT_MAX`` at once.
+threads, at most ``NODE_GROUP_ADMIN_REQUESTS_IN_FLIGHT_MAX`` at once (``frontend.thread_slots``).
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Callable, TypeVar
 
 from mafka4.coordinator.groups.partition_protocol import validate_group_name
 from mafka4.frontend.admin_handlers import Check
 from mafka4.frontend.group_reports import GroupReports
+from mafka4.frontend.thread_slots import ThreadSlots
 from mafka4.frontend.topic_handlers import Allows
 from mafka4.limits import NODE_GROUP_ADMIN_REQUESTS_IN_FLIGHT_MAX
 from mafka4.protocol.group_admin_api import (GroupDescribeAnswer, GroupDescribeRequest, GroupListAnswer,
@@ -44,7 +44,7 @@ class GroupAdminHandlers:
     def __init__(self, etcd_endpoint: str, cluster: str, check: Check, allows: Allows):
         self._check, self._allows = check, allows
         self._reports = GroupReports(etcd_endpoint, cluster)  # etcd clients connect on their first call
-        self._waiting = asyncio.Semaphore(NODE_GROUP_ADMIN_REQUESTS_IN_FLIGHT_MAX)
+        self._threads = ThreadSlots(NODE_GROUP_ADMIN_REQUESTS_IN_FLIGHT_MAX)
 
     def handlers(self) -> dict[ApiKey, Handler]:
         return {ApiKey.GROUP_LIST: self._list, ApiKey.GROUP_DESCRIBE: self._describe,
@@ -77,5 +77,4 @@ class GroupAdminHandlers:
 
     async def _on_thread(self, call: Callable[..., T], *args) -> T:
         """``call(reports, *args)``, one of ``GroupReports``'s methods, on a thread."""
-        async with self._waiting:
-            return await asyncio.to_thread(call, self._reports, *args)
+        return await self._threads.run(call, self._reports, *args)

@@ -16,16 +16,17 @@ controller's result, as ``client.admin.Admin`` does from a Ray driver, through t
 A refusal at any step writes nothing. The controller's error (``NotEnoughWriteNodes``, a
 ``RequestTimedOut`` that says whether the intent was withdrawn, ...) is the request's error
 answer, so the client raises it as its own class with its message. The etcd calls block, so they
-run on threads, at most ``NODE_INTENT_REQUESTS_IN_FLIGHT_MAX`` at once: a waiting intent holds
-its thread for up to the wait bound, and the port's other handlers need threads too.
+run on threads, at most ``NODE_INTENT_REQUESTS_IN_FLIGHT_MAX`` at once (``frontend.thread_slots``):
+a waiting intent holds its thread for up to the wait bound, and the port's other handlers need
+threads too.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Callable, TypeVar
 
 from mafka4.frontend.admin_handlers import Check
+from mafka4.frontend.thread_slots import ThreadSlots
 from mafka4.frontend.topic_description import describe_topic
 from mafka4.frontend.topic_intents import create_topic, delete_topic, scale_topic
 from mafka4.limits import NODE_INTENT_REQUESTS_IN_FLIGHT_MAX
@@ -50,7 +51,7 @@ class TopicHandlers:
 
     def __init__(self, store: MetadataStore, cluster: str, check: Check, allows: Allows):
         self._store, self._cluster, self._check, self._allows = store, cluster, check, allows
-        self._waiting = asyncio.Semaphore(NODE_INTENT_REQUESTS_IN_FLIGHT_MAX)
+        self._threads = ThreadSlots(NODE_INTENT_REQUESTS_IN_FLIGHT_MAX)
 
     def handlers(self) -> dict[ApiKey, Handler]:
         return {ApiKey.TOPIC_CREATE: self._create, ApiKey.TOPIC_DELETE: self._delete,
@@ -81,5 +82,4 @@ class TopicHandlers:
 
     async def _on_thread(self, change: Callable[..., T], *args) -> T:
         """``change(store, cluster, *args)``, one of ``topic_intents``'s or ``describe_topic``, on a thread."""
-        async with self._waiting:
-            return await asyncio.to_thread(change, self._store, self._cluster, *args)
+        return await self._threads.run(change, self._store, self._cluster, *args)
