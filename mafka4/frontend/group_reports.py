@@ -16,7 +16,8 @@ leader replica found by name from the topic's state in etcd, a VP's leader throu
 node, each call bounded by ``LIST_OFFSETS_TIMEOUT_S``. A leader that is not running or does not
 answer fails the request with a retriable error that says to retry once it failed over (a
 description shows a VP whose leader did not answer without its high watermark instead). Every
-call blocks on etcd or Ray: run them off an event loop.
+call blocks on etcd or Ray: run them off an event loop. Names and targets come checked
+(``frontend.group_admin_handlers`` checks them before the principal).
 """
 
 from __future__ import annotations
@@ -24,13 +25,12 @@ from __future__ import annotations
 import ray
 
 from mafka4.coordinator.groups.partition_groups import GroupStore
-from mafka4.coordinator.groups.partition_protocol import (VIRTUAL_ASSIGNOR, GroupSnapshot, MemberInfo, TopicPartition,
-                                                          validate_group_name)
+from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR, GroupSnapshot, MemberInfo, TopicPartition
 from mafka4.coordinator.groups.vp_groups import VirtualGroupStore
 from mafka4.errors import GroupNotEmpty, MafkaError, NotLeader, RequestTimedOut, UnknownGroup, UnknownTopic
+from mafka4.frontend.topic_description import read_loss
 from mafka4.limits import LIST_OFFSETS_TIMEOUT_S, ReadMode, TopicConfig
 from mafka4.metadata import keys
-from mafka4.names import validate_topic_name
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.physical.topics import TopicStore
@@ -38,7 +38,6 @@ from mafka4.protocol.group_admin_api import GroupDescription, PartitionLag, Virt
 from mafka4.transport.remote_errors import unwrap
 from mafka4.virtual.handles import ask_leader_nodes
 from mafka4.virtual.vp_state import VirtualPartitionState
-from mafka4.virtual.vp_store import VirtualStore
 
 
 class GroupReports:
@@ -49,7 +48,6 @@ class GroupReports:
         self._store = GroupStore(etcd_endpoint, cluster)
         self._virtual_groups = VirtualGroupStore(etcd_endpoint, cluster)
         self._topics = TopicStore(self._store, cluster)
-        self._virtual = VirtualStore(self._store, cluster)
 
     def close(self) -> None:
         self._store.close()
@@ -62,7 +60,7 @@ class GroupReports:
     # --- describe ---------------------------------------------------------------------------
 
     def describe_group(self, group: str) -> GroupDescription:
-        snapshot = self._store.snapshot(validate_group_name(group))
+        snapshot = self._store.snapshot(group)
         virtual_topics = self._virtual_topics(group, snapshot.members)
         if not snapshot.members and not snapshot.offsets and snapshot.generation is None and not virtual_topics:
             raise UnknownGroup(f"group {group!r} has no members and no committed offsets: see 'mafka4 group list'")
@@ -79,9 +77,7 @@ class GroupReports:
             for partition, (_, high_watermark) in enumerate(ranges):
                 rows.append(_row(snapshot, TopicPartition(topic, partition), high_watermark))
         generation = snapshot.generation
-        losses = {topic: {p: [[r.first_offset, r.end_offset] for r in loss.ranges]
-                          for p, loss in sorted(self._virtual.read_losses(topic).items())}
-                  for topic in sorted(virtual_topics)}
+        losses = {topic: read_loss(self._store, self._cluster, topic) for topic in sorted(virtual_topics)}
         return GroupDescription(group, None if generation is None else generation.generation,
                                 None if generation is None else generation.assignor, snapshot.members, tuple(rows),
                                 tuple(virtual_rows), {topic: loss for topic, loss in losses.items() if loss})
@@ -135,8 +131,6 @@ class GroupReports:
         "latest" (high watermark) or a timestamp in ms (first message at or after it, else the high
         watermark). Refused with ``GroupNotEmpty`` while the group has members. Returns, per
         partition (per virtual partition for a mafka4-mode topic), (committed offset before, after)."""
-        validate_group_name(group)
-        validate_topic_name(topic)
         metadata = self._topics.get(topic)
         if metadata.config.read_mode is ReadMode.MAFKA4:
             return self._reset_vp_offsets(group, topic, metadata.config, to)

@@ -23,7 +23,7 @@ from mafka4.frontend import group_admin_handlers
 from mafka4.frontend.group_admin_handlers import GroupAdminHandlers
 from mafka4.limits import ReadMode, TopicConfig
 from mafka4.physical.topics import TopicStore
-from mafka4.protocol.frames import decode_frame, encode_frame, frame_reader
+from mafka4.protocol.frames import decode_frame, encode_frame
 from mafka4.protocol.group_admin_api import (GroupDescribeAnswer, GroupDescribeRequest, GroupListAnswer,
                                              GroupListRequest, GroupResetOffsetsRequest,
                                              OffsetRange, OffsetReset, PartitionLoss, VirtualPartitionLagInfo,
@@ -33,6 +33,7 @@ from mafka4.protocol.messages import ApiKey, Kind, api_of
 from mafka4.protocol.metadata_api import MetadataAnswer, MetadataRequest, topic_info
 from mafka4.protocol.session import Session
 from mafka4.security.acl import Operation, ResourceType
+from test_protocol_messages import through_the_wire
 
 DESCRIPTION = GroupDescription(
     "billing", 3, "range", (MemberInfo("m-1", "orders", "range"), MemberInfo("m-2", "events", "virtual")),
@@ -46,16 +47,7 @@ RESETS = {0: (None, 0), 1: (12, 3), 4: (9, 9)}
 
 def crossed(api: ApiKey, kind: Kind, message: object) -> object:
     """``message`` as a client port's reader decodes it from the bytes ``encode_frame`` made."""
-    wire, reader, frames = b"".join(map(bytes, encode_frame(api, 1, kind, message))), frame_reader(), []
-    position = 0
-    while position < len(wire):
-        buffer = reader.get_buffer()
-        size = min(len(buffer), len(wire) - position)
-        buffer[:size] = wire[position:position + size]
-        position += size
-        frames += reader.buffer_updated(size)
-    frame, = frames
-    envelope = decode_frame(frame)
+    envelope = decode_frame(through_the_wire(encode_frame(api, 1, kind, message)))
     assert (envelope.api, envelope.kind) == (api, kind)
     return envelope.message
 

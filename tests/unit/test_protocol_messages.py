@@ -71,8 +71,8 @@ _API_OF = {ApiVersionsRequest: ApiKey.API_VERSIONS, ApiVersionsAnswer: ApiKey.AP
            SaslAuthenticateRequest: ApiKey.SASL_AUTHENTICATE, SaslAuthenticateAnswer: ApiKey.SASL_AUTHENTICATE}
 
 
-def _through_the_wire(parts: list) -> Frame:
-    """The one frame ``parts`` make, read back by a client port's reader."""
+def through_the_wire(parts: list) -> Frame:
+    """The one frame ``parts`` make, read back by a client port's reader (other protocol tests use it too)."""
     wire, reader, frames, position = b"".join(map(bytes, parts)), frame_reader(), [], 0
     while position < len(wire):
         buffer = reader.get_buffer()
@@ -97,7 +97,7 @@ def _envelope(**changes) -> bytes:
 @settings(max_examples=150, deadline=None)
 @given(_EVERYTHING, st.lists(st.binary(max_size=2000), max_size=3), st.integers(0, (1 << 32) - 1))
 def test_every_field_type_crosses_a_frame_as_sent(message, extra_buffers, correlation_id):
-    frame = _through_the_wire(encode_frame(TEST_API, correlation_id, Kind.REQUEST, message, extra_buffers))
+    frame = through_the_wire(encode_frame(TEST_API, correlation_id, Kind.REQUEST, message, extra_buffers))
     envelope = decode_frame(frame)
     assert (envelope.api, envelope.correlation_id, envelope.kind) == (TEST_API, correlation_id, Kind.REQUEST)
     assert envelope.message == message
@@ -111,7 +111,7 @@ def test_every_field_type_crosses_a_frame_as_sent(message, extra_buffers, correl
 def test_the_connection_s_own_messages_cross_a_frame_as_sent(message):
     api = _API_OF[type(message)]
     kind = Kind.REQUEST if type(message).__name__.endswith("Request") else Kind.ANSWER
-    envelope = decode_frame(_through_the_wire(encode_frame(api, 1, kind, message)))
+    envelope = decode_frame(through_the_wire(encode_frame(api, 1, kind, message)))
     assert envelope.message == message and envelope.api == api
 
 

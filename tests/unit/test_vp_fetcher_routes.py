@@ -11,8 +11,10 @@ A real client port (SCRAM, the protocol) with stand-in handlers: no etcd, no Ray
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from typing import Iterator
 
 from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.bootstrap import Credential
@@ -61,17 +63,32 @@ class FailingOver:
         return VpFetchAnswer(tuple(VpReadAnswer(b"", 0, 0, 0, None) for _ in request.reads)), ()
 
 
-def test_a_vp_whose_leader_serves_no_port_is_read_once_the_metadata_names_a_live_leader():
+@contextlib.contextmanager
+def fetcher_against(node, config: ConsumerConfig) -> Iterator[VpFetcher]:
+    """A ``VpFetcher`` of user alice whose only node is ``node`` (its handlers on a real client
+    port, its ``address`` set); ``node.release()``, if it has one, ends its waits at the end."""
     loop = LoopThread("test-port")
-    node = FailingOver(failover_after=3)
     server = ClientPortServer(node.handlers(), "stand-in read node r1", "r1",
                               lambda mechanism: ScramServerExchange(lambda user: CREDENTIAL if user == "alice" else None))
     host, port = loop.run(server.start("127.0.0.1", 0))
     node.address = f"{host}:{port}"
     access = ClusterAccess((HostPort(host, port),), Credential("alice", "password-1"))
     metadata = TopicMetadata(TOPIC, TopicConfig(partitions=1, read_mode="mafka4"), ())
-    fetcher = VpFetcher(access, metadata, ConsumerConfig(fetch_wait_ms_max=50), "reader-1")
+    fetcher = VpFetcher(access, metadata, config, "reader-1")
     try:
+        yield fetcher
+    finally:
+        fetcher.close()
+        loop.run(asyncio.sleep(0))
+        if hasattr(node, "released"):
+            loop.call_soon(node.released.set)
+        server.close()
+        loop.stop()
+
+
+def test_a_vp_whose_leader_serves_no_port_is_read_once_the_metadata_names_a_live_leader():
+    node = FailingOver(failover_after=3)
+    with fetcher_against(node, ConsumerConfig(fetch_wait_ms_max=50)) as fetcher:
         assert fetcher.states[0].leader == "r0"
         fetcher.seek(0, 0)
         fetcher.fetching.add(0)
@@ -80,11 +97,6 @@ def test_a_vp_whose_leader_serves_no_port_is_read_once_the_metadata_names_a_live
             fetcher.fetch(0.1)
         assert node.fetched, f"VP 0 was never fetched; the metadata was asked {node.metadata_asked} times"
         assert fetcher.states[0].leader == "r1" and node.metadata_asked > 3
-    finally:
-        fetcher.close()
-        loop.run(asyncio.sleep(0))
-        server.close()
-        loop.stop()
 
 
 TWO_VPS = {"epoch": 0, "ranges": [[0, 1 << 63, 0], [1 << 63, 1 << 64, 1]], "cut": [0], "parents": [], "children": [0, 1]}
@@ -119,16 +131,8 @@ class LongPolling:
 
 def test_a_vp_added_while_its_nodes_fetch_is_out_is_sent_at_once_not_after_the_long_poll():
     """A VP claimed in a join must not wait up to ``fetch_wait_ms_max`` for the fetch out to its node."""
-    loop = LoopThread("test-port")
     node = LongPolling()
-    server = ClientPortServer(node.handlers(), "stand-in read node r1", "r1",
-                              lambda mechanism: ScramServerExchange(lambda user: CREDENTIAL if user == "alice" else None))
-    host, port = loop.run(server.start("127.0.0.1", 0))
-    node.address = f"{host}:{port}"
-    access = ClusterAccess((HostPort(host, port),), Credential("alice", "password-1"))
-    metadata = TopicMetadata(TOPIC, TopicConfig(partitions=1, read_mode="mafka4"), ())
-    fetcher = VpFetcher(access, metadata, ConsumerConfig(fetch_wait_ms_max=60_000), "reader-1")
-    try:
+    with fetcher_against(node, ConsumerConfig(fetch_wait_ms_max=60_000)) as fetcher:
         for vp in (0, 1):
             fetcher.seek(vp, 0)
         fetcher.fetching.add(0)
@@ -140,9 +144,3 @@ def test_a_vp_added_while_its_nodes_fetch_is_out_is_sent_at_once_not_after_the_l
             fetcher.fetch(0.05)
         assert node.requests == [[0], [0, 1]], "VP 1 joined the fetch out to r1 in a new fetch"
         assert node.waiting == 2, "while the first long poll was still out (its answer is dropped)"
-    finally:
-        fetcher.close()
-        loop.run(asyncio.sleep(0))
-        loop.call_soon(node.released.set)
-        server.close()
-        loop.stop()
