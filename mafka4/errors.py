@@ -170,6 +170,14 @@ class RequestTimedOut(MafkaError):
     retriable = True
 
 
+class FetchReplaced(MafkaError):
+    """A consumer's newer fetch on the same connection replaced this one before it was answered
+    (``frontend.fetch_sessions``): a connection has at most one fetch out per topic (per
+    partition, Mafka3 mode). The consumer that sent the newer fetch no longer waits for this one."""
+
+    retriable = True
+
+
 class StreamLost(MafkaError):
     """A stream call's connection broke or could not be made (``runtime.stream_calls``): its
     outcome is unknown, as a call to an actor that died."""

@@ -416,10 +416,17 @@ class ConsumerConfig:
 
     # One fetch returns at most this many bytes per partition (at least one whole batch).
     fetch_bytes_max: int = 4 * MiB
-    # A fetch with nothing new waits at most this long (Kafka's fetch.max.wait.ms default). It
-    # sets an idle consumer's cost: one fetch per node (per partition, Mafka3 mode) every wait;
-    # data ends the wait at once, and a VP added while its node's fetch is out is fetched at once.
+    # A fetch with nothing new waits at most this long (Kafka's fetch.max.wait.ms default), while
+    # the consumer reads: data ends the wait at once, and a VP added while its node's fetch is
+    # out is fetched at once.
     fetch_wait_ms_max: int = 500
+    # A fetch answered empty is followed by one that may wait twice as long, up to this (data or
+    # an error brings the wait back to fetch_wait_ms_max; a value below it means no backing off):
+    # an idle consumer then asks each node (each leader, Mafka3 mode) every 10 s. Data still
+    # ends every wait at once, and a fetch that should ask for something else is sent again at
+    # once (client.idle_waits). A node that hangs with its connection open is noticed only when
+    # the fetch to it times out, after this wait.
+    fetch_idle_wait_ms_max: int = 10 * SECOND_MS
     # poll() returns at most this many messages.
     poll_messages_max: int = 10_000
     # The settings below apply only to a consumer in a group.
@@ -453,6 +460,7 @@ class ConsumerConfig:
         object.__setattr__(self, "auto_offset_reset", OffsetReset.parse(self.auto_offset_reset))
         _check_range(self, "fetch_bytes_max", 1 * KiB, 256 * MiB)
         _check_range(self, "fetch_wait_ms_max", 0, 60 * SECOND_MS)
+        _check_range(self, "fetch_idle_wait_ms_max", 0, 60 * SECOND_MS)
         _check_range(self, "poll_messages_max", 1, 1_000_000)
         _check_optional_range(self, "auto_commit_interval_ms", 1)
         _check_range(self, "member_lease_ttl_s", 2, 600)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import Callable, Generic, TypeVar
 
 from mafka4.partition_gate import client_gate
 
@@ -34,9 +34,9 @@ class FetchesInFlight(Generic[Destination, Sent]):
     def __contains__(self, destination: Destination) -> bool:
         return destination in self._calls
 
-    def sent(self) -> Iterator[Sent]:
-        """What each fetch out asked for."""
-        return (sent for _, sent in self._calls.values())
+    def destinations(self) -> list[Destination]:
+        """Where a fetch is out."""
+        return list(self._calls)
 
     def sent_to(self, destination: Destination) -> Sent | None:
         """What the fetch out to ``destination`` asked for; None if none is out."""

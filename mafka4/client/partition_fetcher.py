@@ -2,7 +2,9 @@
 
 ``PartitionConsumer`` reads through this class, as the VP consumers read through ``VpFetcher``.
 It keeps one fetch outstanding per partition it reads, at the client port of the partition's
-leader (``client.leader_routes``, ``FetchesInFlight``), and decodes the whole batches that come
+leader (``client.leader_routes``, ``FetchesInFlight``; an idle partition is asked less and less
+often, ``client.idle_waits``; a seek sends the fetch again and the leader ends the one out,
+``frontend.fetch_sessions``), and decodes the whole batches that come
 back (``fetched_messages.take_messages``); only messages below the high watermark (committed on
 the ISR) are ever returned. Positions are per partition: the offset of the next message; the
 partitions read are exactly those with a position.
@@ -24,6 +26,7 @@ from mafka4.client.client_loop import client_loop
 from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.fetched_messages import take_messages
 from mafka4.client.fetches_in_flight import FetchesInFlight
+from mafka4.client.idle_waits import IdleWaits
 from mafka4.client.leader_routes import LeaderRoutes
 from mafka4.client.message import Message
 from mafka4.client.node_links import NodeLinks
@@ -44,6 +47,7 @@ class PartitionFetcher:
         self.positions: dict[int, int] = {}  # partition -> next offset to read; every one is fetched
         # partition -> the offset its fetch asked for
         self._in_flight: FetchesInFlight[int, int] = FetchesInFlight()
+        self._idle_waits: IdleWaits[int] = IdleWaits(config.fetch_wait_ms_max, config.fetch_idle_wait_ms_max)
 
     # --- metadata and offsets ---------------------------------------------------------------
 
@@ -106,9 +110,11 @@ class PartitionFetcher:
             except MafkaError as error:
                 if not error.retriable:
                     raise
+                self._idle_waits.answered(partition, empty=False)
                 self._loop.call_soon(self._routes.forget, partition)
                 self._stale = True
                 continue
+            self._idle_waits.answered(partition, empty=not result.data)
             next_offset = take_messages(result.data, self.topic, partition, offset, messages,
                                         self.config.poll_messages_max, self.config.check_crcs)
             if next_offset is not None:
@@ -125,12 +131,13 @@ class PartitionFetcher:
             if partition in self._in_flight:
                 continue
             # A lost fetch is not sent: asked again once the fault heals or the leader moves.
+            wait_ms = self._idle_waits.wait_ms(partition)
             self._in_flight.send(partition, self._routes.leader_id(partition),
-                                 lambda p=partition, o=offset: self._start_fetch(p, o), offset)
+                                 lambda p=partition, o=offset, w=wait_ms: self._start_fetch(p, o, w), offset)
 
-    def _start_fetch(self, partition: int, offset: int):
+    def _start_fetch(self, partition: int, offset: int, wait_ms: int):
         async def fetch() -> FetchAnswer:
             leader = await self._routes.leader(partition)
-            return await leader.fetch(offset, self.config.fetch_bytes_max, self.config.fetch_wait_ms_max)
+            return await leader.fetch(offset, self.config.fetch_bytes_max, wait_ms)
 
         return asyncio.run_coroutine_threadsafe(fetch(), self._loop.loop)

@@ -6,9 +6,11 @@ differ only in *which* VPs they read; both read them through this class. For eve
 (the leader's half for real-time readers, the other half for readers far behind); the VP
 replicas of one read node are then fetched together, with one long-polling ``VP_FETCH``
 outstanding per node on its client port (``protocol.vp_api``), which answers as soon as any of
-them has data (``FetchesInFlight``, as ``PartitionFetcher`` fetches from leaders). A VP added
-while its node's fetch is out is not left waiting for that long poll to end: the fetch is sent
-again with it (what the dropped one would have answered is read by the new one). Only
+them has data (``FetchesInFlight``, as ``PartitionFetcher`` fetches from leaders); an idle node
+is asked less and less often (``client.idle_waits``). A fetch out never asks for less or other
+than the consumer wants: when a VP is added, sought or routed elsewhere while its node's
+fetch is out, the fetch is sent again with what is wanted now, and the node ends the one out
+(``frontend.fetch_sessions``); what the dropped one would have answered is read by the new one. Only
 records below each VP's high watermark are ever returned, so what a reader saw survives a VP
 failover. Positions are per VP: the VP offset of the next message.
 
@@ -41,6 +43,7 @@ from collections import defaultdict
 from mafka4.client.client_loop import client_loop
 from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.fetches_in_flight import FetchesInFlight
+from mafka4.client.idle_waits import IdleWaits
 from mafka4.client.message import Message
 from mafka4.client.node_links import NodeLinks
 from mafka4.client.vp_messages import take_vp_messages
@@ -75,6 +78,7 @@ class VpFetcher:
         self._avoid: dict[int, str] = {}  # VP -> replica whose fetch failed since the last metadata read
         # node -> the (VP, offset) its fetch asked for, in order
         self._in_flight: FetchesInFlight[str, list[tuple[int, int]]] = FetchesInFlight()
+        self._idle_waits: IdleWaits[str] = IdleWaits(config.fetch_wait_ms_max, config.fetch_idle_wait_ms_max)
         self._lost: RecordsLost | None = None  # raised by the next fetch
         self.refresh()
 
@@ -186,33 +190,37 @@ class VpFetcher:
         return state.leader if route.replica_id == self._avoid.get(vp) else route.replica_id
 
     def _issue_fetches(self) -> None:
-        in_flight = {vp for sent in self._in_flight.sent() for vp, _ in sent}
-        by_node: dict[str, list[int]] = defaultdict(list)
-        for vp in sorted(self.fetching - in_flight):
-            by_node[self._route(vp)].append(vp)
+        wanted: dict[str, list[tuple[int, int]]] = defaultdict(list)  # node -> the (VP, offset) to ask it for
+        for vp in sorted(self.fetching):
+            wanted[self._route(vp)].append((vp, self.positions[vp]))
+        for node in [node for node in self._in_flight.destinations() if node not in wanted]:
+            self._in_flight.drop(node)  # nothing to read there any more
         unroutable = False
-        for node, vps in by_node.items():
+        for node, sent in wanted.items():
             out = self._in_flight.sent_to(node)
+            if out == sent:
+                continue
             if out is not None:
-                # A VP newly read here (claimed in a join, say) would wait for the node's long poll
-                # to end, up to fetch_wait_ms_max: the fetch out is sent again with it. No position
-                # moves until an answer is taken, so the dropped one loses and repeats nothing.
-                vps = sorted(vps + [vp for vp, _ in out if vp in self.fetching])
+                # What the node should be asked for changed while its fetch waited (a VP claimed
+                # in a join, a position sought, a route that moved): waiting for the long poll
+                # to end could take fetch_idle_wait_ms_max. The fetch is sent again and the node
+                # ends the one out (frontend.fetch_sessions). No position moves until an answer
+                # is taken, so the dropped one loses and repeats nothing.
                 self._in_flight.drop(node)
             address = self._addresses.get(node)
-            sent = [(vp, self.positions[vp]) for vp in vps]
             reads = tuple(VpOffset(vp, offset) for vp, offset in sent)
-            if address is None or not self._in_flight.send(node, node, lambda a=address, r=reads: self._start_fetch(a, r),
-                                                            sent):
-                self._avoid.update({vp: node for vp in vps})
+            wait_ms = self._idle_waits.wait_ms(node)
+            if address is None or not self._in_flight.send(
+                    node, node, lambda a=address, r=reads, w=wait_ms: self._start_fetch(a, r, w), sent):
+                self._avoid.update({vp: node for vp, _ in sent})
                 unroutable = True
         # A VP routed to a node that serves no client port (or that a network fault cuts off) is
         # read again only once the metadata names another: ask for it, a few times a second at most.
         if unroutable and self.metadata_age_s >= VP_UNROUTABLE_REFRESH_S:
             self.refresh()
 
-    def _start_fetch(self, address: str, reads: tuple[VpOffset, ...]):
-        request = VpFetchRequest(self.topic, reads, self.config.fetch_bytes_max, self.config.fetch_wait_ms_max)
+    def _start_fetch(self, address: str, reads: tuple[VpOffset, ...], wait_ms: int):
+        request = VpFetchRequest(self.topic, reads, self.config.fetch_bytes_max, wait_ms)
 
         async def fetch() -> tuple[VpReadAnswer, ...]:
             connection = await self._links.connection(address)
@@ -229,12 +237,14 @@ class VpFetcher:
             except MafkaError as error:  # the node died or its connection broke: a failover moves its VPs
                 if not error.retriable:
                     raise
+                self._idle_waits.answered(node, empty=False)
                 address = self._addresses.get(node)
                 if address is not None:
                     self._loop.call_soon(self._links.forget, address)
                 self.refresh()
                 self._avoid.update({vp: node for vp, _ in sent})
                 continue
+            self._idle_waits.answered(node, empty=not any(answer.data or answer.error for answer in answers))
             for (vp, offset), answer in zip(sent, answers):
                 if vp not in self.fetching or self.positions.get(vp) != offset:
                     continue  # stopped or moved while the fetch was out

@@ -7,7 +7,8 @@ every port does (``frontend.port_security``), from a view of the users and ACL r
 replica is woken by no other change of the cluster's metadata.
 
 - ``PRODUCE`` needs the ``produce`` operation on the topic; ``FETCH`` ``consume``;
-  ``LIST_OFFSETS`` ``describe`` (which ``produce`` and ``consume`` imply).
+  ``LIST_OFFSETS`` ``describe`` (which ``produce`` and ``consume`` imply). A connection has one
+  ``FETCH`` out: a newer one replaces it (``frontend.fetch_sessions``).
 - ``METADATA``, as every node answers it (``frontend.metadata_handler``), so that a cluster
   without read nodes still answers its clients. The whole view it needs is read and watched
   from the first such request on, not before: where read nodes serve clients, a replica's port
@@ -29,6 +30,7 @@ from typing import Protocol
 
 from mafka4.errors import InvalidConfig, NotLeader
 from mafka4.frontend.cluster_view import ClusterView
+from mafka4.frontend.fetch_sessions import FetchSessions
 from mafka4.frontend.group_handlers import GroupHandlers
 from mafka4.frontend.group_sessions import GroupSessions
 from mafka4.frontend.metadata_handler import metadata_answer
@@ -68,6 +70,7 @@ class ReplicaPort:
         self._view = ClusterView(self._store, cluster, (Watched.USERS, Watched.ACLS))
         self._security = PortSecurity(self._view)
         self._metadata_view: asyncio.Future | None = None  # of a ClusterView of everything, from the first METADATA on
+        self._fetches = FetchSessions()  # one FETCH out per connection: a newer one replaces it
         self.groups = GroupSessions(etcd_endpoint, cluster, f"replica {replica_id} of {topic}-{partition}")
         handlers = {ApiKey.PRODUCE: self._produce, ApiKey.FETCH: self._fetch, ApiKey.LIST_OFFSETS: self._list_offsets,
                     ApiKey.METADATA: self._metadata,
@@ -139,8 +142,8 @@ class ReplicaPort:
             raise InvalidConfig(f"a fetch of bytes_max={request.bytes_max}, wait_ms_max={request.wait_ms_max}: "
                                 f"ask for 1 to {PROTOCOL_FETCH_BYTES_MAX} bytes and wait 0 to "
                                 f"{PROTOCOL_FETCH_WAIT_MS_MAX} ms")
-        result = await self._replica.fetch(request.offset, request.bytes_max, request.wait_ms_max,
-                                           request.from_follower)
+        result = await self._fetches.run(session.peer, (request.topic, request.partition), self._replica.fetch(
+            request.offset, request.bytes_max, request.wait_ms_max, request.from_follower))
         return FetchAnswer(result.data, result.high_watermark, result.log_start_offset, result.log_end_offset), ()
 
     async def _list_offsets(self, session: Session, request: ListOffsetsRequest,

@@ -3,7 +3,8 @@
 ``VP_METADATA`` is answered from the node's watched view; ``VP_FETCH`` and ``VP_LIST_OFFSETS``
 by the VPs the node hosts (``ServedVps``: the read node's own coroutines, on its event loop), as
 the nodes' streams answered them. Each VP's error travels in its own answer, so one VP that
-moved does not fail the others of a fetch. ``VP_FETCH`` needs ``consume`` on the topic; the
+moved does not fail the others of a fetch. A connection has one ``VP_FETCH`` of a topic out: a
+newer one replaces it (``frontend.fetch_sessions``). ``VP_FETCH`` needs ``consume`` on the topic; the
 other two ``describe``.
 """
 
@@ -14,6 +15,7 @@ from typing import Callable, Protocol, Sequence
 
 from mafka4.errors import InvalidConfig, MafkaError, UnknownTopic
 from mafka4.frontend.cluster_view import ClusterView
+from mafka4.frontend.fetch_sessions import FetchSessions
 from mafka4.limits import PROTOCOL_FETCH_BYTES_MAX, PROTOCOL_FETCH_WAIT_MS_MAX
 from mafka4.protocol.error_codes import error_answer
 from mafka4.protocol.messages import ApiKey
@@ -41,6 +43,7 @@ class ServedVps(Protocol):
 class VpHandlers:
     def __init__(self, view: ClusterView, vps: ServedVps, check: Check):
         self._view, self._vps, self._check = view, vps, check
+        self._fetches = FetchSessions()  # one VP_FETCH of a topic out per connection: a newer one replaces it
 
     def handlers(self) -> dict:
         return {ApiKey.VP_METADATA: self._metadata, ApiKey.VP_FETCH: self._fetch,
@@ -65,7 +68,8 @@ class VpHandlers:
                                 f"ask for 1 to {PROTOCOL_FETCH_BYTES_MAX} bytes and wait 0 to "
                                 f"{PROTOCOL_FETCH_WAIT_MS_MAX} ms")
         reads = [ConsumerRead(VpId(request.topic, read.vp), read.offset) for read in request.reads]
-        answers = await self._vps.fetch(reads, request.bytes_max, request.wait_ms_max)
+        answers = await self._fetches.run(session.peer, request.topic,
+                                          self._vps.fetch(reads, request.bytes_max, request.wait_ms_max))
         return VpFetchAnswer(tuple(
             VpReadAnswer(b"", 0, 0, 0, error_answer(answer.error)) if answer.error is not None
             else VpReadAnswer(answer.read.data, answer.read.high_watermark, answer.read.log_start_offset,

@@ -226,7 +226,7 @@ def test_a_fetch_is_started_once_and_what_it_asked_for_comes_back_with_its_answe
     fetches = in_flight(monkeypatch)
     assert fetches.send("r0", "r0", calls.start(["read"]), [(3, 30)])
     assert calls.sent == [["read"]]
-    assert "r0" in fetches and list(fetches.sent()) == [[(3, 30)]]
+    assert "r0" in fetches and fetches.destinations() == ["r0"] and fetches.sent_to("r0") == [(3, 30)]
     calls.futures[0].set_result("answer")
     [(destination, sent, call)] = fetches.answered(timeout_s=1, idle_s=1)
     assert (destination, sent, call.result()) == ("r0", [(3, 30)], "answer")

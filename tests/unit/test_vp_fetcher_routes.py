@@ -44,7 +44,7 @@ class FailingOver:
     """VP 0 is led by ``r0``, which serves no port, until ``failover_after`` metadata requests; then by ``r1`` (here)."""
 
     def __init__(self, failover_after: int):
-        self.failover_after, self.metadata_asked, self.fetched = failover_after, 0, []
+        self.failover_after, self.metadata_asked, self.fetched, self.waits_ms = failover_after, 0, [], []
         self.address = ""
 
     def handlers(self) -> dict:
@@ -59,6 +59,7 @@ class FailingOver:
 
     async def _fetch(self, session, request, _buffers):
         self.fetched.extend((read.vp, read.offset) for read in request.reads)
+        self.waits_ms.append(request.wait_ms_max)
         await asyncio.sleep(0.05)
         return VpFetchAnswer(tuple(VpReadAnswer(b"", 0, 0, 0, None) for _ in request.reads)), ()
 
@@ -104,10 +105,11 @@ TWO_VPS = {"epoch": 0, "ranges": [[0, 1 << 63, 0], [1 << 63, 1 << 64, 1]], "cut"
 
 class LongPolling:
     """Read node ``r1`` leading VPs 0 and 1, with nothing to read: a fetch waits until ``release``
-    (or its wait bound). ``requests``: the VPs of each fetch received; ``waiting``: fetches not answered yet."""
+    (or its wait bound). ``requests``: the VPs of each fetch received; ``reads``: their (VP,
+    offset) pairs; ``waits_ms``: their waits; ``waiting``: fetches not answered yet."""
 
     def __init__(self):
-        self.address, self.requests, self.waiting = "", [], 0
+        self.address, self.requests, self.reads, self.waits_ms, self.waiting = "", [], [], [], 0
         self.released = asyncio.Event()
 
     def handlers(self) -> dict:
@@ -120,6 +122,8 @@ class LongPolling:
     async def _fetch(self, session, request, _buffers):
         self.waiting += 1
         self.requests.append(sorted(read.vp for read in request.reads))
+        self.reads.append([(read.vp, read.offset) for read in request.reads])
+        self.waits_ms.append(request.wait_ms_max)
         try:
             await asyncio.wait_for(self.released.wait(), request.wait_ms_max / 1000)
         except asyncio.TimeoutError:
@@ -144,3 +148,30 @@ def test_a_vp_added_while_its_nodes_fetch_is_out_is_sent_at_once_not_after_the_l
             fetcher.fetch(0.05)
         assert node.requests == [[0], [0, 1]], "VP 1 joined the fetch out to r1 in a new fetch"
         assert node.waiting == 2, "while the first long poll was still out (its answer is dropped)"
+
+
+def test_a_vp_sought_while_its_nodes_fetch_is_out_is_fetched_from_its_new_position_at_once():
+    node = LongPolling()
+    with fetcher_against(node, ConsumerConfig(fetch_wait_ms_max=60_000)) as fetcher:
+        fetcher.seek(0, 0)
+        fetcher.fetching.add(0)
+        deadline = time.monotonic() + 30
+        while not node.reads and time.monotonic() < deadline:
+            fetcher.fetch(0.05)
+        fetcher.seek(0, 5)
+        while len(node.reads) < 2 and time.monotonic() < deadline:
+            fetcher.fetch(0.05)
+        assert node.reads == [[(0, 0)], [(0, 5)]]
+        fetcher.fetch(0.05)
+        assert len(node.reads) == 2, "nothing changed: the fetch out asks for what is wanted"
+
+
+def test_an_idle_node_is_asked_with_longer_and_longer_waits_up_to_the_idle_bound():
+    node = FailingOver(failover_after=0)  # answers every fetch empty, 50 ms after it came
+    with fetcher_against(node, ConsumerConfig(fetch_wait_ms_max=10, fetch_idle_wait_ms_max=45)) as fetcher:
+        fetcher.seek(0, 0)
+        fetcher.fetching.add(0)
+        deadline = time.monotonic() + 30
+        while len(node.waits_ms) < 5 and time.monotonic() < deadline:
+            fetcher.fetch(0.2)
+        assert node.waits_ms[:5] == [10, 20, 40, 45, 45]

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from mafka4.errors import NotAuthorized, ReadReplicaNotInSync, UnknownTopic
+from mafka4.errors import FetchReplaced, NotAuthorized, ReadReplicaNotInSync, UnknownTopic
 from mafka4.frontend.node_port import NodePort
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
@@ -60,12 +60,36 @@ class HostedVps:
         return [3 if vp_id.vp == 0 else ReadReplicaNotInSync("not hosted") for vp_id in vp_ids]
 
 
-async def ask(endpoint: str, user: str, requests):
-    port = NodePort(endpoint, CLUSTER, "r0", HostedVps())
+class NothingNew(HostedVps):
+    """Every fetch parks for its whole wait: nothing new is ever fed."""
+
+    def __init__(self):
+        self.parked = 0
+
+    async def fetch(self, reads, bytes_max, wait_ms_max):
+        self.parked += 1
+        try:
+            await asyncio.sleep(wait_ms_max / 1000)
+        finally:
+            self.parked -= 1
+        return await super().fetch(reads, bytes_max, wait_ms_max)
+
+    async def until_parked(self, count: int) -> None:
+        while self.parked < count:
+            await asyncio.sleep(0.01)
+
+
+async def served_port(endpoint: str, vps) -> tuple[NodePort, str, int]:
+    port = NodePort(endpoint, CLUSTER, "r0", vps)
     await asyncio.to_thread(port.start_view)
+    host, _, number = (await port.start("127.0.0.1", 0)).rpartition(":")
+    return port, host, int(number)
+
+
+async def ask(endpoint: str, user: str, requests):
+    port, host, number = await served_port(endpoint, HostedVps())
     try:
-        host, _, number = (await port.start("127.0.0.1", 0)).rpartition(":")
-        connection = await ClientConnection.open(host, int(number), ScramClientExchange(user, PASSWORD))
+        connection = await ClientConnection.open(host, number, ScramClientExchange(user, PASSWORD))
         answers = []
         for request in requests:
             try:
@@ -105,3 +129,31 @@ def test_a_principal_without_an_acl_gets_nothing(etcd):
                                              VpFetchRequest("orders", (VpOffset(0, 0),), 1024, 0)]))
     assert [type(answer) for answer in answers] == [NotAuthorized, NotAuthorized]
     assert "describe" in answers[0].message and "consume" in answers[1].message
+
+
+def test_a_newer_fetch_on_a_connection_replaces_the_one_out_and_other_connections_keep_theirs(etcd):
+    """A consumer that changes what it reads sends its fetch again; the long poll it left must not
+    stay parked, holding one of the connection's request slots, until its wait ends."""
+    async def run():
+        vps = NothingNew()
+        port, host, number = await served_port(etcd, vps)
+        first, other = [await ClientConnection.open(host, number, ScramClientExchange("admin", PASSWORD))
+                        for _ in range(2)]
+        try:
+            def long_poll(connection, wait_ms: int):
+                request = VpFetchRequest("orders", (VpOffset(0, 0),), 1024, wait_ms)
+                return asyncio.ensure_future(connection.call(request, timeout_s=60))
+            replaced, kept = long_poll(first, 30_000), long_poll(other, 300)
+            await vps.until_parked(2)
+            newest = await long_poll(first, 0)
+            with pytest.raises(FetchReplaced, match="replaced this one"):
+                await asyncio.wait_for(replaced, 10)
+            answer, _ = await kept
+            return newest[0], answer
+        finally:
+            first.close()
+            other.close()
+            port.close()
+
+    newest, kept = asyncio.run(run())
+    assert bytes(newest.answers[0].data) == b"vp0 batches" and bytes(kept.answers[0].data) == b"vp0 batches"
