@@ -32,8 +32,10 @@ it out of the percentiles and ratios.
 
 **The same in both modes.** One producer: keyed messages of ``message_bytes`` over ``keys``
 keys drawn by the same seed, acks=all, linger_ms 1, ``rate_msgs_per_s`` for ``duration_s``. N
-consumers of one group, each a thread of this driver process running the same ``Consumer``
-code with its defaults (the range assignor, auto-commit every 5 s). Replication factor and
+consumers of one group, each a process of its own (``simulations.scaling.consumer_process``, as
+a deployment runs them: as threads of this driver they shared the producer's GIL) running the
+same ``Consumer`` code with its defaults (the range assignor, auto-commit every 5 s); the group's
+settling time includes starting their interpreters. Replication factor and
 min_insync_replicas ``replication_factor``. ``nodes`` simulated machines on this machine's
 cores. Nothing is slowed down on purpose in either mode.
 
@@ -51,12 +53,16 @@ cores. Nothing is slowed down on purpose in either mode.
   read node) and the VP's high watermark; in Mafka3 below the partition's high watermark, at
   its leader.
 * *CPU pinning* (``pin_cpus``, ``simulations.scaling.pinning``): the usable CPUs are split into a
-  write set (first half) and a read set (the rest), and a node's raylet, and so every actor it
-  runs, is pinned to one. Mafka4: write nodes on the write set, read nodes on the read set, so
-  writing gets half the cores and reading the other half. Mafka3: the first ``nodes // 2``
-  brokers on the write set and the others on the read set, so its replicas and the fetches
-  they serve run on all the cores. The head (this driver: the producer and the consumers), the
-  controller and etcd are not pinned in either mode. ``--no-pin`` turns pinning off for both.
+  write set (first half) and a read set (the rest), standing for the write side's machines and
+  the read side's. A node's raylet, and so every actor it runs, is pinned to one: Mafka4's
+  write nodes to the write set and its read nodes to the read set; Mafka3's first ``nodes // 2``
+  brokers to the write set and the others to the read set, so its replicas and the fetches
+  they serve run on all the cores. The clients get the same layout in both modes: the producer
+  (this driver, while it measures) on the write set, every consumer's process (and the
+  driver's thread that collects what they polled) on the read set. So no consumer shares a
+  CPU with Mafka4's write nodes; on 2 cores the producer has to share one with them, in both
+  modes. The controller, etcd and Ray's own processes are not pinned. ``--no-pin`` turns
+  pinning off for both.
 * *Group protocol.* Mafka3 members rebalance eagerly over partitions; Mafka4 members own VPs.
   Either way the group has settled before the producer starts, and no member joins or leaves
   during a measurement.
@@ -66,24 +72,26 @@ cores. Nothing is slowed down on purpose in either mode.
 **Resumable.** A configuration whose Parquet file exists is not run again, so an interrupted
 run continues where it stopped (same ``--out`` and seed).
 
-**Limits on this machine**: every client shares one Python process, and write-side,
-read-side and client work share 2 cores, so latencies include scheduling noise; compare
-modes within one run.
+**Limits on this machine**: the producer shares the driver's Python process, each consumer
+has one of its own, and write-side, read-side and client work share 2 cores, so latencies
+include scheduling noise; compare modes within one run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import multiprocessing.connection
 import os
 import random
 import struct
+import subprocess
 import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from mafka4.coordinator.groups.partition_protocol import validate_group_name
 from mafka4.errors import InvalidConfig, MafkaError
@@ -99,6 +107,9 @@ VALUE_HEADER = struct.Struct(">Q")  # the message's sequence number, then paddin
 GROUP_STABLE_S_MAX = 180
 SETTLE_LOAD_WAIT_S_MAX = 180
 POLL_TIMEOUT_MS = 100
+# After the run: how long a consumer process may take to stop (close: commit, leave the group)
+# before it is killed.
+CONSUMER_STOP_S_MAX = 30
 # Repetition r numbers its messages from r * SEQUENCE_STRIDE: the consumers of one group see
 # every repetition, and a late duplicate must count for the repetition it belongs to.
 SEQUENCE_STRIDE = 1 << 40
@@ -179,11 +190,20 @@ class ScalingSettings:
 @dataclass
 class _ConsumerLog:
     """What one consumer saw: sequence number -> (wall ms at poll, partition or VP, offset there),
-    and sequence number -> deliveries after its first one here (duplicates)."""
+    and sequence number -> deliveries after its first one here (duplicates); and the ``repr`` of
+    what its consumer raised, or why its process ended, if it failed."""
 
     seen: dict[int, tuple[float, int, int]] = field(default_factory=dict)
     redelivered: dict[int, int] = field(default_factory=dict)
-    error: BaseException | None = None
+    error: str | None = None
+
+    def record(self, polled: Iterable[tuple[int, float, int, int]]) -> None:
+        """Add what one poll returned, each message as (sequence, wall ms at the poll, partition or VP, offset)."""
+        for sequence, now_ms, partition, offset in polled:
+            if sequence in self.seen:
+                self.redelivered[sequence] = self.redelivered.get(sequence, 0) + 1
+            else:
+                self.seen[sequence] = (now_ms, partition, offset)
 
 
 @dataclass
@@ -214,10 +234,15 @@ def cluster_config(mode: ReadMode, settings: ScalingSettings) -> ClusterConfig:
     return ClusterConfig(write_nodes=settings.nodes // 2, read_nodes=settings.nodes // 2)
 
 
+def cpu_sets(cpus: list[int]) -> tuple[list[int], list[int]]:
+    """(write set, read set): the first half of the CPUs, and the rest."""
+    half = max(1, len(cpus) // 2)
+    return cpus[:half], cpus[half:] or cpus[:half]
+
+
 def cpu_plan(mode: ReadMode, settings: ScalingSettings, cpus: list[int]) -> dict[str, list[int]]:
     """Node id -> CPU set: write set = first half of the CPUs, read set = the rest."""
-    half = max(1, len(cpus) // 2)
-    write_set, read_set = cpus[:half], cpus[half:] or cpus[:half]
+    write_set, read_set = cpu_sets(cpus)
     config = cluster_config(mode, settings)
     if mode is ReadMode.MAFKA3:  # brokers only: half of them stand on the read side's machines
         return {f"w{i}": (write_set if i < config.write_nodes // 2 else read_set) for i in range(config.write_nodes)}
@@ -293,6 +318,7 @@ def _run_configuration(cluster: TemporaryCluster, settings: ScalingSettings, mod
     """Measure one configuration's ``repetitions`` on one topic and group; each one's event log is
     written, then ``report(repetition, path, undelivered, what)`` called."""
     from mafka4.client.admin import Admin
+    from simulations.scaling.pinning import usable_cpus
     from simulations.schema import RunInfo, git_commit, write_events  # pyarrow: only when writing
 
     admin = Admin(cluster.connection)
@@ -311,7 +337,9 @@ def _run_configuration(cluster: TemporaryCluster, settings: ScalingSettings, mod
     try:
         footprint = topic_footprint(admin, topic, cluster.connection)
         trace = _topic_trace(admin, topic, cluster.connection)
-        with _Group(cluster.connection, topic, consumers) as group:
+        write_set, read_set = cpu_sets(usable_cpus())
+        with _Group(cluster.connection, topic, consumers, read_set if settings.pin_cpus else None) as group, \
+                _driver_pinned(write_set if settings.pin_cpus else None, group.collector_thread, read_set):
             settled_s = time.monotonic() - began - created_s
             quieted_s = _wait_for_load_below(settings.settle_load)
             for repetition in repetitions:
@@ -391,26 +419,65 @@ def topic_footprint(admin, topic: str, connection) -> dict[str, int]:
             "actors": physical_replicas + len(read_nodes)}
 
 
+@contextlib.contextmanager
+def _driver_pinned(cpus: list[int] | None, collector_thread: int | None, collector_cpus: list[int]) -> Iterator[None]:
+    """This driver (the producer) on ``cpus`` while inside, but its collector of what the consumers
+    polled, their work, on ``collector_cpus``; None: unpinned."""
+    from simulations.scaling.pinning import pin_threads
+
+    if cpus is None:
+        yield
+        return
+    before = pin_threads(os.getpid(), cpus)
+    if collector_thread is not None:
+        os.sched_setaffinity(collector_thread, collector_cpus)
+    try:
+        yield
+    finally:
+        pin_threads(os.getpid(), sorted(before))
+
+
 class _Group:
-    """``consumers`` members of one group reading ``topic``, each polling on a thread of its own
-    into its ``_ConsumerLog``; entered once every member owns something, so production then
-    measures a settled group."""
+    """``consumers`` members of one group reading ``topic``, each a process of its own
+    (``simulations.scaling.consumer_process``: as threads of this driver they shared the producer's
+    GIL and lengthened its tail latency as N grew). One thread of this driver collects what each
+    polled into its ``_ConsumerLog``. Entered once every member owns something, so production then
+    measures a settled group; left with every member stopped, or killed."""
 
-    def __init__(self, connection, topic: str, consumers: int):
-        from mafka4.client.consumer import Consumer
+    def __init__(self, connection, topic: str, consumers: int, cpus: list[int] | None):
+        """``cpus``: where the members' processes run (None: anywhere)."""
+        from mafka4.client.cluster_access import cluster_access
 
-        group = validate_group_name(f"{topic}-group")
-        self._stop = threading.Event()
-        self.members = [Consumer(topic, group=group, connection=connection, from_beginning=True) for _ in range(consumers)]
-        self.logs = [_ConsumerLog() for _ in self.members]
-        self._threads = [threading.Thread(target=_consume, args=(member, log, self._stop), daemon=True, name=f"consumer-{i}")
-                         for i, (member, log) in enumerate(zip(self.members, self.logs))]
+        self._access = cluster_access(connection)  # once, here: a member imports neither Ray nor etcd
+        self._topic = topic
+        self._group = validate_group_name(f"{topic}-group")
+        self.logs = [_ConsumerLog() for _ in range(consumers)]
+        self._assigned = [0] * consumers  # each member's assignment size, as it last told
+        self._lock = threading.Lock()  # the collector writes the logs and the sizes; the driver reads them
+        self._stopping = threading.Event()
+        self._members: list[tuple[subprocess.Popen, multiprocessing.connection.Connection]] = []
+        self._collector = threading.Thread(target=self._collect, daemon=True, name="consumer-collector")
+        self._cpus = cpus
+
+    @property
+    def collector_thread(self) -> int | None:
+        """The native id of the thread that collects what the members polled."""
+        return self._collector.native_id
 
     def __enter__(self) -> "_Group":
-        for thread in self._threads:
-            thread.start()
+        from simulations.scaling.consumer_process import start
+        from simulations.scaling.pinning import pin_threads
+
         try:
-            _wait_for_group(self.members, self.logs)
+            for _ in self.logs:  # not waited for: the members' interpreters start side by side
+                self._members.append(start(self._access, self._topic, self._group))
+                if self._cpus is not None:  # before its interpreter starts a thread
+                    pin_threads(self._members[-1][0].pid, self._cpus)
+            self._collector.start()
+            self._wait_until_settled()
+            if self._cpus is not None:
+                for process, _ in self._members:  # and every thread each started since
+                    pin_threads(process.pid, self._cpus)
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -419,56 +486,85 @@ class _Group:
     def drain(self, expected: set[int], seconds_max: float) -> None:
         """Until the members have seen every one of ``expected``, for at most ``seconds_max``."""
         deadline = time.monotonic() + seconds_max
-        while time.monotonic() < deadline and not expected <= _seen(self.logs):
+        while time.monotonic() < deadline:
+            with self._lock:
+                if expected <= _seen(self.logs):
+                    return
             _raise_consumer_error(self.logs)
             time.sleep(0.1)
 
     def __exit__(self, *exc_info) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=30)
-        for member in self.members:
-            try:
-                member.close()
-            except MafkaError:
-                pass  # the measurement is complete; a failed final commit changes nothing in it
+        from simulations.scaling.consumer_process import Stop
 
+        self._stopping.set()
+        for _, channel in self._members:
+            with contextlib.suppress(OSError):  # its process is gone already
+                channel.send(Stop())
+        deadline = time.monotonic() + CONSUMER_STOP_S_MAX
+        try:
+            for process, _ in self._members:  # one deadline for all: they stop side by side
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        finally:  # also when interrupted while waiting
+            for process, _ in self._members:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+        if self._collector.ident is not None:
+            self._collector.join(timeout=CONSUMER_STOP_S_MAX)  # every member's end is closed: it returns
+        if not self._collector.is_alive():
+            for _, channel in self._members:
+                channel.close()
 
-def _consume(consumer, log: _ConsumerLog, stop: threading.Event) -> None:
-    try:
-        while not stop.is_set():
-            messages = consumer.poll(timeout_ms=POLL_TIMEOUT_MS)
-            now_ms = time.time() * 1000
-            for message in messages:
-                (sequence,) = VALUE_HEADER.unpack_from(message.value)
-                if sequence in log.seen:
-                    log.redelivered[sequence] = log.redelivered.get(sequence, 0) + 1
-                else:
-                    log.seen[sequence] = (now_ms, message.partition, message.offset)
-    except BaseException as error:  # reported by the driver, which owns the run
-        log.error = error
+    def _collect(self) -> None:
+        """Until every member's end of its wire has closed: what it polled, its assignment's size, its failure."""
+        from simulations.scaling.consumer_process import Assigned, Failed, Polled
+
+        open_channels = {channel: i for i, (_, channel) in enumerate(self._members)}
+        while open_channels:
+            for channel in multiprocessing.connection.wait(list(open_channels)):
+                i = open_channels[channel]
+                try:
+                    report = channel.recv()
+                except (EOFError, OSError):
+                    del open_channels[channel]
+                    if not self._stopping.is_set() and self.logs[i].error is None:
+                        process = self._members[i][0]
+                        self.logs[i].error = (f"consumer process {process.pid} ended before the run did "
+                                              f"(exit code {process.poll()}): see its output above")
+                    continue
+                with self._lock:
+                    if isinstance(report, Polled):
+                        self.logs[i].record(report.messages)
+                    elif isinstance(report, Assigned):
+                        self._assigned[i] = report.size
+                    else:
+                        assert isinstance(report, Failed), report
+                        self.logs[i].error = report.error
+
+    def _wait_until_settled(self) -> None:
+        """Until every member owns something: production then measures a settled group."""
+        deadline = time.monotonic() + GROUP_STABLE_S_MAX
+        while True:
+            with self._lock:
+                sizes = list(self._assigned)
+            if all(sizes):
+                return
+            _raise_consumer_error(self.logs)
+            if time.monotonic() > deadline:
+                raise ExperimentFailed(f"the group did not settle in {GROUP_STABLE_S_MAX} s (assignment sizes {sizes}): "
+                                       f"see the cluster's logs; rerun with the same --out to resume")
+            time.sleep(0.1)
 
 
 def _raise_consumer_error(logs: list[_ConsumerLog]) -> None:
     for log in logs:
         if log.error is not None:
-            raise ExperimentFailed(f"a consumer failed during the run: {log.error!r}") from log.error
+            raise ExperimentFailed(f"a consumer failed during the run: {log.error}")
 
 
 def _seen(logs: list[_ConsumerLog]) -> set[int]:
     return set().union(*(log.seen.keys() for log in logs))
-
-
-def _wait_for_group(members, logs: list[_ConsumerLog]) -> None:
-    """Until every member owns something: production then measures a settled group."""
-    deadline = time.monotonic() + GROUP_STABLE_S_MAX
-    while not all(member.assignment() for member in members):
-        _raise_consumer_error(logs)
-        if time.monotonic() > deadline:
-            sizes = [len(member.assignment()) for member in members]
-            raise ExperimentFailed(f"the group did not settle in {GROUP_STABLE_S_MAX} s (assignment sizes {sizes}): "
-                                   f"see the cluster's logs; rerun with the same --out to resume")
-        time.sleep(0.1)
 
 
 def producer_partitions(connection, topic: str) -> int:

@@ -4,7 +4,12 @@ A simulated node of the local cluster is one Ray raylet (``runtime.ray_cluster``
 actor of that node runs in a worker process the raylet forks, and a forked process inherits
 its parent's CPU affinity. So pinning a raylet and its current descendants pins everything
 that node will ever run. The experiment uses it to give write-side and read-side actors
-separate cores; the head (drivers, controller) stays unpinned.
+separate cores; the head's own processes (the controller, Ray's) stay unpinned.
+
+Clients are pinned too (``pin_threads``): the producer (the experiment's driver) on the write
+set, each consumer's process on the read set. A thread created later inherits its creator's
+set, but the threads that exist already must be pinned one by one (Linux's affinity is per
+thread), so every thread of the process is.
 
 A raylet is recognised by its command line: the ``--static_resource_list`` names the node's
 own resource (``mafka4_node_<id>``), and its socket paths lie under the cluster's Ray temp dir,
@@ -13,6 +18,8 @@ so two clusters on one machine are never confused. Nothing is ever signalled her
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -32,6 +39,16 @@ def check_cpu_set(cpus: Sequence[int]) -> tuple[int, ...]:
         raise InvalidConfig(f"CPU set {list(cpus)} is not a non-empty subset of this machine's usable CPUs {usable}: "
                             f"pick CPUs from that list")
     return tuple(sorted(set(cpus)))
+
+
+def pin_threads(pid: int, cpus: Sequence[int]) -> set[int]:
+    """Pin every thread of process ``pid`` to ``cpus``; the set its main thread had before."""
+    cpu_set = set(check_cpu_set(cpus))
+    before = os.sched_getaffinity(pid)
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile needs no pinning
+            os.sched_setaffinity(int(task), cpu_set)
+    return before
 
 
 def _raylet_of(node_id: str, ray_temp_dir: Path) -> psutil.Process:

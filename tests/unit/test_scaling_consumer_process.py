@@ -1,0 +1,72 @@
+"""The scaling experiment's consumers: what a member polled folds into its log, a member process
+imports neither Ray nor etcd, a member that fails fails the run and leaves no process behind, and
+pinning a client's process pins all its threads.
+
+No cluster: the failing member is given an address where no node listens.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mafka4.client.bootstrap import Credential
+from mafka4.client.cluster_access import ClusterAccess
+from mafka4.metadata.endpoints import HostPort
+from simulations.scaling import consumer_process
+from simulations.scaling.experiment import ExperimentFailed, _ConsumerLog, _Group
+
+
+def test_a_log_keeps_the_first_poll_of_a_message_and_counts_its_redeliveries():
+    log = _ConsumerLog()
+    log.record([(100, 5.0, 3, 0), (101, 5.0, 3, 1)])
+    log.record([(100, 9.0, 4, 7), (102, 9.0, 4, 8), (100, 9.5, 4, 7)])  # 100 again: after a handover, then twice
+    assert log.seen == {100: (5.0, 3, 0), 101: (5.0, 3, 1), 102: (9.0, 4, 8)}
+    assert log.redelivered == {100: 2}
+
+
+def test_a_member_process_imports_neither_ray_nor_etcd():
+    program = ("import sys, simulations.scaling.consumer_process; "
+               "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'etcd3', 'grpc'))))")
+    found = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True).stdout.split()
+    assert found == [], f"a consumer process imported {found}"
+
+
+def test_a_member_that_fails_fails_the_run_and_no_member_process_is_left(monkeypatch):
+    started = []
+
+    def start(*args):
+        process, channel = real_start(*args)
+        started.append(process)
+        return process, channel
+
+    real_start = consumer_process.start
+    monkeypatch.setattr(consumer_process, "start", start)
+    nowhere = ClusterAccess((HostPort("127.0.0.1", 1),), Credential("nobody", "none"))  # port 1: no node there
+    with pytest.raises(ExperimentFailed, match="a consumer failed during the run: ClusterNotRunning"):
+        with _Group(nowhere, "scaling-test", consumers=2, cpus=None):
+            pytest.fail("a group whose members cannot reach a node never settles")
+    assert len(started) == 2 and all(process.poll() is not None for process in started)
+
+
+def test_every_thread_of_a_pinned_process_runs_on_the_cpus_given():
+    from simulations.scaling.pinning import pin_threads, usable_cpus
+
+    program = "import threading, time; [threading.Thread(target=time.sleep, args=(30,), daemon=True).start() for _ in range(3)]; time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", program])
+    try:
+        deadline = time.monotonic() + 30
+        while len(os.listdir(f"/proc/{child.pid}/task")) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        cpu = usable_cpus()[-1]
+        before = pin_threads(child.pid, [cpu])
+        affinities = {int(task): os.sched_getaffinity(int(task)) for task in os.listdir(f"/proc/{child.pid}/task")}
+    finally:
+        child.kill()
+        child.wait()
+    assert before == set(usable_cpus())
+    assert len(affinities) >= 4 and all(found == {cpu} for found in affinities.values()), affinities
