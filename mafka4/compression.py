@@ -27,9 +27,6 @@ from __future__ import annotations
 import enum
 import threading
 
-import lz4.frame
-import zstandard
-
 from mafka4.errors import CorruptRecord, InvalidConfig, UnknownCodec
 
 CODEC_MASK = 0x07  # the low bits of a batch's attributes that hold its codec id
@@ -90,6 +87,16 @@ def known_ids() -> str:
 
 _contexts = threading.local()
 
+# Bound by _import_codecs on the first compress or decompress, not with this module: limits.py
+# imports Codec, so every client command would pay about 10 ms for libraries most never call.
+lz4 = zstandard = None
+
+
+def _import_codecs() -> None:
+    global lz4, zstandard
+    import lz4.frame
+    import zstandard  # bound last: a thread that sees it bound sees lz4 bound too
+
 
 def _zstd_compressor() -> zstandard.ZstdCompressor:
     compressor = getattr(_contexts, "zstd_compressor", None)
@@ -109,6 +116,8 @@ def compress(codec: Codec, payload: bytes) -> bytes:
     """``payload`` in ``codec``'s framing (see the module docstring)."""
     if codec is Codec.NONE:
         return payload
+    if zstandard is None:
+        _import_codecs()
     if codec is Codec.LZ4:
         return lz4.frame.compress(payload, compression_level=LZ4_LEVEL, store_size=True)
     assert codec is Codec.ZSTD, codec
@@ -123,6 +132,8 @@ def decompress(codec: Codec, data: bytes | memoryview, size_max: int) -> bytes:
     """
     if codec is Codec.NONE:
         return bytes(data)
+    if zstandard is None:
+        _import_codecs()
     try:
         if codec is Codec.LZ4:
             return _lz4_decompress(data, size_max)

@@ -86,17 +86,13 @@ def builtin_benches() -> tuple[Bench, ...]:
     )
 
 
-def add_commands(commands, with_benches: bool = True, with_plugins: bool = True) -> None:
-    """``mafka4 bench``, with ``with_benches`` the operator's benches, and with ``with_plugins`` the
-    benches of other packages too (a command line that runs no bench needs neither)."""
+def add_commands(commands) -> None:
+    """``mafka4 bench`` with every bench: the operator's, then other packages'."""
     bench_parser = commands.add_parser("bench", help="benchmarks")
     benches = bench_parser.add_subparsers(dest="bench_command", required=True, metavar="WHAT")
-    if not with_benches:
-        return
     for bench in builtin_benches():
         _add_bench(benches, bench)
-    if with_plugins:
-        plugins.add_benches(benches.choices, lambda name, bench: _add_bench(benches, _checked(name, bench)))
+    plugins.add_benches(benches.choices, lambda name, bench: _add_bench(benches, _checked(name, bench)))
 
 
 def _checked(name: str, bench: object) -> Bench:

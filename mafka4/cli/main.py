@@ -8,28 +8,40 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from typing import Sequence
 
-from mafka4.cli import bench, clients, cluster, groups, plugins, security, topics
+from mafka4.cli import plugins
 from mafka4.errors import MafkaError
+
+# The modules of mafka4.cli that add the built-in commands, in the order the help lists them, with
+# the commands each adds: a command line runs one of them, and needs no other module's parsers.
+COMMAND_MODULES = {
+    "cluster": ("up", "down", "status", "demo"),
+    "topics": ("topic", "scale"),
+    "clients": ("produce", "consume"),
+    "groups": ("group",),
+    "security": ("user", "acl"),
+    "bench": ("bench",),
+}
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of every ``mafka4`` command, or, given the first word of a command line, of what it needs.
 
-    The commands and benches of other packages (``plugins``) are loaded unless ``command`` names a
-    built-in command that cannot run them: a built-in command never imports them, while the help
-    and an unknown word list them all, and ``mafka4 bench`` loads the benches but no command. The
-    operator's benches are left out likewise for any other built-in command.
+    A built-in command needs only the parsers its own module adds (``COMMAND_MODULES``): the other
+    modules are neither imported nor built, nor are the commands of other packages (``plugins``),
+    so a client command pays for none of them; ``mafka4 bench`` builds every bench, other
+    packages' too. The help, and any other word (another package's command, or a mistake),
+    build every command.
     """
     parser = argparse.ArgumentParser(prog="mafka4", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (cluster, topics, clients, groups, security):
-        group.add_commands(commands)
-    bench.add_commands(commands, with_benches=command not in commands.choices or command == "bench",
-                       with_plugins=command not in commands.choices)
-    if command not in commands.choices:
+    own = [module for module, names in COMMAND_MODULES.items() if command in names]
+    for module in own or COMMAND_MODULES:
+        importlib.import_module(f"mafka4.cli.{module}").add_commands(commands)
+    if not own:
         plugins.add_commands(commands)
     return parser
 

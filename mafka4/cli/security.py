@@ -9,7 +9,6 @@ or a rule is checked before connecting, so that a bad one is reported as such (e
 from __future__ import annotations
 
 import argparse
-import getpass
 import sys
 
 from mafka4.errors import InvalidConfig
@@ -49,6 +48,8 @@ def add_commands(commands) -> None:
 
 
 def _read_password(args: argparse.Namespace) -> str:
+    import getpass  # here: it loads the terminal's modules, which every other command would pay for
+
     if args.password_stdin:
         # One line, as `docker login --password-stdin` reads it: the newline that ends it is no part of it.
         return validate_password(sys.stdin.read().rstrip("\r\n"), args.name)

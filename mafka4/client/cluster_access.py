@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mafka4.client.bootstrap import Credential, bootstrap_nodes, client_credential
-from mafka4.metadata import keys
 from mafka4.metadata.endpoints import HostPort, parse_endpoints
 
 
@@ -47,6 +46,8 @@ def cluster_access(where: object = None) -> ClusterAccess:
 
 def _live_addresses(store, cluster: str) -> tuple[HostPort, ...]:
     """The client addresses in the liveness keys of ``cluster``'s read nodes, then of its replicas."""
+    from mafka4.metadata import keys  # here: a client that is not such a process never reads etcd's keys
+
     items = [*store.get_prefix(keys.read_nodes_prefix(cluster)), *store.get_prefix(keys.replicas_prefix(cluster))]
     return tuple(parse_endpoints(item.value["client"], what=f"the client address in {item.key}")[0]
                  for item in items if isinstance(item.value, dict) and item.value.get("client"))

@@ -8,11 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mafka4.client.client_loop import client_loop
 from mafka4.client.cluster_access import ClusterAccess
-from mafka4.client.leader_routes import LeaderRoutes
 from mafka4.client.node_connection import call_once
-from mafka4.client.node_links import NodeLinks
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.protocol.metadata_api import MetadataAnswer, MetadataRequest
 
@@ -29,6 +26,11 @@ def list_topics(home: Path | None = None) -> list[str]:
 
 def topic_metadata(access: ClusterAccess, topic: str) -> TopicMetadata:
     """``topic``'s config and partitions, as any node of ``access`` tells; ``UnknownTopic`` if it does not exist."""
+    # Imported here: they bring the data APIs (produce, fetch), which listing topics never sends.
+    from mafka4.client.client_loop import client_loop
+    from mafka4.client.leader_routes import LeaderRoutes
+    from mafka4.client.node_links import NodeLinks
+
     async def ask() -> TopicMetadata:
         links = NodeLinks(access)
         try:

@@ -24,7 +24,6 @@ from mafka4.protocol.error_codes import raised_error
 from mafka4.protocol.frames import Envelope, decode_frame, encode_frame, frame_reader
 from mafka4.protocol.messages import (ApiVersionsRequest, Kind, SaslAuthenticateRequest, SaslHandshakeRequest,
                                       api_name, api_of)
-from mafka4.protocol.session import ANONYMOUS
 from mafka4.transport.framed_connection import FramedConnection
 from mafka4.transport.stream_frames import Frame
 
@@ -89,6 +88,8 @@ class ClientConnection:
                                      f"{list(versions.versions)}, this client {PROTOCOL_VERSION}: use a client "
                                      f"and a cluster of matching versions")
         if exchange is None:
+            from mafka4.protocol.session import ANONYMOUS  # here: a client needs no more of the server's session rules
+
             self.principal = ANONYMOUS
             return
         if exchange.mechanism not in versions.mechanisms:

@@ -8,6 +8,8 @@ the settings they were given. The benches of ``benchmarks`` come through the ent
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 import subprocess
 import sys
@@ -23,6 +25,7 @@ from mafka4.bench.produce_settings import ProduceBenchSettings
 from mafka4.bench.vp_join import VpJoinBenchSettings
 from mafka4.cli import bench as bench_commands
 from mafka4.cli import plugins
+from mafka4.cli.main import COMMAND_MODULES
 from mafka4.errors import ClusterNotRunning, InvalidTopicName
 
 # The options of every bench, as README.md and earlier releases document them (redis-streams' backlog is
@@ -69,11 +72,29 @@ def subparser(*path: str):
     return parser
 
 
+def subcommands(parser) -> dict:
+    return next(action for action in parser._subparsers._group_actions).choices
+
+
 def test_every_built_in_command_is_registered_with_help():
     names = set(next(action for action in cli.build_parser()._subparsers._group_actions).choices)
     assert {"up", "down", "status", "demo", "topic", "scale", "produce", "consume", "group", "bench"} <= names
     help_text = cli.build_parser().format_help()
     assert "start a local cluster" in help_text and "send one message per line of standard input" in help_text
+
+
+def test_each_built_in_command_is_built_from_the_module_main_names_for_it():
+    """A command line builds the parsers of its own command's module alone (``COMMAND_MODULES``):
+    a command missing there, or named with another module, would not parse, or build them all."""
+    listed = []
+    for module, names in COMMAND_MODULES.items():
+        commands = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(f"mafka4.cli.{module}").add_commands(commands)
+        assert tuple(commands.choices) == names, module
+        listed += names
+        for name in names:
+            assert set(subcommands(cli.build_parser(name))) == set(names), name
+    assert list(subcommands(cli.build_parser()))[:len(listed)] == listed, "the help lists them in this order"
 
 
 def test_command_lines_parse_to_the_documented_defaults():
