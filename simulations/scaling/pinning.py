@@ -42,8 +42,12 @@ def check_cpu_set(cpus: Sequence[int]) -> tuple[int, ...]:
 
 
 def pin_threads(pid: int, cpus: Sequence[int]) -> set[int]:
-    """Pin every thread of process ``pid`` to ``cpus``; the set its main thread had before."""
-    cpu_set = set(check_cpu_set(cpus))
+    """Pin every thread of process ``pid`` to ``cpus``; the set its main thread had before.
+
+    ``cpus`` is not checked against ``usable_cpus``: that is this process's own set, which is
+    narrower while this driver is pinned, and a pinned process is given back its wider set."""
+    cpu_set = set(cpus)
+    assert cpu_set, "a CPU set holds at least one CPU"
     before = os.sched_getaffinity(pid)
     for task in os.listdir(f"/proc/{pid}/task"):
         with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile needs no pinning

@@ -65,8 +65,14 @@ def test_every_thread_of_a_pinned_process_runs_on_the_cpus_given():
         cpu = usable_cpus()[-1]
         before = pin_threads(child.pid, [cpu])
         affinities = {int(task): os.sched_getaffinity(int(task)) for task in os.listdir(f"/proc/{child.pid}/task")}
+        pin_threads(os.getpid(), [cpu])  # this process pinned too, as the driver is while it measures
+        try:
+            pin_threads(child.pid, sorted(before))  # given back a set wider than this process's own
+        finally:
+            pin_threads(os.getpid(), sorted(before))
+        restored = os.sched_getaffinity(child.pid)
     finally:
         child.kill()
         child.wait()
-    assert before == set(usable_cpus())
+    assert before == set(usable_cpus()) == restored
     assert len(affinities) >= 4 and all(found == {cpu} for found in affinities.values()), affinities
