@@ -16,22 +16,6 @@ batches before this bit carried it in, which readers still read. A consumer leav
 (``with_sources=False``) and never builds it: as a header per record it had cost a consumer of a
 VP about half again its decoding (4.2 against 2.5-3.1 µs per message).
 
-Key-hash column (attribute bit 4; only in a producer's batch, never with sources:
-``batch_frame.check_producer_batch``). The payload is then the array
-``[records, message_hashes, record_ends]``: ``records`` as above; ``message_hashes`` one bin of
-8 bytes per record, in order, each the big-endian uint64 that places the record in a virtual
-partition (``virtual.ranges.message_hash``): ``key_hash(key)`` for a keyed record, and for a
-keyless one its round-robin hash ``keyless_hash(producer_id, partition, base_sequence + i)``
-(so a batch with the column has a producer id); ``record_ends`` one bin of 4 bytes per record,
-big-endian uint32, where record ``i``'s msgpack bytes end, counted from the first byte of the
-uncompressed payload. Record 0 starts right after the records array's header (at byte
-``1 + len(array_header(count))``), record ``i`` where record ``i - 1`` ends, and the last one
-ends where the records array does. The producer hashed each key anyway to pick a partition, so
-a read node splits the batch by these two columns (``virtual.column_split``): it copies each
-record's bytes to its VP's batch and never decodes one. A reader of the records (a consumer, a
-checker, a feeder splitting a batch without the column) checks the columns' sizes and ignores
-them: two bins of 12 bytes a record cost a copy, against microseconds a record to decode.
-
 Compression (``mafka4.compression``). The payload is compressed as a whole with the codec of
 the batch's attributes; the CRC covers the compressed bytes (``batch_frame``). Only readers
 that need the records decompress (consumers, and the feeder, which writes each VP sub-batch
@@ -43,14 +27,14 @@ from __future__ import annotations
 
 import struct
 import threading
-from itertools import accumulate, repeat
+from itertools import repeat
 from operator import add
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import msgpack
 
-from mafka4.batch_frame import (ATTRIBUTE_KEY_HASHES, ATTRIBUTE_SOURCES, HEADER_BYTES, NO_PRODUCER_ID, NO_SEQUENCE,
-                                PAYLOAD_BYTES_MAX, BatchHeader, check_batch, frame_payload, iter_batches)
+from mafka4.batch_frame import (ATTRIBUTE_SOURCES, HEADER_BYTES, NO_PRODUCER_ID, NO_SEQUENCE, PAYLOAD_BYTES_MAX,
+                                BatchHeader, check_batch, frame_payload, iter_batches)
 from mafka4.collector import collection_paused
 from mafka4.compression import Codec, compress, decompress
 from mafka4.errors import CorruptRecord
@@ -58,9 +42,6 @@ from mafka4.limits import PAYLOAD_PACKER_KEPT_BYTES_MAX
 
 SOURCE_HEADER = "mafka4.src"  # how a record's source reads as a header
 SOURCE = struct.Struct(">iq")  # one record's source: physical partition, physical offset
-MESSAGE_HASH_BYTES = 8  # one record's entry in the key-hash column: big-endian uint64
-RECORD_END_BYTES = 4  # one record's end in the payload: big-endian uint32
-_U8, _U16, _U32 = struct.Struct(">B"), struct.Struct(">H"), struct.Struct(">I")
 
 
 class Record(NamedTuple):
@@ -153,82 +134,34 @@ def encode_record_arrays(
     base_sequence: int = NO_SEQUENCE,
     codec: Codec = Codec.NONE,
     sources: bytes | None = None,
-    message_hashes: bytes | None = None,
 ) -> bytes:
     """Encode records already in payload form, ``(timestamp_delta_ms, key, value, headers or None)``
     each (tuples pack as msgpack arrays), into one unstamped batch. The producer keeps its records
     this way from the start, so encoding a batch is one msgpack call.
 
     ``sources``: the records' sources, ``SOURCE``-packed one after another (a VP batch; see the
-    module doc). ``message_hashes``: the key-hash column, ``MESSAGE_HASH_BYTES`` a record (a
-    producer's batch with a producer id; see the module doc); the records' ends are added here.
+    module doc).
     """
     assert record_arrays, "a batch holds at least one record"
-    assert sources is None or message_hashes is None, "a batch has sources or the key-hash column, not both"
     attributes = codec.value
     if sources is not None:
         assert len(sources) == SOURCE.size * len(record_arrays), (len(sources), len(record_arrays))
         attributes |= ATTRIBUTE_SOURCES
-    if message_hashes is not None:
-        assert len(message_hashes) == MESSAGE_HASH_BYTES * len(record_arrays), (len(message_hashes), len(record_arrays))
-        assert producer_id != NO_PRODUCER_ID, "keyless records' hashes are made of the producer id"
-        return _framed(_hashed_payload(record_arrays, message_hashes), codec, attributes | ATTRIBUTE_KEY_HASHES,
-                       len(record_arrays), first_timestamp_ms, max_timestamp_ms, producer_id, base_sequence)
     packer = _payload_packer()
     try:
         packer.pack(record_arrays if sources is None else (record_arrays, sources))
         with packer.getbuffer() as payload:
-            return _framed(payload, codec, attributes, len(record_arrays), first_timestamp_ms, max_timestamp_ms,
-                           producer_id, base_sequence)
+            assert len(payload) <= PAYLOAD_BYTES_MAX, f"a batch payload of {len(payload)} bytes"
+            return frame_payload(compress(codec, payload), attributes, len(record_arrays), first_timestamp_ms,
+                                 max_timestamp_ms, producer_id, base_sequence)
     finally:
         _release_payload_packer(packer)
-
-
-def _framed(payload: bytes | memoryview, codec: Codec, attributes: int, count: int, first_timestamp_ms: int,
-            max_timestamp_ms: int, producer_id: int, base_sequence: int) -> bytes:
-    assert len(payload) <= PAYLOAD_BYTES_MAX, f"a batch payload of {len(payload)} bytes"
-    return frame_payload(compress(codec, payload), attributes, count, first_timestamp_ms, max_timestamp_ms,
-                         producer_id, base_sequence)
-
-
-def _hashed_payload(record_arrays: Sequence, message_hashes: bytes) -> bytes:
-    """``[records, message_hashes, record_ends]`` (see the module doc). Each record is packed on its
-    own, in C (``map``), so that its end is known: about as fast as packing the array at once for
-    small records, and a copy more for large ones (0.28 and 0.42 µs a record at 100 B and 1 KiB)."""
-    count = len(record_arrays)
-    packed = list(map(_record_packer().pack, record_arrays))
-    records_start = 1 + len(array_header(count))
-    ends = struct.pack(f">{count + 1}I", *accumulate(map(len, packed), initial=records_start))[RECORD_END_BYTES:]
-    return b"".join((b"\x93", array_header(count), *packed, bin_header(len(message_hashes)), message_hashes,
-                     bin_header(len(ends)), ends))
-
-
-def array_header(count: int) -> bytes:
-    """The msgpack header of an array of ``count`` items, as msgpack writes it (the shortest form)."""
-    if count < 16:
-        return bytes((0x90 | count,))
-    return b"\xdc" + _U16.pack(count) if count < 2**16 else b"\xdd" + _U32.pack(count)
-
-
-def bin_header(size: int) -> bytes:
-    """The msgpack header of a bin of ``size`` bytes, as msgpack writes it (the shortest form)."""
-    if size < 2**8:
-        return b"\xc4" + _U8.pack(size)
-    return b"\xc5" + _U16.pack(size) if size < 2**16 else b"\xc6" + _U32.pack(size)
 
 
 # Each thread packs payloads with one Packer it keeps. A fresh packer (``msgpack.packb``) grows
 # its buffer to a MiB by reallocation on every batch, and the new pages fault in: measured here,
 # 1.9 ms to pack a MiB batch of 1 KiB records that a kept packer packs in 0.4 ms.
 _packers = threading.local()
-
-
-def _record_packer() -> msgpack.Packer:
-    """The thread's packer of single records (it returns each one's bytes)."""
-    packer = getattr(_packers, "record_packer", None)
-    if packer is None:
-        packer = _packers.record_packer = msgpack.Packer(use_bin_type=True)
-    return packer
 
 
 def _payload_packer() -> msgpack.Packer:
@@ -315,8 +248,6 @@ def _decode_payload(buffer: bytes | bytearray | memoryview, position: int, heade
         # anyway): a copy of it first cost a twentieth of a draining consumer's main thread.
         items = _unpacked(stored if codec is Codec.NONE else _decompressed(stored, header), header)
     source_headers = None
-    if header.hashed:
-        items = _records_beside_key_hashes(items, header)
     if header.sourced:
         items, sources = _split_sources(items, header)
         if with_sources:
@@ -342,17 +273,6 @@ def _split_sources(payload: object, header: BatchHeader) -> tuple[object, bytes]
         raise CorruptRecord(f"batch at offset {header.base_offset} has {len(sources)} bytes of sources for "
                             f"{header.count} records, not {SOURCE.size} per record")
     return items, sources
-
-
-def _records_beside_key_hashes(payload: object, header: BatchHeader) -> object:
-    """The records of a payload with the key-hash column, which a reader of records ignores once it
-    checked the columns' sizes; ``CorruptRecord`` if the payload is not of that shape."""
-    if not (isinstance(payload, tuple) and len(payload) == 3 and isinstance(payload[1], bytes)
-            and isinstance(payload[2], bytes) and len(payload[1]) == MESSAGE_HASH_BYTES * header.count
-            and len(payload[2]) == RECORD_END_BYTES * header.count):
-        raise CorruptRecord(f"batch at offset {header.base_offset} has a key-hash column (attribute bit 4) but a "
-                            f"payload that is not [records, {header.count} message hashes, {header.count} record ends]")
-    return payload[0]
 
 
 def _decompressed(stored: memoryview, header: BatchHeader) -> bytes:

@@ -7,24 +7,10 @@ exactly one VP, the one owning that hash in the split epoch of its offset
 order. The VP leader appends them as ordinary batches (``encode_vp_batch``), assigning its own
 VP offsets.
 
-Two splits, one result. A physical batch with the key-hash column (``batch_payload``) is split
-without decoding a record (``virtual.column_split``): its records reach the VP leader as an
-``EncodedChunk``, their bytes as the producer wrote them. A batch without it (written before
-the column, or whose column fails the feeder's checks) is decoded and split here, its records
-reaching the VP leader as ``SourcedRecord``s that ``encode_vp_batch`` encodes again. Both make
-the same VP batches, byte for byte (``tests/unit/test_column_split.py``).
-
-VP batches. Every record remembers the codec and the timestamps (first and max) of the physical
-batch it came from, and the VP leader writes each run of records that share them
-(``vp_batch_key``) as one VP batch with that codec and those timestamps (``codec_runs``), so a
-VP log is compressed as its producers chose, mixed codecs included. A VP batch keeps the
-physical batch's timestamps, rather than its own records' first and max, so that each
-record's timestamp delta is the producer's own bytes: the column split copies records and
-cannot rewrite a delta (a variable-length int) without decoding it. Its max timestamp is
-therefore an upper bound of its records' (the time index answers a VP ``offset_for_timestamp``
-at most one physical batch's time span early, batch-granular as it already is). Records not
-from a physical batch (loss markers, tests) carry no batch timestamps and are encoded with
-their own.
+Compression. Decoding a physical batch decompresses it (``batch_payload.decode_batch``); every
+record remembers the codec of the batch it came from, and the VP leader writes each run of
+records that share a codec as one VP batch compressed with it (``codec_runs``), so a VP log
+is compressed as its producers chose, mixed codecs included.
 
 Source encoding. A VP batch is a batch of the producer's records (timestamp, key, value,
 headers) with *sources* (``batch_frame``'s attribute bit 3): one 12-byte column beside the records,
@@ -68,16 +54,15 @@ Pure: no I/O (decoding a batch held in memory is not I/O).
 
 from __future__ import annotations
 
-import abc
 import struct
 from itertools import groupby, repeat
 from operator import attrgetter
-from typing import Container, Iterable, Iterator, Mapping, NamedTuple, Sequence, Union
+from typing import Container, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from mafka4.batch_frame import BatchHeader, read_header
 from mafka4.batch_payload import (PRODUCER_HEADERS, RECORDS, SOURCE, SOURCE_HEADER, Headers, HeadersReading, Record,
                                   RecordBuilder, bad_record, decode_batch, decode_checked_batch, decode_headers,
-                                  encode_batch, encode_record_arrays)
+                                  encode_batch)
 from mafka4.compression import Codec
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import message_hash
@@ -103,52 +88,10 @@ class SourcedRecord(NamedTuple):
     value: bytes
     headers: tuple[tuple[str, bytes], ...] = ()
     codec: Codec = Codec.NONE  # of the physical batch it came from: its VP batch is compressed alike
-    # (first_timestamp_ms, max_timestamp_ms) of the physical batch it came from, which its VP batch
-    # keeps (see the module doc); None for a record not from a batch (a loss marker).
-    batch_timestamps: tuple[int, int] | None = None
 
     @property
     def source(self) -> tuple[int, int]:
         return self.partition, self.offset
-
-
-class EncodedChunk(abc.ABC):
-    """Records of one partition for one VP, in ascending offsets, kept as the producer encoded them
-    (``virtual.column_split.SplitChunk``): the VP leader takes them as a feed call's records
-    (``FeedProgress``, ``HostedVp.feed``) without decoding or encoding any of them again."""
-
-    __slots__ = ()
-
-    @property
-    @abc.abstractmethod
-    def partition(self) -> int: ...
-
-    @property
-    @abc.abstractmethod
-    def last_offset(self) -> int: ...
-
-    @abc.abstractmethod
-    def __len__(self) -> int: ...
-
-    @abc.abstractmethod
-    def after(self, last_applied: int) -> "EncodedChunk | None":
-        """The records past ``last_applied`` (None: none)."""
-
-    @abc.abstractmethod
-    def below(self, offset: int) -> "EncodedChunk | None":
-        """The records below ``offset`` (None: none)."""
-
-    @abc.abstractmethod
-    def vp_batches(self) -> Iterator[tuple["EncodedChunk", bytes]]:
-        """Its VP batches, unstamped, in order, each with the records it holds (``codec_runs``' rule)."""
-
-    @abc.abstractmethod
-    def __iter__(self) -> Iterator[SourcedRecord]:
-        """The records decoded: for checks and tests, never on the feed's path."""
-
-
-# What a feed call hands a VP: records decoded, or records kept encoded.
-FedRecords = Union[Sequence[SourcedRecord], EncodedChunk]
 
 
 def encode_source(partition: int, offset: int) -> bytes:
@@ -257,7 +200,6 @@ def route_records(
     # lies wholly in it, so its records are placed by that epoch's ranges alone.
     first_epoch = layout.epoch_for(partition, header.base_offset)
     codec = header.codec
-    batch_timestamps = (header.first_timestamp_ms, header.max_timestamp_ms)
     whole_batch = first_epoch is layout.epoch_for(partition, header.next_offset - 1)
     by_vp: dict[int, list[SourcedRecord]] = {}
     for index, record in enumerate(records):
@@ -270,8 +212,7 @@ def route_records(
         if wanted is not None and vp not in wanted:
             continue
         by_vp.setdefault(vp, []).append(SourcedRecord(
-            partition, record.offset, hash_value, record.timestamp_ms, record.key, record.value, record.headers, codec,
-            batch_timestamps,
+            partition, record.offset, hash_value, record.timestamp_ms, record.key, record.value, record.headers, codec
         ))
     return by_vp
 
@@ -284,39 +225,16 @@ def route_batch(
 
 
 def encode_vp_batch(records: Sequence[SourcedRecord], codec: Codec = Codec.NONE) -> bytes:
-    """An unstamped batch for a VP log: the records and their sources, compressed with ``codec``.
-
-    Records that share their physical batch's timestamps (``codec_runs``' runs) keep them and their
-    own deltas (see the module doc); others get their own first and max timestamps.
-    """
-    batch_timestamps = records[0].batch_timestamps
-    sources = b"".join(map(_SOURCE.pack, map(attrgetter("partition"), records), map(attrgetter("offset"), records)))
-    if batch_timestamps is None or any(r.batch_timestamps != batch_timestamps for r in records):
-        return encode_batch([(r.key, r.value, r.timestamp_ms, r.headers) for r in records], codec=codec,
-                            sources=sources)
-    first_timestamp_ms, max_timestamp_ms = batch_timestamps
-    return encode_record_arrays([(r.timestamp_ms - first_timestamp_ms, r.key, r.value, r.headers or None)
-                                 for r in records], first_timestamp_ms, max_timestamp_ms, codec=codec, sources=sources)
-
-
-def vp_batch_key(record: SourcedRecord) -> tuple[Codec, tuple[int, int] | None]:
-    """What the records of one VP batch share: their physical batch's codec and timestamps."""
-    return record.codec, record.batch_timestamps
+    """An unstamped batch for a VP log: the records and their sources, compressed with ``codec``."""
+    return encode_batch([(r.key, r.value, r.timestamp_ms, r.headers) for r in records], codec=codec,
+                        sources=b"".join(map(_SOURCE.pack, map(attrgetter("partition"), records),
+                                             map(attrgetter("offset"), records))))
 
 
 def codec_runs(records: Sequence[SourcedRecord]) -> Iterator[tuple[Codec, Sequence[SourcedRecord]]]:
-    """``records`` cut into maximal runs of one ``vp_batch_key``, in order: each run becomes one VP batch."""
-    for (codec, _), run in groupby(records, key=vp_batch_key):
+    """``records`` cut into maximal runs of one codec, in order: each run becomes one VP batch."""
+    for codec, run in groupby(records, key=lambda record: record.codec):
         yield codec, list(run)
-
-
-def vp_batches(records: FedRecords) -> Iterator[tuple[FedRecords, bytes]]:
-    """The unstamped VP batches of a feed call's records, in order, each with the records it holds."""
-    if isinstance(records, EncodedChunk):
-        yield from records.vp_batches()
-        return
-    for codec, run in codec_runs(records):
-        yield run, encode_vp_batch(run, codec)
 
 
 class FeedProgress:
@@ -348,10 +266,8 @@ class FeedProgress:
     def snapshot(self) -> dict[int, int]:
         return dict(self._last_applied)
 
-    def unapplied(self, records: FedRecords) -> FedRecords:
+    def unapplied(self, records: Sequence[SourcedRecord]) -> list[SourcedRecord]:
         """The records not yet in the VP log (those past the last applied offset of their partition)."""
-        if isinstance(records, EncodedChunk):
-            return records.after(self.last_applied(records.partition)) or []
         fresh, previous, last_applied = [], {}, self._last_applied
         for record in records:  # the feed's per-record path: kept free of calls
             partition, offset = record.partition, record.offset
@@ -363,11 +279,8 @@ class FeedProgress:
                 fresh.append(record)
         return fresh
 
-    def applied(self, records: Iterable[SourcedRecord] | EncodedChunk) -> None:
+    def applied(self, records: Iterable[SourcedRecord]) -> None:
         """``records`` (from ``unapplied``) are now in the VP log, in this order."""
-        if isinstance(records, EncodedChunk):
-            self._advance(records.partition, records.last_offset)
-            return
         last_applied = self._last_applied
         for record in records:
             partition, offset = record.partition, record.offset
