@@ -56,6 +56,25 @@ def leader_of(members: tuple[EtcdServer, ...]) -> EtcdServer:
     return next(member for member in members if member.name == name)
 
 
+def stop_process(pid: int) -> None:
+    """SIGSTOP ``pid`` and wait until every thread of it is stopped: kill() returns once the signal
+    is sent, and a thread already running may still answer a call meanwhile (seen in CI)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        states = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{task}/stat") as stat:
+                    states.append(stat.read().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:
+                continue  # a thread that ended
+        if states and all(state in ("T", "t") for state in states):
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"process {pid} did not stop within 10 s of SIGSTOP")
+
+
 def retried(call):
     """``call()`` again after each CoordinatorUnavailable, as every caller of the store does."""
     deadline = time.monotonic() + RECOVERY_WAIT_S
@@ -186,7 +205,7 @@ def test_a_watch_on_a_member_that_stops_answering_breaks_and_watching_again_uses
     store = MetadataStore(with_first(members, follower))
     writer = MetadataStore(with_first(members, leader))
     watch = Watching(store, "/t/")
-    os.kill(follower.pid, signal.SIGSTOP)
+    stop_process(follower.pid)
     try:
         assert watch.wait_for(lambda w: w.members_when_broken), "the watch on a stopped member never broke"
         assert follower.endpoint not in watch.members_when_broken
@@ -207,7 +226,7 @@ def test_cancelling_a_watch_made_before_the_store_moved_on_cancels_that_watch_on
     store = MetadataStore(with_first(members, follower), timeout_s=1)
     try:
         old = Watching(store, "/t/")
-        os.kill(follower.pid, signal.SIGSTOP)
+        stop_process(follower.pid)
         try:
             assert store.get("/t/nothing") is None  # missed its deadline there, made again on the next member
         finally:
@@ -266,7 +285,7 @@ def test_a_write_that_may_have_reached_its_member_is_not_made_again(members):
     store = MetadataStore(with_first(members, stopped), timeout_s=1)
     try:
         store.get("/t/nothing")  # connected to the first member
-        os.kill(stopped.pid, signal.SIGSTOP)
+        stop_process(stopped.pid)
         try:
             with pytest.raises(CoordinatorUnavailable, match=f"etcd member {stopped.endpoint} .1 of 3"):
                 store.put("/t/maybe", 1)
