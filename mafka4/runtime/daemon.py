@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from mafka4.limits import (CONTROLLER_STOP_TIMEOUT_S, LEASE_REFRESHES_PER_TTL, READ_NODE_START_POLL_INTERVAL_S,
                            ClusterConfig, parse_setting)
@@ -36,7 +37,8 @@ from mafka4.runtime.environment import apply_ray_environment, ensure_ray_token, 
 from mafka4.runtime.ports import LOOPBACK, free_loopback_port
 from mafka4.runtime.ray_cluster import NodeRole, node_ids
 from mafka4.runtime.registration import (
-    NodeRegistration, StopRequested, install_stop_handlers, keep_registered, open_registration_store,
+    NodeRegistration, RefreshWhenDue, StopRequested, install_stop_handlers, keep_registered, open_registration_store,
+    refresh_registrations,
 )
 from mafka4.runtime.state import CLUSTER_NAME_DEFAULT, ClusterState, remove_state, save_state
 from mafka4.security.admin_credential import ensure_admin_credential
@@ -124,7 +126,12 @@ def run(home: Path, config: ClusterConfig, cluster: str) -> None:
             registration.keep_alive()
         controller = ControllerProcess(home, endpoint, ray.address, cluster, config.controller_settings)
         controller.start()
-        _wait_for_read_nodes(store, cluster, read_nodes, time.time_ns() // 1_000_000, started + config.start_timeout_s)
+        refresh_period_s = config.node_lease_ttl_s / LEASE_REFRESHES_PER_TTL
+        # The wait can outlast a lease (Ray starting the read nodes' actors on a loaded machine), so
+        # it refreshes the registrations as keep_registered will: else placement finds no live nodes.
+        refresh = RefreshWhenDue(lambda: refresh_registrations(registrations, open_store), refresh_period_s)
+        _wait_for_read_nodes(lambda: registrations[0].store, cluster, read_nodes, time.time_ns() // 1_000_000,
+                             started + config.start_timeout_s, refresh)
         save_state(ClusterState(
             cluster=cluster, home=str(home), etcd_endpoint=endpoint, etcd_pid=members[0].pid, etcd_members=members,
             ray_address=ray.address, daemon_pid=os.getpid(), ray_temp_dir=ray.temp_dir,
@@ -132,7 +139,6 @@ def run(home: Path, config: ClusterConfig, cluster: str) -> None:
             bootstrap=tuple(f"{LOOPBACK}:{client_ports[node_id]}" for node_id in read_nodes),
         ))
         log.info("cluster %r ready: write nodes %s, read nodes %s", cluster, write_nodes, read_nodes)
-        refresh_period_s = config.node_lease_ttl_s / LEASE_REFRESHES_PER_TTL
         keep_registered(registrations, open_store, refresh_period_s, controller.keep_running)
     finally:
         remove_state(home)
@@ -155,16 +161,20 @@ def _stop_quietly(what: str, action) -> None:
         log.exception("%s failed", what)
 
 
-def _wait_for_read_nodes(store: MetadataStore, cluster: str, read_nodes: list[str], since_ms: int,
-                         deadline: float) -> None:
+def _wait_for_read_nodes(current_store: Callable[[], MetadataStore], cluster: str, read_nodes: list[str],
+                         since_ms: int, deadline: float, each_poll: Callable[[], None]) -> None:
     """Ready means usable: wait until the controller started every read node's actor (its liveness
-    key, written by an actor started after ``since_ms``: etcd keeps a previous run's keys a while)."""
+    key, written by an actor started after ``since_ms``: etcd keeps a previous run's keys a while).
+
+    ``each_poll`` runs between polls (the registrations' refresh, which may move them to a new
+    etcd client: hence ``current_store``)."""
     prefix = keys.read_nodes_prefix(cluster)
-    while {item.key[len(prefix):] for item in store.get_prefix(prefix)
+    while {item.key[len(prefix):] for item in current_store().get_prefix(prefix)
            if item.value.get("started_ms", 0) >= since_ms} < set(read_nodes):
         if time.monotonic() > deadline:
             raise TimeoutError(f"the controller did not start read nodes {read_nodes} in time; see controller.log")
         time.sleep(READ_NODE_START_POLL_INTERVAL_S)
+        each_poll()
     log.info("read nodes %s running", read_nodes)
 
 

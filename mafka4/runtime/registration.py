@@ -115,6 +115,20 @@ def keep_registered(
             etcd_down_since = None
 
 
+class RefreshWhenDue:
+    """Calls ``refresh`` once ``period_s`` passed since its last call: the registrations' refresh,
+    polled by a loop that waits for something else (the daemon's wait for its read nodes)."""
+
+    def __init__(self, refresh: Callable[[], object], period_s: float, clock: Callable[[], float] = time.monotonic):
+        self._refresh, self._period_s, self._clock = refresh, period_s, clock
+        self._due = clock() + period_s
+
+    def __call__(self) -> None:
+        if self._clock() >= self._due:
+            self._refresh()
+            self._due = self._clock() + self._period_s
+
+
 class StopRequested(Exception):
     """Raised in the main thread by the first SIGTERM/SIGINT, to unwind through cleanup."""
 

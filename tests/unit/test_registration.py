@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from mafka4.errors import CoordinatorUnavailable
 from mafka4.metadata import keys
 from mafka4.runtime.ray_cluster import NodeRole
-from mafka4.runtime.registration import NodeRegistration, refresh_registrations
+from mafka4.runtime.registration import NodeRegistration, RefreshWhenDue, refresh_registrations
 
 KEY = keys.node("c", "w1")
 
@@ -125,3 +125,11 @@ def test_after_an_outage_every_registration_is_written_again_from_a_fresh_client
     assert refresh_registrations(registrations, open_store)
     assert len(etcd.leases) == 4, "each registered again under a new lease; the old ones are left to expire"
     assert {etcd.values[keys.node("c", node)][1] for node in ("r1", "r2")} <= etcd.leases
+
+
+def test_a_refresh_polled_by_a_wait_runs_once_per_period():
+    now, calls = [0.0], []
+    refresh = RefreshWhenDue(lambda: calls.append(now[0]), 3.0, clock=lambda: now[0])
+    for now[0] in (0.5, 2.9, 3.0, 3.1, 5.9, 6.5, 20.0):
+        refresh()
+    assert calls == [3.0, 6.5, 20.0]
