@@ -15,7 +15,7 @@ which the CRC deliberately does not cover (as in Kafka), so stamping needs no re
     16      1     magic               int8, format version, always 1
     17      4     crc                 uint32, CRC32 (zlib) of bytes [21, end of batch)
     21      2     attributes          int16, bits 0-2: codec id (0 none, 1 lz4, 2 zstd); bit 3: sources;
-                                      bits 4-15 reserved, 0
+                                      bit 4: key-hash column; bit 5: timestamp runs; bits 6-15 reserved, 0
     23      4     count               int32, number of records, >= 1
     27      8     first_timestamp_ms  int64
     35      8     max_timestamp_ms    int64
@@ -26,6 +26,20 @@ which the CRC deliberately does not cover (as in Kafka), so stamping needs no re
 Sources (attribute bit 3) are set only in VP logs, never in a producer's batch
 (``check_producer_batch``): the payload then carries each record's source beside the records
 (``batch_payload``).
+
+Timestamp runs (attribute bit 5) are set only with sources, in a VP batch whose records came
+from several physical batches: each record's timestamp delta counts from its run's base, not
+from ``first_timestamp_ms`` (``batch_payload``), so that records are copied into VP batches with
+the delta their producer wrote (``virtual.column_split``).
+
+The key-hash column (attribute bit 4) is set only in a producer's batch, never with sources:
+the payload then carries each record's message hash and the end of its bytes beside the
+records (``batch_payload``), so a read node splits the batch into virtual partitions without
+decoding a record (``virtual.column_split``). What a leader checks of it is what the header
+says, no more (``check_producer_batch``): the column holds keyless records' hashes, which are
+made of the producer id, so a batch with the column must have one. Whether the column agrees
+with the keys is the feeder's to check, by sample, when it splits (``virtual.column_split``):
+checking it here would decompress and decode every batch on the write path.
 
 Compression (``mafka4.compression``). The payload is compressed as a whole, and the CRC and
 ``length`` cover the compressed bytes: what is stored is what is checked, so a leader, a
@@ -63,6 +77,10 @@ NO_SEQUENCE = -1
 NO_EPOCH = -1
 TIMESTAMP_MS_MAX = 2**63 - 1  # the header's timestamps are int64
 ATTRIBUTE_SOURCES = 0x08  # the payload is [records, sources] (``batch_payload``)
+ATTRIBUTE_KEY_HASHES = 0x10  # the payload is [records, message hashes, record ends] (``batch_payload``)
+ATTRIBUTE_TIMESTAMP_RUNS = 0x20  # with sources: the payload is [records, sources, timestamp runs] (``batch_payload``)
+# What a producer's batch may set: its codec, and the key-hash column.
+PRODUCER_ATTRIBUTES = CODEC_MASK | ATTRIBUTE_KEY_HASHES
 
 
 class BatchHeader(NamedTuple):
@@ -101,6 +119,16 @@ class BatchHeader(NamedTuple):
     def sourced(self) -> bool:
         """Whether the payload carries the records' sources (attribute bit 3)."""
         return bool(self.attributes & ATTRIBUTE_SOURCES)
+
+    @property
+    def timestamp_runs(self) -> bool:
+        """Whether the payload carries timestamp runs (attribute bit 5, only with sources)."""
+        return bool(self.attributes & ATTRIBUTE_TIMESTAMP_RUNS)
+
+    @property
+    def hashed(self) -> bool:
+        """Whether the payload carries the key-hash column (attribute bit 4)."""
+        return bool(self.attributes & ATTRIBUTE_KEY_HASHES)
 
     @property
     def codec(self) -> Codec:
@@ -175,14 +203,23 @@ def check_single_batch(buffer: bytes | bytearray, check_crc: bool = True) -> Bat
 
 
 def check_producer_batch(buffer: bytes | bytearray) -> BatchHeader:
-    """``check_single_batch`` of a batch a producer sent, which may set no attribute but its codec:
-    sources are the feeder's to write (a producer's claim to them would reach consumers of VPs as
-    records of another shape), and reserved bits mean a format this version does not know."""
+    """``check_single_batch`` of a batch a producer sent, which may set no attribute but its codec
+    and the key-hash column: sources are the feeder's to write (a producer's claim to them would
+    reach consumers of VPs as records of another shape), and reserved bits mean a format this
+    version does not know. A batch with the key-hash column must carry a producer id: its keyless
+    records' hashes are made of it (``batch_payload``), and without one they would be made of
+    offsets, which the producer cannot know."""
     header = check_single_batch(buffer)
-    if header.attributes & ~CODEC_MASK:
+    if header.attributes & ~PRODUCER_ATTRIBUTES:
         raise CorruptRecord(
-            f"the batch of {header.count} records sent sets attribute bits {header.attributes & ~CODEC_MASK:#06x}: "
-            f"a producer's batch holds only a codec id in bits 0-2 and zeros above")
+            f"the batch of {header.count} records sent sets attribute bits "
+            f"{header.attributes & ~PRODUCER_ATTRIBUTES:#06x}: a producer's batch holds only a codec id in bits 0-2 "
+            f"and the key-hash column's bit 4, zeros elsewhere")
+    if header.hashed and header.producer_id == NO_PRODUCER_ID:
+        raise CorruptRecord(
+            f"the batch of {header.count} records sent has a key-hash column but no producer id: the column's "
+            f"keyless hashes are made of the producer id; send the batch with its producer id and sequence, or "
+            f"without the column")
     return header
 
 

@@ -16,6 +16,30 @@ batches before this bit carried it in, which readers still read. A consumer leav
 (``with_sources=False``) and never builds it: as a header per record it had cost a consumer of a
 VP about half again its decoding (4.2 against 2.5-3.1 µs per message).
 
+Timestamp runs (attribute bit 5; only with sources, in a VP batch). The payload is then
+``[records, sources, runs]``: ``runs`` one bin of 12 bytes per run (``TIMESTAMP_RUN``: uint32
+index of its first record, int64 base timestamp, big endian), the first run starting at record
+0 and each later one further on. Record ``i``'s timestamp is the base of the run holding it plus
+its delta (``first_timestamp_ms`` is the first run's base). A VP batch made of records of
+several physical batches keeps each one's deltas, as its producer wrote them, and one run per
+physical batch's base timestamp (``virtual.vp_records``); a batch of one run has no runs.
+
+Key-hash column (attribute bit 4; only in a producer's batch, never with sources:
+``batch_frame.check_producer_batch``). The payload is then the array
+``[records, message_hashes, record_ends]``: ``records`` as above; ``message_hashes`` one bin of
+8 bytes per record, in order, each the big-endian uint64 that places the record in a virtual
+partition (``virtual.ranges.message_hash``): ``key_hash(key)`` for a keyed record, and for a
+keyless one its round-robin hash ``keyless_hash(producer_id, partition, base_sequence + i)``
+(so a batch with the column has a producer id); ``record_ends`` one bin of 4 bytes per record,
+big-endian uint32, where record ``i``'s msgpack bytes end, counted from the first byte of the
+uncompressed payload. Record 0 starts right after the records array's header (at byte
+``1 + len(array_header(count))``), record ``i`` where record ``i - 1`` ends, and the last one
+ends where the records array does. The producer hashed each key anyway to pick a partition, so
+a read node splits the batch by these two columns (``virtual.column_split``): it copies each
+record's bytes to its VP's batch and never decodes one. A reader of the records (a consumer, a
+checker, a feeder splitting a batch without the column) checks the columns' sizes and ignores
+them: two bins of 12 bytes a record cost a copy, against microseconds a record to decode.
+
 Compression (``mafka4.compression``). The payload is compressed as a whole with the codec of
 the batch's attributes; the CRC covers the compressed bytes (``batch_frame``). Only readers
 that need the records decompress (consumers, and the feeder, which writes each VP sub-batch
@@ -27,14 +51,15 @@ from __future__ import annotations
 
 import struct
 import threading
-from itertools import repeat
+from itertools import accumulate, repeat
 from operator import add
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import msgpack
 
-from mafka4.batch_frame import (ATTRIBUTE_SOURCES, HEADER_BYTES, NO_PRODUCER_ID, NO_SEQUENCE, PAYLOAD_BYTES_MAX,
-                                BatchHeader, check_batch, frame_payload, iter_batches)
+from mafka4.batch_frame import (ATTRIBUTE_KEY_HASHES, ATTRIBUTE_SOURCES, ATTRIBUTE_TIMESTAMP_RUNS, HEADER_BYTES,
+                                NO_PRODUCER_ID, NO_SEQUENCE, PAYLOAD_BYTES_MAX, BatchHeader, check_batch, frame_payload,
+                                iter_batches)
 from mafka4.collector import collection_paused
 from mafka4.compression import Codec, compress, decompress
 from mafka4.errors import CorruptRecord
@@ -42,6 +67,10 @@ from mafka4.limits import PAYLOAD_PACKER_KEPT_BYTES_MAX
 
 SOURCE_HEADER = "mafka4.src"  # how a record's source reads as a header
 SOURCE = struct.Struct(">iq")  # one record's source: physical partition, physical offset
+TIMESTAMP_RUN = struct.Struct(">Iq")  # one timestamp run: index of its first record, its base timestamp
+MESSAGE_HASH_BYTES = 8  # one record's entry in the key-hash column: big-endian uint64
+RECORD_END_BYTES = 4  # one record's end in the payload: big-endian uint32
+_U8, _U16, _U32 = struct.Struct(">B"), struct.Struct(">H"), struct.Struct(">I")
 
 
 class Record(NamedTuple):
@@ -134,34 +163,88 @@ def encode_record_arrays(
     base_sequence: int = NO_SEQUENCE,
     codec: Codec = Codec.NONE,
     sources: bytes | None = None,
+    message_hashes: bytes | None = None,
+    timestamp_runs: bytes | None = None,
 ) -> bytes:
     """Encode records already in payload form, ``(timestamp_delta_ms, key, value, headers or None)``
     each (tuples pack as msgpack arrays), into one unstamped batch. The producer keeps its records
     this way from the start, so encoding a batch is one msgpack call.
 
     ``sources``: the records' sources, ``SOURCE``-packed one after another (a VP batch; see the
-    module doc).
+    module doc); ``timestamp_runs``: with sources, the runs' ``TIMESTAMP_RUN``s, the records'
+    deltas counting from their runs' bases. ``message_hashes``: the key-hash column, ``MESSAGE_HASH_BYTES`` a record (a
+    producer's batch with a producer id; see the module doc); the records' ends are added here.
     """
     assert record_arrays, "a batch holds at least one record"
+    assert sources is None or message_hashes is None, "a batch has sources or the key-hash column, not both"
     attributes = codec.value
     if sources is not None:
         assert len(sources) == SOURCE.size * len(record_arrays), (len(sources), len(record_arrays))
         attributes |= ATTRIBUTE_SOURCES
+    if timestamp_runs is not None:
+        assert sources is not None and len(timestamp_runs) >= 2 * TIMESTAMP_RUN.size, "runs only with sources, two or more"
+        attributes |= ATTRIBUTE_TIMESTAMP_RUNS
+    if message_hashes is not None:
+        assert len(message_hashes) == MESSAGE_HASH_BYTES * len(record_arrays), (len(message_hashes), len(record_arrays))
+        assert producer_id != NO_PRODUCER_ID, "keyless records' hashes are made of the producer id"
+        return _framed(_hashed_payload(record_arrays, message_hashes), codec, attributes | ATTRIBUTE_KEY_HASHES,
+                       len(record_arrays), first_timestamp_ms, max_timestamp_ms, producer_id, base_sequence)
     packer = _payload_packer()
     try:
-        packer.pack(record_arrays if sources is None else (record_arrays, sources))
+        packer.pack(record_arrays if sources is None
+                    else (record_arrays, sources) if timestamp_runs is None else (record_arrays, sources, timestamp_runs))
         with packer.getbuffer() as payload:
-            assert len(payload) <= PAYLOAD_BYTES_MAX, f"a batch payload of {len(payload)} bytes"
-            return frame_payload(compress(codec, payload), attributes, len(record_arrays), first_timestamp_ms,
-                                 max_timestamp_ms, producer_id, base_sequence)
+            return _framed(payload, codec, attributes, len(record_arrays), first_timestamp_ms, max_timestamp_ms,
+                           producer_id, base_sequence)
     finally:
         _release_payload_packer(packer)
+
+
+def _framed(payload: bytes | memoryview, codec: Codec, attributes: int, count: int, first_timestamp_ms: int,
+            max_timestamp_ms: int, producer_id: int, base_sequence: int) -> bytes:
+    assert len(payload) <= PAYLOAD_BYTES_MAX, f"a batch payload of {len(payload)} bytes"
+    return frame_payload(compress(codec, payload), attributes, count, first_timestamp_ms, max_timestamp_ms,
+                         producer_id, base_sequence)
+
+
+def _hashed_payload(record_arrays: Sequence, message_hashes: bytes) -> bytes:
+    """``[records, message_hashes, record_ends]`` (see the module doc). Each record is packed on its
+    own, in C (``map``), so that its end is known: about as fast as packing the array at once for
+    small records, and a copy more for large ones (0.28 and 0.42 µs a record at 100 B and 1 KiB)."""
+    count = len(record_arrays)
+    packed = list(map(_record_packer().pack, record_arrays))
+    records_start = 1 + len(array_header(count))
+    ends = struct.pack(f">{count + 1}I", *accumulate(map(len, packed), initial=records_start))[RECORD_END_BYTES:]
+    return b"".join((b"\x93", array_header(count), *packed, bin_header(len(message_hashes)), message_hashes,
+                     bin_header(len(ends)), ends))
+
+
+def array_header(count: int) -> bytes:
+    """The msgpack header of an array of ``count`` items, as msgpack writes it (the shortest form)."""
+    if count < 16:
+        return bytes((0x90 | count,))
+    return b"\xdc" + _U16.pack(count) if count < 2**16 else b"\xdd" + _U32.pack(count)
+
+
+def bin_header(size: int) -> bytes:
+    """The msgpack header of a bin of ``size`` bytes, as msgpack writes it (the shortest form)."""
+    if size < 2**8:
+        return b"\xc4" + _U8.pack(size)
+    return b"\xc5" + _U16.pack(size) if size < 2**16 else b"\xc6" + _U32.pack(size)
 
 
 # Each thread packs payloads with one Packer it keeps. A fresh packer (``msgpack.packb``) grows
 # its buffer to a MiB by reallocation on every batch, and the new pages fault in: measured here,
 # 1.9 ms to pack a MiB batch of 1 KiB records that a kept packer packs in 0.4 ms.
 _packers = threading.local()
+
+
+def _record_packer() -> msgpack.Packer:
+    """The thread's packer of single records (it returns each one's bytes)."""
+    packer = getattr(_packers, "record_packer", None)
+    if packer is None:
+        packer = _packers.record_packer = msgpack.Packer(use_bin_type=True)
+    return packer
 
 
 def _payload_packer() -> msgpack.Packer:
@@ -247,32 +330,67 @@ def _decode_payload(buffer: bytes | bytearray | memoryview, position: int, heade
         # An uncompressed payload is unpacked where it lies (msgpack copies each value out
         # anyway): a copy of it first cost a twentieth of a draining consumer's main thread.
         items = _unpacked(stored if codec is Codec.NONE else _decompressed(stored, header), header)
-    source_headers = None
+    source_headers, bases = None, None
+    if header.hashed:
+        items = _records_beside_key_hashes(items, header)
     if header.sourced:
-        items, sources = _split_sources(items, header)
+        items, sources, runs = _split_sources(items, header)
+        if runs is not None:
+            bases = _run_bases(runs, header)
         if with_sources:
             source_headers = [((SOURCE_HEADER, sources[start:start + SOURCE.size]),)
                               for start in range(0, len(sources), SOURCE.size)]
     if not isinstance(items, tuple) or len(items) != header.count:
         raise CorruptRecord(f"batch at offset {header.base_offset} holds a payload that is not {header.count} records")
-    records = _decode_columns(items, header, build, headers, source_headers)
+    records = _decode_columns(items, header, build, headers, source_headers, bases)
     if records is None:  # some record is not of the common shape: each is checked, naming what is wrong
         records = [_decode_record(item, index, header, build, headers.each,
-                                  () if source_headers is None else source_headers[index])
+                                  () if source_headers is None else source_headers[index],
+                                  header.first_timestamp_ms if bases is None else bases[index])
                    for index, item in enumerate(items)]
     return records
 
 
-def _split_sources(payload: object, header: BatchHeader) -> tuple[object, bytes]:
-    """``(records, sources)`` of a payload with sources; ``CorruptRecord`` if it is not of that shape."""
-    if not (isinstance(payload, tuple) and len(payload) == 2 and isinstance(payload[1], bytes)):
+def _split_sources(payload: object, header: BatchHeader) -> tuple[object, bytes, bytes | None]:
+    """``(records, sources, timestamp runs or None)`` of a payload with sources; ``CorruptRecord`` if
+    it is not of the shape its attributes say."""
+    shape = 3 if header.timestamp_runs else 2
+    if not (isinstance(payload, tuple) and len(payload) == shape and all(isinstance(p, bytes) for p in payload[1:])):
         raise CorruptRecord(f"batch at offset {header.base_offset} has sources (attribute bit 3) but a payload "
-                            f"that is not [records, sources]")
-    items, sources = payload
+                            f"that is not [records, sources{', timestamp runs' if shape == 3 else ''}]")
+    items, sources = payload[0], payload[1]
     if len(sources) != SOURCE.size * header.count:
         raise CorruptRecord(f"batch at offset {header.base_offset} has {len(sources)} bytes of sources for "
                             f"{header.count} records, not {SOURCE.size} per record")
-    return items, sources
+    return items, sources, payload[2] if shape == 3 else None
+
+
+def _run_bases(runs: bytes, header: BatchHeader) -> list[int]:
+    """Each record's base timestamp, from a batch's timestamp runs (see the module doc);
+    ``CorruptRecord`` for runs that do not cut its records into runs."""
+    count = header.count
+    if len(runs) % TIMESTAMP_RUN.size or len(runs) < 2 * TIMESTAMP_RUN.size:
+        raise CorruptRecord(f"batch at offset {header.base_offset} has {len(runs)} bytes of timestamp runs: not "
+                            f"two or more runs of {TIMESTAMP_RUN.size} bytes")
+    starts, run_bases = zip(*TIMESTAMP_RUN.iter_unpack(runs))
+    if starts[0] != 0 or any(a >= b for a, b in zip(starts, starts[1:])) or starts[-1] >= count:
+        raise CorruptRecord(f"batch at offset {header.base_offset} has timestamp runs starting at records "
+                            f"{list(starts)[:8]}: not 0 first, then ascending, below its {count} records")
+    bases: list[int] = []
+    for start, end, base in zip(starts, (*starts[1:], count), run_bases):
+        bases += repeat(base, end - start)
+    return bases
+
+
+def _records_beside_key_hashes(payload: object, header: BatchHeader) -> object:
+    """The records of a payload with the key-hash column, which a reader of records ignores once it
+    checked the columns' sizes; ``CorruptRecord`` if the payload is not of that shape."""
+    if not (isinstance(payload, tuple) and len(payload) == 3 and isinstance(payload[1], bytes)
+            and isinstance(payload[2], bytes) and len(payload[1]) == MESSAGE_HASH_BYTES * header.count
+            and len(payload[2]) == RECORD_END_BYTES * header.count):
+        raise CorruptRecord(f"batch at offset {header.base_offset} has a key-hash column (attribute bit 4) but a "
+                            f"payload that is not [records, {header.count} message hashes, {header.count} record ends]")
+    return payload[0]
 
 
 def _decompressed(stored: memoryview, header: BatchHeader) -> bytes:
@@ -299,11 +417,12 @@ _NIL = type(None)
 
 
 def _decode_columns(items: tuple, header: BatchHeader, build: RecordBuilder, headers: HeadersReading,
-                    source_headers: list[Headers] | None = None) -> list | None:
+                    source_headers: list[Headers] | None = None, bases: list[int] | None = None) -> list | None:
     """The records of ``items`` if every one is well formed and its headers of ``headers``' common
     shape, else None: the checks of ``_decode_record`` made on whole columns, in passes that run
     in C (a third of the per-record calls' cost). ``source_headers``: each record's source, as a
-    header to append to its own (a batch with sources, read with them).
+    header to append to its own (a batch with sources, read with them); ``bases``: each record's
+    base timestamp (a batch with timestamp runs).
 
     Exact types stand for ``isinstance`` here: msgpack makes no subclasses, and a bool, which
     is an int to ``isinstance``, is no timestamp delta.
@@ -321,14 +440,15 @@ def _decode_columns(items: tuple, header: BatchHeader, build: RecordBuilder, hea
         common_headers = map(add, common_headers, source_headers)
     count = len(items)
     offsets = range(header.base_offset, header.base_offset + count)
-    timestamps_ms = map(add, repeat(header.first_timestamp_ms, count), deltas)
+    timestamps_ms = map(add, repeat(header.first_timestamp_ms, count) if bases is None else bases, deltas)
     if isinstance(build, TupleBuilder):
         return build.columns(offsets, timestamps_ms, keys, values, common_headers)
     return list(map(build, offsets, timestamps_ms, keys, values, common_headers))
 
 
 def _decode_record(item: object, index: int, header: BatchHeader, build: RecordBuilder,
-                   headers_decoder: HeadersDecoder, source_header: Headers = ()) -> Any:
+                   headers_decoder: HeadersDecoder, source_header: Headers = (), base_timestamp_ms: int | None = None
+                   ) -> Any:
     """One payload entry as ``build`` makes it; ``CorruptRecord`` naming the field that is wrong.
 
     A valid CRC only proves the bytes arrived as sent: a buggy or hostile producer can
@@ -345,7 +465,8 @@ def _decode_record(item: object, index: int, header: BatchHeader, build: RecordB
         raise bad_record(index, header, f"has a key of type {type(key).__name__}, not bytes or nil")
     if not isinstance(value, bytes):
         raise bad_record(index, header, f"has a value of type {type(value).__name__}, not bytes")
-    return build(header.base_offset + index, header.first_timestamp_ms + delta_ms, key, value,
+    base = header.first_timestamp_ms if base_timestamp_ms is None else base_timestamp_ms
+    return build(header.base_offset + index, base + delta_ms, key, value,
                  headers_decoder(headers, index, header) + source_header)
 
 

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Callable
 
 from mafka4.batch_frame import HEADER_BYTES
 from mafka4.batch_payload import encode_record_arrays
+from mafka4.client.partitioner import message_hash_column
 from mafka4.errors import RequestTimedOut, UnknownProducer
 from mafka4.limits import ProducerConfig
 
@@ -191,8 +192,12 @@ class PipelineCore:
         if self._next_sequence + len(batch.records) > SEQUENCE_MAX:
             self._producer_id, self._next_sequence = self._new_producer_id(), 0
         batch.producer_id, batch.base_sequence = self._producer_id, self._next_sequence
+        # With the key-hash column: the feeder splits the batch by it, decoding no record. Its keyless
+        # hashes are made of the producer id and sequence, so a renumbered batch is encoded again.
+        hashes = message_hash_column(batch.records, batch.producer_id, self._partition, batch.base_sequence)
         batch.encoded = encode_record_arrays(batch.records, batch.first_timestamp_ms, batch.max_timestamp_ms,
-                                             batch.producer_id, batch.base_sequence, self._config.compression)
+                                             batch.producer_id, batch.base_sequence, self._config.compression,
+                                             message_hashes=hashes)
         self._next_sequence += len(batch.records)
 
     def _resend_in_flight(self) -> bool:

@@ -33,6 +33,14 @@ Where to read (``choose_source``): a follower in the ISR when there is one (Kafk
 so splitting adds no load to the leader's write path; the leader only when no in-sync
 follower is left or every one failed since the last metadata refresh.
 
+How a round splits a batch. A batch with the key-hash column is split by it
+(``virtual.column_split``), without decoding a record, and its records reach a VP as a
+``SplitChunk``; a batch without one, or whose column fails the feeder's checks, is decoded and
+split by ``route_records``, its records reaching a VP as ``SourcedRecord``s. A VP's records of
+one round are cut into chunks of at most ``records_max`` records, each of one kind; both kinds
+make the same VP batches. A failed column is no error of the round: the batch is split by its
+keys and the problem returned (``FeedRound.bad_columns``) for the stream to report.
+
 Pure: no I/O, no clock. ``plan_round`` is where ``mafka4.planted_bugs``'s feeder-skips-batch
 drops batches on purpose, for demonstrations only.
 """
@@ -40,6 +48,7 @@ drops batches on purpose, for demonstrations only.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Container, Iterable, Mapping
 
 from mafka4 import planted_bugs
@@ -49,10 +58,12 @@ from mafka4.errors import CorruptRecord
 from mafka4.hashing import key_hash
 from mafka4.physical.partition_state import PartitionState
 from mafka4.planted_bugs import PlantedBug
+from mafka4.virtual.column_split import ColumnRun, SplitChunk, read_columns, split_batch
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.vp_records import NOTHING_APPLIED, SourcedRecord, route_records
 
-Chunk = tuple[SourcedRecord, ...]
+# One feed call's records for one VP: decoded, or kept encoded (a batch split by its column).
+Chunk = tuple[SourcedRecord, ...] | SplitChunk
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +74,8 @@ class FeedRound:
     # The next physical offset after the round: every record below it is handed to its VP.
     next_offset: int
     records: int
+    # Batches whose key-hash column failed its checks, split by their keys instead (``column_split``).
+    bad_columns: tuple[CorruptRecord, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +123,8 @@ def plan_round(
     over only these VPs' records (``records`` counts those).
     """
     assert records_max >= 1 and next_offset >= 0, (records_max, next_offset)
-    by_vp: dict[int, list[SourcedRecord]] = {}
+    by_vp: dict[int, list[SourcedRecord | ColumnRun]] = {}
+    bad_columns: list[CorruptRecord] = []
     end, consumed = next_offset, 0
     with memoryview(data) as view:
         for position, header in iter_batches(view):
@@ -126,17 +140,62 @@ def plan_round(
                     header.base_offset, header.next_offset):  # a demo of a broken promise: mafka4.planted_bugs
                 end = header.next_offset
                 continue
-            checked = decode_checked_batch(view, position, header)  # iter_batches checked its CRC
-            for vp, records in route_records(header, checked, partition, layout, wanted).items():
-                by_vp.setdefault(vp, []).extend(r for r in records if r.offset >= next_offset)
+            columns = read_columns(view, position, header, partition) if header.hashed else None
+            if isinstance(columns, CorruptRecord):
+                bad_columns.append(columns)
+                columns = None
+            if columns is not None:
+                first_index = max(0, next_offset - header.base_offset)
+                for vp, run in split_batch(columns, layout, first_index, wanted).items():
+                    by_vp.setdefault(vp, []).append(run)
+            else:
+                checked = decode_checked_batch(view, position, header)  # iter_batches checked its CRC
+                for vp, records in route_records(header, checked, partition, layout, wanted).items():
+                    by_vp.setdefault(vp, []).extend(r for r in records if r.offset >= next_offset)
             end = header.next_offset
     if consumed != len(data):
         raise CorruptRecord(f"partition {partition}: fetched data holds a bad batch at byte {consumed}; refetching")
-    chunks = {
-        vp: tuple(tuple(records[i:i + records_max]) for i in range(0, len(records), records_max))
-        for vp, records in by_vp.items() if records
-    }
-    return FeedRound(chunks, end, sum(len(records) for records in by_vp.values()))
+    chunks = {vp: _chunks(pieces, records_max) for vp, pieces in by_vp.items()}
+    chunks = {vp: vp_chunks for vp, vp_chunks in chunks.items() if vp_chunks}
+    records = sum(len(chunk) for vp_chunks in chunks.values() for chunk in vp_chunks)
+    return FeedRound(chunks, end, records, tuple(bad_columns))
+
+
+def _chunks(pieces: list[SourcedRecord | ColumnRun], records_max: int) -> tuple[Chunk, ...]:
+    """A VP's records of a round (decoded records and runs of split batches, in offset order) as
+    chunks of at most ``records_max`` records, each all decoded or all runs."""
+    chunks: list[Chunk] = []
+    current: list = []
+    size, encoded = 0, False
+
+    def close() -> None:
+        nonlocal current, size
+        if current:
+            chunks.append(SplitChunk(current) if encoded else tuple(current))
+        current, size = [], 0
+
+    for piece in pieces:
+        if isinstance(piece, ColumnRun):
+            if not encoded:
+                close()
+                encoded = True
+            start, count = 0, len(piece.indices)
+            while start < count:
+                taken = min(records_max - size, count - start)
+                current.append(piece.cut(start, start + taken))
+                size, start = size + taken, start + taken
+                if size == records_max:
+                    close()
+        else:
+            if encoded:
+                close()
+                encoded = False
+            current.append(piece)
+            size += 1
+            if size == records_max:
+                close()
+    close()
+    return tuple(chunks)
 
 
 def withhold(chunks: Mapping[int, tuple[Chunk, ...]], held_vps: Iterable[int], from_offset: int
@@ -151,11 +210,17 @@ def withhold(chunks: Mapping[int, tuple[Chunk, ...]], held_vps: Iterable[int], f
     kept: dict[int, tuple[Chunk, ...]] = {}
     for vp, vp_chunks in chunks.items():
         if vp in held:
-            vp_chunks = tuple(chunk for chunk in (tuple(r for r in c if r.offset < from_offset) for c in vp_chunks)
-                              if chunk)
+            vp_chunks = tuple(chunk for chunk in map(partial(_below, from_offset), vp_chunks) if chunk)
         if vp_chunks:
             kept[vp] = vp_chunks
     return kept
+
+
+def _below(offset: int, chunk: Chunk) -> Chunk | None:
+    """The records of ``chunk`` below ``offset``."""
+    if isinstance(chunk, SplitChunk):
+        return chunk.below(offset)
+    return tuple(record for record in chunk if record.offset < offset)
 
 
 def choose_source(state: PartitionState, avoid: Iterable[str] = ()) -> str:

@@ -67,7 +67,7 @@ from mafka4.log.replica_storage import ReplicaStorage, StagedHighWatermark
 from mafka4.risr.state import RisrConfig
 from mafka4.stage_trace import StageTrace
 from mafka4.virtual.replica_core import NOTHING, FetchPosition, Ready, ReplicaAnswer, VpReplicaCore
-from mafka4.virtual.vp_records import FeedProgress, SourcedRecord, codec_runs, encode_vp_batch
+from mafka4.virtual.vp_records import FedRecords, FeedProgress, vp_batches
 
 logger = logging.getLogger(__name__)
 
@@ -203,14 +203,17 @@ class HostedVp:
 
     # --- leader: feeding ----------------------------------------------------------------
 
-    def feed(self, leader_epoch: int, records: Sequence[SourcedRecord], now_ms: int) -> int:
-        """Append the records of one partition (ascending offsets) this log lacks; how many it appended."""
+    def feed(self, leader_epoch: int, records: FedRecords, now_ms: int) -> int:
+        """Append the records of one partition (ascending offsets) this log lacks; how many it appended.
+
+        ``records``: decoded, or kept encoded by the column split (``vp_records.EncodedChunk``), whose
+        VP batches are its records' bytes as the producer wrote them, encoded by no one here."""
         if len(records) > FEED_RECORDS_MAX:
             raise MessageTooLarge(f"{self.vp_id}: a feed call of {len(records)} records, more than "
                                   f"FEED_RECORDS_MAX={FEED_RECORDS_MAX}")
         fresh = self.core.plan_feed(leader_epoch, records)
-        for codec, run in codec_runs(fresh):  # one batch per codec its records came in (vp_records)
-            batch = bytearray(encode_vp_batch(run, codec))
+        for run, encoded in vp_batches(fresh):  # one per run of a codec, spanning physical batches (vp_records)
+            batch = bytearray(encoded)
             base_offset = self._log.log_end_offset
             stamp(batch, base_offset, leader_epoch)
             self._log.append(batch, now_ms, check_crc=False)  # its CRC was computed just now

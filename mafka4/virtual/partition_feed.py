@@ -121,7 +121,8 @@ class PartitionFeed(NodeLoop):
         self.paused = False
         # resumed_at: the offset the stream last resumed at (None until it resumed with something to feed).
         self.stats = {"rounds": 0, "records_fed": 0, "resumes": 0, "resumed_at": None, "errors": 0,
-                      "last_error": None, "source": None, "lost_ranges": 0}
+                      "last_error": None, "source": None, "lost_ranges": 0,
+                      "bad_key_hash_columns": 0}
 
     @property
     def topic(self) -> str:
@@ -379,6 +380,9 @@ class PartitionFeed(NodeLoop):
         if self.next_offset != fetch_from or self._served_changed(served):
             return  # roles or the position changed while the fetch was out: look again before handing anything over
         planned = plan_round(result.data, self.partition, view.layout, self.next_offset, config.feed_records_max, served)
+        for problem in planned.bad_columns:  # split by their keys all the same: reported, not retried
+            logger.warning("%s-%d on %s: %s", self.topic, self.partition, self.node_id, problem)
+        self.stats["bad_key_hash_columns"] += len(planned.bad_columns)
         chunks, hold = planned.chunks, self._hold
         held_from = hold.withhold_from if hold is not None else None
         if held_from is not None:

@@ -7,10 +7,26 @@ exactly one VP, the one owning that hash in the split epoch of its offset
 order. The VP leader appends them as ordinary batches (``encode_vp_batch``), assigning its own
 VP offsets.
 
-Compression. Decoding a physical batch decompresses it (``batch_payload.decode_batch``); every
-record remembers the codec of the batch it came from, and the VP leader writes each run of
-records that share a codec as one VP batch compressed with it (``codec_runs``), so a VP log
-is compressed as its producers chose, mixed codecs included.
+Two splits, one result. A physical batch with the key-hash column (``batch_payload``) is split
+without decoding a record (``virtual.column_split``): its records reach the VP leader as an
+``EncodedChunk``, their bytes as the producer wrote them. A batch without it (written before
+the column, or whose column fails the feeder's checks) is decoded and split here, its records
+reaching the VP leader as ``SourcedRecord``s that ``encode_vp_batch`` encodes again. Both make
+the same VP batches, byte for byte (``tests/unit/test_column_split.py``).
+
+VP batches. Every record remembers the codec and the timestamps (first and max) of the physical
+batch it came from, and the VP leader writes a feed call's records of one VP as one VP batch
+per run of a codec (``codec_runs``), so a VP log is compressed as its producers chose, mixed
+codecs included, and a VP batch holds the records of as many physical batches as the feed call
+brought (at 256 VPs a physical batch gives each VP a few records: a VP batch per physical batch
+made batches too small to feed or read fast). Each record keeps its producer's timestamp delta:
+a VP batch of records from several physical batches carries *timestamp runs*
+(``batch_payload``), one per base timestamp, so the column split copies records without
+rewriting a delta (a variable-length int). Its header's max timestamp is the largest max of
+those physical batches, an upper bound of its records' (the time index answers a VP
+``offset_for_timestamp`` at most one physical batch's time span early, batch-granular as it
+already is). Records not from a physical batch (loss markers, tests) carry no batch timestamps:
+each is its own base.
 
 Source encoding. A VP batch is a batch of the producer's records (timestamp, key, value,
 headers) with *sources* (``batch_frame``'s attribute bit 3): one 12-byte column beside the records,
@@ -54,15 +70,17 @@ Pure: no I/O (decoding a batch held in memory is not I/O).
 
 from __future__ import annotations
 
+import abc
 import struct
 from itertools import groupby, repeat
 from operator import attrgetter
-from typing import Container, Iterable, Iterator, Mapping, NamedTuple, Sequence
+from typing import Container, Iterable, Iterator, Mapping, NamedTuple, Sequence, Union
 
 from mafka4.batch_frame import BatchHeader, read_header
-from mafka4.batch_payload import (PRODUCER_HEADERS, RECORDS, SOURCE, SOURCE_HEADER, Headers, HeadersReading, Record,
+from mafka4.batch_payload import (PRODUCER_HEADERS, RECORDS, SOURCE, SOURCE_HEADER, TIMESTAMP_RUN, Headers,
+                                  HeadersReading, Record,
                                   RecordBuilder, bad_record, decode_batch, decode_checked_batch, decode_headers,
-                                  encode_batch)
+                                  encode_batch, encode_record_arrays)
 from mafka4.compression import Codec
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import message_hash
@@ -88,10 +106,52 @@ class SourcedRecord(NamedTuple):
     value: bytes
     headers: tuple[tuple[str, bytes], ...] = ()
     codec: Codec = Codec.NONE  # of the physical batch it came from: its VP batch is compressed alike
+    # (first_timestamp_ms, max_timestamp_ms) of the physical batch it came from, which its VP batch
+    # keeps (see the module doc); None for a record not from a batch (a loss marker).
+    batch_timestamps: tuple[int, int] | None = None
 
     @property
     def source(self) -> tuple[int, int]:
         return self.partition, self.offset
+
+
+class EncodedChunk(abc.ABC):
+    """Records of one partition for one VP, in ascending offsets, kept as the producer encoded them
+    (``virtual.column_split.SplitChunk``): the VP leader takes them as a feed call's records
+    (``FeedProgress``, ``HostedVp.feed``) without decoding or encoding any of them again."""
+
+    __slots__ = ()
+
+    @property
+    @abc.abstractmethod
+    def partition(self) -> int: ...
+
+    @property
+    @abc.abstractmethod
+    def last_offset(self) -> int: ...
+
+    @abc.abstractmethod
+    def __len__(self) -> int: ...
+
+    @abc.abstractmethod
+    def after(self, last_applied: int) -> "EncodedChunk | None":
+        """The records past ``last_applied`` (None: none)."""
+
+    @abc.abstractmethod
+    def below(self, offset: int) -> "EncodedChunk | None":
+        """The records below ``offset`` (None: none)."""
+
+    @abc.abstractmethod
+    def vp_batches(self) -> Iterator[tuple["EncodedChunk", bytes]]:
+        """Its VP batches, unstamped, in order, each with the records it holds (``codec_runs``' rule)."""
+
+    @abc.abstractmethod
+    def __iter__(self) -> Iterator[SourcedRecord]:
+        """The records decoded: for checks and tests, never on the feed's path."""
+
+
+# What a feed call hands a VP: records decoded, or records kept encoded.
+FedRecords = Union[Sequence[SourcedRecord], EncodedChunk]
 
 
 def encode_source(partition: int, offset: int) -> bytes:
@@ -200,6 +260,7 @@ def route_records(
     # lies wholly in it, so its records are placed by that epoch's ranges alone.
     first_epoch = layout.epoch_for(partition, header.base_offset)
     codec = header.codec
+    batch_timestamps = (header.first_timestamp_ms, header.max_timestamp_ms)
     whole_batch = first_epoch is layout.epoch_for(partition, header.next_offset - 1)
     by_vp: dict[int, list[SourcedRecord]] = {}
     for index, record in enumerate(records):
@@ -212,7 +273,8 @@ def route_records(
         if wanted is not None and vp not in wanted:
             continue
         by_vp.setdefault(vp, []).append(SourcedRecord(
-            partition, record.offset, hash_value, record.timestamp_ms, record.key, record.value, record.headers, codec
+            partition, record.offset, hash_value, record.timestamp_ms, record.key, record.value, record.headers, codec,
+            batch_timestamps,
         ))
     return by_vp
 
@@ -225,16 +287,46 @@ def route_batch(
 
 
 def encode_vp_batch(records: Sequence[SourcedRecord], codec: Codec = Codec.NONE) -> bytes:
-    """An unstamped batch for a VP log: the records and their sources, compressed with ``codec``."""
-    return encode_batch([(r.key, r.value, r.timestamp_ms, r.headers) for r in records], codec=codec,
-                        sources=b"".join(map(_SOURCE.pack, map(attrgetter("partition"), records),
-                                             map(attrgetter("offset"), records))))
+    """An unstamped batch for a VP log: the records and their sources, compressed with ``codec``.
+
+    Each record keeps its delta from its physical batch's first timestamp, in one timestamp run
+    per base (see the module doc): the bytes ``column_split`` makes of the same records.
+    """
+    sources = b"".join(map(_SOURCE.pack, map(attrgetter("partition"), records), map(attrgetter("offset"), records)))
+    bases = [r.timestamp_ms if r.batch_timestamps is None else r.batch_timestamps[0] for r in records]
+    max_timestamp_ms = max(r.timestamp_ms if r.batch_timestamps is None else r.batch_timestamps[1] for r in records)
+    return encode_record_arrays([(r.timestamp_ms - base, r.key, r.value, r.headers or None)
+                                 for r, base in zip(records, bases)], bases[0], max_timestamp_ms, codec=codec,
+                                sources=sources, timestamp_runs=timestamp_runs(bases))
+
+
+def timestamp_runs(bases: Sequence[int]) -> bytes | None:
+    """The timestamp runs of records with these base timestamps (a run starts where the base
+    changes), packed; None for one run, which needs none (``batch_payload``)."""
+    starts = [0] + [i for i in range(1, len(bases)) if bases[i] != bases[i - 1]]
+    if len(starts) == 1:
+        return None
+    return b"".join(TIMESTAMP_RUN.pack(start, bases[start]) for start in starts)
+
+
+def vp_batch_key(record: SourcedRecord) -> Codec:
+    """What the records of one VP batch share: their physical batch's codec."""
+    return record.codec
 
 
 def codec_runs(records: Sequence[SourcedRecord]) -> Iterator[tuple[Codec, Sequence[SourcedRecord]]]:
-    """``records`` cut into maximal runs of one codec, in order: each run becomes one VP batch."""
-    for codec, run in groupby(records, key=lambda record: record.codec):
+    """``records`` cut into maximal runs of one ``vp_batch_key``, in order: each run becomes one VP batch."""
+    for codec, run in groupby(records, key=vp_batch_key):
         yield codec, list(run)
+
+
+def vp_batches(records: FedRecords) -> Iterator[tuple[FedRecords, bytes]]:
+    """The unstamped VP batches of a feed call's records, in order, each with the records it holds."""
+    if isinstance(records, EncodedChunk):
+        yield from records.vp_batches()
+        return
+    for codec, run in codec_runs(records):
+        yield run, encode_vp_batch(run, codec)
 
 
 class FeedProgress:
@@ -266,8 +358,10 @@ class FeedProgress:
     def snapshot(self) -> dict[int, int]:
         return dict(self._last_applied)
 
-    def unapplied(self, records: Sequence[SourcedRecord]) -> list[SourcedRecord]:
+    def unapplied(self, records: FedRecords) -> FedRecords:
         """The records not yet in the VP log (those past the last applied offset of their partition)."""
+        if isinstance(records, EncodedChunk):
+            return records.after(self.last_applied(records.partition)) or []
         fresh, previous, last_applied = [], {}, self._last_applied
         for record in records:  # the feed's per-record path: kept free of calls
             partition, offset = record.partition, record.offset
@@ -279,8 +373,11 @@ class FeedProgress:
                 fresh.append(record)
         return fresh
 
-    def applied(self, records: Iterable[SourcedRecord]) -> None:
+    def applied(self, records: Iterable[SourcedRecord] | EncodedChunk) -> None:
         """``records`` (from ``unapplied``) are now in the VP log, in this order."""
+        if isinstance(records, EncodedChunk):
+            self._advance(records.partition, records.last_offset)
+            return
         last_applied = self._last_applied
         for record in records:
             partition, offset = record.partition, record.offset
