@@ -42,9 +42,9 @@ import ray
 
 from benchmarks.lag import (FeedLagBenchSettings, FeedLagTracker, LagSample, drained, fed_offset, halves_p99_records,
                             is_bounded, lag_figures)
-from mafka4.bench.process_usage import wait_until_quiet
+from mafka4.bench.process_usage import sample_process, wait_until_quiet
 from mafka4.bench.read_nodes import running_read_nodes
-from mafka4.bench.usage import is_quiet
+from mafka4.bench.usage import ProcessSample, cpu_ns_between, is_quiet
 from mafka4.client.admin import Admin
 from mafka4.client.producer import Producer
 from mafka4.limits import ReadMode
@@ -202,8 +202,11 @@ def run_one_vp_count(connection: Connection, admin: Admin, read_nodes: dict[str,
         sampler = _LagSampler(admin, topic, read_nodes)
         _wait_until_fed(sampler, settings, topic)
         load_start = wait_until_quiet(settings.quiet_wait_s_max)
+        fed_before, cpu_before = _records_fed(sampler.counters()), _read_node_samples(read_nodes, topic)
         producer = _SaturatedProducer(connection, topic, settings)
         producing, unknown, drain_s = _measure(producer, sampler, settings)
+        read_node_cpu = _read_node_cpu(cpu_before, _read_node_samples(read_nodes, topic),
+                                       (_records_fed(sampler.counters()) - fed_before) * settings.message_bytes)
         load_end = os.getloadavg()[0]
     finally:
         if producer is not None:
@@ -213,9 +216,29 @@ def run_one_vp_count(connection: Connection, admin: Admin, read_nodes: dict[str,
         "virtual_partitions": virtual_partitions, "topic": topic, "producer": producer.figures(),
         "lag": lag_figures(producing), "lag_p99_records_halves": halves_p99_records(producing),
         "samples_without_fed_offset": unknown, "drain_s": drain_s, "bounded": is_bounded(producing, drain_s),
-        "feeds_at_end": sampler.counters(),
+        "feeds_at_end": sampler.counters(), "read_node_cpu": read_node_cpu,
         "load_average_1m": [round(load_start, 2), round(load_end, 2)], "quiet": is_quiet([load_start]),
     }
+
+
+def _records_fed(counters: dict[str, dict[int, dict]]) -> int:
+    """Records the topic's feed streams appended, summed over the read nodes and partitions."""
+    return sum(feed["records_fed"] for feeds in counters.values() for feed in feeds.values())
+
+
+def _read_node_samples(read_nodes: dict[str, object], topic: str) -> dict[str, ProcessSample]:
+    answers = ray.get([node.describe.remote(topic) for node in read_nodes.values()], timeout=CALL_TIMEOUT_S)
+    return {name: sample_process(answer["pid"]) for name, answer in zip(read_nodes, answers)}
+
+
+def _read_node_cpu(before: dict[str, ProcessSample], after: dict[str, ProcessSample], fed_bytes: int) -> dict:
+    """The read nodes' CPU from the producer's start to the drain's end, and per MB fed (the
+    records the feed streams appended, at the message size: what the split's cost is measured by)."""
+    cpu_s = {name: cpu_ns_between(before[name].thread_cpu_ns, after[name].thread_cpu_ns) / 1e9 for name in after}
+    total_s = sum(cpu_s.values())
+    fed_mb = fed_bytes / 1e6
+    return {"cpu_s": {name: round(value, 3) for name, value in cpu_s.items()}, "cpu_s_total": round(total_s, 3),
+            "fed_mb": round(fed_mb, 3), "cpu_ms_per_fed_mb": round(1000 * total_s / fed_mb, 3) if fed_mb else None}
 
 
 def _summary(run: dict) -> dict:
@@ -223,7 +246,8 @@ def _summary(run: dict) -> dict:
     records, ms = lag["records"] or {}, lag["ms"] or {}
     return {"msgs_per_s": run["producer"]["msgs_per_s"], "lag_records_p99": records.get("p99"),
             "lag_records_max": records.get("max"), "lag_ms_p99": ms.get("p99"), "lag_ms_max": ms.get("max"),
-            "drain_s": run["drain_s"], "bounded": run["bounded"], "quiet": run["quiet"]}
+            "drain_s": run["drain_s"], "bounded": run["bounded"], "quiet": run["quiet"],
+            "read_node_cpu_ms_per_fed_mb": run["read_node_cpu"]["cpu_ms_per_fed_mb"]}
 
 
 def run_feed_lag_bench(settings: FeedLagBenchSettings, output_path: str) -> dict:
