@@ -246,8 +246,7 @@ def _summary(run: dict) -> dict:
     records, ms = lag["records"] or {}, lag["ms"] or {}
     return {"msgs_per_s": run["producer"]["msgs_per_s"], "lag_records_p99": records.get("p99"),
             "lag_records_max": records.get("max"), "lag_ms_p99": ms.get("p99"), "lag_ms_max": ms.get("max"),
-            "drain_s": run["drain_s"], "bounded": run["bounded"], "quiet": run["quiet"],
-            "read_node_cpu_ms_per_fed_mb": run["read_node_cpu"]["cpu_ms_per_fed_mb"]}
+            "drain_s": run["drain_s"], "bounded": run["bounded"], "quiet": run["quiet"]}
 
 
 def run_feed_lag_bench(settings: FeedLagBenchSettings, output_path: str) -> dict:

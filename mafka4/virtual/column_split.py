@@ -1,14 +1,18 @@
 """The column split: a physical batch with the key-hash column, cut into its VPs' batches without decoding a record.
 
 A producer's batch may carry each record's message hash and the end of its bytes
-(``batch_payload``'s key-hash column, attribute bit 4). ``split_batch`` reads both columns with
-``np.frombuffer``, places every record with one ``searchsorted`` over the split epoch's range
-starts (as ``RangeMap.vp_for_hash`` does one record at a time), and groups the records per VP
-with one stable sort: per batch and per VP there is Python, per record none, and no record is
-unpacked. A VP's share of one batch is a ``ColumnRun``; a feed call's share of a VP is a
-``SplitChunk`` (``vp_records.EncodedChunk``), whose VP batches are made at append time by
-copying the records' bytes (one C-level join of their byte ranges per VP batch), packing their
-sources with numpy, and compressing once.
+(``batch_payload``'s key-hash column, attribute bit 4). ``read_columns`` reads both columns of a
+batch with ``np.frombuffer``; ``RoundColumns`` joins the columns of a feed round's consecutive
+batches into one set; ``split_round`` places every record of them with one ``searchsorted`` over
+the split epoch's range starts (as ``RangeMap.vp_for_hash`` does one record at a time) and
+groups them per VP with one stable sort. Per round and per VP there is Python, per batch a
+little, per record none, and no record is unpacked: at 256 VPs a physical batch holds about one
+record per VP, so work per batch and VP had cost as much as work per record (the first version
+split batch by batch, ``reports/2026-12-02-split-without-decoding``). A VP's share of a round is
+a ``ColumnRun``; a feed call's share of a VP is a ``SplitChunk`` (``vp_records.EncodedChunk``),
+whose VP batches are made at append time by copying the records' bytes (one C-level join of
+their byte ranges per VP batch), packing their sources and timestamp runs with numpy, and
+compressing once.
 
 Byte for byte. A VP batch made here is the one ``vp_records.encode_vp_batch`` makes of the same
 records decoded (the decoding split, ``route_records``): one per codec run of a feed call's
@@ -46,7 +50,7 @@ Pure: no I/O (numpy on bytes held in memory).
 from __future__ import annotations
 
 from itertools import groupby
-from operator import attrgetter
+from operator import itemgetter
 from typing import Container, Iterator, NamedTuple, Sequence
 
 import msgpack
@@ -65,8 +69,9 @@ from mafka4.virtual.vp_records import EncodedChunk, SourcedRecord
 _HASHES = np.dtype(">u8")
 _ENDS = np.dtype(">u4")
 _SOURCES = np.dtype([("partition", ">i4"), ("offset", ">i8")])
+_TIMESTAMP_RUNS = np.dtype([("start", ">u4"), ("base", ">i8")])
 assert _HASHES.itemsize == MESSAGE_HASH_BYTES and _ENDS.itemsize == RECORD_END_BYTES
-assert _SOURCES.itemsize == SOURCE.size
+assert _SOURCES.itemsize == SOURCE.size and _TIMESTAMP_RUNS.itemsize == TIMESTAMP_RUN.size
 RECORD_FIRST_BYTE = 0x94  # msgpack's fixarray of 4 items: [timestamp_delta_ms, key, value, headers]
 SAMPLED_RECORDS = 3  # records of each batch whose key-hash entry is checked against their key
 
@@ -82,23 +87,60 @@ class BatchColumns(NamedTuple):
     hashes: np.ndarray  # uint64, each record's message hash
 
 
-class ColumnRun(NamedTuple):
-    """Records of one physical batch that go to one VP: ``indices`` (ascending) into its records."""
+class RoundColumns:
+    """The columns of consecutive physical batches of one partition (a feed round's batches with the
+    key-hash column, in offset order), joined: every array has one entry per record of them all.
+    The payloads are joined too (a copy of the round's bytes, one C call), so that a VP batch's
+    records are cut from one buffer."""
 
-    batch: BatchColumns
+    __slots__ = ("partition", "headers", "buffer", "starts", "ends", "hashes", "offsets", "batch_of", "bases",
+                 "max_timestamps", "codec_ids")
+
+    def __init__(self, batches: Sequence[BatchColumns]):
+        assert batches and len({batch.partition for batch in batches}) == 1, "batches of one partition"
+        assert all(a.header.next_offset <= b.header.base_offset for a, b in zip(batches, batches[1:])), "in offset order"
+        self.partition = batches[0].partition
+        self.headers = [batch.header for batch in batches]
+        shifts = np.cumsum([0] + [len(batch.payload) for batch in batches[:-1]])
+        self.buffer = b"".join(batch.payload for batch in batches)
+        self.starts = np.concatenate([batch.starts + shift for batch, shift in zip(batches, shifts)])
+        self.ends = np.concatenate([batch.ends + shift for batch, shift in zip(batches, shifts)])
+        self.hashes = np.concatenate([batch.hashes for batch in batches])
+        self.offsets = np.concatenate([np.arange(h.base_offset, h.next_offset, dtype=np.int64) for h in self.headers])
+        self.batch_of = np.repeat(np.arange(len(batches)), [h.count for h in self.headers])
+        # Per batch: its records' base timestamp, its max timestamp, its codec.
+        self.bases = np.array([h.first_timestamp_ms for h in self.headers], np.int64)
+        self.max_timestamps = np.array([h.max_timestamp_ms for h in self.headers], np.int64)
+        self.codec_ids = np.array([h.codec.value for h in self.headers], np.int64)
+
+
+class ColumnRun(NamedTuple):
+    """Records of a round that go to one VP: ``indices`` (ascending) into the round's records."""
+
+    round: RoundColumns
     indices: np.ndarray  # int64
 
     @property
     def offsets(self) -> np.ndarray:
-        return self.indices + self.batch.header.base_offset
-
-    def cut(self, start: int, stop: int) -> "ColumnRun":
-        return ColumnRun(self.batch, self.indices[start:stop])
+        return self.round.offsets[self.indices]
 
     @property
-    def codec(self) -> Codec:
-        """What a VP batch of records shares (``vp_records.vp_batch_key``): the codec."""
-        return self.batch.header.codec
+    def first_offset(self) -> int:
+        return int(self.round.offsets[self.indices[0]])
+
+    @property
+    def last_offset(self) -> int:
+        return int(self.round.offsets[self.indices[-1]])
+
+    def cut(self, start: int, stop: int) -> "ColumnRun":
+        return ColumnRun(self.round, self.indices[start:stop])
+
+    def codec_pieces(self) -> Iterator[tuple[Codec, "ColumnRun"]]:
+        """The run cut where its records' codec changes (a round's batches may differ in codec)."""
+        codec_ids = self.round.codec_ids[self.round.batch_of[self.indices]]
+        bounds = [0, *(np.flatnonzero(codec_ids[1:] != codec_ids[:-1]) + 1).tolist(), len(self.indices)]
+        for start, stop in zip(bounds, bounds[1:]):
+            yield Codec(int(codec_ids[start])), self.cut(start, stop)
 
 
 class SplitChunk(EncodedChunk):
@@ -109,19 +151,18 @@ class SplitChunk(EncodedChunk):
     def __init__(self, runs: Sequence[ColumnRun]):
         runs = tuple(run for run in runs if len(run.indices))
         assert runs, "a chunk holds at least one record"
-        assert len({run.batch.partition for run in runs}) == 1, "a chunk holds records of one partition"
-        assert all(a.batch.header.next_offset <= b.batch.header.base_offset or a.batch is b.batch
-                   for a, b in zip(runs, runs[1:])), "runs in physical offset order"
+        assert len({run.round.partition for run in runs}) == 1, "a chunk holds records of one partition"
+        assert all(a.last_offset < b.first_offset for a, b in zip(runs, runs[1:])), "runs in physical offset order"
         self.runs = runs
         self._count = sum(len(run.indices) for run in runs)
 
     @property
     def partition(self) -> int:
-        return self.runs[0].batch.partition
+        return self.runs[0].round.partition
 
     @property
     def last_offset(self) -> int:
-        return int(self.runs[-1].offsets[-1])
+        return self.runs[-1].last_offset
 
     def __len__(self) -> int:
         return self._count
@@ -135,9 +176,10 @@ class SplitChunk(EncodedChunk):
         return _chunk_or_none([run.cut(0, int(np.searchsorted(run.offsets, offset, "left"))) for run in self.runs])
 
     def vp_batches(self) -> Iterator[tuple["SplitChunk", bytes]]:
-        for _, runs in groupby(self.runs, key=attrgetter("codec")):
-            runs = tuple(runs)
-            yield SplitChunk(runs), encode_runs(runs)
+        pieces = [piece for run in self.runs for piece in run.codec_pieces()]
+        for codec, same_codec in groupby(pieces, key=itemgetter(0)):
+            runs = tuple(run for _, run in same_codec)
+            yield SplitChunk(runs), encode_runs(runs, codec)
 
     def __iter__(self) -> Iterator[SourcedRecord]:
         """The records decoded (for checks and tests; the feed never decodes them)."""
@@ -150,48 +192,48 @@ def _chunk_or_none(runs: list[ColumnRun]) -> SplitChunk | None:
     return SplitChunk(runs) if runs else None
 
 
-def encode_runs(runs: Sequence[ColumnRun]) -> bytes:
-    """One unstamped VP batch of ``runs`` (sharing their codec): the records' bytes as the producer
+def encode_runs(runs: Sequence[ColumnRun], codec: Codec) -> bytes:
+    """One unstamped VP batch of ``runs`` (records of ``codec``): the records' bytes as the producer
     wrote them, their sources, and a timestamp run per base timestamp (``vp_records.timestamp_runs``)."""
-    codec = runs[0].codec
     count = sum(len(run.indices) for run in runs)
-    sources = np.empty(count, _SOURCES)
-    records = [array_header(count)]
-    bases: list[tuple[int, int]] = []  # (first record, base timestamp) where the base changes
-    filled = 0
+    parts = [b"", array_header(count)]  # parts[0]: the payload's own array header, known at the end
     for run in runs:
-        batch, indices = run.batch, run.indices
-        with memoryview(batch.payload) as view:
-            # One C-level pass over the records' byte ranges: each is a slice of the payload.
-            records.append(b"".join(map(view.__getitem__, map(slice, batch.starts[indices].tolist(),
-                                                              batch.ends[indices].tolist()))))
-        sources["offset"][filled:filled + len(indices)] = indices + batch.header.base_offset
-        if not bases or bases[-1][1] != batch.header.first_timestamp_ms:
-            bases.append((filled, batch.header.first_timestamp_ms))
-        filled += len(indices)
-    sources["partition"] = runs[0].batch.partition
-    parts = [b"\x92" if len(bases) == 1 else b"\x93", *records, bin_header(sources.nbytes), sources.tobytes()]
+        round_, indices = run.round, run.indices
+        with memoryview(round_.buffer) as view:
+            # One C-level pass over the records' byte ranges: each is a slice of the round's buffer.
+            parts.append(b"".join(map(view.__getitem__, map(slice, round_.starts[indices].tolist(),
+                                                            round_.ends[indices].tolist()))))
+    sources = np.empty(count, _SOURCES)
+    sources["partition"] = runs[0].round.partition
+    sources["offset"] = np.concatenate([run.offsets for run in runs])
+    batches = [run.round.batch_of[run.indices] for run in runs]
+    bases = np.concatenate([run.round.bases[of] for run, of in zip(runs, batches)])
+    max_timestamp_ms = max(int(run.round.max_timestamps[of].max()) for run, of in zip(runs, batches))
+    parts += (bin_header(sources.nbytes), sources.tobytes())
     attributes = codec.value | ATTRIBUTE_SOURCES
-    if len(bases) > 1:
-        timestamp_runs = b"".join(TIMESTAMP_RUN.pack(start, base) for start, base in bases)
-        parts += (bin_header(len(timestamp_runs)), timestamp_runs)
+    run_starts = np.flatnonzero(np.diff(bases, prepend=bases[0] - 1))
+    if len(run_starts) > 1:
+        timestamp_runs = np.empty(len(run_starts), _TIMESTAMP_RUNS)
+        timestamp_runs["start"], timestamp_runs["base"] = run_starts, bases[run_starts]
+        parts += (bin_header(timestamp_runs.nbytes), timestamp_runs.tobytes())
         attributes |= ATTRIBUTE_TIMESTAMP_RUNS
+    parts[0] = b"\x92" if len(run_starts) == 1 else b"\x93"  # [records, sources] or [records, sources, runs]
     payload = b"".join(parts)
     assert len(payload) <= PAYLOAD_BYTES_MAX, len(payload)
-    max_timestamp_ms = max(run.batch.header.max_timestamp_ms for run in runs)
-    return frame_payload(compress(codec, payload), attributes, count, bases[0][1], max_timestamp_ms, -1, -1)
+    return frame_payload(compress(codec, payload), attributes, count, int(bases[0]), max_timestamp_ms, -1, -1)
 
 
 def decoded_run(run: ColumnRun) -> Iterator[SourcedRecord]:
     """The records of ``run`` as the decoding split makes them (one unpack each)."""
-    batch = run.batch
-    header = batch.header
+    round_ = run.round
     for index in run.indices.tolist():
-        delta_ms, key, value, headers = msgpack.unpackb(batch.payload[batch.starts[index]:batch.ends[index]],
+        header = round_.headers[round_.batch_of[index]]
+        offset = int(round_.offsets[index])
+        delta_ms, key, value, headers = msgpack.unpackb(round_.buffer[round_.starts[index]:round_.ends[index]],
                                                         raw=False, use_list=False)
-        yield SourcedRecord(batch.partition, header.base_offset + index, int(batch.hashes[index]),
-                            header.first_timestamp_ms + delta_ms, key, value, decode_headers(headers, index, header),
-                            header.codec, (header.first_timestamp_ms, header.max_timestamp_ms))
+        yield SourcedRecord(round_.partition, offset, int(round_.hashes[index]), header.first_timestamp_ms + delta_ms,
+                            key, value, decode_headers(headers, offset - header.base_offset, header), header.codec,
+                            (header.first_timestamp_ms, header.max_timestamp_ms))
 
 
 # --- reading and checking the columns ----------------------------------------------------
@@ -302,17 +344,21 @@ def _starts_and_vps(ranges: RangeMap) -> tuple[np.ndarray, np.ndarray]:
     return kept[1], kept[2]
 
 
-def split_batch(columns: BatchColumns, layout: TopicLayout, first_index: int = 0,
+def split_round(round_: RoundColumns, layout: TopicLayout, next_offset: int,
                 wanted: Container[int] | None = None) -> dict[int, ColumnRun]:
-    """Per VP id, the records of the batch from ``first_index`` on that belong to it, as one run
+    """Per VP id, the records of the round from ``next_offset`` on that belong to it, as one run
     each (the VP of each record as ``route_records`` finds it; ``wanted``: only these VPs)."""
-    header, partition = columns.header, columns.partition
-    count = header.count
-    vps = np.empty(count - first_index, np.int64)
-    for epoch, start, stop in _epoch_spans(layout, partition, header.base_offset + first_index, header.next_offset):
+    first = int(np.searchsorted(round_.offsets, next_offset, "left"))
+    count = len(round_.offsets) - first
+    if count == 0:
+        return {}
+    offsets = round_.offsets[first:]
+    vps = np.empty(count, np.int64)
+    for epoch, start_offset, stop_offset in _epoch_spans(layout, round_.partition, int(offsets[0]),
+                                                         int(offsets[-1]) + 1):
+        start, stop = np.searchsorted(offsets, [start_offset, stop_offset], "left")
         range_starts, vp_ids = _starts_and_vps(epoch.ranges)
-        hashes = columns.hashes[first_index + start:first_index + stop]
-        vps[start:stop] = vp_ids[np.searchsorted(range_starts, hashes, "right") - 1]
+        vps[start:stop] = vp_ids[np.searchsorted(range_starts, round_.hashes[first + start:first + stop], "right") - 1]
     order = np.argsort(vps, kind="stable")
     sorted_vps = vps[order]
     bounds = np.flatnonzero(sorted_vps[1:] != sorted_vps[:-1]) + 1
@@ -320,18 +366,24 @@ def split_batch(columns: BatchColumns, layout: TopicLayout, first_index: int = 0
     for group in np.split(order, bounds):
         vp = int(vps[group[0]])
         if wanted is None or vp in wanted:
-            runs[vp] = ColumnRun(columns, group + first_index)
+            runs[vp] = ColumnRun(round_, group + first)
     return runs
+
+
+def split_batch(columns: BatchColumns, layout: TopicLayout, first_index: int = 0,
+                wanted: Container[int] | None = None) -> dict[int, ColumnRun]:
+    """``split_round`` of one batch, from its record ``first_index`` on."""
+    return split_round(RoundColumns([columns]), layout, columns.header.base_offset + first_index, wanted)
 
 
 def _epoch_spans(layout: TopicLayout, partition: int, first_offset: int, end_offset: int
                  ) -> Iterator[tuple[SplitEpoch, int, int]]:
-    """The split epochs of offsets ``[first_offset, end_offset)``, as ``(epoch, start, stop)`` spans
-    of positions counted from ``first_offset`` (cuts only grow, so a batch has one span or a few)."""
+    """The split epochs of offsets ``[first_offset, end_offset)``, as ``(epoch, start, stop)`` offset
+    spans (cuts only grow, so a round has one span or a few)."""
     offset = first_offset
     while offset < end_offset:
         epoch = layout.epoch_for(partition, offset)
         later = [e.cut[partition] for e in layout.epochs[epoch.epoch + 1:] if e.cut[partition] > offset]
         stop = min([end_offset] + later)
-        yield epoch, offset - first_offset, stop - first_offset
+        yield epoch, offset, stop
         offset = stop

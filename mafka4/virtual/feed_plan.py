@@ -33,9 +33,9 @@ Where to read (``choose_source``): a follower in the ISR when there is one (Kafk
 so splitting adds no load to the leader's write path; the leader only when no in-sync
 follower is left or every one failed since the last metadata refresh.
 
-How a round splits a batch. A batch with the key-hash column is split by it
-(``virtual.column_split``), without decoding a record, and its records reach a VP as a
-``SplitChunk``; a batch without one, or whose column fails the feeder's checks, is decoded and
+How a round splits a batch. Consecutive batches with the key-hash column are split together by
+it (``virtual.column_split.split_round``), without decoding a record, and their records reach a
+VP as a ``SplitChunk``; a batch without one, or whose column fails the feeder's checks, is decoded and
 split by ``route_records``, its records reaching a VP as ``SourcedRecord``s. A VP's records of
 one round are cut into chunks of at most ``records_max`` records, each of one kind; both kinds
 make the same VP batches. A failed column is no error of the round: the batch is split by its
@@ -58,7 +58,8 @@ from mafka4.errors import CorruptRecord
 from mafka4.hashing import key_hash
 from mafka4.physical.partition_state import PartitionState
 from mafka4.planted_bugs import PlantedBug
-from mafka4.virtual.column_split import ColumnRun, SplitChunk, read_columns, split_batch
+from mafka4.virtual.column_split import (BatchColumns, ColumnRun, RoundColumns, SplitChunk, read_columns,
+                                        split_round)
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.vp_records import NOTHING_APPLIED, SourcedRecord, route_records
 
@@ -126,6 +127,16 @@ def plan_round(
     by_vp: dict[int, list[SourcedRecord | ColumnRun]] = {}
     bad_columns: list[CorruptRecord] = []
     end, consumed = next_offset, 0
+    # Consecutive batches with a good column, split together once a batch of another kind or the
+    # end of the data comes (``column_split.split_round``: its cost is per round and VP).
+    pending: list[BatchColumns] = []
+
+    def split_pending() -> None:
+        if pending:
+            for vp, run in split_round(RoundColumns(pending), layout, next_offset, wanted).items():
+                by_vp.setdefault(vp, []).append(run)
+            pending.clear()
+
     with memoryview(data) as view:
         for position, header in iter_batches(view):
             consumed = position + header.size_bytes
@@ -138,6 +149,7 @@ def plan_round(
                 )
             if planted_bugs.PLANTED is PlantedBug.FEEDER_SKIPS_BATCH and planted_bugs.feeder_skips(
                     header.base_offset, header.next_offset):  # a demo of a broken promise: mafka4.planted_bugs
+                split_pending()
                 end = header.next_offset
                 continue
             columns = read_columns(view, position, header, partition) if header.hashed else None
@@ -145,14 +157,14 @@ def plan_round(
                 bad_columns.append(columns)
                 columns = None
             if columns is not None:
-                first_index = max(0, next_offset - header.base_offset)
-                for vp, run in split_batch(columns, layout, first_index, wanted).items():
-                    by_vp.setdefault(vp, []).append(run)
+                pending.append(columns)
             else:
+                split_pending()
                 checked = decode_checked_batch(view, position, header)  # iter_batches checked its CRC
                 for vp, records in route_records(header, checked, partition, layout, wanted).items():
                     by_vp.setdefault(vp, []).extend(r for r in records if r.offset >= next_offset)
             end = header.next_offset
+    split_pending()
     if consumed != len(data):
         raise CorruptRecord(f"partition {partition}: fetched data holds a bad batch at byte {consumed}; refetching")
     chunks = {vp: _chunks(pieces, records_max) for vp, pieces in by_vp.items()}

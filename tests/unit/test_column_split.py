@@ -244,3 +244,27 @@ def test_timestamp_runs_that_do_not_cut_the_records_are_refused(runs, problem):
     reframed = _stamped(frame_payload(payload, header.attributes, 3, 0, 0, -1, -1))
     with pytest.raises(CorruptRecord, match=problem):
         decode_batch(reframed)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches=st.lists(st.tuples(records_strategy, st.sampled_from(list(Codec)), st.integers(0, 2)), min_size=2,
+                        max_size=6),
+       vps=st.integers(1, 64), data=st.data())
+def test_a_round_of_column_batches_is_split_at_once_into_the_decoding_splits_vp_batches(batches, vps, data):
+    partition, fetched, plain, offset = 2, bytearray(), bytearray(), 0
+    for records, codec, base in batches:  # bases 0-2: neighbouring batches often share their base timestamp
+        fetched += producer_batch(records, offset, partition, codec, base_sequence=offset,
+                                  first_timestamp_ms=1_000 * (base + 1))
+        plain += producer_batch(records, offset, partition, codec, base_sequence=offset, with_column=False,
+                                first_timestamp_ms=1_000 * (base + 1))
+        offset += len(records)
+    next_offset = data.draw(st.integers(0, offset - 1), "next_offset")
+    layout = layout_of(vps, data.draw(st.one_of(st.none(), st.integers(0, offset)), "cut"))
+    split = plan_round(bytes(fetched), partition, layout, next_offset, records_max=10**6)
+    decoded = plan_round(bytes(plain), partition, layout, next_offset, records_max=10**6)
+    assert set(split.chunks) == set(decoded.chunks)
+    for vp, (chunk,) in split.chunks.items():
+        assert isinstance(chunk, SplitChunk)
+        (expected,) = decoded.chunks[vp]
+        assert [encoded for _, encoded in vp_batches(chunk)] == [encoded for _, encoded in vp_batches(expected)]
+        assert list(chunk) == list(expected)
