@@ -10,6 +10,7 @@ are bounded loops on a condition, never sleeps that must be long enough.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 from mafka4 import batch_frame, batch_payload
@@ -232,6 +233,45 @@ def test_every_record_ends_in_exactly_one_local_vp_leader_and_other_vps_records_
         # records_fed counts what this node's VPs took: VP 2's records were placed, not built.
         fed_here = len(offsets_of(layout, 0, 0, 50)) + len(offsets_of(layout, 1, 0, 50))
         assert topic.feed.stats["records_fed"] == fed_here and topic.feed.stats["resumes"] == 1
+        await topic.stop()
+
+    asyncio.run(scenario())
+
+
+def test_rounds_of_an_idle_partition_visit_no_vp_once_every_vp_heard_where_the_stream_stands(tmp_path):
+    async def scenario():
+        layout = TopicLayout.initial(partitions=1, virtual_partitions=4)
+        topic = Topic(tmp_path, layout)
+        topic.physical.append(physical_batches(0, 30))
+        vps = [topic.lead(vp) for vp in range(4)]
+        reports: list[tuple[int, int, int]] = []
+        for vp, hosted in enumerate(vps):
+            def fed(epoch, partition, fed_through, high_watermark, now_ms, fed=hosted.core.fed, vp=vp):
+                reports.append((vp, fed_through, high_watermark))
+                fed(epoch, partition, fed_through, high_watermark, now_ms)
+            hosted.core.fed = fed
+        visits: list[int] = []
+        report = topic.feed._report
+        def visit(vp, *args):
+            visits.append(vp)
+            return report(vp, *args)
+        topic.feed._report = visit
+        topic.feed.config = replace(FEEDER_CONFIG, report_interval_ms=50)  # quiet VPs hear a change soon
+        await topic.start()
+        await until(lambda: topic.feed.next_offset == 30 and topic.feed._settled is not None,
+                    "every VP to hear that the stream is at 30")
+        assert {(vp, 30, 30) for vp in range(4)} <= set(reports)
+        heard, visited = len(reports), len(visits)
+        rounds = topic.feed.stats["rounds"]
+        await until(lambda: topic.feed.stats["rounds"] >= rounds + 5, "five idle rounds (long polls of 20 ms)")
+        assert len(visits) == visited, "an idle round visits no VP"
+        assert len(reports) == heard, "and tells none anything, however long it stays idle"
+        assert all(hosted.core.describe(10**15)["feed_lagging_partitions"] == [] for hosted in vps), (
+            "caught up and told nothing since: idle, not lagging")
+
+        topic.physical.append(physical_batches(30, 35))
+        await until(lambda: topic.feed.next_offset == 35 and topic.feed._settled is not None, "the news")
+        assert {(vp, 35, 35) for vp in range(4)} <= set(reports[heard:]), "a change reaches every VP"
         await topic.stop()
 
     asyncio.run(scenario())
