@@ -101,6 +101,7 @@ class FakeStore:
     def __init__(self):
         self.items: dict[str, tuple[object, int]] = {}
         self.revision = 0
+        self.full_reads = 0  # get_prefixes calls (a topic view's full reads)
 
     def put(self, key: str, value, lease=None) -> int:
         self.revision += 1
@@ -117,7 +118,14 @@ class FakeStore:
         for key in [key for key in self.items if key.startswith(prefix)]:
             del self.items[key]
 
+    def prefix_changes(self, prefixes, after_revision: int) -> tuple[dict[str, tuple[int, int]], int]:
+        found = {prefix: [revision for key, (_, revision) in self.items.items() if key.startswith(prefix)]
+                 for prefix in prefixes}
+        return {prefix: (len(revisions), sum(1 for r in revisions if r > after_revision))
+                for prefix, revisions in found.items()}, self.revision
+
     def get_prefixes(self, prefixes) -> dict[str, list[Versioned]]:
+        self.full_reads += 1
         return {prefix: [Versioned(key, value, revision) for key, (value, revision) in sorted(self.items.items())
                          if key.startswith(prefix)] for prefix in prefixes}
 
@@ -273,6 +281,33 @@ def test_rounds_of_an_idle_partition_visit_no_vp_once_every_vp_heard_where_the_s
         await until(lambda: topic.feed.next_offset == 35 and topic.feed._settled is not None, "the news")
         assert {(vp, 35, 35) for vp in range(4)} <= set(reports[heard:]), "a change reaches every VP"
         await topic.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_topic_view_reads_its_metadata_again_only_when_some_of_it_changed_in_etcd(tmp_path):
+    async def scenario():
+        layout = TopicLayout.initial(partitions=1, virtual_partitions=3)
+        topic = Topic(tmp_path, layout)
+        view, store = topic.view, topic.store
+        await view.refresh()
+        assert store.full_reads == 1 and set(view.states) == {0, 1, 2}
+        generation = view.generation
+        for _ in range(3):
+            await view.refresh()
+        assert store.full_reads == 1, "nothing changed: nothing read but the probe"
+        assert view.generation == generation
+
+        sealed = replace(view.states[1], sealed_end_offset=7)
+        store.put(keys.virtual_partition(CLUSTER, TOPIC, 1), sealed.to_json())
+        await view.refresh()
+        assert store.full_reads == 2 and view.states[1].sealed_end_offset == 7 and view.sealed == {1}
+        await view.refresh()
+        assert store.full_reads == 2
+
+        del store.items[keys.virtual_partition(CLUSTER, TOPIC, 2)]  # a deletion writes no revision
+        await view.refresh()
+        assert store.full_reads == 3 and set(view.states) == {0, 1}
 
     asyncio.run(scenario())
 
