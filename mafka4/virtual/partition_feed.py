@@ -121,6 +121,7 @@ class PartitionFeed(NodeLoop):
         # (served VPs, positions) that every served VP was last told, if all were: the next round
         # with nothing new to hand over skips them (``_round``).
         self._settled: tuple[Mapping[int, HostedVp], tuple[int, int, int | None]] | None = None
+        self._round_positions: tuple[int, int] | None = None  # (fed through, physical HW) after the last round
         self._round_ended_at = time.monotonic()
         # Fault injection (``ReadNode.set_feed_fault``): a paused stream fetches and feeds nothing,
         # as a read node that stopped would; its position stays where it was.
@@ -396,6 +397,7 @@ class PartitionFeed(NodeLoop):
             chunks = withhold(chunks, hold.vps, held_from)
         now_ms, now_s = wall_ms(), time.monotonic()
         positions = (planned.next_offset, result.high_watermark, held_from)
+        before, self._round_positions = self._round_positions, positions[:2]
         # An idle round (nothing fetched, nothing moved) after every served VP heard the current
         # positions walks no VP: an idle VP costs nothing, however many the node serves.
         settled_for = self._settled
@@ -407,7 +409,8 @@ class PartitionFeed(NodeLoop):
                 fed_through, high_watermark = planned.next_offset, result.high_watermark
                 if held_from is not None and vp in hold.vps:
                     fed_through, high_watermark = min(fed_through, held_from), min(high_watermark, held_from)
-                settled &= self._report(vp, hosted, bool(vp_chunks), fed_through, high_watermark, now_ms, now_s)
+                settled &= self._report(vp, hosted, bool(vp_chunks), fed_through, high_watermark, now_ms, now_s,
+                                        before)
             self._settled = (served, positions) if settled else None
         self.next_offset = planned.next_offset
         self._needed = self.next_offset if self._hold is None else min(self.next_offset, self._needed or 0)
@@ -424,10 +427,11 @@ class PartitionFeed(NodeLoop):
             hosted.feed(epoch, chunk, now_ms)
 
     def _report(self, vp: int, hosted: HostedVp, got_records: bool, fed_through: int, high_watermark: int,
-                now_ms: int, now_s: float) -> bool:
+                now_ms: int, now_s: float, before: tuple[int, int] | None) -> bool:
         """Tell a served VP how far the stream fed it; quiet active VPs hear a change within
         ``report_interval_ms``, and nothing while nothing changes (the RISR reads a partition whose
-        last report reached its HW as idle, not lagging). True if the VP knows the current values."""
+        last report reached its HW as idle, not lagging). ``before``: where the stream stood after
+        the previous round. True if the VP knows the current values."""
         layout = self.view.layout
         closing = layout.closing_epoch(vp)
         if closing is not None:  # nothing past the closing cut is meant for a closed VP
@@ -440,10 +444,11 @@ class PartitionFeed(NodeLoop):
         if not got_records and quiet and closing is None:
             return False
         epoch = self._resumed_epochs[vp]
-        if not quiet and previous is not None and previous[0] >= previous[1]:
-            # Caught up at its last report and told nothing since, the VP was idle, not stalled: say
-            # so as of now before the news, or its RISR would date its last catch-up to that old
-            # report and call the stream lagging at once (``RisrState.feed_lagging_partitions``).
+        if not quiet and previous is not None and previous[:2] == before and previous[0] >= previous[1]:
+            # Told where the stream stood until this round, and caught up there, the VP was idle,
+            # not stalled, until this round's fetch: say so as of now before the news, or its RISR
+            # would date its last catch-up to that old report and call the stream lagging at once
+            # (``RisrState.feed_lagging_partitions``).
             hosted.core.fed(epoch, self.partition, previous[0], previous[1], now_ms)
         hosted.core.fed(epoch, self.partition, fed_through, high_watermark, now_ms)
         self._last_report[vp] = (fed_through, high_watermark, now_s)

@@ -48,10 +48,11 @@ An idle VP costs nothing but its open files and a few objects: no per-VP task or
 exists, and no periodic pass walks the hosted VPs. Each pass visits the VPs that changed and
 those with a deadline that came, which an idle VP has only while retention will delete one of
 its segments or while a follower of it may drop out of its RISR; a feed stream skips the VPs of
-an idle partition (``partition_feed``). What still grows with the hosted VPs while idle: the
-topic view's periodic metadata read (every VP state of the topic, every
-``metadata_max_age_ms``) and, with ``read_replicas`` > 1, the replication sessions' refresh of
-each idle follower entry (``replication``).
+an idle partition (``partition_feed``), and a topic view reads the VP states again only when
+etcd holds a change (``topic_view``). What still grows with the hosted VPs while idle, with
+``read_replicas`` > 1 only: each replication request builds every followed VP's entry on the
+follower's node, and the leader's node looks at every entry of the session and reports each
+idle one to its RISR every quarter of ``read_replica_lag_ms_max`` (``replication``).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from mafka4 import batch_frame, batch_payload
+from mafka4.clocks import wall_ms
 from mafka4.compression import Codec
 from mafka4.errors import OffsetOutOfRange, RequestTimedOut
 from mafka4.limits import FeederConfig, LogConfig, TopicConfig
@@ -279,7 +280,11 @@ def test_rounds_of_an_idle_partition_visit_no_vp_once_every_vp_heard_where_the_s
 
         topic.physical.append(physical_batches(30, 35))
         await until(lambda: topic.feed.next_offset == 35 and topic.feed._settled is not None, "the news")
-        assert {(vp, 35, 35) for vp in range(4)} <= set(reports[heard:]), "a change reaches every VP"
+        news = reports[heard:]
+        assert {(vp, 35, 35) for vp in range(4)} <= set(news), "a change reaches every VP"
+        assert all(news.index((vp, 30, 30)) < news.index((vp, 35, 35)) for vp in range(4)), (
+            "after a silence each VP first hears that it was still caught up, so its RISR dates that to now")
+        assert all(hosted.core.describe(wall_ms())["feed_lagging_partitions"] == [] for hosted in vps)
         await topic.stop()
 
     asyncio.run(scenario())
