@@ -128,7 +128,12 @@ class VpHousekeeping:
             if hosted is None or hosted.closed or not hosted.core.has_followers:
                 continue  # dropped, or leads no followers any more: a change schedules it again
             self.visits["risr_ticks"] += 1
-            hosted.tick(now_ms)
+            try:
+                hosted.tick(now_ms)
+            except Exception:  # a lone leader's flush met a disk error: the other VPs still tick
+                logger.exception("%s: RISR tick failed", vp_id)
+                self._ticks.changed(vp_id)
+                continue
             self._ticks.at(vp_id, hosted.core.next_tick_ms())
 
 
