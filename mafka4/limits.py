@@ -617,8 +617,9 @@ class FeederConfig:
     fetch_wait_ms_max: int = 500
     # Records of one VP are appended in batches of at most this many records.
     feed_records_max: int = 5000
-    # An idle stream still reports its progress to every VP it feeds this often, so the VP
-    # leaders can tell an idle partition from a stalled stream (RisrConfig.feed_lag_ms_max, 10 s).
+    # A VP that got no records in a round hears of the stream's new progress within this long,
+    # so the VP leaders can tell a partition the stream keeps up with from a stalled stream
+    # (RisrConfig.feed_lag_ms_max, 10 s). A VP hears nothing while nothing changes for it.
     report_interval_ms: int = 2500
     # Physical and VP metadata (leaders, ISR, layout) are re-read from etcd at least this often; a
     # failed fetch, a role notice and a reshard's release make the read node read it at once.
@@ -659,9 +660,10 @@ class ReadNodeConfig:
     replica_fetch_backoff_ms: int = 100
     # A call to another read node not answered this fast counts as failed.
     call_timeout_ms: int = 30 * SECOND_MS
-    # Every VP replica flushes by its log's policy and checkpoints its HW this often.
+    # Every VP replica that changed flushes by its log's policy and checkpoints its HW this often
+    # (an idle one is not visited: virtual.housekeeping).
     housekeeping_interval_ms: int = 1 * SECOND_MS
-    # Log retention of the VP replicas runs this often.
+    # Log retention of the VP replicas that changed or whose oldest segment expired runs this often.
     retention_check_interval_ms: int = 60 * SECOND_MS
     # Where each feed stream stands is written to etcd (keys.feed_position) this often, for
     # physical retention, which keeps what no read node has fed yet.
@@ -724,7 +726,8 @@ IN_SYNC_WRITE_BACKOFF_S = 0.5
 ISR_WRITE_ATTEMPTS_MAX = 10
 # Read nodes tick their VP leaders' RISR (followers that stopped catching up) and check closed VPs
 # for sealing this often: well within read_replica_lag_ms_max (10 s by default, 1 s at the least
-# a test uses).
+# a test uses). A tick visits only the leaders whose RISR changed or may change by time now
+# (virtual.housekeeping), so it costs nothing per idle VP.
 LEADER_TICK_INTERVAL_S = 0.5
 
 # etcd and leases.

@@ -326,6 +326,12 @@ class Log:
             return False
         return now_ms - self._last_flush_ms >= interval_ms
 
+    @property
+    def flush_by_time_pending(self) -> bool:
+        """Whether data waits for a flush by ``flush_interval_ms`` (``maybe_flush``, ``start_flush``):
+        an owner that flushes only logs that changed keeps visiting this log until it is False."""
+        return self._config.flush_interval_ms is not None and self._recovery_point < self.log_end_offset
+
     def _unflushed_segments(self) -> list[Segment]:
         """The segments holding data above the recovery point: the active one, and in a log
         flushing in the background those a roll closed since the last flush."""
@@ -520,6 +526,17 @@ class Log:
             fsync_directory(self._directory)
         unfed_deleted = None if unfed_first is None else (unfed_first, self.log_start_offset)
         return RetentionResult(deleted, unfed_deleted)
+
+    def retention_due_ms(self) -> int | None:
+        """The earliest time at which ``apply_retention`` may delete a segment by age, with nothing
+        appended meanwhile: one past the oldest segment's ``retention_ms`` (None: no segment but the
+        active one, which is never deleted, or no time bound). Size-based retention and a moving
+        fed floor change only with appends and the floor: their callers know when those happen, so
+        an owner of many logs checks the idle ones only at this time (``virtual.visit_schedule``)."""
+        retention_ms = self._config.retention_ms
+        if retention_ms is None or len(self._segments) < 2 or self._segments[0].max_timestamp_ms is None:
+            return None
+        return self._segments[0].max_timestamp_ms + retention_ms + 1
 
     def _past_unfed_hold(self, segment: Segment, now_ms: int) -> bool:
         """Whether an unfed ``segment`` has been held ``unfed_hold_ms_max`` past its retention."""

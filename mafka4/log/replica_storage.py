@@ -91,6 +91,10 @@ class ReplicaStorage:
     def save_epochs(self, epochs: EpochHistory) -> None:
         write_checkpoint(self.directory / EPOCH_CHECKPOINT, epochs.to_text())
 
+    def high_watermark_saved(self, high_watermark: int) -> bool:
+        """Whether ``high_watermark`` is the value this instance last wrote (a save would write nothing)."""
+        return high_watermark == self._saved_high_watermark
+
     def save_high_watermark(self, high_watermark: int) -> bool:
         """Checkpoint ``high_watermark`` unless it is the value last written; True if it wrote."""
         staged = self.stage_high_watermark(high_watermark)

@@ -232,6 +232,22 @@ class MetadataStore:
         return self._client.status().db_size
 
     @_etcd_call(repeatable=True)
+    def prefix_changes(self, prefixes: Iterable[str], after_revision: int) -> tuple[dict[str, tuple[int, int]], int]:
+        """Per prefix (how many keys it holds, how many of them were written after ``after_revision``),
+        and a revision at or before which every answer was read: a cheap "did anything change?"
+        before a full read (keys only, and only the changed ones, cross the wire). A deletion shows
+        as a smaller count (etcd counts every key of the range, before the revision filter; one
+        counting only the changed ones shows a count that differs, which reads as a change)."""
+        changes: dict[str, tuple[int, int]] = {}
+        revision: int | None = None
+        for prefix in prefixes:
+            response = self._client.get_prefix_response(prefix, keys_only=True, min_mod_revision=after_revision + 1)
+            changes[prefix] = (response.count, len(response.kvs))
+            revision = response.header.revision if revision is None else min(revision, response.header.revision)
+        assert revision is not None, "prefix_changes of no prefix"
+        return changes, revision
+
+    @_etcd_call(repeatable=True)
     def get_prefixes(self, prefixes: Iterable[str]) -> dict[str, list[Versioned]]:
         """Every key under each of ``prefixes``, all read in one transaction (at one revision)."""
         prefixes = list(prefixes)

@@ -28,8 +28,9 @@ become leader (``pick_leader``).
 
 The leader lagging the physical partitions. The leader is fed from the physical partitions;
 when its fed offsets have not reached the physical HWs for ``feed_lag_ms_max`` (same
-caught-up rule), ``feed_lagging_partitions`` names them and the actor reports it, so the
-controller can move leadership to another RISR member. The leader stays in the RISR
+caught-up rule; a partition whose last report reached its HW is idle, not lagging: streams
+send an idle VP nothing on a timer), ``feed_lagging_partitions`` names them and the actor
+reports it, so the controller can move leadership to another RISR member. The leader stays in the RISR
 meanwhile: every follower copies the leader, so removing it would stop reads without making
 any read fresher (a deliberate refinement of DESIGN.md section 6, which says it leaves).
 
@@ -148,8 +149,10 @@ class _CatchUpClock:
     last_caught_up_ms: int | None
     last_report_ms: int | None = None
     last_report_target: int | None = None
+    last_report_caught_up: bool = False  # the last report reached its own target
 
     def report(self, reached: int, target: int, now_ms: int) -> None:
+        self.last_report_caught_up = reached >= target
         if reached >= target:
             caught_up_ms: int | None = now_ms
         elif self.last_report_target is not None and reached >= self.last_report_target:
@@ -163,6 +166,10 @@ class _CatchUpClock:
 
     def lagging(self, lag_ms_max: int, now_ms: int) -> bool:
         return self.last_caught_up_ms is None or now_ms - self.last_caught_up_ms > lag_ms_max
+
+    def lagging_from_ms(self, lag_ms_max: int) -> int | None:
+        """The first time at which ``lagging`` holds with no report meanwhile (None: it holds already)."""
+        return None if self.last_caught_up_ms is None else self.last_caught_up_ms + lag_ms_max + 1
 
 
 @dataclass(slots=True)
@@ -270,10 +277,30 @@ class RisrState:
         return replica_id in self.risr
 
     def feed_lagging_partitions(self, now_ms: int) -> tuple[int, ...]:
-        """Physical partitions whose HW the leader's feed has not reached for over ``feed_lag_ms_max``."""
+        """Physical partitions whose HW the leader's feed has not reached for over ``feed_lag_ms_max``.
+
+        A partition whose last report reached its HW is not lagging however old that report is:
+        an idle partition's stream reports nothing new, and a read node does not send each of its
+        VPs the same "still caught up" on a timer (an idle VP costs nothing). Kafka's ISR reads an
+        idle follower the same way (its LEO equals the leader's: caught up)."""
+        lag_ms_max = self.config.feed_lag_ms_max
         return tuple(sorted(
-            p for p, clock in self._sources.items() if clock.lagging(self.config.feed_lag_ms_max, now_ms)
+            p for p, clock in self._sources.items()
+            if not clock.last_report_caught_up and clock.lagging(lag_ms_max, now_ms)
         ))
+
+    def next_tick_ms(self) -> int | None:
+        """The earliest ``now_ms`` at which ``tick`` may move a follower, with no input meanwhile
+        (None: none can move by time alone), so that a read node ticks a VP only then, not on
+        every pass: the first time an ``IN_SYNC`` follower passes ``read_replica_lag_ms_max``
+        since it last caught up. Inputs only move that time later (a catch-up) or add a member
+        (a follower entering the RISR): the caller asks again after each."""
+        lag_ms_max = self.config.read_replica_lag_ms_max
+        deadlines = [progress.clock.lagging_from_ms(lag_ms_max) for progress in self._followers.values()
+                     if progress.status is ReplicaStatus.IN_SYNC]
+        if not deadlines:
+            return None
+        return min(0 if deadline is None else deadline for deadline in deadlines)
 
     def describe(self, now_ms: int) -> dict:
         return {

@@ -26,7 +26,10 @@ while its event loop goes on feeding and serving (a physical replica's fsyncs to
 the fsyncs (the log's flush, ``log.pending_flush``, and the HW checkpoint's write), and
 ``finish_housekeeping`` on the loop takes the result in (renaming the checkpoint into place,
 which a replica closed meanwhile skips) and applies retention. ``housekeep`` does all three in
-a row (the simulator, tests).
+a row (the simulator, tests). A read node runs them only for the VPs that changed
+(``on_change``, called after every core call that did something and after a follower's append)
+until ``housekeeping_pending`` is False, and retention only for those that changed or whose
+``retention_due_ms`` came (``virtual.housekeeping``): an idle VP is not visited.
 
 The directory holds what a physical replica's does (``log.replica_storage``): the log, the
 leader-epoch and the high-watermark checkpoints, both rewritten atomically; the HW checkpoint
@@ -125,10 +128,15 @@ class HostedVp:
     """One VP replica of a read node; see the module docstring."""
 
     def __init__(self, vp_id: VpId, node_id: str, directory: Path, log_config: LogConfig, risr_config: RisrConfig,
-                 now_ms: int, notify: Callable[["HostedVp", Ready], None], budget: LogDirBudget | None = None):
+                 now_ms: int, notify: Callable[["HostedVp", Ready], None], budget: LogDirBudget | None = None,
+                 on_change: Callable[["HostedVp"], None] | None = None):
+        """``on_change``: called after anything that may give housekeeping or a RISR tick work (the
+        log grew or was cut, the HW, the role or the RISR moved), so that a read node visits only
+        the VPs it names (``virtual.visit_schedule``)."""
         self.vp_id = vp_id
         self.fault = FaultGate()
         self._notify = notify
+        self._on_change = on_change
         # Retention keeps every segment holding an offset at or past the HW (the fed floor, held
         # without a time bound): records not on every RISR member yet are not the leader's to drop,
         # and the core's invariant log start <= HW must hold on leaders and followers alike.
@@ -171,6 +179,8 @@ class HostedVp:
             self.trace.record(("hw", self.vp_id.vp, self._traced_high_watermark, wall_ms_fine()))
         if ready.write_risr is not None or ready.wake:
             self._notify(self, ready)
+        if self._on_change is not None and ready != NOTHING:
+            self._on_change(self)
 
     def _report_flushed(self) -> Ready:
         """Tell the core how far the log is fsynced, if that moved since it last heard."""
@@ -253,6 +263,8 @@ class HostedVp:
         ready = Ready()
         if data:
             ready = core.follower_appended(self._log.append_batches(data, now_ms))
+            if self._on_change is not None:  # the log grew, whether or not the core has more to do
+                self._on_change(self)
         self._execute(ready | core.leader_progress(answer.high_watermark, answer.serving, now_ms))
 
     # --- consumers ----------------------------------------------------------------------
@@ -302,8 +314,23 @@ class HostedVp:
         self._execute(self._report_flushed())
         if chores.error is not None:
             raise chores.error
-        if retention_due and self._log.apply_retention(now_ms, fed_floor=self.core.high_watermark).segments_deleted:
+        if retention_due:
+            self.apply_retention(now_ms)
+
+    def apply_retention(self, now_ms: int) -> None:
+        """Delete the whole segments below the HW that retention allows now."""
+        if self._log.apply_retention(now_ms, fed_floor=self.core.high_watermark).segments_deleted:
             self.core.log_start_moved(self._log.log_start_offset)
+
+    @property
+    def housekeeping_pending(self) -> bool:
+        """Whether housekeeping still has work here with nothing new happening: data waiting for the
+        flush by time, or a HW not checkpointed yet. A read node visits the VP until it is False."""
+        return self._log.flush_by_time_pending or not self._storage.high_watermark_saved(self.core.high_watermark)
+
+    def retention_due_ms(self) -> int | None:
+        """When retention may next delete a segment by age alone (``Log.retention_due_ms``)."""
+        return self._log.retention_due_ms()
 
     def describe(self, now_ms: int) -> dict:
         return {**self.core.describe(now_ms), "log_start_offset": self._log.log_start_offset,

@@ -20,7 +20,10 @@ decisions are ``feed_plan.py``'s (pure); this is their shell.
 * **Rounds** hand each served VP its records in physical offset order and report
   ``fed_through`` (the next offset) and the physical HW (capped at the closing cut for a
   closed VP) to the VPs that got records, to the closed ones still being sealed, and to the
-  others every ``report_interval_ms`` (for the RISR's feed-lag check).
+  others within ``report_interval_ms`` of a change (for the RISR's feed-lag check). A VP hears
+  nothing while nothing changes for it, and a round that fetched nothing, once every served VP
+  heard the positions, walks no VP: an idle partition costs its stream's long poll, not a
+  visit of each of its VPs (the RISR reads a partition whose last report reached its HW as idle).
 
 **Holds for a reshard** (``control.resharding``). The node leading a VP that a split or merge
 closes (a parent) is asked to ``hold`` it: once no served VP holds a record at or past the
@@ -115,6 +118,10 @@ class PartitionFeed(NodeLoop):
         self._avoid: set[str] = set()  # physical replicas that failed since the last metadata read
         self._avoid_since = float("-inf")  # the view's read_at when ``_avoid`` was last cleared
         self._last_report: dict[int, tuple[int, int, float]] = {}  # VP -> (fed_through, HW, when)
+        # (served VPs, positions) that every served VP was last told, if all were: the next round
+        # with nothing new to hand over skips them (``_round``).
+        self._settled: tuple[Mapping[int, HostedVp], tuple[int, int, int | None]] | None = None
+        self._round_positions: tuple[int, int] | None = None  # (fed through, physical HW) after the last round
         self._round_ended_at = time.monotonic()
         # Fault injection (``ReadNode.set_feed_fault``): a paused stream fetches and feeds nothing,
         # as a read node that stopped would; its position stays where it was.
@@ -335,6 +342,7 @@ class PartitionFeed(NodeLoop):
         resumed = resume_point(self.view.layout, self.partition, positions)
         self._resumed_epochs = epochs
         self._last_report.clear()
+        self._settled = None
         self.stats["resumes"] += 1
         if resumed is None:  # every served VP is closed and holds all its records of this partition
             self.next_offset, self._fed_high = None, 0
@@ -388,13 +396,22 @@ class PartitionFeed(NodeLoop):
         if held_from is not None:
             chunks = withhold(chunks, hold.vps, held_from)
         now_ms, now_s = wall_ms(), time.monotonic()
-        for vp, hosted in served.items():
-            vp_chunks = chunks.get(vp, ())
-            self._feed(vp, hosted, vp_chunks, now_ms)
-            fed_through, high_watermark = planned.next_offset, result.high_watermark
-            if held_from is not None and vp in hold.vps:
-                fed_through, high_watermark = min(fed_through, held_from), min(high_watermark, held_from)
-            self._report(vp, hosted, bool(vp_chunks), fed_through, high_watermark, now_ms, now_s)
+        positions = (planned.next_offset, result.high_watermark, held_from)
+        before, self._round_positions = self._round_positions, positions[:2]
+        # An idle round (nothing fetched, nothing moved) after every served VP heard the current
+        # positions walks no VP: an idle VP costs nothing, however many the node serves.
+        settled_for = self._settled
+        if chunks or settled_for is None or settled_for[0] is not served or settled_for[1] != positions:
+            settled = True
+            for vp, hosted in served.items():
+                vp_chunks = chunks.get(vp, ())
+                self._feed(vp, hosted, vp_chunks, now_ms)
+                fed_through, high_watermark = planned.next_offset, result.high_watermark
+                if held_from is not None and vp in hold.vps:
+                    fed_through, high_watermark = min(fed_through, held_from), min(high_watermark, held_from)
+                settled &= self._report(vp, hosted, bool(vp_chunks), fed_through, high_watermark, now_ms, now_s,
+                                        before)
+            self._settled = (served, positions) if settled else None
         self.next_offset = planned.next_offset
         self._needed = self.next_offset if self._hold is None else min(self.next_offset, self._needed or 0)
         self._round_ended_at = now_s
@@ -410,22 +427,34 @@ class PartitionFeed(NodeLoop):
             hosted.feed(epoch, chunk, now_ms)
 
     def _report(self, vp: int, hosted: HostedVp, got_records: bool, fed_through: int, high_watermark: int,
-                now_ms: int, now_s: float) -> None:
-        """Tell a served VP how far the stream fed it; quiet active VPs hear it every ``report_interval_ms``."""
+                now_ms: int, now_s: float, before: tuple[int, int] | None) -> bool:
+        """Tell a served VP how far the stream fed it; quiet active VPs hear a change within
+        ``report_interval_ms``, and nothing while nothing changes (the RISR reads a partition whose
+        last report reached its HW as idle, not lagging). ``before``: where the stream stood after
+        the previous round. True if the VP knows the current values."""
         layout = self.view.layout
         closing = layout.closing_epoch(vp)
         if closing is not None:  # nothing past the closing cut is meant for a closed VP
             high_watermark = min(high_watermark, closing.cut[self.partition])
         previous = self._last_report.get(vp)
+        if not got_records and previous is not None and previous[:2] == (fed_through, high_watermark):
+            return True
         quiet = previous is not None and now_s - previous[2] < self.config.report_interval_ms / 1000
-        unchanged = previous is not None and previous[:2] == (fed_through, high_watermark)
         # A closed parent still being sealed hears of every change at once: its children wait for it.
-        if not got_records and quiet and (unchanged or closing is None):
-            return
-        hosted.core.fed(self._resumed_epochs[vp], self.partition, fed_through, high_watermark, now_ms)
+        if not got_records and quiet and closing is None:
+            return False
+        epoch = self._resumed_epochs[vp]
+        if not quiet and previous is not None and previous[:2] == before and previous[0] >= previous[1]:
+            # Told where the stream stood until this round, and caught up there, the VP was idle,
+            # not stalled, until this round's fetch: say so as of now before the news, or its RISR
+            # would date its last catch-up to that old report and call the stream lagging at once
+            # (``RisrState.feed_lagging_partitions``).
+            hosted.core.fed(epoch, self.partition, previous[0], previous[1], now_ms)
+        hosted.core.fed(epoch, self.partition, fed_through, high_watermark, now_ms)
         self._last_report[vp] = (fed_through, high_watermark, now_s)
         if closing is not None:
             self._on_fed(self.topic, vp)
+        return True
 
     async def _skip_lost(self, served: Mapping[int, HostedVp]) -> None:
         """The source no longer holds ``next_offset`` (retention passed its bound): record the loss,

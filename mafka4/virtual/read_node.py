@@ -30,8 +30,12 @@ nodes. Everything of one node runs on its event loop:
 * **Sealing.** A closed VP led here is sealed once every partition's stream fed it past its
   closing cut and its RISR holds all of it (``TopicLayout.is_sealed``, HW == log end): the node
   records its sealed end offset in etcd itself, so its children become readable at once.
-* **Housekeeping**: flush by policy and checkpoint HWs every ``housekeeping_interval_ms``,
-  retention every ``retention_check_interval_ms``, and RISR ticks.
+* **Housekeeping** (``housekeeping.VpHousekeeping``): every ``housekeeping_interval_ms`` the
+  VPs that changed (appended to, cut, HW, role or RISR moved) flush by policy and checkpoint
+  their HW; every ``retention_check_interval_ms`` retention looks at the VPs that changed since
+  and at those whose oldest segment's ``retention_ms`` ran out; every
+  ``LEADER_TICK_INTERVAL_S`` the RISR ticks the leaders with followers that changed or whose
+  in-sync follower may lag out now, and sealing looks at the closed, unsealed VPs led here.
 * **etcd records** (``ReadNodeRecords``): the node's liveness key under its own lease, the RISR
   of each VP led here (before its core may count it), sealed ends, feed positions (for physical
   retention) and read losses. The controller restarts a node whose liveness key is gone and
@@ -40,8 +44,15 @@ nodes. Everything of one node runs on its event loop:
 * **Collector**: the node freezes the objects its start left (``mafka4.collector``), so that
   the full collections its per-record work causes no longer walk Ray's modules.
 
-No per-VP task or timer exists: an idle VP costs its open files and a few objects, and every
-periodic pass walks the hosted VPs once.
+An idle VP costs nothing but its open files and a few objects: no per-VP task or timer
+exists, and no periodic pass walks the hosted VPs. Each pass visits the VPs that changed and
+those with a deadline that came, which an idle VP has only while retention will delete one of
+its segments or while a follower of it may drop out of its RISR; a feed stream skips the VPs of
+an idle partition (``partition_feed``), and a topic view reads the VP states again only when
+etcd holds a change (``topic_view``). What still grows with the hosted VPs while idle, with
+``read_replicas`` > 1 only: each replication request builds every followed VP's entry on the
+follower's node, and the leader's node looks at every entry of the session and reports each
+idle one to its RISR every quarter of ``read_replica_lag_ms_max`` (``replication``).
 """
 
 from __future__ import annotations
@@ -68,7 +79,8 @@ from mafka4.frontend.node_port import NodePort
 from mafka4.transport.stream_calls import StreamEndpoint, StreamServer
 from mafka4.virtual import consumer_reads
 from mafka4.virtual.consumer_reads import ConsumerAnswer, ConsumerRead
-from mafka4.virtual.hosted_vp import HostedVp, VpChores, VpId, run_chores, vp_directory
+from mafka4.virtual.hosted_vp import HostedVp, VpId, vp_directory
+from mafka4.virtual.housekeeping import VpHousekeeping
 from mafka4.virtual.layout import SplitEpoch
 from mafka4.virtual.partition_feed import PartitionFeed
 from mafka4.virtual.peer_handles import PeerHandles
@@ -110,12 +122,17 @@ class ReadNode:
         self._budget = LogDirBudget(os.path.join(spec.data_root, spec.node_id), spec.config.log_dir_bytes_max)
         self._stage_traces: dict[str, StageTrace] = {}  # traced topics (``set_stage_trace``)
         # Indexes of the roles, rebuilt whenever a role changes (``_roles_changed``), so that the
-        # periodic passes and the feed streams never walk every hosted VP: per topic its VP
+        # feed streams and the replication sessions never walk every hosted VP: per topic its VP
         # leaders here (a new dict on every change: streams compare it by identity), per leader
-        # node the followers here, and the leaders with followers (their RISR ticks).
+        # node the followers here.
         self._leaders: dict[str, dict[int, HostedVp]] = {}
         self._followers: dict[str, list[HostedVp]] = {}
-        self._ticking: list[HostedVp] = []
+        # The periodic passes over the VPs, which visit only the VPs that changed or whose
+        # deadline came (the module docstring's "Housekeeping").
+        self._housekeeper = VpHousekeeping(self._hosted.get)
+        # Per topic: its closed, unsealed VPs led here, for the (node's leaders, view generation)
+        # they were computed from.
+        self._seal_candidates: dict[str, tuple[dict[int, HostedVp], int, list[int]]] = {}
         self._topics: dict[str, _Topic] = {}
         self._fetchers: dict[str, ReplicaFetcher] = {}  # leader node id -> stream
         self._peers = PeerHandles(spec.cluster, spec.node_id)
@@ -236,7 +253,7 @@ class ReadNode:
             directory = vp_directory(self._spec.data_root, self._spec.node_id, vp_id)
             risr_config = RisrConfig(read_replica_lag_ms_max=config.read_replica_lag_ms_max)
             hosted = HostedVp(vp_id, self._spec.node_id, directory, config.log_config(), risr_config, now_ms,
-                              self._on_ready, self._budget)
+                              self._on_ready, self._budget, on_change=self._housekeeper.changed)
             hosted.trace = self._stage_traces.get(vp_id.topic)
             self._hosted[vp_id] = hosted
         return hosted
@@ -269,9 +286,11 @@ class ReadNode:
             self._hosted.pop(vp_id).close(delete_data)
             self._records.forget(vp_id)
             self._vp_changed_seq.pop(vp_id, None)
+            self._housekeeper.forget(vp_id)
         if vps is None and topic in self._topics:
             for feed in self._topics.pop(topic).feeds.values():
                 feed.close()
+            self._seal_candidates.pop(topic, None)
         self._roles_changed(topic)
         return [vp_id.vp for vp_id in dropped]
 
@@ -283,7 +302,6 @@ class ReadNode:
         for hosted in self._hosted.values():
             if hosted.core.role is VpRole.FOLLOWER:
                 self._followers.setdefault(hosted.core.leader_id, []).append(hosted)
-        self._ticking = [hosted for hosted in self._hosted.values() if hosted.core.has_followers]
         entry = self._topics.get(topic)
         if entry is not None:
             leads = bool(self._leaders[topic])
@@ -404,7 +422,8 @@ class ReadNode:
                  for name, entry in self._topics.items() if topic is None or name == topic}
         return {"node_id": self._spec.node_id, "pid": os.getpid(), "vps": vps, "feeds": feeds,
                 "replication": {leader: dict(fetcher.stats) for leader, fetcher in self._fetchers.items()},
-                "hosted_vps": len(self._hosted)}
+                "hosted_vps": len(self._hosted),
+                "housekeeping": self._housekeeper.describe()}
 
     async def describe_vps(self, vp_ids: Sequence[VpId]) -> list[dict | None]:
         now_ms = wall_ms()
@@ -505,40 +524,27 @@ class ReadNode:
             retention_due = time.monotonic() - last_retention >= retention_s
             if retention_due:
                 last_retention = time.monotonic()
-            await self._housekeep_all(wall_ms(), retention_due)
-
-    async def _housekeep_all(self, now_ms: int, retention_due: bool) -> None:
-        """Every hosted VP's housekeeping, its fsyncs on one worker thread (``HostedVp``): on the
-        loop each VP's fsyncs held up every feed and fetch of the node, each second (a physical
-        replica's took 5-37 ms each here)."""
-        started: list[tuple[HostedVp, VpChores]] = []
-        for hosted in list(self._hosted.values()):
-            if not hosted.closed:
-                try:
-                    started.append((hosted, hosted.start_housekeeping(now_ms)))
-                except Exception:  # one VP's disk trouble must not stop the others' flushing
-                    logger.exception("%s: housekeeping failed", hosted.vp_id)
-        if not started:
-            return
-        await asyncio.to_thread(run_chores, [chores for _, chores in started])
-        for hosted, chores in started:
-            if not hosted.closed:
-                try:
-                    hosted.finish_housekeeping(chores, now_ms, retention_due)
-                except Exception:
-                    logger.exception("%s: housekeeping failed", hosted.vp_id)
+            await self._housekeeper.housekeep(wall_ms(), retention_due)
 
     async def _leader_ticks(self) -> None:
         while not self._closed:
             await asyncio.sleep(LEADER_TICK_INTERVAL_S)
             now_ms = wall_ms()
-            for hosted in self._ticking:
-                if not hosted.closed:
-                    hosted.tick(now_ms)
+            self._housekeeper.tick(now_ms)
             for topic, entry in list(self._topics.items()):
-                layout, sealed = entry.view.layout, entry.view.sealed
-                for vp in [vp for vp in self._leaders.get(topic, {}) if not layout.is_active(vp) and vp not in sealed]:
+                for vp in self._closed_leaders(topic, entry):
                     self._check_seal(topic, vp)
+
+    def _closed_leaders(self, topic: str, entry: _Topic) -> list[int]:
+        """``topic``'s closed VPs led here and not sealed yet: computed again only when the node's
+        leaders or the topic's metadata changed, so that a tick does not walk every leader."""
+        leaders = self._leaders.get(topic, {})
+        cached = self._seal_candidates.get(topic)
+        if cached is None or cached[0] is not leaders or cached[1] != entry.view.generation:
+            layout, sealed = entry.view.layout, entry.view.sealed
+            closed = [vp for vp in leaders if not layout.is_active(vp) and vp not in sealed]
+            cached = self._seal_candidates[topic] = (leaders, entry.view.generation, closed)
+        return cached[2]
 
     def _feed_positions(self) -> dict[FeedKey, int]:
         """Where each feed stream stands, for physical retention (``ReadNodeRecords``)."""

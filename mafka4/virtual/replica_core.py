@@ -30,7 +30,7 @@ once they are in the log. A follower fetch (``replica_fetch``) either answers "d
 follower truncates by ``divergence``'s answer and asks again) or reports the follower's log end
 to the RISR, which may change the RISR (``Ready.write_risr``: record it in etcd, then
 ``risr_written``) and the HW (``Ready.wake``). ``tick`` moves followers that stopped catching
-up out of the RISR.
+up out of the RISR; ``next_tick_ms`` says when the next ``tick`` may do so.
 
 Lone leader (``RisrState``'s module docstring has the why). While a VP with two or more
 replicas has a RISR of its leader alone, its HW never passes what the leader flushed, and
@@ -361,6 +361,12 @@ class VpReplicaCore:
         risr = self._leader.risr
         # A RISR of the leader alone is flushed (``Ready.flush``) before it is written.
         return Ready(flush=risr.flush_needed, write_risr=tuple(sorted(risr.risr)), wake=True)
+
+    def next_tick_ms(self) -> int | None:
+        """The earliest ``now_ms`` at which ``tick`` may change something, with no other call
+        meanwhile (None: never by time alone; always on a follower), for a shell that ticks only
+        replicas whose time came (``RisrState.next_tick_ms``)."""
+        return None if self._leader is None else self._leader.risr.next_tick_ms()
 
     def risr_written(self, risr: Sequence[str], leader_epoch: int) -> Ready:
         """The coordinator now holds ``risr`` for this leader and ``leader_epoch``."""

@@ -7,6 +7,11 @@ stream failed (``invalidate``) and when the controller announced roles. While et
 the view keeps what it knew (the data path goes on; metadata changes wait). A reshard that
 stored a new epoch hands it to the streams it held, which ``adopt`` it at once, before the next
 read.
+
+A re-read first asks etcd whether any of those keys changed since the last read
+(``MetadataStore.prefix_changes``: keys written since, and how many there are), and reads them
+only then: a topic of 100,000 VPs is 100,000 VP states to fetch and parse (seconds of CPU here),
+which an idle read node must not pay every ``metadata_max_age_ms``.
 """
 
 from __future__ import annotations
@@ -43,6 +48,9 @@ class TopicView:
         self.generation = 0  # grows with every change a stream must look at
         self._sealed: tuple[int, frozenset[int]] = (-1, frozenset())  # (generation, sealed VPs)
         self._reading: asyncio.Task | None = None
+        # What the last full read saw: a revision at or before it, and each prefix's key count.
+        self._read_revision: int | None = None
+        self._read_counts: dict[str, int] = {}
 
     @property
     def sealed(self) -> frozenset[int]:
@@ -67,24 +75,35 @@ class TopicView:
 
     async def _read(self) -> None:
         try:
-            layout, states, partitions = await asyncio.get_running_loop().run_in_executor(None, self._read_sync)
+            read = await asyncio.get_running_loop().run_in_executor(None, self._read_sync)
         except CoordinatorUnavailable as error:
             if self.layout is None:
                 raise
             logger.warning("%s: metadata not refreshed, keeping what is known: %s", self.topic, error)
             self.read_at = time.monotonic()
             return
+        if read is None:  # nothing changed in etcd since the last read
+            self.read_at = time.monotonic()
+            return
+        layout, states, partitions = read
         if layout != self.layout or states != self.states or partitions != self.partitions:
             self.generation += 1
         self.layout, self.states, self.partitions = layout, states, partitions
         self.read_at = time.monotonic()
 
-    def _read_sync(self) -> tuple[TopicLayout, dict[int, VirtualPartitionState], dict[int, PartitionState]]:
+    def _read_sync(self) -> tuple[TopicLayout, dict[int, VirtualPartitionState], dict[int, PartitionState]] | None:
+        """The topic's metadata, or None if no key of it changed since the last read."""
         store = self._open_store()
         physical_prefix = keys.physical_prefix(self.cluster, self.topic)
         epochs_prefix = keys.split_epochs_prefix(self.cluster, self.topic)
         states_prefix = keys.virtual_partitions_prefix(self.cluster, self.topic)
-        found = store.get_prefixes([physical_prefix, epochs_prefix, states_prefix])
+        prefixes = [physical_prefix, epochs_prefix, states_prefix]
+        # Before a first read no count is known: a probe past every revision only learns one.
+        changes, revision = store.prefix_changes(prefixes, self._read_revision or (1 << 62))
+        if self._read_revision is not None and self.layout is not None and all(
+                changed == 0 and count == self._read_counts.get(prefix) for prefix, (count, changed) in changes.items()):
+            return None
+        found = store.get_prefixes(prefixes)
         if not found[epochs_prefix]:
             raise UnknownTopic(f"topic {self.topic!r} has no virtual-partition layout in etcd: it was deleted")
         layout = VirtualStore.layout_from(self.topic, self.config.partitions, self.config.virtual_config(),
@@ -94,6 +113,10 @@ class TopicView:
             int(item.key[len(physical_prefix):]): PartitionState.from_json(int(item.key[len(physical_prefix):]), item.value)
             for item in found[physical_prefix]
         }
+        # The read came after the probe: a key written in between is read now and counted as a
+        # change at the next probe too (one spare read), never missed. Set only once all of it
+        # parsed, so a failed read is not taken for a current one.
+        self._read_revision, self._read_counts = revision, {prefix: len(found[prefix]) for prefix in prefixes}
         return layout, states, partitions
 
     def adopt(self, epoch: SplitEpoch, children: tuple[VirtualPartitionState, ...]) -> None:

@@ -35,6 +35,7 @@ CORES = (
     "mafka4.virtual.feed_plan",
     "mafka4.virtual.failover",
     "mafka4.virtual.replica_core",
+    "mafka4.virtual.visit_schedule",
     # groups: ownership, assignors, the Mafka3 protocol's decisions
     "mafka4.coordinator.groups.vp_ownership",
     "mafka4.coordinator.groups.assignors",

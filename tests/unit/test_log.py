@@ -274,6 +274,43 @@ def test_retention_by_age_never_deletes_the_active_segment(tmp_path):
     log.close()
 
 
+def test_retention_due_ms_is_when_the_oldest_segment_first_passes_retention(tmp_path):
+    """An owner of many logs looks at an idle one only then (``virtual.housekeeping``)."""
+    log = Log.open(tmp_path, config(retention_ms=1_000), now_ms=0)
+    fill(log, 5, timestamp_ms=0)
+    assert log.segment_count == 1 and log.retention_due_ms() is None, "the active segment is never deleted"
+    fill(log, 100, timestamp_ms=50)
+    due_ms = log.retention_due_ms()
+    assert due_ms is not None
+    assert log.apply_retention(now_ms=due_ms - 1).segments_deleted == 0
+    assert log.apply_retention(now_ms=due_ms).segments_deleted == 1
+    assert log.retention_due_ms() > due_ms
+    log.apply_retention(now_ms=10**9)
+    assert log.retention_due_ms() is None
+    log.close()
+    unbounded = Log.open(tmp_path / "unbounded", config(retention_ms=None), now_ms=0)
+    fill(unbounded, 100)
+    assert unbounded.segment_count > 1 and unbounded.retention_due_ms() is None
+    unbounded.close()
+
+
+def test_a_flush_by_time_is_pending_while_data_waits_for_it(tmp_path):
+    log = Log.open(tmp_path, config(flush_interval_ms=100), now_ms=0, flushes_in_background=True)
+    assert not log.flush_by_time_pending
+    fill(log, 3, now_ms=10)
+    assert log.flush_by_time_pending
+    assert log.start_flush(now_ms=50) is None and log.flush_by_time_pending, "not due yet: still pending"
+    pending = log.start_flush(now_ms=110)
+    pending.run()
+    log.finish_flush(pending)
+    assert not log.flush_by_time_pending
+    log.close()
+    never = Log.open(tmp_path / "never", config(flush_interval_ms=None), now_ms=0)
+    fill(never, 3)
+    assert not never.flush_by_time_pending, "no flush by time will come: nothing to wait for"
+    never.close()
+
+
 def test_retention_by_size(tmp_path):
     log = Log.open(tmp_path, config(retention_ms=None, retention_bytes=2 * SEGMENT_BYTES), now_ms=0)
     appended = fill(log, 150)

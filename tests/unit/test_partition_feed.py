@@ -10,9 +10,11 @@ are bounded loops on a condition, never sleeps that must be long enough.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 from mafka4 import batch_frame, batch_payload
+from mafka4.clocks import wall_ms
 from mafka4.compression import Codec
 from mafka4.errors import OffsetOutOfRange, RequestTimedOut
 from mafka4.limits import FeederConfig, LogConfig, TopicConfig
@@ -100,6 +102,7 @@ class FakeStore:
     def __init__(self):
         self.items: dict[str, tuple[object, int]] = {}
         self.revision = 0
+        self.full_reads = 0  # get_prefixes calls (a topic view's full reads)
 
     def put(self, key: str, value, lease=None) -> int:
         self.revision += 1
@@ -116,7 +119,14 @@ class FakeStore:
         for key in [key for key in self.items if key.startswith(prefix)]:
             del self.items[key]
 
+    def prefix_changes(self, prefixes, after_revision: int) -> tuple[dict[str, tuple[int, int]], int]:
+        found = {prefix: [revision for key, (_, revision) in self.items.items() if key.startswith(prefix)]
+                 for prefix in prefixes}
+        return {prefix: (len(revisions), sum(1 for r in revisions if r > after_revision))
+                for prefix, revisions in found.items()}, self.revision
+
     def get_prefixes(self, prefixes) -> dict[str, list[Versioned]]:
+        self.full_reads += 1
         return {prefix: [Versioned(key, value, revision) for key, (value, revision) in sorted(self.items.items())
                          if key.startswith(prefix)] for prefix in prefixes}
 
@@ -233,6 +243,76 @@ def test_every_record_ends_in_exactly_one_local_vp_leader_and_other_vps_records_
         fed_here = len(offsets_of(layout, 0, 0, 50)) + len(offsets_of(layout, 1, 0, 50))
         assert topic.feed.stats["records_fed"] == fed_here and topic.feed.stats["resumes"] == 1
         await topic.stop()
+
+    asyncio.run(scenario())
+
+
+def test_rounds_of_an_idle_partition_visit_no_vp_once_every_vp_heard_where_the_stream_stands(tmp_path):
+    async def scenario():
+        layout = TopicLayout.initial(partitions=1, virtual_partitions=4)
+        topic = Topic(tmp_path, layout)
+        topic.physical.append(physical_batches(0, 30))
+        vps = [topic.lead(vp) for vp in range(4)]
+        reports: list[tuple[int, int, int]] = []
+        for vp, hosted in enumerate(vps):
+            def fed(epoch, partition, fed_through, high_watermark, now_ms, fed=hosted.core.fed, vp=vp):
+                reports.append((vp, fed_through, high_watermark))
+                fed(epoch, partition, fed_through, high_watermark, now_ms)
+            hosted.core.fed = fed
+        visits: list[int] = []
+        report = topic.feed._report
+        def visit(vp, *args):
+            visits.append(vp)
+            return report(vp, *args)
+        topic.feed._report = visit
+        topic.feed.config = replace(FEEDER_CONFIG, report_interval_ms=50)  # quiet VPs hear a change soon
+        await topic.start()
+        await until(lambda: topic.feed.next_offset == 30 and topic.feed._settled is not None,
+                    "every VP to hear that the stream is at 30")
+        assert {(vp, 30, 30) for vp in range(4)} <= set(reports)
+        heard, visited = len(reports), len(visits)
+        rounds = topic.feed.stats["rounds"]
+        await until(lambda: topic.feed.stats["rounds"] >= rounds + 5, "five idle rounds (long polls of 20 ms)")
+        assert len(visits) == visited, "an idle round visits no VP"
+        assert len(reports) == heard, "and tells none anything, however long it stays idle"
+        assert all(hosted.core.describe(10**15)["feed_lagging_partitions"] == [] for hosted in vps), (
+            "caught up and told nothing since: idle, not lagging")
+
+        topic.physical.append(physical_batches(30, 35))
+        await until(lambda: topic.feed.next_offset == 35 and topic.feed._settled is not None, "the news")
+        news = reports[heard:]
+        assert {(vp, 35, 35) for vp in range(4)} <= set(news), "a change reaches every VP"
+        assert all(news.index((vp, 30, 30)) < news.index((vp, 35, 35)) for vp in range(4)), (
+            "after a silence each VP first hears that it was still caught up, so its RISR dates that to now")
+        assert all(hosted.core.describe(wall_ms())["feed_lagging_partitions"] == [] for hosted in vps)
+        await topic.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_topic_view_reads_its_metadata_again_only_when_some_of_it_changed_in_etcd(tmp_path):
+    async def scenario():
+        layout = TopicLayout.initial(partitions=1, virtual_partitions=3)
+        topic = Topic(tmp_path, layout)
+        view, store = topic.view, topic.store
+        await view.refresh()
+        assert store.full_reads == 1 and set(view.states) == {0, 1, 2}
+        generation = view.generation
+        for _ in range(3):
+            await view.refresh()
+        assert store.full_reads == 1, "nothing changed: nothing read but the probe"
+        assert view.generation == generation
+
+        sealed = replace(view.states[1], sealed_end_offset=7)
+        store.put(keys.virtual_partition(CLUSTER, TOPIC, 1), sealed.to_json())
+        await view.refresh()
+        assert store.full_reads == 2 and view.states[1].sealed_end_offset == 7 and view.sealed == {1}
+        await view.refresh()
+        assert store.full_reads == 2
+
+        del store.items[keys.virtual_partition(CLUSTER, TOPIC, 2)]  # a deletion writes no revision
+        await view.refresh()
+        assert store.full_reads == 3 and set(view.states) == {0, 1}
 
     asyncio.run(scenario())
 

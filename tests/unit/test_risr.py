@@ -232,6 +232,36 @@ def test_a_leader_whose_feed_lags_the_physical_high_watermarks_is_flagged():
     assert state.feed_lagging_partitions(901) == (0, 1)
 
 
+def test_a_partition_whose_last_report_reached_its_high_watermark_is_idle_not_lagging():
+    """Streams send an idle VP nothing on a timer, so an old caught-up report must not read as a stall."""
+    state = leader()
+    state.on_feed({0: 100}, {0: 100}, now_ms=0)
+    assert state.feed_lagging_partitions(10**9) == ()
+    # The partition moves and the stream falls behind: after a silence it first says where the VP
+    # still stood (``partition_feed._report``), then the news.
+    state.on_feed({0: 100}, {0: 100}, now_ms=10**9)
+    state.on_feed({0: 120}, {0: 150}, now_ms=10**9)
+    assert state.feed_lagging_partitions(10**9 + 500) == ()
+    assert state.feed_lagging_partitions(10**9 + 501) == (0,)
+    state.on_feed({0: 150}, {0: 150}, now_ms=10**9 + 600)
+    assert state.feed_lagging_partitions(10**10) == ()
+
+
+def test_next_tick_is_when_the_first_in_sync_follower_may_pass_the_lag_bound():
+    state = leader(now_ms=0)
+    assert state.next_tick_ms() == LAG_MS + 1
+    assert not state.tick(LAG_MS), "nothing moves before next_tick_ms"
+    state.leader_appended(10)
+    state.on_replica_fetch("r1", 10, now_ms=400)
+    state.on_replica_fetch("r2", 10, now_ms=700)
+    assert state.next_tick_ms() == 400 + LAG_MS + 1
+    assert not state.tick(400 + LAG_MS)
+    assert state.tick(400 + LAG_MS + 1) and statuses(state)["r1"] == "lagging"
+    assert state.next_tick_ms() == 700 + LAG_MS + 1, "only in-sync followers can lag out"
+    assert state.tick(10**9) and state.next_tick_ms() is None
+    assert leader(risr=("r0",)).next_tick_ms() is None, "no follower in sync: no tick can change anything"
+
+
 # --- leader choice ------------------------------------------------------------------------------
 
 
