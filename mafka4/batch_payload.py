@@ -172,8 +172,9 @@ def encode_record_arrays(
 
     ``sources``: the records' sources, ``SOURCE``-packed one after another (a VP batch; see the
     module doc); ``timestamp_runs``: with sources, the runs' ``TIMESTAMP_RUN``s, the records'
-    deltas counting from their runs' bases. ``message_hashes``: the key-hash column, ``MESSAGE_HASH_BYTES`` a record (a
-    producer's batch with a producer id; see the module doc); the records' ends are added here.
+    deltas counting from their runs' bases. ``message_hashes``: the key-hash column,
+    ``MESSAGE_HASH_BYTES`` a record (a producer's batch with a producer id; see the module doc);
+    the records' ends are added here.
     """
     assert record_arrays, "a batch holds at least one record"
     assert sources is None or message_hashes is None, "a batch has sources or the key-hash column, not both"
@@ -182,7 +183,8 @@ def encode_record_arrays(
         assert len(sources) == SOURCE.size * len(record_arrays), (len(sources), len(record_arrays))
         attributes |= ATTRIBUTE_SOURCES
     if timestamp_runs is not None:
-        assert sources is not None and len(timestamp_runs) >= 2 * TIMESTAMP_RUN.size, "runs only with sources, two or more"
+        assert sources is not None and len(timestamp_runs) >= 2 * TIMESTAMP_RUN.size, (
+            "timestamp runs only with sources, two or more")
         attributes |= ATTRIBUTE_TIMESTAMP_RUNS
     if message_hashes is not None:
         assert len(message_hashes) == MESSAGE_HASH_BYTES * len(record_arrays), (len(message_hashes), len(record_arrays))
@@ -191,8 +193,10 @@ def encode_record_arrays(
                        len(record_arrays), first_timestamp_ms, max_timestamp_ms, producer_id, base_sequence)
     packer = _payload_packer()
     try:
-        packer.pack(record_arrays if sources is None
-                    else (record_arrays, sources) if timestamp_runs is None else (record_arrays, sources, timestamp_runs))
+        if sources is None:
+            packer.pack(record_arrays)
+        else:
+            packer.pack((record_arrays, sources) if timestamp_runs is None else (record_arrays, sources, timestamp_runs))
         with packer.getbuffer() as payload:
             return _framed(payload, codec, attributes, len(record_arrays), first_timestamp_ms, max_timestamp_ms,
                            producer_id, base_sequence)

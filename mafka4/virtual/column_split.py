@@ -22,7 +22,7 @@ record's bytes are the producer's, in the producer's (msgpack's shortest) encodi
 ``tests/unit/test_column_split.py`` checks it on random batches.
 
 Bad columns. The CRC proves only that a batch arrived as its producer sent it. A batch is split
-by its column only if the column passes ``column_problem``'s checks, which cost a few
+by its column only if the column passes ``read_columns``' checks, which cost a few
 microseconds a batch, never a decode of every record:
 
 * its shape, vectorised: the columns' sizes, the records array's header, every record's end
@@ -242,7 +242,7 @@ def decoded_run(run: ColumnRun) -> Iterator[SourcedRecord]:
 def read_columns(buffer: bytes | bytearray | memoryview, position: int, header: BatchHeader,
                  partition: int) -> BatchColumns | CorruptRecord:
     """The columns of the CRC-checked batch at ``position`` (which has the key-hash column), or the
-    problem that makes them unusable (``column_problem``); ``CorruptRecord`` raised for a payload
+    problem that makes them unusable (see the module doc); ``CorruptRecord`` raised for a payload
     that does not decompress, as any reader of the batch raises it."""
     assert header.hashed and not header.sourced, header
     codec = header.codec
@@ -368,12 +368,6 @@ def split_round(round_: RoundColumns, layout: TopicLayout, next_offset: int,
         if wanted is None or vp in wanted:
             runs[vp] = ColumnRun(round_, group + first)
     return runs
-
-
-def split_batch(columns: BatchColumns, layout: TopicLayout, first_index: int = 0,
-                wanted: Container[int] | None = None) -> dict[int, ColumnRun]:
-    """``split_round`` of one batch, from its record ``first_index`` on."""
-    return split_round(RoundColumns([columns]), layout, columns.header.base_offset + first_index, wanted)
 
 
 def _epoch_spans(layout: TopicLayout, partition: int, first_offset: int, end_offset: int

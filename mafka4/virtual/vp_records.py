@@ -78,9 +78,8 @@ from typing import Container, Iterable, Iterator, Mapping, NamedTuple, Sequence,
 
 from mafka4.batch_frame import BatchHeader, read_header
 from mafka4.batch_payload import (PRODUCER_HEADERS, RECORDS, SOURCE, SOURCE_HEADER, TIMESTAMP_RUN, Headers,
-                                  HeadersReading, Record,
-                                  RecordBuilder, bad_record, decode_batch, decode_checked_batch, decode_headers,
-                                  encode_batch, encode_record_arrays)
+                                  HeadersReading, Record, RecordBuilder, bad_record, decode_batch,
+                                  decode_checked_batch, decode_headers, encode_record_arrays)
 from mafka4.compression import Codec
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import message_hash

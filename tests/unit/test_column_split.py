@@ -17,7 +17,7 @@ from mafka4.batch_payload import decode_batch, encode_record_arrays
 from mafka4.client.partitioner import message_hash_column
 from mafka4.compression import Codec
 from mafka4.errors import CorruptRecord
-from mafka4.virtual.column_split import SplitChunk, read_columns, split_batch
+from mafka4.virtual.column_split import RoundColumns, SplitChunk, read_columns, split_round
 from mafka4.virtual.feed_plan import plan_round, withhold
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import message_hash
@@ -75,7 +75,7 @@ def test_the_column_split_makes_the_decoding_splits_vp_batches_byte_for_byte(rec
     header = read_header(batch)
     columns = read_columns(batch, 0, header, partition)
     assert not isinstance(columns, CorruptRecord), columns
-    runs = split_batch(columns, layout, first_index)
+    runs = split_round(RoundColumns([columns]), layout, base_offset + first_index)
     expected = decoding_split(batch, partition, layout, first_index)
     assert set(runs) == set(expected)
     for vp, run in runs.items():
