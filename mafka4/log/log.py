@@ -346,11 +346,13 @@ class Log:
         point passes into the new segment (a spare fsync when the segment came otherwise)."""
         return self._flushes_in_background and self._recovery_point <= self._active.base_offset
 
-    def start_flush(self, now_ms: int) -> PendingFlush | None:
+    def start_flush(self, now_ms: int, force: bool = False) -> PendingFlush | None:
         """``maybe_flush`` in three steps: if a flush is due, what it will make durable, to ``run``
-        on a worker thread and then pass to ``finish_flush``; None if none is due. Start the next
-        one only after finishing this one."""
-        if not self._flush_due(now_ms):
+        on a worker thread and then pass to ``finish_flush``; None if none is due. With ``force``
+        a flush is due whenever data is unflushed, whatever ``flush_interval_ms`` says (a lone VP
+        leader's fsync, ``virtual.housekeeping``). Start the next one only after finishing this
+        one: two in flight would stage the same checkpoint file."""
+        if not self._flush_due(now_ms) and not (force and self._recovery_point < self.log_end_offset):
             return None
         self._last_flush_ms = now_ms
         end_offset = self.log_end_offset

@@ -20,6 +20,16 @@ not covered). After every core call it executes,
 and after housekeeping, the shell reports the log's flushed offset to the core
 (``VpReplicaCore.flushed``) if it moved, so a lone leader's HW follows its fsyncs.
 
+On a read node that flush is owed (``owe_flush``), not run at once: a read node hosting 256 VPs
+spent 26-31% of its event loop in lone leaders' fsyncs (py-spy, ``bench feed-lag``), and every
+feed and fetch of the node waited behind each one. Its housekeeping runs the owed fsyncs on the
+worker thread instead, those of every VP that became owed meanwhile in one batch
+(``start_owed_flush``, ``finish_owed_flush``; ``virtual.housekeeping``). The HW still waits for
+the fsync, so what a reader sees is as durable as before; it only appears a batch later. The
+one flush that stays on the loop is one a RISR write waits for (the RISR shrinking to the
+leader: the tail readers saw is fsynced before etcd may hold a RISR of the leader alone).
+Without ``owe_flush`` (the simulator, tests) the shell fsyncs at once.
+
 Housekeeping comes in three steps, so that a read node fsyncs all its VPs on one worker thread
 while its event loop goes on feeding and serving (a physical replica's fsyncs took 5-37 ms here):
 ``start_housekeeping`` on the loop notes what is due, ``VpChores.run`` on the worker thread does
@@ -104,8 +114,8 @@ class VpChores:
     """The part of one VP's housekeeping that waits for the disk, for a worker thread."""
 
     storage: ReplicaStorage
-    flush: PendingFlush | None  # the log's flush by time, if one is due
-    high_watermark: int  # to checkpoint, if it moved since the last one
+    flush: PendingFlush | None  # the log's flush by time (or an owed one), if one is due
+    high_watermark: int | None  # to checkpoint, if it moved since the last one; None: no checkpoint (an owed flush)
     staged: StagedHighWatermark | None = None  # that checkpoint, for ``finish_housekeeping`` to put in place
     error: Exception | None = None  # what ``run`` met; ``finish_housekeeping`` raises it on the loop
 
@@ -113,7 +123,8 @@ class VpChores:
         try:
             if self.flush is not None:
                 self.flush.run()
-            self.staged = self.storage.stage_high_watermark(self.high_watermark)
+            if self.high_watermark is not None:
+                self.staged = self.storage.stage_high_watermark(self.high_watermark)
         except Exception as error:  # one VP's disk trouble must not stop the next VP's chores
             self.error = error
 
@@ -129,14 +140,18 @@ class HostedVp:
 
     def __init__(self, vp_id: VpId, node_id: str, directory: Path, log_config: LogConfig, risr_config: RisrConfig,
                  now_ms: int, notify: Callable[["HostedVp", Ready], None], budget: LogDirBudget | None = None,
-                 on_change: Callable[["HostedVp"], None] | None = None):
+                 on_change: Callable[["HostedVp"], None] | None = None,
+                 owe_flush: Callable[["HostedVp"], None] | None = None):
         """``on_change``: called after anything that may give housekeeping or a RISR tick work (the
         log grew or was cut, the HW, the role or the RISR moved), so that a read node visits only
-        the VPs it names (``virtual.visit_schedule``)."""
+        the VPs it names (``virtual.visit_schedule``). ``owe_flush``: called instead of fsyncing
+        on the loop when the core asks for a flush (``Ready.flush``), so that the caller runs it on
+        a worker thread (``start_owed_flush``, ``finish_owed_flush``); None: fsync at once."""
         self.vp_id = vp_id
         self.fault = FaultGate()
         self._notify = notify
         self._on_change = on_change
+        self._owe_flush = owe_flush
         # Retention keeps every segment holding an offset at or past the HW (the fed floor, held
         # without a time bound): records not on every RISR member yet are not the leader's to drop,
         # and the core's invariant log start <= HW must hold on leaders and followers alike.
@@ -170,7 +185,12 @@ class HostedVp:
                            self._log.log_end_offset, ready.truncate_to)
             self._log.truncate_to(ready.truncate_to)
         if ready.flush:
-            self._log.flush()
+            # A RISR write that may leave this leader alone in etcd waits for the fsync of the
+            # tail readers saw (``RisrState``'s lone leader): that flush stays here, on the loop.
+            if self._owe_flush is None or ready.write_risr is not None:
+                self._log.flush()
+            else:
+                self._owe_flush(self)
         ready = ready | self._report_flushed()
         if ready.save_epochs:
             self._storage.save_epochs(self.core.epochs)
@@ -307,6 +327,26 @@ class HostedVp:
         """Take in what ``chores`` made durable, then apply retention when due; raises what the
         chores met (after taking in what they did). Call it only while this replica is open: a
         closed one must not put its checkpoint in place."""
+        self._take_in(chores)
+        if retention_due:
+            self.apply_retention(now_ms)
+
+    def start_owed_flush(self, now_ms: int) -> VpChores | None:
+        """The fsync this replica owes (``owe_flush``), to ``run`` on a worker thread and hand to
+        ``finish_owed_flush``; None if it owes none any more (flushed meanwhile, or no longer a lone
+        leader: its log then flushes by policy). It checkpoints no HW: housekeeping does."""
+        if not self.core.flush_needed:
+            return None
+        flush = self._log.start_flush(now_ms, force=True)
+        return None if flush is None else VpChores(self._storage, flush, None)
+
+    def finish_owed_flush(self, chores: VpChores) -> None:
+        """Take in what an owed flush made durable, so the core's HW follows it; raises what the
+        fsync met. Call it only while this replica is open."""
+        self._take_in(chores)
+
+    def _take_in(self, chores: VpChores) -> None:
+        """Take in what ``chores`` made durable, then raise what they met."""
         if chores.flush is not None:
             self._log.finish_flush(chores.flush)
         if chores.staged is not None:
@@ -314,8 +354,6 @@ class HostedVp:
         self._execute(self._report_flushed())
         if chores.error is not None:
             raise chores.error
-        if retention_due:
-            self.apply_retention(now_ms)
 
     def apply_retention(self, now_ms: int) -> None:
         """Delete the whole segments below the HW that retention allows now."""

@@ -24,6 +24,19 @@ visiting it. The passes (their timing is the read node's):
 
 An idle VP is therefore visited only when one of its deadlines comes: an old segment to delete,
 a follower that may lag out. ``visits`` counts what each pass visited (``describe``).
+
+Flushing. A lone leader (``RisrState``) fsyncs after each append, and its HW waits for that
+fsync. Run on the event loop, those fsyncs took 26-31% of a read node's loop at 256 VPs (py-spy,
+``bench feed-lag``), every feed and fetch of the node waiting behind each. So the VP owes the
+flush instead (``owe_flush``, wired as ``HostedVp``'s ``owe_flush``), and ``flush_owed_forever``
+runs the owed flushes on the worker thread as soon as there are any, in one batch of every VP
+that became owed while the batch before ran (``flush_owed``: ``Log.start_flush`` forced, the
+fsyncs, then ``HostedVp.finish_owed_flush`` moves the HW). Correctness is unchanged: the HW
+still passes only what is fsynced. A log has one flush in flight at most (``Log.start_flush``:
+both stage the same checkpoint file), so the housekeeping pass and the owed flushes take turns
+with the disk (one lock): an owed flush may wait for a pass's fsyncs to end. A VP dropped
+meanwhile is skipped; one whose flush fails is logged and owes it again at the next housekeeping
+pass (not at once: a broken disk would spin the loop), and the others' flushes go on.
 """
 
 from __future__ import annotations
@@ -46,7 +59,12 @@ class VpHousekeeping:
         self._flushes: VisitSchedule[VpId] = VisitSchedule()
         self._retention: VisitSchedule[VpId] = VisitSchedule()
         self._ticks: VisitSchedule[VpId] = VisitSchedule()
-        self.visits = {"housekeeping": 0, "retention": 0, "risr_ticks": 0}  # VPs visited since the start
+        self._owed: dict[VpId, None] = {}  # VPs owing a lone leader's fsync, in the order owed (at most every VP)
+        self._owed_again: dict[VpId, None] = {}  # those whose owed flush failed: owed again at the next pass
+        self._owed_signal = asyncio.Event()  # set when a VP became owed, cleared when a batch takes them
+        self._disk = asyncio.Lock()  # one flush of a log at a time: the pass and the owed flushes take turns
+        self.visits = {"housekeeping": 0, "retention": 0, "risr_ticks": 0,
+                       "owed_flushes": 0}  # VPs visited (owed flushes run) since the start
 
     def changed(self, hosted: HostedVp) -> None:
         """``hosted`` changed (``HostedVp``'s ``on_change``): the next passes visit it."""
@@ -60,10 +78,12 @@ class VpHousekeeping:
         """``vp_id`` is no longer hosted."""
         for schedule in (self._flushes, self._retention, self._ticks):
             schedule.forget(vp_id)
+        self._owed.pop(vp_id, None)
+        self._owed_again.pop(vp_id, None)
 
     def describe(self) -> dict:
         return {"pending": {"housekeeping": len(self._flushes), "retention": len(self._retention),
-                            "risr_ticks": len(self._ticks)},
+                            "risr_ticks": len(self._ticks), "owed_flushes": len(self._owed)},
                 "visits": dict(self.visits)}
 
     # --- housekeeping and retention -------------------------------------------------------
@@ -72,10 +92,12 @@ class VpHousekeeping:
         """One housekeeping pass (with retention when ``retention_due``), its fsyncs on a worker
         thread: on the loop each VP's fsyncs held up every feed and fetch of the node (a physical
         replica's took 5-37 ms each here)."""
-        started = self.start(now_ms, retention_due)
-        if started:
-            await asyncio.to_thread(run_chores, [chores for _, chores, _ in started])
-            self.finish(started, now_ms)
+        self._owe_again()
+        async with self._disk:
+            started = self.start(now_ms, retention_due)
+            if started:
+                await asyncio.to_thread(run_chores, [chores for _, chores, _ in started])
+                self.finish(started, now_ms)
 
     def start(self, now_ms: int, retention_due: bool) -> list[tuple[HostedVp, VpChores, bool]]:
         """The first step of a pass: the chores of each VP to visit, and whether retention looks at it."""
@@ -118,6 +140,72 @@ class VpHousekeeping:
         self._flushes.changed(vp_id)
         if retain:
             self._retention.changed(vp_id)
+
+    # --- owed flushes ---------------------------------------------------------------------
+
+    def owe_flush(self, hosted: HostedVp) -> None:
+        """``hosted``, a lone leader, owes an fsync (``HostedVp``'s ``owe_flush``): the next
+        ``flush_owed`` runs it."""
+        self._owed[hosted.vp_id] = None
+        self._owed_signal.set()
+
+    async def flush_owed_forever(self, clock: Callable[[], int]) -> None:
+        """Run the owed flushes as soon as any VP owes one, until cancelled; each batch holds every
+        VP that became owed while the batch before ran. ``clock``: now in ms (``wall_ms``)."""
+        while True:
+            await self._owed_signal.wait()
+            await self.flush_owed(clock())
+
+    async def flush_owed(self, now_ms: int) -> None:
+        """fsync the logs of the VPs owed so far on a worker thread, then let their HWs follow."""
+        async with self._disk:
+            started = self._start_owed(now_ms)
+            if started:
+                await asyncio.to_thread(run_chores, [chores for _, chores in started])
+                self._finish_owed(started)
+
+    def _start_owed(self, now_ms: int) -> list[tuple[HostedVp, VpChores]]:
+        owed, self._owed = self._owed, {}
+        self._owed_signal.clear()
+        started: list[tuple[HostedVp, VpChores]] = []
+        for vp_id in owed:
+            hosted = self._hosted(vp_id)
+            if hosted is None or hosted.closed:
+                continue
+            try:
+                chores = hosted.start_owed_flush(now_ms)
+            except Exception:  # one VP's disk trouble must not stop the others' flushing
+                logger.exception("%s: owed flush failed", vp_id)
+                self._owed_again[vp_id] = None
+                continue
+            if chores is not None:  # None: flushed meanwhile, or no longer a lone leader
+                started.append((hosted, chores))
+        self.visits["owed_flushes"] += len(started)
+        return started
+
+    def _finish_owed(self, started: list[tuple[HostedVp, VpChores]]) -> None:
+        for hosted, chores in started:
+            if hosted.closed:
+                continue
+            vp_id = hosted.vp_id
+            try:
+                hosted.finish_owed_flush(chores)
+            except Exception:
+                logger.exception("%s: owed flush failed", vp_id)
+                self._owed_again[vp_id] = None
+                continue
+            if hosted.core.flush_needed and vp_id not in self._owed:
+                # Appends since the flush began owe one already; this flush was void instead (a
+                # file of it replaced or cut meanwhile: ``Log.finish_flush``).
+                self._owed_again[vp_id] = None
+
+    def _owe_again(self) -> None:
+        """The VPs whose owed flush failed owe it again (once a pass, so a failing disk is retried
+        at the pace of housekeeping, not in a loop)."""
+        if self._owed_again:
+            self._owed.update(self._owed_again)
+            self._owed_again = {}
+            self._owed_signal.set()
 
     # --- RISR ticks -----------------------------------------------------------------------
 

@@ -35,7 +35,9 @@ nodes. Everything of one node runs on its event loop:
   their HW; every ``retention_check_interval_ms`` retention looks at the VPs that changed since
   and at those whose oldest segment's ``retention_ms`` ran out; every
   ``LEADER_TICK_INTERVAL_S`` the RISR ticks the leaders with followers that changed or whose
-  in-sync follower may lag out now, and sealing looks at the closed, unsealed VPs led here.
+  in-sync follower may lag out now, and sealing looks at the closed, unsealed VPs led here. A
+  lone leader's fsync (its HW waits for it) runs as soon as it is owed, batched with the other
+  VPs' on the worker thread, not on the event loop.
 * **etcd records** (``ReadNodeRecords``): the node's liveness key under its own lease, the RISR
   of each VP led here (before its core may count it), sealed ends, feed positions (for physical
   retention) and read losses. The controller restarts a node whose liveness key is gone and
@@ -163,7 +165,8 @@ class ReadNode:
             # The liveness key, naming the client address, exists now (unless etcd is away).
             await self._records.start(self._feed_positions, client_address)
             loop = asyncio.get_running_loop()
-            self._tasks = [loop.create_task(self._housekeeping()), loop.create_task(self._leader_ticks())]
+            self._tasks = [loop.create_task(self._housekeeping()), loop.create_task(self._leader_ticks()),
+                           loop.create_task(self._housekeeper.flush_owed_forever(wall_ms))]
         return {"node_id": self._spec.node_id, "pid": os.getpid()}
 
     async def _serve_clients(self) -> str:
@@ -253,7 +256,8 @@ class ReadNode:
             directory = vp_directory(self._spec.data_root, self._spec.node_id, vp_id)
             risr_config = RisrConfig(read_replica_lag_ms_max=config.read_replica_lag_ms_max)
             hosted = HostedVp(vp_id, self._spec.node_id, directory, config.log_config(), risr_config, now_ms,
-                              self._on_ready, self._budget, on_change=self._housekeeper.changed)
+                              self._on_ready, self._budget, on_change=self._housekeeper.changed,
+                              owe_flush=self._housekeeper.owe_flush)
             hosted.trace = self._stage_traces.get(vp_id.topic)
             self._hosted[vp_id] = hosted
         return hosted

@@ -36,9 +36,9 @@ Lone leader (``RisrState``'s module docstring has the why). While a VP with two 
 replicas has a RISR of its leader alone, its HW never passes what the leader flushed, and
 every call that leaves the leader alone with unflushed records -- an append, a RISR shrinking
 to the leader (before ``Ready.write_risr`` records it), taking leadership -- returns
-``Ready.flush``. The shell fsyncs the log and reports the flushed offset through ``flushed``
-(also after flushes of its own: the log's policy, segment rolls, truncation), which moves the
-HW. So a lone leader's log still holds every offset a reader saw after a power loss, and the
+``Ready.flush``. The shell fsyncs the log (at once, or batched on a worker thread: ``HostedVp``)
+and reports the flushed offset through ``flushed`` (also after flushes of its own: the log's
+policy, segment rolls, truncation), which moves the HW. So a lone leader's log still holds every offset a reader saw after a power loss, and the
 controller may elect it again. A VP with one replica (``read_replicas=1``) is not covered: it
 has no other copy to protect (as Kafka with RF=1); its log flushes by policy only.
 
@@ -183,6 +183,11 @@ class VpReplicaCore:
     def risr(self) -> frozenset[str]:
         """The leader's RISR (empty on a follower: the coordinator holds the truth)."""
         return self._leader.risr.risr if self._leader is not None else frozenset()
+
+    @property
+    def flush_needed(self) -> bool:
+        """A lone leader holds records it has not flushed: its HW waits for the fsync (``Ready.flush``)."""
+        return self._leader is not None and self._leader.risr.flush_needed
 
     @property
     def has_followers(self) -> bool:

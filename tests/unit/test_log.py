@@ -481,6 +481,20 @@ def test_a_background_flush_makes_durable_what_was_written_before_it_began(tmp_p
     log.close()
 
 
+@pytest.mark.parametrize("flush_interval_ms", [100, None])
+def test_a_forced_background_flush_starts_whenever_data_is_unflushed(tmp_path, flush_interval_ms):
+    log = background_log(tmp_path, flush_interval_ms=flush_interval_ms)
+    assert log.start_flush(now_ms=10, force=True) is None, "nothing unflushed: nothing to start"
+    fill(log, 3, now_ms=10)
+    assert log.start_flush(now_ms=20) is None, "not due by time"
+    pending = log.start_flush(now_ms=20, force=True)
+    assert pending.end_offset == 3
+    pending.run()
+    assert log.finish_flush(pending) and log.flushed_offset == 3
+    assert log.start_flush(now_ms=10**6, force=True) is None, "all flushed"
+    log.close()
+
+
 def test_a_log_flushing_in_background_never_fsyncs_by_time_in_append(tmp_path):
     log = background_log(tmp_path)
     fill(log, 3, now_ms=500)

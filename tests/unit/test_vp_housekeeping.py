@@ -1,21 +1,27 @@
 """``VpHousekeeping``: a read node's passes visit the VPs that changed or whose deadline came, never an idle one.
 
-Real ``HostedVp`` logs, wired to a ``VpHousekeeping`` as a read node wires them (``on_change``);
-the passes run by hand at chosen times. Each test checks both sides of the rule: what must
-still happen (flush, HW checkpoint, retention, a lagging follower leaving the RISR) and that an
-idle VP costs no visit. No Ray, no etcd.
+Real ``HostedVp`` logs, wired to a ``VpHousekeeping`` as a read node wires them (``on_change``,
+and ``owe_flush`` where a test says so); the passes run by hand at chosen times. Each test checks
+both sides of the rule: what must still happen (flush, HW checkpoint, retention, a lagging
+follower leaving the RISR, a lone leader's fsync) and that an idle VP costs no visit, or that
+the event loop does not fsync. No Ray, no etcd.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
 from mafka4.limits import LogConfig
+from mafka4.log.pending_flush import FileToSync
 from mafka4.log.replica_storage import HIGH_WATERMARK_CHECKPOINT
 from mafka4.risr.state import RisrConfig
 from mafka4.virtual.hosted_vp import HostedVp, VpId
+from mafka4.virtual import housekeeping
 from mafka4.virtual.housekeeping import VpHousekeeping
 from mafka4.virtual.replica_core import Ready
 from mafka4.virtual.vp_records import SourcedRecord
@@ -31,8 +37,10 @@ READ_ALL_BYTES = 1 << 20
 class Node:
     """The VPs of one read node and its passes, as ``ReadNode`` holds them."""
 
-    def __init__(self, root: Path, node_id: str, log_config: LogConfig = LOG_CONFIG):
+    def __init__(self, root: Path, node_id: str, log_config: LogConfig = LOG_CONFIG, owes_flushes: bool = False):
+        """``owes_flushes``: wire ``owe_flush`` as a read node does (lone leaders fsync off the loop)."""
         self.root, self.node_id, self.log_config = root, node_id, log_config
+        self.owes_flushes = owes_flushes
         self.hosted: dict[VpId, HostedVp] = {}
         self.readies: list[Ready] = []
         self.housekeeper = VpHousekeeping(self.hosted.get)
@@ -40,15 +48,30 @@ class Node:
     def open(self, vp: int) -> HostedVp:
         vp_id = VpId(TOPIC, vp)
         hosted = HostedVp(vp_id, self.node_id, self.root / self.node_id / str(vp), self.log_config, RISR_CONFIG, 0,
-                          lambda hosted, ready: self.readies.append(ready), on_change=self.housekeeper.changed)
+                          lambda hosted, ready: self.readies.append(ready), on_change=self.housekeeper.changed,
+                          owe_flush=self.housekeeper.owe_flush if self.owes_flushes else None)
         self.hosted[vp_id] = hosted
         return hosted
 
-    def lead(self, vp: int, replicas=None, now_ms: int = 0) -> HostedVp:
+    def lead(self, vp: int, replicas=None, now_ms: int = 0, risr=None) -> HostedVp:
         hosted = self.open(vp)
         replicas = replicas or (self.node_id,)
-        hosted.become_leader(0, replicas, replicas, now_ms)
+        hosted.become_leader(0, replicas, risr or replicas, now_ms)
         return hosted
+
+    def drop(self, hosted: HostedVp) -> None:
+        """Stop hosting ``hosted``, as ``ReadNode.drop`` does."""
+        self.hosted.pop(hosted.vp_id).close()
+        self.housekeeper.forget(hosted.vp_id)
+
+    def owed(self) -> int:
+        return self.housekeeper.describe()["pending"]["owed_flushes"]
+
+    def flush_owed(self, now_ms: int) -> int:
+        """One batch of owed flushes; how many it ran."""
+        before = self.housekeeper.visits["owed_flushes"]
+        asyncio.run(self.housekeeper.flush_owed(now_ms))
+        return self.housekeeper.visits["owed_flushes"] - before
 
     def housekeep(self, now_ms: int, retention_due: bool = False) -> int:
         """One housekeeping pass; how many VPs it visited."""
@@ -103,7 +126,8 @@ def test_idle_vps_are_not_visited_once_their_flush_and_checkpoint_are_done(tmp_p
     assert node.housekeep(now_ms=250, retention_due=True) == 20, "retention looks once at what changed"
     for now_ms in (350, 10_000, 10**9):
         assert node.housekeep(now_ms, retention_due=True) == 0, "idle VPs cost no visit"
-    assert node.housekeeper.describe()["pending"] == {"housekeeping": 0, "retention": 0, "risr_ticks": 0}
+    assert node.housekeeper.describe()["pending"] == {"housekeeping": 0, "retention": 0, "risr_ticks": 0,
+                                                      "owed_flushes": 0}
 
     feed(vps[7], range(3, 5), now_ms=10**9)
     assert node.housekeep(now_ms=10**9 + 200) == 1, "only the VP fed is visited"
@@ -218,3 +242,136 @@ def test_risr_ticks_visit_a_leader_only_when_its_follower_may_lag_out(tmp_path):
     assert alone.core.has_followers is False
     leaders.close()
     followers.close()
+
+
+# --- a lone leader's fsync, off the event loop ---------------------------------------------------
+
+NO_FLUSH_BY_TIME = replace(LOG_CONFIG, flush_interval_ms=None)  # only the lone-leader rule flushes
+
+
+def lone_leaders(node: Node, count: int) -> list[HostedVp]:
+    """Leaders of VPs with two replicas whose RISR is the leader alone: their HW waits for their fsyncs."""
+    return [node.lead(vp, replicas=(node.node_id, "r9"), risr=(node.node_id,)) for vp in range(count)]
+
+
+def test_a_lone_leader_owes_its_fsync_and_its_high_watermark_waits_for_the_owed_flush(tmp_path):
+    node = Node(tmp_path, "r0", NO_FLUSH_BY_TIME, owes_flushes=True)
+    first, second = lone_leaders(node, 2)
+    feed(first, range(3))
+    feed(second, range(2))
+    feed(first, range(3, 5))
+    for hosted in (first, second):
+        assert hosted.core.flushed_offset == 0 < hosted.log_end_offset, "no fsync on the loop"
+        assert hosted.core.high_watermark == 0, "the HW waits for the fsync"
+    assert node.owed() == 2, "each VP owes one flush, however many appends owed it"
+
+    assert node.flush_owed(now_ms=1) == 2
+    assert (first.core.flushed_offset, first.core.high_watermark) == (5, 5)
+    assert (second.core.flushed_offset, second.core.high_watermark) == (2, 2)
+    assert node.readies[-1].wake, "readers waiting for the HW are woken"
+    assert node.owed() == 0 and node.flush_owed(now_ms=2) == 0
+    assert node.housekeep(now_ms=3) == 2 and checkpointed(first) == 5, "housekeeping checkpoints the HW it moved"
+    node.close()
+
+
+def test_without_owe_flush_a_lone_leader_fsyncs_each_feed_at_once(tmp_path):
+    node = Node(tmp_path, "r0", NO_FLUSH_BY_TIME)
+    (leader,) = lone_leaders(node, 1)
+    feed(leader, range(3))
+    assert leader.core.flushed_offset == leader.core.high_watermark == 3 and node.owed() == 0
+    node.close()
+
+
+def test_the_flush_before_a_risr_write_that_leaves_the_leader_alone_stays_on_the_loop(tmp_path):
+    leaders, followers = Node(tmp_path, "r0", NO_FLUSH_BY_TIME, owes_flushes=True), Node(tmp_path, "r1")
+    leader = leaders.lead(0, replicas=("r0", "r1"))
+    follower = followers.open(0)
+    follower.become_follower(0, "r0")
+    feed(leader, range(4))
+    replicate(leader, follower, now_ms=0)
+    assert leader.core.high_watermark == 4 and leader.core.flushed_offset == 0, "the follower's copy protects it"
+    leaders.tick(LAG_MS + 1)
+    assert leaders.readies[-1].write_risr == ("r0",)
+    assert leader.core.flushed_offset == 4, "what readers saw is fsynced before etcd may hold a RISR of r0 alone"
+    leaders.close()
+    followers.close()
+
+
+def test_an_owed_flush_skips_a_vp_dropped_before_or_while_it_runs(tmp_path):
+    node = Node(tmp_path, "r0", NO_FLUSH_BY_TIME, owes_flushes=True)
+    before, during, kept = lone_leaders(node, 3)
+    for hosted in (before, during, kept):
+        feed(hosted, range(3))
+    node.drop(before)
+    assert node.owed() == 2
+
+    async def flush_and_drop() -> None:
+        flushing = asyncio.create_task(node.housekeeper.flush_owed(now_ms=1))
+        await asyncio.sleep(0)  # the batch started and waits for its worker thread
+        node.drop(during)
+        await flushing
+
+    asyncio.run(flush_and_drop())
+    assert node.housekeeper.visits["owed_flushes"] == 2
+    assert kept.core.high_watermark == 3 and node.owed() == 0
+    assert during.core.flushed_offset == 0, "a VP dropped meanwhile is not touched after its close"
+    node.close()
+
+
+def test_an_owed_flush_that_fails_does_not_stop_the_others_and_is_owed_again_at_the_next_pass(tmp_path,
+                                                                                               monkeypatch):
+    node = Node(tmp_path, "r0", NO_FLUSH_BY_TIME, owes_flushes=True)
+    broken, healthy = lone_leaders(node, 2)
+    for hosted in (broken, healthy):
+        feed(hosted, range(3))
+    fsync = FileToSync.fsync
+
+    def failing_disk(file: FileToSync) -> bool:
+        if broken.directory in file.path.parents:
+            raise OSError(errno.EIO, "injected I/O error", str(file.path))
+        return fsync(file)
+
+    monkeypatch.setattr(FileToSync, "fsync", failing_disk)
+    assert node.flush_owed(now_ms=1) == 2
+    assert healthy.core.high_watermark == 3
+    assert (broken.core.flushed_offset, broken.core.high_watermark) == (0, 0)
+    assert node.owed() == 0 and node.flush_owed(now_ms=2) == 0, "not retried in a loop"
+
+    monkeypatch.setattr(FileToSync, "fsync", fsync)  # the disk heals
+    node.housekeep(now_ms=3)
+    assert node.owed() == 1, "owed again at the next housekeeping pass"
+    assert node.flush_owed(now_ms=4) == 1 and broken.core.high_watermark == 3
+    node.close()
+
+
+def test_owed_flushes_and_the_housekeeping_pass_never_flush_at_the_same_time(tmp_path, monkeypatch):
+    """Two flushes of one log in flight would stage the same checkpoint file (``Log.start_flush``)."""
+    node = Node(tmp_path, "r0", replace(LOG_CONFIG, flush_interval_ms=100), owes_flushes=True)
+    (leader,) = lone_leaders(node, 1)
+    feed(leader, range(3))
+    running, overlaps = [], []
+    lock = threading.Lock()
+    run_chores = housekeeping.run_chores
+
+    def slow_run_chores(chores) -> None:
+        with lock:
+            running.append(None)
+            overlaps.append(len(running))
+        time.sleep(0.05)
+        run_chores(chores)
+        with lock:
+            running.pop()
+
+    monkeypatch.setattr(housekeeping, "run_chores", slow_run_chores)
+
+    async def rounds() -> None:  # one event loop, as on a read node
+        await asyncio.gather(node.housekeeper.housekeep(200, retention_due=False), node.housekeeper.flush_owed(200))
+        assert overlaps == [1], "the owed flush found the pass's flush done: nothing left to run"
+        assert leader.core.high_watermark == 3
+        feed(leader, range(3, 5), now_ms=300)
+        await asyncio.gather(node.housekeeper.flush_owed(400), node.housekeeper.housekeep(400, retention_due=False))
+        assert overlaps == [1, 1, 1], "the owed flush, then the pass (its HW checkpoint): one at a time"
+        assert leader.core.high_watermark == 5 and checkpointed(leader) == 5
+
+    asyncio.run(rounds())
+    node.close()
