@@ -50,14 +50,20 @@ The lone leader (the RISR twin of the write side's eligible leader replicas, KIP
 are flushed lazily: replication, not fsync, protects what readers saw. A leader alone in the
 RISR has no copy to lean on, and the coordinator would elect it again after a power loss that
 cut its unflushed tail, so readers could have seen offsets the next epoch fills with other
-records. Hence: while a VP with two or more replicas has a RISR of its leader alone -- this
-leader's RISR, or any RISR the coordinator may hold (the last confirmed one, and every one
-this leader had since that confirmation, any of which may have been written) -- the HW never
-passes the leader's flushed offset (``leader_flushed``), and ``flush_needed`` asks the leader
-to flush right after each append in that state (and at once on entering it, so the tail
-readers already saw becomes durable before a RISR of the leader alone is written). A VP with
-one replica (``read_replicas=1``) is not covered: it has no other copy to protect, and its
-tail is only as durable as the log's flush policy (as Kafka with RF=1).
+records. Hence: while a VP has a RISR of its leader alone -- this leader's RISR, or any RISR
+the coordinator may hold (the last confirmed one, and every one this leader had since that
+confirmation, any of which may have been written) -- the HW never passes the leader's flushed
+offset (``leader_flushed``), and ``flush_needed`` asks the leader to flush right after each
+append in that state (and at once on entering it, so the tail readers already saw becomes
+durable before a RISR of the leader alone is written).
+
+A VP with one replica (``read_replicas=1``) is always a lone leader, unlike a Kafka partition
+with RF=1: its records have another copy, the replicated physical log, so a power loss must
+lose nothing. What it cut from the unflushed tail, the restarted leader feeds again from the
+physical log (its ``FeedProgress`` is rebuilt from the log it kept). But the feed interleaves
+the physical partitions as their data arrives, so the fed-again tail may hold the same records
+at other offsets: a reader that had seen the old tail, and committed an offset in it, would
+skip the records that moved below its offset. No reader sees an unflushed offset, so none can.
 
 Invariants (asserted): 0 <= HW <= leader LEO; the HW never decreases; HW <= LEO of every RISR
 member whose LEO is known; 0 <= flushed offset <= leader LEO, never decreasing; the leader is
@@ -258,9 +264,9 @@ class RisrState:
 
     @property
     def leader_alone(self) -> bool:
-        """True while the leader is, or may be in the coordinator, the only RISR member of a VP
-        with other replicas: its flushed offset then bounds the HW (see the module docstring)."""
-        return len(self.replicas) > 1 and self._alone_since_committed
+        """True while the leader is, or may be in the coordinator, the only RISR member (always,
+        for a VP with one replica): its flushed offset then bounds the HW (see the module docstring)."""
+        return self._alone_since_committed
 
     @property
     def flush_needed(self) -> bool:

@@ -13,11 +13,10 @@ none does network I/O, so a feed stream can hand records to hundreds of VPs in o
 a single remote call.
 
 Flushing. The log flushes by time (``LogConfig.flush_interval_ms``) in housekeeping only (a
-segment roll leaves the segment it closes to that flush); a leader alone in the RISR of a VP
-with other replicas is also asked to flush after each append (``Ready.flush``: the core's
-lone-leader rule, so a power loss never takes an offset a reader saw; a VP with one replica is
-not covered). After every core call it executes,
-and after housekeeping, the shell reports the log's flushed offset to the core
+segment roll leaves the segment it closes to that flush); a leader alone in the RISR (always,
+with one replica) is also asked to flush after each append (``Ready.flush``: the core's
+lone-leader rule, so a power loss never takes an offset a reader saw). After every core call
+it executes, and after housekeeping, the shell reports the log's flushed offset to the core
 (``VpReplicaCore.flushed``) if it moved, so a lone leader's HW follows its fsyncs.
 
 On a read node that flush is owed (``owe_flush``), not run at once: a read node hosting 256 VPs

@@ -132,8 +132,8 @@ class Nemesis:
     def _may_lose_read_power(self, name: str) -> bool:
         """Whether read node ``name`` may lose power (its unflushed VP tails), not only its processes.
 
-        Not with ``read_replicas=1``: a VP's only replica losing its tail loses records readers
-        saw by configuration (Kafka with RF=1), not by a bug. Not while another read node is
+        With ``read_replicas=1`` too: a VP's only replica serves only what it flushed, and feeds
+        what it lost again from the physical log (``risr.state``). Not while another read node is
         down, cut off or not recovered from a fault: replication, not fsync, protects what
         readers saw, so a power loss is survivable while every other replica of its VPs runs
         and holds what it claimed. Other faults may follow a power loss at once: a restarted
@@ -142,7 +142,7 @@ class Nemesis:
         losing it while the other is down, is a double fault nothing can cover (as on the write
         side, see ``_fully_replicated``).
         """
-        return self.env.options.read_replicas >= 2 and not self._faulted_read_nodes().keys() - {name}
+        return not self._faulted_read_nodes().keys() - {name}
 
     def _faulted_read_nodes(self) -> dict[str, bool]:
         """The read nodes not recovered from a crash or a cut -> whether they lost power."""

@@ -38,9 +38,10 @@ from simulations.chaos.settings import FaultTiming
 
 from fault_helpers import (
     MESSAGES, RECOVERY_S, acknowledged_of, active_controller, assert_physical_topic_whole, assert_virtual_topic_whole,
-    create_physical_topic, full_isr, partition_state, produce, produce_keyed, send, virtual_topic_in_sync, vp_state,
+    create_physical_topic, create_virtual_topic, full_isr, partition_state, produce, produce_keyed, send,
+    virtual_topic_in_sync, vp_state,
 )
-from virtual_helpers import ProduceLoop
+from virtual_helpers import ProduceLoop, vp_log
 from wait_helpers import wait_until
 
 HOLD_S = 3  # a full disk held this long: longer than the topics' lag bound, so followers leave
@@ -106,6 +107,30 @@ def test_a_power_loss_of_a_read_node_recovers_its_vps_from_their_risr_peers(read
         "the restarted node's replicas did not rejoin the RISR"
     acknowledged = produce_keyed(connection, topic, acknowledged)  # feeding and replication go on
     assert_virtual_topic_whole(connection, topic, acknowledged)
+
+
+def test_a_power_loss_of_the_only_read_replica_loses_nothing_and_moves_no_offset_a_reader_saw(read_cluster):
+    """``read_replicas=1``: the VP's only replica loses its unflushed tail and feeds it again from
+    the physical log. A reader saw only flushed offsets (``risr.state``), so each holds the same
+    record after the loss."""
+    connection = read_cluster
+    topic = create_virtual_topic(connection, "powerone", read_replicas=1)
+    acknowledged = produce_keyed(connection, topic)
+    before = vp_state(connection, topic, 0)
+    loop = ProduceLoop(connection, topic, after=acknowledged, messages_max=MESSAGES)
+    assert wait_until(lambda: loop.sent > MESSAGES // 4, RECOVERY_S), "the producer is stuck"
+    seen = [(r.offset, r.key, r.value) for r in vp_log(connection, topic, 0, before.leader)]
+    _, outcome = disk_faults(connection, topic).power_loss_read_node(before.leader)
+    print(f"\nread node {before.leader}: {outcome}; a reader had seen {len(seen)} records of VP 0")
+    assert outcome.startswith("power loss: SIGKILLed pid"), outcome
+    assert wait_until(lambda: vp_state(connection, topic, 0).leader_epoch > before.leader_epoch, RECOVERY_S), \
+        "VP 0's only replica does not lead again"
+    assert wait_until(lambda: loop.done, RECOVERY_S), "the producer did not finish"
+    acknowledged += loop.stop()
+    acknowledged = produce_keyed(connection, topic, acknowledged)  # feeding goes on
+    assert_virtual_topic_whole(connection, topic, acknowledged)
+    after = [(r.offset, r.key, r.value) for r in vp_log(connection, topic, 0, before.leader)]
+    assert after[:len(seen)] == seen, "an offset a reader saw holds another record after the power loss"
 
 
 # --- disk full ----------------------------------------------------------------------------------

@@ -347,11 +347,14 @@ def test_log_start_moves_only_up_to_the_high_watermark():
 # flush (``Ready.flush``): a power loss then never takes an offset a reader saw.
 
 
-def test_a_vp_with_one_replica_is_not_covered_by_the_lone_leader_rule():
+def test_a_vp_with_one_replica_serves_only_what_it_flushed():
+    """It feeds a tail a power loss cut again, maybe in another order (``risr.state``)."""
     replica = core()
     replica.become_leader(1, ("r0",), ("r0",), FeedProgress(), now_ms=0)
-    assert append(replica, 0, 1, 2, 3) == Ready(wake=True)
-    assert replica.high_watermark == 3 and replica.flushed_offset == 0
+    assert append(replica, 0, 1, 2, 3) == Ready(flush=True, wake=True), "alone in its RISR: flush first"
+    assert replica.high_watermark == 0 and replica.flushed_offset == 0
+    replica.flushed(3)
+    assert replica.high_watermark == 3
 
 
 def test_a_follower_taking_over_alone_flushes_before_it_serves_its_unflushed_tail():
