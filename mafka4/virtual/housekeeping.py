@@ -29,13 +29,9 @@ Flushing. A lone leader (``RisrState``) fsyncs after each append, and its HW wai
 fsync. Run on the event loop, those fsyncs took 26-31% of a read node's loop at 256 VPs (py-spy,
 ``bench feed-lag``), every feed and fetch of the node waiting behind each. So the VP owes the
 flush instead (``owe_flush``, wired as ``HostedVp``'s ``owe_flush``), and ``flush_owed_forever``
-runs the owed flushes as soon as there are any, in one batch of every VP that became owed while
-the batch before ran (``flush_owed``: ``Log.start_flush`` forced, the fsyncs, then
-``HostedVp.finish_owed_flush`` moves the HW). A batch of many runs on the worker thread; a small
-one (``OWED_FLUSHES_ON_LOOP_MAX``) on the loop, after the feed round that owed it: a few fsyncs
-block the loop less than the hop to the thread and back delays the HW, and a VP with one read
-replica (the default) is always a lone leader, so its readers wait for every one of them.
-Correctness is unchanged: the HW
+runs the owed flushes on the worker thread as soon as there are any, in one batch of every VP
+that became owed while the batch before ran (``flush_owed``: ``Log.start_flush`` forced, the
+fsyncs, then ``HostedVp.finish_owed_flush`` moves the HW). Correctness is unchanged: the HW
 still passes only what is fsynced. A log has one flush in flight at most (``Log.start_flush``:
 both stage the same checkpoint file), so the housekeeping pass and the owed flushes take turns
 with the disk (one lock): an owed flush may wait for a pass's fsyncs to end. A VP dropped
@@ -53,12 +49,6 @@ from mafka4.virtual.hosted_vp import HostedVp, VpChores, VpId, run_chores
 from mafka4.virtual.visit_schedule import VisitSchedule
 
 logger = logging.getLogger(__name__)
-
-# A batch of at most this many owed flushes runs on the event loop, a larger one on the worker
-# thread (module docstring). Measured here (2026-12-03): an fsync after a small append takes
-# 0.2 ms, 8 of them 0.7 ms; a hop to the worker thread and back cost a one-replica VP's readers
-# 15-18 ms (p50) at 8 consumers, waiting for the GIL behind a busy loop.
-OWED_FLUSHES_ON_LOOP_MAX = 8
 
 
 class VpHousekeeping:
@@ -171,11 +161,7 @@ class VpHousekeeping:
         async with self._disk:
             started = self._start_owed(now_ms)
             if started:
-                chores = [chores for _, chores in started]
-                if len(chores) <= OWED_FLUSHES_ON_LOOP_MAX:
-                    run_chores(chores)
-                else:
-                    await asyncio.to_thread(run_chores, chores)
+                await asyncio.to_thread(run_chores, [chores for _, chores in started])
                 self._finish_owed(started)
 
     def _start_owed(self, now_ms: int) -> list[tuple[HostedVp, VpChores]]:

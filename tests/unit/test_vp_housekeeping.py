@@ -303,33 +303,7 @@ def test_the_flush_before_a_risr_write_that_leaves_the_leader_alone_stays_on_the
     followers.close()
 
 
-def test_a_small_batch_of_owed_flushes_runs_on_the_loop_and_a_large_one_on_the_worker_thread(tmp_path,
-                                                                                            monkeypatch):
-    node = Node(tmp_path, "r0", NO_FLUSH_BY_TIME, owes_flushes=True)
-    leaders = lone_leaders(node, housekeeping.OWED_FLUSHES_ON_LOOP_MAX + 1)
-    threads = []
-    run_chores = housekeeping.run_chores
-
-    def recording_run_chores(chores) -> None:
-        threads.append((len(chores), threading.get_ident()))
-        run_chores(chores)
-
-    monkeypatch.setattr(housekeeping, "run_chores", recording_run_chores)
-    loop_thread = threading.get_ident()  # asyncio.run runs the loop on this thread
-    for small in leaders[:housekeeping.OWED_FLUSHES_ON_LOOP_MAX]:
-        feed(small, range(3))
-    assert node.flush_owed(now_ms=1) == housekeeping.OWED_FLUSHES_ON_LOOP_MAX
-    for hosted in leaders:
-        feed(hosted, range(3, 5))
-    assert node.flush_owed(now_ms=2) == len(leaders)
-    assert threads[0] == (housekeeping.OWED_FLUSHES_ON_LOOP_MAX, loop_thread)
-    assert threads[1][0] == len(leaders) and threads[1][1] != loop_thread
-    assert all(hosted.core.high_watermark == hosted.log_end_offset > 0 for hosted in leaders)
-    node.close()
-
-
-def test_an_owed_flush_skips_a_vp_dropped_before_or_while_it_runs(tmp_path, monkeypatch):
-    monkeypatch.setattr(housekeeping, "OWED_FLUSHES_ON_LOOP_MAX", 0)  # the batch runs on the worker thread
+def test_an_owed_flush_skips_a_vp_dropped_before_or_while_it_runs(tmp_path):
     node = Node(tmp_path, "r0", NO_FLUSH_BY_TIME, owes_flushes=True)
     before, during, kept = lone_leaders(node, 3)
     for hosted in (before, during, kept):
