@@ -35,6 +35,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+from mafka4.log import fsync_points
 from mafka4.log.fsync_points import renamed_from
 
 # A torn write garbles at most this many bytes: enough to break a header or a CRC.
@@ -49,6 +50,7 @@ class SimDisk:
         self.root = Path(tempfile.mkdtemp(prefix="mafka4-dst-", dir=base))
         self._durable: dict[tuple[int, int], tuple[str, int]] = {}  # (dev, inode) -> (path, size)
         self._real_fsync = None
+        self._was_recording = False
         self.torn_files_total = 0
         self.lost_bytes_total = 0
 
@@ -56,11 +58,18 @@ class SimDisk:
         assert self._real_fsync is None, "SimDisk is already active"
         self._real_fsync = os.fsync
         os.fsync = self._fsync
+        # This disk tracks durability itself. A process started with $MAFKA4_RECORD_FSYNC_POINTS
+        # (a replay started by a test while the integration session's cluster records them) would
+        # also write the real clusters' fsync-points files into the logs' directories; a crash
+        # tears those too, drawing from the run's random stream, and the seed's history changes.
+        self._was_recording = fsync_points.recording()
+        fsync_points.set_recording(False)
         return self
 
     def __exit__(self, *exc) -> None:
         os.fsync = self._real_fsync
         self._real_fsync = None
+        fsync_points.set_recording(self._was_recording)
         _close_descriptors_into(self.root)  # the logs still open at the end of the run
         shutil.rmtree(self.root, ignore_errors=True)
 

@@ -29,6 +29,7 @@ import pytest
 
 from mafka4.client.sender_core import PipelineCore
 from mafka4.coordinator.groups.vp_ownership import GroupView, OwnershipPlan, plan_ownership
+from mafka4.log import fsync_points
 from mafka4.physical.replica import ReplicaState, Role
 from simulations.checkers import Kind
 from simulations.dst.run import RunResult, run_seed
@@ -82,6 +83,19 @@ def test_a_seed_replays_exactly_even_in_another_process():
                             env={**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(root)},
                             capture_output=True, text=True, timeout=600)
     assert f"history digest: {first.digest}" in replay.stdout, replay.stdout + replay.stderr
+
+
+def test_a_seed_replays_exactly_in_a_process_that_records_fsync_points():
+    """A replay started while the integration session's cluster records fsync points inherits
+    ``$MAFKA4_RECORD_FSYNC_POINTS``; the simulated disk must not write their files (CI found seed 7
+    replaying another history)."""
+    plain = run_seed(START + 7)
+    fsync_points.set_recording(True)
+    try:
+        recording = run_seed(START + 7)
+    finally:
+        fsync_points.set_recording(False)
+    assert recording.digest == plain.digest and recording.trace == plain.trace
 
 
 class HighWatermarkPastTheSlowestIsrMember(ReplicaState):
