@@ -10,9 +10,11 @@ transaction:
 
 * **Join.** The member key under a lease, and watches on the group prefix and on the topic's
   keys, so a join, a leave, a lapsed lease, a new split epoch or a sealed parent wakes every
-  member. On a coordinator (``frontend.group_sessions``), the lease and the watches are the
-  coordinator's, shared by every member it hosts (``group_hub``); a member on its own holds
-  them itself (``membership``). Both are shared with Mafka3-mode groups.
+  member; writes no plan reads (commits, RISR and leader writes, a reshard's bookkeeping)
+  wake nobody (``vp_wakes``). On a coordinator (``frontend.group_sessions``), the lease and
+  the watches are the coordinator's, shared by every member it hosts (``group_hub``); a
+  member on its own holds them itself (``membership``). Both are shared with Mafka3-mode
+  groups.
 * **Sync** (in the consumer's thread). Read the group and the topic's layout and VP states
   in one transaction (``VirtualGroupStore.snapshot``), ask ``plan_ownership``, then:
   release -- commit the final position and delete the owner key, in one transaction, only
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -49,6 +52,7 @@ import etcd3
 from mafka4.coordinator.groups.membership import GroupMembership, MembershipFactory, PendingChange
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR, MemberInfo
 from mafka4.coordinator.groups.vp_ownership import GroupView, OwnershipPlan, commit_moves_forward, plan_ownership
+from mafka4.coordinator.groups.vp_wakes import Wake, WakeFilter
 from mafka4.errors import CoordinatorUnavailable, InconsistentGroupProtocol
 from mafka4.limits import ConsumerConfig, TopicConfig
 from mafka4.metadata import keys
@@ -225,6 +229,8 @@ class VirtualGroupMember:
         self.member = MemberInfo(member_id, topic, VIRTUAL_ASSIGNOR)
         self._config = config
         self._pending_change = PendingChange()
+        self._wakes = WakeFilter(store.cluster, group, topic, member_id)
+        self._wakes_lock = threading.Lock()  # the watches' callbacks may come from more than one thread
         self.owned: set[int] = set()
         watched = [keys.group_prefix(store.cluster, group), keys.topic_children_prefix(store.cluster, topic)]
         self._membership = membership(store, group, self.member, config, watched, self._on_events, self._overdue)
@@ -323,23 +329,17 @@ class VirtualGroupMember:
     # --- background: watch events and the rebalance timeout -----------------------------
 
     def _on_events(self, events: list[WatchEvent]) -> None:
-        # Commits and read nodes' feed positions change nobody's target (lags are read at the
-        # next sync); positions are rewritten all the time, and would keep every member syncing.
-        quiet = (keys.group_vp_offsets_prefix(self._store.cluster, self.group),
-                 keys.topic_feed_positions_prefix(self._store.cluster, self.topic))
-        relevant = [event for event in events if not event.key.startswith(quiet)]
-        if not relevant:
+        # Only what may change a plan wakes the member (``vp_wakes``). Another member's join or
+        # leave, or a change of the topic's layout or sealed ends, may ask this member to
+        # release or claim: its rebalance timeout runs from then. Owner keys (its own syncs'
+        # writes included) and its own registration wake it without starting the timeout, and
+        # the lease thread's periodic wake-ups do not start it either: a member that stops
+        # polling while nothing changes stays in the group.
+        with self._wakes_lock:
+            wake = self._wakes.wake(events)
+        if wake is Wake.QUIET:
             return
-        # Another member's join or leave, or a change of the topic (a new split epoch, a sealed
-        # VP), may ask this member to release or claim: its rebalance timeout runs from then. The
-        # ownership and offset writes of syncs (its own ones included) do not start it, nor do
-        # the lease thread's periodic wake-ups: a member that stops polling while nothing
-        # changes stays in the group.
-        members_prefix = keys.group_members_prefix(self._store.cluster, self.group)
-        own_key = keys.group_member(self._store.cluster, self.group, self.member_id)
-        topic_prefix = keys.topic_children_prefix(self._store.cluster, self.topic)
-        if any((event.key.startswith(members_prefix) and event.key != own_key) or event.key.startswith(topic_prefix)
-               for event in relevant):
+        if wake is Wake.REBALANCE:
             self._pending_change.seen()
         self.changed.set()
 
