@@ -34,14 +34,15 @@ up out of the RISR; ``next_tick_ms`` says when the next ``tick`` may do so.
 
 Lone leader (``RisrState``'s module docstring has the why). While a VP has a RISR of its
 leader alone, its HW never passes what the leader flushed, and every call that leaves the
-leader alone with unflushed records -- an append, a RISR shrinking to the leader (before ``Ready.write_risr`` records it), taking leadership -- returns
-``Ready.flush``. The shell fsyncs the log (at once, or batched on a worker thread: ``HostedVp``)
-and reports the flushed offset through ``flushed`` (also after flushes of its own: the log's
-policy, segment rolls, truncation), which moves the HW. So a lone leader's log still holds
-every offset a reader saw after a power loss, and the controller may elect it again. A VP with
-one replica (``read_replicas=1``) is always a lone leader: after a power loss it feeds what it
-lost again from the physical log, in an order that may differ, so readers must not have seen
-the lost offsets either (``risr.state``).
+leader alone with unflushed records -- an append, a RISR shrinking to the leader (before
+``Ready.write_risr`` records it), taking leadership -- returns ``Ready.flush``. The shell
+fsyncs the log (at once, or batched on a worker thread: ``HostedVp``) and reports the flushed
+offset through ``flushed`` (also after flushes of its own: the log's policy, segment rolls,
+truncation), which moves the HW. So a lone leader's log still holds every offset a reader saw
+after a power loss, and the controller may elect it again. A VP with one replica
+(``read_replicas=1``) is always a lone leader: after a power loss it feeds what it lost again
+from the physical log, in an order that may differ, so readers must not have seen the lost
+offsets either (``risr.state``).
 
 Follower protocol. ``fetch_position`` is what the follower asks for; the leader's answer comes
 back through ``truncate`` (diverging: ``Ready.truncate_to``), ``follower_appended`` (the
