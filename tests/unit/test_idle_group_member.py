@@ -1,10 +1,12 @@
 """What an idle group member sends, in both read modes: heartbeats and its fetches' long polls,
 and no auto-commit of positions its coordinator already holds (``client.positions``); and what
 still commits. The group's coordinator and the fetcher are stand-ins (no etcd, no Ray), except
-in the metadata test, which reads a stand-in read node through a real ``VpFetcher``."""
+in the metadata test, which reads a stand-in read node through a real ``VpFetcher``, and in the
+heartbeat's, which runs a real ``GroupLink`` whose calls a stand-in answers."""
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import threading
 import time
@@ -12,15 +14,21 @@ import time
 import pytest
 
 from mafka4.client import group_commits as commits_module
+from mafka4.client import group_link as group_link_module
 from mafka4.client import partition_consumer as partition_consumer_module
 from mafka4.client import virtual_group_consumer as vp_consumer_module
+from mafka4.client.bootstrap import Credential
+from mafka4.client.cluster_access import ClusterAccess
+from mafka4.client.group_link import GroupLink
 from mafka4.client.message import Message
 from mafka4.client.partition_consumer import PartitionConsumer
 from mafka4.client.remote_member import MemberSync
 from mafka4.client.virtual_group_consumer import VirtualGroupConsumer
+from mafka4.errors import UnknownMember
 from mafka4.limits import ConsumerConfig, TopicConfig
+from mafka4.metadata.endpoints import HostPort
 from mafka4.physical.partition_state import TopicMetadata
-from mafka4.protocol.group_api import GroupJoinAnswer
+from mafka4.protocol.group_api import GroupHeartbeatAnswer, GroupJoinAnswer
 
 from tests.unit.test_vp_fetcher_routes import TOPIC, LongPolling, fetcher_against
 
@@ -253,3 +261,32 @@ def test_an_idle_vp_member_reads_the_vp_metadata_once_not_on_a_timer(monkeypatch
         assert len(node.requests) >= 20, "the member kept fetching"
         assert node.metadata_reads == 1
         assert len(coordinator.commits) == 1
+
+
+def test_a_heartbeat_told_its_session_is_gone_waits_for_the_join_again_not_on_a_timer(monkeypatch):
+    """It sends nothing until the consumer joined again, and heartbeats for the new session at once."""
+    monkeypatch.setattr(group_link_module, "GROUP_RETRY_BACKOFF_S", 60.0)  # a timer would show
+    link = GroupLink(ClusterAccess((HostPort("127.0.0.1", 9),), Credential("alice", "password-1")), "billing",
+                     session_timeout_s=0.3)
+    asked: list[str] = []
+
+    async def ask(request, timeout_s: float):
+        asked.append(request.member_id)
+        if request.member_id == "m1":
+            raise UnknownMember("group 'billing' has no session of member 'm1'")
+        await asyncio.sleep(request.wait_ms / 1000)
+        return GroupHeartbeatAnswer(False)
+
+    monkeypatch.setattr(link, "_ask", ask)
+    try:
+        link.joined("m1")
+        assert link.changed.wait(5), "the lost session is the consumer's to find out"
+        time.sleep(0.3)
+        assert asked == ["m1"]
+        link.joined("m2")
+        deadline = time.monotonic() + 5
+        while "m2" not in asked and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert "m2" in asked and time.monotonic() < deadline - 3, f"heartbeats after the join again: {asked}"
+    finally:
+        link.close()
