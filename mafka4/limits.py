@@ -432,6 +432,10 @@ class ConsumerConfig:
     # The settings below apply only to a consumer in a group.
     # Positions are committed by poll() when this long passed since the last commit (None:
     # only commit() and close() commit, and a rebalance commits what is owned before release).
+    # Positions that have not moved since a commit the coordinator answered are not sent again
+    # (as librdkafka; Kafka's Java client sends them), so an idle member sends no commits and
+    # its poll() does not wake for them; after a sync of the group, or a commit not answered,
+    # the next one is sent whatever the positions.
     auto_commit_interval_ms: int | None = 5 * SECOND_MS
     # The member's session timeout: its coordinator ends the session (releasing every partition
     # or VP it owns, uncommitted) this long after the member's last heartbeat or request, and
@@ -447,7 +451,13 @@ class ConsumerConfig:
     auto_offset_reset: OffsetReset = OffsetReset.LATEST
     # Partition assignor of the group: "range" (Kafka's default) or "sticky".
     assignor: str = "range"
-    # A VirtualConsumer re-reads the leaders and RISRs of its virtual partitions at least this often.
+    # A VirtualConsumer (no group) re-reads the leaders and RISRs of its virtual partitions at
+    # least this often. A group member (VirtualGroupConsumer) reads them on no timer, so an idle
+    # one sends no metadata requests: changes of the VP layout reach it through its coordinator
+    # (a sync), and a fetch that fails (a replica that died, left the RISR or lost the VP) or a VP
+    # with no live leader makes it read them again. What it learns only by then: a replica that
+    # joined a RISR (it would spread readers), or a leader that moved to another replica while
+    # the old one stays in the RISR (it keeps serving the member, correctly).
     metadata_max_age_ms: int = 5 * SECOND_MS
     # Check the CRC of every fetched batch (Kafka's check.crcs, on by default there too): it
     # catches a batch corrupted between the server's log and this process. The server checks

@@ -62,6 +62,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
 
 
 def _cmd_consume(args: argparse.Namespace) -> int:
+    import math
     import time
 
     from mafka4.client.consumer import Consumer
@@ -73,7 +74,9 @@ def _cmd_consume(args: argparse.Namespace) -> int:
     try:
         while args.max_messages is None or printed < args.max_messages:
             try:
-                messages = consumer.poll(timeout_ms=min(args.timeout_ms, 500))
+                # The time left until the idle deadline: the poll returns as soon as messages come,
+                # and its group duties run inside it, so a shorter poll only wakes this loop for nothing.
+                messages = consumer.poll(timeout_ms=max(math.ceil((idle_deadline - time.monotonic()) * 1000), 0))
             except RecordsLost as lost:  # said once, in order; reading goes on after the gap
                 print(f"mafka4: {lost.message}", file=sys.stderr)
                 continue

@@ -20,7 +20,8 @@ The readers share their skeleton (``client.reading``: the poll loop, seeking by 
 and differ in where they fetch from (``PartitionFetcher``, ``VpFetcher``) and in their group.
 In a group, ``poll()`` does the group's work in the caller's thread, so positions never move
 while they are committed; positions are committed every ``auto_commit_interval_ms`` by
-``poll()``, by ``commit()``, before a partition is released and on ``close()``. Delivery is
+``poll()`` (not again while they have not moved since a commit the coordinator answered), by
+``commit()``, before a partition is released and on ``close()``. Delivery is
 at-least-once: messages returned but not yet committed are returned again to the next owner
 after a crash. A commit never moves an offset backwards.
 """

@@ -13,7 +13,9 @@ which the consumer's ``poll()`` reads. While a sync is pending (``changed`` set,
 polled yet), it only keeps the session alive, a heartbeat a third of the session timeout,
 until the consumer syncs (``synced``), so a consumer that does not poll costs the coordinator
 nothing but those. A failed
-heartbeat sets ``changed`` too: the consumer's next sync finds out what happened.
+heartbeat sets ``changed`` too: the consumer's next sync finds out what happened. After an
+``UnknownMember`` (the session is gone) the heartbeat sends nothing and wakes for nothing until
+the consumer joined again (``joined``).
 
 Imports neither ``ray`` nor ``etcd3``.
 """
@@ -45,6 +47,7 @@ class GroupLink:
         self._coordinator: str | None = None
         self._heartbeats: concurrent.futures.Future | None = None
         self._synced = asyncio.Event()  # set when the consumer cleared ``changed``: see ``synced``
+        self._rejoined = asyncio.Event()  # set when the consumer joined again: see ``joined``
         self._closed = False
 
     def call(self, make_request: Callable[[str], object]) -> object:
@@ -61,6 +64,8 @@ class GroupLink:
         self.member_id = member_id
         if self._heartbeats is None:
             self._heartbeats = self._loop.submit(self._heartbeat())
+        else:
+            self._loop.call_soon(self._rejoined.set)
 
     def close(self) -> None:
         """Stop heartbeating and close the connections (the session is left or expires)."""
@@ -111,8 +116,7 @@ class GroupLink:
                                          wait_ms / 1000 + PROTOCOL_ANSWER_MARGIN_S)
             except UnknownMember:
                 self.changed.set()
-                while self.member_id == member_id and not self._closed:  # until the consumer joined again
-                    await asyncio.sleep(GROUP_RETRY_BACKOFF_S)
+                await self._until_joined_again(member_id)
                 continue
             except MafkaError:
                 self.changed.set()
@@ -120,3 +124,12 @@ class GroupLink:
                 continue
             if answer.changed:
                 self.changed.set()
+
+    async def _until_joined_again(self, lost_member_id: str) -> None:
+        """Until the consumer joined with a new member id (its next poll's sync does): a session
+        that is gone has nothing to keep alive, and ``joined`` wakes this."""
+        while True:
+            self._rejoined.clear()  # before the check, so a join after it sets it again
+            if self.member_id != lost_member_id or self._closed:
+                return
+            await self._rejoined.wait()

@@ -14,8 +14,9 @@ notice changes. So positions never move while they are committed, and a consumer
 polling holds its partitions until ``rebalance_timeout_ms`` (then the coordinator drops it). A claimed partition
 starts at its committed offset; without one (or below the log start) at ``auto_offset_reset``
 (default ``latest``, as Kafka; ``from_beginning=True`` means ``earliest``). Positions are
-committed by ``poll()`` every ``auto_commit_interval_ms``, by ``commit()``, before a partition
-is released and on ``close()``. A committed offset is the position after the messages that
+committed by ``poll()`` every ``auto_commit_interval_ms`` (not again while they have not moved
+since a commit the coordinator answered: ``client.positions``), by ``commit()``, before a
+partition is released and on ``close()``. A committed offset is the position after the messages that
 earlier polls returned, so delivery is at-least-once: messages returned but not yet committed
 are returned again to the next owner after a crash. A commit never moves an offset backwards.
 """
@@ -29,7 +30,7 @@ from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.group_commits import GroupCommits
 from mafka4.client.message import Message
 from mafka4.client.partition_fetcher import PartitionFetcher
-from mafka4.client.positions import start_offset
+from mafka4.client.positions import Positions, start_offset
 from mafka4.client.reading import poll_until, seek_to_time
 from mafka4.client.remote_member import RemoteMember
 from mafka4.errors import CommitFailed, MafkaError, PartitionNotAssigned
@@ -58,7 +59,9 @@ class PartitionConsumer:
 
     def _join(self, access: ClusterAccess, group: str) -> None:
         self._member = RemoteMember(access, group, self.topic, self.config.assignor, self.config)
-        self._commits = GroupCommits(group, self.config.auto_commit_interval_ms, self._write_commit, "partitions")
+        self._commits = GroupCommits(group, self.config.auto_commit_interval_ms,
+                                     lambda: self._group_positions(self._fetcher.positions), self._write_commit,
+                                     "partitions")
         try:
             self._member.join()
             self._rebalance()
@@ -127,6 +130,8 @@ class PartitionConsumer:
     def _rebalance(self) -> None:
         assert self._member is not None
         result = self._member.sync(self._group_positions(self._fetcher.positions))
+        assert self._commits is not None
+        self._commits.forget()
         for partition in result.revoked:
             self._fetcher.stop(partition)
             self._unstarted.pop(partition, None)
@@ -153,11 +158,10 @@ class PartitionConsumer:
     def _group_positions(positions: dict[int, int]) -> dict[int, tuple[int, int]]:
         return {partition: (offset, offset) for partition, offset in positions.items()}
 
-    def _write_commit(self) -> tuple[dict[int, int], set[int]]:
+    def _write_commit(self, positions: Positions) -> tuple[dict[int, int], set[int]]:
         assert self._member is not None
-        positions = dict(self._fetcher.positions)
-        committed, lost = self._member.commit(self._group_positions(positions))
-        return {partition: positions[partition] for partition in committed}, lost
+        committed, lost = self._member.commit(positions)
+        return {partition: positions[partition][0] for partition in committed}, lost
 
     def commit(self) -> dict[int, int]:
         """Commit the positions of every owned partition now; returns the offsets written.

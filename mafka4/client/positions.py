@@ -12,12 +12,24 @@ and ``VirtualGroupConsumer`` over VPs).
 * **Auto-commit** (``CommitSchedule``): a member's positions are committed by the first
   ``poll()`` once ``auto_commit_interval_ms`` has passed since its last commit, whatever sent
   that one (``commit()``, a drained parent VP, an earlier auto-commit; answered or not), so an
-  auto-commit never follows another commit closer than the interval.
+  auto-commit never follows another commit closer than the interval. It is skipped while the
+  positions equal those of the last commit its coordinator answered without losing any of
+  them (librdkafka skips the same way; Kafka's Java client writes them again): an idle member
+  then sends no commits at all, and its ``poll()`` has no auto-commit to wake up for. Writing
+  them again would change nothing on the server, which writes only offsets that move forward
+  (an unchanged commit is one etcd read there) and judges liveness by heartbeats. Nothing
+  is skipped that is not known to be held: a commit not answered, one that found partitions
+  taken away, and every sync of the group (a claim, a revoke, a rebalance) make the next
+  auto-commit write whatever the positions; ``commit()`` and a drained parent always write.
 
 Pure: offsets and ``now_ms`` in, decisions out.
 """
 
 from __future__ import annotations
+
+from typing import Mapping
+
+Positions = Mapping[int, tuple[int, int]]  # partition or VP -> (offset, high watermark seen)
 
 
 def start_offset(committed: int | None, log_range: tuple[int, int], earliest: bool) -> int:
@@ -29,24 +41,36 @@ def start_offset(committed: int | None, log_range: tuple[int, int], earliest: bo
 
 
 class CommitSchedule:
-    """When a group member's next auto-commit is due (see the module docstring)."""
+    """When a group member's next auto-commit is due (see the module docstring); ``positions`` are
+    what a commit would send."""
 
-    __slots__ = ("interval_ms", "_last_commit_ms")
+    __slots__ = ("interval_ms", "_last_commit_ms", "_settled")
 
     def __init__(self, interval_ms: int | None, now_ms: float):
         assert interval_ms is None or interval_ms > 0, interval_ms
         self.interval_ms = interval_ms  # None: only commit(), a release and close() commit
         self._last_commit_ms = now_ms
+        # The positions of the last commit the coordinator answered losing none; None: not known.
+        self._settled: dict[int, tuple[int, int]] | None = None
 
-    def due(self, now_ms: float) -> bool:
-        return self.interval_ms is not None and now_ms - self._last_commit_ms >= self.interval_ms
+    def due(self, now_ms: float, positions: Positions) -> bool:
+        return self.until_due_ms(now_ms, positions) == 0
 
-    def until_due_ms(self, now_ms: float) -> float:
-        """How long until the next auto-commit is due (0: due; infinity: no auto-commit)."""
-        if self.interval_ms is None:
+    def until_due_ms(self, now_ms: float, positions: Positions) -> float:
+        """How long until the next auto-commit is due (0: due; infinity: none is due while ``positions`` stay)."""
+        if self.interval_ms is None or positions == self._settled:
             return float("inf")
         return max(self._last_commit_ms + self.interval_ms - now_ms, 0.0)
 
-    def committed(self, now_ms: float) -> None:
+    def sent(self, now_ms: float) -> None:
         """A commit was sent at ``now_ms`` (answered or not: a failed one waits an interval too)."""
         self._last_commit_ms = now_ms
+        self._settled = None  # until it is answered
+
+    def acknowledged(self, positions: Positions) -> None:
+        """The coordinator answered the commit of ``positions`` and lost none of them."""
+        self._settled = dict(positions)
+
+    def forget(self) -> None:
+        """What the member owns may have changed (a sync): the next auto-commit writes, whatever the positions."""
+        self._settled = None

@@ -8,9 +8,9 @@ is their ``poll()`` around those two steps:
 * its duties run first, in the caller's thread, on every round, so a group's positions never
   move while they are committed and a member that stops polling stops doing its duties;
 * then one fetch, given the time left: a reader waits inside it at most as long as it can
-  leave its duties undone (a group member: until its group changes, its next auto-commit, or
-  a claimed partition's next start attempt; ``RESHARD_CHECK_INTERVAL_S``), and returns none
-  when it had nothing to fetch;
+  leave its duties undone (a group member: until its group changes, its next auto-commit if
+  its positions moved, or a claimed partition's next start attempt; ``RESHARD_CHECK_INTERVAL_S``),
+  and returns none when it had nothing to fetch;
 * the first round that brings messages returns them; after ``timeout_ms``, the poll returns
   what the last round brought, possibly nothing.
 """

@@ -28,6 +28,7 @@ from typing import Mapping
 
 from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.group_link import GroupLink
+from mafka4.client.positions import Positions
 from mafka4.errors import CoordinatorUnavailable, MafkaError, UnknownMember
 from mafka4.limits import GROUP_CALL_TIMEOUT_S, GROUP_RETRY_BACKOFF_S, ConsumerConfig
 from mafka4.protocol.group_api import (GroupCommitAnswer, GroupCommitRequest, GroupJoinAnswer, GroupJoinRequest,
@@ -35,9 +36,6 @@ from mafka4.protocol.group_api import (GroupCommitAnswer, GroupCommitRequest, Gr
                                        GroupSyncRequest, IdOffset, MemberPosition)
 
 logger = logging.getLogger(__name__)
-
-Positions = Mapping[int, tuple[int, int]]  # partition or VP -> (offset, high watermark seen)
-
 
 @dataclass(frozen=True, slots=True)
 class MemberSync:

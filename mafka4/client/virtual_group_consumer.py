@@ -19,10 +19,18 @@ A group that starts at the latest offsets is seeded on its first join with the e
 closed VPs and of the children (``RemoteMember.seed``), so it skips the history
 instead of reading every child from its start.
 
-Commits (``client.group_commits``, as a Mafka3-mode member's): every ``auto_commit_interval_ms``,
-on ``commit()``, on release and on ``close()``; and at once when an owned closed VP has been
-read to its sealed end (which the parent's leader node records once the parent is complete),
-so its children become readable (and claimable) without waiting.
+Commits (``client.group_commits``, as a Mafka3-mode member's): every ``auto_commit_interval_ms``
+(not again while the positions, and the high watermarks seen, have not moved since a commit the
+coordinator answered: ``client.positions``), on ``commit()``, on release and on ``close()``; and
+at once when an owned closed VP has been read to its sealed end (which the parent's leader node
+records once the parent is complete), so its children become readable (and claimable) without
+waiting.
+
+Metadata (the VP layout, leaders, RISRs) is read when the member starts, when it claims a VP
+the metadata held does not name (a child born after the last read), when a claimed VP cannot
+be positioned yet, and when a fetch fails or finds no live leader (``VpFetcher``); never on a
+timer (unlike ``VirtualConsumer``'s ``metadata_max_age_ms``), so an idle member sends only its
+heartbeats and its fetches' long polls. A layout change reaches it as a sync.
 
 Splits: when the plan says this member splits a VP (it has the smallest id and the group
 has more members than active VPs), its coordinator asks the controller for it (a split intent,
@@ -40,9 +48,9 @@ import logging
 from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.group_commits import GroupCommits
 from mafka4.client.message import Message, new_member_id
-from mafka4.client.positions import start_offset
+from mafka4.client.positions import Positions, start_offset
 from mafka4.client.reading import poll_until, seek_to_time
-from mafka4.client.remote_member import MemberSync, Positions, RemoteMember
+from mafka4.client.remote_member import MemberSync, RemoteMember
 from mafka4.client.vp_fetcher import VpFetcher
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR
 from mafka4.errors import CommitFailed, CoordinatorUnavailable, MafkaError, PartitionNotAssigned
@@ -63,7 +71,7 @@ class VirtualGroupConsumer:
         self._sealed: dict[int, int] = {}
         self._committed: dict[int, int] = {}
         self._unstarted: dict[int, int | None] = {}  # claimed VPs whose start position is not known yet
-        self._commits = GroupCommits(group, config.auto_commit_interval_ms, self._write_commit, "VPs")
+        self._commits = GroupCommits(group, config.auto_commit_interval_ms, self._offsets, self._write_commit, "VPs")
         try:
             joined = self._member.join()
             if config.auto_offset_reset is OffsetReset.LATEST and not joined.offsets_committed:
@@ -131,6 +139,7 @@ class VirtualGroupConsumer:
 
     def _sync(self) -> None:
         result: MemberSync = self._member.sync(self._offsets())
+        self._commits.forget()
         for vp in result.revoked:
             self._fetcher.stop(vp)
             self._unstarted.pop(vp, None)
@@ -188,8 +197,7 @@ class VirtualGroupConsumer:
 
     # --- commits and leaving ----------------------------------------------------------------
 
-    def _write_commit(self) -> tuple[dict[int, int], set[int]]:
-        offsets = self._offsets()
+    def _write_commit(self, offsets: Positions) -> tuple[dict[int, int], set[int]]:
         committed, lost = self._member.commit(offsets)
         return {vp: offsets[vp][0] for vp in committed}, lost
 

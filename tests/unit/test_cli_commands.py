@@ -13,6 +13,7 @@ import importlib
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -152,6 +153,33 @@ def test_an_error_that_is_not_mafka4s_is_not_hidden(monkeypatch):
     group_list_raises(monkeypatch, ZeroDivisionError())
     with pytest.raises(ZeroDivisionError):
         cli.main(["group", "list"])
+
+
+class IdleConsumer:
+    """A ``Consumer`` with nothing to read: each poll waits its whole timeout; records the timeouts."""
+
+    polls: list[int] = []
+
+    def __init__(self, topic: str, group: str | None = None, from_beginning: bool = False):
+        IdleConsumer.polls = []
+
+    def poll(self, timeout_ms: int) -> list:
+        IdleConsumer.polls.append(timeout_ms)
+        time.sleep(timeout_ms / 1000)
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_idle_consume_polls_once_until_its_timeout_not_every_half_second(monkeypatch, capsys):
+    """The consumer's poll runs its group's duties itself: the command need not wake to call it."""
+    monkeypatch.setattr("mafka4.client.consumer.Consumer", IdleConsumer)
+    started = time.monotonic()
+    assert cli.main(["consume", "orders", "--group", "billing", "--timeout-ms", "1200"]) == 0
+    assert 1.2 <= time.monotonic() - started < 5
+    assert len(IdleConsumer.polls) == 1 and 1_100 <= IdleConsumer.polls[0] <= 1_200, IdleConsumer.polls
+    assert "consumed 0 messages from 'orders' as group 'billing'" in capsys.readouterr().err
 
 
 # --- bench -------------------------------------------------------------------------------------

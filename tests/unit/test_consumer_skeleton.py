@@ -39,34 +39,80 @@ def test_without_a_usable_commit_reading_starts_at_the_log_start_or_the_high_wat
 
 # --- when auto-commit is due -------------------------------------------------------------
 
+AT = {0: (10, 12), 1: (20, 20)}  # positions: partition or VP -> (offset, high watermark seen)
+
 
 def test_auto_commit_is_due_an_interval_after_the_last_commit_whatever_sent_it():
     schedule = CommitSchedule(5_000, now_ms=0)
-    assert not schedule.due(4_999)
-    assert schedule.due(5_000)
-    schedule.committed(3_000)  # commit() or a drained parent, say
-    assert not schedule.due(5_000)
-    assert schedule.due(8_000)
+    assert not schedule.due(4_999, AT)
+    assert schedule.due(5_000, AT)
+    schedule.sent(3_000)  # commit() or a drained parent, say
+    assert not schedule.due(5_000, AT)
+    assert schedule.due(8_000, AT)
 
 
 def test_without_an_interval_auto_commit_is_never_due():
-    assert not CommitSchedule(None, now_ms=0).due(10**12)
+    assert not CommitSchedule(None, now_ms=0).due(10**12, AT)
+    assert CommitSchedule(None, now_ms=0).until_due_ms(10**12, AT) == float("inf")
+
+
+def test_positions_the_coordinator_acknowledged_are_not_committed_again_until_they_move():
+    schedule = CommitSchedule(5_000, now_ms=0)
+    schedule.sent(0)
+    schedule.acknowledged(AT)
+    assert not schedule.due(60_000, dict(AT)), "an idle member sends no commit"
+    assert schedule.until_due_ms(60_000, AT) == float("inf"), "and has none to wake up for"
+    assert schedule.due(60_000, {0: (11, 12), 1: (20, 20)}), "an offset moved"
+    assert schedule.due(60_000, {0: (10, 13), 1: (20, 20)}), "the high watermark seen moved: the group's lag"
+    assert schedule.due(60_000, {0: (10, 12)}), "a partition fewer"
+    assert schedule.until_due_ms(4_000, {0: (11, 12), 1: (20, 20)}) == 1_000
+
+
+def test_a_commit_sent_and_not_yet_acknowledged_settles_nothing():
+    """Sent but unanswered (the coordinator away, or partitions lost): the next auto-commit writes."""
+    schedule = CommitSchedule(5_000, now_ms=0)
+    schedule.sent(0)
+    schedule.acknowledged(AT)
+    schedule.sent(10_000)
+    assert schedule.due(15_000, AT)
+
+
+def test_after_a_sync_the_next_auto_commit_writes_the_same_positions_again():
+    schedule = CommitSchedule(5_000, now_ms=0)
+    schedule.sent(0)
+    schedule.acknowledged(AT)
+    schedule.forget()
+    assert schedule.due(5_000, AT) and not schedule.due(4_999, AT)
+
+
+def test_what_was_acknowledged_is_a_copy_not_the_callers_dict():
+    schedule = CommitSchedule(5_000, now_ms=0)
+    positions = dict(AT)
+    schedule.acknowledged(positions)
+    positions[0] = (99, 99)
+    assert schedule.due(5_000, positions)
 
 
 class Member:
     """A group member's commit: records what it wrote, loses ``lost``, or fails as etcd is away."""
 
     def __init__(self):
-        self.positions = {0: 10, 1: 20}
+        self.positions = {0: (10, 10), 1: (20, 20)}
         self.lost: set[int] = set()
         self.unavailable = False
-        self.writes = 0
+        self.writes: list[dict[int, tuple[int, int]]] = []
 
-    def write(self) -> tuple[dict[int, int], set[int]]:
-        self.writes += 1
+    def at(self) -> dict[int, tuple[int, int]]:
+        return dict(self.positions)
+
+    def write(self, positions) -> tuple[dict[int, int], set[int]]:
+        self.writes.append(dict(positions))
         if self.unavailable:
             raise CoordinatorUnavailable("etcd did not answer; retry")
-        return {p: o for p, o in self.positions.items() if p not in self.lost}, set(self.lost)
+        return {p: o for p, (o, _) in positions.items() if p not in self.lost}, set(self.lost)
+
+    def commits(self, interval_ms: int | None, noun: str = "VPs") -> GroupCommits:
+        return GroupCommits("billing", interval_ms, self.at, self.write, noun)
 
 
 @pytest.fixture
@@ -76,30 +122,72 @@ def clock(monkeypatch):
     return now
 
 
+def read(member: Member, partition: int) -> None:
+    offset, _ = member.positions[partition]
+    member.positions[partition] = (offset + 1, offset + 1)
+
+
 def test_poll_auto_commits_once_per_interval_and_commit_restarts_the_interval(clock):
     member = Member()
-    commits = GroupCommits("billing", 1_000, member.write, "VPs")
+    commits = member.commits(1_000)
     clock[0] = 999
     commits.if_due()
-    assert member.writes == 0
+    assert len(member.writes) == 0
     clock[0] = 1_000
     commits.if_due()
     commits.if_due()
-    assert member.writes == 1
+    assert len(member.writes) == 1
     clock[0] = 1_500
-    assert commits.now() == ({0: 10, 1: 20}, set())
+    read(member, 0)
+    assert commits.now() == ({0: 11, 1: 20}, set())
     clock[0] = 2_000
+    read(member, 0)
     commits.if_due()
-    assert member.writes == 2  # 500 ms after commit(): not due
+    assert len(member.writes) == 2  # 500 ms after commit(): not due
     clock[0] = 2_500
     commits.if_due()
-    assert member.writes == 3
+    assert len(member.writes) == 3
+
+
+def test_an_idle_member_commits_its_positions_once_then_not_until_they_move(clock):
+    member = Member()
+    commits = member.commits(1_000)
+    clock[0] = 1_000
+    commits.if_due()
+    for clock[0] in range(2_000, 60_000, 500):
+        assert commits.seconds_until_due() == float("inf"), "poll() has no auto-commit to wake up for"
+        commits.if_due()
+    assert member.writes == [{0: (10, 10), 1: (20, 20)}]
+    read(member, 1)
+    assert commits.seconds_until_due() == 0
+    commits.if_due()
+    assert member.writes[1:] == [{0: (10, 10), 1: (21, 21)}]
+
+
+def test_commit_always_writes_even_positions_the_coordinator_holds(clock):
+    member = Member()
+    commits = member.commits(1_000)
+    commits.now()
+    assert commits.now() == ({0: 10, 1: 20}, set())
+    assert len(member.writes) == 2
+
+
+def test_after_a_sync_the_next_auto_commit_writes_unchanged_positions(clock):
+    member = Member()
+    commits = member.commits(1_000)
+    clock[0] = 1_000
+    commits.if_due()
+    commits.forget()  # a claim, a revoke, a rebalance
+    assert commits.seconds_until_due() == 1.0
+    clock[0] = 2_000
+    commits.if_due()
+    assert len(member.writes) == 2
 
 
 def test_an_auto_commit_etcd_misses_is_skipped_and_tried_an_interval_later(clock, caplog):
     member = Member()
     member.unavailable = True
-    commits = GroupCommits("billing", 1_000, member.write, "VPs")
+    commits = member.commits(1_000)
     clock[0] = 1_000
     with caplog.at_level(logging.WARNING, logger=commits_module.__name__):
         commits.if_due()  # does not raise into poll()
@@ -107,28 +195,47 @@ def test_an_auto_commit_etcd_misses_is_skipped_and_tried_an_interval_later(clock
     member.unavailable = False
     clock[0] = 1_999
     commits.if_due()
-    assert member.writes == 1
+    assert len(member.writes) == 1
     clock[0] = 2_000
     commits.if_due()
-    assert member.writes == 2
+    assert len(member.writes) == 2, "the same positions again: the first try was not answered"
+    clock[0] = 3_000
+    commits.if_due()
+    assert len(member.writes) == 2
+
+
+def test_an_unanswered_commit_after_an_answered_one_leaves_the_next_auto_commit_to_write(clock):
+    member = Member()
+    commits = member.commits(1_000)
+    commits.now()
+    member.unavailable = True
+    with pytest.raises(CoordinatorUnavailable):
+        commits.now()  # it may or may not have been written
+    member.unavailable = False
+    clock[0] = 1_000
+    commits.if_due()
+    assert len(member.writes) == 3
 
 
 def test_partitions_lost_before_an_auto_commit_are_logged_and_commit_now_reports_them(clock, caplog):
     member = Member()
     member.lost = {1}
-    commits = GroupCommits("billing", 1_000, member.write, "VPs")
+    commits = member.commits(1_000)
     clock[0] = 1_000
     with caplog.at_level(logging.WARNING, logger=commits_module.__name__):
         commits.if_due()
     assert "group billing: lost VPs [1] before committing" in caplog.text
     assert commits.now() == ({0: 10}, {1})
+    clock[0] = 2_000
+    commits.if_due()
+    assert len(member.writes) == 3, "a commit that lost partitions settles nothing"
 
 
 def test_commit_now_raises_what_etcd_raises():
     member = Member()
     member.unavailable = True
     with pytest.raises(CoordinatorUnavailable):
-        GroupCommits("billing", None, member.write, "partitions").now()
+        member.commits(None, "partitions").now()
 
 
 # --- the poll loop -----------------------------------------------------------------------

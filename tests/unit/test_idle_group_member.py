@@ -1,0 +1,292 @@
+"""What an idle group member sends, in both read modes: heartbeats and its fetches' long polls,
+and no auto-commit of positions its coordinator already holds (``client.positions``); and what
+still commits. The group's coordinator and the fetcher are stand-ins (no etcd, no Ray), except
+in the metadata test, which reads a stand-in read node through a real ``VpFetcher``, and in the
+heartbeat's, which runs a real ``GroupLink`` whose calls a stand-in answers."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+
+import pytest
+
+from mafka4.client import group_commits as commits_module
+from mafka4.client import group_link as group_link_module
+from mafka4.client import partition_consumer as partition_consumer_module
+from mafka4.client import virtual_group_consumer as vp_consumer_module
+from mafka4.client.bootstrap import Credential
+from mafka4.client.cluster_access import ClusterAccess
+from mafka4.client.group_link import GroupLink
+from mafka4.client.message import Message
+from mafka4.client.partition_consumer import PartitionConsumer
+from mafka4.client.remote_member import MemberSync
+from mafka4.client.virtual_group_consumer import VirtualGroupConsumer
+from mafka4.errors import UnknownMember
+from mafka4.limits import ConsumerConfig, TopicConfig
+from mafka4.metadata.endpoints import HostPort
+from mafka4.physical.partition_state import TopicMetadata
+from mafka4.protocol.group_api import GroupHeartbeatAnswer, GroupJoinAnswer
+
+from tests.unit.test_vp_fetcher_routes import TOPIC, LongPolling, fetcher_against
+
+INTERVAL_MS = 1_000
+
+
+class WaitsRecorded(threading.Event):
+    """A member's ``changed``: records how long each wait on it was allowed."""
+
+    def __init__(self):
+        super().__init__()
+        self.waits_s: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits_s.append(timeout)
+        return super().wait(timeout)
+
+
+class Coordinator:
+    """A ``RemoteMember`` stand-in: each sync claims ``claims`` (id -> committed offset) once,
+    then changes nothing; commits are recorded and answered, losing nothing."""
+
+    def __init__(self, claims: dict[int, int], sealed: dict[int, int] | None = None,
+                 committed: dict[int, int] | None = None):
+        self.claims, self.sealed, self.committed = claims, sealed, committed
+        self.changed = WaitsRecorded()
+        self.owned: set[int] = set()
+        self.syncs = 0
+        self.commits: list[dict[int, tuple[int, int]]] = []
+        self.member_id = "m0"
+
+    def __call__(self, *args, **kwargs) -> "Coordinator":  # stands in for the class
+        return self
+
+    def woken(self) -> concurrent.futures.Future:
+        return concurrent.futures.Future()
+
+    def join(self) -> GroupJoinAnswer:
+        self.changed.set()
+        return GroupJoinAnswer("m0", True, ())
+
+    def sync(self, positions) -> MemberSync:
+        self.changed.clear()
+        self.syncs += 1
+        claimed, self.claims = self.claims, {}
+        self.owned |= set(claimed)
+        return MemberSync((), claimed, tuple(sorted(self.owned)), None, self.sealed, self.committed)
+
+    def commit(self, positions) -> tuple[set[int], set[int]]:
+        mine = {id_: position for id_, position in positions.items() if id_ in self.owned}
+        if mine:
+            self.commits.append(dict(mine))
+        return set(mine), set()
+
+    def leave(self, positions) -> None:
+        self.owned.clear()
+
+
+class Fetcher:
+    """A ``VpFetcher`` / ``PartitionFetcher`` stand-in: nothing to read, unless ``next_read`` says
+    how far the next fetch reads (partition -> new position); records each fetch's wait."""
+
+    def __init__(self, *args, **kwargs):
+        self.positions: dict[int, int] = {}
+        self.fetching: set[int] = set()
+        self.high_watermarks: dict[int, int] = {}
+        self.states = {0: None, 1: None}
+        self.layout = None
+        self.refreshes = 0
+        self.waits_s: list[float] = []
+        self.next_read: dict[int, int] = {}
+
+    def __call__(self, *args, **kwargs) -> "Fetcher":  # stands in for the class
+        return self
+
+    def refresh(self) -> None:
+        self.refreshes += 1
+
+    def seek(self, partition: int, offset: int) -> None:
+        self.positions[partition] = offset
+
+    def stop(self, partition: int) -> None:
+        self.fetching.discard(partition)
+
+    def list_offsets_many(self, partitions):
+        return [(0, 0) for _ in partitions]
+
+    def fetch(self, timeout_s: float, wake=None) -> list[Message]:
+        self.waits_s.append(timeout_s)
+        read, self.next_read = self.next_read, {}
+        self.positions.update(read)
+        self.high_watermarks.update(read)
+        # One message ends the poll: the test looks at the wait the round was given.
+        return [Message(TOPIC, p, o - 1, 0, None, b"", ()) for p, o in (read or {0: 1}).items()]
+
+    def clear(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr(commits_module, "_now_ms", lambda: now[0])
+    return now
+
+
+def vp_member(monkeypatch, coordinator: Coordinator, fetcher: Fetcher) -> VirtualGroupConsumer:
+    monkeypatch.setattr(vp_consumer_module, "RemoteMember", coordinator)
+    monkeypatch.setattr(vp_consumer_module, "VpFetcher", fetcher)
+    metadata = TopicMetadata(TOPIC, TopicConfig(partitions=1, read_mode="mafka4"), ())
+    return VirtualGroupConsumer(metadata, "billing", None, ConsumerConfig(auto_commit_interval_ms=INTERVAL_MS))
+
+
+def partition_member(monkeypatch, coordinator: Coordinator, fetcher: Fetcher) -> PartitionConsumer:
+    monkeypatch.setattr(partition_consumer_module, "RemoteMember", coordinator)
+    monkeypatch.setattr(partition_consumer_module, "PartitionFetcher", fetcher)
+    return PartitionConsumer(TOPIC, "billing", None, ConsumerConfig(auto_commit_interval_ms=INTERVAL_MS), False)
+
+
+MEMBERS = {"mafka4 mode": vp_member, "mafka3 mode": partition_member}
+
+
+@pytest.mark.parametrize("make", MEMBERS.values(), ids=MEMBERS.keys())
+def test_an_idle_member_commits_once_after_claiming_then_only_when_a_position_moves(monkeypatch, clock, make):
+    coordinator, fetcher = Coordinator({0: 100, 1: 200}), Fetcher()
+    member = make(monkeypatch, coordinator, fetcher)
+    for clock[0] in range(0, 60_000, 250):  # a minute of polls that bring nothing
+        member.poll(timeout_ms=0)
+    assert [sorted(c.items()) for c in coordinator.commits] == [[(0, (100, 100)), (1, (200, 200))]]
+    fetcher.next_read = {1: 205}
+    member.poll(timeout_ms=0)
+    clock[0] += INTERVAL_MS
+    member.poll(timeout_ms=0)
+    assert coordinator.commits[1:] == [{0: (100, 100), 1: (205, 205)}]
+
+
+@pytest.mark.parametrize("make", MEMBERS.values(), ids=MEMBERS.keys())
+def test_an_idle_members_poll_does_not_wake_for_an_auto_commit_it_would_skip(monkeypatch, clock, make):
+    coordinator, fetcher = Coordinator({0: 100}), Fetcher()
+    member = make(monkeypatch, coordinator, fetcher)
+    clock[0] = INTERVAL_MS
+    member.poll(timeout_ms=0)  # commits what was claimed
+    fetcher.waits_s.clear()
+    clock[0] = 2 * INTERVAL_MS - 50  # the next auto-commit would be due in 50 ms
+    member.poll(timeout_ms=30_000)
+    assert fetcher.waits_s[0] > 29, "the fetch waits the poll's whole timeout"
+
+
+@pytest.mark.parametrize("make", MEMBERS.values(), ids=MEMBERS.keys())
+def test_a_member_that_owns_nothing_waits_for_its_group_not_for_auto_commits(monkeypatch, clock, make):
+    coordinator, fetcher = Coordinator({}), Fetcher()
+    member = make(monkeypatch, coordinator, fetcher)
+    clock[0] = INTERVAL_MS
+    member.poll(timeout_ms=0)
+    coordinator.changed.waits_s.clear()
+    clock[0] = 2 * INTERVAL_MS - 50
+    member.poll(timeout_ms=200)
+    assert coordinator.changed.waits_s[0] > 0.1 and coordinator.commits == []
+
+
+@pytest.mark.parametrize("make", MEMBERS.values(), ids=MEMBERS.keys())
+def test_after_a_sync_the_next_auto_commit_writes_the_same_positions_again(monkeypatch, clock, make):
+    coordinator, fetcher = Coordinator({0: 100}), Fetcher()
+    member = make(monkeypatch, coordinator, fetcher)
+    clock[0] = INTERVAL_MS
+    member.poll(timeout_ms=0)
+    coordinator.changed.set()  # the group changed; this member keeps what it owns
+    clock[0] = 1.5 * INTERVAL_MS
+    member.poll(timeout_ms=0)
+    assert coordinator.syncs == 2 and len(coordinator.commits) == 1
+    clock[0] = 2 * INTERVAL_MS
+    member.poll(timeout_ms=0)
+    assert coordinator.commits == [{0: (100, 100)}] * 2
+
+
+@pytest.mark.parametrize("make", MEMBERS.values(), ids=MEMBERS.keys())
+def test_commit_writes_positions_the_coordinator_already_holds(monkeypatch, clock, make):
+    coordinator, fetcher = Coordinator({0: 100}), Fetcher()
+    member = make(monkeypatch, coordinator, fetcher)
+    assert member.commit() == {0: 100}
+    assert member.commit() == {0: 100}
+    assert len(coordinator.commits) == 2
+
+
+def test_a_parent_vp_read_to_its_sealed_end_is_committed_at_once_though_nothing_else_moved(monkeypatch, clock):
+    coordinator, fetcher = Coordinator({0: 100, 1: 40}, sealed={0: 120}, committed={0: 100, 1: 40}), Fetcher()
+    member = vp_member(monkeypatch, coordinator, fetcher)
+    clock[0] = INTERVAL_MS
+    member.poll(timeout_ms=0)
+    assert len(coordinator.commits) == 1
+    fetcher.next_read = {0: 120}  # the parent's last messages
+    member.poll(timeout_ms=0)
+    clock[0] += 10  # far from the next auto-commit
+    member.poll(timeout_ms=0)
+    assert coordinator.commits[1:] == [{0: (120, 120), 1: (40, 40)}]
+    member.poll(timeout_ms=0)
+    assert coordinator.syncs == 2, "then the member syncs, so its group sees the parent drained"
+
+
+class MetadataCounted(LongPolling):
+    """``LongPolling``'s read node, counting the VP metadata requests it answers."""
+
+    def __init__(self):
+        super().__init__()
+        self.metadata_reads = 0
+
+    async def _metadata(self, session, request, buffers):
+        self.metadata_reads += 1
+        return await super()._metadata(session, request, buffers)
+
+
+def test_an_idle_vp_member_reads_the_vp_metadata_once_not_on_a_timer(monkeypatch):
+    """Layout changes reach a member through its coordinator (a sync), and a failed fetch asks
+    again (``VpFetcher``): an idle member reads the metadata when it starts, and not again."""
+    node = MetadataCounted()
+    config = ConsumerConfig(fetch_wait_ms_max=10, fetch_idle_wait_ms_max=20, auto_commit_interval_ms=50,
+                            metadata_max_age_ms=50)
+    with fetcher_against(node, config) as fetcher:
+        coordinator = Coordinator({0: 0, 1: 0})
+        monkeypatch.setattr(vp_consumer_module, "RemoteMember", coordinator)
+        monkeypatch.setattr(vp_consumer_module, "VpFetcher", lambda *args: fetcher)
+        metadata = TopicMetadata(TOPIC, TopicConfig(partitions=1, read_mode="mafka4"), ())
+        member = VirtualGroupConsumer(metadata, "billing", None, config)
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            member.poll(timeout_ms=100)
+        assert len(node.requests) >= 20, "the member kept fetching"
+        assert node.metadata_reads == 1
+        assert len(coordinator.commits) == 1
+
+
+def test_a_heartbeat_told_its_session_is_gone_waits_for_the_join_again_not_on_a_timer(monkeypatch):
+    """It sends nothing until the consumer joined again, and heartbeats for the new session at once."""
+    monkeypatch.setattr(group_link_module, "GROUP_RETRY_BACKOFF_S", 60.0)  # a timer would show
+    link = GroupLink(ClusterAccess((HostPort("127.0.0.1", 9),), Credential("alice", "password-1")), "billing",
+                     session_timeout_s=0.3)
+    asked: list[str] = []
+
+    async def ask(request, timeout_s: float):
+        asked.append(request.member_id)
+        if request.member_id == "m1":
+            raise UnknownMember("group 'billing' has no session of member 'm1'")
+        await asyncio.sleep(request.wait_ms / 1000)
+        return GroupHeartbeatAnswer(False)
+
+    monkeypatch.setattr(link, "_ask", ask)
+    try:
+        link.joined("m1")
+        assert link.changed.wait(5), "the lost session is the consumer's to find out"
+        time.sleep(0.3)
+        assert asked == ["m1"]
+        link.joined("m2")
+        deadline = time.monotonic() + 5
+        while "m2" not in asked and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert "m2" in asked and time.monotonic() < deadline - 3, f"heartbeats after the join again: {asked}"
+    finally:
+        link.close()
