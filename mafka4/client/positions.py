@@ -11,7 +11,7 @@ and ``VirtualGroupConsumer`` over VPs).
   rule only to VPs without one.
 * **Auto-commit** (``CommitSchedule``): a member's positions are committed by the first
   ``poll()`` once ``auto_commit_interval_ms`` has passed since its last commit, whatever sent
-  that one (``commit()``, a drained parent VP, an earlier auto-commit; answered or not), so an
+  that one (``commit()``, an earlier auto-commit; answered or not), so an
   auto-commit never follows another commit closer than the interval. It is skipped while the
   positions equal those of the last commit its coordinator answered without losing any of
   them (librdkafka skips the same way; Kafka's Java client writes them again): an idle member
@@ -20,7 +20,7 @@ and ``VirtualGroupConsumer`` over VPs).
   (an unchanged commit is one etcd read there) and judges liveness by heartbeats. Nothing
   is skipped that is not known to be held: a commit not answered, one that found partitions
   taken away, and every sync of the group (a claim, a revoke, a rebalance) make the next
-  auto-commit write whatever the positions; ``commit()`` and a drained parent always write.
+  auto-commit write whatever the positions; ``commit()`` always writes.
 
 Pure: offsets and ``now_ms`` in, decisions out.
 """

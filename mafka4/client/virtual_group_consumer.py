@@ -21,10 +21,12 @@ instead of reading every child from its start.
 
 Commits (``client.group_commits``, as a Mafka3-mode member's): every ``auto_commit_interval_ms``
 (not again while the positions, and the high watermarks seen, have not moved since a commit the
-coordinator answered: ``client.positions``), on ``commit()``, on release and on ``close()``; and
-at once when an owned closed VP has been read to its sealed end (which the parent's leader node
-records once the parent is complete), so its children become readable (and claimable) without
-waiting.
+coordinator answered: ``client.positions``), on ``commit()``, on release and on ``close()``. When
+an owned closed VP has been read to its sealed end (which the parent's leader node records once
+the parent is complete), the member syncs at once: the coordinator counts the position the sync
+carries as the parent's commit, and releases the parent in a transaction that writes that commit
+(``vp_groups``), so its children become readable (and claimable) without waiting, and without a
+commit call first.
 
 Metadata (the VP layout, leaders, RISRs) is read when the member starts, when it claims a VP
 the metadata held does not name (a child born after the last read), when a claimed VP cannot
@@ -53,7 +55,7 @@ from mafka4.client.reading import poll_until, seek_to_time
 from mafka4.client.remote_member import MemberSync, RemoteMember
 from mafka4.client.vp_fetcher import VpFetcher
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR
-from mafka4.errors import CommitFailed, CoordinatorUnavailable, MafkaError, PartitionNotAssigned
+from mafka4.errors import CommitFailed, MafkaError, PartitionNotAssigned
 from mafka4.limits import CLAIMED_START_RETRY_S, ConsumerConfig, OffsetReset
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.protocol.group_api import GroupJoinAnswer
@@ -130,11 +132,11 @@ class VirtualGroupConsumer:
     # --- group duties ---------------------------------------------------------------------
 
     def _group_duties(self) -> None:
+        self._sync_drained_parents()  # first, so this round's sync carries the drained position
         if self._member.changed.is_set():
             self._sync()
         if self._unstarted:
             self._start_claimed()
-        self._commit_drained_parents()
         self._commits.if_due()
 
     def _sync(self) -> None:
@@ -146,6 +148,8 @@ class VirtualGroupConsumer:
         self._unstarted.update(result.claimed)
         if result.sealed_end_offsets is not None and result.committed_offsets is not None:
             self._sealed, self._committed = dict(result.sealed_end_offsets), dict(result.committed_offsets)
+        else:  # not synced: it is retried when the coordinator can, and a drained parent does not ask it sooner
+            self._sealed = {}
         if self._unstarted:
             self._start_claimed()
 
@@ -174,15 +178,12 @@ class VirtualGroupConsumer:
                 fetcher.high_watermarks[vp] = ranges[vp][1]
             fetcher.fetching.add(vp)
 
-    def _commit_drained_parents(self) -> None:
-        """Commit at once when an owned closed VP was read to its sealed end: its children wait for that."""
+    def _sync_drained_parents(self) -> None:
+        """Sync at once when an owned closed VP was read to its sealed end: its children wait for the
+        sync, which commits it there as it releases it (see the module docstring)."""
         sealed, committed = self._sealed, self._committed
         if any(vp in sealed and self._fetcher.positions[vp] >= sealed[vp]
                and (vp not in committed or committed[vp] < sealed[vp]) for vp in self._fetcher.fetching):
-            try:
-                self._commits.now()
-            except CoordinatorUnavailable:
-                return  # auto-commit and the next sync retry
             self._member.changed.set()
 
     def _seed_latest(self, joined: GroupJoinAnswer) -> None:

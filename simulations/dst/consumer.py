@@ -12,13 +12,16 @@ assigns VPs. The steps follow production's:
 * **Sync.** Read a ``GroupSnapshot``. If the member key is gone (the lease lapsed): stop every
   VP, register again and read again. VPs owned in etcd but not here are claims whose answer
   was lost (they start from the committed offset); VPs owned here but not in etcd were lost
-  (they stop). Then ``plan_ownership(view, me)``: release (commit the positions and delete
-  the owner keys, one transaction), claim (create the owner keys if absent, reading the
-  committed offsets), and sync again while a release or a wait is pending.
+  (they stop). Then, with the closed VPs it has read to their sealed end counted as committed
+  there (``with_read_positions``), ``plan_ownership(view, me)``: release (commit the positions
+  and delete the owner keys, one transaction), claim (create the owner keys if absent, reading
+  the committed offsets) -- only if the release stored the commits of those drained VPs
+  (``OwnershipPlan.after_release``) -- and sync again while a release or a wait is pending.
 * **Where a claimed VP starts**: its committed offset; else a child at its log start, and,
   since this group reads from the earliest offset, any other VP at its log start too.
-* **Commits**: every ``COMMIT_INTERVAL_MS``, on release, on leaving, and at once when an
-  owned closed parent was read to its sealed end (its children wait for that commit).
+* **Commits**: every ``COMMIT_INTERVAL_MS``, on release and on leaving. An owned closed parent
+  read to its sealed end is synced for at once: the sync's release commits it (its children
+  wait for that commit).
 * **Splits**: when the plan names one (the member with the smallest id, more members than
   active VPs), a ``SplitRequest`` to the resharding (``Resharder.split``); one at a time, and
   not again for ``SPLIT_RETRY_INTERVAL_MS`` after one failed.
@@ -50,7 +53,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from mafka4.batch_payload import decode_batches
-from mafka4.coordinator.groups.vp_ownership import GroupView, OwnershipPlan
+from mafka4.coordinator.groups.vp_ownership import GroupView, OwnershipPlan, with_read_positions
 from mafka4.risr.state import route_fetch
 from mafka4.virtual.vp_records import source_of, strip_source
 from simulations.checkers import Consumed
@@ -196,9 +199,9 @@ class SimConsumer:
         self._changed = True
 
     def _group_duties(self) -> None:
-        if self._changed:
+        if self._changed or self._drained_parent():
             self._sync()
-        elif not self._commit_drained_parents() and self.env.now_ms - self._last_commit_ms >= COMMIT_INTERVAL_MS:
+        elif self.env.now_ms - self._last_commit_ms >= COMMIT_INTERVAL_MS:
             self._commit_positions()
 
     # --- sync ----------------------------------------------------------------------------
@@ -234,7 +237,9 @@ class SimConsumer:
         for vp in sorted(mine - self._owned):  # a claim that succeeded although its answer was lost
             self._start(vp, committed.get(vp))
         self._owned = mine
-        plan = self.env.options.ownership_rule(view_of(snapshot), self.member_id)
+        positions = {vp: fetching.position for vp, fetching in self._fetching.items()}
+        view = with_read_positions(view_of(snapshot), self.member_id, positions)
+        plan = self.env.options.ownership_rule(view, self.member_id)
         if plan.release:
             # Stopped before the call: if its answer is lost, the release may still have happened,
             # and the next owner reads from what it commits (production: ``VirtualGroupMember._steps``).
@@ -243,7 +248,7 @@ class SimConsumer:
             self._owned -= set(release)
             self._stop(release)
             self._etcd(m.CommitOffsets(self.env.request_id(), self.member_id, offsets, release),
-                       lambda answer: self._claim(plan), self._sync_failed)
+                       lambda answer: self._claim(plan.after_release(set(answer.committed))), self._sync_failed)
         else:
             self._claim(plan)
 
@@ -292,18 +297,15 @@ class SimConsumer:
         if answer.lost:
             self._changed = True
 
-    def _commit_drained_parents(self) -> bool:
-        """Commit at once when an owned closed VP was read to its sealed end: its children wait for that."""
+    def _drained_parent(self) -> bool:
+        """Whether an owned closed VP was read to its sealed end and is not committed there: its
+        children wait for the sync that commits and releases it."""
         if self._snapshot is None:
             return False
         sealed = dict(self._snapshot.sealed_end_offsets)
         committed = {vp: offset for vp, offset, _ in self._snapshot.offsets}
-        if not any(vp in sealed and fetching.position >= sealed[vp] and committed.get(vp, -1) < sealed[vp]
-                   for vp, fetching in self._fetching.items()):
-            return False
-        self._commit_positions()
-        self._changed = True
-        return True
+        return any(vp in sealed and fetching.position >= sealed[vp] and committed.get(vp, -1) < sealed[vp]
+                   for vp, fetching in self._fetching.items())
 
     def _start_split(self, vp: int) -> None:
         now_ms = self.env.now_ms

@@ -170,7 +170,7 @@ class EveryUnreadVpConsumable(GroupView):
 
 def children_with_their_parents(view: GroupView, me: str) -> OwnershipPlan:
     return plan_ownership(EveryUnreadVpConsumable(view.members, view.layout, view.sealed_end_offsets, view.owners,
-                                                  view.committed, view.lag), me)
+                                                  view.committed, view.lag, view.retired, view.drained), me)
 
 
 def test_a_group_reading_children_before_their_parents_is_caught_by_the_checkers():

@@ -2,9 +2,10 @@
 
 The last test plays seeded random histories of joins, leaves, commits and splits through
 every member's ``plan_ownership`` (performing releases and claims as the etcd shell does,
-conditionally) and checks: no VP ever has two owners, the group converges to a balanced
-target covering every consumable VP, and a child is never owned before its parent was
-consumed to its sealed end.
+conditionally, with parents read to their sealed end counted as committed and a release's
+commit that may fail) and checks: no VP ever has two owners, the group converges to a
+balanced target covering every consumable VP, and a child is never owned before its parent's
+commit at its sealed end was stored.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ import itertools
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR, MemberInfo
 from mafka4.coordinator.groups.vp_groups import VirtualGroupSnapshot
 from mafka4.coordinator.groups.vp_ownership import (GroupView, commit_moves_forward, plan_ownership, split_candidate,
-                                                  target_assignment)
+                                                  target_assignment, with_read_positions)
 from mafka4.limits import VirtualConfig
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import HASH_SPACE, HashRange
@@ -172,14 +175,24 @@ class GroupModel:
             self.committed[vp] = self.ends[vp]
 
     def act(self, me: str | None = None) -> None:
+        """``me`` syncs: with the positions of the VPs it read to their end, some of them closed
+        parents (``with_read_positions``); the release writes their commits, each of which may
+        fail (the owner key lost, the offset key moved)."""
         if not self.members:
             return
         me = me or self.rng.choice(self.members)
-        current = self.view()
-        plan = plan_ownership(current, me)
+        positions = {vp: self.ends[vp] for vp, owner in sorted(self.owners.items())
+                     if owner == me and self.rng.random() < 0.5}
+        plan = plan_ownership(with_read_positions(self.view(), me, positions), me)
+        written = set()
         for vp in plan.release:
             assert self.owners.get(vp) == me
+            if vp in positions and self.rng.random() < 0.8 and positions[vp] > self.committed.get(vp, -1):
+                self.committed[vp] = positions[vp]
+                written.add(vp)
             del self.owners[vp]
+        plan = plan.after_release(written)
+        current = self.view()
         for vp in plan.claim:
             if vp not in self.owners:  # create only if absent
                 assert vp in current.consumable(), "a claim is always of a consumable VP"
@@ -225,6 +238,86 @@ def test_random_joins_and_leaves_converge_to_one_balanced_owner_per_consumable_v
     assert max(counts) - min(counts) <= 1, f"seed {seed}: unbalanced {counts}"
     active = len(model.layout.current.ranges.vp_ids)
     assert active >= min(len(settled.members), 12), f"seed {seed}: {active} VPs for {len(settled.members)} members"
+
+
+def test_a_parent_read_to_its_sealed_end_is_released_by_its_owners_sync_and_its_children_follow():
+    layout = split_layout(TopicLayout.initial(2, 4), 1)  # VP 1 -> 4, 5
+    members = ["a", "b", "c", "d", "e"]
+    stored = view(members, owners={0: "a", 1: "b", 2: "c", 3: "d"}, layout=layout, committed={1: 40}, sealed={1: 60})
+    assert plan_ownership(stored, "b").keep == (1,), "committed short of its sealed end: the parent is kept"
+    read = with_read_positions(stored, "b", {0: 99, 1: 60, 2: 99})
+    assert read.committed == {1: 60} and read.drained == {1}, "only b's own closed VP read to its end counts"
+    plan = plan_ownership(read, "b")
+    assert (plan.release, plan.claim, plan.drained) == ((1,), (4,), (1,)), "released and a child claimed in one sync"
+    assert plan.after_release({1}) == plan
+    assert (plan.after_release(set()).claim, plan.after_release(set()).release) == ((), (1,)), \
+        "the commit not stored: the child is not claimed on it"
+    assert with_read_positions(stored, "b", {1: 59}) == stored, "not read to its sealed end"
+    assert with_read_positions(stored, "e", {1: 60}) == stored, "another member's VP: its owner commits it"
+
+
+def test_a_merge_child_waits_for_both_parents_to_be_stored_consumed():
+    layout = TopicLayout.initial(2, 2)
+    layout = layout.append(layout.plan_merge(0, 1, (100, 100), (100, 100)))  # VPs 0 + 1 -> 2
+    stored = view(["a", "b"], owners={0: "a", 1: "b"}, layout=layout, committed={0: 10, 1: 20}, sealed={0: 50, 1: 70})
+    one = plan_ownership(with_read_positions(stored, "a", {0: 50}), "a")
+    assert (one.release, one.claim, one.drained) == ((0,), (), (0,)), "b has not committed VP 1: no child yet"
+    both = view(["a"], owners={0: "a", 1: "a"}, layout=layout, committed={0: 10, 1: 20}, sealed={0: 50, 1: 70})
+    plan = plan_ownership(with_read_positions(both, "a", {0: 50, 1: 70}), "a")
+    assert (plan.release, plan.claim, plan.drained) == ((0, 1), (2,), (0, 1))
+    assert plan.after_release({0}).claim == (), "one parent's commit not stored: the child waits"
+
+
+@st.composite
+def group_views(draw):
+    """A layout of up to three splits, sealed ends of closed VPs, owners (members, a departed one or
+    none), committed offsets, and one member's read positions, near the sealed ends."""
+    layout = TopicLayout.initial(2, draw(st.integers(1, 3)))
+    for _ in range(draw(st.integers(0, 3))):
+        active = [vp for vp in layout.current.ranges.vp_ids if layout.current.ranges.range_of(vp).can_split()]
+        layout = split_layout(layout, draw(st.sampled_from(active)))
+    vps = sorted({vp for epoch in layout.epochs for vp in epoch.children})
+    sealed = {vp: draw(st.integers(0, 20)) for vp in vps if not layout.is_active(vp) and draw(st.integers(0, 3))}
+    retired = frozenset(vp for vp in sealed if not draw(st.integers(0, 5)))
+    members = sorted(draw(st.sets(st.sampled_from("abc"), min_size=1)))
+    me = draw(st.sampled_from(members))
+    owners, committed, positions = {}, {}, {}
+    for vp in vps:
+        owner = draw(st.sampled_from([me, me, *members, "gone", None]))
+        if owner is not None:
+            owners[vp] = owner
+        end = sealed.get(vp, 10)
+        if draw(st.booleans()):
+            committed[vp] = max(end + draw(st.integers(-5, 1)), 0)
+        if draw(st.integers(0, 3)):
+            positions[vp] = max(end + draw(st.integers(-2, 2)), 0)
+    return view(members, owners, committed, {}, layout, sealed, retired), me, positions
+
+
+@settings(max_examples=300, deadline=None)
+@given(group_views())
+def test_read_positions_count_only_as_owned_closed_vps_drained_and_every_one_is_released(case):
+    stored, me, positions = case
+    read = with_read_positions(stored, me, positions)
+    for vp in read.committed.keys() | stored.committed.keys():
+        drained = (stored.owners.get(vp) == me and vp in positions and vp in stored.sealed_end_offsets
+                   and vp not in stored.retired
+                   and stored.committed.get(vp, 0) < stored.sealed_end_offsets[vp] <= positions[vp])
+        assert (vp in read.drained) == drained, vp
+        if drained:
+            assert read.committed[vp] == positions[vp]
+            assert commit_moves_forward(positions[vp], 0, stored.committed.get(vp, -1), 0), "the release writes it"
+        else:
+            assert read.committed.get(vp) == stored.committed.get(vp), "anything else is left as stored"
+    assert read.readable() >= stored.readable(), "counting a parent consumed hides nothing"
+    plan = plan_ownership(read, me)
+    assert plan.drained == tuple(sorted(read.drained)) and set(plan.drained) <= set(plan.release)
+    if not read.drained:
+        assert plan == plan_ownership(stored, me), "nothing drained: the plan is the stored view's"
+    assert plan.after_release(set(read.drained)) == plan
+    if read.drained:
+        short = plan.after_release(set(read.drained) - {min(read.drained)})
+        assert (short.claim, short.split, short.release) == ((), None, plan.release)
 
 
 def test_a_commit_moves_an_offset_forward_or_records_a_newer_high_watermark_and_never_goes_back():

@@ -1,6 +1,6 @@
 """Consumer groups of mafka4-mode topics on etcd: membership, VP ownership and offsets.
 
-The rules are pure and live in ``partition_groups.vp_ownership``; this module is the etcd shell around
+The rules are pure and live in ``vp_ownership``; this module is the etcd shell around
 them (no Ray: splitting and reading are the consumer's, ``client.virtual_group_consumer``).
 
 Keys (``keys.py``): the member keys are those of Mafka3-mode groups (``members/<member>``,
@@ -16,13 +16,17 @@ transaction:
   member on its own holds them itself (``membership``). Both are shared with Mafka3-mode
   groups.
 * **Sync** (in the consumer's thread). Read the group and the topic's layout and VP states
-  in one transaction (``VirtualGroupStore.snapshot``), ask ``plan_ownership``, then:
-  release -- commit the final position and delete the owner key, in one transaction, only
-  while the owner key is this member's; claim -- create the owner keys, only if absent, only
-  while this member's key exists, under its lease, reading the committed offsets in the same
-  transaction (so they are the previous owner's final ones). A VP therefore never has two
-  owners, and changes owner only after the old owner committed and released it or its
-  lease lapsed.
+  in one transaction (``VirtualGroupStore.snapshot``), count the closed VPs this member has
+  read to their sealed end (the positions it syncs with) as committed there
+  (``with_read_positions``), ask ``plan_ownership``, then: release -- commit the final
+  position and delete the owner key, in one transaction, only while the owner key is this
+  member's; claim -- create the owner keys, only if absent, only while this member's key
+  exists, under its lease, reading the committed offsets in the same transaction (so they
+  are the previous owner's final ones). A VP therefore never has two owners, and changes
+  owner only after the old owner committed and released it or its lease lapsed. A drained
+  parent thus needs no commit call: the sync's release writes its commit, and only once it
+  did may the same sync claim (a child of it) or split (``OwnershipPlan.after_release``);
+  other members see the children readable only once that transaction is applied.
 * **Commit.** Per VP, the offset (and the VP high watermark seen, for lag) is written only
   while this member's owner key holds, and only forward: the committed offsets are read
   first, only positions past them are written, and each write holds only if the offset key
@@ -51,7 +55,8 @@ import etcd3
 
 from mafka4.coordinator.groups.membership import GroupMembership, MembershipFactory, PendingChange
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR, MemberInfo
-from mafka4.coordinator.groups.vp_ownership import GroupView, OwnershipPlan, commit_moves_forward, plan_ownership
+from mafka4.coordinator.groups.vp_ownership import (GroupView, OwnershipPlan, commit_moves_forward, plan_ownership,
+                                                  with_read_positions)
 from mafka4.coordinator.groups.vp_wakes import Wake, WakeFilter
 from mafka4.errors import CoordinatorUnavailable, InconsistentGroupProtocol
 from mafka4.limits import ConsumerConfig, TopicConfig
@@ -252,7 +257,8 @@ class VirtualGroupMember:
         return snapshot
 
     def sync(self, positions: Mapping[int, VpOffset]) -> VpSyncResult:
-        """Read, decide and carry out releases and claims; ``positions`` are committed on release.
+        """Read, decide and carry out releases and claims; ``positions`` are committed on release
+        (an owned closed VP read to its sealed end is released so: see the module docstring).
 
         If etcd does not answer, ``changed`` stays set, so the next call tries again; owned VPs
         stay owned (and fetched) meanwhile, except those whose release was sent (revoked).
@@ -284,7 +290,8 @@ class VirtualGroupMember:
         for vp in sorted(mine - self.owned):  # a claim that succeeded although its answer was lost
             claimed[vp] = snapshot.offsets.get(vp)
         self.owned = mine
-        plan = plan_ownership(snapshot.view(), self.member_id)
+        view = with_read_positions(snapshot.view(), self.member_id, {vp: p.offset for vp, p in positions.items()})
+        plan = plan_ownership(view, self.member_id)
         if plan.release:
             # Given up before the call: if etcd's answer is lost, the release may still have
             # happened and the next owner reads from what it committed, so this member must not
@@ -293,8 +300,9 @@ class VirtualGroupMember:
             release = list(plan.release)
             self.owned -= set(release)
             revoked.extend(release)
-            self._store.commit(self.group, self.member_id, self.topic,
-                               {vp: positions[vp] for vp in release if vp in positions}, release=release)
+            written, _ = self._store.commit(self.group, self.member_id, self.topic,
+                                            {vp: positions[vp] for vp in release if vp in positions}, release=release)
+            plan = plan.after_release(written)
         lease = self._membership.lease
         if plan.claim and lease is not None:
             got = self._store.claim(self.group, self.member_id, self.topic, list(plan.claim), lease)

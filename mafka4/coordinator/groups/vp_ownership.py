@@ -3,7 +3,7 @@
 A member reads its group and the topic's read-path metadata in one etcd transaction (a
 ``GroupView``) and ``plan_ownership`` tells it what to do. Every member runs the same rules on
 the same data, so they agree without a coordinator and without generations; every change
-is conditional in etcd (``partition_groups.vp_groups``), so members acting on slightly
+is conditional in etcd (``vp_groups``), so members acting on slightly
 different views may delay each other but never both own a VP.
 
 The target (``target_assignment``) maps every *consumable* VP -- readable under
@@ -21,7 +21,8 @@ parent-before-child, not retired and not yet consumed to its sealed end
 The steps of member ``me`` (``OwnershipPlan``):
 
 * **release** what it owns that the target gives to another, or that is no longer
-  consumable (a closed VP read to its sealed end, or retired): commit, then delete the owner key;
+  consumable (a closed VP read to its sealed end, or retired): commit, then delete the owner key
+  (one transaction);
 * **claim** what the target gives it that has no owner: create the owner key, only if
   absent, under its lease (so a dead member's VPs free themselves when the lease lapses);
 * **split** when the group has more members than the topic has active VPs (and the layout
@@ -29,6 +30,15 @@ The steps of member ``me`` (``OwnershipPlan``):
   largest lag, then widest range, then smallest id -- so a joiner gets capacity without any
   other consumer stopping. One split at a time: the count of active VPs grows as soon as
   the split epoch is stored, while the children wait for their parent to be drained.
+
+A closed VP its owner has read to its sealed end is **drained** (``with_read_positions``): the
+member plans as if its read position there were committed, so the sync that hands in the
+position releases the VP, and the release transaction writes the commit -- no commit call of
+its own first. The plan may then also claim a child of it, or split, and those rely on a
+commit that is not stored yet: they go ahead only once the release stored every drained
+VP's commit (``OwnershipPlan.after_release``), else the next sync plans on what etcd holds.
+The overlay is one member's own: the others see the parent consumed, and its children
+readable, only once the release transaction is applied.
 
 So when a member joins, it takes an unowned VP, else one VP is handed over from a member
 owning more than its share, else a VP is split; the members reading other VPs never stop.
@@ -42,6 +52,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import AbstractSet, Mapping
 
@@ -59,9 +70,12 @@ class GroupView:
     committed: Mapping[int, int]  # VP -> the group's committed offset
     lag: Mapping[int, int]  # VP -> records behind its high watermark at its last commit
     retired: AbstractSet[int] = frozenset()  # closed VPs whose logs retention deleted: consumed by every group
+    # Owned closed VPs counted as committed at the planning member's read position (``with_read_positions``).
+    drained: AbstractSet[int] = frozenset()
 
     def __post_init__(self) -> None:
         assert list(self.members) == sorted(set(self.members)), "members are unique and sorted"
+        assert all(self.committed[vp] >= self.sealed_end_offsets[vp] for vp in self.drained), "drained: read to the end"
 
     def readable(self) -> frozenset[int]:
         return self.layout.readable_vps(self.committed, self.sealed_end_offsets, self.retired)
@@ -80,6 +94,19 @@ class OwnershipPlan:
     claim: tuple[int, ...]  # unowned, to claim
     waiting: tuple[int, ...]  # given to this member but still owned by another
     split: int | None  # the VP this member splits now, if any
+    drained: tuple[int, ...] = ()  # released, counted as committed before the release stores it
+
+    def after_release(self, written: AbstractSet[int]) -> OwnershipPlan:
+        """The rest of this plan once its release transaction wrote the commits of ``written``.
+
+        The claims and the split may rely on the drained VPs' commits (a child becomes readable
+        when its parents are consumed): they stay only if the release stored every one of them.
+        If one was not (the owner key was lost, the offset key moved meanwhile), they are
+        dropped; the release itself stands, and the next sync plans on what etcd holds.
+        """
+        if set(self.drained) <= written:
+            return self
+        return dataclasses.replace(self, claim=(), split=None)
 
 
 def target_assignment(view: GroupView) -> dict[int, str]:
@@ -137,7 +164,29 @@ def plan_ownership(view: GroupView, me: str) -> OwnershipPlan:
     claim = tuple(vp for vp in given if vp not in view.owners)
     waiting = tuple(vp for vp in given if vp in view.owners)
     split = split_candidate(view) if me == view.members[0] else None
-    return OwnershipPlan(target, keep, release, claim, waiting, split)
+    drained = tuple(sorted(view.drained))
+    assert set(drained) <= set(release), f"a drained VP is no longer consumable, so released: {drained}, {release}"
+    return OwnershipPlan(target, keep, release, claim, waiting, split, drained)
+
+
+def with_read_positions(view: GroupView, me: str, positions: Mapping[int, int]) -> GroupView:
+    """``view`` with the closed VPs ``me`` owns and has read to their sealed end counted as committed
+    at its read positions (``positions``: VP -> position), and named ``drained``.
+
+    Only those: elsewhere a position that is not committed changes no plan (only a VP's being
+    consumed does), and every drained VP is released, so its position is written by the very
+    transaction that releases it. A drained position is past the committed offset (it reached
+    the sealed end, the committed offset did not), so that commit moves forward
+    (``commit_moves_forward``). VPs of other members are left as stored, whatever ``positions``
+    holds for them: the others' read positions are theirs to commit.
+    """
+    drained = {vp: position for vp, position in positions.items()
+               if view.owners.get(vp) == me and vp in view.sealed_end_offsets and vp not in view.retired
+               and view.committed.get(vp, 0) < view.sealed_end_offsets[vp] <= position}
+    if not drained:
+        return view
+    return dataclasses.replace(view, committed={**view.committed, **drained},
+                               drained=frozenset(view.drained) | frozenset(drained))
 
 
 def commit_moves_forward(offset: int, high_watermark: int, committed_offset: int, committed_high_watermark: int) -> bool:

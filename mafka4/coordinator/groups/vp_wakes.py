@@ -20,8 +20,8 @@ so what wakes:
   is a ``Wake.REBALANCE``.
 * **VP state keys** (``topics/<t>/vp/<v>``): of these only ``sealed_end_offset`` and
   ``retired`` (``VpMark``). They decide which closed VPs are consumed, hence which VPs are
-  consumable; the sealed ends also go back to the consumer, which commits a parent read to
-  its end at once. A write that changes either, a key created or deleted, or one whose
+  consumable; the sealed ends also go back to the consumer, which syncs at once for a parent
+  read to its end. A write that changes either, a key created or deleted, or one whose
   previous value this member did not see wakes (``Wake.REBALANCE``); the RISR writes of VP
   leaders and the leader and ``leader_epoch`` writes of failovers are quiet. Neither the
   plan nor the sync's answer holds a leader or a RISR (ranges come from the layout):
@@ -32,9 +32,10 @@ What is quiet, and why no plan can change with it:
 
 * **Committed offsets** (``groups/<g>/vp_offsets/``). The plan reads them at each sync: the
   lags rank the VPs a split may pick, and a committed offset at a sealed end makes the
-  parent consumed. A member that commits a parent to its end syncs by itself
-  (``VirtualGroupConsumer._commit_drained_parents``), releases the parent, and the deletion
-  of its owner key wakes the others. Commits are frequent and would keep every member syncing.
+  parent consumed. A member that read a parent to its end syncs by itself
+  (``VirtualGroupConsumer._sync_drained_parents``); the sync commits and releases the parent in
+  one transaction, and the deletion of its owner key wakes the others. Commits are frequent
+  and would keep every member syncing.
 * **Feed positions** (``topics/<t>/feed_positions/``): the read nodes rewrite them all the time.
 * **Physical partition states** (``topics/<t>/physical/``), **feeder holds**
   (``topics/<t>/holds/``), **the reshard lock** (``topics/<t>/reshard_lock``) and **read
