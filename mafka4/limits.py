@@ -988,6 +988,18 @@ PROTOCOL_FETCH_WAIT_MS_MAX = 60_000
 # A client's call whose answer may wait out a server-side bound (a produce's commit wait, a fetch's
 # long poll) is given up that bound plus this margin after it was sent: as lost, so retried.
 PROTOCOL_ANSWER_MARGIN_S = 5.0
+# TCP keepalive on every client-port connection, at both ends (``transport.framed_connection``):
+# the kernel probes a connection that received nothing for IDLE, then every INTERVAL, and
+# drops it after PROBES unanswered, so a peer that vanished without closing (its host lost, the
+# network cut) is noticed within PROTOCOL_PEER_SILENT_S_MAX (11 s) with no Python running for an
+# idle connection (a process that dies closes its sockets at once). Then the calls on it fail
+# (StreamLost) on the client, and their handlers are cancelled on the server: a group member's
+# waiting heartbeat ends, so its session's timeout starts. Shorter would drop connections over
+# brief network stalls; a probe costs the kernel one small packet each way per idle connection.
+PROTOCOL_KEEPALIVE_IDLE_S = 5
+PROTOCOL_KEEPALIVE_INTERVAL_S = 2
+PROTOCOL_KEEPALIVE_PROBES = 3
+PROTOCOL_PEER_SILENT_S_MAX = PROTOCOL_KEEPALIVE_IDLE_S + PROTOCOL_KEEPALIVE_INTERVAL_S * PROTOCOL_KEEPALIVE_PROBES
 # A client's metadata request to any node is given up after this long (retriable: the next node).
 PROTOCOL_METADATA_TIMEOUT_S = 10.0
 # A consumer with a VP it cannot fetch from anywhere (its leader serves no client port in the
