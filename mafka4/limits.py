@@ -438,8 +438,10 @@ class ConsumerConfig:
     # the next one is sent whatever the positions.
     auto_commit_interval_ms: int | None = 5 * SECOND_MS
     # The member's session timeout: its coordinator ends the session (releasing every partition
-    # or VP it owns, uncommitted) this long after the member's last heartbeat or request, and
-    # the group then rebalances without it. The member heartbeats every third of it.
+    # or VP it owns, uncommitted) this long after the member's last request ended or the
+    # connection its heartbeat waited on was lost, and the group then rebalances without it. A
+    # heartbeat waiting at the coordinator keeps the session (GROUP_HEARTBEAT_WAIT_MS); while a
+    # sync is pending the member sends a bare heartbeat every third of it.
     member_lease_ttl_s: int = 10
     # A member that has not called poll() this long after a change that asks it to act (another
     # member's join or leave; in mafka4 mode also a change of the topic's VPs) is dropped from
@@ -810,6 +812,16 @@ GROUP_SESSION_THREADS = 4
 # A coordinator that closes waits this long for its members to leave their groups; the leases
 # of those that did not run out by their TTL instead.
 GROUP_SESSION_CLOSE_WAIT_S = 5.0
+# How long a member's heartbeat waits at its coordinator for a change (a long poll, answered at
+# once when the member must sync). A waiting heartbeat keeps its session alive, and a dead peer
+# is noticed by its connection, not by this: a process that dies closes it at once, a host that
+# vanished is found by TCP keepalive (PROTOCOL_PEER_SILENT_S_MAX). So it paces idle members:
+# 1,000 of them send 33 heartbeats a second at 30 s (300 at a third of a 10 s session timeout).
+# It bounds only a process that hangs with its connections open (its kernel answers keepalive
+# probes): a hung coordinator is noticed by its members after this plus PROTOCOL_ANSWER_MARGIN_S,
+# a hung member keeps its session up to this plus its session timeout.
+# At most PROTOCOL_FETCH_WAIT_MS_MAX (the coordinator refuses longer).
+GROUP_HEARTBEAT_WAIT_MS = 30_000
 # A member's call to its coordinator (a sync runs up to GROUP_SYNC_STEPS_MAX etcd transactions)
 # not answered within this fails: the member finds its coordinator again.
 GROUP_CALL_TIMEOUT_S = 30.0
@@ -985,9 +997,22 @@ PROTOCOL_STAGING_BYTES = 64 * KiB
 # long; beyond either it is refused with InvalidConfig naming the field.
 PROTOCOL_FETCH_BYTES_MAX = 32 * MiB
 PROTOCOL_FETCH_WAIT_MS_MAX = 60_000
+assert GROUP_HEARTBEAT_WAIT_MS <= PROTOCOL_FETCH_WAIT_MS_MAX, "a heartbeat is a long poll within the fetch bound"
 # A client's call whose answer may wait out a server-side bound (a produce's commit wait, a fetch's
 # long poll) is given up that bound plus this margin after it was sent: as lost, so retried.
 PROTOCOL_ANSWER_MARGIN_S = 5.0
+# TCP keepalive on every client-port connection, at both ends (``transport.framed_connection``):
+# the kernel probes a connection that received nothing for IDLE, then every INTERVAL, and
+# drops it after PROBES unanswered, so a peer that vanished without closing (its host lost, the
+# network cut) is noticed within PROTOCOL_PEER_SILENT_S_MAX (11 s) with no Python running for an
+# idle connection (a process that dies closes its sockets at once). Then the calls on it fail
+# (StreamLost) on the client, and their handlers are cancelled on the server: a group member's
+# waiting heartbeat ends, so its session's timeout starts. Shorter would drop connections over
+# brief network stalls; a probe costs the kernel one small packet each way per idle connection.
+PROTOCOL_KEEPALIVE_IDLE_S = 5
+PROTOCOL_KEEPALIVE_INTERVAL_S = 2
+PROTOCOL_KEEPALIVE_PROBES = 3
+PROTOCOL_PEER_SILENT_S_MAX = PROTOCOL_KEEPALIVE_IDLE_S + PROTOCOL_KEEPALIVE_INTERVAL_S * PROTOCOL_KEEPALIVE_PROBES
 # A client's metadata request to any node is given up after this long (retriable: the next node).
 PROTOCOL_METADATA_TIMEOUT_S = 10.0
 # A consumer with a VP it cannot fetch from anywhere (its leader serves no client port in the

@@ -7,15 +7,21 @@ node, if it died: the member's session died with it, and the member joins again 
 ``UnknownMember``, ``client.remote_member``).
 
 The heartbeat runs on the client loop, not on a thread of its own. While the member has no sync
-pending it is a long poll (``GROUP_HEARTBEAT`` with ``wait_ms`` a third of the session timeout),
+pending it is a long poll (``GROUP_HEARTBEAT`` waiting ``GROUP_HEARTBEAT_WAIT_MS``, 30 s),
 answered as soon as the coordinator has a change for the member: then it sets ``changed``,
-which the consumer's ``poll()`` reads. While a sync is pending (``changed`` set, the consumer not
-polled yet), it only keeps the session alive, a heartbeat a third of the session timeout,
-until the consumer syncs (``synced``), so a consumer that does not poll costs the coordinator
-nothing but those. A failed
-heartbeat sets ``changed`` too: the consumer's next sync finds out what happened. After an
-``UnknownMember`` (the session is gone) the heartbeat sends nothing and wakes for nothing until
-the consumer joined again (``joined``).
+which the consumer's ``poll()`` reads. The coordinator counts the member alive while that poll
+waits on an open connection (``frontend.group_sessions``), so the wait can be much longer than
+the session timeout: an idle member sends a heartbeat every 30 s. A dead peer is noticed by its
+connection, not by the wait: a coordinator process that dies closes it at once; a host that
+vanished is found by TCP keepalive within ``PROTOCOL_PEER_SILENT_S_MAX`` (``protocol.connection``);
+only a coordinator that hangs with its connections open is noticed by the call's timeout, the
+wait plus ``PROTOCOL_ANSWER_MARGIN_S``. While a sync is pending (``changed`` set, the consumer
+not polled yet), the coordinator would answer at once, so the heartbeat only keeps the session
+alive, a bare one every third of the session timeout, until the consumer syncs (``synced``): a
+consumer that does not poll costs the coordinator nothing but those. A failed heartbeat sets
+``changed`` too: the consumer's next sync finds out what happened. After an ``UnknownMember``
+(the session is gone) the heartbeat sends nothing and wakes for nothing until the consumer
+joined again (``joined``).
 
 Imports neither ``ray`` nor ``etcd3``.
 """
@@ -30,7 +36,8 @@ from mafka4.client.client_loop import client_loop
 from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.node_links import NodeLinks
 from mafka4.errors import MafkaError, RequestTimedOut, StreamLost, UnknownMember
-from mafka4.limits import GROUP_CALL_TIMEOUT_S, GROUP_RETRY_BACKOFF_S, PROTOCOL_ANSWER_MARGIN_S
+from mafka4.limits import (GROUP_CALL_TIMEOUT_S, GROUP_HEARTBEAT_WAIT_MS, GROUP_RETRY_BACKOFF_S,
+                           PROTOCOL_ANSWER_MARGIN_S)
 from mafka4.protocol.group_api import FindCoordinatorAnswer, FindCoordinatorRequest, GroupHeartbeatRequest
 from mafka4.waking_event import SetFuture
 
@@ -41,7 +48,7 @@ class GroupLink:
         self._changed = SetFuture()
         self.changed = self._changed.event
         self.member_id = ""  # the session's, once joined
-        self._heartbeat_s = session_timeout_s / 3
+        self._keep_alive_s = session_timeout_s / 3  # while a sync is pending; see the module docstring
         self._loop = client_loop()
         self._links = NodeLinks(access)
         self._coordinator: str | None = None
@@ -101,13 +108,13 @@ class GroupLink:
     async def _heartbeat(self) -> None:
         while not self._closed:
             member_id = self.member_id
-            wait_ms = round(self._heartbeat_s * 1000)
+            wait_ms = GROUP_HEARTBEAT_WAIT_MS
             if self.changed.is_set():  # a sync pending: only keep the session alive until it ran
                 self._synced.clear()
                 if not self.changed.is_set():
                     continue
                 try:
-                    await asyncio.wait_for(self._synced.wait(), self._heartbeat_s)
+                    await asyncio.wait_for(self._synced.wait(), self._keep_alive_s)
                     continue
                 except asyncio.TimeoutError:
                     wait_ms = 0

@@ -9,12 +9,21 @@ member id; the group protocol's steps then run here, in the coordinator's proces
   of threads (they block on etcd), one after another (the session's lock), as they ran in the
   consumer's thread before.
 - **Heartbeats.** ``heartbeat`` is a long poll: it returns as soon as the member's ``changed``
-  is set (by the group's watch, a lost race, the periodic wake-up of the member's lease thread)
-  or after ``wait``. Every request refreshes the session.
-- **Expiry.** A session that has had no request for its session timeout ends: its member
-  leaves without committing (the member is gone; delivery stays at-least-once), which releases
-  what it owned at once. A member that stops syncing after a change is dropped from the group
-  by the protocol's own rebalance timeout, as before.
+  is set (by the group's watch, a lost race, the hub's lease thread after a watch broke) or
+  after ``wait`` (an idle member asks for ``GROUP_HEARTBEAT_WAIT_MS``, 30 s). While it waits it
+  is a request in progress, and a session is never expired under one: a member is alive while
+  its heartbeat waits on an open connection, as a consumer is while its connection is, in
+  Pulsar and RocketMQ. The wait only paces idle members. Every request refreshes the session.
+- **Expiry.** A session ends its session timeout after its last request ended, with none in
+  progress: its member leaves without committing (the member is gone; delivery stays
+  at-least-once), which releases what it owned at once. This covers a member that sends
+  nothing, and a dead one: when the connection a heartbeat waits on is lost (the member's
+  process died and its kernel closed the socket, or TCP keepalive found its host gone, within
+  ``PROTOCOL_PEER_SILENT_S_MAX``), the port cancels the heartbeat, which ends as any request
+  does, so the timeout runs from the loss. Not at once: a member that lives (a connection reset,
+  or closed by the member because a call of its own timed out) connects again within the
+  timeout and keeps its session and what it owns. A member that stops syncing after a change
+  is dropped from the group by the protocol's own rebalance timeout, as before.
 - **Closing** the port ends every session, leaving the group for each (bounded in time: a
   member whose leave does not finish loses its lease when the lease's TTL runs out).
 
@@ -51,7 +60,9 @@ class MemberSession:
     timeout_s: float
     member: HostedMember | None = None  # set once joined
     seen_at: float = field(default_factory=time.monotonic)
-    calls: int = 0  # requests in progress: a session is never expired under one
+    # Requests in progress: a session is never expired under one. Each ends, by its answer or
+    # cancelled with its connection, before the session's timeout starts again.
+    calls: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # The member's heartbeat while it waits for the member to have to sync. A bare future and a
     # timer, not asyncio.wait_for on an Event: a thousand idle members send 300 heartbeats a
@@ -154,7 +165,8 @@ class GroupSessions:
             logger.info("group %s: member %s left", group, member_id)
 
     async def heartbeat(self, principal: str, group: str, member_id: str, wait_s: float) -> bool:
-        """Whether the member should sync: at once if so, else once it should or ``wait_s`` passed."""
+        """Whether the member should sync: at once if so, else once it should or ``wait_s`` passed.
+        Cancelled (its connection lost), it ends as an answered one does: the timeout runs from then."""
         session = self._session(principal, group, member_id)
         session.calls += 1
         try:

@@ -9,6 +9,8 @@ concurrently on the one connection and are matched to their answers by correlati
 
 A connection that breaks, or whose server sends a frame that does not decode, fails every call
 in flight with ``StreamLost`` (retriable: the outcome of a call is unknown) and every later one.
+TCP keepalive breaks one whose node vanished without closing it (its host lost, the network cut)
+within ``PROTOCOL_PEER_SILENT_S_MAX``, however long its calls may wait.
 Imports neither Ray nor etcd: a client needs only this package, ``transport.stream_frames`` and
 msgpack.
 """
@@ -54,7 +56,7 @@ class ClientConnection:
         self.node_id = ""
         self._pending: dict[int, tuple[int, asyncio.Future]] = {}  # correlation id -> (api, answer)
         self._next_id = 0
-        self._protocol = FramedConnection(self._on_frame, self._on_lost, frame_reader())
+        self._protocol = FramedConnection(self._on_frame, self._on_lost, frame_reader(), keepalive=True)
 
     @classmethod
     async def open(cls, host: str, port: int, exchange: ClientExchange | None, client: str = "mafka4",

@@ -8,9 +8,13 @@ for it, which gets the ``Session`` (who asked), the typed request and the frame'
 Requests of one connection run concurrently (a fetch may long-poll) and their answers go back
 in any order, by correlation id; at most ``requests_in_flight_max`` run at once per connection,
 beyond which the server stops reading it until one ends (back-pressure: requests wait in the
-client's socket, none is refused). Before a connection has authenticated its frames may be only
-``PROTOCOL_UNAUTHENTICATED_FRAME_BYTES_MAX`` long, and it is closed ``auth_timeout_s`` after it
-opened; beyond ``connections_max`` open connections a new one is closed at once.
+client's socket, none is refused). When a connection ends (its peer closed it, or TCP keepalive
+found the peer gone within ``PROTOCOL_PEER_SILENT_S_MAX``), its requests still running are
+cancelled: nobody is left to answer, and a long poll that stands for its client (a group
+member's waiting heartbeat keeps the member's session) lets go at once. Before a connection
+has authenticated its frames may be only ``PROTOCOL_UNAUTHENTICATED_FRAME_BYTES_MAX`` long, and
+it is closed ``auth_timeout_s`` after it opened; beyond ``connections_max`` open connections a
+new one is closed at once.
 
 Failures stay on their connection: a bad frame gets an error answer when its id could be read,
 then the connection is closed; a failed authentication gets its error answer, then the close;
@@ -130,7 +134,7 @@ class _ServedClient:
         authenticating = server._exchange_factory is not None
         reader = frame_reader(PROTOCOL_UNAUTHENTICATED_FRAME_BYTES_MAX if authenticating
                               else server._config.frame_bytes_max)
-        self.protocol = FramedConnection(self._on_frame, self._on_lost, reader)
+        self.protocol = FramedConnection(self._on_frame, self._on_lost, reader, keepalive=True)
         self._machine: SessionMachine | None = None
         self._exchange: ServerExchange | None = None
         self._running: set[asyncio.Task] = set()

@@ -6,6 +6,10 @@ the connection decides what a frame's body means: the stream calls (``transport.
 unpickle it between the cluster's own processes; the client port (``mafka4.protocol``) decodes
 typed msgpack from clients, with bounds of its own.
 
+A connection made with ``keepalive`` has TCP keepalive on (``keep_alive``): the kernel probes it
+while it is idle, so a peer that vanished without closing it ends it in bounded time, as a peer
+that closed it does (the client port's connections, both ends).
+
 Invariant: ``on_lost`` runs exactly once, when the connection ends for any reason (the peer
 closed it, the socket failed, a frame beyond the reader's bounds, or ``close``); after it no frame
 is delivered and ``write`` raises.
@@ -14,8 +18,10 @@ is delivered and ``write`` raises.
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Callable
 
+from mafka4.limits import PROTOCOL_KEEPALIVE_IDLE_S, PROTOCOL_KEEPALIVE_INTERVAL_S, PROTOCOL_KEEPALIVE_PROBES
 from mafka4.transport.stream_frames import BadFrame, Frame, FrameReader
 
 
@@ -25,16 +31,27 @@ def peer_of(transport: asyncio.BaseTransport) -> str:
     return f"{address[0]}:{address[1]}" if isinstance(address, tuple) and len(address) >= 2 else str(address)
 
 
+def keep_alive(sock: socket.socket) -> None:
+    """TCP keepalive on ``sock``: probed after ``PROTOCOL_KEEPALIVE_IDLE_S`` without traffic, then every
+    ``PROTOCOL_KEEPALIVE_INTERVAL_S``, dropped after ``PROTOCOL_KEEPALIVE_PROBES`` unanswered. Where the
+    system lacks an option (not Linux), its own default stays."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in (("TCP_KEEPIDLE", PROTOCOL_KEEPALIVE_IDLE_S), ("TCP_KEEPINTVL", PROTOCOL_KEEPALIVE_INTERVAL_S),
+                          ("TCP_KEEPCNT", PROTOCOL_KEEPALIVE_PROBES)):
+        if hasattr(socket, option):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+
+
 class FramedConnection(asyncio.BufferedProtocol):
     """One TCP connection as frames: the socket is read into a ``FrameReader``, each frame it
     completes goes to ``on_frame``; ``write`` sends a frame's parts, ``drain`` waits while the
     transport holds more than its high-water mark. ``on_lost(reason)`` runs once, when the
     connection ends for any reason (a frame beyond the bounds closes it). ``reader`` defaults to
-    one with the stream calls' bounds."""
+    one with the stream calls' bounds; ``keepalive``: see the module docstring."""
 
     def __init__(self, on_frame: Callable[[Frame], None], on_lost: Callable[[str], None],
-                 reader: FrameReader | None = None):
-        self._on_frame, self._on_lost = on_frame, on_lost
+                 reader: FrameReader | None = None, keepalive: bool = False):
+        self._on_frame, self._on_lost, self._keepalive = on_frame, on_lost, keepalive
         self.reader = reader if reader is not None else FrameReader()
         self._transport: asyncio.Transport | None = None
         self._writable: asyncio.Event | None = None
@@ -46,6 +63,8 @@ class FramedConnection(asyncio.BufferedProtocol):
         self._writable = asyncio.Event()
         self._writable.set()
         self.peer = peer_of(transport)
+        if self._keepalive:
+            keep_alive(transport.get_extra_info("socket"))
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.reader.get_buffer()

@@ -25,7 +25,7 @@ from mafka4.client.partition_consumer import PartitionConsumer
 from mafka4.client.remote_member import MemberSync
 from mafka4.client.virtual_group_consumer import VirtualGroupConsumer
 from mafka4.errors import UnknownMember
-from mafka4.limits import ConsumerConfig, TopicConfig
+from mafka4.limits import GROUP_HEARTBEAT_WAIT_MS, PROTOCOL_ANSWER_MARGIN_S, ConsumerConfig, TopicConfig
 from mafka4.metadata.endpoints import HostPort
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.protocol.group_api import GroupHeartbeatAnswer, GroupJoinAnswer
@@ -293,3 +293,39 @@ def test_a_heartbeat_told_its_session_is_gone_waits_for_the_join_again_not_on_a_
         assert "m2" in asked and time.monotonic() < deadline - 3, f"heartbeats after the join again: {asked}"
     finally:
         link.close()
+
+
+def test_an_idle_heartbeat_waits_long_at_the_coordinator_and_a_pending_sync_only_keeps_the_session(monkeypatch):
+    """Idle, a heartbeat asks to wait GROUP_HEARTBEAT_WAIT_MS, far beyond the session timeout (the
+    coordinator counts a waiting heartbeat as the member alive), and its call is given that plus
+    the answer margin. Told to sync, it sends bare heartbeats a third of the session timeout apart
+    until the consumer synced, then waits long again."""
+    link = GroupLink(ClusterAccess((HostPort("127.0.0.1", 9),), Credential("alice", "password-1")), "billing",
+                     session_timeout_s=0.3)
+    asked: list[tuple[int, float]] = []
+
+    async def ask(request, timeout_s: float):
+        asked.append((request.wait_ms, timeout_s))
+        if len(asked) == 1:
+            return GroupHeartbeatAnswer(True)  # the group changed: the member must sync
+        await asyncio.sleep(request.wait_ms / 1000)
+        return GroupHeartbeatAnswer(False)
+
+    monkeypatch.setattr(link, "_ask", ask)
+    long_wait = (GROUP_HEARTBEAT_WAIT_MS, GROUP_HEARTBEAT_WAIT_MS / 1000 + PROTOCOL_ANSWER_MARGIN_S)
+    try:
+        link.joined("m1")
+        assert link.changed.wait(5)
+        time.sleep(0.45)  # the consumer has not polled yet
+        link.changed.clear()
+        link.synced()
+        deadline = time.monotonic() + 5
+        while asked[-1] != long_wait and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        link.close()
+    assert GROUP_HEARTBEAT_WAIT_MS > ConsumerConfig().member_lease_ttl_s * 1000, "longer than the session timeout"
+    assert asked[0] == long_wait
+    bare = asked[1:-1]
+    assert 2 <= len(bare) <= 6 and set(bare) == {(0, PROTOCOL_ANSWER_MARGIN_S)}, asked
+    assert asked[-1] == long_wait
