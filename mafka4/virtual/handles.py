@@ -1,7 +1,9 @@
 """Finding read nodes and asking the ones that lead VPs (clients, tools and the controller).
 
 A read node is one detached, named ``ReadNode`` actor (``<cluster>/read_node/<node id>``);
-any process finds it by name. Starting, stopping and telling it what to host is the
+any process finds it by name. Finding one is a round trip to Ray's control store
+(``ray.get_actor``); a caller that calls the same nodes several times in a row keeps the
+handles in a ``ReadNodeHandles``. Starting, stopping and telling it what to host is the
 controller's (``coordinator.control.read_node_launcher``).
 """
 
@@ -25,6 +27,33 @@ def read_node_handle(cluster: str, node_id: str):
         return ray.get_actor(read_node_actor_name(cluster, node_id), namespace=NAMESPACE)
     except ValueError:
         return None
+
+
+class ReadNodeHandles:
+    """Read node handles of one cluster, each looked up by name once (``read_node_handle``) and kept.
+
+    A node that is not running is not kept: the next ``get`` looks it up again. A kept handle
+    may outlive its actor (a restarted node is another actor under the same name): the caller
+    ``forget``s a node when a call to it failed, so that the next ``get`` finds the one running
+    now. Not thread-safe: one caller (thread) per instance.
+    """
+
+    def __init__(self, cluster: str):
+        self._cluster = cluster
+        self._handles: dict[str, object] = {}
+
+    def get(self, node_id: str):
+        """The handle of ``node_id``'s ``ReadNode``, or None if it is not running."""
+        handle = self._handles.get(node_id)
+        if handle is None:
+            handle = read_node_handle(self._cluster, node_id)
+            if handle is not None:
+                self._handles[node_id] = handle
+        return handle
+
+    def forget(self, node_id: str) -> None:
+        """Look ``node_id`` up again at the next ``get``."""
+        self._handles.pop(node_id, None)
 
 
 def states_by_node(states: Iterable[VirtualPartitionState], replicas: Collection[str] | None = None

@@ -15,7 +15,7 @@ import ray
 
 from mafka4.limits import READ_NODE_CALL_TIMEOUT_S, READ_NODE_STOP_TIMEOUT_S, ReadNodeConfig, TopicConfig
 from mafka4.transport.ray_names import NAMESPACE, READ_NODE_RESOURCE, node_resource, read_node_actor_name
-from mafka4.virtual.handles import read_node_handle, states_by_node
+from mafka4.virtual.handles import ReadNodeHandles, read_node_handle, states_by_node
 from mafka4.virtual.read_node import ReadNode, ReadNodeSpec
 from mafka4.virtual.vp_state import VirtualPartitionState
 
@@ -66,14 +66,16 @@ def stop_read_node(cluster: str, node_id: str, timeout_s: float = READ_NODE_STOP
 
 
 def host_states(cluster: str, topic: str, config: TopicConfig, states: Sequence[VirtualPartitionState],
-                replicas: Collection[str] | None = None, timeout_s: float | None = READ_NODE_CALL_TIMEOUT_S
-                ) -> dict[str, dict[int, str]]:
+                replicas: Collection[str] | None = None, timeout_s: float | None = READ_NODE_CALL_TIMEOUT_S,
+                handles: ReadNodeHandles | None = None) -> dict[str, dict[int, str]]:
     """Tell every read node named in ``states`` (or only ``replicas``) to host its replicas in their roles.
 
     Returns, per node, the VPs it refused and why; a node that is not running or did not answer
     is reported under the VP id -1. Leaders are told before followers, so a follower's first
-    fetch finds its leader leading.
+    fetch finds its leader leading. Each node is looked up once (in ``handles``, if the caller
+    keeps some; a node whose call failed is forgotten there).
     """
+    handles = ReadNodeHandles(cluster) if handles is None else handles
     refused: dict[str, dict[int, str]] = {}
     by_node = states_by_node(states, replicas)
     leaders = {node: [s for s in group if s.leader == node] for node, group in by_node.items()}
@@ -83,7 +85,7 @@ def host_states(cluster: str, topic: str, config: TopicConfig, states: Sequence[
         for node_id, group in phase.items():
             if not group:
                 continue
-            handle = read_node_handle(cluster, node_id)
+            handle = handles.get(node_id)
             if handle is None:
                 refused.setdefault(node_id, {})[-1] = f"read node {node_id} is not running"
                 continue
@@ -92,6 +94,7 @@ def host_states(cluster: str, topic: str, config: TopicConfig, states: Sequence[
             try:
                 answer = ray.get(ref, timeout=timeout_s)
             except (ray.exceptions.RayError, TimeoutError) as error:
+                handles.forget(node_id)
                 refused.setdefault(node_id, {})[-1] = f"{type(error).__name__}: {error}"
                 continue
             if answer:

@@ -24,7 +24,8 @@ One reshard, under the topic's reshard lock (``keys.reshard_lock``, bound to the
 
 A failure before the transaction releases the holds without an epoch (the streams give the
 parents what they withheld) and raises (``ReshardConflict`` when a race was lost: retriable).
-If the transaction's outcome is unknown (etcd went away) the epoch key tells. A stream that
+If the transaction's outcome is unknown (etcd went away) the epoch key tells. Steps 2 and 4 call
+the same few nodes: each is looked up once per reshard (``ReadNodeHandles``), not per call. A stream that
 resumes because it took over a VP from another node deletes the partition's hold keys, so a
 reshard that held the VP's old node can no longer store its epoch (``partition_feed``).
 """
@@ -48,7 +49,7 @@ from mafka4.metadata.store import MetadataStore
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.physical.topics import TopicStore
 from mafka4.transport.remote_errors import unwrap
-from mafka4.virtual.handles import read_node_handle
+from mafka4.virtual.handles import ReadNodeHandles
 from mafka4.virtual.layout import SplitEpoch, SplitStep, TopicLayout, next_scale_step
 from mafka4.virtual.vp_state import VirtualPartitionState, epoch_to_json
 from mafka4.virtual.vp_store import VirtualStore
@@ -145,9 +146,10 @@ class Resharder:
         draft = plan(layout, current_cut, current_cut)
         children = plan_children(draft, config.read_replicas, self._topics.live_nodes("read"))
         holders = sorted({states[parent][0].leader for parent in draft.parents})
+        handles = ReadNodeHandles(self._cluster)  # hold, host and release call the same nodes: one lookup each
         started = time.monotonic()
         try:
-            offers = self._hold(topic, holders, token, draft.parents)
+            offers = self._hold(topic, holders, token, draft.parents, handles)
             cut = [max([current_cut[p]] + [offer[p][0] for offer in offers.values()]) for p in range(config.partitions)]
             fed_through = [max(offer[p][0] for offer in offers.values()) for p in range(config.partitions)]
             epoch = plan(layout, cut, fed_through)
@@ -160,10 +162,11 @@ class Resharder:
                     f"lock expired before the new split epoch was stored; nothing changed, retry"
                 )
         except BaseException:
-            self._release(topic, holders, token)
+            self._release(topic, holders, token, handles)
             raise
-        refused = host_states(self._cluster, topic, config, children, timeout_s=self._config.call_timeout_ms / 1000)
-        self._release(topic, holders, token, epoch, children)
+        refused = host_states(self._cluster, topic, config, children, timeout_s=self._config.call_timeout_ms / 1000,
+                              handles=handles)
+        self._release(topic, holders, token, handles, epoch, children)
         unhosted = tuple(sorted({vp for failures in refused.values() for vp in failures if vp >= 0}
                                 | {s.vp for s in children if any(-1 in refused.get(r, {}) for r in s.replicas)}))
         logger.warning("%s: split epoch %d stored: %s -> %s at cut %s, %.0f ms after the holds were asked%s", topic,
@@ -171,19 +174,22 @@ class Resharder:
                        f"; children not hosted yet: {unhosted}" if unhosted else "")
         return Resharded(epoch, unhosted)
 
-    def _hold(self, topic: str, holders: Sequence[str], token: str, parents: Sequence[int]
+    def _hold(self, topic: str, holders: Sequence[str], token: str, parents: Sequence[int], handles: ReadNodeHandles
               ) -> dict[str, Mapping[int, tuple[int, int]]]:
         """Hold the parents at every node leading one; per node, per partition ``(offered cut, hold key revision)``."""
         wait_ms = self._config.hold_wait_ms_max
-        handles = {node: read_node_handle(self._cluster, node) for node in holders}
-        missing = [node for node, handle in handles.items() if handle is None]
+        found = {node: handles.get(node) for node in holders}
+        missing = [node for node, handle in found.items() if handle is None]
         if missing:
             raise ReshardConflict(f"read nodes {missing} leading VPs {list(parents)} of {topic!r} are not running; "
                                   f"retry once the controller restarted them or failed their VPs over")
-        refs = {node: handle.hold.remote(topic, token, list(parents), wait_ms) for node, handle in handles.items()}
+        refs = {node: handle.hold.remote(topic, token, list(parents), wait_ms) for node, handle in found.items()}
         try:
             return dict(zip(refs, ray.get(list(refs.values()), timeout=wait_ms / 1000 + self._config.call_timeout_ms / 1000)))
         except (MafkaError, ray.exceptions.RayError) as raised:
+            if isinstance(raised, ray.exceptions.RayActorError):
+                for node in holders:  # which one died ray.get does not say: look them all up again
+                    handles.forget(node)
             error = unwrap(raised)
             if isinstance(error, MafkaError):
                 if not error.retriable:
@@ -192,14 +198,16 @@ class Resharder:
                 raise error from None
             raise ReshardConflict(f"a read node did not hold the reshard's parents ({type(error).__name__}); retry") from None
 
-    def _release(self, topic: str, holders: Sequence[str], token: str, epoch: SplitEpoch | None = None,
-                 children: Sequence[VirtualPartitionState] = ()) -> None:
+    def _release(self, topic: str, holders: Sequence[str], token: str, handles: ReadNodeHandles,
+                 epoch: SplitEpoch | None = None, children: Sequence[VirtualPartitionState] = ()) -> None:
         """Release the held streams; with the stored ``epoch`` they adopt it without reading etcd first."""
         refs = [handle.release.remote(topic, token, epoch, list(children))
-                for handle in (read_node_handle(self._cluster, node) for node in holders) if handle is not None]
+                for handle in (handles.get(node) for node in holders) if handle is not None]
         try:
             ray.get(refs, timeout=self._config.call_timeout_ms / 1000)
         except (ray.exceptions.RayError, TimeoutError) as error:
+            for node in holders:
+                handles.forget(node)
             # A stream not told leaves its hold by itself after hold_ms_max.
             logger.warning("reshard %s: releasing the holds failed: %s", token, error)
 

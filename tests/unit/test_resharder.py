@@ -1,0 +1,184 @@
+"""``Resharder``: the etcd round trips and read-node calls of one split, and what fences its epoch.
+
+No etcd and no Ray: ``MemoryEtcd`` answers the ``MetadataStore`` calls a reshard makes with
+etcd's rules (a transaction's creates only if absent, its requires by mod_revision) and counts
+them; ``FakeReadNode``s answer Ray calls at once (``ray.get`` is the identity here) and log
+them; the named-actor lookups are counted per node.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+
+import pytest
+import ray
+
+from mafka4.coordinator.control import read_node_launcher, resharding
+from mafka4.coordinator.control.placement import plan_read_path
+from mafka4.coordinator.control.resharding import Resharder
+from mafka4.limits import TopicConfig
+from mafka4.metadata import keys
+from mafka4.metadata.store import Versioned
+from mafka4.physical.partition_state import config_to_json
+from mafka4.virtual import handles
+from mafka4.virtual.vp_store import read_path_values
+
+CLUSTER, TOPIC = "c", "orders"
+CONFIG = TopicConfig(partitions=2, read_mode="mafka4", virtual_partitions=2, read_replicas=2)
+NODES = ("r0", "r1")
+OFFER = 10  # where every held stream offers to cut
+
+
+class MemoryEtcd:
+    """The ``MetadataStore`` calls of a reshard on one dict, with etcd's revisions; ``calls``: each round trip, by name."""
+
+    def __init__(self):
+        self.values: dict[str, tuple[object, int]] = {}
+        self.revision = 1
+        self.calls: list[str] = []
+        self._leases = itertools.count(1)
+        self._leased: dict[str, int] = {}
+
+    def write(self, key: str, value, lease: int | None = None) -> int:
+        self.revision += 1
+        self.values[key] = (value, self.revision)
+        if lease is not None:
+            self._leased[key] = lease
+        return self.revision
+
+    def _found(self, key: str) -> Versioned | None:
+        found = self.values.get(key)
+        return None if found is None else Versioned(key, found[0], found[1])
+
+    def _under(self, prefix: str) -> list[Versioned]:
+        return [self._found(key) for key in sorted(self.values) if key.startswith(prefix)]
+
+    def get(self, key: str) -> Versioned | None:
+        self.calls.append("get")
+        return self._found(key)
+
+    def get_prefix(self, prefix: str) -> list[Versioned]:
+        self.calls.append("get_prefix")
+        return self._under(prefix)
+
+    def get_prefixes(self, prefixes, keys=()) -> dict[str, list[Versioned]]:
+        self.calls.append("get_prefixes")
+        found = {prefix: self._under(prefix) for prefix in prefixes}
+        found.update({key: [item] if (item := self._found(key)) is not None else [] for key in keys})
+        return found
+
+    def transact(self, creates: dict, requires: dict[str, int], deletes=()) -> bool:
+        self.calls.append("transact")
+        if any(key in self.values for key in creates):
+            return False
+        if any(self.values.get(key, (None, 0))[1] != revision for key, revision in requires.items()):
+            return False
+        for key, value in creates.items():
+            self.write(key, value)
+        for key in deletes:
+            self.values.pop(key, None)
+        return True
+
+    def grant_lease(self, ttl_s: int) -> int:
+        self.calls.append("grant_lease")
+        return next(self._leases)
+
+    def create_leased(self, key: str, value, lease: int, swaps: dict) -> int | None:
+        self.calls.append("create_leased")
+        assert not swaps
+        return None if key in self.values else self.write(key, value, lease)
+
+    def revoke_lease(self, lease: int) -> None:
+        self.calls.append("revoke_lease")
+        for key in [key for key, owner in self._leased.items() if owner == lease]:
+            self.values.pop(key, None)
+            del self._leased[key]
+
+
+class Method:
+    def __init__(self, node: "FakeReadNode", name: str):
+        self._node, self._name = node, name
+
+    def remote(self, *args):
+        self._node.cluster.ray_calls.append((self._node.node_id, self._name))
+        if self._node.dead:
+            return ray.exceptions.ActorDiedError()
+        return getattr(self._node, f"do_{self._name}")(*args)
+
+
+class FakeReadNode:
+    """A ``ReadNode`` handle whose calls answer at once: a hold writes the hold keys and offers ``OFFER``."""
+
+    def __init__(self, cluster: "FakeCluster", node_id: str):
+        self.cluster, self.node_id, self.dead = cluster, node_id, False
+        for name in ("hold", "host", "release"):
+            setattr(self, name, Method(self, name))
+
+    def do_hold(self, topic, token, parents, wait_ms_max):
+        return {p: (OFFER, self.cluster.etcd.write(keys.feeder_hold(CLUSTER, topic, p, self.node_id),
+                                                   {"token": token, "fed_through": OFFER}))
+                for p in range(CONFIG.partitions)}
+
+    def do_host(self, topic, config, states):
+        return {}
+
+    def do_release(self, topic, token, epoch=None, children=()):
+        return None
+
+
+class FakeCluster:
+    """A mafka4-mode topic of 2 partitions and 2 VPs, each on both read nodes, in ``MemoryEtcd``; its read nodes."""
+
+    def __init__(self):
+        self.etcd = MemoryEtcd()
+        self.ray_calls: list[tuple[str, str]] = []
+        self.lookups: collections.Counter[str] = collections.Counter()
+        self.nodes = {node: FakeReadNode(self, node) for node in NODES}
+        self.etcd.write(keys.topic(CLUSTER, TOPIC), config_to_json(CONFIG))
+        for key, value in read_path_values(CLUSTER, TOPIC, plan_read_path(CONFIG, NODES)).items():
+            self.etcd.write(key, value)
+        for node in NODES:
+            self.etcd.write(keys.node(CLUSTER, node), {"node_id": node, "role": "read"})
+        self.etcd.calls.clear()
+
+    def lookup(self, cluster: str, node_id: str):
+        self.lookups[node_id] += 1
+        return self.nodes.get(node_id)
+
+    def leader_of(self, vp: int) -> str:
+        return self.etcd.values[keys.virtual_partition(CLUSTER, TOPIC, vp)][0]["leader"]
+
+
+def resolve(refs, timeout=None):
+    """``ray.get`` of the fake handles' answers: raises an answer that is an error."""
+    answers = refs if isinstance(refs, list) else [refs]
+    for answer in answers:
+        if isinstance(answer, BaseException):
+            raise answer
+    return refs
+
+
+@pytest.fixture
+def cluster(monkeypatch) -> FakeCluster:
+    found = FakeCluster()
+    monkeypatch.setattr(ray, "get", resolve)
+    for module in (handles, resharding, read_node_launcher):
+        monkeypatch.setattr(module, "read_node_handle", found.lookup, raising=False)
+    return found
+
+
+def test_a_split_looks_each_read_node_up_once(cluster):
+    done = Resharder(cluster.etcd, CLUSTER).split(TOPIC, 0)
+    assert done.epoch.children == (2, 3) and done.unhosted == ()
+    # Before: the holder once to hold, each child replica's node once per hosting phase, the holder again to release.
+    assert cluster.lookups == {"r0": 1, "r1": 1}
+
+
+def test_read_node_handles_keep_a_running_node_until_forgotten_and_look_a_missing_one_up_again(cluster):
+    found = handles.ReadNodeHandles(CLUSTER)
+    assert found.get("r9") is None and found.get("r9") is None
+    assert found.get("r0") is found.get("r0") is cluster.nodes["r0"]
+    found.forget("r0")
+    found.get("r0")
+    assert cluster.lookups == {"r9": 2, "r0": 2}
