@@ -10,7 +10,7 @@ controller's (``coordinator.control.read_node_launcher``).
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Collection, Iterable
+from typing import Collection, Iterable, Mapping
 
 import ray
 
@@ -33,14 +33,25 @@ class ReadNodeHandles:
     """Read node handles of one cluster, each looked up by name once (``read_node_handle``) and kept.
 
     A node that is not running is not kept: the next ``get`` looks it up again. A kept handle
-    may outlive its actor (a restarted node is another actor under the same name): the caller
-    ``forget``s a node when a call to it failed, so that the next ``get`` finds the one running
-    now. Not thread-safe: one caller (thread) per instance.
+    may outlive its actor (a restarted node is another actor under the same name), so it is
+    forgotten, and the next ``get`` finds the actor running now:
+
+    * when a call to it failed (the caller says so: ``forget``);
+    * when its node's liveness key (``keys.read_node_liveness``) is gone or was written again
+      since the lookup (``follow_liveness``, for a caller that keeps handles across reads of
+      etcd): every new actor writes that key as it starts (``ReadNode.start``; the controller
+      waits for it), so a key still at its revision of the lookup means the same actor, unless
+      that one died and none started yet, and then the call fails as it would have failed to
+      find the node.
+
+    Not thread-safe: one caller (thread) per instance.
     """
 
     def __init__(self, cluster: str):
         self._cluster = cluster
         self._handles: dict[str, object] = {}
+        self._liveness: dict[str, int] = {}  # node id -> revision of its liveness key, as last followed
+        self._looked_up_at: dict[str, int | None] = {}  # node id -> its liveness revision when looked up
 
     def get(self, node_id: str):
         """The handle of ``node_id``'s ``ReadNode``, or None if it is not running."""
@@ -49,11 +60,21 @@ class ReadNodeHandles:
             handle = read_node_handle(self._cluster, node_id)
             if handle is not None:
                 self._handles[node_id] = handle
+                self._looked_up_at[node_id] = self._liveness.get(node_id)
         return handle
 
     def forget(self, node_id: str) -> None:
         """Look ``node_id`` up again at the next ``get``."""
         self._handles.pop(node_id, None)
+        self._looked_up_at.pop(node_id, None)
+
+    def follow_liveness(self, revisions: Mapping[str, int]) -> None:
+        """Forget the handles of nodes whose liveness key is not in ``revisions`` (node id -> the
+        key's mod_revision, all read at once) at the revision it had when they were looked up."""
+        self._liveness = dict(revisions)
+        for node_id, revision in list(self._looked_up_at.items()):
+            if revision is None or revisions.get(node_id) != revision:
+                self.forget(node_id)
 
 
 def states_by_node(states: Iterable[VirtualPartitionState], replicas: Collection[str] | None = None

@@ -17,6 +17,7 @@ import ray
 from mafka4.coordinator.control import read_node_launcher, resharding
 from mafka4.coordinator.control.placement import plan_read_path
 from mafka4.coordinator.control.resharding import Resharder
+from mafka4.errors import ReshardConflict
 from mafka4.limits import TopicConfig
 from mafka4.metadata import keys
 from mafka4.metadata.store import Versioned
@@ -116,6 +117,8 @@ class FakeReadNode:
             setattr(self, name, Method(self, name))
 
     def do_hold(self, topic, token, parents, wait_ms_max):
+        while self.cluster.during_hold:
+            self.cluster.during_hold.pop(0)()
         return {p: (OFFER, self.cluster.etcd.write(keys.feeder_hold(CLUSTER, topic, p, self.node_id),
                                                    {"token": token, "fed_through": OFFER}))
                 for p in range(CONFIG.partitions)}
@@ -140,11 +143,20 @@ class FakeCluster:
             self.etcd.write(key, value)
         for node in NODES:
             self.etcd.write(keys.node(CLUSTER, node), {"node_id": node, "role": "read"})
+            self.etcd.write(keys.read_node_liveness(CLUSTER, node), {"node_id": node})
+        self.during_hold: list = []  # run once each, by the next hold: what happens while a reshard holds
         self.etcd.calls.clear()
+
+    def restart(self, node_id: str) -> None:
+        """Kill ``node_id``'s actor and start another under its name, which writes its liveness key."""
+        self.nodes[node_id].dead = True  # what a handle kept of it still calls
+        self.nodes[node_id] = FakeReadNode(self, node_id)
+        self.etcd.write(keys.read_node_liveness(CLUSTER, node_id), {"node_id": node_id})
 
     def lookup(self, cluster: str, node_id: str):
         self.lookups[node_id] += 1
-        return self.nodes.get(node_id)
+        node = self.nodes.get(node_id)
+        return None if node is None or node.dead else node  # Ray frees a dead actor's name
 
     def leader_of(self, vp: int) -> str:
         return self.etcd.values[keys.virtual_partition(CLUSTER, TOPIC, vp)][0]["leader"]
@@ -182,3 +194,35 @@ def test_read_node_handles_keep_a_running_node_until_forgotten_and_look_a_missin
     found.forget("r0")
     found.get("r0")
     assert cluster.lookups == {"r9": 2, "r0": 2}
+
+
+def test_a_split_reads_etcd_once_before_it_stores_its_epoch(cluster):
+    Resharder(cluster.etcd, CLUSTER).split(TOPIC, 0)
+    # Before: the topic key, its partitions, the layout with the states, the registered nodes.
+    assert [call for call in cluster.etcd.calls if call.startswith("get")] == ["get_prefixes"]
+
+
+def test_handles_are_kept_across_reshards_until_the_node_restarts_or_a_call_to_it_fails(cluster):
+    resharder = Resharder(cluster.etcd, CLUSTER)
+    resharder.split(TOPIC, 0)
+    resharder.split(TOPIC, 1)
+    assert cluster.lookups == {"r0": 1, "r1": 1}
+    assert (cluster.leader_of(2), cluster.leader_of(3)) == ("r0", "r1")
+    cluster.restart("r1")  # another actor under r1's name: it wrote r1's liveness key again
+    resharder.split(TOPIC, 3)  # held on r1
+    assert cluster.lookups == {"r0": 1, "r1": 2}
+    cluster.nodes["r0"].dead = True  # died; its successor has not written the liveness key yet
+    with pytest.raises(ReshardConflict):
+        resharder.split(TOPIC, 2)  # held on r0
+    cluster.nodes["r0"] = FakeReadNode(cluster, "r0")
+    resharder.split(TOPIC, 2)
+
+
+def test_an_epoch_stored_after_the_read_fails_the_split_and_is_not_overwritten(cluster):
+    """The claim the one read relies on: a stale layout numbers its epoch and children as stored ones."""
+    other = {"epoch": "stored by another reshard"}
+    cluster.during_hold.append(lambda: cluster.etcd.write(keys.split_epoch(CLUSTER, TOPIC, 1), other))
+    with pytest.raises(ReshardConflict):
+        Resharder(cluster.etcd, CLUSTER).split(TOPIC, 0)
+    assert cluster.etcd.values[keys.split_epoch(CLUSTER, TOPIC, 1)][0] is other
+    assert keys.virtual_partition(CLUSTER, TOPIC, 2) not in cluster.etcd.values

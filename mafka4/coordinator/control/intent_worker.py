@@ -45,6 +45,7 @@ class IntentWorker:
         self._endpoint, self._cluster, self._config, self._fence = etcd_endpoint, cluster, config, fence
         self._on_unhosted = on_unhosted
         self._store = MetadataStore(etcd_endpoint)
+        self._resharder = Resharder(self._store, cluster)  # one per term: it keeps the read nodes' handles
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._watch_id: int | None = None
@@ -123,7 +124,7 @@ class IntentWorker:
         if intent.kind is IntentKind.DELETE_TOPIC:
             delete_topic(store, cluster, topic)
             return {}
-        resharder = Resharder(store, cluster)
+        resharder = self._resharder
         if intent.kind is IntentKind.SPLIT:
             return self._reshaped(topic, [resharder.split(topic, int(intent.args["vp"]))])
         if intent.kind is IntentKind.MERGE:

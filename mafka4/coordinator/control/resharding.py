@@ -7,8 +7,10 @@ calls ``Resharder``. A split or merge opens logs inside running read nodes; no p
 
 One reshard, under the topic's reshard lock (``keys.reshard_lock``, bound to the runner's lease):
 
-1. Read the layout and the VP states; plan the change with the current cut to learn the
-   parents and children (the children's placement is ``placement.plan_children``).
+1. Read, in one etcd transaction (``Resharder.read``), the topic's config, layout and VP
+   states, the registered nodes and the read nodes' liveness keys; plan the change with the
+   current cut to learn the parents and children (the children's placement is
+   ``placement.plan_children``).
 2. Hold the parents (``ReadNode.hold`` on each node leading one): every feed stream of the topic
    there stops handing the parents records at or past where it stands, writes its hold key
    (``topics/<t>/holds/<p>/<node>``) and offers that offset; it feeds every other VP on, so a
@@ -24,10 +26,25 @@ One reshard, under the topic's reshard lock (``keys.reshard_lock``, bound to the
 
 A failure before the transaction releases the holds without an epoch (the streams give the
 parents what they withheld) and raises (``ReshardConflict`` when a race was lost: retriable).
-If the transaction's outcome is unknown (etcd went away) the epoch key tells. Steps 2 and 4 call
-the same few nodes: each is looked up once per reshard (``ReadNodeHandles``), not per call. A stream that
+If the transaction's outcome is unknown (etcd went away) the epoch key tells. A stream that
 resumes because it took over a VP from another node deletes the partition's hold keys, so a
 reshard that held the VP's old node can no longer store its epoch (``partition_feed``).
+
+**What the read of step 1 may miss.** Anything can change after it; the transaction is the fence:
+
+* a split epoch stored since: the plan numbers its epoch ``current.epoch + 1`` and its children
+  ``next_vp_id``, ``next_vp_id + 1``, which that epoch took, and epochs and VP keys are only ever
+  created if absent (and deleted only with the whole topic): the create fails, nothing is
+  overwritten, ``ReshardConflict``;
+* a parent's leader moved (the holders were read from stale states): the old node refuses the
+  hold (``UnknownVirtualPartition``), or the new leader's stream deleted the hold keys when it
+  resumed (see above), so the transaction's requires fail;
+* a read node gone or registered since: the children's placement only; a child whose node does
+  not take it is repaired by the controller (``Resharded.unhosted``).
+
+Steps 2 and 4 call the same few read nodes. Their handles are kept across reshards
+(``ReadNodeHandles``): looked up once, and again only after a call to the node failed or its
+liveness key, read in step 1, moved (a restarted node is another actor under the same name).
 """
 
 from __future__ import annotations
@@ -43,14 +60,14 @@ import ray
 from mafka4.coordinator.control.placement import plan_children
 from mafka4.coordinator.control.read_node_launcher import host_states
 from mafka4.errors import CoordinatorUnavailable, MafkaError, ReshardConflict, WrongReadMode
-from mafka4.limits import ReadMode, ReshardConfig
+from mafka4.limits import ReadMode, ReshardConfig, TopicConfig
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
-from mafka4.physical.partition_state import TopicMetadata
+from mafka4.names import validate_topic_name
 from mafka4.physical.topics import TopicStore
 from mafka4.transport.remote_errors import unwrap
 from mafka4.virtual.handles import ReadNodeHandles
-from mafka4.virtual.layout import SplitEpoch, SplitStep, TopicLayout, next_scale_step
+from mafka4.virtual.layout import MergeStep, SplitEpoch, SplitStep, TopicLayout, next_scale_step
 from mafka4.virtual.vp_state import VirtualPartitionState, epoch_to_json
 from mafka4.virtual.vp_store import VirtualStore
 
@@ -68,21 +85,36 @@ class Resharded:
     unhosted: tuple[int, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class ReshardInputs:
+    """What one reshard reads of etcd, in one transaction (at one revision): see ``Resharder.read``."""
+
+    topic: str
+    config: TopicConfig
+    layout: TopicLayout
+    states: Mapping[int, tuple[VirtualPartitionState, int]]  # vp -> (state, mod_revision)
+    read_nodes: Sequence[str]  # registered read nodes, where children may go
+    liveness: Mapping[str, int]  # read node -> mod_revision of its liveness key
+
+
 class Resharder:
-    """Splits and merges the VPs of mafka4-mode topics; see the module docstring."""
+    """Splits and merges the VPs of mafka4-mode topics; see the module docstring.
+
+    Keeps the read nodes' handles from one reshard to the next (``ReadNodeHandles``, following
+    the liveness keys each reshard reads): a controller keeps one for its term.
+    """
 
     def __init__(self, store: MetadataStore, cluster: str, config: ReshardConfig = ReshardConfig()):
         self._store, self._cluster, self._config = store, cluster, config
-        self._topics = TopicStore(store, cluster)
-        self._virtual = VirtualStore(store, cluster)
+        self._handles = ReadNodeHandles(cluster)
 
     def split(self, topic: str, vp: int) -> Resharded:
         """Split active ``vp`` at its range's midpoint into two new VPs."""
-        return self._reshard(topic, lambda layout, cut, fed: layout.plan_split(vp, cut, fed))
+        return self._reshard(self.read(topic), lambda layout, cut, fed: layout.plan_split(vp, cut, fed))
 
     def merge(self, topic: str, first: int, second: int) -> Resharded:
         """Merge two active VPs with adjacent ranges into one new VP."""
-        return self._reshard(topic, lambda layout, cut, fed: layout.plan_merge(first, second, cut, fed))
+        return self._reshard(self.read(topic), lambda layout, cut, fed: layout.plan_merge(first, second, cut, fed))
 
     def scale(self, topic: str, virtual_partitions: int) -> list[Resharded]:
         """Split the widest / merge the narrowest adjacent pair until ``virtual_partitions`` VPs are active.
@@ -90,19 +122,15 @@ class Resharder:
         A step that fails retriably (a race with a failover, a stream slow to stop) is planned
         again from the layout then stored, at most ``step_attempts_max`` times in a row.
         """
-        config = self._mafka4_topic(topic).config
         done: list[Resharded] = []
         failures = 0
         while True:
-            layout = self._virtual.layout(topic, config.partitions, config.virtual_config())
-            step = next_scale_step(layout, virtual_partitions)
+            inputs = self.read(topic)
+            step = next_scale_step(inputs.layout, virtual_partitions)
             if step is None:
                 return done
             try:
-                if isinstance(step, SplitStep):
-                    done.append(self.split(topic, step.vp))
-                else:
-                    done.append(self.merge(topic, step.first, step.second))
+                done.append(self._reshard(inputs, _plan_of(step)))
                 failures = 0
             except MafkaError as error:
                 failures += 1
@@ -110,19 +138,36 @@ class Resharder:
                     raise
                 logger.warning("%s: reshard step %s failed (%s); planning it again", topic, step, error)
 
-    # --- one reshard ------------------------------------------------------------------------
+    def read(self, topic: str) -> ReshardInputs:
+        """Everything a reshard of ``topic`` plans with, in one etcd round trip: the topic's config,
+        split epochs and VP states, the registered nodes and the read nodes' liveness keys.
 
-    def _mafka4_topic(self, topic: str) -> TopicMetadata:
-        metadata = self._topics.get(topic)
-        if metadata.config.read_mode is not ReadMode.MAFKA4:
+        Read at one revision, so every VP of the layout has its state. What the reshard then
+        stores cannot be made wrong by this read having become stale meanwhile (module docstring).
+        """
+        validate_topic_name(topic)
+        topic_key = keys.topic(self._cluster, topic)
+        epochs = keys.split_epochs_prefix(self._cluster, topic)
+        states = keys.virtual_partitions_prefix(self._cluster, topic)
+        nodes, liveness = keys.nodes_prefix(self._cluster), keys.read_nodes_prefix(self._cluster)
+        found = self._store.get_prefixes([epochs, states, nodes, liveness], keys=[topic_key])
+        config = TopicStore.config_from(topic, next(iter(found[topic_key]), None))
+        if config.read_mode is not ReadMode.MAFKA4:
             raise WrongReadMode(
-                f"topic {topic!r} is in read_mode={metadata.config.read_mode.value!r}: it has no virtual partitions to "
+                f"topic {topic!r} is in read_mode={config.read_mode.value!r}: it has no virtual partitions to "
                 f"split, merge or scale; create a topic with read_mode='mafka4' (--read-mode mafka4)"
             )
-        return metadata
+        live = {node: item.mod_revision for item in found[liveness]
+                if (node := keys.parse_read_node_liveness(self._cluster, item.key)) is not None}
+        return ReshardInputs(topic, config,
+                             VirtualStore.layout_from(topic, config.partitions, config.virtual_config(), found[epochs]),
+                             VirtualStore.states_from(states, found[states]),
+                             TopicStore.nodes_from(found[nodes], "read"), live)
 
-    def _reshard(self, topic: str, plan: Plan) -> Resharded:
-        metadata = self._mafka4_topic(topic)
+    # --- one reshard ------------------------------------------------------------------------
+
+    def _reshard(self, inputs: ReshardInputs, plan: Plan) -> Resharded:
+        topic = inputs.topic
         token = secrets.token_hex(8)
         lease = self._store.grant_lease(self._config.lock_ttl_s)
         try:
@@ -132,21 +177,21 @@ class Resharder:
                     f"another split or merge of topic {topic!r} is running; retry when it finished (its lock "
                     f"expires {self._config.lock_ttl_s} s after its runner died)"
                 )
-            return self._reshard_locked(metadata, plan, token, lock_revision)
+            return self._reshard_locked(inputs, plan, token, lock_revision)
         finally:
             try:
                 self._store.revoke_lease(lease)
             except CoordinatorUnavailable:
                 pass  # the lock expires with its lease
 
-    def _reshard_locked(self, metadata: TopicMetadata, plan: Plan, token: str, lock_revision: int) -> Resharded:
-        topic, config = metadata.name, metadata.config
-        layout, states = self._virtual.layout_and_states(topic, config.partitions, config.virtual_config())
+    def _reshard_locked(self, inputs: ReshardInputs, plan: Plan, token: str, lock_revision: int) -> Resharded:
+        topic, config, layout, states = inputs.topic, inputs.config, inputs.layout, inputs.states
         current_cut = layout.current.cut
         draft = plan(layout, current_cut, current_cut)
-        children = plan_children(draft, config.read_replicas, self._topics.live_nodes("read"))
+        children = plan_children(draft, config.read_replicas, inputs.read_nodes)
         holders = sorted({states[parent][0].leader for parent in draft.parents})
-        handles = ReadNodeHandles(self._cluster)  # hold, host and release call the same nodes: one lookup each
+        handles = self._handles
+        handles.follow_liveness(inputs.liveness)
         started = time.monotonic()
         try:
             offers = self._hold(topic, holders, token, draft.parents, handles)
@@ -222,3 +267,9 @@ class Resharder:
             # The answer was lost, not necessarily the write: the epoch key tells (raises while etcd is away).
             found = self._store.get(keys.split_epoch(self._cluster, topic, epoch.epoch))
             return found is not None and found.value == epoch_to_json(epoch)
+
+
+def _plan_of(step: SplitStep | MergeStep) -> Plan:
+    if isinstance(step, SplitStep):
+        return lambda layout, cut, fed: layout.plan_split(step.vp, cut, fed)
+    return lambda layout, cut, fed: layout.plan_merge(step.first, step.second, cut, fed)
