@@ -9,7 +9,6 @@ them; the named-actor lookups are counted per node.
 from __future__ import annotations
 
 import collections
-import itertools
 
 import pytest
 import ray
@@ -38,14 +37,10 @@ class MemoryEtcd:
         self.values: dict[str, tuple[object, int]] = {}
         self.revision = 1
         self.calls: list[str] = []
-        self._leases = itertools.count(1)
-        self._leased: dict[str, int] = {}
 
-    def write(self, key: str, value, lease: int | None = None) -> int:
+    def write(self, key: str, value) -> int:
         self.revision += 1
         self.values[key] = (value, self.revision)
-        if lease is not None:
-            self._leased[key] = lease
         return self.revision
 
     def _found(self, key: str) -> Versioned | None:
@@ -54,14 +49,6 @@ class MemoryEtcd:
 
     def _under(self, prefix: str) -> list[Versioned]:
         return [self._found(key) for key in sorted(self.values) if key.startswith(prefix)]
-
-    def get(self, key: str) -> Versioned | None:
-        self.calls.append("get")
-        return self._found(key)
-
-    def get_prefix(self, prefix: str) -> list[Versioned]:
-        self.calls.append("get_prefix")
-        return self._under(prefix)
 
     def get_prefixes(self, prefixes, keys=()) -> dict[str, list[Versioned]]:
         self.calls.append("get_prefixes")
@@ -80,21 +67,6 @@ class MemoryEtcd:
         for key in deletes:
             self.values.pop(key, None)
         return True
-
-    def grant_lease(self, ttl_s: int) -> int:
-        self.calls.append("grant_lease")
-        return next(self._leases)
-
-    def create_leased(self, key: str, value, lease: int, swaps: dict) -> int | None:
-        self.calls.append("create_leased")
-        assert not swaps
-        return None if key in self.values else self.write(key, value, lease)
-
-    def revoke_lease(self, lease: int) -> None:
-        self.calls.append("revoke_lease")
-        for key in [key for key, owner in self._leased.items() if owner == lease]:
-            self.values.pop(key, None)
-            del self._leased[key]
 
 
 class Method:
@@ -138,14 +110,26 @@ class FakeCluster:
         self.ray_calls: list[tuple[str, str]] = []
         self.lookups: collections.Counter[str] = collections.Counter()
         self.nodes = {node: FakeReadNode(self, node) for node in NODES}
-        self.etcd.write(keys.topic(CLUSTER, TOPIC), config_to_json(CONFIG))
-        for key, value in read_path_values(CLUSTER, TOPIC, plan_read_path(CONFIG, NODES)).items():
-            self.etcd.write(key, value)
+        self.create_topic()
         for node in NODES:
             self.etcd.write(keys.node(CLUSTER, node), {"node_id": node, "role": "read"})
             self.etcd.write(keys.read_node_liveness(CLUSTER, node), {"node_id": node})
         self.during_hold: list = []  # run once each, by the next hold: what happens while a reshard holds
+        self.fence = (keys.controller(CLUSTER), self.etcd.write(keys.controller(CLUSTER), {"controller_id": "c0"}))
         self.etcd.calls.clear()
+
+    def resharder(self) -> Resharder:
+        """The active controller's."""
+        return Resharder(self.etcd, CLUSTER, self.fence)
+
+    def create_topic(self) -> None:
+        self.etcd.write(keys.topic(CLUSTER, TOPIC), config_to_json(CONFIG))
+        for key, value in read_path_values(CLUSTER, TOPIC, plan_read_path(CONFIG, NODES)).items():
+            self.etcd.write(key, value)
+
+    def delete_topic(self) -> None:
+        for key in [key for key in self.etcd.values if key.startswith(keys.topic(CLUSTER, TOPIC))]:
+            del self.etcd.values[key]
 
     def restart(self, node_id: str) -> None:
         """Kill ``node_id``'s actor and start another under its name, which writes its liveness key."""
@@ -181,7 +165,7 @@ def cluster(monkeypatch) -> FakeCluster:
 
 
 def test_a_split_looks_each_read_node_up_once(cluster):
-    done = Resharder(cluster.etcd, CLUSTER).split(TOPIC, 0)
+    done = cluster.resharder().split(TOPIC, 0)
     assert done.epoch.children == (2, 3) and done.unhosted == ()
     # Before: the holder once to hold, each child replica's node once per hosting phase, the holder again to release.
     assert cluster.lookups == {"r0": 1, "r1": 1}
@@ -197,13 +181,35 @@ def test_read_node_handles_keep_a_running_node_until_forgotten_and_look_a_missin
 
 
 def test_a_split_reads_etcd_once_before_it_stores_its_epoch(cluster):
-    Resharder(cluster.etcd, CLUSTER).split(TOPIC, 0)
+    cluster.resharder().split(TOPIC, 0)
     # Before: the topic key, its partitions, the layout with the states, the registered nodes.
     assert [call for call in cluster.etcd.calls if call.startswith("get")] == ["get_prefixes"]
 
 
+def test_a_split_takes_no_lock_its_etcd_round_trips_are_one_read_and_its_epoch_transaction(cluster):
+    cluster.resharder().split(TOPIC, 0)
+    assert cluster.etcd.calls == ["get_prefixes", "transact"]
+    assert not [key for key in cluster.etcd.values if "/holds/" in key], "the transaction deleted the hold keys"
+
+
+def test_a_controller_deposed_during_a_split_stores_no_epoch_and_releases_its_holds(cluster):
+    resharder = cluster.resharder()
+    cluster.during_hold.append(lambda: cluster.etcd.write(keys.controller(CLUSTER), {"controller_id": "c1"}))
+    with pytest.raises(ReshardConflict, match="deposed"):
+        resharder.split(TOPIC, 0)
+    assert keys.split_epoch(CLUSTER, TOPIC, 1) not in cluster.etcd.values
+    assert cluster.ray_calls[-1] == (cluster.leader_of(0), "release")
+
+
+def test_a_topic_deleted_and_created_again_during_a_split_gets_no_epoch_of_the_old_one(cluster):
+    cluster.during_hold.append(lambda: (cluster.delete_topic(), cluster.create_topic()))
+    with pytest.raises(ReshardConflict):
+        cluster.resharder().split(TOPIC, 0)
+    assert keys.split_epoch(CLUSTER, TOPIC, 1) not in cluster.etcd.values
+
+
 def test_handles_are_kept_across_reshards_until_the_node_restarts_or_a_call_to_it_fails(cluster):
-    resharder = Resharder(cluster.etcd, CLUSTER)
+    resharder = cluster.resharder()
     resharder.split(TOPIC, 0)
     resharder.split(TOPIC, 1)
     assert cluster.lookups == {"r0": 1, "r1": 1}
@@ -223,6 +229,6 @@ def test_an_epoch_stored_after_the_read_fails_the_split_and_is_not_overwritten(c
     other = {"epoch": "stored by another reshard"}
     cluster.during_hold.append(lambda: cluster.etcd.write(keys.split_epoch(CLUSTER, TOPIC, 1), other))
     with pytest.raises(ReshardConflict):
-        Resharder(cluster.etcd, CLUSTER).split(TOPIC, 0)
+        cluster.resharder().split(TOPIC, 0)
     assert cluster.etcd.values[keys.split_epoch(CLUSTER, TOPIC, 1)][0] is other
     assert keys.virtual_partition(CLUSTER, TOPIC, 2) not in cluster.etcd.values

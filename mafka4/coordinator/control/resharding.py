@@ -5,7 +5,7 @@ cut may go, which VPs a change opens and closes); this is their shell on etcd an
 nodes. Clients never run it: they write an intent (``metadata.intents``) and the controller
 calls ``Resharder``. A split or merge opens logs inside running read nodes; no process starts.
 
-One reshard, under the topic's reshard lock (``keys.reshard_lock``, bound to the runner's lease):
+One reshard (the controller's intent worker runs one at a time; what fences it is below):
 
 1. Read, in one etcd transaction (``Resharder.read``), the topic's config, layout and VP
    states, the registered nodes and the read nodes' liveness keys; plan the change with the
@@ -17,7 +17,9 @@ One reshard, under the topic's reshard lock (``keys.reshard_lock``, bound to the
    split pauses only the split VP's consumers.
 3. Plan the epoch with ``cut[p] = max(offers of p, current cut[p])`` and store it in ONE
    transaction: create ``virtual/<k>`` and the children's VP keys only if absent, only while
-   the lock key and every hold key are at the revisions read; it also deletes the hold keys.
+   every hold key is at the revision its stream wrote, the topic's config key at the revision
+   read (the topic was not deleted, nor created again) and the controller's key at the
+   revision of its election (``Resharder``'s fence); it also deletes the hold keys.
 4. Host the children on their read nodes (``read_node_launcher.host_states``: opens their logs), then
    release the held streams with the stored epoch: they adopt it and go back to the offered cut,
    so the children get their records from there and the parents everything below the cut.
@@ -42,6 +44,16 @@ reshard that held the VP's old node can no longer store its epoch (``partition_f
 * a read node gone or registered since: the children's placement only; a child whose node does
   not take it is repaired by the controller (``Resharded.unhosted``).
 
+**Two reshards of one topic at once** (no lock: the transaction fences them as well). The
+controller runs reshards one at a time on its intent worker; a deposed controller whose worker
+still finishes one cannot store its epoch (the controller's key moved), so the intent that the
+new controller carries out again is carried out once. Were two to run anyway, they could not
+both store: each numbers its epoch from the layout it read, so the second create fails. Nor can
+one spoil the other's holds: a feed stream holds for one reshard at a time and refuses another's
+(``ReshardConflict``, retriable) until the first released it; a release ends only its own
+reshard's hold; and a hold key is written by the stream for the reshard it holds for, so a
+reshard whose hold was left and taken by another finds its key moved.
+
 Steps 2 and 4 call the same few read nodes. Their handles are kept across reshards
 (``ReadNodeHandles``): looked up once, and again only after a call to the node failed or its
 liveness key, read in step 1, moved (a restarted node is another actor under the same name).
@@ -62,7 +74,7 @@ from mafka4.coordinator.control.read_node_launcher import host_states
 from mafka4.errors import CoordinatorUnavailable, MafkaError, ReshardConflict, WrongReadMode
 from mafka4.limits import ReadMode, ReshardConfig, TopicConfig
 from mafka4.metadata import keys
-from mafka4.metadata.store import MetadataStore
+from mafka4.metadata.store import Fence, MetadataStore
 from mafka4.names import validate_topic_name
 from mafka4.physical.topics import TopicStore
 from mafka4.transport.remote_errors import unwrap
@@ -91,6 +103,7 @@ class ReshardInputs:
 
     topic: str
     config: TopicConfig
+    topic_revision: int  # of the topic's config key: written once, when the topic was created
     layout: TopicLayout
     states: Mapping[int, tuple[VirtualPartitionState, int]]  # vp -> (state, mod_revision)
     read_nodes: Sequence[str]  # registered read nodes, where children may go
@@ -104,8 +117,9 @@ class Resharder:
     the liveness keys each reshard reads): a controller keeps one for its term.
     """
 
-    def __init__(self, store: MetadataStore, cluster: str, config: ReshardConfig = ReshardConfig()):
-        self._store, self._cluster, self._config = store, cluster, config
+    def __init__(self, store: MetadataStore, cluster: str, fence: Fence, config: ReshardConfig = ReshardConfig()):
+        """``fence``: the controller's election (``ControllerElection.fence``); no epoch is stored without it."""
+        self._store, self._cluster, self._fence, self._config = store, cluster, fence, config
         self._handles = ReadNodeHandles(cluster)
 
     def split(self, topic: str, vp: int) -> Resharded:
@@ -159,7 +173,7 @@ class Resharder:
             )
         live = {node: item.mod_revision for item in found[liveness]
                 if (node := keys.parse_read_node_liveness(self._cluster, item.key)) is not None}
-        return ReshardInputs(topic, config,
+        return ReshardInputs(topic, config, found[topic_key][0].mod_revision,
                              VirtualStore.layout_from(topic, config.partitions, config.virtual_config(), found[epochs]),
                              VirtualStore.states_from(states, found[states]),
                              TopicStore.nodes_from(found[nodes], "read"), live)
@@ -167,25 +181,8 @@ class Resharder:
     # --- one reshard ------------------------------------------------------------------------
 
     def _reshard(self, inputs: ReshardInputs, plan: Plan) -> Resharded:
-        topic = inputs.topic
-        token = secrets.token_hex(8)
-        lease = self._store.grant_lease(self._config.lock_ttl_s)
-        try:
-            lock_revision = self._store.create_leased(keys.reshard_lock(self._cluster, topic), {"owner": token}, lease, {})
-            if lock_revision is None:
-                raise ReshardConflict(
-                    f"another split or merge of topic {topic!r} is running; retry when it finished (its lock "
-                    f"expires {self._config.lock_ttl_s} s after its runner died)"
-                )
-            return self._reshard_locked(inputs, plan, token, lock_revision)
-        finally:
-            try:
-                self._store.revoke_lease(lease)
-            except CoordinatorUnavailable:
-                pass  # the lock expires with its lease
-
-    def _reshard_locked(self, inputs: ReshardInputs, plan: Plan, token: str, lock_revision: int) -> Resharded:
         topic, config, layout, states = inputs.topic, inputs.config, inputs.layout, inputs.states
+        token = secrets.token_hex(8)
         current_cut = layout.current.cut
         draft = plan(layout, current_cut, current_cut)
         children = plan_children(draft, config.read_replicas, inputs.read_nodes)
@@ -201,10 +198,11 @@ class Resharder:
             assert epoch.children == draft.children, (epoch.children, draft.children)
             hold_revisions = {keys.feeder_hold(self._cluster, topic, p, node): offer[p][1]
                               for node, offer in offers.items() for p in range(config.partitions)}
-            if not self._store_epoch(topic, epoch, children, lock_revision, hold_revisions):
+            if not self._store_epoch(inputs, epoch, children, hold_revisions):
                 raise ReshardConflict(
-                    f"topic {topic!r}: a held feed stream left its hold (timeout, restart or failover) or the reshard "
-                    f"lock expired before the new split epoch was stored; nothing changed, retry"
+                    f"topic {topic!r}: another split epoch was stored, a held feed stream left its hold (timeout, "
+                    f"restart or failover), the topic was deleted or this controller was deposed before the new "
+                    f"split epoch was stored; nothing changed, retry"
                 )
         except BaseException:
             self._release(topic, holders, token, handles)
@@ -256,11 +254,13 @@ class Resharder:
             # A stream not told leaves its hold by itself after hold_ms_max.
             logger.warning("reshard %s: releasing the holds failed: %s", token, error)
 
-    def _store_epoch(self, topic: str, epoch: SplitEpoch, children: Sequence[VirtualPartitionState],
-                     lock_revision: int, hold_revisions: Mapping[str, int]) -> bool:
+    def _store_epoch(self, inputs: ReshardInputs, epoch: SplitEpoch, children: Sequence[VirtualPartitionState],
+                     hold_revisions: Mapping[str, int]) -> bool:
+        topic = inputs.topic
         creates = {keys.split_epoch(self._cluster, topic, epoch.epoch): epoch_to_json(epoch)}
         creates.update({keys.virtual_partition(self._cluster, topic, s.vp): s.to_json() for s in children})
-        requires = {keys.reshard_lock(self._cluster, topic): lock_revision, **hold_revisions}
+        requires = {keys.topic(self._cluster, topic): inputs.topic_revision, self._fence[0]: self._fence[1],
+                    **hold_revisions}
         try:
             return self._store.transact(creates, requires, deletes=list(hold_revisions))
         except CoordinatorUnavailable:
