@@ -9,6 +9,7 @@ them; the named-actor lookups are counted per node.
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import pytest
 import ray
@@ -31,7 +32,7 @@ OFFER = 10  # where every held stream offers to cut
 
 
 class MemoryEtcd:
-    """The ``MetadataStore`` calls of a reshard on one dict, with etcd's revisions; ``calls``: each round trip, by name."""
+    """The ``MetadataStore`` calls of a reshard on one dict, with etcd's revisions; ``calls``: its round trips."""
 
     def __init__(self):
         self.values: dict[str, tuple[object, int]] = {}
@@ -85,7 +86,7 @@ class FakeReadNode:
 
     def __init__(self, cluster: "FakeCluster", node_id: str):
         self.cluster, self.node_id, self.dead = cluster, node_id, False
-        for name in ("hold", "host", "release"):
+        for name in ("hold", "host", "release", "host_and_release"):
             setattr(self, name, Method(self, name))
 
     def do_hold(self, topic, token, parents, wait_ms_max):
@@ -93,7 +94,7 @@ class FakeReadNode:
             self.cluster.during_hold.pop(0)()
         return {p: (OFFER, self.cluster.etcd.write(keys.feeder_hold(CLUSTER, topic, p, self.node_id),
                                                    {"token": token, "fed_through": OFFER}))
-                for p in range(CONFIG.partitions)}
+                for p in range(self.cluster.config.partitions)}
 
     def do_host(self, topic, config, states):
         return {}
@@ -101,17 +102,22 @@ class FakeReadNode:
     def do_release(self, topic, token, epoch=None, children=()):
         return None
 
+    def do_host_and_release(self, topic, config, states, token, epoch, children):
+        return self.do_host(topic, config, states)
+
 
 class FakeCluster:
-    """A mafka4-mode topic of 2 partitions and 2 VPs, each on both read nodes, in ``MemoryEtcd``; its read nodes."""
+    """A mafka4-mode topic of 2 partitions and 2 VPs (``config``), placed over ``read_nodes``, in
+    ``MemoryEtcd``; its read nodes."""
 
-    def __init__(self):
+    def __init__(self, config: TopicConfig = CONFIG, read_nodes: tuple[str, ...] = NODES):
+        self.config, self.read_nodes = config, read_nodes
         self.etcd = MemoryEtcd()
         self.ray_calls: list[tuple[str, str]] = []
         self.lookups: collections.Counter[str] = collections.Counter()
-        self.nodes = {node: FakeReadNode(self, node) for node in NODES}
+        self.nodes = {node: FakeReadNode(self, node) for node in read_nodes}
         self.create_topic()
-        for node in NODES:
+        for node in read_nodes:
             self.etcd.write(keys.node(CLUSTER, node), {"node_id": node, "role": "read"})
             self.etcd.write(keys.read_node_liveness(CLUSTER, node), {"node_id": node})
         self.during_hold: list = []  # run once each, by the next hold: what happens while a reshard holds
@@ -123,8 +129,8 @@ class FakeCluster:
         return Resharder(self.etcd, CLUSTER, self.fence)
 
     def create_topic(self) -> None:
-        self.etcd.write(keys.topic(CLUSTER, TOPIC), config_to_json(CONFIG))
-        for key, value in read_path_values(CLUSTER, TOPIC, plan_read_path(CONFIG, NODES)).items():
+        self.etcd.write(keys.topic(CLUSTER, TOPIC), config_to_json(self.config))
+        for key, value in read_path_values(CLUSTER, TOPIC, plan_read_path(self.config, self.read_nodes)).items():
             self.etcd.write(key, value)
 
     def delete_topic(self) -> None:
@@ -155,13 +161,17 @@ def resolve(refs, timeout=None):
     return refs
 
 
-@pytest.fixture
-def cluster(monkeypatch) -> FakeCluster:
-    found = FakeCluster()
+def fake(monkeypatch, found: FakeCluster) -> FakeCluster:
+    """``found`` answers the Ray calls and lookups of this test."""
     monkeypatch.setattr(ray, "get", resolve)
     for module in (handles, resharding, read_node_launcher):
         monkeypatch.setattr(module, "read_node_handle", found.lookup, raising=False)
     return found
+
+
+@pytest.fixture
+def cluster(monkeypatch) -> FakeCluster:
+    return fake(monkeypatch, FakeCluster())
 
 
 def test_a_split_looks_each_read_node_up_once(cluster):
@@ -232,3 +242,20 @@ def test_an_epoch_stored_after_the_read_fails_the_split_and_is_not_overwritten(c
         cluster.resharder().split(TOPIC, 0)
     assert cluster.etcd.values[keys.split_epoch(CLUSTER, TOPIC, 1)][0] is other
     assert keys.virtual_partition(CLUSTER, TOPIC, 2) not in cluster.etcd.values
+
+
+def test_a_holder_leading_a_child_hosts_it_and_releases_in_one_call_before_the_followers_are_hosted(cluster):
+    assert cluster.leader_of(0) == "r0"
+    cluster.resharder().split(TOPIC, 0)
+    assert (cluster.leader_of(2), cluster.leader_of(3)) == ("r0", "r1")
+    assert cluster.ray_calls == [("r0", "hold"),
+                                 ("r0", "host_and_release"), ("r1", "host"),  # the children's leaders, at once
+                                 ("r0", "host"), ("r1", "host")]  # then their followers
+
+
+def test_a_holder_leading_no_child_releases_while_the_children_leaders_are_hosted(monkeypatch):
+    cluster = fake(monkeypatch, FakeCluster(dataclasses.replace(CONFIG, read_replicas=1), ("r0", "r1", "r2")))
+    assert cluster.leader_of(1) == "r1"
+    cluster.resharder().split(TOPIC, 1)
+    assert (cluster.leader_of(2), cluster.leader_of(3)) == ("r2", "r0")
+    assert cluster.ray_calls == [("r1", "hold"), ("r0", "host"), ("r1", "release"), ("r2", "host")]

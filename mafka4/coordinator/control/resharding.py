@@ -20,9 +20,11 @@ One reshard (the controller's intent worker runs one at a time; what fences it i
    every hold key is at the revision its stream wrote, the topic's config key at the revision
    read (the topic was not deleted, nor created again) and the controller's key at the
    revision of its election (``Resharder``'s fence); it also deletes the hold keys.
-4. Host the children on their read nodes (``read_node_launcher.host_states``: opens their logs), then
-   release the held streams with the stored epoch: they adopt it and go back to the offered cut,
-   so the children get their records from there and the parents everything below the cut.
+4. Host the children on their read nodes (``read_node_launcher.host_states``: opens their
+   logs) and release the held streams with the stored epoch: they adopt it and go back to the
+   offered cut, so the children get their records from there and the parents everything below
+   the cut. A holder that leads a child hosts, then releases, in one call; the other holders
+   release while the other nodes host the children they lead (``host_states``' ``then_release``).
 5. Sealing is the parents' leader nodes' (``ReadNode``): each records its parent's sealed end
    once it is complete, and the group reads the children once it consumed the parents to it.
 
@@ -70,7 +72,7 @@ from typing import Callable, Mapping, Sequence
 import ray
 
 from mafka4.coordinator.control.placement import plan_children
-from mafka4.coordinator.control.read_node_launcher import host_states
+from mafka4.coordinator.control.read_node_launcher import Release, host_states
 from mafka4.errors import CoordinatorUnavailable, MafkaError, ReshardConflict, WrongReadMode
 from mafka4.limits import ReadMode, ReshardConfig, TopicConfig
 from mafka4.metadata import keys
@@ -208,8 +210,7 @@ class Resharder:
             self._release(topic, holders, token, handles)
             raise
         refused = host_states(self._cluster, topic, config, children, timeout_s=self._config.call_timeout_ms / 1000,
-                              handles=handles)
-        self._release(topic, holders, token, handles, epoch, children)
+                              handles=handles, then_release=Release(tuple(holders), token, epoch, children))
         unhosted = tuple(sorted({vp for failures in refused.values() for vp in failures if vp >= 0}
                                 | {s.vp for s in children if any(-1 in refused.get(r, {}) for r in s.replicas)}))
         logger.warning("%s: split epoch %d stored: %s -> %s at cut %s, %.0f ms after the holds were asked%s", topic,
@@ -241,10 +242,9 @@ class Resharder:
                 raise error from None
             raise ReshardConflict(f"a read node did not hold the reshard's parents ({type(error).__name__}); retry") from None
 
-    def _release(self, topic: str, holders: Sequence[str], token: str, handles: ReadNodeHandles,
-                 epoch: SplitEpoch | None = None, children: Sequence[VirtualPartitionState] = ()) -> None:
-        """Release the held streams; with the stored ``epoch`` they adopt it without reading etcd first."""
-        refs = [handle.release.remote(topic, token, epoch, list(children))
+    def _release(self, topic: str, holders: Sequence[str], token: str, handles: ReadNodeHandles) -> None:
+        """Release the held streams of a reshard that stored no epoch: the parents get what was withheld."""
+        refs = [handle.release.remote(topic, token)
                 for handle in (handles.get(node) for node in holders) if handle is not None]
         try:
             ray.get(refs, timeout=self._config.call_timeout_ms / 1000)
