@@ -594,9 +594,6 @@ class VirtualConfig:
 class ReshardConfig:
     """Bounds of one split or merge (``mafka4.coordinator.control.resharding``)."""
 
-    # The topic's reshard lock expires this long after its holder died; a reshard refused with
-    # ReshardConflict meanwhile can be retried then.
-    lock_ttl_s: int = 30
     # The feed streams of the nodes leading a parent must reach a cut within this; otherwise the
     # reshard is abandoned (ReshardConflict, retriable) and they go on under the old layout.
     hold_wait_ms_max: int = 20 * SECOND_MS
@@ -608,7 +605,6 @@ class ReshardConfig:
     step_attempts_max: int = 3
 
     def __post_init__(self) -> None:
-        _check_range(self, "lock_ttl_s", 2, 600)
         _check_range(self, "hold_wait_ms_max", 1, 600 * SECOND_MS)
         _check_range(self, "call_timeout_ms", 1, 3600 * SECOND_MS)
         _check_range(self, "step_attempts_max", 1, 100)

@@ -16,8 +16,6 @@
                                                                  "replicas", "risr"}
                                                          sealed_end_offset is added once a closed VP is
                                                          complete (coordinator/control/resharding.py)
-    /mafka4/<cluster>/topics/<topic>/reshard_lock       the one reshard (split or merge) running on the topic,
-                                                         bound to its runner's lease; value: {"owner"}
     /mafka4/<cluster>/topics/<topic>/holds/<p>          feeder of <p> stopped for a reshard at fed_through;
                                                          written by the feeder, deleted by the epoch's txn
                                                          or by the feeder when the hold times out
@@ -124,10 +122,6 @@ def virtual_partitions_prefix(cluster: str, name: str) -> str:
 
 def virtual_partition(cluster: str, name: str, vp: int) -> str:
     return f"{virtual_partitions_prefix(cluster, name)}{vp}"
-
-
-def reshard_lock(cluster: str, name: str) -> str:
-    return f"{topic(cluster, name)}/reshard_lock"
 
 
 def feeder_holds_prefix(cluster: str, name: str, partition: int) -> str:

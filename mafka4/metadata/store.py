@@ -248,17 +248,18 @@ class MetadataStore:
         return changes, revision
 
     @_etcd_call(repeatable=True)
-    def get_prefixes(self, prefixes: Iterable[str]) -> dict[str, list[Versioned]]:
-        """Every key under each of ``prefixes``, all read in one transaction (at one revision)."""
-        prefixes = list(prefixes)
+    def get_prefixes(self, prefixes: Iterable[str], keys: Iterable[str] = ()) -> dict[str, list[Versioned]]:
+        """Every key under each of ``prefixes``, and each of ``keys`` (a list of it, or an empty one
+        if it is absent), all read in one transaction (at one revision)."""
+        prefixes, keys = list(prefixes), list(keys)
         txn = self._client.transactions
-        reads = [txn.get(prefix, range_end=prefix_range_end(prefix))
-                 for prefix in prefixes]
+        reads = [txn.get(prefix, range_end=prefix_range_end(prefix)) for prefix in prefixes]
+        reads += [txn.get(key) for key in keys]
         _, responses = self._client.transaction(compare=[], success=reads, failure=[])
         return {
-            prefix: sorted((Versioned(meta.key.decode(), json.loads(raw), meta.mod_revision) for raw, meta in kvs),
-                           key=lambda item: item.key)
-            for prefix, kvs in zip(prefixes, responses)
+            read: sorted((Versioned(meta.key.decode(), json.loads(raw), meta.mod_revision) for raw, meta in kvs),
+                         key=lambda item: item.key)
+            for read, kvs in zip(prefixes + keys, responses)
         }
 
     @_etcd_call(repeatable=False)

@@ -14,7 +14,7 @@ from typing import Sequence
 from mafka4.errors import TopicExists, UnknownTopic
 from mafka4.limits import ISR_WRITE_ATTEMPTS_MAX, TopicConfig
 from mafka4.metadata import keys
-from mafka4.metadata.store import MetadataStore, Update
+from mafka4.metadata.store import MetadataStore, Update, Versioned
 from mafka4.names import validate_topic_name
 from mafka4.physical.partition_state import PartitionState, TopicMetadata, config_from_json, config_to_json
 
@@ -55,15 +55,20 @@ class TopicStore:
 
     def get(self, name: str) -> TopicMetadata:
         validate_topic_name(name)
-        config = self._store.get(keys.topic(self._cluster, name))
-        if config is None:
-            raise UnknownTopic(f"topic {name!r} does not exist: create it with 'mafka4 topic create {name}'")
+        config = self.config_from(name, self._store.get(keys.topic(self._cluster, name)))
         prefix = keys.physical_prefix(self._cluster, name)
         partitions = sorted(
             (PartitionState.from_json(int(item.key[len(prefix):]), item.value) for item in self._store.get_prefix(prefix)),
             key=lambda state: state.partition,
         )
-        return TopicMetadata(name, config_from_json(config.value), tuple(partitions))
+        return TopicMetadata(name, config, tuple(partitions))
+
+    @staticmethod
+    def config_from(name: str, found: Versioned | None) -> TopicConfig:
+        """The config of topic ``name`` from its key (``keys.topic``) as read; ``UnknownTopic`` if it was absent."""
+        if found is None:
+            raise UnknownTopic(f"topic {name!r} does not exist: create it with 'mafka4 topic create {name}'")
+        return config_from_json(found.value)
 
     def record_isr(self, topic: str, partition: int, leader: str, leader_epoch: int, isr: Sequence[str],
                    min_insync_replicas: int) -> bool:
@@ -96,7 +101,11 @@ class TopicStore:
 
     def live_nodes(self, role: str) -> list[str]:
         """Ids of nodes of ``role`` ("write" or "read") whose lease-bound registration exists."""
-        items = self._store.get_prefix(keys.nodes_prefix(self._cluster))
+        return self.nodes_from(self._store.get_prefix(keys.nodes_prefix(self._cluster)), role)
+
+    @staticmethod
+    def nodes_from(items: Sequence[Versioned], role: str) -> list[str]:
+        """Ids of the nodes of ``role`` among the registrations read below ``keys.nodes_prefix``."""
         return sorted(item.value["node_id"] for item in items if item.value.get("role") == role)
 
     def data_root(self) -> str:

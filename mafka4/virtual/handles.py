@@ -1,14 +1,16 @@
 """Finding read nodes and asking the ones that lead VPs (clients, tools and the controller).
 
 A read node is one detached, named ``ReadNode`` actor (``<cluster>/read_node/<node id>``);
-any process finds it by name. Starting, stopping and telling it what to host is the
+any process finds it by name. Finding one is a round trip to Ray's control store
+(``ray.get_actor``); a caller that calls the same nodes several times in a row keeps the
+handles in a ``ReadNodeHandles``. Starting, stopping and telling it what to host is the
 controller's (``coordinator.control.read_node_launcher``).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Collection, Iterable
+from typing import Collection, Iterable, Mapping
 
 import ray
 
@@ -25,6 +27,54 @@ def read_node_handle(cluster: str, node_id: str):
         return ray.get_actor(read_node_actor_name(cluster, node_id), namespace=NAMESPACE)
     except ValueError:
         return None
+
+
+class ReadNodeHandles:
+    """Read node handles of one cluster, each looked up by name once (``read_node_handle``) and kept.
+
+    A node that is not running is not kept: the next ``get`` looks it up again. A kept handle
+    may outlive its actor (a restarted node is another actor under the same name), so it is
+    forgotten, and the next ``get`` finds the actor running now:
+
+    * when a call to it failed (the caller says so: ``forget``);
+    * when its node's liveness key (``keys.read_node_liveness``) is gone or was written again
+      since the lookup (``follow_liveness``, for a caller that keeps handles across reads of
+      etcd): every new actor writes that key as it starts (``ReadNode.start``; the controller
+      waits for it), so a key still at its revision of the lookup means the same actor, unless
+      that one died and none started yet, and then the call fails as it would have failed to
+      find the node.
+
+    Not thread-safe: one caller (thread) per instance.
+    """
+
+    def __init__(self, cluster: str):
+        self._cluster = cluster
+        self._handles: dict[str, object] = {}
+        self._liveness: dict[str, int] = {}  # node id -> revision of its liveness key, as last followed
+        self._looked_up_at: dict[str, int | None] = {}  # node id -> its liveness revision when looked up
+
+    def get(self, node_id: str):
+        """The handle of ``node_id``'s ``ReadNode``, or None if it is not running."""
+        handle = self._handles.get(node_id)
+        if handle is None:
+            handle = read_node_handle(self._cluster, node_id)
+            if handle is not None:
+                self._handles[node_id] = handle
+                self._looked_up_at[node_id] = self._liveness.get(node_id)
+        return handle
+
+    def forget(self, node_id: str) -> None:
+        """Look ``node_id`` up again at the next ``get``."""
+        self._handles.pop(node_id, None)
+        self._looked_up_at.pop(node_id, None)
+
+    def follow_liveness(self, revisions: Mapping[str, int]) -> None:
+        """Forget the handles of nodes whose liveness key is not in ``revisions`` (node id -> the
+        key's mod_revision, all read at once) at the revision it had when they were looked up."""
+        self._liveness = dict(revisions)
+        for node_id, revision in list(self._looked_up_at.items()):
+            if revision is None or revisions.get(node_id) != revision:
+                self.forget(node_id)
 
 
 def states_by_node(states: Iterable[VirtualPartitionState], replicas: Collection[str] | None = None

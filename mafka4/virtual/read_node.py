@@ -26,7 +26,8 @@ nodes. Everything of one node runs on its event loop:
   VP append fails before a byte is written; a feed stream resumes from the VP's fed progress and
   a follower VP fetches again, so both go on where they stopped once space returns.
 * **Reshards** hold and release the topic's streams on the nodes leading a parent (``hold``,
-  ``release``; the protocol is ``partition_feed``'s and ``control.resharding``'s).
+  ``release``, or ``host_and_release`` for a node that also leads a child; the protocol is
+  ``partition_feed``'s and ``control.resharding``'s).
 * **Sealing.** A closed VP led here is sealed once every partition's stream fed it past its
   closing cut and its RISR holds all of it (``TopicLayout.is_sealed``, HW == log end): the node
   records its sealed end offset in etcd itself, so its children become readable at once.
@@ -371,6 +372,24 @@ class ReadNode:
         stored = None if epoch is None else (epoch, tuple(children))
         for feed in entry.feeds.values():
             feed.release(token, stored)
+
+    async def host_and_release(self, topic: str, config: TopicConfig, states: Sequence[VirtualPartitionState],
+                               token: str, epoch: SplitEpoch, children: Sequence[VirtualPartitionState]
+                               ) -> dict[int, str]:
+        """``host`` a reshard's children led here, then ``release`` its hold with the stored ``epoch``.
+
+        One call where a reshard made two to a node that holds a parent and leads a child (the
+        common case: children go round-robin over the read nodes). In this order the streams
+        adopt the epoch already serving the children led here, so they go back to the cut once
+        and feed them from there; released first, a stream could pass the cut dropping the
+        children's records and go back for them once they are hosted (``partition_feed``:
+        a VP served below the stream's position makes it resume). The release happens even
+        if hosting raised: the epoch is stored, and the streams must not hold on for nothing.
+        """
+        try:
+            return await self.host(topic, config, states)
+        finally:
+            await self.release(topic, token, epoch, children)
 
     # --- replication (other read nodes' calls) -------------------------------------------
 

@@ -5,8 +5,8 @@ module is the protocol around them that the production shells do not have yet, b
 ``layout.py``'s docstring asks: "the shell must stop the feeder of p from passing the
 proposed cut[p] under the old epoch until the new epoch is stored".
 
-Two sources of reshards, one at a time (a request while one is pending is refused, as the
-reshard lock refuses it in production):
+Two sources of reshards, one at a time (a request while one is pending is refused; in
+production the controller's intent worker carries them out one after the other):
 
 * the group: a member whose ``plan_ownership`` names a split sends a ``SplitRequest``
   (``Resharder.split`` in production), answered ``SplitResult`` once the epoch is stored or

@@ -94,7 +94,7 @@ def test_split_and_merge_while_producing_keep_every_message_once_and_in_order(re
 
 def cluster_holds(connection, topic: str) -> list:
     prefix = keys.topic_children_prefix(connection.cluster, topic)
-    return [item.key for item in connection.store.get_prefix(prefix) if "/holds/" in item.key or "reshard_lock" in item.key]
+    return [item.key for item in connection.store.get_prefix(prefix) if "/holds/" in item.key]
 
 
 def test_a_read_node_restarted_after_a_split_resumes_by_the_rule_and_loses_nothing(read_cluster):

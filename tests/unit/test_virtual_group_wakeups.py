@@ -50,8 +50,8 @@ def test_feed_positions_and_commits_do_not_wake_members():
 
 def test_a_reshards_bookkeeping_and_the_write_path_do_not_wake_members():
     subject = member()
-    for key in (keys.reshard_lock("c", "orders"), keys.feeder_hold("c", "orders", 0, "r0"),
-                keys.physical_partition("c", "orders", 1), keys.read_loss("c", "orders", 0)):
+    for key in (keys.feeder_hold("c", "orders", 0, "r0"), keys.physical_partition("c", "orders", 1),
+                keys.read_loss("c", "orders", 0)):
         assert not deliver(subject, (key, {"owner": "x"})), key
         assert not deliver(subject, (key, None)), f"{key} deleted"
     assert not timeout_running(subject)

@@ -7,7 +7,8 @@ every ``INTENT_IDLE_LOOK_INTERVAL_S``), and for each pending intent (``metadata.
 1. marks it started by a compare-and-swap fenced by the controller's key (a client that gave up
    can then no longer withdraw it, and a deposed controller starts nothing);
 2. carries it out: ``topic_control.create_topic`` / ``delete_topic``, or a split, merge or scale
-   by ``control.resharding.Resharder``;
+   by ``control.resharding.Resharder`` (whose epoch transaction is fenced by the controller's
+   key too, so a reshard still running when this controller was deposed stores nothing);
 3. writes the result under a lease of ``intent_result_ttl_s`` and deletes the intent in one
    transaction fenced by the controller's key.
 
@@ -45,6 +46,7 @@ class IntentWorker:
         self._endpoint, self._cluster, self._config, self._fence = etcd_endpoint, cluster, config, fence
         self._on_unhosted = on_unhosted
         self._store = MetadataStore(etcd_endpoint)
+        self._resharder = Resharder(self._store, cluster, fence)  # one per term: it keeps the read nodes' handles
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._watch_id: int | None = None
@@ -123,7 +125,7 @@ class IntentWorker:
         if intent.kind is IntentKind.DELETE_TOPIC:
             delete_topic(store, cluster, topic)
             return {}
-        resharder = Resharder(store, cluster)
+        resharder = self._resharder
         if intent.kind is IntentKind.SPLIT:
             return self._reshaped(topic, [resharder.split(topic, int(intent.args["vp"]))])
         if intent.kind is IntentKind.MERGE:

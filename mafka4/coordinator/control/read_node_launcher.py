@@ -8,16 +8,21 @@ the node registers and restarts it when it dies; every VP replica lives inside o
 
 from __future__ import annotations
 
+import logging
 import time
+from dataclasses import dataclass
 from typing import Collection, Iterable, Sequence
 
 import ray
 
 from mafka4.limits import READ_NODE_CALL_TIMEOUT_S, READ_NODE_STOP_TIMEOUT_S, ReadNodeConfig, TopicConfig
 from mafka4.transport.ray_names import NAMESPACE, READ_NODE_RESOURCE, node_resource, read_node_actor_name
-from mafka4.virtual.handles import read_node_handle, states_by_node
+from mafka4.virtual.handles import ReadNodeHandles, read_node_handle, states_by_node
+from mafka4.virtual.layout import SplitEpoch
 from mafka4.virtual.read_node import ReadNode, ReadNodeSpec
 from mafka4.virtual.vp_state import VirtualPartitionState
+
+logger = logging.getLogger(__name__)
 
 
 def start_read_node(cluster: str, etcd_endpoint: str, node_id: str, data_root: str,
@@ -65,34 +70,66 @@ def stop_read_node(cluster: str, node_id: str, timeout_s: float = READ_NODE_STOP
         time.sleep(0.05)
 
 
+@dataclass(frozen=True, slots=True)
+class Release:
+    """A reshard's held streams to release with its stored epoch (``control.resharding``, ``ReadNode.release``)."""
+
+    holders: tuple[str, ...]  # the nodes holding the reshard's parents
+    token: str
+    epoch: SplitEpoch
+    children: tuple[VirtualPartitionState, ...]
+
+
 def host_states(cluster: str, topic: str, config: TopicConfig, states: Sequence[VirtualPartitionState],
-                replicas: Collection[str] | None = None, timeout_s: float | None = READ_NODE_CALL_TIMEOUT_S
+                replicas: Collection[str] | None = None, timeout_s: float | None = READ_NODE_CALL_TIMEOUT_S,
+                handles: ReadNodeHandles | None = None, then_release: Release | None = None
                 ) -> dict[str, dict[int, str]]:
     """Tell every read node named in ``states`` (or only ``replicas``) to host its replicas in their roles.
 
     Returns, per node, the VPs it refused and why; a node that is not running or did not answer
     is reported under the VP id -1. Leaders are told before followers, so a follower's first
-    fetch finds its leader leading.
+    fetch finds its leader leading. Each node is looked up once (in ``handles``, if the caller
+    keeps some; a node whose call failed is forgotten there).
+
+    ``then_release``: a reshard's holds, released in the leaders' round: a holder that leads
+    some of ``states`` hosts them and then releases in one call (``ReadNode.host_and_release``),
+    the others release at the same time. Only the order on one node matters: its streams then
+    adopt the epoch already serving the children led there. A child led on another node is fed
+    by that node's streams, whenever it is hosted, and its followers only copy its leader.
+    A release that fails is logged: a stream not told leaves its hold after ``hold_ms_max``.
     """
+    handles = ReadNodeHandles(cluster) if handles is None else handles
     refused: dict[str, dict[int, str]] = {}
     by_node = states_by_node(states, replicas)
     leaders = {node: [s for s in group if s.leader == node] for node, group in by_node.items()}
     followers = {node: [s for s in group if s.leader != node] for node, group in by_node.items()}
-    for phase in (leaders, followers):
+    releasing = set() if then_release is None else set(then_release.holders)
+    for phase, release_in in ((leaders, releasing), (followers, set())):
         calls = {}
-        for node_id, group in phase.items():
-            if not group:
-                continue
-            handle = read_node_handle(cluster, node_id)
+        for node_id in sorted({node for node, group in phase.items() if group} | release_in):
+            group, handle = phase.get(node_id, []), handles.get(node_id)
             if handle is None:
-                refused.setdefault(node_id, {})[-1] = f"read node {node_id} is not running"
+                if group:
+                    refused.setdefault(node_id, {})[-1] = f"read node {node_id} is not running"
                 continue
-            calls[node_id] = handle.host.remote(topic, config, list(group))
+            if node_id not in release_in:
+                calls[node_id] = handle.host.remote(topic, config, list(group))
+            elif group:
+                calls[node_id] = handle.host_and_release.remote(topic, config, list(group), then_release.token,
+                                                                then_release.epoch, list(then_release.children))
+            else:
+                calls[node_id] = handle.release.remote(topic, then_release.token, then_release.epoch,
+                                                       list(then_release.children))
         for node_id, ref in calls.items():
             try:
                 answer = ray.get(ref, timeout=timeout_s)
             except (ray.exceptions.RayError, TimeoutError) as error:
-                refused.setdefault(node_id, {})[-1] = f"{type(error).__name__}: {error}"
+                handles.forget(node_id)
+                if phase.get(node_id):
+                    refused.setdefault(node_id, {})[-1] = f"{type(error).__name__}: {error}"
+                if node_id in release_in:
+                    logger.warning("%s: releasing reshard %s on %s failed: %s", topic, then_release.token, node_id,
+                                   error)
                 continue
             if answer:
                 refused.setdefault(node_id, {}).update(answer)

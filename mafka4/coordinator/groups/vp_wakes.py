@@ -38,9 +38,9 @@ What is quiet, and why no plan can change with it:
   and would keep every member syncing.
 * **Feed positions** (``topics/<t>/feed_positions/``): the read nodes rewrite them all the time.
 * **Physical partition states** (``topics/<t>/physical/``), **feeder holds**
-  (``topics/<t>/holds/``), **the reshard lock** (``topics/<t>/reshard_lock``) and **read
-  losses** (``topics/<t>/read_loss/``): the write path and a reshard's own bookkeeping. No
-  plan reads them; a reshard shows in a plan only through its split epoch and sealed ends.
+  (``topics/<t>/holds/``) and **read losses** (``topics/<t>/read_loss/``): the write path and
+  a reshard's own bookkeeping. No plan reads them; a reshard shows in a plan only through its
+  split epoch and sealed ends.
 
 A key this module does not name wakes, below the topic as a ``Wake.REBALANCE``, below the
 group as a ``Wake.SYNC`` (as every key did before): when in doubt, a member syncs once more.
@@ -111,7 +111,6 @@ class WakeFilter:
                                       keys.physical_prefix(cluster, topic),
                                       keys.feeder_holds_of_topic(cluster, topic),
                                       keys.read_losses_prefix(cluster, topic))
-        self._reshard_lock = keys.reshard_lock(cluster, topic)
         self._marks: dict[int, VpMark] = {}  # VP -> its mark at the last event seen of its key
 
     def wake(self, events: Iterable[WatchEvent]) -> Wake:
@@ -127,7 +126,7 @@ class WakeFilter:
         if key.startswith(self._topic_prefix):
             if key.startswith(self._states_prefix):
                 return self._vp_wake(key[len(self._states_prefix):], event.value)
-            if key.startswith(self._quiet_topic_prefixes) or key == self._reshard_lock:
+            if key.startswith(self._quiet_topic_prefixes):
                 return Wake.QUIET
             return Wake.REBALANCE  # a split epoch, or a key not named here
         if key.startswith(self._offsets_prefix):
