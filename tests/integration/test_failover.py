@@ -29,7 +29,8 @@ from mafka4.limits import Acks, ClusterConfig
 from mafka4.metadata import keys
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import PartitionState
-from mafka4.runtime.etcd_server import EtcdServer, restart_etcd
+from mafka4.runtime.etcd_member import EtcdServer
+from mafka4.runtime.etcd_server import restart_etcd
 
 from wait_helpers import wait_until
 

@@ -1,7 +1,9 @@
 """The client's way in imports neither Ray nor etcd: it speaks only the client protocol (issue 36).
 
 Nor the SCRAM library the nodes run on (and its TLS certificate parser): a client command pays for
-every import on each start, and the client's side of SCRAM needs only the standard library.
+every import on each start, and the client's side of SCRAM needs only the standard library. Nor
+the module that runs etcd (``runtime.etcd_server``): a client reads the local cluster's record
+(``runtime.state``), whose etcd members are plain values (``runtime.etcd_member``).
 
 Checked in a fresh interpreter, the way the purity test checks cores: the Producer and the
 Consumer (group members of both read modes included), the topic, user and ACL commands and the
@@ -24,7 +26,7 @@ THIN_CLIENT_MODULES = ("mafka4.client.bootstrap", "mafka4.client.node_connection
                        "mafka4.client.virtual_group_consumer", "mafka4.client.remote_member",
                        "mafka4.client.group_link", "mafka4.cli.clients", "mafka4.client.group_admin",
                        "mafka4.cli.groups")
-FORBIDDEN = ("ray", "etcd3", "grpc", "scramp", "asn1crypto")
+FORBIDDEN = ("ray", "etcd3", "grpc", "scramp", "asn1crypto", "mafka4.runtime.etcd_server")
 
 
 # What `mafka4 topic list` never uses, and would pay for on every start (issue 36): the codecs (it
