@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Callable
 
 from mafka4.limits import (CONTROLLER_STOP_TIMEOUT_S, LEASE_REFRESHES_PER_TTL, READ_NODE_START_POLL_INTERVAL_S,
-                           ClusterConfig, parse_setting)
+                           parse_setting)
+from mafka4.limits.servers import ClusterConfig
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
 from mafka4.runtime.environment import apply_ray_environment, ensure_ray_token, ray_temp_dir, use_ray_token

@@ -234,7 +234,7 @@ def _spawn(server: EtcdServer, peer_port: int) -> subprocess.Popen:
         "--initial-cluster-state", "new",
         *(("--initial-cluster-token", server.cluster_token) if server.cluster_token else ()),
         "--max-txn-ops", str(ETCD_TXN_OPS_MAX),
-        # Without compaction etcd keeps every revision until it hits its quota (limits.py).
+        # Without compaction etcd keeps every revision until it hits its quota (mafka4.limits).
         "--auto-compaction-mode", "periodic",
         "--auto-compaction-retention", f"{ETCD_HISTORY_RETENTION_S}s",
         "--log-level", "warn",

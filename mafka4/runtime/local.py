@@ -22,7 +22,8 @@ import psutil
 
 from mafka4.errors import ClusterAlreadyRunning, ClusterNotRunning, CoordinatorUnavailable
 from mafka4.limits import (DAEMON_STOP_TIMEOUT_S, KILLED_PROCESSES_WAIT_S, LOCAL_CLUSTER_POLL_INTERVAL_S,
-                           STATUS_ETCD_TIMEOUT_S, ClusterConfig)
+                           STATUS_ETCD_TIMEOUT_S)
+from mafka4.limits.servers import ClusterConfig
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
 from mafka4.runtime.daemon import LOG_FILE_NAME

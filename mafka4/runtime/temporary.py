@@ -30,7 +30,7 @@ from typing import Iterator
 
 from mafka4.errors import ClusterNotRunning
 from mafka4.exported_variables import exported_variable
-from mafka4.limits import ClusterConfig
+from mafka4.limits.servers import ClusterConfig
 from mafka4.runtime.connect import Connection, connect
 from mafka4.runtime.daemon import LOG_FILE_NAME
 from mafka4.runtime.environment import HOME_ENV, SHORT_TEMP_ROOT, ray_temp_dir

@@ -17,7 +17,8 @@ import psutil
 import pytest
 
 from mafka4.errors import CoordinatorUnavailable, InvalidConfig
-from mafka4.limits import LEASE_REFRESHES_PER_TTL, ClusterConfig, ControllerConfig
+from mafka4.limits import LEASE_REFRESHES_PER_TTL
+from mafka4.limits.servers import ClusterConfig, ControllerConfig
 from mafka4.metadata.lease_holder import LeaseHolder, LeaseThread
 from mafka4.metadata.store import MetadataStore, WatchEvent
 from mafka4.runtime.etcd_member import EtcdServer, etcd_endpoint

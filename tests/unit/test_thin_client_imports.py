@@ -3,7 +3,8 @@
 Nor the SCRAM library the nodes run on (and its TLS certificate parser): a client command pays for
 every import on each start, and the client's side of SCRAM needs only the standard library. Nor
 the module that runs etcd (``runtime.etcd_server``): a client reads the local cluster's record
-(``runtime.state``), whose etcd members are plain values (``runtime.etcd_member``).
+(``runtime.state``), whose etcd members are plain values (``runtime.etcd_member``). Nor the
+servers' configs (``limits.servers``), each a dataclass built at import for nothing.
 
 Checked in a fresh interpreter, the way the purity test checks cores: the Producer and the
 Consumer (group members of both read modes included), the topic, user and ACL commands and the
@@ -26,7 +27,7 @@ THIN_CLIENT_MODULES = ("mafka4.client.bootstrap", "mafka4.client.node_connection
                        "mafka4.client.virtual_group_consumer", "mafka4.client.remote_member",
                        "mafka4.client.group_link", "mafka4.cli.clients", "mafka4.client.group_admin",
                        "mafka4.cli.groups")
-FORBIDDEN = ("ray", "etcd3", "grpc", "scramp", "asn1crypto", "mafka4.runtime.etcd_server")
+FORBIDDEN = ("ray", "etcd3", "grpc", "scramp", "asn1crypto", "mafka4.runtime.etcd_server", "mafka4.limits.servers")
 
 
 # What `mafka4 topic list` never uses, and would pay for on every start (issue 36): the codecs (it
