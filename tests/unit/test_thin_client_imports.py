@@ -37,6 +37,11 @@ NOT_LISTING_TOPICS = ("lz4", "zstandard", "mafka4.protocol.data_api", "mafka4.cl
                       "mafka4.security.acl", "mafka4.cli.bench", "mafka4.cli.clients", "mafka4.cli.cluster",
                       "mafka4.cli.groups", "mafka4.cli.security")
 
+# What `mafka4 produce` never uses (issue 36): the read path's records and layouts (a producer
+# routes each key to a physical partition), ACL rules, and the modules of other commands.
+NOT_PRODUCING = ("mafka4.virtual.vp_records", "mafka4.virtual.layout", "mafka4.security.acl", "mafka4.cli.bench",
+                 "mafka4.cli.cluster", "mafka4.cli.groups", "mafka4.cli.security", "mafka4.cli.topics")
+
 
 def imported(modules: tuple[str, ...], forbidden: tuple[str, ...], then: str = "pass") -> list[str]:
     """The ``forbidden`` modules, and modules of ``forbidden`` packages, that a fresh interpreter holds
@@ -56,6 +61,12 @@ def test_listing_topics_imports_no_codec_no_data_api_and_no_other_command():
     found = imported(("mafka4.cli", "mafka4.client.cluster_metadata"), NOT_LISTING_TOPICS,
                      then="mafka4.cli.build_parser('topic').parse_args(['topic', 'list'])")
     assert found == [], f"mafka4 topic list imported {found}"
+
+
+def test_producing_imports_no_read_path_module_and_no_other_command():
+    found = imported(("mafka4.cli", "mafka4.client.producer"), NOT_PRODUCING,
+                     then="mafka4.cli.build_parser('produce').parse_args(['produce', 't'])")
+    assert found == [], f"mafka4 produce imported {found}"
 
 
 @pytest.mark.parametrize("command", [["topic", "list"], ["group", "list"]])
