@@ -614,7 +614,7 @@ RAY_INLINE_OBJECT_BYTES_MAX = 4 * MiB
 # speak the protocol, and its connection is dropped.
 STREAM_FRAME_BYTES_MAX = 256 * MiB
 # A ``bytes`` or ``bytearray`` this large in a stream call's arguments or answer travels out of
-# band (``runtime.stream_frames``): written to the socket as it lies and read straight into the
+# band (``transport.stream_pickles``): written to the socket as it lies and read straight into the
 # ``bytearray`` its receiver gets, not copied through the pickle. Low, so that every receiver of
 # batches and fetched data meets bytearray in tests too, not only at MiB sizes; a key, a token
 # or an offset stays in the pickle.

@@ -55,7 +55,7 @@ FLOORS = (
         r"visit_schedule)"),
     (1, r"mafka4\.metadata\.(lease|keys)"),
     (1, r"mafka4\.security\.(principals|credentials|scram|scram_client|acl)"),
-    (1, r"mafka4\.transport\.(ray_names|stream_frames)"),
+    (1, r"mafka4\.transport\.(ray_names|stream_frames|stream_pickles)"),
     (1, r"mafka4\.protocol\.(frames|messages|error_codes|session|metadata_api|admin_api|topic_admin_api|"
         r"group_admin_api)"),
     (1, r"mafka4\.frontend\.view_state"),

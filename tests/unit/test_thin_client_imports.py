@@ -4,7 +4,9 @@ Nor the SCRAM library the nodes run on (and its TLS certificate parser): a clien
 every import on each start, and the client's side of SCRAM needs only the standard library. Nor
 the module that runs etcd (``runtime.etcd_server``): a client reads the local cluster's record
 (``runtime.state``), whose etcd members are plain values (``runtime.etcd_member``). Nor the
-servers' configs (``limits.servers``), each a dataclass built at import for nothing.
+servers' configs (``limits.servers``), each a dataclass built at import for nothing. Nor pickle:
+the client protocol's frames are msgpack, and only the stream calls between a cluster's
+processes unpickle (``transport.stream_pickles``).
 
 Checked in a fresh interpreter, the way the purity test checks cores: the Producer and the
 Consumer (group members of both read modes included), the topic, user and ACL commands and the
@@ -27,7 +29,8 @@ THIN_CLIENT_MODULES = ("mafka4.client.bootstrap", "mafka4.client.node_connection
                        "mafka4.client.virtual_group_consumer", "mafka4.client.remote_member",
                        "mafka4.client.group_link", "mafka4.cli.clients", "mafka4.client.group_admin",
                        "mafka4.cli.groups")
-FORBIDDEN = ("ray", "etcd3", "grpc", "scramp", "asn1crypto", "mafka4.runtime.etcd_server", "mafka4.limits.servers")
+FORBIDDEN = ("ray", "etcd3", "grpc", "scramp", "asn1crypto", "mafka4.runtime.etcd_server", "mafka4.limits.servers",
+             "pickle", "mafka4.transport.stream_pickles")
 
 
 # What `mafka4 topic list` never uses, and would pay for on every start (issue 36): the codecs (it
