@@ -56,8 +56,8 @@ FLOORS = (
     (1, r"mafka4\.metadata\.(lease|keys)"),
     (1, r"mafka4\.security\.(principals|credentials|scram|scram_client|acl)"),
     (1, r"mafka4\.transport\.(ray_names|stream_frames|stream_pickles)"),
-    (1, r"mafka4\.protocol\.(frames|messages|error_codes|session|metadata_api|admin_api|topic_admin_api|"
-        r"group_admin_api)"),
+    (1, r"mafka4\.protocol\.(frames|messages|error_codes|session|metadata_api|metadata_topics|admin_api|"
+        r"topic_admin_api|group_admin_api)"),
     (1, r"mafka4\.frontend\.view_state"),
     (1, r"mafka4\.coordinator\.groups\.(assignors|partition_protocol|vp_ownership|vp_wakes)"),
     (1, r"mafka4\.coordinator\.control\.(partition_decisions|read_path_decisions|upkeep_decisions|placement)"),

@@ -34,11 +34,12 @@ FORBIDDEN = ("ray", "etcd3", "grpc", "scramp", "asn1crypto", "mafka4.runtime.etc
 
 
 # What `mafka4 topic list` never uses, and would pay for on every start (issue 36): the codecs (it
-# compresses nothing), the data APIs (it asks METADATA only), ACL rules (it sends none: the node
-# checks them), and the modules of other commands.
+# compresses nothing), the data APIs (it asks METADATA only), the topics' partition states (it
+# reads their names), ACL rules (it sends none: the node checks them), and the modules of other
+# commands.
 NOT_LISTING_TOPICS = ("lz4", "zstandard", "mafka4.protocol.data_api", "mafka4.client.leader_routes",
-                      "mafka4.security.acl", "mafka4.cli.bench", "mafka4.cli.clients", "mafka4.cli.cluster",
-                      "mafka4.cli.groups", "mafka4.cli.security")
+                      "mafka4.physical.partition_state", "mafka4.security.acl", "mafka4.cli.bench",
+                      "mafka4.cli.clients", "mafka4.cli.cluster", "mafka4.cli.groups", "mafka4.cli.security")
 
 # What `mafka4 produce` never uses (issue 36): the read path's records and layouts (a producer
 # routes each key to a physical partition), ACL rules, and the modules of other commands.
