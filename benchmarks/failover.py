@@ -31,7 +31,8 @@ import ray
 from benchmarks.failover_settings import FailoverBenchSettings
 from mafka4.client.admin import Admin
 from mafka4.client.producer import Producer
-from mafka4.limits import ControllerConfig, ReadMode, ReplicaConfig
+from mafka4.limits import ReadMode
+from mafka4.limits.servers import ControllerConfig, ReplicaConfig
 from mafka4.metadata import keys
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import PartitionState

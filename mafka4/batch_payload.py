@@ -65,6 +65,9 @@ from mafka4.compression import Codec, compress, decompress
 from mafka4.errors import CorruptRecord
 from mafka4.limits import PAYLOAD_PACKER_KEPT_BYTES_MAX
 
+# Header names under this prefix are the system's own (a VP record's source, a loss marker):
+# producers may not send them, or a consumer would take a producer's header for one of these.
+RESERVED_HEADER_PREFIX = "mafka4."
 SOURCE_HEADER = "mafka4.src"  # how a record's source reads as a header
 SOURCE = struct.Struct(">iq")  # one record's source: physical partition, physical offset
 TIMESTAMP_RUN = struct.Struct(">Iq")  # one timestamp run: index of its first record, its base timestamp

@@ -87,7 +87,7 @@ def known_ids() -> str:
 
 _contexts = threading.local()
 
-# Bound by _import_codecs on the first compress or decompress, not with this module: limits.py
+# Bound by _import_codecs on the first compress or decompress, not with this module: mafka4.limits
 # imports Codec, so every client command would pay about 10 ms for libraries most never call.
 lz4 = zstandard = None
 

@@ -6,7 +6,8 @@ import argparse
 import json
 
 from mafka4.errors import InvalidConfig
-from mafka4.limits import ETCD_MEMBER_COUNTS, ClusterConfig, parse_setting
+from mafka4.limits import ETCD_MEMBER_COUNTS, parse_setting
+from mafka4.limits.servers import ClusterConfig
 
 
 def add_commands(commands) -> None:

@@ -7,11 +7,14 @@ a listing. Imports neither ``ray`` nor ``etcd3``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.node_connection import call_once
-from mafka4.physical.partition_state import TopicMetadata
 from mafka4.protocol.metadata_api import MetadataAnswer, MetadataRequest
+
+if TYPE_CHECKING:
+    from mafka4.physical.partition_state import TopicMetadata
 
 
 def cluster_metadata(topics: tuple[str, ...] | None = None, home: Path | None = None) -> MetadataAnswer:

@@ -31,7 +31,8 @@ from mafka4.limits import ReadMode
 from mafka4.names import validate_topic_name
 from mafka4.protocol.group_admin_api import (GroupDescribeRequest, GroupDescription, GroupListRequest, PartitionLag,
                                              VirtualPartitionLag, VpStatus, description_of, reset_request, resets_of)
-from mafka4.protocol.metadata_api import MetadataRequest, topic_of
+from mafka4.protocol.metadata_api import MetadataRequest
+from mafka4.protocol.metadata_topics import topic_of
 
 __all__ = ["GroupAdmin", "GroupDescription", "PartitionLag", "VirtualPartitionLag", "VpStatus"]
 

@@ -22,7 +22,8 @@ from mafka4.limits import LIST_OFFSETS_TIMEOUT_S, PROTOCOL_ANSWER_MARGIN_S, Acks
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.protocol.connection import ClientConnection
 from mafka4.protocol.data_api import FetchRequest, ListOffsetsRequest, ProduceRequest
-from mafka4.protocol.metadata_api import MetadataRequest, topic_of
+from mafka4.protocol.metadata_api import MetadataRequest
+from mafka4.protocol.metadata_topics import topic_of
 
 
 

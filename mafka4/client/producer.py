@@ -29,6 +29,7 @@ from itertools import accumulate
 from typing import Any, Callable, Iterable
 
 from mafka4.batch_frame import TIMESTAMP_MS_MAX
+from mafka4.batch_payload import RESERVED_HEADER_PREFIX
 from mafka4.client.accumulator import RECORD_OVERHEAD_BYTES, RecordAccumulator
 from mafka4.client.cluster_access import cluster_access
 from mafka4.client.futures import Callback, RecordFuture, RecordMetadata
@@ -40,7 +41,6 @@ from mafka4.client.sender import Sender
 from mafka4.errors import InvalidRecord, MessageTooLarge, ProducerClosed
 from mafka4.limits import ProducerConfig
 from mafka4.names import validate_topic_name
-from mafka4.virtual.vp_records import RESERVED_HEADER_PREFIX
 
 Serializer = Callable[[Any], bytes]
 

@@ -19,7 +19,7 @@ from mafka4.client.node_connection import call_once
 from mafka4.limits import READ_MODE_DEFAULT, ReadMode
 from mafka4.names import validate_topic_name
 from mafka4.physical.partition_state import TopicMetadata
-from mafka4.protocol.metadata_api import topic_of
+from mafka4.protocol.metadata_topics import topic_of
 from mafka4.protocol.topic_admin_api import (EpochInfo, TopicCreateRequest, TopicDeleteRequest, TopicDescribeRequest,
                                              TopicScaleRequest, config_json, description_of, new_topic_config)
 

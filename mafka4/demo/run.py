@@ -35,7 +35,8 @@ from mafka4.client.group_admin import GroupAdmin, GroupDescription, VpStatus
 from mafka4.client.producer import Producer
 from mafka4.demo.narrator import Narrator
 from mafka4.demo.verdict import Acknowledged, Delivery, judge
-from mafka4.limits import ClusterConfig, ReadMode
+from mafka4.limits import ReadMode
+from mafka4.limits.servers import ClusterConfig
 from mafka4.runtime.connect import Connection
 from mafka4.runtime.temporary import temporary_cluster
 

@@ -25,8 +25,9 @@ from mafka4.protocol.admin_api import (AclAddAnswer, AclAddRequest, AclListAnswe
 from mafka4.protocol.messages import ApiKey
 from mafka4.protocol.server import Handler
 from mafka4.protocol.session import Session
-from mafka4.security.acl import ADMIN_USER, CLUSTER_RESOURCE, Operation, ResourceType
+from mafka4.security.acl import CLUSTER_RESOURCE, Operation, ResourceType
 from mafka4.security.acl_store import AclStore
+from mafka4.security.principals import ADMIN_USER
 from mafka4.security.user_store import UserStore
 
 # The port's check: nothing if the session's principal may do the operation on the resource,

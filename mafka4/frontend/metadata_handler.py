@@ -13,7 +13,8 @@ from mafka4.errors import UnknownTopic
 from mafka4.frontend.cluster_view import ClusterView
 from mafka4.frontend.port_security import PortSecurity
 from mafka4.frontend.view_state import ViewState
-from mafka4.protocol.metadata_api import MetadataAnswer, MetadataRequest, NodeInfo, topic_info
+from mafka4.protocol.metadata_api import MetadataAnswer, MetadataRequest, NodeInfo
+from mafka4.protocol.metadata_topics import topic_info
 from mafka4.protocol.session import Session
 from mafka4.security.acl import Operation, ResourceType
 

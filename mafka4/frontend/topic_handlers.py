@@ -32,7 +32,8 @@ from mafka4.frontend.topic_intents import create_topic, delete_topic, scale_topi
 from mafka4.limits import NODE_INTENT_REQUESTS_IN_FLIGHT_MAX
 from mafka4.metadata.store import MetadataStore
 from mafka4.protocol.messages import ApiKey
-from mafka4.protocol.metadata_api import TopicInfo, topic_info
+from mafka4.protocol.metadata_api import TopicInfo
+from mafka4.protocol.metadata_topics import topic_info
 from mafka4.protocol.server import Handler
 from mafka4.protocol.session import Session
 from mafka4.names import validate_topic_name

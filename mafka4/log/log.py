@@ -53,7 +53,7 @@ from typing import Iterator
 
 from mafka4.batch_frame import BatchHeader, check_batch, check_single_batch, iter_batches
 from mafka4.errors import CorruptRecord, OffsetOutOfRange
-from mafka4.limits import LogConfig
+from mafka4.limits.servers import LogConfig
 from mafka4.log.fsync_points import record_directory, record_synced
 from mafka4.log.log_dir_budget import LogDirBudget
 from mafka4.log.offset_index import U32_MAX

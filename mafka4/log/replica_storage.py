@@ -33,7 +33,7 @@ import shutil
 from pathlib import Path
 from typing import NamedTuple
 
-from mafka4.limits import LogConfig, ReplicaConfig
+from mafka4.limits.servers import LogConfig, ReplicaConfig
 from mafka4.log.checkpoint import commit_checkpoint, read_checkpoint, stage_checkpoint, write_checkpoint
 from mafka4.log.epochs import EpochHistory
 from mafka4.log.log import Log

@@ -39,7 +39,8 @@ from typing import Iterator
 
 from mafka4.batch_frame import HEADER_BYTES, BatchHeader, check_batch, crc_matches, iter_batches, read_header
 from mafka4.errors import CorruptRecord
-from mafka4.limits import SEGMENT_SCAN_CHUNK_BYTES, KiB, LogConfig, MiB
+from mafka4.limits import SEGMENT_SCAN_CHUNK_BYTES, KiB, MiB
+from mafka4.limits.servers import LogConfig
 from mafka4.log.fsync_points import create, fsync
 from mafka4.log.offset_index import U32_MAX, OffsetIndex, OffsetPosition
 from mafka4.log.pending_flush import FileToSync

@@ -73,8 +73,8 @@ from mafka4.batch_frame import check_producer_batch
 from mafka4.clocks import wall_ms, wall_ms_fine
 from mafka4.errors import CoordinatorUnavailable, CorruptRecord, RequestTimedOut
 from mafka4.faults import FaultGate
-from mafka4.limits import (HIGH_WATERMARK_CHECKPOINT_INTERVAL_S, PRODUCE_TIMEOUT_MS_DEFAULT, Acks, LogConfig, ReadMode,
-                           ReplicaConfig)
+from mafka4.limits import HIGH_WATERMARK_CHECKPOINT_INTERVAL_S, PRODUCE_TIMEOUT_MS_DEFAULT, Acks, ReadMode
+from mafka4.limits.servers import LogConfig, ReplicaConfig
 from mafka4.log.log import Log, RetentionResult
 from mafka4.log.log_dir_budget import LogDirBudget
 from mafka4.log.read_loss import retention_floor

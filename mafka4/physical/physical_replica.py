@@ -46,7 +46,8 @@ from typing import Callable, Protocol, Sequence
 
 from mafka4.batch_frame import NO_PRODUCER_ID, BatchHeader, stamp
 from mafka4.errors import CorruptRecord, DiskFull, MafkaError, NotLeader
-from mafka4.limits import Acks, LogConfig, ReplicaConfig
+from mafka4.limits import Acks
+from mafka4.limits.servers import LogConfig, ReplicaConfig
 from mafka4.log.log_dir_budget import LogDirBudget, is_disk_full
 from mafka4.log.pending_flush import PendingFlush
 from mafka4.log.replica_storage import ReplicaStorage, StagedHighWatermark

@@ -68,7 +68,8 @@ from typing import Iterable, Sequence
 from mafka4 import planted_bugs
 from mafka4.batch_frame import BatchHeader
 from mafka4.errors import NotEnoughReplicas, NotLeader, StaleEpoch
-from mafka4.limits import Acks, ReplicaConfig
+from mafka4.limits import Acks
+from mafka4.limits.servers import ReplicaConfig
 from mafka4.log.epochs import NO_EPOCH, EpochHistory
 from mafka4.log.producer_state import ProducerStateTable
 from mafka4.planted_bugs import PlantedBug

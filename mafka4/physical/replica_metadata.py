@@ -27,7 +27,8 @@ from __future__ import annotations
 import os
 from typing import Callable, Iterable
 
-from mafka4.limits import IN_SYNC_WRITE_BACKOFF_S, ReplicaConfig
+from mafka4.limits import IN_SYNC_WRITE_BACKOFF_S
+from mafka4.limits.servers import ReplicaConfig
 from mafka4.log.read_loss import feed_position_from_json
 from mafka4.metadata import keys
 from mafka4.metadata.in_sync_recorder import InSyncRecorder, Members

@@ -8,16 +8,14 @@ exist is ``UnknownTopic``, one it may not describe ``NotAuthorized``.
 
 A topic's config travels as the JSON text etcd holds (``partition_state.config_to_json``): the
 client parses it with ``config_from_json``, so a config field added later needs no new message.
-Pure: message types and their conversions.
+A topic and its ``TopicInfo`` are converted by ``protocol.metadata_topics``: a client that only
+lists topics reads their names and builds no topic. Pure: message types.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Sequence
 
-from mafka4.physical.partition_state import PartitionState, TopicMetadata, config_from_json, config_to_json
 from mafka4.protocol.messages import ApiKey, register
 
 
@@ -63,20 +61,6 @@ class MetadataAnswer:
     cluster: str
     nodes: tuple[NodeInfo, ...]
     topics: tuple[TopicInfo, ...]
-
-
-def topic_info(topic: TopicMetadata, leader_addresses: Sequence[str | None] | None = None) -> TopicInfo:
-    """``topic`` as the METADATA answer carries it; ``leader_addresses`` in partition order (None: none known)."""
-    addresses = leader_addresses if leader_addresses is not None else [None] * len(topic.partitions)
-    partitions = tuple(PartitionInfo(p.partition, p.leader, p.leader_epoch, p.replicas, p.isr, address)
-                       for p, address in zip(topic.partitions, addresses))
-    return TopicInfo(topic.name, json.dumps(config_to_json(topic.config), sort_keys=True), partitions)
-
-
-def topic_of(info: TopicInfo) -> TopicMetadata:
-    """The topic ``info`` describes (without the eligible leader replicas, which clients never use)."""
-    partitions = tuple(PartitionState(p.partition, p.leader, p.leader_epoch, p.replicas, p.isr) for p in info.partitions)
-    return TopicMetadata(info.name, config_from_json(json.loads(info.config_json)), partitions)
 
 
 register(ApiKey.METADATA, MetadataRequest, MetadataAnswer)

@@ -31,7 +31,8 @@ from collections import deque
 from typing import Awaitable, Callable, Mapping, Protocol
 
 from mafka4.errors import AuthenticationFailed, MafkaError, ProtocolError, UnsupportedVersion
-from mafka4.limits import PROTOCOL_UNAUTHENTICATED_FRAME_BYTES_MAX, PROTOCOL_VERSION, ClientPortConfig
+from mafka4.limits import PROTOCOL_UNAUTHENTICATED_FRAME_BYTES_MAX, PROTOCOL_VERSION
+from mafka4.limits.servers import ClientPortConfig
 from mafka4.protocol.error_codes import error_answer
 from mafka4.protocol.frames import Envelope, decode_frame, encode_frame, frame_reader, readable_header
 from mafka4.protocol.messages import (ApiKey, ApiVersionsAnswer, Kind, SaslAuthenticateAnswer, SaslHandshakeAnswer,

@@ -80,7 +80,7 @@ from mafka4.errors import MafkaError, NotLeader
 from mafka4.hashing import key_hash
 from mafka4.limits import SECOND_MS, _check_range
 
-# --- errors and bounds (to move to mafka4/errors.py and mafka4/limits.py) ------------------
+# --- errors and bounds (to move to mafka4/errors.py and mafka4/limits) ---------------------
 
 
 class NoReadReplica(MafkaError):

@@ -16,7 +16,8 @@ import sys
 import threading
 
 from mafka4.coordinator.control.controller import Controller
-from mafka4.limits import ControllerConfig, parse_setting, replace_config
+from mafka4.limits import parse_setting, replace_config
+from mafka4.limits.servers import ControllerConfig
 from mafka4.runtime.environment import apply_ray_environment
 from mafka4.transport.ray_names import NAMESPACE
 

@@ -30,10 +30,12 @@ from pathlib import Path
 from typing import Callable
 
 from mafka4.limits import (CONTROLLER_STOP_TIMEOUT_S, LEASE_REFRESHES_PER_TTL, READ_NODE_START_POLL_INTERVAL_S,
-                           ClusterConfig, parse_setting)
+                           parse_setting)
+from mafka4.limits.servers import ClusterConfig
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
 from mafka4.runtime.environment import apply_ray_environment, ensure_ray_token, ray_temp_dir, use_ray_token
+from mafka4.runtime.etcd_member import etcd_endpoint
 from mafka4.runtime.ports import LOOPBACK, free_loopback_port
 from mafka4.runtime.ray_cluster import NodeRole, node_ids
 from mafka4.runtime.registration import (
@@ -89,7 +91,7 @@ class ControllerProcess:
 
 def run(home: Path, config: ClusterConfig, cluster: str) -> None:
     """Start everything, keep it running until a signal, and stop it in reverse order."""
-    from mafka4.runtime.etcd_server import etcd_endpoint, start_etcd_members, stop_etcd_members
+    from mafka4.runtime.etcd_server import start_etcd_members, stop_etcd_members
     from mafka4.runtime.ray_cluster import start_ray_cluster, stop_ray_cluster
 
     write_nodes = node_ids(NodeRole.WRITE, config.write_nodes)

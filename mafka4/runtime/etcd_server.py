@@ -1,7 +1,8 @@
 """Real etcd server processes on loopback, each with its own data directory: one member alone,
 or the members of one etcd cluster.
 
-Used by ``mafka4 up`` and by tests. A member listens only on 127.0.0.1 (client and peer ports
+Used by ``mafka4 up`` and by tests; a member as a value (``EtcdServer``, what the cluster record
+lists) is ``runtime.etcd_member``'s. A member listens only on 127.0.0.1 (client and peer ports
 both free ports chosen at start), is stopped by its PID, and counts as started once it answers
 etcd's ``/health`` on its client port, which it does only once its cluster has a leader.
 
@@ -28,18 +29,15 @@ import shutil
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from mafka4.errors import ClusterNotRunning, InvalidConfig
 from mafka4.limits import (ETCD_HEALTH_PROBE_INTERVAL_S, ETCD_HEALTH_PROBE_TIMEOUT_S, ETCD_HISTORY_RETENTION_S,
                            ETCD_MEMBER_COUNTS, ETCD_START_ATTEMPTS_MAX, ETCD_STOP_TIMEOUT_S, ETCD_TXN_OPS_MAX)
-from mafka4.metadata.endpoints import format_endpoints
+from mafka4.runtime.etcd_member import LONE_MEMBER_DIR, EtcdServer
 from mafka4.runtime.ports import LOOPBACK, free_loopback_port
 
 ETCD_BINARY_DEFAULT = "/usr/bin/etcd"
-LONE_MEMBER_NAME = "mafka4"
-LONE_MEMBER_DIR = "etcd"
 MEMBERS_RECORD_NAME = "etcd-members.json"
 
 
@@ -51,30 +49,6 @@ def etcd_binary() -> str:
             f"'apt-get install etcd-server' or set MAFKA4_ETCD_BINARY"
         )
     return binary
-
-
-@dataclass(frozen=True, slots=True)
-class EtcdServer:
-    """One etcd member process; the last four fields describe its place in a cluster."""
-
-    pid: int
-    client_port: int
-    data_dir: str
-    log_path: str
-    name: str = LONE_MEMBER_NAME
-    peer_port: int = 0  # 0: not recorded (a lone member, which takes a new one at every start)
-    # "name=http://127.0.0.1:<peer port>,..." for every member; "" for a lone member.
-    initial_cluster: str = ""
-    cluster_token: str = ""
-
-    @property
-    def endpoint(self) -> str:
-        return f"{LOOPBACK}:{self.client_port}"
-
-
-def etcd_endpoint(servers) -> str:
-    """The endpoint list a client of these members is given (``host:port[,host:port...]``)."""
-    return format_endpoints(server.endpoint for server in servers)
 
 
 def start_etcd(data_dir: str | os.PathLike, timeout_s: float = 30.0) -> EtcdServer:
@@ -260,7 +234,7 @@ def _spawn(server: EtcdServer, peer_port: int) -> subprocess.Popen:
         "--initial-cluster-state", "new",
         *(("--initial-cluster-token", server.cluster_token) if server.cluster_token else ()),
         "--max-txn-ops", str(ETCD_TXN_OPS_MAX),
-        # Without compaction etcd keeps every revision until it hits its quota (limits.py).
+        # Without compaction etcd keeps every revision until it hits its quota (mafka4.limits).
         "--auto-compaction-mode", "periodic",
         "--auto-compaction-retention", f"{ETCD_HISTORY_RETENTION_S}s",
         "--log-level", "warn",

@@ -22,12 +22,14 @@ import psutil
 
 from mafka4.errors import ClusterAlreadyRunning, ClusterNotRunning, CoordinatorUnavailable
 from mafka4.limits import (DAEMON_STOP_TIMEOUT_S, KILLED_PROCESSES_WAIT_S, LOCAL_CLUSTER_POLL_INTERVAL_S,
-                           STATUS_ETCD_TIMEOUT_S, ClusterConfig)
+                           STATUS_ETCD_TIMEOUT_S)
+from mafka4.limits.servers import ClusterConfig
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
 from mafka4.runtime.daemon import LOG_FILE_NAME
 from mafka4.runtime.environment import ray_environment
-from mafka4.runtime.etcd_server import EtcdServer, check_etcd_layout
+from mafka4.runtime.etcd_member import EtcdServer
+from mafka4.runtime.etcd_server import check_etcd_layout
 from mafka4.runtime.ports import is_listening
 from mafka4.runtime.state import CLUSTER_NAME_DEFAULT, ClusterState, load_state, remove_state
 

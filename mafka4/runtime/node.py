@@ -48,7 +48,8 @@ from typing import Callable
 
 from mafka4.errors import CoordinatorUnavailable, InvalidConfig, InvalidNodeId, MafkaError
 from mafka4.limits import (CLIENT_PORT_DEFAULT, LEASE_REFRESHES_PER_TTL, NODE_CONFIG_RETRY_INTERVAL_S,
-                           NODE_CONFIG_WAIT_S_DEFAULT, ClusterConfig)
+                           NODE_CONFIG_WAIT_S_DEFAULT)
+from mafka4.limits.servers import ClusterConfig
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
 from mafka4.runtime.environment import mafka4_home

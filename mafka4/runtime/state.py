@@ -1,7 +1,9 @@
 """The record of a running local cluster: ``<home>/cluster.json``.
 
 The daemon writes it once etcd and Ray answer (``ready=True``) and removes it when it stops;
-``up``/``down``/``status``/``connect`` read it. It is written atomically (temp file, fsync,
+``up``/``down``/``status``/``connect`` read it, and so does every client that starts from the
+local cluster (``client.bootstrap``): this module imports no code that runs etcd or Ray (the
+members it lists are ``runtime.etcd_member`` values). It is written atomically (temp file, fsync,
 rename) so a reader sees either the old record or the new one, never half of one. A record
 does not prove the cluster is alive: callers check ``daemon_pid``.
 """
@@ -14,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mafka4.errors import ClusterNotRunning
-from mafka4.runtime.etcd_server import LONE_MEMBER_DIR, EtcdServer, etcd_endpoint
+from mafka4.runtime.etcd_member import LONE_MEMBER_DIR, EtcdServer, etcd_endpoint
 
 STATE_FILE_NAME = "cluster.json"
 CLUSTER_NAME_DEFAULT = "local"

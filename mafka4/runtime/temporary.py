@@ -30,11 +30,12 @@ from typing import Iterator
 
 from mafka4.errors import ClusterNotRunning
 from mafka4.exported_variables import exported_variable
-from mafka4.limits import ClusterConfig
+from mafka4.limits.servers import ClusterConfig
 from mafka4.runtime.connect import Connection, connect
 from mafka4.runtime.daemon import LOG_FILE_NAME
 from mafka4.runtime.environment import HOME_ENV, SHORT_TEMP_ROOT, ray_temp_dir
-from mafka4.runtime.etcd_server import EtcdServer, stop_etcd
+from mafka4.runtime.etcd_member import EtcdServer
+from mafka4.runtime.etcd_server import stop_etcd
 from mafka4.runtime.local import down, up
 from mafka4.runtime.state import ClusterState, state_path
 

@@ -37,9 +37,8 @@ from typing import Iterable
 from mafka4.errors import InvalidConfig, NotAuthorized
 from mafka4.limits import TOPIC_NAME_CHARS_MAX
 from mafka4.names import name_problem
-from mafka4.security.principals import ANYONE, user_name_problem
+from mafka4.security.principals import ADMIN_USER, ANYONE, user_name_problem
 
-ADMIN_USER = "admin"
 # The one name of the cluster resource (Kafka's "kafka-cluster").
 CLUSTER_RESOURCE = "mafka4-cluster"
 # A literal rule with this name matches every resource of its type.

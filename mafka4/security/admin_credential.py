@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING
 
 from mafka4.durable_files import replace_file
 from mafka4.errors import InvalidConfig, MissingCredential
-from mafka4.security.acl import ADMIN_USER
-from mafka4.security.principals import format_credential, parse_credential
+from mafka4.security.principals import ADMIN_USER, format_credential, parse_credential
 
 if TYPE_CHECKING:
     from mafka4.security.user_store import UserStore

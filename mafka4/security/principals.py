@@ -25,6 +25,9 @@ from mafka4.names import name_problem
 
 # An ACL rule for this principal applies to every authenticated user.
 ANYONE = "*"
+# The user whose credential file ``mafka4 up`` writes (``admin_credential``), and the superuser
+# of ACLs unless told otherwise (``acl.AclTable``).
+ADMIN_USER = "admin"
 CREDENTIAL_FIELDS = frozenset({"user", "password"})
 
 

@@ -13,8 +13,8 @@ where a ``GatedHandle`` wraps an actor handle (``mafka4.partition_gate``). The h
 where to connect from a resolver (in practice one Ray call to the serving actor), and learns
 it again after its connection broke: a restarted actor listens on a new port.
 
-Wire: frames of ``runtime.stream_frames`` (a pickle, with its large bytes out of band, which
-arrive as ``bytearray``). The client's first frame is the server's token; then each request
+Wire: frames of ``transport.stream_frames`` whose body is a pickle, with its large bytes out of
+band, which arrive as ``bytearray`` (``transport.stream_pickles``). The client's first frame is the server's token; then each request
 is ``(call_id, method, args, kwargs)`` and each answer ``(call_id, raised, value)``. Calls on
 one connection run concurrently (long polls park), and their answers come back in any order.
 Each connection is an asyncio ``BufferedProtocol``: the socket is read into the frame reader's
@@ -40,7 +40,8 @@ from typing import Awaitable, Callable
 
 from mafka4.errors import MafkaError, StreamLost
 from mafka4.transport.framed_connection import FramedConnection
-from mafka4.transport.stream_frames import Frame, FrameTooLarge, encode, encode_raw
+from mafka4.transport.stream_frames import Frame, FrameTooLarge, encode_raw
+from mafka4.transport.stream_pickles import decode, encode
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ class _ServedConnection:
             self._trusted = True
             return
         try:
-            call_id, method, args, kwargs = frame.loads()
+            call_id, method, args, kwargs = decode(frame)
         except Exception as error:  # a request that does not unpickle: not a mafka4 caller
             logger.warning("%s: dropped a stream connection whose request did not decode (%s: %s)",
                            server._name, type(error).__name__, error)
@@ -192,7 +193,7 @@ class _Connection:
 
     def _on_frame(self, frame: Frame) -> None:
         try:
-            call_id, raised, value = frame.loads()
+            call_id, raised, value = decode(frame)
         except Exception as error:  # an answer that does not unpickle: the stream cannot be trusted
             self.protocol.close(f"an answer that did not decode ({type(error).__name__}: {error})")
             return

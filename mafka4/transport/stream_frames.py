@@ -1,44 +1,43 @@
-"""The frames of a stream call (``runtime.stream_calls``): a pickle, with its large bytes beside it.
+"""Frames over a byte stream: a body, with its large bytes beside it.
 
 Why: a fetch answer or a produce batch is up to several MiB of bytes inside a few small fields.
-Pickled whole, those bytes were copied into the pickle, again on the way into the socket, and
+Put whole into the body, those bytes were copied into it, again on the way into the socket, and
 on the receiving side out of the socket's reads into a stream buffer, out of it into the frame,
-and out of the frame into the unpickled object. So a ``bytes`` or ``bytearray`` of at least
-``STREAM_OUT_OF_BAND_BYTES_MIN`` travels out of band: the pickle holds a reference to it (a
-persistent id), it is written to the socket as it lies, and the receiver reads it straight
-into the ``bytearray`` the unpickled object gets. A 4 MiB fetch answer (``mafka4 bench
-stream``, load below 0.6) cost, per MiB, 0.79-0.87 ms of CPU to send and 0.86-1.27 to receive
-pickled whole over asyncio streams; out of band, 0.22-0.29 and 0.17-0.24.
+and out of the frame into the decoded object. So a frame carries its large bytes as buffers
+apart from its body: each is written to the socket as it lies, and the receiver reads it straight
+into the ``bytearray`` the decoded object gets.
+
+Two protocols frame this way: the stream calls between a cluster's processes
+(``runtime.stream_calls``), whose body is a pickle (``transport.stream_pickles``), and the client
+protocol (``protocol.frames``), whose body is msgpack and which never unpickles: this module
+only frames bytes.
 
 Wire, all integers big-endian:
 
     frame   := head lengths body buffer*
     head    := u32 body_bytes, u32 buffer_count
     lengths := buffer_count x u32 buffer_bytes
-    body    := a pickle (protocol 5) whose persistent id i is buffer i; or, for a connection's
-               first frame, the server's token
+    body    := what the protocol encodes; for a stream connection's first frame, the server's token
 
-Out-of-band bytes arrive as ``bytearray`` (what a socket can be read into), so a receiver of
-large data must take any bytes-like object; smaller ones arrive as they were sent. A frame
-longer than ``STREAM_FRAME_BYTES_MAX`` in all is refused on either side: ``FrameTooLarge``
-before it is sent, ``BadFrame`` when a peer announces one, or more buffers than could fit in
-it (``STREAM_FRAME_BUFFERS_MAX``): that peer does not speak this protocol, or is corrupt.
+Buffers arrive as ``bytearray`` (what a socket can be read into), so a receiver of large data
+must take any bytes-like object. A frame longer than ``STREAM_FRAME_BYTES_MAX`` in all is refused
+on either side (unless its protocol passes bounds of its own): ``FrameTooLarge`` before it is
+sent, ``BadFrame`` when a peer announces one, or more buffers than could fit in it
+(``STREAM_FRAME_BUFFERS_MAX``): that peer does not speak this protocol, or is corrupt.
 
-Pure: objects in, byte parts out (``encode``); bytes in, frames out (``FrameReader``). No
-sockets here.
+Pure: bodies and buffers in, byte parts out (``encode_parts``); bytes in, frames out
+(``FrameReader``). No sockets here.
 """
 
 from __future__ import annotations
 
-import io
-import pickle
 import struct
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mafka4.limits import (STREAM_FRAME_BUFFERS_MAX, STREAM_FRAME_BYTES_MAX, STREAM_OUT_OF_BAND_BYTES_MIN,
-                           STREAM_STAGING_BYTES, STREAM_WRITTEN_APART_BYTES_MIN)
+from mafka4.limits import (STREAM_FRAME_BUFFERS_MAX, STREAM_FRAME_BYTES_MAX, STREAM_STAGING_BYTES,
+                           STREAM_WRITTEN_APART_BYTES_MIN)
 
 _HEAD = struct.Struct(">II")
 _LENGTH = struct.Struct(">I")
@@ -58,48 +57,6 @@ class Frame:
 
     body: bytes | bytearray
     buffers: tuple[bytearray, ...]
-
-    def loads(self) -> object:
-        """The object the body pickles, its persistent ids resolved to the buffers."""
-        return _Unpickler(io.BytesIO(self.body), self.buffers).load()
-
-
-class _Pickler(pickle.Pickler):
-    """Pickles ``bytes`` and ``bytearray`` of at least ``STREAM_OUT_OF_BAND_BYTES_MIN`` as persistent
-    ids, collecting them in ``buffers``. (``persistent_id`` is asked of every object, before the
-    C pickler's fast paths for atoms; ``reducer_override`` is not asked of exact bytes.)"""
-
-    def __init__(self, file: io.BytesIO):
-        super().__init__(file, protocol=5)
-        self.buffers: list[bytes | bytearray] = []
-
-    def persistent_id(self, obj: object) -> int | None:
-        if type(obj) in (bytes, bytearray) and len(obj) >= STREAM_OUT_OF_BAND_BYTES_MIN:
-            self.buffers.append(obj)
-            return len(self.buffers) - 1
-        return None
-
-
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, file: io.BytesIO, buffers: tuple[bytearray, ...]):
-        super().__init__(file)
-        self._buffers = buffers
-
-    def persistent_load(self, pid: object) -> bytearray:
-        if not (type(pid) is int and 0 <= pid < len(self._buffers)):
-            raise pickle.UnpicklingError(f"the frame refers to buffer {pid!r}; it has {len(self._buffers)}")
-        return self._buffers[pid]
-
-
-def encode(obj: object) -> list[bytes | memoryview]:
-    """The frame of ``obj``, as parts to write in order: each out-of-band buffer of at least
-    ``STREAM_WRITTEN_APART_BYTES_MIN`` as a view of itself (no copy), everything between them joined.
-    ``FrameTooLarge`` above the bounds; whatever ``pickle`` raises for an object that does not
-    pickle."""
-    file = io.BytesIO()
-    pickler = _Pickler(file)
-    pickler.dump(obj)
-    return encode_parts(file.getvalue(), pickler.buffers)
 
 
 def encode_raw(body: bytes) -> list[bytes | memoryview]:

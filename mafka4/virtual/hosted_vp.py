@@ -72,7 +72,8 @@ from mafka4.batch_payload import Record, decode_batches
 from mafka4.clocks import wall_ms_fine
 from mafka4.errors import MessageTooLarge
 from mafka4.faults import FaultGate
-from mafka4.limits import FEED_RECORDS_MAX, SEGMENT_SCAN_CHUNK_BYTES, LogConfig
+from mafka4.limits import FEED_RECORDS_MAX, SEGMENT_SCAN_CHUNK_BYTES
+from mafka4.limits.servers import LogConfig
 from mafka4.log.log_dir_budget import LogDirBudget
 from mafka4.log.pending_flush import PendingFlush
 from mafka4.log.replica_storage import ReplicaStorage, StagedHighWatermark

@@ -59,7 +59,7 @@ from typing import Callable, Mapping
 
 from mafka4.clocks import wall_ms
 from mafka4.errors import NotLeader, OffsetOutOfRange, RequestTimedOut, ReshardConflict, StaleEpoch
-from mafka4.limits import FeederConfig
+from mafka4.limits.servers import FeederConfig
 from mafka4.log.read_loss import LostRange
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore

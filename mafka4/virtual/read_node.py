@@ -72,7 +72,8 @@ import ray
 from mafka4.clocks import wall_ms
 from mafka4.collector import freeze_what_start_up_left
 from mafka4.errors import InvalidConfig, MafkaError, StaleEpoch, UnknownVirtualPartition
-from mafka4.limits import LEADER_TICK_INTERVAL_S, ReadNodeConfig, TopicConfig
+from mafka4.limits import LEADER_TICK_INTERVAL_S, TopicConfig
+from mafka4.limits.servers import ReadNodeConfig, topic_log_config
 from mafka4.log.log_dir_budget import LogDirBudget
 from mafka4.long_poll import ChangeSignal
 from mafka4.partition_gate import NetworkFault
@@ -256,7 +257,7 @@ class ReadNode:
         if hosted is None:
             directory = vp_directory(self._spec.data_root, self._spec.node_id, vp_id)
             risr_config = RisrConfig(read_replica_lag_ms_max=config.read_replica_lag_ms_max)
-            hosted = HostedVp(vp_id, self._spec.node_id, directory, config.log_config(), risr_config, now_ms,
+            hosted = HostedVp(vp_id, self._spec.node_id, directory, topic_log_config(config), risr_config, now_ms,
                               self._on_ready, self._budget, on_change=self._housekeeper.changed,
                               owe_flush=self._housekeeper.owe_flush)
             hosted.trace = self._stage_traces.get(vp_id.topic)

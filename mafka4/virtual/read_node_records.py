@@ -33,7 +33,8 @@ from typing import Callable
 
 from mafka4.clocks import wall_ms
 from mafka4.errors import CoordinatorUnavailable
-from mafka4.limits import IN_SYNC_WRITE_BACKOFF_S, ReadNodeConfig
+from mafka4.limits import IN_SYNC_WRITE_BACKOFF_S
+from mafka4.limits.servers import ReadNodeConfig
 from mafka4.log.read_loss import LostRange, ReadLoss
 from mafka4.metadata import keys
 from mafka4.metadata.in_sync_recorder import InSyncRecorder

@@ -41,7 +41,7 @@ from typing import Callable, NamedTuple, Sequence
 
 from mafka4.clocks import wall_ms
 from mafka4.errors import MafkaError, NotLeader
-from mafka4.limits import ReadNodeConfig
+from mafka4.limits.servers import ReadNodeConfig
 from mafka4.transport.remote_errors import unwrap
 from mafka4.virtual.hosted_vp import HostedVp, VpId
 from mafka4.virtual.node_loop import NodeLoop

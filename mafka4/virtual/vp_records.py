@@ -84,9 +84,6 @@ from mafka4.compression import Codec
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import message_hash
 
-# Header names under this prefix are the system's own (a VP record's source, a loss marker):
-# producers may not send them, or a consumer would take a producer's header for one of these.
-RESERVED_HEADER_PREFIX = "mafka4."
 _SOURCE = SOURCE
 LOST_HEADER = "mafka4.lost"
 _LOST = struct.Struct(">iqq")

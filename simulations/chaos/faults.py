@@ -59,7 +59,8 @@ from mafka4.partition_gate import CLIENT, HEALED
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.topics import TopicStore
 from mafka4.runtime.connect import Connection
-from mafka4.runtime.etcd_server import EtcdServer, restart_etcd
+from mafka4.runtime.etcd_member import EtcdServer
+from mafka4.runtime.etcd_server import restart_etcd
 from mafka4.virtual.handles import read_node_handle
 from mafka4.virtual.vp_store import VirtualStore
 from simulations.chaos.disk_faults import DiskFaults

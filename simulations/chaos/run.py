@@ -64,10 +64,11 @@ import ray
 from mafka4 import planted_bugs
 from mafka4.client.admin import Admin
 from mafka4.errors import InvalidConfig, MafkaError
-from mafka4.limits import ClusterConfig, ReadMode
+from mafka4.limits import ReadMode
+from mafka4.limits.servers import ClusterConfig
 from mafka4.log.fsync_points import recording_fsync_points
 from mafka4.runtime.connect import Connection
-from mafka4.runtime.etcd_server import EtcdServer
+from mafka4.runtime.etcd_member import EtcdServer
 from mafka4.runtime.temporary import temporary_cluster
 from simulations.chaos.faults import EtcdControl, FaultRecord, Nemesis
 from simulations.chaos.judge import FinalLogs, judge, read_final_logs, with_sources

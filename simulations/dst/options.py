@@ -15,7 +15,8 @@ from typing import Callable
 
 from mafka4.client.sender_core import PipelineCore
 from mafka4.coordinator.groups.vp_ownership import GroupView, OwnershipPlan, plan_ownership
-from mafka4.limits import KiB, LogConfig, ProducerConfig, ReadNodeConfig, ReplicaConfig
+from mafka4.limits import KiB, ProducerConfig
+from mafka4.limits.servers import LogConfig, ReadNodeConfig, ReplicaConfig
 from mafka4.physical.replica import ReplicaState
 from mafka4.risr.state import RisrConfig
 from simulations.dst.network import NetworkConfig

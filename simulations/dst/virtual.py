@@ -19,7 +19,7 @@ messages into its calls, as ``virtual.read_node.ReadNode`` translates Ray calls:
   fetch is answered at once.
 
 VP logs flush as in production: ``VP_LOG_CONFIG`` is what a read node opens a topic's VPs with
-(``TopicConfig.log_config()``: an fsync once ``flush_interval_ms`` passed, checked every
+(``topic_log_config``: an fsync once ``flush_interval_ms`` passed, checked every
 ``housekeeping_interval_ms``, and on every segment roll), in simulated time. Production runs
 housekeeping's fsyncs on a worker thread while feeding goes on; here ``housekeep`` runs its
 three steps in a row, so no append lands during an fsync. A read
@@ -42,6 +42,7 @@ from typing import Callable
 from mafka4.batch_frame import iter_batches
 from mafka4.errors import MafkaError, StaleEpoch
 from mafka4.limits import KiB, TopicConfig, replace_config
+from mafka4.limits.servers import topic_log_config
 from mafka4.virtual.hosted_vp import HostedVp, VpId
 from mafka4.virtual.replica_core import FetchPosition, Ready, ReplicaAnswer, VpReplicaCore, VpRole
 from simulations.dst import messages as m
@@ -50,10 +51,10 @@ from simulations.dst.env import Env
 
 TOPIC = "t"
 VP_FETCH_BYTES_MAX = 4096
-# A read node's VP log config (``ReadNode._open``: the topic's ``log_config()``), so its flush
+# A read node's VP log config (``ReadNode._open``: the topic's ``topic_log_config``), so its flush
 # policy is production's; on small segments, which roll (and so flush) often, with a denser
 # index, and no retention (the simulator deletes nothing).
-VP_LOG_CONFIG = replace_config(TopicConfig(segment_bytes_max=4 * KiB, retention_ms=None).log_config(),
+VP_LOG_CONFIG = replace_config(topic_log_config(TopicConfig(segment_bytes_max=4 * KiB, retention_ms=None)),
                                index_interval_bytes=256)
 # The final checks read whole logs in chunks of this many bytes.
 READ_ALL_BYTES_MAX = 1 << 20

@@ -54,7 +54,8 @@ import psutil
 
 from mafka4.bench.produce import ProduceBenchSettings, encoded_batches, producer_run, raw_run
 from mafka4.errors import InvalidConfig
-from mafka4.limits import Acks, ClusterConfig, ReadMode
+from mafka4.limits import Acks, ReadMode
+from mafka4.limits.servers import ClusterConfig
 from simulations.fleet import proc_cpu
 from simulations.fleet.fit import derive_params
 from simulations.fleet.params import CALIBRATION_FORMAT, QUIET_LOAD_PER_CORE_MAX, background_loads_1m, is_quiet

@@ -95,7 +95,8 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 
 from mafka4.coordinator.groups.partition_protocol import validate_group_name
 from mafka4.errors import InvalidConfig, MafkaError
-from mafka4.limits import ClusterConfig, ReadMode, _check_range
+from mafka4.limits import ReadMode, _check_range
+from mafka4.limits.servers import ClusterConfig
 
 if TYPE_CHECKING:  # the runtime is imported only when a cluster starts
     from mafka4.runtime.temporary import TemporaryCluster

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mafka4 import limits
+from mafka4.limits import servers
 from mafka4.compression import Codec
 from mafka4.coordinator.groups.partition_protocol import validate_group_name
 from mafka4.errors import InvalidConfig, InvalidGroupName, InvalidTopicName
@@ -27,9 +28,9 @@ from mafka4.virtual.layout import VirtualConfig
 EXAMPLES = int(os.environ.get("MAFKA4_FUZZ_EXAMPLES", "40"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-CONFIGS = (limits.LogConfig, limits.ReplicaConfig, limits.TopicConfig, limits.ProducerConfig, limits.ConsumerConfig,
-           limits.ClusterConfig, limits.ControllerConfig, limits.FeederConfig, RisrConfig, VirtualConfig,
-           limits.ClientPortConfig)
+CONFIGS = (servers.LogConfig, servers.ReplicaConfig, limits.TopicConfig, limits.ProducerConfig, limits.ConsumerConfig,
+           servers.ClusterConfig, servers.ControllerConfig, servers.FeederConfig, RisrConfig, VirtualConfig,
+           servers.ClientPortConfig)
 
 anything = st.one_of(
     st.none(), st.booleans(), st.integers(), st.integers(-3, 2**20), st.floats(allow_nan=True), st.text(max_size=12),
@@ -82,7 +83,7 @@ def test_replace_config_with_arbitrary_settings_raises_only_invalid_config(confi
 
 def test_a_setting_named_config_is_refused_with_invalid_config():
     with pytest.raises(InvalidConfig):
-        limits.replace_config(limits.LogConfig(), config=1)
+        limits.replace_config(servers.LogConfig(), config=1)
 
 
 @FUZZ

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from mafka4.batch_frame import CRC_START, check_batch, iter_batches, stamp
 from mafka4.batch_payload import decode_batches, encode_batch
 from mafka4.errors import CorruptRecord
-from mafka4.limits import LogConfig
+from mafka4.limits.servers import LogConfig
 from mafka4.log.log import Log
 from mafka4.log.recovery_point import RECOVERY_POINT_FILE
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from mafka4.limits import ClusterConfig
+from mafka4.limits.servers import ClusterConfig
 from mafka4.log.fsync_points import recording_fsync_points
 from mafka4.runtime.environment import use_ray_token
 from mafka4.runtime.temporary import temporary_cluster, temporary_home

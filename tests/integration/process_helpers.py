@@ -14,7 +14,7 @@ from typing import Iterator, Mapping
 import pytest
 
 from mafka4.client.bootstrap import PASSWORD_ENV, USER_ENV
-from mafka4.security.acl import ADMIN_USER
+from mafka4.security.principals import ADMIN_USER
 from mafka4.security.user_store import UserStore
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import own_cluster
-from mafka4.limits import ClusterConfig
+from mafka4.limits.servers import ClusterConfig
 from simulations.chaos.run import ChaosSettings, run_chaos, summary
 
 SETTINGS = ChaosSettings(seed=7, duration_s=20, rate_msgs_per_s=300, members=2, warmup_s=2, settle_s=3)

@@ -25,11 +25,13 @@ from mafka4.batch_payload import encode_batch
 from mafka4.client.admin import Admin
 from mafka4.client.consumer import Consumer
 from mafka4.client.producer import Producer
-from mafka4.limits import Acks, ClusterConfig
+from mafka4.limits import Acks
+from mafka4.limits.servers import ClusterConfig
 from mafka4.metadata import keys
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import PartitionState
-from mafka4.runtime.etcd_server import EtcdServer, restart_etcd
+from mafka4.runtime.etcd_member import EtcdServer
+from mafka4.runtime.etcd_server import restart_etcd
 
 from wait_helpers import wait_until
 

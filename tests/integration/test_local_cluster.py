@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import ray
 
-from mafka4.limits import ClusterConfig
+from mafka4.limits.servers import ClusterConfig
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
 from mafka4.runtime.connect import connect

@@ -20,7 +20,7 @@ import pytest
 import ray
 
 from mafka4.client.admin import Admin
-from mafka4.limits import ClusterConfig
+from mafka4.limits.servers import ClusterConfig
 from mafka4.physical.topics import TopicStore
 from mafka4.runtime.connect import Connection
 from mafka4.virtual.handles import read_node_handle

@@ -14,7 +14,7 @@ import ray
 from conftest import away_from_session_ray
 from mafka4.client.admin import Admin
 from mafka4.errors import ClusterAlreadyRunning, ClusterNotRunning
-from mafka4.limits import ClusterConfig
+from mafka4.limits.servers import ClusterConfig
 from mafka4.runtime.connect import connect
 from mafka4.runtime.environment import HOME_ENV
 from mafka4.runtime.etcd_server import start_etcd

@@ -19,7 +19,8 @@ import pytest
 from mafka4.batch_frame import BatchHeader
 from mafka4.coordinator.control.partition_decisions import decide_partition
 from mafka4.errors import OutOfOrderSequence
-from mafka4.limits import Acks, ReplicaConfig, TopicConfig
+from mafka4.limits import Acks, TopicConfig
+from mafka4.limits.servers import ReplicaConfig
 from mafka4.log.epochs import EpochHistory
 from mafka4.log.producer_state import ProducerStateTable
 from mafka4.physical.partition_state import PartitionState

@@ -31,7 +31,7 @@ shorter than what the consumer read, while the leader's disk held every record (
 and 918 of 0..999). Now only restarted RISR members being live, the VP waits for the other RISR
 member and the longest recovered log leads (``failover.decide_failover``).
 
-The VP logs flush by the policy a read node opens them with (``TopicConfig.log_config()``), and
+The VP logs flush by the policy a read node opens them with (``topic_log_config``), and
 a read node that boots after a power loss reports each VP log that came back shorter
 (``vp_tails_lost``).
 """
@@ -44,7 +44,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 
-from mafka4.limits import KiB, LogConfig, ProducerConfig, ReadNodeConfig, TopicConfig
+from mafka4.limits import KiB, ProducerConfig, TopicConfig
+from mafka4.limits.servers import LogConfig, ReadNodeConfig, topic_log_config
 from mafka4.risr.state import RisrConfig
 from simulations.checkers import Anomaly, Consumed
 from simulations.dst.cluster import Cluster
@@ -212,7 +213,7 @@ def test_a_restarted_risr_member_that_lost_its_tail_does_not_lead_while_a_replic
 
 
 def test_simulated_vp_logs_flush_by_the_policy_a_read_node_opens_them_with():
-    production = TopicConfig().log_config()
+    production = topic_log_config(TopicConfig())
     assert (VP_LOG_CONFIG.flush_interval_ms, VP_LOG_CONFIG.flush_interval_messages) == \
         (production.flush_interval_ms, production.flush_interval_messages)
     options = options_for_seed(random.Random(SEED))

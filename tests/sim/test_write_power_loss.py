@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import simulations.dst.coordinator
 from mafka4.coordinator.control.partition_decisions import decide_partition
-from mafka4.limits import KiB, LogConfig, ProducerConfig, ReplicaConfig
+from mafka4.limits import KiB, ProducerConfig
+from mafka4.limits.servers import LogConfig, ReplicaConfig
 from simulations.checkers import Ack, Anomaly, Kind
 from simulations.dst.cluster import Cluster
 from simulations.dst.disk import SimDisk

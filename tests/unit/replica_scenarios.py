@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from datadriven import ScenarioRunner
 from mafka4.batch_frame import BatchHeader
-from mafka4.limits import Acks, ReplicaConfig
+from mafka4.limits import Acks
+from mafka4.limits.servers import ReplicaConfig
 from mafka4.log.epochs import EpochHistory
 from mafka4.log.producer_state import ProducerStateTable
 from mafka4.physical.replica import ReplicaState, Role

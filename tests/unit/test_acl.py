@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mafka4.errors import InvalidConfig, NotAuthorized
-from mafka4.security.acl import (ADMIN_USER, CLUSTER_RESOURCE, AclRule, AclTable, Operation, PatternType, Permission,
-                                 ResourceType)
+from mafka4.security.acl import CLUSTER_RESOURCE, AclRule, AclTable, Operation, PatternType, Permission, ResourceType
+from mafka4.security.principals import ADMIN_USER
 
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
 ALLOW, DENY = Permission.ALLOW, Permission.DENY

@@ -20,7 +20,8 @@ from mafka4.bench.produce_settings import ProduceBenchSettings
 from mafka4.bench.written_bytes import LogTotals, bytes_written, compression_comparison
 from mafka4.compression import Codec, compress
 from mafka4.errors import InvalidConfig
-from mafka4.limits import COMPRESSION_ENV, LogConfig
+from mafka4.limits import COMPRESSION_ENV
+from mafka4.limits.servers import LogConfig
 from mafka4.log.log import Log
 
 MiB = 1024 * 1024

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from mafka4.limits import LogConfig
+from mafka4.limits.servers import LogConfig
 from mafka4.log.fsync_points import RECORD_ENV, recording_fsync_points
 from mafka4.log.log import Log
 from mafka4.physical.partition_state import PartitionState
@@ -32,7 +32,7 @@ CONFIG = LogConfig(segment_bytes_max=4096, flush_interval_ms=None)
 REPLICA = textwrap.dedent("""
     import sys, time
     from mafka4 import batch_frame, batch_payload
-    from mafka4.limits import LogConfig
+    from mafka4.limits.servers import LogConfig
     from mafka4.log.log import Log
     log = Log.open(sys.argv[1], LogConfig(segment_bytes_max=4096, flush_interval_ms=None), now_ms=0)
     def append():

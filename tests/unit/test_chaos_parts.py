@@ -15,7 +15,7 @@ import pytest
 
 from mafka4.errors import InvalidConfig
 from mafka4.partition_gate import CLIENT
-from mafka4.runtime.etcd_server import EtcdServer
+from mafka4.runtime.etcd_member import EtcdServer
 from simulations.chaos.faults import EtcdControl, FaultRecord
 from simulations.chaos.judge import FinalLogs, judge, with_sources
 from simulations.chaos.network import draw_partition

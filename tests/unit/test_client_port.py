@@ -22,7 +22,7 @@ import pytest
 
 from mafka4.errors import (AuthenticationFailed, InvalidConfig, MafkaError, NotAuthenticated, NotLeader, ProtocolError,
                            RequestTimedOut, StreamLost, UnsupportedVersion)
-from mafka4.limits import ClientPortConfig
+from mafka4.limits.servers import ClientPortConfig
 from mafka4.protocol.connection import ClientConnection
 from mafka4.protocol.error_codes import raised_error
 from mafka4.protocol.frames import decode_frame, encode_frame, frame_reader

@@ -13,7 +13,8 @@ from mafka4.frontend.view_state import ReadNodeEndpoint, ViewState, Watched
 from mafka4.limits import ReadMode
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
-from mafka4.runtime.etcd_server import etcd_endpoint, start_etcd, stop_etcd
+from mafka4.runtime.etcd_member import etcd_endpoint
+from mafka4.runtime.etcd_server import start_etcd, stop_etcd
 
 CLUSTER = "c"
 PARTITION = {"leader": "r0", "leader_epoch": 3, "replicas": ["r0", "r1"], "isr": ["r0", "r1"]}

@@ -18,7 +18,8 @@ import zstandard
 from mafka4 import batch_frame, batch_payload
 from mafka4.compression import CODEC_MASK, Codec, compress, decompress
 from mafka4.errors import CorruptRecord, InvalidConfig, UnknownCodec
-from mafka4.limits import COMPRESSION_ENV, LogConfig, ProducerConfig, default_compression
+from mafka4.limits import COMPRESSION_ENV, ProducerConfig, default_compression
+from mafka4.limits.servers import LogConfig
 from mafka4.risr.state import RisrConfig
 from mafka4.virtual.hosted_vp import HostedVp, VpId
 from mafka4.virtual.layout import TopicLayout

@@ -6,7 +6,8 @@ import pytest
 
 from mafka4 import errors
 from mafka4.coordinator.control.placement import assign_replicas
-from mafka4.limits import Acks, ClusterConfig, LogConfig, ProducerConfig, TopicConfig, replace_config
+from mafka4.limits import Acks, ProducerConfig, TopicConfig, replace_config
+from mafka4.limits.servers import ClusterConfig, LogConfig, topic_log_config
 from mafka4.names import validate_topic_name
 
 
@@ -108,8 +109,8 @@ def test_the_unfed_hold_is_validated_and_reaches_the_log():
         LogConfig(unfed_hold_ms_max=-1)
     with pytest.raises(errors.InvalidConfig, match="unfed_hold_ms_max=-1"):
         TopicConfig(unfed_hold_ms_max=-1)
-    assert TopicConfig().log_config().unfed_hold_ms_max == 24 * 3600 * 1000
-    assert TopicConfig(unfed_hold_ms_max=None).log_config().unfed_hold_ms_max is None
+    assert topic_log_config(TopicConfig()).unfed_hold_ms_max == 24 * 3600 * 1000
+    assert topic_log_config(TopicConfig(unfed_hold_ms_max=None)).unfed_hold_ms_max is None
 
 
 def test_records_lost_names_what_was_lost_and_what_to_do():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from mafka4.errors import ReadReplicaNotInSync
-from mafka4.limits import LogConfig
+from mafka4.limits.servers import LogConfig
 from mafka4.risr.state import RisrConfig
 from mafka4.virtual import consumer_reads
 from mafka4.virtual.consumer_reads import ConsumerRead

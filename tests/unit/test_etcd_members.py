@@ -17,11 +17,12 @@ import psutil
 import pytest
 
 from mafka4.errors import CoordinatorUnavailable, InvalidConfig
-from mafka4.limits import LEASE_REFRESHES_PER_TTL, ClusterConfig, ControllerConfig
+from mafka4.limits import LEASE_REFRESHES_PER_TTL
+from mafka4.limits.servers import ClusterConfig, ControllerConfig
 from mafka4.metadata.lease_holder import LeaseHolder, LeaseThread
 from mafka4.metadata.store import MetadataStore, WatchEvent
-from mafka4.runtime.etcd_server import (EtcdServer, etcd_endpoint, member_data_dirs, restart_etcd, start_etcd_members,
-                                        stop_etcd, stop_etcd_members)
+from mafka4.runtime.etcd_member import EtcdServer, etcd_endpoint
+from mafka4.runtime.etcd_server import member_data_dirs, restart_etcd, start_etcd_members, stop_etcd, stop_etcd_members
 from mafka4.runtime.ports import free_loopback_port
 from mafka4.runtime.local import status
 from mafka4.runtime.state import ClusterState, load_state, save_state

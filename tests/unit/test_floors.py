@@ -43,8 +43,9 @@ from import_graph import ROOT, direct_imports
 
 
 FLOORS = (
-    (0, r"mafka4|mafka4\.(errors|limits|names|hashing|batch_frame|batch_payload|compression|checksum|collector|faults|"
-        r"partition_gate|clocks|long_poll|stage_trace|planted_bugs|exported_variables|durable_files|waking_event)"),
+    (0, r"mafka4|mafka4\.(errors|limits|limits\.servers|names|hashing|batch_frame|batch_payload|compression|checksum|"
+        r"collector|faults|partition_gate|clocks|long_poll|stage_trace|planted_bugs|exported_variables|durable_files|"
+        r"waking_event)"),
     # Packages whose __init__ is empty: importing one runs nothing.
     (0, r"mafka4\.(physical|virtual|metadata|transport|protocol|security|frontend|coordinator|"
         r"coordinator\.(control|groups))"),
@@ -54,9 +55,9 @@ FLOORS = (
         r"visit_schedule)"),
     (1, r"mafka4\.metadata\.(lease|keys)"),
     (1, r"mafka4\.security\.(principals|credentials|scram|scram_client|acl)"),
-    (1, r"mafka4\.transport\.(ray_names|stream_frames)"),
-    (1, r"mafka4\.protocol\.(frames|messages|error_codes|session|metadata_api|admin_api|topic_admin_api|"
-        r"group_admin_api)"),
+    (1, r"mafka4\.transport\.(ray_names|stream_frames|stream_pickles)"),
+    (1, r"mafka4\.protocol\.(frames|messages|error_codes|session|metadata_api|metadata_topics|admin_api|"
+        r"topic_admin_api|group_admin_api)"),
     (1, r"mafka4\.frontend\.view_state"),
     (1, r"mafka4\.coordinator\.groups\.(assignors|partition_protocol|vp_ownership|vp_wakes)"),
     (1, r"mafka4\.coordinator\.control\.(partition_decisions|read_path_decisions|upkeep_decisions|placement)"),

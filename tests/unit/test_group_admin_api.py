@@ -30,7 +30,8 @@ from mafka4.protocol.group_admin_api import (GroupDescribeAnswer, GroupDescribeR
                                              describe_answer, description_of, reset_answer, reset_request,
                                              reset_target, resets_of, visible_to)
 from mafka4.protocol.messages import ApiKey, Kind, api_of
-from mafka4.protocol.metadata_api import MetadataAnswer, MetadataRequest, topic_info
+from mafka4.protocol.metadata_api import MetadataAnswer, MetadataRequest
+from mafka4.protocol.metadata_topics import topic_info
 from mafka4.protocol.session import Session
 from mafka4.security.acl import Operation, ResourceType
 from test_protocol_messages import through_the_wire

@@ -16,7 +16,7 @@ import pytest
 
 from mafka4.batch_payload import Record, decode_batches
 from mafka4.errors import ReadReplicaNotInSync
-from mafka4.limits import LogConfig
+from mafka4.limits.servers import LogConfig
 from mafka4.log.replica_storage import EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT
 from mafka4.risr.state import RisrConfig
 from mafka4.virtual.hosted_vp import HostedVp, VpId

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mafka4.batch_payload import decode_batches
-from mafka4.limits import LogConfig
+from mafka4.limits.servers import LogConfig
 from mafka4.log.log_dir_budget import LogDirBudget
 from mafka4.risr.state import RisrConfig
 from mafka4.virtual.hosted_vp import HostedVp, VpId

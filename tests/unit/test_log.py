@@ -10,7 +10,7 @@ import pytest
 
 from mafka4 import batch_frame, batch_payload
 from mafka4.errors import CorruptRecord, OffsetOutOfRange
-from mafka4.limits import LogConfig
+from mafka4.limits.servers import LogConfig
 from mafka4.log.log import Log, read_recovery_point
 from mafka4.log.recovery_point import RECOVERY_POINT_FILE, STAGED_RECOVERY_POINT_FILE, RecoveryPoint
 

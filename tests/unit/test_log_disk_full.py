@@ -10,7 +10,8 @@ import pytest
 
 from mafka4 import batch_frame, batch_payload
 from mafka4.errors import InvalidConfig
-from mafka4.limits import LOG_DIR_SCAN_INTERVAL_MS, LogConfig, ReadNodeConfig
+from mafka4.limits import LOG_DIR_SCAN_INTERVAL_MS
+from mafka4.limits.servers import LogConfig, ReadNodeConfig
 from mafka4.log.log import Log
 from mafka4.log.log_dir_budget import LogDirBudget, directory_bytes
 

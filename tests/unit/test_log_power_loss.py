@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mafka4 import batch_frame, batch_payload
-from mafka4.limits import FSYNC_POINTS_PRUNE_ENTRIES_MIN, LogConfig
+from mafka4.limits import FSYNC_POINTS_PRUNE_ENTRIES_MIN
+from mafka4.limits.servers import LogConfig
 from mafka4.log import fsync_points
 from mafka4.log.checkpoint import write_checkpoint
 from mafka4.log.epochs import EpochHistory

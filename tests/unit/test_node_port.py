@@ -17,7 +17,8 @@ from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
 from mafka4.protocol.connection import ClientConnection
 from mafka4.protocol.metadata_api import MetadataRequest
-from mafka4.runtime.etcd_server import etcd_endpoint, start_etcd, stop_etcd
+from mafka4.runtime.etcd_member import etcd_endpoint
+from mafka4.runtime.etcd_server import start_etcd, stop_etcd
 from mafka4.security.acl import AclRule, Operation, PatternType, Permission, ResourceType
 from mafka4.security.acl_store import AclStore
 from mafka4.security.scram_client import ScramClientExchange

@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 
 from mafka4.errors import NotLeader, OffsetOutOfRange, StaleEpoch
-from mafka4.limits import KiB, LogConfig, ReadNodeConfig
+from mafka4.limits import KiB
+from mafka4.limits.servers import LogConfig, ReadNodeConfig
 from mafka4.risr.state import RisrConfig
 from mafka4.virtual.hosted_vp import HostedVp, VpId
 from mafka4.virtual.replica_core import ReplicaAnswer

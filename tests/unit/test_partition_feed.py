@@ -17,7 +17,8 @@ from mafka4 import batch_frame, batch_payload
 from mafka4.clocks import wall_ms
 from mafka4.compression import Codec
 from mafka4.errors import OffsetOutOfRange, RequestTimedOut
-from mafka4.limits import FeederConfig, LogConfig, TopicConfig
+from mafka4.limits import TopicConfig
+from mafka4.limits.servers import FeederConfig, LogConfig
 from mafka4.log.read_loss import LostRange
 from mafka4.metadata import keys
 from mafka4.metadata.store import Versioned

@@ -13,7 +13,8 @@ import asyncio
 
 from mafka4 import batch_frame, batch_payload
 from mafka4.errors import NotLeader
-from mafka4.limits import Acks, LogConfig, ReplicaConfig
+from mafka4.limits import Acks
+from mafka4.limits.servers import LogConfig, ReplicaConfig
 from mafka4.log.replica_storage import EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT
 from mafka4.physical.physical_replica import PhysicalReplica
 from mafka4.physical.replica import Ready

@@ -10,7 +10,8 @@ import os
 
 from mafka4 import batch_frame, batch_payload
 from mafka4.errors import CoordinatorUnavailable
-from mafka4.limits import LogConfig, ReadMode, ReplicaConfig
+from mafka4.limits import ReadMode
+from mafka4.limits.servers import LogConfig, ReplicaConfig
 from mafka4.log.log import Log
 from mafka4.physical.actor import ReplicaSpec, retention_pass
 

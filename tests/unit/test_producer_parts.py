@@ -5,6 +5,7 @@ import threading
 import numpy as np
 import pytest
 
+from mafka4.batch_payload import RESERVED_HEADER_PREFIX, SOURCE_HEADER
 from mafka4.bench.stats import percentiles_ms
 from mafka4.client.accumulator import RecordAccumulator
 from mafka4.client.futures import BatchResult, RecordMetadata
@@ -12,7 +13,7 @@ from mafka4.client.partitioner import Partitioner
 from mafka4.client.producer import _checked_headers, _checked_timestamp_ms
 from mafka4.errors import BufferFull, InvalidRecord, NotEnoughReplicas
 from mafka4.limits import ProducerConfig
-from mafka4.virtual.vp_records import LOST_HEADER, RESERVED_HEADER_PREFIX, SOURCE_HEADER
+from mafka4.virtual.vp_records import LOST_HEADER
 
 
 def test_a_key_always_lands_in_the_same_partition_and_keys_spread():

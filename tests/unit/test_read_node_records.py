@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from mafka4.errors import CoordinatorUnavailable
-from mafka4.limits import ReadNodeConfig
+from mafka4.limits.servers import ReadNodeConfig
 from mafka4.log.read_loss import LostRange
 from mafka4.metadata import keys
 from mafka4.metadata.store import Versioned

@@ -16,7 +16,8 @@ import pytest
 
 from mafka4.batch_frame import BatchHeader
 from mafka4.errors import NotEnoughReplicas, NotLeader, OutOfOrderSequence, StaleEpoch
-from mafka4.limits import Acks, ReplicaConfig
+from mafka4.limits import Acks
+from mafka4.limits.servers import ReplicaConfig
 from mafka4.log.epochs import EpochHistory
 from mafka4.log.producer_state import ProducerStateTable
 from mafka4.physical.replica import NOTHING, AppendPlan, ReplicaState, Ready, Role

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mafka4 import batch_frame, batch_payload
-from mafka4.limits import LogConfig, ReplicaConfig
+from mafka4.limits.servers import LogConfig, ReplicaConfig
 from mafka4.log.epochs import EpochHistory
 from mafka4.log.replica_storage import EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT, ReplicaStorage
 

@@ -21,9 +21,10 @@ from mafka4.errors import (AuthenticationFailed, InvalidConfig, MissingCredentia
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
 from mafka4.runtime.etcd_server import start_etcd, stop_etcd
-from mafka4.security.acl import ADMIN_USER, AclRule, Operation, PatternType, Permission, ResourceType
+from mafka4.security.acl import AclRule, Operation, PatternType, Permission, ResourceType
 from mafka4.security.acl_store import AclStore
 from mafka4.security.admin_credential import ensure_admin_credential, load_credential
+from mafka4.security.principals import ADMIN_USER
 from mafka4.security.scram import ScramServerExchange
 from mafka4.security.scram_client import ScramClientExchange
 from mafka4.security.user_store import UserStore

@@ -1,5 +1,6 @@
-"""Stream frames (``mafka4.transport.stream_frames``): what is encoded is what is read back, however
-the byte stream is cut; large bytes travel out of band, uncopied; bad frames are refused. No sockets."""
+"""Stream frames (``mafka4.transport.stream_frames``) and the stream calls' pickles in them
+(``stream_pickles``): what is encoded is what is read back, however the byte stream is cut; large
+bytes travel out of band, uncopied; bad frames are refused. No sockets."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from hypothesis import strategies as st
 from mafka4.limits import (STREAM_FRAME_BYTES_MAX, STREAM_OUT_OF_BAND_BYTES_MIN, STREAM_STAGING_BYTES,
                            STREAM_WRITTEN_APART_BYTES_MIN)
 from mafka4.transport import stream_frames
-from mafka4.transport.stream_frames import BadFrame, FrameReader, FrameTooLarge, encode, encode_raw
+from mafka4.transport.stream_frames import BadFrame, FrameReader, FrameTooLarge, encode_raw
+from mafka4.transport.stream_pickles import decode, encode
 
 # Sizes on both sides of every threshold the frames have.
 _SIZES = st.sampled_from([0, 1, STREAM_OUT_OF_BAND_BYTES_MIN - 1, STREAM_OUT_OF_BAND_BYTES_MIN, 5000,
@@ -62,13 +64,13 @@ def test_frames_read_back_as_sent_however_the_stream_is_cut(objects, cuts):
     frames = _read(_wire(*objects), cuts)
     assert len(frames) == len(objects)
     for sent, frame in zip(objects, frames):
-        assert _same_shape(sent, frame.loads())
+        assert _same_shape(sent, decode(frame))
 
 
 def test_one_byte_at_a_time_still_reads_every_frame():
     objects = [(1, b"k", bytes(5000)), {"data": bytes(70_000)}, "last"]
     frames = _read(_wire(*objects), [1] * 200_000)
-    assert [frame.loads() for frame in frames] == objects
+    assert [decode(frame) for frame in frames] == objects
 
 
 def test_large_bytes_are_written_as_views_of_themselves_and_small_ones_joined():
@@ -82,7 +84,7 @@ def test_large_bytes_are_written_as_views_of_themselves_and_small_ones_joined():
 def test_a_large_part_is_read_into_its_own_bytearray():
     data = bytes(range(256)) * 4096  # 1 MiB
     frame, = _read(_wire((7, data)), [])
-    call_id, received = frame.loads()
+    call_id, received = decode(frame)
     assert call_id == 7 and type(received) is bytearray and received == data
     assert frame.buffers == (received,), "the object gets the very buffer the socket was read into"
 
@@ -117,7 +119,7 @@ def test_a_reference_to_a_buffer_the_frame_lacks_does_not_load():
     for payload, ok in ((body, True), (persistent, False)):
         frame, = _read(struct.pack(">II", len(payload), 0) + payload, [])
         if ok:
-            assert frame.loads() == 1
+            assert decode(frame) == 1
         else:
             with pytest.raises(pickle.UnpicklingError, match="buffer 3"):
-                frame.loads()
+                decode(frame)

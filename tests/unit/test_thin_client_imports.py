@@ -1,7 +1,12 @@
 """The client's way in imports neither Ray nor etcd: it speaks only the client protocol (issue 36).
 
 Nor the SCRAM library the nodes run on (and its TLS certificate parser): a client command pays for
-every import on each start, and the client's side of SCRAM needs only the standard library.
+every import on each start, and the client's side of SCRAM needs only the standard library. Nor
+the module that runs etcd (``runtime.etcd_server``): a client reads the local cluster's record
+(``runtime.state``), whose etcd members are plain values (``runtime.etcd_member``). Nor the
+servers' configs (``limits.servers``), each a dataclass built at import for nothing. Nor pickle:
+the client protocol's frames are msgpack, and only the stream calls between a cluster's
+processes unpickle (``transport.stream_pickles``).
 
 Checked in a fresh interpreter, the way the purity test checks cores: the Producer and the
 Consumer (group members of both read modes included), the topic, user and ACL commands and the
@@ -24,14 +29,22 @@ THIN_CLIENT_MODULES = ("mafka4.client.bootstrap", "mafka4.client.node_connection
                        "mafka4.client.virtual_group_consumer", "mafka4.client.remote_member",
                        "mafka4.client.group_link", "mafka4.cli.clients", "mafka4.client.group_admin",
                        "mafka4.cli.groups")
-FORBIDDEN = ("ray", "etcd3", "grpc", "scramp", "asn1crypto")
+FORBIDDEN = ("ray", "etcd3", "grpc", "scramp", "asn1crypto", "mafka4.runtime.etcd_server", "mafka4.limits.servers",
+             "pickle", "mafka4.transport.stream_pickles")
 
 
 # What `mafka4 topic list` never uses, and would pay for on every start (issue 36): the codecs (it
-# compresses nothing), the data APIs (it asks METADATA only), and the modules of other commands.
+# compresses nothing), the data APIs (it asks METADATA only), the topics' partition states (it
+# reads their names), ACL rules (it sends none: the node checks them), and the modules of other
+# commands.
 NOT_LISTING_TOPICS = ("lz4", "zstandard", "mafka4.protocol.data_api", "mafka4.client.leader_routes",
-                      "mafka4.cli.bench", "mafka4.cli.clients", "mafka4.cli.cluster", "mafka4.cli.groups",
-                      "mafka4.cli.security")
+                      "mafka4.physical.partition_state", "mafka4.security.acl", "mafka4.cli.bench",
+                      "mafka4.cli.clients", "mafka4.cli.cluster", "mafka4.cli.groups", "mafka4.cli.security")
+
+# What `mafka4 produce` never uses (issue 36): the read path's records and layouts (a producer
+# routes each key to a physical partition), ACL rules, and the modules of other commands.
+NOT_PRODUCING = ("mafka4.virtual.vp_records", "mafka4.virtual.layout", "mafka4.security.acl", "mafka4.cli.bench",
+                 "mafka4.cli.cluster", "mafka4.cli.groups", "mafka4.cli.security", "mafka4.cli.topics")
 
 
 def imported(modules: tuple[str, ...], forbidden: tuple[str, ...], then: str = "pass") -> list[str]:
@@ -52,6 +65,12 @@ def test_listing_topics_imports_no_codec_no_data_api_and_no_other_command():
     found = imported(("mafka4.cli", "mafka4.client.cluster_metadata"), NOT_LISTING_TOPICS,
                      then="mafka4.cli.build_parser('topic').parse_args(['topic', 'list'])")
     assert found == [], f"mafka4 topic list imported {found}"
+
+
+def test_producing_imports_no_read_path_module_and_no_other_command():
+    found = imported(("mafka4.cli", "mafka4.client.producer"), NOT_PRODUCING,
+                     then="mafka4.cli.build_parser('produce').parse_args(['produce', 't'])")
+    assert found == [], f"mafka4 produce imported {found}"
 
 
 @pytest.mark.parametrize("command", [["topic", "list"], ["group", "list"]])

@@ -11,7 +11,8 @@ from mafka4.coordinator.control.upkeep_decisions import (MoveBlocked, NodeAbsenc
                                                          merge_step, plan_replica_moves, retirable,
                                                          target_virtual_partitions)
 from mafka4.errors import InvalidConfig
-from mafka4.limits import ControllerConfig, VirtualConfig
+from mafka4.limits import VirtualConfig
+from mafka4.limits.servers import ControllerConfig
 from mafka4.virtual.layout import MergeStep, TopicLayout
 from mafka4.virtual.ranges import HASH_SPACE, HashRange
 from mafka4.virtual.vp_state import VirtualPartitionState

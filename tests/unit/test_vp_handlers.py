@@ -17,7 +17,8 @@ from mafka4.metadata.store import MetadataStore
 from mafka4.protocol.connection import ClientConnection
 from mafka4.protocol.error_codes import raised_error
 from mafka4.protocol.vp_api import VpFetchRequest, VpListOffsetsRequest, VpMetadataRequest, VpOffset
-from mafka4.runtime.etcd_server import etcd_endpoint, start_etcd, stop_etcd
+from mafka4.runtime.etcd_member import etcd_endpoint
+from mafka4.runtime.etcd_server import start_etcd, stop_etcd
 from mafka4.security.scram_client import ScramClientExchange
 from mafka4.security.user_store import UserStore
 from mafka4.virtual.consumer_reads import ConsumerAnswer

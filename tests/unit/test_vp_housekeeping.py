@@ -16,7 +16,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from mafka4.limits import LogConfig
+from mafka4.limits.servers import LogConfig
 from mafka4.log.pending_flush import FileToSync
 from mafka4.log.replica_storage import HIGH_WATERMARK_CHECKPOINT
 from mafka4.risr.state import RisrConfig

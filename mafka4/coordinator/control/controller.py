@@ -51,7 +51,8 @@ from mafka4.coordinator.control.read_path_repairs import ReadPathControl
 from mafka4.coordinator.control.upkeep import ReadPathUpkeep
 from mafka4.coordinator.control.watches import Watches
 from mafka4.errors import CoordinatorUnavailable, MetadataConflict, UnknownTopic
-from mafka4.limits import CONTROLLER_ETCD_BACKOFF_S, CONTROLLER_WAIT_SLICE_S, ControllerConfig
+from mafka4.limits import CONTROLLER_ETCD_BACKOFF_S, CONTROLLER_WAIT_SLICE_S
+from mafka4.limits.servers import ControllerConfig
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
 from mafka4.physical.topics import TopicStore

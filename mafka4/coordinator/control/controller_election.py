@@ -27,8 +27,8 @@ import time
 from mafka4.coordinator.control.partition_decisions import Campaign, decide_campaign
 from mafka4.coordinator.control.watches import Watches
 from mafka4.errors import CoordinatorUnavailable
-from mafka4.limits import (CONTROLLER_WAIT_SLICE_S, ETCD_REQUEST_TIMEOUT_S_DEFAULT, LEASE_REFRESHES_PER_TTL,
-                           ControllerConfig)
+from mafka4.limits import CONTROLLER_WAIT_SLICE_S, ETCD_REQUEST_TIMEOUT_S_DEFAULT, LEASE_REFRESHES_PER_TTL
+from mafka4.limits.servers import ControllerConfig
 from mafka4.metadata import keys
 from mafka4.metadata.lease_holder import LeaseHolder, LeaseThread
 from mafka4.metadata.store import Fence, MetadataStore

@@ -30,7 +30,8 @@ from mafka4.coordinator.control.read_path_decisions import VirtualPartitionItem
 from mafka4.coordinator.control.resharding import Resharded, Resharder
 from mafka4.coordinator.control.topic_control import create_topic, delete_topic
 from mafka4.errors import CoordinatorUnavailable, MafkaError
-from mafka4.limits import CONTROLLER_ETCD_BACKOFF_S, INTENT_IDLE_LOOK_INTERVAL_S, ControllerConfig
+from mafka4.limits import CONTROLLER_ETCD_BACKOFF_S, INTENT_IDLE_LOOK_INTERVAL_S
+from mafka4.limits.servers import ControllerConfig
 from mafka4.metadata import keys
 from mafka4.metadata.intents import Intent, IntentKind, IntentResult
 from mafka4.metadata.store import Fence, MetadataStore

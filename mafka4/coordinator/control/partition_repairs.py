@@ -33,7 +33,7 @@ from typing import Iterable, Sequence
 from mafka4.coordinator.control.controller_election import check_fence
 from mafka4.coordinator.control.partition_decisions import PartitionDecision, decide_partition
 from mafka4.coordinator.control.replica_control import ReplicaControl
-from mafka4.limits import ControllerConfig
+from mafka4.limits.servers import ControllerConfig
 from mafka4.metadata import keys
 from mafka4.metadata.store import Fence, MetadataStore, Versioned
 from mafka4.physical.partition_state import PartitionState, TopicMetadata

@@ -11,7 +11,8 @@ import os
 
 import ray
 
-from mafka4.limits import PHYSICAL_REPLICA_STOP_TIMEOUT_S, LogConfig, ReplicaConfig
+from mafka4.limits import PHYSICAL_REPLICA_STOP_TIMEOUT_S
+from mafka4.limits.servers import LogConfig, ReplicaConfig, topic_log_config, topic_replica_config
 from mafka4.physical.actor import PhysicalPartition, ReplicaSpec
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import PartitionState, TopicMetadata
@@ -31,8 +32,8 @@ def start_replica(cluster: str, etcd_endpoint: str, topic: TopicMetadata, partit
         partition=partition,
         replica_id=replica_id,
         directory=replica_directory(data_root, replica_id, topic.name, partition),
-        log_config=topic.config.log_config(log_config),
-        replica_config=topic.config.replica_config(replica_config),
+        log_config=topic_log_config(topic.config, log_config),
+        replica_config=topic_replica_config(topic.config, replica_config),
         read_mode=topic.config.read_mode,
     )
     return PhysicalPartition.options(

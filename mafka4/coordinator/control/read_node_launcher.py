@@ -15,7 +15,8 @@ from typing import Collection, Iterable, Sequence
 
 import ray
 
-from mafka4.limits import READ_NODE_CALL_TIMEOUT_S, READ_NODE_STOP_TIMEOUT_S, ReadNodeConfig, TopicConfig
+from mafka4.limits import READ_NODE_CALL_TIMEOUT_S, READ_NODE_STOP_TIMEOUT_S, TopicConfig
+from mafka4.limits.servers import ReadNodeConfig
 from mafka4.transport.ray_names import NAMESPACE, READ_NODE_RESOURCE, node_resource, read_node_actor_name
 from mafka4.virtual.handles import ReadNodeHandles, read_node_handle, states_by_node
 from mafka4.virtual.layout import SplitEpoch

@@ -35,7 +35,8 @@ from mafka4.coordinator.control.read_path_decisions import (ReadNodeItem, Virtua
                                                             decide_virtual_partition, items_to_examine,
                                                             leaderless_text, node_items)
 from mafka4.errors import MetadataConflict
-from mafka4.limits import ControllerConfig, ReadMode, ReadNodeConfig, TopicConfig
+from mafka4.limits import ReadMode, TopicConfig
+from mafka4.limits.servers import ControllerConfig, ReadNodeConfig
 from mafka4.metadata import keys
 from mafka4.metadata.store import Fence, MetadataStore, Versioned
 from mafka4.physical.partition_state import config_from_json

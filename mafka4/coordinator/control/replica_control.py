@@ -16,7 +16,7 @@ import ray
 
 from mafka4.coordinator.control.physical_launcher import start_replica
 from mafka4.errors import StaleEpoch
-from mafka4.limits import ControllerConfig
+from mafka4.limits.servers import ControllerConfig
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import PartitionState, TopicMetadata
 from mafka4.transport.remote_errors import unwrap

@@ -74,7 +74,8 @@ import ray
 from mafka4.coordinator.control.placement import plan_children
 from mafka4.coordinator.control.read_node_launcher import Release, host_states
 from mafka4.errors import CoordinatorUnavailable, MafkaError, ReshardConflict, WrongReadMode
-from mafka4.limits import ReadMode, ReshardConfig, TopicConfig
+from mafka4.limits import ReadMode, TopicConfig
+from mafka4.limits.servers import ReshardConfig
 from mafka4.metadata import keys
 from mafka4.metadata.store import Fence, MetadataStore
 from mafka4.names import validate_topic_name

@@ -33,7 +33,8 @@ from mafka4.coordinator.control.read_path_decisions import VirtualPartitionItem
 from mafka4.coordinator.control.upkeep_decisions import (NodeAbsence, ShrinkWatch, merge_step, plan_replica_moves,
                                                          retirable, target_virtual_partitions)
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR
-from mafka4.limits import DESCRIBE_TIMEOUT_S, ControllerConfig, ReadMode, TopicConfig
+from mafka4.limits import DESCRIBE_TIMEOUT_S, ReadMode, TopicConfig
+from mafka4.limits.servers import ControllerConfig
 from mafka4.metadata import intents, keys
 from mafka4.metadata.intents import IntentKind
 from mafka4.metadata.store import Fence, MetadataStore
