@@ -73,6 +73,12 @@ def window(pids: list[int], seconds: float) -> dict[str, float]:
     return {kind: round(value, 2) for kind, value in sorted(spent.items())}
 
 
+def wait_quiet(below: float | None) -> None:
+    deadline = time.monotonic() + 600
+    while below is not None and os.getloadavg()[0] >= below and time.monotonic() < deadline:
+        time.sleep(5)
+
+
 def member_process(args) -> None:
     from mafka4.client.consumer import Consumer
 
@@ -101,6 +107,9 @@ def main() -> None:
     parser.add_argument("--settle-s", type=float, default=20)
     parser.add_argument("--window-s", type=float, default=60)
     parser.add_argument("--out", default="idle_members_runs.jsonl")
+    # Wait (up to 10 min) for the 1-minute load to fall below this before each window: the joins load the
+    # machine, and a window measured right after them counts the joins' tail (added after stop 47).
+    parser.add_argument("--quiet-load", type=float, default=None)
     parser.add_argument("--member-process", action="store_true")
     parser.add_argument("--first", type=int)
     parser.add_argument("--count", type=int)
@@ -109,6 +118,7 @@ def main() -> None:
     if args.member_process:
         member_process(args)
         return
+    wait_quiet(args.quiet_load)
     baseline_pids = cluster_pids(set())
     load_before = os.getloadavg()[0]
     baseline_s = window(baseline_pids, args.window_s)
@@ -128,6 +138,7 @@ def main() -> None:
         joined = [json.loads(path.read_text()) for path in ready]
         pids = cluster_pids({child.pid for child in children})
         member_pids = [child.pid for child in children]
+        wait_quiet(args.quiet_load)
         load_at = os.getloadavg()[0]
         members_before = cpu_s(member_pids)
         members_s = window(pids, args.window_s)
