@@ -298,7 +298,7 @@ def test_a_heartbeat_told_its_session_is_gone_waits_for_the_join_again_not_on_a_
 def test_an_idle_heartbeat_waits_long_at_the_coordinator_and_a_pending_sync_only_keeps_the_session(monkeypatch):
     """Idle, a heartbeat asks to wait GROUP_HEARTBEAT_WAIT_MS, far beyond the session timeout (the
     coordinator counts a waiting heartbeat as the member alive), and its call is given that plus
-    the answer margin. Told to sync, it sends bare heartbeats a third of the session timeout apart
+    the answer margin. Told to sync, it sends bare heartbeats (no wait), a third of the session timeout apart,
     until the consumer synced, then waits long again."""
     link = GroupLink(ClusterAccess((HostPort("127.0.0.1", 9),), Credential("alice", "password-1")), "billing",
                      session_timeout_s=0.3)
@@ -316,7 +316,9 @@ def test_an_idle_heartbeat_waits_long_at_the_coordinator_and_a_pending_sync_only
     try:
         link.joined("m1")
         assert link.changed.wait(5)
-        time.sleep(0.45)  # the consumer has not polled yet
+        deadline = time.monotonic() + 5
+        while len(asked) < 3 and time.monotonic() < deadline:  # the consumer has not polled yet
+            time.sleep(0.01)
         link.changed.clear()
         link.synced()
         deadline = time.monotonic() + 5
@@ -327,5 +329,5 @@ def test_an_idle_heartbeat_waits_long_at_the_coordinator_and_a_pending_sync_only
     assert GROUP_HEARTBEAT_WAIT_MS > ConsumerConfig().member_lease_ttl_s * 1000, "longer than the session timeout"
     assert asked[0] == long_wait
     bare = asked[1:-1]
-    assert 2 <= len(bare) <= 6 and set(bare) == {(0, PROTOCOL_ANSWER_MARGIN_S)}, asked
+    assert len(bare) >= 2 and set(bare) == {(0, PROTOCOL_ANSWER_MARGIN_S)}, asked
     assert asked[-1] == long_wait

@@ -83,12 +83,13 @@ def test_a_waiting_heartbeat_keeps_its_session_until_its_connection_is_lost_then
             connection, member_id = await joined(port)
             heartbeat = asyncio.ensure_future(connection.call(GroupHeartbeatRequest("g", member_id,
                                                                                     GROUP_HEARTBEAT_WAIT_MS)))
-            await asyncio.sleep(0.05)  # the heartbeat waits at the coordinator
+            session = sessions._sessions[member_id]
+            await until(lambda: session.calls == 1, "the heartbeat waits at the coordinator")
             clock.now += 6 * SESSION_TIMEOUT_S
             assert await sessions.expire() == [], "a member is alive while its heartbeat waits"
             drop(connection, how)
             await until(lambda: server.counters["connections_open"] == 0, "the coordinator saw the connection lost")
-            await asyncio.sleep(0.05)  # the cancelled heartbeat ends
+            await until(lambda: session.calls == 0, "the cancelled heartbeat ended")
             clock.now += SESSION_TIMEOUT_S - 1
             kept = await sessions.expire()
             clock.now += 2

@@ -127,11 +127,11 @@ class Resharder:
 
     def split(self, topic: str, vp: int) -> Resharded:
         """Split active ``vp`` at its range's midpoint into two new VPs."""
-        return self._reshard(self.read(topic), lambda layout, cut, fed: layout.plan_split(vp, cut, fed))
+        return self._reshard(self.read(topic), _plan_of(SplitStep(vp)))
 
     def merge(self, topic: str, first: int, second: int) -> Resharded:
         """Merge two active VPs with adjacent ranges into one new VP."""
-        return self._reshard(self.read(topic), lambda layout, cut, fed: layout.plan_merge(first, second, cut, fed))
+        return self._reshard(self.read(topic), _plan_of(MergeStep(first, second)))
 
     def scale(self, topic: str, virtual_partitions: int) -> list[Resharded]:
         """Split the widest / merge the narrowest adjacent pair until ``virtual_partitions`` VPs are active.
