@@ -18,7 +18,11 @@ Figures (ms):
 * ``baseline_gap_ms``: the same longest gap per member in the second before the join;
 * ``new_member_first_message_ms``: from the join until the joiner's first message;
 * ``split_stored_ms`` / ``child_claimed_ms``: from the join until the split epoch, and the
-  joiner's owner key of a child, arrived through etcd watches (stamped on arrival).
+  joiner's owner key of a child, arrived through etcd watches (stamped on arrival);
+* ``join_hops_ms``: every hop from the joiner's JOIN request to its first data, in ms after the
+  join (``bench.join_hops.JOIN_HOPS`` names and explains each), from a join trace turned on for
+  the trial's topic in this process and on the read nodes just before the join
+  (``mafka4.join_trace``, ``bench.join_tracing``); the summary gives each hop's median.
 
 With ``compare_mafka3``, each trial is followed by the Mafka3 eager-rebalance trial of
 ``bench.rebalance`` (``consumers + 1`` physical partitions, so the joiner gets one) on the
@@ -40,6 +44,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from mafka4.bench.join_hops import hop_medians
+from mafka4.bench.join_tracing import ClusterJoinTrace
 from mafka4.bench.rebalance import (BEFORE_JOIN_WINDOW_S, NS_PER_MS, GroupWatch, JoinTrial, MemberLog,
                                     RebalanceBenchSettings, longest_gap, longest_gap_ms, run_trial)
 from mafka4.limits import ReadMode
@@ -98,8 +104,14 @@ def run_vp_join_trial(connection, settings: VpJoinBenchSettings) -> dict:
 
     group_watch = GroupWatch(connection, group)
     layout_watch = GroupWatch(connection, group, prefix=keys.split_epochs_prefix(connection.cluster, topic))
+    join_trace = ClusterJoinTrace(connection, topic)
+
+    def before_join() -> None:
+        owners_at_join.update(_owners(connection, group, topic))
+        join_trace.start()
+
     join_ns, end_ns, newcomer = trial.run(start_member, settings.consumers, settings.warmup_s, settings.after_join_s,
-                                          before_join=lambda: owners_at_join.update(_owners(connection, group, topic)))
+                                          before_join=before_join)
     group_watch.close()
     layout_watch.close()
     layout = admin.describe_topic(topic)["virtual_partitions"]
@@ -109,6 +121,7 @@ def run_vp_join_trial(connection, settings: VpJoinBenchSettings) -> dict:
     split_members = {name for name, member_id in member_ids.items()
                      if any(owners_at_join.get(vp) == member_id for vp in parents)}
     figures = _figures(logs, newcomer, join_ns, end_ns, split_members)
+    trace_rows = join_trace.take_and_stop(parents)
     handed_over = sorted(vp for vp, member_id in owners_at_join.items()
                          if _owners_after(group_watch, join_ns, vp) == member_ids["joiner"])
     figures.update({
@@ -120,6 +133,8 @@ def run_vp_join_trial(connection, settings: VpJoinBenchSettings) -> dict:
         "child_claimed_ms": _first_after_ms(
             group_watch.events, join_ns,
             lambda key, value: value is not None and "/vp_owners/" in key and value["member_id"] == member_ids["joiner"]),
+        "join_hops_ms": join_trace.hops_ms(trace_rows, join_ns, member_ids["joiner"]),
+        "join_trace_rows_dropped": join_trace.dropped,
         "messages_produced": trial.produced,
         "messages_unique": len({v for log in logs for v in log.values}),
         "messages_consumed": sum(len(log.values) for log in logs),
@@ -193,6 +208,8 @@ def run_vp_join_bench(settings: VpJoinBenchSettings, output_path: str) -> dict:
             "new_member_first_message_ms_each": [t["new_member_first_message_ms"] for t in mafka4_trials],
             "split_stored_ms_median": _median(mafka4_trials, "split_stored_ms"),
             "child_claimed_ms_median": _median(mafka4_trials, "child_claimed_ms"),
+            # Each hop of the joiner's way to its first message, ms after the join (bench.join_hops).
+            "join_hops_ms_median": hop_medians(t["join_hops_ms"] for t in mafka4_trials),
             "missing_each": [t["messages_produced"] - t["messages_unique"] for t in mafka4_trials],
         },
     }

@@ -47,6 +47,11 @@ class NodeLinks:
             opening.add_done_callback(lambda _: self._opening.pop(address, None))
         return await asyncio.shield(opening)
 
+    def is_open(self, address: str) -> bool:
+        """Whether a connection to ``address`` is open now (``connection`` would not open one)."""
+        connection = self._connections.get(address)
+        return connection is not None and not connection.closed
+
     async def _open(self, address: str) -> ClientConnection:
         host_port = parse_endpoints(address, what="a node's client address")[0]
         connection = await connect_to(host_port, self.access.credential)

@@ -54,8 +54,10 @@ from mafka4.client.positions import Positions, start_offset
 from mafka4.client.reading import poll_until, seek_to_time
 from mafka4.client.remote_member import MemberSync, RemoteMember
 from mafka4.client.vp_fetcher import VpFetcher
+from mafka4.clocks import wall_ms_fine
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR
 from mafka4.errors import CommitFailed, MafkaError, PartitionNotAssigned
+from mafka4.join_trace import JOIN_TRACES, vps_detail
 from mafka4.limits import CLAIMED_START_RETRY_S, ConsumerConfig, OffsetReset
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.protocol.group_api import GroupJoinAnswer
@@ -75,7 +77,11 @@ class VirtualGroupConsumer:
         self._unstarted: dict[int, int | None] = {}  # claimed VPs whose start position is not known yet
         self._commits = GroupCommits(group, config.auto_commit_interval_ms, self._offsets, self._write_commit, "VPs")
         try:
+            sent_ms = wall_ms_fine()
             joined = self._member.join()
+            self._fetcher.traced_as = self.member_id
+            JOIN_TRACES.record(self.topic, "join_sent", self.member_id, ms=sent_ms)
+            JOIN_TRACES.record(self.topic, "join_answered", self.member_id)
             if config.auto_offset_reset is OffsetReset.LATEST and not joined.offsets_committed:
                 self._seed_latest(joined)
             self._sync()
@@ -146,6 +152,8 @@ class VirtualGroupConsumer:
             self._fetcher.stop(vp)
             self._unstarted.pop(vp, None)
         self._unstarted.update(result.claimed)
+        if result.claimed and JOIN_TRACES.on(self.topic):
+            JOIN_TRACES.record(self.topic, "assigned", self.member_id, vps_detail(result.claimed))
         if result.sealed_end_offsets is not None and result.committed_offsets is not None:
             self._sealed, self._committed = dict(result.sealed_end_offsets), dict(result.committed_offsets)
         else:  # not synced: it is retried when the coordinator can, and a drained parent does not ask it sooner
@@ -162,6 +170,8 @@ class VirtualGroupConsumer:
         without = [vp for vp in vps if self._unstarted[vp] is None]
         try:
             ranges = dict(zip(without, fetcher.list_offsets_many(without)))
+            if without and JOIN_TRACES.on(self.topic):
+                JOIN_TRACES.record(self.topic, "offsets_listed", self.member_id, vps_detail(without))
         except MafkaError as error:  # a leader not started yet, a failover: retry later
             logger.warning("group %s: cannot position %s yet (%s); retrying", self.group, without, error)
             fetcher.refresh()
@@ -177,6 +187,8 @@ class VirtualGroupConsumer:
                 fetcher.seek(vp, start_offset(None, ranges[vp], earliest))
                 fetcher.high_watermarks[vp] = ranges[vp][1]
             fetcher.fetching.add(vp)
+            if JOIN_TRACES.on(self.topic):
+                fetcher.trace_first_data(vp)
 
     def _sync_drained_parents(self) -> None:
         """Sync at once when an owned closed VP was read to its sealed end: its children wait for the

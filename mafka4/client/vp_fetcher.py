@@ -48,6 +48,7 @@ from mafka4.client.message import Message
 from mafka4.client.node_links import NodeLinks
 from mafka4.client.vp_messages import take_vp_messages
 from mafka4.errors import MafkaError, NotLeader, RecordsLost
+from mafka4.join_trace import JOIN_TRACES, vps_detail
 from mafka4.limits import LIST_OFFSETS_TIMEOUT_S, PROTOCOL_ANSWER_MARGIN_S, VP_UNROUTABLE_REFRESH_S, ConsumerConfig
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.protocol.error_codes import raised_error
@@ -80,6 +81,10 @@ class VpFetcher:
         self._in_flight: FetchesInFlight[str, list[tuple[int, int]]] = FetchesInFlight()
         self._idle_waits: IdleWaits[str] = IdleWaits(config.fetch_wait_ms_max, config.fetch_idle_wait_ms_max)
         self._lost: RecordsLost | None = None  # raised by the next fetch
+        # Join traces (``mafka4.join_trace``): the member id rows name, and the VPs whose first
+        # fetch and first data are still to be stamped (only while the topic is traced).
+        self.traced_as = reader_id
+        self._first_data_pending: set[int] = set()
         self.refresh()
 
     # --- metadata -------------------------------------------------------------------------
@@ -99,7 +104,12 @@ class VpFetcher:
                            for info in answer.vps}
             self._addresses = {node.node_id: node.address for node in answer.nodes}
             self._avoid.clear()
+            JOIN_TRACES.record(self.topic, "metadata_read", self.traced_as)
         self.read_at = time.monotonic()
+
+    def trace_first_data(self, vp: int) -> None:
+        """Stamp the first fetch of ``vp`` and its first data (the topic is join-traced)."""
+        self._first_data_pending.add(vp)
 
     def close(self) -> None:
         """Close every connection; fetches out are cancelled."""
@@ -209,6 +219,9 @@ class VpFetcher:
                 self._in_flight.drop(node)
             address = self._addresses.get(node)
             reads = tuple(VpOffset(vp, offset) for vp, offset in sent)
+            if any(vp in self._first_data_pending for vp, _ in sent):
+                JOIN_TRACES.record(self.topic, "fetch_sent", self.traced_as,
+                                   vps_detail(vp for vp, _ in sent if vp in self._first_data_pending))
             wait_ms = self._idle_waits.wait_ms(node)
             if address is None or not self._in_flight.send(
                     node, node, lambda a=address, r=reads, w=wait_ms: self._start_fetch(a, r, w), sent):
@@ -223,7 +236,10 @@ class VpFetcher:
         request = VpFetchRequest(self.topic, reads, self.config.fetch_bytes_max, wait_ms)
 
         async def fetch() -> tuple[VpReadAnswer, ...]:
+            opens = self._first_data_pending and not self._links.is_open(address)
             connection = await self._links.connection(address)
+            if opens:
+                JOIN_TRACES.record(self.topic, "connected", self.traced_as, address)
             answer, _ = await connection.call(request, timeout_s=request.wait_ms_max / 1000 + PROTOCOL_ANSWER_MARGIN_S)
             return answer.answers
 
@@ -256,6 +272,9 @@ class VpFetcher:
                     self._avoid[vp] = node
                     continue
                 self.high_watermarks[vp] = answer.high_watermark
+                if answer.data and vp in self._first_data_pending:
+                    self._first_data_pending.discard(vp)
+                    JOIN_TRACES.record(self.topic, "first_data", self.traced_as, str(vp))
                 self._take(vp, offset, answer.data, messages)
         return messages
 

@@ -45,6 +45,7 @@ from typing import Callable, TypeVar
 from mafka4.coordinator.groups.partition_protocol import MemberInfo
 from mafka4.errors import MafkaError, UnknownMember
 from mafka4.frontend.hosted_members import GroupStores, HostedMember, hosted_member
+from mafka4.join_trace import JOIN_TRACES
 from mafka4.limits import GROUP_SESSION_CLOSE_WAIT_S, GROUP_SESSION_THREADS, ConsumerConfig
 from mafka4.waking_event import WakingEvent
 
@@ -124,7 +125,12 @@ class GroupSessions:
         loop = asyncio.get_running_loop()
         member_id = uuid.uuid4().hex[:12]
         session = MemberSession(group, principal, config.member_lease_ttl_s)
-        changed = WakingEvent(lambda: loop.call_soon_threadsafe(session.wake))
+
+        def wake() -> None:
+            JOIN_TRACES.record(topic, "woken", member_id)
+            loop.call_soon_threadsafe(session.wake)
+
+        changed = WakingEvent(wake)
         info = MemberInfo(member_id, topic, assignor)
 
         def join():
@@ -140,6 +146,7 @@ class GroupSessions:
             session.member, answer = await self._run(join)
         finally:
             session.calls -= 1
+        JOIN_TRACES.record(topic, "coordinator_join", member_id)
         session.seen_at = self._clock()
         self._sessions[member_id] = session
         logger.info("group %s: member %s of %s joined (%s, topic %s)", group, member_id, principal, assignor, topic)

@@ -22,8 +22,9 @@ from mafka4.coordinator.groups.group_hub import GroupHub
 from mafka4.coordinator.groups.membership import MembershipFactory
 from mafka4.coordinator.groups.partition_groups import GroupMember, GroupStore
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR, MemberInfo, TopicPartition
-from mafka4.coordinator.groups.vp_groups import VirtualGroupMember, VirtualGroupStore, VpOffset
+from mafka4.coordinator.groups.vp_groups import VirtualGroupMember, VirtualGroupStore, VpOffset, VpSyncResult
 from mafka4.errors import InvalidConfig, MafkaError
+from mafka4.join_trace import JOIN_TRACES, vps_detail
 from mafka4.limits import RESHARD_INTENT_WAIT_S, VP_GROUP_SPLIT_RETRY_INTERVAL_S, ConsumerConfig
 from mafka4.metadata import intents
 from mafka4.metadata.intents import IntentKind
@@ -107,7 +108,10 @@ class VirtualMemberHost:
         return GroupJoinAnswer(self.member_id, bool(before.offsets), _id_offsets(sealed))
 
     def sync(self, positions: tuple[MemberPosition, ...]) -> GroupSyncAnswer:
+        JOIN_TRACES.record(self._topic, "sync_received", self.member_id)
         result = self._member.sync(self._positions(positions))
+        if JOIN_TRACES.on(self._topic):
+            self._trace_sync(result)
         claimed = tuple(Claimed(vp, None if committed is None else committed.offset)
                         for vp, committed in sorted(result.claimed.items()))
         if result.snapshot is None:  # etcd did not answer: the member keeps what it knew
@@ -118,6 +122,13 @@ class VirtualMemberHost:
         return GroupSyncAnswer(result.revoked, claimed, result.owned, None,
                                _id_offsets(result.snapshot.view().sealed_end_offsets),
                                _id_offsets({vp: o.offset for vp, o in result.snapshot.offsets.items()}))
+
+    def _trace_sync(self, result: VpSyncResult) -> None:
+        """Rows of a traced topic's join (``mafka4.join_trace``): what this sync released and claimed."""
+        if result.plan is not None and result.plan.release:
+            JOIN_TRACES.record(self._topic, "released", self.member_id, vps_detail(result.plan.release))
+        if result.claimed:
+            JOIN_TRACES.record(self._topic, "claimed", self.member_id, vps_detail(result.claimed))
 
     def commit(self, positions: tuple[MemberPosition, ...]) -> GroupCommitAnswer:
         committed, lost = self._member.commit(self._positions(positions))
@@ -148,8 +159,15 @@ class VirtualMemberHost:
     def _split(self, vp: int) -> None:
         """Ask for a split of ``vp`` with an etcd client of this thread's own; the group sees the new epoch by its watch."""
         store = MetadataStore(self._store.endpoint)
+        traced = JOIN_TRACES.on(self._topic)
         try:
-            intents.request(store, self._store.cluster, IntentKind.SPLIT, self._topic, {"vp": vp}, RESHARD_INTENT_WAIT_S)
+            JOIN_TRACES.record(self._topic, "split_asked", self.member_id, str(vp))
+            # A traced split's controller returns its own stamps in the result (``mafka4.join_trace``).
+            done = intents.request(store, self._store.cluster, IntentKind.SPLIT, self._topic,
+                                   {"vp": vp, **({"trace": True} if traced else {})}, RESHARD_INTENT_WAIT_S)
+            for hop, ms in done.get("trace", ()) if traced else ():
+                JOIN_TRACES.record(self._topic, hop, self.member_id, str(vp), ms)
+            JOIN_TRACES.record(self._topic, "split_answered", self.member_id, str(vp))
             logger.info("group %s: member %s split %s/v%d", self._group, self.member_id, self._topic, vp)
         except MafkaError as error:
             self._split_failed_at = time.monotonic()

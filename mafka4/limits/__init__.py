@@ -164,6 +164,9 @@ FAULT_DELAY_MS_MAX = 60 * 1000
 # each, so at most ~100 MB per traced topic on an actor; an experiment of 50,000 messages over
 # 32 VPs writes about 2 rows a message on a read node. Rows beyond it are counted, not kept.
 STAGE_TRACE_ROWS_MAX = 1_000_000
+# Topics one process join-traces at once (``mafka4.join_trace``): a bench traces one per trial and
+# stops it; a start beyond this stops the oldest, so traces a crashed bench left on cannot pile up.
+JOIN_TRACE_TOPICS_MAX = 16
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from benchmarks.lag import FeedLagBenchSettings
 from mafka4.bench.consume import run_consume_bench
 from mafka4.bench.density import VpDensityBenchSettings
 from mafka4.bench.drain import ConsumeBenchSettings, table
+from mafka4.bench.join_hops import HOP_NAMES
 from mafka4.bench.vp_density import run_vp_density_bench
 from mafka4.bench.vp_join import VpJoinBenchSettings, run_vp_join_bench
 from mafka4.client.admin import Admin
@@ -39,6 +40,16 @@ def test_the_vp_join_bench_runs_a_mafka4_and_a_mafka3_trial_and_writes_its_repor
     assert trial["virtual_partitions_after"] == 3
     assert set(trial["member_stall_ms"]) == {"member-0", "member-1"}
     assert trial["new_member_first_message_ms"] is not None
+    # The join trace saw every process: the joiner, its coordinator, the controller (through the
+    # split's result) and the parent's sealed end (through the bench's watch).
+    hops = trial["join_hops_ms"]
+    assert list(hops) == list(HOP_NAMES) and trial["join_trace_rows_dropped"] == 0
+    for hop in ("join_sent", "coordinator_join", "split_asked", "intent_taken", "epoch_stored", "children_hosted",
+                "parent_sealed", "claimed", "assigned", "fetch_sent", "first_data"):
+        assert hops[hop] is not None, (hop, hops)
+    assert hops["join_sent"] <= hops["coordinator_join"] and hops["intent_taken"] <= hops["epoch_stored"] <= \
+        hops["claimed"] <= hops["assigned"] <= hops["first_data"], hops
+    assert set(mafka4["join_hops_ms_median"]) == set(HOP_NAMES)
     assert report["mafka3_trials"][0]["new_member_first_message_ms"] is not None
 
 

@@ -71,6 +71,8 @@ CORES = (
     "mafka4.protocol.group_admin_api",
     # what a node knows of the cluster's metadata to answer clients
     "mafka4.frontend.view_state",
+    # a join's hop times from its trace's rows (bench vp-join)
+    "mafka4.bench.join_hops",
     # the soak's slopes of a chaos run's samples
     "simulations.chaos.resource_trend",
 )

@@ -44,7 +44,7 @@ from import_graph import ROOT, direct_imports
 
 FLOORS = (
     (0, r"mafka4|mafka4\.(errors|limits|limits\.servers|names|hashing|batch_frame|batch_payload|compression|checksum|"
-        r"collector|faults|partition_gate|clocks|long_poll|stage_trace|planted_bugs|exported_variables|durable_files|"
+        r"collector|faults|partition_gate|clocks|long_poll|stage_trace|join_trace|planted_bugs|exported_variables|durable_files|"
         r"waking_event)"),
     # Packages whose __init__ is empty: importing one runs nothing.
     (0, r"mafka4\.(physical|virtual|metadata|transport|protocol|security|frontend|coordinator|"

@@ -26,6 +26,7 @@ import logging
 import threading
 from typing import Callable
 
+from mafka4.clocks import wall_ms_fine
 from mafka4.coordinator.control.read_path_decisions import VirtualPartitionItem
 from mafka4.coordinator.control.resharding import Resharded, Resharder
 from mafka4.coordinator.control.topic_control import create_topic, delete_topic
@@ -97,13 +98,14 @@ class IntentWorker:
         self._wake.set()
 
     def _execute(self, intent: Intent, value: dict) -> None:
+        taken_ms = wall_ms_fine()
         key = keys.intent(self._cluster, intent.intent_id)
         started = {**value, "started_by": "controller", "controller_fence": self._fence[1]}
         if not self._store.compare_and_swap(key, started, intent.revision, self._fence):
             return  # withdrawn by its client, or this controller was deposed
         log.info("executing %s", intent)
         try:
-            result = IntentResult(True, self._carry_out(intent))
+            result = IntentResult(True, self._carry_out(intent, taken_ms))
         except MafkaError as error:
             result = IntentResult.of_error(error)
             log.warning("%s failed: %s", intent, error)
@@ -117,7 +119,7 @@ class IntentWorker:
 
     # --- what each kind does --------------------------------------------------------------
 
-    def _carry_out(self, intent: Intent):
+    def _carry_out(self, intent: Intent, taken_ms: float):
         store, cluster, topic = self._store, self._cluster, intent.topic
         if intent.kind is IntentKind.CREATE_TOPIC:
             created = create_topic(store, cluster, self._endpoint, topic, config_from_json(intent.args["config"]))
@@ -128,7 +130,10 @@ class IntentWorker:
             return {}
         resharder = self._resharder
         if intent.kind is IntentKind.SPLIT:
-            return self._reshaped(topic, [resharder.split(topic, int(intent.args["vp"]))])
+            # A traced join's split (``mafka4.join_trace``) answers with when each of its steps happened.
+            stamps = [("intent_taken", taken_ms)] if intent.args.get("trace") else None
+            done = self._reshaped(topic, [resharder.split(topic, int(intent.args["vp"]), stamps)])
+            return done if stamps is None else {**done, "trace": stamps}
         if intent.kind is IntentKind.MERGE:
             return self._reshaped(topic, [resharder.merge(topic, int(intent.args["first"]), int(intent.args["second"]))])
         assert intent.kind is IntentKind.SCALE, intent

@@ -71,6 +71,7 @@ from typing import Callable, Mapping, Sequence
 
 import ray
 
+from mafka4.clocks import wall_ms_fine
 from mafka4.coordinator.control.placement import plan_children
 from mafka4.coordinator.control.read_node_launcher import Release, host_states
 from mafka4.errors import CoordinatorUnavailable, MafkaError, ReshardConflict, WrongReadMode
@@ -125,9 +126,10 @@ class Resharder:
         self._store, self._cluster, self._fence, self._config = store, cluster, fence, config
         self._handles = ReadNodeHandles(cluster)
 
-    def split(self, topic: str, vp: int) -> Resharded:
-        """Split active ``vp`` at its range's midpoint into two new VPs."""
-        return self._reshard(self.read(topic), _plan_of(SplitStep(vp)))
+    def split(self, topic: str, vp: int, stamps: list[tuple[str, float]] | None = None) -> Resharded:
+        """Split active ``vp`` at its range's midpoint into two new VPs. ``stamps``, if given, gets
+        ``(hop, wall ms)`` of each step (a join trace's, ``mafka4.join_trace``)."""
+        return self._reshard(self.read(topic), _plan_of(SplitStep(vp)), stamps)
 
     def merge(self, topic: str, first: int, second: int) -> Resharded:
         """Merge two active VPs with adjacent ranges into one new VP."""
@@ -183,7 +185,7 @@ class Resharder:
 
     # --- one reshard ------------------------------------------------------------------------
 
-    def _reshard(self, inputs: ReshardInputs, plan: Plan) -> Resharded:
+    def _reshard(self, inputs: ReshardInputs, plan: Plan, stamps: list[tuple[str, float]] | None = None) -> Resharded:
         topic, config, layout, states = inputs.topic, inputs.config, inputs.layout, inputs.states
         token = secrets.token_hex(8)
         current_cut = layout.current.cut
@@ -193,8 +195,10 @@ class Resharder:
         handles = self._handles
         handles.follow_liveness(inputs.liveness)
         started = time.monotonic()
+        _stamp(stamps, "holds_asked")
         try:
             offers = self._hold(topic, holders, token, draft.parents, handles)
+            _stamp(stamps, "holds_answered")
             cut = [max([current_cut[p]] + [offer[p][0] for offer in offers.values()]) for p in range(config.partitions)]
             fed_through = [max(offer[p][0] for offer in offers.values()) for p in range(config.partitions)]
             epoch = plan(layout, cut, fed_through)
@@ -210,8 +214,10 @@ class Resharder:
         except BaseException:
             self._release(topic, holders, token, handles)
             raise
+        _stamp(stamps, "epoch_stored")
         refused = host_states(self._cluster, topic, config, children, timeout_s=self._config.call_timeout_ms / 1000,
                               handles=handles, then_release=Release(tuple(holders), token, epoch, children))
+        _stamp(stamps, "children_hosted")
         unhosted = tuple(sorted({vp for failures in refused.values() for vp in failures if vp >= 0}
                                 | {s.vp for s in children if any(-1 in refused.get(r, {}) for r in s.replicas)}))
         logger.warning("%s: split epoch %d stored: %s -> %s at cut %s, %.0f ms after the holds were asked%s", topic,
@@ -268,6 +274,11 @@ class Resharder:
             # The answer was lost, not necessarily the write: the epoch key tells (raises while etcd is away).
             found = self._store.get(keys.split_epoch(self._cluster, topic, epoch.epoch))
             return found is not None and found.value == epoch_to_json(epoch)
+
+
+def _stamp(stamps: list[tuple[str, float]] | None, hop: str) -> None:
+    if stamps is not None:
+        stamps.append((hop, wall_ms_fine()))
 
 
 def _plan_of(step: SplitStep | MergeStep) -> Plan:
