@@ -4,7 +4,8 @@ A client knows a few node addresses (``client.bootstrap``) and tries them in ord
 accepts its connection and its credential; any node answers metadata, which names the rest. A
 node that does not answer is skipped; a refused credential is not (every node would refuse it:
 the users are the cluster's), nor is any other answer a node gave. With no node answering, the
-error names each address tried and why.
+error names each address tried and why. The SCRAM exchange derives the user's salted password
+once per process (``security.scram_client.PasswordKeys``), not once per connection.
 
 ``call_once`` runs one request on a private event loop and closes the connection: what a
 command line and an admin client need (``where``: which cluster, as ``client.cluster_access``

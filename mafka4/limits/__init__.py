@@ -667,6 +667,9 @@ SCRAM_ITERATIONS_DEFAULT = 4096
 # The most rounds a client computes when a server asks (SCRAM lets the server choose): a server
 # asking more is refused with AuthenticationFailed rather than pinning the client's CPU.
 SCRAM_ITERATIONS_MAX = 1_000_000
+# Salted passwords a client process keeps derived (``security.scram_client.PasswordKeys``): one
+# per user, password, salt and count; a process speaks as one or two users, so a few suffice.
+SCRAM_CLIENT_KEYS_MAX = 8
 # A SCRAM message is a few hundred bytes (a user name, two nonces, a proof); a longer one is
 # refused with AuthenticationFailed before it is parsed.
 SCRAM_MESSAGE_BYTES_MAX = 4 * KiB

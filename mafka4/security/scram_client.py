@@ -25,6 +25,13 @@ Invariants:
   exchange, never any other error.
 - The server signature is compared in constant time (``hmac.compare_digest``).
 
+The salted password (PBKDF2 of ``SCRAM_ITERATIONS_DEFAULT`` or more HMACs, a few ms) is derived
+once per user, password, salt and iteration count in a process (``PasswordKeys``, at most
+``SCRAM_CLIENT_KEYS_MAX`` kept), as the standard clients cache it: a client opens a connection
+to each node it reads from, and a group member that joins opens several in a row. The keys are
+no more secret than the password the process holds to derive them; a server that changed the
+salt or the count (a password reset) simply misses the cache.
+
 Pure apart from the client nonce, which must be unpredictable and comes from ``secrets``.
 """
 
@@ -41,6 +48,7 @@ import unicodedata
 
 from mafka4.errors import AuthenticationFailed, InvalidConfig
 from mafka4.limits import (
+    SCRAM_CLIENT_KEYS_MAX,
     SCRAM_ITERATIONS_DEFAULT,
     SCRAM_ITERATIONS_MAX,
     SCRAM_MESSAGE_BYTES_MAX,
@@ -116,13 +124,39 @@ def decoded_message(message: bytes, what: str) -> str:
         raise AuthenticationFailed(f"the {what} message of {MECHANISM} is not UTF-8") from None
 
 
+class PasswordKeys:
+    """ClientKey and ServerKey per (user, SASLprepped password, salt, iterations), derived once
+    each; at most ``keys_max`` kept, the oldest forgotten first (see the module docstring)."""
+
+    __slots__ = ("keys_max", "derivations", "_keys")
+
+    def __init__(self, keys_max: int = SCRAM_CLIENT_KEYS_MAX):
+        self.keys_max = keys_max
+        self.derivations = 0  # PBKDF2 runs so far
+        self._keys: dict[tuple[str, bytes, bytes, int], tuple[bytes, bytes]] = {}
+
+    def of(self, user: str, prepared_password: bytes, salt: bytes, iterations: int) -> tuple[bytes, bytes]:
+        found = (user, prepared_password, salt, iterations)
+        keys = self._keys.get(found)
+        if keys is None:
+            # Two connections opening at once may both derive: the same keys, written twice.
+            keys = password_keys(prepared_password, salt, iterations)
+            self.derivations += 1
+            while len(self._keys) >= self.keys_max:
+                self._keys.pop(next(iter(self._keys)), None)
+            self._keys[found] = keys
+        return keys
+
+
 class ScramClientExchange:
     """The client's side of one authentication. Satisfies the client port's ``ClientExchange``."""
 
     mechanism = MECHANISM
 
-    def __init__(self, user: str, password: str):
-        """``InvalidConfig`` if ``user`` is no valid user name or SASLprep refuses ``password``."""
+    def __init__(self, user: str, password: str, keys: PasswordKeys | None = None):
+        """``InvalidConfig`` if ``user`` is no valid user name or SASLprep refuses ``password``.
+        ``keys``: where derived keys are kept (by default the process's, ``PROCESS_PASSWORD_KEYS``)."""
+        self._keys = PROCESS_PASSWORD_KEYS if keys is None else keys
         self._user = validate_user_name(user)
         if not isinstance(password, str):
             raise InvalidConfig(f"the password of user {user!r} must be a string, not {type(password).__name__}")
@@ -154,7 +188,7 @@ class ScramClientExchange:
             raise AuthenticationFailed(
                 f"the server asks {iterations} {MECHANISM} iterations, more than the "
                 f"{SCRAM_ITERATIONS_MAX} a client computes: it is no mafka4 node; check the bootstrap addresses")
-        client_key, server_key = password_keys(self._password, salt, iterations)
+        client_key, server_key = self._keys.of(self._user, self._password, salt, iterations)
         without_proof = f"c={_CHANNEL_BINDING},r={nonce}"
         auth_message = f"{self._client_first_bare},{text},{without_proof}".encode()
         client_signature = _hmac(hashlib.sha256(client_key).digest(), auth_message)
@@ -246,3 +280,7 @@ def password_keys(prepared_password: bytes, salt: bytes, iterations: int) -> tup
 
 def _hmac(key: bytes, message: bytes) -> bytes:
     return hmac.digest(key, message, "sha256")
+
+
+# The keys every exchange of this process derives, by default (see the module docstring).
+PROCESS_PASSWORD_KEYS = PasswordKeys()

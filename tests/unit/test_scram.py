@@ -24,7 +24,7 @@ from mafka4.limits import (
 )
 from mafka4.security.credentials import StoredCredential, make_credential
 from mafka4.security.scram import ScramServerExchange
-from mafka4.security.scram_client import MECHANISM, ScramClientExchange, saslprep
+from mafka4.security.scram_client import MECHANISM, PasswordKeys, ScramClientExchange, saslprep
 
 PASSWORD = "correct horse battery"
 USERS = {"bob": make_credential(PASSWORD)}
@@ -399,3 +399,36 @@ def test_a_credential_made_on_the_standard_library_is_the_one_scramp_derives(pas
     _, stored_key, server_key, _ = ScramMechanism(MECHANISM).make_auth_info(
         password, iteration_count=credential.iterations, salt=credential.salt)
     assert (credential.stored_key, credential.server_key) == (stored_key, server_key)
+
+
+def _authenticate_with(keys: PasswordKeys, user: str, password: str, users) -> str | None:
+    server = ScramServerExchange(users.get)
+    client = ScramClientExchange(user, password, keys)
+    client.finish(server.step(client.respond(server.step(client.first()))))
+    return server.principal
+
+
+def test_a_client_derives_a_salted_password_once_and_authenticates_with_the_kept_keys():
+    keys = PasswordKeys()
+    assert [_authenticate_with(keys, "bob", PASSWORD, USERS) for _ in range(3)] == ["bob"] * 3
+    assert keys.derivations == 1
+
+
+def test_kept_keys_never_authenticate_another_password_nor_survive_a_new_salt():
+    keys = PasswordKeys()
+    assert _authenticate_with(keys, "bob", PASSWORD, USERS) == "bob"
+    with pytest.raises(AuthenticationFailed):
+        _authenticate_with(keys, "bob", "not the password", USERS)
+    reset = {"bob": make_credential(PASSWORD)}  # the same password stored again: a new salt
+    assert _authenticate_with(keys, "bob", PASSWORD, reset) == "bob"
+    assert keys.derivations == 3
+
+
+def test_the_kept_keys_are_bounded_and_the_oldest_go_first():
+    keys = PasswordKeys(keys_max=2)
+    for salt in (b"salt-one", b"salt-two", b"salt-three"):
+        keys.of("bob", b"pw", salt, SCRAM_ITERATIONS_DEFAULT)
+    keys.of("bob", b"pw", b"salt-three", SCRAM_ITERATIONS_DEFAULT)
+    assert keys.derivations == 3
+    keys.of("bob", b"pw", b"salt-one", SCRAM_ITERATIONS_DEFAULT)  # forgotten: derived again
+    assert keys.derivations == 4
