@@ -14,7 +14,7 @@ Everything here runs on one event loop (the client's loop thread). Imports neith
 from __future__ import annotations
 
 import asyncio
-from typing import Iterable
+from typing import Callable, Iterable
 
 from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.node_connection import connect_any, connect_to
@@ -29,8 +29,10 @@ _CANCELLED_CALL_STEPS = 3
 
 
 class NodeLinks:
-    def __init__(self, access: ClusterAccess):
+    def __init__(self, access: ClusterAccess, on_open: Callable[[str], None] | None = None):
+        """``on_open(address)`` is called as each connection ``connection`` opened is ready."""
         self.access = access
+        self._on_open = on_open
         self._nodes: tuple[HostPort, ...] = access.nodes
         self._any: ClientConnection | None = None
         self._connections: dict[str, ClientConnection] = {}
@@ -47,15 +49,12 @@ class NodeLinks:
             opening.add_done_callback(lambda _: self._opening.pop(address, None))
         return await asyncio.shield(opening)
 
-    def is_open(self, address: str) -> bool:
-        """Whether a connection to ``address`` is open now (``connection`` would not open one)."""
-        connection = self._connections.get(address)
-        return connection is not None and not connection.closed
-
     async def _open(self, address: str) -> ClientConnection:
         host_port = parse_endpoints(address, what="a node's client address")[0]
         connection = await connect_to(host_port, self.access.credential)
         self._connections[address] = connection
+        if self._on_open is not None:
+            self._on_open(address)
         return connection
 
     def forget(self, address: str) -> None:

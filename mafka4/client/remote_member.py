@@ -34,6 +34,7 @@ from mafka4.limits import GROUP_CALL_TIMEOUT_S, GROUP_RETRY_BACKOFF_S, ConsumerC
 from mafka4.protocol.group_api import (GroupCommitAnswer, GroupCommitRequest, GroupJoinAnswer, GroupJoinRequest,
                                        GroupLeaveRequest, GroupSeedAnswer, GroupSeedRequest, GroupSyncAnswer,
                                        GroupSyncRequest, IdOffset, MemberPosition)
+from mafka4.protocol.vp_api import VpMetadataAnswer
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,8 @@ class MemberSync:
     # ends, and the group's committed offsets.
     sealed_end_offsets: Mapping[int, int] | None
     committed_offsets: Mapping[int, int] | None
+    # mafka4 mode, with claims: the topic's VP metadata the coordinator sent along (None: ask for it).
+    vp_metadata: VpMetadataAnswer | None
 
 
 class RemoteMember:
@@ -105,13 +108,13 @@ class RemoteMember:
             logger.warning("group %s: member %s could not sync: %s", self.group, self.member_id, error)
             self.changed.set()
             return MemberSync(tuple(revoked), {}, tuple(sorted(self.owned)), f"coordinator unavailable: {error}",
-                              None, None)
+                              None, None, None)
         self.owned = set(answer.owned)
         informed = answer.waiting is None  # else (mafka4 mode) the coordinator could not read them
         return MemberSync((*revoked, *answer.revoked), {c.id: c.committed for c in answer.claimed}, answer.owned,
                           answer.waiting,
                           _offsets(answer.sealed_end_offsets) if informed else None,
-                          _offsets(answer.committed_offsets) if informed else None)
+                          _offsets(answer.committed_offsets) if informed else None, answer.vp_metadata)
 
     def _sync(self, positions: Positions) -> GroupSyncAnswer:
         answer = self._link.call(lambda member_id: GroupSyncRequest(self.group, member_id, _positions(positions)))

@@ -152,6 +152,8 @@ class VirtualGroupConsumer:
             self._fetcher.stop(vp)
             self._unstarted.pop(vp, None)
         self._unstarted.update(result.claimed)
+        if result.vp_metadata is not None:
+            self._fetcher.learn(result.vp_metadata)  # so a child claimed here needs no metadata read
         if result.claimed and JOIN_TRACES.on(self.topic):
             JOIN_TRACES.record(self.topic, "assigned", self.member_id, vps_detail(result.claimed))
         if result.sealed_end_offsets is not None and result.committed_offsets is not None:

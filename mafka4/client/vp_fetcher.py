@@ -52,8 +52,8 @@ from mafka4.join_trace import JOIN_TRACES, vps_detail
 from mafka4.limits import LIST_OFFSETS_TIMEOUT_S, PROTOCOL_ANSWER_MARGIN_S, VP_UNROUTABLE_REFRESH_S, ConsumerConfig
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.protocol.error_codes import raised_error
-from mafka4.protocol.vp_api import (VpFetchRequest, VpListOffsetsRequest, VpMetadataRequest, VpOffset,
-                                    VpOffsetsAnswer, VpReadAnswer)
+from mafka4.protocol.vp_api import (VpFetchRequest, VpListOffsetsRequest, VpMetadataAnswer, VpMetadataRequest,
+                                    VpOffset, VpOffsetsAnswer, VpReadAnswer)
 from mafka4.risr.state import RisrConfig, route_fetch
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.vp_state import VirtualPartitionState, epoch_from_json
@@ -66,7 +66,7 @@ class VpFetcher:
         self.config = config
         self.reader_id = reader_id
         self._loop = client_loop()
-        self._links = NodeLinks(access)
+        self._links = NodeLinks(access, self._opened)
         self._topic_config = metadata.config
         self._risr_config = RisrConfig(read_replica_lag_ms_max=metadata.config.read_replica_lag_ms_max)
         self._addresses: dict[str, str | None] = {}  # read node -> its client address
@@ -97,15 +97,28 @@ class VpFetcher:
             if self.layout is None or not error.retriable:
                 raise
         else:
-            self._links.learn(answer.nodes)
-            epochs = [epoch_from_json(json.loads(epoch)) for epoch in answer.split_epochs_json]
-            self.layout = TopicLayout(self._topic_config.partitions, epochs, self._topic_config.virtual_config())
-            self.states = {info.vp: VirtualPartitionState.from_json(info.vp, json.loads(info.state_json))
-                           for info in answer.vps}
-            self._addresses = {node.node_id: node.address for node in answer.nodes}
+            self._take_metadata(answer, whole=True)
             self._avoid.clear()
             JOIN_TRACES.record(self.topic, "metadata_read", self.traced_as)
         self.read_at = time.monotonic()
+
+    def learn(self, answer: VpMetadataAnswer) -> None:
+        """Take the VP states and node addresses ``answer`` names (a group sync's, naming the VPs it
+        claimed) on top of what is known, and its layout unless it is older than the one held."""
+        self._take_metadata(answer, whole=False)
+
+    def _take_metadata(self, answer: VpMetadataAnswer, whole: bool) -> None:
+        self._links.learn(answer.nodes)
+        epochs = [epoch_from_json(json.loads(epoch)) for epoch in answer.split_epochs_json]
+        if whole or self.layout is None or len(epochs) >= len(self.layout.epochs):
+            self.layout = TopicLayout(self._topic_config.partitions, epochs, self._topic_config.virtual_config())
+        states = {info.vp: VirtualPartitionState.from_json(info.vp, json.loads(info.state_json)) for info in answer.vps}
+        addresses = {node.node_id: node.address for node in answer.nodes}
+        self.states = states if whole else {**self.states, **states}
+        self._addresses = addresses if whole else {**self._addresses, **addresses}
+
+    def _opened(self, address: str) -> None:
+        JOIN_TRACES.record(self.topic, "connected", self.traced_as, address)
 
     def trace_first_data(self, vp: int) -> None:
         """Stamp the first fetch of ``vp`` and its first data (the topic is join-traced)."""
@@ -236,10 +249,7 @@ class VpFetcher:
         request = VpFetchRequest(self.topic, reads, self.config.fetch_bytes_max, wait_ms)
 
         async def fetch() -> tuple[VpReadAnswer, ...]:
-            opens = self._first_data_pending and not self._links.is_open(address)
             connection = await self._links.connection(address)
-            if opens:
-                JOIN_TRACES.record(self.topic, "connected", self.traced_as, address)
             answer, _ = await connection.call(request, timeout_s=request.wait_ms_max / 1000 + PROTOCOL_ANSWER_MARGIN_S)
             return answer.answers
 

@@ -5,7 +5,10 @@
   ``coordinator_of``): the live read nodes, or, in a cluster without read nodes, the live
   replicas. So every member of a group meets on one node, and a node's death moves only its
   own groups (their members find the new coordinator and join again).
-- The other APIs run on the member's session (``frontend.group_sessions``).
+- The other APIs run on the member's session (``frontend.group_sessions``). A mafka4-mode sync
+  that claimed VPs answers with their states and the layout (``hosted_members``) and, from this
+  node's view, where the read nodes serve clients: the member fetches a newly claimed child
+  without a ``VP_METADATA`` round trip first.
 
 ACLs: joining needs ``consume`` on the topic and on the group; every later request of the
 session ``consume`` on the group (a session answers only the principal that opened it).
@@ -13,6 +16,7 @@ session ``consume`` on the group (a session answers only the principal that open
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Awaitable, Callable, Sequence
 
 from mafka4.errors import CoordinatorUnavailable, InvalidConfig
@@ -25,6 +29,7 @@ from mafka4.protocol.group_api import (FindCoordinatorAnswer, FindCoordinatorReq
                                        GroupLeaveAnswer, GroupLeaveRequest, GroupSeedAnswer, GroupSeedRequest,
                                        GroupSyncRequest)
 from mafka4.protocol.messages import ApiKey
+from mafka4.protocol.metadata_api import NodeInfo
 from mafka4.protocol.session import Session
 from mafka4.security.acl import Operation, ResourceType
 
@@ -71,6 +76,11 @@ class GroupHandlers:
         self._check(session, Operation.CONSUME, ResourceType.GROUP, request.group)
         answer = await self._sessions.call(session.principal, request.group, request.member_id,
                                            lambda member: member.sync(request.positions))
+        if answer.vp_metadata is not None:
+            view = await self._view()
+            nodes = view.read(lambda state: state.read_node_endpoints())
+            answer = dataclasses.replace(answer, vp_metadata=dataclasses.replace(
+                answer.vp_metadata, nodes=tuple(NodeInfo(node.node_id, "read", node.client_address) for node in nodes)))
         return answer, ()
 
     async def _commit(self, session: Session, request: GroupCommitRequest, _buffers):

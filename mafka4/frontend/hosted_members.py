@@ -13,16 +13,18 @@ intent) on a thread of its own, as the consumer did, so its syncs do not wait fo
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
-from typing import Mapping, Protocol
+from typing import Iterable, Mapping, Protocol
 
 from mafka4.coordinator.groups.group_hub import GroupHub
 from mafka4.coordinator.groups.membership import MembershipFactory
 from mafka4.coordinator.groups.partition_groups import GroupMember, GroupStore
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR, MemberInfo, TopicPartition
-from mafka4.coordinator.groups.vp_groups import VirtualGroupMember, VirtualGroupStore, VpOffset, VpSyncResult
+from mafka4.coordinator.groups.vp_groups import (VirtualGroupMember, VirtualGroupSnapshot, VirtualGroupStore,
+                                                 VpOffset, VpSyncResult)
 from mafka4.errors import InvalidConfig, MafkaError
 from mafka4.join_trace import JOIN_TRACES, vps_detail
 from mafka4.limits import RESHARD_INTENT_WAIT_S, VP_GROUP_SPLIT_RETRY_INTERVAL_S, ConsumerConfig
@@ -32,6 +34,8 @@ from mafka4.metadata.store import MetadataStore
 from mafka4.physical.topics import TopicStore
 from mafka4.protocol.group_api import (Claimed, GroupCommitAnswer, GroupJoinAnswer, GroupSyncAnswer, IdOffset,
                                        MemberPosition)
+from mafka4.protocol.vp_api import VpMetadataAnswer, VpStateInfo
+from mafka4.virtual.vp_state import epoch_to_json
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +75,7 @@ class PartitionMemberHost:
         return GroupSyncAnswer(tuple(tp.partition for tp in result.revoked),
                                tuple(Claimed(tp.partition, None if committed is None else committed.offset)
                                      for tp, committed in sorted(result.claimed.items())),
-                               tuple(tp.partition for tp in result.owned), result.waiting, (), ())
+                               tuple(tp.partition for tp in result.owned), result.waiting, (), (), None)
 
     def commit(self, positions: tuple[MemberPosition, ...]) -> GroupCommitAnswer:
         committed, lost = self._member.commit(self._positions(positions))
@@ -116,12 +120,13 @@ class VirtualMemberHost:
                         for vp, committed in sorted(result.claimed.items()))
         if result.snapshot is None:  # etcd did not answer: the member keeps what it knew
             return GroupSyncAnswer(result.revoked, claimed, result.owned, "the coordinator could not read the group",
-                                   (), ())
+                                   (), (), None)
         if result.plan is not None and result.plan.split is not None:
             self._start_split(result.plan.split)
         return GroupSyncAnswer(result.revoked, claimed, result.owned, None,
                                _id_offsets(result.snapshot.view().sealed_end_offsets),
-                               _id_offsets({vp: o.offset for vp, o in result.snapshot.offsets.items()}))
+                               _id_offsets({vp: o.offset for vp, o in result.snapshot.offsets.items()}),
+                               claimed_vp_metadata(self._topic, result.snapshot, result.claimed) if claimed else None)
 
     def _trace_sync(self, result: VpSyncResult) -> None:
         """Rows of a traced topic's join (``mafka4.join_trace``): what this sync released and claimed."""
@@ -229,6 +234,16 @@ class GroupStores:
         for store in stores:
             if store is not None:
                 store.close()
+
+
+def claimed_vp_metadata(topic: str, snapshot: VirtualGroupSnapshot, claimed: Iterable[int]) -> VpMetadataAnswer:
+    """What a member needs of ``claimed`` VPs before it positions and fetches them: the layout and
+    their states, as the sync read them (at least as new as any metadata read before the sync);
+    the nodes' addresses are the port's to add (``frontend.group_handlers``)."""
+    return VpMetadataAnswer(topic, tuple(json.dumps(epoch_to_json(epoch), sort_keys=True)
+                                         for epoch in snapshot.layout.epochs),
+                            tuple(VpStateInfo(vp, json.dumps(snapshot.states[vp].to_json(), sort_keys=True))
+                                  for vp in sorted(claimed) if vp in snapshot.states), ())
 
 
 def _id_offsets(offsets: Mapping[int, int]) -> tuple[IdOffset, ...]:

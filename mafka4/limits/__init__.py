@@ -687,8 +687,9 @@ ACL_RULES_MAX = 10_000
 # --- client protocol (mafka4.protocol) ---
 
 # The client protocol's version, in every frame's "v": a frame of another version is refused with
-# UnsupportedVersion (the API_VERSIONS answer lists the versions a node speaks).
-PROTOCOL_VERSION = 1
+# UnsupportedVersion (the API_VERSIONS answer lists the versions a node speaks). 2: a GROUP_SYNC
+# answer that claims VPs carries the topic's VP metadata (``protocol.group_api``).
+PROTOCOL_VERSION = 2
 # A whole client frame (its msgpack body and its out-of-band buffers): above every produce batch
 # and fetch bound; a peer announcing more is answered with nothing and dropped.
 PROTOCOL_FRAME_BYTES_MAX = 64 * MiB

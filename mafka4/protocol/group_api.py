@@ -12,7 +12,10 @@ did before against etcd:
 - ``GROUP_SYNC``: one round of the group protocol (Mafka3's eager rebalance, or mafka4's VP
   ownership), given the member's positions (committed with what it releases); the answer says
   what it lost, what it claimed (from which committed offset), what it owns now, and (mafka4
-  mode) the sealed ends and committed offsets it needs to commit a drained parent at once.
+  mode) the sealed ends and committed offsets it needs to commit a drained parent at once. A
+  mafka4-mode answer that claims VPs also carries the topic's VP metadata as the coordinator's
+  node sees it (the ``VP_METADATA`` answer, ``protocol.vp_api``): the member positions and
+  fetches a child born after its last metadata read without asking any node for it first.
 - ``GROUP_COMMIT``: commit positions of owned partitions or VPs; what was written, what was lost.
 - ``GROUP_LEAVE``: commit, release everything, end the session.
 - ``GROUP_HEARTBEAT``: a long poll that keeps the session alive and is answered as soon as the
@@ -30,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mafka4.protocol.messages import ApiKey, register
+from mafka4.protocol.vp_api import VpMetadataAnswer
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +105,9 @@ class GroupSyncAnswer:
     waiting: str | None  # why the assignment is not settled yet (Mafka3 mode), or None
     sealed_end_offsets: tuple[IdOffset, ...]  # mafka4 mode: of closed VPs
     committed_offsets: tuple[IdOffset, ...]  # mafka4 mode: the group's committed offsets
+    # mafka4 mode, when ``claimed`` is not empty: the topic's VP metadata (None: not known here,
+    # the member asks VP_METADATA as before). Since protocol version 2.
+    vp_metadata: VpMetadataAnswer | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,10 +69,10 @@ from typing import Sequence
 
 import ray
 
+from mafka4 import join_trace
 from mafka4.clocks import wall_ms
 from mafka4.collector import freeze_what_start_up_left
 from mafka4.errors import InvalidConfig, MafkaError, StaleEpoch, UnknownVirtualPartition
-from mafka4.join_trace import JOIN_TRACES
 from mafka4.limits import LEADER_TICK_INTERVAL_S, TopicConfig
 from mafka4.limits.servers import ReadNodeConfig, topic_log_config
 from mafka4.log.log_dir_budget import LogDirBudget
@@ -473,14 +473,15 @@ class ReadNode:
     async def set_join_trace(self, topic: str, enabled: bool) -> None:
         """Start (or stop and discard) the join trace of ``topic`` in this node's process: the rows of
         the groups it coordinates and of the splits they ask for (``mafka4.join_trace``)."""
+        # Through the module: an actor's class travels pickled, and a global it named would be a copy.
         if enabled:
-            JOIN_TRACES.start(topic)
+            join_trace.JOIN_TRACES.start(topic)
         else:
-            JOIN_TRACES.stop(topic)
+            join_trace.JOIN_TRACES.stop(topic)
 
     async def take_join_trace(self, topic: str) -> dict:
         """``topic``'s join-trace rows in this node's process since the last take (empty when not traced)."""
-        return JOIN_TRACES.take(topic)
+        return join_trace.JOIN_TRACES.take(topic)
 
     async def set_fault(self, vp_id: VpId, delay_ms: int = 0, paused: bool = False) -> dict:
         """Delay or pause one hosted VP replica's replication and serving (``mafka4.faults``); (0, False) clears it."""

@@ -29,7 +29,7 @@ class FakeMember:
     def sync(self, positions):
         self.calls.append("sync")
         self.changed.clear()
-        return GroupSyncAnswer((), (), (), None, (), ())
+        return GroupSyncAnswer((), (), (), None, (), (), None)
 
     def commit(self, positions):
         self.calls.append("commit")

@@ -77,7 +77,7 @@ class Coordinator:
         self.sync_positions.append(dict(positions))
         claimed, self.claims = self.claims, {}
         self.owned |= set(claimed)
-        return MemberSync((), claimed, tuple(sorted(self.owned)), None, self.sealed, self.committed)
+        return MemberSync((), claimed, tuple(sorted(self.owned)), None, self.sealed, self.committed, None)
 
     def commit(self, positions) -> tuple[set[int], set[int]]:
         mine = {id_: position for id_, position in positions.items() if id_ in self.owned}
