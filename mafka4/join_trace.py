@@ -9,11 +9,11 @@ of different processes compare). A row is ``(hop, ms, member, detail)``: ``hop``
 names below, ``member`` the group member id it concerns ("" if none), ``detail`` a short str.
 
 * the client (``client.virtual_group_consumer``, ``client.vp_fetcher``): ``join_sent``,
-  ``join_answered``, ``assigned`` (a sync answer that claimed VPs; detail: them),
+  ``coordinator_found``, ``join_answered``, ``assigned`` (a sync answer that claimed VPs; detail: them),
   ``metadata_read``, ``offsets_listed``, ``connected`` (a new authenticated connection to a read
   node), ``fetch_sent`` and ``first_data`` (the first fetch of a claimed VP, its first non-empty
   answer);
-* the coordinator (``frontend.group_sessions``, ``frontend.hosted_members``):
+* the coordinator (``frontend.group_sessions``, ``frontend.hosted_members``): ``join_received``,
   ``coordinator_join``, ``woken`` (the member's heartbeat is answered: it should sync),
   ``sync_received``, ``released`` and ``claimed`` (a sync's release and claim transactions;
   detail: the VPs), ``split_asked`` (the split intent written) and ``split_answered`` (its

@@ -30,8 +30,10 @@ class Hop:
 
 
 JOIN_HOPS = (
-    Hop("join_sent", True, None, "the joiner sent GROUP_JOIN (after its consumer read the topic's metadata)"),
-    Hop("coordinator_join", True, "join_sent", "the coordinator registered the member (its etcd transaction)"),
+    Hop("join_sent", True, None, "the joiner's consumer, its metadata read, starts to join (FIND_COORDINATOR)"),
+    Hop("coordinator_found", True, "join_sent", "FIND_COORDINATOR answered (a connection to any node first)"),
+    Hop("join_received", True, "coordinator_found", "GROUP_JOIN reached the coordinator (a connection to it first)"),
+    Hop("coordinator_join", True, "join_received", "the coordinator registered the member (its etcd transactions)"),
     Hop("join_answered", True, "coordinator_join", "the joiner has its session"),
     Hop("split_asked", False, "join_sent", "the splitter's sync planned the split; its coordinator wrote the intent"),
     Hop("intent_taken", False, "split_asked", "the controller's intent worker picked the intent up"),

@@ -35,6 +35,7 @@ from typing import Callable
 from mafka4.client.client_loop import client_loop
 from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.node_links import NodeLinks
+from mafka4.clocks import wall_ms_fine
 from mafka4.errors import MafkaError, RequestTimedOut, StreamLost, UnknownMember
 from mafka4.limits import (GROUP_CALL_TIMEOUT_S, GROUP_HEARTBEAT_WAIT_MS, GROUP_RETRY_BACKOFF_S,
                            PROTOCOL_ANSWER_MARGIN_S)
@@ -56,6 +57,7 @@ class GroupLink:
         self._synced = asyncio.Event()  # set when the consumer cleared ``changed``: see ``synced``
         self._rejoined = asyncio.Event()  # set when the consumer joined again: see ``joined``
         self._closed = False
+        self.found_ms = 0.0  # wall clock when FIND_COORDINATOR last answered (a join trace's stamp)
 
     def call(self, make_request: Callable[[str], object]) -> object:
         """The coordinator's answer to ``make_request(member_id)``, from the consumer's thread."""
@@ -99,6 +101,7 @@ class GroupLink:
         answer = await self._links.ask_any(FindCoordinatorRequest(self.group))
         assert isinstance(answer, FindCoordinatorAnswer)
         self._coordinator = answer.address
+        self.found_ms = wall_ms_fine()
         return answer.address
 
     def synced(self) -> None:

@@ -65,6 +65,11 @@ class RemoteMember:
     def member_id(self) -> str:
         return self._link.member_id
 
+    @property
+    def coordinator_found_ms(self) -> float:
+        """Wall clock when the coordinator was last found (``FIND_COORDINATOR`` answered)."""
+        return self._link.found_ms
+
     def woken(self) -> concurrent.futures.Future:
         """Done once ``changed`` is set: a consumer waits on it beside its fetches, so a change ends the wait."""
         return self._link.woken()

@@ -81,6 +81,7 @@ class VirtualGroupConsumer:
             joined = self._member.join()
             self._fetcher.traced_as = self.member_id
             JOIN_TRACES.record(self.topic, "join_sent", self.member_id, ms=sent_ms)
+            JOIN_TRACES.record(self.topic, "coordinator_found", self.member_id, ms=self._member.coordinator_found_ms)
             JOIN_TRACES.record(self.topic, "join_answered", self.member_id)
             if config.auto_offset_reset is OffsetReset.LATEST and not joined.offsets_committed:
                 self._seed_latest(joined)

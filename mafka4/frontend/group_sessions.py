@@ -42,6 +42,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable, TypeVar
 
+from mafka4.clocks import wall_ms_fine
 from mafka4.coordinator.groups.partition_protocol import MemberInfo
 from mafka4.errors import MafkaError, UnknownMember
 from mafka4.frontend.hosted_members import GroupStores, HostedMember, hosted_member
@@ -121,6 +122,7 @@ class GroupSessions:
 
     async def join(self, principal: str, group: str, topic: str, assignor: str, config: ConsumerConfig):
         """A new session in ``group``; the member's ``GroupJoinAnswer``."""
+        received_ms = wall_ms_fine()
         self._start_reaper()
         loop = asyncio.get_running_loop()
         member_id = uuid.uuid4().hex[:12]
@@ -146,6 +148,7 @@ class GroupSessions:
             session.member, answer = await self._run(join)
         finally:
             session.calls -= 1
+        JOIN_TRACES.record(topic, "join_received", member_id, ms=received_ms)
         JOIN_TRACES.record(topic, "coordinator_join", member_id)
         session.seen_at = self._clock()
         self._sessions[member_id] = session

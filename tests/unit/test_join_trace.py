@@ -44,7 +44,7 @@ def test_starting_one_trace_more_than_the_bound_stops_the_oldest():
 
 def _split_join_rows() -> list[tuple[str, float, str, str]]:
     """The rows of one split join, in ms after the join (``JOIN_MS``), from its three processes."""
-    at = {"join_sent": 2, "coordinator_join": 6, "join_answered": 8, "split_asked": 30, "intent_taken": 35,
+    at = {"join_sent": 2, "coordinator_found": 3, "join_received": 4, "coordinator_join": 6, "join_answered": 8, "split_asked": 30, "intent_taken": 35,
           "holds_asked": 40, "holds_answered": 60, "epoch_stored": 70, "children_hosted": 120, "split_answered": 125,
           "parent_sealed": 90, "released": 140, "woken": 150, "sync_received": 160, "claimed": 165,
           "assigned": 170, "metadata_read": 180, "offsets_listed": 190, "connected": 200, "fetch_sent": 201,
