@@ -79,10 +79,8 @@ class VirtualGroupConsumer:
         try:
             sent_ms = wall_ms_fine()
             joined = self._member.join()
-            self._fetcher.traced_as = self.member_id
-            JOIN_TRACES.record(self.topic, "join_sent", self.member_id, ms=sent_ms)
-            JOIN_TRACES.record(self.topic, "coordinator_found", self.member_id, ms=self._member.coordinator_found_ms)
-            JOIN_TRACES.record(self.topic, "join_answered", self.member_id)
+            if JOIN_TRACES.on(self.topic):
+                self._trace_join(sent_ms)
             if config.auto_offset_reset is OffsetReset.LATEST and not joined.offsets_committed:
                 self._seed_latest(joined)
             self._sync()
@@ -94,6 +92,13 @@ class VirtualGroupConsumer:
     @property
     def member_id(self) -> str:
         return self._member.member_id
+
+    def _trace_join(self, sent_ms: float) -> None:
+        """The join's rows of a join-traced topic (``mafka4.join_trace``); the fetcher's rows name this member."""
+        self._fetcher.traced_as = self.member_id
+        JOIN_TRACES.record(self.topic, "join_sent", self.member_id, ms=sent_ms)
+        JOIN_TRACES.record(self.topic, "coordinator_found", self.member_id, ms=self._member.coordinator_found_ms)
+        JOIN_TRACES.record(self.topic, "join_answered", self.member_id)
 
     # --- positions ------------------------------------------------------------------------
 
