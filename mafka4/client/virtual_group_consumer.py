@@ -162,10 +162,16 @@ class VirtualGroupConsumer:
             self._fetcher.learn(result.vp_metadata)  # so a child claimed here needs no metadata read
         if result.claimed and JOIN_TRACES.on(self.topic):
             JOIN_TRACES.record(self.topic, "assigned", self.member_id, vps_detail(result.claimed))
+        known = self._sealed
         if result.sealed_end_offsets is not None and result.committed_offsets is not None:
             self._sealed, self._committed = dict(result.sealed_end_offsets), dict(result.committed_offsets)
         else:  # not synced: it is retried when the coordinator can, and a drained parent does not ask it sooner
             self._sealed = {}
+        if self._sealed.keys() - known.keys():
+            # A sealed end learned now may be one this member read to already (an empty parent
+            # backlog): sync again at once, not after the next fetch's long poll, for the children
+            # wait for it. Once per sealed end learned, so a parent not released cannot spin.
+            self._sync_drained_parents()
         if self._unstarted:
             self._start_claimed()
 

@@ -234,6 +234,24 @@ def test_a_parent_vp_read_to_its_sealed_end_syncs_at_once_with_its_position_and_
     assert len(coordinator.commits) == 1, "no commit call of its own"
 
 
+def test_a_parent_read_to_its_end_before_the_member_learns_the_sealed_end_syncs_without_waiting_for_a_fetch(
+        monkeypatch, clock):
+    """An empty parent backlog: the member read the parent to the cut before its leader sealed it.
+    The sync that tells the sealed end leaves the member due to sync again at once (``changed``),
+    so its next round releases the parent instead of waiting on a fetch's long poll first."""
+    coordinator, fetcher = Coordinator({0: 100, 1: 40}, sealed={}, committed={0: 100, 1: 40}), Fetcher()
+    member = vp_member(monkeypatch, coordinator, fetcher)
+    fetcher.next_read = {0: 120}  # everything the parent will ever hold
+    member.poll(timeout_ms=0)
+    coordinator.sealed = {0: 120}  # its leader sealed it there: the group wakes the member
+    coordinator.changed.set()
+    member.poll(timeout_ms=0)
+    assert coordinator.changed.is_set(), "due to sync again, so the next fetch does not wait"
+    member.poll(timeout_ms=0)
+    assert coordinator.syncs == 3 and coordinator.sync_positions[-1][0][0] == 120
+    assert not coordinator.changed.is_set(), "once: a parent the coordinator did not release yet does not spin"
+
+
 class MetadataCounted(LongPolling):
     """``LongPolling``'s read node, counting the VP metadata requests it answers."""
 
