@@ -4,9 +4,48 @@ JOIN request to its first message happened, in ms after the join.
 ``JOIN_HOPS`` lists the hops in the order a split join takes them. Each is the first row of its
 kind at or after the hop it follows (``after``; the join itself for the first), of the joiner's
 rows only where the hop is the joiner's, of any member's otherwise (the split is asked and the
-parent released by other members). A hop with no such row (a joiner that needed no new
-connection, a trace that lost its rows) is None, and the hops that follow it count from the hop
-it follows instead. Rows come from several processes; their wall clocks are one machine's.
+parent released by other members). A hop that leads to a later one (``leads_to``: the wake and
+the sync that claimed the child) is instead the last row of its kind before that one: a joiner
+is woken and syncs several times during a join, and only the round that claimed counts. A hop
+with no such row (a joiner that needed no new connection, a trace that lost its rows) is None,
+and the hops that follow it count from the hop it follows instead. Rows come from several processes; their wall clocks are one machine's.
+
+**The round trips of a split join**, hop by hop (a connection is TCP, then ``API_VERSIONS``,
+``SASL_HANDSHAKE`` and two ``SASL_AUTHENTICATE``: four round trips; the salted password is
+derived once per process, ``security.scram_client``):
+
+* before ``join_sent``: the consumer reads the topic's metadata (a connection, ``METADATA``,
+  closed) and its fetcher the VP layout (a second connection, ``VP_METADATA``);
+* ``coordinator_found``: a third connection, to any node, and ``FIND_COORDINATOR``;
+* ``join_received`` .. ``join_answered``: a fourth connection, to the coordinator, and
+  ``GROUP_JOIN``, in which the coordinator reads the topic's config, the group's snapshot (one
+  transaction) and writes the member key under its lease: three etcd round trips;
+* ``split_asked``: the member key's watch event answers the waiting heartbeat of the group's
+  smallest member (no round trip of its own), whose sync (one client and one etcd round trip)
+  plans the split; its coordinator writes the intent (one etcd round trip, its result watched);
+* ``intent_taken`` .. ``children_hosted``: the intent's watch event wakes the controller, which
+  reads the pending intents, marks this one started, reads the topic in one transaction (three
+  etcd round trips), asks the parent's leader node to hold (one call; the feed streams write
+  their hold keys), stores the epoch and the children's states in one transaction, and asks the
+  nodes to host the children and release the holds (one call per node: a holder that leads a
+  child does both);
+* ``split_answered``: the controller writes the result (a lease grant and one transaction); the
+  coordinator's watch reads it. Nothing in the group waits for this hop;
+* ``parent_sealed``: the released feed hands the parent its records up to the cut; its leader
+  records the sealed end (one etcd write);
+* ``released``: the sealed end wakes the parent's owner, whose sync (one client, one etcd round
+  trip) tells it the sealed end; it reads the parent to it (its fetches already out) and syncs
+  again: one client round trip, the snapshot and the transaction that commits and releases the
+  parent. This is what the joiner waits for, and must: the child's records follow the parent's
+  below the cut for each key, so a child is read only once its parent was consumed to its
+  sealed end (with an empty parent backlog, this is as soon as the feed passed the cut);
+* ``woken`` .. ``assigned``: the released owner key answers the joiner's waiting heartbeat; its
+  sync (one client round trip) reads the snapshot and claims a child (two etcd round trips);
+  the answer carries the layout, the child's state and the read nodes' addresses, so no
+  ``VP_METADATA`` follows (``metadata_read`` stays empty);
+* ``connected`` .. ``first_data``: a fifth connection, to the child's leader node, for
+  ``VP_LIST_OFFSETS`` (a child without a committed offset starts at its log start, which only
+  its leader knows), then the first ``VP_FETCH``.
 
 Pure: rows in, times out.
 """
@@ -27,6 +66,7 @@ class Hop:
     joiners: bool  # only the joiner's rows count
     after: str | None  # the hop it follows (None: the join)
     what: str  # for the summary's readers
+    leads_to: str | None = None  # the later hop it is the last row before (see the module docstring)
 
 
 JOIN_HOPS = (
@@ -44,8 +84,8 @@ JOIN_HOPS = (
     Hop("split_answered", False, "children_hosted", "the coordinator read the intent's result"),
     Hop("parent_sealed", False, "epoch_stored", "the parent's leader stored its sealed end (etcd watch)"),
     Hop("released", False, "epoch_stored", "the parent's owner, drained to the sealed end, released it"),
-    Hop("woken", True, "released", "the coordinator answered the joiner's heartbeat: sync"),
-    Hop("sync_received", True, "woken", "the joiner's sync reached the coordinator"),
+    Hop("woken", True, "split_asked", "the coordinator answered the joiner's heartbeat: sync", "sync_received"),
+    Hop("sync_received", True, "split_asked", "the joiner's sync that claimed reached the coordinator", "claimed"),
     Hop("claimed", True, "split_asked", "the coordinator claimed a child for the joiner"),
     Hop("assigned", True, "claimed", "the joiner read the sync answer that gives it the child"),
     Hop("metadata_read", True, "assigned", "the joiner read the layout (a child born after its last read)"),
@@ -62,15 +102,31 @@ def join_hops_ms(rows: Iterable["JoinRow"], join_ms: float, joiner: str) -> dict
     by_hop: dict[str, list[tuple[float, str]]] = {}
     for hop, ms, member, _ in rows:
         by_hop.setdefault(hop, []).append((ms, member))
-    found: dict[str, float | None] = {}
+    hops = {hop.name: hop for hop in JOIN_HOPS}
+    stamped: dict[str, float | None] = {}
     since: dict[str, float] = {}  # hop -> the time the hops after it count from
+
+    def resolve(name: str) -> None:
+        if name in since:
+            return
+        hop = hops[name]
+        start = join_ms
+        if hop.after is not None:
+            resolve(hop.after)
+            start = since[hop.after]
+        stamps = [ms for ms, member in by_hop.get(name, ()) if ms >= start and (not hop.joiners or member == joiner)]
+        if hop.leads_to is None:
+            found = min(stamps, default=None)
+        else:
+            resolve(hop.leads_to)
+            end = stamped[hop.leads_to]
+            found = None if end is None else max((ms for ms in stamps if ms <= end), default=None)
+        stamped[name], since[name] = found, start if found is None else found
+
     for hop in JOIN_HOPS:
-        start = join_ms if hop.after is None else since[hop.after]
-        stamps = [ms for ms, member in by_hop.get(hop.name, ()) if ms >= start and (not hop.joiners or member == joiner)]
-        first = min(stamps, default=None)
-        found[hop.name] = None if first is None else round(first - join_ms, 1)
-        since[hop.name] = start if first is None else first
-    return found
+        resolve(hop.name)
+    return {name: None if ms is None else round(ms - join_ms, 1) for name, ms in
+            ((hop.name, stamped[hop.name]) for hop in JOIN_HOPS)}
 
 
 def hop_medians(trials: Iterable[Mapping[str, float | None]]) -> dict[str, float | None]:

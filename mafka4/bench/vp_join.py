@@ -23,6 +23,7 @@ Figures (ms):
   join (``bench.join_hops.JOIN_HOPS`` names and explains each), from a join trace turned on for
   the trial's topic in this process and on the read nodes just before the join
   (``mafka4.join_trace``, ``bench.join_tracing``); the summary gives each hop's median.
+  ``bench.join_hops`` also counts the round trips behind each hop.
 
 With ``compare_mafka3``, each trial is followed by the Mafka3 eager-rebalance trial of
 ``bench.rebalance`` (``consumers + 1`` physical partitions, so the joiner gets one) on the

@@ -75,11 +75,23 @@ def test_a_missing_hop_is_none_and_the_hops_after_it_count_from_the_one_it_follo
     assert join_hops_ms([], JOIN_MS, JOINER) == dict.fromkeys(HOP_NAMES)
 
 
-def test_every_hop_follows_one_listed_before_it():
+def test_the_wake_and_sync_of_a_claim_are_the_last_before_it_not_the_first_after_the_release():
+    """The joiner's sync that claims may start before the parent's release lands (woken by the
+    split epoch or the sealed end); its later wakes and syncs do not count."""
+    rows = [row for row in _split_join_rows() if row[0] not in ("woken", "sync_received")]
+    rows += [("woken", JOIN_MS + ms, JOINER, "") for ms in (20, 100, 300)]
+    rows += [("sync_received", JOIN_MS + ms, JOINER, "") for ms in (25, 110, 320)]
+    hops = join_hops_ms(rows, JOIN_MS, JOINER)
+    assert (hops["woken"], hops["sync_received"], hops["claimed"]) == (100, 110, 165)
+
+
+def test_every_hop_follows_one_listed_before_it_and_leads_to_one_listed_after_it():
     seen: set[str] = set()
     for hop in JOIN_HOPS:
         assert hop.after is None or hop.after in seen, hop
         seen.add(hop.name)
+    for hop in JOIN_HOPS:
+        assert hop.leads_to is None or HOP_NAMES.index(hop.leads_to) > HOP_NAMES.index(hop.name), hop
 
 
 def test_the_median_of_a_hop_counts_only_the_trials_that_have_it():
