@@ -232,7 +232,7 @@ class VpFetcher:
                 self._in_flight.drop(node)
             address = self._addresses.get(node)
             reads = tuple(VpOffset(vp, offset) for vp, offset in sent)
-            if any(vp in self._first_data_pending for vp, _ in sent):
+            if self._first_data_pending and any(vp in self._first_data_pending for vp, _ in sent):
                 JOIN_TRACES.record(self.topic, "fetch_sent", self.traced_as,
                                    vps_detail(vp for vp, _ in sent if vp in self._first_data_pending))
             wait_ms = self._idle_waits.wait_ms(node)
