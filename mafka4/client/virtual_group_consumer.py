@@ -29,9 +29,10 @@ carries as the parent's commit, and releases the parent in a transaction that wr
 commit call first.
 
 Metadata (the VP layout, leaders, RISRs) is read when the member starts, when it claims a VP
-the metadata held does not name (a child born after the last read), when a claimed VP cannot
-be positioned yet, and when a fetch fails or finds no live leader (``VpFetcher``); never on a
-timer (unlike ``VirtualConsumer``'s ``metadata_max_age_ms``), so an idle member sends only its
+the metadata held does not name (a child born after the last read) and the sync's answer did
+not carry it (a coordinator's sync answer that claims VPs carries the layout, their states and
+the read nodes' addresses), when a claimed VP cannot be positioned yet, and when a fetch fails
+or finds no live leader (``VpFetcher``); never on a timer (unlike ``VirtualConsumer``'s ``metadata_max_age_ms``), so an idle member sends only its
 heartbeats and its fetches' long polls. A layout change reaches it as a sync.
 
 Splits: when the plan says this member splits a VP (it has the smallest id and the group

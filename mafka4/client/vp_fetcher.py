@@ -20,8 +20,9 @@ in a VP (physical retention deleted records before a read node fed them,
 ``RecordsLost`` naming the offsets, and reading goes on after the marker.
 
 Metadata (the layout, every VP's leader, RISR and sealed end, and where each read node serves
-clients) comes from any node's ``VP_METADATA`` answer, read by ``refresh``; while no node
-answers, reading goes on from what is known. A replica whose fetch failed is avoided (its VP's
+clients) comes from any node's ``VP_METADATA`` answer, read by ``refresh``, or for the VPs a
+group sync claimed from that sync's answer (``learn``); while no node answers, reading goes on
+from what is known. A replica whose fetch failed is avoided (its VP's
 leader is asked instead) until the next refresh, which also follows a failed fetch. So is a node
 that a network fault cuts this process off from (``mafka4.partition_gate``); one it slows is
 asked after the delay. A VP that has nowhere to go (its leader's node serves no client port in
