@@ -21,7 +21,10 @@ names below, ``member`` the group member id it concerns ("" if none), ``detail``
 * the controller, whose rows travel back in the split intent's result (it runs in a process
   no bench reaches) and are recorded by the coordinator that asked: ``intent_taken``,
   ``holds_asked``, ``holds_answered``, ``epoch_stored``, ``children_hosted`` (the read nodes
-  opened the children's logs and released the held feed streams).
+  opened the children's logs and released the held feed streams);
+* the read nodes (``virtual.read_node``): ``hold_received`` and ``hold_offered`` (a parent's
+  leader asked to hold, its feed streams stopped at their offers), ``host_received`` and
+  ``children_opened`` (a node asked to host children, their logs open; detail: the node).
 
 Off by default and free when off: a process keeps rows only for the topics ``start``ed in it
 (a read node's ``set_join_trace``; the bench's own process for its clients), and a recording

@@ -224,6 +224,7 @@ class ReadNode:
         older epoch than the replica knows); raises ``UnknownTopic`` for a topic etcd does not
         hold and ``UnknownVirtualPartition`` for a VP its layout does not have.
         """
+        join_trace.JOIN_TRACES.record(topic, "host_received", detail=self._spec.node_id)
         node_id = self._spec.node_id
         if any(node_id not in state.replicas for state in states):
             raise InvalidConfig(f"read node {node_id} was asked to host {topic} VPs "
@@ -251,6 +252,7 @@ class ReadNode:
             if index % 64 == 63:
                 await asyncio.sleep(0)  # hosting many VPs: let fetches in between
         self._roles_changed(topic)
+        join_trace.JOIN_TRACES.record(topic, "children_opened", detail=node_id)
         return refused
 
     def _open(self, vp_id: VpId, config: TopicConfig, now_ms: int) -> HostedVp:
@@ -361,8 +363,10 @@ class ReadNode:
         if entry is None or not entry.feeds or not set(parents) & set(leaders):
             raise UnknownVirtualPartition(
                 f"read node {self._spec.node_id} leads none of {topic} VPs {list(parents)}: re-read the VP states and retry")
+        join_trace.JOIN_TRACES.record(topic, "hold_received", detail=self._spec.node_id)
         held = await asyncio.gather(*(feed.hold(token, frozenset(parents), wait_ms_max)
                                       for feed in entry.feeds.values()))
+        join_trace.JOIN_TRACES.record(topic, "hold_offered", detail=self._spec.node_id)
         return dict(zip(entry.feeds, held))
 
     async def release(self, topic: str, token: str, epoch: SplitEpoch | None = None,
