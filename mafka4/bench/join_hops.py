@@ -16,8 +16,9 @@ derived once per process, ``security.scram_client``):
 
 * before ``join_sent``: the consumer reads the topic's metadata (a connection, ``METADATA``,
   closed) and its fetcher the VP layout (a second connection, ``VP_METADATA``);
-* ``coordinator_found``: a third connection, to any node, and ``FIND_COORDINATOR``;
-* ``join_received`` .. ``join_answered``: a fourth connection, to the coordinator, and
+* ``coordinator_found``: ``FIND_COORDINATOR``, over that second connection (the member's
+  fetcher and group link share their connections, ``client.virtual_group_consumer``);
+* ``join_received`` .. ``join_answered``: a third connection, to the coordinator, and
   ``GROUP_JOIN``, in which the coordinator reads the topic's config, the group's snapshot (one
   transaction) and writes the member key under its lease: three etcd round trips;
 * ``split_asked``: the member key's watch event answers the waiting heartbeat of the group's
@@ -43,9 +44,10 @@ derived once per process, ``security.scram_client``):
   sync (one client round trip) reads the snapshot and claims a child (two etcd round trips);
   the answer carries the layout, the child's state and the read nodes' addresses, so no
   ``VP_METADATA`` follows (``metadata_read`` stays empty);
-* ``connected`` .. ``first_data``: a fifth connection, to the child's leader node, for
-  ``VP_LIST_OFFSETS`` (a child without a committed offset starts at its log start, which only
-  its leader knows), then the first ``VP_FETCH``.
+* ``connected`` .. ``first_data``: a fourth connection, to the child's leader node, unless it
+  is the coordinator's (then ``connected`` stays empty), for ``VP_LIST_OFFSETS`` (a child
+  without a committed offset starts at its log start, which only its leader knows), then the
+  first ``VP_FETCH``.
 
 Pure: rows in, times out.
 """

@@ -44,14 +44,16 @@ from mafka4.waking_event import SetFuture
 
 
 class GroupLink:
-    def __init__(self, access: ClusterAccess, group: str, session_timeout_s: float):
+    def __init__(self, access: ClusterAccess, group: str, session_timeout_s: float, links: NodeLinks | None = None):
+        """``links``: connections shared with the member's fetcher (its consumer closes them); else its own."""
         self.group = group
         self._changed = SetFuture()
         self.changed = self._changed.event
         self.member_id = ""  # the session's, once joined
         self._keep_alive_s = session_timeout_s / 3  # while a sync is pending; see the module docstring
         self._loop = client_loop()
-        self._links = NodeLinks(access)
+        self._links = NodeLinks(access) if links is None else links
+        self._owns_links = links is None
         self._coordinator: str | None = None
         self._heartbeats: concurrent.futures.Future | None = None
         self._synced = asyncio.Event()  # set when the consumer cleared ``changed``: see ``synced``
@@ -84,7 +86,8 @@ class GroupLink:
     async def _stop(self) -> None:
         if self._heartbeats is not None:
             self._heartbeats.cancel()
-        self._links.close()
+        if self._owns_links:
+            self._links.close()
 
     async def _ask(self, request: object, timeout_s: float) -> object:
         address = self._coordinator or await self._find()

@@ -28,6 +28,7 @@ from typing import Mapping
 
 from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.group_link import GroupLink
+from mafka4.client.node_links import NodeLinks
 from mafka4.client.positions import Positions
 from mafka4.errors import CoordinatorUnavailable, MafkaError, UnknownMember
 from mafka4.limits import GROUP_CALL_TIMEOUT_S, GROUP_RETRY_BACKOFF_S, ConsumerConfig
@@ -55,9 +56,11 @@ class MemberSync:
 
 
 class RemoteMember:
-    def __init__(self, access: ClusterAccess, group: str, topic: str, assignor: str, config: ConsumerConfig):
+    def __init__(self, access: ClusterAccess, group: str, topic: str, assignor: str, config: ConsumerConfig,
+                 links: NodeLinks | None = None):
+        """``links``: connections shared with the consumer's fetcher (``GroupLink``)."""
         self.group, self.topic, self._assignor, self._config = group, topic, assignor, config
-        self._link = GroupLink(access, group, config.member_lease_ttl_s)
+        self._link = GroupLink(access, group, config.member_lease_ttl_s, links)
         self.changed = self._link.changed
         self.owned: set[int] = set()
 

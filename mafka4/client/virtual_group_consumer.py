@@ -35,6 +35,11 @@ the read nodes' addresses), when a claimed VP cannot be positioned yet, and when
 or finds no live leader (``VpFetcher``); never on a timer (unlike ``VirtualConsumer``'s ``metadata_max_age_ms``), so an idle member sends only its
 heartbeats and its fetches' long polls. A layout change reaches it as a sync.
 
+Connections: the fetcher and the group link share one ``NodeLinks`` (the consumer closes it):
+the coordinator is found over the connection the first metadata read opened, and a VP led by
+the coordinator's node is fetched over the coordinator's connection. Never two fetchers: a
+node keeps one ``VP_FETCH`` of a topic out per connection.
+
 Splits: when the plan says this member splits a VP (it has the smallest id and the group
 has more members than active VPs), its coordinator asks the controller for it (a split intent,
 ``frontend.hosted_members``), so the member's reading does not pause.
@@ -48,9 +53,11 @@ from __future__ import annotations
 
 import logging
 
+from mafka4.client.client_loop import client_loop
 from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.group_commits import GroupCommits
 from mafka4.client.message import Message, new_member_id
+from mafka4.client.node_links import NodeLinks
 from mafka4.client.positions import Positions, start_offset
 from mafka4.client.reading import poll_until, seek_to_time
 from mafka4.client.remote_member import MemberSync, RemoteMember
@@ -70,8 +77,12 @@ class VirtualGroupConsumer:
     def __init__(self, metadata: TopicMetadata, group: str, access: ClusterAccess, config: ConsumerConfig):
         """``access``: the cluster's ports, which the VPs and the group's coordinator answer on."""
         self.topic, self.group, self.config = metadata.name, group, config
-        self._fetcher = VpFetcher(access, metadata, config, new_member_id())
-        self._member = RemoteMember(access, group, metadata.name, VIRTUAL_ASSIGNOR, config)
+        # One set of connections for the fetcher and the group link: FIND_COORDINATOR goes over
+        # the connection the first metadata read opened, and a VP led by the coordinator's node
+        # is fetched over the coordinator's connection (the link sends no VP_FETCH).
+        self._links = NodeLinks(access, self._opened)
+        self._fetcher = VpFetcher(access, metadata, config, new_member_id(), self._links)
+        self._member = RemoteMember(access, group, metadata.name, VIRTUAL_ASSIGNOR, config, self._links)
         # What the last sync said of closed VPs' sealed ends and of the group's committed offsets.
         self._sealed: dict[int, int] = {}
         self._committed: dict[int, int] = {}
@@ -88,6 +99,7 @@ class VirtualGroupConsumer:
         except BaseException:
             self._member.leave({})
             self._fetcher.close()
+            self._close_links()
             raise
 
     @property
@@ -251,3 +263,10 @@ class VirtualGroupConsumer:
         finally:
             self._fetcher.fetching.clear()
             self._fetcher.close()
+            self._close_links()
+
+    def _close_links(self) -> None:
+        client_loop().run(self._links.close_after_cancelled())
+
+    def _opened(self, address: str) -> None:
+        JOIN_TRACES.record(self.topic, "connected", self._member.member_id, address)

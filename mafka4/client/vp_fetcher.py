@@ -62,12 +62,16 @@ from mafka4.virtual.vp_state import VirtualPartitionState, epoch_from_json
 
 
 class VpFetcher:
-    def __init__(self, access: ClusterAccess, metadata: TopicMetadata, config: ConsumerConfig, reader_id: str):
+    def __init__(self, access: ClusterAccess, metadata: TopicMetadata, config: ConsumerConfig, reader_id: str,
+                 links: NodeLinks | None = None):
+        """``links``: connections shared with a group member's link, which its consumer closes (one
+        ``VP_FETCH`` of a topic is out per connection: never share them with another fetcher)."""
         self.topic = metadata.name
         self.config = config
         self.reader_id = reader_id
         self._loop = client_loop()
-        self._links = NodeLinks(access, self._opened)
+        self._links = NodeLinks(access, self._opened) if links is None else links
+        self._owns_links = links is None
         self._topic_config = metadata.config
         self._risr_config = RisrConfig(read_replica_lag_ms_max=metadata.config.read_replica_lag_ms_max)
         self._addresses: dict[str, str | None] = {}  # read node -> its client address
@@ -128,7 +132,8 @@ class VpFetcher:
     def close(self) -> None:
         """Close every connection; fetches out are cancelled."""
         self._in_flight.clear()
-        self._loop.run(self._links.close_after_cancelled())
+        if self._owns_links:
+            self._loop.run(self._links.close_after_cancelled())
 
     @property
     def metadata_age_s(self) -> float:

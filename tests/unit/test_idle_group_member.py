@@ -140,9 +140,20 @@ def clock(monkeypatch):
     return now
 
 
+class Links:
+    """The ``NodeLinks`` a member's fetcher and group link share, where both are stand-ins."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    async def close_after_cancelled(self) -> None:
+        pass
+
+
 def vp_member(monkeypatch, coordinator: Coordinator, fetcher: Fetcher) -> VirtualGroupConsumer:
     monkeypatch.setattr(vp_consumer_module, "RemoteMember", coordinator)
     monkeypatch.setattr(vp_consumer_module, "VpFetcher", fetcher)
+    monkeypatch.setattr(vp_consumer_module, "NodeLinks", Links)
     metadata = TopicMetadata(TOPIC, TopicConfig(partitions=1, read_mode="mafka4"), ())
     return VirtualGroupConsumer(metadata, "billing", None, ConsumerConfig(auto_commit_interval_ms=INTERVAL_MS))
 
@@ -274,6 +285,7 @@ def test_an_idle_vp_member_reads_the_vp_metadata_once_not_on_a_timer(monkeypatch
         coordinator = Coordinator({0: 0, 1: 0})
         monkeypatch.setattr(vp_consumer_module, "RemoteMember", coordinator)
         monkeypatch.setattr(vp_consumer_module, "VpFetcher", lambda *args: fetcher)
+        monkeypatch.setattr(vp_consumer_module, "NodeLinks", Links)
         metadata = TopicMetadata(TOPIC, TopicConfig(partitions=1, read_mode="mafka4"), ())
         member = VirtualGroupConsumer(metadata, "billing", None, config)
         deadline = time.monotonic() + 1.0
