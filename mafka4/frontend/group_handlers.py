@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Awaitable, Callable, Sequence
 
-from mafka4.errors import CoordinatorUnavailable, InvalidConfig
+from mafka4.errors import CoordinatorUnavailable, InvalidConfig, NotAuthorized
 from mafka4.frontend.cluster_view import ClusterView
 from mafka4.frontend.group_sessions import GroupSessions
 from mafka4.hashing import key_hash
@@ -31,6 +31,7 @@ from mafka4.protocol.group_api import (FindCoordinatorAnswer, FindCoordinatorReq
 from mafka4.protocol.messages import ApiKey
 from mafka4.protocol.metadata_api import NodeInfo
 from mafka4.protocol.session import Session
+from mafka4.protocol.vp_api import VpMetadataAnswer
 from mafka4.security.acl import Operation, ResourceType
 
 Check = Callable[[Session, Operation, ResourceType, str], None]
@@ -77,11 +78,21 @@ class GroupHandlers:
         answer = await self._sessions.call(session.principal, request.group, request.member_id,
                                            lambda member: member.sync(request.positions))
         if answer.vp_metadata is not None:
-            view = await self._view()
-            nodes = view.read(lambda state: state.read_node_endpoints())
-            answer = dataclasses.replace(answer, vp_metadata=dataclasses.replace(
-                answer.vp_metadata, nodes=tuple(NodeInfo(node.node_id, "read", node.client_address) for node in nodes)))
+            answer = dataclasses.replace(answer, vp_metadata=await self._with_nodes(session, answer.vp_metadata))
         return answer, ()
+
+    async def _with_nodes(self, session: Session, metadata: VpMetadataAnswer) -> VpMetadataAnswer | None:
+        """A claiming sync's VP metadata with where the read nodes serve clients, from this node's view;
+        None for a member denied what ``VP_METADATA`` answers (consuming implies it, unless denied):
+        it asks that, and is refused."""
+        try:
+            self._check(session, Operation.DESCRIBE, ResourceType.TOPIC, metadata.topic)
+        except NotAuthorized:
+            return None
+        view = await self._view()
+        nodes = view.read(lambda state: state.read_node_endpoints())
+        return dataclasses.replace(metadata, nodes=tuple(NodeInfo(node.node_id, "read", node.client_address)
+                                                         for node in nodes))
 
     async def _commit(self, session: Session, request: GroupCommitRequest, _buffers):
         self._check(session, Operation.CONSUME, ResourceType.GROUP, request.group)

@@ -5,19 +5,24 @@ fetcher on top of what it knew."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR, MemberInfo
 from mafka4.coordinator.groups.vp_groups import VirtualGroupSnapshot
-from mafka4.errors import ProtocolError
+from mafka4.errors import NotAuthorized, ProtocolError
+from mafka4.frontend.group_handlers import GroupHandlers
 from mafka4.frontend.hosted_members import claimed_vp_metadata
+from mafka4.frontend.view_state import ViewState
 from mafka4.limits import PROTOCOL_ITEMS_MAX, ConsumerConfig
-from mafka4.protocol.group_api import Claimed, GroupSyncAnswer, IdOffset
-from mafka4.protocol.messages import from_body, to_body
+from mafka4.protocol.group_api import Claimed, GroupSyncAnswer, GroupSyncRequest, IdOffset
+from mafka4.protocol.messages import ApiKey, from_body, to_body
 from mafka4.protocol.metadata_api import NodeInfo
+from mafka4.protocol.session import Session
 from mafka4.protocol.vp_api import VpMetadataAnswer, VpStateInfo
+from mafka4.security.acl import Operation
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import HashRange
 from mafka4.virtual.vp_state import VirtualPartitionState, epoch_from_json
@@ -74,3 +79,41 @@ def test_the_fetcher_takes_a_claimed_childs_state_and_node_without_asking_and_ne
         fetcher.fetching.add(3)
         fetcher.fetch(0.05)
         assert [3] in node.requests, "the child is fetched from the node the sync named"
+
+
+class _Sessions:
+    """``GroupSessions`` whose every sync answers ``answer``."""
+
+    def __init__(self, answer: GroupSyncAnswer):
+        self.answer = answer
+
+    async def call(self, principal, group, member_id, step):
+        return self.answer
+
+
+class _View:
+    def read(self, reader):
+        return reader(ViewState("local", read_nodes={"r1": {"client": "10.0.0.1:9092"}, "r2": {}}))
+
+
+def _sync_as(principal: str, answer: GroupSyncAnswer) -> GroupSyncAnswer:
+    def check(session, operation, resource_type, name):
+        if session.principal == "mallory" and operation is Operation.DESCRIBE:
+            raise NotAuthorized(f"{session.principal} may not describe {name}")
+
+    async def view():
+        return _View()
+
+    handlers = GroupHandlers(_Sessions(answer), view, check)
+    request = GroupSyncRequest("billing", "m0", ())
+    found, _ = asyncio.run(handlers.handlers()[ApiKey.GROUP_SYNC](Session(principal, "peer"), request, ()))
+    return found
+
+
+def test_the_coordinators_port_adds_where_the_read_nodes_serve_and_only_for_who_may_describe_the_topic():
+    answer = _answer(claimed_vp_metadata(TOPIC, _split_snapshot(), [3]))
+    sent = _sync_as("alice", answer)
+    assert sent.vp_metadata.nodes == (NodeInfo("r1", "read", "10.0.0.1:9092"), NodeInfo("r2", "read", None))
+    assert sent.vp_metadata.vps == answer.vp_metadata.vps
+    assert _sync_as("mallory", answer).vp_metadata is None, "denied DESCRIBE: it asks VP_METADATA, and is refused"
+    assert _sync_as("alice", _answer(None)).vp_metadata is None
