@@ -32,8 +32,9 @@ Metadata (the VP layout, leaders, RISRs) is read when the member starts, when it
 the metadata held does not name (a child born after the last read) and the sync's answer did
 not carry it (a coordinator's sync answer that claims VPs carries the layout, their states and
 the read nodes' addresses), when a claimed VP cannot be positioned yet, and when a fetch fails
-or finds no live leader (``VpFetcher``); never on a timer (unlike ``VirtualConsumer``'s ``metadata_max_age_ms``), so an idle member sends only its
-heartbeats and its fetches' long polls. A layout change reaches it as a sync.
+or finds no live leader (``VpFetcher``); never on a timer (unlike ``VirtualConsumer``'s
+``metadata_max_age_ms``), so an idle member sends only its heartbeats and its fetches' long
+polls. A layout change reaches it as a sync.
 
 Connections: the fetcher and the group link share one ``NodeLinks`` (the consumer closes it):
 the coordinator is found over the connection the first metadata read opened, and a VP led by
