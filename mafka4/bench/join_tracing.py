@@ -65,3 +65,10 @@ class ClusterJoinTrace:
 
     def hops_ms(self, rows: list[JoinRow], join_ns: int, joiner: str) -> dict[str, float | None]:
         return join_hops_ms(rows, self.wall_ms(join_ns), joiner)
+
+    def rows_after_join(self, rows: list[JoinRow], join_ns: int) -> list[list]:
+        """Every row as ``[ms after the join, hop, member, detail]``, in time order: what the hops
+        were picked from, for a reader asking what else happened (the other members' syncs)."""
+        join_ms = self.wall_ms(join_ns)
+        return [[round(ms - join_ms, 1), hop, member, detail]
+                for hop, ms, member, detail in sorted(rows, key=lambda row: row[1])]

@@ -23,7 +23,8 @@ Figures (ms):
   join (``bench.join_hops.JOIN_HOPS`` names and explains each), from a join trace turned on for
   the trial's topic in this process and on the read nodes just before the join
   (``mafka4.join_trace``, ``bench.join_tracing``); the summary gives each hop's median.
-  ``bench.join_hops`` also counts the round trips behind each hop.
+  ``bench.join_hops`` also counts the round trips behind each hop. ``join_trace_rows`` keeps
+  every row the hops were picked from (ms after the join, hop, member id, detail).
 
 With ``compare_mafka3``, each trial is followed by the Mafka3 eager-rebalance trial of
 ``bench.rebalance`` (``consumers + 1`` physical partitions, so the joiner gets one) on the
@@ -136,6 +137,7 @@ def run_vp_join_trial(connection, settings: VpJoinBenchSettings) -> dict:
             lambda key, value: value is not None and "/vp_owners/" in key and value["member_id"] == member_ids["joiner"]),
         "join_hops_ms": join_trace.hops_ms(trace_rows, join_ns, member_ids["joiner"]),
         "join_trace_rows_dropped": join_trace.dropped,
+        "join_trace_rows": join_trace.rows_after_join(trace_rows, join_ns),
         "messages_produced": trial.produced,
         "messages_unique": len({v for log in logs for v in log.values}),
         "messages_consumed": sum(len(log.values) for log in logs),

@@ -43,7 +43,7 @@ def test_the_vp_join_bench_runs_a_mafka4_and_a_mafka3_trial_and_writes_its_repor
     # The join trace saw every process: the joiner, its coordinator, the controller (through the
     # split's result) and the parent's sealed end (through the bench's watch).
     hops = trial["join_hops_ms"]
-    assert list(hops) == list(HOP_NAMES) and trial["join_trace_rows_dropped"] == 0
+    assert list(hops) == list(HOP_NAMES) and trial["join_trace_rows_dropped"] == 0 and trial["join_trace_rows"]
     for hop in ("join_sent", "coordinator_join", "split_asked", "intent_taken", "epoch_stored", "children_hosted",
                 "parent_sealed", "claimed", "assigned", "fetch_sent", "first_data"):
         assert hops[hop] is not None, (hop, hops)
