@@ -61,7 +61,7 @@ class FailingOver:
         self.fetched.extend((read.vp, read.offset) for read in request.reads)
         self.waits_ms.append(request.wait_ms_max)
         await asyncio.sleep(0.05)
-        return VpFetchAnswer(tuple(VpReadAnswer(b"", 0, 0, 0, None) for _ in request.reads)), ()
+        return VpFetchAnswer(tuple(VpReadAnswer(b"", 0, 0, 0, None, None) for _ in request.reads)), ()
 
 
 @contextlib.contextmanager
@@ -130,7 +130,7 @@ class LongPolling:
             pass
         finally:
             self.waiting -= 1
-        return VpFetchAnswer(tuple(VpReadAnswer(b"", 0, 0, 0, None) for _ in request.reads)), ()
+        return VpFetchAnswer(tuple(VpReadAnswer(b"", 0, 0, 0, None, None) for _ in request.reads)), ()
 
 
 def test_a_vp_added_while_its_nodes_fetch_is_out_is_sent_at_once_not_after_the_long_poll():
