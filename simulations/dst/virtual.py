@@ -229,12 +229,12 @@ class VpReplica:
 
     def on_fetch(self, source: str, message: m.VpFetch) -> None:
         try:
-            read = self.hosted.read(message.offset, message.bytes_max, self.env.now_ms)
+            read = self.hosted.read(message.offset, message.bytes_max, self.env.now_ms, message.last_epoch)
         except MafkaError as error:
             self._send(source, m.VpFetchResult(message.request_id, b"", 0, 0, m.Failure.of(error)))
             return
         self._send(source, m.VpFetchResult(message.request_id, read.data, read.high_watermark, read.log_end_offset,
-                                           None))
+                                           None, read.diverging))
 
     # --- timers --------------------------------------------------------------------------
 
