@@ -347,12 +347,19 @@ def check_per_key_order(consumed: Sequence[Consumed]) -> list[Anomaly]:
     return _bounded(anomalies())
 
 
-def check_commits_monotonic(commits: Sequence[Commit]) -> list[Anomaly]:
-    """A group's committed offset on a stream never moves backwards."""
+def check_commits_monotonic(history: Sequence[HistoryRecord]) -> list[Anomaly]:
+    """A group's committed offset on a stream never moves backwards, except back to where a reader
+    rewound (``Rewound``): the log no longer held what the commit was past."""
 
     def anomalies():
         last: dict[tuple[str, str], int] = {}
-        for commit in commits:
+        for commit in history:
+            if isinstance(commit, Rewound):
+                last.update({stream: min(offset, commit.offset) for stream, offset in last.items()
+                             if stream[1] == commit.stream})
+                continue
+            if not isinstance(commit, Commit):
+                continue
             stream = (commit.group, commit.stream)
             if stream in last and commit.offset < last[stream]:
                 yield Anomaly(Kind.COMMIT_REGRESSED, f"group {commit.group} committed {commit.stream}@{commit.offset} "

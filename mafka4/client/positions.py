@@ -38,7 +38,9 @@ from typing import Mapping
 
 from mafka4.errors import ProtocolError
 
-Positions = Mapping[int, tuple[int, int]]  # partition or VP -> (offset, high watermark seen)
+# partition or VP -> (offset, high watermark seen, leader epoch of the record before the offset:
+# ``NO_EPOCH``, -1, when not known, and always for a partition)
+Positions = Mapping[int, tuple[int, int, int]]
 
 
 def start_offset(committed: int | None, log_range: tuple[int, int], earliest: bool) -> int:

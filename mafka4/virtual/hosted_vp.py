@@ -321,6 +321,14 @@ class HostedVp:
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         return self._log.offset_for_timestamp(timestamp_ms, end_offset=self.core.high_watermark)
 
+    def flush_now(self) -> None:
+        """fsync the log to its end on this thread (a closed VP before it is sealed: a sealed VP is
+        never fed again, so a power loss must not cut what it holds, as it may cut a one-replica
+        VP's unflushed tail while the feed can still refill it)."""
+        if self._log.flushed_offset < self._log.log_end_offset:
+            self._log.flush()
+            self._execute(self._report_flushed())
+
     # --- housekeeping -------------------------------------------------------------------
 
     def housekeep(self, now_ms: int, retention_due: bool) -> None:

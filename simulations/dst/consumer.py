@@ -378,6 +378,9 @@ class SimConsumer:
         fetching.ask_leader = False
         fetching.high_watermark = max(fetching.high_watermark, message.high_watermark)
         if message.diverging is not None:
+            # This replica's HW, not the largest seen: a committed offset past it was in the lost tail,
+            # and the commit of the position behind it may then move back (``commit_moves_forward``).
+            fetching.high_watermark = message.high_watermark
             before = fetching.position
             fetching.position, fetching.last_epoch = rewound(before, message.diverging)
             self.env.count("reader_rewinds")

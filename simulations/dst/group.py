@@ -154,7 +154,8 @@ class GroupStore:
                 continue
             committed.append(vp)
             stored = self._offsets.get(vp)
-            if stored is not None and not commit_moves_forward(offset, high_watermark, *stored[:2]):
+            if stored is not None and not commit_moves_forward(offset, high_watermark, stored[0], stored[1],
+                                                               leader_epoch, stored[2]):
                 continue
             if stored is None or stored[0] != offset:
                 self.env.history.append(Commit(GROUP, f"vp{vp}", offset))

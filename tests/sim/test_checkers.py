@@ -184,6 +184,12 @@ def test_committed_offsets_that_only_grow_are_fine_and_a_step_back_regressed():
     assert kinds(check_commits_monotonic(back)) == [Kind.COMMIT_REGRESSED]
 
 
+def test_a_commit_may_step_back_to_where_a_reader_rewound():
+    rewound = [Commit("g", "vp0", 11), Rewound("c", "vp0", 8), Commit("g", "vp0", 8), Commit("g", "vp1", 3)]
+    assert check_commits_monotonic(rewound) == []
+    assert kinds(check_commits_monotonic([*rewound, Commit("g", "vp0", 7)])) == [Kind.COMMIT_REGRESSED]
+
+
 def test_rereading_uncommitted_messages_is_at_least_once_but_rereading_committed_ones_is_a_duplicate():
     at_least_once = [Consumed("c", "vp0", 0, b"k", b"a"), Commit("g", "vp0", 0), Consumed("d", "vp0", 0, b"k", b"a")]
     duplicate = [Consumed("c", "vp0", 0, b"k", b"a"), Commit("g", "vp0", 1), Consumed("d", "vp0", 0, b"k", b"a")]
