@@ -3,7 +3,9 @@
 ``VP_METADATA`` is answered from the node's watched view; ``VP_FETCH`` and ``VP_LIST_OFFSETS``
 by the VPs the node hosts (``ServedVps``: the read node's own coroutines, on its event loop), as
 the nodes' streams answered them. Each VP's error travels in its own answer, so one VP that
-moved does not fail the others of a fetch. A connection has one ``VP_FETCH`` of a topic out: a
+moved does not fail the others of a fetch; so does a VP's "diverging" (the reader's last epoch
+is not where the log has it: ``HostedVp.read``), and a read of a negative offset or of an epoch
+below -1 refuses the fetch, naming the read. A connection has one ``VP_FETCH`` of a topic out: a
 newer one replaces it (``frontend.fetch_sessions``). ``VP_FETCH`` needs ``consume`` on the topic; the
 other two ``describe``.
 """
@@ -22,8 +24,9 @@ from mafka4.protocol.error_codes import error_answer
 from mafka4.protocol.messages import ApiKey
 from mafka4.protocol.metadata_api import NodeInfo
 from mafka4.protocol.session import Session
-from mafka4.protocol.vp_api import (VpDiverging, VpFetchAnswer, VpFetchRequest, VpListOffsetsAnswer, VpListOffsetsRequest,
-                                    VpMetadataAnswer, VpMetadataRequest, VpOffsetsAnswer, VpReadAnswer, VpStateInfo)
+from mafka4.protocol.vp_api import (VpDiverging, VpFetchAnswer, VpFetchRequest, VpListOffsetsAnswer,
+                                    VpListOffsetsRequest, VpMetadataAnswer, VpMetadataRequest, VpOffsetsAnswer,
+                                    VpReadAnswer, VpStateInfo)
 from mafka4.security.acl import Operation, ResourceType
 from mafka4.virtual.consumer_reads import ConsumerAnswer, ConsumerRead
 from mafka4.virtual.hosted_vp import VpId
