@@ -683,8 +683,9 @@ ACL_RULES_MAX = 10_000
 # --- client protocol (mafka4.protocol) ---
 
 # The client protocol's version, in every frame's "v": a frame of another version is refused with
-# UnsupportedVersion (the API_VERSIONS answer lists the versions a node speaks).
-PROTOCOL_VERSION = 1
+# UnsupportedVersion (the API_VERSIONS answer lists the versions a node speaks). Version 2: VP
+# fetches and group positions carry leader epochs (Kafka's KIP-320), answers may say "diverging".
+PROTOCOL_VERSION = 2
 # A whole client frame (its msgpack body and its out-of-band buffers): above every produce batch
 # and fetch bound; a peer announcing more is answered with nothing and dropped.
 PROTOCOL_FRAME_BYTES_MAX = 64 * MiB
