@@ -17,6 +17,11 @@ did before against etcd:
   node sees it (the ``VP_METADATA`` answer, ``protocol.vp_api``): the member positions and
   fetches a child born after its last metadata read without asking any node for it first.
 - ``GROUP_COMMIT``: commit positions of owned partitions or VPs; what was written, what was lost.
+  A VP position carries the leader epoch of the record before it (Kafka's
+  ``committed_leader_epoch``), and a claimed VP's committed offset comes back with it, so the
+  member that starts there names it in its first fetch (``protocol.vp_api``: a log that diverged
+  after a power loss is then told). -1 (``NO_EPOCH``): none known (a partition, a commit written
+  before epochs were, a reset or seeded offset); only the length is checked then.
 - ``GROUP_LEAVE``: commit, release everything, end the session.
 - ``GROUP_HEARTBEAT``: a long poll that keeps the session alive and is answered as soon as the
   group changed in a way that asks this member to sync (or after ``wait_ms``).
@@ -62,6 +67,7 @@ class MemberPosition:
     id: int
     offset: int
     high_watermark: int
+    leader_epoch: int  # of the VP record before ``offset``; -1: none known (always, for a partition)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +76,7 @@ class Claimed:
 
     id: int
     committed: int | None
+    committed_leader_epoch: int  # the leader epoch committed with it; -1: none known
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +113,7 @@ class GroupSyncAnswer:
     sealed_end_offsets: tuple[IdOffset, ...]  # mafka4 mode: of closed VPs
     committed_offsets: tuple[IdOffset, ...]  # mafka4 mode: the group's committed offsets
     # mafka4 mode, when ``claimed`` is not empty: the topic's VP metadata (None: not known here,
-    # the member asks VP_METADATA as before). Since protocol version 2.
+    # the member asks VP_METADATA as before). Since protocol version 3.
     vp_metadata: VpMetadataAnswer | None
 
 

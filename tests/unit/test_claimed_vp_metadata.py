@@ -17,6 +17,7 @@ from mafka4.frontend.group_handlers import GroupHandlers
 from mafka4.frontend.hosted_members import claimed_vp_metadata
 from mafka4.frontend.view_state import ViewState
 from mafka4.limits import PROTOCOL_ITEMS_MAX, ConsumerConfig
+from mafka4.log.epochs import NO_EPOCH
 from mafka4.protocol.group_api import Claimed, GroupSyncAnswer, GroupSyncRequest, IdOffset
 from mafka4.protocol.messages import ApiKey, from_body, to_body
 from mafka4.protocol.metadata_api import NodeInfo
@@ -47,7 +48,8 @@ def test_a_claiming_sync_carries_the_layout_and_the_claimed_vps_states_it_read()
 
 
 def _answer(metadata: VpMetadataAnswer | None) -> GroupSyncAnswer:
-    return GroupSyncAnswer((0,), (Claimed(3, None),), (3,), None, (IdOffset(0, 40),), (IdOffset(0, 40),), metadata)
+    return GroupSyncAnswer((0,), (Claimed(3, None, NO_EPOCH),), (3,), None, (IdOffset(0, 40),), (IdOffset(0, 40),),
+                           metadata)
 
 
 def test_the_sync_answer_with_or_without_metadata_travels_typed_and_bounded():

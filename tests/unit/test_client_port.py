@@ -282,7 +282,7 @@ def _envelope(**changes) -> bytes:
     return msgpack.packb(envelope)
 
 
-_ANSWER_BODY = {"versions": [1], "api_keys": [0], "mechanisms": [], "node_id": "w9"}
+_ANSWER_BODY = {"versions": [PROTOCOL_VERSION], "api_keys": [0], "mechanisms": [], "node_id": "w9"}
 
 
 @pytest.mark.parametrize("wire, half_close, answered", [

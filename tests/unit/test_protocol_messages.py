@@ -170,6 +170,8 @@ def test_a_buffer_field_must_name_a_buffer_the_frame_has():
     (_envelope()[:-3], "incomplete input"),
     (_envelope() + b"\x00", "extra data"),
     (_envelope(v=7), f"frame version 7, this mafka4 speaks {PROTOCOL_VERSION}"),
+    # An older version's frames are refused whole (version 2's sync answers had no VP metadata).
+    (_envelope(v=PROTOCOL_VERSION - 1), f"frame version {PROTOCOL_VERSION - 1}, this mafka4 speaks {PROTOCOL_VERSION}"),
     (_envelope(api=899), r"unknown api 899"),
     (_envelope(id=-1), "is not a u32"),
     (_envelope(id=1 << 32), "is not a u32"),
