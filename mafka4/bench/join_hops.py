@@ -8,7 +8,8 @@ parent released by other members). A hop that leads to a later one (``leads_to``
 the sync that claimed the child) is instead the last row of its kind before that one: a joiner
 is woken and syncs several times during a join, and only the round that claimed counts. A hop
 with no such row (a joiner that needed no new connection, a trace that lost its rows) is None,
-and the hops that follow it count from the hop it follows instead. Rows come from several processes; their wall clocks are one machine's.
+and the hops that follow it count from the hop it follows instead. Rows come from several
+processes; their wall clocks are one machine's.
 
 **The round trips of a split join**, hop by hop (a connection is TCP, then ``API_VERSIONS``,
 ``SASL_HANDSHAKE`` and two ``SASL_AUTHENTICATE``: four round trips; the salted password is
@@ -26,17 +27,19 @@ derived once per process, ``security.scram_client``):
   plans the split; its coordinator writes the intent (one etcd round trip, its result watched);
 * ``intent_taken`` .. ``children_hosted``: the intent's watch event wakes the controller, which
   reads the pending intents, marks this one started, reads the topic in one transaction (three
-  etcd round trips), asks the parent's leader node to hold (one call; the feed streams write
-  their hold keys), stores the epoch and the children's states in one transaction, and asks the
-  nodes to host the children and release the holds (one call per node: a holder that leads a
-  child does both);
+  etcd round trips), asks the parent's leader node to hold (one call, ``hold_received`` ..
+  ``hold_offered``: the feed streams stop and write their hold keys), stores the epoch and the
+  children's states in one transaction, and asks the nodes to host the children and release
+  the holds (one call per node: a holder that leads a child does both; ``host_received`` ..
+  ``children_opened``: a node reads the epoch it has not seen yet, one etcd round trip, and
+  opens the children's logs);
 * ``split_answered``: the controller writes the result (a lease grant and one transaction); the
   coordinator's watch reads it. Nothing in the group waits for this hop;
 * ``parent_sealed``: the released feed hands the parent its records up to the cut; its leader
   records the sealed end (one etcd write);
 * ``released``: the sealed end wakes the parent's owner, whose sync (one client, one etcd round
-  trip) tells it the sealed end; it reads the parent to it (its fetches already out) and syncs
-  again: one client round trip, the snapshot and the transaction that commits and releases the
+  trip) tells it the sealed end; it reads the parent to it (its fetches already out; at once if
+  it had read there already) and syncs again: one client round trip, the snapshot and the transaction that commits and releases the
   parent. This is what the joiner waits for, and must: the child's records follow the parent's
   below the cut for each key, so a child is read only once its parent was consumed to its
   sealed end (with an empty parent backlog, this is as soon as the feed passed the cut);
