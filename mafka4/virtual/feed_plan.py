@@ -191,7 +191,7 @@ def _chunks(pieces: list[SourcedRecord | ColumnRun], records_max: int) -> tuple[
             if not encoded:
                 close()
                 encoded = True
-            start, count = 0, len(piece.indices)
+            start, count = 0, len(piece)
             while start < count:
                 taken = min(records_max - size, count - start)
                 current.append(piece.cut(start, start + taken))
