@@ -9,7 +9,9 @@ isolates what a read node's event loop spends in one feed round (``PartitionFeed
    and each batch is stamped with its base offset as the partition leader stamps it. Keyless
    records (each gets its producer's round-robin hash) or keyed ones (``--keys`` distinct keys),
    ``--message-bytes`` each, ``--batch-records`` a batch, the record timestamps advancing 1 ms
-   every ``--records-per-ms``.
+   every ``--records-per-ms``. With ``--without-column`` the batches are encoded as producers
+   wrote them before the key-hash column, so the split decodes every record (``route_records``):
+   the decoding split, issue 37's reference.
 2. **Rounds as a feed stream fetches them**: ``--round-batches`` consecutive batches of one
    physical partition, split by ``feed_plan.plan_round`` and handed to every VP's ``HostedVp.feed``
    (VP batch encoding, the VP log's append, the replica core's bookkeeping), then the feed
@@ -51,6 +53,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from mafka4.batch_frame import stamp
+from mafka4.batch_payload import encode_record_arrays
 from mafka4.client.accumulator import RECORD_OVERHEAD_BYTES, RecordAccumulator
 from mafka4.client.sender_core import PipelineCore
 from mafka4.compression import Codec
@@ -85,6 +88,7 @@ class Workload:
     keys: int
     codec: str
     seed: int
+    column: bool  # False: batches as producers wrote them before the key-hash column (the decoding split)
 
     def __post_init__(self) -> None:
         if min(self.message_bytes, self.batch_records, self.round_batches, self.rounds, self.records_per_ms,
@@ -115,7 +119,12 @@ def producer_batches(workload: Workload) -> list[bytes]:
             sent += 1
         accumulator.close_all()
         (in_flight,) = pipeline.send_new(lambda: accumulator.pop_ready(PARTITION, 0.0))
-        batch = bytearray(in_flight.batch.encoded)
+        produced = in_flight.batch
+        if not workload.column:  # the producer's encoding without the column: read nodes decode every record
+            produced.encoded = encode_record_arrays(produced.records, produced.first_timestamp_ms,
+                                                    produced.max_timestamp_ms, produced.producer_id,
+                                                    produced.base_sequence, config.compression)
+        batch = bytearray(produced.encoded)
         stamp(batch, base_offset, 0)  # as the partition leader stamps it
         batches.append(bytes(batch))
         pipeline.acknowledged(in_flight, base_offset)
@@ -131,6 +140,7 @@ class RoundFigures:
 
     vps: int
     keyed: bool
+    column: bool
     rounds: int
     records: int
     physical_mb: float
@@ -197,7 +207,7 @@ def feed_rounds(workload: Workload, vps: int, batches: list[bytes], profile: cPr
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     megabytes = measured_bytes / MiB
-    return RoundFigures(vps, workload.keyed, workload.rounds - workload.warmup_rounds, records,
+    return RoundFigures(vps, workload.keyed, workload.column, workload.rounds - workload.warmup_rounds, records,
                         round(megabytes, 3), calls, round(records / max(calls, 1), 2), round(split_s + feed_s, 4),
                         round((split_s + feed_s) * 1000 / megabytes, 3), round(split_s * 1000 / megabytes, 3),
                         round(feed_s * 1000 / megabytes, 3), round(wall_s * 1000 / megabytes, 3), owed_count)
@@ -221,7 +231,8 @@ def run_once(args: argparse.Namespace) -> dict:
     results, profiles = [], {}
     for keyed in args.workloads:
         workload = Workload(keyed == "keyed", args.message_bytes, args.batch_records, args.round_batches, args.rounds,
-                            args.warmup_rounds, args.records_per_ms, args.keys, args.codec, args.seed)
+                            args.warmup_rounds, args.records_per_ms, args.keys, args.codec, args.seed,
+                            not args.without_column)
         batches = producer_batches(workload)
         for vps in args.vps:
             profile = cProfile.Profile() if args.profile else None
@@ -250,7 +261,8 @@ def run_ab(args: argparse.Namespace) -> dict:
             run = json.loads(done.stdout)
             runs.append({"repeat": repeat + 1, "side": side, "load_average_1m_before": load, **run})
             for row in run["results"]:
-                print(f"{repeat + 1} {side} load {load:.2f} {'keyed' if row['keyed'] else 'keyless'} {row['vps']:>3} VPs: "
+                print(f"{repeat + 1} {side} load {load:.2f} {'keyed' if row['keyed'] else 'keyless'} "
+                      f"{'' if row['column'] else 'decoding '}{row['vps']:>3} VPs: "
                       f"{row['cpu_ms_per_mb']:7.2f} ms CPU/MB (split {row['split_cpu_ms_per_mb']:.2f}, "
                       f"feed {row['feed_cpu_ms_per_mb']:.2f})", file=sys.stderr, flush=True)
     return {"command": " ".join(sys.argv), "trees": {"A": args.ab[0], "B": args.ab[1]}, "runs": runs}
@@ -287,6 +299,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keys", type=int, default=10_000, help="distinct keys of the keyed workload")
     parser.add_argument("--codec", default="none", choices=[str(codec) for codec in Codec])
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--without-column", action="store_true",
+                        help="batches without the key-hash column: the read node's decoding split")
     parser.add_argument("--profile", action="store_true", help="run under cProfile and add its summary")
     parser.add_argument("--profile-top", type=int, default=25)
     parser.add_argument("--ab", nargs=2, metavar=("A_TREE", "B_TREE"), help="alternate runs on two checkouts")
