@@ -98,8 +98,7 @@ class RoundColumns:
     The payloads are joined too (a copy of the round's bytes, one C call), so that a VP batch's
     records are cut from one buffer."""
 
-    __slots__ = ("partition", "headers", "buffer", "starts", "ends", "hashes", "offsets", "batch_of", "bases",
-                 "max_timestamps", "codec_ids")
+    __slots__ = ("partition", "headers", "buffer", "starts", "ends", "hashes", "offsets", "batch_of", "batch_facts")
 
     def __init__(self, batches: Sequence[BatchColumns]):
         assert batches and len({batch.partition for batch in batches}) == 1, "batches of one partition"
@@ -113,10 +112,10 @@ class RoundColumns:
         self.hashes = np.concatenate([batch.hashes for batch in batches])
         self.offsets = np.concatenate([np.arange(h.base_offset, h.next_offset, dtype=np.int64) for h in self.headers])
         self.batch_of = np.repeat(np.arange(len(batches)), [h.count for h in self.headers])
-        # Per batch: its records' base timestamp, its max timestamp, its codec.
-        self.bases = np.array([h.first_timestamp_ms for h in self.headers], np.int64)
-        self.max_timestamps = np.array([h.max_timestamp_ms for h in self.headers], np.int64)
-        self.codec_ids = np.array([h.codec.value for h in self.headers], np.int64)
+        # Per batch: its records' base timestamp, its max timestamp, its codec (what a VP batch of
+        # its records takes from it), read from its header once for every VP.
+        self.batch_facts: list[tuple[int, int, Codec]] = [
+            (h.first_timestamp_ms, h.max_timestamp_ms, h.codec) for h in self.headers]
 
 
 class RoundByVp:
@@ -201,23 +200,23 @@ class ColumnRun:
     def source_bytes(self) -> bytes:
         return self.split.sources[SOURCE.size * self.start:SOURCE.size * self.stop]
 
-    def batch_pieces(self) -> Iterator[tuple[int, BatchHeader]]:
-        """Where the run's records of each physical batch start (a position in ``RoundByVp``), and that batch's header."""
-        split = self.split
-        headers, batch_of, batch_starts = split.round.headers, split.batch_of, split.batch_starts
-        yield self.start, headers[batch_of[self.start]]
-        for position in batch_starts[bisect_right(batch_starts, self.start):bisect_left(batch_starts, self.stop)]:
-            yield position, headers[batch_of[position]]
+    def batch_pieces(self) -> list[int]:
+        """Where the run's records of each physical batch start (positions in ``RoundByVp``)."""
+        batch_starts = self.split.batch_starts
+        return [self.start, *batch_starts[bisect_right(batch_starts, self.start):bisect_left(batch_starts, self.stop)]]
 
     def codec_pieces(self) -> Iterator[tuple[Codec, "ColumnRun"]]:
         """The run cut where its records' codec changes (a round's batches may differ in codec)."""
+        split = self.split
+        batch_of, facts = split.batch_of, split.round.batch_facts
         start, codec = self.start, None
-        for position, header in self.batch_pieces():
-            if codec is not None and header.codec is not codec:
-                yield codec, ColumnRun(self.split, start, position)
+        for position in self.batch_pieces():
+            batch_codec = facts[batch_of[position]][2]
+            if codec is not None and batch_codec is not codec:
+                yield codec, ColumnRun(split, start, position)
                 start = position
-            codec = header.codec
-        yield codec, (self if start == self.start else ColumnRun(self.split, start, self.stop))
+            codec = batch_codec
+        yield codec, (self if start == self.start else ColumnRun(split, start, self.stop))
 
 
 class SplitChunk(EncodedChunk):
@@ -228,8 +227,9 @@ class SplitChunk(EncodedChunk):
     def __init__(self, runs: Sequence[ColumnRun]):
         runs = tuple(run for run in runs if len(run))
         assert runs, "a chunk holds at least one record"
-        assert len({run.partition for run in runs}) == 1, "a chunk holds records of one partition"
-        assert all(a.last_offset < b.first_offset for a, b in zip(runs, runs[1:])), "runs in physical offset order"
+        if len(runs) > 1:  # (a VP's chunk is one run but where batches without the column came between)
+            assert len({run.partition for run in runs}) == 1, "a chunk holds records of one partition"
+            assert all(a.last_offset < b.first_offset for a, b in zip(runs, runs[1:])), "runs in physical offset order"
         self.runs = runs
         self._count = sum(map(len, runs))
 
@@ -280,30 +280,34 @@ def encode_runs(runs: Sequence[ColumnRun], codec: Codec) -> bytes:
 
     Slices of what ``RoundByVp`` laid out for the round, and a step per physical batch of the
     runs: no numpy call, whose fixed cost made a VP batch of a few records cost far more than its bytes."""
-    count = sum(map(len, runs))
-    parts = [b"", array_header(count)]  # parts[0]: the payload's own array header, known at the end
-    parts += [run.record_bytes() for run in runs]
+    records: list[bytes] = []
+    sources: list[bytes] = []
     # A timestamp run starts where the base timestamp changes: at a physical batch of another base.
     run_starts: list[int] = []
     bases: list[int] = []
-    max_timestamp_ms, shift = None, 0
+    count, max_timestamp_ms = 0, None
     for run in runs:
-        for position, header in run.batch_pieces():
-            if not bases or header.first_timestamp_ms != bases[-1]:
-                run_starts.append(shift + position - run.start)
-                bases.append(header.first_timestamp_ms)
-            if max_timestamp_ms is None or header.max_timestamp_ms > max_timestamp_ms:
-                max_timestamp_ms = header.max_timestamp_ms
-        shift += len(run)
-    sources = b"".join([run.source_bytes() for run in runs])
-    parts += (bin_header(len(sources)), sources)
+        split, start, stop = run.split, run.start, run.stop
+        records.append(split.records[split.bounds[start]:split.bounds[stop]])
+        sources.append(split.sources[SOURCE.size * start:SOURCE.size * stop])
+        batch_of, facts = split.batch_of, split.round.batch_facts
+        for position in run.batch_pieces():
+            base, batch_max_timestamp_ms, _ = facts[batch_of[position]]
+            if not bases or base != bases[-1]:
+                run_starts.append(count + position - start)
+                bases.append(base)
+            if max_timestamp_ms is None or batch_max_timestamp_ms > max_timestamp_ms:
+                max_timestamp_ms = batch_max_timestamp_ms
+        count += stop - start
+    sources_bytes = b"".join(sources)
     attributes = codec.value | ATTRIBUTE_SOURCES
-    if len(run_starts) > 1:
+    if len(run_starts) == 1:  # [records, sources]
+        payload = b"".join([b"\x92", array_header(count), *records, bin_header(len(sources_bytes)), sources_bytes])
+    else:  # [records, sources, runs]
         timestamp_runs = b"".join(map(TIMESTAMP_RUN.pack, run_starts, bases))
-        parts += (bin_header(len(timestamp_runs)), timestamp_runs)
+        payload = b"".join([b"\x93", array_header(count), *records, bin_header(len(sources_bytes)), sources_bytes,
+                            bin_header(len(timestamp_runs)), timestamp_runs])
         attributes |= ATTRIBUTE_TIMESTAMP_RUNS
-    parts[0] = b"\x92" if len(run_starts) == 1 else b"\x93"  # [records, sources] or [records, sources, runs]
-    payload = b"".join(parts)
     assert len(payload) <= PAYLOAD_BYTES_MAX, len(payload)
     return frame_payload(compress(codec, payload), attributes, count, bases[0], max_timestamp_ms, -1, -1)
 
