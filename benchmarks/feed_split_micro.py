@@ -17,10 +17,10 @@ isolates what a read node's event loop spends in one feed round (``PartitionFeed
    (VP batch encoding, the VP log's append, the replica core's bookkeeping), then the feed
    report (``VpReplicaCore.fed``) of each VP that got records, as the stream does.
 
-The VPs are one read replica each (lone leaders, as with ``read_replicas=1``): every append owes
-an fsync, which a read node runs on its worker thread (``HostedVp``'s ``owe_flush``); here the
-owed flushes are only counted, so the figures are the event loop's work, and the VP logs are
-written to the page cache of a temporary directory. CPU is this process's (``time.process_time``),
+The VPs have one read replica each (``read_replicas=1``). An fsync the replica core asks for
+after an append (a lone leader's) is one a read node runs on its worker thread (``HostedVp``'s
+``owe_flush``): here it is only counted, so the figures are the event loop's work, and the VP
+logs are written to the page cache of a temporary directory. CPU is this process's (``time.process_time``),
 per MB of physical batches fed.
 
 ``--profile`` runs the same rounds under cProfile and adds the functions with the most own time
