@@ -126,6 +126,9 @@ class RoundByVp:
 
     __slots__ = ("round", "indices", "records", "bounds", "offsets", "sources", "batch_of", "batch_starts")
 
+    records: memoryview  # of the records' bytes in VP order: a VP batch joins slices of it, copying them once
+    sources: memoryview
+
     def __init__(self, round_: RoundColumns, indices: np.ndarray, vp_starts: np.ndarray):
         """``indices``: the round's records in VP order; ``vp_starts``: the positions where a VP's records start."""
         assert len(indices) and len(vp_starts) and vp_starts[0] == 0, (len(indices), vp_starts)
@@ -134,7 +137,7 @@ class RoundByVp:
         starts, ends = round_.starts[indices], round_.ends[indices]
         with memoryview(round_.buffer) as view:
             # One C-level pass over the records' byte ranges, for every VP at once.
-            self.records = b"".join(map(view.__getitem__, map(slice, starts.tolist(), ends.tolist())))
+            self.records = memoryview(b"".join(map(view.__getitem__, map(slice, starts.tolist(), ends.tolist()))))
         bounds = np.zeros(len(indices) + 1, np.int64)
         np.cumsum(ends - starts, out=bounds[1:])
         self.bounds: list[int] = bounds.tolist()  # record i's bytes: records[bounds[i]:bounds[i + 1]]
@@ -142,7 +145,7 @@ class RoundByVp:
         self.offsets: list[int] = offsets.tolist()
         sources = np.empty(len(indices), _SOURCES)
         sources["partition"], sources["offset"] = round_.partition, offsets
-        self.sources = sources.tobytes()  # record i's: sources[SOURCE.size * i:SOURCE.size * (i + 1)]
+        self.sources = memoryview(sources.tobytes())  # record i's: sources[SOURCE.size * i:SOURCE.size * (i + 1)]
         batch_of = round_.batch_of[indices]
         self.batch_of: list[int] = batch_of.tolist()
         # Where a stretch of records of one physical batch and one VP starts: its base timestamp,
@@ -193,11 +196,11 @@ class ColumnRun:
     def below(self, offset: int) -> "ColumnRun":
         return ColumnRun(self.split, self.start, bisect_left(self.split.offsets, offset, self.start, self.stop))
 
-    def record_bytes(self) -> bytes:
+    def record_bytes(self) -> memoryview:
         bounds = self.split.bounds
         return self.split.records[bounds[self.start]:bounds[self.stop]]
 
-    def source_bytes(self) -> bytes:
+    def source_bytes(self) -> memoryview:
         return self.split.sources[SOURCE.size * self.start:SOURCE.size * self.stop]
 
     def batch_pieces(self) -> list[int]:
@@ -280,8 +283,8 @@ def encode_runs(runs: Sequence[ColumnRun], codec: Codec) -> bytes:
 
     Slices of what ``RoundByVp`` laid out for the round, and a step per physical batch of the
     runs: no numpy call, whose fixed cost made a VP batch of a few records cost far more than its bytes."""
-    records: list[bytes] = []
-    sources: list[bytes] = []
+    records: list[memoryview] = []
+    sources: list[memoryview] = []
     # A timestamp run starts where the base timestamp changes: at a physical batch of another base.
     run_starts: list[int] = []
     bases: list[int] = []
