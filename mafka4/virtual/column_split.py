@@ -196,13 +196,6 @@ class ColumnRun:
     def below(self, offset: int) -> "ColumnRun":
         return ColumnRun(self.split, self.start, bisect_left(self.split.offsets, offset, self.start, self.stop))
 
-    def record_bytes(self) -> memoryview:
-        bounds = self.split.bounds
-        return self.split.records[bounds[self.start]:bounds[self.stop]]
-
-    def source_bytes(self) -> memoryview:
-        return self.split.sources[SOURCE.size * self.start:SOURCE.size * self.stop]
-
     def batch_pieces(self) -> list[int]:
         """Where the run's records of each physical batch start (positions in ``RoundByVp``)."""
         batch_starts = self.split.batch_starts
