@@ -6,8 +6,8 @@ batch with ``np.frombuffer``; ``RoundColumns`` joins the columns of a feed round
 batches into one set; ``split_round`` places every record of them with one ``searchsorted`` over
 the split epoch's range starts (as ``RangeMap.vp_for_hash`` does one record at a time),
 groups them per VP with one stable sort, and lays out in that order, once for the round, what
-VP batches copy (``RoundByVp``): the records' bytes (one C-level join of every record's byte
-range), their sources (one numpy pack) and where their physical batches change. A VP's share of
+VP batches copy (``RoundByVp``): where each record's bytes are, their sources (one numpy pack)
+and where their physical batches change. A VP's share of
 a round is a ``ColumnRun``, a stretch of that order; a feed call's share of a VP is a
 ``SplitChunk`` (``vp_records.EncodedChunk``), whose VP batches are made at append time from
 slices of it, with a step per physical batch for the timestamp runs, and compressed once.
@@ -120,13 +120,13 @@ class RoundColumns:
 
 class RoundByVp:
     """The records of a round that a split hands over, ordered by VP, then offset: each VP's records
-    are one stretch of positions, and what a VP batch copies of them (their bytes, their sources,
-    where their physical batches change) is laid out once for the round in that order, so that a
-    VP's share is a slice of it (see the module doc)."""
+    are one stretch of positions, and what a VP batch copies of them (where their bytes are, their
+    sources, where their physical batches change) is laid out once for the round in that order, so
+    that a VP's share is a slice of it (see the module doc)."""
 
-    __slots__ = ("round", "indices", "records", "bounds", "offsets", "sources", "batch_of", "batch_starts")
+    __slots__ = ("round", "indices", "buffer", "starts", "ends", "offsets", "sources", "batch_of", "batch_starts")
 
-    records: memoryview  # of the records' bytes in VP order: a VP batch joins slices of it, copying them once
+    buffer: memoryview  # of the round's joined payloads: a VP batch joins slices of it, copying each record once
     sources: memoryview
 
     def __init__(self, round_: RoundColumns, indices: np.ndarray, vp_starts: np.ndarray):
@@ -134,13 +134,10 @@ class RoundByVp:
         assert len(indices) and len(vp_starts) and vp_starts[0] == 0, (len(indices), vp_starts)
         self.round = round_
         self.indices = indices
-        starts, ends = round_.starts[indices], round_.ends[indices]
-        with memoryview(round_.buffer) as view:
-            # One C-level pass over the records' byte ranges, for every VP at once.
-            self.records = memoryview(b"".join(map(view.__getitem__, map(slice, starts.tolist(), ends.tolist()))))
-        bounds = np.zeros(len(indices) + 1, np.int64)
-        np.cumsum(ends - starts, out=bounds[1:])
-        self.bounds: list[int] = bounds.tolist()  # record i's bytes: records[bounds[i]:bounds[i + 1]]
+        self.buffer = memoryview(round_.buffer)
+        # Record i's bytes: buffer[starts[i]:ends[i]].
+        self.starts: list[int] = round_.starts[indices].tolist()
+        self.ends: list[int] = round_.ends[indices].tolist()
         offsets = round_.offsets[indices]
         self.offsets: list[int] = offsets.tolist()
         sources = np.empty(len(indices), _SOURCES)
@@ -284,7 +281,7 @@ def encode_runs(runs: Sequence[ColumnRun], codec: Codec) -> bytes:
     count, max_timestamp_ms = 0, None
     for run in runs:
         split, start, stop = run.split, run.start, run.stop
-        records.append(split.records[split.bounds[start]:split.bounds[stop]])
+        records += map(split.buffer.__getitem__, map(slice, split.starts[start:stop], split.ends[start:stop]))
         sources.append(split.sources[SOURCE.size * start:SOURCE.size * stop])
         batch_of, facts = split.batch_of, split.round.batch_facts
         for position in run.batch_pieces():
