@@ -1,6 +1,6 @@
 """The A/B runs of ``benchmarks/feed_split_micro.py`` in this directory as markdown tables.
 
-    python summary.py            # every ab_*.json: each run's rows, then per cell A's and B's median (min-max)
+    python summary.py            # every ab*_rounds_*.json: each run's rows, then per cell A's and B's median (min-max)
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 
 def main(directory: Path) -> None:
-    for path in sorted(directory.glob("ab_*.json")):
+    for path in sorted(directory.glob("ab*_rounds_*.json")):
         ab = json.loads(path.read_text())
         print(f"### {path.name}\n\n`{ab['command']}`\n")
         print("| repeat | side | load 1m before | workload | VPs | records per VP batch | CPU ms/MB | split | feed |")
