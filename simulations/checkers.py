@@ -12,7 +12,9 @@ History records (one list, in the order the recorder observed them):
 * ``Consumed``: a consumer read a message from a *stream*: a physical partition (Mafka3
   mode, e.g. ``"p0"``) or a virtual partition (e.g. ``"vp3"``); ``partition`` and
   ``partition_offset`` name the physical source when known (a VP record carries it);
-* ``Commit``: a group committed ``offset`` (the next offset to read) on a stream.
+* ``Commit``: a group committed ``offset`` (the next offset to read) on a stream;
+* ``Rewound``: a consumer's fetch was answered "diverging" (the VP's log no longer holds what it
+  read there, after a power loss of a one-replica VP) and it reads ``stream`` again from ``offset``.
 
 Values are unique per produced message: they identify a message across Ack and Consumed.
 
@@ -28,7 +30,8 @@ Anomalies follow Jepsen's Kafka checker where the words overlap:
 * ``DIVERGED``: two replicas hold different bytes below the high watermark;
 * ``COMMIT_REGRESSED``: a group's committed offset moved backwards;
 * ``MISPLACED``: a record in a VP that the layout does not name, or one whose content is
-  not the committed physical record it claims to be.
+  not the committed physical record it claims to be, or a record read at a VP offset (in a
+  leader epoch) where the final log holds another in that epoch.
 
 Final logs reach the checkers as ``StoredRecord`` lists. Each driver reads the bytes its own
 way (Ray actors, simulated replicas) and decodes them here: ``committed_records`` for a
@@ -43,7 +46,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
 from mafka4.batch_frame import iter_batches
-from mafka4.batch_payload import decode_batch, decode_batches
+from mafka4.batch_payload import decode_batch, decode_batches, decode_checked_batch
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import message_hash
 from mafka4.virtual.vp_records import source_of, strip_source
@@ -84,6 +87,14 @@ class Consumed:
     value: bytes
     partition: int | None = None
     partition_offset: int | None = None
+    leader_epoch: int | None = None  # of the VP batch it was read from, when known
+
+
+@dataclass(frozen=True, slots=True)
+class Rewound:
+    consumer: str
+    stream: str
+    offset: int  # where it reads again
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,9 +111,10 @@ class StoredRecord:
     offset: int
     key: bytes | None
     value: bytes
-    # For a VP record: its physical source.
+    # For a VP record: its physical source and the leader epoch of its batch.
     partition: int | None = None
     partition_offset: int | None = None
+    leader_epoch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +126,7 @@ class Anomaly:
         return f"{self.kind.value}: {self.detail}"
 
 
-HistoryRecord = Send | Ack | Consumed | Commit
+HistoryRecord = Send | Ack | Consumed | Commit | Rewound
 # Bound on anomalies reported per checker: one broken invariant tends to break thousands of
 # records, and the first few say everything.
 ANOMALIES_MAX = 20
@@ -157,12 +169,13 @@ def committed_records(
 
 
 def vp_records(data: bytes) -> list[StoredRecord]:
-    """The records of a VP leader's batches, each with the physical source it carries."""
+    """The records of a VP leader's batches, each with the physical source it carries and its batch's epoch."""
     stored = []
-    for record in decode_batches(data):
-        partition, offset = source_of(record)
-        plain = strip_source(record)
-        stored.append(StoredRecord(record.offset, plain.key, plain.value, partition, offset))
+    for position, header in iter_batches(data):
+        for record in decode_checked_batch(data, position, header):
+            partition, offset = source_of(record)
+            plain = strip_source(record)
+            stored.append(StoredRecord(record.offset, plain.key, plain.value, partition, offset, header.leader_epoch))
     return stored
 
 
@@ -281,7 +294,13 @@ def check_exactly_once_in_vps(
 
 def check_reads_match_logs(consumed: Sequence[Consumed], logs: Mapping[str, Sequence[StoredRecord]]) -> list[Anomaly]:
     """What a consumer read at ``stream@offset`` is what the final log of that stream holds
-    there: readers never saw records a later leader replaced (the RISR / HW promise)."""
+    there: readers never saw records a later leader replaced (the RISR / HW promise).
+
+    Except a read of a leader epoch the final log does not hold at that offset: a one-replica VP
+    serves its unflushed tail and, after a power loss, feeds it again in a new epoch at other
+    offsets. Its readers are told (they rewind, ``Rewound``) and read the records again; that
+    nothing is skipped is for ``classify_reads`` and ``check_per_key_order`` to judge.
+    """
 
     def anomalies():
         by_offset = {stream: {r.offset: r for r in records} for stream, records in logs.items()}
@@ -289,6 +308,9 @@ def check_reads_match_logs(consumed: Sequence[Consumed], logs: Mapping[str, Sequ
             if record.stream not in by_offset:
                 continue
             stored = by_offset[record.stream].get(record.offset)
+            if (stored is not None and None not in (stored.leader_epoch, record.leader_epoch)
+                    and stored.leader_epoch != record.leader_epoch):
+                continue  # read in an epoch whose records the log lost here (see above)
             if stored is None or stored.value != record.value:
                 found = "nothing" if stored is None else repr(stored.value)
                 yield Anomaly(Kind.MISPLACED, f"{record.consumer} read {record.value!r} at {record.stream}@{record.offset}, "
@@ -325,12 +347,19 @@ def check_per_key_order(consumed: Sequence[Consumed]) -> list[Anomaly]:
     return _bounded(anomalies())
 
 
-def check_commits_monotonic(commits: Sequence[Commit]) -> list[Anomaly]:
-    """A group's committed offset on a stream never moves backwards."""
+def check_commits_monotonic(history: Sequence[HistoryRecord]) -> list[Anomaly]:
+    """A group's committed offset on a stream never moves backwards, except back to where a reader
+    rewound (``Rewound``): the log no longer held what the commit was past."""
 
     def anomalies():
         last: dict[tuple[str, str], int] = {}
-        for commit in commits:
+        for commit in history:
+            if isinstance(commit, Rewound):
+                last.update({stream: min(offset, commit.offset) for stream, offset in last.items()
+                             if stream[1] == commit.stream})
+                continue
+            if not isinstance(commit, Commit):
+                continue
             stream = (commit.group, commit.stream)
             if stream in last and commit.offset < last[stream]:
                 yield Anomaly(Kind.COMMIT_REGRESSED, f"group {commit.group} committed {commit.stream}@{commit.offset} "
@@ -344,14 +373,19 @@ def check_no_duplicates_after_commit(history: Sequence[HistoryRecord], group: st
     """A group reads a stream offset again only while no commit of the group covered it.
 
     Re-reading uncommitted messages after a member crash is at-least-once delivery; reading
-    a message the group had already committed is a duplicate.
+    a message the group had already committed is a duplicate. A ``Rewound`` reader reads the
+    offsets from where it rewound again: the log there no longer holds what was read and
+    committed (a one-replica VP's power loss), so those reads count afresh.
     """
 
     def anomalies():
         committed: dict[str, int] = {}
         read: set[tuple[str, int]] = set()
         for record in history:
-            if isinstance(record, Commit) and record.group == group:
+            if isinstance(record, Rewound):
+                read = {(stream, offset) for stream, offset in read
+                        if stream != record.stream or offset < record.offset}
+            elif isinstance(record, Commit) and record.group == group:
                 committed[record.stream] = max(committed.get(record.stream, 0), record.offset)
             elif isinstance(record, Consumed):
                 at = (record.stream, record.offset)

@@ -35,6 +35,7 @@ from mafka4.client.reading import poll_until, seek_to_time
 from mafka4.client.remote_member import RemoteMember
 from mafka4.errors import CommitFailed, MafkaError, PartitionNotAssigned
 from mafka4.limits import CLAIMED_START_RETRY_S, ConsumerConfig, OffsetReset
+from mafka4.log.epochs import NO_EPOCH
 
 logger = logging.getLogger(__name__)
 
@@ -155,8 +156,8 @@ class PartitionConsumer:
             self._fetcher.seek(partition, start_offset(committed, log_range, earliest))
 
     @staticmethod
-    def _group_positions(positions: dict[int, int]) -> dict[int, tuple[int, int]]:
-        return {partition: (offset, offset) for partition, offset in positions.items()}
+    def _group_positions(positions: dict[int, int]) -> dict[int, tuple[int, int, int]]:
+        return {partition: (offset, offset, NO_EPOCH) for partition, offset in positions.items()}
 
     def _write_commit(self, positions: Positions) -> tuple[dict[int, int], set[int]]:
         assert self._member is not None

@@ -22,6 +22,13 @@ and ``VirtualGroupConsumer`` over VPs).
   taken away, and every sync of the group (a claim, a revoke, a rebalance) make the next
   auto-commit write whatever the positions; ``commit()`` always writes.
 
+* **A diverged log** (``rewound``): a VP fetch carries the leader epoch of the last record read
+  before the position; a replica whose log does not hold that history (a VP with one replica
+  lost its unflushed tail in a power loss and fed it again, in a new epoch and an order that
+  may differ) answers ``(epoch, end offset)``. The reader moves back to that end offset, never
+  forward, and takes the answered epoch as its last, so its next fetch passes the check: it
+  reads the records from there again (duplicates), and none is skipped (Kafka's KIP-320).
+
 Pure: offsets and ``now_ms`` in, decisions out.
 """
 
@@ -29,7 +36,11 @@ from __future__ import annotations
 
 from typing import Mapping
 
-Positions = Mapping[int, tuple[int, int]]  # partition or VP -> (offset, high watermark seen)
+from mafka4.errors import ProtocolError
+
+# partition or VP -> (offset, high watermark seen, leader epoch of the record before the offset:
+# ``NO_EPOCH``, -1, when not known, and always for a partition)
+Positions = Mapping[int, tuple[int, int, int]]
 
 
 def start_offset(committed: int | None, log_range: tuple[int, int], earliest: bool) -> int:
@@ -38,6 +49,15 @@ def start_offset(committed: int | None, log_range: tuple[int, int], earliest: bo
     if committed is not None and committed >= log_start:
         return committed
     return log_start if earliest else high_watermark
+
+
+def rewound(offset: int, diverging: tuple[int, int]) -> tuple[int, int]:
+    """A reader's (position, last leader epoch) after a fetch from ``offset`` was answered
+    ``diverging`` = (epoch, end offset): back to the end offset, never forward."""
+    epoch, end_offset = diverging
+    if end_offset < 0:
+        raise ProtocolError(f"a diverging answer with end offset {end_offset}: a replica answers an offset of its log")
+    return min(offset, end_offset), epoch
 
 
 class CommitSchedule:

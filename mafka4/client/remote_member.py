@@ -43,6 +43,7 @@ class MemberSync:
 
     revoked: tuple[int, ...]  # stop reading these
     claimed: Mapping[int, int | None]  # start these, from their committed offset (None: none)
+    claimed_epochs: Mapping[int, int]  # the leader epoch committed with each claimed offset (mafka4 mode; -1: none)
     owned: tuple[int, ...]
     waiting: str | None  # why the group is not settled, or None
     # mafka4 mode, None when the coordinator did not say (keep what was known): closed VPs' sealed
@@ -104,11 +105,12 @@ class RemoteMember:
                 raise
             logger.warning("group %s: member %s could not sync: %s", self.group, self.member_id, error)
             self.changed.set()
-            return MemberSync(tuple(revoked), {}, tuple(sorted(self.owned)), f"coordinator unavailable: {error}",
+            return MemberSync(tuple(revoked), {}, {}, tuple(sorted(self.owned)), f"coordinator unavailable: {error}",
                               None, None)
         self.owned = set(answer.owned)
         informed = answer.waiting is None  # else (mafka4 mode) the coordinator could not read them
-        return MemberSync((*revoked, *answer.revoked), {c.id: c.committed for c in answer.claimed}, answer.owned,
+        return MemberSync((*revoked, *answer.revoked), {c.id: c.committed for c in answer.claimed},
+                          {c.id: c.committed_leader_epoch for c in answer.claimed}, answer.owned,
                           answer.waiting,
                           _offsets(answer.sealed_end_offsets) if informed else None,
                           _offsets(answer.committed_offsets) if informed else None)
@@ -165,8 +167,8 @@ class RemoteMember:
 
 
 def _positions(positions: Positions) -> tuple[MemberPosition, ...]:
-    return tuple(MemberPosition(id_, offset, high_watermark)
-                 for id_, (offset, high_watermark) in sorted(positions.items()))
+    return tuple(MemberPosition(id_, offset, high_watermark, leader_epoch)
+                 for id_, (offset, high_watermark, leader_epoch) in sorted(positions.items()))
 
 
 def _offsets(offsets: tuple[IdOffset, ...]) -> dict[int, int]:

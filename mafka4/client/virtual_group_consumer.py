@@ -57,6 +57,7 @@ from mafka4.client.vp_fetcher import VpFetcher
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR
 from mafka4.errors import CommitFailed, MafkaError, PartitionNotAssigned
 from mafka4.limits import CLAIMED_START_RETRY_S, ConsumerConfig, OffsetReset
+from mafka4.log.epochs import NO_EPOCH
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.protocol.group_api import GroupJoinAnswer
 
@@ -73,6 +74,7 @@ class VirtualGroupConsumer:
         self._sealed: dict[int, int] = {}
         self._committed: dict[int, int] = {}
         self._unstarted: dict[int, int | None] = {}  # claimed VPs whose start position is not known yet
+        self._claimed_epochs: dict[int, int] = {}  # their committed offsets' leader epochs, checked by the first fetch
         self._commits = GroupCommits(group, config.auto_commit_interval_ms, self._offsets, self._write_commit, "VPs")
         try:
             joined = self._member.join()
@@ -110,8 +112,8 @@ class VirtualGroupConsumer:
 
     def _offsets(self) -> Positions:
         fetcher = self._fetcher
-        return {vp: (fetcher.positions[vp], max(fetcher.high_watermarks.get(vp, 0), fetcher.positions[vp]))
-                for vp in fetcher.fetching}
+        return {vp: (fetcher.positions[vp], max(fetcher.high_watermarks.get(vp, 0), fetcher.positions[vp]),
+                     fetcher.position_epoch(vp)) for vp in fetcher.fetching}
 
     # --- polling ----------------------------------------------------------------------------
 
@@ -145,7 +147,9 @@ class VirtualGroupConsumer:
         for vp in result.revoked:
             self._fetcher.stop(vp)
             self._unstarted.pop(vp, None)
+            self._claimed_epochs.pop(vp, None)
         self._unstarted.update(result.claimed)
+        self._claimed_epochs.update(result.claimed_epochs)
         if result.sealed_end_offsets is not None and result.committed_offsets is not None:
             self._sealed, self._committed = dict(result.sealed_end_offsets), dict(result.committed_offsets)
         else:  # not synced: it is retried when the coordinator can, and a drained parent does not ask it sooner
@@ -168,9 +172,9 @@ class VirtualGroupConsumer:
             return
         layout = fetcher.layout
         for vp in vps:
-            committed = self._unstarted.pop(vp)
+            committed, committed_epoch = self._unstarted.pop(vp), self._claimed_epochs.pop(vp, NO_EPOCH)
             if committed is not None:
-                fetcher.seek(vp, committed)
+                fetcher.seek(vp, committed, committed_epoch)
             else:
                 child = layout.opening_epoch(vp).epoch > 0
                 earliest = child or self.config.auto_offset_reset is OffsetReset.EARLIEST

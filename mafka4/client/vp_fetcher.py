@@ -12,7 +12,12 @@ than the consumer wants: when a VP is added, sought or routed elsewhere while it
 fetch is out, the fetch is sent again with what is wanted now, and the node ends the one out
 (``frontend.fetch_sessions``); what the dropped one would have answered is read by the new one. Only
 records below each VP's high watermark are ever returned, so what a reader saw survives a VP
-failover. Positions are per VP: the VP offset of the next message.
+failover. Positions are per VP: the VP offset of the next message, with the leader epoch of the
+record before it (``last_epochs``), which every fetch sends: a VP whose log diverged from what
+this reader read there (a one-replica VP that lost its unflushed tail in a power loss and fed
+it again, with records at other offsets) answers "diverging", and the position moves back to
+where the logs part (``positions.rewound``; Kafka's KIP-320). So a reader reads some records
+twice after a power loss, and skips none.
 
 Each answer is decoded straight into messages by ``vp_messages.take_vp_messages``. A loss marker
 in a VP (physical retention deleted records before a read node fed them,
@@ -37,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+import logging
 import time
 from collections import defaultdict
 
@@ -46,17 +52,20 @@ from mafka4.client.fetches_in_flight import FetchesInFlight
 from mafka4.client.idle_waits import IdleWaits
 from mafka4.client.message import Message
 from mafka4.client.node_links import NodeLinks
+from mafka4.client.positions import rewound
 from mafka4.client.vp_messages import take_vp_messages
 from mafka4.errors import MafkaError, NotLeader, RecordsLost
 from mafka4.limits import LIST_OFFSETS_TIMEOUT_S, PROTOCOL_ANSWER_MARGIN_S, VP_UNROUTABLE_REFRESH_S, ConsumerConfig
+from mafka4.log.epochs import NO_EPOCH
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.protocol.error_codes import raised_error
-from mafka4.protocol.vp_api import (VpFetchRequest, VpListOffsetsRequest, VpMetadataRequest, VpOffset,
-                                    VpOffsetsAnswer, VpReadAnswer)
+from mafka4.protocol.vp_api import (VpDiverging, VpFetchRequest, VpListOffsetsRequest, VpMetadataRequest,
+                                    VpOffset, VpOffsetsAnswer, VpReadAnswer)
 from mafka4.risr.state import RisrConfig, route_fetch
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.vp_state import VirtualPartitionState, epoch_from_json
 
+logger = logging.getLogger(__name__)
 
 
 class VpFetcher:
@@ -73,11 +82,12 @@ class VpFetcher:
         self.states: dict[int, VirtualPartitionState] = {}
         self.read_at = 0.0  # time.monotonic() of the last metadata read
         self.positions: dict[int, int] = {}  # VP -> next offset to read; fetched only if in ``fetching``
+        self.last_epochs: dict[int, int] = {}  # VP -> leader epoch of the record before its position
         self.fetching: set[int] = set()
         self.high_watermarks: dict[int, int] = {}
         self._avoid: dict[int, str] = {}  # VP -> replica whose fetch failed since the last metadata read
-        # node -> the (VP, offset) its fetch asked for, in order
-        self._in_flight: FetchesInFlight[str, list[tuple[int, int]]] = FetchesInFlight()
+        # node -> the (VP, offset, last epoch) its fetch asked for, in order
+        self._in_flight: FetchesInFlight[str, list[tuple[int, int, int]]] = FetchesInFlight()
         self._idle_waits: IdleWaits[str] = IdleWaits(config.fetch_wait_ms_max, config.fetch_idle_wait_ms_max)
         self._lost: RecordsLost | None = None  # raised by the next fetch
         self.refresh()
@@ -158,9 +168,15 @@ class VpFetcher:
 
     # --- positions ------------------------------------------------------------------------
 
-    def seek(self, vp: int, offset: int) -> None:
-        """Read ``vp`` from ``offset`` on (an answer for its old position still in flight is ignored)."""
+    def seek(self, vp: int, offset: int, last_epoch: int = NO_EPOCH) -> None:
+        """Read ``vp`` from ``offset`` on (an answer for its old position still in flight is ignored);
+        ``last_epoch``: the leader epoch of the record before it, if known (a committed offset's)."""
         self.positions[vp] = offset
+        self.last_epochs[vp] = last_epoch
+
+    def position_epoch(self, vp: int) -> int:
+        """The leader epoch of the record before ``vp``'s position (``NO_EPOCH``: not known)."""
+        return self.last_epochs.get(vp, NO_EPOCH)
 
     def stop(self, vp: int) -> None:
         """Stop fetching ``vp`` (its position is kept)."""
@@ -190,9 +206,9 @@ class VpFetcher:
         return state.leader if route.replica_id == self._avoid.get(vp) else route.replica_id
 
     def _issue_fetches(self) -> None:
-        wanted: dict[str, list[tuple[int, int]]] = defaultdict(list)  # node -> the (VP, offset) to ask it for
+        wanted: dict[str, list[tuple[int, int, int]]] = defaultdict(list)  # node -> (VP, offset, last epoch)
         for vp in sorted(self.fetching):
-            wanted[self._route(vp)].append((vp, self.positions[vp]))
+            wanted[self._route(vp)].append((vp, self.positions[vp], self.position_epoch(vp)))
         for node in [node for node in self._in_flight.destinations() if node not in wanted]:
             self._in_flight.drop(node)  # nothing to read there any more
         unroutable = False
@@ -208,11 +224,11 @@ class VpFetcher:
                 # is taken, so the dropped one loses and repeats nothing.
                 self._in_flight.drop(node)
             address = self._addresses.get(node)
-            reads = tuple(VpOffset(vp, offset) for vp, offset in sent)
+            reads = tuple(VpOffset(vp, offset, last_epoch) for vp, offset, last_epoch in sent)
             wait_ms = self._idle_waits.wait_ms(node)
             if address is None or not self._in_flight.send(
                     node, node, lambda a=address, r=reads, w=wait_ms: self._start_fetch(a, r, w), sent):
-                self._avoid.update({vp: node for vp, _ in sent})
+                self._avoid.update({vp: node for vp, _, _ in sent})
                 unroutable = True
         # A VP routed to a node that serves no client port (or that a network fault cuts off) is
         # read again only once the metadata names another: ask for it, a few times a second at most.
@@ -242,11 +258,11 @@ class VpFetcher:
                 if address is not None:
                     self._loop.call_soon(self._links.forget, address)
                 self.refresh()
-                self._avoid.update({vp: node for vp, _ in sent})
+                self._avoid.update({vp: node for vp, _, _ in sent})
                 continue
             self._idle_waits.answered(node, empty=not any(answer.data or answer.error for answer in answers))
-            for (vp, offset), answer in zip(sent, answers):
-                if vp not in self.fetching or self.positions.get(vp) != offset:
+            for (vp, offset, last_epoch), answer in zip(sent, answers):
+                if vp not in self.fetching or (self.positions.get(vp), self.position_epoch(vp)) != (offset, last_epoch):
                     continue  # stopped or moved while the fetch was out
                 if answer.error is not None:
                     error = raised_error(answer.error)
@@ -256,6 +272,9 @@ class VpFetcher:
                     self._avoid[vp] = node
                     continue
                 self.high_watermarks[vp] = answer.high_watermark
+                if answer.diverging is not None:
+                    self._rewind(vp, offset, answer.diverging)
+                    continue
                 self._take(vp, offset, answer.data, messages)
         return messages
 
@@ -264,5 +283,16 @@ class VpFetcher:
         taken = take_vp_messages(data, self.topic, vp, offset, messages, self.config.poll_messages_max,
                                  self.config.check_crcs)
         self.positions[vp] = taken.next_offset
+        if taken.leader_epoch is not None:
+            self.last_epochs[vp] = taken.leader_epoch
         if taken.lost is not None:
             self._lost = RecordsLost.of(self.topic, *taken.lost, vp=vp)
+
+    def _rewind(self, vp: int, offset: int, diverging: VpDiverging) -> None:
+        """The VP's log no longer holds what this reader read before ``offset``: read again from
+        where it parts (duplicates, never a gap)."""
+        position, last_epoch = rewound(offset, (diverging.epoch, diverging.end_offset))
+        logger.warning("%s/v%d: the log diverged from what this reader read (leader epoch %d ends at %d); "
+                       "reading again from %d instead of %d", self.topic, vp, diverging.epoch, diverging.end_offset,
+                       position, offset)
+        self.positions[vp], self.last_epochs[vp] = position, last_epoch

@@ -13,7 +13,9 @@ starting before the fetch offset. ``take_vp_messages`` turns them into messages:
   and no batch is decompressed once it is full (these two as a physical partition's read
   does them: ``fetched_messages.take_wanted``);
 * a loss marker ends the take: the position moves past it, and the caller raises
-  ``RecordsLost`` for its range after the messages before it.
+  ``RecordsLost`` for its range after the messages before it;
+* the take names the leader epoch of the batch holding its last message (or loss marker): the
+  reader's next fetch sends it, so a log that diverged from what it read is told (KIP-320).
 
 Why here and not in ``mafka4.virtual``: ``Message`` is the client's type, and the virtual side
 sits below the clients (``tests/unit/test_floors.py``), so it exports a decoder that takes the
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mafka4.batch_frame import iter_batches
 from mafka4.batch_payload import TupleBuilder
 from mafka4.client.fetched_messages import take_wanted
 from mafka4.client.message import Message
@@ -38,6 +41,7 @@ class VpTake:
 
     next_offset: int  # the VP's position: past the last message taken or loss marker met, else the fetch offset
     lost: tuple[int, int, int] | None  # (partition, first lost offset, end) of the loss marker that ended it
+    leader_epoch: int | None  # of the batch holding the record before ``next_offset``; None: nothing taken
 
 
 def take_vp_messages(data: bytes | bytearray | memoryview, topic: str, vp: int, offset: int,
@@ -54,4 +58,14 @@ def take_vp_messages(data: bytes | bytearray | memoryview, topic: str, vp: int, 
     next_offset, lost = take_wanted(data, offset, messages, messages_max,
                                     lambda position, header: decode_checked_vp_batch(data, position, header, build),
                                     check_crc, lost_range_in)
-    return VpTake(offset if next_offset is None else next_offset, lost)
+    if next_offset is None:
+        return VpTake(offset, lost, None)
+    return VpTake(next_offset, lost, epoch_at(data, next_offset - 1))
+
+
+def epoch_at(data: bytes | bytearray | memoryview, offset: int) -> int:
+    """The leader epoch of the batch in ``data`` that holds ``offset`` (one that was just taken from it)."""
+    for _, header in iter_batches(data, check_crc=False):  # headers only: the take checked the CRCs it needed
+        if header.base_offset <= offset < header.next_offset:
+            return header.leader_epoch
+    raise AssertionError(f"offset {offset} was taken from batches that do not hold it")

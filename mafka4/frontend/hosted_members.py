@@ -25,6 +25,7 @@ from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR, Membe
 from mafka4.coordinator.groups.vp_groups import VirtualGroupMember, VirtualGroupStore, VpOffset
 from mafka4.errors import InvalidConfig, MafkaError
 from mafka4.limits import RESHARD_INTENT_WAIT_S, VP_GROUP_SPLIT_RETRY_INTERVAL_S, ConsumerConfig
+from mafka4.log.epochs import NO_EPOCH
 from mafka4.metadata import intents
 from mafka4.metadata.intents import IntentKind
 from mafka4.metadata.store import MetadataStore
@@ -68,7 +69,7 @@ class PartitionMemberHost:
     def sync(self, positions: tuple[MemberPosition, ...]) -> GroupSyncAnswer:
         result = self._member.sync(self._positions(positions))
         return GroupSyncAnswer(tuple(tp.partition for tp in result.revoked),
-                               tuple(Claimed(tp.partition, None if committed is None else committed.offset)
+                               tuple(Claimed(tp.partition, None if committed is None else committed.offset, NO_EPOCH)
                                      for tp, committed in sorted(result.claimed.items())),
                                tuple(tp.partition for tp in result.owned), result.waiting, (), ())
 
@@ -108,7 +109,8 @@ class VirtualMemberHost:
 
     def sync(self, positions: tuple[MemberPosition, ...]) -> GroupSyncAnswer:
         result = self._member.sync(self._positions(positions))
-        claimed = tuple(Claimed(vp, None if committed is None else committed.offset)
+        claimed = tuple(Claimed(vp, None, NO_EPOCH) if committed is None
+                        else Claimed(vp, committed.offset, committed.leader_epoch)
                         for vp, committed in sorted(result.claimed.items()))
         if result.snapshot is None:  # etcd did not answer: the member keeps what it knew
             return GroupSyncAnswer(result.revoked, claimed, result.owned, "the coordinator could not read the group",
@@ -134,7 +136,7 @@ class VirtualMemberHost:
 
     @staticmethod
     def _positions(positions: tuple[MemberPosition, ...]) -> dict[int, VpOffset]:
-        return {p.id: VpOffset(p.offset, p.high_watermark) for p in positions}
+        return {p.id: VpOffset(p.offset, p.high_watermark, p.leader_epoch) for p in positions}
 
     def _start_split(self, vp: int) -> None:
         if self._splitter is not None and self._splitter.is_alive():

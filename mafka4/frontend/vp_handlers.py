@@ -3,7 +3,9 @@
 ``VP_METADATA`` is answered from the node's watched view; ``VP_FETCH`` and ``VP_LIST_OFFSETS``
 by the VPs the node hosts (``ServedVps``: the read node's own coroutines, on its event loop), as
 the nodes' streams answered them. Each VP's error travels in its own answer, so one VP that
-moved does not fail the others of a fetch. A connection has one ``VP_FETCH`` of a topic out: a
+moved does not fail the others of a fetch; so does a VP's "diverging" (the reader's last epoch
+is not where the log has it: ``HostedVp.read``), and a read of a negative offset or of an epoch
+below -1 refuses the fetch, naming the read. A connection has one ``VP_FETCH`` of a topic out: a
 newer one replaces it (``frontend.fetch_sessions``). ``VP_FETCH`` needs ``consume`` on the topic; the
 other two ``describe``.
 """
@@ -17,12 +19,14 @@ from mafka4.errors import InvalidConfig, MafkaError, UnknownTopic
 from mafka4.frontend.cluster_view import ClusterView
 from mafka4.frontend.fetch_sessions import FetchSessions
 from mafka4.limits import PROTOCOL_FETCH_BYTES_MAX, PROTOCOL_FETCH_WAIT_MS_MAX
+from mafka4.log.epochs import NO_EPOCH
 from mafka4.protocol.error_codes import error_answer
 from mafka4.protocol.messages import ApiKey
 from mafka4.protocol.metadata_api import NodeInfo
 from mafka4.protocol.session import Session
-from mafka4.protocol.vp_api import (VpFetchAnswer, VpFetchRequest, VpListOffsetsAnswer, VpListOffsetsRequest,
-                                    VpMetadataAnswer, VpMetadataRequest, VpOffsetsAnswer, VpReadAnswer, VpStateInfo)
+from mafka4.protocol.vp_api import (VpDiverging, VpFetchAnswer, VpFetchRequest, VpListOffsetsAnswer,
+                                    VpListOffsetsRequest, VpMetadataAnswer, VpMetadataRequest, VpOffsetsAnswer,
+                                    VpReadAnswer, VpStateInfo)
 from mafka4.security.acl import Operation, ResourceType
 from mafka4.virtual.consumer_reads import ConsumerAnswer, ConsumerRead
 from mafka4.virtual.hosted_vp import VpId
@@ -67,13 +71,19 @@ class VpHandlers:
             raise InvalidConfig(f"a fetch of bytes_max={request.bytes_max}, wait_ms_max={request.wait_ms_max}: "
                                 f"ask for 1 to {PROTOCOL_FETCH_BYTES_MAX} bytes and wait 0 to "
                                 f"{PROTOCOL_FETCH_WAIT_MS_MAX} ms")
-        reads = [ConsumerRead(VpId(request.topic, read.vp), read.offset) for read in request.reads]
+        for read in request.reads:
+            if read.offset < 0 or read.last_epoch < NO_EPOCH:
+                raise InvalidConfig(f"a fetch of {request.topic}/v{read.vp} at offset {read.offset} after leader epoch "
+                                    f"{read.last_epoch}: the offset is at least 0, the epoch at least {NO_EPOCH} "
+                                    f"({NO_EPOCH}: no record read yet)")
+        reads = [ConsumerRead(VpId(request.topic, read.vp), read.offset, read.last_epoch) for read in request.reads]
         answers = await self._fetches.run(session.peer, request.topic,
                                           self._vps.fetch(reads, request.bytes_max, request.wait_ms_max))
         return VpFetchAnswer(tuple(
-            VpReadAnswer(b"", 0, 0, 0, error_answer(answer.error)) if answer.error is not None
+            VpReadAnswer(b"", 0, 0, 0, error_answer(answer.error), None) if answer.error is not None
             else VpReadAnswer(answer.read.data, answer.read.high_watermark, answer.read.log_start_offset,
-                              answer.read.log_end_offset, None)
+                              answer.read.log_end_offset, None,
+                              None if answer.read.diverging is None else VpDiverging(*answer.read.diverging))
             for answer in answers)), ()
 
     async def _list_offsets(self, session: Session, request: VpListOffsetsRequest,

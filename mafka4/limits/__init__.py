@@ -340,11 +340,13 @@ class ConsumerConfig:
     fetch_wait_ms_max: int = 500
     # A fetch answered empty is followed by one that may wait twice as long, up to this (data or
     # an error brings the wait back to fetch_wait_ms_max; a value below it means no backing off):
-    # an idle consumer then asks each node (each leader, Mafka3 mode) every 10 s. Data still
-    # ends every wait at once, and a fetch that should ask for something else is sent again at
-    # once (client.idle_waits). A node that hangs with its connection open is noticed only when
-    # the fetch to it times out, after this wait.
-    fetch_idle_wait_ms_max: int = 10 * SECOND_MS
+    # an idle consumer then asks each node (each leader, Mafka3 mode) every 30 s, as often as a
+    # group member heartbeats (GROUP_HEARTBEAT_WAIT_MS). Data still ends every wait at once, a
+    # role change on the node ends it too (long_poll), and a fetch that should ask for something
+    # else is sent again at once (client.idle_waits). A node whose host vanishes is noticed by
+    # TCP keepalive (PROTOCOL_PEER_SILENT_S_MAX); one that hangs with its connection open only
+    # when the fetch to it times out, after this wait.
+    fetch_idle_wait_ms_max: int = 30 * SECOND_MS
     # poll() returns at most this many messages.
     poll_messages_max: int = 10_000
     # The settings below apply only to a consumer in a group.
@@ -681,8 +683,9 @@ ACL_RULES_MAX = 10_000
 # --- client protocol (mafka4.protocol) ---
 
 # The client protocol's version, in every frame's "v": a frame of another version is refused with
-# UnsupportedVersion (the API_VERSIONS answer lists the versions a node speaks).
-PROTOCOL_VERSION = 1
+# UnsupportedVersion (the API_VERSIONS answer lists the versions a node speaks). Version 2: VP
+# fetches and group positions carry leader epochs (Kafka's KIP-320), answers may say "diverging".
+PROTOCOL_VERSION = 2
 # A whole client frame (its msgpack body and its out-of-band buffers): above every produce batch
 # and fetch bound; a peer announcing more is answered with nothing and dropped.
 PROTOCOL_FRAME_BYTES_MAX = 64 * MiB

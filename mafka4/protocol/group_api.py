@@ -14,6 +14,11 @@ did before against etcd:
   what it lost, what it claimed (from which committed offset), what it owns now, and (mafka4
   mode) the sealed ends and committed offsets it needs to commit a drained parent at once.
 - ``GROUP_COMMIT``: commit positions of owned partitions or VPs; what was written, what was lost.
+  A VP position carries the leader epoch of the record before it (Kafka's
+  ``committed_leader_epoch``), and a claimed VP's committed offset comes back with it, so the
+  member that starts there names it in its first fetch (``protocol.vp_api``: a log that diverged
+  after a power loss is then told). -1 (``NO_EPOCH``): none known (a partition, a commit written
+  before epochs were, a reset or seeded offset); only the length is checked then.
 - ``GROUP_LEAVE``: commit, release everything, end the session.
 - ``GROUP_HEARTBEAT``: a long poll that keeps the session alive and is answered as soon as the
   group changed in a way that asks this member to sync (or after ``wait_ms``).
@@ -58,6 +63,7 @@ class MemberPosition:
     id: int
     offset: int
     high_watermark: int
+    leader_epoch: int  # of the VP record before ``offset``; -1: none known (always, for a partition)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +72,7 @@ class Claimed:
 
     id: int
     committed: int | None
+    committed_leader_epoch: int  # the leader epoch committed with it; -1: none known
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,10 @@ the nodes' streams, now through their client ports:
   nodes' client addresses. Answered from the node's watched view.
 - ``VP_FETCH``: whole batches of several VPs hosted by this node, below each VP's high
   watermark, each VP's answer its data (out of band) or its error; a long poll, answered as
-  soon as any VP has data or after ``wait_ms_max``.
+  soon as any VP has data or after ``wait_ms_max``. Each read names, beside its offset, the
+  leader epoch of the last record the reader read before it (``NO_EPOCH``, -1: none known);
+  a replica whose log does not hold that history answers ``diverging`` instead of data, the
+  ``(epoch, end offset)`` the reader moves back to (Kafka's KIP-320; protocol version 2).
 - ``VP_LIST_OFFSETS``: per VP, its log start offset and high watermark, and with
   ``timestamp_ms`` its first offset stamped at or after it; or the error that keeps this
   replica from answering.
@@ -48,6 +51,15 @@ class VpMetadataAnswer:
 class VpOffset:
     vp: int
     offset: int
+    last_epoch: int  # of the last record read before ``offset``; -1 (``NO_EPOCH``): none known
+
+
+@dataclass(frozen=True, slots=True)
+class VpDiverging:
+    """The reader's history is not a prefix of the replica's log: it read ``epoch`` up to ``end_offset`` at most."""
+
+    epoch: int
+    end_offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,13 +72,15 @@ class VpFetchRequest:
 
 @dataclass(frozen=True, slots=True)
 class VpReadAnswer:
-    """One VP's part of a fetch: its batches and offsets, or (``error`` set, ``data`` empty) why not."""
+    """One VP's part of a fetch: its batches and offsets, or (``error`` or ``diverging`` set, ``data``
+    empty) why not."""
 
     data: Buffer
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
     error: ErrorAnswer | None
+    diverging: VpDiverging | None
 
 
 @dataclass(frozen=True, slots=True)

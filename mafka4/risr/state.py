@@ -50,20 +50,25 @@ The lone leader (the RISR twin of the write side's eligible leader replicas, KIP
 are flushed lazily: replication, not fsync, protects what readers saw. A leader alone in the
 RISR has no copy to lean on, and the coordinator would elect it again after a power loss that
 cut its unflushed tail, so readers could have seen offsets the next epoch fills with other
-records. Hence: while a VP has a RISR of its leader alone -- this leader's RISR, or any RISR
-the coordinator may hold (the last confirmed one, and every one this leader had since that
-confirmation, any of which may have been written) -- the HW never passes the leader's flushed
-offset (``leader_flushed``), and ``flush_needed`` asks the leader to flush right after each
-append in that state (and at once on entering it, so the tail readers already saw becomes
-durable before a RISR of the leader alone is written).
+records. Hence: while a VP with two or more replicas has a RISR of its leader alone -- this
+leader's RISR, or any RISR the coordinator may hold (the last confirmed one, and every one
+this leader had since that confirmation, any of which may have been written) -- the HW never
+passes the leader's flushed offset (``leader_flushed``), and ``flush_needed`` asks the leader
+to flush right after each append in that state (and at once on entering it, so the tail
+readers already saw becomes durable before a RISR of the leader alone is written).
 
-A VP with one replica (``read_replicas=1``) is always a lone leader, unlike a Kafka partition
-with RF=1: its records have another copy, the replicated physical log, so a power loss must
-lose nothing. What it cut from the unflushed tail, the restarted leader feeds again from the
-physical log (its ``FeedProgress`` is rebuilt from the log it kept). But the feed interleaves
+A VP with one replica (``read_replicas=1``) is not a lone leader: it serves its unflushed
+tail, and its log flushes by policy. Its records have another copy, the replicated physical
+log, so a power loss loses nothing: what it cut from the unflushed tail, the restarted leader
+feeds again from the physical log (its ``FeedProgress`` is rebuilt from the log it kept), in a
+new leader epoch (``virtual.failover`` bumps it for a restarted leader). The feed interleaves
 the physical partitions as their data arrives, so the fed-again tail may hold the same records
-at other offsets: a reader that had seen the old tail, and committed an offset in it, would
-skip the records that moved below its offset. No reader sees an unflushed offset, so none can.
+at other offsets; a reader that had seen the old tail is told so by its next fetch, which
+carries the epoch of the last record it read (``VpReplicaCore.reader_divergence``, Kafka's
+KIP-320), and reads again from where the epochs part: duplicates, never a gap. A VP with two
+replicas keeps the rule above while its follower is out: the follower's log, the RISR written
+in etcd and the failover all lean on a lone leader's tail being durable, and only the
+one-replica case was worked through for the divergence readers now detect.
 
 Invariants (asserted): 0 <= HW <= leader LEO; the HW never decreases; HW <= LEO of every RISR
 member whose LEO is known; 0 <= flushed offset <= leader LEO, never decreasing; the leader is
@@ -270,9 +275,10 @@ class RisrState:
 
     @property
     def leader_alone(self) -> bool:
-        """True while the leader is, or may be in the coordinator, the only RISR member (always,
-        for a VP with one replica): its flushed offset then bounds the HW (see the module docstring)."""
-        return self._alone_since_committed
+        """True while the leader is, or may be in the coordinator, the only RISR member of a VP
+        with other replicas: its flushed offset then bounds the HW (see the module docstring; a
+        VP with one replica serves unflushed records, and its readers detect a diverged log)."""
+        return len(self.replicas) > 1 and self._alone_since_committed
 
     @property
     def flush_needed(self) -> bool:

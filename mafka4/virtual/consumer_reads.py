@@ -4,7 +4,8 @@
 A consumer sends one fetch per read node for every VP it reads there (a ``ConsumerRead`` each)
 and gets one ``ConsumerAnswer`` per read, in the same order: whole batches below the VP's high
 watermark, or the error that keeps this replica from serving (not hosted here, not a RISR
-member, an offset out of range). One VP's error never fails the others' reads. The long poll
+member, an offset out of range), or "diverging" (the reader's last epoch says it read records
+this log no longer holds there: it moves back). One VP's error never fails the others' reads. The long poll
 and the fault delay are the actor's; these functions only read, at the ``now_ms`` given.
 
 Invariant: a fetch answer holds at most ``bytes_max`` bytes of batches in all, shared out in
@@ -17,6 +18,7 @@ from __future__ import annotations
 from typing import Callable, NamedTuple, Sequence
 
 from mafka4.errors import MafkaError, ReadReplicaNotInSync
+from mafka4.log.epochs import NO_EPOCH
 from mafka4.virtual.hosted_vp import HostedVp, VpId, VpRead
 
 # The node's hosted replica of a VP, or None if it hosts none.
@@ -24,10 +26,12 @@ Hosted = Callable[[VpId], HostedVp | None]
 
 
 class ConsumerRead(NamedTuple):
-    """One VP of a consumer's fetch: where it reads from."""
+    """One VP of a consumer's fetch: where it reads from, and the leader epoch of the last record
+    it read before ``offset`` (``NO_EPOCH``: none known), so a diverged log is told (``HostedVp.read``)."""
 
     vp_id: VpId
     offset: int
+    last_epoch: int = NO_EPOCH
 
 
 class ConsumerAnswer(NamedTuple):
@@ -42,7 +46,8 @@ def not_hosted(vp_id: VpId, node_id: str) -> MafkaError:
 
 def any_readable(reads: Sequence[ConsumerRead], hosted: Hosted, now_ms: int) -> bool:
     """True if a read of one of ``reads`` would answer now (data, or an error)."""
-    return any((replica := hosted(read.vp_id)) is None or replica.readable(read.offset, now_ms) for read in reads)
+    return any((replica := hosted(read.vp_id)) is None or replica.readable(read.offset, now_ms, read.last_epoch)
+               for read in reads)
 
 
 def read_all(reads: Sequence[ConsumerRead], bytes_max: int, hosted: Hosted, node_id: str,
@@ -55,7 +60,7 @@ def read_all(reads: Sequence[ConsumerRead], bytes_max: int, hosted: Hosted, node
             answers.append(ConsumerAnswer(None, not_hosted(read.vp_id, node_id)))
             continue
         try:
-            result = replica.read(read.offset, max(budget, 0), now_ms)
+            result = replica.read(read.offset, max(budget, 0), now_ms, read.last_epoch)
         except MafkaError as error:
             answers.append(ConsumerAnswer(None, error))
             continue

@@ -4,8 +4,12 @@
 replica, in preferred order, that is in the RISR recorded in etcd and is live. Every RISR member
 holds every record below the VP high watermark (the leader counts a RISR change only once etcd
 holds it), so no record a consumer read is lost; after a power loss too when the RISR is the
-leader alone, whose HW never passes what it flushed (``risr.state``). Not survived: a RISR member
-that lost its unflushed tail restarts while every other member is down, and leads with it. The new state bumps the leader epoch and drops
+leader alone, whose HW never passes what it flushed (``risr.state``), except with one replica,
+which serves its unflushed tail: it leads the next epoch and feeds what it lost again, and a
+consumer that read the lost tail is told by its next fetch (``VpReplicaCore.reader_divergence``)
+and reads it again. Not survived: a RISR member
+that lost its unflushed tail restarts while every other member is down, and leads with it (a
+reader that read the lost tail is told then too). The new state bumps the leader epoch and drops
 the dead leader from the RISR; with no qualifying member the VP stays leaderless (consumers
 wait) rather than lose records readers have seen.
 

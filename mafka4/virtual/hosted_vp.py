@@ -13,10 +13,12 @@ none does network I/O, so a feed stream can hand records to hundreds of VPs in o
 a single remote call.
 
 Flushing. The log flushes by time (``LogConfig.flush_interval_ms``) in housekeeping only (a
-segment roll leaves the segment it closes to that flush); a leader alone in the RISR (always,
-with one replica) is also asked to flush after each append (``Ready.flush``: the core's
-lone-leader rule, so a power loss never takes an offset a reader saw). After every core call
-it executes, and after housekeeping, the shell reports the log's flushed offset to the core
+segment roll leaves the segment it closes to that flush); a leader alone in the RISR of a VP
+with other replicas is also asked to flush after each append (``Ready.flush``: the core's
+lone-leader rule, so a power loss never takes an offset a reader saw). A VP with one replica
+serves its unflushed tail: after a power loss its readers learn from their next fetch that
+the log diverged from what they read (``read``'s epoch check) and read again from where it
+did. After every core call it executes, and after housekeeping, the shell reports the log's flushed offset to the core
 (``VpReplicaCore.flushed``) if it moved, so a lone leader's HW follows its fsyncs.
 
 On a read node that flush is owed (``owe_flush``), not run at once: a read node hosting 256 VPs
@@ -74,6 +76,7 @@ from mafka4.errors import MessageTooLarge
 from mafka4.faults import FaultGate
 from mafka4.limits import FEED_RECORDS_MAX, SEGMENT_SCAN_CHUNK_BYTES
 from mafka4.limits.servers import LogConfig
+from mafka4.log.epochs import NO_EPOCH
 from mafka4.log.log_dir_budget import LogDirBudget
 from mafka4.log.pending_flush import PendingFlush
 from mafka4.log.replica_storage import ReplicaStorage, StagedHighWatermark
@@ -97,12 +100,14 @@ class VpId(NamedTuple):
 
 
 class VpRead(NamedTuple):
-    """Whole batches for a consumer, with the offsets it needs to go on."""
+    """Whole batches for a consumer, with the offsets it needs to go on; or (``diverging`` set,
+    ``data`` empty) the ``(epoch, end offset)`` the reader moves back to (``VpReplicaCore.reader_divergence``)."""
 
     data: bytes
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
+    diverging: tuple[int, int] | None = None
 
 
 def vp_directory(data_root: str | Path, node_id: str, vp_id: VpId) -> Path:
@@ -291,18 +296,24 @@ class HostedVp:
 
     # --- consumers ----------------------------------------------------------------------
 
-    def read(self, offset: int, bytes_max: int, now_ms: int) -> VpRead:
+    def read(self, offset: int, bytes_max: int, now_ms: int, last_epoch: int = NO_EPOCH) -> VpRead:
         """Whole batches from ``offset`` below the HW, from a replica that may serve reads (at least
-        one batch if there is one, unless ``bytes_max`` is 0: a fetch whose budget other VPs spent)."""
+        one batch if there is one, unless ``bytes_max`` is 0: a fetch whose budget other VPs spent);
+        none, and where to move back to, if the reader's last record (of ``last_epoch``) before
+        ``offset`` is not where this log has it."""
         self.core.check_serving(now_ms)
         high_watermark = self.core.high_watermark
+        diverging = self.core.reader_divergence(offset, last_epoch)
+        if diverging is not None:
+            return VpRead(b"", high_watermark, self._log.log_start_offset, self._log.log_end_offset, diverging)
         readable = offset < high_watermark and bytes_max > 0
         data = self._log.read(offset, bytes_max, end_offset=high_watermark) if readable else b""
         return VpRead(data, high_watermark, self._log.log_start_offset, self._log.log_end_offset)
 
-    def readable(self, offset: int, now_ms: int) -> bool:
-        """True if a read from ``offset`` would return data now (or fail at once)."""
-        return offset < self.core.high_watermark or not self.core.serving(now_ms)
+    def readable(self, offset: int, now_ms: int, last_epoch: int = NO_EPOCH) -> bool:
+        """True if a read from ``offset`` would return data now (or fail, or answer "diverging", at once)."""
+        return (offset < self.core.high_watermark or not self.core.serving(now_ms)
+                or self.core.reader_divergence(offset, last_epoch) is not None)
 
     def list_offsets(self, now_ms: int) -> tuple[int, int]:
         """(log start offset, HW): the readable range."""
@@ -311,6 +322,14 @@ class HostedVp:
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         return self._log.offset_for_timestamp(timestamp_ms, end_offset=self.core.high_watermark)
+
+    def flush_now(self) -> None:
+        """fsync the log to its end on this thread (a closed VP before it is sealed: a sealed VP is
+        never fed again, so a power loss must not cut what it holds, as it may cut a one-replica
+        VP's unflushed tail while the feed can still refill it)."""
+        if self._log.flushed_offset < self._log.log_end_offset:
+            self._log.flush()
+            self._execute(self._report_flushed())
 
     # --- housekeeping -------------------------------------------------------------------
 

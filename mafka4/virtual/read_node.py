@@ -30,7 +30,9 @@ nodes. Everything of one node runs on its event loop:
   ``partition_feed``'s and ``control.resharding``'s).
 * **Sealing.** A closed VP led here is sealed once every partition's stream fed it past its
   closing cut and its RISR holds all of it (``TopicLayout.is_sealed``, HW == log end): the node
-  records its sealed end offset in etcd itself, so its children become readable at once.
+  fsyncs its log (a sealed VP is never fed again, so a power loss must not cut it, as it may cut
+  the unflushed tail a one-replica VP serves while the feed can still refill it) and records its
+  sealed end offset in etcd itself, so its children become readable at once.
 * **Housekeeping** (``housekeeping.VpHousekeeping``): every ``housekeeping_interval_ms`` the
   VPs that changed (appended to, cut, HW, role or RISR moved) flush by policy and checkpoint
   their HW; every ``retention_check_interval_ms`` retention looks at the VPs that changed since
@@ -530,6 +532,7 @@ class ReadNode:
             return
         if (layout.exists(vp) and not layout.is_active(vp) and layout.is_sealed(vp, core.fed_through(layout.partitions))
                 and core.high_watermark == core.log_end_offset):
+            hosted.flush_now()  # sealed, it is never fed again: what it holds must survive a power loss
             self._sealing[vp_id] = asyncio.get_running_loop().create_task(
                 self._seal(entry, vp_id, core.log_end_offset))
 

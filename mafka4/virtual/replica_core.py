@@ -32,17 +32,21 @@ to the RISR, which may change the RISR (``Ready.write_risr``: record it in etcd,
 ``risr_written``) and the HW (``Ready.wake``). ``tick`` moves followers that stopped catching
 up out of the RISR; ``next_tick_ms`` says when the next ``tick`` may do so.
 
-Lone leader (``RisrState``'s module docstring has the why). While a VP has a RISR of its
-leader alone, its HW never passes what the leader flushed, and every call that leaves the
-leader alone with unflushed records -- an append, a RISR shrinking to the leader (before
-``Ready.write_risr`` records it), taking leadership -- returns ``Ready.flush``. The shell
-fsyncs the log (at once, or batched on a worker thread: ``HostedVp``) and reports the flushed
-offset through ``flushed`` (also after flushes of its own: the log's policy, segment rolls,
-truncation), which moves the HW. So a lone leader's log still holds every offset a reader saw
-after a power loss, and the controller may elect it again. A VP with one replica
-(``read_replicas=1``) is always a lone leader: after a power loss it feeds what it lost again
-from the physical log, in an order that may differ, so readers must not have seen the lost
-offsets either (``risr.state``).
+Lone leader (``RisrState``'s module docstring has the why). While a VP with two or more
+replicas has a RISR of its leader alone, its HW never passes what the leader flushed, and
+every call that leaves the leader alone with unflushed records -- an append, a RISR shrinking
+to the leader (before ``Ready.write_risr`` records it), taking leadership -- returns
+``Ready.flush``. The shell fsyncs the log (at once, or batched on a worker thread: ``HostedVp``)
+and reports the flushed offset through ``flushed`` (also after flushes of its own: the log's
+policy, segment rolls, truncation), which moves the HW. So a lone leader's log still holds
+every offset a reader saw after a power loss, and the controller may elect it again.
+
+Readers (Kafka's KIP-320). A VP with one replica (``read_replicas=1``) serves what it has not
+flushed: after a power loss it feeds what it lost again from the physical log, in a new epoch
+and in an order that may differ. Every consumer fetch carries the epoch of the last record the
+reader read before its offset; ``reader_divergence`` checks it against the epoch history as
+``replica_fetch`` checks a follower's (``divergence``), and a reader whose history is not a
+prefix of this log moves back to the answered end offset and reads again.
 
 Follower protocol. ``fetch_position`` is what the follower asks for; the leader's answer comes
 back through ``truncate`` (diverging: ``Ready.truncate_to``), ``follower_appended`` (the
@@ -68,8 +72,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
 
 from mafka4.batch_frame import BatchHeader
-from mafka4.errors import NotLeader, ReadReplicaNotInSync, StaleEpoch
-from mafka4.log.epochs import EpochHistory
+from mafka4.errors import InvalidConfig, NotLeader, ReadReplicaNotInSync, StaleEpoch
+from mafka4.log.epochs import NO_EPOCH, NO_OFFSET, EpochHistory
 from mafka4.risr.state import RisrConfig, RisrState
 from mafka4.virtual.divergence import divergence, truncation_offset
 from mafka4.virtual.vp_records import FeedProgress, SourcedRecord
@@ -207,6 +211,23 @@ class VpReplicaCore:
     def last_applied(self, leader_epoch: int, partition: int) -> int:
         """The last source offset of ``partition`` in the log (``NOTHING_APPLIED``: none)."""
         return self._require_leader(leader_epoch).progress.last_applied(partition)
+
+    def reader_divergence(self, offset: int, last_epoch: int) -> tuple[int, int] | None:
+        """A consumer's fetch from ``offset``, whose last record before it had ``last_epoch`` (``NO_EPOCH``:
+        none known), checked against this log as a follower's is (Kafka's KIP-320): ``(epoch, end
+        offset)`` if the reader's history is not a prefix of this log, else None.
+
+        After a power loss a VP's only replica feeds what it lost again in a new epoch, with the
+        records at other offsets (``virtual.failover``); a reader that had read the lost tail is
+        told so here, moves back to the end offset and reads on (duplicates, never a gap).
+        """
+        if last_epoch < NO_EPOCH:
+            raise InvalidConfig(f"{self.vp_name}: a fetch with last leader epoch {last_epoch}: send the epoch of "
+                                f"the last record read, or {NO_EPOCH} if none is known")
+        diverging = divergence(self.epochs, self._log_end_offset, offset, last_epoch)
+        if diverging == (NO_EPOCH, NO_OFFSET):  # no epochs known here (an empty log): judge the length only
+            return divergence(self.epochs, self._log_end_offset, offset, NO_EPOCH)
+        return diverging
 
     def fetch_position(self) -> FetchPosition:
         assert self.role is VpRole.FOLLOWER and self.leader_id is not None, f"{self.vp_name}: not a follower"

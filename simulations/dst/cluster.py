@@ -175,7 +175,7 @@ class Cluster:
         anomalies += checkers.check_reads_match_logs(consumed, {f"vp{vp}": log for vp, log in vp_logs.items()})
         anomalies += checkers.check_per_key_order(consumed)
         anomalies += checkers.check_no_duplicates_after_commit(history, "g")
-        anomalies += checkers.check_commits_monotonic(checkers.of_type(history, Commit))
+        anomalies += checkers.check_commits_monotonic(history)
         anomalies += checkers.classify_reads(acks, consumed, drained=self.drained)
         return anomalies
 

@@ -40,7 +40,11 @@ Deviation: production's poll thread reads nothing while it syncs; here a member 
 VPs a sync does not touch meanwhile.
 
 Reading (``VpFetcher``): from the RISR member ``risr.route_fetch`` picks (the leader after a
-refused fetch), every record read recorded as ``Consumed`` with its physical source.
+refused fetch), every record read recorded as ``Consumed`` with its physical source and its
+batch's leader epoch. Each fetch carries the epoch of the last record read before the position
+(a committed offset's epoch, for a VP started from its commit); a replica whose log diverged
+from that answers "diverging" and the member moves back as ``VpFetcher`` does
+(``positions.rewound``), recording ``Rewound``. Commits carry the position's epoch.
 
 ``MemberChurn`` makes members join and leave during the chaos phase (never the last running
 one), so that the group grows past its active VPs and the plan's splits happen.
@@ -52,11 +56,14 @@ import enum
 from dataclasses import dataclass
 from typing import Callable
 
-from mafka4.batch_payload import decode_batches
+from mafka4.batch_frame import iter_batches
+from mafka4.batch_payload import decode_checked_batch
+from mafka4.client.positions import rewound
 from mafka4.coordinator.groups.vp_ownership import GroupView, OwnershipPlan, with_read_positions
+from mafka4.log.epochs import NO_EPOCH
 from mafka4.risr.state import route_fetch
 from mafka4.virtual.vp_records import source_of, strip_source
-from simulations.checkers import Consumed
+from simulations.checkers import Consumed, Rewound
 from simulations.dst import messages as m
 from simulations.dst.coordinator import NAME as COORDINATOR
 from simulations.dst.env import Env
@@ -83,6 +90,7 @@ class _Fetching:
     """A VP this member reads: its position and the fetch in flight."""
 
     position: int
+    last_epoch: int = NO_EPOCH  # of the record before ``position``
     high_watermark: int = 0
     fetch: tuple[int, int] | None = None  # (request, sent at)
     ask_leader: bool = False
@@ -100,9 +108,9 @@ class _Call:
 
 def view_of(snapshot: m.GroupSnapshot) -> GroupView:
     """The ``GroupView`` of a snapshot, as ``VirtualGroupSnapshot.view`` builds it."""
-    lag = {vp: max(high_watermark - offset, 0) for vp, offset, high_watermark in snapshot.offsets}
+    lag = {vp: max(high_watermark - offset, 0) for vp, offset, high_watermark, _ in snapshot.offsets}
     return GroupView(snapshot.members, snapshot.layout, dict(snapshot.sealed_end_offsets), dict(snapshot.owners),
-                     {vp: offset for vp, offset, _ in snapshot.offsets}, lag)
+                     {vp: offset for vp, offset, _, _ in snapshot.offsets}, lag)
 
 
 def start_offset(committed: int | None) -> int:
@@ -233,9 +241,9 @@ class SimConsumer:
         owners = dict(snapshot.owners)
         mine = {vp for vp, owner in owners.items() if owner == self.member_id}
         self._stop(sorted(self._owned - mine))  # lost (the lease lapsed): the next owner re-reads from the commit
-        committed = {vp: offset for vp, offset, _ in snapshot.offsets}
+        committed = {vp: (offset, leader_epoch) for vp, offset, _, leader_epoch in snapshot.offsets}
         for vp in sorted(mine - self._owned):  # a claim that succeeded although its answer was lost
-            self._start(vp, committed.get(vp))
+            self._start(vp, *committed.get(vp, (None, NO_EPOCH)))
         self._owned = mine
         positions = {vp: fetching.position for vp, fetching in self._fetching.items()}
         view = with_read_positions(view_of(snapshot), self.member_id, positions)
@@ -263,9 +271,9 @@ class SimConsumer:
         if answer.committed is None:
             self._changed = True  # a race lost (another claim, or a release still to come): read again
         else:
-            for vp, committed in answer.committed:
+            for vp, committed, leader_epoch in answer.committed:
                 self._owned.add(vp)
-                self._start(vp, committed)
+                self._start(vp, committed, leader_epoch)
         self._synced(plan)
 
     def _synced(self, plan: OwnershipPlan) -> None:
@@ -274,8 +282,8 @@ class SimConsumer:
         if plan.split is not None:
             self._start_split(plan.split)
 
-    def _start(self, vp: int, committed: int | None) -> None:
-        self._fetching[vp] = _Fetching(start_offset(committed))
+    def _start(self, vp: int, committed: int | None, leader_epoch: int) -> None:
+        self._fetching[vp] = _Fetching(start_offset(committed), leader_epoch if committed is not None else NO_EPOCH)
 
     def _stop(self, vps) -> None:
         for vp in vps:
@@ -283,9 +291,9 @@ class SimConsumer:
 
     # --- commits, splits, leaving ---------------------------------------------------------
 
-    def _offset(self, vp: int) -> tuple[int, int, int]:
+    def _offset(self, vp: int) -> tuple[int, int, int, int]:
         fetching = self._fetching[vp]
-        return vp, fetching.position, max(fetching.high_watermark, fetching.position)
+        return vp, fetching.position, max(fetching.high_watermark, fetching.position), fetching.last_epoch
 
     def _commit_positions(self) -> None:
         self._last_commit_ms = self.env.now_ms
@@ -303,7 +311,7 @@ class SimConsumer:
         if self._snapshot is None:
             return False
         sealed = dict(self._snapshot.sealed_end_offsets)
-        committed = {vp: offset for vp, offset, _ in self._snapshot.offsets}
+        committed = {vp: offset for vp, offset, _, _ in self._snapshot.offsets}
         return any(vp in sealed and fetching.position >= sealed[vp] and committed.get(vp, -1) < sealed[vp]
                    for vp, fetching in self._fetching.items())
 
@@ -355,7 +363,7 @@ class SimConsumer:
                                   self.env.options.risr_config, f"v{vp}").replica_id
         request_id = self.env.request_id()
         fetching.fetch = (request_id, self.env.now_ms)
-        self._send(replica, m.VpFetch(request_id, vp, fetching.position, FETCH_BYTES_MAX))
+        self._send(replica, m.VpFetch(request_id, vp, fetching.position, FETCH_BYTES_MAX, fetching.last_epoch))
 
     def _on_fetch_result(self, message: m.VpFetchResult) -> None:
         for vp, fetching in self._fetching.items():
@@ -369,15 +377,27 @@ class SimConsumer:
             return
         fetching.ask_leader = False
         fetching.high_watermark = max(fetching.high_watermark, message.high_watermark)
-        for record in decode_batches(message.data):
-            if record.offset < fetching.position:
-                continue
-            assert record.offset == fetching.position, (vp, record.offset, fetching.position)
-            partition, partition_offset = source_of(record)
-            plain = strip_source(record)
-            self.env.history.append(Consumed(self.member_id, f"vp{vp}", record.offset, plain.key, plain.value,
-                                             partition, partition_offset))
-            fetching.position = record.offset + 1
+        if message.diverging is not None:
+            # This replica's HW, not the largest seen: a committed offset past it was in the lost tail,
+            # and the commit of the position behind it may then move back (``commit_moves_forward``).
+            fetching.high_watermark = message.high_watermark
+            before = fetching.position
+            fetching.position, fetching.last_epoch = rewound(before, message.diverging)
+            self.env.count("reader_rewinds")
+            self.env.note(f"group: {self.member_id} reads vp{vp} again from {fetching.position} (was {before}): "
+                          f"epoch {message.diverging[0]} ends at {message.diverging[1]} there")
+            self.env.history.append(Rewound(self.member_id, f"vp{vp}", fetching.position))
+            return
+        for position, header in iter_batches(message.data):
+            for record in decode_checked_batch(message.data, position, header):
+                if record.offset < fetching.position:
+                    continue
+                assert record.offset == fetching.position, (vp, record.offset, fetching.position)
+                partition, partition_offset = source_of(record)
+                plain = strip_source(record)
+                self.env.history.append(Consumed(self.member_id, f"vp{vp}", record.offset, plain.key, plain.value,
+                                                 partition, partition_offset, header.leader_epoch))
+                fetching.position, fetching.last_epoch = record.offset + 1, header.leader_epoch
 
     def handle(self, source: str, message: object) -> None:
         if isinstance(message, m.Metadata):

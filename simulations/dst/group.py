@@ -24,7 +24,9 @@ transaction with production's conditions:
   offsets and writes only if they are unchanged since (``VirtualGroupStore.commit``); here a
   member's requests are applied in order, so that comes down to the forward check, made
   with production's ``vp_ownership.commit_moves_forward``. ``check_commits_monotonic`` judges the outcome.
-  Every offset written that changes the stored one is a ``Commit`` in the history;
+  Every offset written that changes the stored one is a ``Commit`` in the history; each offset
+  carries the leader epoch of the record before it, which a member that starts from it sends
+  with its first fetch (Kafka's ``committed_leader_epoch``);
 * ``RevokeLease``: the lease and every key under it go (a member leaving).
 
 A member's requests are applied once and in request order: etcd's client sends them in
@@ -38,6 +40,7 @@ makes it harmless in production).
 from __future__ import annotations
 
 from mafka4.coordinator.groups.vp_ownership import commit_moves_forward
+from mafka4.log.epochs import NO_EPOCH
 from simulations.checkers import Commit
 from simulations.dst import messages as m
 from simulations.dst.coordinator import NAME as COORDINATOR
@@ -53,14 +56,15 @@ class GroupStore:
         self._leases: dict[int, tuple[str, int]] = {}  # lease id -> (member id, last refresh)
         self._members: dict[str, int] = {}  # member key: member id -> the lease it is under
         self._owners: dict[int, tuple[str, int]] = {}  # owner key: VP -> (member id, the lease it is under)
-        self._offsets: dict[int, tuple[int, int]] = {}  # offset key: VP -> (committed offset, high watermark seen)
+        # offset key: VP -> (committed offset, high watermark seen, leader epoch of the record before the offset)
+        self._offsets: dict[int, tuple[int, int, int]] = {}
         self._applied: dict[str, int] = {}  # member id -> the last request id applied
         self._lease_ids = 0
 
     @property
     def committed(self) -> dict[int, int]:
         """VP -> the group's committed offset."""
-        return {vp: offset for vp, (offset, _) in self._offsets.items()}
+        return {vp: offset for vp, (offset, _, _) in self._offsets.items()}
 
     def step(self) -> None:
         self._expire_leases()
@@ -127,10 +131,10 @@ class GroupStore:
             request_id, tuple(sorted(self._members)), coordinator.layout,
             tuple(sorted(coordinator.sealed_end_offsets.items())),
             tuple((vp, member_id) for vp, (member_id, _) in sorted(self._owners.items())),
-            tuple((vp, offset, high_watermark) for vp, (offset, high_watermark) in sorted(self._offsets.items())),
+            tuple((vp, *stored) for vp, stored in sorted(self._offsets.items())),
         )
 
-    def _claim(self, message: m.Claim) -> tuple[tuple[int, int | None], ...] | None:
+    def _claim(self, message: m.Claim) -> tuple[tuple[int, int | None, int], ...] | None:
         # A put under a lapsed lease fails the whole transaction in etcd ("lease not found").
         if (message.member_id not in self._members or message.lease_id not in self._leases
                 or any(vp in self._owners for vp in message.vps)):
@@ -139,21 +143,23 @@ class GroupStore:
             self._owners[vp] = (message.member_id, message.lease_id)
             self.env.count("ownership_claims")
         self.env.note(f"group: {message.member_id} claims {['vp%d' % vp for vp in message.vps]}")
-        return tuple((vp, self._offsets[vp][0] if vp in self._offsets else None) for vp in message.vps)
+        return tuple((vp, *self._offsets[vp][::2]) if vp in self._offsets else (vp, None, NO_EPOCH)
+                     for vp in message.vps)
 
     def _commit(self, message: m.CommitOffsets) -> m.CommitResult:
         committed, lost = [], []
-        for vp, offset, high_watermark in message.offsets:
+        for vp, offset, high_watermark, leader_epoch in message.offsets:
             if self._owner(vp) != message.member_id:
                 lost.append(vp)
                 continue
             committed.append(vp)
             stored = self._offsets.get(vp)
-            if stored is not None and not commit_moves_forward(offset, high_watermark, *stored):
+            if stored is not None and not commit_moves_forward(offset, high_watermark, stored[0], stored[1],
+                                                               leader_epoch, stored[2]):
                 continue
             if stored is None or stored[0] != offset:
                 self.env.history.append(Commit(GROUP, f"vp{vp}", offset))
-            self._offsets[vp] = (offset, high_watermark)
+            self._offsets[vp] = (offset, high_watermark, leader_epoch)
         released = [vp for vp in sorted(set(message.release)) if self._owner(vp) == message.member_id]
         for vp in released:
             del self._owners[vp]

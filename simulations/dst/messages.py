@@ -265,6 +265,7 @@ class VpFetch:
     vp: int
     offset: int
     bytes_max: int
+    last_epoch: int  # of the last record read before ``offset`` (``NO_EPOCH``: none known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +275,7 @@ class VpFetchResult:
     high_watermark: int
     log_end_offset: int
     failure: Failure | None
+    diverging: tuple[int, int] | None = None  # (epoch, end offset): the reader moves back; no data
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,7 +372,8 @@ class GroupSnapshot:
     layout: TopicLayout
     sealed_end_offsets: tuple[tuple[int, int], ...]
     owners: tuple[tuple[int, str], ...]  # VP -> member id of its owner key
-    offsets: tuple[tuple[int, int, int], ...]  # (VP, committed offset, VP high watermark the committer saw)
+    # (VP, committed offset, VP high watermark the committer saw, leader epoch of the record before the offset)
+    offsets: tuple[tuple[int, int, int, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,9 +390,9 @@ class Claim:
 @dataclass(frozen=True, slots=True)
 class ClaimResult:
     request_id: int
-    # (VP, committed offset or None) per claimed VP; None: the transaction failed (an owner key
-    # existed or the member key was gone), nothing was claimed.
-    committed: tuple[tuple[int, int | None], ...] | None
+    # (VP, committed offset or None, its leader epoch) per claimed VP; None: the transaction failed
+    # (an owner key existed or the member key was gone), nothing was claimed.
+    committed: tuple[tuple[int, int | None, int], ...] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,7 +402,7 @@ class CommitOffsets:
 
     request_id: int
     member_id: str
-    offsets: tuple[tuple[int, int, int], ...]  # (VP, offset, VP high watermark seen)
+    offsets: tuple[tuple[int, int, int, int], ...]  # (VP, offset, VP high watermark seen, leader epoch)
     release: tuple[int, ...] = ()
 
 

@@ -132,8 +132,9 @@ class Nemesis:
     def _may_lose_read_power(self, name: str) -> bool:
         """Whether read node ``name`` may lose power (its unflushed VP tails), not only its processes.
 
-        With ``read_replicas=1`` too: a VP's only replica serves only what it flushed, and feeds
-        what it lost again from the physical log (``risr.state``). Not while another read node is
+        With ``read_replicas=1`` too: a VP's only replica serves its unflushed tail and feeds what
+        it lost again from the physical log in a new epoch; its readers are told by their fetches'
+        epochs and read it again (``risr.state``). Not while another read node is
         down, cut off or not recovered from a fault: replication, not fsync, protects what
         readers saw, so a power loss is survivable while every other replica of its VPs runs
         and holds what it claimed. Other faults may follow a power loss at once: a restarted

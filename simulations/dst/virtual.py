@@ -150,6 +150,7 @@ class VpReplica:
         except MafkaError as error:
             self._send(source, m.VpSealAnswer(message.request_id, self.vp, (), 0, 0, m.Failure.of(error)))
             return
+        self.hosted.flush_now()  # as a read node does before it records a sealed end: never fed again
         fed_through = tuple(enumerate(core.fed_through(self.env.options.partitions)))
         self._send(source, m.VpSealAnswer(message.request_id, self.vp, fed_through, core.log_end_offset,
                                           core.high_watermark, None))
@@ -229,12 +230,12 @@ class VpReplica:
 
     def on_fetch(self, source: str, message: m.VpFetch) -> None:
         try:
-            read = self.hosted.read(message.offset, message.bytes_max, self.env.now_ms)
+            read = self.hosted.read(message.offset, message.bytes_max, self.env.now_ms, message.last_epoch)
         except MafkaError as error:
             self._send(source, m.VpFetchResult(message.request_id, b"", 0, 0, m.Failure.of(error)))
             return
         self._send(source, m.VpFetchResult(message.request_id, read.data, read.high_watermark, read.log_end_offset,
-                                           None))
+                                           None, read.diverging))
 
     # --- timers --------------------------------------------------------------------------
 

@@ -81,17 +81,24 @@ def test_driver_joins_an_existing_cluster_through_the_environment(cluster, monke
 JOIN_RAY = "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False); print('joined')"
 
 
-def join_ray_as(address: str, home: Path, **auth: str) -> tuple[str, str]:
-    """(stdout, stderr) of a fresh process joining the cluster's Ray with only the Ray authentication
-    variables given (and a home of its own, so no token of Ray's default place is found either).
-    A join still retrying after ``JOIN_TIMEOUT_S`` has not joined."""
+def join_ray_as(address: str, home: Path, **auth: str) -> subprocess.Popen:
+    """A fresh process joining the cluster's Ray with only the Ray authentication variables given
+    (and a home of its own, so no token of Ray's default place is found either); ``joined`` tells
+    whether it did."""
     env = {name: value for name, value in os.environ.items() if not name.startswith("RAY_AUTH")}
+    return subprocess.Popen([sys.executable, "-c", JOIN_RAY, address], env={**env, "HOME": str(home), **auth},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def joined(process: subprocess.Popen) -> tuple[bool, str]:
+    """Whether ``process`` joined, and its stderr's end; a join still retrying after
+    ``JOIN_TIMEOUT_S`` has not joined."""
     try:
-        ran = subprocess.run([sys.executable, "-c", JOIN_RAY, address], env={**env, "HOME": str(home), **auth},
-                             capture_output=True, text=True, timeout=JOIN_TIMEOUT_S)
-    except subprocess.TimeoutExpired as still_trying:
-        return str(still_trying.stdout or ""), str(still_trying.stderr or "")
-    return ran.stdout, ran.stderr
+        out, err = process.communicate(timeout=JOIN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+    return "joined" in out, err[-2000:]
 
 
 def test_rays_port_admits_only_the_holder_of_the_clusters_token(cluster, tmp_path):
@@ -99,10 +106,17 @@ def test_rays_port_admits_only_the_holder_of_the_clusters_token(cluster, tmp_pat
     token = ray_token_path(Path(cluster.state.home))
     wrong = tmp_path / "wrong_token"
     wrong.write_text("0" * 64)
-    assert "joined" not in join_ray_as(address, tmp_path)[0], "a process without a token ran on the cluster"
-    assert "joined" not in join_ray_as(address, tmp_path, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(wrong))[0]
-    out, err = join_ray_as(address, tmp_path, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))
-    assert "joined" in out, err[-2000:]
+    # The three joins run side by side: a refused one retries for about 20 s before it gives up.
+    homes = [tmp_path / name for name in ("none", "wrong", "right")]
+    for home in homes:
+        home.mkdir()
+    without_token = join_ray_as(address, homes[0])
+    with_a_wrong_one = join_ray_as(address, homes[1], RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(wrong))
+    with_the_token = join_ray_as(address, homes[2], RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))
+    assert not joined(without_token)[0], "a process without a token ran on the cluster"
+    assert not joined(with_a_wrong_one)[0], "a process with a wrong token ran on the cluster"
+    ok, err = joined(with_the_token)
+    assert ok, err
 
 
 @ray.remote

@@ -9,7 +9,7 @@ from __future__ import annotations
 from mafka4 import batch_frame, batch_payload
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.vp_records import encode_vp_batch, route_batch
-from simulations.checkers import (Ack, Anomaly, Commit, Consumed, Kind, Send, StoredRecord, check_acks_in_log,
+from simulations.checkers import (Ack, Anomaly, Commit, Consumed, Kind, Rewound, Send, StoredRecord, check_acks_in_log,
                                   check_commits_monotonic, check_exactly_once_in_vps, check_no_duplicates_after_commit,
                                   check_per_key_order, check_producer_order, check_reads_match_logs,
                                   check_replicas_identical, classify_reads, committed_records, vp_records)
@@ -58,8 +58,8 @@ def test_vp_records_carry_their_physical_source_and_the_producer_s_record():
     batch = batch_payload.encode_batch([(b"k", b"a", 5, [("trace", b"t")]), (b"k", b"b", 6, None)])
     (fed,) = route_batch(stamped(batch, 40), 2, layout).values()
 
-    assert vp_records(stamped(encode_vp_batch(fed), 0)) == [StoredRecord(0, b"k", b"a", 2, 40),
-                                                            StoredRecord(1, b"k", b"b", 2, 41)]
+    assert vp_records(stamped(encode_vp_batch(fed), 0)) == [StoredRecord(0, b"k", b"a", 2, 40, leader_epoch=1),
+                                                            StoredRecord(1, b"k", b"b", 2, 41, leader_epoch=1)]
 
 
 # --- write path -------------------------------------------------------------------------------
@@ -150,6 +150,16 @@ def test_reads_that_match_the_final_log_are_fine_and_others_misplaced():
     assert kinds(check_reads_match_logs(bad, logs)) == [Kind.MISPLACED, Kind.MISPLACED]
 
 
+def test_a_read_of_an_epoch_the_final_log_does_not_hold_there_is_left_to_the_loss_checks():
+    """A one-replica VP's lost unflushed tail, fed again in a new epoch: its readers are told and
+    read again; only a read in the epoch the log holds there must match it."""
+    logs = {"vp1": [StoredRecord(0, b"k", b"a", leader_epoch=1), StoredRecord(1, b"k", b"c", leader_epoch=2)]}
+    lost_tail = [Consumed("c", "vp1", 1, b"k", b"b", leader_epoch=1)]
+    same_epoch = [Consumed("c", "vp1", 1, b"k", b"b", leader_epoch=2)]
+    assert check_reads_match_logs(lost_tail, logs) == []
+    assert kinds(check_reads_match_logs(same_epoch, logs)) == [Kind.MISPLACED]
+
+
 def test_a_key_read_in_physical_order_across_vps_is_fine():
     consumed = [Consumed("c", "vp0", 0, b"k", b"a", 0, 3), Consumed("c", "vp1", 0, b"k", b"b", 0, 9),
                 Consumed("d", "vp0", 0, b"k", b"a", 0, 3)]  # a re-read is not a reordering
@@ -174,11 +184,25 @@ def test_committed_offsets_that_only_grow_are_fine_and_a_step_back_regressed():
     assert kinds(check_commits_monotonic(back)) == [Kind.COMMIT_REGRESSED]
 
 
+def test_a_commit_may_step_back_to_where_a_reader_rewound():
+    rewound = [Commit("g", "vp0", 11), Rewound("c", "vp0", 8), Commit("g", "vp0", 8), Commit("g", "vp1", 3)]
+    assert check_commits_monotonic(rewound) == []
+    assert kinds(check_commits_monotonic([*rewound, Commit("g", "vp0", 7)])) == [Kind.COMMIT_REGRESSED]
+
+
 def test_rereading_uncommitted_messages_is_at_least_once_but_rereading_committed_ones_is_a_duplicate():
     at_least_once = [Consumed("c", "vp0", 0, b"k", b"a"), Commit("g", "vp0", 0), Consumed("d", "vp0", 0, b"k", b"a")]
     duplicate = [Consumed("c", "vp0", 0, b"k", b"a"), Commit("g", "vp0", 1), Consumed("d", "vp0", 0, b"k", b"a")]
     assert check_no_duplicates_after_commit(at_least_once, "g") == []
     assert kinds(check_no_duplicates_after_commit(duplicate, "g")) == [Kind.DUPLICATE]
+
+
+def test_a_reader_told_the_log_diverged_reads_again_from_where_it_rewound():
+    rewound = [Consumed("c", "vp0", 0, b"k", b"a"), Consumed("c", "vp0", 1, b"k", b"b"), Commit("g", "vp0", 2),
+               Rewound("c", "vp0", 1), Consumed("c", "vp0", 1, b"k", b"x")]
+    assert check_no_duplicates_after_commit(rewound, "g") == []
+    again = [*rewound, Consumed("d", "vp0", 1, b"k", b"x")]
+    assert kinds(check_no_duplicates_after_commit(again, "g")) == [Kind.DUPLICATE], "read again since the rewind"
 
 
 def test_unread_acknowledged_messages_are_unseen_until_readers_pass_them_or_the_run_drains():

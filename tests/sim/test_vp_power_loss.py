@@ -18,10 +18,12 @@ a leader alone in the RISR never passes its flushed offset, and it flushes after
 leader came back with its log cut to 81 while the consumer had read to 113; the checkers reported
 20 misplaced records and 2 acknowledged records never read.
 
-**The only replica loses power** (``read_replicas=1``). Its leader is alone in its RISR by
-construction; before the lone-leader rule covered it, it served its unflushed tail, lost it, and
-the feed refilled those offsets with the physical partitions' records interleaved otherwise (the
-checkers reported records read at offsets 58.. that now hold others).
+**The only replica loses power** (``read_replicas=1``). It serves its unflushed tail, loses it,
+and the feed refills those offsets with the physical partitions' records interleaved otherwise
+(when nothing told the reader, the checkers reported records read at offsets 58.. that now hold
+others). It leads the next epoch (a restarted leader gets a new one), so the consumer's next
+fetch, which names the epoch of the last record it read, is answered "diverging": it moves
+back to where that epoch now ends and reads the refilled records again (KIP-320).
 
 **A follower loses power, then the leader's process crashes** (a double fault). Both are RISR
 members; the follower's node loses power and, before the leader noticed, the leader's node
@@ -47,7 +49,7 @@ from typing import Callable
 from mafka4.limits import KiB, ProducerConfig, TopicConfig
 from mafka4.limits.servers import LogConfig, ReadNodeConfig, topic_log_config
 from mafka4.risr.state import RisrConfig
-from simulations.checkers import Anomaly, Consumed
+from simulations.checkers import Anomaly, Consumed, Rewound
 from simulations.dst.cluster import Cluster
 from simulations.dst.disk import SimDisk
 from simulations.dst.env import Env
@@ -59,6 +61,11 @@ from simulations.dst.virtual import VP_LOG_CONFIG, ReadNode
 SEED = 1
 PRODUCER_CONFIG = ProducerConfig(linger_ms=20, retry_backoff_ms=20, retry_backoff_ms_max=100).resolved()
 POWER_LOSS_MS = 600
+CONSUMER = "cons0"  # the network name of the run's one consumer
+# When the only-replica script lets the consumer reach the read node again: after the feed
+# refilled the VP past its position (it took over 300 ms), before the longer chaos phase ends.
+READER_BACK_MS = 1800
+ONLY_REPLICA_CHAOS_MS = 2000
 CHAOS_MS = 1000  # producers stop; the run drains
 
 
@@ -71,6 +78,8 @@ class Outcome:
     next_leader: str  # who leads the next epoch
     next_leader_log_end_offset: int  # its log end when it took over
     vp_tails_lost: int  # VP logs that came back shorter after a power loss, as the run reported them
+    rewound_to: tuple[int, ...]  # where the consumer read VP 0 again after "diverging" answers
+    log_end_when_reader_returned: int  # the VP leader's log end just before ``READER_BACK_MS`` (-1: the run ended first)
     anomalies: tuple[Anomaly, ...]
     drained: bool
 
@@ -78,7 +87,7 @@ class Outcome:
 Script = Callable[[Env, ReadNode, ReadNode | None], list[tuple[int, Callable[[], None]]]]
 
 
-def run(script: Script, read_replica_lag_ms_max: int, read_replicas: int = 2) -> Outcome:
+def run(script: Script, read_replica_lag_ms_max: int, read_replicas: int = 2, chaos_ms: int = CHAOS_MS) -> Outcome:
     """Run the cluster with ``script(env, leader node, follower node or None)``'s timed steps; the
     leader or the follower loses power at ``POWER_LOSS_MS`` (the script says which, by crashing it then)."""
     rng = random.Random(SEED)
@@ -90,7 +99,7 @@ def run(script: Script, read_replica_lag_ms_max: int, read_replicas: int = 2) ->
         network=NetworkConfig(delay_ms_min=1, delay_ms_max=3, drop_probability=0.0, duplicate_probability=0.0),
         producers=2, writes_per_producer=40, produce_interval_ms=20, producer_config=PRODUCER_CONFIG,
         consumers=1, consumers_max=1, member_churn_interval_ms=None, reshards_max=0,
-        chaos_ms=CHAOS_MS, fault_interval_ms=100 * CHAOS_MS, power_loss=True,
+        chaos_ms=chaos_ms, fault_interval_ms=100 * chaos_ms, power_loss=True,
     )
     with SimDisk(rng) as disk:
         scheduler = Scheduler()
@@ -118,14 +127,21 @@ def run(script: Script, read_replica_lag_ms_max: int, read_replicas: int = 2) ->
             else:
                 scheduler.after(1, watch)
 
+        def observe_reader_back() -> None:
+            replica = cluster.vp_replica(cluster.coordinator.vps[0].leader, 0)
+            seen["log_end_back"] = -1 if replica is None else replica.core.log_end_offset
+
         scheduler.at(POWER_LOSS_MS - 1, observe_power_loss)
+        scheduler.at(READER_BACK_MS - 1, observe_reader_back)
         follower = nodes[replicas[1]] if len(replicas) > 1 else None
         for time_ms, step in script(env, nodes[replicas[0]], follower):
             scheduler.at(time_ms, step)
         cluster.run()
         return Outcome(replicas, seen["risr"], seen["epoch"], seen["consumed_end"], seen["next_leader"],
-                       seen["next_log_end"], env.counters.get("vp_tails_lost", 0), tuple(cluster.check()),
-                       cluster.drained)
+                       seen["next_log_end"], env.counters.get("vp_tails_lost", 0),
+                       tuple(r.offset for r in env.history if isinstance(r, Rewound) and r.stream == "vp0"),
+                       seen.get("log_end_back", -1),
+                       tuple(cluster.check()), cluster.drained)
 
 
 # --- a lone RISR leader loses power -----------------------------------------------------------
@@ -165,19 +181,33 @@ def test_a_lone_risr_leader_that_loses_power_still_holds_every_offset_readers_sa
 
 
 def only_replica_script(env: Env, leader: ReadNode, follower: None) -> list[tuple[int, Callable[[], None]]]:
-    return [(POWER_LOSS_MS, lambda: leader.crash(power_loss=True)), (700, leader.boot)]
+    # The consumer is cut off until the feed has refilled the VP past its position: its offset
+    # alone then looks fine, and only the epoch it names shows what it read is gone.
+    return [(POWER_LOSS_MS - 20, lambda: env.network.cut(CONSUMER, leader.name)),
+            (POWER_LOSS_MS, lambda: leader.crash(power_loss=True)), (700, leader.boot),
+            (READER_BACK_MS, lambda: env.network.uncut(CONSUMER, leader.name))]
 
 
-def test_a_vp_with_one_replica_that_loses_power_feeds_its_tail_again_at_no_offset_a_reader_saw():
-    """``read_replicas=1``: the leader is alone in its RISR by construction. Before the lone-leader
-    rule covered it, it served its unflushed tail, lost it, and the feed refilled those offsets with
-    the physical partitions' records interleaved otherwise (the nemesis then left such power losses
-    out: 9 of seeds 0..299 failed once it did not)."""
-    outcome = run(only_replica_script, read_replica_lag_ms_max=100, read_replicas=1)
+@functools.lru_cache(maxsize=None)
+def only_replica_loses_power() -> Outcome:
+    return run(only_replica_script, read_replica_lag_ms_max=100, read_replicas=1, chaos_ms=ONLY_REPLICA_CHAOS_MS)
+
+
+def test_a_vp_with_one_replica_that_loses_power_tells_its_reader_to_read_the_lost_tail_again():
+    """``read_replicas=1``: it serves its unflushed tail. Before readers named epochs, the feed
+    refilled the lost offsets with other records and the reader skipped those that moved below
+    its offset (the nemesis then left such power losses out: 9 of seeds 0..299 failed once it did
+    not); after, the reader is told and reads them again: nothing lost, per-key order kept."""
+    outcome = only_replica_loses_power()
     assert outcome.consumed_end_at_power_loss > 0, "the consumer read from the only replica"
+    assert outcome.log_end_when_reader_returned > outcome.consumed_end_at_power_loss, \
+        f"refilled past the reader's offset before it fetched again: only its epoch tells: {outcome}"
     assert outcome.next_leader == outcome.replicas[0]
+    assert outcome.vp_tails_lost == 1 and outcome.next_leader_log_end_offset < outcome.consumed_end_at_power_loss, \
+        f"the hazard: the reader had read records the log lost: {outcome}"
+    assert outcome.rewound_to and outcome.rewound_to[0] <= outcome.next_leader_log_end_offset, \
+        f"the reader moved back to (at most) where the lost epoch now ends: {outcome}"
     assert not outcome.anomalies, "\n".join(str(anomaly) for anomaly in outcome.anomalies)
-    assert outcome.next_leader_log_end_offset >= outcome.consumed_end_at_power_loss, outcome
     assert outcome.drained, outcome
 
 

@@ -22,6 +22,7 @@ import pytest
 
 from mafka4.errors import (AuthenticationFailed, InvalidConfig, MafkaError, NotAuthenticated, NotLeader, ProtocolError,
                            RequestTimedOut, StreamLost, UnsupportedVersion)
+from mafka4.limits import PROTOCOL_VERSION
 from mafka4.limits.servers import ClientPortConfig
 from mafka4.protocol.connection import ClientConnection
 from mafka4.protocol.error_codes import raised_error
@@ -276,17 +277,17 @@ def _request(api: int, correlation_id: int, message) -> bytes:
 
 
 def _envelope(**changes) -> bytes:
-    envelope = {"v": 1, "api": 0, "id": 5, "kind": "request", "body": {"client": "raw"}}
+    envelope = {"v": PROTOCOL_VERSION, "api": 0, "id": 5, "kind": "request", "body": {"client": "raw"}}
     envelope.update(changes)
     return msgpack.packb(envelope)
 
 
-_ANSWER_BODY = {"versions": [1], "api_keys": [0], "mechanisms": [], "node_id": "w9"}
+_ANSWER_BODY = {"versions": [PROTOCOL_VERSION], "api_keys": [0], "mechanisms": [], "node_id": "w9"}
 
 
 @pytest.mark.parametrize("wire, half_close, answered", [
     (_framed(pickle.dumps(("call", "os.system", ("true",)))), False, None),
-    (_framed(_envelope(v=7, id=12)), False, ("UnsupportedVersion", 12, "frame version 7, this mafka4 speaks 1")),
+    (_framed(_envelope(v=7, id=12)), False, ("UnsupportedVersion", 12, f"frame version 7, this mafka4 speaks {PROTOCOL_VERSION}")),
     (_framed(_envelope(id=13)[:-4]), False, None),  # a truncated body: its id cannot be read
     (_framed(_envelope(id=14, body={"client": 1})), False, ("ProtocolError", 14, r"ApiVersionsRequest\.client")),
     (_framed(_envelope(id=15, kind="answer", body=_ANSWER_BODY)), False, ("ProtocolError", 15, "this frame's kind is 'answer'")),

@@ -213,19 +213,15 @@ def test_housekeeping_checkpoints_the_high_watermark_when_it_moved(tmp_path):
 
 def test_housekeeping_in_three_steps_flushes_what_was_fed_before_it_began(tmp_path):
     flushing = replace(LOG_CONFIG, segment_bytes_max=1 << 20, flush_interval_ms=100)
-    owed = []  # a lone leader's fsyncs, which a read node runs on its worker thread: left undone here
-    vp = HostedVp(VP, "r0", tmp_path / "r0", flushing, RISR_CONFIG, 0, Node().notify, owe_flush=owed.append)
+    vp = HostedVp(VP, "r0", tmp_path / "r0", flushing, RISR_CONFIG, 0, Node().notify)
     vp.become_leader(0, ("r0",), ("r0",), now_ms=0)
     feed(vp, 0, range(3), now_ms=500)
-    assert vp.core.flushed_offset == 0 and owed, "appends leave the fsync to the worker thread"
+    assert vp.core.flushed_offset == 0, "appends leave flushing by time to housekeeping"
     chores = vp.start_housekeeping(now_ms=500)
     feed(vp, 0, range(3, 5), now_ms=500)  # the read node goes on feeding while a worker thread fsyncs
     chores.run()
     vp.finish_housekeeping(chores, now_ms=500, retention_due=False)
-    assert (vp.core.flushed_offset, vp.core.high_watermark, vp.log_end_offset) == (3, 3, 5)
-    # The HW moved with that flush, after the pass had staged its checkpoint: the next pass saves it.
-    assert vp.housekeeping_pending
-    vp.housekeep(now_ms=500, retention_due=False)
+    assert (vp.core.flushed_offset, vp.log_end_offset) == (3, 5)
     assert (vp.directory / HIGH_WATERMARK_CHECKPOINT).read_text() == "3"
     vp.close()
 
@@ -280,16 +276,29 @@ def test_a_lone_leader_flushes_each_feed_and_serves_it_at_once(tmp_path):
     leader.close()
 
 
-def test_a_vp_with_one_replica_serves_what_it_fed_once_flushed(tmp_path):
-    """A power loss would make it feed an unflushed tail again, maybe in another order (``risr.state``)."""
-    owed = []
+def test_a_vp_with_one_replica_flushes_by_policy_and_reports_it_from_housekeeping(tmp_path):
+    """It serves its unflushed tail: its readers detect a diverged log after a power loss (``read``)."""
     replica = HostedVp(VP, "r0", tmp_path / "r0", replace(LOG_CONFIG, flush_interval_ms=1_000), RISR_CONFIG, 0,
-                       Node().notify, owe_flush=owed.append)
+                       Node().notify)
     replica.become_leader(1, ("r0",), ("r0",), now_ms=0)
     feed(replica, 0, [10, 11, 12], now_ms=10)
-    assert (replica.core.flushed_offset, replica.core.high_watermark) == (0, 0) and owed == [replica]
-    chores = replica.start_owed_flush(now_ms=10)
-    chores.run()
-    replica.finish_owed_flush(chores)
-    assert (replica.core.flushed_offset, replica.core.high_watermark) == (3, 3)
+    assert replica.core.flushed_offset == 0 and replica.core.high_watermark == 3  # served before it is durable
+    replica.housekeep(now_ms=1_000, retention_due=False)  # flush_interval_ms passed
+    assert replica.core.flushed_offset == 3
     replica.close()
+
+
+def test_a_read_after_an_epoch_the_log_does_not_hold_there_answers_diverging_and_no_data(tmp_path):
+    """A reader's last epoch is checked before any data is sent, and a long poll answers it at once."""
+    vp = open_vp(tmp_path, "r0", Node())
+    vp.become_leader(1, ("r0",), ("r0",), now_ms=0)
+    feed(vp, 0, range(3))
+    vp.become_leader(2, ("r0",), ("r0",), now_ms=0)  # as after a restart: the next epoch starts at 3
+    feed(vp, 1, range(3))
+    diverged = vp.read(5, READ_ALL_BYTES, now_ms=0, last_epoch=1)
+    assert (diverged.data, diverged.diverging, diverged.high_watermark) == (b"", (1, 3), 6)
+    assert vp.readable(6, now_ms=0, last_epoch=1), "past the HW, but told at once"
+    assert not vp.readable(6, now_ms=0, last_epoch=2), "a reader of the log as it is waits for more"
+    fine = vp.read(5, READ_ALL_BYTES, now_ms=0, last_epoch=2)
+    assert fine.diverging is None and [r.offset for r in decode_batches(fine.data) if r.offset >= 5] == [5]
+    vp.close()

@@ -26,6 +26,7 @@ from mafka4.client.remote_member import MemberSync
 from mafka4.client.virtual_group_consumer import VirtualGroupConsumer
 from mafka4.errors import UnknownMember
 from mafka4.limits import GROUP_HEARTBEAT_WAIT_MS, PROTOCOL_ANSWER_MARGIN_S, ConsumerConfig, TopicConfig
+from mafka4.log.epochs import NO_EPOCH
 from mafka4.metadata.endpoints import HostPort
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.protocol.group_api import GroupHeartbeatAnswer, GroupJoinAnswer
@@ -57,8 +58,8 @@ class Coordinator:
         self.changed = WaitsRecorded()
         self.owned: set[int] = set()
         self.syncs = 0
-        self.sync_positions: list[dict[int, tuple[int, int]]] = []  # what each sync carried
-        self.commits: list[dict[int, tuple[int, int]]] = []
+        self.sync_positions: list[dict[int, tuple[int, int, int]]] = []  # what each sync carried
+        self.commits: list[dict[int, tuple[int, int, int]]] = []
         self.member_id = "m0"
 
     def __call__(self, *args, **kwargs) -> "Coordinator":  # stands in for the class
@@ -77,7 +78,7 @@ class Coordinator:
         self.sync_positions.append(dict(positions))
         claimed, self.claims = self.claims, {}
         self.owned |= set(claimed)
-        return MemberSync((), claimed, tuple(sorted(self.owned)), None, self.sealed, self.committed)
+        return MemberSync((), claimed, {}, tuple(sorted(self.owned)), None, self.sealed, self.committed)
 
     def commit(self, positions) -> tuple[set[int], set[int]]:
         mine = {id_: position for id_, position in positions.items() if id_ in self.owned}
@@ -109,8 +110,11 @@ class Fetcher:
     def refresh(self) -> None:
         self.refreshes += 1
 
-    def seek(self, partition: int, offset: int) -> None:
+    def seek(self, partition: int, offset: int, last_epoch: int = NO_EPOCH) -> None:
         self.positions[partition] = offset
+
+    def position_epoch(self, partition: int) -> int:
+        return NO_EPOCH
 
     def stop(self, partition: int) -> None:
         self.fetching.discard(partition)
@@ -162,12 +166,12 @@ def test_an_idle_member_commits_once_after_claiming_then_only_when_a_position_mo
     member = make(monkeypatch, coordinator, fetcher)
     for clock[0] in range(0, 60_000, 250):  # a minute of polls that bring nothing
         member.poll(timeout_ms=0)
-    assert [sorted(c.items()) for c in coordinator.commits] == [[(0, (100, 100)), (1, (200, 200))]]
+    assert [sorted(c.items()) for c in coordinator.commits] == [[(0, (100, 100, NO_EPOCH)), (1, (200, 200, NO_EPOCH))]]
     fetcher.next_read = {1: 205}
     member.poll(timeout_ms=0)
     clock[0] += INTERVAL_MS
     member.poll(timeout_ms=0)
-    assert coordinator.commits[1:] == [{0: (100, 100), 1: (205, 205)}]
+    assert coordinator.commits[1:] == [{0: (100, 100, NO_EPOCH), 1: (205, 205, NO_EPOCH)}]
 
 
 @pytest.mark.parametrize("make", MEMBERS.values(), ids=MEMBERS.keys())
@@ -206,7 +210,7 @@ def test_after_a_sync_the_next_auto_commit_writes_the_same_positions_again(monke
     assert coordinator.syncs == 2 and len(coordinator.commits) == 1
     clock[0] = 2 * INTERVAL_MS
     member.poll(timeout_ms=0)
-    assert coordinator.commits == [{0: (100, 100)}] * 2
+    assert coordinator.commits == [{0: (100, 100, NO_EPOCH)}] * 2
 
 
 @pytest.mark.parametrize("make", MEMBERS.values(), ids=MEMBERS.keys())

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from mafka4 import errors
 from mafka4.errors import MafkaError, MessageTooLarge, NotLeader, ProtocolError, UnsupportedVersion
-from mafka4.limits import PROTOCOL_BODY_BYTES_MAX, PROTOCOL_ITEMS_MAX, PROTOCOL_STR_BYTES_MAX
+from mafka4.limits import PROTOCOL_BODY_BYTES_MAX, PROTOCOL_ITEMS_MAX, PROTOCOL_STR_BYTES_MAX, PROTOCOL_VERSION
 from mafka4.protocol.error_codes import error_answer, raised_error
 from mafka4.protocol.frames import decode_frame, encode_frame, frame_reader, readable_header
 from mafka4.protocol.messages import (ApiKey, ApiVersionsAnswer, ApiVersionsRequest, Buffer, ErrorAnswer, Kind,
@@ -89,7 +89,7 @@ def _raw(body: bytes, buffers: tuple = ()) -> Frame:
 
 
 def _envelope(**changes) -> bytes:
-    envelope = {"v": 1, "api": 0, "id": 7, "kind": "request", "body": {"client": "c"}}
+    envelope = {"v": PROTOCOL_VERSION, "api": 0, "id": 7, "kind": "request", "body": {"client": "c"}}
     envelope.update(changes)
     return msgpack.packb(envelope, use_bin_type=True)
 
@@ -169,14 +169,16 @@ def test_a_buffer_field_must_name_a_buffer_the_frame_has():
     (pickle.dumps({"v": 1, "api": 0}), "not one bounded msgpack value"),
     (_envelope()[:-3], "incomplete input"),
     (_envelope() + b"\x00", "extra data"),
-    (_envelope(v=7), "frame version 7, this mafka4 speaks 1"),
+    (_envelope(v=7), f"frame version 7, this mafka4 speaks {PROTOCOL_VERSION}"),
+    # Version 1 had no leader epochs in VP fetches and group positions: its frames are refused whole.
+    (_envelope(v=PROTOCOL_VERSION - 1), f"frame version {PROTOCOL_VERSION - 1}, this mafka4 speaks {PROTOCOL_VERSION}"),
     (_envelope(api=899), r"unknown api 899"),
     (_envelope(id=-1), "is not a u32"),
     (_envelope(id=1 << 32), "is not a u32"),
     (_envelope(kind="maybe"), "kind 'maybe'"),
     (_envelope(body={"client": 1}), r"ApiVersionsRequest\.client: expected str, got int"),
     (msgpack.packb([1, 0, 7]), "not the envelope map"),
-    (msgpack.packb({"v": 1, "api": 0, "id": 7, "kind": "request"}), "must have exactly"),
+    (msgpack.packb({"v": PROTOCOL_VERSION, "api": 0, "id": 7, "kind": "request"}), "must have exactly"),
     (msgpack.packb({1: 1}), "not one bounded msgpack value"),
     (msgpack.packb(msgpack.ExtType(5, b"x")), "not one bounded msgpack value"),
     (msgpack.packb(msgpack.Timestamp(1)), "not one bounded msgpack value"),

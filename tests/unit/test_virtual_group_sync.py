@@ -59,7 +59,8 @@ class MemoryGroupStore:
         for vp, offset in sorted(offsets.items()):
             before = self.offsets.get(vp)
             if before is not None and not commit_moves_forward(offset.offset, offset.high_watermark,
-                                                               before.offset, before.high_watermark):
+                                                               before.offset, before.high_watermark,
+                                                               offset.leader_epoch, before.leader_epoch):
                 continue
             if self.owners.get(vp) != member_id:
                 lost.add(vp)

@@ -182,6 +182,14 @@ def test_a_restarted_only_risr_member_leads_the_next_epoch_from_its_own_log():
     assert decide_failover(alone, alive={"r1"}, restarted={"r1"}) is None, "r1 is outside the RISR"
 
 
+def test_the_only_replica_restarted_after_a_power_loss_leads_a_new_epoch():
+    """So what it feeds again after losing its unflushed tail is in a later epoch than what it
+    lost, and a reader of the lost tail is told (``VpReplicaCore.reader_divergence``)."""
+    only = VirtualPartitionState(1, HashRange(0, HASH_SPACE), "r0", 3, ("r0",), ("r0",))
+    decided = decide_failover(only, alive={"r0"}, restarted={"r0"}, log_end_offsets={"r0": 4})
+    assert (decided.leader, decided.leader_epoch, decided.risr) == ("r0", 4, ("r0",))
+
+
 def test_restarted_risr_members_lead_in_preferred_order_when_none_kept_running_and_their_logs_tie():
     decided = decide_failover(STATE, alive={"r0", "r2"}, restarted={"r0", "r2"})
     assert (decided.leader, decided.leader_epoch, decided.risr) == ("r0", 4, ("r0",)), "r2 rejoins once caught up"

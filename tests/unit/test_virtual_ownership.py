@@ -326,4 +326,8 @@ def test_a_commit_moves_an_offset_forward_or_records_a_newer_high_watermark_and_
     assert not commit_moves_forward(10, 20, 10, 20), "nothing new"
     assert not commit_moves_forward(10, 15, 10, 20)
     assert not commit_moves_forward(9, 30, 10, 20), "a seek back is not committed"
+    assert commit_moves_forward(10, 20, 10, 20, leader_epoch=3, committed_leader_epoch=2), \
+        "same offset, newer epoch: a reader read it again after a lost tail was fed anew"
+    assert commit_moves_forward(8, 8, 11, 20, leader_epoch=1, committed_leader_epoch=1), \
+        "past the HW the committer sees: the commit was in a lost tail, and the reader moved back"
 

@@ -1,4 +1,5 @@
-"""Where ``VpFetcher`` sends a VP's fetch when the metadata it holds names a node that serves no port.
+"""Where ``VpFetcher`` sends a VP's fetch when the metadata it holds names a node that serves no port;
+and where it reads on when a node answers that its log diverged from what it read.
 
 The chaos run's finding: a read node died while etcd was stalled, so the metadata a member read
 still named the dead node as the VP's leader, without a client address. The fetcher avoided the
@@ -16,6 +17,7 @@ import json
 import time
 from typing import Iterator
 
+from mafka4.batch_frame import stamp
 from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.bootstrap import Credential
 from mafka4.client.loop_thread import LoopThread
@@ -26,9 +28,10 @@ from mafka4.physical.partition_state import TopicMetadata
 from mafka4.protocol.messages import ApiKey
 from mafka4.protocol.metadata_api import NodeInfo
 from mafka4.protocol.server import ClientPortServer
-from mafka4.protocol.vp_api import VpFetchAnswer, VpMetadataAnswer, VpReadAnswer, VpStateInfo
+from mafka4.protocol.vp_api import VpDiverging, VpFetchAnswer, VpMetadataAnswer, VpReadAnswer, VpStateInfo
 from mafka4.security.credentials import make_credential
 from mafka4.security.scram import ScramServerExchange
+from mafka4.virtual.vp_records import SourcedRecord, encode_vp_batch
 
 TOPIC = "orders"
 EPOCH = {"epoch": 0, "ranges": [[0, 1 << 64, 0]], "cut": [0], "parents": [], "children": [0]}
@@ -61,7 +64,7 @@ class FailingOver:
         self.fetched.extend((read.vp, read.offset) for read in request.reads)
         self.waits_ms.append(request.wait_ms_max)
         await asyncio.sleep(0.05)
-        return VpFetchAnswer(tuple(VpReadAnswer(b"", 0, 0, 0, None) for _ in request.reads)), ()
+        return VpFetchAnswer(tuple(VpReadAnswer(b"", 0, 0, 0, None, None) for _ in request.reads)), ()
 
 
 @contextlib.contextmanager
@@ -130,7 +133,7 @@ class LongPolling:
             pass
         finally:
             self.waiting -= 1
-        return VpFetchAnswer(tuple(VpReadAnswer(b"", 0, 0, 0, None) for _ in request.reads)), ()
+        return VpFetchAnswer(tuple(VpReadAnswer(b"", 0, 0, 0, None, None) for _ in request.reads)), ()
 
 
 def test_a_vp_added_while_its_nodes_fetch_is_out_is_sent_at_once_not_after_the_long_poll():
@@ -175,3 +178,40 @@ def test_an_idle_node_is_asked_with_longer_and_longer_waits_up_to_the_idle_bound
         while len(node.waits_ms) < 5 and time.monotonic() < deadline:
             fetcher.fetch(0.2)
         assert node.waits_ms[:5] == [10, 20, 40, 45, 45]
+
+
+class LostTail:
+    """Read node ``r1`` leading VP 0 after a power loss: epoch 1 now ends at 4 (the records after it
+    were fed again in epoch 2). A fetch naming epoch 1 past 4 is answered "diverging"; any other
+    gets one epoch-2 batch from offset 4. ``reads``: each fetch's (offset, last epoch)."""
+
+    def __init__(self):
+        self.address, self.reads = "", []
+
+    def handlers(self) -> dict:
+        return {ApiKey.VP_METADATA: self._metadata, ApiKey.VP_FETCH: self._fetch}
+
+    async def _metadata(self, session, request, _buffers):
+        return VpMetadataAnswer(TOPIC, (json.dumps(EPOCH),), (VpStateInfo(0, state("r1")),),
+                                (NodeInfo("r1", "read", self.address),)), ()
+
+    async def _fetch(self, session, request, _buffers):
+        (read,) = request.reads
+        self.reads.append((read.offset, read.last_epoch))
+        if read.last_epoch == 1 and read.offset > 4:
+            return VpFetchAnswer((VpReadAnswer(b"", 6, 0, 6, None, VpDiverging(1, 4)),)), ()
+        batch = bytearray(encode_vp_batch([SourcedRecord(0, 40 + i, 0, 1_000, b"k", b"again-%d" % i) for i in range(2)]))
+        stamp(batch, 4, 2)
+        return VpFetchAnswer((VpReadAnswer(bytes(batch), 6, 0, 6, None, None),)), ()
+
+
+def test_a_reader_answered_diverging_moves_back_and_reads_on_naming_the_epoch_it_read():
+    node = LostTail()
+    with fetcher_against(node, ConsumerConfig(fetch_wait_ms_max=50)) as fetcher:
+        fetcher.seek(0, 9, last_epoch=1)  # a committed offset in the lost tail, with its epoch
+        fetcher.fetching.add(0)
+        assert fetcher.fetch(5) == [] and (fetcher.positions[0], fetcher.position_epoch(0)) == (4, 1)
+        messages = fetcher.fetch(5)
+        assert [(m.offset, m.value) for m in messages] == [(4, b"again-0"), (5, b"again-1")]
+        assert (fetcher.positions[0], fetcher.position_epoch(0)) == (6, 2)
+        assert node.reads == [(9, 1), (4, 1)], "back to where epoch 1 ends, never forward"

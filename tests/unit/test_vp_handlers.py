@@ -10,13 +10,15 @@ import json
 
 import pytest
 
-from mafka4.errors import FetchReplaced, NotAuthorized, ReadReplicaNotInSync, UnknownTopic
+from mafka4.errors import FetchReplaced, InvalidConfig, NotAuthorized, ProtocolError, ReadReplicaNotInSync, UnknownTopic
 from mafka4.frontend.node_port import NodePort
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
 from mafka4.protocol.connection import ClientConnection
 from mafka4.protocol.error_codes import raised_error
-from mafka4.protocol.vp_api import VpFetchRequest, VpListOffsetsRequest, VpMetadataRequest, VpOffset
+from mafka4.protocol.messages import from_body, to_body
+from mafka4.protocol.vp_api import (VpDiverging, VpFetchRequest, VpListOffsetsRequest, VpMetadataRequest, VpOffset,
+                                    VpReadAnswer)
 from mafka4.runtime.etcd_member import etcd_endpoint
 from mafka4.runtime.etcd_server import start_etcd, stop_etcd
 from mafka4.security.scram_client import ScramClientExchange
@@ -48,10 +50,13 @@ def etcd(tmp_path_factory):
 
 
 class HostedVps:
-    """VP 0 is hosted here with data; VP 1 is not."""
+    """VP 0 is hosted here with data; VP 1 is not; VP 2 lost a tail (power loss) that a reader of
+    epoch 4 read: it answers "diverging" (epoch 4 ends at 5)."""
 
     async def fetch(self, reads, bytes_max, wait_ms_max):
         return [ConsumerAnswer(VpRead(b"vp0 batches", 7, 0, 7)) if read.vp_id.vp == 0
+                else ConsumerAnswer(VpRead(b"", 9, 0, 9, (4, 5)) if read.last_epoch == 4 else VpRead(b"vp2", 9, 0, 9))
+                if read.vp_id.vp == 2
                 else ConsumerAnswer(None, ReadReplicaNotInSync(f"{read.vp_id} is not hosted here")) for read in reads]
 
     async def list_offsets(self, vp_ids):
@@ -112,10 +117,41 @@ def test_vp_metadata_carries_the_layout_the_states_and_the_read_nodes_from_the_v
 
 
 def test_a_fetch_answers_each_vp_with_its_data_or_its_own_error(etcd):
-    [answer] = asyncio.run(ask(etcd, "admin", [VpFetchRequest("orders", (VpOffset(0, 0), VpOffset(1, 0)), 1024, 0)]))
+    [answer] = asyncio.run(ask(etcd, "admin", [VpFetchRequest("orders", (VpOffset(0, 0, -1), VpOffset(1, 0, -1)), 1024, 0)]))
     hosted, missing = answer.answers
     assert (bytes(hosted.data), hosted.high_watermark, hosted.error) == (b"vp0 batches", 7, None)
     assert isinstance(raised_error(missing.error), ReadReplicaNotInSync) and missing.error.retriable
+
+
+def test_a_fetch_carries_each_reads_last_epoch_and_a_diverged_log_answers_where_to_move_back(etcd):
+    [answer] = asyncio.run(ask(etcd, "admin", [VpFetchRequest("orders", (VpOffset(2, 8, 4), VpOffset(2, 8, 5)), 1024, 0)]))
+    diverged, fine = answer.answers
+    assert (bytes(diverged.data), diverged.diverging, diverged.error) == (b"", VpDiverging(4, 5), None)
+    assert (bytes(fine.data), fine.diverging) == (b"vp2", None)
+
+
+@pytest.mark.parametrize("read, problem", [(VpOffset(0, 0, -2), "after leader epoch -2"),
+                                           (VpOffset(0, -1, 3), "at offset -1")])
+def test_a_fetch_with_a_bad_offset_or_epoch_is_refused_naming_it(etcd, read, problem):
+    [answer] = asyncio.run(ask(etcd, "admin", [VpFetchRequest("orders", (read,), 1024, 0)]))
+    assert isinstance(answer, InvalidConfig) and problem in answer.message and "at least" in answer.message
+
+
+def test_the_epoch_fields_are_typed_and_bounded_on_the_wire():
+    """Protocol version 2: a VP read names its last epoch, an answer may carry ``diverging``."""
+    body = to_body(VpFetchRequest("orders", (VpOffset(0, 8, 4),), 1024, 0))
+    assert body["reads"] == ({"vp": 0, "offset": 8, "last_epoch": 4},)
+    assert from_body(VpFetchRequest, body) == VpFetchRequest("orders", (VpOffset(0, 8, 4),), 1024, 0)
+    for bad, problem in [({"vp": 0, "offset": 8}, r"lacks \['last_epoch'\]"),
+                         ({"vp": 0, "offset": 8, "last_epoch": "4"}, "last_epoch: expected int, got str"),
+                         ({"vp": 0, "offset": 8, "last_epoch": 1 << 64}, "does not fit in 64 bits")]:
+        with pytest.raises(ProtocolError, match=problem):
+            from_body(VpFetchRequest, {**body, "reads": (bad,)})
+    buffers: list = []
+    answer = VpReadAnswer(b"", 9, 0, 9, None, VpDiverging(4, 5))
+    assert from_body(VpReadAnswer, to_body(answer, buffers), tuple(buffers)) == answer
+    with pytest.raises(ProtocolError, match="VpDiverging.end_offset: expected int"):
+        from_body(VpDiverging, {"epoch": 4, "end_offset": None})
 
 
 def test_list_offsets_answers_each_vp_and_the_offset_at_a_time(etcd):
@@ -127,7 +163,7 @@ def test_list_offsets_answers_each_vp_and_the_offset_at_a_time(etcd):
 
 def test_a_principal_without_an_acl_gets_nothing(etcd):
     answers = asyncio.run(ask(etcd, "bob", [VpMetadataRequest("orders"),
-                                             VpFetchRequest("orders", (VpOffset(0, 0),), 1024, 0)]))
+                                             VpFetchRequest("orders", (VpOffset(0, 0, -1),), 1024, 0)]))
     assert [type(answer) for answer in answers] == [NotAuthorized, NotAuthorized]
     assert "describe" in answers[0].message and "consume" in answers[1].message
 
@@ -142,7 +178,7 @@ def test_a_newer_fetch_on_a_connection_replaces_the_one_out_and_other_connection
                         for _ in range(2)]
         try:
             def long_poll(connection, wait_ms: int):
-                request = VpFetchRequest("orders", (VpOffset(0, 0),), 1024, wait_ms)
+                request = VpFetchRequest("orders", (VpOffset(0, 0, -1),), 1024, wait_ms)
                 return asyncio.ensure_future(connection.call(request, timeout_s=60))
             replaced, kept = long_poll(first, 30_000), long_poll(other, 300)
             await vps.until_parked(2)

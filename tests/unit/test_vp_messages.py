@@ -22,6 +22,7 @@ from test_compression import BAD_FRAMES, with_payload
 TOPIC = "orders"
 VP = 3
 NO_LIMIT = 1_000_000
+EPOCH = 0  # the leader epoch ``vp_log`` stamps
 
 
 def sourced(offset: int, headers=(), partition: int = 1) -> SourcedRecord:
@@ -29,12 +30,13 @@ def sourced(offset: int, headers=(), partition: int = 1) -> SourcedRecord:
     return SourcedRecord(partition, offset, 0, 1_000 + offset, key, b"value-%d" % offset, headers)
 
 
-def vp_log(batches: list[tuple[Codec, list[SourcedRecord]]], base_offset: int = 0) -> bytes:
-    """Batch bytes of a VP log holding ``batches`` in order, stamped from ``base_offset`` as its leader does."""
+def vp_log(batches: list[tuple[Codec, list[SourcedRecord]]], base_offset: int = 0, epochs: list[int] | None = None) -> bytes:
+    """Batch bytes of a VP log holding ``batches`` in order, stamped from ``base_offset`` as its leader
+    does, with ``epochs`` (one per batch; default ``EPOCH``)."""
     log = b""
-    for codec, batch_records in batches:
+    for index, (codec, batch_records) in enumerate(batches):
         batch = bytearray(encode_vp_batch(batch_records, codec))
-        batch_frame.stamp(batch, base_offset, 0)
+        batch_frame.stamp(batch, base_offset, EPOCH if epochs is None else epochs[index])
         log += batch
         base_offset += len(batch_records)
     return log
@@ -58,11 +60,11 @@ def take_as_before(data: bytes, offset: int = 0, messages_max: int = NO_LIMIT,
             break
         lost = lost_range_of(record)
         if lost is not None:
-            return messages, VpTake(record.offset + 1, lost)
+            return messages, VpTake(record.offset + 1, lost, EPOCH)
         plain = strip_source(record)
         messages.append(Message(TOPIC, VP, plain.offset, plain.timestamp_ms, plain.key, plain.value, plain.headers))
         position = record.offset + 1
-    return messages, VpTake(position, None)
+    return messages, VpTake(position, None, EPOCH if position > offset else None)
 
 
 @pytest.mark.parametrize("codec", list(Codec))
@@ -71,7 +73,7 @@ def test_each_codec_round_trips_to_the_producers_messages_at_vp_offsets(codec):
     messages, taken = take(vp_log([(codec, batch)], base_offset=500))
     assert messages == [Message(TOPIC, VP, 500 + i, r.timestamp_ms, r.key, r.value, r.headers)
                         for i, r in enumerate(batch)]
-    assert taken == VpTake(550, None)
+    assert taken == VpTake(550, None, EPOCH)
 
 
 def test_batches_of_mixed_codecs_decode_from_one_fetch():
@@ -79,7 +81,7 @@ def test_batches_of_mixed_codecs_decode_from_one_fetch():
     batches = [(codec, [sourced(number * 10 + i) for i in range(10)]) for number, codec in enumerate(codecs)]
     messages, taken = take(vp_log(batches))
     assert [m.value for m in messages] == [b"value-%d" % offset for offset in range(50)]
-    assert [m.offset for m in messages] == list(range(50)) and taken == VpTake(50, None)
+    assert [m.offset for m in messages] == list(range(50)) and taken == VpTake(50, None, EPOCH)
 
 
 def test_messages_before_the_fetch_offset_are_skipped_within_and_across_batches():
@@ -87,7 +89,7 @@ def test_messages_before_the_fetch_offset_are_skipped_within_and_across_batches(
     for offset in (0, 3, 10, 15, 19):
         messages, taken = take(data, offset)
         assert [m.offset for m in messages] == list(range(offset, 20)) and taken.next_offset == 20, offset
-    assert take(data, 20) == ([], VpTake(20, None)), "a fetch offset past the data takes nothing"
+    assert take(data, 20) == ([], VpTake(20, None, None)), "a fetch offset past the data takes nothing"
 
 
 def test_a_loss_marker_ends_the_take_past_it_with_its_range():
@@ -95,23 +97,23 @@ def test_a_loss_marker_ends_the_take_past_it_with_its_range():
     data = vp_log([(Codec.NONE, [sourced(o) for o in range(5)] + [marker] + [sourced(o) for o in range(130, 135)])])
     messages, taken = take(data)
     assert [m.offset for m in messages] == [0, 1, 2, 3, 4]
-    assert taken == VpTake(6, (1, 100, 130)), "the position moves past the marker"
+    assert taken == VpTake(6, (1, 100, 130), EPOCH), "the position moves past the marker"
     messages, taken = take(data, offset=6)
-    assert [m.value for m in messages] == [b"value-%d" % o for o in range(130, 135)] and taken == VpTake(11, None)
+    assert [m.value for m in messages] == [b"value-%d" % o for o in range(130, 135)] and taken == VpTake(11, None, EPOCH)
 
 
 def test_the_poll_limit_counts_the_messages_other_vps_took_before():
     data = vp_log([(Codec.ZSTD, [sourced(o) for o in range(10)]), (Codec.NONE, [sourced(o) for o in range(10, 20)])])
     messages, taken = take(data, offset=2, messages_max=12, messages=[None] * 5)
-    assert [m.offset for m in messages[5:]] == list(range(2, 9)) and taken == VpTake(9, None)
+    assert [m.offset for m in messages[5:]] == list(range(2, 9)) and taken == VpTake(9, None, EPOCH)
     full = [None] * 12
-    assert take(data, offset=2, messages_max=12, messages=full) == (full, VpTake(2, None))
+    assert take(data, offset=2, messages_max=12, messages=full) == (full, VpTake(2, None, None))
 
 
 def test_the_poll_limit_is_checked_before_a_loss_marker():
     data = vp_log([(Codec.NONE, [sourced(0), sourced(1), lost_marker(1, 2, 9, 0)])])
     messages, taken = take(data, messages_max=2)
-    assert len(messages) == 2 and taken == VpTake(2, None), "the marker is met by the next poll"
+    assert len(messages) == 2 and taken == VpTake(2, None, EPOCH), "the marker is met by the next poll"
 
 
 def _without_source(offsets, headers=None) -> bytes:
@@ -171,7 +173,16 @@ def test_a_vp_batch_that_fails_its_crc_ends_the_take_unless_the_check_is_off():
     damaged = bytearray(vp_log([(Codec.ZSTD, [sourced(o) for o in range(2, 5)])], base_offset=2))
     damaged[batch_frame.CRC_START - 1] ^= 0xFF
     messages, taken = take(good + bytes(damaged))
-    assert taken == VpTake(2, None) and [m.offset for m in messages] == [0, 1]
+    assert taken == VpTake(2, None, EPOCH) and [m.offset for m in messages] == [0, 1]
     messages = []
-    assert take_vp_messages(good + bytes(damaged), TOPIC, VP, 0, messages, NO_LIMIT, check_crc=False) == VpTake(5, None)
+    assert take_vp_messages(good + bytes(damaged), TOPIC, VP, 0, messages, NO_LIMIT, check_crc=False) == VpTake(5, None, EPOCH)
     assert [m.value for m in messages] == [b"value-%d" % o for o in range(5)]
+
+
+def test_a_take_names_the_leader_epoch_of_the_batch_of_its_last_message():
+    """The reader's next fetch sends it, so a log that diverged from what it read is told (KIP-320)."""
+    data = vp_log([(Codec.NONE, [sourced(o) for o in range(0, 5)]), (Codec.NONE, [sourced(o) for o in range(5, 9)])],
+                  epochs=[3, 7])
+    assert take(data, 0, messages_max=3)[1] == VpTake(3, None, 3), "the last message taken is in the epoch-3 batch"
+    assert take(data, 0)[1] == VpTake(9, None, 7)
+    assert take(data, 9)[1] == VpTake(9, None, None), "nothing taken: the position's epoch stays as it was"

@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 
 from mafka4.batch_frame import BatchHeader
-from mafka4.errors import NotLeader, ReadReplicaNotInSync, StaleEpoch
-from mafka4.log.epochs import EpochHistory
+from mafka4.errors import InvalidConfig, NotLeader, ProtocolError, ReadReplicaNotInSync, StaleEpoch
+from mafka4.log.epochs import NO_EPOCH, EpochHistory
+from mafka4.client.positions import rewound
 from mafka4.risr.state import RisrConfig
 from mafka4.virtual.replica_core import NOTHING, FetchPosition, Ready, ReplicaAnswer, VpReplicaCore, VpRole
 from mafka4.virtual.vp_records import NOTHING_APPLIED, FeedProgress, SourcedRecord
@@ -347,14 +348,58 @@ def test_log_start_moves_only_up_to_the_high_watermark():
 # flush (``Ready.flush``): a power loss then never takes an offset a reader saw.
 
 
-def test_a_vp_with_one_replica_serves_only_what_it_flushed():
-    """It feeds a tail a power loss cut again, maybe in another order (``risr.state``)."""
+def test_a_vp_with_one_replica_is_not_covered_by_the_lone_leader_rule():
+    """It serves its unflushed tail: its readers detect a diverged log after a power loss (below)."""
     replica = core()
     replica.become_leader(1, ("r0",), ("r0",), FeedProgress(), now_ms=0)
-    assert append(replica, 0, 1, 2, 3) == Ready(flush=True, wake=True), "alone in its RISR: flush first"
-    assert replica.high_watermark == 0 and replica.flushed_offset == 0
-    replica.flushed(3)
-    assert replica.high_watermark == 3
+    assert append(replica, 0, 1, 2, 3) == Ready(wake=True)
+    assert replica.high_watermark == 3 and replica.flushed_offset == 0
+
+
+# --- readers: a fetch names the epoch of the last record read (Kafka's KIP-320) ----------------
+
+
+def test_a_reader_that_read_a_tail_lost_in_a_power_loss_is_told_where_the_epochs_part():
+    """The one-replica VP served 0..9 in epoch 1 with only 0..3 flushed; after the power loss the
+    controller hands it epoch 2 (``virtual.failover``) and it feeds the lost records again, at
+    other offsets. The reader that was at 10 moves back to 4 and reads on from there."""
+    before = core()
+    before.become_leader(1, ("r0",), ("r0",), FeedProgress(), now_ms=0)
+    append(before, 0, *range(10))
+    assert before.reader_divergence(10, 1) is None, "a reader of what the log holds goes on"
+    after = core(epochs=((1, 0),), log_end_offset=4, high_watermark=4)  # recovered: the flushed part
+    after.become_leader(2, ("r0",), ("r0",), FeedProgress(), now_ms=0)
+    append(after, 1, *range(6))  # fed again, another partition first
+    assert after.reader_divergence(10, 1) == (1, 4)
+    position, last_epoch = rewound(10, (1, 4))
+    assert (position, last_epoch) == (4, 1)
+    assert after.reader_divergence(position, last_epoch) is None, "the next fetch reads from where the epochs part"
+    assert after.reader_divergence(7, 2) is None, "a reader of the new epoch goes on"
+
+
+def test_a_reader_without_an_epoch_is_checked_for_length_only():
+    """An offset committed before fetches named epochs (or sought by hand) has none."""
+    replica = core(epochs=((1, 0), (2, 4)), log_end_offset=8, high_watermark=8)
+    assert replica.reader_divergence(8, NO_EPOCH) is None
+    assert replica.reader_divergence(11, NO_EPOCH) == (NO_EPOCH, 8), "past the log's end: back to it"
+    assert rewound(11, (NO_EPOCH, 8)) == (8, NO_EPOCH)
+
+
+def test_a_replica_that_knows_no_epoch_checks_the_length_only():
+    empty = core()
+    assert empty.reader_divergence(0, 3) is None
+    assert empty.reader_divergence(5, 3) == (NO_EPOCH, 0)
+
+
+def test_a_reader_answered_diverging_never_moves_forward():
+    assert rewound(3, (1, 9)) == (3, 1), "a replica behind the reader (a follower) moves it nowhere"
+    with pytest.raises(ProtocolError, match="end offset -1"):
+        rewound(3, (1, -1))
+
+
+def test_a_fetch_with_an_epoch_below_no_epoch_is_refused():
+    with pytest.raises(InvalidConfig, match="last leader epoch -2"):
+        core().reader_divergence(0, -2)
 
 
 def test_a_follower_taking_over_alone_flushes_before_it_serves_its_unflushed_tail():

@@ -60,6 +60,7 @@ from mafka4.coordinator.groups.vp_ownership import (GroupView, OwnershipPlan, co
 from mafka4.coordinator.groups.vp_wakes import Wake, WakeFilter
 from mafka4.errors import CoordinatorUnavailable, InconsistentGroupProtocol
 from mafka4.limits import ConsumerConfig, TopicConfig
+from mafka4.log.epochs import NO_EPOCH
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore, WatchEvent, _etcd_call, prefix_range_end
 from mafka4.virtual.layout import TopicLayout
@@ -77,6 +78,15 @@ def _json(value) -> bytes:
 class VpOffset:
     offset: int
     high_watermark: int  # the VP high watermark the committer had seen
+    # The leader epoch of the record before ``offset`` (Kafka's committed_leader_epoch): the member
+    # that starts there names it in its first fetch. NO_EPOCH: not known (a commit written before
+    # commits had one, a reset or a seed): only the offset is checked against the VP's log then.
+    leader_epoch: int = NO_EPOCH
+
+    @classmethod
+    def from_json(cls, value: dict) -> "VpOffset":
+        """The offset an etcd offset key holds (older keys lack the high watermark and the epoch)."""
+        return cls(value["offset"], value.get("high_watermark", value["offset"]), value.get("leader_epoch", NO_EPOCH))
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +129,7 @@ class VirtualGroupStore(MetadataStore):
             elif (parsed := keys.parse_group_partition(owners_prefix, item.key)) is not None and parsed[0] == topic:
                 owners[parsed[1]] = item.value["member_id"]
             elif (parsed := keys.parse_group_partition(offsets_prefix, item.key)) is not None and parsed[0] == topic:
-                offsets[parsed[1]] = VpOffset(item.value["offset"], item.value.get("high_watermark", item.value["offset"]))
+                offsets[parsed[1]] = VpOffset.from_json(item.value)
         layout = VirtualStore.layout_from(topic, config.partitions, config.virtual_config(), found[epochs_prefix])
         states = {vp: state for vp, (state, _) in VirtualStore.states_from(states_prefix, found[states_prefix]).items()}
         members.sort(key=lambda m: m.member_id)
@@ -142,7 +152,7 @@ class VirtualGroupStore(MetadataStore):
         committed: dict[int, VpOffset | None] = {}
         for vp, found in zip(vps, responses[len(owner_keys):]):
             value = json.loads(found[0][0]) if found else None
-            committed[vp] = None if value is None else VpOffset(value["offset"], value.get("high_watermark", 0))
+            committed[vp] = None if value is None else VpOffset.from_json(value)
         return committed
 
     @_etcd_call(repeatable=False)
@@ -158,12 +168,14 @@ class VirtualGroupStore(MetadataStore):
         for vp, offset in sorted(offsets.items()):
             before = committed_before.get(vp)
             if before is not None and not commit_moves_forward(offset.offset, offset.high_watermark,
-                                                               before[0].offset, before[0].high_watermark):
+                                                               before[0].offset, before[0].high_watermark,
+                                                               offset.leader_epoch, before[0].leader_epoch):
                 continue
             owner_key = keys.group_vp_owner(self.cluster, group, topic, vp)
             offset_key = keys.group_vp_offset(self.cluster, group, topic, vp)
             unchanged = txn.version(offset_key) == 0 if before is None else txn.mod(offset_key) == before[1]
-            value = _json({"offset": offset.offset, "member_id": member_id, "high_watermark": offset.high_watermark})
+            value = _json({"offset": offset.offset, "member_id": member_id, "high_watermark": offset.high_watermark,
+                           "leader_epoch": offset.leader_epoch})
             write = txn.txn(compare=[unchanged], success=[txn.put(offset_key, value)], failure=[])
             operations.append(txn.txn(compare=[txn.value(owner_key) == mine], success=[write], failure=[]))
             order.append(vp)
@@ -185,9 +197,7 @@ class VirtualGroupStore(MetadataStore):
         for item in self.get_prefix(f"{offsets_prefix}{topic}/"):
             parsed = keys.parse_group_partition(offsets_prefix, item.key)
             if parsed is not None:
-                value = item.value
-                found[parsed[1]] = (VpOffset(value["offset"], value.get("high_watermark", value["offset"])),
-                                    item.mod_revision)
+                found[parsed[1]] = (VpOffset.from_json(item.value), item.mod_revision)
         return found
 
     def reset_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> bool:

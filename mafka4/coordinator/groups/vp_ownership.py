@@ -56,6 +56,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import AbstractSet, Mapping
 
+from mafka4.log.epochs import NO_EPOCH
 from mafka4.virtual.layout import TopicLayout
 
 
@@ -189,12 +190,21 @@ def with_read_positions(view: GroupView, me: str, positions: Mapping[int, int]) 
                                drained=frozenset(view.drained) | frozenset(drained))
 
 
-def commit_moves_forward(offset: int, high_watermark: int, committed_offset: int, committed_high_watermark: int) -> bool:
-    """Whether committing (``offset``, ``high_watermark``) over the committed pair moves it on.
+def commit_moves_forward(offset: int, high_watermark: int, committed_offset: int, committed_high_watermark: int,
+                         leader_epoch: int = NO_EPOCH, committed_leader_epoch: int = NO_EPOCH) -> bool:
+    """Whether committing (``offset``, ``high_watermark``, ``leader_epoch``) over the committed one moves it on.
 
-    A commit never moves an offset backwards: a position behind the committed offset (after a
-    seek back) is not committed, as in Mafka3-mode groups. At the same offset it only records
-    a newer VP high watermark, which keeps the group's lag current while its reader stalls.
+    A commit does not move an offset backwards: a position behind the committed offset (after a
+    seek back) is not committed, as in Mafka3-mode groups. At the same offset it only records a
+    newer VP high watermark, which keeps the group's lag current while its reader stalls, or a
+    newer leader epoch. One exception: a committed offset past the VP's high watermark as the
+    committer sees it was in a tail the VP lost (a one-replica VP's power loss) and its reader
+    moved back (``client.positions.rewound``): the position behind it is committed, or a quiet
+    VP would show a committed offset its log never reaches again.
     """
-    return offset > committed_offset or (offset == committed_offset and high_watermark > committed_high_watermark)
+    if offset > committed_offset:
+        return True
+    if offset == committed_offset:
+        return high_watermark > committed_high_watermark or leader_epoch > committed_leader_epoch
+    return high_watermark < committed_offset
 
