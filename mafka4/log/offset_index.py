@@ -18,6 +18,15 @@ above zero. Which batches get an entry is decided by ``Segment`` (one per
 ``index_interval_bytes`` of log data); because that rule depends only on the log bytes, a
 rebuilt index is byte-identical to the one written while appending.
 
+Writing behind. An open index keeps its new entries in memory and writes them to its file in
+one ``os.write`` when it is flushed, staged for a flush on another thread (``file_to_sync``),
+truncated or closed, not one write per entry: a read node appends a VP batch to each of
+hundreds of VP logs per feed round, and the index writes were half of its appends' system
+calls (``benchmarks/feed_split_micro.py``). The file may then lag the entries in memory, but
+never a fsync: whatever a flush vouches for has its entries on disk, and recovery rebuilds the
+index of any segment it does not trust (``Segment.open_existing``), as it rebuilds one a crash
+cut short.
+
 Not thread-safe: a segment and its indexes are used from one thread.
 """
 
@@ -38,7 +47,7 @@ U32_MAX = 2**32 - 1
 
 
 class IndexFile:
-    """Fixed-width entries in memory, written through to an append-only file when open."""
+    """Fixed-width entries in memory, written behind to an append-only file when open (see the module doc)."""
 
     ENTRY: ClassVar[struct.Struct]
 
@@ -47,6 +56,7 @@ class IndexFile:
         self.path = path
         self._raw = bytearray(raw)
         self._fd: int | None = None
+        self._written = len(raw)  # bytes of ``_raw`` the file holds (while open: the rest is to write)
 
     @classmethod
     def load(cls, path: Path):
@@ -77,25 +87,34 @@ class IndexFile:
         """Number of leading entries whose ``field`` is < ``value`` (fields are sorted)."""
         return bisect.bisect_left(range(len(self)), value, key=lambda i: self._entry(i)[field])
 
+    def _last_entry(self) -> tuple | None:
+        return self._entry(len(self) - 1) if self._raw else None
+
     def _append(self, *fields: int) -> None:
-        packed = self.ENTRY.pack(*fields)
-        self._raw += packed
-        if self._fd is not None:
-            written = os.write(self._fd, packed)
-            assert written == len(packed), f"short index write to {self.path}"
+        self._raw += self.ENTRY.pack(*fields)
+
+    def _write_behind(self) -> None:
+        """Write the entries the open file lacks, in one write."""
+        if self._fd is not None and self._written < len(self._raw):
+            pending = self._raw[self._written:]
+            written = os.write(self._fd, pending)
+            assert written == len(pending), f"short index write to {self.path}"
+            self._written = len(self._raw)
 
     def truncate(self, count: int) -> None:
         """Keep only the first ``count`` entries."""
         assert 0 <= count <= len(self)
         del self._raw[count * self.ENTRY.size:]
-        if self._fd is not None:
+        if self._fd is not None and self._written > len(self._raw):
             os.ftruncate(self._fd, len(self._raw))
+        self._written = min(self._written, len(self._raw))
 
     def open_for_append(self) -> None:
-        """Write later entries through to the file; the file must already equal memory."""
+        """Write later entries behind to the file; the file must already equal memory."""
         assert self._fd is None
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         assert os.fstat(self._fd).st_size == len(self._raw), f"{self.path} differs from memory"
+        self._written = len(self._raw)
         if not self._raw:
             created(self._fd)  # new (or found empty): not its inode's previous file, if it reused one
 
@@ -112,12 +131,14 @@ class IndexFile:
         finally:
             os.close(fd)
         os.replace(tmp, self.path)
+        self._written = len(self._raw)
         if reopen:
             self.open_for_append()
 
     def flush(self) -> None:
         """fsync the file, open for append or not (the index of a segment a roll closed)."""
         if self._fd is not None:
+            self._write_behind()
             fsync(self._fd)
             return
         fd = os.open(self.path, os.O_RDONLY)
@@ -127,13 +148,15 @@ class IndexFile:
             os.close(fd)
 
     def file_to_sync(self) -> FileToSync:
-        """The file as it stands, for a flush on another thread (``log.pending_flush``)."""
+        """The file with every entry written, for a flush on another thread (``log.pending_flush``)."""
+        self._write_behind()
         if self._fd is None:
             return FileToSync.at(self.path, len(self._raw))
         return FileToSync.of(self.path, self._fd, len(self._raw))
 
     def close(self) -> None:
         if self._fd is not None:
+            self._write_behind()
             os.close(self._fd)
             self._fd = None
 
@@ -155,8 +178,8 @@ class OffsetIndex(IndexFile):
 
     def append(self, relative_offset: int, position: int) -> None:
         assert 0 < relative_offset <= U32_MAX and 0 < position <= U32_MAX
-        last = self.last()
-        assert last is None or (relative_offset > last.relative_offset and position > last.position)
+        last = self._last_entry()  # a tuple: a frozen dataclass per append cost more than the append
+        assert last is None or (relative_offset > last[0] and position > last[1])
         self._append(relative_offset, position)
 
     def entry(self, index: int) -> OffsetPosition:

@@ -35,8 +35,8 @@ class TimeIndex(IndexFile):
 
     def append(self, timestamp_ms: int, relative_offset: int) -> None:
         assert 0 < relative_offset <= U32_MAX
-        last = self.last()
-        assert last is None or (timestamp_ms >= last.timestamp_ms and relative_offset > last.relative_offset)
+        last = self._last_entry()
+        assert last is None or (timestamp_ms >= last[0] and relative_offset > last[1])
         self._append(timestamp_ms, relative_offset)
 
     def entry(self, index: int) -> TimestampOffset:

@@ -235,6 +235,7 @@ class RisrState:
             else _Follower(ReplicaStatus.JOINING, None, _CatchUpClock(None))
             for replica in replicas if replica != leader_id
         }
+        self._risr = self._in_sync()
         self._committed_risr = risr_set
         # Replicas that left the RISR since the last confirmed write (see the module docstring).
         self._removed_unconfirmed: frozenset[str] = frozenset()
@@ -256,6 +257,11 @@ class RisrState:
 
     @property
     def risr(self) -> frozenset[str]:
+        return self._risr
+
+    def _in_sync(self) -> frozenset[str]:
+        """The RISR, made from the followers' states: kept in ``_risr`` (made again on every move), as
+        every append reads it several times (a VP leader appends hundreds of times a feed round)."""
         in_sync = (r for r, follower in self._followers.items() if follower.status is ReplicaStatus.IN_SYNC)
         return frozenset(in_sync) | {self.leader_id}
 
@@ -440,6 +446,7 @@ class RisrState:
         if progress.status is ReplicaStatus.IN_SYNC:
             self._removed_unconfirmed |= {replica_id}
         progress.status = status
+        self._risr = self._in_sync()
         if self.risr == {self.leader_id}:
             self._alone_since_committed = True  # this RISR may be written at any time from now
 

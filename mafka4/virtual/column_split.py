@@ -4,15 +4,20 @@ A producer's batch may carry each record's message hash and the end of its bytes
 (``batch_payload``'s key-hash column, attribute bit 4). ``read_columns`` reads both columns of a
 batch with ``np.frombuffer``; ``RoundColumns`` joins the columns of a feed round's consecutive
 batches into one set; ``split_round`` places every record of them with one ``searchsorted`` over
-the split epoch's range starts (as ``RangeMap.vp_for_hash`` does one record at a time) and
-groups them per VP with one stable sort. Per round and per VP there is Python, per batch a
-little, per record none, and no record is unpacked: at 256 VPs a physical batch holds about one
-record per VP, so work per batch and VP had cost as much as work per record (the first version
-split batch by batch, ``reports/2026-12-02-split-without-decoding``). A VP's share of a round is
-a ``ColumnRun``; a feed call's share of a VP is a ``SplitChunk`` (``vp_records.EncodedChunk``),
-whose VP batches are made at append time by copying the records' bytes (one C-level join of
-their byte ranges per VP batch), packing their sources and timestamp runs with numpy, and
-compressing once.
+the split epoch's range starts (as ``RangeMap.vp_for_hash`` does one record at a time),
+groups them per VP with one stable sort, and lays out in that order, once for the round, what
+VP batches copy (``RoundByVp``): where each record's bytes are, their sources (one numpy pack)
+and where their physical batches change. A VP's share of
+a round is a ``ColumnRun``, a stretch of that order; a feed call's share of a VP is a
+``SplitChunk`` (``vp_records.EncodedChunk``), whose VP batches are made at append time from
+slices of it, with a step per physical batch for the timestamp runs, and compressed once.
+
+Per round there is numpy, per VP and per batch a little Python, per record none, and no record
+is unpacked. At 256 VPs a round gives each VP a handful of records: work per batch and VP had
+cost as much as work per record in the first version, which split batch by batch
+(``reports/2026-12-02-split-without-decoding``), and numpy's fixed cost per call, once paid per
+VP and round (a VP batch's sources and timestamp runs were packed with numpy), had been most
+of a VP batch's cost (``benchmarks/feed_split_micro.py``).
 
 Byte for byte. A VP batch made here is the one ``vp_records.encode_vp_batch`` makes of the same
 records decoded (the decoding split, ``route_records``): one per codec run of a feed call's
@@ -49,6 +54,7 @@ Pure: no I/O (numpy on bytes held in memory).
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from itertools import groupby
 from operator import itemgetter
 from typing import Container, Iterator, NamedTuple, Sequence
@@ -69,9 +75,8 @@ from mafka4.virtual.vp_records import EncodedChunk, SourcedRecord
 _HASHES = np.dtype(">u8")
 _ENDS = np.dtype(">u4")
 _SOURCES = np.dtype([("partition", ">i4"), ("offset", ">i8")])
-_TIMESTAMP_RUNS = np.dtype([("start", ">u4"), ("base", ">i8")])
 assert _HASHES.itemsize == MESSAGE_HASH_BYTES and _ENDS.itemsize == RECORD_END_BYTES
-assert _SOURCES.itemsize == SOURCE.size and _TIMESTAMP_RUNS.itemsize == TIMESTAMP_RUN.size
+assert _SOURCES.itemsize == SOURCE.size
 RECORD_FIRST_BYTE = 0x94  # msgpack's fixarray of 4 items: [timestamp_delta_ms, key, value, headers]
 SAMPLED_RECORDS = 3  # records of each batch whose key-hash entry is checked against their key
 
@@ -93,8 +98,7 @@ class RoundColumns:
     The payloads are joined too (a copy of the round's bytes, one C call), so that a VP batch's
     records are cut from one buffer."""
 
-    __slots__ = ("partition", "headers", "buffer", "starts", "ends", "hashes", "offsets", "batch_of", "bases",
-                 "max_timestamps", "codec_ids")
+    __slots__ = ("partition", "headers", "buffer", "starts", "ends", "hashes", "offsets", "batch_of", "batch_facts")
 
     def __init__(self, batches: Sequence[BatchColumns]):
         assert batches and len({batch.partition for batch in batches}) == 1, "batches of one partition"
@@ -108,39 +112,104 @@ class RoundColumns:
         self.hashes = np.concatenate([batch.hashes for batch in batches])
         self.offsets = np.concatenate([np.arange(h.base_offset, h.next_offset, dtype=np.int64) for h in self.headers])
         self.batch_of = np.repeat(np.arange(len(batches)), [h.count for h in self.headers])
-        # Per batch: its records' base timestamp, its max timestamp, its codec.
-        self.bases = np.array([h.first_timestamp_ms for h in self.headers], np.int64)
-        self.max_timestamps = np.array([h.max_timestamp_ms for h in self.headers], np.int64)
-        self.codec_ids = np.array([h.codec.value for h in self.headers], np.int64)
+        # Per batch: its records' base timestamp, its max timestamp, its codec (what a VP batch of
+        # its records takes from it), read from its header once for every VP.
+        self.batch_facts: list[tuple[int, int, Codec]] = [
+            (h.first_timestamp_ms, h.max_timestamp_ms, h.codec) for h in self.headers]
 
 
-class ColumnRun(NamedTuple):
-    """Records of a round that go to one VP: ``indices`` (ascending) into the round's records."""
+class RoundByVp:
+    """The records of a round that a split hands over, ordered by VP, then offset: each VP's records
+    are one stretch of positions, and what a VP batch copies of them (where their bytes are, their
+    sources, where their physical batches change) is laid out once for the round in that order, so
+    that a VP's share is a slice of it (see the module doc)."""
 
-    round: RoundColumns
-    indices: np.ndarray  # int64
+    __slots__ = ("round", "indices", "buffer", "starts", "ends", "offsets", "sources", "batch_of", "batch_starts")
+
+    buffer: memoryview  # of the round's joined payloads: a VP batch joins slices of it, copying each record once
+    sources: memoryview
+
+    def __init__(self, round_: RoundColumns, indices: np.ndarray, vp_starts: np.ndarray):
+        """``indices``: the round's records in VP order; ``vp_starts``: the positions where a VP's records start."""
+        assert len(indices) and len(vp_starts) and vp_starts[0] == 0, (len(indices), vp_starts)
+        self.round = round_
+        self.indices = indices
+        self.buffer = memoryview(round_.buffer)
+        # Record i's bytes: buffer[starts[i]:ends[i]].
+        self.starts: list[int] = round_.starts[indices].tolist()
+        self.ends: list[int] = round_.ends[indices].tolist()
+        offsets = round_.offsets[indices]
+        self.offsets: list[int] = offsets.tolist()
+        sources = np.empty(len(indices), _SOURCES)
+        sources["partition"], sources["offset"] = round_.partition, offsets
+        self.sources = memoryview(sources.tobytes())  # record i's: sources[SOURCE.size * i:SOURCE.size * (i + 1)]
+        batch_of = round_.batch_of[indices]
+        self.batch_of: list[int] = batch_of.tolist()
+        # Where a stretch of records of one physical batch and one VP starts: its base timestamp,
+        # max timestamp and codec are its batch's.
+        new_batch = np.empty(len(indices), bool)
+        new_batch[0] = True
+        np.not_equal(batch_of[1:], batch_of[:-1], out=new_batch[1:])
+        new_batch[vp_starts] = True
+        self.batch_starts: list[int] = np.flatnonzero(new_batch).tolist()
+
+
+class ColumnRun:
+    """Records of a round that go to one VP: positions ``[start, stop)`` of the round's ``RoundByVp``
+    (a stretch of one VP's records, in offset order)."""
+
+    __slots__ = ("split", "start", "stop")
+
+    def __init__(self, split: RoundByVp, start: int, stop: int):
+        assert 0 <= start <= stop <= len(split.offsets), (start, stop, len(split.offsets))
+        self.split, self.start, self.stop = split, start, stop
+
+    def __len__(self) -> int:
+        return self.stop - self.start
 
     @property
-    def offsets(self) -> np.ndarray:
-        return self.round.offsets[self.indices]
+    def partition(self) -> int:
+        return self.split.round.partition
+
+    @property
+    def offsets(self) -> list[int]:
+        return self.split.offsets[self.start:self.stop]
 
     @property
     def first_offset(self) -> int:
-        return int(self.round.offsets[self.indices[0]])
+        return self.split.offsets[self.start]
 
     @property
     def last_offset(self) -> int:
-        return int(self.round.offsets[self.indices[-1]])
+        return self.split.offsets[self.stop - 1]
 
     def cut(self, start: int, stop: int) -> "ColumnRun":
-        return ColumnRun(self.round, self.indices[start:stop])
+        """Its records ``[start, stop)`` (positions within the run)."""
+        return ColumnRun(self.split, self.start + start, self.start + stop)
+
+    def after(self, last_applied: int) -> "ColumnRun":
+        return ColumnRun(self.split, bisect_right(self.split.offsets, last_applied, self.start, self.stop), self.stop)
+
+    def below(self, offset: int) -> "ColumnRun":
+        return ColumnRun(self.split, self.start, bisect_left(self.split.offsets, offset, self.start, self.stop))
+
+    def batch_pieces(self) -> list[int]:
+        """Where the run's records of each physical batch start (positions in ``RoundByVp``)."""
+        batch_starts = self.split.batch_starts
+        return [self.start, *batch_starts[bisect_right(batch_starts, self.start):bisect_left(batch_starts, self.stop)]]
 
     def codec_pieces(self) -> Iterator[tuple[Codec, "ColumnRun"]]:
         """The run cut where its records' codec changes (a round's batches may differ in codec)."""
-        codec_ids = self.round.codec_ids[self.round.batch_of[self.indices]]
-        bounds = [0, *(np.flatnonzero(codec_ids[1:] != codec_ids[:-1]) + 1).tolist(), len(self.indices)]
-        for start, stop in zip(bounds, bounds[1:]):
-            yield Codec(int(codec_ids[start])), self.cut(start, stop)
+        split = self.split
+        batch_of, facts = split.batch_of, split.round.batch_facts
+        start, codec = self.start, None
+        for position in self.batch_pieces():
+            batch_codec = facts[batch_of[position]][2]
+            if codec is not None and batch_codec is not codec:
+                yield codec, ColumnRun(split, start, position)
+                start = position
+            codec = batch_codec
+        yield codec, (self if start == self.start else ColumnRun(split, start, self.stop))
 
 
 class SplitChunk(EncodedChunk):
@@ -149,16 +218,17 @@ class SplitChunk(EncodedChunk):
     __slots__ = ("runs", "_count")
 
     def __init__(self, runs: Sequence[ColumnRun]):
-        runs = tuple(run for run in runs if len(run.indices))
+        runs = tuple(run for run in runs if len(run))
         assert runs, "a chunk holds at least one record"
-        assert len({run.round.partition for run in runs}) == 1, "a chunk holds records of one partition"
-        assert all(a.last_offset < b.first_offset for a, b in zip(runs, runs[1:])), "runs in physical offset order"
+        if len(runs) > 1:  # (a VP's chunk is one run but where batches without the column came between)
+            assert len({run.partition for run in runs}) == 1, "a chunk holds records of one partition"
+            assert all(a.last_offset < b.first_offset for a, b in zip(runs, runs[1:])), "runs in physical offset order"
         self.runs = runs
-        self._count = sum(len(run.indices) for run in runs)
+        self._count = sum(map(len, runs))
 
     @property
     def partition(self) -> int:
-        return self.runs[0].round.partition
+        return self.runs[0].partition
 
     @property
     def last_offset(self) -> int:
@@ -168,15 +238,20 @@ class SplitChunk(EncodedChunk):
         return self._count
 
     def after(self, last_applied: int) -> "SplitChunk | None":
-        kept = [run.cut(int(np.searchsorted(run.offsets, last_applied, "right")), len(run.indices))
-                for run in self.runs]
-        return _chunk_or_none(kept)
+        if self.runs[0].first_offset > last_applied:
+            return self  # the usual case: the VP holds none of it
+        return _chunk_or_none([run.after(last_applied) for run in self.runs])
 
     def below(self, offset: int) -> "SplitChunk | None":
-        return _chunk_or_none([run.cut(0, int(np.searchsorted(run.offsets, offset, "left"))) for run in self.runs])
+        if self.last_offset < offset:
+            return self
+        return _chunk_or_none([run.below(offset) for run in self.runs])
 
     def vp_batches(self) -> Iterator[tuple["SplitChunk", bytes]]:
         pieces = [piece for run in self.runs for piece in run.codec_pieces()]
+        if len(pieces) == len(self.runs) and len({codec for codec, _ in pieces}) == 1:
+            yield self, encode_runs(self.runs, pieces[0][0])  # the usual case: one codec, one VP batch
+            return
         for codec, same_codec in groupby(pieces, key=itemgetter(0)):
             runs = tuple(run for _, run in same_codec)
             yield SplitChunk(runs), encode_runs(runs, codec)
@@ -188,45 +263,53 @@ class SplitChunk(EncodedChunk):
 
 
 def _chunk_or_none(runs: list[ColumnRun]) -> SplitChunk | None:
-    runs = [run for run in runs if len(run.indices)]
+    runs = [run for run in runs if len(run)]
     return SplitChunk(runs) if runs else None
 
 
 def encode_runs(runs: Sequence[ColumnRun], codec: Codec) -> bytes:
     """One unstamped VP batch of ``runs`` (records of ``codec``): the records' bytes as the producer
-    wrote them, their sources, and a timestamp run per base timestamp (``vp_records.timestamp_runs``)."""
-    count = sum(len(run.indices) for run in runs)
-    parts = [b"", array_header(count)]  # parts[0]: the payload's own array header, known at the end
+    wrote them, their sources, and a timestamp run per base timestamp (``vp_records.timestamp_runs``).
+
+    Slices of what ``RoundByVp`` laid out for the round, and a step per physical batch of the
+    runs: no numpy call, whose fixed cost made a VP batch of a few records cost far more than its bytes."""
+    records: list[memoryview] = []
+    sources: list[memoryview] = []
+    # A timestamp run starts where the base timestamp changes: at a physical batch of another base.
+    run_starts: list[int] = []
+    bases: list[int] = []
+    count, max_timestamp_ms = 0, None
     for run in runs:
-        round_, indices = run.round, run.indices
-        with memoryview(round_.buffer) as view:
-            # One C-level pass over the records' byte ranges: each is a slice of the round's buffer.
-            parts.append(b"".join(map(view.__getitem__, map(slice, round_.starts[indices].tolist(),
-                                                            round_.ends[indices].tolist()))))
-    sources = np.empty(count, _SOURCES)
-    sources["partition"] = runs[0].round.partition
-    sources["offset"] = np.concatenate([run.offsets for run in runs])
-    batches = [run.round.batch_of[run.indices] for run in runs]
-    bases = np.concatenate([run.round.bases[of] for run, of in zip(runs, batches)])
-    max_timestamp_ms = max(int(run.round.max_timestamps[of].max()) for run, of in zip(runs, batches))
-    parts += (bin_header(sources.nbytes), sources.tobytes())
+        split, start, stop = run.split, run.start, run.stop
+        records += map(split.buffer.__getitem__, map(slice, split.starts[start:stop], split.ends[start:stop]))
+        sources.append(split.sources[SOURCE.size * start:SOURCE.size * stop])
+        batch_of, facts = split.batch_of, split.round.batch_facts
+        for position in run.batch_pieces():
+            base, batch_max_timestamp_ms, _ = facts[batch_of[position]]
+            if not bases or base != bases[-1]:
+                run_starts.append(count + position - start)
+                bases.append(base)
+            if max_timestamp_ms is None or batch_max_timestamp_ms > max_timestamp_ms:
+                max_timestamp_ms = batch_max_timestamp_ms
+        count += stop - start
+    sources_bytes = b"".join(sources)
     attributes = codec.value | ATTRIBUTE_SOURCES
-    run_starts = np.flatnonzero(np.diff(bases, prepend=bases[0] - 1))
-    if len(run_starts) > 1:
-        timestamp_runs = np.empty(len(run_starts), _TIMESTAMP_RUNS)
-        timestamp_runs["start"], timestamp_runs["base"] = run_starts, bases[run_starts]
-        parts += (bin_header(timestamp_runs.nbytes), timestamp_runs.tobytes())
+    if len(run_starts) == 1:  # [records, sources]
+        payload = b"".join([b"\x92", array_header(count), *records, bin_header(len(sources_bytes)), sources_bytes])
+    else:  # [records, sources, runs]
+        timestamp_runs = b"".join(map(TIMESTAMP_RUN.pack, run_starts, bases))
+        payload = b"".join([b"\x93", array_header(count), *records, bin_header(len(sources_bytes)), sources_bytes,
+                            bin_header(len(timestamp_runs)), timestamp_runs])
         attributes |= ATTRIBUTE_TIMESTAMP_RUNS
-    parts[0] = b"\x92" if len(run_starts) == 1 else b"\x93"  # [records, sources] or [records, sources, runs]
-    payload = b"".join(parts)
     assert len(payload) <= PAYLOAD_BYTES_MAX, len(payload)
-    return frame_payload(compress(codec, payload), attributes, count, int(bases[0]), max_timestamp_ms, -1, -1)
+    return frame_payload(compress(codec, payload), attributes, count, bases[0], max_timestamp_ms, -1, -1)
 
 
 def decoded_run(run: ColumnRun) -> Iterator[SourcedRecord]:
     """The records of ``run`` as the decoding split makes them (one unpack each)."""
-    round_ = run.round
-    for index in run.indices.tolist():
+    split = run.split
+    round_ = split.round
+    for index in split.indices[run.start:run.stop].tolist():
         header = round_.headers[round_.batch_of[index]]
         offset = int(round_.offsets[index])
         delta_ms, key, value, headers = msgpack.unpackb(round_.buffer[round_.starts[index]:round_.ends[index]],
@@ -359,15 +442,20 @@ def split_round(round_: RoundColumns, layout: TopicLayout, next_offset: int,
         start, stop = np.searchsorted(offsets, [start_offset, stop_offset], "left")
         range_starts, vp_ids = _starts_and_vps(epoch.ranges)
         vps[start:stop] = vp_ids[np.searchsorted(range_starts, round_.hashes[first + start:first + stop], "right") - 1]
-    order = np.argsort(vps, kind="stable")
+    if wanted is None:
+        order = np.argsort(vps, kind="stable")
+    else:  # the records of VPs led elsewhere are not even copied
+        kept = [vp for vp in np.unique(vps).tolist() if vp in wanted]
+        if not kept:
+            return {}
+        selected = np.flatnonzero(np.isin(vps, kept))
+        order = selected[np.argsort(vps[selected], kind="stable")]
     sorted_vps = vps[order]
-    bounds = np.flatnonzero(sorted_vps[1:] != sorted_vps[:-1]) + 1
-    runs = {}
-    for group in np.split(order, bounds):
-        vp = int(vps[group[0]])
-        if wanted is None or vp in wanted:
-            runs[vp] = ColumnRun(round_, group + first)
-    return runs
+    vp_starts = np.flatnonzero(np.diff(sorted_vps, prepend=sorted_vps[0] - 1))
+    split = RoundByVp(round_, order + first, vp_starts)
+    bounds = [*vp_starts.tolist(), len(order)]
+    return {vp: ColumnRun(split, start, stop)
+            for vp, start, stop in zip(sorted_vps[vp_starts].tolist(), bounds, bounds[1:])}
 
 
 def _epoch_spans(layout: TopicLayout, partition: int, first_offset: int, end_offset: int

@@ -176,6 +176,8 @@ def plan_round(
 def _chunks(pieces: list[SourcedRecord | ColumnRun], records_max: int) -> tuple[Chunk, ...]:
     """A VP's records of a round (decoded records and runs of split batches, in offset order) as
     chunks of at most ``records_max`` records, each all decoded or all runs."""
+    if len(pieces) == 1 and isinstance(pieces[0], ColumnRun) and len(pieces[0]) <= records_max:
+        return (SplitChunk(pieces),)  # the usual case: the VP's records of the round, split by their column
     chunks: list[Chunk] = []
     current: list = []
     size, encoded = 0, False
@@ -191,7 +193,7 @@ def _chunks(pieces: list[SourcedRecord | ColumnRun], records_max: int) -> tuple[
             if not encoded:
                 close()
                 encoded = True
-            start, count = 0, len(piece.indices)
+            start, count = 0, len(piece)
             while start < count:
                 taken = min(records_max - size, count - start)
                 current.append(piece.cut(start, start + taken))

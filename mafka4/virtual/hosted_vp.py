@@ -196,7 +196,9 @@ class HostedVp:
                 self._log.flush()
             else:
                 self._owe_flush(self)
-        ready = ready | self._report_flushed()
+        flushed = self._report_flushed()
+        if flushed is not NOTHING:  # (a Ready made per append, hundreds a feed round, costs more than this test)
+            ready = ready | flushed
         if ready.save_epochs:
             self._storage.save_epochs(self.core.epochs)
         if self.trace is not None and self.core.is_leader and self.core.high_watermark > self._traced_high_watermark:

@@ -268,3 +268,68 @@ def test_a_round_of_column_batches_is_split_at_once_into_the_decoding_splits_vp_
         (expected,) = decoded.chunks[vp]
         assert [encoded for _, encoded in vp_batches(chunk)] == [encoded for _, encoded in vp_batches(expected)]
         assert list(chunk) == list(expected)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches=st.lists(st.tuples(records_strategy, st.sampled_from(list(Codec)), st.booleans(), st.integers(0, 2)),
+                        min_size=1, max_size=6),
+       vps=st.integers(1, 1023), records_max=st.integers(1, 400), data=st.data())
+def test_many_vps_some_led_elsewhere_get_the_decoding_splits_vp_batches_of_what_they_lack(batches, vps, records_max,
+                                                                                            data):
+    """Rounds of batches with and without the column, of mixed codecs and base timestamps, into up to
+    1,023 VPs (most of them empty in a round), of which the read node leads some: every VP batch, of
+    a whole chunk or of the part a VP lacks (``FeedProgress``) or is not withheld, is the one the
+    decoding split makes of the same records."""
+    partition, fetched, plain, offset = 3, bytearray(), bytearray(), 0
+    for records, codec, with_column, base in batches:
+        fetched += producer_batch(records, offset, partition, codec, base_sequence=offset, with_column=with_column,
+                                  first_timestamp_ms=1_000 * (base + 1))
+        plain += producer_batch(records, offset, partition, codec, base_sequence=offset, with_column=False,
+                                first_timestamp_ms=1_000 * (base + 1))
+        offset += len(records)
+    next_offset = data.draw(st.integers(0, offset - 1), "next_offset")
+    layout = layout_of(vps, data.draw(st.one_of(st.none(), st.integers(0, offset)), "cut"))
+    every_vp = sorted({vp for epoch in layout.epochs for vp in epoch.ranges.vp_ids})
+    wanted = data.draw(st.one_of(st.none(), st.sets(st.sampled_from(every_vp))), "wanted")
+    mixed = plan_round(bytes(fetched), partition, layout, next_offset, records_max, wanted)
+    slow = plan_round(bytes(plain), partition, layout, next_offset, 10**6, wanted)
+    assert set(mixed.chunks) == set(slow.chunks) <= (set(every_vp) if wanted is None else wanted)
+    assert (mixed.records, mixed.next_offset) == (slow.records, slow.next_offset)
+    for vp, chunks in mixed.chunks.items():
+        assert [r for c in chunks for r in c] == [r for c in slow.chunks[vp] for r in c]
+        for chunk in chunks:
+            last_applied = data.draw(st.integers(next_offset - 1, offset), "last_applied")
+            fresh = FeedProgress({partition: last_applied} if last_applied >= 0 else {}).unapplied(chunk)
+            assert [encoded for _, encoded in vp_batches(fresh)] == _decoding_vp_batches(
+                [r for r in chunk if r.offset > last_applied])
+            kept = withhold({vp: (chunk,)}, [vp], data.draw(st.integers(next_offset, offset), "withheld from"))
+            for below in kept.get(vp, ()):
+                assert [encoded for _, encoded in vp_batches(below)] == _decoding_vp_batches(list(below))
+
+
+def _decoding_vp_batches(records) -> list[bytes]:
+    """The VP batches the decoding split makes of ``records`` (decoded): one per codec run."""
+    return [encode_vp_batch(run, codec) for codec, run in codec_runs(records)]
+
+
+def test_a_vp_chunk_of_column_batches_around_a_batch_without_the_column_keeps_every_timestamp_run():
+    """VP 0 gets nothing from a batch without the column between two pairs of batches with it: its
+    chunk holds two runs (of two splits of the round), and its VP batch the timestamp runs of all four."""
+    partition, layout = 1, layout_of(2, None)
+    keys = {vp: [key for key in (b"key-%d" % index for index in range(200))
+                 if layout.current.ranges.vp_for_hash(message_hash(key, partition, 7, 0, 0)) == vp][:4] for vp in (0, 1)}
+    fetched, plain, offset = bytearray(), bytearray(), 0
+    for number, (with_column, vps) in enumerate([(True, (0, 1)), (True, (0, 1)), (False, (1,)), (True, (0, 1)),
+                                                 (True, (0, 1))]):
+        records = [(delta, key, b"value", None) for delta, key in enumerate(k for vp in vps for k in keys[vp])]
+        for batches, column in ((fetched, with_column), (plain, False)):
+            batches += producer_batch(records, offset, partition, Codec.NONE, base_sequence=offset, with_column=column,
+                                      first_timestamp_ms=1_000 * (number + 1))
+        offset += len(records)
+    split = plan_round(bytes(fetched), partition, layout, 0, 1_000)
+    decoded = plan_round(bytes(plain), partition, layout, 0, 1_000)
+    ((chunk,), (expected,)) = split.chunks[0], decoded.chunks[0]
+    assert isinstance(chunk, SplitChunk) and len(chunk.runs) == 2
+    ((_, encoded),) = list(vp_batches(chunk))
+    assert read_header(encoded).timestamp_runs
+    assert [encoded] == [made for _, made in vp_batches(expected)]

@@ -718,3 +718,28 @@ def test_without_a_recovery_point_every_segment_is_scanned_and_cut_at_corruption
     assert log_files(crash) == segments[:2]  # later segments went with the corrupt tail
     assert recovered.read(0, 10**9) == b"".join(appended[:second_base + 1])
     recovered.close()
+
+
+def test_index_entries_are_written_behind_in_one_write_and_are_on_disk_for_every_flush_and_after_close(tmp_path):
+    log = background_log(tmp_path, segment_bytes_max=64 * 1024)
+    fill(log, 30, value_bytes=300, now_ms=10)
+    segment = log._segments[-1]
+    in_memory = len(segment.offset_index)
+    assert in_memory > 5
+    # No write per entry: the file holds none of them yet (they are rebuilt from the .log after a crash).
+    assert segment.offset_index.path.stat().st_size == 0 and segment.time_index.path.stat().st_size == 0
+    pending = log.start_flush(now_ms=1000)
+    sizes = {file.path: file.size for file in pending.files}
+    for index in (segment.offset_index, segment.time_index):
+        assert sizes[index.path] == index.path.stat().st_size == in_memory * index.ENTRY.size
+    pending.run()
+    assert log.finish_flush(pending)
+    fill(log, 10, value_bytes=300, now_ms=1001)
+    entries = len(segment.offset_index)
+    assert entries > in_memory
+    log.close()
+    reopened = Log.open(tmp_path, config(segment_bytes_max=64 * 1024), now_ms=2000)
+    assert reopened.flushes_total == 0, "a clean close leaves whole indexes: nothing is scanned"
+    assert len(reopened._segments[-1].offset_index) == entries
+    assert [h.base_offset for h in reopened.batch_headers()] == list(range(40))
+    reopened.close()
