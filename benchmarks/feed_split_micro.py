@@ -307,10 +307,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=2, help="A B pairs with --ab")
     parser.add_argument("--output", default="-", help="JSON file ('-': stdout)")
     args = parser.parse_args(argv)
-    logging.getLogger("mafka4").setLevel(logging.ERROR)  # a VP's "leads at epoch 0" line, 256 times a run
     if any(workload not in ("keyless", "keyed") for workload in args.workloads):
         raise SystemExit(f"--workloads {','.join(args.workloads)}: give keyless, keyed or both")
-    out = run_ab(args) if args.ab else run_once(args)
+    mafka4_logs = logging.getLogger("mafka4")
+    level = mafka4_logs.level
+    mafka4_logs.setLevel(logging.ERROR)  # a VP's "leads at epoch 0" line, 256 times a run
+    try:
+        out = run_ab(args) if args.ab else run_once(args)
+    finally:
+        mafka4_logs.setLevel(level)  # called in a test's process, it leaves logging as it found it
     text = json.dumps(out, indent=1)
     if args.output == "-":
         print(text)
