@@ -246,18 +246,29 @@ def test_timestamp_runs_that_do_not_cut_the_records_are_refused(runs, problem):
         decode_batch(reframed)
 
 
+def fetched_and_plain(batches, partition: int) -> tuple[bytearray, bytearray, int]:
+    """Producer batches of ``batches`` ((records, codec, with the key-hash column, base)) at
+    consecutive offsets as a leader serves them, the same without the column (what the decoding
+    split reads), and the next offset. Bases 0-2: neighbouring batches often share their base
+    timestamp."""
+    fetched, plain, offset = bytearray(), bytearray(), 0
+    for records, codec, with_column, base in batches:
+        fetched += producer_batch(records, offset, partition, codec, base_sequence=offset, with_column=with_column,
+                                  first_timestamp_ms=1_000 * (base + 1))
+        plain += producer_batch(records, offset, partition, codec, base_sequence=offset, with_column=False,
+                                first_timestamp_ms=1_000 * (base + 1))
+        offset += len(records)
+    return fetched, plain, offset
+
+
 @settings(max_examples=60, deadline=None)
 @given(batches=st.lists(st.tuples(records_strategy, st.sampled_from(list(Codec)), st.integers(0, 2)), min_size=2,
                         max_size=6),
        vps=st.integers(1, 64), data=st.data())
 def test_a_round_of_column_batches_is_split_at_once_into_the_decoding_splits_vp_batches(batches, vps, data):
-    partition, fetched, plain, offset = 2, bytearray(), bytearray(), 0
-    for records, codec, base in batches:  # bases 0-2: neighbouring batches often share their base timestamp
-        fetched += producer_batch(records, offset, partition, codec, base_sequence=offset,
-                                  first_timestamp_ms=1_000 * (base + 1))
-        plain += producer_batch(records, offset, partition, codec, base_sequence=offset, with_column=False,
-                                first_timestamp_ms=1_000 * (base + 1))
-        offset += len(records)
+    partition = 2
+    fetched, plain, offset = fetched_and_plain([(records, codec, True, base) for records, codec, base in batches],
+                                               partition)
     next_offset = data.draw(st.integers(0, offset - 1), "next_offset")
     layout = layout_of(vps, data.draw(st.one_of(st.none(), st.integers(0, offset)), "cut"))
     split = plan_round(bytes(fetched), partition, layout, next_offset, records_max=10**6)
@@ -280,13 +291,8 @@ def test_many_vps_some_led_elsewhere_get_the_decoding_splits_vp_batches_of_what_
     1,023 VPs (most of them empty in a round), of which the read node leads some: every VP batch, of
     a whole chunk or of the part a VP lacks (``FeedProgress``) or is not withheld, is the one the
     decoding split makes of the same records."""
-    partition, fetched, plain, offset = 3, bytearray(), bytearray(), 0
-    for records, codec, with_column, base in batches:
-        fetched += producer_batch(records, offset, partition, codec, base_sequence=offset, with_column=with_column,
-                                  first_timestamp_ms=1_000 * (base + 1))
-        plain += producer_batch(records, offset, partition, codec, base_sequence=offset, with_column=False,
-                                first_timestamp_ms=1_000 * (base + 1))
-        offset += len(records)
+    partition = 3
+    fetched, plain, offset = fetched_and_plain(batches, partition)
     next_offset = data.draw(st.integers(0, offset - 1), "next_offset")
     layout = layout_of(vps, data.draw(st.one_of(st.none(), st.integers(0, offset)), "cut"))
     every_vp = sorted({vp for epoch in layout.epochs for vp in epoch.ranges.vp_ids})

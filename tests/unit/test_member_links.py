@@ -5,23 +5,16 @@ closes what it shares (the consumer does). A real client port with stand-in hand
 
 from __future__ import annotations
 
-import asyncio
-
-from mafka4.client.bootstrap import Credential
 from mafka4.client.client_loop import client_loop
-from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.group_link import GroupLink
-from mafka4.client.loop_thread import LoopThread
 from mafka4.client.node_links import NodeLinks
 from mafka4.client.vp_fetcher import VpFetcher
 from mafka4.limits import ConsumerConfig, TopicConfig
-from mafka4.metadata.endpoints import HostPort
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.protocol.group_api import FindCoordinatorAnswer, FindCoordinatorRequest
 from mafka4.protocol.messages import ApiKey
-from mafka4.protocol.server import ClientPortServer
-from mafka4.security.scram import ScramServerExchange
-from tests.unit.test_vp_fetcher_routes import CREDENTIAL, TOPIC, LongPolling
+from tests.unit.test_group_membership import wait_until
+from tests.unit.test_vp_fetcher_routes import TOPIC, LongPolling, stand_in_port
 
 
 class Coordinating(LongPolling):
@@ -36,31 +29,23 @@ class Coordinating(LongPolling):
 
 def test_a_members_fetcher_and_group_link_share_their_connections_and_leave_them_to_their_owner():
     node = Coordinating()
-    loop = LoopThread("test-port")
-    server = ClientPortServer(node.handlers(), "stand-in read node r1", "r1",
-                              lambda mechanism: ScramServerExchange(lambda user: CREDENTIAL if user == "alice" else None))
-    host, port = loop.run(server.start("127.0.0.1", 0))
-    node.address = f"{host}:{port}"
-    access = ClusterAccess((HostPort(host, port),), Credential("alice", "password-1"))
-    links = NodeLinks(access)
-    fetcher = VpFetcher(access, TopicMetadata(TOPIC, TopicConfig(partitions=1, read_mode="mafka4"), ()),
-                        ConsumerConfig(fetch_wait_ms_max=10), "reader-1", links)
-    link = GroupLink(access, "billing", 30.0, links)
-    try:
-        assert isinstance(link.call(lambda _: FindCoordinatorRequest("billing")), FindCoordinatorAnswer)
-        fetcher.seek(0, 0)
-        fetcher.fetching.add(0)
-        fetcher.fetch(0.05)
-        assert node.requests, "VP 0 was fetched"
-        # The metadata read's connection answered FIND_COORDINATOR too; the coordinator's served the fetch.
-        assert server.counters["connections"] == 2
-        fetcher.close()
-        link.close()
-        assert server.counters["connections_open"] == 2, "the consumer owning the links closes them"
-    finally:
-        client_loop().run(links.close_after_cancelled())
-        loop.run(asyncio.sleep(0.05))
-        assert server.counters["connections_open"] == 0
-        loop.call_soon(node.released.set)
-        server.close()
-        loop.stop()
+    with stand_in_port(node) as (server, access, loop):
+        links = NodeLinks(access)
+        fetcher = VpFetcher(access, TopicMetadata(TOPIC, TopicConfig(partitions=1, read_mode="mafka4"), ()),
+                            ConsumerConfig(fetch_wait_ms_max=10), "reader-1", links)
+        link = GroupLink(access, "billing", 30.0, links)
+        try:
+            assert isinstance(link.call(lambda _: FindCoordinatorRequest("billing")), FindCoordinatorAnswer)
+            fetcher.seek(0, 0)
+            fetcher.fetching.add(0)
+            fetcher.fetch(0.05)
+            assert node.requests, "VP 0 was fetched"
+            # The metadata read's connection answered FIND_COORDINATOR too; the coordinator's served the fetch.
+            assert server.counters["connections"] == 2
+            fetcher.close()
+            link.close()
+            assert server.counters["connections_open"] == 2, "the consumer owning the links closes them"
+        finally:
+            client_loop().run(links.close_after_cancelled())
+        # The port counts a connection closed once its reader sees the end: wait for it, bounded.
+        wait_until(lambda: server.counters["connections_open"] == 0)

@@ -68,26 +68,34 @@ class FailingOver:
 
 
 @contextlib.contextmanager
-def fetcher_against(node, config: ConsumerConfig) -> Iterator[VpFetcher]:
-    """A ``VpFetcher`` of user alice whose only node is ``node`` (its handlers on a real client
-    port, its ``address`` set); ``node.release()``, if it has one, ends its waits at the end."""
+def stand_in_port(node) -> Iterator[tuple[ClientPortServer, ClusterAccess, LoopThread]]:
+    """``node``'s handlers on a real client port (its ``address`` set), the access of user alice to
+    it, and the port's loop; ``node.released``, if it has one, ends its waits at the end."""
     loop = LoopThread("test-port")
     server = ClientPortServer(node.handlers(), "stand-in read node r1", "r1",
                               lambda mechanism: ScramServerExchange(lambda user: CREDENTIAL if user == "alice" else None))
     host, port = loop.run(server.start("127.0.0.1", 0))
     node.address = f"{host}:{port}"
-    access = ClusterAccess((HostPort(host, port),), Credential("alice", "password-1"))
-    metadata = TopicMetadata(TOPIC, TopicConfig(partitions=1, read_mode="mafka4"), ())
-    fetcher = VpFetcher(access, metadata, config, "reader-1")
     try:
-        yield fetcher
+        yield server, ClusterAccess((HostPort(host, port),), Credential("alice", "password-1")), loop
     finally:
-        fetcher.close()
-        loop.run(asyncio.sleep(0))
         if hasattr(node, "released"):
             loop.call_soon(node.released.set)
         server.close()
         loop.stop()
+
+
+@contextlib.contextmanager
+def fetcher_against(node, config: ConsumerConfig) -> Iterator[VpFetcher]:
+    """A ``VpFetcher`` of user alice whose only node is ``node`` (``stand_in_port``)."""
+    with stand_in_port(node) as (_, access, loop):
+        fetcher = VpFetcher(access, TopicMetadata(TOPIC, TopicConfig(partitions=1, read_mode="mafka4"), ()),
+                            config, "reader-1")
+        try:
+            yield fetcher
+        finally:
+            fetcher.close()
+            loop.run(asyncio.sleep(0))
 
 
 def test_a_vp_whose_leader_serves_no_port_is_read_once_the_metadata_names_a_live_leader():
