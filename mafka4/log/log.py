@@ -38,6 +38,10 @@ waits for the disk to append. Flushing by message count (``flush_interval_messag
 ``flush_interval_ms=0`` (an fsync in every append), ``flush`` and ``close`` stay on the
 caller's thread.
 
+Descriptors. Segments open their files when first used (``segment.py``); ``release_descriptors``
+closes every one the log holds, without fsyncing or changing anything else, so that an owner of
+many logs (a read node's VPs) holds none for a log that went idle.
+
 Time never comes from a clock: every call that needs it takes ``now_ms``. The log is used
 from one asyncio thread and is not thread-safe.
 """
@@ -282,6 +286,17 @@ class Log:
         self._segments.append(Segment.create(self._directory, base_offset, self._config))
         fsync_directory(self._directory)
         self._maybe_write_checkpoint()
+
+    @property
+    def holds_descriptors(self) -> bool:
+        return any(segment.holds_descriptors for segment in self._segments)
+
+    def release_descriptors(self) -> None:
+        """Close every file descriptor the log holds (see the module docstring); no fsync: what
+        is durable stays so, and a pending background flush opens its files by path."""
+        self._check_open()
+        for segment in self._segments:
+            segment.release()
 
     # --- durability ----------------------------------------------------------------------
 

@@ -27,6 +27,11 @@ never a fsync: whatever a flush vouches for has its entries on disk, and recover
 index of any segment it does not trust (``Segment.open_existing``), as it rebuilds one a crash
 cut short.
 
+Descriptors on demand. An index open for append (``open_for_append``) opens its file only when
+it has entries to write, and ``release`` closes it again while keeping it open for append: a
+read node hosts tens of thousands of idle VP logs, and a descriptor held by each index of each
+of them ran into the process's open-file limit (``benchmarks/vp_memory_micro.py``).
+
 Not thread-safe: a segment and its indexes are used from one thread.
 """
 
@@ -55,8 +60,9 @@ class IndexFile:
         assert len(raw) % self.ENTRY.size == 0
         self.path = path
         self._raw = bytearray(raw)
-        self._fd: int | None = None
-        self._written = len(raw)  # bytes of ``_raw`` the file holds (while open: the rest is to write)
+        self._appendable = False  # open for append: later entries are written behind to the file
+        self._fd: int | None = None  # while appendable, opened when entries are to be written
+        self._written = len(raw)  # bytes of ``_raw`` the file holds (while appendable: the rest is to write)
 
     @classmethod
     def load(cls, path: Path):
@@ -93,11 +99,29 @@ class IndexFile:
     def _append(self, *fields: int) -> None:
         self._raw += self.ENTRY.pack(*fields)
 
+    @property
+    def holds_descriptor(self) -> bool:
+        return self._fd is not None
+
+    def _descriptor(self) -> int:
+        """The file, open for append (opened now if it is not)."""
+        assert self._appendable, f"{self.path} is not open for append"
+        if self._fd is None:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            size = os.fstat(fd).st_size
+            if size != self._written:
+                os.close(fd)
+                raise AssertionError(f"{self.path} holds {size} bytes, memory says {self._written}")
+            if not self._written:
+                created(fd)  # new (or found empty): not its inode's previous file, if it reused one
+            self._fd = fd
+        return self._fd
+
     def _write_behind(self) -> None:
-        """Write the entries the open file lacks, in one write."""
-        if self._fd is not None and self._written < len(self._raw):
+        """Write the entries the file lacks, in one write."""
+        if self._appendable and self._written < len(self._raw):
             pending = self._raw[self._written:]
-            written = os.write(self._fd, pending)
+            written = os.write(self._descriptor(), pending)
             assert written == len(pending), f"short index write to {self.path}"
             self._written = len(self._raw)
 
@@ -105,22 +129,32 @@ class IndexFile:
         """Keep only the first ``count`` entries."""
         assert 0 <= count <= len(self)
         del self._raw[count * self.ENTRY.size:]
-        if self._fd is not None and self._written > len(self._raw):
-            os.ftruncate(self._fd, len(self._raw))
+        if self._appendable and self._written > len(self._raw):
+            os.ftruncate(self._descriptor(), len(self._raw))
         self._written = min(self._written, len(self._raw))
 
     def open_for_append(self) -> None:
-        """Write later entries behind to the file; the file must already equal memory."""
-        assert self._fd is None
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        assert os.fstat(self._fd).st_size == len(self._raw), f"{self.path} differs from memory"
+        """Write later entries behind to the file (created if missing), which must equal memory;
+        the descriptor is opened when there is something to write."""
+        assert not self._appendable
+        try:
+            size = os.stat(self.path).st_size
+        except FileNotFoundError:
+            size = 0  # created by the first write
+        assert size == len(self._raw), f"{self.path} holds {size} bytes, memory {len(self._raw)}"
+        self._appendable = True
         self._written = len(self._raw)
-        if not self._raw:
-            created(self._fd)  # new (or found empty): not its inode's previous file, if it reused one
+
+    def release(self) -> None:
+        """Write the entries behind and close the descriptor; the index stays open for append."""
+        self._write_behind()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def save(self) -> None:
         """Replace the file with the in-memory entries (tmp file + fsync + rename)."""
-        reopen = self._fd is not None
+        reopen = self._appendable
         self.close()
         tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
         fd = create(tmp)
@@ -137,8 +171,8 @@ class IndexFile:
 
     def flush(self) -> None:
         """fsync the file, open for append or not (the index of a segment a roll closed)."""
+        self._write_behind()
         if self._fd is not None:
-            self._write_behind()
             fsync(self._fd)
             return
         fd = os.open(self.path, os.O_RDONLY)
@@ -155,10 +189,9 @@ class IndexFile:
         return FileToSync.of(self.path, self._fd, len(self._raw))
 
     def close(self) -> None:
-        if self._fd is not None:
-            self._write_behind()
-            os.close(self._fd)
-            self._fd = None
+        """Write the entries behind and stop appending."""
+        self.release()
+        self._appendable = False
 
     def delete(self) -> None:
         self.close()

@@ -27,7 +27,12 @@ batches before it, and a read starting at it raises ``CorruptRecord`` naming the
 byte position. As in Kafka, the CRC does not cover the base offset and leader epoch, which
 the leader stamps; a damaged base offset shows only when batches stop being contiguous.
 
-Only the active (last) segment of a log holds open write descriptors. Not thread-safe.
+Descriptors on demand. A segment opens its ``.log`` for reading when it is first read, for
+writing when it is first appended to (only the active, last, segment of a log is), and its
+indexes when they have entries to write; ``release`` closes them all, and the next use opens
+them again. So a log that is idle holds no descriptor once its owner released it: a read node
+hosting 10,000 VPs held 40,000 (four per idle VP), over this machine's open-file limit of 20,000
+(``benchmarks/vp_memory_micro.py``). Not thread-safe.
 """
 
 from __future__ import annotations
@@ -111,9 +116,11 @@ class Segment:
         self.log_path = segment_path(directory, base_offset, LOG_SUFFIX)
         self._config = config
         self._walk_chunk_bytes = min(max(2 * config.index_interval_bytes, 16 * KiB), 1 * MiB)
-        self._read_fd = os.open(self.log_path, os.O_RDONLY)
-        self._write_fd: int | None = None
-        self.size_bytes = os.fstat(self._read_fd).st_size
+        self._read_fd: int | None = None  # opened by the first read (``_reader``)
+        self._write_fd: int | None = None  # opened by the first append while active (``_writer``)
+        self._active = False
+        self._closed = False
+        self.size_bytes = os.stat(self.log_path).st_size
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -126,6 +133,37 @@ class Segment:
         self._bytes_since_index_entry = 0
         self._first_batch_max_timestamp_ms: int | None = None
 
+    # --- descriptors ---------------------------------------------------------------------
+
+    def _reader(self) -> int:
+        """The ``.log`` open for reading (opened now if it is not)."""
+        if self._read_fd is None:
+            assert not self._closed, f"{self.log_path} is closed"
+            self._read_fd = os.open(self.log_path, os.O_RDONLY)
+        return self._read_fd
+
+    def _writer(self) -> int:
+        """The ``.log`` open for appending (opened now if it is not); only the active segment's."""
+        assert self._active, f"{self.log_path} is not the active segment"
+        if self._write_fd is None:
+            self._write_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
+        return self._write_fd
+
+    @property
+    def holds_descriptors(self) -> bool:
+        return (self._read_fd is not None or self._write_fd is not None
+                or self.offset_index.holds_descriptor or self.time_index.holds_descriptor)
+
+    def release(self) -> None:
+        """Close every descriptor (indexes written behind, nothing fsynced); the next use opens
+        them again, and an active segment stays active."""
+        for fd in (self._read_fd, self._write_fd):
+            if fd is not None:
+                os.close(fd)
+        self._read_fd = self._write_fd = None
+        self.offset_index.release()
+        self.time_index.release()
+
     # --- opening -------------------------------------------------------------------------
 
     @classmethod
@@ -134,8 +172,8 @@ class Segment:
         fd = create(segment_path(directory, base_offset, LOG_SUFFIX), os.O_EXCL)
         os.close(fd)
         segment = cls(directory, base_offset, config)
-        segment.offset_index.path.unlink(missing_ok=True)
-        segment.time_index.path.unlink(missing_ok=True)
+        for index in (segment.offset_index, segment.time_index):
+            os.close(create(index.path))  # empty, replacing any orphan left behind
         segment.activate()
         return segment
 
@@ -178,7 +216,7 @@ class Segment:
         expected = self.base_offset + (last.relative_offset if last else 0)
         max_timestamp_ms = self.time_index.last().timestamp_ms if last else None
         bytes_since = 0
-        for position, header in iter_headers(self._read_fd, start, self.size_bytes, self._walk_chunk_bytes):
+        for position, header in iter_headers(self._reader(), start, self.size_bytes, self._walk_chunk_bytes):
             if header.base_offset != expected:
                 return False
             if check_crc and not self._crc_matches_at(position, header):
@@ -199,10 +237,10 @@ class Segment:
 
     def _recover(self) -> None:
         """CRC-scan the whole file, cut it after the last good batch, rebuild the indexes."""
-        assert self._write_fd is None
+        assert not self._active
         self._reset_state()
         valid_end = 0
-        for position, header in scan_valid_batches(self._read_fd, self.size_bytes, SEGMENT_SCAN_CHUNK_BYTES):
+        for position, header in scan_valid_batches(self._reader(), self.size_bytes, SEGMENT_SCAN_CHUNK_BYTES):
             if header.base_offset != self.next_offset or header.base_offset - self.base_offset > U32_MAX:
                 break
             self._index_batch(position, header)
@@ -219,13 +257,13 @@ class Segment:
         self.time_index.save()
 
     def _crc_matches_at(self, position: int, header: BatchHeader) -> bool:
-        return crc_matches(os.pread(self._read_fd, header.size_bytes, position), 0, header)
+        return crc_matches(os.pread(self._reader(), header.size_bytes, position), 0, header)
 
     def _rebuild_indexes(self) -> None:
         """Rebuild both indexes from the (already validated) .log, e.g. after an entry was found wrong."""
-        active = self._write_fd is not None
+        active = self._active
         # Read every header first: a damaged one raises before anything is reset.
-        batches = list(iter_headers(self._read_fd, 0, self.size_bytes, SEGMENT_SCAN_CHUNK_BYTES))
+        batches = list(iter_headers(self._reader(), 0, self.size_bytes, SEGMENT_SCAN_CHUNK_BYTES))
         self.offset_index.close()
         self.time_index.close()
         self._reset_state()
@@ -238,9 +276,9 @@ class Segment:
             self.time_index.open_for_append()
 
     def activate(self) -> None:
-        """Open the write descriptors: this segment becomes the one appended to."""
-        assert self._write_fd is None
-        self._write_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
+        """This segment becomes the one appended to (its descriptors open on first use)."""
+        assert not self._active
+        self._active = True
         self.offset_index.open_for_append()
         self.time_index.open_for_append()
 
@@ -249,6 +287,7 @@ class Segment:
         if self._write_fd is not None:
             os.close(self._write_fd)
             self._write_fd = None
+        self._active = False
         self.offset_index.close()
         self.time_index.close()
 
@@ -269,13 +308,13 @@ class Segment:
     def append(self, data: bytes | memoryview, batches: list[tuple[int, BatchHeader]]) -> None:
         """Append validated, contiguous batches with one write; ``batches`` holds their
         ``(position within data, header)``."""
-        assert self._write_fd is not None, f"{self.log_path} is not the active segment"
         assert batches and batches[0][1].base_offset == self.next_offset
         position = self.size_bytes
-        written = os.write(self._write_fd, data)
+        fd = self._writer()
+        written = os.write(fd, data)
         if written != len(data):
             # Never leave a torn batch behind a short write (e.g. a full disk).
-            os.ftruncate(self._write_fd, position)
+            os.ftruncate(fd, position)
             raise OSError(errno.ENOSPC, f"short write to {self.log_path}: {written} of {len(data)} bytes")
         for relative_position, header in batches:
             self._index_batch(position + relative_position, header)
@@ -287,7 +326,7 @@ class Segment:
         if self.size_bytes == 0:
             return None
         if self._first_batch_max_timestamp_ms is None:
-            header = read_header(os.pread(self._read_fd, HEADER_BYTES, 0))
+            header = read_header(os.pread(self._reader(), HEADER_BYTES, 0))
             self._first_batch_max_timestamp_ms = header.max_timestamp_ms
         return self._first_batch_max_timestamp_ms
 
@@ -297,7 +336,7 @@ class Segment:
         if entry.position == 0:
             return True
         try:
-            header = read_header(os.pread(self._read_fd, HEADER_BYTES, entry.position))
+            header = read_header(os.pread(self._reader(), HEADER_BYTES, entry.position))
         except CorruptRecord:
             return False
         return header.base_offset == self.base_offset + entry.relative_offset
@@ -306,7 +345,7 @@ class Segment:
         """Where the walk of the batch headers from byte 0 first fails (a damaged header)."""
         walked = 0
         try:
-            for position, header in iter_headers(self._read_fd, 0, self.size_bytes, SEGMENT_SCAN_CHUNK_BYTES):
+            for position, header in iter_headers(self._reader(), 0, self.size_bytes, SEGMENT_SCAN_CHUNK_BYTES):
                 walked = position + header.size_bytes
         except CorruptRecord:
             return walked
@@ -324,7 +363,7 @@ class Segment:
             entry = self.offset_index.lookup(offset - self.base_offset)
         walked = entry.position  # where the next header starts
         try:
-            for position, header in iter_headers(self._read_fd, entry.position, self.size_bytes, self._walk_chunk_bytes):
+            for position, header in iter_headers(self._reader(), entry.position, self.size_bytes, self._walk_chunk_bytes):
                 if header.next_offset > offset:
                     return position, header
                 walked = position + header.size_bytes
@@ -347,7 +386,7 @@ class Segment:
         Returns the bytes and whether they reach the end of the segment. A damaged batch ends
         the read before it; if it is the first one, ``CorruptRecord`` (see the module docstring).
         """
-        buffer = os.pread(self._read_fd, min(self.size_bytes - position, max(bytes_max, HEADER_BYTES)), position)
+        buffer = os.pread(self._reader(), min(self.size_bytes - position, max(bytes_max, HEADER_BYTES)), position)
         taken = 0
         expected_offset = self.base_offset if position == 0 else None
         while taken + HEADER_BYTES <= len(buffer):
@@ -360,7 +399,7 @@ class Segment:
             if problem is None and taken + size > len(buffer):
                 if taken:
                     break  # the next batch does not fit in bytes_max
-                buffer = os.pread(self._read_fd, size, position)  # a first batch larger than bytes_max
+                buffer = os.pread(self._reader(), size, position)  # a first batch larger than bytes_max
             # Checked before anything is decided from the header: a damaged count must not
             # pass for a batch beyond end_offset, which would end the read silently.
             if problem is None and not crc_matches(buffer, taken, header):
@@ -401,7 +440,7 @@ class Segment:
             if self._entry_is_valid(entry):
                 break
             self._rebuild_indexes()
-        for _, header in iter_headers(self._read_fd, entry.position, self.size_bytes, self._walk_chunk_bytes):
+        for _, header in iter_headers(self._reader(), entry.position, self.size_bytes, self._walk_chunk_bytes):
             if header.max_timestamp_ms >= timestamp_ms:
                 return header.base_offset
         raise AssertionError(f"max timestamp of {self.log_path} is {self.max_timestamp_ms} but no batch has it")
@@ -411,14 +450,14 @@ class Segment:
         if from_offset >= self.next_offset:
             return
         position = self.locate(from_offset)[0] if from_offset > self.base_offset else 0
-        for _, header in iter_headers(self._read_fd, position, self.size_bytes, SEGMENT_SCAN_CHUNK_BYTES):
+        for _, header in iter_headers(self._reader(), position, self.size_bytes, SEGMENT_SCAN_CHUNK_BYTES):
             yield header
 
     # --- truncation, durability, removal -------------------------------------------------
 
     def truncate_to(self, offset: int) -> None:
         """Drop the batches at ``offset`` and after (a batch boundary); fsynced."""
-        assert self._write_fd is not None, f"{self.log_path} must be active to be truncated"
+        assert self._active, f"{self.log_path} must be active to be truncated"
         assert self.base_offset <= offset <= self.next_offset
         if offset < self.next_offset:
             position, header = self.locate(offset)
@@ -426,7 +465,7 @@ class Segment:
             kept_entries = self.offset_index.count_below(offset - self.base_offset)
             self.offset_index.truncate(kept_entries)
             self.time_index.truncate(kept_entries)
-            os.ftruncate(self._write_fd, position)
+            os.ftruncate(self._writer(), position)
             self.size_bytes = position
             restored = self._restore_tail()
             assert restored, f"indexes of {self.log_path} inconsistent after truncation"
@@ -436,21 +475,25 @@ class Segment:
         """fsync the .log and both indexes, of the active segment or of one a roll closed."""
         # Linux fsyncs a file whatever the descriptor's access mode, so a closed segment's read
         # descriptor serves.
-        fsync(self._write_fd if self._write_fd is not None else self._read_fd)
+        fsync(self._write_fd if self._write_fd is not None else self._reader())
         self.offset_index.flush()
         self.time_index.flush()
 
     def files_to_sync(self) -> tuple[FileToSync, ...]:
         """What ``flush`` fsyncs, as it stands, for a flush on another thread (``log.pending_flush``)."""
-        return (FileToSync.of(self.log_path, self._read_fd, self.size_bytes),
+        fd = self._write_fd if self._write_fd is not None else self._read_fd
+        log_file = (FileToSync.at(self.log_path, self.size_bytes) if fd is None
+                    else FileToSync.of(self.log_path, fd, self.size_bytes))
+        return (log_file,
                 self.offset_index.file_to_sync(), self.time_index.file_to_sync())
 
     def close(self) -> None:
         """Close every descriptor (without fsync: ``Log`` decides durability)."""
         self.deactivate()
-        if self._read_fd >= 0:
+        if self._read_fd is not None:
             os.close(self._read_fd)
-            self._read_fd = -1
+            self._read_fd = None
+        self._closed = True
 
     def delete(self) -> None:
         """Close and remove the files; the .log goes first so a crash leaves only orphan indexes."""

@@ -42,6 +42,16 @@ a row (the simulator, tests). A read node runs them only for the VPs that change
 until ``housekeeping_pending`` is False, and retention only for those that changed or whose
 ``retention_due_ms`` came (``virtual.housekeeping``): an idle VP is not visited.
 
+File descriptors. The log opens its files when it is first appended to or read
+(``log.segment``), and a housekeeping pass that finds the VP with nothing to do (nothing
+appended since the pass before, everything flushed, the HW checkpointed) closes them
+(``Log.release_descriptors``): ``housekeeping_pending`` stays True while the log holds one, so
+a VP that went idle gets that one more visit, and a read that opened the log's files counts as
+a change. So an idle VP holds no descriptor, where it held four, and a read node's descriptors
+follow its busy VPs, not all of them (the open-file limit here is 20,000). Closing a descriptor
+changes nothing on disk: an fsync reaches the file through any descriptor, and a background
+flush opens the files it syncs by path.
+
 The directory holds what a physical replica's does (``log.replica_storage``): the log, the
 leader-epoch and the high-watermark checkpoints, both rewritten atomically; the HW checkpoint
 is written by housekeeping (every ``housekeeping_interval_ms`` on a read node) if the HW
@@ -271,7 +281,16 @@ class HostedVp:
     def read_for_follower(self, offset: int | None, bytes_max: int) -> bytes:
         if offset is None or offset >= self._log.log_end_offset:
             return b""
-        return self._log.read(offset, bytes_max)
+        held = self._log.holds_descriptors
+        data = self._log.read(offset, bytes_max)
+        self._after_read(held)
+        return data
+
+    def _after_read(self, held: bool) -> None:
+        """A read that opened the log's files (``held``: it held some before) is a change for
+        housekeeping, whose visit closes them once the VP is idle (the module docstring)."""
+        if not held and self._on_change is not None and self._log.holds_descriptors:
+            self._on_change(self)
 
     def tick(self, now_ms: int) -> None:
         self._execute(self.core.tick(now_ms))
@@ -307,7 +326,11 @@ class HostedVp:
         if diverging is not None:
             return VpRead(b"", high_watermark, self._log.log_start_offset, self._log.log_end_offset, diverging)
         readable = offset < high_watermark and bytes_max > 0
-        data = self._log.read(offset, bytes_max, end_offset=high_watermark) if readable else b""
+        data = b""
+        if readable:
+            held = self._log.holds_descriptors
+            data = self._log.read(offset, bytes_max, end_offset=high_watermark)
+            self._after_read(held)
         return VpRead(data, high_watermark, self._log.log_start_offset, self._log.log_end_offset)
 
     def readable(self, offset: int, now_ms: int, last_epoch: int = NO_EPOCH) -> bool:
@@ -321,7 +344,10 @@ class HostedVp:
         return self._log.log_start_offset, self.core.high_watermark
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
-        return self._log.offset_for_timestamp(timestamp_ms, end_offset=self.core.high_watermark)
+        held = self._log.holds_descriptors
+        offset = self._log.offset_for_timestamp(timestamp_ms, end_offset=self.core.high_watermark)
+        self._after_read(held)
+        return offset
 
     def flush_now(self) -> None:
         """fsync the log to its end on this thread (a closed VP before it is sealed: a sealed VP is
@@ -351,6 +377,8 @@ class HostedVp:
         self._take_in(chores)
         if retention_due:
             self.apply_retention(now_ms)
+        if chores.flush is None and chores.staged is None and not self._durability_pending:
+            self._log.release_descriptors()  # a pass with nothing to do: the VP is idle
 
     def start_owed_flush(self, now_ms: int) -> VpChores | None:
         """The fsync this replica owes (``owe_flush``), to ``run`` on a worker thread and hand to
@@ -384,7 +412,13 @@ class HostedVp:
     @property
     def housekeeping_pending(self) -> bool:
         """Whether housekeeping still has work here with nothing new happening: data waiting for the
-        flush by time, or a HW not checkpointed yet. A read node visits the VP until it is False."""
+        flush by time, a HW not checkpointed yet, or descriptors to close once idle (the module
+        docstring). A read node visits the VP until it is False."""
+        return self._durability_pending or self._log.holds_descriptors
+
+    @property
+    def _durability_pending(self) -> bool:
+        """Data waiting for the flush by time, or a HW not checkpointed yet."""
         return self._log.flush_by_time_pending or not self._storage.high_watermark_saved(self.core.high_watermark)
 
     def retention_due_ms(self) -> int | None:

@@ -11,7 +11,8 @@ visiting it. The passes (their timing is the read node's):
   policy and checkpoint their HW, their fsyncs on one worker thread (``HostedVp``'s three
   steps). A VP stays in the pass while it has a flush or a checkpoint pending
   (``HostedVp.housekeeping_pending``), so every flush by time and every HW move still reaches
-  the disk; then it drops out until it changes again.
+  the disk, and one pass more, which finds it idle and closes its log's files (a read that
+  opened them is a change too); then it drops out until it changes again, holding no descriptor.
 * **retention** (with the housekeeping pass, every ``retention_check_interval_ms``): the VPs
   changed since the last check (an append may pass ``retention_bytes`` or roll a segment, a HW
   move may free a segment the fed floor held) and those whose oldest segment's

@@ -9,6 +9,7 @@ checkpoints the HW. No Ray, no etcd: the node's ``notify`` is a recorder.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -301,4 +302,30 @@ def test_a_read_after_an_epoch_the_log_does_not_hold_there_answers_diverging_and
     assert not vp.readable(6, now_ms=0, last_epoch=2), "a reader of the log as it is waits for more"
     fine = vp.read(5, READ_ALL_BYTES, now_ms=0, last_epoch=2)
     assert fine.diverging is None and [r.offset for r in decode_batches(fine.data) if r.offset >= 5] == [5]
+    vp.close()
+
+
+def test_an_idle_vp_holds_no_descriptor_after_the_pass_that_finds_nothing_to_do(tmp_path):
+    """Four descriptors per idle VP ran a read node into the open-file limit at 5,000 VPs."""
+    def open_under(directory: Path) -> int:
+        return sum(1 for fd in os.listdir("/proc/self/fd")
+                   if os.path.realpath(f"/proc/self/fd/{fd}").startswith(str(directory) + os.sep))
+
+    changed: list[HostedVp] = []
+    vp = HostedVp(VP, "r0", tmp_path / "r0", replace(LOG_CONFIG, flush_interval_ms=100), RISR_CONFIG, 0,
+                  Node().notify, on_change=changed.append)
+    vp.become_leader(0, ("r0",), ("r0",), now_ms=0)
+    assert open_under(vp.directory) == 0, "a VP opens its files when it is first fed or read"
+    feed(vp, 0, range(3), now_ms=10)
+    assert open_under(vp.directory) > 0
+    vp.housekeep(now_ms=200, retention_due=False)  # flushes and checkpoints: busy, keeps its files open
+    assert vp.housekeeping_pending and open_under(vp.directory) > 0, "one more visit, to find it idle"
+    vp.housekeep(now_ms=300, retention_due=False)
+    assert not vp.housekeeping_pending and open_under(vp.directory) == 0
+    changed.clear()
+    assert sources(readable(vp, now_ms=400)) == [(0, 0), (0, 1), (0, 2)]
+    assert changed == [vp], "a read that opened the files is a change: housekeeping closes them again"
+    vp.housekeep(now_ms=500, retention_due=False)
+    assert open_under(vp.directory) == 0
+    assert sources(readable(vp, now_ms=600)) == [(0, 0), (0, 1), (0, 2)]
     vp.close()

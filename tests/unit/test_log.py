@@ -743,3 +743,48 @@ def test_index_entries_are_written_behind_in_one_write_and_are_on_disk_for_every
     assert len(reopened._segments[-1].offset_index) == entries
     assert [h.base_offset for h in reopened.batch_headers()] == list(range(40))
     reopened.close()
+
+
+# --- descriptors ------------------------------------------------------------------------------
+
+
+def open_descriptors(directory: Path) -> list[str]:
+    """Names of the files under ``directory`` this process holds open."""
+    names = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except FileNotFoundError:
+            continue
+        if target.startswith(str(directory) + os.sep):
+            names.append(os.path.basename(target))
+    return sorted(names)
+
+
+def test_a_log_opens_its_files_when_used_and_release_closes_them_all(tmp_path):
+    log = Log.open(tmp_path, config(), now_ms=0)
+    assert open_descriptors(tmp_path) == [] and not log.holds_descriptors, "a new log holds nothing open"
+    appended = fill(log, 40)  # several segments; index entries on the way
+    assert log.segment_count > 1 and log.holds_descriptors
+    log.release_descriptors()
+    assert open_descriptors(tmp_path) == [] and not log.holds_descriptors
+    assert log.read(0, 1 << 20) == b"".join(appended), "a released log reads as before"
+    log.release_descriptors()
+    more = fill(log, 3, timestamp_ms=2_000)  # appends reopen the active segment and its indexes
+    log.flush()
+    log.release_descriptors()
+    log.close()
+    reopened = Log.open(tmp_path, config(), now_ms=0)
+    assert reopened.read(0, 1 << 20) == b"".join(appended + more)
+    assert reopened.flushes_total == 0, "closed cleanly: indexes written behind by release are trusted"
+    reopened.close()
+
+
+def test_a_background_flush_after_release_syncs_the_files_by_path(tmp_path):
+    log = Log.open(tmp_path, config(flush_interval_ms=100), now_ms=0, flushes_in_background=True)
+    fill(log, 3, now_ms=0)
+    pending = log.start_flush(now_ms=1_000)
+    log.release_descriptors()  # as a read node closes an idle VP's files while its worker thread fsyncs
+    pending.run()
+    assert log.finish_flush(pending) and log.flushed_offset == log.log_end_offset == 3
+    log.close()

@@ -132,7 +132,8 @@ def test_idle_vps_are_not_visited_once_their_flush_and_checkpoint_are_done(tmp_p
     feed(vps[7], range(3, 5), now_ms=10**9)
     assert node.housekeep(now_ms=10**9 + 200) == 1, "only the VP fed is visited"
     assert (vps[7].core.flushed_offset, checkpointed(vps[7])) == (5, 5)
-    assert node.housekeep(now_ms=10**9 + 400) == 0
+    assert node.housekeep(now_ms=10**9 + 400) == 1, "once more, to find it idle and close its files"
+    assert node.housekeep(now_ms=10**9 + 600) == 0
     node.close()
 
 
@@ -153,7 +154,8 @@ def test_a_high_watermark_that_moves_while_its_vp_is_idle_is_still_checkpointed(
     assert leaders.housekeep(800) == 1 and checkpointed(leader) == 4
     assert followers.housekeep(800) == 1, "the follower's log grew"
     assert (follower.core.flushed_offset, checkpointed(follower)) == (4, 4)
-    assert leaders.housekeep(1_000) == 0 and followers.housekeep(1_000) == 0
+    assert leaders.housekeep(1_000) == 1 and followers.housekeep(1_000) == 1, "found idle: files closed"
+    assert leaders.housekeep(1_200) == 0 and followers.housekeep(1_200) == 0
     leaders.close()
     followers.close()
 
