@@ -72,6 +72,12 @@ _SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)$")
 _OWN_TMP_FILE = re.compile(r"^(\d{20}\.(log|index|timeindex)|recovery-point(\.flush)?)\.tmp$")
 
 
+def _as_path(directory: str | os.PathLike) -> Path:
+    """``directory`` as a ``Path``, the one given if it is one: each costs about 300 bytes, and a
+    read node holds a log per VP."""
+    return directory if isinstance(directory, Path) else Path(directory)
+
+
 def clean_directory(directory: Path) -> list[int]:
     """Remove our stray tmp files and orphan indexes; return the sorted base offsets of .log files."""
     names = os.listdir(directory)
@@ -120,7 +126,7 @@ class Log:
         """Open (creating if missing) and recover the log in ``directory``; appends ask ``budget``
         (the node's ``log_dir_bytes_max``) first. With ``flushes_in_background`` the caller flushes
         by time through ``start_flush`` and ``finish_flush`` (see the module docstring)."""
-        path = Path(directory)
+        path = _as_path(directory)
         path.mkdir(parents=True, exist_ok=True)
         log = cls(path, config, now_ms, budget, flushes_in_background)
         log._load_segments(clean_directory(path), read_recovery_point(path))
@@ -153,6 +159,10 @@ class Log:
         fsync_directory(self._directory)
 
     # --- state ---------------------------------------------------------------------------
+
+    @property
+    def directory(self) -> Path:
+        return self._directory
 
     @property
     def log_start_offset(self) -> int:

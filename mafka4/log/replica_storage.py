@@ -58,10 +58,13 @@ class ReplicaStorage:
                  budget: LogDirBudget | None = None, flushes_in_background: bool = False):
         """Open (creating if missing) and recover the log in ``directory``, its appends bounded by
         ``budget``; ``flushes_in_background``: see ``Log.open``."""
-        self.directory = Path(directory)
-        self.log = Log.open(self.directory, log_config, now_ms, budget, flushes_in_background)
+        self.log = Log.open(directory, log_config, now_ms, budget, flushes_in_background)
         # None until this instance wrote one: the first save always writes, whatever the file holds.
         self._saved_high_watermark: int | None = None
+
+    @property
+    def directory(self) -> Path:
+        return self.log.directory
 
     # --- recovery -------------------------------------------------------------------------
 

@@ -74,6 +74,7 @@ partitions'.
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -118,6 +119,13 @@ class VpRead(NamedTuple):
     log_start_offset: int
     log_end_offset: int
     diverging: tuple[int, int] | None = None
+
+
+@functools.lru_cache(maxsize=64)  # a read node's topics have a few configs between them
+def _shared(config: LogConfig | RisrConfig) -> LogConfig | RisrConfig:
+    """The first of the equal (frozen) configs it was given: a copy per VP cost about 200 bytes
+    of each of 100,000 VPs (``benchmarks/vp_memory_micro.py``)."""
+    return config
 
 
 def vp_directory(data_root: str | Path, node_id: str, vp_id: VpId) -> Path:
@@ -171,10 +179,10 @@ class HostedVp:
         # without a time bound): records not on every RISR member yet are not the leader's to drop,
         # and the core's invariant log start <= HW must hold on leaders and followers alike.
         # ``budget``: the node's log_dir_bytes_max, shared by all its VPs (an append past it raises ENOSPC).
-        self._storage = ReplicaStorage(directory, replace(log_config, unfed_hold_ms_max=None), now_ms, budget,
-                                       flushes_in_background=True)
+        self._storage = ReplicaStorage(directory, _shared(replace(log_config, unfed_hold_ms_max=None)), now_ms,
+                                       budget, flushes_in_background=True)
         self._log = self._storage.log
-        self.core = VpReplicaCore(str(vp_id), node_id, risr_config, self._storage.recovered_epochs(),
+        self.core = VpReplicaCore(str(vp_id), node_id, _shared(risr_config), self._storage.recovered_epochs(),
                                   self._log.log_start_offset, self._log.log_end_offset,
                                   self._storage.recovered_high_watermark(), flushed_offset=self._log.flushed_offset)
         self.closed = False
