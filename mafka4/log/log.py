@@ -103,6 +103,10 @@ class RetentionResult:
 class Log:
     """Ordered segments of one replica directory; see the module docstring."""
 
+    __slots__ = ("_directory", "_config", "_budget", "_flushes_in_background", "_truncations", "_segments",
+                 "_checkpoint", "_recovery_point", "_unflushed_messages", "_last_flush_ms", "_now_ms", "_closed",
+                 "flushes_total")  # no per-instance dict: a read node holds one per VP, 100,000 of them
+
     def __init__(self, directory: Path, config: LogConfig, now_ms: int, budget: LogDirBudget | None = None,
                  flushes_in_background: bool = False):
         """Use ``Log.open``."""

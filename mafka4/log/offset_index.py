@@ -55,6 +55,7 @@ class IndexFile:
     """Fixed-width entries in memory, written behind to an append-only file when open (see the module doc)."""
 
     ENTRY: ClassVar[struct.Struct]
+    __slots__ = ("path", "_raw", "_appendable", "_fd", "_written")  # no per-instance dict: a read node holds one per VP, 100,000 of them
 
     def __init__(self, path: Path, raw: bytes = b""):
         assert len(raw) % self.ENTRY.size == 0
@@ -208,6 +209,7 @@ class OffsetIndex(IndexFile):
     """Sparse map from relative batch base offset to byte position in the segment."""
 
     ENTRY = struct.Struct(">II")
+    __slots__ = ()
 
     def append(self, relative_offset: int, position: int) -> None:
         assert 0 < relative_offset <= U32_MAX and 0 < position <= U32_MAX

@@ -54,6 +54,8 @@ class StagedHighWatermark(NamedTuple):
 class ReplicaStorage:
     """One replica's directory: its ``Log`` and the checkpoints beside it; see the module docstring."""
 
+    __slots__ = ("log", "_saved_high_watermark")  # no per-instance dict: a read node holds one per VP, 100,000 of them
+
     def __init__(self, directory: str | os.PathLike, log_config: LogConfig, now_ms: int,
                  budget: LogDirBudget | None = None, flushes_in_background: bool = False):
         """Open (creating if missing) and recover the log in ``directory``, its appends bounded by

@@ -111,6 +111,10 @@ def scan_valid_batches(fd: int, end: int, chunk_bytes: int) -> Iterator[tuple[in
 class Segment:
     """A ``.log`` file and its indexes; see the module docstring for the format."""
 
+    __slots__ = ("base_offset", "log_path", "_config", "_walk_chunk_bytes", "_read_fd", "_write_fd", "_active",
+                 "_closed", "size_bytes", "offset_index", "time_index", "next_offset", "max_timestamp_ms",
+                 "_bytes_since_index_entry", "_first_batch_max_timestamp_ms")  # no per-instance dict: a read node holds one per VP, 100,000 of them
+
     def __init__(self, directory: Path, base_offset: int, config: LogConfig):
         self.base_offset = base_offset
         self.log_path = segment_path(directory, base_offset, LOG_SUFFIX)

@@ -32,6 +32,7 @@ class TimeIndex(IndexFile):
     """Running maximum timestamp at each offset-index entry."""
 
     ENTRY = struct.Struct(">qI")
+    __slots__ = ()
 
     def append(self, timestamp_ms: int, relative_offset: int) -> None:
         assert 0 < relative_offset <= U32_MAX

@@ -161,6 +161,9 @@ def run_chores(chores: Sequence[VpChores]) -> None:
 class HostedVp:
     """One VP replica of a read node; see the module docstring."""
 
+    __slots__ = ("vp_id", "fault", "_notify", "_on_change", "_owe_flush", "_storage", "_log", "core", "closed",
+                 "trace", "_traced_high_watermark")  # no per-instance dict: a read node holds 100,000
+
     def __init__(self, vp_id: VpId, node_id: str, directory: Path, log_config: LogConfig, risr_config: RisrConfig,
                  now_ms: int, notify: Callable[["HostedVp", Ready], None], budget: LogDirBudget | None = None,
                  on_change: Callable[["HostedVp"], None] | None = None,
