@@ -55,11 +55,13 @@ class IndexFile:
     """Fixed-width entries in memory, written behind to an append-only file when open (see the module doc)."""
 
     ENTRY: ClassVar[struct.Struct]
-    __slots__ = ("path", "_raw", "_appendable", "_fd", "_written")  # no per-instance dict: a read node holds one per VP, 100,000 of them
+    # No per-instance dict, and the path as a str (a Path and its cached str cost three times
+    # as much): a read node holds two indexes per VP, of 100,000 VPs.
+    __slots__ = ("_location", "_raw", "_appendable", "_fd", "_written")
 
-    def __init__(self, path: Path, raw: bytes = b""):
+    def __init__(self, path: str | os.PathLike, raw: bytes = b""):
         assert len(raw) % self.ENTRY.size == 0
-        self.path = path
+        self._location = os.fspath(path)
         self._raw = bytearray(raw)
         self._appendable = False  # open for append: later entries are written behind to the file
         self._fd: int | None = None  # while appendable, opened when entries are to be written
@@ -75,6 +77,10 @@ class IndexFile:
         if len(raw) % cls.ENTRY.size:
             return None
         return cls(path, raw)
+
+    @property
+    def path(self) -> Path:
+        return Path(self._location)
 
     def __len__(self) -> int:
         return len(self._raw) // self.ENTRY.size
@@ -108,7 +114,7 @@ class IndexFile:
         """The file, open for append (opened now if it is not)."""
         assert self._appendable, f"{self.path} is not open for append"
         if self._fd is None:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            fd = os.open(self._location, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             size = os.fstat(fd).st_size
             if size != self._written:
                 os.close(fd)
@@ -139,7 +145,7 @@ class IndexFile:
         the descriptor is opened when there is something to write."""
         assert not self._appendable
         try:
-            size = os.stat(self.path).st_size
+            size = os.stat(self._location).st_size
         except FileNotFoundError:
             size = 0  # created by the first write
         assert size == len(self._raw), f"{self.path} holds {size} bytes, memory {len(self._raw)}"
@@ -157,7 +163,7 @@ class IndexFile:
         """Replace the file with the in-memory entries (tmp file + fsync + rename)."""
         reopen = self._appendable
         self.close()
-        tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
+        tmp = self._location + TMP_SUFFIX
         fd = create(tmp)
         try:
             written = os.write(fd, self._raw)
@@ -165,7 +171,7 @@ class IndexFile:
             fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, self.path)
+        os.replace(tmp, self._location)
         self._written = len(self._raw)
         if reopen:
             self.open_for_append()
@@ -176,7 +182,7 @@ class IndexFile:
         if self._fd is not None:
             fsync(self._fd)
             return
-        fd = os.open(self.path, os.O_RDONLY)
+        fd = os.open(self._location, os.O_RDONLY)
         try:
             fsync(fd)  # Linux fsyncs a file whatever the descriptor's access mode
         finally:
@@ -196,7 +202,10 @@ class IndexFile:
 
     def delete(self) -> None:
         self.close()
-        self.path.unlink(missing_ok=True)
+        try:
+            os.unlink(self._location)
+        except FileNotFoundError:
+            pass
 
 
 @dataclass(frozen=True, slots=True)

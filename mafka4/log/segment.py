@@ -111,20 +111,20 @@ def scan_valid_batches(fd: int, end: int, chunk_bytes: int) -> Iterator[tuple[in
 class Segment:
     """A ``.log`` file and its indexes; see the module docstring for the format."""
 
-    __slots__ = ("base_offset", "log_path", "_config", "_walk_chunk_bytes", "_read_fd", "_write_fd", "_active",
+    __slots__ = ("base_offset", "_log_location", "_config", "_walk_chunk_bytes", "_read_fd", "_write_fd", "_active",
                  "_closed", "size_bytes", "offset_index", "time_index", "next_offset", "max_timestamp_ms",
-                 "_bytes_since_index_entry", "_first_batch_max_timestamp_ms")  # no per-instance dict: a read node holds one per VP, 100,000 of them
+                 "_bytes_since_index_entry", "_first_batch_max_timestamp_ms")  # no dict, paths as str: see IndexFile
 
     def __init__(self, directory: Path, base_offset: int, config: LogConfig):
         self.base_offset = base_offset
-        self.log_path = segment_path(directory, base_offset, LOG_SUFFIX)
+        self._log_location = os.fspath(segment_path(directory, base_offset, LOG_SUFFIX))  # a str: see IndexFile
         self._config = config
         self._walk_chunk_bytes = min(max(2 * config.index_interval_bytes, 16 * KiB), 1 * MiB)
         self._read_fd: int | None = None  # opened by the first read (``_reader``)
         self._write_fd: int | None = None  # opened by the first append while active (``_writer``)
         self._active = False
         self._closed = False
-        self.size_bytes = os.stat(self.log_path).st_size
+        self.size_bytes = os.stat(self._log_location).st_size
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -137,20 +137,24 @@ class Segment:
         self._bytes_since_index_entry = 0
         self._first_batch_max_timestamp_ms: int | None = None
 
+    @property
+    def log_path(self) -> Path:
+        return Path(self._log_location)
+
     # --- descriptors ---------------------------------------------------------------------
 
     def _reader(self) -> int:
         """The ``.log`` open for reading (opened now if it is not)."""
         if self._read_fd is None:
             assert not self._closed, f"{self.log_path} is closed"
-            self._read_fd = os.open(self.log_path, os.O_RDONLY)
+            self._read_fd = os.open(self._log_location, os.O_RDONLY)
         return self._read_fd
 
     def _writer(self) -> int:
         """The ``.log`` open for appending (opened now if it is not); only the active segment's."""
         assert self._active, f"{self.log_path} is not the active segment"
         if self._write_fd is None:
-            self._write_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
+            self._write_fd = os.open(self._log_location, os.O_WRONLY | os.O_APPEND)
         return self._write_fd
 
     @property
@@ -249,7 +253,7 @@ class Segment:
                 break
             self._index_batch(position, header)
             valid_end = position + header.size_bytes
-        fd = os.open(self.log_path, os.O_WRONLY)
+        fd = os.open(self._log_location, os.O_WRONLY)
         try:
             if valid_end < self.size_bytes:
                 os.ftruncate(fd, valid_end)
@@ -502,7 +506,10 @@ class Segment:
     def delete(self) -> None:
         """Close and remove the files; the .log goes first so a crash leaves only orphan indexes."""
         self.close()
-        self.log_path.unlink(missing_ok=True)
+        try:
+            os.unlink(self._log_location)
+        except FileNotFoundError:
+            pass
         self.offset_index.delete()
         self.time_index.delete()
 
