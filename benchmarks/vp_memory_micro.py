@@ -22,6 +22,9 @@ Reported, per VP (JSON):
 * ``tracemalloc``: Python heap bytes per VP, the top allocation sites (file:line) and files,
   measured on a second, traced build of ``--traced-vps`` VPs (tracemalloc slows a build and
   costs memory of its own, so it never runs during the RSS and time build);
+
+Each build runs in a fresh process of its own (``--part``), so that no build reuses the memory of
+one before it.
 * ``objects``: gc-tracked objects per VP by type, counted over the RSS build;
 * ``fds``: open descriptors per VP (``/proc/self/fd``), by the kind of file they name;
 * ``files``: files on disk per VP by kind, their bytes and allocated blocks;
@@ -70,7 +73,6 @@ from mafka4.virtual.replica_core import Ready
 
 NODE = "r0"
 TOPIC = "density"
-TRACED_TOPIC = "density-traced"
 NOW_MS = 1_800_000_000_000
 TOP_SITES = 15
 TRACED_FRAMES = 12  # enough to reach the mafka4 line behind a library allocation
@@ -186,7 +188,7 @@ def per_vp(counter: collections.Counter | dict, vps: int, top: int | None = None
     return {key: round(value, 3) for key, value in rows[:top]}
 
 
-def build(vps: int, traced_vps: int) -> dict:
+def build(vps: int) -> dict:
     config = TopicConfig(read_mode="mafka4", read_replicas=1)
     with tempfile.TemporaryDirectory(prefix="vp-memory-") as root:
         node = StandInNode(Path(root))
@@ -217,7 +219,6 @@ def build(vps: int, traced_vps: int) -> dict:
         objects_after = objects_by_type()
         fd_kinds = open_fds_by_kind(node_dir)
         files = files_by_kind(node_dir)
-        traced = traced_build(node, config, traced_vps)
         node.close()
     total_files = sum(kind["files"] for kind in files.values())
     return {
@@ -228,7 +229,6 @@ def build(vps: int, traced_vps: int) -> dict:
         "housekeeping_visited": visited,
         "rss": {"before_bytes": rss_before, "after_bytes": rss_after,
                 "bytes_per_vp": round((rss_after - rss_before) / vps, 1)},
-        "tracemalloc": traced,
         "objects": {"per_vp": round(sum((objects_after - objects_before).values()) / vps, 2),
                     "per_vp_by_type": per_vp(objects_after - objects_before, vps, TOP_SITES)},
         "fds": {"per_vp": round((fds_after - fds_before) / vps, 3), "per_vp_by_kind": per_vp(fd_kinds, vps),
@@ -241,18 +241,20 @@ def build(vps: int, traced_vps: int) -> dict:
     }
 
 
-def traced_build(node: StandInNode, config: TopicConfig, vps: int) -> dict:
-    """Python heap per VP over a build of ``vps`` more VPs (another topic) under tracemalloc."""
-    if vps == 0:
-        return {"vps": 0}
-    gc.collect()
-    tracemalloc.start(TRACED_FRAMES)
-    before = tracemalloc.take_snapshot()
-    node.host(TRACED_TOPIC, config, range(vps), NOW_MS)
-    node.housekeep(NOW_MS + 1)
-    gc.collect()
-    after = tracemalloc.take_snapshot()
-    tracemalloc.stop()
+def traced_build(vps: int) -> dict:
+    """Python heap per VP over a build of ``vps`` VPs under tracemalloc."""
+    config = TopicConfig(read_mode="mafka4", read_replicas=1)
+    with tempfile.TemporaryDirectory(prefix="vp-memory-") as root:
+        node = StandInNode(Path(root))
+        gc.collect()
+        tracemalloc.start(TRACED_FRAMES)
+        before = tracemalloc.take_snapshot()
+        node.host(TOPIC, config, range(vps), NOW_MS)
+        node.housekeep(NOW_MS + 1)
+        gc.collect()
+        after = tracemalloc.take_snapshot()
+        tracemalloc.stop()
+        node.close()
     ours = [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, __file__)]
     stats = after.filter_traces(ours).compare_to(before.filter_traces(ours), "traceback")
     sites: collections.Counter = collections.Counter()
@@ -296,9 +298,24 @@ def _soft_fd_limit() -> int:
 
 
 def run_once(args: argparse.Namespace) -> dict:
-    results = [build(vps, min(vps, args.traced_vps)) for vps in args.vps]
+    results = []
+    for vps in args.vps:
+        row = _in_fresh_process("rss", vps)
+        traced_vps = min(vps, args.traced_vps)
+        row["tracemalloc"] = _in_fresh_process("traced", traced_vps) if traced_vps else {"vps": 0}
+        results.append(row)
     return {"command": " ".join(sys.argv), "tree": _tree(), "commit": _commit(), "load_average": _load_average(),
             "python": sys.version.split()[0], "results": results}
+
+
+def _in_fresh_process(part: str, vps: int) -> dict:
+    """One build in a process of its own: memory a build before it freed would be reused (pymalloc
+    keeps its arenas), and a traced build on top of others would charge them their dicts' growth."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_tree(), os.environ.get("PYTHONPATH")])),
+           "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--part", part, "--vps", str(vps)],
+                          env=env, check=True, capture_output=True, text=True)
+    return json.loads(done.stdout)
 
 
 def run_ab(args: argparse.Namespace) -> dict:
@@ -366,6 +383,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ab", nargs=2, metavar=("A_TREE", "B_TREE"), help="alternate runs on two checkouts")
     parser.add_argument("--repeats", type=int, default=2, help="A B pairs with --ab")
     parser.add_argument("--output", default="-", help="JSON file ('-': stdout)")
+    parser.add_argument("--part", choices=["rss", "traced"], help=argparse.SUPPRESS)  # one build, in this process
     args = parser.parse_args(argv)
     args.argv = argv
     if args.traced_vps < 0:
@@ -374,7 +392,10 @@ def main(argv: list[str] | None = None) -> None:
     level = mafka4_logs.level
     mafka4_logs.setLevel(logging.ERROR)  # a VP's "leads at epoch 0" line, once per VP
     try:
-        out = run_ab(args) if args.ab else run_once(args)
+        if args.part:
+            out = build(args.vps[0]) if args.part == "rss" else traced_build(args.vps[0])
+        else:
+            out = run_ab(args) if args.ab else run_once(args)
     finally:
         mafka4_logs.setLevel(level)  # called in a test's process, it leaves logging as it found it
     text = json.dumps(out, indent=1)
