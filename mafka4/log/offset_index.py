@@ -140,6 +140,11 @@ class IndexFile:
             os.ftruncate(self._descriptor(), len(self._raw))
         self._written = min(self._written, len(self._raw))
 
+    def create_empty(self) -> None:
+        """Make the file, empty (emptied if it exists)."""
+        assert not self._raw and not self._appendable
+        os.close(create(self._location))
+
     def open_for_append(self) -> None:
         """Write later entries behind to the file (created if missing), which must equal memory;
         the descriptor is opened when there is something to write."""

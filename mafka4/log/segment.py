@@ -129,9 +129,11 @@ class Segment:
 
     def _reset_state(self) -> None:
         """Forget everything derived from the .log: empty in-memory indexes, no batches."""
-        directory = self.log_path.parent
-        self.offset_index = OffsetIndex(segment_path(directory, self.base_offset, INDEX_SUFFIX))
-        self.time_index = TimeIndex(segment_path(directory, self.base_offset, TIME_INDEX_SUFFIX))
+        # Named from the .log's name as str: a Path parsed per VP interns its directory's name
+        # and grows the interpreter's table of interned strings by about 1 KB a VP.
+        stem = self._log_location[:-len(LOG_SUFFIX)]
+        self.offset_index = OffsetIndex(stem + INDEX_SUFFIX)
+        self.time_index = TimeIndex(stem + TIME_INDEX_SUFFIX)
         self.next_offset = self.base_offset
         self.max_timestamp_ms: int | None = None
         self._bytes_since_index_entry = 0
@@ -180,8 +182,8 @@ class Segment:
         fd = create(segment_path(directory, base_offset, LOG_SUFFIX), os.O_EXCL)
         os.close(fd)
         segment = cls(directory, base_offset, config)
-        for index in (segment.offset_index, segment.time_index):
-            os.close(create(index.path))  # empty, replacing any orphan left behind
+        segment.offset_index.create_empty()  # replacing any orphan left behind
+        segment.time_index.create_empty()
         segment.activate()
         return segment
 
