@@ -55,7 +55,12 @@ class VpHandlers:
 
     async def _metadata(self, session: Session, request: VpMetadataRequest, _buffers) -> tuple[VpMetadataAnswer, tuple]:
         self._check(session, Operation.DESCRIBE, ResourceType.TOPIC, request.topic)
-        found, nodes = self._view.read(lambda state: (state.virtual_layout(request.topic), state.read_node_endpoints()))
+        def layout(state):
+            return state.virtual_layout(request.topic), state.read_node_endpoints()
+
+        found, nodes = self._view.read(layout)
+        if found is None and await self._view.topics_caught_up((request.topic,)):  # created a moment ago?
+            found, nodes = self._view.read(layout)
         if found is None:
             raise UnknownTopic(f"topic {request.topic!r} has no virtual-partition layout: it does not exist or is in "
                                f"mafka3 mode")
