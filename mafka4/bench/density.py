@@ -40,7 +40,7 @@ class VpDensityBenchSettings:
     virtual_partitions: int = field(default=1024, metadata={"help": "VPs of the topic created"})
     partitions: int = field(default=2, metadata={"help": "physical partitions"})
     replication_factor: int = 1
-    read_replicas: int = 2
+    read_replicas: int = field(default=2, metadata={"help": "read replicas of each VP (1: every VP on one read node)"})
     window_s: float = field(default=30.0, metadata={
         "help": f"seconds of each idle measurement, at least {WINDOW_S_MIN:g}"})
     settle_s: float = field(default=10.0, metadata={"help": "seconds between creating the topic and measuring"})

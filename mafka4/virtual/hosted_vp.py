@@ -399,3 +399,8 @@ class HostedVp:
     def close(self, delete_data: bool = False) -> None:
         self.closed = True
         self._storage.close(delete_data)
+
+    def discard(self) -> Path | None:
+        """Close, its data to be deleted: the directory moved aside, to remove (``ReplicaStorage.discard``)."""
+        self.closed = True
+        return self._storage.discard()
