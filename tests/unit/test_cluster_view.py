@@ -77,7 +77,7 @@ def test_a_topics_split_epochs_and_vp_states_are_kept_in_order_and_go_with_the_t
     state.apply([(keys.topic(CLUSTER, "t"), {"partitions": 1}),
                  (keys.split_epoch(CLUSTER, "t", 1), {"epoch": 1}), (keys.split_epoch(CLUSTER, "t", 0), {"epoch": 0}),
                  (keys.virtual_partition(CLUSTER, "t", 0), {"leader": "r0"})])
-    assert state.virtual_layout("t") == ([{"epoch": 0}, {"epoch": 1}], {0: {"leader": "r0"}})
+    assert state.virtual_layout("t") == (['{"epoch": 0}', '{"epoch": 1}'], {0: '{"leader": "r0"}'})
     assert state.virtual_layout("other") is None
     state.apply([(keys.topic(CLUSTER, "t"), None)])
     assert state.virtual_layout("t") is None and state.virtual_partitions == {}
