@@ -1,8 +1,9 @@
 """The cost of one idle virtual partition, from read-node usage before and after hosting (pure).
 
 ``bench.vp_density`` measures every read node process idle without the new topic (before) and
-idle while it hosts the topic's ``virtual_partitions`` VPs of ``read_replicas`` replicas each
-(after). The differences, summed over the nodes, are what the VPs cost:
+idle while it hosts ``topics`` new topics of ``virtual_partitions`` VPs and ``read_replicas``
+replicas each (after; a topic holds at most ``VIRTUAL_PARTITIONS_MAX`` VPs, so more VPs than that
+take more topics, each with its physical partitions' actors). The differences, summed over the nodes, are what the VPs cost:
 
 * ``rss_bytes_per_vp`` = sum(RSS after - RSS before) / VPs, and ``rss_bytes_per_vp_replica``
   the same divided by VPs x read replicas (a replica is one log on one node);
@@ -37,10 +38,12 @@ WINDOW_S_MIN = 30.0
 class VpDensityBenchSettings:
     """A field with a ``help`` in its metadata is an option of ``mafka4 bench vp-density`` (``mafka4.cli.bench``)."""
 
-    virtual_partitions: int = field(default=1024, metadata={"help": "VPs of the topic created"})
+    virtual_partitions: int = field(default=1024, metadata={"help": "VPs of each topic created"})
+    topics: int = field(default=1, metadata={
+        "help": "topics created (a topic holds at most 1,024 VPs; each adds its physical partitions' actors)"})
     partitions: int = field(default=2, metadata={"help": "physical partitions"})
     replication_factor: int = 1
-    read_replicas: int = 2
+    read_replicas: int = field(default=2, metadata={"help": "read replicas of each VP (1: every VP on one read node)"})
     window_s: float = field(default=30.0, metadata={
         "help": f"seconds of each idle measurement, at least {WINDOW_S_MIN:g}"})
     settle_s: float = field(default=10.0, metadata={"help": "seconds between creating the topic and measuring"})
@@ -53,6 +56,8 @@ class VpDensityBenchSettings:
         if not self.smoke and self.window_s < WINDOW_S_MIN:
             raise InvalidConfig(f"window_s={self.window_s} is too short to average a read node's idle CPU: use at "
                                 f"least {WINDOW_S_MIN:g} s, or --smoke for a test run")
+        if self.topics < 1:
+            raise InvalidConfig(f"topics={self.topics}: create at least one topic")
         if self.window_s <= 0 or self.settle_s < 0 or self.ready_s_max <= 0:
             raise InvalidConfig(f"window_s={self.window_s}, settle_s={self.settle_s} and ready_s_max="
                                 f"{self.ready_s_max} must be positive (settle_s may be 0)")

@@ -9,6 +9,13 @@ while etcd is away, as the design promises of the data path. Callers read throug
 which holds the lock the watch threads write under; what they read is only as fresh as the
 watches, which is how a Kafka broker's metadata cache behaves too.
 
+A topic created a moment ago is the exception a client notices: ``Admin.create_topic`` returns
+once etcd holds it, and the client's next request may reach a node whose watch has not brought it
+yet. A handler that misses a topic asks ``topics_caught_up``: one etcd read of the topic's key,
+and if it exists, a wait (at most ``METADATA_CATCH_UP_WAIT_S``) until the view has applied the
+revision that wrote it. So a topic's creator reads its own write from every node, and a topic
+that does not exist costs one etcd read to say so.
+
 One view per serving process: it costs one etcd watch per prefix, however many clients connect.
 A process that needs only some of the prefixes (a replica's port checks users and ACLs only)
 names them, and is woken by nothing else.
@@ -16,14 +23,17 @@ names them, and is woken by nothing else.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import threading
 import time
-from typing import Callable, TypeVar
+from typing import Callable, Iterable, TypeVar
 
 from mafka4.errors import CoordinatorUnavailable
 from mafka4.frontend.view_state import ViewState, Watched, watched_prefix
-from mafka4.limits import METADATA_REWATCH_BACKOFF_S
+from mafka4.limits import METADATA_CATCH_UP_WAIT_S, METADATA_REWATCH_BACKOFF_S
+from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore, WatchEvent
 
 logger = logging.getLogger(__name__)
@@ -37,6 +47,10 @@ class ClusterView:
         self._store, self._cluster, self._kinds = store, cluster, kinds
         self._state = ViewState(cluster)
         self._lock = threading.Lock()
+        # The etcd revision each kind's state has applied (its load's, then its watch's events'),
+        # and a condition on the lock for those who wait for one (``topics_caught_up``).
+        self._applied = {kind: 0 for kind in kinds}
+        self._advanced = threading.Condition(self._lock)
         # Guards the watch ids and the closing: a keeper that reads again while the view closes
         # must not leave a watch behind (``_watching``, ``close``).
         self._watches_lock = threading.Lock()
@@ -63,6 +77,26 @@ class ClusterView:
         with self._lock:
             return reader(self._state)
 
+    async def topics_caught_up(self, names: Iterable[str]) -> bool:
+        """Whether any of the topics ``names`` exists in etcd; if one does, first waits (at most
+        ``METADATA_CATCH_UP_WAIT_S``) until the view has applied the change that wrote it. False
+        also when etcd does not answer: the view's answer then stands."""
+        return await asyncio.to_thread(self._topics_caught_up, tuple(names))
+
+    def _topics_caught_up(self, names: tuple[str, ...]) -> bool:
+        if Watched.TOPICS not in self._applied:  # a view of users and ACLs only knows no topic
+            return False
+        try:
+            written = [self._store.get(keys.topic(self._cluster, name)) for name in names]
+        except CoordinatorUnavailable:
+            return False
+        revisions = [found.mod_revision for found in written if found is not None]
+        if not revisions:
+            return False
+        with self._advanced:
+            self._advanced.wait_for(lambda: self._applied[Watched.TOPICS] >= max(revisions), METADATA_CATCH_UP_WAIT_S)
+        return True
+
     def close(self) -> None:
         """Cancel the watches and end the keeper, also while it is reading again."""
         with self._watches_lock:
@@ -80,7 +114,9 @@ class ClusterView:
             items, revision = self._store.get_prefix_at(prefix)
             with self._lock:
                 self._state.load(kind, ((item.key, item.value) for item in items))
-            self._watching(self._store.watch_prefix(prefix, self._apply, self._broken.set, revision + 1))
+                self._advance(kind, revision)
+            self._watching(self._store.watch_prefix(prefix, functools.partial(self._apply, kind), self._broken.set,
+                                                    revision + 1))
         if self._closed:
             self._broken.set()  # closed after the clear above: the keeper must see it and end
 
@@ -92,9 +128,17 @@ class ClusterView:
                 return
         self._store.cancel_watch(watch_id)
 
-    def _apply(self, events: list[WatchEvent]) -> None:
+    def _apply(self, kind: Watched, events: list[WatchEvent]) -> None:
         with self._lock:
             self._state.apply((event.key, event.value) for event in events)
+            if events:
+                self._advance(kind, events[-1].mod_revision)
+
+    def _advance(self, kind: Watched, revision: int) -> None:
+        """Record that ``kind`` has applied ``revision`` (under the lock); never moves back."""
+        if revision > self._applied[kind]:
+            self._applied[kind] = revision
+            self._advanced.notify_all()
 
     def _keep(self) -> None:
         while True:

@@ -4,7 +4,8 @@ with each partition's leader and the client address it serves on.
 Every port answers it the same way: a read node's (``node_port``) and a replica's
 (``replica_port``, so a cluster with no read node still answers its clients). With no topic
 named, the answer lists every topic the principal may describe; a named one it may not describe
-is ``NotAuthorized``, a named one that does not exist ``UnknownTopic``.
+is ``NotAuthorized``, a named one that does not exist ``UnknownTopic``: after the view caught up
+with etcd (``ClusterView.topics_caught_up``), so that a topic created a moment ago is found.
 """
 
 from __future__ import annotations
@@ -19,9 +20,19 @@ from mafka4.protocol.session import Session
 from mafka4.security.acl import Operation, ResourceType
 
 
-def metadata_answer(view: ClusterView, security: PortSecurity, cluster: str, session: Session,
-                    request: MetadataRequest) -> MetadataAnswer:
+async def metadata_answer(view: ClusterView, security: PortSecurity, cluster: str, session: Session,
+                          request: MetadataRequest) -> MetadataAnswer:
     """What answers ``request`` of ``session``, read from ``view``; see the module docstring."""
+    try:
+        return _answer_from_view(view, security, cluster, session, request)
+    except UnknownTopic:
+        if not await view.topics_caught_up(request.topics):
+            raise
+    return _answer_from_view(view, security, cluster, session, request)
+
+
+def _answer_from_view(view: ClusterView, security: PortSecurity, cluster: str, session: Session,
+                      request: MetadataRequest) -> MetadataAnswer:
     def read(state: ViewState):
         names = state.topic_names() if request.topics is None else list(request.topics)
         topics = {name: state.topic(name) for name in names}

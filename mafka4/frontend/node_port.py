@@ -84,4 +84,4 @@ class NodePort:
         return self.view
 
     async def _metadata(self, session: Session, request: MetadataRequest, _buffers) -> tuple[MetadataAnswer, tuple]:
-        return metadata_answer(self.view, self._security, self._cluster, session, request), ()
+        return await metadata_answer(self.view, self._security, self._cluster, session, request), ()

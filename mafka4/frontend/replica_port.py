@@ -106,7 +106,7 @@ class ReplicaPort:
     # --- handlers -----------------------------------------------------------------------------
 
     async def _metadata(self, session: Session, request: MetadataRequest, _buffers) -> tuple[MetadataAnswer, tuple]:
-        return metadata_answer(await self._full_view(), self._security, self._cluster, session, request), ()
+        return await metadata_answer(await self._full_view(), self._security, self._cluster, session, request), ()
 
     async def _full_view(self) -> ClusterView:
         """The view of everything, started by the first request that needs it."""

@@ -12,7 +12,6 @@ other two ``describe``.
 
 from __future__ import annotations
 
-import json
 from typing import Callable, Protocol, Sequence
 
 from mafka4.errors import InvalidConfig, MafkaError, UnknownTopic
@@ -55,14 +54,18 @@ class VpHandlers:
 
     async def _metadata(self, session: Session, request: VpMetadataRequest, _buffers) -> tuple[VpMetadataAnswer, tuple]:
         self._check(session, Operation.DESCRIBE, ResourceType.TOPIC, request.topic)
-        found, nodes = self._view.read(lambda state: (state.virtual_layout(request.topic), state.read_node_endpoints()))
+        def layout(state):
+            return state.virtual_layout(request.topic), state.read_node_endpoints()
+
+        found, nodes = self._view.read(layout)
+        if found is None and await self._view.topics_caught_up((request.topic,)):  # created a moment ago?
+            found, nodes = self._view.read(layout)
         if found is None:
             raise UnknownTopic(f"topic {request.topic!r} has no virtual-partition layout: it does not exist or is in "
                                f"mafka3 mode")
         epochs, states = found
-        return VpMetadataAnswer(request.topic, tuple(json.dumps(epoch, sort_keys=True) for epoch in epochs),
-                                tuple(VpStateInfo(vp, json.dumps(state, sort_keys=True))
-                                      for vp, state in sorted(states.items())),
+        return VpMetadataAnswer(request.topic, tuple(epochs),
+                                tuple(VpStateInfo(vp, state) for vp, state in sorted(states.items())),
                                 tuple(NodeInfo(node.node_id, "read", node.client_address) for node in nodes)), ()
 
     async def _fetch(self, session: Session, request: VpFetchRequest, _buffers) -> tuple[VpFetchAnswer, tuple]:

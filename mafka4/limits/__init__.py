@@ -567,11 +567,13 @@ RESHARD_INTENT_WAIT_S = 120
 # A call asking replicas or read nodes for offsets (list offsets, offsets for a timestamp) not
 # answered within this fails: a leader answers in milliseconds, so this is a stuck leader.
 LIST_OFFSETS_TIMEOUT_S = 30
-# A producer's or consumer's routing tries to set its metadata watch up again at most this often
-# while etcd is away, so a client does not hammer an etcd that is restarting.
-METADATA_REWATCH_BACKOFF_S = 1.0
 # A node's watched metadata view (frontend.cluster_view) tries to read and watch again this often
 # while etcd is away; meanwhile it answers clients from the view it had.
+METADATA_REWATCH_BACKOFF_S = 1.0
+# A node asked for a topic its watched view does not hold yet, but etcd does (created a moment
+# ago), waits at most this long for its watch to bring it before it answers; a watch delivers
+# in milliseconds, so this bounds only a node whose watch is stuck.
+METADATA_CATCH_UP_WAIT_S = 5.0
 # The TCP port a read node of a Ray-launched cluster serves clients on (``mafka4.runtime.node
 # --client-port``); a local cluster gives each of its read nodes a free port of its own, since
 # they share one address. Taken by another process, the read node cannot serve clients and says so.

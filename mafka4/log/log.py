@@ -16,6 +16,13 @@ below ``R`` was fsynced with its indexes, and whether the log was closed cleanly
 atomically (tmp + fsync + rename) and only written when it changes what recovery does: when a
 segment becomes fully durable, on truncation (lowered first), on open and on close.
 
+A new log (``open`` created its directory) fsyncs its directory's entry in the parent
+directory, without which a power loss can take the whole directory however often its files
+were fsynced; a log flushing in the background leaves that, the entry of its first segment and
+its first checkpoint (a missing checkpoint reads as the "dirty at 0" it would hold) to its first
+flush, so that hosting a thousand new VPs waits for no fsync on the loop. Until a flush nothing
+of a log is durable anyway.
+
 Recovery on ``open``:
   * stray ``*.tmp`` files and indexes without a ``.log`` are removed;
   * after a clean close every segment is trusted; otherwise segments ending at or below
@@ -108,6 +115,8 @@ class Log:
         self._last_flush_ms = now_ms
         self._now_ms = now_ms  # latest time a caller told us; flush() takes none
         self._closed = False
+        # A new directory whose own entry in its parent is not fsynced yet (see the module docstring).
+        self._parent_unsynced = False
         self.flushes_total = 0  # fsyncs of .log data, for tests of the flush policy
 
     @classmethod
@@ -117,11 +126,17 @@ class Log:
         (the node's ``log_dir_bytes_max``) first. With ``flushes_in_background`` the caller flushes
         by time through ``start_flush`` and ``finish_flush`` (see the module docstring)."""
         path = Path(directory)
+        created = not path.is_dir()
         path.mkdir(parents=True, exist_ok=True)
         log = cls(path, config, now_ms, budget, flushes_in_background)
         log._load_segments(clean_directory(path), read_recovery_point(path))
         log._recovery_point = log.log_end_offset
-        log._write_checkpoint(RecoveryPoint(log.log_end_offset, False))
+        if not created:
+            log._write_checkpoint(RecoveryPoint(log.log_end_offset, False))
+        elif flushes_in_background:
+            log._parent_unsynced = True
+        else:
+            fsync_directory(path.parent)
         record_directory(path)  # what recovery left is what survived (log.fsync_points)
         return log
 
@@ -139,7 +154,8 @@ class Log:
             self._segments[-1].activate()
         else:
             self._segments.append(Segment.create(self._directory, 0, self._config))
-            fsync_directory(self._directory)
+            if not self._flushes_in_background:  # else the first flush does (``_directory_unsynced``)
+                fsync_directory(self._directory)
 
     def _delete_files(self, bases: list[int]) -> None:
         # Newest first, so that a crash in between leaves a contiguous log.
@@ -305,6 +321,9 @@ class Log:
             segment.flush()
         if self._directory_unsynced():
             fsync_directory(self._directory)
+        if self._parent_unsynced:
+            fsync_directory(self._directory.parent)
+            self._parent_unsynced = False
         self.flushes_total += 1
         self._recovery_point = self.log_end_offset
         self._unflushed_messages = 0
@@ -360,6 +379,7 @@ class Log:
         return PendingFlush(end_offset, self._unflushed_messages, self._truncations,
                             tuple(file for segment in self._unflushed_segments() for file in segment.files_to_sync()),
                             self._directory, sync_directory=self._directory_unsynced(),
+                            sync_parent=self._parent_unsynced,
                             checkpoint=RecoveryPoint(end_offset, False) if raises_checkpoint else None)
 
     def finish_flush(self, pending: PendingFlush) -> bool:
@@ -375,6 +395,8 @@ class Log:
             return False
         for file in pending.files:
             record_synced(file.path, file.inode, file.size)
+        if pending.sync_parent:
+            self._parent_unsynced = False
         self.flushes_total += 1
         self._recovery_point = pending.end_offset
         self._unflushed_messages = max(0, self._unflushed_messages - pending.messages)
@@ -399,6 +421,15 @@ class Log:
             return
         self.flush()
         self._write_checkpoint(RecoveryPoint(self.log_end_offset, True))
+        for segment in self._segments:
+            segment.close()
+        self._closed = True
+
+    def close_unflushed(self) -> None:
+        """Close the files with no fsync and no clean-shutdown mark: for a log whose directory is
+        deleted next (a deleted topic's), where an fsync per file would only delay the deletion."""
+        if self._closed:
+            return
         for segment in self._segments:
             segment.close()
         self._closed = True

@@ -79,17 +79,20 @@ class PendingFlush:
     files: tuple[FileToSync, ...]
     directory: Path
     sync_directory: bool = False  # a roll created a segment since the last flush
+    sync_parent: bool = False  # the log's directory is new: its entry in the parent too
     checkpoint: RecoveryPoint | None = None  # to stage once the files are durable; None: unchanged
     synced: bool = False  # set by ``run``: every file was found and fsynced
     staged: Path | None = None  # set by ``run``: the staged ``checkpoint``, for ``finish_flush`` to commit
 
     def run(self) -> None:
-        """fsync every file, then the directory, then stage the checkpoint (blocking; meant for a
+        """fsync every file, then the directory (and its parent, for a new log), then stage the checkpoint (blocking; meant for a
         worker thread). An fsync error (EIO, ENOSPC) propagates and leaves ``synced`` False."""
         if not all([file.fsync() for file in self.files]):
             return
         if self.sync_directory:
             fsync_directory(self.directory)
+        if self.sync_parent:
+            fsync_directory(self.directory.parent)
         if self.checkpoint is not None:
             self.staged = stage_recovery_point(self.directory, self.checkpoint)
         self.synced = True

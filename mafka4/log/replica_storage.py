@@ -17,6 +17,12 @@ worker thread (``stage_high_watermark``) and the rename on their own (``commit_h
 which they skip once closed: a late checkpoint never lands in a directory that a new replica
 may have taken over.
 
+Deleting a replica's data (its topic was deleted) closes the log unflushed and first renames the
+directory aside (``discard``: ``~discarded-<name>-<token>``), so a replica opened in the same
+place at once starts empty however long the removal takes (``remove_trees``, on a worker thread
+where an owner hosts many replicas); an owner removes what a crash left discarded at its start
+(``remove_discarded``).
+
 Recovery, after ``Log.open`` recovered the segments:
 
 * leader epochs: the checkpoint, cut at the log end; without one, rebuilt from the batches,
@@ -29,9 +35,10 @@ Recovery, after ``Log.open`` recovered the segments:
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 from pathlib import Path
-from typing import NamedTuple
+from typing import Iterable, NamedTuple
 
 from mafka4.limits.servers import LogConfig, ReplicaConfig
 from mafka4.log.checkpoint import commit_checkpoint, read_checkpoint, stage_checkpoint, write_checkpoint
@@ -42,6 +49,9 @@ from mafka4.log.producer_state import ProducerStateTable
 
 EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 HIGH_WATERMARK_CHECKPOINT = "high-watermark"
+# The name a discarded replica directory starts with: no replica is ever opened under it ('~' is
+# in no topic name, so no replica directory starts so).
+DISCARDED_PREFIX = "~discarded-"
 
 
 class StagedHighWatermark(NamedTuple):
@@ -120,6 +130,35 @@ class ReplicaStorage:
 
     def close(self, delete_data: bool = False) -> None:
         """Close the log (flushed, marked clean; again is a no-op); with ``delete_data`` remove the directory."""
-        self.log.close()
         if delete_data:
-            shutil.rmtree(self.directory, ignore_errors=True)
+            remove_trees([self.discard()])
+        else:
+            self.log.close()
+
+    def discard(self) -> Path | None:
+        """Close the log unflushed and move the directory aside (see the module docstring); the
+        path to remove, None if the directory was gone already."""
+        self.log.close_unflushed()
+        aside = self.directory.with_name(f"{DISCARDED_PREFIX}{self.directory.name}-{secrets.token_hex(4)}")
+        try:
+            os.rename(self.directory, aside)
+        except FileNotFoundError:
+            return None
+        return aside
+
+
+def remove_trees(paths: Iterable[Path | None]) -> None:
+    """Remove discarded directories (None entries skipped)."""
+    for path in paths:
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def remove_discarded(root: str | os.PathLike) -> int:
+    """Remove the discarded directories directly under ``root`` that a crash left; how many."""
+    try:
+        names = [name for name in os.listdir(root) if name.startswith(DISCARDED_PREFIX)]
+    except FileNotFoundError:
+        return 0
+    remove_trees(Path(root, name) for name in names)
+    return len(names)

@@ -224,7 +224,10 @@ class HostedVp:
             return  # a repeated notice: do not read the log again
         progress = FeedProgress.rebuild(self._records())
         self._execute(core.become_leader(leader_epoch, replicas, risr, progress, now_ms))
-        logger.warning("%s: %s leads at epoch %d, RISR %s", self.vp_id, core.replica_id, leader_epoch, sorted(core.risr))
+        # A failover is news; a VP's first leader (a topic's creation, a split's child) is routine,
+        # and a topic of 1,024 VPs logged 1,024 warnings.
+        logger.log(logging.WARNING if leader_epoch > 0 else logging.DEBUG, "%s: %s leads at epoch %d, RISR %s",
+                   self.vp_id, core.replica_id, leader_epoch, sorted(core.risr))
 
     def become_follower(self, leader_epoch: int, leader_id: str) -> None:
         self._execute(self.core.become_follower(leader_epoch, leader_id))
@@ -399,3 +402,8 @@ class HostedVp:
     def close(self, delete_data: bool = False) -> None:
         self.closed = True
         self._storage.close(delete_data)
+
+    def discard(self) -> Path | None:
+        """Close, its data to be deleted: the directory moved aside, to remove (``ReplicaStorage.discard``)."""
+        self.closed = True
+        return self._storage.discard()

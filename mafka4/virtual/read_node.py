@@ -78,6 +78,7 @@ from mafka4.errors import InvalidConfig, MafkaError, StaleEpoch, UnknownVirtualP
 from mafka4.limits import LEADER_TICK_INTERVAL_S, TopicConfig
 from mafka4.limits.servers import ReadNodeConfig, topic_log_config
 from mafka4.log.log_dir_budget import LogDirBudget
+from mafka4.log.replica_storage import remove_discarded, remove_trees
 from mafka4.long_poll import ChangeSignal
 from mafka4.partition_gate import NetworkFault
 from mafka4.risr.state import RisrConfig
@@ -153,6 +154,7 @@ class ReadNode:
         self._sessions = FetchSessions(spec.config)
         self._sealing: dict[VpId, asyncio.Task] = {}
         self._tasks: list[asyncio.Task] = []
+        self._removals: set[asyncio.Task] = set()  # dropped VPs' directories being removed (``drop``)
         self._closed = False
         # Consumers' and following nodes' fetches come over this (``stream_endpoint``): their
         # answers carry batches.
@@ -166,6 +168,9 @@ class ReadNode:
     async def start(self) -> dict:
         """Register the liveness key and start the periodic work (idempotent)."""
         if not self._records.started:
+            removed = await asyncio.to_thread(remove_discarded, self._budget.root)
+            if removed:
+                logger.info("read node %s: removed %d VP directories a crash left discarded", self._spec.node_id, removed)
             client_address = await self._serve_clients()
             # The liveness key, naming the client address, exists now (unless etcd is away).
             await self._records.start(self._feed_positions, client_address)
@@ -291,10 +296,20 @@ class ReadNode:
                 for vp_id, hosted in self._hosted.items() if vp_id.topic == topic}
 
     async def drop(self, topic: str, vps: Sequence[int] | None = None, delete_data: bool = False) -> list[int]:
-        """Stop hosting VPs of ``topic`` (all of them if ``vps`` is None); the VPs dropped."""
+        """Stop hosting VPs of ``topic`` (all of them if ``vps`` is None); the VPs dropped.
+
+        With ``delete_data`` each VP's log is closed unflushed and its directory moved aside at
+        once, and removed on a worker thread: a topic of 1,024 VPs took the loop 7 s to flush and
+        delete inline, long enough for the node's liveness lease to lapse and the controller to
+        restart the node."""
         dropped = [vp_id for vp_id in self._hosted if vp_id.topic == topic and (vps is None or vp_id.vp in vps)]
+        discarded = []
         for vp_id in dropped:
-            self._hosted.pop(vp_id).close(delete_data)
+            hosted = self._hosted.pop(vp_id)
+            if delete_data:
+                discarded.append(hosted.discard())
+            else:
+                hosted.close()
             self._records.forget(vp_id)
             self._vp_changed_seq.pop(vp_id, None)
             self._housekeeper.forget(vp_id)
@@ -303,6 +318,10 @@ class ReadNode:
                 feed.close()
             self._seal_candidates.pop(topic, None)
         self._roles_changed(topic)
+        if discarded:
+            removal = asyncio.get_running_loop().create_task(asyncio.to_thread(remove_trees, discarded))
+            self._removals.add(removal)
+            removal.add_done_callback(self._removals.discard)
         return [vp_id.vp for vp_id in dropped]
 
     def _roles_changed(self, topic: str) -> None:

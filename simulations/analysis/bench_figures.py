@@ -338,7 +338,9 @@ def _vp_density(reports: Sequence[tuple[str, Mapping]]) -> str:
         summary, settings = report["summary"], report["settings"]
         ratios = ", ".join(number(summary[key], ",.0f") for key in (
             "bare_actor_vs_vp_rss_ratio", "bare_actor_uss_vs_vp_rss_ratio", "bare_actor_vs_vp_cores_ratio"))
-        rows.append((f"`{name}`", f"{settings['virtual_partitions']} x {settings['read_replicas']}",
+        topics = settings.get("topics", 1)  # reports older than the option made one topic
+        shape = f"{settings['virtual_partitions']} x {settings['read_replicas']}"
+        rows.append((f"`{name}`", shape if topics == 1 else f"{topics} topics x {shape}",
                      _fixed(1)(summary["rss_bytes_per_vp"] / 1024), number(summary["idle_cores_per_vp"], ".2e"),
                      f"{summary['bare_actor_rss_bytes'] / MiB:,.1f} / {summary['bare_actor_uss_bytes'] / MiB:,.1f}",
                      number(summary["bare_actor_idle_cores"], ".4f"), ratios,

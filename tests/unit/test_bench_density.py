@@ -159,6 +159,11 @@ def test_a_window_shorter_than_the_minimum_is_refused_unless_the_run_is_a_smoke_
     assert VpDensityBenchSettings.smoke_sized(virtual_partitions=32).virtual_partitions == 32
 
 
+def test_no_topic_at_all_is_refused():
+    with pytest.raises(InvalidConfig, match="at least one topic"):
+        VpDensityBenchSettings(topics=0)
+
+
 def test_the_cli_refuses_a_short_window_before_connecting_to_any_cluster(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MAFKA4_HOME", str(tmp_path / "no-cluster-here"))
     assert cli.main(["bench", "vp-density", "--window-s", "5"]) == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 import time
@@ -76,7 +77,7 @@ def test_a_topics_split_epochs_and_vp_states_are_kept_in_order_and_go_with_the_t
     state.apply([(keys.topic(CLUSTER, "t"), {"partitions": 1}),
                  (keys.split_epoch(CLUSTER, "t", 1), {"epoch": 1}), (keys.split_epoch(CLUSTER, "t", 0), {"epoch": 0}),
                  (keys.virtual_partition(CLUSTER, "t", 0), {"leader": "r0"})])
-    assert state.virtual_layout("t") == ([{"epoch": 0}, {"epoch": 1}], {0: {"leader": "r0"}})
+    assert state.virtual_layout("t") == (['{"epoch": 0}', '{"epoch": 1}'], {0: '{"leader": "r0"}'})
     assert state.virtual_layout("other") is None
     state.apply([(keys.topic(CLUSTER, "t"), None)])
     assert state.virtual_layout("t") is None and state.virtual_partitions == {}
@@ -153,3 +154,36 @@ def test_a_view_closed_while_its_keeper_reads_again_leaves_no_watch_and_no_keepe
     view._keeper.join(10)
     assert not view._keeper.is_alive(), "the keeper ended"
     assert store.open_watches == set(), "no watch left behind"
+
+
+class LateWatchStore(MetadataStore):
+    """etcd itself, but every watch delivery waits until ``deliver`` is set: a node whose watch lags."""
+
+    def __init__(self, endpoint):
+        super().__init__(endpoint)
+        self.deliver = threading.Event()
+
+    def watch_prefix(self, prefix, on_events, on_broken, start_revision=None) -> int:
+        def late(events):
+            threading.Thread(target=lambda: (self.deliver.wait(30), on_events(events)), daemon=True).start()
+        return super().watch_prefix(prefix, late, on_broken, start_revision)
+
+
+def test_a_view_whose_watch_lags_waits_for_a_topic_etcd_holds_and_says_at_once_that_another_does_not_exist(tmp_path):
+    server = start_etcd(tmp_path / "etcd")
+    store = LateWatchStore(etcd_endpoint([server]))
+    view = ClusterView(store, CLUSTER)
+    view.start()
+    try:
+        for key, value in topic_items("new", 2):
+            store.put(key, value)
+        assert view.read(lambda state: state.topic("new")) is None, "the watch has not delivered yet"
+        threading.Timer(0.3, store.deliver.set).start()
+        assert asyncio.run(view.topics_caught_up(["new"])), "etcd holds the topic"
+        assert len(view.read(lambda state: state.topic("new")).partitions) == 2, "and the view has it when asked"
+        assert not asyncio.run(view.topics_caught_up(["no-such-topic"]))
+    finally:
+        store.deliver.set()
+        view.close()
+        store.close()
+        stop_etcd(server)

@@ -743,3 +743,29 @@ def test_index_entries_are_written_behind_in_one_write_and_are_on_disk_for_every
     assert len(reopened._segments[-1].offset_index) == entries
     assert [h.base_offset for h in reopened.batch_headers()] == list(range(40))
     reopened.close()
+
+
+def test_a_new_log_makes_its_directory_durable_in_its_parent_at_its_first_flush_or_at_once_in_the_foreground(
+        tmp_path, monkeypatch):
+    synced: list[Path] = []
+    for module in ("mafka4.log.log", "mafka4.log.pending_flush"):
+        real = __import__(module, fromlist=["fsync_directory"]).fsync_directory
+        monkeypatch.setattr(f"{module}.fsync_directory", lambda path, real=real: (synced.append(Path(path)), real(path)))
+    directory = tmp_path / "t-v0"
+    log = Log.open(directory, config(), now_ms=0, flushes_in_background=True)
+    assert synced == [] and not (directory / RECOVERY_POINT_FILE).exists(), "opening a new log waits for no fsync"
+    assert read_recovery_point(directory) == RecoveryPoint(0, False), "a missing checkpoint reads as dirty at 0"
+    fill(log, 3, now_ms=10)
+    pending = log.start_flush(now_ms=1000, force=True)
+    pending.run()
+    assert log.finish_flush(pending) and synced == [directory, tmp_path]
+    fill(log, 1, now_ms=1001)
+    pending = log.start_flush(now_ms=2000, force=True)
+    assert not pending.sync_parent and not pending.sync_directory
+    log.close()
+    synced.clear()
+    Log.open(directory, config(), now_ms=0, flushes_in_background=True).close()
+    assert tmp_path not in synced, "a log opened again is no new directory"
+    synced.clear()
+    Log.open(tmp_path / "p-0", config(), now_ms=0).close()
+    assert synced[:2] == [tmp_path / "p-0", tmp_path], "a log flushing in the foreground: its new segment, then its entry"

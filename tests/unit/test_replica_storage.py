@@ -3,7 +3,7 @@
 Every replica (physical, VP, the simulator's) opens its directory through this one class, so
 these are the restart rules of all of them: epochs from the checkpoint cut at the log end (or
 rebuilt from the batches), the HW from its checkpoint within the log's range, producer state
-from the batch headers; the HW checkpoint written only when it changed; close and delete.
+from the batch headers; the HW checkpoint written only when it changed; close, delete and discard.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import pytest
 from mafka4 import batch_frame, batch_payload
 from mafka4.limits.servers import LogConfig, ReplicaConfig
 from mafka4.log.epochs import EpochHistory
-from mafka4.log.replica_storage import EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT, ReplicaStorage
+from mafka4.log.replica_storage import (DISCARDED_PREFIX, EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT, ReplicaStorage,
+                                       remove_discarded, remove_trees)
 
 LOG_CONFIG = LogConfig(segment_bytes_max=4096, index_interval_bytes=512, flush_interval_ms=None)
 REPLICA_CONFIG = ReplicaConfig()
@@ -136,3 +137,25 @@ def test_close_with_delete_data_removes_the_directory(tmp_path):
     storage.save_high_watermark(1)
     storage.close(delete_data=True)
     assert not directory.exists()
+
+
+def test_a_discarded_directory_is_moved_aside_so_a_replica_opened_in_its_place_starts_empty(tmp_path):
+    directory: Path = tmp_path / "orders-v3"
+    storage = ReplicaStorage(directory, LOG_CONFIG, now_ms=0)
+    append(storage, leader_epoch=0, count=4)
+    aside = storage.discard()
+    assert not directory.exists() and aside.name.startswith(DISCARDED_PREFIX)
+    again = ReplicaStorage(directory, LOG_CONFIG, now_ms=0)
+    assert again.log.log_end_offset == 0, "nothing of the discarded replica"
+    remove_trees([aside, None])
+    assert not aside.exists() and directory.is_dir()
+
+
+def test_what_a_crash_left_discarded_is_removed_and_nothing_else(tmp_path):
+    kept = ReplicaStorage(tmp_path / "kept-v0", LOG_CONFIG, now_ms=0)
+    append(kept, leader_epoch=0)
+    kept.close()
+    ReplicaStorage(tmp_path / "gone-v0", LOG_CONFIG, now_ms=0).discard()
+    assert remove_discarded(tmp_path) == 1
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["kept-v0"]
+    assert remove_discarded(tmp_path / "no-such-directory") == 0
