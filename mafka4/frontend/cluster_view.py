@@ -14,7 +14,9 @@ once etcd holds it, and the client's next request may reach a node whose watch h
 yet. A handler that misses a topic asks ``topics_caught_up``: one etcd read of the topic's key,
 and if it exists, a wait (at most ``METADATA_CATCH_UP_WAIT_S``) until the view has applied the
 revision that wrote it. So a topic's creator reads its own write from every node, and a topic
-that does not exist costs one etcd read to say so.
+that does not exist costs one etcd read to say so. Those reads and waits run on one thread of the
+view's own (``CATCH_UP_THREADS``), never on the event loop's default executor, where a node runs
+its fsyncs: misses while etcd is slow to answer wait for each other, not for the disk.
 
 One view per serving process: it costs one etcd watch per prefix, however many clients connect.
 A process that needs only some of the prefixes (a replica's port checks users and ACLs only)
@@ -28,6 +30,7 @@ import functools
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, TypeVar
 
 from mafka4.errors import CoordinatorUnavailable
@@ -38,6 +41,8 @@ from mafka4.metadata.store import MetadataStore, WatchEvent
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+# Threads a view runs its catch-ups on (``topics_caught_up``), made on the first one.
+CATCH_UP_THREADS = 1
 
 
 class ClusterView:
@@ -51,6 +56,7 @@ class ClusterView:
         # and a condition on the lock for those who wait for one (``topics_caught_up``).
         self._applied = {kind: 0 for kind in kinds}
         self._advanced = threading.Condition(self._lock)
+        self._catch_ups: ThreadPoolExecutor | None = None
         # Guards the watch ids and the closing: a keeper that reads again while the view closes
         # must not leave a watch behind (``_watching``, ``close``).
         self._watches_lock = threading.Lock()
@@ -81,7 +87,9 @@ class ClusterView:
         """Whether any of the topics ``names`` exists in etcd; if one does, first waits (at most
         ``METADATA_CATCH_UP_WAIT_S``) until the view has applied the change that wrote it. False
         also when etcd does not answer: the view's answer then stands."""
-        return await asyncio.to_thread(self._topics_caught_up, tuple(names))
+        if self._catch_ups is None:
+            self._catch_ups = ThreadPoolExecutor(CATCH_UP_THREADS, thread_name_prefix="view-catch-up")
+        return await asyncio.get_running_loop().run_in_executor(self._catch_ups, self._topics_caught_up, tuple(names))
 
     def _topics_caught_up(self, names: tuple[str, ...]) -> bool:
         if Watched.TOPICS not in self._applied:  # a view of users and ACLs only knows no topic
@@ -103,6 +111,8 @@ class ClusterView:
             self._closed = True
         self._broken.set()
         self._cancel_watches()
+        if self._catch_ups is not None:
+            self._catch_ups.shutdown(wait=False)
 
     def _load_and_watch(self) -> None:
         self._cancel_watches()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import queue
 import threading
 import time
 
@@ -157,16 +158,22 @@ def test_a_view_closed_while_its_keeper_reads_again_leaves_no_watch_and_no_keepe
 
 
 class LateWatchStore(MetadataStore):
-    """etcd itself, but every watch delivery waits until ``deliver`` is set: a node whose watch lags."""
+    """etcd itself, but every watch delivers, in order, only once ``deliver`` is set: a node whose watch lags."""
 
     def __init__(self, endpoint):
         super().__init__(endpoint)
         self.deliver = threading.Event()
 
     def watch_prefix(self, prefix, on_events, on_broken, start_revision=None) -> int:
-        def late(events):
-            threading.Thread(target=lambda: (self.deliver.wait(30), on_events(events)), daemon=True).start()
-        return super().watch_prefix(prefix, late, on_broken, start_revision)
+        held: queue.Queue = queue.Queue()
+
+        def deliver_in_order() -> None:
+            self.deliver.wait(30)
+            while True:
+                on_events(held.get())
+
+        threading.Thread(target=deliver_in_order, daemon=True).start()
+        return super().watch_prefix(prefix, held.put, on_broken, start_revision)
 
 
 def test_a_view_whose_watch_lags_waits_for_a_topic_etcd_holds_and_says_at_once_that_another_does_not_exist(tmp_path):
@@ -175,8 +182,7 @@ def test_a_view_whose_watch_lags_waits_for_a_topic_etcd_holds_and_says_at_once_t
     view = ClusterView(store, CLUSTER)
     view.start()
     try:
-        for key, value in topic_items("new", 2):
-            store.put(key, value)
+        assert store.create_all(dict(topic_items("new", 2))), "a topic is created in one transaction, as the controller does"
         assert view.read(lambda state: state.topic("new")) is None, "the watch has not delivered yet"
         threading.Timer(0.3, store.deliver.set).start()
         assert asyncio.run(view.topics_caught_up(["new"])), "etcd holds the topic"
