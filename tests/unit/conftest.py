@@ -1,7 +1,7 @@
 """Fixtures shared by the unit tests.
 
 * ``spark``: one local Spark session for every Spark test of the run (``test_spark_*``,
-  ``test_omb_results``): one core, loopback only, no UI, 1 shuffle partition. A session costs
+  ``test_omb_results``): one core, loopback only, no UI, 2 shuffle partitions. A session costs
   seconds to start on this machine, and the tests need nothing of their own from it; each test
   unpersists what it caches. It starts with the first test that asks for it and stops when the
   run ends. A test must not stop it, nor call ``analyze`` without ``spark=`` on data that
@@ -12,17 +12,10 @@
   session is tuned for that (``SMALL_DATA_SQL``, ``SMALL_DATA_JVM``), which halves the CPU time
   of the Spark tests. None of it changes a result: Spark evaluates expressions interpreted
   instead of compiling Java for each query (the path it falls back to when compilation fails),
-  keeps its shuffle partitions instead of re-planning (and merging them) after each stage, and
+  keeps its 2 shuffle partitions instead of re-planning (and merging them) after each stage, and
   the JVM compiles hot code with its quick compiler (C1) only. C2 would compile it again into
   faster code, which a run this short does not win back: with C2 the Spark tests used 50 % more
   CPU, and no less wall time on 2 cores with one core's worth of other work running.
-
-  One shuffle partition, not 2: on one core the tasks of a stage run one after the other, and
-  with a few hundred rows each costs its fixed scheduling and shuffle-file work, not rows (a
-  whole ``analyze`` of ``tiny_fixture``, warm: about 25 % less time with 1 than with 2). Every
-  result is sorted or keyed before it is compared, and what must not depend on partitioning
-  (the bootstrap's draws) is checked with the rows dealt out to 3 partitions on purpose
-  (``test_spark_intervals``).
 """
 
 from __future__ import annotations
@@ -49,7 +42,7 @@ def spark():
     # pyspark hands PYSPARK_SUBMIT_ARGS to the spark-submit that starts the driver's JVM.
     submit_args = f"--driver-java-options={SMALL_DATA_JVM} {os.environ.get('PYSPARK_SUBMIT_ARGS', 'pyspark-shell')}"
     with exported_variable("PYSPARK_SUBMIT_ARGS", submit_args):
-        session = spark_session(AnalysisSettings(master="local[1]", shuffle_partitions=1))
+        session = spark_session(AnalysisSettings(master="local[1]", shuffle_partitions=2))
     for key, value in SMALL_DATA_SQL.items():
         session.conf.set(key, value)
     yield session
