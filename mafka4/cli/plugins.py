@@ -23,6 +23,7 @@ still works.
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import TYPE_CHECKING, Callable, Container
 
@@ -58,9 +59,18 @@ def _load_each(group: str, kind: str, taken: Container[str], use: Callable[[str,
 def entry_points(group: str) -> list[EntryPoint]:
     """The installed entry points of ``group``. importlib.metadata is imported here, on first use: it
     takes about 30 ms, which a client command (that loads no plugin) must not pay on every start."""
+    return list(_installed_entry_points(group))
+
+
+@functools.cache
+def _installed_entry_points(group: str) -> tuple[EntryPoint, ...]:
+    """Read once per process: reading them scans the metadata of every installed distribution
+    (about 25 ms here), and a process that builds its parser again (a test, a program running
+    ``main`` more than once) would pay it each time. An install made meanwhile is not seen, as a
+    module imported before it is not reloaded either."""
     from importlib.metadata import entry_points as installed
 
-    return list(installed(group=group))
+    return tuple(installed(group=group))
 
 
 def _leave_out(kind: str, entry_point: EntryPoint, why: str) -> None:

@@ -21,10 +21,18 @@ Invariants (asserted): every partition has RF replicas on RF distinct racks, its
 one of them and listed first. Flows count replicas, not load: partitions of unequal rate leave
 some load imbalance, which ``node_loads`` measures for the capacity model. Deterministic: the
 graphs are built in a fixed order and the flow algorithm has no randomness.
+
+So ``place`` is a function of its four arguments alone, and it keeps its last
+``PLACEMENTS_CACHED`` answers (a ``Placement`` is immutable, so callers can share one). The
+flows cost seconds for thousands of partitions, and the capacity model asks the same question
+again and again: every consumer scale of a sweep places the same Mafka4 write partitions, and
+with as few read nodes as racks the whole VP fleet is placed, the same at every scale that
+keeps the VP count.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -35,6 +43,8 @@ import numpy as np
 from mafka4.errors import PlacementInfeasible
 
 SOURCE, SINK = "source", "sink"
+# Placements kept by ``place``: each holds a tuple per partition (a few MB at 10,000 partitions).
+PLACEMENTS_CACHED = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +157,7 @@ def _leaders(replicas: list[list[int]], nodes: int) -> dict:
     return _max_flow_at(lambda leaders: _leader_graph(replicas, nodes, leaders), math.ceil(partitions / nodes), partitions)[1]
 
 
+@functools.lru_cache(maxsize=PLACEMENTS_CACHED)
 def place(partitions: int, replication_factor: int, nodes: int, racks: int) -> Placement:
     """Rack-aware, replica- and leader-balanced placement of ``partitions`` partitions."""
     _check(partitions, replication_factor, nodes, racks)

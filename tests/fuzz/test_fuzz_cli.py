@@ -15,6 +15,7 @@ arguments that fail to parse.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 
@@ -41,9 +42,15 @@ WORDS = ["up", "down", "status", "topic", "create", "list", "describe", "delete"
 arguments = st.lists(st.sampled_from(WORDS) | st.text(max_size=8), max_size=7)
 
 
+@functools.cache
+def every_command_parser():
+    """Built once: parsing mutates no parser, and ``cli.main`` still builds its own for each example."""
+    return cli.build_parser()
+
+
 def command_of(argv: list[str]) -> tuple[str, ...] | None:
     """The (sub)command argparse would run, or None when the arguments do not parse."""
-    parser = cli.build_parser()
+    parser = every_command_parser()
     try:
         with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
             args = parser.parse_args(argv)

@@ -17,7 +17,6 @@ checks every batch's CRC: the batches before the damage are served, the damaged 
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -30,6 +29,8 @@ from mafka4.errors import CorruptRecord
 from mafka4.limits.servers import LogConfig
 from mafka4.log.log import Log
 from mafka4.log.recovery_point import RECOVERY_POINT_FILE
+
+from scratch_dirs import memory_scratch  # tmpfs: the fsyncs are real and return at once
 
 EXAMPLES = int(os.environ.get("MAFKA4_FUZZ_EXAMPLES", "40"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -107,7 +108,7 @@ log_configs = st.builds(
 @FUZZ
 @given(st.integers(1, 120), log_configs, st.data())
 def test_damage_that_recovery_scans_never_makes_the_log_serve_a_bad_batch(batches, config, data):
-    with tempfile.TemporaryDirectory() as tmp:
+    with memory_scratch() as tmp:
         directory = Path(tmp)
         values, log = write_log(directory, batches, config)
         segments = sorted(directory.glob("*.log"))
@@ -133,7 +134,7 @@ def test_damage_that_recovery_scans_never_makes_the_log_serve_a_bad_batch(batche
 @FUZZ
 @given(st.integers(1, 120), log_configs, st.booleans(), st.data())
 def test_damaged_indexes_or_checkpoint_never_change_what_is_read(batches, config, clean, data):
-    with tempfile.TemporaryDirectory() as tmp:
+    with memory_scratch() as tmp:
         directory = Path(tmp)
         values, log = write_log(directory, batches, config)
         if clean:
@@ -158,7 +159,7 @@ def test_damaged_indexes_or_checkpoint_never_change_what_is_read(batches, config
 @FUZZ
 @given(st.integers(2, 120), log_configs, st.data())
 def test_a_bit_flipped_in_a_trusted_segment_is_never_served(batches, config, data):
-    with tempfile.TemporaryDirectory() as tmp:
+    with memory_scratch() as tmp:
         directory = Path(tmp)
         values, log = write_log(directory, batches, config)
         log.close()  # a clean shutdown: recovery trusts every segment and scans none

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -19,6 +18,8 @@ from mafka4 import batch_frame, batch_payload
 from mafka4.limits.servers import LogConfig
 from mafka4.log.log import Log, read_recovery_point
 from mafka4.log.recovery_point import RECOVERY_POINT_FILE
+
+from scratch_dirs import memory_scratch  # tmpfs: the fsyncs are real and return at once
 
 # The leader epoch (bytes 12..15 of a batch) is stamped after the CRC is computed and is not
 # covered by it (as in Kafka), so a flipped bit there cannot be detected by the log.
@@ -105,7 +106,7 @@ def damage_file(path: Path, kind: str, where: int, bit: int, batch_starts: list[
        truncate_at=st.none() | st.integers(0, 2**16))
 def test_recovery_keeps_every_batch_before_the_damage_and_nothing_after(
         plan, interval, kind, where, bit, lose_indexes, truncate_at):
-    with tempfile.TemporaryDirectory() as root:
+    with memory_scratch() as root:
         live, crash = Path(root, "live"), Path(root, "crash")
         log = Log.open(live, config(interval), now_ms=0)
         appended = append_truncate_append(log, plan, truncate_at)
@@ -177,7 +178,7 @@ index_damages = st.lists(
 @given(plan=long_appends, interval=st.sampled_from([1, 100, 512]), damages=index_damages,
        crashed=st.booleans(), lose_checkpoint=st.booleans(), truncate_at=st.none() | st.integers(0, 2**16))
 def test_rebuilt_indexes_equal_the_originals(plan, interval, damages, crashed, lose_checkpoint, truncate_at):
-    with tempfile.TemporaryDirectory() as root:
+    with memory_scratch() as root:
         live, damaged = Path(root, "live"), Path(root, "damaged")
         log = Log.open(live, config(interval), now_ms=0)
         appended = append_truncate_append(log, plan, truncate_at)
