@@ -481,6 +481,11 @@ ETCD_ENDPOINTS_MAX = 9
 # that. Any ping unanswered for TIMEOUT drops the connection: long enough that a busy machine
 # does not break healthy watches, short enough to notice a stopped member within seconds.
 ETCD_KEEPALIVE_INTERVAL_MS = 10_000
+# The largest etcd answer a client takes. A read of a prefix comes back in one gRPC message, and
+# the topics prefix grows by about 220 bytes per VP: 20,480 VPs made it 4.4 MB, past gRPC's
+# default of 4 MiB, and every full read of it failed (each node's metadata view, the controller's
+# reconciliation, topic listings). 256 MiB is over a million VPs; etcd's own quota bounds the rest.
+ETCD_RESPONSE_BYTES_MAX = 256 * MiB
 ETCD_KEEPALIVE_TIMEOUT_MS = 5_000
 # A process refreshing a registration lease gives each etcd request at most this (less for short
 # TTLs: one refresh period), or one slow call could let every lease expire.

@@ -41,15 +41,17 @@ import etcd3.watch
 import grpc
 
 from mafka4.errors import CoordinatorUnavailable
-from mafka4.limits import ETCD_KEEPALIVE_INTERVAL_MS, ETCD_KEEPALIVE_TIMEOUT_MS, ETCD_REQUEST_TIMEOUT_S_DEFAULT
+from mafka4.limits import (ETCD_KEEPALIVE_INTERVAL_MS, ETCD_KEEPALIVE_TIMEOUT_MS, ETCD_REQUEST_TIMEOUT_S_DEFAULT,
+                           ETCD_RESPONSE_BYTES_MAX)
 from mafka4.metadata.endpoints import format_endpoints, parse_endpoints
 
 # gRPC waits up to 120 s between reconnection attempts by default, so a client would go on
 # failing long after etcd is back; reconnect within a second instead. Keepalive: see
 # ETCD_KEEPALIVE_INTERVAL_MS; this gRPC needs the ping timeout besides the keepalive timeout
 # to drop a connection whose pings go unanswered, and without a bound on pings between data
-# frames an idle watch stops being checked after two pings.
-GRPC_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
+# frames an idle watch stops being checked after two pings. Answers up to ETCD_RESPONSE_BYTES_MAX.
+GRPC_OPTIONS = [("grpc.max_receive_message_length", ETCD_RESPONSE_BYTES_MAX),
+                ("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
                 ("grpc.max_reconnect_backoff_ms", 1000),
                 ("grpc.keepalive_time_ms", ETCD_KEEPALIVE_INTERVAL_MS),
                 ("grpc.keepalive_timeout_ms", ETCD_KEEPALIVE_TIMEOUT_MS),

@@ -193,3 +193,17 @@ def test_a_view_whose_watch_lags_waits_for_a_topic_etcd_holds_and_says_at_once_t
         view.close()
         store.close()
         stop_etcd(server)
+
+
+def test_a_view_loads_a_topics_prefix_larger_than_grpcs_default_message(store):
+    for key, value in topic_items("big", 1):
+        store.put(key, value)
+    padding = "x" * 16_000
+    for node in range(300):  # 4.8 MB under the prefix: grpc's default answer is at most 4 MiB
+        store.put(keys.feed_position(CLUSTER, "big", 0, f"n{node}"), {"pad": padding})
+    view = ClusterView(store, CLUSTER, (Watched.TOPICS,))
+    view.start()
+    try:
+        assert view.read(ViewState.topic_names) == ["big"]
+    finally:
+        view.close()
