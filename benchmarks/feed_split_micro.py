@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
-import logging
 import os
 import pstats
 import random
@@ -52,6 +51,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from benchmarks.micro_run import quiet_mafka4_logs, write_report
 from mafka4.batch_frame import stamp
 from mafka4.batch_payload import encode_record_arrays
 from mafka4.client.accumulator import RECORD_OVERHEAD_BYTES, RecordAccumulator
@@ -309,18 +309,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if any(workload not in ("keyless", "keyed") for workload in args.workloads):
         raise SystemExit(f"--workloads {','.join(args.workloads)}: give keyless, keyed or both")
-    mafka4_logs = logging.getLogger("mafka4")
-    level = mafka4_logs.level
-    mafka4_logs.setLevel(logging.ERROR)  # a VP's "leads at epoch 0" line, 256 times a run
-    try:
+    with quiet_mafka4_logs():
         out = run_ab(args) if args.ab else run_once(args)
-    finally:
-        mafka4_logs.setLevel(level)  # called in a test's process, it leaves logging as it found it
-    text = json.dumps(out, indent=1)
-    if args.output == "-":
-        print(text)
-    else:
-        Path(args.output).write_text(text + "\n")
+    write_report(out, args.output)
 
 
 if __name__ == "__main__":

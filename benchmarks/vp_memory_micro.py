@@ -52,7 +52,6 @@ import collections
 import errno
 import gc
 import json
-import logging
 import os
 import resource
 import shutil
@@ -63,6 +62,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
+from benchmarks.micro_run import quiet_mafka4_logs, write_report
 from mafka4.limits import TopicConfig
 from mafka4.limits.servers import topic_log_config
 from mafka4.log.log_dir_budget import LogDirBudget
@@ -388,21 +388,12 @@ def main(argv: list[str] | None = None) -> None:
     args.argv = argv
     if args.traced_vps < 0:
         raise SystemExit(f"--traced-vps {args.traced_vps}: give 0 (no traced build) or more")
-    mafka4_logs = logging.getLogger("mafka4")
-    level = mafka4_logs.level
-    mafka4_logs.setLevel(logging.ERROR)  # a VP's "leads at epoch 0" line, once per VP
-    try:
+    with quiet_mafka4_logs():
         if args.part:
             out = build(args.vps[0]) if args.part == "rss" else traced_build(args.vps[0])
         else:
             out = run_ab(args) if args.ab else run_once(args)
-    finally:
-        mafka4_logs.setLevel(level)  # called in a test's process, it leaves logging as it found it
-    text = json.dumps(out, indent=1)
-    if args.output == "-":
-        print(text)
-    else:
-        Path(args.output).write_text(text + "\n")
+    write_report(out, args.output)
 
 
 if __name__ == "__main__":
