@@ -11,15 +11,21 @@ only (neither Ray nor etcd), whatever the driver holds, and nothing of Ray's thr
 processes, in this order:
 
 * driver to child: ``(access, topic, group)`` (``access`` a ``ClusterAccess`` the driver computed),
-  then ``Stop()`` when the run is over;
+  then ``Report()`` whenever the driver wants what was polled, and ``Stop()`` when the run is over;
 * child to driver: ``Assigned(size)`` whenever the size of its assignment changes (0 until it
-  owns something), ``Polled(messages)`` after every poll that returned messages, each message as
-  ``(sequence, wall ms at the poll, partition or VP, offset)``, and ``Failed(error)`` (the
-  exception's ``repr``) if its consumer raised; then it closes the consumer and exits.
+  owns something), ``Polled(messages)`` in answer to each ``Report()``: everything polled since the
+  last one, each message as ``(sequence, wall ms at the poll, partition or VP, offset)``; and
+  ``Failed(error)`` (the exception's ``repr``) if its consumer raised; then it closes the consumer
+  and exits.
 
-The child polls until anything arrives from the driver or the driver's end closes (the driver is
-gone), so no member outlives its driver by more than a poll and a close. It ignores SIGINT: Ctrl-C
-reaches the whole process group, and the driver stops its members itself (``experiment._Group``).
+**Why a member keeps what it polled until asked.** The driver is also the producer being measured.
+A thread of it receiving and unpickling every poll took the producer's GIL while production ran,
+and that thread sat on the members' CPUs: preempted there while holding the GIL, it stalled the
+producer's threads on the write side's CPUs. So the driver asks only once production is over.
+
+The child polls until ``Stop`` arrives or the driver's end closes (the driver is gone), so no
+member outlives its driver by more than a poll and a close. It ignores SIGINT: Ctrl-C reaches the
+whole process group, and the driver stops its members itself (``experiment._Group``).
 """
 
 from __future__ import annotations
@@ -56,6 +62,11 @@ class Failed:
 
 
 @dataclass(frozen=True, slots=True)
+class Report:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
 class Stop:
     pass
 
@@ -75,17 +86,18 @@ def start(access: ClusterAccess, topic: str, group: str) -> tuple[subprocess.Pop
 
 
 def consume(channel: Connection, access: ClusterAccess, topic: str, group: str) -> None:
-    """Poll as a member of ``group`` until the driver says stop or is gone, telling it what was polled."""
+    """Poll as a member of ``group`` until the driver says stop or is gone, telling it what was
+    polled when it asks."""
     consumer = None
     try:
         consumer = Consumer(topic, group=group, connection=access, from_beginning=True)
         assigned = None
-        while not channel.poll():  # Stop, or the driver's end closed
+        polled: list[tuple[int, float, int, int]] = []
+        while _answered_until_stop(channel, polled):
             messages = consumer.poll(timeout_ms=POLL_TIMEOUT_MS)
             now_ms = time.time() * 1000
-            if messages:
-                channel.send(Polled(tuple((VALUE_HEADER.unpack_from(message.value)[0], now_ms, message.partition,
-                                           message.offset) for message in messages)))
+            polled.extend((VALUE_HEADER.unpack_from(message.value)[0], now_ms, message.partition, message.offset)
+                          for message in messages)
             size = len(consumer.assignment())
             if size != assigned:
                 channel.send(Assigned(size))
@@ -98,6 +110,22 @@ def consume(channel: Connection, access: ClusterAccess, topic: str, group: str) 
         if consumer is not None:
             with contextlib.suppress(MafkaError):
                 consumer.close()  # the measurement is complete; a failed final commit changes nothing in it
+
+
+def _answered_until_stop(channel: Connection, polled: list[tuple[int, float, int, int]]) -> bool:
+    """Answer every ``Report()`` waiting on ``channel`` with ``polled`` (then emptied); False once
+    ``Stop()`` arrived or the driver's end closed."""
+    while channel.poll():
+        try:
+            request = channel.recv()
+        except EOFError:
+            return False
+        if not isinstance(request, Report):
+            assert isinstance(request, Stop), request
+            return False
+        channel.send(Polled(tuple(polled)))
+        polled.clear()
+    return True
 
 
 def main() -> None:

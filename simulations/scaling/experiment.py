@@ -59,7 +59,9 @@ cores. Nothing is slowed down on purpose in either mode.
   brokers to the write set and the others to the read set, so its replicas and the fetches
   they serve run on all the cores. The clients get the same layout in both modes: the producer
   (this driver, while it measures) on the write set, every consumer's process (and the
-  driver's thread that collects what they polled) on the read set. So no consumer shares a
+  driver's thread that collects what they polled) on the read set. The members keep what they
+  polled until production is over (``consumer_process``), so nothing of theirs runs in the
+  producer's process while it is measured. So no consumer shares a
   CPU with Mafka4's write nodes; on 2 cores the producer has to share one with them, in both
   modes. The controller, etcd and Ray's own processes are not pinned. ``--no-pin`` turns
   pinning off for both.
@@ -442,8 +444,9 @@ class _Group:
     """``consumers`` members of one group reading ``topic``, each a process of its own
     (``simulations.scaling.consumer_process``: as threads of this driver they shared the producer's
     GIL and lengthened its tail latency as N grew). One thread of this driver collects what each
-    polled into its ``_ConsumerLog``. Entered once every member owns something, so production then
-    measures a settled group; left with every member stopped, or killed."""
+    member tells into its ``_ConsumerLog``; what they polled, only when ``drain`` asks for it.
+    Entered once every member owns something, so production then measures a settled group; left
+    with every member stopped, or killed."""
 
     def __init__(self, connection, topic: str, consumers: int, cpus: list[int] | None):
         """``cpus``: where the members' processes run (None: anywhere)."""
@@ -454,7 +457,9 @@ class _Group:
         self._group = validate_group_name(f"{topic}-group")
         self.logs = [_ConsumerLog() for _ in range(consumers)]
         self._assigned = [0] * consumers  # each member's assignment size, as it last told
+        self._reports = [0] * consumers  # how many of the driver's Report() each member has answered
         self._lock = threading.Lock()  # the collector writes the logs and the sizes; the driver reads them
+        self._reported = threading.Condition(self._lock)
         self._stopping = threading.Event()
         self._members: list[tuple[subprocess.Popen, multiprocessing.connection.Connection]] = []
         self._collector = threading.Thread(target=self._collect, daemon=True, name="consumer-collector")
@@ -485,14 +490,32 @@ class _Group:
         return self
 
     def drain(self, expected: set[int], seconds_max: float) -> None:
-        """Until the members have seen every one of ``expected``, for at most ``seconds_max``."""
+        """Until the members have seen every one of ``expected``, for at most ``seconds_max``;
+        the logs then hold all they polled up to their last answer."""
         deadline = time.monotonic() + seconds_max
-        while time.monotonic() < deadline:
+        while True:
+            self._collect_polled(deadline)
             with self._lock:
-                if expected <= _seen(self.logs):
+                _raise_consumer_error(self.logs)
+                if expected <= _seen(self.logs) or time.monotonic() >= deadline:
                     return
-            _raise_consumer_error(self.logs)
             time.sleep(0.1)
+
+    def _collect_polled(self, deadline: float) -> None:
+        """Ask every member for what it polled, and wait until each has answered (or ``deadline``)."""
+        from simulations.scaling.consumer_process import Report
+
+        with self._lock:
+            asked = [answered + 1 for answered in self._reports]
+        for _, channel in self._members:
+            with contextlib.suppress(OSError):  # its process is gone: the collector says why
+                channel.send(Report())
+        with self._reported:
+            while any(answered < wanted for answered, wanted in zip(self._reports, asked)):
+                _raise_consumer_error(self.logs)
+                if not self._reported.wait(timeout=max(0.0, min(1.0, deadline - time.monotonic()))) \
+                        and time.monotonic() >= deadline:
+                    return
 
     def __exit__(self, *exc_info) -> None:
         from simulations.scaling.consumer_process import Stop
@@ -531,17 +554,21 @@ class _Group:
                     del open_channels[channel]
                     if not self._stopping.is_set() and self.logs[i].error is None:
                         process = self._members[i][0]
-                        self.logs[i].error = (f"consumer process {process.pid} ended before the run did "
-                                              f"(exit code {process.poll()}): see its output above")
+                        with self._lock:
+                            self.logs[i].error = (f"consumer process {process.pid} ended before the run did "
+                                                  f"(exit code {process.poll()}): see its output above")
+                            self._reported.notify_all()
                     continue
                 with self._lock:
                     if isinstance(report, Polled):
                         self.logs[i].record(report.messages)
+                        self._reports[i] += 1
                     elif isinstance(report, Assigned):
                         self._assigned[i] = report.size
                     else:
                         assert isinstance(report, Failed), report
                         self.logs[i].error = report.error
+                    self._reported.notify_all()
 
     def _wait_until_settled(self) -> None:
         """Until every member owns something: production then measures a settled group."""
