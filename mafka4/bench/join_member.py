@@ -17,7 +17,8 @@ Mafka3 trial's assignor). In order, on the wire ``member_process.start`` made:
 CLOCK_MONOTONIC is one clock for every process of a Linux machine, so the driver sets the
 stamps of all its members against its own join time. A member keeps its stamps, values and
 trace rows until the driver asks (``Report``), which it does only once the trial's measuring
-window is over: nothing crosses the wire while it measures but the join itself.
+window is over: while it measures, nothing crosses the wire but the join (``TraceJoins``,
+``Join``, ``Joined``) and a failure.
 """
 
 from __future__ import annotations
