@@ -16,8 +16,7 @@ processes; their wall clocks are one machine's.
 derived once per process, ``security.scram_client``):
 
 * before ``join_sent``: the consumer reads the topic's metadata (a connection, ``METADATA``,
-  closed; the joiner's process is new, so this first connection also derives the salted
-  password: a few ms) and its fetcher the VP layout (a second connection, ``VP_METADATA``);
+  closed) and its fetcher the VP layout (a second connection, ``VP_METADATA``);
 * ``coordinator_found``: ``FIND_COORDINATOR``, over that second connection (the member's
   fetcher and group link share their connections, ``client.virtual_group_consumer``);
 * ``join_received`` .. ``join_answered``: a third connection, to the coordinator, and

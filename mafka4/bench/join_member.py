@@ -8,10 +8,15 @@ Mafka3 trial's assignor). In order, on the wire ``member_process.start`` made:
 * driver to member: ``MemberSpec``; ``TraceJoins()`` at any time (keep the topic's join trace
   rows, ``mafka4.join_trace``, from now on: the client's hops of a join happen in this process);
   ``Join()`` once; ``Report()`` whenever the driver wants what was polled; ``Stop()``;
-* member to driver: ``Ready()`` once its interpreter has imported the client, so that a join
-  timed by the driver does not include an interpreter's start; ``Joined(member_id)`` once its
+* member to driver: ``Ready()`` once it is warm (below); ``Joined(member_id)`` once its
   consumer is built (the consumer joins the group as it is built); ``Polled`` in answer to each
   ``Report()``; ``Failed`` if its consumer raised (``member_process.failure_reported``).
+
+**Warm before the join.** Before ``Ready`` a member reads the topic's metadata once: its
+interpreter has imported the client, the client's event loop runs, and its first connection
+has derived the salted password (``security.scram_client``). A running consumer process is
+in that state when it joins a group (as the bench's own process was when members were its
+threads), so a join timed by the driver times the group protocol, not a process's start.
 
 **Stamps.** Each non-empty poll is stamped with ``time.monotonic_ns()`` as it returns:
 CLOCK_MONOTONIC is one clock for every process of a Linux machine, so the driver sets the
@@ -29,6 +34,7 @@ from multiprocessing.connection import Connection
 
 from mafka4.bench.member_process import Report, Stop, failure_reported, poll_until_stopped, serve
 from mafka4.client.cluster_access import ClusterAccess
+from mafka4.client.cluster_metadata import topic_metadata
 from mafka4.client.consumer import Consumer
 from mafka4.join_trace import JOIN_TRACES, JoinRow
 
@@ -113,6 +119,7 @@ def run_member(channel: Connection, spec: MemberSpec) -> None:
     """Wait for ``Join``, join ``spec.group`` and poll until the driver says stop or is gone."""
     member = JoinMember(channel, spec.topic)
     with failure_reported(channel):
+        topic_metadata(spec.access, spec.topic)
         channel.send(Ready())
         if not member.wait_for_join():
             return

@@ -1,12 +1,13 @@
 """One join trial's moving parts, for ``bench vp-join`` and ``bench rebalance``: a paced producer
 and the group's members, each member a process of its own (``bench.join_member``).
 
-``JoinTrial.run`` starts every member's process at once, the joiner's too, so that no
-interpreter starts inside the measuring window; produces; lets the members join one by one;
-waits ``warmup_s``; lets the joiner join (``join_ns``); waits ``after_join_s`` (``end_ns``);
-stops the producer; then asks the members for what they polled until they have every message
-produced (or ``DRAIN_S_MAX``), and stops them (each closes its consumer: it commits and leaves
-the group). The callers measure the members' logs against ``join_ns``.
+``JoinTrial.run`` starts every member's process at once, the joiner's too, and waits until each
+is warm (``bench.join_member``), so that no process starts inside the measuring window;
+produces; lets the members join one by one; waits ``warmup_s``; lets the joiner join
+(``join_ns``); waits ``after_join_s`` (``end_ns``); stops the producer; then asks the members
+for what they polled until they have every message produced (or ``DRAIN_S_MAX``), and stops
+them (each closes its consumer: it commits and leaves the group). The callers measure the
+members' logs against ``join_ns``.
 
 **The producer is a thread of the bench's process.** The bench does nothing else while it
 measures: its main thread waits on the members' wires, which carry nothing in the window but the
@@ -32,8 +33,8 @@ from mafka4.bench import member_process
 from mafka4.bench.join_member import Join, Joined, MemberSpec, Polled, Ready, TraceJoins
 from mafka4.errors import MafkaError
 
-# A member's interpreter imports the client and answers ``Ready`` within this long, and a
-# member's consumer joins the group within this long.
+# A member's process starts, imports the client and reads the topic's metadata (``Ready``)
+# within this long, and a member's consumer joins the group within this long.
 MEMBER_READY_S_MAX = 60.0
 MEMBER_JOIN_S_MAX = 60.0
 # After the window, the members consume the tail of the stream within this long, so that
@@ -90,7 +91,8 @@ class JoinMembers:
                 self._members.append(member_process.start("mafka4.bench.join_member", self._spec))
             if not self._receive(lambda: all(self._ready), time.monotonic() + MEMBER_READY_S_MAX):
                 raise JoinTrialFailed(f"{self._ready.count(False)} of {len(self.logs)} member processes did not "
-                                      f"start within {MEMBER_READY_S_MAX} s: is the machine overloaded?")
+                                      f"start and read the topic's metadata within {MEMBER_READY_S_MAX} s: "
+                                      f"is the machine overloaded?")
         except BaseException:
             self.__exit__()
             raise

@@ -4,21 +4,26 @@ empty; its process imports neither Ray nor etcd; a member that fails, or whose p
 fails the trial with its error; Ctrl-C does not reach a member, the bench stops it; and no member
 process outlives the bench.
 
-No cluster: a member that must fail is given an address where no node listens.
+No cluster: a member that must fail is given an address where no node listens, one that must
+stay busy an address where connections are taken and never answered.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import select
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+from typing import Iterator
 
 import pytest
 
 from mafka4.bench import member_process
-from mafka4.bench.join_member import JoinMember, MemberSpec, Polled, TraceJoins
+from mafka4.bench.join_member import Join, JoinMember, MemberSpec, Polled, TraceJoins
 from mafka4.bench.join_trial import JoinMembers, JoinTrialFailed, MemberLog
 from mafka4.bench.member_process import Report, Stop, answered_until_stop, stop_members
 from mafka4.client.bootstrap import Credential
@@ -72,6 +77,22 @@ def test_a_member_keeps_its_polls_and_join_trace_rows_until_asked_and_then_start
     assert again == Polled((), (), 0)
 
 
+def test_a_member_waits_for_its_join_answering_the_bench_and_leaves_if_told_to_stop_or_the_bench_is_gone():
+    bench_end, member_end = multiprocessing.Pipe()
+    member = JoinMember(member_end, "traced-topic")
+    try:
+        bench_end.send(TraceJoins())  # the joiner's trace goes on before it joins
+        bench_end.send(Join())
+        assert member.wait_for_join() and JOIN_TRACES.on("traced-topic")
+    finally:
+        JOIN_TRACES.stop("traced-topic")
+    bench_end.send(Report())
+    bench_end.send(Stop())
+    assert not member.wait_for_join() and bench_end.recv() == Polled(())
+    bench_end.close()
+    assert not member.wait_for_join()
+
+
 def test_a_member_log_folds_what_its_process_polled_in_order():
     log = MemberLog("member-0")
     log.record(Polled(((10, (b"a", b"b")), (20, (b"c",)))))
@@ -101,28 +122,49 @@ def test_a_join_member_process_imports_neither_ray_nor_etcd():
 
 
 def test_a_member_that_fails_fails_the_trial_with_its_error_and_no_member_process_is_left(started):
-    with pytest.raises(JoinTrialFailed, match=r"member member-0 \(process \d+\) failed: ClusterNotRunning"):
-        with JoinMembers(MemberSpec(NOWHERE, "join-test", "join-test-group"), ["member-0", "joiner"]) as members:
-            members.join("member-0", wait=True)
-            pytest.fail("a member that cannot reach a node never joins")
+    failed = r"member (member-0|joiner) \(process \d+\) failed: ClusterNotRunning"
+    with pytest.raises(JoinTrialFailed, match=failed):
+        with JoinMembers(MemberSpec(NOWHERE, "join-test", "join-test-group"), ["member-0", "joiner"]):
+            pytest.fail("a member that cannot reach a node is never ready: it reads the topic's metadata first")
     assert len(started) == 2 and all(process.poll() is not None for process in started)
 
 
-def test_a_member_process_that_ends_fails_the_trial(started):
+@pytest.fixture
+def silent_node() -> Iterator[tuple[ClusterAccess, socket.socket]]:
+    """An address where connections are taken and never answered: a member reading the topic's
+    metadata there waits (up to the client's open timeout) before it is ready."""
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        yield ClusterAccess((HostPort("127.0.0.1", listening.getsockname()[1]),), Credential("nobody", "none")), listening
+
+
+def _wait_for_a_connection(listening: socket.socket) -> None:
+    """Until a member connected: then its process ignores SIGINT already (``member_process.serve``)."""
+    ready, _, _ = select.select([listening], [], [], 30)
+    assert ready, "the member never connected"
+
+
+def test_a_member_process_that_ends_fails_the_trial(started, silent_node):
+    access, listening = silent_node
+    threading.Thread(target=lambda: (_wait_for_a_connection(listening), started[0].kill()), daemon=True).start()
     ended = r"member joiner's process \d+ ended before the trial did \(exit code -9\)"
     with pytest.raises(JoinTrialFailed, match=ended):
-        with JoinMembers(MemberSpec(NOWHERE, "join-test", "join-test-group"), ["joiner"]) as members:
-            started[0].kill()
-            members.watch(30)
+        with JoinMembers(MemberSpec(access, "join-test", "join-test-group"), ["joiner"]):
+            pytest.fail("its process was killed before it was ready")
 
 
-def test_ctrl_c_does_not_stop_a_member_and_the_bench_stops_its_members(started):
-    with JoinMembers(MemberSpec(NOWHERE, "join-test", "join-test-group"), ["member-0"]):
-        (process,) = started
+def test_ctrl_c_does_not_stop_a_member_and_the_bench_stops_its_members(silent_node):
+    access, listening = silent_node
+    member = member_process.start("mafka4.bench.join_member", MemberSpec(access, "join-test", "join-test-group"))
+    process, channel = member
+    try:
+        _wait_for_a_connection(listening)
         process.send_signal(signal.SIGINT)  # what Ctrl-C sends the whole process group
         with pytest.raises(subprocess.TimeoutExpired):
             process.wait(timeout=0.5)
-    assert process.returncode == 0, "stopped by the bench before it joined: it exits as asked"
+    finally:
+        stop_members([member], seconds_max=0.5)  # busy reading the metadata: it does not stop, and is killed
+        channel.close()
+    assert process.returncode == -signal.SIGKILL
 
 
 def test_a_member_that_does_not_stop_is_killed():
