@@ -63,8 +63,9 @@ cores. Nothing is slowed down on purpose in either mode.
   polled until production is over (``consumer_process``), so nothing of theirs runs in the
   producer's process while it is measured. So no consumer shares a
   CPU with Mafka4's write nodes; on 2 cores the producer has to share one with them, in both
-  modes. The controller, etcd and Ray's own processes are not pinned. ``--no-pin`` turns
-  pinning off for both.
+  modes. The cluster's shared services (the daemon, Ray's head with the controller, etcd) are
+  pinned to the read set in both modes (``pinning.pin_services`` says why). ``--no-pin`` turns
+  pinning off for all of them.
 * *Group protocol.* Mafka3 members rebalance eagerly over partitions; Mafka4 members own VPs.
   Either way the group has settled before the producer starts, and no member joins or leaves
   during a measurement.
@@ -308,10 +309,12 @@ def _progress(stream, done: int, total: int, what: str, settings: ScalingSetting
 def _mode_cluster(mode: ReadMode, settings: ScalingSettings) -> Iterator[TemporaryCluster]:
     """A throwaway local cluster for one mode, its nodes pinned to CPU sets (unless told not to)."""
     from mafka4.runtime.temporary import temporary_cluster
-    from simulations.scaling.pinning import pin_nodes, usable_cpus
+    from simulations.scaling.pinning import pin_nodes, pin_services, usable_cpus
 
     with temporary_cluster(cluster_config(mode, settings), home_prefix="m4x-") as cluster:
         if settings.pin_cpus:
+            state = cluster.state
+            pin_services(state.daemon_pid, [member.pid for member in state.etcd_members], cpu_sets(usable_cpus())[1])
             pin_nodes(Path(cluster.state.ray_temp_dir), cpu_plan(mode, settings, usable_cpus()))
         yield cluster
 
