@@ -7,11 +7,13 @@ that node will ever run. The experiment uses it to give write-side and read-side
 separate cores.
 
 The cluster's shared services (``pin_services``: the daemon and what it started, Ray's head
-with the controller, and etcd) go to the read set, before the nodes are pinned. Left unpinned,
-Linux moved them to whichever CPU was less busy: with many consumers on the read set, that was
-the write set, where they took the producer's and the write nodes' time. In a deployment they
-have machines of their own; on 2 cores they stand beside the readers, whose commits and group
-sessions are most of their work.
+with the controller, and etcd) can go to the read set, before the nodes are pinned
+(``--pin-services``). Left unpinned, Linux moves them to whichever CPU is less busy: with many
+consumers on the read set, that is the write set, where they take the producer's and the write
+nodes' time. In a deployment they have machines of their own; on 2 cores there is no third set,
+and beside the readers (whose commits and group sessions are most of their work) they leave one
+CPU to 32 consumers, the read nodes and themselves
+(``reports/2026-12-03-services-pinned/``). So they stay unpinned by default.
 
 Clients are pinned too (``pin_threads``): the producer (the experiment's driver) on the write
 set, each consumer's process on the read set. A thread created later inherits its creator's
