@@ -34,7 +34,7 @@ CALIBRATION_FILE = "calibration.json"
 EXPERIMENTS_LISTED_MAX = 20  # the report names at most this many experiment ids; the tables name all
 TAIL_SAMPLES_MIN_TEXT = "fewer than 50 samples above the tp999 rank in a repetition (n < 50,000)"
 # The scaling experiment's settings (its settings.json) the setup section names.
-SETUP_KEYS = ("nodes", "physical_partitions", "replication_factor", "read_replicas", "pin_cpus", "pin_services")
+SETUP_KEYS = ("nodes", "physical_partitions", "replication_factor", "read_replicas", "pin_cpus")
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,12 +240,10 @@ def setup_section(experiment: Mapping[str, Any]) -> str:
     half = f"{nodes // 2}" if nodes is not None else "`nodes` / 2"
     pinning = {True: "the", False: "off in these runs (`--no-pin`): every node ran on every core. With it on, the"
                }.get(experiment.get("pin_cpus"), "unless the runs were made with `--no-pin` (no settings.json says), the")
-    services = {True: "pinned to the read set in both modes (`--pin-services`)", False: "not pinned in either mode"
-                }.get(experiment.get("pin_services"), "not pinned in either mode (unless `--pin-services`: no settings.json says)")
     return "\n\n".join([
         "The runtime rows compare two deployments on one machine, each as its design would be deployed. The same in "
         "both: one producer (keyed messages, the same keys and seed, acks=all, linger_ms 1, the same rate and "
-        "duration), N consumers of one group (each a process of its own, the same `Consumer` code and "
+        "duration), N consumers of one group (threads of the experiment's driver, the same `Consumer` code and "
         f"defaults), replication factor and min_insync_replicas {setting('replication_factor')}, "
         f"{setting('nodes')} simulated machines. Nothing is slowed down on purpose. What differs:",
         "\n".join([
@@ -261,8 +259,8 @@ def setup_section(experiment: Mapping[str, Any]) -> str:
             f"* **CPU pinning**: {pinning} usable CPUs are split into a write set (first half) and a read set; Mafka4's "
             "write nodes run on the write set and its read nodes on the read set (writing gets half the cores, reading "
             f"the other half); Mafka3's first {half} brokers run on the write set and the others on the read set, so "
-            "its replicas and the fetches they serve use all the cores. The producer runs on the write set and every "
-            f"consumer on the read set; the cluster's shared services (etcd, Ray's head, the controller) are {services};",
+            "its replicas and the fetches they serve use all the cores. The driver (producer and consumers), the "
+            "controller and etcd are not pinned in either mode;",
             "* **group protocol**: Mafka3 members rebalance eagerly over partitions, Mafka4 members own VPs; either "
             "group has settled before the producer starts, and none changes during a measurement;",
             "* **clusters**: each mode runs on a fresh cluster of its own, one mode's runs after the other's.",

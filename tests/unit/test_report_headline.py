@@ -138,8 +138,6 @@ def test_the_setup_section_states_every_difference_between_the_modes_with_the_re
                        "Mafka3's first 2 brokers run on the write set and the others on the read set",
                        "**group protocol**", "**clusters**", "replication factor and min_insync_replicas 2"):
         assert difference in text, difference
-    assert "shared services (etcd, Ray's head, the controller) are not pinned in either mode" in text
-    assert "are pinned to the read set in both modes (`--pin-services`)" in setup_section({"pin_cpus": True, "pin_services": True})
     unpinned = setup_section({"pin_cpus": False})
     assert "**CPU pinning**: off in these runs (`--no-pin`)" in unpinned
     assert "`physical_partitions` physical partitions" in unpinned, "a setting not recorded is named, not guessed"
