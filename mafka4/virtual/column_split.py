@@ -98,7 +98,8 @@ class RoundColumns:
     The payloads are joined too (a copy of the round's bytes, one C call), so that a VP batch's
     records are cut from one buffer."""
 
-    __slots__ = ("partition", "headers", "buffer", "starts", "ends", "hashes", "offsets", "batch_of", "batch_facts")
+    __slots__ = ("partition", "headers", "buffer", "starts", "ends", "hashes", "offsets", "batch_of", "batch_facts",
+                 "codec")
 
     def __init__(self, batches: Sequence[BatchColumns]):
         assert batches and len({batch.partition for batch in batches}) == 1, "batches of one partition"
@@ -116,6 +117,10 @@ class RoundColumns:
         # its records takes from it), read from its header once for every VP.
         self.batch_facts: list[tuple[int, int, Codec]] = [
             (h.first_timestamp_ms, h.max_timestamp_ms, h.codec) for h in self.headers]
+        # The codec of every batch of the round, if they share one (as a producer's batches do):
+        # then a VP's records of it make one VP batch, with no look for a change of codec per VP.
+        codecs = {codec for _, _, codec in self.batch_facts}
+        self.codec: Codec | None = codecs.pop() if len(codecs) == 1 else None
 
 
 class RoundByVp:
@@ -248,6 +253,11 @@ class SplitChunk(EncodedChunk):
         return _chunk_or_none([run.below(offset) for run in self.runs])
 
     def vp_batches(self) -> Iterator[tuple["SplitChunk", bytes]]:
+        runs = self.runs
+        codec = runs[0].split.round.codec
+        if codec is not None and all(run.split.round.codec is codec for run in runs[1:]):
+            yield self, encode_runs(runs, codec)  # the usual case: rounds of one codec, one VP batch
+            return
         pieces = [piece for run in self.runs for piece in run.codec_pieces()]
         if len(pieces) == len(self.runs) and len({codec for codec, _ in pieces}) == 1:
             yield self, encode_runs(self.runs, pieces[0][0])  # the usual case: one codec, one VP batch

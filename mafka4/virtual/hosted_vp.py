@@ -227,7 +227,7 @@ class HostedVp:
             self.trace.record(("hw", self.vp_id.vp, self._traced_high_watermark, wall_ms_fine()))
         if ready.write_risr is not None or ready.wake:
             self._notify(self, ready)
-        if self._on_change is not None and ready != NOTHING:
+        if self._on_change is not None and ready:
             self._on_change(self)
 
     def _report_flushed(self) -> Ready:
@@ -272,15 +272,16 @@ class HostedVp:
         if len(records) > FEED_RECORDS_MAX:
             raise MessageTooLarge(f"{self.vp_id}: a feed call of {len(records)} records, more than "
                                   f"FEED_RECORDS_MAX={FEED_RECORDS_MAX}")
-        fresh = self.core.plan_feed(leader_epoch, records)
+        core, log = self.core, self._log
+        fresh = core.plan_feed(leader_epoch, records)
         for run, encoded in vp_batches(fresh):  # one per run of a codec, spanning physical batches (vp_records)
             batch = bytearray(encoded)
-            base_offset = self._log.log_end_offset
+            base_offset = log.log_end_offset
             stamp(batch, base_offset, leader_epoch)
-            self._log.append(batch, now_ms, check_crc=False)  # its CRC was computed just now
+            log_end_offset = log.append(batch, now_ms, check_crc=False).next_offset  # its CRC was computed just now
             if self.trace is not None:
-                self.trace.record(("append", self.vp_id.vp, base_offset, self._log.log_end_offset, wall_ms_fine()))
-            self._execute(self.core.leader_appended(run, self._log.log_end_offset))
+                self.trace.record(("append", self.vp_id.vp, base_offset, log_end_offset, wall_ms_fine()))
+            self._execute(core.leader_appended(run, log_end_offset))
         return len(fresh)
 
     # --- leader: followers --------------------------------------------------------------

@@ -27,7 +27,7 @@ def settings_from_args(args: argparse.Namespace) -> ScalingSettings:
                            replication_factor=args.replication_factor, read_replicas=args.read_replicas,
                            nodes=args.nodes, rate_msgs_per_s=args.rate_msgs_per_s, duration_s=args.duration_s,
                            message_bytes=args.message_bytes, seed=args.seed, repetitions=args.repetitions,
-                           pin_cpus=not args.no_pin,
+                           pin_cpus=not args.no_pin, pin_services=args.pin_services,
                            experiment_id=args.experiment_id, settle_load=args.settle_load)
 
 
@@ -51,6 +51,9 @@ def add_scaling_arguments(parser: argparse.ArgumentParser, defaults: ScalingSett
                         help="runs of every configuration, one after the other on the same topic and group "
                              "(repetition r uses seed + r; default %(default)s)")
     parser.add_argument("--no-pin", action="store_true", help="do not pin write-side and read-side nodes to CPU sets")
+    parser.add_argument("--pin-services", action="store_true",
+                        help="also pin the cluster's shared services (etcd, Ray's head, the controller) to the read "
+                             "side's CPUs (default: unpinned)")
     parser.add_argument("--settle-load", type=float, default=defaults.settle_load, metavar="LOAD",
                         help="once the group settled, wait (at most 180 s) for the 1-minute load average to fall "
                              "below LOAD before measuring (default: measure at once)")

@@ -63,8 +63,9 @@ cores. Nothing is slowed down on purpose in either mode.
   polled until production is over (``consumer_process``), so nothing of theirs runs in the
   producer's process while it is measured. So no consumer shares a
   CPU with Mafka4's write nodes; on 2 cores the producer has to share one with them, in both
-  modes. The controller, etcd and Ray's own processes are not pinned. ``--no-pin`` turns
-  pinning off for both.
+  modes. The cluster's shared services (the daemon, Ray's head with the controller, etcd) are
+  not pinned unless ``pin_services`` (``--pin-services``) puts them on the read set in both modes
+  (``pinning.pin_services`` says what each choice costs). ``--no-pin`` turns pinning off.
 * *Group protocol.* Mafka3 members rebalance eagerly over partitions; Mafka4 members own VPs.
   Either way the group has settled before the producer starts, and no member joins or leaves
   during a measurement.
@@ -146,6 +147,9 @@ class ScalingSettings:
     # After the last send: how long consumers may take to read every acknowledged message.
     drain_s_max: float = 120.0
     pin_cpus: bool = True
+    # The cluster's shared services (daemon, Ray's head with the controller, etcd) pinned to the read
+    # set too (``pinning.pin_services``); off: Linux places them. Only with ``pin_cpus``.
+    pin_services: bool = False
     experiment_id: str = ""
     # After the group settled, wait (at most SETTLE_LOAD_WAIT_S_MAX) for the 1-minute load average
     # to fall below this before measuring: starting a group loads a small machine, and the
@@ -155,6 +159,8 @@ class ScalingSettings:
     def __post_init__(self) -> None:
         if not self.consumers or any(n < 1 or n > 64 for n in self.consumers):
             raise InvalidConfig(f"consumers={list(self.consumers)}: give consumer counts between 1 and 64")
+        if self.pin_services and not self.pin_cpus:
+            raise InvalidConfig("pinning the services needs pinning on: drop --no-pin or --pin-services")
         if not self.modes or any(mode not in MODES for mode in self.modes):
             raise InvalidConfig(f"modes={list(self.modes)}: choose from {', '.join(MODES)}")
         object.__setattr__(self, "modes", tuple(ReadMode(mode) for mode in self.modes))
@@ -308,9 +314,12 @@ def _progress(stream, done: int, total: int, what: str, settings: ScalingSetting
 def _mode_cluster(mode: ReadMode, settings: ScalingSettings) -> Iterator[TemporaryCluster]:
     """A throwaway local cluster for one mode, its nodes pinned to CPU sets (unless told not to)."""
     from mafka4.runtime.temporary import temporary_cluster
-    from simulations.scaling.pinning import pin_nodes, usable_cpus
+    from simulations.scaling.pinning import pin_nodes, pin_services, usable_cpus
 
     with temporary_cluster(cluster_config(mode, settings), home_prefix="m4x-") as cluster:
+        if settings.pin_cpus and settings.pin_services:  # first: it pins the nodes' raylets too
+            state = cluster.state
+            pin_services(state.daemon_pid, [member.pid for member in state.etcd_members], cpu_sets(usable_cpus())[1])
         if settings.pin_cpus:
             pin_nodes(Path(cluster.state.ray_temp_dir), cpu_plan(mode, settings, usable_cpus()))
         yield cluster

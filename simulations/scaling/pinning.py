@@ -4,7 +4,16 @@ A simulated node of the local cluster is one Ray raylet (``runtime.ray_cluster``
 actor of that node runs in a worker process the raylet forks, and a forked process inherits
 its parent's CPU affinity. So pinning a raylet and its current descendants pins everything
 that node will ever run. The experiment uses it to give write-side and read-side actors
-separate cores; the head's own processes (the controller, Ray's) stay unpinned.
+separate cores.
+
+The cluster's shared services (``pin_services``: the daemon and what it started, Ray's head
+with the controller, and etcd) can go to the read set, before the nodes are pinned
+(``--pin-services``). Left unpinned, Linux moves them to whichever CPU is less busy: with many
+consumers on the read set, that is the write set, where they take the producer's and the write
+nodes' time. In a deployment they have machines of their own; on 2 cores there is no third set,
+and beside the readers (whose commits and group sessions are most of their work) they leave one
+CPU to 32 consumers, the read nodes and themselves
+(``reports/2026-12-03-services-pinned/``). So they stay unpinned by default.
 
 Clients are pinned too (``pin_threads``): the producer (the experiment's driver) on the write
 set, each consumer's process on the read set. A thread created later inherits its creator's
@@ -55,6 +64,24 @@ def pin_threads(pid: int, cpus: Sequence[int]) -> set[int]:
     return before
 
 
+def pin_services(daemon_pid: int, etcd_pids: Sequence[int], cpus: Sequence[int]) -> None:
+    """Pin the cluster daemon, etcd's members and all their descendants to ``cpus`` (the nodes'
+    raylets among them: ``pin_nodes`` after this pins those to their own sets)."""
+    cpu_set = check_cpu_set(cpus)
+    for root_pid in (daemon_pid, *etcd_pids):
+        with contextlib.suppress(psutil.NoSuchProcess):  # a service that is gone needs no pinning
+            _pin_tree(psutil.Process(root_pid), cpu_set)
+
+
+def _pin_tree(root: psutil.Process, cpus: Sequence[int]) -> None:
+    """Every thread of ``root`` and of its descendants (Linux's affinity is per thread: a process's
+    threads that exist already keep theirs when only its PID is pinned)."""
+    for process in [root, *root.children(recursive=True)]:
+        # One that exited meanwhile needs no pinning.
+        with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError, FileNotFoundError):
+            pin_threads(process.pid, cpus)
+
+
 def _raylet_of(node_id: str, ray_temp_dir: Path) -> psutil.Process:
     marker, temp = f"{node_resource(node_id)},", str(ray_temp_dir)
     for process in psutil.process_iter(["cmdline"]):
@@ -65,15 +92,11 @@ def _raylet_of(node_id: str, ray_temp_dir: Path) -> psutil.Process:
 
 
 def pin_nodes(ray_temp_dir: Path, cpus_by_node: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
-    """Pin each node's raylet and its descendants to its CPU set; returns what was applied."""
+    """Pin each node's raylet and its descendants, every thread of each, to its CPU set; returns
+    what was applied."""
     applied = {}
     for node_id, cpus in cpus_by_node.items():
         cpu_set = check_cpu_set(cpus)
-        raylet = _raylet_of(node_id, ray_temp_dir)
-        for process in [raylet, *raylet.children(recursive=True)]:
-            try:
-                process.cpu_affinity(list(cpu_set))
-            except psutil.NoSuchProcess:
-                continue  # a worker that exited meanwhile needs no pinning
+        _pin_tree(_raylet_of(node_id, ray_temp_dir), cpu_set)
         applied[node_id] = cpu_set
     return applied

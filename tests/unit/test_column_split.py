@@ -339,3 +339,20 @@ def test_a_vp_chunk_of_column_batches_around_a_batch_without_the_column_keeps_ev
     ((_, encoded),) = list(vp_batches(chunk))
     assert read_header(encoded).timestamp_runs
     assert [encoded] == [made for _, made in vp_batches(expected)]
+
+
+def test_a_vp_chunk_makes_one_vp_batch_per_run_of_a_codec_whether_its_round_has_one_codec_or_more():
+    partition, layout = 0, layout_of(2, None)
+    records = [(delta, b"key-%d" % delta, b"v", None) for delta in range(20)]
+
+    def codecs_of_vp_batches(codecs) -> dict[int, list[Codec]]:
+        fetched = b"".join(producer_batch(records, 20 * number, partition, codec, base_sequence=20 * number)
+                           for number, codec in enumerate(codecs))
+        planned = plan_round(fetched, partition, layout, 0, records_max=1_000)
+        return {vp: [read_header(encoded).codec for chunk in chunks for _, encoded in vp_batches(chunk)]
+                for vp, chunks in planned.chunks.items()}
+
+    one_codec = codecs_of_vp_batches([Codec.LZ4, Codec.LZ4, Codec.LZ4])
+    assert one_codec == {0: [Codec.LZ4], 1: [Codec.LZ4]}, "a VP's records of a round of one codec: one VP batch"
+    mixed = codecs_of_vp_batches([Codec.LZ4, Codec.NONE, Codec.NONE, Codec.LZ4])
+    assert mixed == {0: [Codec.LZ4, Codec.NONE, Codec.LZ4], 1: [Codec.LZ4, Codec.NONE, Codec.LZ4]}

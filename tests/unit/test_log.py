@@ -199,6 +199,27 @@ def test_roll_by_size_and_oversized_batch_gets_its_own_segment(tmp_path):
     log.close()
 
 
+def test_batches_appended_one_at_a_time_land_as_those_appended_together(tmp_path):
+    """A single batch takes its own path through the log (a VP leader appends one per feed call):
+    the segments, their bytes, the indexes and the flush policy's count end as with ``append_batches``."""
+    batches = [make_batch(offset, 1_000 + 10 * offset, value_bytes=300 + 97 * (offset % 5)) for offset in range(40)]
+    one_at_a_time = Log.open(tmp_path / "one", config(flush_interval_messages=7), now_ms=0)
+    together = Log.open(tmp_path / "together", config(flush_interval_messages=7), now_ms=0)
+    for batch in batches:
+        header = one_at_a_time.append(batch, 1_000)
+        assert header.next_offset == one_at_a_time.log_end_offset
+    for start in range(0, len(batches), 4):
+        together.append_batches(b"".join(batches[start:start + 4]), 1_000)
+    assert log_files(tmp_path / "one") == log_files(tmp_path / "together") and len(log_files(tmp_path / "one")) > 1
+    for name in log_files(tmp_path / "one", ""):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "together" / name).read_bytes(), name
+    assert one_at_a_time.flushes_total > 0
+    assert one_at_a_time.read(0, 1 << 20) == together.read(0, 1 << 20)
+    assert one_at_a_time.offset_for_timestamp(1_205) == together.offset_for_timestamp(1_205) == 21
+    one_at_a_time.close()
+    together.close()
+
+
 def test_roll_by_age(tmp_path):
     log = Log.open(tmp_path, config(segment_age_ms_max=1_000), now_ms=0)
     log.append(make_batch(0, timestamp_ms=0), now_ms=0)

@@ -91,3 +91,28 @@ def test_wait_until_gives_up_at_its_bound():
         return await waiting
 
     assert run(scenario()) is False
+
+
+def test_a_fetch_that_left_unwoken_no_longer_counts_and_a_later_one_is_still_woken():
+    """A notify with no fetch parked does nothing (the read node notifies once per VP append); the
+    count of parked fetches never drops below the fetches really parked."""
+    async def scenario():
+        signal = ChangeSignal()
+        for _ in range(3):
+            signal.notify()  # no one parked: nothing to wake
+        assert await signal.next_change(SHORT_S) is False  # timed out: it leaves the count
+        cancelled = asyncio.ensure_future(signal.next_change(LONG_S))
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        await asyncio.gather(cancelled, return_exceptions=True)
+        parked = [asyncio.ensure_future(signal.next_change(LONG_S)) for _ in range(2)]
+        await asyncio.sleep(0)
+        signal.notify()
+        signal.notify()  # the same round's next append: the two are woken already
+        woken = await asyncio.gather(*parked)
+        late = asyncio.ensure_future(signal.next_change(LONG_S))
+        await asyncio.sleep(0)
+        signal.notify()
+        return woken, await late
+
+    assert run(scenario()) == ([True, True], True)

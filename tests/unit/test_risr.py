@@ -135,6 +135,22 @@ def test_a_risr_of_the_leader_alone_written_since_the_last_confirmation_still_bi
     assert not state.leader_alone and state.high_watermark == 5
 
 
+def test_after_a_risr_write_equal_to_the_risr_every_member_still_bounds_the_high_watermark():
+    """The written RISR and the RISR are then one set (the usual case of a VP being fed): a
+    member's log end bounds the HW of every later append as before."""
+    state = leader()
+    for replica in ("r1", "r2"):
+        state.on_replica_fetch(replica, 0, now_ms=0)
+    state.risr_committed(set(state.risr))
+    assert state.committed_risr == state.risr == set(ALL)
+    for end in range(1, 6):
+        state.leader_appended(end)
+        state.on_replica_fetch("r1", end, now_ms=end)
+        assert state.high_watermark == 0, "r2 has fetched nothing past 0"
+    state.on_replica_fetch("r2", 3, now_ms=6)
+    assert state.high_watermark == 3
+
+
 # --- lagging replicas leave and return ----------------------------------------------------------
 
 

@@ -1,6 +1,7 @@
 """The scaling experiment's consumers: what a member polled folds into its log, a member process
 imports neither Ray nor etcd, a member that fails fails the run and leaves no process behind, and
-pinning a client's process pins all its threads.
+pinning a client's process pins all its threads, and pinning the
+cluster's services pins every thread of their descendants too.
 
 No cluster: the failing member is given an address where no node listens.
 """
@@ -75,4 +76,32 @@ def test_every_thread_of_a_pinned_process_runs_on_the_cpus_given():
         child.kill()
         child.wait()
     assert before == set(usable_cpus()) == restored
+    assert len(affinities) >= 4 and all(found == {cpu} for found in affinities.values()), affinities
+
+
+def test_pinning_the_services_pins_every_thread_of_every_descendant():
+    from simulations.scaling.pinning import pin_services, usable_cpus
+
+    # A service whose child has threads, as the cluster daemon has Ray's head and its workers.
+    grandchild = "import threading, time; [threading.Thread(target=time.sleep, args=(30,), daemon=True).start() for _ in range(2)]; time.sleep(30)"
+    program = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {grandchild!r}]); time.sleep(30)"
+    service = subprocess.Popen([sys.executable, "-c", program])
+    try:
+        import psutil
+
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            children = psutil.Process(service.pid).children()
+            if children and children[0].num_threads() >= 3:
+                break
+            time.sleep(0.05)
+        cpu = usable_cpus()[-1]
+        pin_services(service.pid, [], [cpu])
+        tasks = [int(task) for process in (service.pid, children[0].pid) for task in os.listdir(f"/proc/{process}/task")]
+        affinities = {task: os.sched_getaffinity(task) for task in tasks}
+    finally:
+        for process in psutil.Process(service.pid).children(recursive=True):
+            process.kill()
+        service.kill()
+        service.wait()
     assert len(affinities) >= 4 and all(found == {cpu} for found in affinities.values()), affinities

@@ -85,3 +85,8 @@ def test_a_resumed_run_accepts_its_own_settings_and_refuses_others(tmp_path):
     _write_settings(tmp_path / "settings.json", settings)  # as read back from JSON: the same
     with pytest.raises(InvalidConfig, match="duration_s"):
         _write_settings(tmp_path / "settings.json", replace(settings, duration_s=5.0))
+
+
+def test_pinning_the_services_needs_pinning_on():
+    with pytest.raises(InvalidConfig, match="drop --no-pin or --pin-services"):
+        ScalingSettings(pin_cpus=False, pin_services=True)

@@ -134,6 +134,21 @@ def test_leader_appended_moves_the_log_end_and_the_progress_and_wakes():
     assert replica.plan_feed(1, records(0, 11, 12, 13)) == records(0, 13), "re-feeding appends nothing twice"
 
 
+def test_a_ready_is_false_only_when_it_asks_for_nothing():
+    assert not NOTHING and not Ready()
+    for asked in (Ready(truncate_to=0), Ready(flush=True), Ready(save_epochs=True), Ready(write_risr=("r0",)),
+                  Ready(wake=True)):
+        assert asked, asked
+
+
+def test_every_append_wakes_readers_and_a_lone_leader_owes_the_flush_of_each():
+    alone, with_follower = leader(risr=("r0",)), leader()
+    for offset in range(3):
+        assert append(alone, 0, offset) == Ready(flush=True, wake=True)
+        assert append(with_follower, 0, offset) == Ready(wake=True)
+    assert alone.flushed(3) == Ready(wake=True) and alone.high_watermark == 3
+
+
 def test_with_a_follower_in_the_risr_the_leaders_appends_are_not_readable_until_it_has_them():
     replica = leader()
     append(replica, 0, 1, 2, 3)
