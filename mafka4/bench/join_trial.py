@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from mafka4.bench import member_process
 from mafka4.bench.join_member import Join, Joined, MemberSpec, Polled, Ready, TraceJoins
-from mafka4.errors import MafkaError
+from mafka4.errors import JoinTrialFailed
 
 # A member's process starts, imports the client and reads the topic's metadata (``Ready``)
 # within this long, and a member's consumer joins the group within this long.
@@ -45,11 +45,6 @@ DRAIN_ASK_INTERVAL_S = 0.1
 MEMBER_STOP_S_MAX = 30.0
 PROCESS_END_WAIT_S = 1.0
 JOINER = "joiner"
-
-
-class JoinTrialFailed(MafkaError):
-    """A join trial's member failed, or its process ended before the trial did, or its producer
-    failed; the message carries the error, and its traceback is on the bench's stderr."""
 
 
 @dataclass

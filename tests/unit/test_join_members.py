@@ -24,11 +24,12 @@ import pytest
 
 from mafka4.bench import member_process
 from mafka4.bench.join_member import Join, JoinMember, MemberSpec, Polled, TraceJoins
-from mafka4.bench.join_trial import JoinMembers, JoinTrialFailed, MemberLog
+from mafka4.bench.join_trial import JoinMembers, MemberLog
 from mafka4.bench.member_process import Report, Stop, answered_until_stop, stop_members
 from mafka4.client.bootstrap import Credential
 from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.message import Message
+from mafka4.errors import JoinTrialFailed
 from mafka4.join_trace import JOIN_TRACES
 from mafka4.metadata.endpoints import HostPort
 
