@@ -311,6 +311,12 @@ class RunInTwoEventLogs(MafkaError):
     usage_error = True
 
 
+class JoinTrialFailed(MafkaError):
+    """A join trial's member (``bench vp-join``, ``bench rebalance``) failed, or its process ended
+    before the trial did, or the trial's producer failed; the message carries the error, and its
+    traceback is on the bench's stderr."""
+
+
 class ProcessNotVisible(MafkaError):
     """A benchmark measures a process (a read node, a reference actor) through this machine's
     ``/proc``, and the process is not there: it runs on another machine, or it exited. Run the

@@ -27,7 +27,7 @@ names below, ``member`` the group member id it concerns ("" if none), ``detail``
   ``children_opened`` (a node asked to host children, their logs open; detail: the node).
 
 Off by default and free when off: a process keeps rows only for the topics ``start``ed in it
-(a read node's ``set_join_trace``; the bench's own process for its clients), and a recording
+(a read node's ``set_join_trace``; a join bench's member process for its consumer), and a recording
 point asks ``on(topic)`` (one dict lookup) before it builds a row. At most
 ``JOIN_TRACE_TOPICS_MAX`` topics are traced at once in a process, and each keeps at most
 ``STAGE_TRACE_ROWS_MAX`` rows until taken (the rest counted), so a forgotten trace stays bounded
@@ -80,7 +80,7 @@ class JoinTraces:
 
 
 # This process's traces: the recording points of every layer share them (a read node's port and
-# its coordinator threads, a bench's clients), so none needs a trace handed down to it.
+# its coordinator threads, a bench member's consumer), so none needs a trace handed down to it.
 JOIN_TRACES = JoinTraces()
 
 

@@ -1,7 +1,8 @@
-"""A join trace across a running cluster, for ``bench vp-join``: turned on for one topic in this
-process (the bench's clients) and on every read node (the groups they coordinate, the splits
-they ask for and the controller's stamps those return), then taken and joined into hop times
-(``mafka4.join_trace`` records the rows, ``bench.join_hops`` reads them).
+"""A join trace across a running cluster, for ``bench vp-join``: turned on for one topic on every
+read node (the groups they coordinate, the splits they ask for and the controller's stamps those
+return), then taken, with the rows the members' processes took of their clients
+(``bench.join_member``), and joined into hop times (``mafka4.join_trace`` records the rows,
+``bench.join_hops`` reads them).
 
 The parent's sealed end is stored by its leader node into etcd: the bench's own watch of the
 topic's VP states stamps it on arrival (``GroupWatch``) and adds it as a ``parent_sealed`` row.
@@ -14,11 +15,11 @@ import time
 from mafka4.bench.join_hops import join_hops_ms
 from mafka4.bench.rebalance import NS_PER_MS, GroupWatch
 from mafka4.clocks import wall_ms_fine
-from mafka4.join_trace import JOIN_TRACES, JoinRow
+from mafka4.join_trace import JoinRow
 
 
 class ClusterJoinTrace:
-    """The join trace of ``topic`` in this process and on the cluster's read nodes."""
+    """The join trace of ``topic`` on the cluster's read nodes, and the members' rows."""
 
     def __init__(self, connection, topic: str):
         from mafka4.metadata import keys
@@ -36,20 +37,18 @@ class ClusterJoinTrace:
     def start(self) -> None:
         import ray
 
-        JOIN_TRACES.start(self.topic)
         ray.get([node.set_join_trace.remote(self.topic, True) for node in self._nodes])
         # Watch events are stamped on the monotonic clock, rows on the wall clock: the two are
         # read together once, and no clock steps in a trial's seconds.
         self._wall_minus_monotonic_ms = wall_ms_fine() - time.monotonic_ns() / NS_PER_MS
 
-    def take_and_stop(self, parents: list[int]) -> list[JoinRow]:
-        """Every row since ``start`` (with the sealed ends of ``parents`` from the watch); tracing stops."""
+    def take_and_stop(self, parents: list[int], members: dict) -> list[JoinRow]:
+        """Every row since ``start``: the read nodes', the ``members``' (``{"rows", "dropped"}``, as
+        a trace is taken) and the sealed ends of ``parents`` from the watch; tracing stops."""
         import ray
 
         self._states.close()
-        taken = [JOIN_TRACES.take(self.topic)]
-        taken += ray.get([node.take_join_trace.remote(self.topic) for node in self._nodes])
-        JOIN_TRACES.stop(self.topic)
+        taken = [members, *ray.get([node.take_join_trace.remote(self.topic) for node in self._nodes])]
         ray.get([node.set_join_trace.remote(self.topic, False) for node in self._nodes])
         self.dropped = sum(t["dropped"] for t in taken)
         rows: list[JoinRow] = [tuple(row) for t in taken for row in t["rows"]]

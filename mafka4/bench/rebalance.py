@@ -2,9 +2,11 @@
 
 Per trial, on a running cluster: a fresh topic of ``partitions`` physical partitions gets a
 steady keyed produce stream of ``rate_msgs_per_s``; ``consumers`` group members consume it
-(each in its own thread, polling continuously). After ``warmup_s`` one more member joins,
-which triggers the eager rebalance (every member commits and releases everything, then the
-new assignment starts). Every poll that returns messages is stamped with a monotonic clock.
+(each in a process of its own, polling continuously: ``bench.join_trial``, the same trial as
+``bench vp-join``'s). After ``warmup_s`` one more member joins, which triggers the eager
+rebalance (every member commits and releases everything, then the new assignment starts).
+Every poll that returns messages is stamped with the machine's monotonic clock, in the member's
+process (``bench.join_member``).
 
 Figures (ms):
 
@@ -20,8 +22,9 @@ Figures (ms):
   from the new member key until every partition has an owner key of the final generation.
   It excludes the consumers' own scheduling, so it is the steadier figure on a noisy machine.
 
-All threads share one Python process (and its GIL) on a small machine: the figures include
-that scheduling noise, so compare them within one run.
+Each member is a process of its own, as a deployment runs consumers; the producer is a thread
+of the bench's process. On a small shared machine the figures still include the scheduling of
+every process on its cores: compare them within one run.
 """
 
 from __future__ import annotations
@@ -30,12 +33,15 @@ import json
 import os
 import secrets
 import statistics
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mafka4.limits import ASSIGNOR_NAMES, ReadMode
+
+if TYPE_CHECKING:  # the logs' type only: the trial's module imports the client
+    from mafka4.bench.join_trial import MemberLog
 
 NS_PER_MS = 1_000_000
 BEFORE_JOIN_WINDOW_S = 1.0
@@ -54,43 +60,6 @@ class RebalanceBenchSettings:
     assignor: str = field(default="range", metadata={"help": "partition assignor of the group",
                                                      "choices": ASSIGNOR_NAMES})
     replication_factor: int = 1
-
-
-@dataclass
-class MemberLog:
-    """Receive times of one member's non-empty polls (written by its thread only)."""
-
-    name: str
-    receive_ns: list[int] = field(default_factory=list)
-    messages: int = 0
-    values: list[bytes] = field(default_factory=list)
-    partitions: set[int] = field(default_factory=set)  # partitions (or VPs) it received messages of
-
-
-def consume_loop(consumer, log: MemberLog, stop: threading.Event) -> None:
-    try:
-        while not stop.is_set():
-            messages = consumer.poll(timeout_ms=100)
-            if messages:
-                log.receive_ns.append(time.monotonic_ns())
-                log.messages += len(messages)
-                log.values.extend(m.value for m in messages)
-                log.partitions.update(m.partition for m in messages)
-    finally:
-        consumer.close()
-
-
-def produce_loop(producer, rate_msgs_per_s: int, stop: threading.Event, sent: list[int]) -> None:
-    start = time.monotonic()
-    number = 0
-    while not stop.is_set():
-        due = int((time.monotonic() - start) * rate_msgs_per_s)
-        while number < due:
-            producer.send(str(number).encode(), key=str(number).encode())
-            number += 1
-        time.sleep(0.005)
-    producer.flush()
-    sent.append(number)
 
 
 class GroupWatch:
@@ -150,93 +119,27 @@ def longest_gap_ms(times_ns: list[int], start_ns: int, end_ns: int) -> float:
     return round(longest_gap(times_ns, start_ns, end_ns)[0] / NS_PER_MS, 1)
 
 
-class JoinTrial:
-    """One join trial's moving parts: a paced producer and consumer threads, each recording what it got.
-
-    ``run`` produces, starts the members, waits, lets one more member join, waits again, then
-    stops the producer, lets the members drain the stream and stops them; the callers measure
-    the logs against the join time it returns.
-    """
-
-    def __init__(self, topic: str, connection, rate_msgs_per_s: int):
-        from mafka4.client.producer import Producer
-
-        self.logs: list[MemberLog] = []
-        self._threads: list[threading.Thread] = []
-        self._stop_consumers, self._stop_producer = threading.Event(), threading.Event()
-        self._sent: list[int] = []
-        self._rate = rate_msgs_per_s
-        self._producer = Producer(topic, connection=connection, linger_ms=5)
-
-    @property
-    def produced(self) -> int:
-        return self._sent[0] if self._sent else 0
-
-    def add_member(self, name: str, consumer) -> MemberLog:
-        """Consume with ``consumer`` on a thread of its own, into a new log."""
-        log = MemberLog(name)
-        thread = threading.Thread(target=consume_loop, args=(consumer, log, self._stop_consumers), name=name, daemon=True)
-        thread.start()
-        self._threads.append(thread)
-        self.logs.append(log)
-        return log
-
-    def run(self, start_member, members: int, warmup_s: float, after_join_s: float,
-            before_join=lambda: None) -> tuple[int, int, MemberLog]:
-        """``(join_ns, end_ns, the joiner's log)``; ``start_member(name)`` adds one member."""
-        producer_thread = threading.Thread(target=produce_loop, daemon=True,
-                                           args=(self._producer, self._rate, self._stop_producer, self._sent))
-        try:
-            producer_thread.start()
-            for index in range(members):
-                start_member(f"member-{index}")
-            time.sleep(warmup_s)
-            before_join()
-            join_ns = time.monotonic_ns()
-            newcomer = start_member("joiner")
-            time.sleep(after_join_s)
-            end_ns = time.monotonic_ns()
-        finally:
-            self._stop_producer.set()
-            producer_thread.join()
-            self._producer.close()
-        wait_drained(self.logs, self.produced)
-        self._stop_consumers.set()
-        for thread in self._threads:
-            thread.join()
-        return join_ns, end_ns, newcomer
-
-
 def run_trial(connection, settings: RebalanceBenchSettings) -> dict:
+    from mafka4.bench.join_member import MemberSpec
+    from mafka4.bench.join_trial import JoinTrial
     from mafka4.client.admin import Admin
-    from mafka4.client.consumer import Consumer
+    from mafka4.client.cluster_access import cluster_access
     from mafka4.client.group_admin import GroupAdmin
 
     admin = Admin(connection)
     topic, group = f"rebal-{secrets.token_hex(3)}", f"rebal-{secrets.token_hex(3)}"
     admin.create_topic(topic, partitions=settings.partitions, replication_factor=settings.replication_factor,
                        read_mode=ReadMode.MAFKA3)
-    trial = JoinTrial(topic, connection, settings.rate_msgs_per_s)
-
-    def start_member(name: str) -> MemberLog:
-        consumer = Consumer(topic, group=group, connection=connection, from_beginning=True, assignor=settings.assignor)
-        return trial.add_member(name, consumer)
-
+    spec = MemberSpec(cluster_access(connection), topic, group, (("assignor", settings.assignor),))
     watch = GroupWatch(connection, group)
-    join_ns, end_ns, newcomer = trial.run(start_member, settings.consumers, settings.warmup_s, settings.after_join_s)
+    run = JoinTrial(spec, connection, settings.rate_msgs_per_s).run(settings.consumers, settings.warmup_s,
+                                                                    settings.after_join_s)
     watch.close()
     with GroupAdmin(connection) as groups:
         lag = groups.describe_group(group).total_lag
     admin.delete_topic(topic)
-    figures = _trial_figures(trial.logs, newcomer, join_ns, end_ns, trial.produced, lag)
-    return {**figures, "protocol_rebalance_ms": watch.rebalance_ms(join_ns, settings.partitions)}
-
-
-def wait_drained(logs: list[MemberLog], produced: int, timeout_s: float = 60) -> None:
-    """Let the members consume the tail of the stream, so duplicates and lag can be counted."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and len({v for log in logs for v in log.values}) < produced:
-        time.sleep(0.1)
+    figures = _trial_figures(run.logs, run.joiner, run.join_ns, run.end_ns, run.produced, lag)
+    return {**figures, "protocol_rebalance_ms": watch.rebalance_ms(run.join_ns, settings.partitions)}
 
 
 def _trial_figures(logs: list[MemberLog], newcomer: MemberLog, join_ns: int, end_ns: int, produced: int,

@@ -5,8 +5,9 @@ mafka4-mode topic of ``partitions`` physical partitions and ``consumers`` virtua
 gets a steady keyed produce stream of ``rate_msgs_per_s``; ``consumers`` group members read
 it, one VP each. After ``warmup_s`` one more member joins. The group now has more members
 than VPs, so its smallest member splits the busiest VP; the member owning that VP reads it to
-the cut, the two children become readable, and the joiner takes one. Every poll that returns
-messages is stamped with a monotonic clock (``bench.rebalance``'s helpers, reused here).
+the cut, the two children become readable, and the joiner takes one. Each member, the joiner
+too, is a process of its own (``bench.join_trial``, the same trial as ``bench rebalance``'s),
+and stamps every poll that returns messages with the machine's monotonic clock.
 
 Figures (ms):
 
@@ -21,16 +22,17 @@ Figures (ms):
   joiner's owner key of a child, arrived through etcd watches (stamped on arrival);
 * ``join_hops_ms``: every hop from the joiner's JOIN request to its first data, in ms after the
   join (``bench.join_hops.JOIN_HOPS`` names and explains each), from a join trace turned on for
-  the trial's topic in this process and on the read nodes just before the join
-  (``mafka4.join_trace``, ``bench.join_tracing``); the summary gives each hop's median.
+  the trial's topic in every member's process (the joiner's before it joins) and on the read
+  nodes just before the join; the members send their rows with what they polled
+  (``mafka4.join_trace``, ``bench.join_tracing``). The summary gives each hop's median.
   ``bench.join_hops`` also counts the round trips behind each hop. ``join_trace_rows`` keeps
   every row the hops were picked from (ms after the join, hop, member id, detail).
 
 With ``compare_mafka3``, each trial is followed by the Mafka3 eager-rebalance trial of
 ``bench.rebalance`` (``consumers + 1`` physical partitions, so the joiner gets one) on the
-same machine, and the summary puts both side by side. All threads share one Python process
-on a small, shared machine: compare figures within one run, next to ``baseline_gap_ms`` and
-the load average the report records.
+same machine, and the summary puts both side by side: the same members, processes of their
+own, the producer a thread of the bench's process. On a small, shared machine, compare figures
+within one run, next to ``baseline_gap_ms`` and the load average the report records.
 
 ``virtual_partitions`` above ``consumers`` gives the joiner a VP handed over from a member
 owning two (``handed_over_vps``) instead of a split: the group protocol alone, without new
@@ -45,12 +47,16 @@ import secrets
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mafka4.bench.join_hops import hop_medians
 from mafka4.bench.join_tracing import ClusterJoinTrace
-from mafka4.bench.rebalance import (BEFORE_JOIN_WINDOW_S, NS_PER_MS, GroupWatch, JoinTrial, MemberLog,
-                                    RebalanceBenchSettings, longest_gap, longest_gap_ms, run_trial)
+from mafka4.bench.rebalance import (BEFORE_JOIN_WINDOW_S, NS_PER_MS, GroupWatch, RebalanceBenchSettings, longest_gap,
+                                    longest_gap_ms, run_trial)
 from mafka4.limits import ReadMode
+
+if TYPE_CHECKING:  # the logs' type only: the trial's module imports the client
+    from mafka4.bench.join_trial import JoinMembers, MemberLog
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +92,10 @@ def _owners(connection, group: str, topic: str) -> dict[int, str]:
 
 
 def run_vp_join_trial(connection, settings: VpJoinBenchSettings) -> dict:
+    from mafka4.bench.join_member import MemberSpec
+    from mafka4.bench.join_trial import JoinTrial
     from mafka4.client.admin import Admin
-    from mafka4.client.consumer import Consumer
+    from mafka4.client.cluster_access import cluster_access
     from mafka4.metadata import keys
 
     admin = Admin(connection)
@@ -95,37 +103,31 @@ def run_vp_join_trial(connection, settings: VpJoinBenchSettings) -> dict:
     admin.create_topic(topic, partitions=settings.partitions, replication_factor=settings.replication_factor,
                        virtual_partitions=settings.virtual_partitions or settings.consumers,
                        read_replicas=settings.read_replicas, read_mode=ReadMode.MAFKA4)
-    trial = JoinTrial(topic, connection, settings.rate_msgs_per_s)
-    member_ids: dict[str, str] = {}
     owners_at_join: dict[int, str] = {}
-
-    def start_member(name: str) -> MemberLog:
-        consumer = Consumer(topic, group=group, connection=connection, from_beginning=True)
-        member_ids[name] = consumer.member_id
-        return trial.add_member(name, consumer)
-
     group_watch = GroupWatch(connection, group)
     layout_watch = GroupWatch(connection, group, prefix=keys.split_epochs_prefix(connection.cluster, topic))
     join_trace = ClusterJoinTrace(connection, topic)
 
-    def before_join() -> None:
+    def before_join(members: JoinMembers) -> None:
         owners_at_join.update(_owners(connection, group, topic))
         join_trace.start()
+        members.trace_joins()
 
-    join_ns, end_ns, newcomer = trial.run(start_member, settings.consumers, settings.warmup_s, settings.after_join_s,
-                                          before_join=before_join)
+    run = JoinTrial(MemberSpec(cluster_access(connection), topic, group), connection, settings.rate_msgs_per_s).run(
+        settings.consumers, settings.warmup_s, settings.after_join_s, before_join=before_join)
     group_watch.close()
     layout_watch.close()
     layout = admin.describe_topic(topic)["virtual_partitions"]
     admin.delete_topic(topic)
-    logs = trial.logs
+    logs, join_ns, joiner_id = run.logs, run.join_ns, run.joiner.member_id
+    member_ids = {log.name: log.member_id for log in logs}
     parents = sorted({vp for epoch in _epochs_after(layout_watch, join_ns) for vp in epoch["parents"]})
     split_members = {name for name, member_id in member_ids.items()
                      if any(owners_at_join.get(vp) == member_id for vp in parents)}
-    figures = _figures(logs, newcomer, join_ns, end_ns, split_members)
-    trace_rows = join_trace.take_and_stop(parents)
+    figures = _figures(logs, run.joiner, join_ns, run.end_ns, split_members)
+    trace_rows = join_trace.take_and_stop(parents, run.join_trace)
     handed_over = sorted(vp for vp, member_id in owners_at_join.items()
-                         if _owners_after(group_watch, join_ns, vp) == member_ids["joiner"])
+                         if _owners_after(group_watch, join_ns, vp) == joiner_id)
     figures.update({
         "handed_over_vps": handed_over,
         "split_vps": parents,
@@ -134,11 +136,11 @@ def run_vp_join_trial(connection, settings: VpJoinBenchSettings) -> dict:
         "split_stored_ms": _first_after_ms(layout_watch.events, join_ns, lambda key, value: value is not None),
         "child_claimed_ms": _first_after_ms(
             group_watch.events, join_ns,
-            lambda key, value: value is not None and "/vp_owners/" in key and value["member_id"] == member_ids["joiner"]),
-        "join_hops_ms": join_trace.hops_ms(trace_rows, join_ns, member_ids["joiner"]),
+            lambda key, value: value is not None and "/vp_owners/" in key and value["member_id"] == joiner_id),
+        "join_hops_ms": join_trace.hops_ms(trace_rows, join_ns, joiner_id),
         "join_trace_rows_dropped": join_trace.dropped,
         "join_trace_rows": join_trace.rows_after_join(trace_rows, join_ns),
-        "messages_produced": trial.produced,
+        "messages_produced": run.produced,
         "messages_unique": len({v for log in logs for v in log.values}),
         "messages_consumed": sum(len(log.values) for log in logs),
     })

@@ -512,7 +512,7 @@ class _Group:
 
     def _collect_polled(self, deadline: float) -> None:
         """Ask every member for what it polled, and wait until each has answered (or ``deadline``)."""
-        from simulations.scaling.consumer_process import Report
+        from mafka4.bench.member_process import Report
 
         with self._lock:
             asked = [answered + 1 for answered in self._reports]
@@ -527,22 +527,10 @@ class _Group:
                     return
 
     def __exit__(self, *exc_info) -> None:
-        from simulations.scaling.consumer_process import Stop
+        from mafka4.bench.member_process import stop_members
 
         self._stopping.set()
-        for _, channel in self._members:
-            with contextlib.suppress(OSError):  # its process is gone already
-                channel.send(Stop())
-        deadline = time.monotonic() + CONSUMER_STOP_S_MAX
-        try:
-            for process, _ in self._members:  # one deadline for all: they stop side by side
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        finally:  # also when interrupted while waiting
-            for process, _ in self._members:
-                if process.poll() is None:
-                    process.kill()
-                    process.wait()
+        stop_members(self._members, CONSUMER_STOP_S_MAX)
         if self._collector.ident is not None:
             self._collector.join(timeout=CONSUMER_STOP_S_MAX)  # every member's end is closed: it returns
         if not self._collector.is_alive():
@@ -551,7 +539,8 @@ class _Group:
 
     def _collect(self) -> None:
         """Until every member's end of its wire has closed: what it polled, its assignment's size, its failure."""
-        from simulations.scaling.consumer_process import Assigned, Failed, Polled
+        from mafka4.bench.member_process import Failed
+        from simulations.scaling.consumer_process import Assigned, Polled
 
         open_channels = {channel: i for i, (_, channel) in enumerate(self._members)}
         while open_channels:

@@ -31,7 +31,7 @@ from benchmarks.redis_streams_figures import (CLIENTS, CONSUME_CLIENT, MemberRea
                                               matched_from, rate_msgs_per_s)
 from benchmarks.redis_streams_figures import drain_row as redis_drain_row
 from benchmarks.redis_streams_figures import summary as redis_summary
-from mafka4.bench import rebalance, vp_density, vp_join
+from mafka4.bench import join_trial, rebalance, vp_density, vp_join
 from mafka4.bench.consume import Backlog
 from mafka4.bench.cpu_cost import MachineCpu, cpu_per_message
 from mafka4.bench.density import VpDensityBenchSettings
@@ -215,12 +215,12 @@ def stream_report() -> dict:
                        "result": True})
 
 
-def _member_log(name: str, receive_ms: list[float]) -> rebalance.MemberLog:
-    return rebalance.MemberLog(name, [int(at * MS) for at in receive_ms], len(receive_ms),
+def _member_log(name: str, receive_ms: list[float]) -> join_trial.MemberLog:
+    return join_trial.MemberLog(name, [int(at * MS) for at in receive_ms], len(receive_ms),
                                [f"{name}-{at}".encode() for at in receive_ms])
 
 
-def _join_logs(stall_ms: float, first_ms: float) -> tuple[list[rebalance.MemberLog], rebalance.MemberLog]:
+def _join_logs(stall_ms: float, first_ms: float) -> tuple[list[join_trial.MemberLog], join_trial.MemberLog]:
     """Members polling every 20 ms from 1 s before a join at 2 s, one of them stopping ``stall_ms`` after it; the
     joiner's first message ``first_ms`` after the join."""
     steady = [1000.0 + 20 * step for step in range(150)]
