@@ -55,8 +55,8 @@ def add_scaling_arguments(parser: argparse.ArgumentParser, defaults: ScalingSett
                         help="also pin the cluster's shared services (etcd, Ray's head, the controller) to the read "
                              "side's CPUs (default: unpinned)")
     parser.add_argument("--settle-load", type=float, default=defaults.settle_load, metavar="LOAD",
-                        help="once the group settled, wait (at most 180 s) for the 1-minute load average to fall "
-                             "below LOAD before measuring (default: measure at once)")
+                        help="once the group settled, before every repetition, wait (at most 180 s) for the 1-minute "
+                             "load average to fall below LOAD (default: measure at once)")
     parser.add_argument("--experiment-id", default="", help="default scaling-seed<SEED>; a rerun with the same id and "
                                                             "--out skips finished configurations")
 

@@ -151,9 +151,10 @@ class ScalingSettings:
     # set too (``pinning.pin_services``); off: Linux places them. Only with ``pin_cpus``.
     pin_services: bool = False
     experiment_id: str = ""
-    # After the group settled, wait (at most SETTLE_LOAD_WAIT_S_MAX) for the 1-minute load average
-    # to fall below this before measuring: starting a group loads a small machine, and the
-    # measurement is then of the start's tail, not of the steady state (None: measure at once).
+    # After the group settled, before every repetition, wait (at most SETTLE_LOAD_WAIT_S_MAX) for the
+    # 1-minute load average to fall below this: starting a group, or the repetition before, loads a
+    # small machine, and the measurement is then of that tail, not of the steady state (None:
+    # measure at once).
     settle_load: float | None = None
 
     def __post_init__(self) -> None:
@@ -353,8 +354,10 @@ def _run_configuration(cluster: TemporaryCluster, settings: ScalingSettings, mod
         with _Group(cluster.connection, topic, consumers, read_set if settings.pin_cpus else None) as group, \
                 _driver_pinned(write_set if settings.pin_cpus else None, group.collector_thread, read_set):
             settled_s = time.monotonic() - began - created_s
-            quieted_s = _wait_for_load_below(settings.settle_load)
             for repetition in repetitions:
+                # Before every repetition: the one before it (its drain, its 32 members' catch-up)
+                # loads the machine as much as the group's start does.
+                quieted_s = _wait_for_load_below(settings.settle_load)
                 measured = time.monotonic()
                 load_before = os.getloadavg()
                 seed = settings.seed_of(repetition)
@@ -379,12 +382,12 @@ def _run_configuration(cluster: TemporaryCluster, settings: ScalingSettings, mod
                     "load_average_after": [round(value, 2) for value in os.getloadavg()],
                     "topic_created_s": round(created_s, 1) if first else None,
                     "group_settled_s": round(settled_s, 1) if first else None,
-                    "load_settle_wait_s": round(quieted_s, 1) if first else None,
+                    "load_settle_wait_s": round(quieted_s, 1),
                     "measured_s": round(time.monotonic() - measured, 1), "undelivered": undelivered,
                     "trace_rows_dropped": stamps.dropped, "trace_actors_lost": trace.lost_actors,
                     "event_log": path.name})
                 waited = f"load wait {quieted_s:.0f} s, " if settings.settle_load is not None else ""
-                setup = f"topic {created_s:.0f} s, group {settled_s:.0f} s, {waited}" if first else ""
+                setup = (f"topic {created_s:.0f} s, group {settled_s:.0f} s, " if first else "") + waited
                 report(repetition, path, undelivered, f"({setup}measured {time.monotonic() - measured:.0f} s, "
                                                       f"load {load_before[0]:.2f} before)")
     finally:
