@@ -207,12 +207,12 @@ def document_name(document: dict[str, Any]) -> str:
 
 
 def experiment_settings(events_dir: Path, keys: Sequence[str] = SETTINGS_KEYS) -> dict[str, Any]:
-    """The ``keys`` (integers or flags; default those the OMB files need) agreed on by every ``settings.json`` below
-    ``events_dir``.
+    """The ``keys`` (integers, flags or objects such as ``client_layout``; default those the OMB files need) agreed
+    on by every ``settings.json`` below ``events_dir``.
 
     A key the files disagree on, or that none records, is left out.
     """
-    found: dict[str, set] = {}
+    found: dict[str, set[str]] = {}  # key -> each value recorded, as canonical JSON (an object is not hashable)
     for path in sorted(events_dir.rglob(SETTINGS_FILE)):
         if any((directory / ANALYSIS_MARKER).exists() for directory in path.parents):
             continue
@@ -221,9 +221,9 @@ def experiment_settings(events_dir: Path, keys: Sequence[str] = SETTINGS_KEYS) -
         except (OSError, ValueError):
             continue
         for key in keys:
-            if isinstance(document, dict) and isinstance(document.get(key), int):
-                found.setdefault(key, set()).add(document[key])
-    return {key: next(iter(values)) for key, values in found.items() if len(values) == 1}
+            if isinstance(document, dict) and isinstance(document.get(key), (int, dict)):
+                found.setdefault(key, set()).add(json.dumps(document[key], sort_keys=True))
+    return {key: json.loads(next(iter(values))) for key, values in found.items() if len(values) == 1}
 
 
 def write_omb_results(documents: Sequence[dict[str, Any]], directory: Path, settings: dict[str, Any]) -> dict[str, Path]:

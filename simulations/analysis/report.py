@@ -34,7 +34,14 @@ CALIBRATION_FILE = "calibration.json"
 EXPERIMENTS_LISTED_MAX = 20  # the report names at most this many experiment ids; the tables name all
 TAIL_SAMPLES_MIN_TEXT = "fewer than 50 samples above the tp999 rank in a repetition (n < 50,000)"
 # The scaling experiment's settings (its settings.json) the setup section names.
-SETUP_KEYS = ("nodes", "physical_partitions", "replication_factor", "read_replicas", "pin_cpus")
+SETUP_KEYS = ("nodes", "physical_partitions", "replication_factor", "read_replicas", "pin_cpus", "client_layout")
+# How runs without a recorded ``client_layout`` ran (the 2026-11-26 headline among them): consumers as threads
+# of the driver, no client or service pinned. Their reports keep this wording, word for word.
+LEGACY_CLIENTS = ("threads of the experiment's driver",
+                  "The driver (producer and consumers), the controller and etcd are not pinned in either mode")
+# A client_layout's values (``simulations.scaling.experiment.ScalingSettings.client_layout``), worded.
+CONSUMER_PROCESS_MODELS = {"processes": "each a process of its own"}
+CPU_SETS = {"write set": "on the write set", "read set": "on the read set", "unpinned": "unpinned"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +236,23 @@ def _integrity_section(by_repetition: Sequence[Mapping[str, Any]], latency_rows:
     return "\n\n".join(parts)
 
 
+def clients_wording(layout: Mapping[str, str] | None) -> tuple[str, str]:
+    """(how the consumers ran, where the clients and the cluster's services ran) in the words of the setup
+    section, from a run's recorded ``client_layout``; None (not recorded): ``LEGACY_CLIENTS``."""
+    if layout is None:
+        return LEGACY_CLIENTS
+
+    def cpus(key: str) -> str:
+        return CPU_SETS.get(layout.get(key), f"on `{layout.get(key)}`")
+
+    consumers = layout.get("consumers")
+    return (CONSUMER_PROCESS_MODELS.get(consumers, f"run as `{consumers}`"),
+            "The clients had the same layout in both modes: the producer (the experiment's driver) ran "
+            f"{cpus('producer_cpus')}, every consumer's process (with the driver's thread that collects what they "
+            f"polled) {cpus('consumer_cpus')}, and the cluster's shared services (the daemon, Ray's head with the "
+            f"controller, etcd) {cpus('service_cpus')}")
+
+
 def setup_section(experiment: Mapping[str, Any]) -> str:
     """How the two modes' runtime runs differ, by design (``simulations.scaling.experiment``), with the recorded
     settings; a setting no ``settings.json`` agrees on is named instead of its value."""
@@ -240,11 +264,12 @@ def setup_section(experiment: Mapping[str, Any]) -> str:
     half = f"{nodes // 2}" if nodes is not None else "`nodes` / 2"
     pinning = {True: "the", False: "off in these runs (`--no-pin`): every node ran on every core. With it on, the"
                }.get(experiment.get("pin_cpus"), "unless the runs were made with `--no-pin` (no settings.json says), the")
+    consumers, clients = clients_wording(experiment.get("client_layout"))
     return "\n\n".join([
         "The runtime rows compare two deployments on one machine, each as its design would be deployed. The same in "
         "both: one producer (keyed messages, the same keys and seed, acks=all, linger_ms 1, the same rate and "
-        "duration), N consumers of one group (threads of the experiment's driver, the same `Consumer` code and "
-        f"defaults), replication factor and min_insync_replicas {setting('replication_factor')}, "
+        f"duration), N consumers of one group ({consumers}, the same `Consumer` code and defaults), replication "
+        f"factor and min_insync_replicas {setting('replication_factor')}, "
         f"{setting('nodes')} simulated machines. Nothing is slowed down on purpose. What differs:",
         "\n".join([
             f"* **partitions**: Mafka3 has N physical partitions, one per consumer (N x RF replica actors; the "
@@ -259,8 +284,7 @@ def setup_section(experiment: Mapping[str, Any]) -> str:
             f"* **CPU pinning**: {pinning} usable CPUs are split into a write set (first half) and a read set; Mafka4's "
             "write nodes run on the write set and its read nodes on the read set (writing gets half the cores, reading "
             f"the other half); Mafka3's first {half} brokers run on the write set and the others on the read set, so "
-            "its replicas and the fetches they serve use all the cores. The driver (producer and consumers), the "
-            "controller and etcd are not pinned in either mode;",
+            f"its replicas and the fetches they serve use all the cores. {clients};",
             "* **group protocol**: Mafka3 members rebalance eagerly over partitions, Mafka4 members own VPs; either "
             "group has settled before the producer starts, and none changes during a measurement;",
             "* **clusters**: each mode runs on a fresh cluster of its own, one mode's runs after the other's.",

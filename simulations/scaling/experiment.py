@@ -21,9 +21,10 @@ seed ``seed + r`` (its keys and the sequence numbers ``r * SEQUENCE_STRIDE + i``
 the other on the same topic and settled group: a repetition starts once the previous one has
 drained. They repeat the measurement, not the topic's creation and placement: starting 64
 replica actors and settling 32 Mafka3 members takes minutes here, three times that would
-not fit the run into an hour. ``settings.json`` beside the files records the settings, and
-``runs.jsonl`` one line per measured run: the load average before and after it, how long the
-topic and the group took, what did not drain, stage-trace rows dropped.
+not fit the run into an hour. ``settings.json`` beside the files records the settings and
+the layout the run pinned by (``client_layout``: below), and ``runs.jsonl`` one line per
+measured run: the load average before and after it, how long the topic and the group took,
+what did not drain, stage-trace rows dropped.
 
 **Drained or not.** After the last send the consumers get ``drain_s_max`` to read every
 acknowledged message. A run that does not drain is still written (its undelivered messages
@@ -66,6 +67,8 @@ cores. Nothing is slowed down on purpose in either mode.
   modes. The cluster's shared services (the daemon, Ray's head with the controller, etcd) are
   not pinned unless ``pin_services`` (``--pin-services``) puts them on the read set in both modes
   (``pinning.pin_services`` says what each choice costs). ``--no-pin`` turns pinning off.
+  ``ScalingSettings.client_layout`` says where the clients and the services go; the run pins by
+  it and ``settings.json`` records it, so the report words the layout the run used.
 * *Group protocol.* Mafka3 members rebalance eagerly over partitions; Mafka4 members own VPs.
   Either way the group has settled before the producer starts, and no member joins or leaves
   during a measurement.
@@ -119,6 +122,8 @@ CONSUMER_STOP_S_MAX = 30
 SEQUENCE_STRIDE = 1 << 40
 SETTINGS_FILE = "settings.json"
 RUNS_FILE = "runs.jsonl"
+# The CPU sets a client_layout names (``cpu_sets``); the report words them.
+WRITE_SET, READ_SET, UNPINNED = "write set", "read set", "unpinned"
 
 
 class ExperimentFailed(MafkaError):
@@ -193,8 +198,20 @@ class ScalingSettings:
     def seed_of(self, repetition: int) -> int:
         return self.seed + repetition
 
+    @property
+    def client_layout(self) -> dict[str, str]:
+        """How the consumers run and the CPU set (``WRITE_SET``, ``READ_SET``, ``UNPINNED``) of the
+        producer (this driver, while it measures), of the consumers' processes (with the driver's
+        thread that collects what they polled) and of the cluster's shared services. The run pins
+        by it, and ``settings.json`` records it for the report."""
+        return {"consumers": "processes",
+                "producer_cpus": WRITE_SET if self.pin_cpus else UNPINNED,
+                "consumer_cpus": READ_SET if self.pin_cpus else UNPINNED,
+                "service_cpus": READ_SET if self.pin_services else UNPINNED}
+
     def to_json(self) -> dict:
-        return {**asdict(self), "modes": [str(mode) for mode in self.modes], "messages": self.messages}
+        return {**asdict(self), "modes": [str(mode) for mode in self.modes], "messages": self.messages,
+                "client_layout": self.client_layout}
 
 
 @dataclass
@@ -248,6 +265,14 @@ def cpu_sets(cpus: list[int]) -> tuple[list[int], list[int]]:
     """(write set, read set): the first half of the CPUs, and the rest."""
     half = max(1, len(cpus) // 2)
     return cpus[:half], cpus[half:] or cpus[:half]
+
+
+def _cpus_named(name: str) -> list[int] | None:
+    """This machine's CPUs of a set a ``client_layout`` names; None for ``UNPINNED``."""
+    from simulations.scaling.pinning import usable_cpus
+
+    write_set, read_set = cpu_sets(usable_cpus())
+    return {WRITE_SET: write_set, READ_SET: read_set, UNPINNED: None}[name]
 
 
 def cpu_plan(mode: ReadMode, settings: ScalingSettings, cpus: list[int]) -> dict[str, list[int]]:
@@ -318,9 +343,10 @@ def _mode_cluster(mode: ReadMode, settings: ScalingSettings) -> Iterator[Tempora
     from simulations.scaling.pinning import pin_nodes, pin_services, usable_cpus
 
     with temporary_cluster(cluster_config(mode, settings), home_prefix="m4x-") as cluster:
-        if settings.pin_cpus and settings.pin_services:  # first: it pins the nodes' raylets too
+        services = _cpus_named(settings.client_layout["service_cpus"])
+        if services is not None:  # first: it pins the nodes' raylets too
             state = cluster.state
-            pin_services(state.daemon_pid, [member.pid for member in state.etcd_members], cpu_sets(usable_cpus())[1])
+            pin_services(state.daemon_pid, [member.pid for member in state.etcd_members], services)
         if settings.pin_cpus:
             pin_nodes(Path(cluster.state.ray_temp_dir), cpu_plan(mode, settings, usable_cpus()))
         yield cluster
@@ -331,7 +357,6 @@ def _run_configuration(cluster: TemporaryCluster, settings: ScalingSettings, mod
     """Measure one configuration's ``repetitions`` on one topic and group; each one's event log is
     written, then ``report(repetition, path, undelivered, what)`` called."""
     from mafka4.client.admin import Admin
-    from simulations.scaling.pinning import usable_cpus
     from simulations.schema import RunInfo, git_commit, write_events  # pyarrow: only when writing
 
     admin = Admin(cluster.connection)
@@ -350,9 +375,10 @@ def _run_configuration(cluster: TemporaryCluster, settings: ScalingSettings, mod
     try:
         footprint = topic_footprint(admin, topic, cluster.connection)
         trace = _topic_trace(admin, topic, cluster.connection)
-        write_set, read_set = cpu_sets(usable_cpus())
-        with _Group(cluster.connection, topic, consumers, read_set if settings.pin_cpus else None) as group, \
-                _driver_pinned(write_set if settings.pin_cpus else None, group.collector_thread, read_set):
+        layout = settings.client_layout
+        consumer_cpus = _cpus_named(layout["consumer_cpus"])
+        with _Group(cluster.connection, topic, consumers, consumer_cpus) as group, \
+                _driver_pinned(_cpus_named(layout["producer_cpus"]), group.collector_thread, consumer_cpus):
             settled_s = time.monotonic() - began - created_s
             for repetition in repetitions:
                 # Before every repetition: the one before it (its drain, its 32 members' catch-up)
@@ -435,7 +461,8 @@ def topic_footprint(admin, topic: str, connection) -> dict[str, int]:
 
 
 @contextlib.contextmanager
-def _driver_pinned(cpus: list[int] | None, collector_thread: int | None, collector_cpus: list[int]) -> Iterator[None]:
+def _driver_pinned(cpus: list[int] | None, collector_thread: int | None,
+                   collector_cpus: list[int] | None) -> Iterator[None]:
     """This driver (the producer) on ``cpus`` while inside, but its collector of what the consumers
     polled, their work, on ``collector_cpus``; None: unpinned."""
     from simulations.scaling.pinning import pin_threads
@@ -444,7 +471,7 @@ def _driver_pinned(cpus: list[int] | None, collector_thread: int | None, collect
         yield
         return
     before = pin_threads(os.getpid(), cpus)
-    if collector_thread is not None:
+    if collector_thread is not None and collector_cpus is not None:
         os.sched_setaffinity(collector_thread, collector_cpus)
     try:
         yield

@@ -94,3 +94,16 @@ def test_settings_that_disagree_leave_the_message_size_unknown_and_stale_files_g
     paths = write_omb_results([document], tmp_path / "omb", experiment_settings(tmp_path))
     assert sorted(path.name for path in (tmp_path / "omb").iterdir()) == ["mafka3-c008.json"]
     assert json.loads(paths["mafka3-c008"].read_text())["messageSize"] is None
+
+
+def test_a_recorded_layout_is_kept_when_every_run_agrees_on_it_and_a_flag_stays_a_flag(tmp_path):
+    layout = {"consumers": "processes", "service_cpus": "unpinned"}
+    for name, services in (("a", "unpinned"), ("b", "unpinned"), ("c", "read set")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "settings.json").write_text(json.dumps(
+            {"pin_cpus": True, "client_layout": {**layout, "service_cpus": services}}))
+    keys = ("pin_cpus", "client_layout")
+    assert experiment_settings(tmp_path, keys) == {"pin_cpus": True}, "c's layout differs: not named"
+    (tmp_path / "c" / "settings.json").unlink()
+    agreed = experiment_settings(tmp_path, keys)
+    assert agreed == {"pin_cpus": True, "client_layout": layout} and agreed["pin_cpus"] is True

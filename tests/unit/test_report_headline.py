@@ -11,7 +11,7 @@ import pytest
 
 from simulations.analysis import report_plots
 from simulations.analysis.consumer_scales import scale_label, with_scales
-from simulations.analysis.report import headline, load_calibrations, setup_section, stage_order
+from simulations.analysis.report import SETUP_KEYS, headline, load_calibrations, setup_section, stage_order
 
 LATENCIES = ("produce_latency_ms", "end_to_end_latency_ms")
 
@@ -142,3 +142,37 @@ def test_the_setup_section_states_every_difference_between_the_modes_with_the_re
     assert "**CPU pinning**: off in these runs (`--no-pin`)" in unpinned
     assert "`physical_partitions` physical partitions" in unpinned, "a setting not recorded is named, not guessed"
     assert "unless the runs were made with `--no-pin`" in setup_section({})
+
+
+# The setup section's words for runs that recorded no client layout (reports/2026-11-26-compare among them).
+LEGACY_CONSUMERS = ("N consumers of one group (threads of the experiment's driver, the same `Consumer` code and "
+                    "defaults)")
+LEGACY_PINNING = ("use all the cores. The driver (producer and consumers), the controller and etcd are not pinned in "
+                  "either mode;")
+
+
+def test_runs_without_a_recorded_layout_keep_the_old_words():
+    text = setup_section({"nodes": 4, "pin_cpus": True})
+    assert LEGACY_CONSUMERS in text and LEGACY_PINNING in text
+    assert "process of its own" not in text
+
+
+@pytest.mark.parametrize("pin_cpus, pin_services, clients", [
+    (True, False, "the producer (the experiment's driver) ran on the write set, every consumer's process (with the "
+                  "driver's thread that collects what they polled) on the read set, and the cluster's shared services "
+                  "(the daemon, Ray's head with the controller, etcd) unpinned;"),
+    (True, True, "the producer (the experiment's driver) ran on the write set, every consumer's process (with the "
+                 "driver's thread that collects what they polled) on the read set, and the cluster's shared services "
+                 "(the daemon, Ray's head with the controller, etcd) on the read set;"),
+    (False, False, "the producer (the experiment's driver) ran unpinned, every consumer's process (with the driver's "
+                   "thread that collects what they polled) unpinned, and the cluster's shared services (the daemon, "
+                   "Ray's head with the controller, etcd) unpinned;"),
+])
+def test_the_setup_section_words_the_layout_a_run_recorded(pin_cpus, pin_services, clients):
+    from simulations.scaling.experiment import ScalingSettings
+
+    recorded = ScalingSettings(pin_cpus=pin_cpus, pin_services=pin_services).to_json()
+    text = setup_section({key: recorded[key] for key in SETUP_KEYS})
+    assert "N consumers of one group (each a process of its own, the same `Consumer` code and defaults)" in text
+    assert "use all the cores. The clients had the same layout in both modes: " + clients in text
+    assert LEGACY_CONSUMERS not in text and LEGACY_PINNING not in text

@@ -87,6 +87,27 @@ def test_a_resumed_run_accepts_its_own_settings_and_refuses_others(tmp_path):
         _write_settings(tmp_path / "settings.json", replace(settings, duration_s=5.0))
 
 
+@pytest.mark.parametrize("pinning, layout", [
+    ({}, {"consumers": "processes", "producer_cpus": "write set", "consumer_cpus": "read set",
+          "service_cpus": "unpinned"}),
+    ({"pin_services": True}, {"consumers": "processes", "producer_cpus": "write set", "consumer_cpus": "read set",
+                              "service_cpus": "read set"}),
+    ({"pin_cpus": False}, {"consumers": "processes", "producer_cpus": "unpinned", "consumer_cpus": "unpinned",
+                           "service_cpus": "unpinned"}),
+])
+def test_settings_json_records_the_layout_the_run_pins_by(tmp_path, pinning, layout):
+    import json
+
+    from simulations.scaling.experiment import _write_settings
+
+    settings = ScalingSettings(**pinning)
+    assert settings.client_layout == layout
+    _write_settings(tmp_path / "settings.json", settings)
+    recorded = json.loads((tmp_path / "settings.json").read_text())
+    assert recorded["client_layout"] == layout
+    assert (recorded["pin_cpus"], recorded["pin_services"]) == (settings.pin_cpus, settings.pin_services)
+
+
 def test_pinning_the_services_needs_pinning_on():
     with pytest.raises(InvalidConfig, match="drop --no-pin or --pin-services"):
         ScalingSettings(pin_cpus=False, pin_services=True)
