@@ -230,7 +230,7 @@ class FeederConfig:
     physical partition, which splits it into the VPs the node leads."""
 
     # One fetch of committed physical data returns at most this many bytes (at least one batch).
-    fetch_bytes_max: int = 4 * MiB
+    fetch_bytes_max: int = 16 * MiB
     # A fetch with nothing committed past the stream's offset waits at most this long.
     fetch_wait_ms_max: int = 500
     # Records of one VP are appended in batches of at most this many records.
