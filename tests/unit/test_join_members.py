@@ -40,21 +40,6 @@ def _message(value: bytes) -> Message:
     return Message(topic="t", partition=0, offset=0, timestamp_ms=0, key=None, value=value, headers=())
 
 
-@pytest.fixture
-def started(monkeypatch) -> list[subprocess.Popen]:
-    """Every member process the test starts."""
-    processes = []
-
-    def start(*args):
-        process, channel = real_start(*args)
-        processes.append(process)
-        return process, channel
-
-    real_start = member_process.start
-    monkeypatch.setattr(member_process, "start", start)
-    return processes
-
-
 def test_a_member_keeps_its_polls_and_join_trace_rows_until_asked_and_then_starts_empty():
     bench_end, member_end = multiprocessing.Pipe()
     member = JoinMember(member_end, "traced-topic")
@@ -122,12 +107,12 @@ def test_a_join_member_process_imports_neither_ray_nor_etcd():
     assert found == [], f"a join member's process imported {found}"
 
 
-def test_a_member_that_fails_fails_the_trial_with_its_error_and_no_member_process_is_left(started):
+def test_a_member_that_fails_fails_the_trial_with_its_error_and_no_member_process_is_left(started_members):
     failed = r"member (member-0|joiner) \(process \d+\) failed: ClusterNotRunning"
     with pytest.raises(JoinTrialFailed, match=failed):
         with JoinMembers(MemberSpec(NOWHERE, "join-test", "join-test-group"), ["member-0", "joiner"]):
             pytest.fail("a member that cannot reach a node is never ready: it reads the topic's metadata first")
-    assert len(started) == 2 and all(process.poll() is not None for process in started)
+    assert len(started_members) == 2 and all(process.poll() is not None for process in started_members)
 
 
 @pytest.fixture
@@ -144,9 +129,9 @@ def _wait_for_a_connection(listening: socket.socket) -> None:
     assert ready, "the member never connected"
 
 
-def test_a_member_process_that_ends_fails_the_trial(started, silent_node):
+def test_a_member_process_that_ends_fails_the_trial(started_members, silent_node):
     access, listening = silent_node
-    threading.Thread(target=lambda: (_wait_for_a_connection(listening), started[0].kill()), daemon=True).start()
+    threading.Thread(target=lambda: (_wait_for_a_connection(listening), started_members[0].kill()), daemon=True).start()
     ended = r"member joiner's process \d+ ended before the trial did \(exit code -9\)"
     with pytest.raises(JoinTrialFailed, match=ended):
         with JoinMembers(MemberSpec(access, "join-test", "join-test-group"), ["joiner"]):
