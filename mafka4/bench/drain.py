@@ -12,9 +12,10 @@ own (``bench.consume_member``). This module holds what needs no cluster:
 * **a member's tally** (``OffsetTally``): which of those offsets it was given, and how many twice;
 * **when a group has settled** (``GroupSettling``): every member has joined, their assignments
   are disjoint and cover every partition, and nothing changed for ``settle_s``;
-* **what members tell the driver** (``Joined`` ... ``Failed``), and **one row per drain**
-  (``drain_row``), the summary per read mode, cadence and consumer count, and the table the CLI
-  prints: every cell of the sweep, never only the best.
+* **what members tell the driver** (``Joined`` ... ``Closed``; a failure is
+  ``member_process.Failed``), and **one row per drain** (``drain_row``), the summary per read
+  mode, cadence and consumer count, and the table the CLI prints: every cell of the sweep, never
+  only the best.
 
 How a drain is timed. Members join while the backlog is already written, positioned at its end,
 so joining reads nothing (``bench.consume_member`` says how); once the group has settled they
@@ -374,12 +375,6 @@ class Closed:
     late_messages: int
     # Leaving commits: a failure there changes nothing measured, and is reported beside the row.
     close_error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Failed:
-    member: int
-    error: str  # the traceback
 
 
 # --- one row per drain ---------------------------------------------------------------------------

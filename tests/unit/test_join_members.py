@@ -160,3 +160,17 @@ def test_a_member_that_does_not_stop_is_killed():
     started_s = time.monotonic()
     stop_members([(deaf, bench_end)], seconds_max=0.5)
     assert deaf.returncode == -signal.SIGKILL and time.monotonic() - started_s < 10
+
+
+def test_a_member_blocked_sending_more_than_its_wire_holds_exits_when_the_driver_drops_what_it_sends():
+    program = ("import sys; from multiprocessing.connection import Connection; "
+               "channel = Connection(int(sys.argv[1])); channel.send(bytes(8 << 20)); channel.recv()")
+    bench_end, member_end = multiprocessing.Pipe()
+    with member_end:
+        member = subprocess.Popen([sys.executable, "-c", program, str(member_end.fileno())],
+                                  pass_fds=(member_end.fileno(),))
+    try:
+        stop_members([(member, bench_end)], seconds_max=60, dropping_what_they_send=True)
+    finally:
+        bench_end.close()
+    assert member.returncode == 0, "it was read to its end, took the Stop and exited"
