@@ -29,6 +29,13 @@ start: the drain loads the machine by design), and the CPU it cost per message, 
 and the whole machine's (``bench.cpu_cost``); the summary per read mode, cadence and consumer count;
 and the load average at the start and end of the run. Every member runs on this machine's cores
 beside the cluster, as the brokers' own work does: compare figures within one run.
+
+The members are thin clients (``bench.consume_member``) since 2026-12-03; before, each was a
+Ray driver with an etcd client of its own (its consumer already spoke the client protocol). So
+in earlier reports the members' CPU per message also counts each member's idle Ray and etcd
+threads, the machine's also the Ray processes serving those drivers, ``join_s`` a Ray driver's
+start per member, and ``quiet_wait_s`` the load those starts left: compare them across the
+change with care.
 """
 
 from __future__ import annotations
@@ -42,8 +49,6 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import ray
-
 from mafka4.bench import member_process
 from mafka4.bench.consume_member import Arm, MemberSpec, Start
 from mafka4.bench.cpu_cost import MachineCpu, cpu_per_message
@@ -56,6 +61,7 @@ from mafka4.bench.produce import producer_run
 from mafka4.bench.produce_settings import ProduceBenchSettings
 from mafka4.bench.usage import is_quiet
 from mafka4.client.admin import Admin
+from mafka4.client.cluster_access import cluster_access
 from mafka4.client.consumer import Consumer
 from mafka4.limits import ReadMode
 from mafka4.runtime.connect import Connection, connect
@@ -263,16 +269,16 @@ def drain_once(connection: Connection, backlog: Backlog, cadence: AckCadence, co
         raise RuntimeError(f"bench consume: the offsets of {backlog.topic} changed since it was written: "
                            f"{backlog.ranges} then {ranges}")
     group = f"bench-consume-{secrets.token_hex(4)}"
-    ray_address = ray.get_runtime_context().gcs_address
-    specs = [MemberSpec(member, backlog.topic, group, connection.store.endpoint, ray_address, connection.cluster,
-                        ranges, cadence, settings.gc_freeze, settings.check_crcs) for member in range(consumers)]
+    access = cluster_access(connection)  # here, once per drain: a member imports neither Ray nor etcd
+    specs = [MemberSpec(member, access, backlog.topic, group, ranges, cadence, settings.gc_freeze, settings.check_crcs)
+             for member in range(consumers)]
     joining = time.monotonic()
     members = _Members.started(specs)
     try:
         _settle(members, GroupSettling(consumers, ranges, int(settings.settle_s * 1e9)), consumers, settings)
         join_s = time.monotonic() - joining
         armed = _arm(members, consumers, ranges, settings)
-        # The members' starts (a Ray driver each) load the machine for a while: the drain waits.
+        # The members' starts (an interpreter and a thin client each) load the machine for a while: the drain waits.
         waiting = time.monotonic()
         load_start = wait_until_quiet(settings.quiet_wait_s_max)
         quiet_wait_s = time.monotonic() - waiting

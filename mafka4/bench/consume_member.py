@@ -6,8 +6,8 @@ order: ``Arm()``, ``Start()``, ``Stop()`` (``member_process.Stop``; the driver's
 as one). The member goes through four steps, reporting each as it happens (the events of
 ``bench.drain``) and reading the signals between its polls (``WireSignals``):
 
-1. **join** (``Joined``, then ``Assigned`` whenever its assignment changes): it joins the
-   cluster the spec names and creates a ``Consumer`` of the group, at the *latest* offsets,
+1. **join** (``Joined``, then ``Assigned`` whenever its assignment changes): it creates a
+   ``Consumer`` of the group on the cluster access its spec carries, at the *latest* offsets,
    auto-committing as its acknowledgement cadence says (``bench.drain_terms``).
    The group is new, so every partition (or VP) it claims starts at its high watermark, the
    backlog's end: the polls that carry the group protocol (Mafka3's eager rebalance, Mafka4's
@@ -39,29 +39,29 @@ drain runs, so nothing it measures waits for it to read. For the same reason the
 ``member_process.poll_until_stopped``: it counts what it is given late and goes on after a
 retriable error, and a failed close is reported in ``Closed``, not dropped.
 
-Unlike the join benches' members, a member connects as every driver does (``runtime.connect``:
-it joins Ray and opens etcd, at the addresses in its spec), and its consumer finds the cluster's
-nodes in etcd; those starts load the machine, which is why the driver waits for it to be quiet
-before it signals the start.
+**A thin client**, as the join benches' and the scaling experiment's members are: its consumer
+reaches the cluster through the ``ClusterAccess`` in its spec (the nodes' client addresses and a
+credential, which the driver reads once per drain from its own connection:
+``client.cluster_access``) and speaks only the client protocol to the nodes. The process imports
+neither Ray nor etcd, so what it costs is its consumer's alone. Its start (an interpreter, the
+client's imports, a first connection) still loads the machine for a moment, which is why the
+driver waits for it to be quiet before it signals the start.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Mapping
 
-import ray
-
 from mafka4.bench.drain import Armed, Assigned, Closed, Drained, Joined, MemberDrain, OffsetRange, OffsetTally
 from mafka4.bench.drain_terms import AckCadence, AckKind
+from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.consumer import Consumer
 from mafka4.collector import freeze_what_start_up_left
 from mafka4.bench.member_process import Stop, answered_until_stop, failure_reported, serve
 from mafka4.errors import MafkaError
-from mafka4.runtime.connect import CLUSTER_ENV, ETCD_ENDPOINT_ENV, RAY_ADDRESS_ENV, connect
 
 # While joining, a member returns from poll() this often to look at the driver's signal.
 JOIN_POLL_TIMEOUT_MS = 100
@@ -79,11 +79,9 @@ class MemberSpec:
     """What one member process needs: the cluster, the group, and the backlog it drains."""
 
     member: int
+    access: ClusterAccess
     topic: str
     group: str
-    etcd_endpoint: str
-    ray_address: str
-    cluster: str
     ranges: Mapping[int, OffsetRange]
     ack_cadence: AckCadence
     gc_freeze: bool = False  # freeze what the member's start left (ConsumeBenchSettings.gc_freeze)
@@ -154,9 +152,7 @@ def run_member(channel: Connection, spec: MemberSpec) -> None:
 
 
 def _run(spec: MemberSpec, reports: Connection, arm, start, stop) -> None:
-    os.environ.update({ETCD_ENDPOINT_ENV: spec.etcd_endpoint, RAY_ADDRESS_ENV: spec.ray_address,
-                       CLUSTER_ENV: spec.cluster})
-    consumer = Consumer(spec.topic, group=spec.group, connection=connect(),  # at the latest offsets: step 1
+    consumer = Consumer(spec.topic, group=spec.group, connection=spec.access,  # at the latest offsets: step 1
                         check_crcs=spec.check_crcs, auto_commit_interval_ms=spec.ack_cadence.auto_commit_interval_ms)
     if spec.gc_freeze:
         freeze_what_start_up_left()
@@ -168,7 +164,7 @@ def _run(spec: MemberSpec, reports: Connection, arm, start, stop) -> None:
     close_error = None
     try:
         consumer.close()
-    except (MafkaError, ray.exceptions.RayError) as error:
+    except MafkaError as error:
         close_error = f"{type(error).__name__}: {error}"
     if late_messages is not None:
         reports.send(Closed(spec.member, late_messages, close_error))
@@ -198,8 +194,6 @@ def _retried(call):
     """``call()``; a retriable error is raised as ``_Retriable`` for the caller to count, any other propagates."""
     try:
         return call()
-    except ray.exceptions.RayError as error:
-        raise _Retriable(f"{type(error).__name__}: {error}") from error
     except MafkaError as error:
         if not error.retriable:
             raise

@@ -53,7 +53,7 @@ from mafka4.errors import InvalidConfig
 from mafka4.limits import (PARTITIONS_MAX, READ_MODES, REPLICATION_FACTOR_MAX, VIRTUAL_PARTITIONS_MAX, MiB,
                            ProducerConfig, ReadMode)
 
-# Every consumer is a process that joins Ray as a driver (about 150 MB and a second of a core to start).
+# Every consumer is a process of its own: an interpreter and the thin client, tens of MB each.
 CONSUMERS_MAX = 64
 # A member's tally holds one byte per backlog offset it may read.
 MESSAGES_MAX = 50_000_000

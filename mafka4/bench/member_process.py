@@ -5,8 +5,8 @@ started it: shared by the join benches' members (``bench.join_member``), ``bench
 **Why a process.** A real deployment runs each consumer in its own process. As threads of one
 driver, the members queued for one GIL with each other and with the driver's producer, and what
 was measured included that queue. A member is ``python -m MODULE FD``: a fresh interpreter that
-imports only what MODULE imports (the join benches' and the experiment's: the thin client,
-neither Ray nor etcd), whatever the driver holds, and nothing of Ray's threads is forked.
+imports only what MODULE imports (the thin client, neither Ray nor etcd), whatever the driver
+holds, and nothing of Ray's threads is forked.
 
 **The wire** is a socket pair (``multiprocessing.Pipe``); FD is the child's end. Pickles of
 frozen dataclasses between our own processes, in this order: the driver sends the member's spec

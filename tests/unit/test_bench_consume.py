@@ -3,8 +3,8 @@
 The arithmetic is pure (``bench.drain``). The member's steps (``bench.consume_member``) run here
 against a fake consumer, with threading events for the signals, and the driver's
 (``bench.consume``) against scripted reports; then both sides over a real wire, the member in a
-thread of this process. Member processes are started only to fail (their cluster's address is
-not one), and are checked to leave nothing running; nothing joins Ray.
+thread of this process. Member processes are started only to fail (no node of their access
+listens there), and are checked to leave nothing running; nothing joins Ray.
 """
 
 from __future__ import annotations
@@ -28,10 +28,14 @@ from mafka4.bench.drain import (Armed, Assigned, Closed, ConsumeBenchSettings, D
                                 messages_read, summary, table)
 from mafka4.bench.drain_terms import AckCadence, AckKind
 from mafka4.bench.member_process import Stop
+from mafka4.client.bootstrap import Credential
+from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.message import Message
 from mafka4.errors import CoordinatorUnavailable, InvalidConfig
+from mafka4.metadata.endpoints import HostPort
 
 MS = 1_000_000  # ns
+NOWHERE = ClusterAccess((HostPort("127.0.0.1", 1),), Credential("nobody", "none"))  # port 1: no node there
 PER_READ, NONE = AckCadence(AckKind.PER_READ), AckCadence(AckKind.NONE)
 
 
@@ -315,7 +319,7 @@ def test_the_table_has_one_line_per_cell_of_the_sweep_with_every_repetition_and_
 
 def test_the_members_reports_survive_pickling():
     drain = _drain(0, [0], 1, 2, [1], {0: b"\x01"}, 1)
-    spec = consume_member.MemberSpec(0, "t", "g", "etcd", "ray", "c", {0: OffsetRange(0, 2)}, PER_READ)
+    spec = consume_member.MemberSpec(0, NOWHERE, "t", "g", {0: OffsetRange(0, 2)}, PER_READ)
     for report in (Armed(0, (0, 1), 0), Drained(drain), Closed(0, 0), OffsetRange(2, 5), spec, consume_member.Arm(),
                    consume_member.Start()):
         assert pickle.loads(pickle.dumps(report)) == report
@@ -392,7 +396,7 @@ def test_a_member_joins_at_the_end_arms_at_the_start_drains_and_stays_until_stop
     consumer = FakeConsumer([1, 0], ranges)
     consumer.member_id = "m-0"
     driver = ReactingDriver()
-    spec = consume_member.MemberSpec(0, "t", "g", "etcd", "ray", "c", ranges, PER_READ)
+    spec = consume_member.MemberSpec(0, NOWHERE, "t", "g", ranges, PER_READ)
     late = consume_member._steps(consumer, spec, driver, driver.arm, driver.start, driver.stop)
     assert [type(report) for report in driver.reports] == [Joined, Assigned, Armed, Drained]
     joined, assigned, armed, drained = driver.reports
@@ -407,7 +411,7 @@ def test_a_member_stopped_before_the_start_reports_no_drain():
     consumer.member_id = "m-1"
     driver = ReactingDriver()
     driver.stop.set()
-    spec = consume_member.MemberSpec(1, "t", "g", "etcd", "ray", "c", consumer.ranges, PER_READ)
+    spec = consume_member.MemberSpec(1, NOWHERE, "t", "g", consumer.ranges, PER_READ)
     assert consume_member._steps(consumer, spec, driver, driver.arm, driver.start, driver.stop) is None
     assert driver.reports == [Joined(1, "m-1")] and consumer.polls == 0
 
@@ -416,7 +420,7 @@ def test_arming_seeks_every_owned_partition_to_the_backlog_start(monkeypatch):
     monkeypatch.setattr(consume_member, "ANSWER_MARGIN_S", 0.0)
     ranges = {0: OffsetRange(5, 9), 1: OffsetRange(0, 3)}
     consumer = FakeConsumer([0, 1], ranges)
-    spec = consume_member.MemberSpec(0, "t", "g", "etcd", "ray", "c", ranges, PER_READ)
+    spec = consume_member.MemberSpec(0, NOWHERE, "t", "g", ranges, PER_READ)
     assert consume_member._arm(consumer, spec) == (0, 1)
     assert consumer.seeks == [(0, 5), (1, 0)]
 
@@ -578,7 +582,7 @@ def test_the_driver_and_a_member_drain_a_backlog_over_their_wire(monkeypatch):
     consumer.member_id = "m-0"
     driver_end, member_end = multiprocessing.Pipe()
     signals = consume_member.WireSignals(member_end)
-    spec = consume_member.MemberSpec(0, "t", "g", "etcd", "ray", "c", ranges, PER_READ)
+    spec = consume_member.MemberSpec(0, NOWHERE, "t", "g", ranges, PER_READ)
     member = threading.Thread(target=lambda: member_end.send(Closed(0, consume_member._steps(
         consumer, spec, member_end, signals.arm, signals.start, signals.stop))))
     members = consume._Members([(None, driver_end)])  # the member is a thread: no process to stop
@@ -620,8 +624,7 @@ def test_a_member_process_that_ends_before_it_was_stopped_fails_the_drain():
 
 def test_a_member_that_fails_fails_the_drain_with_its_error_and_no_member_process_is_left(started_members):
     ranges = {0: OffsetRange(0, 2)}
-    # One of the two addresses only: the member's connect refuses before it reaches Ray.
-    specs = [consume_member.MemberSpec(member, "t", "g", "", "127.0.0.1:1", "c", ranges, PER_READ) for member in (0, 1)]
+    specs = [consume_member.MemberSpec(member, NOWHERE, "t", "g", ranges, PER_READ) for member in (0, 1)]
     members = consume._Members.started(specs)
     try:
         with pytest.raises(RuntimeError, match=r"member [01] \(process \d+\) failed: ClusterNotRunning"):

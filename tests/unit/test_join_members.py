@@ -1,8 +1,8 @@
 """The join benches' members (``bench vp-join``, ``bench rebalance``), each a process of its own:
 a member keeps its poll stamps, values and join trace rows until the bench asks, and then starts
-empty; its process imports neither Ray nor etcd; a member that fails, or whose process ends,
-fails the trial with its error; Ctrl-C does not reach a member, the bench stops it; and no member
-process outlives the bench.
+empty; its process imports neither Ray nor etcd (nor does ``bench consume``'s member); a member
+that fails, or whose process ends, fails the trial with its error; Ctrl-C does not reach a
+member, the bench stops it; and no member process outlives the bench.
 
 No cluster: a member that must fail is given an address where no node listens, one that must
 stay busy an address where connections are taken and never answered.
@@ -100,11 +100,13 @@ def test_a_member_answers_requests_between_polls_until_stop():
     assert not answered_until_stop(member_end, answered.append), "the bench is gone: the member stops"
 
 
-def test_a_join_member_process_imports_neither_ray_nor_etcd():
-    program = ("import sys, mafka4.bench.join_member; "
+@pytest.mark.parametrize("module", ["mafka4.bench.join_member", "mafka4.bench.consume_member"])
+def test_a_bench_member_process_imports_neither_ray_nor_etcd(module):
+    """The join benches' members and ``bench consume``'s alike: a member is a thin client."""
+    program = (f"import sys, {module}; "
                "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'etcd3', 'grpc'))))")
     found = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True).stdout.split()
-    assert found == [], f"a join member's process imported {found}"
+    assert found == [], f"{module}'s process imported {found}"
 
 
 def test_a_member_that_fails_fails_the_trial_with_its_error_and_no_member_process_is_left(started_members):
