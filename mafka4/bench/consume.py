@@ -13,11 +13,12 @@ On the running cluster (``mafka4 up``, or the one ``$MAFKA4_ETCD_ENDPOINT`` and
    committed and, in mafka4 mode, fed to the VPs. Nothing is produced after that.
 2. **drains**: per repetition, read mode, acknowledgement cadence and consumer count, in that
    order (so the two modes alternate through the run), a fresh group drains the backlog from
-   its start. Its members are processes of their own, spawned at once after the backlog is
-   ready (``bench.consume_member``), committing at the drain's cadence (``bench.drain_terms``);
-   they join, the driver waits until the group settled (``drain.GroupSettling``), lets them
-   seek to the start, and signals the start to all of them at once. The members time
-   themselves, up to their last commit; ``drain.drain_row`` combines their figures.
+   its start. Its members are processes of their own, started at once after the backlog is
+   ready (``bench.consume_member``, each on its wire: ``bench.member_process``), committing at
+   the drain's cadence (``bench.drain_terms``); they join, the driver waits until the group
+   settled (``drain.GroupSettling``), lets them seek to the start, and signals the start to all
+   of them at once. The members time themselves, up to their last commit; ``drain.drain_row``
+   combines their figures.
 
 The report (``results/bench_consume.json``): the settings; each backlog (topic, VPs, offset
 ranges, how fast it was produced); one row per drain with its cadence (``ack``), msgs/s, MB/s, fetch latency
@@ -28,24 +29,30 @@ start: the drain loads the machine by design), and the CPU it cost per message, 
 and the whole machine's (``bench.cpu_cost``); the summary per read mode, cadence and consumer count;
 and the load average at the start and end of the run. Every member runs on this machine's cores
 beside the cluster, as the brokers' own work does: compare figures within one run.
+
+The members are thin clients (``bench.consume_member``) since 2026-12-03; before, each was a
+Ray driver with an etcd client of its own (its consumer already spoke the client protocol). So
+in earlier reports the members' CPU per message also counts each member's idle Ray and etcd
+threads, the machine's also the Ray processes serving those drivers, ``join_s`` a Ray driver's
+start per member, and ``quiet_wait_s`` the load those starts left: compare them across the
+change with care.
 """
 
 from __future__ import annotations
 
+import collections
 import json
-import multiprocessing
+import multiprocessing.connection
 import os
-import queue
 import secrets
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import ray
-
-from mafka4.bench.consume_member import MemberSpec, run_member
+from mafka4.bench import member_process
+from mafka4.bench.consume_member import Arm, MemberSpec, Start
 from mafka4.bench.cpu_cost import MachineCpu, cpu_per_message
-from mafka4.bench.drain import (Armed, Assigned, Closed, ConsumeBenchSettings, Drained, Failed, GroupSettling, Joined,
+from mafka4.bench.drain import (Armed, Assigned, Closed, ConsumeBenchSettings, Drained, GroupSettling, Joined,
                                 MemberDrain, OffsetRange, assignment_problem, backlog_messages, drain_row, row_quiet,
                                 summary)
 from mafka4.bench.drain_terms import AckCadence
@@ -54,12 +61,14 @@ from mafka4.bench.produce import producer_run
 from mafka4.bench.produce_settings import ProduceBenchSettings
 from mafka4.bench.usage import is_quiet
 from mafka4.client.admin import Admin
+from mafka4.client.cluster_access import cluster_access
 from mafka4.client.consumer import Consumer
 from mafka4.limits import ReadMode
 from mafka4.runtime.connect import Connection, connect
 
 READY_POLL_S = 0.5
-# The driver looks this often whether a member process exited without a word.
+MEMBER_MODULE = "mafka4.bench.consume_member"
+# The driver looks at its deadlines at least this often while it waits for the members' reports.
 REPORT_WAIT_S = 0.2
 # After ``stop``, members report what they read and close within this long (a close commits and leaves).
 CLOSE_S_MAX = 60.0
@@ -126,53 +135,71 @@ def write_backlog(connection: Connection, admin: Admin, read_mode: ReadMode, set
 
 
 class _Members:
-    """The member processes of one drain, the queue they report to, and the signals they wait for."""
+    """The member processes of one drain, each on its wire (``bench.member_process``): the
+    driver's signals to all of them, and their reports as they come."""
 
-    def __init__(self, specs: list[MemberSpec]):
-        context = multiprocessing.get_context("spawn")  # a fresh interpreter, as a user's consumer is
-        self._reports = context.Queue()
-        self.arm, self.start, self.stop = context.Event(), context.Event(), context.Event()
-        signals = (self.arm, self.start, self.stop)
-        self._processes = [context.Process(target=run_member, args=(spec, self._reports, *signals),
-                                           name=f"bench-consume-member-{spec.member}") for spec in specs]
-        for process in self._processes:
-            process.start()
+    def __init__(self, members: list[member_process.Member]):
+        self._members = members
+        self._pending: collections.deque = collections.deque()  # received, not yet handed out
+        self._ended: set[int] = set()  # members whose end of the wire closed
+        self.stopped = False
+
+    @classmethod
+    def started(cls, specs: list[MemberSpec]) -> "_Members":
+        """A process per spec, started side by side (not waited for)."""
+        members: list[member_process.Member] = []
+        try:
+            for spec in specs:
+                members.append(member_process.start(MEMBER_MODULE, spec))
+        except BaseException:
+            cls(members).close()
+            raise
+        return cls(members)
+
+    def arm(self) -> None:
+        member_process.send_all(self._members, Arm())
+
+    def start_drain(self) -> None:
+        member_process.send_all(self._members, Start())
+
+    def stop(self) -> None:
+        self.stopped = True
+        member_process.send_all(self._members, member_process.Stop())
 
     def next_report(self):
-        """The next report, or None after ``REPORT_WAIT_S``; raises when a member failed or exited unasked."""
-        try:
-            report = self._reports.get(timeout=REPORT_WAIT_S)
-        except queue.Empty:
-            exited = [(p.name, p.exitcode) for p in self._processes if p.exitcode is not None]
-            if not exited or self.stop.is_set():
-                return None
-            try:  # a member that failed put its traceback on the queue before it exited
-                report = self._reports.get(timeout=REPORT_WAIT_S)
-            except queue.Empty:
-                raise RuntimeError(f"bench consume: member processes exited before the drain ended (name, exit "
-                                   f"code): {exited}") from None
-        if isinstance(report, Failed):
-            raise RuntimeError(f"bench consume: member {report.member} failed:\n{report.error}")
+        """The next report, or None if none came within ``REPORT_WAIT_S``; raises when a member failed, or its
+        process ended before it was stopped."""
+        if not self._pending:
+            waiting = {channel: index for index, (_, channel) in enumerate(self._members) if index not in self._ended}
+            for channel in multiprocessing.connection.wait(list(waiting), timeout=REPORT_WAIT_S):
+                self._receive(waiting[channel])
+        if not self._pending:
+            return None
+        index, report = self._pending.popleft()
+        if isinstance(report, member_process.Failed):
+            raise RuntimeError(f"bench consume: member {index} (process {self._members[index][0].pid}) failed: "
+                               f"{report.error}; its traceback is above")
         return report
 
-    def close(self) -> None:
-        """Stop every member; one that has not exited within ``CLOSE_S_MAX`` is killed.
+    def _receive(self, index: int) -> None:
+        process, channel = self._members[index]
+        try:
+            self._pending.append((index, channel.recv()))
+        except (EOFError, OSError):
+            self._ended.add(index)
+            if self.stopped:
+                return  # a stopped member exits
+            raise RuntimeError(f"bench consume: member {index}'s process {process.pid} ended before the drain did "
+                               f"(exit code {member_process.exit_code_once_ended(process)}): see its output "
+                               f"above") from None
 
-        Reports still coming are read and dropped meanwhile: a process exits only once what it
-        put on the queue went into the pipe.
-        """
-        self.stop.set()
-        deadline = time.monotonic() + CLOSE_S_MAX
-        while any(p.exitcode is None for p in self._processes) and time.monotonic() < deadline:
-            try:
-                self._reports.get(timeout=REPORT_WAIT_S)
-            except queue.Empty:
-                pass
-        for process in self._processes:
-            if process.exitcode is None:
-                process.kill()
-            process.join()
-        self._reports.close()
+    def close(self) -> None:
+        """Stop every member; one that has not exited within ``CLOSE_S_MAX`` is killed. What they still
+        send meanwhile is read and dropped (``member_process.stop_members``)."""
+        self.stopped = True
+        member_process.stop_members(self._members, CLOSE_S_MAX, dropping_what_they_send=True)
+        for _, channel in self._members:
+            channel.close()
 
 
 def _settle(members: _Members, settling: GroupSettling, consumers: int, settings: ConsumeBenchSettings) -> None:
@@ -190,7 +217,7 @@ def _settle(members: _Members, settling: GroupSettling, consumers: int, settings
 
 
 def _arm(members: _Members, consumers: int, partitions, settings: ConsumeBenchSettings) -> dict[int, Armed]:
-    members.arm.set()
+    members.arm()
     armed: dict[int, Armed] = {}
     deadline = time.monotonic() + settings.join_s_max
     while len(armed) < consumers:
@@ -223,8 +250,8 @@ def _collect(members: _Members, consumers: int, settings: ConsumeBenchSettings
         elif isinstance(report, Closed):
             closed[report.member] = report
         if len(drains) == consumers or time.monotonic() > deadline:
-            if not members.stop.is_set():
-                members.stop.set()
+            if not members.stopped:
+                members.stop()
                 deadline = time.monotonic() + CLOSE_S_MAX
             elif time.monotonic() > deadline:
                 raise TimeoutError(f"bench consume: {len(drains)} of {consumers} members reported their drain and "
@@ -242,21 +269,21 @@ def drain_once(connection: Connection, backlog: Backlog, cadence: AckCadence, co
         raise RuntimeError(f"bench consume: the offsets of {backlog.topic} changed since it was written: "
                            f"{backlog.ranges} then {ranges}")
     group = f"bench-consume-{secrets.token_hex(4)}"
-    ray_address = ray.get_runtime_context().gcs_address
-    specs = [MemberSpec(member, backlog.topic, group, connection.store.endpoint, ray_address, connection.cluster,
-                        ranges, cadence, settings.gc_freeze, settings.check_crcs) for member in range(consumers)]
+    access = cluster_access(connection)  # here, once per drain: a member imports neither Ray nor etcd
+    specs = [MemberSpec(member, access, backlog.topic, group, ranges, cadence, settings.gc_freeze, settings.check_crcs)
+             for member in range(consumers)]
     joining = time.monotonic()
-    members = _Members(specs)
+    members = _Members.started(specs)
     try:
         _settle(members, GroupSettling(consumers, ranges, int(settings.settle_s * 1e9)), consumers, settings)
         join_s = time.monotonic() - joining
         armed = _arm(members, consumers, ranges, settings)
-        # The members' starts (a Ray driver each) load the machine for a while: the drain waits.
+        # The members' starts (an interpreter and a thin client each) load the machine for a while: the drain waits.
         waiting = time.monotonic()
         load_start = wait_until_quiet(settings.quiet_wait_s_max)
         quiet_wait_s = time.monotonic() - waiting
         started_at = machine_cpu()
-        members.start.set()
+        members.start_drain()
         drains, closes, drained_at = _collect(members, consumers, settings)
         load_end = os.getloadavg()[0]
     finally:

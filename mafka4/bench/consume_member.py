@@ -1,11 +1,13 @@
 """One consumer of ``mafka4 bench consume``: a process of its own, a member of the drain's group.
 
-The driver (``bench.consume``) spawns one process per member with ``run_member`` as its target.
-The member goes through four steps, reporting each to the driver through a queue (the events
-of ``bench.drain``) and waiting for the driver's signals (``arm``, ``start``, ``stop``):
+The driver (``bench.consume``) starts one process per member (``bench.member_process``: why, the
+wire, Ctrl-C). On that wire the driver sends the member's ``MemberSpec``, then its signals in
+order: ``Arm()``, ``Start()``, ``Stop()`` (``member_process.Stop``; the driver's end closing counts
+as one). The member goes through four steps, reporting each as it happens (the events of
+``bench.drain``) and reading the signals between its polls (``WireSignals``):
 
-1. **join** (``Joined``, then ``Assigned`` whenever its assignment changes): it joins the
-   cluster the spec names and creates a ``Consumer`` of the group, at the *latest* offsets,
+1. **join** (``Joined``, then ``Assigned`` whenever its assignment changes): it creates a
+   ``Consumer`` of the group on the cluster access its spec carries, at the *latest* offsets,
    auto-committing as its acknowledgement cadence says (``bench.drain_terms``).
    The group is new, so every partition (or VP) it claims starts at its high watermark, the
    backlog's end: the polls that carry the group protocol (Mafka3's eager rebalance, Mafka4's
@@ -24,30 +26,42 @@ of ``bench.drain``) and waiting for the driver's signals (``arm``, ``start``, ``
    draining, until ``stop``; then it closes the consumer (commit, release, leave). A close that
    fails is reported in ``Closed``: the drain it follows is measured already.
 
-A failure at any other step is reported (``Failed``, with the traceback) and the process exits 1.
+A failure at any other step is reported (``member_process.failure_reported``) and the process exits.
 A retriable error of a poll or a commit is counted and the member goes on, as an application
 would: it polls again, and a commit that failed is made again after its next poll (the last one
 until it succeeds).
+
+**Why a member reports unasked**, where the join benches' members keep what they polled until the
+driver sends ``member_process.Report()``: this driver acts on each report as it comes. It settles
+the group on the joins and assignments, arms it once settled, starts it once armed, takes the
+machine's CPU and stops every member when the last drain came in; and it produces nothing while a
+drain runs, so nothing it measures waits for it to read. For the same reason the stay step is not
+``member_process.poll_until_stopped``: it counts what it is given late and goes on after a
+retriable error, and a failed close is reported in ``Closed``, not dropped.
+
+**A thin client**, as the join benches' and the scaling experiment's members are: its consumer
+reaches the cluster through the ``ClusterAccess`` in its spec (the nodes' client addresses and a
+credential, which the driver reads once per drain from its own connection:
+``client.cluster_access``) and speaks only the client protocol to the nodes. The process imports
+neither Ray nor etcd, so what it costs is its consumer's alone. Its start (an interpreter, the
+client's imports, a first connection) still loads the machine for a moment, which is why the
+driver waits for it to be quiet before it signals the start.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 import time
-import traceback
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Mapping
 
-import ray
-
-from mafka4.bench.drain import (Armed, Assigned, Closed, Drained, Failed, Joined, MemberDrain, OffsetRange,
-                                OffsetTally)
+from mafka4.bench.drain import Armed, Assigned, Closed, Drained, Joined, MemberDrain, OffsetRange, OffsetTally
 from mafka4.bench.drain_terms import AckCadence, AckKind
+from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.consumer import Consumer
 from mafka4.collector import freeze_what_start_up_left
+from mafka4.bench.member_process import Stop, answered_until_stop, failure_reported, serve
 from mafka4.errors import MafkaError
-from mafka4.runtime.connect import CLUSTER_ENV, ETCD_ENDPOINT_ENV, RAY_ADDRESS_ENV, connect
 
 # While joining, a member returns from poll() this often to look at the driver's signal.
 JOIN_POLL_TIMEOUT_MS = 100
@@ -65,30 +79,80 @@ class MemberSpec:
     """What one member process needs: the cluster, the group, and the backlog it drains."""
 
     member: int
+    access: ClusterAccess
     topic: str
     group: str
-    etcd_endpoint: str
-    ray_address: str
-    cluster: str
     ranges: Mapping[int, OffsetRange]
     ack_cadence: AckCadence
     gc_freeze: bool = False  # freeze what the member's start left (ConsumeBenchSettings.gc_freeze)
     check_crcs: bool = True  # ConsumerConfig.check_crcs of the member's consumer
 
 
-def run_member(spec: MemberSpec, reports, arm, start, stop) -> None:
-    """The process target: the four steps of the module docstring."""
-    try:
-        _run(spec, reports, arm, start, stop)
-    except BaseException:
-        reports.put(Failed(spec.member, traceback.format_exc()))
-        sys.exit(1)
+@dataclass(frozen=True, slots=True)
+class Arm:
+    """Driver to member: the group settled; stop polling and seek to the backlog's start (step 2)."""
 
 
-def _run(spec: MemberSpec, reports, arm, start, stop) -> None:
-    os.environ.update({ETCD_ENDPOINT_ENV: spec.etcd_endpoint, RAY_ADDRESS_ENV: spec.ray_address,
-                       CLUSTER_ENV: spec.cluster})
-    consumer = Consumer(spec.topic, group=spec.group, connection=connect(),  # at the latest offsets: step 1
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Driver to member: drain now (step 3)."""
+
+
+class WireSignals:
+    """The driver's signals as a member sees them: ``arm``, ``start`` and ``stop``, each set once
+    its message came (``stop`` also once the driver's end closed), with the two calls of a
+    ``threading.Event`` the steps make, ``is_set()`` and ``wait(timeout_s)``. A member reads its
+    wire only when a step asks, between its polls."""
+
+    def __init__(self, channel: Connection):
+        self._channel = channel
+        self._arrived: set[type] = set()
+        self.arm, self.start, self.stop = _Signal(self, Arm), _Signal(self, Start), _Signal(self, Stop)
+
+    def arrived(self, kind: type) -> bool:
+        return kind in self._arrived
+
+    def take(self, timeout_s: float) -> None:
+        """Take the signals waiting on the wire, waiting up to ``timeout_s`` for one to come."""
+        if Stop not in self._arrived and self._channel.poll(timeout_s) \
+                and not answered_until_stop(self._channel, self._take_one):
+            self._arrived.add(Stop)
+
+    def _take_one(self, request: object) -> None:
+        assert isinstance(request, (Arm, Start)), f"a bench consume member cannot answer {request!r}"
+        self._arrived.add(type(request))
+
+
+class _Signal:
+    """One of the driver's signals, as a step looks at it."""
+
+    def __init__(self, signals: WireSignals, kind: type):
+        self._signals, self._kind = signals, kind
+
+    def is_set(self) -> bool:
+        self._signals.take(0)
+        return self._signals.arrived(self._kind)
+
+    def wait(self, timeout_s: float) -> bool:
+        """Until set or ``timeout_s`` passed; at once once stopped (every step looks at ``stop`` next)."""
+        deadline = time.monotonic() + timeout_s
+        while not self.is_set():
+            left_s = deadline - time.monotonic()
+            if left_s <= 0 or self._signals.arrived(Stop):
+                return False
+            self._signals.take(left_s)
+        return True
+
+
+def run_member(channel: Connection, spec: MemberSpec) -> None:
+    """The member's ``main`` (``member_process.serve``): the four steps of the module docstring."""
+    with failure_reported(channel):
+        signals = WireSignals(channel)
+        _run(spec, channel, signals.arm, signals.start, signals.stop)
+
+
+def _run(spec: MemberSpec, reports: Connection, arm, start, stop) -> None:
+    consumer = Consumer(spec.topic, group=spec.group, connection=spec.access,  # at the latest offsets: step 1
                         check_crcs=spec.check_crcs, auto_commit_interval_ms=spec.ack_cadence.auto_commit_interval_ms)
     if spec.gc_freeze:
         freeze_what_start_up_left()
@@ -100,24 +164,25 @@ def _run(spec: MemberSpec, reports, arm, start, stop) -> None:
     close_error = None
     try:
         consumer.close()
-    except (MafkaError, ray.exceptions.RayError) as error:
+    except MafkaError as error:
         close_error = f"{type(error).__name__}: {error}"
     if late_messages is not None:
-        reports.put(Closed(spec.member, late_messages, close_error))
+        reports.send(Closed(spec.member, late_messages, close_error))
 
 
 def _steps(consumer: Consumer, spec: MemberSpec, reports, arm, start, stop) -> int | None:
-    """Steps 1 to 4 up to the close: the messages given after the drain, or None if stopped before it."""
-    reports.put(Joined(spec.member, consumer.member_id))
+    """Steps 1 to 4 up to the close, each reported (``reports.send``): the messages given after the
+    drain, or None if stopped before it."""
+    reports.send(Joined(spec.member, consumer.member_id))
     joining = _join(consumer, spec, reports, arm, stop)
     if stop.is_set():
         return None
-    reports.put(Armed(spec.member, _arm(consumer, spec), joining))
+    reports.send(Armed(spec.member, _arm(consumer, spec), joining))
     tally = OffsetTally(spec.ranges)
     while not start.wait(SIGNAL_CHECK_S):
         if stop.is_set():
             return None
-    reports.put(Drained(_drain(consumer, spec.member, tally, spec.ack_cadence, stop)))
+    reports.send(Drained(_drain(consumer, spec.member, tally, spec.ack_cadence, stop)))
     return _stay(consumer, stop)
 
 
@@ -129,8 +194,6 @@ def _retried(call):
     """``call()``; a retriable error is raised as ``_Retriable`` for the caller to count, any other propagates."""
     try:
         return call()
-    except ray.exceptions.RayError as error:
-        raise _Retriable(f"{type(error).__name__}: {error}") from error
     except MafkaError as error:
         if not error.retriable:
             raise
@@ -148,7 +211,7 @@ def _join(consumer: Consumer, spec: MemberSpec, reports, arm, stop) -> int:
     while not arm.is_set() and not stop.is_set():
         assignment = tuple(consumer.assignment())
         if assignment != reported:
-            reports.put(Assigned(spec.member, assignment))
+            reports.send(Assigned(spec.member, assignment))
             reported = assignment
         try:
             messages += len(_poll(consumer, JOIN_POLL_TIMEOUT_MS))
@@ -236,3 +299,14 @@ def _stay(consumer: Consumer, stop) -> int:
         except _Retriable:
             stop.wait(STAY_POLL_TIMEOUT_MS / 1000)
     return messages
+
+
+def main() -> None:
+    serve(run_member)
+
+
+if __name__ == "__main__":
+    # Under its own name, so that what it sends is pickled as this module's classes, not __main__'s.
+    from mafka4.bench.consume_member import main as main_of_the_module
+
+    main_of_the_module()

@@ -12,9 +12,10 @@ own (``bench.consume_member``). This module holds what needs no cluster:
 * **a member's tally** (``OffsetTally``): which of those offsets it was given, and how many twice;
 * **when a group has settled** (``GroupSettling``): every member has joined, their assignments
   are disjoint and cover every partition, and nothing changed for ``settle_s``;
-* **what members tell the driver** (``Joined`` ... ``Failed``), and **one row per drain**
-  (``drain_row``), the summary per read mode, cadence and consumer count, and the table the CLI
-  prints: every cell of the sweep, never only the best.
+* **what members tell the driver** (``Joined`` ... ``Closed``; a failure is
+  ``member_process.Failed``), and **one row per drain** (``drain_row``), the summary per read
+  mode, cadence and consumer count, and the table the CLI prints: every cell of the sweep, never
+  only the best.
 
 How a drain is timed. Members join while the backlog is already written, positioned at its end,
 so joining reads nothing (``bench.consume_member`` says how); once the group has settled they
@@ -52,7 +53,7 @@ from mafka4.errors import InvalidConfig
 from mafka4.limits import (PARTITIONS_MAX, READ_MODES, REPLICATION_FACTOR_MAX, VIRTUAL_PARTITIONS_MAX, MiB,
                            ProducerConfig, ReadMode)
 
-# Every consumer is a process that joins Ray as a driver (about 150 MB and a second of a core to start).
+# Every consumer is a process of its own: an interpreter and the thin client, tens of MB each.
 CONSUMERS_MAX = 64
 # A member's tally holds one byte per backlog offset it may read.
 MESSAGES_MAX = 50_000_000
@@ -374,12 +375,6 @@ class Closed:
     late_messages: int
     # Leaving commits: a failure there changes nothing measured, and is reported beside the row.
     close_error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Failed:
-    member: int
-    error: str  # the traceback
 
 
 # --- one row per drain ---------------------------------------------------------------------------

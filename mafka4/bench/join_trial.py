@@ -22,9 +22,7 @@ members are stopped and those that do not stop are killed (``member_process.stop
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing.connection
-import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -43,7 +41,6 @@ DRAIN_S_MAX = 60.0
 DRAIN_ASK_INTERVAL_S = 0.1
 # A member closes its consumer (a commit, a release, a leave) within this long once stopped.
 MEMBER_STOP_S_MAX = 30.0
-PROCESS_END_WAIT_S = 1.0
 JOINER = "joiner"
 
 
@@ -103,13 +100,12 @@ class JoinMembers:
 
     def trace_joins(self) -> None:
         """Every member keeps its join trace rows of the topic from now on (the joiner before it joins)."""
-        self._send_all(TraceJoins())
+        member_process.send_all(self._members, TraceJoins())
 
     def join(self, name: str, wait: bool) -> None:
         """Member ``name`` joins the group now; with ``wait``, return once its consumer is built."""
         index = self.logs.index(self.log(name))
-        with contextlib.suppress(OSError):  # its process is gone: ``_receive`` says why
-            self._members[index][1].send(Join())
+        member_process.send_all([self._members[index]], Join())  # its process gone: ``_receive`` says why
         if wait and not self._receive(lambda: self.logs[index].member_id is not None,
                                       time.monotonic() + MEMBER_JOIN_S_MAX):
             raise JoinTrialFailed(f"member {name} did not join in {MEMBER_JOIN_S_MAX} s: see the cluster's logs")
@@ -123,16 +119,11 @@ class JoinMembers:
         deadline = time.monotonic() + seconds_max
         while True:
             wanted = [log.reports + 1 for log in self.logs]
-            self._send_all(member_process.Report())
+            member_process.send_all(self._members, member_process.Report())
             answered = self._receive(lambda: all(log.reports >= n for log, n in zip(self.logs, wanted)), deadline)
             if not answered or complete() or time.monotonic() >= deadline:
                 return
             time.sleep(DRAIN_ASK_INTERVAL_S)
-
-    def _send_all(self, request: object) -> None:
-        for _, channel in self._members:
-            with contextlib.suppress(OSError):  # its process is gone: ``_receive`` says why
-                channel.send(request)
 
     def _receive(self, until, deadline: float) -> bool:
         """Take what the members send until ``until()`` holds (True) or ``deadline`` passes (False)."""
@@ -151,10 +142,9 @@ class JoinMembers:
         try:
             message = channel.recv()
         except (EOFError, OSError):
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=PROCESS_END_WAIT_S)  # its end of the wire closed as it exited: its exit code
             raise JoinTrialFailed(f"member {log.name}'s process {process.pid} ended before the trial did "
-                                  f"(exit code {process.poll()}): see its output above") from None
+                                  f"(exit code {member_process.exit_code_once_ended(process)}): see its output "
+                                  f"above") from None
         if isinstance(message, Polled):
             log.record(message)
             self.join_trace_rows.extend(message.join_trace_rows)

@@ -542,13 +542,11 @@ class _Group:
 
     def _collect_polled(self, deadline: float) -> None:
         """Ask every member for what it polled, and wait until each has answered (or ``deadline``)."""
-        from mafka4.bench.member_process import Report
+        from mafka4.bench.member_process import Report, send_all
 
         with self._lock:
             asked = [answered + 1 for answered in self._reports]
-        for _, channel in self._members:
-            with contextlib.suppress(OSError):  # its process is gone: the collector says why
-                channel.send(Report())
+        send_all(self._members, Report())  # one whose process is gone: the collector says why
         with self._reported:
             while any(answered < wanted for answered, wanted in zip(self._reports, asked)):
                 _raise_consumer_error(self.logs)

@@ -3,8 +3,8 @@
 Wall-clock figures are never asserted (the machine is shared); what is checked is that a trial
 of each mode runs, loses no message and writes the report the README and the notes quote. The
 read-path benches (vp-density, feed-lag) need two read nodes and two write nodes: they run on
-the module's ``read_cluster``. The consume bench's members are processes of their own, joining
-the session cluster as every driver does.
+the module's ``read_cluster``. The consume bench's members are processes of their own, thin
+clients of the session cluster (the access its driver reads from its connection).
 """
 
 from __future__ import annotations

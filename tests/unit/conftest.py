@@ -16,6 +16,9 @@
   the JVM compiles hot code with its quick compiler (C1) only. C2 would compile it again into
   faster code, which a run this short does not win back: with C2 the Spark tests used 50 % more
   CPU, and no less wall time on 2 cores with one core's worth of other work running.
+* ``started_members``: every member process the test starts through ``bench.member_process.start``
+  (the join benches', ``bench consume``'s and the scaling experiment's members all start there),
+  for a test to check that none outlives what started it.
 """
 
 from __future__ import annotations
@@ -47,3 +50,20 @@ def spark():
         session.conf.set(key, value)
     yield session
     session.stop()
+
+
+@pytest.fixture
+def started_members(monkeypatch) -> list:
+    """The ``subprocess.Popen`` of every member process the test starts, in the order started."""
+    from mafka4.bench import member_process
+
+    processes = []
+    real_start = member_process.start
+
+    def start(*args):
+        process, channel = real_start(*args)
+        processes.append(process)
+        return process, channel
+
+    monkeypatch.setattr(member_process, "start", start)
+    return processes

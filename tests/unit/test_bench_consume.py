@@ -1,14 +1,19 @@
 """Unit tests of ``mafka4 bench consume`` without a cluster: settings, tallies, settling, rows, both protocol sides.
 
 The arithmetic is pure (``bench.drain``). The member's steps (``bench.consume_member``) run here
-against a fake consumer, and the driver's (``bench.consume``) against scripted reports, in this
-process, with threading events for the signals; no process is spawned and nothing joins Ray.
+against a fake consumer, with threading events for the signals, and the driver's
+(``bench.consume``) against scripted reports; then both sides over a real wire, the member in a
+thread of this process. Member processes are started only to fail (no node of their access
+listens there), and are checked to leave nothing running; nothing joins Ray.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import pickle
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -22,10 +27,15 @@ from mafka4.bench.drain import (Armed, Assigned, Closed, ConsumeBenchSettings, D
                                 MemberDrain, OffsetRange, OffsetTally, assignment_problem, backlog_messages, drain_row,
                                 messages_read, summary, table)
 from mafka4.bench.drain_terms import AckCadence, AckKind
+from mafka4.bench.member_process import Stop
+from mafka4.client.bootstrap import Credential
+from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.message import Message
 from mafka4.errors import CoordinatorUnavailable, InvalidConfig
+from mafka4.metadata.endpoints import HostPort
 
 MS = 1_000_000  # ns
+NOWHERE = ClusterAccess((HostPort("127.0.0.1", 1),), Credential("nobody", "none"))  # port 1: no node there
 PER_READ, NONE = AckCadence(AckKind.PER_READ), AckCadence(AckKind.NONE)
 
 
@@ -309,8 +319,9 @@ def test_the_table_has_one_line_per_cell_of_the_sweep_with_every_repetition_and_
 
 def test_the_members_reports_survive_pickling():
     drain = _drain(0, [0], 1, 2, [1], {0: b"\x01"}, 1)
-    spec = consume_member.MemberSpec(0, "t", "g", "etcd", "ray", "c", {0: OffsetRange(0, 2)}, PER_READ)
-    for report in (Armed(0, (0, 1), 0), Drained(drain), Closed(0, 0), OffsetRange(2, 5), spec):
+    spec = consume_member.MemberSpec(0, NOWHERE, "t", "g", {0: OffsetRange(0, 2)}, PER_READ)
+    for report in (Armed(0, (0, 1), 0), Drained(drain), Closed(0, 0), OffsetRange(2, 5), spec, consume_member.Arm(),
+                   consume_member.Start()):
         assert pickle.loads(pickle.dumps(report)) == report
 
 
@@ -372,7 +383,7 @@ class ReactingDriver:
         self.reports = []
         self.arm, self.start, self.stop = threading.Event(), threading.Event(), threading.Event()
 
-    def put(self, report):
+    def send(self, report):
         self.reports.append(report)
         answer = {Assigned: self.arm, Armed: self.start, Drained: self.stop}.get(type(report))
         if answer is not None:
@@ -385,7 +396,7 @@ def test_a_member_joins_at_the_end_arms_at_the_start_drains_and_stays_until_stop
     consumer = FakeConsumer([1, 0], ranges)
     consumer.member_id = "m-0"
     driver = ReactingDriver()
-    spec = consume_member.MemberSpec(0, "t", "g", "etcd", "ray", "c", ranges, PER_READ)
+    spec = consume_member.MemberSpec(0, NOWHERE, "t", "g", ranges, PER_READ)
     late = consume_member._steps(consumer, spec, driver, driver.arm, driver.start, driver.stop)
     assert [type(report) for report in driver.reports] == [Joined, Assigned, Armed, Drained]
     joined, assigned, armed, drained = driver.reports
@@ -400,7 +411,7 @@ def test_a_member_stopped_before_the_start_reports_no_drain():
     consumer.member_id = "m-1"
     driver = ReactingDriver()
     driver.stop.set()
-    spec = consume_member.MemberSpec(1, "t", "g", "etcd", "ray", "c", consumer.ranges, PER_READ)
+    spec = consume_member.MemberSpec(1, NOWHERE, "t", "g", consumer.ranges, PER_READ)
     assert consume_member._steps(consumer, spec, driver, driver.arm, driver.start, driver.stop) is None
     assert driver.reports == [Joined(1, "m-1")] and consumer.polls == 0
 
@@ -409,7 +420,7 @@ def test_arming_seeks_every_owned_partition_to_the_backlog_start(monkeypatch):
     monkeypatch.setattr(consume_member, "ANSWER_MARGIN_S", 0.0)
     ranges = {0: OffsetRange(5, 9), 1: OffsetRange(0, 3)}
     consumer = FakeConsumer([0, 1], ranges)
-    spec = consume_member.MemberSpec(0, "t", "g", "etcd", "ray", "c", ranges, PER_READ)
+    spec = consume_member.MemberSpec(0, NOWHERE, "t", "g", ranges, PER_READ)
     assert consume_member._arm(consumer, spec) == (0, 1)
     assert consumer.seeks == [(0, 5), (1, 0)]
 
@@ -497,7 +508,18 @@ class ScriptedMembers:
 
     def __init__(self, script):
         self.script = list(script)
-        self.arm, self.start, self.stop = threading.Event(), threading.Event(), threading.Event()
+        self.signals = []
+        self.stopped = False
+
+    def arm(self):
+        self.signals.append("arm")
+
+    def start_drain(self):
+        self.signals.append("start")
+
+    def stop(self):
+        self.stopped = True
+        self.signals.append("stop")
 
     def next_report(self):
         return self.script.pop(0) if self.script else None
@@ -510,14 +532,14 @@ def test_the_driver_settles_arms_and_collects_a_group_then_stops_it(monkeypatch)
                                Assigned(0, (0,)), Assigned(1, (1,))])
     settling = GroupSettling(2, ranges, int(settings.settle_s * 1e9))
     consume._settle(members, settling, 2, settings)
-    assert settling.assignments == {0: (0,), 1: (1,)} and not members.arm.is_set()
+    assert settling.assignments == {0: (0,), 1: (1,)} and members.signals == []
     members.script = [Assigned(1, (1,)), Armed(1, (1,), 0), Armed(0, (0,), 0)]
     armed = consume._arm(members, 2, ranges, settings)
-    assert members.arm.is_set() and sorted(armed) == [0, 1]
+    assert members.signals == ["arm"] and sorted(armed) == [0, 1]
     drains = [_drain(m, [m], 0, 1, [1], {m: b"\x01" * 4}, 4) for m in (0, 1)]
     members.script = [Drained(drains[1]), Drained(drains[0]), Closed(0, 0), Closed(1, 2)]
     collected, closes, drained_at = consume._collect(members, 2, settings)
-    assert members.stop.is_set() and sorted(d.member for d in collected) == [0, 1]
+    assert members.signals == ["arm", "stop"] and sorted(d.member for d in collected) == [0, 1]
     assert drained_at.busy_ticks > 0, "the machine's CPU when the last drain came in"
     assert sorted((c.member, c.late_messages) for c in closes) == [(0, 0), (1, 2)]
 
@@ -533,3 +555,80 @@ def test_a_group_that_does_not_settle_in_time_says_why():
     settings = ConsumeBenchSettings(join_s_max=0.01)
     with pytest.raises(TimeoutError, match="1 of 2 members joined"):
         consume._settle(members, GroupSettling(2, range(1), 1), 2, settings)
+
+
+# --- both sides over a real wire ---------------------------------------------------------------------
+
+
+def test_a_member_takes_the_drivers_signals_from_its_wire_and_a_closed_wire_stops_it():
+    driver_end, member_end = multiprocessing.Pipe()
+    signals = consume_member.WireSignals(member_end)
+    assert not signals.arm.is_set() and not signals.start.wait(0)
+    driver_end.send(consume_member.Arm())
+    driver_end.send(consume_member.Start())
+    assert signals.start.wait(0) and signals.arm.is_set() and not signals.stop.is_set()
+    driver_end.close()
+    assert signals.stop.is_set(), "the driver is gone: the member stops"
+    told_driver, told_member = multiprocessing.Pipe()
+    told = consume_member.WireSignals(told_member)
+    told_driver.send(Stop())
+    assert told.stop.wait(0) and not told.arm.is_set() and not told.start.wait(0)
+
+
+def test_the_driver_and_a_member_drain_a_backlog_over_their_wire(monkeypatch):
+    monkeypatch.setattr(consume_member, "ANSWER_MARGIN_S", 0.0)
+    ranges = {0: OffsetRange(0, 5), 1: OffsetRange(2, 4)}
+    consumer = FakeConsumer([0, 1], ranges)
+    consumer.member_id = "m-0"
+    driver_end, member_end = multiprocessing.Pipe()
+    signals = consume_member.WireSignals(member_end)
+    spec = consume_member.MemberSpec(0, NOWHERE, "t", "g", ranges, PER_READ)
+    member = threading.Thread(target=lambda: member_end.send(Closed(0, consume_member._steps(
+        consumer, spec, member_end, signals.arm, signals.start, signals.stop))))
+    members = consume._Members([(None, driver_end)])  # the member is a thread: no process to stop
+    settings = ConsumeBenchSettings(settle_s=0.01)
+    member.start()
+    try:
+        consume._settle(members, GroupSettling(1, ranges, int(settings.settle_s * 1e9)), 1, settings)
+        armed = consume._arm(members, 1, ranges, settings)
+        members.start_drain()
+        (drain,), (closed,), _ = consume._collect(members, 1, settings)
+    finally:
+        members.stop()
+        member.join()
+    assert armed == {0: Armed(0, (0, 1), 0)} and consumer.seeks == [(0, 0), (1, 2)]
+    assert drain.complete and drain.delivered == 7 and closed == Closed(0, 0)
+
+
+def _ended_member(exit_code: int) -> consume._Members:
+    """Members of one whose process has exited (``exit_code``) without a word."""
+    driver_end, member_end = multiprocessing.Pipe()
+    with member_end:
+        ended = subprocess.Popen([sys.executable, "-c", f"raise SystemExit({exit_code})"])
+    ended.wait()
+    return consume._Members([(ended, driver_end)])
+
+
+def test_a_member_process_that_ends_before_it_was_stopped_fails_the_drain():
+    members = _ended_member(3)
+    try:
+        with pytest.raises(RuntimeError, match=r"member 0's process \d+ ended before the drain did \(exit code 3\)"):
+            members.next_report()
+    finally:
+        members.close()
+    stopped = _ended_member(0)
+    stopped.stop()
+    assert stopped.next_report() is None, "a stopped member exits"
+    stopped.close()
+
+
+def test_a_member_that_fails_fails_the_drain_with_its_error_and_no_member_process_is_left(started_members):
+    ranges = {0: OffsetRange(0, 2)}
+    specs = [consume_member.MemberSpec(member, NOWHERE, "t", "g", ranges, PER_READ) for member in (0, 1)]
+    members = consume._Members.started(specs)
+    try:
+        with pytest.raises(RuntimeError, match=r"member [01] \(process \d+\) failed: ClusterNotRunning"):
+            consume._settle(members, GroupSettling(2, ranges, 1), 2, ConsumeBenchSettings())
+    finally:
+        members.close()
+    assert len(started_members) == 2 and all(process.poll() is not None for process in started_members)

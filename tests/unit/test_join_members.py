@@ -1,8 +1,8 @@
 """The join benches' members (``bench vp-join``, ``bench rebalance``), each a process of its own:
 a member keeps its poll stamps, values and join trace rows until the bench asks, and then starts
-empty; its process imports neither Ray nor etcd; a member that fails, or whose process ends,
-fails the trial with its error; Ctrl-C does not reach a member, the bench stops it; and no member
-process outlives the bench.
+empty; its process imports neither Ray nor etcd (nor does ``bench consume``'s member); a member
+that fails, or whose process ends, fails the trial with its error; Ctrl-C does not reach a
+member, the bench stops it; and no member process outlives the bench.
 
 No cluster: a member that must fail is given an address where no node listens, one that must
 stay busy an address where connections are taken and never answered.
@@ -38,21 +38,6 @@ NOWHERE = ClusterAccess((HostPort("127.0.0.1", 1),), Credential("nobody", "none"
 
 def _message(value: bytes) -> Message:
     return Message(topic="t", partition=0, offset=0, timestamp_ms=0, key=None, value=value, headers=())
-
-
-@pytest.fixture
-def started(monkeypatch) -> list[subprocess.Popen]:
-    """Every member process the test starts."""
-    processes = []
-
-    def start(*args):
-        process, channel = real_start(*args)
-        processes.append(process)
-        return process, channel
-
-    real_start = member_process.start
-    monkeypatch.setattr(member_process, "start", start)
-    return processes
 
 
 def test_a_member_keeps_its_polls_and_join_trace_rows_until_asked_and_then_starts_empty():
@@ -115,19 +100,21 @@ def test_a_member_answers_requests_between_polls_until_stop():
     assert not answered_until_stop(member_end, answered.append), "the bench is gone: the member stops"
 
 
-def test_a_join_member_process_imports_neither_ray_nor_etcd():
-    program = ("import sys, mafka4.bench.join_member; "
+@pytest.mark.parametrize("module", ["mafka4.bench.join_member", "mafka4.bench.consume_member"])
+def test_a_bench_member_process_imports_neither_ray_nor_etcd(module):
+    """The join benches' members and ``bench consume``'s alike: a member is a thin client."""
+    program = (f"import sys, {module}; "
                "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'etcd3', 'grpc'))))")
     found = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True).stdout.split()
-    assert found == [], f"a join member's process imported {found}"
+    assert found == [], f"{module}'s process imported {found}"
 
 
-def test_a_member_that_fails_fails_the_trial_with_its_error_and_no_member_process_is_left(started):
+def test_a_member_that_fails_fails_the_trial_with_its_error_and_no_member_process_is_left(started_members):
     failed = r"member (member-0|joiner) \(process \d+\) failed: ClusterNotRunning"
     with pytest.raises(JoinTrialFailed, match=failed):
         with JoinMembers(MemberSpec(NOWHERE, "join-test", "join-test-group"), ["member-0", "joiner"]):
             pytest.fail("a member that cannot reach a node is never ready: it reads the topic's metadata first")
-    assert len(started) == 2 and all(process.poll() is not None for process in started)
+    assert len(started_members) == 2 and all(process.poll() is not None for process in started_members)
 
 
 @pytest.fixture
@@ -144,9 +131,9 @@ def _wait_for_a_connection(listening: socket.socket) -> None:
     assert ready, "the member never connected"
 
 
-def test_a_member_process_that_ends_fails_the_trial(started, silent_node):
+def test_a_member_process_that_ends_fails_the_trial(started_members, silent_node):
     access, listening = silent_node
-    threading.Thread(target=lambda: (_wait_for_a_connection(listening), started[0].kill()), daemon=True).start()
+    threading.Thread(target=lambda: (_wait_for_a_connection(listening), started_members[0].kill()), daemon=True).start()
     ended = r"member joiner's process \d+ ended before the trial did \(exit code -9\)"
     with pytest.raises(JoinTrialFailed, match=ended):
         with JoinMembers(MemberSpec(access, "join-test", "join-test-group"), ["joiner"]):
@@ -175,3 +162,17 @@ def test_a_member_that_does_not_stop_is_killed():
     started_s = time.monotonic()
     stop_members([(deaf, bench_end)], seconds_max=0.5)
     assert deaf.returncode == -signal.SIGKILL and time.monotonic() - started_s < 10
+
+
+def test_a_member_blocked_sending_more_than_its_wire_holds_exits_when_the_driver_drops_what_it_sends():
+    program = ("import sys; from multiprocessing.connection import Connection; "
+               "channel = Connection(int(sys.argv[1])); channel.send(bytes(8 << 20)); channel.recv()")
+    bench_end, member_end = multiprocessing.Pipe()
+    with member_end:
+        member = subprocess.Popen([sys.executable, "-c", program, str(member_end.fileno())],
+                                  pass_fds=(member_end.fileno(),))
+    try:
+        stop_members([(member, bench_end)], seconds_max=60, dropping_what_they_send=True)
+    finally:
+        bench_end.close()
+    assert member.returncode == 0, "it was read to its end, took the Stop and exited"

@@ -18,7 +18,6 @@ import pytest
 from mafka4.client.bootstrap import Credential
 from mafka4.client.cluster_access import ClusterAccess
 from mafka4.metadata.endpoints import HostPort
-from simulations.scaling import consumer_process
 from simulations.scaling.experiment import ExperimentFailed, _ConsumerLog, _Group
 
 
@@ -37,21 +36,12 @@ def test_a_member_process_imports_neither_ray_nor_etcd():
     assert found == [], f"a consumer process imported {found}"
 
 
-def test_a_member_that_fails_fails_the_run_and_no_member_process_is_left(monkeypatch):
-    started = []
-
-    def start(*args):
-        process, channel = real_start(*args)
-        started.append(process)
-        return process, channel
-
-    real_start = consumer_process.start
-    monkeypatch.setattr(consumer_process, "start", start)
+def test_a_member_that_fails_fails_the_run_and_no_member_process_is_left(started_members):
     nowhere = ClusterAccess((HostPort("127.0.0.1", 1),), Credential("nobody", "none"))  # port 1: no node there
     with pytest.raises(ExperimentFailed, match="a consumer failed during the run: ClusterNotRunning"):
         with _Group(nowhere, "scaling-test", consumers=2, cpus=None):
             pytest.fail("a group whose members cannot reach a node never settles")
-    assert len(started) == 2 and all(process.poll() is not None for process in started)
+    assert len(started_members) == 2 and all(process.poll() is not None for process in started_members)
 
 
 def test_every_thread_of_a_pinned_process_runs_on_the_cpus_given():
