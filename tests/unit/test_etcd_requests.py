@@ -134,9 +134,10 @@ def test_creating_a_topic_at_every_bound_is_one_transaction_etcd_accepts(store):
 
 
 def test_a_lone_member_claims_commits_and_releases_every_vp_in_transactions_etcd_accepts(store):
-    requests = one_member_group(store, "t" * EVERYDAY_NAME_CHARS, "g" * EVERYDAY_NAME_CHARS, member_id(EVERYDAY_NODE_ID))
-    assert len(requests["claim"].success) == 2 * VIRTUAL_PARTITIONS_MAX, "an owner key written and an offset read per VP"
-    assert len(requests["close"].success) == 2 * VIRTUAL_PARTITIONS_MAX, "an offset written and an owner released per VP"
+    requests = one_member_group(store, "t" * EVERYDAY_NAME_CHARS, "g" * EVERYDAY_NAME_CHARS,
+                                member_id(EVERYDAY_NODE_ID))
+    assert len(requests["claim"].success) == 2 * VIRTUAL_PARTITIONS_MAX, "an owner written, an offset read per VP"
+    assert len(requests["close"].success) == 2 * VIRTUAL_PARTITIONS_MAX, "an offset written, an owner released per VP"
     for what, request in requests.items():
         assert not etcd_refuses_ops(request), what
         assert request_bytes(request) <= ETCD_REQUEST_BYTES_MAX, what
