@@ -3,7 +3,8 @@
 ``bench.vp_density`` measures every read node process idle without the new topic (before) and
 idle while it hosts ``topics`` new topics of ``virtual_partitions`` VPs and ``read_replicas``
 replicas each (after; a topic holds at most ``VIRTUAL_PARTITIONS_MAX`` VPs, so more VPs than that
-take more topics, each with its physical partitions' actors). The differences, summed over the nodes, are what the VPs cost:
+take more topics, each with its physical partitions' actors and, on every read node, one feed
+stream per physical partition). The differences, summed over the nodes, are what the VPs cost:
 
 * ``rss_bytes_per_vp`` = sum(RSS after - RSS before) / VPs, and ``rss_bytes_per_vp_replica``
   the same divided by VPs x read replicas (a replica is one log on one node);
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Mapping
 
 from mafka4.errors import InvalidConfig
+from mafka4.limits import VIRTUAL_PARTITIONS_MAX
 
 if TYPE_CHECKING:
     from mafka4.virtual.vp_state import VirtualPartitionState
@@ -40,7 +42,8 @@ class VpDensityBenchSettings:
 
     virtual_partitions: int = field(default=1024, metadata={"help": "VPs of each topic created"})
     topics: int = field(default=1, metadata={
-        "help": "topics created (a topic holds at most 1,024 VPs; each adds its physical partitions' actors)"})
+        "help": f"topics created (a topic holds at most {VIRTUAL_PARTITIONS_MAX:,} VPs; each adds its physical "
+                f"partitions' actors)"})
     partitions: int = field(default=2, metadata={"help": "physical partitions"})
     replication_factor: int = 1
     read_replicas: int = field(default=2, metadata={"help": "read replicas of each VP (1: every VP on one read node)"})
@@ -104,7 +107,17 @@ def bare_actor_ratios(bare_rss_bytes: int, bare_uss_bytes: int, bare_cores: floa
 
 
 def risr_complete(states: Iterable["VirtualPartitionState"], virtual_partitions: int, read_replicas: int) -> bool:
-    """True once all ``virtual_partitions`` VPs exist with ``read_replicas`` replicas each, every one in the RISR."""
+    """True once all ``virtual_partitions`` VPs exist with ``read_replicas`` replicas each, every one in the RISR.
+
+    With one replica this holds from creation on (a new VP's RISR is its replicas): it says
+    nothing of whether a read node hosts the VP yet; ``hosting_complete`` does."""
     states = list(states)
     return len(states) == virtual_partitions and all(
         len(state.replicas) == read_replicas and set(state.risr) == set(state.replicas) for state in states)
+
+
+def hosting_complete(hosted_per_node: Mapping[str, int], virtual_partitions: int, read_replicas: int) -> bool:
+    """True once the read nodes host every replica of ``virtual_partitions`` VPs (``hosted_per_node``:
+    how many of them each node hosts). A node that was late to host them when the topic was
+    created, e.g. past the controller's call timeout, hosts them after the controller's repair."""
+    return sum(hosted_per_node.values()) >= virtual_partitions * read_replicas

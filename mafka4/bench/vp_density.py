@@ -8,8 +8,10 @@ On the running cluster (two read nodes: ``mafka4 up --read-nodes 2``), in one ru
    ``window_s``, with nothing of the new topic hosted;
 2. **creation**: ``topics`` mafka4-mode topics, one after the other, each of
    ``virtual_partitions`` VPs with ``read_replicas`` each (``partitions`` physical partitions of
-   RF ``replication_factor``), timed until the last ``create_topic`` returns (``create_topic_s``)
-   and until the RISR of every VP in etcd holds all its replicas (``risr_complete_s``);
+   RF ``replication_factor``), timed until the last ``create_topic`` returns (``create_topic_s``),
+   until the RISR of every VP in etcd holds all its replicas (``risr_complete_s``; with one
+   replica that is so from creation on) and until the read nodes host every replica
+   (``hosted_s``, from ``ReadNode.describe``: the creation time of the VPs);
 3. **idle**: after ``settle_s``, the same processes over ``window_s`` again; nothing is produced;
 4. the figures of ``bench.density``: RSS and idle cores per VP and per VP replica, the bare
    actor's RSS, USS (its pages no other process shares) and idle cores in the idle window, and
@@ -29,12 +31,14 @@ import secrets
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Callable
 
 import psutil
 import ray
 
 from mafka4.bench.bare import IdleActor
-from mafka4.bench.density import NodeUsage, VpDensityBenchSettings, bare_actor_ratios, per_vp_costs, risr_complete
+from mafka4.bench.density import (NodeUsage, VpDensityBenchSettings, bare_actor_ratios, hosting_complete, per_vp_costs,
+                                   risr_complete)
 from mafka4.bench.process_usage import measure_window
 from mafka4.bench.read_nodes import running_read_nodes
 from mafka4.client.admin import Admin
@@ -57,10 +61,11 @@ def _describe(nodes: dict[str, object], topics: list[str]) -> dict[str, dict]:
             for index, node in enumerate(nodes)}
 
 
-def _create_timed(connection: Connection, admin: Admin, topics: list[str], settings: VpDensityBenchSettings,
-                  created: list[str]) -> dict:
+def _create_timed(connection: Connection, admin: Admin, handles: dict[str, object], topics: list[str],
+                  settings: VpDensityBenchSettings, created: list[str]) -> dict:
     """Create ``topics`` one after the other (each name added to ``created`` once asked for), then
-    wait until every VP's RISR is complete; the times from the start."""
+    wait until every VP's RISR is complete and the read nodes (``handles``) host every replica;
+    the times from the start."""
     virtual = VirtualStore(connection.store, connection.cluster)
     started = time.monotonic()
     for topic in topics:
@@ -69,14 +74,30 @@ def _create_timed(connection: Connection, admin: Admin, topics: list[str], setti
                            virtual_partitions=settings.virtual_partitions, read_replicas=settings.read_replicas,
                            read_mode=ReadMode.MAFKA4)
     all_created = time.monotonic()
+    within_s = settings.ready_s_max * len(topics)
+    _wait_each(topics, lambda topic: risr_complete((state for state, _ in virtual.states(topic).values()),
+                                                   settings.virtual_partitions, settings.read_replicas),
+               "the RISR of some VP", started, within_s)
+    risr_completed = time.monotonic()
+
+    def hosted(topic: str) -> bool:  # one topic a call: a node describes each VP it hosts of the topics asked for
+        described = _describe(handles, [topic])
+        return hosting_complete({node: d["topic_vps"] for node, d in described.items()},
+                                settings.virtual_partitions, settings.read_replicas)
+
+    _wait_each(topics, hosted, "some VP replica hosted on its read node", started, within_s)
+    return {"create_topic_s": round(all_created - started, 3), "risr_complete_s": round(risr_completed - started, 3),
+            "hosted_s": round(time.monotonic() - started, 3)}
+
+
+def _wait_each(topics: list[str], done: Callable[[str], bool], what: str, started: float, within_s: float) -> None:
+    """Wait, topic after topic, until ``done(topic)``; TimeoutError ``within_s`` after ``started`` (monotonic)."""
     for topic in topics:
-        while not risr_complete((state for state, _ in virtual.states(topic).values()), settings.virtual_partitions,
-                                settings.read_replicas):
-            if time.monotonic() - started > settings.ready_s_max * len(topics):
-                raise TimeoutError(f"bench vp-density: the RISR of some VP of {topic} was not complete within "
-                                   f"{settings.ready_s_max * len(topics)} s; see <home>/controller.log")
+        while not done(topic):
+            if time.monotonic() - started > within_s:
+                raise TimeoutError(f"bench vp-density: {what} of {topic} was not complete within {within_s:g} s; "
+                                   f"see <home>/controller.log")
             time.sleep(POLL_INTERVAL_S)
-    return {"create_topic_s": round(all_created - started, 3), "risr_complete_s": round(time.monotonic() - started, 3)}
 
 
 def _usage(name: str, pid: int, baseline: dict, idle: dict) -> dict:
@@ -111,7 +132,7 @@ def run_vp_density_bench(settings: VpDensityBenchSettings, output_path: str) -> 
         pids = {node: d["pid"] for node, d in described_before.items()}
         pids[BARE_ACTOR] = ray.get(bare.pid.remote(), timeout=CALL_TIMEOUT_S)
         baseline = measure_window(pids, settings.window_s)
-        creation = _create_timed(connection, admin, topics, settings, created)
+        creation = _create_timed(connection, admin, handles, topics, settings, created)
         time.sleep(settings.settle_s)
         idle = measure_window(pids, settings.window_s)
         bare_uss_bytes = psutil.Process(pids[BARE_ACTOR]).memory_full_info().uss

@@ -151,11 +151,23 @@ READ_MODES = tuple(mode.value for mode in ReadMode)
 # written before read modes existed, and is a Mafka3 topic.
 READ_MODE_DEFAULT = ReadMode.MAFKA4
 # Virtual partitions of one topic: the default and the ceiling of TopicConfig.virtual_partitions_max.
+# What bounds it is etcd, not memory: three requests name every VP of a topic at once, each in one
+# transaction, and must fit ETCD_REQUEST_BYTES_MAX and ETCD_TXN_OPS_MAX (tests/unit/test_etcd_requests.py):
+# the topic's creation, a one-member group's claim of every VP, and that member's closing commit.
+# With names and node ids of everyday length they take 0.4-1.0 MB at 1,024 VPs, growing with it,
+# so a higher ceiling needs those transactions split first (and the closing commit already
+# overflows at 1,024 VPs with topic and group names of 150 characters or more).
 VIRTUAL_PARTITIONS_MAX = 1024
-# A topic is created in one etcd transaction (its config, every partition key, its split epoch and
-# every VP key): etcd must accept that many operations in one transaction (its --max-txn-ops,
-# which mafka4's etcd gets; etcd's own default of 128 would refuse topics of more than ~120 VPs).
-ETCD_TXN_OPS_MAX = 2 + PARTITIONS_MAX + VIRTUAL_PARTITIONS_MAX
+# etcd refuses a request larger than its --max-request-bytes, 1.5 MiB unless raised; mafka4's etcd
+# keeps that default (a transaction is one request, every operation in it counted).
+ETCD_REQUEST_BYTES_MAX = 3 * MiB // 2
+# Operations etcd accepts in one transaction (its --max-txn-ops, which mafka4's etcd gets; etcd's
+# own default of 128 would refuse topics of more than ~120 VPs). It counts the longest of a
+# transaction's compare, success and failure lists, and a nested transaction may have only what
+# its parent left. The most: creating a topic (its config, every partition key, its split epoch
+# and every VP key) and a one-member group's closing commit (an offset write, nested two deep,
+# and an owner release per VP).
+ETCD_TXN_OPS_MAX = max(2 + PARTITIONS_MAX + VIRTUAL_PARTITIONS_MAX, 2 * VIRTUAL_PARTITIONS_MAX + 2)
 # Replicas of one virtual partition, each on its own read node.
 READ_REPLICAS_MAX = 7
 # A fault injected into a replica actor (set_fault) delays its loops by at most this.

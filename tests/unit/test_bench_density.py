@@ -15,13 +15,16 @@ import pytest
 from mafka4 import cli
 from mafka4.bench import process_usage
 from mafka4.bench.density import (
-    WINDOW_S_MIN, NodeUsage, VpDensityBenchSettings, bare_actor_ratios, per_vp_costs, ratio, risr_complete,
+    WINDOW_S_MIN, NodeUsage, VpDensityBenchSettings, bare_actor_ratios, hosting_complete, per_vp_costs, ratio,
+    risr_complete,
 )
 from mafka4.bench.process_usage import measure_window, sample_process
 from mafka4.bench.usage import (
     QUIET_LOAD_AVERAGE_MAX, ProcessSample, cores_between, cpu_ns_between, is_quiet, schedstat_cpu_ns, vm_rss_bytes,
 )
+from mafka4.coordinator.control.placement import plan_read_path
 from mafka4.errors import InvalidConfig, ProcessNotVisible
+from mafka4.limits import ReadMode, TopicConfig
 from mafka4.virtual.ranges import HashRange
 from mafka4.virtual.vp_state import VirtualPartitionState
 
@@ -168,3 +171,15 @@ def test_the_cli_refuses_a_short_window_before_connecting_to_any_cluster(tmp_pat
     monkeypatch.setenv("MAFKA4_HOME", str(tmp_path / "no-cluster-here"))
     assert cli.main(["bench", "vp-density", "--window-s", "5"]) == 2
     assert "at least 30 s, or --smoke" in capsys.readouterr().err
+
+
+def test_hosting_is_complete_once_the_nodes_together_host_every_replica():
+    assert hosting_complete({"r0": 4, "r1": 4}, virtual_partitions=4, read_replicas=2)
+    assert not hosting_complete({"r0": 4, "r1": 3}, virtual_partitions=4, read_replicas=2), "a replica not hosted yet"
+    assert not hosting_complete({}, virtual_partitions=1, read_replicas=1), "no read node answered"
+
+
+def test_with_one_read_replica_a_new_vp_is_in_its_risr_before_any_node_hosts_it():
+    """Why the bench waits for hosting too: a new VP's state names its replicas as its RISR."""
+    plan = plan_read_path(TopicConfig(read_mode=ReadMode.MAFKA4, virtual_partitions=4, read_replicas=1), ["r0"])
+    assert risr_complete(plan.states, virtual_partitions=4, read_replicas=1)

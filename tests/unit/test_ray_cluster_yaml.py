@@ -82,7 +82,8 @@ def test_every_command_is_valid_shell(config):
 
 def test_the_head_s_etcd_accepts_a_whole_topic_in_one_transaction(config):
     etcd_command = next(c for c in config["head_start_ray_commands"] if "etcd --name" in c)
-    assert f"--max-txn-ops {ETCD_TXN_OPS_MAX}" in etcd_command, "a topic of 1,024 VPs is created in one transaction"
+    assert f"--max-txn-ops {ETCD_TXN_OPS_MAX}" in etcd_command, (
+        "a topic of 1,024 VPs is created, and a lone member's closing commit made, in one transaction")
 
 
 def test_the_head_s_etcd_compacts_its_history(config):
