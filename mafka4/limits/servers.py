@@ -231,8 +231,11 @@ class FeederConfig:
 
     # One fetch of committed physical data returns at most this many bytes (at least one batch).
     fetch_bytes_max: int = 16 * MiB
-    # A fetch with nothing committed past the stream's offset waits at most this long.
-    fetch_wait_ms_max: int = 500
+    # A fetch with nothing committed past the stream's offset waits at most this long. It answers
+    # as soon as something is committed, and a hold, a release or a role change cuts the wait
+    # (``PartitionFeed._round``), so the bound only says how often an idle partition's stream
+    # asks again (at 500 ms, twice a second per topic for nothing).
+    fetch_wait_ms_max: int = 5 * SECOND_MS
     # Records of one VP are appended in batches of at most this many records.
     feed_records_max: int = 5000
     # A VP that got no records in a round hears of the stream's new progress within this long,
