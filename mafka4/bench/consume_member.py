@@ -57,10 +57,10 @@ from typing import Mapping
 
 from mafka4.bench.drain import Armed, Assigned, Closed, Drained, Joined, MemberDrain, OffsetRange, OffsetTally
 from mafka4.bench.drain_terms import AckCadence, AckKind
+from mafka4.bench.member_process import Stop, answered_until_stop, failure_reported, serve
 from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.consumer import Consumer
 from mafka4.collector import freeze_what_start_up_left
-from mafka4.bench.member_process import Stop, answered_until_stop, failure_reported, serve
 from mafka4.errors import MafkaError
 
 # While joining, a member returns from poll() this often to look at the driver's signal.
