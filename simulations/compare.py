@@ -5,9 +5,12 @@
 1. the consumer-scaling experiment on the real runtime (``simulations.scaling.experiment``): consumers
    1, 2, 4, 8, 16, 32, both modes, 3 repetitions of each configuration (seeds 7, 8, 9), each
    50,000 messages at 1,000 msgs/s, so that every repetition's tp999 rests on 50 samples at or
-   above it. On a 2-core machine that is 36 runs of about a minute each (see the README for
-   the time measured); ``--duration-s`` makes them shorter, and the report then says on how
-   few samples each tp999 rests;
+   above it. The modes take turns by repetition (repetition 0 of each mode, then repetition 1,
+   ...), each on a fresh cluster, so a drift of the machine falls on both. On a 2-core machine
+   that is 36 runs of about a minute each (see the README for the time measured);
+   ``--duration-s`` makes them shorter, and the report then says on how few samples each tp999
+   rests. ``--quick`` measures consumers 1, 4 and 32 once each (6 runs), and the report's first
+   line says that its tails rest on few samples;
 2. the fleet-scale model (``simulations.fleet``) over fleet sizes up to 40,000 topics, with the
    calibration in ``--calibration`` (default: the one shipped with the model, measured
    once on this kind of machine; ``mafka4 fleet calibrate`` measures a new one);

@@ -304,6 +304,6 @@ def analyze(events_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] 
     rendered = report_module.write_report(
         out_dir=out, events_dir=events_path, file_count=len(files), facts=facts,
         tables={name: table.to_pylist() for name, table in tables.items()}, table_paths=table_paths,
-        omb_paths=omb_paths, settings=settings, experiment=experiment)
+        omb_paths=omb_paths, settings=settings, experiment=experiment, profiles=omb.recorded_profiles(events_path))
     return AnalysisResult(out_dir=out, report_path=rendered.report_path, table_paths=table_paths,
                           plot_paths=rendered.plot_paths, skipped_plots=rendered.skipped_plots, omb_paths=omb_paths)

@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from simulations.analysis.percentiles import at_rank, sorted_values
 from simulations.analysis.runs import CONFIG_KEYS, RUN_KEYS
@@ -54,6 +54,7 @@ OMB_LATENCIES = {"produce_latency_ms": ("publishLatency", "ack_time_ms"),
 SETTINGS_FILE = "settings.json"  # written by the scaling experiment beside its event logs
 SETTINGS_KEYS = ("message_bytes", "producers")  # what the OMB files take from it
 PRODUCERS_PER_TOPIC_DEFAULT = 1
+PROFILE_DEFAULT = "full"  # of a settings.json that records no profile
 POOLING = ("pooled over the drained repetitions: rates and backlog are the mean over repetitions per period; "
            "latencies are over the messages of all repetitions")
 
@@ -206,13 +207,8 @@ def document_name(document: dict[str, Any]) -> str:
     return name if document["topics"] == 1 else f"{name}-t{document['topics']:03d}"
 
 
-def experiment_settings(events_dir: Path, keys: Sequence[str] = SETTINGS_KEYS) -> dict[str, Any]:
-    """The ``keys`` (integers, flags or objects such as ``client_layout``; default those the OMB files need) agreed
-    on by every ``settings.json`` below ``events_dir``.
-
-    A key the files disagree on, or that none records, is left out.
-    """
-    found: dict[str, set[str]] = {}  # key -> each value recorded, as canonical JSON (an object is not hashable)
+def _settings_documents(events_dir: Path) -> Iterator[dict[str, Any]]:
+    """Every readable ``settings.json`` below ``events_dir``, outside the analysis's own output."""
     for path in sorted(events_dir.rglob(SETTINGS_FILE)):
         if any((directory / ANALYSIS_MARKER).exists() for directory in path.parents):
             continue
@@ -220,10 +216,28 @@ def experiment_settings(events_dir: Path, keys: Sequence[str] = SETTINGS_KEYS) -
             document = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
+        if isinstance(document, dict):
+            yield document
+
+
+def experiment_settings(events_dir: Path, keys: Sequence[str] = SETTINGS_KEYS) -> dict[str, Any]:
+    """The ``keys`` (integers, flags, words such as ``run_order`` or objects such as ``client_layout``; default
+    those the OMB files need) agreed on by every ``settings.json`` below ``events_dir``.
+
+    A key the files disagree on, or that none records, is left out.
+    """
+    found: dict[str, set[str]] = {}  # key -> each value recorded, as canonical JSON (an object is not hashable)
+    for document in _settings_documents(events_dir):
         for key in keys:
-            if isinstance(document, dict) and isinstance(document.get(key), (int, dict)):
+            if isinstance(document.get(key), (int, str, dict)):
                 found.setdefault(key, set()).add(json.dumps(document[key], sort_keys=True))
     return {key: json.loads(next(iter(values))) for key, values in found.items() if len(values) == 1}
+
+
+def recorded_profiles(events_dir: Path) -> frozenset[str]:
+    """The profiles (``full``, ``quick``) of the runs below ``events_dir``; a ``settings.json`` written
+    before profiles existed is of a full run."""
+    return frozenset(str(document.get("profile", PROFILE_DEFAULT)) for document in _settings_documents(events_dir))
 
 
 def write_omb_results(documents: Sequence[dict[str, Any]], directory: Path, settings: dict[str, Any]) -> dict[str, Path]:

@@ -5,6 +5,9 @@ column names as there) plus per-run facts. Every file is written to a hidden tem
 renamed. A plot whose rows are absent is skipped (and an old PNG of that name removed), and the
 report says why. The plots themselves are drawn by ``simulations.analysis.report_plots``.
 
+A report of runs of the quick profile (``mafka4 compare --quick``: one repetition of each
+configuration) says so on its first line, before the title: its tails rest on few samples.
+
 The report leads with the result: every runtime consumer count with its Mafka3 / Mafka4 ratios
 and their bootstrap intervals, and every fleet consumer scale; then what could make it wrong
 (runs left out as not drained, duplicates, messages never acknowledged, tp999s resting on few
@@ -34,7 +37,8 @@ CALIBRATION_FILE = "calibration.json"
 EXPERIMENTS_LISTED_MAX = 20  # the report names at most this many experiment ids; the tables name all
 TAIL_SAMPLES_MIN_TEXT = "fewer than 50 samples above the tp999 rank in a repetition (n < 50,000)"
 # The scaling experiment's settings (its settings.json) the setup section names.
-SETUP_KEYS = ("nodes", "physical_partitions", "replication_factor", "read_replicas", "pin_cpus", "client_layout")
+SETUP_KEYS = ("nodes", "physical_partitions", "replication_factor", "read_replicas", "pin_cpus", "client_layout",
+              "run_order")
 # How runs without a recorded ``client_layout`` ran (the 2026-11-26 headline among them): consumers as threads
 # of the driver, no client or service pinned. Their reports keep this wording, word for word.
 LEGACY_CLIENTS = ("threads of the experiment's driver",
@@ -42,6 +46,15 @@ LEGACY_CLIENTS = ("threads of the experiment's driver",
 # A client_layout's values (``simulations.scaling.experiment.ScalingSettings.client_layout``), worded.
 CONSUMER_PROCESS_MODELS = {"processes": "each a process of its own"}
 CPU_SETS = {"write set": "on the write set", "read set": "on the read set", "unpinned": "unpinned"}
+# The clusters of a run by its recorded ``run_order`` (``simulations.scaling.run_plan``); runs that recorded
+# none (before 2026-12-04, the 2026-11-26 headline among them) ran all of one mode before the other.
+CLUSTERS_BY_RUN_ORDER = {
+    "repetition-major": "every repetition of each mode runs on a fresh cluster of its own, and the modes take turns "
+                        "by repetition (repetition 0 of each mode, then repetition 1, ...), so a drift of the machine "
+                        "over the run falls on both; every run has a topic and a group of its own",
+}
+LEGACY_CLUSTERS = "each mode runs on a fresh cluster of its own, one mode's runs after the other's"
+QUICK_PROFILE = "quick"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,11 +66,13 @@ class RenderedReport:
 
 def write_report(*, out_dir: Path, events_dir: Path, file_count: int, facts: Sequence[Mapping[str, Any]],
                  tables: Mapping[str, Sequence[Mapping[str, Any]]], table_paths: Mapping[str, tuple[Path, Path]],
-                 omb_paths: Mapping[str, Path], settings: Any, experiment: Mapping[str, Any]) -> RenderedReport:
+                 omb_paths: Mapping[str, Path], settings: Any, experiment: Mapping[str, Any],
+                 profiles: frozenset[str]) -> RenderedReport:
     """Draw the plots and write ``out_dir/report.md``; returns what was written and what skipped.
 
     ``tables``: table name -> rows; ``settings``: the ``AnalysisSettings`` of the run (bootstrap);
-    ``experiment``: the scaling experiment's settings that every ``settings.json`` agrees on (``SETUP_KEYS``).
+    ``experiment``: the scaling experiment's settings that every ``settings.json`` agrees on (``SETUP_KEYS``);
+    ``profiles``: the profile of each ``settings.json`` (``omb.recorded_profiles``).
     """
     latency_rows = tables["latency_by_config"]
     runtime = [row for row in latency_rows if row["source"] == "runtime"]
@@ -81,7 +96,7 @@ def write_report(*, out_dir: Path, events_dir: Path, file_count: int, facts: Seq
             (out_dir / f"{name}.png").unlink(missing_ok=True)  # a plot of an earlier run would mislead
     text = render_markdown(events_dir=events_dir, file_count=file_count, facts=facts, tables=tables,
                            table_paths=table_paths, omb_paths=omb_paths, settings=settings, experiment=experiment,
-                           calibrations=load_calibrations(events_dir), plots=plots, skipped=skipped, out_dir=out_dir)
+                           profiles=profiles, calibrations=load_calibrations(events_dir), plots=plots, skipped=skipped, out_dir=out_dir)
     report_path = _atomic_write(out_dir / "report.md", lambda path: path.write_text(text))
     return RenderedReport(report_path=report_path, plot_paths=plots, skipped_plots=skipped)
 
@@ -287,7 +302,7 @@ def setup_section(experiment: Mapping[str, Any]) -> str:
             f"its replicas and the fetches they serve use all the cores. {clients};",
             "* **group protocol**: Mafka3 members rebalance eagerly over partitions, Mafka4 members own VPs; either "
             "group has settled before the producer starts, and none changes during a measurement;",
-            "* **clusters**: each mode runs on a fresh cluster of its own, one mode's runs after the other's.",
+            f"* **clusters**: {CLUSTERS_BY_RUN_ORDER.get(experiment.get('run_order'), LEGACY_CLUSTERS)}.",
         ]),
         "The node, actor and partition counts of each configuration are in the tables below.",
     ])
@@ -466,12 +481,24 @@ def _calibration_section(calibrations: Sequence[tuple[str, dict[str, Any] | str]
     return "\n\n".join(parts)
 
 
+def profile_warning(profiles: frozenset[str]) -> list[str]:
+    """The report's first line when runs of the quick profile are among its inputs; else nothing."""
+    if QUICK_PROFILE not in profiles:
+        return []
+    runs = "These runs are" if profiles == {QUICK_PROFILE} else "Some of these runs are"
+    return [f"**{runs} of the quick profile (`--quick`): one repetition of each configuration, so every tail "
+            "percentile (tp99, tp999) rests on few samples, those of one run, and has no spread over repetitions; "
+            "quote a report of the full profile, not this one.**"]
+
+
 def render_markdown(*, events_dir: Path, file_count: int, facts, tables, table_paths, omb_paths, settings, experiment,
-                    calibrations, plots: Mapping[str, Path], skipped: Mapping[str, str], out_dir: Path) -> str:
+                    profiles: frozenset[str], calibrations, plots: Mapping[str, Path], skipped: Mapping[str, str],
+                    out_dir: Path) -> str:
     """The text of ``report.md``."""
     latency_rows, ratio_rows = tables["latency_by_config"], tables["mode_ratios"]
     total_rows = sum(row["rows"] for row in latency_rows)
     sections = [
+        *profile_warning(profiles),
         "# Mafka3 vs Mafka4: consumer scaling",
         f"Event logs: `{events_dir}` ({file_count} Parquet files, {total_rows} rows). Written by `mafka4 analyze`.",
         "## Result",

@@ -1,12 +1,20 @@
-"""``mafka4 experiment scaling``: the command-line face of ``simulations.scaling.experiment``."""
+"""``mafka4 experiment scaling``: the command-line face of ``simulations.scaling.experiment``.
+
+``--quick`` is the quick profile (``ScalingSettings.quick``) of the command's defaults. It fixes
+the consumer counts and the repetitions, so it is refused together with ``--consumers`` or
+``--repetitions``: a run is either the quick profile or sized by hand, never a mix of both that
+the report would word as one of them.
+"""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
+from mafka4.errors import InvalidConfig
 from simulations.extras import require_analysis_extra
-from simulations.scaling.experiment import ScalingSettings, run_scaling
+from simulations.scaling.experiment import QUICK_CONSUMERS, ScalingSettings, run_scaling
 
 DEFAULTS = ScalingSettings()
 
@@ -23,17 +31,30 @@ def _mode_list(text: str) -> tuple[str, ...]:
 
 
 def settings_from_args(args: argparse.Namespace) -> ScalingSettings:
-    return ScalingSettings(consumers=args.consumers, modes=args.modes, physical_partitions=args.physical_partitions,
-                           replication_factor=args.replication_factor, read_replicas=args.read_replicas,
-                           nodes=args.nodes, rate_msgs_per_s=args.rate_msgs_per_s, duration_s=args.duration_s,
-                           message_bytes=args.message_bytes, seed=args.seed, repetitions=args.repetitions,
-                           pin_cpus=not args.no_pin, pin_services=args.pin_services,
-                           experiment_id=args.experiment_id, settle_load=args.settle_load)
+    """The settings a command line asks for: the parser's defaults (``add_scaling_arguments``), in the
+    quick profile with ``--quick``, with every option given."""
+    sized = {name: value for name, value in (("consumers", args.consumers), ("repetitions", args.repetitions))
+             if value is not None}
+    if args.quick and sized:
+        raise InvalidConfig(f"--quick measures consumers {_shown(QUICK_CONSUMERS)} once each: drop "
+                            f"{' and '.join('--' + name for name in sized)}, or drop --quick to size the run yourself")
+    base = args.scaling_defaults.quick() if args.quick else args.scaling_defaults
+    return replace(base, **sized, modes=args.modes, physical_partitions=args.physical_partitions,
+                   replication_factor=args.replication_factor, read_replicas=args.read_replicas, nodes=args.nodes,
+                   rate_msgs_per_s=args.rate_msgs_per_s, duration_s=args.duration_s, message_bytes=args.message_bytes,
+                   seed=args.seed, pin_cpus=not args.no_pin, pin_services=args.pin_services,
+                   experiment_id=args.experiment_id, settle_load=args.settle_load)
+
+
+def _shown(counts: tuple[int, ...]) -> str:
+    return ",".join(map(str, counts))
 
 
 def add_scaling_arguments(parser: argparse.ArgumentParser, defaults: ScalingSettings = DEFAULTS) -> None:
-    parser.add_argument("--consumers", type=_int_list, default=",".join(map(str, defaults.consumers)),
-                        help="consumer counts, comma-separated (default %(default)s)")
+    parser.set_defaults(scaling_defaults=defaults)
+    # --consumers and --repetitions default to None: --quick must know whether they were given.
+    parser.add_argument("--consumers", type=_int_list,
+                        help=f"consumer counts, comma-separated (default {_shown(defaults.consumers)})")
     parser.add_argument("--modes", type=_mode_list, default=",".join(defaults.modes), help="comma-separated (default %(default)s)")
     parser.add_argument("--physical-partitions", type=int, default=defaults.physical_partitions,
                         help="mafka4's fixed physical partitions (mafka3 uses one per consumer; default %(default)s)")
@@ -47,18 +68,23 @@ def add_scaling_arguments(parser: argparse.ArgumentParser, defaults: ScalingSett
     parser.add_argument("--message-bytes", type=int, default=defaults.message_bytes, help="default %(default)s")
     parser.add_argument("--seed", type=int, default=defaults.seed,
                         help="seed of the first repetition; repetition r uses seed + r (default %(default)s)")
-    parser.add_argument("--repetitions", type=int, default=defaults.repetitions,
-                        help="runs of every configuration, one after the other on the same topic and group "
-                             "(repetition r uses seed + r; default %(default)s)")
+    parser.add_argument("--repetitions", type=int,
+                        help="runs of every configuration, each on a fresh topic and group; the modes take turns "
+                             "by repetition, each repetition of a mode on a fresh cluster (repetition r uses seed + r; "
+                             f"default {defaults.repetitions})")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"the quick profile: consumers {_shown(QUICK_CONSUMERS)}, 1 repetition, for a first "
+                             "look; the report's first line says that its tails rest on few samples. Not with "
+                             "--consumers or --repetitions")
     parser.add_argument("--no-pin", action="store_true", help="do not pin write-side and read-side nodes to CPU sets")
     parser.add_argument("--pin-services", action="store_true",
                         help="also pin the cluster's shared services (etcd, Ray's head, the controller) to the read "
                              "side's CPUs (default: unpinned)")
     parser.add_argument("--settle-load", type=float, default=defaults.settle_load, metavar="LOAD",
-                        help="once the group settled, before every repetition, wait (at most 180 s) for the 1-minute "
+                        help="once the group settled, before every run, wait (at most 180 s) for the 1-minute "
                              "load average to fall below LOAD (default: measure at once)")
     parser.add_argument("--experiment-id", default="", help="default scaling-seed<SEED>; a rerun with the same id and "
-                                                            "--out skips finished configurations")
+                                                            "--out skips finished runs")
 
 
 def _cmd_experiment_scaling(args: argparse.Namespace) -> int:

@@ -6,25 +6,27 @@ For every mode and consumer count N, on a local cluster of this machine:
 * **mafka4**: a topic of ``physical_partitions`` (fixed) physical partitions and N virtual
   partitions with ``read_replicas`` replicas each.
 
-Then N consumers join one group, and once every partition (or VP) has an owner a producer
-sends keyed messages with acks=all at ``rate_msgs_per_s`` for ``duration_s``. Each message's
-value carries its sequence number; the producer stamps the wall clock at ``send`` and at the
-acknowledgement, each consumer at the ``poll`` that returned it. While it runs, the topic's
-stage trace is on (``mafka4.stage_trace``): the physical leaders and the read nodes stamp
-each batch's way through them, and ``simulations.scaling.stage_stamps`` joins those stamps to the
-messages. The rows go to one Parquet file per configuration and repetition in the event-log
-schema (``simulations.schema``), with how often each message was delivered, and the topic is
-deleted.
+Then N consumers join one group, and once every partition (or VP) has an owner and the machine
+is quiet (``settle_load``) a producer sends keyed messages with acks=all at ``rate_msgs_per_s``
+for ``duration_s``. Each message's value carries its sequence number; the producer stamps the
+wall clock at ``send`` and at the acknowledgement, each consumer at the ``poll`` that returned
+it. While it runs, the topic's stage trace is on (``mafka4.stage_trace``): the physical leaders
+and the read nodes stamp each batch's way through them, and ``simulations.scaling.stage_stamps``
+joins those stamps to the messages. The rows go to one Parquet file per run (configuration and
+repetition) in the event-log schema (``simulations.schema``), with how often each message was
+delivered, and the topic is deleted.
 
 **Repetitions.** Every configuration is measured ``repetitions`` times, repetition ``r`` with
-seed ``seed + r`` (its keys and the sequence numbers ``r * SEQUENCE_STRIDE + i``), one after
-the other on the same topic and settled group: a repetition starts once the previous one has
-drained. They repeat the measurement, not the topic's creation and placement: starting 64
-replica actors and settling 32 Mafka3 members takes minutes here, three times that would
-not fit the run into an hour. ``settings.json`` beside the files records the settings and
-the layout the run pinned by (``client_layout``: below), and ``runs.jsonl`` one line per
-measured run: the load average before and after it, how long the topic and the group took,
-what did not drain, stage-trace rows dropped.
+seed ``seed + r`` (its keys), and the modes are interleaved by repetition
+(``simulations.scaling.run_plan``): repetition 0 of every mode, then repetition 1 of every
+mode, and so on, so that a drift of the machine over the run falls on both modes. Every run
+has a topic and a group of its own, created for it and deleted after it: a repetition repeats
+the topic's creation and placement and the group's settling too. ``settings.json`` beside the
+files records the settings, the order (``run_order``), the profile (``full``, or ``quick``:
+``ScalingSettings.quick``) and the layout the run pinned by (``client_layout``: below), and
+``runs.jsonl`` one line per measured run: the load average before and after it, how long its
+topic and its group took, how long it waited for a quiet machine, what did not drain,
+stage-trace rows dropped.
 
 **Drained or not.** After the last send the consumers get ``drain_s_max`` to read every
 acknowledged message. A run that does not drain is still written (its undelivered messages
@@ -72,11 +74,14 @@ cores. Nothing is slowed down on purpose in either mode.
 * *Group protocol.* Mafka3 members rebalance eagerly over partitions; Mafka4 members own VPs.
   Either way the group has settled before the producer starts, and no member joins or leaves
   during a measurement.
-* *Clusters.* Each mode gets a fresh cluster of its own; all runs of one mode come before the
-  other's.
+* *Clusters.* Every repetition of each mode gets a fresh cluster of its own (a *block*:
+  ``run_plan``), so the modes take turns: Mafka3's repetition 0, Mafka4's repetition 0, Mafka3's
+  repetition 1, and so on.
 
-**Resumable.** A configuration whose Parquet file exists is not run again, so an interrupted
-run continues where it stopped (same ``--out`` and seed).
+**Resumable.** A run whose Parquet file exists is not run again, and a block whose runs all
+exist starts no cluster, so an interrupted run continues where it stopped (same ``--out`` and
+seed). A results directory of a version that ran all of one mode before the other (its
+``settings.json`` records no ``run_order``) is refused, not continued in another order.
 
 **Limits on this machine**: the producer shares the driver's Python process, each consumer
 has one of its own, and write-side, read-side and client work share 2 cores, so latencies
@@ -86,6 +91,7 @@ include scheduling noise; compare modes within one run.
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import multiprocessing.connection
 import os
@@ -95,7 +101,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator
 
@@ -103,6 +109,7 @@ from mafka4.coordinator.groups.partition_protocol import validate_group_name
 from mafka4.errors import InvalidConfig, MafkaError
 from mafka4.limits import ReadMode, _check_range
 from mafka4.limits.servers import ClusterConfig
+from simulations.scaling.run_plan import RUN_ORDER, every_run, run_plan
 
 if TYPE_CHECKING:  # the runtime is imported only when a cluster starts
     from mafka4.runtime.temporary import TemporaryCluster
@@ -117,13 +124,20 @@ POLL_TIMEOUT_MS = 100
 # After the run: how long a consumer process may take to stop (close: commit, leave the group)
 # before it is killed.
 CONSUMER_STOP_S_MAX = 30
-# Repetition r numbers its messages from r * SEQUENCE_STRIDE: the consumers of one group see
-# every repetition, and a late duplicate must count for the repetition it belongs to.
-SEQUENCE_STRIDE = 1 << 40
+# The quick profile's consumer counts: the default's smallest and largest and one between, a first look at the trend.
+QUICK_CONSUMERS = (1, 4, 32)
 SETTINGS_FILE = "settings.json"
 RUNS_FILE = "runs.jsonl"
 # The CPU sets a client_layout names (``cpu_sets``); the report words them.
 WRITE_SET, READ_SET, UNPINNED = "write set", "read set", "unpinned"
+
+
+class Profile(enum.StrEnum):
+    """How much a run measures; ``settings.json`` records it (one written before profiles existed
+    reads as ``FULL``) and the report of a quick run says so on its first line."""
+
+    FULL = "full"  # the settings as given
+    QUICK = "quick"  # ``ScalingSettings.quick``: one repetition, so every tail rests on one run's samples
 
 
 class ExperimentFailed(MafkaError):
@@ -156,11 +170,13 @@ class ScalingSettings:
     # set too (``pinning.pin_services``); off: Linux places them. Only with ``pin_cpus``.
     pin_services: bool = False
     experiment_id: str = ""
-    # After the group settled, before every repetition, wait (at most SETTLE_LOAD_WAIT_S_MAX) for the
-    # 1-minute load average to fall below this: starting a group, or the repetition before, loads a
+    # After the group settled, before every run, wait (at most SETTLE_LOAD_WAIT_S_MAX) for the
+    # 1-minute load average to fall below this: starting a group, or the run before, loads a
     # small machine, and the measurement is then of that tail, not of the steady state (None:
     # measure at once).
     settle_load: float | None = None
+    # Given as a Profile or its string; held as a Profile.
+    profile: Profile = Profile.FULL
 
     def __post_init__(self) -> None:
         if not self.consumers or any(n < 1 or n > 64 for n in self.consumers):
@@ -185,6 +201,16 @@ class ScalingSettings:
             raise InvalidConfig(f"duration_s={self.duration_s} must be in (0, 3600]")
         if self.settle_load is not None and not 0 < self.settle_load <= 64:
             raise InvalidConfig(f"settle_load={self.settle_load} must be in (0, 64], or None to measure at once")
+        if self.profile not in tuple(Profile):
+            raise InvalidConfig(f"profile={self.profile!r}: choose from {', '.join(Profile)}")
+        object.__setattr__(self, "profile", Profile(self.profile))
+        if self.profile is Profile.QUICK and self.repetitions != 1:
+            raise InvalidConfig(f"the quick profile measures one repetition, not {self.repetitions}: drop the "
+                                "repetitions or the quick profile")
+
+    def quick(self) -> ScalingSettings:
+        """These settings in the quick profile: consumer counts ``QUICK_CONSUMERS``, one repetition."""
+        return replace(self, consumers=QUICK_CONSUMERS, repetitions=1, profile=Profile.QUICK)
 
     @property
     def run_id(self) -> str:
@@ -210,8 +236,8 @@ class ScalingSettings:
                 "service_cpus": READ_SET if self.pin_services else UNPINNED}
 
     def to_json(self) -> dict:
-        return {**asdict(self), "modes": [str(mode) for mode in self.modes], "messages": self.messages,
-                "client_layout": self.client_layout}
+        return {**asdict(self), "modes": [str(mode) for mode in self.modes], "profile": str(self.profile),
+                "messages": self.messages, "client_layout": self.client_layout, "run_order": RUN_ORDER}
 
 
 @dataclass
@@ -235,9 +261,8 @@ class _ConsumerLog:
 
 @dataclass
 class _ProducerLog:
-    """What the producer saw of message i (lists and dicts by i); it carried sequence ``first_sequence + i``."""
+    """What the producer saw of message i (lists and dicts by i), which carried sequence number i."""
 
-    first_sequence: int = 0
     produce_ms: list[float] = field(default_factory=list)
     partition: list[int] = field(default_factory=list)  # keyed: known at send, acknowledged or not
     ack_ms: dict[int, float] = field(default_factory=dict)
@@ -290,37 +315,33 @@ def config_path(out_dir: Path, settings: ScalingSettings, mode: ReadMode, consum
 
 
 def run_scaling(settings: ScalingSettings, out_dir: Path, progress=sys.stderr) -> list[Path]:
-    """Run every configuration and repetition not yet on disk; return the Parquet files of all of them."""
-    runs = [(r, mode, n) for mode in settings.modes for n in settings.consumers for r in range(settings.repetitions)]
-    done = sum(config_path(out_dir, settings, m, n, r).exists() for r, m, n in runs)
+    """Run every run not yet on disk, in ``run_plan``'s order; return the Parquet files of all of them."""
+    runs = every_run(settings)
+
+    def on_disk(repetition: int, mode: ReadMode, consumers: int) -> bool:
+        return config_path(out_dir, settings, mode, consumers, repetition).exists()
+
+    done = sum(on_disk(*run) for run in runs)
     _write_settings(out_dir / settings.run_id / SETTINGS_FILE, settings)
     _progress(progress, done, len(runs), "resuming" if done else "starting", settings)
-    for mode in settings.modes:
-        todo = {n: [r for r in range(settings.repetitions) if not config_path(out_dir, settings, mode, n, r).exists()]
-                for n in settings.consumers}
-        if not any(todo.values()):
-            continue
-        with _mode_cluster(mode, settings) as cluster:
-            for consumers, repetitions in todo.items():
-                if not repetitions:
-                    continue
-
-                def report(repetition: int, path: Path, undelivered: int, what: str) -> None:
-                    nonlocal done
-                    done += 1
-                    drained = "" if not undelivered else f"; NOT DRAINED: {undelivered} acknowledged messages never consumed"
-                    _progress(progress, done, len(runs), f"{mode} N={consumers} r{repetition} {what} -> {path.name}{drained}",
-                              settings)
-
-                _run_configuration(cluster, settings, mode, consumers, repetitions, out_dir, report)
-    return [config_path(out_dir, settings, m, n, r) for r, m, n in runs]
+    for block in run_plan(settings, on_disk):
+        with _mode_cluster(block.mode, settings) as cluster:
+            for consumers in block.consumers:
+                what = _measure_run(cluster, settings, block.mode, consumers, block.repetition, out_dir)
+                done += 1
+                _progress(progress, done, len(runs), what, settings)
+    return [config_path(out_dir, settings, mode, consumers, repetition) for repetition, mode, consumers in runs]
 
 
 def _write_settings(path: Path, settings: ScalingSettings) -> None:
-    """The settings beside the event logs; a resumed run must use the same ones."""
+    """The settings beside the event logs; a resumed run must use the same ones, and the same order."""
     document = json.loads(json.dumps(settings.to_json()))  # tuples as JSON gives them back: lists
     if path.exists():
         recorded = json.loads(path.read_text())
+        if "run_order" not in recorded:
+            raise InvalidConfig(f"{path} is of an experiment {settings.run_id!r} that ran all of one mode before the "
+                                "other; this version interleaves the modes by repetition and does not continue it in "
+                                "another order: pick another --out or --experiment-id")
         if recorded != document:
             differ = sorted(key for key in document.keys() | recorded.keys() if document.get(key) != recorded.get(key))
             raise InvalidConfig(f"{path} records other settings ({', '.join(differ)} differ) for experiment "
@@ -352,16 +373,9 @@ def _mode_cluster(mode: ReadMode, settings: ScalingSettings) -> Iterator[Tempora
         yield cluster
 
 
-def _run_configuration(cluster: TemporaryCluster, settings: ScalingSettings, mode: ReadMode, consumers: int,
-                       repetitions: list[int], out_dir: Path, report) -> None:
-    """Measure one configuration's ``repetitions`` on one topic and group; each one's event log is
-    written, then ``report(repetition, path, undelivered, what)`` called."""
-    from mafka4.client.admin import Admin
-    from simulations.schema import RunInfo, git_commit, write_events  # pyarrow: only when writing
-
-    admin = Admin(cluster.connection)
-    began = time.monotonic()
-    topic = f"scaling-{mode}-c{consumers}-s{settings.seed}"
+def _create_topic(admin, settings: ScalingSettings, mode: ReadMode, consumers: int, repetition: int) -> str:
+    """The run's topic, created in ``mode``'s layout; its name, which names the run's seed."""
+    topic = f"scaling-{mode}-c{consumers}-s{settings.seed_of(repetition)}"
     if topic in admin.list_topics():
         admin.delete_topic(topic)  # left by an interrupted run of this configuration
     if mode is ReadMode.MAFKA3:
@@ -371,6 +385,20 @@ def _run_configuration(cluster: TemporaryCluster, settings: ScalingSettings, mod
         admin.create_topic(topic, partitions=settings.physical_partitions, replication_factor=settings.replication_factor,
                            min_insync_replicas=settings.replication_factor, read_mode=ReadMode.MAFKA4,
                            virtual_partitions=consumers, read_replicas=settings.read_replicas)
+    return topic
+
+
+def _measure_run(cluster: TemporaryCluster, settings: ScalingSettings, mode: ReadMode, consumers: int,
+                 repetition: int, out_dir: Path) -> str:
+    """Measure one run on a topic and group of its own: create the topic, settle the group, wait for a
+    quiet machine, produce, drain; write its event log and its line of ``runs.jsonl``, delete the
+    topic. What the progress stream says of it."""
+    from mafka4.client.admin import Admin
+    from simulations.schema import RunInfo, git_commit, write_events  # pyarrow: only when writing
+
+    admin = Admin(cluster.connection)
+    began = time.monotonic()
+    topic = _create_topic(admin, settings, mode, consumers, repetition)
     created_s = time.monotonic() - began
     try:
         footprint = topic_footprint(admin, topic, cluster.connection)
@@ -380,44 +408,40 @@ def _run_configuration(cluster: TemporaryCluster, settings: ScalingSettings, mod
         with _Group(cluster.connection, topic, consumers, consumer_cpus) as group, \
                 _driver_pinned(_cpus_named(layout["producer_cpus"]), group.collector_thread, consumer_cpus):
             settled_s = time.monotonic() - began - created_s
-            for repetition in repetitions:
-                # Before every repetition: the one before it (its drain, its 32 members' catch-up)
-                # loads the machine as much as the group's start does.
-                quieted_s = _wait_for_load_below(settings.settle_load)
-                measured = time.monotonic()
-                load_before = os.getloadavg()
-                seed = settings.seed_of(repetition)
-                trace.start()
-                producer_log = _produce(cluster.connection, topic, settings, seed, repetition * SEQUENCE_STRIDE)
-                group.drain({producer_log.first_sequence + i for i in producer_log.ack_ms}, settings.drain_s_max)
-                stamps = _Trace(*trace.take_and_stop())
-                path = config_path(out_dir, settings, mode, consumers, repetition)
-                run = RunInfo(experiment_id=settings.run_id, source="runtime", mode=mode, consumers=consumers, topics=1,
-                              physical_partitions=footprint["physical_partitions"],
-                              virtual_partitions=footprint["virtual_partitions"], write_nodes=footprint["write_nodes"],
-                              read_nodes=footprint["read_nodes"], actors=footprint["actors"], sample_rate=1.0, seed=seed,
-                              git_commit=git_commit(), repetition=repetition)
-                columns = event_columns(mode, producer_log, group.logs, stamps)
-                write_events(path, run, columns)
-                undelivered = sum(1 for ack, delivered in zip(columns["ack_time_ms"], columns["deliveries"])
-                                  if ack is not None and not delivered)
-                first = repetition == repetitions[0]
-                _append_run_record(out_dir / settings.run_id / RUNS_FILE, {
-                    "mode": str(mode), "consumers": consumers, "repetition": repetition, "seed": seed,
-                    "load_average_before": [round(value, 2) for value in load_before],
-                    "load_average_after": [round(value, 2) for value in os.getloadavg()],
-                    "topic_created_s": round(created_s, 1) if first else None,
-                    "group_settled_s": round(settled_s, 1) if first else None,
-                    "load_settle_wait_s": round(quieted_s, 1),
-                    "measured_s": round(time.monotonic() - measured, 1), "undelivered": undelivered,
-                    "trace_rows_dropped": stamps.dropped, "trace_actors_lost": trace.lost_actors,
-                    "event_log": path.name})
-                waited = f"load wait {quieted_s:.0f} s, " if settings.settle_load is not None else ""
-                setup = (f"topic {created_s:.0f} s, group {settled_s:.0f} s, " if first else "") + waited
-                report(repetition, path, undelivered, f"({setup}measured {time.monotonic() - measured:.0f} s, "
-                                                      f"load {load_before[0]:.2f} before)")
+            # The group's start (its members' interpreters) and the run before load a small machine.
+            quieted_s = _wait_for_load_below(settings.settle_load)
+            measured = time.monotonic()
+            load_before = os.getloadavg()
+            seed = settings.seed_of(repetition)
+            trace.start()
+            producer_log = _produce(cluster.connection, topic, settings, seed)
+            group.drain(set(producer_log.ack_ms), settings.drain_s_max)
+            stamps = _Trace(*trace.take_and_stop())
+            path = config_path(out_dir, settings, mode, consumers, repetition)
+            run = RunInfo(experiment_id=settings.run_id, source="runtime", mode=mode, consumers=consumers, topics=1,
+                          physical_partitions=footprint["physical_partitions"],
+                          virtual_partitions=footprint["virtual_partitions"], write_nodes=footprint["write_nodes"],
+                          read_nodes=footprint["read_nodes"], actors=footprint["actors"], sample_rate=1.0, seed=seed,
+                          git_commit=git_commit(), repetition=repetition)
+            columns = event_columns(mode, producer_log, group.logs, stamps)
+            write_events(path, run, columns)
+            measured_s = time.monotonic() - measured
+            undelivered = sum(1 for ack, delivered in zip(columns["ack_time_ms"], columns["deliveries"])
+                              if ack is not None and not delivered)
+            _append_run_record(out_dir / settings.run_id / RUNS_FILE, {
+                "mode": str(mode), "consumers": consumers, "repetition": repetition, "seed": seed,
+                "load_average_before": [round(value, 2) for value in load_before],
+                "load_average_after": [round(value, 2) for value in os.getloadavg()],
+                "topic_created_s": round(created_s, 1), "group_settled_s": round(settled_s, 1),
+                "load_settle_wait_s": round(quieted_s, 1), "measured_s": round(measured_s, 1),
+                "undelivered": undelivered, "trace_rows_dropped": stamps.dropped,
+                "trace_actors_lost": trace.lost_actors, "event_log": path.name})
     finally:
         admin.delete_topic(topic)
+    waited = f"load wait {quieted_s:.0f} s, " if settings.settle_load is not None else ""
+    drained = "" if not undelivered else f"; NOT DRAINED: {undelivered} acknowledged messages never consumed"
+    return (f"{mode} N={consumers} r{repetition} (topic {created_s:.0f} s, group {settled_s:.0f} s, {waited}measured "
+            f"{measured_s:.0f} s, load {load_before[0]:.2f} before) -> {path.name}{drained}")
 
 
 def _wait_for_load_below(load: float | None) -> float:
@@ -627,15 +651,15 @@ def producer_partitions(connection, topic: str) -> int:
     return len(TopicStore(connection.store, connection.cluster).get(topic).partitions)
 
 
-def _produce(connection, topic: str, settings: ScalingSettings, seed: int, first_sequence: int) -> _ProducerLog:
-    """Send ``settings.messages`` keyed messages at the set rate; message i carries sequence
-    ``first_sequence + i``, and the log is indexed by i."""
+def _produce(connection, topic: str, settings: ScalingSettings, seed: int) -> _ProducerLog:
+    """Send ``settings.messages`` keyed messages at the set rate; message i carries sequence number
+    i, and the log is indexed by i."""
     from mafka4.client.partitioner import Partitioner
     from mafka4.client.producer import Producer
 
     rng = random.Random(seed)
     padding = bytes(settings.message_bytes - VALUE_HEADER.size)
-    log = _ProducerLog(first_sequence)
+    log = _ProducerLog()
     total = settings.messages
     interval_s = 1.0 / settings.rate_msgs_per_s
 
@@ -660,7 +684,7 @@ def _produce(connection, topic: str, settings: ScalingSettings, seed: int, first
             key = f"key-{rng.randrange(settings.keys)}".encode()
             log.partition.append(partitions.partition(key, None))
             log.produce_ms.append(time.time() * 1000)
-            producer.send(VALUE_HEADER.pack(first_sequence + sequence) + padding, key=key).add_callback(on_ack(sequence))
+            producer.send(VALUE_HEADER.pack(sequence) + padding, key=key).add_callback(on_ack(sequence))
         producer.flush()
     return log
 
@@ -678,7 +702,7 @@ def event_columns(mode: ReadMode, producer: _ProducerLog, consumers: list[_Consu
                 seen[sequence] = first
             deliveries[sequence] = deliveries.get(sequence, 0) + 1 + log.redelivered.get(sequence, 0)
     indexes = range(len(producer.produce_ms))
-    first = [seen.get(producer.first_sequence + i) for i in indexes]  # its first delivery, or None
+    first = [seen.get(i) for i in indexes]  # its first delivery, or None
     virtual = mode is ReadMode.MAFKA4
     columns = {
         "partition": producer.partition,
@@ -686,7 +710,7 @@ def event_columns(mode: ReadMode, producer: _ProducerLog, consumers: list[_Consu
         "produce_time_ms": producer.produce_ms,
         "ack_time_ms": [producer.ack_ms.get(i) for i in indexes],
         "consume_time_ms": [delivery[0] if delivery else None for delivery in first],
-        "deliveries": [deliveries.get(producer.first_sequence + i, 0) for i in indexes],
+        "deliveries": [deliveries.get(i, 0) for i in indexes],
         "sent_time_ms": [producer.sent_ms.get(i) for i in indexes],
         **physical_stamps(trace.physical, producer.partition, [producer.offset.get(i) for i in indexes]),
     }

@@ -1,9 +1,10 @@
 """``mafka4 compare`` end to end: the experiment on real clusters, the fleet model, the Spark report.
 
-What a user relies on, checked at every size: each mode runs on a throwaway cluster of its own
-(the equal-hardware design: Mafka3 gets all the machines as brokers, Mafka4 splits them into
-write and read nodes, so the modes cannot share one cluster); every configuration is measured
-``repetitions`` times on one topic and settled group; every event log holds each message
+What a user relies on, checked at every size: each repetition of each mode runs on a throwaway
+cluster of its own (the equal-hardware design: Mafka3 gets all the machines as brokers, Mafka4
+splits them into write and read nodes, so the modes cannot share one cluster), the modes taking
+turns by repetition; every configuration is measured ``repetitions`` times, each run on a topic
+and settled group of its own whose setup times ``runs.jsonl`` records; every event log holds each message
 sent, delivered exactly once, with the stage stamps of the physical leader (and of the VP, for
 Mafka4); the report gives each consumer count its Mafka3 / Mafka4 ratios with their bootstrap
 interval and the fleet model its node ratio; and the tables, stage breakdown and OMB files are
@@ -11,10 +12,10 @@ written. No latency figure is checked: the machine is shared.
 
 The ``experiment`` step of CI runs it at the smallest size that still exercises each of those: one
 consumer count of 2 (a group of more than one member, its ownership split), 2 repetitions
-(the second reuses the topic and the group), 300 messages per run, one fleet size, a
-20-replicate bootstrap. More consumer counts or messages would run the same code again; the
-time goes to what no size avoids: two cluster starts and stops, the fleet model's fixed cost and
-one Spark JVM. The full-scale run (the command's defaults, about 50 minutes here) is the
+(so the modes take turns), 300 messages per run, one fleet size, a 20-replicate bootstrap. More
+consumer counts or messages would run the same code again; the time goes to what no size
+avoids: four cluster starts and stops (one per repetition and mode), the fleet model's fixed
+cost and one Spark JVM. The full-scale run (the command's defaults, about 50 minutes here) is the
 ``slow`` test below.
 
 The run is a process of its own, as a user's would be: its Spark JVM and its clusters end with
@@ -63,7 +64,13 @@ def check_compare_outputs(out: Path, report: Path, run_id: str, consumers: tuple
         assert None not in events["committed_time_ms"] and None not in events["sent_time_ms"], name
         if name.startswith("mafka4"):
             assert None not in events["vp_committed_time_ms"], name
-    assert json.loads((runtime / "settings.json").read_text())["repetitions"] == repetitions
+    recorded = json.loads((runtime / "settings.json").read_text())
+    assert (recorded["repetitions"], recorded["profile"], recorded["run_order"]) == (repetitions, "full",
+                                                                                     "repetition-major")
+    runs = [json.loads(line) for line in (runtime / "runs.jsonl").read_text().splitlines()]
+    assert [(run["repetition"], run["mode"], run["consumers"]) for run in runs] == [
+        (repetition, mode, count) for repetition in range(repetitions) for mode in MODES for count in consumers]
+    assert all(run["topic_created_s"] is not None and run["group_settled_s"] is not None for run in runs)
 
     analysis = report.parent
     assert analysis == out / "analysis"

@@ -75,6 +75,8 @@ CORES = (
     "mafka4.bench.join_hops",
     # the soak's slopes of a chaos run's samples
     "simulations.chaos.resource_trend",
+    # the order of the consumer-scaling experiment's runs
+    "simulations.scaling.run_plan",
 )
 
 

@@ -107,3 +107,16 @@ def test_a_recorded_layout_is_kept_when_every_run_agrees_on_it_and_a_flag_stays_
     (tmp_path / "c" / "settings.json").unlink()
     agreed = experiment_settings(tmp_path, keys)
     assert agreed == {"pin_cpus": True, "client_layout": layout} and agreed["pin_cpus"] is True
+
+
+def test_every_runs_profile_is_read_and_one_written_before_profiles_is_full(tmp_path):
+    from simulations.analysis.omb import recorded_profiles
+
+    assert recorded_profiles(tmp_path) == frozenset()
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "settings.json").write_text(json.dumps({"repetitions": 3}))
+    assert recorded_profiles(tmp_path) == {"full"}
+    (tmp_path / "quick").mkdir()
+    (tmp_path / "quick" / "settings.json").write_text(json.dumps({"repetitions": 1, "profile": "quick"}))
+    assert recorded_profiles(tmp_path) == {"full", "quick"}
+    assert experiment_settings(tmp_path, ("profile",)) == {"profile": "quick"}, "a word is read like a number"

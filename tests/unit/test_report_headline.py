@@ -176,3 +176,49 @@ def test_the_setup_section_words_the_layout_a_run_recorded(pin_cpus, pin_service
     assert "N consumers of one group (each a process of its own, the same `Consumer` code and defaults)" in text
     assert "use all the cores. The clients had the same layout in both modes: " + clients in text
     assert LEGACY_CONSUMERS not in text and LEGACY_PINNING not in text
+
+
+def test_the_setup_section_words_the_order_a_run_recorded_and_old_runs_keep_theirs():
+    from simulations.scaling.experiment import ScalingSettings
+
+    recorded = ScalingSettings().to_json()
+    text = setup_section({key: recorded[key] for key in SETUP_KEYS})
+    assert ("* **clusters**: every repetition of each mode runs on a fresh cluster of its own, and the modes take "
+            "turns by repetition (repetition 0 of each mode, then repetition 1, ...)") in text
+    # reports/2026-11-26-compare and every run before 2026-12-04: all of one mode, then the other.
+    old = setup_section({"nodes": 4, "pin_cpus": True})
+    assert "* **clusters**: each mode runs on a fresh cluster of its own, one mode's runs after the other's." in old
+    assert "take turns" not in old
+
+
+def rendered_report(tmp_path: Path, profiles: frozenset[str]) -> str:
+    """``report.md``'s text for one runtime configuration of each mode, of runs of ``profiles``."""
+    from types import SimpleNamespace
+
+    from simulations.analysis.report import render_markdown
+
+    counts = {f"{latency}_count{suffix}": 100 for latency in LATENCIES for suffix in ("", "_min")}
+    latency = [config_row("runtime", mode, 4, 1, 5.0, rows=100, few_tp999_samples=True, write_nodes=2, read_nodes=2,
+                          node_counts_vary=False, **counts) for mode in ("mafka3", "mafka4")]
+    tables = {"latency_by_config": latency, "mode_ratios": [ratio_row("runtime", 4, 1, 1.5, True)],
+              "latency_by_repetition": [], "stage_latency": []}
+    names = ("latency_by_config", "latency_by_repetition", "mode_ratios", "ratio_intervals", "stage_latency")
+    table_paths = {name: (tmp_path / f"{name}.parquet", tmp_path / f"{name}.csv") for name in names}
+    facts = [{"seed": 7, "git_commit": "abc", "experiment_id": "e", "sample_rate": 1.0}]
+    bootstrap = SimpleNamespace(bootstrap_replicates=400, bootstrap_block_ms=1000.0, bootstrap_seed=1)
+    return render_markdown(events_dir=tmp_path, file_count=2, facts=facts, tables=tables, table_paths=table_paths,
+                           omb_paths={}, settings=bootstrap, experiment={}, profiles=profiles, calibrations=[],
+                           plots={}, skipped={}, out_dir=tmp_path)
+
+
+def test_a_quick_report_says_on_its_first_line_that_its_tails_rest_on_few_samples(tmp_path):
+    quick = rendered_report(tmp_path, frozenset({"quick"})).splitlines()
+    assert quick[0] == ("**These runs are of the quick profile (`--quick`): one repetition of each configuration, so "
+                        "every tail percentile (tp99, tp999) rests on few samples, those of one run, and has no spread "
+                        "over repetitions; quote a report of the full profile, not this one.**")
+    assert quick[2] == "# Mafka3 vs Mafka4: consumer scaling"
+    mixed = rendered_report(tmp_path, frozenset({"quick", "full"})).splitlines()
+    assert mixed[0].startswith("**Some of these runs are of the quick profile (`--quick`): one repetition")
+    for profiles in (frozenset({"full"}), frozenset()):  # full runs, or no settings.json at all
+        text = rendered_report(tmp_path, profiles)
+        assert text.splitlines()[0] == "# Mafka3 vs Mafka4: consumer scaling" and "quick profile" not in text
