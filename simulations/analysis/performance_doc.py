@@ -245,8 +245,10 @@ def _setup(tables: Path) -> str:
     loads = []
     for mode in settings["modes"]:
         before = [run["load_average_before"][0] for run in runs if run["mode"] == mode]
+        busy = [run["busy_cores_before"] for run in runs if run["mode"] == mode and "busy_cores_before" in run]
         if before:
-            loads.append(f"{mode} {min(before):g}–{max(before):g}")
+            loads.append(f"{mode} {min(before):g}–{max(before):g}"
+                         + (f" (busy CPUs {min(busy):g}–{max(busy):g})" if busy else ""))
     calibration = _read_json(tables / "calibration.json")
     return (f"Setup (`settings.json`): consumers {', '.join(map(str, settings['consumers']))}; modes "
             f"{', '.join(settings['modes'])}; Mafka4's physical partitions {settings['physical_partitions']} "

@@ -82,7 +82,8 @@ def add_scaling_arguments(parser: argparse.ArgumentParser, defaults: ScalingSett
                              "side's CPUs (default: unpinned)")
     parser.add_argument("--settle-load", type=float, default=defaults.settle_load, metavar="LOAD",
                         help="once the group settled, before every run, wait (at most 180 s) for the 1-minute "
-                             "load average to fall below LOAD (default: measure at once)")
+                             "load average to fall below LOAD (default: "
+                             + ("measure at once" if defaults.settle_load is None else f"{defaults.settle_load:g}") + ")")
     parser.add_argument("--experiment-id", default="", help="default scaling-seed<SEED>; a rerun with the same id and "
                                                             "--out skips finished runs")
 

@@ -24,8 +24,8 @@ has a topic and a group of its own, created for it and deleted after it: a repet
 the topic's creation and placement and the group's settling too. ``settings.json`` beside the
 files records the settings, the order (``run_order``), the profile (``full``, or ``quick``:
 ``ScalingSettings.quick``) and the layout the run pinned by (``client_layout``: below), and
-``runs.jsonl`` one line per measured run: the load average before and after it, how long its
-topic and its group took, how long it waited for a quiet machine, what did not drain,
+``runs.jsonl`` one line per measured run: the load average before and after it, the CPUs busy in
+the ``BUSY_WINDOW_S`` before it (``busy_cores_before``), how long its topic and its group took, how long it waited for a quiet machine, what did not drain,
 stage-trace rows dropped.
 
 **Drained or not.** After the last send the consumers get ``drain_s_max`` to read every
@@ -120,6 +120,12 @@ MODES = (ReadMode.MAFKA3, ReadMode.MAFKA4)
 VALUE_HEADER = struct.Struct(">Q")  # the message's sequence number, then padding
 GROUP_STABLE_S_MAX = 180
 SETTLE_LOAD_WAIT_S_MAX = 180
+# Before every run, after the load wait: how busy the CPUs are over this window (``busy_cores_before``).
+# The 1-minute load average counts every thread that is runnable at its 5-s samples, and an idle
+# cluster of many Ray workers (each wakes every 10 ms to check signals, plus gRPC's pollers) keeps
+# it at 4-7 with half the CPUs idle (reports/2026-12-04-idle-replicas), so the load alone cannot
+# tell a busy machine from one that is waking often.
+BUSY_WINDOW_S = 5.0
 POLL_TIMEOUT_MS = 100
 # After the run: how long a consumer process may take to stop (close: commit, leave the group)
 # before it is killed.
@@ -410,6 +416,7 @@ def _measure_run(cluster: TemporaryCluster, settings: ScalingSettings, mode: Rea
             settled_s = time.monotonic() - began - created_s
             # The group's start (its members' interpreters) and the run before load a small machine.
             quieted_s = _wait_for_load_below(settings.settle_load)
+            busy_cores_before = _busy_cores(BUSY_WINDOW_S)
             measured = time.monotonic()
             load_before = os.getloadavg()
             seed = settings.seed_of(repetition)
@@ -431,6 +438,7 @@ def _measure_run(cluster: TemporaryCluster, settings: ScalingSettings, mode: Rea
             _append_run_record(out_dir / settings.run_id / RUNS_FILE, {
                 "mode": str(mode), "consumers": consumers, "repetition": repetition, "seed": seed,
                 "load_average_before": [round(value, 2) for value in load_before],
+                "busy_cores_before": busy_cores_before,
                 "load_average_after": [round(value, 2) for value in os.getloadavg()],
                 "topic_created_s": round(created_s, 1), "group_settled_s": round(settled_s, 1),
                 "load_settle_wait_s": round(quieted_s, 1), "measured_s": round(measured_s, 1),
@@ -451,6 +459,18 @@ def _wait_for_load_below(load: float | None) -> float:
     while load is not None and os.getloadavg()[0] >= load and time.monotonic() - began < SETTLE_LOAD_WAIT_S_MAX:
         time.sleep(1)
     return time.monotonic() - began
+
+
+def _busy_cores(window_s: float) -> float:
+    """The whole machine's busy CPUs (user, system, interrupts: ``mafka4.bench.cpu_cost.busy_ticks``)
+    averaged over the next ``window_s``: the run record's ``busy_cores_before``."""
+    from mafka4.bench.cpu_cost import busy_ticks
+
+    ticks_per_s = os.sysconf("SC_CLK_TCK")
+    began, before = time.monotonic(), busy_ticks(Path("/proc/stat").read_text())
+    time.sleep(window_s)
+    ended, after = time.monotonic(), busy_ticks(Path("/proc/stat").read_text())
+    return round((after - before) / ticks_per_s / (ended - began), 3)
 
 
 def _append_run_record(path: Path, record: dict) -> None:

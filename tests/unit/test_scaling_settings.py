@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 import pytest
 
 from mafka4.errors import InvalidConfig
 from mafka4.limits import ReadMode
-from simulations.scaling.experiment import ScalingSettings, cluster_config, config_path, cpu_plan, run_scaling
+from simulations.scaling.experiment import _busy_cores, ScalingSettings, cluster_config, config_path, cpu_plan, run_scaling
 from simulations.scaling.run_plan import Block, every_run, run_plan
 
 M3, M4 = ReadMode.MAFKA3, ReadMode.MAFKA4
@@ -230,3 +231,14 @@ def test_run_scaling_starts_a_cluster_per_block_and_measures_its_runs_in_plan_or
                       ("cluster", "mafka4"), (1, "mafka4", 1), (1, "mafka4", 4)], "no cluster for r0 of mafka3"
     assert all(path.exists() for path in paths) and len(paths) == 8
     assert "2/8" in lines[0] and "resuming" in lines[0] and "8/8" in "".join(lines)
+
+
+def test_busy_cores_before_a_run_is_a_share_of_the_machine():
+    busy = _busy_cores(0.2)
+    assert 0.0 <= busy <= os.cpu_count()
+
+
+def test_compare_waits_for_a_quiet_machine_by_default():
+    from simulations.compare import COMPARE_DEFAULTS
+
+    assert COMPARE_DEFAULTS.settle_load == 1.5
