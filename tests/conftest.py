@@ -1,4 +1,4 @@
-"""Hooks for the whole session, whatever directories it runs.
+"""Hooks for the whole session, whatever directories it runs, and ``lone_etcd``, a fixture for any of them.
 
 How a test process ends. Two full runs of the suite ended in a segmentation fault (exit 139)
 after pytest had reported every test passed: in the interpreter's teardown, not in a test.
@@ -60,3 +60,16 @@ def _exit_without_interpreter_teardown() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(_exit_status)
+
+
+@pytest.fixture(scope="module")
+def lone_etcd(tmp_path_factory):
+    """One lone etcd member on a free loopback port for the module, stopped by its PID. Tests that
+    share it keep apart by each writing below a cluster name of its own."""
+    from mafka4.runtime.etcd_server import start_etcd, stop_etcd  # only the modules that use it start one
+
+    server = start_etcd(tmp_path_factory.mktemp("etcd") / "data")
+    try:
+        yield server
+    finally:
+        stop_etcd(server)

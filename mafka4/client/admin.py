@@ -5,7 +5,7 @@ carry it out (``metadata.intents``; instructions flow client -> etcd -> controll
 topics are created, deleted and scaled through ``frontend.topic_intents``, as a node does it for
 a client of its port.
 The controller starts a new topic's physical replica actors on live write nodes, records the
-topic in etcd in one transaction and has the read nodes host its VPs (no process per VP); splits,
+topic in etcd, all or nothing as readers see it, and has the read nodes host its VPs (no process per VP); splits,
 merges and scaling are ``control.resharding``'s, run by the controller. Requests a cluster would
 refuse for their shape (a bad name, a config out of range) are refused here before anything is
 written. Reading (``list_topics``, ``describe_topic``) goes to etcd and to the live actors.

@@ -16,10 +16,10 @@ and feeds it every change its watches see; this module only keeps the values:
   client learns where each partition's leader takes its produce;
 - the stored user credentials and the ACL rules (their raw JSON; ``mafka4.security`` parses them).
 
-Invariants: a partition is shown only under a topic whose config is known (a topic is recorded in
-one transaction, so a watch delivers its config and partitions together; a deleted topic's keys
-go in one transaction too). Changes must come in etcd's order: a load at revision R, then the
-watch from R + 1 (a watch delivers in revision order). Keys this view does not track (feed
+Invariants: a topic's partitions, split epochs and VPs are shown only once its config is known
+(a topic's config key is written last, with or after its other keys, which a watch may deliver
+first; a deleted topic's keys go in one transaction). Changes must come in etcd's order: a load
+at revision R, then the watch from R + 1 (a watch delivers in revision order). Keys this view does not track (feed
 positions, holds, VP states) are ignored. Pure: no I/O.
 """
 
@@ -111,9 +111,9 @@ class ViewState:
 
     def virtual_layout(self, name: str) -> tuple[list[str], dict[int, str]] | None:
         """The topic's split epochs (JSON text, in epoch order) and VP states (JSON text by VP); None
-        if it has no split epoch."""
+        if it has no split epoch, or no config yet (a creation still writing its keys)."""
         epochs = self.split_epochs.get(name)
-        if not epochs:
+        if not epochs or name not in self.topic_configs:
             return None
         return [epochs[epoch] for epoch in sorted(epochs)], dict(self.virtual_partitions.get(name, {}))
 

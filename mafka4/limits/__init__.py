@@ -151,16 +151,23 @@ READ_MODES = tuple(mode.value for mode in ReadMode)
 # written before read modes existed, and is a Mafka3 topic.
 READ_MODE_DEFAULT = ReadMode.MAFKA4
 # Virtual partitions of one topic: the default and the ceiling of TopicConfig.virtual_partitions_max.
-# What bounds it is etcd, not memory: three requests name every VP of a topic at once, each in one
-# transaction, and must fit ETCD_REQUEST_BYTES_MAX and ETCD_TXN_OPS_MAX (tests/unit/test_etcd_requests.py):
-# the topic's creation, a one-member group's claim of every VP, and that member's closing commit.
-# With names and node ids of everyday length they take 0.4-1.0 MB at 1,024 VPs, growing with it,
-# so a higher ceiling needs those transactions split first (and the closing commit already
-# overflows at 1,024 VPs with topic and group names of 150 characters or more).
+# Three etcd writes name every VP of a topic at once: the topic's creation, a one-member group's
+# claim of every VP, and that member's commit (and closing commit) of every VP
+# (tests/unit/test_etcd_requests.py). Each goes in transactions of at most ETCD_TXN_BYTES_MAX
+# (``metadata.txn_runs``), so names and node ids of any allowed length fit; with everyday ones
+# each is still one transaction, of 0.4-1.0 MB at 1,024 VPs. Raising the ceiling still means
+# raising ETCD_TXN_OPS_MAX with it, a flag of a running etcd (restart it; ray_cluster.yaml's too),
+# and checking what else takes every VP of a topic at once (the reads of a group's snapshot and a
+# node's view, the client protocol's VP_METADATA answer): not measured past 1,024.
 VIRTUAL_PARTITIONS_MAX = 1024
 # etcd refuses a request larger than its --max-request-bytes, 1.5 MiB unless raised; mafka4's etcd
 # keeps that default (a transaction is one request, every operation in it counted).
 ETCD_REQUEST_BYTES_MAX = 3 * MiB // 2
+# The most a transaction of mafka4 takes, as encoded: etcd checks the request wrapped in its raft
+# entry, whose header (an id, and with etcd's own auth a user name and a revision) takes tens of
+# bytes; 4 KiB leave room for any user name. A write too large for it is sent in runs of
+# transactions, each safe alone (``metadata.txn_runs``; the stores say why each is).
+ETCD_TXN_BYTES_MAX = ETCD_REQUEST_BYTES_MAX - 4 * KiB
 # Operations etcd accepts in one transaction (its --max-txn-ops, which mafka4's etcd gets; etcd's
 # own default of 128 would refuse topics of more than ~120 VPs). It counts the longest of a
 # transaction's compare, success and failure lists, and a nested transaction may have only what

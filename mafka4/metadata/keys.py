@@ -5,6 +5,9 @@
     /mafka4/<cluster>/config                            cluster-wide settings (data root, ...)
     /mafka4/<cluster>/topics/<topic>                    topic config (TopicConfig fields as JSON)
     /mafka4/<cluster>/topics/<topic>/physical/<p>       partition state: leader, leader_epoch, replicas, isr
+    /mafka4/<cluster>/topics/<topic>/creation           only while a topic too large for one etcd transaction
+                                                         is created: the token of the creation writing its keys
+                                                         (store.MetadataStore.create_with_children); JSON text
     /mafka4/<cluster>/topics/<topic>/virtual/<epoch>    split epoch <epoch> of the VP layout (reshard.SplitEpoch),
                                                          written once, never changed; epoch 0 with the topic
                                                          value: {"epoch", "ranges": [[start, end, vp], ...],
@@ -63,7 +66,9 @@ many epochs while its leader and RISR change, and the epochs hold only the immut
 
 Values are UTF-8 JSON. A topic's sub-keys share ``topic_children_prefix`` (which ends in
 "/", so topic "t" never matches topic "t2"); deleting a topic deletes its config key and
-that prefix in one transaction.
+that prefix in one transaction. The config key is the topic's commit point: a topic is created
+with its config key last (physical/topics.py), so sub-keys of a topic without one are the
+leftovers of a creation not finished, and every reader takes the topic as absent.
 """
 
 from __future__ import annotations
@@ -98,6 +103,10 @@ def topic(cluster: str, name: str) -> str:
 def topic_children_prefix(cluster: str, name: str) -> str:
     """Prefix of every key below one topic's config key."""
     return f"{topic(cluster, name)}/"
+
+
+def topic_creation(cluster: str, name: str) -> str:
+    return f"{topic(cluster, name)}/creation"
 
 
 def physical_partition(cluster: str, name: str, partition: int) -> str:

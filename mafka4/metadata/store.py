@@ -2,7 +2,9 @@
 
 Everything that talks to etcd goes through ``MetadataStore``; every etcd failure becomes a
 retriable ``CoordinatorUnavailable`` naming the member, so callers never see gRPC errors.
-Multi-key changes are single transactions; updates are compare-and-swap on ``mod_revision``,
+Multi-key changes are single transactions, except a write too large for one (``txn_runs``),
+which goes in runs whose callers say why each run is safe alone (``create_with_children``
+here); updates are compare-and-swap on ``mod_revision``,
 optionally *fenced*: the write also requires another key to be at a given revision (the
 controller fences its writes with its own election key, so a deposed controller writes
 nothing). Watches deliver ``WatchEvent`` lists on the client's watch thread; a watch that
@@ -32,8 +34,9 @@ import functools
 import itertools
 import json
 import threading
+import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import etcd3
 import etcd3.utils
@@ -42,8 +45,9 @@ import grpc
 
 from mafka4.errors import CoordinatorUnavailable
 from mafka4.limits import (ETCD_KEEPALIVE_INTERVAL_MS, ETCD_KEEPALIVE_TIMEOUT_MS, ETCD_REQUEST_TIMEOUT_S_DEFAULT,
-                           ETCD_RESPONSE_BYTES_MAX)
+                           ETCD_RESPONSE_BYTES_MAX, ETCD_TXN_BYTES_MAX, ETCD_TXN_OPS_MAX)
 from mafka4.metadata.endpoints import format_endpoints, parse_endpoints
+from mafka4.metadata.txn_runs import TxnPart, field_bytes, runs_within
 
 # gRPC waits up to 120 s between reconnection attempts by default, so a client would go on
 # failing long after etcd is back; reconnect within a second instead. Keepalive: see
@@ -302,6 +306,70 @@ class MetadataStore:
             failure=[],
         )
         return succeeded
+
+    def create_with_children(self, key: str, value: Any, children: Mapping[str, Any], children_prefix: str,
+                             marker: str) -> bool:
+        """Create ``key`` and ``children`` (keys below ``children_prefix``) so that ``key`` appears only
+        once every child is written; False, nothing written, if ``key`` exists.
+
+        ``key`` is the commit point: its readers take the children of an absent ``key`` as absent.
+        When everything fits one transaction it is one, made only while ``key`` is absent and
+        nothing is below the prefix. Otherwise, or when something was there (a creation that died
+        between its transactions left it, or a writer of a deleted record), the prefix is emptied
+        while ``key`` is absent, and the children go in runs (``txn_runs``), each made only while
+        ``key`` is absent and ``marker`` (below the prefix) holds this creation's token, which the
+        first run writes; the last run writes ``key`` and deletes ``marker``. A creation that dies
+        between runs leaves only children of an absent ``key``, which the next creation deletes.
+        Of two creations at once, the later one's emptying deletes the earlier one's marker, so
+        that one's next run is refused: it finds ``key`` written (False) or raises the retriable
+        ``CoordinatorUnavailable``; no ``key`` is ever written beside another creation's children.
+        """
+        assert not key.startswith(children_prefix) and marker.startswith(children_prefix)
+        assert all(child.startswith(children_prefix) and child != marker for child in children)
+        txn = self._client.transactions
+        absent = txn.version(key) == 0
+        commit = txn.put(key, _encode(value))
+        below = {"range_end": prefix_range_end(children_prefix)}
+        puts = [txn.put(child, _encode(child_value)) for child, child_value in children.items()]
+        parts = [([], [put]) for put in puts]
+        nothing_below = txn.version(children_prefix, **below) == 0
+        if len(self._runs(parts, ([absent, nothing_below], [commit]))) == 1:
+            if self._transaction([absent, nothing_below], puts + [commit])[0]:
+                return True
+        if not self._transaction([absent], [txn.delete(children_prefix, **below)])[0]:
+            return False
+        token = _encode(uuid.uuid4().hex)
+        holds, take, release = txn.value(marker) == token, txn.put(marker, token), txn.delete(marker)
+        runs = self._runs(parts, ([absent, holds], [take, commit, release]))
+        for index, run in enumerate(runs):
+            first, last = index == 0, index == len(runs) - 1
+            compare = [absent, txn.version(marker) == 0 if first else holds]
+            success = ([take] if first and not last else []) + puts[run.start:run.stop]
+            if last:
+                success += [commit] if first else [commit, release]
+            if not self._transaction(compare, success)[0]:
+                if self.get(key) is not None:
+                    return False
+                raise CoordinatorUnavailable(f"another creation of {key} began while this one wrote its keys in "
+                                             f"{len(runs)} transactions; retry")
+        return True
+
+    def _runs(self, parts: Sequence[tuple[list, list]], shared: tuple[list, list] = ([], []),
+              nesting_ops: int = 0) -> list[range]:
+        """``parts``, each (compares, operations) kept in one transaction, in runs etcd accepts with the
+        ``shared`` compares and operations (``txn_runs.runs_within``), as the client encodes them."""
+        return runs_within([self._txn_part(*part) for part in parts], self._txn_part(*shared), ETCD_TXN_BYTES_MAX,
+                           ETCD_TXN_OPS_MAX, nesting_ops)
+
+    def _txn_part(self, compare: list, success: list) -> TxnPart:
+        encoded = sum(field_bytes(condition.build_message().ByteSize()) for condition in compare)
+        encoded += sum(field_bytes(op.ByteSize()) for op in self._client._ops_to_requests(success))
+        return TxnPart(encoded, len(compare), len(success))
+
+    @_etcd_call(repeatable=False)
+    def _transaction(self, compare: list, success: list) -> tuple[bool, list]:
+        """One transaction of etcd3's compares and operations (a run of a write sent in several)."""
+        return self._client.transaction(compare=compare, success=success, failure=[])
 
     def _at_revision(self, key: str, mod_revision: int):
         txn = self._client.transactions

@@ -1,7 +1,8 @@
 """Topic metadata in etcd: a topic's config and the state of each physical partition.
 
-A topic is created in one transaction (its config key and every partition key), so a
-reader sees either the whole topic or none of it. Partition state changes are
+A topic's config key is its commit point: it is written last, with or after every other key of
+the topic, so a reader that finds the config finds the whole topic, and one that does not finds
+none (``TopicStore.create``). Partition state changes are
 compare-and-swap on the partition key's ``mod_revision``: the controller's elections, and a
 leader's ISR (``record_isr``, which writes only while the key names that leader and epoch).
 The values are ``physical.partition_state``'s.
@@ -37,16 +38,22 @@ class TopicStore:
         return TopicMetadata(validate_topic_name(name), config, partitions)
 
     def create(self, metadata: TopicMetadata, extra_values: dict[str, object] | None = None) -> TopicMetadata:
-        """Record a whole topic in one transaction; ``TopicExists`` if the name is taken.
+        """Record a whole topic, all or nothing as readers see it; ``TopicExists`` if the name is taken.
 
-        ``extra_values`` are more keys of the topic created in the same transaction (the
-        read path's split epoch and virtual partitions, ``vp_store.read_path_values``).
+        ``extra_values`` are more keys of the topic (the read path's split epoch and virtual
+        partitions, ``vp_store.read_path_values``). One transaction when the keys fit one (with
+        everyday names, a topic of every bound does); else the other keys go first, in runs, and
+        the config key last (``MetadataStore.create_with_children``): every reader looks a topic
+        up by its config key (``exists``, ``get``, ``names``, the nodes' view), so until it is
+        written the topic is absent to all of them. What a creation that died between runs left
+        is deleted by the next creation of the name (the controller's retry of the intent).
         """
         name, config, partitions = metadata.name, metadata.config, metadata.partitions
-        values = {keys.topic(self._cluster, name): config_to_json(config), **(extra_values or {})}
-        for state in partitions:
-            values[keys.physical_partition(self._cluster, name, state.partition)] = state.to_json()
-        if not self._store.create_all(values):
+        values = {keys.physical_partition(self._cluster, name, state.partition): state.to_json() for state in partitions}
+        values.update(extra_values or {})
+        if not self._store.create_with_children(keys.topic(self._cluster, name), config_to_json(config), values,
+                                                keys.topic_children_prefix(self._cluster, name),
+                                                keys.topic_creation(self._cluster, name)):
             raise TopicExists(f"topic {name!r} already exists: delete it first or choose another name")
         return metadata
 

@@ -6,8 +6,9 @@ Key layout (``coordinator/metadata/keys.py``)::
     topics/<topic>/vp/<v>            one ``VirtualPartitionState`` (``virtual.vp_state``);
                                      CAS on its mod_revision
 
-Both are created with the topic, in the topic's own transaction (``read_path_values``), so a
-reader sees a mafka4-mode topic with its whole read path or not at all; a later split epoch
+Both are created with the topic, before or with its config key (``read_path_values``,
+``physical.topics.TopicStore.create``), so a reader sees a mafka4-mode topic with its whole read
+path or not at all; a later split epoch
 and the states of the VPs it opens are created together in one transaction as well
 (``control.resharding``; their placement is ``control.placement.plan_children``). Afterwards
 the VP leader writes the RISR and a VP failover writes the leader and epoch, each by

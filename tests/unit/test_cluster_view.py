@@ -84,6 +84,18 @@ def test_a_topics_split_epochs_and_vp_states_are_kept_in_order_and_go_with_the_t
     assert state.virtual_layout("t") is None and state.virtual_partitions == {}
 
 
+def test_a_topics_keys_written_before_its_config_show_no_topic_until_the_config_comes():
+    """A topic too large for one etcd transaction is created in runs, its config key last."""
+    state = ViewState(CLUSTER)
+    state.apply([(keys.split_epoch(CLUSTER, "t", 0), {"epoch": 0}), (keys.virtual_partition(CLUSTER, "t", 0), {}),
+                 (keys.physical_partition(CLUSTER, "t", 0), PARTITION), (keys.topic_creation(CLUSTER, "t"), "token")])
+    assert state.topic_names() == [] and state.topic("t") is None and state.virtual_layout("t") is None
+    state.apply([(keys.topic(CLUSTER, "t"), {"partitions": 1, "read_mode": "mafka4"}),
+                 (keys.topic_creation(CLUSTER, "t"), None)])
+    assert state.topic_names() == ["t"] and len(state.topic("t").partitions) == 1
+    assert state.virtual_layout("t") == (['{"epoch": 0}'], {0: "{}"})
+
+
 @pytest.fixture
 def store(tmp_path):
     server = start_etcd(tmp_path / "etcd")

@@ -54,6 +54,8 @@ CORES = (
     "mafka4.coordinator.control.placement",
     "mafka4.metadata.lease",
     "mafka4.metadata.keys",
+    # how a write too large for one etcd transaction is cut into runs
+    "mafka4.metadata.txn_runs",
     # who may authenticate, the SCRAM exchange, ACL decisions
     "mafka4.security.principals",
     "mafka4.security.credentials",

@@ -20,7 +20,6 @@ from mafka4.errors import (AuthenticationFailed, InvalidConfig, MissingCredentia
                            UserExists)
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
-from mafka4.runtime.etcd_server import start_etcd, stop_etcd
 from mafka4.security.acl import AclRule, Operation, PatternType, Permission, ResourceType
 from mafka4.security.acl_store import AclStore
 from mafka4.security.admin_credential import ensure_admin_credential, load_credential
@@ -32,18 +31,9 @@ from mafka4.security.user_store import UserStore
 PASSWORD = "correct horse battery"
 
 
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory):
-    server = start_etcd(tmp_path_factory.mktemp("etcd") / "data")
-    try:
-        yield server
-    finally:
-        stop_etcd(server)
-
-
 @pytest.fixture
-def store(etcd):
-    metadata = MetadataStore(etcd.endpoint)
+def store(lone_etcd):
+    metadata = MetadataStore(lone_etcd.endpoint)
     try:
         yield metadata
     finally:

@@ -45,6 +45,7 @@ class MemoryGroupStore:
         self.before_commit: Callable[[], None] | None = None  # what happens between a commit's read and its txn
         self.moved: set[int] = set()  # offset keys another write changes between a commit's read and its txn
         self.answer_lost = False  # the commit's txn is applied, its answer lost
+        self.claim_run_vps: int | None = None  # a claim goes in runs of this many VPs, and its second is refused
 
     def snapshot(self, group: str, topic: str, config: TopicConfig) -> VirtualGroupSnapshot:
         members = tuple(MemberInfo(member, topic, VIRTUAL_ASSIGNOR) for member in sorted(self.members))
@@ -75,6 +76,8 @@ class MemoryGroupStore:
         return written, lost
 
     def claim(self, group: str, member_id: str, topic: str, vps: list[int], lease) -> dict[int, VpOffset | None] | None:
+        if self.claim_run_vps is not None:
+            vps = vps[:self.claim_run_vps]
         if member_id not in self.members or any(vp in self.owners for vp in vps):
             return None
         self.owners.update({vp: member_id for vp in vps})
@@ -185,3 +188,15 @@ def test_a_member_owning_both_parents_claims_the_merged_child_only_if_both_commi
         store.moved = set(moved)
         result = a.sync(positions(v0=50, v1=70))
         assert result.revoked == (0, 1) and result.claimed == claimed, moved
+
+
+def test_a_claim_cut_short_between_its_runs_keeps_the_vps_it_claimed_and_the_next_sync_claims_the_rest():
+    """A claim too large for one etcd transaction goes in runs; a refused run ends it."""
+    store = MemoryGroupStore(TopicLayout.initial(1, 4), sealed={}, owners={}, offsets={2: 7})
+    store.claim_run_vps = 2
+    alone = member(store, "a")
+    first = alone.sync({})
+    assert (first.claimed, first.owned) == ({0: None, 1: None}, (0, 1)) and alone.changed.is_set()
+    store.claim_run_vps = None
+    second = alone.sync({})
+    assert second.claimed == {2: VpOffset(7, 7), 3: None} and second.owned == (0, 1, 2, 3)

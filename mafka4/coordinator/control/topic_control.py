@@ -3,11 +3,12 @@
 **Create.** Place the partition replicas on live write nodes and the VP replicas on live read
 nodes (``control.placement``, ``control.placement.plan_read_path``), start the physical replica
 actors (a physical partition stays one actor per replica) and give them their roles, record the
-whole topic in etcd in one transaction (config, partitions and, in mafka4 mode, its split epoch 0
-and VP states), then tell the read nodes to host the VPs (logs opened in running nodes: no
-process starts). Actors started before a failed transaction are stopped again. Repeatable: a
-topic already recorded with the same config is the success of an earlier try (a controller that
-died after the transaction); leftovers of a try that died before it are stopped first.
+whole topic in etcd, all or nothing as readers see it (config, partitions and, in mafka4 mode, its
+split epoch 0 and VP states: ``TopicStore.create``, its config key last), then tell the read
+nodes to host the VPs (logs opened in running nodes: no process starts). Actors started before a
+failed record are stopped again. Repeatable: a topic already recorded with the same config is the
+success of an earlier try (a controller that died after recording it); leftovers of a try that
+died before are stopped first (actors) or deleted by the record (etcd keys below the topic).
 
 **Delete.** Remove the topic's keys (one transaction), then stop its physical replicas and drop
 its VPs on every read node that hosts them, deleting their data.

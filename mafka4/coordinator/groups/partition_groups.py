@@ -2,7 +2,8 @@
 
 The rules are pure and live in ``partition_protocol``; this module is the etcd shell around them.
 
-Protocol (keys in ``keys.py``; every change is one etcd transaction):
+Protocol (keys in ``keys.py``; every change is one etcd transaction, except a commit too large
+for one, below):
 
 * **Join.** A member puts its member key under a lease and watches the group prefix, so a
   join, a leave or an expired lease wakes every member: its coordinator's lease and watch,
@@ -11,7 +12,8 @@ Protocol (keys in ``keys.py``; every change is one etcd transaction):
 * **Rebalance (eager).** After any change a member reads the whole group at one revision and
   asks ``decide`` for its next step. When the membership differs from the generation key, every
   member stops fetching, commits the positions of everything it owns and deletes its owner keys
-  -- in one transaction, so an owner key disappears only together with its final commit. A
+  -- in one transaction (or runs of them, **Commit**), so an owner key disappears only with or
+  after its final commit. A
   member owning nothing writes the next generation (members, assignment from the assignor, the
   revision the membership was read at) by compare-and-swap on the generation key.
 * **Sync barrier and claim.** Once no owner key of an older generation is left, each member
@@ -22,7 +24,10 @@ Protocol (keys in ``keys.py``; every change is one etcd transaction):
   member fetch those partitions: a partition never has two owners.
 * **Commit.** A compare-and-swap per partition that holds only while the committer owns the
   partition under its generation and the offset key is unchanged since read; an offset only
-  moves forward (``offsets_to_commit``).
+  moves forward (``offsets_to_commit``). Each partition's write and release carry their own
+  checks, so a commit too large for one transaction (every partition of a topic, long names)
+  goes in runs (``metadata.txn_runs``), every release after its partition's write: a member that
+  stops between two runs is one that stopped between two commits (at least once).
 * **Leave.** Commit and release, then revoke the lease (deleting the member key). A member that
   does not call ``sync`` for ``rebalance_timeout_ms`` after a change revokes its own lease
   (its uncommitted positions are lost; delivery stays at-least-once).
@@ -96,12 +101,11 @@ class GroupStore(MetadataStore):
             committed[tp] = None if not found else CommittedOffset(json.loads(found[0][0])["offset"], found[0][1].mod_revision)
         return committed
 
-    @_etcd_call(repeatable=False)
     def commit(self, group: str, member_id: str, generation: int, positions: Mapping[TopicPartition, int],
                release: Iterable[TopicPartition] = ()) -> tuple[set[TopicPartition], set[TopicPartition]]:
         """Commit forward-moving ``positions`` of partitions owned under ``generation``, then delete
-        the owner keys of ``release``, in one transaction. Returns (committed, not committed because
-        no longer owned)."""
+        the owner keys of ``release``, in one transaction or, too large for one, in runs (see the
+        module docstring). Returns (committed, not committed because no longer owned)."""
         txn = self._client.transactions
         committed_before = self._committed(group, positions)
         to_commit = offsets_to_commit(positions, committed_before)
@@ -122,7 +126,10 @@ class GroupStore(MetadataStore):
                                       success=[txn.delete(owner_key)], failure=[]))
         if not operations:
             return set(), set()
-        _, responses = self._client.transaction(compare=[], success=operations, failure=[])
+        # etcd checks each partition's nested write (two compares) against what the run's list leaves.
+        responses = []
+        for run in self._runs([([], [operation]) for operation in operations], nesting_ops=2):
+            responses += self._transaction([], operations[run.start:run.stop])[1]
         succeeded = {tp for tp, response in zip(order, responses) if response.response_txn.succeeded}
         return succeeded, set(order) - succeeded
 

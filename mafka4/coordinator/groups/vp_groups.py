@@ -6,7 +6,8 @@ them (no Ray: splitting and reading are the consumer's, ``client.virtual_group_c
 Keys (``keys.py``): the member keys are those of Mafka3-mode groups (``members/<member>``,
 with ``assignor="virtual"``, so the two kinds of member cannot share a group); ownership is
 ``vp_owners/<topic>/<v>`` and offsets ``vp_offsets/<topic>/<v>``. Every change is one etcd
-transaction:
+transaction, except a claim or commit of so many VPs, with names so long, that it passes etcd's
+request bound: it goes in runs of transactions, each VP's checks in its own run (``claim``, ``commit``):
 
 * **Join.** The member key under a lease, and watches on the group prefix and on the topic's
   keys, so a join, a leave, a lapsed lease, a new split epoch or a sealed parent wakes every
@@ -62,7 +63,7 @@ from mafka4.errors import CoordinatorUnavailable, InconsistentGroupProtocol
 from mafka4.limits import ConsumerConfig, TopicConfig
 from mafka4.log.epochs import NO_EPOCH
 from mafka4.metadata import keys
-from mafka4.metadata.store import MetadataStore, WatchEvent, _etcd_call, prefix_range_end
+from mafka4.metadata.store import MetadataStore, WatchEvent, prefix_range_end
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.vp_state import VirtualPartitionState
 from mafka4.virtual.vp_store import VirtualStore
@@ -135,32 +136,48 @@ class VirtualGroupStore(MetadataStore):
         members.sort(key=lambda m: m.member_id)
         return VirtualGroupSnapshot(tuple(members), owners, offsets, layout, states)
 
-    @_etcd_call(repeatable=False)
     def claim(self, group: str, member_id: str, topic: str, vps: list[int],
               lease: etcd3.Lease) -> dict[int, VpOffset | None] | None:
-        """Create the owner keys of ``vps``; their committed offsets, or None if any exists or I left."""
-        txn = self._client.transactions
-        owner_keys = [keys.group_vp_owner(self.cluster, group, topic, vp) for vp in vps]
-        offset_keys = [keys.group_vp_offset(self.cluster, group, topic, vp) for vp in vps]
-        compare = [txn.version(keys.group_member(self.cluster, group, member_id)) > 0]
-        compare += [txn.version(key) == 0 for key in owner_keys]
-        success = [txn.put(key, _json({"member_id": member_id}), lease=lease) for key in owner_keys]
-        success += [txn.get(key) for key in offset_keys]
-        succeeded, responses = self._client.transaction(compare=compare, success=success, failure=[])
-        if not succeeded:
-            return None
-        committed: dict[int, VpOffset | None] = {}
-        for vp, found in zip(vps, responses[len(owner_keys):]):
-            value = json.loads(found[0][0]) if found else None
-            committed[vp] = None if value is None else VpOffset.from_json(value)
-        return committed
+        """Create the owner keys of ``vps``; the committed offsets of those claimed, or None if none
+        was (one exists or I left).
 
-    @_etcd_call(repeatable=False)
+        Each owner key is created only if absent and only while my member key exists, with its
+        VP's committed offset read in the same transaction: what keeps a VP to one owner, reading
+        from its last owner's final commit, holds per VP. So a claim too large for one transaction
+        (long names) goes in runs (``txn_runs``), and a refused run ends it: the VPs of the runs
+        before are claimed, the rest are not (the caller syncs again, as after a refused claim).
+        """
+        txn = self._client.transactions
+        member_exists = txn.version(keys.group_member(self.cluster, group, member_id)) > 0
+        parts = []
+        for vp in vps:
+            owner_key = keys.group_vp_owner(self.cluster, group, topic, vp)
+            parts.append(([txn.version(owner_key) == 0],
+                          [txn.put(owner_key, _json({"member_id": member_id}), lease=lease),
+                           txn.get(keys.group_vp_offset(self.cluster, group, topic, vp))]))
+        committed: dict[int, VpOffset | None] = {}
+        for run in self._runs(parts, ([member_exists], [])):
+            run_parts = [parts[index] for index in run]
+            succeeded, responses = self._transaction([member_exists] + [c for compare, _ in run_parts for c in compare],
+                                                     [op for _, ops in run_parts for op in ops])
+            if not succeeded:
+                break
+            for vp, found in zip((vps[index] for index in run), responses[1::2]):
+                committed[vp] = VpOffset.from_json(json.loads(found[0][0])) if found else None
+        return committed or None
+
     def commit(self, group: str, member_id: str, topic: str, offsets: Mapping[int, VpOffset],
                release: Sequence[int] = ()) -> tuple[set[int], set[int]]:
         """Write the forward-moving ``offsets`` of VPs this member owns, then delete the owner keys of
-        ``release``, in one transaction; (committed, lost: no longer owned). A VP in neither set
-        was not committed because its offset did not move forward, or moved meanwhile."""
+        ``release``; (committed, lost: no longer owned). A VP in neither set was not committed
+        because its offset did not move forward, or moved meanwhile.
+
+        Every VP's write and release carries its own checks (the owner key is mine; the offset
+        key is as read), so each is right alone: one transaction when they fit, else runs
+        (``txn_runs``). A member that stops between two runs has committed some VPs and not the
+        rest, as one that crashed between two commits: their next owner reads them again from
+        their last commit (at least once), and the owner keys not released lapse with its lease.
+        """
         txn = self._client.transactions
         mine = _json({"member_id": member_id})
         committed_before = self._committed(group, topic)
@@ -184,7 +201,11 @@ class VirtualGroupStore(MetadataStore):
             operations.append(txn.txn(compare=[txn.value(owner_key) == mine], success=[txn.delete(owner_key)], failure=[]))
         if not operations:
             return set(), set()
-        _, responses = self._client.transaction(compare=[], success=operations, failure=[])
+        # Each VP's write nests two transactions of one op each: etcd checks them against what the
+        # run's own list leaves.
+        responses = []
+        for run in self._runs([([], [operation]) for operation in operations], nesting_ops=2):
+            responses += self._transaction([], operations[run.start:run.stop])[1]
         owned = {vp for vp, response in zip(order, responses) if response.response_txn.succeeded}
         written = {vp for vp, response in zip(order, responses)
                    if vp in owned and response.response_txn.responses[0].response_txn.succeeded}
@@ -315,12 +336,11 @@ class VirtualGroupMember:
             plan = plan.after_release(written)
         lease = self._membership.lease
         if plan.claim and lease is not None:
-            got = self._store.claim(self.group, self.member_id, self.topic, list(plan.claim), lease)
-            if got is None:
+            got = self._store.claim(self.group, self.member_id, self.topic, list(plan.claim), lease) or {}
+            claimed.update(got)
+            self.owned |= set(got)
+            if len(got) < len(plan.claim):
                 self.changed.set()  # a race lost (another claim, or a release still to come): read again
-            else:
-                claimed.update(got)
-                self.owned |= set(got)
         if plan.release or plan.waiting:
             self.changed.set()  # the target moves on once these settle
         return plan
