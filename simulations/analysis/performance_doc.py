@@ -14,7 +14,7 @@ What each section shows:
 * **compare**: the newest report directory holding ``mafka4 analyze``'s tables
   (``latency_by_config.csv``): its setup and what differs between the modes
   (``simulations.analysis.report.setup_section``), both tables of the README's block
-  (``simulations.analysis.readme_figures``), the goals of issue 13 against what it measured, the
+  (``simulations.analysis.readme_figures``), the goals of issue 37 against what it measured, the
   stages, and the fleet sensitivity with both of its sides (the node ratio, and every tp99 and
   tp999 of both designs the rows hold).
 * **one section per bench** of ``simulations.analysis.bench_figures.KINDS``: the newest report directory
@@ -49,12 +49,12 @@ REPORTS = Path("reports")
 RUN_FILE = "run.json"
 COMPARE_TABLE = "latency_by_config.csv"
 
-# The goals of issue 13 (Mafka3 vs Mafka4, as the original system reported them), reported as
-# measured whatever they are: (what, the figure's key in _goal_figures, comparison, threshold).
+# The goals of issue 37 (issue 13's, Mafka3 vs Mafka4 as the original system reported them, with
+# the end-to-end ratio raised from 2x to 4x), reported as measured whatever they are: (what, the figure's key in _goal_figures, comparison, threshold).
 GOALS = (
     ("produce p99.9 Mafka3 / Mafka4 at the most consumers", "produce_ratio", ">=", 10.0),
     ("Mafka4 produce p99.9 at the most consumers / at the fewest", "mafka4_produce_growth", "<=", 1.5),
-    ("end-to-end p99.9 Mafka3 / Mafka4 at the most consumers", "end_to_end_ratio", ">=", 2.0),
+    ("end-to-end p99.9 Mafka3 / Mafka4 at the most consumers", "end_to_end_ratio", ">=", 4.0),
     ("fleet model, consumer scale x1, most topics: nodes Mafka3 / Mafka4", "fleet_nodes_ratio_x1", ">=", 2.0),
 )
 # The section setting drains of bench consume and bench redis-streams side by side, and what a block of it is called.
@@ -224,7 +224,7 @@ def _compare(report_dir: Path, tables: Path) -> str:
         readme_figures.runtime_table(tables),
         "Fleet model (`source = fleet_model`):",
         readme_figures.fleet_table(tables),
-        "Against the goals of issue 13:",
+        "Against the goals of issue 37:",
         _goals(tables),
         "Where the milliseconds go (`stage_latency.csv`): per stage, p50 / p99.9 in ms, the medians of the "
         "repetitions; produce path, then end to end.",
