@@ -7,7 +7,8 @@
    50,000 messages at 1,000 msgs/s, so that every repetition's tp999 rests on 50 samples at or
    above it. The modes take turns by repetition (repetition 0 of each mode, then repetition 1,
    ...), each on a fresh cluster, so a drift of the machine falls on both. On a 2-core machine
-   that is 36 runs of about a minute each (see the README for the time measured);
+   that is 36 runs of about a minute each, plus the waits for a quiet machine (6,405 s in all
+   in ``reports/2026-12-04-compare``);
    ``--duration-s`` makes them shorter, and the report then says on how few samples each tp999
    rests. ``--quick`` measures consumers 1, 4 and 32 once each (6 runs), and the report's first
    line says that its tails rest on few samples;

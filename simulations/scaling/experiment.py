@@ -464,13 +464,13 @@ def _wait_for_load_below(load: float | None) -> float:
 def _busy_cores(window_s: float) -> float:
     """The whole machine's busy CPUs (user, system, interrupts: ``mafka4.bench.cpu_cost.busy_ticks``)
     averaged over the next ``window_s``: the run record's ``busy_cores_before``."""
-    from mafka4.bench.cpu_cost import busy_ticks
+    from mafka4.bench.process_usage import machine_cpu
 
-    ticks_per_s = os.sysconf("SC_CLK_TCK")
-    began, before = time.monotonic(), busy_ticks(Path("/proc/stat").read_text())
+    before = machine_cpu()
     time.sleep(window_s)
-    ended, after = time.monotonic(), busy_ticks(Path("/proc/stat").read_text())
-    return round((after - before) / ticks_per_s / (ended - began), 3)
+    after = machine_cpu()
+    busy_s = (after.busy_ticks - before.busy_ticks) / os.sysconf("SC_CLK_TCK")
+    return round(busy_s / ((after.at_ns - before.at_ns) / 1e9), 3)
 
 
 def _append_run_record(path: Path, record: dict) -> None:
