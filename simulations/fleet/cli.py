@@ -158,9 +158,10 @@ def add_fleet_parser(subparsers) -> argparse.ArgumentParser:
         description="Size both designs at the default workload with one calibrated parameter at a time changed "
                     "x0.8, x1.2, -1 sigma and +1 sigma (its measurement error; skipped where that is 0). Writes "
                     "sensitivity.json (every row) and sensitivity.md (parameters sorted by how far the node ratio "
-                    f"moves). One model run at {SENSITIVITY_TOPICS_DEFAULT} topics takes 5 to 10 s: the whole table, "
-                    f"both consumer scales, took 32 min on a 2-core machine; --topics 200 takes ~4 min, "
-                    f"--parameters fewer.")
+                    f"moves). Its time hangs on the calibration, which sets how many rounds of placing a "
+                    f"sample each model run takes: the whole table at {SENSITIVITY_TOPICS_DEFAULT} topics, both "
+                    f"consumer scales, took 136 s on a 2-core machine with the calibration of 2026-12-04 and 32 "
+                    f"min with that of 2026-11-26; --topics or --parameters make it shorter.")
     sensitivity.add_argument("--out", default=SENSITIVITY_OUT_DEFAULT, help="output directory (default %(default)s)")
     sensitivity.add_argument("--calibration", help="calibration.json from 'fleet calibrate' (default: the shipped one)")
     sensitivity.add_argument("--topics", type=int, default=SENSITIVITY_TOPICS_DEFAULT,

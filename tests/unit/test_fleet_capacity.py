@@ -44,9 +44,12 @@ def test_the_same_seed_gives_the_same_model_and_sample():
 @pytest.mark.parametrize("wakeup_cores", [DEFAULT_CALIBRATION.idle_wakeup_cpu_cores_per_partition, 0.0])
 def test_more_consumers_need_more_mafka3_write_nodes_and_only_more_mafka4_read_nodes(wakeup_cores):
     params = replace(DEFAULT_CALIBRATION, idle_wakeup_cpu_cores_per_partition=wakeup_cores)
-    few = {d: sized(d, params=params).result for d in Design}
-    # Twice the consumers already move every count the test checks; four times only costs more to place.
-    many = {d: sized(d, replace(SMALL, consumers_scale=2.0), params=params).result for d in Design}
+    # At 300 topics Mafka4 stays on its minimum of read nodes at any consumer scale since the read
+    # requests got cheaper (calibration of 2026-12-04); at 1,000 twice the consumers already move
+    # every count the test checks, and four times only costs more to place.
+    workload = replace(SMALL, topics=1000)
+    few = {d: sized(d, workload, params=params).result for d in Design}
+    many = {d: sized(d, replace(workload, consumers_scale=2.0), params=params).result for d in Design}
     assert many[Design.MAFKA3].physical_partitions > few[Design.MAFKA3].physical_partitions
     assert many[Design.MAFKA3].write_nodes > few[Design.MAFKA3].write_nodes
     assert many[Design.MAFKA4].physical_partitions == few[Design.MAFKA4].physical_partitions
@@ -56,10 +59,13 @@ def test_more_consumers_need_more_mafka3_write_nodes_and_only_more_mafka4_read_n
 
 
 def test_more_throughput_needs_more_nodes_in_both_designs():
-    calm = {d: sized(d).result for d in Design}
-    # Twice the rate: CPU alone decides both sides' counts. Ten times as much proved no more, and its
-    # read side took nine rounds of placing a sample on more nodes (most of this module's time).
-    busy = {d: sized(d, replace(SMALL, rate_msgs_per_s_median=2 * SMALL.rate_msgs_per_s_median)).result for d in Design}
+    # From a rate where CPU alone decides both sides' counts (8 times the default median at 1,000
+    # topics: with the calibration of 2026-12-04 a lower rate leaves Mafka4 on its minimum of
+    # nodes), twice the rate.
+    calm_workload = WorkloadConfig(topics=1000, rate_msgs_per_s_median=8 * SMALL.rate_msgs_per_s_median)
+    calm = {d: sized(d, calm_workload).result for d in Design}
+    busy_rate = 2 * calm_workload.rate_msgs_per_s_median
+    busy = {d: sized(d, replace(calm_workload, rate_msgs_per_s_median=busy_rate)).result for d in Design}
     for design in Design:
         assert busy[design].write_nodes > calm[design].write_nodes
         assert busy[design].msgs_per_s > calm[design].msgs_per_s
