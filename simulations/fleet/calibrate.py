@@ -19,7 +19,8 @@ producer's batches straight to a leader; ``producer_run`` paces the public Produ
 4. **costs**, ``cost_trials`` times (``fit`` takes the spread of the trials' fits as the error):
    * produce: three runs (1 KiB messages one per batch; 1 KiB in full 1 MiB batches; 16 KiB in
      full batches) to cal-rf1, then to cal-rf2: CPU of the leader and of the follower;
-   * read: the cal-rf2 leader serves that trial's runs back (one batch per fetch for the first);
+   * read: the cal-rf2 leader serves that trial's runs back over its stream, as a feed stream
+     fetches (one batch per fetch for the first);
    * feed: single-message batches, then full batches, to cal-vp: CPU of the read node (its feed
      stream splits and appends in process) until every message is in a VP, and its rounds.
 5. **latency**: ack -> first waiting reader has the message (physical leader; VPs); paced
@@ -260,8 +261,15 @@ def _next_offset(data: bytes, position: int) -> int:
 
 
 def _measure_read(cluster: _Cluster, idle: dict[int, float], produce_runs: list[dict], offset: int) -> list[dict]:
-    """The cal-rf2 leader serves ``produce_runs`` back, from ``offset`` (where the first begins)."""
-    import ray
+    """The cal-rf2 leader serves ``produce_runs`` back, from ``offset`` (where the first begins).
+
+    Over the replica's stream, as a read node's feed stream fetches (``PeerHandles.replica``) and as
+    the produce runs send, not as a Ray call: no reader of the product fetches by Ray call, and a Ray
+    call's dispatch cost the leader about 1.7 ms of CPU per fetch (the calibrations of 2026-11-26
+    and 2026-12-04, ``reports/2026-12-04-fleet-recalibrated``), which the model then charged every
+    consumer fetch of both designs.
+    """
+    from mafka4.transport.stream_calls import actor_stream
 
     leader = cluster.replicas["cal-rf2"][0]
     runs = []
@@ -270,11 +278,17 @@ def _measure_read(cluster: _Cluster, idle: dict[int, float], produce_runs: list[
         bytes_max = 1 if run["name"] == "small" else 4 * MiB  # a fetch returns at least one whole batch
 
         def read_all(start=offset, stop=end, limit=bytes_max):
-            position, fetches = start, 0
-            while position < stop:
-                position = _next_offset(ray.get(leader.fetch.remote(position, limit, 0)).data, position)
-                fetches += 1
-            return fetches
+            async def fetch_all() -> int:
+                stream = actor_stream(leader, "the calibration's cal-rf2 leader")
+                position, fetches = start, 0
+                try:
+                    while position < stop:
+                        position = _next_offset((await stream.fetch.remote(position, limit, 0)).data, position)
+                        fetches += 1
+                finally:
+                    stream.close()
+                return fetches
+            return asyncio.run(fetch_all())
 
         fetches, used, elapsed = _metered(cluster.pids([leader]), idle, read_all)
         runs.append({"name": run["name"], "requests": fetches, "messages": run["messages"], "bytes": run["bytes"],
