@@ -265,9 +265,9 @@ def _measure_read(cluster: _Cluster, idle: dict[int, float], produce_runs: list[
 
     Over the replica's stream, as a read node's feed stream fetches (``PeerHandles.replica``) and as
     the produce runs send, not as a Ray call: no reader of the product fetches by Ray call, and a Ray
-    call's dispatch cost the leader about 1.7 ms of CPU per fetch (the calibrations of 2026-11-26
-    and 2026-12-04, ``reports/2026-12-04-fleet-recalibrated``), which the model then charged every
-    consumer fetch of both designs.
+    call's dispatch cost the leader 0.86 to 1.75 ms of CPU per fetch against 0.077 over the stream
+    (``reports/2026-12-04-fleet-recalibrated``), which the model then charged every consumer fetch
+    of both designs.
     """
     from mafka4.transport.stream_calls import actor_stream
 
