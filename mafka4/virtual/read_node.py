@@ -244,6 +244,7 @@ class ReadNode:
             unknown = [vp for vp in unknown if not entry.view.layout.exists(vp)]
         if unknown:
             raise UnknownVirtualPartition(f"topic {topic!r} has no virtual partitions {unknown} in etcd")
+        join_trace.JOIN_TRACES.record(topic, "children_opening", detail=node_id)
         refused: dict[int, str] = {}
         now_ms = wall_ms()
         for index, state in enumerate(states):

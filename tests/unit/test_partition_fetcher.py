@@ -11,8 +11,6 @@ import asyncio
 import contextlib
 from typing import Iterator
 
-from test_vp_fetcher_routes import reads_come_to, stand_in_port
-
 from mafka4 import batch_frame, batch_payload
 from mafka4.client.partition_fetcher import PartitionFetcher
 from mafka4.limits import ConsumerConfig, TopicConfig
@@ -21,6 +19,8 @@ from mafka4.protocol.data_api import FetchAnswer
 from mafka4.protocol.messages import ApiKey
 from mafka4.protocol.metadata_api import MetadataAnswer, NodeInfo
 from mafka4.protocol.metadata_topics import topic_info
+
+from tests.unit.test_vp_fetcher_routes import reads_come_to, stand_in_port
 
 TOPIC = "orders"
 
