@@ -6,9 +6,10 @@ leader (``client.leader_routes``, ``FetchesInFlight``; an idle partition is aske
 often, ``client.idle_waits``; a seek sends the fetch again and the leader ends the one out,
 ``frontend.fetch_sessions``; a partition whose answer brought messages is sent its next
 fetch at once, from the position it moved to, so the next poll finds it under way), and
-decodes the whole batches that come back (``fetched_messages.take_messages``); only messages below the high watermark (committed on
-the ISR) are ever returned. Positions are per partition: the offset of the next message; the
-partitions read are exactly those with a position.
+decodes the whole batches that come back (``fetched_messages.take_messages``); only messages
+below the high watermark (committed on the ISR) are ever returned. Positions are per
+partition: the offset of the next message; the partitions read are exactly those with a
+position.
 
 A fetch that fails retriably (the leader moved: ``NotLeader``; its connection broke) closes that
 leader's connection and asks a node for the metadata again before the partition is fetched
