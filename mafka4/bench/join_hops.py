@@ -32,9 +32,9 @@ derived once per process, ``security.scram_client``):
   children's states in one transaction, and asks the nodes to host the children and release
   the holds (one call per node: a holder that leads a child does both; ``host_received`` ..
   ``children_opening``: a node reads the epoch it has not seen yet, one etcd round trip;
-  ``children_opening`` .. ``children_opened``: it opens the children's logs and they take
-  their roles, on its event loop: about 0.4 ms a child to open a new log here and as much to
-  lead it, whose leader-epoch checkpoint is fsynced);
+  ``children_opening`` .. ``children_opened``: it opens the children's logs on its worker
+  thread, about 0.4 ms a child here (``virtual.vp_opening``), and they take their roles on its
+  loop, about as long again: a leader's epoch checkpoint is fsynced);
 * ``split_answered``: the controller writes the result (a lease grant and one transaction); the
   coordinator's watch reads it. Nothing in the group waits for this hop;
 * ``parent_sealed``: the released feed hands the parent its records up to the cut; its leader
