@@ -12,7 +12,8 @@ names below, ``member`` the group member id it concerns ("" if none), ``detail``
   ``coordinator_found``, ``join_answered``, ``assigned`` (a sync answer that claimed VPs; detail: them),
   ``metadata_read``, ``offsets_listed``, ``connected`` (a new authenticated connection to a read
   node), ``fetch_sent`` and ``first_data`` (the first fetch of a claimed VP, its first non-empty
-  answer);
+  answer), ``sync_sent`` and ``synced`` (every sync of every member with the coordinator, sent
+  and answered: how often a join makes each member sync, and how long each sync took);
 * the coordinator (``frontend.group_sessions``, ``frontend.hosted_members``): ``join_received``,
   ``coordinator_join``, ``woken`` (the member's heartbeat is answered: it should sync),
   ``sync_received``, ``released`` and ``claimed`` (a sync's release and claim transactions;
@@ -23,8 +24,9 @@ names below, ``member`` the group member id it concerns ("" if none), ``detail``
   ``holds_asked``, ``holds_answered``, ``epoch_stored``, ``children_hosted`` (the read nodes
   opened the children's logs and released the held feed streams);
 * the read nodes (``virtual.read_node``): ``hold_received`` and ``hold_offered`` (a parent's
-  leader asked to hold, its feed streams stopped at their offers), ``host_received`` and
-  ``children_opened`` (a node asked to host children, their logs open; detail: the node).
+  leader asked to hold, its feed streams stopped at their offers), ``host_received`` (a node
+  asked to host children), ``children_opening`` (it knows their epoch and starts opening their
+  logs) and ``children_opened`` (their logs open, their roles taken); detail: the node.
 
 Off by default and free when off: a process keeps rows only for the topics ``start``ed in it
 (a read node's ``set_join_trace``; a join bench's member process for its consumer), and a recording

@@ -17,6 +17,9 @@ Figures (ms):
   member (including the new one): the time the whole group consumed nothing;
 * ``baseline_gap_ms``: the same longest gap per member during the second before the join,
   for scale (the normal gap between fetches at this rate);
+* ``join_gap_ms``: the same longest gap per member during the second after the join (the
+  window of ``baseline_gap_ms``), and the longest of them, ``max_member_join_gap_ms``
+  (``bench vp-join`` sets it beside its own members');
 * ``new_member_first_message_ms``: from the join until the new member's first message;
 * ``protocol_rebalance_ms``: as etcd saw it (through a watch on the group, stamped on arrival):
   from the new member key until every partition has an owner key of the final generation.
@@ -45,6 +48,8 @@ if TYPE_CHECKING:  # the logs' type only: the trial's module imports the client
 
 NS_PER_MS = 1_000_000
 BEFORE_JOIN_WINDOW_S = 1.0
+# ``join_gap_ms`` looks this long after the join: as long as ``baseline_gap_ms`` looks before it.
+AFTER_JOIN_WINDOW_S = BEFORE_JOIN_WINDOW_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +124,13 @@ def longest_gap_ms(times_ns: list[int], start_ns: int, end_ns: int) -> float:
     return round(longest_gap(times_ns, start_ns, end_ns)[0] / NS_PER_MS, 1)
 
 
+def join_gaps_ms(logs: list[MemberLog], join_ns: int, end_ns: int) -> dict[str, float]:
+    """Per member of ``logs``, its longest gap between non-empty polls in the ``AFTER_JOIN_WINDOW_S``
+    after ``join_ns`` (cut at ``end_ns``, the measured window's end): ``join_gap_ms``."""
+    window_end_ns = min(join_ns + int(AFTER_JOIN_WINDOW_S * 1e9), end_ns)
+    return {log.name: longest_gap_ms(log.receive_ns, join_ns, window_end_ns) for log in logs}
+
+
 def run_trial(connection, settings: RebalanceBenchSettings) -> dict:
     from mafka4.bench.join_member import MemberSpec
     from mafka4.bench.join_trial import JoinTrial
@@ -151,6 +163,7 @@ def _trial_figures(logs: list[MemberLog], newcomer: MemberLog, join_ns: int, end
     stall_start = {log.name: round((longest_gap(log.receive_ns, before_ns, end_ns)[1] - join_ns) / NS_PER_MS, 1)
                    for log in existing}
     baseline = {log.name: longest_gap_ms(log.receive_ns, before_ns, join_ns) for log in existing}
+    join_gap = join_gaps_ms(existing, join_ns, end_ns)
     everyone = [t for log in logs for t in log.receive_ns]
     first_new = min((t for t in newcomer.receive_ns if t >= join_ns), default=None)
     values = [v for log in logs for v in log.values]
@@ -160,6 +173,8 @@ def _trial_figures(logs: list[MemberLog], newcomer: MemberLog, join_ns: int, end
         "member_stall_start_ms": stall_start,
         "group_stall_ms": longest_gap_ms(everyone, before_ns, end_ns),
         "baseline_gap_ms": baseline,
+        "join_gap_ms": join_gap,
+        "max_member_join_gap_ms": max(join_gap.values()),
         "new_member_first_message_ms": None if first_new is None else round((first_new - join_ns) / NS_PER_MS, 1),
         "messages_produced": produced,
         "messages_consumed": len(values),

@@ -17,6 +17,12 @@ Figures (ms):
   (``other_member_stall_ms``; the design's target: no stall beyond the normal gap);
 * ``member_stall_start_ms``: where each of those gaps began, relative to the join;
 * ``baseline_gap_ms``: the same longest gap per member in the second before the join;
+* ``join_gap_ms``: the same longest gap per member in the second after the join (the window
+  of ``baseline_gap_ms``, so the two compare directly: the join added nothing to a member whose
+  ``join_gap_ms`` is within its ``baseline_gap_ms``), the longest of the split member's
+  (``split_member_join_gap_ms``) and of the others' (``other_member_join_gap_ms``). Where
+  ``member_stall_ms`` can catch a gap of the background seconds after the join, this one
+  looks only where the split happens;
 * ``new_member_first_message_ms``: from the join until the joiner's first message;
 * ``split_stored_ms`` / ``child_claimed_ms``: from the join until the split epoch, and the
   joiner's owner key of a child, arrived through etcd watches (stamped on arrival);
@@ -51,8 +57,8 @@ from typing import TYPE_CHECKING
 
 from mafka4.bench.join_hops import hop_medians
 from mafka4.bench.join_tracing import ClusterJoinTrace
-from mafka4.bench.rebalance import (BEFORE_JOIN_WINDOW_S, NS_PER_MS, GroupWatch, RebalanceBenchSettings, longest_gap,
-                                    longest_gap_ms, run_trial)
+from mafka4.bench.rebalance import (BEFORE_JOIN_WINDOW_S, NS_PER_MS, GroupWatch, RebalanceBenchSettings, join_gaps_ms,
+                                    longest_gap, longest_gap_ms, run_trial)
 from mafka4.limits import ReadMode
 
 if TYPE_CHECKING:  # the logs' type only: the trial's module imports the client
@@ -171,6 +177,7 @@ def _figures(logs: list[MemberLog], newcomer: MemberLog, join_ns: int, end_ns: i
     stall_start = {log.name: round((longest_gap(log.receive_ns, before_ns, end_ns)[1] - join_ns) / NS_PER_MS, 1)
                    for log in existing}
     others = [stall[name] for name in stall if name not in split_members]
+    join_gap = join_gaps_ms(existing, join_ns, end_ns)
     first_new = min((t for t in newcomer.receive_ns if t >= join_ns), default=None)
     return {
         "member_stall_ms": stall,
@@ -178,6 +185,10 @@ def _figures(logs: list[MemberLog], newcomer: MemberLog, join_ns: int, end_ns: i
         "split_member_stall_ms": max((stall[name] for name in split_members), default=None),
         "other_member_stall_ms": max(others, default=None),
         "baseline_gap_ms": {log.name: longest_gap_ms(log.receive_ns, before_ns, join_ns) for log in existing},
+        "join_gap_ms": join_gap,
+        "split_member_join_gap_ms": max((join_gap[name] for name in split_members), default=None),
+        "other_member_join_gap_ms": max((join_gap[name] for name in join_gap if name not in split_members),
+                                        default=None),
         "new_member_first_message_ms": None if first_new is None else round((first_new - join_ns) / NS_PER_MS, 1),
     }
 
@@ -209,6 +220,10 @@ def run_vp_join_bench(settings: VpJoinBenchSettings, output_path: str) -> dict:
             "split_member_stall_ms_median": _median(mafka4_trials, "split_member_stall_ms"),
             "split_member_stall_ms_each": [t["split_member_stall_ms"] for t in mafka4_trials],
             "baseline_gap_ms_max_each": [max(t["baseline_gap_ms"].values()) for t in mafka4_trials],
+            "other_member_join_gap_ms_median": _median(mafka4_trials, "other_member_join_gap_ms"),
+            "other_member_join_gap_ms_each": [t["other_member_join_gap_ms"] for t in mafka4_trials],
+            "split_member_join_gap_ms_median": _median(mafka4_trials, "split_member_join_gap_ms"),
+            "split_member_join_gap_ms_each": [t["split_member_join_gap_ms"] for t in mafka4_trials],
             "new_member_first_message_ms_median": _median(mafka4_trials, "new_member_first_message_ms"),
             "new_member_first_message_ms_each": [t["new_member_first_message_ms"] for t in mafka4_trials],
             "split_stored_ms_median": _median(mafka4_trials, "split_stored_ms"),
@@ -223,6 +238,8 @@ def run_vp_join_bench(settings: VpJoinBenchSettings, output_path: str) -> dict:
             "max_member_stall_ms_median": _median(mafka3_trials, "max_member_stall_ms"),
             "max_member_stall_ms_each": [t["max_member_stall_ms"] for t in mafka3_trials],
             "baseline_gap_ms_max_each": [max(t["baseline_gap_ms"].values()) for t in mafka3_trials],
+            "max_member_join_gap_ms_median": _median(mafka3_trials, "max_member_join_gap_ms"),
+            "max_member_join_gap_ms_each": [t["max_member_join_gap_ms"] for t in mafka3_trials],
             "new_member_first_message_ms_median": _median(mafka3_trials, "new_member_first_message_ms"),
             "protocol_rebalance_ms_median": _median(mafka3_trials, "protocol_rebalance_ms"),
             "missing_each": [t["messages_produced"] - t["messages_unique"] for t in mafka3_trials],

@@ -4,10 +4,12 @@
 It keeps one fetch outstanding per partition it reads, at the client port of the partition's
 leader (``client.leader_routes``, ``FetchesInFlight``; an idle partition is asked less and less
 often, ``client.idle_waits``; a seek sends the fetch again and the leader ends the one out,
-``frontend.fetch_sessions``), and decodes the whole batches that come
-back (``fetched_messages.take_messages``); only messages below the high watermark (committed on
-the ISR) are ever returned. Positions are per partition: the offset of the next message; the
-partitions read are exactly those with a position.
+``frontend.fetch_sessions``; a partition whose answer brought messages is sent its next
+fetch at once, from the position it moved to, so the next poll finds it under way), and
+decodes the whole batches that come back (``fetched_messages.take_messages``); only messages
+below the high watermark (committed on the ISR) are ever returned. Positions are per
+partition: the offset of the next message; the partitions read are exactly those with a
+position.
 
 A fetch that fails retriably (the leader moved: ``NotLeader``; its connection broke) closes that
 leader's connection and asks a node for the metadata again before the partition is fetched
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+from typing import Iterable
 
 from mafka4.client.client_loop import client_loop
 from mafka4.client.cluster_access import ClusterAccess
@@ -104,6 +107,7 @@ class PartitionFetcher:
         """Messages of the partitions read, waiting at most ``timeout_s`` for the first (or until ``wake``)."""
         self._issue_fetches()
         messages: list[Message] = []
+        brought: list[int] = []  # partitions whose answers brought messages
         for partition, offset, call in self._in_flight.answered(timeout_s, LEADER_RETRY_S, wake):
             try:
                 result: FetchAnswer = call.result()
@@ -119,6 +123,10 @@ class PartitionFetcher:
                                         self.config.poll_messages_max, self.config.check_crcs)
             if next_offset is not None:
                 self.positions[partition] = next_offset
+                brought.append(partition)
+        # A leader that answered with messages likely holds more: its next fetch goes out now, so
+        # the next poll finds that answer under way instead of starting the round trip.
+        self._send_fetches(brought)
         return messages
 
     def _issue_fetches(self) -> None:
@@ -127,7 +135,12 @@ class PartitionFetcher:
                 self.refresh()
             except MafkaError:  # no node answered: fetch from the leaders known, and ask again next time
                 pass
-        for partition, offset in self.positions.items():
+        self._send_fetches(self.positions)
+
+    def _send_fetches(self, partitions: Iterable[int]) -> None:
+        """Send a fetch from its position for each of ``partitions`` read with none out."""
+        for partition in partitions:
+            offset = self.positions[partition]
             if partition in self._in_flight:
                 continue
             # A lost fetch is not sent: asked again once the fault heals or the leader moves.

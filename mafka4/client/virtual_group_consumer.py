@@ -168,7 +168,9 @@ class VirtualGroupConsumer:
         self._commits.if_due()
 
     def _sync(self) -> None:
+        JOIN_TRACES.record(self.topic, "sync_sent", self.member_id)
         result: MemberSync = self._member.sync(self._offsets())
+        JOIN_TRACES.record(self.topic, "synced", self.member_id)
         self._commits.forget()
         for vp in result.revoked:
             self._fetcher.stop(vp)

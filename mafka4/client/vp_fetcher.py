@@ -10,7 +10,11 @@ them has data (``FetchesInFlight``, as ``PartitionFetcher`` fetches from leaders
 is asked less and less often (``client.idle_waits``). A fetch out never asks for less or other
 than the consumer wants: when a VP is added, sought or routed elsewhere while its node's
 fetch is out, the fetch is sent again with what is wanted now, and the node ends the one out
-(``frontend.fetch_sessions``); what the dropped one would have answered is read by the new one. Only
+(``frontend.fetch_sessions``); what the dropped one would have answered is read by the new one.
+A node whose answer brought messages is sent its next fetch at once, before ``fetch`` returns
+them, so the next poll finds it under way (a node that has data likely has more); it asks
+from the positions the answer moved, and an answer is taken only if the VP is still fetched
+from the position it asked for (a VP stopped or sought meanwhile is fetched again). Only
 records below each VP's high watermark are ever returned, so what a reader saw survives a VP
 failover. Positions are per VP: the VP offset of the next message, with the leader epoch of the
 record before it (``last_epochs``), which every fetch sends: a VP whose log diverged from what
@@ -222,7 +226,11 @@ class VpFetcher:
             lost, self._lost = self._lost, None
             raise lost
         self._issue_fetches()
-        messages = self._collect(timeout_s, wake)
+        messages, brought = self._collect(timeout_s, wake)
+        if brought:
+            # A node whose answer brought messages likely holds more: its next fetch goes out now,
+            # so the next poll finds that answer under way instead of starting the round trip.
+            self._issue_fetches(only=brought)
         if not messages and self._lost is not None:
             lost, self._lost = self._lost, None
             raise lost
@@ -234,14 +242,20 @@ class VpFetcher:
                             state.risr, state.leader, self._risr_config, state.name)
         return state.leader if route.replica_id == self._avoid.get(vp) else route.replica_id
 
-    def _issue_fetches(self) -> None:
+    def _issue_fetches(self, only: set[str] | None = None) -> None:
+        """Send each node the fetch of what is wanted there now, unless the fetch out asks for just
+        that. ``only``: send to these nodes alone (those that just answered: the fetches out to
+        the others, and a metadata read, are left to the next poll)."""
         wanted: dict[str, list[tuple[int, int, int]]] = defaultdict(list)  # node -> (VP, offset, last epoch)
         for vp in sorted(self.fetching):
             wanted[self._route(vp)].append((vp, self.positions[vp], self.position_epoch(vp)))
-        for node in [node for node in self._in_flight.destinations() if node not in wanted]:
-            self._in_flight.drop(node)  # nothing to read there any more
+        if only is None:
+            for node in [node for node in self._in_flight.destinations() if node not in wanted]:
+                self._in_flight.drop(node)  # nothing to read there any more
         unroutable = False
         for node, sent in wanted.items():
+            if only is not None and node not in only:
+                continue
             out = self._in_flight.sent_to(node)
             if out == sent:
                 continue
@@ -264,7 +278,7 @@ class VpFetcher:
                 unroutable = True
         # A VP routed to a node that serves no client port (or that a network fault cuts off) is
         # read again only once the metadata names another: ask for it, a few times a second at most.
-        if unroutable and self.metadata_age_s >= VP_UNROUTABLE_REFRESH_S:
+        if unroutable and only is None and self.metadata_age_s >= VP_UNROUTABLE_REFRESH_S:
             self.refresh()
 
     def _start_fetch(self, address: str, reads: tuple[VpOffset, ...], wait_ms: int):
@@ -277,8 +291,10 @@ class VpFetcher:
 
         return asyncio.run_coroutine_threadsafe(fetch(), self._loop.loop)
 
-    def _collect(self, timeout_s: float, wake: concurrent.futures.Future | None) -> list[Message]:
+    def _collect(self, timeout_s: float, wake: concurrent.futures.Future | None) -> tuple[list[Message], set[str]]:
+        """The messages of the fetches answered, and the nodes whose answers brought some."""
         messages: list[Message] = []
+        brought: set[str] = set()
         for node, sent, call in self._in_flight.answered(timeout_s, self.config.fetch_wait_ms_max / 1000, wake):
             try:
                 answers = call.result()
@@ -293,6 +309,7 @@ class VpFetcher:
                 self._avoid.update({vp: node for vp, _, _ in sent})
                 continue
             self._idle_waits.answered(node, empty=not any(answer.data or answer.error for answer in answers))
+            taken_before = len(messages)
             for (vp, offset, last_epoch), answer in zip(sent, answers):
                 if vp not in self.fetching or (self.positions.get(vp), self.position_epoch(vp)) != (offset, last_epoch):
                     continue  # stopped or moved while the fetch was out
@@ -311,7 +328,9 @@ class VpFetcher:
                     self._first_data_pending.discard(vp)
                     JOIN_TRACES.record(self.topic, "first_data", self.traced_as, str(vp))
                 self._take(vp, offset, answer.data, messages)
-        return messages
+            if len(messages) > taken_before:
+                brought.add(node)
+        return messages, brought
 
     def _take(self, vp: int, offset: int, data: bytes, messages: list[Message]) -> None:
         """Decode one VP's batches into ``messages`` from ``offset``, up to ``poll_messages_max``."""

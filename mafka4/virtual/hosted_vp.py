@@ -8,7 +8,8 @@ parts itself (truncation, flush, the leader-epoch checkpoint) and the rest throu
 fetches). The ``ReadNode`` and the simulator (``simulations.dst.virtual``) both host it
 unchanged.
 
-Every method is synchronous and runs on the read node's event loop, except ``VpChores.run``;
+Every method is synchronous and runs on the read node's event loop, except ``VpChores.run``
+and the constructor, which opens the log on the worker thread (``virtual.vp_opening``);
 none does network I/O, so a feed stream can hand records to hundreds of VPs in one pass without
 a single remote call.
 

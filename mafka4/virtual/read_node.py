@@ -6,8 +6,10 @@ host and in which role (``host``); creating, splitting or merging VPs opens logs
 nodes. Everything of one node runs on its event loop:
 
 * **VP replicas** (``HostedVp``: a segmented log, checkpoints and the pure ``VpReplicaCore``),
-  keyed by ``VpId``. A role notice for an older epoch is refused per VP (``StaleEpoch``); a
-  repeated notice is a no-op, so the controller may announce roles as often as it likes.
+  keyed by ``VpId``, their logs opened on the worker thread (``vp_opening``: opening recovers a
+  log, which the other VPs' fetches and feeds should not wait for). A role notice for an older
+  epoch is refused per VP (``StaleEpoch``); a repeated notice is a no-op, so the controller may
+  announce roles as often as it likes.
 * **Feeding** (``PartitionFeed``): per (topic, physical partition) one stream for the VP leaders
   this node hosts, created with the topic's first local leader and stopped when the node
   leads none. The streams of one topic share a ``TopicView`` of its metadata. Their fetches
@@ -98,6 +100,7 @@ from mafka4.virtual.replication import (
     SESSION_UNKNOWN, FetchSessions, ReplicaFetcher, SessionAnswer, SessionRequest,
 )
 from mafka4.virtual.topic_view import TopicView
+from mafka4.virtual.vp_opening import VpOpening
 from mafka4.virtual.vp_state import VirtualPartitionState
 
 logger = logging.getLogger(__name__)
@@ -126,6 +129,7 @@ class ReadNode:
         self._spec = spec
         self._config = spec.config
         self._hosted: dict[VpId, HostedVp] = {}
+        self._opening = VpOpening(self._hosted)  # opens VP logs on the worker thread (``virtual.vp_opening``)
         # One bound for every VP log of the node (``ReadNodeConfig.log_dir_bytes_max``).
         self._budget = LogDirBudget(os.path.join(spec.data_root, spec.node_id), spec.config.log_dir_bytes_max)
         self._stage_traces: dict[str, StageTrace] = {}  # traced topics (``set_stage_trace``)
@@ -217,8 +221,9 @@ class ReadNode:
         for fetcher in self._fetchers.values():
             fetcher.close()
         self._peers.close()
-        for hosted in self._hosted.values():
-            hosted.close(delete_data)
+        async with self._opening.lock:  # a log being opened is closed once it is open
+            for hosted in self._hosted.values():
+                hosted.close(delete_data)
         self._records.close()
 
     # --- hosting (the controller's calls) ----------------------------------------------
@@ -244,12 +249,12 @@ class ReadNode:
             unknown = [vp for vp in unknown if not entry.view.layout.exists(vp)]
         if unknown:
             raise UnknownVirtualPartition(f"topic {topic!r} has no virtual partitions {unknown} in etcd")
+        join_trace.JOIN_TRACES.record(topic, "children_opening", detail=node_id)
+        opened = await self._open(topic, config, [state.vp for state in states])
         refused: dict[int, str] = {}
         now_ms = wall_ms()
-        for index, state in enumerate(states):
-            vp_id = VpId(topic, state.vp)
+        for index, (state, hosted) in enumerate(zip(states, opened)):
             try:
-                hosted = self._open(vp_id, config, now_ms)
                 if state.leader == node_id:
                     hosted.become_leader(state.leader_epoch, state.replicas, state.risr, now_ms)
                 else:
@@ -262,17 +267,23 @@ class ReadNode:
         join_trace.JOIN_TRACES.record(topic, "children_opened", detail=node_id)
         return refused
 
-    def _open(self, vp_id: VpId, config: TopicConfig, now_ms: int) -> HostedVp:
-        hosted = self._hosted.get(vp_id)
-        if hosted is None:
+    async def _open(self, topic: str, config: TopicConfig, vps: Sequence[int]) -> list[HostedVp]:
+        """The replica of each of ``vps`` hosted here, the logs of those not hosted yet opened on the
+        worker thread (``virtual.vp_opening``): the loop serves the other VPs meanwhile."""
+        now_ms = wall_ms()
+        log_config = topic_log_config(config)
+        risr_config = RisrConfig(read_replica_lag_ms_max=config.read_replica_lag_ms_max)
+
+        def make(vp_id: VpId) -> HostedVp:  # on the worker thread: touches nothing of the node's
             directory = vp_directory(self._spec.data_root, self._spec.node_id, vp_id)
-            risr_config = RisrConfig(read_replica_lag_ms_max=config.read_replica_lag_ms_max)
-            hosted = HostedVp(vp_id, self._spec.node_id, directory, topic_log_config(config), risr_config, now_ms,
-                              self._on_ready, self._budget, on_change=self._housekeeper.changed,
-                              owe_flush=self._housekeeper.owe_flush)
-            hosted.trace = self._stage_traces.get(vp_id.topic)
-            self._hosted[vp_id] = hosted
-        return hosted
+            return HostedVp(vp_id, self._spec.node_id, directory, log_config, risr_config, now_ms, self._on_ready,
+                            self._budget, on_change=self._housekeeper.changed, owe_flush=self._housekeeper.owe_flush)
+
+        opened = await self._opening.open([VpId(topic, vp) for vp in vps], make)
+        trace = self._stage_traces.get(topic)
+        for hosted in opened:
+            hosted.trace = trace
+        return opened
 
     async def _topic(self, topic: str, config: TopicConfig) -> _Topic:
         entry = self._topics.get(topic)
@@ -287,8 +298,7 @@ class ReadNode:
         """The log end offset of this node's replica of each of ``vps``, opening (without a role) a log
         not hosted yet: the controller picks the longest among restarted replicas (``failover``)."""
         await self._topic(topic, config)
-        now_ms = wall_ms()
-        return {vp: self._open(VpId(topic, vp), config, now_ms).log_end_offset for vp in vps}
+        return {vp: hosted.log_end_offset for vp, hosted in zip(vps, await self._open(topic, config, vps))}
 
     async def roles(self, topic: str) -> dict[int, tuple[str, int]]:
         """Per hosted VP of ``topic``: (role, leader epoch)."""
@@ -301,7 +311,12 @@ class ReadNode:
         With ``delete_data`` each VP's log is closed unflushed and its directory moved aside at
         once, and removed on a worker thread: a topic of 1,024 VPs took the loop 7 s to flush and
         delete inline, long enough for the node's liveness lease to lapse and the controller to
-        restart the node."""
+        restart the node. A VP whose log is being opened is dropped once it is open
+        (``virtual.vp_opening``)."""
+        async with self._opening.lock:
+            return self._drop(topic, vps, delete_data)
+
+    def _drop(self, topic: str, vps: Sequence[int] | None, delete_data: bool) -> list[int]:
         dropped = [vp_id for vp_id in self._hosted if vp_id.topic == topic and (vps is None or vp_id.vp in vps)]
         discarded = []
         for vp_id in dropped:

@@ -303,17 +303,21 @@ def _stream(reports: Sequence[tuple[str, Mapping]]) -> str:
 
 def _vp_join(reports: Sequence[tuple[str, Mapping]]) -> str:
     """One row per trial: the Mafka4 join's stalls and waits, beside the Mafka3 trial run after it."""
+    # The gaps in the second after the join (``join_gap_ms``) are "–" in reports older than the figure.
     header = ("run", "trial", "other members' stall ms", "split member's stall ms", "gap before the join ms",
-              "joiner's first message ms", "split stored ms", "Mafka3: stall ms", "Mafka3: first message ms")
+              "other members' gap after the join ms", "split member's gap after the join ms",
+              "joiner's first message ms", "split stored ms", "Mafka3: stall ms", "Mafka3: gap after the join ms",
+              "Mafka3: first message ms")
     rows, columns = [], {name: [] for name in header[2:]}
     for name, report in reports:
         mafka3 = report.get("mafka3_trials") or []
         for number, trial in enumerate(report["mafka4_trials"]):
             eager = mafka3[number] if number < len(mafka3) else {}
             values = (trial["other_member_stall_ms"], trial["split_member_stall_ms"],
-                      max(trial["baseline_gap_ms"].values(), default=None), trial["new_member_first_message_ms"],
+                      max(trial["baseline_gap_ms"].values(), default=None), trial.get("other_member_join_gap_ms"),
+                      trial.get("split_member_join_gap_ms"), trial["new_member_first_message_ms"],
                       trial.get("split_stored_ms"), eager.get("max_member_stall_ms"),
-                      eager.get("new_member_first_message_ms"))
+                      eager.get("max_member_join_gap_ms"), eager.get("new_member_first_message_ms"))
             for column, value in zip(columns, values):
                 columns[column].append(value)
             rows.append((f"`{name}`", str(number), *(_fixed(1)(value) for value in values)))

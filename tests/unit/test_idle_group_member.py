@@ -365,3 +365,22 @@ def test_an_idle_heartbeat_waits_long_at_the_coordinator_and_a_pending_sync_only
     bare = asked[1:-1]
     assert len(bare) >= 2 and set(bare) == {(0, PROTOCOL_ANSWER_MARGIN_S)}, asked
     assert asked[-1] == long_wait
+
+
+def test_a_join_traced_members_every_sync_is_a_sent_and_an_answered_row(monkeypatch, clock):
+    """``sync_sent`` / ``synced`` (``mafka4.join_trace``): how often a join makes each member sync."""
+    from mafka4.join_trace import JOIN_TRACES
+
+    coordinator, fetcher = Coordinator({0: 100}), Fetcher()
+    member = vp_member(monkeypatch, coordinator, fetcher)  # its join synced once, untraced
+    JOIN_TRACES.start(TOPIC)  # as a bench starts it on its members just before a join
+    try:
+        for _ in range(2):
+            coordinator.changed.set()  # the group changed: the next poll syncs
+            member.poll(timeout_ms=0)
+        rows = JOIN_TRACES.take(TOPIC)["rows"]
+    finally:
+        JOIN_TRACES.stop(TOPIC)
+    assert coordinator.syncs == 3
+    assert [(hop, who) for hop, _, who, _ in rows] == [("sync_sent", "m0"), ("synced", "m0")] * 2
+    assert all(sent[1] <= answered[1] for sent, answered in zip(rows[::2], rows[1::2]))

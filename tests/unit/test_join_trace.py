@@ -46,13 +46,15 @@ def _split_join_rows() -> list[tuple[str, float, str, str]]:
     """The rows of one split join, in ms after the join (``JOIN_MS``), from its three processes."""
     at = {"join_sent": 2, "coordinator_found": 3, "join_received": 4, "coordinator_join": 6, "join_answered": 8, "split_asked": 30, "intent_taken": 35,
           "holds_asked": 40, "hold_received": 45, "hold_offered": 55, "holds_answered": 60, "epoch_stored": 70,
-          "host_received": 80, "children_opened": 110, "children_hosted": 120, "split_answered": 125,
+          "host_received": 80, "children_opening": 95, "children_opened": 110, "children_hosted": 120,
+          "split_answered": 125,
           "parent_sealed": 90, "released": 140, "woken": 150, "sync_received": 160, "claimed": 165,
           "assigned": 170, "metadata_read": 180, "offsets_listed": 190, "connected": 200, "fetch_sent": 201,
           "first_data": 210}
     split_side = {"split_asked", "intent_taken", "holds_asked", "holds_answered", "epoch_stored", "children_hosted",
                   "split_answered", "released"}
-    nodes_side = {"parent_sealed", "hold_received", "hold_offered", "host_received", "children_opened"}
+    nodes_side = {"parent_sealed", "hold_received", "hold_offered", "host_received", "children_opening",
+                  "children_opened"}
     return [(hop, JOIN_MS + ms, SPLITTER if hop in split_side else "" if hop in nodes_side else JOINER, "")
             for hop, ms in at.items()]
 

@@ -413,6 +413,15 @@ def test_trials_and_repetitions_each_get_a_row_and_a_median():
     assert "| `l.json` | 256 | 38,100 |" in lag and "| – | no |" in lag and "| 4.7 | yes |" in lag
 
 
+def test_the_join_table_sets_each_trials_gaps_after_the_join_beside_mafka3s():
+    report = vp_join_report()
+    join = bench_figures.render("vp-join", [("j.json", report)])
+    for trial, eager in zip(report["mafka4_trials"], report["mafka3_trials"]):
+        gaps = (trial["other_member_join_gap_ms"], trial["split_member_join_gap_ms"])
+        assert all(gap is not None for gap in gaps) and eager["max_member_join_gap_ms"] is not None
+        assert " | ".join(f"{gap:.1f}" for gap in gaps) in join and f"| {eager['max_member_join_gap_ms']:.1f} |" in join
+
+
 def test_a_smoke_run_is_not_a_result():
     with pytest.raises(bench_figures.NotAResult, match="smoke"):
         bench_figures.render("consume", [("c.json", consume_report([consume_row("mafka4", "per-read", 1, 0, 40.0)],
