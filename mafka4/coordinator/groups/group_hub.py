@@ -12,8 +12,8 @@ thousand idle members would be a thousand leases refreshed and two thousand watc
 * **One watch per prefix** (a group's, a topic's), shared by every member that needs it and
   ended with the last of them; each event is handed to every subscriber. A watch that ended
   is set up again at the next period, and every subscriber is woken (an event may have been
-  missed meanwhile). Nothing else wakes a member: an idle group costs nothing but its
-  members' heartbeats.
+  missed meanwhile). Nothing else wakes a member but a recheck (below): an idle group costs
+  nothing but its members' heartbeats.
 * **Liveness** is the coordinator's to judge (``frontend.group_sessions``: heartbeats). A
   member that leaves, or that the coordinator drops, deletes its own keys
   (``HubMembership.leave``/``drop``), since they do not go with a lease of their own.

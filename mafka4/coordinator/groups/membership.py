@@ -6,7 +6,8 @@ protocol steps. It owns what a member is, apart from what it owns:
 
 * **Join.** The member key ``keys.group_member`` (the ``MemberInfo``) under a lease of the
   member's own (``member_lease_ttl_s``), and watches on the protocol's prefixes, so that a join,
-  a leave or a lapsed lease wakes every member (``changed``). The protocol binds the keys it
+  a leave or a lapsed lease wakes the members it asks something of (``changed``; the protocol
+  judges each event: ``vp_wakes`` for mafka4-mode groups). The protocol binds the keys it
   claims to the same lease (``lease``), so a crashed member's claims free themselves.
 * **Keep alive.** A ``LeaseThread`` refreshes the lease every third of the TTL. Each period
   it also watches again if a watch ended, and sets ``changed`` (a missed watch event must not

@@ -16,10 +16,10 @@ request bound: it goes in runs of transactions, each VP's checks in its own run 
   join, a leave, a lapsed lease, a new split epoch or a sealed parent wakes the members it
   asks something of; writes no plan reads (commits, RISR and leader writes, a reshard's
   bookkeeping) wake nobody (``vp_wakes``). A member that slept through a write a plan reads
-  syncs once at its membership's next period anyway (``recheck``). On a coordinator (``frontend.group_sessions``), the lease and
-  the watches are the coordinator's, shared by every member it hosts (``group_hub``); a
-  member on its own holds them itself (``membership``). Both are shared with Mafka3-mode
-  groups.
+  syncs once at its membership's next period anyway (``recheck``). On a coordinator
+  (``frontend.group_sessions``), the lease and the watches are the coordinator's, shared by
+  every member it hosts (``group_hub``); a member on its own holds them itself
+  (``membership``). Both are shared with Mafka3-mode groups.
 * **Sync** (in the consumer's thread). Read the group and the topic's layout and VP states
   in one transaction (``VirtualGroupStore.snapshot``), count the closed VPs this member has
   read to their sealed end (the positions it syncs with) as committed there
