@@ -156,7 +156,7 @@ class GroupHub:
             member.changed.set()
 
     def _each_period(self) -> None:
-        """After each refresh: watch again what ended (waking the subscribers), recheck, enforce the rebalance timeout."""
+        """After each refresh: watch again what ended (waking the subscribers), recheck, enforce rebalance timeouts."""
         with self._lock:
             rewatch = {member for prefix, members in self._subscribers.items() if prefix not in self._watch_ids
                        for member in members}
