@@ -430,7 +430,7 @@ class VirtualGroupMember:
             picture = self._picture
             if picture is not None and any(picture.apply(event) is Applied.LOST for event in events):
                 picture = self._picture = None  # cannot follow: the sync this wakes reads afresh
-                wake = Wake.REBALANCE if wake is Wake.QUIET else wake
+                wake = Wake.SYNC if wake is Wake.QUIET else wake  # in doubt: a sync, not a rebalance timeout
             if wake is not Wake.QUIET and picture is not None and not asks_to_act(picture, self.member_id,
                                                                                   self._answered):
                 self._slept = True
