@@ -133,3 +133,11 @@ def test_a_key_the_picture_does_not_know_wakes_and_the_filter_rules_until_the_ne
     a.changed.clear()
     a._on_events(events(member_key("c")))
     assert not a.changed.is_set(), "the sync read a picture again"
+
+
+def test_an_unreadable_value_of_a_key_the_rule_calls_quiet_wakes_for_a_sync_without_the_rebalance_timeout():
+    _, a, _ = two_members()
+    a._on_events(events(offset_key(1, 5, 9)))
+    assert not a.changed.is_set(), "a commit wakes nobody"
+    a._on_events(events((keys.group_vp_offset("c", "g", "orders", 1), {"offset": "five"})))
+    assert a.changed.is_set() and not a._pending_change.overdue(timeout_ms=-1)
