@@ -8,7 +8,9 @@ the protocol changes, so both modes keep their guarantees. Every method blocks o
 coordinator (``frontend.group_sessions``) calls them off its event loop, one at a time per member.
 
 A mafka4-mode member that the plan makes the splitter asks the controller for the split (an
-intent) on a thread of its own, as the consumer did, so its syncs do not wait for the split.
+intent) on a thread of its own, as the consumer did, so its syncs do not wait for the split. A
+split done wakes nobody by itself (the new epoch's watch event wakes whom it concerns); a split
+refused wakes its member after ``VP_GROUP_SPLIT_RETRY_INTERVAL_S``, to ask again.
 """
 
 from __future__ import annotations
@@ -176,13 +178,22 @@ class VirtualMemberHost:
                 JOIN_TRACES.record(self._topic, hop, self.member_id, str(vp), ms)
             JOIN_TRACES.record(self._topic, "split_answered", self.member_id, str(vp))
             logger.info("group %s: member %s split %s/v%d", self._group, self.member_id, self._topic, vp)
+            # No wake: the new split epoch's watch event wakes the members it asks something of
+            # (``vp_wakes.asks_to_act``), this one only if it must act on it.
         except MafkaError as error:
             self._split_failed_at = time.monotonic()
             logger.warning("group %s: split of %s/v%d not done (%s); the group tries again", self._group, self._topic,
                            vp, error)
+            # The sync that asks again comes after the retry interval: before it, a sync would not
+            # ask, and after it no event may come (the plan still names the split it asked for).
+            retry = threading.Timer(VP_GROUP_SPLIT_RETRY_INTERVAL_S, self.changed.set)
+            retry.daemon = True
+            retry.start()
+        except BaseException:
+            self.changed.set()  # not a refusal: the next sync asks again at once
+            raise
         finally:
             store.close()
-            self.changed.set()
 
 
 def hosted_member(stores: "GroupStores", group: str, member: MemberInfo, config: ConsumerConfig,

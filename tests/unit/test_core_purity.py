@@ -36,9 +36,10 @@ CORES = (
     "mafka4.virtual.failover",
     "mafka4.virtual.replica_core",
     "mafka4.virtual.visit_schedule",
-    # groups: ownership and what wakes a member, assignors, the Mafka3 protocol's decisions
+    # groups: ownership, what wakes a member and its picture of the group, assignors, the Mafka3 protocol's decisions
     "mafka4.coordinator.groups.vp_ownership",
     "mafka4.coordinator.groups.vp_wakes",
+    "mafka4.coordinator.groups.vp_pictures",
     "mafka4.coordinator.groups.assignors",
     "mafka4.coordinator.groups.partition_protocol",
     # the controller's decisions and the lease rule

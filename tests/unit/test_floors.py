@@ -59,7 +59,7 @@ FLOORS = (
     (1, r"mafka4\.protocol\.(frames|messages|error_codes|session|metadata_api|metadata_topics|admin_api|"
         r"topic_admin_api|group_admin_api)"),
     (1, r"mafka4\.frontend\.view_state"),
-    (1, r"mafka4\.coordinator\.groups\.(assignors|partition_protocol|vp_ownership|vp_wakes)"),
+    (1, r"mafka4\.coordinator\.groups\.(assignors|partition_protocol|vp_ownership|vp_wakes|vp_pictures)"),
     (1, r"mafka4\.coordinator\.control\.(partition_decisions|read_path_decisions|upkeep_decisions|placement)"),
     (2, r"mafka4\.metadata\..*|mafka4\.transport\..*|mafka4\.protocol\..*"),
     (2, r"mafka4\.physical\.topics|mafka4\.virtual\.vp_store"),

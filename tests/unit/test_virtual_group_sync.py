@@ -87,7 +87,8 @@ class MemoryGroupStore:
 class MemoryMembership:
     """The member key in the store, under a lease that never lapses unless a test drops it."""
 
-    def __init__(self, store: MemoryGroupStore, group, member: MemberInfo, config, watched, on_events, overdue):
+    def __init__(self, store: MemoryGroupStore, group, member: MemberInfo, config, watched, on_events, overdue,
+                 recheck=None):
         self._store, self._member_id = store, member.member_id
         self.changed = threading.Event()
         self.lease = LEASE

@@ -1,6 +1,9 @@
 """Which etcd changes wake the members of a mafka4-mode group (each wake-up costs a sync: a
 read of the group and the topic's layout), and which start the rebalance timeout
-(``coordinator.groups.vp_wakes``). No etcd: the watch events are handed in directly."""
+(``coordinator.groups.vp_wakes``). No etcd: the watch events are handed in directly.
+
+These members never synced, so they hold no picture of their group and ``WakeFilter`` alone
+decides, as for a group too large for a picture; ``test_targeted_wakes`` covers members with one."""
 
 from __future__ import annotations
 

@@ -12,11 +12,15 @@ thousand idle members would be a thousand leases refreshed and two thousand watc
 * **One watch per prefix** (a group's, a topic's), shared by every member that needs it and
   ended with the last of them; each event is handed to every subscriber. A watch that ended
   is set up again at the next period, and every subscriber is woken (an event may have been
-  missed meanwhile). Nothing else wakes a member: an idle group costs nothing but its
-  members' heartbeats.
+  missed meanwhile). Nothing else wakes a member but a recheck (below): an idle group costs
+  nothing but its members' heartbeats.
 * **Liveness** is the coordinator's to judge (``frontend.group_sessions``: heartbeats). A
   member that leaves, or that the coordinator drops, deletes its own keys
   (``HubMembership.leave``/``drop``), since they do not go with a lease of their own.
+* **Rechecks.** Each period every member's protocol may ask for a sync (``recheck``): a
+  mafka4-mode member that slept through an event its picture judged quiet syncs once
+  (``vp_groups``), so a wrong judgement delays it by a period at most. A member that slept
+  through nothing is not woken.
 * **The rebalance timeout** is checked each period for every member: a member that did not
   sync for ``rebalance_timeout_ms`` after a change that asks it to is dropped from the group
   (its member key and owner keys deleted), so the others can proceed; its next sync registers
@@ -60,8 +64,9 @@ class GroupHub:
     def membership(self, changed: threading.Event) -> Callable[..., "HubMembership"]:
         """A membership factory for a group protocol's member (``GroupMember``'s ``membership``)."""
         def make(store: MetadataStore, group: str, member: MemberInfo, config: ConsumerConfig, watched: Sequence[str],
-                 on_events: Callable[[list[WatchEvent]], None], overdue: Callable[[], bool]) -> HubMembership:
-            return HubMembership(self, store, group, member, config, watched, on_events, overdue, changed)
+                 on_events: Callable[[list[WatchEvent]], None], overdue: Callable[[], bool],
+                 recheck: Callable[[], None] | None = None) -> HubMembership:
+            return HubMembership(self, store, group, member, config, watched, on_events, overdue, changed, recheck)
 
         return make
 
@@ -151,7 +156,7 @@ class GroupHub:
             member.changed.set()
 
     def _each_period(self) -> None:
-        """After each refresh: watch again what ended (waking the subscribers), enforce the rebalance timeout."""
+        """After each refresh: watch again what ended (waking the subscribers), recheck, enforce rebalance timeouts."""
         with self._lock:
             rewatch = {member for prefix, members in self._subscribers.items() if prefix not in self._watch_ids
                        for member in members}
@@ -161,6 +166,7 @@ class GroupHub:
             for member in rewatch:
                 member.changed.set()
         for member in members:
+            member.recheck()
             member.enforce_rebalance_timeout()
 
 
@@ -169,9 +175,10 @@ class HubMembership:
 
     def __init__(self, hub: GroupHub, store: MetadataStore, group: str, member: MemberInfo, config: ConsumerConfig,
                  watched: Sequence[str], on_events: Callable[[list[WatchEvent]], None], overdue: Callable[[], bool],
-                 changed: threading.Event):
+                 changed: threading.Event, recheck: Callable[[], None] | None = None):
         self._hub, self._store, self.group, self.member, self._config = hub, store, group, member, config
         self._watched, self._on_events, self._overdue = tuple(watched), on_events, overdue
+        self._recheck = recheck
         self.changed = changed
         self._registered = False
         self._left = threading.Event()
@@ -209,6 +216,11 @@ class HubMembership:
     def on_events(self, events: list[WatchEvent]) -> None:
         if not self._left.is_set():
             self._on_events(events)
+
+    def recheck(self) -> None:
+        """The protocol's periodic recheck (it may wake this member), while the member is in the group."""
+        if self._recheck is not None and not self._left.is_set() and self._registered:
+            self._recheck()
 
     def enforce_rebalance_timeout(self) -> None:
         """Drop this member from the group if a change waited for its sync for longer than the rebalance timeout."""

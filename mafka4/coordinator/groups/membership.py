@@ -6,7 +6,8 @@ protocol steps. It owns what a member is, apart from what it owns:
 
 * **Join.** The member key ``keys.group_member`` (the ``MemberInfo``) under a lease of the
   member's own (``member_lease_ttl_s``), and watches on the protocol's prefixes, so that a join,
-  a leave or a lapsed lease wakes every member (``changed``). The protocol binds the keys it
+  a leave or a lapsed lease wakes the members it asks something of (``changed``; the protocol
+  judges each event: ``vp_wakes`` for mafka4-mode groups). The protocol binds the keys it
   claims to the same lease (``lease``), so a crashed member's claims free themselves.
 * **Keep alive.** A ``LeaseThread`` refreshes the lease every third of the TTL. Each period
   it also watches again if a watch ended, and sets ``changed`` (a missed watch event must not
@@ -87,9 +88,10 @@ class Membership(Protocol):
     def leave(self, release_owned: Callable[[], None]) -> None: ...
 
 
-# (store, group, member, config, watched prefixes, on_events, overdue) -> the member's membership
-MembershipFactory = Callable[[MetadataStore, str, MemberInfo, ConsumerConfig, Sequence[str],
-                              Callable[[list[WatchEvent]], None], Callable[[], bool]], Membership]
+# (store, group, member, config, watched prefixes, on_events, overdue) -> the member's membership;
+# a protocol that may leave its member asleep through an event also passes ``recheck=``, a callable
+# the membership calls once a period (``vp_groups``: it wakes a member that slept through one).
+MembershipFactory = Callable[..., Membership]
 
 
 class GroupMembership:
@@ -97,11 +99,13 @@ class GroupMembership:
 
     ``store`` is the member's own client (its watch thread delivers ``on_events``); its
     ``cluster`` names the cluster. ``overdue`` is the protocol's rebalance-timeout rule, asked
-    once a period from the lease thread.
+    once a period from the lease thread. ``recheck`` is not called: every period wakes the
+    member here anyway.
     """
 
     def __init__(self, store: MetadataStore, group: str, member: MemberInfo, config: ConsumerConfig,
-                 watched: Sequence[str], on_events: Callable[[list[WatchEvent]], None], overdue: Callable[[], bool]):
+                 watched: Sequence[str], on_events: Callable[[list[WatchEvent]], None], overdue: Callable[[], bool],
+                 recheck: Callable[[], None] | None = None):
         self._store, self.group, self.member, self._config = store, group, member, config
         self._watched, self._on_events, self._overdue = tuple(watched), on_events, overdue
         self.changed = threading.Event()

@@ -10,12 +10,16 @@ transaction, except a claim or commit of so many VPs, with names so long, that i
 request bound: it goes in runs of transactions, each VP's checks in its own run (``claim``, ``commit``):
 
 * **Join.** The member key under a lease, and watches on the group prefix and on the topic's
-  keys, so a join, a leave, a lapsed lease, a new split epoch or a sealed parent wakes every
-  member; writes no plan reads (commits, RISR and leader writes, a reshard's bookkeeping)
-  wake nobody (``vp_wakes``). On a coordinator (``frontend.group_sessions``), the lease and
-  the watches are the coordinator's, shared by every member it hosts (``group_hub``); a
-  member on its own holds them itself (``membership``). Both are shared with Mafka3-mode
-  groups.
+  keys. Each member keeps a picture of its last sync's read, kept current by the events
+  (``vp_pictures``), and wakes only when its plan on that picture asks it to act: claim,
+  release, split, or learn a sealed end of a VP it owns (``vp_wakes.asks_to_act``). So a
+  join, a leave, a lapsed lease, a new split epoch or a sealed parent wakes the members it
+  asks something of; writes no plan reads (commits, RISR and leader writes, a reshard's
+  bookkeeping) wake nobody (``vp_wakes``). A member that slept through a write a plan reads
+  syncs once at its membership's next period anyway (``recheck``). On a coordinator
+  (``frontend.group_sessions``), the lease and the watches are the coordinator's, shared by
+  every member it hosts (``group_hub``); a member on its own holds them itself
+  (``membership``). Both are shared with Mafka3-mode groups.
 * **Sync** (in the consumer's thread). Read the group and the topic's layout and VP states
   in one transaction (``VirtualGroupStore.snapshot``), count the closed VPs this member has
   read to their sealed end (the positions it syncs with) as committed there
@@ -58,7 +62,8 @@ from mafka4.coordinator.groups.membership import GroupMembership, MembershipFact
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR, MemberInfo
 from mafka4.coordinator.groups.vp_ownership import (GroupView, OwnershipPlan, commit_moves_forward, plan_ownership,
                                                   with_read_positions)
-from mafka4.coordinator.groups.vp_wakes import Wake, WakeFilter
+from mafka4.coordinator.groups.vp_pictures import Applied, WatchedGroup
+from mafka4.coordinator.groups.vp_wakes import LastAnswer, Wake, WakeFilter, asks_to_act
 from mafka4.errors import CoordinatorUnavailable, InconsistentGroupProtocol
 from mafka4.limits import ConsumerConfig, TopicConfig
 from mafka4.log.epochs import NO_EPOCH
@@ -265,11 +270,18 @@ class VirtualGroupMember:
         self.member = MemberInfo(member_id, topic, VIRTUAL_ASSIGNOR)
         self._config = config
         self._pending_change = PendingChange()
+        # The wake state, guarded by ``_wakes_lock`` (the watches' callbacks may come from more than
+        # one thread, and ``sync`` replaces the picture from the consumer's).
+        self._wakes_lock = threading.Lock()
         self._wakes = WakeFilter(store.cluster, group, topic, member_id)
-        self._wakes_lock = threading.Lock()  # the watches' callbacks may come from more than one thread
+        self._picture: WatchedGroup | None = None  # None: WakeFilter alone decides (see vp_wakes)
+        self._replay: list[WatchEvent] | None = None  # events since the running sync began to read
+        self._answered = LastAnswer({}, None)
+        self._slept = False  # an event asks_to_act called quiet since the last sync: recheck
         self.owned: set[int] = set()
         watched = [keys.group_prefix(store.cluster, group), keys.topic_children_prefix(store.cluster, topic)]
-        self._membership = membership(store, group, self.member, config, watched, self._on_events, self._overdue)
+        self._membership = membership(store, group, self.member, config, watched, self._on_events, self._overdue,
+                                      recheck=self._recheck)
         self.changed = self._membership.changed
 
     @property
@@ -296,6 +308,8 @@ class VirtualGroupMember:
         """
         self._pending_change.synced()
         self.changed.clear()  # before reading: a change during the steps sets it again
+        with self._wakes_lock:
+            self._replay, self._slept = [], False  # replayed onto this sync's read (``_picture_from``)
         revoked: list[int] = []
         claimed: dict[int, VpOffset | None] = {}
         try:
@@ -309,9 +323,45 @@ class VirtualGroupMember:
             plan = self._steps(snapshot, positions, revoked, claimed)
         except CoordinatorUnavailable as error:
             logger.warning("group %s: member %s could not sync: %s", self.group, self.member_id, error)
+            self._forget_picture()
             self.changed.set()
             return VpSyncResult(tuple(revoked), claimed, tuple(sorted(self.owned)), None, None)
+        except BaseException:
+            self._forget_picture()
+            raise
+        self._picture_from(snapshot, plan, claimed)
         return VpSyncResult(tuple(revoked), claimed, tuple(sorted(self.owned)), snapshot, plan)
+
+    def _forget_picture(self) -> None:
+        """After a sync that failed: no picture, no replay; the events wake by ``WakeFilter`` until a sync reads."""
+        with self._wakes_lock:
+            self._picture, self._replay = None, None
+
+    def _picture_from(self, snapshot: VirtualGroupSnapshot, plan: OwnershipPlan,
+                      claimed: Mapping[int, VpOffset | None]) -> None:
+        """The picture this sync read, with its own claims and releases, then the events since it began to read.
+
+        The sync's own writes are in the picture at once, so a plan on it does not ask to claim
+        again what was just claimed; their events confirm them. The events replayed may be older
+        than the read (see ``vp_pictures``): the watches' later events make the picture exact.
+        """
+        picture = WatchedGroup(self._store.cluster, self.group, self.topic, snapshot.layout.partitions,
+                               snapshot.layout.config)
+        fits = picture.read((m.member_id for m in snapshot.members), snapshot.owners,
+                            {vp: (o.offset, o.high_watermark) for vp, o in snapshot.offsets.items()},
+                            snapshot.layout, snapshot.states)
+        for vp in plan.release:
+            if picture.owners.get(vp) == self.member_id:
+                del picture.owners[vp]
+        picture.owners.update({vp: self.member_id for vp in claimed})
+        with self._wakes_lock:
+            replay, self._replay = self._replay or [], None
+            self._answered = LastAnswer(dict(snapshot.view().sealed_end_offsets), plan.split)
+            self._picture = picture if fits and all(picture.apply(e) is not Applied.LOST for e in replay) else None
+            act = bool(replay) and (self._picture is None or asks_to_act(self._picture, self.member_id,
+                                                                         self._answered))
+        if act:
+            self.changed.set()  # an event during the sync asks something of this member
 
     def _steps(self, snapshot: VirtualGroupSnapshot, positions: Mapping[int, VpOffset], revoked: list[int],
                claimed: dict[int, VpOffset | None]) -> OwnershipPlan:
@@ -367,19 +417,37 @@ class VirtualGroupMember:
     # --- background: watch events and the rebalance timeout -----------------------------
 
     def _on_events(self, events: list[WatchEvent]) -> None:
-        # Only what may change a plan wakes the member (``vp_wakes``). Another member's join or
+        # Only what asks this member to act wakes it (``vp_wakes``). Another member's join or
         # leave, or a change of the topic's layout or sealed ends, may ask this member to
         # release or claim: its rebalance timeout runs from then. Owner keys (its own syncs'
         # writes included) and its own registration wake it without starting the timeout, and
-        # the lease thread's periodic wake-ups do not start it either: a member that stops
-        # polling while nothing changes stays in the group.
+        # the periodic rechecks do not start it either: a member that stops polling while
+        # nothing changes stays in the group.
         with self._wakes_lock:
-            wake = self._wakes.wake(events)
+            wake = self._wakes.wake(events)  # every event: the rule's VP marks stay current
+            if self._replay is not None:
+                self._replay.extend(events)
+            picture = self._picture
+            if picture is not None and any(picture.apply(event) is Applied.LOST for event in events):
+                picture = self._picture = None  # cannot follow: the sync this wakes reads afresh
+                wake = Wake.SYNC if wake is Wake.QUIET else wake  # in doubt: a sync, not a rebalance timeout
+            if wake is not Wake.QUIET and picture is not None and not asks_to_act(picture, self.member_id,
+                                                                                  self._answered):
+                self._slept = True
+                return
         if wake is Wake.QUIET:
             return
         if wake is Wake.REBALANCE:
             self._pending_change.seen()
         self.changed.set()
+
+    def _recheck(self) -> None:
+        """Once a membership period: sync if an event was judged quiet since the last sync, in case
+        the picture was wrong (a missed or misread event); no rebalance timeout starts."""
+        with self._wakes_lock:
+            slept, self._slept = self._slept, False
+        if slept:
+            self.changed.set()
 
     def _overdue(self) -> bool:
         """This protocol's rebalance timeout: a change that may ask this member to act waited too long for its sync."""

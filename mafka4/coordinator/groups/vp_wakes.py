@@ -1,4 +1,19 @@
-"""Which watch events wake a member of a mafka4-mode group: only those that may change its plan.
+"""Which watch events wake a member of a mafka4-mode group: only those after which its plan asks it to act.
+
+Two rules, the second within the first:
+
+* ``WakeFilter``: whether an event may change any plan at all (below). Events it calls quiet
+  wake nobody.
+* ``asks_to_act``: of the events that may, whether the member's plan on its picture of the
+  group (``vp_pictures.WatchedGroup``, its last sync's read with every event since applied)
+  asks *this* member to act: claim, release, split a VP it did not split already, or learn a
+  sealed end (or its change) of a VP it owns, which its consumer reads to. A member whose VP is
+  not split sees a join go by without a sync, so its polls and fetches are untouched. When
+  there is no picture (before the first sync, after a picture was lost, or a group too large
+  for one), ``WakeFilter`` alone decides. A member that slept through an event this rule
+  called quiet syncs once at its membership's next period anyway (``VirtualGroupMember``),
+  so a wrong quiet delays and never strands; every etcd step stays conditional, so it
+  cannot corrupt ownership.
 
 A member watches its group's prefix and its topic's (``vp_groups``). Each wake-up costs a sync
 in the member's poll: a read of the group and of the topic's layout and VP states (one etcd
@@ -60,12 +75,14 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from mafka4.coordinator.groups.vp_ownership import plan_ownership
 from mafka4.metadata import keys
 from mafka4.virtual.vp_state import VirtualPartitionState
 
 if TYPE_CHECKING:
+    from mafka4.coordinator.groups.vp_pictures import WatchedGroup
     from mafka4.metadata.store import WatchEvent
 
 
@@ -148,3 +165,33 @@ class WakeFilter:
             return Wake.REBALANCE  # deleted or unparsable: no mark kept, so its next write wakes too
         self._marks[vp] = mark
         return Wake.QUIET if mark == before else Wake.REBALANCE
+
+
+@dataclass(frozen=True, slots=True)
+class LastAnswer:
+    """What a member's last sync answered, against which a plan on its picture is judged."""
+
+    sealed_end_offsets: Mapping[int, int]  # of the closed VPs, as the consumer learned them
+    split: int | None  # the VP that sync's plan split (asked the controller for), if any
+
+
+def asks_to_act(picture: WatchedGroup, member_id: str, answered: LastAnswer) -> bool:
+    """Whether ``member_id``'s plan on ``picture`` asks it to sync now; see the module docstring.
+
+    A picture a plan cannot read (a broken invariant) asks: when in doubt, the member syncs.
+    """
+    view = picture.view()
+    if member_id not in view.members:
+        return True  # dropped, or its lease lapsed: its sync registers it again
+    try:
+        plan = plan_ownership(view, member_id)
+    except (AssertionError, KeyError, ValueError):
+        return True
+    if plan.claim or plan.release:
+        return True
+    if plan.split is not None and plan.split != answered.split:
+        return True
+    # A split asked for already is not asked again: one done shows as a new split epoch, and one
+    # refused wakes its member once it may ask again (``frontend.hosted_members``).
+    owned = (vp for vp, owner in view.owners.items() if owner == member_id)
+    return any(view.sealed_end_offsets.get(vp) != answered.sealed_end_offsets.get(vp) for vp in owned)
