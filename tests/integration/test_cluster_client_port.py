@@ -69,6 +69,10 @@ def test_a_wrong_password_is_refused_and_the_port_serves_the_next_client(cluster
     UserStore(cluster.store, cluster.cluster).add("carol", "carols-password", replace=True)
 
     async def attempts():
+        # A node learns users through its watch of etcd (``frontend.port_security``), so carol,
+        # just added, is known a moment later: until then her own password is refused too, which
+        # would make the wrong password's refusal below prove nothing.
+        (await _connect_once_known(nodes, Credential("carol", "carols-password"))).close()
         with pytest.raises(AuthenticationFailed):
             await connect_any(nodes, Credential("carol", "not-her-password"))
         connection = await connect_any(nodes, Credential("carol", "carols-password"))
@@ -80,6 +84,18 @@ def test_a_wrong_password_is_refused_and_the_port_serves_the_next_client(cluster
 
     principal, answer = asyncio.run(attempts())
     assert principal == "carol" and answer.topics == ()  # no ACL lets carol describe anything
+
+
+async def _connect_once_known(nodes, credential: Credential, attempts: int = 600):
+    """A connection as ``credential``, asking again (every 50 ms, ``attempts`` times at most) while
+    the node has not yet seen the user's record."""
+    for attempt in range(attempts):
+        try:
+            return await connect_any(nodes, credential)
+        except AuthenticationFailed:
+            if attempt == attempts - 1:
+                raise
+            await asyncio.sleep(0.05)
 
 
 def raw_exchange(address, frame: bytes) -> bytes:
