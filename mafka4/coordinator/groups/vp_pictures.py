@@ -110,7 +110,7 @@ class WatchedGroup:
             else:
                 return Applied.LOST
         elif key.startswith(self._members_prefix):
-            applied = self._apply_member(key, value)
+            applied = _apply_member_id(self.members, key, value)
         elif (parsed := keys.parse_group_partition(self._owners_prefix, key)) is not None:
             applied = self._apply_owner(parsed, value)
         elif (parsed := keys.parse_group_partition(self._offsets_prefix, key)) is not None:
@@ -129,34 +129,11 @@ class WatchedGroup:
                          dict(self.owners), {vp: offset for vp, (offset, _) in self.offsets.items()}, lag,
                          frozenset(self.retired))
 
-    def _apply_member(self, key: str, value: Any) -> Applied:
-        if value is None:
-            self.members.pop(key, None)
-            return Applied.CHANGED
-        try:
-            member_id = value["member_id"]
-        except _UNREADABLE:
-            return Applied.LOST
-        if not isinstance(member_id, str):
-            return Applied.LOST
-        self.members[key] = member_id
-        return Applied.CHANGED
-
     def _apply_owner(self, parsed: tuple[str, int], value: Any) -> Applied:
         topic, vp = parsed
         if topic != self._topic:
             return Applied.IGNORED
-        if value is None:
-            self.owners.pop(vp, None)
-            return Applied.CHANGED
-        try:
-            member_id = value["member_id"]
-        except _UNREADABLE:
-            return Applied.LOST
-        if not isinstance(member_id, str):
-            return Applied.LOST
-        self.owners[vp] = member_id
-        return Applied.CHANGED
+        return _apply_member_id(self.owners, vp, value)
 
     def _apply_offset(self, parsed: tuple[str, int], value: Any) -> Applied:
         topic, vp = parsed
@@ -204,3 +181,18 @@ class WatchedGroup:
         if state.retired:
             self.retired.add(vp)
         return Applied.CHANGED
+
+
+def _apply_member_id(entries: dict[Any, str], entry: Any, value: Any) -> Applied:
+    """Store the ``member_id`` of a member or owner key's ``value`` under ``entry``, or drop it on a deletion."""
+    if value is None:
+        entries.pop(entry, None)
+        return Applied.CHANGED
+    try:
+        member_id = value["member_id"]
+    except _UNREADABLE:
+        return Applied.LOST
+    if not isinstance(member_id, str):
+        return Applied.LOST
+    entries[entry] = member_id
+    return Applied.CHANGED
