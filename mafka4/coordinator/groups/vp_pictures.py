@@ -26,7 +26,7 @@ VPs) and a member's memory small; a group larger than it wakes its members by th
 ``vp_wakes.WakeFilter`` alone, as before pictures.
 
 Keys no plan reads are ``Applied.IGNORED``: feed positions, physical partition states,
-feeder holds and read losses of the topic (``vp_wakes``), and owner and offset keys of
+feeder holds and read losses of the topic (``vp_wakes.quiet_topic_prefixes``), and owner and offset keys of
 other topics.
 
 Pure: no I/O. Not thread-safe: the caller serialises calls.
@@ -38,6 +38,7 @@ import enum
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from mafka4.coordinator.groups.vp_ownership import GroupView
+from mafka4.coordinator.groups.vp_wakes import quiet_topic_prefixes
 from mafka4.limits import GROUP_PICTURE_ENTRIES_MAX, VirtualConfig
 from mafka4.metadata import keys
 from mafka4.virtual.layout import TopicLayout
@@ -68,10 +69,7 @@ class WatchedGroup:
         self._topic_prefix = keys.topic_children_prefix(cluster, topic)
         self._epochs_prefix = keys.split_epochs_prefix(cluster, topic)
         self._states_prefix = keys.virtual_partitions_prefix(cluster, topic)
-        self._ignored_topic_prefixes = (keys.topic_feed_positions_prefix(cluster, topic),
-                                        keys.physical_prefix(cluster, topic),
-                                        keys.feeder_holds_of_topic(cluster, topic),
-                                        keys.read_losses_prefix(cluster, topic))
+        self._ignored_topic_prefixes = quiet_topic_prefixes(cluster, topic)
         self.members: dict[str, str] = {}  # member key -> member id
         self.owners: dict[int, str] = {}  # VP -> member id of its owner key
         self.offsets: dict[int, tuple[int, int]] = {}  # VP -> (committed offset, high watermark seen)
