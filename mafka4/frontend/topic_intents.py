@@ -5,8 +5,9 @@ What a node does for a client's TOPIC_CREATE, TOPIC_DELETE and TOPIC_SCALE
 moves onto the client port: one implementation for both. The topic is read from etcd (not from
 a watched view, which may not have seen a change just made), so a create of a topic that exists
 is ``TopicExists`` and a delete or scale of one that does not is ``UnknownTopic``, each before an
-intent is written. Then the controller's result is awaited for at most ``wait_s``
-(``metadata.intents.request``), and its error raised as its own class. Every call blocks on etcd.
+intent is written (but for a delete of a name with keys below it: ``delete_topic``). Then the
+controller's result is awaited for at most ``wait_s`` (``metadata.intents.request``), and its
+error raised as its own class. Every call blocks on etcd.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from mafka4.limits import RESHARD_INTENT_WAIT_S, TOPIC_INTENT_WAIT_S, TopicConfi
 from mafka4.metadata import intents
 from mafka4.metadata.intents import IntentKind
 from mafka4.metadata.store import MetadataStore
+from mafka4.names import validate_topic_name
 from mafka4.physical.partition_state import TopicMetadata, config_to_json
+from mafka4.physical.topic_leftovers import absent_topic
 from mafka4.physical.topics import TopicStore
 from mafka4.virtual.layout import SplitEpoch
 from mafka4.virtual.vp_state import epoch_from_json
@@ -33,8 +36,15 @@ def create_topic(store: MetadataStore, cluster: str, name: str, config: TopicCon
 
 
 def delete_topic(store: MetadataStore, cluster: str, name: str, wait_s: float = TOPIC_INTENT_WAIT_S) -> None:
-    """Delete topic ``name`` with its data on every node."""
-    TopicStore(store, cluster).get(name)
+    """Delete topic ``name`` with its data on every node.
+
+    A name with no config key but keys below it goes to the controller too: they are what a
+    dead creation left, which the controller deletes (then answers ``UnknownTopic`` saying so),
+    or a creation under way, which it finishes before it deletes the topic
+    (``physical.topic_leftovers``)."""
+    topics = TopicStore(store, cluster)
+    if not topics.exists(validate_topic_name(name)) and topics.keys_below(name) == 0:
+        raise absent_topic(name)
     intents.request(store, cluster, IntentKind.DELETE_TOPIC, name, {}, wait_s)
 
 

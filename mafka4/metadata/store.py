@@ -319,7 +319,8 @@ class MetadataStore:
         while ``key`` is absent, and the children go in runs (``txn_runs``), each made only while
         ``key`` is absent and ``marker`` (below the prefix) holds this creation's token, which the
         first run writes; the last run writes ``key`` and deletes ``marker``. A creation that dies
-        between runs leaves only children of an absent ``key``, which the next creation deletes.
+        between runs leaves only children of an absent ``key``, which the next creation deletes
+        (or ``delete_children_of_absent``).
         Of two creations at once, the later one's emptying deletes the earlier one's marker, so
         that one's next run is refused: it finds ``key`` written (False) or raises the retriable
         ``CoordinatorUnavailable``; no ``key`` is ever written beside another creation's children.
@@ -479,6 +480,16 @@ class MetadataStore:
     def delete_prefix(self, prefix: str) -> None:
         """Delete every key under ``prefix``."""
         self._client.delete_prefix(prefix)
+
+    @_etcd_call(repeatable=False)
+    def delete_children_of_absent(self, key: str, children_prefix: str) -> int:
+        """Delete every key below ``children_prefix`` while ``key`` is absent, in one transaction; how
+        many were deleted (0 if ``key`` exists). What a ``create_with_children`` that died between its
+        runs left: its caller makes sure no creation of ``key`` is under way, which looks the same."""
+        txn = self._client.transactions
+        below = txn.delete(children_prefix, range_end=prefix_range_end(children_prefix))
+        succeeded, responses = self._client.transaction(compare=[txn.version(key) == 0], success=[below], failure=[])
+        return responses[0].response_delete_range.deleted if succeeded else 0
 
     @_etcd_call(repeatable=False)
     def delete_keys_and_prefixes(self, keys: Iterable[str], prefixes: Iterable[str]) -> bool:

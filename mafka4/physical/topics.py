@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from mafka4.errors import TopicExists, UnknownTopic
+from mafka4.errors import TopicExists
 from mafka4.limits import ISR_WRITE_ATTEMPTS_MAX, TopicConfig
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore, Update, Versioned
 from mafka4.names import validate_topic_name
 from mafka4.physical.partition_state import PartitionState, TopicMetadata, config_from_json, config_to_json
+from mafka4.physical.topic_leftovers import absent_topic
 
 
 class TopicStore:
@@ -46,7 +47,8 @@ class TopicStore:
         the config key last (``MetadataStore.create_with_children``): every reader looks a topic
         up by its config key (``exists``, ``get``, ``names``, the nodes' view), so until it is
         written the topic is absent to all of them. What a creation that died between runs left
-        is deleted by the next creation of the name (the controller's retry of the intent).
+        is deleted by the next creation of the name (the controller's retry of the intent), or by
+        a delete of the name (``delete_leftovers``).
         """
         name, config, partitions = metadata.name, metadata.config, metadata.partitions
         values = {keys.physical_partition(self._cluster, name, state.partition): state.to_json() for state in partitions}
@@ -74,7 +76,7 @@ class TopicStore:
     def config_from(name: str, found: Versioned | None) -> TopicConfig:
         """The config of topic ``name`` from its key (``keys.topic``) as read; ``UnknownTopic`` if it was absent."""
         if found is None:
-            raise UnknownTopic(f"topic {name!r} does not exist: create it with 'mafka4 topic create {name}'")
+            raise absent_topic(name)
         return config_from_json(found.value)
 
     def record_isr(self, topic: str, partition: int, leader: str, leader_epoch: int, isr: Sequence[str],
@@ -104,7 +106,20 @@ class TopicStore:
             [keys.topic(self._cluster, name)], [keys.topic_children_prefix(self._cluster, name)]
         )
         if not deleted:
-            raise UnknownTopic(f"topic {name!r} does not exist")
+            raise absent_topic(name)
+
+    def keys_below(self, name: str) -> int:
+        """How many keys are below topic ``name``'s config key (as one etcd member holds them; it may
+        lag by a few writes). Below an absent config key: leftovers (``physical.topic_leftovers``)
+        or a creation under way."""
+        return self._store.count_prefix(keys.topic_children_prefix(self._cluster, name))
+
+    def delete_leftovers(self, name: str) -> int:
+        """Delete the keys below topic ``name``'s config key while it is absent; how many. Only for a
+        caller that knows no creation of ``name`` is under way (the controller, between intents):
+        ``physical.topic_leftovers``."""
+        return self._store.delete_children_of_absent(keys.topic(self._cluster, name),
+                                                     keys.topic_children_prefix(self._cluster, name))
 
     def live_nodes(self, role: str) -> list[str]:
         """Ids of nodes of ``role`` ("write" or "read") whose lease-bound registration exists."""

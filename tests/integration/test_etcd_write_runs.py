@@ -4,8 +4,9 @@ With the longest names and node ids the bounds allow, a topic of every bound and
 member's commit of every VP pass etcd's 1.5 MiB request bound (tests/unit/test_etcd_requests.py
 measures them). What a user relies on here: etcd accepts every run; a topic is all or nothing as
 readers see it, also when its creation dies between two runs, and the next creation of the name
-succeeds without a key of the dead one; of two creations of one name, the topic is one creation's
-alone; a lone member claims, commits and releases every VP.
+succeeds without a key of the dead one; a delete of the name deletes those keys and says so; of
+two creations of one name, the topic is one creation's alone; a lone member claims, commits and
+releases every VP.
 """
 
 from __future__ import annotations
@@ -14,13 +15,16 @@ import uuid
 
 import pytest
 
+from mafka4.coordinator.control import topic_control
 from mafka4.coordinator.control.placement import assign_replicas, plan_read_path
 from mafka4.coordinator.groups.vp_groups import VirtualGroupStore, VpOffset
 from mafka4.errors import CoordinatorUnavailable, TopicExists, UnknownTopic
+from mafka4.frontend import topic_intents
 from mafka4.frontend.view_state import ViewState, Watched
 from mafka4.limits import (PARTITIONS_MAX, READ_REPLICAS_MAX, REPLICATION_FACTOR_MAX, TOPIC_NAME_CHARS_MAX,
                            VIRTUAL_PARTITIONS_MAX, ReadMode, TopicConfig)
 from mafka4.metadata import keys
+from mafka4.metadata.intents import IntentKind
 from mafka4.physical.topics import TopicStore
 from mafka4.runtime.node import NODE_ID_CHARS_MAX
 from mafka4.virtual.vp_store import VirtualStore, read_path_values
@@ -125,6 +129,40 @@ def test_a_topic_created_again_in_runs_after_a_creation_died_holds_no_key_of_the
     del store._transaction
     create(store, virtual_partitions=VIRTUAL_PARTITIONS_MAX - 1)
     assert_whole(store, VIRTUAL_PARTITIONS_MAX - 1)
+
+
+def test_a_delete_of_a_name_whose_creation_died_between_runs_deletes_what_it_left_and_says_so(store, monkeypatch):
+    """What ``mafka4 topic delete`` does there: the node finds keys below an absent config key and
+    asks the controller (the real one's step, ``topic_control.delete_topic``, stands in for the
+    intent's round trip), which deletes them and answers that no topic existed, naming what it deleted."""
+    Interposed(store, 2)
+    with pytest.raises(CoordinatorUnavailable):
+        create(store)
+    del store._transaction
+    left = below_topic(store)
+    asked = []
+
+    def controller(store_, cluster, kind, topic, args, wait_s):
+        asked.append((kind, topic))
+        return topic_control.delete_topic(store_, cluster, topic)
+
+    monkeypatch.setattr(topic_intents.intents, "request", controller)
+    with pytest.raises(UnknownTopic, match=f"does not exist; deleted the {len(left)} key"):
+        topic_intents.delete_topic(store, store.cluster, LONGEST_NAME)
+    assert asked == [(IntentKind.DELETE_TOPIC, LONGEST_NAME)] and left
+    assert below_topic(store) == [], "nothing left below the name"
+    assert_absent(store)
+    with pytest.raises(UnknownTopic, match="does not exist: create it with"):
+        topic_intents.delete_topic(store, store.cluster, LONGEST_NAME)
+    assert len(asked) == 1, "with nothing below the name, the node answers without the controller"
+    create(store, virtual_partitions=2, node_chars=13)
+    assert_whole(store, 2)
+
+
+def test_the_controllers_delete_of_leftovers_never_deletes_a_topic_recorded_meanwhile(store):
+    create(store, virtual_partitions=2, node_chars=13)
+    assert TopicStore(store, store.cluster).delete_leftovers(LONGEST_NAME) == 0, "its config key is there"
+    assert_whole(store, 2)
 
 
 def test_of_two_creations_of_one_name_the_topic_is_the_later_ones_alone(store):

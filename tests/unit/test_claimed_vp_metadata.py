@@ -27,7 +27,7 @@ from mafka4.security.acl import Operation
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import HashRange
 from mafka4.virtual.vp_state import VirtualPartitionState, epoch_from_json
-from tests.unit.test_vp_fetcher_routes import TOPIC, TWO_VPS, LongPolling, fetcher_against, state
+from tests.unit.stand_in_ports import TOPIC, TWO_VPS, LongPolling, state, vp_fetcher_against
 
 
 def _split_snapshot() -> VirtualGroupSnapshot:
@@ -68,7 +68,7 @@ def test_the_sync_answer_with_or_without_metadata_travels_typed_and_bounded():
 
 def test_the_fetcher_takes_a_claimed_childs_state_and_node_without_asking_and_never_an_older_layout():
     node = LongPolling()
-    with fetcher_against(node, ConsumerConfig()) as fetcher:
+    with vp_fetcher_against(node, ConsumerConfig()) as fetcher:
         split = _split_snapshot()
         metadata = claimed_vp_metadata(TOPIC, split, [3])
         fetcher.learn(VpMetadataAnswer(TOPIC, metadata.split_epochs_json, metadata.vps,

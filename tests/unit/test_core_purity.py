@@ -26,6 +26,7 @@ CORES = (
     "mafka4.log.read_loss",
     "mafka4.physical.replica",
     "mafka4.physical.partition_state",
+    "mafka4.physical.topic_leftovers",
     # RISR and the virtual side: ranges, split rules, records, feeding plan, VP replica core
     "mafka4.risr.state",
     "mafka4.virtual.ranges",

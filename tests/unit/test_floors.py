@@ -50,7 +50,7 @@ FLOORS = (
     (0, r"mafka4\.(physical|virtual|metadata|transport|protocol|security|frontend|coordinator|"
         r"coordinator\.(control|groups))"),
     (1, r"mafka4\.log(\..*)?|mafka4\.risr(\..*)?"),
-    (1, r"mafka4\.physical\.(partition_state|replica|sequencer)"),
+    (1, r"mafka4\.physical\.(partition_state|replica|sequencer|topic_leftovers)"),
     (1, r"mafka4\.virtual\.(ranges|layout|vp_records|column_split|vp_state|feed_plan|failover|replica_core|divergence|"
         r"visit_schedule)"),
     (1, r"mafka4\.metadata\.(lease|keys|txn_runs)"),

@@ -31,7 +31,7 @@ from mafka4.metadata.endpoints import HostPort
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.protocol.group_api import GroupHeartbeatAnswer, GroupJoinAnswer
 
-from tests.unit.test_vp_fetcher_routes import TOPIC, LongPolling, fetcher_against
+from tests.unit.stand_in_ports import TOPIC, LongPolling, vp_fetcher_against
 
 INTERVAL_MS = 1_000
 
@@ -285,7 +285,7 @@ def test_an_idle_vp_member_reads_the_vp_metadata_once_not_on_a_timer(monkeypatch
     node = MetadataCounted()
     config = ConsumerConfig(fetch_wait_ms_max=10, fetch_idle_wait_ms_max=20, auto_commit_interval_ms=50,
                             metadata_max_age_ms=50)
-    with fetcher_against(node, config) as fetcher:
+    with vp_fetcher_against(node, config) as fetcher:
         coordinator = Coordinator({0: 0, 1: 0})
         monkeypatch.setattr(vp_consumer_module, "RemoteMember", coordinator)
         monkeypatch.setattr(vp_consumer_module, "VpFetcher", lambda *args: fetcher)

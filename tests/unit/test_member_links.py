@@ -14,7 +14,7 @@ from mafka4.physical.partition_state import TopicMetadata
 from mafka4.protocol.group_api import FindCoordinatorAnswer, FindCoordinatorRequest
 from mafka4.protocol.messages import ApiKey
 from tests.unit.test_group_membership import wait_until
-from tests.unit.test_vp_fetcher_routes import TOPIC, LongPolling, stand_in_port
+from tests.unit.stand_in_ports import TOPIC, LongPolling, stand_in_port
 
 
 class Coordinating(LongPolling):

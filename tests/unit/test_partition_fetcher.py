@@ -7,10 +7,6 @@ A real client port (SCRAM, the protocol) with a stand-in leader: no etcd, no Ray
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from typing import Iterator
-
 from mafka4 import batch_frame, batch_payload
 from mafka4.client.partition_fetcher import PartitionFetcher
 from mafka4.limits import ConsumerConfig, TopicConfig
@@ -20,18 +16,11 @@ from mafka4.protocol.messages import ApiKey
 from mafka4.protocol.metadata_api import MetadataAnswer, NodeInfo
 from mafka4.protocol.metadata_topics import topic_info
 
-from tests.unit.test_vp_fetcher_routes import reads_come_to, stand_in_port
-
-TOPIC = "orders"
+from tests.unit.stand_in_ports import TOPIC, PairedLog, client_of, reads_come_to
 
 
-class Leader:
-    """Node ``r1`` leading partition 0, whose log holds ``batches`` batches of two records: a fetch
-    is answered at once with the batch holding its offset, or, past the end, empty after its
-    wait. ``reads``: each fetch's offset, in the order they came."""
-
-    def __init__(self, batches: int):
-        self.address, self.reads, self.end = "", [], 2 * batches
+class Leader(PairedLog):
+    """Node ``r1`` leading partition 0, whose log is a ``PairedLog`` of ``batches`` batches."""
 
     def handlers(self) -> dict:
         return {ApiKey.METADATA: self._metadata, ApiKey.FETCH: self._fetch}
@@ -41,25 +30,17 @@ class Leader:
         return MetadataAnswer("c1", (NodeInfo("r1", "write", self.address),), (topic_info(topic, [self.address]),)), ()
 
     async def _fetch(self, session, request, _buffers):
-        self.reads.append(request.offset)
-        if request.offset >= self.end:
-            await asyncio.sleep(request.wait_ms_max / 1000)
+        base = await self.batch_at(request.offset, request.wait_ms_max)
+        if base is None:
             return FetchAnswer(b"", self.end, 0, self.end), ()
-        base = request.offset - request.offset % 2
-        batch = bytearray(batch_payload.encode_batch([(b"k", b"m-%d" % (base + i), 1_000, None) for i in range(2)]))
+        batch = bytearray(batch_payload.encode_batch([(b"k", value, 1_000, None) for value in self.values(base)]))
         batch_frame.stamp(batch, base, 1)
         return FetchAnswer(bytes(batch), self.end, 0, self.end), ()
 
 
-@contextlib.contextmanager
-def fetcher_against(node: Leader) -> Iterator[PartitionFetcher]:
-    with stand_in_port(node) as (_, access, loop):
-        fetcher = PartitionFetcher(access, TOPIC, ConsumerConfig(fetch_wait_ms_max=60_000))
-        try:
-            yield fetcher
-        finally:
-            fetcher.close()
-            loop.run(asyncio.sleep(0))
+def fetcher_against(node: Leader):
+    """A ``PartitionFetcher`` of user alice whose only node is ``node``."""
+    return client_of(node, lambda access: PartitionFetcher(access, TOPIC, ConsumerConfig(fetch_wait_ms_max=60_000)))
 
 
 def test_a_partition_whose_answer_brought_messages_is_sent_the_next_fetch_before_the_poll_returns():

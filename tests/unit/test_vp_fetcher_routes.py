@@ -6,41 +6,23 @@ still named the dead node as the VP's leader, without a client address. The fetc
 node but never asked for the metadata again (nothing failed: nothing was sent), so it never saw
 the failover and stopped reading the VP. It must ask again until the metadata names a live node.
 
-A real client port (SCRAM, the protocol) with stand-in handlers: no etcd, no Ray.
+A real client port (SCRAM, the protocol) with stand-in handlers (``stand_in_ports``): no etcd, no Ray.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import time
-from typing import Iterator
 
 from mafka4.batch_frame import stamp
-from mafka4.client.cluster_access import ClusterAccess
-from mafka4.client.bootstrap import Credential
-from mafka4.client.loop_thread import LoopThread
-from mafka4.client.vp_fetcher import VpFetcher
-from mafka4.limits import ConsumerConfig, TopicConfig
-from mafka4.metadata.endpoints import HostPort
-from mafka4.physical.partition_state import TopicMetadata
+from mafka4.limits import ConsumerConfig
 from mafka4.protocol.messages import ApiKey
 from mafka4.protocol.metadata_api import NodeInfo
-from mafka4.protocol.server import ClientPortServer
 from mafka4.protocol.vp_api import VpDiverging, VpFetchAnswer, VpMetadataAnswer, VpReadAnswer, VpStateInfo
-from mafka4.security.credentials import make_credential
-from mafka4.security.scram import ScramServerExchange
 from mafka4.virtual.vp_records import SourcedRecord, encode_vp_batch
 
-TOPIC = "orders"
-EPOCH = {"epoch": 0, "ranges": [[0, 1 << 64, 0]], "cut": [0], "parents": [], "children": [0]}
-CREDENTIAL = make_credential("password-1", iterations=4096)
-
-
-def state(leader: str) -> str:
-    return json.dumps({"range": [0, 1 << 64], "leader": leader, "leader_epoch": 1, "replicas": [leader],
-                       "risr": [leader]})
+from tests.unit.stand_in_ports import (EPOCH, TOPIC, LongPolling, PairedLog, fetch_until, reads_come_to, state,
+                                       vp_fetcher_against)
 
 
 class FailingOver:
@@ -67,111 +49,39 @@ class FailingOver:
         return VpFetchAnswer(tuple(VpReadAnswer(b"", 0, 0, 0, None, None) for _ in request.reads)), ()
 
 
-@contextlib.contextmanager
-def stand_in_port(node) -> Iterator[tuple[ClientPortServer, ClusterAccess, LoopThread]]:
-    """``node``'s handlers on a real client port (its ``address`` set), the access of user alice to
-    it, and the port's loop; ``node.released``, if it has one, ends its waits at the end."""
-    loop = LoopThread("test-port")
-    server = ClientPortServer(node.handlers(), "stand-in read node r1", "r1",
-                              lambda mechanism: ScramServerExchange(lambda user: CREDENTIAL if user == "alice" else None))
-    host, port = loop.run(server.start("127.0.0.1", 0))
-    node.address = f"{host}:{port}"
-    try:
-        yield server, ClusterAccess((HostPort(host, port),), Credential("alice", "password-1")), loop
-    finally:
-        if hasattr(node, "released"):
-            loop.call_soon(node.released.set)
-        server.close()
-        loop.stop()
-
-
-@contextlib.contextmanager
-def fetcher_against(node, config: ConsumerConfig) -> Iterator[VpFetcher]:
-    """A ``VpFetcher`` of user alice whose only node is ``node`` (``stand_in_port``)."""
-    with stand_in_port(node) as (_, access, loop):
-        fetcher = VpFetcher(access, TopicMetadata(TOPIC, TopicConfig(partitions=1, read_mode="mafka4"), ()),
-                            config, "reader-1")
-        try:
-            yield fetcher
-        finally:
-            fetcher.close()
-            loop.run(asyncio.sleep(0))
-
-
 def test_a_vp_whose_leader_serves_no_port_is_read_once_the_metadata_names_a_live_leader():
     node = FailingOver(failover_after=3)
-    with fetcher_against(node, ConsumerConfig(fetch_wait_ms_max=50)) as fetcher:
+    with vp_fetcher_against(node, ConsumerConfig(fetch_wait_ms_max=50)) as fetcher:
         assert fetcher.states[0].leader == "r0"
         fetcher.seek(0, 0)
         fetcher.fetching.add(0)
-        deadline = time.monotonic() + 30
-        while not node.fetched and time.monotonic() < deadline:
-            fetcher.fetch(0.1)
+        fetch_until(fetcher, lambda: node.fetched, 0.1)
         assert node.fetched, f"VP 0 was never fetched; the metadata was asked {node.metadata_asked} times"
         assert fetcher.states[0].leader == "r1" and node.metadata_asked > 3
-
-
-TWO_VPS = {"epoch": 0, "ranges": [[0, 1 << 63, 0], [1 << 63, 1 << 64, 1]], "cut": [0], "parents": [], "children": [0, 1]}
-
-
-class LongPolling:
-    """Read node ``r1`` leading VPs 0 and 1, with nothing to read: a fetch waits until ``release``
-    (or its wait bound). ``requests``: the VPs of each fetch received; ``reads``: their (VP,
-    offset) pairs; ``waits_ms``: their waits; ``waiting``: fetches not answered yet."""
-
-    def __init__(self):
-        self.address, self.requests, self.reads, self.waits_ms, self.waiting = "", [], [], [], 0
-        self.released = asyncio.Event()
-
-    def handlers(self) -> dict:
-        return {ApiKey.VP_METADATA: self._metadata, ApiKey.VP_FETCH: self._fetch}
-
-    async def _metadata(self, session, request, _buffers):
-        states = tuple(VpStateInfo(vp, state("r1")) for vp in (0, 1))
-        return VpMetadataAnswer(TOPIC, (json.dumps(TWO_VPS),), states, (NodeInfo("r1", "read", self.address),)), ()
-
-    async def _fetch(self, session, request, _buffers):
-        self.waiting += 1
-        self.requests.append(sorted(read.vp for read in request.reads))
-        self.reads.append([(read.vp, read.offset) for read in request.reads])
-        self.waits_ms.append(request.wait_ms_max)
-        try:
-            await asyncio.wait_for(self.released.wait(), request.wait_ms_max / 1000)
-        except asyncio.TimeoutError:
-            pass
-        finally:
-            self.waiting -= 1
-        return VpFetchAnswer(tuple(VpReadAnswer(b"", 0, 0, 0, None, None) for _ in request.reads)), ()
 
 
 def test_a_vp_added_while_its_nodes_fetch_is_out_is_sent_at_once_not_after_the_long_poll():
     """A VP claimed in a join must not wait up to ``fetch_wait_ms_max`` for the fetch out to its node."""
     node = LongPolling()
-    with fetcher_against(node, ConsumerConfig(fetch_wait_ms_max=60_000)) as fetcher:
+    with vp_fetcher_against(node, ConsumerConfig(fetch_wait_ms_max=60_000)) as fetcher:
         for vp in (0, 1):
             fetcher.seek(vp, 0)
         fetcher.fetching.add(0)
-        deadline = time.monotonic() + 30
-        while not node.requests and time.monotonic() < deadline:
-            fetcher.fetch(0.05)
+        fetch_until(fetcher, lambda: node.requests)
         fetcher.fetching.add(1)
-        while len(node.requests) < 2 and time.monotonic() < deadline:
-            fetcher.fetch(0.05)
+        fetch_until(fetcher, lambda: len(node.requests) >= 2)
         assert node.requests == [[0], [0, 1]], "VP 1 joined the fetch out to r1 in a new fetch"
         assert node.waiting == 2, "while the first long poll was still out (its answer is dropped)"
 
 
 def test_a_vp_sought_while_its_nodes_fetch_is_out_is_fetched_from_its_new_position_at_once():
     node = LongPolling()
-    with fetcher_against(node, ConsumerConfig(fetch_wait_ms_max=60_000)) as fetcher:
+    with vp_fetcher_against(node, ConsumerConfig(fetch_wait_ms_max=60_000)) as fetcher:
         fetcher.seek(0, 0)
         fetcher.fetching.add(0)
-        deadline = time.monotonic() + 30
-        while not node.reads and time.monotonic() < deadline:
-            fetcher.fetch(0.05)
+        fetch_until(fetcher, lambda: node.reads)
         fetcher.seek(0, 5)
-        while len(node.reads) < 2 and time.monotonic() < deadline:
-            fetcher.fetch(0.05)
+        fetch_until(fetcher, lambda: len(node.reads) >= 2)
         assert node.reads == [[(0, 0)], [(0, 5)]]
         fetcher.fetch(0.05)
         assert len(node.reads) == 2, "nothing changed: the fetch out asks for what is wanted"
@@ -179,12 +89,10 @@ def test_a_vp_sought_while_its_nodes_fetch_is_out_is_fetched_from_its_new_positi
 
 def test_an_idle_node_is_asked_with_longer_and_longer_waits_up_to_the_idle_bound():
     node = FailingOver(failover_after=0)  # answers every fetch empty, 50 ms after it came
-    with fetcher_against(node, ConsumerConfig(fetch_wait_ms_max=10, fetch_idle_wait_ms_max=45)) as fetcher:
+    with vp_fetcher_against(node, ConsumerConfig(fetch_wait_ms_max=10, fetch_idle_wait_ms_max=45)) as fetcher:
         fetcher.seek(0, 0)
         fetcher.fetching.add(0)
-        deadline = time.monotonic() + 30
-        while len(node.waits_ms) < 5 and time.monotonic() < deadline:
-            fetcher.fetch(0.2)
+        fetch_until(fetcher, lambda: len(node.waits_ms) >= 5, 0.2)
         assert node.waits_ms[:5] == [10, 20, 40, 45, 45]
 
 
@@ -215,7 +123,7 @@ class LostTail:
 
 def test_a_reader_answered_diverging_moves_back_and_reads_on_naming_the_epoch_it_read():
     node = LostTail()
-    with fetcher_against(node, ConsumerConfig(fetch_wait_ms_max=50)) as fetcher:
+    with vp_fetcher_against(node, ConsumerConfig(fetch_wait_ms_max=50)) as fetcher:
         fetcher.seek(0, 9, last_epoch=1)  # a committed offset in the lost tail, with its epoch
         fetcher.fetching.add(0)
         assert fetcher.fetch(5) == [] and (fetcher.positions[0], fetcher.position_epoch(0)) == (4, 1)
@@ -226,13 +134,8 @@ def test_a_reader_answered_diverging_moves_back_and_reads_on_naming_the_epoch_it
         assert node.reads[:2] == [(9, 1), (4, 1)], "back to where epoch 1 ends, never forward"
 
 
-class Backlog:
-    """Read node ``r1`` leading VP 0, whose log holds ``batches`` batches of two records (offsets 0,
-    1, 2, ...): a fetch is answered at once with the batch holding its offset, or, past the end,
-    empty after its wait. ``reads``: each fetch's offset, in the order they came."""
-
-    def __init__(self, batches: int):
-        self.address, self.reads, self.end = "", [], 2 * batches
+class Backlog(PairedLog):
+    """Read node ``r1`` leading VP 0, whose log is a ``PairedLog`` of ``batches`` batches."""
 
     def handlers(self) -> dict:
         return {ApiKey.VP_METADATA: self._metadata, ApiKey.VP_FETCH: self._fetch}
@@ -243,27 +146,18 @@ class Backlog:
 
     async def _fetch(self, session, request, _buffers):
         (read,) = request.reads
-        self.reads.append(read.offset)
-        if read.offset >= self.end:
-            await asyncio.sleep(request.wait_ms_max / 1000)
+        base = await self.batch_at(read.offset, request.wait_ms_max)
+        if base is None:
             return VpFetchAnswer((VpReadAnswer(b"", self.end, 0, self.end, None, None),)), ()
-        base = read.offset - read.offset % 2
-        batch = bytearray(encode_vp_batch([SourcedRecord(0, base + i, 0, 1_000, b"k", b"m-%d" % (base + i))
-                                           for i in range(2)]))
+        records = [SourcedRecord(0, base + i, 0, 1_000, b"k", value) for i, value in enumerate(self.values(base))]
+        batch = bytearray(encode_vp_batch(records))
         stamp(batch, base, 1)
         return VpFetchAnswer((VpReadAnswer(bytes(batch), self.end, 0, self.end, None, None),)), ()
 
 
-def reads_come_to(node, count: int) -> None:
-    """Wait (bounded) until ``node`` received ``count`` fetches: a fetch sent is received a moment later."""
-    deadline = time.monotonic() + 30
-    while len(node.reads) < count and time.monotonic() < deadline:
-        time.sleep(0.005)
-
-
 def test_a_node_whose_answer_brought_messages_is_sent_the_next_fetch_before_the_poll_returns():
     node = Backlog(batches=3)
-    with fetcher_against(node, ConsumerConfig(fetch_wait_ms_max=60_000)) as fetcher:
+    with vp_fetcher_against(node, ConsumerConfig(fetch_wait_ms_max=60_000)) as fetcher:
         fetcher.seek(0, 0)
         fetcher.fetching.add(0)
         offsets = []
@@ -277,7 +171,7 @@ def test_a_node_whose_answer_brought_messages_is_sent_the_next_fetch_before_the_
 
 def test_a_vp_sought_while_its_next_fetch_is_out_is_read_from_where_it_was_sought():
     node = Backlog(batches=3)
-    with fetcher_against(node, ConsumerConfig(fetch_wait_ms_max=60_000)) as fetcher:
+    with vp_fetcher_against(node, ConsumerConfig(fetch_wait_ms_max=60_000)) as fetcher:
         fetcher.seek(0, 0)
         fetcher.fetching.add(0)
         assert [m.offset for m in fetcher.fetch(5)] == [0, 1]
@@ -290,7 +184,7 @@ def test_a_vp_sought_while_its_next_fetch_is_out_is_read_from_where_it_was_sough
 
 def test_a_vp_stopped_while_its_next_fetch_is_out_is_read_on_from_its_position_once_fetched_again():
     node = Backlog(batches=3)
-    with fetcher_against(node, ConsumerConfig(fetch_wait_ms_max=60_000)) as fetcher:
+    with vp_fetcher_against(node, ConsumerConfig(fetch_wait_ms_max=60_000)) as fetcher:
         fetcher.seek(0, 0)
         fetcher.fetching.add(0)
         assert [m.offset for m in fetcher.fetch(5)] == [0, 1]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from dataclasses import dataclass
+from typing import Awaitable, Callable
 
 import pytest
 
@@ -25,12 +26,12 @@ class Replica:
 
 class Opener:
     """``make`` for ``VpOpening.open``: records what it opened and on which thread; waits for
-    ``proceed`` first; fails on the VPs in ``failing``."""
+    ``proceed`` first; fails on the VPs in ``failing`` (none unless a test sets them)."""
 
-    def __init__(self, failing: frozenset[VpId] = frozenset()):
+    def __init__(self):
         self.proceed, self.started = threading.Event(), threading.Event()
         self.opened: list[VpId] = []
-        self.failing = failing
+        self.failing: frozenset[VpId] = frozenset()
 
     def __call__(self, vp_id: VpId) -> Replica:
         self.started.set()
@@ -39,6 +40,35 @@ class Opener:
             raise OSError(f"cannot open {vp_id}")
         self.opened.append(vp_id)
         return Replica(vp_id, threading.current_thread().name)
+
+
+class Node:
+    """A read node's hosted VPs and their ``VpOpening``, whose replicas ``opener`` makes."""
+
+    def __init__(self):
+        self.hosted: dict[VpId, Replica] = {}
+        self.opener = Opener()
+        self.vps = VpOpening(self.hosted)
+
+    def open(self, vp_ids: list[VpId]):
+        return self.vps.open(vp_ids, self.opener)
+
+    async def opening(self, vp_ids: list[VpId]) -> asyncio.Task:
+        """An ``open`` of ``vp_ids`` as a task, once its opening waits on the worker thread for ``proceed``."""
+        task = asyncio.create_task(self.open(vp_ids))
+        await until(self.opener.started.is_set)
+        return task
+
+
+def on_a_loop(scenario: Callable[[Node], Awaitable[None]]) -> Callable[[], None]:
+    """The test that runs ``scenario`` on a new event loop, with a new ``Node``.
+
+    Named as ``scenario`` for pytest, but not ``functools.wraps``: pytest would read the
+    scenario's parameter as a fixture to pass."""
+    def test() -> None:
+        asyncio.run(scenario(Node()))
+    test.__name__, test.__qualname__, test.__doc__ = scenario.__name__, scenario.__qualname__, scenario.__doc__
+    return test
 
 
 async def until(condition) -> None:
@@ -50,81 +80,71 @@ async def until(condition) -> None:
     raise AssertionError("never came")
 
 
-def test_a_log_opens_on_another_thread_while_the_loop_goes_on_and_is_hosted_once_open():
-    async def scenario():
-        hosted, opener = {}, Opener()
-        opening = asyncio.create_task(VpOpening(hosted).open([A, B], opener))
-        await until(opener.started.is_set)
-        turns = 0
-        while turns < 10:  # the loop runs while the opening waits
-            await asyncio.sleep(0)
-            turns += 1
-        assert hosted == {} and not opening.done(), "nothing is the loop's until it is open"
-        opener.proceed.set()
-        replicas = await opening
-        assert [r.vp_id for r in replicas] == [A, B] and hosted == {A: replicas[0], B: replicas[1]}
-        assert all(r.thread != threading.current_thread().name for r in replicas)
-
-    asyncio.run(scenario())
+async def loop_turns(count: int) -> None:
+    """Let every other task of the loop take ``count`` steps: each ready task runs once per turn."""
+    for _ in range(count):
+        await asyncio.sleep(0)
 
 
-def test_a_vp_asked_for_while_it_opens_is_opened_once_and_a_hosted_one_not_again():
-    async def scenario():
-        hosted, opener = {}, Opener()
-        vps = VpOpening(hosted)
-        first = asyncio.create_task(vps.open([A], opener))
-        await until(opener.started.is_set)
-        again = asyncio.create_task(vps.open([A, B], opener))  # the controller announcing again, and one more
-        opener.proceed.set()
-        (replica,), (same, other) = await first, await again
-        assert same is replica and other.vp_id == B and opener.opened == [A, B]
-        assert (await vps.open([B], opener))[0] is other and opener.opened == [A, B]
-
-    asyncio.run(scenario())
+@on_a_loop
+async def test_a_log_opens_on_another_thread_while_the_loop_goes_on_and_is_hosted_once_open(node):
+    opening = await node.opening([A, B])
+    await loop_turns(10)  # the loop runs while the opening waits
+    assert node.hosted == {} and not opening.done(), "nothing is the loop's until it is open"
+    node.opener.proceed.set()
+    replicas = await opening
+    assert [r.vp_id for r in replicas] == [A, B] and node.hosted == {A: replicas[0], B: replicas[1]}
+    assert all(r.thread != threading.current_thread().name for r in replicas)
 
 
-def test_the_nodes_drop_waits_for_an_opening_so_it_finds_the_vp_hosted():
-    async def scenario():
-        hosted, opener = {}, Opener()
-        vps = VpOpening(hosted)
-        opening = asyncio.create_task(vps.open([A], opener))
-        await until(opener.started.is_set)
-
-        async def drop():
-            async with vps.lock:
-                return hosted.pop(A, None)
-
-        dropping = asyncio.create_task(drop())
-        await asyncio.sleep(0.01)
-        assert not dropping.done()
-        opener.proceed.set()
-        (replica,) = await opening
-        assert await dropping is replica and hosted == {}
-
-    asyncio.run(scenario())
+@on_a_loop
+async def test_a_vp_asked_for_while_it_opens_is_opened_once_and_a_hosted_one_not_again(node):
+    first = await node.opening([A])
+    again = asyncio.create_task(node.open([A, B]))  # the controller announcing again, and one more
+    node.opener.proceed.set()
+    (replica,), (same, other) = await first, await again
+    assert same is replica and other.vp_id == B and node.opener.opened == [A, B]
+    assert (await node.open([B]))[0] is other and node.opener.opened == [A, B]
 
 
-def test_the_vps_opened_before_one_that_fails_are_hosted_and_the_failure_raised():
-    async def scenario():
-        hosted, opener = {}, Opener(failing=frozenset({B}))
-        opener.proceed.set()
-        with pytest.raises(OSError, match="cannot open"):
-            await VpOpening(hosted).open([A, B, C], opener)
-        assert list(hosted) == [A] and opener.opened == [A]
+@on_a_loop
+async def test_the_nodes_drop_waits_for_an_opening_so_it_finds_the_vp_hosted(node):
+    opening = await node.opening([A])
+    asking = asyncio.Event()
 
-    asyncio.run(scenario())
+    async def drop():
+        asking.set()
+        async with node.vps.lock:  # the only await: a free lock is taken without giving up the loop
+            return node.hosted.pop(A, None)
+
+    dropping = asyncio.create_task(drop())
+    await until(asking.is_set)
+    # ``drop`` has run up to its first wait: had the opening not held the lock, it would be done.
+    assert not dropping.done(), "the drop waits for the lock the opening holds"
+    node.opener.proceed.set()
+    (replica,) = await opening
+    assert await dropping is replica and node.hosted == {}
 
 
-def test_a_caller_cancelled_while_the_logs_open_still_hosts_them():
-    async def scenario():
-        hosted, opener = {}, Opener()
-        opening = asyncio.create_task(VpOpening(hosted).open([A], opener))
-        await until(opener.started.is_set)
-        opening.cancel()
-        await asyncio.sleep(0.01)
-        opener.proceed.set()
-        with pytest.raises(asyncio.CancelledError):
-            await opening
-        assert list(hosted) == [A], "not left open and unseen"
+@on_a_loop
+async def test_the_vps_opened_before_one_that_fails_are_hosted_and_the_failure_raised(node):
+    node.opener.failing = frozenset({B})
+    node.opener.proceed.set()
+    with pytest.raises(OSError, match="cannot open"):
+        await node.open([A, B, C])
+    assert list(node.hosted) == [A] and node.opener.opened == [A]
 
-    asyncio.run(scenario())
+
+@on_a_loop
+async def test_a_caller_cancelled_while_the_logs_open_still_hosts_them(node):
+    opening = await node.opening([A])
+    opening.cancel()
+    # A negative check, and why it proves something: ``cancel`` cancels at once the future the
+    # task awaits, which schedules the task's wake-up, so the cancellation reaches it in the next
+    # turn of the loop; a task that did not wait for the thread would end there.
+    await loop_turns(10)
+    assert not opening.done(), "the cancelled caller waits for the logs it asked for to open"
+    node.opener.proceed.set()
+    with pytest.raises(asyncio.CancelledError):
+        await opening
+    assert list(node.hosted) == [A], "not left open and unseen"

@@ -11,7 +11,11 @@ success of an earlier try (a controller that died after recording it); leftovers
 died before are stopped first (actors) or deleted by the record (etcd keys below the topic).
 
 **Delete.** Remove the topic's keys (one transaction), then stop its physical replicas and drop
-its VPs on every read node that hosts them, deleting their data.
+its VPs on every read node that hosts them, deleting their data. Of a name with no topic, delete
+what a creation that died between its etcd transactions left (``physical.topic_leftovers``) and
+answer ``UnknownTopic`` saying so: intents run one at a time, so no creation is under way then.
+A failed creation stopped its actors itself, and hosted no VP (VPs are hosted after the record),
+so leftovers are etcd keys only.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from mafka4.errors import TopicExists
 from mafka4.limits import TopicConfig
 from mafka4.metadata.store import MetadataStore
 from mafka4.physical.partition_state import TopicMetadata
+from mafka4.physical.topic_leftovers import absent_topic
 from mafka4.physical.topics import TopicStore
 from mafka4.virtual.vp_store import VirtualStore, read_path_values
 
@@ -87,6 +92,8 @@ def create_topic(store: MetadataStore, cluster: str, etcd_endpoint: str, name: s
 
 def delete_topic(store: MetadataStore, cluster: str, name: str) -> None:
     topics = TopicStore(store, cluster)
+    if not topics.exists(name):
+        raise absent_topic(name, topics.delete_leftovers(name))
     metadata = topics.get(name)
     states = [state for state, _ in VirtualStore(store, cluster).states(name).values()]
     topics.delete(name)

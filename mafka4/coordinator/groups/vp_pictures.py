@@ -26,7 +26,7 @@ VPs) and a member's memory small; a group larger than it wakes its members by th
 ``vp_wakes.WakeFilter`` alone, as before pictures.
 
 Keys no plan reads are ``Applied.IGNORED``: feed positions, physical partition states,
-feeder holds and read losses of the topic (``vp_wakes``), and owner and offset keys of
+feeder holds and read losses of the topic (``vp_wakes.quiet_topic_prefixes``), and owner and offset keys of
 other topics.
 
 Pure: no I/O. Not thread-safe: the caller serialises calls.
@@ -38,6 +38,7 @@ import enum
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from mafka4.coordinator.groups.vp_ownership import GroupView
+from mafka4.coordinator.groups.vp_wakes import quiet_topic_prefixes
 from mafka4.limits import GROUP_PICTURE_ENTRIES_MAX, VirtualConfig
 from mafka4.metadata import keys
 from mafka4.virtual.layout import TopicLayout
@@ -68,10 +69,7 @@ class WatchedGroup:
         self._topic_prefix = keys.topic_children_prefix(cluster, topic)
         self._epochs_prefix = keys.split_epochs_prefix(cluster, topic)
         self._states_prefix = keys.virtual_partitions_prefix(cluster, topic)
-        self._ignored_topic_prefixes = (keys.topic_feed_positions_prefix(cluster, topic),
-                                        keys.physical_prefix(cluster, topic),
-                                        keys.feeder_holds_of_topic(cluster, topic),
-                                        keys.read_losses_prefix(cluster, topic))
+        self._ignored_topic_prefixes = quiet_topic_prefixes(cluster, topic)
         self.members: dict[str, str] = {}  # member key -> member id
         self.owners: dict[int, str] = {}  # VP -> member id of its owner key
         self.offsets: dict[int, tuple[int, int]] = {}  # VP -> (committed offset, high watermark seen)
@@ -110,7 +108,7 @@ class WatchedGroup:
             else:
                 return Applied.LOST
         elif key.startswith(self._members_prefix):
-            applied = self._apply_member(key, value)
+            applied = _apply_member_id(self.members, key, value)
         elif (parsed := keys.parse_group_partition(self._owners_prefix, key)) is not None:
             applied = self._apply_owner(parsed, value)
         elif (parsed := keys.parse_group_partition(self._offsets_prefix, key)) is not None:
@@ -129,34 +127,11 @@ class WatchedGroup:
                          dict(self.owners), {vp: offset for vp, (offset, _) in self.offsets.items()}, lag,
                          frozenset(self.retired))
 
-    def _apply_member(self, key: str, value: Any) -> Applied:
-        if value is None:
-            self.members.pop(key, None)
-            return Applied.CHANGED
-        try:
-            member_id = value["member_id"]
-        except _UNREADABLE:
-            return Applied.LOST
-        if not isinstance(member_id, str):
-            return Applied.LOST
-        self.members[key] = member_id
-        return Applied.CHANGED
-
     def _apply_owner(self, parsed: tuple[str, int], value: Any) -> Applied:
         topic, vp = parsed
         if topic != self._topic:
             return Applied.IGNORED
-        if value is None:
-            self.owners.pop(vp, None)
-            return Applied.CHANGED
-        try:
-            member_id = value["member_id"]
-        except _UNREADABLE:
-            return Applied.LOST
-        if not isinstance(member_id, str):
-            return Applied.LOST
-        self.owners[vp] = member_id
-        return Applied.CHANGED
+        return _apply_member_id(self.owners, vp, value)
 
     def _apply_offset(self, parsed: tuple[str, int], value: Any) -> Applied:
         topic, vp = parsed
@@ -204,3 +179,18 @@ class WatchedGroup:
         if state.retired:
             self.retired.add(vp)
         return Applied.CHANGED
+
+
+def _apply_member_id(entries: dict[Any, str], entry: Any, value: Any) -> Applied:
+    """Store the ``member_id`` of a member or owner key's ``value`` under ``entry``, or drop it on a deletion."""
+    if value is None:
+        entries.pop(entry, None)
+        return Applied.CHANGED
+    try:
+        member_id = value["member_id"]
+    except _UNREADABLE:
+        return Applied.LOST
+    if not isinstance(member_id, str):
+        return Applied.LOST
+    entries[entry] = member_id
+    return Applied.CHANGED

@@ -100,6 +100,16 @@ class VpMark:
     retired: bool
 
 
+def quiet_topic_prefixes(cluster: str, topic: str) -> tuple[str, ...]:
+    """The prefixes below ``topic`` that no plan reads: feed positions, physical partition states,
+    feeder holds and read losses (the module docstring says why). Quiet for ``WakeFilter``, ignored
+    by ``vp_pictures.WatchedGroup``."""
+    return (keys.topic_feed_positions_prefix(cluster, topic),
+            keys.physical_prefix(cluster, topic),
+            keys.feeder_holds_of_topic(cluster, topic),
+            keys.read_losses_prefix(cluster, topic))
+
+
 def mark_of(vp: int, value: Any) -> VpMark | None:
     """The ``VpMark`` of a VP state key's value; None if the value is not a VP state.
 
@@ -124,10 +134,7 @@ class WakeFilter:
         self._offsets_prefix = keys.group_vp_offsets_prefix(cluster, group)
         self._topic_prefix = keys.topic_children_prefix(cluster, topic)
         self._states_prefix = keys.virtual_partitions_prefix(cluster, topic)
-        self._quiet_topic_prefixes = (keys.topic_feed_positions_prefix(cluster, topic),
-                                      keys.physical_prefix(cluster, topic),
-                                      keys.feeder_holds_of_topic(cluster, topic),
-                                      keys.read_losses_prefix(cluster, topic))
+        self._quiet_topic_prefixes = quiet_topic_prefixes(cluster, topic)
         self._marks: dict[int, VpMark] = {}  # VP -> its mark at the last event seen of its key
 
     def wake(self, events: Iterable[WatchEvent]) -> Wake:
