@@ -10,8 +10,11 @@ executes the ``AgentPlan`` it returns:
   them already has the agent it keeps it, otherwise neither gets one (which one is the node is
   the operator's to say). A node whose resources name no usable id is skipped with the reason.
 * **drop** the registration of a node id that has left Ray: it is registered, no alive Ray node
-  offers it and no agent for it answers, and Ray shows where it went: a dead Ray node offers
-  it, or the Ray node its agent last ran on (``homes``) is dead or no longer listed. Without
+  offers it and no agent for it answers, and Ray shows where it went: the Ray node its agent
+  ran on (``homes``: from the registration and the keeper's memory) is dead or no longer
+  listed, or a dead Ray node offers it (Ray 2.60's node list does not show what a dead node
+  offered, so ``homes`` is what finds most). A list without any alive node (not even the head
+  this process is joined through) is a failed read: it drops nothing. Without
   such evidence (an id Ray never showed: a shell agent's, or a node still joining) nothing is
   dropped: the registration's lease ends it if its node is really gone.
 
@@ -104,5 +107,7 @@ def plan_agents(ray_nodes: Iterable[RayNode], agents: Mapping[str, str], registe
         home = homes.get(node_id)
         return node_id in dead_ids or (home is not None and not status.get(home, False))
 
+    if not any(status.values()):
+        return AgentPlan(tuple(start), (), tuple(skipped))
     drop = tuple(sorted(node_id for node_id in registered if left_ray(node_id)))
     return AgentPlan(tuple(start), drop, tuple(skipped))

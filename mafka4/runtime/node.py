@@ -128,10 +128,10 @@ def create_data_root(data_root: str) -> None:
 
 
 def run_agent(etcd_endpoint: str, cluster: str, role: NodeRole, node_id: str, data_dir: str, lease_ttl_s: int,
-              client_port: int = 0, stop: threading.Event | None = None) -> None:
+              client_port: int = 0, stop: threading.Event | None = None, ray_node_id: str = "") -> None:
     """Steps 1-3 of the module docstring, until ``stop`` is set (the agent run as a Ray actor,
-    ``runtime.node_agents``); without ``stop`` it returns only by an exception (StopRequested
-    on a signal).
+    ``runtime.node_agents``, which also names its Ray node in the registration: ``ray_node_id``);
+    without ``stop`` it returns only by an exception (StopRequested on a signal).
 
     Whatever way it leaves, the lease is revoked (if etcd answers) and the client closed.
     """
@@ -141,7 +141,7 @@ def run_agent(etcd_endpoint: str, cluster: str, role: NodeRole, node_id: str, da
     data_root, store = ensure_cluster_config(open_store, cluster, data_dir, wait_s=None)
     # Only a read node serves clients yet: a write node's registration names no port.
     registration = NodeRegistration(store, cluster, node_id, role, lease_ttl_s,
-                                    client_port if role is NodeRole.READ else 0)
+                                    client_port if role is NodeRole.READ else 0, ray_node_id)
     try:
         create_data_root(data_root)
         if refresh_registrations([registration], open_store):

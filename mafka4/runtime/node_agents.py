@@ -8,8 +8,12 @@ worker. It takes ``num_cpus=0`` and none of the node's units, like the node's ot
 Its node id is the ``<id>`` of the node's ``mafka4_node_<id>`` resource
 (``node_identity.identify_node``), the resource replicas are pinned by.
 
+An agent's registration also names its Ray node (``ray_node_id``): Ray's node list does not
+show what a dead node offered, so that is how a keeper, even one started after the node died,
+knows which mafka4 node died with it.
+
 ``NodeAgentKeeper.reconcile`` is one pass: read Ray's node list, the agents' names and
-reports, and the registered node ids; ask ``agent_plan.plan_agents`` what to do; start the
+reports, and the registrations; ask ``agent_plan.plan_agents`` what to do; start the
 agents it names and delete the registrations of nodes that left Ray (compare-and-delete on
 the key's revision, so a node registering again meanwhile keeps its key). The controller's
 watch on the registrations then sees the node go and repairs what it hosted, as it does when a
@@ -80,7 +84,8 @@ class NodeAgent:
     def _run(self, settings: AgentSettings, node_id: str, role: NodeRole) -> None:
         try:
             run_agent(settings.etcd_endpoint, settings.cluster, role, node_id, settings.data_dir,
-                      settings.lease_ttl_s, settings.client_port, stop=self._stop)
+                      settings.lease_ttl_s, settings.client_port, stop=self._stop,
+                      ray_node_id=ray.get_runtime_context().get_node_id())
         except MafkaError as error:
             self._failure = error.message
             log.error("node %s: %s", node_id, error.message)
@@ -185,7 +190,11 @@ class NodeAgentKeeper:
             ray.kill(handle)  # frees the name for a later pass's start
         self._homes.update(agents)
         registered = {item.value["node_id"]: item for item in self._store.get_prefix(keys.nodes_prefix(cluster))}
-        plan = plan_agents(ray_nodes, agents, registered, self._homes)
+        # Ray does not show what a dead node offered: where each agent ran is known from its
+        # registration (so a restarted controller knows it too) and from this keeper's memory.
+        homes = {node_id: item.value["ray_node_id"] for node_id, item in registered.items()
+                 if "ray_node_id" in item.value} | self._homes
+        plan = plan_agents(ray_nodes, agents, registered, homes)
         for skipped in plan.skipped:
             if (skipped.ray_node_id, skipped.reason) not in self._reported:
                 self._reported.add((skipped.ray_node_id, skipped.reason))

@@ -47,11 +47,13 @@ class NodeRegistration:
     """One node's key ``keys.node(cluster, node_id)``, bound to its own lease."""
 
     def __init__(self, store: MetadataStore, cluster: str, node_id: str, role: NodeRole, lease_ttl_s: int,
-                 client_port: int = 0):
+                 client_port: int = 0, ray_node_id: str = ""):
         self.key = keys.node(cluster, node_id)
         self.value = {"node_id": node_id, "role": NodeRole(role).value, "resource": node_resource(node_id)}
         if client_port:  # where the node serves clients; 0: any port its server gets
             self.value["client_port"] = client_port
+        if ray_node_id:  # the Ray node an agent actor registers from: whoever sees it die drops the key
+            self.value["ray_node_id"] = ray_node_id
         self.lease_ttl_s = lease_ttl_s
         self.rebind(store)
 

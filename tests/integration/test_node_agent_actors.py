@@ -4,7 +4,7 @@ One Ray cluster on loopback, built as ``mafka4 up`` builds its own (``ray_cluste
 a head without mafka4 resources, a write node "wa" and a read node "ra" that offer
 ``write_node`` / ``read_node`` and ``mafka4_node_<id>``; an etcd of its own; no daemon, so no
 registration exists that an agent did not write. Each test uses its own mafka4 cluster name, so
-their agents and keys never meet. The second test removes the read node from Ray: it runs last.
+their agents and keys never meet. The second test removes both nodes from Ray: it runs last.
 Registrations live under a lease of ``LONG_LEASE_TTL_S``, so one that disappears was dropped or
 revoked, never expired.
 """
@@ -32,7 +32,6 @@ from wait_helpers import wait_until
 
 # Variables the fixture changes (Ray's token and temp dir): restored for later tests.
 RAY_VARIABLES = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN", "RAY_TMPDIR")
-KEEPER_PASS_INTERVAL_S = 0.5
 
 
 @pytest.fixture(scope="module")
@@ -84,10 +83,11 @@ def test_the_keeper_starts_one_agent_per_node_pinned_there_and_each_registers_it
         assert {(start.node_id, start.role, start.ray_node_id) for start in plan.start} == {
             ("wa", NodeRole.WRITE, ray_ids["wa"]), ("ra", NodeRole.READ, ray_ids["ra"])}
         assert wait_until(lambda: len(registered(store, "kept")) == 2), registered(store, "kept")
-        # What the shell agent writes; a read node given port 0 names none (its server takes any).
+        # What the shell agent writes (a read node given port 0 names none: its server takes any),
+        # and the Ray node the agent runs on.
         assert registered(store, "kept") == {
-            "wa": {"node_id": "wa", "role": "write", "resource": node_resource("wa")},
-            "ra": {"node_id": "ra", "role": "read", "resource": node_resource("ra")},
+            "wa": {"node_id": "wa", "role": "write", "resource": node_resource("wa"), "ray_node_id": ray_ids["wa"]},
+            "ra": {"node_id": "ra", "role": "read", "resource": node_resource("ra"), "ray_node_id": ray_ids["ra"]},
         }
         assert store.get(keys.cluster_config("kept")).value == {"data_root": str(home / "data")}
         # Each agent runs on the Ray node whose resource names it: node affinity, not chance.
@@ -126,6 +126,15 @@ def test_a_controller_with_node_agents_registers_nodes_and_drops_one_that_leaves
         assert wait_until(lambda: set(registered(store, "joined")) == {"wa"}), controller.log_text()
         assert "node ra left Ray: its registration is dropped" in controller.log_text()
         assert agents_running("joined") == {"wa": ray_ids["wa"]}
+
+        # A keeper that never saw the agent (the controller restarted) learns its Ray node from the
+        # registration: the write node leaves while no controller runs, and a new keeper drops it.
+        controller.close()
+        write_node = next(node for node in cluster.handle.worker_nodes if node.node_id == ray_ids["wa"])
+        cluster.handle.remove_node(write_node)
+        keeper = NodeAgentKeeper(AgentSettings("joined", endpoint, str(home / "data"), LONG_LEASE_TTL_S), store)
+        assert wait_until(lambda: keeper.reconcile().drop == ("wa",)), registered(store, "joined")
+        assert registered(store, "joined") == {}
     finally:
         controller.close()
         stop_node_agents("joined")

@@ -80,6 +80,11 @@ def test_a_node_gone_from_rays_list_is_dropped_only_if_its_agent_was_seen_there(
     assert plan_agents(nodes, {}, registered=["w0"]).drop == ()
 
 
+def test_a_node_list_without_any_alive_node_is_a_failed_read_and_drops_nothing():
+    assert plan_agents([], {}, registered=["w0"], homes={"w0": "gone"}).drop == ()
+    assert plan_agents([ray_node("a", "write", "w0", alive=False)], {}, registered=["w0"]).drop == ()
+
+
 def test_an_answering_agent_keeps_its_registration_even_if_rays_list_lags():
     nodes = [ray_node("a", "write", "w0", alive=False)]
     assert plan_agents(nodes, agents={"w0": "a"}, registered=["w0"]).drop == ()

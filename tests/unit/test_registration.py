@@ -149,3 +149,10 @@ def test_keeping_registered_ends_when_the_stop_is_set_and_leaves_revoking_to_the
 
     keep_registered([registration], lambda: FakeClient(etcd), 0, each_period, stop=stop)
     assert len(periods) == 3 and KEY in etcd.values
+
+
+def test_an_agent_actors_registration_names_its_ray_node():
+    """So that whoever sees that Ray node die can drop the registration (``runtime.agent_plan``)."""
+    etcd = FakeEtcd()
+    NodeRegistration(FakeClient(etcd), "c", "w1", NodeRole.WRITE, 10, ray_node_id="ab12").keep_alive()
+    assert etcd.values[KEY][0] == {"node_id": "w1", "role": "write", "resource": "mafka4_node_w1", "ray_node_id": "ab12"}
