@@ -188,17 +188,18 @@ class NodeAgentKeeper:
                 continue
             log.warning("node agent %s stopped registering (%s); starting it again", node_id, report.failure)
             ray.kill(handle)  # frees the name for a later pass's start
-        self._homes.update(agents)
         registered = {item.value["node_id"]: item for item in self._store.get_prefix(keys.nodes_prefix(cluster))}
+        # Only a registered id can be dropped: remembering others would only grow with the ids ever seen.
+        self._homes = {node_id: home for node_id, home in self._homes.items() if node_id in registered} | agents
         # Ray does not show what a dead node offered: where each agent ran is known from its
         # registration (so a restarted controller knows it too) and from this keeper's memory.
         homes = {node_id: item.value["ray_node_id"] for node_id, item in registered.items()
                  if "ray_node_id" in item.value} | self._homes
         plan = plan_agents(ray_nodes, agents, registered, homes)
-        for skipped in plan.skipped:
-            if (skipped.ray_node_id, skipped.reason) not in self._reported:
-                self._reported.add((skipped.ray_node_id, skipped.reason))
-                log.warning("Ray node %s gets no node agent: %s", skipped.ray_node_id, skipped.reason)
+        skipped_now = {(skipped.ray_node_id, skipped.reason) for skipped in plan.skipped}
+        for ray_node_id, reason in sorted(skipped_now - self._reported):
+            log.warning("Ray node %s gets no node agent: %s", ray_node_id, reason)
+        self._reported = skipped_now  # logged once while it lasts, and bounded by the nodes Ray lists
         for start in plan.start:
             try:
                 start_node_agent(self.settings, start)
