@@ -346,7 +346,7 @@ class MissingDependency(MafkaError):
 
 
 class InvalidNodeId(MafkaError):
-    """A node id breaks the naming rules of ``mafka4.runtime.node.validate_node_id`` (it
+    """A node id breaks the naming rules of ``mafka4.runtime.node_identity.validate_node_id`` (it
     names the node's Ray resource, its etcd key and its data directory)."""
 
 

@@ -693,6 +693,16 @@ NODE_CONFIG_WAIT_S_DEFAULT = 60
 # Between attempts to reach etcd before the config is written (a node agent then retries for as
 # long as it runs).
 NODE_CONFIG_RETRY_INTERVAL_S = 1.0
+# The controller's node agent keeper (runtime.node_agents) compares Ray's nodes with the running
+# agents this often: a node that joined Ray is registered, and one that left is dropped, within
+# about this long. A pass costs one read of Ray's node list, one call per agent and one etcd read.
+NODE_AGENT_RECONCILE_INTERVAL_S = 5.0
+# A node agent actor not answering a call within this (where it runs, its start) counts as not
+# running this pass; an agent answers from memory, so a slower answer is a stuck or dying actor.
+NODE_AGENT_CALL_TIMEOUT_S = 10.0
+# An agent told to stop revokes its lease (one etcd call, at most REGISTRATION_ETCD_TIMEOUT_S_MAX)
+# within this; then it is killed anyway and its registration ends with its lease.
+NODE_AGENT_STOP_TIMEOUT_S = 15.0
 
 
 # --- security ---------------------------------------------------------------------------------

@@ -5,6 +5,12 @@
 The local daemon (``runtime.daemon``) starts one as its child; on a Ray cluster the head's start
 commands do (``ray_cluster.yaml``). Several may run: one is active, the others stand by
 (``coordinator.control.controller``).
+
+With ``--node-agents`` the active one also keeps a node agent actor on every Ray node that
+offers ``write_node`` or ``read_node`` and drops the registrations of nodes that left Ray
+(``runtime.node_agents``, on a thread of its own): workers then run no mafka4 command. Off by
+default: ``mafka4 up`` registers its simulated nodes itself and ``ray_cluster.yaml``'s workers
+still run the agent as a process; an agent beside either would register the node twice.
 """
 
 from __future__ import annotations
@@ -14,11 +20,15 @@ import logging
 import signal
 import sys
 import threading
+from pathlib import Path
+from typing import Callable
 
 from mafka4.coordinator.control.controller import Controller
-from mafka4.limits import parse_setting, replace_config
-from mafka4.limits.servers import ControllerConfig
-from mafka4.runtime.environment import apply_ray_environment
+from mafka4.errors import InvalidConfig, MafkaError
+from mafka4.limits import CLIENT_PORT_DEFAULT, CONTROLLER_STOP_TIMEOUT_S, parse_setting, replace_config
+from mafka4.limits.servers import ClusterConfig, ControllerConfig
+from mafka4.metadata.store import MetadataStore
+from mafka4.runtime.environment import apply_ray_environment, mafka4_home
 from mafka4.transport.ray_names import NAMESPACE
 
 log = logging.getLogger("mafka4.controller")
@@ -34,7 +44,42 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--lease-ttl-s", type=int, default=defaults.lease_ttl_s)
     parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
                         help="another ControllerConfig field, e.g. vp_merge_delay_ms=5000 (repeatable)")
-    return parser.parse_args(argv)
+    agents = parser.add_argument_group("node agents", "start a node agent actor on every write and read node")
+    agents.add_argument("--node-agents", action="store_true",
+                        help="run the node agents (no command on workers); not beside 'mafka4 up' or shell agents")
+    agents.add_argument("--node-data-dir", type=Path, default=mafka4_home() / "data",
+                        help="data root to record if the cluster has none yet (default %(default)s)")
+    agents.add_argument("--node-lease-ttl-s", type=int, default=ClusterConfig().node_lease_ttl_s)
+    agents.add_argument("--node-client-port", type=int, default=CLIENT_PORT_DEFAULT,
+                        help="the port read nodes serve clients on; 0 for any free port (default %(default)s)")
+    args = parser.parse_args(argv)
+    try:
+        ClusterConfig(node_lease_ttl_s=args.node_lease_ttl_s)  # the rule the shell agent applies
+        if args.node_client_port not in range(0, 65536):
+            raise InvalidConfig(f"--node-client-port {args.node_client_port} is not a TCP port: "
+                                f"give 1-65535, or 0 for any")
+    except MafkaError as error:
+        parser.error(error.message)
+    return args
+
+
+def _start_node_agents(args: argparse.Namespace, controller: Controller, stop: threading.Event) -> Callable[[], None]:
+    """Run the node agent keeper on a thread while ``controller`` is active; returns what closes it."""
+    # Imported here: it imports ray, which must come after main's environment.
+    from mafka4.runtime.node_agents import AgentSettings, NodeAgentKeeper, keep_node_agents
+
+    settings = AgentSettings(args.cluster, args.etcd, str(args.node_data_dir.expanduser().resolve()),
+                             args.node_lease_ttl_s, args.node_client_port)
+    store = MetadataStore(args.etcd)
+    thread = threading.Thread(target=keep_node_agents,
+                              args=(NodeAgentKeeper(settings, store), stop, lambda: controller.active),
+                              name="node-agents", daemon=True)
+    thread.start()
+
+    def close() -> None:
+        thread.join(CONTROLLER_STOP_TIMEOUT_S)
+        store.close()
+    return close
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,9 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     config = replace_config(ControllerConfig(), **{"lease_ttl_s": args.lease_ttl_s, **settings})
     controller = Controller(args.etcd, args.cluster, args.controller_id, config)
     log.info("controller %s started for cluster %r (etcd %s, Ray %s)", args.controller_id, args.cluster, args.etcd, args.ray_address)
+    close_agents = _start_node_agents(args, controller, stop) if args.node_agents else None
     try:
         controller.run(stop)
     finally:
+        stop.set()
+        if close_agents is not None:
+            close_agents()
         ray.shutdown()
     log.info("controller %s stopped", args.controller_id)
     return 0

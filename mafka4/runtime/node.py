@@ -5,9 +5,12 @@
 
 ``mafka4 up`` registers its simulated nodes itself (``mafka4.runtime.daemon``). On a cluster
 started by Ray's launcher (``ray_cluster.yaml``) every worker runs this agent after
-``ray start``. ``--node-id`` must be the id in the Ray resource the machine offers,
+``ray start``; a controller started with ``--node-agents`` instead runs the same agent as a
+Ray actor on every such node (``mafka4.runtime.node_agents``), and no command runs on
+workers. ``--node-id`` must be the id in the Ray resource the machine offers,
 ``mafka4_node_<id>`` (``ray_cluster.node_resource``): replicas placed on the node are pinned
-by that resource, so under another id they would wait for a Ray node that does not exist.
+by that resource, so under another id they would wait for a Ray node that does not exist
+(the actor takes its id from that resource: ``node_identity.identify_node``).
 
 With ``--role`` and ``--node-id`` (a node agent) it
 
@@ -40,51 +43,28 @@ import argparse
 import functools
 import logging
 import os
-import re
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable
 
-from mafka4.errors import CoordinatorUnavailable, InvalidConfig, InvalidNodeId, MafkaError
+from mafka4.errors import CoordinatorUnavailable, InvalidConfig, MafkaError
 from mafka4.limits import (CLIENT_PORT_DEFAULT, LEASE_REFRESHES_PER_TTL, NODE_CONFIG_RETRY_INTERVAL_S,
                            NODE_CONFIG_WAIT_S_DEFAULT)
 from mafka4.limits.servers import ClusterConfig
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
 from mafka4.runtime.environment import mafka4_home
-from mafka4.runtime.ray_cluster import NodeRole, node_resource
+from mafka4.runtime.node_identity import NodeRole, validate_node_id
+from mafka4.runtime.ray_cluster import node_resource
 from mafka4.runtime.registration import (
     NodeRegistration, StopRequested, install_stop_handlers, keep_registered, open_registration_store,
     refresh_registrations,
 )
 from mafka4.runtime.state import CLUSTER_NAME_DEFAULT
 
-# A DNS label, the longest name `hostname -s` prints (the YAML's node ids).
-NODE_ID_CHARS_MAX = 63
-# First character not "-", so that an id is never taken for an option on a command line.
-_NODE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
-
 log = logging.getLogger("mafka4.node")
-
-
-def validate_node_id(node_id: object) -> str:
-    """Return ``node_id`` if it can name a node, else raise ``InvalidNodeId`` saying why.
-
-    The id ends up in the Ray resource ``mafka4_node_<id>`` (written as JSON into a shell
-    command by ``ray_cluster.yaml``), in the etcd key ``.../nodes/<id>`` and in the directory
-    ``<data root>/<id>``: letters, digits, "_" and "-" are safe in all three.
-    """
-    if not isinstance(node_id, str) or not node_id:
-        raise InvalidNodeId(f"node id {node_id!r} must be a non-empty string")
-    if len(node_id) > NODE_ID_CHARS_MAX:
-        raise InvalidNodeId(f"node id of {len(node_id)} characters is too long: at most {NODE_ID_CHARS_MAX}")
-    if not _NODE_ID.fullmatch(node_id):
-        raise InvalidNodeId(
-            f"node id {node_id!r} is not valid: use letters, digits, '_' and '-', starting with a letter or "
-            f"digit, and the same id as the node's Ray resource {node_resource('<id>')}"
-        )
-    return node_id
 
 
 def write_cluster_config(store: MetadataStore, cluster: str, data_dir: str) -> str:
@@ -148,8 +128,10 @@ def create_data_root(data_root: str) -> None:
 
 
 def run_agent(etcd_endpoint: str, cluster: str, role: NodeRole, node_id: str, data_dir: str, lease_ttl_s: int,
-              client_port: int = 0) -> None:
-    """Steps 1-3 of the module docstring; returns only by an exception (StopRequested on a signal).
+              client_port: int = 0, stop: threading.Event | None = None, ray_node_id: str = "") -> None:
+    """Steps 1-3 of the module docstring, until ``stop`` is set (the agent run as a Ray actor,
+    ``runtime.node_agents``, which also names its Ray node in the registration: ``ray_node_id``);
+    without ``stop`` it returns only by an exception (StopRequested on a signal).
 
     Whatever way it leaves, the lease is revoked (if etcd answers) and the client closed.
     """
@@ -159,7 +141,7 @@ def run_agent(etcd_endpoint: str, cluster: str, role: NodeRole, node_id: str, da
     data_root, store = ensure_cluster_config(open_store, cluster, data_dir, wait_s=None)
     # Only a read node serves clients yet: a write node's registration names no port.
     registration = NodeRegistration(store, cluster, node_id, role, lease_ttl_s,
-                                    client_port if role is NodeRole.READ else 0)
+                                    client_port if role is NodeRole.READ else 0, ray_node_id)
     try:
         create_data_root(data_root)
         if refresh_registrations([registration], open_store):
@@ -167,7 +149,7 @@ def run_agent(etcd_endpoint: str, cluster: str, role: NodeRole, node_id: str, da
                      role.value, node_id, cluster, node_resource(node_id), data_root)
         else:
             log.warning("etcd does not answer; node %s will be registered when it does", node_id)
-        keep_registered([registration], open_store, lease_ttl_s / LEASE_REFRESHES_PER_TTL)
+        keep_registered([registration], open_store, lease_ttl_s / LEASE_REFRESHES_PER_TTL, stop=stop)
     finally:
         try:
             registration.revoke()

@@ -16,7 +16,6 @@ owns the cluster's lifetime and its own signal handlers, not Ray's exit hooks).
 
 from __future__ import annotations
 
-import enum
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,16 +23,12 @@ from typing import Any
 
 from mafka4.limits import OBJECT_STORE_BYTES_PER_NODE, RAY_INLINE_OBJECT_BYTES_MAX, RAY_NODE_START_TIMEOUT_S
 from mafka4.runtime.environment import apply_ray_environment
+from mafka4.runtime.node_identity import ROLE_RESOURCES, NodeRole
 from mafka4.runtime.ports import LOOPBACK
-from mafka4.transport.ray_names import NODE_RESOURCE_UNITS, READ_NODE_RESOURCE, WRITE_NODE_RESOURCE, node_resource
+from mafka4.transport.ray_names import NODE_RESOURCE_UNITS, node_resource
 
 HEAD_CPUS = 2
 NODE_CPUS = 1
-
-
-class NodeRole(enum.Enum):
-    WRITE = "write"
-    READ = "read"
 
 
 def ray_system_config() -> dict[str, int]:
@@ -44,9 +39,7 @@ def ray_system_config() -> dict[str, int]:
 
 
 def node_resources(role: NodeRole | str, node_id: str) -> dict[str, float]:
-    role = NodeRole(role)
-    role_resource = WRITE_NODE_RESOURCE if role is NodeRole.WRITE else READ_NODE_RESOURCE
-    return {role_resource: NODE_RESOURCE_UNITS, node_resource(node_id): NODE_RESOURCE_UNITS}
+    return {ROLE_RESOURCES[NodeRole(role)]: NODE_RESOURCE_UNITS, node_resource(node_id): NODE_RESOURCE_UNITS}
 
 
 def node_ids(role: NodeRole | str, count: int) -> list[str]:

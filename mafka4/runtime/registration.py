@@ -1,17 +1,18 @@
 """Node registrations: the lease-bound etcd key that makes a node eligible for replicas.
 
-Shared by the two processes that register nodes: the local daemon (``mafka4 up``, one
-registration per simulated node) and the node agent (``mafka4.runtime.node``, one per
-machine of a Ray cluster). Placement reads the keys (``TopicStore.live_nodes``); a key
-lives as long as its lease is refreshed, so a node whose process stops refreshing drops
-out after ``node_lease_ttl_s``.
+Shared by what registers nodes: the local daemon (``mafka4 up``, one registration per
+simulated node) and the node agent (``mafka4.runtime.node``, one per machine of a Ray
+cluster, run as a process or as a Ray actor: ``mafka4.runtime.node_agents``). Placement
+reads the keys (``TopicStore.live_nodes``); a key lives as long as its lease is refreshed,
+so a node whose process stops refreshing drops out after ``node_lease_ttl_s``.
 
 ``NodeRegistration`` keeps one node's key alive (a re-granting ``LeaseHolder``: once its lease
 is to be treated as expired, the key is written again under a new one);
 ``refresh_registrations`` is one refresh period for all of them and survives etcd outages:
 after a failed call every registration moves to a fresh etcd client and is written again
 under a new lease once etcd answers. ``keep_registered``
-repeats that every period until SIGTERM/SIGINT, which ``install_stop_handlers`` turns into
+repeats that every period until its stop event is set (a node agent run as a Ray actor,
+``runtime.node_agents``) or until SIGTERM/SIGINT, which ``install_stop_handlers`` turns into
 ``StopRequested`` so that the caller unwinds through its cleanup (revoking the leases).
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 import time
 from typing import Callable
 
@@ -29,7 +31,8 @@ from mafka4.limits import LEASE_REFRESHES_PER_TTL, REGISTRATION_ETCD_TIMEOUT_S_M
 from mafka4.metadata import keys
 from mafka4.metadata.lease_holder import LeaseHolder
 from mafka4.metadata.store import MetadataStore
-from mafka4.runtime.ray_cluster import NodeRole, node_resource
+from mafka4.runtime.node_identity import NodeRole
+from mafka4.transport.ray_names import node_resource
 
 log = logging.getLogger("mafka4.registration")
 
@@ -44,11 +47,13 @@ class NodeRegistration:
     """One node's key ``keys.node(cluster, node_id)``, bound to its own lease."""
 
     def __init__(self, store: MetadataStore, cluster: str, node_id: str, role: NodeRole, lease_ttl_s: int,
-                 client_port: int = 0):
+                 client_port: int = 0, ray_node_id: str = ""):
         self.key = keys.node(cluster, node_id)
         self.value = {"node_id": node_id, "role": NodeRole(role).value, "resource": node_resource(node_id)}
         if client_port:  # where the node serves clients; 0: any port its server gets
             self.value["client_port"] = client_port
+        if ray_node_id:  # the Ray node an agent actor registers from: whoever sees it die drops the key
+            self.value["ray_node_id"] = ray_node_id
         self.lease_ttl_s = lease_ttl_s
         self.rebind(store)
 
@@ -99,12 +104,13 @@ def refresh_registrations(registrations: list[NodeRegistration], open_store: Cal
 
 def keep_registered(
     registrations: list[NodeRegistration], open_store: Callable[[], MetadataStore], period_s: float,
-    each_period: Callable[[], None] = lambda: None,
+    each_period: Callable[[], None] = lambda: None, stop: threading.Event | None = None,
 ) -> None:
-    """Refresh every registration each period until a signal arrives; log outages once each."""
+    """Refresh every registration each period until ``stop`` is set (then return) or a signal
+    arrives (``StopRequested``, in the main thread); log outages once each."""
+    stop = threading.Event() if stop is None else stop
     etcd_down_since = None
-    while True:
-        time.sleep(period_s)
+    while not stop.wait(period_s):
         each_period()
         if not refresh_registrations(registrations, open_store):
             if etcd_down_since is None:

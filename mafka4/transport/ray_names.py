@@ -32,6 +32,11 @@ def read_node_actor_name(cluster: str, node_id: str) -> str:
     return f"{cluster}/read_node/{node_id}"
 
 
+def node_agent_actor_name(cluster: str, node_id: str) -> str:
+    """The Ray actor name of the node agent that keeps node ``node_id`` registered (``runtime.node_agents``)."""
+    return f"{cluster}/node_agent/{node_id}"
+
+
 def node_resource(node_id: str) -> str:
     """The custom resource only node ``node_id`` carries (Ray reserves the "node:" prefix)."""
     assert node_id and not node_id.startswith("node:"), node_id

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Sequence
 
 import pytest
 
@@ -65,13 +65,15 @@ class Agent:
 class ControllerProcess:
     """A controller of one mafka4 cluster name, as the head of ``ray_cluster.yaml`` runs it."""
 
-    def __init__(self, endpoint: str, ray_address: str, cluster: str, log_path: Path, settings: Mapping[str, int] | None = None):
+    def __init__(self, endpoint: str, ray_address: str, cluster: str, log_path: Path, settings: Mapping[str, int] | None = None,
+                 arguments: Sequence[str] = ()):
         self.log_path = log_path
         with open(log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "mafka4.runtime.controller_process", "--etcd", endpoint, "--ray-address",
                  ray_address, "--cluster", cluster, "--controller-id", "controller-agents",
-                 *(argument for name, value in (settings or {}).items() for argument in ("--setting", f"{name}={value}"))],
+                 *(argument for name, value in (settings or {}).items() for argument in ("--setting", f"{name}={value}")),
+                 *arguments],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO_ROOT, env=agent_environment(),
             )
 

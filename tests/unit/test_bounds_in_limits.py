@@ -24,7 +24,7 @@ NOT_BOUNDS = {
     "mafka4/client/accumulator.py": {"RECORD_OVERHEAD_BYTES"},  # msgpack framing of a record
     "mafka4/batch_payload.py": {"MESSAGE_HASH_BYTES", "RECORD_END_BYTES"},  # the key-hash column's byte layout
     "mafka4/runtime/environment.py": {"RAY_TEMP_DIR_CHARS_MAX"},  # Ray's socket path limit
-    "mafka4/runtime/node.py": {"NODE_ID_CHARS_MAX"},  # a DNS label
+    "mafka4/runtime/node_identity.py": {"NODE_ID_CHARS_MAX"},  # a DNS label
 }
 # Being merged into shared replica code (issue 12); their bounds move to mafka4/limits after that.
 

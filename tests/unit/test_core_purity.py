@@ -54,6 +54,9 @@ CORES = (
     # where a consumer starts a partition, when a group member auto-commits
     "mafka4.client.positions",
     "mafka4.coordinator.control.placement",
+    # which Ray nodes are mafka4 nodes, which node agents to start and registrations to drop
+    "mafka4.runtime.node_identity",
+    "mafka4.runtime.agent_plan",
     "mafka4.metadata.lease",
     "mafka4.metadata.keys",
     # how a write too large for one etcd transaction is cut into runs

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import threading
 from dataclasses import dataclass
 
 from mafka4.errors import CoordinatorUnavailable
 from mafka4.metadata import keys
 from mafka4.runtime.ray_cluster import NodeRole
-from mafka4.runtime.registration import NodeRegistration, RefreshWhenDue, refresh_registrations
+from mafka4.runtime.registration import NodeRegistration, RefreshWhenDue, keep_registered, refresh_registrations
 
 KEY = keys.node("c", "w1")
 
@@ -133,3 +134,25 @@ def test_a_refresh_polled_by_a_wait_runs_once_per_period():
     for now[0] in (0.5, 2.9, 3.0, 3.1, 5.9, 6.5, 20.0):
         refresh()
     assert calls == [3.0, 6.5, 20.0]
+
+
+def test_keeping_registered_ends_when_the_stop_is_set_and_leaves_revoking_to_the_caller():
+    """A node agent run as a Ray actor has no signal to stop it: its stop event ends the loop."""
+    etcd = FakeEtcd()
+    registration = NodeRegistration(FakeClient(etcd), "c", "w1", NodeRole.WRITE, 10)
+    stop, periods = threading.Event(), []
+
+    def each_period() -> None:
+        periods.append(len(periods))
+        if len(periods) == 3:
+            stop.set()
+
+    keep_registered([registration], lambda: FakeClient(etcd), 0, each_period, stop=stop)
+    assert len(periods) == 3 and KEY in etcd.values
+
+
+def test_an_agent_actors_registration_names_its_ray_node():
+    """So that whoever sees that Ray node die can drop the registration (``runtime.agent_plan``)."""
+    etcd = FakeEtcd()
+    NodeRegistration(FakeClient(etcd), "c", "w1", NodeRole.WRITE, 10, ray_node_id="ab12").keep_alive()
+    assert etcd.values[KEY][0] == {"node_id": "w1", "role": "write", "resource": "mafka4_node_w1", "ray_node_id": "ab12"}

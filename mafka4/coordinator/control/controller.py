@@ -85,6 +85,11 @@ class Controller:
         self._next_reconcile_ms = self._next_retry_ms = 0
         self._etcd_down_since: float | None = None
 
+    @property
+    def active(self) -> bool:
+        """True while this controller is the active one (what the controller's process runs beside it asks)."""
+        return self._election.active
+
     # --- main loop ------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
