@@ -187,6 +187,8 @@ class VirtualGroupConsumer:
             self._sealed, self._committed = dict(result.sealed_end_offsets), dict(result.committed_offsets)
         else:  # not synced: it is retried when the coordinator can, and a drained parent does not ask it sooner
             self._sealed = {}
+        if JOIN_TRACES.on(self.topic):
+            self._trace_sealed_ends(self._sealed.keys() - known.keys())
         if self._sealed.keys() - known.keys():
             # A sealed end learned now may be one this member read to already (an empty parent
             # backlog): sync again at once, not after the next fetch's long poll, for the children
@@ -228,9 +230,21 @@ class VirtualGroupConsumer:
         """Sync at once when an owned closed VP was read to its sealed end: its children wait for the
         sync, which commits it there as it releases it (see the module docstring)."""
         sealed, committed = self._sealed, self._committed
-        if any(vp in sealed and self._fetcher.positions[vp] >= sealed[vp]
-               and (vp not in committed or committed[vp] < sealed[vp]) for vp in self._fetcher.fetching):
+        drained = [vp for vp in self._fetcher.fetching if vp in sealed and self._fetcher.positions[vp] >= sealed[vp]
+                   and (vp not in committed or committed[vp] < sealed[vp])]
+        if drained:
+            JOIN_TRACES.record(self.topic, "drained", self.member_id, vps_detail(drained))
             self._member.changed.set()
+
+    def _trace_sealed_ends(self, learned) -> None:
+        """A ``sealed_learned`` row per sealed end this sync told of a VP this member reads (a
+        join-traced topic): its detail is the VP, its sealed end and the position read then, so a
+        trace shows the backlog the member still had to read before it could release it."""
+        positions = self._fetcher.positions
+        for vp in sorted(learned):
+            if vp in self._fetcher.fetching:
+                JOIN_TRACES.record(self.topic, "sealed_learned", self.member_id,
+                                   f"{vp} sealed at {self._sealed[vp]}, read to {positions[vp]}")
 
     def _seed_latest(self, joined: GroupJoinAnswer) -> None:
         """A new group at the latest offsets: closed VPs count as read to their end, children from their end now."""

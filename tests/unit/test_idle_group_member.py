@@ -384,3 +384,25 @@ def test_a_join_traced_members_every_sync_is_a_sent_and_an_answered_row(monkeypa
     assert coordinator.syncs == 3
     assert [(hop, who) for hop, _, who, _ in rows] == [("sync_sent", "m0"), ("synced", "m0")] * 2
     assert all(sent[1] <= answered[1] for sent, answered in zip(rows[::2], rows[1::2]))
+
+
+def test_a_join_traced_member_stamps_when_it_learned_a_sealed_end_and_when_it_read_its_vp_to_it(monkeypatch, clock):
+    """``sealed_learned`` / ``drained`` (``mafka4.join_trace``): of the wait between a parent's seal and
+    its release, the part that was the member's backlog, and when it asked to release."""
+    from mafka4.join_trace import JOIN_TRACES
+
+    coordinator, fetcher = Coordinator({0: 100, 1: 40}, sealed={}, committed={0: 100, 1: 40}), Fetcher()
+    member = vp_member(monkeypatch, coordinator, fetcher)
+    JOIN_TRACES.start(TOPIC)
+    try:
+        coordinator.sealed = {0: 120}  # the parent's leader sealed it at 120; the member read to 100
+        coordinator.changed.set()
+        member.poll(timeout_ms=0)
+        fetcher.next_read = {0: 120}  # its backlog
+        member.poll(timeout_ms=0)
+        member.poll(timeout_ms=0)
+        rows = [(hop, detail) for hop, _, _, detail in JOIN_TRACES.take(TOPIC)["rows"]
+                if hop not in ("sync_sent", "synced")]
+    finally:
+        JOIN_TRACES.stop(TOPIC)
+    assert rows == [("sealed_learned", "0 sealed at 120, read to 100"), ("drained", "0")]

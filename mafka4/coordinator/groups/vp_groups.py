@@ -65,6 +65,7 @@ from mafka4.coordinator.groups.vp_ownership import (GroupView, OwnershipPlan, co
 from mafka4.coordinator.groups.vp_pictures import Applied, WatchedGroup
 from mafka4.coordinator.groups.vp_wakes import LastAnswer, Wake, WakeFilter, asks_to_act
 from mafka4.errors import CoordinatorUnavailable, InconsistentGroupProtocol
+from mafka4.join_trace import JOIN_TRACES, vps_detail
 from mafka4.limits import ConsumerConfig, TopicConfig
 from mafka4.log.epochs import NO_EPOCH
 from mafka4.metadata import keys
@@ -383,6 +384,7 @@ class VirtualGroupMember:
             revoked.extend(release)
             written, _ = self._store.commit(self.group, self.member_id, self.topic,
                                             {vp: positions[vp] for vp in release if vp in positions}, release=release)
+            JOIN_TRACES.record(self.topic, "release_written", self.member_id, vps_detail(release))
             plan = plan.after_release(written)
         lease = self._membership.lease
         if plan.claim and lease is not None:
