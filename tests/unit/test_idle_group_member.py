@@ -22,14 +22,14 @@ from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.group_link import GroupLink
 from mafka4.client.message import Message
 from mafka4.client.partition_consumer import PartitionConsumer
-from mafka4.client.remote_member import MemberSync
+from mafka4.client.remote_member import MemberSync, RemoteMember
 from mafka4.client.virtual_group_consumer import VirtualGroupConsumer
 from mafka4.errors import UnknownMember
 from mafka4.limits import GROUP_HEARTBEAT_WAIT_MS, PROTOCOL_ANSWER_MARGIN_S, ConsumerConfig, TopicConfig
 from mafka4.log.epochs import NO_EPOCH
 from mafka4.metadata.endpoints import HostPort
 from mafka4.physical.partition_state import TopicMetadata
-from mafka4.protocol.group_api import GroupHeartbeatAnswer, GroupJoinAnswer
+from mafka4.protocol.group_api import GroupHeartbeatAnswer, GroupJoinAnswer, GroupSyncAnswer
 
 from tests.unit.stand_in_ports import TOPIC, LongPolling, vp_fetcher_against
 
@@ -365,6 +365,46 @@ def test_an_idle_heartbeat_waits_long_at_the_coordinator_and_a_pending_sync_only
     bare = asked[1:-1]
     assert len(bare) >= 2 and set(bare) == {(0, PROTOCOL_ANSWER_MARGIN_S)}, asked
     assert asked[-1] == long_wait
+
+
+def test_a_change_wakes_one_sync_not_a_second_from_a_heartbeat_sent_while_the_sync_was_on_its_way(monkeypatch):
+    """The coordinator clears a member's change when its sync arrives, not when the member sends it.
+    A long poll sent in between would be answered "changed" for the change that sync handles, and
+    the member would sync again, on the poll that should return its first messages of a claimed
+    VP. The heartbeat long-polls again only once the sync was answered (``GroupLink.syncing``)."""
+    member = RemoteMember(ClusterAccess((HostPort("127.0.0.1", 9),), Credential("alice", "password-1")), "billing",
+                          TOPIC, "virtual", ConsumerConfig())
+    coordinator_changed = threading.Event()  # the member's change, as its coordinator holds it
+    coordinator_changed.set()
+    asked: list[tuple[int, bool]] = []  # (wait asked, whether the coordinator held a change then)
+
+    async def ask(request, timeout_s: float):
+        asked.append((request.wait_ms, coordinator_changed.is_set()))
+        if coordinator_changed.is_set():
+            return GroupHeartbeatAnswer(True)
+        await asyncio.sleep(request.wait_ms / 1000)
+        return GroupHeartbeatAnswer(False)
+
+    def sync_on_its_way(positions):
+        time.sleep(0.2)  # the request travels and waits for a group thread
+        coordinator_changed.clear()  # it arrived: the coordinator's sync clears the change, then reads
+        return GroupSyncAnswer((), (), (), None, (), (), None)
+
+    monkeypatch.setattr(member._link, "_ask", ask)
+    monkeypatch.setattr(member, "_sync", sync_on_its_way)
+    try:
+        member._link.joined("m1")
+        assert member.changed.wait(5), "the heartbeat told the member to sync"
+        member.sync({})
+        deadline = time.monotonic() + 5
+        while asked[-1][0] != GROUP_HEARTBEAT_WAIT_MS and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)  # an answer "changed" to that long poll would have come by now
+    finally:
+        member._link.close()
+    assert asked[-1] == (GROUP_HEARTBEAT_WAIT_MS, False), asked
+    assert not member.changed.is_set(), "one change, one sync"
+    assert [wait for wait, held in asked if held] == [GROUP_HEARTBEAT_WAIT_MS], "no heartbeat asked during the sync"
 
 
 def test_a_join_traced_members_every_sync_is_a_sent_and_an_answered_row(monkeypatch, clock):
