@@ -42,6 +42,7 @@ class MemoryGroupStore:
         self.owners = dict(owners)
         self.offsets = {vp: VpOffset(offset, offset) for vp, offset in offsets.items()}
         self.commits: list[tuple[str, dict[int, int], tuple[int, ...]]] = []  # (member, offsets, release) per call
+        self.read_before: list[dict[int, int] | None] = []  # per call, the committed offsets it was given (None: none)
         self.before_commit: Callable[[], None] | None = None  # what happens between a commit's read and its txn
         self.moved: set[int] = set()  # offset keys another write changes between a commit's read and its txn
         self.answer_lost = False  # the commit's txn is applied, its answer lost
@@ -49,11 +50,14 @@ class MemoryGroupStore:
 
     def snapshot(self, group: str, topic: str, config: TopicConfig) -> VirtualGroupSnapshot:
         members = tuple(MemberInfo(member, topic, VIRTUAL_ASSIGNOR) for member in sorted(self.members))
-        return VirtualGroupSnapshot(members, dict(self.owners), dict(self.offsets), self.layout, dict(self.states))
+        return VirtualGroupSnapshot(members, dict(self.owners), dict(self.offsets), self.layout, dict(self.states),
+                                    dict.fromkeys(self.offsets, 1))
 
     def commit(self, group: str, member_id: str, topic: str, offsets: Mapping[int, VpOffset],
-               release: Sequence[int] = ()) -> tuple[set[int], set[int]]:
+               release: Sequence[int] = (), committed_before=None) -> tuple[set[int], set[int]]:
         self.commits.append((member_id, {vp: o.offset for vp, o in offsets.items()}, tuple(release)))
+        self.read_before.append(None if committed_before is None
+                                else {vp: o.offset for vp, (o, _) in committed_before.items()})
         if self.before_commit is not None:
             self.before_commit()
         written, lost = set(), set()
@@ -135,6 +139,7 @@ def test_a_sync_with_the_parent_read_to_its_sealed_end_commits_and_releases_it_a
     assert not store.commits and store.owners == {0: "a"}, "not read to its end: kept, and a sync commits nothing"
     result = a.sync(positions(v0=60))
     assert store.commits == [("a", {0: 60}, (0,))], "one transaction commits and releases the parent"
+    assert store.read_before[-1] == {0: 40}, "against the committed offsets the sync read: no read of its own"
     assert store.offsets[0].offset == 60 and 0 not in store.owners
     assert result.revoked == (0,) and result.claimed == {1: None} and a.owned == {1}, "a child claimed in that sync"
     assert b.sync({}).claimed == {2: None}, "the other child: b sees the stored commit"
