@@ -38,7 +38,11 @@ polls. A layout change reaches it as a sync.
 
 Connections: the fetcher and the group link share one ``NodeLinks`` (the consumer closes it):
 the coordinator is found over the connection the first metadata read opened, and a VP led by
-the coordinator's node is fetched over the coordinator's connection. Never two fetchers: a
+the coordinator's node is fetched over the coordinator's connection. A member whose join
+claimed nothing (it waits for a split's child, or the group has more members than VPs) opens
+the connections to the read nodes leading the topic's VPs in the background
+(``VpFetcher.connect_ahead``, up to ``VP_CONNECTIONS_AHEAD_MAX``), so the child's first fetch
+does not wait for one. Never two fetchers: a
 node keeps one ``VP_FETCH`` of a topic out per connection.
 
 Splits: when the plan says this member splits a VP (it has the smallest id and the group
@@ -67,7 +71,7 @@ from mafka4.clocks import wall_ms_fine
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR
 from mafka4.errors import CommitFailed, MafkaError, PartitionNotAssigned
 from mafka4.join_trace import JOIN_TRACES, vps_detail
-from mafka4.limits import CLAIMED_START_RETRY_S, ConsumerConfig, OffsetReset
+from mafka4.limits import CLAIMED_START_RETRY_S, VP_CONNECTIONS_AHEAD_MAX, ConsumerConfig, OffsetReset
 from mafka4.log.epochs import NO_EPOCH
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.protocol.group_api import GroupJoinAnswer
@@ -99,6 +103,10 @@ class VirtualGroupConsumer:
             if config.auto_offset_reset is OffsetReset.LATEST and not joined.offsets_committed:
                 self._seed_latest(joined)
             self._sync()
+            if not self._fetcher.fetching and not self._unstarted:
+                # A joiner waiting for its VP (the split that makes its child): its first fetch
+                # should not open a connection first (see ``VP_CONNECTIONS_AHEAD_MAX``).
+                self._fetcher.connect_ahead(VP_CONNECTIONS_AHEAD_MAX)
         except BaseException:
             self._member.leave({})
             self._fetcher.close()

@@ -103,12 +103,16 @@ class Fetcher:
         self.refreshes = 0
         self.waits_s: list[float] = []
         self.next_read: dict[int, int] = {}
+        self.connected_ahead: list[int] = []  # each ``connect_ahead``'s bound
 
     def __call__(self, *args, **kwargs) -> "Fetcher":  # stands in for the class
         return self
 
     def refresh(self) -> None:
         self.refreshes += 1
+
+    def connect_ahead(self, nodes_max: int) -> None:
+        self.connected_ahead.append(nodes_max)
 
     def seek(self, partition: int, offset: int, last_epoch: int = NO_EPOCH) -> None:
         self.positions[partition] = offset
@@ -446,3 +450,15 @@ def test_a_join_traced_member_stamps_when_it_learned_a_sealed_end_and_when_it_re
     finally:
         JOIN_TRACES.stop(TOPIC)
     assert rows == [("sealed_learned", "0 sealed at 120, read to 100"), ("drained", "0")]
+
+
+def test_a_member_whose_join_claimed_nothing_connects_ahead_to_the_read_nodes_and_one_that_claimed_does_not(
+        monkeypatch, clock):
+    from mafka4.limits import VP_CONNECTIONS_AHEAD_MAX
+
+    waiting, fetcher = Coordinator({}), Fetcher()
+    vp_member(monkeypatch, waiting, fetcher)
+    assert fetcher.connected_ahead == [VP_CONNECTIONS_AHEAD_MAX], "a joiner waiting for its child"
+    claiming, fetcher = Coordinator({0: 100}), Fetcher()
+    vp_member(monkeypatch, claiming, fetcher)
+    assert fetcher.connected_ahead == [], "its fetches open what it needs"
