@@ -21,7 +21,8 @@ names below, ``member`` the group member id it concerns ("" if none), ``detail``
   ``coordinator.groups.vp_groups``): ``join_received``, ``coordinator_join``, ``woken`` (the
   member's heartbeat is answered: it should sync), ``sync_arrived`` (a sync request decoded on
   the port's loop, before it waits for the member's previous call and a group thread),
-  ``sync_received`` (the sync starts on a group thread), ``release_written`` (a sync's release
+  ``sync_received`` (the sync starts on a group thread), ``sync_read`` (its snapshot of the group
+  and the topic's layout read: one etcd round trip), ``release_written`` (a sync's release
   transaction answered; detail: the VPs), ``released`` and ``claimed`` (a sync's release and
   claim transactions, stamped once the sync is done; detail: the VPs), ``split_asked`` (the split intent written) and ``split_answered`` (its
   result read);

@@ -145,6 +145,21 @@ def test_a_sync_with_the_parent_read_to_its_sealed_end_commits_and_releases_it_a
     assert b.sync({}).claimed == {2: None}, "the other child: b sees the stored commit"
 
 
+def test_a_join_traced_release_sync_stamps_its_read_and_its_release_transaction():
+    """``sync_read`` / ``release_written`` (``mafka4.join_trace``): of a release sync's time, the
+    snapshot's round trip and the release's, before the claims that follow in the same sync."""
+    from mafka4.join_trace import JOIN_TRACES
+
+    store, a, _ = split_group()
+    JOIN_TRACES.start("orders")
+    try:
+        a.sync(positions(v0=60))
+        rows = [(hop, who, detail) for hop, _, who, detail in JOIN_TRACES.take("orders")["rows"]]
+    finally:
+        JOIN_TRACES.stop("orders")
+    assert rows == [("sync_read", "a", ""), ("release_written", "a", "0")]
+
+
 def test_a_child_is_not_claimed_on_a_commit_the_release_did_not_store():
     for lost_how in ("the owner key lapsed, the member key was written again", "the offset key moved"):
         store, a, _ = split_group()

@@ -332,6 +332,7 @@ class VirtualGroupMember:
         claimed: dict[int, VpOffset | None] = {}
         try:
             snapshot = self._store.snapshot(self.group, self.topic, self._topic_config)
+            JOIN_TRACES.record(self.topic, "sync_read", self.member_id)
             if self.member_id not in {m.member_id for m in snapshot.members}:
                 logger.info("group %s: member %s lost its registration; joining again", self.group, self.member_id)
                 revoked.extend(sorted(self.owned))
