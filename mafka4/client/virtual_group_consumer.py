@@ -196,7 +196,7 @@ class VirtualGroupConsumer:
         else:  # not synced: it is retried when the coordinator can, and a drained parent does not ask it sooner
             self._sealed = {}
         if JOIN_TRACES.on(self.topic):
-            self._trace_sealed_ends(self._sealed.keys() - known.keys())
+            self._trace_sealed_ends(self._sealed.keys() - known.keys(), result.revoked)
         if self._sealed.keys() - known.keys():
             # A sealed end learned now may be one this member read to already (an empty parent
             # backlog): sync again at once, not after the next fetch's long poll, for the children
@@ -244,13 +244,14 @@ class VirtualGroupConsumer:
             JOIN_TRACES.record(self.topic, "drained", self.member_id, vps_detail(drained))
             self._member.changed.set()
 
-    def _trace_sealed_ends(self, learned) -> None:
-        """A ``sealed_learned`` row per sealed end this sync told of a VP this member reads (a
-        join-traced topic): its detail is the VP, its sealed end and the position read then, so a
-        trace shows the backlog the member still had to read before it could release it."""
+    def _trace_sealed_ends(self, learned, revoked) -> None:
+        """A ``sealed_learned`` row per sealed end this sync told of a VP this member read (a
+        join-traced topic; one the sync released at once included): its detail is the VP, its
+        sealed end and the position read then, so a trace shows the backlog the member still had
+        to read before it could release it (none, if released by this very sync)."""
         positions = self._fetcher.positions
         for vp in sorted(learned):
-            if vp in self._fetcher.fetching:
+            if vp in self._fetcher.fetching or vp in revoked:
                 JOIN_TRACES.record(self.topic, "sealed_learned", self.member_id,
                                    f"{vp} sealed at {self._sealed[vp]}, read to {positions[vp]}")
 

@@ -462,3 +462,34 @@ def test_a_member_whose_join_claimed_nothing_connects_ahead_to_the_read_nodes_an
     claiming, fetcher = Coordinator({0: 100}), Fetcher()
     vp_member(monkeypatch, claiming, fetcher)
     assert fetcher.connected_ahead == [], "its fetches open what it needs"
+
+
+def test_a_sealed_end_learned_by_the_sync_that_released_its_vp_at_once_is_stamped_too(monkeypatch, clock):
+    """An empty parent backlog: the first sync after the seal carries a position at the sealed end,
+    and the coordinator releases the parent in it (revoked): the row says it was read to its end."""
+    from mafka4.join_trace import JOIN_TRACES
+
+    class Releasing(Coordinator):
+        def sync(self, positions) -> MemberSync:
+            synced = super().sync(positions)
+            if self.sealed and positions.get(0, (0,))[0] >= self.sealed[0]:
+                self.owned.discard(0)
+                return MemberSync((0,), synced.claimed, {}, tuple(sorted(self.owned)), None, self.sealed,
+                                  {**self.committed, 0: self.sealed[0]}, None)
+            return synced
+
+    coordinator, fetcher = Releasing({0: 100, 1: 40}, sealed={}, committed={0: 100, 1: 40}), Fetcher()
+    member = vp_member(monkeypatch, coordinator, fetcher)
+    fetcher.next_read = {0: 120}  # read to the cut before the seal
+    member.poll(timeout_ms=0)
+    JOIN_TRACES.start(TOPIC)
+    try:
+        coordinator.sealed = {0: 120}
+        coordinator.changed.set()
+        member.poll(timeout_ms=0)
+        rows = [(hop, detail) for hop, _, _, detail in JOIN_TRACES.take(TOPIC)["rows"]
+                if hop not in ("sync_sent", "synced")]
+    finally:
+        JOIN_TRACES.stop(TOPIC)
+    assert member.assignment() == [1]
+    assert rows == [("sealed_learned", "0 sealed at 120, read to 120")]
