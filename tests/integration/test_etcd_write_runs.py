@@ -26,7 +26,7 @@ from mafka4.limits import (PARTITIONS_MAX, READ_REPLICAS_MAX, REPLICATION_FACTOR
 from mafka4.metadata import keys
 from mafka4.metadata.intents import IntentKind
 from mafka4.physical.topics import TopicStore
-from mafka4.runtime.node import NODE_ID_CHARS_MAX
+from mafka4.runtime.node_identity import NODE_ID_CHARS_MAX
 from mafka4.virtual.vp_store import VirtualStore, read_path_values
 
 LONGEST_NAME = "t" * TOPIC_NAME_CHARS_MAX

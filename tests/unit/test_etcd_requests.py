@@ -35,7 +35,7 @@ from mafka4.metadata import keys
 from mafka4.metadata import store as metadata_store
 from mafka4.metadata.store import prefix_range_end
 from mafka4.physical.topics import TopicStore
-from mafka4.runtime.node import NODE_ID_CHARS_MAX
+from mafka4.runtime.node_identity import NODE_ID_CHARS_MAX
 from mafka4.virtual.vp_store import read_path_values
 
 CLUSTER = "local"
