@@ -13,11 +13,18 @@ names below, ``member`` the group member id it concerns ("" if none), ``detail``
   ``metadata_read``, ``offsets_listed``, ``connected`` (a new authenticated connection to a read
   node), ``fetch_sent`` and ``first_data`` (the first fetch of a claimed VP, its first non-empty
   answer), ``sync_sent`` and ``synced`` (every sync of every member with the coordinator, sent
-  and answered: how often a join makes each member sync, and how long each sync took);
-* the coordinator (``frontend.group_sessions``, ``frontend.hosted_members``): ``join_received``,
-  ``coordinator_join``, ``woken`` (the member's heartbeat is answered: it should sync),
-  ``sync_received``, ``released`` and ``claimed`` (a sync's release and claim transactions;
-  detail: the VPs), ``split_asked`` (the split intent written) and ``split_answered`` (its
+  and answered: how often a join makes each member sync, and how long each sync took),
+  ``sealed_learned`` (a sync told the member the sealed end of a VP it reads; detail: the VP, its
+  sealed end and the member's position then) and ``drained`` (the member read such a VP to its
+  sealed end and syncs to release it; detail: the VPs);
+* the coordinator (``frontend.group_sessions``, ``frontend.hosted_members``,
+  ``coordinator.groups.vp_groups``): ``join_received``, ``coordinator_join``, ``woken`` (the
+  member's heartbeat is answered: it should sync), ``sync_arrived`` (a sync request decoded on
+  the port's loop, before it waits for the member's previous call and a group thread),
+  ``sync_received`` (the sync starts on a group thread), ``sync_read`` (its snapshot of the group
+  and the topic's layout read: one etcd round trip), ``release_written`` (a sync's release
+  transaction answered; detail: the VPs), ``released`` and ``claimed`` (a sync's release and
+  claim transactions, stamped once the sync is done; detail: the VPs), ``split_asked`` (the split intent written) and ``split_answered`` (its
   result read);
 * the controller, whose rows travel back in the split intent's result (it runs in a process
   no bench reaches) and are recorded by the coordinator that asked: ``intent_taken``,

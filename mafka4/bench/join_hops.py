@@ -49,10 +49,11 @@ derived once per process, ``security.scram_client``):
   sync (one client round trip) reads the snapshot and claims a child (two etcd round trips);
   the answer carries the layout, the child's state and the read nodes' addresses, so no
   ``VP_METADATA`` follows (``metadata_read`` stays empty);
-* ``connected`` .. ``first_data``: a fourth connection, to the child's leader node, unless it
-  is the coordinator's (then ``connected`` stays empty), for ``VP_LIST_OFFSETS`` (a child
-  without a committed offset starts at its log start, which only its leader knows), then the
-  first ``VP_FETCH``.
+* ``connected`` .. ``first_data``: a connection to the child's leader node, opened ahead while
+  the joiner owned nothing (``VpFetcher.connect_ahead``; then ``connected`` stays empty, as when
+  it is the coordinator's node) or else now, for ``VP_LIST_OFFSETS`` (a child without a
+  committed offset starts at its log start, which only its leader knows), then the first
+  ``VP_FETCH``.
 
 Pure: rows in, times out.
 """

@@ -16,9 +16,15 @@ connection, not by the wait: a coordinator process that dies closes it at once; 
 vanished is found by TCP keepalive within ``PROTOCOL_PEER_SILENT_S_MAX`` (``protocol.connection``);
 only a coordinator that hangs with its connections open is noticed by the call's timeout, the
 wait plus ``PROTOCOL_ANSWER_MARGIN_S``. While a sync is pending (``changed`` set, the consumer
-not polled yet), the coordinator would answer at once, so the heartbeat only keeps the session
-alive, a bare one every third of the session timeout, until the consumer syncs (``synced``): a
-consumer that does not poll costs the coordinator nothing but those. A failed heartbeat sets
+not polled yet) or under way (``syncing`` .. ``synced``), the coordinator would answer at once,
+so the heartbeat only keeps the session alive, a bare one every third of the session timeout,
+until the consumer's sync was answered (``synced``): a consumer that does not poll costs the
+coordinator nothing but those. Not before the answer: the coordinator clears the member's
+change only when the sync reaches it, so a long poll sent while the sync is on its way would be
+answered "changed" for the very change that sync handles, and the consumer would sync twice
+for each change, the second time on the poll that should have returned its first messages.
+A change the coordinator sees once the sync began sets the change again there, and the long
+poll sent after the answer returns at once. A failed heartbeat sets
 ``changed`` too: the consumer's next sync finds out what happened. After an ``UnknownMember``
 (the session is gone) the heartbeat sends nothing and wakes for nothing until the consumer
 joined again (``joined``).
@@ -56,7 +62,8 @@ class GroupLink:
         self._owns_links = links is None
         self._coordinator: str | None = None
         self._heartbeats: concurrent.futures.Future | None = None
-        self._synced = asyncio.Event()  # set when the consumer cleared ``changed``: see ``synced``
+        self._synced = asyncio.Event()  # set when the consumer's sync was answered: see ``synced``
+        self._syncing = False  # from ``syncing`` to ``synced`` (written by the consumer's thread)
         self._rejoined = asyncio.Event()  # set when the consumer joined again: see ``joined``
         self._closed = False
         self.found_ms = 0.0  # wall clock when FIND_COORDINATOR last answered (a join trace's stamp)
@@ -107,17 +114,28 @@ class GroupLink:
         self.found_ms = wall_ms_fine()
         return answer.address
 
+    def syncing(self) -> None:
+        """The consumer is about to clear ``changed`` and sync (from its thread): until ``synced``, the
+        heartbeat sends no long poll (see the module docstring)."""
+        self._syncing = True
+
     def synced(self) -> None:
-        """The consumer cleared ``changed`` to sync: the heartbeat long-polls again (from the consumer's thread)."""
+        """The consumer's sync was answered, or failed (from its thread): the heartbeat long-polls again."""
+        self._syncing = False
         self._loop.call_soon(self._synced.set)
+
+    def _sync_due(self) -> bool:
+        # ``syncing`` is set before ``changed`` is cleared, so from a change to its sync's answer
+        # one of the two always holds.
+        return self.changed.is_set() or self._syncing
 
     async def _heartbeat(self) -> None:
         while not self._closed:
             member_id = self.member_id
             wait_ms = GROUP_HEARTBEAT_WAIT_MS
-            if self.changed.is_set():  # a sync pending: only keep the session alive until it ran
+            if self._sync_due():  # a sync pending or under way: only keep the session alive until answered
                 self._synced.clear()
-                if not self.changed.is_set():
+                if not self._sync_due():
                     continue
                 try:
                     await asyncio.wait_for(self._synced.wait(), self._keep_alive_s)

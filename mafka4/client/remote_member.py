@@ -98,8 +98,9 @@ class RemoteMember:
         return answer
 
     def sync(self, positions: Positions) -> MemberSync:
+        # The heartbeat long-polls again only once this sync is answered (``GroupLink``).
+        self._link.syncing()
         self.changed.clear()
-        self._link.synced()
         revoked: list[int] = []
         try:
             try:
@@ -118,6 +119,8 @@ class RemoteMember:
             self.changed.set()
             return MemberSync(tuple(revoked), {}, {}, tuple(sorted(self.owned)), f"coordinator unavailable: {error}",
                               None, None, None)
+        finally:
+            self._link.synced()
         self.owned = set(answer.owned)
         informed = answer.waiting is None  # else (mafka4 mode) the coordinator could not read them
         return MemberSync((*revoked, *answer.revoked), {c.id: c.committed for c in answer.claimed},

@@ -38,7 +38,11 @@ polls. A layout change reaches it as a sync.
 
 Connections: the fetcher and the group link share one ``NodeLinks`` (the consumer closes it):
 the coordinator is found over the connection the first metadata read opened, and a VP led by
-the coordinator's node is fetched over the coordinator's connection. Never two fetchers: a
+the coordinator's node is fetched over the coordinator's connection. A member whose join
+claimed nothing (it waits for a split's child, or the group has more members than VPs) opens
+the connections to the read nodes leading the topic's VPs in the background
+(``VpFetcher.connect_ahead``, up to ``VP_CONNECTIONS_AHEAD_MAX``), so the child's first fetch
+does not wait for one. Never two fetchers: a
 node keeps one ``VP_FETCH`` of a topic out per connection.
 
 Splits: when the plan says this member splits a VP (it has the smallest id and the group
@@ -67,7 +71,7 @@ from mafka4.clocks import wall_ms_fine
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR
 from mafka4.errors import CommitFailed, MafkaError, PartitionNotAssigned
 from mafka4.join_trace import JOIN_TRACES, vps_detail
-from mafka4.limits import CLAIMED_START_RETRY_S, ConsumerConfig, OffsetReset
+from mafka4.limits import CLAIMED_START_RETRY_S, VP_CONNECTIONS_AHEAD_MAX, ConsumerConfig, OffsetReset
 from mafka4.log.epochs import NO_EPOCH
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.protocol.group_api import GroupJoinAnswer
@@ -99,6 +103,10 @@ class VirtualGroupConsumer:
             if config.auto_offset_reset is OffsetReset.LATEST and not joined.offsets_committed:
                 self._seed_latest(joined)
             self._sync()
+            if not self._fetcher.fetching and not self._unstarted:
+                # A joiner waiting for its VP (the split that makes its child): its first fetch
+                # should not open a connection first (see ``VP_CONNECTIONS_AHEAD_MAX``).
+                self._fetcher.connect_ahead(VP_CONNECTIONS_AHEAD_MAX)
         except BaseException:
             self._member.leave({})
             self._fetcher.close()
@@ -187,6 +195,8 @@ class VirtualGroupConsumer:
             self._sealed, self._committed = dict(result.sealed_end_offsets), dict(result.committed_offsets)
         else:  # not synced: it is retried when the coordinator can, and a drained parent does not ask it sooner
             self._sealed = {}
+        if JOIN_TRACES.on(self.topic):
+            self._trace_sealed_ends(self._sealed.keys() - known.keys(), result.revoked)
         if self._sealed.keys() - known.keys():
             # A sealed end learned now may be one this member read to already (an empty parent
             # backlog): sync again at once, not after the next fetch's long poll, for the children
@@ -228,9 +238,22 @@ class VirtualGroupConsumer:
         """Sync at once when an owned closed VP was read to its sealed end: its children wait for the
         sync, which commits it there as it releases it (see the module docstring)."""
         sealed, committed = self._sealed, self._committed
-        if any(vp in sealed and self._fetcher.positions[vp] >= sealed[vp]
-               and (vp not in committed or committed[vp] < sealed[vp]) for vp in self._fetcher.fetching):
+        drained = [vp for vp in self._fetcher.fetching if vp in sealed and self._fetcher.positions[vp] >= sealed[vp]
+                   and (vp not in committed or committed[vp] < sealed[vp])]
+        if drained:
+            JOIN_TRACES.record(self.topic, "drained", self.member_id, vps_detail(drained))
             self._member.changed.set()
+
+    def _trace_sealed_ends(self, learned, revoked) -> None:
+        """A ``sealed_learned`` row per sealed end this sync told of a VP this member read (a
+        join-traced topic; one the sync released at once included): its detail is the VP, its
+        sealed end and the position read then, so a trace shows the backlog the member still had
+        to read before it could release it (none, if released by this very sync)."""
+        positions = self._fetcher.positions
+        for vp in sorted(learned):
+            if vp in self._fetcher.fetching or vp in revoked:
+                JOIN_TRACES.record(self.topic, "sealed_learned", self.member_id,
+                                   f"{vp} sealed at {self._sealed[vp]}, read to {positions[vp]}")
 
     def _seed_latest(self, joined: GroupJoinAnswer) -> None:
         """A new group at the latest offsets: closed VPs count as read to their end, children from their end now."""

@@ -38,7 +38,8 @@ asked after the delay. A VP that has nowhere to go (its leader's node serves no 
 the metadata held, as after a node died and before its VPs failed over) makes the fetcher ask
 for the metadata again, every ``VP_UNROUTABLE_REFRESH_S`` at most, until the failover shows.
 Connections to the nodes are kept between fetches (``client.node_links``)
-and one that failed is opened afresh. Calls run on the process's client loop
+and one that failed is opened afresh; a group member that owns nothing yet opens them ahead of
+its first claim (``connect_ahead``). Calls run on the process's client loop
 (``client.client_loop``). Imports neither ``ray`` nor ``etcd3``.
 """
 
@@ -138,6 +139,22 @@ class VpFetcher:
 
     def _opened(self, address: str) -> None:
         JOIN_TRACES.record(self.topic, "connected", self.traced_as, address)
+
+    def connect_ahead(self, nodes_max: int) -> None:
+        """Open, in the background, the connections to the read nodes that lead this topic's VPs
+        now (at most ``nodes_max`` of them, by address), so the first fetch of a VP claimed later
+        finds its leader's connection open. One that fails is opened again on first use."""
+        leaders = {state.leader for state in self.states.values() if not state.retired}
+        addresses = sorted({self._addresses[node] for node in leaders if self._addresses.get(node)})
+        for address in addresses[:nodes_max]:
+            self._loop.submit(self._connect_quietly(address))
+
+    async def _connect_quietly(self, address: str) -> None:
+        try:
+            await self._links.connection(address)
+        except (MafkaError, OSError) as error:
+            logger.info("%s: no connection to %s ahead of a claim (%s); the first fetch there opens one", self.topic,
+                        address, error)
 
     def trace_first_data(self, vp: int) -> None:
         """Stamp the first fetch of ``vp`` and its first data (the topic is join-traced)."""

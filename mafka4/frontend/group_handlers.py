@@ -76,7 +76,7 @@ class GroupHandlers:
     async def _sync(self, session: Session, request: GroupSyncRequest, _buffers):
         self._check(session, Operation.CONSUME, ResourceType.GROUP, request.group)
         answer = await self._sessions.call(session.principal, request.group, request.member_id,
-                                           lambda member: member.sync(request.positions))
+                                           lambda member: member.sync(request.positions), arrived="sync_arrived")
         if answer.vp_metadata is not None:
             answer = dataclasses.replace(answer, vp_metadata=await self._with_nodes(session, answer.vp_metadata))
         return answer, ()

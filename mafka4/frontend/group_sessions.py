@@ -60,6 +60,7 @@ class MemberSession:
     group: str
     principal: str
     timeout_s: float
+    topic: str = ""  # the member's: its join trace's rows name it (``mafka4.join_trace``)
     member: HostedMember | None = None  # set once joined
     seen_at: float = field(default_factory=time.monotonic)
     # Requests in progress: a session is never expired under one. Each ends, by its answer or
@@ -126,7 +127,7 @@ class GroupSessions:
         self._start_reaper()
         loop = asyncio.get_running_loop()
         member_id = uuid.uuid4().hex[:12]
-        session = MemberSession(group, principal, config.member_lease_ttl_s)
+        session = MemberSession(group, principal, config.member_lease_ttl_s, topic)
 
         def wake() -> None:
             JOIN_TRACES.record(topic, "woken", member_id)
@@ -155,9 +156,13 @@ class GroupSessions:
         logger.info("group %s: member %s of %s joined (%s, topic %s)", group, member_id, principal, assignor, topic)
         return answer
 
-    async def call(self, principal: str, group: str, member_id: str, step: Callable[[HostedMember], T]) -> T:
-        """``step`` of the member's session, run off the loop after the member's previous call."""
+    async def call(self, principal: str, group: str, member_id: str, step: Callable[[HostedMember], T],
+                   arrived: str | None = None) -> T:
+        """``step`` of the member's session, run off the loop after the member's previous call.
+        ``arrived``: the join trace's row stamped now, before the step waits for that call and a thread."""
         session = self._session(principal, group, member_id)
+        if arrived is not None:
+            JOIN_TRACES.record(session.topic, arrived, member_id)
         session.calls += 1
         try:
             async with session.lock:

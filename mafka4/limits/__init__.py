@@ -790,6 +790,12 @@ PROTOCOL_METADATA_TIMEOUT_S = 10.0
 # metadata it holds: a read node died before its VPs failed over) asks for the metadata again
 # at most this often, until the failover shows.
 VP_UNROUTABLE_REFRESH_S = 0.5
+# A group member that joined owning no VP (a joiner waiting for the split that makes its child)
+# opens connections to at most this many of the read nodes leading its topic's VPs, ahead of its
+# first claim (``VpFetcher.connect_ahead``): the child's leader is likely one of them, and a
+# connection (TCP, versions, SCRAM: four round trips) opened after the claim delayed the joiner's
+# first message by 5-10 ms. More nodes than this are left to connect on first use.
+VP_CONNECTIONS_AHEAD_MAX = 8
 # ``ClientConnection.open`` gives up after this long (connect, versions, authentication) with a
 # retriable RequestTimedOut naming the address.
 PROTOCOL_OPEN_TIMEOUT_S_DEFAULT = 10.0

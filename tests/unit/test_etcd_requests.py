@@ -269,6 +269,23 @@ def test_a_commit_in_runs_writes_every_vp_once_each_with_its_own_checks(store, m
     assert not any(request.compare for request in store.sent)
 
 
+def test_a_release_given_the_offsets_its_sync_read_writes_against_their_revisions_without_reading_them(
+        store, monkeypatch):
+    """A sync's release commits against its snapshot's offsets (``committed_before``): one
+    transaction, no read first, each write fenced by the revision the snapshot saw (or by absence)."""
+    def no_read(prefix):
+        raise AssertionError(f"read {prefix}: the sync read the committed offsets already")
+
+    monkeypatch.setattr(store, "get_prefix", no_read)
+    offsets = {0: VpOffset(60, 60), 1: VpOffset(5, 5)}
+    written, lost = store.commit("g", "m1", "t", offsets, release=[0, 1],
+                                 committed_before={0: (VpOffset(40, 50), 1234)})
+    assert (written, lost) == ({0, 1}, set()) and len(store.sent) == 1
+    fences = [op.request_txn.success[0].request_txn.compare[0] for op in store.sent[0].success[:2]]
+    assert (fences[0].target, fences[0].mod_revision) == (etcdrpc.Compare.MOD, 1234), "as the sync read it"
+    assert (fences[1].target, fences[1].version) == (etcdrpc.Compare.VERSION, 0), "absent when the sync read"
+
+
 def test_a_lone_mafka3_member_commits_every_partition_with_the_longest_names_in_transactions_etcd_accepts():
     """A Mafka3-mode group's commit has the shape of a VP commit, over every physical partition."""
     store = CapturingMafka3Store()

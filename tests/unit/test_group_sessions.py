@@ -85,6 +85,43 @@ def test_a_member_joins_and_its_calls_run_on_its_session_in_order():
     assert left == 0
 
 
+def test_a_join_traced_sync_is_stamped_on_arrival_before_it_waits_for_the_members_previous_call():
+    """``sync_arrived`` (``mafka4.join_trace``): a sync queued behind the member's running call is
+    stamped when it reached the port, so a trace tells that wait from the step's own time."""
+    from mafka4.join_trace import JOIN_TRACES
+
+    members: list[FakeMember] = []
+    running = threading.Event()
+    go_on = threading.Event()
+
+    def held_commit(member):
+        running.set()
+        go_on.wait(30)
+        return member.commit(())
+
+    async def scenario():
+        sessions = sessions_with(members)
+        joined = await sessions.join("alice", "g", "t", "range", CONFIG)
+        JOIN_TRACES.take("t")  # the join's own rows
+        commit = asyncio.ensure_future(sessions.call("alice", "g", joined.member_id, held_commit))
+        await asyncio.get_running_loop().run_in_executor(None, running.wait, 30)
+        sync = asyncio.ensure_future(sessions.call("alice", "g", joined.member_id, lambda m: m.sync(()),
+                                                   arrived="sync_arrived"))
+        await asyncio.sleep(0)
+        rows = JOIN_TRACES.take("t")["rows"]
+        go_on.set()
+        await commit, await sync
+        return joined.member_id, rows
+
+    JOIN_TRACES.start("t")
+    try:
+        member_id, rows = run(scenario())
+    finally:
+        JOIN_TRACES.stop("t")
+    assert [(hop, who) for hop, _, who, _ in rows] == [("sync_arrived", member_id)]
+    assert members[0].calls == ["join", "commit", "sync"]
+
+
 @pytest.mark.parametrize("principal, group, known", [("mallory", "g", True), ("alice", "other", True),
                                                      ("alice", "g", False)])
 def test_a_session_answers_only_its_principal_its_group_and_its_id(principal, group, known):

@@ -22,14 +22,14 @@ from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.group_link import GroupLink
 from mafka4.client.message import Message
 from mafka4.client.partition_consumer import PartitionConsumer
-from mafka4.client.remote_member import MemberSync
+from mafka4.client.remote_member import MemberSync, RemoteMember
 from mafka4.client.virtual_group_consumer import VirtualGroupConsumer
 from mafka4.errors import UnknownMember
 from mafka4.limits import GROUP_HEARTBEAT_WAIT_MS, PROTOCOL_ANSWER_MARGIN_S, ConsumerConfig, TopicConfig
 from mafka4.log.epochs import NO_EPOCH
 from mafka4.metadata.endpoints import HostPort
 from mafka4.physical.partition_state import TopicMetadata
-from mafka4.protocol.group_api import GroupHeartbeatAnswer, GroupJoinAnswer
+from mafka4.protocol.group_api import GroupHeartbeatAnswer, GroupJoinAnswer, GroupSyncAnswer
 
 from tests.unit.stand_in_ports import TOPIC, LongPolling, vp_fetcher_against
 
@@ -103,12 +103,16 @@ class Fetcher:
         self.refreshes = 0
         self.waits_s: list[float] = []
         self.next_read: dict[int, int] = {}
+        self.connected_ahead: list[int] = []  # each ``connect_ahead``'s bound
 
     def __call__(self, *args, **kwargs) -> "Fetcher":  # stands in for the class
         return self
 
     def refresh(self) -> None:
         self.refreshes += 1
+
+    def connect_ahead(self, nodes_max: int) -> None:
+        self.connected_ahead.append(nodes_max)
 
     def seek(self, partition: int, offset: int, last_epoch: int = NO_EPOCH) -> None:
         self.positions[partition] = offset
@@ -367,6 +371,46 @@ def test_an_idle_heartbeat_waits_long_at_the_coordinator_and_a_pending_sync_only
     assert asked[-1] == long_wait
 
 
+def test_a_change_wakes_one_sync_not_a_second_from_a_heartbeat_sent_while_the_sync_was_on_its_way(monkeypatch):
+    """The coordinator clears a member's change when its sync arrives, not when the member sends it.
+    A long poll sent in between would be answered "changed" for the change that sync handles, and
+    the member would sync again, on the poll that should return its first messages of a claimed
+    VP. The heartbeat long-polls again only once the sync was answered (``GroupLink.syncing``)."""
+    member = RemoteMember(ClusterAccess((HostPort("127.0.0.1", 9),), Credential("alice", "password-1")), "billing",
+                          TOPIC, "virtual", ConsumerConfig())
+    coordinator_changed = threading.Event()  # the member's change, as its coordinator holds it
+    coordinator_changed.set()
+    asked: list[tuple[int, bool]] = []  # (wait asked, whether the coordinator held a change then)
+
+    async def ask(request, timeout_s: float):
+        asked.append((request.wait_ms, coordinator_changed.is_set()))
+        if coordinator_changed.is_set():
+            return GroupHeartbeatAnswer(True)
+        await asyncio.sleep(request.wait_ms / 1000)
+        return GroupHeartbeatAnswer(False)
+
+    def sync_on_its_way(positions):
+        time.sleep(0.2)  # the request travels and waits for a group thread
+        coordinator_changed.clear()  # it arrived: the coordinator's sync clears the change, then reads
+        return GroupSyncAnswer((), (), (), None, (), (), None)
+
+    monkeypatch.setattr(member._link, "_ask", ask)
+    monkeypatch.setattr(member, "_sync", sync_on_its_way)
+    try:
+        member._link.joined("m1")
+        assert member.changed.wait(5), "the heartbeat told the member to sync"
+        member.sync({})
+        deadline = time.monotonic() + 5
+        while asked[-1][0] != GROUP_HEARTBEAT_WAIT_MS and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)  # an answer "changed" to that long poll would have come by now
+    finally:
+        member._link.close()
+    assert asked[-1] == (GROUP_HEARTBEAT_WAIT_MS, False), asked
+    assert not member.changed.is_set(), "one change, one sync"
+    assert [wait for wait, held in asked if held] == [GROUP_HEARTBEAT_WAIT_MS], "no heartbeat asked during the sync"
+
+
 def test_a_join_traced_members_every_sync_is_a_sent_and_an_answered_row(monkeypatch, clock):
     """``sync_sent`` / ``synced`` (``mafka4.join_trace``): how often a join makes each member sync."""
     from mafka4.join_trace import JOIN_TRACES
@@ -384,3 +428,68 @@ def test_a_join_traced_members_every_sync_is_a_sent_and_an_answered_row(monkeypa
     assert coordinator.syncs == 3
     assert [(hop, who) for hop, _, who, _ in rows] == [("sync_sent", "m0"), ("synced", "m0")] * 2
     assert all(sent[1] <= answered[1] for sent, answered in zip(rows[::2], rows[1::2]))
+
+
+def test_a_join_traced_member_stamps_when_it_learned_a_sealed_end_and_when_it_read_its_vp_to_it(monkeypatch, clock):
+    """``sealed_learned`` / ``drained`` (``mafka4.join_trace``): of the wait between a parent's seal and
+    its release, the part that was the member's backlog, and when it asked to release."""
+    from mafka4.join_trace import JOIN_TRACES
+
+    coordinator, fetcher = Coordinator({0: 100, 1: 40}, sealed={}, committed={0: 100, 1: 40}), Fetcher()
+    member = vp_member(monkeypatch, coordinator, fetcher)
+    JOIN_TRACES.start(TOPIC)
+    try:
+        coordinator.sealed = {0: 120}  # the parent's leader sealed it at 120; the member read to 100
+        coordinator.changed.set()
+        member.poll(timeout_ms=0)
+        fetcher.next_read = {0: 120}  # its backlog
+        member.poll(timeout_ms=0)
+        member.poll(timeout_ms=0)
+        rows = [(hop, detail) for hop, _, _, detail in JOIN_TRACES.take(TOPIC)["rows"]
+                if hop not in ("sync_sent", "synced")]
+    finally:
+        JOIN_TRACES.stop(TOPIC)
+    assert rows == [("sealed_learned", "0 sealed at 120, read to 100"), ("drained", "0")]
+
+
+def test_a_member_whose_join_claimed_nothing_connects_ahead_to_the_read_nodes_and_one_that_claimed_does_not(
+        monkeypatch, clock):
+    from mafka4.limits import VP_CONNECTIONS_AHEAD_MAX
+
+    waiting, fetcher = Coordinator({}), Fetcher()
+    vp_member(monkeypatch, waiting, fetcher)
+    assert fetcher.connected_ahead == [VP_CONNECTIONS_AHEAD_MAX], "a joiner waiting for its child"
+    claiming, fetcher = Coordinator({0: 100}), Fetcher()
+    vp_member(monkeypatch, claiming, fetcher)
+    assert fetcher.connected_ahead == [], "its fetches open what it needs"
+
+
+def test_a_sealed_end_learned_by_the_sync_that_released_its_vp_at_once_is_stamped_too(monkeypatch, clock):
+    """An empty parent backlog: the first sync after the seal carries a position at the sealed end,
+    and the coordinator releases the parent in it (revoked): the row says it was read to its end."""
+    from mafka4.join_trace import JOIN_TRACES
+
+    class Releasing(Coordinator):
+        def sync(self, positions) -> MemberSync:
+            synced = super().sync(positions)
+            if self.sealed and positions.get(0, (0,))[0] >= self.sealed[0]:
+                self.owned.discard(0)
+                return MemberSync((0,), synced.claimed, {}, tuple(sorted(self.owned)), None, self.sealed,
+                                  {**self.committed, 0: self.sealed[0]}, None)
+            return synced
+
+    coordinator, fetcher = Releasing({0: 100, 1: 40}, sealed={}, committed={0: 100, 1: 40}), Fetcher()
+    member = vp_member(monkeypatch, coordinator, fetcher)
+    fetcher.next_read = {0: 120}  # read to the cut before the seal
+    member.poll(timeout_ms=0)
+    JOIN_TRACES.start(TOPIC)
+    try:
+        coordinator.sealed = {0: 120}
+        coordinator.changed.set()
+        member.poll(timeout_ms=0)
+        rows = [(hop, detail) for hop, _, _, detail in JOIN_TRACES.take(TOPIC)["rows"]
+                if hop not in ("sync_sent", "synced")]
+    finally:
+        JOIN_TRACES.stop(TOPIC)
+    assert member.assignment() == [1]
+    assert rows == [("sealed_learned", "0 sealed at 120, read to 120")]

@@ -49,3 +49,27 @@ def test_a_members_fetcher_and_group_link_share_their_connections_and_leave_them
             client_loop().run(links.close_after_cancelled())
         # The port counts a connection closed once its reader sees the end: wait for it, bounded.
         wait_until(lambda: server.counters["connections_open"] == 0)
+
+
+def test_a_member_owning_nothing_connects_ahead_to_its_topics_vp_leaders_and_its_first_fetch_uses_that():
+    """A joiner waiting for its child opens the leaders' connections before its claim
+    (``VpFetcher.connect_ahead``): the child's first fetch opens none."""
+    node = LongPolling()
+    with stand_in_port(node) as (server, access, loop):
+        links = NodeLinks(access)
+        fetcher = VpFetcher(access, TopicMetadata(TOPIC, TopicConfig(partitions=1, read_mode="mafka4"), ()),
+                            ConsumerConfig(fetch_wait_ms_max=10), "reader-1", links)
+        try:
+            assert server.counters["connections"] == 1, "the metadata read's"
+            fetcher.connect_ahead(0)
+            fetcher.connect_ahead(8)
+            wait_until(lambda: server.counters["connections"] == 2)
+            fetcher.seek(0, 0)
+            fetcher.fetching.add(0)
+            fetcher.fetch(0.05)
+            assert node.requests, "VP 0 was fetched"
+            assert server.counters["connections"] == 2, "over the connection opened ahead (one per node, however asked)"
+        finally:
+            fetcher.close()
+            client_loop().run(links.close_after_cancelled())
+        wait_until(lambda: server.counters["connections_open"] == 0)

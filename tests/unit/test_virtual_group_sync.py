@@ -42,6 +42,7 @@ class MemoryGroupStore:
         self.owners = dict(owners)
         self.offsets = {vp: VpOffset(offset, offset) for vp, offset in offsets.items()}
         self.commits: list[tuple[str, dict[int, int], tuple[int, ...]]] = []  # (member, offsets, release) per call
+        self.read_before: list[dict[int, int] | None] = []  # per call, the committed offsets it was given (None: none)
         self.before_commit: Callable[[], None] | None = None  # what happens between a commit's read and its txn
         self.moved: set[int] = set()  # offset keys another write changes between a commit's read and its txn
         self.answer_lost = False  # the commit's txn is applied, its answer lost
@@ -49,11 +50,14 @@ class MemoryGroupStore:
 
     def snapshot(self, group: str, topic: str, config: TopicConfig) -> VirtualGroupSnapshot:
         members = tuple(MemberInfo(member, topic, VIRTUAL_ASSIGNOR) for member in sorted(self.members))
-        return VirtualGroupSnapshot(members, dict(self.owners), dict(self.offsets), self.layout, dict(self.states))
+        return VirtualGroupSnapshot(members, dict(self.owners), dict(self.offsets), self.layout, dict(self.states),
+                                    dict.fromkeys(self.offsets, 1))
 
     def commit(self, group: str, member_id: str, topic: str, offsets: Mapping[int, VpOffset],
-               release: Sequence[int] = ()) -> tuple[set[int], set[int]]:
+               release: Sequence[int] = (), committed_before=None) -> tuple[set[int], set[int]]:
         self.commits.append((member_id, {vp: o.offset for vp, o in offsets.items()}, tuple(release)))
+        self.read_before.append(None if committed_before is None
+                                else {vp: o.offset for vp, (o, _) in committed_before.items()})
         if self.before_commit is not None:
             self.before_commit()
         written, lost = set(), set()
@@ -135,9 +139,25 @@ def test_a_sync_with_the_parent_read_to_its_sealed_end_commits_and_releases_it_a
     assert not store.commits and store.owners == {0: "a"}, "not read to its end: kept, and a sync commits nothing"
     result = a.sync(positions(v0=60))
     assert store.commits == [("a", {0: 60}, (0,))], "one transaction commits and releases the parent"
+    assert store.read_before[-1] == {0: 40}, "against the committed offsets the sync read: no read of its own"
     assert store.offsets[0].offset == 60 and 0 not in store.owners
     assert result.revoked == (0,) and result.claimed == {1: None} and a.owned == {1}, "a child claimed in that sync"
     assert b.sync({}).claimed == {2: None}, "the other child: b sees the stored commit"
+
+
+def test_a_join_traced_release_sync_stamps_its_read_and_its_release_transaction():
+    """``sync_read`` / ``release_written`` (``mafka4.join_trace``): of a release sync's time, the
+    snapshot's round trip and the release's, before the claims that follow in the same sync."""
+    from mafka4.join_trace import JOIN_TRACES
+
+    store, a, _ = split_group()
+    JOIN_TRACES.start("orders")
+    try:
+        a.sync(positions(v0=60))
+        rows = [(hop, who, detail) for hop, _, who, detail in JOIN_TRACES.take("orders")["rows"]]
+    finally:
+        JOIN_TRACES.stop("orders")
+    assert rows == [("sync_read", "a", ""), ("release_written", "a", "0")]
 
 
 def test_a_child_is_not_claimed_on_a_commit_the_release_did_not_store():

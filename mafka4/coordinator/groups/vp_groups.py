@@ -25,7 +25,8 @@ request bound: it goes in runs of transactions, each VP's checks in its own run 
   read to their sealed end (the positions it syncs with) as committed there
   (``with_read_positions``), ask ``plan_ownership``, then: release -- commit the final
   position and delete the owner key, in one transaction, only while the owner key is this
-  member's; claim -- create the owner keys, only if absent, only while this member's key
+  member's (written against the committed offsets the snapshot read: no read of its own);
+  claim -- create the owner keys, only if absent, only while this member's key
   exists, under its lease, reading the committed offsets in the same transaction (so they
   are the previous owner's final ones). A VP therefore never has two owners, and changes
   owner only after the old owner committed and released it or its lease lapsed. A drained
@@ -34,7 +35,7 @@ request bound: it goes in runs of transactions, each VP's checks in its own run 
   other members see the children readable only once that transaction is applied.
 * **Commit.** Per VP, the offset (and the VP high watermark seen, for lag) is written only
   while this member's owner key holds, and only forward: the committed offsets are read
-  first, only positions past them are written, and each write holds only if the offset key
+  first (a sync's release takes those its snapshot read), only positions past them are written, and each write holds only if the offset key
   is still as read (its mod revision, or absent). A commit that reached a stopped etcd member
   and is applied there late, after a newer one went through another member, therefore
   finds the key changed and writes nothing: it cannot move the offset back.
@@ -53,7 +54,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import etcd3
@@ -65,6 +66,7 @@ from mafka4.coordinator.groups.vp_ownership import (GroupView, OwnershipPlan, co
 from mafka4.coordinator.groups.vp_pictures import Applied, WatchedGroup
 from mafka4.coordinator.groups.vp_wakes import LastAnswer, Wake, WakeFilter, asks_to_act
 from mafka4.errors import CoordinatorUnavailable, InconsistentGroupProtocol
+from mafka4.join_trace import JOIN_TRACES, vps_detail
 from mafka4.limits import ConsumerConfig, TopicConfig
 from mafka4.log.epochs import NO_EPOCH
 from mafka4.metadata import keys
@@ -104,6 +106,14 @@ class VirtualGroupSnapshot:
     offsets: Mapping[int, VpOffset]
     layout: TopicLayout
     states: Mapping[int, VirtualPartitionState]
+    # The mod revision of each offset key read: a release in the same sync writes its commit
+    # against them (``VirtualGroupStore.commit``'s ``committed_before``) instead of reading them again.
+    offset_revisions: Mapping[int, int] = field(default_factory=dict)
+
+    def committed_before(self) -> dict[int, tuple[VpOffset, int]]:
+        """(committed offset, its key's mod revision) of each VP with one, as this snapshot read them."""
+        return {vp: (offset, self.offset_revisions[vp]) for vp, offset in self.offsets.items()
+                if vp in self.offset_revisions}
 
     def view(self) -> GroupView:
         sealed = {vp: s.sealed_end_offset for vp, s in self.states.items() if s.sealed_end_offset is not None}
@@ -128,7 +138,7 @@ class VirtualGroupStore(MetadataStore):
         members_prefix = keys.group_members_prefix(self.cluster, group)
         owners_prefix = keys.group_vp_owners_prefix(self.cluster, group)
         offsets_prefix = keys.group_vp_offsets_prefix(self.cluster, group)
-        members, owners, offsets = [], {}, {}
+        members, owners, offsets, offset_revisions = [], {}, {}, {}
         for item in found[group_prefix]:
             if item.key.startswith(members_prefix):
                 members.append(MemberInfo(item.value["member_id"], item.value["topic"], item.value["assignor"]))
@@ -136,10 +146,11 @@ class VirtualGroupStore(MetadataStore):
                 owners[parsed[1]] = item.value["member_id"]
             elif (parsed := keys.parse_group_partition(offsets_prefix, item.key)) is not None and parsed[0] == topic:
                 offsets[parsed[1]] = VpOffset.from_json(item.value)
+                offset_revisions[parsed[1]] = item.mod_revision
         layout = VirtualStore.layout_from(topic, config.partitions, config.virtual_config(), found[epochs_prefix])
         states = {vp: state for vp, (state, _) in VirtualStore.states_from(states_prefix, found[states_prefix]).items()}
         members.sort(key=lambda m: m.member_id)
-        return VirtualGroupSnapshot(tuple(members), owners, offsets, layout, states)
+        return VirtualGroupSnapshot(tuple(members), owners, offsets, layout, states, offset_revisions)
 
     def claim(self, group: str, member_id: str, topic: str, vps: list[int],
               lease: etcd3.Lease) -> dict[int, VpOffset | None] | None:
@@ -172,10 +183,16 @@ class VirtualGroupStore(MetadataStore):
         return committed or None
 
     def commit(self, group: str, member_id: str, topic: str, offsets: Mapping[int, VpOffset],
-               release: Sequence[int] = ()) -> tuple[set[int], set[int]]:
+               release: Sequence[int] = (),
+               committed_before: Mapping[int, tuple[VpOffset, int]] | None = None) -> tuple[set[int], set[int]]:
         """Write the forward-moving ``offsets`` of VPs this member owns, then delete the owner keys of
         ``release``; (committed, lost: no longer owned). A VP in neither set was not committed
         because its offset did not move forward, or moved meanwhile.
+
+        ``committed_before``: the topic's committed offsets with their keys' mod revisions, as the
+        caller read them (a sync's snapshot, ``VirtualGroupSnapshot.committed_before``); None: read
+        them first (one etcd round trip more). Either way each write holds only if its offset key
+        is still as read, so an older read can only make a write refused, never one go backwards.
 
         Every VP's write and release carries its own checks (the owner key is mine; the offset
         key is as read), so each is right alone: one transaction when they fit, else runs
@@ -185,7 +202,8 @@ class VirtualGroupStore(MetadataStore):
         """
         txn = self._client.transactions
         mine = _json({"member_id": member_id})
-        committed_before = self._committed(group, topic)
+        if committed_before is None:
+            committed_before = self._committed(group, topic)
         operations, order = [], []
         for vp, offset in sorted(offsets.items()):
             before = committed_before.get(vp)
@@ -314,6 +332,7 @@ class VirtualGroupMember:
         claimed: dict[int, VpOffset | None] = {}
         try:
             snapshot = self._store.snapshot(self.group, self.topic, self._topic_config)
+            JOIN_TRACES.record(self.topic, "sync_read", self.member_id)
             if self.member_id not in {m.member_id for m in snapshot.members}:
                 logger.info("group %s: member %s lost its registration; joining again", self.group, self.member_id)
                 revoked.extend(sorted(self.owned))
@@ -381,8 +400,13 @@ class VirtualGroupMember:
             release = list(plan.release)
             self.owned -= set(release)
             revoked.extend(release)
+            # Against the offsets this sync read: the release, which the children wait for, is then
+            # one etcd round trip, not two. Only this member writes them while it owns the VPs, one
+            # call at a time, so they are current unless a write of its own arrived late (refused).
             written, _ = self._store.commit(self.group, self.member_id, self.topic,
-                                            {vp: positions[vp] for vp in release if vp in positions}, release=release)
+                                            {vp: positions[vp] for vp in release if vp in positions}, release=release,
+                                            committed_before=snapshot.committed_before())
+            JOIN_TRACES.record(self.topic, "release_written", self.member_id, vps_detail(release))
             plan = plan.after_release(written)
         lease = self._membership.lease
         if plan.claim and lease is not None:
