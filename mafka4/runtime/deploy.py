@@ -39,7 +39,7 @@ from pathlib import Path
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from mafka4.errors import MafkaError, NotDeployable
+from mafka4.errors import CoordinatorUnavailable, MafkaError, NotDeployable
 from mafka4.limits import (CLIENT_PORT_DEFAULT, CONTROLLER_STOP_TIMEOUT_S, DEPLOY_CALL_TIMEOUT_S,
                            DEPLOY_ETCD_START_TIMEOUT_S, DEPLOY_READY_POLL_INTERVAL_S, ETCD_STOP_TIMEOUT_S)
 from mafka4.limits.servers import ClusterConfig
@@ -110,6 +110,7 @@ def deploy(settings: DeploySettings, home: Path) -> DeployReport:
         members = _running_members(running)
     store = MetadataStore(etcd_endpoint(members))
     try:
+        Path(home).mkdir(parents=True, exist_ok=True)
         credential = ensure_admin_credential(home, UserStore(store, cluster))
         if step.start_controller:
             _start_controller(settings, etcd_endpoint(members), placement.controller_ray_node_id)
@@ -155,15 +156,15 @@ def undeploy(cluster: str) -> list[str]:
     agents = sorted(agent_names(cluster))
     stop_node_agents(cluster)
     stopped += [f"node agent {node_id}" for node_id in agents]
-    hosts = _member_hosts(cluster)
     # Read nodes and partition replicas: the controller started them, and nothing of theirs needs a goodbye.
-    others = [name for name in _named_actors(f"{cluster}/") if name not in {etcd_member_actor_name(cluster, member)
-                                                                             for member in hosts}]
+    gone = (f"{cluster}/deploy/", f"{cluster}/node_agent/")  # stopped above, or below by their own stop
+    others = [name for name in _named_actors(f"{cluster}/") if not name.startswith(gone)]
     for name in others:
         handle = _actor(name)
         if handle is not None:
             ray.kill(handle)
-    stopped += [f"actor {name}" for name in others if not name.startswith(f"{cluster}/node_agent/")]
+    stopped += [f"actor {name}" for name in others]
+    hosts = _member_hosts(cluster)
     for name, handle in sorted(hosts.items()):
         _stop_and_kill(handle, ETCD_STOP_TIMEOUT_S)
         stopped.append(f"etcd member {name}")
@@ -227,8 +228,13 @@ def _start_controller(settings: DeploySettings, endpoint: str, ray_node_id: str)
 def _wait_until_serving(store: MetadataStore, cluster: str, roles: dict[NodeRole, list[str]], deadline: float) -> tuple[str, ...]:
     """Wait until every node of ``roles`` is registered and every read node serves clients; their addresses."""
     wanted = set(roles[NodeRole.WRITE]) | set(roles[NodeRole.READ])
+    registered: set[str] = set()
+    serving: dict[str, str] = {}
     while True:
-        registered, serving = set(_registered(store, cluster)), _serving_read_nodes(store, cluster)
+        try:
+            registered, serving = set(_registered(store, cluster)), _serving_read_nodes(store, cluster)
+        except CoordinatorUnavailable as error:  # a member just started may not answer every read yet
+            log.info("waiting for etcd: %s", error.message)
         if wanted <= registered and set(roles[NodeRole.READ]) <= set(serving):
             return tuple(serving[node_id] for node_id in roles[NodeRole.READ])
         if time.monotonic() > deadline:
