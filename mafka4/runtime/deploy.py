@@ -19,8 +19,8 @@ node serves clients, whose addresses it reports (what clients need: ``$MAFKA4_BO
 
 ``undeploy`` stops, in order: the controller (so nothing restarts what follows), the node agents
 (each revokes its registration), the cluster's other named actors (read nodes and partition
-replicas, which the controller started: killed, their data stays on their nodes), then the etcd
-members (their data stays: a later deploy starts them on it).
+replicas, which the controller started: killed, their data stays on their nodes, their liveness
+keys are deleted), then the etcd members (their data stays: a later deploy starts them on it).
 
 Risks: a host actor killed other than by ``undeploy`` (its worker crashing, ``ray stop`` on its
 node) leaves its process running without an owner; a member of three whose node's address
@@ -124,10 +124,12 @@ def deploy(settings: DeploySettings, home: Path) -> DeployReport:
 
 def deployment_status(cluster: str) -> dict:
     """What of ``cluster``'s deployment runs on the joined Ray: members, controller, agents, nodes."""
-    servers = {name: _call(handle.member) for name, handle in sorted(_member_hosts(cluster).items())}
+    hosts = sorted(_member_hosts(cluster).items())
+    servers = {name: _call(handle.member) for name, handle in hosts}
     healthy = [server for server in servers.values() if server is not None and member_healthy(server)]
     members = [{"name": name, "endpoint": server.endpoint if server else None, "pid": server.pid if server else None,
-                "healthy": server in healthy} for name, server in servers.items()]
+                "healthy": server in healthy, "ray_node_id": _call(handle.ray_node_id)}
+               for (name, handle), server in zip(hosts, servers.values())]
     controller_handle = _actor(controller_host_actor_name(cluster))
     controller = _call(controller_handle.report) if controller_handle else None
     report = {"cluster": cluster, "deployed": bool(members or controller_handle),
@@ -165,6 +167,7 @@ def undeploy(cluster: str) -> list[str]:
             ray.kill(handle)
     stopped += [f"actor {name}" for name in others]
     hosts = _member_hosts(cluster)
+    _forget_liveness(hosts, cluster)
     for name, handle in sorted(hosts.items()):
         _stop_and_kill(handle, ETCD_STOP_TIMEOUT_S)
         stopped.append(f"etcd member {name}")
@@ -173,6 +176,23 @@ def undeploy(cluster: str) -> list[str]:
     while _named_actors(f"{cluster}/") and time.monotonic() < deadline:
         time.sleep(DEPLOY_READY_POLL_INTERVAL_S)
     return stopped
+
+
+def _forget_liveness(hosts: dict[str, object], cluster: str) -> None:
+    """Delete the liveness keys of the read nodes and replicas just killed: they would outlive them by a
+    lease's time, and a deploy right after would take them for live ones (and their client addresses
+    for ones that answer)."""
+    members = [member for member in (_call(handle.member) for handle in hosts.values()) if member is not None]
+    if not members:
+        return
+    store = MetadataStore(etcd_endpoint(members))
+    try:
+        for prefix in (keys.read_nodes_prefix(cluster), keys.replicas_prefix(cluster)):
+            store.delete_prefix(prefix)
+    except CoordinatorUnavailable as error:
+        log.warning("the liveness keys stay until their leases end: %s", error.message)
+    finally:
+        store.close()
 
 
 def _start_members(settings: DeploySettings, places: tuple[MemberPlace, ...]) -> tuple[EtcdServer, ...]:

@@ -86,6 +86,9 @@ class EtcdMemberHost:
         """The running member, None before ``start`` and after ``stop``."""
         return self._server
 
+    def ray_node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
     def stop(self) -> None:
         """Stop the member by its PID (its data stays)."""
         if self._server is not None:
