@@ -22,9 +22,11 @@ node serves clients, whose addresses it reports (what clients need: ``$MAFKA4_BO
 replicas, which the controller started: killed, their data stays on their nodes, their liveness
 keys are deleted), then the etcd members (their data stays: a later deploy starts them on it).
 
-Risks: a host actor killed other than by ``undeploy`` (its worker crashing, ``ray stop`` on its
-node) leaves its process running without an owner; a member of three whose node's address
-changed cannot rejoin its peers on its recorded peer URL.
+A host actor that died other than by ``undeploy`` (its worker crashing, ``ray stop`` on its
+node) leaves its process running until a deploy starts a new host there, which stops it first
+(``runtime.deploy_actors``). One deployment per data dir: two mafka4 clusters deployed on one
+Ray need data dirs of their own. A member of three whose node's address changed cannot rejoin
+its peers on its recorded peer URL.
 """
 
 from __future__ import annotations
@@ -239,10 +241,17 @@ def _start_controller(settings: DeploySettings, endpoint: str, ray_node_id: str)
                "--ray-address", ray.get_runtime_context().gcs_address, "--cluster", settings.cluster,
                "--controller-id", CONTROLLER_ID, "--node-agents", "--node-data-dir", settings.data_dir,
                "--node-lease-ttl-s", str(settings.node_lease_ttl_s), "--node-client-port", str(settings.client_port)]
-    ray.remote(ControllerHost).options(
+    host = ray.remote(ControllerHost).options(
         name=controller_host_actor_name(settings.cluster), namespace=NAMESPACE, lifetime="detached", num_cpus=0,
         max_restarts=0, scheduling_strategy=NodeAffinitySchedulingStrategy(ray_node_id, soft=False),
     ).remote(arguments, str(Path(settings.data_dir) / CONTROLLER_LOG_NAME))
+    # Its first answer comes once its process started (and any controller an earlier host left was stopped).
+    try:
+        ray.get(host.report.remote(), timeout=settings.ready_timeout_s)
+    except ray.exceptions.RayError as raised:
+        error = unwrap(raised)
+        why = error.message if isinstance(error, MafkaError) else f"{type(raised).__name__}: {raised}"
+        raise NotDeployable(f"the controller on Ray node {ray_node_id} did not start: {why}") from raised
 
 
 def _wait_until_serving(store: MetadataStore, cluster: str, roles: dict[NodeRole, list[str]], deadline: float) -> tuple[str, ...]:

@@ -13,9 +13,12 @@
 
 Both are detached, ``num_cpus=0``, and named in namespace "mafka4": the names are the
 deployment's record, so ``status`` and ``undeploy`` find it from the Ray address alone. A
-host's process is stopped by ``stop`` (by its PID) before the actor is killed: a process
-whose actor was killed without ``stop`` outlives it (no parent-death signal), see the risks
-in ``runtime.deploy``.
+host's process is stopped by ``stop`` (by its PID) before the actor is killed. A process whose
+actor died without ``stop`` (its worker crashed, ``ray stop`` on its node) outlives it, so each
+host records its process's PID on its node (the member's record, ``controller.pid``), and the
+host that a later deploy starts there stops that orphan first (if the PID's command line still
+names it: a reused PID is left alone). A member started again keeps its recorded client port
+when it is free: the node agents, read nodes and replicas that outlived it were given that one.
 """
 
 from __future__ import annotations
@@ -29,16 +32,37 @@ import sys
 import threading
 from pathlib import Path
 
+import psutil
 import ray
 
-from mafka4.limits import CONTROLLER_STOP_TIMEOUT_S, DEPLOY_CONTROLLER_CHECK_INTERVAL_S
+from mafka4.limits import CONTROLLER_STOP_TIMEOUT_S, DEPLOY_CONTROLLER_CHECK_INTERVAL_S, ETCD_STOP_TIMEOUT_S
 from mafka4.runtime.etcd_member import EtcdServer
 from mafka4.runtime.etcd_server import etcd_binary, start_etcd_member, stop_etcd
-from mafka4.runtime.ports import LOOPBACK, free_loopback_port
+from mafka4.runtime.ports import LOOPBACK, free_loopback_port, is_listening
 
 log = logging.getLogger("mafka4.deploy")
 
 ETCD_DIR = ".etcd"
+
+
+def stop_orphan(pid: int, command_part: str) -> None:
+    """Stop process ``pid`` (SIGTERM, SIGKILL after ETCD_STOP_TIMEOUT_S) if it runs and its command line
+    holds ``command_part``: the process an earlier host started and left behind (module docstring)."""
+    if pid <= 0:
+        return
+    try:
+        process = psutil.Process(pid)
+        if command_part not in " ".join(process.cmdline()) + " ":
+            return
+        log.warning("stopping pid %d, left running by an actor that died: %s", pid, " ".join(process.cmdline()))
+        process.terminate()
+        try:
+            process.wait(ETCD_STOP_TIMEOUT_S)
+        except psutil.TimeoutExpired:
+            process.kill()
+            process.wait(ETCD_STOP_TIMEOUT_S)
+    except psutil.NoSuchProcess:
+        return
 
 
 class EtcdMemberHost:
@@ -62,6 +86,9 @@ class EtcdMemberHost:
         client_port = free_loopback_port()
         if self._record_path.exists() and (self._data_dir / "member").is_dir():
             recorded = EtcdServer(**json.loads(self._record_path.read_text()))
+            stop_orphan(recorded.pid, f"--data-dir {self._data_dir} ")
+            if recorded.host == host and not is_listening(recorded.client_port, host):
+                client_port = recorded.client_port
             return dataclasses.replace(recorded, pid=0, client_port=client_port, host=host)
         peer_port = free_loopback_port()
         while peer_port == client_port:  # two probes can return the same released port
@@ -75,7 +102,7 @@ class EtcdMemberHost:
         if self._server is not None:
             return self._server
         self._server = start_etcd_member(server, timeout_s)
-        record = dataclasses.asdict(dataclasses.replace(self._server, pid=0))
+        record = dataclasses.asdict(self._server)
         temporary = self._record_path.with_name(f".{self._record_path.name}.tmp")
         temporary.write_text(json.dumps(record, indent=2))
         os.replace(temporary, self._record_path)
@@ -106,6 +133,9 @@ class ControllerHost:
         self._command = [sys.executable, "-m", "mafka4.runtime.controller_process", *arguments]
         self._log_path = Path(log_path).expanduser().resolve()
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._pid_path = self._log_path.with_suffix(".pid")
+        if self._pid_path.exists():
+            stop_orphan(int(self._pid_path.read_text() or 0), "mafka4.runtime.controller_process")
         self._environment = dict(os.environ)
         if ray.util.get_node_ip_address() != LOOPBACK:
             # mafka4 keeps Ray on loopback unless told otherwise (runtime.environment); on a cluster of
@@ -122,6 +152,7 @@ class ControllerHost:
         with open(self._log_path, "ab") as log_file:
             process = subprocess.Popen(self._command, stdout=log_file, stderr=subprocess.STDOUT,
                                        stdin=subprocess.DEVNULL, cwd=self._log_path.parent, env=self._environment)
+        self._pid_path.write_text(str(process.pid))
         log.info("controller started, pid %d, log %s", process.pid, self._log_path)
         return process
 

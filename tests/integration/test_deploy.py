@@ -166,6 +166,23 @@ def test_deploy_serves_clients_from_the_ray_address_alone_and_undeploy_leaves_no
 
         produce_and_consume(client_access(status, home))
 
+        # The deployment's actors die without undeploy (a worker crash, `ray stop` on the head): a deploy
+        # brings etcd and the controller back, stopping any process they left behind; the etcd member
+        # keeps its client port, so the agents, read node and replicas that outlived it go on.
+        old = {member["pid"]: "etcd", status["controller"]["pid"]: "controller_process"}
+        for name in named_actors():
+            if name.startswith(f"{CLUSTER}/deploy/"):
+                ray.kill(ray.get_actor(name, namespace=NAMESPACE))
+        assert wait_until(lambda: not [name for name in named_actors() if name.startswith(f"{CLUSTER}/deploy/")])
+        out, _ = deploy(capsys, home, address)
+        assert f"started etcd member mafka4 on {member['endpoint']}" in out and "controller" in out, out
+        assert not any(runs(pid, name) for pid, name in old.items()), old
+        status = deployment_status(capsys, address)
+        assert status["running"] and set(status["registered_nodes"]) == {"wa", "ra"}, status
+        [member] = status["etcd_members"]
+        with pytest.raises(TopicExists):
+            create_topic("orders", partitions=2, where=client_access(status, home))
+
         out = undeploy_leaves_nothing(capsys, address, {member["pid"]: "etcd",
                                                          status["controller"]["pid"]: "controller_process"})
         assert "etcd member mafka4" in out and "node agent wa" in out and "node agent ra" in out
