@@ -46,8 +46,11 @@ clients) live as long as the process anyway. What the process allocates afterwar
 collected as before.
 
 The read-node actor calls it once it is built; with it, the same runs' full collections took
-4-7 ms on average. A replica actor passes batches through as bytes and ran no full collection
-in a saturated produce run, so it does not. Only processes mafka4 owns may call it: the
+4-7 ms on average. A replica actor passes batches through as bytes, but its timers, stream calls
+and etcd client still allocate: in `mafka4 experiment scaling` at one consumer, replica actors
+ran full collections of 54-123 ms that collected nothing, each stalling the produce requests
+and followers it served for as long (``reports/2026-12-04-replica-collector``). So it calls it
+too, once built. Only processes mafka4 owns may call it: the
 setting holds for the whole process, so an application's own process is the application's to
 tune (the README's Tuning says how).
 """

@@ -71,6 +71,7 @@ import ray
 
 from mafka4.batch_frame import check_producer_batch
 from mafka4.clocks import wall_ms, wall_ms_fine
+from mafka4.collector import freeze_what_start_up_left
 from mafka4.errors import CoordinatorUnavailable, CorruptRecord, RequestTimedOut
 from mafka4.faults import FaultGate
 from mafka4.limits import HIGH_WATERMARK_CHECKPOINT_INTERVAL_S, PRODUCE_TIMEOUT_MS_DEFAULT, Acks, ReadMode
@@ -189,6 +190,10 @@ class PhysicalPartition:
         self._client_port = ReplicaPort(spec.etcd_endpoint, spec.cluster, spec.topic, spec.partition, spec.replica_id,
                                         self)
         self._client_port_started = False
+        # Ray's objects stay out of the full collections later allocations cause: in a replica they
+        # walked Ray's start-up objects for 54-123 ms at a time, collecting nothing, and stalled its
+        # produce requests and its followers that long (``mafka4.collector``).
+        freeze_what_start_up_left()
 
     def _on_ready(self, ready: Ready) -> None:
         """What the replica leaves to its driver (``physical_replica``); it answers waiters itself."""
