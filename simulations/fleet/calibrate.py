@@ -23,11 +23,13 @@ producer's batches straight to a leader; ``producer_run`` paces the public Produ
      fetches (one batch per fetch for the first);
    * feed: single-message batches, then full batches, to cal-vp: CPU of the read node (its feed
      stream splits and appends in process) until every message is in a VP, and its rounds.
-5. **latency**: ack -> first waiting reader has the message (physical leader; VPs); paced
-   Producer latency on cal-rf2 (acks=all, default linger) without and with
-   ``extra_partitions_per_node`` idle RF=1 partitions per write node, ``pass_trials`` times
-   (RF=1 so their idle CPU stays small and the figure is the cost of hosting actors, not of a
-   saturated machine).
+5. **latency**: ack -> first waiting reader has the message (physical leader; VPs), over the
+   client ports as the product's producers and consumers go (``wake_latency``: a fetch parked
+   at the leader's port, a ``VP_FETCH`` at the read node's, a produce at the leader's; not by
+   Ray call, whose reply path added a delay and jitter of its own); paced Producer latency on
+   cal-rf2 (acks=all, default linger) without and with ``extra_partitions_per_node`` idle RF=1
+   partitions per write node, ``pass_trials`` times (RF=1 so their idle CPU stays small and the
+   figure is the cost of hosting actors, not of a saturated machine).
 6. **wakeups**: an RF=3 partition is created last and its replicas' idle CPU measured over a window.
 
 CPU is the schedstat CPU time of the actor processes (``proc_cpu``), net of each one's idle
@@ -54,12 +56,14 @@ from pathlib import Path
 import psutil
 
 from mafka4.bench.produce import ProduceBenchSettings, encoded_batches, producer_run, raw_run
+from mafka4.client.cluster_access import cluster_access
 from mafka4.errors import InvalidConfig
-from mafka4.limits import Acks, ReadMode
+from mafka4.limits import ReadMode
 from mafka4.limits.servers import ClusterConfig
 from simulations.fleet import proc_cpu
 from simulations.fleet.fit import derive_params
 from simulations.fleet.params import CALIBRATION_FORMAT, QUIET_LOAD_PER_CORE_MAX, background_loads_1m, is_quiet
+from simulations.fleet.wake_latency import WAKE_TRIALS_OVER, ack_to_reader_trials, partition_readers, vp_readers
 from simulations.schema import git_commit
 
 MiB = 1024 * 1024
@@ -347,68 +351,6 @@ def _measure_costs(cluster: _Cluster, idle: dict[int, float], loads: _LoadRecord
             "feed": {"virtual_partitions": cluster.settings.virtual_partitions, "trials": feed}}
 
 
-async def _poll_until_data(fetch, offset: int) -> float:
-    """Long-poll like a consumer (``fetch(offset)`` -> bytes) until a fetch returns data; the time it did."""
-    while True:
-        if await fetch(offset):
-            return time.perf_counter()
-
-
-def _physical_fetch(handle):
-    async def fetch(offset: int) -> bytes:
-        return (await asyncio.wrap_future(handle.fetch.remote(offset, MiB, 3000).future())).data
-    return fetch
-
-
-def _vp_fetch(node, vp_id):
-    from mafka4.virtual.consumer_reads import ConsumerRead
-
-    async def fetch(offset: int) -> bytes:
-        answers = await asyncio.wrap_future(node.fetch.remote([ConsumerRead(vp_id, offset)], MiB, 3000).future())
-        return answers[0].read.data
-    return fetch
-
-
-async def _wake_trial(produce_handle, fetch_targets: list, batch: bytes) -> float:
-    """ms from the produce acknowledgement until the first polling reader has the message."""
-    readers = [asyncio.ensure_future(_poll_until_data(f, o)) for f, o in fetch_targets]
-    await asyncio.sleep(0.1)  # every reader is parked in its long poll
-    await asyncio.wrap_future(produce_handle.produce.remote(batch, Acks.ALL, 10_000).future())
-    acked = time.perf_counter()
-    done, pending = await asyncio.wait(readers, timeout=10.0, return_when=asyncio.FIRST_COMPLETED)
-    for reader in pending:
-        reader.cancel()  # its remote fetch still ends by itself within its wait
-    assert done, "no reader received the produced message within 10 s"
-    return (min(reader.result() for reader in done) - acked) * 1000
-
-
-def _wake_latencies(cluster: _Cluster, topic: str, readers: list) -> list[float]:
-    """``readers``: (fetch function, function giving the reader's current end offset)."""
-    from mafka4.batch_payload import encode_batch
-    from mafka4.client.sender import new_producer_id
-
-    delays = []
-    for _ in range(cluster.settings.wake_trials):
-        targets = [(fetch, end()) for fetch, end in readers]
-        batch = encode_batch([(None, os.urandom(1024), time.time_ns() // 1_000_000, None)], new_producer_id(), 0)
-        delays.append(round(max(asyncio.run(_wake_trial(cluster.replicas[topic][0], targets, batch)), 0.0), 3))
-    return delays
-
-
-def _physical_readers(handles: list) -> list:
-    import ray
-
-    return [(_physical_fetch(h), lambda h=h: ray.get(h.list_offsets.remote())[1]) for h in handles]
-
-
-def _vp_readers(cluster: _Cluster) -> list:
-    import ray
-
-    node = cluster.read_node
-    return [(_vp_fetch(node, vp_id), lambda vp_id=vp_id: ray.get(node.list_offsets.remote([vp_id]))[0][1])
-            for vp_id in cluster.vps]
-
-
 def _paced_latency(cluster: _Cluster) -> dict:
     bench = ProduceBenchSettings(partitions=1, message_bytes=1024, paced_seconds=cluster.settings.paced_seconds)
     return producer_run(cluster.connection, "cal-rf2", bench, cluster.settings.paced_msgs_per_s)["latency_ms"]
@@ -417,8 +359,9 @@ def _paced_latency(cluster: _Cluster) -> dict:
 def _measure_latency(cluster: _Cluster) -> dict:
     """Wake latencies, then paced produce latency without and with extra idle actors, alternated
     ``pass_trials`` times so the difference can be told from the machine's noise."""
-    physical = _wake_latencies(cluster, "cal-rf2", _physical_readers(cluster.replicas["cal-rf2"][:1]))
-    virtual = _wake_latencies(cluster, "cal-vp", _vp_readers(cluster))
+    access, trials = cluster_access(cluster.connection), cluster.settings.wake_trials
+    physical = ack_to_reader_trials(access, "cal-rf2", partition_readers, trials)
+    virtual = ack_to_reader_trials(access, "cal-vp", vp_readers, trials)
     extra = cluster.settings.extra_partitions_per_node
     base, loaded = [], []
     for trial in range(cluster.settings.pass_trials):
@@ -427,8 +370,8 @@ def _measure_latency(cluster: _Cluster) -> dict:
         time.sleep(2.0)  # the new replicas settle into their idle loops
         loaded.append(_paced_latency(cluster))
         cluster.admin.delete_topic(f"cal-idle-{trial}")
-    return {"physical_read_ms": physical, "virtual_read_ms": virtual, "base_latency_ms": base,
-            "loaded_latency_ms": loaded, "base_p50_ms": [b["p50"] for b in base],
+    return {"physical_read_ms": physical, "virtual_read_ms": virtual, "wake_trials_over": WAKE_TRIALS_OVER,
+            "base_latency_ms": base, "loaded_latency_ms": loaded, "base_p50_ms": [b["p50"] for b in base],
             "loaded_p50_ms": [b["p50"] for b in loaded], "extra_replicas_per_node": extra}
 
 

@@ -147,7 +147,9 @@ def add_fleet_parser(subparsers) -> argparse.ArgumentParser:
                           "per core)",
         description="Start a throwaway local cluster (3 write nodes, 1 read node), measure CPU per request, message "
                     "and byte of every actor role (3 trials each), idle CPU over 60 s windows from schedstat, the "
-                    "read node's growth per hosted VP (a topic of 128 VPs), and latencies (5 paced trials), then "
+                    "read node's growth per hosted VP (a topic of 128 VPs), and latencies (ack -> reader, 10 trials "
+                    "each through a physical partition and through VPs, produced and read over the nodes' client "
+                    "ports as clients do; produce latency, 5 paced trials), then "
                     "write calibration.json: raw figures, derived parameters, their 1-sigma measurement errors, "
                     "notes and whether the machine was quiet (every 1-minute load average read before the run and in its "
                     "idle windows <= 1 per core; the trials' own load is recorded beside it).")

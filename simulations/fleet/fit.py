@@ -46,7 +46,8 @@ VP replicas, a page (``RSS_RESOLUTION_BYTES``) being the resolution of RSS. A gr
 
 **Latencies** (ms). Produce base: the mean of the ``pass_trials`` paced runs' p50 without extra
 replicas, error its standard error. Ack -> reader (physical, virtual): the median of the wake
-trials, error sqrt(pi / 2) * s / sqrt(n) (the standard error of a median of normal samples).
+trials (over the client ports, ``wake_latency``), error sqrt(pi / 2) * s / sqrt(n) (the standard
+error of a median of normal samples).
 
 **Latency per extra replica** (``_pass_ms``): slope = (mean loaded p50 - mean base p50) / extra
 replicas per node, error = the Welch standard error of that difference / extra replicas. The

@@ -89,8 +89,8 @@ class CalibrationParams:
     # Produce latency (acks=all, send to ack, the producer's default 5 ms linger included) at a
     # low rate on a node with few replicas: the p50 of the public Producer.
     produce_base_latency_ms: float
-    # From the acknowledgement until a waiting consumer's fetch returns the message:
-    # read from the physical leader (mafka3), or from a VP after feeding (mafka4).
+    # From the acknowledgement until a waiting consumer's fetch returns the message, over the
+    # client port of the physical leader (mafka3), or of a VP's read node after feeding (mafka4).
     physical_read_base_latency_ms: float
     virtual_read_base_latency_ms: float
     # Extra produce latency per replica hosted on a node (more actors to schedule), measured by

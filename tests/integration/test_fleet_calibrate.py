@@ -35,5 +35,10 @@ def test_calibration_measures_a_live_cluster_and_writes_usable_parameters(tmp_pa
     assert [run["messages"] for run in raw["produce"]["trials"][0]["rf1"]] == [300, 5000, 300]
     assert all(run["rounds"] >= 1 for trial in raw["feed"]["trials"] for run in trial)
     assert len(raw["latency"]["base_p50_ms"]) == 2
+    # Ack -> reader, produced and read over the client ports on both sides (wake_latency).
+    latency = raw["latency"]
+    assert len(latency["physical_read_ms"]) == len(latency["virtual_read_ms"]) == SMALL.wake_trials
+    assert min(latency["physical_read_ms"] + latency["virtual_read_ms"]) >= 0.0
+    assert latency["wake_trials_over"].startswith("client ports")
     assert raw["density"]["hosted_vps_after"] - raw["density"]["hosted_vps_before"] == SMALL.density_virtual_partitions
     assert set(document["measurement_error"]) == set(document["derived"]) and "quiet" in document["machine"]
