@@ -376,10 +376,12 @@ def _scale_section(scale_rows: Sequence[Mapping[str, Any]], latency_rows: Sequen
     columns = [f"{latency}_{name}" for name in reversed(BOOTSTRAPPED) for latency in LATENCIES]
     table: dict[tuple, dict[str, Any]] = {}
     for row in scale_rows:
-        cells = table.setdefault((row["source"], row["mode"], row["topics"]), {
-            "mode": row["mode"], "topics": row["topics"], "consumers": f"{row['consumers_high']} / {row['consumers_low']}"})
-        medians = f"({_cell(row['median_at_high'])} / {_cell(row['median_at_low'])})"
-        cells[f"{row['latency']}_{row['percentile']}"] = f"{_bounded(row['ratio'], row['ratio_low'], row['ratio_high'])} {medians}"
+        consumers = f"{row['consumers_high']} / {row['consumers_low']}"
+        cells = table.setdefault((row["source"], row["mode"], row["topics"]),
+                                 {"mode": row["mode"], "topics": row["topics"], "consumers": consumers})
+        ratio = _bounded(row["ratio"], row["ratio_low"], row["ratio_high"])
+        cells[f"{row['latency']}_{row['percentile']}"] = (
+            f"{ratio} ({_cell(row['median_at_high'])} / {_cell(row['median_at_low'])})")
     return ("Within each mode, the median over repetitions at its most consumers over that at its fewest (above 1: "
             "the latency grew with the consumers), with the 95 % interval of the same block bootstrap as the Mafka3 / "
             "Mafka4 ratios in brackets and the two medians (ms) in parentheses; counts in between are in the tables "
