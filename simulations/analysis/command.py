@@ -16,15 +16,17 @@ def add_analyze_parser(commands) -> None:
     """Register ``analyze`` on the ``mafka4`` sub-command parsers (``commands.add_parser``)."""
     analyze_parser = commands.add_parser(
         "analyze", help="Spark analysis of event logs: exact tp50/tp99/tp999 per repetition and their median per "
-                        "configuration, integrity checks, Mafka3/Mafka4 ratios with block-bootstrap intervals, "
-                        "per-stage latencies, OpenMessaging-Benchmark-shaped JSON, plots and report.md")
+                        "configuration, integrity checks, Mafka3/Mafka4 ratios and each mode's ratio of its "
+                        "most consumers over its fewest, both with block-bootstrap intervals, per-stage latencies, "
+                        "OpenMessaging-Benchmark-shaped JSON, plots and report.md")
     analyze_parser.add_argument("dir", help="directory holding event-log Parquet files (searched recursively)")
     analyze_parser.add_argument("--out", default=None, help="output directory (default DIR/analysis)")
     analyze_parser.add_argument("--master", default=AnalysisSettings().master,
                                 help="Spark master URL (default %(default)s)")
     defaults = AnalysisSettings()
     analyze_parser.add_argument("--replicates", type=int, default=defaults.bootstrap_replicates,
-                                help="bootstrap replicates of the ratio intervals (default %(default)s)")
+                                help="bootstrap replicates of the ratio intervals, between the modes and within each "
+                                     "(default %(default)s)")
     analyze_parser.add_argument("--block-ms", type=float, default=defaults.bootstrap_block_ms,
                                 help="bootstrap block length in ms of produce time (default %(default)s)")
     analyze_parser.add_argument("--bootstrap-seed", type=int, default=defaults.bootstrap_seed,

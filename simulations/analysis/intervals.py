@@ -1,5 +1,8 @@
 """Bootstrap 95 % intervals of the runtime's Mafka3 / Mafka4 latency ratios, computed in Spark.
 
+The per-configuration replicate statistics (``config_statistics``) also give the intervals of the
+within-mode scaling ratios (``simulations.analysis.scale_ratios``), by the same method.
+
 **What is resampled.** The messages of one run are autocorrelated: a pause (a GC, a slow
 append, a rebalance) delays a whole burst. Resampling single messages would treat a burst as
 many independent samples and give intervals that are too narrow, so this is a Poisson *block*
@@ -204,22 +207,35 @@ def ratio_interval(frame: DataFrame, keys: Sequence[str], column: str = "ratio")
                           F.size("sorted_ratios").alias("replicates_used"))
 
 
-def ratio_intervals(events: DataFrame, latency_table: DataFrame, replicates: int, block_ms: float,
-                    seed: int) -> DataFrame:
-    """The table ``ratio_intervals``: one row per (source, consumers, topics, latency, percentile).
+def config_statistics(events: DataFrame, replicates: int, block_ms: float, seed: int) -> DataFrame:
+    """Per configuration, latency, percentile and replicate: the replicate's ``statistic``.
 
-    ``events``: the drained runtime runs' rows; ``latency_table``: ``latency_by_config`` (its
-    medians give the point ratio). Columns: the keys, ``ratio`` (point, from the medians),
-    ``ratio_low``, ``ratio_high``, ``replicates``, ``replicates_used``, ``scans_full`` (run
-    statistics that needed every row), ``block_ms``, ``bootstrap_seed``.
+    ``events``: the drained runtime runs' rows. ``statistic`` is the median over the
+    configuration's runs of their weighted percentiles (null when no run has weight);
+    ``scans_full`` counts the run statistics that needed every row. Checkpointed: both the
+    Mafka3 / Mafka4 intervals (``ratio_intervals``) and the within-mode scaling intervals
+    (``simulations.analysis.scale_ratios``) read it, and the bootstrap runs once.
     """
     from pyspark.sql import functions as F
 
     statistics = replicate_statistics(run_arrays(events, block_ms), replicates, seed)
-    per_config = (statistics.groupBy(*CONFIG_KEYS, "latency", "percentile", "replicate")
-                  .agg(F.expr("percentile(value, 0.5)").alias("statistic"),
-                       F.count(F.when(F.col("level") == len(TAIL_MULTIPLES) + 1, 1)).alias("scans_full"))
-                  .localCheckpoint())
+    return (statistics.groupBy(*CONFIG_KEYS, "latency", "percentile", "replicate")
+            .agg(F.expr("percentile(value, 0.5)").alias("statistic"),
+                 F.count(F.when(F.col("level") == len(TAIL_MULTIPLES) + 1, 1)).alias("scans_full"))
+            .localCheckpoint())
+
+
+def ratio_intervals(per_config: DataFrame, latency_table: DataFrame, replicates: int, block_ms: float,
+                    seed: int) -> DataFrame:
+    """The table ``ratio_intervals``: one row per (source, consumers, topics, latency, percentile).
+
+    ``per_config``: ``config_statistics`` of the drained runtime runs; ``latency_table``:
+    ``latency_by_config`` (its medians give the point ratio). Columns: the keys, ``ratio`` (point,
+    from the medians), ``ratio_low``, ``ratio_high``, ``replicates``, ``replicates_used``,
+    ``scans_full`` (run statistics that needed every row), ``block_ms``, ``bootstrap_seed``.
+    """
+    from pyspark.sql import functions as F
+
     keys = [*RATIO_KEYS, "latency", "percentile"]
 
     def side(mode: str) -> DataFrame:

@@ -21,6 +21,8 @@ under the output directory (default ``DIR/analysis``), each table as ``.parquet`
   each median percentile (``{latency}_{tp}_ratio``) and of the node, actor and partition counts,
   and for the runtime the bootstrap interval ``{latency}_{tp}_ratio_low`` / ``_high`` (tp99, tp999);
 * ``ratio_intervals``: the bootstrap intervals in long form (``simulations.analysis.intervals``);
+* ``scale_ratios``: within each runtime mode, the median tp99 and tp999 at the most consumers over
+  those at the fewest, with their bootstrap interval (``simulations.analysis.scale_ratios``);
 * ``stage_latency``: the per-stage latency breakdown (``simulations.analysis.stages``);
 * ``omb/<mode>-c<consumers>.json``: OpenMessaging-Benchmark-shaped results (``simulations.analysis.omb``);
 * PNG plots and ``report.md`` (``simulations.analysis.report``), and the ``_MAFKA4_ANALYSIS`` marker that
@@ -47,8 +49,8 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from mafka4.errors import MissingDependency, RunInTwoEventLogs
-from simulations.analysis import consumer_scales, omb, report as report_module
-from simulations.analysis.intervals import INTERVAL_PERCENTILES, ratio_intervals
+from simulations.analysis import consumer_scales, omb, report as report_module, scale_ratios
+from simulations.analysis.intervals import INTERVAL_PERCENTILES, config_statistics, ratio_intervals
 from simulations.analysis.percentiles import (PERCENTILES, at_rank, beyond_rank, median_min_max, rank_expression,
                                               sorted_values)
 from simulations.analysis.runs import (CONFIG_KEYS, LATENCIES, RATIO_KEYS, RUN_KEYS, TAIL_SAMPLES_MIN, drained_column,
@@ -73,6 +75,7 @@ TABLE_KEYS = {
     "latency_by_config": CONFIG_KEYS,
     "ratio_intervals": (*RATIO_KEYS, "latency", "percentile"),
     "mode_ratios": RATIO_KEYS,
+    "scale_ratios": scale_ratios.TABLE_KEYS,
     "stage_latency": (*CONFIG_KEYS, "path", "position"),
 }
 
@@ -256,6 +259,25 @@ def write_table(table: pa.Table, out_dir: Path, name: str) -> tuple[Path, Path]:
     return parquet_path, csv_path
 
 
+# Column types of ``scale_ratios`` (its rows are made in Python, and may be none).
+SCALE_RATIO_TYPES = {"source": pa.string(), "mode": pa.string(), "topics": pa.int32(), "latency": pa.string(),
+                     "percentile": pa.string(), "consumers_low": pa.int32(), "consumers_high": pa.int32(),
+                     "ratio": pa.float64(), "ratio_low": pa.float64(), "ratio_high": pa.float64(),
+                     "median_at_low": pa.float64(), "median_at_high": pa.float64(), "replicates": pa.int32(),
+                     "replicates_used": pa.int32(), "scans_full": pa.int64(), "block_ms": pa.float64(),
+                     "bootstrap_seed": pa.int64()}
+
+
+def scale_ratio_table(latency: pa.Table, per_config: pa.Table, settings: AnalysisSettings) -> pa.Table:
+    """``scale_ratios`` (``simulations.analysis.scale_ratios``) from ``latency_by_config`` and the
+    runtime's ``config_statistics``."""
+    assert tuple(SCALE_RATIO_TYPES) == scale_ratios.COLUMNS
+    rows = scale_ratios.scale_ratios(latency.to_pylist(), per_config.to_pylist(),
+                                     replicates=settings.bootstrap_replicates, block_ms=settings.bootstrap_block_ms,
+                                     seed=settings.bootstrap_seed)
+    return pa.Table.from_pylist(rows, schema=pa.schema(list(SCALE_RATIO_TYPES.items())))
+
+
 def compute_tables(session: SparkSession, files: list[Path], settings: AnalysisSettings) -> tuple[dict, list, list]:
     """Every result table (as Arrow), the run facts and the OMB documents, all from Spark."""
     events = read_event_frame(session, files)
@@ -263,7 +285,9 @@ def compute_tables(session: SparkSession, files: list[Path], settings: AnalysisS
     by_repetition = latency_by_repetition(events).cache()
     latency = latency_by_config(by_repetition).cache()
     drained = drained_runtime_events(events, by_repetition)
-    intervals = ratio_intervals(drained, latency, settings.bootstrap_replicates, settings.bootstrap_block_ms,
+    per_config = config_statistics(drained, settings.bootstrap_replicates, settings.bootstrap_block_ms,
+                                   settings.bootstrap_seed)
+    intervals = ratio_intervals(per_config, latency, settings.bootstrap_replicates, settings.bootstrap_block_ms,
                                 settings.bootstrap_seed).cache()
     try:
         tables = {
@@ -273,10 +297,11 @@ def compute_tables(session: SparkSession, files: list[Path], settings: AnalysisS
             "mode_ratios": mode_ratios(latency, intervals).toArrow(),
             "stage_latency": stage_latency(drained, by_repetition).toArrow(),
         }
+        tables["scale_ratios"] = scale_ratio_table(tables["latency_by_config"], per_config.toArrow(), settings)
         documents = omb.omb_results(drained, settings.omb_period_ms)
         facts = run_facts(events)
     finally:
-        for frame in (intervals, latency, by_repetition):
+        for frame in (intervals, per_config, latency, by_repetition):
             frame.unpersist()
     tables = {name: table.sort_by([(key, "ascending") for key in TABLE_KEYS[name]]) for name, table in tables.items()}
     return tables, facts, documents

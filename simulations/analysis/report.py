@@ -13,7 +13,8 @@ and their bootstrap intervals, and every fleet consumer scale; then what could m
 (runs left out as not drained, duplicates, messages never acknowledged, tp999s resting on few
 samples), how the two modes' runtime setups differ (``setup_section``: partitions, node
 roles, read path, CPU pinning, group protocol, with the experiment's recorded settings), the
-method, the tables, the stage breakdown and the OpenMessaging-Benchmark files.
+method, the tables, each runtime mode's ratio of its most consumers over its fewest
+(``simulations.analysis.scale_ratios``), the stage breakdown and the OpenMessaging-Benchmark files.
 """
 
 from __future__ import annotations
@@ -143,10 +144,12 @@ def _spread(row: Mapping[str, Any], column: str) -> str:
 
 
 def _interval(row: Mapping[str, Any], column: str) -> str:
-    """``ratio [low, high]`` with the bootstrap interval when there is one."""
-    ratio = _cell(row.get(f"{column}_ratio"))
-    low, high = row.get(f"{column}_ratio_low"), row.get(f"{column}_ratio_high")
-    return ratio if low is None or high is None else f"{ratio} [{_cell(low)}, {_cell(high)}]"
+    """``ratio [low, high]`` of ``{column}_ratio`` with the bootstrap interval when there is one."""
+    return _bounded(row.get(f"{column}_ratio"), row.get(f"{column}_ratio_low"), row.get(f"{column}_ratio_high"))
+
+
+def _bounded(ratio: float | None, low: float | None, high: float | None) -> str:
+    return _cell(ratio) if low is None or high is None else f"{_cell(ratio)} [{_cell(low)}, {_cell(high)}]"
 
 
 def _table_links(table_paths: Mapping[str, tuple[Path, Path]], name: str, out_dir: Path) -> str:
@@ -363,6 +366,28 @@ def _ratio_section(ratio_rows: Sequence[Mapping[str, Any]]) -> str:
             "when a Mafka4 value is 0.\n\n" + markdown_table(rows, columns))
 
 
+def _scale_section(scale_rows: Sequence[Mapping[str, Any]], latency_rows: Sequence[Mapping[str, Any]]) -> str:
+    """Each runtime mode's median at its most consumers over its fewest, with the bootstrap interval."""
+    if not scale_rows:
+        counts = sorted({row["consumers"] for row in latency_rows if row["source"] == "runtime" and row["repetitions"]})
+        found = f"consumers {', '.join(str(count) for count in counts)}" if counts else "none"
+        return ("No runtime mode has drained runs at two consumer counts or more (counts with a drained run: "
+                f"{found}), so no scaling ratio.")
+    columns = [f"{latency}_{name}" for name in reversed(BOOTSTRAPPED) for latency in LATENCIES]
+    table: dict[tuple, dict[str, Any]] = {}
+    for row in scale_rows:
+        consumers = f"{row['consumers_high']} / {row['consumers_low']}"
+        cells = table.setdefault((row["source"], row["mode"], row["topics"]),
+                                 {"mode": row["mode"], "topics": row["topics"], "consumers": consumers})
+        ratio = _bounded(row["ratio"], row["ratio_low"], row["ratio_high"])
+        cells[f"{row['latency']}_{row['percentile']}"] = (
+            f"{ratio} ({_cell(row['median_at_high'])} / {_cell(row['median_at_low'])})")
+    return ("Within each mode, the median over repetitions at its most consumers over that at its fewest (above 1: "
+            "the latency grew with the consumers), with the 95 % interval of the same block bootstrap as the Mafka3 / "
+            "Mafka4 ratios in brackets and the two medians (ms) in parentheses; counts in between are in the tables "
+            "above.\n\n" + markdown_table([table[key] for key in sorted(table)], ["mode", "topics", "consumers", *columns]))
+
+
 def _stage_section(stage_rows: Sequence[Mapping[str, Any]]) -> str:
     if not any(row["duration_ms_mean"] is not None for row in stage_rows):
         return "No runtime rows carry stage stamps."
@@ -522,6 +547,9 @@ def render_markdown(*, events_dir: Path, file_count: int, facts, tables, table_p
         _ratio_section(ratio_rows),
         _table_links(table_paths, "mode_ratios", out_dir) + " Intervals in long form, with the replicates used: "
         + _table_links(table_paths, "ratio_intervals", out_dir).removeprefix("Full table: "),
+        "## Scaling within a mode",
+        _scale_section(tables["scale_ratios"], latency_rows),
+        _table_links(table_paths, "scale_ratios", out_dir),
         "## Where the latency goes: stages",
         _stage_section(tables["stage_latency"]),
         _table_links(table_paths, "stage_latency", out_dir),

@@ -86,6 +86,8 @@ CORES = (
     "simulations.chaos.resource_trend",
     # the order of the consumer-scaling experiment's runs
     "simulations.scaling.run_plan",
+    # each mode's scaling ratio and its interval, from the bootstrap's per-replicate statistics
+    "simulations.analysis.scale_ratios",
 )
 
 

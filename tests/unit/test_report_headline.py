@@ -199,10 +199,11 @@ def rendered_report(tmp_path: Path, profiles: frozenset[str]) -> str:
 
     counts = {f"{latency}_count{suffix}": 100 for latency in LATENCIES for suffix in ("", "_min")}
     latency = [config_row("runtime", mode, 4, 1, 5.0, rows=100, few_tp999_samples=True, write_nodes=2, read_nodes=2,
-                          node_counts_vary=False, **counts) for mode in ("mafka3", "mafka4")]
+                          node_counts_vary=False, repetitions=3, **counts) for mode in ("mafka3", "mafka4")]
     tables = {"latency_by_config": latency, "mode_ratios": [ratio_row("runtime", 4, 1, 1.5, True)],
-              "latency_by_repetition": [], "stage_latency": []}
-    names = ("latency_by_config", "latency_by_repetition", "mode_ratios", "ratio_intervals", "stage_latency")
+              "latency_by_repetition": [], "stage_latency": [], "scale_ratios": []}
+    names = ("latency_by_config", "latency_by_repetition", "mode_ratios", "ratio_intervals", "scale_ratios",
+             "stage_latency")
     table_paths = {name: (tmp_path / f"{name}.parquet", tmp_path / f"{name}.csv") for name in names}
     facts = [{"seed": 7, "git_commit": "abc", "experiment_id": "e", "sample_rate": 1.0}]
     bootstrap = SimpleNamespace(bootstrap_replicates=400, bootstrap_block_ms=1000.0, bootstrap_seed=1)

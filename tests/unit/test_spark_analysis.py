@@ -219,7 +219,7 @@ def test_a_run_writes_tables_plots_omb_files_and_a_report(spark, tmp_path):
     result = analyze(tmp_path, spark=spark, settings=AnalysisSettings(bootstrap_replicates=20, bootstrap_block_ms=400.0))
     assert result.out_dir == tmp_path / "analysis" and not result.skipped_plots
     assert set(result.table_paths) == {"latency_by_config", "latency_by_repetition", "mode_ratios", "ratio_intervals",
-                                       "stage_latency"}
+                                       "scale_ratios", "stage_latency"}
     assert set(result.plot_paths) == {"latency_vs_consumers", "fleet_nodes_vs_topics", "fleet_latency_vs_topics",
                                       "stage_breakdown"}
     for parquet_path, csv_path in result.table_paths.values():
@@ -240,6 +240,18 @@ def test_a_run_writes_tables_plots_omb_files_and_a_report(spark, tmp_path):
     excluded = next(row for row in config if (row["source"], row["mode"], row["consumers"]) == ("runtime", "mafka4", 4))
     assert (excluded["repetitions"], excluded["runs_excluded"], excluded["undelivered"]) == (2, 1, 4)
     assert {row["consumers_scale"] for row in config if row["source"] == "fleet_model"} == {1.0, 4.0}
+    # Each runtime mode, 4 consumers over 1, on the same bootstrap (20 replicates) as the Mafka3 / Mafka4 intervals.
+    scales = pq.read_table(result.table_paths["scale_ratios"][0]).to_pylist()
+    assert sorted((row["mode"], row["latency"], row["percentile"]) for row in scales) == sorted(
+        (mode, latency, name) for mode in ("mafka3", "mafka4") for latency in LATENCIES for name in ("tp99", "tp999"))
+    medians = {(row["mode"], row["consumers"]): row for row in config if row["source"] == "runtime"}
+    for row in scales:
+        assert (row["source"], row["topics"], row["consumers_low"], row["consumers_high"]) == ("runtime", 1, 1, 4)
+        column = f"{row['latency']}_{row['percentile']}"
+        assert (row["median_at_low"], row["median_at_high"]) == (medians[(row["mode"], 1)][column],
+                                                                 medians[(row["mode"], 4)][column])
+        assert row["ratio"] == pytest.approx(row["median_at_high"] / row["median_at_low"], rel=1e-12)
+        assert row["ratio_low"] <= row["ratio_high"] and 0 < row["replicates_used"] <= row["replicates"] == 20
     omb = json.loads(result.omb_paths["mafka4-c004"].read_text())
     assert (omb["driver"], omb["messageSize"], omb["mafka4Repetitions"], omb["consumersPerTopic"]) == ("mafka4", 512, 2, 4)
     assert set(result.omb_paths) == {"mafka3-c001", "mafka3-c004", "mafka4-c001", "mafka4-c004"}
@@ -252,7 +264,8 @@ def test_a_run_writes_tables_plots_omb_files_and_a_report(spark, tmp_path):
                    "* fleet_model, consumer scale x4: nodes Mafka3 / Mafka4 = 1.429",
                    "**1 run was not drained**", "| runtime | mafka4 | 4 | 2 | 20240603 | scaling | 200 | 4 |",
                    "rest on few samples", "20 replicates", "blocks of 400 ms", "tp50 ratios have no interval",
-                   "stage_breakdown.png", "latency_vs_consumers.png", "omb/mafka3-c001.json", "**End-to-end path**"):
+                   "stage_breakdown.png", "latency_vs_consumers.png", "omb/mafka3-c001.json", "**End-to-end path**",
+                   "## Scaling within a mode", "| mafka3 | 1 | 4 / 1 | ", "| mafka4 | 1 | 4 / 1 | ", "scale_ratios.csv"):
         assert needed in text, needed
     headline = text.split("## Result")[1].split("## Integrity")[0]
     assert headline.count(" [") >= 8  # every runtime ratio carries its interval
@@ -272,6 +285,8 @@ def test_absent_rows_skip_their_plots_and_the_report_says_so(spark, tmp_path):
     assert "fleet_nodes_vs_topics: skipped, no fleet_model rows" in text
     assert "No configuration has rows of both modes." in text
     assert "* runtime, consumers=1: only mafka4 rows" in text
+    assert "(counts with a drained run: consumers 1), so no scaling ratio." in text
+    assert pq.read_table(result.table_paths["scale_ratios"][0]).num_rows == 0
     assert "No `calibration.json`" in text
 
 
