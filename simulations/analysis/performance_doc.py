@@ -12,7 +12,8 @@ block. The prose between blocks says what was measured, never how much.
 What each section shows:
 
 * **compare**: the newest report directory holding ``mafka4 analyze``'s tables
-  (``latency_by_config.csv``): its setup and what differs between the modes
+  (``latency_by_config.csv``) of the full profile, not of ``--quick`` (its ``settings.json``'s
+  ``profile``): a quick one rests on one run each, a first look, not the headline. Its setup and what differs between the modes
   (``simulations.analysis.report.setup_section``), both tables of the README's block
   (``simulations.analysis.readme_figures``), the goals of issue 37 against what it measured, the
   stages, and the fleet sensitivity with both of its sides (the node ratio, and every tp99 and
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from simulations.analysis import bench_figures, readme_figures
-from simulations.analysis.report import setup_section
+from simulations.analysis.report import QUICK_PROFILE, setup_section
 from simulations.fleet.sensitivity import BASELINE, CHANGES, LATENCY_METRICS, METRIC_TITLES, SIGMAS, moves_at
 
 DOCUMENT = Path("docs/performance.md")
@@ -162,8 +163,14 @@ def newest_dir(root: Path, kind: str) -> Path | None:
 
 def _holds(directory: Path, kind: str) -> bool:
     if kind == "compare":
-        return (directory / COMPARE_TABLE).exists()
+        return (directory / COMPARE_TABLE).exists() and not _quick_profile(directory)
     return set(_benches(kind)) <= set(bench_reports(directory))
+
+
+def _quick_profile(directory: Path) -> bool:
+    """Whether the comparison in ``directory`` ran the quick profile (``mafka4 compare --quick``)."""
+    settings = directory / "settings.json"
+    return settings.exists() and json.loads(settings.read_text()).get("profile") == QUICK_PROFILE
 
 
 def _benches(kind: str) -> tuple[str, ...]:

@@ -488,6 +488,15 @@ def test_each_section_takes_the_newest_directory_and_its_run_json(root):
             "1-minute load average: [0.69, 2.1].") in document
 
 
+def test_a_newer_comparison_of_the_quick_profile_is_not_the_one_rendered(root):
+    quick = root / "reports" / "2026-12-31-compare-quick"
+    shutil.copytree(root / "reports" / COMPARE.name, quick)
+    (quick / "settings.json").write_text(json.dumps({"profile": "quick"}))
+    assert performance_doc.newest_dir(root, "compare") == Path("reports", COMPARE.name)
+    (quick / "settings.json").write_text(json.dumps({"profile": "default"}))
+    assert performance_doc.newest_dir(root, "compare") == Path("reports", quick.name)
+
+
 def test_drains_are_set_side_by_side_only_from_one_directory_holding_both_benches(root):
     _report_dir(root, "2026-12-02-redis", {"r.json": redis_streams_report()})
     _report_dir(root, "2026-12-03-consume", {"c.json": BUILDERS["consume"]()})
