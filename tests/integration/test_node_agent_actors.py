@@ -45,6 +45,8 @@ def ray_nodes():
             apply_ray_environment()
             use_ray_token(ensure_ray_token(home))
             cluster = start_ray_cluster(ray_temp_dir(home), ["wa"], ["ra"])
+            if ray.is_initialized():  # a driver joins one Ray at a time: leave what an earlier test joined
+                ray.shutdown()        # (the shared clusters have stopped: tests that use none run last)
             ray.init(address=cluster.address, namespace=NAMESPACE, logging_level=logging.WARNING, log_to_driver=False)
             ray_ids = {node_id: node["NodeID"] for node in ray.nodes() for node_id in ("wa", "ra")
                        if node_resource(node_id) in node["Resources"]}
