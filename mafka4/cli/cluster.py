@@ -1,12 +1,10 @@
-"""``mafka4 up``, ``down``, ``status`` and ``demo``: the local cluster's life (``status --address``: a
-deployment on a Ray cluster, ``cli.deployment``)."""
+"""``mafka4 up``, ``down``, ``status`` and ``demo``: the local cluster's life."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
-from mafka4.cli.deployment import add_cluster_arguments, deployment_status
 from mafka4.errors import InvalidConfig
 from mafka4.limits import ETCD_MEMBER_COUNTS, parse_setting
 from mafka4.limits.servers import ClusterConfig
@@ -24,10 +22,7 @@ def add_commands(commands) -> None:
                          "read_node_gone_ms=60000 (repeatable)")
     up.set_defaults(run=_cmd_up)
     commands.add_parser("down", help="stop the local cluster and every process it started").set_defaults(run=_cmd_down)
-    status = commands.add_parser("status", help="show whether the local cluster runs and which nodes are registered; with "
-                                                "--address, what 'mafka4 deploy' runs on that Ray cluster")
-    add_cluster_arguments(status, required=False)
-    status.set_defaults(run=_cmd_status)
+    commands.add_parser("status", help="show whether the local cluster runs and which nodes are registered").set_defaults(run=_cmd_status)
     commands.add_parser("demo", help="start a throwaway cluster; a producer writes while a consumer group grows from 1 "
                                      "to 4 members, each join splitting a virtual partition; check every message is "
                                      "read once, in order per key; stop it (under a minute)").set_defaults(run=_cmd_demo)
@@ -64,8 +59,6 @@ def _cmd_down(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    if args.address:
-        return deployment_status(args)
     from mafka4.runtime.environment import mafka4_home
     from mafka4.runtime.local import status
 

@@ -57,8 +57,6 @@ CORES = (
     # which Ray nodes are mafka4 nodes, which node agents to start and registrations to drop
     "mafka4.runtime.node_identity",
     "mafka4.runtime.agent_plan",
-    # where mafka4 deploy runs etcd's members, and what it starts
-    "mafka4.runtime.deploy_plan",
     "mafka4.metadata.lease",
     "mafka4.metadata.keys",
     # how a write too large for one etcd transaction is cut into runs
