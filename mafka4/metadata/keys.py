@@ -34,6 +34,11 @@
                                                          before every read node fed them
                                                          value: {"ranges": [[first, end], ...]} (end excluded;
                                                          log/read_loss.py)
+    /mafka4/<cluster>/read_loads/<node_id>              a read node's load over its last report window, bound
+                                                         to its liveness lease (metadata/read_node_load.py)
+                                                         value: {"node_id", "hosted_vp_replicas",
+                                                                 "fed_bytes_per_s", "fetch_cpu_cores",
+                                                                 "window_ms", "measured_at_ms"}
     /mafka4/<cluster>/replicas/<topic>/<p>/<replica>    a live replica actor, bound to its own lease
                                                          value: {"replica_id", "pid"}
     /mafka4/<cluster>/controller                        the active controller, bound to its lease; created
@@ -151,6 +156,19 @@ def read_nodes_prefix(cluster: str) -> str:
 
 def read_node_liveness(cluster: str, node_id: str) -> str:
     return f"{read_nodes_prefix(cluster)}{node_id}"
+
+
+def read_loads_prefix(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/read_loads/"
+
+
+def read_node_load(cluster: str, node_id: str) -> str:
+    return f"{read_loads_prefix(cluster)}{node_id}"
+
+
+def parse_read_node_load(cluster: str, key: str) -> str | None:
+    """The node id of a read node's load report key, else None."""
+    return _child_of(read_loads_prefix(cluster), key)
 
 
 def parse_read_node_liveness(cluster: str, key: str) -> str | None:

@@ -59,6 +59,8 @@ CORES = (
     "mafka4.runtime.agent_plan",
     "mafka4.metadata.lease",
     "mafka4.metadata.keys",
+    # what a read node reports of its load to the controller's read-node scaling
+    "mafka4.metadata.read_node_load",
     # how a write too large for one etcd transaction is cut into runs
     "mafka4.metadata.txn_runs",
     # who may authenticate, the SCRAM exchange, ACL decisions

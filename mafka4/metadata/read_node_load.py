@@ -1,0 +1,66 @@
+"""What a read node reports of its own load: the inputs of the controller's read-node scaling.
+
+Issue 38 sizes the read side by the consumers' load, never the write side: the controller asks
+Ray's autoscaler for more read nodes when VP load per read node passes stated bounds, and
+releases a node that stays idle. Three measures, each taken by the node itself over its last
+report window (a node knows its own work; the controller sees only what is reported):
+
+* ``hosted_vp_replicas`` - VP replicas the node hosts (leaders and followers; retired VPs hold
+  no log and do not count);
+* ``fed_bytes_per_s`` - bytes of committed physical records the node split into its VPs' logs,
+  per second;
+* ``fetch_cpu_cores`` - CPU seconds per second the node spent answering consumers' fetches
+  (1.0 = one core busy).
+
+A report lives at ``keys.read_node_load(cluster, node_id)``, bound to the node's liveness lease,
+so a node that dies takes its report with it. Values are JSON; ``from_json`` refuses a report
+that does not hold together, naming the field.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ReadNodeLoad:
+    """One read node's load over ``window_ms`` ending at ``measured_at_ms`` (its wall clock)."""
+
+    node_id: str
+    hosted_vp_replicas: int
+    fed_bytes_per_s: float
+    fetch_cpu_cores: float
+    window_ms: int
+    measured_at_ms: int
+
+    def __post_init__(self) -> None:
+        if not self.node_id:
+            raise ValueError("a read node load report needs a node_id")
+        if not isinstance(self.hosted_vp_replicas, int) or self.hosted_vp_replicas < 0:
+            raise ValueError(f"read node {self.node_id}: hosted_vp_replicas must be an integer >= 0, "
+                             f"not {self.hosted_vp_replicas!r}")
+        for name in ("fed_bytes_per_s", "fetch_cpu_cores"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"read node {self.node_id}: {name} must be a finite number >= 0, not {value!r}")
+        if not isinstance(self.window_ms, int) or self.window_ms <= 0:
+            raise ValueError(f"read node {self.node_id}: window_ms must be an integer > 0, not {self.window_ms!r}")
+        if not isinstance(self.measured_at_ms, int) or self.measured_at_ms < 0:
+            raise ValueError(f"read node {self.node_id}: measured_at_ms must be an integer >= 0, "
+                             f"not {self.measured_at_ms!r}")
+
+    def to_json(self) -> dict:
+        return {"node_id": self.node_id, "hosted_vp_replicas": self.hosted_vp_replicas,
+                "fed_bytes_per_s": self.fed_bytes_per_s, "fetch_cpu_cores": self.fetch_cpu_cores,
+                "window_ms": self.window_ms, "measured_at_ms": self.measured_at_ms}
+
+    @classmethod
+    def from_json(cls, value: dict) -> "ReadNodeLoad":
+        fields = ("node_id", "hosted_vp_replicas", "fed_bytes_per_s", "fetch_cpu_cores", "window_ms", "measured_at_ms")
+        missing = [name for name in fields if name not in value]
+        if missing:
+            raise ValueError(f"read node load report {value!r} lacks {', '.join(missing)}")
+        return cls(**{name: value[name] for name in fields})
