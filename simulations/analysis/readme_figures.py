@@ -6,7 +6,9 @@ The README holds the block between ``<!-- figures: DIR -->`` and ``<!-- /figures
 DIR is the report's directory, relative to the repository (the CSV tables ``mafka4 analyze`` wrote).
 ``tests/unit/test_readme_figures.py`` renders the block again from DIR and compares: a README
 figure that is not the report's fails the test. Every runtime consumer count and every fleet
-consumer scale and size is shown, never only the largest.
+consumer scale and size is shown, never only the largest. A report with ``scale_ratios.csv``
+(``mafka4 analyze`` writes it since ``369ce1a``) also gets each mode's scaling within itself: its
+p99 and p99.9 at the most consumers over the fewest; older reports render as they always did.
 
 A block may also name what it shows after DIR (``<!-- figures: DIR KIND -->``): the blocks of
 ``docs/performance.md`` do (``simulations.analysis.performance_doc``); the README's names none.
@@ -82,14 +84,40 @@ def fleet_table(report_dir: Path) -> str:
     return "\n".join(lines)
 
 
+LATENCY_NAMES = {"produce_latency_ms": "produce", "end_to_end_latency_ms": "end-to-end"}
+MODE_NAMES = {"mafka3": "Mafka3", "mafka4": "Mafka4"}
+
+
+def scaling_table(report_dir: Path) -> str:
+    """Each runtime mode, latency and percentile: the medians at the fewest and the most consumers
+    and their ratio with its interval (``scale_ratios.csv``)."""
+    rows = [row for row in _rows(report_dir / "scale_ratios.csv") if row["source"] == "runtime"]
+    order = {name: index for index, name in enumerate(LATENCY_NAMES)}
+    rows.sort(key=lambda row: (row["mode"], order.get(row["latency"], len(order)), row["percentile"]))
+    lines = ["| mode | latency | percentile | fewest / most consumers | ms at fewest / at most | most / fewest |",
+             "|---|---|---|---|---|---|"]
+    for row in rows:
+        percentile = "p99.9" if row["percentile"] == "tp999" else "p99"
+        lines.append(f"| {MODE_NAMES.get(row['mode'], row['mode'])} | {LATENCY_NAMES.get(row['latency'], row['latency'])} "
+                     f"| {percentile} | {row['consumers_low']} / {row['consumers_high']} "
+                     f"| {_ms(row['median_at_low'])} / {_ms(row['median_at_high'])} | {ratio_cell(row, 'ratio')} |")
+    return "\n".join(lines)
+
+
 def render(report_dir: Path, root: Path = Path(".")) -> str:
-    """The block's body for the report at ``root / report_dir``: both tables, each introduced by
-    the file it comes from (named as ``report_dir``, as the README names it)."""
+    """The block's body for the report at ``root / report_dir``: its tables (runtime, fleet, and the
+    scaling within each mode where the report has it), each introduced by the file it comes from
+    (named as ``report_dir``, as the README names it)."""
     tables = root / report_dir
+    scaling = ""
+    if (tables / "scale_ratios.csv").exists():
+        scaling = (f"\nScaling within each mode (same report, `scale_ratios.csv`): the medians over repetitions at "
+                   f"the fewest and the most consumers, and their ratio with its 95 % block-bootstrap interval.\n\n"
+                   f"{scaling_table(tables)}\n")
     return (f"Runtime (`{report_dir}/latency_by_config.csv`, `mode_ratios.csv`): latencies in ms, p50 / p99 / p99.9 "
             f"as the median of the repetitions, the p99.9's min–max in brackets; the ratios with their 95 % "
             f"block-bootstrap interval.\n\n{runtime_table(tables)}\n\n"
-            f"Fleet model (same report, `source = fleet_model`):\n\n{fleet_table(tables)}\n")
+            f"Fleet model (same report, `source = fleet_model`):\n\n{fleet_table(tables)}\n{scaling}")
 
 
 def readme_block(readme_text: str) -> tuple[Path, str]:
