@@ -187,6 +187,17 @@ def test_the_idle_delay_starts_again_when_a_node_gets_load():
     assert isinstance(decision, ReleaseReadNode) and decision.node == "r2"
 
 
+def test_a_cluster_started_past_the_maximum_is_asked_for_no_more_than_the_maximum():
+    config = ControllerConfig(read_nodes_min=1, read_nodes_max=2, read_node_idle_release_delay_ms=1000)
+    scaling = ReadNodeScaling(config)
+    nodes = {"r0", "r1", "r2", "r3"}
+    hold = scaling.decide(nodes, [load(node, 0) for node in nodes], now_ms=0)
+    assert isinstance(hold, HoldReadNodes) and hold.target_read_nodes == 2, "fewer bundles end no busy node"
+    scaling.decide(nodes, [load("r0", 1), load("r1", 1), load("r2", 1), idle("r3", 1)], now_ms=1)
+    release = scaling.decide(nodes, [load("r0", 1001), load("r1", 1001), load("r2", 1001), idle("r3", 1001)], 1001)
+    assert isinstance(release, ReleaseReadNode) and (release.node, release.target_read_nodes) == ("r3", 2)
+
+
 def test_no_release_below_the_minimum():
     scaling = ReadNodeScaling(CONFIG)
     for now_ms in (0, DELAY_MS):

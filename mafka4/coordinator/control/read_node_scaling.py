@@ -64,7 +64,7 @@ from mafka4.metadata.read_node_load import ReadNodeLoad
 from mafka4.transport.ray_names import NODE_RESOURCE_UNITS, READ_NODE_RESOURCE
 
 # A reason names at most this many nodes of one kind, then "and N more": a reason stays a log line.
-NODES_NAMED_MAX = 5
+_NODES_NAMED_MAX = 5
 
 # --- decisions ----------------------------------------------------------------------------------
 
@@ -159,8 +159,8 @@ def _carry(count: int) -> str:
 
 
 def _named(nodes: list[str]) -> str:
-    shown = ", ".join(nodes[:NODES_NAMED_MAX])
-    return shown if len(nodes) <= NODES_NAMED_MAX else f"{shown} and {len(nodes) - NODES_NAMED_MAX} more"
+    shown = ", ".join(nodes[:_NODES_NAMED_MAX])
+    return shown if len(nodes) <= _NODES_NAMED_MAX else f"{shown} and {len(nodes) - _NODES_NAMED_MAX} more"
 
 
 def _nodes_needed(total: float, bound: float) -> int:
