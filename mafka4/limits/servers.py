@@ -183,11 +183,11 @@ class ControllerConfig:
     # waits as long again (control.upkeep_decisions.ShrinkWatch), so a group that shrinks and grows back
     # within it keeps its VPs.
     vp_merge_delay_ms: int = 60 * SECOND_MS
-    # The result of an executed intent (metadata.intents) is kept this long for its client to
-    # read; one nobody collected disappears with its lease.
     # The read path's upkeep (replicas moved off read nodes gone for good, merges after groups
     # shrank, closed VPs retired after their retention) looks at every mafka4-mode topic this often.
     upkeep_interval_ms: int = 10 * SECOND_MS
+    # The result of an executed intent (metadata.intents) is kept this long for its client to
+    # read; one nobody collected disappears with its lease.
     intent_result_ttl_s: int = 300
     # --- read-node scaling (control.read_node_scaling, issue 38): how many read nodes the
     # controller asks Ray's autoscaler for. Integers, so that ``--controller-setting`` reaches them.
