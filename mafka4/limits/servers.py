@@ -214,8 +214,10 @@ class ControllerConfig:
     # released node's replicas move off first); a release waits instead until the other nodes
     # could take them within read_node_vp_replicas_max. Far below the upper bounds, so a release
     # moves little work and the load left does not bring a node straight back.
+    # 256 KiB/s: a trickle, 1/128 of the upper bound.
     read_node_idle_fed_bytes_per_s_max: int = 256 * KiB
-    # 0.05 core: consumers long-polling a node with nothing new cost about this; reading costs more.
+    # 0.05 core, a tenth of the upper bound: consumers that only long-poll and find nothing new
+    # should cost a node less than this (an estimate; no bench measures it yet).
     read_node_idle_fetch_millicores_max: int = 50
     # A read node idle continuously for this long is released (one at a time; its replicas move
     # off first). A node costs minutes to start again (boot, setup commands, its agent), so an
