@@ -183,12 +183,63 @@ class ControllerConfig:
     # waits as long again (control.upkeep_decisions.ShrinkWatch), so a group that shrinks and grows back
     # within it keeps its VPs.
     vp_merge_delay_ms: int = 60 * SECOND_MS
-    # The result of an executed intent (metadata.intents) is kept this long for its client to
-    # read; one nobody collected disappears with its lease.
     # The read path's upkeep (replicas moved off read nodes gone for good, merges after groups
     # shrank, closed VPs retired after their retention) looks at every mafka4-mode topic this often.
     upkeep_interval_ms: int = 10 * SECOND_MS
+    # The result of an executed intent (metadata.intents) is kept this long for its client to
+    # read; one nobody collected disappears with its lease.
     intent_result_ttl_s: int = 300
+    # --- read-node scaling (control.read_node_scaling, issue 38): how many read nodes the
+    # controller asks Ray's autoscaler for. Integers, so that ``--controller-setting`` reaches them.
+    # Upper bounds of one read node's load, as the node reports it (metadata.read_node_load). When
+    # the read nodes' total passes (their count x a bound), the controller asks for ceil(total /
+    # bound) read nodes; one node alone over a bound, with the total within, is evened out by
+    # moving replicas, not by a new node. Each sits below what a node manages at its limit, so
+    # the nodes keep up while the new one starts (minutes on a cloud VM).
+    # VP replicas a read node hosts. Not a memory bound: an idle VP costs ~6 KiB and ~2e-7
+    # cores (one node held 100,352, README), so this bounds what one node's loss leaves to
+    # rebuild elsewhere and the per-VP work of busy VPs (housekeeping, appends), which the
+    # other two measures see only once it is spent. 4096: four topics of the most VPs a topic has.
+    read_node_vp_replicas_max: int = 4096
+    # Bytes/s of committed physical records a read node splits into its VPs. The feed-lag bench
+    # (docs/performance.md) saw feeding fall behind, unbounded, under one producer at ~75 MiB/s
+    # on the 2-core machine; under half of that a node's feeding keeps up with room for fetches.
+    read_node_fed_bytes_per_s_max: int = 32 * MiB
+    # CPU a read node spends answering consumers' fetches, in thousandths of a core. The ReadNode
+    # is one Python process (one GIL) that also feeds and replicates: past half a core on
+    # fetches alone, feeding and replication start to queue behind them.
+    read_node_fetch_millicores_max: int = 500
+    # A read node counts idle while its fresh report shows at most this much feeding and fetch
+    # CPU (both). Hosted replicas do not make a node busy (an idle VP costs almost nothing, and a
+    # released node's replicas move off first); a release waits instead until the other nodes
+    # could take them within read_node_vp_replicas_max. Far below the upper bounds, so a release
+    # moves little work and the load left does not bring a node straight back.
+    # 256 KiB/s: a trickle, 1/128 of the upper bound.
+    read_node_idle_fed_bytes_per_s_max: int = 256 * KiB
+    # 0.05 core, a tenth of the upper bound: consumers that only long-poll and find nothing new
+    # should cost a node less than this (an estimate; no bench measures it yet).
+    read_node_idle_fetch_millicores_max: int = 50
+    # A read node idle continuously for this long is released (one at a time; its replicas move
+    # off first). A node costs minutes to start again (boot, setup commands, its agent), so an
+    # idle one is kept through a group's lull; and ten times vp_merge_delay_ms, so the merges of
+    # a shrinking group have settled before its nodes' load is judged.
+    read_node_idle_release_delay_ms: int = 10 * 60 * SECOND_MS
+    # Read nodes never released below, and asked for when fewer are registered: two, as
+    # ray_cluster.yaml's read_node min_workers and ``mafka4 up``'s read_nodes, so one node's loss
+    # leaves one to fail VPs over to (a VP with two read replicas needs two nodes).
+    read_nodes_min: int = 2
+    # Read nodes never asked for above, however high the load (a runaway consumer count must not
+    # run up a bill); the reason of each capped decision says so. Ray's max_workers caps too.
+    read_nodes_max: int = 16
+    # After asking for more read nodes, the same count is not asked for again until this passed
+    # or the nodes registered: a cloud VM (ray_cluster.yaml's m5.xlarge) boots, installs and
+    # starts its agent in a few minutes (Ray's fake multi-node provider in ~5 s). A larger count
+    # (the load grew again) is asked for at once.
+    read_node_add_cooldown_ms: int = 5 * 60 * SECOND_MS
+    # A load report measured longer ago than this is ignored, and the decision says so: its node
+    # counts as capacity without load and is never released on it. Several report windows: a
+    # node whose reporting stalled that long is itself in trouble.
+    read_node_load_stale_ms: int = 60 * SECOND_MS
 
     def __post_init__(self) -> None:
         _check_range(self, "lease_ttl_s", 2, 600)
@@ -202,6 +253,27 @@ class ControllerConfig:
         _check_range(self, "vp_merge_delay_ms", 1)
         _check_range(self, "upkeep_interval_ms", 100, 3600 * SECOND_MS)
         _check_range(self, "intent_result_ttl_s", 1, 86_400)
+        self._check_read_node_scaling()
+
+    def _check_read_node_scaling(self) -> None:
+        _check_range(self, "read_node_vp_replicas_max", 1, 1_000_000)
+        _check_range(self, "read_node_fed_bytes_per_s_max", 1 * KiB, 100 * 1024 * MiB)
+        _check_range(self, "read_node_fetch_millicores_max", 1, 1_000_000)
+        _check_range(self, "read_node_idle_fed_bytes_per_s_max", 0)
+        _check_range(self, "read_node_idle_fetch_millicores_max", 0)
+        for idle, upper in (("read_node_idle_fed_bytes_per_s_max", "read_node_fed_bytes_per_s_max"),
+                            ("read_node_idle_fetch_millicores_max", "read_node_fetch_millicores_max")):
+            if getattr(self, idle) >= getattr(self, upper):
+                raise InvalidConfig(f"{idle}={getattr(self, idle)} must be below {upper}={getattr(self, upper)}: "
+                                    f"a node would count idle and overloaded at once; lower {idle}")
+        _check_range(self, "read_node_idle_release_delay_ms", 1)
+        _check_range(self, "read_nodes_min", 0, 1024)
+        _check_range(self, "read_nodes_max", 1, 1024)
+        if self.read_nodes_min > self.read_nodes_max:
+            raise InvalidConfig(f"read_nodes_min={self.read_nodes_min} is above read_nodes_max={self.read_nodes_max}: "
+                                f"raise read_nodes_max or lower read_nodes_min")
+        _check_range(self, "read_node_add_cooldown_ms", 1)
+        _check_range(self, "read_node_load_stale_ms", 1)
 
 
 @dataclass(frozen=True, slots=True)

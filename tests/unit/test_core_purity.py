@@ -47,6 +47,8 @@ CORES = (
     "mafka4.coordinator.control.partition_decisions",
     "mafka4.coordinator.control.read_path_decisions",
     "mafka4.coordinator.control.upkeep_decisions",
+    # how many read nodes to ask Ray's autoscaler for (issue 38)
+    "mafka4.coordinator.control.read_node_scaling",
     # the producer's per-partition pipeline rules (the sender and the simulator run them)
     "mafka4.client.sender_core",
     # what a consumer makes of a VP fetch's bytes
