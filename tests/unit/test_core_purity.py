@@ -47,8 +47,10 @@ CORES = (
     "mafka4.coordinator.control.partition_decisions",
     "mafka4.coordinator.control.read_path_decisions",
     "mafka4.coordinator.control.upkeep_decisions",
-    # how many read nodes to ask Ray's autoscaler for (issue 38)
+    # how many read nodes to ask Ray's autoscaler for, and how VP replicas move between them (issue 38)
     "mafka4.coordinator.control.read_node_scaling",
+    "mafka4.coordinator.control.replica_moves",
+    "mafka4.coordinator.control.replica_move_plans",
     # the producer's per-partition pipeline rules (the sender and the simulator run them)
     "mafka4.client.sender_core",
     # what a consumer makes of a VP fetch's bytes
