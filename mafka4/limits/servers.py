@@ -361,6 +361,12 @@ class ReadNodeConfig:
     # Where each feed stream stands is written to etcd (keys.feed_position) this often, for
     # physical retention, which keeps what no read node has fed yet.
     feed_position_interval_ms: int = 5 * SECOND_MS
+    # The node writes its load over the last interval (keys.read_node_load, under its liveness
+    # lease; virtual.load_meter) this often, for the controller's read-node scaling (issue 38):
+    # long enough that a report's rates smooth out consumers' bursts and that etcd takes one small
+    # put per read node per interval, short enough that the controller sees a load rise within
+    # a few reports of it.
+    load_report_interval_ms: int = 10 * SECOND_MS
     # The node holds its liveness key (keys.read_node_liveness) under a lease of this TTL,
     # refreshed every third of it: the controller learns of a dead read node at most this long
     # after it died, then restarts it and fails its VPs over.
@@ -381,6 +387,7 @@ class ReadNodeConfig:
         _check_range(self, "housekeeping_interval_ms", 10, 60 * SECOND_MS)
         _check_range(self, "retention_check_interval_ms", 1 * SECOND_MS)
         _check_range(self, "feed_position_interval_ms", 100, 600 * SECOND_MS)
+        _check_range(self, "load_report_interval_ms", 100, 600 * SECOND_MS)
         _check_range(self, "lease_ttl_s", 2, 600)
         _check_optional_range(self, "log_dir_bytes_max", 0)
 

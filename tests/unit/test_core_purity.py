@@ -37,6 +37,8 @@ CORES = (
     "mafka4.virtual.failover",
     "mafka4.virtual.replica_core",
     "mafka4.virtual.visit_schedule",
+    # what a read node counts of its load and reports over each window
+    "mafka4.virtual.load_meter",
     # groups: ownership, what wakes a member and its picture of the group, assignors, the Mafka3 protocol's decisions
     "mafka4.coordinator.groups.vp_ownership",
     "mafka4.coordinator.groups.vp_wakes",

@@ -53,7 +53,7 @@ FLOORS = (
     (1, r"mafka4\.log(\..*)?|mafka4\.risr(\..*)?"),
     (1, r"mafka4\.physical\.(partition_state|replica|sequencer|topic_leftovers)"),
     (1, r"mafka4\.virtual\.(ranges|layout|vp_records|column_split|vp_state|feed_plan|failover|replica_core|divergence|"
-        r"visit_schedule)"),
+        r"visit_schedule|load_meter)"),
     (1, r"mafka4\.metadata\.(lease|keys|txn_runs|read_node_load)"),
     (1, r"mafka4\.security\.(principals|credentials|scram|scram_client|acl)"),
     (1, r"mafka4\.transport\.(ray_names|stream_frames|stream_pickles)"),
