@@ -6,10 +6,11 @@ worker it decides on as a raylet of this machine (a ``ray._private.node.Node`` c
 autoscaler's own process) with its node type's resources. ``fake_cluster_launch`` turns the yaml
 into what that needs; what it keeps, replaces and leaves out, and why:
 
-* **Kept:** every node type with its ``resources``, ``min_workers`` and ``max_workers``,
-  ``max_workers``, ``upscaling_speed``, ``idle_timeout_minutes`` (unless the caller overrides it:
-  a test that waits for an idle node to be released cannot wait the yaml's 30 minutes), and the
-  flags of the head's ``ray start --head`` line, such as ``--system-config``.
+* **Kept:** every node type with its ``resources``, ``min_workers`` and ``max_workers``; the
+  cluster's ``cluster_name``, ``max_workers``, ``upscaling_speed`` and ``idle_timeout_minutes``
+  (unless the caller overrides it: a test that waits for an idle node to be released cannot wait
+  the yaml's 30 minutes); the flags of the head's ``ray start --head`` line, such as
+  ``--system-config``.
 * **Replaced:** the provider (AWS) by ``fake_multinode`` on ``127.0.0.1:<gcs_port>``; each
   type's ``node_config`` (an EC2 instance) by ``{}``, which the fake provider ignores; the head
   type's name by ``ray.head.default``, the one name the fake provider tags its head with whatever
@@ -31,7 +32,12 @@ into what that needs; what it keeps, replaces and leaves out, and why:
   is lost too: the fake provider gives every node of a type the same resources.
 * **Dropped flags of the head line:** ``--object-manager-port`` (a fixed port that another Ray on
   this machine may hold; Ray picks a free one) and the dashboard flags (``--include-dashboard=false``:
-  its fixed port 8265 may be taken too, and nothing in a test reads it).
+  its fixed port 8265 may be taken too, and nothing in a test reads it). Shell around the line
+  (``ulimit -n 65536;``) is not run: only the ``ray start`` arguments are taken.
+* **Not reproduced:** CPUs. The yaml's types name none (a real worker offers its instance's
+  CPUs); the fake provider gives a node only the CPUs its type names, so fake workers have none.
+  mafka4's partition actors, read nodes and node agents take ``num_cpus=0``; anything that needs
+  a CPU runs on the head.
 
 Invariants (``tests/unit/test_fake_cluster_config.py``): the config names only 127.0.0.1; its
 worker node types, and their resources apart from ``object_store_memory``, are the yaml's; every

@@ -128,6 +128,9 @@ def _start_head(launch: FakeClusterLaunch, home: Path, temp_dir: Path, token_pat
         "RAY_FAKE_CLUSTER": "1",  # the fake provider refuses to run without it
         # The monitor terminates the fake nodes it launched when it is stopped (else they outlive it).
         "RAY_AUTOSCALER_FATESHARE_WORKERS": "1",
+        # On SIGTERM the head would first drain its node for up to 30 s (for Ray Serve's proxies), longer
+        # than the stop's grace: nothing here serves traffic, so it stops its processes at once.
+        "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
         # Ray's default temp dir (else /tmp/ray, shared with every Ray here), for anything not placed in
         # the head's temp dir (the fake workers take the head's, from the GCS).
         "RAY_TMPDIR": str(temp_dir),
