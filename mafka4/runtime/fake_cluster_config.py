@@ -32,8 +32,9 @@ into what that needs; what it keeps, replaces and leaves out, and why:
   is lost too: the fake provider gives every node of a type the same resources.
 * **Dropped flags of the head line:** ``--object-manager-port`` (a fixed port that another Ray on
   this machine may hold; Ray picks a free one) and the dashboard flags (``--include-dashboard=false``:
-  its fixed port 8265 may be taken too, and nothing in a test reads it). Shell around the line
-  (``ulimit -n 65536;``) is not run: only the ``ray start`` arguments are taken.
+  its fixed port 8265 may be taken too, and nothing in a test reads it). The dashboard agent, which
+  ``ray start`` puts on the fixed port 52365, gets a free one (``=0``), as the fake workers' do.
+  Shell around the line (``ulimit -n 65536;``) is not run: only the ``ray start`` arguments are taken.
 * **Not reproduced:** CPUs. The yaml's types name none (a real worker offers its instance's
   CPUs); the fake provider gives a node only the CPUs its type names, so fake workers have none.
   mafka4's partition actors, read nodes and node agents take ``num_cpus=0``; anything that needs
@@ -89,7 +90,8 @@ HEAD_RAY_START = re.compile(r"\bray start\s+--head\b(.*)$", re.DOTALL)
 RAY_START_OR_STOP = re.compile(r"\bray (start|stop)\b")
 # Flags of the yaml's head ``ray start`` line the derivation sets itself or leaves out.
 REPLACED_HEAD_FLAGS = ("--port", "--autoscaling-config")
-DROPPED_HEAD_FLAGS = ("--object-manager-port", "--dashboard-host", "--dashboard-port", "--include-dashboard")
+DROPPED_HEAD_FLAGS = ("--object-manager-port", "--dashboard-host", "--dashboard-port", "--include-dashboard",
+                      "--dashboard-agent-listen-port")
 
 NOT_RUN_SETUP = "installs what this machine already has; the fake provider runs no commands on its nodes"
 NOT_RUN_HEAD = ("mafka4's own step on the head: binds fixed ports and writes under ~, so it cannot run unchanged "
@@ -238,7 +240,8 @@ def head_ray_start_arguments(cluster_yaml: Mapping[str, Any], gcs_port: int, con
         raise InvalidConfig(f"the head's ray start line gives {unpaired} apart from their flags; write them as "
                             f"--flag=value so the fake cluster can tell which flag each belongs to")
     return ("--head", f"--port={gcs_port}", f"--autoscaling-config={config_path}", f"--node-ip-address={LOOPBACK}",
-            f"--temp-dir={temp_dir}", "--include-dashboard=false", *kept, "--block")
+            f"--temp-dir={temp_dir}", "--include-dashboard=false", "--dashboard-agent-listen-port=0", *kept,
+            "--block")
 
 
 def _flag_name(argument: str) -> str:

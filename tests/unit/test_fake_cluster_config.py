@@ -108,6 +108,7 @@ def test_the_head_starts_with_the_yaml_s_flags_on_the_local_port_config_and_temp
     assert len(flags) == len(set(flags)), "each flag once: the yaml's --port and config are replaced, not repeated"
     assert "--object-manager-port" not in flags and "--dashboard-host" not in flags
     assert "--include-dashboard=false" in arguments
+    assert "--dashboard-agent-listen-port=0" in arguments, "ray start's default is a fixed port another Ray may hold"
 
 
 def test_every_command_but_the_head_s_ray_start_is_listed_as_not_run_with_a_reason(cluster_yaml):

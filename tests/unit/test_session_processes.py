@@ -1,4 +1,4 @@
-"""Processes of a launcher's session are found, also once re-parented, and stopped by PID (``runtime.session_processes``)."""
+"""A launcher's session's processes are found, also once re-parented, and stopped by PID (runtime.session_processes)."""
 
 from __future__ import annotations
 
