@@ -61,7 +61,7 @@ FAKE_PROVIDER_TYPE = "fake_multinode"
 # ray/autoscaler/_private/fake_multi_node/node_provider.py: FAKE_HEAD_NODE_TYPE. The fake provider
 # tags its head with this type name whatever the config's head_node_type says.
 FAKE_HEAD_NODE_TYPE = "ray.head.default"
-# ...: FAKE_HEAD_NODE_ID. ``RAY_FAKE_CLUSTER=1 ray start --head`` gives the head this Ray node id.
+# Same file, FAKE_HEAD_NODE_ID: ``RAY_FAKE_CLUSTER=1 ray start --head`` gives the head this Ray node id.
 FAKE_HEAD_NODE_ID = "fffffffffffffffffffffffffffffffffffffffffffffffffff00000"
 LOOPBACK = "127.0.0.1"
 # The resource key the fake provider pops from a node type's resources and gives the raylet
@@ -94,8 +94,9 @@ DROPPED_HEAD_FLAGS = ("--object-manager-port", "--dashboard-host", "--dashboard-
                       "--dashboard-agent-listen-port")
 
 NOT_RUN_SETUP = "installs what this machine already has; the fake provider runs no commands on its nodes"
-NOT_RUN_HEAD = ("mafka4's own step on the head: binds fixed ports and writes under ~, so it cannot run unchanged "
-                "here; a test that deploys mafka4 on the fake cluster runs it itself")
+NOT_RUN_HEAD = ("mafka4's own step on the head (its etcd, config and controller, or stopping an earlier start's): "
+                "fixed ports and files under ~, so it cannot run unchanged here; a test that deploys mafka4 on "
+                "the fake cluster runs its steps itself")
 NOT_RUN_RAY_STOP = "stops Ray by name; the harness stops its processes by PID"
 NOT_RUN_WORKER_RAY_START = ("the fake provider starts each worker's raylet itself, with its node type's resources "
                             "(not this line's per-node resource)")
