@@ -63,6 +63,8 @@ CORES = (
     # which Ray nodes are mafka4 nodes, which node agents to start and registrations to drop
     "mafka4.runtime.node_identity",
     "mafka4.runtime.agent_plan",
+    # Ray's fake multi-node cluster shaped like ray_cluster.yaml (the integration tests' autoscaling cluster)
+    "mafka4.runtime.fake_cluster_config",
     "mafka4.metadata.lease",
     "mafka4.metadata.keys",
     # what a read node reports of its load to the controller's read-node scaling
