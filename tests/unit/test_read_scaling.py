@@ -284,3 +284,18 @@ def test_ray_errors_are_logged_never_raised_and_the_request_is_one_bundle_per_re
     with caplog.at_level(logging.WARNING, logger="mafka4.controller"):
         RayResourceRequests(refuse).request_read_nodes(2)
     assert any("asking Ray's autoscaler for 2 read nodes failed: ConnectionError" in line for line in caplog.messages)
+
+
+def test_status_shows_the_last_decision_and_the_moves_in_flight_only_once_the_controller_decided():
+    from mafka4.runtime.local import read_scaling_status
+
+    cluster = Cluster(config(read_nodes_min=1, replica_moves_in_flight_max=1))
+    assert read_scaling_status(cluster.store, CLUSTER) == {}, "scaling off (or not decided yet): nothing shown"
+    cluster.set_states("t", [vp_state(vp, ("r1",)) for vp in range(4)])
+    cluster.add_node("r2")
+    cluster.run()
+    shown = read_scaling_status(cluster.store, CLUSTER)
+    assert shown["read_scaling"]["kind"] == "hold" and shown["read_scaling"]["moves"] == 1
+    (move,) = shown["replica_moves"]
+    assert (move["topic"], move["source"], move["target"], move["purpose"]) == ("t", "r1", "r2", "onto")
+    assert "evening out" in move["reason"]
