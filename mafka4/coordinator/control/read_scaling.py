@@ -95,6 +95,7 @@ class RayResourceRequests:
             if request is None:
                 from ray.autoscaler.sdk import request_resources as request  # imported only when asked
             request(bundles=read_node_bundles(target_read_nodes))
+            log.info("asked Ray's autoscaler for %d read nodes", target_read_nodes)
         except Exception as error:  # Ray's autoscaler is optional; the next change asks again
             log.warning("asking Ray's autoscaler for %d read nodes failed: %s: %s", target_read_nodes,
                         type(error).__name__, error)
