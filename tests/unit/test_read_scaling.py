@@ -260,6 +260,17 @@ def test_an_idle_node_is_released_its_replicas_move_off_then_its_actor_stops():
     assert cluster.ray.stopped == ["r1"] and cluster.scaling.stopped_read_nodes == {"r1"}
     cluster.run()
     assert cluster.ray.stopped == ["r1"], "stopped once"
+    # Still registered, r1 may take a new topic's replica: it is started again and the replica moves off.
+    cluster.set_states("u", [vp_state(0, ("r1",))])
+    cluster.run(topics=("t", "u"))
+    assert cluster.scaling.stopped_read_nodes == frozenset()
+    ((record, _),) = cluster.records().values()
+    assert record.move == ReplicaMove("u", 0, "r1", "r2")
+    for _ in range(4):
+        cluster.run(topics=("t", "u"))
+        if "r2" in cluster.state("u", 0).replicas and "r2" not in cluster.state("u", 0).risr:
+            cluster.join_risr("u", 0, "r2")
+    assert cluster.state("u", 0).replicas == ("r2",) and cluster.ray.stopped == ["r1", "r1"]
     cluster.registered.discard("r1")  # Ray ended the idle node
     cluster.run()
     assert cluster.scaling.stopped_read_nodes == frozenset()

@@ -24,7 +24,9 @@ only when ``ControllerConfig.read_node_scaling`` is 1. One pass:
    does not restart an actor it stopped (``stopped_read_nodes``). The node agent is not told: it
    holds no Ray resources (``num_cpus=0``, none of the node's units), so it does not keep the
    node busy, and it must keep the node registered until Ray ends the node (the scaling core
-   waits for the registration to go before the next release). Otherwise, with no move in
+   waits for the registration to go before the next release). A VP placed on the stopped node
+   meanwhile (it is still registered) takes it back: its actor starts again and the release goes
+   on. Otherwise, with no move in
    flight: ``plan_moves_onto`` the live read node hosting the fewest replicas (a node that just
    joined hosts none). At most ``replica_moves_in_flight_max`` moves are in flight.
 
@@ -166,12 +168,24 @@ class ReadScaling:
         self._clock_ms = max(self._clock_ms, wall_ms)
         registered = frozenset(registered_read_nodes)
         self._stopped &= registered  # a stopped node that left Ray is gone for good
+        self._unstop_if_placed_on(states_by_topic)
         live = self._live(registered)
         announce, ended = self._advance(records, states_by_topic, live, fence, wall_ms)
         decision = self._decide(registered, self._clock_ms)
         started = self._plan(states_by_topic, live, records, len(records) - ended, decision, fence, wall_ms)
         self._record(decision, wall_ms, len(records) - ended + started, fence)
         return announce
+
+    def _unstop_if_placed_on(self, states_by_topic: StatesByTopic) -> None:
+        """A stopped node stays registered until Ray ends it, so a topic created or a VP split
+        meanwhile may be placed on it: it is no longer held stopped, the repair starts its actor
+        again, and the release (still under way) moves the new replicas off before stopping it again."""
+        named = {node for by_vp in states_by_topic.values() for state, _ in by_vp.values() if not state.retired
+                 for node in state.replicas}
+        for node in sorted(self._stopped & named):
+            log.warning("read node %s was released and stopped, but a VP replica was placed on it since: it starts "
+                        "again, and the replica moves off before it stops", node)
+        self._stopped -= named
 
     # --- inputs -----------------------------------------------------------------------------
 
