@@ -276,6 +276,22 @@ def test_an_idle_node_is_released_its_replicas_move_off_then_its_actor_stops():
     assert cluster.scaling.stopped_read_nodes == frozenset()
 
 
+def test_load_growing_back_during_a_release_calls_it_off_and_the_stopped_node_serves_again():
+    cluster = Cluster(config(read_nodes_min=1, read_node_idle_release_delay_ms=2_000, read_node_vp_replicas_max=2))
+    cluster.set_states("t", [vp_state(0, ("r2",))])
+    for _ in range(4):
+        cluster.report("r1")
+        cluster.report("r2", hosted=1)
+        cluster.run()
+    assert cluster.scaling.stopped_read_nodes == {"r1"} and cluster.ray.stopped == ["r1"]
+    cluster.set_states("t", [vp_state(vp, ("r2",)) for vp in range(3)])
+    cluster.report("r2", hosted=3)
+    cluster.run()
+    decision = cluster.last_decision()
+    assert decision["kind"] == "add" and decision["releasing"] is None
+    assert cluster.scaling.stopped_read_nodes == frozenset(), "the controller's repair may start r1's actor again"
+
+
 def test_a_deposed_controller_starts_no_move_and_records_no_decision():
     cluster = Cluster(config(read_nodes_min=1))
     cluster.set_states("t", [vp_state(vp, ("r1",)) for vp in range(4)])

@@ -28,7 +28,9 @@ only when ``ControllerConfig.read_node_scaling`` is 1. One pass:
    meanwhile (it is still registered) takes it back: its actor starts again and the release goes
    on. Otherwise, with no move in
    flight: ``plan_moves_onto`` the live read node hosting the fewest replicas (a node that just
-   joined hosts none). At most ``replica_moves_in_flight_max`` moves are in flight.
+   joined hosts none). At most ``replica_moves_in_flight_max`` moves are in flight. An add
+   decided while a node is being released calls the release off (``cancel_release``): Ray would
+   count the released node, still up, as room for the new bundle and start none.
 
 Every VP with a move in flight is *busy*: the gone-node upkeep (``plan_replica_moves``) leaves
 its replicas alone until the move ended (``busy_vps``).
@@ -252,6 +254,10 @@ class ReadScaling:
 
     def _decide(self, registered: frozenset[str], now_ms: int) -> ReadScalingDecision:
         decision = self._scaling.decide(registered, self._reports(), now_ms)
+        if isinstance(decision, AddReadNodes) and self._scaling.releasing is not None:
+            node = self._scaling.cancel_release()  # Ray would fit the new bundle onto it: it serves again
+            self._stopped.discard(node)
+            log.info("release of read node %s called off, more read nodes are needed: it serves again", node)
         kind = _KINDS[type(decision)]
         changed = self._last_logged != (kind, decision.target_read_nodes)
         if kind != "hold" or changed:
