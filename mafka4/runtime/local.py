@@ -204,11 +204,27 @@ def _registered_nodes(state: ClusterState) -> dict:
         registered = _read_with_each_member(
             store, lambda: {item.value["node_id"]: item.value for item in store.get_prefix(keys.nodes_prefix(state.cluster))})
         leader = _read_with_each_member(store, store.leader_name)
+        scaling = _read_with_each_member(store, lambda: read_scaling_status(store, state.cluster))
     except CoordinatorUnavailable as error:
         return {"etcd_reachable": False, "etcd_error": error.message, "registered_nodes": {}}
     finally:
         store.close()
-    return {"etcd_reachable": True, "etcd_leader": leader, "registered_nodes": registered}
+    return {"etcd_reachable": True, "etcd_leader": leader, "registered_nodes": registered, **scaling}
+
+
+def read_scaling_status(store: MetadataStore, cluster: str) -> dict:
+    """The controller's last read-node scaling decision and the replica moves in flight
+    (``control.read_scaling``), under "read_scaling" and "replica_moves"; {} if the controller
+    never decided (read-node scaling is off) and no move is recorded."""
+    decision = store.get(keys.read_scaling(cluster))
+    moves = []
+    for item in store.get_prefix(keys.replica_moves_prefix(cluster)):
+        parsed = keys.parse_replica_move(cluster, item.key)
+        if parsed is not None:
+            moves.append({"topic": parsed[0], "vp": parsed[1], **item.value})
+    if decision is None and not moves:
+        return {}
+    return {"read_scaling": None if decision is None else decision.value, "replica_moves": moves}
 
 
 def _read_with_each_member(store: MetadataStore, read):

@@ -53,6 +53,7 @@ CORES = (
     "mafka4.coordinator.control.read_node_scaling",
     "mafka4.coordinator.control.replica_moves",
     "mafka4.coordinator.control.replica_move_plans",
+    "mafka4.coordinator.control.replica_move_records",
     # the producer's per-partition pipeline rules (the sender and the simulator run them)
     "mafka4.client.sender_core",
     # what a consumer makes of a VP fetch's bytes

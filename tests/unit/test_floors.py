@@ -63,7 +63,7 @@ FLOORS = (
     (1, r"mafka4\.frontend\.view_state"),
     (1, r"mafka4\.coordinator\.groups\.(assignors|partition_protocol|vp_ownership|vp_wakes|vp_pictures)"),
     (1, r"mafka4\.coordinator\.control\.(partition_decisions|read_path_decisions|upkeep_decisions|placement|"
-        r"read_node_scaling|replica_moves|replica_move_plans)"),
+        r"read_node_scaling|replica_moves|replica_move_plans|replica_move_records)"),
     (1, r"mafka4\.runtime\.(node_identity|agent_plan|fake_cluster_config)"),
     (2, r"mafka4\.metadata\..*|mafka4\.transport\..*|mafka4\.protocol\..*"),
     (2, r"mafka4\.physical\.topics|mafka4\.virtual\.vp_store"),
