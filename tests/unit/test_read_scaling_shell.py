@@ -1,4 +1,5 @@
-"""The controller's read-node scaling shell against an in-memory etcd and a fake Ray: what it asks
+"""The controller's read-node scaling shell against a real etcd (one lone member for the module, each
+test below a cluster name of its own) and a stand-in for Ray's autoscaler and read nodes: what it asks
 Ray's autoscaler for, what it records for ``mafka4 status``, and how it carries replica moves
 out step by step (recorded in etcd, fenced, resumable), down to stopping a released node."""
 
@@ -8,6 +9,7 @@ import dataclasses
 import itertools
 import json
 import logging
+import uuid
 
 import pytest
 
@@ -19,61 +21,17 @@ from mafka4.coordinator.control.replica_moves import MovePurpose, ReplicaMove
 from mafka4.limits.servers import ControllerConfig
 from mafka4.metadata import keys
 from mafka4.metadata.read_node_load import ReadNodeLoad
-from mafka4.metadata.store import Versioned
+from mafka4.metadata.store import MetadataStore
 from mafka4.virtual.ranges import HASH_SPACE, HashRange
 from mafka4.virtual.vp_state import VirtualPartitionState
 from mafka4.virtual.vp_store import VirtualStore
 
-CLUSTER = "c"
-FENCE_KEY = keys.controller(CLUSTER)
 T0_MS = 1_700_000_000_000
 
 
-class FakeStore:
-    """The ``MetadataStore`` calls of the shell, in memory, values through JSON as etcd keeps them."""
-
-    def __init__(self) -> None:
-        self.items: dict[str, tuple[object, int]] = {}
-        self._revisions = itertools.count(1)
-
-    def put(self, key: str, value) -> int:
-        revision = next(self._revisions)
-        self.items[key] = (json.loads(json.dumps(value)), revision)
-        return revision
-
-    def get(self, key: str) -> Versioned | None:
-        found = self.items.get(key)
-        return None if found is None else Versioned(key, found[0], found[1])
-
-    def get_prefix(self, prefix: str) -> list[Versioned]:
-        return [Versioned(key, value, revision) for key, (value, revision) in sorted(self.items.items())
-                if key.startswith(prefix)]
-
-    def _holds(self, fence) -> bool:
-        return fence is None or (fence[0] in self.items and self.items[fence[0]][1] == fence[1])
-
-    def compare_and_swap(self, key: str, value, mod_revision: int, fence=None) -> bool:
-        current = self.items.get(key)
-        if not self._holds(fence) or (current[1] if current else 0) != mod_revision:
-            return False
-        self.put(key, value)
-        return True
-
-    def put_fenced(self, key: str, value, fence) -> bool:
-        if not self._holds(fence):
-            return False
-        self.put(key, value)
-        return True
-
-    def delete_fenced(self, key: str, fence) -> bool:
-        if not self._holds(fence):
-            return False
-        self.items.pop(key, None)
-        return True
-
-
 class FakeRay:
-    """``ResourceRequests`` and ``ReadNodeActions``: records what was asked."""
+    """``ResourceRequests`` and ``ReadNodeActions``: records what was asked (no Ray: the
+    autoscaler and read nodes are what the shell talks to, not what it is)."""
 
     def __init__(self) -> None:
         self.requested: list[int] = []
@@ -98,29 +56,31 @@ def vp_state(vp, replicas, risr=None, leader=None, epoch=3) -> VirtualPartitionS
 class Cluster:
     """The etcd the controller sees: registered read nodes with liveness keys, VP states, load reports."""
 
-    def __init__(self, config: ControllerConfig, nodes=("r1", "r2")):
-        self.store, self.ray, self.config = FakeStore(), FakeRay(), config
-        self.fence = (FENCE_KEY, self.store.put(FENCE_KEY, {"controller_id": "x"}))
+    def __init__(self, store: MetadataStore, config: ControllerConfig, nodes=("r1", "r2")):
+        self.name = f"c{uuid.uuid4().hex[:8]}"  # the etcd is shared by the module
+        self.store, self.ray, self.config = store, FakeRay(), config
+        self.fence_key = keys.controller(self.name)
+        self.fence = (self.fence_key, self.store.put(self.fence_key, {"controller_id": "x"}))
         self.registered = set(nodes)
         for node in nodes:
-            self.store.put(keys.read_node_liveness(CLUSTER, node), {})
-        self.virtual = VirtualStore(self.store, CLUSTER)
-        self.scaling = ReadScaling(self.store, CLUSTER, config, self.ray, self.ray)
+            self.store.put(keys.read_node_liveness(self.name, node), {})
+        self.virtual = VirtualStore(self.store, self.name)
+        self.scaling = ReadScaling(self.store, self.name, config, self.ray, self.ray)
         self.wall_ms = T0_MS
 
     def add_node(self, node: str) -> None:
         self.registered.add(node)
-        self.store.put(keys.read_node_liveness(CLUSTER, node), {})
+        self.store.put(keys.read_node_liveness(self.name, node), {})
 
     def set_states(self, topic: str, states) -> None:
         for state in states:
-            self.store.put(keys.virtual_partition(CLUSTER, topic, state.vp), state.to_json())
+            self.store.put(keys.virtual_partition(self.name, topic, state.vp), state.to_json())
 
     def state(self, topic: str, vp: int) -> VirtualPartitionState:
         return self.virtual.state(topic, vp)[0]
 
     def report(self, node: str, hosted=0, fed_bytes_per_s=0.0, fetch_cpu_cores=0.0) -> None:
-        self.store.put(keys.read_node_load(CLUSTER, node),
+        self.store.put(keys.read_node_load(self.name, node),
                        ReadNodeLoad(node, hosted, fed_bytes_per_s, fetch_cpu_cores, 10_000, self.wall_ms).to_json())
 
     def join_risr(self, topic: str, vp: int, node: str) -> None:
@@ -137,21 +97,36 @@ class Cluster:
         return self.scaling.run(states, sorted(self.registered), self.records(), self.fence, self.wall_ms)
 
     def last_decision(self) -> dict:
-        return self.store.get(keys.read_scaling(CLUSTER)).value
+        return self.store.get(keys.read_scaling(self.name)).value
 
 
 def config(**changes) -> ControllerConfig:
     return ControllerConfig(read_node_scaling=1, **changes)
 
 
+@pytest.fixture
+def store(lone_etcd):
+    metadata = MetadataStore(lone_etcd.endpoint)
+    try:
+        yield metadata
+    finally:
+        metadata.close()
+
+
+@pytest.fixture
+def new_cluster(store):
+    """Builds a ``Cluster`` of its own name on the module's etcd."""
+    return lambda controller_config, **kwargs: Cluster(store, controller_config, **kwargs)
+
+
 def test_scaling_is_off_by_default_and_the_shell_is_built_only_when_on():
     assert ControllerConfig().read_node_scaling == 0
     with pytest.raises(AssertionError, match="off"):
-        ReadScaling(FakeStore(), CLUSTER, ControllerConfig(), FakeRay(), FakeRay())
+        ReadScaling(None, "c", ControllerConfig(), FakeRay(), FakeRay())
 
 
-def test_load_past_the_bound_asks_ray_for_read_nodes_once_and_records_the_decision_with_its_reason(caplog):
-    cluster = Cluster(config(read_node_vp_replicas_max=4, read_nodes_min=1, read_nodes_max=4))
+def test_load_past_the_bound_asks_ray_for_read_nodes_once_and_records_the_decision_with_its_reason(new_cluster, caplog):
+    cluster = new_cluster(config(read_node_vp_replicas_max=4, read_nodes_min=1, read_nodes_max=4))
     cluster.set_states("t", [vp_state(vp, ("r1", "r2")) for vp in range(6)])
     cluster.report("r1", hosted=6)
     cluster.report("r2", hosted=6)
@@ -169,8 +144,8 @@ def test_load_past_the_bound_asks_ray_for_read_nodes_once_and_records_the_decisi
     assert cluster.last_decision()["kind"] == "hold"
 
 
-def test_a_new_empty_read_node_takes_replicas_one_move_at_a_time_under_the_in_flight_bound_and_nothing_is_lost():
-    cluster = Cluster(config(read_nodes_min=1, replica_moves_in_flight_max=2))
+def test_a_new_empty_read_node_takes_replicas_one_move_at_a_time_under_the_in_flight_bound_and_nothing_is_lost(new_cluster):
+    cluster = new_cluster(config(read_nodes_min=1, replica_moves_in_flight_max=2))
     cluster.set_states("t", [vp_state(vp, ("r1", "r2") if vp % 2 else ("r2", "r1")) for vp in range(4)])
     cluster.add_node("r3")
     cluster.run()
@@ -195,12 +170,12 @@ def test_a_new_empty_read_node_takes_replicas_one_move_at_a_time_under_the_in_fl
     assert all(node != "r3" for _, node, _ in cluster.ray.dropped)
 
 
-def test_a_move_a_previous_controller_started_is_resumed_from_its_record():
-    cluster = Cluster(config(read_nodes_min=1))
+def test_a_move_a_previous_controller_started_is_resumed_from_its_record(new_cluster):
+    cluster = new_cluster(config(read_nodes_min=1))
     cluster.set_states("t", [vp_state(0, ("r1",))])
     cluster.add_node("r2")
     record = MoveRecord(ReplicaMove("t", 0, "r1", "r2", MovePurpose.BALANCE), "evening out", T0_MS)
-    cluster.store.put(keys.replica_move(CLUSTER, "t", 0), record.to_json())
+    cluster.store.put(keys.replica_move(cluster.name, "t", 0), record.to_json())
     cluster.set_states("t", [vp_state(0, ("r1", "r2"), risr=("r1",), epoch=4)])  # its ADD_TARGET was written
     assert cluster.run() == set(), "the target copies the log: nothing to write"
     cluster.join_risr("t", 0, "r2")
@@ -211,12 +186,12 @@ def test_a_move_a_previous_controller_started_is_resumed_from_its_record():
     assert cluster.ray.dropped == [("t", "r1", 0)]
 
 
-def test_a_move_whose_target_died_is_taken_back_and_the_target_drops_its_copy():
-    cluster = Cluster(config(read_nodes_min=1))
+def test_a_move_whose_target_died_is_taken_back_and_the_target_drops_its_copy(new_cluster):
+    cluster = new_cluster(config(read_nodes_min=1))
     cluster.add_node("r3")
     cluster.set_states("t", [vp_state(0, ("r1", "r2", "r3"), risr=("r1", "r2"), epoch=4)])
     record = MoveRecord(ReplicaMove("t", 0, "r2", "r3"), "evening out", T0_MS)
-    cluster.store.put(keys.replica_move(CLUSTER, "t", 0), record.to_json())
+    cluster.store.put(keys.replica_move(cluster.name, "t", 0), record.to_json())
     cluster.registered.discard("r3")
     assert cluster.run() == {VirtualPartitionItem("t", 0)}
     state = cluster.state("t", 0)
@@ -224,20 +199,20 @@ def test_a_move_whose_target_died_is_taken_back_and_the_target_drops_its_copy():
     assert cluster.records() == {} and cluster.ray.dropped == [("t", "r3", 0)]
 
 
-def test_a_move_waiting_past_its_bound_is_taken_back():
-    cluster = Cluster(config(read_nodes_min=1, replica_move_time_ms_max=60_000))
+def test_a_move_waiting_past_its_bound_is_taken_back(new_cluster):
+    cluster = new_cluster(config(read_nodes_min=1, replica_move_time_ms_max=60_000))
     cluster.add_node("r3")
     cluster.set_states("t", [vp_state(0, ("r1", "r2", "r3"), risr=("r1", "r2"), epoch=4)])
     record = MoveRecord(ReplicaMove("t", 0, "r2", "r3"), "evening out", T0_MS)
-    cluster.store.put(keys.replica_move(CLUSTER, "t", 0), record.to_json())
+    cluster.store.put(keys.replica_move(cluster.name, "t", 0), record.to_json())
     cluster.run(advance_ms=60_000)
     assert cluster.records() != {}, "within the bound it waits for the target to catch up"
     cluster.run(advance_ms=1)
     assert cluster.records() == {} and cluster.state("t", 0).replicas == ("r1", "r2")
 
 
-def test_an_idle_node_is_released_its_replicas_move_off_then_its_actor_stops():
-    cluster = Cluster(config(read_nodes_min=1, read_node_idle_release_delay_ms=5_000))
+def test_an_idle_node_is_released_its_replicas_move_off_then_its_actor_stops(new_cluster):
+    cluster = new_cluster(config(read_nodes_min=1, read_node_idle_release_delay_ms=5_000))
     cluster.set_states("t", [vp_state(0, ("r1",)), vp_state(1, ("r2",)), vp_state(2, ("r2",))])
     for _ in range(7):
         cluster.report("r1", hosted=1)
@@ -276,8 +251,8 @@ def test_an_idle_node_is_released_its_replicas_move_off_then_its_actor_stops():
     assert cluster.scaling.stopped_read_nodes == frozenset()
 
 
-def test_load_growing_back_during_a_release_calls_it_off_and_the_stopped_node_serves_again():
-    cluster = Cluster(config(read_nodes_min=1, read_node_idle_release_delay_ms=2_000, read_node_vp_replicas_max=2))
+def test_load_growing_back_during_a_release_calls_it_off_and_the_stopped_node_serves_again(new_cluster):
+    cluster = new_cluster(config(read_nodes_min=1, read_node_idle_release_delay_ms=2_000, read_node_vp_replicas_max=2))
     cluster.set_states("t", [vp_state(0, ("r2",))])
     for _ in range(4):
         cluster.report("r1")
@@ -292,13 +267,13 @@ def test_load_growing_back_during_a_release_calls_it_off_and_the_stopped_node_se
     assert cluster.scaling.stopped_read_nodes == frozenset(), "the controller's repair may start r1's actor again"
 
 
-def test_a_deposed_controller_starts_no_move_and_records_no_decision():
-    cluster = Cluster(config(read_nodes_min=1))
+def test_a_deposed_controller_starts_no_move_and_records_no_decision(new_cluster):
+    cluster = new_cluster(config(read_nodes_min=1))
     cluster.set_states("t", [vp_state(vp, ("r1",)) for vp in range(4)])
     cluster.add_node("r2")
-    cluster.store.put(FENCE_KEY, {"controller_id": "another"})
+    cluster.store.put(cluster.fence_key, {"controller_id": "another"})
     cluster.run()
-    assert cluster.records() == {} and cluster.store.get(keys.read_scaling(CLUSTER)) is None
+    assert cluster.records() == {} and cluster.store.get(keys.read_scaling(cluster.name)) is None
 
 
 def test_ray_errors_are_logged_never_raised_and_the_request_is_one_bundle_per_read_node(caplog):
@@ -313,15 +288,15 @@ def test_ray_errors_are_logged_never_raised_and_the_request_is_one_bundle_per_re
     assert any("asking Ray's autoscaler for 2 read nodes failed: ConnectionError" in line for line in caplog.messages)
 
 
-def test_status_shows_the_last_decision_and_the_moves_in_flight_only_once_the_controller_decided():
+def test_status_shows_the_last_decision_and_the_moves_in_flight_only_once_the_controller_decided(new_cluster):
     from mafka4.runtime.local import read_scaling_status
 
-    cluster = Cluster(config(read_nodes_min=1, replica_moves_in_flight_max=1))
-    assert read_scaling_status(cluster.store, CLUSTER) == {}, "scaling off (or not decided yet): nothing shown"
+    cluster = new_cluster(config(read_nodes_min=1, replica_moves_in_flight_max=1))
+    assert read_scaling_status(cluster.store, cluster.name) == {}, "scaling off (or not decided yet): nothing shown"
     cluster.set_states("t", [vp_state(vp, ("r1",)) for vp in range(4)])
     cluster.add_node("r2")
     cluster.run()
-    shown = read_scaling_status(cluster.store, CLUSTER)
+    shown = read_scaling_status(cluster.store, cluster.name)
     assert shown["read_scaling"]["kind"] == "hold" and shown["read_scaling"]["moves"] == 1
     (move,) = shown["replica_moves"]
     assert (move["topic"], move["source"], move["target"], move["purpose"]) == ("t", "r1", "r2", "onto")
