@@ -22,7 +22,7 @@ def add_commands(commands) -> None:
                          "read_node_gone_ms=60000 (repeatable)")
     up.set_defaults(run=_cmd_up)
     commands.add_parser("down", help="stop the local cluster and every process it started").set_defaults(run=_cmd_down)
-    commands.add_parser("status", help="show whether the local cluster runs and which nodes are registered").set_defaults(run=_cmd_status)
+    commands.add_parser("status", help="show whether the local cluster runs, which nodes are registered, and the last read-node scaling decision with the replica moves in flight (when read_node_scaling is on)").set_defaults(run=_cmd_status)
     commands.add_parser("demo", help="start a throwaway cluster; a producer writes while a consumer group grows from 1 "
                                      "to 4 members, each join splitting a virtual partition; check every message is "
                                      "read once, in order per key; stop it (under a minute)").set_defaults(run=_cmd_demo)

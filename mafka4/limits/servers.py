@@ -240,6 +240,20 @@ class ControllerConfig:
     # counts as capacity without load and is never released on it. Several report windows: a
     # node whose reporting stalled that long is itself in trouble.
     read_node_load_stale_ms: int = 60 * SECOND_MS
+    # --- the wiring of read-node scaling and replica moves (control.read_scaling). 0: off (the
+    # default: nothing above is asked of Ray, no replica moves between live read nodes); 1: on, at
+    # every upkeep pass. Off by default because it asks Ray's autoscaler for nodes and moves
+    # replicas: a cluster opts in (``mafka4 up --controller-setting read_node_scaling=1``).
+    read_node_scaling: int = 0
+    # Replica moves in flight at once (each copies one VP's log onto its target, outside the
+    # RISR, from its leader's node). More are planned as these end. 8: a new node fills in a few
+    # upkeep passes without its catch-up fetches crowding the leaders' nodes.
+    replica_moves_in_flight_max: int = 8
+    # A move still waiting this long after it started (its target never caught up, or its VP's
+    # leader stayed down) is taken back where that is safe (replica_moves.take_back), so a stuck
+    # target does not hold an extra replica and the VP's busy mark forever. 30 min: a VP log of
+    # several GiB copies within it at a read node's fetch rate.
+    replica_move_time_ms_max: int = 30 * 60 * SECOND_MS
 
     def __post_init__(self) -> None:
         _check_range(self, "lease_ttl_s", 2, 600)
@@ -274,6 +288,9 @@ class ControllerConfig:
                                 f"raise read_nodes_max or lower read_nodes_min")
         _check_range(self, "read_node_add_cooldown_ms", 1)
         _check_range(self, "read_node_load_stale_ms", 1)
+        _check_range(self, "read_node_scaling", 0, 1)
+        _check_range(self, "replica_moves_in_flight_max", 1, 10_000)
+        _check_range(self, "replica_move_time_ms_max", 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,6 +378,12 @@ class ReadNodeConfig:
     # Where each feed stream stands is written to etcd (keys.feed_position) this often, for
     # physical retention, which keeps what no read node has fed yet.
     feed_position_interval_ms: int = 5 * SECOND_MS
+    # The node writes its load over the last interval (keys.read_node_load, under its liveness
+    # lease; virtual.load_meter) this often, for the controller's read-node scaling (issue 38):
+    # long enough that a report's rates smooth out consumers' bursts and that etcd takes one small
+    # put per read node per interval, short enough that the controller sees a load rise within
+    # a few reports of it.
+    load_report_interval_ms: int = 10 * SECOND_MS
     # The node holds its liveness key (keys.read_node_liveness) under a lease of this TTL,
     # refreshed every third of it: the controller learns of a dead read node at most this long
     # after it died, then restarts it and fails its VPs over.
@@ -381,6 +404,7 @@ class ReadNodeConfig:
         _check_range(self, "housekeeping_interval_ms", 10, 60 * SECOND_MS)
         _check_range(self, "retention_check_interval_ms", 1 * SECOND_MS)
         _check_range(self, "feed_position_interval_ms", 100, 600 * SECOND_MS)
+        _check_range(self, "load_report_interval_ms", 100, 600 * SECOND_MS)
         _check_range(self, "lease_ttl_s", 2, 600)
         _check_optional_range(self, "log_dir_bytes_max", 0)
 

@@ -39,6 +39,18 @@
                                                          value: {"node_id", "hosted_vp_replicas",
                                                                  "fed_bytes_per_s", "fetch_cpu_cores",
                                                                  "window_ms", "measured_at_ms"}
+    /mafka4/<cluster>/replica_moves/<topic>/<v>         a move of VP <v>'s replica between two live read nodes,
+                                                         in flight (coordinator/control/read_scaling.py); created
+                                                         (only while absent) and deleted by the controller,
+                                                         fenced by its key, so a controller that takes over
+                                                         resumes it; one per VP at a time
+                                                         value: {"source", "target", "purpose": "onto"|"off",
+                                                                 "reason", "started_ms"}
+    /mafka4/<cluster>/read_scaling                      the controller's last read-node scaling decision, for
+                                                         ``mafka4 status``; written by the controller, fenced
+                                                         value: {"kind": "add"|"release"|"hold", "reason",
+                                                                 "target_read_nodes", "decided_ms", "moves",
+                                                                 "releasing"}
     /mafka4/<cluster>/replicas/<topic>/<p>/<replica>    a live replica actor, bound to its own lease
                                                          value: {"replica_id", "pid"}
     /mafka4/<cluster>/controller                        the active controller, bound to its lease; created
@@ -169,6 +181,28 @@ def read_node_load(cluster: str, node_id: str) -> str:
 def parse_read_node_load(cluster: str, key: str) -> str | None:
     """The node id of a read node's load report key, else None."""
     return _child_of(read_loads_prefix(cluster), key)
+
+
+def replica_moves_prefix(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/replica_moves/"
+
+
+def replica_move(cluster: str, topic: str, vp: int) -> str:
+    return f"{replica_moves_prefix(cluster)}{topic}/{vp}"
+
+
+def parse_replica_move(cluster: str, key: str) -> tuple[str, int] | None:
+    """(topic, VP id) of a replica move key, else None (the VP id is the last part: topic names may hold "/")."""
+    prefix = replica_moves_prefix(cluster)
+    if not key.startswith(prefix):
+        return None
+    rest = key[len(prefix):]
+    topic, _, vp = rest.rpartition("/")
+    return (topic, int(vp)) if topic and vp.isdigit() else None
+
+
+def read_scaling(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/read_scaling"
 
 
 def parse_read_node_liveness(cluster: str, key: str) -> str | None:

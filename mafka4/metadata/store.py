@@ -417,6 +417,22 @@ class MetadataStore:
         return succeeded
 
     @_etcd_call(repeatable=False)
+    def put_fenced(self, key: str, value: Any, fence: Fence) -> bool:
+        """Write ``key`` only while the fence holds (a deposed controller's write is refused)."""
+        txn = self._client.transactions
+        succeeded, _ = self._client.transaction(compare=[txn.mod(fence[0]) == fence[1]],
+                                                success=[txn.put(key, _encode(value))], failure=[])
+        return succeeded
+
+    @_etcd_call(repeatable=False)
+    def delete_fenced(self, key: str, fence: Fence) -> bool:
+        """Delete ``key`` (absent or not) only while the fence holds; False: the fence did not hold."""
+        txn = self._client.transactions
+        succeeded, _ = self._client.transaction(compare=[txn.mod(fence[0]) == fence[1]],
+                                                success=[txn.delete(key)], failure=[])
+        return succeeded
+
+    @_etcd_call(repeatable=False)
     def create_leased(self, key: str, value: Any, lease: etcd3.Lease, swaps: dict[str, tuple[Any, int]]) -> int | None:
         """Create ``key`` under ``lease`` and CAS each of ``swaps`` (key: (value, mod_revision)) in one transaction.
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 
 from mafka4.errors import ClusterAlreadyRunning, ClusterNotRunning, CoordinatorUnavailable
-from mafka4.limits import (DAEMON_STOP_TIMEOUT_S, KILLED_PROCESSES_WAIT_S, LOCAL_CLUSTER_POLL_INTERVAL_S,
+from mafka4.limits import (DAEMON_STOP_TIMEOUT_S, LOCAL_CLUSTER_POLL_INTERVAL_S,
                            STATUS_ETCD_TIMEOUT_S)
 from mafka4.limits.servers import ClusterConfig
 from mafka4.metadata import keys
@@ -31,6 +31,7 @@ from mafka4.runtime.environment import ray_environment
 from mafka4.runtime.etcd_member import EtcdServer
 from mafka4.runtime.etcd_server import check_etcd_layout
 from mafka4.runtime.ports import is_listening
+from mafka4.runtime.session_processes import alive, descendants, kill_pids, session_members, wait_gone
 from mafka4.runtime.state import CLUSTER_NAME_DEFAULT, ClusterState, load_state, remove_state
 
 DAEMON_MODULE = "mafka4.runtime.daemon"
@@ -62,7 +63,7 @@ def up(home: Path, config: ClusterConfig = ClusterConfig(), cluster: str = CLUST
             f"stop it with 'mafka4 down' or choose another MAFKA4_HOME"
         )
     if previous is not None:
-        _kill_pids(_stale_leftovers(previous))
+        kill_pids(_stale_leftovers(previous))
         remove_state(home)
     check_etcd_layout(home, config.etcd_members)
     command = [
@@ -92,14 +93,14 @@ def _wait_ready(home: Path, daemon: subprocess.Popen, timeout_s: float, log_path
             return state
         # Not reaped yet (no poll()): until then the daemon's PID, which is the id of the session
         # holding everything it started, cannot be reused while we clean up.
-        if not _alive(daemon.pid, reap=False):
-            _kill_pids(_session_members(daemon.pid))
+        if not alive(daemon.pid, reap=False):
+            kill_pids(session_members(daemon.pid))
             daemon.wait()
             remove_state(home)
             raise ClusterNotRunning(f"the cluster daemon exited with code {daemon.returncode}; see {log_path}")
         time.sleep(LOCAL_CLUSTER_POLL_INTERVAL_S)
     _terminate(daemon.pid)
-    _kill_pids(_session_members(daemon.pid) | {daemon.pid})
+    kill_pids(session_members(daemon.pid) | {daemon.pid})
     daemon.wait()
     remove_state(home)
     raise ClusterNotRunning(f"the cluster did not start within {timeout_s} s and was stopped; see {log_path}")
@@ -120,7 +121,7 @@ def down(home: Path) -> list[int]:
         _terminate(state.daemon_pid)
     else:
         pids = _stale_leftovers(state)
-    _kill_pids(pids)
+    kill_pids(pids)
     remove_state(home)
     return sorted(pids)
 
@@ -129,7 +130,7 @@ def cluster_pids(state: ClusterState) -> set[int]:
     """The daemon and every process it started that still runs: etcd members, Ray's processes and
     actor workers, the controller. Its descendants plus its session's members, since a worker whose
     raylet died is re-parented and found only by its session."""
-    return {state.daemon_pid, *_descendants(state.daemon_pid), *_session_members(state.daemon_pid)}
+    return {state.daemon_pid, *descendants(state.daemon_pid), *session_members(state.daemon_pid)}
 
 
 def _terminate(daemon_pid: int) -> None:
@@ -138,23 +139,7 @@ def _terminate(daemon_pid: int) -> None:
         os.kill(daemon_pid, signal.SIGTERM)
     except ProcessLookupError:
         return
-    _wait_gone([daemon_pid], DAEMON_STOP_TIMEOUT_S)
-
-
-def _session_members(session_id: int) -> set[int]:
-    """Processes in the session the daemon leads (it starts with ``start_new_session``).
-
-    That is everything the daemon started, including processes re-parented after their
-    parent died, and nothing else: Ray and etcd do not start sessions of their own.
-    """
-    members = set()
-    for process in psutil.process_iter():
-        try:
-            if os.getsid(process.pid) == session_id:
-                members.add(process.pid)
-        except (ProcessLookupError, PermissionError):
-            continue
-    return members
+    wait_gone([daemon_pid], DAEMON_STOP_TIMEOUT_S)
 
 
 def _stale_leftovers(state: ClusterState) -> set[int]:
@@ -163,7 +148,7 @@ def _stale_leftovers(state: ClusterState) -> set[int]:
     The session id is the dead daemon's PID, which may since have been reused, so the
     members count as ours only if one of them runs on this cluster's etcd or Ray directory.
     """
-    members = _session_members(state.daemon_pid)
+    members = session_members(state.daemon_pid)
     markers = (*(member.data_dir for member in state.etcd_members), state.ray_temp_dir)
     return members if any(_mentions(pid, markers) for pid in members) else set()
 
@@ -184,49 +169,6 @@ def _is_etcd_member(member: EtcdServer) -> bool:
                 and member.data_dir in process.cmdline())
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
-
-
-def _descendants(pid: int) -> list[int]:
-    try:
-        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-
-
-def _alive(pid: int, reap: bool = True) -> bool:
-    """False once ``pid`` exited (a zombie counts as exited, and is reaped if it is our child)."""
-    try:
-        if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-            return True
-    except psutil.NoSuchProcess:
-        return False
-    if not reap:
-        return False
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass  # someone else's child: its parent (or init) reaps it
-    return False
-
-
-def _wait_gone(pids: list[int], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not any(_alive(pid) for pid in pids):
-            return True
-        time.sleep(LOCAL_CLUSTER_POLL_INTERVAL_S)
-    return False
-
-
-def _kill_pids(pids) -> None:
-    """SIGKILL each PID still alive, then wait (bounded) for them to be gone."""
-    for pid in pids:
-        if _alive(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    _wait_gone(list(pids), KILLED_PROCESSES_WAIT_S)
 
 
 def status(home: Path) -> dict:
@@ -262,11 +204,27 @@ def _registered_nodes(state: ClusterState) -> dict:
         registered = _read_with_each_member(
             store, lambda: {item.value["node_id"]: item.value for item in store.get_prefix(keys.nodes_prefix(state.cluster))})
         leader = _read_with_each_member(store, store.leader_name)
+        scaling = _read_with_each_member(store, lambda: read_scaling_status(store, state.cluster))
     except CoordinatorUnavailable as error:
         return {"etcd_reachable": False, "etcd_error": error.message, "registered_nodes": {}}
     finally:
         store.close()
-    return {"etcd_reachable": True, "etcd_leader": leader, "registered_nodes": registered}
+    return {"etcd_reachable": True, "etcd_leader": leader, "registered_nodes": registered, **scaling}
+
+
+def read_scaling_status(store: MetadataStore, cluster: str) -> dict:
+    """The controller's last read-node scaling decision and the replica moves in flight
+    (``control.read_scaling``), under "read_scaling" and "replica_moves"; {} if the controller
+    never decided (read-node scaling is off) and no move is recorded."""
+    decision = store.get(keys.read_scaling(cluster))
+    moves = []
+    for item in store.get_prefix(keys.replica_moves_prefix(cluster)):
+        parsed = keys.parse_replica_move(cluster, item.key)
+        if parsed is not None:
+            moves.append({"topic": parsed[0], "vp": parsed[1], **item.value})
+    if decision is None and not moves:
+        return {}
+    return {"read_scaling": None if decision is None else decision.value, "replica_moves": moves}
 
 
 def _read_with_each_member(store: MetadataStore, read):

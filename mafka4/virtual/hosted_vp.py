@@ -94,6 +94,7 @@ from mafka4.log.pending_flush import PendingFlush
 from mafka4.log.replica_storage import ReplicaStorage, StagedHighWatermark
 from mafka4.risr.state import RisrConfig
 from mafka4.stage_trace import StageTrace
+from mafka4.virtual.load_meter import LoadMeter
 from mafka4.virtual.replica_core import NOTHING, FetchPosition, Ready, ReplicaAnswer, VpReplicaCore
 from mafka4.virtual.vp_records import FedRecords, FeedProgress, vp_batches
 
@@ -162,23 +163,25 @@ def run_chores(chores: Sequence[VpChores]) -> None:
 class HostedVp:
     """One VP replica of a read node; see the module docstring."""
 
-    __slots__ = ("vp_id", "fault", "_notify", "_on_change", "_owe_flush", "_storage", "_log", "core", "closed",
-                 "trace", "_traced_high_watermark")  # no per-instance dict: a read node holds 100,000
+    __slots__ = ("vp_id", "fault", "_notify", "_on_change", "_owe_flush", "_load", "_storage", "_log", "core",
+                 "closed", "trace", "_traced_high_watermark")  # no per-instance dict: a read node holds 100,000
 
     def __init__(self, vp_id: VpId, node_id: str, directory: Path, log_config: LogConfig, risr_config: RisrConfig,
                  now_ms: int, notify: Callable[["HostedVp", Ready], None], budget: LogDirBudget | None = None,
                  on_change: Callable[["HostedVp"], None] | None = None,
-                 owe_flush: Callable[["HostedVp"], None] | None = None):
+                 owe_flush: Callable[["HostedVp"], None] | None = None, load: LoadMeter | None = None):
         """``on_change``: called after anything that may give housekeeping or a RISR tick work (the
         log grew or was cut, the HW, the role or the RISR moved), so that a read node visits only
         the VPs it names (``virtual.visit_schedule``). ``owe_flush``: called instead of fsyncing
         on the loop when the core asks for a flush (``Ready.flush``), so that the caller runs it on
-        a worker thread (``start_owed_flush``, ``finish_owed_flush``); None: fsync at once."""
+        a worker thread (``start_owed_flush``, ``finish_owed_flush``); None: fsync at once.
+        ``load``: the node's load meter, which ``feed`` adds the bytes it appends to; None: not metered."""
         self.vp_id = vp_id
         self.fault = FaultGate()
         self._notify = notify
         self._on_change = on_change
         self._owe_flush = owe_flush
+        self._load = load
         # Retention keeps every segment holding an offset at or past the HW (the fed floor, held
         # without a time bound): records not on every RISR member yet are not the leader's to drop,
         # and the core's invariant log start <= HW must hold on leaders and followers alike.
@@ -275,14 +278,18 @@ class HostedVp:
                                   f"FEED_RECORDS_MAX={FEED_RECORDS_MAX}")
         core, log = self.core, self._log
         fresh = core.plan_feed(leader_epoch, records)
+        appended_bytes = 0
         for run, encoded in vp_batches(fresh):  # one per run of a codec, spanning physical batches (vp_records)
             batch = bytearray(encoded)
             base_offset = log.log_end_offset
             stamp(batch, base_offset, leader_epoch)
             log_end_offset = log.append(batch, now_ms, check_crc=False).next_offset  # its CRC was computed just now
+            appended_bytes += len(batch)
             if self.trace is not None:
                 self.trace.record(("append", self.vp_id.vp, base_offset, log_end_offset, wall_ms_fine()))
             self._execute(core.leader_appended(run, log_end_offset))
+        if self._load is not None:
+            self._load.fed_bytes_total += appended_bytes
         return len(fresh)
 
     # --- leader: followers --------------------------------------------------------------

@@ -45,9 +45,13 @@ nodes. Everything of one node runs on its event loop:
   VPs' on the worker thread, not on the event loop.
 * **etcd records** (``ReadNodeRecords``): the node's liveness key under its own lease, the RISR
   of each VP led here (before its core may count it), sealed ends, feed positions (for physical
-  retention) and read losses. The controller restarts a node whose liveness key is gone and
-  whose actor does not answer a ping; its VPs come back with no role and are announced again (a
-  restarted leader leads only a new epoch: ``virtual.failover``).
+  retention), read losses and the node's load report. The controller restarts a node whose
+  liveness key is gone and whose actor does not answer a ping; its VPs come back with no role
+  and are announced again (a restarted leader leads only a new epoch: ``virtual.failover``).
+* **Load** (``virtual.load_meter``): the feed's VP appends add their bytes to the node's
+  ``LoadMeter`` and ``fetch`` the CPU it spent building each answer; every
+  ``load_report_interval_ms`` the records write the load over that window with the number of VP
+  replicas hosted (``_measure_load``), for the controller's read-node scaling (issue 38).
 * **Collector**: the node freezes the objects its start left (``mafka4.collector``), so that
   the full collections its per-record work causes no longer walk Ray's modules.
 
@@ -74,7 +78,7 @@ from typing import Sequence
 import ray
 
 from mafka4 import join_trace
-from mafka4.clocks import wall_ms
+from mafka4.clocks import monotonic_ms, wall_ms
 from mafka4.collector import freeze_what_start_up_left
 from mafka4.errors import InvalidConfig, MafkaError, StaleEpoch, UnknownVirtualPartition
 from mafka4.limits import LEADER_TICK_INTERVAL_S, TopicConfig
@@ -82,6 +86,7 @@ from mafka4.limits.servers import ReadNodeConfig, topic_log_config
 from mafka4.log.log_dir_budget import LogDirBudget
 from mafka4.log.replica_storage import remove_discarded, remove_trees
 from mafka4.long_poll import ChangeSignal
+from mafka4.metadata.read_node_load import ReadNodeLoad
 from mafka4.partition_gate import NetworkFault
 from mafka4.risr.state import RisrConfig
 from mafka4.stage_trace import StageTrace
@@ -92,6 +97,7 @@ from mafka4.virtual.consumer_reads import ConsumerAnswer, ConsumerRead
 from mafka4.virtual.hosted_vp import HostedVp, VpId, vp_directory
 from mafka4.virtual.housekeeping import VpHousekeeping
 from mafka4.virtual.layout import SplitEpoch
+from mafka4.virtual.load_meter import LoadMeter
 from mafka4.virtual.partition_feed import PartitionFeed
 from mafka4.virtual.peer_handles import PeerHandles
 from mafka4.virtual.read_node_records import FeedKey, ReadNodeRecords
@@ -149,6 +155,7 @@ class ReadNode:
         self._fetchers: dict[str, ReplicaFetcher] = {}  # leader node id -> stream
         self._peers = PeerHandles(spec.cluster, spec.node_id)
         self._records = ReadNodeRecords(spec.cluster, spec.node_id, spec.etcd_endpoint, spec.config)
+        self._load = LoadMeter(spec.node_id, monotonic_ms())  # bumped by the VPs' feeds and by ``fetch``
         # Something changed on this node: every long-polling fetch (followers' and consumers') looks again.
         self._changes = ChangeSignal()
         # Which VPs changed since when, for the fetch sessions' long polls: a global sequence and
@@ -177,7 +184,7 @@ class ReadNode:
                 logger.info("read node %s: removed %d VP directories a crash left discarded", self._spec.node_id, removed)
             client_address = await self._serve_clients()
             # The liveness key, naming the client address, exists now (unless etcd is away).
-            await self._records.start(self._feed_positions, client_address)
+            await self._records.start(self._feed_positions, client_address, self._measure_load)
             loop = asyncio.get_running_loop()
             self._tasks = [loop.create_task(self._housekeeping()), loop.create_task(self._leader_ticks()),
                            loop.create_task(self._housekeeper.flush_owed_forever(wall_ms))]
@@ -277,7 +284,8 @@ class ReadNode:
         def make(vp_id: VpId) -> HostedVp:  # on the worker thread: touches nothing of the node's
             directory = vp_directory(self._spec.data_root, self._spec.node_id, vp_id)
             return HostedVp(vp_id, self._spec.node_id, directory, log_config, risr_config, now_ms, self._on_ready,
-                            self._budget, on_change=self._housekeeper.changed, owe_flush=self._housekeeper.owe_flush)
+                            self._budget, on_change=self._housekeeper.changed, owe_flush=self._housekeeper.owe_flush,
+                            load=self._load)
 
         opened = await self._opening.open([VpId(topic, vp) for vp in vps], make)
         trace = self._stage_traces.get(topic)
@@ -467,7 +475,12 @@ class ReadNode:
             await asyncio.sleep(delay_ms / 1000)
         await self._changes.wait_until(lambda: consumer_reads.any_readable(reads, self._hosted.get, wall_ms()),
                                        wait_ms_max / 1000)
-        return consumer_reads.read_all(reads, bytes_max, self._hosted.get, self._spec.node_id, wall_ms())
+        # The CPU of building the answer, for the load report: a synchronous call, so this thread's
+        # CPU clock counts it and no other task's (what it leaves out: ``virtual.load_meter``).
+        started_ns = time.thread_time_ns()
+        answers = consumer_reads.read_all(reads, bytes_max, self._hosted.get, self._spec.node_id, wall_ms())
+        self._load.fetch_cpu_ns_total += time.thread_time_ns() - started_ns
+        return answers
 
     async def list_offsets(self, vp_ids: Sequence[VpId]) -> list[tuple[int, int] | MafkaError]:
         """Per VP: (log start offset, HW), or the error that keeps this replica from answering."""
@@ -488,7 +501,8 @@ class ReadNode:
         return {"node_id": self._spec.node_id, "pid": os.getpid(), "vps": vps, "feeds": feeds,
                 "replication": {leader: dict(fetcher.stats) for leader, fetcher in self._fetchers.items()},
                 "hosted_vps": len(self._hosted),
-                "housekeeping": self._housekeeper.describe()}
+                "housekeeping": self._housekeeper.describe(),
+                "load": None if self._load.last_report is None else self._load.last_report.to_json()}
 
     async def describe_vps(self, vp_ids: Sequence[VpId]) -> list[dict | None]:
         now_ms = wall_ms()
@@ -624,6 +638,12 @@ class ReadNode:
             closed = [vp for vp in leaders if not layout.is_active(vp) and vp not in sealed]
             cached = self._seal_candidates[topic] = (leaders, entry.view.generation, closed)
         return cached[2]
+
+    def _measure_load(self) -> ReadNodeLoad | None:
+        """The node's load since the last report (``ReadNodeRecords``' load reports). Every hosted VP
+        replica counts, leader, follower or not yet given a role: each holds a log the node serves
+        or will; a retired VP is dropped from every node (``control.upkeep``), so none of those counts."""
+        return self._load.report(len(self._hosted), wall_ms(), monotonic_ms())
 
     def _feed_positions(self) -> dict[FeedKey, int]:
         """Where each feed stream stands, for physical retention (``ReadNodeRecords``)."""

@@ -19,8 +19,12 @@ the etcd calls in the loop's default executor (an actor's loop must not wait on 
 * **Read loss** (``keys.read_loss``): a range retention deleted before the node fed it, added to
   the partition's ``ReadLoss`` by compare-and-swap, and retried in the background while etcd is
   away; the additions of one partition go in order, one after the other.
+* **Load** (``keys.read_node_load``): every ``load_report_interval_ms``, the node's load over the
+  last interval (``virtual.load_meter``), under the liveness lease, so that it goes with the
+  node. A report etcd did not take (etcd away, no lease held) is dropped, not retried: the next
+  one, a window later, says where the load stands then.
 
-While etcd is away every record is retried (logged), never dropped, and the data path goes on.
+While etcd is away every other record is retried (logged), never dropped, and the data path goes on.
 After ``close`` nothing is written any more (the liveness lease is revoked, so its key goes).
 """
 
@@ -39,6 +43,7 @@ from mafka4.log.read_loss import LostRange, ReadLoss
 from mafka4.metadata import keys
 from mafka4.metadata.in_sync_recorder import InSyncRecorder
 from mafka4.metadata.lease_holder import LeaseHolder, LeaseTask
+from mafka4.metadata.read_node_load import ReadNodeLoad
 from mafka4.metadata.store import MetadataStore
 from mafka4.virtual.hosted_vp import HostedVp, VpId
 from mafka4.virtual.vp_store import VirtualStore
@@ -58,6 +63,7 @@ class ReadNodeRecords:
         self._store: MetadataStore | None = None
         self._liveness: LeaseTask | None = None
         self._positions_task: asyncio.Task | None = None
+        self._load_task: asyncio.Task | None = None
         self._positions_written: dict[FeedKey, int] = {}
         self._risr_recorders: dict[VpId, InSyncRecorder] = {}
         self._losses: dict[FeedKey, asyncio.Task] = {}
@@ -84,9 +90,12 @@ class ReadNodeRecords:
             return 0
         return 0 if registration is None else registration.value.get("client_port", 0)
 
-    async def start(self, positions: Callable[[], dict[FeedKey, int]], client_address: str | None) -> None:
+    async def start(self, positions: Callable[[], dict[FeedKey, int]], client_address: str | None,
+                    load: Callable[[], ReadNodeLoad | None] | None = None) -> None:
         """Write the liveness key, naming where the node serves clients (unless etcd is away: then
-        the lease task writes it as soon as it answers) and keep it; report ``positions()`` from now on."""
+        the lease task writes it as soon as it answers) and keep it; report ``positions()`` from now on,
+        and ``load()`` (the node's load over the window since its last call; None: nothing to report)
+        unless ``load`` is None."""
         assert not self.started, f"read node {self._node_id}: records started twice"
         liveness_key = keys.read_node_liveness(self._cluster, self._node_id)
 
@@ -101,12 +110,15 @@ class ReadNodeRecords:
         await self._liveness.keep_alive()
         self._liveness.start()
         self._positions_task = asyncio.get_running_loop().create_task(self._report_positions(positions))
+        if load is not None:
+            self._load_task = asyncio.get_running_loop().create_task(self._report_load(load))
 
     def close(self) -> None:
         """Stop every writer and revoke the liveness lease (blocks on etcd, as an actor's last call may)."""
         self._closed = True
-        if self._positions_task is not None:
-            self._positions_task.cancel()
+        for task in (self._positions_task, self._load_task):
+            if task is not None:
+                task.cancel()
         for recorder in self._risr_recorders.values():
             recorder.close()
         if self._liveness is not None:
@@ -184,6 +196,23 @@ class ReadNodeRecords:
             store.put(keys.feed_position(self._cluster, topic, partition, self._node_id), {"next_offset": offset})
         for topic, partition in stopped:
             store.delete(keys.feed_position(self._cluster, topic, partition, self._node_id))
+
+    # --- load --------------------------------------------------------------------------------
+
+    async def _report_load(self, load: Callable[[], ReadNodeLoad | None]) -> None:
+        interval_s = self._config.load_report_interval_ms / 1000
+        key = keys.read_node_load(self._cluster, self._node_id)
+        loop = asyncio.get_running_loop()
+        while not self._closed:
+            await asyncio.sleep(interval_s)
+            report = load()  # measured even while it cannot be written: the next window starts now
+            lease = self._liveness.holder.lease
+            if report is None or lease is None:
+                continue  # no lease held (etcd away): a key bound to no lease would outlive the node
+            try:
+                await loop.run_in_executor(None, self.store().put, key, report.to_json(), lease)
+            except CoordinatorUnavailable as error:
+                logger.warning("read node %s: load report not recorded: %s", self._node_id, error)
 
     # --- read loss -----------------------------------------------------------------------------
 

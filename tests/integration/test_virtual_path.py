@@ -27,6 +27,7 @@ from mafka4.client.consumer import Consumer
 from mafka4.client.producer import Producer
 from mafka4.client.virtual_consumer import VirtualConsumer
 from mafka4.metadata import keys
+from mafka4.metadata.read_node_load import ReadNodeLoad
 from mafka4.physical.handles import replica_handle
 from mafka4.virtual.consumer_reads import ConsumerRead
 from mafka4.virtual.handles import read_node_handle
@@ -161,6 +162,34 @@ def test_a_read_node_refuses_to_host_vps_of_a_deleted_topic_or_that_do_not_exist
     assert hosted_roles(cluster, "r0", topic) == {}
     with pytest.raises(errors.UnknownTopic, match="does not exist"):
         admin.split_virtual_partition(topic, 0)
+
+
+def test_a_read_node_reports_its_hosted_vps_fed_bytes_and_fetch_cpu_while_producers_and_a_reader_run(cluster):
+    topic = topic_name("load")
+    Admin(cluster).create_topic(topic, partitions=2, replication_factor=1, virtual_partitions=4, read_mode="mafka4")
+    assert wait_until(lambda: len(hosted_roles(cluster, "r0", topic)) == 4), "the VPs were not hosted"
+    node = read_node_handle(cluster.cluster, "r0")
+    loaded_since_ms = time.time_ns() // 1_000_000
+    loop, reader = ProduceLoop(cluster, topic), TimedReader(cluster, topic)
+
+    def loaded_report() -> ReadNodeLoad | None:
+        """The node's report, once one covers a window wholly under load and shows feed and fetches."""
+        found = cluster.store.get(keys.read_node_load(cluster.cluster, "r0"))
+        report = None if found is None else ReadNodeLoad.from_json(found.value)
+        if (report is None or report.measured_at_ms - report.window_ms < loaded_since_ms
+                or report.fed_bytes_per_s <= 0 or report.fetch_cpu_cores <= 0):
+            return None
+        return report
+
+    try:
+        report = wait_until(loaded_report, REPAIR_WAIT_S)
+        assert report is not None, "no report of a loaded window (every load_report_interval_ms, 10 s by default)"
+        hosted = ray.get(node.describe.remote(), timeout=WAIT_S)["hosted_vps"]
+    finally:
+        reader.stop()
+        loop.stop()
+    assert report.node_id == "r0" and report.hosted_vp_replicas == hosted >= 4, (report, hosted)
+    assert report.fetch_cpu_cores <= 1.0, "one thread builds every fetch answer"
 
 
 # --- on a cluster of its own (two read nodes: RR=2), with the controller `mafka4 up` starts -----

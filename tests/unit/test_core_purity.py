@@ -37,6 +37,8 @@ CORES = (
     "mafka4.virtual.failover",
     "mafka4.virtual.replica_core",
     "mafka4.virtual.visit_schedule",
+    # what a read node counts of its load and reports over each window
+    "mafka4.virtual.load_meter",
     # groups: ownership, what wakes a member and its picture of the group, assignors, the Mafka3 protocol's decisions
     "mafka4.coordinator.groups.vp_ownership",
     "mafka4.coordinator.groups.vp_wakes",
@@ -51,6 +53,7 @@ CORES = (
     "mafka4.coordinator.control.read_node_scaling",
     "mafka4.coordinator.control.replica_moves",
     "mafka4.coordinator.control.replica_move_plans",
+    "mafka4.coordinator.control.replica_move_records",
     # the producer's per-partition pipeline rules (the sender and the simulator run them)
     "mafka4.client.sender_core",
     # what a consumer makes of a VP fetch's bytes
@@ -61,6 +64,8 @@ CORES = (
     # which Ray nodes are mafka4 nodes, which node agents to start and registrations to drop
     "mafka4.runtime.node_identity",
     "mafka4.runtime.agent_plan",
+    # Ray's fake multi-node cluster shaped like ray_cluster.yaml (the integration tests' autoscaling cluster)
+    "mafka4.runtime.fake_cluster_config",
     "mafka4.metadata.lease",
     "mafka4.metadata.keys",
     # what a read node reports of its load to the controller's read-node scaling

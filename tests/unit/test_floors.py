@@ -7,8 +7,9 @@ Floors, from the ground up (the first pattern that matches a module names its fl
    long polls, planted bugs, exported environment variables, files replaced durably (and
    packages with an empty ``__init__``).
 1. **cores**: the log layer, RISR, and every pure decision core and value type of the
-   physical and the virtual side, of groups and of the controller, and the runtime's rules
-   for which Ray nodes get node agents; the names of etcd keys and of Ray actors; the frames
+   physical and the virtual side, of groups and of the controller, the runtime's rules
+   for which Ray nodes get node agents and its fake multi-node Ray cluster derived from
+   ``ray_cluster.yaml``; the names of etcd keys and of Ray actors; the frames
    of stream calls; principals, SCRAM and ACLs; the client protocol's frames, messages, error
    codes and session rules.
 2. **metadata and transport**: etcd access and what is stored there (``mafka4.metadata``: store,
@@ -53,7 +54,7 @@ FLOORS = (
     (1, r"mafka4\.log(\..*)?|mafka4\.risr(\..*)?"),
     (1, r"mafka4\.physical\.(partition_state|replica|sequencer|topic_leftovers)"),
     (1, r"mafka4\.virtual\.(ranges|layout|vp_records|column_split|vp_state|feed_plan|failover|replica_core|divergence|"
-        r"visit_schedule)"),
+        r"visit_schedule|load_meter)"),
     (1, r"mafka4\.metadata\.(lease|keys|txn_runs|read_node_load)"),
     (1, r"mafka4\.security\.(principals|credentials|scram|scram_client|acl)"),
     (1, r"mafka4\.transport\.(ray_names|stream_frames|stream_pickles)"),
@@ -62,8 +63,8 @@ FLOORS = (
     (1, r"mafka4\.frontend\.view_state"),
     (1, r"mafka4\.coordinator\.groups\.(assignors|partition_protocol|vp_ownership|vp_wakes|vp_pictures)"),
     (1, r"mafka4\.coordinator\.control\.(partition_decisions|read_path_decisions|upkeep_decisions|placement|"
-        r"read_node_scaling|replica_moves|replica_move_plans)"),
-    (1, r"mafka4\.runtime\.(node_identity|agent_plan)"),
+        r"read_node_scaling|replica_moves|replica_move_plans|replica_move_records)"),
+    (1, r"mafka4\.runtime\.(node_identity|agent_plan|fake_cluster_config)"),
     (2, r"mafka4\.metadata\..*|mafka4\.transport\..*|mafka4\.protocol\..*"),
     (2, r"mafka4\.physical\.topics|mafka4\.virtual\.vp_store"),
     (2, r"mafka4\.security\..*"),

@@ -21,6 +21,7 @@ from mafka4.limits.servers import LogConfig
 from mafka4.log.replica_storage import EPOCH_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT
 from mafka4.risr.state import RisrConfig
 from mafka4.virtual.hosted_vp import HostedVp, VpId
+from mafka4.virtual.load_meter import LoadMeter
 from mafka4.virtual.replica_core import Ready, VpRole
 from mafka4.virtual.vp_records import SourcedRecord, source_of, strip_source
 
@@ -329,3 +330,18 @@ def test_an_idle_vp_holds_no_descriptor_after_the_pass_that_finds_nothing_to_do(
     assert open_under(vp.directory) == 0
     assert sources(readable(vp, now_ms=600)) == [(0, 0), (0, 1), (0, 2)]
     vp.close()
+
+
+def test_a_leader_adds_the_bytes_it_appends_to_the_load_meter_and_nothing_for_repeats_or_replication(tmp_path):
+    meter = LoadMeter("r0", 0)
+    leader = HostedVp(VP, "r0", tmp_path / "r0", LOG_CONFIG, RISR_CONFIG, 0, Node().notify, load=meter)
+    follower = HostedVp(VP, "r1", tmp_path / "r1", LOG_CONFIG, RISR_CONFIG, 0, Node().notify, load=meter)
+    leader.become_leader(0, PAIR, ("r0",), now_ms=0)
+    follower.become_follower(0, "r0")
+    assert feed(leader, 0, range(5)) == 5 and feed(leader, 1, range(3)) == 3
+    fed_bytes = len(log_bytes(leader))
+    assert meter.fed_bytes_total == fed_bytes > 0
+    assert feed(leader, 0, range(5)) == 0
+    replicate(leader, follower, now_ms=10)
+    assert len(log_bytes(follower)) == fed_bytes
+    assert meter.fed_bytes_total == fed_bytes, "repeats dropped and a follower's copies are no feed work"

@@ -1,5 +1,5 @@
-"""``ReadNodeRecords``: what a read node writes to etcd (liveness, feed positions, read losses),
-against an in-memory etcd that can be away. Waits are bounded loops on a condition."""
+"""``ReadNodeRecords``: what a read node writes to etcd (liveness, feed positions, read losses, load
+reports), against an in-memory etcd that can be away. Waits are bounded loops on a condition."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ from mafka4.errors import CoordinatorUnavailable
 from mafka4.limits.servers import ReadNodeConfig
 from mafka4.log.read_loss import LostRange
 from mafka4.metadata import keys
+from mafka4.metadata.read_node_load import ReadNodeLoad
 from mafka4.metadata.store import Versioned
 from mafka4.virtual import read_node_records
 from mafka4.virtual.read_node_records import ReadNodeRecords
 
 CLUSTER, NODE, TOPIC = "test", "r0", "orders"
-CONFIG = ReadNodeConfig(feed_position_interval_ms=100)
+CONFIG = ReadNodeConfig(feed_position_interval_ms=100, load_report_interval_ms=100)
 WAIT_STEPS_MAX = 2_000  # of 5 ms: a condition not met in 10 s is a failure
 
 
@@ -39,6 +40,7 @@ class FakeStore:
         self.alive: set[FakeLease] = set()
         self.down = False
         self.puts = 0
+        self.written: list[tuple[str, object]] = []  # every put, in order
         self.before_swap = None
         self._revisions = itertools.count(1)
         self._leases = itertools.count(1)
@@ -75,6 +77,7 @@ class FakeStore:
         self._answer()
         with self._lock:
             self.puts += 1
+            self.written.append((key, value))
             revision = next(self._revisions)
             self.items[key] = (value, revision, lease)
             return revision
@@ -174,6 +177,74 @@ def test_positions_and_losses_met_by_an_etcd_outage_are_written_once_it_answers_
         store.down = False
         await wait_until(lambda: store.value(position_key(0)) == {"next_offset": 9})
         await wait_until(lambda: store.value(loss_key) == {"ranges": [[0, 20], [40, 50]]})
+        records.close()
+
+    asyncio.run(run())
+
+
+class CountingLoad:
+    """The node's ``_measure_load``: a report numbered by its call (in ``hosted_vp_replicas``), or None."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.nothing = False  # True: no time passed since the last report (``LoadMeter.report``'s None)
+
+    def __call__(self) -> ReadNodeLoad | None:
+        self.calls += 1
+        if self.nothing:
+            return None
+        return ReadNodeLoad(NODE, hosted_vp_replicas=self.calls, fed_bytes_per_s=10.0, fetch_cpu_cores=0.5,
+                            window_ms=CONFIG.load_report_interval_ms, measured_at_ms=self.calls)
+
+
+def test_load_reports_are_written_every_interval_under_the_liveness_lease_and_go_with_it_at_close(store):
+    load_key, liveness_key = keys.read_node_load(CLUSTER, NODE), keys.read_node_liveness(CLUSTER, NODE)
+    load = CountingLoad()
+
+    async def run() -> None:
+        records = ReadNodeRecords(CLUSTER, NODE, "fake:2379", CONFIG)
+        await records.start(dict, None, load)
+        await wait_until(lambda: store.value(load_key) is not None and store.value(load_key)["hosted_vp_replicas"] >= 2)
+        assert ReadNodeLoad.from_json(store.value(load_key)).node_id == NODE
+        assert store.items[load_key][2] == store.items[liveness_key][2] is not None, "bound to the liveness lease"
+        records.close()
+        assert store.value(load_key) is None
+        calls = load.calls
+        await asyncio.sleep(3 * CONFIG.load_report_interval_ms / 1000)
+        assert load.calls == calls, "no report after close"
+
+    asyncio.run(run())
+
+
+def test_a_load_report_etcd_did_not_take_is_dropped_and_the_next_one_is_written(store):
+    load_key = keys.read_node_load(CLUSTER, NODE)
+    load = CountingLoad()
+
+    async def run() -> None:
+        records = ReadNodeRecords(CLUSTER, NODE, "fake:2379", CONFIG)
+        await records.start(dict, None, load)
+        store.down = True
+        await wait_until(lambda: load.calls >= 3)
+        store.down = False
+        # Only the report measured last may still be on its way to etcd: every earlier one met the outage.
+        measured_in_outage = load.calls
+        await wait_until(lambda: (store.value(load_key) or {}).get("hosted_vp_replicas", 0) > measured_in_outage)
+        records.close()
+        written = [value["hosted_vp_replicas"] for key, value in store.written if key == load_key]
+        assert min(written) >= measured_in_outage, f"reports the outage met were written later: {written}"
+
+    asyncio.run(run())
+
+
+def test_nothing_is_written_while_the_meter_has_nothing_to_report(store):
+    load = CountingLoad()
+    load.nothing = True
+
+    async def run() -> None:
+        records = ReadNodeRecords(CLUSTER, NODE, "fake:2379", CONFIG)
+        await records.start(dict, None, load)
+        await wait_until(lambda: load.calls >= 3)
+        assert store.value(keys.read_node_load(CLUSTER, NODE)) is None
         records.close()
 
     asyncio.run(run())

@@ -235,6 +235,24 @@ def test_one_release_at_a_time_the_longest_idle_first():
     assert isinstance(gone, ReleaseReadNode) and (gone.node, gone.target_read_nodes) == ("r3", 2)
 
 
+def test_a_release_called_off_makes_its_node_serve_again_with_a_fresh_idle_clock():
+    scaling = ReadNodeScaling(CONFIG)
+    nodes = {"r0", "r1", "r2"}
+    scaling.decide(nodes, [load("r0", 0), idle("r1", 0), load("r2", 0)], now_ms=0)
+    released = scaling.decide(nodes, [load("r0", DELAY_MS), idle("r1", DELAY_MS), load("r2", DELAY_MS)], DELAY_MS)
+    assert isinstance(released, ReleaseReadNode) and released.node == "r1"
+    assert scaling.cancel_release() == "r1" and scaling.releasing is None and scaling.cancel_release() is None
+    now_ms = DELAY_MS + 1
+    held = scaling.decide(nodes, [load("r0", now_ms), idle("r1", now_ms), load("r2", now_ms)], now_ms)
+    assert isinstance(held, HoldReadNodes) and held.target_read_nodes == 3, "r1 serves again"
+    now_ms = 2 * DELAY_MS
+    again = scaling.decide(nodes, [load("r0", now_ms), idle("r1", now_ms), load("r2", now_ms)], now_ms)
+    assert isinstance(again, HoldReadNodes), "its idle clock started afresh when it served again"
+    now_ms = 2 * DELAY_MS + 1
+    later = scaling.decide(nodes, [load("r0", now_ms), idle("r1", now_ms), load("r2", now_ms)], now_ms)
+    assert isinstance(later, ReleaseReadNode) and later.node == "r1"
+
+
 def test_no_release_while_added_nodes_start():
     scaling = ReadNodeScaling(CONFIG)
     nodes = {"r0", "r1", "r2"}

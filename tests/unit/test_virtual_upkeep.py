@@ -131,6 +131,16 @@ def test_nothing_moves_without_gone_nodes():
     assert moves.states == () and moves.stuck == (), "r2 is missing but not gone yet: its replica stays"
 
 
+def test_a_vp_with_a_move_in_flight_keeps_its_gone_replica_until_the_move_ended_but_weighs_on_its_nodes():
+    # v0 is mid-move (r3 joined as the move's target): replacing r2 now could race the move's own writes.
+    states = [vp_state(0, ("r0", "r2", "r3"), risr=("r0", "r2")), vp_state(1, ("r0", "r2"))]
+    moves = plan_replica_moves(states, live_read_nodes={"r0", "r1", "r3"}, gone_nodes={"r2"}, busy={0})
+    assert moves.stuck == (StuckReplica(0, "r2", MoveBlocked.MOVE_IN_FLIGHT),)
+    assert [(s.vp, s.replicas) for s in moves.states] == [(1, ("r0", "r1"))], "r3 hosts v0's target: r1 is emptier"
+    after = plan_replica_moves(states, live_read_nodes={"r0", "r1", "r3"}, gone_nodes={"r2"})
+    assert [s.vp for s in after.states] == [0, 1], "once the move ended, its VP is moved like any other"
+
+
 # --- merging when groups shrink ------------------------------------------------------------------
 
 

@@ -28,6 +28,10 @@ and every live replica is told its role. Dirty VPs of one topic are handled toge
 share the queue, the reconciles and the retries of the physical partitions; on activation every
 VP is handled once, otherwise only those with a replica on a node without its liveness key.
 
+**Read-node scaling** (``ControllerConfig.read_node_scaling``, off by default) runs inside the
+upkeep (``read_scaling``): it asks Ray's autoscaler for read nodes and moves VP replicas
+between live read nodes; a read node it released and stopped is not started again here.
+
 **Intents.** While active, the controller runs an ``IntentWorker`` thread that executes the
 clients' intents (create or delete a topic, split, merge, scale: ``metadata.intents``),
 fenced by the controller's key; VPs that a read node did not take come back to this loop's
@@ -48,6 +52,7 @@ from mafka4.coordinator.control.partition_repairs import PartitionId, PartitionR
 from mafka4.coordinator.control.read_path_decisions import (READ_NODE_EVENTS, ReadNodeItem, VirtualPartitionItem,
                                                             item_for_event)
 from mafka4.coordinator.control.read_path_repairs import ReadPathControl
+from mafka4.coordinator.control.read_scaling import RayReadNodeActions, RayResourceRequests, ReadScaling
 from mafka4.coordinator.control.upkeep import ReadPathUpkeep
 from mafka4.coordinator.control.watches import Watches
 from mafka4.errors import CoordinatorUnavailable, MetadataConflict, UnknownTopic
@@ -75,7 +80,9 @@ class Controller:
         self._partitions = PartitionRepairs(self._store, cluster, etcd_endpoint, config)
         self._read_path = ReadPathControl(self._store, cluster, etcd_endpoint, config)
         self._etcd_endpoint = etcd_endpoint
-        self._upkeep = ReadPathUpkeep(self._store, cluster, config)
+        scaling = (ReadScaling(self._store, cluster, config, RayResourceRequests(), RayReadNodeActions(cluster))
+                   if config.read_node_scaling else None)
+        self._upkeep = ReadPathUpkeep(self._store, cluster, config, scaling)
         self._next_upkeep_ms = 0
         self._intents: IntentWorker | None = None
         self._write_nodes: set[str] = set()
@@ -240,7 +247,9 @@ class Controller:
             self._handle_vps(work)
             return
         try:
-            if isinstance(work, ReadNodeItem):
+            if isinstance(work, ReadNodeItem) and work.node_id in self._upkeep.stopped_read_nodes():
+                complete = True  # released by the read-node scaling: its actor stays stopped until Ray ends the node
+            elif isinstance(work, ReadNodeItem):
                 complete, restarted = self._read_path.handle_node(work, sorted(self._read_nodes))
                 if restarted:
                     self._dirty |= self._read_path.vp_items_on(work.node_id)

@@ -194,6 +194,17 @@ class ReadNodeScaling:
         """The node of the last release while it is still registered (then no other is released)."""
         return self._releasing
 
+    def cancel_release(self) -> str | None:
+        """Call off the release under way (the load grew back before Ray ended the node): from the
+        next decision its node serves and counts as capacity again, with a fresh idle clock.
+        Returns that node, or None if no release was under way.
+
+        Why: Ray fits requested bundles onto every node it runs, the released one included, so an
+        add requested while that node is still up may start no node at all; the node must serve.
+        """
+        node, self._releasing = self._releasing, None
+        return node
+
     def decide(self, registered_read_nodes: Iterable[str], reports: Iterable[ReadNodeLoad],
                now_ms: int) -> ReadScalingDecision:
         """The decision at ``now_ms`` for the registered read nodes and their latest load reports."""

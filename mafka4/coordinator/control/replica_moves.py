@@ -118,6 +118,8 @@ class MoveAbandonedBecause(enum.Enum):
     REPLICAS_CHANGED = "the VP's replicas changed under the move (the source or the target left otherwise)"
     SOURCE_NOT_LIVE = "the source read node is not live and the target still needs it"
     TARGET_NOT_LIVE = "the target read node is not live"
+    # Decided by the controller, not here: a move that kept waiting past its bound is taken back.
+    TOOK_TOO_LONG = "the move kept waiting past replica_move_time_ms_max: its target is taken back"
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,12 @@ Every ``upkeep_interval_ms`` the active controller looks at every mafka4-mode to
   (or that holds none; the leader's node says, ``ReadNode.describe_vps``) is marked retired in
   etcd (fenced CAS) and its logs are dropped on every node hosting it.
 
+With ``ControllerConfig.read_node_scaling`` on, each pass also runs the read-node scaling and
+the replica moves between live read nodes (``read_scaling.ReadScaling``) on the states read
+here; a VP with a move in flight is busy, and its replicas do not move off gone nodes until the
+move ended (``plan_replica_moves``'s ``busy``): two writers of one VP's replicas could leave it
+one replica short.
+
 Returns the VPs whose roles must be announced again; failures are logged and retried at the
 next pass.
 """
@@ -30,6 +36,7 @@ from typing import Sequence
 
 from mafka4.coordinator.control.read_node_launcher import drop_everywhere
 from mafka4.coordinator.control.read_path_decisions import VirtualPartitionItem
+from mafka4.coordinator.control.read_scaling import ReadScaling, busy_vps
 from mafka4.coordinator.control.upkeep_decisions import (NodeAbsence, ShrinkWatch, merge_step, plan_replica_moves,
                                                          retirable, target_virtual_partitions)
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR
@@ -49,8 +56,10 @@ log = logging.getLogger("mafka4.controller")
 
 
 class ReadPathUpkeep:
-    def __init__(self, store: MetadataStore, cluster: str, config: ControllerConfig):
+    def __init__(self, store: MetadataStore, cluster: str, config: ControllerConfig,
+                 scaling: ReadScaling | None = None):
         self._store, self._cluster, self._config = store, cluster, config
+        self._scaling = scaling  # None: read-node scaling is off (ControllerConfig.read_node_scaling)
         self._topics = TopicStore(store, cluster)
         self._virtual = VirtualStore(store, cluster)
         self._absence = NodeAbsence(config.read_node_gone_ms)
@@ -74,15 +83,25 @@ class ReadPathUpkeep:
         self._absence.observe(registered_read_nodes, now_ms, named)
         gone = self._absence.gone(now_ms)
         members = self._group_sizes()
+        records = self._scaling.records() if self._scaling is not None else {}
+        busy = busy_vps(records)
         repairs: set[VirtualPartitionItem] = set()
         for name, (config, layout, states) in sorted(topics.items()):
             if gone:
-                repairs |= self._move_off(name, states, set(registered_read_nodes) - gone, gone, fence)
+                repairs |= self._move_off(name, states, set(registered_read_nodes) - gone, gone, fence,
+                                          busy.get(name, frozenset()))
             self._merge_if_due(name, config, layout, members.get(name, []), now_ms)
             self._retire(name, config, layout, states, fence, wall_ms)
         for name in set(self._shrink) - set(topics):
             del self._shrink[name]
+        if self._scaling is not None:
+            repairs |= self._scaling.run({name: states for name, (_, _, states) in topics.items()},
+                                         registered_read_nodes, records, fence, wall_ms)
         return repairs
+
+    def stopped_read_nodes(self) -> frozenset[str]:
+        """Read nodes released by the scaling whose actor was stopped: the repair must not start them again."""
+        return self._scaling.stopped_read_nodes if self._scaling is not None else frozenset()
 
     def gone_nodes(self, now_ms: int) -> frozenset[str]:
         """Read nodes unregistered for longer than ``read_node_gone_ms`` (as of the last pass)."""
@@ -91,8 +110,8 @@ class ReadPathUpkeep:
     # --- replicas off gone nodes ------------------------------------------------------------
 
     def _move_off(self, topic: str, states: dict[int, tuple[VirtualPartitionState, int]], live: set[str],
-                  gone: frozenset[str], fence: Fence) -> set[VirtualPartitionItem]:
-        moves = plan_replica_moves([state for state, _ in states.values()], live, gone)
+                  gone: frozenset[str], fence: Fence, busy: frozenset[int]) -> set[VirtualPartitionItem]:
+        moves = plan_replica_moves([state for state, _ in states.values()], live, gone, busy)
         for stuck in moves.stuck:
             log.warning("%s: %s", topic, stuck)
         moved = set()

@@ -33,7 +33,7 @@ import dataclasses
 import enum
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import AbstractSet, Iterable, Mapping
 
 from mafka4.virtual.layout import MergeStep, TopicLayout, next_scale_step
 from mafka4.virtual.vp_state import VirtualPartitionState
@@ -94,6 +94,10 @@ class MoveBlocked(enum.Enum):
     LEADER_GONE = "its leader is on a gone read node: the VP fails over first"
     # Every live read node already holds a replica of the VP: start another read node.
     NO_SPARE_NODE = "every live read node already holds a replica of the VP"
+    # A move between live read nodes is in flight (control.replica_moves): its steps rewrite the
+    # replicas too, and the two writers could leave the VP one replica short (the move removing
+    # its source after this replaced it). The replica moves once that move ended.
+    MOVE_IN_FLIGHT = "a replica move of the VP is in flight: it moves once that ends"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +121,7 @@ class ReplicaMoves:
 
 
 def plan_replica_moves(states: Iterable[VirtualPartitionState], live_read_nodes: Iterable[str],
-                       gone_nodes: Iterable[str]) -> ReplicaMoves:
+                       gone_nodes: Iterable[str], busy: AbstractSet[int] = frozenset()) -> ReplicaMoves:
     """New states of one topic's VPs that move their follower replicas off ``gone_nodes``.
 
     Each follower replica on a gone node is replaced, at the same position in ``replicas``, by
@@ -127,7 +131,9 @@ def plan_replica_moves(states: Iterable[VirtualPartitionState], live_read_nodes:
     whose leader is on a gone node is not moved here: the controller fails it over first, and
     its followers move in a later pass. A replica with no spare live node stays and is
     reported in ``stuck``, as is each replica of a VP whose leader is gone. Retired VPs hold
-    no log: nothing of theirs moves, and they count for no node's load.
+    no log: nothing of theirs moves, and they count for no node's load. A VP in ``busy`` (ids of
+    VPs with a replica move in flight) keeps its replicas, each on a gone node reported stuck; its
+    replicas still count for their nodes' load.
     """
     live, gone = frozenset(live_read_nodes), frozenset(gone_nodes)
     assert not live & gone, f"read nodes both live and gone: {sorted(live & gone)}"
@@ -139,6 +145,9 @@ def plan_replica_moves(states: Iterable[VirtualPartitionState], live_read_nodes:
     for state in kept:
         leaving = [node for node in state.replicas if node in gone]
         if not leaving:
+            continue
+        if state.vp in busy:
+            stuck.extend(StuckReplica(state.vp, node, MoveBlocked.MOVE_IN_FLIGHT) for node in leaving)
             continue
         if state.leader in gone:
             stuck.extend(StuckReplica(state.vp, node, MoveBlocked.LEADER_GONE) for node in leaving)
