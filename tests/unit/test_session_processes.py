@@ -5,10 +5,15 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 
 import psutil
 
 from mafka4.runtime.session_processes import alive, descendants, kill_pids, session_members
+
+
+# Polls of 0.1 s for the child to exit after its echo: a minute on the most loaded machine.
+REPARENTING_POLLS_MAX = 600
 
 
 def test_a_session_s_members_are_found_after_their_parent_died_and_are_all_killed_by_pid():
@@ -18,7 +23,12 @@ def test_a_session_s_members_are_found_after_their_parent_died_and_are_all_kille
                               text=True, start_new_session=True)
     try:
         orphan = int(leader.stdout.readline())
-        assert orphan not in descendants(leader.pid)
+        # The echo comes before the child's exit: wait for the re-parenting (a bound, not a timing).
+        for _ in range(REPARENTING_POLLS_MAX):
+            if orphan not in descendants(leader.pid):
+                break
+            time.sleep(0.1)
+        assert orphan not in descendants(leader.pid), "the child that started the grandchild never exited"
         members = session_members(leader.pid)
         assert {leader.pid, orphan} <= members
         assert os.getpid() not in members, "the caller is in a session of its own"
