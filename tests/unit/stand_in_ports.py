@@ -53,6 +53,10 @@ def state(leader: str) -> str:
                        "risr": [leader]})
 
 
+async def _close_on_its_loop(server: ClientPortServer) -> None:
+    server.close()
+
+
 @contextlib.contextmanager
 def stand_in_port(node) -> Iterator[tuple[ClientPortServer, ClusterAccess, LoopThread]]:
     """``node``'s handlers on a real client port (its ``address`` set), the access of user alice to
@@ -67,8 +71,8 @@ def stand_in_port(node) -> Iterator[tuple[ClientPortServer, ClusterAccess, LoopT
     finally:
         if hasattr(node, "released"):
             loop.call_soon(node.released.set)
-        server.close()
-        loop.stop()
+        loop.run(_close_on_its_loop(server))  # asyncio's Server is not thread-safe: closed from here, it
+        loop.stop()                           # raced the loop's own detaching of a closed connection
 
 
 @contextlib.contextmanager
