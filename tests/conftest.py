@@ -73,3 +73,15 @@ def lone_etcd(tmp_path_factory):
         yield server
     finally:
         stop_etcd(server)
+
+
+@pytest.fixture
+def lone_etcd_store(lone_etcd):
+    """A ``MetadataStore`` on the module's lone etcd, closed after the test."""
+    from mafka4.metadata.store import MetadataStore
+
+    store = MetadataStore(lone_etcd.endpoint)
+    try:
+        yield store
+    finally:
+        store.close()

@@ -105,12 +105,8 @@ def config(**changes) -> ControllerConfig:
 
 
 @pytest.fixture
-def store(lone_etcd):
-    metadata = MetadataStore(lone_etcd.endpoint)
-    try:
-        yield metadata
-    finally:
-        metadata.close()
+def store(lone_etcd_store):
+    return lone_etcd_store
 
 
 @pytest.fixture

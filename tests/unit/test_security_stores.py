@@ -19,7 +19,6 @@ import pytest
 from mafka4.errors import (AuthenticationFailed, InvalidConfig, MissingCredential, UnknownAclRule, UnknownUser,
                            UserExists)
 from mafka4.metadata import keys
-from mafka4.metadata.store import MetadataStore
 from mafka4.security.acl import AclRule, Operation, PatternType, Permission, ResourceType
 from mafka4.security.acl_store import AclStore
 from mafka4.security.admin_credential import ensure_admin_credential, load_credential
@@ -32,12 +31,8 @@ PASSWORD = "correct horse battery"
 
 
 @pytest.fixture
-def store(lone_etcd):
-    metadata = MetadataStore(lone_etcd.endpoint)
-    try:
-        yield metadata
-    finally:
-        metadata.close()
+def store(lone_etcd_store):
+    return lone_etcd_store
 
 
 @pytest.fixture
