@@ -62,6 +62,11 @@ class ClusterAlreadyRunning(MafkaError):
     """``mafka4 up`` was asked for a home whose recorded cluster is alive."""
 
 
+class NotDeployable(MafkaError):
+    """``mafka4 deploy`` cannot bring mafka4 up on this Ray cluster: it lacks write or read nodes, a
+    head-type node, or an etcd binary on a node, or a deployment there is half gone."""
+
+
 class CoordinatorUnavailable(MafkaError):
     """etcd did not answer in time; metadata operations can be retried."""
 

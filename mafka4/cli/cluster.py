@@ -1,10 +1,12 @@
-"""``mafka4 up``, ``down``, ``status`` and ``demo``: the local cluster's life."""
+"""``mafka4 up``, ``down``, ``status`` and ``demo``: the local cluster's life (``status --address``: a
+deployment on a Ray cluster, ``cli.deployment``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
+from mafka4.cli.deployment import add_cluster_arguments, deployment_status
 from mafka4.errors import InvalidConfig
 from mafka4.limits import ETCD_MEMBER_COUNTS, parse_setting
 from mafka4.limits.servers import ClusterConfig
@@ -22,7 +24,12 @@ def add_commands(commands) -> None:
                          "read_node_gone_ms=60000 (repeatable)")
     up.set_defaults(run=_cmd_up)
     commands.add_parser("down", help="stop the local cluster and every process it started").set_defaults(run=_cmd_down)
-    commands.add_parser("status", help="show whether the local cluster runs, which nodes are registered, and the last read-node scaling decision with the replica moves in flight (when read_node_scaling is on)").set_defaults(run=_cmd_status)
+    status = commands.add_parser("status", help="show whether the local cluster runs, which nodes are registered, and "
+                                                "the last read-node scaling decision with the replica moves in flight "
+                                                "(when read_node_scaling is on); with --address, what 'mafka4 deploy' "
+                                                "runs on that Ray cluster")
+    add_cluster_arguments(status, required=False)
+    status.set_defaults(run=_cmd_status)
     commands.add_parser("demo", help="start a throwaway cluster; a producer writes while a consumer group grows from 1 "
                                      "to 4 members, each join splitting a virtual partition; check every message is "
                                      "read once, in order per key; stop it (under a minute)").set_defaults(run=_cmd_demo)
@@ -59,6 +66,8 @@ def _cmd_down(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    if args.address:
+        return deployment_status(args)
     from mafka4.runtime.environment import mafka4_home
     from mafka4.runtime.local import status
 

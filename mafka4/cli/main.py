@@ -19,6 +19,7 @@ from mafka4.errors import MafkaError
 # the commands each adds: a command line runs one of them, and needs no other module's parsers.
 COMMAND_MODULES = {
     "cluster": ("up", "down", "status", "demo"),
+    "deployment": ("deploy", "undeploy"),
     "topics": ("topic", "scale"),
     "clients": ("produce", "consume"),
     "groups": ("group",),

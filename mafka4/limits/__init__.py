@@ -709,6 +709,17 @@ NODE_AGENT_CALL_TIMEOUT_S = 10.0
 # An agent told to stop revokes its lease (one etcd call, at most REGISTRATION_ETCD_TIMEOUT_S_MAX)
 # within this; then it is killed anyway and its registration ends with its lease.
 NODE_AGENT_STOP_TIMEOUT_S = 15.0
+# mafka4 deploy (runtime.deploy): an etcd member started on its node answers /health within this
+# or its start fails (a member of three needs the other two started meanwhile: all start at once).
+DEPLOY_ETCD_START_TIMEOUT_S = 60.0
+# The actor that owns the deployed controller's process looks this often whether it exited, and
+# starts it again: the controller is down for at most about this long after a crash.
+DEPLOY_CONTROLLER_CHECK_INTERVAL_S = 2.0
+# A deploy or status call to one of the deployment's actors (they answer from memory, or after
+# one etcd /health probe): a slower answer counts as not running.
+DEPLOY_CALL_TIMEOUT_S = 15.0
+# How often deploy looks whether every node is registered and every read node serves clients.
+DEPLOY_READY_POLL_INTERVAL_S = 0.5
 
 
 # --- security ---------------------------------------------------------------------------------

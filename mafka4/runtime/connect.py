@@ -50,7 +50,7 @@ def connect(home: Path | None = None) -> Connection:
         state = _local_state(Path(home) if home is not None else mafka4_home())
         etcd_endpoint, ray_address, cluster = state.etcd_endpoint, state.ray_address, state.cluster
         token_path = ray_token_path(Path(state.home))
-    _join_ray(ray_address, token_path)
+    join_ray(ray_address, token_path)
     return Connection(cluster=cluster, store=MetadataStore(etcd_endpoint), state=state)
 
 
@@ -64,7 +64,9 @@ def _local_state(home: Path) -> ClusterState:
     return state
 
 
-def _join_ray(ray_address: str, token_path: Path | None) -> None:
+def join_ray(ray_address: str, token_path: Path | None = None) -> None:
+    """Join the Ray at ``ray_address`` in namespace "mafka4" (presenting the token at ``token_path``, if
+    given, else what Ray's own variables name); ClusterNotRunning if this process joined another."""
     apply_ray_environment()
     import ray  # after the environment: Ray reads it at import
 

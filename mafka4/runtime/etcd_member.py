@@ -19,7 +19,7 @@ LONE_MEMBER_DIR = "etcd"
 
 @dataclass(frozen=True, slots=True)
 class EtcdServer:
-    """One etcd member process; the last four fields describe its place in a cluster."""
+    """One etcd member process; ``name`` to ``cluster_token`` describe its place in a cluster."""
 
     pid: int
     client_port: int
@@ -30,10 +30,13 @@ class EtcdServer:
     # "name=http://127.0.0.1:<peer port>,..." for every member; "" for a lone member.
     initial_cluster: str = ""
     cluster_token: str = ""
+    # Where it listens: loopback for a local cluster; a deployed member's node address
+    # (``runtime.deploy_actors``), since the cluster's other nodes are its clients.
+    host: str = LOOPBACK
 
     @property
     def endpoint(self) -> str:
-        return f"{LOOPBACK}:{self.client_port}"
+        return f"{self.host}:{self.client_port}"
 
 
 def etcd_endpoint(servers) -> str:

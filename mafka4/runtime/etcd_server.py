@@ -22,6 +22,7 @@ auto-compaction), so its database stops growing with the number of writes ever m
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -183,8 +184,7 @@ def _distinct_free_ports(count: int) -> list[int]:
 
 
 def _with_pid(server: EtcdServer, process: subprocess.Popen) -> EtcdServer:
-    return EtcdServer(process.pid, server.client_port, server.data_dir, server.log_path, server.name,
-                      server.peer_port, server.initial_cluster, server.cluster_token)
+    return dataclasses.replace(server, pid=process.pid)
 
 
 def _wait_healthy(spawned: list[tuple[EtcdServer, subprocess.Popen]], timeout_s: float) -> str:
@@ -198,17 +198,22 @@ def _wait_healthy(spawned: list[tuple[EtcdServer, subprocess.Popen]], timeout_s:
             return f"etcd member {server.name} exited with {process.returncode}"
         if time.monotonic() > deadline:
             return f"etcd members {', '.join(server.name for server, _ in waiting)} not healthy within {timeout_s:g} s"
-        waiting = [(server, process) for server, process in waiting if not _healthy(server.client_port)]
+        waiting = [(server, process) for server, process in waiting if not _healthy(server.host, server.client_port)]
         if waiting:
             time.sleep(ETCD_HEALTH_PROBE_INTERVAL_S)
     return ""
 
 
-def _healthy(client_port: int) -> bool:
+def member_healthy(server: EtcdServer) -> bool:
+    """Whether the member answers etcd's health check (it has a leader and serves reads)."""
+    return _healthy(server.host, server.client_port)
+
+
+def _healthy(host: str, client_port: int) -> bool:
     """etcd's own health check: it answers true once the member has a leader and serves reads."""
     import http.client  # here: a client reads the cluster's record through this module and never probes etcd
 
-    connection = http.client.HTTPConnection(LOOPBACK, client_port, timeout=ETCD_HEALTH_PROBE_TIMEOUT_S)
+    connection = http.client.HTTPConnection(host, client_port, timeout=ETCD_HEALTH_PROBE_TIMEOUT_S)
     try:
         connection.request("GET", "/health")
         response = connection.getresponse()
@@ -220,8 +225,8 @@ def _healthy(client_port: int) -> bool:
 
 
 def _spawn(server: EtcdServer, peer_port: int) -> subprocess.Popen:
-    client_url = f"http://{LOOPBACK}:{server.client_port}"
-    peer_url = f"http://{LOOPBACK}:{peer_port}"
+    client_url = f"http://{server.host}:{server.client_port}"
+    peer_url = f"http://{server.host}:{peer_port}"
     command = [
         etcd_binary(),
         "--name", server.name,
@@ -253,18 +258,29 @@ def _terminate(process: subprocess.Popen) -> None:
             process.wait()
 
 
+def start_etcd_member(server: EtcdServer, timeout_s: float = 30.0) -> EtcdServer:
+    """Start one member as ``server`` describes it (ports, data dir, its cluster's peers and token)
+    and wait until it is healthy; raise ClusterNotRunning (having stopped it) if it is not.
+
+    A member of a cluster is healthy only once a quorum runs: the members of a cluster spread
+    over machines (``mafka4 deploy``) are each started by one call on their own machine, all
+    at about the same time.
+    """
+    Path(server.data_dir).mkdir(parents=True, exist_ok=True)
+    process = _spawn(server, server.peer_port)
+    error = _wait_healthy([(server, process)], timeout_s)
+    if not error:
+        return _with_pid(server, process)
+    _terminate(process)
+    raise ClusterNotRunning(f"could not start etcd member {server.name} on {server.endpoint} ({error}); "
+                            f"see {server.log_path}")
+
+
 def restart_etcd(server: EtcdServer, timeout_s: float = 30.0) -> EtcdServer:
     """Start a stopped member again on its client port and data dir, keeping its data (and, in a
     cluster, its peer port); wait until it is healthy, which in a cluster needs a quorum."""
     peer_port = server.peer_port if server.initial_cluster else free_loopback_port()
-    restarted = EtcdServer(0, server.client_port, server.data_dir, server.log_path, server.name, peer_port,
-                           server.initial_cluster, server.cluster_token)
-    process = _spawn(restarted, peer_port)
-    error = _wait_healthy([(restarted, process)], timeout_s)
-    if not error:
-        return _with_pid(restarted, process)
-    _terminate(process)
-    raise ClusterNotRunning(f"could not restart etcd on port {server.client_port} ({error}); see {server.log_path}")
+    return start_etcd_member(dataclasses.replace(server, pid=0, peer_port=peer_port), timeout_s)
 
 
 def stop_etcd(server: EtcdServer, timeout_s: float = ETCD_STOP_TIMEOUT_S) -> None:

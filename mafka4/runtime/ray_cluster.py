@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from mafka4.limits import OBJECT_STORE_BYTES_PER_NODE, RAY_INLINE_OBJECT_BYTES_MAX, RAY_NODE_START_TIMEOUT_S
 from mafka4.runtime.environment import apply_ray_environment
@@ -62,9 +62,12 @@ def start_ray_cluster(
     write_nodes: list[str],
     read_nodes: list[str],
     object_store_bytes: int = OBJECT_STORE_BYTES_PER_NODE,
+    every_node_resources: Mapping[str, float] | None = None,
 ) -> RayCluster:
     """Start the head and one Ray node per simulated node; return once all are alive.
 
+    ``every_node_resources``: offered by every node, the head too, besides its own (a test that
+    makes every node head-type for ``mafka4 deploy`` gives ``{"mafka4_head": 1}``).
     On failure the nodes already started are stopped before the error propagates.
     """
     apply_ray_environment()
@@ -86,10 +89,13 @@ def start_ray_cluster(
     }
     cluster = Cluster(initialize_head=False, shutdown_at_exit=False)
     try:
-        cluster.add_node(num_cpus=HEAD_CPUS, include_dashboard=False, _system_config=ray_system_config(), **common)
+        extra = dict(every_node_resources or {})
+        cluster.add_node(num_cpus=HEAD_CPUS, include_dashboard=False, _system_config=ray_system_config(),
+                         **({"resources": extra} if extra else {}), **common)
         for role, ids in ((NodeRole.WRITE, write_nodes), (NodeRole.READ, read_nodes)):
             for node_id in ids:
-                cluster.add_node(wait=False, num_cpus=NODE_CPUS, resources=node_resources(role, node_id), **common)
+                cluster.add_node(wait=False, num_cpus=NODE_CPUS, resources={**node_resources(role, node_id), **extra},
+                                 **common)
         cluster.wait_for_nodes(timeout=RAY_NODE_START_TIMEOUT_S)
     except BaseException:
         cluster.shutdown()

@@ -18,6 +18,9 @@ NAMESPACE = "mafka4"
 NODE_RESOURCE_PREFIX = "mafka4_node_"
 WRITE_NODE_RESOURCE = "write_node"
 READ_NODE_RESOURCE = "read_node"
+# A node offering this resource is head-type: ``mafka4 deploy`` runs etcd members and the controller
+# there (``runtime.deploy_plan``), never a replica, since it offers no write_node / read_node.
+HEAD_NODE_RESOURCE = "mafka4_head"
 # Units of each role/node resource a node offers: the most actors pinned to one node.
 NODE_RESOURCE_UNITS = 1000
 
@@ -35,6 +38,16 @@ def read_node_actor_name(cluster: str, node_id: str) -> str:
 def node_agent_actor_name(cluster: str, node_id: str) -> str:
     """The Ray actor name of the node agent that keeps node ``node_id`` registered (``runtime.node_agents``)."""
     return f"{cluster}/node_agent/{node_id}"
+
+
+def etcd_member_actor_name(cluster: str, member: str) -> str:
+    """The Ray actor name of the actor that owns etcd member ``member``'s process (``runtime.deploy_actors``)."""
+    return f"{cluster}/deploy/etcd/{member}"
+
+
+def controller_host_actor_name(cluster: str) -> str:
+    """The Ray actor name of the actor that owns the deployed controller's process (``runtime.deploy_actors``)."""
+    return f"{cluster}/deploy/controller"
 
 
 def node_resource(node_id: str) -> str:

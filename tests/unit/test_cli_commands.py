@@ -80,7 +80,8 @@ def subcommands(parser) -> dict:
 
 def test_every_built_in_command_is_registered_with_help():
     names = set(next(action for action in cli.build_parser()._subparsers._group_actions).choices)
-    assert {"up", "down", "status", "demo", "topic", "scale", "produce", "consume", "group", "bench"} <= names
+    assert {"up", "down", "status", "demo", "deploy", "undeploy", "topic", "scale", "produce", "consume", "group",
+            "bench"} <= names
     help_text = cli.build_parser().format_help()
     assert "start a local cluster" in help_text and "send one message per line of standard input" in help_text
 
@@ -117,11 +118,40 @@ def test_command_lines_parse_to_the_documented_defaults():
                                                                                                  5000)]
 
 
+def test_deploy_status_and_undeploy_name_a_ray_cluster_and_parse_to_the_documented_defaults(monkeypatch):
+    deploy = parse("deploy", "--address", "10.0.0.5:6379")
+    assert (deploy.address, deploy.cluster, deploy.data_dir, deploy.node_lease_ttl_s, deploy.client_port,
+            deploy.ready_timeout_s) == ("10.0.0.5:6379", "local", "~/mafka4-data", 10, 9192, 120)
+    assert parse("undeploy", "--address", "h:1").address == "h:1"
+    assert parse("status").address is None, "without --address: the local cluster, as before"
+    assert parse("status", "--address", "h:1", "--cluster", "prod").cluster == "prod"
+    monkeypatch.setenv("MAFKA4_CLUSTER", "staging")
+    assert cli.build_parser("deploy").parse_args(["deploy", "--address", "h:1"]).cluster == "staging"
+
+
+def test_deploy_refuses_a_bad_client_port_before_joining_ray(monkeypatch, capsys):
+    def no_ray(*_):
+        raise AssertionError("joined Ray")
+    monkeypatch.setattr("mafka4.runtime.connect.join_ray", no_ray)
+    assert cli.main(["deploy", "--address", "h:1", "--client-port", "70000"]) == 2
+    assert "--client-port 70000 is not a TCP port" in capsys.readouterr().err
+
+
+def test_status_with_an_address_reports_the_deployment_and_exits_1_unless_it_runs(monkeypatch, capsys):
+    joined = []
+    monkeypatch.setattr("mafka4.runtime.connect.join_ray", joined.append)
+    monkeypatch.setattr("mafka4.runtime.deploy.deployment_status",
+                        lambda cluster: {"cluster": cluster, "deployed": False, "running": False})
+    assert cli.main(["status", "--address", "h:1", "--cluster", "prod"]) == 1
+    assert joined == ["h:1"] and json.loads(capsys.readouterr().out) == {"cluster": "prod", "deployed": False,
+                                                                         "running": False}
+
+
 @pytest.mark.parametrize("argv", [
     ["topic"], ["group", "reset-offsets", "g", "--topic", "t"], ["scale", "orders"],
     ["group", "reset-offsets", "g", "--topic", "t", "--to-earliest", "--to-latest"],
     ["bench", "rebalance", "--assignor", "x"], ["bench", "feed-lag", "--virtual-partitions", "8,many"],
-    ["up", "--controller-setting", "no_equals_sign"],
+    ["up", "--controller-setting", "no_equals_sign"], ["deploy"], ["undeploy"],
 ])
 def test_a_command_line_that_does_not_parse_exits_2_with_the_usage(argv, capsys):
     with pytest.raises(SystemExit) as exited:

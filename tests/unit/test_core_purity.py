@@ -66,6 +66,8 @@ CORES = (
     "mafka4.runtime.agent_plan",
     # Ray's fake multi-node cluster shaped like ray_cluster.yaml (the integration tests' autoscaling cluster)
     "mafka4.runtime.fake_cluster_config",
+    # where mafka4 deploy runs etcd's members, and what it starts
+    "mafka4.runtime.deploy_plan",
     "mafka4.metadata.lease",
     "mafka4.metadata.keys",
     # what a read node reports of its load to the controller's read-node scaling

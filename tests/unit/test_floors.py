@@ -8,9 +8,10 @@ Floors, from the ground up (the first pattern that matches a module names its fl
    packages with an empty ``__init__``).
 1. **cores**: the log layer, RISR, and every pure decision core and value type of the
    physical and the virtual side, of groups and of the controller, the runtime's rules
-   for which Ray nodes get node agents and its fake multi-node Ray cluster derived from
-   ``ray_cluster.yaml``; the names of etcd keys and of Ray actors; the frames
-   of stream calls; principals, SCRAM and ACLs; the client protocol's frames, messages, error
+   for which Ray nodes get node agents, where a deployment's etcd members run, and its
+   fake multi-node Ray cluster derived from ``ray_cluster.yaml``; the names of etcd keys
+   and of Ray actors; the frames of stream calls; principals, SCRAM and ACLs; the client
+   protocol's frames, messages, error
    codes and session rules.
 2. **metadata and transport**: etcd access and what is stored there (``mafka4.metadata``: store,
    leases, intents, the in-sync recorder; the topic store of ``physical``, the VP store of
@@ -64,7 +65,7 @@ FLOORS = (
     (1, r"mafka4\.coordinator\.groups\.(assignors|partition_protocol|vp_ownership|vp_wakes|vp_pictures)"),
     (1, r"mafka4\.coordinator\.control\.(partition_decisions|read_path_decisions|upkeep_decisions|placement|"
         r"read_node_scaling|replica_moves|replica_move_plans|replica_move_records)"),
-    (1, r"mafka4\.runtime\.(node_identity|agent_plan|fake_cluster_config)"),
+    (1, r"mafka4\.runtime\.(node_identity|agent_plan|fake_cluster_config|deploy_plan)"),
     (2, r"mafka4\.metadata\..*|mafka4\.transport\..*|mafka4\.protocol\..*"),
     (2, r"mafka4\.physical\.topics|mafka4\.virtual\.vp_store"),
     (2, r"mafka4\.security\..*"),
