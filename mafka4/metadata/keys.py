@@ -1,7 +1,7 @@
 """The etcd key layout of a mafka4 cluster: the only place that spells keys.
 
     /mafka4/<cluster>/nodes/<node_id>                   node registration, bound to the node's lease
-                                                         value: {"node_id", "role": "write"|"read", "resource"}
+                                                         value: {"node_id", "role": "write"|"read", "resource" (a node named after its Ray node: none), "ray_node_id" (an agent actor's), "client_port"}
     /mafka4/<cluster>/config                            cluster-wide settings (data root, ...)
     /mafka4/<cluster>/topics/<topic>                    topic config (TopicConfig fields as JSON)
     /mafka4/<cluster>/topics/<topic>/physical/<p>       partition state: leader, leader_epoch, replicas, isr

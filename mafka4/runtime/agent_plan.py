@@ -11,8 +11,8 @@ executes the ``AgentPlan`` it returns:
   the operator's to say). A node whose resources name no usable id is skipped with the reason.
 * **drop** the registration of a node id that has left Ray: it is registered, no alive Ray node
   offers it and no agent for it answers, and Ray shows where it went: the Ray node its agent
-  ran on (``homes``: from the registration and the keeper's memory) is dead or no longer
-  listed, or a dead Ray node offers it (Ray 2.60's node list does not show what a dead node
+  ran on (``homes``: from the registration and the keeper's memory; for an id named after its
+  Ray node, that node) is dead or no longer listed, or a dead Ray node offers it (Ray 2.60's node list does not show what a dead node
   offered, so ``homes`` is what finds most). A list without any alive node (not even the head
   this process is joined through) is a failed read: it drops nothing. Without
   such evidence (an id Ray never showed: a shell agent's, or a node still joining) nothing is
@@ -31,6 +31,7 @@ from typing import Collection, Iterable, Mapping
 
 from mafka4.errors import InvalidNodeId
 from mafka4.runtime.node_identity import NodeIdentity, NodeRole, identify_node
+from mafka4.transport.ray_names import pinned_ray_node
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +79,7 @@ def plan_agents(ray_nodes: Iterable[RayNode], agents: Mapping[str, str], registe
     for node in ray_nodes:
         status[node.ray_node_id] = node.alive
         try:
-            identity = identify_node(node.resources)
+            identity = identify_node(node.resources, node.ray_node_id)
         except InvalidNodeId as error:
             if node.alive:
                 skipped.append(SkippedNode(node.ray_node_id, error.message))
@@ -104,7 +105,7 @@ def plan_agents(ray_nodes: Iterable[RayNode], agents: Mapping[str, str], registe
     def left_ray(node_id: str) -> bool:
         if node_id in alive_by_id or node_id in agents:
             return False
-        home = homes.get(node_id)
+        home = homes.get(node_id) or pinned_ray_node(node_id)
         return node_id in dead_ids or (home is not None and not status.get(home, False))
 
     if not any(status.values()):

@@ -28,7 +28,7 @@ from typing import Collection, Iterable
 from mafka4.errors import InvalidNodeId, NotDeployable
 from mafka4.runtime.agent_plan import RayNode
 from mafka4.runtime.node_identity import ROLE_RESOURCES, NodeRole, identify_node
-from mafka4.transport.ray_names import HEAD_NODE_RESOURCE, NODE_RESOURCE_UNITS, node_resource
+from mafka4.transport.ray_names import HEAD_NODE_RESOURCE, NODE_RESOURCE_UNITS
 
 # The resource only Ray's head node offers (Ray 2.x).
 RAY_HEAD_NODE_RESOURCE = "node:__internal_head__"
@@ -83,14 +83,14 @@ def require_mafka4_nodes(ray_nodes: Iterable[RayNode]) -> dict[NodeRole, list[st
         if not node.alive:
             continue
         try:
-            identity = identify_node(node.resources)
+            identity = identify_node(node.resources, node.ray_node_id)
         except InvalidNodeId:
             continue  # the node agent keeper logs why such a node gets no agent
         if identity is not None:
             found[identity.role].append(identity.node_id)
     missing = [role for role in NodeRole if not found[role]]
     if missing:
-        example = {ROLE_RESOURCES[missing[0]]: NODE_RESOURCE_UNITS, node_resource("<id>"): NODE_RESOURCE_UNITS}
+        example = {ROLE_RESOURCES[missing[0]]: NODE_RESOURCE_UNITS}
         raise NotDeployable(
             f"the Ray cluster has no alive {' and no '.join(ROLE_RESOURCES[role] for role in missing)} node "
             f"(found write nodes {sorted(found[NodeRole.WRITE]) or 'none'}, read nodes "

@@ -10,7 +10,8 @@ Ray actor on every such node (``mafka4.runtime.node_agents``), and no command ru
 workers. ``--node-id`` must be the id in the Ray resource the machine offers,
 ``mafka4_node_<id>`` (``ray_cluster.node_resource``): replicas placed on the node are pinned
 by that resource, so under another id they would wait for a Ray node that does not exist
-(the actor takes its id from that resource: ``node_identity.identify_node``).
+(the actor takes its id from that resource, or, on a node offering none, from the Ray node's
+id: ``node_identity.identify_node``).
 
 With ``--role`` and ``--node-id`` (a node agent) it
 

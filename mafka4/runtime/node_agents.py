@@ -5,8 +5,9 @@ the data root, the lease-bound registration) run on a thread of a detached Ray a
 ``<cluster>/node_agent/<node id>`` in namespace "mafka4", pinned to its Ray node by
 ``NodeAffinitySchedulingStrategy(ray_node_id, soft=False)``: no shell command runs on the
 worker. It takes ``num_cpus=0`` and none of the node's units, like the node's other actors.
-Its node id is the ``<id>`` of the node's ``mafka4_node_<id>`` resource
-(``node_identity.identify_node``), the resource replicas are pinned by.
+Its node id is the ``<id>`` of the node's ``mafka4_node_<id>`` resource, or, on a node that
+offers none (one Ray's autoscaler launched), ``ray-<Ray node id>`` (``node_identity.identify_node``);
+replicas are pinned to it accordingly (``transport.node_pinning``).
 
 An agent's registration also names its Ray node (``ray_node_id``): Ray's node list does not
 show what a dead node offered, so that is how a keeper, even one started after the node died,

@@ -1,11 +1,15 @@
 """Who a Ray node is to mafka4: its role and its node id, read from the resources it offers (pure).
 
-A write node offers ``write_node``, a read node ``read_node``, and each also offers
-``mafka4_node_<id>`` (``transport.ray_names``): replicas are pinned to a node by that resource,
-so ``<id>`` is the node's mafka4 id, the one it registers under. A Ray node that offers
-neither role resource is no mafka4 node (the head). One that offers a role but no usable id,
-or both roles, cannot be given an agent: ``identify_node`` says why, so that the operator can
-fix the node's ``ray start --resources``.
+A write node offers ``write_node``, a read node ``read_node``. A node may also offer
+``mafka4_node_<id>`` (``transport.ray_names``): ``<id>`` is then its mafka4 id, the one it
+registers under, and replicas are pinned to it by that resource; an id of the operator's
+choosing (``ray_cluster.yaml`` of old gave each worker its short hostname) outlives a restart
+of the Ray node. A node that offers none, as every node Ray's autoscaler launches from a node
+type does, is known by its Ray node id (``ray_node_node_id``: ``ray-<hex>``) and pinned by node
+affinity. A Ray node that offers neither role resource is no mafka4 node (the head). One that
+offers several ids, an id of the reserved ``ray-`` form, or both roles, cannot be given an
+agent: ``identify_node`` says why, so that the operator can fix the node's ``ray start
+--resources``.
 
 Node ids name a Ray resource, an etcd key and a directory: ``validate_node_id`` holds the rule.
 """
@@ -18,7 +22,8 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from mafka4.errors import InvalidNodeId
-from mafka4.transport.ray_names import NODE_RESOURCE_PREFIX, READ_NODE_RESOURCE, WRITE_NODE_RESOURCE, node_resource
+from mafka4.transport.ray_names import (NODE_RESOURCE_PREFIX, RAY_NODE_ID_PREFIX, READ_NODE_RESOURCE, WRITE_NODE_RESOURCE,
+                                        node_resource, ray_node_node_id)
 
 # A DNS label, the longest name `hostname -s` prints (the YAML's node ids).
 NODE_ID_CHARS_MAX = 63
@@ -59,12 +64,13 @@ def validate_node_id(node_id: object) -> str:
     return node_id
 
 
-def identify_node(resources: Mapping[str, float]) -> NodeIdentity | None:
-    """The mafka4 identity of a Ray node offering ``resources``; None if it offers no role resource.
+def identify_node(resources: Mapping[str, float], ray_node_id: str) -> NodeIdentity | None:
+    """The mafka4 identity of Ray node ``ray_node_id`` offering ``resources``; None if it offers no role resource.
 
-    Raises ``InvalidNodeId`` when it offers a role but no single valid ``mafka4_node_<id>``, or
-    both roles: such a node gets no agent (placement could not pin replicas to it, or would not
-    know which side it serves).
+    Its id is the ``<id>`` of its one ``mafka4_node_<id>``, or, if it offers none,
+    ``ray_node_node_id(ray_node_id)``. Raises ``InvalidNodeId`` when it offers several ids, an id
+    starting with the reserved ``ray-``, or both roles: such a node gets no agent (placement
+    could not tell which id pins replicas to it, or which side it serves).
     """
     roles = [role for role, resource in ROLE_RESOURCES.items() if resources.get(resource, 0) > 0]
     if not roles:
@@ -75,11 +81,17 @@ def identify_node(resources: Mapping[str, float]) -> NodeIdentity | None:
     role = roles[0]
     ids = sorted(name[len(NODE_RESOURCE_PREFIX):] for name, amount in resources.items()
                  if name.startswith(NODE_RESOURCE_PREFIX) and amount > 0)
-    if len(ids) != 1:
-        found = ", ".join(NODE_RESOURCE_PREFIX + node_id for node_id in ids) or "none"
+    if not ids:
+        return NodeIdentity(ray_node_node_id(ray_node_id), role)
+    if len(ids) > 1:
+        found = ", ".join(NODE_RESOURCE_PREFIX + node_id for node_id in ids)
         raise InvalidNodeId(
-            f"the Ray node offers {ROLE_RESOURCES[role]} and needs exactly one resource "
-            f"{node_resource('<id>')} naming its node id (found: {found}); start it with "
-            f"--resources '{{\"{node_resource('<id>')}\": 1000}}'"
+            f"the Ray node offers {ROLE_RESOURCES[role]} and {len(ids)} node ids ({found}): offer one "
+            f"{node_resource('<id>')}, or none to be known by the Ray node's id"
+        )
+    if ids[0].startswith(RAY_NODE_ID_PREFIX):
+        raise InvalidNodeId(
+            f"node id {ids[0]!r} (resource {node_resource(ids[0])}) starts with {RAY_NODE_ID_PREFIX!r}, which names "
+            f"nodes known by their Ray node id: choose another id, or offer none"
         )
     return NodeIdentity(validate_node_id(ids[0]), role)

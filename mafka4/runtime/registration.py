@@ -32,7 +32,7 @@ from mafka4.metadata import keys
 from mafka4.metadata.lease_holder import LeaseHolder
 from mafka4.metadata.store import MetadataStore
 from mafka4.runtime.node_identity import NodeRole
-from mafka4.transport.ray_names import node_resource
+from mafka4.transport.ray_names import node_resource, pinned_ray_node
 
 log = logging.getLogger("mafka4.registration")
 
@@ -49,7 +49,9 @@ class NodeRegistration:
     def __init__(self, store: MetadataStore, cluster: str, node_id: str, role: NodeRole, lease_ttl_s: int,
                  client_port: int = 0, ray_node_id: str = ""):
         self.key = keys.node(cluster, node_id)
-        self.value = {"node_id": node_id, "role": NodeRole(role).value, "resource": node_resource(node_id)}
+        self.value = {"node_id": node_id, "role": NodeRole(role).value}
+        if pinned_ray_node(node_id) is None:  # else no resource names the node: actors pin by node affinity
+            self.value["resource"] = node_resource(node_id)
         if client_port:  # where the node serves clients; 0: any port its server gets
             self.value["client_port"] = client_port
         if ray_node_id:  # the Ray node an agent actor registers from: whoever sees it die drops the key

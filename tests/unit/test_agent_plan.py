@@ -10,6 +10,11 @@ from mafka4 import errors
 from mafka4.runtime.agent_plan import AgentStart, RayNode, plan_agents
 from mafka4.runtime.node_identity import NodeIdentity, NodeRole, identify_node, validate_node_id
 from mafka4.runtime.ray_cluster import node_resources
+from mafka4.transport.ray_names import ray_node_node_id
+
+# Ray node ids are 28 bytes of hex; a letter repeated makes one readable in a failure.
+def hex_id(letter: str) -> str:
+    return letter * 56
 
 
 def ray_node(ray_node_id: str, role: str | None, node_id: str | None, alive: bool = True, **extra) -> RayNode:
@@ -27,23 +32,33 @@ HEAD = ray_node("head", None, None)
 # --- identify_node --------------------------------------------------------------------------
 
 def test_a_node_is_named_by_its_node_resource_and_its_role_resource():
-    assert identify_node(node_resources("write", "ip-10-0-0-7")) == NodeIdentity("ip-10-0-0-7", NodeRole.WRITE)
-    assert identify_node(node_resources("read", "r0")) == NodeIdentity("r0", NodeRole.READ)
+    assert identify_node(node_resources("write", "ip-10-0-0-7"), hex_id("a")) == NodeIdentity("ip-10-0-0-7",
+                                                                                               NodeRole.WRITE)
+    assert identify_node(node_resources("read", "r0"), hex_id("a")) == NodeIdentity("r0", NodeRole.READ)
+
+
+def test_a_node_with_a_role_and_no_node_resource_is_named_after_its_ray_node():
+    # What Ray's autoscaler launches: every node of a type offers the type's resources only.
+    identity = identify_node({"CPU": 1.0, "read_node": 1000}, hex_id("b"))
+    assert identity == NodeIdentity("ray-" + hex_id("b"), NodeRole.READ) == NodeIdentity(ray_node_node_id(hex_id("b")),
+                                                                                         NodeRole.READ)
+    assert validate_node_id(identity.node_id) == identity.node_id
 
 
 def test_the_head_is_no_mafka4_node():
-    assert identify_node({"CPU": 2.0, "memory": 1e9, "node:127.0.0.1": 1.0, "node:__internal_head__": 1.0}) is None
+    assert identify_node({"CPU": 2.0, "memory": 1e9, "node:127.0.0.1": 1.0, "node:__internal_head__": 1.0},
+                         hex_id("c")) is None
 
 
 @pytest.mark.parametrize("resources, says", [
     ({"write_node": 1000, "read_node": 1000, "mafka4_node_x": 1000}, "both write_node and read_node"),
-    ({"read_node": 1000}, "found: none"),
-    ({"read_node": 1000, "mafka4_node_a": 1000, "mafka4_node_b": 1000}, "found: mafka4_node_a, mafka4_node_b"),
+    ({"read_node": 1000, "mafka4_node_a": 1000, "mafka4_node_b": 1000}, "2 node ids \\(mafka4_node_a, mafka4_node_b\\)"),
     ({"write_node": 1000, "mafka4_node_w/0": 1000}, "node id 'w/0' is not valid"),
+    ({"write_node": 1000, "mafka4_node_ray-w0": 1000}, "starts with 'ray-'"),
 ])
 def test_a_node_with_a_role_but_no_single_valid_id_is_refused_with_the_fix(resources, says):
     with pytest.raises(errors.InvalidNodeId, match=says):
-        identify_node(resources)
+        identify_node(resources, hex_id("d"))
 
 
 @pytest.mark.parametrize("node_id", ["", "-w0", "w/0", "w.0", "node:w0", "w 0", "x" * 64, None])
@@ -100,16 +115,28 @@ def test_two_alive_nodes_with_one_id_get_no_second_agent():
 
 
 def test_a_node_without_a_usable_id_is_skipped_with_the_reason_and_the_others_go_on():
-    nodes = [ray_node("a", "read", None), ray_node("b", "read", "r0")]
+    nodes = [ray_node("a", "read", None, mafka4_node_x=1000, mafka4_node_y=1000), ray_node("b", "read", "r0")]
     plan = plan_agents(nodes, agents={}, registered=[])
     assert plan.start == (AgentStart("r0", NodeRole.READ, "b"),)
     assert [s.ray_node_id for s in plan.skipped] == ["a"] and "mafka4_node_<id>" in plan.skipped[0].reason
 
 
+def test_a_node_named_after_its_ray_node_gets_an_agent_there_and_is_dropped_once_that_node_is_gone():
+    a = ray_node(hex_id("a"), "read", None)
+    node_id = ray_node_node_id(hex_id("a"))
+    assert plan_agents([HEAD, a], {}, registered=[]).start == (AgentStart(node_id, NodeRole.READ, hex_id("a")),)
+    # Dead (Ray 2.60 lists a dead node without its resources), or no longer listed: the id says which node it was.
+    dead = RayNode(hex_id("a"), False, {})
+    assert plan_agents([HEAD, dead], {}, registered=[node_id]).drop == (node_id,)
+    assert plan_agents([HEAD], {}, registered=[node_id]).drop == (node_id,)
+    assert plan_agents([HEAD, a], {}, registered=[node_id]).drop == ()
+
+
 # --- plan_agents: properties ----------------------------------------------------------------
 
 NODE_IDS = ["w0", "w1", "r0", "r1"]
-RAY_IDS = [f"n{i}" for i in range(6)]
+RAY_IDS = [hex_id(letter) for letter in "012345"]
+NAMED_AFTER_RAY_NODES = [ray_node_node_id(ray_id) for ray_id in RAY_IDS[:3]]
 
 
 @st.composite
@@ -119,14 +146,20 @@ def situations(draw):
         node_id = draw(st.sampled_from(NODE_IDS + [None]))
         role = draw(st.sampled_from(["write", "read"])) if node_id is None else ("write" if node_id[0] == "w" else "read")
         nodes.append(ray_node(ray_id, role, node_id, alive=draw(st.booleans())))
-    agents = draw(st.dictionaries(st.sampled_from(NODE_IDS), st.sampled_from(RAY_IDS), max_size=3))
-    registered = draw(st.sets(st.sampled_from(NODE_IDS)))
-    homes = draw(st.dictionaries(st.sampled_from(NODE_IDS), st.sampled_from(RAY_IDS), max_size=3))
+    known_ids = NODE_IDS + NAMED_AFTER_RAY_NODES
+    agents = draw(st.dictionaries(st.sampled_from(known_ids), st.sampled_from(RAY_IDS), max_size=3))
+    registered = draw(st.sets(st.sampled_from(known_ids)))
+    homes = draw(st.dictionaries(st.sampled_from(known_ids), st.sampled_from(RAY_IDS), max_size=3))
     return nodes, agents, registered, homes
 
 
 def offers(node: RayNode, node_id: str) -> bool:
-    return node.resources.get(f"mafka4_node_{node_id}", 0) > 0
+    """Whether ``node`` is mafka4 node ``node_id``: by its node resource, or, offering none, by its Ray node id."""
+    if node.resources.get(f"mafka4_node_{node_id}", 0) > 0:
+        return True
+    unnamed = not any(name.startswith("mafka4_node_") for name in node.resources)
+    has_role = any(node.resources.get(role, 0) > 0 for role in ("write_node", "read_node"))
+    return unnamed and has_role and node_id == ray_node_node_id(node.ray_node_id)
 
 
 @settings(max_examples=150, deadline=None)
@@ -141,7 +174,7 @@ def test_starts_are_one_per_id_on_an_alive_node_of_that_id_and_role_and_never_be
         assert start.node_id not in agents
         node = by_ray_id[start.ray_node_id]
         assert node.alive and offers(node, start.node_id)
-        assert identify_node(node.resources) == NodeIdentity(start.node_id, start.role)
+        assert identify_node(node.resources, node.ray_node_id) == NodeIdentity(start.node_id, start.role)
 
 
 @settings(max_examples=150, deadline=None)

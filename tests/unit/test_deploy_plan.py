@@ -93,9 +93,15 @@ def test_a_cluster_without_write_or_read_nodes_is_refused_saying_how_to_add_them
 
 
 def test_a_node_whose_resources_name_no_usable_id_does_not_count():
-    nameless = RayNode("x", True, {"write_node": 1000.0})
+    two_ids = RayNode("x", True, {"write_node": 1000.0, "mafka4_node_a": 1000.0, "mafka4_node_b": 1000.0})
     with pytest.raises(NotDeployable, match="no alive write_node node"):
-        require_mafka4_nodes([RAY_HEAD, nameless, READ])
+        require_mafka4_nodes([RAY_HEAD, two_ids, READ])
+
+
+def test_a_node_offering_only_its_role_counts_under_its_ray_node_id():
+    # What Ray's autoscaler launches from ray_cluster.yaml's write_node type.
+    launched = RayNode("f" * 56, True, {"CPU": 1.0, "write_node": 1000.0})
+    assert require_mafka4_nodes([RAY_HEAD, launched, READ])[NodeRole.WRITE] == ["ray-" + "f" * 56]
 
 
 # --- what a deploy starts -------------------------------------------------------------------------

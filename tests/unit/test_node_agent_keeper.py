@@ -94,12 +94,11 @@ def test_a_registration_ray_never_showed_is_left_to_its_lease(fakes):
 
 def test_a_node_without_a_usable_id_is_logged_once_while_it_lasts(fakes, caplog):
     ray, store = fakes
-    ray.nodes.append(RayNode("bad", True, {"read_node": 1000.0}))
+    ray.nodes.append(RayNode("bad", True, {"read_node": 1000.0, "mafka4_node_a": 1000.0, "mafka4_node_b": 1000.0}))
     keeper = NodeAgentKeeper(SETTINGS, store)
     with caplog.at_level(logging.WARNING, logger="mafka4.node_agents"):
         keeper.reconcile()
         keeper.reconcile()
     assert [record.getMessage() for record in caplog.records if "gets no node agent" in record.getMessage()] == [
-        "Ray node bad gets no node agent: the Ray node offers read_node and needs exactly one resource "
-        "mafka4_node_<id> naming its node id (found: none); start it with --resources "
-        "'{\"mafka4_node_<id>\": 1000}'"]
+        "Ray node bad gets no node agent: the Ray node offers read_node and 2 node ids (mafka4_node_a, "
+        "mafka4_node_b): offer one mafka4_node_<id>, or none to be known by the Ray node's id"]

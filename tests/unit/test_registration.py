@@ -82,6 +82,14 @@ def test_a_registration_is_written_under_its_lease_kept_and_removed_on_revoke():
     assert KEY not in etcd.values
 
 
+def test_a_node_named_after_its_ray_node_registers_no_resource():
+    # No mafka4_node_<id> resource names it: its actors are pinned by node affinity (transport.node_pinning).
+    ray_node_id = "a" * 56
+    registration = NodeRegistration(FakeClient(FakeEtcd()), "c", f"ray-{ray_node_id}", NodeRole.READ, 10,
+                                    ray_node_id=ray_node_id)
+    assert registration.value == {"node_id": f"ray-{ray_node_id}", "role": "read", "ray_node_id": ray_node_id}
+
+
 def test_a_registration_another_process_wrote_and_took_with_its_lease_is_written_again():
     etcd = FakeEtcd()
     client = FakeClient(etcd)

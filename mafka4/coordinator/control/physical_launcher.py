@@ -2,7 +2,7 @@
 
 Replica actors are detached and named (``replica_actor_name``), so they outlive the
 process that created them and any client finds them by name. Each replica is pinned to
-its write node through that node's custom resource.
+its write node (``transport.node_pinning``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from mafka4.limits.servers import LogConfig, ReplicaConfig, topic_log_config, to
 from mafka4.physical.actor import PhysicalPartition, ReplicaSpec
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import PartitionState, TopicMetadata
-from mafka4.transport.ray_names import NAMESPACE, WRITE_NODE_RESOURCE, node_resource, replica_actor_name
+from mafka4.transport.node_pinning import pinned_options
+from mafka4.transport.ray_names import NAMESPACE, WRITE_NODE_RESOURCE, replica_actor_name
 
 
 def replica_directory(data_root: str, node_id: str, topic: str, partition: int) -> str:
@@ -41,7 +42,7 @@ def start_replica(cluster: str, etcd_endpoint: str, topic: TopicMetadata, partit
         namespace=NAMESPACE,
         lifetime="detached",
         num_cpus=0,
-        resources={node_resource(replica_id): 1, WRITE_NODE_RESOURCE: 1},
+        **pinned_options(replica_id, WRITE_NODE_RESOURCE),
         max_restarts=0,
     ).remote(spec)
 

@@ -1,7 +1,7 @@
 """Starting read nodes and telling them what to host: the only processes of the read path.
 
 A read node is one detached, named ``ReadNode`` actor (``<cluster>/read_node/<node id>``) with
-``num_cpus=0``, pinned to its node by the node's custom resource. The controller starts it when
+``num_cpus=0``, pinned to its node (``transport.node_pinning``). The controller starts it when
 the node registers and restarts it when it dies; every VP replica lives inside one
 (``host_states``). Nothing here starts a process per VP.
 """
@@ -17,7 +17,8 @@ import ray
 
 from mafka4.limits import READ_NODE_CALL_TIMEOUT_S, READ_NODE_STOP_TIMEOUT_S, TopicConfig
 from mafka4.limits.servers import ReadNodeConfig
-from mafka4.transport.ray_names import NAMESPACE, READ_NODE_RESOURCE, node_resource, read_node_actor_name
+from mafka4.transport.node_pinning import pinned_options
+from mafka4.transport.ray_names import NAMESPACE, READ_NODE_RESOURCE, read_node_actor_name
 from mafka4.virtual.handles import ReadNodeHandles, read_node_handle, states_by_node
 from mafka4.virtual.layout import SplitEpoch
 from mafka4.virtual.read_node import ReadNode, ReadNodeSpec
@@ -31,7 +32,7 @@ def start_read_node(cluster: str, etcd_endpoint: str, node_id: str, data_root: s
     """Start the read node actor of ``node_id`` and wait until it holds its liveness key; returns its handle."""
     handle = ReadNode.options(
         name=read_node_actor_name(cluster, node_id), namespace=NAMESPACE, lifetime="detached", num_cpus=0,
-        resources={node_resource(node_id): 1, READ_NODE_RESOURCE: 1}, max_restarts=0, max_concurrency=10_000,
+        **pinned_options(node_id, READ_NODE_RESOURCE), max_restarts=0, max_concurrency=10_000,
     ).remote(ReadNodeSpec(cluster, node_id, data_root, etcd_endpoint, config))
     ray.get(handle.start.remote(), timeout=timeout_s)
     return handle
