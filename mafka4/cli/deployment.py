@@ -34,6 +34,11 @@ def add_commands(commands) -> None:
                         help="the port read nodes serve clients on; 0 for any free port (default %(default)s)")
     deploy.add_argument("--ready-timeout-s", type=int, default=ClusterConfig().start_timeout_s,
                         help="wait at most this long for every node to register and serve (default %(default)s)")
+    deploy.add_argument("--no-wait", dest="wait", action="store_false",
+                        help="neither require write and read nodes nor wait for them: return once etcd and the "
+                             "controller run, which gives each node an agent as Ray adds it (a cluster launcher's "
+                             "head, whose start commands run before any worker joins); see them with "
+                             "'mafka4 status --address ADDR'")
     deploy.set_defaults(run=_cmd_deploy)
     undeploy = commands.add_parser(
         "undeploy", help="stop what 'mafka4 deploy' runs on a Ray cluster: controller, node agents, read nodes, "
@@ -61,16 +66,24 @@ def _cmd_deploy(args: argparse.Namespace) -> int:
     ClusterConfig(node_lease_ttl_s=args.node_lease_ttl_s, start_timeout_s=args.ready_timeout_s)  # their rules
     join_ray(args.address)
     report = deploy(DeploySettings(args.cluster, args.data_dir, args.node_lease_ttl_s, args.client_port,
-                                   args.ready_timeout_s), mafka4_home())
+                                   args.ready_timeout_s, args.wait), mafka4_home())
     for warning in report.warnings:
         print(f"mafka4: {warning}", file=sys.stderr)
     members = len(report.etcd_members)
-    print(f"mafka4 cluster {args.cluster!r} deployed on Ray {args.address}: "
-          f"{'started ' + ', '.join(report.started) if report.started else 'it already ran, nothing new started'}; "
-          f"etcd {report.etcd_endpoint} ({members} member{'s' if members > 1 else ''}), "
-          f"write nodes {', '.join(report.write_nodes)}, read nodes {', '.join(report.read_nodes)}; "
-          f"clients connect to {','.join(report.bootstrap)} (MAFKA4_BOOTSTRAP) with the admin credential in "
-          f"{report.credential}")
+    deployed = (f"mafka4 cluster {args.cluster!r} deployed on Ray {args.address}: "
+                f"{'started ' + ', '.join(report.started) if report.started else 'it already ran, nothing new started'}; "
+                f"etcd {report.etcd_endpoint} ({members} member{'s' if members > 1 else ''}); ")
+    if not args.wait:
+        status = f"mafka4 status --address {args.address}" + (
+            f" --cluster {args.cluster}" if args.cluster != CLUSTER_NAME_DEFAULT else "")
+        print(deployed + f"write and read nodes join as Ray adds them (the controller starts a node agent on each; "
+                         f"not waited for: --no-wait): '{status}' shows them "
+                         f"(registered_nodes) and the read nodes' client addresses (serving_read_nodes), which "
+                         f"clients connect to (MAFKA4_BOOTSTRAP) with the admin credential in {report.credential}")
+        return 0
+    print(deployed + f"write nodes {', '.join(report.write_nodes)}, read nodes {', '.join(report.read_nodes)}; "
+                     f"clients connect to {','.join(report.bootstrap)} (MAFKA4_BOOTSTRAP) with the admin credential "
+                     f"in {report.credential}")
     return 0
 
 

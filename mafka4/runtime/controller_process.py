@@ -2,15 +2,15 @@
 
     python -m mafka4.runtime.controller_process --etcd HOST:PORT[,HOST:PORT...] --ray-address ADDR --cluster NAME --controller-id ID
 
-The local daemon (``runtime.daemon``) starts one as its child; on a Ray cluster the head's start
-commands do (``ray_cluster.yaml``). Several may run: one is active, the others stand by
-(``coordinator.control.controller``).
+The local daemon (``runtime.daemon``) starts one as its child; on a Ray cluster ``mafka4 deploy``
+does (``runtime.deploy``, which ``ray_cluster.yaml``'s head runs). Several may run: one is active,
+the others stand by (``coordinator.control.controller``).
 
-With ``--node-agents`` the active one also keeps a node agent actor on every Ray node that
-offers ``write_node`` or ``read_node`` and drops the registrations of nodes that left Ray
-(``runtime.node_agents``, on a thread of its own): workers then run no mafka4 command. Off by
-default: ``mafka4 up`` registers its simulated nodes itself and ``ray_cluster.yaml``'s workers
-still run the agent as a process; an agent beside either would register the node twice.
+With ``--node-agents`` (as deploy starts it) the active one also keeps a node agent actor on every
+Ray node that offers ``write_node`` or ``read_node`` and drops the registrations of nodes that
+left Ray (``runtime.node_agents``, on a thread of its own): workers then run no mafka4 command.
+Off by default: ``mafka4 up`` registers its simulated nodes itself, and a node agent run as a
+process (``runtime.node``) beside it would register the node twice.
 """
 
 from __future__ import annotations

@@ -16,6 +16,10 @@ The deployment's record is the actors' names (namespace "mafka4", ``<cluster>/de
 included (the member actors know it). ``deploy`` is idempotent: what runs is kept, only what
 is missing is started. It returns once every write and read node is registered and every read
 node serves clients, whose addresses it reports (what clients need: ``$MAFKA4_BOOTSTRAP``).
+With ``wait=False`` (``--no-wait``) it neither requires write and read nodes nor waits for them:
+it returns once etcd, the credential and the controller are up, and the controller gives each
+node an agent as Ray adds it. That is how a cluster launcher's head deploys (``ray_cluster.yaml``):
+its start commands run before the autoscaler launches any worker.
 
 ``undeploy`` stops, in order: the controller (so nothing restarts what follows), the node agents
 (each revokes its registration), the cluster's other named actors (read nodes and partition
@@ -72,13 +76,14 @@ class DeploySettings:
     node_lease_ttl_s: int = ClusterConfig().node_lease_ttl_s
     client_port: int = CLIENT_PORT_DEFAULT  # the read nodes' client port; 0: any free port
     ready_timeout_s: float = ClusterConfig().start_timeout_s
+    wait: bool = True  # require write and read nodes, and wait until they serve; False: neither (module docstring)
 
 
 @dataclass(frozen=True, slots=True)
 class DeployReport:
     etcd_members: tuple[EtcdServer, ...]
     started: tuple[str, ...]  # what this deploy started; empty when everything already ran
-    write_nodes: tuple[str, ...]
+    write_nodes: tuple[str, ...]  # empty when it did not wait for the nodes
     read_nodes: tuple[str, ...]
     bootstrap: tuple[str, ...]  # the read nodes' client addresses
     credential: str  # where the admin's credential was written
@@ -92,12 +97,13 @@ class DeployReport:
 def deploy(settings: DeploySettings, home: Path) -> DeployReport:
     """Bring up what is missing of the deployment (module docstring); this process has joined Ray.
 
-    Raises NotDeployable when the Ray cluster lacks what a deployment needs, a node cannot start
-    its etcd member, or the nodes are not all serving within ``settings.ready_timeout_s``.
+    Raises NotDeployable when the Ray cluster lacks what a deployment needs (a head-type node;
+    with ``settings.wait``, a write and a read node too), a node cannot start its etcd member, or
+    (with ``settings.wait``) the nodes are not all serving within ``settings.ready_timeout_s``.
     """
     cluster = settings.cluster
     ray_nodes = list_ray_nodes()
-    roles = require_mafka4_nodes(ray_nodes)
+    roles = require_mafka4_nodes(ray_nodes) if settings.wait else {role: [] for role in NodeRole}
     placement = place_etcd_members(ray_nodes)
     running = _member_hosts(cluster)
     step = plan_deploy(placement, running, _actor(controller_host_actor_name(cluster)) is not None)
@@ -117,7 +123,8 @@ def deploy(settings: DeploySettings, home: Path) -> DeployReport:
         if step.start_controller:
             _start_controller(settings, etcd_endpoint(members), placement.controller_ray_node_id)
             started.append("controller")
-        bootstrap = _wait_until_serving(store, cluster, roles, time.monotonic() + settings.ready_timeout_s)
+        bootstrap = (_wait_until_serving(store, cluster, roles, time.monotonic() + settings.ready_timeout_s)
+                     if settings.wait else ())
     finally:
         store.close()
     return DeployReport(members, tuple(started), tuple(roles[NodeRole.WRITE]), tuple(roles[NodeRole.READ]),

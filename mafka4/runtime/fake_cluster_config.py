@@ -24,12 +24,12 @@ into what that needs; what it keeps, replaces and leaves out, and why:
 * **Left out, listed in ``commands_not_run`` with the reason:** every command but the head's
   ``ray start``. The fake provider runs no commands on the nodes it starts (node updaters are
   off: there is nothing to SSH into), and it starts each worker's raylet itself, in place of the
-  worker's ``ray start`` line. The setup commands install what this machine already has. The
-  head's other start commands (etcd, the node config, the controller) bind fixed ports and write
-  under ``~``; the worker's node agent line needs ``$RAY_HEAD_IP`` and a host name of its own.
-  None of them can run unchanged here. A test that deploys mafka4 on the fake cluster runs
-  mafka4's own steps itself. The worker line's per-node resource (``mafka4_node_<hostname>``)
-  is lost too: the fake provider gives every node of a type the same resources.
+  worker's ``ray start`` line, with the node type's resources, which is all the yaml's workers
+  carry too. The setup commands install what this machine already has. The head's other start
+  commands (``mafka4 undeploy`` and ``mafka4 deploy --no-wait``) name the head by the address
+  ``hostname -I`` prints, where the fake cluster's Ray is on 127.0.0.1, and deploy's data dir is
+  under ``~``: a test that deploys mafka4 on the fake cluster runs ``mafka4 deploy`` itself, with
+  the fake head's address and a data dir of its own.
 * **Dropped flags of the head line:** ``--object-manager-port`` (a fixed port that another Ray on
   this machine may hold; Ray picks a free one) and the dashboard flags (``--include-dashboard=false``:
   its fixed port 8265 may be taken too, and nothing in a test reads it). The dashboard agent, which
@@ -94,14 +94,13 @@ DROPPED_HEAD_FLAGS = ("--object-manager-port", "--dashboard-host", "--dashboard-
                       "--dashboard-agent-listen-port")
 
 NOT_RUN_SETUP = "installs what this machine already has; the fake provider runs no commands on its nodes"
-NOT_RUN_HEAD = ("mafka4's own step on the head (its etcd, config and controller, or stopping an earlier start's): "
-                "fixed ports and files under ~, so it cannot run unchanged here; a test that deploys mafka4 on "
-                "the fake cluster runs its steps itself")
+NOT_RUN_HEAD = ("mafka4's own step on the head (deploy, or undeploy of an earlier start): it names the head by "
+                "`hostname -I`'s address, not the fake cluster's 127.0.0.1, and its data dir is under ~, so it cannot "
+                "run unchanged here; a test that deploys mafka4 on the fake cluster runs mafka4 deploy itself")
 NOT_RUN_RAY_STOP = "stops Ray by name; the harness stops its processes by PID"
 NOT_RUN_WORKER_RAY_START = ("the fake provider starts each worker's raylet itself, with its node type's resources "
-                            "(not this line's per-node resource)")
-NOT_RUN_WORKER = ("runs on a worker, which the fake provider runs no commands on (and which would need "
-                  "$RAY_HEAD_IP and a host name of its own)")
+                            "(what the autoscaler gives this line in $RAY_OVERRIDE_RESOURCES)")
+NOT_RUN_WORKER = "runs on a worker, which the fake provider runs no commands on (and which would need $RAY_HEAD_IP)"
 
 
 @dataclass(frozen=True, slots=True)

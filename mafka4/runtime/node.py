@@ -3,11 +3,11 @@
     python -m mafka4.runtime.node --etcd HOST:PORT[,HOST:PORT...] --cluster NAME --role write|read --node-id ID [--data-dir DIR]
     python -m mafka4.runtime.node --etcd HOST:PORT[,HOST:PORT...] --cluster NAME [--data-dir DIR] [--wait-s S]
 
-``mafka4 up`` registers its simulated nodes itself (``mafka4.runtime.daemon``). On a cluster
-started by Ray's launcher (``ray_cluster.yaml``) every worker runs this agent after
-``ray start``; a controller started with ``--node-agents`` instead runs the same agent as a
-Ray actor on every such node (``mafka4.runtime.node_agents``), and no command runs on
-workers. ``--node-id`` must be the id in the Ray resource the machine offers,
+``mafka4 up`` registers its simulated nodes itself (``mafka4.runtime.daemon``). On a Ray
+cluster, ``mafka4 deploy`` (and so ``ray_cluster.yaml``) starts a controller with
+``--node-agents``, which runs the same agent as a Ray actor on every write and read node
+(``mafka4.runtime.node_agents``): no command runs on workers. Run as a process, on a worker
+after ``ray start``, ``--node-id`` must be the id in the Ray resource the machine offers,
 ``mafka4_node_<id>`` (``ray_cluster.node_resource``): replicas placed on the node are pinned
 by that resource, so under another id they would wait for a Ray node that does not exist
 (the actor takes its id from that resource, or, on a node offering none, from the Ray node's
@@ -16,7 +16,7 @@ id: ``node_identity.identify_node``).
 With ``--role`` and ``--node-id`` (a node agent) it
 
 1. writes the cluster config key ``{"data_root": DIR}`` unless the key exists: the first
-   writer (normally the head, below) fixes the data root of the whole cluster, and a
+   writer (the first agent, or a config-only run, below) fixes the data root of the whole cluster, and a
    different ``--data-dir`` is ignored with a warning. This comes before the registration
    because placement reads the data root as soon as a node is registered;
 2. creates the data root on this machine, so that a path the node cannot write fails here
@@ -29,8 +29,8 @@ With ``--role`` and ``--node-id`` (a node agent) it
 4. on SIGTERM/SIGINT revokes its lease, so the node leaves placement at once, and exits 0.
 
 Without ``--role`` and ``--node-id`` it does step 1 only and exits: 0 once the key holds a
-data root, 1 if etcd did not answer within ``--wait-s``. The head of a Ray cluster runs this
-so that the config exists before any node registers, although it hosts no replicas itself.
+data root, 1 if etcd did not answer within ``--wait-s``: a head that hosts no replicas can run
+it so that the config exists before any node registers.
 The cluster config written here holds only the data root: unlike ``mafka4 up``'s, a
 launcher cluster has no fixed node list (nodes come and go with their registrations).
 

@@ -10,6 +10,8 @@ undeploy leaves no process and no named actor of the cluster behind.
 * No node offers ``mafka4_head``: one etcd member, on Ray's head, said loudly.
 * All three nodes offer it: three members, one per node; undeploy then deploy starts them again
   on their data (recorded peers), and the topic is still there.
+* ``deploy --no-wait`` (as ``ray_cluster.yaml``'s head runs it) returns without waiting for the
+  nodes, which the controller then brings in.
 """
 
 from __future__ import annotations
@@ -188,6 +190,29 @@ def test_deploy_serves_clients_from_the_ray_address_alone_and_undeploy_leaves_no
         out = undeploy_leaves_nothing(capsys, address, {member["pid"]: "etcd",
                                                          status["controller"]["pid"]: "controller_process"})
         assert "etcd member mafka4" in out and "node agent wa" in out and "node agent ra" in out
+    finally:
+        if named_actors():
+            cli.main(["undeploy", "--address", address, "--cluster", CLUSTER])
+
+
+def test_deploy_no_wait_returns_at_once_and_the_controller_brings_the_nodes_in(ray_only, capsys):
+    """As ray_cluster.yaml's head deploys, before Ray adds its workers: deploy --no-wait returns once etcd and the
+    controller run; the controller then gives each node its agent, and status shows them registered and serving."""
+    home, address, _ = ray_only
+    try:
+        code, out, err = mafka4(capsys, "deploy", "--address", address, "--cluster", CLUSTER, "--no-wait",
+                                "--data-dir", str(home / "data"), "--client-port", "0")
+        assert code == 0 and "controller" in out and "nodes join as Ray adds them" in out, (out, err)
+
+        def nodes_in() -> dict | None:
+            status = deployment_status(capsys, address)
+            return status if (set(status.get("registered_nodes", ())) == {"wa", "ra"}
+                              and list(status.get("serving_read_nodes", ())) == ["ra"]) else None
+
+        status = wait_until(nodes_in, 300, 1.0)
+        assert status, deployment_status(capsys, address)
+        undeploy_leaves_nothing(capsys, address, {**{m["pid"]: "etcd" for m in status["etcd_members"]},
+                                                  status["controller"]["pid"]: "controller_process"})
     finally:
         if named_actors():
             cli.main(["undeploy", "--address", address, "--cluster", CLUSTER])

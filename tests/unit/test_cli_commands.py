@@ -121,7 +121,8 @@ def test_command_lines_parse_to_the_documented_defaults():
 def test_deploy_status_and_undeploy_name_a_ray_cluster_and_parse_to_the_documented_defaults(monkeypatch):
     deploy = parse("deploy", "--address", "10.0.0.5:6379")
     assert (deploy.address, deploy.cluster, deploy.data_dir, deploy.node_lease_ttl_s, deploy.client_port,
-            deploy.ready_timeout_s) == ("10.0.0.5:6379", "local", "~/mafka4-data", 10, 9192, 120)
+            deploy.ready_timeout_s, deploy.wait) == ("10.0.0.5:6379", "local", "~/mafka4-data", 10, 9192, 120, True)
+    assert parse("deploy", "--address", "h:1", "--no-wait").wait is False
     assert parse("undeploy", "--address", "h:1").address == "h:1"
     assert parse("status").address is None, "without --address: the local cluster, as before"
     assert parse("status", "--address", "h:1", "--cluster", "prod").cluster == "prod"
@@ -135,6 +136,27 @@ def test_deploy_refuses_a_bad_client_port_before_joining_ray(monkeypatch, capsys
     monkeypatch.setattr("mafka4.runtime.connect.join_ray", no_ray)
     assert cli.main(["deploy", "--address", "h:1", "--client-port", "70000"]) == 2
     assert "--client-port 70000 is not a TCP port" in capsys.readouterr().err
+
+
+def test_deploy_no_wait_passes_it_on_and_says_nodes_join_later_and_where_to_see_them(monkeypatch, capsys):
+    from mafka4.runtime.deploy import DeployReport
+    from mafka4.runtime.etcd_member import EtcdServer
+
+    joined, given = [], []
+    monkeypatch.setattr("mafka4.runtime.connect.join_ray", joined.append)
+
+    def deployed(settings, home):
+        given.append(settings)
+        member = EtcdServer(pid=7, client_port=2379, data_dir="d", log_path="l", host="10.0.0.5")
+        return DeployReport((member,), ("etcd member mafka4 on 10.0.0.5:2379", "controller"), (), (), (), "/c")
+
+    monkeypatch.setattr("mafka4.runtime.deploy.deploy", deployed)
+    assert cli.main(["deploy", "--address", "10.0.0.5:6379", "--no-wait", "--cluster", "prod"]) == 0
+    [settings] = given
+    assert joined == ["10.0.0.5:6379"] and settings.wait is False and settings.cluster == "prod"
+    out = capsys.readouterr().out
+    assert "started etcd member mafka4 on 10.0.0.5:2379, controller" in out
+    assert "nodes join as Ray adds them" in out and "'mafka4 status --address 10.0.0.5:6379 --cluster prod'" in out
 
 
 def test_status_with_an_address_reports_the_deployment_and_exits_1_unless_it_runs(monkeypatch, capsys):

@@ -125,6 +125,8 @@ def test_every_command_but_the_head_s_ray_start_is_listed_as_not_run_with_a_reas
     worker_ray_start = next(item for item in derived.commands_not_run
                             if item.section == "worker_start_ray_commands" and "ray start" in item.command)
     assert "fake provider starts" in worker_ray_start.reason
+    deploy = next(item for item in derived.commands_not_run if "mafka4 deploy" in item.command)
+    assert deploy.section == "head_start_ray_commands" and "runs mafka4 deploy itself" in deploy.reason
     # The provider runs none of them: the config the autoscaler reads holds no command.
     assert all(derived.autoscaling_config[section] == [] for section in sections)
 

@@ -1,10 +1,12 @@
-"""ray_cluster.yaml passes Ray's own config checks, offline, gives write/read nodes their resources and runs a 3-member etcd."""
+"""ray_cluster.yaml passes Ray's own config checks, offline; its workers run Ray alone, with their type's resources, and
+its head runs mafka4 through ``mafka4 deploy --no-wait`` after ``ray start --head``."""
 
 from __future__ import annotations
 
 import copy
 import json
 import re
+import shlex
 import socket
 import subprocess
 from pathlib import Path
@@ -12,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mafka4.limits import ETCD_HISTORY_RETENTION_S, ETCD_TXN_OPS_MAX
-from mafka4.metadata.endpoints import parse_endpoints
+from mafka4 import cli
+from mafka4.runtime.deploy_plan import DATA_DIR_DEFAULT
 from mafka4.runtime.environment import apply_ray_environment
 from mafka4.runtime.ray_cluster import ray_system_config
 from mafka4.transport.ray_names import NODE_RESOURCE_PREFIX, NODE_RESOURCE_UNITS, READ_NODE_RESOURCE, WRITE_NODE_RESOURCE
@@ -49,26 +51,68 @@ def test_config_validates_as_written_and_after_prepare_config(config, no_network
     assert set(prepared["available_node_types"]) == {"head", "write_node", "read_node"}
 
 
-def test_write_and_read_node_types_carry_mafka4_resources_and_the_head_none(config):
+HEAD_ADDRESS = "10.0.0.5"  # stands for the head's address the commands read from `hostname -I`
+
+
+def test_workers_run_ray_alone_and_carry_only_their_type_s_resource(config):
     node_types = config["available_node_types"]
     assert node_types["write_node"]["resources"] == {WRITE_NODE_RESOURCE: NODE_RESOURCE_UNITS}
     assert node_types["read_node"]["resources"] == {READ_NODE_RESOURCE: NODE_RESOURCE_UNITS}
     assert not {WRITE_NODE_RESOURCE, READ_NODE_RESOURCE} & set(node_types["head"]["resources"])
     assert node_types["write_node"]["min_workers"] >= 1 and node_types["read_node"]["min_workers"] >= 1
-    worker_start = " ".join(config["worker_start_ray_commands"])
-    assert f'\\"{NODE_RESOURCE_PREFIX}$(hostname -s)\\": {NODE_RESOURCE_UNITS}' in worker_start
+    # The controller starts each worker's node agent as an actor: no mafka4 command runs there, and a worker is
+    # known by its Ray node id, not by a per-node resource of its own.
+    worker_commands = config["worker_setup_commands"] + config["worker_start_ray_commands"]
+    assert [re.search(r"\bray (stop|start)\b", command).group(0) for command in worker_commands] == [
+        "ray stop", "ray start"]
+    ray_start = config["worker_start_ray_commands"][-1]
+    assert "--address=$RAY_HEAD_IP:6379" in ray_start and "--resources" not in ray_start
+    for command in worker_commands:
+        assert not re.search(r"\bmafka4\b|python|nohup|\.pid\b", command), command
+    assert NODE_RESOURCE_PREFIX not in json.dumps(config)
 
 
-def test_head_starts_etcd_ray_and_the_controller_and_every_node_installs_mafka4(config):
+def test_the_head_undeploys_stops_and_starts_ray_then_deploys_without_waiting_for_workers(config):
     head_start = config["head_start_ray_commands"]
-    assert any(command.startswith("HEAD_IP=") and "nohup etcd " in command for command in head_start)
-    assert any("ray start --head" in command for command in head_start)
-    controller = next(command for command in head_start if "mafka4.runtime.controller_process" in command)
-    # mafka4 defaults Ray to loopback-only; on a multi-host cluster the controller must opt out.
-    assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 nohup python -m mafka4.runtime.controller_process" in controller
-    assert "etcd-server" in " ".join(config["head_setup_commands"])
-    assert "pip install \"$HOME/mafka4[server]\"" in " ".join(config["setup_commands"])  # a node runs a cluster
-    assert config["file_mounts"] == {"~/mafka4": "."}
+    steps = [next(i for i, command in enumerate(head_start) if marker in command)
+             for marker in ("mafka4 undeploy", "ray stop", "ray start --head", "mafka4 deploy")]
+    assert steps == sorted(steps) and len(set(steps)) == 4, head_start
+    assert head_start[steps[0]].endswith("|| true"), "the first start has no Ray, so nothing to undeploy"
+    assert len(head_start) == 4, "nothing else: etcd and the controller are deploy's"
+    assert "etcd-server" in " ".join(config["head_setup_commands"])  # deploy starts its members from Debian's etcd
+    assert "pip install \"$HOME/mafka4[server]\"" in " ".join(config["setup_commands"])  # every node runs actors
+    assert config["file_mounts"]["~/mafka4"] == "."
+
+
+def mafka4_command_line(command: str) -> list[str]:
+    """The arguments of the ``mafka4 ...`` part of a shell command, with the head's address filled in."""
+    line = re.search(r"\bmafka4 ((?:deploy|undeploy) [^|;]*)", command).group(1)
+    return shlex.split(line.replace("$HEAD_IP", HEAD_ADDRESS))
+
+
+def test_the_head_s_deploy_and_undeploy_parse_with_mafka4_s_own_command_line(config, monkeypatch):
+    monkeypatch.delenv("MAFKA4_CLUSTER", raising=False)
+    head_start = config["head_start_ray_commands"]
+    deploy = cli.build_parser().parse_args(mafka4_command_line(
+        next(command for command in head_start if "mafka4 deploy" in command)))
+    assert (deploy.address, deploy.wait, deploy.data_dir, deploy.cluster) == (
+        f"{HEAD_ADDRESS}:6379", False, DATA_DIR_DEFAULT, "local")
+    undeploy = cli.build_parser().parse_args(mafka4_command_line(
+        next(command for command in head_start if "mafka4 undeploy" in command)))
+    assert (undeploy.address, undeploy.cluster) == (deploy.address, deploy.cluster)
+    ray_start = next(command for command in head_start if "ray start --head" in command)
+    assert "--port=6379" in ray_start and "--dashboard-host=127.0.0.1" in ray_start
+    assert all(command.startswith("HEAD_IP=$(hostname -I | awk '{print $1}'); ")
+               for command in head_start if "mafka4 " in command)
+
+
+def test_every_node_s_shell_runs_ray_with_its_token_and_mafka4_s_drivers_off_loopback(config):
+    """Ray's token reaches every node (file_mounts) and every command's shell is in token mode; mafka4's drivers,
+    which default Ray to loopback, join by the head's address."""
+    assert config["file_mounts"]["~/.ray/auth_token"] == "~/.ray/auth_token"
+    setup = config["setup_commands"]
+    assert "echo 'export RAY_AUTH_MODE=token' >> ~/.bashrc" in " ".join(setup)
+    assert "echo 'export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1' >> ~/.bashrc" in " ".join(setup)
 
 
 def test_every_command_is_valid_shell(config):
@@ -80,39 +124,8 @@ def test_every_command_is_valid_shell(config):
             assert checked.returncode == 0, (section, command, checked.stderr)
 
 
-def test_the_head_s_etcd_accepts_a_whole_topic_in_one_transaction(config):
-    etcd_command = next(c for c in config["head_start_ray_commands"] if "etcd --name" in c)
-    assert f"--max-txn-ops {ETCD_TXN_OPS_MAX}" in etcd_command, (
-        "a topic of 1,024 VPs is created, and a lone member's closing commit made, in one transaction")
-
-
-def test_the_head_s_etcd_compacts_its_history(config):
-    etcd_command = next(c for c in config["head_start_ray_commands"] if "etcd --name" in c)
-    assert (f"--auto-compaction-mode periodic --auto-compaction-retention {ETCD_HISTORY_RETENTION_S}s"
-            in etcd_command), "without compaction etcd's history grows until its quota refuses every write"
-
-
 def test_the_head_s_ray_gets_the_system_config_a_local_cluster_gets(config):
     ray_start = next(c for c in config["head_start_ray_commands"] if "ray start --head" in c)
     given = re.search(r"--system-config='([^']*)'", ray_start)
     assert given, "the head's ray start has no --system-config"
     assert json.loads(given.group(1)) == ray_system_config()
-
-
-def test_the_head_runs_three_etcd_members_and_every_etcd_client_is_given_all_three(config):
-    etcd_command = next(c for c in config["head_start_ray_commands"] if "etcd --name" in c)
-    cluster = dict(item.split("=", 1) for item in re.search(r"CLUSTER=(\S+);", etcd_command).group(1).split(","))
-    members = re.search(r"for MEMBER in ([^;]+); do", etcd_command).group(1).split()
-    names_ports = [member.split(":") for member in members]  # "<n>:<client port>:<peer port>"
-    assert len(members) == 3 and len(cluster) == 3
-    assert {f"mafka4-{n}": f"http://127.0.0.1:{peer}" for n, _, peer in names_ports} == cluster
-    assert "--name mafka4-$N" in etcd_command and "--initial-cluster $CLUSTER" in etcd_command
-    assert len({client for _, client, _ in names_ports} | {peer for _, _, peer in names_ports}) == 6
-    client_ports = sorted(int(client) for _, client, _ in names_ports)
-
-    commands = config["head_start_ray_commands"] + config["worker_start_ray_commands"]
-    given = [re.sub(r"\$\w+", "h", endpoint) for command in commands
-             for endpoint in re.findall(r"--etcd (\S+)", command)]
-    assert len(given) == 3  # the head's config command, the controller, the node agents
-    for endpoint in given:
-        assert sorted(member.port for member in parse_endpoints(endpoint)) == client_ports, endpoint
