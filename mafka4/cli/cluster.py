@@ -6,9 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from mafka4.cli.deployment import add_cluster_arguments, deployment_status
-from mafka4.errors import InvalidConfig
-from mafka4.limits import ETCD_MEMBER_COUNTS, parse_setting
+from mafka4.cli.deployment import add_cluster_arguments, add_controller_setting_argument, deployment_status
+from mafka4.limits import ETCD_MEMBER_COUNTS
 from mafka4.limits.servers import ClusterConfig
 
 
@@ -19,9 +18,7 @@ def add_commands(commands) -> None:
     up.add_argument("--etcd-members", type=int, choices=ETCD_MEMBER_COUNTS, default=ClusterConfig().etcd_members,
                     help="etcd members on 127.0.0.1 (default %(default)s); 3 keep metadata, leases and watches "
                          "working when any one member, the leader included, is lost")
-    up.add_argument("--controller-setting", action="append", default=[], type=_setting, metavar="NAME=VALUE",
-                    help="run the controller with another ControllerConfig value, e.g. vp_merge_delay_ms=5000 or "
-                         "read_node_gone_ms=60000 (repeatable)")
+    add_controller_setting_argument(up)
     up.set_defaults(run=_cmd_up)
     commands.add_parser("down", help="stop the local cluster and every process it started").set_defaults(run=_cmd_down)
     status = commands.add_parser("status", help="show whether the local cluster runs, which nodes are registered, and "
@@ -33,13 +30,6 @@ def add_commands(commands) -> None:
     commands.add_parser("demo", help="start a throwaway cluster; a producer writes while a consumer group grows from 1 "
                                      "to 4 members, each join splitting a virtual partition; check every message is "
                                      "read once, in order per key; stop it (under a minute)").set_defaults(run=_cmd_demo)
-
-
-def _setting(text: str) -> tuple[str, int]:
-    try:
-        return parse_setting(text)
-    except InvalidConfig as error:
-        raise argparse.ArgumentTypeError(error.message) from None
 
 
 def _cmd_up(args: argparse.Namespace) -> int:

@@ -10,7 +10,8 @@ import json
 import os
 import sys
 
-from mafka4.limits import CLIENT_PORT_DEFAULT
+from mafka4.errors import InvalidConfig
+from mafka4.limits import CLIENT_PORT_DEFAULT, parse_setting
 from mafka4.limits.servers import ClusterConfig
 from mafka4.runtime.deploy_plan import DATA_DIR_DEFAULT, HEAD_NODE_RESOURCE
 from mafka4.runtime.state import CLUSTER_NAME_DEFAULT
@@ -34,6 +35,7 @@ def add_commands(commands) -> None:
                         help="the port read nodes serve clients on; 0 for any free port (default %(default)s)")
     deploy.add_argument("--ready-timeout-s", type=int, default=ClusterConfig().start_timeout_s,
                         help="wait at most this long for every node to register and serve (default %(default)s)")
+    add_controller_setting_argument(deploy)
     deploy.add_argument("--no-wait", dest="wait", action="store_false",
                         help="neither require write and read nodes nor wait for them: return once etcd and the "
                              "controller run, which gives each node an agent as Ray adds it (a cluster launcher's "
@@ -47,6 +49,20 @@ def add_commands(commands) -> None:
     undeploy.set_defaults(run=_cmd_undeploy)
 
 
+def add_controller_setting_argument(parser: argparse.ArgumentParser) -> None:
+    """``--controller-setting NAME=VALUE`` (repeatable): a ControllerConfig value for the cluster's controller."""
+    parser.add_argument("--controller-setting", action="append", default=[], type=_setting, metavar="NAME=VALUE",
+                        help="run the controller with another ControllerConfig value, e.g. vp_merge_delay_ms=5000, "
+                             "read_node_gone_ms=60000 or read_node_scaling=1 (repeatable)")
+
+
+def _setting(text: str) -> tuple[str, int]:
+    try:
+        return parse_setting(text)
+    except InvalidConfig as error:
+        raise argparse.ArgumentTypeError(error.message) from None
+
+
 def add_cluster_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
     parser.add_argument("--address", required=required, metavar="ADDR",
                         help="the Ray cluster's GCS address, HOST:PORT (Ray's token, if it needs one: RAY_AUTH_MODE=token "
@@ -56,17 +72,18 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, required: bool = True
 
 
 def _cmd_deploy(args: argparse.Namespace) -> int:
-    from mafka4.errors import InvalidConfig
     from mafka4.runtime.connect import join_ray
     from mafka4.runtime.deploy import DeploySettings, deploy
     from mafka4.runtime.environment import mafka4_home
 
     if args.client_port not in range(0, 65536):
         raise InvalidConfig(f"--client-port {args.client_port} is not a TCP port: give 1-65535, or 0 for any")
-    ClusterConfig(node_lease_ttl_s=args.node_lease_ttl_s, start_timeout_s=args.ready_timeout_s)  # their rules
+    controller_settings = tuple(args.controller_setting)
+    ClusterConfig(node_lease_ttl_s=args.node_lease_ttl_s, start_timeout_s=args.ready_timeout_s,
+                  controller_settings=controller_settings)  # their rules, an unknown setting named before Ray is joined
     join_ray(args.address)
     report = deploy(DeploySettings(args.cluster, args.data_dir, args.node_lease_ttl_s, args.client_port,
-                                   args.ready_timeout_s, args.wait), mafka4_home())
+                                   args.ready_timeout_s, args.wait, controller_settings), mafka4_home())
     for warning in report.warnings:
         print(f"mafka4: {warning}", file=sys.stderr)
     members = len(report.etcd_members)

@@ -77,6 +77,8 @@ class DeploySettings:
     client_port: int = CLIENT_PORT_DEFAULT  # the read nodes' client port; 0: any free port
     ready_timeout_s: float = ClusterConfig().start_timeout_s
     wait: bool = True  # require write and read nodes, and wait until they serve; False: neither (module docstring)
+    # ControllerConfig values the controller runs with instead of the defaults, as (name, value) pairs
+    controller_settings: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +249,8 @@ def _start_controller(settings: DeploySettings, endpoint: str, ray_node_id: str)
     arguments = ["--etcd", endpoint,
                "--ray-address", ray.get_runtime_context().gcs_address, "--cluster", settings.cluster,
                "--controller-id", CONTROLLER_ID, "--node-agents", "--node-data-dir", settings.data_dir,
-               "--node-lease-ttl-s", str(settings.node_lease_ttl_s), "--node-client-port", str(settings.client_port)]
+               "--node-lease-ttl-s", str(settings.node_lease_ttl_s), "--node-client-port", str(settings.client_port),
+               *(argument for name, value in settings.controller_settings for argument in ("--setting", f"{name}={value}"))]
     host = ray.remote(ControllerHost).options(
         name=controller_host_actor_name(settings.cluster), namespace=NAMESPACE, lifetime="detached", num_cpus=0,
         max_restarts=0, scheduling_strategy=NodeAffinitySchedulingStrategy(ray_node_id, soft=False),

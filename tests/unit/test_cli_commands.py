@@ -136,6 +136,15 @@ def test_deploy_refuses_a_bad_client_port_before_joining_ray(monkeypatch, capsys
     monkeypatch.setattr("mafka4.runtime.connect.join_ray", no_ray)
     assert cli.main(["deploy", "--address", "h:1", "--client-port", "70000"]) == 2
     assert "--client-port 70000 is not a TCP port" in capsys.readouterr().err
+    assert cli.main(["deploy", "--address", "h:1", "--controller-setting", "no_such_setting=1"]) == 2
+    assert "unknown setting(s) no_such_setting" in capsys.readouterr().err
+
+
+def test_deploy_takes_controller_settings_as_up_does():
+    deploy = parse("deploy", "--address", "h:1", "--controller-setting", "read_node_scaling=1",
+                   "--controller-setting", "vp_merge_delay_ms=5000")
+    assert deploy.controller_setting == [("read_node_scaling", 1), ("vp_merge_delay_ms", 5000)]
+    assert parse("deploy", "--address", "h:1").controller_setting == []
 
 
 def test_deploy_no_wait_passes_it_on_and_says_nodes_join_later_and_where_to_see_them(monkeypatch, capsys):
@@ -154,6 +163,7 @@ def test_deploy_no_wait_passes_it_on_and_says_nodes_join_later_and_where_to_see_
     assert cli.main(["deploy", "--address", "10.0.0.5:6379", "--no-wait", "--cluster", "prod"]) == 0
     [settings] = given
     assert joined == ["10.0.0.5:6379"] and settings.wait is False and settings.cluster == "prod"
+    assert settings.controller_settings == ()
     out = capsys.readouterr().out
     assert "started etcd member mafka4 on 10.0.0.5:2379, controller" in out
     assert "nodes join as Ray adds them" in out and "'mafka4 status --address 10.0.0.5:6379 --cluster prod'" in out
