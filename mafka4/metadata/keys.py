@@ -51,6 +51,12 @@
                                                          value: {"kind": "add"|"release"|"hold", "reason",
                                                                  "target_read_nodes", "decided_ms", "moves",
                                                                  "releasing"}
+    /mafka4/<cluster>/released_read_nodes/<node_id>     a read node the controller released (its replicas moved
+                                                         off, its read node stopped): the node agent keeper stops
+                                                         its agent and starts none, so Ray can end the node; written
+                                                         by the controller (fenced), deleted when the release is
+                                                         called off or by the keeper once Ray no longer shows it
+                                                         value: {"released_ms"}
     /mafka4/<cluster>/replicas/<topic>/<p>/<replica>    a live replica actor, bound to its own lease
                                                          value: {"replica_id", "pid"}
     /mafka4/<cluster>/controller                        the active controller, bound to its lease; created
@@ -203,6 +209,20 @@ def parse_replica_move(cluster: str, key: str) -> tuple[str, int] | None:
 
 def read_scaling(cluster: str) -> str:
     return f"{ROOT}/{cluster}/read_scaling"
+
+
+def released_read_nodes_prefix(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/released_read_nodes/"
+
+
+def released_read_node(cluster: str, node_id: str) -> str:
+    """A read node the controller released: its node agent is stopped and not started again (``agent_plan``)."""
+    return f"{released_read_nodes_prefix(cluster)}{node_id}"
+
+
+def parse_released_read_node(cluster: str, key: str) -> str | None:
+    """The node id of a ``released_read_node`` key, else None."""
+    return _child_of(released_read_nodes_prefix(cluster), key)
 
 
 def parse_read_node_liveness(cluster: str, key: str) -> str | None:

@@ -18,6 +18,10 @@ executes the ``AgentPlan`` it returns:
   such evidence (an id Ray never showed: a shell agent's, or a node still joining) nothing is
   dropped: the registration's lease ends it if its node is really gone.
 
+* **withhold** the agent of a read node the controller released (``withheld``): its agent would
+  keep the Ray node busy (Ray does not end a node that runs any actor), so it is stopped and
+  none is started again while the mark lasts.
+
 Invariants (``tests/unit/test_agent_plan.py``): at most one start per node id, none for an id
 with an answering agent, each on an alive Ray node offering that id and role; no drop of an id
 an alive Ray node offers or an agent answers for.
@@ -61,17 +65,23 @@ class AgentPlan:
     start: tuple[AgentStart, ...] = ()
     drop: tuple[str, ...] = ()  # node ids whose registration to delete
     skipped: tuple[SkippedNode, ...] = ()
+    stop: tuple[str, ...] = ()  # withheld node ids whose agent answers: stop it (it revokes the registration)
+    forget: tuple[str, ...] = ()  # withheld node ids no alive Ray node offers any more: the mark can go
 
 
 def plan_agents(ray_nodes: Iterable[RayNode], agents: Mapping[str, str], registered: Collection[str],
-                homes: Mapping[str, str] | None = None) -> AgentPlan:
+                homes: Mapping[str, str] | None = None, withheld: Collection[str] = ()) -> AgentPlan:
     """The plan for one pass (module docstring).
 
     ``agents``: node id -> Ray node id of every agent that answered this pass.
     ``registered``: node ids with a registration in etcd.
     ``homes``: node id -> Ray node id its agent last ran on, as far as the caller remembers.
+    ``withheld``: node ids the controller released (``keys.released_read_node``): none gets an
+    agent, an answering one is stopped, so that nothing of mafka4 keeps the Ray node busy and
+    Ray's autoscaler can end it; once no alive Ray node offers the id, its mark is forgotten.
     """
     homes = homes or {}
+    withheld = frozenset(withheld)
     alive_by_id: dict[str, list[tuple[RayNode, NodeIdentity]]] = defaultdict(list)
     dead_ids: set[str] = set()
     status: dict[str, bool] = {}  # Ray node id -> alive
@@ -98,9 +108,11 @@ def plan_agents(ray_nodes: Iterable[RayNode], agents: Mapping[str, str], registe
             reason = (f"{len(carriers)} alive Ray nodes offer node id {node_id!r}: "
                       f"give each its own mafka4_node_<id> resource")
             skipped.extend(SkippedNode(node.ray_node_id, reason) for node in others)
-        elif node_id not in agents:
+        elif node_id not in agents and node_id not in withheld:
             node, identity = carriers[0]
             start.append(AgentStart(node_id, identity.role, node.ray_node_id))
+    stop = tuple(sorted(withheld & set(agents)))
+    forget = tuple(sorted(withheld - set(alive_by_id)))
 
     def left_ray(node_id: str) -> bool:
         if node_id in alive_by_id or node_id in agents:
@@ -108,7 +120,7 @@ def plan_agents(ray_nodes: Iterable[RayNode], agents: Mapping[str, str], registe
         home = homes.get(node_id) or pinned_ray_node(node_id)
         return node_id in dead_ids or (home is not None and not status.get(home, False))
 
-    if not any(status.values()):
-        return AgentPlan(tuple(start), (), tuple(skipped))
+    if not any(status.values()):  # a failed read: nothing is gone, nothing forgotten
+        return AgentPlan(tuple(start), (), tuple(skipped), stop)
     drop = tuple(sorted(node_id for node_id in registered if left_ray(node_id)))
-    return AgentPlan(tuple(start), drop, tuple(skipped))
+    return AgentPlan(tuple(start), drop, tuple(skipped), stop, forget)

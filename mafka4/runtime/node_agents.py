@@ -16,7 +16,9 @@ knows which mafka4 node died with it.
 ``NodeAgentKeeper.reconcile`` is one pass: read Ray's node list, the agents' names and
 reports, and the registrations; ask ``agent_plan.plan_agents`` what to do; start the
 agents it names and delete the registrations of nodes that left Ray (compare-and-delete on
-the key's revision, so a node registering again meanwhile keeps its key). The controller's
+the key's revision, so a node registering again meanwhile keeps its key); stop the agents of
+read nodes the controller released (``keys.released_read_nodes_prefix``) and start none there,
+since Ray's autoscaler ends no node that runs an actor. The controller's
 watch on the registrations then sees the node go and repairs what it hosted, as it does when a
 lease expires. An agent whose registration loop ended with an error is killed and started
 again on a later pass. ``keep_node_agents`` runs passes every
@@ -196,7 +198,10 @@ class NodeAgentKeeper:
         # registration (so a restarted controller knows it too) and from this keeper's memory.
         homes = {node_id: item.value["ray_node_id"] for node_id, item in registered.items()
                  if "ray_node_id" in item.value} | self._homes
-        plan = plan_agents(ray_nodes, agents, registered, homes)
+        withheld = {node_id for node_id in (keys.parse_released_read_node(cluster, item.key) for item in
+                                            self._store.get_prefix(keys.released_read_nodes_prefix(cluster)))
+                    if node_id is not None}
+        plan = plan_agents(ray_nodes, agents, registered, homes, withheld)
         skipped_now = {(skipped.ray_node_id, skipped.reason) for skipped in plan.skipped}
         for ray_node_id, reason in sorted(skipped_now - self._reported):
             log.warning("Ray node %s gets no node agent: %s", ray_node_id, reason)
@@ -215,6 +220,13 @@ class NodeAgentKeeper:
             if self._store.delete_if(item.key, item.mod_revision):
                 log.info("node %s left Ray: its registration is dropped", node_id)
             self._homes.pop(node_id, None)
+        if plan.stop:
+            stop_node_agents(cluster, plan.stop)  # each revokes its registration
+            log.info("stopped the node agents of released read nodes %s, so that Ray can end them",
+                     ", ".join(plan.stop))
+        for node_id in plan.forget:
+            self._store.delete(keys.released_read_node(cluster, node_id))
+            log.info("released read node %s has left Ray", node_id)
         return plan
 
 

@@ -132,6 +132,18 @@ def test_a_node_named_after_its_ray_node_gets_an_agent_there_and_is_dropped_once
     assert plan_agents([HEAD, a], {}, registered=[node_id]).drop == ()
 
 
+def test_a_released_read_node_gets_its_agent_stopped_none_started_and_its_mark_forgotten_once_gone():
+    released = ray_node(hex_id("a"), "read", None)
+    node_id = ray_node_node_id(hex_id("a"))
+    answering = plan_agents([HEAD, released], {node_id: hex_id("a")}, [node_id], withheld=[node_id])
+    assert answering.stop == (node_id,) and answering.start == () and answering.forget == ()
+    stopped = plan_agents([HEAD, released], {}, [], withheld=[node_id])
+    assert stopped.start == () and stopped.stop == () and stopped.forget == ()
+    gone = plan_agents([HEAD], {}, [], withheld=[node_id])
+    assert gone.forget == (node_id,)
+    assert plan_agents([], {}, [], withheld=[node_id]).forget == (), "a failed read forgets nothing"
+
+
 # --- plan_agents: properties ----------------------------------------------------------------
 
 NODE_IDS = ["w0", "w1", "r0", "r1"]

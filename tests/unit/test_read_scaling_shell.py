@@ -229,6 +229,8 @@ def test_an_idle_node_is_released_its_replicas_move_off_then_its_actor_stops(new
     assert cluster.state("t", 0).replicas == ("r2",) and cluster.ray.stopped == []
     cluster.run()
     assert cluster.ray.stopped == ["r1"] and cluster.scaling.stopped_read_nodes == {"r1"}
+    released = keys.released_read_node(cluster.name, "r1")
+    assert cluster.store.get(released) is not None, "marked: the node agent keeper withholds r1's agent"
     cluster.run()
     assert cluster.ray.stopped == ["r1"], "stopped once"
     # Still registered, r1 may take a new topic's replica: it is started again and the replica moves off.
@@ -261,6 +263,7 @@ def test_load_growing_back_during_a_release_calls_it_off_and_the_stopped_node_se
     decision = cluster.last_decision()
     assert decision["kind"] == "add" and decision["releasing"] is None
     assert cluster.scaling.stopped_read_nodes == frozenset(), "the controller's repair may start r1's actor again"
+    assert cluster.store.get(keys.released_read_node(cluster.name, "r1")) is None, "its node agent may start again"
 
 
 def test_a_deposed_controller_starts_no_move_and_records_no_decision(new_cluster):

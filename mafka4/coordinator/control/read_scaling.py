@@ -20,17 +20,17 @@ only when ``ControllerConfig.read_node_scaling`` is 1. One pass:
    is logged with its reason and written to ``keys.read_scaling`` for ``mafka4 status``.
 3. **New moves.** While a node is being released: ``plan_moves_off`` for it; once it hosts
    nothing and no move leaves it, its ``ReadNode`` actor is stopped (``ReadNodeActions.stop``),
-   so nothing on it holds Ray resources and Ray's autoscaler ends it once idle. The controller
-   does not restart an actor it stopped (``stopped_read_nodes``). The node agent is not told: it
-   holds no Ray resources (``num_cpus=0``, none of the node's units), so it does not keep the
-   node busy, and it must keep the node registered until Ray ends the node (the scaling core
-   waits for the registration to go before the next release). A VP placed on the stopped node
-   meanwhile (it is still registered) takes it back: its actor starts again and the release goes
-   on. Otherwise, with no move in
+   and the node is marked released (``keys.released_read_node``), on which the node agent keeper
+   stops its agent and starts none (``agent_plan``): Ray's autoscaler ends no node that runs an
+   actor, even one holding no resources. The agent's stop revokes the node's registration, which
+   ends the release for the scaling core. The controller does not restart an actor it stopped
+   (``stopped_read_nodes``). Where no keeper runs (``mafka4 up``'s simulated nodes) the node stays
+   registered; a VP placed on the stopped node meanwhile takes it back: its actor starts again
+   and the release goes on. Otherwise, with no move in
    flight: ``plan_moves_onto`` the live read node hosting the fewest replicas (a node that just
    joined hosts none). At most ``replica_moves_in_flight_max`` moves are in flight. An add
-   decided while a node is being released calls the release off (``cancel_release``): Ray would
-   count the released node, still up, as room for the new bundle and start none.
+   decided while a node is being released calls the release off (``cancel_release``, its mark
+   deleted): Ray would count the released node, still up, as room for the new bundle and start none.
 
 Every VP with a move in flight is *busy*: the gone-node upkeep (``plan_replica_moves``) leaves
 its replicas alone until the move ended (``busy_vps``).
@@ -173,7 +173,7 @@ class ReadScaling:
         self._unstop_if_placed_on(states_by_topic)
         live = self._live(registered)
         announce, ended = self._advance(records, states_by_topic, live, fence, wall_ms)
-        decision = self._decide(registered, self._clock_ms)
+        decision = self._decide(registered, self._clock_ms, fence)
         started = self._plan(states_by_topic, live, records, len(records) - ended, decision, fence, wall_ms)
         self._record(decision, wall_ms, len(records) - ended + started, fence)
         return announce
@@ -252,11 +252,12 @@ class ReadScaling:
 
     # --- the decision -------------------------------------------------------------------------
 
-    def _decide(self, registered: frozenset[str], now_ms: int) -> ReadScalingDecision:
+    def _decide(self, registered: frozenset[str], now_ms: int, fence: Fence) -> ReadScalingDecision:
         decision = self._scaling.decide(registered, self._reports(), now_ms)
         if isinstance(decision, AddReadNodes) and self._scaling.releasing is not None:
             node = self._scaling.cancel_release()  # Ray would fit the new bundle onto it: it serves again
             self._stopped.discard(node)
+            self._store.delete_fenced(keys.released_read_node(self._cluster, node), fence)  # its agent starts again
             log.info("release of read node %s called off, more read nodes are needed: it serves again", node)
         kind = _KINDS[type(decision)]
         changed = self._last_logged != (kind, decision.target_read_nodes)
@@ -311,8 +312,10 @@ class ReadScaling:
         if hosted == 0 and not leaving:
             self._nodes.stop(node)
             self._stopped.add(node)
-            log.info("read node %s hosts no VP replica: its read node actor stopped, Ray's autoscaler may end it",
-                     node)
+            # Its node agent too (the keeper stops it and starts none): Ray ends no node that runs an actor.
+            self._store.put_fenced(keys.released_read_node(self._cluster, node), {"released_ms": wall_ms}, fence)
+            log.info("read node %s hosts no VP replica: its read node actor stopped and its node agent withheld; "
+                     "Ray's autoscaler may end it", node)
             return 0
         planned = plan_moves_off(states, live, node, busy)
         for stuck in planned.stuck:
