@@ -35,7 +35,7 @@ RAY_HEAD_NODE_RESOURCE = "node:__internal_head__"
 # A quorum survives the loss of any one of three members; five would survive two, which no
 # deployment here asks for.
 ETCD_MEMBERS_SPREAD = 3
-# A path on every node (as ray_cluster.yaml's agents use): etcd's data, the controller's log, the data root.
+# A path on every node (ray_cluster.yaml's deploy uses it): etcd's data, the controller's log, the data root.
 DATA_DIR_DEFAULT = "~/mafka4-data"
 # Member names: a lone member keeps the name of a local cluster's (runtime.etcd_member).
 LONE_MEMBER_NAME = "mafka4"

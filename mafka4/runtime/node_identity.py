@@ -25,7 +25,7 @@ from mafka4.errors import InvalidNodeId
 from mafka4.transport.ray_names import (NODE_RESOURCE_PREFIX, RAY_NODE_ID_PREFIX, READ_NODE_RESOURCE, WRITE_NODE_RESOURCE,
                                         node_resource, ray_node_node_id)
 
-# A DNS label, the longest name `hostname -s` prints (the YAML's node ids).
+# A DNS label: the longest name `hostname -s` prints, and room for ``ray-`` and a Ray node id's 56 hex digits.
 NODE_ID_CHARS_MAX = 63
 # First character not "-", so that an id is never taken for an option on a command line.
 _NODE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
