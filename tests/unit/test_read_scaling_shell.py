@@ -266,6 +266,25 @@ def test_load_growing_back_during_a_release_calls_it_off_and_the_stopped_node_se
     assert cluster.store.get(keys.released_read_node(cluster.name, "r1")) is None, "its node agent may start again"
 
 
+def test_an_add_after_a_release_ended_gives_the_released_node_still_up_its_agent_back(new_cluster):
+    cluster = new_cluster(config(read_nodes_min=1, read_node_idle_release_delay_ms=2_000, read_node_vp_replicas_max=2))
+    cluster.set_states("t", [vp_state(0, ("r2",))])
+    for _ in range(4):
+        cluster.report("r1")
+        cluster.report("r2", hosted=1)
+        cluster.run()
+    released = keys.released_read_node(cluster.name, "r1")
+    assert cluster.store.get(released) is not None
+    cluster.registered.discard("r1")  # its agent stopped: the release has ended, Ray has not ended the node yet
+    cluster.run()
+    assert cluster.last_decision()["releasing"] is None and cluster.store.get(released) is not None
+    cluster.set_states("t", [vp_state(vp, ("r2",)) for vp in range(3)])
+    cluster.report("r2", hosted=3)
+    cluster.run()
+    assert cluster.last_decision()["kind"] == "add"
+    assert cluster.store.get(released) is None, "Ray counts the idle released node for the new bundle: it must serve"
+
+
 def test_a_deposed_controller_starts_no_move_and_records_no_decision(new_cluster):
     cluster = new_cluster(config(read_nodes_min=1))
     cluster.set_states("t", [vp_state(vp, ("r1",)) for vp in range(4)])

@@ -29,8 +29,9 @@ only when ``ControllerConfig.read_node_scaling`` is 1. One pass:
    and the release goes on. Otherwise, with no move in
    flight: ``plan_moves_onto`` the live read node hosting the fewest replicas (a node that just
    joined hosts none). At most ``replica_moves_in_flight_max`` moves are in flight. An add
-   decided while a node is being released calls the release off (``cancel_release``, its mark
-   deleted): Ray would count the released node, still up, as room for the new bundle and start none.
+   calls off every release Ray has not ended yet (``cancel_release`` for the one under way, and
+   every released node's mark deleted, so its agent starts again): Ray would count a released node,
+   still up, as room for the new bundle and start none.
 
 Every VP with a move in flight is *busy*: the gone-node upkeep (``plan_replica_moves``) leaves
 its replicas alone until the move ended (``busy_vps``).
@@ -254,11 +255,8 @@ class ReadScaling:
 
     def _decide(self, registered: frozenset[str], now_ms: int, fence: Fence) -> ReadScalingDecision:
         decision = self._scaling.decide(registered, self._reports(), now_ms)
-        if isinstance(decision, AddReadNodes) and self._scaling.releasing is not None:
-            node = self._scaling.cancel_release()  # Ray would fit the new bundle onto it: it serves again
-            self._stopped.discard(node)
-            self._store.delete_fenced(keys.released_read_node(self._cluster, node), fence)  # its agent starts again
-            log.info("release of read node %s called off, more read nodes are needed: it serves again", node)
+        if isinstance(decision, AddReadNodes):
+            self._call_off_releases(fence)
         kind = _KINDS[type(decision)]
         changed = self._last_logged != (kind, decision.target_read_nodes)
         if kind != "hold" or changed:
@@ -270,6 +268,20 @@ class ReadScaling:
             self._resources.request_read_nodes(decision.target_read_nodes)
             self._requested = decision.target_read_nodes
         return decision
+
+    def _call_off_releases(self, fence: Fence) -> None:
+        """An add calls off every release Ray has not ended yet: Ray fits the new bundles onto a
+        released node that is still up (it counts nodes as if idle) and starts none, so that node
+        must serve again. The one under way stops moving off; every marked one gets its agent back
+        (the keeper starts it once the mark is gone), registers and serves."""
+        if self._scaling.releasing is not None:
+            node = self._scaling.cancel_release()
+            self._stopped.discard(node)
+            log.info("release of read node %s called off, more read nodes are needed: it serves again", node)
+        for item in self._store.get_prefix(keys.released_read_nodes_prefix(self._cluster)):
+            node = keys.parse_released_read_node(self._cluster, item.key)
+            if node is not None and self._store.delete_fenced(item.key, fence):
+                log.info("released read node %s is needed again: its node agent may start again", node)
 
     def _record(self, decision: ReadScalingDecision, wall_ms: int, in_flight: int, fence: Fence) -> None:
         self._store.put_fenced(keys.read_scaling(self._cluster), {
