@@ -60,9 +60,7 @@ def run_joins_and_leaves(connection, messages: int, members_max: int, leavers: i
             time.sleep(join_interval_s)
         assert wait_until(lambda: loop.done, 600), "the producer did not finish"
         acknowledged = loop.stop()
-        expected = {value for _, _, _, value in acknowledged}
-        assert wait_until(lambda: expected <= deliveries.values(), 300), \
-            f"{len(expected - deliveries.values())} acknowledged messages never consumed"
+        deliveries.wait_for_all(acknowledged, 300)
         with GroupAdmin(connection) as groups:
             described = groups.describe_group(group)
         assert {row.vp for row in described.virtual_partitions} >= set(active_vps(connection, topic))

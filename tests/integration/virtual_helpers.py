@@ -245,6 +245,16 @@ class Deliveries:
         with self._lock:
             return {b"%s:%d" % (key, n) for _, _, _, key, n in self.records}
 
+    def wait_for_all(self, acknowledged, timeout_s: float) -> None:
+        """Assert that every acknowledged message (as ``ProduceLoop.stop`` returns them) reaches some
+        member within ``timeout_s``."""
+        expected = {value for _, _, _, value in acknowledged}
+        assert wait_until(lambda: expected <= self.values(), timeout_s), self._never_consumed(expected)
+
+    def _never_consumed(self, expected: set[bytes]) -> str:
+        missing = sorted(expected - self.values())
+        return f"{len(missing)} of {len(expected)} acknowledged messages never consumed, e.g. {missing[:3]}"
+
     def by_member(self, member: str) -> int:
         with self._lock:
             return sum(1 for record in self.records if record[1] == member)
