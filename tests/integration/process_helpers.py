@@ -1,4 +1,8 @@
-"""Processes the integration tests start as a Ray-launcher cluster would: node agents and a controller."""
+"""Processes the integration tests start as a Ray-launcher cluster would: node agents and a controller.
+
+``agent_cluster`` puts them together: on a local cluster (``conftest.own_cluster``), a cluster name
+whose controller runs as a process and whose nodes agents register.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +18,12 @@ from typing import Iterator, Mapping, Sequence
 import pytest
 
 from mafka4.client.bootstrap import PASSWORD_ENV, USER_ENV
+from mafka4.physical.topics import TopicStore
+from mafka4.runtime.connect import Connection
 from mafka4.security.principals import ADMIN_USER
 from mafka4.security.user_store import UserStore
+
+from wait_helpers import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Long enough that a registration which disappears was revoked, not expired.
@@ -100,3 +108,47 @@ def clients_as_admin_of(store, cluster: str) -> Iterator[None]:
         patch.setenv(USER_ENV, ADMIN_USER)
         patch.setenv(PASSWORD_ENV, password)
         yield
+
+
+class AgentCluster:
+    """A cluster name on a local cluster: its controller process, and the agents of its nodes, all
+    writing their logs to ``home``; ``start_agent`` adds a node, as Ray's autoscaler would."""
+
+    def __init__(self, local, home: Path, name: str, settings: Mapping[str, int]):
+        store = local.connection.store
+        self.connection = Connection(cluster=name, store=store, state=None)
+        self.data_dir = home / "data"
+        self.agents: dict[str, Agent] = {}
+        self.controller = ControllerProcess(store.endpoint, local.state.ray_address, name, home / "controller.log",
+                                            settings)
+        self._home = home
+
+    def start_agent(self, node: str, role: str) -> None:
+        self.agents[node] = Agent(self.connection.store.endpoint, self.connection.cluster, role, node, self.data_dir,
+                                  self._home / f"agent-{node}.log")
+
+    def close(self) -> None:
+        """Every agent ever started, then the controller."""
+        for agent in self.agents.values():
+            agent.close()
+        self.controller.close()
+
+
+@contextlib.contextmanager
+def agent_cluster(local, home: Path, prefix: str, settings: Mapping[str, int], nodes: Sequence[tuple[str, str]],
+                  wait_s: float) -> Iterator[AgentCluster]:
+    """On the local cluster ``local``, a cluster name "<prefix>-<random>" whose controller runs with
+    ``settings`` and whose ``nodes`` ((node id, role) pairs) agents register. Inside, once every read
+    node of ``nodes`` is live (within ``wait_s``), this process's clients are the name's admin."""
+    cluster = AgentCluster(local, home, f"{prefix}-{secrets.token_hex(3)}", settings)
+    try:
+        for node, role in nodes:
+            cluster.start_agent(node, role)
+        store, name = cluster.connection.store, cluster.connection.cluster
+        reads = sum(role == "read" for _, role in nodes)
+        assert wait_until(lambda: len(TopicStore(store, name).live_nodes("read")) == reads, wait_s), \
+            f"not {reads} live read nodes: {TopicStore(store, name).live_nodes('read')}"
+        with clients_as_admin_of(store, name):
+            yield cluster
+    finally:
+        cluster.close()

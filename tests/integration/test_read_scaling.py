@@ -19,19 +19,15 @@ reports the controller counts the nodes as unmeasured and holds.
 
 from __future__ import annotations
 
-import secrets
-
 import pytest
 
 from mafka4.client.admin import Admin
 from mafka4.limits.servers import ClusterConfig
 from mafka4.metadata import keys
-from mafka4.physical.topics import TopicStore
-from mafka4.runtime.connect import Connection
 from mafka4.virtual.vp_store import VirtualStore
 
 from conftest import own_cluster
-from process_helpers import Agent, ControllerProcess, clients_as_admin_of
+from process_helpers import agent_cluster
 from virtual_helpers import Deliveries, Member, ProduceLoop, check_exactly_once, topic_name, vp_log
 from wait_helpers import wait_until
 
@@ -42,26 +38,10 @@ WAIT_S = 180
 
 @pytest.fixture(scope="module")
 def scaling_cluster(tmp_path_factory):
-    with own_cluster(ClusterConfig(write_nodes=1, read_nodes=3)) as local:
-        home = tmp_path_factory.mktemp("scaling")
-        name = f"scaling-{secrets.token_hex(3)}"
-        endpoint = local.connection.store.endpoint
-        controller = ControllerProcess(endpoint, local.state.ray_address, name, home / "controller.log", SETTINGS)
-        agents = {}
-
-        def start_agent(node: str, role: str) -> None:
-            agents[node] = Agent(endpoint, name, role, node, home / "data", home / f"agent-{node}.log")
-
-        try:
-            for node, role in (("w0", "write"), ("r0", "read"), ("r1", "read")):
-                start_agent(node, role)
-            assert wait_until(lambda: len(TopicStore(local.connection.store, name).live_nodes("read")) == 2, WAIT_S)
-            with clients_as_admin_of(local.connection.store, name):
-                yield Connection(cluster=name, store=local.connection.store, state=None), controller, start_agent
-        finally:
-            for agent in agents.values():
-                agent.close()
-            controller.close()
+    with own_cluster(ClusterConfig(write_nodes=1, read_nodes=3)) as local, \
+            agent_cluster(local, tmp_path_factory.mktemp("scaling"), "scaling", SETTINGS,
+                          (("w0", "write"), ("r0", "read"), ("r1", "read")), WAIT_S) as cluster:
+        yield cluster.connection, cluster.controller, cluster.start_agent
 
 
 def test_a_growing_group_adds_a_read_node_and_replicas_move_onto_it_with_nothing_lost(scaling_cluster):

@@ -13,7 +13,6 @@ after minutes:
 
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
 
 import pytest
@@ -28,7 +27,7 @@ from mafka4.virtual.hosted_vp import VpId, vp_directory
 from mafka4.virtual.vp_store import VirtualStore
 
 from conftest import own_cluster
-from process_helpers import Agent, ControllerProcess, clients_as_admin_of
+from process_helpers import ControllerProcess, agent_cluster
 from virtual_helpers import Deliveries, Member, ProduceLoop, check_exactly_once, read_everything, topic_name, vp_log
 from wait_helpers import wait_until
 
@@ -52,23 +51,10 @@ class UpkeepCluster:
 
 @pytest.fixture(scope="module")
 def upkeep_cluster(tmp_path_factory):
-    with own_cluster(ClusterConfig(write_nodes=1, read_nodes=3)) as local:
-        home = tmp_path_factory.mktemp("upkeep")
-        name = f"upkeep-{secrets.token_hex(3)}"
-        endpoint = local.connection.store.endpoint
-        controller = ControllerProcess(endpoint, local.state.ray_address, name, home / "controller.log", SETTINGS)
-        agents = {}
-        try:
-            agents = {node: Agent(endpoint, name, role, node, home / "data", home / f"agent-{node}.log")
-                      for node, role in (("w0", "write"), ("r0", "read"), ("r1", "read"), ("r2", "read"))}
-            connection = Connection(cluster=name, store=local.connection.store, state=None)
-            assert wait_until(lambda: len(TopicStore(local.connection.store, name).live_nodes("read")) == 3, WAIT_S)
-            with clients_as_admin_of(local.connection.store, name):
-                yield UpkeepCluster(connection, home / "data", agents, controller)
-        finally:
-            for agent in agents.values():
-                agent.close()
-            controller.close()
+    with own_cluster(ClusterConfig(write_nodes=1, read_nodes=3)) as local, \
+            agent_cluster(local, tmp_path_factory.mktemp("upkeep"), "upkeep", SETTINGS,
+                          (("w0", "write"), ("r0", "read"), ("r1", "read"), ("r2", "read")), WAIT_S) as cluster:
+        yield UpkeepCluster(cluster.connection, cluster.data_dir, cluster.agents, cluster.controller)
 
 
 def test_replicas_move_off_a_read_node_gone_for_good_and_nothing_is_lost(upkeep_cluster):
