@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from benchmarks.failover_settings import FailoverBenchSettings
 from benchmarks.lag import FeedLagBenchSettings
+from benchmarks.read_scale_settings import ReadScaleBenchSettings
 from benchmarks.redis_streams_figures import RedisStreamsBenchSettings
 from mafka4.cli.bench import Bench
 
@@ -16,6 +17,11 @@ FAILOVER = Bench("failover", "unavailability of a partition when its leader is k
                  "benchmarks.failover:run_failover_bench")
 FEED_LAG = Bench("feed-lag", "how far feeding trails the high watermark while one producer is saturated, per VP count",
                  FeedLagBenchSettings, "benchmarks.feed_lag:run_feed_lag_bench")
+READ_SCALE = Bench(
+    "read-scale", "a read node added by Ray's autoscaler while a group grows, on Ray's fake multi-node cluster of "
+                  "ray_cluster.yaml (issue 38): decision to first records served, produce latency and members' gaps "
+                  "during the replica moves beside a run without scaling. Its own fake cluster and deploy, no "
+                  "running cluster", ReadScaleBenchSettings, "benchmarks.read_scale:run_read_scale_bench")
 REDIS_STREAMS = Bench(
     "redis-streams", "Redis Streams on this machine (issue 15): pipelined XADD by redis-py and by a raw hiredis "
                      "socket; one group of consumer processes drains a backlog (msgs/s, CPU per message), per "

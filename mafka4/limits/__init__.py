@@ -638,7 +638,7 @@ ETCD_HEALTH_PROBE_TIMEOUT_S = 1.0
 # Ray nodes of a local cluster must register within this: a node starts in a few seconds, so
 # longer is a broken Ray install or an overloaded machine, better reported than waited for.
 RAY_NODE_START_TIMEOUT_S = 60
-# Ray's fake multi-node cluster of the integration tests (tests/integration/fake_ray_cluster.py)
+# Ray's fake multi-node cluster (mafka4/runtime/fake_ray_cluster.py)
 # must have its head up and ray_cluster.yaml's minimum workers launched within this. The
 # autoscaler decides every few seconds (Ray's update interval is 5 s) and each worker is a
 # raylet of this machine: one or two rounds and a few raylet starts on 2 busy cores take well

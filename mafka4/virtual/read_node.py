@@ -156,6 +156,9 @@ class ReadNode:
         self._peers = PeerHandles(spec.cluster, spec.node_id)
         self._records = ReadNodeRecords(spec.cluster, spec.node_id, spec.etcd_endpoint, spec.config)
         self._load = LoadMeter(spec.node_id, monotonic_ms())  # bumped by the VPs' feeds and by ``fetch``
+        # When this node first answered a consumer with records (wall ms; None: not yet): a node that
+        # joined serves from then on (``bench read-scale`` times a scale-up to it).
+        self._first_records_served_ms: int | None = None
         # Something changed on this node: every long-polling fetch (followers' and consumers') looks again.
         self._changes = ChangeSignal()
         # Which VPs changed since when, for the fetch sessions' long polls: a global sequence and
@@ -480,6 +483,9 @@ class ReadNode:
         started_ns = time.thread_time_ns()
         answers = consumer_reads.read_all(reads, bytes_max, self._hosted.get, self._spec.node_id, wall_ms())
         self._load.fetch_cpu_ns_total += time.thread_time_ns() - started_ns
+        if self._first_records_served_ms is None and any(answer.read is not None and answer.read.data
+                                                         for answer in answers):
+            self._first_records_served_ms = wall_ms()
         return answers
 
     async def list_offsets(self, vp_ids: Sequence[VpId]) -> list[tuple[int, int] | MafkaError]:
@@ -500,7 +506,7 @@ class ReadNode:
                  for name, entry in self._topics.items() if topic is None or name == topic}
         return {"node_id": self._spec.node_id, "pid": os.getpid(), "vps": vps, "feeds": feeds,
                 "replication": {leader: dict(fetcher.stats) for leader, fetcher in self._fetchers.items()},
-                "hosted_vps": len(self._hosted),
+                "hosted_vps": len(self._hosted), "first_records_served_ms": self._first_records_served_ms,
                 "housekeeping": self._housekeeper.describe(),
                 "load": None if self._load.last_report is None else self._load.last_report.to_json()}
 

@@ -26,6 +26,7 @@ from mafka4.security.user_store import UserStore
 from wait_helpers import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+CLUSTER_YAML = REPO_ROOT / "ray_cluster.yaml"
 # Long enough that a registration which disappears was revoked, not expired.
 LONG_LEASE_TTL_S = 600
 STOP_TIMEOUT_S = 30

@@ -47,12 +47,13 @@ from mafka4.metadata.endpoints import parse_endpoints
 from mafka4.metadata.store import MetadataStore
 from mafka4.physical.topics import TopicStore
 from mafka4.runtime.connect import Connection
+from mafka4.runtime.fake_ray_cluster import fake_ray_cluster
 from mafka4.runtime.temporary import temporary_home
 from mafka4.transport.ray_names import READ_NODE_RESOURCE, WRITE_NODE_RESOURCE, pinned_ray_node
 from mafka4.virtual.vp_store import VirtualStore
 
 from conftest import away_from_session_ray
-from fake_ray_cluster import fake_ray_cluster
+from process_helpers import CLUSTER_YAML
 from virtual_helpers import Deliveries, Member, ProduceLoop, topic_name
 from wait_helpers import wait_until
 
@@ -116,7 +117,7 @@ def kill_node(ray_node_id: str) -> None:
 def deployed(capsys, monkeypatch):
     """(etcd Connection, client access, controller log path) of mafka4 deployed on the yaml's fake cluster."""
     with away_from_session_ray(), temporary_home(prefix="m4fd-") as home, \
-            fake_ray_cluster(idle_timeout_minutes=IDLE_TIMEOUT_MINUTES) as fake:
+            fake_ray_cluster(CLUSTER_YAML, idle_timeout_minutes=IDLE_TIMEOUT_MINUTES) as fake:
         monkeypatch.setenv("MAFKA4_HOME", str(home))  # where deploy writes the admin's credential
         data_dir = home / "data"
         settings = [argument for name, value in SETTINGS.items() for argument in ("--controller-setting",

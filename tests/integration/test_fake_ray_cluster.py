@@ -9,10 +9,12 @@ import ray
 import yaml
 from ray.autoscaler.sdk import request_resources
 
-from conftest import away_from_session_ray
-from fake_ray_cluster import CLUSTER_YAML, fake_ray_cluster
 from mafka4.runtime.fake_cluster_config import FAKE_HEAD_NODE_ID, OBJECT_STORE_RESOURCE
+from mafka4.runtime.fake_ray_cluster import fake_ray_cluster
 from mafka4.transport.ray_names import READ_NODE_RESOURCE
+
+from conftest import away_from_session_ray
+from process_helpers import CLUSTER_YAML
 from wait_helpers import wait_until
 
 # The autoscaler decides every 5 s and a new worker is a raylet start: generous, reached only when broken.
@@ -59,7 +61,7 @@ def test_the_yaml_s_node_types_start_a_read_node_is_added_on_request_and_nothing
     read_type = next(name for name, node_type in worker_types.items() if READ_NODE_RESOURCE in node_type["resources"])
     reads_at_start = worker_types[read_type]["min_workers"]
 
-    with away_from_session_ray(), fake_ray_cluster() as cluster:
+    with away_from_session_ray(), fake_ray_cluster(CLUSTER_YAML) as cluster:
         assert ray.get_runtime_context().gcs_address == cluster.address
         assert cluster.workers_by_type() == {name: node_type["min_workers"] for name, node_type in worker_types.items()}
         workers = [node for node in ray.nodes() if node["Alive"] and node["NodeID"] != FAKE_HEAD_NODE_ID]

@@ -1,4 +1,5 @@
-"""Ray's fake multi-node cluster, shaped like ``ray_cluster.yaml``, for one ``with`` block (issue 38's checks).
+"""Ray's fake multi-node cluster, shaped like ``ray_cluster.yaml``, for one ``with`` block (issue 38's
+checks, and ``bench read-scale``).
 
 ``fake_ray_cluster`` writes the autoscaling config that ``mafka4.runtime.fake_cluster_config``
 derives from the yaml into a fresh directory under /tmp, starts the head as
@@ -55,9 +56,10 @@ from mafka4.runtime.ports import LOOPBACK, free_loopback_port
 from mafka4.runtime.session_processes import alive, descendants, kill_pids, session_members
 from mafka4.transport.ray_names import NAMESPACE
 
-from process_helpers import REPO_ROOT, agent_environment
-
-CLUSTER_YAML = REPO_ROOT / "ray_cluster.yaml"
+# The directory that holds this mafka4 package (a checkout's root when run from one): the head
+# puts it on the fake nodes' PYTHONPATH, so that their workers run this code whatever mafka4 is
+# installed.
+CODE_ROOT = Path(__file__).resolve().parents[2]
 HOME_PREFIX = "m4fake-"
 CONFIG_FILE = "autoscaling_config.yaml"
 HEAD_LOG_FILE = "ray_start_head.log"
@@ -89,7 +91,7 @@ class FakeRayCluster:
 
 
 @contextlib.contextmanager
-def fake_ray_cluster(cluster_yaml_path: Path = CLUSTER_YAML, idle_timeout_minutes: float | None = None,
+def fake_ray_cluster(cluster_yaml_path: Path, idle_timeout_minutes: float | None = None,
                      start_timeout_s: float = FAKE_RAY_CLUSTER_START_TIMEOUT_S) -> Iterator[FakeRayCluster]:
     """The fake cluster of ``cluster_yaml_path``, its minimum workers up and this process joined to it.
 
@@ -124,7 +126,7 @@ def fake_ray_cluster(cluster_yaml_path: Path = CLUSTER_YAML, idle_timeout_minute
 
 
 def _start_head(launch: FakeClusterLaunch, home: Path, temp_dir: Path, token_path: Path) -> subprocess.Popen:
-    environment = ray_environment() | agent_environment() | {
+    environment = ray_environment() | _code_environment() | {
         "RAY_FAKE_CLUSTER": "1",  # the fake provider refuses to run without it
         # The monitor terminates the fake nodes it launched when it is stopped (else they outlive it).
         "RAY_AUTOSCALER_FATESHARE_WORKERS": "1",
@@ -145,6 +147,10 @@ def _start_head(launch: FakeClusterLaunch, home: Path, temp_dir: Path, token_pat
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=home, env=environment,
             start_new_session=True,
         )
+
+
+def _code_environment() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(CODE_ROOT), os.environ.get("PYTHONPATH")])))
 
 
 def _wait_for_head(cluster: FakeRayCluster, head: subprocess.Popen, deadline: float, log_path: Path) -> None:

@@ -1,0 +1,44 @@
+"""What ``mafka4 bench read-scale`` is asked to measure (``ReadScaleBenchSettings``).
+
+Kept apart from ``benchmarks.read_scale`` (the driver, which imports Ray) so that the CLI reads
+the defaults without importing Ray. A field with a ``help`` in its metadata is an option of the
+command (``mafka4.cli.bench``); the others are fixed for the bench.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class ReadScaleBenchSettings:
+    pairs: int = field(default=2, metadata={
+        "help": "pairs of runs, each a run with read-node scaling and one without, alternated (A B A B)"})
+    consumers_at_start: int = field(default=2, metadata={"help": "group members before the group grows"})
+    consumers_at_most: int = field(default=8, metadata={"help": "group members after it grew"})
+    rate_msgs_per_s: int = field(default=500, metadata={"help": "messages per second produced for the whole run"})
+    window_s: float = field(default=150.0, metadata={
+        "help": "seconds measured after the group grew: the added read node and its moves must fit in it"})
+    cluster_yaml: str = field(default="ray_cluster.yaml", metadata={
+        "help": "the cluster config the fake Ray cluster is derived from"})
+    # Hosted VP replicas a read node may carry before the controller asks for another: the topic's
+    # 2 VPs of 2 read replicas fit on the yaml's two read nodes before the growth, its 8 VPs (16
+    # replicas, and the closed parents') do not after it. ``read_nodes_max`` is the read nodes up
+    # at the start plus one, so that exactly one node is added.
+    read_node_vp_replicas_max: int = 4
+    physical_partitions: int = 2
+    replication_factor: int = 2
+    read_replicas: int = 2
+    # Members consume this long before the growth: the measured window starts from a steady group.
+    warmup_s: float = 10.0
+    upkeep_interval_ms: int = 500
+    # No release inside a run: the group does not shrink, and the bench ends the cluster itself.
+    idle_release_delay_ms: int = 3_600_000
+    # Each run waits at most this long for the load average to fall below the quiet bound first.
+    quiet_wait_s_max: float = 180.0
+    # After the window, the members consume the rest within this long (then what is missing is counted).
+    drain_s_max: float = 60.0
+    # How often the sampler looks at etcd (the scaling decision, registrations, moves) and Ray.
+    sample_interval_s: float = 0.1
+    # ... and describes the added read node, until it served its first records (an actor call).
+    describe_interval_s: float = 0.5
