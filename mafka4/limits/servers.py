@@ -196,10 +196,12 @@ class ControllerConfig:
     # bound) read nodes; one node alone over a bound, with the total within, is evened out by
     # moving replicas, not by a new node. Each sits below what a node manages at its limit, so
     # the nodes keep up while the new one starts (minutes on a cloud VM).
-    # VP replicas a read node hosts. Not a memory bound: an idle VP costs ~6 KiB and ~2e-7
-    # cores (one node held 100,352, README), so this bounds what one node's loss leaves to
-    # rebuild elsewhere and the per-VP work of busy VPs (housekeeping, appends), which the
-    # other two measures see only once it is spent. 4096: four topics of the most VPs a topic has.
+    # Replicas of open VPs a read node hosts (replicas of sealed VPs, only drained until their
+    # retention retires them, count for no bound: metadata.read_node_load). Not a memory bound:
+    # an idle VP costs ~6 KiB and ~2e-7 cores (one node held 100,352, README), so this bounds
+    # what one node's loss leaves to rebuild elsewhere and the per-VP work of busy VPs
+    # (housekeeping, appends), which the other two measures see only once it is spent. 4096:
+    # four topics of the most VPs a topic has.
     read_node_vp_replicas_max: int = 4096
     # Bytes/s of committed physical records a read node splits into its VPs. The feed-lag bench
     # (docs/performance.md) saw feeding fall behind, unbounded, under one producer at ~75 MiB/s

@@ -38,7 +38,8 @@
                                                          to its liveness lease (metadata/read_node_load.py)
                                                          value: {"node_id", "hosted_vp_replicas",
                                                                  "fed_bytes_per_s", "fetch_cpu_cores",
-                                                                 "window_ms", "measured_at_ms"}
+                                                                 "window_ms", "measured_at_ms",
+                                                                 "sealed_vp_replicas" (absent from older nodes)}
     /mafka4/<cluster>/replica_moves/<topic>/<v>         a move of VP <v>'s replica between two live read nodes,
                                                          in flight (coordinator/control/read_scaling.py); created
                                                          (only while absent) and deleted by the controller,

@@ -3,7 +3,10 @@
 The node bumps two counters on its hot paths, and every ``load_report_interval_ms`` turns them
 into a ``ReadNodeLoad`` (``metadata.read_node_load``) over the window since the previous report:
 rates are the counters' growth divided by the window. Both counters only grow; a report
-remembers where they stood, so nothing is reset and no count is lost between two reports.
+remembers where they stood, so nothing is reset and no count is lost between two reports. The
+replica counts are not counters: the node passes what it hosts at the report's time, the
+replicas of open VPs and those of sealed VPs apart (``ReadNode._measure_load``), since only the
+open ones count for read-node scaling.
 
 * ``fed_bytes_total``: bytes of VP batches the node's feed streams appended to the VP leaders
   it hosts (``HostedVp.feed``: after the column split, repeats dropped, each record with its
@@ -33,10 +36,22 @@ Pure: no I/O, no clock (the shell passes both clocks' readings in).
 
 from __future__ import annotations
 
+from typing import AbstractSet, Collection, Mapping
+
 from mafka4.metadata.read_node_load import ReadNodeLoad
 
 NANOSECONDS_PER_MILLISECOND = 1_000_000
 MILLISECONDS_PER_SECOND = 1_000
+
+
+def open_and_sealed(hosted: Collection[tuple[str, int]],
+                    sealed_by_topic: Mapping[str, AbstractSet[int]]) -> tuple[int, int]:
+    """(replicas of open VPs, replicas of sealed VPs) among ``hosted``, the (topic, VP id) of every
+    replica a node hosts, given each topic's sealed VPs as the node knows them (retired ones
+    included: a retired VP was sealed first). Walks the sealed VPs, not the hosted ones: a node
+    hosts up to 100,000 VPs, few of them sealed, and no periodic pass walks every hosted VP."""
+    sealed = sum(1 for topic, vps in sealed_by_topic.items() for vp in vps if (topic, vp) in hosted)
+    return len(hosted) - sealed, sealed
 
 
 class LoadMeter:
@@ -58,9 +73,11 @@ class LoadMeter:
         self._fed_bytes_at_window_start = 0
         self._fetch_cpu_ns_at_window_start = 0
 
-    def report(self, hosted_vp_replicas: int, wall_now_ms: int, monotonic_now_ms: int) -> ReadNodeLoad | None:
+    def report(self, hosted_vp_replicas: int, wall_now_ms: int, monotonic_now_ms: int, *,
+               sealed_vp_replicas: int = 0) -> ReadNodeLoad | None:
         """The load over the window since the previous report, which ends now; the next window
-        starts here. None if no time passed on the monotonic clock since (the window stays open)."""
+        starts here. None if no time passed on the monotonic clock since (the window stays open).
+        ``hosted_vp_replicas``: replicas of open VPs hosted now; ``sealed_vp_replicas``: of sealed VPs."""
         window_ms = monotonic_now_ms - self._window_start_ms
         if window_ms <= 0:
             return None
@@ -75,6 +92,7 @@ class LoadMeter:
             fetch_cpu_cores=(fetch_cpu_ns - self._fetch_cpu_ns_at_window_start) / NANOSECONDS_PER_MILLISECOND / window_ms,
             window_ms=window_ms,
             measured_at_ms=wall_now_ms,
+            sealed_vp_replicas=sealed_vp_replicas,
         )
         self._window_start_ms = monotonic_now_ms
         self._fed_bytes_at_window_start, self._fetch_cpu_ns_at_window_start = fed_bytes, fetch_cpu_ns

@@ -51,7 +51,9 @@ nodes. Everything of one node runs on its event loop:
 * **Load** (``virtual.load_meter``): the feed's VP appends add their bytes to the node's
   ``LoadMeter`` and ``fetch`` the CPU it spent building each answer; every
   ``load_report_interval_ms`` the records write the load over that window with the number of VP
-  replicas hosted (``_measure_load``), for the controller's read-node scaling (issue 38).
+  replicas hosted, those of sealed VPs apart (``_measure_load``; the views of topics the node
+  runs no feed stream of are read again for it once old), for the controller's read-node
+  scaling (issue 38).
 * **Collector**: the node freezes the objects its start left (``mafka4.collector``), so that
   the full collections its per-record work causes no longer walk Ray's modules.
 
@@ -97,7 +99,7 @@ from mafka4.virtual.consumer_reads import ConsumerAnswer, ConsumerRead
 from mafka4.virtual.hosted_vp import HostedVp, VpId, vp_directory
 from mafka4.virtual.housekeeping import VpHousekeeping
 from mafka4.virtual.layout import SplitEpoch
-from mafka4.virtual.load_meter import LoadMeter
+from mafka4.virtual.load_meter import LoadMeter, open_and_sealed
 from mafka4.virtual.partition_feed import PartitionFeed
 from mafka4.virtual.peer_handles import PeerHandles
 from mafka4.virtual.read_node_records import FeedKey, ReadNodeRecords
@@ -169,6 +171,7 @@ class ReadNode:
         self._sealing: dict[VpId, asyncio.Task] = {}
         self._tasks: list[asyncio.Task] = []
         self._removals: set[asyncio.Task] = set()  # dropped VPs' directories being removed (``drop``)
+        self._view_reads: set[asyncio.Task] = set()  # views read again for the load report (``_measure_load``)
         self._closed = False
         # Consumers' and following nodes' fetches come over this (``stream_endpoint``): their
         # answers carry batches.
@@ -223,7 +226,7 @@ class ReadNode:
         self._closed = True
         self._stream_server.close()
         self._client_port.close()
-        for task in self._tasks + list(self._sealing.values()):
+        for task in self._tasks + list(self._sealing.values()) + list(self._view_reads):
             task.cancel()
         for topic in list(self._topics.values()):
             for feed in topic.feeds.values():
@@ -648,8 +651,34 @@ class ReadNode:
     def _measure_load(self) -> ReadNodeLoad | None:
         """The node's load since the last report (``ReadNodeRecords``' load reports). Every hosted VP
         replica counts, leader, follower or not yet given a role: each holds a log the node serves
-        or will; a retired VP is dropped from every node (``control.upkeep``), so none of those counts."""
-        return self._load.report(len(self._hosted), wall_ms(), monotonic_ms())
+        or will. Replicas of sealed VPs (as the topic's view knows them) are counted apart: they are
+        never fed again and only draining or replaying consumers read them, so read-node scaling
+        leaves them out (``metadata.read_node_load``). A retired VP is dropped from every node
+        (``control.upkeep``); until then it counts as sealed. A closed VP not sealed yet counts as
+        open: it is still fed up to its closing cut."""
+        self._refresh_views_unfed()
+        open_replicas, sealed_replicas = open_and_sealed(
+            self._hosted, {topic: entry.view.sealed for topic, entry in self._topics.items()})
+        return self._load.report(open_replicas, wall_ms(), monotonic_ms(), sealed_vp_replicas=sealed_replicas)
+
+    def _refresh_views_unfed(self) -> None:
+        """Read again, in the background, the views older than ``metadata_max_age_ms`` of topics
+        that this node runs no feed stream of (it only follows their VPs): no stream reads those
+        again, so they would never learn that a VP's leader sealed it elsewhere, and the node
+        would report its replica as open. A view's read is one etcd probe when nothing changed
+        (``TopicView``); the next report sees what it read."""
+        for topic, entry in self._topics.items():
+            if not entry.feeds and entry.view.old:
+                task = asyncio.get_running_loop().create_task(self._refresh_view_quietly(topic, entry.view))
+                self._view_reads.add(task)
+                task.add_done_callback(self._view_reads.discard)
+
+    async def _refresh_view_quietly(self, topic: str, view: TopicView) -> None:
+        try:
+            await view.refresh()  # one read in flight per view, shared
+        except Exception as error:  # etcd away or the topic deleted: the view keeps what it knew
+            logger.debug("read node %s: view of %s not read again for the load report: %s: %s",
+                         self._spec.node_id, topic, type(error).__name__, error)
 
     def _feed_positions(self) -> dict[FeedKey, int]:
         """Where each feed stream stands, for physical retention (``ReadNodeRecords``)."""

@@ -62,8 +62,13 @@ class TopicView:
     def invalidate(self) -> None:
         self.read_at = float("-inf")
 
+    @property
+    def old(self) -> bool:
+        """Read longer than ``max_age_ms`` ago (or invalidated)."""
+        return time.monotonic() - self.read_at >= self._max_age_s
+
     async def refresh_if_old(self) -> None:
-        if time.monotonic() - self.read_at < self._max_age_s:
+        if not self.old:
             return
         await self.refresh()
 

@@ -4,12 +4,14 @@ A write node and two read nodes are registered by node agents under a cluster na
 module; its controller runs with ``read_node_scaling=1`` and small bounds (three VP replicas per
 read node, at most three read nodes, upkeep every 500 ms). A group grows from two to four members
 while a producer writes, so the topic splits to four VPs with two read replicas each: eight
-replicas on two nodes, over 2 x 3. The controller decides to add a read node, says why, records
-the decision in etcd and asks Ray's autoscaler (a local Ray has none: the request is logged as
-asked or as failed, never raised). The test then plays the autoscaler: it starts the third read
-node's agent, as ``mafka4 up`` registers its simulated nodes (the Ray node offering ``r2``'s
-resource exists from the start). Replicas move onto it one step at a time (recorded under
-``keys.replica_moves_prefix``), and no acknowledged message is lost, repeated or reordered per key.
+replicas on two nodes, over 2 x 3 (the closed parents' four, once sealed, count for no bound:
+they are reported apart, which the test checks against the VP states). The controller decides
+to add a read node, says why, records the decision in etcd and asks Ray's autoscaler (a local
+Ray has none: the request is logged as asked or as failed, never raised). The test then plays
+the autoscaler: it starts the third read node's agent, as ``mafka4 up`` registers its simulated
+nodes (the Ray node offering ``r2``'s resource exists from the start). Replicas move onto it one
+step at a time (recorded under ``keys.replica_moves_prefix``), and no acknowledged message is
+lost, repeated or reordered per key.
 
 Needs read nodes that report their load (``keys.read_node_load``, the read-load change): without
 reports the controller counts the nodes as unmeasured and holds.
@@ -24,6 +26,7 @@ import pytest
 from mafka4.client.admin import Admin
 from mafka4.limits.servers import ClusterConfig
 from mafka4.metadata import keys
+from mafka4.metadata.read_node_load import ReadNodeLoad
 from mafka4.virtual.vp_store import VirtualStore
 
 from conftest import own_cluster
@@ -80,6 +83,20 @@ def test_a_growing_group_adds_a_read_node_and_replicas_move_onto_it_with_nothing
             f"replicas did not move onto r2 and settle: {states()}"
         assert "started (onto a new read node" in controller.log_text()
         assert all(len(state.replicas) == 2 for state in states().values()), "a VP lost or kept an extra replica"
+
+        def reported() -> tuple[int, int]:
+            loads = [ReadNodeLoad.from_json(item.value) for item in store.get_prefix(keys.read_loads_prefix(cluster))]
+            return sum(load.hosted_vp_replicas for load in loads), sum(load.sealed_vp_replicas for load in loads)
+
+        def placed() -> tuple[int, int]:
+            current = states().values()
+            return (sum(len(state.replicas) for state in current if state.sealed_end_offset is None),
+                    sum(len(state.replicas) for state in current if state.sealed_end_offset is not None))
+
+        # The split's parents are sealed: their replicas (on r0 and r1, leader and follower) are
+        # reported apart from the open VPs' ones, by the follower's node too.
+        assert wait_until(lambda: placed()[1] > 0 and reported() == placed(), WAIT_S), \
+            f"the nodes report (open, sealed) replicas {reported()}, the VP states place {placed()}"
 
         assert wait_until(lambda: loop.done, WAIT_S)
         acknowledged = loop.stop()

@@ -3,7 +3,8 @@
 import pytest
 
 from mafka4.metadata.read_node_load import ReadNodeLoad
-from mafka4.virtual.load_meter import LoadMeter
+from mafka4.virtual.hosted_vp import VpId
+from mafka4.virtual.load_meter import LoadMeter, open_and_sealed
 
 WALL_MS = 1_700_000_000_000  # the wall clock only dates a report
 START_MS = 5_000  # the monotonic clock at the meter's creation
@@ -36,6 +37,24 @@ def test_an_idle_window_reports_zero_rates_and_the_hosted_count_it_is_given():
     meter.report(3, WALL_MS, START_MS + 1_000)
     idle = meter.report(0, WALL_MS + 10_000, START_MS + 11_000)
     assert (idle.hosted_vp_replicas, idle.fed_bytes_per_s, idle.fetch_cpu_cores) == (0, 0.0, 0.0)
+
+
+def test_the_replicas_of_sealed_vps_are_reported_apart():
+    meter = LoadMeter("r0", START_MS)
+    report = meter.report(5, WALL_MS, START_MS + 1_000, sealed_vp_replicas=2)
+    assert (report.hosted_vp_replicas, report.sealed_vp_replicas) == (5, 2)
+    assert meter.report(5, WALL_MS, START_MS + 2_000).sealed_vp_replicas == 0
+
+
+def test_hosted_replicas_split_into_open_and_sealed_by_each_topic_s_sealed_vps():
+    hosted = {("t", 0): "replica", ("t", 1): "replica", ("t", 2): "replica", ("u", 0): "replica"}
+    # t/v1 sealed; t/v7 and u/v3 sealed but hosted elsewhere; v topic not hosted here at all.
+    assert open_and_sealed(hosted, {"t": frozenset({1, 7}), "u": frozenset({3}), "v": frozenset({0})}) == (3, 1)
+    assert open_and_sealed(hosted, {"t": frozenset({0, 1, 2}), "u": frozenset({0})}) == (0, 4)
+    assert open_and_sealed(hosted, {}) == (4, 0)
+    assert open_and_sealed({}, {"t": frozenset({1})}) == (0, 0)
+    # As a read node holds them: keyed by ``VpId``, a named tuple equal to its (topic, VP id).
+    assert open_and_sealed({VpId("t", 0): "replica", VpId("t", 1): "replica"}, {"t": frozenset({1})}) == (1, 1)
 
 
 def test_windows_follow_the_monotonic_clock_whatever_the_wall_clock_does():

@@ -3,6 +3,8 @@ release one, and the reasons given."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,12 +26,13 @@ DELAY_MS = CONFIG.read_node_idle_release_delay_ms
 
 
 def load(node: str, now_ms: int, replicas: int = 10, fed_mib: float = 4.0, cores: float = 0.2,
-         measured_at_ms: int | None = None) -> ReadNodeLoad:
-    return ReadNodeLoad(node, replicas, fed_mib * MiB, cores, 10_000, now_ms if measured_at_ms is None else measured_at_ms)
+         measured_at_ms: int | None = None, sealed: int = 0) -> ReadNodeLoad:
+    return ReadNodeLoad(node, replicas, fed_mib * MiB, cores, 10_000, now_ms if measured_at_ms is None else measured_at_ms,
+                        sealed_vp_replicas=sealed)
 
 
-def idle(node: str, now_ms: int, replicas: int = 10) -> ReadNodeLoad:
-    return load(node, now_ms, replicas=replicas, fed_mib=0.0, cores=0.01)
+def idle(node: str, now_ms: int, replicas: int = 10, sealed: int = 0) -> ReadNodeLoad:
+    return load(node, now_ms, replicas=replicas, fed_mib=0.0, cores=0.01, sealed=sealed)
 
 
 # --- the bounds -----------------------------------------------------------------------------------
@@ -266,6 +269,52 @@ def test_no_release_while_added_nodes_start():
     assert "asked for 4 read nodes, 3 registered: none released while they start" in decision.reason
 
 
+# --- sealed VPs -----------------------------------------------------------------------------------
+
+
+def test_replicas_of_sealed_vps_over_the_bound_add_no_node_and_the_reason_names_them():
+    # 2 x 256 open replicas at most; 200 open and 900 sealed: counted together, 5 nodes would be asked for.
+    scaling = ReadNodeScaling(CONFIG)
+    decision = scaling.decide({"r0", "r1"}, [load("r0", 0, replicas=100, sealed=600),
+                                             load("r1", 0, replicas=100, sealed=300)], now_ms=0)
+    assert isinstance(decision, HoldReadNodes) and decision.target_read_nodes == 2, decision
+    assert decision.reason.startswith("2 read nodes carry 200 VP replicas, ")
+    assert "(and 900 replicas of sealed VPs, not counted)" in decision.reason
+    assert "over the bound" not in decision.reason, "no node is over the bound on sealed replicas"
+
+
+def test_an_add_for_open_replicas_names_the_sealed_ones_it_did_not_count():
+    decision = ReadNodeScaling(CONFIG).decide({"r0", "r1"}, [load("r0", 0, replicas=410, sealed=1),
+                                                             load("r1", 0, replicas=200)], now_ms=0)
+    assert isinstance(decision, AddReadNodes) and decision.target_read_nodes == 3, "610 open replicas need 3"
+    assert decision.reason.endswith("3 read nodes keep each within it (and 1 replica of sealed VPs, not counted): "
+                                    "asking for 1 more, 3 read nodes in all")
+
+
+def test_a_node_hosting_only_sealed_replicas_is_idle_and_released_whatever_the_others_host_of_them():
+    # r2 hosts nothing but 400 replicas of sealed VPs, r0 and r1 hold 500 more: the other two carry
+    # the 20 open replicas within their bounds, so r2 goes (its sealed replicas move off first).
+    scaling = ReadNodeScaling(CONFIG)
+    nodes = {"r0", "r1", "r2"}
+    for now_ms in (0, DELAY_MS):
+        reports = [load("r0", now_ms, sealed=250), load("r1", now_ms, sealed=250),
+                   idle("r2", now_ms, replicas=0, sealed=400)]
+        decision = scaling.decide(nodes, reports, now_ms)
+    assert isinstance(decision, ReleaseReadNode) and (decision.node, decision.target_read_nodes) == ("r2", 2)
+    assert ("0.01 fetch CPU cores (idle at most 0.05), hosts 400 replicas of sealed VPs (they move off too); "
+            "the other 2 read nodes carry the load within their bounds") in decision.reason
+
+
+def test_of_nodes_idle_as_long_the_one_hosting_fewer_replicas_sealed_ones_included_goes_first():
+    scaling = ReadNodeScaling(CONFIG)
+    nodes = {"r0", "r1", "r2", "r3"}
+    for now_ms in (0, DELAY_MS):
+        reports = [load("r0", now_ms), load("r1", now_ms), idle("r2", now_ms, replicas=5, sealed=100),
+                   idle("r3", now_ms, replicas=10)]
+        decision = scaling.decide(nodes, reports, now_ms)
+    assert isinstance(decision, ReleaseReadNode) and decision.node == "r3", "10 replicas to move, not 105"
+
+
 # --- unknown load ---------------------------------------------------------------------------------
 
 
@@ -325,9 +374,10 @@ def test_the_clock_never_goes_back():
 # --- properties -----------------------------------------------------------------------------------
 
 NODES = ("r0", "r1", "r2", "r3", "r4", "r5")
-# (hosted VP replicas, fed MiB/s, fetch CPU cores, the report's age in ms)
+# (hosted VP replicas, fed MiB/s, fetch CPU cores, the report's age in ms, replicas of sealed VPs)
 report_values = st.tuples(st.integers(0, 700), st.sampled_from([0.0, 0.1, 10.0, 40.0]),
-                          st.sampled_from([0.0, 0.01, 0.3, 0.9]), st.sampled_from([0, 0, 30_000, 90_000]))
+                          st.sampled_from([0.0, 0.01, 0.3, 0.9]), st.sampled_from([0, 0, 30_000, 90_000]),
+                          st.sampled_from([0, 0, 5, 2_000]))
 # (ms passed, nodes whose registration flips, nodes whose load changes): the rest stays as it was,
 # so that nodes stay idle long enough to be released.
 step = st.tuples(st.sampled_from([0, 1_000, 60_000, 300_000, 600_000]),
@@ -341,15 +391,15 @@ def test_every_decision_stays_within_the_bounds_and_releases_only_what_may_go(st
     scaling = ReadNodeScaling(CONFIG)
     now_ms = 0
     registered = {"r0", "r1", "r2"}
-    values = {node: (0, 0.0, 0.0, 0) for node in NODES}
+    values = {node: (0, 0.0, 0.0, 0, 0) for node in NODES}
     busy_at_ms = {node: 0 for node in NODES}  # the last time each node was not known idle
     releasing: str | None = None
     for advance_ms, flipped, changed in steps:
         now_ms += advance_ms
         registered ^= flipped
         values.update(changed)
-        reports = [ReadNodeLoad(node, replicas, fed_mib * MiB, cores, 10_000, max(0, now_ms - age_ms))
-                   for node, (replicas, fed_mib, cores, age_ms) in values.items()]
+        reports = [ReadNodeLoad(node, replicas, fed_mib * MiB, cores, 10_000, max(0, now_ms - age_ms), sealed)
+                   for node, (replicas, fed_mib, cores, age_ms, sealed) in values.items()]
         if releasing not in registered:
             releasing = None
         for report in reports:
@@ -363,6 +413,12 @@ def test_every_decision_stays_within_the_bounds_and_releases_only_what_may_go(st
         assert decision.reason
         if isinstance(decision, AddReadNodes):
             assert decision.count >= 1 and decision.target_read_nodes == serving + decision.count
+            fresh = [report for report in reports if report.node_id in registered
+                     and now_ms - report.measured_at_ms <= CONFIG.read_node_load_stale_ms]
+            needed = max(math.ceil(round(sum(r.hosted_vp_replicas for r in fresh) / 256, 9)),
+                         math.ceil(round(sum(r.fed_bytes_per_s for r in fresh) / (32 * MiB), 9)),
+                         math.ceil(round(sum(r.fetch_cpu_cores for r in fresh) / 0.5, 9)), CONFIG.read_nodes_min)
+            assert needed > serving, "an add is for open replicas, feeding or fetch CPU: never for sealed replicas"
         if isinstance(decision, ReleaseReadNode):
             assert releasing is None, "one release at a time"
             assert decision.node in registered and serving - 1 >= CONFIG.read_nodes_min

@@ -79,9 +79,10 @@ class Cluster:
     def state(self, topic: str, vp: int) -> VirtualPartitionState:
         return self.virtual.state(topic, vp)[0]
 
-    def report(self, node: str, hosted=0, fed_bytes_per_s=0.0, fetch_cpu_cores=0.0) -> None:
+    def report(self, node: str, hosted=0, fed_bytes_per_s=0.0, fetch_cpu_cores=0.0, sealed=0) -> None:
         self.store.put(keys.read_node_load(self.name, node),
-                       ReadNodeLoad(node, hosted, fed_bytes_per_s, fetch_cpu_cores, 10_000, self.wall_ms).to_json())
+                       ReadNodeLoad(node, hosted, fed_bytes_per_s, fetch_cpu_cores, 10_000, self.wall_ms,
+                                    sealed_vp_replicas=sealed).to_json())
 
     def join_risr(self, topic: str, vp: int, node: str) -> None:
         """The VP leader's RISR write once ``node`` caught up (same leader, same epoch)."""
@@ -247,6 +248,42 @@ def test_an_idle_node_is_released_its_replicas_move_off_then_its_actor_stops(new
     cluster.registered.discard("r1")  # Ray ended the idle node
     cluster.run()
     assert cluster.scaling.stopped_read_nodes == frozenset()
+
+
+def test_a_node_hosting_only_sealed_replicas_is_released_they_move_off_then_its_actor_stops(new_cluster):
+    # Two replicas of open VPs a node at most: r1's four replicas of sealed VPs would ask for a third
+    # node if they counted (5 over 2 x 2), and would keep r1 until their retention. r2's one open
+    # replica is as even as it gets (one above r1's none): no balancing move.
+    cluster = new_cluster(config(read_nodes_min=1, read_node_idle_release_delay_ms=5_000, read_node_vp_replicas_max=2))
+    sealed = [dataclasses.replace(vp_state(vp, ("r1",)), sealed_end_offset=10) for vp in range(4)]
+    cluster.set_states("t", sealed + [vp_state(4, ("r2",))])
+    for _ in range(8):
+        cluster.report("r1", hosted=0, sealed=4)
+        cluster.report("r2", hosted=1, fed_bytes_per_s=1024 * 1024.0)
+        cluster.run()
+        if cluster.records():
+            break
+        assert "(and 4 replicas of sealed VPs, not counted)" in cluster.last_decision()["reason"]
+    decision = cluster.last_decision()
+    assert decision["kind"] == "release" and decision["releasing"] == "r1" and decision["target_read_nodes"] == 1, \
+        decision
+    assert cluster.ray.requested == [2, 1], "no add: the sealed replicas count for no bound"
+    moves = sorted(record.move for record, _ in cluster.records().values())
+    assert moves == [ReplicaMove("t", vp, "r1", "r2", MovePurpose.RELEASE) for vp in range(4)]
+    assert all("hosts 4 replicas of sealed VPs (they move off too)" in record.reason
+               for record, _ in cluster.records().values())
+    for _ in range(6):  # add, join, lead, remove
+        assert cluster.ray.stopped == [], "not stopped while it hosts a replica of a sealed VP"
+        cluster.run()
+        for vp in range(4):
+            state = cluster.state("t", vp)
+            if "r2" in state.replicas and "r2" not in state.risr:
+                cluster.join_risr("t", vp, "r2")
+        if cluster.ray.stopped:
+            break
+    assert [cluster.state("t", vp).replicas for vp in range(4)] == [("r2",)] * 4
+    assert all(cluster.state("t", vp).sealed_end_offset == 10 for vp in range(4)), "moved, still sealed"
+    assert cluster.ray.stopped == ["r1"] and cluster.records() == {}
 
 
 def test_load_growing_back_during_a_release_calls_it_off_and_the_stopped_node_serves_again(new_cluster):

@@ -191,8 +191,33 @@ def test_followers_move_before_leaders_and_never_onto_a_node_holding_the_vp():
 def test_retired_sealed_busy_and_repaired_vps_do_not_move_onto_a_new_node_and_retired_ones_count_for_nobody():
     states = {"t": [vp_state(0, ["a"], sealed=5, retired=True), vp_state(1, ["a"], sealed=5),
                     vp_state(2, ["a"]), vp_state(3, ["a", "x"]), vp_state(4, ["a"])]}
-    assert hosted_replicas(states, {"a", "e"}) == {"a": 4, "e": 0}
+    assert hosted_replicas(states, {"a", "e"}) == {"a": 3, "e": 0}, "open VPs only: the measure the scaling decides on"
+    assert hosted_replicas(states, {"a", "e"}, sealed_too=True) == {"a": 4, "e": 0}
     assert plan_moves_onto(states, {"a", "e"}, "e", busy={("t", 2)}) == (ReplicaMove("t", 4, "a", "e"),)
+
+
+def test_a_node_heavy_with_sealed_replicas_gives_a_new_node_no_more_than_its_share_of_open_ones():
+    # a: 4 open and 6 sealed, b: 4 open. Counted with the sealed ones, a would give all its 4 open
+    # replicas to e (10 - 4 > 1 until it has none left to move): e would be fed and read the most.
+    states = {"t": [vp_state(vp, ["a"]) for vp in range(4)] + [vp_state(vp, ["b"]) for vp in range(4, 8)]
+              + [vp_state(vp, ["a"], sealed=9) for vp in range(8, 14)]}
+    moves = plan_moves_onto(states, {"a", "b", "e"}, "e")
+    assert moves == (ReplicaMove("t", 0, "a", "e"), ReplicaMove("t", 4, "b", "e"))
+    after = {"t": [dataclasses.replace(s, replicas=("e",), risr=("e",), leader="e")
+                   if any(m.vp == s.vp for m in moves) else s for s in states["t"]]}
+    assert hosted_replicas(after, {"a", "b", "e"}) == {"a": 3, "b": 3, "e": 2}
+    assert hosted_replicas(after, {"a", "b", "e"}, sealed_too=True) == {"a": 9, "b": 3, "e": 2}
+
+
+def test_a_released_node_spreads_its_sealed_replicas_over_the_nodes_hosting_as_few_open_ones():
+    # a and b host one open replica each; a holds two sealed ones as well. r's open replica goes to b
+    # (as few open ones as a, fewer in all), its sealed ones where the fewest are held in all.
+    states = {"t": [vp_state(0, ["a"]), vp_state(1, ["b"]), vp_state(2, ["a"], sealed=1), vp_state(3, ["a"], sealed=1),
+                    vp_state(4, ["r"]), vp_state(5, ["r"], sealed=1), vp_state(6, ["r"], sealed=1),
+                    vp_state(7, ["r"], sealed=1)]}
+    planned = plan_moves_off(states, {"a", "b", "r"}, "r")
+    assert [(move.vp, move.target) for move in planned.moves] == [(4, "b"), (5, "b"), (6, "a"), (7, "b")]
+    assert planned.releasable
 
 
 def test_a_released_node_sends_each_replica_to_the_least_loaded_eligible_node_or_reports_it_stuck():

@@ -1,7 +1,7 @@
 """How many read nodes the cluster should have, as pure decisions (issue 38: read nodes scale with consumers).
 
-Each read node reports its own load (``metadata.read_node_load.ReadNodeLoad``): the VP replicas
-it hosts, the bytes/s it feeds into them, the CPU it spends on consumers' fetches. At each
+Each read node reports its own load (``metadata.read_node_load.ReadNodeLoad``): the replicas of
+open VPs it hosts, the bytes/s it feeds into them, the CPU it spends on consumers' fetches. At each
 ``ReadNodeScaling.decide`` the controller passes the registered read nodes and their reports;
 one decision comes back, with a reason that names the bound, the measured value and the nodes:
 
@@ -15,13 +15,22 @@ one decision comes back, with a reason that names the bound, the measured value 
   ``read_node_idle_*`` bounds) continuously for ``read_node_idle_release_delay_ms``, the others
   stay at least ``read_nodes_min`` and could carry the whole load within the upper bounds, and no
   add or other release is under way. The longest idle node goes first (then the one hosting the
-  fewest replicas, then the smallest id). One at a time: the next waits until this one left
-  the registrations.
+  fewest replicas, sealed ones included, then the smallest id). One at a time: the next waits
+  until this one left the registrations.
 * ``HoldReadNodes`` - anything else, with why (within bounds; one node over a bound while the
   total is within, which moving replicas evens out; added nodes still starting; capped; ...).
 
 A single node over a bound with the total within is not a reason to add: more nodes would not
 unload it, moving replicas off it would.
+
+**Sealed VPs.** Replicas of sealed VPs (closed by a split or a merge, complete, never fed again:
+only their group's draining and replays read them, and they retire once past the topic's
+retention, 7 days by default) are reported apart (``sealed_vp_replicas``) and count for no
+bound: they neither ask for a node nor keep one (were they counted, a group that grew, its
+splits closing VPs, and then shrank would keep its added read nodes until that retention). A
+node hosting only those is idle and releasable like any other: they move off it first
+(``replica_move_plans.plan_moves_off``). Reasons name them where any are hosted. A report from
+a node that does not tell them apart counts them as open (``ReadNodeLoad.from_json``).
 
 **What Ray is asked.** Every decision carries ``target_read_nodes``; the controller requests
 ``read_node_bundles(target_read_nodes)`` with ``ray.autoscaler.sdk.request_resources``. The
@@ -163,6 +172,12 @@ def _named(nodes: list[str]) -> str:
     return shown if len(nodes) <= _NODES_NAMED_MAX else f"{shown} and {len(nodes) - _NODES_NAMED_MAX} more"
 
 
+def _sealed_note(loads: dict[str, ReadNodeLoad]) -> str:
+    """The replicas of sealed VPs the nodes host, which no bound counts (the module docstring), or ""."""
+    sealed = sum(load.sealed_vp_replicas for load in loads.values())
+    return f" (and {_count_of(sealed, 'replica')} of sealed VPs, not counted)" if sealed else ""
+
+
 def _nodes_needed(total: float, bound: float) -> int:
     """Read nodes that carry ``total`` with each within ``bound``. Rounded first, so that float noise
     (three nodes at 0.3 cores summing to 0.9000000000000001) does not ask for a node more."""
@@ -301,7 +316,7 @@ class ReadNodeScaling:
                          within: str, held: int, now_ms: int) -> ReadScalingDecision:
         config = self.config
         delay_ms = config.read_node_idle_release_delay_ms
-        due = sorted((since_ms, loads[node].hosted_vp_replicas, node)
+        due = sorted((since_ms, loads[node].hosted_vp_replicas + loads[node].sealed_vp_replicas, node)
                      for node, since_ms in self._idle_since_ms.items() if now_ms - since_ms >= delay_ms)
         if not due:
             return HoldReadNodes(held, within)
@@ -322,9 +337,11 @@ class ReadNodeScaling:
 
     def _idle_text(self, load: ReadNodeLoad) -> str:
         config = self.config
+        sealed = (f", hosts {_count_of(load.sealed_vp_replicas, 'replica')} of sealed VPs (they move off too)"
+                  if load.sealed_vp_replicas else "")
         return (f"fed {_mib(load.fed_bytes_per_s)} (idle at most {_mib(config.read_node_idle_fed_bytes_per_s_max)}), "
                 f"{load.fetch_cpu_cores:.2f} fetch CPU cores (idle at most "
-                f"{config.read_node_idle_fetch_millicores_max / 1000:.2f})")
+                f"{config.read_node_idle_fetch_millicores_max / 1000:.2f}){sealed}")
 
     # -- reasons --
 
@@ -344,14 +361,15 @@ class ReadNodeScaling:
             parts.append(f"{_count_of(count, 'read node')} registered, below read_nodes_min of "
                          f"{self.config.read_nodes_min}")
         assert parts, "more read nodes are needed for a reason"
-        return "; ".join(parts)
+        return "; ".join(parts) + _sealed_note(loads)
 
     def _within(self, serving: list[str], loads: dict[str, ReadNodeLoad], totals: list[float]) -> str:
         """The load is within the nodes' bounds; a node over a bound alone is evened out by moving replicas."""
         count = len(serving)
         amounts = ", ".join(measure.amount(total) for total, measure in zip(totals, self._measures))
         text = (f"{_carry(count)} {amounts} in all, within "
-                f"{count} x {', '.join(measure.amount(measure.bound) for measure in self._measures)}")
+                f"{count} x {', '.join(measure.amount(measure.bound) for measure in self._measures)}"
+                f"{_sealed_note(loads)}")
         for measure in self._measures:
             over = self._over(measure, loads)
             if over:

@@ -19,19 +19,26 @@ only when ``ControllerConfig.read_node_scaling`` is 1. One pass:
    standing request, sent when the target changes and at every add or release); the decision
    is logged with its reason and written to ``keys.read_scaling`` for ``mafka4 status``.
 3. **New moves.** While a node is being released: ``plan_moves_off`` for it; once it hosts
-   nothing and no move leaves it, its ``ReadNode`` actor is stopped (``ReadNodeActions.stop``),
-   and the node is marked released (``keys.released_read_node``), on which the node agent keeper
-   stops its agent and starts none (``agent_plan``): Ray's autoscaler ends no node that runs an
-   actor, even one holding no resources. The agent's stop revokes the node's registration, which
-   ends the release for the scaling core. The controller does not restart an actor it stopped
-   (``stopped_read_nodes``). Where no keeper runs (``mafka4 up``'s simulated nodes) the node stays
-   registered; a VP placed on the stopped node meanwhile takes it back: its actor starts again
-   and the release goes on. Otherwise, with no move in
-   flight: ``plan_moves_onto`` the live read node hosting the fewest replicas (a node that just
-   joined hosts none). At most ``replica_moves_in_flight_max`` moves are in flight. An add
-   calls off every release Ray has not ended yet (``cancel_release`` for the one under way, and
-   every released node's mark deleted, so its agent starts again): Ray would count a released node,
-   still up, as room for the new bundle and start none.
+   nothing (no replica of an open or a sealed VP) and no move leaves it, its ``ReadNode`` actor
+   is stopped (``ReadNodeActions.stop``), and the node is marked released
+   (``keys.released_read_node``), on which the node agent keeper stops its agent and starts none
+   (``agent_plan``): Ray's autoscaler ends no node that runs an actor, even one holding no
+   resources. The agent's stop revokes the node's registration, which ends the release for the
+   scaling core. The controller does not restart an actor it stopped (``stopped_read_nodes``).
+   Where no keeper runs (``mafka4 up``'s simulated nodes) the node stays registered; a VP placed
+   on the stopped node meanwhile takes it back: its actor starts again and the release goes on.
+   Otherwise, with no move in flight: ``plan_moves_onto`` the live read node hosting the fewest
+   replicas of open VPs (a node that just joined hosts none). At most
+   ``replica_moves_in_flight_max`` moves are in flight. An add calls off every release Ray has
+   not ended yet (``cancel_release`` for the one under way, and every released node's mark
+   deleted, so its agent starts again): Ray would count a released node, still up, as room for
+   the new bundle and start none.
+
+**Sealed VPs** (closed by a split or a merge, complete, retired only once past the topic's
+retention) weigh on no decision: the nodes report their replicas apart (``sealed_vp_replicas``)
+and the scaling core counts them for no bound, so they neither add a node nor keep an idle one;
+the moves' balance leaves them out too (``replica_move_plans``). They only move off a node being
+released, which is not stopped before they did.
 
 Every VP with a move in flight is *busy*: the gone-node upkeep (``plan_replica_moves``) leaves
 its replicas alone until the move ended (``busy_vps``).
@@ -310,7 +317,8 @@ class ReadScaling:
         emptiest = min(balanced, key=lambda node: (hosted[node], node))
         planned = plan_moves_onto(states, balanced, emptiest, busy)
         most = max(hosted.values())
-        reason = f"read node {emptiest} hosts {hosted[emptiest]} VP replicas, the most loaded {most}: evening out"
+        reason = (f"read node {emptiest} hosts {hosted[emptiest]} replicas of open VPs, the most loaded {most}: "
+                  f"evening out")
         return self._start(moves_to_start(planned, in_flight, self._config.replica_moves_in_flight_max), reason,
                            fence, wall_ms)
 
@@ -320,7 +328,7 @@ class ReadScaling:
         if node not in live:
             return 0  # down: the repair and the gone-node upkeep own its replicas
         leaving = any(record.move.source == node for record, _ in records.values())
-        hosted = hosted_replicas(states, [node])[node]
+        hosted = hosted_replicas(states, [node], sealed_too=True)[node]  # sealed VPs' replicas move off too
         if hosted == 0 and not leaving:
             self._nodes.stop(node)
             self._stopped.add(node)

@@ -9,13 +9,22 @@ then carries out one write at a time:
   follower's move needs no leader change), then leaders; within each, by topic and VP id.
 * ``plan_moves_off``: a read node is to be released (idle past a stated delay). Every replica
   it hosts goes to the live read node, not the leaving one and not already a replica of that
-  VP, that hosts the fewest replicas (moves planned so far included); a replica with no such
-  node is reported stuck, and the node must not be released while one is.
+  VP, that hosts the fewest replicas (moves planned so far included): a replica of an open VP to
+  the one hosting the fewest of open VPs (then the fewest in all), a replica of a sealed VP to
+  the one hosting the fewest in all (then the fewest of open VPs), so that sealed ones spread
+  too; a replica with no such node is reported stuck, and the node must not be released while
+  one is.
 
-Load is the count of hosted VP replicas per live read node, leaders and followers alike (the
-measure ``metadata.read_node_load`` reports as ``hosted_vp_replicas``). Retired VPs hold no log:
-they never move and count for no node. Replicas on read nodes that are not live count for no
-node either.
+Load is the count of hosted replicas of open VPs (neither sealed nor retired) per live read
+node, leaders and followers alike: the measure the read-node scaling decides on
+(``metadata.read_node_load``'s ``hosted_vp_replicas``), so that the balance the moves reach is
+the one the decision assumes when it judges whether the other nodes could carry a node's load.
+Replicas of sealed VPs are left out on purpose: they never move onto a new node (below), so
+counting them would make a node heavy with them give all its open replicas to a new node, and
+the open ones, the ones fed and read, would end up less even; they weigh little (no feeding,
+only draining and replays) and retire. ``hosted_replicas(..., sealed_too=True)`` counts them as
+well: whether a node to release still hosts anything. Retired VPs hold no log: they never move
+and count for no node. Replicas on read nodes that are not live count for no node either.
 
 What moves onto a new node: a VP neither retired nor sealed (a sealed VP is only drained until it
 is retired: copying its log gains nothing), with every replica on a live read node (a VP under
@@ -81,11 +90,14 @@ def _kept(states_by_topic: StatesByTopic) -> list[tuple[str, VirtualPartitionSta
     return kept
 
 
-def hosted_replicas(states_by_topic: StatesByTopic, live_read_nodes: Iterable[str]) -> Counter:
-    """Per live read node, the VP replicas it hosts (retired VPs not counted); 0 for a node hosting none."""
+def hosted_replicas(states_by_topic: StatesByTopic, live_read_nodes: Iterable[str], *,
+                    sealed_too: bool = False) -> Counter:
+    """Per live read node, the replicas of open VPs it hosts (with ``sealed_too``, of sealed VPs as
+    well; retired VPs never count); 0 for a node hosting none."""
     live = frozenset(live_read_nodes)
     hosted = Counter({node: 0 for node in live})
-    hosted.update(node for _, state in _kept(states_by_topic) for node in state.replicas if node in live)
+    hosted.update(node for _, state in _kept(states_by_topic) if sealed_too or state.sealed_end_offset is None
+                  for node in state.replicas if node in live)
     return hosted
 
 
@@ -134,6 +146,7 @@ def plan_moves_off(states_by_topic: StatesByTopic, live_read_nodes: Iterable[str
     ``busy``: (topic, VP id) of VPs with a move in flight (they are planned again once it ends)."""
     destinations = frozenset(live_read_nodes) - {leaving_node}
     hosted = hosted_replicas(states_by_topic, destinations)
+    held = hosted_replicas(states_by_topic, destinations, sealed_too=True)
     moves: list[ReplicaMove] = []
     stuck: list[StuckOnLeavingNode] = []
     for topic, state in _kept(states_by_topic):
@@ -143,7 +156,11 @@ def plan_moves_off(states_by_topic: StatesByTopic, live_read_nodes: Iterable[str
         if not eligible:
             stuck.append(StuckOnLeavingNode(topic, state.vp, leaving_node))
             continue
-        target = min(eligible, key=lambda node: (hosted[node], node))
+        sealed = state.sealed_end_offset is not None
+        target = min(eligible, key=lambda node: (held[node], hosted[node], node) if sealed
+                     else (hosted[node], held[node], node))
         moves.append(ReplicaMove(topic, state.vp, leaving_node, target, MovePurpose.RELEASE))
-        hosted[target] += 1
+        held[target] += 1
+        if not sealed:
+            hosted[target] += 1
     return MovesOff(tuple(moves), tuple(stuck))
