@@ -17,7 +17,7 @@ class ReadScaleBenchSettings:
     consumers_at_start: int = field(default=2, metadata={"help": "group members before the group grows"})
     consumers_at_most: int = field(default=8, metadata={"help": "group members after it grew"})
     rate_msgs_per_s: int = field(default=500, metadata={"help": "messages per second produced for the whole run"})
-    window_s: float = field(default=150.0, metadata={
+    window_s: float = field(default=60.0, metadata={
         "help": "seconds measured after the group grew: the added read node and its moves must fit in it"})
     cluster_yaml: str = field(default="ray_cluster.yaml", metadata={
         "help": "the cluster config the fake Ray cluster is derived from"})
