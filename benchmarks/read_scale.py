@@ -1,4 +1,4 @@
-"""``mafka4 bench read-scale``: a read node added by Ray's autoscaler while a group grows, timed (issue 38).
+"""``mafka4 bench read-scale``: a read node added by Ray's autoscaler under a consuming group, timed (issue 38).
 
 Each run starts Ray's fake multi-node cluster of ``cluster_yaml`` (``runtime.fake_ray_cluster``:
 Ray's real autoscaler, each node a raylet of this machine), deploys mafka4 on it with
@@ -8,21 +8,27 @@ Ray's real autoscaler, each node a raylet of this machine), deploys mafka4 on it
    stamping its acknowledgement) writes through the read nodes' client ports for the whole run;
 2. ``consumers_at_start`` members (each a process of its own, ``bench.join_member``) join and
    consume for ``warmup_s``;
-3. **the growth**: the others join at once, up to ``consumers_at_most``; the group splits its VPs
-   to one a member;
-4. for ``window_s`` a sampler thread watches etcd and Ray for the steps of a scale-up
-   (``read_scale_figures.SCALE_UP_STEPS``): the controller's add decision, the node Ray's
-   autoscaler launches, its registration, the replica moves onto it and the first records it
-   serves to a consumer (``ReadNode.describe``'s ``first_records_served_ms``);
-5. the producer stops, the members consume the rest (at most ``drain_s_max``), and mafka4 is
+3. the others join at once, up to ``consumers_at_most``; the group splits its VPs to one a member
+   and consumes for ``settle_s``, so that the splits' own stalls are over before what is measured;
+4. **the trigger**: the bench creates a second topic (``ballast_vps`` VPs of ``read_replicas``,
+   no traffic; named to sort after the measured topic, so the planner, which moves by topic and
+   VP id, moves the measured topic's replicas first). Its replicas take the read nodes' open VP
+   replicas over ``read_node_vp_replicas_max`` each, and the controller asks for a read node;
+5. for ``window_s`` a sampler thread watches etcd and Ray for the steps of a scale-up
+   (``read_scale_figures.SCALE_UP_STEPS``, ``SERVING_STEPS``): the controller's add decision, the
+   node Ray's autoscaler launches, its registration, the replica moves onto it, its first RISR
+   membership, and its first VP lead and first records served to a consumer
+   (``ReadNode.describe``'s ``first_records_served_ms``), which need a leader to move there;
+6. the producer stops, the members consume the rest (at most ``drain_s_max``), and mafka4 is
    undeployed and the fake cluster stopped.
 
 Runs come in pairs, alternated: **scaling** (``read_node_scaling=1``, ``read_nodes_max`` the read
-nodes up at the start plus one, ``read_node_vp_replicas_max`` small enough that the grown group
-needs it) then **fixed** (the same cluster, deploy and group, scaling off). A fake node is a
+nodes up at the start plus one, ``read_node_vp_replicas_max`` small enough that the group needs
+it after the trigger: ``ReadScaleBenchSettings.vp_replicas_bound``) then **fixed** (the same cluster, deploy, group and trigger, scaling
+off). A fake node is a
 raylet and its workers starting on this machine's two cores, a cost a cloud node brings its own
 CPUs for; so that it does not pass for the moves' cost, the fixed run asks Ray's autoscaler for
-the same extra read node itself, as many ms after its growth as the scaling run's controller
+the same extra read node itself, as many ms after its trigger as the scaling run's controller
 decided (its node agent registers it, and with scaling off nothing moves onto it). The summary
 sets the scaling run's move window beside the same stretch of its fixed run: the producer's
 acknowledgement latency and the members' longest gaps between non-empty polls
@@ -50,8 +56,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from benchmarks.read_scale_figures import (Growth, ack_latencies_ms, member_gaps_ms, move_window_ms, pair_summary,
-                                           steps_after_growth_ms, steps_between_ms)
+from benchmarks.read_scale_figures import (Trigger, ack_latencies_ms, member_gaps_ms, move_window_ms, pair_summary,
+                                           steps_after_trigger_ms, steps_between_ms)
 from benchmarks.read_scale_settings import ReadScaleBenchSettings
 from mafka4.bench.process_usage import wait_until_quiet
 from mafka4.bench.usage import is_quiet
@@ -112,10 +118,10 @@ def _in_window(run: dict, window: tuple[int, int] | None) -> dict:
     if window is None:
         return run | {"in_move_window": None}
     recorded = run["recorded"]
-    growth = Growth(**recorded["growth"])
+    trigger = Trigger(**recorded["trigger"])
     return run | {"in_move_window": {
-        "produce_ms": ack_latencies_ms(recorded["sent_ns"], recorded["acked_ns"], growth, window),
-        "member_gaps_ms": member_gaps_ms(recorded["receive_ns"], growth, window)}}
+        "produce_ms": ack_latencies_ms(recorded["sent_ns"], recorded["acked_ns"], trigger, window),
+        "member_gaps_ms": member_gaps_ms(recorded["receive_ns"], trigger, window)}}
 
 
 def _commit() -> str | None:
@@ -146,8 +152,8 @@ def _run(settings: ReadScaleBenchSettings, yaml_path: Path, mode: str, pair: int
     run = {"mode": mode, "pair": pair, "load_before": round(load_before, 2), "read_nodes_at_start": len(initial),
            "controller_settings": controller_settings, "deploy_output": deploy_output, **measured,
            "run_s": round(time.monotonic() - started, 1)}
-    growth = Growth(**run["recorded"]["growth"])
-    run["steps_ms"] = steps_after_growth_ms(run["events_wall_ms"], growth)
+    trigger = Trigger(**run["recorded"]["trigger"])
+    run["steps_ms"] = steps_after_trigger_ms(run["events_wall_ms"], trigger)
     run["steps_between_ms"] = steps_between_ms(run["steps_ms"])
     run["move_window_ms"] = move_window_ms(run["steps_ms"]) if mode == "scaling" else None
     return _in_window(run, run["move_window_ms"]) if mode == "scaling" else run
@@ -168,7 +174,7 @@ def _environment(name: str, value: str):
 
 def _controller_settings(settings: ReadScaleBenchSettings, mode: str, read_nodes: int) -> dict[str, int]:
     return {"read_node_scaling": int(mode == "scaling"), "upkeep_interval_ms": settings.upkeep_interval_ms,
-            "read_node_vp_replicas_max": settings.read_node_vp_replicas_max, "read_nodes_min": read_nodes,
+            "read_node_vp_replicas_max": settings.vp_replicas_bound(read_nodes), "read_nodes_min": read_nodes,
             "read_nodes_max": read_nodes + 1, "read_node_idle_release_delay_ms": settings.idle_release_delay_ms}
 
 
@@ -225,16 +231,20 @@ def _measure(settings: ReadScaleBenchSettings, cluster: str, home: Path, status:
             for name in names[:settings.consumers_at_start]:
                 members.join(name, wait=True)
             members.watch(settings.warmup_s)
-            sampler.start()
-            growth = Growth(time.monotonic_ns(), _wall_ms())
             for name in names[settings.consumers_at_start:]:
                 members.join(name, wait=False)
-            watched_s = 0.0
+            members.watch(settings.settle_s)
+            sampler.start()
+            trigger = Trigger(time.monotonic_ns(), _wall_ms())
+            create_topic(f"zz-ballast-{secrets.token_hex(3)}", partitions=settings.physical_partitions,
+                         replication_factor=settings.replication_factor, virtual_partitions=settings.ballast_vps,
+                         read_replicas=settings.read_replicas, read_mode="mafka4", where=access)
+            watched_s = (time.monotonic_ns() - trigger.monotonic_ns) / 1e9
             if boot_after_ms is not None:
-                watched_s = min(boot_after_ms / 1000, settings.window_s)
-                members.watch(watched_s)
+                members.watch(max(0.0, boot_after_ms / 1000 - watched_s))
                 _boot_read_node(len(initial) + 1)
-            members.watch(settings.window_s - watched_s)
+                watched_s = (time.monotonic_ns() - trigger.monotonic_ns) / 1e9
+            members.watch(max(0.0, settings.window_s - watched_s))
             load_at_end = round(os.getloadavg()[0], 2)
         finally:
             producer.stop()
@@ -251,9 +261,9 @@ def _measure(settings: ReadScaleBenchSettings, cluster: str, home: Path, status:
             "events_wall_ms": sampler.events, "decisions": sampler.decisions, "moves_seen": sampler.moves_seen,
             "moving_at_end": sampler.moving_at_end,
             "added_nodes": sorted(sampler.added), "added_node_describe": sampler.last_describe,
-            "whole_window_produce_ms": ack_latencies_ms(producer.sent_ns, producer.acked_ns, growth,
+            "whole_window_produce_ms": ack_latencies_ms(producer.sent_ns, producer.acked_ns, trigger,
                                                         (0, settings.window_s * 1000)),
-            "recorded": {"growth": asdict(growth), "sent_ns": producer.sent_ns, "acked_ns": producer.acked_ns,
+            "recorded": {"trigger": asdict(trigger), "sent_ns": producer.sent_ns, "acked_ns": producer.acked_ns,
                          "receive_ns": {log.name: log.receive_ns for log in members.logs}}}
 
 

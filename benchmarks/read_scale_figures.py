@@ -2,15 +2,16 @@
 
 A run (``benchmarks.read_scale``) records, all on this machine's clocks:
 
-* ``growth``: the instant the group grew, on the monotonic clock (ns) and the wall clock (ms);
+* ``trigger``: the instant the bench made the read nodes' load pass the controller's bound (a
+  topic created), on the monotonic clock (ns) and the wall clock (ms);
 * ``events``: the wall ms at which the sampler first saw each step of a scale-up
   (``SCALE_UP_STEPS``, ``SERVING_STEPS``), None for a step never seen;
 * the producer's send and acknowledgement times per message (monotonic ns; None: not acknowledged);
 * per member, the monotonic ns of each of its non-empty polls.
 
-Everything is turned into ms after the growth. The *move window* is from the first replica move's
+Everything is turned into ms after the trigger. The *move window* is from the first replica move's
 start to the end of the last one, as the sampler saw the move records in etcd. A run without
-read-node scaling has no window of its own: its pair's window (the same ms after its own growth)
+read-node scaling has no window of its own: its pair's window (the same ms after its own trigger)
 is measured in it, so the two runs of a pair compare produce latency and members' gaps over the
 same stretch of their runs.
 """
@@ -43,42 +44,44 @@ SERVING_STEPS = (
 
 
 @dataclass(frozen=True, slots=True)
-class Growth:
+class Trigger:
+    """The instant a run's scale-up was triggered, on both clocks."""
+
     monotonic_ns: int
     wall_ms: int
 
 
-def steps_after_growth_ms(events_wall_ms: Mapping[str, int | None], growth: Growth) -> dict[str, int | None]:
-    """Each scale-up step in ms after the growth (None: not seen)."""
-    return {step: None if events_wall_ms.get(step) is None else events_wall_ms[step] - growth.wall_ms
+def steps_after_trigger_ms(events_wall_ms: Mapping[str, int | None], trigger: Trigger) -> dict[str, int | None]:
+    """Each scale-up step in ms after the trigger (None: not seen)."""
+    return {step: None if events_wall_ms.get(step) is None else events_wall_ms[step] - trigger.wall_ms
             for step in SCALE_UP_STEPS + SERVING_STEPS}
 
 
 def move_window_ms(steps_ms: Mapping[str, int | None]) -> tuple[int, int] | None:
-    """(start, end) in ms after the growth of the replica moves; None when no move started and ended."""
+    """(start, end) in ms after the trigger of the replica moves; None when no move started and ended."""
     start, end = steps_ms.get("first_move"), steps_ms.get("moves_done")
     if start is None or end is None or end < start:
         return None
     return start, end
 
 
-def ack_latencies_ms(sent_ns: Sequence[int], acked_ns: Sequence[int | None], growth: Growth,
+def ack_latencies_ms(sent_ns: Sequence[int], acked_ns: Sequence[int | None], trigger: Trigger,
                      window_ms: tuple[float, float]) -> dict:
     """Percentiles of send-to-acknowledgement of the messages sent inside ``window_ms`` (ms after the
-    growth), their count and how many of them were never acknowledged."""
-    start_ns = growth.monotonic_ns + int(window_ms[0] * NS_PER_MS)
-    end_ns = growth.monotonic_ns + int(window_ms[1] * NS_PER_MS)
+    trigger), their count and how many of them were never acknowledged."""
+    start_ns = trigger.monotonic_ns + int(window_ms[0] * NS_PER_MS)
+    end_ns = trigger.monotonic_ns + int(window_ms[1] * NS_PER_MS)
     inside = [(sent, acked) for sent, acked in zip(sent_ns, acked_ns) if start_ns <= sent <= end_ns]
     latencies = [acked - sent for sent, acked in inside if acked is not None]
     return {**percentiles_ms(latencies), "messages": len(inside), "unacknowledged": len(inside) - len(latencies)}
 
 
-def member_gaps_ms(receive_ns: Mapping[str, Sequence[int]], growth: Growth,
+def member_gaps_ms(receive_ns: Mapping[str, Sequence[int]], trigger: Trigger,
                    window_ms: tuple[float, float]) -> dict[str, float]:
     """Per member, its longest stretch without a non-empty poll inside ``window_ms`` (ms after the
-    growth; the window's edges count as polls)."""
-    start_ns = growth.monotonic_ns + int(window_ms[0] * NS_PER_MS)
-    end_ns = growth.monotonic_ns + int(window_ms[1] * NS_PER_MS)
+    trigger; the window's edges count as polls)."""
+    start_ns = trigger.monotonic_ns + int(window_ms[0] * NS_PER_MS)
+    end_ns = trigger.monotonic_ns + int(window_ms[1] * NS_PER_MS)
     return {name: longest_gap_ms(list(times), start_ns, end_ns) for name, times in sorted(receive_ns.items())}
 
 
@@ -96,8 +99,8 @@ def steps_between_ms(steps_ms: Mapping[str, int | None]) -> dict[str, int | None
 def pair_summary(scaling: Mapping, fixed: Mapping) -> dict:
     """One pair: the scaling run's steps (and the fixed run's, whose node boots without moves) and,
     over the scaling run's move window, both runs' produce latency and members' longest gaps (the
-    same ms after each run's growth; None where the scaling run had no move window); and both
-    runs' produce latency over their whole window after the growth."""
+    same ms after each run's trigger; None where the scaling run had no move window); and both
+    runs' produce latency over their whole window after the trigger."""
     window = scaling["move_window_ms"]
     summary = {"steps_ms": scaling["steps_ms"], "steps_between_ms": scaling["steps_between_ms"],
                "fixed_steps_ms": fixed["steps_ms"], "move_window_ms": window,

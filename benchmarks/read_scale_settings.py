@@ -18,14 +18,14 @@ class ReadScaleBenchSettings:
     consumers_at_most: int = field(default=8, metadata={"help": "group members after it grew"})
     rate_msgs_per_s: int = field(default=500, metadata={"help": "messages per second produced for the whole run"})
     window_s: float = field(default=60.0, metadata={
-        "help": "seconds measured after the group grew: the added read node and its moves must fit in it"})
+        "help": "seconds measured after the trigger: the added read node and its moves must fit in it"})
+    settle_s: float = field(default=30.0, metadata={
+        "help": "seconds the grown group consumes before the trigger, so that its splits are over"})
     cluster_yaml: str = field(default="ray_cluster.yaml", metadata={
         "help": "the cluster config the fake Ray cluster is derived from"})
-    # Hosted VP replicas a read node may carry before the controller asks for another: the topic's
-    # 2 VPs of 2 read replicas fit on the yaml's two read nodes before the growth, its 8 VPs (16
-    # replicas, and the closed parents') do not after it. ``read_nodes_max`` is the read nodes up
-    # at the start plus one, so that exactly one node is added.
-    read_node_vp_replicas_max: int = 4
+    # VPs of the topic created as the trigger: its replicas take the read nodes over their bound
+    # (``vp_replicas_bound``).
+    ballast_vps: int = 4
     physical_partitions: int = 2
     replication_factor: int = 2
     read_replicas: int = 2
@@ -42,3 +42,15 @@ class ReadScaleBenchSettings:
     sample_interval_s: float = 0.1
     # ... and describes the added read node, until it served its first records (an actor call).
     describe_interval_s: float = 0.5
+
+    def vp_replicas_bound(self, read_nodes: int) -> int:
+        """The controller's ``read_node_vp_replicas_max`` for ``read_nodes`` read nodes at the start:
+        the grown group's open VP replicas (one VP a member) fit within it with one to spare, and
+        with the trigger's topic's they do not (``read_nodes_max`` is ``read_nodes`` + 1, so exactly
+        one node is added). The yaml starts two read nodes; Ray's fake autoscaler sometimes a third."""
+        grown = self.consumers_at_most * self.read_replicas
+        bound = -(-grown // read_nodes) + 1
+        if read_nodes * bound >= grown + self.ballast_vps * self.read_replicas:
+            raise ValueError(f"{self.ballast_vps} ballast VPs cannot take {read_nodes} read nodes over a bound that "
+                             f"{grown} replicas fit within: create more")
+        return bound

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import math
 
-from benchmarks.read_scale_figures import (SCALE_UP_STEPS, SERVING_STEPS, Growth, ack_latencies_ms, member_gaps_ms, move_window_ms,
-                                           pair_summary, steps_after_growth_ms, steps_between_ms)
+import pytest
+
+from benchmarks.read_scale_figures import (SCALE_UP_STEPS, SERVING_STEPS, Trigger, ack_latencies_ms, member_gaps_ms,
+                                           move_window_ms, pair_summary, steps_after_trigger_ms, steps_between_ms)
+from benchmarks.read_scale_settings import ReadScaleBenchSettings
 
 MS = 1_000_000
-GROWTH = Growth(monotonic_ns=1_000 * MS, wall_ms=50_000)
+TRIGGER = Trigger(monotonic_ns=1_000 * MS, wall_ms=50_000)
 
 
 def test_steps_are_ms_after_the_growth_and_unseen_steps_stay_none():
-    steps = steps_after_growth_ms({"decided": 51_500, "registered": 60_000, "first_records_served": None}, GROWTH)
+    steps = steps_after_trigger_ms({"decided": 51_500, "registered": 60_000, "first_records_served": None}, TRIGGER)
     assert list(steps) == [*SCALE_UP_STEPS, *SERVING_STEPS]
     assert steps["decided"] == 1_500 and steps["registered"] == 10_000
     assert steps["ray_node_up"] is None and steps["first_records_served"] is None
@@ -38,22 +41,22 @@ def test_the_move_window_needs_a_start_and_an_end_after_it():
 
 
 def test_ack_latencies_count_only_messages_sent_inside_the_window_and_the_unacknowledged_apart():
-    sent = [GROWTH.monotonic_ns + offset * MS for offset in (-5, 10, 20, 30, 500)]
+    sent = [TRIGGER.monotonic_ns + offset * MS for offset in (-5, 10, 20, 30, 500)]
     acked = [sent[0] + 1 * MS, sent[1] + 2 * MS, sent[2] + 4 * MS, None, sent[4] + 9 * MS]
-    figures = ack_latencies_ms(sent, acked, GROWTH, (0, 100))
+    figures = ack_latencies_ms(sent, acked, TRIGGER, (0, 100))
     assert figures["messages"] == 3 and figures["unacknowledged"] == 1
     assert figures["p50"] == 2.0 and figures["p99.9"] == 4.0
 
 
 def test_ack_latencies_of_an_empty_window_are_nan():
-    figures = ack_latencies_ms([GROWTH.monotonic_ns], [GROWTH.monotonic_ns + MS], GROWTH, (10, 20))
+    figures = ack_latencies_ms([TRIGGER.monotonic_ns], [TRIGGER.monotonic_ns + MS], TRIGGER, (10, 20))
     assert figures["messages"] == 0 and math.isnan(figures["p99.9"])
 
 
 def test_member_gaps_are_the_longest_stretch_without_a_poll_inside_the_window_edges_included():
-    polls = {"b": [GROWTH.monotonic_ns + offset * MS for offset in (10, 20, 90)],
-             "a": [GROWTH.monotonic_ns + offset * MS for offset in (150,)]}
-    gaps = member_gaps_ms(polls, GROWTH, (0, 100))
+    polls = {"b": [TRIGGER.monotonic_ns + offset * MS for offset in (10, 20, 90)],
+             "a": [TRIGGER.monotonic_ns + offset * MS for offset in (150,)]}
+    gaps = member_gaps_ms(polls, TRIGGER, (0, 100))
     assert list(gaps) == ["a", "b"]
     assert gaps["b"] == 70.0  # 20 -> 90
     assert gaps["a"] == 100.0  # no poll inside: the whole window
@@ -77,3 +80,16 @@ def test_a_pair_sets_the_scaling_runs_move_window_beside_the_same_stretch_of_the
 def test_a_pair_without_a_move_window_has_no_window_figures():
     summary = pair_summary(_run(None, None, {}), _run(None, None, {}))
     assert summary["in_move_window"] is None and summary["move_window_ms"] is None
+
+
+@pytest.mark.parametrize("read_nodes", [2, 3])
+def test_the_replicas_bound_holds_the_grown_group_and_not_the_trigger(read_nodes):
+    settings = ReadScaleBenchSettings()
+    bound = settings.vp_replicas_bound(read_nodes)
+    grown = settings.consumers_at_most * settings.read_replicas
+    assert grown < read_nodes * bound < grown + settings.ballast_vps * settings.read_replicas
+
+
+def test_a_trigger_too_small_for_the_bound_is_refused():
+    with pytest.raises(ValueError, match="ballast VPs"):
+        ReadScaleBenchSettings(ballast_vps=1).vp_replicas_bound(2)
