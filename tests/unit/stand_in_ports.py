@@ -63,7 +63,7 @@ def stand_in_port(node) -> Iterator[tuple[ClientPortServer, ClusterAccess, LoopT
     it, and the port's loop; ``node.released``, if it has one, ends its waits at the end. The port
     is closed on its loop's thread (asyncio's ``Server`` is not thread-safe: closed from the test's,
     it raced the loop's own detaching of a closed connection), then the loop stops, its thread is
-    joined and the loop is closed (its selector and self-pipe)."""
+    joined and the loop is closed (``LoopThread.stop``)."""
     loop = LoopThread("test-port")
     try:
         server = ClientPortServer(node.handlers(), "stand-in read node r1", "r1", lambda mechanism: ScramServerExchange(
@@ -78,7 +78,7 @@ def stand_in_port(node) -> Iterator[tuple[ClientPortServer, ClusterAccess, LoopT
             loop.run(_close_on_its_loop(server))
     finally:
         loop.stop()
-        loop.loop.close()  # raises if the loop still ran: its thread did not end
+        assert loop.loop.is_closed(), "the port's loop thread ended and its loop was closed"
 
 
 @contextlib.contextmanager
