@@ -40,13 +40,20 @@ class LoopThread:
         self.loop.call_soon_threadsafe(callback, *args)
 
     def stop(self, timeout_s: float = 30) -> None:
-        """Cancel the tasks still running (as ``asyncio.run`` does at its end), stop the loop and wait for its thread."""
+        """Cancel the tasks still running, stop the loop, wait for its thread and close the loop (its
+        selector and self-pipe), as ``asyncio.run`` does at its end; a loop whose thread did not end
+        within ``timeout_s`` is left open. Once closed, a call hands it nothing: ``RuntimeError``
+        (not a wait for a loop that never runs it); ``stop`` again does nothing."""
+        if self.loop.is_closed():
+            return
         try:
             asyncio.run_coroutine_threadsafe(_cancel_the_others(), self.loop).result(timeout_s)
         except (concurrent.futures.TimeoutError, RuntimeError):
             pass  # a task that does not end: stop anyway
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout_s)
+        if not self._thread.is_alive():
+            self.loop.close()
 
 
 async def _cancel_the_others() -> None:

@@ -60,19 +60,25 @@ async def _close_on_its_loop(server: ClientPortServer) -> None:
 @contextlib.contextmanager
 def stand_in_port(node) -> Iterator[tuple[ClientPortServer, ClusterAccess, LoopThread]]:
     """``node``'s handlers on a real client port (its ``address`` set), the access of user alice to
-    it, and the port's loop; ``node.released``, if it has one, ends its waits at the end."""
+    it, and the port's loop; ``node.released``, if it has one, ends its waits at the end. The port
+    is closed on its loop's thread (asyncio's ``Server`` is not thread-safe: closed from the test's,
+    it raced the loop's own detaching of a closed connection), then the loop stops, its thread is
+    joined and the loop is closed (``LoopThread.stop``)."""
     loop = LoopThread("test-port")
-    server = ClientPortServer(node.handlers(), "stand-in read node r1", "r1",
-                              lambda mechanism: ScramServerExchange(lambda user: CREDENTIAL if user == "alice" else None))
-    host, port = loop.run(server.start("127.0.0.1", 0))
-    node.address = f"{host}:{port}"
     try:
-        yield server, ClusterAccess((HostPort(host, port),), Credential("alice", "password-1")), loop
+        server = ClientPortServer(node.handlers(), "stand-in read node r1", "r1", lambda mechanism: ScramServerExchange(
+            lambda user: CREDENTIAL if user == "alice" else None))
+        try:
+            host, port = loop.run(server.start("127.0.0.1", 0))
+            node.address = f"{host}:{port}"
+            yield server, ClusterAccess((HostPort(host, port),), Credential("alice", "password-1")), loop
+        finally:
+            if hasattr(node, "released"):
+                loop.call_soon(node.released.set)
+            loop.run(_close_on_its_loop(server))
     finally:
-        if hasattr(node, "released"):
-            loop.call_soon(node.released.set)
-        loop.run(_close_on_its_loop(server))  # asyncio's Server is not thread-safe: closed from here, it
-        loop.stop()                           # raced the loop's own detaching of a closed connection
+        loop.stop()
+        assert loop.loop.is_closed(), "the port's loop thread ended and its loop was closed"
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ from mafka4.security.acl import Operation
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import HashRange
 from mafka4.virtual.vp_state import VirtualPartitionState, epoch_from_json
-from tests.unit.stand_in_ports import TOPIC, TWO_VPS, LongPolling, state, vp_fetcher_against
+from tests.unit.stand_in_ports import TOPIC, TWO_VPS, LongPolling, reads_come_to, state, vp_fetcher_against
 
 
 def _split_snapshot() -> VirtualGroupSnapshot:
@@ -80,6 +80,7 @@ def test_the_fetcher_takes_a_claimed_childs_state_and_node_without_asking_and_ne
         fetcher.seek(3, 0)
         fetcher.fetching.add(3)
         fetcher.fetch(0.05)
+        reads_come_to(node, 1)  # sent by now, received a moment later
         assert [3] in node.requests, "the child is fetched from the node the sync named"
 
 

@@ -14,7 +14,7 @@ from mafka4.physical.partition_state import TopicMetadata
 from mafka4.protocol.group_api import FindCoordinatorAnswer, FindCoordinatorRequest
 from mafka4.protocol.messages import ApiKey
 from tests.unit.test_group_membership import wait_until
-from tests.unit.stand_in_ports import TOPIC, LongPolling, stand_in_port
+from tests.unit.stand_in_ports import TOPIC, LongPolling, reads_come_to, stand_in_port
 
 
 class Coordinating(LongPolling):
@@ -39,6 +39,7 @@ def test_a_members_fetcher_and_group_link_share_their_connections_and_leave_them
             fetcher.seek(0, 0)
             fetcher.fetching.add(0)
             fetcher.fetch(0.05)
+            reads_come_to(node, 1)  # sent by now, received a moment later
             assert node.requests, "VP 0 was fetched"
             # The metadata read's connection answered FIND_COORDINATOR too; the coordinator's served the fetch.
             assert server.counters["connections"] == 2
@@ -67,6 +68,7 @@ def test_a_member_owning_nothing_connects_ahead_to_its_topics_vp_leaders_and_its
             fetcher.seek(0, 0)
             fetcher.fetching.add(0)
             fetcher.fetch(0.05)
+            reads_come_to(node, 1)  # sent by now, received a moment later
             assert node.requests, "VP 0 was fetched"
             assert server.counters["connections"] == 2, "over the connection opened ahead (one per node, however asked)"
         finally:
