@@ -58,17 +58,18 @@ from virtual_helpers import Deliveries, Member, ProduceLoop, topic_name
 from wait_helpers import wait_until
 
 CLUSTER = "fake"
-# Small bounds, so that 32 VPs of two read replicas (64, and more while the VPs that splits closed keep their
-# logs) need the yaml's most read nodes (4 x 16), however many of its at least two the autoscaler started;
-# and a quick release once the group shrank, down to the yaml's least read nodes.
+# Small bounds, so that 32 open VPs of two read replicas (64; the closed ones count for no bound) need the
+# yaml's most read nodes (4 x 16), however many of its at least two the autoscaler started; and a quick
+# release once the group shrank, down to the yaml's least read nodes.
 READ_NODES_MIN, READ_NODES_MAX = 2, 4
 SETTINGS = {"read_node_scaling": 1, "upkeep_interval_ms": 500, "read_node_vp_replicas_max": 16,
             "read_nodes_min": READ_NODES_MIN, "read_nodes_max": READ_NODES_MAX,
             "read_node_idle_release_delay_ms": 20_000,
             "vp_merge_delay_ms": 2_000}
-# The VPs a shrinking group closes keep their logs, and count on their read nodes, until their newest
-# record passes the topic's retention: short here, so that they retire within the test and a read
-# node can be released. (Their logs then are gone: what was consumed is checked, not the VPs' logs.)
+# The VPs a shrinking group closes keep their logs until their newest record passes the topic's retention.
+# They count for no bound, but a released node moves the ones it hosts off before it stops (each move
+# copies a log): short here, so that they retire first and the releases stay within the test's waits.
+# (Their logs then are gone: what was consumed is checked, not the VPs' logs.)
 RETENTION_MS = 90_000
 MEMBERS_AT_START, MEMBERS_AT_MOST = 2, 32
 # The autoscaler's delay before it ends an idle node, instead of the yaml's 30 minutes.
