@@ -247,7 +247,10 @@ class HostedVp:
         core = self.core
         if core.is_leader and core.leader_epoch == leader_epoch:
             return  # a repeated notice: do not read the log again
-        progress = FeedProgress.rebuild(self._records())
+        # Leading already (a replica move's step names the same leader at a new epoch): the held
+        # progress goes on. Rebuilding reads the whole log on the node's loop, every VP of the node
+        # waiting meanwhile: a move of a VP that holds days of records would stall them for seconds.
+        progress = None if core.is_leader else FeedProgress.rebuild(self._records())
         self._execute(core.become_leader(leader_epoch, replicas, risr, progress, now_ms))
         # A failover is news; a VP's first leader (a topic's creation, a split's child) is routine,
         # and a topic of 1,024 VPs logged 1,024 warnings.

@@ -273,11 +273,17 @@ class VpReplicaCore:
     # --- role changes ------------------------------------------------------------------
 
     def become_leader(self, leader_epoch: int, replicas: Sequence[str], risr: Sequence[str],
-                      progress: FeedProgress, now_ms: int) -> Ready:
-        """Lead ``leader_epoch`` with the coordinator's replicas and RISR; ``progress`` is rebuilt
-        from this replica's log by the shell. A repeated notice changes nothing."""
+                      progress: FeedProgress | None, now_ms: int) -> Ready:
+        """Lead ``leader_epoch`` with the coordinator's replicas and RISR. ``progress`` is rebuilt
+        from this replica's log by the shell; None only while this replica leads already (a new
+        epoch of the same leader, as a replica move's steps write), whose held progress goes on:
+        the log is its own and unchanged, so reading it again would give the same. A repeated
+        notice changes nothing."""
         if self.role is VpRole.LEADER and self.leader_epoch == leader_epoch:
             return NOTHING
+        if progress is None:
+            assert self._leader is not None, f"{self.vp_name}: a new leader's feed progress must be rebuilt from its log"
+            progress = self._leader.progress
         self._check_new_epoch(leader_epoch)
         high_watermark = self.high_watermark
         self.role, self.leader_epoch, self.leader_id = VpRole.LEADER, leader_epoch, self.replica_id

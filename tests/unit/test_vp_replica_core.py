@@ -77,6 +77,23 @@ def test_a_new_leader_saves_its_epoch_and_a_repeated_notice_changes_nothing():
     assert replica.epochs.entries == ((0, 0), (1, 5))
 
 
+def test_a_leader_at_a_new_epoch_of_its_own_keeps_its_feed_progress_without_a_rebuild():
+    replica = leader(risr=("r0",))
+    append(replica, 0, 0, 1, 2)
+    append(replica, 1, 5)
+    assert replica.become_leader(2, ("r0", "r2"), ("r0",), None, now_ms=0).save_epochs
+    assert replica.leader_epoch == 2 and replica.epochs.entries == ((1, 0), (2, 4))
+    assert (replica.last_applied(2, 0), replica.last_applied(2, 1)) == (2, 5)
+    assert [record.offset for record in replica.plan_feed(2, records(0, 2, 3))] == [3], \
+        "what was fed before the new epoch is not fed again"
+
+
+def test_a_replica_that_does_not_lead_yet_needs_its_progress_rebuilt():
+    replica = follower()
+    with pytest.raises(AssertionError, match="rebuilt from its log"):
+        replica.become_leader(2, PAIR, PAIR, None, now_ms=0)
+
+
 def test_a_repeated_follower_notice_is_a_no_op_and_a_new_leader_is_followed():
     replica = core("r1")
     assert replica.become_follower(1, "r0") == Ready(wake=True)
