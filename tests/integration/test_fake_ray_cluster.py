@@ -78,7 +78,7 @@ def test_the_yaml_s_node_types_start_a_read_node_is_added_on_request_and_nothing
         grown = wait_until(lambda: cluster.workers_by_type()[read_type] == reads_at_start + 1, SCALE_UP_WAIT_S)
         assert grown, f"no read node was added: {cluster.workers_by_type()}"
         assert all(count == worker_types[name]["min_workers"] for name, count in cluster.workers_by_type().items()
-                   if name != read_type), "only the read node type grows"
+                   if name != read_type), f"only the read node type grows: {cluster.workers_by_type()}"
 
         seen = start_times(cluster.pids())
         nodes_alive = sum(1 for node in ray.nodes() if node["Alive"])

@@ -12,7 +12,7 @@ import pytest
 
 from mafka4 import cli
 from mafka4.client.admin import Admin, new_topic_config
-from mafka4.coordinator.control.placement import plan_children, plan_read_path
+from mafka4.coordinator.control.placement import placeable_read_nodes, plan_children, plan_read_path
 from mafka4.errors import InvalidConfig, NotEnoughReadNodes
 from mafka4.faults import FaultGate
 from mafka4.limits import READ_MODE_DEFAULT, ReadMode, TopicConfig
@@ -111,6 +111,18 @@ def test_more_read_replicas_than_live_read_nodes_is_refused_with_what_to_do():
         plan_read_path(TopicConfig(read_replicas=2, read_mode="mafka4"), ["r0"])
     with pytest.raises(NotEnoughReadNodes, match="0 are live"):
         plan_read_path(TopicConfig(read_mode="mafka4"), [])
+
+
+def test_new_vp_replicas_go_to_serving_read_nodes_that_are_not_leaving():
+    registered = ["r0", "r1", "r2", "r3"]
+    assert placeable_read_nodes(registered, {"r0", "r1", "r2"}, {"r1"}, 2) == ["r0", "r2"]
+
+
+def test_placement_falls_back_to_leaving_then_to_unstarted_read_nodes_rather_than_refuse_a_split():
+    registered = ["r0", "r1", "r2"]
+    assert placeable_read_nodes(registered, {"r0", "r1"}, {"r1"}, 2) == ["r0", "r1"], "a node being released"
+    assert placeable_read_nodes(registered, {"r0"}, set(), 2) == registered, "read nodes not started yet"
+    assert placeable_read_nodes(registered, set(), set(), 1) == registered
 
 
 def test_read_path_keys_round_trip_through_json():

@@ -8,12 +8,13 @@ topic's placements (write and read path), so the leaders of many small topics sp
 ``plan_read_path`` decides a new mafka4-mode topic's layout and VP placement: epoch 0 with
 ``virtual_partitions`` even hash ranges, VP ``v`` replicated on ``read_replicas`` distinct
 live read nodes in the same round-robin order, its first replica leading at epoch 0 with
-every replica in the RISR. ``plan_children`` places the VPs a split or merge opens.
+every replica in the RISR. ``plan_children`` places the VPs a split or merge opens, on the read
+nodes ``placeable_read_nodes`` picks: those serving and not being released (issue 38).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import AbstractSet, Sequence
 
 from mafka4.errors import NotEnoughReadNodes, NotEnoughWriteNodes
 from mafka4.hashing import key_hash
@@ -77,6 +78,21 @@ def plan_read_path(config: TopicConfig, read_nodes: Sequence[str], start: int = 
         for (hash_range, vp), replicas in zip(layout.current.ranges.items(), assignment)
     )
     return ReadPathPlan(layout, states)
+
+
+def placeable_read_nodes(registered: Sequence[str], serving: AbstractSet[str], leaving: AbstractSet[str],
+                         read_replicas: int) -> list[str]:
+    """The registered read nodes new VP replicas go to, in ``registered``'s order: those that serve
+    (their ``ReadNode`` holds its liveness key) and are not leaving (being released by read-node
+    scaling, or released: a child placed there would be moved off again, or led from a node
+    whose read node stopped, which no consumer can reach). With fewer than ``read_replicas`` of
+    those, the serving ones, leaving or not; then every registered one (a node whose read node
+    has not started yet: hosting starts it), so that a split is not refused for this."""
+    preferred = [node for node in registered if node in serving and node not in leaving]
+    if len(preferred) >= read_replicas:
+        return preferred
+    serving_ones = [node for node in registered if node in serving]
+    return serving_ones if len(serving_ones) >= read_replicas else list(registered)
 
 
 def plan_children(epoch: SplitEpoch, read_replicas: int, read_nodes: Sequence[str]) -> tuple[VirtualPartitionState, ...]:

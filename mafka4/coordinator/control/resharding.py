@@ -8,9 +8,9 @@ calls ``Resharder``. A split or merge opens logs inside running read nodes; no p
 One reshard (the controller's intent worker runs one at a time; what fences it is below):
 
 1. Read, in one etcd transaction (``Resharder.read``), the topic's config, layout and VP
-   states, the registered nodes and the read nodes' liveness keys; plan the change with the
-   current cut to learn the parents and children (the children's placement is
-   ``placement.plan_children``).
+   states, the registered nodes, the read nodes' liveness keys and those read-node scaling is
+   releasing; plan the change with the current cut to learn the parents and children (the
+   children's placement is ``placement.plan_children`` on ``placement.placeable_read_nodes``).
 2. Hold the parents (``ReadNode.hold`` on each node leading one): every feed stream of the topic
    there stops handing the parents records at or past where it stands, writes its hold key
    (``topics/<t>/holds/<p>/<node>``) and offers that offset; it feeds every other VP on, so a
@@ -72,7 +72,7 @@ from typing import Callable, Mapping, Sequence
 import ray
 
 from mafka4.clocks import wall_ms_fine
-from mafka4.coordinator.control.placement import plan_children
+from mafka4.coordinator.control.placement import placeable_read_nodes, plan_children
 from mafka4.coordinator.control.read_node_launcher import Release, host_states
 from mafka4.errors import CoordinatorUnavailable, MafkaError, ReshardConflict, WrongReadMode
 from mafka4.limits import ReadMode, TopicConfig
@@ -112,6 +112,9 @@ class ReshardInputs:
     states: Mapping[int, tuple[VirtualPartitionState, int]]  # vp -> (state, mod_revision)
     read_nodes: Sequence[str]  # registered read nodes, where children may go
     liveness: Mapping[str, int]  # read node -> mod_revision of its liveness key
+    # Read nodes that read-node scaling is releasing or released (``keys.read_scaling``'s
+    # "releasing", ``keys.released_read_node``): children go elsewhere (``placeable_read_nodes``).
+    leaving: frozenset[str] = frozenset()
 
 
 class Resharder:
@@ -169,7 +172,8 @@ class Resharder:
         epochs = keys.split_epochs_prefix(self._cluster, topic)
         states = keys.virtual_partitions_prefix(self._cluster, topic)
         nodes, liveness = keys.nodes_prefix(self._cluster), keys.read_nodes_prefix(self._cluster)
-        found = self._store.get_prefixes([epochs, states, nodes, liveness], keys=[topic_key])
+        released, scaling = keys.released_read_nodes_prefix(self._cluster), keys.read_scaling(self._cluster)
+        found = self._store.get_prefixes([epochs, states, nodes, liveness, released], keys=[topic_key, scaling])
         config = TopicStore.config_from(topic, next(iter(found[topic_key]), None))
         if config.read_mode is not ReadMode.MAFKA4:
             raise WrongReadMode(
@@ -178,10 +182,15 @@ class Resharder:
             )
         live = {node: item.mod_revision for item in found[liveness]
                 if (node := keys.parse_read_node_liveness(self._cluster, item.key)) is not None}
+        leaving = {node for item in found[released] if (node := keys.parse_released_read_node(self._cluster, item.key))}
+        for item in found[scaling]:
+            releasing = item.value.get("releasing") if isinstance(item.value, dict) else None
+            if isinstance(releasing, str):
+                leaving.add(releasing)
         return ReshardInputs(topic, config, found[topic_key][0].mod_revision,
                              VirtualStore.layout_from(topic, config.partitions, config.virtual_config(), found[epochs]),
                              VirtualStore.states_from(states, found[states]),
-                             TopicStore.nodes_from(found[nodes], "read"), live)
+                             TopicStore.nodes_from(found[nodes], "read"), live, frozenset(leaving))
 
     # --- one reshard ------------------------------------------------------------------------
 
@@ -190,7 +199,8 @@ class Resharder:
         token = secrets.token_hex(8)
         current_cut = layout.current.cut
         draft = plan(layout, current_cut, current_cut)
-        children = plan_children(draft, config.read_replicas, inputs.read_nodes)
+        children = plan_children(draft, config.read_replicas, placeable_read_nodes(
+            inputs.read_nodes, inputs.liveness.keys(), inputs.leaving, config.read_replicas))
         holders = sorted({states[parent][0].leader for parent in draft.parents})
         handles = self._handles
         handles.follow_liveness(inputs.liveness)
