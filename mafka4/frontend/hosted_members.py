@@ -8,9 +8,13 @@ the protocol changes, so both modes keep their guarantees. Every method blocks o
 coordinator (``frontend.group_sessions``) calls them off its event loop, one at a time per member.
 
 A mafka4-mode member that the plan makes the splitter asks the controller for the split (an
-intent) on a thread of its own, as the consumer did, so its syncs do not wait for the split. A
-split done wakes nobody by itself (the new epoch's watch event wakes whom it concerns); a split
-refused wakes its member after ``VP_GROUP_SPLIT_RETRY_INTERVAL_S``, to ask again.
+intent) on a thread of its own, as the consumer did, so its syncs do not wait for the split. One
+at a time: a sync whose plan names a split while the last one is still asked for (its epoch is
+stored, and its event woke the member, before the controller hosted the children and answered)
+does not ask, and the member's wake rule counts that split as asked (``vp_wakes.LastAnswer``),
+so no event asks for it again: the end of the split under way wakes the member, whose next sync
+asks. Else a split done wakes nobody by itself (the new epoch's watch event wakes whom it
+concerns); a split refused wakes its member after ``VP_GROUP_SPLIT_RETRY_INTERVAL_S``, to ask again.
 """
 
 from __future__ import annotations
@@ -106,8 +110,10 @@ class VirtualMemberHost:
         self._member = VirtualGroupMember(store, group, member.topic, topic_config, member.member_id, config,
                                           membership)
         self.changed = self._member.changed
-        self._splitter: threading.Thread | None = None
+        self._split_lock = threading.Lock()  # guards the three fields below
+        self._splitter: threading.Thread | None = None  # the split asked for now, until its answer is handled
         self._split_failed_at = 0.0
+        self._split_deferred = False  # a sync named a split while one was asked for: wake when it ends
 
     def join(self) -> GroupJoinAnswer:
         before = self._member.join()
@@ -157,19 +163,37 @@ class VirtualMemberHost:
         return {p.id: VpOffset(p.offset, p.high_watermark, p.leader_epoch) for p in positions}
 
     def _start_split(self, vp: int) -> None:
-        if self._splitter is not None and self._splitter.is_alive():
-            return
-        if time.monotonic() - self._split_failed_at < VP_GROUP_SPLIT_RETRY_INTERVAL_S:
-            return
-        self._splitter = threading.Thread(target=self._split, args=(vp,), name=f"split-{self._topic}-v{vp}",
-                                          daemon=True)
-        self._splitter.start()
+        with self._split_lock:
+            if self._splitter is not None:
+                self._split_deferred = True  # asked once the split under way ends (module docstring)
+                return
+            if time.monotonic() - self._split_failed_at < VP_GROUP_SPLIT_RETRY_INTERVAL_S:
+                return  # the refusal's timer wakes the member when it may ask again
+            splitter = self._splitter = threading.Thread(target=self._split, args=(vp,),
+                                                         name=f"split-{self._topic}-v{vp}", daemon=True)
+        splitter.start()
 
     def _split(self, vp: int) -> None:
-        """Ask for a split of ``vp`` with an etcd client of this thread's own; the group sees the new epoch by its watch."""
-        store = MetadataStore(self._store.endpoint)
+        """The splitter thread: ask for the split, then let the next one be asked (``_start_split``)."""
+        answered = False  # a refusal's timer wakes the member, any other failure wakes it at once
+        try:
+            answered = self._ask_split(vp)
+        finally:
+            with self._split_lock:
+                self._splitter = None
+                deferred, self._split_deferred = self._split_deferred, False
+            if deferred and answered:
+                # A sync named a split while this one was asked for, and did not ask for it; no
+                # event will ask again (module docstring).
+                self.changed.set()
+
+    def _ask_split(self, vp: int) -> bool:
+        """Ask for a split of ``vp`` with an etcd client of this thread's own; the group sees the new epoch by
+        its watch. False if refused (or etcd did not answer): the member is woken to ask again later."""
+        store: MetadataStore | None = None
         traced = JOIN_TRACES.on(self._topic)
         try:
+            store = MetadataStore(self._store.endpoint)
             JOIN_TRACES.record(self._topic, "split_asked", self.member_id, str(vp))
             # A traced split's controller returns its own stamps in the result (``mafka4.join_trace``).
             done = intents.request(store, self._store.cluster, IntentKind.SPLIT, self._topic,
@@ -179,9 +203,12 @@ class VirtualMemberHost:
             JOIN_TRACES.record(self._topic, "split_answered", self.member_id, str(vp))
             logger.info("group %s: member %s split %s/v%d", self._group, self.member_id, self._topic, vp)
             # No wake: the new split epoch's watch event wakes the members it asks something of
-            # (``vp_wakes.asks_to_act``), this one only if it must act on it.
+            # (``vp_wakes.asks_to_act``), this one only if it must act on it (or if a sync named
+            # another split meanwhile: ``_split``).
+            return True
         except MafkaError as error:
-            self._split_failed_at = time.monotonic()
+            with self._split_lock:
+                self._split_failed_at = time.monotonic()
             logger.warning("group %s: split of %s/v%d not done (%s); the group tries again", self._group, self._topic,
                            vp, error)
             # The sync that asks again comes after the retry interval: before it, a sync would not
@@ -189,11 +216,13 @@ class VirtualMemberHost:
             retry = threading.Timer(VP_GROUP_SPLIT_RETRY_INTERVAL_S, self.changed.set)
             retry.daemon = True
             retry.start()
+            return False
         except BaseException:
             self.changed.set()  # not a refusal: the next sync asks again at once
             raise
         finally:
-            store.close()
+            if store is not None:
+                store.close()
 
 
 def hosted_member(stores: "GroupStores", group: str, member: MemberInfo, config: ConsumerConfig,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR
 from mafka4.coordinator.groups.vp_groups import VirtualGroupMember, VirtualGroupSnapshot
+from mafka4.coordinator.groups.vp_ownership import plan_ownership
 from mafka4.coordinator.groups.vp_pictures import WatchedGroup
 from mafka4.coordinator.groups.vp_wakes import LastAnswer, asks_to_act
 from mafka4.limits import VirtualConfig
@@ -70,6 +71,32 @@ def test_a_join_wakes_the_splitter_the_split_vps_owner_and_the_claimers_and_nobo
     answered["b"] = LastAnswer({1: 100}, 1)
     assert acting(offset_key(1, 100, 100), owner_key(1, None)) == {"b", "d"}, "the parent consumed: its children"
     assert acting(owner_key(children[0], "b"), owner_key(children[1], "d")) == set()
+
+
+def test_a_group_whose_splitter_named_a_split_it_did_not_ask_for_sleeps_with_fewer_vps_than_members():
+    # The end state of bench read-scale ('fixed', pair 1): 2 VPs split three times (v0 -> 2, 3;
+    # v1 -> 4, 5; v2 -> 6, 7), every parent consumed, eight members. The five active VPs have one
+    # owner each; three members own nothing. The smallest member's plan names the next split,
+    # which its last sync did not ask for (a split was still under way: ``hosted_members``), and
+    # its wake rule counts it as asked: no member acts, so no event comes, and the group waits
+    # for a wake from outside (the end of that split under way).
+    layout = TopicLayout.initial(2, 2)
+    for parent in (0, 1, 2):
+        layout = layout.append(layout.plan_split(parent, (10, 10), (10, 10)))
+    assert sorted(layout.current.ranges.vp_ids) == [3, 4, 5, 6, 7]
+    members, owners = "abcdefgh", {3: "c", 4: "e", 5: "h", 6: "d", 7: "f"}
+    picture = WatchedGroup("c", "g", "orders", 2, VirtualConfig())
+    picture.read(members, owners, {parent: (100, 100) for parent in (0, 1, 2)}, layout,
+                 {vp: VirtualPartitionState.from_json(vp, state_key(vp, sealed=100 if vp < 3 else None)[1])
+                  for vp in range(8)})
+    view = picture.view()
+    assert plan_ownership(view, "a").split == 3, "a, the smallest id, is to split a quarter of the hash space"
+    answered = {m: LastAnswer({}, 3 if m == "a" else None) for m in members}
+    assert not any(asks_to_act(picture, m, answered[m]) for m in members)
+    assert all(not plan_ownership(view, m).claim for m in "abg"), "the idle members have nothing to claim"
+    widths = {vp: layout.current.ranges.range_of(vp).width for vp in owners}
+    assert widths[3] == widths[4] == widths[5] == 2 * widths[6] == 2 * widths[7], \
+        "c, e and h read twice as many of the keyed messages as d and f"
 
 
 def two_members() -> tuple[MemoryGroupStore, VirtualGroupMember, VirtualGroupMember]:

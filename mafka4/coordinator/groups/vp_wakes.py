@@ -198,7 +198,8 @@ def asks_to_act(picture: WatchedGroup, member_id: str, answered: LastAnswer) -> 
         return True
     if plan.split is not None and plan.split != answered.split:
         return True
-    # A split asked for already is not asked again: one done shows as a new split epoch, and one
-    # refused wakes its member once it may ask again (``frontend.hosted_members``).
+    # A split asked for already is not asked again: one done shows as a new split epoch, one
+    # refused wakes its member once it may ask again, and one not asked because another was
+    # still under way wakes its member when that one ends (``frontend.hosted_members``).
     owned = (vp for vp, owner in view.owners.items() if owner == member_id)
     return any(view.sealed_end_offsets.get(vp) != answered.sealed_end_offsets.get(vp) for vp in owned)
