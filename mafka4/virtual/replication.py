@@ -23,7 +23,9 @@ Leader side (``FetchSessions``, used by ``ReadNode.replica_fetch``):
 Follower side (``ReplicaFetcher``): applies each answer to its ``HostedVp`` unless the VP's role,
 epoch or log changed while the call was out (the answer is then moot, and the entry is sent
 again). An entry refused with ``NotLeader`` or ``StaleEpoch`` is left for the controller, which
-announces the roles again after any failover; an unreachable leader node is retried after
+announces the roles again after any failover; a notice of a new epoch (or of a VP newly followed)
+that arrives while a call is out leaves that call and asks at once, in a new session, instead of
+waiting out the leader's long poll (``_call_unless_moved``); an unreachable leader node is retried after
 ``replica_fetch_backoff_ms`` with a new session, and so is a VP whose disk refused the data (a
 full disk: nothing of it was appended, and its entry is sent again).
 
@@ -209,7 +211,8 @@ class ReplicaFetcher(NodeLoop):
         self._followed, self._leader_handle, self._forget_handle = followed, leader_handle, forget_handle
         self._session_id: int | None = None
         self._sent: dict[VpId, FollowerFetch] = {}  # what the leader's session holds for each VP
-        self.stats = {"fetches": 0, "errors": 0, "last_error": None, "vps": 0, "sessions": 0}
+        # calls_left: calls left unanswered because a followed VP moved meanwhile (``_call_unless_moved``)
+        self.stats = {"fetches": 0, "errors": 0, "last_error": None, "vps": 0, "sessions": 0, "calls_left": 0}
 
     def _request(self, replicas: list[HostedVp]) -> SessionRequest:
         now_ms = wall_ms()
@@ -235,9 +238,7 @@ class ReplicaFetcher(NodeLoop):
                 await asyncio.sleep(delay_ms / 1000)
             request = self._request(replicas)
             try:
-                answer = await asyncio.wait_for(
-                    self._leader_handle().replica_fetch.remote(request, config.replica_fetch_wait_ms_max),
-                    config.call_timeout_ms / 1000)
+                answer = await self._call_unless_moved(request)
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # the leader's node is dead or restarting: the controller acts
@@ -246,6 +247,10 @@ class ReplicaFetcher(NodeLoop):
                 self._session_id = None
                 self._forget_handle()
                 await asyncio.sleep(config.replica_fetch_backoff_ms / 1000)
+                continue
+            if answer is None:  # a followed VP moved while the call was out: a new session asks at once
+                self.stats["calls_left"] += 1
+                self._session_id = None
                 continue
             self.stats["fetches"] += 1
             if answer.session_id == SESSION_UNKNOWN:
@@ -256,6 +261,49 @@ class ReplicaFetcher(NodeLoop):
             self._session_id = answer.session_id
             if not self._apply(answer.answers):
                 await asyncio.sleep(config.replica_fetch_backoff_ms / 1000)
+
+    async def _call_unless_moved(self, request: SessionRequest) -> SessionAnswer | None:
+        """The leader node's answer to ``request``; None if, while the call was out, a followed VP
+        took a new epoch or began to be followed here (a role notice, ``_moved``).
+
+        The call is a long poll, and the leader does not end it for an entry it refuses (an
+        error alone is no news), so a follower told of a new epoch would wait up to
+        ``replica_fetch_wait_ms_max`` to ask at it, and the VP's high watermark with it. Each step
+        of a replica move bumps the epoch: left waiting, every moved VP's readers stalled for
+        about that long. So the call is left (its answer, if any, is dropped: the positions it
+        answered are asked again) and the caller opens a new session; the leader replaces the
+        old one (``FetchSessions``)."""
+        config = self.config
+        call = asyncio.ensure_future(asyncio.wait_for(
+            self._leader_handle().replica_fetch.remote(request, config.replica_fetch_wait_ms_max),
+            config.call_timeout_ms / 1000))
+        try:
+            while True:
+                self._kick.clear()  # a wake before the request is in it
+                kicked = asyncio.ensure_future(self._kick.wait())
+                try:
+                    await asyncio.wait({call, kicked}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    kicked.cancel()
+                if call.done():
+                    return call.result()
+                if self._moved():
+                    call.cancel()
+                    return None
+        except BaseException:
+            call.cancel()
+            raise
+
+    def _moved(self) -> bool:
+        """A VP followed here (and not paused, as ``_run`` asks) is at another epoch than the request
+        in flight said, or not in it at all."""
+        for hosted in self._followed():
+            if hosted.fault.fault.paused:
+                continue
+            sent = self._sent.get(hosted.vp_id)
+            if sent is None or sent.position.leader_epoch != hosted.core.leader_epoch:
+                return True
+        return False
 
     def _apply(self, answers: Sequence[FollowerAnswer]) -> bool:
         """Apply the answers to their VPs; False if a VP's disk refused its data (it asks again later)."""
