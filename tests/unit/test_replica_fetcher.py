@@ -54,50 +54,45 @@ def follower_of_n0(tmp_path) -> HostedVp:
     return hosted
 
 
-def run(scenario) -> None:
-    asyncio.run(asyncio.wait_for(scenario(), HANG_GUARD_S))
+def run_against_stand_in(tmp_path, scenario) -> None:
+    """``scenario(follower, leader, fetcher)`` with a started fetcher of a follower of n0 (a stand-in)."""
+    follower = follower_of_n0(tmp_path)
+
+    async def main():
+        leader = StandInLeader()
+        fetcher = ReplicaFetcher("n1", "n0", lambda: [follower], lambda: leader, lambda: None, CONFIG)
+        fetcher.start()
+        try:
+            await scenario(follower, leader, fetcher)
+        finally:
+            fetcher.close()
+            follower.close()
+
+    asyncio.run(asyncio.wait_for(main(), HANG_GUARD_S))
 
 
 def test_a_new_epoch_noticed_during_a_long_poll_is_asked_at_once_in_a_new_session(tmp_path):
-    follower = follower_of_n0(tmp_path)
+    async def scenario(follower, leader, fetcher):
+        first = await leader.requested(1)
+        assert first.session_id is None and [f.position.leader_epoch for f in first.changed] == [0]
+        follower.become_follower(1, "n0")  # a replica move's step: the same leader, the next epoch
+        fetcher.wake()
+        second = await leader.requested(2)  # the first call is still out: the leader never answered it
+        assert second.session_id is None, "a new session: the leader replaces the one left"
+        assert [f.position.leader_epoch for f in second.changed] == [1]
+        assert fetcher.stats["calls_left"] == 1
 
-    async def scenario():
-        leader = StandInLeader()
-        fetcher = ReplicaFetcher("n1", "n0", lambda: [follower], lambda: leader, lambda: None, CONFIG)
-        fetcher.start()
-        try:
-            first = await leader.requested(1)
-            assert first.session_id is None and [f.position.leader_epoch for f in first.changed] == [0]
-            follower.become_follower(1, "n0")  # a replica move's step: the same leader, the next epoch
-            fetcher.wake()
-            second = await leader.requested(2)  # the first call is still out: the leader never answered it
-            assert second.session_id is None, "a new session: the leader replaces the one left"
-            assert [f.position.leader_epoch for f in second.changed] == [1]
-            assert fetcher.stats["calls_left"] == 1
-        finally:
-            fetcher.close()
-            follower.close()
-
-    run(scenario)
+    run_against_stand_in(tmp_path, scenario)
 
 
 def test_a_wake_that_moved_no_followed_vp_leaves_the_call_out(tmp_path):
-    follower = follower_of_n0(tmp_path)
+    async def scenario(follower, leader, fetcher):
+        await leader.requested(1)
+        fetcher.wake()  # another topic's roles changed on this node
+        await asyncio.sleep(0)
+        leader.answer(0, session_id=7)
+        second = await leader.requested(2)
+        assert second.session_id == 7 and second.changed == (), "the same session, nothing new to say"
+        assert fetcher.stats["calls_left"] == 0
 
-    async def scenario():
-        leader = StandInLeader()
-        fetcher = ReplicaFetcher("n1", "n0", lambda: [follower], lambda: leader, lambda: None, CONFIG)
-        fetcher.start()
-        try:
-            await leader.requested(1)
-            fetcher.wake()  # another topic's roles changed on this node
-            await asyncio.sleep(0)
-            leader.answer(0, session_id=7)
-            second = await leader.requested(2)
-            assert second.session_id == 7 and second.changed == (), "the same session, nothing new to say"
-            assert fetcher.stats["calls_left"] == 0
-        finally:
-            fetcher.close()
-            follower.close()
-
-    run(scenario)
+    run_against_stand_in(tmp_path, scenario)
