@@ -12,10 +12,12 @@ import pytest
 
 from mafka4 import cli
 from mafka4.client.admin import Admin, new_topic_config
-from mafka4.coordinator.control.placement import placeable_read_nodes, plan_children, plan_read_path
+from mafka4.coordinator.control.placement import leaving_read_nodes, placeable_read_nodes, plan_children, plan_read_path
 from mafka4.errors import InvalidConfig, NotEnoughReadNodes
 from mafka4.faults import FaultGate
 from mafka4.limits import READ_MODE_DEFAULT, ReadMode, TopicConfig
+from mafka4.metadata import keys
+from mafka4.metadata.store import Versioned
 from mafka4.log.epochs import NO_EPOCH, EpochHistory
 from mafka4.physical.partition_state import config_from_json, config_to_json
 from mafka4.virtual.divergence import divergence, truncation_offset
@@ -123,6 +125,14 @@ def test_placement_falls_back_to_leaving_then_to_unstarted_read_nodes_rather_tha
     assert placeable_read_nodes(registered, {"r0", "r1"}, {"r1"}, 2) == ["r0", "r1"], "a node being released"
     assert placeable_read_nodes(registered, {"r0"}, set(), 2) == registered, "read nodes not started yet"
     assert placeable_read_nodes(registered, set(), set(), 1) == registered
+
+
+def test_leaving_read_nodes_are_the_released_ones_and_the_one_being_released():
+    released = [Versioned(keys.released_read_node("c", "r3"), {"released_ms": 1}, 7)]
+    scaling = [Versioned(keys.read_scaling("c"), {"kind": "release", "releasing": "r1"}, 8)]
+    assert leaving_read_nodes("c", released, scaling) == {"r1", "r3"}
+    assert leaving_read_nodes("c", [], [Versioned(keys.read_scaling("c"), {"kind": "hold", "releasing": None}, 9)]) \
+        == frozenset()
 
 
 def test_read_path_keys_round_trip_through_json():

@@ -14,13 +14,17 @@ nodes ``placeable_read_nodes`` picks: those serving and not being released (issu
 
 from __future__ import annotations
 
-from typing import AbstractSet, Sequence
+from typing import TYPE_CHECKING, AbstractSet, Iterable, Sequence
 
 from mafka4.errors import NotEnoughReadNodes, NotEnoughWriteNodes
 from mafka4.hashing import key_hash
 from mafka4.limits import TopicConfig
+from mafka4.metadata import keys
 from mafka4.virtual.layout import SplitEpoch, TopicLayout
 from mafka4.virtual.vp_state import ReadPathPlan, VirtualPartitionState
+
+if TYPE_CHECKING:  # the items' type only: the store's module imports etcd's client
+    from mafka4.metadata.store import Versioned
 
 TOPIC_STARTS = 1024  # distinct start nodes a topic name can map to
 
@@ -78,6 +82,17 @@ def plan_read_path(config: TopicConfig, read_nodes: Sequence[str], start: int = 
         for (hash_range, vp), replicas in zip(layout.current.ranges.items(), assignment)
     )
     return ReadPathPlan(layout, states)
+
+
+def leaving_read_nodes(cluster: str, released: Iterable["Versioned"], scaling: Iterable["Versioned"]) -> frozenset[str]:
+    """The read nodes read-node scaling released (``keys.released_read_node`` items) or is releasing
+    (the ``releasing`` of the ``keys.read_scaling`` item, if any)."""
+    leaving = {node for item in released if (node := keys.parse_released_read_node(cluster, item.key))}
+    for item in scaling:
+        releasing = item.value.get("releasing") if isinstance(item.value, dict) else None
+        if isinstance(releasing, str):
+            leaving.add(releasing)
+    return frozenset(leaving)
 
 
 def placeable_read_nodes(registered: Sequence[str], serving: AbstractSet[str], leaving: AbstractSet[str],

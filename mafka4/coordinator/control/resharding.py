@@ -72,7 +72,7 @@ from typing import Callable, Mapping, Sequence
 import ray
 
 from mafka4.clocks import wall_ms_fine
-from mafka4.coordinator.control.placement import placeable_read_nodes, plan_children
+from mafka4.coordinator.control.placement import leaving_read_nodes, placeable_read_nodes, plan_children
 from mafka4.coordinator.control.read_node_launcher import Release, host_states
 from mafka4.errors import CoordinatorUnavailable, MafkaError, ReshardConflict, WrongReadMode
 from mafka4.limits import ReadMode, TopicConfig
@@ -182,15 +182,11 @@ class Resharder:
             )
         live = {node: item.mod_revision for item in found[liveness]
                 if (node := keys.parse_read_node_liveness(self._cluster, item.key)) is not None}
-        leaving = {node for item in found[released] if (node := keys.parse_released_read_node(self._cluster, item.key))}
-        for item in found[scaling]:
-            releasing = item.value.get("releasing") if isinstance(item.value, dict) else None
-            if isinstance(releasing, str):
-                leaving.add(releasing)
         return ReshardInputs(topic, config, found[topic_key][0].mod_revision,
                              VirtualStore.layout_from(topic, config.partitions, config.virtual_config(), found[epochs]),
                              VirtualStore.states_from(states, found[states]),
-                             TopicStore.nodes_from(found[nodes], "read"), live, frozenset(leaving))
+                             TopicStore.nodes_from(found[nodes], "read"), live,
+                             leaving_read_nodes(self._cluster, found[released], found[scaling]))
 
     # --- one reshard ------------------------------------------------------------------------
 

@@ -26,11 +26,12 @@ from dataclasses import dataclass
 import ray
 
 from mafka4.coordinator.control.physical_launcher import start_partition, stop_partition
-from mafka4.coordinator.control.placement import assign_replicas, topic_start
-from mafka4.coordinator.control.placement import plan_read_path
+from mafka4.coordinator.control.placement import (assign_replicas, leaving_read_nodes, placeable_read_nodes,
+                                                  plan_read_path, topic_start)
 from mafka4.coordinator.control.read_node_launcher import drop_everywhere, ensure_read_node, host_states
 from mafka4.errors import TopicExists
 from mafka4.limits import TopicConfig
+from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.physical.topic_leftovers import absent_topic
@@ -48,6 +49,18 @@ class Created:
     unhosted: tuple[int, ...] = ()
 
 
+def _placeable(store: MetadataStore, cluster: str, registered: list[str], read_replicas: int) -> list[str]:
+    """The registered read nodes a new topic's VP replicas go to, as a split's children do
+    (``placement.placeable_read_nodes``): serving ones not being released first."""
+    found = store.get_prefixes([keys.read_nodes_prefix(cluster), keys.released_read_nodes_prefix(cluster)],
+                               keys=[keys.read_scaling(cluster)])
+    serving = {node for item in found[keys.read_nodes_prefix(cluster)]
+               if (node := keys.parse_read_node_liveness(cluster, item.key)) is not None}
+    leaving = leaving_read_nodes(cluster, found[keys.released_read_nodes_prefix(cluster)],
+                                 found[keys.read_scaling(cluster)])
+    return placeable_read_nodes(registered, serving, leaving, read_replicas)
+
+
 def create_topic(store: MetadataStore, cluster: str, etcd_endpoint: str, name: str, config: TopicConfig) -> Created:
     topics = TopicStore(store, cluster)
     if topics.exists(name):
@@ -56,7 +69,8 @@ def create_topic(store: MetadataStore, cluster: str, etcd_endpoint: str, name: s
             return Created(metadata)
         raise TopicExists(f"topic {name!r} already exists: delete it first or choose another name")
     read_nodes = topics.live_nodes("read")
-    read_plan = plan_read_path(config, read_nodes, start=topic_start(name))
+    read_plan = plan_read_path(config, _placeable(store, cluster, read_nodes, config.read_replicas),
+                               start=topic_start(name))
     assignment = assign_replicas(config.partitions, config.replication_factor, topics.live_nodes("write"),
                                  start=topic_start(name))
     metadata = TopicStore.initial_metadata(name, config, assignment)
