@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mafka4.errors import InvalidConfig
+
 
 @dataclass(frozen=True, slots=True)
 class ReadScaleBenchSettings:
@@ -42,6 +44,16 @@ class ReadScaleBenchSettings:
     sample_interval_s: float = 0.1
     # ... and describes the added read node, until it served its first records (an actor call).
     describe_interval_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.pairs < 1:
+            raise InvalidConfig(f"pairs={self.pairs}: run at least one pair (a run with scaling and one without)")
+        if not 1 <= self.consumers_at_start < self.consumers_at_most:
+            raise InvalidConfig(f"consumers_at_start={self.consumers_at_start}, consumers_at_most="
+                                f"{self.consumers_at_most}: start with at least one member and grow to more")
+        if self.rate_msgs_per_s < 1 or self.window_s <= 0 or self.settle_s < 0:
+            raise InvalidConfig(f"rate_msgs_per_s={self.rate_msgs_per_s}, window_s={self.window_s}, settle_s="
+                                f"{self.settle_s}: produce at least 1 message/s, measure a window > 0 s, settle >= 0 s")
 
     def vp_replicas_bound(self, read_nodes: int) -> int:
         """The controller's ``read_node_vp_replicas_max`` for ``read_nodes`` read nodes at the start:

@@ -9,6 +9,7 @@ import pytest
 from benchmarks.read_scale_figures import (SCALE_UP_STEPS, SERVING_STEPS, Trigger, ack_latencies_ms, member_gaps_ms,
                                            move_window_ms, pair_summary, steps_after_trigger_ms, steps_between_ms)
 from benchmarks.read_scale_settings import ReadScaleBenchSettings
+from mafka4.errors import InvalidConfig
 
 MS = 1_000_000
 TRIGGER = Trigger(monotonic_ns=1_000 * MS, wall_ms=50_000)
@@ -93,3 +94,10 @@ def test_the_replicas_bound_holds_the_grown_group_and_not_the_trigger(read_nodes
 def test_a_trigger_too_small_for_the_bound_is_refused():
     with pytest.raises(ValueError, match="ballast VPs"):
         ReadScaleBenchSettings(ballast_vps=1).vp_replicas_bound(2)
+
+
+@pytest.mark.parametrize("changes", [{"pairs": 0}, {"consumers_at_start": 8}, {"consumers_at_start": 0},
+                                     {"rate_msgs_per_s": 0}, {"window_s": 0}])
+def test_bad_settings_are_refused_naming_the_field(changes):
+    with pytest.raises(InvalidConfig, match=next(iter(changes))):
+        ReadScaleBenchSettings(**changes)
