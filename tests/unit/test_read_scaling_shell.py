@@ -286,13 +286,19 @@ def test_a_node_hosting_only_sealed_replicas_is_released_they_move_off_then_its_
     assert cluster.ray.stopped == ["r1"] and cluster.records() == {}
 
 
-def test_load_growing_back_during_a_release_calls_it_off_and_the_stopped_node_serves_again(new_cluster):
+def released_r1(new_cluster):
+    """A cluster of r1 (idle) and r2 (hosting one VP) whose controller released r1 (its actor stopped)."""
     cluster = new_cluster(config(read_nodes_min=1, read_node_idle_release_delay_ms=2_000, read_node_vp_replicas_max=2))
     cluster.set_states("t", [vp_state(0, ("r2",))])
     for _ in range(4):
         cluster.report("r1")
         cluster.report("r2", hosted=1)
         cluster.run()
+    return cluster
+
+
+def test_load_growing_back_during_a_release_calls_it_off_and_the_stopped_node_serves_again(new_cluster):
+    cluster = released_r1(new_cluster)
     assert cluster.scaling.stopped_read_nodes == {"r1"} and cluster.ray.stopped == ["r1"]
     cluster.set_states("t", [vp_state(vp, ("r2",)) for vp in range(3)])
     cluster.report("r2", hosted=3)
@@ -304,12 +310,7 @@ def test_load_growing_back_during_a_release_calls_it_off_and_the_stopped_node_se
 
 
 def test_an_add_after_a_release_ended_gives_the_released_node_still_up_its_agent_back(new_cluster):
-    cluster = new_cluster(config(read_nodes_min=1, read_node_idle_release_delay_ms=2_000, read_node_vp_replicas_max=2))
-    cluster.set_states("t", [vp_state(0, ("r2",))])
-    for _ in range(4):
-        cluster.report("r1")
-        cluster.report("r2", hosted=1)
-        cluster.run()
+    cluster = released_r1(new_cluster)
     released = keys.released_read_node(cluster.name, "r1")
     assert cluster.store.get(released) is not None
     cluster.registered.discard("r1")  # its agent stopped: the release has ended, Ray has not ended the node yet
