@@ -129,12 +129,14 @@ def _commit() -> str | None:
 
 
 def _run(settings: ReadScaleBenchSettings, yaml_path: Path, mode: str, pair: int, boot_after_ms: int | None) -> dict:
+    from mafka4.exported_variables import exported_variable
+    from mafka4.runtime.environment import HOME_ENV
     from mafka4.runtime.fake_ray_cluster import fake_ray_cluster
     from mafka4.runtime.temporary import temporary_home
 
     load_before = wait_until_quiet(settings.quiet_wait_s_max)
     started = time.monotonic()
-    with temporary_home(prefix="m4rs-") as home, _environment("MAFKA4_HOME", str(home)), \
+    with temporary_home(prefix="m4rs-") as home, exported_variable(HOME_ENV, str(home)), \
             fake_ray_cluster(yaml_path) as fake:
         initial = _alive_read_nodes()
         cluster = f"rs-{secrets.token_hex(3)}"
@@ -154,19 +156,6 @@ def _run(settings: ReadScaleBenchSettings, yaml_path: Path, mode: str, pair: int
     run["steps_between_ms"] = steps_between_ms(run["steps_ms"])
     run["move_window_ms"] = move_window_ms(run["steps_ms"]) if mode == "scaling" else None
     return _in_window(run, run["move_window_ms"]) if mode == "scaling" else run
-
-
-@contextlib.contextmanager
-def _environment(name: str, value: str):
-    before = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = before
 
 
 def _controller_settings(settings: ReadScaleBenchSettings, mode: str, read_nodes: int) -> dict[str, int]:
