@@ -836,6 +836,10 @@ KAFKA_UNAUTHENTICATED_FRAME_BYTES_MAX = PROTOCOL_UNAUTHENTICATED_FRAME_BYTES_MAX
 # makes at most 8 MiB: how far past the bound a bomb gets before it is refused. Smaller steps
 # cost more calls (about 5 ms per compressed MiB at 256 bytes, measured here).
 KAFKA_ZSTD_STEP_BYTES = 256
+# The largest window a Kafka client's zstd frame may ask for: zstd's levels up to 19 use at most
+# 8 MiB, and a decompressor allocates the window a frame asks for, so a frame asking more (levels
+# 20-22, or a hostile one asking zstd's 2 GiB) is refused as corrupt before anything is allocated.
+KAFKA_ZSTD_WINDOW_BYTES_MAX = 8 * MiB
 
 
 # --- admin APIs (users and ACLs through the client port) ---
