@@ -27,9 +27,10 @@ from __future__ import annotations
 import datetime
 import io
 import struct
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, Mapping
+from typing import Callable, Iterator, Mapping
 
 from kio.index import load_payload_module, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
@@ -39,6 +40,7 @@ from kio.serial.errors import SerialError
 from kio.static.constants import EntityType
 
 from mafka4.errors import KafkaWireError
+from mafka4.kafka.array_bounds import check_arrays
 
 API_VERSIONS = 18  # the API key of ApiVersions
 UNSUPPORTED_VERSION = int(ErrorCode.unsupported_version)  # 35
@@ -97,34 +99,38 @@ def read_request(frame: bytes | bytearray | memoryview, served: Served) -> Kafka
         raise KafkaWireError(f"API key {api_key} version {api_version} is not served by this node, which serves "
                              f"versions {versions[0]} to {versions[1]}: the client must ask ApiVersions first",
                              error_code=UNSUPPORTED_VERSION, **known)
-    read_header, read_body = _request_readers(api_key, api_version)
-    header, position = _parsed(read_header, frame, 0, f"the header of API key {api_key} version {api_version}",
-                               known)
-    body, size = _parsed(read_body, frame, position, f"the body of API key {api_key} version {api_version}", known)
+    request_class, read_header, read_body = _request_readers(api_key, api_version)
+    # kio reads only read-only buffers; a read-only view of a bytearray costs no copy.
+    frame = memoryview(frame).toreadonly()
+    with _refused_unless_parsed(f"the header of API key {api_key} version {api_version}", known):
+        header, position = read_header(frame, 0)
+    with _refused_unless_parsed(f"the body of API key {api_key} version {api_version}", known):
+        check_arrays(request_class, frame, position)  # before kio reserves memory by the counts (see there)
+        body, size = read_body(frame, position)
     if position + size != len(frame):
         raise KafkaWireError(f"{len(frame) - position - size} bytes are left after the body of API key {api_key} "
                              f"version {api_version}: the frame is not one request", **known)
     return KafkaRequest(api_key, api_version, correlation_id, header.client_id, body)
 
 
-def _parsed(reader: Callable, frame: bytes | bytearray | memoryview, position: int, what: str,
-            known: dict) -> tuple[object, int]:
-    """``reader(frame, position)``: kio's ``(value, size)``; ``KafkaWireError`` naming ``what`` if it
-    does not parse."""
+@contextmanager
+def _refused_unless_parsed(what: str, known: dict) -> Iterator[None]:
+    """``KafkaWireError`` naming ``what`` for what kio (or ``check_arrays``) raises on bytes that do not parse."""
     try:
-        return reader(frame, position)
+        yield
     # kio's native readers raise its DecodeError for short bytes and ValueError (UnicodeDecodeError
-    # among them) for values out of their field's range; its generated classes TypeError and
-    # ValueError. The hypothesis tests feed it random bytes to find any other.
-    except (ValueError, TypeError, OverflowError, SerialError) as error:
+    # among them) for values out of their field's range, and KeyError for a tagged field its schema
+    # does not know (Kafka's rule is to skip one: a client sending tagged fields newer than kio's
+    # schemas is refused here). The hypothesis tests feed it random bytes to find any other.
+    except (ValueError, TypeError, OverflowError, KeyError, SerialError) as error:
         raise KafkaWireError(f"{what} does not parse: {type(error).__name__}: {error}", **known) from None
 
 
 @lru_cache(maxsize=None)
-def _request_readers(api_key: int, api_version: int) -> tuple[Callable, Callable]:
-    """kio's readers of the header and the body of requests of ``api_key`` at ``api_version``."""
+def _request_readers(api_key: int, api_version: int) -> tuple[type, Callable, Callable]:
+    """kio's class of requests of ``api_key`` at ``api_version``, and its readers of their header and body."""
     request_class = load_request_schema(api_key, api_version)
-    return entity_reader(request_class.__header_schema__), entity_reader(request_class)
+    return request_class, entity_reader(request_class.__header_schema__), entity_reader(request_class)
 
 
 @lru_cache(maxsize=None)
@@ -160,10 +166,12 @@ def error_response(api_key: int, api_version: int, correlation_id: int, error_co
     """The answer to a request that failed before or while its body was parsed (a ``KafkaWireError``
     whose ``correlation_id`` is known; without one nothing can be answered).
 
-    ApiVersions is answered as Kafka does (KIP-511): at a version ``served`` holds, with that
-    version's body, the error and no API keys; at any other, with a v0 body carrying the error and
-    every API key ``served`` lists, so that the client retries at a version both speak (clients
-    read an ApiVersions error answer as v0 whatever they asked).
+    ApiVersions is answered with a v0 body behind header v0, whatever version was asked: at an
+    unserved version (UNSUPPORTED_VERSION) it lists every API key of ``served``, so that the client
+    retries at a version both speak, as Kafka answers it (KIP-511); with another error it lists
+    none. Kafka answers that other case at the version asked, but kafka-python reads every
+    ApiVersions error answer as v0 (and Kafka's Java client falls back to v0 when the version
+    asked does not parse), so v0 is the answer every client can read.
 
     Any other API: the response header (the version's own when ``served`` holds the version, else
     v0) and one int16, the error code. A client can read no more than the correlation id and,
@@ -171,14 +179,11 @@ def error_response(api_key: int, api_version: int, correlation_id: int, error_co
     request it could not read. The listener closes the connection after sending it, as a broker
     closes one it cannot answer.
     """
+    if api_key == API_VERSIONS:
+        body = api_versions_body(served if error_code == UNSUPPORTED_VERSION else {}, 0, error_code)
+        return _framed(correlation_id, type(body).__header_schema__, lambda buffer: _writer(type(body))(buffer, body))
     versions = served.get(api_key)
     known_version = versions is not None and versions[0] <= api_version <= versions[1]
-    if api_key == API_VERSIONS:
-        if known_version and error_code != UNSUPPORTED_VERSION:
-            body = api_versions_body({}, api_version, error_code)
-        else:
-            body = api_versions_body(served, 0, error_code)
-        return _framed(correlation_id, type(body).__header_schema__, lambda buffer: _writer(type(body))(buffer, body))
     header_class = load_response_schema(api_key, api_version).__header_schema__ if known_version else ResponseHeaderV0
     return _framed(correlation_id, header_class, lambda buffer: buffer.write(_ERROR_CODE.pack(error_code)))
 

@@ -836,6 +836,11 @@ KAFKA_UNAUTHENTICATED_FRAME_BYTES_MAX = PROTOCOL_UNAUTHENTICATED_FRAME_BYTES_MAX
 # makes at most 8 MiB: how far past the bound a bomb gets before it is refused. Smaller steps
 # cost more calls (about 5 ms per compressed MiB at 256 bytes, measured here).
 KAFKA_ZSTD_STEP_BYTES = 256
+# Items of one array of a Kafka request (topics of a metadata request, partitions of a fetch),
+# as the client protocol's PROTOCOL_ITEMS_MAX: more is refused (INVALID_REQUEST) before the
+# request is parsed (``kafka.array_bounds``), so one frame cannot make a node build tens of
+# millions of objects of a few bytes each.
+KAFKA_ARRAY_ITEMS_MAX = 100_000
 # The largest window a Kafka client's zstd frame may ask for: zstd's levels up to 19 use at most
 # 8 MiB, and a decompressor allocates the window a frame asks for, so a frame asking more (levels
 # 20-22, or a hostile one asking zstd's 2 GiB) is refused as corrupt before anything is allocated.

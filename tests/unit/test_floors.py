@@ -62,7 +62,7 @@ FLOORS = (
     (1, r"mafka4\.protocol\.(frames|messages|error_codes|session|metadata_api|metadata_topics|admin_api|"
         r"topic_admin_api|group_admin_api)"),
     (1, r"mafka4\.frontend\.view_state"),
-    (1, r"mafka4\.kafka\.(wire|record_batches)"),
+    (1, r"mafka4\.kafka\.(wire|array_bounds|record_batches)"),
     (1, r"mafka4\.coordinator\.groups\.(assignors|partition_protocol|vp_ownership|vp_wakes|vp_pictures)"),
     (1, r"mafka4\.coordinator\.control\.(partition_decisions|read_path_decisions|upkeep_decisions|placement|"
         r"read_node_scaling|replica_moves|replica_move_plans|replica_move_records)"),
