@@ -62,10 +62,12 @@ def plan_of(entity_class: type) -> EntityPlan:
     for field in fields(entity_class):
         tag = get_field_tag(field)
         step = _field_step(entity_class, field, tag is not None)
-        if tag is None:
-            steps.append(step)
-        else:
+        if tag is not None:
             tagged[int(tag)] = step
+        elif steps and step[0] == FIXED == steps[-1][0]:  # fixed fields in a row: one step
+            steps[-1] = (FIXED, steps[-1][1] + step[1])
+        else:
+            steps.append(step)
     return EntityPlan(entity_class.__name__, tuple(steps), entity_class.__flexible__, tagged)
 
 
@@ -142,6 +144,8 @@ def _walk_entity(plan: EntityPlan, nullable: bool, view: memoryview, position: i
         return position
     tags, size = _uvarint(view, position, end)
     position += size
+    if not tags:
+        return position
     _check_count(tags, position, end)
     for _ in range(tags):
         tag, size = _uvarint(view, position, end)
@@ -165,6 +169,8 @@ def _check_count(count: int, position: int, end: int) -> None:
 
 
 def _uvarint(view: memoryview, position: int, end: int) -> tuple[int, int]:
+    if position < end and view[position] < 0x80:  # one byte: nearly every count, length and tag
+        return view[position], 1
     value, size = read_unsigned_varint(view[:end], position)
     return value, size
 

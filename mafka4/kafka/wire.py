@@ -17,7 +17,10 @@ know which versions the node speaks can read it.
 ``served`` maps each API key the node serves to its (min, max) version: what ``read_request``
 accepts and what the ApiVersions answer lists. A request outside it, or one whose bytes are not
 what its header names, raises ``KafkaWireError`` with Kafka's error code; ``error_response`` is
-the answer to send for it. A frame too short for a header, or any other bytes, raises only that.
+the answer to send for it. A frame too short for a header, or any other bytes, raises only that:
+before kio parses a body, ``array_bounds.check_arrays`` makes sure no array claims more items
+than its bytes hold (kio reserves memory by the claimed count, and a failed reservation ends
+the process).
 
 Pure: bytes in, bytes out; no sockets.
 """
