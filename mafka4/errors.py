@@ -4,7 +4,8 @@ Each error says whether retrying the same request can succeed (``retriable``), w
 means the request itself was wrong (``usage_error``: bad input, not a cluster problem; the
 ``mafka4`` command exits 2 for these and 1 for the others), and carries a message that names
 the problem and the fix. Errors cross Ray actor boundaries by pickling, so every constructor
-takes exactly one argument: the message.
+takes exactly one positional argument: the message (``KafkaWireError`` takes more as keywords,
+with defaults, and pickles them too).
 
 Broken invariants are not errors: they are ``assert`` statements.
 """
@@ -422,3 +423,34 @@ class ProtectedUser(MafkaError):
     client port would lock the operator out."""
 
     usage_error = True
+
+
+# --- Kafka protocol (mafka4.kafka) ----------------------------------------------------------
+
+
+class KafkaWireError(MafkaError):
+    """A Kafka request frame that cannot be served: an API key or version the node does not serve,
+    or bytes that are not the request its header names (``kafka.wire.read_request``).
+
+    ``error_code`` is Kafka's code for the answer (35 UNSUPPORTED_VERSION, 42 INVALID_REQUEST);
+    ``correlation_id``, ``api_key`` and ``api_version`` are the header's, when the frame was long
+    enough to hold them (None otherwise: then nothing can be answered, and the listener closes the
+    connection). The client is not a Kafka client of a version this node serves, or is broken.
+    """
+
+    def __init__(self, message: str, *, error_code: int = 42, correlation_id: int | None = None,
+                 api_key: int | None = None, api_version: int | None = None):
+        super().__init__(message)
+        self.error_code = error_code
+        self.correlation_id = correlation_id
+        self.api_key = api_key
+        self.api_version = api_version
+
+    def __reduce__(self):
+        fields = {"error_code": self.error_code, "correlation_id": self.correlation_id, "api_key": self.api_key,
+                  "api_version": self.api_version}
+        return _kafka_wire_error, (type(self), self.message, fields)
+
+
+def _kafka_wire_error(cls: type, message: str, fields: dict) -> KafkaWireError:
+    return cls(message, **fields)

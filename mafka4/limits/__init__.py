@@ -818,6 +818,35 @@ VP_CONNECTIONS_AHEAD_MAX = 8
 PROTOCOL_OPEN_TIMEOUT_S_DEFAULT = 10.0
 
 
+# --- Kafka protocol (mafka4.kafka) ---
+# A whole Kafka request frame, the 4 bytes of its size not counted: Kafka's own
+# socket.request.max.bytes, so that a request a broker accepts is accepted here. A peer announcing
+# more is refused (``kafka.wire.frame_size``) and its connection closed, as a broker does. The
+# batches of one produce request decompress to at most this much too (``kafka.record_batches``):
+# a decompression bomb makes a node hold no more than a frame of that size would.
+KAFKA_FRAME_BYTES_MAX = 100 * MiB
+# Until a Kafka connection has authenticated, its requests may only be ApiVersions and the SASL
+# steps (SaslHandshake, SaslAuthenticate: a SCRAM message is a few hundred bytes): a bigger frame
+# is refused before its bytes are read, so an anonymous peer cannot make a node hold
+# KAFKA_FRAME_BYTES_MAX for it. The same bound as the client port's.
+KAFKA_UNAUTHENTICATED_FRAME_BYTES_MAX = PROTOCOL_UNAUTHENTICATED_FRAME_BYTES_MAX
+# zstd frames of Kafka clients need not say their decompressed size, so a batch is decompressed
+# this many compressed bytes at a time, its output counted against the bound above after each
+# step. A zstd block of 4 bytes (an RLE block) expands to 128 KiB, so one step of this size
+# makes at most 8 MiB: how far past the bound a bomb gets before it is refused. Smaller steps
+# cost more calls (about 5 ms per compressed MiB at 256 bytes, measured here).
+KAFKA_ZSTD_STEP_BYTES = 256
+# Items of one array of a Kafka request (topics of a metadata request, partitions of a fetch),
+# as the client protocol's PROTOCOL_ITEMS_MAX: more is refused (INVALID_REQUEST) before the
+# request is parsed (``kafka.array_bounds``), so one frame cannot make a node build tens of
+# millions of objects of a few bytes each.
+KAFKA_ARRAY_ITEMS_MAX = 100_000
+# The largest window a Kafka client's zstd frame may ask for: zstd's levels up to 19 use at most
+# 8 MiB, and a decompressor allocates the window a frame asks for, so a frame asking more (levels
+# 20-22, or a hostile one asking zstd's 2 GiB) is refused as corrupt before anything is allocated.
+KAFKA_ZSTD_WINDOW_BYTES_MAX = 8 * MiB
+
+
 # --- admin APIs (users and ACLs through the client port) ---
 # The random salt of a new credential (security.credentials.make_credential), as long as the
 # salts the server's SCRAM library makes itself.

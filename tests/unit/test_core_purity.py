@@ -89,6 +89,10 @@ CORES = (
     "mafka4.protocol.admin_api",
     "mafka4.protocol.topic_admin_api",
     "mafka4.protocol.group_admin_api",
+    # the Kafka protocol: request and response frames, their arrays' bounds, record batches and their conversion
+    "mafka4.kafka.wire",
+    "mafka4.kafka.array_bounds",
+    "mafka4.kafka.record_batches",
     # what a node knows of the cluster's metadata to answer clients
     "mafka4.frontend.view_state",
     # a join's hop times from its trace's rows (bench vp-join)

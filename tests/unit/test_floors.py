@@ -12,7 +12,7 @@ Floors, from the ground up (the first pattern that matches a module names its fl
    fake multi-node Ray cluster derived from ``ray_cluster.yaml``; the names of etcd keys
    and of Ray actors; the frames of stream calls; principals, SCRAM and ACLs; the client
    protocol's frames, messages, error
-   codes and session rules.
+   codes and session rules; the Kafka protocol's frames and record batches.
 2. **metadata and transport**: etcd access and what is stored there (``mafka4.metadata``: store,
    leases, intents, the in-sync recorder; the topic store of ``physical``, the VP store of
    ``virtual``, the user and ACL stores of ``security`` and the admin's credential file), how
@@ -51,7 +51,7 @@ FLOORS = (
         r"waking_event)"),
     # Packages whose __init__ is empty: importing one runs nothing.
     (0, r"mafka4\.(physical|virtual|metadata|transport|protocol|security|frontend|coordinator|"
-        r"coordinator\.(control|groups))"),
+        r"coordinator\.(control|groups)|kafka)"),
     (1, r"mafka4\.log(\..*)?|mafka4\.risr(\..*)?"),
     (1, r"mafka4\.physical\.(partition_state|replica|sequencer|topic_leftovers)"),
     (1, r"mafka4\.virtual\.(ranges|layout|vp_records|column_split|vp_state|feed_plan|failover|replica_core|divergence|"
@@ -62,6 +62,7 @@ FLOORS = (
     (1, r"mafka4\.protocol\.(frames|messages|error_codes|session|metadata_api|metadata_topics|admin_api|"
         r"topic_admin_api|group_admin_api)"),
     (1, r"mafka4\.frontend\.view_state"),
+    (1, r"mafka4\.kafka\.(wire|array_bounds|record_batches)"),
     (1, r"mafka4\.coordinator\.groups\.(assignors|partition_protocol|vp_ownership|vp_wakes|vp_pictures)"),
     (1, r"mafka4\.coordinator\.control\.(partition_decisions|read_path_decisions|upkeep_decisions|placement|"
         r"read_node_scaling|replica_moves|replica_move_plans|replica_move_records)"),
@@ -120,7 +121,7 @@ def test_every_module_is_on_a_floor():
 
 def test_the_packages_on_the_ground_floor_run_nothing_when_imported():
     for package in ("physical", "virtual", "metadata", "transport", "protocol", "security", "frontend", "coordinator",
-                    "coordinator/control", "coordinator/groups", "runtime"):
+                    "coordinator/control", "coordinator/groups", "runtime", "kafka"):
         assert (ROOT / "mafka4" / package / "__init__.py").read_text().strip() == "", package
 
 
