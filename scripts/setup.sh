@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything mafka4 needs on a fresh Debian machine (etcd server, Java for the
-# Spark analysis, the Python package with its test tools), then runs the demo on a
+# Spark analysis, kcat for the Kafka listener's tests, the Python package with its test tools), then runs the demo on a
 # throwaway local cluster. Pass --skip-demo to install only (CI does), and --with-redis to
 # install Redis too (redis-server and the `redis` extra), which only `mafka4 bench
 # redis-streams` uses (CI does, so that the bench's smoke test runs).
@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 run_demo=1
 with_redis=0
-packages=(etcd-server openjdk-17-jre-headless)
+packages=(etcd-server openjdk-17-jre-headless kcat)
 extras="server,dev,analysis"
 for option in "$@"; do
   case "$option" in
@@ -22,7 +22,7 @@ sudo=""
 [[ "$(id -u)" -ne 0 ]] && sudo="sudo"
 
 missing=0
-[[ -x /usr/bin/etcd ]] && command -v java >/dev/null || missing=1
+[[ -x /usr/bin/etcd ]] && command -v java >/dev/null && command -v kcat >/dev/null || missing=1
 if [[ $with_redis == 1 ]] && ! command -v redis-server >/dev/null; then missing=1; fi
 if [[ $missing == 1 ]]; then
   # Installing etcd-server (or redis-server) must not start Debian's own service on its usual

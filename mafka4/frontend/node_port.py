@@ -16,6 +16,9 @@ against the users the view holds, checks every request against the view's ACLs, 
   describe, reset offsets), through the etcd clients of their reports.
 
 Authentication and ACLs are ``frontend.port_security``'s, shared with the replicas' ports.
+
+Beside it, a read node serves Kafka clients (``kafka.listener``) with the same view and the same
+security: ``start_kafka``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from mafka4.frontend.metadata_handler import metadata_answer
 from mafka4.frontend.port_security import MECHANISMS, PortSecurity
 from mafka4.frontend.topic_handlers import TopicHandlers
 from mafka4.frontend.vp_handlers import ServedVps, VpHandlers
+from mafka4.kafka.data_handlers import KafkaDataHandlers, KafkaServedData
+from mafka4.kafka.listener import KafkaListener
 from mafka4.metadata.store import MetadataStore
 from mafka4.protocol.messages import ApiKey
 from mafka4.protocol.metadata_api import MetadataAnswer, MetadataRequest
@@ -39,7 +44,8 @@ from mafka4.protocol.session import Session
 class NodePort:
     """The client port of node ``node_id``; see the module docstring."""
 
-    def __init__(self, etcd_endpoint: str, cluster: str, node_id: str, vps: ServedVps | None = None):
+    def __init__(self, etcd_endpoint: str, cluster: str, node_id: str, vps: ServedVps | None = None,
+                 kafka_data: KafkaServedData | None = None):
         self._cluster, self._node_id = cluster, node_id
         self._store = MetadataStore(etcd_endpoint)
         self.view = ClusterView(self._store, cluster)
@@ -56,6 +62,9 @@ class NodePort:
                     **(VpHandlers(self.view, vps, check).handlers() if vps is not None else {})}
         self._server = ClientPortServer(handlers, f"client port of {node_id}", node_id, self._security.exchange,
                                         MECHANISMS)
+        self._kafka = None if kafka_data is None else KafkaListener(
+            KafkaDataHandlers(self.view, self._security, kafka_data, node_id, cluster).handlers(), self._security,
+            f"Kafka listener of {node_id}")
 
     def start_view(self) -> None:
         """Read and watch the cluster's metadata (blocks on etcd: run it off the event loop)."""
@@ -66,12 +75,20 @@ class NodePort:
         bound_host, bound_port = await self._server.start(host, port)
         return f"{bound_host}:{bound_port}"
 
+    async def start_kafka(self, host: str, port: int) -> str:
+        """Serve Kafka clients on ``host``:``port`` (0: any free port); the address, ``host:port``."""
+        assert self._kafka is not None, "a node port made without kafka_data serves no Kafka listener"
+        return await self._kafka.start(host, port)
+
     @property
     def counters(self) -> dict[str, int]:
-        return {**self._server.counters, "refusals": self._security.refusals}
+        kafka = {} if self._kafka is None else {f"kafka_{name}": value for name, value in self._kafka.counters.items()}
+        return {**self._server.counters, "refusals": self._security.refusals, **kafka}
 
     def close(self) -> None:
         self._server.close()
+        if self._kafka is not None:
+            self._kafka.close()
         self.groups.close()
         self._group_admin.close()
         self.view.close()

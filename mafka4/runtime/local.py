@@ -205,11 +205,21 @@ def _registered_nodes(state: ClusterState) -> dict:
             store, lambda: {item.value["node_id"]: item.value for item in store.get_prefix(keys.nodes_prefix(state.cluster))})
         leader = _read_with_each_member(store, store.leader_name)
         scaling = _read_with_each_member(store, lambda: read_scaling_status(store, state.cluster))
+        listeners = _read_with_each_member(store, lambda: kafka_listeners(store, state.cluster))
     except CoordinatorUnavailable as error:
         return {"etcd_reachable": False, "etcd_error": error.message, "registered_nodes": {}}
     finally:
         store.close()
-    return {"etcd_reachable": True, "etcd_leader": leader, "registered_nodes": registered, **scaling}
+    return {"etcd_reachable": True, "etcd_leader": leader, "registered_nodes": registered,
+            "kafka_listeners": listeners, **scaling}
+
+
+def kafka_listeners(store: MetadataStore, cluster: str) -> dict[str, str]:
+    """Read node id -> where it serves Kafka clients (``kafka.listener``), for every live read node
+    that does: a Kafka client's ``bootstrap.servers``."""
+    prefix = keys.read_nodes_prefix(cluster)
+    return {item.key[len(prefix):]: item.value["kafka"] for item in store.get_prefix(prefix)
+            if isinstance(item.value, dict) and item.value.get("kafka")}
 
 
 def read_scaling_status(store: MetadataStore, cluster: str) -> dict:

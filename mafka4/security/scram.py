@@ -19,6 +19,11 @@ Invariants:
   exchange, never any other error. An error raised by ``lookup`` itself (etcd away:
   ``CoordinatorUnavailable``) passes through unchanged, since the client may retry it.
 - ``principal`` is set only once the client's proof checked out.
+- The client-final message's nonce must be the server-first's (RFC 5802 5.1), or that nonce
+  behind the client's own nonce once more: librdkafka before 2.6.1 (Debian's kcat links 2.0.2)
+  sends the latter (confluentinc/librdkafka#4895), and Kafka brokers 3.8.1-3.9 accepted it. That
+  form still holds the server's nonce whole, so it replays nothing; the proof is checked over the
+  message as the client sent it, as for any client.
 
 Pure apart from the nonces and the process's mock key, which must be unpredictable and come from
 ``secrets`` (scramp makes the nonces).
@@ -67,6 +72,7 @@ class ScramServerExchange:
         self._failed = False
         self._user: str | None = None
         self._principal: str | None = None
+        self._client_nonce: str | None = None
 
     @property
     def principal(self) -> str | None:
@@ -93,7 +99,9 @@ class ScramServerExchange:
             text = decoded_message(client_message, "client-first" if first else "client-final")
             if first:
                 self._server.set_client_first(text)
+                self._client_nonce = _attribute(text.partition(",")[2].partition(",")[2], "r")
                 return self._server.get_server_first().encode()
+            self._accept_the_doubled_client_nonce(text)
             self._server.set_client_final(text)
             answer = self._server.get_server_final().encode()
         except (ScramException, ValueError, AuthenticationFailed) as error:
@@ -105,6 +113,13 @@ class ScramServerExchange:
         self._principal = self._user
         return answer
 
+    def _accept_the_doubled_client_nonce(self, client_final: str) -> None:
+        """Expect librdkafka's nonce (before 2.6.1) if the client sent exactly that; see the module docstring."""
+        expected = self._server.nonce
+        sent = _attribute(client_final, "r")
+        if self._client_nonce and sent == self._client_nonce + str(expected):
+            self._server.nonce = type(expected)(sent)
+
     def _failure(self, error: Exception) -> AuthenticationFailed:
         if isinstance(error, AuthenticationFailed):
             return error
@@ -115,3 +130,11 @@ class ScramServerExchange:
         reason = error.args[0] if error.args else type(error).__name__
         return AuthenticationFailed(f"{MECHANISM} authentication failed: the client's message is malformed ({reason}); "
                                     f"use a {MECHANISM} client")
+
+
+def _attribute(message: str, name: str) -> str | None:
+    """The value of attribute ``name`` in a SCRAM message's ``k=v,k=v`` list; None if absent."""
+    for part in message.split(","):
+        if part.startswith(name + "="):
+            return part[len(name) + 1:]
+    return None

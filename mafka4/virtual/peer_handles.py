@@ -53,14 +53,15 @@ class PeerHandles:
             handle.close()
 
     def replica(self, topic: str, partition: int, replica_id: str) -> GatedHandle:
-        """Physical replica ``replica_id``'s handle, for feeding."""
+        """Physical replica ``replica_id``'s handle, for feeding (``fetch``) and the Kafka listener's
+        forwarded produce requests (``produce``)."""
         key = (topic, partition, replica_id)
         handle = self._replicas.get(key)
         if handle is None:
             name = f"replica {replica_id} of {topic}-{partition}"
             handle = self._replicas[key] = StreamedActor(
                 self._running(replica_handle(self._cluster, topic, partition, replica_id), name),
-                frozenset({"fetch"}), name)
+                frozenset({"fetch", "produce"}), name)
         return GatedHandle(handle, self.gate, replica_id)
 
     def close(self) -> None:

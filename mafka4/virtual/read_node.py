@@ -93,6 +93,7 @@ from mafka4.partition_gate import NetworkFault
 from mafka4.risr.state import RisrConfig
 from mafka4.stage_trace import StageTrace
 from mafka4.frontend.node_port import NodePort
+from mafka4.transport.remote_errors import unwrap
 from mafka4.transport.stream_calls import StreamEndpoint, StreamServer
 from mafka4.virtual import consumer_reads
 from mafka4.virtual.consumer_reads import ConsumerAnswer, ConsumerRead
@@ -177,7 +178,7 @@ class ReadNode:
         # answers carry batches.
         self._stream_server = StreamServer(self, frozenset({"fetch", "replica_fetch"}), f"read node {spec.node_id}")
         # Clients' requests come to this port, in the client protocol (``frontend.node_port``).
-        self._client_port = NodePort(spec.etcd_endpoint, spec.cluster, spec.node_id, self)
+        self._client_port = NodePort(spec.etcd_endpoint, spec.cluster, spec.node_id, self, kafka_data=self)
         freeze_what_start_up_left()  # Ray's objects stay out of the collections the data path causes
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -189,8 +190,11 @@ class ReadNode:
             if removed:
                 logger.info("read node %s: removed %d VP directories a crash left discarded", self._spec.node_id, removed)
             client_address = await self._serve_clients()
+            kafka_address = await self._client_port.start_kafka(ray.util.get_node_ip_address(),
+                                                                await asyncio.to_thread(self._records.registered_kafka_port))
             # The liveness key, naming the client address, exists now (unless etcd is away).
-            await self._records.start(self._feed_positions, client_address, self._measure_load)
+            await self._records.start(self._feed_positions, client_address, self._measure_load,
+                                      kafka_address=kafka_address)
             loop = asyncio.get_running_loop()
             self._tasks = [loop.create_task(self._housekeeping()), loop.create_task(self._leader_ticks()),
                            loop.create_task(self._housekeeper.flush_owed_forever(wall_ms))]
@@ -208,6 +212,15 @@ class ReadNode:
                          "clients learn from any node's metadata but not from a bootstrap list naming %d",
                          self._spec.node_id, host, port, error, port)
             return await self._client_port.start(host, 0)
+
+    async def physical_call(self, topic: str, partition: int, leader: str, method: str, *args):
+        """Call ``method`` of replica ``leader`` of ``topic``-``partition`` over its stream (``produce``,
+        ``fetch``) or as a Ray call (``list_offsets``, ``offset_for_timestamp``): the Kafka listener's
+        way to the physical leaders."""
+        try:
+            return await getattr(self._peers.replica(topic, partition, leader), method).remote(*args)
+        except ray.exceptions.RayError as error:
+            raise unwrap(error) from None
 
     async def client_port_counters(self) -> dict[str, int]:
         """The client port's counters: connections, requests, refusals, bad frames, ..."""

@@ -90,9 +90,18 @@ class ReadNodeRecords:
             return 0
         return 0 if registration is None else registration.value.get("client_port", 0)
 
+    def registered_kafka_port(self) -> int:
+        """The port the node's registration names for its Kafka listener; 0 (any) if it names none or
+        etcd does not answer (blocks on etcd)."""
+        try:
+            registration = self.store().get(keys.node(self._cluster, self._node_id))
+        except CoordinatorUnavailable:
+            return 0
+        return 0 if registration is None else registration.value.get("kafka_port", 0)
+
     async def start(self, positions: Callable[[], dict[FeedKey, int]], client_address: str | None,
-                    load: Callable[[], ReadNodeLoad | None] | None = None) -> None:
-        """Write the liveness key, naming where the node serves clients (unless etcd is away: then
+                    load: Callable[[], ReadNodeLoad | None] | None = None, kafka_address: str | None = None) -> None:
+        """Write the liveness key, naming where the node serves clients and Kafka clients (unless etcd is away: then
         the lease task writes it as soon as it answers) and keep it; report ``positions()`` from now on,
         and ``load()`` (the node's load over the window since its last call; None: nothing to report)
         unless ``load`` is None."""
@@ -101,7 +110,7 @@ class ReadNodeRecords:
 
         def write_liveness(lease) -> None:
             value = {"node_id": self._node_id, "pid": os.getpid(), "started_ms": self._started_ms,
-                     "client": client_address}
+                     "client": client_address, "kafka": kafka_address}
             self.store().put(liveness_key, value, lease=lease)
 
         self._liveness = LeaseTask(LeaseHolder(

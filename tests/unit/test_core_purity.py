@@ -56,6 +56,11 @@ CORES = (
     "mafka4.coordinator.control.replica_move_records",
     # the producer's per-partition pipeline rules (the sender and the simulator run them)
     "mafka4.client.sender_core",
+    # the Kafka listener's version-agnostic messages, error codes, brokers and partitions, produce routing
+    "mafka4.kafka.shapes",
+    "mafka4.kafka.error_codes",
+    "mafka4.kafka.topology",
+    "mafka4.kafka.produce_routing",
     # what a consumer makes of a VP fetch's bytes
     "mafka4.client.vp_messages",
     # where a consumer starts a partition, when a group member auto-commits

@@ -67,10 +67,11 @@ FLOORS = (
     (1, r"mafka4\.coordinator\.control\.(partition_decisions|read_path_decisions|upkeep_decisions|placement|"
         r"read_node_scaling|replica_moves|replica_move_plans|replica_move_records)"),
     (1, r"mafka4\.runtime\.(node_identity|agent_plan|fake_cluster_config|deploy_plan)"),
+    (1, r"mafka4\.kafka\.(shapes|error_codes|topology|produce_routing)"),
     (2, r"mafka4\.metadata\..*|mafka4\.transport\..*|mafka4\.protocol\..*"),
     (2, r"mafka4\.physical\.topics|mafka4\.virtual\.vp_store"),
     (2, r"mafka4\.security\..*"),
-    (3, r"mafka4\.(physical|virtual|frontend)\..*|mafka4\.coordinator\.groups\..*"),
+    (3, r"mafka4\.(physical|virtual|frontend|kafka)\..*|mafka4\.coordinator\.groups\..*"),
     (4, r"mafka4\.coordinator\.control\..*"),
     (5, r"mafka4\.runtime(\..*)?"),
     (6, r"mafka4\.client(\..*)?"),

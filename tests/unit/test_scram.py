@@ -432,3 +432,52 @@ def test_the_kept_keys_are_bounded_and_the_oldest_go_first():
     assert keys.derivations == 3
     keys.of("bob", b"pw", b"salt-one", SCRAM_ITERATIONS_DEFAULT)  # forgotten: derived again
     assert keys.derivations == 4
+
+
+def librdkafka_final(client_first_bare: str, server_first: str, password: str, nonce: str) -> bytes:
+    """A client-final message with ``nonce`` and the proof a client knowing ``password`` makes over it."""
+    import hashlib
+    import hmac
+
+    attributes = dict(part.split("=", 1) for part in server_first.split(","))
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), base64.b64decode(attributes["s"]), int(attributes["i"]))
+    client_key = hmac.digest(salted, b"Client Key", "sha256")
+    without_proof = f"c=biws,r={nonce}"
+    auth_message = f"{client_first_bare},{server_first},{without_proof}".encode()
+    signature = hmac.digest(hashlib.sha256(client_key).digest(), auth_message, "sha256")
+    proof = bytes(a ^ b for a, b in zip(client_key, signature))
+    return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+
+@pytest.mark.parametrize("password, doubled, authenticates", [
+    (PASSWORD, True, True),            # librdkafka before 2.6.1: its own nonce, then the server's whole
+    ("not the password", True, False),
+    (PASSWORD, False, True),           # RFC 5802: the server's nonce
+])
+def test_librdkafkas_doubled_client_nonce_authenticates_with_the_right_password_only(password, doubled, authenticates):
+    server = ScramServerExchange(USERS.get)
+    client_nonce = "H:^zz<tcW.{clqvzcOsvj_`Ayf57F@fQ"  # librdkafka's printable nonces
+    client_first_bare = f"n=bob,r={client_nonce}"
+    server_first = server.step(f"n,,{client_first_bare}".encode()).decode()
+    nonce = dict(part.split("=", 1) for part in server_first.split(","))["r"]
+    final = librdkafka_final(client_first_bare, server_first, password, client_nonce + nonce if doubled else nonce)
+    if authenticates:
+        server.step(final)
+        assert server.principal == "bob"
+    else:
+        with pytest.raises(AuthenticationFailed):
+            server.step(final)
+
+
+@pytest.mark.parametrize("tampered", ["the client's nonce only", "another prefix", "the server's nonce twice"])
+def test_any_other_client_final_nonce_is_refused(tampered):
+    server = ScramServerExchange(USERS.get)
+    client_nonce = "abcdefghijklmnop"
+    client_first_bare = f"n=bob,r={client_nonce}"
+    server_first = server.step(f"n,,{client_first_bare}".encode()).decode()
+    nonce = dict(part.split("=", 1) for part in server_first.split(","))["r"]
+    sent = {"the client's nonce only": client_nonce, "another prefix": "zzzzzzzzzzzzzzzz" + nonce,
+            "the server's nonce twice": nonce + nonce}[tampered]
+    with pytest.raises(AuthenticationFailed):
+        server.step(librdkafka_final(client_first_bare, server_first, PASSWORD, sent))
+    assert server.principal is None
