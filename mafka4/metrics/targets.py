@@ -6,7 +6,8 @@ Each read node and each physical replica names, in its liveness key, where it se
 metrics server did not start, has no ``"metrics"``: it is no target, and nothing else changes.
 
 ``metrics_targets`` reads the targets from the liveness keys' items (key, JSON value), as
-``mafka4 status`` gets them from etcd; ``file_sd`` turns them into the JSON of Prometheus's
+``mafka4 status`` gets them from etcd (under ``liveness_prefixes``), and shows them by process
+(``targets_by_process``, ``shown_targets`` back); ``file_sd`` turns them into the JSON of Prometheus's
 ``file_sd_configs``: one entry per process, labelled with the cluster and what the process is
 (``process``: ``read_node`` or ``replica``; ``node``, ``topic`` and ``partition`` come from the
 metrics themselves, so they are not target labels, which would clash with them).
@@ -30,6 +31,11 @@ class MetricsTarget:
     process: str
     name: str
     address: str
+
+
+def liveness_prefixes(cluster: str) -> tuple[str, str]:
+    """The etcd prefixes of ``cluster``'s liveness keys that may name metrics addresses."""
+    return keys.read_nodes_prefix(cluster), keys.replicas_prefix(cluster)
 
 
 def metrics_address(liveness: object) -> str | None:
@@ -59,6 +65,12 @@ def targets_by_process(targets: Iterable[MetricsTarget]) -> dict[str, dict[str, 
     for target in targets:
         shown.setdefault(target.process, {})[target.name] = target.address
     return shown
+
+
+def shown_targets(shown: dict[str, dict[str, str]]) -> list[MetricsTarget]:
+    """The targets ``targets_by_process`` showed."""
+    return [MetricsTarget(process, name, address) for process, names in sorted(shown.items())
+            for name, address in sorted(names.items())]
 
 
 def file_sd(cluster: str, targets: Iterable[MetricsTarget]) -> list[dict]:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from mafka4.metadata import keys
-from mafka4.metrics.targets import MetricsTarget, file_sd, metrics_address, metrics_targets, targets_by_process
+from mafka4.metrics.targets import (MetricsTarget, file_sd, liveness_prefixes, metrics_address, metrics_targets,
+                                    shown_targets, targets_by_process)
 
 
 def test_targets_come_from_read_node_and_replica_liveness_values_naming_a_metrics_address():
@@ -22,6 +23,8 @@ def test_targets_come_from_read_node_and_replica_liveness_values_naming_a_metric
                        MetricsTarget("replica", "orders-2/w0", "h:2")]
     assert targets_by_process(targets) == {"read_node": {"r0": "10.0.0.1:40000", "r1": "10.0.0.2:40001"},
                                            "replica": {"orders-2/w0": "h:2"}}
+    assert shown_targets(targets_by_process(targets)) == targets
+    assert all(any(key.startswith(prefix) for prefix in liveness_prefixes("c")) for key, _ in items[:5])
 
 
 def test_file_sd_gives_each_process_its_target_with_labels_that_clash_with_no_metric_label():
