@@ -101,15 +101,14 @@ def replica_families(snapshot: Mapping) -> list[Metric]:
     labels = {"topic": snapshot["topic"], "partition": str(snapshot["partition"]), "node": snapshot["node"]}
     traffic = snapshot.get("traffic") or {}
     described = snapshot["replica"]
-    for name, key, what in (
-            ("produce_requests", "produce_requests", "produced batches acknowledged"),
-            ("produce_bytes", "produce_bytes", "bytes of the produced batches acknowledged"),
-            ("produce_messages", "produce_messages", "messages of the produced batches acknowledged"),
-            ("fetch_requests", "fetch_requests", "fetches answered to consumers and read nodes' feeds"),
-            ("fetch_bytes", "fetch_bytes", "bytes of batches in fetches answered to consumers and feeds"),
-            ("follower_fetch_requests", "follower_fetch_requests", "followers' replication fetches answered"),
-            ("follower_fetch_bytes", "follower_fetch_bytes", "bytes of batches in followers' fetches answered")):
-        families.counter(f"mafka4_replica_{name}_total", f"A physical replica's {what}.", labels, traffic.get(key))
+    for name, what in (("produce_requests", "produced batches acknowledged"),
+                       ("produce_bytes", "bytes of the produced batches acknowledged"),
+                       ("produce_messages", "messages of the produced batches acknowledged"),
+                       ("fetch_requests", "fetches answered to consumers and read nodes' feeds"),
+                       ("fetch_bytes", "bytes of batches in fetches answered to consumers and feeds"),
+                       ("follower_fetch_requests", "followers' replication fetches answered"),
+                       ("follower_fetch_bytes", "bytes of batches in followers' fetches answered")):
+        families.counter(f"mafka4_replica_{name}_total", f"A physical replica's {what}.", labels, traffic.get(name))
     families.histogram("mafka4_replica_produce_latency_seconds",
                        "A physical replica's produce latency: a batch's arrival to its acknowledgement "
                        "(for acks=all, the ISR's replication included).", labels, traffic.get("produce_latency"))
