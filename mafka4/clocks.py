@@ -5,6 +5,8 @@
   retention ages. It can jump (NTP), so nothing waits on it.
 * ``monotonic_ms``: milliseconds of a clock that never goes back, meaningful only within one
   process: timeouts, refresh periods, intervals (a lease's last confirmed refresh).
+  ``monotonic_s`` is the same clock in seconds with its full resolution, for durations that a
+  millisecond would round away (a replica's produce latency histogram).
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ def wall_ms() -> int:
 
 def monotonic_ms() -> int:
     return time.monotonic_ns() // NANOSECONDS_PER_MILLISECOND
+
+
+def monotonic_s() -> float:
+    return time.monotonic()
 
 
 def wall_ms_fine() -> float:

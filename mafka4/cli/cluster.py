@@ -1,14 +1,19 @@
 """``mafka4 up``, ``down``, ``status`` and ``demo``: the local cluster's life (``status --address``: a
-deployment on a Ray cluster, ``cli.deployment``)."""
+deployment on a Ray cluster, ``cli.deployment``; ``status --metrics-targets FILE``: where Prometheus
+scrapes every live node, ``metrics.targets``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
-from mafka4.cli.deployment import add_cluster_arguments, add_controller_setting_argument, deployment_status
+from mafka4.cli.deployment import add_cluster_arguments, add_controller_setting_argument, deployment_report
 from mafka4.limits import ETCD_MEMBER_COUNTS
 from mafka4.limits.servers import ClusterConfig
+
+METRICS_TARGETS_FILE_MODE = 0o644  # Prometheus, often another user, reads it; it names addresses, no secret
 
 
 def add_commands(commands) -> None:
@@ -21,11 +26,16 @@ def add_commands(commands) -> None:
     add_controller_setting_argument(up)
     up.set_defaults(run=_cmd_up)
     commands.add_parser("down", help="stop the local cluster and every process it started").set_defaults(run=_cmd_down)
-    status = commands.add_parser("status", help="show whether the local cluster runs, which nodes are registered, and "
+    status = commands.add_parser("status", help="show whether the local cluster runs, which nodes are registered, "
+                                                "where each live read node and replica serves Prometheus metrics, and "
                                                 "the last read-node scaling decision with the replica moves in flight "
                                                 "(when read_node_scaling is on); with --address, what 'mafka4 deploy' "
                                                 "runs on that Ray cluster")
     add_cluster_arguments(status, required=False)
+    status.add_argument("--metrics-targets", metavar="FILE",
+                        help="also write FILE (replaced whole): Prometheus file_sd JSON naming every live read node's "
+                             "and replica's metrics address, for a file_sd_configs entry; run it again (e.g. every "
+                             "minute) to follow nodes that start, move or stop")
     status.set_defaults(run=_cmd_status)
     commands.add_parser("demo", help="start a throwaway cluster; a producer writes while a consumer group grows from 1 "
                                      "to 4 members, each join splitting a virtual partition; check every message is "
@@ -57,13 +67,28 @@ def _cmd_down(args: argparse.Namespace) -> int:
 
 def _cmd_status(args: argparse.Namespace) -> int:
     if args.address:
-        return deployment_status(args)
-    from mafka4.runtime.environment import mafka4_home
-    from mafka4.runtime.local import status
+        report = deployment_report(args)
+    else:
+        from mafka4.runtime.environment import mafka4_home
+        from mafka4.runtime.local import status
 
-    report = status(mafka4_home())
+        report = status(mafka4_home())
     print(json.dumps(report, indent=2, default=str))
+    if args.metrics_targets:
+        _write_metrics_targets(Path(args.metrics_targets), report)
     return 0 if report.get("running") else 1
+
+
+def _write_metrics_targets(path: Path, report: dict) -> None:
+    """Replace ``path`` by the file_sd JSON of the metrics addresses ``report`` shows (none if it
+    shows none: Prometheus then scrapes nothing rather than nodes that are gone)."""
+    from mafka4.durable_files import replace_file
+    from mafka4.metrics.targets import file_sd, shown_targets
+
+    targets = shown_targets(report.get("metrics", {}))
+    text = json.dumps(file_sd(report.get("cluster", ""), targets), indent=2) + "\n"
+    replace_file(path, lambda file: file.write(text.encode()), METRICS_TARGETS_FILE_MODE)
+    print(f"mafka4: wrote {len(targets)} metrics targets to {path}", file=sys.stderr)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -115,12 +114,10 @@ def _cmd_undeploy(args: argparse.Namespace) -> int:
     return 0
 
 
-def deployment_status(args: argparse.Namespace) -> int:
-    """``mafka4 status --address``: the deployment as JSON; exit 0 when it runs."""
+def deployment_report(args: argparse.Namespace) -> dict:
+    """``mafka4 status --address``: what of the deployment runs (``runtime.deploy.deployment_status``)."""
     from mafka4.runtime.connect import join_ray
     from mafka4.runtime.deploy import deployment_status as status
 
     join_ray(args.address)
-    report = status(args.cluster)
-    print(json.dumps(report, indent=2, default=str))
-    return 0 if report["running"] else 1
+    return status(args.cluster)

@@ -48,7 +48,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 # What the "server" extra installs (pyproject.toml): a client install has none of them.
-SERVER_MODULES = frozenset({"ray", "etcd3", "grpc", "google", "networkx", "psutil", "numpy", "scramp"})
+SERVER_MODULES = frozenset({"ray", "etcd3", "grpc", "google", "networkx", "psutil", "numpy", "scramp",
+                            "prometheus_client"})
 INSTALL_SERVER = 'pip install "mafka4[server]" (in a checkout: pip install -e ".[server]")'
 
 

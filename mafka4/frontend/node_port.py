@@ -82,8 +82,12 @@ class NodePort:
 
     @property
     def counters(self) -> dict[str, int]:
+        """The server's counters, but ``refusals`` counts the ACLs' (``PortSecurity``) and
+        ``protocol_refusals`` the server's own (requests out of turn, APIs not served); the Kafka
+        listener's as ``kafka_<name>``."""
+        server = self._server.counters
         kafka = {} if self._kafka is None else {f"kafka_{name}": value for name, value in self._kafka.counters.items()}
-        return {**self._server.counters, "refusals": self._security.refusals, **kafka}
+        return {**server, "refusals": self._security.refusals, "protocol_refusals": server["refusals"], **kafka}
 
     def close(self) -> None:
         self._server.close()

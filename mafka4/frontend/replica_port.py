@@ -89,7 +89,10 @@ class ReplicaPort:
 
     @property
     def counters(self) -> dict[str, int]:
-        return {**self._server.counters, "refusals": self._security.refusals}
+        """The server's counters, but ``refusals`` counts the ACLs' (``PortSecurity``) and
+        ``protocol_refusals`` the server's own (requests out of turn, APIs not served)."""
+        server = self._server.counters
+        return {**server, "refusals": self._security.refusals, "protocol_refusals": server["refusals"]}
 
     def close(self) -> None:
         self._server.close()

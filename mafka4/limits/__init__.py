@@ -539,6 +539,20 @@ READ_NODE_CALL_TIMEOUT_S = 60
 # closed VPs) not answered within this is reported as failed: a describe is cheap, so a slower
 # answer is a stuck actor.
 DESCRIBE_TIMEOUT_S = 10
+# A Prometheus scrape of a node (``metrics.exposition``) waits this long for the node's event loop to
+# take its snapshot: a loop that busy is stuck, and the scrape fails (Prometheus reports the target
+# down) rather than waiting on; Prometheus's own scrape timeout is 10 s by default.
+METRICS_SNAPSHOT_TIMEOUT_S = 5.0
+# The buckets (upper bounds, seconds) of a replica's produce latency histogram (``metrics.histogram``):
+# from the batch's arrival at the leader to its acknowledgement. Fixed, so the histogram is a few
+# integers whatever the traffic; they span an acks=1 append (0.1-0.5 ms here) to a produce that
+# waited for a slow follower near ``PRODUCE_TIMEOUT_MS_DEFAULT``.
+PRODUCE_LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                             30.0)
+# A feed stream remembers at most this many (physical high watermark, when first seen) pairs for
+# its lag in seconds (``virtual.feed_lag``); past it the newest pair is overwritten, which can only
+# make the reported lag smaller, never larger, than the true one.
+FEED_LAG_SAMPLES_MAX = 64
 
 # With no fetch out (every owned partition's leader unknown, not running or cut off), a
 # Mafka3-mode consumer's poll() looks for a leader again this often instead of spinning until

@@ -43,6 +43,10 @@ and the read nodes' feed positions).
   (``frontend.replica_port``: PRODUCE, FETCH, LIST_OFFSETS, authenticated and ACL-checked),
   started with its first role on a free port of its node and named in its liveness key, where
   every node's metadata answer finds it. The cluster's own processes keep using the stream.
+* Metrics: with the client port, a Prometheus metrics server starts on another free port of
+  the node (``metrics.exposition``), named in the liveness key too (``metrics_address``); each
+  scrape takes a snapshot on the actor's loop: ``describe`` and the requests counted in
+  ``physical.replica_traffic`` (produce, fetch, the produce latency histogram).
 
 Damaged data on disk (bit rot in a segment that recovery trusted) is caught by the read
 path, which checks every batch's CRC (``Segment.read``). A damaged batch is never served,
@@ -70,7 +74,7 @@ from typing import Callable
 import ray
 
 from mafka4.batch_frame import check_producer_batch
-from mafka4.clocks import wall_ms, wall_ms_fine
+from mafka4.clocks import monotonic_s, wall_ms, wall_ms_fine
 from mafka4.collector import freeze_what_start_up_left
 from mafka4.errors import CoordinatorUnavailable, CorruptRecord, RequestTimedOut
 from mafka4.faults import FaultGate
@@ -80,11 +84,14 @@ from mafka4.log.log import Log, RetentionResult
 from mafka4.log.log_dir_budget import LogDirBudget
 from mafka4.log.read_loss import retention_floor
 from mafka4.long_poll import ChangeSignal
+from mafka4.metrics.exposition import MetricsServer, start_on_loop
+from mafka4.metrics.families import replica_families
 from mafka4.partition_gate import GatedHandle, NetworkFault, PartitionGate
 from mafka4.physical.physical_replica import PhysicalReplica
 from mafka4.frontend.replica_port import ReplicaPort
 from mafka4.physical.replica import AppendPlan, Ready, Role
 from mafka4.physical.replica_metadata import ReplicaMetadata
+from mafka4.physical.replica_traffic import ReplicaTraffic
 from mafka4.physical.sequencer import SequenceGate
 from mafka4.stage_trace import StageTrace
 from mafka4.transport.ray_names import NAMESPACE, replica_actor_name
@@ -190,6 +197,8 @@ class PhysicalPartition:
         self._client_port = ReplicaPort(spec.etcd_endpoint, spec.cluster, spec.topic, spec.partition, spec.replica_id,
                                         self)
         self._client_port_started = False
+        self._traffic = ReplicaTraffic()  # what its metrics count of the requests served
+        self._metrics: MetricsServer | None = None  # started with the client port
         # Ray's objects stay out of the full collections later allocations cause: in a replica they
         # walked Ray's start-up objects for 54-123 ms at a time, collecting nothing, and stalled its
         # produce requests and its followers that long (``mafka4.collector``).
@@ -237,11 +246,23 @@ class PhysicalPartition:
         if self._client_port_started:
             return
         self._client_port_started = True
+        host = ray.util.get_node_ip_address()
         try:
             await asyncio.to_thread(self._client_port.start_view)
-            self._metadata.client_address = await self._client_port.start(ray.util.get_node_ip_address())
+            self._metadata.client_address = await self._client_port.start(host)
         except Exception:
             logger.exception("%s: replica %s serves no client port", self._spec.partition_name, self._spec.replica_id)
+        self._metrics = start_on_loop(f"replica {self._spec.replica_id} of {self._spec.partition_name}",
+                                      replica_families, self._metrics_snapshot, host)
+        if self._metrics is not None:
+            self._metadata.metrics_address = self._metrics.address
+
+    async def _metrics_snapshot(self) -> dict:
+        """What its metrics are made of (``metrics.families.replica_families``), on the actor's loop."""
+        spec = self._spec
+        return {"topic": spec.topic, "partition": spec.partition, "node": spec.replica_id,
+                "replica": self._replica.describe(), "min_insync_replicas": spec.replica_config.min_insync_replicas,
+                "traffic": self._traffic.snapshot(), "client_port": self._client_port.counters}
 
     async def client_port_counters(self) -> dict[str, int]:
         """The client port's counters: connections, requests, refusals, bad frames, ..."""
@@ -269,6 +290,7 @@ class PhysicalPartition:
     async def produce(self, batch: bytes, acks: Acks = Acks.ALL, timeout_ms: int = PRODUCE_TIMEOUT_MS_DEFAULT) -> int:
         """Append one batch; return its base offset once ``acks`` is satisfied."""
         trace = self._stage_trace
+        received_s = monotonic_s()
         received_ms = wall_ms_fine() if trace is not None else 0.0
         header = check_producer_batch(batch)  # sources and reserved bits refused (records)
         await self._sequence_gate.wait_turn(header, self._spec.replica_config.sequence_wait_ms_max)
@@ -280,6 +302,7 @@ class PhysicalPartition:
             await self._committed(plan, timeout_ms)
         if trace is not None and not plan.duplicate:
             trace.record((plan.base_offset, plan.next_offset, received_ms, appended_ms, wall_ms_fine()))
+        self._traffic.produced(len(batch), header.count, monotonic_s() - received_s)
         return plan.base_offset
 
     async def _committed(self, plan: AppendPlan, timeout_ms: int) -> None:
@@ -311,8 +334,9 @@ class PhysicalPartition:
         moved_high_watermark = decision.high_watermark != high_watermark_before
         if fetch_offset >= self._log.log_end_offset and wait_ms_max > 0 and not moved_high_watermark:
             await self._changes.next_change(wait_ms_max / 1000)
-        return ReplicaFetchResult(self._replica.read_for_follower(fetch_offset, bytes_max), self._state.high_watermark,
-                                  None)
+        data = self._replica.read_for_follower(fetch_offset, bytes_max)
+        self._traffic.follower_fetched(len(data))
+        return ReplicaFetchResult(data, self._state.high_watermark, None)
 
     async def _wait_for_high_watermark(self, offset: int, wait_ms_max: int) -> None:
         """Park until the HW passes ``offset``, the role changes or ``wait_ms_max`` ends. Appends
@@ -371,6 +395,7 @@ class PhysicalPartition:
             if self._closed:  # stopped during the long poll (topic deleted, replica moved): nothing new
                 return FetchResult(b"", self._state.high_watermark, self._log.log_start_offset, offset)
         data = self._replica.read_committed(offset, bytes_max)
+        self._traffic.fetched(len(data))
         return FetchResult(data, self._state.high_watermark, self._log.log_start_offset, self._log.log_end_offset)
 
     async def list_offsets(self) -> tuple[int, int]:
@@ -421,6 +446,8 @@ class PhysicalPartition:
             task.cancel()
         self._replica.close(delete_data)
         self._metadata.close()
+        if self._metrics is not None:  # last: its thread waits for the server (off the loop)
+            await asyncio.to_thread(self._metrics.stop)
 
     async def ping(self) -> str:
         return self._spec.replica_id

@@ -6,7 +6,8 @@ shell only. It owns the replica's ``MetadataStore`` (opened on first use, closed
 * Liveness: a key under the replica's own lease (``keys.replica_liveness``), refreshed every third
   of ``replica_lease_ttl_s`` by a ``LeaseTask`` (written again under a new lease after an etcd
   outage expired it), from the replica's first role on. When the actor dies the key expires and
-  the controller notices.
+  the controller notices. Its value names where the replica serves clients (``client``) and
+  Prometheus metrics (``metrics``, ``metrics.targets``), each None until it serves.
 * ISR changes (``Ready.write_isr``): written to the partition's key by compare-and-swap
   (``TopicStore.record_isr``: only while the key names this replica as leader of this epoch, with
   the eligible leader replicas the ISR implies) before the core may count the new ISR
@@ -34,6 +35,7 @@ from mafka4.metadata import keys
 from mafka4.metadata.in_sync_recorder import InSyncRecorder, Members
 from mafka4.metadata.lease_holder import LeaseHolder, LeaseTask
 from mafka4.metadata.store import MetadataStore
+from mafka4.metrics.targets import METRICS_FIELD
 from mafka4.physical.topics import TopicStore
 
 
@@ -51,6 +53,7 @@ class ReplicaMetadata:
         self._store: MetadataStore | None = None
         self._liveness: LeaseTask | None = None
         self.client_address: str | None = None  # host:port of the replica's client port, once serving
+        self.metrics_address: str | None = None  # host:port of its metrics server, once serving
         self._isr_recorder = InSyncRecorder(self._partition_name, "ISR", replica_id, isr_to_write, self._write_isr,
                                             isr_written, IN_SYNC_WRITE_BACKOFF_S)
 
@@ -75,7 +78,8 @@ class ReplicaMetadata:
         return keys.replica_liveness(self._cluster, self._topic, self._partition, self._replica_id)
 
     def _write_liveness(self, lease) -> None:
-        value = {"replica_id": self._replica_id, "pid": os.getpid(), "client": self.client_address}
+        value = {"replica_id": self._replica_id, "pid": os.getpid(), "client": self.client_address,
+                 METRICS_FIELD: self.metrics_address}
         self._metadata_store().put(self._liveness_key(), value, lease=lease)
 
     # --- the ISR -------------------------------------------------------------------------

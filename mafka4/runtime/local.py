@@ -26,6 +26,7 @@ from mafka4.limits import (DAEMON_STOP_TIMEOUT_S, LOCAL_CLUSTER_POLL_INTERVAL_S,
 from mafka4.limits.servers import ClusterConfig
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
+from mafka4.metrics.targets import liveness_prefixes, metrics_targets, targets_by_process
 from mafka4.runtime.daemon import LOG_FILE_NAME
 from mafka4.runtime.environment import ray_environment
 from mafka4.runtime.etcd_member import EtcdServer
@@ -204,13 +205,14 @@ def _registered_nodes(state: ClusterState) -> dict:
         registered = _read_with_each_member(
             store, lambda: {item.value["node_id"]: item.value for item in store.get_prefix(keys.nodes_prefix(state.cluster))})
         leader = _read_with_each_member(store, store.leader_name)
+        metrics = _read_with_each_member(store, lambda: metrics_status(store, state.cluster))
         scaling = _read_with_each_member(store, lambda: read_scaling_status(store, state.cluster))
         listeners = _read_with_each_member(store, lambda: kafka_listeners(store, state.cluster))
     except CoordinatorUnavailable as error:
         return {"etcd_reachable": False, "etcd_error": error.message, "registered_nodes": {}}
     finally:
         store.close()
-    return {"etcd_reachable": True, "etcd_leader": leader, "registered_nodes": registered,
+    return {"etcd_reachable": True, "etcd_leader": leader, "registered_nodes": registered, "metrics": metrics,
             "kafka_listeners": listeners, **scaling}
 
 
@@ -220,6 +222,12 @@ def kafka_listeners(store: MetadataStore, cluster: str) -> dict[str, str]:
     prefix = keys.read_nodes_prefix(cluster)
     return {item.key[len(prefix):]: item.value["kafka"] for item in store.get_prefix(prefix)
             if isinstance(item.value, dict) and item.value.get("kafka")}
+def metrics_status(store: MetadataStore, cluster: str) -> dict[str, dict[str, str]]:
+    """Where each live read node and replica serves Prometheus metrics, by process
+    (``metrics.targets``): ``{"read_node": {node id: address}, "replica": {"<topic>-<p>/<replica>": address}}``."""
+    found = store.get_prefixes(liveness_prefixes(cluster))
+    return targets_by_process(metrics_targets(cluster, [(item.key, item.value) for items in found.values()
+                                                        for item in items]))
 
 
 def read_scaling_status(store: MetadataStore, cluster: str) -> dict:

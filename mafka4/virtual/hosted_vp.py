@@ -164,7 +164,8 @@ class HostedVp:
     """One VP replica of a read node; see the module docstring."""
 
     __slots__ = ("vp_id", "fault", "_notify", "_on_change", "_owe_flush", "_load", "_storage", "_log", "core",
-                 "closed", "trace", "_traced_high_watermark")  # no per-instance dict: a read node holds 100,000
+                 "closed", "trace", "_traced_high_watermark", "fetch_requests",
+                 "fetch_bytes")  # no per-instance dict: a read node holds 100,000
 
     def __init__(self, vp_id: VpId, node_id: str, directory: Path, log_config: LogConfig, risr_config: RisrConfig,
                  now_ms: int, notify: Callable[["HostedVp", Ready], None], budget: LogDirBudget | None = None,
@@ -196,6 +197,8 @@ class HostedVp:
         # Set by the read node while its topic is traced (``mafka4.stage_trace``); None otherwise.
         self.trace: StageTrace | None = None
         self._traced_high_watermark = self.core.high_watermark
+        # Consumers' reads of this replica and the bytes they got, since it was opened (its node's metrics).
+        self.fetch_requests = self.fetch_bytes = 0
 
     @property
     def directory(self) -> Path:
@@ -357,6 +360,8 @@ class HostedVp:
             held = self._log.holds_descriptors
             data = self._log.read(offset, bytes_max, end_offset=high_watermark)
             self._after_read(held)
+        self.fetch_requests += 1
+        self.fetch_bytes += len(data)
         return VpRead(data, high_watermark, self._log.log_start_offset, self._log.log_end_offset)
 
     def readable(self, offset: int, now_ms: int, last_epoch: int = NO_EPOCH) -> bool:
@@ -454,7 +459,8 @@ class HostedVp:
     def describe(self, now_ms: int) -> dict:
         return {**self.core.describe(now_ms), "log_start_offset": self._log.log_start_offset,
                 "newest_timestamp_ms": self._log.newest_timestamp_ms,
-                "fault": self.fault.fault.describe()}
+                "fault": self.fault.fault.describe(), "fetch_requests": self.fetch_requests,
+                "fetch_bytes": self.fetch_bytes}
 
     def close(self, delete_data: bool = False) -> None:
         self.closed = True

@@ -64,6 +64,7 @@ from mafka4.log.read_loss import LostRange
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
 from mafka4.transport.remote_errors import unwrap
+from mafka4.virtual.feed_lag import FeedLag
 from mafka4.virtual.feed_plan import Chunk, choose_source, plan_round, resume_point, served_vps, withhold
 from mafka4.virtual.hosted_vp import HostedVp
 from mafka4.virtual.layout import SplitEpoch
@@ -123,6 +124,7 @@ class PartitionFeed(NodeLoop):
         self._settled: tuple[Mapping[int, HostedVp], tuple[int, int, int | None]] | None = None
         self._round_positions: tuple[int, int] | None = None  # (fed through, physical HW) after the last round
         self._round_ended_at = time.monotonic()
+        self._lag = FeedLag()  # behind the partition's HW, in messages and seconds (``describe``, the node's metrics)
         # Fault injection (``ReadNode.set_feed_fault``): a paused stream fetches and feeds nothing,
         # as a read node that stopped would; its position stays where it was.
         self.paused = False
@@ -145,8 +147,11 @@ class PartitionFeed(NodeLoop):
         return self._needed
 
     def describe(self) -> dict:
+        """Where the stream stands; ``high_watermark``: the partition's HW in the last fetch answer, and
+        the lag behind it (``virtual.feed_lag``: None while the stream has no position)."""
         return {"partition": self.partition, "next_offset": self.next_offset, "fed_high": self._fed_high,
-                "paused": self.paused,
+                "high_watermark": self._lag.high_watermark, "lag_messages": self._lag.lag_messages(self.next_offset),
+                "lag_ms": self._lag.lag_ms(self.next_offset, wall_ms()), "paused": self.paused,
                 "held": self._hold is not None and self._hold.reached.is_set(),
                 "served": sorted(self._resumed_epochs), **self.stats}
 
@@ -385,6 +390,7 @@ class PartitionFeed(NodeLoop):
             logger.info("%s-%d on %s: source %s failed (%s); avoiding it", self.topic, self.partition, self.node_id,
                         source_id, type(unwrap(error)).__name__)
             return
+        self._lag.observed(result.high_watermark, wall_ms())
         if self.next_offset != fetch_from or self._served_changed(served):
             return  # roles or the position changed while the fetch was out: look again before handing anything over
         planned = plan_round(result.data, self.partition, view.layout, self.next_offset, config.feed_records_max, served)
@@ -413,6 +419,7 @@ class PartitionFeed(NodeLoop):
                                         before)
             self._settled = (served, positions) if settled else None
         self.next_offset = planned.next_offset
+        self._lag.fed(self.next_offset)
         self._needed = self.next_offset if self._hold is None else min(self.next_offset, self._needed or 0)
         self._round_ended_at = now_s
         self.stats["rounds"] += 1

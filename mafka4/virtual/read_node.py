@@ -89,6 +89,8 @@ from mafka4.log.log_dir_budget import LogDirBudget
 from mafka4.log.replica_storage import remove_discarded, remove_trees
 from mafka4.long_poll import ChangeSignal
 from mafka4.metadata.read_node_load import ReadNodeLoad
+from mafka4.metrics.exposition import MetricsServer, start_on_loop
+from mafka4.metrics.families import read_node_families
 from mafka4.partition_gate import NetworkFault
 from mafka4.risr.state import RisrConfig
 from mafka4.stage_trace import StageTrace
@@ -179,6 +181,7 @@ class ReadNode:
         self._stream_server = StreamServer(self, frozenset({"fetch", "replica_fetch"}), f"read node {spec.node_id}")
         # Clients' requests come to this port, in the client protocol (``frontend.node_port``).
         self._client_port = NodePort(spec.etcd_endpoint, spec.cluster, spec.node_id, self, kafka_data=self)
+        self._metrics: MetricsServer | None = None  # Prometheus's, started with the client port (metrics.exposition)
         freeze_what_start_up_left()  # Ray's objects stay out of the collections the data path causes
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -192,9 +195,13 @@ class ReadNode:
             client_address = await self._serve_clients()
             kafka_address = await self._client_port.start_kafka(ray.util.get_node_ip_address(),
                                                                 await asyncio.to_thread(self._records.registered_kafka_port))
-            # The liveness key, naming the client address, exists now (unless etcd is away).
+            if self._metrics is None:
+                self._metrics = start_on_loop(f"read node {self._spec.node_id}", read_node_families,
+                                              self._metrics_snapshot, ray.util.get_node_ip_address())
+            # The liveness key, naming the client, Kafka and metrics addresses, exists now (unless etcd is away).
             await self._records.start(self._feed_positions, client_address, self._measure_load,
-                                      kafka_address=kafka_address)
+                                      kafka_address=kafka_address,
+                                      metrics_address=self._metrics.address if self._metrics is not None else None)
             loop = asyncio.get_running_loop()
             self._tasks = [loop.create_task(self._housekeeping()), loop.create_task(self._leader_ticks()),
                            loop.create_task(self._housekeeper.flush_owed_forever(wall_ms))]
@@ -226,6 +233,10 @@ class ReadNode:
         """The client port's counters: connections, requests, refusals, bad frames, ..."""
         return self._client_port.counters
 
+    async def _metrics_snapshot(self) -> dict:
+        """What its metrics are made of (``metrics.families.read_node_families``), on the node's loop."""
+        return {**await self.describe(), "client_port": self._client_port.counters}
+
     async def ping(self) -> str:
         return self._spec.node_id
 
@@ -251,6 +262,8 @@ class ReadNode:
             for hosted in self._hosted.values():
                 hosted.close(delete_data)
         self._records.close()
+        if self._metrics is not None:  # last: its thread waits for the server (off the loop)
+            await asyncio.to_thread(self._metrics.stop)
 
     # --- hosting (the controller's calls) ----------------------------------------------
 

@@ -7,7 +7,8 @@ the etcd calls in the loop's default executor (an actor's loop must not wait on 
 * **Liveness**: ``keys.read_node_liveness`` under the node's own lease (a ``LeaseTask``: written
   again under a new lease after an etcd outage expired it, and under the same one if another
   process took the key, as a replaced node continued for a moment does). The controller restarts
-  a node whose key is gone and whose actor does not answer a ping.
+  a node whose key is gone and whose actor does not answer a ping. Its value names where the
+  node serves clients (``client``) and Prometheus metrics (``metrics``, ``metrics.targets``).
 * **RISR**: per VP led here, an ``InSyncRecorder`` (one write in flight) compare-and-swaps the
   RISR into the VP key only while the key names this node as leader of that epoch; the core
   counts a RISR only once it is recorded (``HostedVp.risr_written``).
@@ -45,6 +46,7 @@ from mafka4.metadata.in_sync_recorder import InSyncRecorder
 from mafka4.metadata.lease_holder import LeaseHolder, LeaseTask
 from mafka4.metadata.read_node_load import ReadNodeLoad
 from mafka4.metadata.store import MetadataStore
+from mafka4.metrics.targets import METRICS_FIELD
 from mafka4.virtual.hosted_vp import HostedVp, VpId
 from mafka4.virtual.vp_store import VirtualStore
 
@@ -100,17 +102,18 @@ class ReadNodeRecords:
         return 0 if registration is None else registration.value.get("kafka_port", 0)
 
     async def start(self, positions: Callable[[], dict[FeedKey, int]], client_address: str | None,
-                    load: Callable[[], ReadNodeLoad | None] | None = None, kafka_address: str | None = None) -> None:
-        """Write the liveness key, naming where the node serves clients and Kafka clients (unless etcd is away: then
-        the lease task writes it as soon as it answers) and keep it; report ``positions()`` from now on,
-        and ``load()`` (the node's load over the window since its last call; None: nothing to report)
-        unless ``load`` is None."""
+                    load: Callable[[], ReadNodeLoad | None] | None = None, kafka_address: str | None = None,
+                    metrics_address: str | None = None) -> None:
+        """Write the liveness key, naming where the node serves clients, Kafka clients and metrics
+        (unless etcd is away: then the lease task writes it as soon as it answers) and keep it; report
+        ``positions()`` from now on, and ``load()`` (the node's load over the window since its last
+        call; None: nothing to report) unless ``load`` is None."""
         assert not self.started, f"read node {self._node_id}: records started twice"
         liveness_key = keys.read_node_liveness(self._cluster, self._node_id)
 
         def write_liveness(lease) -> None:
             value = {"node_id": self._node_id, "pid": os.getpid(), "started_ms": self._started_ms,
-                     "client": client_address, "kafka": kafka_address}
+                     "client": client_address, "kafka": kafka_address, METRICS_FIELD: metrics_address}
             self.store().put(liveness_key, value, lease=lease)
 
         self._liveness = LeaseTask(LeaseHolder(

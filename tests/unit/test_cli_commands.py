@@ -181,6 +181,27 @@ def test_status_with_an_address_reports_the_deployment_and_exits_1_unless_it_run
                                                                          "running": False}
 
 
+def test_status_writes_the_live_nodes_metrics_addresses_as_prometheus_file_sd(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr("mafka4.runtime.connect.join_ray", lambda address: None)
+    monkeypatch.setattr("mafka4.runtime.deploy.deployment_status", lambda cluster: {
+        "cluster": cluster, "running": True,
+        "metrics": {"read_node": {"r0": "10.0.0.7:41000"}, "replica": {"orders-0/w0": "10.0.0.8:41001"}}})
+    targets = tmp_path / "prometheus" / "mafka4.json"
+    assert cli.main(["status", "--address", "h:1", "--cluster", "prod", "--metrics-targets", str(targets)]) == 0
+    assert json.loads(targets.read_text()) == [
+        {"targets": ["10.0.0.7:41000"], "labels": {"cluster": "prod", "process": "read_node", "mafka4_name": "r0"}},
+        {"targets": ["10.0.0.8:41001"], "labels": {"cluster": "prod", "process": "replica",
+                                                   "mafka4_name": "orders-0/w0"}}]
+    assert targets.stat().st_mode & 0o777 == 0o644, "Prometheus, often another user, reads it"
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["metrics"]["read_node"] == {"r0": "10.0.0.7:41000"}
+    assert "wrote 2 metrics targets" in captured.err
+
+    # No cluster: the file names no target, so Prometheus stops scraping nodes that are gone.
+    assert cli.main(["status", "--metrics-targets", str(targets)]) == 1
+    assert json.loads(targets.read_text()) == []
+
+
 @pytest.mark.parametrize("argv", [
     ["topic"], ["group", "reset-offsets", "g", "--topic", "t"], ["scale", "orders"],
     ["group", "reset-offsets", "g", "--topic", "t", "--to-earliest", "--to-latest"],

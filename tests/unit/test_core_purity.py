@@ -27,6 +27,8 @@ CORES = (
     "mafka4.physical.replica",
     "mafka4.physical.partition_state",
     "mafka4.physical.topic_leftovers",
+    # what a replica counts of the requests it served, for its metrics
+    "mafka4.physical.replica_traffic",
     # RISR and the virtual side: ranges, split rules, records, feeding plan, VP replica core
     "mafka4.risr.state",
     "mafka4.virtual.ranges",
@@ -39,6 +41,12 @@ CORES = (
     "mafka4.virtual.visit_schedule",
     # what a read node counts of its load and reports over each window
     "mafka4.virtual.load_meter",
+    # a feed stream's lag behind its physical partition, in messages and in time
+    "mafka4.virtual.feed_lag",
+    # Prometheus metric families from a process's snapshot, the latency histogram, where processes serve metrics
+    "mafka4.metrics.families",
+    "mafka4.metrics.histogram",
+    "mafka4.metrics.targets",
     # groups: ownership, what wakes a member and its picture of the group, assignors, the Mafka3 protocol's decisions
     "mafka4.coordinator.groups.vp_ownership",
     "mafka4.coordinator.groups.vp_wakes",

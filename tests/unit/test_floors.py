@@ -12,12 +12,15 @@ Floors, from the ground up (the first pattern that matches a module names its fl
    fake multi-node Ray cluster derived from ``ray_cluster.yaml``; the names of etcd keys
    and of Ray actors; the frames of stream calls; principals, SCRAM and ACLs; the client
    protocol's frames, messages, error
-   codes and session rules; the Kafka protocol's frames and record batches.
+   codes and session rules; the Kafka protocol's frames and record batches; the Prometheus metric
+   families made from a process's snapshot, the latency histogram and the metrics targets named in
+   liveness keys (``mafka4.metrics``).
 2. **metadata and transport**: etcd access and what is stored there (``mafka4.metadata``: store,
    leases, intents, the in-sync recorder; the topic store of ``physical``, the VP store of
    ``virtual``, the user and ACL stores of ``security`` and the admin's credential file), how
    the cluster's processes call each other (``mafka4.transport``: stream calls, Ray errors
-   unwrapped), and the client port's server and connection (``mafka4.protocol``).
+   unwrapped), the client port's server and connection (``mafka4.protocol``), and the HTTP
+   server a process's Prometheus metrics are scraped from (``mafka4.metrics.exposition``).
 3. **shells**: what runs the cores against etcd and Ray: replica actors, read nodes, group
    protocols, and what nodes serve clients (``mafka4.frontend``: the watched view of the
    metadata, the client port's handlers).
@@ -50,12 +53,12 @@ FLOORS = (
         r"collector|faults|partition_gate|clocks|long_poll|stage_trace|join_trace|planted_bugs|exported_variables|durable_files|"
         r"waking_event)"),
     # Packages whose __init__ is empty: importing one runs nothing.
-    (0, r"mafka4\.(physical|virtual|metadata|transport|protocol|security|frontend|coordinator|"
+    (0, r"mafka4\.(physical|virtual|metadata|transport|protocol|security|frontend|coordinator|metrics|"
         r"coordinator\.(control|groups)|kafka)"),
     (1, r"mafka4\.log(\..*)?|mafka4\.risr(\..*)?"),
-    (1, r"mafka4\.physical\.(partition_state|replica|sequencer|topic_leftovers)"),
+    (1, r"mafka4\.physical\.(partition_state|replica|sequencer|topic_leftovers|replica_traffic)"),
     (1, r"mafka4\.virtual\.(ranges|layout|vp_records|column_split|vp_state|feed_plan|failover|replica_core|divergence|"
-        r"visit_schedule|load_meter)"),
+        r"visit_schedule|load_meter|feed_lag)"),
     (1, r"mafka4\.metadata\.(lease|keys|txn_runs|read_node_load)"),
     (1, r"mafka4\.security\.(principals|credentials|scram|scram_client|acl)"),
     (1, r"mafka4\.transport\.(ray_names|stream_frames|stream_pickles)"),
@@ -67,11 +70,8 @@ FLOORS = (
     (1, r"mafka4\.coordinator\.control\.(partition_decisions|read_path_decisions|upkeep_decisions|placement|"
         r"read_node_scaling|replica_moves|replica_move_plans|replica_move_records)"),
     (1, r"mafka4\.runtime\.(node_identity|agent_plan|fake_cluster_config|deploy_plan)"),
-    (1, r"mafka4\.kafka\.(shapes|error_codes|topology|produce_routing)"),
-    (2, r"mafka4\.metadata\..*|mafka4\.transport\..*|mafka4\.protocol\..*"),
-    (2, r"mafka4\.physical\.topics|mafka4\.virtual\.vp_store"),
-    (2, r"mafka4\.security\..*"),
-    (3, r"mafka4\.(physical|virtual|frontend|kafka)\..*|mafka4\.coordinator\.groups\..*"),
+    (0, r"mafka4\.(physical|virtual|metadata|transport|protocol|security|frontend|coordinator|metrics|"
+        r"coordinator\.(control|groups)|kafka)"),
     (4, r"mafka4\.coordinator\.control\..*"),
     (5, r"mafka4\.runtime(\..*)?"),
     (6, r"mafka4\.client(\..*)?"),
@@ -122,7 +122,8 @@ def test_every_module_is_on_a_floor():
 
 def test_the_packages_on_the_ground_floor_run_nothing_when_imported():
     for package in ("physical", "virtual", "metadata", "transport", "protocol", "security", "frontend", "coordinator",
-                    "coordinator/control", "coordinator/groups", "runtime", "kafka"):
+    (0, r"mafka4\.(physical|virtual|metadata|transport|protocol|security|frontend|coordinator|metrics|"
+        r"coordinator\.(control|groups)|kafka)"),
         assert (ROOT / "mafka4" / package / "__init__.py").read_text().strip() == "", package
 
 

@@ -199,6 +199,19 @@ def test_a_read_stops_at_the_high_watermark(pair):
     assert leader.read(4, READ_ALL_BYTES, now_ms=10).data == b""
 
 
+def test_a_replica_counts_consumers_reads_and_their_bytes_for_its_node_s_metrics(pair):
+    leader, follower, _ = pair
+    feed(leader, 0, range(4))
+    first = leader.read(0, READ_ALL_BYTES, now_ms=10)
+    empty = leader.read(4, READ_ALL_BYTES, now_ms=10)  # at the HW: a read all the same, of no bytes
+    assert first.data and not empty.data
+    described = leader.describe(10)
+    assert (described["fetch_requests"], described["fetch_bytes"]) == (2, len(first.data))
+    with pytest.raises(ReadReplicaNotInSync):
+        follower.read(0, READ_ALL_BYTES, 11 + LAG_MS)
+    assert follower.describe(10)["fetch_requests"] == 0, "a refused read is no read"
+
+
 def test_housekeeping_checkpoints_the_high_watermark_when_it_moved(tmp_path):
     vp = open_vp(tmp_path, "r0", Node())
     vp.become_leader(0, ("r0",), ("r0",), now_ms=0)

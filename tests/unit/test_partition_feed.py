@@ -291,6 +291,36 @@ def test_rounds_of_an_idle_partition_visit_no_vp_once_every_vp_heard_where_the_s
     asyncio.run(scenario())
 
 
+def test_a_stream_describes_its_lag_behind_the_partition_s_high_watermark_in_messages_and_time(tmp_path):
+    async def scenario():
+        layout = TopicLayout.initial(partitions=1, virtual_partitions=2)
+        topic = Topic(tmp_path, layout)
+        topic.physical.append(physical_batches(0, 30))
+        topic.lead(0), topic.lead(1)
+        assert topic.feed.describe()["lag_messages"] is None, "no position before the first round"
+        await topic.start()
+        await until(lambda: topic.feed.next_offset == 30, "the stream to catch up")
+        caught_up = topic.feed.describe()
+        assert (caught_up["high_watermark"], caught_up["lag_messages"], caught_up["lag_ms"]) == (30, 0, 0)
+
+        # The source answers an HW 10 past the batches it returns (as a follower answering before it
+        # has fetched them would): 10 committed messages wait, their age growing from when it was seen.
+        answer = topic.physical._fetch
+
+        async def ahead(*args):
+            result = await answer(*args)
+            return replace(result, high_watermark=result.high_watermark + 10)
+        topic.physical.fetch = Remote(ahead)
+        topic.physical.append(physical_batches(30, 35))
+        await until(lambda: topic.feed.describe()["high_watermark"] == 45, "an answer naming HW 45")
+        await until(lambda: topic.feed.describe()["lag_ms"] > 0, "the unfed messages to age")
+        behind = topic.feed.describe()
+        assert (behind["next_offset"], behind["lag_messages"]) == (35, 10)
+        await topic.stop()
+
+    asyncio.run(scenario())
+
+
 def test_a_topic_view_reads_its_metadata_again_only_when_some_of_it_changed_in_etcd(tmp_path):
     async def scenario():
         layout = TopicLayout.initial(partitions=1, virtual_partitions=3)
