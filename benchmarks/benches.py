@@ -8,6 +8,7 @@ the settings classes only: a driver (Ray, a Redis client) is imported when its b
 from __future__ import annotations
 
 from benchmarks.failover_settings import FailoverBenchSettings
+from benchmarks.kafka_clients_settings import KafkaClientsBenchSettings
 from benchmarks.lag import FeedLagBenchSettings
 from benchmarks.read_scale_settings import ReadScaleBenchSettings
 from benchmarks.redis_streams_figures import RedisStreamsBenchSettings
@@ -17,6 +18,11 @@ FAILOVER = Bench("failover", "unavailability of a partition when its leader is k
                  "benchmarks.failover:run_failover_bench")
 FEED_LAG = Bench("feed-lag", "how far feeding trails the high watermark while one producer is saturated, per VP count",
                  FeedLagBenchSettings, "benchmarks.feed_lag:run_feed_lag_bench")
+KAFKA_CLIENTS = Bench(
+    "kafka-clients", "the Kafka protocol's cost (issue 39): confluent-kafka's producer and kcat through the read nodes' "
+                     "Kafka listener beside mafka4's own Producer and Consumer, A B A B, on the running cluster: "
+                     "throughput, produce latency at a paced rate, consume throughput", KafkaClientsBenchSettings,
+    "benchmarks.kafka_clients:run_kafka_clients_bench")
 READ_SCALE = Bench(
     "read-scale", "a read node added by Ray's autoscaler while a group grows, on Ray's fake multi-node cluster of "
                   "ray_cluster.yaml (issue 38): decision to first records served, produce latency and members' gaps "

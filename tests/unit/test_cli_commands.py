@@ -44,6 +44,7 @@ BENCH_FLAGS = {
     "vp-density": {"--virtual-partitions", "--topics", "--partitions", "--read-replicas", "--window-s", "--settle-s",
                    "--smoke", "--output"},
     "feed-lag": {"--virtual-partitions", "--partitions", "--duration-s", "--smoke", "--output"},
+    "kafka-clients": {"--repetitions", "--messages", "--rate-msgs-s", "--latency-s", "--output"},
     "read-scale": {"--pairs", "--consumers-at-start", "--consumers-at-most", "--rate-msgs-per-s", "--window-s",
                    "--settle-s", "--cluster-yaml", "--output"},
     "redis-streams": {"--produce-messages", "--messages", "--message-bytes", "--consumers", "--repetitions",
