@@ -34,6 +34,7 @@ from mafka4.frontend.topic_handlers import TopicHandlers
 from mafka4.frontend.vp_handlers import ServedVps, VpHandlers
 from mafka4.kafka.data_handlers import KafkaDataHandlers, KafkaServedData
 from mafka4.kafka.listener import KafkaListener
+from mafka4.kafka.producer_handlers import KafkaProducerHandlers
 from mafka4.metadata.store import MetadataStore
 from mafka4.protocol.messages import ApiKey
 from mafka4.protocol.metadata_api import MetadataAnswer, MetadataRequest
@@ -62,9 +63,12 @@ class NodePort:
                     **(VpHandlers(self.view, vps, check).handlers() if vps is not None else {})}
         self._server = ClientPortServer(handlers, f"client port of {node_id}", node_id, self._security.exchange,
                                         MECHANISMS)
-        self._kafka = None if kafka_data is None else KafkaListener(
-            KafkaDataHandlers(self.view, self._security, kafka_data, node_id, cluster).handlers(), self._security,
-            f"Kafka listener of {node_id}")
+        self._kafka = None
+        if kafka_data is not None:
+            data_handlers = KafkaDataHandlers(self.view, self._security, kafka_data, node_id, cluster)
+            self._kafka = KafkaListener({**data_handlers.handlers(),
+                                         **KafkaProducerHandlers(data_handlers.sessions).handlers()},
+                                        self._security, f"Kafka listener of {node_id}")
 
     def start_view(self) -> None:
         """Read and watch the cluster's metadata (blocks on etcd: run it off the event loop)."""

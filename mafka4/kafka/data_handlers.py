@@ -12,9 +12,25 @@ LIST_OFFSETS; a refusal is that partition's (or topic's) ``TOPIC_AUTHORIZATION_F
   at each physical leader with the request's acks (-1: all in-sync replicas, 1: the leader, 0:
   the client is not answered, as Kafka does). A Kafka partition's answer is its first failure, or
   the base offset of its first physical batch (an offset in a physical partition, not in the VP
-  the client named: a Kafka client only logs it). This slice keeps no producer state: a client's
-  retry after a lost answer appends again (at least once; idempotent producers are not served
-  yet, so ``InitProducerId`` is not advertised).
+  the client named: a Kafka client only logs it). A non-idempotent producer's retry after a lost
+  answer appends again (at least once, as on Kafka).
+- **Idempotent PRODUCE** (a batch with a producer id, from ``InitProducerId``,
+  ``kafka.producer_handlers``): the batch goes through the listener's ``ProducerSessions``
+  before anything is appended: a retry of a remembered batch is answered its first base offset
+  and appended nothing, a gap is OUT_OF_ORDER_SEQUENCE_NUMBER, an older epoch
+  INVALID_PRODUCER_EPOCH. One entry's admission, append and recording run one at a time (a
+  connection's requests are served one at a time; a lock per entry covers a client retrying on
+  another connection while the first append runs), which keeps its sequences in order. Its
+  records are routed by key over the physical partitions like any others. The guarantee:
+  **exactly once per (producer, Kafka partition) while the same read node serves that partition
+  and remembers the producer**. A retry after the partition's Kafka leader (a read node)
+  changed, after the node restarted, or after the node forgot the producer
+  (``KAFKA_PRODUCER_SESSIONS_MAX``) meets no state and is appended again, as a Kafka broker
+  without a producer's state does (``producer_sessions``: UNKNOWN): at least once across that.
+  So is a retry of a batch whose append failed at one of its physical partitions after others
+  took their share (the share that went in goes in twice). A Kafka partition's leadership is
+  its term: the VP's leader epoch, or for a partition forwarded by number the set of live
+  brokers, whose change may move it; an entry of an earlier term is dropped.
 - **FETCH** of a Mafka4-mode topic reads the VPs this node hosts, long-polling until one has
   records (``ReadNode.fetch``); a VP led elsewhere is ``NOT_LEADER_OR_FOLLOWER``, so the client
   refreshes its metadata. A retired VP answers empty at its sealed end. A Mafka3-mode topic's
@@ -27,9 +43,11 @@ LIST_OFFSETS; a refusal is that partition's (or topic's) ``TOPIC_AUTHORIZATION_F
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import json
 import logging
+import zlib
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -41,8 +59,10 @@ from mafka4.frontend.view_state import ViewState
 from mafka4.kafka import error_codes, topology
 from mafka4.kafka.error_codes import kafka_error_code, kafka_error_message
 from mafka4.kafka.produce_routing import ProduceRouting
-from mafka4.kafka.record_batches import kafka_records_as_mafka4, mafka4_to_kafka, read_kafka_batches
-from mafka4.limits import PROTOCOL_FETCH_BYTES_MAX, PROTOCOL_FETCH_WAIT_MS_MAX, Acks
+from mafka4.kafka.producer_sessions import Decision, ProducerSessions
+from mafka4.kafka.record_batches import (NO_PRODUCER_ID, KafkaBatch, kafka_records_as_mafka4, mafka4_to_kafka,
+                                         read_kafka_batches)
+from mafka4.limits import KAFKA_PRODUCER_SESSIONS_MAX, PROTOCOL_FETCH_BYTES_MAX, PROTOCOL_FETCH_WAIT_MS_MAX, Acks
 from mafka4.physical.topics import TopicMetadata
 from mafka4.protocol.session import Session
 from mafka4.security.acl import Operation, ResourceType
@@ -77,10 +97,15 @@ class _Topic:
 
 
 class KafkaDataHandlers:
-    def __init__(self, view: ClusterView, security: PortSecurity, data: KafkaServedData, node_id: str, cluster: str):
+    def __init__(self, view: ClusterView, security: PortSecurity, data: KafkaServedData, node_id: str, cluster: str,
+                 sessions: ProducerSessions | None = None):
         self._view, self._security, self._data = view, security, data
         self._node_id, self._cluster = node_id, cluster
         self._routing = ProduceRouting()
+        self.sessions = ProducerSessions(KAFKA_PRODUCER_SESSIONS_MAX) if sessions is None else sessions
+        # (producer id, topic, partition) -> [lock, requests holding or awaiting it]; an entry
+        # lives while a request of its producer and partition does.
+        self._entry_locks: dict[tuple[int, str, int], list] = {}
 
     def handlers(self) -> dict:
         return {3: self.metadata, 0: self.produce, 1: self.fetch, 2: self.list_offsets}
@@ -164,27 +189,87 @@ class KafkaDataHandlers:
             if acks is None:
                 return _partition_error(index, error_codes.INVALID_REQUIRED_ACKS, "acks must be -1, 0 or 1")
             self._security.check(session, Operation.PRODUCE, ResourceType.TOPIC, topic)
-            metadata = self._view.read(lambda state: state.topic(topic))
+            metadata, term = self._view.read(lambda state: self._produce_target(state, topic, index))
             if metadata is None:
                 raise UnknownTopic(f"topic {topic!r} does not exist: create it first ('mafka4 topic create {topic}' "
                                    f"or a CreateTopics request); topics are not created by producing to them")
-            kafka_records = []
-            for batch in read_kafka_batches(records or b"", _RECORDS_PER_REQUEST_MAX):
-                first_timestamp_ms, arrays = kafka_records_as_mafka4(batch)
-                kafka_records.extend((key, value, first_timestamp_ms + delta, headers)
-                                     for delta, key, value, headers in arrays)
+            batches = read_kafka_batches(records or b"", _RECORDS_PER_REQUEST_MAX)
+            kafka_records = _as_mafka4_records(batches)
+            if any(batch.producer_id != NO_PRODUCER_ID for batch in batches):
+                if len(batches) != 1:
+                    return _partition_error(index, error_codes.INVALID_RECORD, (
+                        f"an idempotent producer's request carries one record batch per partition, not "
+                        f"{len(batches)} (as Kafka requires from Produce v3)"))
+                return await self._produce_idempotent(topic, index, term, metadata, batches[0], kafka_records, acks,
+                                                      timeout_ms)
             if not kafka_records:
                 return {"index": index, "error_code": error_codes.NONE, "base_offset": -1}
-            routed = self._routing.route(kafka_records, len(metadata.partitions))
-            appends = [self._append(metadata, partition, routed_records, acks, timeout_ms)
-                       for partition, routed_records in sorted(routed.items())]
-            base_offsets = await asyncio.gather(*appends)
-            return {"index": index, "error_code": error_codes.NONE, "base_offset": base_offsets[0],
+            base_offset = await self._append_records(metadata, kafka_records, acks, timeout_ms)
+            return {"index": index, "error_code": error_codes.NONE, "base_offset": base_offset,
                     "log_start_offset": -1}
         except asyncio.CancelledError:
             raise
         except Exception as error:
             return _partition_error(index, kafka_error_code(error), kafka_error_message(error), error)
+
+    def _produce_target(self, state: ViewState, topic: str, index: int) -> tuple[TopicMetadata | None, int]:
+        """The topic's metadata and the term of Kafka partition ``index``'s leadership (see the
+        module docstring): the VP's leader epoch, or a number of the live brokers' ids."""
+        metadata = state.topic(topic)
+        if metadata is None:
+            return None, 0
+        layout = state.virtual_layout(topic)
+        text = None if layout is None else layout[1].get(index)
+        if text:
+            vp = VirtualPartitionState.from_json(index, json.loads(text))
+            if not vp.retired:
+                return metadata, vp.leader_epoch
+        listeners = [(node_id, value.get("kafka")) for node_id, value in state.read_nodes.items()]
+        live = sorted(broker.node_id for broker in topology.brokers(listeners)[0])
+        return metadata, zlib.crc32(repr(live).encode())
+
+    async def _produce_idempotent(self, topic: str, index: int, term: int, metadata: TopicMetadata,
+                                  batch: KafkaBatch, kafka_records: list, acks: Acks, timeout_ms: int) -> dict:
+        """Admit ``batch`` through the producer sessions, append it if it is new, remember it."""
+        producer = (batch.producer_id, batch.producer_epoch, topic, index, batch.base_sequence, len(batch.records))
+        async with self._entry_lock(batch.producer_id, topic, index):
+            admission = self.sessions.admit(*producer, term=term)
+            if admission.decision is Decision.DUPLICATE:
+                return {"index": index, "error_code": error_codes.NONE, "base_offset": admission.base_offset,
+                        "log_start_offset": -1}
+            if admission.decision is Decision.OUT_OF_ORDER:
+                return _partition_error(index, error_codes.OUT_OF_ORDER_SEQUENCE_NUMBER, admission.reason)
+            if admission.decision is Decision.FENCED:
+                return _partition_error(index, error_codes.INVALID_PRODUCER_EPOCH, admission.reason)
+            if admission.decision is Decision.UNKNOWN:
+                logger.info("%s", admission.reason)
+            base_offset = await self._append_records(metadata, kafka_records, acks, timeout_ms)
+            self.sessions.recorded(*producer, base_offset, term=term)
+        return {"index": index, "error_code": error_codes.NONE, "base_offset": base_offset, "log_start_offset": -1}
+
+    @contextlib.asynccontextmanager
+    async def _entry_lock(self, producer_id: int, topic: str, index: int):
+        key = (producer_id, topic, index)
+        held = self._entry_locks.get(key)
+        if held is None:
+            held = self._entry_locks[key] = [asyncio.Lock(), 0]
+        held[1] += 1
+        try:
+            async with held[0]:
+                yield
+        finally:
+            held[1] -= 1
+            if not held[1]:
+                del self._entry_locks[key]
+
+    async def _append_records(self, metadata: TopicMetadata, kafka_records: list, acks: Acks, timeout_ms: int) -> int:
+        """Route the records by key over the physical partitions and append them there; the base
+        offset of the first physical batch (-1 when nothing is answered: acks 0)."""
+        routed = self._routing.route(kafka_records, len(metadata.partitions))
+        appends = [self._append(metadata, partition, routed_records, acks, timeout_ms)
+                   for partition, routed_records in sorted(routed.items())]
+        base_offsets = await asyncio.gather(*appends)
+        return base_offsets[0] if isinstance(base_offsets[0], int) else -1
 
     async def _append(self, metadata: TopicMetadata, partition: int, records: list, acks: Acks, timeout_ms: int) -> int:
         leader = metadata.partitions[partition].leader
@@ -313,6 +398,15 @@ class KafkaDataHandlers:
         if isinstance(at_time, MafkaError):
             raise at_time
         return high_watermark if at_time is None else at_time
+
+
+def _as_mafka4_records(batches: list[KafkaBatch]) -> list:
+    """The batches' records as ``produce_routing`` routes them: (key, value, timestamp_ms, headers)."""
+    kafka_records = []
+    for batch in batches:
+        first_timestamp_ms, arrays = kafka_records_as_mafka4(batch)
+        kafka_records.extend((key, value, first_timestamp_ms + delta, headers) for delta, key, value, headers in arrays)
+    return kafka_records
 
 
 def _partition_error(index: int, code: int, message: str, error: BaseException | None = None) -> dict:

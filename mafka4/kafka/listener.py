@@ -60,6 +60,7 @@ SERVED: Mapping[int, tuple[int, int]] = {
     3: (1, 12),   # Metadata: v0's empty list meant "every topic"; v13 adds nothing served here
     17: (0, 1),   # SaslHandshake: after v0 the exchange's tokens come as bare frames, after v1 in SaslAuthenticate
     18: (0, 3),   # ApiVersions
+    22: (0, 4),   # InitProducerId: idempotent producers; v5 (KIP-890) is transactions' only
     36: (0, 2),   # SaslAuthenticate
 }
 

@@ -859,6 +859,19 @@ KAFKA_ARRAY_ITEMS_MAX = 100_000
 # 8 MiB, and a decompressor allocates the window a frame asks for, so a frame asking more (levels
 # 20-22, or a hostile one asking zstd's 2 GiB) is refused as corrupt before anything is allocated.
 KAFKA_ZSTD_WINDOW_BYTES_MAX = 8 * MiB
+# What a read node's Kafka listener remembers of idempotent Kafka producers
+# (``kafka.producer_sessions``): one entry per (producer id, topic, Kafka partition) it took
+# batches for, each with its last KAFKA_PRODUCER_BATCHES_REMEMBERED batches, about 1 KiB. Past
+# this many entries the least recently used is forgotten: that producer's next batch there is
+# appended as a new producer's (as a Kafka broker without its state does), so a retry of one of
+# its batches that was already appended is appended again. 50,000 entries (about 50 MiB at most)
+# cover, e.g., 500 producers each writing to 100 partitions led by one node.
+KAFKA_PRODUCER_SESSIONS_MAX = 50_000
+# Batches remembered per entry, as a Kafka broker does (its ProducerStateEntry keeps 5): an
+# idempotent Kafka client has at most 5 requests in flight per connection
+# (max.in.flight.requests.per.connection <= 5 with idempotence), so the batch it may retry is
+# always one of its last 5.
+KAFKA_PRODUCER_BATCHES_REMEMBERED = 5
 
 
 # --- admin APIs (users and ACLs through the client port) ---

@@ -1,9 +1,12 @@
-"""Kafka's own tools against a running cluster's Kafka listener: kcat (librdkafka) and kafka-python.
+"""Kafka's own tools against a running cluster's Kafka listener: kcat (librdkafka), confluent-kafka
+and kafka-python.
 
 Every client authenticates with SASL SCRAM-SHA-256 as the cluster's admin (the listener refuses
 anything else), reads the metadata, produces keyed records and reads them all back: from a
 Mafka4-mode topic (its VPs are the partitions Kafka clients see) and from a Mafka3-mode one. A
-wrong password is refused, and the listener goes on serving.
+wrong password is refused, and the listener goes on serving. Idempotent producers (confluent-kafka
+with enable.idempotence, kafka-python by default) get their producer id from InitProducerId and
+have every record appended once.
 """
 
 from __future__ import annotations
@@ -104,6 +107,39 @@ def test_a_wrong_password_is_refused_and_the_listener_goes_on_serving(cluster):
     assert kcat(cluster, "-L").returncode == 0
 
 
+def test_an_idempotent_confluent_kafka_producer_has_each_keyed_line_appended_once_in_order(cluster):
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+
+    topic = f"kafka-idem-{secrets.token_hex(3)}"
+    Admin(cluster).create_topic(topic, partitions=2, virtual_partitions=4)
+    user, password = load_credential(Path(cluster.state.home) / CREDENTIAL_FILE)
+    producer = confluent_kafka.Producer({
+        "bootstrap.servers": kafka_bootstrap(cluster), "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanisms": "SCRAM-SHA-256", "sasl.username": user, "sasl.password": password,
+        "enable.idempotence": True, "acks": "all", "linger.ms": 5})
+    failures, delivered = [], []
+
+    def report(error, message) -> None:
+        (failures if error is not None else delivered).append(error or message.offset())
+
+    for key, value in keyed_lines():
+        while True:
+            try:
+                producer.produce(topic, key=key.encode(), value=value.encode(), on_delivery=report)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.poll(0.1)
+        producer.poll(0)
+    assert producer.flush(KCAT_TIMEOUT_S) == 0, "every message delivered or failed within the timeout"
+    assert not failures, failures[:5]
+    assert len(delivered) == LINES
+    consumed = kcat(cluster, "-C", "-t", topic, "-o", "beginning", "-e", "-q", "-f", "%k\t%s\t%p\t%o\n")
+    assert consumed.returncode == 0, consumed.stderr.decode()
+    rows = [line.split("\t") for line in consumed.stdout.decode().splitlines() if line]
+    check_everything_once_in_key_order([(key, value, int(partition), int(offset))
+                                        for key, value, partition, offset in rows])
+
+
 def test_kafka_python_produces_and_consumes_a_round_trip(cluster):
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
@@ -112,7 +148,7 @@ def test_kafka_python_produces_and_consumes_a_round_trip(cluster):
     user, password = load_credential(Path(cluster.state.home) / CREDENTIAL_FILE)
     settings = dict(bootstrap_servers=kafka_bootstrap(cluster).split(","), security_protocol="SASL_PLAINTEXT",
                     sasl_mechanism="SCRAM-SHA-256", sasl_plain_username=user, sasl_plain_password=password)
-    producer = KafkaProducer(acks="all", enable_idempotence=False, **settings)  # InitProducerId is not served yet
+    producer = KafkaProducer(acks="all", **settings)  # idempotent: kafka-python's default
     try:
         for index in range(100):
             producer.send(topic, key=b"k%d" % (index % 7), value=b"v%d" % index).get(timeout=30)

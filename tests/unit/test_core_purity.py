@@ -69,6 +69,8 @@ CORES = (
     "mafka4.kafka.error_codes",
     "mafka4.kafka.topology",
     "mafka4.kafka.produce_routing",
+    # what the Kafka listener remembers of idempotent producers, and its decision on each batch
+    "mafka4.kafka.producer_sessions",
     # what a consumer makes of a VP fetch's bytes
     "mafka4.client.vp_messages",
     # where a consumer starts a partition, when a group member auto-commits

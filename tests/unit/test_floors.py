@@ -12,7 +12,8 @@ Floors, from the ground up (the first pattern that matches a module names its fl
    fake multi-node Ray cluster derived from ``ray_cluster.yaml``; the names of etcd keys
    and of Ray actors; the frames of stream calls; principals, SCRAM and ACLs; the client
    protocol's frames, messages, error
-   codes and session rules; the Kafka protocol's frames and record batches; the Prometheus metric families made from a process's snapshot,
+   codes and session rules; the Kafka protocol's frames and record batches, and what its listener
+   remembers of idempotent producers; the Prometheus metric families made from a process's snapshot,
    the latency histogram and the metrics targets named in liveness keys (``mafka4.metrics``).
 2. **metadata and transport**: etcd access and what is stored there (``mafka4.metadata``: store,
    leases, intents, the in-sync recorder; the topic store of ``physical``, the VP store of
@@ -69,7 +70,8 @@ FLOORS = (
         r"read_node_scaling|replica_moves|replica_move_plans|replica_move_records)"),
     (1, r"mafka4\.runtime\.(node_identity|agent_plan|fake_cluster_config|deploy_plan)"),
     (1, r"mafka4\.metrics\.(families|histogram|targets)"),
-    (1, r"mafka4\.kafka\.(wire|array_bounds|record_batches|shapes|error_codes|topology|produce_routing)"),
+    (1, r"mafka4\.kafka\.(wire|array_bounds|record_batches|shapes|error_codes|topology|produce_routing|"
+        r"producer_sessions)"),
     (2, r"mafka4\.metadata\..*|mafka4\.transport\..*|mafka4\.protocol\..*"),
     (2, r"mafka4\.physical\.topics|mafka4\.virtual\.vp_store"),
     (2, r"mafka4\.security\..*"),
