@@ -105,6 +105,19 @@ class ClusterView:
             self._advanced.wait_for(lambda: self._applied[Watched.TOPICS] >= max(revisions), METADATA_CATCH_UP_WAIT_S)
         return True
 
+    async def topics_gone(self, names: Iterable[str]) -> None:
+        """Waits (at most ``METADATA_CATCH_UP_WAIT_S``) until the view holds none of the topics
+        ``names``: what a handler that just deleted them awaits, so that its client's next request
+        to this node does not find them. On the view's catch-up thread, as ``topics_caught_up``."""
+        if self._catch_ups is None:
+            self._catch_ups = ThreadPoolExecutor(CATCH_UP_THREADS, thread_name_prefix="view-catch-up")
+        await asyncio.get_running_loop().run_in_executor(self._catch_ups, self._topics_gone, tuple(names))
+
+    def _topics_gone(self, names: tuple[str, ...]) -> None:
+        with self._advanced:
+            self._advanced.wait_for(lambda: all(self._state.topic(name) is None for name in names),
+                                    METADATA_CATCH_UP_WAIT_S)
+
     def close(self) -> None:
         """Cancel the watches and end the keeper, also while it is reading again."""
         with self._watches_lock:

@@ -18,7 +18,9 @@ against the users the view holds, checks every request against the view's ACLs, 
 Authentication and ACLs are ``frontend.port_security``'s, shared with the replicas' ports.
 
 Beside it, a read node serves Kafka clients (``kafka.listener``) with the same view and the same
-security: ``start_kafka``.
+security: ``start_kafka``; Kafka's CreateTopics and DeleteTopics (``kafka.topic_handlers``) write
+their intents through the same etcd client as the port's topic APIs, within the same bound of
+threads.
 """
 
 from __future__ import annotations
@@ -30,11 +32,14 @@ from mafka4.frontend.group_handlers import GroupHandlers
 from mafka4.frontend.group_sessions import GroupSessions
 from mafka4.frontend.metadata_handler import metadata_answer
 from mafka4.frontend.port_security import MECHANISMS, PortSecurity
+from mafka4.frontend.thread_slots import ThreadSlots
 from mafka4.frontend.topic_handlers import TopicHandlers
 from mafka4.frontend.vp_handlers import ServedVps, VpHandlers
 from mafka4.kafka.data_handlers import KafkaDataHandlers, KafkaServedData
 from mafka4.kafka.listener import KafkaListener
 from mafka4.kafka.producer_handlers import KafkaProducerHandlers
+from mafka4.kafka.topic_handlers import IntentTopicChanges, KafkaTopicHandlers
+from mafka4.limits import NODE_INTENT_REQUESTS_IN_FLIGHT_MAX
 from mafka4.metadata.store import MetadataStore
 from mafka4.protocol.messages import ApiKey
 from mafka4.protocol.metadata_api import MetadataAnswer, MetadataRequest
@@ -53,21 +58,25 @@ class NodePort:
         self._security = PortSecurity(self.view)
         self._admin_store = MetadataStore(etcd_endpoint)
         check, allows = self._security.check, self._security.allows
+        # Topic intents of the client port and of the Kafka listener share the node's bound.
+        intent_threads = ThreadSlots(NODE_INTENT_REQUESTS_IN_FLIGHT_MAX)
         self.groups = GroupSessions(etcd_endpoint, cluster, node_id)
         self._group_admin = GroupAdminHandlers(etcd_endpoint, cluster, check, allows)
         handlers = {ApiKey.METADATA: self._metadata,
                     **GroupHandlers(self.groups, self._the_view, check).handlers(),
                     **self._group_admin.handlers(),
                     **AdminHandlers(self._admin_store, cluster, check).handlers(),
-                    **TopicHandlers(self._admin_store, cluster, check, allows).handlers(),
+                    **TopicHandlers(self._admin_store, cluster, check, allows, intent_threads).handlers(),
                     **(VpHandlers(self.view, vps, check).handlers() if vps is not None else {})}
         self._server = ClientPortServer(handlers, f"client port of {node_id}", node_id, self._security.exchange,
                                         MECHANISMS)
         self._kafka = None
         if kafka_data is not None:
             data_handlers = KafkaDataHandlers(self.view, self._security, kafka_data, node_id, cluster)
+            topic_changes = IntentTopicChanges(self._admin_store, cluster, self.view, intent_threads)
             self._kafka = KafkaListener({**data_handlers.handlers(),
-                                         **KafkaProducerHandlers(data_handlers.sessions).handlers()},
+                                         **KafkaProducerHandlers(data_handlers.sessions).handlers(),
+                                         **KafkaTopicHandlers(topic_changes, check, allows).handlers()},
                                         self._security, f"Kafka listener of {node_id}")
 
     def start_view(self) -> None:

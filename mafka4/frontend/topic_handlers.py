@@ -50,9 +50,11 @@ T = TypeVar("T")
 class TopicHandlers:
     """The handlers of the topic APIs of ``cluster``, writing intents through ``store``."""
 
-    def __init__(self, store: MetadataStore, cluster: str, check: Check, allows: Allows):
+    def __init__(self, store: MetadataStore, cluster: str, check: Check, allows: Allows,
+                 threads: ThreadSlots | None = None):
         self._store, self._cluster, self._check, self._allows = store, cluster, check, allows
-        self._threads = ThreadSlots(NODE_INTENT_REQUESTS_IN_FLIGHT_MAX)
+        # Shared with the node's Kafka listener (``kafka.topic_handlers``): the bound is the node's.
+        self._threads = threads or ThreadSlots(NODE_INTENT_REQUESTS_IN_FLIGHT_MAX)
 
     def handlers(self) -> dict[ApiKey, Handler]:
         return {ApiKey.TOPIC_CREATE: self._create, ApiKey.TOPIC_DELETE: self._delete,

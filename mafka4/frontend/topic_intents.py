@@ -28,11 +28,16 @@ from mafka4.virtual.vp_state import epoch_from_json
 def create_topic(store: MetadataStore, cluster: str, name: str, config: TopicConfig,
                  wait_s: float = TOPIC_INTENT_WAIT_S) -> TopicMetadata:
     """Create topic ``name`` with ``config`` (resolved: ``new_topic_config``); the topic as created."""
-    topics = TopicStore(store, cluster)
-    if topics.exists(name):
-        raise TopicExists(f"topic {name!r} already exists: delete it first or choose another name")
+    topic_absent(store, cluster, name)
     intents.request(store, cluster, IntentKind.CREATE_TOPIC, name, {"config": config_to_json(config)}, wait_s)
-    return topics.get(name)
+    return TopicStore(store, cluster).get(name)
+
+
+def topic_absent(store: MetadataStore, cluster: str, name: str) -> None:
+    """``TopicExists`` if topic ``name`` exists: what a create checks before its intent (and all a
+    create that only validates does with etcd)."""
+    if TopicStore(store, cluster).exists(name):
+        raise TopicExists(f"topic {name!r} already exists: delete it first or choose another name")
 
 
 def delete_topic(store: MetadataStore, cluster: str, name: str, wait_s: float = TOPIC_INTENT_WAIT_S) -> None:

@@ -58,6 +58,8 @@ SERVED: Mapping[int, tuple[int, int]] = {
     1: (4, 12),   # Fetch: v13+ names topics by id
     2: (1, 7),    # ListOffsets
     3: (1, 12),   # Metadata: v0's empty list meant "every topic"; v13 adds nothing served here
+    19: (2, 7),   # CreateTopics: v2 is the first with throttle_time; v5+ answers the topic's configs
+    20: (1, 6),   # DeleteTopics: v6 names topics by name or id (ids are refused: mafka4 has none)
     17: (0, 1),   # SaslHandshake: after v0 the exchange's tokens come as bare frames, after v1 in SaslAuthenticate
     18: (0, 3),   # ApiVersions
     22: (0, 4),   # InitProducerId: idempotent producers; v5 (KIP-890) is transactions' only

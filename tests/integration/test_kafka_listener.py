@@ -6,7 +6,8 @@ anything else), reads the metadata, produces keyed records and reads them all ba
 Mafka4-mode topic (its VPs are the partitions Kafka clients see) and from a Mafka3-mode one. A
 wrong password is refused, and the listener goes on serving. Idempotent producers (confluent-kafka
 with enable.idempotence, kafka-python by default) get their producer id from InitProducerId and
-have every record appended once.
+have every record appended once. kafka-python's admin client
+creates a topic (CreateTopics) that kcat then lists, and deletes it (DeleteTopics).
 """
 
 from __future__ import annotations
@@ -162,3 +163,32 @@ def test_kafka_python_produces_and_consumes_a_round_trip(cluster):
     finally:
         consumer.close()
     assert values == {b"v%d" % index for index in range(100)}
+
+
+def test_kafka_pythons_admin_client_creates_and_deletes_a_topic_that_kcat_lists_then_not(cluster):
+    from kafka.admin import KafkaAdminClient
+
+    topic = f"kafka-admin-{secrets.token_hex(3)}"
+    user, password = load_credential(Path(cluster.state.home) / CREDENTIAL_FILE)
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap(cluster).split(","), security_protocol="SASL_PLAINTEXT",
+                             sasl_mechanism="SCRAM-SHA-256", sasl_plain_username=user, sasl_plain_password=password)
+    try:
+        created = admin.create_topics({topic: {"num_partitions": 3, "replication_factor": 1,
+                                               "configs": {"retention.ms": "3600000"}}})
+        (result,) = created["topics"]
+        assert (result["name"], result["error_code"], result["num_partitions"]) == (topic, 0, 3), created
+        metadata = Admin(cluster).topic_metadata(topic)
+        assert (len(metadata.partitions), metadata.config.read_mode, metadata.config.virtual_partitions,
+                metadata.config.retention_ms) == (3, "mafka4", 3, 3_600_000), "a Mafka4-mode topic, one VP a partition"
+        listed = kcat(cluster, "-L")
+        assert listed.returncode == 0, listed.stderr.decode()
+        assert f'topic "{topic}" with 3 partitions' in listed.stdout.decode(), listed.stdout.decode()
+        refused = admin.create_topics({topic: {"num_partitions": 1}}, raise_errors=False)
+        assert refused["topics"][0]["error_code"] == 36, "TOPIC_ALREADY_EXISTS"
+        deleted = admin.delete_topics([topic])
+        assert [(t["name"], t["error_code"]) for t in deleted["topics"]] == [(topic, 0)], deleted
+    finally:
+        admin.close()
+    listed = kcat(cluster, "-L")
+    assert listed.returncode == 0, listed.stderr.decode()
+    assert f'topic "{topic}"' not in listed.stdout.decode(), "the delete returns once this node's view lost the topic"

@@ -207,6 +207,27 @@ def test_a_view_whose_watch_lags_waits_for_a_topic_etcd_holds_and_says_at_once_t
         stop_etcd(server)
 
 
+def test_a_view_whose_watch_lags_waits_until_a_deleted_topic_is_gone_from_it(tmp_path):
+    server = start_etcd(tmp_path / "etcd")
+    store = LateWatchStore(etcd_endpoint([server]))
+    for key, value in topic_items("old", 1):
+        store.put(key, value)
+    view = ClusterView(store, CLUSTER)
+    view.start()
+    try:
+        assert view.read(lambda state: state.topic("old")) is not None, "loaded before the watch"
+        store.delete_prefix(keys.topic(CLUSTER, "old"))
+        assert view.read(lambda state: state.topic("old")) is not None, "the watch has not delivered the delete yet"
+        threading.Timer(0.3, store.deliver.set).start()
+        asyncio.run(view.topics_gone(["old"]))
+        assert view.read(lambda state: state.topic("old")) is None, "gone from the view once topics_gone returns"
+    finally:
+        store.deliver.set()
+        view.close()
+        store.close()
+        stop_etcd(server)
+
+
 def test_a_view_loads_a_topics_prefix_larger_than_grpcs_default_message(store):
     for key, value in topic_items("big", 1):
         store.put(key, value)

@@ -64,13 +64,16 @@ CORES = (
     "mafka4.coordinator.control.replica_move_records",
     # the producer's per-partition pipeline rules (the sender and the simulator run them)
     "mafka4.client.sender_core",
-    # the Kafka listener's version-agnostic messages, error codes, brokers and partitions, produce routing
+    # the Kafka listener's version-agnostic messages, error codes, brokers and partitions, produce routing,
+    # and CreateTopics' topics as mafka4's topic configs
     "mafka4.kafka.shapes",
     "mafka4.kafka.error_codes",
     "mafka4.kafka.topology",
     "mafka4.kafka.produce_routing",
     # what the Kafka listener remembers of idempotent producers, and its decision on each batch
     "mafka4.kafka.producer_sessions",
+    # how a Kafka CreateTopics request's fields and configs become a topic config
+    "mafka4.kafka.topic_configs",
     # what a consumer makes of a VP fetch's bytes
     "mafka4.client.vp_messages",
     # where a consumer starts a partition, when a group member auto-commits
