@@ -134,9 +134,9 @@ class _KafkaSender:
 
         self.acks = _Acks()
         self._topic = topic
-        # enable.idempotence off: the listener serves no InitProducerId yet (README, Kafka clients).
+        # Idempotent, as mafka4's Producer always is: both sides pay for their retries' safety.
         self._producer = KafkaProducer({**kafka, "acks": "all", "linger.ms": settings.linger_ms,
-                                        "enable.idempotence": False})
+                                        "enable.idempotence": True})
 
     def send(self, key: bytes, value: bytes) -> None:
         on_ack = self.acks.callback(time.perf_counter())
