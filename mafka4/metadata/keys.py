@@ -419,6 +419,19 @@ def parse_group_partition(prefix: str, key: str) -> tuple[str, int] | None:
     return topic_name, int(partition)
 
 
+def parse_group_offset(cluster: str, key: str) -> tuple[str, bool, str, int] | None:
+    """(group, virtual, topic, partition or VP) of a committed offset key (``group_offset``: virtual
+    False; ``group_vp_offset``: True), else None."""
+    group = group_name_of(cluster, key)
+    if group is None:
+        return None
+    for virtual, prefix in ((False, group_offsets_prefix(cluster, group)), (True, group_vp_offsets_prefix(cluster, group))):
+        parsed = parse_group_partition(prefix, key)
+        if parsed is not None:
+            return group, virtual, parsed[0], parsed[1]
+    return None
+
+
 def users_prefix(cluster: str) -> str:
     return f"{ROOT}/{cluster}/users/"
 
