@@ -776,8 +776,9 @@ ACL_RULES_MAX = 10_000
 # UnsupportedVersion (the API_VERSIONS answer lists the versions a node speaks). Version 2: VP
 # fetches and group positions carry leader epochs (Kafka's KIP-320), answers may say "diverging".
 # Version 3: a GROUP_SYNC answer that claims VPs carries the topic's VP metadata
-# (``protocol.group_api``).
-PROTOCOL_VERSION = 3
+# (``protocol.group_api``). Version 4: a GROUP_DESCRIBE answer's rows carry the lag in time
+# (``lag_ms``: ``metrics.group_lag``).
+PROTOCOL_VERSION = 4
 # A whole client frame (its msgpack body and its out-of-band buffers): above every produce batch
 # and fetch bound; a peer announcing more is answered with nothing and dropped.
 PROTOCOL_FRAME_BYTES_MAX = 64 * MiB
