@@ -63,7 +63,8 @@
     /mafka4/<cluster>/controller                        the active controller, bound to its lease; created
                                                          only while absent, in one txn with controller_epoch;
                                                          its mod_revision fences the controller's writes
-                                                         value: {"controller_id", "controller_epoch", "pid"}
+                                                         value: {"controller_id", "controller_epoch", "pid",
+                                                                 "metrics" (its metrics address; None: none)}
     /mafka4/<cluster>/controller_epoch                  last controller epoch handed out (never decreases)
     /mafka4/<cluster>/groups/<group>/members/<member>   group membership, bound to the member's lease
                                                          value: {"member_id", "topic", "assignor"}

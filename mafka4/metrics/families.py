@@ -24,6 +24,10 @@ in ``_total``). Labels: ``topic``, ``partition``, ``vp``, ``node``, ``group`` an
   the group's lag in messages and in seconds (``metrics.group_lag``), labelled ``group``,
   ``topic`` and ``vp`` (a read node, for its VPs) or ``partition`` (a replica, Mafka3-mode
   groups). No ``node`` label: the series stays one across a failover of the partition's leader.
+* a controller process (``controller_families``, from ``metrics.controller_counters``): whether it
+  is the active controller and its controller epoch, the controller elections it won, and the
+  partition and VP leader elections, reshards (splits, merges) and read-node scaling decisions
+  it made, labelled ``controller`` (its id) and ``kind``.
 * both (``client_port_families``): the client port's connections, requests, error answers, and
   refusals by reason (``authentication``, ``not_authorized``: an ACL said no, ``bad_frame``,
   ``out_of_turn``: a request its session may not make yet or an API the node does not serve,
@@ -206,6 +210,31 @@ def _feed_families(families: _Families, labels: Mapping[str, str], described: Ma
                      described.get("records_fed"))
     families.counter("mafka4_feed_errors_total", "Failed feed rounds (each resumes).", labels,
                      described.get("errors"))
+
+
+# --- a controller process -------------------------------------------------------------------
+
+def controller_families(snapshot: Mapping) -> list[Metric]:
+    """The families of one controller process's ``ControllerCounters.snapshot``."""
+    families = _Families()
+    labels = {"controller": snapshot["controller_id"]}
+    families.gauge("mafka4_controller_active", "1 if this controller process is the active controller, else 0 "
+                   "(a standby).", labels, int(bool(snapshot.get("active"))))
+    if snapshot.get("active"):
+        families.gauge("mafka4_controller_epoch", "The controller epoch of the active controller (each controller "
+                       "election bumps it).", labels, snapshot.get("controller_epoch"))
+    families.counter("mafka4_controller_elections_won_total", "Controller elections this process won (a failover "
+                     "of the controller to it, or the cluster's first controller).", labels,
+                     snapshot.get("elections_won"))
+    for counter, name, what in (
+            ("leader_elections", "mafka4_controller_leader_elections_total",
+             "Leaders elected by this controller, by kind (partition: a physical partition's; vp: a VP's)."),
+            ("reshards", "mafka4_controller_reshards_total", "Reshards this controller stored, by kind (split, merge)."),
+            ("read_node_scaling", "mafka4_controller_read_node_scaling_decisions_total",
+             "Read-node scaling decisions of this controller, by kind (add, release, hold).")):
+        for kind, count in (snapshot.get(counter) or {}).items():
+            families.counter(name, what, {**labels, "kind": kind}, count)
+    return families.all()
 
 
 # --- a client port --------------------------------------------------------------------------
