@@ -58,6 +58,9 @@ class GroupOffsetsCache:
             logger.warning("%s: the groups' committed offsets were not read (%s); the group lag metrics show the "
                            "offsets read before", self._name, error.message)
             return
+        except Exception:  # a defect must not fail the scrapes: they show the offsets read before
+            logger.exception("%s: the groups' committed offsets were not read", self._name)
+            return
         self._offsets = committed_offsets(self._cluster, [(item.key, item.value) for item in items])
 
     def close(self) -> None:
