@@ -6,8 +6,8 @@ functions with it). Nothing here registers a global or keeps state between scrap
 builds new ``prometheus_client.metrics_core`` families from the snapshot alone.
 
 Names are ``mafka4_*`` with the unit last (``_seconds``, ``_bytes``, ``_messages``; counters end
-in ``_total``). Labels: ``topic``, ``partition``, ``vp``, ``node``, ``group`` and ``reason``; a replica's
-``node`` is its replica id (replicas are named by their node). The families of each process:
+in ``_total``). Labels: ``topic``, ``partition``, ``vp``, ``node``, ``group``, ``controller``, ``kind``
+and ``reason``; a replica's ``node`` is its replica id (replicas are named by their node). The families of each process:
 
 * a physical replica (``replica_families``): produce requests, bytes and messages and the produce
   latency histogram (arrival at the leader to acknowledgement); fetches and their bytes
