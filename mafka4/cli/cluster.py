@@ -27,14 +27,15 @@ def add_commands(commands) -> None:
     up.set_defaults(run=_cmd_up)
     commands.add_parser("down", help="stop the local cluster and every process it started").set_defaults(run=_cmd_down)
     status = commands.add_parser("status", help="show whether the local cluster runs, which nodes are registered, "
-                                                "where each live read node and replica serves Prometheus metrics, and "
+                                                "where each live read node, replica and the active controller serve Prometheus "
+                                                "metrics, and "
                                                 "the last read-node scaling decision with the replica moves in flight "
                                                 "(when read_node_scaling is on); with --address, what 'mafka4 deploy' "
                                                 "runs on that Ray cluster")
     add_cluster_arguments(status, required=False)
     status.add_argument("--metrics-targets", metavar="FILE",
-                        help="also write FILE (replaced whole): Prometheus file_sd JSON naming every live read node's "
-                             "and replica's metrics address, for a file_sd_configs entry; run it again (e.g. every "
+                        help="also write FILE (replaced whole): Prometheus file_sd JSON naming every live read node's, "
+                             "replica's and the active controller's metrics address, for a file_sd_configs entry; run it again (e.g. every "
                              "minute) to follow nodes that start, move or stop")
     status.set_defaults(run=_cmd_status)
     commands.add_parser("demo", help="start a throwaway cluster; a producer writes while a consumer group grows from 1 "

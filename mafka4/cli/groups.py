@@ -13,7 +13,8 @@ def add_commands(commands) -> None:
     group_commands = group.add_subparsers(dest="group_command", required=True, metavar="ACTION")
     group_commands.add_parser("list", help="list group names").set_defaults(run=_cmd_group_list)
     describe = group_commands.add_parser("describe", help="members and, per partition, owner, committed offset, "
-                                                          "high watermark and lag")
+                                                          "high watermark, lag in messages and lag in seconds (the "
+                                                          "age of the oldest message not committed)")
     describe.add_argument("group")
     describe.set_defaults(run=_cmd_group_describe)
     reset = group_commands.add_parser("reset-offsets", help="set a topic's committed offsets (the group must have no members)")
@@ -46,16 +47,18 @@ def _cmd_group_describe(args: argparse.Namespace) -> int:
           f"members={len(description.members)}  total_lag={_dash(description.total_lag)}")
     for member in description.members:
         print(f"member {member.member_id}  topic={member.topic}")
-    print(f"{'topic':<24}  {'partition':>9}  {'member':<32}  {'committed_offset':>16}  {'high_watermark':>14}  {'lag':>8}")
+    print(f"{'topic':<24}  {'partition':>9}  {'member':<32}  {'committed_offset':>16}  {'high_watermark':>14}  {'lag':>8}  "
+          f"{'lag_s':>8}")
     for row in description.partitions:
         print(f"{row.topic:<24}  {row.partition:>9}  {_dash(row.member_id):<32}  {_dash(row.committed_offset):>16}  "
-              f"{row.high_watermark:>14}  {_dash(row.lag):>8}")
+              f"{row.high_watermark:>14}  {_dash(row.lag):>8}  {lag_seconds(row.lag_ms):>8}")
     if description.virtual_partitions:
         print(f"{'topic':<24}  {'vp':>4}  {'status':<7}  {'member':<32}  {'committed_offset':>16}  {'high_watermark':>14}  "
-              f"{'lag':>8}")
+              f"{'lag':>8}  {'lag_s':>8}")
     for row in description.virtual_partitions:
         print(f"{row.topic:<24}  {row.vp:>4}  {row.status.value:<7}  {_dash(row.member_id):<32}  "
-              f"{_dash(row.committed_offset):>16}  {_dash(row.high_watermark):>14}  {_dash(row.lag):>8}")
+              f"{_dash(row.committed_offset):>16}  {_dash(row.high_watermark):>14}  {_dash(row.lag):>8}  "
+              f"{lag_seconds(row.lag_ms):>8}")
     for topic, losses in description.read_loss.items():
         print_read_loss(topic, losses)
     return 0
@@ -81,6 +84,11 @@ def _timestamp_ms(text: str) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)  # the same answer on every machine
     return int(moment.timestamp() * 1000)
+
+
+def lag_seconds(lag_ms: int | None) -> str:
+    """A lag in time as ``group describe`` shows it: seconds to the tenth ("-": unknown)."""
+    return "-" if lag_ms is None else f"{lag_ms / 1000:.1f}"
 
 
 def _dash(value: object) -> object:

@@ -5,8 +5,11 @@
         admin.reset_offsets("billing", "orders", to="earliest")   # only while the group is empty
 
 Lag of a partition is its high watermark (the end of what consumers may read) minus the
-group's committed offset; a partition without a committed offset has no lag figure. This is
-what ``mafka4 group describe`` prints. A group of a mafka4-mode topic is described per
+group's committed offset; a partition without a committed offset has no lag figure. Its lag in
+time (``lag_ms``) is the age of the oldest message the group has not committed: now minus the
+timestamp of the first record at or after the committed offset (0 when caught up;
+``metrics.group_lag``, the rule the leaders' Prometheus metrics follow too). This is what
+``mafka4 group describe`` prints. A group of a mafka4-mode topic is described per
 virtual partition (``virtual_partitions``): every VP of the topic's layout with its status
 for the group (``VpStatus``), owner, committed offset, VP high watermark and lag.
 ``reset_offsets`` resets a Mafka3-mode topic's offsets per physical partition and a

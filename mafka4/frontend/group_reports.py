@@ -3,8 +3,9 @@ offsets from the leaders (``protocol.group_admin_api``; the handlers are ``front
 
 - ``list_groups``: every group with a key in etcd (members, generation, owners or offsets).
 - ``describe_group``: members, generation, and per partition of each topic the group reads (per
-  VP for a mafka4-mode topic) the owner, committed offset, high watermark and lag
-  (``client.group_admin`` says what lag is); ``UnknownGroup`` for a group with nothing in etcd.
+  VP for a mafka4-mode topic) the owner, committed offset, high watermark and lag in messages and
+  in time (``metrics.group_lag``: the rule the leaders' metrics follow; the leader reads the
+  timestamp the lag counts from); ``UnknownGroup`` for a group with nothing in etcd.
   A topic deleted since is left out: its offsets are history.
 - ``reset_offsets``: every partition's (every VP's, closed ones included, so that "earliest"
   reads parents again before their children) committed offset set to its log start, its end
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import ray
 
+from mafka4.clocks import wall_ms
 from mafka4.coordinator.groups.partition_groups import GroupStore
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR, GroupSnapshot, MemberInfo, TopicPartition
 from mafka4.coordinator.groups.vp_groups import VirtualGroupStore
@@ -31,6 +33,7 @@ from mafka4.errors import GroupNotEmpty, MafkaError, NotLeader, RequestTimedOut,
 from mafka4.frontend.topic_description import read_loss
 from mafka4.limits import LIST_OFFSETS_TIMEOUT_S, ReadMode, TopicConfig
 from mafka4.metadata import keys
+from mafka4.metrics.group_lag import group_lag
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.physical.topics import TopicStore
@@ -71,11 +74,15 @@ class GroupReports:
         rows = []
         for topic in sorted(topics):
             try:
-                ranges = self._partition_answers(self._topics.get(topic), "list_offsets")
+                metadata = self._topics.get(topic)
             except UnknownTopic:
                 continue  # deleted since: its offsets are history
-            for partition, (_, high_watermark) in enumerate(ranges):
-                rows.append(_row(snapshot, TopicPartition(topic, partition), high_watermark))
+            committed = [None if (c := snapshot.offsets.get(TopicPartition(topic, p))) is None else c.offset
+                         for p in range(len(metadata.partitions))]
+            positions = self._partition_answers(metadata, "lag_position", per_partition=[(o,) for o in committed])
+            now_ms = wall_ms()
+            for partition, (high_watermark, timestamp_ms) in enumerate(positions):
+                rows.append(_row(snapshot, TopicPartition(topic, partition), high_watermark, timestamp_ms, now_ms))
         generation = snapshot.generation
         losses = {topic: read_loss(self._store, self._cluster, topic) for topic in sorted(virtual_topics)}
         return GroupDescription(group, None if generation is None else generation.generation,
@@ -103,9 +110,10 @@ class GroupReports:
         readable = view.readable()
         consumable = set(view.consumable())
         vps = sorted(snapshot.states)
-        high_watermarks = self._vp_high_watermarks(topic, [snapshot.states[vp] for vp in vps])
+        positions = self._vp_lag_positions(topic, [snapshot.states[vp] for vp in vps], dict(view.committed))
+        now_ms = wall_ms()
         rows = []
-        for vp, high_watermark in zip(vps, high_watermarks):
+        for vp, (high_watermark, timestamp_ms) in zip(vps, positions):
             if vp not in readable:
                 status = VpStatus.WAITING
             elif view.layout.is_active(vp):
@@ -113,15 +121,18 @@ class GroupReports:
             else:
                 status = VpStatus.CLOSED if vp in consumable else VpStatus.READ
             committed = view.committed.get(vp)
-            lag = None if committed is None or high_watermark is None else max(high_watermark - committed, 0)
-            rows.append(VirtualPartitionLag(topic, vp, status, snapshot.owners.get(vp), committed, high_watermark, lag))
+            lag = group_lag(committed, high_watermark, timestamp_ms, now_ms)
+            rows.append(VirtualPartitionLag(topic, vp, status, snapshot.owners.get(vp), committed, high_watermark,
+                                            lag.messages, lag.ms))
         return rows
 
-    def _vp_high_watermarks(self, topic: str, states: list[VirtualPartitionState]) -> list[int | None]:
-        """Each VP's high watermark from its leader's node (None: not answering, or retired)."""
-        found = ask_leader_nodes(self._cluster, topic, [s for s in states if not s.retired], "list_offsets",
-                                 timeout_s=LIST_OFFSETS_TIMEOUT_S)
-        return [None if isinstance(answer := found.get(state.vp), BaseException) or answer is None else answer[1]
+    def _vp_lag_positions(self, topic: str, states: list[VirtualPartitionState],
+                          committed: dict[int, int]) -> list[tuple[int | None, int | None]]:
+        """Each VP's high watermark and the timestamp its committed offset lags from, from its leader's
+        node ((None, None): not answering, or retired)."""
+        found = ask_leader_nodes(self._cluster, topic, [s for s in states if not s.retired], "lag_positions",
+                                 committed, timeout_s=LIST_OFFSETS_TIMEOUT_S)
+        return [(None, None) if isinstance(answer := found.get(state.vp), BaseException) or answer is None else answer
                 for state in states]
 
     # --- reset ------------------------------------------------------------------------------
@@ -180,11 +191,15 @@ class GroupReports:
 
     # --- the leaders ------------------------------------------------------------------------
 
-    def _partition_answers(self, metadata: TopicMetadata, method: str, *args) -> list:
-        """``<method>(*args)`` of the leader replica of each partition of ``metadata``'s topic, in
-        partition order; ``NotLeader`` or ``RequestTimedOut`` (retriable) if a leader cannot answer."""
+    def _partition_answers(self, metadata: TopicMetadata, method: str, *args,
+                           per_partition: list[tuple] | None = None) -> list:
+        """``<method>(*args)`` (``<method>(*per_partition[p])`` if given) of the leader replica of each
+        partition of ``metadata``'s topic, in partition order; ``NotLeader`` or ``RequestTimedOut``
+        (retriable) if a leader cannot answer."""
         topic, refs = metadata.name, []
         for state in metadata.partitions:
+            if per_partition is not None:
+                args = per_partition[state.partition]
             leader = replica_handle(self._cluster, topic, state.partition, state.leader)
             if leader is None:
                 raise NotLeader(f"leader {state.leader} of {topic}-{state.partition} (epoch {state.leader_epoch}) is "
@@ -213,9 +228,11 @@ class GroupReports:
         return [found[state.vp] for state in states]
 
 
-def _row(snapshot: GroupSnapshot, tp: TopicPartition, high_watermark: int) -> PartitionLag:
+def _row(snapshot: GroupSnapshot, tp: TopicPartition, high_watermark: int, timestamp_ms: int | None,
+         now_ms: int) -> PartitionLag:
     owner = snapshot.owners.get(tp)
     committed = snapshot.offsets.get(tp)
     offset = None if committed is None else committed.offset
-    lag = None if offset is None else max(high_watermark - offset, 0)
-    return PartitionLag(tp.topic, tp.partition, None if owner is None else owner.member_id, offset, high_watermark, lag)
+    lag = group_lag(offset, high_watermark, timestamp_ms, now_ms)
+    return PartitionLag(tp.topic, tp.partition, None if owner is None else owner.member_id, offset, high_watermark,
+                        lag.messages, lag.ms)

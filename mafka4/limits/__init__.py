@@ -553,6 +553,15 @@ PRODUCE_LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.
 # its lag in seconds (``virtual.feed_lag``); past it the newest pair is overwritten, which can only
 # make the reported lag smaller, never larger, than the true one.
 FEED_LAG_SAMPLES_MAX = 64
+# A node's group lag metrics (``metrics.group_lag``) read the groups' committed offsets from etcd at
+# most this often, when scraped: one etcd read of every group's keys per node per this interval
+# whatever the scrape rate, and nothing between scrapes. A committed offset is therefore at most this
+# old in the lag, which reads up to this much more than the truth right after a commit.
+GROUP_OFFSETS_MAX_AGE_MS = 5_000
+# A scrape waits this long for that read; past it (etcd slow or away) the scrape shows the offsets
+# read before (none at first) and the read goes on for the next one, so a scrape never fails, nor
+# takes METRICS_SNAPSHOT_TIMEOUT_S, because etcd is away.
+GROUP_OFFSETS_READ_WAIT_S = 1.0
 
 # With no fetch out (every owned partition's leader unknown, not running or cut off), a
 # Mafka3-mode consumer's poll() looks for a leader again this often instead of spinning until
@@ -767,8 +776,9 @@ ACL_RULES_MAX = 10_000
 # UnsupportedVersion (the API_VERSIONS answer lists the versions a node speaks). Version 2: VP
 # fetches and group positions carry leader epochs (Kafka's KIP-320), answers may say "diverging".
 # Version 3: a GROUP_SYNC answer that claims VPs carries the topic's VP metadata
-# (``protocol.group_api``).
-PROTOCOL_VERSION = 3
+# (``protocol.group_api``). Version 4: a GROUP_DESCRIBE answer's rows carry the lag in time
+# (``lag_ms``: ``metrics.group_lag``).
+PROTOCOL_VERSION = 4
 # A whole client frame (its msgpack body and its out-of-band buffers): above every produce batch
 # and fetch bound; a peer announcing more is answered with nothing and dropped.
 PROTOCOL_FRAME_BYTES_MAX = 64 * MiB

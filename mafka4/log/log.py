@@ -519,6 +519,18 @@ class Log:
                 return None if offset is None or (end_offset is not None and offset >= end_offset) else offset
         return None
 
+    def timestamp_at(self, offset: int, end_offset: int | None = None) -> int | None:
+        """The first timestamp of the batch holding the first record at or after ``offset`` (the log
+        start if ``offset`` is below it), read from its header; None if there is no such record
+        below ``end_offset`` (a reader's bound, as in ``read``; default: the log end). A group's lag
+        in time counts from it (``metrics.group_lag``)."""
+        self._check_open()
+        start = max(offset, self.log_start_offset)
+        end = self.log_end_offset if end_offset is None else min(end_offset, self.log_end_offset)
+        if start >= end:
+            return None
+        return self._segments[self._segment_index(start)].locate(start)[1].first_timestamp_ms
+
     def batch_headers(self, from_offset: int = 0) -> Iterator[BatchHeader]:
         """Headers of every batch from the one holding ``from_offset``. Do not modify the
         log while iterating."""

@@ -63,7 +63,8 @@
     /mafka4/<cluster>/controller                        the active controller, bound to its lease; created
                                                          only while absent, in one txn with controller_epoch;
                                                          its mod_revision fences the controller's writes
-                                                         value: {"controller_id", "controller_epoch", "pid"}
+                                                         value: {"controller_id", "controller_epoch", "pid",
+                                                                 "metrics" (its metrics address; None: none)}
     /mafka4/<cluster>/controller_epoch                  last controller epoch handed out (never decreases)
     /mafka4/<cluster>/groups/<group>/members/<member>   group membership, bound to the member's lease
                                                          value: {"member_id", "topic", "assignor"}
@@ -417,6 +418,19 @@ def parse_group_partition(prefix: str, key: str) -> tuple[str, int] | None:
     if not separator or not topic_name or not partition.isdigit():
         return None
     return topic_name, int(partition)
+
+
+def parse_group_offset(cluster: str, key: str) -> tuple[str, bool, str, int] | None:
+    """(group, virtual, topic, partition or VP) of a committed offset key (``group_offset``: virtual
+    False; ``group_vp_offset``: True), else None."""
+    group = group_name_of(cluster, key)
+    if group is None:
+        return None
+    for virtual, prefix in ((False, group_offsets_prefix(cluster, group)), (True, group_vp_offsets_prefix(cluster, group))):
+        parsed = parse_group_partition(prefix, key)
+        if parsed is not None:
+            return group, virtual, parsed[0], parsed[1]
+    return None
 
 
 def users_prefix(cluster: str) -> str:

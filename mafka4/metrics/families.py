@@ -6,8 +6,8 @@ functions with it). Nothing here registers a global or keeps state between scrap
 builds new ``prometheus_client.metrics_core`` families from the snapshot alone.
 
 Names are ``mafka4_*`` with the unit last (``_seconds``, ``_bytes``, ``_messages``; counters end
-in ``_total``). Labels: ``topic``, ``partition``, ``vp``, ``node`` and ``reason``; a replica's
-``node`` is its replica id (replicas are named by their node). The families of each process:
+in ``_total``). Labels: ``topic``, ``partition``, ``vp``, ``node``, ``group``, ``controller``, ``kind``
+and ``reason``; a replica's ``node`` is its replica id (replicas are named by their node). The families of each process:
 
 * a physical replica (``replica_families``): produce requests, bytes and messages and the produce
   latency histogram (arrival at the leader to acknowledgement); fetches and their bytes
@@ -20,6 +20,14 @@ in ``_total``). Labels: ``topic``, ``partition``, ``vp``, ``node`` and ``reason`
   offset, reads in consumers' fetches and their bytes, and on the leader its RISR size; per feed
   stream (one per physical partition it feeds) its lag behind the partition's HW in messages and
   in seconds (``virtual.feed_lag``), records fed and errors.
+* the leader of a partition, per group with an offset committed in it (``group_lag_families``):
+  the group's lag in messages and in seconds (``metrics.group_lag``), labelled ``group``,
+  ``topic`` and ``vp`` (a read node, for its VPs) or ``partition`` (a replica, Mafka3-mode
+  groups). No ``node`` label: the series stays one across a failover of the partition's leader.
+* a controller process (``controller_families``, from ``metrics.controller_counters``): whether it
+  is the active controller and its controller epoch, the controller elections it won, and the
+  partition and VP leader elections, reshards (splits, merges) and read-node scaling decisions
+  it made, labelled ``controller`` (its id) and ``kind``.
 * both (``client_port_families``): the client port's connections, requests, error answers, and
   refusals by reason (``authentication``, ``not_authorized``: an ACL said no, ``bad_frame``,
   ``out_of_turn``: a request its session may not make yet or an API the node does not serve,
@@ -96,7 +104,8 @@ def _leader(snapshot: Mapping) -> bool:
 def replica_families(snapshot: Mapping) -> list[Metric]:
     """The families of one physical replica's snapshot: its ``topic``, ``partition`` (number), ``node``
     (the replica id), ``replica`` (its ``describe``), ``min_insync_replicas``, ``traffic``
-    (``physical.replica_traffic``) and ``client_port`` (the port's counters)."""
+    (``physical.replica_traffic``), ``client_port`` (the port's counters) and, on the leader,
+    ``group_lag`` (``group_lag_families``)."""
     families = _Families()
     labels = {"topic": snapshot["topic"], "partition": str(snapshot["partition"]), "node": snapshot["node"]}
     traffic = snapshot.get("traffic") or {}
@@ -130,6 +139,7 @@ def replica_families(snapshot: Mapping) -> list[Metric]:
         families.gauge("mafka4_replica_under_min_isr", "1 if the partition's ISR is smaller than "
                        "min_insync_replicas, so acks=all produce is refused (on its leader), else 0.", labels,
                        None if min_isr is None else int(isr < min_isr))
+    group_lag_families(families, "partition", snapshot.get("group_lag"))
     client_port_families(families, labels, snapshot.get("client_port"))
     return families.all()
 
@@ -138,7 +148,8 @@ def replica_families(snapshot: Mapping) -> list[Metric]:
 
 def read_node_families(snapshot: Mapping) -> list[Metric]:
     """The families of one read node's snapshot: its ``describe`` (``node_id``, ``hosted_vps``, ``vps``
-    by ``str(VpId)``, ``feeds`` by topic and partition) with ``client_port`` (the port's counters)."""
+    by ``str(VpId)``, ``feeds`` by topic and partition) with ``client_port`` (the port's counters)
+    and ``group_lag`` (the VPs led here: ``group_lag_families``)."""
     families = _Families()
     node = snapshot["node_id"]
     families.gauge("mafka4_read_node_hosted_vps", "VP replicas this read node hosts.", {"node": node},
@@ -149,8 +160,24 @@ def read_node_families(snapshot: Mapping) -> list[Metric]:
     for topic, feeds in snapshot.get("feeds", {}).items():
         for partition, described in feeds.items():
             _feed_families(families, {"topic": topic, "partition": str(partition), "node": node}, described)
+    group_lag_families(families, "vp", snapshot.get("group_lag"))
     client_port_families(families, {"node": node}, snapshot.get("client_port"))
     return families.all()
+
+
+def group_lag_families(families: _Families, number_label: str, rows: list[Mapping] | None) -> None:
+    """Each group's lag behind a partition led here, from rows with ``group``, ``topic``, the partition's
+    number under ``number_label`` (``vp`` or ``partition``), ``lag_messages`` and ``lag_ms``."""
+    for row in rows or ():
+        labels = {"group": row["group"], "topic": row["topic"], number_label: str(row[number_label])}
+        families.gauge("mafka4_group_lag_messages", "Messages of a partition below its high watermark that a "
+                       "consumer group has not committed (on the partition's leader).", labels,
+                       row.get("lag_messages"))
+        lag_ms = row.get("lag_ms")
+        families.gauge("mafka4_group_lag_seconds", "Age of the oldest message of a partition a consumer group has "
+                       "not committed: now minus the timestamp of the first record at or after its committed "
+                       "offset (0: caught up; on the partition's leader).", labels,
+                       None if lag_ms is None else lag_ms / 1000)
 
 
 def _vp_families(families: _Families, labels: Mapping[str, str], described: Mapping) -> None:
@@ -183,6 +210,31 @@ def _feed_families(families: _Families, labels: Mapping[str, str], described: Ma
                      described.get("records_fed"))
     families.counter("mafka4_feed_errors_total", "Failed feed rounds (each resumes).", labels,
                      described.get("errors"))
+
+
+# --- a controller process -------------------------------------------------------------------
+
+def controller_families(snapshot: Mapping) -> list[Metric]:
+    """The families of one controller process's ``ControllerCounters.snapshot``."""
+    families = _Families()
+    labels = {"controller": snapshot["controller_id"]}
+    families.gauge("mafka4_controller_active", "1 if this controller process is the active controller, else 0 "
+                   "(a standby).", labels, int(bool(snapshot.get("active"))))
+    if snapshot.get("active"):
+        families.gauge("mafka4_controller_epoch", "The controller epoch of the active controller (each controller "
+                       "election bumps it).", labels, snapshot.get("controller_epoch"))
+    families.counter("mafka4_controller_elections_won_total", "Controller elections this process won (a failover "
+                     "of the controller to it, or the cluster's first controller).", labels,
+                     snapshot.get("elections_won"))
+    for counter, name, what in (
+            ("leader_elections", "mafka4_controller_leader_elections_total",
+             "Leaders elected by this controller, by kind (partition: a physical partition's; vp: a VP's)."),
+            ("reshards", "mafka4_controller_reshards_total", "Reshards this controller stored, by kind (split, merge)."),
+            ("read_node_scaling", "mafka4_controller_read_node_scaling_decisions_total",
+             "Read-node scaling decisions of this controller, by kind (add, release, hold).")):
+        for kind, count in (snapshot.get(counter) or {}).items():
+            families.counter(name, what, {**labels, "kind": kind}, count)
+    return families.all()
 
 
 # --- a client port --------------------------------------------------------------------------

@@ -2,14 +2,15 @@
 
 Each read node and each physical replica names, in its liveness key, where it serves clients
 (``"client"``) and, beside it, where it serves Prometheus metrics (``"metrics"``, ``host:port``:
-``metrics.exposition``). A liveness value written before metrics existed, or by a process whose
+``metrics.exposition``); the active controller names its process's in its election value
+(``keys.controller``; a standby's is named once it wins). A liveness value written before metrics existed, or by a process whose
 metrics server did not start, has no ``"metrics"``: it is no target, and nothing else changes.
 
 ``metrics_targets`` reads the targets from the liveness keys' items (key, JSON value), as
-``mafka4 status`` gets them from etcd (under ``liveness_prefixes``), and shows them by process
+``mafka4 status`` gets them from etcd (under ``liveness_prefixes``, and ``liveness_keys``), and shows them by process
 (``targets_by_process``, ``shown_targets`` back); ``file_sd`` turns them into the JSON of Prometheus's
 ``file_sd_configs``: one entry per process, labelled with the cluster and what the process is
-(``process``: ``read_node`` or ``replica``; ``node``, ``topic`` and ``partition`` come from the
+(``process``: ``read_node``, ``replica`` or ``controller``; ``node``, ``topic`` and ``partition`` come from the
 metrics themselves, so they are not target labels, which would clash with them).
 """
 
@@ -25,8 +26,8 @@ METRICS_FIELD = "metrics"  # the liveness value's field naming the metrics addre
 
 @dataclass(frozen=True, slots=True)
 class MetricsTarget:
-    """One process serving metrics: ``process`` is ``read_node`` or ``replica``; ``name`` the read
-    node's id, or ``<topic>-<partition>/<replica id>``."""
+    """One process serving metrics: ``process`` is ``read_node``, ``replica`` or ``controller``;
+    ``name`` the read node's id, ``<topic>-<partition>/<replica id>``, or the controller's id."""
 
     process: str
     name: str
@@ -38,14 +39,20 @@ def liveness_prefixes(cluster: str) -> tuple[str, str]:
     return keys.read_nodes_prefix(cluster), keys.replicas_prefix(cluster)
 
 
+def liveness_keys(cluster: str) -> tuple[str]:
+    """The etcd keys (not prefixes) of ``cluster`` that may name a metrics address: the active controller's."""
+    return (keys.controller(cluster),)
+
+
 def metrics_address(liveness: object) -> str | None:
     """The metrics address a liveness value names; None if it names none (an older process's)."""
     return (liveness.get(METRICS_FIELD) or None) if isinstance(liveness, dict) else None
 
 
 def metrics_targets(cluster: str, items: Iterable[tuple[str, object]]) -> list[MetricsTarget]:
-    """The targets of ``cluster`` among liveness ``items`` (key, JSON value) of read nodes and
-    replicas; other keys, and values naming no metrics address, are skipped. Sorted by process and name."""
+    """The targets of ``cluster`` among liveness ``items`` (key, JSON value) of read nodes, replicas
+    and the controller; other keys, and values naming no metrics address, are skipped. Sorted by
+    process and name."""
     targets = []
     for key, value in items:
         address = metrics_address(value)
@@ -56,6 +63,8 @@ def metrics_targets(cluster: str, items: Iterable[tuple[str, object]]) -> list[M
         elif (replica := keys.parse_replica_liveness(cluster, key)) is not None:
             topic, partition, replica_id = replica
             targets.append(MetricsTarget("replica", f"{topic}-{partition}/{replica_id}", address))
+        elif key == keys.controller(cluster):
+            targets.append(MetricsTarget("controller", str(value.get("controller_id")), address))
     return sorted(targets, key=lambda target: (target.process, target.name))
 
 

@@ -46,7 +46,10 @@ and the read nodes' feed positions).
 * Metrics: with the client port, a Prometheus metrics server starts on another free port of
   the node (``metrics.exposition``), named in the liveness key too (``metrics_address``); each
   scrape takes a snapshot on the actor's loop: ``describe`` and the requests counted in
-  ``physical.replica_traffic`` (produce, fetch, the produce latency histogram).
+  ``physical.replica_traffic`` (produce, fetch, the produce latency histogram). On the leader,
+  the lag of every Mafka3-mode group with an offset committed in the partition
+  (``metrics.group_lag``), from the groups' offsets read from etcd at most every
+  ``GROUP_OFFSETS_MAX_AGE_MS``, when scraped (``metadata.group_offsets_cache``).
 
 Damaged data on disk (bit rot in a segment that recovery trusted) is caught by the read
 path, which checks every batch's CRC (``Segment.read``). A damaged batch is never served,
@@ -74,7 +77,7 @@ from typing import Callable
 import ray
 
 from mafka4.batch_frame import check_producer_batch
-from mafka4.clocks import monotonic_s, wall_ms, wall_ms_fine
+from mafka4.clocks import monotonic_ms, monotonic_s, wall_ms, wall_ms_fine
 from mafka4.collector import freeze_what_start_up_left
 from mafka4.errors import CoordinatorUnavailable, CorruptRecord, RequestTimedOut
 from mafka4.faults import FaultGate
@@ -85,7 +88,9 @@ from mafka4.log.log_dir_budget import LogDirBudget
 from mafka4.log.read_loss import retention_floor
 from mafka4.long_poll import ChangeSignal
 from mafka4.metrics.exposition import MetricsServer, start_on_loop
+from mafka4.metadata.group_offsets_cache import GroupOffsetsCache
 from mafka4.metrics.families import replica_families
+from mafka4.metrics.group_lag import group_lag
 from mafka4.partition_gate import GatedHandle, NetworkFault, PartitionGate
 from mafka4.physical.physical_replica import PhysicalReplica
 from mafka4.frontend.replica_port import ReplicaPort
@@ -198,6 +203,9 @@ class PhysicalPartition:
                                         self)
         self._client_port_started = False
         self._traffic = ReplicaTraffic()  # what its metrics count of the requests served
+        # The groups' committed offsets for the group lag metrics, read when scraped (``metadata.group_offsets_cache``).
+        self._group_offsets = GroupOffsetsCache(self._metadata.store, spec.cluster,
+                                                f"replica {spec.replica_id} of {spec.partition_name}")
         self._metrics: MetricsServer | None = None  # started with the client port
         # Ray's objects stay out of the full collections later allocations cause: in a replica they
         # walked Ray's start-up objects for 54-123 ms at a time, collecting nothing, and stalled its
@@ -258,11 +266,39 @@ class PhysicalPartition:
             self._metadata.metrics_address = self._metrics.address
 
     async def _metrics_snapshot(self) -> dict:
-        """What its metrics are made of (``metrics.families.replica_families``), on the actor's loop."""
+        """What its metrics are made of (``metrics.families.replica_families``), on the actor's loop;
+        on the leader, the lag of the groups with an offset committed in the partition (``group_lag``)."""
         spec = self._spec
+        lags = None
+        if self._state.role is Role.LEADER:
+            offsets = await self._group_offsets.offsets(monotonic_ms())
+            lags = self._group_lags(offsets.partitions.get((spec.topic, spec.partition), {}), wall_ms())
         return {"topic": spec.topic, "partition": spec.partition, "node": spec.replica_id,
                 "replica": self._replica.describe(), "min_insync_replicas": spec.replica_config.min_insync_replicas,
-                "traffic": self._traffic.snapshot(), "client_port": self._client_port.counters}
+                "traffic": self._traffic.snapshot(), "client_port": self._client_port.counters, "group_lag": lags}
+
+    def _group_lags(self, committed: dict[str, int], now_ms: int) -> list[dict]:
+        """Per group of ``committed`` ({group: offset} in this partition): its lag (``metrics.group_lag``),
+        from one batch header per group behind."""
+        rows, high_watermark = [], self._state.high_watermark
+        for group, offset in sorted(committed.items()):
+            try:
+                timestamp_ms = self._log.timestamp_at(offset, end_offset=high_watermark)
+            except CorruptRecord as error:  # the lag in messages still stands
+                logger.warning("%s: group %s's lag in time is unknown: %s", self._spec.partition_name, group,
+                               error.message)
+                timestamp_ms = None
+            lag = group_lag(offset, high_watermark, timestamp_ms, now_ms)
+            rows.append({"group": group, "topic": self._spec.topic, "partition": self._spec.partition,
+                         "committed_offset": offset, "high_watermark": high_watermark,
+                         "lag_messages": lag.messages, "lag_ms": lag.ms})
+        return rows
+
+    async def lag_position(self, offset: int | None) -> tuple[int, int | None]:
+        """(HW, the timestamp a group at ``offset`` lags from: ``Log.timestamp_at``; None if it lags
+        none or ``offset`` is None), for ``mafka4 group describe``'s lag in time (``metrics.group_lag``)."""
+        high_watermark = self._state.high_watermark
+        return high_watermark, None if offset is None else self._log.timestamp_at(offset, end_offset=high_watermark)
 
     async def client_port_counters(self) -> dict[str, int]:
         """The client port's counters: connections, requests, refusals, bad frames, ..."""
@@ -445,6 +481,7 @@ class PhysicalPartition:
         for task in self._tasks:
             task.cancel()
         self._replica.close(delete_data)
+        self._group_offsets.close()
         self._metadata.close()
         if self._metrics is not None:  # last: its thread waits for the server (off the loop)
             await asyncio.to_thread(self._metrics.stop)

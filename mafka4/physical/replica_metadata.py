@@ -57,6 +57,10 @@ class ReplicaMetadata:
         self._isr_recorder = InSyncRecorder(self._partition_name, "ISR", replica_id, isr_to_write, self._write_isr,
                                             isr_written, IN_SYNC_WRITE_BACKOFF_S)
 
+    def store(self) -> MetadataStore:
+        """The replica's connection to etcd, opened on first use."""
+        return self._metadata_store()
+
     def _metadata_store(self) -> MetadataStore:
         if self._store is None:
             self._store = MetadataStore(self._etcd_endpoint)

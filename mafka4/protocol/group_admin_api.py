@@ -42,6 +42,8 @@ class PartitionLag:
     committed_offset: int | None
     high_watermark: int
     lag: int | None
+    # The age of the oldest message not committed (``metrics.group_lag``): None if unknown or nothing committed.
+    lag_ms: int | None = None
 
 
 class VpStatus(enum.Enum):
@@ -62,6 +64,7 @@ class VirtualPartitionLag:
     committed_offset: int | None
     high_watermark: int | None  # None if its leader did not answer
     lag: int | None
+    lag_ms: int | None = None  # as ``PartitionLag.lag_ms``
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +114,7 @@ class VirtualPartitionLagInfo:
     committed_offset: int | None
     high_watermark: int | None
     lag: int | None
+    lag_ms: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +186,8 @@ def visible_to(description: GroupDescription, may_describe: Callable[[str], bool
 def describe_answer(description: GroupDescription) -> GroupDescribeAnswer:
     """``description`` as it travels."""
     virtual = tuple(VirtualPartitionLagInfo(row.topic, row.vp, row.status.value, row.member_id, row.committed_offset,
-                                            row.high_watermark, row.lag) for row in description.virtual_partitions)
+                                            row.high_watermark, row.lag, row.lag_ms)
+                    for row in description.virtual_partitions)
     losses = {topic: tuple(PartitionLoss(partition, tuple(OffsetRange(first, end) for first, end in ranges))
                            for partition, ranges in by_partition.items())
               for topic, by_partition in description.read_loss.items()}
@@ -193,7 +198,7 @@ def describe_answer(description: GroupDescription) -> GroupDescribeAnswer:
 def description_of(answer: GroupDescribeAnswer) -> GroupDescription:
     """The ``GroupDescription`` ``answer`` carries; ``ProtocolError`` for a status this mafka4 does not know."""
     virtual = tuple(VirtualPartitionLag(row.topic, row.vp, _status(row.status), row.member_id, row.committed_offset,
-                                        row.high_watermark, row.lag) for row in answer.virtual_partitions)
+                                        row.high_watermark, row.lag, row.lag_ms) for row in answer.virtual_partitions)
     losses = {topic: {loss.partition: [[r.first_offset, r.end_offset] for r in loss.ranges] for loss in by_partition}
               for topic, by_partition in answer.read_loss.items()}
     return GroupDescription(answer.group, answer.generation, answer.assignor, answer.members, answer.partitions,

@@ -11,6 +11,11 @@ Ray node that offers ``write_node`` or ``read_node`` and drops the registrations
 left Ray (``runtime.node_agents``, on a thread of its own): workers then run no mafka4 command.
 Off by default: ``mafka4 up`` registers its simulated nodes itself, and a node agent run as a
 process (``runtime.node``) beside it would register the node twice.
+
+Every controller process, active or standby, serves Prometheus metrics (``--metrics-port``, any
+free port by default, on its Ray node's address): the counts of its ``ControllerCounters``
+(``metrics.families.controller_families``). The active one names the address in its election
+value (``keys.controller``), where ``mafka4 status`` and its file_sd targets find it.
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ from mafka4.errors import InvalidConfig, MafkaError
 from mafka4.limits import CLIENT_PORT_DEFAULT, CONTROLLER_STOP_TIMEOUT_S, parse_setting, replace_config
 from mafka4.limits.servers import ClusterConfig, ControllerConfig
 from mafka4.metadata.store import MetadataStore
+from mafka4.metrics.controller_counters import ControllerCounters
+from mafka4.metrics.exposition import MetricsServer
+from mafka4.metrics.families import controller_families
 from mafka4.runtime.environment import apply_ray_environment, mafka4_home
 from mafka4.transport.ray_names import NAMESPACE
 
@@ -42,6 +50,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cluster", required=True)
     parser.add_argument("--controller-id", required=True)
     parser.add_argument("--lease-ttl-s", type=int, default=defaults.lease_ttl_s)
+    parser.add_argument("--metrics-port", type=int, default=0,
+                        help="the port it serves Prometheus metrics on; 0 (default) for any free port")
     parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
                         help="another ControllerConfig field, e.g. vp_merge_delay_ms=5000 (repeatable)")
     agents = parser.add_argument_group("node agents", "start a node agent actor on every write and read node")
@@ -55,9 +65,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     try:
         ClusterConfig(node_lease_ttl_s=args.node_lease_ttl_s)  # the rule the shell agent applies
-        if args.node_client_port not in range(0, 65536):
-            raise InvalidConfig(f"--node-client-port {args.node_client_port} is not a TCP port: "
-                                f"give 1-65535, or 0 for any")
+        for flag, port in (("--node-client-port", args.node_client_port), ("--metrics-port", args.metrics_port)):
+            if port not in range(0, 65536):
+                raise InvalidConfig(f"{flag} {port} is not a TCP port: give 1-65535, or 0 for any")
     except MafkaError as error:
         parser.error(error.message)
     return args
@@ -82,6 +92,19 @@ def _start_node_agents(args: argparse.Namespace, controller: Controller, stop: t
     return close
 
 
+def _start_metrics(counters: ControllerCounters, host: str, port: int) -> MetricsServer | None:
+    """Serve ``counters`` to Prometheus on ``host``:``port``; None (logged) if the port could not be
+    bound: the controller runs regardless."""
+    server = MetricsServer(f"controller {counters.controller_id}", controller_families, counters.snapshot)
+    try:
+        server.start(host, port)
+    except OSError:
+        log.exception("controller %s serves no metrics: its metrics server did not start on %s:%d",
+                      counters.controller_id, host, port)
+        return None
+    return server
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
@@ -95,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, lambda *_: stop.set())
     settings = dict(parse_setting(text) for text in args.setting)
     config = replace_config(ControllerConfig(), **{"lease_ttl_s": args.lease_ttl_s, **settings})
-    controller = Controller(args.etcd, args.cluster, args.controller_id, config)
+    counters = ControllerCounters(args.controller_id)
+    metrics = _start_metrics(counters, ray.util.get_node_ip_address(), args.metrics_port)
+    controller = Controller(args.etcd, args.cluster, args.controller_id, config, counters,
+                            metrics.address if metrics is not None else None)
     log.info("controller %s started for cluster %r (etcd %s, Ray %s)", args.controller_id, args.cluster, args.etcd, args.ray_address)
     close_agents = _start_node_agents(args, controller, stop) if args.node_agents else None
     try:
@@ -104,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         stop.set()
         if close_agents is not None:
             close_agents()
+        if metrics is not None:
+            metrics.stop()
         ray.shutdown()
     log.info("controller %s stopped", args.controller_id)
     return 0

@@ -26,7 +26,7 @@ from mafka4.limits import (DAEMON_STOP_TIMEOUT_S, LOCAL_CLUSTER_POLL_INTERVAL_S,
 from mafka4.limits.servers import ClusterConfig
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
-from mafka4.metrics.targets import liveness_prefixes, metrics_targets, targets_by_process
+from mafka4.metrics.targets import liveness_keys, liveness_prefixes, metrics_targets, targets_by_process
 from mafka4.runtime.daemon import LOG_FILE_NAME
 from mafka4.runtime.environment import ray_environment
 from mafka4.runtime.etcd_member import EtcdServer
@@ -223,9 +223,10 @@ def kafka_listeners(store: MetadataStore, cluster: str) -> dict[str, str]:
     return {item.key[len(prefix):]: item.value["kafka"] for item in store.get_prefix(prefix)
             if isinstance(item.value, dict) and item.value.get("kafka")}
 def metrics_status(store: MetadataStore, cluster: str) -> dict[str, dict[str, str]]:
-    """Where each live read node and replica serves Prometheus metrics, by process
-    (``metrics.targets``): ``{"read_node": {node id: address}, "replica": {"<topic>-<p>/<replica>": address}}``."""
-    found = store.get_prefixes(liveness_prefixes(cluster))
+    """Where each live read node, replica and the active controller serve Prometheus metrics, by process
+    (``metrics.targets``): ``{"read_node": {node id: address}, "replica": {"<topic>-<p>/<replica>": address},
+    "controller": {controller id: address}}``."""
+    found = store.get_prefixes(liveness_prefixes(cluster), liveness_keys(cluster))
     return targets_by_process(metrics_targets(cluster, [(item.key, item.value) for items in found.values()
                                                         for item in items]))
 

@@ -1,5 +1,6 @@
 """What a read node answers consumers: the reads of ``ReadNode.fetch``, ``list_offsets`` and
-``offsets_for_time``, over the VP replicas it hosts.
+``offsets_for_time``, over the VP replicas it hosts, and where a group lags from (``lag_positions``,
+for ``mafka4 group describe``).
 
 A consumer sends one fetch per read node for every VP it reads there (a ``ConsumerRead`` each)
 and gets one ``ConsumerAnswer`` per read, in the same order: whole batches below the VP's high
@@ -15,7 +16,7 @@ its VP has one (``HostedVp.read``), so a batch larger than the budget is never s
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 from mafka4.errors import MafkaError, ReadReplicaNotInSync
 from mafka4.log.epochs import NO_EPOCH
@@ -89,3 +90,21 @@ def offsets_for_time(vp_ids: Sequence[VpId], timestamp_ms: int, hosted: Hosted,
     """Per VP: its first offset at or after ``timestamp_ms`` below the HW (None: none)."""
     return [not_hosted(vp_id, node_id) if (replica := hosted(vp_id)) is None
             else replica.offset_for_timestamp(timestamp_ms) for vp_id in vp_ids]
+
+
+def lag_positions(vp_ids: Sequence[VpId], committed: Mapping[int, int], hosted: Hosted, node_id: str,
+                  now_ms: int) -> list[tuple[int, int | None] | MafkaError]:
+    """Per VP: (HW, the timestamp a group at offset ``committed[vp]`` lags from: ``HostedVp.timestamp_at``;
+    None if it lags none, or committed nothing), or the error that keeps this replica from answering."""
+    answers: list[tuple[int, int | None] | MafkaError] = []
+    for vp_id in vp_ids:
+        replica = hosted(vp_id)
+        try:
+            if replica is None:
+                raise not_hosted(vp_id, node_id)
+            _, high_watermark = replica.list_offsets(now_ms)
+            offset = committed.get(vp_id.vp)
+            answers.append((high_watermark, None if offset is None else replica.timestamp_at(offset)))
+        except MafkaError as error:
+            answers.append(error)
+    return answers

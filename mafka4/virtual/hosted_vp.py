@@ -380,6 +380,14 @@ class HostedVp:
         self._after_read(held)
         return offset
 
+    def timestamp_at(self, offset: int) -> int | None:
+        """The timestamp a group at ``offset`` lags from: the first of the batch holding the first
+        record at or after it below the HW (``Log.timestamp_at``); None: none is left below the HW."""
+        held = self._log.holds_descriptors
+        timestamp_ms = self._log.timestamp_at(offset, end_offset=self.core.high_watermark)
+        self._after_read(held)
+        return timestamp_ms
+
     def flush_now(self) -> None:
         """fsync the log to its end on this thread (a closed VP before it is sealed: a sealed VP is
         never fed again, so a power loss must not cut what it holds, as it may cut a one-replica

@@ -54,6 +54,11 @@ nodes. Everything of one node runs on its event loop:
   replicas hosted, those of sealed VPs apart (``_measure_load``; the views of topics the node
   runs no feed stream of are read again for it once old), for the controller's read-node
   scaling (issue 38).
+* **Metrics** (``metrics.exposition``): a Prometheus metrics server beside the client port,
+  named in the liveness key; each scrape takes a snapshot on the loop. The lag of every group
+  with an offset committed in a VP led here (``metrics.group_lag``) comes from the groups'
+  offsets read from etcd at most every ``GROUP_OFFSETS_MAX_AGE_MS``, when scraped
+  (``metadata.group_offsets_cache``), and one batch header per lagging group: no timer.
 * **Collector**: the node freezes the objects its start left (``mafka4.collector``), so that
   the full collections its per-record work causes no longer walk Ray's modules.
 
@@ -88,9 +93,11 @@ from mafka4.limits.servers import ReadNodeConfig, topic_log_config
 from mafka4.log.log_dir_budget import LogDirBudget
 from mafka4.log.replica_storage import remove_discarded, remove_trees
 from mafka4.long_poll import ChangeSignal
+from mafka4.metadata.group_offsets_cache import GroupOffsetsCache
 from mafka4.metadata.read_node_load import ReadNodeLoad
 from mafka4.metrics.exposition import MetricsServer, start_on_loop
 from mafka4.metrics.families import read_node_families
+from mafka4.metrics.group_lag import group_lag
 from mafka4.partition_gate import NetworkFault
 from mafka4.risr.state import RisrConfig
 from mafka4.stage_trace import StageTrace
@@ -182,6 +189,8 @@ class ReadNode:
         # Clients' requests come to this port, in the client protocol (``frontend.node_port``).
         self._client_port = NodePort(spec.etcd_endpoint, spec.cluster, spec.node_id, self, kafka_data=self)
         self._metrics: MetricsServer | None = None  # Prometheus's, started with the client port (metrics.exposition)
+        # The groups' committed offsets for the group lag metrics, read when scraped (``metadata.group_offsets_cache``).
+        self._group_offsets = GroupOffsetsCache(self._records.store, spec.cluster, f"read node {spec.node_id}")
         freeze_what_start_up_left()  # Ray's objects stay out of the collections the data path causes
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -234,8 +243,33 @@ class ReadNode:
         return self._client_port.counters
 
     async def _metrics_snapshot(self) -> dict:
-        """What its metrics are made of (``metrics.families.read_node_families``), on the node's loop."""
-        return {**await self.describe(), "client_port": self._client_port.counters}
+        """What its metrics are made of (``metrics.families.read_node_families``), on the node's loop:
+        its ``describe``, the client port's counters and the lag of every group with an offset
+        committed in a VP led here (``group_lag``)."""
+        offsets = await self._group_offsets.offsets(monotonic_ms())
+        return {**await self.describe(), "client_port": self._client_port.counters,
+                "group_lag": self._group_lags(offsets.vps, wall_ms())}
+
+    def _group_lags(self, committed: dict[tuple[str, int], dict[str, int]], now_ms: int) -> list[dict]:
+        """Per group and VP led here with an offset in ``committed`` ((topic, VP) -> {group: offset}):
+        its lag (``metrics.group_lag``). It walks the committed offsets, not the hosted VPs, and
+        reads one batch header per group behind."""
+        rows = []
+        for (topic, vp), groups in sorted(committed.items()):
+            hosted = self._leaders.get(topic, {}).get(vp)
+            if hosted is None:
+                continue
+            high_watermark = hosted.core.high_watermark
+            for group, offset in sorted(groups.items()):
+                try:
+                    timestamp_ms = hosted.timestamp_at(offset) if offset < high_watermark else None
+                except MafkaError as error:  # a damaged batch: the lag in messages still stands
+                    logger.warning("%s: group %s's lag in time is unknown: %s", hosted.vp_id, group, error.message)
+                    timestamp_ms = None
+                lag = group_lag(offset, high_watermark, timestamp_ms, now_ms)
+                rows.append({"group": group, "topic": topic, "vp": vp, "committed_offset": offset,
+                             "high_watermark": high_watermark, "lag_messages": lag.messages, "lag_ms": lag.ms})
+        return rows
 
     async def ping(self) -> str:
         return self._spec.node_id
@@ -261,6 +295,7 @@ class ReadNode:
         async with self._opening.lock:  # a log being opened is closed once it is open
             for hosted in self._hosted.values():
                 hosted.close(delete_data)
+        self._group_offsets.close()
         self._records.close()
         if self._metrics is not None:  # last: its thread waits for the server (off the loop)
             await asyncio.to_thread(self._metrics.stop)
@@ -520,6 +555,11 @@ class ReadNode:
     async def list_offsets(self, vp_ids: Sequence[VpId]) -> list[tuple[int, int] | MafkaError]:
         """Per VP: (log start offset, HW), or the error that keeps this replica from answering."""
         return consumer_reads.list_offsets(vp_ids, self._hosted.get, self._spec.node_id, wall_ms())
+
+    async def lag_positions(self, vp_ids: Sequence[VpId], committed: dict[int, int]) -> list[tuple[int, int | None] | MafkaError]:
+        """Per VP: (HW, the timestamp a group at offset ``committed[vp]`` lags from), for ``mafka4
+        group describe``'s lag in seconds (``consumer_reads.lag_positions``, ``metrics.group_lag``)."""
+        return consumer_reads.lag_positions(vp_ids, committed, self._hosted.get, self._spec.node_id, wall_ms())
 
     async def offsets_for_time(self, vp_ids: Sequence[VpId], timestamp_ms: int) -> list[int | None | MafkaError]:
         """Per VP: its first offset at or after ``timestamp_ms`` below the HW (None: none)."""

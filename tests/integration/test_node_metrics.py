@@ -1,5 +1,6 @@
 """Every node of a running cluster serves Prometheus metrics where its liveness key says, and
-``mafka4 status --metrics-targets`` tells Prometheus where they all are."""
+``mafka4 status --metrics-targets`` tells Prometheus where they all are; a partition's leader
+serves each group's lag, as ``group describe`` shows it."""
 
 from __future__ import annotations
 
@@ -7,17 +8,21 @@ import json
 import secrets
 import subprocess
 import sys
+import time
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from mafka4.client.admin import Admin
+from mafka4.client.consumer import Consumer
+from mafka4.client.group_admin import GroupAdmin
 from mafka4.client.producer import Producer
 from mafka4.metadata import keys
 from mafka4.metrics.targets import metrics_address
 from wait_helpers import wait_until
 
 MESSAGES = 20
+BEHIND = 7  # messages produced after a group committed, its lag
 SCRAPE_TIMEOUT_S = 30
 
 
@@ -77,3 +82,36 @@ def test_replicas_and_read_nodes_serve_their_metrics_and_status_lists_them_for_p
     targets = {entry["labels"]["mafka4_name"]: entry["targets"] for entry in json.loads(targets_file.read_text())}
     assert targets[read_node] == [read_address] and targets[f"{topic}-0/{leader}"] == [
         metrics_address(leader_liveness.value)]
+
+
+def test_a_partition_leader_serves_each_group_s_lag_and_group_describe_shows_the_same(cluster):
+    """A Mafka3-mode group's lag on the physical leader (the VP leaders' is test_prometheus's)."""
+    topic, group = f"metrics-lag-{secrets.token_hex(3)}", f"lagging-{secrets.token_hex(3)}"
+    admin = Admin(cluster)
+    admin.create_topic(topic, partitions=1, read_mode="mafka3")
+    with Producer(topic, connection=cluster, acks="all") as producer:
+        for n in range(MESSAGES):
+            producer.send_sync(b"m%d" % n, timeout_s=30)
+        with Consumer(topic, group=group, connection=cluster, from_beginning=True) as consumer:
+            read = []
+            assert wait_until(lambda: read.extend(consumer.poll(timeout_ms=500)) or len(read) >= MESSAGES)
+        # The consumer closed, committing offset MESSAGES; what comes now is its lag.
+        first_unread_ms = time.time() * 1000
+        for n in range(MESSAGES, MESSAGES + BEHIND):
+            producer.send_sync(b"m%d" % n, timeout_s=30)
+    leader = admin.describe_topic(topic)["partitions"][0]["leader"]
+    address = metrics_address(cluster.store.get(keys.replica_liveness(cluster.cluster, topic, 0, leader)).value)
+    labels = (("group", group), ("partition", "0"), ("topic", topic))
+
+    def lagging() -> dict | None:  # the leader reads the committed offsets again at most every 5 s
+        samples = scrape(address)
+        return samples if samples.get(("mafka4_group_lag_messages", labels)) == BEHIND else None
+    samples = wait_until(lagging)
+    assert samples, f"{leader} does not serve {group}'s lag of {BEHIND}: {scrape(address)}"
+    age_s = samples[("mafka4_group_lag_seconds", labels)]
+    assert 0 < age_s <= time.time() - first_unread_ms / 1000, "the age of the first message produced after the commit"
+
+    with GroupAdmin(cluster) as group_admin:
+        [row] = group_admin.describe_group(group).partitions
+    assert (row.committed_offset, row.high_watermark, row.lag) == (MESSAGES, MESSAGES + BEHIND, BEHIND)
+    assert round(age_s * 1000) <= row.lag_ms <= time.time() * 1000 - first_unread_ms, "the same rule, a moment later"

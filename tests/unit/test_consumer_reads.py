@@ -73,3 +73,14 @@ def test_offsets_are_listed_and_found_by_time_per_vp_with_an_error_for_a_vp_not_
     found = consumer_reads.offsets_for_time([LEADERS[0], ABSENT], 1_000 + BATCH_RECORDS, hosted.get, NODE)
     assert found[0] == BATCH_RECORDS and isinstance(found[1], ReadReplicaNotInSync)
     assert consumer_reads.offsets_for_time([LEADERS[0]], 5_000, hosted.get, NODE) == [None]
+
+
+def test_lag_positions_give_the_hw_and_the_timestamp_a_group_lags_from(hosted):
+    """What ``group describe`` asks a VP's leader for its lag in time (``metrics.group_lag``)."""
+    vp_ids = [LEADERS[0], LEADERS[1], FOLLOWER, ABSENT]
+    answers = consumer_reads.lag_positions(vp_ids, {0: 5, 1: 2 * BATCH_RECORDS}, hosted.get, NODE, now_ms=10)
+    assert answers[0] == (2 * BATCH_RECORDS, 1_000 + BATCH_RECORDS), "offset 5 is in the batch starting at 4"
+    assert answers[1] == (2 * BATCH_RECORDS, None), "caught up: nothing to lag from"
+    assert isinstance(answers[2], ReadReplicaNotInSync) and isinstance(answers[3], ReadReplicaNotInSync)
+    assert consumer_reads.lag_positions([LEADERS[0]], {}, hosted.get, NODE, now_ms=10) == [(2 * BATCH_RECORDS, None)], \
+        "nothing committed"

@@ -25,6 +25,7 @@ def test_node_agents_take_the_shell_agents_settings():
 @pytest.mark.parametrize("arguments, says", [
     (["--node-lease-ttl-s", "1"], "node_lease_ttl_s=1 must be at least 2"),
     (["--node-client-port", "70000"], "--node-client-port 70000 is not a TCP port"),
+    (["--metrics-port", "-1"], "--metrics-port -1 is not a TCP port"),
 ])
 def test_bad_node_agent_settings_are_refused_before_anything_starts(arguments, says, capsys):
     with pytest.raises(SystemExit) as exit_info:

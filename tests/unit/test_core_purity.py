@@ -47,6 +47,9 @@ CORES = (
     "mafka4.metrics.families",
     "mafka4.metrics.histogram",
     "mafka4.metrics.targets",
+    # a group's lag in messages and in time, the committed offsets read from etcd keys; the controller's counters
+    "mafka4.metrics.group_lag",
+    "mafka4.metrics.controller_counters",
     # groups: ownership, what wakes a member and its picture of the group, assignors, the Mafka3 protocol's decisions
     "mafka4.coordinator.groups.vp_ownership",
     "mafka4.coordinator.groups.vp_wakes",

@@ -38,10 +38,10 @@ from test_protocol_messages import through_the_wire
 
 DESCRIPTION = GroupDescription(
     "billing", 3, "range", (MemberInfo("m-1", "orders", "range"), MemberInfo("m-2", "events", "virtual")),
-    (PartitionLag("orders", 0, "m-1", 5, 9, 4), PartitionLag("orders", 1, None, None, 7, None)),
-    (VirtualPartitionLag("events", 0, VpStatus.READ, None, 10, 10, 0),
-     VirtualPartitionLag("events", 1, VpStatus.ACTIVE, "m-2", 3, 8, 5),
-     VirtualPartitionLag("events", 2, VpStatus.WAITING, None, None, None, None)),
+    (PartitionLag("orders", 0, "m-1", 5, 9, 4, 2_250), PartitionLag("orders", 1, None, None, 7, None, None)),
+    (VirtualPartitionLag("events", 0, VpStatus.READ, None, 10, 10, 0, 0),
+     VirtualPartitionLag("events", 1, VpStatus.ACTIVE, "m-2", 3, 8, 5, 61_040),
+     VirtualPartitionLag("events", 2, VpStatus.WAITING, None, None, None, None, None)),
     {"events": {0: [[0, 4], [10, 12]], 2: [[7, 8]]}})
 RESETS = {0: (None, 0), 1: (12, 3), 4: (9, 9)}
 
@@ -73,7 +73,7 @@ def test_a_description_reaches_the_client_in_the_shape_the_node_made_it():
     answer = describe_answer(DESCRIPTION)
     assert answer.read_loss == {"events": (PartitionLoss(0, (OffsetRange(0, 4), OffsetRange(10, 12))),
                                            PartitionLoss(2, (OffsetRange(7, 8),)))}
-    assert answer.virtual_partitions[1] == VirtualPartitionLagInfo("events", 1, "active", "m-2", 3, 8, 5)
+    assert answer.virtual_partitions[1] == VirtualPartitionLagInfo("events", 1, "active", "m-2", 3, 8, 5, 61_040)
     received = description_of(crossed(ApiKey.GROUP_DESCRIBE, Kind.ANSWER, answer))
     assert received == DESCRIPTION
     assert received.read_loss == {"events": {0: [[0, 4], [10, 12]], 2: [[7, 8]]}}
@@ -86,7 +86,7 @@ def test_a_description_reaches_the_client_in_the_shape_the_node_made_it():
 def test_a_vp_status_this_client_does_not_know_is_a_protocol_error():
     answer = describe_answer(DESCRIPTION)
     unknown = GroupDescribeAnswer(answer.group, answer.generation, answer.assignor, answer.members, answer.partitions,
-                                  (VirtualPartitionLagInfo("events", 0, "paused", None, None, None, None),), {})
+                                  (VirtualPartitionLagInfo("events", 0, "paused", None, None, None, None, None),), {})
     with pytest.raises(ProtocolError, match="'paused' is none of"):
         description_of(unknown)
 
@@ -283,8 +283,9 @@ def test_the_group_commands_print_what_the_node_answered(monkeypatch, capsys):
     assert cli.main(["group", "describe", "billing"]) == 0
     described = capsys.readouterr().out.splitlines()
     assert described[0] == "group billing  generation=3  assignor=range  members=2  total_lag=-"
-    assert described[5].split() == ["orders", "1", "-", "-", "7", "-"]
-    assert described[8].split() == ["events", "1", "active", "m-2", "3", "8", "5"]
+    assert described[4].split() == ["orders", "0", "m-1", "5", "9", "4", "2.2"], "lag_s: seconds to the tenth"
+    assert described[5].split() == ["orders", "1", "-", "-", "7", "-", "-"]
+    assert described[8].split() == ["events", "1", "active", "m-2", "3", "8", "5", "61.0"]
     assert described[-1].startswith("LOST events partition 2: offsets [7, 8) were deleted by retention")
     assert cli.main(["group", "reset-offsets", "billing", "--topic", "events", "--to-earliest"]) == 0
     assert capsys.readouterr().out.splitlines() == ["events vp 0: - -> 0", "events vp 1: 12 -> 3",

@@ -274,6 +274,31 @@ def test_offset_for_timestamp(tmp_path):
     log.close()
 
 
+def test_timestamp_at_is_the_first_timestamp_of_the_batch_holding_the_first_record_below_the_bound(tmp_path):
+    """Where a group's lag in time counts from (``metrics.group_lag``): one header, across segments."""
+    log = Log.open(tmp_path, config(index_interval_bytes=200), now_ms=0)
+    fill(log, 60, timestamp_ms=1_000, count=3)  # batch b: offsets 3b..3b+2, timestamps 1000+10b ..+2
+    assert len(log_files(tmp_path)) >= 3, "several segments"
+    assert log.timestamp_at(0) == 1_000
+    assert log.timestamp_at(3 * 25) == 1_250
+    assert log.timestamp_at(3 * 25 + 2) == 1_250, "inside a batch: the batch's first record's"
+    assert log.timestamp_at(179) == 1_590
+    assert log.timestamp_at(180) is None, "nothing at or after the log end"
+    assert log.timestamp_at(3 * 25, end_offset=3 * 25 + 1) == 1_250
+    assert log.timestamp_at(3 * 25, end_offset=3 * 25) is None, "nothing below the high watermark"
+    log.close()
+
+
+def test_timestamp_at_below_the_log_start_is_the_log_starts(tmp_path):
+    log = Log.open(tmp_path, config(retention_ms=1_000), now_ms=0)
+    fill(log, 100, timestamp_ms=0)
+    log.apply_retention(now_ms=10**9)
+    assert log.log_start_offset > 0
+    assert log.timestamp_at(0) == 10 * log.log_start_offset
+    assert log.timestamp_at(0, end_offset=log.log_start_offset) is None
+    log.close()
+
+
 def test_retention_by_age_never_deletes_the_active_segment(tmp_path):
     log = Log.open(tmp_path, config(retention_ms=1_000), now_ms=0)
     fill(log, 100, timestamp_ms=0)  # 10 ms apart: 0 .. 990

@@ -150,6 +150,33 @@ def test_a_read_node_exposes_its_vps_hw_and_risr_and_its_feeds_lag_in_messages_a
     assert samples[("mafka4_client_port_refused_total", (("node", "r0"), ("reason", "not_authorized")))] == 4
 
 
+def test_the_leader_of_a_vp_or_partition_exposes_each_group_s_lag_in_messages_and_seconds():
+    snapshot = {**_read_node_snapshot(), "group_lag": [
+        {"group": "billing", "topic": "orders", "vp": 0, "committed_offset": 60, "high_watermark": 90,
+         "lag_messages": 30, "lag_ms": 12_500},
+        {"group": "audit", "topic": "orders", "vp": 0, "committed_offset": 90, "high_watermark": 90,
+         "lag_messages": 0, "lag_ms": 0},
+        {"group": "gone", "topic": "orders", "vp": 0, "committed_offset": 10, "high_watermark": 90,
+         "lag_messages": 80, "lag_ms": None}]}
+    samples = _samples(read_node_families(snapshot))
+    billing = (("group", "billing"), ("topic", "orders"), ("vp", "0"))
+    assert samples[("mafka4_group_lag_messages", billing)] == 30
+    assert samples[("mafka4_group_lag_seconds", billing)] == 12.5
+    assert samples[("mafka4_group_lag_seconds", (("group", "audit"), ("topic", "orders"), ("vp", "0")))] == 0
+    gone = (("group", "gone"), ("topic", "orders"), ("vp", "0"))
+    assert samples[("mafka4_group_lag_messages", gone)] == 80
+    assert ("mafka4_group_lag_seconds", gone) not in samples, "an unknown age is left out"
+
+    replica = {**_replica_snapshot(), "group_lag": [
+        {"group": "legacy", "topic": "orders", "partition": 3, "committed_offset": 30, "high_watermark": 38,
+         "lag_messages": 8, "lag_ms": 4_000}]}
+    samples = _samples(replica_families(replica))
+    legacy = (("group", "legacy"), ("partition", "3"), ("topic", "orders"))
+    assert samples[("mafka4_group_lag_messages", legacy)] == 8 and samples[("mafka4_group_lag_seconds", legacy)] == 4
+    assert not [name for name, _ in _samples(replica_families(_replica_snapshot())) if "group_lag" in name], \
+        "a follower (no group_lag) exposes none"
+
+
 def test_the_text_exposition_a_scrape_reads():
     text = _text(replica_families(_replica_snapshot()))
     assert '# TYPE mafka4_replica_produce_bytes_total counter' in text

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mafka4.metadata import keys
-from mafka4.metrics.targets import (MetricsTarget, file_sd, liveness_prefixes, metrics_address, metrics_targets,
+from mafka4.metrics.targets import (MetricsTarget, file_sd, liveness_keys, liveness_prefixes, metrics_address, metrics_targets,
                                     shown_targets, targets_by_process)
 
 
@@ -16,15 +16,22 @@ def test_targets_come_from_read_node_and_replica_liveness_values_naming_a_metric
         (keys.read_node_liveness("c", "old"), {"node_id": "old", "client": "10.0.0.3:9192"}),
         (keys.replica_liveness("c", "orders", 0, "w1"), {"replica_id": "w1", "client": "h:3", "metrics": None}),
         (keys.read_node_liveness("other", "r9"), {"node_id": "r9", "metrics": "h:9"}),  # another cluster's
+        (keys.controller("c"), {"controller_id": "c-a", "controller_epoch": 3, "pid": 7, "metrics": "h:5"}),
+        (keys.controller_epoch("c"), 3),  # read with it by a prefix read of the controller key: no target
     ]
     targets = metrics_targets("c", items)
-    assert targets == [MetricsTarget("read_node", "r0", "10.0.0.1:40000"),
+    assert targets == [MetricsTarget("controller", "c-a", "h:5"),
+                       MetricsTarget("read_node", "r0", "10.0.0.1:40000"),
                        MetricsTarget("read_node", "r1", "10.0.0.2:40001"),
                        MetricsTarget("replica", "orders-2/w0", "h:2")]
-    assert targets_by_process(targets) == {"read_node": {"r0": "10.0.0.1:40000", "r1": "10.0.0.2:40001"},
+    assert targets_by_process(targets) == {"controller": {"c-a": "h:5"},
+                                           "read_node": {"r0": "10.0.0.1:40000", "r1": "10.0.0.2:40001"},
                                            "replica": {"orders-2/w0": "h:2"}}
     assert shown_targets(targets_by_process(targets)) == targets
     assert all(any(key.startswith(prefix) for prefix in liveness_prefixes("c")) for key, _ in items[:5])
+    assert keys.controller("c") in liveness_keys("c")
+    assert metrics_targets("c", [(keys.controller("c"), {"controller_id": "c-b", "controller_epoch": 1})]) == [], \
+        "a controller of before metrics names none"
 
 
 def test_file_sd_gives_each_process_its_target_with_labels_that_clash_with_no_metric_label():

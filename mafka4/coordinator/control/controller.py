@@ -32,6 +32,11 @@ VP is handled once, otherwise only those with a replica on a node without its li
 upkeep (``read_scaling``): it asks Ray's autoscaler for read nodes and moves VP replicas
 between live read nodes; a read node it released and stopped is not started again here.
 
+**Metrics.** What the controller decides is counted in ``counters`` (``metrics.controller_counters``:
+controller elections won, partition and VP leader elections, reshards, read-node scaling
+decisions), which its process serves to Prometheus at ``metrics_address``; the active controller
+names that address in its election value (``keys.controller``), where ``mafka4 status`` finds it.
+
 **Intents.** While active, the controller runs an ``IntentWorker`` thread that executes the
 clients' intents (create or delete a topic, split, merge, scale: ``metadata.intents``),
 fenced by the controller's key; VPs that a read node did not take come back to this loop's
@@ -60,6 +65,7 @@ from mafka4.limits import CONTROLLER_ETCD_BACKOFF_S, CONTROLLER_WAIT_SLICE_S
 from mafka4.limits.servers import ControllerConfig
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
+from mafka4.metrics.controller_counters import ControllerCounters
 from mafka4.physical.topics import TopicStore
 
 log = logging.getLogger("mafka4.controller")
@@ -69,19 +75,22 @@ Work = PartitionId | ReadNodeItem | VirtualPartitionItem
 
 
 class Controller:
-    def __init__(self, etcd_endpoint: str, cluster: str, controller_id: str, config: ControllerConfig = ControllerConfig()):
+    def __init__(self, etcd_endpoint: str, cluster: str, controller_id: str, config: ControllerConfig = ControllerConfig(),
+                 counters: ControllerCounters | None = None, metrics_address: str | None = None):
         self.cluster, self.controller_id, self.config = cluster, controller_id, config
+        # What it decides, counted for its process's metrics (``metrics.controller_counters``).
+        self.counters = counters if counters is not None else ControllerCounters(controller_id)
         self._store = MetadataStore(etcd_endpoint)
         self._topics = TopicStore(self._store, cluster)
         self._events: queue.Queue = queue.Queue(maxsize=config.event_queue_max)
         self._watches = Watches(MetadataStore(etcd_endpoint), self._events)
         self._election = ControllerElection(self._store, etcd_endpoint, cluster, controller_id, config,
-                                            self._watches, self._events)
-        self._partitions = PartitionRepairs(self._store, cluster, etcd_endpoint, config)
-        self._read_path = ReadPathControl(self._store, cluster, etcd_endpoint, config)
+                                            self._watches, self._events, metrics_address)
+        self._partitions = PartitionRepairs(self._store, cluster, etcd_endpoint, config, self.counters)
+        self._read_path = ReadPathControl(self._store, cluster, etcd_endpoint, config, counters=self.counters)
         self._etcd_endpoint = etcd_endpoint
-        scaling = (ReadScaling(self._store, cluster, config, RayResourceRequests(), RayReadNodeActions(cluster))
-                   if config.read_node_scaling else None)
+        scaling = (ReadScaling(self._store, cluster, config, RayResourceRequests(), RayReadNodeActions(cluster),
+                               self.counters) if config.read_node_scaling else None)
         self._upkeep = ReadPathUpkeep(self._store, cluster, config, scaling)
         self._next_upkeep_ms = 0
         self._intents: IntentWorker | None = None
@@ -128,13 +137,15 @@ class Controller:
     def _campaign(self) -> None:
         if not self._election.campaign():
             return
+        self.counters.won(self._election.controller_epoch)
         self._reconcile(activation=True)
         self._intents = IntentWorker(self._etcd_endpoint, self.cluster, self.config, self._election.fence,
-                                     self._push_repairs)
+                                     self._push_repairs, self.counters)
         self._intents.start()
 
     def _step_down(self, reason: str) -> None:
         self._election.step_down(reason)
+        self.counters.stepped_down()
         if self._intents is not None:
             self._intents.stop()
             self._intents = None

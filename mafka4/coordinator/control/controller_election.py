@@ -32,6 +32,7 @@ from mafka4.limits.servers import ControllerConfig
 from mafka4.metadata import keys
 from mafka4.metadata.lease_holder import LeaseHolder, LeaseThread
 from mafka4.metadata.store import Fence, MetadataStore
+from mafka4.metrics.targets import METRICS_FIELD
 
 log = logging.getLogger("mafka4.controller")
 
@@ -55,8 +56,9 @@ class ControllerElection:
     """One candidate for ``keys.controller``; ``fence`` is set while it is the active controller."""
 
     def __init__(self, store: MetadataStore, etcd_endpoint: str, cluster: str, controller_id: str,
-                 config: ControllerConfig, watches: Watches, events: "queue.Queue"):
+                 config: ControllerConfig, watches: Watches, events: "queue.Queue", metrics_address: str | None = None):
         self._store, self._cluster, self._controller_id, self._config = store, cluster, controller_id, config
+        self._metrics_address = metrics_address  # where its process serves Prometheus metrics (``metrics.targets``)
         # A refresh must fail fast enough for the next one to come within the TTL.
         self._lease_store = MetadataStore(
             etcd_endpoint, timeout_s=min(ETCD_REQUEST_TIMEOUT_S_DEFAULT, config.lease_ttl_s / LEASE_REFRESHES_PER_TTL))
@@ -90,8 +92,10 @@ class ControllerElection:
             return False
         lease = LeaseThread(LeaseHolder(self._lease_store, self._config.lease_ttl_s, "controller lease"),
                             "controller-lease")
-        # The pid lets an operator (or a chaos run) find the active controller's process.
-        value = {"controller_id": self._controller_id, "controller_epoch": decision.controller_epoch, "pid": os.getpid()}
+        # The pid lets an operator (or a chaos run) find the active controller's process; Prometheus
+        # finds its metrics through ``metrics`` (``metrics.targets``).
+        value = {"controller_id": self._controller_id, "controller_epoch": decision.controller_epoch, "pid": os.getpid(),
+                 METRICS_FIELD: self._metrics_address}
         swaps = {epoch_key: (decision.controller_epoch, counter.mod_revision if counter else 0)}
         granted = lease.holder.grant()
         try:

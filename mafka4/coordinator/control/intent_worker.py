@@ -36,6 +36,7 @@ from mafka4.limits.servers import ControllerConfig
 from mafka4.metadata import keys
 from mafka4.metadata.intents import Intent, IntentKind, IntentResult
 from mafka4.metadata.store import Fence, MetadataStore
+from mafka4.metrics.controller_counters import ControllerCounters, reshard_kind
 from mafka4.physical.partition_state import config_from_json
 from mafka4.virtual.vp_state import epoch_to_json
 
@@ -44,8 +45,9 @@ log = logging.getLogger("mafka4.controller")
 
 class IntentWorker:
     def __init__(self, etcd_endpoint: str, cluster: str, config: ControllerConfig, fence: Fence,
-                 on_unhosted: Callable[[set[VirtualPartitionItem]], None]):
+                 on_unhosted: Callable[[set[VirtualPartitionItem]], None], counters: ControllerCounters | None = None):
         self._endpoint, self._cluster, self._config, self._fence = etcd_endpoint, cluster, config, fence
+        self._counters = counters if counters is not None else ControllerCounters("")  # reshards, by kind
         self._on_unhosted = on_unhosted
         self._store = MetadataStore(etcd_endpoint)
         self._resharder = Resharder(self._store, cluster, fence)  # one per term: it keeps the read nodes' handles
@@ -141,6 +143,7 @@ class IntentWorker:
 
     def _reshaped(self, topic: str, done: list[Resharded]) -> dict:
         for step in done:
+            self._counters.resharded(reshard_kind(len(step.epoch.parents), len(step.epoch.children)))
             self._unhosted(topic, step.unhosted)
         return {"epochs": [epoch_to_json(step.epoch) for step in done]}
 

@@ -36,6 +36,7 @@ from mafka4.coordinator.control.replica_control import ReplicaControl
 from mafka4.limits.servers import ControllerConfig
 from mafka4.metadata import keys
 from mafka4.metadata.store import Fence, MetadataStore, Versioned
+from mafka4.metrics.controller_counters import ControllerCounters
 from mafka4.physical.partition_state import PartitionState, TopicMetadata
 from mafka4.physical.topics import TopicStore
 
@@ -45,8 +46,10 @@ PartitionId = tuple[str, int]
 
 
 class PartitionRepairs:
-    def __init__(self, store: MetadataStore, cluster: str, etcd_endpoint: str, config: ControllerConfig):
+    def __init__(self, store: MetadataStore, cluster: str, etcd_endpoint: str, config: ControllerConfig,
+                 counters: ControllerCounters | None = None):
         self._store, self._cluster, self._config = store, cluster, config
+        self._counters = counters if counters is not None else ControllerCounters("")  # leader elections
         self._topics = TopicStore(store, cluster)
         self._control = ReplicaControl(cluster, etcd_endpoint, config)
 
@@ -88,6 +91,8 @@ class PartitionRepairs:
             if decision.changed:
                 if not self._write_state(key, current.mod_revision, state, decision, fence):
                     continue
+                if decision.state.leader_epoch != state.leader_epoch:
+                    self._counters.leader_elected("partition")
                 state = decision.state
             announcement = self._control.announce(topic, state, live)
             if decision.changed:

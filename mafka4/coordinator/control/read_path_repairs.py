@@ -39,6 +39,7 @@ from mafka4.limits import ReadMode, TopicConfig
 from mafka4.limits.servers import ControllerConfig, ReadNodeConfig
 from mafka4.metadata import keys
 from mafka4.metadata.store import Fence, MetadataStore, Versioned
+from mafka4.metrics.controller_counters import ControllerCounters
 from mafka4.physical.partition_state import config_from_json
 from mafka4.physical.topics import TopicStore
 from mafka4.virtual.failover import decide_failover
@@ -59,8 +60,9 @@ class VpRepairOutcome:
 
 class ReadPathControl:
     def __init__(self, store: MetadataStore, cluster: str, etcd_endpoint: str, config: ControllerConfig,
-                 node_config: ReadNodeConfig = ReadNodeConfig()):
+                 node_config: ReadNodeConfig = ReadNodeConfig(), counters: ControllerCounters | None = None):
         self._store, self._cluster, self._etcd_endpoint, self._config = store, cluster, etcd_endpoint, config
+        self._counters = counters if counters is not None else ControllerCounters("")  # VP leader elections
         self._node_config = node_config
         self._topics = TopicStore(store, cluster)
         self._virtual = VirtualStore(store, cluster)
@@ -204,6 +206,8 @@ class ReadPathControl:
                                     "dead" if state.leader not in live else "live", decided.leader,
                                     decided.leader_epoch, list(decided.risr),
                                     f" (recovered log ends {log_ends})" if log_ends else "")
+                        if decided.leader_epoch != state.leader_epoch:
+                            self._counters.leader_elected("vp")
                         state = decided
                 if repair.restart or repair.waiting_for_node:
                     outcome.incomplete.add(vp)

@@ -64,6 +64,7 @@ from mafka4.limits.servers import ControllerConfig
 from mafka4.metadata import keys
 from mafka4.metadata.read_node_load import ReadNodeLoad
 from mafka4.metadata.store import Fence, MetadataStore
+from mafka4.metrics.controller_counters import ControllerCounters
 from mafka4.virtual.vp_state import VirtualPartitionState
 from mafka4.virtual.vp_store import VirtualStore
 
@@ -138,9 +139,10 @@ def busy_vps(records: MoveRecords) -> dict[str, frozenset[int]]:
 
 class ReadScaling:
     def __init__(self, store: MetadataStore, cluster: str, config: ControllerConfig, resources: ResourceRequests,
-                 nodes: ReadNodeActions):
+                 nodes: ReadNodeActions, counters: ControllerCounters | None = None):
         assert config.read_node_scaling == 1, "read-node scaling is off: the controller does not build it"
         self._store, self._cluster, self._config = store, cluster, config
+        self._counters = counters if counters is not None else ControllerCounters("")  # its decisions, by kind
         self._resources, self._nodes = resources, nodes
         self._virtual = VirtualStore(store, cluster)
         self._scaling = ReadNodeScaling(config)
@@ -265,6 +267,7 @@ class ReadScaling:
         if isinstance(decision, AddReadNodes):
             self._call_off_releases(fence)
         kind = _KINDS[type(decision)]
+        self._counters.read_node_scaling_decided(kind)
         changed = self._last_logged != (kind, decision.target_read_nodes)
         if kind != "hold" or changed:
             log.info("read nodes: %s", decision)
