@@ -201,7 +201,8 @@ class KafkaGroupHandlers:
             logger.info("a Kafka JoinGroup of group %r from %s refused (%d): %s", request.group_id, session.peer,
                         refusal.code, refusal)
             return {"throttle_time": _NO_TIME, "error_code": refusal.code, "generation_id": -1,
-                    "protocol_type": None, "protocol_name": None, "leader": "",
+                    # Null where the version allows it (v7+), as Kafka answers a failed join.
+                    "protocol_type": None, "protocol_name": None if type(request).__version__ >= 7 else "", "leader": "",
                     "member_id": request.member_id if refusal.code != error_codes.UNKNOWN_MEMBER_ID else "",
                     "members": ()}
         return {"throttle_time": _NO_TIME, "error_code": error_codes.NONE, "generation_id": member.generation,
