@@ -91,7 +91,7 @@ class GroupMember(threading.Thread):
                 if message is None:
                     continue
                 if message.error() is not None:
-                    if not message.error().retriable() and message.error().code() != confluent_kafka.KafkaError._PARTITION_EOF:
+                    if message.error().fatal():  # others (a topic not in the metadata yet, ...) are retried
                         self.errors.append(str(message.error()))
                     continue
                 self.deliveries.add(self.name, message)
