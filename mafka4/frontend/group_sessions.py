@@ -121,6 +121,10 @@ class GroupSessions:
     def __len__(self) -> int:
         return len(self._sessions)
 
+    def hosts(self, member_id: str) -> bool:
+        """Whether the session of ``member_id`` is here (joined, not left nor expired)."""
+        return member_id in self._sessions
+
     async def join(self, principal: str, group: str, topic: str, assignor: str, config: ConsumerConfig):
         """A new session in ``group``; the member's ``GroupJoinAnswer``."""
         received_ms = wall_ms_fine()

@@ -20,7 +20,8 @@ Authentication and ACLs are ``frontend.port_security``'s, shared with the replic
 Beside it, a read node serves Kafka clients (``kafka.listener``) with the same view and the same
 security: ``start_kafka``; Kafka's CreateTopics and DeleteTopics (``kafka.topic_handlers``) write
 their intents through the same etcd client as the port's topic APIs, within the same bound of
-threads.
+threads. Its Kafka consumer groups are sessions of this port's own group coordinator
+(``kafka.group_handlers``), so Kafka and mafka4 members of a group meet on one node.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from mafka4.frontend.thread_slots import ThreadSlots
 from mafka4.frontend.topic_handlers import TopicHandlers
 from mafka4.frontend.vp_handlers import ServedVps, VpHandlers
 from mafka4.kafka.data_handlers import KafkaDataHandlers, KafkaServedData
+from mafka4.kafka.group_handlers import KafkaGroupHandlers
+from mafka4.kafka.group_offsets import KafkaGroupOffsets
 from mafka4.kafka.listener import KafkaListener
 from mafka4.kafka.producer_handlers import KafkaProducerHandlers
 from mafka4.kafka.topic_handlers import IntentTopicChanges, KafkaTopicHandlers
@@ -70,13 +73,17 @@ class NodePort:
                     **(VpHandlers(self.view, vps, check).handlers() if vps is not None else {})}
         self._server = ClientPortServer(handlers, f"client port of {node_id}", node_id, self._security.exchange,
                                         MECHANISMS)
-        self._kafka = None
+        self._kafka = self._kafka_offsets = None
         if kafka_data is not None:
             data_handlers = KafkaDataHandlers(self.view, self._security, kafka_data, node_id, cluster)
             topic_changes = IntentTopicChanges(self._admin_store, cluster, self.view, intent_threads)
+            # Kafka members are sessions of this port's own group coordinator (``kafka.group_handlers``).
+            self._kafka_offsets = KafkaGroupOffsets(etcd_endpoint, cluster)
+            groups = KafkaGroupHandlers(self.groups, self.view, self._security, self._kafka_offsets, node_id)
             self._kafka = KafkaListener({**data_handlers.handlers(),
                                          **KafkaProducerHandlers(data_handlers.sessions).handlers(),
-                                         **KafkaTopicHandlers(topic_changes, check, allows).handlers()},
+                                         **KafkaTopicHandlers(topic_changes, check, allows).handlers(),
+                                         **groups.handlers()},
                                         self._security, f"Kafka listener of {node_id}")
 
     def start_view(self) -> None:
@@ -107,6 +114,8 @@ class NodePort:
         if self._kafka is not None:
             self._kafka.close()
         self.groups.close()
+        if self._kafka_offsets is not None:
+            self._kafka_offsets.close()
         self._group_admin.close()
         self.view.close()
         self._store.close()

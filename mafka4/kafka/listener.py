@@ -58,6 +58,13 @@ SERVED: Mapping[int, tuple[int, int]] = {
     1: (4, 12),   # Fetch: v13+ names topics by id
     2: (1, 7),    # ListOffsets
     3: (1, 12),   # Metadata: v0's empty list meant "every topic"; v13 adds nothing served here
+    8: (2, 8),    # OffsetCommit: v9+ carries KIP-848 member epochs
+    9: (1, 7),    # OffsetFetch: v8+ batches groups
+    10: (0, 4),   # FindCoordinator: v5+ answers KIP-890's transaction errors, v6 share groups
+    11: (0, 7),   # JoinGroup: v8 adds a reason, v9 skip_assignment (KIP-814)
+    12: (0, 4),   # Heartbeat
+    13: (0, 4),   # LeaveGroup: v5 adds a reason
+    14: (0, 5),   # SyncGroup
     19: (2, 7),   # CreateTopics: v2 is the first with throttle_time; v5+ answers the topic's configs
     20: (1, 6),   # DeleteTopics: v6 names topics by name or id (ids are refused: mafka4 has none)
     17: (0, 1),   # SaslHandshake: after v0 the exchange's tokens come as bare frames, after v1 in SaslAuthenticate

@@ -882,6 +882,16 @@ KAFKA_PRODUCER_SESSIONS_MAX = 50_000
 # (max.in.flight.requests.per.connection <= 5 with idempotence), so the batch it may retry is
 # always one of its last 5.
 KAFKA_PRODUCER_BATCHES_REMEMBERED = 5
+# A Kafka member's SyncGroup waits up to this long (and at most a third of its session timeout)
+# for its coordinator's sync to settle: while the target gives it a VP another member still owns
+# (the other releases it once its own heartbeat told it to rejoin, within its heartbeat interval,
+# librdkafka's 3 s), or while a Mafka3-mode rebalance waits for its barrier, the listener syncs
+# again instead of answering a partial assignment that the next heartbeat would take back. Kafka's
+# own SyncGroup blocks until the leader's assignment is in, so clients wait for it (librdkafka:
+# session.timeout.ms plus 3 s). Past it the assignment answered is what the member owns then.
+KAFKA_GROUP_SYNC_SETTLE_S = 5.0
+# The pause between two of those syncs, doubling from the first to the last value.
+KAFKA_GROUP_SYNC_RETRY_S = (0.05, 0.5)
 
 
 # --- admin APIs (users and ACLs through the client port) ---

@@ -77,6 +77,8 @@ CORES = (
     "mafka4.kafka.producer_sessions",
     # how a Kafka CreateTopics request's fields and configs become a topic config
     "mafka4.kafka.topic_configs",
+    # a Kafka group member's generation, rebalance state and commits, as the listener keeps them
+    "mafka4.kafka.group_members",
     # what a consumer makes of a VP fetch's bytes
     "mafka4.client.vp_messages",
     # where a consumer starts a partition, when a group member auto-commits
@@ -114,6 +116,8 @@ CORES = (
     "mafka4.kafka.wire",
     "mafka4.kafka.array_bounds",
     "mafka4.kafka.record_batches",
+    # Kafka's consumer protocol inside JoinGroup and SyncGroup: subscriptions in, assignments out
+    "mafka4.kafka.consumer_protocol",
     # what a node knows of the cluster's metadata to answer clients
     "mafka4.frontend.view_state",
     # a join's hop times from its trace's rows (bench vp-join)

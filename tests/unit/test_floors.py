@@ -72,7 +72,7 @@ FLOORS = (
     (1, r"mafka4\.runtime\.(node_identity|agent_plan|fake_cluster_config|deploy_plan)"),
     (1, r"mafka4\.metrics\.(families|histogram|targets|group_lag|controller_counters)"),
     (1, r"mafka4\.kafka\.(wire|array_bounds|record_batches|shapes|error_codes|topology|produce_routing|"
-        r"producer_sessions|topic_configs)"),
+        r"producer_sessions|topic_configs|consumer_protocol)"),
     (2, r"mafka4\.metadata\..*|mafka4\.transport\..*|mafka4\.protocol\..*"),
     (2, r"mafka4\.physical\.topics|mafka4\.virtual\.vp_store"),
     (2, r"mafka4\.security\..*"),

@@ -122,7 +122,9 @@ def served():
     recorder = Recorder()
     topics = KafkaTopicHandlers(recorder, check_nothing, allow_everything).handlers()
     listener = KafkaListener({3: recorder.answer_metadata, 0: recorder.produce, 1: recorder.refuse,
-                              2: recorder.refuse, 22: recorder.refuse, **topics}, StandInSecurity(), "test Kafka listener")
+                              2: recorder.refuse, 22: recorder.refuse, **topics,
+                              **dict.fromkeys((8, 9, 10, 11, 12, 13, 14), recorder.refuse)},  # the group APIs
+                             StandInSecurity(), "test Kafka listener")
     loop = LoopThread("kafka-listener-test")
     try:
         host, port = loop.run(listener.start("127.0.0.1"), WAIT_S).rsplit(":", 1)
