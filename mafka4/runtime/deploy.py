@@ -56,7 +56,7 @@ from mafka4.runtime.deploy_plan import DATA_DIR_DEFAULT, MemberPlace, place_etcd
 from mafka4.runtime.etcd_member import EtcdServer, etcd_endpoint
 from mafka4.runtime.etcd_server import member_healthy
 from mafka4.runtime.node_agents import agent_names, agent_reports, list_ray_nodes, stop_node_agents
-from mafka4.runtime.local import metrics_status
+from mafka4.runtime.local import kafka_listeners, metrics_status
 from mafka4.runtime.node_identity import NodeRole
 from mafka4.runtime.state import CLUSTER_NAME_DEFAULT
 from mafka4.security.admin_credential import ensure_admin_credential
@@ -156,6 +156,7 @@ def deployment_status(cluster: str) -> dict:
             report["registered_nodes"] = _registered(store, cluster)
             report["serving_read_nodes"] = _serving_read_nodes(store, cluster)
             report["metrics"] = metrics_status(store, cluster)
+            report["kafka_listeners"] = kafka_listeners(store, cluster)
         finally:
             store.close()
     return report
