@@ -3,13 +3,16 @@
 Two members of one group (librdkafka, SASL SCRAM-SHA-256 as the cluster's admin, the eager
 ``range`` assignor, manual synchronous commits after each message) read a topic of 2 physical
 partitions and 4 VPs while a confluent-kafka producer writes keyed messages. Midway a VP is
-split (``Admin.scale``, what ``mafka4 scale`` runs), and then one member leaves. Checked:
+split (``Admin.scale``, what ``mafka4 scale`` runs), and then one member leaves. The same group on a
+Mafka3-mode topic (its physical partitions are the partitions, one to one; no split). Checked:
 
 - every produced message is read, and read twice only if its commit failed (a commit answered
   is never read again by the group: the next owner starts at the committed offset);
 - each key's messages are first seen in the order produced, across the split and the leave: a
   child VP is assigned only once the group committed its parent to its sealed end;
 - the split's children were read by the group, and the leaver's VPs by the member that stayed.
+
+And a client with a wrong password is refused with librdkafka's authentication error.
 """
 
 from __future__ import annotations
@@ -138,10 +141,15 @@ def wait_until(condition, timeout_s: float) -> bool:
     return condition()
 
 
-def test_a_group_of_two_reads_everything_once_in_key_order_across_a_split_and_a_leave(cluster):
+@pytest.mark.parametrize("read_mode", ["mafka4", "mafka3"])
+def test_a_group_of_two_reads_everything_once_in_key_order_across_a_split_and_a_leave(cluster, read_mode):
+    """Mafka4 mode: 4 VPs, one split mid-stream; Mafka3 mode: 4 physical partitions, one to one (no split)."""
     topic, group = f"kafka-group-{secrets.token_hex(3)}", f"kgroup-{secrets.token_hex(3)}"
     admin = Admin(cluster)
-    admin.create_topic(topic, partitions=2, virtual_partitions=4)
+    if read_mode == "mafka4":
+        admin.create_topic(topic, partitions=2, virtual_partitions=4)
+    else:
+        admin.create_topic(topic, partitions=4, read_mode="mafka3")
     deliveries, produced, done = Deliveries(), [], threading.Event()
     producer = threading.Thread(target=produce, args=(cluster, topic, produced, done), daemon=True)
     producer.start()
@@ -150,7 +158,8 @@ def test_a_group_of_two_reads_everything_once_in_key_order_across_a_split_and_a_
         assert wait_until(lambda: all(deliveries.by_member(m.name) > 0 for m in members), WAIT_S), \
             "both members read"
         assert wait_until(lambda: len(produced) >= MESSAGES // 3, WAIT_S)
-        admin.scale(topic, 5)  # splits one VP mid-stream: VP 4 and 5 are its children
+        if read_mode == "mafka4":
+            admin.scale(topic, 5)  # splits one VP mid-stream: VP 4 and 5 are its children
         assert wait_until(lambda: len(produced) >= 2 * MESSAGES // 3, WAIT_S)
         members[0].leave()
         before = deliveries.by_member(members[1].name)
@@ -176,4 +185,20 @@ def test_a_group_of_two_reads_everything_once_in_key_order_across_a_split_and_a_
             seen.add((key, value))
             first_seen[key].append(int(value.removeprefix("value-")))
     assert all(values == sorted(values) for values in first_seen.values()), "each key's messages in produced order"
-    assert {partition for _, _, _, partition, _ in rows} & {4, 5}, "the split's children were read"
+    if read_mode == "mafka4":
+        assert {partition for _, _, _, partition, _ in rows} & {4, 5}, "the split's children were read"
+    else:
+        assert {partition for _, _, _, partition, _ in rows} == {0, 1, 2, 3}
+
+
+def test_a_wrong_password_is_refused_to_a_confluent_kafka_client(cluster):
+    errors = []
+    consumer = confluent_kafka.Consumer({**settings(cluster), "sasl.password": "not-the-password",
+                                         "group.id": f"kgroup-{secrets.token_hex(3)}",
+                                         "error_cb": lambda error: errors.append(error)})
+    try:
+        with pytest.raises(confluent_kafka.KafkaException):
+            consumer.list_topics(timeout=10)
+    finally:
+        consumer.close()
+    assert any(error.code() == confluent_kafka.KafkaError._AUTHENTICATION for error in errors), errors
