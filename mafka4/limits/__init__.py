@@ -549,6 +549,12 @@ METRICS_SNAPSHOT_TIMEOUT_S = 5.0
 # waited for a slow follower near ``PRODUCE_TIMEOUT_MS_DEFAULT``.
 PRODUCE_LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                              30.0)
+# The buckets (upper bounds, seconds) of the end-to-end latency histogram (``metrics.end_to_end``): from a
+# batch's newest record's producer timestamp to a consumer's fetch answer carrying it. From a consumer
+# long-polling at the HW (a few ms after the produce) to one reading an hour-old backlog; older reads
+# count in +Inf.
+END_TO_END_LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                                60.0, 300.0, 3600.0)
 # A feed stream remembers at most this many (physical high watermark, when first seen) pairs for
 # its lag in seconds (``virtual.feed_lag``); past it the newest pair is overwritten, which can only
 # make the reported lag smaller, never larger, than the true one.

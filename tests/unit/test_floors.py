@@ -14,8 +14,8 @@ Floors, from the ground up (the first pattern that matches a module names its fl
    protocol's frames, messages, error
    codes and session rules; the Kafka protocol's frames and record batches, and what its listener
    remembers of idempotent producers; the Prometheus metric families made from a process's snapshot,
-   the latency histogram, the metrics targets named in liveness keys, a group's lag and the
-   controller's counters (``mafka4.metrics``).
+   the latency histogram and the end-to-end latency of the batches a fetch serves, the metrics
+   targets named in liveness keys, a group's lag and the controller's counters (``mafka4.metrics``).
 2. **metadata and transport**: etcd access and what is stored there (``mafka4.metadata``: store,
    leases, intents, the in-sync recorder; the topic store of ``physical``, the VP store of
    ``virtual``, the user and ACL stores of ``security`` and the admin's credential file), how
@@ -70,7 +70,7 @@ FLOORS = (
     (1, r"mafka4\.coordinator\.control\.(partition_decisions|read_path_decisions|upkeep_decisions|placement|"
         r"read_node_scaling|replica_moves|replica_move_plans|replica_move_records)"),
     (1, r"mafka4\.runtime\.(node_identity|agent_plan|fake_cluster_config|deploy_plan)"),
-    (1, r"mafka4\.metrics\.(families|histogram|targets|group_lag|controller_counters)"),
+    (1, r"mafka4\.metrics\.(families|histogram|end_to_end|targets|group_lag|controller_counters)"),
     (1, r"mafka4\.kafka\.(wire|array_bounds|record_batches|shapes|error_codes|topology|produce_routing|"
         r"producer_sessions|topic_configs|consumer_protocol)"),
     (2, r"mafka4\.metadata\..*|mafka4\.transport\..*|mafka4\.protocol\..*"),
