@@ -718,6 +718,16 @@ DAEMON_STOP_TIMEOUT_S = 30.0
 KILLED_PROCESSES_WAIT_S = 10.0
 # ``mafka4 status`` gives etcd this long: it reports an unreachable etcd rather than hanging.
 STATUS_ETCD_TIMEOUT_S = 2.0
+# ``mafka4 status`` scrapes every metrics target it lists for its figures (``metrics.scrape``): each
+# gets this long (a node's loop takes its snapshot in milliseconds; longer is a stuck or unreachable
+# node, listed as not answering); this many at once; and no new scrape starts past the deadline, so a
+# cluster with many unreachable hosts still gets its status in about deadline + timeout.
+STATUS_SCRAPE_TIMEOUT_S = 2.0
+STATUS_SCRAPE_THREADS_MAX = 8
+STATUS_SCRAPES_DEADLINE_S = 10.0
+# A target whose exposition is larger is listed as not answering rather than read whole: a read node
+# hosting 100,000 VPs serves tens of MB, which status would hold and parse in memory.
+STATUS_SCRAPE_BYTES_MAX = 64 * 1024 * 1024
 # SIGTERM grace for the controller process: it revokes its lease and leaves Ray.
 CONTROLLER_STOP_TIMEOUT_S = 15.0
 # The daemon looks this often whether the controller has started the read nodes yet.
