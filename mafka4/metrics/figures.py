@@ -116,7 +116,7 @@ def _partitions(by_name: Mapping[str, list[Sample]]) -> dict:
     isr = _series(by_name, "mafka4_replica_isr_size", *keys)
     replicas = _series(by_name, "mafka4_replica_replicas", *keys)
     report = {"under_replicated": [], "under_min_isr": [], "isr_below_replicas": {}}
-    for (topic, partition), key in sorted(believed.items(), key=lambda item: (item[0][0], int(item[0][1]))):
+    for (topic, partition), key in sorted(believed.items(), key=lambda item: _numbered(*item[0])):
         name = f"{topic}-{partition}"
         if under_replicated.get(key) == 1:
             report["under_replicated"].append(name)
@@ -130,14 +130,20 @@ def _partitions(by_name: Mapping[str, list[Sample]]) -> dict:
 def _vps(by_name: Mapping[str, list[Sample]]) -> dict:
     keys = ("topic", "vp", "node")
     risr, replicas = _series(by_name, "mafka4_vp_risr_size", *keys), _series(by_name, "mafka4_vp_replicas", *keys)
-    short: dict[tuple[str, int], dict] = {}
+    short: dict[tuple[str, str], dict] = {}
     for key, size in risr.items():
         if key not in replicas or size >= replicas[key]:
             continue
-        vp = (key[0], int(key[1]))
+        vp = key[:2]
         if vp not in short or size < short[vp]["risr"]:
             short[vp] = {"risr": _count(size), "replicas": _count(replicas[key])}
-    return {"risr_below_replicas": {f"{topic}/v{vp}": row for (topic, vp), row in sorted(short.items())}}
+    return {"risr_below_replicas": {f"{topic}/v{vp}": row
+                                    for (topic, vp), row in sorted(short.items(), key=lambda item: _numbered(*item[0]))}}
+
+
+def _numbered(topic: str, number: str) -> tuple:
+    """Order by topic, then by the number a label holds (as text: a label is any string)."""
+    return topic, len(number), number
 
 
 # --- lags ---------------------------------------------------------------------------------------

@@ -18,12 +18,13 @@ from test_metric_families import _read_node_snapshot, _replica_snapshot, _text
 LOOPBACK = "127.0.0.1"
 
 
-def _replica(node: str, epoch: int, role="leader", isr=("w0", "w1", "w2"), produced_s=(), group_lag=None) -> str:
+def _replica(node: str, epoch: int, role="leader", isr=("w0", "w1", "w2"), produced_s=(), group_lag=None,
+             partition=3) -> str:
     traffic = ReplicaTraffic()
     for latency_s in produced_s:
         traffic.produced(100, 1, latency_s)
     snapshot = _replica_snapshot(role=role, isr=isr, traffic=traffic)
-    snapshot["node"], snapshot["replica"]["leader_epoch"] = node, epoch
+    snapshot["node"], snapshot["partition"], snapshot["replica"]["leader_epoch"] = node, partition, epoch
     snapshot["group_lag"] = group_lag
     return _text(replica_families(snapshot))
 
@@ -65,6 +66,9 @@ def test_the_believed_leader_names_the_partitions_under_replicated_and_their_isr
     assert report["vps"] == {"risr_below_replicas": {"orders/v0": {"risr": 2, "replicas": 3}}}
     alone = figures([_answer("replica", "orders-3/w0", _replica("w0", 9, isr=("w0",)))])
     assert alone["partitions"]["under_min_isr"] == ["orders-3"]
+    two = figures([_answer("replica", f"orders-{partition}/w0", _replica("w0", 1, isr=("w0",), partition=partition))
+                   for partition in (10, 2)])
+    assert two["partitions"]["under_replicated"] == ["orders-2", "orders-10"], "in the order of their numbers"
 
 
 def test_feed_lag_is_the_worst_feed_per_read_node_and_group_lag_the_worst_partition_per_group_with_where():
