@@ -1,6 +1,6 @@
 """``mafka4 up``, ``down``, ``status`` and ``demo``: the local cluster's life (``status --address``: a
 deployment on a Ray cluster, ``cli.deployment``; ``status --metrics-targets FILE``: where Prometheus
-scrapes every live node, ``metrics.targets``)."""
+scrapes every live node, ``metrics.targets``; the figures status reads from them: ``metrics.scrape``)."""
 
 from __future__ import annotations
 
@@ -28,10 +28,14 @@ def add_commands(commands) -> None:
     commands.add_parser("down", help="stop the local cluster and every process it started").set_defaults(run=_cmd_down)
     status = commands.add_parser("status", help="show whether the local cluster runs, which nodes are registered, "
                                                 "where each live read node, replica and the active controller serve Prometheus "
-                                                "metrics, and "
+                                                "metrics, the cluster's figures read from those metrics (under 'figures': "
+                                                "partitions under-replicated or under min ISR, ISR and RISR sizes below "
+                                                "their replicas, feed lag per read node, group lag per group, produce "
+                                                "and end-to-end p99, the controller's elections and reshards, refusals "
+                                                "by reason, and the targets that did not answer within 2 s), and "
                                                 "the last read-node scaling decision with the replica moves in flight "
                                                 "(when read_node_scaling is on); with --address, what 'mafka4 deploy' "
-                                                "runs on that Ray cluster")
+                                                "runs on that Ray cluster, its figures included")
     add_cluster_arguments(status, required=False)
     status.add_argument("--metrics-targets", metavar="FILE",
                         help="also write FILE (replaced whole): Prometheus file_sd JSON naming every live read node's, "

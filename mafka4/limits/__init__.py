@@ -549,6 +549,12 @@ METRICS_SNAPSHOT_TIMEOUT_S = 5.0
 # waited for a slow follower near ``PRODUCE_TIMEOUT_MS_DEFAULT``.
 PRODUCE_LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                              30.0)
+# The buckets (upper bounds, seconds) of the end-to-end latency histogram (``metrics.end_to_end``): from a
+# batch's newest record's producer timestamp to a consumer's fetch answer carrying it. From a consumer
+# long-polling at the HW (a few ms after the produce) to one reading an hour-old backlog; older reads
+# count in +Inf.
+END_TO_END_LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                                60.0, 300.0, 3600.0)
 # A feed stream remembers at most this many (physical high watermark, when first seen) pairs for
 # its lag in seconds (``virtual.feed_lag``); past it the newest pair is overwritten, which can only
 # make the reported lag smaller, never larger, than the true one.
@@ -712,6 +718,16 @@ DAEMON_STOP_TIMEOUT_S = 30.0
 KILLED_PROCESSES_WAIT_S = 10.0
 # ``mafka4 status`` gives etcd this long: it reports an unreachable etcd rather than hanging.
 STATUS_ETCD_TIMEOUT_S = 2.0
+# ``mafka4 status`` scrapes every metrics target it lists for its figures (``metrics.scrape``): each
+# gets this long (a node's loop takes its snapshot in milliseconds; longer is a stuck or unreachable
+# node, listed as not answering); this many at once; and no new scrape starts past the deadline, so a
+# cluster with many unreachable hosts still gets its status in about deadline + timeout.
+STATUS_SCRAPE_TIMEOUT_S = 2.0
+STATUS_SCRAPE_THREADS_MAX = 8
+STATUS_SCRAPES_DEADLINE_S = 10.0
+# A target whose exposition is larger is listed as not answering rather than read whole: a read node
+# hosting 100,000 VPs serves tens of MB, which status would hold and parse in memory.
+STATUS_SCRAPE_BYTES_MAX = 64 * 1024 * 1024
 # SIGTERM grace for the controller process: it revokes its lease and leaves Ray.
 CONTROLLER_STOP_TIMEOUT_S = 15.0
 # The daemon looks this often whether the controller has started the read nodes yet.

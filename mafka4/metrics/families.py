@@ -11,15 +11,19 @@ and ``reason``; a replica's ``node`` is its replica id (replicas are named by th
 
 * a physical replica (``replica_families``): produce requests, bytes and messages and the produce
   latency histogram (arrival at the leader to acknowledgement); fetches and their bytes
-  (consumers' and read nodes'; followers' apart); role, leader epoch (every election bumps it:
-  ``changes(mafka4_replica_leader_epoch[1h])`` counts them), log start and end offsets, HW and
-  size; on the leader only, the ISR size and the 0/1 gauges under-replicated (ISR smaller than
-  the replicas) and under-min-ISR (smaller than ``min_insync_replicas``: acks=all produce is
-  refused). A follower's view of the ISR is not the partition's, so it exposes none of those.
+  (consumers' and read nodes'; followers' apart); the end-to-end latency histogram of the batches
+  consumers' fetches carried (``metrics.end_to_end``: Mafka3-mode consumers); role, leader epoch
+  (every election bumps it: ``changes(mafka4_replica_leader_epoch[1h])`` counts them), log start
+  and end offsets, HW and size; on the leader only, the ISR size, the replica count, and the 0/1
+  gauges under-replicated (ISR smaller than the replicas) and under-min-ISR (smaller than
+  ``min_insync_replicas``: acks=all produce is refused). A follower's view of the ISR is not the
+  partition's, so it exposes none of those.
 * a read node (``read_node_families``): VP replicas hosted; per hosted VP its role, HW and log end
-  offset, reads in consumers' fetches and their bytes, and on the leader its RISR size; per feed
-  stream (one per physical partition it feeds) its lag behind the partition's HW in messages and
-  in seconds (``virtual.feed_lag``), records fed and errors.
+  offset, reads in consumers' fetches and their bytes, and on the leader its RISR size and replica
+  count; per feed stream (one per physical partition it feeds) its lag behind the partition's HW in
+  messages and in seconds (``virtual.feed_lag``), records fed and errors; per topic it hosts VPs of,
+  the end-to-end latency histogram of the batches consumers' fetches carried (labelled ``topic``
+  and ``node``, not per VP: 20 series per VP would weigh on a node hosting 100,000 of them).
 * the leader of a partition, per group with an offset committed in it (``group_lag_families``):
   the group's lag in messages and in seconds (``metrics.group_lag``), labelled ``group``,
   ``topic`` and ``vp`` (a read node, for its VPs) or ``partition`` (a replica, Mafka3-mode
@@ -95,6 +99,13 @@ def _bucket_bound(bound: float) -> str:
     return repr(float(bound))
 
 
+END_TO_END_FAMILY = "mafka4_end_to_end_latency_seconds"
+END_TO_END_HELP = ("End-to-end latency of the batches consumers' fetches carried: from a batch's newest record's "
+                   "producer timestamp to the fetch answer, on the node serving it; one observation per batch "
+                   "served, a re-read counted again. Producer and node clocks differ across machines, so "
+                   "approximate there (their skew is in it).")
+
+
 def _leader(snapshot: Mapping) -> bool:
     return snapshot.get("role") == "leader"
 
@@ -121,6 +132,7 @@ def replica_families(snapshot: Mapping) -> list[Metric]:
     families.histogram("mafka4_replica_produce_latency_seconds",
                        "A physical replica's produce latency: a batch's arrival to its acknowledgement "
                        "(for acks=all, the ISR's replication included).", labels, traffic.get("produce_latency"))
+    families.histogram(END_TO_END_FAMILY, END_TO_END_HELP, labels, traffic.get("end_to_end_latency"))
     leader = _leader(described)
     families.gauge("mafka4_replica_leader", "1 if this replica leads its partition, else 0.", labels, int(leader))
     families.gauge("mafka4_replica_leader_epoch", "The partition's leader epoch as this replica knows it "
@@ -133,6 +145,7 @@ def replica_families(snapshot: Mapping) -> list[Metric]:
     if leader:
         isr, replicas = len(described["isr"]), len(described["replicas"])
         families.gauge("mafka4_replica_isr_size", "In-sync replicas of the partition (on its leader).", labels, isr)
+        families.gauge("mafka4_replica_replicas", "Replicas of the partition (on its leader).", labels, replicas)
         families.gauge("mafka4_replica_under_replicated", "1 if the partition's ISR is smaller than its replicas "
                        "(on its leader), else 0.", labels, int(isr < replicas))
         min_isr = snapshot.get("min_insync_replicas")
@@ -160,6 +173,8 @@ def read_node_families(snapshot: Mapping) -> list[Metric]:
     for topic, feeds in snapshot.get("feeds", {}).items():
         for partition, described in feeds.items():
             _feed_families(families, {"topic": topic, "partition": str(partition), "node": node}, described)
+    for topic, latency in sorted((snapshot.get("end_to_end_latency") or {}).items()):
+        families.histogram(END_TO_END_FAMILY, END_TO_END_HELP, {"topic": topic, "node": node}, latency)
     group_lag_families(families, "vp", snapshot.get("group_lag"))
     client_port_families(families, {"node": node}, snapshot.get("client_port"))
     return families.all()
@@ -190,6 +205,9 @@ def _vp_families(families: _Families, labels: Mapping[str, str], described: Mapp
     if leader and "risr" in described:
         families.gauge("mafka4_vp_risr_size", "Read in-sync replicas of the VP (on its leader).", labels,
                        len(described["risr"]))
+    if leader and "replicas" in described:
+        families.gauge("mafka4_vp_replicas", "Read replicas of the VP (on its leader).", labels,
+                       len(described["replicas"]))
     families.counter("mafka4_vp_fetch_requests_total", "Reads of this VP replica in consumers' fetches (one "
                      "fetch reads every VP its consumer reads on the node).", labels, described.get("fetch_requests"))
     families.counter("mafka4_vp_fetch_bytes_total", "Bytes of batches read from this VP replica by consumers.",

@@ -46,7 +46,8 @@ and the read nodes' feed positions).
 * Metrics: with the client port, a Prometheus metrics server starts on another free port of
   the node (``metrics.exposition``), named in the liveness key too (``metrics_address``); each
   scrape takes a snapshot on the actor's loop: ``describe`` and the requests counted in
-  ``physical.replica_traffic`` (produce, fetch, the produce latency histogram). On the leader,
+  ``physical.replica_traffic`` (produce, fetch, the produce latency histogram, and the end-to-end
+  latency of the batches consumers' fetches carry: ``metrics.end_to_end``). On the leader,
   the lag of every Mafka3-mode group with an offset committed in the partition
   (``metrics.group_lag``), from the groups' offsets read from etcd at most every
   ``GROUP_OFFSETS_MAX_AGE_MS``, when scraped (``metadata.group_offsets_cache``).
@@ -431,7 +432,10 @@ class PhysicalPartition:
             if self._closed:  # stopped during the long poll (topic deleted, replica moved): nothing new
                 return FetchResult(b"", self._state.high_watermark, self._log.log_start_offset, offset)
         data = self._replica.read_committed(offset, bytes_max)
-        self._traffic.fetched(len(data))
+        if from_follower:  # a read node's feed (or a consumer reading a follower): no consumer served here
+            self._traffic.fetched(len(data))
+        else:
+            self._traffic.consumer_fetched(data, wall_ms())
         return FetchResult(data, self._state.high_watermark, self._log.log_start_offset, self._log.log_end_offset)
 
     async def list_offsets(self) -> tuple[int, int]:

@@ -51,6 +51,7 @@ from mafka4.limits import (CLIENT_PORT_DEFAULT, CONTROLLER_STOP_TIMEOUT_S, DEPLO
 from mafka4.limits.servers import ClusterConfig
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
+from mafka4.metrics.scrape import cluster_figures
 from mafka4.runtime.deploy_actors import ControllerHost, EtcdMemberHost
 from mafka4.runtime.deploy_plan import DATA_DIR_DEFAULT, MemberPlace, place_etcd_members, plan_deploy, require_mafka4_nodes
 from mafka4.runtime.etcd_member import EtcdServer, etcd_endpoint
@@ -159,6 +160,7 @@ def deployment_status(cluster: str) -> dict:
             report["kafka_listeners"] = kafka_listeners(store, cluster)
         finally:
             store.close()
+        report["figures"] = cluster_figures(report["metrics"])
     return report
 
 

@@ -26,6 +26,7 @@ from mafka4.limits import (DAEMON_STOP_TIMEOUT_S, LOCAL_CLUSTER_POLL_INTERVAL_S,
 from mafka4.limits.servers import ClusterConfig
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
+from mafka4.metrics.scrape import cluster_figures
 from mafka4.metrics.targets import liveness_keys, liveness_prefixes, metrics_targets, targets_by_process
 from mafka4.runtime.daemon import LOG_FILE_NAME
 from mafka4.runtime.environment import ray_environment
@@ -173,7 +174,9 @@ def _is_etcd_member(member: EtcdServer) -> bool:
 
 
 def status(home: Path) -> dict:
-    """What runs in ``home``: the record, which PIDs live, and which nodes etcd has registered."""
+    """What runs in ``home``: the record, which PIDs live, which nodes etcd has registered, where
+    each process serves metrics (``metrics``) and the cluster's figures read from them (``figures``:
+    ``metrics.scrape``)."""
     home = Path(home).expanduser().resolve()
     state = load_state(home)
     if state is None:
@@ -191,6 +194,8 @@ def status(home: Path) -> dict:
     }
     if any(member["listening"] for member in members):
         report.update(_registered_nodes(state))
+        if "metrics" in report:  # scraped after etcd's client is closed: a scrape is bounded, never waits on etcd
+            report["figures"] = cluster_figures(report["metrics"])
     else:
         report.update(etcd_reachable=False, registered_nodes={})
     return report

@@ -1,6 +1,7 @@
 """What a read node answers consumers: the reads of ``ReadNode.fetch``, ``list_offsets`` and
-``offsets_for_time``, over the VP replicas it hosts, and where a group lags from (``lag_positions``,
-for ``mafka4 group describe``).
+``offsets_for_time``, over the VP replicas it hosts, where a group lags from (``lag_positions``,
+for ``mafka4 group describe``), and the end-to-end latency of the batches a fetch serves
+(``observe_end_to_end``: one observation per batch, ``metrics.end_to_end``).
 
 A consumer sends one fetch per read node for every VP it reads there (a ``ConsumerRead`` each)
 and gets one ``ConsumerAnswer`` per read, in the same order: whole batches below the VP's high
@@ -20,6 +21,8 @@ from typing import Callable, Mapping, NamedTuple, Sequence
 
 from mafka4.errors import MafkaError, ReadReplicaNotInSync
 from mafka4.log.epochs import NO_EPOCH
+from mafka4.metrics.end_to_end import observe_served
+from mafka4.metrics.histogram import LatencyHistogram
 from mafka4.virtual.hosted_vp import HostedVp, VpId, VpRead
 
 # The node's hosted replica of a VP, or None if it hosts none.
@@ -68,6 +71,15 @@ def read_all(reads: Sequence[ConsumerRead], bytes_max: int, hosted: Hosted, node
         budget -= len(result.data)
         answers.append(ConsumerAnswer(result))
     return answers
+
+
+def observe_end_to_end(reads: Sequence[ConsumerRead], answers: Sequence[ConsumerAnswer],
+                       latency: Callable[[str], LatencyHistogram], now_ms: int) -> None:
+    """Observe in ``latency(topic)`` the age at ``now_ms`` of each batch ``answers`` (to ``reads``, in
+    order) serve (``metrics.end_to_end.observe_served``)."""
+    for read, answer in zip(reads, answers, strict=True):
+        if answer.read is not None and answer.read.data:
+            observe_served(latency(read.vp_id.topic), answer.read.data, now_ms)
 
 
 def list_offsets(vp_ids: Sequence[VpId], hosted: Hosted, node_id: str,

@@ -58,7 +58,9 @@ nodes. Everything of one node runs on its event loop:
   named in the liveness key; each scrape takes a snapshot on the loop. The lag of every group
   with an offset committed in a VP led here (``metrics.group_lag``) comes from the groups'
   offsets read from etcd at most every ``GROUP_OFFSETS_MAX_AGE_MS``, when scraped
-  (``metadata.group_offsets_cache``), and one batch header per lagging group: no timer.
+  (``metadata.group_offsets_cache``), and one batch header per lagging group: no timer. Each
+  consumer fetch observes the end-to-end latency of the batches it serves, per topic
+  (``metrics.end_to_end``: one batch header per batch served).
 * **Collector**: the node freezes the objects its start left (``mafka4.collector``), so that
   the full collections its per-record work causes no longer walk Ray's modules.
 
@@ -88,7 +90,7 @@ from mafka4 import join_trace
 from mafka4.clocks import monotonic_ms, wall_ms
 from mafka4.collector import freeze_what_start_up_left
 from mafka4.errors import InvalidConfig, MafkaError, StaleEpoch, UnknownVirtualPartition
-from mafka4.limits import LEADER_TICK_INTERVAL_S, TopicConfig
+from mafka4.limits import END_TO_END_LATENCY_BUCKETS_S, LEADER_TICK_INTERVAL_S, TopicConfig
 from mafka4.limits.servers import ReadNodeConfig, topic_log_config
 from mafka4.log.log_dir_budget import LogDirBudget
 from mafka4.log.replica_storage import remove_discarded, remove_trees
@@ -98,6 +100,7 @@ from mafka4.metadata.read_node_load import ReadNodeLoad
 from mafka4.metrics.exposition import MetricsServer, start_on_loop
 from mafka4.metrics.families import read_node_families
 from mafka4.metrics.group_lag import group_lag
+from mafka4.metrics.histogram import LatencyHistogram
 from mafka4.partition_gate import NetworkFault
 from mafka4.risr.state import RisrConfig
 from mafka4.stage_trace import StageTrace
@@ -191,6 +194,8 @@ class ReadNode:
         self._metrics: MetricsServer | None = None  # Prometheus's, started with the client port (metrics.exposition)
         # The groups' committed offsets for the group lag metrics, read when scraped (``metadata.group_offsets_cache``).
         self._group_offsets = GroupOffsetsCache(self._records.store, spec.cluster, f"read node {spec.node_id}")
+        # Per topic, the end-to-end latency of the batches consumers' fetches carried (``metrics.end_to_end``).
+        self._end_to_end: dict[str, LatencyHistogram] = {}
         freeze_what_start_up_left()  # Ray's objects stay out of the collections the data path causes
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -244,11 +249,17 @@ class ReadNode:
 
     async def _metrics_snapshot(self) -> dict:
         """What its metrics are made of (``metrics.families.read_node_families``), on the node's loop:
-        its ``describe``, the client port's counters and the lag of every group with an offset
-        committed in a VP led here (``group_lag``)."""
+        its ``describe``, the client port's counters, the lag of every group with an offset
+        committed in a VP led here (``group_lag``) and per topic the end-to-end latency of the
+        batches consumers were served (``end_to_end_latency``). A topic the node hosts no VP of
+        any more (deleted, or its VPs moved away) is forgotten here, so its series ends."""
         offsets = await self._group_offsets.offsets(monotonic_ms())
+        hosted_topics = {vp_id.topic for vp_id in self._hosted}
+        for topic in self._end_to_end.keys() - hosted_topics:
+            del self._end_to_end[topic]
         return {**await self.describe(), "client_port": self._client_port.counters,
-                "group_lag": self._group_lags(offsets.vps, wall_ms())}
+                "group_lag": self._group_lags(offsets.vps, wall_ms()),
+                "end_to_end_latency": {topic: latency.snapshot() for topic, latency in self._end_to_end.items()}}
 
     def _group_lags(self, committed: dict[tuple[str, int], dict[str, int]], now_ms: int) -> list[dict]:
         """Per group and VP led here with an offset in ``committed`` ((topic, VP) -> {group: offset}):
@@ -545,12 +556,20 @@ class ReadNode:
         # The CPU of building the answer, for the load report: a synchronous call, so this thread's
         # CPU clock counts it and no other task's (what it leaves out: ``virtual.load_meter``).
         started_ns = time.thread_time_ns()
-        answers = consumer_reads.read_all(reads, bytes_max, self._hosted.get, self._spec.node_id, wall_ms())
+        now_ms = wall_ms()
+        answers = consumer_reads.read_all(reads, bytes_max, self._hosted.get, self._spec.node_id, now_ms)
+        consumer_reads.observe_end_to_end(reads, answers, self._end_to_end_latency, now_ms)
         self._load.fetch_cpu_ns_total += time.thread_time_ns() - started_ns
         if self._first_records_served_ms is None and any(answer.read is not None and answer.read.data
                                                          for answer in answers):
             self._first_records_served_ms = wall_ms()
         return answers
+
+    def _end_to_end_latency(self, topic: str) -> LatencyHistogram:
+        latency = self._end_to_end.get(topic)
+        if latency is None:
+            latency = self._end_to_end[topic] = LatencyHistogram(END_TO_END_LATENCY_BUCKETS_S)
+        return latency
 
     async def list_offsets(self, vp_ids: Sequence[VpId]) -> list[tuple[int, int] | MafkaError]:
         """Per VP: (log start offset, HW), or the error that keeps this replica from answering."""

@@ -1,6 +1,7 @@
 """Every node of a running cluster serves Prometheus metrics where its liveness key says, and
 ``mafka4 status --metrics-targets`` tells Prometheus where they all are; a partition's leader
-serves each group's lag, as ``group describe`` shows it."""
+serves each group's lag, as ``group describe`` shows it; ``mafka4 status`` shows the figures the
+endpoints serve (produce and end-to-end p99, group lag)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -18,7 +20,9 @@ from mafka4.client.consumer import Consumer
 from mafka4.client.group_admin import GroupAdmin
 from mafka4.client.producer import Producer
 from mafka4.metadata import keys
-from mafka4.metrics.targets import metrics_address
+from mafka4.metrics.figures import bucket_quantile, summed_buckets
+from mafka4.metrics.targets import metrics_address, shown_targets
+from mafka4.runtime.local import status
 from wait_helpers import wait_until
 
 MESSAGES = 20
@@ -115,3 +119,60 @@ def test_a_partition_leader_serves_each_group_s_lag_and_group_describe_shows_the
         [row] = group_admin.describe_group(group).partitions
     assert (row.committed_offset, row.high_watermark, row.lag) == (MESSAGES, MESSAGES + BEHIND, BEHIND)
     assert round(age_s * 1000) <= row.lag_ms <= time.time() * 1000 - first_unread_ms, "the same rule, a moment later"
+
+
+def _summed_histogram(scraped: list[dict], family: str, topic: str) -> dict[float, float]:
+    """The cumulative buckets of ``family``'s series of ``topic`` in every scrape, summed."""
+    series: dict[tuple, dict[float, float]] = {}
+    for samples in scraped:
+        for (name, labels), value in samples.items():
+            named = dict(labels)
+            if name == f"{family}_bucket" and named.get("topic") == topic:
+                key = tuple(label for label in labels if label[0] != "le")
+                series.setdefault(key, {})[float(named["le"])] = value
+    return summed_buckets(series.values())
+
+
+def test_status_shows_produce_and_end_to_end_p99_and_a_group_s_lag_as_the_metrics_endpoints_serve_them(cluster):
+    topic, group = f"metrics-figures-{secrets.token_hex(3)}", f"figures-{secrets.token_hex(3)}"
+    Admin(cluster).create_topic(topic, partitions=1, virtual_partitions=2)
+    with Producer(topic, connection=cluster, acks="all") as producer:
+        for n in range(MESSAGES):
+            producer.send_sync(b"m%d" % n, key=b"k%d" % n, timeout_s=30)
+        with Consumer(topic, group=group, connection=cluster, from_beginning=True) as consumer:
+            read = []
+            assert wait_until(lambda: read.extend(consumer.poll(timeout_ms=500)) or len(read) >= MESSAGES)
+        # The consumer closed, committing every VP it read to its end; one key puts what follows in one VP.
+        for n in range(MESSAGES, MESSAGES + BEHIND):
+            producer.send_sync(b"m%d" % n, key=b"late", timeout_s=30)
+    home = Path(cluster.state.home)
+
+    def figured() -> dict | None:  # the read node reads the committed offsets again at most every 5 s
+        report = status(home)
+        lag = report.get("figures", {}).get("group_lag", {}).get(group, {})
+        return report if lag.get("messages") == BEHIND else None
+    report = wait_until(figured)
+    assert report, f"status shows no lag of {BEHIND} for {group}: {status(home).get('figures')}"
+    figures = report["figures"]
+    scraped = [scrape(target.address) for target in shown_targets(report["metrics"])
+               if target.name not in figures["not_answering"].get(target.process, {})]
+
+    produce = figures["latency"]["produce"]["by_topic"][topic]
+    buckets = _summed_histogram(scraped, "mafka4_replica_produce_latency_seconds", topic)
+    assert produce["count"] == MESSAGES + BEHIND == buckets[float("inf")], "send_sync: a batch each, on the leader"
+    assert produce["p99_s"] == bucket_quantile(0.99, buckets) and produce["p99_s"] > 0
+
+    end_to_end = figures["latency"]["end_to_end"]["by_topic"][topic]
+    buckets = _summed_histogram(scraped, "mafka4_end_to_end_latency_seconds", topic)
+    assert end_to_end["count"] >= 1 and end_to_end["count"] == buckets[float("inf")], "the batches the consumer read"
+    assert end_to_end["p99_s"] == bucket_quantile(0.99, buckets) and end_to_end["p99_s"] > 0
+
+    lag = figures["group_lag"][group]
+    served = {dict(labels)["vp"]: value for samples in scraped for (name, labels), value in samples.items()
+              if name == "mafka4_group_lag_messages" and ("group", group) in labels}
+    late_vp = max(served, key=served.get)
+    assert served[late_vp] == BEHIND and sum(served.values()) == BEHIND, served
+    assert lag["messages_at"] == f"{topic}/v{late_vp}"
+    served_age_s = max(value for samples in scraped for (name, labels), value in samples.items()
+                       if name == "mafka4_group_lag_seconds" and ("group", group) in labels)
+    assert 0 < lag["seconds"] <= served_age_s, "the age of the oldest message not committed, scraped a moment later"

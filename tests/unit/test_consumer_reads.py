@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 
 from mafka4.errors import ReadReplicaNotInSync
+from mafka4.limits import END_TO_END_LATENCY_BUCKETS_S
 from mafka4.limits.servers import LogConfig
+from mafka4.metrics.histogram import LatencyHistogram
 from mafka4.risr.state import RisrConfig
 from mafka4.virtual import consumer_reads
 from mafka4.virtual.consumer_reads import ConsumerRead
@@ -84,3 +86,22 @@ def test_lag_positions_give_the_hw_and_the_timestamp_a_group_lags_from(hosted):
     assert isinstance(answers[2], ReadReplicaNotInSync) and isinstance(answers[3], ReadReplicaNotInSync)
     assert consumer_reads.lag_positions([LEADERS[0]], {}, hosted.get, NODE, now_ms=10) == [(2 * BATCH_RECORDS, None)], \
         "nothing committed"
+
+
+def test_each_batch_served_is_observed_once_per_fetch_in_its_topic_s_end_to_end_latency(hosted):
+    """One observation per VP batch (its newest record's timestamp, from the header), none for
+    errors or empty reads; a re-read observes again."""
+    reads = [ConsumerRead(LEADERS[0], 0), ConsumerRead(FOLLOWER, 0), ConsumerRead(LEADERS[1], 2 * BATCH_RECORDS)]
+    latency = {}
+
+    def of_topic(topic: str) -> LatencyHistogram:
+        return latency.setdefault(topic, LatencyHistogram(END_TO_END_LATENCY_BUCKETS_S))
+
+    for _ in range(2):
+        answers = consumer_reads.read_all(reads, 1 << 20, hosted.get, NODE, now_ms=2_000)
+        consumer_reads.observe_end_to_end(reads, answers, of_topic, now_ms=2_000)
+    [orders] = latency.values()
+    assert list(latency) == ["orders"]
+    assert orders.count == 4, "two batches of LEADERS[0], read twice; the follower's error and the read at the HW: none"
+    # The batches' newest records are stamped 1003 and 1007: 997 ms and 993 ms old at 2000.
+    assert abs(orders.sum_s - 2 * (0.997 + 0.993)) < 1e-9

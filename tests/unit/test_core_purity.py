@@ -46,10 +46,14 @@ CORES = (
     # Prometheus metric families from a process's snapshot, the latency histogram, where processes serve metrics
     "mafka4.metrics.families",
     "mafka4.metrics.histogram",
+    # the end-to-end latency of the batches a fetch serves, one batch header each
+    "mafka4.metrics.end_to_end",
     "mafka4.metrics.targets",
     # a group's lag in messages and in time, the committed offsets read from etcd keys; the controller's counters
     "mafka4.metrics.group_lag",
     "mafka4.metrics.controller_counters",
+    # the cluster's figures mafka4 status sums up from every target's exposition
+    "mafka4.metrics.figures",
     # groups: ownership, what wakes a member and its picture of the group, assignors, the Mafka3 protocol's decisions
     "mafka4.coordinator.groups.vp_ownership",
     "mafka4.coordinator.groups.vp_wakes",

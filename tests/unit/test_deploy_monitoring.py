@@ -62,8 +62,8 @@ def test_the_alert_rules_are_the_expected_groups_each_rule_with_a_severity_and_a
 def test_the_dashboard_shows_produce_fetch_replication_feed_and_group_lag():
     dashboard = json.loads(DASHBOARD.read_text())
     titles = " | ".join(panel["title"] for panel in dashboard["panels"])
-    for shown in ("Produce rate", "Produce latency p99", "Fetch rate", "ISR", "RISR", "Feed lag",
-                  "Group lag (messages)", "Group lag (seconds"):
+    for shown in ("Produce rate", "Produce latency p99", "End-to-end latency p99", "Fetch rate", "ISR", "RISR",
+                  "Feed lag", "Group lag (messages)", "Group lag (seconds"):
         assert shown in titles, shown
     assert len({panel["id"] for panel in dashboard["panels"]}) == len(dashboard["panels"]), "panel ids are unique"
 
@@ -72,7 +72,8 @@ def test_every_metric_the_dashboard_and_the_rules_name_is_one_mafka4_serves():
     served = served_names()
     rules = [rule["expr"] for group in alert_rules()["groups"] for rule in group["rules"]]
     named = {name for expression in rules + dashboard_expressions() for name in METRIC_NAME.findall(expression)}
-    assert {"mafka4_group_lag_seconds", "mafka4_replica_produce_latency_seconds_bucket"} <= named, "names were found"
+    assert {"mafka4_group_lag_seconds", "mafka4_replica_produce_latency_seconds_bucket",
+            "mafka4_end_to_end_latency_seconds_bucket"} <= named, "names were found"
     assert named - served == set(), f"named but never served: {sorted(named - served)}"
 
 

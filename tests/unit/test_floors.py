@@ -14,14 +14,16 @@ Floors, from the ground up (the first pattern that matches a module names its fl
    protocol's frames, messages, error
    codes and session rules; the Kafka protocol's frames and record batches, and what its listener
    remembers of idempotent producers; the Prometheus metric families made from a process's snapshot,
-   the latency histogram, the metrics targets named in liveness keys, a group's lag and the
-   controller's counters (``mafka4.metrics``).
+   the latency histogram and the end-to-end latency of the batches a fetch serves, the metrics
+   targets named in liveness keys, a group's lag, the controller's counters and the cluster's
+   figures ``mafka4 status`` sums up from the targets' expositions (``mafka4.metrics``).
 2. **metadata and transport**: etcd access and what is stored there (``mafka4.metadata``: store,
    leases, intents, the in-sync recorder; the topic store of ``physical``, the VP store of
    ``virtual``, the user and ACL stores of ``security`` and the admin's credential file), how
    the cluster's processes call each other (``mafka4.transport``: stream calls, Ray errors
    unwrapped), the client port's server and connection (``mafka4.protocol``), and the HTTP
-   server a process's Prometheus metrics are scraped from (``mafka4.metrics.exposition``).
+   server a process's Prometheus metrics are scraped from (``mafka4.metrics.exposition``) and
+   ``mafka4 status``'s scrape of them (``mafka4.metrics.scrape``).
 3. **shells**: what runs the cores against etcd and Ray: replica actors, read nodes, group
    protocols, and what nodes serve clients (``mafka4.frontend``: the watched view of the
    metadata, the client port's handlers).
@@ -70,13 +72,13 @@ FLOORS = (
     (1, r"mafka4\.coordinator\.control\.(partition_decisions|read_path_decisions|upkeep_decisions|placement|"
         r"read_node_scaling|replica_moves|replica_move_plans|replica_move_records)"),
     (1, r"mafka4\.runtime\.(node_identity|agent_plan|fake_cluster_config|deploy_plan)"),
-    (1, r"mafka4\.metrics\.(families|histogram|targets|group_lag|controller_counters)"),
+    (1, r"mafka4\.metrics\.(families|histogram|end_to_end|targets|group_lag|controller_counters|figures)"),
     (1, r"mafka4\.kafka\.(wire|array_bounds|record_batches|shapes|error_codes|topology|produce_routing|"
         r"producer_sessions|topic_configs|consumer_protocol)"),
     (2, r"mafka4\.metadata\..*|mafka4\.transport\..*|mafka4\.protocol\..*"),
     (2, r"mafka4\.physical\.topics|mafka4\.virtual\.vp_store"),
     (2, r"mafka4\.security\..*"),
-    (2, r"mafka4\.metrics\.exposition"),
+    (2, r"mafka4\.metrics\.(exposition|scrape)"),
     (3, r"mafka4\.(physical|virtual|frontend|kafka)\..*|mafka4\.coordinator\.groups\..*"),
     (4, r"mafka4\.coordinator\.control\..*"),
     (5, r"mafka4\.runtime(\..*)?"),

@@ -83,6 +83,7 @@ def test_a_leader_below_its_replicas_is_under_replicated_and_below_min_insync_un
     alone = _samples(replica_families(_replica_snapshot(isr=("w0",))))
     gauges = ("mafka4_replica_isr_size", "mafka4_replica_under_replicated", "mafka4_replica_under_min_isr")
     assert [healthy[(name, REPLICA)] for name in gauges] == [3, 0, 0]
+    assert healthy[("mafka4_replica_replicas", REPLICA)] == short[("mafka4_replica_replicas", REPLICA)] == 3
     assert [short[(name, REPLICA)] for name in gauges] == [2, 1, 0]
     assert [alone[(name, REPLICA)] for name in gauges] == [1, 1, 1]
 
@@ -91,7 +92,8 @@ def test_a_follower_exposes_no_isr_figures_its_view_of_the_isr_is_not_the_partit
     samples = _samples(replica_families(_replica_snapshot(role="follower", isr=("w0",))))
     names = {name for name, _ in samples}
     assert samples[("mafka4_replica_leader", REPLICA)] == 0
-    assert not names & {"mafka4_replica_isr_size", "mafka4_replica_under_replicated", "mafka4_replica_under_min_isr"}
+    assert not names & {"mafka4_replica_isr_size", "mafka4_replica_replicas", "mafka4_replica_under_replicated",
+                        "mafka4_replica_under_min_isr"}
     assert ("mafka4_replica_high_watermark", REPLICA) in samples
 
 
@@ -118,17 +120,23 @@ def test_what_a_snapshot_lacks_is_left_out_not_exposed_as_zero():
 
 
 def _read_node_snapshot() -> dict:
-    """What ``ReadNode._metrics_snapshot`` returns: its describe and its port's counters."""
+    """What ``ReadNode._metrics_snapshot`` returns: its describe, its port's counters and the
+    end-to-end latency per topic."""
     leader = {"virtual_partition": "orders/v0", "leader": "r0", "role": "leader", "high_watermark": 90,
-              "log_end_offset": 95, "risr": ["r0", "r1"], "fetch_requests": 12, "fetch_bytes": 9_000}
+              "log_end_offset": 95, "risr": ["r0", "r1"], "fetch_requests": 12, "fetch_bytes": 9_000,
+              "replicas": {replica: {"status": "in_sync", "log_end_offset": 95} for replica in ("r0", "r1", "r2")}}
     follower = {"virtual_partition": "orders/v1", "leader": "r1", "role": "follower", "high_watermark": 50,
                 "log_end_offset": 50, "fetch_requests": 0, "fetch_bytes": 0}
     feeding = {"partition": 0, "next_offset": 100, "high_watermark": 130, "lag_messages": 30, "lag_ms": 2_500,
                "records_fed": 100, "errors": 1}
     resuming = {"partition": 1, "next_offset": None, "high_watermark": None, "lag_messages": None, "lag_ms": None,
                 "records_fed": 0, "errors": 0}
+    end_to_end = LatencyHistogram((0.01, 0.1))
+    for latency_s in (0.004, 0.05, 0.06):
+        end_to_end.observe(latency_s)
     return {"node_id": "r0", "hosted_vps": 2, "vps": {"orders/v0": leader, "orders/v1": follower},
-            "feeds": {"orders": {0: feeding, 1: resuming}}, "replication": {}, "client_port": dict(PORT_COUNTERS)}
+            "feeds": {"orders": {0: feeding, 1: resuming}}, "replication": {}, "client_port": dict(PORT_COUNTERS),
+            "end_to_end_latency": {"orders": end_to_end.snapshot()}}
 
 
 def test_a_read_node_exposes_its_vps_hw_and_risr_and_its_feeds_lag_in_messages_and_seconds():
@@ -140,6 +148,7 @@ def test_a_read_node_exposes_its_vps_hw_and_risr_and_its_feeds_lag_in_messages_a
     assert samples[("mafka4_vp_high_watermark", v0)] == 90 and samples[("mafka4_vp_high_watermark", v1)] == 50
     assert samples[("mafka4_vp_risr_size", v0)] == 2
     assert ("mafka4_vp_risr_size", v1) not in samples, "a follower does not know the RISR"
+    assert samples[("mafka4_vp_replicas", v0)] == 3 and ("mafka4_vp_replicas", v1) not in samples
     assert samples[("mafka4_vp_leader", v0)] == 1 and samples[("mafka4_vp_leader", v1)] == 0
     assert samples[("mafka4_vp_fetch_requests_total", v0)] == 12
     assert samples[("mafka4_vp_fetch_bytes_total", v0)] == 9_000
@@ -148,6 +157,10 @@ def test_a_read_node_exposes_its_vps_hw_and_risr_and_its_feeds_lag_in_messages_a
     assert samples[("mafka4_feed_records_total", p0)] == 100
     assert ("mafka4_feed_lag_seconds", p1) not in samples, "a stream with no position has no lag yet"
     assert samples[("mafka4_client_port_refused_total", (("node", "r0"), ("reason", "not_authorized")))] == 4
+    by_topic = (("node", "r0"), ("topic", "orders"))  # per topic, not per VP
+    assert samples[("mafka4_end_to_end_latency_seconds_bucket", (("le", "0.01"), *by_topic))] == 1
+    assert samples[("mafka4_end_to_end_latency_seconds_bucket", (("le", "0.1"), *by_topic))] == 3
+    assert samples[("mafka4_end_to_end_latency_seconds_count", by_topic)] == 3
 
 
 def test_the_leader_of_a_vp_or_partition_exposes_each_group_s_lag_in_messages_and_seconds():
