@@ -31,7 +31,7 @@ from mafka4.security.admin_credential import CREDENTIAL_FILE, load_credential
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
-MESSAGES = 3000
+MESSAGES = 1500
 KEYS = 30
 PRODUCE_PAUSE_S = 0.01  # about 100 messages a second: the split and the leave happen while it runs
 WAIT_S = 300
