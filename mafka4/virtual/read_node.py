@@ -207,8 +207,8 @@ class ReadNode:
             if removed:
                 logger.info("read node %s: removed %d VP directories a crash left discarded", self._spec.node_id, removed)
             client_address = await self._serve_clients()
-            kafka_address = await self._client_port.start_kafka(ray.util.get_node_ip_address(),
-                                                                await asyncio.to_thread(self._records.registered_kafka_port))
+            # On a free port, named in the liveness key (status lists it): no registration names one yet.
+            kafka_address = await self._client_port.start_kafka(ray.util.get_node_ip_address(), 0)
             if self._metrics is None:
                 self._metrics = start_on_loop(f"read node {self._spec.node_id}", read_node_families,
                                               self._metrics_snapshot, ray.util.get_node_ip_address())

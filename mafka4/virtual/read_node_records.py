@@ -92,15 +92,6 @@ class ReadNodeRecords:
             return 0
         return 0 if registration is None else registration.value.get("client_port", 0)
 
-    def registered_kafka_port(self) -> int:
-        """The port the node's registration names for its Kafka listener; 0 (any) if it names none or
-        etcd does not answer (blocks on etcd)."""
-        try:
-            registration = self.store().get(keys.node(self._cluster, self._node_id))
-        except CoordinatorUnavailable:
-            return 0
-        return 0 if registration is None else registration.value.get("kafka_port", 0)
-
     async def start(self, positions: Callable[[], dict[FeedKey, int]], client_address: str | None,
                     load: Callable[[], ReadNodeLoad | None] | None = None, kafka_address: str | None = None,
                     metrics_address: str | None = None) -> None:
