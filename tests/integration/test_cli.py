@@ -58,7 +58,8 @@ def test_a_mafka4_topic_is_consumed_by_a_group_and_described_with_lag_per_virtua
     described = mafka4("group", "describe", group)
     assert described.returncode == 0, described.stderr
     rows = [line.split() for line in described.stdout.splitlines() if line.startswith(topic.encode())]
-    assert [(row[1], row[2], row[-1]) for row in rows] == [(b"0", b"active", b"0"), (b"1", b"active", b"0"),
-                                                           (b"2", b"active", b"0")], described.stdout
+    assert [(row[1], row[2], row[-2], row[-1]) for row in rows] == [
+        (b"0", b"active", b"0", b"0.0"), (b"1", b"active", b"0", b"0.0"), (b"2", b"active", b"0", b"0.0")], \
+        described.stdout  # lag in messages, then in seconds: none
     again = mafka4("consume", topic, "--group", group, "--timeout-ms", "2000")
     assert again.returncode == 0 and again.stdout == b"", "the group's committed offsets were kept"

@@ -167,7 +167,8 @@ def test_members_join_leave_and_crash_while_producing_every_message_is_consumed(
     described = mafka4("group", "describe", group)
     assert described.returncode == 0, described.stderr
     rows = [line.split() for line in described.stdout.decode().splitlines() if line.startswith(topic)]
-    assert len(rows) == 6 and all(row[-1] == "0" for row in rows), described.stdout.decode()
+    # The last two columns: lag in messages, then in seconds.
+    assert len(rows) == 6 and all(row[-2:] == ["0", "0.0"] for row in rows), described.stdout.decode()
 
 
 def owner_overlaps(history: KeyHistory) -> list[str]:
