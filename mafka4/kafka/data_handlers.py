@@ -297,17 +297,21 @@ class KafkaDataHandlers:
                                                    vp_reads, physical_reads)
                 except MafkaError as error:
                     answers[key] = _fetch_error(partition.partition, error)
-        if vp_reads:
-            reads = [ConsumerRead(VpId(name, vp), offset, -1) for name, vp, offset in vp_reads]
-            found = await self._data.fetch(reads, bytes_max, wait_ms if not physical_reads else 0)
-            for (name, vp, _), answer in zip(vp_reads, found):
-                answers[(name, vp)] = _vp_answer(vp, answer)
+        # One long poll: a fetch of both kinds looks at its physical partitions first, without waiting,
+        # then long-polls its VPs unless a physical partition had records (never a loop of empty answers).
+        physical_has_records = False
         if physical_reads:
             results = await asyncio.gather(*(self._physical_fetch(topic, partition, offset, bytes_max,
-                                                                  wait_ms if not vp_reads else 0)
+                                                                  0 if vp_reads else wait_ms)
                                              for topic, partition, offset in physical_reads))
             for (topic, partition, _), answer in zip(physical_reads, results):
                 answers[(topic.metadata.name, partition)] = answer
+                physical_has_records = physical_has_records or bool(answer["records"])
+        if vp_reads:
+            reads = [ConsumerRead(VpId(name, vp), offset, -1) for name, vp, offset in vp_reads]
+            found = await self._data.fetch(reads, bytes_max, 0 if physical_has_records else wait_ms)
+            for (name, vp, _), answer in zip(vp_reads, found):
+                answers[(name, vp)] = _vp_answer(vp, answer)
         return {"throttle_time": datetime.timedelta(0), "error_code": error_codes.NONE, "session_id": 0,
                 "responses": [{"topic": fetched.topic, "partitions": [answers[(fetched.topic, p.partition)]
                                                                      for p in fetched.partitions]}
