@@ -7,10 +7,10 @@ the command (``mafka4.cli.bench``); the others are fixed for the bench.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from mafka4.bench.stats import nearest_rank_value
 from mafka4.errors import InvalidConfig
 
 CLIENTS = ("mafka4", "kafka")  # mafka4's own Producer/Consumer; confluent-kafka (produce) and kcat (consume)
@@ -41,18 +41,10 @@ class KafkaClientsBenchSettings:
             raise InvalidConfig(f"latency_s={self.latency_s!r}: give a number of seconds above 0, at most 3600")
 
 
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The ``q``-th percentile (0-100) of ``values`` by the nearest rank; None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(round(q * len(ordered) / 100, 9)))  # rounded: 99.9 / 100 * 1000 is not 999 in floats
-    return ordered[rank - 1]
-
-
 def latency_figures(latencies_ms: Sequence[float]) -> dict:
-    return {"count": len(latencies_ms), **{f"p{label}_ms": _rounded(percentile(latencies_ms, q))
-                                           for label, q in (("50", 50), ("99", 99), ("99_9", 99.9))}}
+    return {"count": len(latencies_ms),
+            **{f"p{label}_ms": round(nearest_rank_value(latencies_ms, q), 3) if latencies_ms else None
+               for label, q in (("50", "50"), ("99", "99"), ("99_9", "99.9"))}}
 
 
 def ratios(runs: Sequence[dict]) -> dict:
@@ -75,6 +67,3 @@ def ratios(runs: Sequence[dict]) -> dict:
 def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else round(a / b, 3)
 
-
-def _rounded(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)

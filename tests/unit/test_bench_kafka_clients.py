@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.kafka_clients_settings import KafkaClientsBenchSettings, latency_figures, percentile, ratios
+from benchmarks.kafka_clients_settings import KafkaClientsBenchSettings, latency_figures, ratios
 from mafka4.errors import InvalidConfig
 
 
-def test_percentiles_by_nearest_rank():
-    values = list(range(1, 1001))
-    assert percentile(values, 50) == 500 and percentile(values, 99.9) == 999 and percentile(values, 100) == 1000
-    assert percentile([], 50) is None
+def test_latency_figures_are_nearest_rank_percentiles():
+    assert latency_figures([float(v) for v in range(1, 1001)])["p99_9_ms"] == 999.0
+    assert latency_figures([])["p50_ms"] is None
     assert latency_figures([2.0, 1.0]) == {"count": 2, "p50_ms": 1.0, "p99_ms": 2.0, "p99_9_ms": 2.0}
 
 
