@@ -254,6 +254,24 @@ class UnknownVirtualPartition(MafkaError):
     usage_error = True
 
 
+class InvalidLaneName(MafkaError):
+    """A lane name broke the naming rules (a topic's: letters, digits, '.', '_' and '-')."""
+
+    usage_error = True
+
+
+class LanesExhausted(MafkaError):
+    """A message named a new lane on a topic that already has ``lanes_max`` lanes."""
+
+    usage_error = True
+
+
+class UnknownLane(MafkaError):
+    """A lane that is not open on the topic (or not yet in the layout a reader holds)."""
+
+    usage_error = True
+
+
 class InvalidReshard(MafkaError):
     """A split, merge or scale cannot be done as asked (ranges not adjacent, too many VPs, ...)."""
 

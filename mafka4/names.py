@@ -1,12 +1,13 @@
 """Naming rules for topics (Kafka's rules), checked before anything is created; user names
-(``mafka4.security.principals``) follow the same rules with their own length."""
+(``mafka4.security.principals``) and lane names (``validate_lane_name``) follow the same rules
+with their own length."""
 
 from __future__ import annotations
 
 import re
 
-from mafka4.errors import InvalidTopicName
-from mafka4.limits import TOPIC_NAME_CHARS_MAX
+from mafka4.errors import InvalidLaneName, InvalidTopicName
+from mafka4.limits import LANE_NAME_CHARS_MAX, TOPIC_NAME_CHARS_MAX
 
 NAME_CHARS = re.compile(r"[A-Za-z0-9._-]+")
 
@@ -31,4 +32,15 @@ def validate_topic_name(name: object) -> str:
     problem = name_problem(name, "topic name", TOPIC_NAME_CHARS_MAX)
     if problem is not None:
         raise InvalidTopicName(problem)
+    return name
+
+
+def validate_lane_name(name: object) -> str:
+    """Return ``name`` if it is a valid lane name, else raise ``InvalidLaneName`` saying why.
+
+    ``None`` and "" name the trunk and are not passed here.
+    """
+    problem = name_problem(name, "lane name", LANE_NAME_CHARS_MAX)
+    if problem is not None:
+        raise InvalidLaneName(problem + " (a lane is named like a topic)")
     return name

@@ -259,7 +259,7 @@ class VirtualGroupConsumer:
         """A new group at the latest offsets: closed VPs count as read to their end, children from their end now."""
         layout = self._fetcher.layout
         offsets = {o.id: o.offset for o in joined.sealed_end_offsets}
-        children = [vp for vp in layout.current.ranges.vp_ids if layout.opening_epoch(vp).epoch > 0]
+        children = [vp for vp in layout.current.vp_ids if layout.opening_epoch(vp).epoch > 0]
         for vp, (_, high_watermark) in zip(children, self._fetcher.list_offsets_many(children)):
             offsets[vp] = high_watermark
         if offsets:

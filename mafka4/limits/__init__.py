@@ -160,6 +160,12 @@ READ_MODE_DEFAULT = ReadMode.MAFKA4
 # and checking what else takes every VP of a topic at once (the reads of a group's snapshot and a
 # node's view, the client protocol's VP_METADATA answer): not measured past 1,024.
 VIRTUAL_PARTITIONS_MAX = 1024
+# Lanes of one topic (``virtual.layout``): the default and the ceiling of TopicConfig.lanes_max.
+# Each open lane is at least one VP (21.5 KB and 7.7e-5 idle cores on a read node), and every VP
+# counts against virtual_partitions_max; a lane id travels in a batch as an unsigned 16-bit value.
+LANES_MAX_DEFAULT = 256
+LANES_MAX = VIRTUAL_PARTITIONS_MAX - 1
+LANE_NAME_CHARS_MAX = 200
 # etcd refuses a request larger than its --max-request-bytes, 1.5 MiB unless raised; mafka4's etcd
 # keeps that default (a transaction is one request, every operation in it counted).
 ETCD_REQUEST_BYTES_MAX = 3 * MiB // 2
@@ -214,6 +220,9 @@ class TopicConfig:
     # Active virtual partitions of the topic: creation, a split and a scale beyond it are refused
     # with InvalidReshard (merge first, or raise it at creation).
     virtual_partitions_max: int = VIRTUAL_PARTITIONS_MAX
+    # Lanes the topic may open (each on its first message; a message naming one more is refused
+    # with LanesExhausted; ignored in mafka3 mode, where a lane is a topic of its own).
+    lanes_max: int = LANES_MAX_DEFAULT
     # Segments a read node has not fed yet outlive retention by up to this (LogConfig.unfed_hold_ms_max:
     # past it they are deleted and consumers get RecordsLost; None holds for ever and risks a
     # full disk while a read node is gone; ignored in mafka3 mode).
@@ -253,6 +262,7 @@ class TopicConfig:
                 )
             return
         _check_range(self, "virtual_partitions_max", 1, VIRTUAL_PARTITIONS_MAX)
+        _check_range(self, "lanes_max", 0, LANES_MAX)
         if self.virtual_partitions is not None:
             _check_range(self, "virtual_partitions", 1, self.virtual_partitions_max)
         _check_range(self, "read_replicas", 1, READ_REPLICAS_MAX)
@@ -273,7 +283,7 @@ class TopicConfig:
         return replace_config(self, virtual_partitions=self.virtual_partition_count, read_replicas=self.read_replica_count)
 
     def virtual_config(self) -> "VirtualConfig":
-        return VirtualConfig(virtual_partitions_max=self.virtual_partitions_max)
+        return VirtualConfig(virtual_partitions_max=self.virtual_partitions_max, lanes_max=self.lanes_max)
 
 
 # The one default an environment variable sets: the compression codec of every Producer that
@@ -434,10 +444,13 @@ class VirtualConfig:
     virtual_partitions_max: int = VIRTUAL_PARTITIONS_MAX
     # Split epochs kept per topic; a split or merge that would pass this is refused.
     split_epochs_max: int = 10_000
+    # Lanes one layout may open (each opening is one epoch).
+    lanes_max: int = LANES_MAX_DEFAULT
 
     def __post_init__(self) -> None:
         _check_range(self, "virtual_partitions_max", 1, 1 << 20)
         _check_range(self, "split_epochs_max", 1, 1_000_000)
+        _check_range(self, "lanes_max", 0, 65_535)
 
 
 # Records a feeder hands to one VP leader in one call; a VP leader refuses more (MessageTooLarge).

@@ -91,7 +91,7 @@ def served_vps(layout: TopicLayout, sealed: Iterable[int]) -> tuple[int, ...]:
     """The VPs a feeder hands records and progress to: active ones and closed ones not in ``sealed``."""
     sealed = set(sealed)
     closed = {vp for epoch in layout.epochs for vp in epoch.parents}
-    return tuple(sorted(set(layout.current.ranges.vp_ids) | (closed - sealed)))
+    return tuple(sorted(set(layout.current.vp_ids) | (closed - sealed)))
 
 
 def resume_point(layout: TopicLayout, partition: int, last_applied: Mapping[int, int]) -> ResumePoint | None:

@@ -36,9 +36,20 @@ progress and plan again). The shell must also stop the feeder of ``p`` from pass
 proposed ``cut[p]`` under the old epoch until the new epoch is stored: ``control.resharding``
 holds every feeder, cuts where each stopped, and releases them once the epoch is stored.
 
-Invariants (asserted): epochs are numbered 0, 1, 2, ...; each layout covers the hash space
-once; cuts never decrease along the history; the change of epoch ``k`` is exactly
-"parents' ranges = children's ranges" against epoch ``k - 1``.
+Lanes (queue merging). A record may carry a lane (a swimlane, an environment, a SET); the
+trunk is lane 0, the records without one. Every lane has its own layout of the hash space
+(``SplitEpoch.lane_ranges``): the trunk's is ``ranges``, and each opened lane's is in
+``lanes``, in opening order, so lane id ``i >= 1`` is ``lanes[i - 1]``. A lane's VPs take VP
+ids from the topic's one sequence and split and merge only with each other, so per-key order
+holds within a lane exactly as in the trunk. A third kind of epoch **opens a lane**: no
+parents, one child owning the lane's whole hash space, and the previous epoch's cut (nothing
+moves: a lane's first record is produced only once its epoch is stored, so no record of it
+lies below that cut, and every other lane's layout is unchanged). Lanes are never closed.
+
+Invariants (asserted): epochs are numbered 0, 1, 2, ...; each lane's layout covers the hash
+space once; cuts never decrease along the history; the change of epoch ``k`` is exactly
+"parents' ranges = children's ranges" within one lane against epoch ``k - 1``, or one lane
+opened.
 
 Pure: no I/O.
 """
@@ -49,9 +60,12 @@ import bisect
 from dataclasses import dataclass
 from typing import AbstractSet, Mapping, Sequence
 
-from mafka4.errors import InvalidReshard, ReshardConflict, UnknownVirtualPartition
+from mafka4.errors import InvalidReshard, LanesExhausted, ReshardConflict, UnknownLane, UnknownVirtualPartition
 from mafka4.limits import VirtualConfig
 from mafka4.virtual.ranges import HashRange, RangeMap
+
+TRUNK = ""  # the trunk's lane name: the records that carry no lane
+TRUNK_ID = 0  # its lane id; lane i >= 1 is SplitEpoch.lanes[i - 1]
 
 # --- layout history ---------------------------------------------------------------------------
 
@@ -61,22 +75,76 @@ class SplitEpoch:
     """One version of a topic's VP layout; see the module docstring."""
 
     epoch: int
-    ranges: RangeMap
+    ranges: RangeMap  # the trunk's layout (lane 0)
     cut: tuple[int, ...]
     parents: tuple[int, ...]
     children: tuple[int, ...]
+    lanes: tuple[tuple[str, RangeMap], ...] = ()  # (name, layout) of each opened lane, lane id = index + 1
 
     def __post_init__(self) -> None:
         assert self.epoch >= 0 and all(offset >= 0 for offset in self.cut), (self.epoch, self.cut)
-        assert set(self.children) <= set(self.ranges.vp_ids), (self.children, self.ranges.vp_ids)
-        assert not set(self.parents) & set(self.ranges.vp_ids), (self.parents, self.ranges.vp_ids)
+        active = self.vp_ids
+        assert len(set(active)) == len(active), f"a VP id in two lanes: {active}"
+        assert len({name for name, _ in self.lanes}) == len(self.lanes) and all(name for name, _ in self.lanes), self.lanes
+        assert set(self.children) <= set(active), (self.children, active)
+        assert not set(self.parents) & set(active), (self.parents, active)
         if self.epoch == 0:
-            assert not self.parents and set(self.children) == set(self.ranges.vp_ids)
+            assert not self.parents and set(self.children) == set(self.ranges.vp_ids) and not self.lanes
             assert not any(self.cut), f"epoch 0 starts at offset 0 everywhere, not {self.cut}"
         else:
-            assert sorted(len(group) for group in (self.parents, self.children)) == [1, 2], (
-                f"epoch {self.epoch} must be one split or one merge: {self.parents} -> {self.children}"
+            assert sorted(len(group) for group in (self.parents, self.children)) in ([1, 2], [0, 1]), (
+                f"epoch {self.epoch} must be one split, one merge or one lane opened: {self.parents} -> {self.children}"
             )
+
+    @property
+    def opens_lane(self) -> bool:
+        """True if this epoch opened a lane (no parents, one child)."""
+        return self.epoch > 0 and not self.parents
+
+    @property
+    def vp_ids(self) -> tuple[int, ...]:
+        """Every active VP: the trunk's in hash order, then each lane's in hash order."""
+        return self.ranges.vp_ids + tuple(vp for _, ranges in self.lanes for vp in ranges.vp_ids)
+
+    @property
+    def lane_names(self) -> tuple[str, ...]:
+        """The opened lanes' names, in opening order (the trunk, "", is not one)."""
+        return tuple(name for name, _ in self.lanes)
+
+    def lane_ranges(self, lane_id: int) -> RangeMap | None:
+        """The layout of lane ``lane_id`` (0: the trunk), or None if it is not open in this epoch."""
+        if lane_id == TRUNK_ID:
+            return self.ranges
+        return self.lanes[lane_id - 1][1] if 0 < lane_id <= len(self.lanes) else None
+
+    def lane_id(self, name: str) -> int | None:
+        """The id of lane ``name`` ("" the trunk: 0), or None if it is not open in this epoch."""
+        if name == TRUNK:
+            return TRUNK_ID
+        for index, (lane, _) in enumerate(self.lanes):
+            if lane == name:
+                return index + 1
+        return None
+
+    def lane_of(self, vp: int) -> str | None:
+        """The lane ("" the trunk) of active VP ``vp``, or None if ``vp`` is not active."""
+        if self.ranges.range_of(vp) is not None:
+            return TRUNK
+        for name, ranges in self.lanes:
+            if ranges.range_of(vp) is not None:
+                return name
+        return None
+
+    def range_of(self, vp: int) -> HashRange | None:
+        """The hash range of active ``vp`` within its lane, or None if it is not active."""
+        lane = self.lane_of(vp)
+        return None if lane is None else self.lane_ranges(self.lane_id(lane)).range_of(vp)
+
+    def with_lane_ranges(self, lane: str, ranges: RangeMap) -> tuple[RangeMap, tuple[tuple[str, RangeMap], ...]]:
+        """(trunk ranges, lanes) with lane ``lane``'s layout replaced by ``ranges``."""
+        if lane == TRUNK:
+            return ranges, self.lanes
+        return self.ranges, tuple((name, ranges if name == lane else kept) for name, kept in self.lanes)
 
 
 class TopicLayout:
@@ -174,13 +242,27 @@ class TopicLayout:
         assert index >= 0, "epoch 0 starts at offset 0"
         return self.epochs[index]
 
-    def locate(self, partition: int, offset: int, hash_value: int) -> tuple[int, int]:
-        """``(split epoch, VP id)`` of physical record ``(partition, offset)`` with hash ``hash_value``."""
-        epoch = self.epoch_for(partition, offset)
-        return epoch.epoch, epoch.ranges.vp_for_hash(hash_value)
+    def locate(self, partition: int, offset: int, hash_value: int, lane_id: int = TRUNK_ID) -> tuple[int, int]:
+        """``(split epoch, VP id)`` of physical record ``(partition, offset)`` with hash ``hash_value`` in lane ``lane_id``.
 
-    def vp_for(self, partition: int, offset: int, hash_value: int) -> int:
-        return self.locate(partition, offset, hash_value)[1]
+        ``UnknownLane`` if the lane is not open at that record's epoch: this layout is older
+        than the record (a reader that has not seen the lane's epoch yet waits for it).
+        """
+        epoch = self.epoch_for(partition, offset)
+        ranges = epoch.lane_ranges(lane_id)
+        if ranges is None:
+            raise UnknownLane(
+                f"record {partition}:{offset} is in lane id {lane_id}, which split epoch {epoch.epoch} "
+                f"does not have (it has {len(epoch.lanes)} lanes): the layout read is older than the record"
+            )
+        return epoch.epoch, ranges.vp_for_hash(hash_value)
+
+    def vp_for(self, partition: int, offset: int, hash_value: int, lane_id: int = TRUNK_ID) -> int:
+        return self.locate(partition, offset, hash_value, lane_id)[1]
+
+    def lane_of(self, vp: int) -> str:
+        """The lane ("" the trunk) of ``vp``, active or closed: a VP never changes lane."""
+        return self.opening_epoch(vp).lane_of(vp)
 
     # --- VPs ----------------------------------------------------------------------------
 
@@ -213,12 +295,12 @@ class TopicLayout:
     def plan_split(self, vp: int, cut: Sequence[int], fed_through: Sequence[int]) -> SplitEpoch:
         """Split active ``vp`` at its range's midpoint into two new VPs, from ``cut`` on."""
         self._require_active(vp)
-        if len(self.current.ranges) + 1 > self.config.virtual_partitions_max:
+        if len(self.current.vp_ids) + 1 > self.config.virtual_partitions_max:
             raise InvalidReshard(
-                f"splitting VP {vp} would make {len(self.current.ranges) + 1} virtual partitions, more "
+                f"splitting VP {vp} would make {len(self.current.vp_ids) + 1} virtual partitions, more "
                 f"than virtual_partitions_max={self.config.virtual_partitions_max}: raise the limit or merge first"
             )
-        parent_range = self.current.ranges.range_of(vp)
+        parent_range = self.current.range_of(vp)
         assert parent_range is not None
         if not parent_range.can_split():
             raise InvalidReshard(f"VP {vp} owns the single hash {parent_range.start:#x} and cannot be split")
@@ -230,7 +312,12 @@ class TopicLayout:
         """Merge active VPs with adjacent ranges into one new VP, from ``cut`` on."""
         self._require_active(first)
         self._require_active(second)
-        ranges = self.current.ranges
+        if self.current.lane_of(first) != self.current.lane_of(second):
+            raise InvalidReshard(
+                f"VPs {first} and {second} are in different lanes ({self.current.lane_of(first)!r}, "
+                f"{self.current.lane_of(second)!r}): only VPs of one lane can be merged"
+            )
+        ranges = self.current.lane_ranges(self.current.lane_id(self.current.lane_of(first)))
         first_range, second_range = ranges.range_of(first), ranges.range_of(second)
         assert first_range is not None and second_range is not None
         if first == second:
@@ -264,8 +351,38 @@ class TopicLayout:
                     f"fed under split epoch {self.current.epoch} (fed through {fed}, epoch cut "
                     f"{previous}): re-read the feeders' progress and plan again"
                 )
-        ranges = self.current.ranges.replace(parents, children)
-        return SplitEpoch(self.current.epoch + 1, ranges, cut, parents, tuple(vp for _, vp in children))
+        lane = self.current.lane_of(parents[0])
+        replaced = self.current.lane_ranges(self.current.lane_id(lane)).replace(parents, children)
+        ranges, lanes = self.current.with_lane_ranges(lane, replaced)
+        return SplitEpoch(self.current.epoch + 1, ranges, cut, parents, tuple(vp for _, vp in children), lanes)
+
+    def plan_open_lane(self, lane: str) -> SplitEpoch:
+        """The epoch that opens lane ``lane`` with one VP owning its whole hash space.
+
+        Its cut is the current one: no record of the lane exists yet (its producers wait for
+        this epoch), and no other lane's layout changes, so no feeder has to stop.
+        ``LanesExhausted`` past ``lanes_max``; a lane already open is the caller's to reuse.
+        """
+        assert lane != TRUNK and self.current.lane_id(lane) is None, f"lane {lane!r} is open already"
+        if len(self.current.lanes) + 1 > self.config.lanes_max:
+            raise LanesExhausted(
+                f"the topic has {len(self.current.lanes)} lanes, lanes_max={self.config.lanes_max}: lane "
+                f"{lane!r} cannot be opened; send it to an existing lane or raise lanes_max"
+            )
+        if len(self.current.vp_ids) + 1 > self.config.virtual_partitions_max:
+            raise InvalidReshard(
+                f"opening lane {lane!r} would make {len(self.current.vp_ids) + 1} virtual partitions, more "
+                f"than virtual_partitions_max={self.config.virtual_partitions_max}: raise the limit or merge first"
+            )
+        if len(self.epochs) + 1 > self.config.split_epochs_max:
+            raise InvalidReshard(
+                f"the topic already has {len(self.epochs)} split epochs, split_epochs_max="
+                f"{self.config.split_epochs_max}: raise the limit"
+            )
+        vp = self.next_vp_id
+        current = self.current
+        return SplitEpoch(current.epoch + 1, current.ranges, current.cut, (), (vp,),
+                          current.lanes + ((lane, RangeMap.even(1, vp)),))
 
     # --- parent before child ------------------------------------------------------------
 
@@ -331,7 +448,7 @@ class TopicLayout:
         if vp in self._closed:
             raise UnknownVirtualPartition(
                 f"virtual partition {vp} was closed by split epoch {self._closed[vp]}: the active "
-                f"VPs are {sorted(self.current.ranges.vp_ids)}"
+                f"VPs are {sorted(self.current.vp_ids)}"
             )
 
 
@@ -349,8 +466,9 @@ class MergeStep:
     second: int
 
 
-def next_scale_step(layout: TopicLayout, virtual_partitions: int) -> SplitStep | MergeStep | None:
-    """The next split or merge that moves the active VP count toward ``virtual_partitions``.
+def next_scale_step(layout: TopicLayout, virtual_partitions: int, lane: str = TRUNK) -> SplitStep | MergeStep | None:
+    """The next split or merge that moves lane ``lane``'s active VP count (the trunk's unless
+    named) toward ``virtual_partitions``.
 
     It splits the widest range and merges the adjacent pair with the narrowest union (lowest
     hash first on ties), so ranges stay as even as they can: 4 -> 8 -> 4 ends with the ranges
@@ -362,7 +480,10 @@ def next_scale_step(layout: TopicLayout, virtual_partitions: int) -> SplitStep |
             f"virtual_partitions={virtual_partitions} is out of range: a topic keeps 1 to "
             f"virtual_partitions_max={maximum} virtual partitions; choose a count in that range"
         )
-    items = layout.current.ranges.items()
+    lane_id = layout.current.lane_id(lane)
+    if lane_id is None:
+        raise UnknownLane(f"lane {lane!r} is not open: it opens with its first message")
+    items = layout.current.lane_ranges(lane_id).items()
     if len(items) < virtual_partitions:
         _, widest = max(items, key=lambda item: (item[0].width, -item[0].start))
         return SplitStep(widest)
@@ -374,13 +495,23 @@ def next_scale_step(layout: TopicLayout, virtual_partitions: int) -> SplitStep |
 
 
 def _check_change(previous: SplitEpoch, epoch: SplitEpoch) -> None:
-    """Assert that ``epoch`` changes ``previous`` by exactly its parents -> children."""
+    """Assert that ``epoch`` changes ``previous`` by exactly its parents -> children, or opens one lane."""
     assert all(new >= old for new, old in zip(epoch.cut, previous.cut)), (previous.cut, epoch.cut)
-    assert set(epoch.parents) <= set(previous.ranges.vp_ids), (epoch.parents, previous.ranges.vp_ids)
-    assert not set(epoch.children) & set(previous.ranges.vp_ids), (epoch.children, previous.ranges.vp_ids)
-    children = [(epoch.ranges.range_of(vp), vp) for vp in epoch.children]
-    assert previous.ranges.replace(epoch.parents, children) == epoch.ranges, "an epoch touched other VPs"
-    parent_ranges = sorted(previous.ranges.range_of(vp) for vp in epoch.parents)
+    assert set(epoch.parents) <= set(previous.vp_ids), (epoch.parents, previous.vp_ids)
+    assert not set(epoch.children) & set(previous.vp_ids), (epoch.children, previous.vp_ids)
+    if epoch.opens_lane:
+        (vp,) = epoch.children
+        assert epoch.cut == previous.cut and epoch.ranges == previous.ranges, "opening a lane moves nothing"
+        assert epoch.lanes[:-1] == previous.lanes and epoch.lanes[-1][1] == RangeMap.even(1, vp), epoch.lanes
+        return
+    lane = previous.lane_of(epoch.parents[0])
+    assert all(previous.lane_of(vp) == lane for vp in epoch.parents), f"parents in two lanes: {epoch.parents}"
+    before = previous.lane_ranges(previous.lane_id(lane))
+    after = epoch.lane_ranges(epoch.lane_id(lane))
+    assert (epoch.ranges, epoch.lanes) == previous.with_lane_ranges(lane, after), "an epoch touched another lane"
+    children = [(after.range_of(vp), vp) for vp in epoch.children]
+    assert before.replace(epoch.parents, children) == after, "an epoch touched other VPs"
+    parent_ranges = sorted(before.range_of(vp) for vp in epoch.parents)
     union = parent_ranges[0] if len(parent_ranges) == 1 else parent_ranges[0].merge(parent_ranges[1])
     child_ranges = tuple(sorted(r for r, _ in children))
     assert child_ranges == (union.split() if len(child_ranges) == 2 else (union,)), (parent_ranges, child_ranges)

@@ -64,18 +64,30 @@ class VirtualPartitionState:
 
 
 def epoch_to_json(epoch: SplitEpoch) -> dict:
-    return {
+    value = {
         "epoch": epoch.epoch,
-        "ranges": [[hash_range.start, hash_range.end, vp] for hash_range, vp in epoch.ranges.items()],
+        "ranges": _ranges_to_json(epoch.ranges),
         "cut": list(epoch.cut),
         "parents": list(epoch.parents),
         "children": list(epoch.children),
     }
+    if epoch.lanes:  # absent in a topic without lanes, as in every epoch written before lanes existed
+        value["lanes"] = [[name, _ranges_to_json(ranges)] for name, ranges in epoch.lanes]
+    return value
 
 
 def epoch_from_json(value: dict) -> SplitEpoch:
-    ranges = RangeMap.of((HashRange(start, end), vp) for start, end, vp in value["ranges"])
-    return SplitEpoch(value["epoch"], ranges, tuple(value["cut"]), tuple(value["parents"]), tuple(value["children"]))
+    lanes = tuple((name, _ranges_from_json(ranges)) for name, ranges in value.get("lanes", ()))
+    return SplitEpoch(value["epoch"], _ranges_from_json(value["ranges"]), tuple(value["cut"]),
+                      tuple(value["parents"]), tuple(value["children"]), lanes)
+
+
+def _ranges_to_json(ranges: RangeMap) -> list:
+    return [[hash_range.start, hash_range.end, vp] for hash_range, vp in ranges.items()]
+
+
+def _ranges_from_json(value: list) -> RangeMap:
+    return RangeMap.of((HashRange(start, end), vp) for start, end, vp in value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -121,6 +121,6 @@ def plan_children(epoch: SplitEpoch, read_replicas: int, read_nodes: Sequence[st
         )
     assignment = assign_replicas(len(epoch.children), read_replicas, read_nodes, start=epoch.children[0])
     return tuple(
-        VirtualPartitionState(vp, epoch.ranges.range_of(vp), replicas[0], 0, tuple(replicas), tuple(replicas))
+        VirtualPartitionState(vp, epoch.range_of(vp), replicas[0], 0, tuple(replicas), tuple(replicas))
         for vp, replicas in zip(epoch.children, assignment)
     )
