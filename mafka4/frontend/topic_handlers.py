@@ -10,6 +10,7 @@ controller's result, as ``client.admin.Admin`` does from a Ray driver, through t
    whatever the client checked, and a bad one is ``InvalidTopicName`` / ``InvalidConfig``;
 2. the principal, through the port's own check (so a refusal is logged and counted): CREATE on
    the topic, or on the cluster (Kafka accepts either); DELETE on the topic; ALTER to scale;
+   PRODUCE on the topic to open a lane (a producer's first message in it: no admin step);
 3. the topic, read from etcd: a create of a topic that exists is ``TopicExists``, a delete or
    scale of one that does not is ``UnknownTopic``.
 
@@ -28,7 +29,7 @@ from typing import Callable, TypeVar
 from mafka4.frontend.admin_handlers import Check
 from mafka4.frontend.thread_slots import ThreadSlots
 from mafka4.frontend.topic_description import describe_topic
-from mafka4.frontend.topic_intents import create_topic, delete_topic, scale_topic
+from mafka4.frontend.topic_intents import create_topic, delete_topic, open_lane, scale_topic
 from mafka4.limits import NODE_INTENT_REQUESTS_IN_FLIGHT_MAX
 from mafka4.metadata.store import MetadataStore
 from mafka4.protocol.messages import ApiKey
@@ -37,7 +38,7 @@ from mafka4.protocol.metadata_topics import topic_info
 from mafka4.protocol.server import Handler
 from mafka4.protocol.session import Session
 from mafka4.names import validate_topic_name
-from mafka4.protocol.topic_admin_api import (EpochInfo, TopicCreateRequest, TopicDeleteAnswer, TopicDeleteRequest,
+from mafka4.protocol.topic_admin_api import (EpochInfo, LaneOpenAnswer, LaneOpenRequest, TopicCreateRequest, TopicDeleteAnswer, TopicDeleteRequest,
                                              TopicDescribeAnswer, TopicDescribeRequest, TopicScaleAnswer,
                                              TopicScaleRequest, config_of, description_answer)
 from mafka4.security.acl import CLUSTER_RESOURCE, Operation, ResourceType
@@ -58,7 +59,8 @@ class TopicHandlers:
 
     def handlers(self) -> dict[ApiKey, Handler]:
         return {ApiKey.TOPIC_CREATE: self._create, ApiKey.TOPIC_DELETE: self._delete,
-                ApiKey.TOPIC_DESCRIBE: self._describe, ApiKey.TOPIC_SCALE: self._scale}
+                ApiKey.TOPIC_DESCRIBE: self._describe, ApiKey.TOPIC_SCALE: self._scale,
+                ApiKey.LANE_OPEN: self._open_lane}
 
     async def _create(self, session: Session, request: TopicCreateRequest, _buffers) -> tuple[TopicInfo, tuple]:
         config = config_of(request)
@@ -82,6 +84,13 @@ class TopicHandlers:
         epochs = await self._on_thread(scale_topic, request.name, request.virtual_partitions)
         return TopicScaleAnswer(tuple(EpochInfo(epoch.epoch, epoch.parents, epoch.children, epoch.cut)
                                       for epoch in epochs)), ()
+
+    async def _open_lane(self, session: Session, request: LaneOpenRequest, _buffers) -> tuple[LaneOpenAnswer, tuple]:
+        # A lane opens on its first message, with no admin step: producing to the topic is the right
+        # it takes (in mafka3 mode too, where it creates the lane's own topic).
+        self._check(session, Operation.PRODUCE, ResourceType.TOPIC, request.name)
+        opened = await self._on_thread(open_lane, request.name, request.lane)
+        return LaneOpenAnswer(opened.topic, opened.lane_id), ()
 
     async def _on_thread(self, change: Callable[..., T], *args) -> T:
         """``change(store, cluster, *args)``, one of ``topic_intents``'s or ``describe_topic``, on a thread."""

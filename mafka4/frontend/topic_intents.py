@@ -1,6 +1,6 @@
 """A topic change asked of the controller: checked against etcd, written as an intent, awaited.
 
-What a node does for a client's TOPIC_CREATE, TOPIC_DELETE and TOPIC_SCALE
+What a node does for a client's TOPIC_CREATE, TOPIC_DELETE, TOPIC_SCALE and LANE_OPEN
 (``frontend.topic_handlers``), and what ``client.admin.Admin`` does from a Ray driver until it
 moves onto the client port: one implementation for both. The topic is read from etcd (not from
 a watched view, which may not have seen a change just made), so a create of a topic that exists
@@ -12,17 +12,20 @@ error raised as its own class. Every call blocks on etcd.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from mafka4.errors import TopicExists
-from mafka4.limits import RESHARD_INTENT_WAIT_S, TOPIC_INTENT_WAIT_S, TopicConfig
+from mafka4.limits import RESHARD_INTENT_WAIT_S, TOPIC_INTENT_WAIT_S, ReadMode, TopicConfig
 from mafka4.metadata import intents
 from mafka4.metadata.intents import IntentKind
 from mafka4.metadata.store import MetadataStore
-from mafka4.names import validate_topic_name
+from mafka4.names import validate_lane_name, validate_topic_name
 from mafka4.physical.partition_state import TopicMetadata, config_to_json
 from mafka4.physical.topic_leftovers import absent_topic
 from mafka4.physical.topics import TopicStore
 from mafka4.virtual.layout import SplitEpoch
 from mafka4.virtual.vp_state import epoch_from_json
+from mafka4.virtual.vp_store import VirtualStore
 
 
 def create_topic(store: MetadataStore, cluster: str, name: str, config: TopicConfig,
@@ -65,3 +68,45 @@ def scale_topic(store: MetadataStore, cluster: str, name: str, virtual_partition
 def epochs_of(result: dict) -> list[SplitEpoch]:
     """The epochs of a reshard intent's result (``control.intent_worker``'s ``{"epochs": [...]}``)."""
     return [epoch_from_json(epoch) for epoch in result["epochs"]]
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedLane:
+    """Where a lane's messages go: lane ``lane_id`` of the topic itself (a mafka4-mode topic), or,
+    in mafka3 mode, topic ``topic`` of its own (``<topic>.<lane>``, lane id 0)."""
+
+    topic: str
+    lane_id: int
+
+
+def lane_topic_name(topic: str, lane: str) -> str:
+    """The topic that holds lane ``lane`` of mafka3-mode ``topic``: isolation the old way, one queue per lane."""
+    return validate_topic_name(f"{topic}.{lane}")
+
+
+def open_lane(store: MetadataStore, cluster: str, topic: str, lane: str,
+              wait_s: float = RESHARD_INTENT_WAIT_S) -> OpenedLane:
+    """Where lane ``lane`` of ``topic`` is, opening it if this is its first message.
+
+    A mafka4-mode topic opens the lane in its own layout (``control.resharding.Resharder.open_lane``,
+    by an intent the controller carries out; no physical partition is added). A mafka3-mode topic
+    has no read side to hold lanes: the lane is topic ``<topic>.<lane>``, created with the topic's
+    own config the first time (the way isolation worked before queue merging, and what
+    ``mafka4 experiment`` compares against). A lane already open costs one etcd read.
+    """
+    validate_lane_name(lane)
+    metadata = TopicStore(store, cluster).get(validate_topic_name(topic))
+    config = metadata.config
+    if config.read_mode is ReadMode.MAFKA3:
+        name = lane_topic_name(topic, lane)
+        if not TopicStore(store, cluster).exists(name):
+            try:
+                create_topic(store, cluster, name, config, wait_s)
+            except TopicExists:
+                pass  # another producer of the lane created it first
+        return OpenedLane(name, 0)
+    layout = VirtualStore(store, cluster).layout(topic, config.partitions, config.virtual_config())
+    known = layout.current.lane_id(lane)
+    if known is None:
+        known = int(intents.request(store, cluster, IntentKind.OPEN_LANE, topic, {"lane": lane}, wait_s)["lane_id"])
+    return OpenedLane(topic, known)

@@ -43,6 +43,7 @@ class IntentKind(enum.Enum):
     SPLIT = "split"
     MERGE = "merge"
     SCALE = "scale"
+    OPEN_LANE = "open_lane"
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ serves it (``metrics.families.controller_families``) from the metrics server its
   last win, and ``active`` whether it is the active controller now;
 * ``leader_elections`` by kind: a new leader (epoch) written for a physical partition
   (``partition``) or a VP (``vp``) by a failover or repair;
-* ``reshards`` by kind: ``split`` and ``merge`` epochs stored;
+* ``reshards`` by kind: ``split``, ``merge`` and ``open_lane`` epochs stored;
 * ``read_node_scaling`` by kind: the read-node scaling decisions (``add``, ``release``, ``hold``).
 
 The controller's loop, its intent worker and its upkeep count from their own threads: a lock
@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 
 LEADER_ELECTION_KINDS = ("partition", "vp")
-RESHARD_KINDS = ("split", "merge")
+RESHARD_KINDS = ("split", "merge", "open_lane")
 READ_NODE_SCALING_KINDS = ("add", "release", "hold")
 
 
@@ -74,6 +74,8 @@ class ControllerCounters:
 
 
 def reshard_kind(parents: int, children: int) -> str:
-    """``split`` or ``merge``: what a reshard of ``parents`` VPs into ``children`` is."""
-    assert parents >= 1 and children >= 1 and parents != children, (parents, children)
+    """``split``, ``merge`` or ``open_lane``: what a reshard of ``parents`` VPs into ``children`` is."""
+    assert children >= 1 and parents != children, (parents, children)
+    if parents == 0:
+        return "open_lane"
     return "split" if children > parents else "merge"

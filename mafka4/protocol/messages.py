@@ -75,6 +75,7 @@ class ApiKey(enum.IntEnum):
     ACL_ADD = 27
     ACL_REMOVE = 28
     ACL_LIST = 29
+    LANE_OPEN = 30  # protocol.topic_admin_api
 
 
 class Kind(enum.Enum):

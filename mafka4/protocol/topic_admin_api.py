@@ -1,4 +1,4 @@
-"""The admin APIs of topics: TOPIC_CREATE, TOPIC_DELETE, TOPIC_DESCRIBE and TOPIC_SCALE, and what a create request means.
+"""The admin APIs of topics: TOPIC_CREATE, TOPIC_DELETE, TOPIC_DESCRIBE, TOPIC_SCALE and LANE_OPEN, and what a create request means.
 
 A node does not change the topic itself: it checks the request and the principal, writes an
 intent for the controller and answers with the intent's result (``frontend.topic_handlers``), so
@@ -93,6 +93,23 @@ class TopicScaleAnswer:
 
 
 @dataclass(frozen=True, slots=True)
+class LaneOpenRequest:
+    """Where lane ``lane`` of topic ``name`` is, opened if it is not yet (a producer's first message in it)."""
+
+    name: str
+    lane: str
+
+
+@dataclass(frozen=True, slots=True)
+class LaneOpenAnswer:
+    """``frontend.topic_intents.OpenedLane``: the lane's id in ``name``'s layout, or (mafka3 mode) the
+    topic ``name`` that holds the lane, with lane id 0."""
+
+    name: str
+    lane_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class TopicDescribeRequest:
     """Describe topic ``name``: its config, partitions and VPs with what their leaders report."""
 
@@ -157,3 +174,4 @@ register(ApiKey.TOPIC_CREATE, TopicCreateRequest, TopicInfo)  # the topic as the
 register(ApiKey.TOPIC_DELETE, TopicDeleteRequest, TopicDeleteAnswer)
 register(ApiKey.TOPIC_DESCRIBE, TopicDescribeRequest, TopicDescribeAnswer)
 register(ApiKey.TOPIC_SCALE, TopicScaleRequest, TopicScaleAnswer)
+register(ApiKey.LANE_OPEN, LaneOpenRequest, LaneOpenAnswer)

@@ -41,7 +41,8 @@ trunk is lane 0, the records without one. Every lane has its own layout of the h
 (``SplitEpoch.lane_ranges``): the trunk's is ``ranges``, and each opened lane's is in
 ``lanes``, in opening order, so lane id ``i >= 1`` is ``lanes[i - 1]``. A lane's VPs take VP
 ids from the topic's one sequence and split and merge only with each other, so per-key order
-holds within a lane exactly as in the trunk. A third kind of epoch **opens a lane**: no
+holds within a lane exactly as in the trunk. A lane's ``LanePolicy`` (its fallback and its
+priority, for consumer groups) is set when it opens, in the same epoch. A third kind of epoch **opens a lane**: no
 parents, one child owning the lane's whole hash space, and the previous epoch's cut (nothing
 moves: a lane's first record is produced only once its epoch is stored, so no record of it
 lies below that cut, and every other lane's layout is unchanged). Lanes are never closed.
@@ -60,12 +61,37 @@ import bisect
 from dataclasses import dataclass
 from typing import AbstractSet, Mapping, Sequence
 
-from mafka4.errors import InvalidReshard, LanesExhausted, ReshardConflict, UnknownLane, UnknownVirtualPartition
+from mafka4.errors import InvalidConfig, InvalidReshard, LanesExhausted, ReshardConflict, UnknownLane, UnknownVirtualPartition
 from mafka4.limits import VirtualConfig
 from mafka4.virtual.ranges import HashRange, RangeMap
 
 TRUNK = ""  # the trunk's lane name: the records that carry no lane
 TRUNK_ID = 0  # its lane id; lane i >= 1 is SplitEpoch.lanes[i - 1]
+FALLBACK_TRUNK = "trunk"  # swimlane semantics: with no reader of its own, a group's trunk readers read the lane
+FALLBACK_NONE = "none"  # environment/SET semantics: the lane's messages wait for its own readers
+FALLBACKS = (FALLBACK_TRUNK, FALLBACK_NONE)
+PRIORITY_MAX = 9  # lane priorities are 0..9, higher served first (Mafka3's message priority levels)
+
+
+@dataclass(frozen=True, slots=True)
+class LanePolicy:
+    """How consumer groups treat a lane: who reads it when none of a group's members reads it
+    (``fallback``), and its ``priority`` for a member that reads several lanes. Fixed when the
+    lane opens (it is part of the opening epoch, which every group reads anyway)."""
+
+    fallback: str = FALLBACK_TRUNK
+    priority: int = 0
+
+    def __post_init__(self) -> None:
+        if self.fallback not in FALLBACKS:
+            raise InvalidConfig(f"lane fallback={self.fallback!r}: choose {FALLBACK_TRUNK!r} (the trunk's readers read "
+                                f"the lane while it has none) or {FALLBACK_NONE!r} (its messages wait for its readers)")
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int) or not 0 <= self.priority <= PRIORITY_MAX:
+            raise InvalidConfig(f"lane priority={self.priority!r}: choose an integer from 0 to {PRIORITY_MAX} "
+                                f"(higher is served first)")
+
+
+DEFAULT_POLICY = LanePolicy()
 
 # --- layout history ---------------------------------------------------------------------------
 
@@ -80,6 +106,8 @@ class SplitEpoch:
     parents: tuple[int, ...]
     children: tuple[int, ...]
     lanes: tuple[tuple[str, RangeMap], ...] = ()  # (name, layout) of each opened lane, lane id = index + 1
+    # The lanes' policies, by the same index (filled with DEFAULT_POLICY when given short).
+    policies: tuple[LanePolicy, ...] = ()
 
     def __post_init__(self) -> None:
         assert self.epoch >= 0 and all(offset >= 0 for offset in self.cut), (self.epoch, self.cut)
@@ -88,6 +116,9 @@ class SplitEpoch:
         assert len({name for name, _ in self.lanes}) == len(self.lanes) and all(name for name, _ in self.lanes), self.lanes
         assert set(self.children) <= set(active), (self.children, active)
         assert not set(self.parents) & set(active), (self.parents, active)
+        assert len(self.policies) <= len(self.lanes), (self.policies, self.lanes)
+        if len(self.policies) < len(self.lanes):  # one policy per lane, so that equal epochs compare equal
+            object.__setattr__(self, "policies", self.policies + (DEFAULT_POLICY,) * (len(self.lanes) - len(self.policies)))
         if self.epoch == 0:
             assert not self.parents and set(self.children) == set(self.ranges.vp_ids) and not self.lanes
             assert not any(self.cut), f"epoch 0 starts at offset 0 everywhere, not {self.cut}"
@@ -116,6 +147,11 @@ class SplitEpoch:
         if lane_id == TRUNK_ID:
             return self.ranges
         return self.lanes[lane_id - 1][1] if 0 < lane_id <= len(self.lanes) else None
+
+    def lane_policy(self, name: str) -> LanePolicy:
+        """The policy of lane ``name`` (the trunk and a lane not open here: the default)."""
+        lane_id = self.lane_id(name)
+        return self.policies[lane_id - 1] if lane_id else DEFAULT_POLICY
 
     def lane_id(self, name: str) -> int | None:
         """The id of lane ``name`` ("" the trunk: 0), or None if it is not open in this epoch."""
@@ -354,10 +390,11 @@ class TopicLayout:
         lane = self.current.lane_of(parents[0])
         replaced = self.current.lane_ranges(self.current.lane_id(lane)).replace(parents, children)
         ranges, lanes = self.current.with_lane_ranges(lane, replaced)
-        return SplitEpoch(self.current.epoch + 1, ranges, cut, parents, tuple(vp for _, vp in children), lanes)
+        return SplitEpoch(self.current.epoch + 1, ranges, cut, parents, tuple(vp for _, vp in children), lanes,
+                          self.current.policies)
 
-    def plan_open_lane(self, lane: str) -> SplitEpoch:
-        """The epoch that opens lane ``lane`` with one VP owning its whole hash space.
+    def plan_open_lane(self, lane: str, policy: LanePolicy = DEFAULT_POLICY) -> SplitEpoch:
+        """The epoch that opens lane ``lane`` with ``policy`` and one VP owning its whole hash space.
 
         Its cut is the current one: no record of the lane exists yet (its producers wait for
         this epoch), and no other lane's layout changes, so no feeder has to stop.
@@ -382,7 +419,7 @@ class TopicLayout:
         vp = self.next_vp_id
         current = self.current
         return SplitEpoch(current.epoch + 1, current.ranges, current.cut, (), (vp,),
-                          current.lanes + ((lane, RangeMap.even(1, vp)),))
+                          current.lanes + ((lane, RangeMap.even(1, vp)),), current.policies + (policy,))
 
     # --- parent before child ------------------------------------------------------------
 
@@ -503,12 +540,14 @@ def _check_change(previous: SplitEpoch, epoch: SplitEpoch) -> None:
         (vp,) = epoch.children
         assert epoch.cut == previous.cut and epoch.ranges == previous.ranges, "opening a lane moves nothing"
         assert epoch.lanes[:-1] == previous.lanes and epoch.lanes[-1][1] == RangeMap.even(1, vp), epoch.lanes
+        assert all(previous.lane_policy(name) == epoch.lane_policy(name) for name in previous.lane_names), "policies"
         return
     lane = previous.lane_of(epoch.parents[0])
     assert all(previous.lane_of(vp) == lane for vp in epoch.parents), f"parents in two lanes: {epoch.parents}"
     before = previous.lane_ranges(previous.lane_id(lane))
     after = epoch.lane_ranges(epoch.lane_id(lane))
     assert (epoch.ranges, epoch.lanes) == previous.with_lane_ranges(lane, after), "an epoch touched another lane"
+    assert all(previous.lane_policy(name) == epoch.lane_policy(name) for name in previous.lane_names), "policies"
     children = [(after.range_of(vp), vp) for vp in epoch.children]
     assert before.replace(epoch.parents, children) == after, "an epoch touched other VPs"
     parent_ranges = sorted(before.range_of(vp) for vp in epoch.parents)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mafka4.virtual.layout import SplitEpoch, TopicLayout
+from mafka4.virtual.layout import LanePolicy, SplitEpoch, TopicLayout
 from mafka4.virtual.ranges import HashRange, RangeMap
 
 
@@ -72,14 +72,21 @@ def epoch_to_json(epoch: SplitEpoch) -> dict:
         "children": list(epoch.children),
     }
     if epoch.lanes:  # absent in a topic without lanes, as in every epoch written before lanes existed
-        value["lanes"] = [[name, _ranges_to_json(ranges)] for name, ranges in epoch.lanes]
+        value["lanes"] = [[name, _ranges_to_json(ranges), _policy_to_json(epoch.lane_policy(name))]
+                          for name, ranges in epoch.lanes]
     return value
 
 
 def epoch_from_json(value: dict) -> SplitEpoch:
-    lanes = tuple((name, _ranges_from_json(ranges)) for name, ranges in value.get("lanes", ()))
+    lanes = value.get("lanes", ())
     return SplitEpoch(value["epoch"], _ranges_from_json(value["ranges"]), tuple(value["cut"]),
-                      tuple(value["parents"]), tuple(value["children"]), lanes)
+                      tuple(value["parents"]), tuple(value["children"]),
+                      tuple((lane[0], _ranges_from_json(lane[1])) for lane in lanes),
+                      tuple(LanePolicy(**lane[2]) for lane in lanes))
+
+
+def _policy_to_json(policy: LanePolicy) -> dict:
+    return {"fallback": policy.fallback, "priority": policy.priority}
 
 
 def _ranges_to_json(ranges: RangeMap) -> list:

@@ -6,8 +6,8 @@ every ``INTENT_IDLE_LOOK_INTERVAL_S``), and for each pending intent (``metadata.
 
 1. marks it started by a compare-and-swap fenced by the controller's key (a client that gave up
    can then no longer withdraw it, and a deposed controller starts nothing);
-2. carries it out: ``topic_control.create_topic`` / ``delete_topic``, or a split, merge or scale
-   by ``control.resharding.Resharder`` (whose epoch transaction is fenced by the controller's
+2. carries it out: ``topic_control.create_topic`` / ``delete_topic``, or a split, merge, scale
+   or lane opening by ``control.resharding.Resharder`` (whose epoch transaction is fenced by the controller's
    key too, so a reshard still running when this controller was deposed stores nothing);
 3. writes the result under a lease of ``intent_result_ttl_s`` and deletes the intent in one
    transaction fenced by the controller's key.
@@ -136,6 +136,9 @@ class IntentWorker:
             stamps = [("intent_taken", taken_ms)] if intent.args.get("trace") else None
             done = self._reshaped(topic, [resharder.split(topic, int(intent.args["vp"]), stamps)])
             return done if stamps is None else {**done, "trace": stamps}
+        if intent.kind is IntentKind.OPEN_LANE:
+            lane_id, opened = resharder.open_lane(topic, str(intent.args["lane"]))
+            return {**self._reshaped(topic, [] if opened is None else [opened]), "lane_id": lane_id}
         if intent.kind is IntentKind.MERGE:
             return self._reshaped(topic, [resharder.merge(topic, int(intent.args["first"]), int(intent.args["second"]))])
         assert intent.kind is IntentKind.SCALE, intent

@@ -160,6 +160,38 @@ class Resharder:
                     raise
                 logger.warning("%s: reshard step %s failed (%s); planning it again", topic, step, error)
 
+    def open_lane(self, topic: str, lane: str) -> tuple[int, Resharded | None]:
+        """Open lane ``lane`` of ``topic`` (one VP owning the lane's whole hash space); its lane id, and
+        the epoch stored (None: the lane was open already).
+
+        No stream is held: the epoch keeps the current cut and changes no other lane's layout
+        (``TopicLayout.plan_open_lane``), so a feed stream that meets the lane's first record before
+        its view holds the epoch only waits for the view (``feed_plan.plan_round``). The epoch and the
+        child's VP key are created in one transaction fenced as a split's; losing a race with
+        another epoch is retried from a new read, at most ``step_attempts_max`` times.
+        """
+        for attempt in range(1, self._config.step_attempts_max + 1):
+            inputs = self.read(topic)
+            known = inputs.layout.current.lane_id(lane)
+            if known is not None:
+                return known, None
+            epoch = inputs.layout.plan_open_lane(lane)
+            children = plan_children(epoch, inputs.config.read_replicas, placeable_read_nodes(
+                inputs.read_nodes, inputs.liveness.keys(), inputs.leaving, inputs.config.read_replicas))
+            if not self._store_epoch(inputs, epoch, children, {}):
+                logger.warning("%s: opening lane %r lost a race with another epoch (attempt %d); planning again",
+                               topic, lane, attempt)
+                continue
+            self._handles.follow_liveness(inputs.liveness)
+            refused = host_states(self._cluster, topic, inputs.config, children,
+                                  timeout_s=self._config.call_timeout_ms / 1000, handles=self._handles)
+            unhosted = tuple(sorted({s.vp for s in children if refused.get(s.leader)}))
+            logger.warning("%s: lane %r opened by split epoch %d with VP %d%s", topic, lane, epoch.epoch,
+                           epoch.children[0], f"; not hosted yet: {unhosted}" if unhosted else "")
+            return epoch.lane_id(lane), Resharded(epoch, unhosted)
+        raise ReshardConflict(f"topic {topic!r}: lane {lane!r} could not be opened, every attempt lost a race with "
+                              f"another split epoch; retry")
+
     def read(self, topic: str) -> ReshardInputs:
         """Everything a reshard of ``topic`` plans with, in one etcd round trip: the topic's config,
         split epochs and VP states, the registered nodes and the read nodes' liveness keys.
