@@ -29,7 +29,7 @@ from typing import Callable, TypeVar
 from mafka4.frontend.admin_handlers import Check
 from mafka4.frontend.thread_slots import ThreadSlots
 from mafka4.frontend.topic_description import describe_topic
-from mafka4.frontend.topic_intents import create_topic, delete_topic, open_lane, scale_topic
+from mafka4.frontend.topic_intents import create_topic, delete_topic, open_lane, policy_asked, scale_topic
 from mafka4.limits import NODE_INTENT_REQUESTS_IN_FLIGHT_MAX
 from mafka4.metadata.store import MetadataStore
 from mafka4.protocol.messages import ApiKey
@@ -89,7 +89,8 @@ class TopicHandlers:
         # A lane opens on its first message, with no admin step: producing to the topic is the right
         # it takes (in mafka3 mode too, where it creates the lane's own topic).
         self._check(session, Operation.PRODUCE, ResourceType.TOPIC, request.name)
-        opened = await self._on_thread(open_lane, request.name, request.lane)
+        opened = await self._on_thread(open_lane, request.name, request.lane, policy_asked(request.fallback,
+                                                                                            request.priority))
         return LaneOpenAnswer(opened.topic, opened.lane_id), ()
 
     async def _on_thread(self, change: Callable[..., T], *args) -> T:

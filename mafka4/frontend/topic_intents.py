@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mafka4.errors import TopicExists
+from mafka4.errors import InvalidConfig, TopicExists
 from mafka4.limits import RESHARD_INTENT_WAIT_S, TOPIC_INTENT_WAIT_S, ReadMode, TopicConfig
 from mafka4.metadata import intents
 from mafka4.metadata.intents import IntentKind
@@ -23,7 +23,7 @@ from mafka4.names import validate_lane_name, validate_topic_name
 from mafka4.physical.partition_state import TopicMetadata, config_to_json
 from mafka4.physical.topic_leftovers import absent_topic
 from mafka4.physical.topics import TopicStore
-from mafka4.virtual.layout import SplitEpoch
+from mafka4.virtual.layout import DEFAULT_POLICY, LanePolicy, SplitEpoch
 from mafka4.virtual.vp_state import epoch_from_json
 from mafka4.virtual.vp_store import VirtualStore
 
@@ -84,9 +84,19 @@ def lane_topic_name(topic: str, lane: str) -> str:
     return validate_topic_name(f"{topic}.{lane}")
 
 
-def open_lane(store: MetadataStore, cluster: str, topic: str, lane: str,
+def policy_asked(fallback: str = "", priority: int = -1) -> LanePolicy | None:
+    """The policy a lane-open request asks for ("" and -1: any, None if both), as ``LanePolicy`` checks it."""
+    if not fallback and priority == -1:
+        return None
+    return LanePolicy(fallback or DEFAULT_POLICY.fallback, DEFAULT_POLICY.priority if priority == -1 else priority)
+
+
+def open_lane(store: MetadataStore, cluster: str, topic: str, lane: str, policy: LanePolicy | None = None,
               wait_s: float = RESHARD_INTENT_WAIT_S) -> OpenedLane:
-    """Where lane ``lane`` of ``topic`` is, opening it if this is its first message.
+    """Where lane ``lane`` of ``topic`` is, opening it (with ``policy``, else the default) if this is its first message.
+
+    A lane's policy is fixed when it opens: asking an open lane for another one is ``InvalidConfig``
+    (an environment lane is opened with ``fallback="none"`` before its first message).
 
     A mafka4-mode topic opens the lane in its own layout (``control.resharding.Resharder.open_lane``,
     by an intent the controller carries out; no physical partition is added). A mafka3-mode topic
@@ -97,7 +107,7 @@ def open_lane(store: MetadataStore, cluster: str, topic: str, lane: str,
     validate_lane_name(lane)
     metadata = TopicStore(store, cluster).get(validate_topic_name(topic))
     config = metadata.config
-    if config.read_mode is ReadMode.MAFKA3:
+    if config.read_mode is ReadMode.MAFKA3:  # no consumer group reads several topics: no policy to keep
         name = lane_topic_name(topic, lane)
         if not TopicStore(store, cluster).exists(name):
             try:
@@ -108,5 +118,15 @@ def open_lane(store: MetadataStore, cluster: str, topic: str, lane: str,
     layout = VirtualStore(store, cluster).layout(topic, config.partitions, config.virtual_config())
     known = layout.current.lane_id(lane)
     if known is None:
-        known = int(intents.request(store, cluster, IntentKind.OPEN_LANE, topic, {"lane": lane}, wait_s)["lane_id"])
+        wanted = policy or DEFAULT_POLICY
+        result = intents.request(store, cluster, IntentKind.OPEN_LANE, topic,
+                                 {"lane": lane, "fallback": wanted.fallback, "priority": wanted.priority}, wait_s)
+        known = int(result["lane_id"])
+        layout = VirtualStore(store, cluster).layout(topic, config.partitions, config.virtual_config())
+    held = layout.current.lane_policy(lane)
+    if policy is not None and held != policy:
+        raise InvalidConfig(f"lane {lane!r} of topic {topic!r} is open with fallback={held.fallback!r} "
+                            f"priority={held.priority}, not fallback={policy.fallback!r} priority={policy.priority}: "
+                            f"a lane's policy is fixed when it opens; open lanes that need another one before "
+                            f"their first message")
     return OpenedLane(topic, known)

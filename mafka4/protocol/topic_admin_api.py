@@ -94,10 +94,14 @@ class TopicScaleAnswer:
 
 @dataclass(frozen=True, slots=True)
 class LaneOpenRequest:
-    """Where lane ``lane`` of topic ``name`` is, opened if it is not yet (a producer's first message in it)."""
+    """Where lane ``lane`` of topic ``name`` is, opened if it is not yet (a producer's first message in
+    it, or an admin's open). ``fallback`` ("" any) and ``priority`` (-1 any): the policy it must have
+    (``layout.LanePolicy``); a lane it opens gets them (defaults for "" and -1)."""
 
     name: str
     lane: str
+    fallback: str = ""
+    priority: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,9 @@ from mafka4.metadata import keys
 from mafka4.metadata.intents import Intent, IntentKind, IntentResult
 from mafka4.metadata.store import Fence, MetadataStore
 from mafka4.metrics.controller_counters import ControllerCounters, reshard_kind
+from mafka4.names import validate_lane_name
 from mafka4.physical.partition_state import config_from_json
+from mafka4.virtual.layout import LanePolicy
 from mafka4.virtual.vp_state import epoch_to_json
 
 log = logging.getLogger("mafka4.controller")
@@ -137,7 +139,8 @@ class IntentWorker:
             done = self._reshaped(topic, [resharder.split(topic, int(intent.args["vp"]), stamps)])
             return done if stamps is None else {**done, "trace": stamps}
         if intent.kind is IntentKind.OPEN_LANE:
-            lane_id, opened = resharder.open_lane(topic, str(intent.args["lane"]))
+            policy = LanePolicy(str(intent.args["fallback"]), int(intent.args["priority"]))
+            lane_id, opened = resharder.open_lane(topic, validate_lane_name(str(intent.args["lane"])), policy)
             return {**self._reshaped(topic, [] if opened is None else [opened]), "lane_id": lane_id}
         if intent.kind is IntentKind.MERGE:
             return self._reshaped(topic, [resharder.merge(topic, int(intent.args["first"]), int(intent.args["second"]))])

@@ -83,7 +83,7 @@ from mafka4.names import validate_topic_name
 from mafka4.physical.topics import TopicStore
 from mafka4.transport.remote_errors import unwrap
 from mafka4.virtual.handles import ReadNodeHandles
-from mafka4.virtual.layout import MergeStep, SplitEpoch, SplitStep, TopicLayout, next_scale_step
+from mafka4.virtual.layout import DEFAULT_POLICY, LanePolicy, MergeStep, SplitEpoch, SplitStep, TopicLayout, next_scale_step
 from mafka4.virtual.vp_state import VirtualPartitionState, epoch_to_json
 from mafka4.virtual.vp_store import VirtualStore
 
@@ -160,8 +160,8 @@ class Resharder:
                     raise
                 logger.warning("%s: reshard step %s failed (%s); planning it again", topic, step, error)
 
-    def open_lane(self, topic: str, lane: str) -> tuple[int, Resharded | None]:
-        """Open lane ``lane`` of ``topic`` (one VP owning the lane's whole hash space); its lane id, and
+    def open_lane(self, topic: str, lane: str, policy: LanePolicy = DEFAULT_POLICY) -> tuple[int, Resharded | None]:
+        """Open lane ``lane`` of ``topic`` with ``policy`` (one VP owning the lane's whole hash space); its lane id, and
         the epoch stored (None: the lane was open already).
 
         No stream is held: the epoch keeps the current cut and changes no other lane's layout
@@ -175,7 +175,7 @@ class Resharder:
             known = inputs.layout.current.lane_id(lane)
             if known is not None:
                 return known, None
-            epoch = inputs.layout.plan_open_lane(lane)
+            epoch = inputs.layout.plan_open_lane(lane, policy)
             children = plan_children(epoch, inputs.config.read_replicas, placeable_read_nodes(
                 inputs.read_nodes, inputs.liveness.keys(), inputs.leaving, inputs.config.read_replicas))
             if not self._store_epoch(inputs, epoch, children, {}):
