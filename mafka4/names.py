@@ -44,3 +44,20 @@ def validate_lane_name(name: object) -> str:
     if problem is not None:
         raise InvalidLaneName(problem + " (a lane is named like a topic)")
     return name
+
+
+def validate_reader_lanes(lanes: object) -> tuple[str, ...]:
+    """The lanes a consumer reads, checked and in one form: sorted, each once, "" the trunk, and
+    ``()`` for a reader of the trunk alone (what every consumer was before lanes)."""
+    if isinstance(lanes, str) or not isinstance(lanes, (list, tuple, set, frozenset)):
+        raise InvalidLaneName(f"lanes={lanes!r}: give a list of lane names (\"\" names the trunk)")
+    names = sorted(set(lanes), key=str)
+    for name in names:
+        if name != "":
+            validate_lane_name(name)
+    return () if names == [""] else tuple(names)
+
+
+def lane_topic_name(topic: str, lane: str) -> str:
+    """The topic that holds lane ``lane`` of mafka3-mode ``topic``: isolation the old way, one queue per lane."""
+    return validate_topic_name(f"{topic}.{lane}")

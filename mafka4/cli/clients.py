@@ -19,6 +19,8 @@ def add_commands(commands) -> None:
     produce.add_argument("--compression", choices=[str(codec) for codec in Codec],
                          help=f"codec of every batch sent, recorded in the batch so readers need not be told "
                               f"(default: ${COMPRESSION_ENV} if set, else none)")
+    produce.add_argument("--lane", help="send every line in this lane of the topic (opened by its first message; "
+                                        "default: the trunk)")
     produce.set_defaults(run=_cmd_produce)
 
     consume = commands.add_parser("consume", help="print committed messages of every partition (or virtual "
@@ -32,6 +34,9 @@ def add_commands(commands) -> None:
     consume.add_argument("--timeout-ms", type=int, default=10_000, help="stop after this long without a message (default %(default)s)")
     consume.add_argument("--print-key", action="store_true", help="print KEY<SEP>VALUE")
     consume.add_argument("--key-sep", default="\t", help="separator for --print-key (default tab)")
+    consume.add_argument("--lane", action="append", dest="lanes", metavar="LANE",
+                         help="read only this lane (repeat for several; '' names the trunk). Default: with --group, "
+                              "the trunk and the lanes the group has no reader of; without, every lane")
     consume.set_defaults(run=_cmd_consume)
 
 
@@ -49,15 +54,16 @@ def _cmd_produce(args: argparse.Namespace) -> int:
                 if not separator:
                     raise InvalidRecord(f"line {count + 1} has no key separator {args.key_sep!r}: write KEY{args.key_sep}VALUE")
                 line = value
-            future = producer.send(line, key=key)
+            future = producer.send(line, key=key, lane=args.lane)
             future.add_callback(lambda _, error: failures.append(error) if error else None)
             count += 1
         producer.flush()
     if failures:
         print(f"{len(failures)} of {count} messages failed: {failures[0]}", file=sys.stderr)
         return 1
-    print(f"produced {count} messages to {args.topic!r} (acks={args.acks}, compression={producer.config.compression})",
-          file=sys.stderr)
+    lane = f" lane {args.lane!r}" if args.lane else ""
+    print(f"produced {count} messages to {args.topic!r}{lane} (acks={args.acks}, "
+          f"compression={producer.config.compression})", file=sys.stderr)
     return 0
 
 
@@ -67,7 +73,7 @@ def _cmd_consume(args: argparse.Namespace) -> int:
 
     from mafka4.client.consumer import Consumer
 
-    consumer = Consumer(args.topic, group=args.group, from_beginning=args.from_beginning)
+    consumer = Consumer(args.topic, group=args.group, from_beginning=args.from_beginning, lanes=args.lanes)
     printed = 0
     idle_deadline = time.monotonic() + args.timeout_ms / 1000
     out = sys.stdout.buffer

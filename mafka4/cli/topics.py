@@ -1,4 +1,4 @@
-"""``mafka4 topic create|list|describe|delete`` and ``mafka4 scale``.
+"""``mafka4 topic create|list|describe|delete|lane`` and ``mafka4 scale``.
 
 Every one is a client of the cluster's client port (``client.topic_admin``,
 ``client.cluster_metadata``), holding no Ray or etcd. A request is checked before connecting
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 from mafka4.limits import READ_MODE_DEFAULT, READ_MODES, VIRTUAL_PARTITIONS_MAX, ReadMode
+from mafka4.virtual.layout import DEFAULT_POLICY, FALLBACKS, PRIORITY_MAX
 
 
 def add_commands(commands) -> None:
@@ -39,6 +40,18 @@ def add_commands(commands) -> None:
     delete = topic_commands.add_parser("delete", help="delete a topic and its data")
     delete.add_argument("name")
     delete.set_defaults(run=_cmd_topic_delete)
+
+    lane = topic_commands.add_parser("lane", help="open a lane of a topic with a policy, before its first message")
+    lane.add_argument("name", help="the topic")
+    lane.add_argument("lane", help="the lane (named like a topic)")
+    lane.add_argument("--fallback", choices=FALLBACKS, default=DEFAULT_POLICY.fallback,
+                      help="trunk: a group's trunk readers read the lane while the group has none of its own "
+                           "(swimlane); none: its messages wait for its own readers (environment, SET) "
+                           "(default %(default)s)")
+    lane.add_argument("--priority", type=int, default=DEFAULT_POLICY.priority,
+                      help=f"0-{PRIORITY_MAX}: a member reading several lanes serves higher ones first "
+                           f"(default %(default)s)")
+    lane.set_defaults(run=_cmd_topic_lane)
 
     scale = commands.add_parser("scale", help="split or merge a mafka4-mode topic's virtual partitions to a count")
     scale.add_argument("topic")
@@ -96,17 +109,29 @@ def _cmd_topic_describe(args: argparse.Namespace) -> int:
     if description["virtual_partitions"]:
         print(f"read_mode={config.read_mode}  read_replicas={config.read_replicas}  "
               f"virtual_partitions_max={config.virtual_partitions_max}")
-        print(f"{'vp':>4}  {'status':<7}  {'hash_range':<42}  {'leader':>6}  {'epoch':>5}  {'risr':<12}  "
-              f"{'log_end':>8}  {'high_watermark':>14}")
+        print(f"{'vp':>4}  {'lane':<12}  {'status':<7}  {'hash_range':<42}  {'leader':>6}  {'epoch':>5}  "
+              f"{'risr':<12}  {'log_end':>8}  {'high_watermark':>14}")
         for v in description["virtual_partitions"]:
             live = v["live"] or {}
             status = ("active" if v["active"] else "retired" if v.get("retired") else
                       "sealed" if "sealed_end_offset" in v else "closed")
             start, end = v["range"]
-            print(f"{v['virtual_partition']:>4}  {status:<7}  {f'[{start:#x}, {end:#x})':<42}  {v['leader']:>6}  "
+            print(f"{v['virtual_partition']:>4}  {v.get('lane') or '(trunk)':<12}  {status:<7}  "
+                  f"{f'[{start:#x}, {end:#x})':<42}  {v['leader']:>6}  "
                   f"{v['leader_epoch']:>5}  {','.join(v['risr']):<12}  {live.get('log_end_offset', '?'):>8}  "
                   f"{live.get('high_watermark', '?'):>14}")
+        print_lanes(description)
     print_read_loss(args.name, description["read_loss"])
+    return 0
+
+
+def _cmd_topic_lane(args: argparse.Namespace) -> int:
+    from mafka4.client.topic_admin import open_lane
+
+    opened = open_lane(args.name, args.lane, args.fallback, args.priority)
+    where = (f"lane id {opened.lane_id} of {args.name!r}" if opened.name == args.name
+             else f"topic {opened.name!r} (a mafka3-mode topic keeps each lane as a topic of its own)")
+    print(f"lane {args.lane!r} is open: {where}, fallback={args.fallback}, priority={args.priority}")
     return 0
 
 
@@ -128,6 +153,21 @@ def _cmd_scale(args: argparse.Namespace) -> int:
     print(f"topic {args.topic!r} has {args.virtual_partitions} virtual partition(s) "
           f"({len(epochs)} split(s) and merge(s))")
     return 0
+
+
+def print_lanes(description: dict) -> None:
+    """A row per lane (the trunk first): its policy, its active VPs and the messages its VPs hold
+    (their leaders' log ends, "?" while one does not answer)."""
+    if not description.get("lanes"):
+        return
+    rows = [{"lane": "", "fallback": "-", "priority": 0}, *description["lanes"]]
+    print(f"{'lane':<16}  {'fallback':<8}  {'priority':>8}  {'active_vps':<16}  {'messages':>10}")
+    for row in rows:
+        vps = [v for v in description["virtual_partitions"] if v.get("lane", "") == row["lane"]]
+        active = ",".join(str(v["virtual_partition"]) for v in vps if v["active"])
+        ends = [(v["live"] or {}).get("log_end_offset") for v in vps if not v.get("retired")]
+        messages = "?" if None in ends else sum(ends)
+        print(f"{row['lane'] or '(trunk)':<16}  {row['fallback']:<8}  {row['priority']:>8}  {active:<16}  {messages:>10}")
 
 
 def print_read_loss(topic: str, losses: dict[int, list[list[int]]]) -> None:

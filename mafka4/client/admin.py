@@ -1,4 +1,4 @@
-"""``Admin``: create, list, describe and delete topics; split, merge and scale virtual partitions.
+"""``Admin``: create, list, describe and delete topics; split, merge and scale virtual partitions; open lanes.
 
 Admin changes nothing itself: it writes an *intent* into etcd and waits for the controller to
 carry it out (``metadata.intents``; instructions flow client -> etcd -> controller -> actors);
@@ -80,6 +80,15 @@ class Admin:
     def scale(self, topic: str, virtual_partitions: int, wait_s: float = RESHARD_INTENT_WAIT_S) -> list[SplitEpoch]:
         """Split or merge until the topic has ``virtual_partitions`` active VPs; returns the epochs opened."""
         return topic_intents.scale_topic(self._connection.store, self.cluster, topic, virtual_partitions, wait_s)
+
+    def open_lane(self, topic: str, lane: str, fallback: str = "", priority: int = -1,
+                  wait_s: float = RESHARD_INTENT_WAIT_S) -> topic_intents.OpenedLane:
+        """Open lane ``lane`` of ``topic`` before its first message, to give it a policy: ``fallback``
+        "trunk" (default: a group's trunk readers read it while the group has no reader of it) or
+        "none" (its messages wait for its own readers), ``priority`` 0-9 (default 0). A lane's
+        policy is fixed once it is open; asking an open lane for another is ``InvalidConfig``."""
+        return topic_intents.open_lane(self._connection.store, self.cluster, topic, lane,
+                                       topic_intents.policy_asked(fallback, priority), wait_s)
 
     def list_topics(self) -> list[str]:
         return self._topics.names()

@@ -2,6 +2,7 @@
 
     consumer = Consumer("orders", from_beginning=True)          # every partition, no group
     consumer = Consumer("orders", group="billing")              # a group member
+    consumer = Consumer("orders", group="billing", lane="swimlane-17")   # reads that lane only
     for message in consumer.poll(timeout_ms=500): ...
     consumer.commit(); consumer.seek(0, 1234); consumer.seek_to_time(1_700_000_000_000)
     consumer.close()                                            # commits and leaves the group
@@ -14,6 +15,12 @@ that reads it:
 * a mafka4-mode topic is read from its virtual partitions, by a ``VirtualConsumer`` (no group)
   or a ``VirtualGroupConsumer`` (a group whose members own VPs, without eager rebalances);
   ``partition`` / offsets then mean VP ids and VP offsets.
+
+Lanes (mafka4 mode; ``virtual.layout``): a group member reads the lane it names (``lane``), the
+lanes it names (``lanes``, "" the trunk), or, naming none, the trunk and every lane whose
+fallback is "trunk" and that has no member of its own in the group
+(``coordinator.groups.vp_ownership``); a reader without a group reads every lane unless told.
+A mafka3-mode topic keeps a lane as a topic of its own, ``<topic>.<lane>``: read that topic.
 
 The readers share their skeleton (``client.reading``: the poll loop, seeking by time;
 ``client.positions``: where a partition starts, when auto-commit is due; ``client.group_commits``)
@@ -28,7 +35,7 @@ after a crash. A commit never moves an offset backwards.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 from mafka4.client.cluster_access import cluster_access
 from mafka4.client.cluster_metadata import topic_metadata
@@ -37,17 +44,22 @@ from mafka4.client.partition_consumer import PartitionConsumer
 from mafka4.client.virtual_consumer import VirtualConsumer
 from mafka4.client.virtual_group_consumer import VirtualGroupConsumer
 from mafka4.coordinator.groups.partition_protocol import validate_group_name
-from mafka4.errors import CommitFailed
+from mafka4.errors import CommitFailed, InvalidConfig, WrongReadMode
 from mafka4.limits import ConsumerConfig, OffsetReset, ReadMode
-from mafka4.names import validate_topic_name
+from mafka4.names import lane_topic_name, validate_reader_lanes, validate_topic_name
 
 
 class Consumer:
     def __init__(self, topic: str, group: str | None = None, connection: object = None,
-                 from_beginning: bool = False, **settings: Any):
+                 from_beginning: bool = False, lane: str | None = None, lanes: Iterable[str] | None = None,
+                 **settings: Any):
         """``connection``: which cluster, as ``client.cluster_access`` reads it (None: the environment's or the
-        local one). ``settings`` are ``ConsumerConfig`` fields (fetch_bytes_max, auto_commit_interval_ms, ...)."""
+        local one). ``lane`` / ``lanes``: read only that lane / those lanes ("" the trunk; see the module
+        docstring). ``settings`` are ``ConsumerConfig`` fields (fetch_bytes_max, auto_commit_interval_ms, ...)."""
         self.topic = validate_topic_name(topic)
+        if lane is not None and lanes is not None:
+            raise InvalidConfig(f"lane={lane!r} and lanes={lanes!r}: give one of them")
+        named = None if lane is None and lanes is None else validate_reader_lanes([lane] if lane is not None else lanes)
         if group is not None and from_beginning:
             settings = {**settings, "auto_offset_reset": OffsetReset.EARLIEST}
         self.config = ConsumerConfig(**settings)
@@ -56,11 +68,16 @@ class Consumer:
         metadata = topic_metadata(access, topic)
         self._reader: PartitionConsumer | VirtualConsumer | VirtualGroupConsumer
         if metadata.config.read_mode is not ReadMode.MAFKA4:
+            if named:
+                raise WrongReadMode(
+                    f"topic {topic!r} is in read_mode='mafka3', where a lane is a topic of its own: read lane "
+                    f"{named[-1]!r} as Consumer({lane_topic_name(topic, named[-1])!r}) without a lane")
             self._reader = PartitionConsumer(topic, self.group, access, self.config, from_beginning)
         elif self.group is None:
-            self._reader = VirtualConsumer(topic, access, from_beginning, **settings)
+            self._reader = VirtualConsumer(topic, access, from_beginning, lanes=None if named is None else named or ("",),
+                                           **settings)
         else:
-            self._reader = VirtualGroupConsumer(metadata, self.group, access, self.config)
+            self._reader = VirtualGroupConsumer(metadata, self.group, access, self.config, named or ())
 
     @property
     def member_id(self) -> str | None:

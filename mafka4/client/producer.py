@@ -6,6 +6,7 @@
     producer.send(b"more", callback=lambda metadata, error: ...)   # the same, cheaper
     producer.send_sync(b"another")        # returns RecordMetadata once acknowledged
     producer.send_many([b"a", b"b", b"c"], callback=lambda sent, error: ...)   # one call, one future
+    producer.send(b"test order", key=b"customer-7", lane="swimlane-17")   # a lane of the topic
     producer.flush(); producer.close()
 
 ``send`` validates and buffers the message and returns at once; a sender thread batches
@@ -20,6 +21,16 @@ bounded by ``buffer_bytes_max``; ``on_full`` chooses between blocking and ``Buff
 ``compression`` ("none", "lz4", "zstd"; by default ``$MAFKA4_COMPRESSION``, else "none")
 compresses each batch as the sender encodes it (``mafka4.compression``). Header names starting
 with ``mafka4.`` are reserved for the system's own headers and refused (``InvalidRecord``).
+
+Lanes (``lane=``; none or "" is the trunk). A message in a lane carries the lane's name as its
+first header (``batch_payload.LANE_HEADER``) and, in the batch, its lane id
+(``batch_payload``'s lane-id column), so read nodes put it in the lane's own VPs
+(``virtual.layout``). A lane opens on its first message: the producer asks any node where the lane
+is (``client.topic_admin.open_lane``, one round trip; the controller opens it if it is new, up to
+the topic's ``lanes_max``) and remembers the answer. A mafka3-mode topic keeps a lane as a topic of
+its own, ``<topic>.<lane>``, created with the topic's config on first use: the producer sends it
+there through a producer of that topic, which it opens then (a sender thread and connections per
+lane: the cost of isolation the old way, which queue merging removes).
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ from itertools import accumulate
 from typing import Any, Callable, Iterable
 
 from mafka4.batch_frame import TIMESTAMP_MS_MAX
-from mafka4.batch_payload import RESERVED_HEADER_PREFIX
+from mafka4.batch_payload import RESERVED_HEADER_PREFIX, laned_headers
 from mafka4.client.accumulator import RECORD_OVERHEAD_BYTES, RecordAccumulator
 from mafka4.client.cluster_access import cluster_access
 from mafka4.client.futures import Callback, RecordFuture, RecordMetadata
@@ -38,9 +49,10 @@ from mafka4.client.loop_thread import LoopThread
 from mafka4.client.node_links import NodeLinks
 from mafka4.client.send_many import ManyCallback, ManyFuture
 from mafka4.client.sender import Sender
+from mafka4.client.topic_admin import open_lane
 from mafka4.errors import InvalidRecord, MessageTooLarge, ProducerClosed
 from mafka4.limits import ProducerConfig
-from mafka4.names import validate_topic_name
+from mafka4.names import validate_lane_name, validate_topic_name
 
 Serializer = Callable[[Any], bytes]
 
@@ -130,6 +142,9 @@ class Producer:
         self.topic = validate_topic_name(topic)
         self.config = ProducerConfig(**settings).resolved()
         self._key_serializer, self._value_serializer = key_serializer, value_serializer
+        self._connection, self._settings = connection, settings
+        # Lane name -> its id in this topic's layout, or (mafka3 mode) the producer of its own topic.
+        self._lanes: dict[str, int | Producer] = {}
         links = NodeLinks(cluster_access(connection))
         routes = LeaderRoutes(links, topic)
         loop_thread = LoopThread(f"mafka4-sender-{topic}")
@@ -145,21 +160,31 @@ class Producer:
 
     def send(self, value: Any, key: Any = None, partition: int | None = None,
              headers: Iterable[tuple[str, bytes]] | None = None, timestamp_ms: int | None = None,
-             callback: Callback | None = None) -> RecordFuture:
+             callback: Callback | None = None, lane: str | None = None) -> RecordFuture:
         """Buffer one message; the returned future resolves to its ``RecordMetadata``. ``callback(metadata,
         error)``, if given, runs on the sender thread once the message is answered, as one added with
-        the future's ``add_callback`` does, at less cost: no lock is taken to register it."""
+        the future's ``add_callback`` does, at less cost: no lock is taken to register it. ``lane``:
+        the lane to send it in (the module docstring; the first message of a lane waits for it to open)."""
         if self._closed:
             raise ProducerClosed(f"producer for {self.topic!r} is closed: create a new Producer")
+        lane_id = 0
+        if lane:
+            route = self._lane(lane)
+            if isinstance(route, Producer):
+                return route.send(value, key, partition, headers, timestamp_ms, callback)
+            lane_id = route
         key_bytes = _as_bytes("key", key, self._key_serializer)
         value_bytes = _as_bytes("value", value, self._value_serializer)
         if value_bytes is None:
             raise InvalidRecord("message value is None: send bytes (an empty value is b'')")
         header_list = _checked_headers(headers) if headers else None
+        if lane_id:
+            header_list = laned_headers(lane, header_list)
         size_bytes = self._size_bytes(key_bytes, value_bytes, header_list)
         stamp_ms = time.time_ns() // 1_000_000 if timestamp_ms is None else _checked_timestamp_ms(timestamp_ms)
         future, target, opened, closed = self._accumulator.append(
-            key_bytes, value_bytes, partition, stamp_ms, header_list, size_bytes, time.monotonic() * 1000, callback)
+            key_bytes, value_bytes, partition, stamp_ms, header_list, size_bytes, time.monotonic() * 1000, callback,
+            lane_id)
         if closed:
             self._sender.batch_ready(target)
         if opened:
@@ -168,7 +193,7 @@ class Producer:
 
     def send_many(self, values: Iterable[Any], key: Any = None, partition: int | None = None,
                   headers: Iterable[tuple[str, bytes]] | None = None, timestamp_ms: int | None = None,
-                  callback: ManyCallback | None = None) -> ManyFuture:
+                  callback: ManyCallback | None = None, lane: str | None = None) -> ManyFuture:
         """Buffer many messages in one call, in order, with one ``key``, ``partition``, ``headers``
         and timestamp for all (as RocketMQ's batch send). The returned future resolves to
         ``SentMessages``, each message's ``RecordMetadata`` in the order given, once every message
@@ -194,7 +219,8 @@ class Producer:
             ends = _running_sizes(value_list, self._size_bytes(key_bytes, b"", header_list), self.config)
             self._accumulator.reserve(ends[-1])
             opened, closed = self._accumulator.append_many(
-                key_bytes, value_list, ends, partition, stamp_ms, header_list, time.monotonic() * 1000, future)
+                key_bytes, value_list, ends, partition, stamp_ms, header_list, time.monotonic() * 1000, future,
+                lane_id)
             for target in closed:
                 self._sender.batch_ready(target)
             for target in opened:
@@ -202,6 +228,28 @@ class Producer:
         else:
             future.seal()
         return future
+
+    def _lane(self, lane: str) -> "int | Producer":
+        """Where lane ``lane``'s messages go: its lane id here, or the producer of its own topic (mafka3 mode).
+
+        Asked of a node once per lane (opening the lane if it is new) and remembered: a lane never
+        closes, and its id never changes."""
+        route = self._lanes.get(lane)
+        if route is None:
+            opened = open_lane(self.topic, validate_lane_name(lane), where=self._connection)
+            if opened.name == self.topic:
+                route = opened.lane_id
+            else:
+                route = Producer(opened.name, self._connection, self._key_serializer, self._value_serializer,
+                                 **self._settings)
+            kept = self._lanes.setdefault(lane, route)  # another thread's, if it was first
+            if kept is not route and isinstance(route, Producer):
+                route.close()
+            route = kept
+        return route
+
+    def _lane_producers(self) -> list["Producer"]:
+        return [route for route in list(self._lanes.values()) if isinstance(route, Producer)]
 
     def _size_bytes(self, key: bytes | None, value: bytes, headers: list | None) -> int:
         size = RECORD_OVERHEAD_BYTES + len(value) + (len(key) if key else 0)
@@ -224,7 +272,8 @@ class Producer:
     def flush(self, timeout_s: float | None = None) -> bool:
         """Send every buffered message now and wait until all are answered; False on timeout."""
         self._sender.flush_all()
-        return self._accumulator.wait_idle(timeout_s)
+        flushed = all([lane_producer.flush(timeout_s) for lane_producer in self._lane_producers()])
+        return self._accumulator.wait_idle(timeout_s) and flushed
 
     def close(self, timeout_s: float | None = None) -> None:
         """Flush, then stop the sender thread. Messages not answered by then fail."""
@@ -235,6 +284,8 @@ class Producer:
             self.flush(timeout_s)
         finally:
             self._sender.stop()
+            for lane_producer in self._lane_producers():
+                lane_producer.close(timeout_s)
 
     def __enter__(self) -> "Producer":
         return self

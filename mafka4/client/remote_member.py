@@ -58,9 +58,11 @@ class MemberSync:
 
 class RemoteMember:
     def __init__(self, access: ClusterAccess, group: str, topic: str, assignor: str, config: ConsumerConfig,
-                 links: NodeLinks | None = None):
-        """``links``: connections shared with the consumer's fetcher (``GroupLink``)."""
+                 links: NodeLinks | None = None, lanes: tuple[str, ...] = ()):
+        """``links``: connections shared with the consumer's fetcher (``GroupLink``); ``lanes``: those the
+        member reads (``names.validate_reader_lanes``' form: () the trunk alone)."""
         self.group, self.topic, self._assignor, self._config = group, topic, assignor, config
+        self.lanes = lanes
         self._link = GroupLink(access, group, config.member_lease_ttl_s, links)
         self.changed = self._link.changed
         self.owned: set[int] = set()
@@ -85,7 +87,7 @@ class RemoteMember:
             try:
                 answer = self._link.call(lambda _: GroupJoinRequest(
                     self.group, self.topic, self._assignor, self._config.member_lease_ttl_s * 1000,
-                    self._config.rebalance_timeout_ms))
+                    self._config.rebalance_timeout_ms, self.lanes))
                 break
             except MafkaError as error:
                 if not error.retriable or time.monotonic() > deadline:

@@ -1,4 +1,4 @@
-"""Topics created, deleted, described and scaled through any node's client port (``protocol.topic_admin_api``).
+"""Topics created, deleted, described and scaled, and lanes opened, through any node's client port (``protocol.topic_admin_api``).
 
 ``where`` names the cluster as ``client.cluster_access`` reads it (None: the environment's or
 the local cluster's).
@@ -20,7 +20,7 @@ from mafka4.limits import READ_MODE_DEFAULT, ReadMode
 from mafka4.names import validate_topic_name
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.protocol.metadata_topics import topic_of
-from mafka4.protocol.topic_admin_api import (EpochInfo, TopicCreateRequest, TopicDeleteRequest, TopicDescribeRequest,
+from mafka4.protocol.topic_admin_api import (EpochInfo, LaneOpenAnswer, LaneOpenRequest, TopicCreateRequest, TopicDeleteRequest, TopicDescribeRequest,
                                              TopicScaleRequest, config_json, description_of, new_topic_config)
 
 
@@ -50,3 +50,10 @@ def scale(name: str, virtual_partitions: int, where: object = None) -> list[Epoc
     """Split or merge until mafka4-mode topic ``name`` has ``virtual_partitions`` active VPs; the
     epochs opened, oldest first."""
     return list(call_once(TopicScaleRequest(name, virtual_partitions), where).epochs)
+
+
+def open_lane(name: str, lane: str, fallback: str = "", priority: int = -1, where: object = None) -> LaneOpenAnswer:
+    """Where lane ``lane`` of topic ``name`` is, opened (with ``fallback`` and ``priority``, defaults
+    for "" and -1) if it is not yet: its lane id in the topic, or in mafka3 mode the topic holding
+    it (``frontend.topic_intents.open_lane``). Needs the ``produce`` ACL on the topic."""
+    return call_once(LaneOpenRequest(validate_topic_name(name), lane, fallback, priority), where)

@@ -1,5 +1,8 @@
 """``VirtualConsumer``: reads every virtual partition (VP) of a mafka4-mode topic, without a group.
 
+It reads every lane of the topic (the trunk and each lane: the whole topic, as a tool would), or
+only the lanes it is given (``lanes``; "" names the trunk).
+
     consumer = VirtualConsumer("orders", from_beginning=True)
     for message in consumer.poll(timeout_ms=500): ...      # message.partition is the VP id
     consumer.seek(vp, offset); consumer.position(vp); consumer.close()
@@ -22,7 +25,7 @@ a closed VP's sealed end, which the parent's leader node records once the parent
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 from mafka4.client.message import Message, new_member_id
 from mafka4.client.positions import start_offset
@@ -32,14 +35,17 @@ from mafka4.client.cluster_metadata import topic_metadata
 from mafka4.client.vp_fetcher import VpFetcher
 from mafka4.errors import PartitionNotAssigned, WrongReadMode
 from mafka4.limits import RESHARD_CHECK_INTERVAL_S, ConsumerConfig, ReadMode
-from mafka4.names import validate_topic_name
+from mafka4.names import validate_reader_lanes, validate_topic_name
 
 
 class VirtualConsumer:
-    def __init__(self, topic: str, connection: object = None, from_beginning: bool = False, **settings: Any):
+    def __init__(self, topic: str, connection: object = None, from_beginning: bool = False,
+                 lanes: Iterable[str] | None = None, **settings: Any):
         """``connection``: which cluster, as ``client.cluster_access`` reads it (None: the environment's or the
-        local one). ``settings`` are ``ConsumerConfig`` fields (fetch_bytes_max, fetch_wait_ms_max, ...)."""
+        local one). ``lanes``: read only these ("" the trunk); None: every lane. ``settings`` are
+        ``ConsumerConfig`` fields (fetch_bytes_max, fetch_wait_ms_max, ...)."""
         self.topic = validate_topic_name(topic)
+        self.lanes = None if lanes is None else frozenset(validate_reader_lanes(list(lanes)) or ("",))
         self.config = ConsumerConfig(**settings)
         access = cluster_access(connection)
         metadata = topic_metadata(access, topic)
@@ -50,7 +56,8 @@ class VirtualConsumer:
             )
         self.reader_id = new_member_id()
         self._fetcher = VpFetcher(access, metadata, self.config, self.reader_id)
-        vps = sorted(set(self._fetcher.states) - self._fetcher.retired)  # a retired VP's logs are gone
+        vps = sorted(vp for vp in set(self._fetcher.states) - self._fetcher.retired  # a retired VP's logs are gone
+                     if self._reads(vp))
         for vp, log_range in zip(vps, self._fetcher.list_offsets_many(vps)):
             self._fetcher.seek(vp, start_offset(None, log_range, from_beginning))
             self._fetcher.high_watermarks[vp] = log_range[1]
@@ -88,10 +95,15 @@ class VirtualConsumer:
         fetcher = self._fetcher
         for vp in fetcher.states:
             fetcher.positions.setdefault(vp, 0)  # a VP born after this reader started: all of it is new
-        consumable = set(fetcher.layout.consumable_vps(fetcher.positions, fetcher.sealed_end_offsets, fetcher.retired))
+        consumable = {vp for vp in fetcher.layout.consumable_vps(fetcher.positions, fetcher.sealed_end_offsets,
+                                                                   fetcher.retired) if self._reads(vp)}
         for vp in fetcher.fetching - consumable:
             fetcher.stop(vp)
         fetcher.fetching |= consumable
+
+    def _reads(self, vp: int) -> bool:
+        """Whether ``vp`` is in a lane this reader reads."""
+        return self.lanes is None or self._fetcher.layout.lane_of(vp) in self.lanes
 
     def _waiting_for_a_seal(self) -> bool:
         """True if a closed VP read to its current end has no sealed end yet (its children wait on it)."""

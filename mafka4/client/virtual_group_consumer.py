@@ -80,15 +80,17 @@ logger = logging.getLogger(__name__)
 
 
 class VirtualGroupConsumer:
-    def __init__(self, metadata: TopicMetadata, group: str, access: ClusterAccess, config: ConsumerConfig):
-        """``access``: the cluster's ports, which the VPs and the group's coordinator answer on."""
+    def __init__(self, metadata: TopicMetadata, group: str, access: ClusterAccess, config: ConsumerConfig,
+                 lanes: tuple[str, ...] = ()):
+        """``access``: the cluster's ports, which the VPs and the group's coordinator answer on; ``lanes``:
+        those this member reads (() the trunk alone; the group's ownership rules: ``vp_ownership``)."""
         self.topic, self.group, self.config = metadata.name, group, config
         # One set of connections for the fetcher and the group link: FIND_COORDINATOR goes over
         # the connection the first metadata read opened, and a VP led by the coordinator's node
         # is fetched over the coordinator's connection (the link sends no VP_FETCH).
         self._links = NodeLinks(access, self._opened)
         self._fetcher = VpFetcher(access, metadata, config, new_member_id(), self._links)
-        self._member = RemoteMember(access, group, metadata.name, VIRTUAL_ASSIGNOR, config, self._links)
+        self._member = RemoteMember(access, group, metadata.name, VIRTUAL_ASSIGNOR, config, self._links, lanes)
         # What the last sync said of closed VPs' sealed ends and of the group's committed offsets.
         self._sealed: dict[int, int] = {}
         self._committed: dict[int, int] = {}

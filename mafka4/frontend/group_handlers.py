@@ -24,6 +24,7 @@ from mafka4.frontend.cluster_view import ClusterView
 from mafka4.frontend.group_sessions import GroupSessions
 from mafka4.hashing import key_hash
 from mafka4.limits import PROTOCOL_FETCH_WAIT_MS_MAX, ConsumerConfig
+from mafka4.names import validate_reader_lanes
 from mafka4.protocol.group_api import (FindCoordinatorAnswer, FindCoordinatorRequest, GroupCommitRequest,
                                        GroupHeartbeatAnswer, GroupHeartbeatRequest, GroupJoinRequest,
                                        GroupLeaveAnswer, GroupLeaveRequest, GroupSeedAnswer, GroupSeedRequest,
@@ -70,7 +71,8 @@ class GroupHandlers:
         self._check(session, Operation.CONSUME, ResourceType.GROUP, request.group)
         config = ConsumerConfig(member_lease_ttl_s=round(request.session_timeout_ms / 1000),  # out of range: InvalidConfig
                                 rebalance_timeout_ms=request.rebalance_timeout_ms)
-        answer = await self._sessions.join(session.principal, request.group, request.topic, request.assignor, config)
+        answer = await self._sessions.join(session.principal, request.group, request.topic, request.assignor, config,
+                                           validate_reader_lanes(request.lanes))
         return answer, ()
 
     async def _sync(self, session: Session, request: GroupSyncRequest, _buffers):

@@ -125,8 +125,10 @@ class GroupSessions:
         """Whether the session of ``member_id`` is here (joined, not left nor expired)."""
         return member_id in self._sessions
 
-    async def join(self, principal: str, group: str, topic: str, assignor: str, config: ConsumerConfig):
-        """A new session in ``group``; the member's ``GroupJoinAnswer``."""
+    async def join(self, principal: str, group: str, topic: str, assignor: str, config: ConsumerConfig,
+                   lanes: tuple[str, ...] = ()):
+        """A new session in ``group`` reading ``lanes`` (checked: ``names.validate_reader_lanes``); the
+        member's ``GroupJoinAnswer``."""
         received_ms = wall_ms_fine()
         self._start_reaper()
         loop = asyncio.get_running_loop()
@@ -138,7 +140,7 @@ class GroupSessions:
             loop.call_soon_threadsafe(session.wake)
 
         changed = WakingEvent(wake)
-        info = MemberInfo(member_id, topic, assignor)
+        info = MemberInfo(member_id, topic, assignor, lanes)
 
         def join():
             member = self._host(group, info, config, changed)

@@ -31,7 +31,8 @@ from mafka4.coordinator.groups.partition_groups import GroupMember, GroupStore
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR, MemberInfo, TopicPartition
 from mafka4.coordinator.groups.vp_groups import (VirtualGroupMember, VirtualGroupSnapshot, VirtualGroupStore,
                                                  VpOffset, VpSyncResult)
-from mafka4.errors import InvalidConfig, MafkaError
+from mafka4.errors import InvalidConfig, MafkaError, WrongReadMode
+from mafka4.names import lane_topic_name
 from mafka4.join_trace import JOIN_TRACES, vps_detail
 from mafka4.limits import RESHARD_INTENT_WAIT_S, VP_GROUP_SPLIT_RETRY_INTERVAL_S, ConsumerConfig
 from mafka4.log.epochs import NO_EPOCH
@@ -108,7 +109,7 @@ class VirtualMemberHost:
         self.member_id, self._group, self._topic, self._store = member.member_id, group, member.topic, store
         topic_config = TopicStore(store, store.cluster).get(member.topic).config
         self._member = VirtualGroupMember(store, group, member.topic, topic_config, member.member_id, config,
-                                          membership)
+                                          membership, member.lanes)
         self.changed = self._member.changed
         self._split_lock = threading.Lock()  # guards the three fields below
         self._splitter: threading.Thread | None = None  # the split asked for now, until its answer is handled
@@ -232,6 +233,11 @@ def hosted_member(stores: "GroupStores", group: str, member: MemberInfo, config:
     membership = stores.hub().membership(changed)
     if member.assignor == VIRTUAL_ASSIGNOR:
         return VirtualMemberHost(stores.virtual(), group, member, config, membership)
+    if member.lanes:
+        raise WrongReadMode(
+            f"topic {member.topic!r} is in read_mode='mafka3': its lanes are topics of their own; read lane "
+            f"{member.lanes[-1]!r} as topic {lane_topic_name(member.topic, member.lanes[-1])!r} (group {group!r}), "
+            f"without a lane")
     return PartitionMemberHost(stores.partition(), group, member, config, membership)
 
 

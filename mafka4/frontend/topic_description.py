@@ -18,6 +18,7 @@ from mafka4.physical.handles import replica_handle
 from mafka4.physical.topics import TopicStore
 from mafka4.virtual.handles import read_node_handle
 from mafka4.virtual.hosted_vp import VpId
+from mafka4.virtual.layout import SplitEpoch
 from mafka4.virtual.vp_state import VirtualPartitionState
 from mafka4.virtual.vp_store import VirtualStore
 
@@ -26,8 +27,9 @@ def describe_topic(store: MetadataStore, cluster: str, name: str) -> dict:
     """Config and, per partition, the etcd state plus what the live leader reports; per VP the same
     from its leader's read node; and the physical offsets lost before a read node fed them.
 
-    ``{"topic", "config": TopicConfig, "partitions": [...], "virtual_partitions": [...],
-    "read_loss": {partition: [[first, end), ...]]}}``; a leader's report is its entry's ``live``
+    ``{"topic", "config": TopicConfig, "partitions": [...], "virtual_partitions": [...], "lanes": [...],
+    "read_loss": {partition: [[first, end), ...]]}}``; a VP's row names its ``lane`` ("" the trunk),
+    and ``lanes`` has a row per open lane (its name, fallback, priority; ``lane_rows``); a leader's report is its entry's ``live``
     (``{"error": ...}`` if it did not answer, None if it is not running). ``UnknownTopic`` if
     there is no such topic.
     """
@@ -42,16 +44,23 @@ def describe_topic(store: MetadataStore, cluster: str, name: str) -> dict:
             except (ray.exceptions.RayError, TimeoutError) as error:
                 live = {"error": type(error).__name__}
         partitions.append({**state.to_json(), "partition": state.partition, "live": live})
-    virtual = []
+    virtual, lanes = [], []
     states = virtual_states(store, cluster, name)
     if states:
         config = metadata.config
         layout = VirtualStore(store, cluster).layout(name, config.partitions, config.virtual_config())
         lives = _describe_vp_leaders(cluster, name, states)
         virtual = [{**state.to_json(), "virtual_partition": state.vp, "active": layout.is_active(state.vp),
-                    "live": lives.get(state.vp)} for state in states]
+                    "lane": layout.lane_of(state.vp), "live": lives.get(state.vp)} for state in states]
+        lanes = lane_rows(layout.current)
     return {"topic": name, "config": metadata.config, "partitions": partitions, "virtual_partitions": virtual,
-            "read_loss": read_loss(store, cluster, name)}
+            "lanes": lanes, "read_loss": read_loss(store, cluster, name)}
+
+
+def lane_rows(epoch: SplitEpoch) -> list[dict]:
+    """A row per open lane of ``epoch``, in opening order: its name, fallback and priority."""
+    return [{"lane": lane, "fallback": epoch.lane_policy(lane).fallback, "priority": epoch.lane_policy(lane).priority}
+            for lane in epoch.lane_names]
 
 
 def read_loss(store: MetadataStore, cluster: str, name: str) -> dict[int, list[list[int]]]:

@@ -19,7 +19,7 @@ from mafka4.limits import RESHARD_INTENT_WAIT_S, TOPIC_INTENT_WAIT_S, ReadMode, 
 from mafka4.metadata import intents
 from mafka4.metadata.intents import IntentKind
 from mafka4.metadata.store import MetadataStore
-from mafka4.names import validate_lane_name, validate_topic_name
+from mafka4.names import lane_topic_name, validate_lane_name, validate_topic_name
 from mafka4.physical.partition_state import TopicMetadata, config_to_json
 from mafka4.physical.topic_leftovers import absent_topic
 from mafka4.physical.topics import TopicStore
@@ -77,11 +77,6 @@ class OpenedLane:
 
     topic: str
     lane_id: int
-
-
-def lane_topic_name(topic: str, lane: str) -> str:
-    """The topic that holds lane ``lane`` of mafka3-mode ``topic``: isolation the old way, one queue per lane."""
-    return validate_topic_name(f"{topic}.{lane}")
 
 
 def policy_asked(fallback: str = "", priority: int = -1) -> LanePolicy | None:

@@ -806,8 +806,9 @@ ACL_RULES_MAX = 10_000
 # fetches and group positions carry leader epochs (Kafka's KIP-320), answers may say "diverging".
 # Version 3: a GROUP_SYNC answer that claims VPs carries the topic's VP metadata
 # (``protocol.group_api``). Version 4: a GROUP_DESCRIBE answer's rows carry the lag in time
-# (``lag_ms``: ``metrics.group_lag``).
-PROTOCOL_VERSION = 4
+# (``lag_ms``: ``metrics.group_lag``). Version 5: lanes -- LANE_OPEN, a GROUP_JOIN names the lanes
+# its member reads, and the VP metadata answers say each VP's lane.
+PROTOCOL_VERSION = 5
 # A whole client frame (its msgpack body and its out-of-band buffers): above every produce batch
 # and fetch bound; a peer announcing more is answered with nothing and dropped.
 PROTOCOL_FRAME_BYTES_MAX = 64 * MiB

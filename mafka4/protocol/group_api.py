@@ -88,6 +88,7 @@ class GroupJoinRequest:
     assignor: str
     session_timeout_ms: int  # no heartbeat or request for this long ends the session
     rebalance_timeout_ms: int  # no sync for this long after a change that asks one ends it too
+    lanes: tuple[str, ...] = ()  # the lanes the member reads ("" the trunk; none: the trunk alone)
 
 
 @dataclass(frozen=True, slots=True)

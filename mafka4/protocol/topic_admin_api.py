@@ -123,7 +123,7 @@ class TopicDescribeRequest:
 @dataclass(frozen=True, slots=True)
 class TopicDescribeAnswer:
     """``frontend.topic_description.describe_topic``'s report as JSON texts: the config
-    (``config_to_json``'s map), a row per partition and per VP in order, and the read loss
+    (``config_to_json``'s map), a row per partition, per VP and per lane in order, and the read loss
     (``{"<partition>": [[first, end], ...]}``)."""
 
     name: str
@@ -131,6 +131,7 @@ class TopicDescribeAnswer:
     partitions: tuple[str, ...]
     virtual_partitions: tuple[str, ...]
     read_loss_json: str
+    lanes: tuple[str, ...] = ()
 
 
 def description_answer(description: dict) -> TopicDescribeAnswer:
@@ -139,7 +140,8 @@ def description_answer(description: dict) -> TopicDescribeAnswer:
         description["topic"], config_json(description["config"]),
         tuple(json.dumps(row, sort_keys=True) for row in description["partitions"]),
         tuple(json.dumps(row, sort_keys=True) for row in description["virtual_partitions"]),
-        json.dumps({str(partition): ranges for partition, ranges in description["read_loss"].items()}))
+        json.dumps({str(partition): ranges for partition, ranges in description["read_loss"].items()}),
+        tuple(json.dumps(row, sort_keys=True) for row in description.get("lanes", ())))
 
 
 def description_of(answer: TopicDescribeAnswer) -> dict:
@@ -150,6 +152,7 @@ def description_of(answer: TopicDescribeAnswer) -> dict:
         return {"topic": answer.name, "config": config_from_json(json.loads(answer.config_json)),
                 "partitions": [json.loads(row) for row in answer.partitions],
                 "virtual_partitions": [json.loads(row) for row in answer.virtual_partitions],
+                "lanes": [json.loads(row) for row in answer.lanes],
                 "read_loss": {int(partition): ranges for partition, ranges in json.loads(answer.read_loss_json).items()}}
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as error:
         raise ProtocolError(f"the description of topic {answer.name!r} is not the JSON a node sends ({error!r:.200})") from None

@@ -9,7 +9,7 @@ picture lost, and the periodic recheck after a quiet judgement.
 
 from __future__ import annotations
 
-from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR
+from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR, MemberInfo
 from mafka4.coordinator.groups.vp_groups import VirtualGroupMember, VirtualGroupSnapshot
 from mafka4.coordinator.groups.vp_ownership import plan_ownership
 from mafka4.coordinator.groups.vp_pictures import WatchedGroup
@@ -51,7 +51,7 @@ def events(*writes: tuple[str, object]) -> list[WatchEvent]:
 def test_a_join_wakes_the_splitter_the_split_vps_owner_and_the_claimers_and_nobody_else():
     layout = TopicLayout.initial(2, 3)
     picture = WatchedGroup("c", "g", "orders", 2, VirtualConfig())
-    picture.read(["a", "b", "c"], {0: "a", 1: "b", 2: "c"}, {1: (0, 100)}, layout,
+    picture.read([MemberInfo(m, "orders", VIRTUAL_ASSIGNOR) for m in "abc"], {0: "a", 1: "b", 2: "c"}, {1: (0, 100)}, layout,
                  {vp: VirtualPartitionState.from_json(vp, state_key(vp)[1]) for vp in range(3)})
     answered = {m: NOBODY_ACTS for m in "abcd"}
 
@@ -86,7 +86,7 @@ def test_a_group_whose_splitter_named_a_split_it_did_not_ask_for_sleeps_with_few
     assert sorted(layout.current.ranges.vp_ids) == [3, 4, 5, 6, 7]
     members, owners = "abcdefgh", {3: "c", 4: "e", 5: "h", 6: "d", 7: "f"}
     picture = WatchedGroup("c", "g", "orders", 2, VirtualConfig())
-    picture.read(members, owners, {parent: (100, 100) for parent in (0, 1, 2)}, layout,
+    picture.read([MemberInfo(m, "orders", VIRTUAL_ASSIGNOR) for m in members], owners, {parent: (100, 100) for parent in (0, 1, 2)}, layout,
                  {vp: VirtualPartitionState.from_json(vp, state_key(vp, sealed=100 if vp < 3 else None)[1])
                   for vp in range(8)})
     view = picture.view()

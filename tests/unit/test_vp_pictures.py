@@ -79,7 +79,7 @@ class Etcd:
 
 def picture_of(snapshot: VirtualGroupSnapshot) -> WatchedGroup:
     picture = WatchedGroup("c", "g", "orders", PARTITIONS, CONFIG)
-    assert picture.read((m.member_id for m in snapshot.members), snapshot.owners,
+    assert picture.read(snapshot.members, snapshot.owners,
                         {vp: (o.offset, o.high_watermark) for vp, o in snapshot.offsets.items()},
                         snapshot.layout, snapshot.states)
     return picture
@@ -194,5 +194,6 @@ def test_a_picture_past_its_bound_is_not_used():
         is Applied.LOST
     too_large = WatchedGroup("c", "g", "orders", PARTITIONS, CONFIG)
     snapshot = etcd.read()
-    assert not too_large.read([f"m{index}" for index in range(GROUP_PICTURE_ENTRIES_MAX)], {}, {}, snapshot.layout,
+    assert not too_large.read([MemberInfo(f"m{index}", "orders", VIRTUAL_ASSIGNOR)
+                               for index in range(GROUP_PICTURE_ENTRIES_MAX)], {}, {}, snapshot.layout,
                               snapshot.states)

@@ -64,9 +64,24 @@ class MemberInfo:
     member_id: str
     topic: str
     assignor: str
+    # The lanes a mafka4-mode member reads (``coordinator.groups.vp_ownership``): () is the trunk's
+    # reader, as every member was before lanes; the key then holds no "lanes", as it did then.
+    lanes: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
-        return {"member_id": self.member_id, "topic": self.topic, "assignor": self.assignor}
+        value = {"member_id": self.member_id, "topic": self.topic, "assignor": self.assignor}
+        if self.lanes:
+            value["lanes"] = list(self.lanes)
+        return value
+
+    @classmethod
+    def from_json(cls, value: dict) -> "MemberInfo":
+        return cls(value["member_id"], value["topic"], value["assignor"], tuple(value.get("lanes", ())))
+
+    @property
+    def reads(self) -> frozenset[str]:
+        """The lanes this member reads, the trunk ("") for a member that names none."""
+        return frozenset(self.lanes) if self.lanes else frozenset(("",))
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +157,7 @@ class GroupSnapshot:
         generation, generation_mod_revision = None, 0
         for key, value, mod_revision in items:
             if key.startswith(members_prefix):
-                members.append(MemberInfo(value["member_id"], value["topic"], value["assignor"]))
+                members.append(MemberInfo.from_json(value))
             elif key == generation_key:
                 generation, generation_mod_revision = Generation.from_json(value), mod_revision
             elif (parsed := keys.parse_group_partition(owners_prefix, key)) is not None:

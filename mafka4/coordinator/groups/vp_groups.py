@@ -141,7 +141,7 @@ class VirtualGroupStore(MetadataStore):
         members, owners, offsets, offset_revisions = [], {}, {}, {}
         for item in found[group_prefix]:
             if item.key.startswith(members_prefix):
-                members.append(MemberInfo(item.value["member_id"], item.value["topic"], item.value["assignor"]))
+                members.append(MemberInfo.from_json(item.value))
             elif (parsed := keys.parse_group_partition(owners_prefix, item.key)) is not None and parsed[0] == topic:
                 owners[parsed[1]] = item.value["member_id"]
             elif (parsed := keys.parse_group_partition(offsets_prefix, item.key)) is not None and parsed[0] == topic:
@@ -283,9 +283,11 @@ class VirtualGroupMember:
     """
 
     def __init__(self, store: VirtualGroupStore, group: str, topic: str, topic_config: TopicConfig,
-                 member_id: str, config: ConsumerConfig, membership: MembershipFactory = GroupMembership):
+                 member_id: str, config: ConsumerConfig, membership: MembershipFactory = GroupMembership,
+                 lanes: tuple[str, ...] = ()):
+        """``lanes``: the lanes the member reads (``MemberInfo.lanes``: () the trunk alone)."""
         self._store, self.group, self.topic, self._topic_config = store, group, topic, topic_config
-        self.member = MemberInfo(member_id, topic, VIRTUAL_ASSIGNOR)
+        self.member = MemberInfo(member_id, topic, VIRTUAL_ASSIGNOR, lanes)
         self._config = config
         self._pending_change = PendingChange()
         # The wake state, guarded by ``_wakes_lock`` (the watches' callbacks may come from more than
@@ -366,7 +368,7 @@ class VirtualGroupMember:
         """
         picture = WatchedGroup(self._store.cluster, self.group, self.topic, snapshot.layout.partitions,
                                snapshot.layout.config)
-        fits = picture.read((m.member_id for m in snapshot.members), snapshot.owners,
+        fits = picture.read(snapshot.members, snapshot.owners,
                             {vp: (o.offset, o.high_watermark) for vp, o in snapshot.offsets.items()},
                             snapshot.layout, snapshot.states)
         for vp in plan.release:

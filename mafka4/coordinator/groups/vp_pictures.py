@@ -37,6 +37,7 @@ from __future__ import annotations
 import enum
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from mafka4.coordinator.groups.partition_protocol import MemberInfo
 from mafka4.coordinator.groups.vp_ownership import GroupView
 from mafka4.coordinator.groups.vp_wakes import quiet_topic_prefixes
 from mafka4.limits import GROUP_PICTURE_ENTRIES_MAX, VirtualConfig
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 
 # What each parse of a watched value may raise on a value it cannot read.
 _UNREADABLE = (AssertionError, AttributeError, IndexError, KeyError, TypeError, ValueError)
+_TRUNK_READER = frozenset(("",))  # what a member that names no lane reads
 
 
 class Applied(enum.Enum):
@@ -71,6 +73,7 @@ class WatchedGroup:
         self._states_prefix = keys.virtual_partitions_prefix(cluster, topic)
         self._ignored_topic_prefixes = quiet_topic_prefixes(cluster, topic)
         self.members: dict[str, str] = {}  # member key -> member id
+        self.member_reads: dict[str, frozenset[str]] = {}  # member key -> the lanes it reads (MemberInfo.reads)
         self.owners: dict[int, str] = {}  # VP -> member id of its owner key
         self.offsets: dict[int, tuple[int, int]] = {}  # VP -> (committed offset, high watermark seen)
         self.epochs: dict[int, SplitEpoch] = {}  # epoch number -> split epoch
@@ -79,10 +82,12 @@ class WatchedGroup:
         self._states: set[int] = set()  # VPs with a state key
         self.layout: TopicLayout | None = None
 
-    def read(self, members: Iterable[str], owners: Mapping[int, str], offsets: Mapping[int, tuple[int, int]],
+    def read(self, members: Iterable[MemberInfo], owners: Mapping[int, str], offsets: Mapping[int, tuple[int, int]],
              layout: TopicLayout, states: Mapping[int, VirtualPartitionState]) -> bool:
         """Start from a sync's read; False (and the picture is not to be used) if it is too large."""
-        self.members = {f"{self._members_prefix}{member}": member for member in members}
+        members = list(members)
+        self.members = {f"{self._members_prefix}{member.member_id}": member.member_id for member in members}
+        self.member_reads = {f"{self._members_prefix}{member.member_id}": member.reads for member in members}
         self.owners, self.offsets = dict(owners), dict(offsets)
         self.epochs = {epoch.epoch: epoch for epoch in layout.epochs}
         self.layout = layout
@@ -108,7 +113,7 @@ class WatchedGroup:
             else:
                 return Applied.LOST
         elif key.startswith(self._members_prefix):
-            applied = _apply_member_id(self.members, key, value)
+            applied = self._apply_member(key, value)
         elif (parsed := keys.parse_group_partition(self._owners_prefix, key)) is not None:
             applied = self._apply_owner(parsed, value)
         elif (parsed := keys.parse_group_partition(self._offsets_prefix, key)) is not None:
@@ -126,6 +131,21 @@ class WatchedGroup:
         return GroupView(tuple(sorted(set(self.members.values()))), self.layout, dict(self.sealed_end_offsets),
                          dict(self.owners), {vp: offset for vp, (offset, _) in self.offsets.items()}, lag,
                          frozenset(self.retired))
+
+    def member_lanes(self) -> dict[str, frozenset[str]]:
+        """Member id -> the lanes it reads, for every live member."""
+        return {member: self.member_reads.get(key, _TRUNK_READER) for key, member in self.members.items()}
+
+    def _apply_member(self, key: str, value: Any) -> Applied:
+        applied = _apply_member_id(self.members, key, value)
+        if value is None:
+            self.member_reads.pop(key, None)
+        elif applied is Applied.CHANGED:
+            lanes = value.get("lanes", [])
+            if not (isinstance(lanes, (list, tuple)) and all(isinstance(lane, str) for lane in lanes)):
+                return Applied.LOST
+            self.member_reads[key] = frozenset(lanes) if lanes else _TRUNK_READER
+        return applied
 
     def _apply_owner(self, parsed: tuple[str, int], value: Any) -> Applied:
         topic, vp = parsed
