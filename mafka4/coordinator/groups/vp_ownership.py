@@ -44,8 +44,8 @@ With no lanes (every member reads the trunk), this is the trunk-only rule unchan
 The steps of member ``me`` (``OwnershipPlan``):
 
 * **release** what it owns that the target gives to another or to nobody (a lane with fallback
-  ``"none"`` that nobody reads), or that is no longer consumable (a closed VP read to its sealed end, or retired): commit, then delete the owner key
-  (one transaction);
+  ``"none"`` that nobody reads), or that is no longer consumable (a closed VP read to its
+  sealed end, or retired): commit, then delete the owner key (one transaction);
 * **claim** what the target gives it that has no owner: create the owner key, only if
   absent, under its lease (so a dead member's VPs free themselves when the lease lapses);
 * **split** when a lane has more of its own readers than active VPs (and the layout allows one
