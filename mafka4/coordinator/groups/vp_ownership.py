@@ -8,28 +8,54 @@ different views may delay each other but never both own a VP.
 
 The target (``target_assignment``) maps every *consumable* VP -- readable under
 parent-before-child, not retired and not yet consumed to its sealed end
-(``TopicLayout.consumable_vps``) -- to one live member:
+(``TopicLayout.consumable_vps``) -- that has an eligible member to one of them.
+
+Lanes. A record may carry a lane (a swimlane, an environment, a SET); each lane has VPs of its
+own (``virtual.layout``), and a VP never changes lane. A member reads a set of lanes
+(``GroupView.member_lanes``): the trunk (``""``) unless it names lanes -- ``lane="x"`` reads
+{"x"}, ``lanes=["a", "b"]`` reads both. The VPs of lane ``L`` are **eligible** for the live
+members that read ``L``. While none does, ``L``'s fallback (``GroupView.lane_fallback``) says
+where they go: ``"trunk"`` (the default, swimlane semantics: a lane nobody deploys is read as
+the trunk is) makes them eligible for the members reading the trunk; ``"none"``
+(environment/SET semantics) leaves them without an owner, so their records wait for the lane's
+own consumers. The trunk never falls back. A lane member that joins needs nothing new: the
+target gives it the lane's VPs, and the trunk member that read them releases them as any
+over-quota owner does (commit, then delete the owner key), and it claims them.
+
+The target is computed **per lane**, the trunk first and then the lanes in opening order,
+each lane's consumable VPs among that lane's eligible members only, with these rules:
 
 * sticky: a VP stays with its live owner while that owner is within its quota;
 * quotas: ``n`` VPs over ``m`` members give each ``n // m``, and one more to the ``n % m``
-  members that own the most now (ties: smaller id), so the fewest VPs move;
+  members that own the most now (ties: fewest VPs given in the lanes assigned before, then
+  smaller id), so the fewest VPs move;
 * an owner above its quota gives up first its active VPs, newest first, and keeps the
   closed parents it is draining (their children wait for them);
-* free VPs (without a live owner, or given up) go in id order to the member furthest below
-  its quota (ties: smaller id).
+* free VPs (without an eligible live owner, or given up) go in id order to the member furthest
+  below its quota (ties: fewest VPs given in the lanes before, then smaller id).
+
+Quotas are per lane, not over all of a member's VPs, because lanes are read by different sets of
+members: one pool over every lane would give a lane's VPs to a member that does not read it,
+or let a busy trunk push a lane's only reader off its own lane. Per lane, each lane's VPs are
+spread over its readers as evenly as a trunk-only group's; the ties to the lighter member keep
+the many one-VP lanes that fall back to the trunk from all landing on its smallest member.
+With no lanes (every member reads the trunk), this is the trunk-only rule unchanged.
 
 The steps of member ``me`` (``OwnershipPlan``):
 
-* **release** what it owns that the target gives to another, or that is no longer
-  consumable (a closed VP read to its sealed end, or retired): commit, then delete the owner key
-  (one transaction);
+* **release** what it owns that the target gives to another or to nobody (a lane with fallback
+  ``"none"`` that nobody reads), or that is no longer consumable (a closed VP read to its
+  sealed end, or retired): commit, then delete the owner key (one transaction);
 * **claim** what the target gives it that has no owner: create the owner key, only if
   absent, under its lease (so a dead member's VPs free themselves when the lease lapses);
-* **split** when the group has more members than the topic has active VPs (and the layout
-  allows one more): the member with the smallest id splits the busiest readable active VP --
-  largest lag, then widest range, then smallest id -- so a joiner gets capacity without any
-  other consumer stopping. One split at a time: the count of active VPs grows as soon as
-  the split epoch is stored, while the children wait for their parent to be drained.
+* **split** when a lane has more of its own readers than active VPs (and the layout allows one
+  more VP in all): the member with the smallest id of the group splits the busiest readable
+  active VP of such lanes -- largest lag, then widest range, then the trunk's, then smallest
+  id -- so a joiner gets capacity without any other consumer stopping. Only a lane's own
+  readers count: members that read it by fallback never split it (they have the trunk to
+  read; a lane's split is for its own consumers). One split at a time: the count of active
+  VPs grows as soon as the split epoch is stored, while the children wait for their parent to
+  be drained.
 
 A closed VP its owner has read to its sealed end is **drained** (``with_read_positions``): the
 member plans as if its read position there were committed, so the sync that hands in the
@@ -44,8 +70,9 @@ So when a member joins, it takes an unowned VP, else one VP is handed over from 
 owning more than its share, else a VP is split; the members reading other VPs never stop.
 When one leaves (or its lease lapses), its VPs go to the others after its last commit.
 
-Invariants (asserted): the target covers exactly the consumable VPs, only with live members,
-and quotas differ by at most one.
+Invariants (asserted): the target covers exactly the consumable VPs that have an eligible
+member, each with one of its lane's eligible live members, and within each lane the quotas of
+its eligible members differ by at most one.
 
 Pure: no I/O.
 """
@@ -54,10 +81,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import AbstractSet, Mapping
+from typing import AbstractSet, Literal, Mapping
 
 from mafka4.log.epochs import NO_EPOCH
-from mafka4.virtual.layout import TopicLayout
+from mafka4.virtual.layout import TRUNK, TopicLayout
+
+Fallback = Literal["trunk", "none"]
+FALLBACK_TRUNK: Fallback = "trunk"  # swimlane: while nobody reads the lane, the trunk's readers read it
+FALLBACK_NONE: Fallback = "none"  # environment/SET: the lane's records wait for its own readers
+TRUNK_ONLY = frozenset({TRUNK})
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,16 +105,41 @@ class GroupView:
     retired: AbstractSet[int] = frozenset()  # closed VPs whose logs retention deleted: consumed by every group
     # Owned closed VPs counted as committed at the planning member's read position (``with_read_positions``).
     drained: AbstractSet[int] = frozenset()
+    # Member id -> the lanes it reads ("" the trunk); a member not in it reads the trunk only.
+    member_lanes: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    # Lane -> where its VPs go while no live member reads it: FALLBACK_TRUNK (when absent) or FALLBACK_NONE.
+    lane_fallback: Mapping[str, Fallback] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         assert list(self.members) == sorted(set(self.members)), "members are unique and sorted"
         assert all(self.committed[vp] >= self.sealed_end_offsets[vp] for vp in self.drained), "drained: read to the end"
+        assert all(lanes for lanes in self.member_lanes.values()), f"a member reads some lane: {self.member_lanes}"
+        assert set(self.lane_fallback.values()) <= {FALLBACK_TRUNK, FALLBACK_NONE}, self.lane_fallback
 
     def readable(self) -> frozenset[int]:
         return self.layout.readable_vps(self.committed, self.sealed_end_offsets, self.retired)
 
     def consumable(self) -> tuple[int, ...]:
         return self.layout.consumable_vps(self.committed, self.sealed_end_offsets, self.retired)
+
+    def lanes_of(self, member: str) -> frozenset[str]:
+        """The lanes ``member`` reads."""
+        return self.member_lanes.get(member, TRUNK_ONLY)
+
+    def readers(self, lane: str) -> tuple[str, ...]:
+        """The live members reading ``lane`` themselves, sorted."""
+        return tuple(member for member in self.members if lane in self.lanes_of(member))
+
+    def eligible(self, lane: str) -> tuple[str, ...]:
+        """The live members ``lane``'s VPs go to: its readers, else the trunk's if it falls back to the trunk."""
+        readers = self.readers(lane)
+        if readers or lane == TRUNK or self.lane_fallback.get(lane, FALLBACK_TRUNK) == FALLBACK_NONE:
+            return readers
+        return self.readers(TRUNK)
+
+    def lane_order(self) -> tuple[str, ...]:
+        """The trunk, then the open lanes in opening order: the order lanes are assigned in."""
+        return (TRUNK,) + self.layout.current.lane_names
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,17 +169,35 @@ class OwnershipPlan:
 
 def target_assignment(view: GroupView) -> dict[int, str]:
     """The consumable VPs -> the member that should own each; see the module docstring."""
-    consumable = view.consumable()
-    members = view.members
-    if not members:
-        return {}
+    by_lane: dict[str, list[int]] = {}
+    for vp in view.consumable():
+        by_lane.setdefault(view.layout.lane_of(vp), []).append(vp)
+    target: dict[int, str] = {}
+    load = {member: 0 for member in view.members}  # VPs given in the lanes already assigned
+    for lane in view.lane_order():
+        vps = by_lane.get(lane, [])
+        eligible = view.eligible(lane)
+        if not vps or not eligible:
+            continue
+        assigned = _assign_lane(view, vps, eligible, load)
+        target.update(assigned)
+        for member in assigned.values():
+            load[member] += 1
+    assert set(target) == {vp for lane, vps in by_lane.items() if view.eligible(lane) for vp in vps}, (target, by_lane)
+    return target
+
+
+def _assign_lane(view: GroupView, consumable: list[int], members: tuple[str, ...],
+                 load: Mapping[str, int]) -> dict[int, str]:
+    """One lane's consumable VPs -> its eligible ``members``: sticky, quotas, ties to the least ``load`` of the
+    lanes assigned before it, then the smaller id."""
     kept: dict[str, list[int]] = {member: [] for member in members}
     for vp in consumable:
         owner = view.owners.get(vp)
         if owner in kept:
             kept[owner].append(vp)
     base, extra = divmod(len(consumable), len(members))
-    by_holdings = sorted(members, key=lambda member: (-len(kept[member]), member))
+    by_holdings = sorted(members, key=lambda member: (-len(kept[member]), load[member], member))
     quota = {member: base + (1 if index < extra else 0) for index, member in enumerate(by_holdings)}
     target: dict[int, str] = {}
     for member, vps in kept.items():
@@ -134,7 +209,7 @@ def target_assignment(view: GroupView) -> dict[int, str]:
     for vp in consumable:
         if vp in target:
             continue
-        member = min(members, key=lambda m: (counts[m] - quota[m], m))
+        member = min(members, key=lambda m: (counts[m] - quota[m], load[m], m))
         target[vp] = member
         counts[member] += 1
     assert set(target) == set(consumable) and set(target.values()) <= set(members), (target, consumable)
@@ -144,14 +219,19 @@ def target_assignment(view: GroupView) -> dict[int, str]:
 
 def split_candidate(view: GroupView) -> int | None:
     """The VP to split now, or None: see the module docstring."""
-    active = view.layout.current.ranges.vp_ids
-    if len(active) >= len(view.members) or len(active) >= view.layout.config.virtual_partitions_max:
+    current = view.layout.current
+    if len(current.vp_ids) >= view.layout.config.virtual_partitions_max:
         return None
-    readable_active = [vp for vp in view.consumable() if view.layout.is_active(vp)]
-    splittable = [vp for vp in readable_active if view.layout.current.ranges.range_of(vp).can_split()]
+    short = {lane for lane in view.lane_order()
+             if len(view.readers(lane)) > len(current.lane_ranges(current.lane_id(lane)).vp_ids)}
+    if not short:
+        return None
+    splittable = [vp for vp in view.consumable()
+                  if current.lane_of(vp) in short and current.range_of(vp).can_split()]
     if not splittable:
-        return None  # every active VP waits for its parents: the last split is still settling
-    return max(splittable, key=lambda vp: (view.lag.get(vp, 0), view.layout.current.ranges.range_of(vp).width, -vp))
+        return None  # every active VP of those lanes waits for its parents: the last split is still settling
+    return max(splittable, key=lambda vp: (view.lag.get(vp, 0), current.range_of(vp).width,
+                                           current.lane_of(vp) == TRUNK, -vp))
 
 
 def plan_ownership(view: GroupView, me: str) -> OwnershipPlan:
