@@ -39,7 +39,7 @@ from mafka4.coordinator.control.read_path_decisions import VirtualPartitionItem
 from mafka4.coordinator.control.read_scaling import ReadScaling, busy_vps
 from mafka4.coordinator.control.upkeep_decisions import (NodeAbsence, ShrinkWatch, merge_step, plan_replica_moves,
                                                          retirable, target_virtual_partitions)
-from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR
+from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR, MemberInfo
 from mafka4.limits import DESCRIBE_TIMEOUT_S, ReadMode, TopicConfig
 from mafka4.limits.servers import ControllerConfig
 from mafka4.metadata import intents, keys
@@ -48,7 +48,7 @@ from mafka4.metadata.store import Fence, MetadataStore
 from mafka4.physical.partition_state import config_from_json
 from mafka4.physical.topics import TopicStore
 from mafka4.virtual.handles import ask_leader_nodes
-from mafka4.virtual.layout import TopicLayout
+from mafka4.virtual.layout import TRUNK, TopicLayout
 from mafka4.virtual.vp_state import VirtualPartitionState
 from mafka4.virtual.vp_store import VirtualStore
 
@@ -126,14 +126,15 @@ class ReadPathUpkeep:
     # --- merges -----------------------------------------------------------------------------
 
     def _group_sizes(self) -> dict[str, list[int]]:
-        """Per topic, the live member count of every mafka4-mode group reading it."""
+        """Per topic, the live count of every mafka4-mode group's trunk readers: the trunk's VPs serve them
+        (a lane's own readers have the lane's VPs, which upkeep never merges)."""
         counts: dict[tuple[str, str], int] = defaultdict(int)
         prefix = keys.groups_prefix(self._cluster)
         for item in self._store.get_prefix(prefix):
             group = keys.group_name_of(self._cluster, item.key)
             if group is None or not item.key.startswith(keys.group_members_prefix(self._cluster, group)):
                 continue
-            if item.value.get("assignor") == VIRTUAL_ASSIGNOR:
+            if item.value.get("assignor") == VIRTUAL_ASSIGNOR and TRUNK in MemberInfo.from_json(item.value).reads:
                 counts[(group, item.value["topic"])] += 1
         sizes: dict[str, list[int]] = defaultdict(list)
         for (_, topic), count in counts.items():

@@ -61,8 +61,8 @@ import etcd3
 
 from mafka4.coordinator.groups.membership import GroupMembership, MembershipFactory, PendingChange
 from mafka4.coordinator.groups.partition_protocol import VIRTUAL_ASSIGNOR, MemberInfo
-from mafka4.coordinator.groups.vp_ownership import (GroupView, OwnershipPlan, commit_moves_forward, plan_ownership,
-                                                  with_read_positions)
+from mafka4.coordinator.groups.vp_ownership import (GroupView, OwnershipPlan, commit_moves_forward, lane_fallbacks,
+                                                  plan_ownership, with_read_positions)
 from mafka4.coordinator.groups.vp_pictures import Applied, WatchedGroup
 from mafka4.coordinator.groups.vp_wakes import LastAnswer, Wake, WakeFilter, asks_to_act
 from mafka4.errors import CoordinatorUnavailable, InconsistentGroupProtocol
@@ -120,7 +120,9 @@ class VirtualGroupSnapshot:
         lag = {vp: max(o.high_watermark - o.offset, 0) for vp, o in self.offsets.items()}
         retired = frozenset(vp for vp, s in self.states.items() if s.retired)
         return GroupView(tuple(m.member_id for m in self.members), self.layout, sealed, dict(self.owners),
-                         {vp: o.offset for vp, o in self.offsets.items()}, lag, retired)
+                         {vp: o.offset for vp, o in self.offsets.items()}, lag, retired,
+                         member_lanes={m.member_id: m.reads for m in self.members},
+                         lane_fallback=lane_fallbacks(self.layout))
 
 
 class VirtualGroupStore(MetadataStore):

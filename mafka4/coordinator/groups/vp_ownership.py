@@ -84,12 +84,17 @@ from dataclasses import dataclass
 from typing import AbstractSet, Literal, Mapping
 
 from mafka4.log.epochs import NO_EPOCH
-from mafka4.virtual.layout import TRUNK, TopicLayout
+from mafka4.virtual.layout import FALLBACK_NONE, FALLBACK_TRUNK, TRUNK, TopicLayout
 
+# FALLBACK_TRUNK (swimlane): while nobody reads the lane, the trunk's readers read it;
+# FALLBACK_NONE (environment/SET): the lane's records wait for its own readers.
 Fallback = Literal["trunk", "none"]
-FALLBACK_TRUNK: Fallback = "trunk"  # swimlane: while nobody reads the lane, the trunk's readers read it
-FALLBACK_NONE: Fallback = "none"  # environment/SET: the lane's records wait for its own readers
 TRUNK_ONLY = frozenset({TRUNK})
+
+
+def lane_fallbacks(layout: TopicLayout) -> dict[str, str]:
+    """Each open lane's fallback, as its opening epoch set it (``layout.LanePolicy``): ``GroupView.lane_fallback``."""
+    return {lane: layout.current.lane_policy(lane).fallback for lane in layout.current.lane_names}
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,7 @@ import enum
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from mafka4.coordinator.groups.partition_protocol import MemberInfo
-from mafka4.coordinator.groups.vp_ownership import GroupView
+from mafka4.coordinator.groups.vp_ownership import GroupView, lane_fallbacks
 from mafka4.coordinator.groups.vp_wakes import quiet_topic_prefixes
 from mafka4.limits import GROUP_PICTURE_ENTRIES_MAX, VirtualConfig
 from mafka4.metadata import keys
@@ -130,7 +130,8 @@ class WatchedGroup:
         lag = {vp: max(high_watermark - offset, 0) for vp, (offset, high_watermark) in self.offsets.items()}
         return GroupView(tuple(sorted(set(self.members.values()))), self.layout, dict(self.sealed_end_offsets),
                          dict(self.owners), {vp: offset for vp, (offset, _) in self.offsets.items()}, lag,
-                         frozenset(self.retired))
+                         frozenset(self.retired), member_lanes=self.member_lanes(),
+                         lane_fallback=lane_fallbacks(self.layout))
 
     def member_lanes(self) -> dict[str, frozenset[str]]:
         """Member id -> the lanes it reads, for every live member."""
