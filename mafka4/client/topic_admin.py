@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from mafka4.client.node_connection import call_once
 from mafka4.limits import READ_MODE_DEFAULT, ReadMode
-from mafka4.names import validate_topic_name
+from mafka4.names import validate_lane_name, validate_topic_name
 from mafka4.physical.partition_state import TopicMetadata
 from mafka4.protocol.metadata_topics import topic_of
 from mafka4.protocol.topic_admin_api import (EpochInfo, LaneOpenAnswer, LaneOpenRequest, TopicCreateRequest, TopicDeleteRequest, TopicDescribeRequest,
@@ -56,4 +56,4 @@ def open_lane(name: str, lane: str, fallback: str = "", priority: int = -1, wher
     """Where lane ``lane`` of topic ``name`` is, opened (with ``fallback`` and ``priority``, defaults
     for "" and -1) if it is not yet: its lane id in the topic, or in mafka3 mode the topic holding
     it (``frontend.topic_intents.open_lane``). Needs the ``produce`` ACL on the topic."""
-    return call_once(LaneOpenRequest(validate_topic_name(name), lane, fallback, priority), where)
+    return call_once(LaneOpenRequest(validate_topic_name(name), validate_lane_name(lane), fallback, priority), where)
