@@ -10,6 +10,7 @@ from __future__ import annotations
 from benchmarks.failover_settings import FailoverBenchSettings
 from benchmarks.kafka_clients_settings import KafkaClientsBenchSettings
 from benchmarks.lag import FeedLagBenchSettings
+from benchmarks.lanes_settings import LanesBenchSettings
 from benchmarks.read_scale_settings import ReadScaleBenchSettings
 from benchmarks.redis_streams_figures import RedisStreamsBenchSettings
 from mafka4.cli.bench import Bench
@@ -23,6 +24,11 @@ KAFKA_CLIENTS = Bench(
                      "Kafka listener beside mafka4's own Producer and Consumer, A B A B, on the running cluster: "
                      "throughput, produce latency at a paced rate, consume throughput", KafkaClientsBenchSettings,
     "benchmarks.kafka_clients:run_kafka_clients_bench")
+LANES = Bench(
+    "lanes", "what lanes cost (issue 40), on the running cluster: produce latency over 1..100 lanes with Mafka4's "
+             "queue merging beside Mafka3's topic per lane (A B A B), with the physical partitions and actors each "
+             "took; RSS and idle CPU per idle lane on a read node; a lane member's takeover from a trunk member",
+    LanesBenchSettings, "benchmarks.lanes:run_lanes_bench")
 READ_SCALE = Bench(
     "read-scale", "a read node added by Ray's autoscaler while a group grows, on Ray's fake multi-node cluster of "
                   "ray_cluster.yaml (issue 38): decision to first records served, produce latency and members' gaps "

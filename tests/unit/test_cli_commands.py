@@ -247,7 +247,7 @@ class IdleConsumer:
 
     polls: list[int] = []
 
-    def __init__(self, topic: str, group: str | None = None, from_beginning: bool = False):
+    def __init__(self, topic: str, group: str | None = None, from_beginning: bool = False, lanes=None):
         IdleConsumer.polls = []
 
     def poll(self, timeout_ms: int) -> list:

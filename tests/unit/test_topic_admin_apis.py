@@ -310,7 +310,9 @@ def test_a_description_travels_row_by_row_and_comes_back_in_describe_topics_shap
                        {"partition": 1, "leader": "w1", "leader_epoch": 1, "replicas": ["w1"], "isr": ["w1"],
                         "live": None}],
         "virtual_partitions": [{"virtual_partition": vp, "range": [vp, HASH_SPACE], "leader": "r0", "active": True,
-                                "live": {"error": "GetTimeoutError"}} for vp in range(3)],
+                                "lane": "" if vp < 2 else "swim", "live": {"error": "GetTimeoutError"}}
+                               for vp in range(3)],
+        "lanes": [{"lane": "swim", "fallback": "trunk", "priority": 3}],
         "read_loss": {1: [[0, 5], [7, 9]]}}
     answer = description_answer(description)
     assert from_body(TopicDescribeAnswer, to_body(answer)) == answer
