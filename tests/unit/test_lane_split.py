@@ -335,3 +335,16 @@ def test_the_message_hash_does_not_depend_on_the_lane():
     assert len(planned.chunks) == 2 and {layout.lane_of(vp) for vp in planned.chunks} == {"", "blue"}
     for vp, chunks in planned.chunks.items():
         assert [encoded for chunk in chunks for _, encoded in vp_batches(chunk)]
+
+
+def test_the_checkers_oracle_places_laned_records_where_the_feed_does():
+    from simulations.checkers import committed_records
+
+    layout = layout_with_lanes(3, 2, [4])
+    lanes = [0, 1, 2, 1, 0, 2, 2, 1]
+    batch = producer_batch(laned_records(8, lanes), lanes, 0)
+    _, expected_vp = committed_records(bytes(batch), PARTITION, layout)
+    planned = plan_round(bytes(batch), PARTITION, layout, 0, records_max=100)
+    assert expected_vp == {(PARTITION, r.offset): vp for vp, chunks in planned.chunks.items() for c in chunks for r in c}
+    with pytest.raises(UnknownLane):
+        committed_records(bytes(batch), PARTITION, layout_with_lanes(3, 1, []))
