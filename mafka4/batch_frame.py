@@ -220,11 +220,11 @@ def check_single_batch(buffer: bytes | bytearray, check_crc: bool = True) -> Bat
 
 def check_producer_batch(buffer: bytes | bytearray) -> BatchHeader:
     """``check_single_batch`` of a batch a producer sent, which may set no attribute but its codec,
-    the key-hash column and, with it, the lane-id column: sources are the feeder's to write (a producer's claim to them would
-    reach consumers of VPs as records of another shape), and reserved bits mean a format this
-    version does not know. A batch with the key-hash column must carry a producer id: its keyless
-    records' hashes are made of it (``batch_payload``), and without one they would be made of
-    offsets, which the producer cannot know."""
+    the key-hash column and, with it, the lane-id column: sources are the feeder's to write (a
+    producer's claim to them would reach consumers of VPs as records of another shape), and
+    reserved bits mean a format this version does not know. A batch with the key-hash column must
+    carry a producer id: its keyless records' hashes are made of it (``batch_payload``), and
+    without one they would be made of offsets, which the producer cannot know."""
     header = check_single_batch(buffer)
     if header.attributes & ~PRODUCER_ATTRIBUTES:
         raise CorruptRecord(

@@ -68,9 +68,9 @@ from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import msgpack
 
-from mafka4.batch_frame import (ATTRIBUTE_KEY_HASHES, ATTRIBUTE_LANE_IDS, ATTRIBUTE_SOURCES, ATTRIBUTE_TIMESTAMP_RUNS, HEADER_BYTES,
-                                NO_PRODUCER_ID, NO_SEQUENCE, PAYLOAD_BYTES_MAX, BatchHeader, check_batch, frame_payload,
-                                iter_batches)
+from mafka4.batch_frame import (ATTRIBUTE_KEY_HASHES, ATTRIBUTE_LANE_IDS, ATTRIBUTE_SOURCES, ATTRIBUTE_TIMESTAMP_RUNS,
+                                HEADER_BYTES, NO_PRODUCER_ID, NO_SEQUENCE, PAYLOAD_BYTES_MAX, BatchHeader, check_batch,
+                                frame_payload, iter_batches)
 from mafka4.collector import collection_paused
 from mafka4.compression import Codec, compress, decompress
 from mafka4.errors import CorruptRecord
@@ -101,23 +101,6 @@ class Record(NamedTuple):
 
 
 Headers = tuple[tuple[str, bytes], ...]
-
-
-def lane_of_headers(headers: Sequence[tuple[str, bytes]] | None) -> str:
-    """The lane a record's headers name (its first header, ``LANE_HEADER``), "" for the trunk.
-
-    A name that is not UTF-8 (no Producer writes one: lane names are ASCII) reads with
-    replacement characters, a name no lane has."""
-    if headers and headers[0][0] == LANE_HEADER:
-        return headers[0][1].decode("utf-8", "replace")
-    return ""
-
-
-def laned_headers(lane: str, headers: Sequence[tuple[str, bytes]] | None) -> list[tuple[str, bytes]] | None:
-    """``headers`` of a record sent to ``lane`` ("" the trunk: unchanged): its lane header first."""
-    if not lane:
-        return headers if headers is None else list(headers)
-    return [(LANE_HEADER, lane.encode()), *(headers or ())]
 # What a reader builds of each record, from (offset, timestamp_ms, key, value, headers): a
 # ``Record`` by default; a consumer builds its message right away (``Message`` with the topic
 # and partition bound), so that no record is built only to be copied into one.
@@ -168,6 +151,23 @@ class HeadersReading(NamedTuple):
 
     each: HeadersDecoder
     common: Callable[[tuple], Iterable[Headers] | None]
+
+
+def lane_of_headers(headers: Sequence[tuple[str, bytes]] | None) -> str:
+    """The lane a record's headers name (its first header, ``LANE_HEADER``), "" for the trunk.
+
+    A name that is not UTF-8 (no Producer writes one: lane names are ASCII) reads with
+    replacement characters, a name no lane has."""
+    if headers and headers[0][0] == LANE_HEADER:
+        return headers[0][1].decode("utf-8", "replace")
+    return ""
+
+
+def laned_headers(lane: str, headers: Sequence[tuple[str, bytes]] | None) -> list[tuple[str, bytes]] | None:
+    """``headers`` of a record sent to ``lane`` ("" the trunk: unchanged): its lane header first."""
+    if not lane:
+        return headers if headers is None else list(headers)
+    return [(LANE_HEADER, lane.encode()), *(headers or ())]
 
 
 def encode_batch(
@@ -256,9 +256,9 @@ def _framed(payload: bytes | memoryview, codec: Codec, attributes: int, count: i
 
 def _hashed_payload(record_arrays: Sequence, message_hashes: bytes, lane_ids: bytes | None = None) -> bytes:
     """``[records, message_hashes, record_ends]``, or with ``lane_ids`` ``[..., lane_ids]`` (see the
-    module doc). Each record is packed on its
-    own, in C (``map``), so that its end is known: about as fast as packing the array at once for
-    small records, and a copy more for large ones (0.28 and 0.42 µs a record at 100 B and 1 KiB)."""
+    module doc). Each record is packed on its own, in C (``map``), so that its end is known: about
+    as fast as packing the array at once for small records, and a copy more for large ones (0.28
+    and 0.42 µs a record at 100 B and 1 KiB)."""
     count = len(record_arrays)
     packed = list(map(_record_packer().pack, record_arrays))
     records_start = 1 + len(array_header(count))

@@ -1,13 +1,14 @@
 """Routing: committed physical records -> per-VP records that carry their source.
 
 The feeder (never the physical leader) decodes each committed physical batch and calls
-``route_records`` (``route_batch`` decodes and routes a batch in one call): every record gets its message hash (``ranges.message_hash``) and goes to
-exactly one VP, the one owning that hash in the split epoch of its offset
-(``TopicLayout.locate(partition, offset, hash, lane_id)``), among the VPs of the record's lane (its
-first header, ``batch_payload.LANE_HEADER``; none: the trunk); within a VP the records keep physical offset
-order. A record of a lane the layout read does not have yet stops the routing there
-(``route_known_lanes``: the feeder reads the layout again and goes on from it). The VP leader appends them as ordinary batches (``encode_vp_batch``), assigning its own
-VP offsets.
+``route_records`` (``route_batch`` decodes and routes a batch in one call): every record gets its
+message hash (``ranges.message_hash``) and goes to exactly one VP, the one owning that hash in the
+split epoch of its offset among the VPs of the record's lane (its first header,
+``batch_payload.LANE_HEADER``; none: the trunk) (``TopicLayout.locate(partition, offset, hash,
+lane_id)``); within a VP the records keep physical offset order. A record of a lane the layout
+read does not have yet stops the routing there (``route_known_lanes``: the feeder reads the
+layout again and goes on from it). The VP leader appends them as ordinary batches
+(``encode_vp_batch``), assigning its own VP offsets.
 
 Two splits, one result. A physical batch with the key-hash column (``batch_payload``) is split
 without decoding a record (``virtual.column_split``): its records reach the VP leader as an

@@ -345,6 +345,7 @@ def test_the_checkers_oracle_places_laned_records_where_the_feed_does():
     batch = producer_batch(laned_records(8, lanes), lanes, 0)
     _, expected_vp = committed_records(bytes(batch), PARTITION, layout)
     planned = plan_round(bytes(batch), PARTITION, layout, 0, records_max=100)
-    assert expected_vp == {(PARTITION, r.offset): vp for vp, chunks in planned.chunks.items() for c in chunks for r in c}
+    assert expected_vp == {(PARTITION, r.offset): vp
+                           for vp, chunks in planned.chunks.items() for c in chunks for r in c}
     with pytest.raises(UnknownLane):
         committed_records(bytes(batch), PARTITION, layout_with_lanes(3, 1, []))

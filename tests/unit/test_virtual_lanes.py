@@ -33,7 +33,8 @@ def test_opening_a_lane_gives_it_a_new_vp_owning_its_whole_hash_space_and_moves_
     assert epoch.ranges == split.current.ranges, "the trunk's layout is unchanged"
     assert epoch.lanes == (("blue", RangeMap.even(1, 6)),)
     opened = split.append(epoch)
-    assert (opened.current.lane_id("blue"), opened.current.lane_id(TRUNK), opened.current.lane_id("red")) == (1, 0, None)
+    current = opened.current
+    assert (current.lane_id("blue"), current.lane_id(TRUNK), current.lane_id("red")) == (1, 0, None)
     assert opened.current.lane_names == ("blue",)
     assert opened.lane_of(6) == "blue" and opened.lane_of(0) == TRUNK and opened.current.lane_of(1) is None
     assert opened.current.vp_ids == (0, 4, 5, 2, 3, 6)
@@ -84,7 +85,8 @@ def test_merging_within_a_lane_is_allowed_and_across_lanes_refused():
     left, right = split.current.lane_ranges(1).vp_ids
     merged = split.append(split.plan_merge(left, right, [4, 4, 4], [2, 2, 2]))
     assert merged.current.lane_ranges(1) == RangeMap.even(1, merged.current.children[0])
-    assert merged.current.ranges == layout.current.ranges and merged.current.lane_ranges(2) == layout.current.lane_ranges(2)
+    assert merged.current.ranges == layout.current.ranges
+    assert merged.current.lane_ranges(2) == layout.current.lane_ranges(2), "the other lane is untouched"
 
 
 def test_records_are_located_in_their_lanes_layout_of_their_epoch_and_an_unopened_lane_is_unknown():
