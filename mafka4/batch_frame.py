@@ -15,7 +15,8 @@ which the CRC deliberately does not cover (as in Kafka), so stamping needs no re
     16      1     magic               int8, format version, always 1
     17      4     crc                 uint32, CRC32 (zlib) of bytes [21, end of batch)
     21      2     attributes          int16, bits 0-2: codec id (0 none, 1 lz4, 2 zstd); bit 3: sources;
-                                      bit 4: key-hash column; bit 5: timestamp runs; bits 6-15 reserved, 0
+                                      bit 4: key-hash column; bit 5: timestamp runs; bit 6: lane-id
+                                      column; bits 7-15 reserved, 0
     23      4     count               int32, number of records, >= 1
     27      8     first_timestamp_ms  int64
     35      8     max_timestamp_ms    int64
@@ -40,6 +41,14 @@ says, no more (``check_producer_batch``): the column holds keyless records' hash
 made of the producer id, so a batch with the column must have one. Whether the column agrees
 with the keys is the feeder's to check, by sample, when it splits (``virtual.column_split``):
 checking it here would decompress and decode every batch on the write path.
+
+The lane-id column (attribute bit 6) is set only with the key-hash column, in a producer's batch
+of which some record carries a lane (``batch_payload.LANE_HEADER``): the payload then carries
+each record's lane id in the topic's layout beside the key-hash column (``batch_payload``), so a
+read node places a laned record in its lane's VPs without decoding it. A batch of trunk records
+only never sets it (its bytes are those of a topic without lanes). The leader checks only that
+the bit comes with bit 4 (``check_producer_batch``); whether the ids agree with the records' lane
+headers is the feeder's to check by sample, as for the hashes.
 
 Compression (``mafka4.compression``). The payload is compressed as a whole, and the CRC and
 ``length`` cover the compressed bytes: what is stored is what is checked, so a leader, a
@@ -79,8 +88,10 @@ TIMESTAMP_MS_MAX = 2**63 - 1  # the header's timestamps are int64
 ATTRIBUTE_SOURCES = 0x08  # the payload is [records, sources] (``batch_payload``)
 ATTRIBUTE_KEY_HASHES = 0x10  # the payload is [records, message hashes, record ends] (``batch_payload``)
 ATTRIBUTE_TIMESTAMP_RUNS = 0x20  # with sources: the payload is [records, sources, timestamp runs] (``batch_payload``)
-# What a producer's batch may set: its codec, and the key-hash column.
-PRODUCER_ATTRIBUTES = CODEC_MASK | ATTRIBUTE_KEY_HASHES
+# With the key-hash column: the payload is [records, message hashes, record ends, lane ids] (``batch_payload``).
+ATTRIBUTE_LANE_IDS = 0x40
+# What a producer's batch may set: its codec, the key-hash column and the lane-id column.
+PRODUCER_ATTRIBUTES = CODEC_MASK | ATTRIBUTE_KEY_HASHES | ATTRIBUTE_LANE_IDS
 
 
 class BatchHeader(NamedTuple):
@@ -129,6 +140,11 @@ class BatchHeader(NamedTuple):
     def hashed(self) -> bool:
         """Whether the payload carries the key-hash column (attribute bit 4)."""
         return bool(self.attributes & ATTRIBUTE_KEY_HASHES)
+
+    @property
+    def laned(self) -> bool:
+        """Whether the payload carries the lane-id column (attribute bit 6, only with bit 4)."""
+        return bool(self.attributes & ATTRIBUTE_LANE_IDS)
 
     @property
     def codec(self) -> Codec:
@@ -203,18 +219,23 @@ def check_single_batch(buffer: bytes | bytearray, check_crc: bool = True) -> Bat
 
 
 def check_producer_batch(buffer: bytes | bytearray) -> BatchHeader:
-    """``check_single_batch`` of a batch a producer sent, which may set no attribute but its codec
-    and the key-hash column: sources are the feeder's to write (a producer's claim to them would
-    reach consumers of VPs as records of another shape), and reserved bits mean a format this
-    version does not know. A batch with the key-hash column must carry a producer id: its keyless
-    records' hashes are made of it (``batch_payload``), and without one they would be made of
-    offsets, which the producer cannot know."""
+    """``check_single_batch`` of a batch a producer sent, which may set no attribute but its codec,
+    the key-hash column and, with it, the lane-id column: sources are the feeder's to write (a
+    producer's claim to them would reach consumers of VPs as records of another shape), and
+    reserved bits mean a format this version does not know. A batch with the key-hash column must
+    carry a producer id: its keyless records' hashes are made of it (``batch_payload``), and
+    without one they would be made of offsets, which the producer cannot know."""
     header = check_single_batch(buffer)
     if header.attributes & ~PRODUCER_ATTRIBUTES:
         raise CorruptRecord(
             f"the batch of {header.count} records sent sets attribute bits "
             f"{header.attributes & ~PRODUCER_ATTRIBUTES:#06x}: a producer's batch holds only a codec id in bits 0-2 "
-            f"and the key-hash column's bit 4, zeros elsewhere")
+            f"and the key-hash column's bit 4 and lane-id column's bit 6, zeros elsewhere")
+    if header.laned and not header.hashed:
+        raise CorruptRecord(
+            f"the batch of {header.count} records sent sets the lane-id column's bit 6 without the key-hash "
+            f"column's bit 4: the lane ids travel only beside the message hashes (batch_payload's format); send "
+            f"the batch with both columns")
     if header.hashed and header.producer_id == NO_PRODUCER_ID:
         raise CorruptRecord(
             f"the batch of {header.count} records sent has a key-hash column but no producer id: the column's "

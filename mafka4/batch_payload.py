@@ -40,6 +40,17 @@ record's bytes to its VP's batch and never decodes one. A reader of the records 
 checker, a feeder splitting a batch without the column) checks the columns' sizes and ignores
 them: two bins of 12 bytes a record cost a copy, against microseconds a record to decode.
 
+Lanes. A record in a lane (``virtual.layout``'s lanes; the trunk is no lane) carries the header
+``(LANE_HEADER, lane name as UTF-8)`` as its first header; a trunk record carries none
+(``lane_of_headers``). The Producer adds it: ``mafka4.`` headers are the system's own. A batch
+with the key-hash column of which some record is in a lane also carries the lane-id column
+(attribute bit 6, only with bit 4): the payload is then ``[records, message_hashes, record_ends,
+lane_ids]``, ``lane_ids`` one bin of 2 bytes per record, big-endian uint16, the record's lane id
+in the topic's layout (0: the trunk), so a read node places each record in its lane's VPs
+without decoding it (``virtual.column_split``). A batch of trunk records only has no lane-id
+column: its bytes are those of a topic without lanes. A reader of the records checks the
+column's size and ignores it, as it ignores the key-hash column.
+
 Compression (``mafka4.compression``). The payload is compressed as a whole with the codec of
 the batch's attributes; the CRC covers the compressed bytes (``batch_frame``). Only readers
 that need the records decompress (consumers, and the feeder, which writes each VP sub-batch
@@ -57,9 +68,9 @@ from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import msgpack
 
-from mafka4.batch_frame import (ATTRIBUTE_KEY_HASHES, ATTRIBUTE_SOURCES, ATTRIBUTE_TIMESTAMP_RUNS, HEADER_BYTES,
-                                NO_PRODUCER_ID, NO_SEQUENCE, PAYLOAD_BYTES_MAX, BatchHeader, check_batch, frame_payload,
-                                iter_batches)
+from mafka4.batch_frame import (ATTRIBUTE_KEY_HASHES, ATTRIBUTE_LANE_IDS, ATTRIBUTE_SOURCES, ATTRIBUTE_TIMESTAMP_RUNS,
+                                HEADER_BYTES, NO_PRODUCER_ID, NO_SEQUENCE, PAYLOAD_BYTES_MAX, BatchHeader, check_batch,
+                                frame_payload, iter_batches)
 from mafka4.collector import collection_paused
 from mafka4.compression import Codec, compress, decompress
 from mafka4.errors import CorruptRecord
@@ -69,10 +80,12 @@ from mafka4.limits import PAYLOAD_PACKER_KEPT_BYTES_MAX
 # producers may not send them, or a consumer would take a producer's header for one of these.
 RESERVED_HEADER_PREFIX = "mafka4."
 SOURCE_HEADER = "mafka4.src"  # how a record's source reads as a header
+LANE_HEADER = "mafka4.lane"  # a laned record's first header: its lane's name, UTF-8 (see the module doc)
 SOURCE = struct.Struct(">iq")  # one record's source: physical partition, physical offset
 TIMESTAMP_RUN = struct.Struct(">Iq")  # one timestamp run: index of its first record, its base timestamp
 MESSAGE_HASH_BYTES = 8  # one record's entry in the key-hash column: big-endian uint64
 RECORD_END_BYTES = 4  # one record's end in the payload: big-endian uint32
+LANE_ID_BYTES = 2  # one record's entry in the lane-id column: big-endian uint16
 _U8, _U16, _U32 = struct.Struct(">B"), struct.Struct(">H"), struct.Struct(">I")
 
 
@@ -140,6 +153,23 @@ class HeadersReading(NamedTuple):
     common: Callable[[tuple], Iterable[Headers] | None]
 
 
+def lane_of_headers(headers: Sequence[tuple[str, bytes]] | None) -> str:
+    """The lane a record's headers name (its first header, ``LANE_HEADER``), "" for the trunk.
+
+    A name that is not UTF-8 (no Producer writes one: lane names are ASCII) reads with
+    replacement characters, a name no lane has."""
+    if headers and headers[0][0] == LANE_HEADER:
+        return headers[0][1].decode("utf-8", "replace")
+    return ""
+
+
+def laned_headers(lane: str, headers: Sequence[tuple[str, bytes]] | None) -> list[tuple[str, bytes]] | None:
+    """``headers`` of a record sent to ``lane`` ("" the trunk: unchanged): its lane header first."""
+    if not lane:
+        return headers if headers is None else list(headers)
+    return [(LANE_HEADER, lane.encode()), *(headers or ())]
+
+
 def encode_batch(
     records: Sequence[tuple[bytes | None, bytes, int, Sequence[tuple[str, bytes]] | None]],
     producer_id: int = NO_PRODUCER_ID,
@@ -168,6 +198,7 @@ def encode_record_arrays(
     sources: bytes | None = None,
     message_hashes: bytes | None = None,
     timestamp_runs: bytes | None = None,
+    lane_ids: bytes | None = None,
 ) -> bytes:
     """Encode records already in payload form, ``(timestamp_delta_ms, key, value, headers or None)``
     each (tuples pack as msgpack arrays), into one unstamped batch. The producer keeps its records
@@ -177,7 +208,8 @@ def encode_record_arrays(
     module doc); ``timestamp_runs``: with sources, the runs' ``TIMESTAMP_RUN``s, the records'
     deltas counting from their runs' bases. ``message_hashes``: the key-hash column,
     ``MESSAGE_HASH_BYTES`` a record (a producer's batch with a producer id; see the module doc);
-    the records' ends are added here.
+    the records' ends are added here. ``lane_ids``: with the key-hash column, the lane-id column,
+    ``LANE_ID_BYTES`` a record; all zeros (trunk records only) it is left out, as the format says.
     """
     assert record_arrays, "a batch holds at least one record"
     assert sources is None or message_hashes is None, "a batch has sources or the key-hash column, not both"
@@ -192,8 +224,16 @@ def encode_record_arrays(
     if message_hashes is not None:
         assert len(message_hashes) == MESSAGE_HASH_BYTES * len(record_arrays), (len(message_hashes), len(record_arrays))
         assert producer_id != NO_PRODUCER_ID, "keyless records' hashes are made of the producer id"
-        return _framed(_hashed_payload(record_arrays, message_hashes), codec, attributes | ATTRIBUTE_KEY_HASHES,
+        attributes |= ATTRIBUTE_KEY_HASHES
+        if lane_ids is not None:
+            assert len(lane_ids) == LANE_ID_BYTES * len(record_arrays), (len(lane_ids), len(record_arrays))
+            if lane_ids.count(0) == len(lane_ids):  # trunk records only: no column
+                lane_ids = None
+            else:
+                attributes |= ATTRIBUTE_LANE_IDS
+        return _framed(_hashed_payload(record_arrays, message_hashes, lane_ids), codec, attributes,
                        len(record_arrays), first_timestamp_ms, max_timestamp_ms, producer_id, base_sequence)
+    assert lane_ids is None, "the lane-id column goes only with the key-hash column"
     packer = _payload_packer()
     try:
         if sources is None:
@@ -214,16 +254,20 @@ def _framed(payload: bytes | memoryview, codec: Codec, attributes: int, count: i
                          producer_id, base_sequence)
 
 
-def _hashed_payload(record_arrays: Sequence, message_hashes: bytes) -> bytes:
-    """``[records, message_hashes, record_ends]`` (see the module doc). Each record is packed on its
-    own, in C (``map``), so that its end is known: about as fast as packing the array at once for
-    small records, and a copy more for large ones (0.28 and 0.42 µs a record at 100 B and 1 KiB)."""
+def _hashed_payload(record_arrays: Sequence, message_hashes: bytes, lane_ids: bytes | None = None) -> bytes:
+    """``[records, message_hashes, record_ends]``, or with ``lane_ids`` ``[..., lane_ids]`` (see the
+    module doc). Each record is packed on its own, in C (``map``), so that its end is known: about
+    as fast as packing the array at once for small records, and a copy more for large ones (0.28
+    and 0.42 µs a record at 100 B and 1 KiB)."""
     count = len(record_arrays)
     packed = list(map(_record_packer().pack, record_arrays))
     records_start = 1 + len(array_header(count))
     ends = struct.pack(f">{count + 1}I", *accumulate(map(len, packed), initial=records_start))[RECORD_END_BYTES:]
-    return b"".join((b"\x93", array_header(count), *packed, bin_header(len(message_hashes)), message_hashes,
-                     bin_header(len(ends)), ends))
+    if lane_ids is None:
+        return b"".join((b"\x93", array_header(count), *packed, bin_header(len(message_hashes)), message_hashes,
+                         bin_header(len(ends)), ends))
+    return b"".join((b"\x94", array_header(count), *packed, bin_header(len(message_hashes)), message_hashes,
+                     bin_header(len(ends)), ends, bin_header(len(lane_ids)), lane_ids))
 
 
 def array_header(count: int) -> bytes:
@@ -338,6 +382,9 @@ def _decode_payload(buffer: bytes | bytearray | memoryview, position: int, heade
         # anyway): a copy of it first cost a twentieth of a draining consumer's main thread.
         items = _unpacked(stored if codec is Codec.NONE else _decompressed(stored, header), header)
     source_headers, bases = None, None
+    if header.laned and not header.hashed:
+        raise CorruptRecord(f"batch at offset {header.base_offset} has the lane-id column's bit 6 without the "
+                            f"key-hash column's bit 4")
     if header.hashed:
         items = _records_beside_key_hashes(items, header)
     if header.sourced:
@@ -390,13 +437,18 @@ def _run_bases(runs: bytes, header: BatchHeader) -> list[int]:
 
 
 def _records_beside_key_hashes(payload: object, header: BatchHeader) -> object:
-    """The records of a payload with the key-hash column, which a reader of records ignores once it
-    checked the columns' sizes; ``CorruptRecord`` if the payload is not of that shape."""
-    if not (isinstance(payload, tuple) and len(payload) == 3 and isinstance(payload[1], bytes)
-            and isinstance(payload[2], bytes) and len(payload[1]) == MESSAGE_HASH_BYTES * header.count
-            and len(payload[2]) == RECORD_END_BYTES * header.count):
+    """The records of a payload with the key-hash column (and the lane-id column if its bit says so),
+    which a reader of records ignores once it checked the columns' sizes; ``CorruptRecord`` if the
+    payload is not of that shape."""
+    laned = header.laned
+    count = header.count
+    if not (isinstance(payload, tuple) and len(payload) == (4 if laned else 3) and isinstance(payload[1], bytes)
+            and isinstance(payload[2], bytes) and len(payload[1]) == MESSAGE_HASH_BYTES * count
+            and len(payload[2]) == RECORD_END_BYTES * count
+            and (not laned or (isinstance(payload[3], bytes) and len(payload[3]) == LANE_ID_BYTES * count))):
+        lanes = f", {count} lane ids" if laned else ""
         raise CorruptRecord(f"batch at offset {header.base_offset} has a key-hash column (attribute bit 4) but a "
-                            f"payload that is not [records, {header.count} message hashes, {header.count} record ends]")
+                            f"payload that is not [records, {count} message hashes, {count} record ends{lanes}]")
     return payload[0]
 
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
 from mafka4.batch_frame import iter_batches
-from mafka4.batch_payload import decode_batch, decode_batches, decode_checked_batch
+from mafka4.batch_payload import decode_batch, decode_batches, decode_checked_batch, lane_of_headers
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import message_hash
 from mafka4.virtual.vp_records import source_of, strip_source
@@ -154,8 +154,8 @@ def committed_records(
     """The records of a physical leader's batches below its high watermark, and the expected-VP
     oracle for them: ``(partition, offset)`` -> the VP ``layout`` names for that record.
 
-    The oracle places every record on its own, by its message hash and the split epoch of its
-    offset. It shares only the hash and the layout with the feeder's ``route_records`` (which
+    The oracle places every record on its own, by its message hash, its lane (its first header) and
+    the split epoch of its offset. It shares only the hash and the layout with the feeder's ``route_records`` (which
     places a whole batch by one epoch when it can), so a fault in that shortcut shows up as
     ``MISPLACED``.
     """
@@ -164,7 +164,9 @@ def committed_records(
         for index, record in enumerate(decode_batch(data, position)):
             records.append(StoredRecord(record.offset, record.key, record.value))
             hash_value = message_hash(record.key, partition, header.producer_id, header.base_sequence + index, record.offset)
-            expected_vp[(partition, record.offset)] = layout.vp_for(partition, record.offset, hash_value)
+            lane_id = layout.epoch_for(partition, record.offset).lane_id(lane_of_headers(record.headers))
+            expected_vp[(partition, record.offset)] = layout.vp_for(  # (UnknownLane for a lane ``layout`` lacks)
+                partition, record.offset, hash_value, -1 if lane_id is None else lane_id)
     return records, expected_vp
 
 

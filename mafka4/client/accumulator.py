@@ -14,6 +14,11 @@ a tenth of a send, and the producer used to take three.
 As in Kafka, ``linger_ms`` makes an open batch *sendable*, not closed: it keeps taking
 messages until the sender has a free slot and takes it (``pop_ready``). Under load, batches
 therefore grow instead of queueing up small, which keeps latency flat as the rate rises.
+
+Lanes. A record may come with a lane id (``lane_id``, the id of its lane in the topic's layout; 0
+the trunk), its lane header already first in its headers (``batch_payload.laned_headers``): a
+batch keeps its records' ids (``ProducerBatch.lane_ids``) only from its first record in a lane on,
+so a producer that sends no lane does no work for them.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from collections import deque
 from itertools import repeat
 
 from mafka4.batch_frame import HEADER_BYTES
+from mafka4.batch_payload import LANE_ID_BYTES
 from mafka4.client.futures import BatchResult, Callback, RecordFuture
 from mafka4.client.partitioner import Partitioner
 from mafka4.client.send_many import ManyFuture
@@ -79,27 +85,29 @@ class RecordAccumulator:
 
     def append(self, key: bytes | None, value: bytes, partition: int | None, timestamp_ms: int,
                headers: list[tuple[str, bytes]] | None, size_bytes: int, now_ms: float,
-               callback: Callback | None = None) -> tuple[RecordFuture, int, bool, bool]:
+               callback: Callback | None = None, lane_id: int = 0) -> tuple[RecordFuture, int, bool, bool]:
         """Add a record, with its ``callback`` if any, to ``partition`` or the one the partitioner
         picks; its ``size_bytes`` are taken from the buffer first, blocking or raising as ``on_full``
         says (``reserve``). Returns (future, the partition, opened a new batch, closed a full batch).
         The record is kept in payload form (``ProducerBatch``), so the sender encodes a batch in one
-        call. A partition that does not exist raises ``InvalidRecord`` before any byte is taken."""
+        call. A partition that does not exist raises ``InvalidRecord`` before any byte is taken.
+        ``lane_id``: the record's lane id (see the module doc; its headers start with its lane header)."""
         with self._lock:
             target = self.partitioner.partition(key, partition)
             if self._reserved_bytes + size_bytes <= self._config.buffer_bytes_max:
                 self._reserved_bytes += size_bytes
                 return self._append_locked(target, key, value, partition, timestamp_ms, headers, size_bytes,
-                                           now_ms, callback)
+                                           now_ms, callback, lane_id)
         self.reserve(size_bytes)  # the buffer is full: wait for space (or raise) without the lock
         with self._lock:
             target = self.partitioner.partition(key, partition)
             return self._append_locked(target, key, value, partition, timestamp_ms, headers, size_bytes,
-                                       now_ms, callback)
+                                       now_ms, callback, lane_id)
 
     def _append_locked(self, target: int, key: bytes | None, value: bytes, partition: int | None,
                        timestamp_ms: int, headers: list[tuple[str, bytes]] | None, size_bytes: int,
-                       now_ms: float, callback: Callback | None) -> tuple[RecordFuture, int, bool, bool]:
+                       now_ms: float, callback: Callback | None, lane_id: int = 0
+                       ) -> tuple[RecordFuture, int, bool, bool]:
         batch = self._open.get(target)
         closed = False
         if batch is not None and batch.size_bytes + size_bytes > self._config.batch_bytes_max:
@@ -114,6 +122,8 @@ class RecordAccumulator:
         future = RecordFuture(batch.result, len(records), timestamp_ms)
         if callback is not None:
             batch.result.add_callback_while_open(len(records), timestamp_ms, callback)
+        if lane_id or batch.lane_ids is not None:
+            _add_lane_ids(batch, lane_id, 1)
         records.append((timestamp_ms - batch.first_timestamp_ms, key, value, headers))
         batch.size_bytes += size_bytes
         if batch.size_bytes >= self._config.batch_bytes_max:
@@ -132,14 +142,15 @@ class RecordAccumulator:
 
     def append_many(self, key: bytes | None, values: list[bytes], ends: list[int], partition: int | None,
                     timestamp_ms: int, headers: list[tuple[str, bytes]] | None, now_ms: float,
-                    future: ManyFuture) -> tuple[set[int], set[int]]:
+                    future: ManyFuture, lane_id: int = 0) -> tuple[set[int], set[int]]:
         """Add ``values`` in order, as runs of records that fill the open batches (``Producer.send_many``).
         ``ends[i]`` is the sum of the sizes of ``values[:i + 1]``, whose total the caller has
         reserved (``reserve``). Each run registers one callback, ``future.add_part``, at its first
         record, and ``future`` is sealed before the lock is let go, so that only an answer on the
         sender thread completes it. Keyless values move on to the next partition as ``append``
         does, so a long call fills one batch per partition in turn. Returns (the partitions that
-        got a new batch, the partitions that got a closed one)."""
+        got a new batch, the partitions that got a closed one). ``lane_id``: the values' lane id, as
+        ``append`` takes it."""
         opened, closed = set(), set()
         limit, moves_on = self._config.batch_bytes_max, key is None and partition is None
         done = 0
@@ -166,6 +177,8 @@ class RecordAccumulator:
                     end = done + 1  # a value larger than a batch goes alone, as with ``append``
                 records = batch.records
                 batch.result.add_callback_while_open(len(records), timestamp_ms, future.add_part(end - done))
+                if lane_id or batch.lane_ids is not None:
+                    _add_lane_ids(batch, lane_id, end - done)
                 records.extend(zip(repeat(timestamp_ms - batch.first_timestamp_ms), repeat(key),
                                    values[done:end], repeat(headers)))
                 batch.size_bytes += ends[end - 1] - before
@@ -221,6 +234,7 @@ class RecordAccumulator:
         batch.encoded = None
         records_bytes = batch.size_bytes - HEADER_BYTES
         batch.records = []
+        batch.lane_ids = None
         batch.result.sent_time_ms = batch.sent_time_ms
         batch.result.complete(base_offset, error)
         self.answered(batch, records_bytes)
@@ -239,3 +253,11 @@ class RecordAccumulator:
         """Wait until every batch has been answered; False on timeout."""
         with self._idle:
             return self._idle.wait_for(lambda: self._unanswered_batches == 0, timeout_s)
+
+
+def _add_lane_ids(batch: ProducerBatch, lane_id: int, count: int) -> None:
+    """Note ``count`` records of lane ``lane_id`` about to be added to ``batch`` (see the module doc)."""
+    assert 0 <= lane_id < 2 ** (8 * LANE_ID_BYTES), lane_id
+    if batch.lane_ids is None:  # the batch's first record in a lane: the records before it are the trunk's
+        batch.lane_ids = bytearray(LANE_ID_BYTES * len(batch.records))
+    batch.lane_ids += lane_id.to_bytes(LANE_ID_BYTES, "big") * count

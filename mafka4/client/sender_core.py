@@ -57,12 +57,15 @@ class ProducerBatch:
     """A batch on its way: its records until it is answered, and its send history.
 
     ``records`` are in payload form, ``(timestamp_delta_ms, key, value, headers or None)``
-    relative to ``first_timestamp_ms`` (``batch_payload.encode_record_arrays``)."""
+    relative to ``first_timestamp_ms`` (``batch_payload.encode_record_arrays``). ``lane_ids``: the
+    records' lane ids (``batch_payload``'s lane-id column, 2 bytes each), made at the batch's first
+    record in a lane, zeros for the trunk records before it; None while every record is in the trunk."""
 
     partition: int
     created_ms: float
     result: BatchResult
     records: list = field(default_factory=list)
+    lane_ids: bytearray | None = None
     first_timestamp_ms: int = 0
     max_timestamp_ms: int = 0
     size_bytes: int = HEADER_BYTES
@@ -197,7 +200,8 @@ class PipelineCore:
         hashes = message_hash_column(batch.records, batch.producer_id, self._partition, batch.base_sequence)
         batch.encoded = encode_record_arrays(batch.records, batch.first_timestamp_ms, batch.max_timestamp_ms,
                                              batch.producer_id, batch.base_sequence, self._config.compression,
-                                             message_hashes=hashes)
+                                             message_hashes=hashes,
+                                             lane_ids=None if batch.lane_ids is None else bytes(batch.lane_ids))
         self._next_sequence += len(batch.records)
 
     def _resend_in_flight(self) -> bool:

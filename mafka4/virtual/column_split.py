@@ -12,6 +12,14 @@ a round is a ``ColumnRun``, a stretch of that order; a feed call's share of a VP
 ``SplitChunk`` (``vp_records.EncodedChunk``), whose VP batches are made at append time from
 slices of it, with a step per physical batch for the timestamp runs, and compressed once.
 
+Lanes. A batch some of whose records are in a lane carries their lane ids too (the lane-id
+column, attribute bit 6): ``split_round`` places each record with its lane's ranges in its split
+epoch (``SplitEpoch.lane_ranges``), with one ``searchsorted`` per lane present in the round (a
+round of trunk records only has no lane ids and splits exactly as without lanes). A record of a
+lane the layout does not have (the layout read is older than the record: its lane's epoch is
+stored before its first record is produced) ends what the round hands over: ``split_round``
+returns its offset, and nothing at or past it is placed (``feed_plan.plan_round``).
+
 Per round there is numpy, per VP and per batch a little Python, per record none, and no record
 is unpacked. At 256 VPs a round gives each VP a handful of records: work per batch and VP had
 cost as much as work per record in the first version, which split batch by batch
@@ -34,7 +42,8 @@ microseconds a batch, never a decode of every record:
   past its start, the last at the array's end, and every record's first byte a 4-item array;
 * its agreement with the keys, by sample (``SAMPLED_RECORDS``: the first, the last and one the
   batch's CRC picks): each sampled record's bytes are unpacked alone and hashed as
-  ``route_records`` would hash them.
+  ``route_records`` would hash them, and its lane id is non-zero exactly if its first header is
+  the lane header (``batch_payload.LANE_HEADER``).
 
 The feeder checks, not the leader and not the consumer. The leader would have to decompress and
 decode every batch on the write path (what DESIGN principle 2 keeps off it); a consumer cannot
@@ -64,8 +73,8 @@ import numpy as np
 
 from mafka4.batch_frame import (ATTRIBUTE_SOURCES, ATTRIBUTE_TIMESTAMP_RUNS, HEADER_BYTES, PAYLOAD_BYTES_MAX,
                                 BatchHeader, frame_payload)
-from mafka4.batch_payload import (MESSAGE_HASH_BYTES, RECORD_END_BYTES, SOURCE, TIMESTAMP_RUN, array_header,
-                                  bin_header, decode_headers)
+from mafka4.batch_payload import (LANE_HEADER, LANE_ID_BYTES, MESSAGE_HASH_BYTES, RECORD_END_BYTES, SOURCE,
+                                  TIMESTAMP_RUN, array_header, bin_header, decode_headers)
 from mafka4.compression import Codec, compress, decompress
 from mafka4.errors import CorruptRecord
 from mafka4.virtual.layout import SplitEpoch, TopicLayout
@@ -74,8 +83,10 @@ from mafka4.virtual.vp_records import EncodedChunk, SourcedRecord
 
 _HASHES = np.dtype(">u8")
 _ENDS = np.dtype(">u4")
+_LANE_IDS = np.dtype(">u2")
 _SOURCES = np.dtype([("partition", ">i4"), ("offset", ">i8")])
 assert _HASHES.itemsize == MESSAGE_HASH_BYTES and _ENDS.itemsize == RECORD_END_BYTES
+assert _LANE_IDS.itemsize == LANE_ID_BYTES
 assert _SOURCES.itemsize == SOURCE.size
 RECORD_FIRST_BYTE = 0x94  # msgpack's fixarray of 4 items: [timestamp_delta_ms, key, value, headers]
 SAMPLED_RECORDS = 3  # records of each batch whose key-hash entry is checked against their key
@@ -90,6 +101,7 @@ class BatchColumns(NamedTuple):
     starts: np.ndarray  # int64, where each record's bytes start in ``payload``
     ends: np.ndarray  # int64, where they end
     hashes: np.ndarray  # uint64, each record's message hash
+    lane_ids: np.ndarray | None = None  # uint16, each record's lane id; None: all in the trunk (no lane-id column)
 
 
 class RoundColumns:
@@ -98,8 +110,8 @@ class RoundColumns:
     The payloads are joined too (a copy of the round's bytes, one C call), so that a VP batch's
     records are cut from one buffer."""
 
-    __slots__ = ("partition", "headers", "buffer", "starts", "ends", "hashes", "offsets", "batch_of", "batch_facts",
-                 "codec")
+    __slots__ = ("partition", "headers", "buffer", "starts", "ends", "hashes", "lane_ids", "offsets", "batch_of",
+                 "batch_facts", "codec")
 
     def __init__(self, batches: Sequence[BatchColumns]):
         assert batches and len({batch.partition for batch in batches}) == 1, "batches of one partition"
@@ -111,6 +123,11 @@ class RoundColumns:
         self.starts = np.concatenate([batch.starts + shift for batch, shift in zip(batches, shifts)])
         self.ends = np.concatenate([batch.ends + shift for batch, shift in zip(batches, shifts)])
         self.hashes = np.concatenate([batch.hashes for batch in batches])
+        # Each record's lane id; None when every record is in the trunk (no batch has the column).
+        self.lane_ids: np.ndarray | None = None
+        if any(batch.lane_ids is not None for batch in batches):
+            self.lane_ids = np.concatenate([np.zeros(len(batch.hashes), np.uint16) if batch.lane_ids is None
+                                            else batch.lane_ids for batch in batches])
         self.offsets = np.concatenate([np.arange(h.base_offset, h.next_offset, dtype=np.int64) for h in self.headers])
         self.batch_of = np.repeat(np.arange(len(batches)), [h.count for h in self.headers])
         # Per batch: its records' base timestamp, its max timestamp, its codec (what a VP batch of
@@ -345,13 +362,15 @@ def read_columns(buffer: bytes | bytearray | memoryview, position: int, header: 
         except CorruptRecord as error:
             raise CorruptRecord(f"batch at offset {header.base_offset} has a {codec} payload that does not "
                                 f"decompress: {error}") from error
-    count = header.count
+    count, laned = header.count, header.laned
     records_start = 1 + len(array_header(count))
     hashes_size, ends_size = MESSAGE_HASH_BYTES * count, RECORD_END_BYTES * count
-    ends_at = len(payload) - ends_size
+    lanes_size = LANE_ID_BYTES * count if laned else 0
+    lanes_at = len(payload) - lanes_size
+    ends_at = (lanes_at - len(bin_header(lanes_size)) if laned else lanes_at) - ends_size
     hashes_at = ends_at - len(bin_header(ends_size)) - hashes_size
     records_end = hashes_at - len(bin_header(hashes_size))
-    problem = _shape_problem(payload, count, records_start, records_end, hashes_at, ends_at)
+    problem = _shape_problem(payload, count, laned, records_start, records_end, hashes_at, ends_at)
     if problem is not None:
         return _bad_column(header, partition, problem)
     ends = np.frombuffer(payload, _ENDS, count, ends_at).astype(np.int64)
@@ -366,21 +385,27 @@ def read_columns(buffer: bytes | bytearray | memoryview, position: int, header: 
         index = int(np.flatnonzero(first_bytes != RECORD_FIRST_BYTE)[0])
         return _bad_column(header, partition, f"has a record end that cuts record {index} where no record starts")
     hashes = np.frombuffer(payload, _HASHES, count, hashes_at).astype(np.uint64)  # native order, for searchsorted
-    columns = BatchColumns(partition, header, payload, starts, ends, hashes)
+    lane_ids = np.frombuffer(payload, _LANE_IDS, count, lanes_at).astype(np.uint16) if laned else None
+    columns = BatchColumns(partition, header, payload, starts, ends, hashes, lane_ids)
     problem = _sample_problem(columns)
     return columns if problem is None else _bad_column(header, partition, problem)
 
 
-def _shape_problem(payload: bytes, count: int, records_start: int, records_end: int, hashes_at: int,
+def _shape_problem(payload: bytes, count: int, laned: bool, records_start: int, records_end: int, hashes_at: int,
                    ends_at: int) -> str | None:
-    expected_prefix = b"\x93" + array_header(count)
+    expected_prefix = (b"\x94" if laned else b"\x93") + array_header(count)
     if records_end - records_start < count or payload[:records_start] != expected_prefix:
-        return f"has a payload that is not [records, message hashes, record ends] of {count} records"
+        lanes = ", lane ids" if laned else ""
+        return f"has a payload that is not [records, message hashes, record ends{lanes}] of {count} records"
     hashes_header = bin_header(MESSAGE_HASH_BYTES * count)
     ends_header = bin_header(RECORD_END_BYTES * count)
+    ends_stop = ends_at + RECORD_END_BYTES * count
     if (payload[records_end:hashes_at] != hashes_header
-            or payload[hashes_at + MESSAGE_HASH_BYTES * count:ends_at] != ends_header):
-        return f"has key-hash columns that are not {count} message hashes and {count} record ends"
+            or payload[hashes_at + MESSAGE_HASH_BYTES * count:ends_at] != ends_header
+            or (laned and payload[ends_stop:ends_stop + len(bin_header(LANE_ID_BYTES * count))]
+                != bin_header(LANE_ID_BYTES * count))):
+        lanes = f" and {count} lane ids" if laned else ""
+        return f"has key-hash columns that are not {count} message hashes, {count} record ends{lanes}"
     return None
 
 
@@ -404,12 +429,25 @@ def _sample_problem(columns: BatchColumns) -> str | None:
         key = record[1]
         if key is not None and not isinstance(key, bytes):
             return f"has record {index} with a key that is neither bytes nor nil"
+        lane_id = 0 if columns.lane_ids is None else int(columns.lane_ids[index])
+        if bool(lane_id) != _has_lane_header(record[3]):
+            return (f"says record {index} is in lane id {lane_id}, but it has "
+                    f"{'no' if lane_id else 'a'} {LANE_HEADER} header first")
         offset = header.base_offset + index
         expected = message_hash(key, columns.partition, header.producer_id, header.base_sequence + index, offset)
         if int(columns.hashes[index]) != expected:
             return (f"says record {index} hashes to {int(columns.hashes[index]):#018x}, but its "
                     f"{'key' if key is not None else 'producer id and sequence'} hash to {expected:#018x}")
     return None
+
+
+def _has_lane_header(headers: object) -> bool:
+    """Whether a record's raw headers start with a well-formed lane header."""
+    if not (isinstance(headers, tuple) and headers):
+        return False
+    first = headers[0]
+    return (isinstance(first, tuple) and len(first) == 2 and first[0] == LANE_HEADER
+            and isinstance(first[1], bytes) and len(first[1]) > 0)
 
 
 def _bad_column(header: BatchHeader, partition: int, problem: str) -> CorruptRecord:
@@ -438,26 +476,50 @@ def _starts_and_vps(ranges: RangeMap) -> tuple[np.ndarray, np.ndarray]:
 
 
 def split_round(round_: RoundColumns, layout: TopicLayout, next_offset: int,
-                wanted: Container[int] | None = None) -> dict[int, ColumnRun]:
+                wanted: Container[int] | None = None) -> tuple[dict[int, ColumnRun], int | None]:
     """Per VP id, the records of the round from ``next_offset`` on that belong to it, as one run
-    each (the VP of each record as ``route_records`` finds it; ``wanted``: only these VPs)."""
+    each (the VP of each record as ``route_records`` finds it; ``wanted``: only these VPs); and the
+    offset of the first record of a lane ``layout`` does not have, None if there is none. Records at
+    or past that offset are placed nowhere: the layout read is older than they are (module doc)."""
     first = int(np.searchsorted(round_.offsets, next_offset, "left"))
     count = len(round_.offsets) - first
     if count == 0:
-        return {}
+        return {}, None
     offsets = round_.offsets[first:]
+    lane_ids = None if round_.lane_ids is None else round_.lane_ids[first:]
     vps = np.empty(count, np.int64)
+    unknown_at = None  # the position (from ``first``) of the first record of a lane the layout lacks
     for epoch, start_offset, stop_offset in _epoch_spans(layout, round_.partition, int(offsets[0]),
                                                          int(offsets[-1]) + 1):
         start, stop = np.searchsorted(offsets, [start_offset, stop_offset], "left")
-        range_starts, vp_ids = _starts_and_vps(epoch.ranges)
-        vps[start:stop] = vp_ids[np.searchsorted(range_starts, round_.hashes[first + start:first + stop], "right") - 1]
+        hashes = round_.hashes[first + start:first + stop]
+        span_lanes = None if lane_ids is None else lane_ids[start:stop]
+        if span_lanes is None or not span_lanes.any():  # the trunk only: as in a topic without lanes
+            range_starts, vp_ids = _starts_and_vps(epoch.ranges)
+            vps[start:stop] = vp_ids[np.searchsorted(range_starts, hashes, "right") - 1]
+            continue
+        for lane_id in np.unique(span_lanes).tolist():
+            at = np.flatnonzero(span_lanes == lane_id)
+            ranges = epoch.lane_ranges(lane_id)
+            if ranges is None:
+                unknown_at = start + int(at[0]) if unknown_at is None else min(unknown_at, start + int(at[0]))
+                continue
+            range_starts, vp_ids = _starts_and_vps(ranges)
+            vps[start + at] = vp_ids[np.searchsorted(range_starts, hashes[at], "right") - 1]
+        if unknown_at is not None:
+            break
+    unknown_offset = None
+    if unknown_at is not None:
+        unknown_offset, count = int(offsets[unknown_at]), unknown_at
+        vps = vps[:count]
+        if count == 0:
+            return {}, unknown_offset
     if wanted is None:
         order = np.argsort(vps, kind="stable")
     else:  # the records of VPs led elsewhere are not even copied
         kept = [vp for vp in np.unique(vps).tolist() if vp in wanted]
         if not kept:
-            return {}
+            return {}, unknown_offset
         selected = np.flatnonzero(np.isin(vps, kept))
         order = selected[np.argsort(vps[selected], kind="stable")]
     sorted_vps = vps[order]
@@ -465,7 +527,7 @@ def split_round(round_: RoundColumns, layout: TopicLayout, next_offset: int,
     split = RoundByVp(round_, order + first, vp_starts)
     bounds = [*vp_starts.tolist(), len(order)]
     return {vp: ColumnRun(split, start, stop)
-            for vp, start, stop in zip(sorted_vps[vp_starts].tolist(), bounds, bounds[1:])}
+            for vp, start, stop in zip(sorted_vps[vp_starts].tolist(), bounds, bounds[1:])}, unknown_offset
 
 
 def _epoch_spans(layout: TopicLayout, partition: int, first_offset: int, end_offset: int

@@ -41,6 +41,12 @@ one round are cut into chunks of at most ``records_max`` records, each of one ki
 make the same VP batches. A failed column is no error of the round: the batch is split by its
 keys and the problem returned (``FeedRound.bad_columns``) for the stream to report.
 
+A record of a lane the layout does not have. A lane's epoch is stored before its first record is
+produced, so such a record means the layout the stream read is older than the record. The round
+hands over nothing at or past it and ends there (``FeedRound.next_offset`` is its offset,
+``FeedRound.unknown_lane`` set): the stream reads the layout again and the next round starts
+from that record. Each VP still gets a prefix of the feed.
+
 Pure: no I/O, no clock. ``plan_round`` is where ``mafka4.planted_bugs``'s feeder-skips-batch
 drops batches on purpose, for demonstrations only.
 """
@@ -61,7 +67,7 @@ from mafka4.planted_bugs import PlantedBug
 from mafka4.virtual.column_split import (BatchColumns, ColumnRun, RoundColumns, SplitChunk, read_columns,
                                         split_round)
 from mafka4.virtual.layout import TopicLayout
-from mafka4.virtual.vp_records import NOTHING_APPLIED, SourcedRecord, route_records
+from mafka4.virtual.vp_records import NOTHING_APPLIED, SourcedRecord, route_known_lanes
 
 # One feed call's records for one VP: decoded, or kept encoded (a batch split by its column).
 Chunk = tuple[SourcedRecord, ...] | SplitChunk
@@ -77,6 +83,8 @@ class FeedRound:
     records: int
     # Batches whose key-hash column failed its checks, split by their keys instead (``column_split``).
     bad_columns: tuple[CorruptRecord, ...] = ()
+    # The round stopped at ``next_offset``, a record of a lane the layout lacks: read the layout again.
+    unknown_lane: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +129,8 @@ def plan_round(
 
     ``data`` holds whole batches from the one containing ``next_offset``; records below
     ``next_offset`` (the start of the first batch) are not handed over again. ``wanted``: hand
-    over only these VPs' records (``records`` counts those).
+    over only these VPs' records (``records`` counts those). A record of a lane ``layout`` does not
+    have ends the round (see the module doc).
     """
     assert records_max >= 1 and next_offset >= 0, (records_max, next_offset)
     by_vp: dict[int, list[SourcedRecord | ColumnRun]] = {}
@@ -130,10 +139,13 @@ def plan_round(
     # Consecutive batches with a good column, split together once a batch of another kind or the
     # end of the data comes (``column_split.split_round``: its cost is per round and VP).
     pending: list[BatchColumns] = []
+    unknown_at: int | None = None  # the offset of the first record of a lane the layout lacks
 
     def split_pending() -> None:
+        nonlocal unknown_at
         if pending:
-            for vp, run in split_round(RoundColumns(pending), layout, next_offset, wanted).items():
+            runs, unknown_at = split_round(RoundColumns(pending), layout, next_offset, wanted)
+            for vp, run in runs.items():
                 by_vp.setdefault(vp, []).append(run)
             pending.clear()
 
@@ -150,6 +162,8 @@ def plan_round(
             if planted_bugs.PLANTED is PlantedBug.FEEDER_SKIPS_BATCH and planted_bugs.feeder_skips(
                     header.base_offset, header.next_offset):  # a demo of a broken promise: mafka4.planted_bugs
                 split_pending()
+                if unknown_at is not None:
+                    break
                 end = header.next_offset
                 continue
             columns = read_columns(view, position, header, partition) if header.hashed else None
@@ -160,17 +174,24 @@ def plan_round(
                 pending.append(columns)
             else:
                 split_pending()
+                if unknown_at is not None:
+                    break
                 checked = decode_checked_batch(view, position, header)  # iter_batches checked its CRC
-                for vp, records in route_records(header, checked, partition, layout, wanted).items():
+                routed, unknown_at = route_known_lanes(header, checked, partition, layout, wanted)
+                for vp, records in routed.items():
                     by_vp.setdefault(vp, []).extend(r for r in records if r.offset >= next_offset)
+                if unknown_at is not None:
+                    break
             end = header.next_offset
     split_pending()
-    if consumed != len(data):
+    if unknown_at is not None:
+        end = max(unknown_at, next_offset)  # (below it only in a batch partly fed already: nothing is handed)
+    elif consumed != len(data):
         raise CorruptRecord(f"partition {partition}: fetched data holds a bad batch at byte {consumed}; refetching")
     chunks = {vp: _chunks(pieces, records_max) for vp, pieces in by_vp.items()}
     chunks = {vp: vp_chunks for vp, vp_chunks in chunks.items() if vp_chunks}
     records = sum(len(chunk) for vp_chunks in chunks.values() for chunk in vp_chunks)
-    return FeedRound(chunks, end, records, tuple(bad_columns))
+    return FeedRound(chunks, end, records, tuple(bad_columns), unknown_lane=unknown_at is not None)
 
 
 def _chunks(pieces: list[SourcedRecord | ColumnRun], records_max: int) -> tuple[Chunk, ...]:

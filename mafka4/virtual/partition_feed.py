@@ -25,6 +25,12 @@ decisions are ``feed_plan.py``'s (pure); this is their shell.
   heard the positions, walks no VP: an idle partition costs its stream's long poll, not a
   visit of each of its VPs (the RISR reads a partition whose last report reached its HW as idle).
 
+**A lane the layout lacks.** A round that reaches a record of a lane the view's layout does not
+have hands over nothing from it on (``feed_plan.plan_round``): the view is read again before the
+next round, which starts at that record, after a backoff if the round moved nothing (the lane's
+epoch is stored before its first record is produced, so one read finds it; a producer's bogus
+lane would stall the partition here, counted in ``unknown_lane_rounds``).
+
 **Holds for a reshard** (``control.resharding``). The node leading a VP that a split or merge
 closes (a parent) is asked to ``hold`` it: once no served VP holds a record at or past the
 stream's next offset (``ResumePoint.fed_high``), the stream withholds from the parents every
@@ -67,7 +73,7 @@ from mafka4.transport.remote_errors import unwrap
 from mafka4.virtual.feed_lag import FeedLag
 from mafka4.virtual.feed_plan import Chunk, choose_source, plan_round, resume_point, served_vps, withhold
 from mafka4.virtual.hosted_vp import HostedVp
-from mafka4.virtual.layout import SplitEpoch
+from mafka4.virtual.layout import TRUNK, SplitEpoch
 from mafka4.virtual.node_loop import NodeLoop
 from mafka4.virtual.topic_view import TopicView
 from mafka4.virtual.vp_records import lost_marker
@@ -115,6 +121,9 @@ class PartitionFeed(NodeLoop):
         self._served_cache: dict[int, HostedVp] = {}
         self._served_for: tuple[int, int] | None = None  # (view generation, id of the node's leaders dict)
         self._noticed: dict[int, HostedVp] | None = None  # the served dict last looked at for changes
+        # The lanes of the layout the stream last resumed or planned a round under: it met no record of
+        # any other lane below ``next_offset`` (a round stops at one, ``feed_plan``).
+        self._lanes_fed: frozenset[str] = frozenset()
         self._hold: _Hold | None = None
         self._avoid: set[str] = set()  # physical replicas that failed since the last metadata read
         self._avoid_since = float("-inf")  # the view's read_at when ``_avoid`` was last cleared
@@ -131,7 +140,7 @@ class PartitionFeed(NodeLoop):
         # resumed_at: the offset the stream last resumed at (None until it resumed with something to feed).
         self.stats = {"rounds": 0, "records_fed": 0, "resumes": 0, "resumed_at": None, "errors": 0,
                       "last_error": None, "source": None, "lost_ranges": 0,
-                      "bad_key_hash_columns": 0}
+                      "bad_key_hash_columns": 0, "unknown_lane_rounds": 0}
 
     @property
     def topic(self) -> str:
@@ -317,8 +326,10 @@ class PartitionFeed(NodeLoop):
         self._noticed = served
         layout = self.view.layout
         for vp, hosted in served.items():
-            # A VP opened at or past where the stream stands (a child of a reshard) holds nothing yet.
-            if vp not in self._resumed_epochs and layout.source_bounds(vp, self.partition)[0] >= self.next_offset:
+            # A VP opened at or past where the stream stands (a child of a reshard) holds nothing yet,
+            # nor does one of a lane the stream had not heard of: it met no record of that lane.
+            if vp not in self._resumed_epochs and (layout.source_bounds(vp, self.partition)[0] >= self.next_offset
+                                                   or layout.lane_of(vp) not in self._lanes_fed | {TRUNK}):
                 self._resumed_epochs[vp] = hosted.core.leader_epoch
         changed = {vp for vp, hosted in served.items() if self._resumed_epochs.get(vp) != hosted.core.leader_epoch}
         gone = set(self._resumed_epochs) - set(served)
@@ -344,6 +355,7 @@ class PartitionFeed(NodeLoop):
                 return
         epochs = {vp: hosted.core.leader_epoch for vp, hosted in served.items()}
         positions = {vp: hosted.core.last_applied(epochs[vp], self.partition) for vp, hosted in served.items()}
+        self._lanes_fed = frozenset(self.view.layout.current.lane_names)
         resumed = resume_point(self.view.layout, self.partition, positions)
         self._resumed_epochs = epochs
         self._last_report.clear()
@@ -393,6 +405,7 @@ class PartitionFeed(NodeLoop):
         self._lag.observed(result.high_watermark, wall_ms())
         if self.next_offset != fetch_from or self._served_changed(served):
             return  # roles or the position changed while the fetch was out: look again before handing anything over
+        self._lanes_fed |= frozenset(view.layout.current.lane_names)
         planned = plan_round(result.data, self.partition, view.layout, self.next_offset, config.feed_records_max, served)
         for problem in planned.bad_columns:  # split by their keys all the same: reported, not retried
             logger.warning("%s-%d on %s: %s", self.topic, self.partition, self.node_id, problem)
@@ -424,6 +437,13 @@ class PartitionFeed(NodeLoop):
         self._round_ended_at = now_s
         self.stats["rounds"] += 1
         self.stats["records_fed"] += planned.records
+        if planned.unknown_lane:
+            # A record of a lane the layout read lacks: its epoch was stored before the record was
+            # produced, so the next round starts at it under the layout read again (``feed_plan``).
+            self.stats["unknown_lane_rounds"] += 1
+            self.view.invalidate()
+            if not planned.records:  # no progress: not in etcd yet either (or a producer's bogus lane)
+                await asyncio.sleep(self.config.retry_backoff_ms / 1000)
 
     def _served_changed(self, served: Mapping[int, HostedVp]) -> bool:
         return self._served() is not served

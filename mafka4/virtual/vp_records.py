@@ -1,11 +1,14 @@
 """Routing: committed physical records -> per-VP records that carry their source.
 
 The feeder (never the physical leader) decodes each committed physical batch and calls
-``route_records`` (``route_batch`` decodes and routes a batch in one call): every record gets its message hash (``ranges.message_hash``) and goes to
-exactly one VP, the one owning that hash in the split epoch of its offset
-(``TopicLayout.locate(partition, offset, hash)``); within a VP the records keep physical offset
-order. The VP leader appends them as ordinary batches (``encode_vp_batch``), assigning its own
-VP offsets.
+``route_records`` (``route_batch`` decodes and routes a batch in one call): every record gets its
+message hash (``ranges.message_hash``) and goes to exactly one VP, the one owning that hash in the
+split epoch of its offset among the VPs of the record's lane (its first header,
+``batch_payload.LANE_HEADER``; none: the trunk) (``TopicLayout.locate(partition, offset, hash,
+lane_id)``); within a VP the records keep physical offset order. A record of a lane the layout
+read does not have yet stops the routing there (``route_known_lanes``: the feeder reads the
+layout again and goes on from it). The VP leader appends them as ordinary batches
+(``encode_vp_batch``), assigning its own VP offsets.
 
 Two splits, one result. A physical batch with the key-hash column (``batch_payload``) is split
 without decoding a record (``virtual.column_split``): its records reach the VP leader as an
@@ -76,10 +79,11 @@ from operator import attrgetter
 from typing import Container, Iterable, Iterator, Mapping, NamedTuple, Sequence, Union
 
 from mafka4.batch_frame import BatchHeader, read_header
-from mafka4.batch_payload import (PRODUCER_HEADERS, RECORDS, SOURCE, SOURCE_HEADER, TIMESTAMP_RUN, Headers,
-                                  HeadersReading, Record, RecordBuilder, bad_record, decode_batch,
-                                  decode_checked_batch, decode_headers, encode_record_arrays)
+from mafka4.batch_payload import (LANE_HEADER, PRODUCER_HEADERS, RECORDS, SOURCE, SOURCE_HEADER, TIMESTAMP_RUN,
+                                  Headers, HeadersReading, Record, RecordBuilder, bad_record, decode_batch,
+                                  decode_checked_batch, decode_headers, encode_record_arrays, lane_of_headers)
 from mafka4.compression import Codec
+from mafka4.errors import UnknownLane
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import message_hash
 
@@ -253,6 +257,27 @@ def route_records(
     """Per VP id, the records of one committed physical batch that belong to it, in offset order.
 
     ``wanted``: only these VPs' records (a read node builds records only for the VPs it leads).
+    ``UnknownLane`` if a record is in a lane ``layout`` does not have (``route_known_lanes`` routes
+    the records before it).
+    """
+    by_vp, unknown_at = route_known_lanes(header, records, partition, layout, wanted)
+    if unknown_at is not None:
+        raise UnknownLane(f"record {partition}:{unknown_at} is in lane "
+                          f"{lane_of_headers(records[unknown_at - header.base_offset].headers)!r}, which the layout "
+                          f"read does not have: the layout is older than the record")
+    return by_vp
+
+
+def route_known_lanes(
+    header: BatchHeader, records: Sequence[Record], partition: int, layout: TopicLayout,
+    wanted: Container[int] | None = None,
+) -> tuple[dict[int, list[SourcedRecord]], int | None]:
+    """``route_records`` of the batch's records up to the first one in a lane ``layout`` does not
+    have, and that record's offset (None if there is none): the layout read is older than that
+    record, and what follows it waits until the layout is read again.
+
+    A record's lane is its first header's (``batch_payload.lane_of_headers``), placed by that
+    lane's ranges in the record's split epoch.
     """
     assert len(records) == header.count, (len(records), header.count)
     # Cuts only grow with the offset: a batch whose first and last records share a split epoch
@@ -268,14 +293,22 @@ def route_records(
             record.key, partition, header.producer_id, header.base_sequence + index, record.offset
         )
         epoch = first_epoch if whole_batch else layout.epoch_for(partition, record.offset)
-        vp = epoch.ranges.vp_for_hash(hash_value)
+        headers = record.headers
+        if headers and headers[0][0] == LANE_HEADER:
+            lane_id = epoch.lane_id(lane_of_headers(headers))
+            ranges = None if lane_id is None else epoch.lane_ranges(lane_id)
+            if ranges is None:
+                return by_vp, record.offset
+        else:
+            ranges = epoch.ranges
+        vp = ranges.vp_for_hash(hash_value)
         if wanted is not None and vp not in wanted:
             continue
         by_vp.setdefault(vp, []).append(SourcedRecord(
             partition, record.offset, hash_value, record.timestamp_ms, record.key, record.value, record.headers, codec,
             batch_timestamps,
         ))
-    return by_vp
+    return by_vp, None
 
 
 def route_batch(

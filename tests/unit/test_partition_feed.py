@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from mafka4 import batch_frame, batch_payload
+from mafka4.client.partitioner import message_hash_column
 from mafka4.clocks import wall_ms
 from mafka4.compression import Codec
 from mafka4.errors import OffsetOutOfRange, RequestTimedOut
@@ -534,6 +535,54 @@ def test_the_stream_reads_an_in_sync_follower_again_after_the_next_metadata_read
         await until(lambda: topic.feed.next_offset == 20, "the stream to feed from the follower")
         assert topic.feed.stats["source"] == "w1", "the leader's write path is spared again"
         assert sources(vp0) == list(range(20))
+        await topic.stop()
+
+    asyncio.run(scenario())
+
+
+# --- lanes ------------------------------------------------------------------------------------
+
+
+def laned_batch(base: int, lanes: list[int]) -> bytes:
+    """A stamped producer's batch (key-hash and lane-id columns) of keyed records at ``base``, record
+    ``i`` in lane "blue" if ``lanes[i]``, else in the trunk."""
+    records = [(i, b"k%d" % ((base + i) % 17), b"v%d" % (base + i),
+                batch_payload.laned_headers("blue" if lane else "", None)) for i, lane in enumerate(lanes)]
+    hashes = message_hash_column(records, PRODUCER_ID, 0, base)
+    lane_ids = b"".join(lane.to_bytes(batch_payload.LANE_ID_BYTES, "big") for lane in lanes)
+    batch = bytearray(batch_payload.encode_record_arrays(records, 1_000 + base, 1_000 + base + len(lanes),
+                                                         PRODUCER_ID, base, message_hashes=hashes, lane_ids=lane_ids))
+    batch_frame.stamp(batch, base, 0)
+    return bytes(batch)
+
+
+def test_a_stream_stops_at_a_lane_its_layout_lacks_until_it_reads_the_lanes_epoch_then_feeds_its_vp(tmp_path):
+    async def scenario():
+        layout = TopicLayout.initial(partitions=1, virtual_partitions=2)
+        topic = Topic(tmp_path, layout)
+        lanes = [0, 0, 1, 0, 1]
+        topic.physical.append(physical_batches(0, 10) + [laned_batch(10, lanes)] + physical_batches(15, 20))
+        vp0, vp1 = topic.lead(0), topic.lead(1)
+        await topic.start()
+        await until(lambda: topic.feed.stats["unknown_lane_rounds"] >= 3, "rounds to meet the unknown lane")
+        assert topic.feed.next_offset == 12, "nothing at or past the lane's first record"
+        assert sorted(sources(vp0) + sources(vp1)) == list(range(12))
+        resumes = topic.feed.stats["resumes"]
+
+        # The lane's epoch and VP are stored (as the Producer has them stored before it sends to the lane).
+        opened = layout.append(layout.plan_open_lane("blue"))
+        (blue,) = opened.current.children
+        topic.store.put(keys.split_epoch(CLUSTER, TOPIC, 1), epoch_to_json(opened.epochs[1]))
+        topic.store.put(keys.virtual_partition(CLUSTER, TOPIC, blue), VirtualPartitionState(
+            blue, opened.current.range_of(blue), NODE, 0, (NODE,), (NODE,)).to_json())
+        vp_blue = topic.lead(blue)
+        await until(lambda: topic.feed.next_offset == 20, "the stream to go on past the lane's records")
+        assert sources(vp_blue) == [12, 14]
+        trunk = [offset for offset in range(20) if offset not in (12, 14)]
+        assert sorted(sources(vp0) + sources(vp1)) == trunk
+        assert sources(vp0) == [o for o in trunk if vp_of(opened, o) == 0]
+        assert topic.feed.stats["resumes"] == resumes, (
+            "a VP of a lane the stream's layout lacked holds nothing below where the stream stands: no refeed")
         await topic.stop()
 
     asyncio.run(scenario())
