@@ -43,9 +43,13 @@ trunk is lane 0, the records without one. Every lane has its own layout of the h
 ids from the topic's one sequence and split and merge only with each other, so per-key order
 holds within a lane exactly as in the trunk. A lane's ``LanePolicy`` (its fallback and its
 priority, for consumer groups) is set when it opens, in the same epoch. A third kind of epoch **opens a lane**: no
-parents, one child owning the lane's whole hash space, and the previous epoch's cut (nothing
-moves: a lane's first record is produced only once its epoch is stored, so no record of it
-lies below that cut, and every other lane's layout is unchanged). Lanes are never closed.
+parents, one child owning the lane's whole hash space. Its cut may be anything from the
+previous epoch's cut up to the partitions' log ends when it is stored: a lane's first record
+is produced only once its epoch is stored, so no record of the lane lies below it, and every
+other lane's layout is unchanged, so a record of theirs lands in the same VP under either
+epoch and no feeder has to stop. The controller takes where the feed streams stand
+(``control.resharding``), so that a restarted lane VP is fed from there and not from the topic's
+first offsets. Lanes are never closed.
 
 Invariants (asserted): epochs are numbered 0, 1, 2, ...; each lane's layout covers the hash
 space once; cuts never decrease along the history; the change of epoch ``k`` is exactly
@@ -393,12 +397,14 @@ class TopicLayout:
         return SplitEpoch(self.current.epoch + 1, ranges, cut, parents, tuple(vp for _, vp in children), lanes,
                           self.current.policies)
 
-    def plan_open_lane(self, lane: str, policy: LanePolicy = DEFAULT_POLICY) -> SplitEpoch:
+    def plan_open_lane(self, lane: str, policy: LanePolicy = DEFAULT_POLICY,
+                       cut: Sequence[int] | None = None) -> SplitEpoch:
         """The epoch that opens lane ``lane`` with ``policy`` and one VP owning its whole hash space.
 
-        Its cut is the current one: no record of the lane exists yet (its producers wait for
-        this epoch), and no other lane's layout changes, so no feeder has to stop.
-        ``LanesExhausted`` past ``lanes_max``; a lane already open is the caller's to reuse.
+        ``cut``: per partition, an offset no record of the lane can lie below (at most the log end
+        when the epoch is stored; see the module docstring), raised to the current cut where it is
+        below it; None: the current cut. ``LanesExhausted`` past ``lanes_max``; a lane already open
+        is the caller's to reuse.
         """
         assert lane != TRUNK and self.current.lane_id(lane) is None, f"lane {lane!r} is open already"
         if len(self.current.lanes) + 1 > self.config.lanes_max:
@@ -418,7 +424,9 @@ class TopicLayout:
             )
         vp = self.next_vp_id
         current = self.current
-        return SplitEpoch(current.epoch + 1, current.ranges, current.cut, (), (vp,),
+        cut = current.cut if cut is None else tuple(max(offset, previous) for offset, previous in zip(cut, current.cut))
+        assert len(cut) == self.partitions, (cut, self.partitions)
+        return SplitEpoch(current.epoch + 1, current.ranges, cut, (), (vp,),
                           current.lanes + ((lane, RangeMap.even(1, vp)),), current.policies + (policy,))
 
     # --- parent before child ------------------------------------------------------------
@@ -538,7 +546,7 @@ def _check_change(previous: SplitEpoch, epoch: SplitEpoch) -> None:
     assert not set(epoch.children) & set(previous.vp_ids), (epoch.children, previous.vp_ids)
     if epoch.opens_lane:
         (vp,) = epoch.children
-        assert epoch.cut == previous.cut and epoch.ranges == previous.ranges, "opening a lane moves nothing"
+        assert epoch.ranges == previous.ranges, "opening a lane changes no other lane's layout"
         assert epoch.lanes[:-1] == previous.lanes and epoch.lanes[-1][1] == RangeMap.even(1, vp), epoch.lanes
         assert all(previous.lane_policy(name) == epoch.lane_policy(name) for name in previous.lane_names), "policies"
         return

@@ -43,6 +43,19 @@ def test_opening_a_lane_gives_it_a_new_vp_owning_its_whole_hash_space_and_moves_
     assert green.lane_ranges(3) is None
 
 
+def test_a_lane_opens_at_where_the_feeds_stand_never_below_the_current_cut():
+    layout = TopicLayout.initial(PARTITIONS, 2)
+    split = layout.append(layout.plan_split(1, [5, 6, 7], [0, 0, 0]))
+    epoch = split.plan_open_lane("blue", cut=[9, 2, 7])
+    assert epoch.cut == (9, 6, 7), "each partition's offset, raised to the current cut"
+    opened = split.append(epoch)
+    assert opened.epoch_for(0, 8).epoch == 1 and opened.epoch_for(0, 9).epoch == 2
+    assert opened.vp_for(0, 8, 0) == opened.vp_for(0, 9, 0), "the trunk's records land alike on either side of it"
+    assert opened.source_bounds(opened.current.children[0], 0) == (9, None)
+    later = opened.append(opened.plan_split(0, [10, 6, 7], [0, 0, 0]))
+    assert later.current.cut == (10, 6, 7)
+
+
 def test_no_lane_opens_past_lanes_max():
     layout = laned(lanes=("a", "b"), config=VirtualConfig(lanes_max=2))
     with pytest.raises(LanesExhausted, match="lanes_max=2"):

@@ -164,9 +164,11 @@ class Resharder:
         """Open lane ``lane`` of ``topic`` with ``policy`` (one VP owning the lane's whole hash space); its lane id, and
         the epoch stored (None: the lane was open already).
 
-        No stream is held: the epoch keeps the current cut and changes no other lane's layout
-        (``TopicLayout.plan_open_lane``), so a feed stream that meets the lane's first record before
-        its view holds the epoch only waits for the view (``feed_plan.plan_round``). The epoch and the
+        No stream is held: the epoch changes no other lane's layout (``TopicLayout.plan_open_lane``),
+        so a feed stream that meets the lane's first record before its view holds the epoch only
+        waits for the view (``feed_plan.plan_round``). Its cut is where the feed streams stand, as
+        they last recorded it (``keys.feed_position``; each at most the high watermark, so below any
+        record of the lane), so a lane VP that restarts is fed from there. The epoch and the
         child's VP key are created in one transaction fenced as a split's; losing a race with
         another epoch is retried from a new read, at most ``step_attempts_max`` times.
         """
@@ -175,7 +177,7 @@ class Resharder:
             known = inputs.layout.current.lane_id(lane)
             if known is not None:
                 return known, None
-            epoch = inputs.layout.plan_open_lane(lane, policy)
+            epoch = inputs.layout.plan_open_lane(lane, policy, self._fed_positions(topic, inputs.config.partitions))
             children = plan_children(epoch, inputs.config.read_replicas, placeable_read_nodes(
                 inputs.read_nodes, inputs.liveness.keys(), inputs.leaving, inputs.config.read_replicas))
             if not self._store_epoch(inputs, epoch, children, {}):
@@ -191,6 +193,16 @@ class Resharder:
             return epoch.lane_id(lane), Resharded(epoch, unhosted)
         raise ReshardConflict(f"topic {topic!r}: lane {lane!r} could not be opened, every attempt lost a race with "
                               f"another split epoch; retry")
+
+    def _fed_positions(self, topic: str, partitions: int) -> list[int]:
+        """Per partition, the furthest ``next_offset`` a read node's feed stream recorded (0 if none did)."""
+        positions = [0] * partitions
+        prefix = keys.topic_feed_positions_prefix(self._cluster, topic)
+        for item in self._store.get_prefix(prefix):
+            partition, _, _ = item.key[len(prefix):].partition("/")
+            if partition.isdigit() and int(partition) < partitions and isinstance(item.value, dict):
+                positions[int(partition)] = max(positions[int(partition)], int(item.value.get("next_offset", 0)))
+        return positions
 
     def read(self, topic: str) -> ReshardInputs:
         """Everything a reshard of ``topic`` plans with, in one etcd round trip: the topic's config,
