@@ -7,6 +7,8 @@ import secrets
 import socket
 from typing import NamedTuple
 
+from mafka4.batch_payload import lane_of_headers
+
 
 class Message(NamedTuple):
     """One message as a consumer sees it; ``partition`` is the VP id when read from virtual partitions.
@@ -23,6 +25,11 @@ class Message(NamedTuple):
     key: bytes | None
     value: bytes
     headers: tuple[tuple[str, bytes], ...]
+
+    @property
+    def lane(self) -> str:
+        """The lane the message was sent in ("" the trunk): its first header, ``batch_payload.LANE_HEADER``."""
+        return lane_of_headers(self.headers)
 
 
 def new_member_id() -> str:
