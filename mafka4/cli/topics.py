@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from mafka4.limits import READ_MODE_DEFAULT, READ_MODES, VIRTUAL_PARTITIONS_MAX, ReadMode
-from mafka4.virtual.layout import DEFAULT_POLICY, FALLBACKS, PRIORITY_MAX
+from mafka4.limits import LANE_PRIORITY_MAX, READ_MODE_DEFAULT, READ_MODES, VIRTUAL_PARTITIONS_MAX, ReadMode
+from mafka4.virtual.layout import DEFAULT_POLICY, FALLBACKS
 
 
 def add_commands(commands) -> None:
@@ -49,7 +49,7 @@ def add_commands(commands) -> None:
                            "(swimlane); none: its messages wait for its own readers (environment, SET) "
                            "(default %(default)s)")
     lane.add_argument("--priority", type=int, default=DEFAULT_POLICY.priority,
-                      help=f"0-{PRIORITY_MAX}: a member reading several lanes serves higher ones first "
+                      help=f"0-{LANE_PRIORITY_MAX}: a member reading several lanes serves higher ones first "
                            f"(default %(default)s)")
     lane.set_defaults(run=_cmd_topic_lane)
 

@@ -166,6 +166,8 @@ VIRTUAL_PARTITIONS_MAX = 1024
 LANES_MAX_DEFAULT = 256
 LANES_MAX = VIRTUAL_PARTITIONS_MAX - 1
 LANE_NAME_CHARS_MAX = 200
+# Lane priorities are 0..LANE_PRIORITY_MAX, higher served first: Mafka3's ten message priority levels.
+LANE_PRIORITY_MAX = 9
 # etcd refuses a request larger than its --max-request-bytes, 1.5 MiB unless raised; mafka4's etcd
 # keeps that default (a transaction is one request, every operation in it counted).
 ETCD_REQUEST_BYTES_MAX = 3 * MiB // 2

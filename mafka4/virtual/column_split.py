@@ -102,6 +102,8 @@ class BatchColumns(NamedTuple):
     ends: np.ndarray  # int64, where they end
     hashes: np.ndarray  # uint64, each record's message hash
     lane_ids: np.ndarray | None = None  # uint16, each record's lane id; None: all in the trunk (no lane-id column)
+    # (index, lane name) of the sampled records in a lane: ``lane_name_problem`` checks their ids against the layout.
+    sampled_lanes: tuple[tuple[int, str], ...] = ()
 
 
 class RoundColumns:
@@ -387,8 +389,27 @@ def read_columns(buffer: bytes | bytearray | memoryview, position: int, header: 
     hashes = np.frombuffer(payload, _HASHES, count, hashes_at).astype(np.uint64)  # native order, for searchsorted
     lane_ids = np.frombuffer(payload, _LANE_IDS, count, lanes_at).astype(np.uint16) if laned else None
     columns = BatchColumns(partition, header, payload, starts, ends, hashes, lane_ids)
-    problem = _sample_problem(columns)
-    return columns if problem is None else _bad_column(header, partition, problem)
+    problem, sampled_lanes = _sample_problem(columns)
+    if problem is not None:
+        return _bad_column(header, partition, problem)
+    return columns._replace(sampled_lanes=sampled_lanes) if sampled_lanes else columns
+
+
+def lane_name_problem(columns: BatchColumns, layout: TopicLayout) -> CorruptRecord | None:
+    """Whether a sampled record's lane id names another lane than its lane header does, in the layout
+    of its epoch (``read_columns`` has no layout; the feeder asks this once it has one). A name the
+    epoch does not have, with an id it does not have either, is a layout older than the record:
+    ``split_round`` stops there. A mismatch is a bad column, like a wrong key hash: the batch is
+    split by its decoded headers instead."""
+    header = columns.header
+    for index, name in columns.sampled_lanes:
+        epoch = layout.epoch_for(columns.partition, header.base_offset + index)
+        lane_id = int(columns.lane_ids[index])
+        named = epoch.lane_id(name)
+        if named != lane_id and (named is not None or epoch.lane_ranges(lane_id) is not None):
+            return _bad_column(header, columns.partition, f"says record {index} is in lane id {lane_id}, but its "
+                               f"{LANE_HEADER} header names lane {name!r} (lane id {named} in split epoch {epoch.epoch})")
+    return None
 
 
 def _shape_problem(payload: bytes, count: int, laned: bool, records_start: int, records_end: int, hashes_at: int,
@@ -416,29 +437,33 @@ def sampled_indices(header: BatchHeader) -> list[int]:
     return indices
 
 
-def _sample_problem(columns: BatchColumns) -> str | None:
+def _sample_problem(columns: BatchColumns) -> tuple[str | None, tuple[tuple[int, str], ...]]:
+    """What is wrong with the sampled records' columns, if anything, and the lanes they name."""
     header = columns.header
+    sampled_lanes = []
     for index in sampled_indices(header):
         try:
             record = msgpack.unpackb(columns.payload[columns.starts[index]:columns.ends[index]], raw=False,
                                      use_list=False)
         except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
-            return f"has record ends that do not cut record {index} out whole"
+            return f"has record ends that do not cut record {index} out whole", ()
         if not (isinstance(record, tuple) and len(record) == 4):
-            return f"has record ends that do not cut record {index} out as a record"
+            return f"has record ends that do not cut record {index} out as a record", ()
         key = record[1]
         if key is not None and not isinstance(key, bytes):
-            return f"has record {index} with a key that is neither bytes nor nil"
+            return f"has record {index} with a key that is neither bytes nor nil", ()
         lane_id = 0 if columns.lane_ids is None else int(columns.lane_ids[index])
         if bool(lane_id) != _has_lane_header(record[3]):
             return (f"says record {index} is in lane id {lane_id}, but it has "
-                    f"{'no' if lane_id else 'a'} {LANE_HEADER} header first")
+                    f"{'no' if lane_id else 'a'} {LANE_HEADER} header first"), ()
+        if lane_id:
+            sampled_lanes.append((index, record[3][0][1].decode("utf-8", "replace")))
         offset = header.base_offset + index
         expected = message_hash(key, columns.partition, header.producer_id, header.base_sequence + index, offset)
         if int(columns.hashes[index]) != expected:
             return (f"says record {index} hashes to {int(columns.hashes[index]):#018x}, but its "
-                    f"{'key' if key is not None else 'producer id and sequence'} hash to {expected:#018x}")
-    return None
+                    f"{'key' if key is not None else 'producer id and sequence'} hash to {expected:#018x}"), ()
+    return None, tuple(sampled_lanes)
 
 
 def _has_lane_header(headers: object) -> bool:

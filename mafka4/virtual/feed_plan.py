@@ -64,8 +64,8 @@ from mafka4.errors import CorruptRecord
 from mafka4.hashing import key_hash
 from mafka4.physical.partition_state import PartitionState
 from mafka4.planted_bugs import PlantedBug
-from mafka4.virtual.column_split import (BatchColumns, ColumnRun, RoundColumns, SplitChunk, read_columns,
-                                        split_round)
+from mafka4.virtual.column_split import (BatchColumns, ColumnRun, RoundColumns, SplitChunk, lane_name_problem,
+                                        read_columns, split_round)
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.vp_records import NOTHING_APPLIED, SourcedRecord, route_known_lanes
 
@@ -167,6 +167,8 @@ def plan_round(
                 end = header.next_offset
                 continue
             columns = read_columns(view, position, header, partition) if header.hashed else None
+            if isinstance(columns, BatchColumns) and columns.sampled_lanes:
+                columns = lane_name_problem(columns, layout) or columns
             if isinstance(columns, CorruptRecord):
                 bad_columns.append(columns)
                 columns = None

@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from typing import AbstractSet, Mapping, Sequence
 
 from mafka4.errors import InvalidConfig, InvalidReshard, LanesExhausted, ReshardConflict, UnknownLane, UnknownVirtualPartition
-from mafka4.limits import VirtualConfig
+from mafka4.limits import LANE_PRIORITY_MAX, VirtualConfig
 from mafka4.virtual.ranges import HashRange, RangeMap
 
 TRUNK = ""  # the trunk's lane name: the records that carry no lane
@@ -74,7 +74,6 @@ TRUNK_ID = 0  # its lane id; lane i >= 1 is SplitEpoch.lanes[i - 1]
 FALLBACK_TRUNK = "trunk"  # swimlane semantics: with no reader of its own, a group's trunk readers read the lane
 FALLBACK_NONE = "none"  # environment/SET semantics: the lane's messages wait for its own readers
 FALLBACKS = (FALLBACK_TRUNK, FALLBACK_NONE)
-PRIORITY_MAX = 9  # lane priorities are 0..9, higher served first (Mafka3's message priority levels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +89,8 @@ class LanePolicy:
         if self.fallback not in FALLBACKS:
             raise InvalidConfig(f"lane fallback={self.fallback!r}: choose {FALLBACK_TRUNK!r} (the trunk's readers read "
                                 f"the lane while it has none) or {FALLBACK_NONE!r} (its messages wait for its readers)")
-        if isinstance(self.priority, bool) or not isinstance(self.priority, int) or not 0 <= self.priority <= PRIORITY_MAX:
-            raise InvalidConfig(f"lane priority={self.priority!r}: choose an integer from 0 to {PRIORITY_MAX} "
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int) or not 0 <= self.priority <= LANE_PRIORITY_MAX:
+            raise InvalidConfig(f"lane priority={self.priority!r}: choose an integer from 0 to {LANE_PRIORITY_MAX} "
                                 f"(higher is served first)")
 
 

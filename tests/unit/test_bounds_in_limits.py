@@ -22,7 +22,7 @@ NOT_BOUNDS = {
     "mafka4/log/offset_index.py": {"U32_MAX"},  # index entries are uint32
     "mafka4/client/sender_core.py": {"SEQUENCE_MAX"},  # a batch's sequence is an int32
     "mafka4/client/accumulator.py": {"RECORD_OVERHEAD_BYTES"},  # msgpack framing of a record
-    "mafka4/batch_payload.py": {"MESSAGE_HASH_BYTES", "RECORD_END_BYTES"},  # the key-hash column's byte layout
+    "mafka4/batch_payload.py": {"MESSAGE_HASH_BYTES", "RECORD_END_BYTES", "LANE_ID_BYTES"},  # the columns' byte layout
     "mafka4/runtime/environment.py": {"RAY_TEMP_DIR_CHARS_MAX"},  # Ray's socket path limit
     "mafka4/runtime/node_identity.py": {"NODE_ID_CHARS_MAX"},  # a DNS label
 }

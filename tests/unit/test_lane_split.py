@@ -271,6 +271,17 @@ def test_a_lane_id_column_that_disagrees_with_a_sampled_records_lane_header_is_r
         vp: [r for c in chunks for r in c] for vp, chunks in slow.chunks.items()}
 
 
+def test_a_lane_id_that_names_another_lane_than_the_header_is_a_bad_column_split_by_the_headers():
+    layout = layout_with_lanes(4, 2, [])  # lanes blue (id 1) and red (id 2)
+    records = laned_records(4, [1, 1, 1, 1])  # every record's header says blue
+    batch = producer_batch(records, [2, 2, 2, 2], 0)  # the column says red
+    planned = plan_round(bytes(batch), PARTITION, layout, 0, records_max=100)
+    (problem,) = planned.bad_columns
+    assert "names lane 'blue'" in str(problem) and "lane id 2" in str(problem)
+    (blue_vp,) = layout.current.lane_ranges(1).vp_ids
+    assert set(planned.chunks) == {blue_vp}, "each record in the lane its header names"
+
+
 # --- a lane the layout does not have ---------------------------------------------------------
 
 
