@@ -98,6 +98,8 @@ class ReadMode(enum.StrEnum):
 
 # Names of the partition assignors of consumer groups (mafka4.coordinator.groups.assignors).
 ASSIGNOR_NAMES = ("range", "sticky")
+# How a consumer that reads lanes of several priorities orders them (ConsumerConfig.lane_order, client.lane_shares).
+LANE_ORDERS = ("strict", "weighted")
 
 
 def _check_range(config: object, name: str, low: int, high: int | None = None) -> None:
@@ -381,7 +383,8 @@ class ConsumerConfig:
     # TCP keepalive (PROTOCOL_PEER_SILENT_S_MAX); one that hangs with its connection open only
     # when the fetch to it times out, after this wait.
     fetch_idle_wait_ms_max: int = 30 * SECOND_MS
-    # poll() returns at most this many messages.
+    # poll() returns at most this many messages (a member reading more lanes than this with
+    # lane_order="weighted" takes one message of each lane with a backlog: none starves).
     poll_messages_max: int = 10_000
     # The settings below apply only to a consumer in a group.
     # Positions are committed by poll() when this long passed since the last commit (None:
@@ -421,6 +424,13 @@ class ConsumerConfig:
     # unchecked, and saves a pass over every fetched byte (a fifth of a draining consumer's
     # main thread in a profile here). A batch whose structure is bad is refused either way.
     check_crcs: bool = True
+    # How a member that reads several lanes orders them (mafka4 mode; client.lane_shares), when
+    # they differ in priority (0..9, set when a lane opens): "strict" reads a lane only while no
+    # lane of higher priority has a backlog; "weighted" gives every lane with a backlog a share of
+    # each poll in proportion to its priority + 1, one message at least (none starves), and what a
+    # lane leaves of its share to the others, higher priorities first. Order is per key within a
+    # lane, never across lanes. Lanes of one priority are read as one (no cap, no cost).
+    lane_order: str = "strict"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "auto_offset_reset", OffsetReset.parse(self.auto_offset_reset))
@@ -436,6 +446,10 @@ class ConsumerConfig:
             raise InvalidConfig(f"check_crcs={self.check_crcs!r} must be true or false")
         if self.assignor not in ASSIGNOR_NAMES:
             raise InvalidConfig(f"assignor={self.assignor!r} is not valid: use one of {', '.join(map(repr, ASSIGNOR_NAMES))}")
+        if self.lane_order not in LANE_ORDERS:
+            raise InvalidConfig(f"lane_order={self.lane_order!r} is not valid: use {LANE_ORDERS[0]!r} (a lane is "
+                                f"read only while no lane of higher priority has a backlog) or {LANE_ORDERS[1]!r} "
+                                f"(every lane with a backlog gets a share of each poll by its priority)")
 
 
 @dataclass(frozen=True, slots=True)

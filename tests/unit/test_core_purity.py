@@ -85,6 +85,8 @@ CORES = (
     "mafka4.kafka.group_members",
     # what a consumer makes of a VP fetch's bytes
     "mafka4.client.vp_messages",
+    # how one poll of a reader of several lanes shares its messages between them
+    "mafka4.client.lane_shares",
     # where a consumer starts a partition, when a group member auto-commits
     "mafka4.client.positions",
     "mafka4.coordinator.control.placement",
