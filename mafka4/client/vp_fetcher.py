@@ -28,6 +28,15 @@ in a VP (physical retention deleted records before a read node fed them,
 ``vp_records.lost_range_of``) ends the messages returned for that VP; the next ``fetch`` raises
 ``RecordsLost`` naming the offsets, and reading goes on after the marker.
 
+Lanes of several priorities (``client.lane_shares``): when the VPs fetched belong to lanes of
+different priorities, each poll takes each VP's messages only up to its lane's remaining share
+of the poll (``ConsumerConfig.lane_order``), and leaves the rest unread: its position moves over
+what was taken only, so the rest is fetched again, and nothing is skipped. Weighted, the poll's
+rest then goes to the VPs cut short, higher lanes first; strict, the lanes held back are not
+fetched at all while a higher one has a backlog. A VP's messages keep their order, so per-key
+order holds within each lane. A topic without lanes, or a reader of one priority, takes every
+answer as before (one check a poll).
+
 Metadata (the layout, every VP's leader, RISR and sealed end, and where each read node serves
 clients) comes from any node's ``VP_METADATA`` answer, read by ``refresh``, or for the VPs a
 group sync claimed from that sync's answer (``learn``); while no node answers, reading goes on
@@ -56,10 +65,11 @@ from mafka4.client.client_loop import client_loop
 from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.fetches_in_flight import FetchesInFlight
 from mafka4.client.idle_waits import IdleWaits
+from mafka4.client.lane_shares import LaneShares, lane_readings, lane_shares
 from mafka4.client.message import Message
 from mafka4.client.node_links import NodeLinks
 from mafka4.client.positions import rewound
-from mafka4.client.vp_messages import take_vp_messages
+from mafka4.client.vp_messages import VpTake, take_vp_messages
 from mafka4.errors import MafkaError, NotLeader, RecordsLost
 from mafka4.join_trace import JOIN_TRACES, vps_detail
 from mafka4.limits import LIST_OFFSETS_TIMEOUT_S, PROTOCOL_ANSWER_MARGIN_S, VP_UNROUTABLE_REFRESH_S, ConsumerConfig
@@ -69,7 +79,7 @@ from mafka4.protocol.error_codes import raised_error
 from mafka4.protocol.vp_api import (VpDiverging, VpFetchRequest, VpListOffsetsRequest, VpMetadataAnswer,
                                     VpMetadataRequest, VpOffset, VpOffsetsAnswer, VpReadAnswer)
 from mafka4.risr.state import RisrConfig, route_fetch
-from mafka4.virtual.layout import TopicLayout
+from mafka4.virtual.layout import TRUNK, TopicLayout
 from mafka4.virtual.vp_state import VirtualPartitionState, epoch_from_json
 
 logger = logging.getLogger(__name__)
@@ -101,6 +111,12 @@ class VpFetcher:
         self._in_flight: FetchesInFlight[str, list[tuple[int, int, int]]] = FetchesInFlight()
         self._idle_waits: IdleWaits[str] = IdleWaits(config.fetch_wait_ms_max, config.fetch_idle_wait_ms_max)
         self._lost: RecordsLost | None = None  # raised by the next fetch
+        # Lanes (``client.lane_shares``): each VP's (lane, priority), fixed once the layout knows
+        # it (a VP never changes lane, a lane's policy is set when it opens); this poll's shares
+        # (None: one priority read, nothing capped) and the lanes not fetched meanwhile (strict).
+        self._vp_lanes: dict[int, tuple[str, int]] = {}
+        self._shares: LaneShares | None = None
+        self._paused: frozenset[str] = frozenset()
         # Join traces (``mafka4.join_trace``): the member id rows name, and the VPs whose first
         # fetch and first data are still to be stamped (only while the topic is traced).
         self.traced_as = reader_id
@@ -242,16 +258,45 @@ class VpFetcher:
         if self._lost is not None:
             lost, self._lost = self._lost, None
             raise lost
+        self._weigh_lanes()
         self._issue_fetches()
         messages, brought = self._collect(timeout_s, wake)
         if brought:
             # A node whose answer brought messages likely holds more: its next fetch goes out now,
             # so the next poll finds that answer under way instead of starting the round trip.
+            if self._shares is not None:
+                self._weigh_lanes()  # a lane that just caught up no longer holds a lower one back
             self._issue_fetches(only=brought)
         if not messages and self._lost is not None:
             lost, self._lost = self._lost, None
             raise lost
         return messages
+
+    def _lane_of(self, vp: int) -> tuple[str, int]:
+        """``vp``'s (lane, priority); a VP the layout held does not know yet counts as the trunk's."""
+        known = self._vp_lanes.get(vp)
+        if known is not None:
+            return known
+        layout = self.layout
+        if layout is None or not layout.exists(vp):
+            return TRUNK, 0
+        lane = layout.lane_of(vp)
+        known = self._vp_lanes[vp] = (lane, layout.current.lane_policy(lane).priority)
+        return known
+
+    def _weigh_lanes(self) -> None:
+        """This poll's shares of the lanes read (``client.lane_shares``); None while they are of one priority."""
+        layout = self.layout
+        if layout is None or not layout.current.lanes or len(self.fetching) < 2:
+            self._shares, self._paused = None, frozenset()  # no lanes, or one VP: nothing to weigh
+            return
+        readings = []
+        for vp in self.fetching:
+            lane, priority = self._lane_of(vp)
+            high_watermark = self.high_watermarks.get(vp)
+            readings.append((lane, priority, None if high_watermark is None else self.positions[vp] < high_watermark))
+        self._shares = lane_shares(lane_readings(readings), self.config.lane_order, self.config.poll_messages_max)
+        self._paused = frozenset() if self._shares is None else self._shares.paused()
 
     def _route(self, vp: int) -> str:
         state = self.states[vp]
@@ -264,7 +309,10 @@ class VpFetcher:
         that. ``only``: send to these nodes alone (those that just answered: the fetches out to
         the others, and a metadata read, are left to the next poll)."""
         wanted: dict[str, list[tuple[int, int, int]]] = defaultdict(list)  # node -> (VP, offset, last epoch)
+        paused = self._paused
         for vp in sorted(self.fetching):
+            if paused and self._lane_of(vp)[0] in paused:
+                continue  # strict lane order: a lane of higher priority has a backlog
             wanted[self._route(vp)].append((vp, self.positions[vp], self.position_epoch(vp)))
         if only is None:
             for node in [node for node in self._in_flight.destinations() if node not in wanted]:
@@ -312,6 +360,10 @@ class VpFetcher:
         """The messages of the fetches answered, and the nodes whose answers brought some."""
         messages: list[Message] = []
         brought: set[str] = set()
+        shares = self._shares
+        left = None if shares is None else dict(shares.caps)  # lane -> what it may still take in the first pass
+        # (node, lane, VP, its position and last epoch then, data) of the VPs cut short by their lane's share
+        cut: list[tuple[str, str, int, int, int, bytes]] = []
         for node, sent, call in self._in_flight.answered(timeout_s, self.config.fetch_wait_ms_max / 1000, wake):
             try:
                 answers = call.result()
@@ -344,20 +396,55 @@ class VpFetcher:
                 if answer.data and vp in self._first_data_pending:
                     self._first_data_pending.discard(vp)
                     JOIN_TRACES.record(self.topic, "first_data", self.traced_as, str(vp))
-                self._take(vp, offset, answer.data, messages)
+                if left is None:
+                    self._take(vp, offset, answer.data, messages, self.config.poll_messages_max)
+                elif answer.data:
+                    self._take_share(node, vp, offset, answer.data, messages, left, cut)
             if len(messages) > taken_before:
                 brought.add(node)
+        if cut and shares.rest_order:
+            self._take_rest(cut, shares.rest_order, messages, brought)
         return messages, brought
 
-    def _take(self, vp: int, offset: int, data: bytes, messages: list[Message]) -> None:
-        """Decode one VP's batches into ``messages`` from ``offset``, up to ``poll_messages_max``."""
-        taken = take_vp_messages(data, self.topic, vp, offset, messages, self.config.poll_messages_max,
-                                 self.config.check_crcs)
+    def _take_share(self, node: str, vp: int, offset: int, data: bytes, messages: list[Message],
+                    left: dict[str, int], cut: list[tuple[str, str, int, int, int, bytes]]) -> None:
+        """Take ``vp``'s messages up to what its lane may still take this poll; note it in ``cut`` if
+        its lane's share ran out (the rest may go to it after every answer was taken)."""
+        lane = self._lane_of(vp)[0]
+        share = left.get(lane, 0)
+        if share > 0:
+            before = len(messages)
+            taken = self._take(vp, offset, data, messages, min(before + share, self.config.poll_messages_max))
+            left[lane] = share = share - (len(messages) - before)
+            if taken.lost is not None:
+                return  # a loss marker ended the take: RecordsLost is raised before anything after it
+        if share <= 0:
+            cut.append((node, lane, vp, self.positions[vp], self.position_epoch(vp), data))
+
+    def _take_rest(self, cut: list[tuple[str, str, int, int, int, bytes]], rest_order: tuple[str, ...],
+                   messages: list[Message], brought: set[str]) -> None:
+        """Fill the poll up to ``poll_messages_max`` from the VPs cut short by their lane's share, lanes
+        in ``rest_order`` (higher priorities first), each lane's VPs in the order they were answered."""
+        rank = {lane: index for index, lane in enumerate(rest_order)}
+        for node, lane, vp, offset, last_epoch, data in sorted(cut, key=lambda entry: rank.get(entry[1], len(rank))):
+            if len(messages) >= self.config.poll_messages_max:
+                return
+            if lane not in rank or (self.positions[vp], self.position_epoch(vp)) != (offset, last_epoch):
+                continue  # the same VP answered twice (two nodes) and taken already
+            before = len(messages)
+            self._take(vp, offset, data, messages, self.config.poll_messages_max)
+            if len(messages) > before:
+                brought.add(node)
+
+    def _take(self, vp: int, offset: int, data: bytes, messages: list[Message], messages_max: int) -> VpTake:
+        """Decode one VP's batches into ``messages`` from ``offset``, until it holds ``messages_max``."""
+        taken = take_vp_messages(data, self.topic, vp, offset, messages, messages_max, self.config.check_crcs)
         self.positions[vp] = taken.next_offset
         if taken.leader_epoch is not None:
             self.last_epochs[vp] = taken.leader_epoch
         if taken.lost is not None:
             self._lost = RecordsLost.of(self.topic, *taken.lost, vp=vp)
+        return taken
 
     def _rewind(self, vp: int, offset: int, diverging: VpDiverging) -> None:
         """The VP's log no longer holds what this reader read before ``offset``: read again from
