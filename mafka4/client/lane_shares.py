@@ -10,18 +10,19 @@ priority, ``ConsumerConfig.lane_order`` says how one poll serves them:
   would. A lane whose VPs are all read to their high watermark has no backlog, so new messages
   of a lower lane are read as soon as the higher ones are caught up, and a higher lane's new
   messages are never held back.
-* **weighted**: every lane with a backlog gets a share of the poll: one message, and of the
-  rest of ``poll_messages_max`` a part in proportion to its priority + 1 (priority 9 weighs ten
-  times priority 0), rounded by largest remainders (ties to the higher priority, then the lane's
+* **weighted**: every lane read gets a share of the poll: one message, and of the rest of
+  ``poll_messages_max`` a part in proportion to its priority + 1 (priority 9 weighs ten times
+  priority 0), rounded by largest remainders (ties to the higher priority, then the lane's
   name), so the shares sum to ``poll_messages_max`` exactly, or to one a lane when more lanes
-  than that have a backlog. No lane with a backlog waits for a poll in which it gets nothing,
-  however busy the higher ones are. What a lane does not use of its share this poll (its answer
-  held less, or came in a later poll) goes to the lanes cut short by theirs, higher priorities
-  first (``rest_order``), so a caught-up lane never slows the others.
+  than that are read. No lane with a backlog waits for a poll in which it gets nothing, however
+  busy the higher ones are. A lane caught up keeps its share too, so its new messages are taken
+  in the poll their answer comes in, not one later; what a lane does not use of its share (it
+  had less, or nothing) goes to the lanes cut short by theirs, higher priorities first
+  (``rest_order``), so a lane with little to read never slows the others.
 
-"A backlog" is what the reader knows before the poll: some VP of the lane it reads is below its
-high watermark, as the last answer for it told; a VP not answered yet (no high watermark known)
-may have one, and counts as having one.
+"A backlog" (strict) is what the reader knows before the poll: some VP of the lane it reads is
+below its high watermark, as the last answer for it told; a VP not answered yet (no high
+watermark known) may have one, and counts as having one.
 
 Order then means: per key within a lane (a lane's VPs are read each in its own order, as the
 trunk's), never across lanes: a message of a high lane may be returned before an older one of a
@@ -95,19 +96,15 @@ def lane_shares(lanes: Mapping[str, LaneReading], order: str, messages_max: int)
         waiting = [reading.priority for reading in lanes.values() if has_backlog(reading)]
         top = max(waiting, default=-1)
         return LaneShares({lane: messages_max if reading.priority >= top else 0 for lane, reading in lanes.items()}, ())
-    backlogged = sorted((lane for lane, reading in lanes.items() if has_backlog(reading)),
-                        key=lambda lane: (-lanes[lane].priority, lane))
-    caps = {lane: 0 for lane in lanes}
-    rest = max(0, messages_max - len(backlogged))
-    weights = {lane: lanes[lane].priority + 1 for lane in backlogged}
-    total = sum(weights.values())
-    remainders = []
-    for lane in backlogged:
-        part, remainder = divmod(rest * weights[lane], total)
+    rest_order = tuple(sorted(lanes, key=lambda lane: (-lanes[lane].priority, lane)))
+    rest = max(0, messages_max - len(lanes))
+    total = sum(reading.priority + 1 for reading in lanes.values())
+    caps, remainders = {}, []
+    for lane in rest_order:
+        part, remainder = divmod(rest * (lanes[lane].priority + 1), total)
         caps[lane] = 1 + part
         remainders.append((-remainder, -lanes[lane].priority, lane))
-    left = rest - sum(caps[lane] - 1 for lane in backlogged)
+    left = rest - sum(cap - 1 for cap in caps.values())  # fewer than the lanes: one more to the largest remainders
     for _, _, lane in sorted(remainders)[:left]:
         caps[lane] += 1
-    rest_order = tuple(sorted(lanes, key=lambda lane: (-lanes[lane].priority, lane)))
     return LaneShares(caps, rest_order)

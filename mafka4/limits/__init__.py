@@ -384,7 +384,7 @@ class ConsumerConfig:
     # when the fetch to it times out, after this wait.
     fetch_idle_wait_ms_max: int = 30 * SECOND_MS
     # poll() returns at most this many messages (a member reading more lanes than this with
-    # lane_order="weighted" takes one message of each lane with a backlog: none starves).
+    # lane_order="weighted" may take one message of each: none starves).
     poll_messages_max: int = 10_000
     # The settings below apply only to a consumer in a group.
     # Positions are committed by poll() when this long passed since the last commit (None:
@@ -426,10 +426,10 @@ class ConsumerConfig:
     check_crcs: bool = True
     # How a member that reads several lanes orders them (mafka4 mode; client.lane_shares), when
     # they differ in priority (0..9, set when a lane opens): "strict" reads a lane only while no
-    # lane of higher priority has a backlog; "weighted" gives every lane with a backlog a share of
-    # each poll in proportion to its priority + 1, one message at least (none starves), and what a
-    # lane leaves of its share to the others, higher priorities first. Order is per key within a
-    # lane, never across lanes. Lanes of one priority are read as one (no cap, no cost).
+    # lane of higher priority has a backlog; "weighted" gives every lane a share of each poll in
+    # proportion to its priority + 1, one message at least (none starves), and what a lane leaves
+    # of its share to the others, higher priorities first. Order is per key within a lane, never
+    # across lanes. Lanes of one priority are read as one (no cap, no cost).
     lane_order: str = "strict"
 
     def __post_init__(self) -> None:
@@ -449,7 +449,7 @@ class ConsumerConfig:
         if self.lane_order not in LANE_ORDERS:
             raise InvalidConfig(f"lane_order={self.lane_order!r} is not valid: use {LANE_ORDERS[0]!r} (a lane is "
                                 f"read only while no lane of higher priority has a backlog) or {LANE_ORDERS[1]!r} "
-                                f"(every lane with a backlog gets a share of each poll by its priority)")
+                                f"(every lane gets a share of each poll by its priority, one message at least)")
 
 
 @dataclass(frozen=True, slots=True)

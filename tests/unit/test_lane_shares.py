@@ -56,21 +56,19 @@ def test_strict_lets_a_lower_lane_read_once_the_higher_one_caught_up():
 
 
 @given(LANES, MESSAGES_MAX)
-def test_weighted_gives_every_lane_with_a_backlog_its_share_by_priority(lanes, messages_max):
+def test_weighted_gives_every_lane_its_share_by_priority(lanes, messages_max):
     shares = lane_shares(lanes, WEIGHTED, messages_max)
     if shares is None:
         return
-    backlogged = {lane: reading for lane, reading in lanes.items() if has_backlog(reading)}
-    assert all(shares.caps[lane] >= 1 for lane in backlogged), "no lane with a backlog starves"
-    assert all(shares.caps[lane] == 0 for lane in lanes if lane not in backlogged)
-    assert sum(shares.caps.values()) == (max(messages_max, len(backlogged)) if backlogged else 0)
-    rest = max(0, messages_max - len(backlogged))
-    weights = sum(reading.priority + 1 for reading in backlogged.values())
-    for lane, reading in backlogged.items():
+    assert all(cap >= 1 for cap in shares.caps.values()), "no lane starves"
+    assert set(shares.caps) == set(lanes) and sum(shares.caps.values()) == max(messages_max, len(lanes))
+    rest = max(0, messages_max - len(lanes))
+    weights = sum(reading.priority + 1 for reading in lanes.values())
+    for lane, reading in lanes.items():
         exact = 1 + rest * (reading.priority + 1) / weights
         assert abs(shares.caps[lane] - exact) < 1, (lane, shares.caps[lane], exact)
-    for first, high in backlogged.items():
-        for second, low in backlogged.items():
+    for first, high in lanes.items():
+        for second, low in lanes.items():
             if high.priority > low.priority:
                 assert shares.caps[first] >= shares.caps[second], "a higher priority never gets less"
     assert shares.rest_order == tuple(sorted(lanes, key=lambda lane: (-lanes[lane].priority, lane)))
@@ -83,7 +81,8 @@ def test_weighted_shares_by_priority_plus_one():
     assert shares.caps == {"": 1 + 62, "gold": 1 + 623, "silver": 1 + 312}  # 997 split 1 : 10 : 5, largest remainders
     assert shares.rest_order == ("gold", "silver", "")
     idle = lane_shares({"": LaneReading(0, True), "gold": LaneReading(9, False)}, WEIGHTED, 1_000)
-    assert idle.caps == {"": 1_000, "gold": 0} and idle.rest_order == ("gold", ""), "an idle lane's new data takes the rest"
+    assert idle.caps == {"": 92, "gold": 908}, "a caught-up lane keeps its share for its new messages"
+    assert idle.rest_order == ("gold", ""), "what it leaves goes to the others"
 
 
 def test_weighted_gives_one_message_a_lane_when_the_poll_is_smaller_than_the_lanes():
