@@ -21,6 +21,11 @@ lanes it names (``lanes``, "" the trunk), or, naming none, the trunk and every l
 fallback is "trunk" and that has no member of its own in the group
 (``coordinator.groups.vp_ownership``); a reader without a group reads every lane unless told.
 A mafka3-mode topic keeps a lane as a topic of its own, ``<topic>.<lane>``: read that topic.
+A lane has a priority (0..9, higher first; the trunk's is 0). A reader of lanes of several
+priorities orders them by ``ConsumerConfig.lane_order`` (``client.lane_shares``): "strict" reads
+a lane only while no lane of higher priority has a backlog; "weighted" gives every lane a share
+of each poll by priority + 1, one message at least, so none starves. Order then means per key
+within a lane, never across lanes; nothing is skipped (what a poll leaves is fetched again).
 
 The readers share their skeleton (``client.reading``: the poll loop, seeking by time;
 ``client.positions``: where a partition starts, when auto-commit is due; ``client.group_commits``)
