@@ -28,9 +28,10 @@ Order then means: per key within a lane (a lane's VPs are read each in its own o
 trunk's), never across lanes: a message of a high lane may be returned before an older one of a
 low lane, and lanes of one priority interleave as the trunk's VPs do.
 
-Lanes of one priority are one lane here: ``lane_shares`` returns None, and the reader takes
-each answer as it did before lanes had priorities, with no cost per message or per poll beyond
-the check.
+When every lane read is of one priority (or one lane is read), ``lane_shares`` returns None,
+and the reader takes each answer as it did before lanes had priorities, with no cost per
+message. Lanes of one priority among others each get their own share (weighted) and are read
+together (strict).
 
 Pure: no I/O.
 """
