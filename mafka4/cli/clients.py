@@ -7,7 +7,7 @@ import sys
 
 from mafka4.compression import Codec
 from mafka4.errors import InvalidRecord, RecordsLost
-from mafka4.limits import COMPRESSION_ENV, Acks, ProducerConfig
+from mafka4.limits import COMPRESSION_ENV, LANE_ORDERS, Acks, ConsumerConfig, ProducerConfig
 
 
 def add_commands(commands) -> None:
@@ -37,6 +37,10 @@ def add_commands(commands) -> None:
     consume.add_argument("--lane", action="append", dest="lanes", metavar="LANE",
                          help="read only this lane (repeat for several; '' names the trunk). Default: with --group, "
                               "the trunk and the lanes the group has no reader of; without, every lane")
+    consume.add_argument("--lane-order", choices=LANE_ORDERS, default=ConsumerConfig().lane_order,
+                         help="how a consumer reading several lanes of different priorities serves them: strict "
+                              "(higher first while it has a backlog) or weighted (shares by priority + 1) "
+                              "(default %(default)s)")
     consume.set_defaults(run=_cmd_consume)
 
 
@@ -73,7 +77,8 @@ def _cmd_consume(args: argparse.Namespace) -> int:
 
     from mafka4.client.consumer import Consumer
 
-    consumer = Consumer(args.topic, group=args.group, from_beginning=args.from_beginning, lanes=args.lanes)
+    consumer = Consumer(args.topic, group=args.group, from_beginning=args.from_beginning, lanes=args.lanes,
+                        lane_order=args.lane_order)
     printed = 0
     idle_deadline = time.monotonic() + args.timeout_ms / 1000
     out = sys.stdout.buffer

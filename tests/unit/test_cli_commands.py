@@ -247,7 +247,8 @@ class IdleConsumer:
 
     polls: list[int] = []
 
-    def __init__(self, topic: str, group: str | None = None, from_beginning: bool = False, lanes=None):
+    def __init__(self, topic: str, group: str | None = None, from_beginning: bool = False, lanes=None,
+                 lane_order: str = "strict"):
         IdleConsumer.polls = []
 
     def poll(self, timeout_ms: int) -> list:
