@@ -195,3 +195,29 @@ def test_bad_lanes_are_refused_with_errors_that_name_the_problem(read_cluster):
         open_lane(topic, "../etc", where=connection)
     with pytest.raises(InvalidConfig, match="fallback"):
         admin.open_lane(topic, "first", fallback="sometimes")
+
+
+@pytest.mark.parametrize("lane_order", ["strict", "weighted"])
+def test_a_reader_of_two_lanes_serves_the_higher_priority_first_or_by_weight(read_cluster, lane_order):
+    connection = read_cluster
+    admin = Admin(connection)
+    topic = topic_name(f"prio-{lane_order}")
+    admin.create_topic(topic, partitions=1, replication_factor=1, virtual_partitions=1, read_mode="mafka4")
+    admin.open_lane(topic, "urgent", priority=9)
+    count = 2_000
+    with Producer(topic, connection=connection, acks="all", linger_ms=5) as producer:
+        for n in range(count):  # a backlog in both, interleaved
+            producer.send(b"trunk:%d" % n, key=b"k%d" % (n % 10))
+            producer.send(b"urgent:%d" % n, key=b"k%d" % (n % 10), lane="urgent")
+    order: list[str] = []
+    with Consumer(topic, group=topic_name("g"), connection=connection, from_beginning=True,
+                  lane_order=lane_order) as consumer:  # a trunk reader: "urgent" falls back to it
+        assert wait_until(lambda: order.extend(m.lane for m in consumer.poll(timeout_ms=200)) or
+                          len(order) >= 2 * count, 120), f"read {len(order)} of {2 * count}"
+    first_half = order[:count]
+    urgent_share = first_half.count("urgent") / len(first_half)
+    print(f"lane_order={lane_order}: urgent's share of the first {count} messages read: {urgent_share:.3f}")
+    if lane_order == "strict":
+        assert first_half == ["urgent"] * count, "the higher lane is drained first"
+    else:  # weighted by priority + 1: 10 to 1, and the trunk is never starved
+        assert 0.75 <= urgent_share < 1.0, urgent_share

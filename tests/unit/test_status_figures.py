@@ -98,7 +98,7 @@ def test_the_active_controller_s_elections_failovers_and_reshards_and_refusals_s
     report = figures(_cluster())
     assert report["controller"] == {"c-a": {"active": True, "epoch": 7, "elections_won": 1,
                                             "leader_elections": {"partition": 2, "vp": 1},
-                                            "reshards": {"merge": 0, "split": 1}}}
+                                            "reshards": {"merge": 0, "open_lane": 0, "split": 1}}}
     assert report["refused"] == {"authentication": 12, "bad_frame": 8, "connections_max": 4, "not_authorized": 16,
                                  "out_of_turn": 20}, "three replicas and a read node, each with the same counters"
 
