@@ -54,11 +54,11 @@ def _cmd_fleet_model(args: argparse.Namespace) -> int:
     workload = WorkloadConfig() if args.read_replicas is None else replace(WorkloadConfig(), read_replicas=args.read_replicas)
     with_lanes = any(args.lanes_per_topic)
     if with_lanes:  # without lanes the workload stays the one of every result before lanes
-        workload = replace(workload, lane_topics_share=args.lane_topics_share, lane_traffic_share=args.lane_traffic_share,
-                           lane_consumers=args.lane_consumers)
+        workload = replace(workload, lane_topics_share=args.lane_topics_share,
+                           lane_traffic_share=args.lane_traffic_share, lane_consumers=args.lane_consumers)
     settings = SweepSettings(seed=args.seed, topics=tuple(args.topics), consumer_scales=tuple(args.consumer_scales),
-                             lanes_per_topic=tuple(args.lanes_per_topic), rows=args.rows, workload=workload, model=model,
-                             experiment_id=args.experiment_id or "")
+                             lanes_per_topic=tuple(args.lanes_per_topic), rows=args.rows, workload=workload,
+                             model=model, experiment_id=args.experiment_id or "")
     lanes_text = (f", lanes per topic {list(settings.lanes_per_topic)} on {workload.lane_topics_share:g} of the topics "
                   f"({workload.lane_traffic_share:g} of the topic's rate and {workload.lane_consumers} member(s) of "
                   f"each group a lane)" if with_lanes else "")

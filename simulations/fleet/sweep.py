@@ -20,8 +20,9 @@ plus the model's assumptions under ``fleet_model``) and ``fleet_summary.json`` (
 ``DesignResult`` under ``runs``, with its configuration's ``consumers_scale`` and
 ``lanes_per_topic``, and under ``node_ratios`` the nodes of both designs and their ratio Mafka3 /
 Mafka4 for every fleet size, consumer scale and lane count, not only the largest). A lane count
-above 0 adds ``-lanes<N>`` to its event logs' names. With ``use_ray`` each configuration is a Ray task on a local Ray started for
-the sweep (and shut down after); the driver writes every file, so the output is the same.
+above 0 adds ``-lanes<N>`` to its event logs' names; a run's ``consumers`` then counts the lanes'
+members too. With ``use_ray`` each configuration is a Ray task on a local Ray started for the
+sweep (and shut down after); the driver writes every file, so the output is the same.
 """
 
 from __future__ import annotations
