@@ -225,6 +225,7 @@ def topic_loads(design: Design, workload: Workload, params: CalibrationParams, c
         partitions = np.maximum(partitions, t.consumers)
     else:
         partitions = np.maximum(partitions, _fewest_actors(t.rate, lambda msgs: msgs * params.feeder_msg_cpu_us, half))
+
         def vp_actors(rate):
             return _fewest_actors(rate, lambda msgs: msgs * t.vp_message_cpu(), half)
 
