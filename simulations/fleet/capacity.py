@@ -73,6 +73,9 @@ class DesignResult:
     placement_sample_partitions: int
     produce_latency_ms: dict
     end_to_end_latency_ms: dict
+    lanes: int  # test lanes of the fleet (mafka3: as many topics more)
+    write_actors: int  # replicas of the physical partitions
+    read_actors: int  # VP replicas and feeders on read nodes; 0 in mafka3
 
     @property
     def nodes(self) -> int:
@@ -173,11 +176,22 @@ def _write_cores(loads: TopicLoads, params: CalibrationParams, replication_facto
 
 
 def _read_cores(loads: TopicLoads, params: CalibrationParams, read_replicas: int) -> np.ndarray:
-    """Per topic, the cores one VP replica uses: its topic's read work (feeders included) spread
-    evenly over the topic's VP replicas."""
-    vps = np.maximum(loads.virtual_partitions, 1).astype(np.float64)
-    feeder_idle = loads.physical_partitions * params.idle_feeder_cpu_cores
-    return (loads.read_cpu_us_per_s / 1e6 + feeder_idle) / (vps * read_replicas) + params.idle_vp_replica_cpu_cores
+    """Per VP of the fleet (numbered topic by topic, a topic's trunk VPs before its lanes'), the
+    cores one of its replicas uses: its topic's read work (feeders included) spread evenly over
+    the topic's VP replicas, or with lanes, the lanes' share of it over the lanes' VP replicas
+    and the rest over the trunk's."""
+    work = loads.read_cpu_us_per_s / 1e6 + loads.physical_partitions * params.idle_feeder_cpu_cores
+    vp_topic = _item_topics(loads.virtual_partitions)
+    if not loads.lane_virtual_partitions.any():
+        vps = np.maximum(loads.virtual_partitions, 1).astype(np.float64)
+        return (work / (vps * read_replicas) + params.idle_vp_replica_cpu_cores)[vp_topic]
+    lane_vps = loads.lane_virtual_partitions
+    trunk_vps = loads.virtual_partitions - lane_vps
+    trunk = work * (1.0 - loads.lane_msgs_share) / (np.maximum(trunk_vps, 1) * read_replicas)
+    lane = work * loads.lane_msgs_share / (np.maximum(lane_vps, 1) * read_replicas)
+    first = np.concatenate(([0], np.cumsum(loads.virtual_partitions)[:-1]))
+    in_lane = np.arange(vp_topic.size) - first[vp_topic] >= trunk_vps[vp_topic]
+    return np.where(in_lane, lane[vp_topic], trunk[vp_topic]) + params.idle_vp_replica_cpu_cores
 
 
 def _placed_messages(context: Context, placed: Placed, item_topic: np.ndarray, draws: Draws):
@@ -204,7 +218,7 @@ def _write_nodes(context: Context, workload: Workload, config: ModelConfig, draw
     """Write nodes by resources, then latency, then the placed sample; returns (nodes, constraint, placed)."""
     rf = workload.config.replication_factor
     nodes, constraint = _resource_nodes(context.write, context.node, max(config.racks, rf))
-    nodes, by_latency = _latency_nodes(context, pick(workload.rate_msgs_per_s, draws.pick), draws, nodes, config)
+    nodes, by_latency = _latency_nodes(context, pick(context.loads.topic_msgs_per_s, draws.pick), draws, nodes, config)
     constraint = Constraint.LATENCY if by_latency else constraint
     item_topic = _item_topics(context.loads.physical_partitions)
     leader_cores, follower_cores = _write_cores(context.loads, context.params, rf)
@@ -227,10 +241,10 @@ def _read_nodes(context: Context, config: ModelConfig, read_replicas: int, seed:
     if context.loads.design is Design.MAFKA3:
         return 0, None
     nodes, constraint = _resource_nodes(context.read, context.node, max(config.racks, read_replicas))
-    vp_topic = _item_topics(context.loads.virtual_partitions)
-    cores = _read_cores(context.loads, context.params, read_replicas)
+    cores = _read_cores(context.loads, context.params, read_replicas)  # per VP
+    vps = np.arange(cores.size)
     for attempt in range(config.placement_rounds_max):
-        placed = _place_sample(vp_topic, cores, cores, read_replicas, nodes, context.node.cores, config,
+        placed = _place_sample(vps, cores, cores, read_replicas, nodes, context.node.cores, config,
                                _rng(seed, tag, 2, attempt))
         if placed.node_utilisation.max() <= context.node.cpu_utilisation_hottest_max:
             return nodes, constraint
@@ -269,6 +283,7 @@ def model_design(design: Design, workload: Workload, params: CalibrationParams, 
         write_hottest_utilisation=round(float(placed.node_utilisation.max()), 4),
         placement_sample_nodes=placed.placement.nodes, placement_sample_partitions=int(placed.items.size),
         produce_latency_ms=tail_ms(produce), end_to_end_latency_ms=tail_ms(end_to_end),
+        lanes=workload.lanes_total, write_actors=context.write.actors, read_actors=context.read.actors,
     )
     return DesignModel(result, context, placed, item_topic, rf, rr)
 

@@ -15,13 +15,14 @@ from dataclasses import replace
 from typing import Sequence
 
 from simulations.extras import require_analysis_extra
-from simulations.fleet.config import (CONSUMER_SCALES_DEFAULT, ROWS_DEFAULT, SENSITIVITY_TOPICS_DEFAULT, TOPICS_DEFAULT,
-                                      ModelConfig)
+from simulations.fleet.config import (CONSUMER_SCALES_DEFAULT, LANE_CONSUMERS_DEFAULT, LANE_TRAFFIC_SHARE_DEFAULT,
+                                      ROWS_DEFAULT, SENSITIVITY_TOPICS_DEFAULT, TOPICS_DEFAULT, ModelConfig)
 
 CALIBRATION_OUT_DEFAULT = "results/fleet/calibration.json"
 MODEL_OUT_DEFAULT = "results/fleet"
 SENSITIVITY_OUT_DEFAULT = "results/fleet/sensitivity"
 SENSITIVITY_TOP_PRINTED = 8  # parameters per consumer scale in the printed summary; the files have all
+LANE_TOPICS_SHARE_DEFAULT = 0.1  # of the topics carrying lanes, when --lanes-per-topic asks for lanes
 
 
 def _calibration_overrides(pairs: list[str]) -> dict[str, float]:
@@ -51,12 +52,24 @@ def _cmd_fleet_model(args: argparse.Namespace) -> int:
     if args.produce_tp999_ms_target is not None:
         model = replace(model, produce_tp999_ms_target=args.produce_tp999_ms_target)
     workload = WorkloadConfig() if args.read_replicas is None else replace(WorkloadConfig(), read_replicas=args.read_replicas)
+    with_lanes = any(args.lanes_per_topic)
+    if with_lanes:  # without lanes the workload stays the one of every result before lanes
+        workload = replace(workload, lane_topics_share=args.lane_topics_share,
+                           lane_traffic_share=args.lane_traffic_share, lane_consumers=args.lane_consumers)
     settings = SweepSettings(seed=args.seed, topics=tuple(args.topics), consumer_scales=tuple(args.consumer_scales),
-                             rows=args.rows, workload=workload, model=model, experiment_id=args.experiment_id or "")
+                             lanes_per_topic=tuple(args.lanes_per_topic), rows=args.rows, workload=workload,
+                             model=model, experiment_id=args.experiment_id or "")
+    lanes_text = (f", lanes per topic {list(settings.lanes_per_topic)} on {workload.lane_topics_share:g} of the topics "
+                  f"({workload.lane_traffic_share:g} of the topic's rate and {workload.lane_consumers} member(s) of "
+                  f"each group a lane)" if with_lanes else "")
     print(f"fleet model: seed {settings.seed}, topics {list(settings.topics)}, consumer scales "
-          f"{list(settings.consumer_scales)}, calibration {args.calibration or 'default'}"
+          f"{list(settings.consumer_scales)}{lanes_text}, calibration {args.calibration or 'default'}"
           f"{', overrides ' + str(overrides) if overrides else ''}", file=sys.stderr)
     summary = run_sweep(args.out, settings, params, args.calibration, use_ray=args.ray)
+    if with_lanes:
+        _print_lanes(summary)
+        print(f"event logs, calibration.json and fleet_summary.json written to {args.out}", file=sys.stderr)
+        return 0
     print(f"{'topics':>7} {'x':>4} {'design':<7} {'P':>8} {'VPs':>8} {'write':>6} {'read':>6} {'nodes':>6} "
           f"{'bound':<9} {'produce tp999':>13} {'e2e tp999':>10}")
     for run in summary:
@@ -70,6 +83,23 @@ def _cmd_fleet_model(args: argparse.Namespace) -> int:
               f"{ratio['nodes_mafka4']:>12} {ratio['node_ratio']:>7.3f}")
     print(f"event logs, calibration.json and fleet_summary.json written to {args.out}", file=sys.stderr)
     return 0
+
+
+def _print_lanes(summary: list[dict]) -> None:
+    """Per configuration and design: what the lanes cost (partitions, actors, nodes, tails)."""
+    from simulations.fleet.sweep import node_ratios
+
+    print(f"{'topics':>7} {'x':>4} {'lanes':>5} {'design':<7} {'P':>8} {'VPs':>8} {'write act':>9} {'read act':>9} "
+          f"{'nodes':>6} {'produce tp999':>13} {'e2e tp999':>10}")
+    for run in summary:
+        print(f"{run['topics']:>7} {run['consumers_scale']:>4g} {run['lanes_per_topic']:>5} {run['design']:<7} "
+              f"{run['physical_partitions']:>8} {run['virtual_partitions']:>8} {run['write_actors']:>9} "
+              f"{run['read_actors']:>9} {run['nodes']:>6} {run['produce_latency_ms']['tp999']:>13.1f} "
+              f"{run['end_to_end_latency_ms']['tp999']:>10.1f}")
+    print(f"\n{'topics':>7} {'x':>4} {'lanes':>5} {'nodes mafka3':>12} {'nodes mafka4':>12} {'ratio':>7}")
+    for ratio in node_ratios(summary):
+        print(f"{ratio['topics']:>7} {ratio['consumers_scale']:>4g} {ratio['lanes_per_topic']:>5} "
+              f"{ratio['nodes_mafka3']:>12} {ratio['nodes_mafka4']:>12} {ratio['node_ratio']:>7.3f}")
 
 
 def _cmd_fleet_calibrate(args: argparse.Namespace) -> int:
@@ -121,8 +151,10 @@ def add_fleet_parser(subparsers) -> argparse.ArgumentParser:
     model = commands.add_parser(
         "model", help="size both designs over fleet sizes; write event logs",
         description="Size Mafka3 and Mafka4 for every fleet size (--topics) at every consumer scale "
-                    "(--consumer-scales); write one event log per design and configuration, calibration.json and "
-                    "fleet_summary.json (every run, and the node ratio Mafka3 / Mafka4 of every configuration).")
+                    "(--consumer-scales) and lane count (--lanes-per-topic: Mafka3 makes each lane a topic of its "
+                    "own, Mafka4 VPs of the same topic); write one event log per design and configuration, "
+                    "calibration.json and fleet_summary.json (every run, and the node ratio Mafka3 / Mafka4 of every "
+                    "configuration).")
     model.add_argument("--out", default=MODEL_OUT_DEFAULT, help="output directory (default %(default)s)")
     model.add_argument("--seed", type=int, default=7, help="workload seed (default %(default)s)")
     model.add_argument("--topics", type=int, nargs="+", default=list(TOPICS_DEFAULT),
@@ -138,6 +170,15 @@ def add_fleet_parser(subparsers) -> argparse.ArgumentParser:
     model.add_argument("--feeder-calls-every-vp", action="store_true",
                        help="what-if: a feeder round calls every VP of the topic (the runtime calls only the VPs "
                             "its messages hash to)")
+    model.add_argument("--lanes-per-topic", type=int, nargs="+", default=[0], metavar="N",
+                       help="test lanes on each lane-carrying topic, one configuration per value (default %(default)s: "
+                            "no lanes); above 0 the output adds a table of partitions, actors and nodes per lane count")
+    model.add_argument("--lane-topics-share", type=float, default=LANE_TOPICS_SHARE_DEFAULT,
+                       help="share of the topics that carry lanes, with --lanes-per-topic (default %(default)s)")
+    model.add_argument("--lane-traffic-share", type=float, default=LANE_TRAFFIC_SHARE_DEFAULT,
+                       help="share of its topic's rate each lane carries, on top of the topic's (default %(default)s)")
+    model.add_argument("--lane-consumers", type=int, default=LANE_CONSUMERS_DEFAULT,
+                       help="members of each of a topic's groups in each lane (default %(default)s: a test chain)")
     model.add_argument("--experiment-id", help="experiment_id of the event logs (default fleet-model-seed<seed>)")
     model.add_argument("--ray", action="store_true", help="run the configurations as tasks on a local Ray")
     model.set_defaults(run=_cmd_fleet_model)

@@ -18,6 +18,10 @@ ROWS_DEFAULT = 20_000
 # both designs takes 5 to 7 s there on a 2-core machine, so the table at two consumer scales
 # (up to 4 changes of 24 parameters) takes about 10 min without measurement errors, 20 with them.
 SENSITIVITY_TOPICS_DEFAULT = 40_000
+# A test lane's traffic, as a share of its topic's rate, and its members in each of the topic's
+# groups (``WorkloadConfig``): test traffic is small, and a test chain runs one instance of a service.
+LANE_TRAFFIC_SHARE_DEFAULT = 0.01
+LANE_CONSUMERS_DEFAULT = 1
 
 
 @dataclass(frozen=True, slots=True)

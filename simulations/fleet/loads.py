@@ -23,6 +23,16 @@ VPs its messages hash to (``touched_vps``, the runtime); only calls with data wa
 alone may use half of an actor's budget (that sets partitions and VPs); per-call costs are
 then bounded by batching, not by more actors.
 
+**Lanes** (``WorkloadConfig.lanes_per_topic``; README "Lanes"). Mafka3 carries lane ``L`` of
+topic ``T`` as topic ``T.L`` (``workload.mafka3_topics``): its own physical partitions (one per
+member of its groups, as for any Mafka3 topic), their replicas and their per-partition costs.
+Mafka4 carries a topic's lanes in its physical partitions (their rate adds to the topic's, which
+sizes the partitions as before) and, on the read side, in VPs of their own: ``max(lane_consumers,
+what the lane's message load needs)`` per lane. A feeder round then touches the trunk's VPs and
+the lanes' VPs each with its share of the round's messages (a lane VP is called only when one of
+its lane's messages is in the round), and placement weighs each VP by its share of the topic's
+read work. Without lanes every figure is the one before lanes.
+
 **CPU** (cores) = requests * request cost + messages * message cost(size) of every role
 (``CalibrationParams``), plus the idle CPU of every actor. **Memory** = actors * their unique
 memory. Replication cost is split evenly between the leader (serving the fetch) and the
@@ -38,7 +48,7 @@ import numpy as np
 
 from simulations.fleet.config import ModelConfig
 from simulations.fleet.params import CalibrationParams
-from simulations.fleet.workload import Workload
+from simulations.fleet.workload import Workload, mafka3_topics
 
 BISECTION_STEPS = 60
 
@@ -65,6 +75,9 @@ class TopicLoads:
     feeder_cpu_us_per_s: np.ndarray  # one feeder; 0 in mafka3
     read_cpu_us_per_s: np.ndarray  # the whole topic on read nodes (feeders, VP replicas); 0 in mafka3
     read_requests_per_s: np.ndarray  # the whole topic on read nodes
+    topic_msgs_per_s: np.ndarray  # the whole topic, its lanes' messages included
+    lane_virtual_partitions: np.ndarray  # int64, the VPs of all the topic's lanes (in virtual_partitions); 0 in mafka3
+    lane_msgs_share: np.ndarray  # of the topic's messages, in its lanes; 0 in mafka3 (lanes are topics there)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +131,12 @@ class _Topics:
     """One workload's per-topic arrays and the per-actor CPU functions both designs share."""
 
     def __init__(self, workload: Workload, params: CalibrationParams, config: ModelConfig, mafka3: bool):
-        self.rate, self.size = workload.rate_msgs_per_s, workload.message_bytes
+        assert not (mafka3 and workload.lanes_total), "mafka3 carries lanes as topics: mafka3_topics first"
+        self.trunk_rate, self.size = workload.rate_msgs_per_s, workload.message_bytes
+        self.lanes, self.lane_consumers = workload.lanes, workload.config.lane_consumers
+        self.with_lanes = bool(workload.lanes_total)
+        self.lane_rate = workload.config.lane_traffic_share * self.trunk_rate  # one lane's
+        self.rate = self.trunk_rate + workload.lane_msgs_per_s if self.with_lanes else self.trunk_rate
         self.groups, self.consumers = workload.groups.astype(np.float64), workload.consumers
         self.followers, self.read_replicas = workload.config.replication_factor - 1, workload.config.read_replicas
         self.params, self.config = params, config
@@ -134,10 +152,35 @@ class _Topics:
                 + self.followers * _role_cpu(p, "replication", requests, msgs, self.size) / 2
                 + self.readers_on_leader * _role_cpu(p, "read", requests, msgs, self.size))
 
+    def size_vps(self, trunk_vps, vp_actors):
+        """Fix the topic's VPs: ``trunk_vps`` for its trunk, and per lane the most of its members and
+        ``vp_actors(msgs_per_s)`` (what its messages need); returns every VP of the topic."""
+        self.trunk_vps = trunk_vps
+        self.lane_vps = np.maximum(self.lane_consumers, vp_actors(self.lane_rate)) if self.with_lanes else 0
+        return trunk_vps + self.lanes * self.lane_vps
+
+    def touched(self, vps, messages_per_round):
+        """Expected VPs a round of ``b`` messages reaches: ``touched_vps`` over the topic's VPs
+        without lanes; with them, each trunk VP gets a message with chance (trunk share) / (trunk
+        VPs), each lane VP with (lane share) / (lane VPs)."""
+        if not self.with_lanes:
+            return touched_vps(vps, messages_per_round)
+        b = np.maximum(np.asarray(messages_per_round, dtype=np.float64), 1.0)
+        trunk, lane = self.trunk_vps.astype(np.float64), self.lane_vps.astype(np.float64)
+        trunk_chance = self.trunk_rate / self.rate / trunk
+        lane_chance = self.lane_rate / self.rate / lane
+        return trunk * (1.0 - (1.0 - trunk_chance) ** b) + self.lanes * lane * (1.0 - (1.0 - lane_chance) ** b)
+
+    def hottest_vp_msgs(self, vps):
+        """Messages per second of the topic's busiest VP (even spread within the trunk and within a lane)."""
+        if not self.with_lanes:
+            return self.rate / vps
+        return np.maximum(self.trunk_rate / self.trunk_vps, self.lane_rate / self.lane_vps)
+
     def calls_per_round(self, vps, messages_per_round):
         if self.config.feeder_calls_every_vp:
             return np.broadcast_to(vps.astype(np.float64), np.shape(messages_per_round))
-        return touched_vps(vps, messages_per_round)
+        return self.touched(vps, messages_per_round)
 
     def vp_message_cpu(self):
         """Per message of the topic, on its VP replicas (feeding, replication, every group's reads)."""
@@ -151,7 +194,7 @@ class _Topics:
         fetches what piled up meanwhile: the feeder batches by itself, adding latency). Both
         loads grow with the rounds, so the largest that fits is found by bisection."""
         p, budget = self.params, self.config.partition_utilisation_max * 1e6
-        vp_messages = self.rate / vps * self.vp_message_cpu()
+        vp_messages = self.hottest_vp_msgs(vps) * self.vp_message_cpu()
 
         def fits(rounds):
             calls = rounds * self.calls_per_round(vps, msgs / rounds)
@@ -169,7 +212,11 @@ class _Topics:
 
 
 def topic_loads(design: Design, workload: Workload, params: CalibrationParams, config: ModelConfig) -> TopicLoads:
+    """Per-topic loads of ``design``; for Mafka3 one per topic it creates (``mafka3_topics``: a
+    topic's lanes follow every topic)."""
     mafka3 = design is Design.MAFKA3
+    if mafka3:
+        workload = mafka3_topics(workload)
     t = _Topics(workload, params, config, mafka3)
     vps = t.consumers.astype(np.int64)
     partitions = _fewest_actors(t.rate, t.leader_cpu, config.partition_utilisation_max)
@@ -178,7 +225,11 @@ def topic_loads(design: Design, workload: Workload, params: CalibrationParams, c
         partitions = np.maximum(partitions, t.consumers)
     else:
         partitions = np.maximum(partitions, _fewest_actors(t.rate, lambda msgs: msgs * params.feeder_msg_cpu_us, half))
-        vps = np.maximum(vps, _fewest_actors(t.rate, lambda msgs: msgs * t.vp_message_cpu(), half))
+
+        def vp_actors(rate):
+            return _fewest_actors(rate, lambda msgs: msgs * t.vp_message_cpu(), half)
+
+        vps = t.size_vps(np.maximum(vps, vp_actors(t.trunk_rate)), vp_actors)
     msgs = t.rate / partitions
     requests = t.requests(msgs)
     rounds = requests if mafka3 else t.feed_rounds(partitions, vps, msgs, requests)
@@ -190,17 +241,20 @@ def topic_loads(design: Design, workload: Workload, params: CalibrationParams, c
     zeros = np.zeros_like(msgs)
     if mafka3:
         return TopicLoads(design, partitions, np.zeros_like(partitions), msgs, requests, requests, t.leader_cpu(msgs),
-                          follower, leader_requests, write_requests, zeros, zeros, zeros)
+                          follower, leader_requests, write_requests, zeros, zeros, zeros, t.rate,
+                          np.zeros_like(partitions), zeros)
     per_round = msgs / rounds
     feeder = rounds * t.calls_per_round(vps, per_round) * params.feeder_call_cpu_us + msgs * params.feeder_msg_cpu_us
     calls = partitions * rounds * t.calls_per_round(vps, per_round)
-    with_data = partitions * rounds * touched_vps(vps, per_round)
+    with_data = partitions * rounds * t.touched(vps, per_round)
     vp_side = (calls * params.vp_feed_call_cpu_us + t.rate * params.vp_feed_msg_cpu_us
                + (t.read_replicas - 1) * _role_cpu(params, "replication", with_data, t.rate, t.size)
                + t.groups * _role_cpu(params, "read", with_data, t.rate, t.size))
     read_requests = calls + with_data * ((t.read_replicas - 1) + t.groups)
+    lane_share = t.lanes * t.lane_rate / t.rate if t.with_lanes else zeros
     return TopicLoads(design, partitions, vps, msgs, requests, rounds, t.leader_cpu(msgs), follower, leader_requests,
-                      write_requests, feeder, feeder * partitions + vp_side, read_requests)
+                      write_requests, feeder, feeder * partitions + vp_side, read_requests, t.rate,
+                      t.lanes * t.lane_vps, lane_share)
 
 
 def wakeup_cores(params: CalibrationParams, replication_factor: int) -> float:
