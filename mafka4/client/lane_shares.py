@@ -28,6 +28,13 @@ Order then means: per key within a lane (a lane's VPs are read each in its own o
 trunk's), never across lanes: a message of a high lane may be returned before an older one of a
 low lane, and lanes of one priority interleave as the trunk's VPs do.
 
+A fetch answer is filled in the order its request names the VPs, up to the fetch's byte bound,
+so a lane named last may get no bytes at all while the lanes before it have a backlog: weighted
+shares alone would then serve whichever lane comes first. So under weighted order the lanes also
+take turns at the head of the request (``fetch_order``): a deficit round robin in which each lane
+earns its priority + 1 per poll with a backlog and the lane with the most credit goes first,
+paying the total, so each lane leads in proportion to its weight and none never leads.
+
 When every lane read is of one priority (or one lane is read), ``lane_shares`` returns None,
 and the reader takes each answer as it did before lanes had priorities, with no cost per
 message. Lanes of one priority among others each get their own share (weighted) and are read
@@ -109,3 +116,18 @@ def lane_shares(lanes: Mapping[str, LaneReading], order: str, messages_max: int)
     for _, _, lane in sorted(remainders)[:left]:
         caps[lane] += 1
     return LaneShares(caps, rest_order)
+
+
+def fetch_order(lanes: Mapping[str, LaneReading], credits: Mapping[str, int]) -> tuple[tuple[str, ...], dict[str, int]]:
+    """The lanes in the order a weighted reader's next fetch names their VPs, and the credits after
+    (see the module docstring): the lane with the most credit first, then by priority. Credits move
+    only while some lane has a known backlog, so an idle reader's request (and its long poll) stays
+    as it was."""
+    ranked = sorted(lanes, key=lambda lane: (-credits.get(lane, 0), -lanes[lane].priority, lane))
+    if not any(reading.backlog for reading in lanes.values()):
+        return tuple(ranked), {lane: credits.get(lane, 0) for lane in lanes}
+    earned = {lane: credits.get(lane, 0) + reading.priority + 1 for lane, reading in lanes.items()}
+    first = min(earned, key=lambda lane: (-earned[lane], -lanes[lane].priority, lane))
+    earned[first] -= sum(reading.priority + 1 for reading in lanes.values())
+    rest = sorted((lane for lane in lanes if lane != first), key=lambda lane: (-lanes[lane].priority, lane))
+    return (first, *rest), earned

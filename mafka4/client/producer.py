@@ -263,10 +263,13 @@ class Producer:
         return size
 
     def send_sync(self, value: Any, key: Any = None, partition: int | None = None,
-                  headers: Iterable[tuple[str, bytes]] | None = None, timeout_s: float | None = None) -> RecordMetadata:
-        """Send one message and wait for its acknowledgement (flushes its batch at once)."""
-        future = self.send(value, key=key, partition=partition, headers=headers)
+                  headers: Iterable[tuple[str, bytes]] | None = None, timeout_s: float | None = None,
+                  lane: str | None = None) -> RecordMetadata:
+        """Send one message (in ``lane``, as ``send``) and wait for its acknowledgement (flushes its batch at once)."""
+        future = self.send(value, key=key, partition=partition, headers=headers, lane=lane)
         self._sender.flush_all()
+        for lane_producer in self._lane_producers():
+            lane_producer._sender.flush_all()
         return future.result(timeout_s if timeout_s is not None else self.config.delivery_timeout_ms / 1000 + 5)
 
     def flush(self, timeout_s: float | None = None) -> bool:

@@ -65,7 +65,7 @@ from mafka4.client.client_loop import client_loop
 from mafka4.client.cluster_access import ClusterAccess
 from mafka4.client.fetches_in_flight import FetchesInFlight
 from mafka4.client.idle_waits import IdleWaits
-from mafka4.client.lane_shares import LaneShares, lane_readings, lane_shares
+from mafka4.client.lane_shares import WEIGHTED, LaneShares, fetch_order, lane_readings, lane_shares
 from mafka4.client.message import Message
 from mafka4.client.node_links import NodeLinks
 from mafka4.client.positions import rewound
@@ -115,6 +115,8 @@ class VpFetcher:
         # it (a VP never changes lane, a lane's policy is set when it opens); this poll's shares
         # (None: one priority read, nothing capped) and the lanes not fetched meanwhile (strict).
         self._vp_lanes: dict[int, tuple[str, int]] = {}
+        self._lane_rank: dict[str, int] = {}  # weighted: each lane's place in the next requests
+        self._lane_credits: dict[str, int] = {}  # weighted: the deficit round robin's credits
         self._shares: LaneShares | None = None
         self._paused: frozenset[str] = frozenset()
         # Join traces (``mafka4.join_trace``): the member id rows name, and the VPs whose first
@@ -288,15 +290,20 @@ class VpFetcher:
         """This poll's shares of the lanes read (``client.lane_shares``); None while they are of one priority."""
         layout = self.layout
         if layout is None or not layout.current.lanes or len(self.fetching) < 2:
-            self._shares, self._paused = None, frozenset()  # no lanes, or one VP: nothing to weigh
+            self._shares, self._paused, self._lane_rank = None, frozenset(), {}  # no lanes, or one VP: nothing to weigh
             return
         readings = []
         for vp in self.fetching:
             lane, priority = self._lane_of(vp)
             high_watermark = self.high_watermarks.get(vp)
             readings.append((lane, priority, None if high_watermark is None else self.positions[vp] < high_watermark))
-        self._shares = lane_shares(lane_readings(readings), self.config.lane_order, self.config.poll_messages_max)
+        lanes = lane_readings(readings)
+        self._shares = lane_shares(lanes, self.config.lane_order, self.config.poll_messages_max)
         self._paused = frozenset() if self._shares is None else self._shares.paused()
+        self._lane_rank = {}
+        if self._shares is not None and self.config.lane_order == WEIGHTED:
+            order, self._lane_credits = fetch_order(lanes, self._lane_credits)
+            self._lane_rank = {lane: index for index, lane in enumerate(order)}
 
     def _route(self, vp: int) -> str:
         state = self.states[vp]
@@ -309,8 +316,9 @@ class VpFetcher:
         that. ``only``: send to these nodes alone (those that just answered: the fetches out to
         the others, and a metadata read, are left to the next poll)."""
         wanted: dict[str, list[tuple[int, int, int]]] = defaultdict(list)  # node -> (VP, offset, last epoch)
-        paused = self._paused
-        for vp in sorted(self.fetching):
+        paused, rank = self._paused, self._lane_rank
+        # Weighted lane order: the lanes take turns at the head of the request (``lane_shares.fetch_order``).
+        for vp in sorted(self.fetching, key=(lambda vp: (rank.get(self._lane_of(vp)[0], 0), vp)) if rank else None):
             if paused and self._lane_of(vp)[0] in paused:
                 continue  # strict lane order: a lane of higher priority has a backlog
             wanted[self._route(vp)].append((vp, self.positions[vp], self.position_epoch(vp)))

@@ -3,11 +3,14 @@ and the consumer setting that chooses strict or weighted order."""
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mafka4.client.lane_shares import STRICT, WEIGHTED, LaneReading, has_backlog, lane_readings, lane_shares
+from mafka4.client.lane_shares import (STRICT, WEIGHTED, LaneReading, fetch_order, has_backlog, lane_readings,
+                                      lane_shares)
 from mafka4.errors import InvalidConfig
 from mafka4.limits import ConsumerConfig
 
@@ -106,3 +109,20 @@ def test_the_consumer_chooses_strict_or_weighted_strict_by_default():
     assert ConsumerConfig(lane_order=WEIGHTED).lane_order == WEIGHTED
     with pytest.raises(InvalidConfig, match="'strict'.*'weighted'"):
         ConsumerConfig(lane_order="fair")
+
+
+def test_under_weighted_order_each_lane_leads_the_fetch_in_proportion_to_its_weight():
+    lanes = {"": LaneReading(0, True), "urgent": LaneReading(9, True), "mid": LaneReading(4, True)}
+    credits: dict[str, int] = {}
+    leads: collections.Counter = collections.Counter()
+    for _ in range(160):  # 10 + 5 + 1 = 16 per cycle
+        order, credits = fetch_order(lanes, credits)
+        assert sorted(order) == sorted(lanes) and order[1:] == tuple(sorted(order[1:], key=lambda l: -lanes[l].priority))
+        leads[order[0]] += 1
+    assert leads == {"urgent": 100, "mid": 50, "": 10}
+
+
+def test_an_idle_reader_keeps_its_fetch_order():
+    lanes = {"": LaneReading(0, False), "urgent": LaneReading(9, None)}
+    order, credits = fetch_order(lanes, {"": 3, "urgent": -2})
+    assert order == ("", "urgent") and credits == {"": 3, "urgent": -2}
