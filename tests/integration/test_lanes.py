@@ -210,8 +210,9 @@ def test_a_reader_of_two_lanes_serves_the_higher_priority_first_or_by_weight(rea
             producer.send(b"trunk:%d" % n, key=b"k%d" % (n % 10))
             producer.send(b"urgent:%d" % n, key=b"k%d" % (n % 10), lane="urgent")
     order: list[str] = []
+    # A trunk reader ("urgent" falls back to it), with polls small enough for the lanes' shares to matter.
     with Consumer(topic, group=topic_name("g"), connection=connection, from_beginning=True,
-                  lane_order=lane_order) as consumer:  # a trunk reader: "urgent" falls back to it
+                  lane_order=lane_order, poll_messages_max=100) as consumer:
         assert wait_until(lambda: order.extend(m.lane for m in consumer.poll(timeout_ms=200)) or
                           len(order) >= 2 * count, 120), f"read {len(order)} of {2 * count}"
     first_half = order[:count]
