@@ -80,6 +80,8 @@ from mafka4.virtual.vp_records import lost_marker
 from mafka4.virtual.vp_state import VirtualPartitionState
 
 logger = logging.getLogger(__name__)
+# A stream stopped at a lane no epoch opened says so once per this many rounds (a few a minute).
+UNKNOWN_LANE_WARN_EVERY = 100
 
 
 @dataclass(slots=True)
@@ -443,6 +445,12 @@ class PartitionFeed(NodeLoop):
             self.stats["unknown_lane_rounds"] += 1
             self.view.invalidate()
             if not planned.records:  # no progress: not in etcd yet either (or a producer's bogus lane)
+                if self.stats["unknown_lane_rounds"] % UNKNOWN_LANE_WARN_EVERY == 0:
+                    logger.warning("%s-%d on %s: the record at offset %d names a lane the topic's layout does not have "
+                                   "after %d reads: feeding this partition waits for it (a client that wrote a lane "
+                                   "it never opened: open it with 'mafka4 topic lane %s LANE')", self.topic,
+                                   self.partition, self.node_id, planned.next_offset,
+                                   self.stats["unknown_lane_rounds"], self.topic)
                 await asyncio.sleep(self.config.retry_backoff_ms / 1000)
 
     def _served_changed(self, served: Mapping[int, HostedVp]) -> bool:
