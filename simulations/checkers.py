@@ -381,8 +381,9 @@ def check_lanes(consumed: Sequence[Consumed], member_lanes: Mapping[str, Abstrac
             if record.lane in lanes or (record.lane and "" in lanes and fallbacks.get(record.lane, "trunk") == "trunk"):
                 continue
             reads = ", ".join(repr(lane) for lane in sorted(lanes))
-            yield Anomaly(Kind.WRONG_LANE, f"{record.consumer} (reading {reads}) read {record.value!r} of lane "
-                                           f"{record.lane!r} (fallback {fallbacks.get(record.lane, 'trunk')}) at "
+            fallback = fallbacks.get(record.lane, "trunk")
+            of = f"lane {record.lane!r} (fallback {fallback})" if record.lane else "the trunk"
+            yield Anomaly(Kind.WRONG_LANE, f"{record.consumer} (reading {reads}) read {record.value!r} of {of} at "
                                            f"{record.stream}@{record.offset}")
 
     return _bounded(anomalies())

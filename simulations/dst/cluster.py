@@ -2,12 +2,12 @@
 
 Phases: (1) chaos for ``chaos_ms``: producers write, feeders split, the group reads while
 members join and leave, the nemesis injects faults, the coordinator reshards (at random and
-when the group asks); (2) heal: every fault is undone, and idle members join so that the
-trunk and every lane with fallback "none" has a reader; (3) drain: the run goes on until every
+when the group asks); (2) heal: every fault is undone; (3) drain: idle members join so that
+the trunk and every lane with fallback "none" has a reader, and the run goes on until every
 batch is acknowledged, every replica holds its leader's log, every committed record is fed,
-every closed VP is sealed and the group has read every VP to its end (or ``drain_ms_max`` passes: the run is then reported as stuck, with what
-did not converge). Then the final state is read out of the real logs and handed, with the
-history, to ``simulations.checkers``.
+every closed VP is sealed and the group has read every VP to its end (or ``drain_ms_max``
+passes: the run is then reported as stuck, with what did not converge). Then the final state
+is read out of the real logs and handed, with the history, to ``simulations.checkers``.
 """
 
 from __future__ import annotations

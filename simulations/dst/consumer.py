@@ -240,7 +240,8 @@ class SimConsumer:
         self.env.note(f"group: {self.member_id} {'lost its registration; joins again' if lapsed else 'joins'}")
         self._stop(sorted(self._owned))
         self._owned.clear()
-        self._etcd(m.Register(self.env.request_id(), self.member_id, self.lanes), self._on_registered, self._sync_failed)
+        self._etcd(m.Register(self.env.request_id(), self.member_id, self.lanes), self._on_registered,
+                   self._sync_failed)
 
     def _on_registered(self, answer: m.Registered) -> None:
         self._lease_id = answer.lease_id

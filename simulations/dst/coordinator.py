@@ -168,7 +168,8 @@ class Coordinator:
         elif isinstance(message, m.RoleResult):
             self._on_role_result(message)
         elif isinstance(message, m.OpenLane):
-            self.env.network.send(NAME, source, m.LaneOpened(message.request_id, message.lane, self._open_lane(message)))
+            lane_id = self._open_lane(message)
+            self.env.network.send(NAME, source, m.LaneOpened(message.request_id, message.lane, lane_id))
         elif isinstance(message, (m.PauseAck, m.VpSealAnswer, m.SplitRequest)):
             self.resharding.handle(source, message)
         else:

@@ -8,7 +8,7 @@ rule (``ownership_rule``).
 Lanes (``lanes``, ``lane_share``, ``consumer_lanes``) are drawn from a generator of their own,
 seeded by the run's generator's state without drawing from it: a seed whose draw has no lanes (or
 a run with ``lanes=()``) runs exactly as it did before lanes existed. About three seeds in four
-have lanes: one to three, each with fallback "trunk" or "none"; some members read lanes (member 0
+have lanes: one (half of them), two or three, each with fallback "trunk" or "none"; some members read lanes (member 0
 always reads the trunk only), and every lane with fallback "none" has a member that reads it
 (added past ``consumers_max`` if none of the drawn ones does), so a drained run has read it all.
 """
@@ -106,7 +106,7 @@ def with_lanes(options: SimOptions, rng: random.Random) -> SimOptions:
     """``options`` with lanes drawn from ``rng`` (about ``LANE_SEEDS_SHARE`` of the draws; the others unchanged)."""
     if rng.random() >= LANE_SEEDS_SHARE:
         return options
-    lanes = tuple((name, rng.choice(("trunk", "none"))) for name in LANE_NAMES[:rng.randint(1, len(LANE_NAMES))])
+    lanes = tuple((name, rng.choice(("trunk", "none"))) for name in LANE_NAMES[:rng.choice((1, 1, 2, 3))])
     names = [name for name, _ in lanes]
     readers: list[tuple[str, ...]] = [("",)]
     for _ in range(1, options.consumers_max):

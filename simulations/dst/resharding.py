@@ -13,10 +13,10 @@ production the controller's intent worker carries them out one after the other):
   the reshard abandoned, at once when refused (another reshard pending, or ``plan_split``
   refuses the VP: closed, or the layout at ``virtual_partitions_max``);
 * random ones, at most ``reshards_max`` per run during the chaos phase: a split of any
-  active VP or a merge of two neighbours of one lane (the trunk or an open lane). They stay because the group never merges and
-  splits only readable VPs of a group larger than the layout: random ones also merge, split
-  children whose parents are still being read (chains of closed parents) and reshard while
-  nobody reads the VP.
+  active VP or a merge of two neighbours, within one lane (the trunk or an open lane). They
+  stay because the group never merges and splits only readable VPs of a group larger than the
+  layout: random ones also merge, split children whose parents are still being read (chains
+  of closed parents) and reshard while nobody reads the VP.
 
 1. Start: record a pending reshard id with its parents (metadata shows both to the
    feeders); each feeder answers ``PauseAck`` with its ``fed_through`` after a round and

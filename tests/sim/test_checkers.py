@@ -10,9 +10,10 @@ from mafka4 import batch_frame, batch_payload
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.vp_records import encode_vp_batch, route_batch
 from simulations.checkers import (Ack, Anomaly, Commit, Consumed, Kind, Rewound, Send, StoredRecord, check_acks_in_log,
-                                  check_commits_monotonic, check_lanes, check_exactly_once_in_vps, check_no_duplicates_after_commit,
-                                  check_per_key_order, check_producer_order, check_reads_match_logs,
-                                  check_replicas_identical, classify_reads, committed_records, vp_records)
+                                  check_commits_monotonic, check_exactly_once_in_vps, check_lanes,
+                                  check_no_duplicates_after_commit, check_per_key_order, check_producer_order,
+                                  check_reads_match_logs, check_replicas_identical, classify_reads, committed_records,
+                                  vp_records)
 
 
 def kinds(anomalies: list[Anomaly]) -> list[Kind]:
@@ -189,7 +190,8 @@ def test_a_message_read_by_its_lane_or_by_the_trunk_while_its_lane_falls_back_to
     readers = {"trunk.1": frozenset({""}), "blue.1": frozenset({"blue"}), "both.1": frozenset({"", "env"})}
     fallbacks = {"blue": "trunk", "env": "none"}
     consumed = [Consumed("trunk.1", "vp0", 0, b"k", b"t"), Consumed("trunk.1", "vp4", 0, b"k", b"b", lane="blue"),
-                Consumed("blue.1", "vp4", 1, b"k", b"c", lane="blue"), Consumed("both.1", "vp5", 0, b"k", b"e", lane="env"),
+                Consumed("blue.1", "vp4", 1, b"k", b"c", lane="blue"),
+                Consumed("both.1", "vp5", 0, b"k", b"e", lane="env"),
                 Consumed("both.1", "vp0", 1, b"k", b"u"), Consumed("other.1", "vp0", 2, b"k", b"v")]
     assert check_lanes(consumed, readers, fallbacks) == []
 
