@@ -417,18 +417,26 @@ def check_no_duplicates_after_commit(history: Sequence[HistoryRecord], group: st
     Re-reading uncommitted messages after a member crash is at-least-once delivery; reading
     a message the group had already committed is a duplicate. A ``Rewound`` reader reads the
     offsets from where it rewound again: the log there no longer holds what was read and
-    committed (a one-replica VP's power loss), so those reads count afresh.
+    committed (a one-replica VP's power loss), so those reads count afresh; and the group's
+    first commit of the stream after a rewind is its committed offset, even below an earlier one
+    (``check_commits_monotonic`` allows that step back).
     """
 
     def anomalies():
         committed: dict[str, int] = {}
         read: set[tuple[str, int]] = set()
+        rewound: set[str] = set()  # streams a reader rewound since the group's last commit of them
         for record in history:
             if isinstance(record, Rewound):
                 read = {(stream, offset) for stream, offset in read
                         if stream != record.stream or offset < record.offset}
+                rewound.add(record.stream)
             elif isinstance(record, Commit) and record.group == group:
-                committed[record.stream] = max(committed.get(record.stream, 0), record.offset)
+                if record.stream in rewound:
+                    rewound.discard(record.stream)
+                    committed[record.stream] = record.offset
+                else:
+                    committed[record.stream] = max(committed.get(record.stream, 0), record.offset)
             elif isinstance(record, Consumed):
                 at = (record.stream, record.offset)
                 if at in read and record.offset < committed.get(record.stream, 0):

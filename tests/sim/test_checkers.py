@@ -238,6 +238,18 @@ def test_a_reader_told_the_log_diverged_reads_again_from_where_it_rewound():
     assert kinds(check_no_duplicates_after_commit(again, "g")) == [Kind.DUPLICATE], "read again since the rewind"
 
 
+def test_a_commit_made_before_a_rewind_covers_none_of_the_records_read_again_there():
+    # vp0@0..2 read and committed in epoch 1, lost with the power; the log holds other records there
+    # now: one member reads them and lapses before it commits, the next reads them again (seed 923).
+    history = [Consumed("c", "vp0", 0, b"k", b"a"), Consumed("c", "vp0", 1, b"k", b"b"), Commit("g", "vp0", 2),
+               Rewound("c", "vp0", 0), Commit("g", "vp0", 0),
+               Consumed("d", "vp0", 0, b"k", b"x"), Consumed("d", "vp0", 1, b"k", b"y"),
+               Consumed("e", "vp0", 0, b"k", b"x"), Consumed("e", "vp0", 1, b"k", b"y")]
+    assert check_no_duplicates_after_commit(history, "g") == []
+    committed_again = [*history, Commit("g", "vp0", 2), Consumed("f", "vp0", 1, b"k", b"y")]
+    assert kinds(check_no_duplicates_after_commit(committed_again, "g")) == [Kind.DUPLICATE]
+
+
 def test_unread_acknowledged_messages_are_unseen_until_readers_pass_them_or_the_run_drains():
     acks = [Ack(b"k", b"a", 0, 0), Ack(b"k", b"b", 0, 1), Ack(b"j", b"c", 0, 2)]
     read_b = [Consumed("c", "vp0", 0, b"k", b"b", 0, 1)]
