@@ -237,7 +237,8 @@ class SimConsumer:
             self._steps(snapshot)
             return
         lapsed = self._lease_id is not None
-        self.env.note(f"group: {self.member_id} {'lost its registration; joins again' if lapsed else 'joins'}")
+        reads = "" if self.lanes == ("",) else f" (reads lanes {list(self.lanes)})"
+        self.env.note(f"group: {self.member_id} {'lost its registration; joins again' if lapsed else 'joins'}{reads}")
         self._stop(sorted(self._owned))
         self._owned.clear()
         self._etcd(m.Register(self.env.request_id(), self.member_id, self.lanes), self._on_registered,

@@ -23,7 +23,9 @@ production the controller's intent worker carries them out one after the other):
    from then on holds back the parents' records at or past it, feeding the other VPs on
    (``Feeder.hold``).
 2. Once every partition answered: cut[p] = fed_through[p] plus a random slack (0 to 3
-   offsets: a cut above what was fed is legal, the parents then get the records below it),
+   offsets: a cut above what was fed is legal, the parents then get the records below it;
+   none while a lane of the workload is still to open: a lane opens at the current cut, which
+   must not lie above a partition's log end, as no cut production offers does),
    plan the chosen split or merge, append the epoch, open the children
    (``Coordinator.open_vp``) and clear the pending id in the same step, so the metadata the
    feeders read next holds the new layout. A reshard whose acks do not all come within
@@ -137,14 +139,21 @@ class ReshardAdmin:
     def _room(self, layout) -> int:
         """How many more VPs splits may open: ``virtual_partitions_max`` less the active VPs and one VP for
         each lane of the workload not open yet (its producers wait for it to open)."""
-        unopened = sum(1 for name, _ in self.env.options.lanes if layout.current.lane_id(name) is None)
-        return layout.config.virtual_partitions_max - len(layout.current.vp_ids) - unopened
+        return layout.config.virtual_partitions_max - len(layout.current.vp_ids) - self._lanes_to_open(layout)
+
+    def _lanes_to_open(self, layout) -> int:
+        """How many lanes of the workload are not open yet."""
+        return sum(1 for name, _ in self.env.options.lanes if layout.current.lane_id(name) is None)
 
     def _reshard(self) -> None:
         coordinator, rng = self.coordinator, self.env.rng
         layout = coordinator.layout
         fed_through = [self._acks[p] for p in range(self.env.options.partitions)]
-        cut = [max(fed, old) + rng.choice((0, 0, 1, 3)) for fed, old in zip(fed_through, layout.current.cut)]
+        # A cut above what was fed is legal; but a lane opens at the current cut (``plan_open_lane``) and its
+        # records, produced from the log end on, must not lie below it: no slack while a lane is still to open.
+        slack = not self._lanes_to_open(layout)
+        cut = [max(fed, old) + (rng.choice((0, 0, 1, 3)) if slack else 0)
+               for fed, old in zip(fed_through, layout.current.cut)]
         try:
             if len(self._chosen) == 2:
                 epoch = layout.plan_merge(*self._chosen, cut, fed_through)
