@@ -31,7 +31,13 @@ Anomalies follow Jepsen's Kafka checker where the words overlap:
 * ``COMMIT_REGRESSED``: a group's committed offset moved backwards;
 * ``MISPLACED``: a record in a VP that the layout does not name, or one whose content is
   not the committed physical record it claims to be, or a record read at a VP offset (in a
-  leader epoch) where the final log holds another in that epoch.
+  leader epoch) where the final log holds another in that epoch;
+* ``WRONG_LANE``: a message read by a group member that neither reads its lane nor may read it
+  by the lane's fallback (``check_lanes``).
+
+Lanes. A message may be sent in a lane (``Send.lane``, ``Ack.lane``, ``Consumed.lane``; "" the
+trunk). Per-key order is per lane: the same key in two lanes is two orders (``check_per_key_order``,
+``classify_reads``).
 
 Final logs reach the checkers as ``StoredRecord`` lists. Each driver reads the bytes its own
 way (Ray actors, simulated replicas) and decodes them here: ``committed_records`` for a
@@ -43,7 +49,7 @@ from __future__ import annotations
 import enum
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import AbstractSet, Callable, Iterable, Mapping, Sequence
 
 from mafka4.batch_frame import iter_batches
 from mafka4.batch_payload import decode_batch, decode_batches, decode_checked_batch, lane_of_headers
@@ -60,6 +66,7 @@ class Kind(enum.Enum):
     DIVERGED = "diverged"
     COMMIT_REGRESSED = "commit-regressed"
     MISPLACED = "misplaced"
+    WRONG_LANE = "wrong-lane"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +75,7 @@ class Send:
     key: bytes | None
     value: bytes
     partition: int
+    lane: str = ""  # "" the trunk
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +84,7 @@ class Ack:
     value: bytes
     partition: int
     offset: int
+    lane: str = ""  # "" the trunk
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +97,7 @@ class Consumed:
     partition: int | None = None
     partition_offset: int | None = None
     leader_epoch: int | None = None  # of the VP batch it was read from, when known
+    lane: str = ""  # the message's lane (its first header), "" the trunk
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,7 +332,8 @@ def check_reads_match_logs(consumed: Sequence[Consumed], logs: Mapping[str, Sequ
 
 
 def check_per_key_order(consumed: Sequence[Consumed]) -> list[Anomaly]:
-    """Each key's messages are first read in their physical order.
+    """Each key's messages are first read in their physical order, per lane (a key's messages in two
+    lanes are two orders: each lane has VPs of its own).
 
     Re-reads (a message read again, e.g. after a consumer crashed before committing) are
     skipped: they are at-least-once delivery, judged by ``check_no_duplicates_after_commit``.
@@ -331,7 +342,7 @@ def check_per_key_order(consumed: Sequence[Consumed]) -> list[Anomaly]:
 
     def anomalies():
         seen: set[bytes] = set()
-        last: dict[bytes | None, tuple[tuple, bytes]] = {}
+        last: dict[tuple[str, bytes], tuple[tuple, bytes]] = {}
         for record in consumed:
             if record.key is None or record.value in seen:
                 continue
@@ -340,11 +351,40 @@ def check_per_key_order(consumed: Sequence[Consumed]) -> list[Anomaly]:
                 position: tuple = (0, record.partition, record.partition_offset)
             else:
                 position = (1, record.stream, record.offset)
-            previous = last.get(record.key)
+            previous = last.get((record.lane, record.key))
             if previous is not None and position <= previous[0]:
-                yield Anomaly(Kind.REORDERED, f"key {record.key!r}: {record.value!r} at {position[1:]} read after "
-                                              f"{previous[1]!r} at {previous[0][1:]}")
-            last[record.key] = (position, record.value)
+                in_lane = f" in lane {record.lane!r}" if record.lane else ""
+                yield Anomaly(Kind.REORDERED, f"key {record.key!r}{in_lane}: {record.value!r} at {position[1:]} read "
+                                              f"after {previous[1]!r} at {previous[0][1:]}")
+            last[(record.lane, record.key)] = (position, record.value)
+
+    return _bounded(anomalies())
+
+
+def check_lanes(consumed: Sequence[Consumed], member_lanes: Mapping[str, AbstractSet[str]],
+                fallbacks: Mapping[str, str]) -> list[Anomaly]:
+    """Every message is read by a member of its lane, or by a trunk reader while the lane falls back to the trunk.
+
+    ``member_lanes``: member (``Consumed.consumer``) -> the lanes it reads ("" the trunk); a member
+    not in it reads the trunk only. ``fallbacks``: lane -> its fallback, "trunk" (when absent) or
+    "none". A member may read a message of lane ``L`` if it reads ``L``, or if it reads the trunk
+    and ``L`` falls back to the trunk. That a trunk reader reads such a lane only while the group
+    has no live reader of its own is not judged: a handover to a joining lane reader lets the
+    trunk reader finish what it has fetched, as any handover does. So a member that reads lanes
+    only never reads another lane's message nor the trunk's, and nobody reads a fallback-"none"
+    lane it does not name.
+    """
+
+    def anomalies():
+        for record in consumed:
+            lanes = member_lanes.get(record.consumer, frozenset({""}))
+            if record.lane in lanes or (record.lane and "" in lanes and fallbacks.get(record.lane, "trunk") == "trunk"):
+                continue
+            reads = ", ".join(repr(lane) for lane in sorted(lanes))
+            fallback = fallbacks.get(record.lane, "trunk")
+            of = f"lane {record.lane!r} (fallback {fallback})" if record.lane else "the trunk"
+            yield Anomaly(Kind.WRONG_LANE, f"{record.consumer} (reading {reads}) read {record.value!r} of {of} at "
+                                           f"{record.stream}@{record.offset}")
 
     return _bounded(anomalies())
 
@@ -377,18 +417,26 @@ def check_no_duplicates_after_commit(history: Sequence[HistoryRecord], group: st
     Re-reading uncommitted messages after a member crash is at-least-once delivery; reading
     a message the group had already committed is a duplicate. A ``Rewound`` reader reads the
     offsets from where it rewound again: the log there no longer holds what was read and
-    committed (a one-replica VP's power loss), so those reads count afresh.
+    committed (a one-replica VP's power loss), so those reads count afresh; and the group's
+    first commit of the stream after a rewind is its committed offset, even below an earlier one
+    (``check_commits_monotonic`` allows that step back).
     """
 
     def anomalies():
         committed: dict[str, int] = {}
         read: set[tuple[str, int]] = set()
+        rewound: set[str] = set()  # streams a reader rewound since the group's last commit of them
         for record in history:
             if isinstance(record, Rewound):
                 read = {(stream, offset) for stream, offset in read
                         if stream != record.stream or offset < record.offset}
+                rewound.add(record.stream)
             elif isinstance(record, Commit) and record.group == group:
-                committed[record.stream] = max(committed.get(record.stream, 0), record.offset)
+                if record.stream in rewound:
+                    rewound.discard(record.stream)
+                    committed[record.stream] = record.offset
+                else:
+                    committed[record.stream] = max(committed.get(record.stream, 0), record.offset)
             elif isinstance(record, Consumed):
                 at = (record.stream, record.offset)
                 if at in read and record.offset < committed.get(record.stream, 0):
@@ -406,23 +454,24 @@ def classify_reads(acks: Sequence[Ack], consumed: Sequence[Consumed], drained: b
     An unread acknowledged message is ``LOST`` when readers went past it or the run was
     ``drained`` (every reader read everything there was); otherwise ``UNSEEN``. "Went past"
     is judged per partition and key: a message of the same key acknowledged at a higher
-    offset of the same partition was read. Per key, not per partition, because a partition
-    is read through several VPs at independent paces; only a key's order is promised.
+    offset of the same partition and lane was read. Per key, not per partition, because a
+    partition is read through several VPs at independent paces; only a key's order is promised,
+    and only within a lane (a lane may wait for its readers while the trunk is read on).
     """
     read_values = {record.value for record in consumed}
     acked_at = {ack.value: ack for ack in acks}
-    highest_read: dict[tuple[int, bytes], int] = {}
+    highest_read: dict[tuple[int, str, bytes], int] = {}
     for record in consumed:
         ack = acked_at.get(record.value)
         if ack is not None and ack.key is not None:
-            stream = (ack.partition, ack.key)
+            stream = (ack.partition, ack.lane, ack.key)
             highest_read[stream] = max(highest_read.get(stream, -1), ack.offset)
 
     def anomalies():
         for ack in sorted(acks, key=lambda a: (a.partition, a.offset)):
             if ack.value in read_values:
                 continue
-            passed = ack.key is not None and highest_read.get((ack.partition, ack.key), -1) > ack.offset
+            passed = ack.key is not None and highest_read.get((ack.partition, ack.lane, ack.key), -1) > ack.offset
             if passed:
                 kind, reason = Kind.LOST, f"a later message of key {ack.key!r} was read"
             elif drained:

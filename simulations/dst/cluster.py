@@ -2,17 +2,18 @@
 
 Phases: (1) chaos for ``chaos_ms``: producers write, feeders split, the group reads while
 members join and leave, the nemesis injects faults, the coordinator reshards (at random and
-when the group asks); (2) heal: every fault is undone; (3)
-drain: the run goes on until every batch is acknowledged, every replica holds its leader's
-log, every committed record is fed, every closed VP is sealed and the group has read every
-VP to its end (or ``drain_ms_max`` passes: the run is then reported as stuck, with what
-did not converge). Then the final state is read out of the real logs and handed, with the
-history, to ``simulations.checkers``.
+when the group asks); (2) heal: every fault is undone; (3) drain: idle members join so that
+the trunk and every lane with fallback "none" has a reader, and the run goes on until every
+batch is acknowledged, every replica holds its leader's log, every committed record is fed,
+every closed VP is sealed and the group has read every VP to its end (or ``drain_ms_max``
+passes: the run is then reported as stuck, with what did not converge). Then the final state
+is read out of the real logs and handed, with the history, to ``simulations.checkers``.
 """
 
 from __future__ import annotations
 
 from mafka4.batch_frame import iter_batches
+from mafka4.coordinator.groups.vp_ownership import lane_fallbacks
 from mafka4.log.log import Log
 from mafka4.physical.replica import Role
 from simulations import checkers
@@ -80,6 +81,7 @@ class Cluster:
         self.env.scheduler.after(self.env.jitter(self.env.options.controller_interval_ms), self._control)
 
     def _check_drained(self) -> None:
+        self.churn.cover_lanes()  # (again each time: a member leaving when the chaos ended goes only now)
         self.not_drained = self._unconverged()
         self.drained = not self.not_drained
         if not self.drained:
@@ -174,6 +176,9 @@ class Cluster:
             committed, vp_logs, lambda record, p: expected_vp[(p, record.offset)])
         anomalies += checkers.check_reads_match_logs(consumed, {f"vp{vp}": log for vp, log in vp_logs.items()})
         anomalies += checkers.check_per_key_order(consumed)
+        member_lanes = {f"{c.name}.{incarnation}": frozenset(c.lanes)
+                        for c in self.consumers for incarnation in range(1, c.incarnation + 1)}
+        anomalies += checkers.check_lanes(consumed, member_lanes, lane_fallbacks(self.coordinator.layout))
         anomalies += checkers.check_no_duplicates_after_commit(history, "g")
         anomalies += checkers.check_commits_monotonic(history)
         anomalies += checkers.classify_reads(acks, consumed, drained=self.drained)

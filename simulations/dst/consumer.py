@@ -46,8 +46,15 @@ batch's leader epoch. Each fetch carries the epoch of the last record read befor
 from that answers "diverging" and the member moves back as ``VpFetcher`` does
 (``positions.rewound``), recording ``Rewound``. Commits carry the position's epoch.
 
+Lanes: member ``i`` reads ``options.consumer_lanes[i]`` (the trunk, "", past its end), named in
+its member key (``Register``) as production's ``Consumer(lane=/lanes=)`` names them; the view gets
+every member's lanes and each lane's fallback (``lane_fallbacks``), and every record read is
+``Consumed`` with its lane (its first header).
+
 ``MemberChurn`` makes members join and leave during the chaos phase (never the last running
-one), so that the group grows past its active VPs and the plan's splits happen.
+one), so that the group grows past its active VPs and the plan's splits happen. While the run
+drains (``cover_lanes``), idle members join so that the trunk and every lane with fallback "none"
+has a reader: their messages are read by a drained run.
 """
 
 from __future__ import annotations
@@ -57,9 +64,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from mafka4.batch_frame import iter_batches
-from mafka4.batch_payload import decode_checked_batch
+from mafka4.batch_payload import decode_checked_batch, lane_of_headers
 from mafka4.client.positions import rewound
-from mafka4.coordinator.groups.vp_ownership import GroupView, OwnershipPlan, with_read_positions
+from mafka4.coordinator.groups.vp_ownership import GroupView, OwnershipPlan, lane_fallbacks, with_read_positions
 from mafka4.log.epochs import NO_EPOCH
 from mafka4.risr.state import route_fetch
 from mafka4.virtual.vp_records import source_of, strip_source
@@ -110,7 +117,9 @@ def view_of(snapshot: m.GroupSnapshot) -> GroupView:
     """The ``GroupView`` of a snapshot, as ``VirtualGroupSnapshot.view`` builds it."""
     lag = {vp: max(high_watermark - offset, 0) for vp, offset, high_watermark, _ in snapshot.offsets}
     return GroupView(snapshot.members, snapshot.layout, dict(snapshot.sealed_end_offsets), dict(snapshot.owners),
-                     {vp: offset for vp, offset, _, _ in snapshot.offsets}, lag)
+                     {vp: offset for vp, offset, _, _ in snapshot.offsets}, lag,
+                     member_lanes={member: frozenset(lanes) for member, lanes in snapshot.member_lanes},
+                     lane_fallback=lane_fallbacks(snapshot.layout))
 
 
 def start_offset(committed: int | None) -> int:
@@ -123,6 +132,8 @@ class SimConsumer:
     def __init__(self, env: Env, index: int):
         self.env = env
         self.name = f"cons{index}"
+        lanes = env.options.consumer_lanes
+        self.lanes: tuple[str, ...] = lanes[index] if index < len(lanes) else ("",)  # the lanes it reads
         self.state = MemberState.IDLE
         self.incarnation = 0
         self.leave_requested = False
@@ -226,10 +237,12 @@ class SimConsumer:
             self._steps(snapshot)
             return
         lapsed = self._lease_id is not None
-        self.env.note(f"group: {self.member_id} {'lost its registration; joins again' if lapsed else 'joins'}")
+        reads = "" if self.lanes == ("",) else f" (reads lanes {list(self.lanes)})"
+        self.env.note(f"group: {self.member_id} {'lost its registration; joins again' if lapsed else 'joins'}{reads}")
         self._stop(sorted(self._owned))
         self._owned.clear()
-        self._etcd(m.Register(self.env.request_id(), self.member_id), self._on_registered, self._sync_failed)
+        self._etcd(m.Register(self.env.request_id(), self.member_id, self.lanes), self._on_registered,
+                   self._sync_failed)
 
     def _on_registered(self, answer: m.Registered) -> None:
         self._lease_id = answer.lease_id
@@ -395,8 +408,11 @@ class SimConsumer:
                 assert record.offset == fetching.position, (vp, record.offset, fetching.position)
                 partition, partition_offset = source_of(record)
                 plain = strip_source(record)
+                lane = lane_of_headers(plain.headers)
                 self.env.history.append(Consumed(self.member_id, f"vp{vp}", record.offset, plain.key, plain.value,
-                                                 partition, partition_offset, header.leader_epoch))
+                                                 partition, partition_offset, header.leader_epoch, lane))
+                if lane:
+                    self.env.count("lane_messages_read" if lane in self.lanes else "lane_messages_read_by_fallback")
                 fetching.position, fetching.last_epoch = record.offset + 1, header.leader_epoch
 
     def handle(self, source: str, message: object) -> None:
@@ -429,6 +445,18 @@ class MemberChurn:
     def _interval(self) -> int:
         mean = self.env.options.member_churn_interval_ms
         return self.env.rng.randint(mean // 2, mean * 3 // 2)
+
+    def cover_lanes(self) -> None:
+        """Boot idle members until the trunk and every lane with fallback "none" has a running reader."""
+        for lane in [""] + [name for name, fallback in self.env.options.lanes if fallback == "none"]:
+            readers = [c for c in self.consumers if lane in c.lanes]
+            if any(c.up and not c.leave_requested for c in readers):
+                continue
+            idle = [c for c in readers if c.state is MemberState.IDLE]
+            if idle:  # (a crashed one is booted by the nemesis's heal)
+                idle[0].boot()
+                self.env.count("members_joined_for_lanes")
+                self.env.note(f"churn: {idle[0].member_id} joins to read lane {lane!r}")
 
     def _step(self) -> None:
         if self.env.now_ms >= self.env.options.chaos_ms:

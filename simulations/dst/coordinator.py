@@ -27,7 +27,12 @@ is what the simulator uses instead. On top, the controller's loop runs every
   writer as leader of that epoch, and only if no later write of the partition was applied
   (the real leader's CAS on the key's revision refuses a request that was overtaken; this
   network may deliver a request late or twice);
-* metadata reads for clients (``MetadataRequest``).
+* metadata reads for clients (``MetadataRequest``);
+* opening lanes (``OpenLane``, the controller's part of ``client.topic_admin.open_lane``): a lane
+  already open answers its id; a new one gets ``TopicLayout.plan_open_lane``'s epoch with its
+  ``LanePolicy`` (the fallback the producer names: in production, whoever opens it sets it),
+  appended at once with its VP opened, as a reshard's children are. A refused opening (no room
+  for one more VP) answers no id and the producer asks again later.
 
 Resharding and sealing live in ``resharding.py``, the consumer group's keys in ``group.py``;
 both are driven from this loop and answer their own messages.
@@ -51,7 +56,8 @@ from mafka4.errors import StaleEpoch
 from mafka4.limits import TopicConfig, VirtualConfig
 from mafka4.physical.partition_state import PartitionState
 from mafka4.virtual.failover import decide_failover
-from mafka4.virtual.layout import TopicLayout
+from mafka4.errors import MafkaError
+from mafka4.virtual.layout import LanePolicy, TopicLayout
 from mafka4.virtual.vp_state import VirtualPartitionState
 from simulations.dst import messages as m
 from simulations.dst.coverage import Cause
@@ -161,10 +167,30 @@ class Coordinator:
             self.env.network.send(NAME, source, self.metadata(message.request_id))
         elif isinstance(message, m.RoleResult):
             self._on_role_result(message)
+        elif isinstance(message, m.OpenLane):
+            lane_id = self._open_lane(message)
+            self.env.network.send(NAME, source, m.LaneOpened(message.request_id, message.lane, lane_id))
         elif isinstance(message, (m.PauseAck, m.VpSealAnswer, m.SplitRequest)):
             self.resharding.handle(source, message)
         else:
             self.group.handle(source, message)
+
+    def _open_lane(self, message: m.OpenLane) -> int | None:
+        lane_id = self.layout.current.lane_id(message.lane)
+        if lane_id is not None:
+            return lane_id
+        try:
+            epoch = self.layout.plan_open_lane(message.lane, LanePolicy(message.fallback))
+        except MafkaError as error:
+            self.env.note(f"ctl: lane {message.lane!r} not opened: {error}")
+            return None
+        self.layout = self.layout.append(epoch)
+        for vp in epoch.children:
+            self.open_vp(vp, epoch.range_of(vp))
+        self.env.count("lanes_opened")
+        self.env.note(f"ctl: lane {message.lane!r} opened (fallback {message.fallback}), split epoch {epoch.epoch}: "
+                      f"vp{epoch.children[0]}")
+        return epoch.lane_id(message.lane)
 
     def _on_heartbeat(self, message: m.Heartbeat) -> None:
         previous = self._seen.get(message.node)

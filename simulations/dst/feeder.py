@@ -16,6 +16,11 @@ feeding every other VP on. Once the metadata shows the reshard settled (the new 
 then in it, or it was abandoned) it resumes, so the children, or the parents, get what was
 held back. Metadata answers older than the newest one applied are ignored (a real shell
 compares etcd revisions).
+
+Lanes: ``plan_round`` places each record in its lane's VPs; a record of a lane the metadata's
+layout does not have yet (the lane opened since) ends the round there, and the feeder reads the
+metadata again at once (after a backoff if the round moved nothing) and goes on from that
+record, as ``virtual.partition_feed`` does.
 """
 
 from __future__ import annotations
@@ -226,6 +231,11 @@ class SimFeeder:
             return
         metadata = self._calls.metadata
         planned = plan_round(message.data, self.partition, metadata.layout, self._next_offset, FEED_RECORDS_MAX)
+        if planned.unknown_lane:  # a record of a lane opened after the layout read: read it again, then go on
+            self._metadata_at_ms = -METADATA_MAX_AGE_MS
+            self.env.count("feeder_unknown_lane_rounds")
+            if not planned.records:  # no progress: back off, as ``PartitionFeed`` does
+                self._backoff_until_ms = self.env.now_ms + BACKOFF_MS
         calls = _Calls("feed", metadata=metadata, started_ms=self.env.now_ms, next_offset=planned.next_offset,
                        records=planned.records)
         all_chunks, held, cut = planned.chunks, (), planned.next_offset

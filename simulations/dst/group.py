@@ -10,11 +10,11 @@ owner keys (VP -> member id, under the claimer's lease) and offset keys (VP -> c
 and the VP high watermark its committer had seen, for lag). Operations, each one
 transaction with production's conditions:
 
-* ``Register``: a new lease and the member key under it;
+* ``Register``: a new lease and the member key under it, naming the lanes the member reads;
 * ``LeaseKeepAlive``: refreshes a live lease; a lapsed one answers ``alive=False``. A lease
   not refreshed for ``lease_ttl_ms`` lapses and takes its member key and owner keys with it
   (checked before every operation and every controller loop, as etcd's timer would);
-* ``GroupSnapshotRequest``: members, owners and offsets with the topic's layout and sealed
+* ``GroupSnapshotRequest``: members (with their lanes), owners and offsets with the topic's layout and sealed
   end offsets, at one moment (``VirtualGroupStore.snapshot``);
 * ``Claim``: create every owner key asked for, only if all are absent and the member key
   exists, reading the committed offsets in the same transaction;
@@ -55,6 +55,7 @@ class GroupStore:
         self.coordinator = coordinator
         self._leases: dict[int, tuple[str, int]] = {}  # lease id -> (member id, last refresh)
         self._members: dict[str, int] = {}  # member key: member id -> the lease it is under
+        self._member_lanes: dict[str, tuple[str, ...]] = {}  # member key's value: the lanes it reads
         self._owners: dict[int, tuple[str, int]] = {}  # owner key: VP -> (member id, the lease it is under)
         # offset key: VP -> (committed offset, high watermark seen, leader epoch of the record before the offset)
         self._offsets: dict[int, tuple[int, int, int]] = {}
@@ -106,6 +107,7 @@ class GroupStore:
             self._lease_ids += 1
             self._leases[self._lease_ids] = (message.member_id, self.env.now_ms)
             self._members[message.member_id] = self._lease_ids
+            self._member_lanes[message.member_id] = message.lanes
             answer = m.Registered(message.request_id, self._lease_ids)
         elif isinstance(message, m.GroupSnapshotRequest):
             answer = self._snapshot(message.request_id)
@@ -132,6 +134,7 @@ class GroupStore:
             tuple(sorted(coordinator.sealed_end_offsets.items())),
             tuple((vp, member_id) for vp, (member_id, _) in sorted(self._owners.items())),
             tuple((vp, *stored) for vp, stored in sorted(self._offsets.items())),
+            tuple((member, self._member_lanes[member]) for member in sorted(self._members)),
         )
 
     def _claim(self, message: m.Claim) -> tuple[tuple[int, int | None, int], ...] | None:

@@ -182,6 +182,23 @@ class Metadata:
     reshard_parents: tuple[int, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class OpenLane:
+    """A producer asks where lane ``lane`` is, opening it if it is new (``client.topic_admin.open_lane``:
+    the controller appends ``plan_open_lane``'s epoch with the lane's policy)."""
+
+    request_id: int
+    lane: str
+    fallback: str
+
+
+@dataclass(frozen=True, slots=True)
+class LaneOpened:
+    request_id: int
+    lane: str
+    lane_id: int | None  # None: refused (the layout has no room for one more VP or lane); the producer asks again
+
+
 # --- virtual partitions (VirtualPartition actor) ----------------------------------------------
 
 
@@ -326,6 +343,7 @@ class Register:
 
     request_id: int
     member_id: str
+    lanes: tuple[str, ...] = ("",)  # the lanes it reads ("" the trunk), kept in its member key
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,6 +392,7 @@ class GroupSnapshot:
     owners: tuple[tuple[int, str], ...]  # VP -> member id of its owner key
     # (VP, committed offset, VP high watermark the committer saw, leader epoch of the record before the offset)
     offsets: tuple[tuple[int, int, int, int], ...]
+    member_lanes: tuple[tuple[str, tuple[str, ...]], ...] = ()  # member id -> the lanes its member key names
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,13 @@
 happens, so the seed alone fixes the cluster too. Tests override fields (``replace``) to
 run a variant, e.g. a broken replica core (``replica_state_class``) or a broken group
 rule (``ownership_rule``).
+
+Lanes (``lanes``, ``lane_share``, ``consumer_lanes``) are drawn from a generator of their own,
+seeded by the run's generator's state without drawing from it: a seed whose draw has no lanes (or
+a run with ``lanes=()``) runs exactly as it did before lanes existed. About three seeds in four
+have lanes: one (half of them), two or three, each with fallback "trunk" or "none"; some members read lanes (member 0
+always reads the trunk only), and every lane with fallback "none" has a member that reads it
+(added past ``consumers_max`` if none of the drawn ones does), so a drained run has read it all.
 """
 
 from __future__ import annotations
@@ -73,12 +80,56 @@ class SimOptions:
     pipeline_class: type = PipelineCore
     # What every group member decides with; tests swap in a broken rule.
     ownership_rule: Callable[[GroupView, str], OwnershipPlan] = plan_ownership
+    # Lanes of the topic (name, fallback "trunk" or "none"), opened by the first producer that
+    # sends in them; empty: every message goes to the trunk.
+    lanes: tuple[tuple[str, str], ...] = ()
+    # The share of messages a producer sends in a lane (one of ``lanes``, drawn evenly).
+    lane_share: float = 0.0
+    # Per member index, the lanes it reads ("" the trunk); an index past the end reads the trunk.
+    consumer_lanes: tuple[tuple[str, ...], ...] = ()
 
     def replace(self, **changes) -> "SimOptions":
         return dataclasses.replace(self, **changes)
 
 
+LANE_NAMES = ("blue", "green", "canary")
+LANE_SEEDS_SHARE = 0.75  # of seeds that have lanes
+
+
 def options_for_seed(rng: random.Random) -> SimOptions:
+    options = _options_without_lanes(rng)
+    # Its own generator, so that the draws of a seed without lanes (and the run after them) are unchanged.
+    return with_lanes(options, random.Random(repr(rng.getstate())))
+
+
+def with_lanes(options: SimOptions, rng: random.Random) -> SimOptions:
+    """``options`` with lanes drawn from ``rng`` (about ``LANE_SEEDS_SHARE`` of the draws; the others unchanged)."""
+    if rng.random() >= LANE_SEEDS_SHARE:
+        return options
+    lanes = tuple((name, rng.choice(("trunk", "none"))) for name in LANE_NAMES[:rng.choice((1, 1, 2, 3))])
+    names = [name for name, _ in lanes]
+    readers: list[tuple[str, ...]] = [("",)]
+    for _ in range(1, options.consumers_max):
+        shape = rng.choice(("trunk", "lane", "lane", "trunk+lane", "two lanes"))
+        if shape == "trunk":
+            readers.append(("",))
+        elif shape == "lane" or len(names) == 1:
+            readers.append((rng.choice(names),))
+        elif shape == "trunk+lane":
+            readers.append(("", rng.choice(names)))
+        else:
+            readers.append(tuple(sorted(rng.sample(names, 2))))
+    for name, fallback in lanes:  # a lane with fallback "none" is read by someone, or a drained run never reads it
+        if fallback == "none" and not any(name in read for read in readers):
+            readers.append((name,))
+    return options.replace(
+        lanes=lanes, lane_share=rng.choice((0.2, 0.4)), consumer_lanes=tuple(readers), consumers_max=len(readers),
+        # every lane is one more VP: keep the trunk's room to split
+        virtual_partitions_max=options.virtual_partitions_max + len(lanes),
+    )
+
+
+def _options_without_lanes(rng: random.Random) -> SimOptions:
     flush = rng.choice(("every-batch", "interval", "interval", "never"))
     log_config = LogConfig(
         segment_bytes_max=4 * KiB,

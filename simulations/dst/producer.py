@@ -36,7 +36,13 @@ What stands in for Ray and etcd:
 * producer ids count up per producer instead of being random.
 
 The workload: every ``produce_interval_ms`` a producer sends 1 to 3 messages, keyed (from
-``KEYS``) or keyless; values are unique (``<producer>-<n>``). ``delivery_timeout_ms`` is
+``KEYS``) or keyless; values are unique (``<producer>-<n>``). A share of them (``lane_share``)
+goes to a lane of ``options.lanes``, as ``Producer.send(lane=)`` sends it: the lane header first
+(``batch_payload.laned_headers``) and the lane id to the accumulator (the batch's lane-id column).
+The first message of a lane waits for the lane to open, as ``Producer._lane`` does: the producer
+asks the coordinator (``OpenLane``, with the lane's fallback from the options: whoever opens a
+lane sets its policy), remembers the lane id, then sends what waited, in order; a question not
+answered within ``request_timeout_ms`` (or refused) is asked again. ``delivery_timeout_ms`` is
 production's default, longer than any run, so nothing expires: a drained run must answer every
 message, and a message failed for good fails the seed (``failures``). History: ``Send`` when a
 message is sent (with the partition it went to), ``Ack`` when its future completes with an
@@ -48,6 +54,7 @@ from __future__ import annotations
 import math
 
 from mafka4 import errors
+from mafka4.batch_payload import laned_headers
 from mafka4.client.accumulator import RECORD_OVERHEAD_BYTES, RecordAccumulator
 from mafka4.client.futures import RecordMetadata
 from mafka4.client.sender_core import InFlight, PipelineCore, ProducerBatch, Retry
@@ -96,6 +103,9 @@ class SimProducer:
         self._refreshes: dict[int, int] = {}  # metadata request id -> partition waiting to resend (-1: start)
         self._started = False
         self._fillers: set[int] = set()  # partitions with a filler message unanswered
+        self._lane_ids: dict[str, int] = {}  # lane -> its id, once the coordinator answered
+        self._lane_waiting: dict[str, list[bytes | None]] = {}  # lane -> keys of the messages waiting for it
+        self._lane_requests: dict[int, str] = {}  # OpenLane request id -> lane
         self.writes_made = 0
         self.unanswered = 0  # messages sent and not answered yet
         self.records_acked = 0
@@ -125,9 +135,13 @@ class SimProducer:
     def _loop(self) -> None:
         if not self.making:
             return
-        rng = self.env.rng
+        rng, options = self.env.rng, self.env.options
         for _ in range(rng.randint(1, 3)):
-            self._send(rng.choice(KEYS) if rng.random() < 0.8 else None)
+            key = rng.choice(KEYS) if rng.random() < 0.8 else None
+            if options.lanes and rng.random() < options.lane_share:
+                self._send_in_lane(rng.choice(options.lanes)[0], key)
+            else:
+                self._send(key)
         self.writes_made += 1
         self.env.scheduler.after(self.env.jitter(self.env.options.produce_interval_ms), self._loop)
 
@@ -138,24 +152,60 @@ class SimProducer:
             self._fillers.add(partition)
             self._send(None, partition)
 
-    def _send(self, key: bytes | None, partition: int | None = None) -> None:
-        """``Producer.send`` of one message."""
+    def _send_in_lane(self, lane: str, key: bytes | None) -> None:
+        """``Producer.send(lane=lane)``: at once if the lane's id is known, else after it opens (in order)."""
+        if lane in self._lane_ids and lane not in self._lane_waiting:
+            self._send(key, lane=lane)
+            return
+        self.unanswered += 1  # answered once sent and acknowledged: the run drains only after that
+        first = lane not in self._lane_waiting
+        self._lane_waiting.setdefault(lane, []).append(key)
+        if first:
+            self._open_lane(lane)
+
+    def _open_lane(self, lane: str) -> None:
+        request_id = self.env.request_id()
+        self._lane_requests[request_id] = lane
+        fallback = dict(self.env.options.lanes)[lane]
+        self.env.network.send(self.name, COORDINATOR, m.OpenLane(request_id, lane, fallback))
+        self.env.scheduler.after(self.env.options.request_timeout_ms, lambda: self._lane_unanswered(request_id))
+
+    def _lane_unanswered(self, request_id: int) -> None:
+        lane = self._lane_requests.pop(request_id, None)
+        if lane is not None:
+            self._open_lane(lane)
+
+    def _on_lane_opened(self, message: m.LaneOpened) -> None:
+        if message.request_id not in self._lane_requests or message.lane_id is None:
+            return  # late or duplicated; refused: asked again at its timeout
+        lane = self._lane_requests.pop(message.request_id)
+        self._lane_ids[lane] = message.lane_id
+        for key in self._lane_waiting.pop(lane, []):
+            self.unanswered -= 1
+            self._send(key, lane=lane)
+
+    def _send(self, key: bytes | None, partition: int | None = None, lane: str = "") -> None:
+        """``Producer.send`` of one message (``lane``: its lane, whose id is known)."""
         now_ms = self.env.now_ms
         value = b"%s-%d" % (self.name.encode(), self.env.request_id())
+        headers = laned_headers(lane, None)
         size_bytes = RECORD_OVERHEAD_BYTES + len(value) + (len(key) if key else 0)
+        size_bytes += sum(len(name) + len(data) + 4 for name, data in headers or ())  # as ``Producer._size_bytes``
         accumulator = self._accumulator
         assert accumulator.reserved_bytes + size_bytes <= self.config.buffer_bytes_max, "reserve() would block"
-        future, target, opened, closed = accumulator.append(key, value, partition, now_ms, None, size_bytes, now_ms)
-        self.env.history.append(Send(self.name, key, value, target))
+        future, target, opened, closed = accumulator.append(key, value, partition, now_ms, headers, size_bytes, now_ms,
+                                                            None, self._lane_ids[lane] if lane else 0)
+        self.env.history.append(Send(self.name, key, value, target, lane))
         self.unanswered += 1
-        future.add_callback(lambda metadata, error: self._answered(key, value, target, partition, metadata, error))
+        future.add_callback(lambda metadata, error: self._answered(key, value, target, partition, metadata, error,
+                                                                   lane))
         if closed:
             self._wake(target)
         if opened:
             self._arm_linger(target, self.config.linger_ms)
 
     def _answered(self, key: bytes | None, value: bytes, partition: int, filler_of: int | None,
-                  metadata: RecordMetadata | None, error: BaseException | None) -> None:
+                  metadata: RecordMetadata | None, error: BaseException | None, lane: str = "") -> None:
         self.unanswered -= 1
         if filler_of is not None:
             self._fillers.discard(filler_of)
@@ -163,7 +213,9 @@ class SimProducer:
             self.failures.append(f"{value!r} to p{partition} failed: {type(error).__name__}: {error}")
             self.env.note(f"{self.name}: {self.failures[-1]}")
             return
-        self.env.history.append(Ack(key, value, partition, metadata.offset))
+        self.env.history.append(Ack(key, value, partition, metadata.offset, lane))
+        if lane:
+            self.env.count("lane_messages_acked")
         self.records_acked += 1
 
     # --- the sender ----------------------------------------------------------------------
@@ -273,6 +325,9 @@ class SimProducer:
     def handle(self, source: str, message: object) -> None:
         if isinstance(message, m.Metadata):
             self._on_metadata(message)
+            return
+        if isinstance(message, m.LaneOpened):
+            self._on_lane_opened(message)
             return
         assert isinstance(message, m.ProduceResult), message
         call = self._calls.get(message.request_id)

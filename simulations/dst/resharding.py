@@ -13,21 +13,25 @@ production the controller's intent worker carries them out one after the other):
   the reshard abandoned, at once when refused (another reshard pending, or ``plan_split``
   refuses the VP: closed, or the layout at ``virtual_partitions_max``);
 * random ones, at most ``reshards_max`` per run during the chaos phase: a split of any
-  active VP or a merge of two neighbours. They stay because the group never merges and
-  splits only readable VPs of a group larger than the layout: random ones also merge, split
-  children whose parents are still being read (chains of closed parents) and reshard while
-  nobody reads the VP.
+  active VP or a merge of two neighbours, within one lane (the trunk or an open lane). They
+  stay because the group never merges and splits only readable VPs of a group larger than the
+  layout: random ones also merge, split children whose parents are still being read (chains
+  of closed parents) and reshard while nobody reads the VP.
 
 1. Start: record a pending reshard id with its parents (metadata shows both to the
    feeders); each feeder answers ``PauseAck`` with its ``fed_through`` after a round and
    from then on holds back the parents' records at or past it, feeding the other VPs on
    (``Feeder.hold``).
 2. Once every partition answered: cut[p] = fed_through[p] plus a random slack (0 to 3
-   offsets: a cut above what was fed is legal, the parents then get the records below it),
+   offsets: a cut above what was fed is legal, the parents then get the records below it;
+   none while a lane of the workload is still to open: a lane opens at the current cut, which
+   must not lie above a partition's log end, as no cut production offers does),
    plan the chosen split or merge, append the epoch, open the children
    (``Coordinator.open_vp``) and clear the pending id in the same step, so the metadata the
    feeders read next holds the new layout. A reshard whose acks do not all come within
-   ``PAUSE_TIMEOUT_MS`` is abandoned (the pending id is cleared, nothing changes).
+   ``PAUSE_TIMEOUT_MS`` is abandoned (the pending id is cleared, nothing changes), and so is a
+   split that a lane opened meanwhile left no room for (``InvalidReshard``). Splits keep one VP
+   of room for each lane of the workload not open yet (``_room``), so a lane always opens.
 3. Sealing: for each closed, unsealed VP, its leader is asked (``VpSealQuery``) what every
    feeder reported as fed to it; when ``is_sealed`` holds and its high watermark reached its
    log end, that log end is its sealed end offset (children become readable by the group
@@ -36,7 +40,7 @@ production the controller's intent worker carries them out one after the other):
 
 from __future__ import annotations
 
-from mafka4.errors import MafkaError
+from mafka4.errors import InvalidReshard, MafkaError
 from simulations.dst import messages as m
 from simulations.dst.coordinator import NAME
 from simulations.dst.env import Env
@@ -101,6 +105,8 @@ class ReshardAdmin:
                 layout.plan_split(message.vp, layout.current.cut, layout.current.cut)
             except MafkaError as error:
                 refused = str(error)
+            if refused is None and self._room(layout) < 1:
+                refused = "the room left is for the lanes still to open"
         if refused is not None:
             self.env.network.send(NAME, source, m.SplitResult(message.request_id, False))
             return
@@ -116,26 +122,54 @@ class ReshardAdmin:
             self._requester = None
 
     def _choose(self, layout) -> tuple[int, ...]:
-        """The parents of the next reshard: two neighbours to merge, or one VP to split."""
+        """The parents of the next reshard: two neighbours of one lane to merge, or one VP to split."""
         rng = self.env.rng
-        active = list(layout.current.ranges.vp_ids)  # in hash order: neighbours are adjacent
-        if len(active) > 1 and (len(active) >= layout.config.virtual_partitions_max or rng.random() < 0.4):
+        current = layout.current
+        lanes = [current.lane_ranges(lane_id) for lane_id in range(len(current.lanes) + 1)]
+        full = self._room(layout) < 1
+        if full:  # only a merge fits: a lane with two VPs or more (there is one, see ``_room``)
+            lanes = [ranges for ranges in lanes if len(ranges.vp_ids) > 1]
+        ranges = lanes[0] if len(lanes) == 1 else lanes[rng.randrange(len(lanes))]
+        active = list(ranges.vp_ids)  # in hash order: neighbours are adjacent
+        if len(active) > 1 and (full or rng.random() < 0.4):
             index = rng.randrange(len(active) - 1)
             return active[index], active[index + 1]
         return (rng.choice(active),)
+
+    def _room(self, layout) -> int:
+        """How many more VPs splits may open: ``virtual_partitions_max`` less the active VPs and one VP for
+        each lane of the workload not open yet (its producers wait for it to open)."""
+        return layout.config.virtual_partitions_max - len(layout.current.vp_ids) - self._lanes_to_open(layout)
+
+    def _lanes_to_open(self, layout) -> int:
+        """How many lanes of the workload are not open yet."""
+        return sum(1 for name, _ in self.env.options.lanes if layout.current.lane_id(name) is None)
 
     def _reshard(self) -> None:
         coordinator, rng = self.coordinator, self.env.rng
         layout = coordinator.layout
         fed_through = [self._acks[p] for p in range(self.env.options.partitions)]
-        cut = [max(fed, old) + rng.choice((0, 0, 1, 3)) for fed, old in zip(fed_through, layout.current.cut)]
-        if len(self._chosen) == 2:
-            epoch = layout.plan_merge(*self._chosen, cut, fed_through)
-        else:
-            epoch = layout.plan_split(self._chosen[0], cut, fed_through)
+        # A cut above what was fed is legal; but a lane opens at the current cut (``plan_open_lane``) and its
+        # records, produced from the log end on, must not lie below it: no slack while a lane is still to open.
+        slack = not self._lanes_to_open(layout)
+        cut = [max(fed, old) + (rng.choice((0, 0, 1, 3)) if slack else 0)
+               for fed, old in zip(fed_through, layout.current.cut)]
+        try:
+            if len(self._chosen) == 2:
+                epoch = layout.plan_merge(*self._chosen, cut, fed_through)
+            else:
+                epoch = layout.plan_split(self._chosen[0], cut, fed_through)
+        except InvalidReshard as error:  # a lane opened meanwhile took the room the split needed
+            self.env.note(f"reshard {coordinator.reshard_pending} abandoned: {error}")
+            coordinator.reshard_pending, coordinator.reshard_parents = None, ()
+            self.abandoned_total += 1
+            if self._requester is None:
+                self._next_reshard_ms = self._draw_next()
+            self._answer_requester(False)
+            return
         coordinator.layout = layout.append(epoch)
         for vp in epoch.children:
-            coordinator.open_vp(vp, epoch.ranges.range_of(vp))
+            coordinator.open_vp(vp, epoch.range_of(vp))
         coordinator.reshard_pending, coordinator.reshard_parents = None, ()
         self.reshards_total += 1
         if self._requester is None:

@@ -10,9 +10,10 @@ from mafka4 import batch_frame, batch_payload
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.vp_records import encode_vp_batch, route_batch
 from simulations.checkers import (Ack, Anomaly, Commit, Consumed, Kind, Rewound, Send, StoredRecord, check_acks_in_log,
-                                  check_commits_monotonic, check_exactly_once_in_vps, check_no_duplicates_after_commit,
-                                  check_per_key_order, check_producer_order, check_reads_match_logs,
-                                  check_replicas_identical, classify_reads, committed_records, vp_records)
+                                  check_commits_monotonic, check_exactly_once_in_vps, check_lanes,
+                                  check_no_duplicates_after_commit, check_per_key_order, check_producer_order,
+                                  check_reads_match_logs, check_replicas_identical, classify_reads, committed_records,
+                                  vp_records)
 
 
 def kinds(anomalies: list[Anomaly]) -> list[Kind]:
@@ -177,6 +178,38 @@ def test_keys_are_independent_and_keyless_messages_have_no_order():
     assert check_per_key_order(consumed) == []
 
 
+def test_a_key_s_order_is_per_lane():
+    # The same key in the trunk and in lane "blue": two orders, each read in physical order.
+    consumed = [Consumed("c", "vp4", 0, b"k", b"b", 0, 9, lane="blue"), Consumed("d", "vp0", 0, b"k", b"a", 0, 3)]
+    assert check_per_key_order(consumed) == []
+    late = [*consumed, Consumed("c", "vp4", 1, b"k", b"c", 0, 5, lane="blue")]
+    assert kinds(check_per_key_order(late)) == [Kind.REORDERED]
+
+
+def test_a_message_read_by_its_lane_or_by_the_trunk_while_its_lane_falls_back_to_it_is_fine():
+    readers = {"trunk.1": frozenset({""}), "blue.1": frozenset({"blue"}), "both.1": frozenset({"", "env"})}
+    fallbacks = {"blue": "trunk", "env": "none"}
+    consumed = [Consumed("trunk.1", "vp0", 0, b"k", b"t"), Consumed("trunk.1", "vp4", 0, b"k", b"b", lane="blue"),
+                Consumed("blue.1", "vp4", 1, b"k", b"c", lane="blue"),
+                Consumed("both.1", "vp5", 0, b"k", b"e", lane="env"),
+                Consumed("both.1", "vp0", 1, b"k", b"u"), Consumed("other.1", "vp0", 2, b"k", b"v")]
+    assert check_lanes(consumed, readers, fallbacks) == []
+
+
+def test_a_message_read_by_a_member_of_another_lane_is_a_wrong_lane_read():
+    readers = {"trunk.1": frozenset({""}), "blue.1": frozenset({"blue"}), "green.1": frozenset({"green"})}
+    fallbacks = {"blue": "trunk", "green": "trunk", "env": "none"}
+    planted = [
+        Consumed("blue.1", "vp5", 0, b"k", b"g", lane="green"),  # a lane member reads another lane
+        Consumed("green.1", "vp0", 0, b"k", b"t"),  # a lane-only member reads the trunk
+        Consumed("trunk.1", "vp6", 0, b"k", b"e", lane="env"),  # a trunk member reads a fallback-"none" lane
+        Consumed("blue.1", "vp6", 1, b"k", b"f", lane="env"),  # so does a member of another lane
+    ]
+    found = check_lanes(planted, readers, fallbacks)
+    assert kinds(found) == [Kind.WRONG_LANE] * 4
+    assert "blue.1 (reading 'blue') read b'g' of lane 'green'" in str(found[0])
+
+
 def test_committed_offsets_that_only_grow_are_fine_and_a_step_back_regressed():
     fine = [Commit("g", "vp0", 3), Commit("g", "vp0", 3), Commit("g", "vp1", 1), Commit("g", "vp0", 5)]
     back = [Commit("g", "vp0", 5), Commit("g", "vp1", 9), Commit("g", "vp0", 4)]
@@ -205,6 +238,18 @@ def test_a_reader_told_the_log_diverged_reads_again_from_where_it_rewound():
     assert kinds(check_no_duplicates_after_commit(again, "g")) == [Kind.DUPLICATE], "read again since the rewind"
 
 
+def test_a_commit_made_before_a_rewind_covers_none_of_the_records_read_again_there():
+    # vp0@0..2 read and committed in epoch 1, lost with the power; the log holds other records there
+    # now: one member reads them and lapses before it commits, the next reads them again (seed 923).
+    history = [Consumed("c", "vp0", 0, b"k", b"a"), Consumed("c", "vp0", 1, b"k", b"b"), Commit("g", "vp0", 2),
+               Rewound("c", "vp0", 0), Commit("g", "vp0", 0),
+               Consumed("d", "vp0", 0, b"k", b"x"), Consumed("d", "vp0", 1, b"k", b"y"),
+               Consumed("e", "vp0", 0, b"k", b"x"), Consumed("e", "vp0", 1, b"k", b"y")]
+    assert check_no_duplicates_after_commit(history, "g") == []
+    committed_again = [*history, Commit("g", "vp0", 2), Consumed("f", "vp0", 1, b"k", b"y")]
+    assert kinds(check_no_duplicates_after_commit(committed_again, "g")) == [Kind.DUPLICATE]
+
+
 def test_unread_acknowledged_messages_are_unseen_until_readers_pass_them_or_the_run_drains():
     acks = [Ack(b"k", b"a", 0, 0), Ack(b"k", b"b", 0, 1), Ack(b"j", b"c", 0, 2)]
     read_b = [Consumed("c", "vp0", 0, b"k", b"b", 0, 1)]
@@ -213,3 +258,12 @@ def test_unread_acknowledged_messages_are_unseen_until_readers_pass_them_or_the_
     assert kinds(classify_reads(acks, read_b, drained=True)) == [Kind.LOST, Kind.LOST]
     everything = read_b + [Consumed("c", "vp0", 1, b"k", b"a", 0, 0), Consumed("c", "vp1", 0, b"j", b"c", 0, 2)]
     assert classify_reads(acks, everything, drained=True) == []
+
+
+def test_a_later_read_of_a_key_passes_only_its_own_lane_s_messages():
+    # "a" waits in lane "env" (no reader yet) while the trunk's "b" of the same key is read: unseen, not lost.
+    acks = [Ack(b"k", b"a", 0, 0, lane="env"), Ack(b"k", b"b", 0, 1), Ack(b"k", b"c", 0, 2, lane="env")]
+    read = [Consumed("c", "vp0", 0, b"k", b"b", 0, 1)]
+    assert kinds(classify_reads(acks, read, drained=False)) == [Kind.UNSEEN, Kind.UNSEEN]
+    passed = read + [Consumed("e", "vp4", 0, b"k", b"c", 0, 2, lane="env")]
+    assert kinds(classify_reads(acks, passed, drained=False)) == [Kind.LOST]

@@ -19,6 +19,7 @@ A failing seed prints its trace and the exact replay command
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import pathlib
@@ -67,7 +68,9 @@ def test_the_seeds_exercise_what_they_claim_to():
     for key in ("acked", "consumed", "elections_after_fault", "vp_failovers_after_fault", "vp_restarted_leader_failovers",
                 "vp_leaders_from_restarted", "reshards", "torn_files", "vp_lost_bytes", "vp_tails_lost", "truncations",
                 "vp_truncations", "producer_retries", "duplicates_refused", "refeeds_dropped", "members_joined",
-                "members_left", "member_leases_lapsed", "ownership_claims", "ownership_releases", "ownership_splits"):
+                "members_left", "member_leases_lapsed", "ownership_claims", "ownership_releases", "ownership_splits",
+                "lanes_opened", "lane_messages_acked", "lane_messages_read", "lane_messages_read_by_fallback",
+                "members_joined_for_lanes"):
         assert totals.get(key, 0) > 0, (key, totals)
     for kind in ("crash-write", "crash-write-power-loss", "stop-write", "isolate-write", "cut-coordinator",
                  "crash-read", "crash-read-power-loss", "crash-feeder", "crash-consumer"):
@@ -170,7 +173,8 @@ class EveryUnreadVpConsumable(GroupView):
 
 def children_with_their_parents(view: GroupView, me: str) -> OwnershipPlan:
     return plan_ownership(EveryUnreadVpConsumable(view.members, view.layout, view.sealed_end_offsets, view.owners,
-                                                  view.committed, view.lag, view.retired, view.drained), me)
+                                                  view.committed, view.lag, view.retired, view.drained,
+                                                  view.member_lanes, view.lane_fallback), me)
 
 
 def test_a_group_reading_children_before_their_parents_is_caught_by_the_checkers():
@@ -181,4 +185,26 @@ def test_a_group_reading_children_before_their_parents_is_caught_by_the_checkers
     else:
         pytest.fail(f"no seed of {START}..{START + SEEDS - 1} caught a group reading children before their parents")
     print(f"\nchildren read before their parents first caught by seed {seed}:\n{outcome.summary()}")
+    assert result(seed).ok, f"seed {seed} fails with the real rule too: {result(seed).summary()}"
+
+
+def lanes_ignored(view: GroupView, me: str) -> OwnershipPlan:
+    """A broken group rule: every member reads every lane (its lanes and the lanes' fallbacks left out)."""
+    return plan_ownership(dataclasses.replace(view, member_lanes={}, lane_fallback={}), me)
+
+
+def every_lane_falls_back_to_the_trunk(view: GroupView, me: str) -> OwnershipPlan:
+    """A broken group rule: a lane with fallback "none" is read by the trunk's readers while it has none of its own."""
+    return plan_ownership(dataclasses.replace(view, lane_fallback={}), me)
+
+
+@pytest.mark.parametrize("rule", [lanes_ignored, every_lane_falls_back_to_the_trunk])
+def test_a_group_that_breaks_its_members_lanes_is_caught_reading_the_wrong_lane(rule):
+    for seed in range(START, START + SEEDS):
+        outcome = run_seed(seed, ownership_rule=rule)
+        if Kind.WRONG_LANE in {anomaly.kind for anomaly in outcome.anomalies}:
+            break
+    else:
+        pytest.fail(f"no seed of {START}..{START + SEEDS - 1} caught {rule.__name__} reading the wrong lane")
+    print(f"\n{rule.__name__}: wrong-lane reads first caught by seed {seed}:\n{outcome.summary()}")
     assert result(seed).ok, f"seed {seed} fails with the real rule too: {result(seed).summary()}"

@@ -98,7 +98,7 @@ def run(script: Script, read_replica_lag_ms_max: int, read_replicas: int = 2, ch
         risr_config=RisrConfig(read_replica_lag_ms_max=read_replica_lag_ms_max, feed_lag_ms_max=300),
         network=NetworkConfig(delay_ms_min=1, delay_ms_max=3, drop_probability=0.0, duplicate_probability=0.0),
         producers=2, writes_per_producer=40, produce_interval_ms=20, producer_config=PRODUCER_CONFIG,
-        consumers=1, consumers_max=1, member_churn_interval_ms=None, reshards_max=0,
+        consumers=1, consumers_max=1, member_churn_interval_ms=None, reshards_max=0, lanes=(), consumer_lanes=(),
         chaos_ms=chaos_ms, fault_interval_ms=100 * chaos_ms, power_loss=True,
     )
     with SimDisk(rng) as disk:

@@ -66,7 +66,7 @@ def run() -> Outcome:
                                      fetch_backoff_ms=20, producer_batches_remembered=5, sequence_wait_ms_max=50),
         network=NetworkConfig(delay_ms_min=1, delay_ms_max=3, drop_probability=0.0, duplicate_probability=0.0),
         producers=2, writes_per_producer=40, produce_interval_ms=20, producer_config=PRODUCER_CONFIG,
-        consumers=1, consumers_max=1, member_churn_interval_ms=None, reshards_max=0,
+        consumers=1, consumers_max=1, member_churn_interval_ms=None, reshards_max=0, lanes=(), consumer_lanes=(),
         chaos_ms=CHAOS_MS, fault_interval_ms=100 * CHAOS_MS, power_loss=True,
     )
     with SimDisk(rng) as disk:
