@@ -80,7 +80,7 @@ from mafka4.protocol.vp_api import (VpDiverging, VpFetchRequest, VpListOffsetsRe
                                     VpMetadataRequest, VpOffset, VpOffsetsAnswer, VpReadAnswer)
 from mafka4.risr.state import RisrConfig, route_fetch
 from mafka4.virtual.layout import TRUNK, TopicLayout
-from mafka4.virtual.vp_state import VirtualPartitionState, epoch_from_json
+from mafka4.virtual.vp_state import VirtualPartitionState, epochs_from_json
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ class VpFetcher:
 
     def _take_metadata(self, answer: VpMetadataAnswer, whole: bool) -> None:
         self._links.learn(answer.nodes)
-        epochs = [epoch_from_json(json.loads(epoch)) for epoch in answer.split_epochs_json]
+        epochs = epochs_from_json(json.loads(epoch) for epoch in answer.split_epochs_json)
         if whole or self.layout is None or len(epochs) >= len(self.layout.epochs):
             self.layout = TopicLayout(self._topic_config.partitions, epochs, self._topic_config.virtual_config())
         states = {info.vp: VirtualPartitionState.from_json(info.vp, json.loads(info.state_json)) for info in answer.vps}

@@ -43,7 +43,7 @@ from mafka4.physical.topics import TopicStore
 from mafka4.protocol.group_api import (Claimed, GroupCommitAnswer, GroupJoinAnswer, GroupSyncAnswer, IdOffset,
                                        MemberPosition)
 from mafka4.protocol.vp_api import VpMetadataAnswer, VpStateInfo
-from mafka4.virtual.vp_state import epoch_to_json
+from mafka4.virtual.vp_state import epochs_to_json
 
 logger = logging.getLogger(__name__)
 
@@ -288,8 +288,8 @@ def claimed_vp_metadata(topic: str, snapshot: VirtualGroupSnapshot, claimed: Ite
     """What a member needs of ``claimed`` VPs before it positions and fetches them: the layout and
     their states, as the sync read them (at least as new as any metadata read before the sync);
     the nodes' addresses are the port's to add (``frontend.group_handlers``)."""
-    return VpMetadataAnswer(topic, tuple(json.dumps(epoch_to_json(epoch), sort_keys=True)
-                                         for epoch in snapshot.layout.epochs),
+    return VpMetadataAnswer(topic, tuple(json.dumps(value, sort_keys=True)
+                                         for value in epochs_to_json(snapshot.layout.epochs)),
                             tuple(VpStateInfo(vp, json.dumps(snapshot.states[vp].to_json(), sort_keys=True))
                                   for vp in sorted(claimed) if vp in snapshot.states), ())
 

@@ -4,7 +4,7 @@ A consumer of a mafka4-mode topic reads its VPs from the read nodes that host th
 the nodes' streams, now through their client ports:
 
 - ``VP_METADATA``: the topic's split epochs and every VP's state (its leader, RISR, sealed end),
-  as the JSON etcd holds (the client parses them with ``layout.epoch_from_json`` and
+  as the JSON etcd holds (the client parses them in order with ``vp_state.epochs_from_json`` and
   ``VirtualPartitionState.from_json``, so a field added later needs no new message), and the read
   nodes' client addresses. Answered from the node's watched view.
 - ``VP_FETCH``: whole batches of several VPs hosted by this node, below each VP's high

@@ -11,6 +11,7 @@ them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable, Sequence
 
 from mafka4.virtual.layout import LanePolicy, SplitEpoch, TopicLayout
 from mafka4.virtual.ranges import HashRange, RangeMap
@@ -63,7 +64,12 @@ class VirtualPartitionState:
                    value.get("retired", False))
 
 
-def epoch_to_json(epoch: SplitEpoch) -> dict:
+def epoch_to_json(epoch: SplitEpoch, previous: SplitEpoch | None = None) -> dict:
+    """``epoch`` as etcd holds it. Its lanes are written as a change of ``previous`` (the epoch
+    before it): the lanes it opened or reshaped only, with ``lane_count``, so that a topic of ``L``
+    lanes stores O(L) of lane layouts over its epochs, not O(L^2), and readers share the unchanged
+    lanes' objects (``epochs_from_json``). Without ``previous`` every lane is written (an intent's
+    result, read alone)."""
     value = {
         "epoch": epoch.epoch,
         "ranges": _ranges_to_json(epoch.ranges),
@@ -72,17 +78,57 @@ def epoch_to_json(epoch: SplitEpoch) -> dict:
         "children": list(epoch.children),
     }
     if epoch.lanes:  # absent in a topic without lanes, as in every epoch written before lanes existed
+        assert previous is None or previous.epoch == epoch.epoch - 1, (previous.epoch, epoch.epoch)
+        value["lane_count"] = len(epoch.lanes)
         value["lanes"] = [[name, _ranges_to_json(ranges), _policy_to_json(epoch.lane_policy(name))]
-                          for name, ranges in epoch.lanes]
+                          for name, ranges in epoch.lanes
+                          if previous is None or _lane_layout(previous, name) != ranges]
     return value
 
 
-def epoch_from_json(value: dict) -> SplitEpoch:
-    lanes = value.get("lanes", ())
+def epoch_from_json(value: dict, previous: SplitEpoch | None = None) -> SplitEpoch:
+    """The epoch of ``value``; ``previous``, the epoch before it, supplies the lanes it did not
+    change (``epoch_to_json``). ``ValueError`` if it names fewer lanes than it has and ``previous``
+    is not the epoch before it."""
+    listed = value.get("lanes", ())
+    count = value.get("lane_count", len(listed))
+    if len(listed) == count:
+        lanes = [(lane[0], _ranges_from_json(lane[1])) for lane in listed]
+        policies = [LanePolicy(**lane[2]) for lane in listed]
+    else:
+        if previous is None or previous.epoch != value["epoch"] - 1:
+            raise ValueError(f"split epoch {value['epoch']} changes {len(listed)} of its {count} lanes: it is read "
+                             f"after split epoch {value['epoch'] - 1}")
+        lanes, policies = list(previous.lanes), list(previous.policies)
+        for name, ranges, policy in listed:
+            lane_id = previous.lane_id(name)
+            if lane_id is None:
+                lanes.append((name, _ranges_from_json(ranges)))
+                policies.append(LanePolicy(**policy))
+            else:
+                lanes[lane_id - 1] = (name, _ranges_from_json(ranges))
+        if len(lanes) != count:
+            raise ValueError(f"split epoch {value['epoch']} has {count} lanes, not the {len(lanes)} it names")
     return SplitEpoch(value["epoch"], _ranges_from_json(value["ranges"]), tuple(value["cut"]),
-                      tuple(value["parents"]), tuple(value["children"]),
-                      tuple((lane[0], _ranges_from_json(lane[1])) for lane in lanes),
-                      tuple(LanePolicy(**lane[2]) for lane in lanes))
+                      tuple(value["parents"]), tuple(value["children"]), tuple(lanes), tuple(policies))
+
+
+def epochs_from_json(values: Iterable[dict]) -> list[SplitEpoch]:
+    """Every epoch of ``values`` (a topic's, in any order), oldest first, each read after the one before it."""
+    epochs: list[SplitEpoch] = []
+    for value in sorted(values, key=lambda value: value["epoch"]):
+        epochs.append(epoch_from_json(value, epochs[-1] if epochs else None))
+    return epochs
+
+
+def epochs_to_json(epochs: Sequence[SplitEpoch]) -> list[dict]:
+    """``epochs`` (oldest first, a whole history) as etcd holds them: each after the one before it."""
+    return [epoch_to_json(epoch, epochs[index - 1] if index else None) for index, epoch in enumerate(epochs)]
+
+
+def _lane_layout(epoch: SplitEpoch, name: str) -> RangeMap | None:
+    lane_id = epoch.lane_id(name)
+    return None if lane_id is None else epoch.lane_ranges(lane_id)
 
 
 def _policy_to_json(policy: LanePolicy) -> dict:

@@ -26,13 +26,14 @@ from mafka4.log.read_loss import ReadLoss
 from mafka4.metadata import keys
 from mafka4.metadata.store import Fence, MetadataStore, Update
 from mafka4.virtual.layout import TopicLayout
-from mafka4.virtual.vp_state import ReadPathPlan, VirtualPartitionState, epoch_from_json, epoch_to_json
+from mafka4.virtual.vp_state import ReadPathPlan, VirtualPartitionState, epochs_from_json, epochs_to_json
 
 
 def read_path_values(cluster: str, topic: str, plan: ReadPathPlan) -> dict[str, Any]:
     """The etcd keys and values that record ``plan``, to create in the topic's transaction."""
     values: dict[str, Any] = {
-        keys.split_epoch(cluster, topic, epoch.epoch): epoch_to_json(epoch) for epoch in plan.layout.epochs
+        keys.split_epoch(cluster, topic, epoch.epoch): value
+        for epoch, value in zip(plan.layout.epochs, epochs_to_json(plan.layout.epochs))
     }
     for state in plan.states:
         values[keys.virtual_partition(cluster, topic, state.vp)] = state.to_json()
@@ -63,7 +64,7 @@ class VirtualStore:
     @staticmethod
     def layout_from(topic: str, partitions: int, config: VirtualConfig, items) -> TopicLayout:
         """The layout from the items read below ``keys.split_epochs_prefix``."""
-        epochs = sorted((epoch_from_json(item.value) for item in items), key=lambda e: e.epoch)
+        epochs = epochs_from_json(item.value for item in items)
         if not epochs:
             raise UnknownTopic(
                 f"topic {topic!r} has no virtual-partition layout: it does not exist or is in mafka3 mode"

@@ -11,7 +11,7 @@ from mafka4.errors import InvalidReshard, LanesExhausted, UnknownLane
 from mafka4.limits import VirtualConfig
 from mafka4.virtual.layout import TRUNK, TRUNK_ID, MergeStep, SplitStep, TopicLayout, next_scale_step
 from mafka4.virtual.ranges import HashRange, RangeMap
-from mafka4.virtual.vp_state import epoch_from_json, epoch_to_json
+from mafka4.virtual.vp_state import epoch_from_json, epoch_to_json, epochs_from_json, epochs_to_json
 
 PARTITIONS = 3
 HASH_MAX = 2**64 - 1
@@ -159,6 +159,21 @@ def test_epochs_with_lanes_round_trip_through_json(steps):
         assert ("lanes" in value) == bool(epoch.lanes)
         assert epoch_from_json(value) == epoch
     assert TopicLayout(PARTITIONS, [epoch_from_json(epoch_to_json(e)) for e in layout.epochs]) == layout
+    # As etcd holds them: each epoch writes only the lanes it opened or reshaped, read after the one before.
+    stored = epochs_to_json(layout.epochs)
+    assert all(len(value.get("lanes", ())) <= 1 for value in stored[1:])
+    assert epochs_from_json(reversed(stored)) == list(layout.epochs)
+
+
+def test_a_stored_epoch_read_without_the_one_before_it_is_refused():
+    layout = TopicLayout.initial(PARTITIONS, 1)
+    for name in ("blue", "red"):
+        layout = layout.append(layout.plan_open_lane(name))
+    value = epochs_to_json(layout.epochs)[-1]
+    assert value["lane_count"] == 2 and [lane[0] for lane in value["lanes"]] == ["red"]
+    with pytest.raises(ValueError, match="read after split epoch 1"):
+        epoch_from_json(value)
+    assert epoch_from_json(value, layout.epochs[1]) == layout.current
 
 
 def test_an_epoch_stored_before_lanes_reads_as_one_without_lanes():

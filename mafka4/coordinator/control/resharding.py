@@ -314,7 +314,8 @@ class Resharder:
     def _store_epoch(self, inputs: ReshardInputs, epoch: SplitEpoch, children: Sequence[VirtualPartitionState],
                      hold_revisions: Mapping[str, int]) -> bool:
         topic = inputs.topic
-        creates = {keys.split_epoch(self._cluster, topic, epoch.epoch): epoch_to_json(epoch)}
+        stored = epoch_to_json(epoch, inputs.layout.current)
+        creates = {keys.split_epoch(self._cluster, topic, epoch.epoch): stored}
         creates.update({keys.virtual_partition(self._cluster, topic, s.vp): s.to_json() for s in children})
         requires = {keys.topic(self._cluster, topic): inputs.topic_revision, self._fence[0]: self._fence[1],
                     **hold_revisions}
@@ -323,7 +324,7 @@ class Resharder:
         except CoordinatorUnavailable:
             # The answer was lost, not necessarily the write: the epoch key tells (raises while etcd is away).
             found = self._store.get(keys.split_epoch(self._cluster, topic, epoch.epoch))
-            return found is not None and found.value == epoch_to_json(epoch)
+            return found is not None and found.value == stored
 
 
 def _stamp(stamps: list[tuple[str, float]] | None, hop: str) -> None:

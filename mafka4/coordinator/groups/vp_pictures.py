@@ -173,7 +173,7 @@ class WatchedGroup:
         if value is None:
             return Applied.LOST  # split epochs are never deleted while a group reads the topic
         try:
-            epoch = epoch_from_json(value)
+            epoch = epoch_from_json(value, self.epochs.get(int(value["epoch"]) - 1))
             epochs = {**self.epochs, epoch.epoch: epoch}
             layout = TopicLayout(self._partitions, sorted(epochs.values(), key=lambda e: e.epoch), self._config)
         except _UNREADABLE:
