@@ -62,7 +62,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import AbstractSet, Mapping, Sequence
 
 from mafka4.errors import InvalidConfig, InvalidReshard, LanesExhausted, ReshardConflict, UnknownLane, UnknownVirtualPartition
@@ -111,6 +111,9 @@ class SplitEpoch:
     lanes: tuple[tuple[str, RangeMap], ...] = ()  # (name, layout) of each opened lane, lane id = index + 1
     # The lanes' policies, by the same index (filled with DEFAULT_POLICY when given short).
     policies: tuple[LanePolicy, ...] = ()
+    # Lane name -> lane id and active VP -> lane name, built on first use (``_lookups``): a reader
+    # asks the current epoch, so a history of L lanes does not keep L indexes of L lanes.
+    _index: tuple[dict[str, int], dict[int, str]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         assert self.epoch >= 0 and all(offset >= 0 for offset in self.cut), (self.epoch, self.cut)
@@ -151,6 +154,16 @@ class SplitEpoch:
             return self.ranges
         return self.lanes[lane_id - 1][1] if 0 < lane_id <= len(self.lanes) else None
 
+    def _lookups(self) -> tuple[dict[str, int], dict[int, str]]:
+        index = self._index
+        if index is None:
+            vp_lanes = dict.fromkeys(self.ranges.vp_ids, TRUNK)
+            for name, ranges in self.lanes:
+                vp_lanes.update(dict.fromkeys(ranges.vp_ids, name))
+            index = ({name: number + 1 for number, (name, _) in enumerate(self.lanes)}, vp_lanes)
+            object.__setattr__(self, "_index", index)
+        return index
+
     def lane_policy(self, name: str) -> LanePolicy:
         """The policy of lane ``name`` (the trunk and a lane not open here: the default)."""
         lane_id = self.lane_id(name)
@@ -160,19 +173,11 @@ class SplitEpoch:
         """The id of lane ``name`` ("" the trunk: 0), or None if it is not open in this epoch."""
         if name == TRUNK:
             return TRUNK_ID
-        for index, (lane, _) in enumerate(self.lanes):
-            if lane == name:
-                return index + 1
-        return None
+        return self._lookups()[0].get(name)
 
     def lane_of(self, vp: int) -> str | None:
         """The lane ("" the trunk) of active VP ``vp``, or None if ``vp`` is not active."""
-        if self.ranges.range_of(vp) is not None:
-            return TRUNK
-        for name, ranges in self.lanes:
-            if ranges.range_of(vp) is not None:
-                return name
-        return None
+        return self._lookups()[1].get(vp)
 
     def range_of(self, vp: int) -> HashRange | None:
         """The hash range of active ``vp`` within its lane, or None if it is not active."""
@@ -193,14 +198,14 @@ class TopicLayout:
     ``n`` epochs costs O(n) to build either way.
     """
 
-    __slots__ = ("partitions", "epochs", "config", "_opened", "_closed")
+    __slots__ = ("partitions", "epochs", "config", "_opened", "_closed", "_lanes")
 
     def __init__(self, partitions: int, epochs: Sequence[SplitEpoch], config: VirtualConfig = VirtualConfig()):
         """A layout from its whole history (e.g. read back from the coordinator); checks every epoch."""
         assert partitions >= 1 and epochs, (partitions, epochs)
         first, *rest = epochs
         assert first.epoch == 0, f"the history starts at epoch {first.epoch}"
-        layout = TopicLayout._with(partitions, (), config, {}, {}, first)
+        layout = TopicLayout._with(partitions, (), config, {}, {}, {}, first)
         for epoch in rest:
             layout = layout.append(epoch)
         self.partitions: int = partitions
@@ -208,6 +213,7 @@ class TopicLayout:
         self.config = config
         self._opened: dict[int, int] = layout._opened  # VP id -> number of the epoch that opened it
         self._closed: dict[int, int] = layout._closed  # VP id -> number of the epoch that closed it
+        self._lanes: dict[int, str] = layout._lanes  # VP id -> its lane, for ever
 
     @classmethod
     def _with(
@@ -217,6 +223,7 @@ class TopicLayout:
         config: VirtualConfig,
         opened: dict[int, int],
         closed: dict[int, int],
+        lanes: dict[int, str],
         epoch: SplitEpoch,
     ) -> "TopicLayout":
         """``epochs + (epoch,)`` with the derived indexes, checking ``epoch`` against the last one."""
@@ -224,15 +231,18 @@ class TopicLayout:
         assert len(epoch.cut) == partitions, (epoch.cut, partitions)
         if epochs:
             _check_change(epochs[-1], epoch)
-        opened, closed = dict(opened), dict(closed)
+        opened, closed, lanes = dict(opened), dict(closed), dict(lanes)
+        # A child is in its parents' lane, or in the lane its epoch opens (epoch 0: the trunk).
+        lane = (epoch.lanes[-1][0] if epoch.opens_lane else lanes[epoch.parents[0]] if epoch.parents else TRUNK)
         for vp in epoch.children:
             assert vp not in opened, f"VP id {vp} reused by epoch {epoch.epoch}"
             opened[vp] = epoch.epoch
+            lanes[vp] = lane
         for vp in epoch.parents:
             closed[vp] = epoch.epoch
         layout = cls.__new__(cls)
         layout.partitions, layout.epochs, layout.config = partitions, epochs + (epoch,), config
-        layout._opened, layout._closed = opened, closed
+        layout._opened, layout._closed, layout._lanes = opened, closed, lanes
         return layout
 
     def __eq__(self, other: object) -> bool:
@@ -269,7 +279,8 @@ class TopicLayout:
 
     def append(self, epoch: SplitEpoch) -> "TopicLayout":
         """This history with ``epoch`` (from ``plan_split``/``plan_merge``, or read back) added."""
-        return TopicLayout._with(self.partitions, self.epochs, self.config, self._opened, self._closed, epoch)
+        return TopicLayout._with(self.partitions, self.epochs, self.config, self._opened, self._closed, self._lanes,
+                                 epoch)
 
     # --- where records go ---------------------------------------------------------------
 
@@ -301,7 +312,8 @@ class TopicLayout:
 
     def lane_of(self, vp: int) -> str:
         """The lane ("" the trunk) of ``vp``, active or closed: a VP never changes lane."""
-        return self.opening_epoch(vp).lane_of(vp)
+        self._require(vp)
+        return self._lanes[vp]
 
     # --- VPs ----------------------------------------------------------------------------
 
@@ -547,14 +559,14 @@ def _check_change(previous: SplitEpoch, epoch: SplitEpoch) -> None:
         (vp,) = epoch.children
         assert epoch.ranges == previous.ranges, "opening a lane changes no other lane's layout"
         assert epoch.lanes[:-1] == previous.lanes and epoch.lanes[-1][1] == RangeMap.even(1, vp), epoch.lanes
-        assert all(previous.lane_policy(name) == epoch.lane_policy(name) for name in previous.lane_names), "policies"
+        assert epoch.policies[:-1] == previous.policies, "opening a lane changes no other lane's policy"
         return
     lane = previous.lane_of(epoch.parents[0])
     assert all(previous.lane_of(vp) == lane for vp in epoch.parents), f"parents in two lanes: {epoch.parents}"
     before = previous.lane_ranges(previous.lane_id(lane))
     after = epoch.lane_ranges(epoch.lane_id(lane))
     assert (epoch.ranges, epoch.lanes) == previous.with_lane_ranges(lane, after), "an epoch touched another lane"
-    assert all(previous.lane_policy(name) == epoch.lane_policy(name) for name in previous.lane_names), "policies"
+    assert epoch.policies == previous.policies, "a split or merge changes no lane's policy"
     children = [(after.range_of(vp), vp) for vp in epoch.children]
     assert before.replace(epoch.parents, children) == after, "an epoch touched other VPs"
     parent_ranges = sorted(before.range_of(vp) for vp in epoch.parents)
