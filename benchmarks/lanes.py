@@ -219,8 +219,7 @@ class _Reader:
         try:
             while not self._stop.is_set():
                 for message in self._consumer.poll(timeout_ms=100):
-                    lane = dict(message.headers or ()).get("mafka4.lane", b"").decode()
-                    self.arrivals.setdefault(lane, []).append(time.monotonic())
+                    self.arrivals.setdefault(message.lane, []).append(time.monotonic())
         except BaseException as error:
             self.error = error
         finally:
