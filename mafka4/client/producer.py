@@ -205,12 +205,21 @@ class Producer:
 
         A ``send`` costs a few microseconds of Python per message; here that work is done once per
         call and once per batch the call's messages fill, so a caller who already holds its
-        messages in a list sends them at the rate the cluster takes them."""
+        messages in a list sends them at the rate the cluster takes them. ``lane``: as ``send``'s,
+        one for every message of the call."""
         if self._closed:
             raise ProducerClosed(f"producer for {self.topic!r} is closed: create a new Producer")
+        lane_id = 0
+        if lane:
+            route = self._lane(lane)
+            if isinstance(route, Producer):
+                return route.send_many(values, key, partition, headers, timestamp_ms, callback)
+            lane_id = route
         value_list = _values_as_bytes(values, self._value_serializer)
         key_bytes = _as_bytes("key", key, self._key_serializer)
         header_list = _checked_headers(headers) if headers else None
+        if lane_id:
+            header_list = laned_headers(lane, header_list)
         if partition is not None:
             self._accumulator.partitioner.partition(key_bytes, partition)  # refuses a bad one before any byte is taken
         stamp_ms = time.time_ns() // 1_000_000 if timestamp_ms is None else _checked_timestamp_ms(timestamp_ms)

@@ -189,6 +189,8 @@ def test_bad_lanes_are_refused_with_errors_that_name_the_problem(read_cluster):
         with pytest.raises(InvalidLaneName, match="contains"):
             producer.send(b"x", lane="no spaces")
         producer.send_sync(b"x", lane="first")
+        sent = producer.send_many([b"y", b"z"], key=b"k", lane="first").result(WAIT_S)
+        assert len(sent) == 2
         with pytest.raises(LanesExhausted, match="lanes_max=1"):
             producer.send(b"x", lane="second")
     with pytest.raises(InvalidLaneName):
