@@ -208,7 +208,6 @@ class _Reader:
 
     def __init__(self, topic: str, home: Path, group: str, lane: str | None):
         self.arrivals: dict[str, list[float]] = {}
-        self.started_s = time.monotonic()
         self._consumer = Consumer(topic, group=group, connection=home, from_beginning=True, lane=lane)
         self._stop = threading.Event()
         self.error: BaseException | None = None

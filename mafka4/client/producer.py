@@ -167,12 +167,9 @@ class Producer:
         the lane to send it in (the module docstring; the first message of a lane waits for it to open)."""
         if self._closed:
             raise ProducerClosed(f"producer for {self.topic!r} is closed: create a new Producer")
-        lane_id = 0
-        if lane:
-            route = self._lane(lane)
-            if isinstance(route, Producer):
-                return route.send(value, key, partition, headers, timestamp_ms, callback)
-            lane_id = route
+        lane_id, elsewhere = self._routed(lane)
+        if elsewhere is not None:
+            return elsewhere.send(value, key, partition, headers, timestamp_ms, callback)
         key_bytes = _as_bytes("key", key, self._key_serializer)
         value_bytes = _as_bytes("value", value, self._value_serializer)
         if value_bytes is None:
@@ -209,12 +206,9 @@ class Producer:
         one for every message of the call."""
         if self._closed:
             raise ProducerClosed(f"producer for {self.topic!r} is closed: create a new Producer")
-        lane_id = 0
-        if lane:
-            route = self._lane(lane)
-            if isinstance(route, Producer):
-                return route.send_many(values, key, partition, headers, timestamp_ms, callback)
-            lane_id = route
+        lane_id, elsewhere = self._routed(lane)
+        if elsewhere is not None:
+            return elsewhere.send_many(values, key, partition, headers, timestamp_ms, callback)
         value_list = _values_as_bytes(values, self._value_serializer)
         key_bytes = _as_bytes("key", key, self._key_serializer)
         header_list = _checked_headers(headers) if headers else None
@@ -237,6 +231,14 @@ class Producer:
         else:
             future.seal()
         return future
+
+    def _routed(self, lane: str | None) -> "tuple[int, Producer | None]":
+        """(lane id, None) for a lane of this topic (0: the trunk, no ``lane``), or (0, the producer of
+        its own topic) for a lane of a mafka3-mode topic."""
+        if not lane:
+            return 0, None
+        route = self._lane(lane)
+        return (0, route) if isinstance(route, Producer) else (route, None)
 
     def _lane(self, lane: str) -> "int | Producer":
         """Where lane ``lane``'s messages go: its lane id here, or the producer of its own topic (mafka3 mode).
