@@ -50,9 +50,9 @@ from mafka4.client.node_links import NodeLinks
 from mafka4.client.send_many import ManyCallback, ManyFuture
 from mafka4.client.sender import Sender
 from mafka4.client.topic_admin import open_lane
-from mafka4.errors import InvalidRecord, MessageTooLarge, ProducerClosed
-from mafka4.limits import ProducerConfig
-from mafka4.names import validate_lane_name, validate_topic_name
+from mafka4.errors import InvalidRecord, MessageTooLarge, ProducerClosed, UnknownTopic
+from mafka4.limits import ProducerConfig, ReadMode
+from mafka4.names import lane_topic_name, validate_lane_name, validate_topic_name
 
 Serializer = Callable[[Any], bytes]
 
@@ -154,6 +154,7 @@ class Producer:
             loop_thread.call_soon(links.close)
             loop_thread.stop()
             raise
+        self._read_mode = metadata.config.read_mode
         self._accumulator = RecordAccumulator(topic, self.config, len(metadata.partitions))
         self._sender = Sender(topic, self.config, self._accumulator, routes, links, loop_thread)
         self._closed = False
@@ -232,6 +233,12 @@ class Producer:
             future.seal()
         return future
 
+    def open_lane(self, lane: str) -> None:
+        """Learn where lane ``lane`` is (opening it if it is new) now rather than at its first
+        message, as a Kafka producer's ``partitionsFor`` fetches a topic's metadata ahead: a sender
+        that measures or bounds its latency keeps the lookup out of its first message's."""
+        self._lane(validate_lane_name(lane))
+
     def _routed(self, lane: str | None) -> "tuple[int, Producer | None]":
         """(lane id, None) for a lane of this topic (0: the trunk, no ``lane``), or (0, the producer of
         its own topic) for a lane of a mafka3-mode topic."""
@@ -244,8 +251,12 @@ class Producer:
         """Where lane ``lane``'s messages go: its lane id here, or the producer of its own topic (mafka3 mode).
 
         Asked of a node once per lane (opening the lane if it is new) and remembered: a lane never
-        closes, and its id never changes."""
+        closes, and its id never changes. A mafka3-mode lane whose topic exists is sent to without
+        asking: a cluster with no read nodes has no node to ask (its replicas serve data and groups)."""
         route = self._lanes.get(lane)
+        if route is not None:
+            return route
+        route = self._lane_topic_producer(lane) if self._read_mode is ReadMode.MAFKA3 else None
         if route is None:
             opened = open_lane(self.topic, validate_lane_name(lane), where=self._connection)
             if opened.name == self.topic:
@@ -253,11 +264,18 @@ class Producer:
             else:
                 route = Producer(opened.name, self._connection, self._key_serializer, self._value_serializer,
                                  **self._settings)
-            kept = self._lanes.setdefault(lane, route)  # another thread's, if it was first
-            if kept is not route and isinstance(route, Producer):
-                route.close()
-            route = kept
-        return route
+        kept = self._lanes.setdefault(lane, route)  # another thread's, if it was first
+        if kept is not route and isinstance(route, Producer):
+            route.close()
+        return kept
+
+    def _lane_topic_producer(self, lane: str) -> "Producer | None":
+        """A producer of mafka3-mode lane ``lane``'s topic (``<topic>.<lane>``), or None if it does not exist yet."""
+        try:
+            return Producer(lane_topic_name(self.topic, validate_lane_name(lane)), self._connection,
+                            self._key_serializer, self._value_serializer, **self._settings)
+        except UnknownTopic:
+            return None
 
     def _lane_producers(self) -> list["Producer"]:
         return [route for route in list(self._lanes.values()) if isinstance(route, Producer)]
