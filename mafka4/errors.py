@@ -310,6 +310,11 @@ class RecordsLost(MafkaError):
         )
 
 
+class InvalidDeadLetter(MafkaError):
+    """A record of a dead-letter topic lacks a dead-letter header or holds one that does not read
+    (``mafka4.dead_letters``): mafka4 did not dead-letter it."""
+
+
 # --- experiments and analysis -----------------------------------------------------------
 
 

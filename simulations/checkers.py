@@ -14,7 +14,10 @@ History records (one list, in the order the recorder observed them):
   ``partition_offset`` name the physical source when known (a VP record carries it);
 * ``Commit``: a group committed ``offset`` (the next offset to read) on a stream;
 * ``Rewound``: a consumer's fetch was answered "diverging" (the VP's log no longer holds what it
-  read there, after a power loss of a one-replica VP) and it reads ``stream`` again from ``offset``.
+  read there, after a power loss of a one-replica VP) and it reads ``stream`` again from ``offset``;
+* ``Nack``: a group member nacked a message it consumed (or its handler raised): the group must
+  deliver it again, not before ``due_ms``, or dead-letter it;
+* ``DeadLettered``: a group's dead-letter topic holds a message (``mafka4.dead_letters``).
 
 Values are unique per produced message: they identify a message across Ack and Consumed.
 
@@ -33,7 +36,16 @@ Anomalies follow Jepsen's Kafka checker where the words overlap:
   not the committed physical record it claims to be, or a record read at a VP offset (in a
   leader epoch) where the final log holds another in that epoch;
 * ``WRONG_LANE``: a message read by a group member that neither reads its lane nor may read it
-  by the lane's fallback (``check_lanes``).
+  by the lane's fallback (``check_lanes``);
+* ``DELIVERED_EARLY``: a message read before its due time: a delayed one (``Send.deliver_at_ms``)
+  or a nacked one before its redelivery was due (``Nack.due_ms``) (``check_not_delivered_early``);
+* ``LOST_AFTER_NACK``: a nacked message its group neither read again nor dead-lettered, although
+  its redelivery was due before the run drained (``check_nacked_not_lost``).
+
+Retries and delays (issue 41). Times of these checks (``Send.deliver_at_ms``, ``Consumed.at_ms``,
+``Nack``'s, ``DeadLettered.at_ms``) are epoch ms of the recording process's clock; a check of
+earliness takes the clocks' disagreement as a tolerance. A nack is per group: ``Consumed.group``
+names the reader's group ("" none), and only a read by the nacking group counts as a redelivery.
 
 Lanes. A message may be sent in a lane (``Send.lane``, ``Ack.lane``, ``Consumed.lane``; "" the
 trunk). Per-key order is per lane: the same key in two lanes is two orders (``check_per_key_order``,
@@ -67,6 +79,8 @@ class Kind(enum.Enum):
     COMMIT_REGRESSED = "commit-regressed"
     MISPLACED = "misplaced"
     WRONG_LANE = "wrong-lane"
+    DELIVERED_EARLY = "delivered-early"
+    LOST_AFTER_NACK = "lost-after-nack"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +90,7 @@ class Send:
     value: bytes
     partition: int
     lane: str = ""  # "" the trunk
+    deliver_at_ms: int | None = None  # a delayed message's due time (epoch ms); None: due at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +113,8 @@ class Consumed:
     partition_offset: int | None = None
     leader_epoch: int | None = None  # of the VP batch it was read from, when known
     lane: str = ""  # the message's lane (its first header), "" the trunk
+    at_ms: int | None = None  # when the consumer got it (epoch ms), for the checks of due times
+    group: str = ""  # the consumer's group, "" none (or not recorded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +122,30 @@ class Rewound:
     consumer: str
     stream: str
     offset: int  # where it reads again
+
+
+@dataclass(frozen=True, slots=True)
+class Nack:
+    """A member of ``group`` nacked delivery ``delivery_count`` of ``value`` at ``at_ms``; its
+    redelivery is due at ``due_ms`` (the group's back-off or the nack's own ``retry_after_ms``
+    added to the nack's time), None when the nack dead-letters it (its deliveries were exhausted)."""
+
+    group: str
+    consumer: str
+    value: bytes
+    delivery_count: int
+    at_ms: int
+    due_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLettered:
+    """``group``'s dead-letter topic holds ``value``, dead after ``delivery_count`` deliveries at ``at_ms``."""
+
+    group: str
+    value: bytes
+    delivery_count: int
+    at_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +177,7 @@ class Anomaly:
         return f"{self.kind.value}: {self.detail}"
 
 
-HistoryRecord = Send | Ack | Consumed | Commit | Rewound
+HistoryRecord = Send | Ack | Consumed | Commit | Rewound | Nack | DeadLettered
 # Bound on anomalies reported per checker: one broken invariant tends to break thousands of
 # records, and the first few say everything.
 ANOMALIES_MAX = 20
@@ -385,6 +426,75 @@ def check_lanes(consumed: Sequence[Consumed], member_lanes: Mapping[str, Abstrac
             of = f"lane {record.lane!r} (fallback {fallback})" if record.lane else "the trunk"
             yield Anomaly(Kind.WRONG_LANE, f"{record.consumer} (reading {reads}) read {record.value!r} of {of} at "
                                            f"{record.stream}@{record.offset}")
+
+    return _bounded(anomalies())
+
+
+def check_not_delivered_early(history: Sequence[HistoryRecord], tolerance_ms: int) -> list[Anomaly]:
+    """No message is read before it is due, give or take ``tolerance_ms`` (the clocks' disagreement
+    and the recorders' stamping): a delayed message (``Send.deliver_at_ms``) by no one before its
+    due time, and a nacked one by no member of the nacking group after the ``Nack`` and before its
+    ``due_ms`` (a read by the group before the nack is the delivery that failed).
+
+    A read of a message that has a due time must carry its time (``Consumed.at_ms``): a recorder
+    that sends delayed or nacked traffic stamps every read."""
+    assert tolerance_ms >= 0, tolerance_ms
+
+    def anomalies():
+        delayed = {record.value: record.deliver_at_ms for record in history
+                   if isinstance(record, Send) and record.deliver_at_ms is not None}
+        nacked: dict[tuple[str, bytes], Nack] = {}  # the group's last nack of the value so far
+        for record in history:
+            if isinstance(record, Nack):
+                nacked[(record.group, record.value)] = record
+                continue
+            if not isinstance(record, Consumed):
+                continue
+            dues = []
+            if record.value in delayed:
+                dues.append((delayed[record.value], "sent to be delivered then"))
+            nack = nacked.get((record.group, record.value))
+            if nack is not None and nack.due_ms is not None:
+                dues.append((nack.due_ms, f"its redelivery after {nack.consumer}'s nack of delivery "
+                                          f"{nack.delivery_count} at {nack.at_ms}"))
+            if not dues:
+                continue
+            assert record.at_ms is not None, f"{record.consumer} read {record.value!r} with a due time, unstamped"
+            due_ms, why = max(dues)
+            if record.at_ms + tolerance_ms < due_ms:
+                yield Anomaly(Kind.DELIVERED_EARLY, f"{record.consumer} read {record.value!r} at {record.stream}@"
+                                                    f"{record.offset} at {record.at_ms}, {due_ms - record.at_ms} ms "
+                                                    f"before it was due at {due_ms} ({why})")
+
+    return _bounded(anomalies())
+
+
+def check_nacked_not_lost(history: Sequence[HistoryRecord], drained_at_ms: int | None) -> list[Anomaly]:
+    """A nacked message is read again by its group or dead-lettered by it (``DeadLettered``).
+
+    Judged once the run drained: ``drained_at_ms`` is a time by which every reader had read
+    everything due (the end of the drain less the delivery precision); a nack whose redelivery
+    was due later is still scheduled, not lost. None: the run did not drain, nothing is judged.
+    Only each message's last nack by a group counts (an earlier one was followed by a read).
+    """
+
+    def anomalies():
+        if drained_at_ms is None:
+            return
+        pending: dict[tuple[str, bytes], Nack] = {}  # nacked and not read again or dead-lettered since
+        for record in history:
+            if isinstance(record, Nack):
+                pending[(record.group, record.value)] = record
+            elif isinstance(record, (Consumed, DeadLettered)):
+                pending.pop((record.group, record.value), None)
+        for nack in pending.values():
+            due_ms = nack.at_ms if nack.due_ms is None else nack.due_ms
+            if due_ms > drained_at_ms:
+                continue
+            then = "dead-lettered" if nack.due_ms is None else f"due again at {nack.due_ms}"
+            yield Anomaly(Kind.LOST_AFTER_NACK, f"{nack.consumer} of group {nack.group} nacked delivery "
+                                                f"{nack.delivery_count} of {nack.value!r} at {nack.at_ms} ({then}); "
+                                                f"the group never read it again nor dead-lettered it")
 
     return _bounded(anomalies())
 

@@ -452,6 +452,37 @@ class ConsumerConfig:
                                 f"(every lane gets a share of each poll by its priority, one message at least)")
 
 
+# Retries of a consumer group (``client.retry_policy.RetryPolicy``, issue 41). The default back-off
+# schedule before the 2nd, 3rd, ... delivery of a message its group nacked; past its last step the
+# delay doubles up to the policy's backoff_ms_max.
+RETRY_BACKOFF_MS_DEFAULT = (1 * SECOND_MS, 5 * SECOND_MS, 10 * SECOND_MS, 30 * SECOND_MS, 60 * SECOND_MS,
+                            120 * SECOND_MS)
+# The default longest wait between two deliveries: RocketMQ's default schedule of 16 deliveries
+# ends at 2 h too. With the default steps and RETRY_DELIVERIES_MAX_DEFAULT, a message that always
+# fails reaches its dead-letter topic about 10 h after its first delivery: it outlasts a downstream
+# outage of a night, and stays far inside a topic's default retention (7 days), so the original
+# is still in the log when it is dead-lettered. In ordered mode the key's VP waits that long too.
+RETRY_BACKOFF_MS_MAX_DEFAULT = 2 * 3600 * SECOND_MS
+# The longest wait before a redelivery anyone may ask for (a step, backoff_ms_max, a nack's
+# retry_after_ms): the longest delay of a delayed message (issue 41: 7 days), so that a retry can
+# be scheduled by the same timer as a delayed message.
+RETRY_DELAY_MS_MAX = 7 * DAY_MS
+# Steps of a back-off schedule: four times the default deliveries; a longer schedule is better said
+# by its doubling past the last step and backoff_ms_max, and the policy is stored as group config.
+RETRY_BACKOFF_STEPS_MAX = 64
+# Deliveries of a message to a group before it goes to the group's dead-letter topic (RocketMQ's
+# default: 16), and the ceiling of RetryPolicy.deliveries_max: at the default
+# backoff_ms_max, 1,000 deliveries take 83 days, past any sensible retention, so a larger limit
+# would mean "retry for ever" and end as a message deleted by retention instead of dead-lettered.
+RETRY_DELIVERIES_MAX_DEFAULT = 16
+RETRY_DELIVERIES_MAX = 1000
+# The last error text a dead letter carries (``mafka4.dead_letters``), UTF-8; a longer one is cut
+# at a character boundary and ends in "…". A traceback's last lines fit; a dead letter adds it and
+# at most about 1 KiB of other headers (the group's, topic's and lane's names among them) to the
+# original message, so its producer needs that much room above the original's message_bytes_max.
+DEAD_LETTER_ERROR_BYTES_MAX = 4 * KiB
+
+
 @dataclass(frozen=True, slots=True)
 class VirtualConfig:
     """Bounds of a topic's virtual-partition layout (``virtual.layout.TopicLayout``)."""

@@ -6,14 +6,16 @@ it exists to find, so that no checker can silently pass everything.
 
 from __future__ import annotations
 
+import pytest
+
 from mafka4 import batch_frame, batch_payload
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.vp_records import encode_vp_batch, route_batch
-from simulations.checkers import (Ack, Anomaly, Commit, Consumed, Kind, Rewound, Send, StoredRecord, check_acks_in_log,
-                                  check_commits_monotonic, check_exactly_once_in_vps, check_lanes,
-                                  check_no_duplicates_after_commit, check_per_key_order, check_producer_order,
-                                  check_reads_match_logs, check_replicas_identical, classify_reads, committed_records,
-                                  vp_records)
+from simulations.checkers import (Ack, Anomaly, Commit, Consumed, DeadLettered, Kind, Nack, Rewound, Send, StoredRecord,
+                                  check_acks_in_log, check_commits_monotonic, check_exactly_once_in_vps, check_lanes,
+                                  check_nacked_not_lost, check_no_duplicates_after_commit, check_not_delivered_early,
+                                  check_per_key_order, check_producer_order, check_reads_match_logs,
+                                  check_replicas_identical, classify_reads, committed_records, vp_records)
 
 
 def kinds(anomalies: list[Anomaly]) -> list[Kind]:
@@ -208,6 +210,55 @@ def test_a_message_read_by_a_member_of_another_lane_is_a_wrong_lane_read():
     found = check_lanes(planted, readers, fallbacks)
     assert kinds(found) == [Kind.WRONG_LANE] * 4
     assert "blue.1 (reading 'blue') read b'g' of lane 'green'" in str(found[0])
+
+
+def read(value: bytes, at_ms: int, group: str = "g", consumer: str = "c") -> Consumed:
+    return Consumed(consumer, "vp0", 0, b"k", value, at_ms=at_ms, group=group)
+
+
+def test_a_delayed_message_read_at_its_due_time_or_within_the_tolerance_is_fine_and_earlier_is_early():
+    sent = Send("p", b"k", b"d", 0, deliver_at_ms=10_000)
+    assert check_not_delivered_early([sent, read(b"d", 10_000), read(b"d", 9_800)], tolerance_ms=200) == []
+    found = check_not_delivered_early([sent, read(b"d", 9_000, group="other")], tolerance_ms=200)
+    assert kinds(found) == [Kind.DELIVERED_EARLY]
+    assert "c read b'd' at vp0@0 at 9000, 1000 ms before it was due at 10000 (sent to be delivered then)" in str(found[0])
+    assert check_not_delivered_early([Send("p", b"k", b"n", 0), read(b"n", 0)], tolerance_ms=0) == [], "not delayed"
+
+
+def test_a_nacked_message_read_again_by_its_group_before_its_redelivery_is_due_is_early():
+    nack = Nack("g", "c", b"m", delivery_count=2, at_ms=5_000, due_ms=10_000)
+    fine = [read(b"m", 4_000), nack, read(b"m", 3_000, group="h"), read(b"m", 10_000, consumer="d")]
+    assert check_not_delivered_early(fine, tolerance_ms=0) == [], "the failed delivery, another group, on time"
+    found = check_not_delivered_early([read(b"m", 4_000), nack, read(b"m", 6_000, consumer="d")], tolerance_ms=0)
+    assert kinds(found) == [Kind.DELIVERED_EARLY]
+    assert "4000 ms before it was due at 10000 (its redelivery after c's nack of delivery 2 at 5000)" in str(found[0])
+    last = Nack("g", "c", b"m", delivery_count=16, at_ms=5_000, due_ms=None)
+    assert check_not_delivered_early([last, read(b"m", 5_001)], tolerance_ms=0) == [], "dead-lettered: no due time"
+
+
+def test_a_read_that_has_a_due_time_must_carry_its_time():
+    unstamped = Consumed("c", "vp0", 0, b"k", b"d", group="g")
+    with pytest.raises(AssertionError, match="unstamped"):
+        check_not_delivered_early([Send("p", b"k", b"d", 0, deliver_at_ms=1), unstamped], tolerance_ms=0)
+
+
+def test_a_nacked_message_read_again_or_dead_lettered_is_not_lost():
+    nack = Nack("g", "c", b"m", delivery_count=1, at_ms=1_000, due_ms=2_000)
+    last = Nack("g", "c", b"m", delivery_count=2, at_ms=3_000, due_ms=None)
+    fine = [read(b"m", 500), nack, read(b"m", 2_000, consumer="d"), last, DeadLettered("g", b"m", 2, 3_001)]
+    assert check_nacked_not_lost(fine, drained_at_ms=10_000) == []
+
+
+def test_a_nacked_message_its_group_never_had_again_is_lost_once_its_redelivery_was_due_before_the_drain():
+    nack = Nack("g", "c", b"m", delivery_count=3, at_ms=1_000, due_ms=2_000)
+    history = [read(b"m", 500), nack, read(b"m", 2_500, group="h"), DeadLettered("h", b"m", 16, 3_000)]
+    found = check_nacked_not_lost(history, drained_at_ms=2_000)
+    assert kinds(found) == [Kind.LOST_AFTER_NACK]
+    assert "c of group g nacked delivery 3 of b'm' at 1000 (due again at 2000)" in str(found[0])
+    assert check_nacked_not_lost(history, drained_at_ms=1_999) == [], "still scheduled when the run drained"
+    assert check_nacked_not_lost(history, drained_at_ms=None) == [], "not drained: nothing judged"
+    dead = [Nack("g", "c", b"x", delivery_count=16, at_ms=1_000, due_ms=None)]
+    assert "(dead-lettered)" in str(check_nacked_not_lost(dead, drained_at_ms=1_000)[0])
 
 
 def test_committed_offsets_that_only_grow_are_fine_and_a_step_back_regressed():

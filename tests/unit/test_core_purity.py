@@ -87,6 +87,9 @@ CORES = (
     "mafka4.client.vp_messages",
     # how one poll of a reader of several lanes shares its messages between them
     "mafka4.client.lane_shares",
+    # a group's retry policy (back-off, deliveries before the dead-letter topic), a dead letter's topic and headers
+    "mafka4.client.retry_policy",
+    "mafka4.dead_letters",
     # where a consumer starts a partition, when a group member auto-commits
     "mafka4.client.positions",
     "mafka4.coordinator.control.placement",

@@ -16,7 +16,8 @@ Floors, from the ground up (the first pattern that matches a module names its fl
    remembers of idempotent producers; the Prometheus metric families made from a process's snapshot,
    the latency histogram and the end-to-end latency of the batches a fetch serves, the metrics
    targets named in liveness keys, a group's lag, the controller's counters and the cluster's
-   figures ``mafka4 status`` sums up from the targets' expositions (``mafka4.metrics``).
+   figures ``mafka4 status`` sums up from the targets' expositions (``mafka4.metrics``); a dead
+   letter's topic and headers (``mafka4.dead_letters``).
 2. **metadata and transport**: etcd access and what is stored there (``mafka4.metadata``: store,
    leases, intents, the in-sync recorder; the topic store of ``physical``, the VP store of
    ``virtual``, the user and ACL stores of ``security`` and the admin's credential file), how
@@ -59,6 +60,7 @@ FLOORS = (
     (0, r"mafka4\.(physical|virtual|metadata|transport|protocol|security|frontend|coordinator|metrics|"
         r"coordinator\.(control|groups)|kafka)"),
     (1, r"mafka4\.log(\..*)?|mafka4\.risr(\..*)?"),
+    (1, r"mafka4\.dead_letters"),
     (1, r"mafka4\.physical\.(partition_state|replica|sequencer|topic_leftovers|replica_traffic)"),
     (1, r"mafka4\.virtual\.(ranges|layout|vp_records|column_split|vp_state|feed_plan|failover|replica_core|divergence|"
         r"visit_schedule|load_meter|feed_lag)"),
