@@ -43,7 +43,8 @@ def settings_from_args(args: argparse.Namespace) -> ScalingSettings:
                    replication_factor=args.replication_factor, read_replicas=args.read_replicas, nodes=args.nodes,
                    rate_msgs_per_s=args.rate_msgs_per_s, duration_s=args.duration_s, message_bytes=args.message_bytes,
                    seed=args.seed, pin_cpus=not args.no_pin, pin_services=args.pin_services,
-                   experiment_id=args.experiment_id, settle_load=args.settle_load)
+                   experiment_id=args.experiment_id, settle_load=args.settle_load, lanes=args.lanes,
+                   mafka3_lanes_max=args.mafka3_lanes_max)
 
 
 def _shown(counts: tuple[int, ...]) -> str:
@@ -84,6 +85,13 @@ def add_scaling_arguments(parser: argparse.ArgumentParser, defaults: ScalingSett
                         help="once the group settled, before every run, wait (at most 180 s) for the 1-minute "
                              "load average to fall below LOAD (default: "
                              + ("measure at once" if defaults.settle_load is None else f"{defaults.settle_load:g}") + ")")
+    parser.add_argument("--lanes", type=_int_list, default=_shown(defaults.lanes),
+                        help="lane counts, comma-separated: a run of L > 0 lanes sends round robin over L lanes at "
+                             "the same total rate; mafka4 reads them as VPs by its trunk members' fallback, mafka3 as "
+                             "a topic per lane (default %(default)s: no lanes)")
+    parser.add_argument("--mafka3-lanes-max", type=int, default=defaults.mafka3_lanes_max,
+                        help="mafka3 runs with more lanes are not run: a topic per lane, (L+1) x consumers x "
+                             "replication factor replica actors (default %(default)s)")
     parser.add_argument("--experiment-id", default="", help="default scaling-seed<SEED>; a rerun with the same id and "
                                                             "--out skips finished runs")
 

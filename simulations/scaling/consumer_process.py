@@ -4,7 +4,9 @@
 simulations.scaling.consumer_process FD``), how its wire works and how Ctrl-C stops it; this
 module is what this experiment's member does and says. On the wire, in this order:
 
-* driver to child: ``(access, topic, group)`` (``access`` a ``ClusterAccess`` the driver computed),
+* driver to child: ``(access, groups)`` (``access`` a ``ClusterAccess`` the driver computed,
+  ``groups`` the (topic, group) pairs to read: one, or in a Mafka3 lane run the trunk topic's and
+  each lane topic's, read by a ``TopicsConsumer``),
   then ``Report()`` whenever the driver wants what was polled, and ``Stop()`` when the run is over;
 * child to driver: ``Assigned(size)`` whenever the size of its assignment changes (0 until it
   owns something), ``Polled(messages)`` in answer to each ``Report()``: everything polled since the
@@ -19,6 +21,8 @@ producer's threads on the write side's CPUs. So the driver asks only once produc
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -40,16 +44,71 @@ class Polled:
     messages: tuple[tuple[int, float, int, int], ...]  # (sequence, wall ms at the poll, partition or VP, offset)
 
 
-def start(access: ClusterAccess, topic: str, group: str) -> member_process.Member:
+class TopicsConsumer:
+    """A member of one group per topic, polled as one consumer: how a Mafka3 member reads a topic
+    and its lane topics (Mafka3 has no lane fallback; a Kafka consumer would subscribe to them
+    all). Each topic's ``Consumer`` long-polls in a thread of its own, so a message of any topic
+    is returned as soon as it is polled, not after the others' polls time out."""
+
+    def __init__(self, consumers: list[Consumer], poll_timeout_ms: int):
+        self._consumers = consumers
+        self._polled: queue.SimpleQueue[list] = queue.SimpleQueue()
+        self._assigned = [0] * len(consumers)  # each consumer's assignment size, as its thread last saw it
+        self._stopping = threading.Event()
+        self._failure: BaseException | None = None
+        self._threads = [threading.Thread(target=self._poll_loop, args=(i, poll_timeout_ms), daemon=True,
+                                          name=f"poll-{consumer.topic}") for i, consumer in enumerate(consumers)]
+        for thread in self._threads:
+            thread.start()
+
+    def _poll_loop(self, index: int, poll_timeout_ms: int) -> None:
+        consumer = self._consumers[index]
+        try:
+            while not self._stopping.is_set():
+                messages = consumer.poll(timeout_ms=poll_timeout_ms)
+                self._assigned[index] = len(consumer.assignment())
+                if messages:
+                    self._polled.put(messages)
+        except BaseException as error:  # the member reports it at its next poll
+            self._failure = error
+            self._polled.put([])
+
+    def poll(self, timeout_ms: int) -> list:
+        """What the topics' consumers polled since the last call, waiting up to ``timeout_ms`` for some."""
+        batches = []
+        try:
+            batches.append(self._polled.get(timeout=timeout_ms / 1000))
+            while True:
+                batches.append(self._polled.get_nowait())
+        except queue.Empty:
+            pass
+        if self._failure is not None:
+            raise self._failure
+        return [message for batch in batches for message in batch]
+
+    def assignment(self) -> list[int]:
+        """One entry per partition owned, over all the topics (only its size is used)."""
+        return [0] * sum(self._assigned)
+
+    def close(self) -> None:
+        self._stopping.set()
+        for thread in self._threads:
+            thread.join()
+        for consumer in self._consumers:
+            consumer.close()
+
+
+def start(access: ClusterAccess, groups: tuple[tuple[str, str], ...]) -> member_process.Member:
     """A member's process, started (not waited for), and the driver's end of its wire."""
-    return member_process.start(__name__, (access, topic, group))
+    return member_process.start(__name__, (access, groups))
 
 
-def consume(channel: Connection, access: ClusterAccess, topic: str, group: str) -> None:
-    """Poll as a member of ``group`` until the driver says stop or is gone, telling it what was
-    polled when it asks."""
+def consume(channel: Connection, access: ClusterAccess, groups: tuple[tuple[str, str], ...]) -> None:
+    """Poll as a member of each (topic, group) of ``groups`` until the driver says stop or is gone,
+    telling it what was polled when it asks."""
     with failure_reported(channel):
-        consumer = Consumer(topic, group=group, connection=access, from_beginning=True)
+        consumers = [Consumer(topic, group=group, connection=access, from_beginning=True) for topic, group in groups]
+        consumer = consumers[0] if len(consumers) == 1 else TopicsConsumer(consumers, POLL_TIMEOUT_MS)
         assigned = None
         polled: list[tuple[int, float, int, int]] = []
 

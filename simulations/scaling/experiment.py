@@ -78,6 +78,19 @@ cores. Nothing is slowed down on purpose in either mode.
   ``run_plan``), so the modes take turns: Mafka3's repetition 0, Mafka4's repetition 0, Mafka3's
   repetition 1, and so on.
 
+**Lanes** (``lanes``, issue 40; default ``(0,)``: none). A run of L > 0 lanes opens lanes
+``lane-001`` ... before its group starts, and the producer sends its messages round robin over
+them at the same total rate (the trunk gets none). Each mode models isolation its own way, on the
+same client code: Mafka4 opens a lane as VPs over the topic's physical partitions, and the
+group's N members are trunk readers that read every lane by fallback (no lane has a member of
+its own); Mafka3 opens a lane as a topic of its own (``T.lane-001``, with T's config: one
+partition per consumer), and since it has no fallback each member reads the trunk topic and every
+lane topic, a ``Consumer`` per topic in its process, each in the group of its topic
+(``consumer_process``). Mafka3 runs with more than ``mafka3_lanes_max`` lanes are not run: their
+(L + 1) x N x RF replica actors would not fit this machine (``settings.json`` records the bound,
+and the report says what they would take). Lane runs take no stage stamps: a Mafka3 lane run's
+messages are not in the traced topic, and tracing one mode only would load one side.
+
 **Resumable.** A run whose Parquet file exists is not run again, and a block whose runs all
 exist starts no cluster, so an interrupted run continues where it stopped (same ``--out`` and
 seed). A results directory of a version that ran all of one mode before the other (its
@@ -107,7 +120,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 
 from mafka4.coordinator.groups.partition_protocol import validate_group_name
 from mafka4.errors import InvalidConfig, MafkaError
-from mafka4.limits import ReadMode, _check_range
+from mafka4.limits import LANES_MAX_DEFAULT, ReadMode, _check_range
 from mafka4.limits.servers import ClusterConfig
 from simulations.scaling.run_plan import RUN_ORDER, every_run, run_plan
 
@@ -183,10 +196,18 @@ class ScalingSettings:
     settle_load: float | None = None
     # Given as a Profile or its string; held as a Profile.
     profile: Profile = Profile.FULL
+    # Lane counts (0: no lanes, every message on the trunk); see the module docstring.
+    lanes: tuple[int, ...] = (0,)
+    # Mafka3 runs with more lanes are not run: a topic per lane, (L + 1) x N x RF replica actors.
+    mafka3_lanes_max: int = 10
 
     def __post_init__(self) -> None:
         if not self.consumers or any(n < 1 or n > 64 for n in self.consumers):
             raise InvalidConfig(f"consumers={list(self.consumers)}: give consumer counts between 1 and 64")
+        if not self.lanes or any(lanes < 0 or lanes > LANES_MAX_DEFAULT for lanes in self.lanes):
+            raise InvalidConfig(f"lanes={list(self.lanes)}: give lane counts between 0 (no lanes) and "
+                                f"{LANES_MAX_DEFAULT} (a topic's default lanes_max)")
+        _check_range(self, "mafka3_lanes_max", 0, LANES_MAX_DEFAULT)
         if self.pin_services and not self.pin_cpus:
             raise InvalidConfig("pinning the services needs pinning on: drop --no-pin or --pin-services")
         if not self.modes or any(mode not in MODES for mode in self.modes):
@@ -217,6 +238,10 @@ class ScalingSettings:
     def quick(self) -> ScalingSettings:
         """These settings in the quick profile: consumer counts ``QUICK_CONSUMERS``, one repetition."""
         return replace(self, consumers=QUICK_CONSUMERS, repetitions=1, profile=Profile.QUICK)
+
+    def runs_lanes(self, mode: ReadMode, lanes: int) -> bool:
+        """Whether ``mode`` runs with ``lanes`` lanes: Mafka3 not above ``mafka3_lanes_max``."""
+        return mode is not ReadMode.MAFKA3 or lanes <= self.mafka3_lanes_max
 
     @property
     def run_id(self) -> str:
@@ -316,27 +341,35 @@ def cpu_plan(mode: ReadMode, settings: ScalingSettings, cpus: list[int]) -> dict
             **{f"r{i}": read_set for i in range(config.read_nodes)}}
 
 
-def config_path(out_dir: Path, settings: ScalingSettings, mode: ReadMode, consumers: int, repetition: int = 0) -> Path:
-    return out_dir / settings.run_id / f"{mode}-c{consumers:03d}-r{repetition}.parquet"
+def config_path(out_dir: Path, settings: ScalingSettings, mode: ReadMode, consumers: int, repetition: int = 0,
+                lanes: int = 0) -> Path:
+    lanes_part = f"-l{lanes:03d}" if lanes else ""  # runs without lanes keep the names they had before lanes
+    return out_dir / settings.run_id / f"{mode}-c{consumers:03d}{lanes_part}-r{repetition}.parquet"
+
+
+def lane_names(lanes: int) -> tuple[str, ...]:
+    """The lanes a run of ``lanes`` lanes opens and sends to."""
+    return tuple(f"lane-{number:03d}" for number in range(1, lanes + 1))
 
 
 def run_scaling(settings: ScalingSettings, out_dir: Path, progress=sys.stderr) -> list[Path]:
     """Run every run not yet on disk, in ``run_plan``'s order; return the Parquet files of all of them."""
     runs = every_run(settings)
 
-    def on_disk(repetition: int, mode: ReadMode, consumers: int) -> bool:
-        return config_path(out_dir, settings, mode, consumers, repetition).exists()
+    def on_disk(repetition: int, mode: ReadMode, consumers: int, lanes: int) -> bool:
+        return config_path(out_dir, settings, mode, consumers, repetition, lanes).exists()
 
     done = sum(on_disk(*run) for run in runs)
     _write_settings(out_dir / settings.run_id / SETTINGS_FILE, settings)
     _progress(progress, done, len(runs), "resuming" if done else "starting", settings)
     for block in run_plan(settings, on_disk):
         with _mode_cluster(block.mode, settings) as cluster:
-            for consumers in block.consumers:
-                what = _measure_run(cluster, settings, block.mode, consumers, block.repetition, out_dir)
+            for consumers, lanes in block.shapes:
+                what = _measure_run(cluster, settings, block.mode, consumers, lanes, block.repetition, out_dir)
                 done += 1
                 _progress(progress, done, len(runs), what, settings)
-    return [config_path(out_dir, settings, mode, consumers, repetition) for repetition, mode, consumers in runs]
+    return [config_path(out_dir, settings, mode, consumers, repetition, lanes)
+            for repetition, mode, consumers, lanes in runs]
 
 
 def _write_settings(path: Path, settings: ScalingSettings) -> None:
@@ -379,11 +412,13 @@ def _mode_cluster(mode: ReadMode, settings: ScalingSettings) -> Iterator[Tempora
         yield cluster
 
 
-def _create_topic(admin, settings: ScalingSettings, mode: ReadMode, consumers: int, repetition: int) -> str:
-    """The run's topic, created in ``mode``'s layout; its name, which names the run's seed."""
-    topic = f"scaling-{mode}-c{consumers}-s{settings.seed_of(repetition)}"
-    if topic in admin.list_topics():
-        admin.delete_topic(topic)  # left by an interrupted run of this configuration
+def _create_topic(admin, settings: ScalingSettings, mode: ReadMode, consumers: int, lanes: int,
+                  repetition: int) -> tuple[str, tuple[str, ...]]:
+    """The run's topic, created in ``mode``'s layout with its lanes open; its name, which names the
+    run's seed, and the topics its members read (itself, and in Mafka3 a topic per lane)."""
+    lanes_part = f"-l{lanes}" if lanes else ""
+    topic = f"scaling-{mode}-c{consumers}{lanes_part}-s{settings.seed_of(repetition)}"
+    _delete_topics(admin, topic)  # left by an interrupted run of this configuration
     if mode is ReadMode.MAFKA3:
         admin.create_topic(topic, partitions=consumers, replication_factor=settings.replication_factor,
                            min_insync_replicas=settings.replication_factor, read_mode=ReadMode.MAFKA3)
@@ -391,10 +426,20 @@ def _create_topic(admin, settings: ScalingSettings, mode: ReadMode, consumers: i
         admin.create_topic(topic, partitions=settings.physical_partitions, replication_factor=settings.replication_factor,
                            min_insync_replicas=settings.replication_factor, read_mode=ReadMode.MAFKA4,
                            virtual_partitions=consumers, read_replicas=settings.read_replicas)
-    return topic
+    # Before the group starts: its members then settle on every lane, and no lane opens while measured.
+    opened = [admin.open_lane(topic, lane) for lane in lane_names(lanes)]
+    lane_topics = tuple(answer.topic for answer in opened) if mode is ReadMode.MAFKA3 else ()
+    return topic, (topic, *lane_topics)
 
 
-def _measure_run(cluster: TemporaryCluster, settings: ScalingSettings, mode: ReadMode, consumers: int,
+def _delete_topics(admin, topic: str) -> None:
+    """``topic`` and its Mafka3 lane topics (``T.lane``), those that exist."""
+    for name in admin.list_topics():
+        if name == topic or name.startswith(f"{topic}."):
+            admin.delete_topic(name)
+
+
+def _measure_run(cluster: TemporaryCluster, settings: ScalingSettings, mode: ReadMode, consumers: int, lanes: int,
                  repetition: int, out_dir: Path) -> str:
     """Measure one run on a topic and group of its own: create the topic, settle the group, wait for a
     quiet machine, produce, drain; write its event log and its line of ``runs.jsonl``, delete the
@@ -404,14 +449,16 @@ def _measure_run(cluster: TemporaryCluster, settings: ScalingSettings, mode: Rea
 
     admin = Admin(cluster.connection)
     began = time.monotonic()
-    topic = _create_topic(admin, settings, mode, consumers, repetition)
+    topic, read_topics = _create_topic(admin, settings, mode, consumers, lanes, repetition)
     created_s = time.monotonic() - began
     try:
-        footprint = topic_footprint(admin, topic, cluster.connection)
-        trace = _topic_trace(admin, topic, cluster.connection)
+        footprint = topic_footprint(admin, read_topics, cluster.connection)
+        trace = _topic_trace(admin, topic, cluster.connection) if not lanes else None  # module doc: Lanes
         layout = settings.client_layout
         consumer_cpus = _cpus_named(layout["consumer_cpus"])
-        with _Group(cluster.connection, topic, consumers, consumer_cpus) as group, \
+        # Every member owns its share of every topic's partitions, or of the topic's VPs (lanes' among them).
+        owned = footprint["virtual_partitions"] or footprint["physical_partitions"]
+        with _Group(cluster.connection, read_topics, consumers, owned, consumer_cpus) as group, \
                 _driver_pinned(_cpus_named(layout["producer_cpus"]), group.collector_thread, consumer_cpus):
             settled_s = time.monotonic() - began - created_s
             # The group's start (its members' interpreters) and the run before load a small machine.
@@ -420,12 +467,14 @@ def _measure_run(cluster: TemporaryCluster, settings: ScalingSettings, mode: Rea
             measured = time.monotonic()
             load_before = os.getloadavg()
             seed = settings.seed_of(repetition)
-            trace.start()
-            producer_log = _produce(cluster.connection, topic, settings, seed)
+            if trace is not None:
+                trace.start()
+            producer_log = _produce(cluster.connection, topic, settings, seed, lane_names(lanes))
             group.drain(set(producer_log.ack_ms), settings.drain_s_max)
-            stamps = _Trace(*trace.take_and_stop())
-            path = config_path(out_dir, settings, mode, consumers, repetition)
+            stamps = _Trace(*trace.take_and_stop()) if trace is not None else _Trace()
+            path = config_path(out_dir, settings, mode, consumers, repetition, lanes)
             run = RunInfo(experiment_id=settings.run_id, source="runtime", mode=mode, consumers=consumers, topics=1,
+                          lanes=lanes,
                           physical_partitions=footprint["physical_partitions"],
                           virtual_partitions=footprint["virtual_partitions"], write_nodes=footprint["write_nodes"],
                           read_nodes=footprint["read_nodes"], actors=footprint["actors"], sample_rate=1.0, seed=seed,
@@ -436,19 +485,20 @@ def _measure_run(cluster: TemporaryCluster, settings: ScalingSettings, mode: Rea
             undelivered = sum(1 for ack, delivered in zip(columns["ack_time_ms"], columns["deliveries"])
                               if ack is not None and not delivered)
             _append_run_record(out_dir / settings.run_id / RUNS_FILE, {
-                "mode": str(mode), "consumers": consumers, "repetition": repetition, "seed": seed,
+                "mode": str(mode), "consumers": consumers, "lanes": lanes, "repetition": repetition, "seed": seed,
                 "load_average_before": [round(value, 2) for value in load_before],
                 "busy_cores_before": busy_cores_before,
                 "load_average_after": [round(value, 2) for value in os.getloadavg()],
                 "topic_created_s": round(created_s, 1), "group_settled_s": round(settled_s, 1),
                 "load_settle_wait_s": round(quieted_s, 1), "measured_s": round(measured_s, 1),
                 "undelivered": undelivered, "trace_rows_dropped": stamps.dropped,
-                "trace_actors_lost": trace.lost_actors, "event_log": path.name})
+                "trace_actors_lost": trace.lost_actors if trace is not None else 0, "event_log": path.name})
     finally:
-        admin.delete_topic(topic)
+        _delete_topics(admin, topic)
     waited = f"load wait {quieted_s:.0f} s, " if settings.settle_load is not None else ""
     drained = "" if not undelivered else f"; NOT DRAINED: {undelivered} acknowledged messages never consumed"
-    return (f"{mode} N={consumers} r{repetition} (topic {created_s:.0f} s, group {settled_s:.0f} s, {waited}measured "
+    lanes_part = f" L={lanes}" if lanes else ""
+    return (f"{mode} N={consumers}{lanes_part} r{repetition} (topic {created_s:.0f} s, group {settled_s:.0f} s, {waited}measured "
             f"{measured_s:.0f} s, load {load_before[0]:.2f} before) -> {path.name}{drained}")
 
 
@@ -489,17 +539,18 @@ def _topic_trace(admin, topic: str, connection) -> TopicTrace:
     return TopicTrace(connection.cluster, topic, {state.partition: state.replicas for state in metadata.partitions}, read_nodes)
 
 
-def topic_footprint(admin, topic: str, connection) -> dict[str, int]:
-    """Partitions, actors and distinct nodes a topic occupies, from its etcd metadata."""
+def topic_footprint(admin, topics: Iterable[str], connection) -> dict[str, int]:
+    """Partitions, actors and distinct nodes some topics occupy together, from their etcd metadata."""
     from mafka4.virtual.vp_store import VirtualStore
 
-    metadata = admin.topic_metadata(topic)
-    write_nodes = {replica for state in metadata.partitions for replica in state.replicas}
-    physical_replicas = sum(len(state.replicas) for state in metadata.partitions)
-    vp_states = [state for state, _ in VirtualStore(connection.store, connection.cluster).states(topic).values()]
+    partitions = [state for topic in topics for state in admin.topic_metadata(topic).partitions]
+    write_nodes = {replica for state in partitions for replica in state.replicas}
+    physical_replicas = sum(len(state.replicas) for state in partitions)
+    vp_states = [state for topic in topics
+                 for state, _ in VirtualStore(connection.store, connection.cluster).states(topic).values()]
     read_nodes = {replica for state in vp_states for replica in state.replicas}
     # A VP is a log inside its read node's one actor: the read side costs an actor per read node.
-    return {"physical_partitions": len(metadata.partitions), "virtual_partitions": len(vp_states),
+    return {"physical_partitions": len(partitions), "virtual_partitions": len(vp_states),
             "write_nodes": len(write_nodes), "read_nodes": len(read_nodes),
             "actors": physical_replicas + len(read_nodes)}
 
@@ -524,20 +575,21 @@ def _driver_pinned(cpus: list[int] | None, collector_thread: int | None,
 
 
 class _Group:
-    """``consumers`` members of one group reading ``topic``, each a process of its own
+    """``consumers`` members of one group reading ``topics``' first (and, in a Mafka3 lane run,
+    of a group per topic reading each of the others: module doc, Lanes), each a process of its own
     (``simulations.scaling.consumer_process``: as threads of this driver they shared the producer's
     GIL and lengthened its tail latency as N grew). One thread of this driver collects what each
     member tells into its ``_ConsumerLog``; what they polled, only when ``drain`` asks for it.
-    Entered once every member owns something, so production then measures a settled group; left
-    with every member stopped, or killed."""
+    Entered once every member owns something and the members own ``owned`` partitions or VPs
+    together, so production then measures a settled group; left with every member stopped, or killed."""
 
-    def __init__(self, connection, topic: str, consumers: int, cpus: list[int] | None):
+    def __init__(self, connection, topics: tuple[str, ...], consumers: int, owned: int, cpus: list[int] | None):
         """``cpus``: where the members' processes run (None: anywhere)."""
         from mafka4.client.cluster_access import cluster_access
 
         self._access = cluster_access(connection)  # once, here: a member imports neither Ray nor etcd
-        self._topic = topic
-        self._group = validate_group_name(f"{topic}-group")
+        self._groups = tuple((topic, validate_group_name(f"{topic}-group")) for topic in topics)
+        self._owned = owned
         self.logs = [_ConsumerLog() for _ in range(consumers)]
         self._assigned = [0] * consumers  # each member's assignment size, as it last told
         self._reports = [0] * consumers  # how many of the driver's Report() each member has answered
@@ -559,7 +611,7 @@ class _Group:
 
         try:
             for _ in self.logs:  # not waited for: the members' interpreters start side by side
-                self._members.append(start(self._access, self._topic, self._group))
+                self._members.append(start(self._access, self._groups))
                 if self._cpus is not None:  # before its interpreter starts a thread
                     pin_threads(self._members[-1][0].pid, self._cpus)
             self._collector.start()
@@ -641,16 +693,17 @@ class _Group:
                     self._reported.notify_all()
 
     def _wait_until_settled(self) -> None:
-        """Until every member owns something: production then measures a settled group."""
+        """Until every member owns something and all of it is owned: production then measures a settled group."""
         deadline = time.monotonic() + GROUP_STABLE_S_MAX
         while True:
             with self._lock:
                 sizes = list(self._assigned)
-            if all(sizes):
+            if all(sizes) and sum(sizes) >= self._owned:
                 return
             _raise_consumer_error(self.logs)
             if time.monotonic() > deadline:
-                raise ExperimentFailed(f"the group did not settle in {GROUP_STABLE_S_MAX} s (assignment sizes {sizes}): "
+                raise ExperimentFailed(f"the group did not settle in {GROUP_STABLE_S_MAX} s (assignment sizes {sizes} "
+                                       f"of {self._owned}): "
                                        f"see the cluster's logs; rerun with the same --out to resume")
             time.sleep(0.1)
 
@@ -671,9 +724,9 @@ def producer_partitions(connection, topic: str) -> int:
     return len(TopicStore(connection.store, connection.cluster).get(topic).partitions)
 
 
-def _produce(connection, topic: str, settings: ScalingSettings, seed: int) -> _ProducerLog:
-    """Send ``settings.messages`` keyed messages at the set rate; message i carries sequence number
-    i, and the log is indexed by i."""
+def _produce(connection, topic: str, settings: ScalingSettings, seed: int, lanes: tuple[str, ...]) -> _ProducerLog:
+    """Send ``settings.messages`` keyed messages at the set rate, round robin over ``lanes`` (none:
+    the trunk); message i carries sequence number i, and the log is indexed by i."""
     from mafka4.client.partitioner import Partitioner
     from mafka4.client.producer import Producer
 
@@ -696,6 +749,8 @@ def _produce(connection, topic: str, settings: ScalingSettings, seed: int) -> _P
 
     with Producer(topic, connection=connection, acks="all", linger_ms=1) as producer:
         partitions = Partitioner(topic, producer_partitions(connection, topic))
+        for lane in lanes:  # where each lane is, before the clock starts (as a Kafka producer's metadata)
+            producer.open_lane(lane)
         began = time.monotonic()
         for sequence in range(total):
             wait_s = began + sequence * interval_s - time.monotonic()
@@ -704,7 +759,8 @@ def _produce(connection, topic: str, settings: ScalingSettings, seed: int) -> _P
             key = f"key-{rng.randrange(settings.keys)}".encode()
             log.partition.append(partitions.partition(key, None))
             log.produce_ms.append(time.time() * 1000)
-            producer.send(VALUE_HEADER.pack(sequence) + padding, key=key).add_callback(on_ack(sequence))
+            lane = lanes[sequence % len(lanes)] if lanes else None
+            producer.send(VALUE_HEADER.pack(sequence) + padding, key=key, lane=lane).add_callback(on_ack(sequence))
         producer.flush()
     return log
 

@@ -11,7 +11,7 @@ import pytest
 
 from mafka4.errors import InvalidConfig
 from mafka4.limits import ReadMode
-from simulations.scaling.experiment import _busy_cores, ScalingSettings, cluster_config, config_path, cpu_plan, run_scaling
+from simulations.scaling.experiment import _busy_cores, ScalingSettings, cluster_config, config_path, cpu_plan, lane_names, run_scaling
 from simulations.scaling.run_plan import Block, every_run, run_plan
 
 M3, M4 = ReadMode.MAFKA3, ReadMode.MAFKA4
@@ -123,19 +123,20 @@ def test_pinning_the_services_needs_pinning_on():
 
 def test_the_modes_take_turns_by_repetition_each_block_on_a_cluster_of_its_own():
     settings = ScalingSettings(consumers=(1, 4), repetitions=2)
+    shapes = ((1, 0), (4, 0))
     assert run_plan(settings, lambda *_: False) == [
-        Block(0, M3, (1, 4)), Block(0, M4, (1, 4)), Block(1, M3, (1, 4)), Block(1, M4, (1, 4))]
-    assert every_run(settings) == [(0, M3, 1), (0, M3, 4), (0, M4, 1), (0, M4, 4),
-                                   (1, M3, 1), (1, M3, 4), (1, M4, 1), (1, M4, 4)]
+        Block(0, M3, shapes), Block(0, M4, shapes), Block(1, M3, shapes), Block(1, M4, shapes)]
+    assert every_run(settings) == [(0, M3, 1, 0), (0, M3, 4, 0), (0, M4, 1, 0), (0, M4, 4, 0),
+                                   (1, M3, 1, 0), (1, M3, 4, 0), (1, M4, 1, 0), (1, M4, 4, 0)]
 
 
 def test_a_resumed_plan_leaves_out_every_run_on_disk_and_every_block_with_none_left():
     settings = ScalingSettings(consumers=(1, 4, 32), repetitions=2)
-    on_disk = {(0, M3, 1), (0, M3, 4), (0, M3, 32), (0, M4, 1), (1, M4, 4)}
+    on_disk = {(0, M3, 1, 0), (0, M3, 4, 0), (0, M3, 32, 0), (0, M4, 1, 0), (1, M4, 4, 0)}
     plan = run_plan(settings, lambda *run: run in on_disk)
-    assert plan == [Block(0, M4, (4, 32)), Block(1, M3, (1, 4, 32)), Block(1, M4, (1, 32))], \
-        "repetition 0 of mafka3 is done: no cluster for it"
-    planned = [(block.repetition, block.mode, n) for block in plan for n in block.consumers]
+    assert plan == [Block(0, M4, ((4, 0), (32, 0))), Block(1, M3, ((1, 0), (4, 0), (32, 0))),
+                    Block(1, M4, ((1, 0), (32, 0)))], "repetition 0 of mafka3 is done: no cluster for it"
+    planned = [(block.repetition, block.mode, *shape) for block in plan for shape in block.shapes]
     assert planned == [run for run in every_run(settings) if run not in on_disk], "each missing run, once, in order"
     assert run_plan(settings, lambda *_: True) == []
 
@@ -216,9 +217,9 @@ def test_run_scaling_starts_a_cluster_per_block_and_measures_its_runs_in_plan_or
         events.append(("cluster", str(mode)))
         yield None
 
-    def measure(_cluster, _settings, mode, consumers, repetition, out_dir):
+    def measure(_cluster, _settings, mode, consumers, lanes, repetition, out_dir):
         events.append((repetition, str(mode), consumers))
-        config_path(out_dir, settings, mode, consumers, repetition).write_bytes(b"new")
+        config_path(out_dir, settings, mode, consumers, repetition, lanes).write_bytes(b"new")
         return f"{mode} N={consumers} r{repetition}"
 
     monkeypatch.setattr(experiment, "_mode_cluster", cluster)
@@ -242,3 +243,30 @@ def test_compare_waits_for_a_quiet_machine_by_default():
     from simulations.compare import COMPARE_DEFAULTS
 
     assert COMPARE_DEFAULTS.settle_load == 1.5
+
+
+def test_lane_counts_multiply_the_runs_and_mafka3_leaves_out_those_above_its_bound(tmp_path):
+    settings = ScalingSettings(consumers=(4,), lanes=(0, 10, 100), mafka3_lanes_max=10)
+    assert every_run(settings) == [(0, M3, 4, 0), (0, M3, 4, 10), (0, M4, 4, 0), (0, M4, 4, 10), (0, M4, 4, 100)], \
+        "mafka3 at 100 lanes would take 404 partitions: not run"
+    assert run_plan(settings, lambda *_: False) == [Block(0, M3, ((4, 0), (4, 10))),
+                                                    Block(0, M4, ((4, 0), (4, 10), (4, 100)))]
+    assert config_path(tmp_path, settings, M4, 4, 1, lanes=10).name == "mafka4-c004-l010-r1.parquet"
+    assert config_path(tmp_path, settings, M4, 4, 1).name == "mafka4-c004-r1.parquet", "no lanes: the name of before"
+    assert lane_names(3) == ("lane-001", "lane-002", "lane-003") and lane_names(0) == ()
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"lanes": ()}, "give lane counts between 0"),
+    ({"lanes": (1, 257)}, "lanes=\\[1, 257\\]: give lane counts between 0 \\(no lanes\\) and 256"),
+    ({"mafka3_lanes_max": -1}, "mafka3_lanes_max"),
+])
+def test_bad_lane_settings_name_the_field(settings, message):
+    with pytest.raises(InvalidConfig, match=message):
+        ScalingSettings(**settings)
+
+
+def test_the_command_line_takes_lane_counts_and_the_mafka3_bound():
+    settings = parsed("experiment", "--lanes", "0,10", "--mafka3-lanes-max", "3")
+    assert (settings.lanes, settings.mafka3_lanes_max) == ((0, 10), 3)
+    assert parsed("experiment").lanes == (0,), "no lanes unless asked"
