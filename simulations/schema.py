@@ -20,6 +20,13 @@ mode                  string  ``"mafka3"`` (consumers read physical partitions, 
 consumers             int32   consumers in the group reading the topic(s), >= 1.
 topics                int32   topics in the run, >= 1: 1 for the runtime experiment, the fleet size for
                               the fleet model.
+lanes                 int32   lanes (named sub-streams of a topic) the run's messages were spread over,
+                              round robin, >= 0; 0 = no lanes, every message on the trunk (every run
+                              before lanes existed). A Mafka4 lane is a set of VPs over the topic's
+                              physical partitions; a Mafka3 lane ``L`` of topic ``T`` is a topic of its
+                              own, ``T.L``, counted here and in ``physical_partitions`` and ``actors``,
+                              not in ``topics``. The fleet model records 0 (its lanes, on a share of its
+                              topics, are in ``fleet_summary.json`` and its logs' names).
 physical_partitions   int32   physical partitions, summed over all topics of the run, >= 1.
 virtual_partitions    int32   virtual partitions, summed over all topics of the run; 0 in mafka3 mode,
                               >= 1 in mafka4 mode.
@@ -103,7 +110,8 @@ Files are written atomically (a hidden temp file in the same directory, fsynced,
 so a crash never leaves a half-written ``*.parquet`` file; readers skip hidden (``.``) and
 underscore-prefixed files and directories holding an ``_MAFKA4_ANALYSIS`` marker (the
 analysis output). The schema carries the metadata key ``mafka4.event_schema_version``;
-bump :data:`SCHEMA_VERSION` on any incompatible change.
+bump :data:`SCHEMA_VERSION` on any incompatible change. Version 3 added ``lanes``; files of
+version 2 (``READABLE_SCHEMAS``: the same columns without it) are still read, as ``lanes = 0``.
 """
 
 from __future__ import annotations
@@ -122,7 +130,7 @@ from mafka4.durable_files import replace_file
 from mafka4.errors import InvalidEventLog, NoEventLogs
 from mafka4.limits import ReadMode
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 SOURCES = ("runtime", "fleet_model")
 # A run's mode is the read mode of its topics, stored as its string.
 MODES = (ReadMode.MAFKA3.value, ReadMode.MAFKA4.value)
@@ -139,6 +147,7 @@ EVENT_SCHEMA = pa.schema(
         pa.field("mode", pa.string(), nullable=False),
         pa.field("consumers", pa.int32(), nullable=False),
         pa.field("topics", pa.int32(), nullable=False),
+        pa.field("lanes", pa.int32(), nullable=False),
         pa.field("physical_partitions", pa.int32(), nullable=False),
         pa.field("virtual_partitions", pa.int32(), nullable=False),
         pa.field("write_nodes", pa.int32(), nullable=False),
@@ -162,6 +171,14 @@ EVENT_SCHEMA = pa.schema(
     ],
     metadata={"mafka4.event_schema_version": SCHEMA_VERSION},
 )
+# Columns a version added, with the value a file of an older version reads as: version -> column -> value.
+ADDED_COLUMNS = {"3": {"lanes": 0}}
+# Every schema version still read -> its layout; a file of an older one reads with ADDED_COLUMNS filled in.
+READABLE_SCHEMAS = {
+    SCHEMA_VERSION: EVENT_SCHEMA,
+    "2": pa.schema([field for field in EVENT_SCHEMA if field.name not in ADDED_COLUMNS["3"]],
+                   metadata={"mafka4.event_schema_version": "2"}),
+}
 
 ROW_COLUMNS = (
     "partition",
@@ -225,6 +242,7 @@ class RunInfo:
     git_commit: str
     sample_rate: float = 1.0
     repetition: int = 0
+    lanes: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.experiment_id, str) or not self.experiment_id:
@@ -233,7 +251,7 @@ class RunInfo:
             raise InvalidEventLog(f"RunInfo.source is {self.source!r}; use one of {SOURCES}")
         if self.mode not in MODES:
             raise InvalidEventLog(f"RunInfo.mode is {self.mode!r}; use one of {MODES}")
-        minimums = {"consumers": 1, "topics": 1, "physical_partitions": 1, "virtual_partitions": 0,
+        minimums = {"consumers": 1, "topics": 1, "lanes": 0, "physical_partitions": 1, "virtual_partitions": 0,
                     "write_nodes": 1, "read_nodes": 0, "actors": 0, "repetition": 0}
         for name, minimum in minimums.items():
             value = getattr(self, name)
@@ -391,31 +409,52 @@ def event_log_files(path: str | os.PathLike[str]) -> list[Path]:
     return files
 
 
-def check_event_file(file: Path) -> None:
-    """Raise :class:`InvalidEventLog` unless ``file``'s Parquet schema is :data:`EVENT_SCHEMA`."""
+def check_event_file(file: Path) -> str:
+    """The schema version of ``file`` (a key of :data:`READABLE_SCHEMAS`); raise :class:`InvalidEventLog`
+    unless its Parquet schema is :data:`EVENT_SCHEMA` or an older layout still read."""
     try:
         found = pq.read_schema(file)
     except (pa.ArrowInvalid, OSError) as error:
         raise InvalidEventLog(f"{str(file)!r} is not a readable Parquet file: {error}") from None
-    if not found.equals(EVENT_SCHEMA, check_metadata=False):
-        expected = {field.name: str(field.type) for field in EVENT_SCHEMA}
-        actual = {field.name: str(field.type) for field in found}
-        wrong = sorted(name for name in expected.keys() | actual.keys() if expected.get(name) != actual.get(name))
-        raise InvalidEventLog(
-            f"{str(file)!r} is not an event log of schema version {SCHEMA_VERSION}: columns {wrong} differ "
-            f"(expected {[expected.get(n) for n in wrong]}, found {[actual.get(n) for n in wrong]}); "
-            "write it with simulations.schema.write_events")
+    for version, schema in READABLE_SCHEMAS.items():
+        if found.equals(schema, check_metadata=False):
+            return version
+    expected = {field.name: str(field.type) for field in EVENT_SCHEMA}
+    actual = {field.name: str(field.type) for field in found}
+    wrong = sorted(name for name in expected.keys() | actual.keys() if expected.get(name) != actual.get(name))
+    raise InvalidEventLog(
+        f"{str(file)!r} is not an event log of schema version {SCHEMA_VERSION}: columns {wrong} differ "
+        f"(expected {[expected.get(n) for n in wrong]}, found {[actual.get(n) for n in wrong]}); "
+        "write it with simulations.schema.write_events")
+
+
+def added_since(version: str) -> dict[str, Any]:
+    """The columns added after schema ``version`` (a key of :data:`READABLE_SCHEMAS`), each with the value
+    a file of that version reads as."""
+    return {name: value for added, columns in ADDED_COLUMNS.items() if int(added) > int(version)
+            for name, value in columns.items()}
+
+
+def read_event_file(file: Path) -> pa.Table:
+    """One event-log file as a table of :data:`EVENT_SCHEMA`; a file of an older version gets the columns
+    added since, at the value it reads as (``lanes = 0``)."""
+    version = check_event_file(file)
+    table = pq.read_table(file, schema=READABLE_SCHEMAS[version])
+    for name, value in added_since(version).items():
+        table = table.append_column(EVENT_SCHEMA.field(name),
+                                    pa.repeat(pa.scalar(value, EVENT_SCHEMA.field(name).type), table.num_rows))
+    return table.select(EVENT_SCHEMA.names).cast(EVENT_SCHEMA)
 
 
 def read_events(path_or_dir: str | os.PathLike[str]) -> pa.Table:
     """All event logs at ``path_or_dir`` (a file or a directory searched recursively) as one table.
 
     Raises :class:`NoEventLogs` when there is none and :class:`InvalidEventLog` naming the first
-    file whose schema is not :data:`EVENT_SCHEMA`."""
+    file whose schema is not :data:`EVENT_SCHEMA` or an older layout still read (:func:`read_event_file`)."""
     files = event_log_files(path_or_dir)
     for file in files:
         check_event_file(file)
-    return pa.concat_tables([pq.read_table(file, schema=EVENT_SCHEMA) for file in files])
+    return pa.concat_tables([read_event_file(file) for file in files])
 
 
 def git_commit(directory: str | os.PathLike[str] | None = None) -> str:

@@ -18,7 +18,8 @@ def add_analyze_parser(commands) -> None:
         "analyze", help="Spark analysis of event logs: exact tp50/tp99/tp999 per repetition and their median per "
                         "configuration, integrity checks, Mafka3/Mafka4 ratios and each mode's ratio of its "
                         "most consumers over its fewest, both with block-bootstrap intervals, per-stage latencies, "
-                        "OpenMessaging-Benchmark-shaped JSON, plots and report.md")
+                        "OpenMessaging-Benchmark-shaped JSON, plots and report.md (runs with lanes in a section of "
+                        "their own)")
     analyze_parser.add_argument("dir", help="directory holding event-log Parquet files (searched recursively)")
     analyze_parser.add_argument("--out", default=None, help="output directory (default DIR/analysis)")
     analyze_parser.add_argument("--master", default=AnalysisSettings().master,

@@ -19,7 +19,7 @@ smallest value whose cumulative weight, values ascending, reaches ``ceil(q * W)`
 run's total weight (q an exact fraction, as in ``simulations.analysis.percentiles``; null when ``W`` is
 0). With all weights 1 it is the run's ordinary percentile. Per configuration and replicate,
 the statistic is the median over the configuration's runs (as the point estimate is); the
-replicate ratio is Mafka3's statistic / Mafka4's at the same (consumers, topics); the interval
+replicate ratio is Mafka3's statistic / Mafka4's at the same (consumers, topics, lanes); the interval
 is the 2.5th and 97.5th *nearest-rank* percentiles of the replicate ratios (numpy:
 ``np.percentile(ratios, [2.5, 97.5], method="inverted_cdf")``), null ratios (a Mafka4 statistic
 of 0) left out. Only drained runtime runs take part (``simulations.analysis.runs``); only tp99 and tp999
@@ -152,7 +152,10 @@ def with_block_weights(runs: DataFrame, replicates: int, seed: int) -> DataFrame
     from pyspark.sql import functions as F
 
     assert replicates >= 1, replicates
-    uniform = uniform_sql(seed, "experiment_id", "mode", "consumers", "topics", "seed", "repetition", "b", "r")
+    parts = ("experiment_id", "mode", "consumers", "topics", "seed", "repetition", "b", "r")
+    # A run without lanes draws what it drew before lanes existed; a lane run hashes its lane count too, so
+    # that runs of two lane counts that share every other key draw independent weights.
+    uniform = f"if(lanes = 0, {uniform_sql(seed, *parts)}, {uniform_sql(seed, *parts, 'lanes')})"
     # The uniform is drawn once per block and replicate, then mapped through the inverse CDF.
     return runs.withColumn("weights", F.expr(
         f"transform(sequence(0, {replicates - 1}), r -> transform(transform(sequence(0, blocks - 1), b -> "
@@ -227,7 +230,7 @@ def config_statistics(events: DataFrame, replicates: int, block_ms: float, seed:
 
 def ratio_intervals(per_config: DataFrame, latency_table: DataFrame, replicates: int, block_ms: float,
                     seed: int) -> DataFrame:
-    """The table ``ratio_intervals``: one row per (source, consumers, topics, latency, percentile).
+    """The table ``ratio_intervals``: one row per (source, consumers, topics, lanes, latency, percentile).
 
     ``per_config``: ``config_statistics`` of the drained runtime runs; ``latency_table``:
     ``latency_by_config`` (its medians give the point ratio). Columns: the keys, ``ratio`` (point,
@@ -255,7 +258,7 @@ def ratio_intervals(per_config: DataFrame, latency_table: DataFrame, replicates:
 
 
 def point_ratios(latency_table: DataFrame) -> DataFrame:
-    """Per (source, consumers, topics, latency, percentile): the medians of both modes and their ratio."""
+    """Per (source, consumers, topics, lanes, latency, percentile): the medians of both modes and their ratio."""
     from pyspark.sql import functions as F
 
     rows = []

@@ -4,12 +4,12 @@ It reads every event-log file below a directory (the layout of ``simulations.sch
 under the output directory (default ``DIR/analysis``), each table as ``.parquet`` and ``.csv``:
 
 * ``latency_by_repetition``: one row per run (``simulations.analysis.runs.RUN_KEYS``: source, mode,
-  consumers, topics, experiment_id, seed, repetition) with its rows, the integrity counts
+  consumers, topics, lanes, experiment_id, seed, repetition) with its rows, the integrity counts
   (acknowledged, never_acknowledged, deliveries_counted, undelivered, duplicates, drained), and
   per latency (``produce_latency_ms``, ``end_to_end_latency_ms``) its sample count
   ``{latency}_count``, exact ``{latency}_tp50/_tp99/_tp999`` and ``{latency}_tp999_beyond`` (samples
   above the tp999 rank);
-* ``latency_by_config``: one row per configuration (source, mode, consumers, topics): ``runs``,
+* ``latency_by_config``: one row per configuration (source, mode, consumers, topics, lanes): ``runs``,
   ``repetitions`` (the drained runs used), ``runs_excluded`` (not drained); the integrity counts
   summed over all runs; per latency ``{latency}_count`` (summed over the repetitions used) and
   ``{latency}_count_min`` (the smallest repetition), ``{latency}_{tp}`` = the median over the
@@ -17,14 +17,15 @@ under the output directory (default ``DIR/analysis``), each table as ``.parquet`
   ``{latency}_tp999_beyond_min`` and ``few_tp999_samples`` (a repetition has fewer than
   ``runs.TAIL_SAMPLES_MIN`` samples above its tp999 rank); node, actor and partition counts;
   the seeds and experiment ids;
-* ``mode_ratios``: one row per (source, consumers, topics) with both modes: Mafka3 / Mafka4 of
+* ``mode_ratios``: one row per (source, consumers, topics, lanes) with both modes: Mafka3 / Mafka4 of
   each median percentile (``{latency}_{tp}_ratio``) and of the node, actor and partition counts,
   and for the runtime the bootstrap interval ``{latency}_{tp}_ratio_low`` / ``_high`` (tp99, tp999);
 * ``ratio_intervals``: the bootstrap intervals in long form (``simulations.analysis.intervals``);
-* ``scale_ratios``: within each runtime mode, the median tp99 and tp999 at the most consumers over
-  those at the fewest, with their bootstrap interval (``simulations.analysis.scale_ratios``);
-* ``stage_latency``: the per-stage latency breakdown (``simulations.analysis.stages``);
-* ``omb/<mode>-c<consumers>.json``: OpenMessaging-Benchmark-shaped results (``simulations.analysis.omb``);
+* ``scale_ratios``: within each runtime mode and lane count, the median tp99 and tp999 at the most
+  consumers over those at the fewest, with their bootstrap interval (``simulations.analysis.scale_ratios``);
+* ``stage_latency``: the per-stage latency breakdown of the runs without lanes (``simulations.analysis.stages``);
+* ``omb/<mode>-c<consumers>.json`` (``-l<lanes>`` added for lane runs): OpenMessaging-Benchmark-shaped results
+  (``simulations.analysis.omb``);
 * PNG plots and ``report.md`` (``simulations.analysis.report``), and the ``_MAFKA4_ANALYSIS`` marker that
   keeps a later run from reading the result tables as event logs.
 
@@ -58,7 +59,7 @@ from simulations.analysis.runs import (CONFIG_KEYS, LATENCIES, RATIO_KEYS, RUN_K
 from simulations.analysis.settings import AnalysisSettings
 from simulations.analysis.stages import stage_latency
 from simulations.extras import INSTALL_ANALYSIS
-from simulations.schema import ANALYSIS_MARKER, EVENT_SCHEMA, check_event_file, event_log_files
+from simulations.schema import ANALYSIS_MARKER, EVENT_SCHEMA, added_since, check_event_file, event_log_files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -89,7 +90,7 @@ class AnalysisResult:
     table_paths: dict[str, tuple[Path, Path]]  # table name -> (parquet, csv)
     plot_paths: dict[str, Path]  # plot name -> PNG that was written
     skipped_plots: dict[str, str]  # plot name -> why it was not drawn
-    omb_paths: dict[str, Path]  # "<mode>-c<consumers>" -> OMB-shaped JSON result
+    omb_paths: dict[str, Path]  # "<mode>-c<consumers>" (omb.document_name) -> OMB-shaped JSON result
 
 
 def spark_session(settings: AnalysisSettings = AnalysisSettings()) -> SparkSession:
@@ -136,10 +137,19 @@ def refuse_runs_in_two_files(events: DataFrame) -> None:
 
 
 def read_event_frame(spark: SparkSession, files: list[Path]) -> DataFrame:
-    """The event logs in ``files`` (see ``schema.event_log_files``), each file's schema checked first."""
-    for file in files:
-        check_event_file(file)
-    return spark.read.schema(spark_event_schema()).parquet(*[str(file) for file in files])
+    """The event logs in ``files`` (see ``schema.event_log_files``), each file's schema checked first.
+
+    A file of an older schema version still read (``schema.READABLE_SCHEMAS``) lacks the columns added
+    since; Spark reads them as null, and they take the value such a file reads as (``lanes = 0``).
+    """
+    from pyspark.sql import functions as F
+
+    versions = {check_event_file(file) for file in files}
+    frame = spark.read.schema(spark_event_schema()).parquet(*[str(file) for file in files])
+    for version in sorted(versions):
+        for name, value in added_since(version).items():
+            frame = frame.withColumn(name, F.coalesce(F.col(name), F.lit(value)))
+    return frame
 
 
 def latency_by_repetition(events: DataFrame) -> DataFrame:
@@ -206,7 +216,7 @@ def _any(conditions: list) -> Any:
 
 
 def mode_ratios(latency_table: DataFrame, intervals: DataFrame | None = None) -> DataFrame:
-    """Mafka3 / Mafka4 per (source, consumers, topics) present in both modes; null when Mafka4's is 0.
+    """Mafka3 / Mafka4 per (source, consumers, topics, lanes) present in both modes; null when Mafka4's is 0.
 
     The bootstrap bounds of the tp99 and tp999 ratios join from ``intervals`` (``ratio_intervals``)
     as ``{column}_ratio_low`` and ``_high``; null where no interval was computed (the fleet model).
@@ -260,7 +270,8 @@ def write_table(table: pa.Table, out_dir: Path, name: str) -> tuple[Path, Path]:
 
 
 # Column types of ``scale_ratios`` (its rows are made in Python, and may be none).
-SCALE_RATIO_TYPES = {"source": pa.string(), "mode": pa.string(), "topics": pa.int32(), "latency": pa.string(),
+SCALE_RATIO_TYPES = {"source": pa.string(), "mode": pa.string(), "topics": pa.int32(), "lanes": pa.int32(),
+                     "latency": pa.string(),
                      "percentile": pa.string(), "consumers_low": pa.int32(), "consumers_high": pa.int32(),
                      "ratio": pa.float64(), "ratio_low": pa.float64(), "ratio_high": pa.float64(),
                      "median_at_low": pa.float64(), "median_at_high": pa.float64(), "replicates": pa.int32(),
@@ -324,7 +335,8 @@ def analyze(events_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] 
     out.mkdir(parents=True, exist_ok=True)
     (out / ANALYSIS_MARKER).write_text("result tables of `mafka4 analyze`; not event logs\n")
     table_paths = {name: write_table(table, out, name) for name, table in tables.items()}
-    experiment = omb.experiment_settings(events_path, (*omb.SETTINGS_KEYS, *report_module.SETUP_KEYS))
+    experiment = omb.experiment_settings(events_path, (*omb.SETTINGS_KEYS, *report_module.SETUP_KEYS,
+                                                       *report_module.LANE_SETTING_KEYS))
     omb_paths = omb.write_omb_results(documents, out / "omb", experiment)
     rendered = report_module.write_report(
         out_dir=out, events_dir=events_path, file_count=len(files), facts=facts,

@@ -1,7 +1,7 @@
 """OpenMessaging-Benchmark-shaped results of the runtime runs: ``omb/<mode>-c<NNN>.json``.
 
 One JSON document per runtime configuration (mode, consumers; ``-t<NNN>`` is added to the name
-when topics is not 1) with the keys of OMB's ``TestResult`` (``io.openmessaging.benchmark``), in
+when topics is not 1, and ``-l<NNN>`` for a lane run, with its lane count as ``mafka4Lanes``) with the keys of OMB's ``TestResult`` (``io.openmessaging.benchmark``), in
 OMB's units: latencies in milliseconds, rates in messages per second per reporting period.
 Written from the drained runs only (``simulations.analysis.runs``), *pooled* over the configuration's
 repetitions:
@@ -169,7 +169,7 @@ def _period_latencies(rows: DataFrame, periods: DataFrame, period_ms: float) -> 
 
 def _document(config: tuple, values: dict[str, Any], periods: int, counts: dict[tuple, dict[int, tuple[int, int]]],
               per_period: dict[str, dict[int, Any]], period_ms: float) -> dict[str, Any]:
-    source, mode, consumers, topics = config
+    source, mode, consumers, topics, lanes = config
     runs = list(counts.values())
     seconds = period_ms / 1000.0
     publish_rate, consume_rate, backlog = [], [], []
@@ -198,13 +198,18 @@ def _document(config: tuple, values: dict[str, Any], periods: int, counts: dict[
         "mafka4VirtualPartitions": values["virtual_partitions"], "mafka4Messages": values["messages"],
         "mafka4PeriodMs": period_ms, "mafka4Pooling": POOLING,
     })
+    if lanes:  # a document of a run without lanes stays what it was before lanes existed
+        document["mafka4Lanes"] = lanes
     return document
 
 
 def document_name(document: dict[str, Any]) -> str:
-    """``<mode>-c<NNN>`` (``-t<NNN>`` added when topics is not 1)."""
+    """``<mode>-c<NNN>`` (``-t<NNN>`` added when topics is not 1, ``-l<NNN>`` for a lane run)."""
     name = f"{document['driver']}-c{document['mafka4Consumers']:03d}"
-    return name if document["topics"] == 1 else f"{name}-t{document['topics']:03d}"
+    if document["topics"] != 1:
+        name = f"{name}-t{document['topics']:03d}"
+    lanes = document.get("mafka4Lanes", 0)
+    return name if not lanes else f"{name}-l{lanes:03d}"
 
 
 def _settings_documents(events_dir: Path) -> Iterator[dict[str, Any]]:
@@ -221,15 +226,15 @@ def _settings_documents(events_dir: Path) -> Iterator[dict[str, Any]]:
 
 
 def experiment_settings(events_dir: Path, keys: Sequence[str] = SETTINGS_KEYS) -> dict[str, Any]:
-    """The ``keys`` (integers, flags, words such as ``run_order`` or objects such as ``client_layout``; default
-    those the OMB files need) agreed on by every ``settings.json`` below ``events_dir``.
+    """The ``keys`` (integers, flags, words such as ``run_order``, lists such as ``lanes`` or objects such as
+    ``client_layout``; default those the OMB files need) agreed on by every ``settings.json`` below ``events_dir``.
 
     A key the files disagree on, or that none records, is left out.
     """
     found: dict[str, set[str]] = {}  # key -> each value recorded, as canonical JSON (an object is not hashable)
     for document in _settings_documents(events_dir):
         for key in keys:
-            if isinstance(document.get(key), (int, str, dict)):
+            if isinstance(document.get(key), (int, str, list, dict)):
                 found.setdefault(key, set()).add(json.dumps(document[key], sort_keys=True))
     return {key: json.loads(next(iter(values))) for key, values in found.items() if len(values) == 1}
 

@@ -12,7 +12,7 @@ block. The prose between blocks says what was measured, never how much.
 What each section shows:
 
 * **compare**: the newest report directory holding ``mafka4 analyze``'s tables
-  (``latency_by_config.csv``) of the full profile, not of ``--quick`` (its ``settings.json``'s
+  (``latency_by_config.csv``; the runs without lanes, ``readme_figures.without_lanes``) of the full profile, not of ``--quick`` (its ``settings.json``'s
   ``profile``): a quick one rests on one run each, a first look, not the headline. Its setup and what differs between the modes
   (``simulations.analysis.report.setup_section``), both tables of the README's block
   (``simulations.analysis.readme_figures``), the goals of issue 37 against what it measured, the
@@ -271,11 +271,12 @@ def _setup(tables: Path) -> str:
 
 def _goal_figures(tables: Path) -> dict[str, tuple[float, str]]:
     """Each goal's measured figure, and how it is shown (with its interval or its parts)."""
-    latency = _rows(tables / COMPARE_TABLE)
+    latency = readme_figures.without_lanes(_rows(tables / COMPARE_TABLE))
     runtime = {(row["mode"], int(row["consumers"])): row for row in latency if row["source"] == "runtime"}
     counts = sorted({consumers for _, consumers in runtime})
     most, fewest = counts[-1], counts[0]
-    ratios = {int(row["consumers"]): row for row in _rows(tables / "mode_ratios.csv") if row["source"] == "runtime"}
+    ratios = {int(row["consumers"]): row for row in readme_figures.without_lanes(_rows(tables / "mode_ratios.csv"))
+              if row["source"] == "runtime"}
 
     def interval(column: str) -> tuple[float, str]:
         row = ratios[most]
@@ -308,7 +309,8 @@ def _goals(tables: Path) -> str:
 
 
 def _stages(tables: Path, path: str) -> str:
-    rows = [row for row in _rows(tables / "stage_latency.csv") if row["source"] == "runtime" and row["path"] == path]
+    rows = [row for row in readme_figures.without_lanes(_rows(tables / "stage_latency.csv"))
+            if row["source"] == "runtime" and row["path"] == path]
     # Each mode's stages in path order; the columns follow the mode with the most, then any other's.
     by_mode: dict[str, list[str]] = {}
     for row in sorted(rows, key=lambda row: int(row["position"])):

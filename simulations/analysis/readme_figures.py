@@ -9,6 +9,8 @@ figure that is not the report's fails the test. Every runtime consumer count and
 consumer scale and size is shown, never only the largest. A report with ``scale_ratios.csv``
 (``mafka4 analyze`` writes it since ``369ce1a``) also gets each mode's scaling within itself: its
 p99 and p99.9 at the most consumers over the fewest; older reports render as they always did.
+The tables show the runs without lanes (``without_lanes``): a report of lane runs gives those in
+its ``report.md``; a report from before the ``lanes`` column had none.
 
 A block may also name what it shows after DIR (``<!-- figures: DIR KIND -->``): the blocks of
 ``docs/performance.md`` do (``simulations.analysis.performance_doc``); the README's names none.
@@ -27,6 +29,11 @@ BLOCK = re.compile(r"<!-- figures: (?P<dir>\S+)(?: (?P<kind>[\w-]+))? -->\n(?P<b
 def _rows(path: Path) -> list[dict[str, str]]:
     with path.open(newline="") as source:
         return list(csv.DictReader(source))
+
+
+def without_lanes(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The CSV rows of runs without lanes; a table written before the ``lanes`` column holds only those."""
+    return [row for row in rows if row.get("lanes", "0") == "0"]
 
 
 def _ms(value: str) -> str:
@@ -49,8 +56,9 @@ def _percentiles(row: dict[str, str], latency: str) -> str:
 
 def runtime_table(report_dir: Path) -> str:
     """Every runtime consumer count: both modes' percentiles and the p99.9 ratios."""
-    latency = [row for row in _rows(report_dir / "latency_by_config.csv") if row["source"] == "runtime"]
-    ratios = {row["consumers"]: row for row in _rows(report_dir / "mode_ratios.csv") if row["source"] == "runtime"}
+    latency = [row for row in without_lanes(_rows(report_dir / "latency_by_config.csv")) if row["source"] == "runtime"]
+    ratios = {row["consumers"]: row for row in without_lanes(_rows(report_dir / "mode_ratios.csv"))
+              if row["source"] == "runtime"}
     by_mode = {(row["mode"], row["consumers"]): row for row in latency}
     lines = ["| consumers | Mafka3 produce | Mafka4 produce | Mafka3 end-to-end | Mafka4 end-to-end "
              "| produce p99.9 M3/M4 | end-to-end p99.9 M3/M4 |", "|---|---|---|---|---|---|---|"]
@@ -68,7 +76,7 @@ def runtime_table(report_dir: Path) -> str:
 
 def fleet_table(report_dir: Path) -> str:
     """Every fleet consumer scale and size: nodes, their ratio and the p99.9s."""
-    latency = [row for row in _rows(report_dir / "latency_by_config.csv") if row["source"] == "fleet_model"]
+    latency = [row for row in without_lanes(_rows(report_dir / "latency_by_config.csv")) if row["source"] == "fleet_model"]
     by_key = {(row["mode"], row["topics"], row["consumers_scale"]): row for row in latency}
     keys = sorted({(row["consumers_scale"], row["topics"]) for row in latency}, key=lambda k: (float(k[0] or 0), int(k[1])))
     lines = ["| consumer scale | topics | nodes M3 / M4 (ratio) | produce p99.9 M3 / M4 | end-to-end p99.9 M3 / M4 |",
@@ -91,7 +99,7 @@ MODE_NAMES = {"mafka3": "Mafka3", "mafka4": "Mafka4"}
 def scaling_table(report_dir: Path) -> str:
     """Each runtime mode, latency and percentile: the medians at the fewest and the most consumers
     and their ratio with its interval (``scale_ratios.csv``)."""
-    rows = [row for row in _rows(report_dir / "scale_ratios.csv") if row["source"] == "runtime"]
+    rows = [row for row in without_lanes(_rows(report_dir / "scale_ratios.csv")) if row["source"] == "runtime"]
     order = {name: index for index, name in enumerate(LATENCY_NAMES)}
     rows.sort(key=lambda row: (row["mode"], order.get(row["latency"], len(order)), row["percentile"]))
     lines = ["| mode | latency | percentile | fewest / most consumers | ms at fewest / at most | most / fewest |",

@@ -15,6 +15,13 @@ samples), how the two modes' runtime setups differ (``setup_section``: partition
 roles, read path, CPU pinning, group protocol, with the experiment's recorded settings), the
 method, the tables, each runtime mode's ratio of its most consumers over its fewest
 (``simulations.analysis.scale_ratios``), the stage breakdown and the OpenMessaging-Benchmark files.
+
+Lanes: every section above shows the runs without lanes (``lanes = 0``) only, so a result set
+without lane runs renders as it did before lanes existed, and its text never names lanes. Runtime
+runs with lanes get a section of their own, "Lanes: queue merging" (``lanes_section``): each lane
+configuration's counts and tp999s, the Mafka3 / Mafka4 ratios per (consumers, lanes), and the
+Mafka3 lane counts the experiment did not run (``mafka3_lanes_not_run``, from ``settings.json``).
+The integrity section lists every run, with a lanes column when there are lane runs.
 """
 
 from __future__ import annotations
@@ -40,6 +47,9 @@ TAIL_SAMPLES_MIN_TEXT = "fewer than 50 samples above the tp999 rank in a repetit
 # The scaling experiment's settings (its settings.json) the setup section names.
 SETUP_KEYS = ("nodes", "physical_partitions", "replication_factor", "read_replicas", "pin_cpus", "client_layout",
               "run_order")
+# What the lanes section takes from settings.json: the consumer counts and lane counts asked for, and the most
+# lanes Mafka3 was run with (more would not fit the machine's actors). Older settings.json lack the lane keys.
+LANE_SETTING_KEYS = ("consumers", "lanes", "mafka3_lanes_max")
 # How runs without a recorded ``client_layout`` ran (the 2026-11-26 headline among them): consumers as threads
 # of the driver, no client or service pinned. Their reports keep this wording, word for word.
 LEGACY_CLIENTS = ("threads of the experiment's driver",
@@ -72,11 +82,12 @@ def write_report(*, out_dir: Path, events_dir: Path, file_count: int, facts: Seq
     """Draw the plots and write ``out_dir/report.md``; returns what was written and what skipped.
 
     ``tables``: table name -> rows; ``settings``: the ``AnalysisSettings`` of the run (bootstrap);
-    ``experiment``: the scaling experiment's settings that every ``settings.json`` agrees on (``SETUP_KEYS``);
+    ``experiment``: the scaling experiment's settings that every ``settings.json`` agrees on (``SETUP_KEYS``,
+    ``LANE_SETTING_KEYS``);
     ``profiles``: the profile of each ``settings.json`` (``omb.recorded_profiles``).
     """
     latency_rows = tables["latency_by_config"]
-    runtime = [row for row in latency_rows if row["source"] == "runtime"]
+    runtime = [row for row in without_lanes(latency_rows) if row["source"] == "runtime"]
     fleet = [row for row in latency_rows if row["source"] == "fleet_model"]
     stages = [row for row in tables["stage_latency"] if row["duration_ms_mean"] is not None]
     no_runtime, no_fleet = "no runtime rows (run the consumer-scaling experiment)", "no fleet_model rows (run the fleet model)"
@@ -221,17 +232,18 @@ def _fleet_headline(latency_rows: Sequence[Mapping[str, Any]], ratio_rows: Seque
 def _integrity_section(by_repetition: Sequence[Mapping[str, Any]], latency_rows: Sequence[Mapping[str, Any]]) -> str:
     excluded = [row for row in by_repetition if not row["drained"]]
     parts = []
+    lanes = ("lanes",) if _has_lanes(latency_rows) else ()
     if excluded:
         parts.append(f"**{_count(len(excluded), 'run was', 'runs were')} not drained** (acknowledged messages never "
                      "delivered) and left out of every percentile, ratio, interval, stage breakdown and OMB file:")
-        parts.append(markdown_table(excluded, ("source", "mode", "consumers", "repetition", "seed", "experiment_id",
-                                               "acknowledged", "undelivered")))
+        parts.append(markdown_table(excluded, ("source", "mode", "consumers", *lanes, "repetition", "seed",
+                                               "experiment_id", "acknowledged", "undelivered")))
     else:
         parts.append("Every run that counts deliveries drained: each acknowledged message was delivered at least once.")
     uncounted = sorted({row["source"] for row in by_repetition if row["deliveries_counted"] == 0})
     if uncounted:
         parts.append(f"Runs of {', '.join(uncounted)} do not count deliveries; the drain check does not apply to them.")
-    columns = ("source", "mode", "consumers", "topics", "runs", "repetitions", "runs_excluded", "acknowledged",
+    columns = ("source", "mode", "consumers", "topics", *lanes, "runs", "repetitions", "runs_excluded", "acknowledged",
                "never_acknowledged", "undelivered", "duplicates", "produce n (min)", "end-to-end n (min)", "tp999 samples")
     rows = []
     for row in latency_rows:
@@ -247,7 +259,7 @@ def _integrity_section(by_repetition: Sequence[Mapping[str, Any]], latency_rows:
     few = [row for row in latency_rows if row["few_tp999_samples"]]
     if few:
         listed = "; ".join(f"{row['source']} {row['mode']} consumers={row['consumers']} topics={row['topics']}"
-                           for row in few)
+                           + (f" lanes={row['lanes']}" if row["lanes"] else "") for row in few)
         parts.append(f"**Note: the tp999 of {_count(len(few), 'configuration rests', 'configurations rest')} on few "
                      f"samples** ({TAIL_SAMPLES_MIN_TEXT}): "
                      f"{listed}. A handful of messages decides each of them.")
@@ -334,7 +346,7 @@ def _method_section(settings: Any) -> str:
     ])
 
 
-def _latency_section(latency_rows: Sequence[Mapping[str, Any]]) -> str:
+def _latency_section(latency_rows: Sequence[Mapping[str, Any]], lane_note: str = "") -> str:
     columns = ["source", "mode", "consumers", "topics", "consumers_scale", "repetitions"]
     rows = []
     for row in latency_rows:
@@ -346,12 +358,13 @@ def _latency_section(latency_rows: Sequence[Mapping[str, Any]]) -> str:
         rows.append(cells)
     columns += [f"{latency}_{name}" for latency in LATENCIES for name in PERCENTILE_NAMES] + [
         "nodes", "actors", "physical_partitions", "virtual_partitions"]
-    return ("Median over repetitions (min–max). nodes = write + read nodes.\n\n" + markdown_table(rows, columns))
+    return ("Median over repetitions (min–max). nodes = write + read nodes." + lane_note + "\n\n"
+            + markdown_table(rows, columns))
 
 
-def _ratio_section(ratio_rows: Sequence[Mapping[str, Any]]) -> str:
+def _ratio_section(ratio_rows: Sequence[Mapping[str, Any]], lane_note: str = "") -> str:
     if not ratio_rows:
-        return "No configuration has rows of both modes."
+        return "No configuration has rows of both modes." + lane_note
     columns = ["source", "consumers", "topics"]
     columns += [f"{latency}_{name}" for latency in LATENCIES for name in PERCENTILE_NAMES]
     columns += ["nodes", "actors", "physical_partitions"]
@@ -363,7 +376,7 @@ def _ratio_section(ratio_rows: Sequence[Mapping[str, Any]]) -> str:
         rows.append(cells)
     return ("Mafka3 value / Mafka4 value for the same source, consumers and topics (above 1: Mafka4 is lower), from "
             "the medians over repetitions; [low, high] is the 95 % bootstrap interval (runtime tp99 and tp999). Empty "
-            "when a Mafka4 value is 0.\n\n" + markdown_table(rows, columns))
+            "when a Mafka4 value is 0." + lane_note + "\n\n" + markdown_table(rows, columns))
 
 
 def _scale_section(scale_rows: Sequence[Mapping[str, Any]], latency_rows: Sequence[Mapping[str, Any]]) -> str:
@@ -411,6 +424,97 @@ def _stage_section(stage_rows: Sequence[Mapping[str, Any]]) -> str:
             table.append(cells)
         parts.append(f"**{title}**: tp99 / mean / tail mean (ms) per stage.\n\n"
                      + markdown_table(table, ["mode", "consumers", *stages]))
+    return "\n\n".join(parts)
+
+
+def without_lanes(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The rows of runs without lanes (``lanes = 0``): what every section from before lanes shows."""
+    return [row for row in rows if row["lanes"] == 0]
+
+
+def _has_lanes(latency_rows: Sequence[Mapping[str, Any]]) -> bool:
+    return any(row["lanes"] > 0 for row in latency_rows)
+
+
+LANE_RUN = ("A lane run: the producer sends round robin over `lanes` named lanes of the topic, at the same total rate "
+            "as a run without lanes. In Mafka4 a lane is a set of VPs over the topic's physical partitions, and the "
+            "group's N members are trunk readers that read every lane by fallback; in Mafka3, which has no fallback, "
+            "lane L of topic T is a topic of its own, T.L, with T's partitions (one per consumer), and each member "
+            "reads the trunk topic and every lane topic (a Consumer per topic in its process). Stage stamps are not "
+            "taken in lane runs, so the stage breakdown leaves them out.")
+
+
+def mafka3_lanes_not_run(experiment: Mapping[str, Any], ran: frozenset[tuple[int, int]]) -> list[dict[str, Any]]:
+    """The Mafka3 lane configurations the experiment asked for and did not run, with what they would take.
+
+    ``experiment``: the recorded settings (``LANE_SETTING_KEYS``, ``replication_factor``); a lane count of
+    ``lanes`` above ``mafka3_lanes_max`` was not run in Mafka3 (its actors would not fit the machine), at any
+    consumer count of ``consumers``. ``ran``: the (consumers, lanes) that Mafka3 rows exist for anyway (an older
+    run beside this one), left out. Each row: consumers, lanes, ``physical_partitions`` = (lanes + 1) x
+    consumers (the trunk topic and a topic per lane, each with one partition per consumer) and
+    ``replica_actors`` = that x replication factor (None when it is not recorded). No rows when a setting is
+    not recorded (settings written before lanes).
+    """
+    lanes, lanes_max, consumers = (experiment.get(key) for key in ("lanes", "mafka3_lanes_max", "consumers"))
+    if not (_counts(lanes) and _counts(consumers) and _count_value(lanes_max)):
+        return []
+    replication = experiment.get("replication_factor")
+    replication = replication if _count_value(replication) else None
+    rows = []
+    for lane_count in sorted(set(lanes)):
+        for members in sorted(set(consumers)):
+            if lane_count <= lanes_max or (members, lane_count) in ran:
+                continue
+            partitions = (lane_count + 1) * members
+            rows.append({"consumers": members, "lanes": lane_count, "physical_partitions": partitions,
+                         "replica_actors": None if replication is None else partitions * replication})
+    return rows
+
+
+def _count_value(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _counts(values: Any) -> bool:
+    return isinstance(values, list) and all(_count_value(value) for value in values)
+
+
+def lanes_section(latency_rows: Sequence[Mapping[str, Any]], ratio_rows: Sequence[Mapping[str, Any]],
+                  experiment: Mapping[str, Any]) -> str:
+    """The section "Lanes: queue merging"; empty when no runtime row has lanes."""
+    lane_rows = sorted((row for row in latency_rows if row["source"] == "runtime" and row["lanes"] > 0),
+                       key=lambda row: (row["mode"], row["consumers"], row["topics"], row["lanes"]))
+    if not lane_rows:
+        return ""
+    topics = ("topics",) if any(row["topics"] != 1 for row in lane_rows) else ()
+    rows = [{**row, "runs used": row["repetitions"],
+             "produce tp999": _spread(row, "produce_latency_ms_tp999"),
+             "end-to-end tp999": _spread(row, "end_to_end_latency_ms_tp999")} for row in lane_rows]
+    parts = [LANE_RUN,
+             "Per lane configuration: partitions and actors, the drained repetitions used, and the tp999s (ms), the "
+             "median over repetitions (min–max).",
+             markdown_table(rows, ("mode", "consumers", *topics, "lanes", "physical_partitions", "virtual_partitions",
+                                   "actors", "runs used", "produce tp999", "end-to-end tp999"))]
+    ratios = sorted((row for row in ratio_rows if row["source"] == "runtime" and row["lanes"] > 0),
+                    key=lambda row: (row["consumers"], row["topics"], row["lanes"]))
+    if ratios:
+        columns = {"produce tp999": "produce_latency_ms_tp999", "end-to-end tp999": "end_to_end_latency_ms_tp999",
+                   "physical_partitions": "physical_partitions", "actors": "actors"}
+        cells = [{**row, **{name: _interval(row, column) for name, column in columns.items()}} for row in ratios]
+        parts += ["Mafka3 / Mafka4 per consumers and lanes where both modes ran (above 1: Mafka4 is lower), from the "
+                  "medians over repetitions; [low, high] is the 95 % bootstrap interval.",
+                  markdown_table(cells, ("consumers", *topics, "lanes", *columns))]
+    else:
+        parts.append("No lane configuration ran in both modes, so no Mafka3 / Mafka4 ratio.")
+    ran = frozenset((row["consumers"], row["lanes"]) for row in lane_rows if row["mode"] == "mafka3")
+    not_run = mafka3_lanes_not_run(experiment, ran)
+    if not_run:
+        parts += [f"Mafka3 was not run with more than {experiment['mafka3_lanes_max']} lanes: its actors do not fit "
+                  "the machine. What it would take: physical partitions = (lanes + 1) x consumers (the trunk topic "
+                  "and a topic per lane, each with one partition per consumer), replica actors = that x the "
+                  "replication factor.",
+                  markdown_table([{**row, "Mafka3": "not run"} for row in not_run],
+                                 ("consumers", "lanes", "Mafka3", "physical_partitions", "replica_actors"))]
     return "\n\n".join(parts)
 
 
@@ -522,13 +626,18 @@ def render_markdown(*, events_dir: Path, file_count: int, facts, tables, table_p
     """The text of ``report.md``."""
     latency_rows, ratio_rows = tables["latency_by_config"], tables["mode_ratios"]
     total_rows = sum(row["rows"] for row in latency_rows)
+    # The sections from before lanes show the runs without lanes; lane runs have a section of their own.
+    trunk_latency, trunk_ratios = without_lanes(latency_rows), without_lanes(ratio_rows)
+    lane_note = (" Runs without lanes only; the lane runs are under \"Lanes: queue merging\"."
+                 if _has_lanes(latency_rows) else "")
+    lanes = lanes_section(latency_rows, ratio_rows, experiment)
     sections = [
         *profile_warning(profiles),
         "# Mafka3 vs Mafka4: consumer scaling",
         f"Event logs: `{events_dir}` ({file_count} Parquet files, {total_rows} rows). Written by `mafka4 analyze`.",
         "## Result",
         "Mafka3 / Mafka4 of the median tp999 and tp99 (above 1: Mafka4 is lower), with the 95 % block-bootstrap "
-        "interval in brackets:\n\n" + "\n".join(headline(latency_rows, ratio_rows)),
+        "interval in brackets:\n\n" + "\n".join(headline(trunk_latency, trunk_ratios)),
         "## Integrity",
         _integrity_section(tables["latency_by_repetition"], latency_rows),
         "## Runs",
@@ -540,16 +649,17 @@ def render_markdown(*, events_dir: Path, file_count: int, facts, tables, table_p
         "## Method",
         _method_section(settings),
         "## Latency and nodes per configuration",
-        _latency_section(latency_rows),
+        _latency_section(trunk_latency, lane_note),
         _table_links(table_paths, "latency_by_config", out_dir) + " Per repetition: "
         + _table_links(table_paths, "latency_by_repetition", out_dir).removeprefix("Full table: "),
         "## Mafka3 / Mafka4",
-        _ratio_section(ratio_rows),
+        _ratio_section(trunk_ratios, lane_note),
         _table_links(table_paths, "mode_ratios", out_dir) + " Intervals in long form, with the replicates used: "
         + _table_links(table_paths, "ratio_intervals", out_dir).removeprefix("Full table: "),
         "## Scaling within a mode",
-        _scale_section(tables["scale_ratios"], latency_rows),
+        _scale_section(without_lanes(tables["scale_ratios"]), trunk_latency),
         _table_links(table_paths, "scale_ratios", out_dir),
+        *(["## Lanes: queue merging", lanes] if lanes else []),
         "## Where the latency goes: stages",
         _stage_section(tables["stage_latency"]),
         _table_links(table_paths, "stage_latency", out_dir),

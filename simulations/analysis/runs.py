@@ -1,8 +1,11 @@
 """Configurations, runs, and which runs count: the integrity checks of ``mafka4 analyze``.
 
-A *configuration* is one (source, mode, consumers, topics) (``CONFIG_KEYS``); a *run* is one
+A *configuration* is one (source, mode, consumers, topics, lanes) (``CONFIG_KEYS``); a *run* is one
 repetition of it (``RUN_KEYS``: the configuration plus experiment_id, seed and repetition).
-Percentiles are computed per run, then summarised over the runs of a configuration.
+Percentiles are computed per run, then summarised over the runs of a configuration. The two modes
+are compared per (source, consumers, topics, lanes) (``RATIO_KEYS``), so a lane run is only ever
+set beside a lane run of the same lane count; the report's sections from before lanes show the
+runs without lanes (``lanes = 0``), and a section of their own the others.
 
 Per run (``integrity_aggregates``):
 
@@ -31,9 +34,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-CONFIG_KEYS = ("source", "mode", "consumers", "topics")
+CONFIG_KEYS = ("source", "mode", "consumers", "topics", "lanes")
 RUN_KEYS = (*CONFIG_KEYS, "experiment_id", "seed", "repetition")
-RATIO_KEYS = ("source", "consumers", "topics")
+RATIO_KEYS = ("source", "consumers", "topics", "lanes")
 LATENCIES = ("produce_latency_ms", "end_to_end_latency_ms")
 # Fewer than 50 samples above the tp999 rank, n - ceil(0.999 n) = floor(n / 1000), means fewer than
 # 50,000 samples in a run: the tp999 is then decided by a handful of messages and moves with each.

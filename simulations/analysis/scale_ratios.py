@@ -2,8 +2,8 @@
 
 The Mafka3 / Mafka4 intervals (``simulations.analysis.intervals``) compare the modes at one
 consumer count; a goal such as "Mafka4's produce p99.9 at 32 consumers at most 1.5x its value at
-1" compares one mode with itself. Per runtime (source, mode, topics) whose drained runs cover two
-consumer counts or more, per latency and bootstrapped percentile (``INTERVAL_PERCENTILES``):
+1" compares one mode with itself. Per runtime (source, mode, topics, lanes) whose drained runs cover
+two consumer counts or more (a lane count is compared only with itself), per latency and bootstrapped percentile (``INTERVAL_PERCENTILES``):
 
 * ``consumers_low`` / ``consumers_high``: the smallest and the largest consumer count with a
   drained repetition; counts in between are not compared (the tables hold their values);
@@ -34,14 +34,14 @@ from mafka4.bench.stats import nearest_rank_index
 from simulations.analysis.intervals import INTERVAL_BOUNDS, INTERVAL_PERCENTILES
 from simulations.analysis.runs import LATENCIES
 
-SPAN_KEYS = ("source", "mode", "topics")
+SPAN_KEYS = ("source", "mode", "topics", "lanes")
 TABLE_KEYS = (*SPAN_KEYS, "latency", "percentile")
 COLUMNS = (*TABLE_KEYS, "consumers_low", "consumers_high", "ratio", "ratio_low", "ratio_high", "median_at_low",
            "median_at_high", "replicates", "replicates_used", "scans_full", "block_ms", "bootstrap_seed")
 
 
 def consumer_spans(latency_rows: Iterable[Mapping[str, Any]]) -> dict[tuple, tuple[int, int]]:
-    """(source, mode, topics) -> (fewest, most) consumers over its runtime configurations with a
+    """(source, mode, topics, lanes) -> (fewest, most) consumers over its runtime configurations with a
     drained repetition; only those with two counts or more."""
     counts: dict[tuple, set[int]] = {}
     for row in latency_rows:
@@ -78,14 +78,14 @@ def scale_ratios(latency_rows: Sequence[Mapping[str, Any]], statistic_rows: Iter
     """The rows of ``scale_ratios`` (module doc), in ``COLUMNS`` order.
 
     ``latency_rows``: ``latency_by_config``; ``statistic_rows``: ``config_statistics`` (source,
-    mode, consumers, topics, latency, percentile, replicate, statistic, scans_full).
+    mode, consumers, topics, lanes, latency, percentile, replicate, statistic, scans_full).
     """
     spans = consumer_spans(latency_rows)
     wanted = {(*span, consumers) for span, pair in spans.items() for consumers in pair}
     statistics: dict[tuple, dict[int, float | None]] = {}
     scans_full: dict[tuple, int] = {}
     for row in statistic_rows:
-        config = (row["source"], row["mode"], row["topics"], row["consumers"])
+        config = (*(row[key] for key in SPAN_KEYS), row["consumers"])
         if config in wanted:
             key = (*config, row["latency"], row["percentile"])
             statistics.setdefault(key, {})[row["replicate"]] = row["statistic"]

@@ -7,8 +7,8 @@ time order (``stage_path``): produce = accumulator, request_queue, append, isr_w
 end-to-end = accumulator, request_queue, append, isr_wait, then mafka3 fetch or mafka4 feeding,
 vp_hw_wait, fetch. A stage's duration is its later stamp minus its earlier one.
 
-Per run (drained runtime runs only, ``simulations.analysis.runs``), per path and stage, and for the
-path's whole latency (stage ``total``):
+Per run (drained runtime runs without lanes only, ``simulations.analysis.runs``: a lane run takes no
+stage stamps, so it is left out), per path and stage, and for the path's whole latency (stage ``total``):
 
 * ``count`` and exact nearest-rank tp50 / tp99 / tp999 of the duration over the rows where both
   of its stamps are present;
@@ -17,7 +17,7 @@ path's whole latency (stage ``total``):
 * ``tail_mean``: the same mean over the complete rows whose path latency is at or above the
   run's tp99 of that latency (over all its rows): where the milliseconds of the tail go.
 
-Per configuration (source, mode, consumers, topics): the percentiles are the median over the
+Per configuration (source, mode, consumers, topics, lanes = 0): the percentiles are the median over the
 runs with min and max (as in ``latency_by_config``); ``mean`` and ``tail_mean`` are the mean over
 the runs of the per-run means, which keeps them additive. Percentiles of stages do not add up to
 a percentile of the path (the slowest messages of one stage are not those of another); means do.
@@ -96,13 +96,15 @@ def _per_run(events: DataFrame, by_repetition: DataFrame, mode: str) -> DataFram
 
 
 def stage_latency(events: DataFrame, by_repetition: DataFrame) -> DataFrame:
-    """The ``stage_latency`` table from the drained runtime runs' rows ``events`` (module doc).
+    """The ``stage_latency`` table from the drained runtime runs' rows ``events`` (module doc); lane runs
+    are left out.
 
     ``by_repetition`` (``latency_by_repetition``) gives each run's tp99 of its latencies, the
     threshold of the tail.
     """
     from pyspark.sql import functions as F
 
+    events = events.filter(F.col("lanes") == 0)
     per_run = _per_run(events, by_repetition, MODES[0])
     for mode in MODES[1:]:
         per_run = per_run.unionByName(_per_run(events, by_repetition, mode))

@@ -118,6 +118,8 @@ def test_mafka3_rows_have_no_virtual_partition():
         ({"sample_rate": 0.0}, "RunInfo.sample_rate"),
         ({"experiment_id": ""}, "RunInfo.experiment_id"),
         ({"seed": 2**63}, "RunInfo.seed"),
+        ({"lanes": -1}, "RunInfo.lanes"),
+        ({"lanes": True}, "RunInfo.lanes"),
     ],
 )
 def test_run_info_is_validated_on_construction(changes, named):
@@ -198,3 +200,40 @@ def test_vp_stamps_in_mafka3_mode_and_negative_deliveries_are_refused():
         events_table(RUN3, {"partition": [0], "produce_time_ms": [START_MS], "vp_appended_time_ms": [START_MS]})
     with pytest.raises(InvalidEventLog, match="deliveries"):
         events_table(RUN4, {"partition": [0], "produce_time_ms": [START_MS], "deliveries": [-1]})
+
+
+def test_a_run_with_lanes_records_them_and_a_run_before_lanes_records_none(tmp_path):
+    assert RUN4.lanes == 0, "a run that names no lanes ran on the trunk"
+    write_events(tmp_path / "lanes" / "events.parquet", replace(RUN4, lanes=8), rows(2))
+    write_events(tmp_path / "trunk" / "events.parquet", RUN4, rows(3))
+    table = read_events(tmp_path)
+    assert table.column("lanes").to_pylist() == [8, 8, 0, 0, 0]
+    assert EVENT_SCHEMA.names.index("lanes") == EVENT_SCHEMA.names.index("topics") + 1
+
+
+def write_version_2(path: Path, run: RunInfo, count: int) -> None:
+    """An event log as it was written before the ``lanes`` column (schema version 2)."""
+    old = schema.READABLE_SCHEMAS["2"]
+    table = events_table(run, rows(count)).drop_columns(["lanes"])
+    pq.write_table(table.cast(old), path)
+
+
+def test_a_log_written_before_lanes_reads_as_lanes_0(tmp_path):
+    write_version_2(tmp_path / "old.parquet", RUN4, 3)
+    write_events(tmp_path / "new.parquet", replace(RUN4, lanes=2, experiment_id="new"), rows(2))
+    assert pq.read_schema(tmp_path / "old.parquet").metadata[b"mafka4.event_schema_version"] == b"2"
+    assert "lanes" not in pq.read_schema(tmp_path / "old.parquet").names
+    assert schema.check_event_file(tmp_path / "old.parquet") == "2"
+    assert schema.check_event_file(tmp_path / "new.parquet") == schema.SCHEMA_VERSION != "2"
+    table = read_events(tmp_path)
+    assert table.schema.equals(EVENT_SCHEMA, check_metadata=False)
+    assert table.column("lanes").to_pylist() == [2, 2, 0, 0, 0]
+    assert table.column("experiment_id").to_pylist() == ["new", "new", "scaling-7", "scaling-7", "scaling-7"]
+    assert schema.added_since("2") == {"lanes": 0} and schema.added_since(schema.SCHEMA_VERSION) == {}
+
+
+def test_a_log_of_version_2_with_a_column_changed_is_still_refused(tmp_path):
+    table = events_table(RUN4, rows(1)).drop_columns(["lanes", "seed"])
+    pq.write_table(table, tmp_path / "bad.parquet")
+    with pytest.raises(InvalidEventLog, match=r"bad.parquet.*\['lanes', 'seed'\]"):
+        read_events(tmp_path)

@@ -120,3 +120,17 @@ def test_every_runs_profile_is_read_and_one_written_before_profiles_is_full(tmp_
     (tmp_path / "quick" / "settings.json").write_text(json.dumps({"repetitions": 1, "profile": "quick"}))
     assert recorded_profiles(tmp_path) == {"full", "quick"}
     assert experiment_settings(tmp_path, ("profile",)) == {"profile": "quick"}, "a word is read like a number"
+
+
+def test_a_lane_runs_file_is_named_by_its_lanes_and_lists_of_counts_are_read(tmp_path):
+    from simulations.analysis.omb import document_name
+
+    assert document_name({"driver": "mafka4", "topics": 1, "mafka4Consumers": 8}) == "mafka4-c008"
+    assert document_name({"driver": "mafka4", "topics": 1, "mafka4Consumers": 8, "mafka4Lanes": 16}) == "mafka4-c008-l016"
+    assert document_name({"driver": "mafka3", "topics": 2, "mafka4Consumers": 8, "mafka4Lanes": 4}) == "mafka3-c008-t002-l004"
+    for name, consumers in (("a", [1, 4]), ("b", [1, 4]), ("c", [1, 8])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "settings.json").write_text(json.dumps(
+            {"lanes": [0, 4, 64], "mafka3_lanes_max": 16, "consumers": consumers}))
+    keys = ("lanes", "mafka3_lanes_max", "consumers")
+    assert experiment_settings(tmp_path, keys) == {"lanes": [0, 4, 64], "mafka3_lanes_max": 16}, "c's counts differ"

@@ -17,8 +17,8 @@ LATENCIES = ("produce_latency_ms", "end_to_end_latency_ms")
 
 
 def config_row(source: str, mode: str, consumers: int, topics: int, tp999: float, **extra) -> dict:
-    row = {"source": source, "mode": mode, "consumers": consumers, "topics": topics, "few_tp999_samples": False,
-           "nodes": 10, "experiment_ids": "e"}
+    row = {"source": source, "mode": mode, "consumers": consumers, "topics": topics, "lanes": 0,
+           "few_tp999_samples": False, "nodes": 10, "experiment_ids": "e"}
     for latency in LATENCIES:
         for name in ("tp50", "tp99", "tp999"):
             row[f"{latency}_{name}"] = tp999
@@ -26,8 +26,9 @@ def config_row(source: str, mode: str, consumers: int, topics: int, tp999: float
     return {**row, **extra}
 
 
-def ratio_row(source: str, consumers: int, topics: int, ratio: float, bounded: bool, nodes: tuple = (10, 7)) -> dict:
-    row = {"source": source, "consumers": consumers, "topics": topics, "nodes_ratio": nodes[0] / nodes[1],
+def ratio_row(source: str, consumers: int, topics: int, ratio: float, bounded: bool, nodes: tuple = (10, 7),
+              lanes: int = 0) -> dict:
+    row = {"source": source, "consumers": consumers, "topics": topics, "lanes": lanes, "nodes_ratio": nodes[0] / nodes[1],
            "nodes_mafka3": nodes[0], "nodes_mafka4": nodes[1]}
     for latency in LATENCIES:
         for name in ("tp99", "tp999"):
@@ -191,16 +192,26 @@ def test_the_setup_section_words_the_order_a_run_recorded_and_old_runs_keep_thei
     assert "take turns" not in old
 
 
-def rendered_report(tmp_path: Path, profiles: frozenset[str]) -> str:
-    """``report.md``'s text for one runtime configuration of each mode, of runs of ``profiles``."""
+COUNTS = {f"{latency}_count{suffix}": 100 for latency in LATENCIES for suffix in ("", "_min")}
+
+
+def runtime_row(mode: str, consumers: int, tp999: float, **extra) -> dict:
+    """A runtime row of ``latency_by_config`` with every column the report reads."""
+    return config_row("runtime", mode, consumers, 1, tp999, **{
+        "rows": 100, "few_tp999_samples": True, "write_nodes": 2, "read_nodes": 2, "node_counts_vary": False,
+        "repetitions": 3, **COUNTS, **extra})
+
+
+def rendered_report(tmp_path: Path, profiles: frozenset[str], lane_rows: tuple = (), lane_ratios: tuple = (),
+                    experiment: dict | None = None) -> str:
+    """``report.md``'s text for one runtime configuration of each mode, of runs of ``profiles``, with
+    ``lane_rows`` and ``lane_ratios`` added to ``latency_by_config`` and ``mode_ratios``."""
     from types import SimpleNamespace
 
     from simulations.analysis.report import render_markdown
 
-    counts = {f"{latency}_count{suffix}": 100 for latency in LATENCIES for suffix in ("", "_min")}
-    latency = [config_row("runtime", mode, 4, 1, 5.0, rows=100, few_tp999_samples=True, write_nodes=2, read_nodes=2,
-                          node_counts_vary=False, repetitions=3, **counts) for mode in ("mafka3", "mafka4")]
-    tables = {"latency_by_config": latency, "mode_ratios": [ratio_row("runtime", 4, 1, 1.5, True)],
+    latency = [runtime_row(mode, 4, 5.0) for mode in ("mafka3", "mafka4")] + list(lane_rows)
+    tables = {"latency_by_config": latency, "mode_ratios": [ratio_row("runtime", 4, 1, 1.5, True), *lane_ratios],
               "latency_by_repetition": [], "stage_latency": [], "scale_ratios": []}
     names = ("latency_by_config", "latency_by_repetition", "mode_ratios", "ratio_intervals", "scale_ratios",
              "stage_latency")
@@ -208,7 +219,8 @@ def rendered_report(tmp_path: Path, profiles: frozenset[str]) -> str:
     facts = [{"seed": 7, "git_commit": "abc", "experiment_id": "e", "sample_rate": 1.0}]
     bootstrap = SimpleNamespace(bootstrap_replicates=400, bootstrap_block_ms=1000.0, bootstrap_seed=1)
     return render_markdown(events_dir=tmp_path, file_count=2, facts=facts, tables=tables, table_paths=table_paths,
-                           omb_paths={}, settings=bootstrap, experiment={}, profiles=profiles, calibrations=[],
+                           omb_paths={}, settings=bootstrap, experiment=experiment or {}, profiles=profiles,
+                           calibrations=[],
                            plots={}, skipped={}, out_dir=tmp_path)
 
 
@@ -223,3 +235,84 @@ def test_a_quick_report_says_on_its_first_line_that_its_tails_rest_on_few_sample
     for profiles in (frozenset({"full"}), frozenset()):  # full runs, or no settings.json at all
         text = rendered_report(tmp_path, profiles)
         assert text.splitlines()[0] == "# Mafka3 vs Mafka4: consumer scaling" and "quick profile" not in text
+
+
+LANES_TITLE = "## Lanes: queue merging"
+
+
+def lane_rows() -> list[dict]:
+    """Both modes at 4 consumers with 2 lanes, and Mafka4 alone with 64 (Mafka3 did not fit)."""
+    mafka3 = runtime_row("mafka3", 4, 50.0, lanes=2, physical_partitions=12, virtual_partitions=0, actors=24)
+    mafka4 = [runtime_row("mafka4", 4, 8.0, lanes=lanes, physical_partitions=2, virtual_partitions=4 + lanes,
+                          actors=6) for lanes in (2, 64)]
+    return [mafka3, *mafka4]
+
+
+def without_path(text: str, tmp_path: Path) -> str:
+    return text.replace(str(tmp_path), "DIR")  # pytest names tmp_path after the test
+
+
+def test_a_report_without_lane_runs_never_names_lanes(tmp_path):
+    experiment = {"consumers": [4], "lanes": [2, 64], "mafka3_lanes_max": 16, "replication_factor": 2}
+    for recorded in ({}, experiment):  # settings that ask for lanes do not make a section without lane rows
+        text = without_path(rendered_report(tmp_path, frozenset({"full"}), experiment=recorded), tmp_path)
+        assert "lane" not in text.lower()
+
+
+def test_lane_runs_get_their_own_section_and_stay_out_of_the_sections_from_before_lanes(tmp_path):
+    ratios = [ratio_row("runtime", 4, 1, 6.25, True, lanes=2)]
+    ratios[0].update(physical_partitions_ratio=6.0, actors_ratio=4.0)
+    experiment = {"consumers": [4], "lanes": [2, 64], "mafka3_lanes_max": 16, "replication_factor": 2}
+    text = without_path(rendered_report(tmp_path, frozenset({"full"}), lane_rows(), ratios, experiment), tmp_path)
+    plain = without_path(rendered_report(tmp_path, frozenset({"full"})), tmp_path)
+    before, lanes = text.split(LANES_TITLE)
+    lanes, after = lanes.split("\n## ", 1)
+    # The result and the tables from before lanes are the trunk's, as without lane runs.
+    assert before.split("## Result")[1].split("## Integrity")[0] == plain.split("## Result")[1].split("## Integrity")[0]
+    latency_table = before.split("## Latency and nodes per configuration")[1].split("## Mafka3 / Mafka4")[0]
+    assert latency_table.count("| runtime |") == 2 and "50.000" not in latency_table
+    assert 'Runs without lanes only; the lane runs are under "Lanes: queue merging".' in latency_table
+    # The integrity table lists every run, with its lane count.
+    integrity = before.split("## Integrity")[1].split("## Runs")[0]
+    assert "| source | mode | consumers | topics | lanes | runs |" in integrity and integrity.count("| runtime |") == 5
+    assert "runtime mafka3 consumers=4 topics=1 lanes=2; " in integrity
+    assert "the producer sends round robin over `lanes` named lanes" in lanes
+    assert "reads the trunk topic and every lane topic (a Consumer per topic in its process)" in lanes
+    assert "stage breakdown leaves them out" in lanes
+    assert ("| mode | consumers | lanes | physical_partitions | virtual_partitions | actors | runs used | produce tp999 "
+            "| end-to-end tp999 |") in lanes
+    assert "| mafka3 | 4 | 2 | 12 | 0 | 24 | 3 | 50.000 (45.000–55.000) | 50.000 (45.000–55.000) |" in lanes
+    assert "| mafka4 | 4 | 64 | 2 | 68 | 6 | 3 | 8.000 (7.200–8.800) | 8.000 (7.200–8.800) |" in lanes
+    assert "| consumers | lanes | produce tp999 | end-to-end tp999 | physical_partitions | actors |" in lanes
+    assert "| 4 | 2 | 6.250 [6.000, 6.500] | 6.250 [6.000, 6.500] | 6.000 | 4.000 |" in lanes
+    assert "Mafka3 was not run with more than 16 lanes" in lanes
+    assert "| 4 | 64 | not run | 260 | 520 |" in lanes
+    assert after.startswith("Where the latency goes: stages")
+
+
+def test_a_lane_section_from_settings_written_before_lanes_has_no_not_run_rows(tmp_path):
+    text = rendered_report(tmp_path, frozenset({"full"}), lane_rows(), experiment={"replication_factor": 2})
+    lanes = text.split(LANES_TITLE)[1].split("\n## ")[0]
+    assert "| mafka4 | 4 | 64 |" in lanes and "not run" not in lanes
+    assert "No lane configuration ran in both modes, so no Mafka3 / Mafka4 ratio." in lanes
+
+
+def test_mafka3_lane_counts_above_its_most_are_not_run_and_say_what_they_would_take():
+    from simulations.analysis.report import mafka3_lanes_not_run
+
+    experiment = {"consumers": [1, 4, 32], "lanes": [0, 4, 16, 100], "mafka3_lanes_max": 4, "replication_factor": 3}
+    rows = mafka3_lanes_not_run(experiment, frozenset())
+    assert [(row["consumers"], row["lanes"]) for row in rows] == [(1, 16), (4, 16), (32, 16), (1, 100), (4, 100),
+                                                                  (32, 100)]
+    assert rows[2] == {"consumers": 32, "lanes": 16, "physical_partitions": 17 * 32, "replica_actors": 17 * 32 * 3}
+    assert rows[3] == {"consumers": 1, "lanes": 100, "physical_partitions": 101, "replica_actors": 303}
+    ran = mafka3_lanes_not_run(experiment, frozenset({(4, 16)}))
+    assert (4, 16) not in {(row["consumers"], row["lanes"]) for row in ran} and len(ran) == 5, \
+        "a configuration with Mafka3 rows (an older run beside this one) was run"
+    unknown = mafka3_lanes_not_run({key: value for key, value in experiment.items() if key != "replication_factor"},
+                                   frozenset())
+    assert unknown[0]["replica_actors"] is None and unknown[0]["physical_partitions"] == 17
+    for missing in ("consumers", "lanes", "mafka3_lanes_max"):
+        older = {key: value for key, value in experiment.items() if key != missing}
+        assert mafka3_lanes_not_run(older, frozenset()) == [], missing
+    assert mafka3_lanes_not_run({**experiment, "mafka3_lanes_max": 100}, frozenset()) == []

@@ -17,17 +17,19 @@ LATENCIES = ("produce_latency_ms", "end_to_end_latency_ms")
 BOOTSTRAP = {"replicates": 5, "block_ms": 1000.0, "seed": 7}
 
 
-def config(mode: str, consumers: int, median_ms: float, repetitions: int = 3, source: str = "runtime") -> dict:
-    row = {"source": source, "mode": mode, "consumers": consumers, "topics": 1, "repetitions": repetitions}
+def config(mode: str, consumers: int, median_ms: float, repetitions: int = 3, source: str = "runtime",
+           lanes: int = 0) -> dict:
+    row = {"source": source, "mode": mode, "consumers": consumers, "topics": 1, "lanes": lanes,
+           "repetitions": repetitions}
     for latency in LATENCIES:
         for name in ("tp50", "tp99", "tp999"):
             row[f"{latency}_{name}"] = median_ms
     return row
 
 
-def statistics(mode: str, consumers: int, values: list, scans_full: int = 0) -> list[dict]:
+def statistics(mode: str, consumers: int, values: list, scans_full: int = 0, lanes: int = 0) -> list[dict]:
     """Per latency and percentile, replicate r's statistic ``values[r]``."""
-    return [{"source": "runtime", "mode": mode, "consumers": consumers, "topics": 1, "latency": latency,
+    return [{"source": "runtime", "mode": mode, "consumers": consumers, "topics": 1, "lanes": lanes, "latency": latency,
              "percentile": name, "replicate": replicate, "statistic": value, "scans_full": scans_full}
             for latency in LATENCIES for name in ("tp99", "tp999") for replicate, value in enumerate(values)]
 
@@ -36,7 +38,10 @@ def test_each_mode_compares_its_fewest_drained_consumers_with_its_most():
     latency = [config("mafka4", 1, 10.0), config("mafka4", 8, 11.0), config("mafka4", 32, 25.0),
                config("mafka3", 1, 9.0), config("mafka3", 32, 90.0, repetitions=0),  # no drained run at 32
                config("mafka3", 4, 9.0, source="fleet_model"), config("mafka3", 40, 9.0, source="fleet_model")]
-    assert consumer_spans(latency) == {("runtime", "mafka4", 1): (1, 32)}
+    assert consumer_spans(latency) == {("runtime", "mafka4", 1, 0): (1, 32)}
+    lanes = [config("mafka4", 4, 10.0, lanes=8), config("mafka4", 16, 10.0, lanes=8), config("mafka3", 32, 9.0, lanes=8)]
+    assert consumer_spans(latency + lanes) == {("runtime", "mafka4", 1, 0): (1, 32), ("runtime", "mafka4", 1, 8): (4, 16)}, \
+        "a lane count is compared with itself only: Mafka3's 1 consumer without lanes is not its fewest with 8 lanes"
 
 
 def test_the_ratio_is_high_over_low_and_the_interval_the_nearest_ranks_of_the_replicate_ratios():
@@ -59,6 +64,20 @@ def test_the_ratio_is_high_over_low_and_the_interval_the_nearest_ranks_of_the_re
         assert (row["replicates"], row["scans_full"], row["block_ms"], row["bootstrap_seed"]) == (5, 5 * 1 + 5 * 2, 1000.0, 7)
 
 
+def test_each_lane_count_scales_on_its_own_runs():
+    latency = [config("mafka4", 1, 10.0), config("mafka4", 32, 25.0),
+               config("mafka4", 1, 10.0, lanes=8), config("mafka4", 32, 40.0, lanes=8)]
+    rows = statistics("mafka4", 1, [10.0, 20.0]) + statistics("mafka4", 32, [15.0, 20.0])
+    rows += statistics("mafka4", 1, [10.0, 10.0], lanes=8) + statistics("mafka4", 32, [40.0, 30.0], lanes=8)
+    found = scale_ratios(latency, rows, **BOOTSTRAP)
+    by_lanes = {lanes: [row for row in found if row["lanes"] == lanes] for lanes in (0, 8)}
+    assert len(by_lanes[0]) == len(by_lanes[8]) == 4 and len(found) == 8
+    assert {(row["ratio"], row["ratio_low"], row["ratio_high"]) for row in by_lanes[0]} == {(2.5, 1.0, 1.5)}
+    assert {(row["ratio"], row["ratio_low"], row["ratio_high"]) for row in by_lanes[8]} == {(4.0, 3.0, 4.0)}
+    text = _scale_section([row for row in found if row["lanes"] == 0], latency[:2])
+    assert "2.500 [1.000, 1.500]" in text and "4.000" not in text
+
+
 def test_a_low_median_of_zero_gives_no_ratio_and_missing_statistics_no_interval():
     latency = [config("mafka4", 1, 0.0), config("mafka4", 4, 3.0)]
     (row, *_) = scale_ratios(latency, statistics("mafka4", 4, [1.0, 2.0]), **BOOTSTRAP)
@@ -76,6 +95,7 @@ def test_the_report_table_has_one_line_per_mode_with_ratio_interval_and_medians(
     latency = [config("mafka4", 1, 10.0), config("mafka4", 32, 25.0)]
     rows = statistics("mafka4", 1, [10.0, 20.0, 4.0]) + statistics("mafka4", 32, [15.0, 20.0, 10.0])
     text = _scale_section(scale_ratios(latency, rows, **BOOTSTRAP), latency)
+    assert "lanes" not in text
     assert ("| mode | topics | consumers | produce_latency_ms_tp999 | end_to_end_latency_ms_tp999 | "
             "produce_latency_ms_tp99 | end_to_end_latency_ms_tp99 |") in text
     assert "| mafka4 | 1 | 32 / 1 | " + " | ".join(["2.500 [1.000, 2.500] (25.000 / 10.000)"] * 4) + " |" in text

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+import simulations.schema as schema
 from mafka4.bench.stats import nearest_rank_index
 from mafka4.errors import InvalidConfig, NoEventLogs, RunInTwoEventLogs
 from simulations.analysis.command import add_analyze_parser
@@ -271,6 +272,62 @@ def test_a_run_writes_tables_plots_omb_files_and_a_report(spark, tmp_path):
     assert headline.count(" [") >= 8  # every runtime ratio carries its interval
     # The result tables are Parquet too, but a later run must not take them for event logs.
     assert event_log_files(tmp_path) == logs_before
+
+
+def to_version_2(path: Path) -> None:
+    """Rewrite an event log as it was written before the ``lanes`` column (schema version 2)."""
+    old = schema.READABLE_SCHEMAS["2"]
+    pq.write_table(pq.read_table(path).drop_columns(["lanes"]).cast(old), path)
+
+
+def test_lane_runs_are_configurations_of_their_own_and_logs_from_before_lanes_read_as_lanes_0(spark, tmp_path):
+    tiny_fixture(tmp_path)
+    for path in sorted((tmp_path / "runtime").glob("*.parquet")):
+        to_version_2(path)  # the runs without lanes, as written before lanes existed
+    (tmp_path / "runtime" / "settings.json").write_text(json.dumps({
+        "message_bytes": 512, "seed": SEED, "consumers": [1, 4], "lanes": [0, 2, 64], "mafka3_lanes_max": 16,
+        "replication_factor": 2}))
+    rng = np.random.default_rng(SEED + 2)
+    lane_runs = [replace(RUNTIME3, consumers=4, physical_partitions=12, actors=24, lanes=2),
+                 replace(RUNTIME4, consumers=4, virtual_partitions=6, lanes=2),
+                 replace(RUNTIME4, consumers=4, virtual_partitions=68, lanes=64)]
+    for run in lane_runs:
+        for repetition in range(2):
+            slow = 10.0 if run.mode == "mafka3" else 1.0
+            produce = rng.exponential(2.0 * slow, 300)
+            write_runtime_run(tmp_path / "lanes" / f"l{run.lanes}", replace(run, seed=SEED + repetition,
+                                                                              repetition=repetition),
+                              produce, produce + rng.exponential(5.0 * slow, 300))
+    result = analyze(tmp_path, spark=spark, settings=AnalysisSettings(bootstrap_replicates=20, bootstrap_block_ms=400.0))
+    config = pq.read_table(result.table_paths["latency_by_config"][0]).to_pylist()
+    runtime = {(row["mode"], row["consumers"], row["lanes"]): row for row in config if row["source"] == "runtime"}
+    assert set(runtime) == {("mafka3", 1, 0), ("mafka3", 4, 0), ("mafka4", 1, 0), ("mafka4", 4, 0), ("mafka3", 4, 2),
+                            ("mafka4", 4, 2), ("mafka4", 4, 64)}
+    assert runtime[("mafka3", 4, 0)]["runs"] == 3 and runtime[("mafka3", 4, 2)]["runs"] == 2
+    assert (runtime[("mafka3", 4, 2)]["physical_partitions"], runtime[("mafka4", 4, 64)]["virtual_partitions"]) == (12, 68)
+    assert {row["lanes"] for row in config if row["source"] == "fleet_model"} == {0}
+    ratios = pq.read_table(result.table_paths["mode_ratios"][0]).to_pylist()
+    assert {(row["consumers"], row["lanes"]) for row in ratios if row["source"] == "runtime"} == {(1, 0), (4, 0), (4, 2)}
+    lane_ratio = next(row for row in ratios if row["lanes"] == 2)
+    assert lane_ratio["physical_partitions_ratio"] == 12.0 and lane_ratio["produce_latency_ms_tp999_ratio_low"] is not None
+    intervals = pq.read_table(result.table_paths["ratio_intervals"][0]).to_pylist()
+    assert {row["lanes"] for row in intervals} == {0, 2}
+    stages = pq.read_table(result.table_paths["stage_latency"][0]).to_pylist()
+    assert stages and {row["lanes"] for row in stages} == {0}, "lane runs take no stage stamps"
+    scales = pq.read_table(result.table_paths["scale_ratios"][0]).to_pylist()
+    assert {(row["mode"], row["lanes"]) for row in scales} == {("mafka3", 0), ("mafka4", 0)}
+    assert set(result.omb_paths) == {"mafka3-c001", "mafka3-c004", "mafka4-c001", "mafka4-c004", "mafka3-c004-l002",
+                                     "mafka4-c004-l002", "mafka4-c004-l064"}
+    assert json.loads(result.omb_paths["mafka4-c004-l064"].read_text())["mafka4Lanes"] == 64
+    assert "mafka4Lanes" not in json.loads(result.omb_paths["mafka4-c004"].read_text())
+    text = result.report_path.read_text()
+    headline = text.split("## Result")[1].split("## Integrity")[0]
+    assert [line.split(":")[0] for line in headline.splitlines() if line.startswith("* runtime")] == [
+        "* runtime, consumers=1", "* runtime, consumers=4"]
+    lanes = text.split("## Lanes: queue merging")[1].split("\n## ")[0]
+    assert "| mafka3 | 4 | 2 | 12 | 0 | 24 | 2 |" in lanes and "| mafka4 | 4 | 64 | 1 | 68 | 2 | 2 |" in lanes
+    assert "| 4 | 2 | " in lanes.split("Mafka3 / Mafka4 per consumers and lanes")[1]
+    assert "| 1 | 64 | not run | 65 | 130 |" in lanes and "| 4 | 64 | not run | 260 | 520 |" in lanes
 
 
 def test_absent_rows_skip_their_plots_and_the_report_says_so(spark, tmp_path):

@@ -197,3 +197,15 @@ def test_block_weights_are_poisson_and_fixed_by_the_seed(spark):
     again = frame.repartition(3).selectExpr("id", f"{poisson_weight_sql(uniform_sql(SEED, 'id'))} as draw").toArrow()
     again = again["draw"].to_numpy()[np.argsort(again["id"].to_numpy())]
     assert np.array_equal(draws, again) and not np.array_equal(draws, other)
+
+
+def test_a_run_without_lanes_draws_as_before_lanes_and_a_lane_run_draws_its_own_weights(spark):
+    columns = "experiment_id string, mode string, consumers int, topics int, lanes int, seed long, repetition int, blocks int"
+    runs = spark.createDataFrame([("e", "mafka4", 4, 1, lanes, 7, 0, 40) for lanes in (0, 8, 16)], columns)
+    weights = {row["lanes"]: row["weights"] for row in with_block_weights(runs, 3, SEED).collect()}
+    before = (f"transform(sequence(0, 2), r -> transform(transform(sequence(0, blocks - 1), b -> "
+              f"{uniform_sql(SEED, 'experiment_id', 'mode', 'consumers', 'topics', 'seed', 'repetition', 'b', 'r')}), "
+              f"u -> {poisson_weight_sql('u')}))")
+    (unchanged,) = runs.filter("lanes = 0").selectExpr(f"{before} as weights").collect()
+    assert weights[0] == unchanged["weights"], "the formula before lanes, so old results keep their intervals"
+    assert weights[8] != weights[0] and weights[16] != weights[8]
