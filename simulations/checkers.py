@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from typing import AbstractSet, Callable, Iterable, Mapping, Sequence
 
 from mafka4.batch_frame import iter_batches
-from mafka4.batch_payload import decode_batch, decode_batches, decode_checked_batch, lane_of_headers
+from mafka4.batch_payload import decode_batch, decode_checked_batch, lane_of_headers
 from mafka4.virtual.layout import TopicLayout
 from mafka4.virtual.ranges import message_hash
 from mafka4.virtual.vp_records import source_of, strip_source
