@@ -59,6 +59,19 @@ def test_cancel_removes_a_pending_message_and_nothing_else():
     assert not schedule.cancel(m(0, 10)), "a released message cannot be cancelled"
 
 
+def test_a_cancel_whose_marker_was_not_written_can_be_put_back():
+    """The read node cancels, then appends the cancel marker; if the append fails it schedules the
+    entry ``pending`` gave again."""
+    schedule = DelaySchedule()
+    schedule.schedule(NOW_MS + 4_000, 8, m(2, 40))
+    assert schedule.pending(m(2, 41)) is None and schedule.pending(m(1, 40)) is None
+    entry = schedule.pending(m(2, 40))
+    assert entry == DueEntry(NOW_MS + 4_000, 8, m(2, 40))
+    assert schedule.cancel(m(2, 40)) and schedule.pending(m(2, 40)) is None
+    schedule.schedule(*entry)
+    assert schedule.take_due(NOW_MS + 4_000, limit=10) == [entry]
+
+
 def test_entries_taken_and_not_released_can_be_put_back():
     """The read node takes entries, then appends their release copies; if the append fails it
     schedules them again."""
@@ -193,7 +206,9 @@ def run(ops, slot_ms, far_slot_ms):
         elif op[0] == "cancel":
             message_id = model.ids[op[1] % len(model.ids)] if model.ids else m(0, op[1])
             expected = [e for e in model.pending if e[2] == message_id]
+            assert schedule.pending(message_id) == (DueEntry(*expected[0]) if expected else None)
             assert schedule.cancel(message_id) == bool(expected)
+            assert schedule.pending(message_id) is None
             if expected:
                 model.pending.remove(expected[0])
                 model.log.append(CancelMarker(message_id))
@@ -214,7 +229,7 @@ def run(ops, slot_ms, far_slot_ms):
     return schedule, model
 
 
-WIDTHS = st.sampled_from([(DELAY_SLOT_MS, DELAY_FAR_SLOT_MS), (1, 1), (7, 7), (1_000, 1_000), (250, 90_000)])
+WIDTHS = st.sampled_from([(DELAY_SLOT_MS, DELAY_FAR_SLOT_MS), (1, 1), (7, 7), (1_000, 1_000), (250, 90_000), (300, 1_000)])
 
 
 @settings(max_examples=300)
