@@ -52,6 +52,21 @@ class MessageTooLarge(MafkaError):
     usage_error = True
 
 
+class DelayOutOfRange(MafkaError):
+    """A delayed message asked to be due sooner than ``limits.DELAY_MS_MIN`` or later than its
+    topic's ``delay_ms_max`` (``mafka4.delays.due_time_ms``); the message names the value, the
+    range and the fix."""
+
+    usage_error = True
+
+
+class InvalidMessageId(MafkaError):
+    """A message id is not ``PARTITION:OFFSET`` (``mafka4.delays.MessageId``): a physical partition
+    and offset, as a producer's acknowledgement gives them."""
+
+    usage_error = True
+
+
 # --- cluster and metadata -------------------------------------------------------------
 
 

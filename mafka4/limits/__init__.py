@@ -170,6 +170,24 @@ LANES_MAX = VIRTUAL_PARTITIONS_MAX - 1
 LANE_NAME_CHARS_MAX = 200
 # Lane priorities are 0..LANE_PRIORITY_MAX, higher served first: Mafka3's ten message priority levels.
 LANE_PRIORITY_MAX = 9
+# Delayed delivery (``mafka4.delays``): a delayed message is due DELAY_MS_MIN to its topic's
+# delay_ms_max after it is sent. Below a second a delay is within the read node's release precision
+# (the goal is 1 s at p99), so it would promise what the timer cannot keep. DELAY_MS_MAX_DEFAULT, a
+# week, is the default retention too (issue 41); DELAY_MS_MAX, the ceiling of TopicConfig.delay_ms_max,
+# a year: every pending message costs read-node memory (``virtual.delay_schedule``) for as long as it
+# waits, and its VP log segment must outlive its delay.
+DELAY_MS_MIN = SECOND_MS
+DELAY_MS_MAX_DEFAULT = 7 * DAY_MS
+DELAY_MS_MAX = 365 * DAY_MS
+# The widths of the slots of a read node's delay schedule (``virtual.delay_schedule``): the entries
+# due within one slot are held in one array. Near slots (due within the current far slot) are
+# sorted when they come due: narrower ones cost less to sort, and a second is the release
+# precision the schedule aims at. Far slots only hold entries until their time comes near (then
+# they are spread into near slots): wider ones cost less memory per entry when few are due per
+# second (an array and a dict entry per slot), a minute keeps that under 2 bytes per entry at 1M
+# entries over a week, and spreading one is a pass over a minute's entries.
+DELAY_SLOT_MS = SECOND_MS
+DELAY_FAR_SLOT_MS = 60 * SECOND_MS
 # etcd refuses a request larger than its --max-request-bytes, 1.5 MiB unless raised; mafka4's etcd
 # keeps that default (a transaction is one request, every operation in it counted).
 ETCD_REQUEST_BYTES_MAX = 3 * MiB // 2
@@ -227,6 +245,9 @@ class TopicConfig:
     # Lanes the topic may open (each on its first message; a message naming one more is refused
     # with LanesExhausted; ignored in mafka3 mode, where a lane is a topic of its own).
     lanes_max: int = LANES_MAX_DEFAULT
+    # The longest delay a message of the topic may ask for (``Producer.send(delay_ms=...)``); a
+    # longer one (or one below DELAY_MS_MIN) is refused with DelayOutOfRange.
+    delay_ms_max: int = DELAY_MS_MAX_DEFAULT
     # Segments a read node has not fed yet outlive retention by up to this (LogConfig.unfed_hold_ms_max:
     # past it they are deleted and consumers get RecordsLost; None holds for ever and risks a
     # full disk while a read node is gone; ignored in mafka3 mode).
@@ -252,6 +273,7 @@ class TopicConfig:
         _check_optional_range(self, "unfed_hold_ms_max", 0)
         _check_range(self, "retention_check_interval_ms", 100, DAY_MS)
         _check_range(self, "segment_bytes_max", 4 * KiB, 1024 * MiB)
+        _check_range(self, "delay_ms_max", DELAY_MS_MIN, DELAY_MS_MAX)
         self._check_read_path()
 
     def _check_read_path(self) -> None:

@@ -99,7 +99,8 @@ def test_exactly_the_errors_that_mean_bad_input_are_usage_errors_and_retrying_th
                             "InvalidGroupName", "UnknownGroup", "InvalidReshard", "UnknownVirtualPartition",
                             "WrongReadMode", "NotEnoughReadNodes", "InvalidEventLog", "NoEventLogs", "RunInTwoEventLogs",
                             "MissingDependency", "UserExists", "UnknownUser", "UnknownAclRule", "MissingCredential",
-                            "ProtectedUser", "InvalidLaneName", "LanesExhausted", "UnknownLane"}
+                            "ProtectedUser", "InvalidLaneName", "LanesExhausted", "UnknownLane",
+                            "DelayOutOfRange", "InvalidMessageId"}
     assert not any(getattr(errors, name).retriable for name in usage_errors)
     assert not errors.ClusterNotRunning.usage_error and not errors.UnknownProducer.usage_error
 

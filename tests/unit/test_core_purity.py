@@ -43,6 +43,9 @@ CORES = (
     "mafka4.virtual.load_meter",
     # a feed stream's lag behind its physical partition, in messages and in time
     "mafka4.virtual.feed_lag",
+    # delayed delivery: due times, its headers and message ids; a VP's delay schedule (issue 41)
+    "mafka4.delays",
+    "mafka4.virtual.delay_schedule",
     # Prometheus metric families from a process's snapshot, the latency histogram, where processes serve metrics
     "mafka4.metrics.families",
     "mafka4.metrics.histogram",
