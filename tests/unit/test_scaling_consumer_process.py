@@ -39,7 +39,7 @@ def test_a_member_process_imports_neither_ray_nor_etcd():
 def test_a_member_that_fails_fails_the_run_and_no_member_process_is_left(started_members):
     nowhere = ClusterAccess((HostPort("127.0.0.1", 1),), Credential("nobody", "none"))  # port 1: no node there
     with pytest.raises(ExperimentFailed, match="a consumer failed during the run: ClusterNotRunning"):
-        with _Group(nowhere, "scaling-test", consumers=2, cpus=None):
+        with _Group(nowhere, ("scaling-test",), consumers=2, owned=2, cpus=None):
             pytest.fail("a group whose members cannot reach a node never settles")
     assert len(started_members) == 2 and all(process.poll() is not None for process in started_members)
 
