@@ -52,6 +52,9 @@ def add_chaos_parser(commands) -> None:
     chaos.add_argument("--faults", type=_fault_list, default=",".join(FAULT_KINDS),
                        help="comma-separated fault kinds (default all: %(default)s)")
     chaos.add_argument("--members", type=int, default=defaults.members, help="consumer-group members (default %(default)s)")
+    chaos.add_argument("--lanes", type=int, default=defaults.lanes,
+                       help="lanes the producer sends in beside the trunk, round robin, read by the members by "
+                            "fallback (default %(default)s)")
     chaos.add_argument("--etcd-members", type=int, choices=ETCD_MEMBER_CHOICES, default=defaults.etcd_members,
                        help="members of the throwaway cluster's etcd; kill-etcd-member needs 3 (default %(default)s)")
     chaos.add_argument("--resource-sample-s", type=float, default=defaults.resource_sample_s,
@@ -67,7 +70,7 @@ def add_chaos_parser(commands) -> None:
 def _cmd_chaos(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     settings = ChaosSettings(seed=seed, duration_s=args.duration_s, rate_msgs_per_s=args.rate_msgs_per_s,
-                             faults=args.faults, members=args.members, etcd_members=args.etcd_members,
+                             faults=args.faults, members=args.members, lanes=args.lanes, etcd_members=args.etcd_members,
                              resource_sample_s=args.resource_sample_s, planted_bug=args.planted_bug)
     planted = f", planted bug {settings.planted_bug}" if settings.planted_bug else ""
     print(f"chaos: seed {seed}, {settings.duration_s:g} s of faults ({','.join(settings.faults)}), "

@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
                 stopping.wait(POLL_TIMEOUT_MS / 1000)
                 continue
             for message in messages:
-                _line(out, vp=message.partition, offset=message.offset,
+                _line(out, vp=message.partition, offset=message.offset, lane=message.lane,
                       key=None if message.key is None else message.key.hex(), value=message.value.hex())
             out.flush()
         consumer.close()

@@ -129,7 +129,8 @@ class _ChaosRun:
                                settings.auto_commit_interval_ms)
         self.observer = CommitObserver(connection, GROUP, self.topic, self.history)
         self.producer = PacedProducer(connection, self.topic, settings.partitions, settings.keys,
-                                      settings.rate_msgs_per_s, self.history, settings.delivery_timeout_ms)
+                                      settings.rate_msgs_per_s, self.history, settings.delivery_timeout_ms,
+                                      settings.lanes)
         etcd = EtcdControl.of(connection, etcd_started) if connection.state is not None else None
         self.nemesis = Nemesis(connection, self.topic, random.Random(settings.seed), self.members, etcd,
                                settings.timing, self.began)

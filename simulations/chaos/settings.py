@@ -15,6 +15,8 @@ FAULT_KINDS = ("kill-replica", "kill-read-node", "restart-etcd", "kill-member", 
                "sigstop-replica", "sigstop-read-node", "sigstop-controller", "sigstop-etcd", "kill-controller",
                "partition", "power-loss-write-node", "power-loss-read-node", "disk-full", "kill-etcd-member")
 ETCD_MEMBER_CHOICES = (1, 3)
+# A chaos run's lanes: a few, so that each has traffic (each lane is a VP on top of virtual_partitions).
+LANES_MAX = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,9 @@ class ChaosSettings:
     virtual_partitions: int = 4
     read_replicas: int = 2
     keys: int = 16
+    # Lanes beside the trunk (issue 40): the producer sends round robin over the trunk and these,
+    # opened before the faults (fallback trunk), and the members, trunk readers, read them by fallback.
+    lanes: int = 2
     # Replicas leave the ISR / RISR after this much lag, so a paused replica of a few seconds does.
     replica_lag_ms_max: int = 3000
     member_lease_ttl_s: int = 6
@@ -74,6 +79,8 @@ class ChaosSettings:
         if not 1 <= self.members <= self.virtual_partitions:
             # More members than VPs would make the group split VPs: a reshard is not a fault under test here.
             raise InvalidConfig(f"members={self.members} must be from 1 to virtual_partitions={self.virtual_partitions}")
+        if not 0 <= self.lanes <= LANES_MAX:
+            raise InvalidConfig(f"lanes={self.lanes} must be from 0 (the trunk only) to {LANES_MAX}")
         if self.etcd_members not in ETCD_MEMBER_CHOICES:
             raise InvalidConfig(f"etcd_members={self.etcd_members} must be one of {ETCD_MEMBER_CHOICES}")
         if self.planted_bug is not None and self.planted_bug not in {bug.value for bug in planted_bugs.PlantedBug}:

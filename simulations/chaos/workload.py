@@ -4,7 +4,8 @@
   ``time.monotonic()``; ``merged`` orders them together with the members' records by that
   stamp (one clock for every process on Linux), which is the order the checkers judge.
 * ``PacedProducer``: one idempotent ``acks=all`` producer on a thread, sending keyed messages
-  at a fixed rate; records ``Send`` before each ``send()`` and ``Ack`` in the callback.
+  at a fixed rate, round robin over the trunk and its lanes (``chaos-1`` ...: ``lane_names``);
+  records ``Send`` before each ``send()`` and ``Ack`` in the callback.
   Values are unique (``<key>:<sequence>``): they name a message across Ack and Consumed.
 * ``CommitObserver``: reads the group's committed VP offsets from etcd every
   ``COMMIT_POLL_S`` and records each change as a ``Commit`` (a sample of the commits: one
@@ -44,6 +45,11 @@ MEMBER_STOP_TIMEOUT_S = 60  # a SIGTERMed member commits, releases and leaves wi
 MEMBER_READY_TIMEOUT_S = 120  # joining Ray and the group on a loaded 2-core machine
 
 
+def lane_names(lanes: int) -> tuple[str, ...]:
+    """The lanes a chaos run sends in beside the trunk."""
+    return tuple(f"chaos-{number}" for number in range(1, lanes + 1))
+
+
 class History:
     """Timestamped history records of the driver's recorders (thread-safe)."""
 
@@ -70,10 +76,11 @@ class PacedProducer:
     """Keyed ``acks=all`` messages at ``rate_msgs_per_s`` on a thread until ``stop``."""
 
     def __init__(self, connection: Connection, topic: str, partitions: int, key_count: int, rate_msgs_per_s: int,
-                 history: History, delivery_timeout_ms: int):
+                 history: History, delivery_timeout_ms: int, lanes: int = 0):
         self.sent = self.acknowledged = 0
         self.failures: list[str] = []
         self._keys = [b"k%02d" % i for i in range(key_count)]
+        self._lanes = ("", *lane_names(lanes))  # "" the trunk
         self._partitioner = Partitioner(topic, partitions)
         self._rate = rate_msgs_per_s
         self._history = history
@@ -82,6 +89,9 @@ class PacedProducer:
         self._thread = threading.Thread(target=self._run, name="chaos-producer", daemon=True)
 
     def start(self) -> None:
+        """Open the lanes (before any fault: a lane's first message asks a node), then send on a thread."""
+        for lane in self._lanes[1:]:
+            self._producer.open_lane(lane)
         self._thread.start()
 
     def _run(self) -> None:
@@ -95,14 +105,15 @@ class PacedProducer:
     def _send_one(self) -> None:
         key = self._keys[self.sent % len(self._keys)]
         value = b"%s:%07d" % (key, self.sent)
-        self._history.add(Send(PRODUCER_ID, key, value, self._partitioner.partition(key, None)))
-        self._producer.send(value, key=key).add_callback(
-            lambda metadata, error, key=key, value=value: self._answered(key, value, metadata, error))
+        lane = self._lanes[self.sent % len(self._lanes)]
+        self._history.add(Send(PRODUCER_ID, key, value, self._partitioner.partition(key, None), lane))
+        self._producer.send(value, key=key, lane=lane or None).add_callback(
+            lambda metadata, error, key=key, value=value, lane=lane: self._answered(key, value, lane, metadata, error))
         self.sent += 1
 
-    def _answered(self, key: bytes, value: bytes, metadata, error) -> None:
+    def _answered(self, key: bytes, value: bytes, lane: str, metadata, error) -> None:
         if error is None:
-            self._history.add(Ack(key, value, metadata.partition, metadata.offset))
+            self._history.add(Ack(key, value, metadata.partition, metadata.offset, lane))
             self.acknowledged += 1
         else:
             self.failures.append(f"{value.decode()}: {type(error).__name__}: {error}")
@@ -266,7 +277,7 @@ class Members:
                 if "vp" in line:
                     key = None if line["key"] is None else bytes.fromhex(line["key"])
                     records.append((line["t"], Consumed(member.name, f"vp{line['vp']}", line["offset"], key,
-                                                        bytes.fromhex(line["value"]))))
+                                                        bytes.fromhex(line["value"]), lane=line.get("lane", ""))))
         return records
 
     def consumed_values(self) -> set[bytes]:

@@ -11,10 +11,11 @@ interval and the fleet model its node ratio; and the tables, stage breakdown and
 written. No latency figure is checked: the machine is shared.
 
 The ``experiment`` step of CI runs it at the smallest size that still exercises each of those: one
-consumer count of 2 (a group of more than one member, its ownership split), no lanes and 2
-lanes (the lanes dimension: Mafka3's lane topics, which its cluster without read nodes reaches
-through the replicas' ports, and the report's lanes section), 2 repetitions (so the modes take
-turns), 300 messages per run, one fleet size, a 20-replicate bootstrap. More
+consumer count of 2 (a group of more than one member, its ownership split), no lanes and 1
+lane (the lanes dimension: Mafka4's lane run, and the report's lanes section with Mafka3's
+lane run "not run" past ``mafka3_lanes_max=0``: a Mafka3 lane run, a topic per lane, cost the
+smoke run a minute; ``test_lanes`` and ``test_scaling_consumer_process`` cover its parts), 2
+repetitions (so the modes take turns), 300 messages per run, one fleet size, a 20-replicate bootstrap. More
 consumer counts or messages would run the same code again; the time goes to what no size
 avoids: four cluster starts and stops (one per repetition and mode), the fleet model's fixed
 cost and one Spark JVM. The full-scale run (the command's defaults, about 50 minutes here) is the
@@ -46,7 +47,7 @@ from simulations.fleet.sweep import SweepSettings
 from simulations.scaling.experiment import ScalingSettings
 
 tiny = ScalingSettings(consumers=(2,), repetitions=2, rate_msgs_per_s=200, duration_s=1.5, experiment_id="tiny",
-                      lanes=(0, 2))
+                      lanes=(0, 1), mafka3_lanes_max=0)
 fleet = SweepSettings(topics=(100,), consumer_scales=(1.0,), rows=500)
 # A smoke test needs the bootstrap to run, not its 400 replicates' precision.
 print(run_compare(Path(sys.argv[1]), tiny, None, sweep=fleet, analysis=AnalysisSettings(bootstrap_replicates=20)))
@@ -59,11 +60,15 @@ def _lanes_part(lanes: int) -> str:
 
 
 def check_compare_outputs(out: Path, report: Path, run_id: str, consumers: tuple[int, ...], repetitions: int,
-                          messages: int, lanes: tuple[int, ...] = (0,)) -> None:
+                          messages: int, lanes: tuple[int, ...] = (0,), mafka3_lanes_max: int = 10) -> None:
     """What every ``mafka4 compare`` run must leave under ``out``, whatever its size (module doc)."""
     runtime = out / "runtime" / run_id
+
+    def lanes_run(mode: str) -> list[int]:
+        return [lane_count for lane_count in lanes if mode == "mafka4" or lane_count <= mafka3_lanes_max]
+
     expected = sorted(f"{mode}-c{count:03d}{_lanes_part(lane_count)}-r{repetition}.parquet"
-                      for mode in MODES for count in consumers for lane_count in lanes
+                      for mode in MODES for count in consumers for lane_count in lanes_run(mode)
                       for repetition in range(repetitions))
     assert sorted(path.name for path in runtime.glob("*.parquet")) == expected
     for name in expected:
@@ -81,7 +86,7 @@ def check_compare_outputs(out: Path, report: Path, run_id: str, consumers: tuple
     runs = [json.loads(line) for line in (runtime / "runs.jsonl").read_text().splitlines()]
     assert [(run["repetition"], run["mode"], run["consumers"], run["lanes"]) for run in runs] == [
         (repetition, mode, count, lane_count) for repetition in range(repetitions) for mode in MODES
-        for count in consumers for lane_count in lanes]
+        for count in consumers for lane_count in lanes_run(mode)]
     assert all(run["topic_created_s"] is not None and run["group_settled_s"] is not None for run in runs)
 
     analysis = report.parent
@@ -90,7 +95,7 @@ def check_compare_outputs(out: Path, report: Path, run_id: str, consumers: tuple
         measured = {(row["mode"], int(row["consumers"]), int(row["lanes"])): row for row in csv.DictReader(source)
                     if row["source"] == "runtime"}
     assert sorted(measured) == sorted((mode, count, lane_count) for mode in MODES for count in consumers
-                                      for lane_count in lanes)
+                                      for lane_count in lanes_run(mode))
     for row in measured.values():
         assert (int(row["runs"]), int(row["repetitions"]), int(row["runs_excluded"])) == (repetitions, repetitions, 0)
     text = report.read_text()
@@ -100,9 +105,11 @@ def check_compare_outputs(out: Path, report: Path, run_id: str, consumers: tuple
     assert "* fleet_model, consumer scale x1: nodes Mafka3 / Mafka4 = " in text
     assert (analysis / "stage_latency.csv").exists() and (analysis / "stage_breakdown.png").exists()
     assert ("## Lanes: queue merging" in text) == any(lanes), "lane runs get a section of their own, and only they"
+    if any(lane_count > mafka3_lanes_max for lane_count in lanes):
+        assert f"Mafka3 was not run with more than {mafka3_lanes_max} lanes" in text
     summaries = sorted(path.name for path in analysis.glob("omb/*.json"))
     assert summaries == sorted(f"{mode}-c{count:03d}{_lanes_part(lane_count)}.json" for mode in MODES
-                               for count in consumers for lane_count in lanes)
+                               for count in consumers for lane_count in lanes_run(mode))
     assert "aggregatedEndToEndLatency999pct" in json.loads((analysis / "omb" / summaries[0]).read_text())
 
 
@@ -113,7 +120,8 @@ def test_compare_runs_both_modes_twice_and_writes_the_report(tmp_path):
                          timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     report = Path(run.stdout.strip().splitlines()[-1])
-    check_compare_outputs(out, report, "tiny", consumers=(2,), repetitions=2, messages=300, lanes=(0, 2))
+    check_compare_outputs(out, report, "tiny", consumers=(2,), repetitions=2, messages=300, lanes=(0, 1),
+                          mafka3_lanes_max=0)
 
 
 @pytest.mark.slow

@@ -18,10 +18,13 @@ import pytest
 
 from mafka4.batch_payload import LANE_HEADER
 from mafka4.client.admin import Admin
+from mafka4.client.cluster_access import ClusterAccess, cluster_access
 from mafka4.client.consumer import Consumer
 from mafka4.client.producer import Producer
 from mafka4.client.topic_admin import describe_topic, open_lane
 from mafka4.errors import InvalidConfig, InvalidLaneName, LanesExhausted, WrongReadMode
+from mafka4.metadata import keys
+from mafka4.metadata.endpoints import parse_endpoints
 
 from virtual_helpers import KEYS, WAIT_S, topic_name
 from wait_helpers import wait_until
@@ -178,6 +181,15 @@ def test_a_mafka3_topic_keeps_each_lane_as_a_topic_of_its_own(read_cluster):
         assert wait_until(lambda: values.extend(m.value for m in consumer.poll(timeout_ms=200)) or len(values) >= 20,
                           WAIT_S)
     assert values == [b"swim:%d" % n for n in range(20)]
+
+    # A cluster without read nodes has only its replicas' ports, which serve no admin API (LANE_OPEN):
+    # a producer reaching only them still sends to a lane whose topic exists.
+    replicas_only = ClusterAccess(tuple(parse_endpoints(item.value["client"], what=item.key)[0]
+                                        for item in connection.store.get_prefix(keys.replicas_prefix(connection.cluster))
+                                        if isinstance(item.value, dict) and item.value.get("client")),
+                                  cluster_access(connection).credential)
+    with Producer(topic, connection=replicas_only, acks="all") as producer:
+        assert producer.send_sync(b"swim:replicas", key=b"k", lane="swim").partition is not None
 
 
 def test_bad_lanes_are_refused_with_errors_that_name_the_problem(read_cluster):

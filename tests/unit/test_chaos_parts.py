@@ -55,6 +55,14 @@ def test_settings_refuse_unknown_faults_and_more_members_than_virtual_partitions
         ChaosSettings(faults=("kill-replica", "nap"))
     with pytest.raises(InvalidConfig, match="members=5 must be from 1 to virtual_partitions=4"):
         ChaosSettings(members=5, virtual_partitions=4)
+    with pytest.raises(InvalidConfig, match="lanes=9 must be from 0 \\(the trunk only\\) to 8"):
+        ChaosSettings(lanes=9)
+
+
+def test_a_run_sends_in_the_trunk_and_its_lanes_by_default():
+    from simulations.chaos.workload import lane_names
+
+    assert ChaosSettings().lanes == 2 and lane_names(2) == ("chaos-1", "chaos-2") and lane_names(0) == ()
 
 
 def test_the_history_orders_the_members_records_among_the_drivers_by_time():

@@ -95,3 +95,52 @@ def test_pinning_the_services_pins_every_thread_of_every_descendant():
         service.kill()
         service.wait()
     assert len(affinities) >= 4 and all(found == {cpu} for found in affinities.values()), affinities
+
+
+class _StubConsumer:
+    """A topic's consumer as ``TopicsConsumer`` uses one: polls hand out the batches given, then nothing."""
+
+    def __init__(self, topic: str, batches: list[list], owned: int):
+        self.topic, self._batches, self._owned, self.closed = topic, list(batches), owned, False
+
+    def poll(self, timeout_ms: int) -> list:
+        if self._batches:
+            return self._batches.pop(0)
+        time.sleep(timeout_ms / 1000)
+        return []
+
+    def assignment(self) -> list[int]:
+        return list(range(self._owned))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_member_of_several_topics_polls_them_as_one_and_owns_what_they_own_together():
+    from simulations.scaling.consumer_process import TopicsConsumer
+
+    trunk = _StubConsumer("t", [["t0"], ["t1"]], owned=2)
+    lane = _StubConsumer("t.lane-001", [["l0"]], owned=1)
+    reader = TopicsConsumer([trunk, lane], poll_timeout_ms=20)
+    polled: list = []
+    deadline = time.monotonic() + 10
+    while len(polled) < 3 and time.monotonic() < deadline:
+        polled += reader.poll(timeout_ms=50)
+    assert sorted(polled) == ["l0", "t0", "t1"] and polled.index("t0") < polled.index("t1"), "per topic in order"
+    assert len(reader.assignment()) == 3
+    reader.close()
+    assert trunk.closed and lane.closed
+
+
+def test_a_failing_topic_consumer_fails_the_member_at_its_next_poll():
+    from simulations.scaling.consumer_process import TopicsConsumer
+
+    class Failing(_StubConsumer):
+        def poll(self, timeout_ms: int) -> list:
+            raise RuntimeError("node gone")
+
+    reader = TopicsConsumer([_StubConsumer("t", [], owned=1), Failing("t.lane-001", [], owned=1)], poll_timeout_ms=20)
+    with pytest.raises(RuntimeError, match="node gone"):
+        for _ in range(100):
+            reader.poll(timeout_ms=50)
+    reader.close()
