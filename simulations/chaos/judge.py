@@ -175,9 +175,6 @@ def judge(history: list[HistoryRecord], logs: FinalLogs, group: str, drained: bo
     found["reads_match_logs"] = checkers.check_reads_match_logs(
         consumed, {f"vp{vp}": log for vp, log in logs.vp_logs.items()})
     found["per_key_order"] = checkers.check_per_key_order(consumed)
-    # Every member is a trunk reader and every lane falls back to the trunk (``workload``): a lane's
-    # message is read by some member, as the trunk's is.
-    found["lanes"] = checkers.check_lanes(consumed, {}, {})
     found["no_duplicates_after_commit"] = checkers.check_no_duplicates_after_commit(history, group)
     found["commits_monotonic"] = checkers.check_commits_monotonic(history)
     found["classify_reads"] = checkers.classify_reads(acks, consumed, drained)

@@ -94,8 +94,14 @@ class TopicsConsumer:
         self._stopping.set()
         for thread in self._threads:
             thread.join()
-        for consumer in self._consumers:
-            consumer.close()
+        failures = []
+        for consumer in self._consumers:  # every one, even after one failed to close
+            try:
+                consumer.close()
+            except Exception as error:
+                failures.append(error)
+        if failures:
+            raise failures[0]
 
 
 def start(access: ClusterAccess, groups: tuple[tuple[str, str], ...]) -> member_process.Member:
