@@ -1,22 +1,29 @@
-"""Delayed delivery: the headers a delayed message carries, its due time, and message ids.
+"""Delayed delivery: where a delayed message waits, the headers it carries, and message ids.
 
-A delayed message is written to the physical log like any other, with the header
-``(DELIVER_AT_HEADER, epoch ms as ASCII decimal)``. The read node splits it into its VP log like
-any other record, so it is as durable and replicated as any, but holds it *scheduled*: fetches
-skip it. At its due time the read node appends a *release copy* to the same VP log: the same
-key, value and headers, plus ``(RELEASE_OF_HEADER, the scheduled record's VP offset as ASCII
-decimal)``; consumers get the copy, so offsets and commits work as for any record. A read node
-that restarts rebuilds its schedule from the VP log (``virtual.delay_schedule``): a scheduled
-record whose release copy (or cancel marker) is not in the log is still pending. A *cancel
-marker* (``Admin.cancel_delayed``) is a record with no key and no value whose header
-``(CANCEL_OF_HEADER, "P:OFFSET")`` names the cancelled message; like a scheduled record, fetches
-skip it.
+A delayed message (``Producer.send(..., delay_ms=...)``) is written, acknowledged and replicated
+like any other, but to its topic's *delay topic*, ``<topic>.mafka4-delays`` (``delay_topic_name``),
+with the header ``(DELIVER_AT_HEADER, due time in epoch ms as ASCII decimal)``. The delay topic is
+created with the topic's own config on the first delayed message (``DELAY_LANE`` asks for it, as
+a lane's first message asks for its lane), is read from its physical partitions
+(``read_mode='mafka3'``: its one reader is the scheduler) and is deleted with its topic. Only the
+cluster's delay scheduler (``mafka4.scheduling``) reads it: it holds each scheduled message until
+its due time, then produces a *release copy* to the topic itself (same key, value, timestamp and
+headers, the due time header kept so a consumer can tell how late it came, in the lane it was sent
+in), and once that is acknowledged appends a *release marker* to the delay topic's same
+partition: a record with no key and an empty value whose header ``(RELEASE_OF_HEADER, the
+scheduled record's offset)`` names it. A scheduler that starts (after a crash, on another
+controller) rebuilds its schedule from the delay topic: scheduled records that no release marker
+or cancel marker names are pending. A *cancel marker* (``Admin.cancel_delayed``) names the
+cancelled message with ``(CANCEL_OF_HEADER, "P:OFFSET")``.
 
-A message's id (``MessageId``) is the physical partition and offset its producer's
+Delivery is at least once, as for any message: a scheduler that dies between a release copy's
+acknowledgement and its marker's releases that message again when it restarts.
+
+A delayed message's id (``MessageId``) is the delay topic partition and offset its producer's
 acknowledgement gives, written ``PARTITION:OFFSET`` (``Admin.cancel_delayed`` takes it).
 
 Header values are strict: only ASCII digits, no sign, no spaces, no leading zero, at most an
-int64. The read node reads them from logs other processes wrote, and a value two readers could
+int64. The scheduler reads them from logs other processes wrote, and a value two readers could
 parse differently (" 12", "012", "1_2", Unicode digits) would let them disagree on a due time.
 
 Pure: no I/O, no clock (``now_ms`` is an argument).
@@ -28,17 +35,40 @@ from dataclasses import dataclass
 
 from mafka4.batch_frame import TIMESTAMP_MS_MAX
 from mafka4.errors import CorruptRecord, DelayOutOfRange, InvalidMessageId, InvalidRecord
-from mafka4.limits import DELAY_MS_MIN
+from mafka4.limits import DELAY_MS_MIN, ReadMode, TopicConfig, replace_config
+from mafka4.names import validate_topic_name
 
-__all__ = ["CANCEL_OF_HEADER", "DELAY_MS_MIN", "DELIVER_AT_HEADER", "RELEASE_OF_HEADER", "MessageId",
+__all__ = ["CANCEL_OF_HEADER", "DELAY_LANE", "DELAY_MS_MIN", "DELAY_TOPIC_SUFFIX", "DELIVER_AT_HEADER",
+           "RELEASE_OF_HEADER", "MessageId", "delay_topic_config", "delay_topic_name", "delayed_topic_of",
            "decode_cancel_of", "decode_deliver_at", "decode_release_of", "due_time_ms", "encode_cancel_of",
            "encode_deliver_at", "encode_release_of"]
 
-# Both are under batch_payload.RESERVED_HEADER_PREFIX: a producer cannot send them as its own
+# All three are under batch_payload.RESERVED_HEADER_PREFIX: a producer cannot send them as its own
 # headers (it asks for a delay with send's delay_ms or deliver_at_ms instead).
 DELIVER_AT_HEADER = "mafka4.deliver_at"  # a delayed message's due time: epoch ms, ASCII decimal
-RELEASE_OF_HEADER = "mafka4.release_of"  # a release copy's scheduled record: its VP offset, ASCII decimal
+RELEASE_OF_HEADER = "mafka4.release_of"  # a release marker's scheduled record: its offset, ASCII decimal
 CANCEL_OF_HEADER = "mafka4.cancel_of"  # a cancel marker's message: its MessageId, "P:OFFSET" in ASCII
+# The suffix of a delay topic's name, and the reserved lane name a producer opens it with (LANE_OPEN).
+DELAY_TOPIC_SUFFIX = ".mafka4-delays"
+DELAY_LANE = "mafka4-delays"
+
+
+def delay_topic_name(topic: str) -> str:
+    """``<topic>.mafka4-delays``: where ``topic``'s delayed messages wait (the module docstring)."""
+    return validate_topic_name(topic + DELAY_TOPIC_SUFFIX)
+
+
+def delay_topic_config(config: TopicConfig) -> TopicConfig:
+    """The config of the delay topic of a topic configured ``config``: the same partitions,
+    replication and retention, read from its physical partitions (its one reader is the scheduler)."""
+    return replace_config(config, read_mode=ReadMode.MAFKA3, virtual_partitions=None, read_replicas=0).resolved()
+
+
+def delayed_topic_of(name: str) -> str | None:
+    """The topic whose delay topic ``name`` is; None if ``name`` is no delay topic."""
+    if name.endswith(DELAY_TOPIC_SUFFIX) and len(name) > len(DELAY_TOPIC_SUFFIX):
+        return name[:-len(DELAY_TOPIC_SUFFIX)]
+    return None
 
 
 def due_time_ms(*, delay_ms: int | None, deliver_at_ms: int | None, now_ms: int, delay_ms_max: int) -> int | None:
@@ -89,13 +119,13 @@ def decode_deliver_at(value: bytes) -> int:
     return _decode(DELIVER_AT_HEADER, value)
 
 
-def encode_release_of(vp_offset: int) -> bytes:
-    """The value of a release copy's ``RELEASE_OF_HEADER``: the VP offset of the record it releases."""
-    return _encode(RELEASE_OF_HEADER, vp_offset)
+def encode_release_of(offset: int) -> bytes:
+    """The value of a release marker's ``RELEASE_OF_HEADER``: the offset of the record it releases."""
+    return _encode(RELEASE_OF_HEADER, offset)
 
 
 def decode_release_of(value: bytes) -> int:
-    """A ``RELEASE_OF_HEADER`` value's VP offset; ``CorruptRecord`` unless it is what
+    """A ``RELEASE_OF_HEADER`` value's offset; ``CorruptRecord`` unless it is what
     ``encode_release_of`` writes."""
     return _decode(RELEASE_OF_HEADER, value)
 
@@ -112,7 +142,7 @@ def decode_cancel_of(value: bytes) -> "MessageId":
         return MessageId.parse(bytes(value).decode("ascii"))
     except (InvalidMessageId, UnicodeDecodeError, TypeError) as error:
         raise CorruptRecord(f"header {CANCEL_OF_HEADER!r} holds {value!r:.80}: not a message id P:OFFSET; the record "
-                            f"was not written by a mafka4 read node") from error
+                            f"was not written by mafka4") from error
 
 
 def _encode(header: str, number: int) -> bytes:
@@ -130,13 +160,13 @@ def _decode(header: str, value: bytes) -> int:
             or int(raw) > TIMESTAMP_MS_MAX):
         raise CorruptRecord(
             f"header {header!r} holds {raw[:digits + 1]!r}: it must be a non-negative int64 in ASCII decimal "
-            f"without sign, spaces or leading zeros; the record was not written by a mafka4 producer or read node")
+            f"without sign, spaces or leading zeros; the record was not written by mafka4")
     return int(raw)
 
 
 @dataclass(frozen=True, slots=True, order=True)
 class MessageId:
-    """A message's id: the physical partition and offset of its acknowledgement (``str``: ``"P:OFFSET"``)."""
+    """A delayed message's id: the delay topic partition and offset of its acknowledgement (``str``: ``"P:OFFSET"``)."""
 
     partition: int
     offset: int

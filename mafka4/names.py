@@ -10,6 +10,8 @@ from mafka4.errors import InvalidLaneName, InvalidTopicName
 from mafka4.limits import LANE_NAME_CHARS_MAX, TOPIC_NAME_CHARS_MAX
 
 NAME_CHARS = re.compile(r"[A-Za-z0-9._-]+")
+# Lane names mafka4 keeps for itself (``delays.DELAY_LANE``), as it keeps headers named "mafka4.".
+RESERVED_LANE_PREFIX = "mafka4"
 
 
 def name_problem(name: object, what: str, chars_max: int) -> str | None:
@@ -43,6 +45,9 @@ def validate_lane_name(name: object) -> str:
     problem = name_problem(name, "lane name", LANE_NAME_CHARS_MAX)
     if problem is not None:
         raise InvalidLaneName(problem + " (a lane is named like a topic)")
+    if name.startswith(RESERVED_LANE_PREFIX):
+        raise InvalidLaneName(f"lane name {name!r} starts with {RESERVED_LANE_PREFIX!r}, which names mafka4's own "
+                              f"lanes (a topic's delayed messages wait in one): choose another name")
     return name
 
 

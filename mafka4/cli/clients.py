@@ -21,6 +21,10 @@ def add_commands(commands) -> None:
                               f"(default: ${COMPRESSION_ENV} if set, else none)")
     produce.add_argument("--lane", help="send every line in this lane of the topic (opened by its first message; "
                                         "default: the trunk)")
+    produce.add_argument("--delay", type=int, metavar="MS",
+                         help="deliver each line MS milliseconds after it is sent (1000 up to the topic's "
+                              "delay_ms_max, 7 days by default); prints each message's id, PARTITION:OFFSET, which "
+                              "'mafka4 topic cancel-delayed' takes")
     produce.set_defaults(run=_cmd_produce)
 
     consume = commands.add_parser("consume", help="print committed messages of every partition (or virtual "
@@ -58,14 +62,17 @@ def _cmd_produce(args: argparse.Namespace) -> int:
                 if not separator:
                     raise InvalidRecord(f"line {count + 1} has no key separator {args.key_sep!r}: write KEY{args.key_sep}VALUE")
                 line = value
-            future = producer.send(line, key=key, lane=args.lane)
+            future = producer.send(line, key=key, lane=args.lane, delay_ms=args.delay)
             future.add_callback(lambda _, error: failures.append(error) if error else None)
+            if args.delay is not None:
+                future.add_callback(lambda sent, error: print(f"{sent.partition}:{sent.offset}") if error is None else None)
             count += 1
         producer.flush()
     if failures:
         print(f"{len(failures)} of {count} messages failed: {failures[0]}", file=sys.stderr)
         return 1
     lane = f" lane {args.lane!r}" if args.lane else ""
+    lane += f", each due {args.delay} ms after it was sent" if args.delay is not None else ""
     print(f"produced {count} messages to {args.topic!r}{lane} (acks={args.acks}, "
           f"compression={producer.config.compression})", file=sys.stderr)
     return 0

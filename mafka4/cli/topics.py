@@ -1,4 +1,4 @@
-"""``mafka4 topic create|list|describe|delete|lane`` and ``mafka4 scale``.
+"""``mafka4 topic create|list|describe|delete|lane|cancel-delayed`` and ``mafka4 scale``.
 
 Every one is a client of the cluster's client port (``client.topic_admin``,
 ``client.cluster_metadata``), holding no Ray or etcd. A request is checked before connecting
@@ -37,6 +37,10 @@ def add_commands(commands) -> None:
     describe = topic_commands.add_parser("describe", help="partitions, leaders, ISR and offsets")
     describe.add_argument("name")
     describe.set_defaults(run=_cmd_topic_describe)
+    cancel = topic_commands.add_parser("cancel-delayed", help="cancel a delayed message that is not due yet")
+    cancel.add_argument("name")
+    cancel.add_argument("message_id", help="PARTITION:OFFSET, as 'mafka4 produce --delay' printed it")
+    cancel.set_defaults(run=_cmd_topic_cancel_delayed)
     delete = topic_commands.add_parser("delete", help="delete a topic and its data")
     delete.add_argument("name")
     delete.set_defaults(run=_cmd_topic_delete)
@@ -122,6 +126,29 @@ def _cmd_topic_describe(args: argparse.Namespace) -> int:
                   f"{live.get('high_watermark', '?'):>14}")
         print_lanes(description)
     print_read_loss(args.name, description["read_loss"])
+    print_delays(description.get("delays"))
+    return 0
+
+
+def print_delays(delays: dict | None) -> None:
+    """The topic's delayed messages waiting, by when they are due (as the delay scheduler last wrote them)."""
+    if delays is None:
+        return
+    horizons = delays["horizons"]
+    print(f"delayed messages waiting: {delays['waiting']}  (due within a minute: {horizons['minute']}, "
+          f"an hour: {horizons['hour']}, a day: {horizons['day']}, later: {horizons['later']}; "
+          f"in flight: {delays['waiting'] - sum(horizons.values())})")
+    counts = delays["counts"]
+    print(f"released: {counts['released']}  cancelled: {counts['cancelled']}  "
+          f"cancels too late: {counts['cancels_late']}  (since the scheduler started)")
+
+
+def _cmd_topic_cancel_delayed(args: argparse.Namespace) -> int:
+    from mafka4.client.topic_admin import cancel_delayed
+
+    cancel_delayed(args.name, args.message_id)
+    print(f"cancel of delayed message {args.message_id} of {args.name!r} written: the scheduler drops it if it "
+          f"reads the cancel before the message is due ('mafka4 topic describe {args.name}' counts cancels too late)")
     return 0
 
 

@@ -90,6 +90,12 @@ class Admin:
         return topic_intents.open_lane(self._connection.store, self.cluster, topic, lane,
                                        topic_intents.policy_asked(fallback, priority), wait_s)
 
+    def cancel_delayed(self, topic: str, message_id: str) -> None:
+        """Cancel delayed message ``message_id`` ("P:OFFSET") of ``topic``: ``topic_admin.cancel_delayed``."""
+        from mafka4.client.topic_admin import cancel_delayed  # here: a client of the cluster's ports
+
+        cancel_delayed(topic, message_id, where=self._connection)
+
     def list_topics(self) -> list[str]:
         return self._topics.names()
 

@@ -39,12 +39,12 @@ def cluster_access(where: object = None) -> ClusterAccess:
         return ClusterAccess(bootstrap_nodes(), client_credential())
     state = getattr(where, "state", None)
     home = Path(state.home) if state is not None else None  # joined by environment: the environment's
-    live = _live_addresses(where.store, where.cluster)
+    live = live_addresses(where.store, where.cluster)
     nodes = tuple(dict.fromkeys((*live, *(bootstrap_nodes(home) if not live else ()))))
     return ClusterAccess(nodes, client_credential(home))
 
 
-def _live_addresses(store, cluster: str) -> tuple[HostPort, ...]:
+def live_addresses(store, cluster: str) -> tuple[HostPort, ...]:
     """The client addresses in the liveness keys of ``cluster``'s read nodes, then of its replicas."""
     from mafka4.metadata import keys  # here: a client that is not such a process never reads etcd's keys
 

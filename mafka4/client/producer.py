@@ -22,6 +22,14 @@ bounded by ``buffer_bytes_max``; ``on_full`` chooses between blocking and ``Buff
 compresses each batch as the sender encodes it (``mafka4.compression``). Header names starting
 with ``mafka4.`` are reserved for the system's own headers and refused (``InvalidRecord``).
 
+Delayed messages (``delay_ms=`` or ``deliver_at_ms=``, ``mafka4.delays``): due ``DELAY_MS_MIN``
+(1 s) to the topic's ``delay_ms_max`` (default 7 days) from now, else ``DelayOutOfRange``. The
+message goes to the topic's delay topic ``<topic>.mafka4-delays`` (created with the topic's config
+on the first one, through a producer of it as for a mafka3-mode lane), durable once acknowledged;
+its acknowledgement's partition and offset are its message id (``Admin.cancel_delayed``). The
+cluster's delay scheduler produces it to the topic, in its lane, at its due time; consumers see
+it with the header ``mafka4.deliver_at`` (the due time), at least once.
+
 Lanes (``lane=``; none or "" is the trunk). A message in a lane carries the lane's name as its
 first header (``batch_payload.LANE_HEADER``) and, in the batch, its lane id
 (``batch_payload``'s lane-id column), so read nodes put it in the lane's own VPs
@@ -49,7 +57,8 @@ from mafka4.client.loop_thread import LoopThread
 from mafka4.client.node_links import NodeLinks
 from mafka4.client.send_many import ManyCallback, ManyFuture
 from mafka4.client.sender import Sender
-from mafka4.client.topic_admin import open_lane
+from mafka4.client.topic_admin import open_delays, open_lane
+from mafka4.delays import DELAY_LANE, DELIVER_AT_HEADER, due_time_ms, encode_deliver_at
 from mafka4.errors import InvalidRecord, MessageTooLarge, ProducerClosed, UnknownTopic
 from mafka4.limits import ProducerConfig, ReadMode
 from mafka4.names import lane_topic_name, validate_lane_name, validate_topic_name
@@ -155,27 +164,70 @@ class Producer:
             loop_thread.stop()
             raise
         self._read_mode = metadata.config.read_mode
-        self._accumulator = RecordAccumulator(topic, self.config, len(metadata.partitions))
+        self._delay_ms_max = metadata.config.delay_ms_max
+        self.partition_count = len(metadata.partitions)
+        self._accumulator = RecordAccumulator(topic, self.config, self.partition_count)
         self._sender = Sender(topic, self.config, self._accumulator, routes, links, loop_thread)
         self._closed = False
 
     def send(self, value: Any, key: Any = None, partition: int | None = None,
              headers: Iterable[tuple[str, bytes]] | None = None, timestamp_ms: int | None = None,
-             callback: Callback | None = None, lane: str | None = None) -> RecordFuture:
+             callback: Callback | None = None, lane: str | None = None, delay_ms: int | None = None,
+             deliver_at_ms: int | None = None) -> RecordFuture:
         """Buffer one message; the returned future resolves to its ``RecordMetadata``. ``callback(metadata,
         error)``, if given, runs on the sender thread once the message is answered, as one added with
         the future's ``add_callback`` does, at less cost: no lock is taken to register it. ``lane``:
-        the lane to send it in (the module docstring; the first message of a lane waits for it to open)."""
+        the lane to send it in (the module docstring; the first message of a lane waits for it to open).
+        ``delay_ms`` / ``deliver_at_ms``: deliver it that long after now / at that epoch time (the
+        module docstring); its ``RecordMetadata`` is then its place in the delay topic, its message id."""
+        if self._closed:
+            raise ProducerClosed(f"producer for {self.topic!r} is closed: create a new Producer")
+        checked = _checked_headers(headers) if headers else None
+        if delay_ms is not None or deliver_at_ms is not None:
+            return self._send_delayed(value, key, partition, checked, timestamp_ms, callback, lane, delay_ms,
+                                      deliver_at_ms)
+        return self._send_system(value, key, partition, checked, timestamp_ms, callback, lane)
+
+    def _send_delayed(self, value: Any, key: Any, partition: int | None, headers: list | None,
+                      timestamp_ms: int | None, callback: Callback | None, lane: str | None,
+                      delay_ms: int | None, deliver_at_ms: int | None) -> RecordFuture:
+        """Send a delayed message to the delay topic, its due time (and its lane) in its headers."""
+        due_ms = due_time_ms(delay_ms=delay_ms, deliver_at_ms=deliver_at_ms, now_ms=time.time_ns() // 1_000_000,
+                             delay_ms_max=self._delay_ms_max)
+        if partition is not None:
+            raise InvalidRecord(f"partition={partition} with a delay: a delayed message is released to the "
+                                f"partition its key picks; send it with a key, or without a delay")
+        laned = laned_headers(validate_lane_name(lane), headers) if lane else list(headers or ())
+        return self._delay_producer()._send_system(value, key, None, [*laned, (DELIVER_AT_HEADER, encode_deliver_at(due_ms))],
+                                                   timestamp_ms, callback, None)
+
+    def _delay_producer(self) -> "Producer":
+        """The producer of this topic's delay topic, opened (and the topic created) on the first delayed message."""
+        route = self._lanes.get(DELAY_LANE)
+        if route is None:
+            opened = open_delays(self.topic, where=self._connection)
+            route = Producer(opened.name, self._connection, self._key_serializer, self._value_serializer,
+                             **self._settings)
+            kept = self._lanes.setdefault(DELAY_LANE, route)  # another thread's, if it was first
+            if kept is not route:
+                route.close()
+                route = kept
+        assert isinstance(route, Producer), route
+        return route
+
+    def _send_system(self, value: Any, key: Any, partition: int | None, header_list: list | None,
+                     timestamp_ms: int | None, callback: Callback | None, lane: str | None) -> RecordFuture:
+        """``send`` of headers checked already, or written by mafka4 itself (``mafka4.`` ones: the delay
+        scheduler's release copies and markers)."""
         if self._closed:
             raise ProducerClosed(f"producer for {self.topic!r} is closed: create a new Producer")
         lane_id, elsewhere = self._routed(lane)
         if elsewhere is not None:
-            return elsewhere.send(value, key, partition, headers, timestamp_ms, callback)
+            return elsewhere._send_system(value, key, partition, header_list, timestamp_ms, callback, None)
         key_bytes = _as_bytes("key", key, self._key_serializer)
         value_bytes = _as_bytes("value", value, self._value_serializer)
         if value_bytes is None:
             raise InvalidRecord("message value is None: send bytes (an empty value is b'')")
-        header_list = _checked_headers(headers) if headers else None
         if lane_id:
             header_list = laned_headers(lane, header_list)
         size_bytes = self._size_bytes(key_bytes, value_bytes, header_list)
@@ -293,9 +345,11 @@ class Producer:
 
     def send_sync(self, value: Any, key: Any = None, partition: int | None = None,
                   headers: Iterable[tuple[str, bytes]] | None = None, timeout_s: float | None = None,
-                  lane: str | None = None) -> RecordMetadata:
-        """Send one message (in ``lane``, as ``send``) and wait for its acknowledgement (flushes its batch at once)."""
-        future = self.send(value, key=key, partition=partition, headers=headers, lane=lane)
+                  lane: str | None = None, delay_ms: int | None = None,
+                  deliver_at_ms: int | None = None) -> RecordMetadata:
+        """Send one message (in ``lane``, delayed, as ``send``) and wait for its acknowledgement (flushes its batch at once)."""
+        future = self.send(value, key=key, partition=partition, headers=headers, lane=lane, delay_ms=delay_ms,
+                           deliver_at_ms=deliver_at_ms)
         self._sender.flush_all()
         for lane_producer in self._lane_producers():
             lane_producer._sender.flush_all()

@@ -16,6 +16,8 @@ reported as such before any connection is made. Imports neither ``ray`` nor ``et
 from __future__ import annotations
 
 from mafka4.client.node_connection import call_once
+from mafka4.delays import CANCEL_OF_HEADER, DELAY_LANE, MessageId, delay_topic_name, encode_cancel_of
+from mafka4.errors import InvalidMessageId
 from mafka4.limits import READ_MODE_DEFAULT, ReadMode
 from mafka4.names import validate_lane_name, validate_topic_name
 from mafka4.physical.partition_state import TopicMetadata
@@ -52,8 +54,36 @@ def scale(name: str, virtual_partitions: int, where: object = None) -> list[Epoc
     return list(call_once(TopicScaleRequest(name, virtual_partitions), where).epochs)
 
 
+def open_delays(name: str, where: object = None) -> LaneOpenAnswer:
+    """The delay topic of topic ``name`` (``mafka4.delays``), created on the first delayed message
+    with ``name``'s config: a lane open of the reserved ``DELAY_LANE``. Needs the ``produce`` ACL on
+    the topic."""
+    return call_once(LaneOpenRequest(validate_topic_name(name), DELAY_LANE, "", -1), where)
+
+
 def open_lane(name: str, lane: str, fallback: str = "", priority: int = -1, where: object = None) -> LaneOpenAnswer:
     """Where lane ``lane`` of topic ``name`` is, opened (with ``fallback`` and ``priority``, defaults
     for "" and -1) if it is not yet: its lane id in the topic, or in mafka3 mode the topic holding
     it (``frontend.topic_intents.open_lane``). Needs the ``produce`` ACL on the topic."""
     return call_once(LaneOpenRequest(validate_topic_name(name), validate_lane_name(lane), fallback, priority), where)
+
+
+def cancel_delayed(name: str, message_id: "MessageId | str", where: object = None) -> None:
+    """Cancel delayed message ``message_id`` (``"P:OFFSET"``, its acknowledgement's) of topic ``name``:
+    append a cancel marker to the partition of its delay topic that holds it (``mafka4.delays``).
+
+    The delay scheduler drops the message if it reads the marker before the message is due; a
+    cancel read later is counted as late (``topic describe``) and the message is delivered.
+    ``InvalidMessageId`` for a bad id or one past the delay topic's partitions; ``UnknownTopic``
+    if the topic never had a delayed message. Needs the ``produce`` ACL on the topic."""
+    from mafka4.client.producer import Producer  # here: the producer imports this module
+
+    target = message_id if isinstance(message_id, MessageId) else MessageId.parse(message_id)
+    delays = delay_topic_name(validate_topic_name(name))
+    with Producer(delays, where, acks="all", linger_ms=0) as producer:
+        partitions = producer.partition_count
+        if target.partition >= partitions:
+            raise InvalidMessageId(f"message id {target} names partition {target.partition}, but the delay topic of "
+                                   f"{name!r} has {partitions}: use the id its producer's acknowledgement gave")
+        producer._send_system(b"", None, target.partition, [(CANCEL_OF_HEADER, encode_cancel_of(target))],
+                              None, None, None).result(producer.config.delivery_timeout_ms / 1000 + 5)

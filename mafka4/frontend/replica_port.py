@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
+from mafka4.delays import delayed_topic_of
 from mafka4.errors import InvalidConfig, NotLeader
 from mafka4.frontend.cluster_view import ClusterView
 from mafka4.frontend.fetch_sessions import FetchSessions
@@ -125,7 +126,10 @@ class ReplicaPort:
         return view, store
 
     def _admit(self, session: Session, operation: Operation, topic: str, partition: int) -> None:
-        self._security.check(session, operation, ResourceType.TOPIC, topic)
+        # Producing a delayed message is producing to its topic: the delay topic takes the topic's
+        # produce ACL. Reading or describing it is the scheduler's (an admin's) or its own ACLs'.
+        delayed = delayed_topic_of(topic) if operation is Operation.PRODUCE else None
+        self._security.check(session, operation, ResourceType.TOPIC, delayed or topic)
         if (topic, partition) != (self._topic, self._partition):
             raise NotLeader(f"replica {self._replica_id} serves {self._topic}-{self._partition}, not "
                             f"{topic}-{partition}; refresh the metadata and send where it says")

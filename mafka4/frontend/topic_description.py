@@ -13,6 +13,7 @@ from __future__ import annotations
 import ray
 
 from mafka4.limits import DESCRIBE_TIMEOUT_S
+from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
 from mafka4.physical.handles import replica_handle
 from mafka4.physical.topics import TopicStore
@@ -28,8 +29,9 @@ def describe_topic(store: MetadataStore, cluster: str, name: str) -> dict:
     from its leader's read node; and the physical offsets lost before a read node fed them.
 
     ``{"topic", "config": TopicConfig, "partitions": [...], "virtual_partitions": [...], "lanes": [...],
-    "read_loss": {partition: [[first, end), ...]]}}``; a VP's row names its ``lane`` ("" the trunk),
-    and ``lanes`` has a row per open lane (its name, fallback, priority; ``lane_rows``); a leader's report is its entry's ``live``
+    "read_loss": {partition: [[first, end), ...]]}, "delays"}``; a VP's row names its ``lane`` ("" the trunk),
+    and ``lanes`` has a row per open lane (its name, fallback, priority; ``lane_rows``); ``delays`` is
+    ``delay_state``'s; a leader's report is its entry's ``live``
     (``{"error": ...}`` if it did not answer, None if it is not running). ``UnknownTopic`` if
     there is no such topic.
     """
@@ -54,7 +56,14 @@ def describe_topic(store: MetadataStore, cluster: str, name: str) -> dict:
                     "lane": layout.lane_of(state.vp), "live": lives.get(state.vp)} for state in states]
         lanes = lane_rows(layout.current)
     return {"topic": name, "config": metadata.config, "partitions": partitions, "virtual_partitions": virtual,
-            "lanes": lanes, "read_loss": read_loss(store, cluster, name)}
+            "lanes": lanes, "read_loss": read_loss(store, cluster, name), "delays": delay_state(store, cluster, name)}
+
+
+def delay_state(store: MetadataStore, cluster: str, name: str) -> dict | None:
+    """What the delay scheduler last wrote of topic ``name``'s delayed messages (``keys.delay_state``:
+    how many wait, by horizon, and its counts); None if the topic never had one."""
+    found = store.get(keys.delay_state(cluster, name))
+    return found.value if found is not None else None
 
 
 def lane_rows(epoch: SplitEpoch) -> list[dict]:

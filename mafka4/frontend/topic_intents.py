@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mafka4.errors import InvalidConfig, TopicExists
-from mafka4.limits import RESHARD_INTENT_WAIT_S, TOPIC_INTENT_WAIT_S, ReadMode, TopicConfig
+from mafka4.delays import DELAY_LANE, DELAY_TOPIC_SUFFIX, delay_topic_config, delay_topic_name, delayed_topic_of
+from mafka4.errors import InvalidConfig, TopicExists, UnknownTopic
+from mafka4.limits import RESHARD_INTENT_WAIT_S, TOPIC_INTENT_WAIT_S, TOPIC_NAME_CHARS_MAX, ReadMode, TopicConfig
 from mafka4.metadata import intents
 from mafka4.metadata.intents import IntentKind
 from mafka4.metadata.store import MetadataStore
@@ -54,6 +55,18 @@ def delete_topic(store: MetadataStore, cluster: str, name: str, wait_s: float = 
     if not topics.exists(validate_topic_name(name)) and topics.keys_below(name) == 0:
         raise absent_topic(name)
     intents.request(store, cluster, IntentKind.DELETE_TOPIC, name, {}, wait_s)
+    if delayed_topic_of(name) is None and len(name + DELAY_TOPIC_SUFFIX) <= TOPIC_NAME_CHARS_MAX:
+        _delete_delay_topic(topics, store, cluster, delay_topic_name(name), wait_s)
+
+
+def _delete_delay_topic(topics: TopicStore, store: MetadataStore, cluster: str, name: str, wait_s: float) -> None:
+    """A deleted topic's delayed messages go with it: its delay topic ``name``, if it has one."""
+    if not topics.exists(name):
+        return
+    try:
+        intents.request(store, cluster, IntentKind.DELETE_TOPIC, name, {}, wait_s)
+    except UnknownTopic:
+        pass  # deleted meanwhile by another delete
 
 
 def scale_topic(store: MetadataStore, cluster: str, name: str, virtual_partitions: int,
@@ -86,6 +99,19 @@ def policy_asked(fallback: str = "", priority: int = -1) -> LanePolicy | None:
     return LanePolicy(fallback or DEFAULT_POLICY.fallback, DEFAULT_POLICY.priority if priority == -1 else priority)
 
 
+def open_delay_topic(store: MetadataStore, cluster: str, topic: str, wait_s: float = TOPIC_INTENT_WAIT_S) -> OpenedLane:
+    """``topic``'s delay topic (``mafka4.delays``), created with ``delays.delay_topic_config`` of its
+    config if this is its first delayed message; answered as a lane of topic ``<topic>.mafka4-delays``."""
+    config = TopicStore(store, cluster).get(validate_topic_name(topic)).config
+    name = delay_topic_name(topic)
+    if not TopicStore(store, cluster).exists(name):
+        try:
+            create_topic(store, cluster, name, delay_topic_config(config), wait_s)
+        except TopicExists:
+            pass  # another producer's first delayed message created it first
+    return OpenedLane(name, 0)
+
+
 def open_lane(store: MetadataStore, cluster: str, topic: str, lane: str, policy: LanePolicy | None = None,
               wait_s: float = RESHARD_INTENT_WAIT_S) -> OpenedLane:
     """Where lane ``lane`` of ``topic`` is, opening it (with ``policy``, else the default) if this is its first message.
@@ -99,6 +125,8 @@ def open_lane(store: MetadataStore, cluster: str, topic: str, lane: str, policy:
     own config the first time (the way isolation worked before queue merging, and what
     ``mafka4 experiment`` compares against). A lane already open costs one etcd read.
     """
+    if lane == DELAY_LANE:
+        return open_delay_topic(store, cluster, topic, wait_s)
     validate_lane_name(lane)
     metadata = TopicStore(store, cluster).get(validate_topic_name(topic))
     config = metadata.config

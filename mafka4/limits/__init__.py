@@ -171,15 +171,15 @@ LANE_NAME_CHARS_MAX = 200
 # Lane priorities are 0..LANE_PRIORITY_MAX, higher served first: Mafka3's ten message priority levels.
 LANE_PRIORITY_MAX = 9
 # Delayed delivery (``mafka4.delays``): a delayed message is due DELAY_MS_MIN to its topic's
-# delay_ms_max after it is sent. Below a second a delay is within the read node's release precision
+# delay_ms_max after it is sent. Below a second a delay is within the scheduler's release precision
 # (the goal is 1 s at p99), so it would promise what the timer cannot keep. DELAY_MS_MAX_DEFAULT, a
 # week, is the default retention too (issue 41); DELAY_MS_MAX, the ceiling of TopicConfig.delay_ms_max,
-# a year: every pending message costs read-node memory (``virtual.delay_schedule``) for as long as it
-# waits, and its VP log segment must outlive its delay.
+# a year: every pending message costs scheduler memory (``scheduling.delay_schedule``) for as long as it
+# waits, and its delay topic segment must outlive its delay.
 DELAY_MS_MIN = SECOND_MS
 DELAY_MS_MAX_DEFAULT = 7 * DAY_MS
 DELAY_MS_MAX = 365 * DAY_MS
-# The widths of the slots of a read node's delay schedule (``virtual.delay_schedule``): the entries
+# The widths of the slots of a delay schedule (``scheduling.delay_schedule``): the entries
 # due within one slot are held in one array. Near slots (due within the current far slot) are
 # sorted when they come due: narrower ones cost less to sort, and a second is the release
 # precision the schedule aims at. Far slots only hold entries until their time comes near (then
@@ -188,6 +188,19 @@ DELAY_MS_MAX = 365 * DAY_MS
 # entries over a week, and spreading one is a pass over a minute's entries.
 DELAY_SLOT_MS = SECOND_MS
 DELAY_FAR_SLOT_MS = 60 * SECOND_MS
+# The delay scheduler (``scheduling.delay_service``). A worker's poll waits at most DELAY_POLL_MS_MAX
+# (less when a message is due sooner): the lateness a release may add to its due time, beyond the
+# produce and the read of its copy. It releases at most DELAY_RELEASES_PER_POLL_MAX messages between
+# two polls, so that markers and cancels are read while a backlog of due messages drains. It writes
+# its state (where to read again, what waits, which ``topic describe`` shows) every
+# DELAY_STATE_INTERVAL_MS. It looks for new delay topics every DELAY_TOPICS_SCAN_INTERVAL_S.
+DELAY_POLL_MS_MAX = 100
+DELAY_RELEASES_PER_POLL_MAX = 1000
+DELAY_STATE_INTERVAL_MS = SECOND_MS
+DELAY_TOPICS_SCAN_INTERVAL_S = 2
+# How often the active controller looks whether its delay scheduler child still runs (and a standby
+# whether it became active): the longest a scheduler that died stays down.
+DELAY_SCHEDULER_CHECK_INTERVAL_S = 1
 # etcd refuses a request larger than its --max-request-bytes, 1.5 MiB unless raised; mafka4's etcd
 # keeps that default (a transaction is one request, every operation in it counted).
 ETCD_REQUEST_BYTES_MAX = 3 * MiB // 2

@@ -78,6 +78,13 @@
                                                          bound to its lease; value: {"member_id"}
     /mafka4/<cluster>/groups/<group>/vp_offsets/<topic>/<v>  committed VP offset (mafka4-mode groups)
                                                          value: {"offset", "member_id", "high_watermark"}
+    /mafka4/<cluster>/delays/<topic>                    the delay scheduler's state of <topic>'s delay topic
+                                                         (scheduling/delay_service.py): where to read it again
+                                                         after a restart, and what waits, for describe;
+                                                         written by the scheduler, deleted with the delay topic
+                                                         value: {"restart_offsets": {p: offset}, "waiting",
+                                                                 "horizons": {"minute", "hour", "day", "later"},
+                                                                 "counts", "written_ms"}
     /mafka4/<cluster>/users/<user>                      a user's SCRAM credential, never its password
                                                          (security/user_store.py); value: {"salt",
                                                          "stored_key", "server_key" (base64), "iterations"}
@@ -123,6 +130,12 @@ def topics_prefix(cluster: str) -> str:
 
 def topic(cluster: str, name: str) -> str:
     return f"{topics_prefix(cluster)}{name}"
+
+
+def delay_state(cluster: str, topic_name: str) -> str:
+    """The delay scheduler's state of ``topic_name``'s delay topic (not below the topic's keys: a
+    delete of the topic must not race the scheduler's last write)."""
+    return f"{ROOT}/{cluster}/delays/{topic_name}"
 
 
 def topic_children_prefix(cluster: str, name: str) -> str:

@@ -123,8 +123,8 @@ class TopicDescribeRequest:
 @dataclass(frozen=True, slots=True)
 class TopicDescribeAnswer:
     """``frontend.topic_description.describe_topic``'s report as JSON texts: the config
-    (``config_to_json``'s map), a row per partition, per VP and per lane in order, and the read loss
-    (``{"<partition>": [[first, end], ...]}``)."""
+    (``config_to_json``'s map), a row per partition, per VP and per lane in order, the read loss
+    (``{"<partition>": [[first, end], ...]}``) and the delayed messages (``keys.delay_state``'s value)."""
 
     name: str
     config_json: str
@@ -132,6 +132,8 @@ class TopicDescribeAnswer:
     virtual_partitions: tuple[str, ...]
     read_loss_json: str
     lanes: tuple[str, ...] = ()
+    # The delay scheduler's state of the topic's delayed messages ("null": none was ever sent).
+    delays_json: str = "null"
 
 
 def description_answer(description: dict) -> TopicDescribeAnswer:
@@ -141,7 +143,8 @@ def description_answer(description: dict) -> TopicDescribeAnswer:
         tuple(json.dumps(row, sort_keys=True) for row in description["partitions"]),
         tuple(json.dumps(row, sort_keys=True) for row in description["virtual_partitions"]),
         json.dumps({str(partition): ranges for partition, ranges in description["read_loss"].items()}),
-        tuple(json.dumps(row, sort_keys=True) for row in description.get("lanes", ())))
+        tuple(json.dumps(row, sort_keys=True) for row in description.get("lanes", ())),
+        json.dumps(description.get("delays"), sort_keys=True))
 
 
 def description_of(answer: TopicDescribeAnswer) -> dict:
@@ -153,6 +156,7 @@ def description_of(answer: TopicDescribeAnswer) -> dict:
                 "partitions": [json.loads(row) for row in answer.partitions],
                 "virtual_partitions": [json.loads(row) for row in answer.virtual_partitions],
                 "lanes": [json.loads(row) for row in answer.lanes],
+                "delays": json.loads(answer.delays_json),
                 "read_loss": {int(partition): ranges for partition, ranges in json.loads(answer.read_loss_json).items()}}
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as error:
         raise ProtocolError(f"the description of topic {answer.name!r} is not the JSON a node sends ({error!r:.200})") from None

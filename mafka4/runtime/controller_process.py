@@ -12,6 +12,11 @@ left Ray (``runtime.node_agents``, on a thread of its own): workers then run no 
 Off by default: ``mafka4 up`` registers its simulated nodes itself, and a node agent run as a
 process (``runtime.node``) beside it would register the node twice.
 
+The active one also keeps the cluster's delay scheduler running as its child
+(``mafka4.scheduling.delay_service``, logging to ``<home>/delay-scheduler.log``; ``--home``, whose
+admin credential it uses): a standby stops it, so one runs per cluster but while controllers
+change hands (its releases are at least once).
+
 Every controller process, active or standby, serves Prometheus metrics (``--metrics-port``, any
 free port by default, on its Ray node's address): the counts of its ``ControllerCounters``
 (``metrics.families.controller_families``). The active one names the address in its election
@@ -30,17 +35,20 @@ from typing import Callable
 
 from mafka4.coordinator.control.controller import Controller
 from mafka4.errors import InvalidConfig, MafkaError
-from mafka4.limits import CLIENT_PORT_DEFAULT, CONTROLLER_STOP_TIMEOUT_S, parse_setting, replace_config
+from mafka4.limits import (CLIENT_PORT_DEFAULT, CONTROLLER_STOP_TIMEOUT_S, DELAY_SCHEDULER_CHECK_INTERVAL_S,
+                           parse_setting, replace_config)
 from mafka4.limits.servers import ClusterConfig, ControllerConfig
 from mafka4.metadata.store import MetadataStore
 from mafka4.metrics.controller_counters import ControllerCounters
 from mafka4.metrics.exposition import MetricsServer
 from mafka4.metrics.families import controller_families
+from mafka4.runtime.child_process import ChildProcess
 from mafka4.runtime.environment import apply_ray_environment, mafka4_home
 from mafka4.transport.ray_names import NAMESPACE
 
 log = logging.getLogger("mafka4.controller")
 
+DELAY_SCHEDULER_LOG_FILE_NAME = "delay-scheduler.log"
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     defaults = ControllerConfig()
@@ -49,6 +57,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ray-address", required=True, help="GCS address of the Ray cluster")
     parser.add_argument("--cluster", required=True)
     parser.add_argument("--controller-id", required=True)
+    parser.add_argument("--home", type=Path, default=mafka4_home(),
+                        help="the home whose admin credential the delay scheduler uses, and where it logs "
+                             "(delay-scheduler.log); default %(default)s")
     parser.add_argument("--lease-ttl-s", type=int, default=defaults.lease_ttl_s)
     parser.add_argument("--metrics-port", type=int, default=0,
                         help="the port it serves Prometheus metrics on; 0 (default) for any free port")
@@ -92,6 +103,32 @@ def _start_node_agents(args: argparse.Namespace, controller: Controller, stop: t
     return close
 
 
+def _keep_delay_scheduler(args: argparse.Namespace, controller: Controller, stop: threading.Event) -> Callable[[], None]:
+    """Keep the delay scheduler (``mafka4.scheduling.delay_service``) running as a child while
+    ``controller`` is active, and stopped while it is not; returns what stops it for good."""
+    home = args.home.expanduser().resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    child = ChildProcess("delay scheduler", [
+        sys.executable, "-m", "mafka4.scheduling.delay_service", "--etcd", args.etcd, "--cluster", args.cluster,
+        "--home", str(home)], home / DELAY_SCHEDULER_LOG_FILE_NAME, home)
+
+    def keep() -> None:
+        while not stop.wait(DELAY_SCHEDULER_CHECK_INTERVAL_S):
+            if controller.active:
+                child.keep_running()
+            else:
+                child.stop()
+        child.stop()
+
+    thread = threading.Thread(target=keep, name="delay-scheduler", daemon=True)
+    thread.start()
+
+    def close() -> None:
+        thread.join(CONTROLLER_STOP_TIMEOUT_S * 2)
+        child.stop()
+    return close
+
+
 def _start_metrics(counters: ControllerCounters, host: str, port: int) -> MetricsServer | None:
     """Serve ``counters`` to Prometheus on ``host``:``port``; None (logged) if the port could not be
     bound: the controller runs regardless."""
@@ -124,10 +161,12 @@ def main(argv: list[str] | None = None) -> int:
                             metrics.address if metrics is not None else None)
     log.info("controller %s started for cluster %r (etcd %s, Ray %s)", args.controller_id, args.cluster, args.etcd, args.ray_address)
     close_agents = _start_node_agents(args, controller, stop) if args.node_agents else None
+    close_delays = _keep_delay_scheduler(args, controller, stop)
     try:
         controller.run(stop)
     finally:
         stop.set()
+        close_delays()
         if close_agents is not None:
             close_agents()
         if metrics is not None:

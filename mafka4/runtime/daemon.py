@@ -23,17 +23,17 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Callable
 
-from mafka4.limits import (CONTROLLER_STOP_TIMEOUT_S, LEASE_REFRESHES_PER_TTL, READ_NODE_START_POLL_INTERVAL_S,
+from mafka4.limits import (LEASE_REFRESHES_PER_TTL, READ_NODE_START_POLL_INTERVAL_S,
                            parse_setting)
 from mafka4.limits.servers import ClusterConfig
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
+from mafka4.runtime.child_process import ChildProcess
 from mafka4.runtime.environment import apply_ray_environment, ensure_ray_token, ray_temp_dir, use_ray_token
 from mafka4.runtime.etcd_member import etcd_endpoint
 from mafka4.runtime.ports import LOOPBACK, free_loopback_port
@@ -53,40 +53,16 @@ CONTROLLER_ID = "controller-0"
 log = logging.getLogger("mafka4.daemon")
 
 
-class ControllerProcess:
+class ControllerProcess(ChildProcess):
     """The cluster's controller as a child process: started, restarted if it exits, stopped by PID."""
 
     def __init__(self, home: Path, etcd_endpoint: str, ray_address: str, cluster: str,
                  settings: tuple[tuple[str, int], ...] = ()):
-        self.command = [
+        super().__init__("controller", [
             sys.executable, "-m", "mafka4.runtime.controller_process", "--etcd", etcd_endpoint,
-            "--ray-address", ray_address, "--cluster", cluster, "--controller-id", CONTROLLER_ID,
+            "--ray-address", ray_address, "--cluster", cluster, "--controller-id", CONTROLLER_ID, "--home", str(home),
             *(argument for name, value in settings for argument in ("--setting", f"{name}={value}")),
-        ]
-        self.log_path = home / CONTROLLER_LOG_FILE_NAME
-        self.cwd = home
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        with open(self.log_path, "ab") as log_file:
-            self.process = subprocess.Popen(self.command, stdout=log_file, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, cwd=self.cwd)
-        log.info("controller started, pid %d, log %s", self.process.pid, self.log_path)
-
-    def keep_running(self) -> None:
-        if self.process is not None and self.process.poll() is not None:
-            log.warning("controller exited with code %s; starting it again", self.process.returncode)
-            self.start()
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=CONTROLLER_STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        ], home / CONTROLLER_LOG_FILE_NAME, home)
 
 
 def run(home: Path, config: ClusterConfig, cluster: str) -> None:

@@ -45,7 +45,8 @@ CORES = (
     "mafka4.virtual.feed_lag",
     # delayed delivery: due times, its headers and message ids; a VP's delay schedule (issue 41)
     "mafka4.delays",
-    "mafka4.virtual.delay_schedule",
+    "mafka4.scheduling.delay_schedule",
+    "mafka4.scheduling.delay_log",
     # Prometheus metric families from a process's snapshot, the latency histogram, where processes serve metrics
     "mafka4.metrics.families",
     "mafka4.metrics.histogram",

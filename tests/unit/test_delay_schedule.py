@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from mafka4.delays import MessageId
 from mafka4.limits import DELAY_FAR_SLOT_MS, DELAY_SLOT_MS
-from mafka4.virtual.delay_schedule import (CancelMarker, DelaySchedule, DueEntry, ReleaseCopy, ScheduledRecord)
+from mafka4.scheduling.delay_schedule import (CancelMarker, DelaySchedule, DueEntry, ReleaseCopy, ScheduledRecord)
 
 MINUTE_MS, HOUR_MS, DAY_MS = 60_000, 3_600_000, 86_400_000
 NOW_MS = 1_765_000_000_000
@@ -20,7 +20,7 @@ def m(partition: int, offset: int) -> MessageId:
     return MessageId(partition, offset)
 
 
-def test_due_entries_come_out_in_due_order_ties_by_vp_offset_and_only_once():
+def test_due_entries_come_out_in_due_order_ties_by_log_offset_and_only_once():
     schedule = DelaySchedule()
     schedule.schedule(NOW_MS + 5_000, 12, m(0, 3))
     schedule.schedule(NOW_MS + 2_000, 13, m(1, 7))
@@ -38,11 +38,11 @@ def test_due_entries_come_out_in_due_order_ties_by_vp_offset_and_only_once():
 
 def test_a_take_stops_at_its_limit_and_the_rest_stays_due():
     schedule = DelaySchedule()
-    for vp_offset in range(10):
-        schedule.schedule(NOW_MS + 1_000 + vp_offset % 3, vp_offset, m(0, vp_offset))
+    for log_offset in range(10):
+        schedule.schedule(NOW_MS + 1_000 + log_offset % 3, log_offset, m(0, log_offset))
     first = schedule.take_due(NOW_MS + 10_000, limit=4)
     rest = schedule.take_due(NOW_MS + 10_000, limit=100)
-    assert [e.vp_offset for e in first + rest] == [0, 3, 6, 9, 1, 4, 7, 2, 5, 8]
+    assert [e.log_offset for e in first + rest] == [0, 3, 6, 9, 1, 4, 7, 2, 5, 8]
     assert len(first) == 4 and len(schedule) == 0
 
 
@@ -96,8 +96,8 @@ def test_counts_by_horizon_put_overdue_in_the_minute_and_each_bound_in_the_neare
     schedule = DelaySchedule()
     dues = [NOW_MS - 5_000, NOW_MS + MINUTE_MS, NOW_MS + MINUTE_MS + 1, NOW_MS + HOUR_MS, NOW_MS + HOUR_MS + 1,
             NOW_MS + DAY_MS, NOW_MS + DAY_MS + 1, NOW_MS + 30 * DAY_MS]
-    for vp_offset, due_ms in enumerate(dues):
-        schedule.schedule(due_ms, vp_offset, m(0, vp_offset))
+    for log_offset, due_ms in enumerate(dues):
+        schedule.schedule(due_ms, log_offset, m(0, log_offset))
     assert schedule.counts_by_horizon(NOW_MS) == {"minute": 2, "hour": 2, "day": 2, "later": 2}
     schedule.take_due(NOW_MS, limit=1)  # spreads the current far slot into near slots
     assert schedule.counts_by_horizon(NOW_MS) == {"minute": 1, "hour": 2, "day": 2, "later": 2}
@@ -125,7 +125,7 @@ def test_a_message_arriving_out_of_offset_order_is_still_found():
     for offset in (10, 30, 20, 5):
         schedule.schedule(NOW_MS + 1_000 + offset, offset, m(0, offset))
     assert schedule.cancel(m(0, 20)) and schedule.cancel(m(0, 5)) and not schedule.cancel(m(0, 15))
-    assert [e.vp_offset for e in schedule.take_due(NOW_MS + 2_000, limit=10)] == [10, 30]
+    assert [e.log_offset for e in schedule.take_due(NOW_MS + 2_000, limit=10)] == [10, 30]
 
 
 def test_a_rebuild_ignores_releases_of_records_before_the_scan_and_releases_seen_twice():
@@ -138,15 +138,15 @@ def test_a_rebuild_ignores_releases_of_records_before_the_scan_and_releases_seen
 
 def test_a_rebuild_of_a_long_scan_keeps_exactly_the_unreleased_records():
     scan, pending = [], set()
-    for vp_offset in range(2_000):
-        scan.append(ScheduledRecord(vp_offset, NOW_MS + 1_000 + vp_offset % 97, m(vp_offset % 3, vp_offset)))
-        if vp_offset % 5:
-            scan.append(ReleaseCopy(vp_offset - vp_offset % 2))  # some released twice, some never
-    released = {r.released_vp_offset for r in scan if isinstance(r, ReleaseCopy)}
+    for log_offset in range(2_000):
+        scan.append(ScheduledRecord(log_offset, NOW_MS + 1_000 + log_offset % 97, m(log_offset % 3, log_offset)))
+        if log_offset % 5:
+            scan.append(ReleaseCopy(log_offset - log_offset % 2))  # some released twice, some never
+    released = {r.released_log_offset for r in scan if isinstance(r, ReleaseCopy)}
     pending = set(range(2_000)) - released
     schedule = DelaySchedule.rebuild(scan)
     assert len(schedule) == len(pending)
-    assert {e.vp_offset for e in schedule.take_due(NOW_MS + DAY_MS, limit=10_000)} == pending
+    assert {e.log_offset for e in schedule.take_due(NOW_MS + DAY_MS, limit=10_000)} == pending
 
 
 # --- against a model: a list of pending entries --------------------------------------------
@@ -160,14 +160,14 @@ Op = st.one_of(
 
 
 class Model:
-    """The schedule as a list of pending (due_ms, vp_offset, message_id), and the VP log the read
+    """The schedule as a list of pending (due_ms, log_offset, message_id), and the VP log the read
     node would have written meanwhile."""
 
     def __init__(self):
         self.pending: list[tuple[int, int, MessageId]] = []
         self.log: list = []
         self.now_ms = NOW_MS
-        self.next_vp_offset = 0
+        self.next_log_offset = 0
         self.next_offsets = [0] * PARTITIONS
         self.ids: list[MessageId] = []
 
@@ -197,8 +197,8 @@ def run(ops, slot_ms, far_slot_ms):
             message_id = m(partition, offset)
             if message_id in model.ids:
                 continue
-            entry = (model.now_ms + ahead_ms, model.next_vp_offset, message_id)
-            model.next_vp_offset += 1
+            entry = (model.now_ms + ahead_ms, model.next_log_offset, message_id)
+            model.next_log_offset += 1
             model.ids.append(message_id)
             schedule.schedule(*entry)
             model.pending.append(entry)
@@ -218,7 +218,7 @@ def run(ops, slot_ms, far_slot_ms):
             taken = schedule.take_due(model.now_ms, limit)
             assert taken == model.take(model.now_ms, limit)
             if released:
-                model.log.extend(ReleaseCopy(entry.vp_offset) for entry in taken)
+                model.log.extend(ReleaseCopy(entry.log_offset) for entry in taken)
             else:  # the release copies' append failed: the read node puts them back
                 for entry in taken:
                     schedule.schedule(*entry)

@@ -7,7 +7,7 @@ Floors, from the ground up (the first pattern that matches a module names its fl
    long polls, planted bugs, exported environment variables, files replaced durably (and
    packages with an empty ``__init__``).
 1. **cores**: the log layer, RISR, and every pure decision core and value type of the
-   physical and the virtual side (delayed delivery's rules and a VP's delay schedule among them),
+   physical and the virtual side, of delayed delivery (its rules, a delay topic's schedule and log),
    of groups and of the controller, the runtime's rules
    for which Ray nodes get node agents, where a deployment's etcd members run, and its
    fake multi-node Ray cluster derived from ``ray_cluster.yaml``; the names of etcd keys
@@ -33,7 +33,8 @@ Floors, from the ground up (the first pattern that matches a module names its fl
 5. **runtime**: the processes of a cluster: the local cluster and its daemon, the node agent,
    the controller's process, etcd servers.
 6. **clients**: Admin, Producer, Consumer.
-7. **tools**: the operator's benchmarks, the CLI, the demo.
+7. **tools and services**: the operator's benchmarks, the CLI, the demo, and the delay scheduler
+   (``mafka4.scheduling``: a client of the cluster that the active controller runs as its child).
 8. **outside the product**: the experiments (``simulations``) and the benchmarks that compare
    or probe (``benchmarks``). They import the product; the product never imports them (their
    commands and benches register through entry points, ``mafka4.cli.plugins``).
@@ -59,12 +60,13 @@ FLOORS = (
         r"waking_event)"),
     # Packages whose __init__ is empty: importing one runs nothing.
     (0, r"mafka4\.(physical|virtual|metadata|transport|protocol|security|frontend|coordinator|metrics|"
-        r"coordinator\.(control|groups)|kafka)"),
+        r"coordinator\.(control|groups)|kafka|scheduling)"),
     (1, r"mafka4\.log(\..*)?|mafka4\.risr(\..*)?"),
     (1, r"mafka4\.dead_letters"),
     (1, r"mafka4\.physical\.(partition_state|replica|sequencer|topic_leftovers|replica_traffic)"),
     (1, r"mafka4\.virtual\.(ranges|layout|vp_records|column_split|vp_state|feed_plan|failover|replica_core|divergence|"
-        r"visit_schedule|load_meter|feed_lag|delay_schedule)"),
+        r"visit_schedule|load_meter|feed_lag)"),
+    (1, r"mafka4\.scheduling\.(delay_schedule|delay_log)"),
     (1, r"mafka4\.delays"),
     (1, r"mafka4\.metadata\.(lease|keys|txn_runs|read_node_load)"),
     (1, r"mafka4\.security\.(principals|credentials|scram|scram_client|acl)"),
@@ -87,7 +89,7 @@ FLOORS = (
     (4, r"mafka4\.coordinator\.control\..*"),
     (5, r"mafka4\.runtime(\..*)?"),
     (6, r"mafka4\.client(\..*)?"),
-    (7, r"mafka4\.(bench|cli|demo)(\..*)?"),
+    (7, r"mafka4\.(bench|cli|demo|scheduling)(\..*)?"),
     (8, r"(simulations|benchmarks)(\..*)?"),
 )
 PROJECT_PACKAGES = ("mafka4", "simulations", "benchmarks")

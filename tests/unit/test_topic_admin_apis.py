@@ -313,7 +313,9 @@ def test_a_description_travels_row_by_row_and_comes_back_in_describe_topics_shap
                                 "lane": "" if vp < 2 else "swim", "live": {"error": "GetTimeoutError"}}
                                for vp in range(3)],
         "lanes": [{"lane": "swim", "fallback": "trunk", "priority": 3}],
-        "read_loss": {1: [[0, 5], [7, 9]]}}
+        "read_loss": {1: [[0, 5], [7, 9]]},
+        "delays": {"waiting": 3, "horizons": {"minute": 1, "hour": 0, "day": 2, "later": 0},
+                   "counts": {"released": 4}, "restart_offsets": {"0": 7}, "written_ms": 1}}
     answer = description_answer(description)
     assert from_body(TopicDescribeAnswer, to_body(answer)) == answer
     assert description_of(answer) == description

@@ -1,29 +1,30 @@
-"""One VP's delay schedule: the read node's timer index of its scheduled (delayed) records.
+"""A delay topic's schedule: the delay scheduler's timer index of its scheduled (delayed) records.
 
-What it holds. One entry per scheduled record of the VP (``mafka4.delays``) not yet released or
-cancelled: its due time (epoch ms), its VP offset and its message id (physical partition and
-offset). The VP log is the truth; the schedule is an index of it, rebuilt from a scan of the log
-after a restart or a failover (``DelaySchedule.rebuild``): pending = scheduled records minus
-those a release copy or a cancel marker names. It writes nothing durable itself. The read node
-takes entries out first (``take_due``; ``pending`` then ``cancel``), then appends their release
-copies (or the cancel marker), and puts them back with ``schedule`` if the append fails: an entry
-whose append is in flight can be neither released twice nor cancelled once its release is
-decided. A crash in between loses nothing: the log holds no release copy (or marker), so the
-rebuild finds the entry pending again (a cancel never acknowledged may then still be released).
+What it holds. One entry per scheduled record of the delay topic (``mafka4.delays``) not yet
+released or cancelled: its due time (epoch ms), its log offset and its message id (delay topic
+partition and offset; the log offset is the id's offset, kept in the entry so that a take needs no
+lookup). The delay topic is the truth; the schedule is an index of it, rebuilt by reading the
+topic after a restart (``scheduling.delay_log``, or ``DelaySchedule.rebuild`` from a scan): pending
+= scheduled records minus those a release marker or a cancel marker names. It writes nothing
+durable itself. The scheduler takes entries out first (``take_due``; ``pending`` then
+``cancel``), then produces their release copies, and puts them back with ``schedule`` if that
+fails: an entry whose release is in flight can be neither released twice nor cancelled once its
+release is decided. A crash in between loses nothing: the topic holds no release marker, so the
+rebuild finds the entry pending again.
 
 Layout: a hashed timing wheel of two levels, each a dict from slot number (``due_ms //
-width``) to one ``array('q')`` of the slot's entries, four int64 each (due_ms, vp_offset,
+width``) to one ``array('q')`` of the slot's entries, four int64 each (due_ms, log_offset,
 partition, offset), with a heap of the slots' numbers for the earliest (``_Slots``). *Near*
 slots are ``limits.DELAY_SLOT_MS`` (a second) wide and hold the entries due within the *far*
 slots already reached; *far* slots are ``limits.DELAY_FAR_SLOT_MS`` (a minute) wide and hold the
 rest, in arrival order. When ``take_due`` reaches a far slot it spreads its entries into near
-slots (each entry moves once); the near slot being taken is sorted once, by due time and VP
+slots (each entry moves once); the near slot being taken is sorted once, by due time and log
 offset, and kept sorted. Beside the wheel, for cancel, a message index: per physical partition,
 the offsets of its scheduled messages in ascending order and each one's due time (two
-``array('q')``). A VP receives a partition's records in ascending offset order, so the index
+``array('q')``). The scheduler reads a partition's records in ascending offset order, so the index
 only appends (an offset out of order is inserted, at a memmove's cost).
 
-Memory per pending entry, measured with tracemalloc (1M entries scheduled in one VP over 8
+Memory per pending entry, measured with tracemalloc (1M entries scheduled over 8
 partitions; a script, not a test): ~50 bytes due within 10 minutes, ~52 due within 7 days: 32 in
 a slot's array, 16 in the index, the rest arrays' growth and the slots' own cost (an array, a
 dict entry and a heap entry, ~135 bytes a slot, which the minute-wide far slots spread over many
@@ -43,7 +44,7 @@ Complexities (n pending entries, k the entries of one slot, p of one partition's
 slots): ``schedule`` O(1) amortized (O(log S) when it opens a slot; O(k) into the near slot
 being taken; O(p) for an offset out of order); ``pending`` and ``cancel`` O(log p + k);
 ``take_due`` O(k log k) per near slot it reaches, O(k) per far slot it spreads (in one call: at
-100k entries due per minute in one VP, ~0.07 s) and O(log p) per entry taken; ``next_due_ms``
+100k entries due per minute, ~0.07 s) and O(log p) per entry taken; ``next_due_ms``
 O(1) when the earliest slot is sorted, else O(k) (a min in C); ``counts_by_horizon`` O(S) plus
 the entries of the few slots that straddle a horizon; ``len`` O(1); ``rebuild`` O(m) over a scan
 of m records plus n schedules (~1.8 s for 1M pending, the scan's decoding not counted), with
@@ -64,7 +65,7 @@ from typing import Iterable, NamedTuple, Union
 from mafka4.delays import MessageId
 from mafka4.limits import DELAY_FAR_SLOT_MS, DELAY_SLOT_MS, SECOND_MS
 
-_FIELDS = 4  # an entry in a slot's array: due_ms, vp_offset, partition, offset
+_FIELDS = 4  # an entry in a slot's array: due_ms, log_offset, partition, offset
 _DEAD = -1  # an index entry's due time once its message was released or cancelled
 # Horizons of ``counts_by_horizon``: due within a minute, an hour, a day (overdue counts as a minute).
 HORIZONS = (("minute", 60 * SECOND_MS), ("hour", 3600 * SECOND_MS), ("day", 24 * 3600 * SECOND_MS))
@@ -77,27 +78,27 @@ class DueEntry(NamedTuple):
     """A scheduled record taken from the schedule: release it (append its release copy)."""
 
     due_ms: int
-    vp_offset: int
+    log_offset: int
     message_id: MessageId
 
 
 class ScheduledRecord(NamedTuple):
-    """What a VP log scan gives ``rebuild`` of a scheduled record (one with a ``DELIVER_AT_HEADER``)."""
+    """What a delay topic scan gives ``rebuild`` of a scheduled record (one with a ``DELIVER_AT_HEADER``)."""
 
-    vp_offset: int
+    log_offset: int
     due_ms: int
     message_id: MessageId
 
 
 class ReleaseCopy(NamedTuple):
-    """What a VP log scan gives ``rebuild`` of a release copy: the VP offset it releases (its
+    """What a delay topic scan gives ``rebuild`` of a release copy: the log offset it releases (its
     ``RELEASE_OF_HEADER``)."""
 
-    released_vp_offset: int
+    released_log_offset: int
 
 
 class CancelMarker(NamedTuple):
-    """What a VP log scan gives ``rebuild`` of a cancel marker: the message it cancels."""
+    """What a delay topic scan gives ``rebuild`` of a cancel marker: the message it cancels."""
 
     message_id: MessageId
 
@@ -139,6 +140,14 @@ class _PartitionIndex:
             return None
         return self.dues[i]
 
+    def first_pending(self) -> int | None:
+        """The lowest pending offset; None if none is pending. A pass over the leading tombstones,
+        which compaction keeps under half the index."""
+        for offset, due_ms in zip(self.offsets, self.dues):
+            if due_ms != _DEAD:
+                return offset
+        return None
+
     def remove(self, offset: int) -> None:
         i = bisect_left(self.offsets, offset)
         assert i < len(self.offsets) and self.offsets[i] == offset and self.dues[i] != _DEAD, offset
@@ -156,7 +165,7 @@ class _Slots:
     """Entries by slot (``due_ms // width_ms``): a dict from slot to an ``array('q')`` of its
     entries, ``_FIELDS`` ints each, and a heap of the slots' numbers (with numbers of slots gone
     since, skipped when reached). The slot being taken (``sorted_head``) is sorted by due time
-    and VP offset once, and kept sorted: ``add`` inserts into it in place, a removal keeps order."""
+    and log offset once, and kept sorted: ``add`` inserts into it in place, a removal keeps order."""
 
     __slots__ = ("width_ms", "slots", "heap", "sorted_slot")
 
@@ -181,8 +190,8 @@ class _Slots:
             position -= 1
         entries[position * _FIELDS:position * _FIELDS] = array("q", entry)
 
-    def vp_offset_of(self, due_ms: int, message_id: MessageId) -> int | None:
-        """The VP offset of the entry of ``message_id``, due at ``due_ms``; None if it is not here."""
+    def log_offset_of(self, due_ms: int, message_id: MessageId) -> int | None:
+        """The log offset of the entry of ``message_id``, due at ``due_ms``; None if it is not here."""
         entries = self.slots.get(due_ms // self.width_ms)
         position = _find(entries, message_id) if entries is not None else None
         return None if position is None else entries[position + 1]
@@ -238,7 +247,7 @@ class _Slots:
 
 
 class DelaySchedule:
-    """One VP's pending scheduled records, by due time (see the module docstring)."""
+    """A delay topic's pending scheduled records, by due time (see the module docstring)."""
 
     __slots__ = ("_near", "_far", "_near_through", "_index", "_len")
 
@@ -256,16 +265,16 @@ class DelaySchedule:
     def __len__(self) -> int:
         return self._len
 
-    def schedule(self, due_ms: int, vp_offset: int, message_id: MessageId) -> None:
-        """Hold the scheduled record at ``vp_offset`` until ``due_ms``. A message id pending already
+    def schedule(self, due_ms: int, log_offset: int, message_id: MessageId) -> None:
+        """Hold the scheduled record at ``log_offset`` until ``due_ms``. A message id pending already
         is a broken invariant (the feed applies each record once; a take is put back once)."""
-        assert due_ms >= 0 and vp_offset >= 0, (due_ms, vp_offset)
+        assert due_ms >= 0 and log_offset >= 0, (due_ms, log_offset)
         index = self._index.get(message_id.partition)
         if index is None:
             index = self._index[message_id.partition] = _PartitionIndex()
         added = index.add(message_id.offset, due_ms)
         assert added, f"message {message_id} is scheduled already"
-        self._slots_of(due_ms).add((due_ms, vp_offset, message_id.partition, message_id.offset))
+        self._slots_of(due_ms).add((due_ms, log_offset, message_id.partition, message_id.offset))
         self._len += 1
 
     def _slots_of(self, due_ms: int) -> _Slots:
@@ -273,18 +282,18 @@ class DelaySchedule:
 
     def pending(self, message_id: MessageId) -> DueEntry | None:
         """The entry of ``message_id`` if it is pending here (to put back should the cancel
-        marker's append fail); None if it is not (unknown to this VP, released, or cancelled)."""
+        marker's append fail); None if it is not (unknown to this schedule, released, or cancelled)."""
         index = self._index.get(message_id.partition)
         due_ms = index.due_of(message_id.offset) if index is not None else None
         if due_ms is None:
             return None
-        vp_offset = self._slots_of(due_ms).vp_offset_of(due_ms, message_id)
-        assert vp_offset is not None, f"message {message_id} is indexed as due at {due_ms} but in no slot"
-        return DueEntry(due_ms, vp_offset, message_id)
+        log_offset = self._slots_of(due_ms).log_offset_of(due_ms, message_id)
+        assert log_offset is not None, f"message {message_id} is indexed as due at {due_ms} but in no slot"
+        return DueEntry(due_ms, log_offset, message_id)
 
     def cancel(self, message_id: MessageId) -> bool:
         """Forget the pending message ``message_id``; False if it is not pending (unknown to this
-        VP, released, or cancelled already)."""
+        schedule, released, or cancelled already)."""
         index = self._index.get(message_id.partition)
         due_ms = index.due_of(message_id.offset) if index is not None else None
         if due_ms is None:
@@ -296,7 +305,7 @@ class DelaySchedule:
         return True
 
     def take_due(self, now_ms: int, limit: int) -> list[DueEntry]:
-        """Up to ``limit`` entries due at ``now_ms`` or before, in due order (ties by VP offset),
+        """Up to ``limit`` entries due at ``now_ms`` or before, in due order (ties by log offset),
         removed from the schedule."""
         assert limit >= 1, limit
         self._spread_far_slots(now_ms)
@@ -308,9 +317,9 @@ class DelaySchedule:
             entries = self._near.sorted_head()
             count = min(bisect_right(entries[0::_FIELDS], now_ms), limit - len(taken))
             for start in range(0, count * _FIELDS, _FIELDS):
-                due_ms, vp_offset, partition, offset = entries[start:start + _FIELDS]
+                due_ms, log_offset, partition, offset = entries[start:start + _FIELDS]
                 self._index[partition].remove(offset)
-                taken.append(DueEntry(due_ms, vp_offset, MessageId(partition, offset)))
+                taken.append(DueEntry(due_ms, log_offset, MessageId(partition, offset)))
             del entries[:count * _FIELDS]
             self._len -= count
             if entries:
@@ -328,6 +337,12 @@ class DelaySchedule:
             entries = self._far.pop_head()
             for start in range(0, len(entries), _FIELDS):
                 self._near.add(tuple(entries[start:start + _FIELDS]))
+
+    def first_pending_offset(self, partition: int) -> int | None:
+        """The lowest offset of ``partition`` still pending (the delay topic may be read again from
+        there after a restart); None if none of its messages is pending."""
+        index = self._index.get(partition)
+        return index.first_pending() if index is not None else None
 
     def next_due_ms(self) -> int | None:
         """When the earliest pending entry is due; None if none is pending. Every near entry is
@@ -350,22 +365,22 @@ class DelaySchedule:
     @classmethod
     def rebuild(cls, records: Iterable[ScanRecord], slot_ms: int = DELAY_SLOT_MS,
                 far_slot_ms: int = DELAY_FAR_SLOT_MS) -> "DelaySchedule":
-        """The schedule of a VP log scanned in offset order: ``ScheduledRecord``s that no later
+        """The schedule of a delay topic scanned in offset order: ``ScheduledRecord``s that no later
         ``ReleaseCopy`` or ``CancelMarker`` names."""
         scan = _Scan()
         for record in records:
             if isinstance(record, ScheduledRecord):
                 scan.scheduled(record)
             elif isinstance(record, ReleaseCopy):
-                scan.released(record.released_vp_offset)
+                scan.released(record.released_log_offset)
             else:
                 assert isinstance(record, CancelMarker), record
                 scan.cancelled.add(record.message_id)
         schedule = cls(slot_ms, far_slot_ms)
-        for vp_offset, due_ms, partition, offset in scan.pending():
+        for log_offset, due_ms, partition, offset in scan.pending():
             message_id = MessageId(partition, offset)
             if message_id not in scan.cancelled:
-                schedule.schedule(due_ms, vp_offset, message_id)
+                schedule.schedule(due_ms, log_offset, message_id)
         return schedule
 
 
@@ -391,14 +406,14 @@ def _find(entries: array, message_id: MessageId) -> int | None:
 
 
 class _Scan:
-    """The scheduled records of a VP log scan so far, in VP offset order, those released marked
+    """The scheduled records of a delay topic scan so far, in log offset order, those released marked
     (and compacted out once they are half), in flat arrays: a rebuild of 1M pending entries must
     not hold a Python object per record."""
 
-    __slots__ = ("vp_offsets", "fields", "released_count", "live", "cancelled")
+    __slots__ = ("log_offsets", "fields", "released_count", "live", "cancelled")
 
     def __init__(self) -> None:
-        self.vp_offsets = array("q")
+        self.log_offsets = array("q")
         self.fields = array("q")  # due_ms, partition, offset per record
         self.live = bytearray()
         self.released_count = 0
@@ -406,24 +421,24 @@ class _Scan:
         self.cancelled: set[MessageId] = set()
 
     def scheduled(self, record: ScheduledRecord) -> None:
-        assert not self.vp_offsets or record.vp_offset > self.vp_offsets[-1], "a scan goes in VP offset order"
-        self.vp_offsets.append(record.vp_offset)
+        assert not self.log_offsets or record.log_offset > self.log_offsets[-1], "a scan goes in log offset order"
+        self.log_offsets.append(record.log_offset)
         self.fields.extend((record.due_ms, record.message_id.partition, record.message_id.offset))
         self.live.append(1)
 
-    def released(self, vp_offset: int) -> None:
-        i = bisect_left(self.vp_offsets, vp_offset)
-        if i == len(self.vp_offsets) or self.vp_offsets[i] != vp_offset or not self.live[i]:
+    def released(self, log_offset: int) -> None:
+        i = bisect_left(self.log_offsets, log_offset)
+        if i == len(self.log_offsets) or self.log_offsets[i] != log_offset or not self.live[i]:
             return  # released before the scan's start, or released twice (a retried append)
         self.live[i] = 0
         self.released_count += 1
         if self.released_count > _COMPACT_FLOOR and 2 * self.released_count > len(self.live):
-            self.vp_offsets = array("q", compress(self.vp_offsets, self.live))
+            self.log_offsets = array("q", compress(self.log_offsets, self.live))
             self.fields = array("q", compress(self.fields, (flag for flag in self.live for _ in range(3))))
-            self.live = bytearray(b"\x01" * len(self.vp_offsets))
+            self.live = bytearray(b"\x01" * len(self.log_offsets))
             self.released_count = 0
 
     def pending(self) -> Iterable[tuple[int, int, int, int]]:
-        """(vp_offset, due_ms, partition, offset) of each scheduled record not released, in VP offset order."""
+        """(log_offset, due_ms, partition, offset) of each scheduled record not released, in log offset order."""
         for i in compress(range(len(self.live)), self.live):
-            yield self.vp_offsets[i], *self.fields[3 * i:3 * i + 3]
+            yield self.log_offsets[i], *self.fields[3 * i:3 * i + 3]
