@@ -93,6 +93,37 @@ def dlq_topic_name(topic: str, group: str) -> str:
 
     ``InvalidTopicName`` for a bad topic name; ``InvalidGroupName`` for a group name that is bad
     or too long for that topic, saying how long it may be."""
+    return group_topic_name(topic, group, DLQ_SUFFIX, "dead-letter")
+
+
+def group_topic_name(topic: str, group: str, suffix: str, what: str) -> str:
+    """``<topic>.<group><suffix>``, a topic of ``group``'s own beside ``topic`` (its ``what`` topic:
+    "dead-letter", "retry"); errors as ``dlq_topic_name``'s."""
+    validate_topic_name(topic)
+    problem = name_problem(group, "group name", TOPIC_NAME_CHARS_MAX)
+    if problem is not None:
+        raise InvalidGroupName(problem)
+    name = f"{topic}.{group}{suffix}"
+    if len(name) > TOPIC_NAME_CHARS_MAX:
+        room = TOPIC_NAME_CHARS_MAX - len(topic) - 1 - len(suffix)
+        fix = (f"use a group name of at most {room} characters" if room >= 1 else
+               f"no group name fits: a topic whose groups need a {what} topic needs a name of at most "
+               f"{TOPIC_NAME_CHARS_MAX - 2 - len(suffix)} characters")
+        raise InvalidGroupName(
+            f"group {group!r} cannot have a {what} topic of topic {topic!r}: '<topic>.<group>{suffix}' would "
+            f"have {len(name)} characters, a topic name at most {TOPIC_NAME_CHARS_MAX}; {fix}")
+    return validate_topic_name(name)
+
+
+def replay_key(self) -> bytes:
+        return replay_key(self.topic, self.partition, self.offset)
+
+
+def dlq_topic_name(topic: str, group: str) -> str:
+    """``<topic>.<group>.dlq``, the dead-letter topic of ``group``'s messages of ``topic``.
+
+    ``InvalidTopicName`` for a bad topic name; ``InvalidGroupName`` for a group name that is bad
+    or too long for that topic, saying how long it may be."""
     validate_topic_name(topic)
     problem = name_problem(group, "group name", TOPIC_NAME_CHARS_MAX)
     if problem is not None:

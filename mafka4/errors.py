@@ -251,7 +251,7 @@ class CommitFailed(MafkaError):
 
 
 class PartitionNotAssigned(MafkaError):
-    """``seek`` named a partition this group member does not currently own."""
+    """``seek`` or ``nack`` named a partition this group member does not currently own."""
 
 
 # --- read path --------------------------------------------------------------------------

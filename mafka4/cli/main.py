@@ -23,6 +23,7 @@ COMMAND_MODULES = {
     "topics": ("topic", "scale"),
     "clients": ("produce", "consume"),
     "groups": ("group",),
+    "dead_letters": ("dlq",),
     "security": ("user", "acl"),
     "bench": ("bench",),
 }

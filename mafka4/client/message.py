@@ -8,6 +8,7 @@ import socket
 from typing import NamedTuple
 
 from mafka4.batch_payload import lane_of_headers
+from mafka4.retries import delivery_count_of
 
 
 class Message(NamedTuple):
@@ -25,6 +26,12 @@ class Message(NamedTuple):
     key: bytes | None
     value: bytes
     headers: tuple[tuple[str, bytes], ...]
+
+    @property
+    def delivery_count(self) -> int:
+        """Which delivery of the message to this group this is: 1 the first, more for a retry
+        (``client.retrying``; its ``mafka4.delivery_count`` header)."""
+        return delivery_count_of(self.headers)
 
     @property
     def lane(self) -> str:

@@ -89,6 +89,10 @@ class PartitionConsumer:
                 f"(assigned: {self.assignment()}); poll() until assignment() lists it")
         self._fetcher.seek(partition, offset)
 
+    def hold(self, partition: int, held: bool) -> None:
+        """Fetch nothing of ``partition`` while ``held`` (an ordered retry, ``client.retrying``)."""
+        self._fetcher.hold(partition, held)
+
     def seek_to_time(self, timestamp_ms: int) -> None:
         """Move every assigned partition to its first message at or after ``timestamp_ms`` (or its end)."""
         seek_to_time(self._fetcher, self.assignment(), timestamp_ms)

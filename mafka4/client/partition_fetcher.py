@@ -48,6 +48,7 @@ class PartitionFetcher:
         self._loop.run(self._routes.refresh())
         self._stale = False  # a fetch failed: ask for the metadata again before the next fetches
         self.positions: dict[int, int] = {}  # partition -> next offset to read; every one is fetched
+        self.held: set[int] = set()  # partitions not fetched meanwhile (``hold``)
         # partition -> the offset its fetch asked for
         self._in_flight: FetchesInFlight[int, int] = FetchesInFlight()
         self._idle_waits: IdleWaits[int] = IdleWaits(config.fetch_wait_ms_max, config.fetch_idle_wait_ms_max)
@@ -81,6 +82,14 @@ class PartitionFetcher:
         return self._loop.run(ask_all(), LIST_OFFSETS_TIMEOUT_S) if partitions else []
 
     # --- positions --------------------------------------------------------------------------
+
+    def hold(self, partition: int, held: bool) -> None:
+        """Fetch nothing of ``partition`` while held (its position is kept; an ordered retry waits)."""
+        if held:
+            self.held.add(partition)
+            self._in_flight.drop(partition)
+        else:
+            self.held.discard(partition)
 
     def seek(self, partition: int, offset: int) -> None:
         """Read ``partition`` from ``offset`` on; a fetch for its old position is not waited for."""
@@ -138,10 +147,10 @@ class PartitionFetcher:
         self._send_fetches(self.positions)
 
     def _send_fetches(self, partitions: Iterable[int]) -> None:
-        """Send a fetch from its position for each of ``partitions`` read with none out."""
+        """Send a fetch from its position for each of ``partitions`` read with none out (and not held)."""
         for partition in partitions:
             offset = self.positions[partition]
-            if partition in self._in_flight:
+            if partition in self._in_flight or partition in self.held:
                 continue
             # A lost fetch is not sent: asked again once the fault heals or the leader moves.
             wait_ms = self._idle_waits.wait_ms(partition)

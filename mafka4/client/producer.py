@@ -57,7 +57,7 @@ from mafka4.client.loop_thread import LoopThread
 from mafka4.client.node_links import NodeLinks
 from mafka4.client.send_many import ManyCallback, ManyFuture
 from mafka4.client.sender import Sender
-from mafka4.client.topic_admin import open_delays, open_lane
+from mafka4.client.topic_admin import open_companion, open_lane
 from mafka4.delays import DELAY_LANE, DELIVER_AT_HEADER, due_time_ms, encode_deliver_at
 from mafka4.errors import InvalidRecord, MessageTooLarge, ProducerClosed, UnknownTopic
 from mafka4.limits import ProducerConfig, ReadMode
@@ -205,7 +205,7 @@ class Producer:
         """The producer of this topic's delay topic, opened (and the topic created) on the first delayed message."""
         route = self._lanes.get(DELAY_LANE)
         if route is None:
-            opened = open_delays(self.topic, where=self._connection)
+            opened = open_companion(self.topic, DELAY_LANE, where=self._connection)
             route = Producer(opened.name, self._connection, self._key_serializer, self._value_serializer,
                              **self._settings)
             kept = self._lanes.setdefault(DELAY_LANE, route)  # another thread's, if it was first

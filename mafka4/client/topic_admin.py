@@ -16,7 +16,7 @@ reported as such before any connection is made. Imports neither ``ray`` nor ``et
 from __future__ import annotations
 
 from mafka4.client.node_connection import call_once
-from mafka4.delays import CANCEL_OF_HEADER, DELAY_LANE, MessageId, delay_topic_name, encode_cancel_of
+from mafka4.delays import CANCEL_OF_HEADER, MessageId, delay_topic_name, encode_cancel_of
 from mafka4.errors import InvalidMessageId
 from mafka4.limits import READ_MODE_DEFAULT, ReadMode
 from mafka4.names import validate_lane_name, validate_topic_name
@@ -54,11 +54,12 @@ def scale(name: str, virtual_partitions: int, where: object = None) -> list[Epoc
     return list(call_once(TopicScaleRequest(name, virtual_partitions), where).epochs)
 
 
-def open_delays(name: str, where: object = None) -> LaneOpenAnswer:
-    """The delay topic of topic ``name`` (``mafka4.delays``), created on the first delayed message
-    with ``name``'s config: a lane open of the reserved ``DELAY_LANE``. Needs the ``produce`` ACL on
-    the topic."""
-    return call_once(LaneOpenRequest(validate_topic_name(name), DELAY_LANE, "", -1), where)
+def open_companion(name: str, lane: str, where: object = None) -> LaneOpenAnswer:
+    """A companion topic of topic ``name``, created on its first use with ``name``'s config: the delay
+    topic (``DELAY_LANE``; needs the ``produce`` ACL on the topic), or a group's retry or dead-letter
+    topic (``retries.retry_lane``, ``dead_letter_lane``; needs ``consume`` on the topic and the group).
+    A lane open of the reserved lane (``frontend.topic_intents.open_companion_topic``)."""
+    return call_once(LaneOpenRequest(validate_topic_name(name), lane, "", -1), where)
 
 
 def open_lane(name: str, lane: str, fallback: str = "", priority: int = -1, where: object = None) -> LaneOpenAnswer:

@@ -142,6 +142,10 @@ class VirtualGroupConsumer:
                 f"poll() until assignment() lists it")
         self._fetcher.seek(vp, offset)
 
+    def hold(self, vp: int, held: bool) -> None:
+        """Fetch nothing of ``vp`` while ``held`` (an ordered retry, ``client.retrying``)."""
+        self._fetcher.hold(vp, held)
+
     def seek_to_time(self, timestamp_ms: int) -> None:
         """Move every owned VP to its first message at or after ``timestamp_ms`` (or its end)."""
         seek_to_time(self._fetcher, self.assignment(), timestamp_ms)

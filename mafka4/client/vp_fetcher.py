@@ -105,6 +105,7 @@ class VpFetcher:
         self.positions: dict[int, int] = {}  # VP -> next offset to read; fetched only if in ``fetching``
         self.last_epochs: dict[int, int] = {}  # VP -> leader epoch of the record before its position
         self.fetching: set[int] = set()
+        self.held: set[int] = set()  # VPs in ``fetching`` not fetched meanwhile (``hold``)
         self.high_watermarks: dict[int, int] = {}
         self._avoid: dict[int, str] = {}  # VP -> replica whose fetch failed since the last metadata read
         # node -> the (VP, offset, last epoch) its fetch asked for, in order
@@ -246,6 +247,14 @@ class VpFetcher:
         """The leader epoch of the record before ``vp``'s position (``NO_EPOCH``: not known)."""
         return self.last_epochs.get(vp, NO_EPOCH)
 
+    def hold(self, vp: int, held: bool) -> None:
+        """Fetch nothing of ``vp`` while held (its position is kept; an answer for it in flight is
+        dropped by the ``seek`` that comes with a hold)."""
+        if held:
+            self.held.add(vp)
+        else:
+            self.held.discard(vp)
+
     def stop(self, vp: int) -> None:
         """Stop fetching ``vp`` (its position is kept)."""
         self.fetching.discard(vp)
@@ -321,6 +330,8 @@ class VpFetcher:
         for vp in sorted(self.fetching, key=(lambda vp: (rank.get(self._lane_of(vp)[0], 0), vp)) if rank else None):
             if paused and self._lane_of(vp)[0] in paused:
                 continue  # strict lane order: a lane of higher priority has a backlog
+            if vp in self.held:
+                continue  # an ordered retry of a message of it waits
             wanted[self._route(vp)].append((vp, self.positions[vp], self.position_epoch(vp)))
         if only is None:
             for node in [node for node in self._in_flight.destinations() if node not in wanted]:

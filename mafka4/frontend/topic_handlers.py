@@ -38,6 +38,7 @@ from mafka4.protocol.metadata_topics import topic_info
 from mafka4.protocol.server import Handler
 from mafka4.protocol.session import Session
 from mafka4.names import validate_topic_name
+from mafka4.retries import DEAD_LETTER_LANE_PREFIX, RETRY_LANE_PREFIX
 from mafka4.protocol.topic_admin_api import (EpochInfo, LaneOpenAnswer, LaneOpenRequest, TopicCreateRequest, TopicDeleteAnswer, TopicDeleteRequest,
                                              TopicDescribeAnswer, TopicDescribeRequest, TopicScaleAnswer,
                                              TopicScaleRequest, config_of, description_answer)
@@ -87,8 +88,13 @@ class TopicHandlers:
 
     async def _open_lane(self, session: Session, request: LaneOpenRequest, _buffers) -> tuple[LaneOpenAnswer, tuple]:
         # A lane opens on its first message, with no admin step: producing to the topic is the right
-        # it takes (in mafka3 mode too, where it creates the lane's own topic).
-        self._check(session, Operation.PRODUCE, ResourceType.TOPIC, request.name)
+        # it takes (in mafka3 mode too, where it creates the lane's own topic). A group's retry or
+        # dead-letter topic opens on its first nack: consuming the topic in the group is the right.
+        if request.lane.startswith((RETRY_LANE_PREFIX, DEAD_LETTER_LANE_PREFIX)):
+            self._check(session, Operation.CONSUME, ResourceType.TOPIC, request.name)
+            self._check(session, Operation.CONSUME, ResourceType.GROUP, request.lane.split(".", 1)[1])
+        else:
+            self._check(session, Operation.PRODUCE, ResourceType.TOPIC, request.name)
         opened = await self._on_thread(open_lane, request.name, request.lane, policy_asked(request.fallback,
                                                                                             request.priority))
         return LaneOpenAnswer(opened.topic, opened.lane_id), ()

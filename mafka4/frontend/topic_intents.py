@@ -21,6 +21,7 @@ from mafka4.metadata import intents
 from mafka4.metadata.intents import IntentKind
 from mafka4.metadata.store import MetadataStore
 from mafka4.names import lane_topic_name, validate_lane_name, validate_topic_name
+from mafka4.retries import companion_config, companion_of_lane
 from mafka4.physical.partition_state import TopicMetadata, config_to_json
 from mafka4.physical.topic_leftovers import absent_topic
 from mafka4.physical.topics import TopicStore
@@ -99,16 +100,23 @@ def policy_asked(fallback: str = "", priority: int = -1) -> LanePolicy | None:
     return LanePolicy(fallback or DEFAULT_POLICY.fallback, DEFAULT_POLICY.priority if priority == -1 else priority)
 
 
-def open_delay_topic(store: MetadataStore, cluster: str, topic: str, wait_s: float = TOPIC_INTENT_WAIT_S) -> OpenedLane:
-    """``topic``'s delay topic (``mafka4.delays``), created with ``delays.delay_topic_config`` of its
-    config if this is its first delayed message; answered as a lane of topic ``<topic>.mafka4-delays``."""
+def open_companion_topic(store: MetadataStore, cluster: str, topic: str, lane: str,
+                         wait_s: float = TOPIC_INTENT_WAIT_S) -> OpenedLane:
+    """The companion of ``topic`` that reserved lane ``lane`` names, created if this is its first
+    use: the delay topic (``DELAY_LANE``; ``delays.delay_topic_config``, the topic's partitions),
+    or a group's retry or dead-letter topic (``retries.companion_of_lane``; one partition).
+    Answered as a lane held by a topic of its own."""
     config = TopicStore(store, cluster).get(validate_topic_name(topic)).config
-    name = delay_topic_name(topic)
+    if lane == DELAY_LANE:
+        name, companion = delay_topic_name(topic), delay_topic_config(config)
+    else:
+        name, companion = companion_of_lane(topic, lane), companion_config(config, 1)
+        assert name is not None, f"lane {lane!r} names no companion topic"
     if not TopicStore(store, cluster).exists(name):
         try:
-            create_topic(store, cluster, name, delay_topic_config(config), wait_s)
+            create_topic(store, cluster, name, companion, wait_s)
         except TopicExists:
-            pass  # another producer's first delayed message created it first
+            pass  # another client's first use created it first
     return OpenedLane(name, 0)
 
 
@@ -125,8 +133,8 @@ def open_lane(store: MetadataStore, cluster: str, topic: str, lane: str, policy:
     own config the first time (the way isolation worked before queue merging, and what
     ``mafka4 experiment`` compares against). A lane already open costs one etcd read.
     """
-    if lane == DELAY_LANE:
-        return open_delay_topic(store, cluster, topic, wait_s)
+    if lane == DELAY_LANE or companion_of_lane(topic, lane) is not None:
+        return open_companion_topic(store, cluster, topic, lane, wait_s)
     validate_lane_name(lane)
     metadata = TopicStore(store, cluster).get(validate_topic_name(topic))
     config = metadata.config

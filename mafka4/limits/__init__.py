@@ -516,6 +516,14 @@ RETRY_DELIVERIES_MAX = 1000
 # at most about 1 KiB of other headers (the group's, topic's and lane's names among them) to the
 # original message, so its producer needs that much room above the original's message_bytes_max.
 DEAD_LETTER_ERROR_BYTES_MAX = 4 * KiB
+# A group member that retries (``client.retrying``) looks this often whether its group's retry topic
+# exists yet (another member's first nack creates it), until it does; then it reads it.
+RETRY_TOPIC_CHECK_INTERVAL_S = 5
+# A member reading its topic and its group's retry topic waits on one at most this long before it
+# looks at the other: what a retry may wait beyond its due time for a member with nothing else to read.
+RETRY_READERS_POLL_SLICE_MS = 100
+# ``mafka4 dlq`` reads a dead-letter topic until a poll waits this long for nothing (its end).
+DEAD_LETTERS_IDLE_MS = 2000
 
 
 @dataclass(frozen=True, slots=True)

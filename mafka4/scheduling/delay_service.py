@@ -13,8 +13,8 @@ from every partition with a consumer without a group, from the offsets its state
 (else from the start), and applies each record to its ``DelayLog``. Once a poll returns less than
 a full batch, it has read to the end of the topic (``delay_log``'s rule: nothing is released
 before): from then on it releases what is due, up to ``DELAY_RELEASES_PER_POLL_MAX`` per poll, each
-as a release copy produced to the topic (acks=all) whose acknowledgement sends its release
-marker. A poll waits at most ``DELAY_POLL_MS_MAX``, or until the next due time: the precision of
+as a release copy produced to the topic (a retry: to its group's retry topic, ``mafka4.retries``)
+with acks=all, whose acknowledgement sends its release marker. A poll waits at most ``DELAY_POLL_MS_MAX``, or until the next due time: the precision of
 a release is a poll, plus the produce and the read of its copy.
 
 Every ``DELAY_STATE_INTERVAL_MS`` a worker writes its state: the offsets to read again from
@@ -36,6 +36,7 @@ from mafka4.client.bootstrap import client_credential
 from mafka4.client.cluster_access import ClusterAccess, live_addresses
 from mafka4.client.consumer import Consumer
 from mafka4.client.producer import Producer
+from mafka4.batch_payload import laned_headers
 from mafka4.delays import RELEASE_OF_HEADER, MessageId, delayed_topic_of, encode_release_of
 from mafka4.errors import MafkaError, UnknownTopic
 from mafka4.limits import (DELAY_POLL_MS_MAX, DELAY_RELEASES_PER_POLL_MAX, DELAY_STATE_INTERVAL_MS,
@@ -43,6 +44,7 @@ from mafka4.limits import (DELAY_POLL_MS_MAX, DELAY_RELEASES_PER_POLL_MAX, DELAY
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
 from mafka4.physical.topics import TopicStore
+from mafka4.retries import retry_group_of, retry_topic_name
 from mafka4.scheduling.delay_log import DelayLog, Release
 
 log = logging.getLogger("mafka4.delays")
@@ -64,6 +66,7 @@ class DelayTopicWorker:
         self._access, self._store, self._cluster = access, store, cluster
         self._stop = threading.Event()
         self._failed: queue.SimpleQueue[MessageId] = queue.SimpleQueue()
+        self._retry_producers: dict[str, Producer] = {}  # group -> producer of its retry topic
         self._thread = threading.Thread(target=self._run, name=f"delays-{topic}", daemon=True)
 
     def start(self) -> None:
@@ -98,7 +101,7 @@ class DelayTopicWorker:
                 consumer.seek(int(partition), int(offset))
             self._loop(DelayLog(), consumer, markers, releases)
         finally:
-            for client in (consumer, markers, releases):
+            for client in (consumer, markers, releases, *self._retry_producers.values()):
                 try:
                     client.close()
                 except MafkaError as error:
@@ -142,12 +145,33 @@ class DelayTopicWorker:
             if error is not None:  # the copy is out: released again after a restart (at least once)
                 log.warning("delay topic %s: the release marker of %s failed: %s", self.delay_topic, message_id, error)
 
+        group = retry_group_of(release.headers)
         try:
-            releases._send_system(release.value, release.key, None, list(release.headers), release.timestamp_ms,
-                                  released, release.lane or None)
+            if group is None:
+                releases._send_system(release.value, release.key, None, list(release.headers), release.timestamp_ms,
+                                      released, release.lane or None)
+            else:  # a retry (``mafka4.retries``): to the group's retry topic, its lane kept as a header
+                self._retry_producer(group)._send_system(release.value, release.key, None,
+                                                         laned_headers(release.lane, release.headers),
+                                                         release.timestamp_ms, released, None)
+        except UnknownTopic as error:
+            if group is None:
+                raise  # the topic is gone: so is its delay topic, and this worker stops
+            # Its group's retry topic was deleted (with the group): the retry is dropped, marked released.
+            log.warning("delay topic %s: retry %s dropped: %s", self.delay_topic, message_id, error)
+            self._retry_producers.pop(group, None)
+            released(None, None)
         except MafkaError as error:
             log.warning("delay topic %s: release of %s refused, due again: %s", self.delay_topic, message_id, error)
             self._failed.put(message_id)
+
+    def _retry_producer(self, group: str) -> Producer:
+        """The producer of ``group``'s retry topic (the nack that scheduled the retry created it)."""
+        producer = self._retry_producers.get(group)
+        if producer is None:
+            producer = self._retry_producers[group] = Producer(retry_topic_name(self.topic, group), self._access,
+                                                               **_PRODUCER_SETTINGS)
+        return producer
 
     def _write_state(self, delays: DelayLog, now_ms: int) -> None:
         state = {"restart_offsets": {str(p): offset for p, offset in delays.restart_offsets().items()},

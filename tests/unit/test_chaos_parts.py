@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import random
 import subprocess
+import time
 
 import psutil
 import pytest
@@ -140,6 +141,12 @@ def test_the_report_counts_every_kind_asked_for_including_those_never_drawn():
 def sleeper():
     process = subprocess.Popen(["sleep", "60"])
     try:
+        # Its command line reads "" for a moment after the start on a loaded machine (it failed a
+        # run so once): the tests are about stopping a process known to be a sleeper.
+        for _ in range(500):
+            if psutil.Process(process.pid).cmdline():
+                break
+            time.sleep(0.01)
         yield process
     finally:
         process.kill()

@@ -47,6 +47,7 @@ CORES = (
     "mafka4.delays",
     "mafka4.scheduling.delay_schedule",
     "mafka4.scheduling.delay_log",
+    "mafka4.retries",
     # Prometheus metric families from a process's snapshot, the latency histogram, where processes serve metrics
     "mafka4.metrics.families",
     "mafka4.metrics.histogram",

@@ -7,7 +7,7 @@ Floors, from the ground up (the first pattern that matches a module names its fl
    long polls, planted bugs, exported environment variables, files replaced durably (and
    packages with an empty ``__init__``).
 1. **cores**: the log layer, RISR, and every pure decision core and value type of the
-   physical and the virtual side, of delayed delivery (its rules, a delay topic's schedule and log),
+   physical and the virtual side, of delayed delivery and retries (their rules and headers, a delay topic's schedule and log),
    of groups and of the controller, the runtime's rules
    for which Ray nodes get node agents, where a deployment's etcd members run, and its
    fake multi-node Ray cluster derived from ``ray_cluster.yaml``; the names of etcd keys
@@ -67,7 +67,7 @@ FLOORS = (
     (1, r"mafka4\.virtual\.(ranges|layout|vp_records|column_split|vp_state|feed_plan|failover|replica_core|divergence|"
         r"visit_schedule|load_meter|feed_lag)"),
     (1, r"mafka4\.scheduling\.(delay_schedule|delay_log)"),
-    (1, r"mafka4\.delays"),
+    (1, r"mafka4\.(delays|retries)"),
     (1, r"mafka4\.metadata\.(lease|keys|txn_runs|read_node_load)"),
     (1, r"mafka4\.security\.(principals|credentials|scram|scram_client|acl)"),
     (1, r"mafka4\.transport\.(ray_names|stream_frames|stream_pickles)"),
