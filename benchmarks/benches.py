@@ -7,6 +7,7 @@ the settings classes only: a driver (Ray, a Redis client) is imported when its b
 
 from __future__ import annotations
 
+from benchmarks.delays_settings import DelaysBenchSettings
 from benchmarks.failover_settings import FailoverBenchSettings
 from benchmarks.kafka_clients_settings import KafkaClientsBenchSettings
 from benchmarks.lag import FeedLagBenchSettings
@@ -15,6 +16,12 @@ from benchmarks.read_scale_settings import ReadScaleBenchSettings
 from benchmarks.redis_streams_figures import RedisStreamsBenchSettings
 from mafka4.cli.bench import Bench
 
+DELAYS = Bench(
+    "delays", "delayed delivery and retries (issue 41), on the running cluster: how late delayed messages come "
+              "(p50/p99/p99.9 of due-time error) while normal traffic flows; produce tail with and without a million "
+              "scheduled messages (A B A); the scheduler's memory per scheduled message and its recovery time after "
+              "a kill; consume rate of a handler failing a share of messages once beside one that never fails",
+    DelaysBenchSettings, "benchmarks.delays:run_delays_bench")
 FAILOVER = Bench("failover", "unavailability of a partition when its leader is killed", FailoverBenchSettings,
                  "benchmarks.failover:run_failover_bench")
 FEED_LAG = Bench("feed-lag", "how far feeding trails the high watermark while one producer is saturated, per VP count",

@@ -84,7 +84,8 @@
                                                          written by the scheduler, deleted with the delay topic
                                                          value: {"restart_offsets": {p: offset}, "waiting",
                                                                  "horizons": {"minute", "hour", "day", "later"},
-                                                                 "counts", "written_ms"}
+                                                                 "counts", "written_ms", "started_ms",
+                                                                 "caught_up_ms"}
     /mafka4/<cluster>/users/<user>                      a user's SCRAM credential, never its password
                                                          (security/user_store.py); value: {"salt",
                                                          "stored_key", "server_key" (base64), "iterations"}

@@ -18,7 +18,9 @@ with acks=all, whose acknowledgement sends its release marker. A poll waits at m
 a release is a poll, plus the produce and the read of its copy.
 
 Every ``DELAY_STATE_INTERVAL_MS`` a worker writes its state: the offsets to read again from
-(``DelayLog.restart_offsets``), what waits by horizon (``topic describe``) and its counts.
+(``DelayLog.restart_offsets``), what waits by horizon (``topic describe``), its counts, when it
+started and when it had read to the end of the topic (``caught_up_ms``; None before: a restart's
+recovery time is the difference).
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ class DelayTopicWorker:
 
     def _loop(self, delays: DelayLog, consumer: Consumer, markers: Producer, releases: Producer) -> None:
         caught_up = False
+        self._started_ms, self._caught_up_ms = _now_ms(), None
         next_state_ms = 0
         poll_max = consumer.config.poll_messages_max
         wait_ms = 0
@@ -117,7 +120,8 @@ class DelayTopicWorker:
             for message in messages:
                 delays.apply(message.partition, message.offset, message.key, message.value, message.headers,
                              message.timestamp_ms)
-            caught_up = caught_up or len(messages) < poll_max
+            if not caught_up and len(messages) < poll_max:
+                caught_up, self._caught_up_ms = True, _now_ms()
             while not self._failed.empty():
                 delays.release_failed(self._failed.get())
             now_ms = _now_ms()
@@ -176,7 +180,8 @@ class DelayTopicWorker:
     def _write_state(self, delays: DelayLog, now_ms: int) -> None:
         state = {"restart_offsets": {str(p): offset for p, offset in delays.restart_offsets().items()},
                  "waiting": delays.waiting(), "horizons": delays.counts_by_horizon(now_ms),
-                 "counts": vars(delays.counts), "written_ms": now_ms}
+                 "counts": vars(delays.counts), "written_ms": now_ms, "started_ms": self._started_ms,
+                 "caught_up_ms": self._caught_up_ms}
         try:
             self._store.put(keys.delay_state(self._cluster, self.topic), state)
         except Exception as error:  # etcd briefly away: releases go on, the state is written later
