@@ -115,32 +115,6 @@ def group_topic_name(topic: str, group: str, suffix: str, what: str) -> str:
     return validate_topic_name(name)
 
 
-def replay_key(self) -> bytes:
-        return replay_key(self.topic, self.partition, self.offset)
-
-
-def dlq_topic_name(topic: str, group: str) -> str:
-    """``<topic>.<group>.dlq``, the dead-letter topic of ``group``'s messages of ``topic``.
-
-    ``InvalidTopicName`` for a bad topic name; ``InvalidGroupName`` for a group name that is bad
-    or too long for that topic, saying how long it may be."""
-    validate_topic_name(topic)
-    problem = name_problem(group, "group name", TOPIC_NAME_CHARS_MAX)
-    if problem is not None:
-        raise InvalidGroupName(problem)
-    name = f"{topic}.{group}{DLQ_SUFFIX}"
-    if len(name) > TOPIC_NAME_CHARS_MAX:
-        room = TOPIC_NAME_CHARS_MAX - len(topic) - 1 - len(DLQ_SUFFIX)
-        fix = (f"use a group name of at most {room} characters" if room >= 1 else
-               f"no group name fits: topics whose messages may be dead-lettered need names of at most "
-               f"{TOPIC_NAME_CHARS_MAX - 2 - len(DLQ_SUFFIX)} characters")
-        raise InvalidGroupName(
-            f"group {group!r} cannot dead-letter messages of topic {topic!r}: its dead-letter topic "
-            f"'<topic>.<group>{DLQ_SUFFIX}' would have {len(name)} characters, a topic name at most "
-            f"{TOPIC_NAME_CHARS_MAX}; {fix}")
-    return validate_topic_name(name)
-
-
 def replay_key(topic: str, partition: int, offset: int) -> bytes:
     """The idempotency key of a replay of the original at ``topic``'s ``partition@offset``."""
     return f"{topic}/{partition}/{offset}".encode()

@@ -162,3 +162,27 @@ def test_bad_nacks_and_replays_are_refused_with_errors_that_name_them(read_clust
     with pytest.raises(UnknownTopic, match="no longer exists"):
         replay_dead_letters(topic, "g2", read_cluster)
     assert [m.value for m, _ in read_dead_letters(topic, "g2", read_cluster).letters] == [b"doomed"]
+
+
+def test_mafka3_mode_delays_retries_and_dead_letters_on_the_same_code(read_cluster):
+    """A mafka3-mode topic (consumers read its physical partitions) gets delays, retries and dead
+    letters too: they live in the client, the scheduler and companion topics, not the read topology."""
+    topic, group = topic_name("mafka3-retries"), "m3"
+    Admin(read_cluster).create_topic(topic, partitions=2, read_mode="mafka3")
+    with Producer(topic, connection=read_cluster, linger_ms=2) as producer:
+        for n in range(40):
+            producer.send(b"k%d:%d" % (n % 4, n), key=b"k%d" % (n % 4), delay_ms=1000 if n % 2 else None)
+    policy = RetryPolicy(backoff_ms=[300], backoff_ms_max=300, deliveries_max=2)
+    handler = Handler()  # k3 and k7 are poison: here k3's ten messages
+
+    def done() -> bool:
+        try:
+            dead = read_dead_letters(topic, group, read_cluster).letters
+        except UnknownTopic:
+            return False
+        return len(handler.handled) >= 30 and len(dead) >= 10
+
+    run_members(read_cluster, topic, group, policy, handler, 1, done)
+    assert {(k, n) for k, n, _ in handler.handled} == {(b"k%d" % (n % 4), n) for n in range(40) if n % 4 != 3}
+    assert {m.value for m, _ in read_dead_letters(topic, group, read_cluster).letters} == \
+        {b"k3:%d" % n for n in range(40) if n % 4 == 3}

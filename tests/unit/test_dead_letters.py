@@ -27,11 +27,11 @@ def test_the_dead_letter_topic_is_topic_dot_group_dot_dlq():
 
 
 def test_a_group_name_too_long_for_the_topic_is_refused_saying_how_long_it_may_be():
-    with pytest.raises(InvalidGroupName, match=r"group 'g{190}' cannot dead-letter messages of topic 'orders': its "
-                                               r"dead-letter topic .* would have 201 characters, a topic name at "
+    with pytest.raises(InvalidGroupName, match=r"group 'g{190}' cannot have a dead-letter topic of topic 'orders': "
+                                               r".* would have 201 characters, a topic name at "
                                                r"most 200; use a group name of at most 189 characters"):
         dlq_topic_name("orders", "g" * 190)
-    with pytest.raises(InvalidGroupName, match=r"no group name fits: .* need names of at most 194 characters"):
+    with pytest.raises(InvalidGroupName, match=r"no group name fits: .* needs a name of at most 194 characters"):
         dlq_topic_name("t" * 196, "g")
 
 
