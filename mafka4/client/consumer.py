@@ -120,6 +120,16 @@ class Consumer:
     def seek(self, partition: int, offset: int) -> None:
         self._reader.seek(partition, offset)
 
+    def end_offsets(self) -> dict[int, int]:
+        """The high watermark of every partition this consumer reads, asked now (Kafka's ``endOffsets``):
+        a reader whose positions reach them has read what was committed when it asked. Mafka3 mode
+        (physical partitions) only: ``WrongReadMode`` for a mafka4-mode topic."""
+        if not isinstance(self._reader, PartitionConsumer):
+            raise WrongReadMode(f"end_offsets of {self.topic!r}: its consumers read virtual partitions, whose ends "
+                                f"'mafka4 group describe' shows as lag; end_offsets reads physical partitions "
+                                f"(read_mode='mafka3')")
+        return self._reader.end_offsets()
+
     def seek_to_time(self, timestamp_ms: int) -> None:
         """Move every assigned partition to its first message at or after ``timestamp_ms`` (or its end)."""
         self._reader.seek_to_time(timestamp_ms)

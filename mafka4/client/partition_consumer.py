@@ -82,6 +82,12 @@ class PartitionConsumer:
     def position(self, partition: int) -> int:
         return self._fetcher.positions[partition]
 
+    def end_offsets(self) -> dict[int, int]:
+        """The high watermark of every partition read, asked of the leaders now (Kafka's ``endOffsets``)."""
+        partitions = sorted(self._fetcher.positions)
+        return {partition: high_watermark for partition, (_, high_watermark)
+                in zip(partitions, self._fetcher.list_offsets_many(partitions))}
+
     def seek(self, partition: int, offset: int) -> None:
         if partition not in self._fetcher.positions:
             raise PartitionNotAssigned(

@@ -10,12 +10,13 @@ keeps its state in etcd (``keys.delay_state``): no Ray.
 Every ``DELAY_TOPICS_SCAN_INTERVAL_S`` it lists the delay topics and runs a ``DelayTopicWorker``
 on a thread for each new one (and stops those whose topic is gone). A worker reads its delay topic
 from every partition with a consumer without a group, from the offsets its state key names
-(else from the start), and applies each record to its ``DelayLog``. Once a poll returns less than
-a full batch, it has read to the end of the topic (``delay_log``'s rule: nothing is released
-before): from then on it releases what is due, up to ``DELAY_RELEASES_PER_POLL_MAX`` per poll, each
-as a release copy produced to the topic (a retry: to its group's retry topic, ``mafka4.retries``)
-with acks=all, whose acknowledgement sends its release marker. A poll waits at most ``DELAY_POLL_MS_MAX``, or until the next due time: the precision of
-a release is a poll, plus the produce and the read of its copy.
+(else from the start), and applies each record to its ``DelayLog``. Once its positions reach the
+high watermarks the partitions had when it started (``Consumer.end_offsets``), it has read to the
+end of the topic (``delay_log``'s rule: nothing is released before); from then on it releases what
+is due, up to ``DELAY_RELEASES_PER_POLL_MAX`` per poll, each as a release copy produced to the
+topic (a retry: to its group's retry topic, ``mafka4.retries``) with acks=all, whose
+acknowledgement sends its release marker. A poll waits at most ``DELAY_POLL_MS_MAX``, or until the
+next due time: the precision of a release is a poll, plus the produce and the read of its copy.
 
 Every ``DELAY_STATE_INTERVAL_MS`` a worker writes its state: the offsets to read again from
 (``DelayLog.restart_offsets``), what waits by horizon (``topic describe``), its counts, when it
@@ -110,17 +111,17 @@ class DelayTopicWorker:
                     log.warning("delay topic %s: closing a client failed: %s", self.delay_topic, error)
 
     def _loop(self, delays: DelayLog, consumer: Consumer, markers: Producer, releases: Producer) -> None:
-        caught_up = False
         self._started_ms, self._caught_up_ms = _now_ms(), None
+        ends = consumer.end_offsets()  # read to these before releasing anything (``delay_log``'s rule)
+        caught_up = False
         next_state_ms = 0
-        poll_max = consumer.config.poll_messages_max
         wait_ms = 0
         while not self._stop.is_set():
             messages = consumer.poll(timeout_ms=wait_ms)
             for message in messages:
                 delays.apply(message.partition, message.offset, message.key, message.value, message.headers,
                              message.timestamp_ms)
-            if not caught_up and len(messages) < poll_max:
+            if not caught_up and all(consumer.position(partition) >= end for partition, end in ends.items()):
                 caught_up, self._caught_up_ms = True, _now_ms()
             while not self._failed.empty():
                 delays.release_failed(self._failed.get())

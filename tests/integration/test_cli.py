@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 import subprocess
 import sys
+import time
 
 
 def mafka4(*args: str, stdin: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -63,3 +64,25 @@ def test_a_mafka4_topic_is_consumed_by_a_group_and_described_with_lag_per_virtua
         described.stdout  # lag in messages, then in seconds: none
     again = mafka4("consume", topic, "--group", group, "--timeout-ms", "2000")
     assert again.returncode == 0 and again.stdout == b"", "the group's committed offsets were kept"
+
+
+def test_delayed_lines_print_their_ids_cancel_and_describe_and_a_group_without_dead_letters_says_so(cluster):
+    topic = f"clidelay-{secrets.token_hex(3)}"
+    assert mafka4("topic", "create", topic).returncode == 0
+    produced = mafka4("produce", topic, "--delay", "600000", stdin=b"later\nmuch later\n")
+    assert produced.returncode == 0, produced.stderr
+    ids = produced.stdout.split()
+    assert len(ids) == 2 and all(b":" in message_id for message_id in ids), produced.stdout
+    cancelled = mafka4("topic", "cancel-delayed", topic, ids[0].decode())
+    assert cancelled.returncode == 0 and b"cancel of delayed message" in cancelled.stdout, cancelled.stderr
+    too_soon = mafka4("produce", topic, "--delay", "10", stdin=b"x\n")
+    assert too_soon.returncode == 2 and b"delay_ms=10 is out of range" in too_soon.stderr
+    deadline = time.monotonic() + 60
+    while True:  # the scheduler writes what waits every second
+        described = mafka4("topic", "describe", topic)
+        if b"delayed messages waiting: 1 " in described.stdout or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert b"delayed messages waiting: 1 " in described.stdout and b"cancelled: 1" in described.stdout, described.stdout
+    no_dlq = mafka4("dlq", "list", "nobody", topic)
+    assert no_dlq.returncode == 2 and b"has no dead letters" in no_dlq.stderr
