@@ -68,6 +68,7 @@ UNREAD_EXPLAINED_MAX = 20
 # recorded due time is a lower bound of the one the scheduler keeps, and each read time is taken
 # after poll() returned. So a read 1 ms before its recorded due time was released early.
 EARLY_TOLERANCE_MS = 0
+DEAD_LETTER_READS_MAX = 3
 # The producer of the delayed messages' acknowledgements, for ``check_producer_order``: the delay
 # topic's own producer (the topic's producer hands delayed messages to it).
 DELAYS_PRODUCER_SUFFIX = "/delays"
@@ -175,14 +176,23 @@ def _wait_fed(connection: Connection, topic: str, states: dict, ends: dict[int, 
         time.sleep(0.5)
 
 
-def read_dead_lettered(connection: Connection, topic: str, group: str) -> list[DeadLettered]:
-    """``group``'s dead letters of ``topic`` as history records; none if it never dead-lettered one."""
-    try:
-        found = read_dead_letters(topic, group, where=connection)
-    except UnknownTopic:
-        return []
-    return [DeadLettered(group, message.value, letter.delivery_count, letter.dead_at_ms)
-            for message, letter in found.letters]
+def read_dead_lettered(connection: Connection, topic: str, group: str, expected: set[bytes]) -> list[DeadLettered]:
+    """``group``'s dead letters of ``topic`` as history records; none if it never dead-lettered one.
+
+    A read ends at the first poll that waits ``DEAD_LETTERS_IDLE_MS`` for nothing, which a slow first
+    fetch can end early: the topic is read again, up to ``DEAD_LETTER_READS_MAX`` times, until it
+    holds every ``expected`` value (those the members' nacks dead-lettered)."""
+    letters: list[DeadLettered] = []
+    for _ in range(DEAD_LETTER_READS_MAX):
+        try:
+            found = read_dead_letters(topic, group, where=connection)
+        except UnknownTopic:
+            found = None
+        letters = [] if found is None else [DeadLettered(group, message.value, letter.delivery_count, letter.dead_at_ms)
+                                            for message, letter in found.letters]
+        if expected <= {letter.value for letter in letters}:
+            break
+    return letters
 
 
 def delayed_values(history: list[HistoryRecord]) -> set[bytes]:

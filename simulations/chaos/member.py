@@ -19,7 +19,8 @@ beside the topic, and nacks the values ``simulations.chaos.traffic.fails`` names
 group's dead-letter topic). Before each nack it takes the epoch ms and writes it with the due
 time of the redelivery that nack schedules (that time plus the policy's back-off for the
 delivery; none when the nack dead-letters it): a lower bound of the due time the consumer writes,
-which takes its clock a moment later. A nack that raises is written as an error, not a nack.
+which takes its clock a moment later. The nack is written before the call; one that raises is
+then taken back by a ``nack_failed`` line (also an error).
 
 Output, one JSON object per line, flushed after every poll (a crash loses only what poll()
 had not returned yet, which the next owner reads again anyway)::
@@ -29,6 +30,7 @@ had not returned yet, which the next owner reads again anyway)::
                                                                    a message of the topic poll() returned
     {"t": T, "retry": P, ...the same}                              one of the group's retry topic
     {"t": T, "nack": HEX, "delivery": N, "at_ms": MS, "due_ms": MS|null}   a nack of that delivery
+    {"t": T, "nack_failed": HEX, "delivery": N, "error": TEXT}     that nack raised: taken back
     {"t": T, "error": TEXT}                                        a join or poll that raised
     {"t": T, "closed": MEMBER_ID}                                  left the group after SIGTERM
 
@@ -92,16 +94,20 @@ def _join(args: argparse.Namespace, connection, out, stopping: threading.Event, 
 
 
 def _nack(consumer: Consumer, message: Message, policy: RetryPolicy, out) -> None:
-    """Nack ``message`` and write the nack (the module docstring)."""
+    """Write the nack of ``message``, then nack it (the module docstring).
+
+    Written and flushed first: the copy a nack sends may be written before the member dies, and a
+    retry read with its nack missing from the history could seem due at a later member's nack of
+    the same delivery. A nack that raises is taken back (``nack_failed``)."""
     count = message.delivery_count
     at_ms = now_ms()
     due_ms = None if policy.exhausted(count) else at_ms + policy.delay_ms_after(count)
+    _line(out, nack=message.value.hex(), delivery=count, at_ms=at_ms, due_ms=due_ms)
+    out.flush()
     try:
         consumer.nack(message, error=f"chaos: failed delivery {count}")
     except (MafkaError, ray.exceptions.RayError) as error:
-        _line(out, error=f"nack: {type(error).__name__}: {error}")
-        return
-    _line(out, nack=message.value.hex(), delivery=count, at_ms=at_ms, due_ms=due_ms)
+        _line(out, nack_failed=message.value.hex(), delivery=count, error=f"nack: {type(error).__name__}: {error}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -179,7 +179,8 @@ class _ChaosRun:
             mark = self._phase_done("drain_s", mark)
             logs = read_final_logs(self.connection, self.topic)
             try:
-                dead = read_dead_lettered(self.connection, self.topic, GROUP)
+                doomed = {nack.value for _, nack in self.members.nacks() if nack.due_ms is None}
+                dead = read_dead_lettered(self.connection, self.topic, GROUP, doomed)
             except (MafkaError, ray.exceptions.RayError) as error:
                 logs.unreadable.append(f"{dlq_topic_name(self.topic, GROUP)}: {type(error).__name__}")
                 dead, drained_at_ms = [], None  # nacks that ended there cannot be judged

@@ -315,9 +315,22 @@ class Members:
         return records
 
     def nacks(self) -> list[tuple[float, Nack]]:
-        return [(line["t"], Nack(self.group, member.name, bytes.fromhex(line["nack"]), line["delivery"], line["at_ms"],
-                                 line["due_ms"]))
-                for member in self.all for line in member.lines() if "nack" in line]
+        """The members' nacks, less those taken back (a ``nack_failed`` line after the nack)."""
+        records = []
+        for member in self.all:
+            nacked: list[tuple[float, Nack]] = []
+            for line in member.lines():
+                if "nack" in line:
+                    nacked.append((line["t"], Nack(self.group, member.name, bytes.fromhex(line["nack"]),
+                                                   line["delivery"], line["at_ms"], line["due_ms"])))
+                elif "nack_failed" in line:
+                    failed = (bytes.fromhex(line["nack_failed"]), line["delivery"])
+                    last = max((i for i, (_, n) in enumerate(nacked) if (n.value, n.delivery_count) == failed),
+                               default=None)
+                    if last is not None:
+                        del nacked[last]
+            records += nacked
+        return records
 
     def errors(self) -> list[str]:
         return [f"{member.name}: {line['error']}" for member in self.all for line in member.lines() if "error" in line]

@@ -136,11 +136,14 @@ def test_member_lines_become_reads_of_the_topic_and_of_the_retry_topic_and_nacks
         {"t": 2.1, "nack": A.hex(), "delivery": 1, "at_ms": 901, "due_ms": 1_201},
         {"t": 3.0, "retry": 0, "offset": 0, "lane": "chaos-1", "key": KEY.hex(), "value": A.hex(), "delivery": 2,
          "at_ms": 1_250},
+        {"t": 4.0, "nack": P.hex(), "delivery": 1, "at_ms": 1_300, "due_ms": 1_600},
+        {"t": 4.1, "nack_failed": P.hex(), "delivery": 1, "error": "nack: CoordinatorUnavailable: etcd"},
     ])]
     assert [record for _, record in members.consumed()] == [
         Consumed("member-0", "vp3", 7, KEY, A, at_ms=900, group=GROUP, delivery_count=1),
         Consumed("member-0", "retry-p0", 0, KEY, A, lane="chaos-1", at_ms=1_250, group=GROUP, delivery_count=2)]
-    assert members.nacks() == [(2.1, Nack(GROUP, "member-0", A, 1, 901, 1_201))]
+    assert members.nacks() == [(2.1, Nack(GROUP, "member-0", A, 1, 901, 1_201))], "the failed nack is taken back"
+    assert members.errors() == ["member-0: nack: CoordinatorUnavailable: etcd"]
     assert is_retry_stream("retry-p0") and not is_retry_stream("vp0")
 
 
