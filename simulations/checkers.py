@@ -115,6 +115,9 @@ class Consumed:
     lane: str = ""  # the message's lane (its first header), "" the trunk
     at_ms: int | None = None  # when the consumer got it (epoch ms), for the checks of due times
     group: str = ""  # the consumer's group, "" none (or not recorded)
+    # Which delivery of the message to its group this was (``Message.delivery_count``, 1 the
+    # original), None when not recorded (``check_not_delivered_early``).
+    delivery_count: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -436,25 +439,41 @@ def check_not_delivered_early(history: Sequence[HistoryRecord], tolerance_ms: in
     due time, and a nacked one by no member of the nacking group after the ``Nack`` and before its
     ``due_ms`` (a read by the group before the nack is the delivery that failed).
 
+    A read that names its delivery (``Consumed.delivery_count``) is judged against the nacks of the
+    delivery before it: delivery ``n + 1`` is due at the earliest of the group's nacks of delivery
+    ``n`` (a member crash can have delivery ``n`` read, and nacked, twice; the copy of the first
+    nack comes first). A read of delivery ``n`` or earlier after a nack of delivery ``n`` (the original
+    read again after a member crash, or after a copy whose send failed) is at-least-once delivery of
+    what was nacked, not the redelivery the nack scheduled: ``check_no_duplicates_after_commit``
+    judges it. A read that does not name its delivery is judged against the group's last nack.
+
     A read of a message that has a due time must carry its time (``Consumed.at_ms``): a recorder
     that sends delayed or nacked traffic stamps every read."""
     assert tolerance_ms >= 0, tolerance_ms
 
+    def redelivery_of(nacks: list[Nack], record: Consumed) -> Nack | None:
+        """The nack ``record`` is the redelivery of, by its due time (None: none with one)."""
+        if record.delivery_count is None:
+            return nacks[-1] if nacks[-1].due_ms is not None else None
+        before = [nack for nack in nacks if nack.delivery_count == record.delivery_count - 1 and nack.due_ms is not None]
+        return min(before, key=lambda nack: nack.due_ms, default=None)
+
     def anomalies():
         delayed = {record.value: record.deliver_at_ms for record in history
                    if isinstance(record, Send) and record.deliver_at_ms is not None}
-        nacked: dict[tuple[str, bytes], Nack] = {}  # the group's last nack of the value so far
+        nacked: dict[tuple[str, bytes], list[Nack]] = defaultdict(list)  # the group's nacks of the value so far
         for record in history:
             if isinstance(record, Nack):
-                nacked[(record.group, record.value)] = record
+                nacked[(record.group, record.value)].append(record)
                 continue
             if not isinstance(record, Consumed):
                 continue
             dues = []
             if record.value in delayed:
                 dues.append((delayed[record.value], "sent to be delivered then"))
-            nack = nacked.get((record.group, record.value))
-            if nack is not None and nack.due_ms is not None:
+            nacks = nacked.get((record.group, record.value))
+            nack = redelivery_of(nacks, record) if nacks else None
+            if nack is not None:
                 dues.append((nack.due_ms, f"its redelivery after {nack.consumer}'s nack of delivery "
                                           f"{nack.delivery_count} at {nack.at_ms}"))
             if not dues:

@@ -55,6 +55,17 @@ def add_chaos_parser(commands) -> None:
     chaos.add_argument("--lanes", type=int, default=defaults.lanes,
                        help="lanes the producer sends in beside the trunk, round robin, read by the members by "
                             "fallback (default %(default)s)")
+    chaos.add_argument("--delayed-share", type=float, default=defaults.delayed_share,
+                       help="share of the messages sent with a delay, from 1000 ms to --delay-ms-max "
+                            "(default %(default)s)")
+    chaos.add_argument("--delay-ms-max", type=int, default=defaults.delay_ms_max,
+                       help="longest delay of a delayed message, ms (default %(default)s)")
+    chaos.add_argument("--nack-share", type=float, default=defaults.nack_share,
+                       help="share of the messages the members nack on their first delivery; they come again from "
+                            "the group's retry topic (default %(default)s)")
+    chaos.add_argument("--poison-share", type=float, default=defaults.poison_share,
+                       help="share of the messages the members nack on every delivery, until they are "
+                            f"dead-lettered on delivery {defaults.retry_policy.deliveries_max} (default %(default)s)")
     chaos.add_argument("--etcd-members", type=int, choices=ETCD_MEMBER_CHOICES, default=defaults.etcd_members,
                        help="members of the throwaway cluster's etcd; kill-etcd-member needs 3 (default %(default)s)")
     chaos.add_argument("--resource-sample-s", type=float, default=defaults.resource_sample_s,
@@ -70,11 +81,15 @@ def add_chaos_parser(commands) -> None:
 def _cmd_chaos(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     settings = ChaosSettings(seed=seed, duration_s=args.duration_s, rate_msgs_per_s=args.rate_msgs_per_s,
-                             faults=args.faults, members=args.members, lanes=args.lanes, etcd_members=args.etcd_members,
+                             faults=args.faults, members=args.members, lanes=args.lanes,
+                             delayed_share=args.delayed_share, delay_ms_max=args.delay_ms_max,
+                             nack_share=args.nack_share, poison_share=args.poison_share, etcd_members=args.etcd_members,
                              resource_sample_s=args.resource_sample_s, planted_bug=args.planted_bug)
     planted = f", planted bug {settings.planted_bug}" if settings.planted_bug else ""
     print(f"chaos: seed {seed}, {settings.duration_s:g} s of faults ({','.join(settings.faults)}), "
-          f"{settings.rate_msgs_per_s} msgs/s, {settings.members} members, {settings.etcd_members} etcd member(s)"
+          f"{settings.rate_msgs_per_s} msgs/s ({settings.delayed_share:g} delayed), {settings.members} members "
+          f"(nacking {settings.nack_share:g} once, {settings.poison_share:g} always), "
+          f"{settings.etcd_members} etcd member(s)"
           f"{planted}", flush=True)
     from simulations.chaos.run import run_chaos, summary  # starts clusters: imported only to run
 

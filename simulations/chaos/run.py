@@ -1,6 +1,7 @@
 """``mafka4 chaos``: a Jepsen-style run against a real local cluster, judged by ``simulations.checkers``.
 
     mafka4 chaos [--seed N] [--duration-s 60] [--rate-msgs-per-s 500] [--faults kill-replica,...]
+                 [--delayed-share 0.05] [--delay-ms-max 4000] [--nack-share 0.05] [--poison-share 0.01]
                  [--resource-sample-s 10] [--out FILE]
 
 On a throwaway cluster (3 write nodes, 2 read nodes; or on a cluster the caller passes in),
@@ -8,16 +9,19 @@ On a throwaway cluster (3 write nodes, 2 read nodes; or on a cluster the caller 
 default) and runs, in order:
 
 1. **workload**: one idempotent ``acks=all`` producer sending keyed messages at a fixed rate
-   (``workload.PacedProducer``), a consumer group of ``members`` processes reading from
-   the beginning (``simulations.chaos.member``), and an observer of the group's commits;
+   (``workload.PacedProducer``), ``delayed_share`` of them with a delay of 1 s to
+   ``delay_ms_max``, a consumer group of ``members`` processes reading from the beginning
+   (``simulations.chaos.member``) that nacks ``nack_share`` of the messages once and
+   ``poison_share`` always (the group's ``retry_policy``: retried from the group's retry topic,
+   then dead-lettered; ``simulations.chaos.traffic``), and an observer of the group's commits;
 2. **faults** for ``duration_s``: seeded random faults, one at a time (``faults``);
 3. **heal**: faults stop, and the cluster (its controller) must get its full ISRs and RISRs,
    every VP replica and every feeder back by itself; production goes on meanwhile, then
    stops (every send answered);
-4. **drain**: the group reads until it has seen every acknowledged message (bounded), then
-   its members close (commit and leave);
-5. **judge**: the final logs are read from the cluster and every checker runs
-   (``judge``); the report goes to ``--out`` as JSON.
+4. **drain**: the group reads until it has seen every acknowledged message and every nacked
+   one again (bounded), then its members close (commit and leave);
+5. **judge**: the final logs and the group's dead letters are read from the cluster and every
+   checker runs (``judge``); the report goes to ``--out`` as JSON.
 
 Resources: from the workload's start to the end of the drain, ``resource_sampler`` looks every
 ``resource_sample_s`` at every process of the cluster and the run (RSS, open fds) and counts
@@ -42,7 +46,8 @@ Verdict (``simulations.chaos.verdict``, the report's ``verdict`` section): the r
 if no checker found anything (no acknowledged message lost or left unread, no per-key or
 per-producer reordering, no duplicate beyond at-least-once re-delivery -- re-reads of what
 the group had not committed, counted as ``redelivered`` --, no diverged replicas, no
-misplaced VP record), no committed offset moved back, the cluster healed within
+misplaced VP record, no delayed or nacked message read before it was due, no nacked message
+neither read again nor dead-lettered), no committed offset moved back, the cluster healed within
 ``heal_timeout_s``, no member the nemesis did not kill exited abnormally, and every replica's
 final log was read. Otherwise the section lists every reason. ``mafka4 chaos`` exits 0 only
 on a pass.
@@ -63,20 +68,23 @@ import ray
 
 from mafka4 import planted_bugs
 from mafka4.client.admin import Admin
-from mafka4.errors import InvalidConfig, MafkaError
+from mafka4.dead_letters import dlq_topic_name
+from mafka4.errors import InvalidConfig, MafkaError, UnknownTopic
 from mafka4.limits import ReadMode
 from mafka4.limits.servers import ClusterConfig
 from mafka4.log.fsync_points import recording_fsync_points
+from mafka4.retries import retry_topic_name
 from mafka4.runtime.connect import Connection
 from mafka4.runtime.etcd_member import EtcdServer
 from mafka4.runtime.temporary import temporary_cluster
 from simulations.chaos.faults import EtcdControl, FaultRecord, Nemesis
-from simulations.chaos.judge import FinalLogs, judge, read_final_logs, with_sources
+from simulations.chaos.judge import FinalLogs, judge, read_dead_lettered, read_final_logs, topic_acks, with_sources
 from simulations.chaos.resource_sampler import ResourceSampler
 from simulations.chaos.resource_trend import ResourceTrends, resource_trends, steady_window, summary_lines
 from simulations.chaos.settings import ChaosSettings
+from simulations.chaos.traffic import awaiting_redelivery
 from simulations.chaos.verdict import Evidence, Failure, MemberExit, verdict
-from simulations.chaos.workload import CommitObserver, History, Members, PacedProducer
+from simulations.chaos.workload import CommitObserver, History, Members, PacedProducer, now_ms
 from simulations.checkers import Ack
 
 GROUP = "chaos"
@@ -125,12 +133,14 @@ class _ChaosRun:
             replica_lag_ms_max=settings.replica_lag_ms_max, read_replica_lag_ms_max=settings.replica_lag_ms_max)
         self.workdir = Path(tempfile.mkdtemp(prefix="m4chaos-w-"))
         self.history = History()
+        retries = settings.nack_share > 0 or settings.poison_share > 0
         self.members = Members(connection, self.topic, GROUP, self.workdir, settings.member_lease_ttl_s,
-                               settings.auto_commit_interval_ms)
+                               settings.auto_commit_interval_ms, settings.retry_policy if retries else None,
+                               settings.nack_share, settings.poison_share)
         self.observer = CommitObserver(connection, GROUP, self.topic, self.history)
         self.producer = PacedProducer(connection, self.topic, settings.partitions, settings.keys,
                                       settings.rate_msgs_per_s, self.history, settings.delivery_timeout_ms,
-                                      settings.lanes)
+                                      settings.lanes, settings.delayed_share, settings.delay_ms_max, settings.seed)
         etcd = EtcdControl.of(connection, etcd_started) if connection.state is not None else None
         self.nemesis = Nemesis(connection, self.topic, random.Random(settings.seed), self.members, etcd,
                                settings.timing, self.began)
@@ -161,14 +171,23 @@ class _ChaosRun:
             self.producer.stop()
             mark = self._phase_done("heal_s", mark)
             acks = [record for _, record in self.history.records() if isinstance(record, Ack)]
-            drained = _drain(self.members, {ack.value for ack in acks}, settings.drain_timeout_s)
-            self.members.stop_all()
+            drained_at_ms = _drain(self.members, {ack.value for ack in acks}, settings.drain_timeout_s)
+            drained = drained_at_ms is not None
+            self.members.stop_all()  # each member sends the dead letters of its last nacks before it leaves
             self.observer.stop()
             resources = resource_trends(self.sampler.stop(), steady)
             mark = self._phase_done("drain_s", mark)
             logs = read_final_logs(self.connection, self.topic)
-            merged = self.history.merged(with_sources(self.members.consumed(), acks, logs.vp_logs))
-            judged = judge(merged, logs, GROUP, drained)
+            try:
+                doomed = {nack.value for _, nack in self.members.nacks() if nack.due_ms is None}
+                dead = read_dead_lettered(self.connection, self.topic, GROUP, doomed)
+            except (MafkaError, ray.exceptions.RayError) as error:
+                logs.unreadable.append(f"{dlq_topic_name(self.topic, GROUP)}: {type(error).__name__}")
+                dead, drained_at_ms = [], None  # nacks that ended there cannot be judged
+            own = topic_acks([record for _, record in self.history.records()])
+            merged = self.history.merged([*with_sources(self.members.consumed(), own, logs.vp_logs),
+                                          *self.members.nacks()]) + dead
+            judged = judge(merged, logs, GROUP, drained, drained_at_ms)
             self._phase_done("judge_s", mark)
             report = self._report(faults, heal, drained, logs, judged, resources)
         finally:
@@ -199,8 +218,10 @@ class _ChaosRun:
             "duration_s": round(time.monotonic() - self.began, 3),
             "phases_s": {name: round(value, 3) for name, value in self.phases.items()},
             "messages": {"sent": producer.sent, "acknowledged": producer.acknowledged, "failed": len(producer.failures),
+                         "delayed": producer.delayed, "delayed_acknowledged": judged["delayed_acknowledged"],
                          "consumed_records": judged["consumed_records"], "consumed_unique": judged["consumed_unique"],
-                         "redelivered": judged["redelivered"], "unread_acknowledged": judged["unread_acknowledged"]},
+                         "redelivered": judged["redelivered"], "nacked": judged["nacked"], "retried": judged["retried"],
+                         "dead_lettered": judged["dead_lettered"], "unread_acknowledged": judged["unread_acknowledged"]},
             "faults_injected": len(faults),
             "faults_by_kind": by_kind,
             "faults": [fault.to_json() for fault in faults],
@@ -212,7 +233,8 @@ class _ChaosRun:
             "unread_explained": judged["unread_explained"],
             "producer_failures": producer.failures[:20],
             "members": [{"name": m.name, "killed": m.killed, "exit_code": m.process.returncode,
-                         "stop_timed_out": m.stop_timed_out, "records": sum(1 for line in m.lines() if "vp" in line)}
+                         "stop_timed_out": m.stop_timed_out,
+                         "records": sum(1 for line in m.lines() if "vp" in line or "retry" in line)}
                         for m in members.all],
             "member_errors": members.errors()[:20],
             "commit_reads_failed": self.observer.reads_failed,
@@ -231,14 +253,20 @@ def faults_by_kind(kinds: tuple[str, ...], faults: list[FaultRecord]) -> dict[st
     return counts
 
 
-def _drain(members: Members, acked: set[bytes], timeout_s: float) -> bool:
-    """Wait until the group read every acknowledged message; False if ``timeout_s`` passed first."""
+def _drain(members: Members, acked: set[bytes], timeout_s: float) -> int | None:
+    """Wait until the group read every acknowledged message and read again every nacked one whose
+    nack did not dead-letter it; None if ``timeout_s`` passed first, else the epoch ms taken before
+    the member records that showed it (every nack recorded by then was answered by a read)."""
     deadline = time.monotonic() + timeout_s
-    while not acked <= members.consumed_values():
+    while True:
+        at_ms = now_ms()
+        consumed = members.consumed()
+        history = [record for _, record in sorted([*consumed, *members.nacks()], key=lambda item: item[0])]
+        if acked <= {record.value for _, record in consumed} and not awaiting_redelivery(history):
+            return at_ms
         if time.monotonic() > deadline:
-            return False
+            return None
         time.sleep(DRAIN_CHECK_INTERVAL_S)
-    return True
 
 
 def _delete_topic(admin: Admin, topic: str) -> None:
@@ -246,6 +274,13 @@ def _delete_topic(admin: Admin, topic: str) -> None:
         admin.delete_topic(topic)
     except (MafkaError, ray.exceptions.RayError) as error:
         print(f"chaos: could not delete topic {topic} ({error}); it stays on the cluster", file=sys.stderr)
+    for companion in (retry_topic_name(topic, GROUP), dlq_topic_name(topic, GROUP)):  # not deleted with the topic
+        try:
+            admin.delete_topic(companion)
+        except UnknownTopic:
+            pass  # the group never retried, or never dead-lettered
+        except (MafkaError, ray.exceptions.RayError) as error:
+            print(f"chaos: could not delete topic {companion} ({error}); it stays on the cluster", file=sys.stderr)
 
 
 def summary(report: dict) -> str:
@@ -255,6 +290,8 @@ def summary(report: dict) -> str:
         f"messages: {messages['sent']} sent, {messages['acknowledged']} acknowledged, {messages['failed']} failed, "
         f"{messages['consumed_records']} consumed ({messages['consumed_unique']} distinct, "
         f"{messages['redelivered']} re-delivered), {messages['unread_acknowledged']} acknowledged never read",
+        f"delays and retries: {messages.get('delayed', 0)} sent delayed, {messages.get('nacked', 0)} nacks, "
+        f"{messages.get('retried', 0)} reads of retries, {messages.get('dead_lettered', 0)} dead-lettered",
         f"faults: {report['faults_injected']} ({', '.join(f'{k} {n}' for k, n in sorted(report['faults_by_kind'].items()))})",
         f"healed: {report['heal']['healed']} in {report['heal']['took_s']:.0f} s; drained: {report['drained']}",
         "anomalies: " + ", ".join(f"{kind} {count}" for kind, count in report["anomalies"].items()),

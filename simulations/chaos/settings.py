@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mafka4 import planted_bugs
+from mafka4.client.retry_policy import RetryMode, RetryPolicy
 from mafka4.errors import InvalidConfig
+from mafka4.limits import DELAY_MS_MIN
 
 FAULT_KINDS = ("kill-replica", "kill-read-node", "restart-etcd", "kill-member", "pause-replica",
                "sigstop-replica", "sigstop-read-node", "sigstop-controller", "sigstop-etcd", "kill-controller",
@@ -17,6 +19,13 @@ FAULT_KINDS = ("kill-replica", "kill-read-node", "restart-etcd", "kill-member", 
 ETCD_MEMBER_CHOICES = (1, 3)
 # A chaos run's lanes: a few, so that each has traffic (each lane is a VP on top of virtual_partitions).
 LANES_MAX = 8
+# A chaos run's delayed messages and retries come within its drain (``drain_timeout_s``, 120 s by
+# default): a delay of at most this, and a poison message's back-offs summing to at most this.
+DELAY_MS_MAX = 60_000
+RETRY_SPAN_MS_MAX = 60_000
+# The group's retries (issue 41): short back-offs, so that a run of a minute sees many of each
+# step, and a poison message is dead-lettered on its third delivery, about a second after its first.
+RETRY_POLICY = RetryPolicy(backoff_ms=(300, 600), backoff_ms_max=1000, deliveries_max=3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +62,16 @@ class ChaosSettings:
     # Lanes beside the trunk (issue 40): the producer sends round robin over the trunk and these,
     # opened before the faults (fallback trunk), and the members, trunk readers, read them by fallback.
     lanes: int = 2
+    # Delayed and nacked traffic (issue 41; ``simulations.chaos.traffic``). The producer sends this
+    # share of its messages with a delay from DELAY_MS_MIN (1 s) to delay_ms_max, drawn from the seed.
+    delayed_share: float = 0.05
+    delay_ms_max: int = 4000
+    # The members nack this share of the values on their first delivery (they come again from the
+    # group's retry topic), and this share on every delivery (poison: they end dead-lettered);
+    # both chosen by a hash of the value. The group retries by retry_policy (unordered only).
+    nack_share: float = 0.05
+    poison_share: float = 0.01
+    retry_policy: RetryPolicy = RETRY_POLICY
     # Replicas leave the ISR / RISR after this much lag, so a paused replica of a few seconds does.
     replica_lag_ms_max: int = 3000
     member_lease_ttl_s: int = 6
@@ -81,6 +100,7 @@ class ChaosSettings:
             raise InvalidConfig(f"members={self.members} must be from 1 to virtual_partitions={self.virtual_partitions}")
         if not 0 <= self.lanes <= LANES_MAX:
             raise InvalidConfig(f"lanes={self.lanes} must be from 0 (the trunk only) to {LANES_MAX}")
+        self._check_delays_and_retries()
         if self.etcd_members not in ETCD_MEMBER_CHOICES:
             raise InvalidConfig(f"etcd_members={self.etcd_members} must be one of {ETCD_MEMBER_CHOICES}")
         if self.planted_bug is not None and self.planted_bug not in {bug.value for bug in planted_bugs.PlantedBug}:
@@ -91,4 +111,23 @@ class ChaosSettings:
         if not self.resource_sample_s > 0:
             raise InvalidConfig(f"resource_sample_s={self.resource_sample_s} must be positive")
 
-
+    def _check_delays_and_retries(self) -> None:
+        for name in ("delayed_share", "nack_share", "poison_share"):
+            share = getattr(self, name)
+            if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+                raise InvalidConfig(f"{name}={share!r} must be a fraction from 0 to 1")
+        if isinstance(self.delay_ms_max, bool) or not isinstance(self.delay_ms_max, int) or \
+                not DELAY_MS_MIN <= self.delay_ms_max <= DELAY_MS_MAX:
+            raise InvalidConfig(f"delay_ms_max={self.delay_ms_max!r} must be from {DELAY_MS_MIN} (the shortest delay "
+                                f"a message takes) to {DELAY_MS_MAX} ms, so that delayed messages come within the drain")
+        policy = self.retry_policy
+        if not isinstance(policy, RetryPolicy):
+            raise InvalidConfig(f"retry_policy={policy!r} must be a RetryPolicy")
+        if policy.mode is not RetryMode.UNORDERED:
+            raise InvalidConfig(f"retry_policy mode {policy.mode.value!r}: a chaos run retries unordered (from the "
+                                f"group's retry topic); an ordered retry holds its VP, which the judge does not expect")
+        span_ms = sum(policy.delay_ms_after(delivery) for delivery in range(1, policy.deliveries_max))
+        if span_ms > RETRY_SPAN_MS_MAX:
+            raise InvalidConfig(f"retry_policy waits {span_ms} ms in all before a poison message is dead-lettered; "
+                                f"at most {RETRY_SPAN_MS_MAX} ms, so that it is within the drain: shorten backoff_ms "
+                                f"or lower deliveries_max")

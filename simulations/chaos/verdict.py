@@ -6,7 +6,8 @@ left out of the divergence and loss checks, and a member that exited abnormally 
 after its exit. So the verdict fails on any of (``Failure``, in the order reasons are listed):
 
 * ``anomaly``: a checker of ``simulations.checkers`` found something other than a commit
-  regression (lost, unseen, duplicate, reordered, diverged, misplaced);
+  regression (lost, unseen, duplicate, reordered, diverged, misplaced, wrong-lane, delivered-early,
+  lost-after-nack);
 * ``commit-regressed``: a group's committed offset moved backwards
   (``checkers.check_commits_monotonic``), named on its own because it breaks a promise to
   the group, not to the data;

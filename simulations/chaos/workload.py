@@ -7,17 +7,26 @@
   at a fixed rate, round robin over the trunk and its lanes (``chaos-1`` ...: ``lane_names``);
   records ``Send`` before each ``send()`` and ``Ack`` in the callback.
   Values are unique (``<key>:<sequence>``): they name a message across Ack and Consumed.
+  A share of the messages is sent with a delay (``traffic.draw_delay_ms``, from the seed), keyed
+  and laned like the others: their ``Send.deliver_at_ms`` is the epoch ms taken before ``send()``
+  plus the delay, a lower bound of the due time the producer writes in their header (it takes
+  its own clock a moment later), so a read before it is early whatever the moment; their ``Ack``
+  is the delay topic's partition and offset (their message id), which the judge knows by their
+  ``Send.deliver_at_ms``.
 * ``CommitObserver``: reads the group's committed VP offsets from etcd every
   ``COMMIT_POLL_S`` and records each change as a ``Commit`` (a sample of the commits: one
   between two reads is not seen, which can hide an anomaly but never invent one).
 * ``Members``: the consumer-group members, one process each (``simulations.chaos.member``),
-  so that killing one is a real crash; their output files give the ``Consumed`` records.
+  so that killing one is a real crash; their output files give the ``Consumed`` records (reads of
+  the topic's VPs and of the group's retry topic, each with its delivery count, the reader's group
+  and the epoch ms it was read at) and the ``Nack`` records.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -30,12 +39,14 @@ import ray
 
 from mafka4.client.partitioner import Partitioner
 from mafka4.client.producer import Producer
-from mafka4.errors import CoordinatorUnavailable
+from mafka4.client.retry_policy import RetryPolicy
+from mafka4.errors import CoordinatorUnavailable, MafkaError
 from mafka4.metadata import keys
 from mafka4.metadata.store import MetadataStore
 from mafka4.runtime.connect import CLUSTER_ENV, ETCD_ENDPOINT_ENV, RAY_ADDRESS_ENV, Connection
 from simulations.chaos.fault_relay import FaultFile
-from simulations.checkers import Ack, Commit, Consumed, HistoryRecord, Send
+from simulations.chaos.traffic import draw_delay_ms, retry_stream
+from simulations.checkers import Ack, Commit, Consumed, HistoryRecord, Nack, Send
 
 PRODUCER_ID = "producer-0"
 SEND_TICK_S = 0.01  # the producer sends what is due this often
@@ -43,6 +54,11 @@ COMMIT_POLL_S = 0.1
 PRODUCER_STOP_TIMEOUT_S = 180  # flushing waits for every outstanding batch (delivery_timeout_ms bounds each)
 MEMBER_STOP_TIMEOUT_S = 60  # a SIGTERMed member commits, releases and leaves within this, or is killed
 MEMBER_READY_TIMEOUT_S = 120  # joining Ray and the group on a loaded 2-core machine
+
+
+def now_ms() -> int:
+    """Epoch ms, the clock the producer's due times and the delay scheduler read."""
+    return time.time_ns() // 1_000_000
 
 
 def lane_names(lanes: int) -> tuple[str, ...]:
@@ -76,13 +92,16 @@ class PacedProducer:
     """Keyed ``acks=all`` messages at ``rate_msgs_per_s`` on a thread until ``stop``."""
 
     def __init__(self, connection: Connection, topic: str, partitions: int, key_count: int, rate_msgs_per_s: int,
-                 history: History, delivery_timeout_ms: int, lanes: int = 0):
-        self.sent = self.acknowledged = 0
+                 history: History, delivery_timeout_ms: int, lanes: int = 0, delayed_share: float = 0.0,
+                 delay_ms_max: int = 0, seed: int = 0):
+        self.sent = self.acknowledged = self.delayed = 0
         self.failures: list[str] = []
         self._keys = [b"k%02d" % i for i in range(key_count)]
         self._lanes = ("", *lane_names(lanes))  # "" the trunk
         self._partitioner = Partitioner(topic, partitions)
         self._rate = rate_msgs_per_s
+        self._delayed_share, self._delay_ms_max = delayed_share, delay_ms_max
+        self._delays = random.Random(f"chaos-delays-{seed}")  # apart from the nemesis's: the same per seed
         self._history = history
         self._stop = threading.Event()
         self._producer = Producer(topic, connection=connection, acks="all", delivery_timeout_ms=delivery_timeout_ms)
@@ -106,10 +125,18 @@ class PacedProducer:
         key = self._keys[self.sent % len(self._keys)]
         value = b"%s:%07d" % (key, self.sent)
         lane = self._lanes[self.sent % len(self._lanes)]
-        self._history.add(Send(PRODUCER_ID, key, value, self._partitioner.partition(key, None), lane))
-        self._producer.send(value, key=key, lane=lane or None).add_callback(
-            lambda metadata, error, key=key, value=value, lane=lane: self._answered(key, value, lane, metadata, error))
+        delay_ms = draw_delay_ms(self._delays, self._delayed_share, self._delay_ms_max)
+        deliver_at_ms = None if delay_ms is None else now_ms() + delay_ms
+        self._history.add(Send(PRODUCER_ID, key, value, self._partitioner.partition(key, None), lane, deliver_at_ms))
         self.sent += 1
+        try:
+            future = self._producer.send(value, key=key, lane=lane or None, delay_ms=delay_ms)
+        except MafkaError as error:  # a delayed one's first send creates the delay topic, which a fault can fail
+            self.failures.append(f"{value.decode()}: {type(error).__name__}: {error}")
+            return
+        self.delayed += delay_ms is not None
+        future.add_callback(
+            lambda metadata, error, key=key, value=value, lane=lane: self._answered(key, value, lane, metadata, error))
 
     def _answered(self, key: bytes, value: bytes, lane: str, metadata, error) -> None:
         if error is None:
@@ -232,7 +259,8 @@ class Members:
     """The group's member processes: start, crash and replace them, read what they consumed."""
 
     def __init__(self, connection: Connection, topic: str, group: str, workdir: Path, member_lease_ttl_s: int,
-                 auto_commit_interval_ms: int):
+                 auto_commit_interval_ms: int, retry_policy: RetryPolicy | None = None, nack_share: float = 0.0,
+                 poison_share: float = 0.0):
         self.group = group
         self._workdir = workdir
         self.fault_file = FaultFile(workdir / "client-network-fault.json")
@@ -240,6 +268,9 @@ class Members:
                          "--member-lease-ttl-s", str(member_lease_ttl_s),
                          "--auto-commit-interval-ms", str(auto_commit_interval_ms),
                          "--network-fault-file", str(self.fault_file.path)]
+        if retry_policy is not None:
+            self._command += ["--retry-policy", json.dumps(retry_policy.to_json()), "--nack-share", repr(nack_share),
+                              "--poison-share", repr(poison_share)]
         root = str(Path(__file__).resolve().parent.parent)  # the checkout this driver runs from
         self._env = {**os.environ, ETCD_ENDPOINT_ENV: connection.store.endpoint,
                      RAY_ADDRESS_ENV: ray.get_runtime_context().gcs_address, CLUSTER_ENV: connection.cluster,
@@ -274,14 +305,32 @@ class Members:
         records = []
         for member in self.all:
             for line in member.lines():
-                if "vp" in line:
+                if "vp" in line or "retry" in line:
                     key = None if line["key"] is None else bytes.fromhex(line["key"])
-                    records.append((line["t"], Consumed(member.name, f"vp{line['vp']}", line["offset"], key,
-                                                        bytes.fromhex(line["value"]), lane=line.get("lane", ""))))
+                    stream = f"vp{line['vp']}" if "vp" in line else retry_stream(line["retry"])
+                    records.append((line["t"], Consumed(member.name, stream, line["offset"], key,
+                                                        bytes.fromhex(line["value"]), lane=line.get("lane", ""),
+                                                        at_ms=line.get("at_ms"), group=self.group,
+                                                        delivery_count=line.get("delivery"))))
         return records
 
-    def consumed_values(self) -> set[bytes]:
-        return {record.value for _, record in self.consumed()}
+    def nacks(self) -> list[tuple[float, Nack]]:
+        """The members' nacks, less those taken back (a ``nack_failed`` line after the nack)."""
+        records = []
+        for member in self.all:
+            nacked: list[tuple[float, Nack]] = []
+            for line in member.lines():
+                if "nack" in line:
+                    nacked.append((line["t"], Nack(self.group, member.name, bytes.fromhex(line["nack"]),
+                                                   line["delivery"], line["at_ms"], line["due_ms"])))
+                elif "nack_failed" in line:
+                    failed = (bytes.fromhex(line["nack_failed"]), line["delivery"])
+                    last = max((i for i, (_, n) in enumerate(nacked) if (n.value, n.delivery_count) == failed),
+                               default=None)
+                    if last is not None:
+                        del nacked[last]
+            records += nacked
+        return records
 
     def errors(self) -> list[str]:
         return [f"{member.name}: {line['error']}" for member in self.all for line in member.lines() if "error" in line]

@@ -236,6 +236,23 @@ def test_a_nacked_message_read_again_by_its_group_before_its_redelivery_is_due_i
     assert check_not_delivered_early([last, read(b"m", 5_001)], tolerance_ms=0) == [], "dead-lettered: no due time"
 
 
+def test_a_read_naming_its_delivery_is_due_at_the_earliest_nack_of_the_delivery_before_it():
+    def delivery(count: int, at_ms: int, consumer: str = "c") -> Consumed:
+        return Consumed(consumer, "vp0", 0, b"k", b"m", at_ms=at_ms, group="g", delivery_count=count)
+
+    first = Nack("g", "c", b"m", delivery_count=1, at_ms=1_000, due_ms=1_300)
+    # c crashed before its commit: d read delivery 1 again and nacked it too; c's copy came first.
+    again = Nack("g", "d", b"m", delivery_count=1, at_ms=1_200, due_ms=1_500)
+    fine = [delivery(1, 900), first, delivery(1, 1_100, "d"), again, delivery(2, 1_300, "e"), delivery(2, 1_500)]
+    assert check_not_delivered_early(fine, tolerance_ms=0) == [], "re-read originals, then both copies on time"
+    found = check_not_delivered_early([delivery(1, 900), first, again, delivery(2, 1_250)], tolerance_ms=0)
+    assert kinds(found) == [Kind.DELIVERED_EARLY]
+    assert "50 ms before it was due at 1300 (its redelivery after c's nack of delivery 1 at 1000)" in str(found[0])
+    unnamed = Consumed("c", "vp0", 0, b"k", b"m", at_ms=1_400, group="g")
+    assert kinds(check_not_delivered_early([first, again, unnamed], tolerance_ms=0)) == [Kind.DELIVERED_EARLY], \
+        "a read without its delivery is judged against the last nack"
+
+
 def test_a_read_that_has_a_due_time_must_carry_its_time():
     unstamped = Consumed("c", "vp0", 0, b"k", b"d", group="g")
     with pytest.raises(AssertionError, match="unstamped"):

@@ -138,6 +138,8 @@ CORES = (
     "mafka4.bench.join_hops",
     # the soak's slopes of a chaos run's samples
     "simulations.chaos.resource_trend",
+    # which of a chaos run's messages are delayed, nacked or poison, and which nacks await their redelivery
+    "simulations.chaos.traffic",
     # the order of the consumer-scaling experiment's runs
     "simulations.scaling.run_plan",
     # each mode's scaling ratio and its interval, from the bootstrap's per-replicate statistics
