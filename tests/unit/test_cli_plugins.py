@@ -145,7 +145,7 @@ def benches(command: str | None = "bench") -> dict:
 
 def test_the_declared_benches_are_benches_of_their_names_outside_the_product(monkeypatch):
     declared = declared_entry_points(plugins.BENCH_ENTRY_POINT_GROUP)
-    assert {ep.name for ep in declared} == {"failover", "feed-lag", "kafka-clients", "lanes", "read-scale",
+    assert {ep.name for ep in declared} == {"delays", "failover", "feed-lag", "kafka-clients", "lanes", "read-scale",
                                                   "redis-streams"}
     for entry_point in declared:
         bench = entry_point.load()
@@ -153,7 +153,7 @@ def test_the_declared_benches_are_benches_of_their_names_outside_the_product(mon
         assert bench.driver.startswith("benchmarks.") and bench.settings.__module__.startswith("benchmarks."), bench
     installed(monkeypatch, declared)
     listed = benches()
-    assert {"produce", "consume", "stream", "vp-join", "vp-density", "rebalance", "failover", "feed-lag",
+    assert {"produce", "consume", "stream", "vp-join", "vp-density", "rebalance", "delays", "failover", "feed-lag",
             "kafka-clients", "lanes", "read-scale", "redis-streams"} == set(listed)
     assert "--read-count" in listed["redis-streams"].format_help()
 
