@@ -26,6 +26,9 @@ Against the running local cluster (``mafka4 up``), whose controller runs the del
    / (start -> the last of them handled).
 
 Every phase records the 1-minute load average before it: a figure taken above 2.0 is not a result.
+Before each produce-tail run and the precision run the bench waits (up to ``settle_s_max``) for
+the load to fall to ``settle_load``: the phase before may have loaded the machine. ``phases``
+chooses the phases run (produce: 1-5; precision: 6; retries: 7).
 """
 
 from __future__ import annotations
@@ -64,27 +67,47 @@ def _load() -> float:
 def run_delays_bench(settings: DelaysBenchSettings, output_path: str) -> dict:
     home = mafka4_home()
     report: dict = {"settings": asdict(settings), "cpu_count": os.cpu_count(), "produce": []}
+    if "produce" in settings.phases:
+        _produce_phases(settings, home, report, output_path)
+    if "precision" in settings.phases:
+        _settle(settings)
+        report["precision"] = _precision(settings, home)
+        _write(output_path, report)
+    if "retries" in settings.phases:
+        report["retries"] = []
+        for repetition in range(settings.retry_repetitions):
+            for failing in ((False, True) if repetition % 2 == 0 else (True, False)):
+                report["retries"].append(_retries(settings, home, failing, repetition))
+                _write(output_path, report)
+    return _write(output_path, report)
+
+
+def _produce_phases(settings: DelaysBenchSettings, home: Path, report: dict, output_path: str) -> None:
+    """Phases 1-5 of the module docstring."""
+    _settle(settings)
     report["produce"].append(_produce_tail(settings, home, "without"))
     _write(output_path, report)
     bulk = _topic(settings, home, "scheduled")
     report["schedule"] = _schedule(settings, home, bulk)
     _write(output_path, report)
+    _settle(settings)
     report["produce"].append(_produce_tail(settings, home, "with"))
     _write(output_path, report)
     report["recovery"] = _recovery(settings, home, bulk)
     _write(output_path, report)
     delete_topic(bulk, home)
     time.sleep(5)  # the scheduler's worker of the deleted delay topic stops
+    _settle(settings)
     report["produce"].append(_produce_tail(settings, home, "without"))
     _write(output_path, report)
-    report["precision"] = _precision(settings, home)
-    _write(output_path, report)
-    report["retries"] = []
-    for repetition in range(settings.retry_repetitions):
-        for failing in ((False, True) if repetition % 2 == 0 else (True, False)):
-            report["retries"].append(_retries(settings, home, failing, repetition))
-            _write(output_path, report)
-    return _write(output_path, report)
+
+
+def _settle(settings: DelaysBenchSettings) -> None:
+    """Wait until the 1-minute load average is at most ``settle_load`` (a phase before this one, or
+    the scheduler's ingest, loaded the machine), for at most ``settle_s_max``."""
+    deadline = time.monotonic() + settings.settle_s_max
+    while _load() > settings.settle_load and time.monotonic() < deadline:
+        time.sleep(5)
 
 
 def _write(output_path: str, report: dict) -> dict:

@@ -14,6 +14,9 @@ from mafka4.bench.stats import nearest_rank_value
 from mafka4.errors import InvalidConfig
 
 
+PHASES = ("produce", "precision", "retries")
+
+
 @dataclass(frozen=True, slots=True)
 class DelaysBenchSettings:
     precision_messages: int = field(default=100_000, metadata={
@@ -28,6 +31,11 @@ class DelaysBenchSettings:
     retry_messages: int = field(default=50_000, metadata={"help": "messages each retry-throughput run handles"})
     retry_repetitions: int = field(default=2, metadata={"help": "retry runs of each handler, alternating (A B A B)"})
     failing_share: float = field(default=0.1, metadata={"help": "the share of messages the failing handler fails once"})
+    phases: tuple[str, ...] = field(default=("produce", "precision", "retries"), metadata={
+        "help": "which phases run: produce (the produce tails with and without the scheduled million, its memory "
+                "and recovery), precision, retries"})
+    settle_load: float = field(default=1.5, metadata={
+        "help": "before each produce-tail and the precision run, wait until the 1-minute load average is at most this"})
     partitions: int = 2
     replication_factor: int = 1
     message_bytes: int = 100
@@ -37,6 +45,7 @@ class DelaysBenchSettings:
     precision_lead_s: float = 30.0
     scheduled_delay_ms: int = 3_600_000
     drain_s_max: float = 300.0
+    settle_s_max: float = 300.0
 
     def __post_init__(self) -> None:
         for name in ("precision_messages", "scheduled_messages", "background_rate_msgs_s", "produce_rate_msgs_s",
@@ -49,6 +58,9 @@ class DelaysBenchSettings:
                 raise InvalidConfig(f"{name}={getattr(self, name)!r}: give a number of seconds above 0, at most 3600")
         if not 0 < self.failing_share < 1:
             raise InvalidConfig(f"failing_share={self.failing_share!r}: give a share between 0 and 1")
+        unknown = set(self.phases) - set(PHASES)
+        if unknown or not self.phases:
+            raise InvalidConfig(f"phases={','.join(self.phases)}: name some of {', '.join(PHASES)}")
 
 
 def latency_figures(values_ms: Sequence[float]) -> dict:

@@ -1,7 +1,7 @@
 """A group's dead letters of a topic: read them, and replay them to the topic (``mafka4 dlq``).
 
 ``read_dead_letters(topic, group)`` reads ``<topic>.<group>.dlq`` (``mafka4.dead_letters``) from
-its start to its end, without a group, and returns each record with what its headers say. Records
+its start to its end as it was when the read began (``Consumer.end_offsets``), without a group, and returns each record with what its headers say. Records
 of another (topic, group) pair that names the same topic (``dead_letters``' module doc), and
 records mafka4 did not write there, are left out and counted.
 
@@ -24,7 +24,7 @@ from mafka4.client.message import Message
 from mafka4.client.producer import Producer
 from mafka4.dead_letters import DeadLetter, dlq_topic_name, parse_dead_letter, replay_headers
 from mafka4.errors import InvalidDeadLetter, UnknownTopic
-from mafka4.limits import DEAD_LETTERS_IDLE_MS
+from mafka4.limits import DEAD_LETTERS_POLL_MS
 
 REPLAY_GROUP_SUFFIX = ".mafka4-replay"
 
@@ -48,15 +48,18 @@ def read_dead_letters(topic: str, group: str, where: object = None, max_messages
         raise UnknownTopic(f"group {group!r} has no dead letters of topic {topic!r}: no topic {name!r} (it is "
                            f"created by the group's first dead letter)") from None
     with consumer:
-        while max_messages is None or len(found.letters) < max_messages:
-            messages = consumer.poll(DEAD_LETTERS_IDLE_MS)
-            if not messages:
-                break
-            for message in messages:
+        ends = consumer.end_offsets()
+        while not _read_to(consumer, ends) and (max_messages is None or len(found.letters) < max_messages):
+            for message in consumer.poll(DEAD_LETTERS_POLL_MS):
                 _sort(message, topic, group, found)
     if max_messages is not None:
         del found.letters[max_messages:]
     return found
+
+
+def _read_to(consumer: Consumer, ends: dict[int, int]) -> bool:
+    """True once ``consumer`` has read every partition to ``ends``."""
+    return all(consumer.position(partition) >= end for partition, end in ends.items())
 
 
 def _sort(message: Message, topic: str, group: str, found: DeadLetters) -> None:
@@ -88,10 +91,16 @@ def replay_dead_letters(topic: str, group: str, where: object = None) -> Replaye
     replayed = skipped = 0
     with Consumer(name, group=group + REPLAY_GROUP_SUFFIX, connection=where, from_beginning=True,
                   auto_commit_interval_ms=None) as consumer, Producer(topic, where, acks="all") as producer:
+        ends = None
         while True:
-            messages = consumer.poll(DEAD_LETTERS_IDLE_MS)
+            messages = consumer.poll(DEAD_LETTERS_POLL_MS)
+            if ends is None and consumer.assignment():
+                ends = consumer.end_offsets()  # once the group's member reads the partitions it owns
+                ends = ends if set(ends) == set(consumer.assignment()) else None
             if not messages:
-                break
+                if ends is not None and _read_to(consumer, ends):
+                    break
+                continue
             found = DeadLetters()
             for message in messages:
                 _sort(message, topic, group, found)

@@ -522,8 +522,8 @@ RETRY_TOPIC_CHECK_INTERVAL_S = 5
 # A member reading its topic and its group's retry topic waits on one at most this long before it
 # looks at the other: what a retry may wait beyond its due time for a member with nothing else to read.
 RETRY_READERS_POLL_SLICE_MS = 100
-# ``mafka4 dlq`` reads a dead-letter topic until a poll waits this long for nothing (its end).
-DEAD_LETTERS_IDLE_MS = 2000
+# ``mafka4 dlq`` reads a dead-letter topic to its end with polls that wait at most this long.
+DEAD_LETTERS_POLL_MS = 500
 
 
 @dataclass(frozen=True, slots=True)
