@@ -62,6 +62,8 @@ from bisect import bisect_left, bisect_right
 from itertools import chain, compress
 from typing import Iterable, NamedTuple, Union
 
+import numpy
+
 from mafka4.delays import MessageId
 from mafka4.limits import DELAY_FAR_SLOT_MS, DELAY_SLOT_MS, SECOND_MS
 
@@ -70,6 +72,7 @@ _DEAD = -1  # an index entry's due time once its message was released or cancell
 # Horizons of ``counts_by_horizon``: due within a minute, an hour, a day (overdue counts as a minute).
 HORIZONS = (("minute", 60 * SECOND_MS), ("hour", 3600 * SECOND_MS), ("day", 24 * 3600 * SECOND_MS))
 LATER = "later"
+_NAMES = [name for name, _ in HORIZONS] + [LATER]  # by the number of bounds a due time is past
 # A partition's index is compacted once it has more tombstones than this and than live entries.
 _COMPACT_FLOOR = 64
 
@@ -242,8 +245,12 @@ class _Slots:
             if name == _horizon(last, bounds):
                 counts[name] += len(entries) // _FIELDS
             else:
-                for due_ms in entries[0::_FIELDS]:
-                    counts[_horizon(due_ms, bounds)] += 1
+                # Vectorised: such a slot may hold a bulk scheduled alike (1M entries: 223 ms a
+                # count one by one, every second the scheduler writes its state).
+                dues = numpy.frombuffer(entries, dtype=numpy.int64)[0::_FIELDS]
+                for index, count in enumerate(numpy.bincount(numpy.searchsorted(bounds, dues, side="left"),
+                                                             minlength=len(_NAMES))):
+                    counts[_NAMES[index]] += int(count)
 
 
 class DelaySchedule:
