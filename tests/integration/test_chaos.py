@@ -35,6 +35,9 @@ def test_a_short_chaos_run_heals_and_loses_and_reorders_no_acknowledged_message(
     assert injected, f"no fault was injected: {report['faults']}"
     assert report["heal"]["healed"], report["heal"]
     assert report["messages"]["acknowledged"] > 0 and report["drained"], report["unread_explained"]
+    messages = report["messages"]
+    assert messages["delayed_acknowledged"] > 0 and messages["nacked"] > 0 and messages["retried"] > 0, messages
+    assert messages["dead_lettered"] > 0, messages  # the poison values, dead after their last delivery
     assert report["anomalies"]["lost"] == 0, report["anomaly_samples"]
     assert report["anomalies"]["reordered"] == 0, report["anomaly_samples"]
     assert report["verdict"]["passed"], (report["verdict"]["reasons"], report["anomaly_samples"], report["member_errors"])
