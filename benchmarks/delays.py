@@ -28,7 +28,9 @@ Against the running local cluster (``mafka4 up``), whose controller runs the del
 Every phase records the 1-minute load average before it: a figure taken above 2.0 is not a result.
 Before each produce-tail run and the precision run the bench waits (up to ``settle_s_max``) for
 the load to fall to ``settle_load``: the phase before may have loaded the machine. ``phases``
-chooses the phases run (produce: 1-5; precision: 6; retries: 7).
+chooses the phases run (produce: 1-5; precision: 6; retries: 7; control: the produce tail after
+a million plain messages were written to a topic, then without them, to tell what writing a
+million costs from what holding it scheduled costs).
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ def run_delays_bench(settings: DelaysBenchSettings, output_path: str) -> dict:
     report: dict = {"settings": asdict(settings), "cpu_count": os.cpu_count(), "produce": []}
     if "produce" in settings.phases:
         _produce_phases(settings, home, report, output_path)
+    if "control" in settings.phases:
+        _control(settings, home, report, output_path)
     if "precision" in settings.phases:
         _settle(settings)
         report["precision"] = _precision(settings, home)
@@ -97,6 +101,25 @@ def _produce_phases(settings: DelaysBenchSettings, home: Path, report: dict, out
     _write(output_path, report)
     delete_topic(bulk, home)
     time.sleep(5)  # the scheduler's worker of the deleted delay topic stops
+    _settle(settings)
+    report["produce"].append(_produce_tail(settings, home, "without"))
+    _write(output_path, report)
+
+
+def _control(settings: DelaysBenchSettings, home: Path, report: dict, output_path: str) -> None:
+    """The produce tail after ``scheduled_messages`` plain messages were written (the same bytes as the
+    scheduled million, nothing scheduled), then without them: what writing the million costs the
+    tail, apart from holding it scheduled."""
+    bulk = _topic(settings, home, "plain")
+    padding = b"x" * max(settings.message_bytes - 16, 0)
+    with Producer(bulk, connection=home, acks="all", linger_ms=5) as producer:
+        for index in range(settings.scheduled_messages):
+            producer.send(b"%d:" % index + padding, key=b"key-%d" % (index % settings.keys))
+        producer.flush()
+    _settle(settings)
+    report["produce"].append(_produce_tail(settings, home, "plain million written"))
+    _write(output_path, report)
+    delete_topic(bulk, home)
     _settle(settings)
     report["produce"].append(_produce_tail(settings, home, "without"))
     _write(output_path, report)

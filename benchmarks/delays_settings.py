@@ -14,7 +14,7 @@ from mafka4.bench.stats import nearest_rank_value
 from mafka4.errors import InvalidConfig
 
 
-PHASES = ("produce", "precision", "retries")
+PHASES = ("produce", "control", "precision", "retries")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +33,8 @@ class DelaysBenchSettings:
     failing_share: float = field(default=0.1, metadata={"help": "the share of messages the failing handler fails once"})
     phases: tuple[str, ...] = field(default=("produce", "precision", "retries"), metadata={
         "help": "which phases run: produce (the produce tails with and without the scheduled million, its memory "
-                "and recovery), precision, retries"})
+                "and recovery), control (the produce tail after a million plain messages were written), precision, "
+                "retries"})
     settle_load: float = field(default=1.5, metadata={
         "help": "before each produce-tail and the precision run, wait until the 1-minute load average is at most this"})
     partitions: int = 2

@@ -104,6 +104,8 @@ class MemberRetries:
 
     def release_holds(self, reader: Reader) -> None:
         """End the holds whose back-off passed (and those of partitions no longer owned)."""
+        if not self._holds:
+            return
         now_ms, owned = _now_ms(), set(reader.assignment())
         for partition, (_, until_ms) in list(self._holds.items()):
             if until_ms <= now_ms or partition not in owned:

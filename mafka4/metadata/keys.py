@@ -133,10 +133,14 @@ def topic(cluster: str, name: str) -> str:
     return f"{topics_prefix(cluster)}{name}"
 
 
+def delay_states_prefix(cluster: str) -> str:
+    return f"{ROOT}/{cluster}/delays/"
+
+
 def delay_state(cluster: str, topic_name: str) -> str:
     """The delay scheduler's state of ``topic_name``'s delay topic (not below the topic's keys: a
     delete of the topic must not race the scheduler's last write)."""
-    return f"{ROOT}/{cluster}/delays/{topic_name}"
+    return f"{delay_states_prefix(cluster)}{topic_name}"
 
 
 def topic_children_prefix(cluster: str, name: str) -> str:

@@ -40,7 +40,7 @@ from mafka4.client.cluster_access import ClusterAccess, live_addresses
 from mafka4.client.consumer import Consumer
 from mafka4.client.producer import Producer
 from mafka4.batch_payload import laned_headers
-from mafka4.delays import RELEASE_OF_HEADER, MessageId, delayed_topic_of, encode_release_of
+from mafka4.delays import RELEASE_OF_HEADER, MessageId, delay_topic_name, delayed_topic_of, encode_release_of
 from mafka4.errors import MafkaError, UnknownTopic
 from mafka4.limits import (DELAY_POLL_MS_MAX, DELAY_RELEASES_PER_POLL_MAX, DELAY_STATE_INTERVAL_MS,
                            DELAY_TOPICS_SCAN_INTERVAL_S)
@@ -215,7 +215,11 @@ class DelayService:
         for name in list(self._workers):
             if name not in delay_topics:
                 self._workers.pop(name).stop()
-                self._store.delete(keys.delay_state(self._cluster, delayed_topic_of(name)))
+        # The states of delay topics gone (with their topics), this scheduler's or an earlier one's.
+        for item in self._store.get_prefix(keys.delay_states_prefix(self._cluster)):
+            topic = item.key.rsplit("/", 1)[1]
+            if delay_topic_name(topic) not in delay_topics:
+                self._store.delete(item.key)
         for name, topic in delay_topics.items():
             worker = self._workers.get(name)
             if worker is None or not worker.alive:

@@ -121,7 +121,8 @@ def test_ordered_retries_keep_each_key_in_order_and_hold_only_its_vp(read_cluste
     Admin(read_cluster).create_topic(topic, partitions=2, read_mode="mafka4", virtual_partitions=4)
     sent = produce(read_cluster, topic)
     healthy = [(key, n) for key, n in sent if key not in POISON]
-    policy = RetryPolicy(backoff_ms=[200], backoff_ms_max=400, deliveries_max=3, mode="ordered")
+    # Short holds: a key's poison messages are dead-lettered one after another (each holds the key's VP).
+    policy = RetryPolicy(backoff_ms=[100], backoff_ms_max=100, deliveries_max=2, mode="ordered")
     handler = Handler()
     run_members(read_cluster, topic, group, policy, handler, 1,
                 lambda: {(k, n) for k, n, _ in handler.handled} >= set(healthy))
