@@ -3,7 +3,8 @@
     python -m mafka4.scheduling.delay_service --etcd HOST:PORT[,...] --cluster NAME --home DIR
 
 The active controller runs it as its child (``runtime.controller_process``): one per cluster, and
-another once a standby controller takes over. It is a client of the cluster's ports like any
+another once a standby controller takes over. It stops when its parent is gone (a controller
+killed outright cannot stop it), within ``DELAY_TOPICS_SCAN_INTERVAL_S``. It is a client of the cluster's ports like any
 other (a ``Consumer`` and ``Producer``s, authenticated with the credential of ``--home``), and
 keeps its state in etcd (``keys.delay_state``): no Ray.
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import queue
 import signal
 import sys
@@ -196,8 +198,14 @@ class DelayService:
         self._store, self._cluster, self._home = store, cluster, home
         self._workers: dict[str, DelayTopicWorker] = {}
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: threading.Event, parent_pid: int | None = None) -> None:
+        """Until ``stop``, or until its parent (the controller that started it) is gone: a
+        controller killed outright cannot stop its child, and an orphan beside the next
+        controller's scheduler would release every message twice."""
         while not stop.is_set():
+            if parent_pid is not None and os.getppid() != parent_pid:
+                log.warning("the controller that started this scheduler (pid %d) is gone: stopping", parent_pid)
+                break
             try:
                 self.scan()
             except Exception as error:  # etcd or the cluster's ports briefly away
@@ -242,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, lambda *_: stop.set())
     store = MetadataStore(args.etcd)
     try:
-        DelayService(store, args.cluster, args.home).run(stop)
+        DelayService(store, args.cluster, args.home).run(stop, parent_pid=os.getppid())
     finally:
         store.close()
     return 0

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import etcd3
+import psutil
 import ray
 
 from mafka4.batch_payload import encode_batch
@@ -38,6 +39,11 @@ def start_controller(cluster, name: str, controller_id: str, log_dir: Path) -> t
     return process, log_path
 
 
+def delay_schedulers_of(pid: int) -> list[psutil.Process]:
+    return [child for child in psutil.Process(pid).children()
+            if "mafka4.scheduling.delay_service" in " ".join(child.cmdline())]
+
+
 def test_two_controllers_elect_one_and_killing_it_promotes_the_other(cluster, tmp_path):
     # A cluster name of its own: the session's controller and its partitions are not involved.
     name = f"election-{secrets.token_hex(3)}"
@@ -54,8 +60,13 @@ def test_two_controllers_elect_one_and_killing_it_promotes_the_other(cluster, tm
         assert "is active" in logs[active] and "is active" not in logs[standby], logs
         assert cluster.store.get(controller_key).value == first.value, "the active one keeps its key"
 
+        schedulers = wait_until(lambda: delay_schedulers_of(processes[active][0].pid))
+        assert schedulers, "the active controller runs no delay scheduler"
         processes[active][0].send_signal(signal.SIGKILL)  # no resignation: the lease must expire
         processes[active][0].wait(timeout=30)
+        # Its delay scheduler stops too: an orphan beside the next one's would release messages twice.
+        assert wait_until(lambda: not any(child.is_running() and child.status() != psutil.STATUS_ZOMBIE
+                                          for child in schedulers), 30), "the killed controller's scheduler runs on"
         second = wait_until(lambda: (v := cluster.store.get(controller_key)) and v.value["controller_id"] == standby and v)
         assert second, "the standby did not take over"
         assert second.value["controller_epoch"] == first.value["controller_epoch"] + 1
