@@ -4,13 +4,13 @@ What it holds. One entry per scheduled record of the delay topic (``mafka4.delay
 released or cancelled: its due time (epoch ms), its log offset and its message id (delay topic
 partition and offset; the log offset is the id's offset, kept in the entry so that a take needs no
 lookup). The delay topic is the truth; the schedule is an index of it, rebuilt by reading the
-topic after a restart (``scheduling.delay_log``, or ``DelaySchedule.rebuild`` from a scan): pending
+topic after a restart (``scheduling.delay_log`` applies its records again): pending
 = scheduled records minus those a release marker or a cancel marker names. It writes nothing
 durable itself. The scheduler takes entries out first (``take_due``; ``pending`` then
 ``cancel``), then produces their release copies, and puts them back with ``schedule`` if that
 fails: an entry whose release is in flight can be neither released twice nor cancelled once its
 release is decided. A crash in between loses nothing: the topic holds no release marker, so the
-rebuild finds the entry pending again.
+scheduler that reads the topic again finds the entry pending.
 
 Layout: a hashed timing wheel of two levels, each a dict from slot number (``due_ms //
 width``) to one ``array('q')`` of the slot's entries, four int64 each (due_ms, log_offset,
@@ -46,10 +46,7 @@ being taken; O(p) for an offset out of order); ``pending`` and ``cancel`` O(log 
 ``take_due`` O(k log k) per near slot it reaches, O(k) per far slot it spreads (in one call: at
 100k entries due per minute, ~0.07 s) and O(log p) per entry taken; ``next_due_ms``
 O(1) when the earliest slot is sorted, else O(k) (a min in C); ``counts_by_horizon`` O(S) plus
-the entries of the few slots that straddle a horizon; ``len`` O(1); ``rebuild`` O(m) over a scan
-of m records plus n schedules (~1.8 s for 1M pending, the scan's decoding not counted), with
-transient memory of ~33 bytes per scheduled record scanned and not yet released (released ones
-are compacted out as the scan goes) plus the cancelled ids.
+the entries of the few slots that straddle a horizon (vectorised); ``len`` O(1).
 
 Pure: no I/O, no clock (``now_ms`` is an argument).
 """
@@ -60,7 +57,7 @@ import heapq
 from array import array
 from bisect import bisect_left, bisect_right
 from itertools import chain, compress
-from typing import Iterable, NamedTuple, Union
+from typing import NamedTuple
 
 import numpy
 
@@ -83,30 +80,6 @@ class DueEntry(NamedTuple):
     due_ms: int
     log_offset: int
     message_id: MessageId
-
-
-class ScheduledRecord(NamedTuple):
-    """What a delay topic scan gives ``rebuild`` of a scheduled record (one with a ``DELIVER_AT_HEADER``)."""
-
-    log_offset: int
-    due_ms: int
-    message_id: MessageId
-
-
-class ReleaseCopy(NamedTuple):
-    """What a delay topic scan gives ``rebuild`` of a release copy: the log offset it releases (its
-    ``RELEASE_OF_HEADER``)."""
-
-    released_log_offset: int
-
-
-class CancelMarker(NamedTuple):
-    """What a delay topic scan gives ``rebuild`` of a cancel marker: the message it cancels."""
-
-    message_id: MessageId
-
-
-ScanRecord = Union[ScheduledRecord, ReleaseCopy, CancelMarker]
 
 
 class _PartitionIndex:
@@ -369,27 +342,6 @@ class DelaySchedule:
         self._far.count_by_horizon(counts, bounds)
         return counts
 
-    @classmethod
-    def rebuild(cls, records: Iterable[ScanRecord], slot_ms: int = DELAY_SLOT_MS,
-                far_slot_ms: int = DELAY_FAR_SLOT_MS) -> "DelaySchedule":
-        """The schedule of a delay topic scanned in offset order: ``ScheduledRecord``s that no later
-        ``ReleaseCopy`` or ``CancelMarker`` names."""
-        scan = _Scan()
-        for record in records:
-            if isinstance(record, ScheduledRecord):
-                scan.scheduled(record)
-            elif isinstance(record, ReleaseCopy):
-                scan.released(record.released_log_offset)
-            else:
-                assert isinstance(record, CancelMarker), record
-                scan.cancelled.add(record.message_id)
-        schedule = cls(slot_ms, far_slot_ms)
-        for log_offset, due_ms, partition, offset in scan.pending():
-            message_id = MessageId(partition, offset)
-            if message_id not in scan.cancelled:
-                schedule.schedule(due_ms, log_offset, message_id)
-        return schedule
-
 
 def _horizon(due_ms: int, bounds: list[int]) -> str:
     for (name, _), bound in zip(HORIZONS, bounds):
@@ -410,42 +362,3 @@ def _find(entries: array, message_id: MessageId) -> int | None:
         if entries[i * _FIELDS + 2] == message_id.partition:
             return i * _FIELDS
         start = i + 1
-
-
-class _Scan:
-    """The scheduled records of a delay topic scan so far, in log offset order, those released marked
-    (and compacted out once they are half), in flat arrays: a rebuild of 1M pending entries must
-    not hold a Python object per record."""
-
-    __slots__ = ("log_offsets", "fields", "released_count", "live", "cancelled")
-
-    def __init__(self) -> None:
-        self.log_offsets = array("q")
-        self.fields = array("q")  # due_ms, partition, offset per record
-        self.live = bytearray()
-        self.released_count = 0
-        # Cancel markers are rare (an operator's request per message): a set is cheap.
-        self.cancelled: set[MessageId] = set()
-
-    def scheduled(self, record: ScheduledRecord) -> None:
-        assert not self.log_offsets or record.log_offset > self.log_offsets[-1], "a scan goes in log offset order"
-        self.log_offsets.append(record.log_offset)
-        self.fields.extend((record.due_ms, record.message_id.partition, record.message_id.offset))
-        self.live.append(1)
-
-    def released(self, log_offset: int) -> None:
-        i = bisect_left(self.log_offsets, log_offset)
-        if i == len(self.log_offsets) or self.log_offsets[i] != log_offset or not self.live[i]:
-            return  # released before the scan's start, or released twice (a retried append)
-        self.live[i] = 0
-        self.released_count += 1
-        if self.released_count > _COMPACT_FLOOR and 2 * self.released_count > len(self.live):
-            self.log_offsets = array("q", compress(self.log_offsets, self.live))
-            self.fields = array("q", compress(self.fields, (flag for flag in self.live for _ in range(3))))
-            self.live = bytearray(b"\x01" * len(self.log_offsets))
-            self.released_count = 0
-
-    def pending(self) -> Iterable[tuple[int, int, int, int]]:
-        """(log_offset, due_ms, partition, offset) of each scheduled record not released, in log offset order."""
-        for i in compress(range(len(self.live)), self.live):
-            yield self.log_offsets[i], *self.fields[3 * i:3 * i + 3]

@@ -27,6 +27,17 @@ def cancel(log: DelayLog, partition: int, offset: int, target: MessageId) -> Non
     log.apply(partition, offset, None, b"", ((CANCEL_OF_HEADER, encode_cancel_of(target)),), 0)
 
 
+def feed(log: DelayLog, partition: int, offset: int, record: tuple[str, int]) -> None:
+    """One record of a history: ("scheduled", due ms), ("marker", released offset) or ("cancel", offset)."""
+    kind, number = record
+    if kind == "scheduled":
+        scheduled(log, partition, offset, number)
+    elif kind == "marker":
+        marker(log, partition, offset, number)
+    else:
+        cancel(log, partition, offset, MessageId(partition, number))
+
+
 def test_a_message_is_released_at_its_due_time_with_its_body_lane_and_due_header():
     log = DelayLog()
     scheduled(log, 0, 0, DUE, b"later", lane="swim")
@@ -96,15 +107,8 @@ def test_a_scheduler_that_starts_from_the_restart_offsets_rebuilds_the_same_sche
         now = DUE
 
         def append(partition: int, record: tuple) -> None:
-            offset = len(records[partition])
             records[partition].append(record)
-            kind, number = record
-            if kind == "scheduled":
-                scheduled(live, partition, offset, number)
-            elif kind == "marker":
-                marker(live, partition, offset, number)
-            else:
-                cancel(live, partition, offset, MessageId(partition, number))
+            feed(live, partition, len(records[partition]) - 1, record)
 
         for _ in range(rng.randrange(5, 60)):
             partition = rng.randrange(2)
@@ -123,13 +127,7 @@ def test_a_scheduler_that_starts_from_the_restart_offsets_rebuilds_the_same_sche
         restarted = DelayLog()
         for partition, start in live.restart_offsets().items():
             for offset in range(start, len(records[partition])):
-                kind, number = records[partition][offset]
-                if kind == "scheduled":
-                    scheduled(restarted, partition, offset, number)
-                elif kind == "marker":
-                    marker(restarted, partition, offset, number)
-                else:
-                    cancel(restarted, partition, offset, MessageId(partition, number))
+                feed(restarted, partition, offset, records[partition][offset])
         far = now + 10**9
         in_flight = live.waiting() - len(live.schedule)
         expected = sorted(r.message_id for r in live.take_due(far, 10**6))

@@ -1,6 +1,6 @@
-"""A VP's delay schedule (``virtual.delay_schedule``): what is due comes out in due order, once; a
-cancel removes exactly a pending message; the counts by horizon; and the schedule rebuilt from a
-VP log scan is the schedule the read node held live."""
+"""A delay topic's schedule (``scheduling.delay_schedule``): what is due comes out in due order,
+once; a cancel removes exactly a pending message; the counts by horizon. (That a scheduler reading
+its delay topic again holds the same schedule is ``test_delay_log``'s.)"""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from mafka4.delays import MessageId
 from mafka4.limits import DELAY_FAR_SLOT_MS, DELAY_SLOT_MS
-from mafka4.scheduling.delay_schedule import (CancelMarker, DelaySchedule, DueEntry, ReleaseCopy, ScheduledRecord)
+from mafka4.scheduling.delay_schedule import DelaySchedule, DueEntry
 
 MINUTE_MS, HOUR_MS, DAY_MS = 60_000, 3_600_000, 86_400_000
 NOW_MS = 1_765_000_000_000
@@ -128,27 +128,6 @@ def test_a_message_arriving_out_of_offset_order_is_still_found():
     assert [e.log_offset for e in schedule.take_due(NOW_MS + 2_000, limit=10)] == [10, 30]
 
 
-def test_a_rebuild_ignores_releases_of_records_before_the_scan_and_releases_seen_twice():
-    scan = [ReleaseCopy(3), ScheduledRecord(5, NOW_MS + 9_000, m(0, 50)), ScheduledRecord(6, NOW_MS + 8_000, m(1, 51)),
-            ScheduledRecord(7, NOW_MS + 7_000, m(0, 52)), ReleaseCopy(6), ReleaseCopy(6), CancelMarker(m(0, 52))]
-    schedule = DelaySchedule.rebuild(scan)
-    assert len(schedule) == 1
-    assert schedule.take_due(NOW_MS + 9_000, limit=10) == [DueEntry(NOW_MS + 9_000, 5, m(0, 50))]
-
-
-def test_a_rebuild_of_a_long_scan_keeps_exactly_the_unreleased_records():
-    scan, pending = [], set()
-    for log_offset in range(2_000):
-        scan.append(ScheduledRecord(log_offset, NOW_MS + 1_000 + log_offset % 97, m(log_offset % 3, log_offset)))
-        if log_offset % 5:
-            scan.append(ReleaseCopy(log_offset - log_offset % 2))  # some released twice, some never
-    released = {r.released_log_offset for r in scan if isinstance(r, ReleaseCopy)}
-    pending = set(range(2_000)) - released
-    schedule = DelaySchedule.rebuild(scan)
-    assert len(schedule) == len(pending)
-    assert {e.log_offset for e in schedule.take_due(NOW_MS + DAY_MS, limit=10_000)} == pending
-
-
 # --- against a model: a list of pending entries --------------------------------------------
 
 PARTITIONS = 3
@@ -160,12 +139,10 @@ Op = st.one_of(
 
 
 class Model:
-    """The schedule as a list of pending (due_ms, log_offset, message_id), and the VP log the read
-    node would have written meanwhile."""
+    """The schedule as a list of pending (due_ms, log_offset, message_id)."""
 
     def __init__(self):
         self.pending: list[tuple[int, int, MessageId]] = []
-        self.log: list = []
         self.now_ms = NOW_MS
         self.next_log_offset = 0
         self.next_offsets = [0] * PARTITIONS
@@ -202,7 +179,6 @@ def run(ops, slot_ms, far_slot_ms):
             model.ids.append(message_id)
             schedule.schedule(*entry)
             model.pending.append(entry)
-            model.log.append(ScheduledRecord(entry[1], entry[0], message_id))
         elif op[0] == "cancel":
             message_id = model.ids[op[1] % len(model.ids)] if model.ids else m(0, op[1])
             expected = [e for e in model.pending if e[2] == message_id]
@@ -211,15 +187,12 @@ def run(ops, slot_ms, far_slot_ms):
             assert schedule.pending(message_id) is None
             if expected:
                 model.pending.remove(expected[0])
-                model.log.append(CancelMarker(message_id))
         else:
             _, advance_ms, limit, released = op
             model.now_ms += advance_ms
             taken = schedule.take_due(model.now_ms, limit)
             assert taken == model.take(model.now_ms, limit)
-            if released:
-                model.log.extend(ReleaseCopy(entry.log_offset) for entry in taken)
-            else:  # the release copies' append failed: the read node puts them back
+            if not released:  # the release copies' produce failed: the scheduler puts them back
                 for entry in taken:
                     schedule.schedule(*entry)
                     model.pending.append(tuple(entry))
@@ -236,15 +209,3 @@ WIDTHS = st.sampled_from([(DELAY_SLOT_MS, DELAY_FAR_SLOT_MS), (1, 1), (7, 7), (1
 @given(st.lists(Op, max_size=60), WIDTHS)
 def test_the_schedule_behaves_as_a_list_of_pending_entries(ops, widths):
     run(ops, *widths)
-
-
-@settings(max_examples=300)
-@given(st.lists(Op, max_size=60), WIDTHS, WIDTHS)
-def test_the_schedule_rebuilt_from_the_log_is_the_live_one(ops, widths, rebuilt_widths):
-    schedule, model = run(ops, *widths)
-    rebuilt = DelaySchedule.rebuild(model.log, *rebuilt_widths)
-    assert len(rebuilt) == len(schedule)
-    assert rebuilt.next_due_ms() == schedule.next_due_ms()
-    assert rebuilt.counts_by_horizon(model.now_ms) == schedule.counts_by_horizon(model.now_ms)
-    later_ms = model.now_ms + 400 * DAY_MS
-    assert rebuilt.take_due(later_ms, limit=10_000) == schedule.take_due(later_ms, limit=10_000)
